@@ -1,0 +1,79 @@
+"""The one small interface every source implements: build requests for a task, classify a response (bans,
+logins, busy pages), and parse it into items plus paging info. Sources are pure: no I/O, no clock reads
+(``now`` is passed in), so they are tested with saved bytes and fuzzed without a network.
+
+The client runtime (``crawler_client.crawl``) drives a source:
+
+    request = source.first_request(task, base_url)
+    while request and pages < cap:
+        raw = fetch(request)                            # I/O lives in the runtime
+        page = source.parse(task, request, raw, now)    # raises FetchError/ParseError, never anything else
+        ...stop at task.cursor, follow page.next_request...
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import ClassVar, Protocol
+
+from icecrawler.models import Outcome, Post, Review, Task, TaskKind
+
+__all__ = ["FetchedPage", "Item", "PageRequest", "ParsedPage", "Source"]
+
+#: What a page yields: posts (Weibo), reviews (ECSHOP, JD) or discovered product ids (listing pages).
+Item = Post | Review | str
+
+
+@dataclass
+class PageRequest:
+    """One HTTP request, with the real site's path and query under the configured base URL."""
+
+    url: str
+    params: dict[str, str] = field(default_factory=dict)
+    method: str = "GET"
+    data: dict[str, str] | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    #: 1-based page number within this crawl (the runtime caps it).
+    page: int = 1
+    #: Source-private paging state carried to the next request (e.g. Weibo PC's pagebar chunk).
+    state: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class FetchedPage:
+    """A response as bytes: decoding is the source's job (many ban pages are GBK bytes that claim utf-8)."""
+
+    url: str
+    status: int
+    headers: Mapping[str, str]
+    body: bytes
+    #: The final URL after redirects (login walls and visitor systems show up here).
+    final_url: str = ""
+
+
+@dataclass
+class ParsedPage:
+    items: list[Item]
+    next_request: PageRequest | None = None
+    #: Total pages the site reports (countPage, page_count, maxPage), if it says.
+    total_pages: int | None = None
+    #: Source-specific facts worth printing in ``icecrawler parse`` (since_id, record_count, ...).
+    info: dict[str, str] = field(default_factory=dict)
+    outcome: Outcome = Outcome.Ok
+
+
+class Source(Protocol):
+    """A site we crawl. One module per source in ``crawler_client.sources``."""
+
+    name: ClassVar[str]
+    kinds: ClassVar[frozenset[TaskKind]]
+
+    def first_request(self, task: Task, base_url: str) -> PageRequest:
+        """The newest-first first page for ``task`` under ``base_url``."""
+        ...
+
+    def parse(self, task: Task, request: PageRequest, page: FetchedPage, now_ms: int) -> ParsedPage:
+        """Classify then parse ``page``. Raises ``FetchError`` (ban, login, busy, not found...) or
+        ``ParseError`` (garbage); every other input yields a ParsedPage."""
+        ...

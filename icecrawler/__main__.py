@@ -1,0 +1,7 @@
+"""``python -m icecrawler``."""
+
+import sys
+
+from icecrawler.cli import main
+
+sys.exit(main())

@@ -1,0 +1,87 @@
+"""The ``icecrawler`` command: global options, then one subcommand from ``icecrawler.commands``."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from collections.abc import Sequence
+
+from icecrawler import __version__
+from icecrawler.commands import COMMAND_MODULES, BaseCommand
+from icecrawler.errors import IcecrawlerError
+from icecrawler.logs import configure_logging
+from icecrawler.settings import load_settings
+
+__all__ = ["main"]
+
+ICE_PREFIXES = ("--Ice.", "--IceSSL.", "--IceGrid.", "--IceMX.", "--IceLocatorDiscovery.")
+
+
+def _load_commands() -> dict[str, BaseCommand]:
+    return {
+        name: importlib.import_module(f"icecrawler.commands.{name}").Command()
+        for name in COMMAND_MODULES
+    }
+
+
+def _add_common_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("common options")
+    group.add_argument("-c", "--config", metavar="FILE",
+                       help="app settings file (TOML); default ./icecrawler.toml if it exists")
+    group.add_argument("-s", "--set", dest="assignments", action="append", default=[], metavar="KEY=VALUE",
+                       help="override one setting, e.g. --set client.workers=8 (repeatable)")
+    group.add_argument("--log-level", default=None, metavar="LEVEL",
+                       help="DEBUG, INFO, WARNING or ERROR (default: setting log.level, INFO)")
+    group.add_argument("--log-json", action="store_true", default=None, help="log one JSON object per line")
+
+
+def build_parser(commands: dict[str, BaseCommand]) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="icecrawler",
+        description="A distributed, incremental crawler for Weibo timelines and product reviews: a scheduler and a "
+                    "storage server joined to N crawler clients by ZeroC Ice. Ice runtime settings go in Ice "
+                    "property files (--Ice.Config=FILE); app settings in icecrawler.toml or --set KEY=VALUE.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"icecrawler {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
+    for name, command in commands.items():
+        child = sub.add_parser(name, help=command.summary, description=command.description or command.summary,
+                               formatter_class=argparse.RawDescriptionHelpFormatter)
+        command.add_options(child)
+        _add_common_options(child)
+        if command.takes_ice_args:
+            child.epilog = ("Ice options: --Ice.Config=FILE loads an Ice property file (see deploy/*.conf); any "
+                            "--Ice.*/--IceSSL.* property may also be given directly.")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    commands = _load_commands()
+    parser = build_parser(commands)
+    ice_args = [arg for arg in argv if arg.startswith(ICE_PREFIXES)]
+    rest = [arg for arg in argv if not arg.startswith(ICE_PREFIXES)]
+    args = parser.parse_args(rest)
+    if not args.command:
+        parser.print_help()
+        return 2
+    command = commands[args.command]
+    if ice_args and not command.takes_ice_args:
+        parser.error(f"'{args.command}' takes no Ice options: {' '.join(ice_args)}")
+    try:
+        settings = load_settings(args.config, args.assignments)
+        if args.log_level:
+            settings.set("log.level", args.log_level)
+        if args.log_json:
+            settings.set("log.json", True)
+        configure_logging(settings.get_str("log.level"), settings.get_bool("log.json"))
+        return command.run(args, settings, ice_args)
+    except IcecrawlerError as exc:
+        logging.getLogger("icecrawler").debug("command failed", exc_info=True)
+        print(f"icecrawler {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130

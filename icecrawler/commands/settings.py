@@ -1,0 +1,26 @@
+"""``icecrawler settings``: print every effective setting and where its value came from."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from icecrawler.commands import BaseCommand
+from icecrawler.settings import Settings
+
+
+class Command(BaseCommand):
+    summary = "print the effective settings (defaults < file < env < --set) and their origin"
+
+    def add_options(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+
+    def run(self, args: argparse.Namespace, settings: Settings, ice_args: list[str]) -> int:
+        values = settings.as_dict()
+        if args.json:
+            print(json.dumps(values, indent=2, sort_keys=True))
+            return 0
+        width = max(map(len, values))
+        for key in sorted(values):
+            print(f"{key:<{width}}  {values[key]!r:<40}  ({settings.source_of(key)})")
+        return 0

@@ -1,0 +1,110 @@
+"""The one exception hierarchy of icecrawler (core code raises these; servants map them to Slice exceptions).
+
+    IcecrawlerError
+    ├── ConfigError (ValueError)          bad settings, bad command-line values
+    ├── InvalidArgumentError (ValueError) a bad id, field or batch passed to a core API
+    │   └── InvalidRecordsError           some records of a batch were rejected (the rest were stored)
+    ├── NoWorkError                       nothing is due in the scheduler
+    ├── LeaseLostError                    a report's lease expired, was re-issued, or never existed
+    ├── StorageUnavailableError           backend and spool both refused a write
+    ├── FetchError                        an HTTP fetch failed; carries the Outcome class
+    │   └── ParseError (ValueError)       a response body that cannot be parsed
+    └── ServiceError                      a daemon (HBase, Ice server) did not start or answer
+
+Foreign errors (berkeleydb, thrift/happybase, requests) are translated where they cross into our code,
+with ``raise ... from exc``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+__all__ = [
+    "ConfigError",
+    "FetchError",
+    "IcecrawlerError",
+    "InvalidArgumentError",
+    "InvalidRecordsError",
+    "LeaseLostError",
+    "NoWorkError",
+    "ParseError",
+    "ServiceError",
+    "StorageUnavailableError",
+]
+
+
+class IcecrawlerError(Exception):
+    """Root of every icecrawler error."""
+
+
+class ConfigError(IcecrawlerError, ValueError):
+    """A setting or command-line value is wrong; the message names it."""
+
+
+class InvalidArgumentError(IcecrawlerError, ValueError):
+    """A core API was called with a malformed argument. ``code`` is an ErrorCode name."""
+
+    def __init__(self, message: str, *, code: str = "InvalidField", field: str = "", index: int = -1) -> None:
+        super().__init__(message)
+        self.code = code
+        self.field = field
+        self.index = index
+
+
+class InvalidRecordsError(InvalidArgumentError):
+    """Some records were rejected; every other record of the batch was stored."""
+
+    def __init__(self, rejected: Sequence[tuple[int, str]], stored: int) -> None:
+        summary = "; ".join(f"#{index}: {reason}" for index, reason in list(rejected)[:5])
+        more = f" (+{len(rejected) - 5} more)" if len(rejected) > 5 else ""
+        super().__init__(
+            f"{len(rejected)} record(s) rejected, {stored} stored: {summary}{more}", code="RecordRejected"
+        )
+        self.rejected = list(rejected)
+        self.stored = stored
+
+
+class NoWorkError(IcecrawlerError):
+    """No task is due. ``next_due_in_ms`` is -1 when the queue is empty."""
+
+    def __init__(self, message: str = "no task is due", next_due_in_ms: int = -1) -> None:
+        super().__init__(message)
+        self.next_due_in_ms = next_due_in_ms
+
+
+class LeaseLostError(IcecrawlerError):
+    """A report named a lease that is not the task's current one. Nothing was changed."""
+
+    def __init__(self, message: str, *, task_id: str, index: int = 0, code: str = "StaleLease") -> None:
+        super().__init__(message)
+        self.task_id = task_id
+        self.index = index
+        self.code = code
+
+
+class StorageUnavailableError(IcecrawlerError):
+    """Neither the backend nor the durable spool could take a write."""
+
+
+class FetchError(IcecrawlerError):
+    """An HTTP exchange ended badly. ``outcome`` is an Outcome name (Banned, Timeout, ...)."""
+
+    def __init__(
+        self, message: str, *, outcome: str, http_status: int = 0, error_class: str = "", retry_after_s: float = 0.0
+    ) -> None:
+        super().__init__(message)
+        self.outcome = outcome
+        self.http_status = http_status
+        self.error_class = error_class or outcome
+        self.retry_after_s = retry_after_s
+
+
+class ParseError(FetchError, ValueError):
+    """A response body that cannot be parsed into items."""
+
+    def __init__(self, message: str, *, error_class: str = "parse-error", http_status: int = 0) -> None:
+        super().__init__(message, outcome="ParseError", http_status=http_status, error_class=error_class)
+
+
+class ServiceError(IcecrawlerError):
+    """A daemon we depend on did not start, or stopped answering."""

@@ -1,0 +1,158 @@
+"""Plain core types shared by every role. They mirror slice/crawler.ice but need no Ice, so the pure logic
+(queues, parsers, SHHD, stores) is tested without servers. ``icecrawler.rpc`` converts at the boundary.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from dataclasses import dataclass, field
+
+from icecrawler.errors import InvalidArgumentError
+
+__all__ = [
+    "SOURCES",
+    "Account",
+    "Outcome",
+    "Post",
+    "Report",
+    "Review",
+    "Task",
+    "TaskKind",
+    "make_task_id",
+    "split_task_id",
+]
+
+
+class TaskKind(str, enum.Enum):
+    """What a task crawls; the value is the task-id prefix."""
+
+    WeiboUser = "user"
+    ProductReviews = "reviews"
+    Listing = "listing"
+
+
+class Outcome(str, enum.Enum):
+    """How a fetch ended (same names as Crawler::Outcome)."""
+
+    Ok = "Ok"
+    HttpError = "HttpError"
+    Timeout = "Timeout"
+    ConnectionError = "ConnectionError"
+    ParseError = "ParseError"
+    LoginRequired = "LoginRequired"
+    Busy = "Busy"
+    AccountFrozen = "AccountFrozen"
+    Banned = "Banned"
+    RateLimited = "RateLimited"
+    NotFound = "NotFound"
+    TooLarge = "TooLarge"
+
+
+#: Which task kinds each source can crawl.
+SOURCES: dict[str, frozenset[TaskKind]] = {
+    "weibo_pc": frozenset({TaskKind.WeiboUser}),
+    "weibo_mobile": frozenset({TaskKind.WeiboUser}),
+    "ecshop": frozenset({TaskKind.ProductReviews, TaskKind.Listing}),
+    "jd": frozenset({TaskKind.ProductReviews}),
+}
+
+_TARGET_RE = re.compile(r"^[0-9A-Za-z_.-]{1,64}$")
+
+
+def make_task_id(kind: TaskKind, source: str, target: str) -> str:
+    """Validate and build ``<kind>:<source>:<target>``."""
+    if source not in SOURCES:
+        raise InvalidArgumentError(f"unknown source {source!r} (known: {', '.join(sorted(SOURCES))})",
+                                   code="InvalidId", field="source")
+    if kind not in SOURCES[source]:
+        raise InvalidArgumentError(f"source {source} cannot crawl {kind.name} tasks", code="InvalidId", field="kind")
+    if not _TARGET_RE.match(target):
+        raise InvalidArgumentError(f"invalid target {target!r}: 1-64 chars of [0-9A-Za-z_.-]",
+                                   code="InvalidId", field="target")
+    return f"{kind.value}:{source}:{target}"
+
+
+def split_task_id(task_id: str) -> tuple[TaskKind, str, str]:
+    """Inverse of make_task_id; raises InvalidArgumentError on anything malformed."""
+    parts = task_id.split(":")
+    if len(parts) != 3:
+        raise InvalidArgumentError(f"invalid task id {task_id!r}: expected <kind>:<source>:<target>",
+                                   code="InvalidId", field="taskId")
+    try:
+        kind = TaskKind(parts[0])
+    except ValueError as exc:
+        raise InvalidArgumentError(f"invalid task kind in {task_id!r}", code="InvalidId", field="taskId") from exc
+    make_task_id(kind, parts[1], parts[2])
+    return kind, parts[1], parts[2]
+
+
+@dataclass(frozen=True)
+class Account:
+    id: str = ""
+    cookie_blob: str = ""
+
+    def __repr__(self) -> str:  # cookies never reach logs
+        return f"Account(id={self.id!r}, cookie_blob=<{len(self.cookie_blob)} chars>)"
+
+
+@dataclass
+class Task:
+    id: str
+    kind: TaskKind
+    source: str
+    target: str
+    params: dict[str, str] = field(default_factory=dict)
+    lease_token: str = ""
+    lease_deadline_ms: int = 0
+    period_s: float = 0.0
+    cursor: str = ""
+    attempts: int = 0
+    account: Account = field(default_factory=Account)
+
+
+@dataclass
+class Report:
+    task_id: str
+    lease_token: str
+    outcome: Outcome = Outcome.Ok
+    http_status: int = 0
+    error_class: str = ""
+    fingerprint: int = 0
+    new_items: int = 0
+    window_items: int = 0
+    newest_item_ms: int = 0
+    cursor: str = ""
+    retry_after_s: float = 0.0
+    fetches: int = 0
+
+
+@dataclass
+class Post:
+    id: int
+    user_id: int
+    user_name: str = ""
+    text: str = ""
+    html: str = ""
+    created_at: str = ""
+    reposts: int = 0
+    comments: int = 0
+    likes: int = 0
+    pinned: bool = False
+    retweeted_id: int = 0
+    pictures: list[str] = field(default_factory=list)
+    permalink: str = ""
+    fetched_at: str = ""
+    source: str = ""
+
+
+@dataclass
+class Review:
+    id: str
+    product_id: str
+    source: str = ""
+    user: str = ""
+    content: str = ""
+    score: int = 0
+    created_at: str = ""
+    fetched_at: str = ""

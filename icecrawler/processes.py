@@ -1,0 +1,125 @@
+"""Starting and stopping daemons as child processes: used by ``icecrawler demo``, the end-to-end tests and
+the benchmarks, so all of them clean up the same way (SIGTERM, then SIGKILL after a bound)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from types import TracebackType
+
+from icecrawler.errors import ServiceError
+
+__all__ = ["ManagedProcess", "ProcessGroup", "free_port", "icecrawler_argv", "wait_for_port"]
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """An unused TCP port on ``host`` (the kernel picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_for_port(host: str, port: int, timeout_s: float = 20.0, alive: Callable[[], bool] | None = None) -> None:
+    """Block until something accepts TCP connections on host:port, or raise ServiceError."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if alive is not None and not alive():
+            raise ServiceError(f"process died before listening on {host}:{port}")
+        with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=0.5):
+            return
+        time.sleep(0.05)
+    raise ServiceError(f"nothing listens on {host}:{port} after {timeout_s:.0f}s")
+
+
+def icecrawler_argv(*args: str) -> list[str]:
+    """argv that runs the icecrawler CLI with this interpreter (works without the console script on PATH)."""
+    return [sys.executable, "-m", "icecrawler", *args]
+
+
+class ManagedProcess:
+    """One child process with its output in a log file; ``stop`` is bounded in time."""
+
+    def __init__(self, name: str, argv: Sequence[str], log_path: Path, env: dict[str, str] | None = None,
+                 cwd: Path | None = None) -> None:
+        self.name = name
+        self.argv = list(argv)
+        self.log_path = log_path
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = log_path.open("ab")
+        self.popen = subprocess.Popen(
+            self.argv, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env={**os.environ, **(env or {})}, cwd=cwd, start_new_session=True,
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def kill9(self) -> None:
+        """Simulate a crash: SIGKILL, no clean-up."""
+        with contextlib.suppress(ProcessLookupError):
+            self.popen.send_signal(signal.SIGKILL)
+        self.popen.wait(timeout=10)
+
+    def stop(self, timeout_s: float = 10.0) -> int | None:
+        """SIGTERM, wait up to ``timeout_s``, then SIGKILL. Returns the exit code."""
+        if self.alive():
+            with contextlib.suppress(ProcessLookupError):
+                self.popen.send_signal(signal.SIGTERM)
+            try:
+                self.popen.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                self.kill9()
+        self._log.close()
+        return self.popen.returncode
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+
+class ProcessGroup:
+    """Processes stopped together, last started first, even on exceptions (``with ProcessGroup() as group``)."""
+
+    def __init__(self, log_dir: Path) -> None:
+        self.log_dir = log_dir
+        self.processes: list[ManagedProcess] = []
+
+    def start(self, name: str, argv: Sequence[str], env: dict[str, str] | None = None,
+              cwd: Path | None = None) -> ManagedProcess:
+        process = ManagedProcess(name, argv, self.log_dir / f"{name}.log", env=env, cwd=cwd)
+        self.processes.append(process)
+        return process
+
+    def stop_all(self, timeout_s: float = 10.0) -> None:
+        for process in reversed(self.processes):
+            process.stop(timeout_s)
+
+    def __enter__(self) -> ProcessGroup:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop_all()
+
+    @contextlib.contextmanager
+    def running(self, name: str, argv: Sequence[str], port: int, timeout_s: float = 30.0) -> Iterator[ManagedProcess]:
+        """Start a daemon and wait until it listens on 127.0.0.1:port."""
+        process = self.start(name, argv)
+        try:
+            wait_for_port("127.0.0.1", port, timeout_s, alive=process.alive)
+        except ServiceError as exc:
+            raise ServiceError(f"{name}: {exc}\n{process.log_tail()}") from exc
+        yield process

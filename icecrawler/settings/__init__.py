@@ -1,0 +1,154 @@
+"""Layered settings: defaults < config file < environment < command line.
+
+Every key must exist in ``default_settings.DEFAULTS``; an unknown key is an error (a typo fails at start-up,
+not at run time). Values from text (environment, ``--set``) are converted to the default's type.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from icecrawler.errors import ConfigError
+from icecrawler.settings.default_settings import DEFAULTS
+
+__all__ = ["PRIORITIES", "Settings", "load_settings"]
+
+#: Named priorities: a value set at a higher priority wins (Scrapy's SETTINGS_PRIORITIES).
+PRIORITIES: dict[str, int] = {"default": 0, "file": 20, "env": 30, "cmdline": 40}
+
+#: The config file read when none is named: ``./icecrawler.toml`` if it exists.
+DEFAULT_CONFIG_FILE = "icecrawler.toml"
+ENV_PREFIX = "ICECRAWLER_"
+
+
+def _flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in table.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            flat.update(_flatten(value, name + "."))
+        else:
+            flat[name] = value
+    return flat
+
+
+def _coerce(key: str, value: Any, like: Any) -> Any:
+    """Convert ``value`` to the type of the default ``like``; text comes from env and ``--set``."""
+    try:
+        if isinstance(like, bool):
+            if isinstance(value, bool):
+                return value
+            text = str(value).strip().lower()
+            if text in {"1", "true", "yes", "on"}:
+                return True
+            if text in {"0", "false", "no", "off"}:
+                return False
+            raise ValueError(f"not a boolean: {value!r}")
+        if isinstance(like, int):
+            if isinstance(value, float) and not value.is_integer():
+                raise ValueError(f"not an integer: {value!r}")
+            return int(value)
+        if isinstance(like, float):
+            return float(value)
+        return str(value)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"setting {key}: {exc}") from exc
+
+
+class Settings:
+    """Read-only view of the merged settings, with the priority each value came from."""
+
+    def __init__(self) -> None:
+        self._values: dict[str, Any] = dict(DEFAULTS)
+        self._priority: dict[str, int] = {key: PRIORITIES["default"] for key in DEFAULTS}
+
+    def set(self, key: str, value: Any, priority: str = "cmdline") -> None:
+        if key not in DEFAULTS:
+            raise ConfigError(f"unknown setting {key!r} (see `icecrawler settings` for the list)")
+        level = PRIORITIES[priority]
+        if level >= self._priority[key]:
+            self._values[key] = _coerce(key, value, DEFAULTS[key])
+            self._priority[key] = level
+
+    def update(self, values: Mapping[str, Any], priority: str) -> None:
+        for key, value in values.items():
+            self.set(key, value, priority)
+
+    def copy_with(self, **overrides: Any) -> Settings:
+        """A copy with keys (underscored dots: ``scheduler__lease_s``) overridden at command-line priority."""
+        clone = Settings()
+        clone._values = dict(self._values)
+        clone._priority = dict(self._priority)
+        for name, value in overrides.items():
+            clone.set(name.replace("__", "."), value)
+        return clone
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in self._values:
+            raise ConfigError(f"unknown setting {key!r}")
+        return self._values[key]
+
+    def get_str(self, key: str) -> str:
+        return str(self[key])
+
+    def get_int(self, key: str) -> int:
+        return int(self[key])
+
+    def get_float(self, key: str) -> float:
+        return float(self[key])
+
+    def get_bool(self, key: str) -> bool:
+        return bool(self[key])
+
+    def with_prefix(self, prefix: str) -> dict[str, Any]:
+        """All keys under ``prefix.`` with the prefix removed."""
+        start = prefix + "."
+        return {key[len(start):]: value for key, value in self._values.items() if key.startswith(start)}
+
+    def source_of(self, key: str) -> str:
+        level = self._priority[key]
+        return next(name for name, value in PRIORITIES.items() if value == level)
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self._values)
+
+
+def parse_assignments(assignments: Iterable[str]) -> dict[str, str]:
+    """Parse ``key=value`` strings from ``--set``."""
+    parsed: dict[str, str] = {}
+    for item in assignments:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--set expects key=value, got {item!r}")
+        parsed[key.strip()] = value
+    return parsed
+
+
+def load_settings(
+    config_file: str | Path | None = None,
+    assignments: Iterable[str] = (),
+    environ: Mapping[str, str] | None = None,
+) -> Settings:
+    """Merge defaults, the TOML file, ``ICECRAWLER_SECTION__KEY`` variables and ``--set`` pairs."""
+    settings = Settings()
+    path = Path(config_file) if config_file else Path(DEFAULT_CONFIG_FILE)
+    if path.exists():
+        try:
+            with path.open("rb") as handle:
+                settings.update(_flatten(tomllib.load(handle)), "file")
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{path}: invalid TOML: {exc}") from exc
+    elif config_file:
+        raise ConfigError(f"config file not found: {path}")
+    env = os.environ if environ is None else environ
+    for name, value in env.items():
+        if name.startswith(ENV_PREFIX):
+            key = name[len(ENV_PREFIX):].lower().replace("__", ".")
+            if key in DEFAULTS:
+                settings.set(key, value, "env")
+    settings.update(parse_assignments(assignments), "cmdline")
+    return settings

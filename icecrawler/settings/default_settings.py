@@ -1,0 +1,95 @@
+"""Every default setting of icecrawler, in one place (Scrapy's default_settings, StormCrawler's crawler-default).
+
+Keys are dotted and grouped by the component that reads them. Code never writes a second literal default:
+it reads the key from a ``Settings`` object. Users override keys in ``icecrawler.toml`` (a TOML table per
+prefix) or with ``--set key=value`` on any subcommand. Times are seconds unless the name says otherwise.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+DEFAULTS: dict[str, Any] = {
+    # --- client: the crawler worker daemon -------------------------------------------------------------
+    # Concurrent fetch workers inside one client process.
+    "client.workers": 4,
+    # Tasks leased per getUsers call (1 uses getUser).
+    "client.batch": 4,
+    # Most result pages crawled per task per visit (the incremental stop usually ends sooner).
+    "client.max_pages": 5,
+    # Per-request timeout (connect and read).
+    "client.timeout_s": 10.0,
+    # Retries of one request on timeouts/connection errors/5xx, with jittered exponential backoff.
+    "client.retries": 2,
+    "client.backoff_s": 0.5,
+    # Responses larger than this are cut off and classified as TooLarge.
+    "client.max_body_bytes": 8_000_000,
+    # How long an idle client waits before asking again when the scheduler has no work (upper bound).
+    "client.idle_sleep_s": 1.0,
+    # Records kept in memory while storage is unreachable, before the client stops leasing.
+    "client.buffer_records": 100_000,
+    # User-Agent sent on every request.
+    "client.user_agent": "icecrawler/0.1 (+https://github.com/icecrawler/icecrawler)",
+
+    # --- hbase: the local standalone HBase runner (deploy/hbase) -------------------------------------------
+    "hbase.dir": "var/hbase",
+    "hbase.thrift_port": 9090,
+    "hbase.zookeeper_port": 2181,
+
+    # --- log ----------------------------------------------------------------------------------------------
+    "log.json": False,
+    "log.level": "INFO",
+
+    # --- scheduler: the task master ------------------------------------------------------------------------
+    # Accounts: TOML files of [[account]] id/cookies, readable by the scheduler only.
+    "scheduler.accounts_dir": "",
+    # Requests one account may make per minute, across all clients.
+    "scheduler.account_budget_per_min": 60,
+    # How long a frozen account stays frozen after a ban/AccountFrozen report.
+    "scheduler.account_freeze_s": 3600.0,
+    # Failed attempts before exponential backoff applies.
+    "scheduler.backoff_after_attempts": 3,
+    # Most tasks/reports in one getUsers/putUsers/addUsers call.
+    "scheduler.batch_limit": 1000,
+    # Berkeley DB environment directory.
+    "scheduler.db_dir": "var/scheduler",
+    # How long a ban report blocks a host when the client gave no Retry-After.
+    "scheduler.host_block_s": 300.0,
+    # Minimum spacing between two leases for the same host, across all clients.
+    "scheduler.host_spacing_s": 0.0,
+    # Lease duration: a task not reported by then returns to pending.
+    "scheduler.lease_s": 120.0,
+    # Period bounds and first period for new tasks.
+    "scheduler.max_period_s": 86400.0,
+    "scheduler.min_period_s": 60.0,
+    "scheduler.initial_period_s": 600.0,
+    # Re-crawl policy: "shhd" (the paper), "rate" (our own), "fixed".
+    "scheduler.policy": "shhd",
+    # Multiplies the wall clock, so tests and the demo can run an hour in seconds (1.0 = real time).
+    "scheduler.clock_speed": 1.0,
+
+    # --- sources: where each source's site lives (the same paths as the real site under this base) ------
+    "sources.ecshop.base_url": "http://127.0.0.1:8800/ecshop",
+    "sources.ecshop.username": "",
+    "sources.ecshop.password": "",
+    "sources.jd.base_url": "http://127.0.0.1:8800/jd",
+    "sources.weibo_mobile.base_url": "http://127.0.0.1:8800/m",
+    "sources.weibo_pc.base_url": "http://127.0.0.1:8800/pc",
+
+    # --- storage: the record store ---------------------------------------------------------------------------
+    # "embedded" (SQLite, no server) or "hbase" (through its Thrift server).
+    "storage.backend": "embedded",
+    # Most records in one writeWB/writeReviews call.
+    "storage.batch_limit": 5000,
+    "storage.embedded.path": "var/storage/icecrawler.sqlite3",
+    "storage.hbase.host": "127.0.0.1",
+    "storage.hbase.port": 9090,
+    "storage.hbase.pool_size": 4,
+    "storage.hbase.table_prefix": "",
+    # Longest text accepted in one record field; longer records are rejected.
+    "storage.max_text_chars": 100_000,
+    # Durable spool used while the backend is down or slow.
+    "storage.spool_dir": "var/storage/spool",
+    # A write waits at most this long for the backend before it is spooled instead.
+    "storage.write_timeout_s": 2.0,
+}
