@@ -1,9 +1,38 @@
-"""``icecrawler bench``."""
+"""``icecrawler bench NAME [ARGS...]``: run ``bench/NAME.py`` (each benchmark prints a table and writes
+``docs/bench/NAME.json``). ``icecrawler bench list`` shows what exists."""
 
 from __future__ import annotations
 
-from icecrawler.commands import NotImplementedYet
+import argparse
+import importlib
+import pkgutil
+
+import bench
+from icecrawler.commands import BaseCommand
+from icecrawler.settings import Settings
 
 
-class Command(NotImplementedYet):
-    summary = "bench (not implemented yet)"
+def available() -> list[str]:
+    return sorted(module.name for module in pkgutil.iter_modules(bench.__path__) if not module.name.startswith("_"))
+
+
+class Command(BaseCommand):
+    summary = "run a benchmark from bench/ (scheduler, storage, client, revisit, scale, ...)"
+    description = ("Run one benchmark. Each prints a table next to a baseline measured in the same run and writes "
+                   "its headline figures to docs/bench/NAME.json. `icecrawler bench list` lists them; "
+                   "`icecrawler bench NAME --help` shows a benchmark's own options.")
+
+    def add_options(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("name", help="benchmark name, or 'list'")
+        parser.add_argument("bench_args", nargs=argparse.REMAINDER, help="options passed to the benchmark")
+
+    def run(self, args: argparse.Namespace, settings: Settings, ice_args: list[str]) -> int:
+        names = available()
+        if args.name == "list":
+            print("\n".join(names))
+            return 0
+        if args.name not in names:
+            print(f"icecrawler bench: unknown benchmark {args.name!r}; available: {', '.join(names) or 'none'}")
+            return 2
+        module = importlib.import_module(f"bench.{args.name}")
+        return int(module.main(list(args.bench_args)))
