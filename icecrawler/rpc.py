@@ -30,7 +30,15 @@ from icecrawler.models import Account, Outcome, Post, Report, Review, Task, Task
 
 __all__ = [
     "SLICE_FILE",
+    "SCHEDULER_ADAPTER",
+    "SCHEDULER_ENDPOINTS",
+    "SCHEDULER_IDENTITY",
+    "STORAGE_ADAPTER",
+    "STORAGE_ENDPOINTS",
+    "STORAGE_IDENTITY",
     "communicator",
+    "core_errors",
+    "from_slice_error",
     "crawler",
     "map_errors",
     "post_from_slice",
@@ -39,14 +47,27 @@ __all__ = [
     "report_to_slice",
     "review_from_slice",
     "review_to_slice",
+    "scheduler_proxy",
     "serve",
+    "storage_proxy",
     "task_from_slice",
     "task_to_slice",
+    "to_slice_error",
 ]
 
 log = logging.getLogger(__name__)
 
 SLICE_FILE = Path(__file__).resolve().parent.parent / "slice" / "crawler.ice"
+
+#: Where each server listens and how clients find it. A property file (deploy/*.conf) or an IceGrid locator
+#: overrides these: ``SchedulerAdapter.Endpoints``, ``StorageAdapter.Endpoints`` on the servers and
+#: ``Scheduler.Proxy``, ``Storage.Proxy`` on the clients.
+SCHEDULER_ADAPTER = "SchedulerAdapter"
+SCHEDULER_IDENTITY = "scheduler"
+SCHEDULER_ENDPOINTS = "tcp -h 127.0.0.1 -p 10000"
+STORAGE_ADAPTER = "StorageAdapter"
+STORAGE_IDENTITY = "storage"
+STORAGE_ENDPOINTS = "tcp -h 127.0.0.1 -p 10001"
 
 #: Ice properties every icecrawler communicator starts with (a property file or argv overrides them).
 BASE_PROPERTIES: dict[str, str] = {
@@ -80,6 +101,19 @@ def communicator(args: Sequence[str] = (), properties: dict[str, str] | None = N
     init = Ice.InitializationData()
     init.properties = props
     return Ice.Communicator(initData=init)
+
+
+def scheduler_proxy(comm: Ice.Communicator) -> Any:
+    """Typed Scheduler proxy from the ``Scheduler.Proxy`` property (default: the local scheduler)."""
+    text = comm.getProperties().getPropertyWithDefault(
+        "Scheduler.Proxy", f"{SCHEDULER_IDENTITY}:{SCHEDULER_ENDPOINTS}")
+    return crawler().SchedulerPrx(comm, text)
+
+
+def storage_proxy(comm: Ice.Communicator) -> Any:
+    """Typed Storage proxy from the ``Storage.Proxy`` property (default: the local storage server)."""
+    text = comm.getProperties().getPropertyWithDefault("Storage.Proxy", f"{STORAGE_IDENTITY}:{STORAGE_ENDPOINTS}")
+    return crawler().StoragePrx(comm, text)
 
 
 def serve(
