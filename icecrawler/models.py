@@ -24,7 +24,7 @@ __all__ = [
 ]
 
 
-class TaskKind(str, enum.Enum):
+class TaskKind(enum.StrEnum):
     """What a task crawls; the value is the task-id prefix."""
 
     WeiboUser = "user"
@@ -32,7 +32,7 @@ class TaskKind(str, enum.Enum):
     Listing = "listing"
 
 
-class Outcome(str, enum.Enum):
+class Outcome(enum.StrEnum):
     """How a fetch ended (same names as Crawler::Outcome)."""
 
     Ok = "Ok"

@@ -1,0 +1,62 @@
+"""The CLI front door: every subcommand is listed and has --help; errors are clear."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from icecrawler.cli import main
+from icecrawler.commands import COMMAND_MODULES
+
+REQUIRED = ("scheduler", "storage", "client", "seed", "status", "export", "parse", "demo", "bench")
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "icecrawler", *args], capture_output=True, text=True, timeout=120,
+                          check=False)
+
+
+def test_help_lists_every_subcommand() -> None:
+    result = _run("--help")
+    assert result.returncode == 0
+    for name in (*REQUIRED, *COMMAND_MODULES):
+        assert name in result.stdout, name
+
+
+@pytest.mark.parametrize("name", COMMAND_MODULES)
+def test_each_subcommand_has_help(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main([name, "--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert f"icecrawler {name}" in out
+    assert "--set KEY=VALUE" in out and "--log-json" in out
+
+
+def test_bad_setting_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["settings", "--set", "client.nope=1"]) == 2
+    assert "unknown setting 'client.nope'" in capsys.readouterr().err
+
+
+def test_ice_options_are_refused_where_meaningless(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["settings", "--Ice.Trace.Network=1"])
+    assert "takes no Ice options" in capsys.readouterr().err
+
+
+def test_settings_command_shows_origin(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["settings", "--set", "client.workers=3"]) == 0
+    line = next(row for row in capsys.readouterr().out.splitlines() if row.startswith("client.workers "))
+    assert "3" in line and "(cmdline)" in line
+
+
+def test_log_json_emits_one_object_per_line() -> None:
+    code = ("import logging, json; from icecrawler.logs import configure_logging; "
+            "configure_logging('INFO', True); logging.getLogger('x').info('hello %s', 'world', extra={'task': 't1'})")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    import json
+
+    event = json.loads(result.stderr.strip())
+    assert event["msg"] == "hello world" and event["task"] == "t1" and event["level"] == "INFO"

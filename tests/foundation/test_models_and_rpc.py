@@ -1,0 +1,88 @@
+"""Core types and the Slice boundary: task ids, conversions both ways, error mapping."""
+
+from __future__ import annotations
+
+import pytest
+
+from icecrawler import rpc
+from icecrawler.errors import (
+    InvalidArgumentError,
+    InvalidRecordsError,
+    LeaseLostError,
+    NoWorkError,
+    StorageUnavailableError,
+)
+from icecrawler.models import Account, Outcome, Post, Report, Review, Task, TaskKind, make_task_id, split_task_id
+
+
+@pytest.mark.parametrize(
+    ("kind", "source", "target"),
+    [(TaskKind.WeiboUser, "weibo_mobile", "1669879400"), (TaskKind.ProductReviews, "jd", "100012043978"),
+     (TaskKind.Listing, "ecshop", "3")],
+)
+def test_task_ids_round_trip(kind: TaskKind, source: str, target: str) -> None:
+    assert split_task_id(make_task_id(kind, source, target)) == (kind, source, target)
+
+
+@pytest.mark.parametrize(
+    "bad", ["", "user:weibo_mobile", "user:nosuch:1", "reviews:weibo_pc:1", "user:weibo_pc:a b", "x:jd:1",
+            "user:weibo_pc:" + "9" * 65],
+)
+def test_malformed_task_ids_are_invalid_arguments(bad: str) -> None:
+    with pytest.raises(InvalidArgumentError) as info:
+        split_task_id(bad)
+    assert info.value.code == "InvalidId"
+
+
+def test_account_repr_hides_cookies() -> None:
+    assert "SUB=secret" not in repr(Account("a1", "SUB=secret"))
+
+
+def test_task_and_report_survive_the_slice_round_trip() -> None:
+    task = Task(id="user:weibo_pc:1", kind=TaskKind.WeiboUser, source="weibo_pc", target="1",
+                params={"domain": "100505"}, lease_token="tok", lease_deadline_ms=2**41, period_s=600.5,
+                cursor="4102647604266970", attempts=2, account=Account("acc", "{}"))
+    assert rpc.task_from_slice(rpc.task_to_slice(task)) == task
+    report = Report(task_id=task.id, lease_token="tok", outcome=Outcome.Banned, http_status=418,
+                    error_class="teapot", fingerprint=2**64 - 1, new_items=3, window_items=45,
+                    newest_item_ms=1_700_000_000_000, cursor="9", retry_after_s=30.0, fetches=4)
+    assert rpc.report_from_slice(rpc.report_to_slice(report)) == report
+
+
+def test_records_survive_the_slice_round_trip() -> None:
+    post = Post(id=4102647604266970, user_id=1163218074, user_name="余丰慧", text="你好 😀", html="<b>你好</b>",
+                created_at="2017-05-01T17:27:55+08:00", reposts=4, pinned=True, retweeted_id=2**62,
+                pictures=["https://x/1.jpg"], permalink="/1163218074/F16SkhU26", source="weibo_pc")
+    assert rpc.post_from_slice(rpc.post_to_slice(post)) == post
+    review = Review(id="21739216866", product_id="100012043978", source="jd", user="j***y", content="好", score=5)
+    assert rpc.review_from_slice(rpc.review_to_slice(review)) == review
+
+
+@pytest.mark.parametrize(
+    ("error", "slice_name"),
+    [
+        (InvalidArgumentError("bad", code="BatchTooLarge", field="reports", index=2), "InvalidArgument"),
+        (InvalidRecordsError([(1, "missing id")], stored=4), "InvalidRecords"),
+        (NoWorkError("idle", 1500), "NoWork"),
+        (LeaseLostError("stale", task_id="user:weibo_pc:1", index=3), "LeaseLost"),
+        (StorageUnavailableError("down"), "StorageUnavailable"),
+    ],
+)
+def test_core_errors_map_to_declared_slice_exceptions_and_back(error: Exception, slice_name: str) -> None:
+    mapped = rpc.to_slice_error(error)
+    assert type(mapped).__name__ == slice_name
+    back = rpc.from_slice_error(mapped)
+    assert type(back) is type(error)
+    assert str(back) == str(error) or isinstance(error, InvalidRecordsError)
+    if isinstance(error, InvalidRecordsError):
+        assert isinstance(back, InvalidRecordsError) and back.rejected == error.rejected and back.stored == 4
+
+
+def test_map_errors_decorator_turns_core_errors_into_slice_exceptions() -> None:
+    @rpc.map_errors
+    def servant_method() -> None:
+        raise NoWorkError("nothing", 10)
+
+    with pytest.raises(rpc.crawler().NoWork) as info:
+        servant_method()
+    assert info.value.nextDueInMs == 10

@@ -1,0 +1,76 @@
+"""Settings layering: defaults < file < env < --set, typed coercion, unknown keys refused."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from icecrawler.errors import ConfigError
+from icecrawler.settings import load_settings, parse_assignments
+from icecrawler.settings.default_settings import DEFAULTS
+
+
+def test_defaults_when_nothing_is_given(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    settings = load_settings(environ={})
+    assert settings["client.workers"] == DEFAULTS["client.workers"]
+    assert settings.source_of("client.workers") == "default"
+
+
+def test_layers_override_in_priority_order(tmp_path: Path) -> None:
+    config = tmp_path / "icecrawler.toml"
+    config.write_text('[client]\nworkers = 7\ntimeout_s = 3\n[scheduler]\nlease_s = 30\n', encoding="utf-8")
+    settings = load_settings(
+        config,
+        ["client.workers=9"],
+        environ={"ICECRAWLER_SCHEDULER__LEASE_S": "45", "ICECRAWLER_CLIENT__TIMEOUT_S": "4.5"},
+    )
+    assert settings["client.workers"] == 9 and settings.source_of("client.workers") == "cmdline"
+    assert settings["scheduler.lease_s"] == 45.0 and settings.source_of("scheduler.lease_s") == "env"
+    assert settings["client.timeout_s"] == 4.5
+    assert isinstance(settings["client.timeout_s"], float)
+
+
+def test_file_values_are_coerced_to_the_default_type(tmp_path: Path) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text('[log]\njson = "yes"\n[scheduler]\nlease_s = 30\n', encoding="utf-8")
+    settings = load_settings(config, environ={})
+    assert settings["log.json"] is True
+    assert settings["scheduler.lease_s"] == 30.0 and isinstance(settings["scheduler.lease_s"], float)
+
+
+@pytest.mark.parametrize(
+    ("assignment", "message"),
+    [
+        ("client.nope=1", "unknown setting"),
+        ("client.workers=many", "client.workers"),
+        ("client.workers", "key=value"),
+        ("log.json=perhaps", "not a boolean"),
+    ],
+)
+def test_bad_assignments_are_clear_errors(assignment: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_settings(None, [assignment], environ={})
+
+
+def test_missing_named_config_file_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="not found"):
+        load_settings(tmp_path / "absent.toml", environ={})
+
+
+def test_invalid_toml_names_the_file(tmp_path: Path) -> None:
+    config = tmp_path / "broken.toml"
+    config.write_text("[client\nworkers=", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"broken\.toml"):
+        load_settings(config, environ={})
+
+
+def test_parse_assignments_keeps_equals_in_values() -> None:
+    assert parse_assignments(["sources.jd.base_url=http://h/x?a=b"]) == {"sources.jd.base_url": "http://h/x?a=b"}
+
+
+def test_with_prefix_strips_the_prefix() -> None:
+    settings = load_settings(None, environ={})
+    hbase = settings.with_prefix("storage.hbase")
+    assert hbase["port"] == DEFAULTS["storage.hbase.port"]
