@@ -31,6 +31,14 @@ DEFAULTS: dict[str, Any] = {
     # User-Agent sent on every request.
     "client.user_agent": "icecrawler/0.1 (+https://github.com/icecrawler/icecrawler)",
 
+    # --- clock: simulated time shared by every process of a run (icecrawler.clock) --------------------------
+    # Wall-clock epoch that simulated time starts from; 0 = the process start. Give every process of one run
+    # the same value (the demo and the tests do).
+    "clock.origin": 0.0,
+    # Simulated seconds per wall second (60 = one minute per second). Periods, item times and relative dates
+    # ("5分钟前") are all in simulated time.
+    "clock.speed": 1.0,
+
     # --- hbase: the local standalone HBase runner (deploy/hbase) -------------------------------------------
     "hbase.dir": "var/hbase",
     "hbase.thrift_port": 9090,
