@@ -65,11 +65,13 @@ class InvalidRecordsError(InvalidArgumentError):
 
 
 class NoWorkError(IcecrawlerError):
-    """No task is due. ``next_due_in_ms`` is -1 when the queue is empty."""
+    """No task is due. ``next_due_in_ms`` is -1 when the queue is empty. ``code`` is an ErrorCode name:
+    QueueEmpty, or ShuttingDown when the scheduler stopped handing out leases."""
 
-    def __init__(self, message: str = "no task is due", next_due_in_ms: int = -1) -> None:
+    def __init__(self, message: str = "no task is due", next_due_in_ms: int = -1, *, code: str = "QueueEmpty") -> None:
         super().__init__(message)
         self.next_due_in_ms = next_due_in_ms
+        self.code = code
 
 
 class LeaseLostError(IcecrawlerError):

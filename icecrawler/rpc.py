@@ -287,7 +287,7 @@ def to_slice_error(exc: Exception) -> Exception:
     if isinstance(exc, InvalidArgumentError):
         return C.InvalidArgument(code=C.ErrorCode[exc.code], message=str(exc), field=exc.field, index=exc.index)
     if isinstance(exc, NoWorkError):
-        return C.NoWork(code=C.ErrorCode.QueueEmpty, message=str(exc), nextDueInMs=exc.next_due_in_ms)
+        return C.NoWork(code=C.ErrorCode[exc.code], message=str(exc), nextDueInMs=exc.next_due_in_ms)
     if isinstance(exc, LeaseLostError):
         return C.LeaseLost(code=C.ErrorCode[exc.code], message=str(exc), taskId=exc.task_id, index=exc.index)
     if isinstance(exc, StorageUnavailableError):
@@ -316,7 +316,7 @@ def from_slice_error(exc: Exception) -> Exception:
     if isinstance(exc, C.InvalidArgument):
         return InvalidArgumentError(exc.message, code=exc.code.name, field=exc.field, index=exc.index)
     if isinstance(exc, C.NoWork):
-        return NoWorkError(exc.message, exc.nextDueInMs)
+        return NoWorkError(exc.message, exc.nextDueInMs, code=exc.code.name)
     if isinstance(exc, C.LeaseLost):
         return LeaseLostError(exc.message, task_id=exc.taskId, index=exc.index, code=exc.code.name)
     if isinstance(exc, C.StorageUnavailable):
