@@ -1,9 +1,59 @@
-"""``icecrawler certs``."""
+"""``icecrawler certs init|issue NODE``: a private CA and one certificate per node, for TLS between machines."""
 
 from __future__ import annotations
 
-from icecrawler.commands import NotImplementedYet
+import argparse
+from pathlib import Path
+
+from icecrawler import tls
+from icecrawler.commands import BaseCommand
+from icecrawler.settings import Settings
 
 
-class Command(NotImplementedYet):
-    summary = "certs (not implemented yet)"
+class Command(BaseCommand):
+    summary = "create a private CA (init) and per-node TLS certificates (issue NODE)"
+    description = (
+        "Certificates for running every Ice endpoint over TLS (ssl endpoints) in a small deployment.\n\n"
+        "  icecrawler certs init --dir certs            # CA: certs/ca.pem + certs/ca-key.pem (keep the key safe)\n"
+        "  icecrawler certs issue scheduler --dir certs --dns sched.example --ip 10.0.0.5\n"
+        "  icecrawler certs issue client-1 --dir certs\n\n"
+        "issue writes NODE.pem, NODE-key.pem (mode 0600) and NODE-ssl.conf, an Ice property file that sets\n"
+        "IceSSL.CAs/CertFile/KeyFile, VerifyPeer=2 (servers require client certificates) and\n"
+        "IceSSL.TrustOnly.Server (the DNs a server accepts; --trust, default O=icecrawler). Copy NODE.pem,\n"
+        "NODE-key.pem, ca.pem and NODE-ssl.conf to that node only. See docs/DEPLOY.md."
+    )
+
+    def add_options(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("action", choices=["init", "issue"], help="init: create the CA; issue: a node certificate")
+        parser.add_argument("node", nargs="?", help="node name for issue (becomes CN= and a DNS subjectAltName)")
+        parser.add_argument("--dir", default="certs", type=Path, help="certificate directory (default: ./certs)")
+        parser.add_argument("--days", type=int, default=None,
+                            help="validity in days (default: 3650 for the CA, 825 for a node)")
+        parser.add_argument("--dns", action="append", default=[], metavar="NAME",
+                            help="extra DNS subjectAltName for issue (repeatable)")
+        parser.add_argument("--ip", action="append", default=[], metavar="ADDR",
+                            help="IP subjectAltName for issue (repeatable)")
+        parser.add_argument("--trust", action="append", default=[], metavar="DN",
+                            help="DN (or partial DN) this node accepts as a server, e.g. 'CN=client-1,O=icecrawler' "
+                                 "(repeatable; default: O=icecrawler)")
+        parser.add_argument("--ca-name", default="icecrawler CA", help="CN of the CA certificate (init)")
+        parser.add_argument("--force", action="store_true", help="overwrite an existing CA or node certificate")
+
+    def run(self, args: argparse.Namespace, settings: Settings, ice_args: list[str]) -> int:
+        directory: Path = args.dir
+        if args.action == "init":
+            if args.node:
+                print("icecrawler certs: init takes no NODE")
+                return 2
+            cert = tls.init_ca(directory, name=args.ca_name, days=args.days or 3650, force=args.force)
+            print(f"CA certificate: {cert}\nCA key:         {directory / tls.CA_KEY} (mode 0600; keep it off the "
+                  f"nodes)\nNext: icecrawler certs issue NODE --dir {directory}")
+            return 0
+        if not args.node:
+            print("icecrawler certs: issue needs a NODE name")
+            return 2
+        files = tls.issue(directory, args.node, dns=args.dns, ips=args.ip, days=args.days or 825,
+                          trust=args.trust, force=args.force)
+        print(f"certificate: {files.cert}  ({tls.node_dn(args.node)})\nkey:         {files.key} (mode 0600)\n"
+              f"properties:  {files.properties}  (--Ice.Config={files.properties})")
+        return 0
