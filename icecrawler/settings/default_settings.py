@@ -40,7 +40,16 @@ DEFAULTS: dict[str, Any] = {
     "clock.speed": 1.0,
 
     # --- hbase: the local standalone HBase runner (deploy/hbase) -------------------------------------------
+    # Jars, config, data, logs and pid files of the local HBase.
     "hbase.dir": "var/hbase",
+    # Heap of the HBase JVM (master + region server + ZooKeeper); Thrift gets a quarter (at least 256).
+    "hbase.heap_mb": 1024,
+    # The java binary; empty = JDK 17 from JAVA_HOME or /usr/lib/jvm (HBase 2.6 does not run on JDK 18+).
+    "hbase.java": "",
+    "hbase.master_port": 16000,
+    "hbase.regionserver_port": 16020,
+    # `icecrawler hbase start` gives up (with the log tail) if Thrift does not answer a table call by then.
+    "hbase.start_timeout_s": 240.0,
     "hbase.thrift_port": 9090,
     "hbase.zookeeper_port": 2181,
 
@@ -94,6 +103,8 @@ DEFAULTS: dict[str, Any] = {
     "storage.hbase.port": 9090,
     "storage.hbase.pool_size": 4,
     "storage.hbase.table_prefix": "",
+    # Socket timeout of one Thrift call (a put of one batch, one scanner page) before the backend counts as down.
+    "storage.hbase.timeout_s": 10.0,
     # Longest text accepted in one record field; longer records are rejected.
     "storage.max_text_chars": 100_000,
     # Durable spool used while the backend is down or slow.
