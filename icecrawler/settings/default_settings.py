@@ -60,30 +60,46 @@ DEFAULTS: dict[str, Any] = {
     # --- scheduler: the task master ------------------------------------------------------------------------
     # Accounts: TOML files of [[account]] id/cookies, readable by the scheduler only.
     "scheduler.accounts_dir": "",
-    # Requests one account may make per minute, across all clients.
+    # Requests one account may make per minute, across all clients (a lease counts one, a report adds the
+    # rest of its fetches).
     "scheduler.account_budget_per_min": 60,
     # How long a frozen account stays frozen after a ban/AccountFrozen report.
     "scheduler.account_freeze_s": 3600.0,
+    # Comma-separated sources whose tasks are leased only with an account (e.g. "weibo_pc,weibo_mobile" for
+    # the real sites); with no usable account those tasks wait, they are never dropped.
+    "scheduler.account_sources": "",
     # Failed attempts before exponential backoff applies.
     "scheduler.backoff_after_attempts": 3,
-    # Most tasks/reports in one getUsers/putUsers/addUsers call.
+    # Most tasks/reports/ids in one getUsers/putUsers/releaseUsers/addUsers call; larger batches are
+    # rejected with InvalidArgument(BatchTooLarge), empty ones with InvalidArgument(EmptyBatch).
     "scheduler.batch_limit": 1000,
+    # Seconds between checkpoints of the Berkeley DB environment (bounds recovery time and log size).
+    "scheduler.checkpoint_interval_s": 30.0,
     # Berkeley DB environment directory.
     "scheduler.db_dir": "var/scheduler",
+    # How long the completion log ("done" table) keeps entries (simulated seconds).
+    "scheduler.done_retention_s": 604800.0,
+    # fsync the log on every commit (one commit per call, so a batch costs one fsync). false: commits reach
+    # the OS but are not synced (DB_TXN_WRITE_NOSYNC): they survive a scheduler crash, not a machine crash.
+    "scheduler.durable_commits": True,
+    # Successful crawls kept per task for `status --task` (time, period, distance, new items).
+    "scheduler.history_len": 20,
     # How long a ban report blocks a host when the client gave no Retry-After.
     "scheduler.host_block_s": 300.0,
-    # Minimum spacing between two leases for the same host, across all clients.
+    # Minimum spacing per host across all clients (wall seconds). When > 0 a host has at most one task in
+    # flight, and its next task is leased no sooner than this after the previous one was leased and ended.
     "scheduler.host_spacing_s": 0.0,
     # Lease duration: a task not reported by then returns to pending.
     "scheduler.lease_s": 120.0,
+    # How often the reaper returns expired leases to pending and prunes the completion log (wall seconds).
+    "scheduler.maintenance_interval_s": 1.0,
     # Period bounds and first period for new tasks.
     "scheduler.max_period_s": 86400.0,
     "scheduler.min_period_s": 60.0,
     "scheduler.initial_period_s": 600.0,
     # Re-crawl policy: "shhd" (the paper), "rate" (our own), "fixed".
     "scheduler.policy": "shhd",
-    # Multiplies the wall clock, so tests and the demo can run an hour in seconds (1.0 = real time).
-    "scheduler.clock_speed": 1.0,
+    # (Accelerated time: the shared clock.speed / clock.origin keys apply to periods and due times.)
 
     # --- sources: where each source's site lives (the same paths as the real site under this base) ------
     "sources.ecshop.base_url": "http://127.0.0.1:8800/ecshop",
