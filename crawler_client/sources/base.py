@@ -13,7 +13,7 @@ The client runtime (``crawler_client.crawl``) drives a source:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import ClassVar, Protocol
 
@@ -76,4 +76,17 @@ class Source(Protocol):
     def parse(self, task: Task, request: PageRequest, page: FetchedPage, now_ms: int) -> ParsedPage:
         """Classify then parse ``page``. Raises ``FetchError`` (ban, login, busy, not found...) or
         ``ParseError`` (garbage); every other input yields a ParsedPage."""
+        ...
+
+    # Incremental stop (see ``crawler_client.sources._cursor`` for each source's order):
+    def cursor_of(self, item: Item) -> str:
+        """The ``Task.cursor`` value ``item`` leaves behind ("" for items without an order)."""
+        ...
+
+    def is_older_or_equal(self, item: Item, cursor: str) -> bool:
+        """True once ``item`` is at or behind ``cursor`` (never for pinned posts or an empty cursor)."""
+        ...
+
+    def newest_cursor(self, items: Iterable[Item], current: str = "") -> str:
+        """The cursor to keep after a crawl: the newest orderable item's (pinned posts skipped), or ``current``."""
         ...

@@ -1,0 +1,77 @@
+"""How each source's items order, so the runtime's generic incremental stop can say "we already have this".
+
+The runtime keeps ``Task.cursor`` = ``source.cursor_of(newest item of the last crawl)`` and stops a crawl at
+the first item with ``source.is_older_or_equal(item, task.cursor)``. Three orders exist:
+
+* **Posts** (both Weibo sources): the cursor is the post's mid as a decimal string. Weibo mids grow with
+  time, so ``int(post.id) <= int(cursor)`` means "seen". Pinned posts (``Post.pinned``) come first and out of
+  date order: they are never "older", and must not become the cursor either (``newest_cursor`` skips them).
+* **Reviews** (ECSHOP, JD time order): ``"{created_at}|{id}"`` — ISO 8601 +08:00 strings compare in time
+  order. A review is seen when it is strictly older than the cursor's time, or is the cursor's own review
+  (reviews from the same second are kept: the store deduplicates by id).
+* **Listings** (ECSHOP, items are product-id strings): no order, so a string item is never "older" and
+  leaves no cursor; every listing crawl walks all pages (up to the runtime's page cap).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from icecrawler.models import Post, Review
+
+__all__ = ["PostOrder", "ReviewOrder"]
+
+Item = Post | Review | str
+
+
+class PostOrder:
+    """Cursor semantics for Weibo posts (mid order, pinned excepted)."""
+
+    @staticmethod
+    def cursor_of(item: Item) -> str:
+        """The cursor an item leaves behind: its mid."""
+        return str(item.id) if isinstance(item, Post) else ""
+
+    @staticmethod
+    def is_older_or_equal(item: Item, cursor: str) -> bool:
+        """True when ``item`` is at or behind ``cursor``; never for pinned posts or an empty cursor."""
+        if not isinstance(item, Post) or item.pinned or not cursor.isdigit():
+            return False
+        return item.id <= int(cursor)
+
+    @classmethod
+    def newest_cursor(cls, items: Iterable[Item], current: str = "") -> str:
+        """The cursor to store after a crawl: the highest non-pinned mid seen (or ``current``)."""
+        best = int(current) if current.isdigit() else -1
+        for item in items:
+            if isinstance(item, Post) and not item.pinned:
+                best = max(best, item.id)
+        return str(best) if best >= 0 else current
+
+
+class ReviewOrder:
+    """Cursor semantics for reviews listed newest first (``created_at`` then id)."""
+
+    @staticmethod
+    def cursor_of(item: Item) -> str:
+        return f"{item.created_at}|{item.id}" if isinstance(item, Review) else ""
+
+    @staticmethod
+    def is_older_or_equal(item: Item, cursor: str) -> bool:
+        if not isinstance(item, Review) or not cursor:
+            return False
+        created_at, _, review_id = cursor.rpartition("|")
+        if item.id == review_id:
+            return True
+        return bool(created_at and item.created_at) and item.created_at < created_at
+
+    @classmethod
+    def newest_cursor(cls, items: Iterable[Item], current: str = "") -> str:
+        best = current
+        for item in items:
+            if isinstance(item, Review) and item.created_at:
+                candidate = cls.cursor_of(item)
+                if not best or candidate.rpartition("|")[0] > best.rpartition("|")[0]:
+                    best = candidate
+        return best
+

@@ -1,0 +1,89 @@
+"""Every ``created_at`` form the sites show, resolved to ISO 8601 in China Standard Time (+08:00).
+
+Weibo renders relative times ("刚刚", "5分钟前", "昨天 12:25", "06-27") against the server clock, so they are
+resolved against ``now_ms`` (the fetch time the runtime passes in), never against our own clock. China has had
+no daylight saving since 1991, so a fixed +08:00 offset is exact and needs no tz database.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta, timezone
+
+__all__ = ["CST", "iso_of", "iso_of_ms", "resolve_created_at"]
+
+#: Asia/Shanghai (fixed offset; no DST since 1991).
+CST = timezone(timedelta(hours=8))
+
+_RFC_FORMAT = "%a %b %d %H:%M:%S %z %Y"
+_MONTHS = {name: i for i, name in enumerate(
+    ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), start=1)}
+_RFC_RE = re.compile(
+    r"^[A-Za-z]{3} ([A-Za-z]{3}) (\d{1,2}) (\d{1,2}):(\d{2}):(\d{2}) ([+-])(\d{2})(\d{2}) (\d{4})$")
+_AGO_RE = re.compile(r"^(\d+)\s*(秒|分钟|小时|天)前$")
+_DAY_RE = re.compile(r"^(今天|昨天|前天)\s*(\d{1,2}):(\d{2})$")
+_FULL_RE = re.compile(
+    r"^(\d{4})[-/年](\d{1,2})[-/月](\d{1,2})日?(?:[ T]+(\d{1,2}):(\d{2})(?::(\d{2}))?)?$")
+_MONTH_DAY_RE = re.compile(r"^(\d{1,2})[-月](\d{1,2})日?(?:\s*(\d{1,2}):(\d{2}))?$")
+_AGO_UNITS = {"秒": 1, "分钟": 60, "小时": 3600, "天": 86400}
+_DAY_OFFSETS = {"今天": 0, "昨天": 1, "前天": 2}
+
+
+def iso_of(moment: datetime) -> str:
+    """ISO 8601 at second precision in +08:00: the one textual time form every record carries."""
+    return moment.astimezone(CST).replace(microsecond=0).isoformat()
+
+
+def iso_of_ms(ms: int) -> str:
+    """Epoch ms (Weibo PC's ``date`` attribute, the fetch time ``now_ms``) as ISO 8601 +08:00."""
+    try:
+        return iso_of(datetime.fromtimestamp(ms / 1000, tz=UTC))
+    except (OverflowError, ValueError, OSError):
+        return ""
+
+
+def resolve_created_at(text: str, now_ms: int) -> str:
+    """Resolve any displayed creation time against ``now_ms``; returns ISO 8601 +08:00, or "" when the text
+    is not a time form we know (callers keep the item: a missing time is not a reason to drop a post)."""
+    text = " ".join(text.replace("\xa0", " ").split())
+    if not text:
+        return ""
+    now = datetime.fromtimestamp(now_ms / 1000, tz=UTC).astimezone(CST)
+    try:
+        return _resolve(text, now)
+    except (ValueError, OverflowError):
+        return ""
+
+
+def _resolve(text: str, now: datetime) -> str:
+    if text == "刚刚":
+        return iso_of(now)
+    if match := _RFC_RE.match(text):
+        return _rfc(match)
+    if match := _AGO_RE.match(text):
+        return iso_of(now - timedelta(seconds=int(match[1]) * _AGO_UNITS[match[2]]))
+    if match := _DAY_RE.match(text):
+        day = now - timedelta(days=_DAY_OFFSETS[match[1]])
+        return iso_of(day.replace(hour=int(match[2]), minute=int(match[3]), second=0))
+    if match := _FULL_RE.match(text):
+        hour, minute, second = (int(match[i] or 0) for i in (4, 5, 6))
+        return iso_of(datetime(int(match[1]), int(match[2]), int(match[3]), hour, minute, second, tzinfo=CST))
+    if match := _MONTH_DAY_RE.match(text):
+        # "MM-DD" / "M月D日 HH:MM": the current year (a date "in the future" belongs to last year).
+        hour, minute = int(match[3] or 0), int(match[4] or 0)
+        moment = datetime(now.year, int(match[1]), int(match[2]), hour, minute, tzinfo=CST)
+        if moment > now + timedelta(days=1):
+            moment = moment.replace(year=now.year - 1)
+        return iso_of(moment)
+    return ""
+
+
+def _rfc(match: re.Match[str]) -> str:
+    """``Tue Jun 08 09:35:04 +0800 2021`` parsed by hand: strptime's %a/%b depend on the process locale."""
+    month = _MONTHS.get(match[1].title())
+    if month is None:
+        raise ValueError(f"unknown month {match[1]!r}")
+    offset = timedelta(hours=int(match[7]), minutes=int(match[8]))
+    tz = timezone(-offset if match[6] == "-" else offset)
+    moment = datetime(int(match[9]), month, int(match[2]), int(match[3]), int(match[4]), int(match[5]), tzinfo=tz)
+    return iso_of(moment)

@@ -1,0 +1,182 @@
+"""Ban, login, busy and frozen detection on the raw response, before any decoding.
+
+Weibo's interstitials are GBK bytes that often *declare* utf-8, so decoded text cannot be trusted: every
+marker is encoded in both utf-8 and GBK and searched in the raw body. Marker scans only run where a source
+did not find its expected structure (a post may well say "网络繁忙"); the HTTP status and final URL checks
+always run first, because they never come from user content.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC
+from email.utils import parsedate_to_datetime
+
+from crawler_client.sources.base import FetchedPage
+from icecrawler.errors import FetchError, ParseError
+from icecrawler.models import Outcome
+
+__all__ = [
+    "BANNED_STATUSES",
+    "ECSHOP_MARKERS",
+    "WEIBO_MARKERS",
+    "Marker",
+    "check_final_url",
+    "check_http",
+    "fail",
+    "raise_for_markers",
+    "retry_after_seconds",
+    "scan_markers",
+    "unparsable",
+]
+
+#: HTTP statuses the sites use to refuse a crawler (418 teapot, 432 and 414 under load, 403).
+BANNED_STATUSES = frozenset({403, 414, 418, 432})
+
+
+@dataclass(frozen=True)
+class Marker:
+    """One byte marker: ``text`` is searched in the body as utf-8 and as GBK."""
+
+    text: str
+    outcome: Outcome
+    error_class: str
+
+    def variants(self) -> tuple[bytes, ...]:
+        forms = {self.text.encode("utf-8")}
+        try:
+            forms.add(self.text.encode("gbk"))
+        except UnicodeEncodeError:
+            pass
+        return tuple(forms)
+
+
+def fail(outcome: Outcome, message: str, *, error_class: str = "", http_status: int = 0,
+         retry_after_s: float = 0.0) -> FetchError:
+    """Build (not raise) the classified error, so call sites read ``raise fail(...)``."""
+    return FetchError(message, outcome=outcome.value, http_status=http_status,
+                      error_class=error_class or outcome.value, retry_after_s=retry_after_s)
+
+
+def retry_after_seconds(value: str, now_ms: int) -> float:
+    """``Retry-After`` as seconds: delta-seconds or an HTTP-date (resolved against ``now_ms``); 0 if junk."""
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return 0.0
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, when.timestamp() - now_ms / 1000)
+
+
+def _header(headers: Mapping[str, str], name: str) -> str:
+    for key, value in headers.items():
+        if key.lower() == name:
+            return value
+    return ""
+
+
+def check_http(page: FetchedPage, now_ms: int) -> None:
+    """Raise the Outcome the HTTP status (and Retry-After) implies; return for a usable 2xx/3xx answer."""
+    status = page.status
+    retry = _header(page.headers, "retry-after")
+    retry_s = retry_after_seconds(retry, now_ms) if retry else 0.0
+    if status == 429 or (retry and status >= 400):
+        raise fail(Outcome.RateLimited, f"HTTP {status}, Retry-After {retry or '-'}", error_class="http-429",
+                   http_status=status, retry_after_s=retry_s)
+    if status in BANNED_STATUSES:
+        raise fail(Outcome.Banned, f"HTTP {status}: the site refuses this client", error_class=f"http-{status}",
+                   http_status=status)
+    if status == 404:
+        raise fail(Outcome.NotFound, "HTTP 404", error_class="http-404", http_status=404)
+    if status in (401, 407):
+        raise fail(Outcome.LoginRequired, f"HTTP {status}", error_class=f"http-{status}", http_status=status)
+    if status >= 400 or status < 100:
+        raise fail(Outcome.HttpError, f"HTTP {status}", error_class=f"http-{status}", http_status=status)
+
+
+#: Final-URL fragments that mean we were bounced to a login or visitor wall.
+_LOGIN_URL_RE = re.compile(
+    r"passport\.weibo\.(?:com|cn)|login\.sina\.com\.cn|weibo\.com/login\.php|/sso/signin|ajaxlogin\.php"
+    r"|visit\.sina\.cn|passport\.jd\.com|[?&/]user\.php\?act=login|user\.php$", re.IGNORECASE)
+
+
+def check_final_url(page: FetchedPage, request_url: str = "") -> None:
+    """A redirect to a passport/visitor/login URL is a login wall, whatever the body says."""
+    final = page.final_url or ""
+    if not final or final == request_url:
+        return
+    if match := _LOGIN_URL_RE.search(final):
+        kind = "visitor" if "visitor" in final or "visit.sina" in final else "login-redirect"
+        raise fail(Outcome.LoginRequired, f"redirected to {final[:200]} ({match[0]})", error_class=kind,
+                   http_status=page.status)
+
+
+#: Weibo's interstitials, most specific first (the frozen page shares the busy page's skeleton).
+WEIBO_MARKERS: tuple[Marker, ...] = (
+    Marker("帐号存在异常", Outcome.AccountFrozen, "account-frozen"),
+    Marker("账号存在异常", Outcome.AccountFrozen, "account-frozen"),
+    Marker("help.weibo.com/appeal", Outcome.AccountFrozen, "account-frozen"),
+    Marker("访问过于频繁", Outcome.RateLimited, "too-frequent"),
+    Marker("操作过于频繁", Outcome.RateLimited, "too-frequent"),
+    Marker("网络繁忙", Outcome.Busy, "busy"),
+    Marker("bpType']='sorry'", Outcome.Busy, "busy"),
+    Marker("B_weibo404", Outcome.Busy, "busy"),
+    Marker("访问受限", Outcome.Banned, "access-denied"),
+    Marker("passport.weibo.com/visitor", Outcome.LoginRequired, "visitor"),
+    Marker("Sina Visitor System", Outcome.LoginRequired, "visitor"),
+    Marker("<title>新浪通行证</title>", Outcome.LoginRequired, "passport"),
+    Marker("ajaxlogin.php", Outcome.LoginRequired, "passport"),
+    Marker("passport.weibo.c", Outcome.LoginRequired, "passport"),
+    Marker("login.sina.com.cn", Outcome.LoginRequired, "passport"),
+    Marker("visit.sina.cn", Outcome.LoginRequired, "visitor"),
+    Marker("请先登录", Outcome.LoginRequired, "login"),
+    Marker("请输入验证码", Outcome.LoginRequired, "captcha"),
+)
+
+#: ECSHOP's login form (user.php, shown when a shop requires members to log in) and a closed shop.
+ECSHOP_MARKERS: tuple[Marker, ...] = (
+    Marker('name="formLogin"', Outcome.LoginRequired, "login-form"),
+    Marker("act_login", Outcome.LoginRequired, "login-form"),
+    Marker("网站暂时关闭", Outcome.Busy, "shop-closed"),
+)
+
+_MARKER_CACHE: dict[tuple[Marker, ...], tuple[tuple[bytes, Marker], ...]] = {}
+
+
+def scan_markers(body: bytes, markers: Iterable[Marker], limit: int = 1 << 20) -> Marker | None:
+    """The first marker (in list order) found in the first ``limit`` bytes of ``body``, else None."""
+    key = tuple(markers)
+    compiled = _MARKER_CACHE.get(key)
+    if compiled is None:
+        compiled = tuple((variant, marker) for marker in key for variant in marker.variants())
+        _MARKER_CACHE[key] = compiled
+    head = body[:limit]
+    for variant, marker in compiled:
+        if variant in head:
+            return marker
+    return None
+
+
+def raise_for_markers(body: bytes, markers: Iterable[Marker], http_status: int) -> None:
+    """Raise the classified error for the first marker found; return when none is present."""
+    marker = scan_markers(body, markers)
+    if marker is not None:
+        raise fail(marker.outcome, f"response shows {marker.text!r}", error_class=marker.error_class,
+                   http_status=http_status)
+
+
+
+def unparsable(body: bytes, markers: Iterable[Marker], http_status: int, message: str) -> FetchError:
+    """The error for a body without the expected structure: a marker's class if one is present (a ban or
+    login page served in place of the data), else a plain ``ParseError``."""
+    marker = scan_markers(body, markers)
+    if marker is not None:
+        return fail(marker.outcome, f"{message}; response shows {marker.text!r}", error_class=marker.error_class,
+                    http_status=http_status)
+    return ParseError(message, error_class="unexpected-format", http_status=http_status)

@@ -1,0 +1,217 @@
+"""m.weibo.cn timeline: ``api/container/getIndex?type=uid&value={uid}&containerid=107603{uid}``.
+
+Paging follows whatever cursor the response hands back (FORMATS §2.2): ``cardlistInfo.since_id`` → the next
+request passes ``&since_id=`` (never computed by us: it can be smaller than the last mid), else
+``cardlistInfo.page`` → ``&page=N``; no cursor, an empty/zero ``since_id`` or no cards ends the timeline.
+
+Long posts (``isLongText``) arrive truncated with a "全文" link. Their ids are listed in
+``ParsedPage.info["long_text_ids"]`` (comma separated); the runtime fetches ``extend_request(base_url, id)``,
+reads the full HTML with ``parse_extend`` and applies it with ``with_long_text``.
+
+Cursor semantics: ``PostOrder`` (mid order; pinned posts are never "older" and never the cursor).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from crawler_client.sources._counts import parse_count
+from crawler_client.sources._cursor import PostOrder
+from crawler_client.sources._dates import iso_of_ms, resolve_created_at
+from crawler_client.sources._decode import decode_body, html_text, load_json, make_soup
+from crawler_client.sources._detect import WEIBO_MARKERS, check_final_url, check_http, fail, unparsable
+from crawler_client.sources.base import FetchedPage, Item, PageRequest, ParsedPage
+from icecrawler.models import Outcome, Post, Task, TaskKind
+
+__all__ = ["WeiboMobileSource"]
+
+#: The timeline tab's containerid is this prefix + uid (``107603{uid}``).
+TIMELINE_PREFIX = "107603"
+#: What m.weibo.cn says for no such user / no posts / past the end (``ok:0``).
+NO_CONTENT = "这里还没有内容"
+
+
+def _as_dict(value: object) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _as_int(value: object) -> int:
+    """A Weibo id (int or decimal string) as int; 0 when absent or not a number."""
+    if isinstance(value, bool):
+        return 0
+    if isinstance(value, int):
+        return value if value >= 0 else 0
+    if isinstance(value, str) and value.strip().isdigit() and len(value.strip()) < 40:
+        return int(value.strip())
+    return 0
+
+
+def _https(url: str) -> str:
+    return "https:" + url if url.startswith("//") else url
+
+
+class WeiboMobileSource(PostOrder):
+    """Source for ``user:weibo_mobile:{uid}`` tasks."""
+
+    name: ClassVar[str] = "weibo_mobile"
+    kinds: ClassVar[frozenset[TaskKind]] = frozenset({TaskKind.WeiboUser})
+
+    # --- requests ---------------------------------------------------------------------------------------
+    def first_request(self, task: Task, base_url: str) -> PageRequest:
+        """Page 1 of the timeline: the real client sends no ``page``/``since_id`` for it."""
+        uid = task.target
+        return PageRequest(url=f"{base_url.rstrip('/')}/api/container/getIndex",
+                           params={"type": "uid", "value": uid, "containerid": f"{TIMELINE_PREFIX}{uid}"})
+
+    @staticmethod
+    def extend_request(base_url: str, post_id: int | str) -> PageRequest:
+        """The full text of an ``isLongText`` post: ``statuses/extend?id={id}``."""
+        return PageRequest(url=f"{base_url.rstrip('/')}/statuses/extend", params={"id": str(post_id)},
+                           state={"extend": str(post_id)})
+
+    # --- parsing ----------------------------------------------------------------------------------------
+    def parse(self, task: Task, request: PageRequest, page: FetchedPage, now_ms: int) -> ParsedPage:
+        doc = self._envelope(request, page, now_ms)
+        data = _as_dict(doc.get("data"))
+        cards = data.get("cards")
+        if doc.get("ok") in (0, "0"):
+            first = "since_id" not in request.params and request.params.get("page", "1") == "1"
+            if first:
+                raise fail(Outcome.NotFound, f"ok:0 {str(doc.get('msg', ''))[:60]!r} on the first page",
+                           error_class="no-content", http_status=page.status)
+            return ParsedPage(items=[], info={"end": "ok:0"})
+        if doc.get("ok") not in (1, "1") or not isinstance(cards, list):
+            raise unparsable(page.body, WEIBO_MARKERS, page.status,
+                             f"getIndex: unexpected envelope ok={str(doc.get('ok'))[:20]!r}")
+        fetched_at = iso_of_ms(now_ms)
+        items: list[Item] = []
+        long_ids: list[str] = []
+        skipped = 0
+        for mblog in _mblogs(cards):
+            post = self.post_of(mblog, task, now_ms, fetched_at)
+            if post is None:
+                skipped += 1
+                continue
+            items.append(post)
+            if mblog.get("isLongText") in (True, 1, "1", "true"):
+                long_ids.append(str(post.id))
+        info = _as_dict(data.get("cardlistInfo"))
+        result = ParsedPage(items=items, next_request=self._next(request, info, bool(cards)))
+        result.info = {key: str(info[key]) for key in ("total", "since_id", "page") if key in info}
+        if long_ids:
+            result.info["long_text_ids"] = ",".join(long_ids)
+        if skipped:
+            result.info["skipped"] = str(skipped)
+        return result
+
+    def parse_extend(self, request: PageRequest, page: FetchedPage, now_ms: int) -> str:
+        """The ``longTextContent`` HTML of a ``statuses/extend`` response (bans raise like ``parse``)."""
+        doc = self._envelope(request, page, now_ms)
+        data = _as_dict(doc.get("data"))
+        content = data.get("longTextContent")
+        if doc.get("ok") not in (1, "1") or not isinstance(content, str):
+            raise unparsable(page.body, WEIBO_MARKERS, page.status, "statuses/extend: no longTextContent")
+        return content
+
+    @staticmethod
+    def with_long_text(post: Post, html: str) -> Post:
+        """``post`` with its full text from ``parse_extend`` (in place, returned for chaining)."""
+        post.html = html
+        post.text = html_text(make_soup(html))
+        return post
+
+    def post_of(self, mblog: dict[str, Any], task: Task, now_ms: int, fetched_at: str) -> Post | None:
+        """One ``mblog`` as a Post; None when it has no usable id."""
+        post_id = _as_int(mblog.get("id")) or _as_int(mblog.get("mid")) or _as_int(mblog.get("idstr"))
+        if not post_id:
+            return None
+        user = _as_dict(mblog.get("user"))
+        user_id = _as_int(user.get("id")) or _as_int(task.target)
+        raw_text = mblog.get("text")
+        html = raw_text if isinstance(raw_text, str) else ""
+        retweeted = _as_dict(mblog.get("retweeted_status"))
+        raw_bid = mblog.get("bid")
+        bid = raw_bid if isinstance(raw_bid, str) else ""
+        title = _as_dict(mblog.get("title"))
+        created = mblog.get("created_at")
+        return Post(
+            id=post_id,
+            user_id=user_id,
+            user_name=str(user.get("screen_name") or ""),
+            text=html_text(make_soup(html)) if html else "",
+            html=html,
+            created_at=resolve_created_at(created, now_ms) if isinstance(created, str) else "",
+            reposts=parse_count(mblog.get("reposts_count")),
+            comments=parse_count(mblog.get("comments_count")),
+            likes=parse_count(mblog.get("attitudes_count")),
+            pinned=mblog.get("isTop") in (1, True, "1") or title.get("text") == "置顶",
+            retweeted_id=(_as_int(retweeted.get("id")) or _as_int(retweeted.get("mid"))) if retweeted else 0,
+            pictures=_pictures(mblog),
+            permalink=f"https://weibo.com/{user_id}/{bid}" if bid else f"https://m.weibo.cn/status/{post_id}",
+            fetched_at=fetched_at,
+            source=self.name,
+        )
+
+    # --- helpers ----------------------------------------------------------------------------------------
+    @staticmethod
+    def _envelope(request: PageRequest, page: FetchedPage, now_ms: int) -> dict[str, Any]:
+        """The JSON object, after HTTP/redirect checks; login walls (``ok:-100``, a top-level ``url``) raise."""
+        check_http(page, now_ms)
+        check_final_url(page, request.url)
+        text = decode_body(page.body).strip()
+        if not text.startswith("{"):
+            raise unparsable(page.body, WEIBO_MARKERS, page.status, "m.weibo.cn: not a JSON object")
+        doc = load_json(text, what="m.weibo.cn")
+        if not isinstance(doc, dict):
+            raise unparsable(page.body, WEIBO_MARKERS, page.status, "m.weibo.cn: not a JSON object")
+        if doc.get("ok") in (-100, "-100"):
+            raise fail(Outcome.LoginRequired, f"ok:-100 {str(doc.get('msg', ''))[:60]!r}",
+                       error_class="login-wall", http_status=page.status)
+        if isinstance(doc.get("url"), str) and doc["url"] and not doc.get("data"):
+            raise fail(Outcome.LoginRequired, f"verification wall: {doc['url'][:120]}",
+                       error_class="verify-wall", http_status=page.status)
+        return doc
+
+    @staticmethod
+    def _next(request: PageRequest, info: dict[str, Any], had_cards: bool) -> PageRequest | None:
+        """Follow the response's own cursor: ``since_id`` first, then ``page``."""
+        if not had_cards:
+            return None
+        params = {key: value for key, value in request.params.items() if key not in ("page", "since_id")}
+        since_id = info.get("since_id")
+        if isinstance(since_id, (int, str)) and not isinstance(since_id, bool) and str(since_id) not in ("", "0"):
+            if str(since_id) == request.params.get("since_id"):
+                return None  # the site repeated our cursor: following it would loop
+            params["since_id"] = str(since_id)
+        else:
+            next_page = _as_int(info.get("page"))
+            if next_page <= _as_int(request.params.get("page", "1")) or next_page == 0:
+                return None
+            params["page"] = str(next_page)
+        return PageRequest(url=request.url, params=params, page=request.page + 1)
+
+
+def _mblogs(cards: list[Any]) -> list[dict[str, Any]]:
+    """Every ``mblog`` in the cards, including those nested in ``card_group``s; other cards are skipped."""
+    found: list[dict[str, Any]] = []
+    for card in cards:
+        card = _as_dict(card)
+        if isinstance(card.get("mblog"), dict):
+            found.append(card["mblog"])
+        elif isinstance(card.get("card_group"), list):
+            found.extend(_as_dict(c)["mblog"] for c in card["card_group"] if isinstance(_as_dict(c).get("mblog"), dict))
+    return found
+
+
+def _pictures(mblog: dict[str, Any]) -> list[str]:
+    """Large picture URLs (``pics[].large.url``, else ``pics[].url``, else ``original_pic``)."""
+    urls: list[str] = []
+    pics = mblog.get("pics")
+    for pic in pics if isinstance(pics, list) else []:
+        pic = _as_dict(pic)
+        url = _as_dict(pic.get("large")).get("url") or pic.get("url")
+        if isinstance(url, str) and url:
+            urls.append(_https(url))
+    if not urls and isinstance(mblog.get("original_pic"), str) and mblog["original_pic"]:
+        urls.append(_https(mblog["original_pic"]))
+    return urls

@@ -1,0 +1,254 @@
+"""weibo.com desktop timeline: the v6 ``mbloglist`` AJAX endpoint, a JSON envelope around an HTML feed.
+
+Request model (our choice, FORMATS §1.1): one visible page N holds 45 posts in three chunks of 15, and we
+fetch all three as AJAX calls to ``/p/aj/v6/mblog/mbloglist`` using the (pre_page, page, pagebar) triple
+``(N-1, N, 0)``, ``(N, N, 0)``, ``(N, N, 1)`` — the first replaces the server-rendered profile page, which
+we never fetch. ``PageRequest.page`` is the visible page N and ``state["chunk"]`` is 0, 1 or 2. Only the
+last chunk carries the pager (``countPage`` = total pages). ``__rnd`` is a cache-buster in epoch ms: the
+fetch time of the previous response, or the task's lease deadline for the first request (sources read no
+clock). ``domain`` (the page prefix, ``100505`` for people, ``100206`` for companies) comes from
+``task.params["domain"]``.
+
+A profile page served in place of chunk 0 (``FM.view({...,"html":...})`` scripts) is parsed too.
+
+Truncated posts (展开全文) are listed in ``ParsedPage.info["long_text_ids"]``. Cursor semantics:
+``PostOrder`` (mid order, pinned excepted).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import ClassVar
+from urllib.parse import parse_qs, urlsplit
+
+from bs4 import Tag
+
+from crawler_client.sources._counts import parse_count
+from crawler_client.sources._cursor import PostOrder
+from crawler_client.sources._dates import iso_of_ms, resolve_created_at
+from crawler_client.sources._decode import decode_body, html_text, load_json, make_soup
+from crawler_client.sources._detect import (
+    WEIBO_MARKERS,
+    check_final_url,
+    check_http,
+    fail,
+    scan_markers,
+    unparsable,
+)
+from crawler_client.sources.base import FetchedPage, Item, PageRequest, ParsedPage
+from icecrawler.errors import FetchError
+from icecrawler.models import Outcome, Post, Task, TaskKind
+
+__all__ = ["WeiboPcSource"]
+
+#: ``$CONFIG['domain']`` of a personal profile; enterprise pages use 100206.
+DEFAULT_DOMAIN = "100505"
+#: The envelope's success code (a string).
+OK_CODE = "100000"
+#: (pre_page offset, pagebar) of the three chunks of a visible page.
+CHUNKS: tuple[tuple[int, int], ...] = ((-1, 0), (0, 0), (0, 1))
+
+_COUNT_PAGE_RE = re.compile(r"countPage=(\d+)")
+_PAGE_LINK_RE = re.compile(r"[?&]page=(\d+)")
+_FM_VIEW_RE = re.compile(r"FM\.view\((\{.*?\})\)\s*;?\s*</script>", re.DOTALL)
+_COUNT_ACTIONS = (("reposts", "fl_forward"), ("comments", "fl_comment"), ("likes", "fl_like"))
+
+
+def _digits(value: object) -> int:
+    text = value.strip() if isinstance(value, str) else ""
+    return int(text) if text.isdigit() and len(text) < 40 else 0
+
+
+def _attr(node: Tag | None, name: str) -> str:
+    value = node.get(name) if node is not None else None
+    return value if isinstance(value, str) else ""
+
+
+class WeiboPcSource(PostOrder):
+    """Source for ``user:weibo_pc:{uid}`` tasks."""
+
+    name: ClassVar[str] = "weibo_pc"
+    kinds: ClassVar[frozenset[TaskKind]] = frozenset({TaskKind.WeiboUser})
+
+    def first_request(self, task: Task, base_url: str) -> PageRequest:
+        """Chunk 0 of page 1."""
+        return self.chunk_request(task, base_url.rstrip("/") + "/p/aj/v6/mblog/mbloglist", 1, 0,
+                                  task.lease_deadline_ms)
+
+    @staticmethod
+    def chunk_request(task: Task, url: str, page: int, chunk: int, rnd_ms: int) -> PageRequest:
+        """Chunk ``chunk`` (0-2) of visible page ``page``, exactly as the site's own AJAX call."""
+        domain = task.params.get("domain", DEFAULT_DOMAIN)
+        pre_offset, pagebar = CHUNKS[chunk]
+        params = {"ajwvr": "6", "domain": domain, "pagebar": str(pagebar), "is_ori": "1",
+                  "id": f"{domain}{task.target}", "page": str(page), "pre_page": str(page + pre_offset),
+                  "__rnd": str(rnd_ms)}
+        return PageRequest(url=url, params=params, page=page, state={"chunk": str(chunk)})
+
+    def parse(self, task: Task, request: PageRequest, page: FetchedPage, now_ms: int) -> ParsedPage:
+        check_http(page, now_ms)
+        check_final_url(page, request.url)
+        html = self._fragment(page)
+        chunk = _digits(request.state.get("chunk", "0"))
+        soup = make_soup(html)
+        fetched_at = iso_of_ms(now_ms)
+        items: list[Item] = []
+        long_ids: list[str] = []
+        for node in soup.select('div[action-type="feed_list_item"]'):
+            post = self.post_of(node, task, now_ms, fetched_at)
+            if post is not None:
+                items.append(post)
+                if node.select_one('[action-type="fl_unfold"]') is not None:
+                    long_ids.append(str(post.id))
+        total_pages = _count_page(soup, html)
+        result = ParsedPage(items=items, total_pages=total_pages, info={"chunk": str(chunk)})
+        if long_ids:
+            result.info["long_text_ids"] = ",".join(long_ids)
+        if items and chunk < 2:
+            result.next_request = self.chunk_request(task, request.url, request.page, chunk + 1, now_ms)
+        elif chunk >= 2 and total_pages is not None and request.page < total_pages:
+            result.next_request = self.chunk_request(task, request.url, request.page + 1, 0, now_ms)
+        return result
+
+    def _fragment(self, page: FetchedPage) -> str:
+        """The feed HTML: the envelope's ``data`` (``""`` = end of feed), or a profile page's FM.view html."""
+        text = decode_body(page.body).strip()
+        if not text.startswith("{"):
+            fragment = _profile_feed(text)
+            if fragment is not None:
+                return fragment
+            if scan_markers(page.body, WEIBO_MARKERS) is None and text.startswith("<"):
+                # FORMATS §1.4: a logged-out AJAX call gets some HTML page instead of the envelope.
+                raise fail(Outcome.LoginRequired, "mbloglist: HTML instead of JSON",
+                           error_class="html-instead-of-json", http_status=page.status)
+            raise unparsable(page.body, WEIBO_MARKERS, page.status, "mbloglist: not JSON")
+        doc = load_json(text, what="mbloglist")
+        if not isinstance(doc, dict):
+            raise unparsable(page.body, WEIBO_MARKERS, page.status, "mbloglist: not a JSON object")
+        code = str(doc.get("code", ""))
+        if code != OK_CODE:
+            raise fail(Outcome.Banned, f"mbloglist code {code[:20]!r}: {str(doc.get('msg', ''))[:60]!r}",
+                       error_class=f"weibo-code-{code[:20]}", http_status=page.status)
+        data = doc.get("data")
+        if data is None or data == "":
+            return ""
+        if not isinstance(data, str):
+            raise unparsable(page.body, WEIBO_MARKERS, page.status, "mbloglist: data is not an HTML string")
+        return data
+
+    def post_of(self, node: Tag, task: Task, now_ms: int, fetched_at: str) -> Post | None:
+        """One ``feed_list_item`` as a Post; None without a numeric ``mid``."""
+        post_id = _digits(_attr(node, "mid"))
+        if not post_id:
+            return None
+        forward = node.select_one('[node-type="feed_list_forwardContent"]')
+        retweeted_id = _digits(_attr(node, "omid"))
+        if forward is not None:
+            if not retweeted_id:
+                inner = forward.select_one("[mid]") or forward.select_one('a[node-type="feed_list_item_date"]')
+                retweeted_id = _digits(_attr(inner, "mid") or _attr(inner, "name"))
+            forward.extract()  # the original's author, text and counts are not this post's
+        tbinfo = parse_qs(_attr(node, "tbinfo"))
+        user_id = _digits((tbinfo.get("ouid") or [""])[0]) or _digits(task.target)
+        content = node.select_one('[node-type="feed_list_content"]')
+        for unfold in content.select('[action-type="fl_unfold"]') if content is not None else []:
+            unfold.extract()
+        date = node.select_one('a[node-type="feed_list_item_date"]')
+        return Post(
+            id=post_id,
+            user_id=user_id,
+            user_name=_user_name(node),
+            text=html_text(content) if content is not None else "",
+            html=content.decode_contents().strip() if content is not None else "",
+            created_at=_created_at(date, now_ms),
+            pinned=_is_pinned(node),
+            retweeted_id=retweeted_id,
+            pictures=_pictures(node),
+            permalink=_permalink(_attr(date, "href")),
+            fetched_at=fetched_at,
+            source=self.name,
+            **_counts(node),
+        )
+
+
+def _profile_feed(text: str) -> str | None:
+    """The feed block of a full profile page (the ``FM.view`` whose html holds ``feed_list_item``)."""
+    if "FM.view(" not in text:
+        return None
+    for match in _FM_VIEW_RE.finditer(text):
+        try:
+            view = load_json(match[1], what="FM.view")
+        except FetchError:
+            continue
+        html = view.get("html") if isinstance(view, dict) else None
+        if isinstance(html, str) and "feed_list_item" in html:
+            return html
+    return None
+
+
+def _user_name(node: Tag) -> str:
+    for selector, attr in (("div.WB_info > a", ""), ('[node-type="feed_list_content"]', "nick-name"),
+                           ("a.W_face_radius", "title")):
+        found = node.select_one(selector)
+        if found is not None:
+            name = _attr(found, attr) if attr else found.get_text(strip=True)
+            if name:
+                return name
+    return ""
+
+
+def _created_at(date: Tag | None, now_ms: int) -> str:
+    """``@date`` (epoch ms) first, then ``@title`` (YYYY-MM-DD HH:MM), then the display text."""
+    if date is None:
+        return ""
+    ms = _digits(_attr(date, "date"))
+    if ms:
+        resolved = iso_of_ms(ms)
+        if resolved:
+            return resolved
+    return resolve_created_at(_attr(date, "title"), now_ms) or resolve_created_at(date.get_text(), now_ms)
+
+
+def _is_pinned(node: Tag) -> bool:
+    """The pinned post carries a "置顶" badge (``span.W_icon_feedpin``) above its author line."""
+    if node.select_one(".W_icon_feedpin") is not None:
+        return True
+    badge = node.select_one("div.WB_cardtitle_b") or node.select_one('[node-type="feed_list_top"]')
+    return badge is not None and "置顶" in badge.get_text()
+
+
+def _counts(node: Tag) -> dict[str, int]:
+    """转发/评论/赞: the last ``em`` of each action link is the number, or the label when it is zero."""
+    counts: dict[str, int] = {}
+    for field_name, action in _COUNT_ACTIONS:
+        link = node.select_one(f'[action-type="{action}"]')
+        ems = link.select("em") if link is not None else []
+        counts[field_name] = parse_count(ems[-1].get_text(strip=True)) if ems else 0
+    return counts
+
+
+def _pictures(node: Tag) -> list[str]:
+    urls: list[str] = []
+    for media in node.select('[node-type="feed_list_media_prev"]'):
+        for img in media.select("img"):
+            src = _attr(img, "src")
+            if src and src not in urls:
+                urls.append("https:" + src if src.startswith("//") else src)
+    return urls
+
+
+def _permalink(href: str) -> str:
+    """``/{uid}/{bid}?from=...`` → ``https://weibo.com/{uid}/{bid}``."""
+    if not href:
+        return ""
+    parts = urlsplit(href if not href.startswith("//") else "https:" + href)
+    return f"https://weibo.com{parts.path}" if not parts.netloc else f"https://{parts.netloc}{parts.path}"
+
+
+def _count_page(soup: Tag, html: str) -> int | None:
+    """``countPage`` from the pager (last chunk only), else the highest ``page=K`` of its page list."""
+    if match := _COUNT_PAGE_RE.search(html):
+        return int(match[1]) if len(match[1]) < 10 else None
+    pages = [int(m[1]) for a in soup.select('a[bpfilter="page"]') if (m := _PAGE_LINK_RE.search(_attr(a, "href")))
+             and len(m[1]) < 10]
+    return max(pages) if pages else None
