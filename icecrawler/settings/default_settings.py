@@ -30,6 +30,16 @@ DEFAULTS: dict[str, Any] = {
     "client.buffer_records": 100_000,
     # User-Agent sent on every request.
     "client.user_agent": "icecrawler/0.1 (+https://github.com/icecrawler/icecrawler)",
+    # Upper bound of every backoff (scheduler/storage unreachable, retried fetches).
+    "client.max_backoff_s": 10.0,
+    # How often the client logs progress (tasks, items stored, per-outcome counts).
+    "client.progress_log_s": 30.0,
+    # Most reports per putUsers call (and discovered ids per addUsers call).
+    "client.report_batch": 50,
+    # On SIGTERM/SIGINT: how long in-flight tasks may finish and be reported before leases are given back.
+    "client.shutdown_grace_s": 20.0,
+    # Longest time one response may take in total (a slow-drip body is cut off as Timeout).
+    "client.total_timeout_s": 30.0,
 
     # --- clock: simulated time shared by every process of a run (icecrawler.clock) --------------------------
     # Wall-clock epoch that simulated time starts from; 0 = the process start. Give every process of one run
