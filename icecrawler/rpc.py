@@ -126,10 +126,13 @@ def serve(
     servants: dict[str, Ice.Object],
     default_endpoints: str,
     on_shutdown: Callable[[], None] | None = None,
+    on_stop_requested: Callable[[], None] | None = None,
 ) -> None:
     """Activate ``servants`` on one adapter and block until SIGTERM/SIGINT or ``shutdown()``.
 
     Endpoints come from ``<adapter_name>.Endpoints`` (property file / argv) or ``default_endpoints``.
+    ``on_stop_requested`` runs as soon as the stop is requested, before the adapter drains its dispatches
+    (e.g. to refuse new work with a typed error); ``on_shutdown`` runs after the adapter is deactivated.
     """
     props = comm.getProperties()
     if not props.getProperty(f"{adapter_name}.Endpoints"):
@@ -154,6 +157,8 @@ def serve(
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        if on_stop_requested is not None:
+            on_stop_requested()
         adapter.deactivate()
         adapter.waitForDeactivate()
         if on_shutdown is not None:
