@@ -1,9 +1,149 @@
-"""``icecrawler parse``."""
+"""``icecrawler parse``: run one source's parser over a saved response and print what it found.
+
+Prints one JSON line per item, then a summary line
+``{"summary": true, "items": N, "next": URL|null, "total_pages": M|null, "outcome": "Ok"|class, ...}``.
+A classified page (ban, login wall, busy, not found) is a valid answer: exit 0. A body the parser cannot
+make sense of (``ParseError``) prints the summary and exits 1; unknown sources and unreadable files exit 2.
+
+What the file was fetched for is sniffed where the bytes tell (m.weibo.cn's containerid carries the uid, the
+mbloglist chunk with the pager is the last of its page, ECSHOP JSON is a ``comment.php`` page, a goods list
+is a listing); ``--kind``, ``--target``, ``--page`` and ``--chunk`` override the guesses.
+"""
 
 from __future__ import annotations
 
-from icecrawler.commands import NotImplementedYet
+import argparse
+import dataclasses
+import json
+import re
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+from urllib.parse import urlencode
+
+from crawler_client.sources import SOURCES, FetchedPage, PageRequest, ParsedPage, Source, get_source
+from crawler_client.sources._dates import CST
+from icecrawler.commands import BaseCommand
+from icecrawler.errors import ConfigError, FetchError, ParseError
+from icecrawler.models import Task, TaskKind, make_task_id
+from icecrawler.settings import Settings
+
+#: Base URL used for the request the file is assumed to answer (only the path and query matter).
+SNIFF_BASE = "http://saved.invalid"
+
+_CONTAINER_RE = re.compile(rb'"containerid"\s*:\s*"107603(\d{1,20})"')
+_OUID_RE = re.compile(rb"ouid=(\d{1,20})")
+_GOODS_ID_RE = re.compile(rb"(?:goods\.php\?id=|gotoPage\(\d+,\s*)(\d{1,18})")
+_CATEGORY_ID_RE = re.compile(rb"category\.php\?(?:[^\"'>]*?&(?:amp;)?)?id=(\d{1,18})")
+_JD_PRODUCT_RE = re.compile(rb'"productId"\s*:\s*"?(\d{1,20})')
 
 
-class Command(NotImplementedYet):
-    summary = "parse (not implemented yet)"
+class Command(BaseCommand):
+    summary = "parse a saved response with one source's parser; print items and paging as JSON lines"
+
+    def add_options(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("file", help="the saved response body (raw bytes)")
+        parser.add_argument("--source", required=True, help=f"one of: {', '.join(sorted(SOURCES))}")
+        parser.add_argument("--kind", choices=[kind.value for kind in TaskKind],
+                            help="task kind (default: sniffed; ecshop is 'reviews' or 'listing')")
+        parser.add_argument("--target", help="uid / product id / category id (default: sniffed, else 0)")
+        parser.add_argument("--now", help="fetch time, ISO 8601 (naive = +08:00); default: the current time")
+        parser.add_argument("--page", type=int, help="which page the file is (1-based; default: sniffed, else 1)")
+        parser.add_argument("--chunk", type=int, choices=(0, 1, 2), help="weibo_pc: which chunk of the page")
+        parser.add_argument("--status", type=int, default=200, help="HTTP status it came with (default 200)")
+        parser.add_argument("--final-url", default="", help="final URL after redirects, if it differed")
+        parser.add_argument("--retry-after", default="", help="the Retry-After header it came with, if any")
+
+    def run(self, args: argparse.Namespace, settings: Settings, ice_args: list[str]) -> int:
+        try:
+            source = get_source(args.source)
+            body = Path(args.file).read_bytes()
+            now_ms = _now_ms(args.now)
+        except (ConfigError, OSError, ValueError) as exc:
+            print(f"icecrawler parse: {exc}", file=sys.stderr)
+            return 2
+        task = _task(source, args, body)
+        request = _request(source, task, args, body)
+        headers = {"Retry-After": args.retry_after} if args.retry_after else {}
+        fetched = FetchedPage(url=request.url, status=args.status, headers=headers, body=body,
+                              final_url=args.final_url)
+        try:
+            parsed = source.parse(task, request, fetched, now_ms)
+        except FetchError as exc:
+            _print({"summary": True, "items": 0, "next": None, "total_pages": None, "outcome": exc.outcome,
+                    "error_class": exc.error_class, "http_status": exc.http_status,
+                    "retry_after_s": exc.retry_after_s, "message": str(exc), "task": task.id})
+            return 1 if isinstance(exc, ParseError) else 0
+        for item in parsed.items:
+            _print(dataclasses.asdict(item) if dataclasses.is_dataclass(item) else {"product_id": item})
+        _print(_summary(parsed, task, source))
+        return 0
+
+
+def _print(obj: dict[str, object]) -> None:
+    print(json.dumps(obj, ensure_ascii=False, sort_keys=False))
+
+
+def _now_ms(text: str | None) -> int:
+    if not text:
+        return int(time.time() * 1000)
+    moment = datetime.fromisoformat(text)
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=CST)
+    return int(moment.timestamp() * 1000)
+
+
+def _sniff(pattern: re.Pattern[bytes], body: bytes) -> str:
+    match = pattern.search(body[:1 << 20])
+    return match[1].decode("ascii") if match else ""
+
+
+def _task(source: Source, args: argparse.Namespace, body: bytes) -> Task:
+    """The task the file is assumed to answer: flags first, then what the bytes say."""
+    if args.kind:
+        kind = TaskKind(args.kind)
+    elif source.name == "ecshop":
+        looks_listing = b"ECS_COMMENT" not in body and b"comments" not in body and b"goods.php?id=" in body
+        kind = TaskKind.Listing if looks_listing else TaskKind.ProductReviews
+    else:
+        kind = next(iter(source.kinds))
+    sniffers = {"weibo_mobile": _CONTAINER_RE, "weibo_pc": _OUID_RE, "jd": _JD_PRODUCT_RE,
+                "ecshop": _CATEGORY_ID_RE if kind is TaskKind.Listing else _GOODS_ID_RE}
+    target = args.target or _sniff(sniffers[source.name], body) or "0"
+    try:
+        task_id = make_task_id(kind, source.name, target)
+    except ValueError:
+        task_id = f"{kind.value}:{source.name}:{target}"
+    return Task(id=task_id, kind=kind, source=source.name, target=target)
+
+
+def _request(source: Source, task: Task, args: argparse.Namespace, body: bytes) -> PageRequest:
+    """The request the file answers: the first one, moved to ``--page``/``--chunk`` or the sniffed place."""
+    request = source.first_request(task, SNIFF_BASE)
+    page = args.page or 1
+    if source.name == "weibo_pc":
+        chunk = args.chunk if args.chunk is not None else (2 if b"countPage" in body else 0)
+        request.state["chunk"] = str(chunk)
+        request.params.update({"page": str(page), "pagebar": "1" if chunk == 2 else "0",
+                               "pre_page": str(page - 1 if chunk == 0 else page)})
+    elif source.name == "ecshop" and task.kind is TaskKind.ProductReviews and body.lstrip().startswith(b"{"):
+        request = PageRequest(url=f"{SNIFF_BASE}/comment.php?act=gotopage&page={args.page or 2}&id={task.target}"
+                                  f"&type=0&0", page=args.page or 2)
+    elif source.name == "jd":
+        request.params["page"] = str(page - 1)
+    elif page > 1:
+        request.params["page"] = str(page)
+    request.page = page if source.name != "ecshop" or task.kind is TaskKind.Listing else request.page
+    return request
+
+
+def _summary(parsed: ParsedPage, task: Task, source: Source) -> dict[str, object]:
+    nxt = parsed.next_request
+    next_url = None
+    if nxt is not None:
+        query = urlencode(nxt.params)
+        next_url = nxt.url + ("&" if "?" in nxt.url else "?") + query if query else nxt.url
+    return {"summary": True, "items": len(parsed.items), "next": next_url, "total_pages": parsed.total_pages,
+            "outcome": parsed.outcome.value, "info": parsed.info, "task": task.id,
+            "cursor": source.newest_cursor(parsed.items, "")}
