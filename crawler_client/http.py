@@ -1,0 +1,365 @@
+"""HTTP for the crawler client: one ``requests.Session`` per leased account, bounded fetches, and the
+translation of every transport failure into a classified ``FetchError`` at this boundary.
+
+What a fetch guarantees (and why):
+
+* **Bounded in time.** ``client.timeout_s`` caps the connect and every read; ``client.total_timeout_s`` caps
+  the whole body, so a server that drips one byte per second cannot hold a worker forever.
+* **Bounded in size.** The body is streamed and cut at ``client.max_body_bytes`` → ``FetchError(TooLarge)``:
+  a runaway page never fills the client's memory.
+* **Retried only where a retry can help.** Timeouts, connection errors and 5xx answers are retried
+  ``client.retries`` times with jittered exponential backoff (``client.backoff_s`` × 2^attempt × U(0.5, 1.5)),
+  so N clients hitting the same flaky host do not retry in lockstep. 4xx answers are never retried.
+* **Retry-After is honoured, not slept through.** HTTP 429, or a 503 carrying ``Retry-After``, ends the fetch
+  with ``FetchError(RateLimited, retry_after_s=...)``; the scheduler then holds the host for that long, across
+  all clients (a worker sleeping on it would hold a lease and help nobody).
+* Every other answer (200, 302-to-login, 403, 418, 404, a 5xx after the retries...) comes back as a
+  ``FetchedPage``: recognising bans, login walls and busy pages is the source's job (they differ per site).
+
+The transport is injectable (``Transport``), so retries, size cuts and Retry-After are unit-tested without a
+network; ``RequestsTransport`` is the real one.
+
+Cookie blob format (``Task.account.cookie_blob``, opaque to everyone but this module) — any of:
+
+* empty: no cookies (sources that need no login);
+* a JSON object ``{"cookies": {...} | "a=1; b=2", "username": "...", "password": "..."}``; every key is
+  optional; ``username``/``password`` are form-login credentials (ECSHOP) that override the settings;
+* a flat JSON object of cookie names to string values, ``{"SUB": "...", "SUBP": "..."}``;
+* a ``Cookie:`` header string, with or without the ``Cookie:`` prefix: ``SUB=...; SUBP=...``.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import logging
+import random
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import requests
+import urllib3.exceptions
+
+from crawler_client.sources.base import FetchedPage, PageRequest
+from icecrawler.errors import FetchError
+from icecrawler.models import Account, Outcome
+from icecrawler.settings import Settings
+
+__all__ = [
+    "AccountBlob",
+    "FetchPolicy",
+    "Fetcher",
+    "RawResponse",
+    "RequestsTransport",
+    "SessionCache",
+    "Transport",
+    "parse_cookie_blob",
+    "parse_retry_after",
+]
+
+log = logging.getLogger(__name__)
+
+#: Bytes read from the socket per step while streaming a body.
+CHUNK_BYTES = 64 * 1024
+
+
+# --- cookie blob --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AccountBlob:
+    """What a leased account's cookie blob holds (see the module docstring for the accepted forms)."""
+
+    cookies: dict[str, str] = field(default_factory=dict)
+    username: str = ""
+    password: str = ""
+
+    def __repr__(self) -> str:  # secrets never reach logs
+        return f"AccountBlob(cookies=<{len(self.cookies)}>, username={self.username!r}, password=<hidden>)"
+
+
+def _parse_cookie_header(text: str) -> dict[str, str]:
+    body = text.strip()
+    if body.lower().startswith("cookie:"):
+        body = body[len("cookie:"):]
+    cookies: dict[str, str] = {}
+    for part in body.split(";"):
+        part = part.strip()
+        if not part:
+            continue
+        name, sep, value = part.partition("=")
+        if not sep or not name.strip():
+            raise ValueError(f"cookie header part {part[:40]!r} is not name=value")
+        cookies[name.strip()] = value.strip()
+    return cookies
+
+
+def parse_cookie_blob(blob: str) -> AccountBlob:
+    """Parse a cookie blob; raises ``FetchError(LoginRequired, error_class="bad-cookie-blob")`` when it is
+    malformed, because an account whose cookies cannot be read is as good as logged out."""
+    text = blob.strip()
+    if not text:
+        return AccountBlob()
+    try:
+        if text.startswith("{"):
+            data = json.loads(text)
+            if not isinstance(data, dict):
+                raise ValueError("JSON cookie blob must be an object")
+            known = {"cookies", "username", "password"}
+            if known & data.keys():
+                unknown = sorted(set(data) - known)
+                if unknown:
+                    raise ValueError(f"unknown key(s) {unknown} (known: {sorted(known)})")
+                raw = data.get("cookies", {})
+                cookies = _parse_cookie_header(raw) if isinstance(raw, str) else raw
+                username, password = data.get("username", ""), data.get("password", "")
+            else:
+                cookies, username, password = data, "", ""
+            if not isinstance(cookies, dict) or not all(
+                    isinstance(k, str) and isinstance(v, str) for k, v in cookies.items()):
+                raise ValueError("cookies must map names to string values")
+            if not isinstance(username, str) or not isinstance(password, str):
+                raise ValueError("username and password must be strings")
+            return AccountBlob(dict(cookies), username, password)
+        return AccountBlob(_parse_cookie_header(text))
+    except ValueError as exc:  # json.JSONDecodeError is a ValueError
+        raise FetchError(f"unreadable cookie blob: {exc}", outcome=Outcome.LoginRequired.value,
+                         error_class="bad-cookie-blob") from exc
+
+
+# --- policy and transport -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FetchPolicy:
+    """Limits of one fetch, read from the ``client.*`` settings."""
+
+    timeout_s: float
+    total_timeout_s: float
+    retries: int
+    backoff_s: float
+    max_body_bytes: int
+    user_agent: str
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> FetchPolicy:
+        return cls(
+            timeout_s=settings.get_float("client.timeout_s"),
+            total_timeout_s=settings.get_float("client.total_timeout_s"),
+            retries=settings.get_int("client.retries"),
+            backoff_s=settings.get_float("client.backoff_s"),
+            max_body_bytes=settings.get_int("client.max_body_bytes"),
+            user_agent=settings.get_str("client.user_agent"),
+        )
+
+
+class RawResponse(Protocol):
+    """A response whose body has not been read yet."""
+
+    status: int
+    headers: Mapping[str, str]
+    url: str
+
+    def iter_chunks(self) -> Iterator[bytes]:
+        """The body, piece by piece; may raise the transport's own errors mid-way."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class Transport(Protocol):
+    """Sends one request. May raise ``requests`` exceptions; the Fetcher translates them."""
+
+    def send(self, request: PageRequest, headers: Mapping[str, str], timeout_s: float) -> RawResponse: ...
+
+
+class _RequestsResponse:
+    def __init__(self, response: requests.Response) -> None:
+        self._response = response
+        self.status = response.status_code
+        self.headers: Mapping[str, str] = response.headers
+        self.url = response.url
+
+    def iter_chunks(self) -> Iterator[bytes]:
+        return self._response.iter_content(CHUNK_BYTES)
+
+    def close(self) -> None:
+        self._response.close()
+
+
+class RequestsTransport:
+    """The real transport: a ``requests.Session`` (its cookie jar is the account's login state)."""
+
+    def __init__(self, session: requests.Session) -> None:
+        self.session = session
+
+    def send(self, request: PageRequest, headers: Mapping[str, str], timeout_s: float) -> RawResponse:
+        response = self.session.request(
+            request.method, request.url, params=request.params or None, data=request.data,
+            headers=dict(headers), timeout=(timeout_s, timeout_s), stream=True, allow_redirects=True,
+        )
+        return _RequestsResponse(response)
+
+
+# --- the fetcher --------------------------------------------------------------------------------------------
+
+
+def parse_retry_after(value: str | None, now_s: float) -> float:
+    """Seconds to wait from a ``Retry-After`` header (delta-seconds or an HTTP date); 0 when absent or bad."""
+    if not value:
+        return 0.0
+    text = value.strip()
+    try:
+        return max(0.0, float(text))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError):
+        return 0.0
+    return max(0.0, when.timestamp() - now_s)
+
+
+def _classify_exception(exc: requests.RequestException) -> tuple[str, str]:
+    """(Outcome name, error class) of a requests exception: the most specific class we can find."""
+    cause = exc.args[0] if exc.args else None
+    if isinstance(exc, requests.Timeout) or isinstance(cause, urllib3.exceptions.ReadTimeoutError):
+        # requests raises ConnectionError(ReadTimeoutError) for a read timeout while streaming the body.
+        name = "ReadTimeout" if not isinstance(exc, requests.ConnectTimeout) else "ConnectTimeout"
+        return Outcome.Timeout.value, name
+    if isinstance(exc, requests.TooManyRedirects):
+        return Outcome.HttpError.value, "TooManyRedirects"
+    if isinstance(exc, (requests.exceptions.InvalidURL, requests.exceptions.MissingSchema,
+                        requests.exceptions.InvalidSchema)):
+        return Outcome.ConnectionError.value, "InvalidURL"
+    return Outcome.ConnectionError.value, type(exc).__name__
+
+
+class Fetcher:
+    """Fetches ``PageRequest``s through a transport under a ``FetchPolicy``.
+
+    ``requests_made`` counts every HTTP request (retries included): it becomes ``Report.fetches``.
+    ``sleep`` is used for retry backoff; pass ``threading.Event().wait`` so a shutdown cuts the wait short.
+    """
+
+    def __init__(
+        self,
+        transport: Transport,
+        policy: FetchPolicy,
+        *,
+        sleep: Callable[[float], object] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.transport = transport
+        self.policy = policy
+        self._sleep = sleep
+        self._clock = clock
+        self._wall_clock = wall_clock
+        self._rng = rng or random.Random()
+        self.requests_made = 0
+
+    def backoff_delay(self, attempt: int) -> float:
+        """Jittered exponential backoff before retry number ``attempt`` (0-based)."""
+        return float(self.policy.backoff_s * (2 ** attempt) * self._rng.uniform(0.5, 1.5))
+
+    def fetch(self, request: PageRequest) -> FetchedPage:
+        """One page, with retries. Raises ``FetchError`` (Timeout, ConnectionError, TooLarge, RateLimited,
+        HttpError for redirect loops); any HTTP answer otherwise comes back as a FetchedPage."""
+        attempts = self.policy.retries + 1
+        for attempt in range(attempts):
+            last = attempt == attempts - 1
+            try:
+                page = self._fetch_once(request)
+            except FetchError as exc:
+                retryable = exc.outcome in (Outcome.Timeout.value, Outcome.ConnectionError.value)
+                if not retryable or exc.error_class == "InvalidURL" or last:
+                    raise
+                log.debug("retrying %s after %s (%d/%d)", request.url, exc.error_class, attempt + 1, attempts - 1)
+            else:
+                retry_after = parse_retry_after(page.headers.get("Retry-After"), self._wall_clock())
+                if page.status == 429 or (page.status == 503 and "Retry-After" in page.headers):
+                    raise FetchError(f"{request.url}: HTTP {page.status}, Retry-After {retry_after:.0f}s",
+                                     outcome=Outcome.RateLimited.value, http_status=page.status,
+                                     error_class=f"http-{page.status}", retry_after_s=retry_after)
+                if page.status < 500 or last:
+                    return page
+                log.debug("retrying %s after HTTP %d (%d/%d)", request.url, page.status, attempt + 1, attempts - 1)
+            self._sleep(self.backoff_delay(attempt))
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def _fetch_once(self, request: PageRequest) -> FetchedPage:
+        headers = {"User-Agent": self.policy.user_agent, **request.headers}
+        self.requests_made += 1
+        started = self._clock()
+        try:
+            raw = self.transport.send(request, headers, self.policy.timeout_s)
+        except requests.RequestException as exc:
+            outcome, error_class = _classify_exception(exc)
+            raise FetchError(f"{request.url}: {error_class}: {exc}", outcome=outcome, error_class=error_class) \
+                from exc
+        try:
+            body = self._read_body(request, raw, started)
+        except requests.RequestException as exc:
+            outcome, error_class = _classify_exception(exc)
+            raise FetchError(f"{request.url}: {error_class} while reading the body: {exc}", outcome=outcome,
+                             http_status=raw.status, error_class=error_class) from exc
+        finally:
+            raw.close()
+        return FetchedPage(url=request.url, status=raw.status, headers=raw.headers, body=body, final_url=raw.url)
+
+    def _read_body(self, request: PageRequest, raw: RawResponse, started: float) -> bytes:
+        limit = self.policy.max_body_bytes
+        declared = raw.headers.get("Content-Length", "")
+        if declared.isdigit() and int(declared) > limit:
+            raise FetchError(f"{request.url}: Content-Length {declared} > {limit} bytes",
+                             outcome=Outcome.TooLarge.value, http_status=raw.status, error_class="content-length")
+        parts: list[bytes] = []
+        size = 0
+        for chunk in raw.iter_chunks():
+            size += len(chunk)
+            if size > limit:
+                raise FetchError(f"{request.url}: body exceeds {limit} bytes", outcome=Outcome.TooLarge.value,
+                                 http_status=raw.status, error_class="body-cut")
+            parts.append(chunk)
+            if self._clock() - started > self.policy.total_timeout_s:
+                raise FetchError(f"{request.url}: body not complete after {self.policy.total_timeout_s:.0f}s",
+                                 outcome=Outcome.Timeout.value, http_status=raw.status, error_class="TotalTimeout")
+        return b"".join(parts)
+
+
+# --- sessions -----------------------------------------------------------------------------------------------
+
+
+class SessionCache:
+    """One ``requests.Session`` per (source, account), owned by ONE worker thread (sessions are not shared
+    across threads). A changed cookie blob for the same account replaces the session's cookies."""
+
+    def __init__(self, max_sessions: int = 64) -> None:
+        self._sessions: dict[tuple[str, str], tuple[str, requests.Session]] = {}
+        self._max = max_sessions
+
+    def session(self, source: str, account: Account) -> requests.Session:
+        """The session for ``account`` on ``source``; raises FetchError(LoginRequired) for a bad blob."""
+        key = (source, account.id)
+        cached = self._sessions.get(key)
+        if cached is not None and cached[0] == account.cookie_blob:
+            return cached[1]
+        blob = parse_cookie_blob(account.cookie_blob)
+        session = cached[1] if cached is not None else requests.Session()
+        session.cookies.clear()
+        for name, value in blob.cookies.items():
+            session.cookies.set(name, value)
+        if cached is None and len(self._sessions) >= self._max:
+            oldest_key = next(iter(self._sessions))
+            self._sessions.pop(oldest_key)[1].close()
+        self._sessions[key] = (account.cookie_blob, session)
+        return session
+
+    def close(self) -> None:
+        for _, session in self._sessions.values():
+            session.close()
+        self._sessions.clear()

@@ -1,0 +1,325 @@
+"""Fetcher unit tests through an injected transport (no network): retries with backoff, timeouts, the body
+size cut, Retry-After, error translation, and cookie blob loading. One test runs the real requests
+transport against a local HTTP server to prove the streaming cut and the read-timeout translation."""
+
+from __future__ import annotations
+
+import http.server
+import random
+import threading
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+
+import pytest
+import requests
+import urllib3.exceptions
+
+from crawler_client.http import (
+    AccountBlob,
+    Fetcher,
+    FetchPolicy,
+    RawResponse,
+    RequestsTransport,
+    SessionCache,
+    parse_cookie_blob,
+    parse_retry_after,
+)
+from crawler_client.sources.base import PageRequest
+from icecrawler.errors import FetchError
+from icecrawler.models import Account
+
+POLICY = FetchPolicy(timeout_s=2.0, total_timeout_s=5.0, retries=2, backoff_s=0.5, max_body_bytes=1000,
+                     user_agent="test-agent")
+
+
+@dataclass
+class FakeResponse:
+    status: int = 200
+    chunks: list[bytes] = field(default_factory=lambda: [b"ok"])
+    headers: Mapping[str, str] = field(default_factory=dict)
+    url: str = "http://site/x"
+    fail_after: Exception | None = None
+    closed: bool = False
+
+    def iter_chunks(self) -> Iterator[bytes]:
+        yield from self.chunks
+        if self.fail_after is not None:
+            raise self.fail_after
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class ScriptedTransport:
+    """Answers each send with the next scripted response, or raises the next scripted exception."""
+
+    def __init__(self, *script: FakeResponse | Exception) -> None:
+        self.script = list(script)
+        self.sent: list[tuple[PageRequest, dict[str, str]]] = []
+        self.responses: list[FakeResponse] = []
+
+    def send(self, request: PageRequest, headers: Mapping[str, str], timeout_s: float) -> RawResponse:
+        self.sent.append((request, dict(headers)))
+        step = self.script.pop(0)
+        if isinstance(step, Exception):
+            raise step
+        self.responses.append(step)
+        return step
+
+
+def make_fetcher(*script: FakeResponse | Exception, policy: FetchPolicy = POLICY) -> tuple[Fetcher, list[float]]:
+    sleeps: list[float] = []
+    fetcher = Fetcher(ScriptedTransport(*script), policy, sleep=sleeps.append, rng=random.Random(1),
+                      wall_clock=lambda: 1_000_000.0)
+    return fetcher, sleeps
+
+
+REQ = PageRequest(url="http://site/x")
+
+
+def test_ok_page_carries_status_headers_final_url_and_user_agent() -> None:
+    fetcher, sleeps = make_fetcher(FakeResponse(chunks=[b"he", b"llo"], headers={"X": "1"}, url="http://site/y"))
+    page = fetcher.fetch(REQ)
+    assert (page.status, page.body, page.headers["X"], page.final_url) == (200, b"hello", "1", "http://site/y")
+    transport = fetcher.transport
+    assert isinstance(transport, ScriptedTransport)
+    assert transport.sent[0][1]["User-Agent"] == "test-agent"
+    assert transport.responses[0].closed
+    assert fetcher.requests_made == 1 and sleeps == []
+
+
+@pytest.mark.parametrize("error, error_class", [
+    (requests.ReadTimeout("slow"), "ReadTimeout"),
+    (requests.ConnectTimeout("no syn-ack"), "ConnectTimeout"),
+])
+def test_timeouts_are_retried_with_jittered_exponential_backoff_then_classified(
+        error: Exception, error_class: str) -> None:
+    fetcher, sleeps = make_fetcher(error, error, error)
+    with pytest.raises(FetchError) as caught:
+        fetcher.fetch(REQ)
+    assert caught.value.outcome == "Timeout"
+    assert caught.value.error_class == error_class
+    assert isinstance(caught.value.__cause__, requests.RequestException)
+    assert fetcher.requests_made == 3
+    assert len(sleeps) == 2
+    assert 0.25 <= sleeps[0] <= 0.75 and 0.5 <= sleeps[1] <= 1.5  # 0.5 * 2^n * U(0.5, 1.5)
+
+
+def test_connection_error_then_success_returns_the_page() -> None:
+    fetcher, sleeps = make_fetcher(requests.ConnectionError("refused"), FakeResponse(chunks=[b"fine"]))
+    assert fetcher.fetch(REQ).body == b"fine"
+    assert fetcher.requests_made == 2 and len(sleeps) == 1
+
+
+def test_connection_errors_exhausted_give_connection_error() -> None:
+    fetcher, _ = make_fetcher(*(requests.ConnectionError("refused") for _ in range(3)))
+    with pytest.raises(FetchError) as caught:
+        fetcher.fetch(REQ)
+    assert caught.value.outcome == "ConnectionError"
+    assert caught.value.error_class == "ConnectionError"
+
+
+def test_read_timeout_while_streaming_the_body_is_a_timeout() -> None:
+    # requests raises ConnectionError(ReadTimeoutError) when the body stalls mid-stream.
+    stalled = requests.ConnectionError(urllib3.exceptions.ReadTimeoutError(None, "/x", "read timed out"))
+    fetcher, _ = make_fetcher(*(FakeResponse(chunks=[b"par"], fail_after=stalled) for _ in range(3)))
+    with pytest.raises(FetchError) as caught:
+        fetcher.fetch(REQ)
+    assert (caught.value.outcome, caught.value.error_class) == ("Timeout", "ReadTimeout")
+
+
+def test_5xx_is_retried_and_the_last_answer_returned_for_the_source_to_classify() -> None:
+    fetcher, sleeps = make_fetcher(FakeResponse(status=502), FakeResponse(status=500), FakeResponse(status=503))
+    page = fetcher.fetch(REQ)
+    assert page.status == 503 and fetcher.requests_made == 3 and len(sleeps) == 2
+
+
+def test_5xx_then_200_recovers() -> None:
+    fetcher, _ = make_fetcher(FakeResponse(status=500), FakeResponse(chunks=[b"good"]))
+    assert fetcher.fetch(REQ).body == b"good"
+
+
+@pytest.mark.parametrize("status", [403, 404, 418, 432])
+def test_4xx_is_never_retried(status: int) -> None:
+    fetcher, sleeps = make_fetcher(FakeResponse(status=status, chunks=[b"nope"]))
+    assert fetcher.fetch(REQ).status == status
+    assert fetcher.requests_made == 1 and sleeps == []
+
+
+def test_body_over_the_limit_is_cut_and_classified_too_large() -> None:
+    response = FakeResponse(chunks=[b"x" * 600, b"x" * 600, b"never read"])
+    fetcher, sleeps = make_fetcher(response)
+    with pytest.raises(FetchError) as caught:
+        fetcher.fetch(REQ)
+    assert (caught.value.outcome, caught.value.error_class) == ("TooLarge", "body-cut")
+    assert response.closed and sleeps == []
+
+
+def test_declared_content_length_over_the_limit_is_refused_before_reading() -> None:
+    response = FakeResponse(chunks=[], headers={"Content-Length": "5000"})
+    fetcher, _ = make_fetcher(response)
+    with pytest.raises(FetchError) as caught:
+        fetcher.fetch(REQ)
+    assert (caught.value.outcome, caught.value.error_class) == ("TooLarge", "content-length")
+
+
+def test_body_exactly_at_the_limit_is_accepted() -> None:
+    fetcher, _ = make_fetcher(FakeResponse(chunks=[b"y" * 1000]))
+    assert len(fetcher.fetch(REQ).body) == 1000
+
+
+def test_slow_drip_body_is_cut_at_the_total_timeout() -> None:
+    ticks = iter([0.0, 1.0, 2.0, 6.0, 7.0])
+    fetcher = Fetcher(ScriptedTransport(FakeResponse(chunks=[b"a", b"b", b"c", b"d"])), POLICY,
+                      sleep=lambda _s: None, clock=lambda: next(ticks))
+    policy_retries_off = FetchPolicy(**{**POLICY.__dict__, "retries": 0})
+    fetcher.policy = policy_retries_off
+    with pytest.raises(FetchError) as caught:
+        fetcher.fetch(REQ)
+    assert (caught.value.outcome, caught.value.error_class) == ("Timeout", "TotalTimeout")
+
+
+def test_429_with_retry_after_seconds_is_rate_limited_without_retrying() -> None:
+    fetcher, sleeps = make_fetcher(FakeResponse(status=429, headers={"Retry-After": "120"}))
+    with pytest.raises(FetchError) as caught:
+        fetcher.fetch(REQ)
+    assert caught.value.outcome == "RateLimited"
+    assert caught.value.retry_after_s == 120.0
+    assert caught.value.http_status == 429
+    assert fetcher.requests_made == 1 and sleeps == []
+
+
+def test_503_with_retry_after_http_date_is_rate_limited() -> None:
+    # wall clock is 1_000_000 s; the date is 90 s later.
+    fetcher, _ = make_fetcher(FakeResponse(status=503, headers={"Retry-After": "Mon, 12 Jan 1970 13:48:10 GMT"}))
+    with pytest.raises(FetchError) as caught:
+        fetcher.fetch(REQ)
+    assert caught.value.outcome == "RateLimited"
+    assert caught.value.retry_after_s == pytest.approx(90.0)
+
+
+def test_429_without_retry_after_is_rate_limited_with_zero() -> None:
+    fetcher, _ = make_fetcher(FakeResponse(status=429))
+    with pytest.raises(FetchError) as caught:
+        fetcher.fetch(REQ)
+    assert (caught.value.outcome, caught.value.retry_after_s) == ("RateLimited", 0.0)
+
+
+@pytest.mark.parametrize("value, expected", [
+    (None, 0.0), ("", 0.0), ("7", 7.0), ("-3", 0.0), ("soon", 0.0), ("Thu, 01 Jan 1970 00:00:10 GMT", 0.0),
+])
+def test_parse_retry_after(value: str | None, expected: float) -> None:
+    assert parse_retry_after(value, now_s=100.0) == expected
+
+
+def test_invalid_url_and_redirect_loops_are_classified_not_raised_raw() -> None:
+    fetcher, _ = make_fetcher(requests.exceptions.MissingSchema("no scheme"))
+    with pytest.raises(FetchError) as caught:
+        fetcher.fetch(REQ)
+    assert (caught.value.outcome, caught.value.error_class) == ("ConnectionError", "InvalidURL")
+    fetcher, _ = make_fetcher(requests.TooManyRedirects("loop"))
+    with pytest.raises(FetchError) as caught:
+        fetcher.fetch(REQ)
+    assert (caught.value.outcome, caught.value.error_class) == ("HttpError", "TooManyRedirects")
+
+
+# --- cookie blobs -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("blob, expected", [
+    ("", AccountBlob()),
+    ("   ", AccountBlob()),
+    ('{"cookies": {"SUB": "a", "SUBP": "b"}}', AccountBlob({"SUB": "a", "SUBP": "b"})),
+    ('{"cookies": "SUB=a; SUBP=b"}', AccountBlob({"SUB": "a", "SUBP": "b"})),
+    ('{"SUB": "a"}', AccountBlob({"SUB": "a"})),
+    ('{"username": "u", "password": "p"}', AccountBlob({}, "u", "p")),
+    ("SUB=a; SUBP=b=c", AccountBlob({"SUB": "a", "SUBP": "b=c"})),
+    ("Cookie: SUB=a;SUBP=b;", AccountBlob({"SUB": "a", "SUBP": "b"})),
+])
+def test_cookie_blob_forms(blob: str, expected: AccountBlob) -> None:
+    assert parse_cookie_blob(blob) == expected
+
+
+@pytest.mark.parametrize("blob", [
+    "{not json", '["a"]', '{"cookies": {"a": 1}}', '{"cookies": {}, "extra": 1}', "justaword",
+    '{"username": 5}', "=value",
+])
+def test_bad_cookie_blob_is_login_required_with_a_clear_class(blob: str) -> None:
+    with pytest.raises(FetchError) as caught:
+        parse_cookie_blob(blob)
+    assert caught.value.outcome == "LoginRequired"
+    assert caught.value.error_class == "bad-cookie-blob"
+
+
+def test_account_blob_repr_hides_secrets() -> None:
+    text = repr(parse_cookie_blob('{"cookies": {"SUB": "secret1"}, "username": "u", "password": "secret2"}'))
+    assert "secret1" not in text and "secret2" not in text
+
+
+def test_session_cache_one_session_per_account_and_reloads_a_changed_blob() -> None:
+    cache = SessionCache()
+    first = cache.session("weibo_pc", Account("acc1", "SUB=a"))
+    assert first.cookies.get("SUB") == "a"
+    assert cache.session("weibo_pc", Account("acc1", "SUB=a")) is first
+    assert cache.session("weibo_pc", Account("acc2", "SUB=z")) is not first
+    again = cache.session("weibo_pc", Account("acc1", '{"cookies": {"SUB": "b"}}'))
+    assert again is first and first.cookies.get("SUB") == "b"
+    cache.close()
+
+
+# --- the real transport against a local server ------------------------------------------------------------
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        if self.path.startswith("/big"):
+            self.send_response(200)
+            self.end_headers()  # no Content-Length: the size is only known by reading
+            for _ in range(64):
+                self.wfile.write(b"z" * 1024)
+            return
+        if self.path.startswith("/stall"):
+            self.send_response(200)
+            self.send_header("Content-Length", "100")
+            self.end_headers()
+            self.wfile.write(b"partial")
+            self.wfile.flush()
+            self.server.release.wait(10)  # type: ignore[attr-defined]
+            return
+        body = ("cookie=" + self.headers.get("Cookie", "")).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture()
+def local_server() -> Iterator[str]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    server.daemon_threads = True
+    server.release = threading.Event()  # type: ignore[attr-defined]
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.release.set()  # type: ignore[attr-defined]
+    server.shutdown()
+    server.server_close()
+    thread.join(5)
+
+
+def test_real_transport_sends_blob_cookies_cuts_big_bodies_and_times_out(local_server: str) -> None:
+    policy = FetchPolicy(timeout_s=0.5, total_timeout_s=5.0, retries=0, backoff_s=0.01, max_body_bytes=10_000,
+                         user_agent="t")
+    cache = SessionCache()
+    fetcher = Fetcher(RequestsTransport(cache.session("jd", Account("a", "Cookie: thin=mint"))), policy)
+    assert fetcher.fetch(PageRequest(url=f"{local_server}/echo")).body == b"cookie=thin=mint"
+    with pytest.raises(FetchError) as big:
+        fetcher.fetch(PageRequest(url=f"{local_server}/big"))
+    assert big.value.outcome == "TooLarge"
+    with pytest.raises(FetchError) as stalled:
+        fetcher.fetch(PageRequest(url=f"{local_server}/stall"))
+    assert stalled.value.outcome == "Timeout"
+    cache.close()
