@@ -1,9 +1,22 @@
-"""``icecrawler scheduler``."""
+"""``icecrawler scheduler``: run the scheduler daemon (Berkeley DB queues, leases, politeness, accounts)."""
 
 from __future__ import annotations
 
-from icecrawler.commands import NotImplementedYet
+import argparse
+
+from icecrawler.commands import BaseCommand
+from icecrawler.settings import Settings
 
 
-class Command(NotImplementedYet):
-    summary = "scheduler (not implemented yet)"
+class Command(BaseCommand):
+    summary = "run the scheduler server (task queues in Berkeley DB, leases, politeness, account pool)"
+    description = ("Serve Crawler::Scheduler (adapter SchedulerAdapter, identity 'scheduler', default endpoints "
+                   "tcp -h 127.0.0.1 -p 10000) until SIGTERM/SIGINT. State lives in scheduler.db_dir and is "
+                   "recovered on start. Example: icecrawler scheduler --Ice.Config=deploy/scheduler.conf "
+                   "--set scheduler.host_spacing_s=1")
+    takes_ice_args = True
+
+    def run(self, args: argparse.Namespace, settings: Settings, ice_args: list[str]) -> int:
+        from scheduler_server.server import run
+
+        return run(settings, ice_args)

@@ -1,9 +1,72 @@
-"""``icecrawler seed``."""
+"""``icecrawler seed``: add crawl targets to the scheduler (addUsers)."""
 
 from __future__ import annotations
 
-from icecrawler.commands import NotImplementedYet
+import argparse
+from pathlib import Path
+
+from icecrawler import rpc
+from icecrawler.commands import BaseCommand
+from icecrawler.commands._remote import remote_calls
+from icecrawler.errors import ConfigError
+from icecrawler.models import SOURCES, TaskKind
+from icecrawler.settings import Settings
+
+#: The kind a bare "<source>:<target>" means when --kind is not given.
+DEFAULT_KIND = {"weibo_pc": TaskKind.WeiboUser, "weibo_mobile": TaskKind.WeiboUser,
+                "ecshop": TaskKind.ProductReviews, "jd": TaskKind.ProductReviews}
+KIND_NAMES = {kind.value: kind for kind in TaskKind}
 
 
-class Command(NotImplementedYet):
-    summary = "seed (not implemented yet)"
+def read_ids(values: list[str], file: str | None) -> list[str]:
+    """Ids from the arguments, then from the file (one per line; blank lines and # comments skipped)."""
+    ids = list(values)
+    if file:
+        try:
+            lines = Path(file).read_text(encoding="utf-8").splitlines()
+        except OSError as exc:
+            raise ConfigError(f"cannot read {file}: {exc}") from exc
+        ids += [line.split("#", 1)[0].strip() for line in lines if line.split("#", 1)[0].strip()]
+    return ids
+
+
+def group_by_kind(ids: list[str], kind: TaskKind | None) -> dict[TaskKind, list[str]]:
+    groups: dict[TaskKind, list[str]] = {}
+    for text in ids:
+        source = text.partition(":")[0]
+        if kind is None and source not in SOURCES:
+            raise ConfigError(f"{text!r}: unknown source {source!r} (known: {', '.join(sorted(SOURCES))})")
+        groups.setdefault(kind or DEFAULT_KIND[source], []).append(text)
+    return groups
+
+
+class Command(BaseCommand):
+    summary = "add targets to the scheduler: weibo_mobile:1669879400 jd:100012043978 ..."
+    description = ("Add crawl targets as <source>:<target> ids. The kind follows from the source (weibo_* = user "
+                   "timelines, jd/ecshop = product reviews) unless --kind is given; --listing SOURCE:CATEGORY "
+                   "adds listing pages that discover products. Known ids are ignored. The scheduler is found "
+                   "through the Scheduler.Proxy Ice property (default: the local scheduler).")
+    takes_ice_args = True
+
+    def add_options(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("ids", nargs="*", metavar="SOURCE:TARGET")
+        parser.add_argument("--kind", choices=sorted(KIND_NAMES), help="task kind for every id")
+        parser.add_argument("--file", help="read more ids from FILE, one per line")
+        parser.add_argument("--listing", action="append", default=[], metavar="SOURCE:CATEGORY",
+                            help="add a listing task (repeatable)")
+
+    def run(self, args: argparse.Namespace, settings: Settings, ice_args: list[str]) -> int:
+        groups = group_by_kind(read_ids(args.ids, args.file), KIND_NAMES[args.kind] if args.kind else None)
+        if args.listing:
+            groups.setdefault(TaskKind.Listing, []).extend(args.listing)
+        if not groups:
+            raise ConfigError("nothing to seed: give ids, --file or --listing")
+        limit = settings.get_int("scheduler.batch_limit")
+        C = rpc.crawler()
+        with rpc.communicator(ice_args) as comm, remote_calls("scheduler"):
+            scheduler = rpc.scheduler_proxy(comm)
+            for kind, ids in groups.items():
+                added = sum(scheduler.addUsers(ids[i:i + limit], C.TaskKind[kind.name])
+                            for i in range(0, len(ids), limit))
+                print(f"{kind.value}: {added} new of {len(ids)}")
+        return 0

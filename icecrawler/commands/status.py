@@ -1,9 +1,91 @@
-"""``icecrawler status``."""
+"""``icecrawler status``: queue depths, rates, per-host/account/listing state; ``--task ID`` for one task.
+
+The report is a dict of sections. ``scheduler`` is required; ``storage`` is added when the storage server
+answers (its stats), so the storage engineer's spool depth shows up without changing this command.
+"""
 
 from __future__ import annotations
 
-from icecrawler.commands import NotImplementedYet
+import argparse
+import json
+from typing import Any
+
+import Ice
+
+from icecrawler import rpc
+from icecrawler.commands import BaseCommand
+from icecrawler.commands._remote import remote_calls
+from icecrawler.settings import Settings
+
+#: How long status waits for a server before calling it unreachable (milliseconds).
+STATUS_TIMEOUT_MS = 3000
 
 
-class Command(NotImplementedYet):
-    summary = "status (not implemented yet)"
+def scheduler_section(comm: Ice.Communicator) -> dict[str, Any]:
+    with remote_calls("scheduler"):
+        stats = rpc.scheduler_proxy(comm).ice_invocationTimeout(STATUS_TIMEOUT_MS).stats()
+    return {
+        "tasks": stats.tasks, "pending": stats.pending, "inflight": stats.inflight, "done": stats.done,
+        "due_soon": stats.dueSoon, "leases_per_min": stats.leasesPerMin, "reports_per_min": stats.reportsPerMin,
+        **json.loads(stats.detailJson or "{}"),
+    }
+
+
+def storage_section(comm: Ice.Communicator) -> dict[str, Any]:
+    """The storage server's stats, or ``{"reachable": False}``: status works with the scheduler alone."""
+    try:
+        stats = rpc.storage_proxy(comm).ice_invocationTimeout(STATUS_TIMEOUT_MS).stats()
+    except Ice.Exception as exc:
+        return {"reachable": False, "error": type(exc).__name__}
+    return {"reachable": True, "backend": stats.backend, "posts": stats.posts, "reviews": stats.reviews,
+            "spool_depth": stats.spoolDepth, "writes_accepted": stats.writesAccepted,
+            "records_rejected": stats.recordsRejected, **json.loads(stats.detailJson or "{}")}
+
+
+def render_text(report: dict[str, Any]) -> str:
+    s = report["scheduler"]
+    lines = [
+        f"scheduler: {s['tasks']} tasks, {s['pending']} pending ({s['due_soon']} due within a minute), "
+        f"{s['inflight']} in flight, {s['done']} in the completion log",
+        f"  last minute: {s['leases_per_min']:.0f} leases, {s['reports_per_min']:.0f} reports; policy "
+        f"{s.get('policy', '?')}{'; SHUTTING DOWN' if s.get('shutting_down') else ''}",
+    ]
+    for host, h in s.get("hosts", {}).items():
+        block = f", blocked {h['blocked_for_s']:.0f}s ({h['block_reason']})" if h["blocked_for_s"] else ""
+        lines.append(f"  host {host}: {h['inflight']} in flight, {h['leases_last_min']:.0f} leases/min{block}")
+    for account, a in s.get("accounts", {}).items():
+        frozen = f" for {a['frozen_for_s']:.0f}s ({a['freeze_reason']})" if a["state"] == "frozen" else ""
+        lines.append(f"  account {account}: {a['state']}{frozen}, {a['used_last_min']:.0f}/{a['budget_per_min']} "
+                     f"requests this minute")
+    for listing, discovered in s.get("listings", {}).items():
+        lines.append(f"  {listing}: {discovered} products discovered")
+    storage = report.get("storage", {})
+    if storage.get("reachable"):
+        lines.append(f"storage ({storage['backend']}): {storage['posts']} posts, {storage['reviews']} reviews, "
+                     f"spool depth {storage['spool_depth']}")
+    else:
+        lines.append("storage: not reachable")
+    return "\n".join(lines)
+
+
+class Command(BaseCommand):
+    summary = "show queue depths, rates, hosts, accounts and listings (or one task with --task)"
+    description = ("Ask the scheduler (Scheduler.Proxy, default the local one) and, if it answers, the storage "
+                   "server (Storage.Proxy) for their state. --task ID prints one task's metadata and its recent "
+                   "period/distance history. --json prints machine-readable output.")
+    takes_ice_args = True
+
+    def add_options(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--json", action="store_true", help="print JSON")
+        parser.add_argument("--task", metavar="ID", help="show one task, e.g. reviews:jd:100012043978")
+
+    def run(self, args: argparse.Namespace, settings: Settings, ice_args: list[str]) -> int:
+        with rpc.communicator(ice_args) as comm:
+            if args.task:
+                with remote_calls("scheduler"):
+                    info = json.loads(rpc.scheduler_proxy(comm).taskInfo(args.task))
+                print(json.dumps(info, indent=2 if not args.json else None, ensure_ascii=False))
+                return 0
+            report = {"scheduler": scheduler_section(comm), "storage": storage_section(comm)}
+        print(json.dumps(report, ensure_ascii=False) if args.json else render_text(report))
+        return 0

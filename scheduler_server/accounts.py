@@ -1,0 +1,121 @@
+"""The account pool: logged-in accounts leased to clients with the tasks of sources that need them.
+
+Accounts come from TOML files in ``scheduler.accounts_dir`` (readable by the scheduler only)::
+
+    [[account]]
+    id = "acct-01"
+    cookies = "SUB=...; SUBP=..."      # opaque blob, handed to the client's session as is
+    sources = ["weibo_pc"]             # optional: default = every source in scheduler.account_sources
+
+An account is frozen on an AccountFrozen, LoginRequired or Banned report (until the Retry-After or
+``scheduler.account_freeze_s``, whichever is later), then thawed automatically. Each account has a request
+budget per minute across all clients. An exhausted pool pauses the affected sources; it never drops tasks.
+Cookies never appear in logs or status: only ids, states and counts do.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from icecrawler.errors import ConfigError
+from icecrawler.models import SOURCES, Account
+from scheduler_server.politeness import RateWindow
+
+__all__ = ["AccountPool", "PooledAccount", "load_accounts"]
+
+
+@dataclass
+class PooledAccount:
+    account: Account
+    sources: frozenset[str]
+    frozen_until: float = 0.0
+    freeze_reason: str = ""
+    used: RateWindow = field(default_factory=RateWindow)
+
+
+def load_accounts(directory: str | Path, default_sources: frozenset[str]) -> list[PooledAccount]:
+    """Every ``[[account]]`` of every ``*.toml`` in ``directory`` (sorted by file name). Bad files fail loudly."""
+    if not str(directory):
+        return []
+    path = Path(directory)
+    if not path.is_dir():
+        raise ConfigError(f"scheduler.accounts_dir {path} is not a directory")
+    accounts: list[PooledAccount] = []
+    seen: set[str] = set()
+    for file in sorted(path.glob("*.toml")):
+        try:
+            entries = tomllib.loads(file.read_text(encoding="utf-8")).get("account", [])
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise ConfigError(f"{file}: cannot read accounts: {exc}") from exc
+        for number, entry in enumerate(entries):
+            where = f"{file.name} account #{number}"
+            account_id, cookies = entry.get("id"), entry.get("cookies")
+            if not isinstance(account_id, str) or not account_id or not isinstance(cookies, str):
+                raise ConfigError(f"{where}: needs a string id and a string cookies")
+            if account_id in seen:
+                raise ConfigError(f"{where}: duplicate account id {account_id!r}")
+            sources = frozenset(entry.get("sources", default_sources))
+            unknown = sources - set(SOURCES)
+            if unknown:
+                raise ConfigError(f"{where}: unknown sources {sorted(unknown)}")
+            seen.add(account_id)
+            accounts.append(PooledAccount(Account(account_id, cookies), sources))
+    return accounts
+
+
+class AccountPool:
+    """Round-robin over usable accounts; see the module docstring. Times are wall-clock seconds."""
+
+    def __init__(self, accounts: list[PooledAccount], needs_account: frozenset[str], budget_per_min: int,
+                 freeze_s: float) -> None:
+        self.needs_account = needs_account
+        self.budget_per_min = budget_per_min
+        self.freeze_s = freeze_s
+        self._accounts = {pooled.account.id: pooled for pooled in accounts}
+        self._order = list(self._accounts)
+        self._next = 0
+
+    def pick(self, source: str, now: float) -> Account | None:
+        """An account for ``source`` (the empty Account if it needs none), or None if none is usable now."""
+        if source not in self.needs_account:
+            return Account()
+        for step in range(len(self._order)):
+            pooled = self._accounts[self._order[(self._next + step) % len(self._order)]]
+            if (source in pooled.sources and pooled.frozen_until <= now
+                    and pooled.used.total(now) < self.budget_per_min):
+                self._next = (self._next + step + 1) % len(self._order)
+                pooled.used.add(now)
+                return pooled.account
+        return None
+
+    def charge(self, account_id: str, requests: int, now: float) -> None:
+        """Count requests beyond the one charged at lease time."""
+        pooled = self._accounts.get(account_id)
+        if pooled is not None and requests > 0:
+            pooled.used.add(now, requests)
+
+    def freeze(self, account_id: str, until: float, reason: str) -> None:
+        pooled = self._accounts.get(account_id)
+        if pooled is not None and until > pooled.frozen_until:
+            pooled.frozen_until = until
+            pooled.freeze_reason = reason
+
+    def freezes(self) -> dict[str, tuple[float, str]]:
+        return {aid: (p.frozen_until, p.freeze_reason) for aid, p in self._accounts.items() if p.frozen_until}
+
+    def describe(self, now: float) -> dict[str, Any]:
+        """Per-account state for status: never the cookies."""
+        return {
+            aid: {
+                "state": "frozen" if p.frozen_until > now else "ok",
+                "frozen_for_s": round(max(0.0, p.frozen_until - now), 3),
+                "freeze_reason": p.freeze_reason if p.frozen_until > now else "",
+                "used_last_min": p.used.total(now),
+                "budget_per_min": self.budget_per_min,
+                "sources": sorted(p.sources),
+            }
+            for aid, p in sorted(self._accounts.items())
+        }

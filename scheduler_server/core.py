@@ -1,0 +1,625 @@
+"""The scheduler's logic, without Ice: leases, reports, revisit periods, politeness, accounts.
+
+State lives in a ``QueueStore`` (tables ``tasks``, ``pending``, ``inflight``, ``done``, ``meta``; see
+``store`` and ``codec``). Every public call that changes state is ONE store transaction, so a crash at any
+moment leaves each task either as it was or fully moved: pending (a ``pending`` key at its due time) or in
+flight (an ``inflight`` key at its lease deadline), never both, never neither.
+
+Concurrency: one lock serialises every call (the Ice thread pool and the reaper thread share this object).
+Memory-only side effects (politeness windows, rates, counters) are applied after the transaction commits,
+so a rolled-back call leaves no trace either.
+
+Clocks: due times, periods and policy observations use simulated time (``clock.speed``); lease deadlines,
+host spacing, blocks and account budgets use the wall clock, since clients and sites live in real time.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import secrets
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+from urllib.parse import urlsplit
+
+from icecrawler.clock import Clock
+from icecrawler.errors import ConfigError, InvalidArgumentError, LeaseLostError, NoWorkError
+from icecrawler.models import SOURCES, Account, Outcome, Report, Task, TaskKind, make_task_id, split_task_id
+from icecrawler.settings import Settings
+from scheduler_server.accounts import AccountPool, load_accounts
+from scheduler_server.codec import TaskRecord, decode_time_key, time_key
+from scheduler_server.politeness import HostGate, RateWindow
+from scheduler_server.store import QueueStore, Txn
+from shhd.policies import Observation, RevisitPolicy, make_policy
+
+__all__ = ["Clocks", "SchedulerConfig", "SchedulerCore", "SystemClocks", "check_consistency"]
+
+#: Outcomes that count as a failed attempt of the task itself (exponential backoff after N of them).
+TASK_FAILURES = frozenset({Outcome.HttpError, Outcome.Timeout, Outcome.ConnectionError, Outcome.ParseError,
+                           Outcome.Busy, Outcome.TooLarge})
+#: Outcomes that freeze the account the task was crawled with.
+ACCOUNT_FAILURES = frozenset({Outcome.LoginRequired, Outcome.AccountFrozen, Outcome.Banned})
+#: Outcomes that block the host.
+HOST_FAILURES = frozenset({Outcome.Banned, Outcome.RateLimited})
+
+_MAX_COUNT = 10_000_000
+_MAX_TEXT = 256
+_TOKEN_HISTORY = 3
+_SCAN_CHUNK = 256
+#: When a due task waits for an in-flight task of its host or for an account, idle clients retry after this.
+_RETRY_HINT_MS = 200
+
+
+class Clocks(Protocol):
+    """Simulated time for periods and due times; wall time for leases and politeness."""
+
+    def now(self) -> float: ...
+
+    def wall(self) -> float: ...
+
+
+@dataclass(frozen=True)
+class SystemClocks:
+    sim: Clock
+
+    def now(self) -> float:
+        return self.sim.now()
+
+    def wall(self) -> float:
+        return time.time()
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """The ``scheduler.*`` settings the core reads (documented in default_settings)."""
+
+    lease_s: float
+    batch_limit: int
+    host_spacing_s: float
+    host_block_s: float
+    backoff_after_attempts: int
+    min_period_s: float
+    max_period_s: float
+    initial_period_s: float
+    account_sources: frozenset[str]
+    account_budget_per_min: int
+    account_freeze_s: float
+    history_len: int
+    done_retention_s: float
+    #: source -> host (netloc of ``sources.<source>.base_url``).
+    hosts: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> SchedulerConfig:
+        sources = frozenset(s.strip() for s in settings.get_str("scheduler.account_sources").split(",") if s.strip())
+        if sources - set(SOURCES):
+            raise ConfigError(f"scheduler.account_sources: unknown sources {sorted(sources - set(SOURCES))}")
+        config = cls(
+            lease_s=settings.get_float("scheduler.lease_s"),
+            batch_limit=settings.get_int("scheduler.batch_limit"),
+            host_spacing_s=settings.get_float("scheduler.host_spacing_s"),
+            host_block_s=settings.get_float("scheduler.host_block_s"),
+            backoff_after_attempts=settings.get_int("scheduler.backoff_after_attempts"),
+            min_period_s=settings.get_float("scheduler.min_period_s"),
+            max_period_s=settings.get_float("scheduler.max_period_s"),
+            initial_period_s=settings.get_float("scheduler.initial_period_s"),
+            account_sources=sources,
+            account_budget_per_min=settings.get_int("scheduler.account_budget_per_min"),
+            account_freeze_s=settings.get_float("scheduler.account_freeze_s"),
+            history_len=settings.get_int("scheduler.history_len"),
+            done_retention_s=settings.get_float("scheduler.done_retention_s"),
+            hosts={source: urlsplit(settings.get_str(f"sources.{source}.base_url")).netloc for source in SOURCES},
+        )
+        config.validate()
+        return config
+
+    def validate(self) -> None:
+        if self.lease_s <= 0 or self.batch_limit < 1 or self.backoff_after_attempts < 1 or self.history_len < 1:
+            raise ConfigError("scheduler.lease_s, batch_limit, backoff_after_attempts and history_len must be > 0")
+        if not 0 < self.min_period_s <= self.initial_period_s <= self.max_period_s:
+            raise ConfigError("need 0 < scheduler.min_period_s <= initial_period_s <= max_period_s")
+        if self.host_spacing_s < 0 or self.host_block_s < 0 or self.account_freeze_s < 0:
+            raise ConfigError("scheduler.host_spacing_s, host_block_s and account_freeze_s must be >= 0")
+
+
+@dataclass
+class _Effect:
+    """What a committed change does to the in-memory politeness state."""
+
+    host: str
+    account_id: str = ""
+    fetches: int = 0
+
+
+def _invalid(message: str, field_name: str, index: int = -1, code: str = "InvalidField") -> InvalidArgumentError:
+    return InvalidArgumentError(message, code=code, field=field_name, index=index)
+
+
+def _check_batch(items: Sequence[Any], name: str, limit: int) -> None:
+    if not items:
+        raise _invalid(f"{name} is empty", name, code="EmptyBatch")
+    if len(items) > limit:
+        raise _invalid(f"{name} has {len(items)} entries; the limit (scheduler.batch_limit) is {limit}", name,
+                       code="BatchTooLarge")
+
+
+def _check_task_id(task_id: str, field_name: str, index: int) -> None:
+    try:
+        split_task_id(task_id)
+    except InvalidArgumentError as exc:
+        raise _invalid(str(exc), field_name, index, code="InvalidId") from exc
+
+
+def _check_range(value: float, low: float, high: float, field_name: str, index: int) -> None:
+    if not (isinstance(value, (int, float)) and math.isfinite(value) and low <= value <= high):
+        raise _invalid(f"{field_name}={value!r} is outside [{low}, {high}]", field_name, index)
+
+
+class SchedulerCore:
+    """Leases due tasks, applies reports, keeps politeness and the account pool; see the module docstring."""
+
+    def __init__(self, store: QueueStore, policy: RevisitPolicy, clocks: Clocks, config: SchedulerConfig,
+                 accounts: AccountPool) -> None:
+        self.store = store
+        self.policy = policy
+        self.clocks = clocks
+        self.config = config
+        self.accounts = accounts
+        self.gate = HostGate(config.host_spacing_s)
+        self._lock = threading.RLock()
+        self._stopping = False
+        self._leases = RateWindow()
+        self._reports = RateWindow()
+        self._counts: dict[str, int] = {}
+        self._load()
+
+    @classmethod
+    def from_settings(cls, settings: Settings, store: QueueStore, clocks: Clocks | None = None) -> SchedulerCore:
+        config = SchedulerConfig.from_settings(settings)
+        try:
+            policy = make_policy(settings.get_str("scheduler.policy"), min_period_s=config.min_period_s,
+                                 max_period_s=config.max_period_s, initial_period_s=config.initial_period_s)
+        except ValueError as exc:
+            raise ConfigError(f"scheduler.policy: {exc}") from exc
+        pool = AccountPool(load_accounts(settings.get_str("scheduler.accounts_dir"), config.account_sources),
+                           config.account_sources, config.account_budget_per_min, config.account_freeze_s)
+        return cls(store, policy, clocks or SystemClocks(Clock.from_settings(settings)), config, pool)
+
+    # --- start-up -------------------------------------------------------------------------------------------
+
+    def _load(self) -> None:
+        """Counters, persisted host blocks and account freezes, and hosts occupied by surviving leases."""
+        wall = self.clocks.wall()
+        with self.store.transaction() as txn:
+            self._counts = {name: txn.count(name) for name in ("tasks", "pending", "inflight", "done")}
+            for key, value in txn.scan("meta", limit=1_000_000):
+                kind, _, name = key.decode().partition(":")
+                until, reason = json.loads(value)
+                if kind == "host":
+                    self.gate.block(name, until, reason)
+                elif kind == "account":
+                    self.accounts.freeze(name, until, reason)
+            start = b""
+            while True:
+                chunk = txn.scan("inflight", start, limit=_SCAN_CHUNK * 4)
+                for key, _ in chunk:
+                    self.gate.restore_inflight(self._host(decode_time_key(key)[1]), wall)
+                if not chunk:
+                    break
+                start = chunk[-1][0] + b"\0"
+
+    def _host(self, task_id: str) -> str:
+        return self.config.hosts[task_id.split(":", 2)[1]]
+
+    # --- adding tasks ---------------------------------------------------------------------------------------
+
+    def add(self, ids: Sequence[str], kind: TaskKind) -> int:
+        """Add ``"<source>:<target>"`` ids of one kind, due now. Known ids are ignored; returns how many were new.
+        All or nothing: one invalid id rejects the batch."""
+        _check_batch(ids, "ids", self.config.batch_limit)
+        task_ids: list[tuple[str, str, str]] = []
+        for index, text in enumerate(ids):
+            source, sep, target = str(text).partition(":")
+            try:
+                if not sep:
+                    raise InvalidArgumentError(f"{text!r} is not <source>:<target>")
+                task_ids.append((make_task_id(kind, source, target), source, target))
+            except InvalidArgumentError as exc:
+                raise _invalid(str(exc), f"ids[{index}]", index, code="InvalidId") from exc
+        with self._lock:
+            now_ms = int(self.clocks.now() * 1000)
+            added = 0
+            with self.store.transaction() as txn:
+                for task_id, source, target in task_ids:
+                    if txn.get("tasks", task_id.encode()) is not None:
+                        continue
+                    record = TaskRecord(
+                        id=task_id, kind=kind.value, source=source, target=target, due_ms=now_ms,
+                        period_s=self.config.initial_period_s, policy_state=self.policy.initial_state(),
+                        created_ms=now_ms,
+                    )
+                    txn.put("tasks", task_id.encode(), record.to_bytes())
+                    txn.put("pending", time_key(now_ms, task_id), b"")
+                    added += 1
+            self._counts["tasks"] += added
+            self._counts["pending"] += added
+            return added
+
+    # --- leasing --------------------------------------------------------------------------------------------
+
+    def lease(self, worker_id: str, max_tasks: int = 1) -> list[Task]:
+        """Lease up to ``max_tasks`` due tasks to ``worker_id``; NoWorkError if none may be handed out now."""
+        if not worker_id or len(worker_id) > _MAX_TEXT:
+            raise _invalid(f"workerId must be 1-{_MAX_TEXT} characters", "workerId")
+        if max_tasks < 1:
+            raise _invalid(f"max must be >= 1, got {max_tasks}", "max")
+        if max_tasks > self.config.batch_limit:
+            raise _invalid(f"max={max_tasks} exceeds scheduler.batch_limit={self.config.batch_limit}", "max",
+                           code="BatchTooLarge")
+        with self._lock:
+            if self._stopping:
+                raise NoWorkError("the scheduler is shutting down", code="ShuttingDown")
+            self._reap_locked(self.config.batch_limit)
+            now_ms = int(self.clocks.now() * 1000)
+            wall = self.clocks.wall()
+            with self.store.transaction() as txn:
+                tasks, waits = self._lease_due(txn, worker_id, max_tasks, now_ms, wall)
+                next_due_ms = -1 if tasks else self._next_due_ms(txn, now_ms, waits)
+            for task in tasks:
+                self.gate.leased(self._host(task.id), wall)
+            self._counts["pending"] -= len(tasks)
+            self._counts["inflight"] += len(tasks)
+            self._leases.add(wall, len(tasks))
+        if not tasks:
+            raise NoWorkError("no task is due" if next_due_ms != 0 else "due tasks wait for politeness",
+                              next_due_ms)
+        return tasks
+
+    def _lease_due(self, txn: Txn, worker_id: str, max_tasks: int, now_ms: int, wall: float
+                   ) -> tuple[list[Task], list[float]]:
+        """Walk the due part of ``pending`` in time order, skipping sources whose host or accounts are not
+        available; stops once every source is blocked."""
+        tasks: list[Task] = []
+        waits: list[float] = []
+        blocked: set[str] = set()
+        batch_hosts: set[str] = set()
+        deadline_ms = int((wall + self.config.lease_s) * 1000)
+        stop = time_key(now_ms + 1)
+        start = b""
+        while len(tasks) < max_tasks and len(blocked) < len(SOURCES):
+            chunk = txn.scan("pending", start, stop, limit=_SCAN_CHUNK)
+            if not chunk:
+                break
+            start = chunk[-1][0] + b"\0"
+            for key, _ in chunk:
+                task_id = decode_time_key(key)[1]
+                source = task_id.split(":", 2)[1]
+                if source in blocked:
+                    continue
+                host = self.config.hosts[source]
+                wait = float("inf") if host in batch_hosts else self.gate.ready_in(host, wall)
+                account = self.accounts.pick(source, wall) if wait <= 0 else None
+                if account is None:
+                    blocked.add(source)
+                    waits.append(wait)
+                    if len(blocked) == len(SOURCES):
+                        break
+                    continue
+                tasks.append(self._lease_one(txn, key, task_id, worker_id, account, deadline_ms))
+                if self.config.host_spacing_s > 0:
+                    batch_hosts.add(host)
+                if len(tasks) == max_tasks:
+                    break
+        return tasks, waits
+
+    def _lease_one(self, txn: Txn, key: bytes, task_id: str, worker_id: str, account: Account,
+                   deadline_ms: int) -> Task:
+        record = self._record(txn, task_id)
+        record.state = "inflight"
+        record.lease_token = secrets.token_hex(8)
+        record.lease_deadline_ms = deadline_ms
+        record.worker = worker_id
+        record.account_id = account.id
+        txn.delete("pending", key)
+        txn.put("inflight", time_key(deadline_ms, task_id), record.lease_token.encode())
+        txn.put("tasks", task_id.encode(), record.to_bytes())
+        return Task(
+            id=task_id, kind=TaskKind(record.kind), source=record.source, target=record.target,
+            params=dict(record.params), lease_token=record.lease_token, lease_deadline_ms=deadline_ms,
+            period_s=record.period_s, cursor=record.cursor, attempts=record.attempts, account=account,
+        )
+
+    def _next_due_ms(self, txn: Txn, now_ms: int, waits: list[float]) -> int:
+        """Wall milliseconds until something may be leased (-1: the pending queue is empty)."""
+        if waits:
+            finite = [w for w in waits if math.isfinite(w)]
+            return max(1, int(min(finite) * 1000)) if finite else _RETRY_HINT_MS
+        first = txn.scan("pending", limit=1)
+        if not first:
+            return -1
+        speed = getattr(getattr(self.clocks, "sim", None), "speed", 1.0)
+        return max(0, int((decode_time_key(first[0][0])[0] - now_ms) / speed))
+
+    # --- reports and releases ---------------------------------------------------------------------------------
+
+    def report(self, reports: Sequence[Report]) -> None:
+        """Apply crawl reports, all or nothing: each one releases its lease and re-queues its task."""
+        _check_batch(reports, "reports", self.config.batch_limit)
+        seen: set[str] = set()
+        for index, item in enumerate(reports):
+            self._check_report(item, index)
+            if item.task_id in seen:
+                raise _invalid(f"task {item.task_id} reported twice in one batch", f"reports[{index}].taskId", index)
+            seen.add(item.task_id)
+        with self._lock:
+            self._reap_locked(self.config.batch_limit)
+            now_ms = int(self.clocks.now() * 1000)
+            wall = self.clocks.wall()
+            effects: list[_Effect] = []
+            with self.store.transaction() as txn:
+                for index, item in enumerate(reports):
+                    record = self._leased(txn, item.task_id, item.lease_token, index, "reports")
+                    effects.append(self._apply(txn, record, item, now_ms, wall))
+            for effect in effects:
+                self.gate.ended(effect.host, wall)
+                self.accounts.charge(effect.account_id, effect.fetches - 1, wall)
+            self._counts["inflight"] -= len(reports)
+            self._counts["pending"] += len(reports)
+            self._counts["done"] += len(reports)
+            self._reports.add(wall, len(reports))
+
+    def _check_report(self, item: Report, index: int) -> None:
+        where = f"reports[{index}]"
+        _check_task_id(item.task_id, f"{where}.taskId", index)
+        if not item.lease_token or len(item.lease_token) > _MAX_TEXT:
+            raise _invalid("leaseToken must be 1-256 characters", f"{where}.leaseToken", index)
+        if not isinstance(item.outcome, Outcome):
+            raise _invalid(f"unknown outcome {item.outcome!r}", f"{where}.outcome", index)
+        for name, value, high in (("newItems", item.new_items, _MAX_COUNT), ("windowItems", item.window_items,
+                                  _MAX_COUNT), ("fetches", item.fetches, _MAX_COUNT),
+                                  ("httpStatus", item.http_status, 999), ("newestItemMs", item.newest_item_ms, 2**62),
+                                  ("fingerprint", item.fingerprint, 2**64 - 1),
+                                  ("retryAfterS", item.retry_after_s, self.config.max_period_s)):
+            _check_range(value, 0, high, f"{where}.{name}", index)
+        for name, text in (("cursor", item.cursor), ("errorClass", item.error_class)):
+            if len(text) > _MAX_TEXT:
+                raise _invalid(f"{name} is longer than {_MAX_TEXT} characters", f"{where}.{name}", index)
+
+    def _record(self, txn: Txn, task_id: str) -> TaskRecord:
+        raw = txn.get("tasks", task_id.encode())
+        if raw is None:
+            raise KeyError(task_id)
+        return TaskRecord.from_bytes(raw)
+
+    def _leased(self, txn: Txn, task_id: str, token: str, index: int, name: str) -> TaskRecord:
+        """The task's record if ``token`` is its current lease; otherwise UnknownTask or LeaseLost."""
+        raw = txn.get("tasks", task_id.encode())
+        if raw is None:
+            raise _invalid(f"unknown task {task_id}", f"{name}[{index}].taskId", index, code="UnknownTask")
+        record = TaskRecord.from_bytes(raw)
+        if record.state != "inflight" or record.lease_token != token:
+            stale = token in record.old_tokens
+            raise LeaseLostError(
+                f"lease {token!r} of {task_id} " + ("expired or was given back" if stale else "was never issued"),
+                task_id=task_id, index=index,
+                code="StaleLease" if stale else "UnknownLease")
+        return record
+
+    def _end_lease(self, txn: Txn, record: TaskRecord, due_ms: int, *, keep_token: bool) -> None:
+        """Move a task from in flight back to pending at ``due_ms``."""
+        txn.delete("inflight", time_key(record.lease_deadline_ms, record.id))
+        if keep_token:
+            record.old_tokens = [*record.old_tokens, record.lease_token][-_TOKEN_HISTORY:]
+        record.state = "pending"
+        record.lease_token = ""
+        record.lease_deadline_ms = 0
+        record.due_ms = due_ms
+        txn.put("pending", time_key(due_ms, record.id), b"")
+        txn.put("tasks", record.id.encode(), record.to_bytes())
+
+    def _backoff_s(self, attempts: int) -> float:
+        """No delay before ``backoff_after_attempts`` failures, then min_period doubling up to max_period."""
+        over = attempts - self.config.backoff_after_attempts
+        if over < 0:
+            return 0.0
+        return min(self.config.max_period_s, self.config.min_period_s * 2.0 ** min(over, 60))
+
+    def _apply(self, txn: Txn, record: TaskRecord, item: Report, now_ms: int, wall: float) -> _Effect:
+        effect = _Effect(self._host(record.id), record.account_id, max(1, item.fetches))
+        record.last_outcome = item.outcome.value
+        record.last_error = item.error_class
+        record.last_crawl_ms = now_ms
+        delay_s = 0.0
+        if item.outcome is Outcome.Ok:
+            delay_s = self._observe(record, item, now_ms)
+        elif item.outcome is Outcome.NotFound:
+            delay_s = self.config.max_period_s
+        elif item.outcome in TASK_FAILURES:
+            record.attempts += 1
+            delay_s = self._backoff_s(record.attempts)
+        if item.outcome in HOST_FAILURES:
+            until = wall + (item.retry_after_s or self.config.host_block_s)
+            self.gate.block(effect.host, until, item.outcome.value)
+            txn.put("meta", f"host:{effect.host}".encode(), json.dumps([until, item.outcome.value]).encode())
+        if item.outcome in ACCOUNT_FAILURES and record.account_id:
+            until = wall + max(item.retry_after_s, self.config.account_freeze_s)
+            self.accounts.freeze(record.account_id, until, item.outcome.value)
+            txn.put("meta", f"account:{record.account_id}".encode(),
+                    json.dumps([until, item.outcome.value]).encode())
+        done = {"outcome": item.outcome.value, "new": item.new_items, "period_s": record.period_s,
+                "worker": record.worker}
+        txn.put("done", time_key(now_ms, f"{record.id}#{record.lease_token}"), json.dumps(done).encode())
+        self._end_lease(txn, record, now_ms + int(delay_s * 1000), keep_token=False)
+        return effect
+
+    def _observe(self, record: TaskRecord, item: Report, now_ms: int) -> float:
+        """A successful crawl: the policy turns the change signals into the next period (clamped)."""
+        decision = self.policy.next_period(record.policy_state, Observation(
+            now_s=now_ms / 1000, fingerprint=item.fingerprint, new_items=item.new_items,
+            window_items=item.window_items, newest_item_s=item.newest_item_ms / 1000))
+        period = min(self.config.max_period_s, max(self.config.min_period_s, decision.period_s))
+        distance = decision.distance
+        if distance < 0 and record.fingerprint and item.fingerprint:
+            distance = (record.fingerprint ^ item.fingerprint).bit_count()
+        record.policy_state = decision.state
+        record.period_s = period
+        record.attempts = 0
+        record.crawls += 1
+        record.item_count += item.new_items
+        record.newest_item_ms = max(record.newest_item_ms, item.newest_item_ms)
+        record.fingerprint = item.fingerprint or record.fingerprint
+        record.cursor = item.cursor or record.cursor
+        if record.kind == TaskKind.Listing.value:
+            record.discovered += item.new_items
+        record.history = [*record.history, [now_ms, period, distance, item.new_items]][-self.config.history_len:]
+        return period
+
+    def release(self, leases: Sequence[tuple[str, str]]) -> None:
+        """Give leases back unused (client shutdown): due at once, no attempt counted. All or nothing."""
+        _check_batch(leases, "leases", self.config.batch_limit)
+        for index, (task_id, token) in enumerate(leases):
+            _check_task_id(task_id, f"leases[{index}].taskId", index)
+            if not token:
+                raise _invalid("leaseToken is empty", f"leases[{index}].leaseToken", index)
+        if len({task_id for task_id, _ in leases}) != len(leases):
+            raise _invalid("a task is named twice", "leases")
+        with self._lock:
+            self._reap_locked(self.config.batch_limit)
+            now_ms = int(self.clocks.now() * 1000)
+            wall = self.clocks.wall()
+            with self.store.transaction() as txn:
+                hosts = []
+                for index, (task_id, token) in enumerate(leases):
+                    record = self._leased(txn, task_id, token, index, "leases")
+                    hosts.append(self._host(task_id))
+                    self._end_lease(txn, record, now_ms, keep_token=True)
+            for host in hosts:
+                self.gate.ended(host, wall)
+            self._counts["inflight"] -= len(leases)
+            self._counts["pending"] += len(leases)
+
+    # --- maintenance ------------------------------------------------------------------------------------------
+
+    def reap(self, limit: int = 10_000) -> int:
+        """Return expired leases to pending, counting an attempt each. Returns how many expired."""
+        with self._lock:
+            return self._reap_locked(limit)
+
+    def _reap_locked(self, limit: int) -> int:
+        wall = self.clocks.wall()
+        now_ms = int(self.clocks.now() * 1000)
+        with self.store.transaction() as txn:
+            expired = txn.scan("inflight", b"", time_key(int(wall * 1000) + 1), limit)
+            hosts = []
+            for key, _token in expired:
+                record = self._record(txn, decode_time_key(key)[1])
+                record.attempts += 1
+                hosts.append(self._host(record.id))
+                self._end_lease(txn, record, now_ms + int(self._backoff_s(record.attempts) * 1000),
+                                keep_token=True)
+        for host in hosts:
+            self.gate.ended(host, wall)
+        self._counts["inflight"] -= len(expired)
+        self._counts["pending"] += len(expired)
+        return len(expired)
+
+    def prune_done(self, limit: int = 10_000) -> int:
+        """Drop completion-log entries older than ``scheduler.done_retention_s``."""
+        with self._lock:
+            cutoff = int((self.clocks.now() - self.config.done_retention_s) * 1000)
+            with self.store.transaction() as txn:
+                old = txn.scan("done", b"", time_key(cutoff), limit)
+                for key, _ in old:
+                    txn.delete("done", key)
+            self._counts["done"] -= len(old)
+            return len(old)
+
+    def checkpoint(self) -> None:
+        with self._lock:
+            self.store.checkpoint()
+
+    def stop_leasing(self) -> None:
+        """From now on getUser(s) raise NoWork(ShuttingDown); reports are still accepted."""
+        with self._lock:
+            self._stopping = True
+
+    def close(self) -> None:
+        """Wait for the current call's transaction, then close the store."""
+        with self._lock:
+            self._stopping = True
+            self.store.close()
+
+    # --- introspection -----------------------------------------------------------------------------------------
+
+    def stats(self) -> dict[str, Any]:
+        """Counts, rates over the last minute and per-host/account/listing detail (never cookies)."""
+        with self._lock:
+            wall = self.clocks.wall()
+            now_ms = int(self.clocks.now() * 1000)
+            with self.store.transaction() as txn:
+                due_soon = len(txn.scan("pending", b"", time_key(now_ms + 60_000), 1_000_000))
+                listings = {
+                    key.decode(): TaskRecord.from_bytes(value).discovered
+                    for key, value in txn.scan("tasks", b"listing:", b"listing;", 1000)
+                }
+            return {
+                **self._counts,
+                "due_soon": due_soon,
+                "leases_per_min": self._leases.total(wall),
+                "reports_per_min": self._reports.total(wall),
+                "detail": {
+                    "hosts": self.gate.describe(wall),
+                    "accounts": self.accounts.describe(wall),
+                    "listings": listings,
+                    "policy": self.policy.name,
+                    "lease_s": self.config.lease_s,
+                    "batch_limit": self.config.batch_limit,
+                    "shutting_down": self._stopping,
+                },
+            }
+
+    def task_info(self, task_id: str) -> dict[str, Any]:
+        """One task's metadata and recent period/distance history."""
+        _check_task_id(task_id, "taskId", -1)
+        with self._lock:
+            with self.store.transaction() as txn:
+                raw = txn.get("tasks", task_id.encode())
+            if raw is None:
+                raise _invalid(f"unknown task {task_id}", "taskId", code="UnknownTask")
+            record = TaskRecord.from_bytes(raw)
+            info = {key: value for key, value in vars(record).items() if key != "old_tokens"}
+            info["lease_token"] = "<held>" if record.lease_token else ""
+            info["due_in_s"] = round((record.due_ms / 1000 - self.clocks.now()), 3) if record.state == "pending" \
+                else None
+            info["history"] = [{"time_ms": int(t), "period_s": p, "distance": int(d), "new_items": int(n)}
+                               for t, p, d, n in record.history]
+            return info
+
+
+def check_consistency(store: QueueStore, limit: int = 10_000_000) -> tuple[dict[str, int], list[str]]:
+    """Audit: every task is in exactly one of pending/inflight, at the key its record names, and no queue key
+    points at a missing task. Returns per-state counts and a list of problems (empty when consistent)."""
+    problems: list[str] = []
+    with store.transaction() as txn:
+        records = {key.decode(): TaskRecord.from_bytes(value) for key, value in txn.scan("tasks", limit=limit)}
+        pending = [decode_time_key(key) for key, _ in txn.scan("pending", limit=limit)]
+        inflight = [(decode_time_key(key), token.decode()) for key, token in txn.scan("inflight", limit=limit)]
+    where: dict[str, list[str]] = {task_id: [] for task_id in records}
+    for due_ms, task_id in pending:
+        record = records.get(task_id)
+        if record is None or record.state != "pending" or record.due_ms != due_ms:
+            problems.append(f"pending key ({due_ms}, {task_id}) does not match its record")
+        where.setdefault(task_id, []).append("pending")
+    for (deadline_ms, task_id), token in inflight:
+        record = records.get(task_id)
+        if record is None or record.state != "inflight" or record.lease_deadline_ms != deadline_ms \
+                or record.lease_token != token:
+            problems.append(f"inflight key ({deadline_ms}, {task_id}) does not match its record")
+        where.setdefault(task_id, []).append("inflight")
+    problems.extend(f"{task_id} is in {places or 'no queue'}" for task_id, places in where.items()
+                    if len(places) != 1)
+    counts = {"tasks": len(records), "pending": len(pending), "inflight": len(inflight)}
+    return counts, problems

@@ -1,0 +1,144 @@
+"""The scheduler daemon: a thin Ice servant over ``SchedulerCore`` plus the maintenance thread.
+
+The servant only converts Slice <-> core types (``icecrawler.rpc``), calls the core and maps errors
+(``rpc.map_errors``); everything else is in ``core`` (STYLE rule 1).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import Ice
+
+from icecrawler import rpc
+from icecrawler.models import TaskKind
+from icecrawler.settings import Settings
+from scheduler_server.core import SchedulerCore
+from scheduler_server.store import BdbQueueStore
+
+__all__ = ["Maintenance", "make_servant", "open_core", "run"]
+
+log = logging.getLogger(__name__)
+
+#: Ice properties the scheduler starts with (deploy/scheduler.conf or --Ice.* override them). Several
+#: dispatch threads let unmarshalling overlap with the core's single lock and the fsync of a commit.
+SCHEDULER_PROPERTIES = {"Ice.ThreadPool.Server.Size": "4"}
+
+
+def make_servant(core: SchedulerCore) -> Ice.Object:
+    """A ``Crawler::Scheduler`` servant delegating to ``core``."""
+    C = rpc.crawler()
+
+    class SchedulerServant(C.Scheduler):  # type: ignore[misc,name-defined]
+        @rpc.map_errors
+        def getUser(self, workerId: str, current: Ice.Current) -> Any:
+            return rpc.task_to_slice(core.lease(workerId, 1)[0])
+
+        @rpc.map_errors
+        def getUsers(self, workerId: str, max: int, current: Ice.Current) -> list[Any]:
+            return [rpc.task_to_slice(task) for task in core.lease(workerId, max)]
+
+        @rpc.map_errors
+        def putUser(self, report: Any, current: Ice.Current) -> None:
+            core.report([rpc.report_from_slice(report)])
+
+        @rpc.map_errors
+        def putUsers(self, reports: Sequence[Any], current: Ice.Current) -> None:
+            core.report([rpc.report_from_slice(report) for report in reports])
+
+        @rpc.map_errors
+        def releaseUsers(self, leases: Sequence[Any], current: Ice.Current) -> None:
+            core.release([(lease.taskId, lease.leaseToken) for lease in leases])
+
+        @rpc.map_errors
+        def addUsers(self, ids: Sequence[str], kind: Any, current: Ice.Current) -> int:
+            return core.add(list(ids), TaskKind[kind.name])
+
+        @rpc.map_errors
+        def stats(self, current: Ice.Current) -> Any:
+            stats = core.stats()
+            return C.SchedulerStats(
+                tasks=stats["tasks"], pending=stats["pending"], inflight=stats["inflight"], done=stats["done"],
+                dueSoon=stats["due_soon"], leasesPerMin=stats["leases_per_min"],
+                reportsPerMin=stats["reports_per_min"], detailJson=json.dumps(stats["detail"]),
+            )
+
+        @rpc.map_errors
+        def taskInfo(self, taskId: str, current: Ice.Current) -> str:
+            return json.dumps(core.task_info(taskId))
+
+    return SchedulerServant()
+
+
+class Maintenance(threading.Thread):
+    """Reaps expired leases, prunes the completion log and checkpoints, every few seconds, until stopped."""
+
+    def __init__(self, core: SchedulerCore, interval_s: float, checkpoint_s: float) -> None:
+        super().__init__(name="scheduler-maintenance", daemon=True)
+        self.core = core
+        self.interval_s = interval_s
+        self.checkpoint_s = checkpoint_s
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        last_checkpoint = time.monotonic()
+        while not self.stopped.wait(self.interval_s):
+            try:
+                expired = self.core.reap()
+                if expired:
+                    log.info("%d expired lease(s) returned to pending", expired)
+                self.core.prune_done()
+                if time.monotonic() - last_checkpoint >= self.checkpoint_s:
+                    self.core.checkpoint()
+                    last_checkpoint = time.monotonic()
+            except Exception:  # keep reaping after a transient error; it is logged with its traceback
+                if self.stopped.is_set():
+                    return
+                log.exception("scheduler maintenance failed")
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.join(timeout=10)
+
+
+def open_core(settings: Settings) -> SchedulerCore:
+    """The core over the Berkeley DB environment named by the settings (recovered on open)."""
+    store = BdbQueueStore(settings.get_str("scheduler.db_dir"), durable=settings.get_bool("scheduler.durable_commits"))
+    try:
+        return SchedulerCore.from_settings(settings, store)
+    except Exception:
+        store.close()
+        raise
+
+
+def run(settings: Settings, ice_args: Sequence[str]) -> int:
+    """Serve until SIGTERM/SIGINT: then refuse new leases, drain dispatches, close the environment."""
+    core = open_core(settings)
+    maintenance = Maintenance(core, settings.get_float("scheduler.maintenance_interval_s"),
+                              settings.get_float("scheduler.checkpoint_interval_s"))
+    stats = core.stats()
+    log.info("scheduler: %d tasks (%d pending, %d in flight), policy %s, db %s", stats["tasks"], stats["pending"],
+             stats["inflight"], stats["detail"]["policy"], settings.get_str("scheduler.db_dir"))
+    maintenance.start()
+
+    closed = threading.Event()
+
+    def shutdown() -> None:
+        if not closed.is_set():
+            closed.set()
+            maintenance.stop()
+            core.close()
+            log.info("scheduler database closed")
+
+    try:
+        with rpc.communicator(ice_args, SCHEDULER_PROPERTIES) as comm:
+            rpc.serve(comm, rpc.SCHEDULER_ADAPTER, {rpc.SCHEDULER_IDENTITY: make_servant(core)},
+                      rpc.SCHEDULER_ENDPOINTS, on_shutdown=shutdown, on_stop_requested=core.stop_leasing)
+    finally:
+        shutdown()
+    return 0

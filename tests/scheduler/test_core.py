@@ -1,0 +1,272 @@
+"""SchedulerCore without Ice: leases, reports, releases, expiry, backoff, politeness, accounts, validation.
+Every test runs against the memory store and the Berkeley DB store (the ``store`` fixture)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from icecrawler.errors import ConfigError, InvalidArgumentError, LeaseLostError, NoWorkError
+from icecrawler.models import Outcome, Report, TaskKind
+from scheduler_server.core import SchedulerCore, check_consistency
+from scheduler_server.store import MemoryQueueStore, QueueStore
+from tests.scheduler.conftest import ManualClocks, make_settings
+
+USERS = ["weibo_pc:1", "weibo_pc:2", "weibo_mobile:3"]
+
+
+def ok(task_id: str, token: str, **fields: object) -> Report:
+    return Report(task_id=task_id, lease_token=token, **fields)  # type: ignore[arg-type]
+
+
+def snapshot(store: QueueStore) -> tuple[dict[str, int], list[str]]:
+    return check_consistency(store)
+
+
+def test_add_is_idempotent_and_counts_new(core: SchedulerCore) -> None:
+    assert core.add(USERS, TaskKind.WeiboUser) == 3
+    assert core.add([*USERS, "weibo_pc:4", "weibo_pc:4"], TaskKind.WeiboUser) == 1
+    stats = core.stats()
+    assert (stats["tasks"], stats["pending"], stats["inflight"], stats["due_soon"]) == (4, 4, 0, 4)
+
+
+def test_lease_hands_out_each_due_task_once(core: SchedulerCore, store: QueueStore) -> None:
+    core.add(USERS, TaskKind.WeiboUser)
+    first = core.lease("w1", 2)
+    second = core.lease("w2", 5)
+    assert len(first) == 2 and len(second) == 1
+    assert len({task.id for task in first + second}) == 3
+    assert all(task.lease_token and task.lease_deadline_ms > 0 for task in first + second)
+    with pytest.raises(NoWorkError) as caught:
+        core.lease("w3", 1)
+    assert caught.value.next_due_in_ms == -1
+    counts, problems = snapshot(store)
+    assert problems == [] and counts == {"tasks": 3, "pending": 0, "inflight": 3}
+
+
+def test_report_requeues_after_the_period(core: SchedulerCore, clocks: ManualClocks) -> None:
+    core.add(["jd:100012043978"], TaskKind.ProductReviews)
+    task = core.lease("w", 1)[0]
+    assert task.id == "reviews:jd:100012043978" and task.period_s == 60.0
+    core.report([ok(task.id, task.lease_token, fingerprint=2**64 - 1, new_items=3, window_items=10,
+                    newest_item_ms=1_700_000_000_000, cursor="r9")])
+    with pytest.raises(NoWorkError) as caught:
+        core.lease("w", 1)
+    assert caught.value.next_due_in_ms == 60_000
+    clocks.advance(60)
+    again = core.lease("w", 1)[0]
+    assert (again.cursor, again.attempts) == ("r9", 0)
+    info = core.task_info(task.id)
+    assert (info["item_count"], info["fingerprint"], info["crawls"]) == (3, 2**64 - 1, 1)
+    assert info["history"][0]["new_items"] == 3 and info["history"][0]["period_s"] == 60.0
+    assert info["lease_token"] == "<held>"
+
+
+def test_listing_reports_sum_discovered_products(core: SchedulerCore) -> None:
+    core.add(["ecshop:3"], TaskKind.Listing)
+    task = core.lease("w", 1)[0]
+    core.report([ok(task.id, task.lease_token, new_items=7)])
+    assert core.stats()["detail"]["listings"] == {"listing:ecshop:3": 7}
+
+
+def test_stale_and_unknown_tokens_are_rejected_without_changes(core: SchedulerCore, store: QueueStore,
+                                                               clocks: ManualClocks) -> None:
+    core.add(USERS, TaskKind.WeiboUser)
+    tasks = core.lease("w", 3)
+    before = snapshot(store)
+    with pytest.raises(LeaseLostError) as caught:
+        core.report([ok(tasks[0].id, tasks[0].lease_token), ok(tasks[1].id, "not-a-token")])
+    assert (caught.value.code, caught.value.index, caught.value.task_id) == ("UnknownLease", 1, tasks[1].id)
+    assert snapshot(store) == before
+    clocks.advance(31)  # the leases expire
+    with pytest.raises(LeaseLostError) as caught:
+        core.report([ok(tasks[2].id, tasks[2].lease_token)])
+    assert caught.value.code == "StaleLease"
+    assert core.task_info(tasks[2].id)["attempts"] == 1
+
+
+@pytest.mark.parametrize(("reports", "code", "field"), [
+    ([], "EmptyBatch", "reports"),
+    ([Report("user:weibo_pc:1", "t")] * 51, "BatchTooLarge", "reports"),
+    ([Report("user:nowhere:1", "t")], "InvalidId", "reports[0].taskId"),
+    ([Report("user:weibo_pc:99", "t")], "UnknownTask", "reports[0].taskId"),
+    ([Report("user:weibo_pc:1", "")], "InvalidField", "reports[0].leaseToken"),
+    ([Report("user:weibo_pc:1", "t", new_items=-1)], "InvalidField", "reports[0].newItems"),
+    ([Report("user:weibo_pc:1", "t", retry_after_s=float("nan"))], "InvalidField", "reports[0].retryAfterS"),
+    ([Report("user:weibo_pc:1", "t", http_status=1000)], "InvalidField", "reports[0].httpStatus"),
+])
+def test_bad_reports_raise_typed_errors(core: SchedulerCore, store: QueueStore, reports: list[Report], code: str,
+                                        field: str) -> None:
+    core.add(USERS, TaskKind.WeiboUser)
+    core.lease("w", 1)
+    before = snapshot(store)
+    with pytest.raises(InvalidArgumentError) as caught:
+        core.report(reports)
+    assert (caught.value.code, caught.value.field) == (code, field)
+    assert snapshot(store) == before
+
+
+def test_bad_lease_and_add_arguments(core: SchedulerCore) -> None:
+    for call, code, field in [
+        (lambda: core.lease("w", 0), "InvalidField", "max"),
+        (lambda: core.lease("w", 51), "BatchTooLarge", "max"),
+        (lambda: core.lease("", 1), "InvalidField", "workerId"),
+        (lambda: core.add([], TaskKind.WeiboUser), "EmptyBatch", "ids"),
+        (lambda: core.add(["weibo_pc:1", "jd:1"], TaskKind.WeiboUser), "InvalidId", "ids[1]"),
+        (lambda: core.add(["weibo_pc"], TaskKind.WeiboUser), "InvalidId", "ids[0]"),
+        (lambda: core.task_info("user:weibo_pc:404"), "UnknownTask", "taskId"),
+        (lambda: core.task_info("garbage"), "InvalidId", "taskId"),
+        (lambda: core.release([("user:weibo_pc:1", "")]), "InvalidField", "leases[0].leaseToken"),
+    ]:
+        with pytest.raises(InvalidArgumentError) as caught:
+            call()
+        assert (caught.value.code, caught.value.field) == (code, field)
+    assert core.stats()["tasks"] == 0
+
+
+def test_release_makes_tasks_due_at_once_without_an_attempt(core: SchedulerCore, store: QueueStore) -> None:
+    core.add(USERS, TaskKind.WeiboUser)
+    tasks = core.lease("w", 3)
+    with pytest.raises(LeaseLostError):
+        core.release([(tasks[0].id, tasks[0].lease_token), (tasks[1].id, "wrong")])
+    assert snapshot(store)[0]["inflight"] == 3
+    core.release([(task.id, task.lease_token) for task in tasks])
+    again = core.lease("w", 3)
+    assert sorted(task.id for task in again) == sorted(task.id for task in tasks)
+    assert all(task.attempts == 0 for task in again)
+
+
+def test_expired_leases_return_with_an_attempt_and_not_before(core: SchedulerCore, clocks: ManualClocks) -> None:
+    core.add(USERS[:1], TaskKind.WeiboUser)
+    task = core.lease("dead-worker", 1)[0]
+    clocks.advance(29.9)
+    assert core.reap() == 0
+    with pytest.raises(NoWorkError):
+        core.lease("w", 1)
+    clocks.advance(0.2)
+    again = core.lease("w", 1)[0]  # the check on every getUsers reaps it
+    assert again.id == task.id and again.attempts == 1 and again.lease_token != task.lease_token
+
+
+def test_failures_back_off_exponentially_and_are_never_dropped(core: SchedulerCore, clocks: ManualClocks) -> None:
+    core.add(USERS[:1], TaskKind.WeiboUser)
+    delays = []
+    for _ in range(6):
+        task = core.lease("w", 1)[0]
+        core.report([ok(task.id, task.lease_token, outcome=Outcome.Timeout, error_class="ReadTimeout")])
+        delays.append(core.task_info(task.id)["due_in_s"])
+        clocks.advance(delays[-1])
+    assert delays == [0.0, 0.0, 10.0, 20.0, 40.0, 80.0]  # backoff_after_attempts=3, min_period 10
+    assert core.task_info(USERS[0].replace("weibo_pc", "user:weibo_pc", 1))["attempts"] == 6
+
+
+def test_ok_report_resets_attempts(core: SchedulerCore) -> None:
+    core.add(USERS[:1], TaskKind.WeiboUser)
+    task = core.lease("w", 1)[0]
+    core.report([ok(task.id, task.lease_token, outcome=Outcome.ParseError)])
+    task = core.lease("w", 1)[0]
+    assert task.attempts == 1
+    core.report([ok(task.id, task.lease_token)])
+    assert core.task_info(task.id)["attempts"] == 0
+
+
+def test_host_spacing_one_task_in_flight_per_host(store: QueueStore, clocks: ManualClocks) -> None:
+    core = SchedulerCore.from_settings(make_settings(scheduler__host_spacing_s=2.0), store, clocks)
+    core.add(["jd:1", "jd:2", "jd:3"], TaskKind.ProductReviews)
+    first = core.lease("w", 3)
+    assert len(first) == 1  # every source shares the sandbox host 127.0.0.1:8800
+    with pytest.raises(NoWorkError) as caught:
+        core.lease("w", 1)
+    assert caught.value.next_due_in_ms > 0
+    clocks.advance(5)
+    core.report([ok(first[0].id, first[0].lease_token)])
+    with pytest.raises(NoWorkError) as caught:
+        core.lease("w", 1)  # ended just now: wait the spacing again
+    assert caught.value.next_due_in_ms == 2000
+    clocks.advance(2)
+    assert len(core.lease("w", 3)) == 1
+
+
+def test_ban_blocks_the_host_until_retry_after(store: QueueStore, clocks: ManualClocks) -> None:
+    core = SchedulerCore.from_settings(make_settings(), store, clocks)
+    core.add(["jd:1", "jd:2"], TaskKind.ProductReviews)
+    task = core.lease("w", 1)[0]
+    core.report([ok(task.id, task.lease_token, outcome=Outcome.Banned, http_status=418, retry_after_s=100)])
+    with pytest.raises(NoWorkError) as caught:
+        core.lease("w", 2)
+    assert caught.value.next_due_in_ms == 100_000
+    assert core.stats()["detail"]["hosts"]["127.0.0.1:8800"]["block_reason"] == "Banned"
+    # the block is durable: a new core over the same store still honours it
+    reopened = SchedulerCore.from_settings(make_settings(), store, clocks)
+    with pytest.raises(NoWorkError):
+        reopened.lease("w", 2)
+    clocks.advance(100)
+    assert len(reopened.lease("w", 2)) == 2
+
+
+def write_accounts(directory: Path) -> None:
+    directory.mkdir()
+    (directory / "pool.toml").write_text(
+        '[[account]]\nid = "a1"\ncookies = "SUB=secret-one"\n\n'
+        '[[account]]\nid = "a2"\ncookies = "SUB=secret-two"\nsources = ["weibo_mobile"]\n')
+
+
+def test_accounts_are_leased_frozen_and_thawed(tmp_path: Path, clocks: ManualClocks) -> None:
+    write_accounts(tmp_path / "accounts")
+    settings = make_settings(scheduler__accounts_dir=str(tmp_path / "accounts"),
+                             scheduler__account_sources="weibo_pc,weibo_mobile", scheduler__account_freeze_s=50.0)
+    core = SchedulerCore.from_settings(settings, MemoryQueueStore(), clocks)
+    core.add(["weibo_pc:1", "weibo_pc:2"], TaskKind.WeiboUser)
+    core.add(["jd:1"], TaskKind.ProductReviews)
+    tasks = {task.id: task for task in core.lease("w", 3)}
+    assert tasks["reviews:jd:1"].account.id == ""
+    assert {tasks["user:weibo_pc:1"].account.id, tasks["user:weibo_pc:2"].account.id} == {"a1"}
+    first = tasks["user:weibo_pc:1"]
+    core.report([ok(first.id, first.lease_token, outcome=Outcome.LoginRequired)])
+    with pytest.raises(NoWorkError):
+        core.lease("w", 1)  # a1 is frozen, a2 only serves weibo_mobile: the task waits
+    status = core.stats()["detail"]["accounts"]
+    assert status["a1"]["state"] == "frozen" and "secret" not in repr(core.stats())
+    clocks.advance(50)
+    assert core.lease("w", 1)[0].account.id == "a1"
+
+
+def test_account_budget_per_minute(tmp_path: Path, clocks: ManualClocks) -> None:
+    write_accounts(tmp_path / "accounts")
+    settings = make_settings(scheduler__accounts_dir=str(tmp_path / "accounts"), scheduler__account_sources="weibo_pc",
+                             scheduler__account_budget_per_min=2)
+    core = SchedulerCore.from_settings(settings, MemoryQueueStore(), clocks)
+    core.add([f"weibo_pc:{n}" for n in range(5)], TaskKind.WeiboUser)
+    assert len(core.lease("w", 5)) == 2
+    clocks.advance(61)
+    assert len(core.lease("w", 5)) == 2
+
+
+def test_bad_account_files_and_policies_fail_clearly(tmp_path: Path, clocks: ManualClocks) -> None:
+    (tmp_path / "bad.toml").write_text('[[account]]\nid = "x"\n')
+    with pytest.raises(ConfigError, match="cookies"):
+        SchedulerCore.from_settings(make_settings(scheduler__accounts_dir=str(tmp_path)), MemoryQueueStore(), clocks)
+    with pytest.raises(ConfigError, match=r"scheduler\.policy"):
+        SchedulerCore.from_settings(make_settings(scheduler__policy="no-such-policy"), MemoryQueueStore(), clocks)
+
+
+def test_shutting_down_refuses_new_leases(core: SchedulerCore) -> None:
+    core.add(USERS, TaskKind.WeiboUser)
+    task = core.lease("w", 1)[0]
+    core.stop_leasing()
+    with pytest.raises(NoWorkError) as caught:
+        core.lease("w", 1)
+    assert caught.value.code == "ShuttingDown"
+    core.report([ok(task.id, task.lease_token)])  # reports still land
+    assert core.stats()["detail"]["shutting_down"] is True
+
+
+def test_done_log_is_pruned_after_retention(store: QueueStore, clocks: ManualClocks) -> None:
+    core = SchedulerCore.from_settings(make_settings(scheduler__done_retention_s=100.0), store, clocks)
+    core.add(USERS, TaskKind.WeiboUser)
+    for task in core.lease("w", 3):
+        core.report([ok(task.id, task.lease_token)])
+    assert core.stats()["done"] == 3
+    clocks.advance(101)
+    assert core.prune_done() == 3 and core.stats()["done"] == 0
