@@ -1,9 +1,30 @@
-"""``icecrawler storage``."""
+"""``icecrawler storage``: the storage Ice server (records into the embedded store or HBase)."""
 
 from __future__ import annotations
 
-from icecrawler.commands import NotImplementedYet
+import argparse
+
+from icecrawler.commands import BaseCommand
+from icecrawler.settings import Settings
 
 
-class Command(NotImplementedYet):
-    summary = "storage (not implemented yet)"
+class Command(BaseCommand):
+    summary = "run the storage server (embedded SQLite store by default, or HBase)"
+    description = (
+        "Serves Crawler::Storage (writeWB, writeReviews, stats) on the StorageAdapter, default\n"
+        "tcp -h 127.0.0.1 -p 10001. Records go to storage.backend: 'embedded' (SQLite at storage.embedded.path,\n"
+        "no server needed) or 'hbase' (Thrift at storage.hbase.host:port; `icecrawler hbase start` runs one\n"
+        "locally). While the backend is down or slower than storage.write_timeout_s, writes are spooled durably\n"
+        "in storage.spool_dir and replayed in order when it is back.\n\n"
+        "  icecrawler storage --Ice.Config=deploy/storage.conf\n"
+        "  icecrawler storage --set storage.backend=hbase"
+    )
+    takes_ice_args = True
+
+    def add_options(self, parser: argparse.ArgumentParser) -> None:
+        """No options of its own: settings via --set, Ice properties via --Ice.*."""
+
+    def run(self, args: argparse.Namespace, settings: Settings, ice_args: list[str]) -> int:
+        from storage_server.server import run
+
+        return run(settings, ice_args)

@@ -1,0 +1,143 @@
+"""The HBase backend: batched puts through the Thrift1 server with a happybase connection pool.
+
+Layout in HBase: tables ``weibo`` and ``review`` (prefixed by ``storage.hbase.table_prefix``), one column family
+``d`` holding one version, one qualifier per field. Ints are stored as decimal text and text as UTF-8, so the
+HBase shell shows readable values and 64-bit ids stay exact. Row keys are ``schema``'s.
+
+Thrift and socket errors are translated here into ``StorageUnavailableError``: the service spools on it.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import happybase
+from thriftpy2.thrift import TException
+
+from icecrawler.errors import StorageUnavailableError
+from icecrawler.settings import Settings
+from storage_server.schema import COLUMNS, TABLES, Column, Row
+
+__all__ = ["FAMILY", "HBaseStore", "decode_columns", "encode_columns"]
+
+FAMILY = "d"
+_FAMILY_PREFIX = FAMILY.encode() + b":"
+#: What can go wrong below happybase: Thrift protocol/transport errors, sockets, an exhausted pool.
+_BACKEND_ERRORS = (TException, OSError, socket.timeout, happybase.pool.NoConnectionsAvailable)
+
+
+def encode_columns(columns: dict[str, Column]) -> dict[bytes, bytes]:
+    """Plain columns -> HBase cells (``d:<name>`` -> UTF-8 text)."""
+    return {_FAMILY_PREFIX + name.encode(): str(value).encode() for name, value in columns.items()}
+
+
+def decode_columns(table: str, cells: dict[bytes, bytes]) -> dict[str, Column]:
+    """HBase cells -> plain columns, typed by the table schema."""
+    columns: dict[str, Column] = {}
+    for name, kind in COLUMNS[table]:
+        raw = cells.get(_FAMILY_PREFIX + name.encode(), b"")
+        columns[name] = int(raw) if kind is int and raw else (0 if kind is int else raw.decode())
+    return columns
+
+
+class HBaseStore:
+    """``RecordStore`` on HBase. Tables are created on first use, so the server can start while HBase is down."""
+
+    name = "hbase"
+
+    def __init__(self, host: str, port: int, *, pool_size: int, timeout_s: float, table_prefix: str = "") -> None:
+        self.host = host
+        self.port = port
+        self.timeout_s = timeout_s
+        self._pool = happybase.ConnectionPool(
+            pool_size, host=host, port=port, timeout=int(timeout_s * 1000), autoconnect=False,
+            table_prefix=table_prefix or None, transport="buffered", protocol="binary",
+        )
+        self._ready = False
+        self._ready_lock = threading.Lock()
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> HBaseStore:
+        return cls(
+            settings.get_str("storage.hbase.host"), settings.get_int("storage.hbase.port"),
+            pool_size=settings.get_int("storage.hbase.pool_size"),
+            timeout_s=settings.get_float("storage.hbase.timeout_s"),
+            table_prefix=settings.get_str("storage.hbase.table_prefix"),
+        )
+
+    def _fail(self, what: str, exc: BaseException) -> StorageUnavailableError:
+        return StorageUnavailableError(f"HBase at {self.host}:{self.port}: {what} failed: {type(exc).__name__}: {exc}")
+
+    def _ensure_tables(self, connection: Any) -> None:
+        if self._ready:
+            return
+        with self._ready_lock:
+            if self._ready:
+                return
+            existing = {name.decode() for name in connection.tables()}
+            for table in TABLES:
+                if table not in existing:
+                    try:
+                        connection.create_table(table, {FAMILY: {"max_versions": 1}})
+                    except TException as exc:  # another server created it meanwhile
+                        if "exist" not in str(exc).lower():
+                            raise
+            self._ready = True
+
+    def put(self, table: str, rows: Sequence[Row]) -> None:
+        if table not in TABLES:
+            raise ValueError(f"unknown table {table!r}")
+        try:
+            with self._pool.connection(timeout=self.timeout_s) as connection:
+                self._ensure_tables(connection)
+                # No batch_size: the whole call is one mutateRows RPC, i.e. one multi-row put on the server.
+                with connection.table(table).batch() as batch:
+                    for row in rows:
+                        batch.put(row.key, encode_columns(row.columns))
+        except _BACKEND_ERRORS as exc:
+            raise self._fail("put", exc) from exc
+
+    def scan(self, table: str, prefix: bytes = b"") -> Iterator[Row]:
+        if table not in TABLES:
+            raise ValueError(f"unknown table {table!r}")
+        try:
+            with self._pool.connection(timeout=self.timeout_s) as connection:
+                self._ensure_tables(connection)
+                for key, cells in connection.table(table).scan(row_prefix=prefix or None, batch_size=500):
+                    yield Row(key, decode_columns(table, cells))
+        except _BACKEND_ERRORS as exc:
+            raise self._fail("scan", exc) from exc
+
+    def count(self, table: str) -> int:
+        if table not in TABLES:
+            raise ValueError(f"unknown table {table!r}")
+        try:
+            with self._pool.connection(timeout=self.timeout_s) as connection:
+                self._ensure_tables(connection)
+                scanner = connection.table(table).scan(
+                    filter=b"FirstKeyOnlyFilter() AND KeyOnlyFilter()", batch_size=5000)
+                return sum(1 for _ in scanner)
+        except _BACKEND_ERRORS as exc:
+            raise self._fail("count", exc) from exc
+
+    def drop_tables(self) -> None:
+        """Delete this store's tables (tests use a per-run table prefix and clean up with this)."""
+        try:
+            with self._pool.connection(timeout=self.timeout_s) as connection:
+                existing = {name.decode() for name in connection.tables()}
+                for table in TABLES:
+                    if table in existing:
+                        connection.delete_table(table, disable=True)
+            self._ready = False
+        except _BACKEND_ERRORS as exc:
+            raise self._fail("drop tables", exc) from exc
+
+    def close(self) -> None:
+        """happybase pools have no close; drop idle connections by letting the pool go."""
+        queue = getattr(self._pool, "_queue", None)
+        while queue is not None and not queue.empty():
+            connection = queue.get_nowait()
+            connection.close()

@@ -1,0 +1,286 @@
+"""The record schema: validation, row keys, and the column encoding shared by every backend.
+
+Serialization lives here, apart from the stores (STYLE rule 3): a store only sees ``Row`` values, i.e. a row key
+plus a dict of plain columns (``int`` or ``str``), and decides itself how to put them on disk.
+
+Row key layout (both tables; all integers big-endian)::
+
+    weibo   salt(1) | user_id(8, unsigned) | reversed_created_ms(8) | post_id(8, unsigned)
+    review  salt(1) | len(product_id)(1) | product_id(utf-8) | reversed_created_ms(8) | review_id(utf-8)
+
+* ``salt`` is ``crc32(owner id) % 256`` of the owner (the user, or the product): writes spread over 256 key
+  ranges, while one owner's rows stay contiguous, so one owner is one prefix scan.
+* ``reversed_created_ms`` is ``2**63 - 1 - created_ms``: inside an owner's range the newest item sorts first.
+* The item id ends the key, so two items created in the same millisecond never collide.
+
+The key depends only on the record's natural identity (owner, creation time, id), never on when or how often
+it was delivered, so a re-delivered batch overwrites its own rows and a write is idempotent. Clients must send a
+stable ``createdAt`` for an item (they normalise relative times such as "5分钟前" to an absolute time once).
+
+Ids are Slice ``long``: signed 64-bit on the wire, kept as exact Python ints (never floats) everywhere, so ids
+above 2**53 round-trip exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import zlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from icecrawler.errors import InvalidArgumentError
+from icecrawler.models import Post, Review
+
+__all__ = [
+    "COLUMNS",
+    "REVIEW",
+    "TABLES",
+    "WEIBO",
+    "Column",
+    "Row",
+    "decode_rows",
+    "encode_rows",
+    "owner_prefix",
+    "parse_time_ms",
+    "post_from_row",
+    "post_row",
+    "review_from_row",
+    "review_row",
+    "validate_batch",
+    "validate_post",
+    "validate_review",
+]
+
+WEIBO = "weibo"
+REVIEW = "review"
+TABLES = (WEIBO, REVIEW)
+
+#: A column value as stores see it: exact ints or text (booleans are 0/1, lists are JSON text).
+Column = int | str
+
+
+@dataclass(frozen=True)
+class Row:
+    """One record as stored: its row key and its columns."""
+
+    key: bytes
+    columns: dict[str, Column]
+
+
+#: Column names and types per table, in a fixed order (SQLite column order, CSV header order).
+COLUMNS: dict[str, tuple[tuple[str, type], ...]] = {
+    WEIBO: (
+        ("id", int), ("user_id", int), ("user_name", str), ("text", str), ("html", str), ("created_at", str),
+        ("reposts", int), ("comments", int), ("likes", int), ("pinned", int), ("retweeted_id", int),
+        ("pictures", str), ("permalink", str), ("fetched_at", str), ("source", str),
+    ),
+    REVIEW: (
+        ("id", str), ("product_id", str), ("source", str), ("user", str), ("content", str), ("score", int),
+        ("created_at", str), ("fetched_at", str),
+    ),
+}
+
+_MAX_REVERSED = (1 << 63) - 1
+_PRODUCT_RE = re.compile(r"^[0-9A-Za-z_.-]{1,64}$")
+_MAX_REVIEW_ID = 128
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
+# --- time ---------------------------------------------------------------------------------------------------
+
+
+def parse_time_ms(text: str) -> int:
+    """Epoch milliseconds of an ISO 8601 time with an explicit offset; ValueError otherwise.
+
+    An offset is required: a naive time would put the same item at a different key on machines in other zones.
+    """
+    moment = datetime.fromisoformat(text)
+    if moment.tzinfo is None:
+        raise ValueError(f"time {text!r} has no UTC offset (expected e.g. 2024-05-01T12:00:00+08:00)")
+    return int(moment.timestamp() * 1000)
+
+
+# --- validation -----------------------------------------------------------------------------------------------
+
+
+def _check_int(errors: list[str], name: str, value: Any, minimum: int = 0, maximum: int = _INT64[1]) -> None:
+    if type(value) is not int:
+        errors.append(f"{name} must be an integer, got {type(value).__name__}")
+    elif not minimum <= value <= maximum:
+        errors.append(f"{name}={value} outside [{minimum}, {maximum}]")
+
+
+def _check_text(errors: list[str], name: str, value: Any, max_chars: int) -> None:
+    if not isinstance(value, str):
+        errors.append(f"{name} must be text, got {type(value).__name__}")
+    elif len(value) > max_chars:
+        errors.append(f"{name} has {len(value)} chars, over storage.max_text_chars={max_chars}")
+
+
+def _check_time(errors: list[str], name: str, value: Any, required: bool) -> None:
+    if not isinstance(value, str):
+        errors.append(f"{name} must be an ISO 8601 string, got {type(value).__name__}")
+        return
+    if not value and not required:
+        return
+    try:
+        parse_time_ms(value)
+    except ValueError as exc:
+        errors.append(f"{name}: {exc}" if "offset" in str(exc) else f"{name}={value[:40]!r} is not ISO 8601")
+
+
+def validate_post(post: Any, max_text_chars: int) -> list[str]:
+    """Every reason ``post`` cannot be stored (empty when it is fine)."""
+    if not isinstance(post, Post):
+        return [f"expected a Post, got {type(post).__name__}"]
+    errors: list[str] = []
+    _check_int(errors, "id", post.id, minimum=1)
+    _check_int(errors, "userId", post.user_id, minimum=1)
+    for name, value in (("reposts", post.reposts), ("comments", post.comments), ("likes", post.likes)):
+        _check_int(errors, name, value, maximum=(1 << 31) - 1)
+    _check_int(errors, "retweetedId", post.retweeted_id)
+    if type(post.pinned) is not bool:
+        errors.append(f"pinned must be a bool, got {type(post.pinned).__name__}")
+    for name, text in (("userName", post.user_name), ("text", post.text), ("html", post.html),
+                       ("permalink", post.permalink), ("source", post.source)):
+        _check_text(errors, name, text, max_chars=max_text_chars)
+    if not isinstance(post.pictures, list) or not all(isinstance(url, str) for url in post.pictures):
+        errors.append("pictures must be a list of URL strings")
+    elif sum(len(url) for url in post.pictures) > max_text_chars:
+        errors.append(f"pictures total over storage.max_text_chars={max_text_chars}")
+    _check_time(errors, "createdAt", post.created_at, required=True)
+    _check_time(errors, "fetchedAt", post.fetched_at, required=False)
+    return errors
+
+
+def validate_review(review: Any, max_text_chars: int) -> list[str]:
+    """Every reason ``review`` cannot be stored (empty when it is fine)."""
+    if not isinstance(review, Review):
+        return [f"expected a Review, got {type(review).__name__}"]
+    errors: list[str] = []
+    if not isinstance(review.id, str) or not review.id:
+        errors.append("id is missing")
+    elif len(review.id) > _MAX_REVIEW_ID:
+        errors.append(f"id longer than {_MAX_REVIEW_ID} chars")
+    if not isinstance(review.product_id, str) or not _PRODUCT_RE.match(review.product_id):
+        errors.append(f"productId {str(review.product_id)[:70]!r} is not 1-64 chars of [0-9A-Za-z_.-]")
+    _check_int(errors, "score", review.score, maximum=5)
+    for name, text in (("source", review.source), ("user", review.user), ("content", review.content)):
+        _check_text(errors, name, text, max_chars=max_text_chars)
+    _check_time(errors, "createdAt", review.created_at, required=True)
+    _check_time(errors, "fetchedAt", review.fetched_at, required=False)
+    return errors
+
+
+def validate_batch(
+    records: Sequence[Any], batch_limit: int, validate: Callable[[Any], list[str]],
+) -> tuple[list[Any], list[tuple[int, str]]]:
+    """Split a batch into (valid records, [(index, reason)]); an empty or oversized batch raises outright."""
+    if not records:
+        raise InvalidArgumentError("empty batch: send at least one record", code="EmptyBatch", field="records")
+    if len(records) > batch_limit:
+        raise InvalidArgumentError(
+            f"batch of {len(records)} records is over storage.batch_limit={batch_limit}; split it",
+            code="BatchTooLarge", field="records")
+    valid: list[Any] = []
+    rejected: list[tuple[int, str]] = []
+    for index, record in enumerate(records):
+        errors = validate(record)
+        if errors:
+            rejected.append((index, "; ".join(errors)))
+        else:
+            valid.append(record)
+    return valid, rejected
+
+
+# --- row keys ---------------------------------------------------------------------------------------------------
+
+
+def _salt(owner: bytes) -> bytes:
+    return bytes([zlib.crc32(owner) & 0xFF])
+
+
+def _u64(value: int) -> bytes:
+    return (value & 0xFFFFFFFFFFFFFFFF).to_bytes(8, "big")
+
+
+def _owner_bytes(table: str, owner: int | str) -> bytes:
+    if table == WEIBO:
+        return _u64(int(owner))
+    encoded = str(owner).encode()
+    return bytes([len(encoded)]) + encoded
+
+
+def owner_prefix(table: str, owner: int | str) -> bytes:
+    """The key prefix of all rows of one owner (a user id for weibo, a product id for review)."""
+    owner_bytes = _owner_bytes(table, owner)
+    return _salt(owner_bytes) + owner_bytes
+
+
+def _reversed_ms(created_at: str) -> bytes:
+    return (_MAX_REVERSED - parse_time_ms(created_at)).to_bytes(8, "big")
+
+
+# --- records <-> rows -------------------------------------------------------------------------------------------
+
+
+def post_row(post: Post) -> Row:
+    """The stored form of a validated post."""
+    key = owner_prefix(WEIBO, post.user_id) + _reversed_ms(post.created_at) + _u64(post.id)
+    return Row(key, {
+        "id": post.id, "user_id": post.user_id, "user_name": post.user_name, "text": post.text, "html": post.html,
+        "created_at": post.created_at, "reposts": post.reposts, "comments": post.comments, "likes": post.likes,
+        "pinned": int(post.pinned), "retweeted_id": post.retweeted_id,
+        "pictures": json.dumps(post.pictures, ensure_ascii=False), "permalink": post.permalink,
+        "fetched_at": post.fetched_at, "source": post.source,
+    })
+
+
+def post_from_row(row: Row) -> Post:
+    c = row.columns
+    return Post(
+        id=int(c["id"]), user_id=int(c["user_id"]), user_name=str(c["user_name"]), text=str(c["text"]),
+        html=str(c["html"]), created_at=str(c["created_at"]), reposts=int(c["reposts"]),
+        comments=int(c["comments"]), likes=int(c["likes"]), pinned=bool(c["pinned"]),
+        retweeted_id=int(c["retweeted_id"]), pictures=list(json.loads(str(c["pictures"]) or "[]")),
+        permalink=str(c["permalink"]), fetched_at=str(c["fetched_at"]), source=str(c["source"]),
+    )
+
+
+def review_row(review: Review) -> Row:
+    """The stored form of a validated review."""
+    key = owner_prefix(REVIEW, review.product_id) + _reversed_ms(review.created_at) + review.id.encode()
+    return Row(key, {
+        "id": review.id, "product_id": review.product_id, "source": review.source, "user": review.user,
+        "content": review.content, "score": review.score, "created_at": review.created_at,
+        "fetched_at": review.fetched_at,
+    })
+
+
+def review_from_row(row: Row) -> Review:
+    c = row.columns
+    return Review(
+        id=str(c["id"]), product_id=str(c["product_id"]), source=str(c["source"]), user=str(c["user"]),
+        content=str(c["content"]), score=int(c["score"]), created_at=str(c["created_at"]),
+        fetched_at=str(c["fetched_at"]),
+    )
+
+
+# --- spool encoding -------------------------------------------------------------------------------------------
+
+
+def encode_rows(table: str, rows: Sequence[Row]) -> bytes:
+    """One spool entry: the table and its rows as UTF-8 JSON (ints stay exact: JSON ints are arbitrary size)."""
+    return json.dumps(
+        {"table": table, "rows": [[row.key.hex(), row.columns] for row in rows]},
+        ensure_ascii=False, separators=(",", ":"),
+    ).encode()
+
+
+def decode_rows(blob: bytes) -> tuple[str, list[Row]]:
+    """Inverse of ``encode_rows``."""
+    data = json.loads(blob)
+    return str(data["table"]), [Row(bytes.fromhex(key), dict(columns)) for key, columns in data["rows"]]

@@ -1,0 +1,39 @@
+"""The Storage servant: Slice in, core call, Slice out (STYLE rule 1). All logic lives in ``StorageService``."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from icecrawler import rpc
+from storage_server.service import StorageService
+
+__all__ = ["StorageServant"]
+
+_C = rpc.crawler()
+
+
+class StorageServant(_C.Storage):  # type: ignore[misc,name-defined]
+    """Adapts ``Crawler::Storage`` onto one injected ``StorageService``."""
+
+    def __init__(self, service: StorageService) -> None:
+        self._service = service
+
+    @rpc.map_errors
+    def writeWB(self, posts: list[Any], current: Any) -> Any:
+        result = self._service.write_posts([rpc.post_from_slice(post) for post in posts])
+        return _C.WriteAck(stored=result.stored, spooled=result.spooled)
+
+    @rpc.map_errors
+    def writeReviews(self, reviews: list[Any], current: Any) -> Any:
+        result = self._service.write_reviews([rpc.review_from_slice(review) for review in reviews])
+        return _C.WriteAck(stored=result.stored, spooled=result.spooled)
+
+    @rpc.map_errors
+    def stats(self, current: Any) -> Any:
+        data = self._service.stats()
+        return _C.StorageStats(
+            backend=data.backend, posts=data.posts, reviews=data.reviews, spoolDepth=data.spool_depth,
+            writesAccepted=data.records_accepted, recordsRejected=data.records_rejected,
+            detailJson=json.dumps(data.detail, ensure_ascii=False),
+        )

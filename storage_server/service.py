@@ -1,0 +1,229 @@
+"""The storage core: validate a batch, write it to the backend within a bounded time or spool it, replay the spool.
+
+No Ice here (the servant adapts); tests drive it directly with ``MemoryStore`` and ``MemorySpool``.
+
+Write path (one ``write_posts``/``write_reviews`` call):
+
+1. Validate every record (``schema``). Bad records are collected with their index and reason; an empty or
+   oversized batch raises ``InvalidArgumentError`` before anything is written.
+2. The valid records become rows. If the spool is empty, the rows go to the backend on a worker thread and the
+   call waits at most ``storage.write_timeout_s``. If the backend fails or is too slow, or the spool is not empty
+   (to keep the order of writes), the rows are appended to the durable spool instead.
+3. Only then is the call answered: ``WriteResult(stored, spooled)``, or ``InvalidRecordsError`` naming the
+   rejected indexes, with the rest of the batch durable. If neither backend nor spool takes the rows, the
+   caller gets ``StorageUnavailableError`` and nothing is acknowledged.
+
+A replay thread moves spooled entries to the backend, oldest first, with bounded exponential backoff while the
+backend is down. A write that timed out may still land in the backend later and then be replayed again: rows
+are keyed by identity, so that only rewrites the same row.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass, field
+from typing import Any
+
+from icecrawler.errors import InvalidRecordsError, StorageUnavailableError
+from icecrawler.models import Post, Review
+from icecrawler.settings import Settings
+from storage_server import schema
+from storage_server.spool import SpoolQueue, SqliteSpool
+from storage_server.stores import RecordStore, SqliteStore
+
+__all__ = ["StorageService", "StorageStatsData", "WriteResult", "build_store"]
+
+log = logging.getLogger(__name__)
+
+#: Replay backoff while the backend is down: first retry, then doubling up to the cap.
+REPLAY_BACKOFF_S = (0.2, 5.0)
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    """How many records of a call reached the backend, and how many were spooled for replay."""
+
+    stored: int
+    spooled: int
+
+
+@dataclass
+class StorageStatsData:
+    """What ``stats()`` reports; counts of -1 mean the backend could not be asked in time."""
+
+    backend: str
+    posts: int
+    reviews: int
+    spool_depth: int
+    #: Records acknowledged (stored or spooled) since start.
+    records_accepted: int
+    records_rejected: int
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+def build_store(settings: Settings) -> RecordStore:
+    """The backend named by ``storage.backend``."""
+    backend = settings.get_str("storage.backend")
+    if backend == "embedded":
+        return SqliteStore(settings.get_str("storage.embedded.path"))
+    if backend == "hbase":
+        from storage_server.hbase_store import HBaseStore
+
+        return HBaseStore.from_settings(settings)
+    from icecrawler.errors import ConfigError
+
+    raise ConfigError(f"storage.backend must be 'embedded' or 'hbase', not {backend!r}")
+
+
+class StorageService:
+    """Validated, durable, idempotent writes of posts and reviews onto one ``RecordStore``."""
+
+    def __init__(self, store: RecordStore, spool: SpoolQueue, *, max_text_chars: int, batch_limit: int,
+                 write_timeout_s: float, writers: int = 4) -> None:
+        self.store = store
+        self.spool = spool
+        self.max_text_chars = max_text_chars
+        self.batch_limit = batch_limit
+        self.write_timeout_s = write_timeout_s
+        self._executor = ThreadPoolExecutor(max_workers=writers, thread_name_prefix="store-write")
+        self._lock = threading.Lock()
+        self._counters = {"accepted": 0, "rejected": 0, "stored": 0, "spooled": 0, "replayed": 0}
+        self._last_error = ""
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._replayer = threading.Thread(target=self._replay_loop, name="spool-replay", daemon=True)
+        self._replayer.start()
+
+    @classmethod
+    def from_settings(cls, settings: Settings, store: RecordStore | None = None) -> StorageService:
+        return cls(
+            store if store is not None else build_store(settings),
+            SqliteSpool(settings.get_str("storage.spool_dir")),
+            max_text_chars=settings.get_int("storage.max_text_chars"),
+            batch_limit=settings.get_int("storage.batch_limit"),
+            write_timeout_s=settings.get_float("storage.write_timeout_s"),
+            writers=settings.get_int("storage.hbase.pool_size"),
+        )
+
+    # --- writes ------------------------------------------------------------------------------------------------
+
+    def write_posts(self, posts: Sequence[Post]) -> WriteResult:
+        return self._write(schema.WEIBO, posts, schema.validate_post, schema.post_row)
+
+    def write_reviews(self, reviews: Sequence[Review]) -> WriteResult:
+        return self._write(schema.REVIEW, reviews, schema.validate_review, schema.review_row)
+
+    def _write(self, table: str, records: Sequence[Any], validate: Callable[[Any, int], list[str]],
+               to_row: Callable[[Any], schema.Row]) -> WriteResult:
+        valid, rejected = schema.validate_batch(
+            records, self.batch_limit, lambda record: validate(record, self.max_text_chars))
+        result = self._persist(table, [to_row(record) for record in valid]) if valid else WriteResult(0, 0)
+        with self._lock:
+            self._counters["accepted"] += len(valid)
+            self._counters["rejected"] += len(rejected)
+            self._counters["stored"] += result.stored
+            self._counters["spooled"] += result.spooled
+        if rejected:
+            log.warning("%s: rejected %d of %d records: %s", table, len(rejected), len(records), rejected[:3])
+            raise InvalidRecordsError(rejected, stored=len(valid))
+        return result
+
+    def _persist(self, table: str, rows: list[schema.Row]) -> WriteResult:
+        if self.spool.depth() == 0:
+            future: Future[None] = self._executor.submit(self.store.put, table, rows)
+            try:
+                future.result(timeout=self.write_timeout_s)
+                return WriteResult(len(rows), 0)
+            except FutureTimeout:
+                future.cancel()
+                self._note_error(f"backend slower than storage.write_timeout_s={self.write_timeout_s}s")
+            except StorageUnavailableError as exc:
+                self._note_error(str(exc))
+        self.spool.append(schema.encode_rows(table, rows), len(rows))  # StorageUnavailableError: nothing acked
+        self._wake.set()
+        return WriteResult(0, len(rows))
+
+    def _note_error(self, message: str) -> None:
+        with self._lock:
+            first = not self._last_error
+            self._last_error = message
+        (log.warning if first else log.debug)("backend write failed, spooling: %s", message)
+
+    # --- replay ------------------------------------------------------------------------------------------------
+
+    def _replay_loop(self) -> None:
+        backoff = REPLAY_BACKOFF_S[0]
+        while not self._stop.is_set():
+            entry = self.spool.oldest()
+            if entry is None:
+                self._wake.wait(timeout=1.0)
+                self._wake.clear()
+                continue
+            seq, blob, records = entry
+            table, rows = schema.decode_rows(blob)
+            try:
+                self.store.put(table, rows)
+            except StorageUnavailableError as exc:
+                self._note_error(str(exc))
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, REPLAY_BACKOFF_S[1])
+                continue
+            self.spool.remove(seq)
+            backoff = REPLAY_BACKOFF_S[0]
+            with self._lock:
+                self._counters["replayed"] += records
+                if self.spool.depth() == 0 and self._last_error:
+                    log.info("spool drained; backend %s is back", self.store.name)
+                    self._last_error = ""
+
+    def wait_drained(self, timeout_s: float) -> bool:
+        """Block until the spool is empty (tests, benchmarks); False if it is not within ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while self.spool.depth() > 0 and time.monotonic() < deadline:
+            self._wake.set()
+            time.sleep(0.05)
+        return self.spool.depth() == 0
+
+    # --- stats ---------------------------------------------------------------------------------------------------
+
+    def _count(self, table: str) -> int:
+        future = self._executor.submit(self.store.count, table)
+        try:
+            return future.result(timeout=self.write_timeout_s)
+        except (FutureTimeout, StorageUnavailableError):
+            future.cancel()
+            return -1
+
+    def stats(self) -> StorageStatsData:
+        with self._lock:
+            counters = dict(self._counters)
+            last_error = self._last_error
+        return StorageStatsData(
+            backend=self.store.name,
+            posts=self._count(schema.WEIBO),
+            reviews=self._count(schema.REVIEW),
+            spool_depth=self.spool.depth(),
+            records_accepted=counters["accepted"],
+            records_rejected=counters["rejected"],
+            detail={
+                "records_stored": counters["stored"],
+                "records_spooled": counters["spooled"],
+                "records_replayed": counters["replayed"],
+                "backend_up": not last_error,
+                "last_backend_error": last_error,
+            },
+        )
+
+    def close(self) -> None:
+        """Stop replaying and release the store and the spool; spooled entries stay on disk for the next start."""
+        self._stop.set()
+        self._wake.set()
+        self._replayer.join(timeout=30.0)
+        self._executor.shutdown(wait=True, cancel_futures=True)
+        self.store.close()
+        self.spool.close()

@@ -1,0 +1,122 @@
+"""The durable spool: where acknowledged writes wait while the backend is down or slow.
+
+A spool is a FIFO of opaque entries (``schema.encode_rows`` blobs, one per spooled batch) with a record count
+each. ``append`` returns only once the entry is on disk (SQLite, WAL, ``synchronous=FULL``: fsync'd at every
+commit), so a write acknowledged as spooled survives ``kill -9`` of the server. Entries leave only through
+``remove`` after the backend took them, oldest first, so replay preserves the order of the writes.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections import deque
+from pathlib import Path
+from typing import Protocol
+
+from icecrawler.errors import StorageUnavailableError
+
+__all__ = ["MemorySpool", "SpoolEntry", "SpoolQueue", "SqliteSpool"]
+
+#: (sequence number, blob, records in it)
+SpoolEntry = tuple[int, bytes, int]
+
+
+class SpoolQueue(Protocol):
+    """A durable FIFO of spooled batches."""
+
+    def append(self, blob: bytes, records: int) -> None:
+        """Durably add one entry; raise StorageUnavailableError if that is impossible (disk full, ...)."""
+
+    def oldest(self) -> SpoolEntry | None:
+        """The oldest entry, left in place (None when empty)."""
+        ...
+
+    def remove(self, seq: int) -> None:
+        """Drop an entry once the backend has it."""
+
+    def depth(self) -> int:
+        """Records waiting (not entries)."""
+        ...
+
+    def close(self) -> None:
+        """Release the file."""
+
+
+class MemorySpool:
+    """Not durable: for unit tests of the service logic only."""
+
+    def __init__(self) -> None:
+        self._entries: deque[SpoolEntry] = deque()
+        self._seq = 0
+        self._lock = threading.Lock()
+        #: Tests set this to simulate a full disk.
+        self.broken = False
+
+    def append(self, blob: bytes, records: int) -> None:
+        if self.broken:
+            raise StorageUnavailableError("spool is broken (simulated)")
+        with self._lock:
+            self._seq += 1
+            self._entries.append((self._seq, blob, records))
+
+    def oldest(self) -> SpoolEntry | None:
+        with self._lock:
+            return self._entries[0] if self._entries else None
+
+    def remove(self, seq: int) -> None:
+        with self._lock:
+            self._entries = deque(entry for entry in self._entries if entry[0] != seq)
+
+    def depth(self) -> int:
+        with self._lock:
+            return sum(entry[2] for entry in self._entries)
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+class SqliteSpool:
+    """The spool as one SQLite file (``<storage.spool_dir>/spool.sqlite3``)."""
+
+    def __init__(self, directory: str | Path) -> None:
+        self.path = Path(directory) / "spool.sqlite3"
+        self._lock = threading.Lock()
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._conn = sqlite3.connect(self.path, timeout=30.0, check_same_thread=False, isolation_level=None)
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute("PRAGMA synchronous=FULL")
+            self._conn.execute(
+                "CREATE TABLE IF NOT EXISTS spool (seq INTEGER PRIMARY KEY AUTOINCREMENT, records INTEGER NOT NULL, "
+                "blob BLOB NOT NULL)")
+            self._depth = int(self._conn.execute("SELECT coalesce(sum(records), 0) FROM spool").fetchone()[0])
+        except (OSError, sqlite3.Error) as exc:
+            raise StorageUnavailableError(f"cannot open the spool {self.path}: {exc}") from exc
+
+    def append(self, blob: bytes, records: int) -> None:
+        try:
+            with self._lock:
+                self._conn.execute("INSERT INTO spool (records, blob) VALUES (?, ?)", (records, blob))
+                self._depth += records
+        except sqlite3.Error as exc:
+            raise StorageUnavailableError(f"cannot write the spool {self.path}: {exc}") from exc
+
+    def oldest(self) -> SpoolEntry | None:
+        with self._lock:
+            row = self._conn.execute("SELECT seq, blob, records FROM spool ORDER BY seq LIMIT 1").fetchone()
+        return None if row is None else (int(row[0]), bytes(row[1]), int(row[2]))
+
+    def remove(self, seq: int) -> None:
+        with self._lock:
+            row = self._conn.execute("DELETE FROM spool WHERE seq = ? RETURNING records", (seq,)).fetchone()
+            if row is not None:
+                self._depth -= int(row[0])
+
+    def depth(self) -> int:
+        with self._lock:
+            return self._depth
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()

@@ -1,0 +1,181 @@
+"""Record stores: one small ``RecordStore`` protocol and its backends (memory for unit tests, embedded SQLite,
+HBase through Thrift in ``storage_server.hbase_store``).
+
+A store only knows rows (``schema.Row``: a key and plain columns). It upserts by row key, so writing the same row
+twice leaves one row, and it scans in key order (one owner's rows newest first, see ``schema``). A backend
+failure leaves a store as ``StorageUnavailableError``; the service above decides to spool.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Protocol
+
+from icecrawler.errors import StorageUnavailableError
+from storage_server.schema import COLUMNS, TABLES, Column, Row
+
+__all__ = ["MemoryStore", "RecordStore", "SqliteStore"]
+
+
+class RecordStore(Protocol):
+    """Where records end up. Implementations must be safe to call from several threads."""
+
+    #: Shown in ``stats()`` and ``icecrawler status``.
+    name: str
+
+    def put(self, table: str, rows: Sequence[Row]) -> None:
+        """Upsert ``rows`` (all or none as far as the backend allows; a retry of the same rows is harmless)."""
+
+    def scan(self, table: str, prefix: bytes = b"") -> Iterator[Row]:
+        """Rows whose key starts with ``prefix``, in key order."""
+        ...
+
+    def count(self, table: str) -> int:
+        """Rows in ``table`` (may scan the table: meant for stats and tests, not for hot paths)."""
+        ...
+
+    def close(self) -> None:
+        """Release connections; the store is not used afterwards."""
+
+
+def _check_table(table: str) -> None:
+    if table not in TABLES:
+        raise ValueError(f"unknown table {table!r} (known: {', '.join(TABLES)})")
+
+
+class MemoryStore:
+    """A dict per table: the reference behaviour for the contract tests, and the unit tests' backend."""
+
+    name = "memory"
+
+    def __init__(self) -> None:
+        self._tables: dict[str, dict[bytes, dict[str, Column]]] = {table: {} for table in TABLES}
+        self._lock = threading.Lock()
+        #: Tests set this to simulate an outage: every call raises StorageUnavailableError.
+        self.down = False
+
+    def _check_up(self) -> None:
+        if self.down:
+            raise StorageUnavailableError("memory store is down (simulated)")
+
+    def put(self, table: str, rows: Sequence[Row]) -> None:
+        _check_table(table)
+        self._check_up()
+        with self._lock:
+            for row in rows:
+                self._tables[table][row.key] = dict(row.columns)
+
+    def scan(self, table: str, prefix: bytes = b"") -> Iterator[Row]:
+        _check_table(table)
+        self._check_up()
+        with self._lock:
+            items = sorted((key, columns) for key, columns in self._tables[table].items() if key.startswith(prefix))
+        for key, columns in items:
+            yield Row(key, dict(columns))
+
+    def count(self, table: str) -> int:
+        _check_table(table)
+        self._check_up()
+        return len(self._tables[table])
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+_SQL_TYPES = {int: "INTEGER", str: "TEXT"}
+
+
+def _prefix_end(prefix: bytes) -> bytes | None:
+    """The smallest key greater than every key starting with ``prefix`` (None: no upper bound)."""
+    trimmed = prefix.rstrip(b"\xff")
+    if not trimmed:
+        return None
+    return trimmed[:-1] + bytes([trimmed[-1] + 1])
+
+
+class SqliteStore:
+    """The embedded default: one SQLite file, WAL mode, one transaction per batch, no server to run.
+
+    Each table has a ``row_key`` BLOB primary key (WITHOUT ROWID, so rows are kept in key order) and one typed
+    column per field, so anyone can query the file directly::
+
+        sqlite3 var/storage/icecrawler.sqlite3 "SELECT user_name, text FROM weibo ORDER BY row_key LIMIT 5"
+
+    ``synchronous=NORMAL`` in WAL mode: a committed batch survives a crash of the server process (the
+    ``kill -9`` case); only an OS crash or power loss can lose the last commits.
+    """
+
+    name = "embedded"
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._conn = self._connect()
+        with self._lock, self._conn:
+            for table, columns in COLUMNS.items():
+                defs = ", ".join(f'"{name}" {_SQL_TYPES[kind]} NOT NULL' for name, kind in columns)
+                self._conn.execute(
+                    f'CREATE TABLE IF NOT EXISTS "{table}" (row_key BLOB PRIMARY KEY, {defs}) WITHOUT ROWID')
+        self._insert = {
+            table: 'INSERT OR REPLACE INTO "{}" (row_key, {}) VALUES (?, {})'.format(
+                table, ", ".join(f'"{name}"' for name, _ in columns), ", ".join("?" for _ in columns)
+            )
+            for table, columns in COLUMNS.items()
+        }
+
+    def _connect(self) -> sqlite3.Connection:
+        try:
+            conn = sqlite3.connect(self.path, timeout=30.0, check_same_thread=False, isolation_level=None)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+        except sqlite3.Error as exc:
+            raise StorageUnavailableError(f"cannot open embedded store {self.path}: {exc}") from exc
+        return conn
+
+    def put(self, table: str, rows: Sequence[Row]) -> None:
+        _check_table(table)
+        names = [name for name, _ in COLUMNS[table]]
+        values = [(row.key, *(row.columns[name] for name in names)) for row in rows]
+        try:
+            with self._lock:
+                self._conn.execute("BEGIN IMMEDIATE")
+                try:
+                    self._conn.executemany(self._insert[table], values)
+                except BaseException:
+                    self._conn.execute("ROLLBACK")
+                    raise
+                self._conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            raise StorageUnavailableError(f"embedded store write failed: {exc}") from exc
+
+    def scan(self, table: str, prefix: bytes = b"") -> Iterator[Row]:
+        _check_table(table)
+        names = [name for name, _ in COLUMNS[table]]
+        select = ", ".join(f'"{name}"' for name in names)
+        sql = f'SELECT row_key, {select} FROM "{table}" WHERE row_key >= ?'
+        params: list[bytes] = [prefix]
+        end = _prefix_end(prefix)
+        if end is not None:
+            sql += " AND row_key < ?"
+            params.append(end)
+        reader = self._connect()  # its own connection: a long export never holds the writer's lock
+        try:
+            for record in reader.execute(sql + " ORDER BY row_key", params):
+                yield Row(bytes(record[0]), dict(zip(names, record[1:], strict=True)))
+        except sqlite3.Error as exc:
+            raise StorageUnavailableError(f"embedded store scan failed: {exc}") from exc
+        finally:
+            reader.close()
+
+    def count(self, table: str) -> int:
+        _check_table(table)
+        with self._lock:
+            return int(self._conn.execute(f'SELECT count(*) FROM "{table}"').fetchone()[0])
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()

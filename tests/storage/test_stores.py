@@ -1,0 +1,85 @@
+"""One contract suite run against every RecordStore: memory, embedded SQLite and the real HBase."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from storage_server import schema
+from storage_server.hbase_local import LocalHBase
+from storage_server.hbase_store import HBaseStore
+from storage_server.stores import MemoryStore, RecordStore, SqliteStore
+from tests.storage.conftest import BIG_ID, USER, make_post, make_review
+
+
+class StoreContract:
+    """What every backend must do; subclasses provide the ``store`` fixture."""
+
+    def test_every_field_round_trips(self, store: RecordStore) -> None:
+        posts = [
+            make_post(BIG_ID, user_id=BIG_ID - 1, retweeted_id=BIG_ID - 2, pinned=True, pictures=[]),
+            make_post(7, text="中文，emoji 😀🎉，换行\n和制表\t", html="<a href='x'>链接</a>", likes=2**31 - 1),
+        ]
+        schema_rows = [schema.post_row(post) for post in posts]
+        store.put(schema.WEIBO, schema_rows)
+        got = sorted((schema.post_from_row(row) for row in store.scan(schema.WEIBO)), key=lambda post: post.id)
+        assert got == sorted(posts, key=lambda post: post.id)
+        assert got[1].id == (1 << 63) - 7 and got[1].user_id == (1 << 63) - 8
+        review = make_review("ecshop-9f86d081884c7d65", product_id="goods_17", content="很好用 ✨", score=0)
+        store.put(schema.REVIEW, [schema.review_row(review)])
+        assert [schema.review_from_row(row) for row in store.scan(schema.REVIEW)] == [review]
+
+    def test_redelivered_batch_leaves_one_row_per_item(self, store: RecordStore) -> None:
+        batch = [schema.post_row(make_post(i, minute=i)) for i in range(1, 21)]
+        store.put(schema.WEIBO, batch)
+        store.put(schema.WEIBO, batch)
+        store.put(schema.WEIBO, [schema.post_row(make_post(3, minute=3, likes=500))])  # fresher counters
+        rows = list(store.scan(schema.WEIBO))
+        assert len(rows) == 20 == store.count(schema.WEIBO)
+        assert sorted(int(row.columns["id"]) for row in rows) == list(range(1, 21))
+        assert next(row for row in rows if row.columns["id"] == 3).columns["likes"] == 500
+
+    def test_one_users_posts_scan_newest_first(self, store: RecordStore) -> None:
+        mine = [make_post(100 + minute, minute=minute) for minute in (5, 1, 9, 3)]
+        others = [make_post(200 + minute, user_id=USER + 1, minute=minute) for minute in (2, 8)]
+        store.put(schema.WEIBO, [schema.post_row(post) for post in mine + others])
+        scanned = [int(row.columns["id"]) for row in store.scan(schema.WEIBO, schema.owner_prefix(schema.WEIBO, USER))]
+        assert scanned == [109, 105, 103, 101]
+
+    def test_empty_table_counts_zero(self, store: RecordStore) -> None:
+        assert store.count(schema.REVIEW) == 0
+        assert list(store.scan(schema.REVIEW)) == []
+
+
+class TestMemoryStore(StoreContract):
+    @pytest.fixture
+    def store(self) -> MemoryStore:
+        return MemoryStore()
+
+
+class TestSqliteStore(StoreContract):
+    @pytest.fixture
+    def store(self, tmp_path: Path) -> Iterator[SqliteStore]:
+        store = SqliteStore(tmp_path / "store.sqlite3")
+        yield store
+        store.close()
+
+    def test_file_is_queryable_with_plain_sql(self, store: SqliteStore) -> None:
+        import sqlite3
+
+        store.put(schema.WEIBO, [schema.post_row(make_post(BIG_ID))])
+        with sqlite3.connect(store.path) as conn:
+            assert conn.execute("SELECT id, user_name FROM weibo").fetchall() == [(BIG_ID, "微博用户_😀")]
+
+
+@pytest.mark.hbase
+class TestHBaseStore(StoreContract):
+    @pytest.fixture
+    def store(self, local_hbase: LocalHBase, table_prefix: str) -> Iterator[HBaseStore]:
+        store = HBaseStore("127.0.0.1", local_hbase.thrift_port, pool_size=2, timeout_s=30.0,
+                           table_prefix=table_prefix)
+        yield store
+        store.drop_tables()
+        store.close()
