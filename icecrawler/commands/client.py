@@ -1,9 +1,77 @@
-"""``icecrawler client``."""
+"""``icecrawler client``: the crawler worker daemon (see ``crawler_client.daemon``)."""
 
 from __future__ import annotations
 
-from icecrawler.commands import NotImplementedYet
+import argparse
+import logging
+import signal
+import threading
+from collections.abc import Iterable
+from typing import Any
+
+from icecrawler import rpc
+from icecrawler.clock import Clock
+from icecrawler.commands import BaseCommand
+from icecrawler.settings import Settings
+
+log = logging.getLogger("icecrawler.client")
 
 
-class Command(NotImplementedYet):
-    summary = "client (not implemented yet)"
+class Command(BaseCommand):
+    summary = "run a crawler client: lease tasks, crawl, store records, report (until SIGTERM/SIGINT)"
+    description = (
+        "Run one crawler client process with client.workers crawl threads. It finds the servers through the Ice "
+        "properties Scheduler.Proxy and Storage.Proxy (defaults: 127.0.0.1:10000 and :10001; see "
+        "deploy/client.conf), leases due tasks in batches of client.batch, crawls each one incrementally (newest "
+        "first, stopping at the task's cursor, at most client.max_pages pages), stores the new records, then "
+        "reports the outcome and fingerprint. Storage or scheduler outages are buffered (client.buffer_records) "
+        "and retried with backoff.\n\n"
+        "SIGTERM or SIGINT stops it cleanly: no new leases, queued tasks are given back (releaseUsers), running "
+        "crawls get client.shutdown_grace_s to finish and be reported, everything else is given back.\n\n"
+        "Progress (tasks crawled and reported, items stored, per-outcome counts) is logged every "
+        "client.progress_log_s seconds.\n\n"
+        "Useful settings (--set KEY=VALUE): client.workers, client.batch, client.max_pages, client.timeout_s, "
+        "client.retries, client.max_body_bytes, sources.<name>.base_url, sources.ecshop.username/password; "
+        "`icecrawler settings` lists them all with their documentation."
+    )
+    takes_ice_args = True
+
+    def add_options(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--worker-id", default=None, metavar="ID",
+                            help="name this client reports to the scheduler (default: HOST:PID)")
+
+    def run(self, args: argparse.Namespace, settings: Settings, ice_args: list[str]) -> int:
+        from crawler_client.daemon import ClientDaemon, DaemonConfig
+        from crawler_client.gateways import IceScheduler, IceStorage
+        from crawler_client.runner import TaskRunner
+        from crawler_client.sources import get_source
+        from shhd.fingerprint import fingerprint_texts
+
+        config = DaemonConfig.from_settings(settings)
+        clock = Clock.from_settings(settings)
+
+        def fingerprint(texts: Iterable[str]) -> int:
+            return int(fingerprint_texts(texts))
+
+        def runner_factory(cancel: threading.Event) -> TaskRunner:
+            return TaskRunner(settings, get_source, clock=clock, cancel=cancel, fingerprint=fingerprint)
+
+        stop_requested = threading.Event()
+
+        def on_signal(signum: int, _frame: Any) -> None:
+            log.info("signal %d received", signum)
+            stop_requested.set()
+
+        previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            with rpc.communicator(ice_args) as comm:
+                daemon = ClientDaemon(
+                    IceScheduler.from_communicator(comm), IceStorage.from_communicator(comm), config,
+                    runner_factory, clock=clock, worker_id=args.worker_id,
+                )
+                log.info("scheduler: %s; storage: %s", rpc.scheduler_proxy(comm), rpc.storage_proxy(comm))
+                daemon.run_until(stop_requested)
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        return 0

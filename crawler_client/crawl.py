@@ -1,0 +1,279 @@
+"""Crawl one task with its Source, and turn whatever happened into a Report (STYLE rule 8: after the fetch,
+outcomes are data). Nothing here does I/O itself: the page fetch is injected, so the incremental stop, the page
+walking and the outcome → report mapping are unit-tested with a scripted source and no network.
+
+The walk, newest first:
+
+1. ``source.first_request(task, base_url)``; then follow ``ParsedPage.next_request`` while pages remain.
+2. Stop after the page that holds an item the task already has: ``source.is_older_or_equal(item, cursor)``
+   (pinned posts are never "older", so a pinned old post on page 1 does not end the crawl early), or at the
+   page cap ``client.max_pages`` (``PageRequest.page`` counts pages; a hard cap on requests bounds sources
+   that fetch several chunks per page).
+3. The *window* is every distinct item of the crawled pages (new or not): its texts, never the page chrome,
+   are fingerprinted with ``shhd.fingerprint.fingerprint_texts``. *New* items are those not at/behind the cursor
+   (all of them on a first crawl); only they are stored.
+4. Success → ``Report(outcome=Ok, fingerprint, new_items, window_items, newest_item_ms, cursor=new cursor)``.
+   Any ``FetchError``/``ParseError`` → a Report with that outcome, its HTTP status, error class and
+   Retry-After, and the *old* cursor: the next visit re-crawls from where the last good one ended. Items
+   collected before a mid-crawl failure are still kept for storage (the store is idempotent by row key).
+   An unexpected exception inside a source is a bug, but it must not kill the worker: it becomes ParseError
+   with ``error_class = "source-bug:<ExceptionType>"`` and is logged with its traceback.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta, timezone
+from typing import Protocol, runtime_checkable
+
+from crawler_client.sources.base import FetchedPage, Item, PageRequest, ParsedPage, Source
+from icecrawler.errors import FetchError
+from icecrawler.models import Outcome, Post, Report, Review, Task, TaskKind
+
+__all__ = [
+    "CrawlResult",
+    "LongTextSource",
+    "PageFetch",
+    "crawl_task",
+    "failure_report",
+    "item_key",
+    "item_text",
+    "item_time_ms",
+    "success_report",
+]
+
+log = logging.getLogger(__name__)
+
+#: Site times without a zone are Beijing time (FORMATS.md §2.5, §4.2).
+_BEIJING = timezone(timedelta(hours=8))
+#: Requests per crawled page at most (Weibo PC delivers one page in 3 chunks; long texts add a few).
+REQUESTS_PER_PAGE_BOUND = 4
+
+
+@runtime_checkable
+class LongTextSource(Protocol):
+    """Sources whose list pages truncate long posts: they name the ids in ``ParsedPage.info["long_text_ids"]``
+    (comma separated) and say how to fetch and apply the full text."""
+
+    def extend_request(self, base_url: str, post_id: int | str) -> PageRequest: ...
+
+    def parse_extend(self, request: PageRequest, page: FetchedPage, now_ms: int) -> str: ...
+
+    def with_long_text(self, post: Post, html: str) -> Post: ...
+
+
+class PageFetch(Protocol):
+    """Fetches one page (I/O). ``requests_made`` counts HTTP requests, retries and logins included."""
+
+    requests_made: int
+
+    def fetch(self, request: PageRequest) -> FetchedPage: ...
+
+
+@dataclass
+class CrawlResult:
+    """What one crawl produced: the report to send, once the records are durably stored."""
+
+    task: Task
+    report: Report
+    posts: list[Post] = field(default_factory=list)
+    reviews: list[Review] = field(default_factory=list)
+    #: Product ids found on a listing page (the sink adds them as ProductReviews tasks first).
+    discovered: list[str] = field(default_factory=list)
+    #: The crawl was interrupted (shutdown, lease running out): give the lease back instead of reporting.
+    aborted: bool = False
+
+    @property
+    def record_count(self) -> int:
+        return len(self.posts) + len(self.reviews) + len(self.discovered)
+
+
+# --- item helpers -------------------------------------------------------------------------------------------
+
+
+def item_key(item: Item) -> str:
+    """A stable identity for de-duplicating the window (pages can shift while we walk them)."""
+    if isinstance(item, Post):
+        return f"post:{item.id}"
+    if isinstance(item, Review):
+        return f"review:{item.id}"
+    return f"id:{item}"
+
+
+def item_text(item: Item) -> str:
+    """The text SHHD fingerprints: the item's own words (post text, review content), or the product id."""
+    if isinstance(item, Post):
+        return item.text
+    if isinstance(item, Review):
+        return item.content
+    return item
+
+
+def item_time_ms(item: Item) -> int:
+    """Publication time in epoch ms (0 when unknown or unparseable). ISO 8601, or "YYYY-MM-DD HH:MM:SS"
+    in Beijing time when no zone is given."""
+    text = item.created_at if isinstance(item, (Post, Review)) else ""
+    if not text:
+        return 0
+    try:
+        moment = datetime.fromisoformat(text.strip())
+    except ValueError:
+        return 0
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=_BEIJING)
+    return int(moment.timestamp() * 1000)
+
+
+# --- reports --------------------------------------------------------------------------------------------------
+
+
+def failure_report(task: Task, error: FetchError, fetches: int) -> Report:
+    """The report for a crawl that ended in ``error``: its classification, and the task's old cursor."""
+    try:
+        outcome = Outcome(error.outcome)
+    except ValueError:
+        log.error("task %s: unknown outcome %r from %s; reporting ParseError", task.id, error.outcome,
+                  type(error).__name__)
+        outcome = Outcome.ParseError
+    return Report(
+        task_id=task.id, lease_token=task.lease_token, outcome=outcome, http_status=error.http_status,
+        error_class=error.error_class[:120], cursor=task.cursor, retry_after_s=max(0.0, error.retry_after_s),
+        fetches=fetches,
+    )
+
+
+def success_report(task: Task, *, window: list[Item], new_items: int, cursor: str, fingerprint: int,
+                   http_status: int, fetches: int) -> Report:
+    """The report for a completed crawl."""
+    times = [item_time_ms(item) for item in window]
+    return Report(
+        task_id=task.id, lease_token=task.lease_token, outcome=Outcome.Ok, http_status=http_status,
+        fingerprint=fingerprint if window else 0, new_items=new_items, window_items=len(window),
+        newest_item_ms=max(times, default=0), cursor=cursor, fetches=fetches,
+    )
+
+
+# --- the walk -------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Walk:
+    """Items gathered so far, deduplicated, in page order."""
+
+    window: list[Item] = field(default_factory=list)
+    new: list[Item] = field(default_factory=list)
+    seen: set[str] = field(default_factory=set)
+    reached_known: bool = False
+
+    def add_page(self, source: Source, items: list[Item], cursor: str) -> None:
+        for item in items:
+            key = item_key(item)
+            if key in self.seen:
+                continue
+            self.seen.add(key)
+            self.window.append(item)
+            pinned = isinstance(item, Post) and item.pinned
+            # A pinned post never ends the walk (it is old and on top), but it is only new if its own order
+            # says so: otherwise every visit would count the same pinned post as a change.
+            ordered = replace(item, pinned=False) if isinstance(item, Post) and pinned else item
+            if cursor and source.is_older_or_equal(ordered, cursor):
+                self.reached_known = self.reached_known or not pinned
+            else:
+                self.new.append(item)
+
+
+def _split_records(task: Task, items: list[Item]) -> tuple[list[Post], list[Review], list[str]]:
+    posts = [item for item in items if isinstance(item, Post)]
+    reviews = [item for item in items if isinstance(item, Review)]
+    ids = [item for item in items if isinstance(item, str)]
+    if task.kind is TaskKind.Listing:
+        return [], [], ids
+    if ids:
+        log.warning("task %s: %d bare id(s) from a %s task ignored", task.id, len(ids), task.kind.name)
+    return posts, reviews, []
+
+
+def _fill_long_texts(source: Source, parsed: ParsedPage, fetcher: PageFetch, base_url: str, cursor: str,
+                     now_ms: Callable[[], int]) -> None:
+    """Fetch the full text of truncated posts that are new (known posts were completed on an earlier visit)."""
+    ids = {part for part in parsed.info.get("long_text_ids", "").split(",") if part}
+    if not ids or not isinstance(source, LongTextSource):
+        return
+    for item in parsed.items:
+        if isinstance(item, Post) and str(item.id) in ids and not (cursor and source.is_older_or_equal(item, cursor)):
+            request = source.extend_request(base_url, item.id)
+            source.with_long_text(item, source.parse_extend(request, fetcher.fetch(request), now_ms()))
+
+
+def crawl_task(
+    task: Task,
+    source: Source,
+    fetcher: PageFetch,
+    *,
+    base_url: str,
+    max_pages: int,
+    now_ms: Callable[[], int],
+    fingerprint: Callable[[Iterable[str]], int],
+    cancelled: Callable[[], bool] = lambda: False,
+    relogin: Callable[[], None] | None = None,
+) -> CrawlResult:
+    """Crawl ``task`` incrementally and classify the result. Never raises for anything a site can do.
+
+    ``relogin`` (form-login sources) is called at most once, on the first login wall; it raises FetchError
+    when the login fails, else the walled page is fetched again. A second wall ends the crawl.
+    """
+    walk = _Walk()
+    fetches_before = fetcher.requests_made
+    last_status = 0
+    pages = 0
+
+    def result(report: Report, *, aborted: bool = False) -> CrawlResult:
+        posts, reviews, ids = _split_records(task, walk.new)
+        return CrawlResult(task, report, posts, reviews, ids, aborted)
+
+    try:
+        request: PageRequest | None = source.first_request(task, base_url)
+        while request is not None:
+            if cancelled():
+                return result(failure_report(task, FetchError("cancelled", outcome="Timeout"),
+                                             fetcher.requests_made - fetches_before), aborted=True)
+            page = fetcher.fetch(request)
+            last_status = page.status
+            try:
+                parsed = source.parse(task, request, page, now_ms())
+            except FetchError as exc:
+                if exc.outcome != Outcome.LoginRequired.value or relogin is None:
+                    raise
+                login, relogin = relogin, None
+                login()
+                continue
+            if parsed.outcome is not Outcome.Ok:
+                raise FetchError(f"{source.name} classified the page as {parsed.outcome.value}",
+                                 outcome=parsed.outcome.value, http_status=page.status)
+            _fill_long_texts(source, parsed, fetcher, base_url, task.cursor, now_ms)
+            walk.add_page(source, parsed.items, task.cursor)
+            pages += 1
+            nxt = parsed.next_request
+            if walk.reached_known or nxt is None:
+                break
+            if nxt.page > max_pages or pages >= max_pages * REQUESTS_PER_PAGE_BOUND:
+                log.info("task %s: page cap %d reached before the cursor", task.id, max_pages)
+                break
+            request = nxt
+    except FetchError as exc:
+        log.info("task %s: %s (%s): %s", task.id, exc.outcome, exc.error_class, exc)
+        return result(failure_report(task, exc, fetcher.requests_made - fetches_before))
+    except Exception as exc:  # a bug in a source must not take the worker down
+        log.exception("task %s: source %s raised %s", task.id, source.name, type(exc).__name__)
+        error = FetchError(str(exc), outcome="ParseError", http_status=last_status,
+                           error_class=f"source-bug:{type(exc).__name__}")
+        return result(failure_report(task, error, fetcher.requests_made - fetches_before))
+    cursor = task.cursor if task.kind is TaskKind.Listing else source.newest_cursor(walk.window, task.cursor)
+    report = success_report(
+        task, window=walk.window, new_items=len(walk.new), cursor=cursor,
+        fingerprint=fingerprint(item_text(item) for item in walk.window), http_status=last_status,
+        fetches=fetcher.requests_made - fetches_before,
+    )
+    return result(report)

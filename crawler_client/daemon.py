@@ -1,0 +1,251 @@
+"""The crawler client daemon: one lease loop, ``client.workers`` crawl threads and one sink thread in one
+process.
+
+    leaser ──getUsers(batch)──> task queue ──> worker × N ──crawl──> Sink ──writeWB/writeReviews──> storage
+                                                                      └──putUsers / releaseUsers──> scheduler
+
+* **Leasing** (``_lease_loop``): keeps at most ``workers + batch`` tasks leased but unfinished, so a lease
+  does not sit in the local queue long enough to expire; stops leasing while the sink buffers more than
+  ``client.buffer_records`` records (storage down); on ``NoWork(nextDueInMs)`` waits
+  ``min(nextDue, client.idle_sleep_s)``; on an unreachable scheduler backs off exponentially.
+* **Workers** (threads: the work is network waits, which release the GIL) crawl one task at a time with a
+  ``TaskRunner`` each (its own HTTP sessions) and hand the ``CrawlResult`` to the sink.
+* **Shutdown** (``stop``, called on SIGTERM/SIGINT): no new leases; tasks still queued are given back with
+  ``releaseUsers``; running crawls get ``client.shutdown_grace_s`` to finish (then are cancelled at the next
+  page and their leases given back); the sink stores and reports what it can in the same grace period and
+  gives back every lease it could not report. Nothing is left half-done: each task ends reported, released, or
+  (if the scheduler is unreachable) simply expires and is re-crawled.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from crawler_client.crawl import CrawlResult, failure_report
+from crawler_client.gateways import SchedulerGateway, StorageGateway
+from crawler_client.runner import TaskRunner
+from crawler_client.sink import Backoff, ClientStats, Sink
+from icecrawler.clock import Clock
+from icecrawler.errors import FetchError, InvalidArgumentError, NoWorkError, ServiceError
+from icecrawler.models import Task
+from icecrawler.settings import Settings
+
+__all__ = ["ClientDaemon", "DaemonConfig", "default_worker_id"]
+
+log = logging.getLogger(__name__)
+
+#: How often idle threads re-check the stop flag (seconds); bounds shutdown latency, not throughput.
+POLL_S = 0.2
+
+
+def default_worker_id() -> str:
+    """``host:pid``: unique per client process, readable in the scheduler's stats."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+@dataclass(frozen=True)
+class DaemonConfig:
+    """The ``client.*`` settings the daemon itself reads."""
+
+    workers: int
+    batch: int
+    idle_sleep_s: float
+    buffer_records: int
+    report_batch: int
+    write_batch: int
+    backoff_s: float
+    max_backoff_s: float
+    shutdown_grace_s: float
+    progress_log_s: float
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> DaemonConfig:
+        config = cls(
+            workers=settings.get_int("client.workers"),
+            batch=settings.get_int("client.batch"),
+            idle_sleep_s=settings.get_float("client.idle_sleep_s"),
+            buffer_records=settings.get_int("client.buffer_records"),
+            report_batch=settings.get_int("client.report_batch"),
+            write_batch=settings.get_int("storage.batch_limit"),
+            backoff_s=settings.get_float("client.backoff_s"),
+            max_backoff_s=settings.get_float("client.max_backoff_s"),
+            shutdown_grace_s=settings.get_float("client.shutdown_grace_s"),
+            progress_log_s=settings.get_float("client.progress_log_s"),
+        )
+        for name in ("workers", "batch", "buffer_records", "report_batch", "write_batch"):
+            if getattr(config, name) < 1:
+                raise InvalidArgumentError(f"client.{name} must be >= 1, got {getattr(config, name)}",
+                                           field=f"client.{name}")
+        return config
+
+
+class ClientDaemon:
+    """Runs the lease loop, the workers and the sink until ``stop``."""
+
+    def __init__(
+        self,
+        scheduler: SchedulerGateway,
+        storage: StorageGateway,
+        config: DaemonConfig,
+        runner_factory: Callable[[threading.Event], TaskRunner],
+        *,
+        clock: Clock,
+        worker_id: str | None = None,
+    ) -> None:
+        self.scheduler = scheduler
+        self.config = config
+        self.worker_id = worker_id or default_worker_id()
+        self.clock = clock
+        self.stats = ClientStats()
+        self.sink = Sink(
+            scheduler, storage, buffer_records=config.buffer_records, report_batch=config.report_batch,
+            write_batch=config.write_batch, backoff_s=config.backoff_s, max_backoff_s=config.max_backoff_s,
+            now_ms=clock.now_ms, monotonic=time.monotonic, stats=self.stats,
+        )
+        self._runner_factory = runner_factory
+        self._tasks: queue.Queue[Task] = queue.Queue()
+        self._stopping = threading.Event()
+        self._cancel = threading.Event()
+        self._sink_done = threading.Event()
+        self._wake_sink = threading.Event()
+        self._running = 0
+        self._running_lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+        self._sink_thread: threading.Thread | None = None
+        self._sink_deadline = float("inf")
+        self.crawled = 0
+
+    # --- lifecycle ----------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._threads = [threading.Thread(target=self._lease_loop, name="leaser", daemon=True)]
+        self._threads += [threading.Thread(target=self._work_loop, name=f"worker-{n}", daemon=True)
+                          for n in range(self.config.workers)]
+        self._sink_thread = threading.Thread(target=self._sink_loop, name="sink", daemon=True)
+        for thread in [*self._threads, self._sink_thread]:
+            thread.start()
+        log.info("client %s started: %d workers, batch %d", self.worker_id, self.config.workers, self.config.batch)
+
+    def stop(self) -> None:
+        """Graceful, bounded shutdown (see the module docstring). Safe to call once from any one thread."""
+        log.info("client %s stopping: finishing in-flight tasks (grace %.0fs)", self.worker_id,
+                 self.config.shutdown_grace_s)
+        deadline = time.monotonic() + self.config.shutdown_grace_s
+        self._stopping.set()
+        self._release_queued()
+        for thread in self._threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        if any(thread.is_alive() for thread in self._threads):
+            log.warning("crawls still running after the grace period: cancelling them")
+            self._cancel.set()
+            for thread in self._threads:
+                thread.join()
+        self._release_queued()
+        self._sink_deadline = max(deadline, time.monotonic() + 1.0)
+        self._sink_done.set()
+        self._wake_sink.set()
+        if self._sink_thread is not None:
+            self._sink_thread.join()  # bounded: the sink returns at its deadline (each call has an Ice timeout)
+        left = self.sink.pending_count()
+        if left:
+            released = self.sink.give_back()
+            log.warning("%d result(s) could not be reported in time: %d lease(s) given back, %d left to expire",
+                        left, released, left - released)
+        self.log_progress()
+        log.info("client %s stopped", self.worker_id)
+
+    def run_until(self, stop_requested: threading.Event) -> None:
+        """Start, log progress every ``client.progress_log_s`` until ``stop_requested``, then stop."""
+        self.start()
+        next_log = time.monotonic() + self.config.progress_log_s
+        while not stop_requested.wait(POLL_S):
+            if time.monotonic() >= next_log:
+                self.log_progress()
+                next_log = time.monotonic() + self.config.progress_log_s
+        self.stop()
+
+    def log_progress(self) -> None:
+        snap = self.stats.snapshot()
+        outcomes = snap.pop("outcomes")
+        log.info("progress: crawled=%d reported=%s items_stored=%s buffered_records=%d pending_results=%d "
+                 "outcomes=%s %s", self.crawled, snap.pop("tasks_reported"), snap.pop("items_stored"),
+                 self.sink.buffered_records(), self.sink.pending_count(), outcomes,
+                 " ".join(f"{key}={value}" for key, value in snap.items() if value))
+
+    # --- threads ------------------------------------------------------------------------------------------
+
+    def _in_flight(self) -> int:
+        with self._running_lock:
+            return self._tasks.qsize() + self._running
+
+    def _lease_loop(self) -> None:
+        backoff = Backoff(self.config.backoff_s, self.config.max_backoff_s)
+        limit = self.config.workers + self.config.batch
+        while not self._stopping.is_set():
+            room = limit - self._in_flight()
+            if self._tasks.qsize() >= self.config.workers or room < 1 or not self.sink.has_room():
+                self._stopping.wait(POLL_S / 4)
+                continue
+            try:
+                tasks = self.scheduler.lease(self.worker_id, min(self.config.batch, room))
+            except NoWorkError as exc:
+                due_s = exc.next_due_in_ms / 1000 if exc.next_due_in_ms >= 0 else self.config.idle_sleep_s
+                self._stopping.wait(max(0.0, min(due_s, self.config.idle_sleep_s)))
+                continue
+            except (ServiceError, InvalidArgumentError) as exc:
+                delay = backoff.failed(time.monotonic())
+                log.warning("leasing failed (%s); retry in %.1fs", exc, delay)
+                self._stopping.wait(delay)
+                continue
+            backoff.succeeded()
+            for task in tasks:
+                self._tasks.put(task)
+
+    def _work_loop(self) -> None:
+        runner = self._runner_factory(self._cancel)
+        try:
+            while not self._stopping.is_set():
+                try:
+                    task = self._tasks.get(timeout=POLL_S)
+                except queue.Empty:
+                    continue
+                with self._running_lock:
+                    self._running += 1
+                try:
+                    result = runner.run(task)
+                finally:
+                    with self._running_lock:
+                        self._running -= 1
+                self.crawled += 1
+                self.sink.add(result)
+                self._wake_sink.set()
+        finally:
+            runner.close()
+
+    def _sink_loop(self) -> None:
+        while True:
+            self._wake_sink.wait(POLL_S)
+            self._wake_sink.clear()
+            empty = self.sink.flush()
+            if self._sink_done.is_set():
+                if empty or time.monotonic() >= self._sink_deadline:
+                    return
+                time.sleep(POLL_S / 4)
+
+    def _release_queued(self) -> None:
+        """Hand tasks that were leased but never started to the sink as aborted (it gives the leases back)."""
+        while True:
+            try:
+                task = self._tasks.get_nowait()
+            except queue.Empty:
+                break
+            report = failure_report(task, FetchError("shutdown before the crawl", outcome="Timeout"), 0)
+            self.sink.add(CrawlResult(task, report, aborted=True))
+        self._wake_sink.set()

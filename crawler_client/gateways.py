@@ -1,0 +1,114 @@
+"""The client's two remote collaborators behind small Protocols, and their Ice implementations.
+
+The lease loop and the sink (``crawler_client.daemon``, ``crawler_client.sink``) only see these Protocols and
+core types; Slice types and Ice exceptions stop here. Errors a caller must handle:
+
+* ``NoWorkError`` (lease), ``LeaseLostError`` / ``InvalidArgumentError`` with ``index`` (report, release),
+  ``InvalidRecordsError`` (write: the other records WERE stored) — the servers' own answers;
+* ``ServiceError`` — the server did not answer (connection refused, timeout, communicator gone) and
+  ``StorageUnavailableError`` — storage answered but could not take the write. Both mean "keep it, retry later".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, Protocol
+
+import Ice
+
+from icecrawler import rpc
+from icecrawler.errors import ServiceError
+from icecrawler.models import Post, Report, Review, Task, TaskKind
+
+__all__ = ["IceScheduler", "IceStorage", "SchedulerGateway", "StorageGateway"]
+
+class SchedulerGateway(Protocol):
+    def lease(self, worker_id: str, count: int) -> list[Task]:
+        """Lease up to ``count`` due tasks; raises NoWorkError when none is due."""
+        ...
+
+    def report(self, reports: Sequence[Report]) -> None:
+        """All or nothing; LeaseLostError/InvalidArgumentError name the offending ``index``."""
+        ...
+
+    def release(self, leases: Sequence[tuple[str, str]]) -> None:
+        """Give (task id, lease token) pairs back unused; all or nothing like ``report``."""
+        ...
+
+    def add_targets(self, ids: Sequence[str], kind: TaskKind) -> int:
+        """Add ``<source>:<target>`` ids of ``kind``; returns how many were new."""
+        ...
+
+
+class StorageGateway(Protocol):
+    def write_posts(self, posts: Sequence[Post]) -> int:
+        """Store posts durably; returns how many were acknowledged (stored or spooled)."""
+        ...
+
+    def write_reviews(self, reviews: Sequence[Review]) -> int: ...
+
+
+@contextmanager
+def _remote(what: str) -> Iterator[None]:
+    """Slice exceptions → core errors; Ice's own failures (no answer) → ServiceError."""
+    try:
+        with rpc.core_errors():
+            yield
+    except Ice.LocalException as exc:
+        raise ServiceError(f"{what}: {type(exc).__name__}: {exc}") from exc
+
+
+def _call[T](what: str, call: Callable[[], T]) -> T:
+    with _remote(what):
+        return call()
+
+
+class IceScheduler:
+    """SchedulerGateway over a ``Crawler::Scheduler`` proxy."""
+
+    def __init__(self, proxy: Any) -> None:
+        self.proxy = proxy
+
+    @classmethod
+    def from_communicator(cls, comm: Ice.Communicator) -> IceScheduler:
+        return cls(rpc.scheduler_proxy(comm))
+
+    def lease(self, worker_id: str, count: int) -> list[Task]:
+        if count <= 1:
+            return [rpc.task_from_slice(_call("getUser", lambda: self.proxy.getUser(worker_id)))]
+        tasks = _call("getUsers", lambda: self.proxy.getUsers(worker_id, count))
+        return [rpc.task_from_slice(task) for task in tasks]
+
+    def report(self, reports: Sequence[Report]) -> None:
+        slices = [rpc.report_to_slice(report) for report in reports]
+        _call("putUsers", lambda: self.proxy.putUsers(slices))
+
+    def release(self, leases: Sequence[tuple[str, str]]) -> None:
+        refs = [rpc.crawler().LeaseRef(taskId=task_id, leaseToken=token) for task_id, token in leases]
+        _call("releaseUsers", lambda: self.proxy.releaseUsers(refs))
+
+    def add_targets(self, ids: Sequence[str], kind: TaskKind) -> int:
+        slice_kind = rpc.crawler().TaskKind[kind.name]
+        return int(_call("addUsers", lambda: self.proxy.addUsers(list(ids), slice_kind)))
+
+
+class IceStorage:
+    """StorageGateway over a ``Crawler::Storage`` proxy."""
+
+    def __init__(self, proxy: Any) -> None:
+        self.proxy = proxy
+
+    @classmethod
+    def from_communicator(cls, comm: Ice.Communicator) -> IceStorage:
+        return cls(rpc.storage_proxy(comm))
+
+    def write_posts(self, posts: Sequence[Post]) -> int:
+        slices = [rpc.post_to_slice(post) for post in posts]
+        ack = _call("writeWB", lambda: self.proxy.writeWB(slices))
+        return int(ack.stored + ack.spooled)
+
+    def write_reviews(self, reviews: Sequence[Review]) -> int:
+        slices = [rpc.review_to_slice(review) for review in reviews]
+        ack = _call("writeReviews", lambda: self.proxy.writeReviews(slices))
+        return int(ack.stored + ack.spooled)

@@ -1,0 +1,130 @@
+"""One worker's crawl of one task: pick the source, the account's HTTP session, fetch, (re-)login, crawl.
+
+A ``TaskRunner`` belongs to ONE worker thread: it owns that worker's ``requests`` sessions (one per account,
+see ``crawler_client.http.SessionCache``), so no session is ever shared between threads.
+
+Form login (sources listed in ``FORM_LOGINS``, i.e. ECSHOP's ``user.php``): when a page turns out to be
+a login wall, the runner logs in once with the account blob's ``username``/``password`` (or the settings
+``sources.<name>.username/password``) and fetches the page again; a second wall, a failed login or no
+credentials ends the crawl as ``LoginRequired``. The session keeps the login cookie for later tasks.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from crawler_client.crawl import CrawlResult, crawl_task, failure_report
+from crawler_client.http import Fetcher, FetchPolicy, RequestsTransport, SessionCache, parse_cookie_blob
+from crawler_client.sources import ecshop
+from crawler_client.sources.base import FetchedPage, PageRequest, Source
+from crawler_client.sources.ecshop import EcshopSource
+from icecrawler.clock import Clock
+from icecrawler.errors import ConfigError, FetchError
+from icecrawler.models import Outcome, Task
+from icecrawler.settings import Settings
+
+__all__ = ["FORM_LOGINS", "FormLogin", "TaskRunner"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class FormLogin:
+    """A source's form login, from its pure helpers: build the login POST, tell whether the answer shows a
+    logged-in member."""
+
+    request: Callable[[str, str, str], PageRequest]
+    succeeded: Callable[[FetchedPage], bool]
+
+
+#: Sources with a member login, by source name.
+FORM_LOGINS: dict[str, FormLogin] = {
+    EcshopSource.name: FormLogin(ecshop.login_request, ecshop.is_logged_in),
+}
+
+
+class TaskRunner:
+    """Crawls tasks for one worker thread."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        get_source: Callable[[str], Source],
+        *,
+        clock: Clock,
+        cancel: threading.Event,
+        fingerprint: Callable[[Iterable[str]], int],
+    ) -> None:
+        self.settings = settings
+        self.policy = FetchPolicy.from_settings(settings)
+        self.max_pages = settings.get_int("client.max_pages")
+        self._get_source = get_source
+        self.clock = clock
+        self.cancel = cancel
+        self.fingerprint = fingerprint
+        self.sessions = SessionCache()
+
+    def close(self) -> None:
+        self.sessions.close()
+
+    def run(self, task: Task) -> CrawlResult:
+        """Crawl ``task``; every failure comes back as a classified CrawlResult, never as an exception."""
+        try:
+            source = self._get_source(task.source)
+            base_url = self.settings.get_str(f"sources.{task.source}.base_url")
+            session = self.sessions.session(task.source, task.account)
+        except FetchError as exc:
+            return CrawlResult(task, failure_report(task, exc, 0))
+        except (KeyError, ValueError) as exc:  # unknown source name / no base_url setting (ConfigError)
+            error = FetchError(f"cannot crawl source {task.source!r}: {exc}", outcome=Outcome.ParseError.value,
+                               error_class="unknown-source")
+            log.error("task %s: %s", task.id, error)
+            return CrawlResult(task, failure_report(task, error, 0))
+        fetcher = Fetcher(RequestsTransport(session), self.policy, sleep=self.cancel.wait)
+        relogin = self._relogin_hook(task, base_url, fetcher)
+        return crawl_task(
+            task, source, fetcher, base_url=base_url, max_pages=self.max_pages,
+            now_ms=self.clock.now_ms, fingerprint=self.fingerprint, cancelled=self._cancelled(task),
+            relogin=relogin,
+        )
+
+    def _cancelled(self, task: Task) -> Callable[[], bool]:
+        def cancelled() -> bool:
+            # Lease deadlines are wall-clock ms (the scheduler's simulated clock only drives due times).
+            return self.cancel.is_set() or bool(task.lease_deadline_ms and time.time() * 1000 > task.lease_deadline_ms)
+
+        return cancelled
+
+    def _credentials(self, task: Task) -> tuple[str, str]:
+        blob = parse_cookie_blob(task.account.cookie_blob)
+        if blob.username:
+            return blob.username, blob.password
+        prefix = f"sources.{task.source}"
+        try:
+            return self.settings.get_str(f"{prefix}.username"), self.settings.get_str(f"{prefix}.password")
+        except ConfigError:  # a source without credential settings
+            return "", ""
+
+    def _relogin_hook(self, task: Task, base_url: str, fetcher: Fetcher) -> Callable[[], None] | None:
+        form = FORM_LOGINS.get(task.source)
+        if form is None:
+            return None
+
+        def relogin() -> None:
+            username, password = self._credentials(task)
+            if not username:
+                raise FetchError(f"{task.source}: login wall and no credentials (set sources.{task.source}."
+                                 "username/password or put them in the account blob)",
+                                 outcome=Outcome.LoginRequired.value, error_class="no-credentials")
+            log.info("task %s: login wall, logging in as %s", task.id, username)
+            answer = fetcher.fetch(form.request(base_url, username, password))
+            if not form.succeeded(answer):
+                raise FetchError(f"{task.source}: login as {username} failed (HTTP {answer.status})",
+                                 outcome=Outcome.LoginRequired.value, http_status=answer.status,
+                                 error_class="login-failed")
+
+        return relogin

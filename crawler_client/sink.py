@@ -1,0 +1,353 @@
+"""Where crawl results go after the crawl: records to storage first, then the report to the scheduler.
+
+The ordering is the client's durability rule: **a task is reported only after its records are durably
+acknowledged**, because the report advances the task's cursor; a report that overtook its records could lose
+them for good. Everything in between is buffered here, in memory, bounded:
+
+* storage unreachable (``ServiceError``) or refusing (``StorageUnavailableError``) → keep the records, retry
+  with jittered exponential backoff; while more than ``client.buffer_records`` records wait, the lease loop
+  stops leasing (``has_room``), so a long outage costs no new leases;
+* storage rejects some records (``InvalidRecordsError``) → the others WERE stored: log each rejected record
+  loudly, never retry it (it would be rejected again), carry on;
+* scheduler unreachable → keep the reports, retry with backoff;
+* ``LeaseLostError(index)`` on ``putUsers`` → that task's lease expired and it will be re-crawled: drop that
+  report (its records are stored, idempotently) and resend the rest; ``InvalidArgumentError(index)`` → that
+  report is malformed, so resending cannot help: log it as a bug, drop it, resend the rest;
+* a result whose lease deadline passed before it could be reported is dropped with a warning: the scheduler
+  has re-queued the task, whose cursor did not move, so the next crawl fetches the same items again;
+* aborted crawls (shutdown) give their leases back with ``releaseUsers``.
+
+The sink has no thread of its own: the daemon calls ``flush`` from its sink thread; workers call ``add``.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import random
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from crawler_client.crawl import CrawlResult
+from crawler_client.gateways import SchedulerGateway, StorageGateway
+from icecrawler.errors import (
+    InvalidArgumentError,
+    InvalidRecordsError,
+    LeaseLostError,
+    ServiceError,
+    StorageUnavailableError,
+)
+from icecrawler.models import Post, Review, TaskKind
+
+__all__ = ["Backoff", "ClientStats", "Sink"]
+
+log = logging.getLogger(__name__)
+
+
+class Backoff:
+    """Jittered exponential backoff for one remote peer: ``base`` × 2^failures × U(0.5, 1.5), capped."""
+
+    def __init__(self, base_s: float, cap_s: float, rng: random.Random | None = None) -> None:
+        self.base_s = base_s
+        self.cap_s = cap_s
+        self.failures = 0
+        self.retry_at = 0.0
+        self._rng = rng or random.Random()
+
+    def ready(self, now: float) -> bool:
+        return now >= self.retry_at
+
+    def failed(self, now: float) -> float:
+        """Record a failure at ``now``; returns the delay until the next try."""
+        delay = min(self.cap_s, self.base_s * 2 ** min(self.failures, 30)) * self._rng.uniform(0.5, 1.5)
+        self.failures += 1
+        self.retry_at = now + delay
+        return delay
+
+    def succeeded(self) -> None:
+        self.failures = 0
+        self.retry_at = 0.0
+
+
+@dataclass
+class ClientStats:
+    """Counters for the progress log and the tests (thread-safe)."""
+
+    outcomes: collections.Counter[str] = field(default_factory=collections.Counter)
+    tasks_reported: int = 0
+    items_stored: int = 0
+    records_rejected: int = 0
+    targets_added: int = 0
+    reports_lost: int = 0
+    results_expired: int = 0
+    leases_released: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add(self, **deltas: int) -> None:
+        with self._lock:
+            for name, delta in deltas.items():
+                setattr(self, name, getattr(self, name) + delta)
+
+    def count_outcome(self, outcome: str) -> None:
+        with self._lock:
+            self.outcomes[outcome] += 1
+
+    def snapshot(self) -> dict[str, object]:
+        with self._lock:
+            return {
+                "tasks_reported": self.tasks_reported, "items_stored": self.items_stored,
+                "records_rejected": self.records_rejected, "targets_added": self.targets_added,
+                "reports_lost": self.reports_lost, "results_expired": self.results_expired,
+                "leases_released": self.leases_released, "outcomes": dict(sorted(self.outcomes.items())),
+            }
+
+
+@dataclass
+class _Pending:
+    result: CrawlResult
+    posts_done: bool = False
+    reviews_done: bool = False
+    targets_done: bool = False
+
+    @property
+    def stored(self) -> bool:
+        return self.posts_done and self.reviews_done and self.targets_done
+
+    @property
+    def waiting_records(self) -> int:
+        result = self.result
+        return ((0 if self.posts_done else len(result.posts)) + (0 if self.reviews_done else len(result.reviews))
+                + (0 if self.targets_done else len(result.discovered)))
+
+
+class Sink:
+    """Buffers results, stores their records, then reports them (see the module docstring)."""
+
+    def __init__(
+        self,
+        scheduler: SchedulerGateway,
+        storage: StorageGateway,
+        *,
+        buffer_records: int,
+        report_batch: int,
+        write_batch: int,
+        backoff_s: float,
+        max_backoff_s: float,
+        now_ms: Callable[[], int],
+        monotonic: Callable[[], float],
+        stats: ClientStats | None = None,
+    ) -> None:
+        self.scheduler = scheduler
+        self.storage = storage
+        self.buffer_records = buffer_records
+        self.report_batch = max(1, report_batch)
+        self.write_batch = max(1, write_batch)
+        self._now_ms = now_ms
+        self._monotonic = monotonic
+        self.stats = stats or ClientStats()
+        self.storage_backoff = Backoff(backoff_s, max_backoff_s)
+        self.scheduler_backoff = Backoff(backoff_s, max_backoff_s)
+        self._lock = threading.Lock()
+        self._pending: list[_Pending] = []
+
+    # --- called by workers and the lease loop ---
+
+    def add(self, result: CrawlResult) -> None:
+        pending = _Pending(result, posts_done=not result.posts, reviews_done=not result.reviews,
+                           targets_done=not result.discovered or result.aborted)
+        with self._lock:
+            self._pending.append(pending)
+
+    def buffered_records(self) -> int:
+        with self._lock:
+            return sum(item.waiting_records for item in self._pending)
+
+    def has_room(self) -> bool:
+        """False while more records wait for storage than ``client.buffer_records``: stop leasing."""
+        return self.buffered_records() < self.buffer_records
+
+    def pending_count(self) -> int:
+        with self._lock:
+            return len(self._pending)
+
+    # --- called by the sink thread ---
+
+    def flush(self) -> bool:
+        """One pass: expire, store, report, release. Returns True when nothing is left pending."""
+        with self._lock:
+            batch, self._pending = self._pending, []
+        try:
+            batch = self._expire(batch)
+            now = self._monotonic()
+            if self.storage_backoff.ready(now):
+                self._store(batch)
+            if self.scheduler_backoff.ready(now):
+                batch = self._add_targets(batch)
+                batch = self._report(batch)
+                batch = self._release(batch)
+        finally:
+            with self._lock:
+                self._pending[:0] = batch
+        return not batch
+
+    def give_back(self) -> int:
+        """Shutdown: release every lease still pending (their records may be stored; storage is
+        idempotent). Returns how many leases were given back."""
+        with self._lock:
+            batch, self._pending = self._pending, []
+        for item in batch:
+            item.result.aborted = True
+        left = self._release(batch)
+        with self._lock:
+            self._pending[:0] = left
+        return len(batch) - len(left)
+
+    def _expire(self, batch: list[_Pending]) -> list[_Pending]:
+        now = self._now_ms()
+        keep = []
+        for item in batch:
+            deadline = item.result.task.lease_deadline_ms
+            if deadline and now > deadline and not item.result.aborted:
+                log.warning("task %s: lease deadline passed before its report (%d record(s) %s); dropped, the "
+                            "scheduler re-crawls it", item.result.task.id, item.result.record_count,
+                            "stored" if item.stored else "not stored")
+                self.stats.add(results_expired=1)
+            else:
+                keep.append(item)
+        return keep
+
+    def _store(self, batch: list[_Pending]) -> None:
+        try:
+            self._store_kind([item for item in batch if not item.posts_done], "posts")
+            self._store_kind([item for item in batch if not item.reviews_done], "reviews")
+        except (ServiceError, StorageUnavailableError) as exc:
+            delay = self.storage_backoff.failed(self._monotonic())
+            log.warning("storage unavailable (%s); %d record(s) buffered, retry in %.1fs", exc,
+                        sum(item.waiting_records for item in batch), delay)
+        else:
+            self.storage_backoff.succeeded()
+
+    def _store_kind(self, items: list[_Pending], kind: str) -> None:
+        """Write the results' records in chunks of ``write_batch``; mark a result once all of its records of
+        this kind are acknowledged. Raises on the first unavailable write (a partly written result is
+        written again later: storage is idempotent)."""
+        chunk: list[Post | Review] = []
+        owners: list[_Pending] = []
+        for item in items:
+            chunk.extend(item.result.posts if kind == "posts" else item.result.reviews)
+            owners.append(item)
+            while len(chunk) >= self.write_batch:
+                self._write(kind, chunk[:self.write_batch])
+                chunk = chunk[self.write_batch:]
+            if not chunk:
+                self._mark(owners, kind)
+                owners = []
+        if chunk:
+            self._write(kind, chunk)
+        self._mark(owners, kind)
+
+    @staticmethod
+    def _mark(owners: list[_Pending], kind: str) -> None:
+        for owner in owners:
+            if kind == "posts":
+                owner.posts_done = True
+            else:
+                owner.reviews_done = True
+
+    def _write(self, kind: str, records: list[Post | Review]) -> None:
+        try:
+            if kind == "posts":
+                acked = self.storage.write_posts([record for record in records if isinstance(record, Post)])
+            else:
+                acked = self.storage.write_reviews([record for record in records if isinstance(record, Review)])
+        except InvalidRecordsError as exc:
+            for index, reason in exc.rejected:
+                record = records[index] if 0 <= index < len(records) else None
+                log.error("storage REJECTED %s %s: %s (not retried)", kind[:-1],
+                          getattr(record, "id", f"#{index}"), reason)
+            self.stats.add(items_stored=exc.stored, records_rejected=len(exc.rejected))
+            return
+        self.stats.add(items_stored=acked)
+
+    def _add_targets(self, batch: list[_Pending]) -> list[_Pending]:
+        for item in batch:
+            if item.targets_done:
+                continue
+            result = item.result
+            ids = [f"{result.task.source}:{product}" for product in result.discovered]
+            added = 0
+            try:
+                for start in range(0, len(ids), self.report_batch):
+                    added += self.scheduler.add_targets(ids[start:start + self.report_batch],
+                                                        TaskKind.ProductReviews)
+            except ServiceError as exc:
+                delay = self.scheduler_backoff.failed(self._monotonic())
+                log.warning("scheduler unavailable for addUsers (%s); retry in %.1fs", exc, delay)
+                break
+            except InvalidArgumentError as exc:
+                log.error("task %s: scheduler rejected discovered ids (%s); reporting 0 new", result.task.id, exc)
+            result.report.new_items = added
+            item.targets_done = True
+            self.stats.add(targets_added=added)
+        return batch
+
+    def _report(self, batch: list[_Pending]) -> list[_Pending]:
+        ready = [item for item in batch if item.stored and not item.result.aborted]
+        if not ready:
+            return batch
+        done: set[int] = set()
+        for start in range(0, len(ready), self.report_batch):
+            chunk = ready[start:start + self.report_batch]
+            try:
+                sent = self._send_all_or_nothing(chunk, lambda part: self.scheduler.report(
+                    [item.result.report for item in part]), "report")
+            except ServiceError as exc:
+                delay = self.scheduler_backoff.failed(self._monotonic())
+                log.warning("scheduler unavailable (%s); %d report(s) kept, retry in %.1fs", exc,
+                            len(ready) - start, delay)
+                break
+            self.scheduler_backoff.succeeded()
+            for item in chunk:
+                done.add(id(item))
+            for item in sent:
+                self.stats.add(tasks_reported=1)
+                self.stats.count_outcome(item.result.report.outcome.value)
+        return [item for item in batch if id(item) not in done]
+
+    def _release(self, batch: list[_Pending]) -> list[_Pending]:
+        aborted = [item for item in batch if item.result.aborted]
+        if not aborted:
+            return batch
+        try:
+            sent = self._send_all_or_nothing(aborted, lambda part: self.scheduler.release(
+                [(item.result.task.id, item.result.task.lease_token) for item in part]), "release")
+        except ServiceError as exc:
+            delay = self.scheduler_backoff.failed(self._monotonic())
+            log.warning("scheduler unavailable for releaseUsers (%s); retry in %.1fs", exc, delay)
+            return batch
+        self.stats.add(leases_released=len(sent))
+        return [item for item in batch if not item.result.aborted]
+
+    def _send_all_or_nothing(self, items: list[_Pending], send: Callable[[list[_Pending]], None],
+                             what: str) -> list[_Pending]:
+        """Send an all-or-nothing batch; on LeaseLost/InvalidArgument(index) drop that entry and resend the
+        rest. Returns the entries the scheduler accepted. ServiceError propagates (nothing was accepted)."""
+        part = list(items)
+        while part:
+            try:
+                send(part)
+                return part
+            except (LeaseLostError, InvalidArgumentError) as exc:
+                index = exc.index
+                if not 0 <= index < len(part):
+                    log.error("scheduler refused a %s batch of %d without naming an entry (%s); dropped, the "
+                              "leases will expire and the tasks be re-crawled", what, len(part), exc)
+                    self.stats.add(reports_lost=len(part))
+                    return []
+                bad = part.pop(index)
+                level = logging.WARNING if isinstance(exc, LeaseLostError) else logging.ERROR
+                log.log(level, "%s of task %s refused (%s: %s); dropped, resending %d", what,
+                        bad.result.task.id, type(exc).__name__, exc, len(part))
+                self.stats.add(reports_lost=1)
+        return []

@@ -1,0 +1,317 @@
+"""The crawl loop as pure logic: a scripted source (with the real per-source cursor order) and a scripted
+fetch. Covers the incremental stop (cursor, pinned posts excepted, page cap), long texts, re-login, and the
+Report built for every outcome class."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import ClassVar
+
+import pytest
+
+from crawler_client.crawl import CrawlResult, crawl_task, item_time_ms
+from crawler_client.sources._cursor import PostOrder, ReviewOrder
+from crawler_client.sources.base import FetchedPage, Item, PageRequest, ParsedPage
+from icecrawler.errors import FetchError, ParseError
+from icecrawler.models import Outcome, Post, Review, Task, TaskKind
+
+Step = list[Item] | Exception | ParsedPage
+
+
+class ScriptedFetch:
+    def __init__(self) -> None:
+        self.requests_made = 0
+        self.urls: list[str] = []
+
+    def fetch(self, request: PageRequest) -> FetchedPage:
+        self.requests_made += 1
+        self.urls.append(f"{request.url}#{request.page}")
+        return FetchedPage(url=request.url, status=200, headers={}, body=b"", final_url=request.url)
+
+
+class ScriptedSource:
+    """Page n (1-based) answers ``pages[n-1]``: items (next page follows if one exists), an exception, or a
+    ready ParsedPage."""
+
+    name: ClassVar[str] = "scripted"
+    kinds: ClassVar[frozenset[TaskKind]] = frozenset(TaskKind)
+
+    def __init__(self, pages: list[Step]) -> None:
+        self.pages = pages
+        self.parsed: list[int] = []
+
+    def first_request(self, task: Task, base_url: str) -> PageRequest:
+        return PageRequest(url=f"{base_url}/list", page=1)
+
+    def parse(self, task: Task, request: PageRequest, page: FetchedPage, now_ms: int) -> ParsedPage:
+        self.parsed.append(request.page)
+        step = self.pages[request.page - 1]
+        if isinstance(step, Exception):
+            raise step
+        if isinstance(step, ParsedPage):
+            return step
+        more = request.page < len(self.pages)
+        return ParsedPage(items=list(step),
+                          next_request=PageRequest(url=request.url, page=request.page + 1) if more else None)
+
+
+class PostSource(PostOrder, ScriptedSource):
+    pass
+
+
+class ReviewSource(ReviewOrder, ScriptedSource):
+    pass
+
+
+class LongTextPostSource(PostSource):
+    def extend_request(self, base_url: str, post_id: int | str) -> PageRequest:
+        return PageRequest(url=f"{base_url}/extend/{post_id}", page=99)
+
+    def parse_extend(self, request: PageRequest, page: FetchedPage, now_ms: int) -> str:
+        return "<p>the whole long text</p>"
+
+    def with_long_text(self, post: Post, html: str) -> Post:
+        post.html, post.text = html, "the whole long text"
+        return post
+
+
+def post(pid: int, *, pinned: bool = False, minute: int = 0) -> Post:
+    return Post(id=pid, user_id=7, text=f"post {pid}", created_at=f"2024-05-01T12:{minute:02d}:00+08:00",
+                pinned=pinned)
+
+
+def review(rid: str, when: str) -> Review:
+    return Review(id=rid, product_id="p1", content=f"review {rid}", created_at=when)
+
+
+def task(kind: TaskKind = TaskKind.WeiboUser, cursor: str = "") -> Task:
+    return Task(id=f"{kind.value}:weibo_mobile:7", kind=kind, source="weibo_mobile", target="7",
+                lease_token="tok", cursor=cursor)
+
+
+def fingerprint_recorder() -> tuple[Callable[[Iterable[str]], int], list[list[str]]]:
+    calls: list[list[str]] = []
+
+    def fingerprint(texts: Iterable[str]) -> int:
+        calls.append(list(texts))
+        return 0xDEADBEEF
+
+    return fingerprint, calls
+
+
+def run(source: ScriptedSource, the_task: Task, *, max_pages: int = 10,
+        relogin: Callable[[], None] | None = None, cancelled: Callable[[], bool] = lambda: False,
+        ) -> tuple[CrawlResult, ScriptedFetch, list[list[str]]]:
+    fetch = ScriptedFetch()
+    fingerprint, calls = fingerprint_recorder()
+    result = crawl_task(the_task, source, fetch, base_url="http://site", max_pages=max_pages, now_ms=lambda: 0,
+                        fingerprint=fingerprint, cancelled=cancelled, relogin=relogin)
+    return result, fetch, calls
+
+
+# --- incremental stop -----------------------------------------------------------------------------------------
+
+
+def test_first_crawl_walks_every_page_and_everything_is_new() -> None:
+    source = PostSource([[post(30, minute=30), post(29)], [post(28), post(27)], [post(26)]])
+    result, _, calls = run(source, task())
+    report = result.report
+    assert source.parsed == [1, 2, 3]
+    assert [p.id for p in result.posts] == [30, 29, 28, 27, 26]
+    assert (report.outcome, report.new_items, report.window_items, report.cursor) == (Outcome.Ok, 5, 5, "30")
+    assert report.fingerprint == 0xDEADBEEF and report.fetches == 3 and report.http_status == 200
+    assert report.newest_item_ms == item_time_ms(post(30, minute=30))
+    assert calls == [["post 30", "post 29", "post 28", "post 27", "post 26"]]  # item texts, not page chrome
+
+
+def test_stops_after_the_page_holding_the_cursor() -> None:
+    source = PostSource([[post(30), post(29)], [post(28), post(27)], [post(26)]])
+    result, _, calls = run(source, task(cursor="28"))
+    assert source.parsed == [1, 2]  # page 3 never fetched
+    assert [p.id for p in result.posts] == [30, 29]
+    assert (result.report.new_items, result.report.window_items, result.report.cursor) == (2, 4, "30")
+    assert calls == [["post 30", "post 29", "post 28", "post 27"]]
+
+
+def test_nothing_new_keeps_the_cursor_and_still_fingerprints_the_window() -> None:
+    source = PostSource([[post(30), post(29)], [post(28)]])
+    result, _, _ = run(source, task(cursor="30"))
+    assert source.parsed == [1]
+    assert result.posts == []
+    assert (result.report.new_items, result.report.window_items, result.report.cursor) == (0, 2, "30")
+    assert result.report.fingerprint == 0xDEADBEEF
+
+
+def test_pinned_old_post_neither_stops_the_crawl_nor_counts_as_new_nor_becomes_the_cursor() -> None:
+    source = PostSource([[post(5, pinned=True), post(30), post(29)], [post(28), post(27)]])
+    result, _, _ = run(source, task(cursor="27"))
+    assert source.parsed == [1, 2]
+    assert [p.id for p in result.posts] == [30, 29, 28]
+    assert result.report.cursor == "30"
+    assert result.report.window_items == 5
+
+
+def test_new_pinned_post_is_stored() -> None:
+    source = PostSource([[post(40, pinned=True), post(30)], [post(29)]])
+    result, _, _ = run(source, task(cursor="30"))
+    assert [p.id for p in result.posts] == [40]
+    assert result.report.cursor == "30"  # a pinned post never becomes the cursor
+
+
+def test_page_cap_ends_a_long_first_crawl() -> None:
+    source = PostSource([[post(100 - n)] for n in range(8)])
+    result, fetch, _ = run(source, task(), max_pages=3)
+    assert source.parsed == [1, 2, 3]
+    assert fetch.requests_made == 3
+    assert result.report.outcome is Outcome.Ok and result.report.new_items == 3
+
+
+def test_items_repeated_across_shifting_pages_are_counted_once() -> None:
+    source = PostSource([[post(30), post(29)], [post(29), post(28)]])
+    result, _, _ = run(source, task())
+    assert [p.id for p in result.posts] == [30, 29, 28]
+    assert result.report.window_items == 3
+
+
+def test_review_cursor_stop_uses_time_then_id() -> None:
+    source = ReviewSource([
+        [review("c", "2024-05-03T10:00:00+08:00"), review("b", "2024-05-02T10:00:00+08:00")],
+        [review("a", "2024-05-01T10:00:00+08:00")],
+    ])
+    result, _, _ = run(source, task(TaskKind.ProductReviews, cursor="2024-05-02T10:00:00+08:00|b"))
+    assert source.parsed == [1]
+    assert [r.id for r in result.reviews] == ["c"]
+    assert result.report.cursor == "2024-05-03T10:00:00+08:00|c"
+
+
+def test_listing_collects_ids_for_add_users_and_keeps_no_cursor() -> None:
+    source = PostSource([["101", "102"], ["103"]])
+    result, _, _ = run(source, task(TaskKind.Listing))
+    assert result.discovered == ["101", "102", "103"]
+    assert result.posts == [] and result.reviews == []
+    assert (result.report.new_items, result.report.window_items, result.report.cursor) == (3, 3, "")
+
+
+def test_long_texts_are_fetched_for_new_truncated_posts_only() -> None:
+    page1 = ParsedPage(items=[post(30), post(29)], next_request=PageRequest(url="http://site/list", page=2),
+                       info={"long_text_ids": "30,29"})
+    source = LongTextPostSource([page1, [post(28)]])
+    result, fetch, calls = run(source, task(cursor="29"))
+    assert fetch.urls == ["http://site/list#1", "http://site/extend/30#99"]
+    assert result.posts[0].text == "the whole long text"
+    assert result.report.fetches == 2
+    assert calls[0][0] == "the whole long text"
+
+
+# --- outcomes -------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("outcome", [o for o in Outcome if o is not Outcome.Ok])
+def test_every_failure_outcome_becomes_a_classified_report_with_the_old_cursor(outcome: Outcome) -> None:
+    error = FetchError("site said no", outcome=outcome.value, http_status=418, error_class=f"cls-{outcome.value}",
+                       retry_after_s=30.0)
+    result, _, _ = run(PostSource([error]), task(cursor="12"))
+    report = result.report
+    assert report.outcome is outcome
+    assert (report.http_status, report.error_class, report.retry_after_s) == (418, f"cls-{outcome.value}", 30.0)
+    assert (report.cursor, report.new_items, report.window_items, report.fingerprint) == ("12", 0, 0, 0)
+    assert report.fetches == 1 and report.task_id == "user:weibo_mobile:7" and report.lease_token == "tok"
+    assert not result.aborted
+
+
+def test_parse_error_class_is_kept() -> None:
+    result, _, _ = run(PostSource([ParseError("garbage", error_class="bad-json", http_status=200)]), task())
+    assert (result.report.outcome, result.report.error_class) == (Outcome.ParseError, "bad-json")
+
+
+def test_a_page_classified_without_raising_is_a_failure_too() -> None:
+    result, _, _ = run(PostSource([ParsedPage(items=[], outcome=Outcome.Busy)]), task())
+    assert result.report.outcome is Outcome.Busy
+
+
+def test_ban_in_the_middle_keeps_earlier_items_for_storage_but_not_the_cursor() -> None:
+    ban = FetchError("teapot", outcome="Banned", http_status=418, error_class="http-418")
+    result, _, _ = run(PostSource([[post(30), post(29)], ban]), task(cursor="10"))
+    assert result.report.outcome is Outcome.Banned and result.report.cursor == "10"
+    assert [p.id for p in result.posts] == [30, 29]  # stored idempotently; the next crawl sees them again
+    assert result.report.fetches == 2
+
+
+def test_fetch_failure_is_reported_with_its_class() -> None:
+    class TimingOut(ScriptedFetch):
+        def fetch(self, request: PageRequest) -> FetchedPage:
+            self.requests_made += 3
+            raise FetchError("slow", outcome="Timeout", error_class="ReadTimeout")
+
+    fingerprint, _ = fingerprint_recorder()
+    result = crawl_task(task(), PostSource([[post(1)]]), TimingOut(), base_url="http://site", max_pages=5,
+                        now_ms=lambda: 0, fingerprint=fingerprint)
+    assert (result.report.outcome, result.report.error_class, result.report.fetches) == (
+        Outcome.Timeout, "ReadTimeout", 3)
+
+
+def test_a_bug_in_a_source_is_a_parse_error_report_not_a_crash() -> None:
+    result, _, _ = run(PostSource([KeyError("cards")]), task())
+    assert result.report.outcome is Outcome.ParseError
+    assert result.report.error_class == "source-bug:KeyError"
+
+
+def test_unknown_outcome_name_is_reported_as_parse_error() -> None:
+    result, _, _ = run(PostSource([FetchError("odd", outcome="Gremlins")]), task())
+    assert result.report.outcome is Outcome.ParseError
+
+
+def test_cancelled_crawl_is_aborted_so_its_lease_is_given_back() -> None:
+    result, fetch, _ = run(PostSource([[post(1)]]), task(), cancelled=lambda: True)
+    assert result.aborted and fetch.requests_made == 0
+
+
+# --- login ----------------------------------------------------------------------------------------------------
+
+
+def login_wall() -> FetchError:
+    return FetchError("login form", outcome="LoginRequired", error_class="login-form")
+
+
+def test_login_wall_logs_in_once_and_retries_the_page() -> None:
+    logins: list[int] = []
+    source = PostSource([login_wall(), [post(2)]])
+    source.pages = [login_wall(), [post(2)]]
+    state = {"walled": True}
+
+    def parse(the_task: Task, request: PageRequest, page: FetchedPage, now_ms: int) -> ParsedPage:
+        if state["walled"]:
+            raise login_wall()
+        return ParsedPage(items=[post(2)])
+
+    source.parse = parse  # type: ignore[method-assign]
+
+    def relogin() -> None:
+        logins.append(1)
+        state["walled"] = False
+
+    result, fetch, _ = run(source, task(), relogin=relogin)
+    assert logins == [1]
+    assert result.report.outcome is Outcome.Ok and [p.id for p in result.posts] == [2]
+    assert fetch.requests_made == 2
+
+
+def test_second_login_wall_reports_login_required() -> None:
+    logins: list[int] = []
+    result, _, _ = run(PostSource([login_wall(), login_wall()]), task(), relogin=lambda: logins.append(1))
+    assert logins == [1]
+    assert (result.report.outcome, result.report.error_class) == (Outcome.LoginRequired, "login-form")
+
+
+def test_failed_login_reports_its_own_class() -> None:
+    def relogin() -> None:
+        raise FetchError("bad password", outcome="LoginRequired", error_class="login-failed")
+
+    result, _, _ = run(PostSource([login_wall()]), task(), relogin=relogin)
+    assert (result.report.outcome, result.report.error_class) == (Outcome.LoginRequired, "login-failed")
+
+
+def test_item_time_parsing() -> None:
+    assert item_time_ms(review("x", "2024-05-01 12:00:00")) == item_time_ms(review("y", "2024-05-01T12:00:00+08:00"))
+    assert item_time_ms(review("x", "not a date")) == 0
+    assert item_time_ms("123") == 0

@@ -1,0 +1,243 @@
+"""The sink's buffering and reporting policy as pure logic, with memory gateways standing in for the servers:
+records before reports, buffering through outages, InvalidRecords, LeaseLost/InvalidArgument resends, lease
+expiry, listing ids through addUsers, and leases given back."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+
+from crawler_client.crawl import CrawlResult
+from crawler_client.sink import Backoff, Sink
+from icecrawler.errors import (
+    InvalidArgumentError,
+    InvalidRecordsError,
+    LeaseLostError,
+    NoWorkError,
+    ServiceError,
+    StorageUnavailableError,
+)
+from icecrawler.models import Outcome, Post, Report, Review, Task, TaskKind
+
+
+class MemoryScheduler:
+    def __init__(self) -> None:
+        self.reports: list[Report] = []
+        self.released: list[tuple[str, str]] = []
+        self.added: list[tuple[list[str], TaskKind]] = []
+        self.down = False
+        self.lost: set[str] = set()
+        self.invalid: set[str] = set()
+        self.calls = 0
+
+    def lease(self, worker_id: str, count: int) -> list[Task]:
+        raise NoWorkError()
+
+    def _check(self, ids: Sequence[str]) -> None:
+        self.calls += 1
+        if self.down:
+            raise ServiceError("scheduler: ConnectionRefusedException")
+        for index, task_id in enumerate(ids):
+            if task_id in self.lost:
+                raise LeaseLostError("expired", task_id=task_id, index=index)
+            if task_id in self.invalid:
+                raise InvalidArgumentError("bad report", field=f"reports[{index}].newItems", index=index)
+
+    def report(self, reports: Sequence[Report]) -> None:
+        self._check([report.task_id for report in reports])
+        self.reports.extend(reports)
+
+    def release(self, leases: Sequence[tuple[str, str]]) -> None:
+        self._check([task_id for task_id, _ in leases])
+        self.released.extend(leases)
+
+    def add_targets(self, ids: Sequence[str], kind: TaskKind) -> int:
+        self._check([])
+        self.added.append((list(ids), kind))
+        return len(ids) - 1  # one of them was already known
+
+
+class MemoryStorage:
+    def __init__(self) -> None:
+        self.posts: list[Post] = []
+        self.reviews: list[Review] = []
+        self.unavailable = 0
+        self.reject_ids: set[str] = set()
+        self.writes: list[int] = []
+
+    def write_posts(self, posts: Sequence[Post]) -> int:
+        return self._write(list(posts), self.posts)
+
+    def write_reviews(self, reviews: Sequence[Review]) -> int:
+        return self._write(list(reviews), self.reviews)
+
+    def _write(self, records: list, into: list) -> int:  # type: ignore[type-arg]
+        if self.unavailable:
+            self.unavailable -= 1
+            raise StorageUnavailableError("backend and spool down")
+        self.writes.append(len(records))
+        rejected = [(i, "text too long") for i, r in enumerate(records) if str(r.id) in self.reject_ids]
+        into.extend(r for i, r in enumerate(records) if i not in {j for j, _ in rejected})
+        if rejected:
+            raise InvalidRecordsError(rejected, stored=len(records) - len(rejected))
+        return len(records)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.wall_ms = 1_000_000
+        self.mono = 0.0
+
+
+def make(buffer_records: int = 100, write_batch: int = 3, report_batch: int = 2,
+         ) -> tuple[Sink, MemoryScheduler, MemoryStorage, Clock]:
+    scheduler, storage, clock = MemoryScheduler(), MemoryStorage(), Clock()
+    sink = Sink(scheduler, storage, buffer_records=buffer_records, report_batch=report_batch,
+                write_batch=write_batch, backoff_s=1.0, max_backoff_s=8.0, now_ms=lambda: clock.wall_ms,
+                monotonic=lambda: clock.mono)
+    return sink, scheduler, storage, clock
+
+
+def result(name: str, posts: int = 0, reviews: int = 0, *, deadline_ms: int = 0, discovered: Sequence[str] = (),
+           aborted: bool = False, kind: TaskKind = TaskKind.WeiboUser) -> CrawlResult:
+    task = Task(id=f"{kind.value}:weibo_mobile:{name}", kind=kind, source="ecshop" if discovered else "weibo_mobile",
+                target=name, lease_token=f"tok-{name}", lease_deadline_ms=deadline_ms)
+    return CrawlResult(
+        task, Report(task_id=task.id, lease_token=task.lease_token, new_items=posts + reviews),
+        posts=[Post(id=hash((name, n)) & 0xFFFFFF, user_id=1) for n in range(posts)],
+        reviews=[Review(id=f"{name}-{n}", product_id=name) for n in range(reviews)],
+        discovered=list(discovered), aborted=aborted,
+    )
+
+
+def test_records_are_stored_in_batches_before_reports_are_sent_in_batches() -> None:
+    sink, scheduler, storage, _ = make()
+    for n, count in enumerate([2, 2, 1]):
+        sink.add(result(f"t{n}", posts=count))
+    sink.add(result("r", reviews=4))
+    assert sink.flush() is True
+    assert len(storage.posts) == 5 and len(storage.reviews) == 4
+    assert storage.writes == [3, 2, 3, 1]  # chunks of write_batch across results
+    assert [r.task_id.rsplit(":", 1)[1] for r in scheduler.reports] == ["t0", "t1", "t2", "r"]
+    assert scheduler.calls == 2  # report_batch = 2
+    assert sink.stats.snapshot()["items_stored"] == 9
+
+
+def test_storage_outage_buffers_records_withholds_reports_and_blocks_leasing_when_full() -> None:
+    sink, scheduler, storage, clock = make(buffer_records=5)
+    storage.unavailable = 1
+    sink.add(result("a", posts=3))
+    sink.add(result("b", posts=3))
+    assert sink.flush() is False
+    assert scheduler.reports == []  # never reported before its records are stored
+    assert sink.buffered_records() == 6 and not sink.has_room()
+    assert sink.flush() is False  # still backing off: no call made
+    assert storage.writes == []
+    clock.mono += 20
+    assert sink.flush() is True
+    assert len(storage.posts) == 6 and len(scheduler.reports) == 2 and sink.has_room()
+
+
+def test_rejected_records_are_logged_not_retried_and_the_task_still_reported(
+        caplog: pytest.LogCaptureFixture) -> None:
+    sink, scheduler, storage, _ = make()
+    bad = result("x", reviews=3)
+    storage.reject_ids = {"x-1"}
+    sink.add(bad)
+    assert sink.flush() is True
+    assert [r.id for r in storage.reviews] == ["x-0", "x-2"]
+    assert "REJECTED review x-1" in caplog.text
+    assert len(scheduler.reports) == 1 and storage.writes == [3]
+    assert sink.stats.snapshot()["records_rejected"] == 1
+
+
+def test_scheduler_outage_keeps_reports_until_it_is_back() -> None:
+    sink, scheduler, storage, clock = make()
+    scheduler.down = True
+    sink.add(result("a", posts=1))
+    assert sink.flush() is False
+    assert len(storage.posts) == 1 and sink.buffered_records() == 0  # stored, report pending
+    scheduler.down = False
+    clock.mono += 20
+    assert sink.flush() is True
+    assert len(scheduler.reports) == 1
+    assert len(storage.posts) == 1  # not written twice
+
+
+def test_lease_lost_drops_only_that_report_and_resends_the_rest() -> None:
+    sink, scheduler, _, _ = make(report_batch=10)
+    for name in ("a", "b", "c"):
+        sink.add(result(name, posts=1))
+    scheduler.lost = {"user:weibo_mobile:b"}
+    assert sink.flush() is True
+    assert [r.task_id for r in scheduler.reports] == ["user:weibo_mobile:a", "user:weibo_mobile:c"]
+    assert sink.stats.snapshot()["reports_lost"] == 1
+
+
+def test_invalid_report_is_dropped_loudly_and_the_rest_resent(caplog: pytest.LogCaptureFixture) -> None:
+    sink, scheduler, _, _ = make(report_batch=10)
+    sink.add(result("a"))
+    sink.add(result("b"))
+    scheduler.invalid = {"user:weibo_mobile:a"}
+    assert sink.flush() is True
+    assert [r.task_id for r in scheduler.reports] == ["user:weibo_mobile:b"]
+    assert "InvalidArgumentError" in caplog.text
+
+
+def test_result_past_its_lease_deadline_is_dropped_with_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+    sink, scheduler, storage, clock = make()
+    storage.unavailable = 1
+    sink.add(result("a", posts=2, deadline_ms=clock.wall_ms + 5_000))
+    assert sink.flush() is False
+    clock.wall_ms += 10_000
+    clock.mono += 20
+    assert sink.flush() is True
+    assert storage.posts == [] and scheduler.reports == []
+    assert "lease deadline passed" in caplog.text
+    assert sink.stats.snapshot()["results_expired"] == 1
+
+
+def test_listing_ids_go_through_add_users_and_the_report_carries_its_count() -> None:
+    sink, scheduler, _, _ = make()
+    sink.add(result("cat1", discovered=["101", "102", "103"], kind=TaskKind.Listing))
+    assert sink.flush() is True
+    assert scheduler.added == [(["ecshop:101", "ecshop:102"], TaskKind.ProductReviews),
+                               (["ecshop:103"], TaskKind.ProductReviews)]
+    assert scheduler.reports[0].new_items == 1  # 2 calls, each finds one id already known
+
+
+def test_aborted_crawls_and_shutdown_give_leases_back() -> None:
+    sink, scheduler, _, _ = make()
+    sink.add(result("a", aborted=True))
+    assert sink.flush() is True
+    assert scheduler.released == [("user:weibo_mobile:a", "tok-a")] and scheduler.reports == []
+    scheduler.down = True
+    sink.add(result("b", posts=1))
+    assert sink.flush() is False
+    scheduler.down = False
+    assert sink.give_back() == 1
+    assert scheduler.released[-1] == ("user:weibo_mobile:b", "tok-b")
+    assert sink.pending_count() == 0
+
+
+def test_failure_reports_without_records_are_reported_during_a_storage_outage() -> None:
+    sink, scheduler, storage, _ = make()
+    storage.unavailable = 5
+    failed = result("f")
+    failed.report.outcome = Outcome.Banned
+    sink.add(failed)
+    sink.add(result("a", posts=1))
+    assert sink.flush() is False
+    assert [r.outcome for r in scheduler.reports] == [Outcome.Banned]
+    assert sink.stats.snapshot()["outcomes"] == {"Banned": 1}
+
+
+def test_backoff_grows_jittered_and_is_capped() -> None:
+    backoff = Backoff(1.0, 8.0)
+    delays = [backoff.failed(0.0) for _ in range(8)]
+    assert 0.5 <= delays[0] <= 1.5 and 1.0 <= delays[1] <= 3.0
+    assert all(delay <= 12.0 for delay in delays)  # cap 8 × 1.5 jitter
+    assert not backoff.ready(0.0)
+    backoff.succeeded()
+    assert backoff.ready(0.0)
