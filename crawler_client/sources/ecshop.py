@@ -158,8 +158,9 @@ class EcshopSource(ReviewOrder):
             if match and match[1] not in ids:
                 ids.append(match[1])
         pager = soup.select_one("#pager") or soup.select_one(".pagebar")
-        if not ids and pager is None and not _mentions_category(html, task.target):
-            raise fail(Outcome.NotFound, f"category {task.target}: no goods list, pager or self-link",
+        if scope is soup and not _mentions_category(html, task.target):
+            # Not a category page (e.g. the shop index served without a visible redirect).
+            raise fail(Outcome.NotFound, f"category {task.target}: no goods list form and no self-link",
                        error_class="no-such-category", http_status=page.status)
         current = _current_page(request)
         page_count = _listing_page_count(pager) if pager is not None else None
@@ -211,6 +212,10 @@ def _listing_page_count(pager: Tag) -> int | None:
     if match := _PAGER_RE.search(pager.get_text(" ")):
         return int(match[2])
     pages = [int(m[1]) for a in pager.select("a[href]") if (m := _PAGE_PARAM_RE.search(str(a.get("href"))))]
+    for now in pager.select(".page_now"):
+        text = now.get_text(strip=True)
+        if text.isdigit() and len(text) < 10:
+            pages.append(int(text))
     for option in pager.select("option[value]"):
         value = option.get("value")
         if isinstance(value, str) and value.isdigit() and len(value) < 10:

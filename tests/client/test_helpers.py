@@ -1,0 +1,166 @@
+"""The shared mechanisms: dates, counts, decoding, byte-marker and HTTP classification, cursors, registry."""
+
+from __future__ import annotations
+
+import pytest
+
+from crawler_client.sources import SOURCES, get_source
+from crawler_client.sources._counts import parse_count
+from crawler_client.sources._cursor import PostOrder, ReviewOrder
+from crawler_client.sources._dates import iso_of_ms, resolve_created_at
+from crawler_client.sources._decode import decode_body, html_text, make_soup, strip_jsonp
+from crawler_client.sources._detect import (
+    WEIBO_MARKERS,
+    check_final_url,
+    check_http,
+    retry_after_seconds,
+    scan_markers,
+)
+from icecrawler.errors import ConfigError, FetchError
+from icecrawler.models import SOURCES as MODEL_SOURCES
+from icecrawler.models import Outcome, Post, Review
+from tests.client._util import NOW_MS, fetched
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("刚刚", "2021-07-06T12:00:00+08:00"),
+    ("30秒前", "2021-07-06T11:59:30+08:00"),
+    ("5分钟前", "2021-07-06T11:55:00+08:00"),
+    (" 18分钟前", "2021-07-06T11:42:00+08:00"),
+    ("3小时前", "2021-07-06T09:00:00+08:00"),
+    ("今天 08:15", "2021-07-06T08:15:00+08:00"),
+    ("昨天 12:25", "2021-07-05T12:25:00+08:00"),
+    ("06-27", "2021-06-27T00:00:00+08:00"),
+    ("12-30", "2020-12-30T00:00:00+08:00"),  # a date "in the future" is last year's
+    ("5月1日 17:27", "2021-05-01T17:27:00+08:00"),
+    ("2020-12-31", "2020-12-31T00:00:00+08:00"),
+    ("2017-5-1 17:27", "2017-05-01T17:27:00+08:00"),
+    ("2024-03-05 21:04:11", "2024-03-05T21:04:11+08:00"),
+    ("Tue Jun 08 09:35:04 +0800 2021", "2021-06-08T09:35:04+08:00"),
+    ("Tue Jun 08 01:35:04 +0000 2021", "2021-06-08T09:35:04+08:00"),
+    ("", ""),
+    ("昨天", ""),
+    ("13-45", ""),
+    ("Tue Foo 08 09:35:04 +0800 2021", ""),
+])
+def test_created_at_forms_resolve_against_now_in_cst(text: str, expected: str) -> None:
+    assert resolve_created_at(text, NOW_MS) == expected
+
+
+def test_epoch_ms_and_out_of_range() -> None:
+    assert iso_of_ms(1493630875000) == "2017-05-01T17:27:55+08:00"
+    assert iso_of_ms(10**20) == ""
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    (5, 5), ("12", 12), ("1,234", 1234), ("100万+", 1_000_000), ("1.5万", 15_000), ("2亿", 200_000_000),
+    ("转发", 0), ("评论", 0), ("赞", 0), ("", 0), (None, 0), (-3, 0), (True, 1), (2.7, 2), ("abc", 0),
+    (float("nan"), 0), ([], 0),
+])
+def test_counts(value: object, expected: int) -> None:
+    assert parse_count(value) == expected
+
+
+def test_decode_falls_back_to_gb18030_and_strips_bom() -> None:
+    assert decode_body("网络繁忙".encode("gbk")) == "网络繁忙"
+    assert decode_body(b"\xef\xbb\xbf{}") == "{}"
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ('fetchJSON_comment98({"a":1});', '{"a":1}'),
+    ('  cb ( {"a":1} )\n', '{"a":1}'),
+    ('{"a":1}', '{"a":1}'),
+    ("fetchJSON_comment98();", ""),
+    ("<html>(x)</html>", "<html>(x)</html>"),
+])
+def test_strip_jsonp(text: str, expected: str) -> None:
+    assert strip_jsonp(text) == expected
+
+
+def test_html_text_keeps_emoticon_alts_and_line_breaks() -> None:
+    soup = make_soup('a<br />b <span class="url-icon"><img alt="[doge]" src="x.png"></span>  c')
+    assert html_text(soup) == "a\nb [doge] c"
+
+
+def test_make_soup_is_quiet_on_url_and_xml_like_markup() -> None:
+    for markup in ("http://example.com/", "file.html", '<?xml version="1.0"?><rss></rss>', ""):
+        make_soup(markup)  # filterwarnings=error turns any bs4 warning into a failure
+
+
+@pytest.mark.parametrize("encoding", ["utf-8", "gbk"])
+def test_markers_found_in_either_encoding(encoding: str) -> None:
+    body = "<html><em>抱歉，网络繁忙</em></html>".encode(encoding)
+    marker = scan_markers(body, WEIBO_MARKERS)
+    assert marker is not None and marker.outcome is Outcome.Busy
+
+
+def test_frozen_wins_over_the_shared_busy_skeleton() -> None:
+    body = "$CONFIG['bpType']='sorry'; 您的帐号存在异常".encode("gbk")
+    marker = scan_markers(body, WEIBO_MARKERS)
+    assert marker is not None and marker.outcome is Outcome.AccountFrozen
+
+
+@pytest.mark.parametrize(("status", "headers", "outcome", "retry"), [
+    (418, {}, "Banned", 0.0), (403, {}, "Banned", 0.0), (432, {}, "Banned", 0.0), (414, {}, "Banned", 0.0),
+    (429, {}, "RateLimited", 0.0), (429, {"Retry-After": "120"}, "RateLimited", 120.0),
+    (503, {"retry-after": "Tue, 06 Jul 2021 04:01:00 GMT"}, "RateLimited", 60.0),
+    (404, {}, "NotFound", 0.0), (500, {}, "HttpError", 0.0), (401, {}, "LoginRequired", 0.0),
+])
+def test_http_statuses_are_classified(status: int, headers: dict[str, str], outcome: str, retry: float) -> None:
+    with pytest.raises(FetchError) as info:
+        check_http(fetched(b"", status=status, headers=headers), NOW_MS)
+    assert info.value.outcome == outcome
+    assert info.value.http_status == status
+    assert info.value.retry_after_s == pytest.approx(retry)
+
+
+def test_ok_statuses_pass_and_junk_retry_after_is_zero() -> None:
+    check_http(fetched(b"{}", status=200), NOW_MS)
+    check_http(fetched(b"", status=302), NOW_MS)
+    assert retry_after_seconds("soon", NOW_MS) == 0.0
+
+
+@pytest.mark.parametrize("url", [
+    "https://passport.weibo.com/visitor/visitor?entry=miniblog&a=enter",
+    "https://passport.weibo.cn/signin/welcome?entry=mweibo",
+    "https://weibo.com/login.php",
+])
+def test_login_and_visitor_redirects(url: str) -> None:
+    with pytest.raises(FetchError) as info:
+        check_final_url(fetched(b"{}", final_url=url), "https://m.weibo.cn/api/container/getIndex")
+    assert info.value.outcome == "LoginRequired"
+    assert info.value.error_class == ("visitor" if "visitor" in url else "login-redirect")
+
+
+def test_post_cursor_skips_pinned_posts() -> None:
+    old, new, pinned = Post(id=10, user_id=1), Post(id=30, user_id=1), Post(id=5, user_id=1, pinned=True)
+    assert PostOrder.cursor_of(new) == "30"
+    assert PostOrder.is_older_or_equal(old, "10") and PostOrder.is_older_or_equal(old, "20")
+    assert not PostOrder.is_older_or_equal(new, "20")
+    assert not PostOrder.is_older_or_equal(pinned, "20")
+    assert not PostOrder.is_older_or_equal(old, "")
+    assert PostOrder.newest_cursor([pinned, old, new], "20") == "30"
+    assert PostOrder.newest_cursor([Post(id=99, user_id=1, pinned=True)], "20") == "20"
+
+
+def test_review_cursor_is_time_then_id() -> None:
+    newer = Review(id="b", product_id="1", created_at="2024-03-05T21:04:11+08:00")
+    same = Review(id="a", product_id="1", created_at="2024-03-04T09:00:00+08:00")
+    twin = Review(id="z", product_id="1", created_at="2024-03-04T09:00:00+08:00")
+    older = Review(id="c", product_id="1", created_at="2024-03-03T10:00:00+08:00")
+    cursor = ReviewOrder.cursor_of(same)
+    assert cursor == "2024-03-04T09:00:00+08:00|a"
+    assert ReviewOrder.is_older_or_equal(same, cursor) and ReviewOrder.is_older_or_equal(older, cursor)
+    assert not ReviewOrder.is_older_or_equal(newer, cursor)
+    assert not ReviewOrder.is_older_or_equal(twin, cursor)  # same second, other review: keep it
+    assert not ReviewOrder.is_older_or_equal("42", cursor)  # listing items have no order
+    assert ReviewOrder.newest_cursor([older, newer, same]) == ReviewOrder.cursor_of(newer)
+
+
+def test_registry_covers_every_model_source_and_rejects_unknown_names() -> None:
+    assert set(SOURCES) == set(MODEL_SOURCES)
+    for name, kinds in MODEL_SOURCES.items():
+        source = get_source(name)
+        assert source.name == name and source.kinds == kinds
+    with pytest.raises(ConfigError, match="unknown source 'weibo'.*known: ecshop, jd"):
+        get_source("weibo")

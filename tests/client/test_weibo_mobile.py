@@ -1,0 +1,105 @@
+"""weibo_mobile: getIndex pages with both cursor forms, pinned/retweet/long-text posts, walls and extend."""
+
+from __future__ import annotations
+
+import pytest
+
+from crawler_client.sources.samples import mobile_timeline
+from crawler_client.sources.weibo_mobile import WeiboMobileSource
+from icecrawler.errors import FetchError
+from icecrawler.models import Post
+from tests.client._util import BASE, NOW_MS, fetched, fixture, make_task, parse
+
+SOURCE = WeiboMobileSource()
+TASK = make_task("weibo_mobile", "5612345678")
+
+
+def test_first_request_has_no_cursor() -> None:
+    request = SOURCE.first_request(TASK, BASE)
+    assert request.url == f"{BASE}/api/container/getIndex"
+    assert request.params == {"type": "uid", "value": "5612345678", "containerid": "1076035612345678"}
+
+
+def test_since_id_page_fields_and_every_date_form() -> None:
+    page = parse("weibo_mobile", TASK, SOURCE.first_request(TASK, BASE), fixture("weibo_mobile_since_id.json"))
+    posts = [item for item in page.items if isinstance(item, Post)]
+    assert len(posts) == len(page.items) == 9  # card without mblog and mblog without id skipped
+    assert page.info["skipped"] == "1"
+    pinned, fresh, repost, long_post, today, yesterday, month_day, full_date, grouped = posts
+    assert pinned.pinned and not fresh.pinned and pinned.id < fresh.id
+    assert pinned.created_at == "2021-06-08T09:35:04+08:00"
+    assert (pinned.reposts, pinned.comments, pinned.likes) == (1_000_000, 15_000, 7)
+    assert pinned.pictures == ["https://wx1.sinaimg.cn/large/p1.jpg", "https://wx1.sinaimg.cn/orj360/p2.jpg"]
+    assert pinned.text == "置顶微博\n第二行" and pinned.user_name == "测试用户" and pinned.user_id == 5612345678
+    assert pinned.permalink == "https://weibo.com/5612345678/L000100"
+    assert fresh.text == "@朋友 你好 [doge]" and fresh.created_at == "2021-07-06T12:00:00+08:00"
+    assert repost.retweeted_id == 4600000000000001 and repost.created_at == "2021-07-06T11:55:00+08:00"
+    assert long_post.created_at == "2021-07-06T09:00:00+08:00" and page.info["long_text_ids"] == str(long_post.id)
+    assert today.created_at == "2021-07-06T08:15:00+08:00"
+    assert yesterday.created_at == "2021-07-05T12:25:00+08:00"
+    assert month_day.created_at == "2021-06-27T00:00:00+08:00"
+    assert full_date.created_at == "2020-12-31T00:00:00+08:00"
+    assert grouped.id == 4700000000002000
+    assert all(post.source == "weibo_mobile" and post.fetched_at == "2021-07-06T12:00:00+08:00" for post in posts)
+    nxt = page.next_request
+    assert nxt is not None and nxt.params["since_id"] == "4699999999990000" and "page" not in nxt.params
+    assert nxt.page == 2 and page.info["total"] == "1221"
+    # the cursor after this page ignores the (older) pinned post
+    assert SOURCE.newest_cursor(page.items) == "4700000000009000"
+    assert not SOURCE.is_older_or_equal(pinned, "4700000000005000")
+    assert SOURCE.is_older_or_equal(month_day, "4700000000005000")
+
+
+def test_page_cursor_and_last_page() -> None:
+    page = parse("weibo_mobile", TASK, SOURCE.first_request(TASK, BASE), mobile_timeline(5612345678, next_value=2))
+    assert len(page.items) == 10 and page.next_request is not None
+    assert page.next_request.params["page"] == "2" and "since_id" not in page.next_request.params
+    second = parse("weibo_mobile", TASK, page.next_request, mobile_timeline(5612345678, cursor="", pinned=False))
+    assert len(second.items) == 10 and second.next_request is None
+    last = parse("weibo_mobile", TASK, SOURCE.first_request(TASK, BASE), fixture("weibo_mobile_last.json"))
+    assert len(last.items) == 1 and last.next_request is None
+
+
+def test_repeated_since_id_does_not_loop() -> None:
+    request = SOURCE.first_request(TASK, BASE)
+    request.params["since_id"] = "4699999999990000"
+    assert parse("weibo_mobile", TASK, request, fixture("weibo_mobile_since_id.json")).next_request is None
+
+
+def test_ok0_is_not_found_on_the_first_page_and_the_end_later() -> None:
+    with pytest.raises(FetchError) as info:
+        parse("weibo_mobile", TASK, SOURCE.first_request(TASK, BASE), fixture("weibo_mobile_ok0.json"))
+    assert info.value.outcome == "NotFound" and info.value.error_class == "no-content"
+    later = SOURCE.first_request(TASK, BASE)
+    later.params["page"] = "5"
+    page = parse("weibo_mobile", TASK, later, fixture("weibo_mobile_ok0.json"))
+    assert page.items == [] and page.next_request is None and page.info == {"end": "ok:0"}
+
+
+@pytest.mark.parametrize(("name", "error_class"), [
+    ("weibo_mobile_login.json", "login-wall"), ("weibo_mobile_verify.json", "verify-wall")])
+def test_login_walls(name: str, error_class: str) -> None:
+    with pytest.raises(FetchError) as info:
+        parse("weibo_mobile", TASK, SOURCE.first_request(TASK, BASE), fixture(name))
+    assert info.value.outcome == "LoginRequired" and info.value.error_class == error_class
+
+
+def test_html_ban_pages_and_teapot() -> None:
+    request = SOURCE.first_request(TASK, BASE)
+    with pytest.raises(FetchError) as info:
+        parse("weibo_mobile", TASK, request, "<html>访问过于频繁</html>".encode("gbk"))
+    assert info.value.outcome == "RateLimited"
+    with pytest.raises(FetchError) as info:
+        parse("weibo_mobile", TASK, request, b"", status=418)
+    assert info.value.outcome == "Banned" and info.value.http_status == 418
+
+
+def test_long_text_extend() -> None:
+    request = SOURCE.extend_request(BASE, 4700000000007000)
+    assert request.url == f"{BASE}/statuses/extend" and request.params == {"id": "4700000000007000"}
+    html = SOURCE.parse_extend(request, fetched(fixture("weibo_mobile_extend.json"), request), NOW_MS)
+    post = SOURCE.with_long_text(Post(id=4700000000007000, user_id=1, text="长文开头 ...全文"), html)
+    assert post.text == "长文开头，然后是完整的正文。\n@朋友" and post.html == html
+    with pytest.raises(FetchError) as info:
+        SOURCE.parse_extend(request, fetched(fixture("weibo_mobile_login.json"), request), NOW_MS)
+    assert info.value.outcome == "LoginRequired"

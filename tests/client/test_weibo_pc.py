@@ -1,0 +1,130 @@
+"""weibo_pc: mbloglist envelopes (hand-written chunk + generated 45-post pages) and the GBK ban pages."""
+
+from __future__ import annotations
+
+import pytest
+
+from crawler_client.sources.samples import SAMPLE_NOW_MS, mbloglist_chunk, mbloglist_page
+from crawler_client.sources.weibo_pc import WeiboPcSource
+from icecrawler.errors import FetchError, ParseError
+from icecrawler.models import Post
+from tests.client._util import BASE, fixture, make_task, parse
+
+SOURCE = WeiboPcSource()
+TASK = make_task("weibo_pc", "2803301701", domain="100206")
+
+
+def first() -> object:
+    return SOURCE.first_request(TASK, BASE)
+
+
+def test_first_request_is_the_v6_ajax_call_with_the_page_triple() -> None:
+    request = SOURCE.first_request(TASK, BASE + "/")
+    assert request.url == f"{BASE}/p/aj/v6/mblog/mbloglist"
+    assert request.params == {"ajwvr": "6", "domain": "100206", "pagebar": "0", "is_ori": "1",
+                              "id": "1002062803301701", "page": "1", "pre_page": "0", "__rnd": "0"}
+    assert request.state == {"chunk": "0"} and request.page == 1
+
+
+def test_mixed_chunk_fields() -> None:
+    request = SOURCE.first_request(TASK, BASE)
+    page = parse("weibo_pc", TASK, request, fixture("weibo_pc_chunk0_mixed.json"))
+    repost, pinned, relative = page.items
+    assert isinstance(repost, Post) and isinstance(pinned, Post) and isinstance(relative, Post)
+    # repost: omid, own author (not the original's), own counts with words for zero, @date preferred
+    assert repost.id == 4371880227028213 and repost.user_id == 2803301701 and repost.user_name == "人民日报"
+    assert repost.retweeted_id == 4371870000000001
+    assert repost.created_at == "2019-05-12T13:15:00+08:00"
+    assert (repost.reposts, repost.comments, repost.likes) == (1234, 0, 0)
+    assert repost.text == "转发理由[doge]\n第二行 #话题#"
+    assert "a_topic" in repost.html and "原微博内容" not in repost.text
+    assert repost.pictures == []  # the original's pictures are not this post's
+    assert repost.permalink == "https://weibo.com/2803301701/HxKpTtO0F"
+    assert repost.source == "weibo_pc" and repost.fetched_at == "2021-07-06T12:00:00+08:00"
+    # truncated + pinned post: title used when @date is missing, 展开全文 link removed, pictures, 万 counts
+    assert pinned.pinned and pinned.retweeted_id == 0
+    assert pinned.created_at == "2019-04-01T08:05:00+08:00"
+    assert pinned.text == "长微博开头……" and "展开全文" not in pinned.html
+    assert pinned.pictures == ["https://wx3.sinaimg.cn/thumb150/a1.jpg", "https://wx3.sinaimg.cn/thumb150/a2.jpg"]
+    assert (pinned.reposts, pinned.comments, pinned.likes) == (0, 120_000, 1_000_000)
+    # only display text: resolved against now
+    assert relative.created_at == "2021-07-06T11:42:00+08:00" and relative.user_name == "人民日报"
+    assert page.info["long_text_ids"] == "4371860000000002"
+    # chunk 0 → chunk 1 of the same page, cache-buster = fetch time
+    nxt = page.next_request
+    assert nxt is not None and nxt.state == {"chunk": "1"}
+    assert (nxt.params["page"], nxt.params["pre_page"], nxt.params["pagebar"]) == ("1", "1", "0")
+    assert nxt.params["__rnd"] == str(1625544000000) and nxt.params["domain"] == "100206"
+    assert page.total_pages is None
+
+
+def test_a_45_post_page_walks_three_chunks_then_the_next_page() -> None:
+    task = make_task("weibo_pc", "1163218074")
+    request = SOURCE.first_request(task, BASE)
+    seen: list[int] = []
+    for body in mbloglist_page(1163218074, 1, count_page=18):
+        page = parse("weibo_pc", task, request, body, now_ms=SAMPLE_NOW_MS)
+        seen += [item.id for item in page.items if isinstance(item, Post)]
+        assert page.next_request is not None
+        request = page.next_request
+    assert len(seen) == 45 and len(set(seen)) == 45 and seen == sorted(seen, reverse=True)
+    assert page.total_pages == 18
+    assert (request.params["page"], request.params["pre_page"], request.params["pagebar"]) == ("2", "1", "0")
+    assert request.state == {"chunk": "0"} and request.page == 2
+
+
+def test_last_page_pager_ends_the_crawl() -> None:
+    task = make_task("weibo_pc", "1163218074")
+    request = SOURCE.chunk_request(task, f"{BASE}/p/aj/v6/mblog/mbloglist", 3, 2, 0)
+    page = parse("weibo_pc", task, request, mbloglist_chunk(1163218074, 3, 2, count_page=3))
+    assert len(page.items) == 15 and page.total_pages == 3 and page.next_request is None
+
+
+def test_count_page_from_page_links_when_action_data_is_missing() -> None:
+    task = make_task("weibo_pc", "1163218074")
+    body = mbloglist_chunk(1163218074, 1, 2, count_page=7).replace(b"countPage", b"cntPage")
+    request = SOURCE.chunk_request(task, f"{BASE}/p/aj/v6/mblog/mbloglist", 1, 2, 0)
+    assert parse("weibo_pc", task, request, body).total_pages == 7
+
+
+def test_empty_data_is_the_end_of_the_feed() -> None:
+    page = parse("weibo_pc", TASK, SOURCE.first_request(TASK, BASE), fixture("weibo_pc_end.json"))
+    assert page.items == [] and page.next_request is None
+
+
+def test_profile_page_fm_view_is_parsed_like_chunk_0() -> None:
+    import json
+
+    html = json.loads(mbloglist_chunk(1163218074, 1, 0, posts=2))["data"]
+    view = json.dumps({"ns": "pl.content.homeFeed.index", "domid": "Pl_Official_MyProfileFeed__23", "html": html})
+    body = (f'<html><script>FM.view({{"ns":"pl.nav","html":"<div class=\\"fl_menu\\"></div>"}})</script>'
+            f"<script>FM.view({view})</script></html>").encode()
+    page = parse("weibo_pc", TASK, SOURCE.first_request(TASK, BASE), body)
+    assert len(page.items) == 2
+
+
+@pytest.mark.parametrize(("name", "outcome", "error_class"), [
+    ("weibo_pc_busy_gbk.html", "Busy", "busy"),
+    ("weibo_pc_frozen_gbk.html", "AccountFrozen", "account-frozen"),
+    ("weibo_pc_passport_gbk.html", "LoginRequired", "passport"),
+])
+def test_gbk_interstitials_are_classified_from_bytes(name: str, outcome: str, error_class: str) -> None:
+    with pytest.raises(FetchError) as info:
+        parse("weibo_pc", TASK, SOURCE.first_request(TASK, BASE), fixture(name))
+    assert (info.value.outcome, info.value.error_class) == (outcome, error_class)
+    assert not isinstance(info.value, ParseError)
+
+
+def test_other_html_and_error_codes_are_login_or_ban_signals() -> None:
+    request = SOURCE.first_request(TASK, BASE)
+    with pytest.raises(FetchError) as info:
+        parse("weibo_pc", TASK, request, b"<html><body>please log in</body></html>")
+    assert info.value.outcome == "LoginRequired" and info.value.error_class == "html-instead-of-json"
+    with pytest.raises(FetchError) as info:
+        parse("weibo_pc", TASK, request, fixture("weibo_pc_code_error.json"))
+    assert info.value.outcome == "Banned" and info.value.error_class == "weibo-code-100001"
+    with pytest.raises(FetchError) as info:
+        parse("weibo_pc", TASK, request, b"{}", final_url="https://passport.weibo.com/visitor/visitor?a=enter")
+    assert info.value.outcome == "LoginRequired" and info.value.error_class == "visitor"
+    with pytest.raises(ParseError):
+        parse("weibo_pc", TASK, request, b"\x00\x01garbage")
