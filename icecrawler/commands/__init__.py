@@ -27,6 +27,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "hbase",
     "certs",
     "settings",
+    "sandbox",
 )
 
 

@@ -67,6 +67,21 @@ DEFAULTS: dict[str, Any] = {
     "log.json": False,
     "log.level": "INFO",
 
+    # --- sandbox: the local stand-in sites (sandbox/, docs/SANDBOX.md) ---------------------------------------
+    "sandbox.host": "127.0.0.1",
+    # Added to every site request (the client benchmark uses 100, the scale benchmark 50).
+    "sandbox.latency_ms": 0,
+    # A "hang" misbehaviour never lasts longer than this.
+    "sandbox.max_hang_s": 60.0,
+    # The port every site shares (sources.*.base_url point here).
+    "sandbox.port": 8800,
+    # Scenario file (TOML or JSON); empty = the built-in demo scenario.
+    "sandbox.scenario": "",
+    # Overrides the scenario's seed when >= 0.
+    "sandbox.seed": -1,
+    # JSONL file the ground truth is appended to; empty = none.
+    "sandbox.truth_file": "",
+
     # --- scheduler: the task master ------------------------------------------------------------------------
     # Accounts: TOML files of [[account]] id/cookies, readable by the scheduler only.
     "scheduler.accounts_dir": "",

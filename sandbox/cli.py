@@ -1,0 +1,111 @@
+"""The sandbox's command line, shared by ``icecrawler sandbox`` and ``python -m sandbox``.
+
+Flags override the ``sandbox.*`` and ``clock.*`` settings; ``--misbehave`` takes ``SITE[:TARGET].KEY=VALUE``
+(e.g. ``--misbehave m.teapot_rate=0.1 --misbehave ecshop:12.login_wall=true``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from types import FrameType
+
+from icecrawler.errors import ConfigError
+from icecrawler.settings import Settings
+from sandbox.misbehave import MisbehaviourRule
+from sandbox.scenario import default_scenario, load_scenario
+from sandbox.server import SandboxServer
+
+__all__ = ["add_options", "parse_misbehave", "run"]
+
+log = logging.getLogger("sandbox")
+
+
+def add_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host", help="address to bind (default: setting sandbox.host, 127.0.0.1)")
+    parser.add_argument("--port", type=int, help="port shared by all sites (default: setting sandbox.port, 8800; "
+                                                 "0 = any free port)")
+    parser.add_argument("--scenario", metavar="FILE", help="scenario file, .toml or .json (default: built-in demo)")
+    parser.add_argument("--speed", type=float, help="simulated seconds per real second, e.g. 60 (default: setting "
+                                                    "clock.speed)")
+    parser.add_argument("--clock-origin", type=float, metavar="EPOCH_S",
+                        help="wall-clock epoch simulated time starts from; share it with the other processes of a "
+                             "run (default: setting clock.origin, 0 = now)")
+    parser.add_argument("--latency-ms", type=int, help="delay added to every site request (default: setting "
+                                                       "sandbox.latency_ms)")
+    parser.add_argument("--seed", type=int, help="override the scenario's seed")
+    parser.add_argument("--truth-file", metavar="FILE", help="append the ground truth to this JSONL file")
+    parser.add_argument("--max-hang-s", type=float, help="cap on a 'hang' misbehaviour (default 60)")
+    parser.add_argument("--misbehave", action="append", default=[], metavar="SITE[:TARGET].KEY=VALUE",
+                        help="switch a misbehaviour on at start (repeatable); sites: pc, m, ecshop, jd, *")
+    parser.add_argument("--print-scenario", action="store_true", help="print the scenario as JSON and exit")
+
+
+def parse_misbehave(specs: Sequence[str]) -> list[MisbehaviourRule]:
+    """``SITE[:TARGET].KEY=VALUE`` flags, grouped into one rule per scope."""
+    scopes: dict[tuple[str, str], dict[str, str]] = {}
+    for spec in specs:
+        scope, dot, assignment = spec.partition(".")
+        key, eq, value = assignment.partition("=")
+        if not dot or not eq or not key:
+            raise ConfigError(f"--misbehave {spec!r}: expected SITE[:TARGET].KEY=VALUE")
+        site, _, target = scope.partition(":")
+        scopes.setdefault((site, target), {})[key] = value
+    return [MisbehaviourRule.from_dict({"site": site, "target": target, **values})
+            for (site, target), values in scopes.items()]
+
+
+def build_server(args: argparse.Namespace, settings: Settings) -> SandboxServer:
+    """A SandboxServer from the flags, falling back to the settings."""
+    scenario_path = args.scenario or settings.get_str("sandbox.scenario")
+    scenario = load_scenario(scenario_path) if scenario_path else default_scenario()
+    seed = args.seed if args.seed is not None else settings.get_int("sandbox.seed")
+    return SandboxServer(
+        scenario,
+        host=args.host or settings.get_str("sandbox.host"),
+        port=args.port if args.port is not None else settings.get_int("sandbox.port"),
+        speed=args.speed if args.speed is not None else settings.get_float("clock.speed"),
+        origin=args.clock_origin if args.clock_origin is not None else settings.get_float("clock.origin"),
+        latency_ms=args.latency_ms if args.latency_ms is not None else settings.get_int("sandbox.latency_ms"),
+        seed=seed if seed is not None and seed >= 0 else None,
+        truth_file=args.truth_file or settings.get_str("sandbox.truth_file") or None,
+        max_hang_s=args.max_hang_s if args.max_hang_s is not None else settings.get_float("sandbox.max_hang_s"),
+        misbehave=parse_misbehave(args.misbehave),
+    )
+
+
+def run(args: argparse.Namespace, settings: Settings) -> int:
+    """Serve until SIGTERM/SIGINT. Prints one JSON line with the URL once listening."""
+    if args.print_scenario:
+        scenario_path = args.scenario or settings.get_str("sandbox.scenario")
+        scenario = load_scenario(scenario_path) if scenario_path else default_scenario()
+        print(json.dumps(scenario.to_dict(), ensure_ascii=False, indent=2))
+        return 0
+    try:
+        server = build_server(args, settings)
+    except OSError as exc:
+        raise ConfigError(f"sandbox: cannot listen: {exc}") from exc
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    server.start()
+    print(json.dumps({"sandbox": server.url, "sites": {p: server.base_url(p) for p in sorted(server.sites)},
+                      "speed": server.clock.speed, "origin": server.clock.origin}), flush=True)
+    try:
+        while not stop.wait(1.0):
+            pass
+    finally:
+        server.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    log.info("sandbox stopped")
+    sys.stdout.flush()
+    return 0

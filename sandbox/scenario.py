@@ -1,0 +1,265 @@
+"""What a sandbox run contains: Weibo users, products, ECSHOP categories, accounts and misbehaviour rules.
+
+A scenario is a TOML or JSON file with the same structure (see docs/SANDBOX.md)::
+
+    seed = 7
+    [[users]]                       # a Weibo user, shown on the desktop (pc) and/or mobile (m) site
+    uid = 1907518591
+    name = "沙盒用户甲"
+    sites = ["pc", "m"]
+    cursor = "since_id"             # mobile next-page cursor the responses carry: "since_id" or "page"
+    pinned = true                   # an old post pinned on top of the mobile timeline
+    long_text_every = 4             # every 4th post is isLongText (0 = never)
+    retweet_every = 5               # every 5th post reposts someone (0 = never)
+    backlog = 60                    # posts published before the run starts
+    backlog_gap_s = 3600
+    schedule = { kind = "poisson", per_hour = 12 }
+
+    [[products]]
+    source = "jd"                   # or "ecshop"
+    id = "100012043978"
+    schedule = { kind = "periodic", interval_s = 600 }
+    backlog = 25
+    category = 0                    # ecshop: the category that lists it
+    appear_after_s = 0              # ecshop: when it appears (simulated seconds after the start)
+
+    [[categories]]                  # ecshop category pages; new products may arrive over time
+    id = 1
+    per_page = 10
+    arrivals = { kind = "periodic", interval_s = 1800 }
+    arrival_first_id = 1000
+    arrival_limit = 20
+    arrival_reviews = { kind = "poisson", per_hour = 4 }
+
+    [[accounts]]                    # ecshop logins accepted by user.php
+    username = "sandbox"
+    password = "sandbox"
+
+    [[misbehave]]                   # see sandbox.misbehave.Misbehaviour for the keys
+    site = "m"
+    teapot_rate = 0.05
+
+``default_scenario()`` is the demo's built-in world.
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from icecrawler.errors import ConfigError
+from sandbox.misbehave import MisbehaviourRule
+from sandbox.schedules import Schedule
+
+__all__ = ["Category", "Product", "Scenario", "WeiboUser", "default_scenario", "load_scenario"]
+
+WEIBO_SITES = ("pc", "m")
+PRODUCT_SOURCES = ("ecshop", "jd")
+
+
+def _schedule(value: Any, where: str) -> Schedule:
+    if value is None:
+        return Schedule()
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{where}: schedule must be a table like {{kind = \"periodic\", interval_s = 600}}")
+    return Schedule.from_dict(value)
+
+
+def _check_keys(data: Mapping[str, Any], known: set[str], where: str) -> None:
+    unknown = set(data) - known
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {sorted(unknown)} (known: {sorted(known)})")
+
+
+@dataclass(frozen=True)
+class WeiboUser:
+    uid: int
+    name: str = ""
+    sites: tuple[str, ...] = WEIBO_SITES
+    cursor: str = "since_id"
+    pinned: bool = True
+    long_text_every: int = 4
+    retweet_every: int = 5
+    backlog: int = 30
+    backlog_gap_s: float = 3600.0
+    domain: str = "100505"
+    schedule: Schedule = field(default_factory=Schedule)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> WeiboUser:
+        _check_keys(data, set(cls.__dataclass_fields__), "users[]")
+        if "uid" not in data:
+            raise ConfigError("users[]: uid is required")
+        values = dict(data)
+        values["uid"] = int(values["uid"])
+        values["sites"] = tuple(values.get("sites", WEIBO_SITES))
+        values["schedule"] = _schedule(values.get("schedule"), f"user {values['uid']}")
+        user = cls(**values)
+        if not set(user.sites) <= set(WEIBO_SITES) or not user.sites:
+            raise ConfigError(f"user {user.uid}: sites must be a subset of {list(WEIBO_SITES)}")
+        if user.cursor not in ("since_id", "page"):
+            raise ConfigError(f"user {user.uid}: cursor must be 'since_id' or 'page'")
+        return user
+
+    @property
+    def display_name(self) -> str:
+        return self.name or f"沙盒用户{self.uid % 10000}"
+
+
+@dataclass(frozen=True)
+class Product:
+    source: str
+    id: str
+    name: str = ""
+    backlog: int = 20
+    backlog_gap_s: float = 3600.0
+    category: int = 0
+    appear_after_s: float = 0.0
+    #: Added to the review count in JD's ``*CountStr`` summary ("100万+"), like a popular real product.
+    count_bonus: int = 0
+    schedule: Schedule = field(default_factory=Schedule)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Product:
+        _check_keys(data, set(cls.__dataclass_fields__), "products[]")
+        if "source" not in data or "id" not in data:
+            raise ConfigError("products[]: source and id are required")
+        values = dict(data)
+        values["id"] = str(values["id"])
+        values["schedule"] = _schedule(values.get("schedule"), f"product {values['id']}")
+        product = cls(**values)
+        if product.source not in PRODUCT_SOURCES:
+            raise ConfigError(f"product {product.id}: source must be one of {list(PRODUCT_SOURCES)}")
+        if not product.id.isdigit():
+            raise ConfigError(f"product {product.id}: id must be digits")
+        return product
+
+    @property
+    def display_name(self) -> str:
+        return self.name or f"沙盒商品{self.id}"
+
+
+@dataclass(frozen=True)
+class Category:
+    id: int
+    name: str = ""
+    per_page: int = 10
+    arrivals: Schedule = field(default_factory=Schedule)
+    arrival_first_id: int = 1000
+    arrival_limit: int = 20
+    arrival_backlog: int = 0
+    arrival_reviews: Schedule = field(default_factory=lambda: Schedule("poisson", per_hour=4))
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Category:
+        _check_keys(data, set(cls.__dataclass_fields__), "categories[]")
+        values = dict(data)
+        values["id"] = int(values.get("id", 0))
+        values["arrivals"] = _schedule(values.get("arrivals"), f"category {values['id']}")
+        if "arrival_reviews" in values:
+            values["arrival_reviews"] = _schedule(values["arrival_reviews"], f"category {values['id']}")
+        category = cls(**values)
+        if category.per_page < 1:
+            raise ConfigError(f"category {category.id}: per_page must be >= 1")
+        return category
+
+    @property
+    def display_name(self) -> str:
+        return self.name or f"分类{self.id}"
+
+
+@dataclass(frozen=True)
+class Scenario:
+    seed: int = 0
+    users: tuple[WeiboUser, ...] = ()
+    products: tuple[Product, ...] = ()
+    categories: tuple[Category, ...] = ()
+    accounts: tuple[tuple[str, str], ...] = (("sandbox", "sandbox"),)
+    misbehave: tuple[MisbehaviourRule, ...] = ()
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Scenario:
+        _check_keys(data, set(cls.__dataclass_fields__), "scenario")
+        accounts = tuple((str(a["username"]), str(a["password"])) for a in data.get("accounts", ()))
+        scenario = cls(
+            seed=int(data.get("seed", 0)),
+            users=tuple(WeiboUser.from_dict(u) for u in data.get("users", ())),
+            products=tuple(Product.from_dict(p) for p in data.get("products", ())),
+            categories=tuple(Category.from_dict(c) for c in data.get("categories", ())),
+            accounts=accounts or cls.accounts,
+            misbehave=tuple(MisbehaviourRule.from_dict(m) for m in data.get("misbehave", ())),
+        )
+        scenario.validate()
+        return scenario
+
+    def validate(self) -> None:
+        uids = [u.uid for u in self.users]
+        if len(uids) != len(set(uids)):
+            raise ConfigError("scenario: duplicate Weibo uid")
+        keys = [(p.source, p.id) for p in self.products]
+        if len(keys) != len(set(keys)):
+            raise ConfigError("scenario: duplicate product")
+        categories = {c.id for c in self.categories}
+        for product in self.products:
+            if product.source == "ecshop" and product.category and product.category not in categories:
+                raise ConfigError(f"product {product.id}: category {product.category} is not declared")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The scenario as plain data (what ``GET /__sandbox/scenario`` returns)."""
+
+        def plain(obj: Any) -> Any:
+            if isinstance(obj, Schedule):
+                return obj.to_dict()
+            if hasattr(obj, "__dataclass_fields__"):
+                return {name: plain(getattr(obj, name)) for name in obj.__dataclass_fields__}
+            if isinstance(obj, tuple | list):
+                return [plain(x) for x in obj]
+            return obj
+
+        data = plain(self)
+        data["accounts"] = [{"username": u, "password": p} for u, p in self.accounts]
+        return dict(data)
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """Read a ``.toml`` or ``.json`` scenario file."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+        data = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"cannot read scenario {path}: {exc}") from exc
+    return Scenario.from_dict(data)
+
+
+def default_scenario(seed: int = 0) -> Scenario:
+    """The demo's world: three Weibo users on both sites (both mobile cursor forms), two ECSHOP products in a
+    category that gains new products over time, an empty category, and two JD products."""
+    return Scenario(
+        seed=seed,
+        users=(
+            WeiboUser(uid=1907518591, name="沙盒用户甲", cursor="since_id", schedule=Schedule("poisson", per_hour=6),
+                      backlog=60),
+            WeiboUser(uid=1163218074, name="沙盒用户乙", cursor="page", schedule=Schedule("bursty", interval_s=3600,
+                                                                                      burst_size=4), backlog=50),
+            WeiboUser(uid=2803301701, name="沙盒用户丙", cursor="since_id", pinned=False,
+                      schedule=Schedule("periodic", interval_s=1200), backlog=20, retweet_every=0),
+        ),
+        products=(
+            Product("ecshop", "12", name="沙盒手机", category=1, schedule=Schedule("periodic", interval_s=600),
+                    backlog=12),
+            Product("ecshop", "13", name="沙盒耳机", category=1, schedule=Schedule("poisson", per_hour=2), backlog=3),
+            Product("jd", "100012043978", name="沙盒京东商品", schedule=Schedule("poisson", per_hour=10), backlog=35,
+                    count_bonus=1_000_000),
+            Product("jd", "100008348542", schedule=Schedule("static"), backlog=8),
+        ),
+        categories=(
+            Category(1, name="手机数码", per_page=10, arrivals=Schedule("periodic", interval_s=1800),
+                     arrival_first_id=100, arrival_limit=20),
+            Category(2, name="空分类"),
+        ),
+    )

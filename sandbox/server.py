@@ -1,0 +1,354 @@
+"""The one HTTP server: every site under its prefix, misbehaviour applied around the sites, the request log,
+and the control endpoints under ``/__sandbox/``.
+
+Control endpoints (JSON):
+
+- ``GET  /__sandbox/health``: ``{"ok": true, "now_ms", "wall_ms", "origin_ms", "speed", "sites"}``.
+- ``GET  /__sandbox/truth[?source=&target=&since_ms=]``: published items and product appearances.
+- ``GET  /__sandbox/requests[?site=&path=&since=&limit=]``: the request log, arrival times included.
+- ``GET  /__sandbox/misbehave``: the live rules. ``POST /__sandbox/misbehave`` with
+  ``{"site": "m", "target": "", "set": {"teapot_rate": 1}}``, ``{"site": "m", "clear": true}`` or
+  ``{"clear": true}`` (all rules).
+- ``POST /__sandbox/advance`` with ``{"seconds": 600}``: jump simulated time (this process only).
+- ``GET  /__sandbox/scenario``: the scenario in use.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import json
+import logging
+import threading
+from collections.abc import Iterable
+from dataclasses import replace
+from http.cookies import CookieError, SimpleCookie
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any
+from urllib.parse import parse_qs, urlsplit
+
+from icecrawler.errors import ConfigError
+from sandbox.clock import SimClock
+from sandbox.misbehave import SITES, Action, MisbehaviourRule, MisbehaviourTable
+from sandbox.pages import interstitial
+from sandbox.scenario import Scenario, default_scenario
+from sandbox.sites.ecshop import EcshopSite
+from sandbox.sites.jd import JdSite
+from sandbox.sites.weibo_mobile import WeiboMobileSite
+from sandbox.sites.weibo_pc import WeiboPcSite
+from sandbox.web import SimRequest, SimResponse, Site
+from sandbox.world import World
+
+__all__ = ["CONTROL_PREFIX", "SandboxServer"]
+
+log = logging.getLogger("sandbox")
+
+CONTROL_PREFIX = "/__sandbox"
+#: Most requests kept in the log (the oldest are dropped; ``seq`` keeps counting).
+LOG_LIMIT = 200_000
+
+
+class _HttpServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    sandbox: SandboxServer
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _HttpServer
+    protocol_version = "HTTP/1.0"
+    server_version = "nginx"
+    sys_version = ""
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("%s " + format, self.client_address[0], *args)
+
+    def do_GET(self) -> None:
+        self.server.sandbox._dispatch(self)
+
+    def do_POST(self) -> None:
+        self.server.sandbox._dispatch(self)
+
+    def do_HEAD(self) -> None:
+        self.server.sandbox._dispatch(self)
+
+
+class SandboxServer:
+    """All four sites on one port, in this process (a daemon thread) or in the foreground.
+
+    ``speed``/``origin`` follow ``icecrawler.clock`` (speed 0 freezes time; use ``advance``). ``latency_ms`` is
+    added to every site request. A hang never lasts longer than ``max_hang_s`` and ends at ``stop()``.
+    """
+
+    def __init__(self, scenario: Scenario | None = None, *, host: str = "127.0.0.1", port: int = 0,
+                 speed: float = 1.0, origin: float = 0.0, latency_ms: int = 0, seed: int | None = None,
+                 truth_file: str | Path | None = None, max_hang_s: float = 60.0,
+                 misbehave: Iterable[MisbehaviourRule] = (), clock: SimClock | None = None) -> None:
+        scenario = scenario if scenario is not None else default_scenario()
+        if seed is not None:
+            scenario = replace(scenario, seed=seed)
+        if latency_ms < 0 or max_hang_s < 0:
+            raise ConfigError("latency_ms and max_hang_s must be >= 0")
+        self.scenario = scenario
+        self.clock = clock if clock is not None else SimClock(speed, origin)
+        self.world = World(scenario, self.clock.origin_ms)
+        self.latency_ms = latency_ms
+        self.max_hang_s = max_hang_s
+        self.misbehaviour = MisbehaviourTable((*scenario.misbehave, *misbehave), seed=scenario.seed)
+        accounts = dict(scenario.accounts)
+        self.sites: dict[str, Site] = {
+            site.prefix: site
+            for site in (WeiboPcSite(self.world), WeiboMobileSite(self.world), EcshopSite(self.world, accounts),
+                         JdSite(self.world))
+        }
+        self._log: collections.deque[dict[str, Any]] = collections.deque(maxlen=LOG_LIMIT)
+        self._log_seq = 0
+        self._log_lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._truth_path = Path(truth_file) if truth_file else None
+        self._truth_file: IO[str] | None = None
+        self._truth_written = (0, 0)
+        self._httpd = _HttpServer((host, port), _Handler)
+        self._httpd.sandbox = self
+        self.host = host
+        self.port = int(self._httpd.server_address[1])
+        self._threads: list[threading.Thread] = []
+
+    # --- lifecycle ------------------------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def base_url(self, prefix: str) -> str:
+        """A site's base URL (what ``sources.<name>.base_url`` should be), e.g. ``base_url("m")``."""
+        return f"{self.url}/{prefix}"
+
+    def start(self) -> SandboxServer:
+        """Serve in daemon threads; returns at once."""
+        self._open_truth()
+        for name, target in (("sandbox-http", self._httpd.serve_forever), ("sandbox-truth", self._truth_loop)):
+            thread = threading.Thread(target=target, name=name, daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        return self
+
+    def stop(self) -> None:
+        """Stop serving, wake hanging requests, flush the truth file. Idempotent, bounded."""
+        if self._stopping.is_set() and not self._threads:
+            return
+        self._stopping.set()
+        self._httpd.shutdown()
+        self._finish()
+
+    def _finish(self) -> None:
+        for thread in self._threads:
+            if thread is not threading.current_thread():
+                thread.join(timeout=5)
+        self._threads.clear()
+        self._httpd.server_close()
+        self._write_truth()
+        if self._truth_file is not None:
+            self._truth_file.close()
+            self._truth_file = None
+
+    def __enter__(self) -> SandboxServer:
+        return self.start()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+    # --- ground truth -----------------------------------------------------------------------------------
+
+    def truth(self, source: str = "", target: str = "", since_ms: int = -1) -> dict[str, Any]:
+        """The ``/__sandbox/truth`` document (see docs/SANDBOX.md)."""
+        now = self.clock.now_ms()
+        items, products = self.world.truth(now)
+        counts: dict[str, dict[str, int]] = {}
+        out_items = []
+        for item in items:
+            if (source and item.source != source) or (target and item.target != target):
+                continue
+            if item.published_ms <= since_ms:
+                continue
+            counts.setdefault(item.source, {}).setdefault(item.target, 0)
+            counts[item.source][item.target] += 1
+            out_items.append({**item.to_dict(), "published_wall_ms": self.clock.wall_at(item.published_ms)})
+        out_products = [
+            {**p.to_dict(), "appeared_wall_ms": self.clock.wall_at(p.appeared_ms)} for p in products
+            if p.appeared_ms <= now and (not source or p.source == source) and (not target or p.product == target)
+        ]
+        return {"now_ms": now, "wall_ms": self.clock.wall_ms(), "origin_ms": self.clock.origin_ms,
+                "speed": self.clock.speed, "counts": counts, "items": out_items, "products": out_products}
+
+    def _open_truth(self) -> None:
+        if self._truth_path is not None and self._truth_file is None:
+            self._truth_path.parent.mkdir(parents=True, exist_ok=True)
+            self._truth_file = self._truth_path.open("a", encoding="utf-8")
+
+    def _truth_loop(self) -> None:
+        while not self._stopping.wait(0.25):
+            self._write_truth()
+
+    def _write_truth(self) -> None:
+        """Append newly published items/products to the JSONL truth file (one JSON object per line)."""
+        if self._truth_file is None:
+            return
+        self.world.advance(self.clock.now_ms())
+        done_items, done_products = self._truth_written
+        items = self.world.truth_items[done_items:]
+        products = self.world.truth_products[done_products:]
+        for product in products:
+            record = {**product.to_dict(), "appeared_wall_ms": self.clock.wall_at(product.appeared_ms)}
+            self._truth_file.write(json.dumps(record, ensure_ascii=False) + "\n")
+        for item in items:
+            record = {**item.to_dict(), "published_wall_ms": self.clock.wall_at(item.published_ms)}
+            self._truth_file.write(json.dumps(record, ensure_ascii=False) + "\n")
+        self._truth_written = (done_items + len(items), done_products + len(products))
+        self._truth_file.flush()
+
+    # --- request log --------------------------------------------------------------------------------------
+
+    def requests(self, site: str = "", path: str = "", since: int = 0, limit: int = 10_000) -> dict[str, Any]:
+        """Logged requests with ``seq > since`` (``next`` is the last seq seen), optionally per site/path."""
+        with self._log_lock:
+            rows = [r for r in self._log if r["seq"] > since and (not site or r["site"] == site)
+                    and (not path or r["path"] == path)]
+            last = self._log_seq
+        return {"next": last, "requests": rows[:limit]}
+
+    def _record(self, entry: dict[str, Any]) -> dict[str, Any]:
+        with self._log_lock:
+            self._log_seq += 1
+            entry["seq"] = self._log_seq
+            self._log.append(entry)
+        return entry
+
+    # --- dispatch -----------------------------------------------------------------------------------------
+
+    def _dispatch(self, handler: _Handler) -> None:
+        arrived_ms = self.clock.wall_ms()
+        split = urlsplit(handler.path)
+        length = int(handler.headers.get("Content-Length") or 0)
+        body = handler.rfile.read(min(length, 1_000_000)) if length > 0 else b""
+        if split.path == CONTROL_PREFIX or split.path.startswith(CONTROL_PREFIX + "/"):
+            self._send(handler, self._control(handler.command, split.path[len(CONTROL_PREFIX):], split.query, body))
+            return
+        prefix, _, rest = split.path.lstrip("/").partition("/")
+        site = self.sites.get(prefix)
+        if site is None:
+            self._send(handler, SimResponse.not_found())
+            return
+        request = _build_request(handler, "/" + rest, split.query, body, self.clock.now_ms())
+        target = site.target_of(request)
+        entry = self._record({"wall_ms": arrived_ms, "sim_ms": request.now_ms, "site": prefix, "path": "/" + rest,
+                              "query": split.query, "method": handler.command, "target": target,
+                              "host": handler.headers.get("Host", ""), "status": 0, "misbehaviour": []})
+        action = self.misbehaviour.decide(prefix, target, self.max_hang_s)
+        entry["misbehaviour"] = action.names
+        if self.latency_ms:
+            self._stopping.wait(self.latency_ms / 1000)
+        if action.hang_s:
+            self._stopping.wait(action.hang_s)
+            handler.close_connection = True
+            entry["status"] = -1
+            return
+        if action.delay_ms:
+            self._stopping.wait(action.delay_ms / 1000)
+        response = self._respond(site, request, action)
+        entry["status"] = response.status
+        entry["bytes"] = len(response.body)
+        self._send(handler, response, action.truncate)
+
+    def _respond(self, site: Site, request: SimRequest, action: Action) -> SimResponse:
+        if action.status == 418:
+            return SimResponse(418, b"I'm a teapot", "text/plain; charset=utf-8")
+        if action.status == 429:
+            return SimResponse(429, b"Too Many Requests", "text/plain; charset=utf-8",
+                               {"Retry-After": str(action.retry_after_s)})
+        if action.ban_page:
+            return SimResponse(200, interstitial(action.ban_page, request.now_ms // 1000))
+        if action.login_wall and not site.logged_in(request):
+            wall = site.login_wall(request)
+            if wall is not None:
+                return wall
+        try:
+            return site.handle(request)
+        except Exception:  # a bug in a site must not kill the connection silently
+            log.exception("site %s failed on %s", site.prefix, request.path)
+            return SimResponse(500, b"<html><body>500 Internal Server Error</body></html>")
+
+    def _send(self, handler: _Handler, response: SimResponse, truncate: str = "") -> None:
+        body = response.body
+        sent = body[: len(body) // 2] if truncate else body
+        announced = len(body) if truncate == "drop" else len(sent)
+        try:
+            handler.send_response(response.status)
+            handler.send_header("Content-Type", response.content_type)
+            for name, value in response.headers.items():
+                handler.send_header(name, value)
+            handler.send_header("Content-Length", str(announced))
+            handler.end_headers()
+            if handler.command != "HEAD":
+                handler.wfile.write(sent)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        handler.close_connection = True
+
+    def _control(self, method: str, path: str, query: str, body: bytes) -> SimResponse:
+        params = {k: v[0] for k, v in parse_qs(query, keep_blank_values=True).items()}
+        try:
+            data: Any = json.loads(body or b"{}") if method == "POST" else {}
+            if path in ("", "/", "/health"):
+                return SimResponse.json({"ok": True, "now_ms": self.clock.now_ms(), "wall_ms": self.clock.wall_ms(),
+                                         "origin_ms": self.clock.origin_ms, "speed": self.clock.speed,
+                                         "sites": sorted(self.sites)})
+            if path == "/truth":
+                return SimResponse.json(self.truth(params.get("source", ""), params.get("target", ""),
+                                                   int(params.get("since_ms", -1))))
+            if path == "/requests":
+                return SimResponse.json(self.requests(params.get("site", ""), params.get("path", ""),
+                                                      int(params.get("since", 0)), int(params.get("limit", 10_000))))
+            if path == "/scenario":
+                return SimResponse.json(self.scenario.to_dict())
+            if path == "/advance" and method == "POST":
+                return SimResponse.json({"now_ms": self.clock.advance(float(data.get("seconds", 0)))})
+            if path == "/misbehave":
+                if method == "POST":
+                    self._change_misbehaviour(data)
+                return SimResponse.json({"rules": [rule.to_dict() for rule in self.misbehaviour.rules()]})
+        except (ValueError, TypeError, AttributeError) as exc:
+            return SimResponse(400, json.dumps({"error": str(exc)}, ensure_ascii=False).encode(),
+                               "application/json; charset=utf-8")
+        return SimResponse(404, b'{"error": "unknown control endpoint"}', "application/json")
+
+    def _change_misbehaviour(self, data: dict[str, Any]) -> None:
+        site = data.get("site")
+        target = str(data.get("target", ""))
+        if site is None:
+            if data.get("clear"):
+                self.misbehaviour.clear()
+                return
+            raise ConfigError("misbehave: give 'site' (or 'clear': true for all rules)")
+        if site not in SITES:
+            raise ConfigError(f"misbehave: site must be one of {list(SITES)}")
+        if data.get("clear"):
+            self.misbehaviour.clear(site, target)
+        else:
+            self.misbehaviour.update(site, target, data.get("set", {}))
+
+
+def _build_request(handler: _Handler, path: str, query: str, body: bytes, now_ms: int) -> SimRequest:
+    cookies: dict[str, str] = {}
+    with contextlib.suppress(CookieError):
+        jar: SimpleCookie = SimpleCookie(handler.headers.get("Cookie", ""))
+        cookies = {name: morsel.value for name, morsel in jar.items()}
+    form: dict[str, str] = {}
+    if body and "form-urlencoded" in (handler.headers.get("Content-Type") or ""):
+        form = {k: v[0] for k, v in parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True).items()}
+    params = {k: v[0] for k, v in parse_qs(query, keep_blank_values=True).items()}
+    return SimRequest(handler.command, path, params, dict(handler.headers.items()), cookies, form, now_ms)
+

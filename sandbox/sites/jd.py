@@ -1,0 +1,122 @@
+"""JD's comment API under ``/jd``: ``/comment/productPageComments.action`` as JSONP (``callback=``) or plain JSON,
+in the shape of FORMATS.md §4: int64 ids, Beijing ``creationTime``, ``maxPage``, and a summary whose numeric
+counts are 0 while ``*CountStr`` carries the rounded display text ("100万+"), as in 2024 data.
+
+``sortType=6`` is newest first; any other value gives a stable "recommended" shuffle. ``score`` filters
+(0 all, 1 poor, 2 middle, 3 good; other values have no matches here). Under a login wall the answer is an
+empty 200 body, as JD does without a logged-in cookie.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import Any, ClassVar
+
+from sandbox.content import SimReview, beijing
+from sandbox.web import SimRequest, SimResponse, page_count
+from sandbox.world import World
+
+__all__ = ["MAX_PAGE", "JdSite", "count_str"]
+
+MAX_PAGE = 100
+_CALLBACK_RE = re.compile(r"^[A-Za-z_$][\w$]{0,63}$")
+_SCORES = {1: (1,), 2: (2, 3), 3: (4, 5)}
+
+
+def count_str(count: int) -> str:
+    """JD's rounded display count: 7 -> "7", 35 -> "30+", 1200 -> "1000+", 23000 -> "2万+", 1.2M -> "100万+"."""
+    if count < 10:
+        return str(count)
+    if count >= 1_000_000:
+        return f"{count // 1_000_000 * 100}万+"
+    if count >= 10_000:
+        return f"{count // 10_000}万+"
+    magnitude = 10 ** (len(str(count)) - 1)
+    return f"{count // magnitude * magnitude}+"
+
+
+class JdSite:
+    prefix: ClassVar[str] = "jd"
+
+    def __init__(self, world: World) -> None:
+        self.world = world
+
+    def target_of(self, request: SimRequest) -> str:
+        return request.query.get("productId", "")
+
+    def logged_in(self, request: SimRequest) -> bool:
+        return bool(request.cookies.get("thor"))
+
+    def login_wall(self, request: SimRequest) -> SimResponse | None:
+        return SimResponse(200, b"", "text/html;charset=utf-8")
+
+    def handle(self, request: SimRequest) -> SimResponse:
+        if request.path != "/comment/productPageComments.action":
+            return SimResponse.not_found()
+        product_id = self.target_of(request)
+        reviews = self.world.reviews("jd", product_id, request.now_ms) if product_id.isdigit() else None
+        state = self.world.product("jd", product_id, request.now_ms) if reviews is not None else None
+        reviews = reviews or []
+        score = request.int_param("score", 0)
+        chosen = [r for r in reviews if r.score in _SCORES[score]] if score in _SCORES else (
+            reviews if score == 0 else [])
+        if request.int_param("sortType", 6) != 6:
+            chosen = sorted(chosen, key=lambda r: hashlib.md5(str(r.review_id).encode()).digest())
+        size = min(max(request.int_param("pageSize", 10), 1), 30)
+        page = max(request.int_param("page", 0), 0)
+        max_page = min(MAX_PAGE, page_count(len(chosen), size))
+        shown = chosen[page * size:(page + 1) * size] if page < max_page else []
+        bonus = state.spec.count_bonus if state is not None else 0
+        body = {
+            "jwotestProduct": None, "score": score, "comments": [self._comment(r, product_id) for r in shown],
+            "soType": request.int_param("sortType", 6), "csv": "comment,sandbox", "imageListCount": 0,
+            "hotCommentTagStatistics": [], "testId": "cmt", "vTagStatistics": None, "maxPage": max_page,
+            "productCommentSummary": self._summary(product_id, reviews, bonus), "productAttr": None,
+        }
+        callback = request.query.get("callback", "")
+        if callback and _CALLBACK_RE.match(callback):
+            response = SimResponse.json(body, content_type="text/html;charset=utf-8")
+            response.body = callback.encode() + b"(" + response.body + b");"
+            return response
+        return SimResponse.json(body)
+
+    def _comment(self, review: SimReview, product_id: str) -> dict[str, Any]:
+        nick = review.user or "jd_user"
+        guid = hashlib.md5(str(review.review_id).encode()).hexdigest()
+        return {
+            "id": review.review_id, "topped": 0, "guid": guid, "content": review.text,
+            "creationTime": beijing(review.created_ms).strftime("%Y-%m-%d %H:%M:%S"), "isDelete": False,
+            "isTop": False, "userImageUrl": "storage.360buyimg.com/i.imageUpload/default.jpg", "topped2": 0,
+            "replyCount": 0, "score": review.score, "imageStatus": 1, "usefulVoteCount": 0, "userClient": 4,
+            "discussionId": review.review_id + 7, "imageCount": 0, "anonymousFlag": 1, "plusAvailable": 0,
+            "mobileVersion": "", "mergeOrderStatus": 2, "productColor": "标准版", "productSize": "",
+            "textIntegral": 20, "imageIntegral": 0, "status": 1, "referenceId": product_id,
+            "referenceTime": beijing(review.created_ms - 5 * 86_400_000).strftime("%Y-%m-%d %H:%M:%S"),
+            "nickname": f"{nick[0]}***{nick[-1]}", "replyCount2": 0, "userImage": "storage.360buyimg.com/default.jpg",
+            "orderId": 0, "integral": 20, "productSales": "[]", "referenceImage": "jfs/t1/sandbox.jpg",
+            "referenceName": f"沙盒商品{product_id}", "firstCategory": 9987, "secondCategory": 653,
+            "thirdCategory": 655, "aesPin": None, "days": 5, "afterDays": 0, "location": "北京",
+            "extMap": {"buyCount": 1}, "replies": [],
+        }
+
+    def _summary(self, product_id: str, reviews: list[SimReview], bonus: int) -> dict[str, Any]:
+        def bucket(scores: tuple[int, ...]) -> str:
+            return count_str(sum(1 for r in reviews if r.score in scores) + (bonus if 5 in scores else 0))
+
+        total = len(reviews) + bonus
+        good = sum(1 for r in reviews if r.score >= 4) + bonus
+        rate = round(good / total, 3) if total else 0.0
+        summary: dict[str, Any] = {
+            "skuId": int(product_id) if product_id.isdigit() else 0,
+            "productId": int(product_id) if product_id.isdigit() else 0, "averageScore": 5 if rate > 0.9 else 4,
+            "defaultGoodCount": 0, "defaultGoodCountStr": "0", "commentCount": 0, "commentCountStr": count_str(total),
+            "goodCount": 0, "goodCountStr": bucket((4, 5)), "goodRate": rate, "goodRateShow": int(rate * 100),
+            "generalCount": 0, "generalCountStr": bucket((2, 3)), "poorCount": 0, "poorCountStr": bucket((1,)),
+            "videoCount": 0, "videoCountStr": "0", "afterCount": 0, "afterCountStr": "0", "showCount": 0,
+            "showCountStr": "0", "plusCount": 0, "plusCountStr": "0",
+            "extParam": {"aigcFlag": 0, "nfGoodCount": 0},
+        }
+        for score in range(1, 6):
+            summary[f"score{score}Count"] = 0
+        return summary
