@@ -1,0 +1,87 @@
+"""Start a real scheduler daemon (``icecrawler scheduler``) on a free loopback port, and client processes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import Ice
+
+from icecrawler import rpc
+from icecrawler.processes import ManagedProcess, ProcessGroup, free_port, icecrawler_argv, wait_for_port
+
+WORKERS = "tests.scheduler.workers"
+
+
+@dataclass
+class SchedulerDaemon:
+    """One scheduler process; ``restart`` reuses the same port and database."""
+
+    group: ProcessGroup
+    tmp: Path
+    settings: dict[str, str]
+    port: int = 0
+    process: ManagedProcess | None = None
+    starts: int = 0
+
+    @property
+    def proxy(self) -> str:
+        return f"{rpc.SCHEDULER_IDENTITY}:tcp -h 127.0.0.1 -p {self.port}"
+
+    @property
+    def db_dir(self) -> Path:
+        return self.tmp / "db"
+
+    def start(self) -> None:
+        if not self.port:
+            self.port = free_port()
+        conf = self.tmp / "scheduler.conf"
+        conf.write_text(f"SchedulerAdapter.Endpoints=tcp -h 127.0.0.1 -p {self.port}\n"
+                        "Ice.ThreadPool.Server.Size=4\n")
+        sets = [f"--set=scheduler.db_dir={self.db_dir}"] + [f"--set={k}={v}" for k, v in self.settings.items()]
+        self.starts += 1
+        self.process = self.group.start(f"scheduler-{self.starts}",
+                                        icecrawler_argv("scheduler", *sets, f"--Ice.Config={conf}"))
+        wait_for_port("127.0.0.1", self.port, 30, alive=self.process.alive)
+
+    def kill9(self) -> None:
+        assert self.process is not None
+        self.process.kill9()
+
+    def stop(self) -> int | None:
+        assert self.process is not None
+        return self.process.stop()
+
+    def client(self, name: str, mode: str, *args: str) -> ManagedProcess:
+        """A client process running ``tests/scheduler/workers.py MODE``."""
+        import sys
+
+        return self.group.start(name, [sys.executable, "-m", WORKERS, mode, "--proxy", self.proxy, *args],
+                                cwd=Path(__file__).resolve().parents[2])
+
+
+@contextmanager
+def scheduler_daemon(tmp: Path, **settings: Any) -> Iterator[SchedulerDaemon]:
+    """A running scheduler with ``settings`` (dotted keys given with ``__``); everything stopped on exit."""
+    with ProcessGroup(tmp / "logs") as group:
+        daemon = SchedulerDaemon(group, tmp, {k.replace("__", "."): str(v) for k, v in settings.items()})
+        daemon.start()
+        yield daemon
+
+
+@contextmanager
+def scheduler_proxy(daemon: SchedulerDaemon) -> Iterator[Any]:
+    with rpc.communicator() as comm:
+        yield rpc.crawler().SchedulerPrx(comm, daemon.proxy)
+
+
+def ice_error(call: Any) -> Ice.Exception:
+    """The Ice exception ``call()`` raises (fails the test if it returns)."""
+    try:
+        call()
+    except Ice.Exception as exc:
+        return exc
+    raise AssertionError("expected an Ice exception")

@@ -1,0 +1,156 @@
+"""The scheduler daemon through real Ice proxies: every operation of the contract, typed errors for bad input
+(state unchanged), a client that dies holding leases, and SIGTERM."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from icecrawler import rpc
+from tests.scheduler.daemon import SchedulerDaemon, ice_error, scheduler_daemon, scheduler_proxy
+
+pytestmark = [pytest.mark.ice, pytest.mark.bdb]
+
+C = rpc.crawler()
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SchedulerDaemon]:
+    with scheduler_daemon(tmp_path_factory.mktemp("sched"), scheduler__batch_limit=20, scheduler__lease_s=60,
+                          scheduler__policy="fixed", scheduler__initial_period_s=600) as running:
+        yield running
+
+
+@pytest.fixture
+def prx(daemon: SchedulerDaemon) -> Iterator[Any]:
+    with scheduler_proxy(daemon) as proxy:
+        yield proxy
+
+
+def state(prx: Any, *task_ids: str) -> tuple[Any, ...]:
+    """What must not change after a rejected call: queue depths and the named tasks' records."""
+    stats = prx.stats()
+    return (stats.tasks, stats.pending, stats.inflight, stats.done,
+            *(json.loads(prx.taskInfo(task_id))["state"] for task_id in task_ids),
+            *(json.loads(prx.taskInfo(task_id))["attempts"] for task_id in task_ids))
+
+
+def test_every_scheduler_operation(prx: Any) -> None:
+    assert prx.addUsers(["weibo_mobile:1669879400", "weibo_pc:42"], C.TaskKind.WeiboUser) == 2
+    assert prx.addUsers(["jd:100012043978"], C.TaskKind.ProductReviews) == 1
+    assert prx.addUsers(["ecshop:3"], C.TaskKind.Listing) == 1
+    assert prx.addUsers(["weibo_pc:42"], C.TaskKind.WeiboUser) == 0
+    one = prx.getUser("w1")
+    more = prx.getUsers("w1", 10)
+    tasks = {task.id: task for task in [one, *more]}
+    assert set(tasks) == {"user:weibo_mobile:1669879400", "user:weibo_pc:42", "reviews:jd:100012043978",
+                          "listing:ecshop:3"}
+    listing = tasks["listing:ecshop:3"]
+    assert listing.kind == C.TaskKind.Listing and listing.periodS == 600.0 and listing.leaseDeadlineMs > 0
+    with pytest.raises(C.NoWork) as caught:
+        prx.getUser("w1")
+    assert caught.value.code == C.ErrorCode.QueueEmpty and caught.value.nextDueInMs == -1
+    prx.putUser(C.Report(taskId=listing.id, leaseToken=listing.leaseToken, newItems=5, windowItems=20,
+                         fingerprint=-1, cursor="p2"))
+    reviews = tasks["reviews:jd:100012043978"]
+    prx.putUsers([C.Report(taskId=reviews.id, leaseToken=reviews.leaseToken, outcome=C.Outcome.Timeout,
+                           errorClass="ReadTimeout")])
+    rest = [tasks["user:weibo_mobile:1669879400"], tasks["user:weibo_pc:42"]]
+    prx.releaseUsers([C.LeaseRef(taskId=t.id, leaseToken=t.leaseToken) for t in rest])
+    stats = prx.stats()
+    assert (stats.tasks, stats.inflight, stats.done) == (4, 0, 2)
+    assert stats.leasesPerMin == 4 and stats.reportsPerMin == 2
+    assert json.loads(stats.detailJson)["listings"] == {"listing:ecshop:3": 5}
+    info = json.loads(prx.taskInfo(listing.id))
+    assert info["discovered"] == 5 and info["fingerprint"] == 2**64 - 1 and info["cursor"] == "p2"
+    assert info["history"][0]["period_s"] == 600.0
+    again = {task.id: task for task in prx.getUsers("w2", 10)}
+    assert set(again) == {reviews.id, *(t.id for t in rest)}  # retry and released tasks are due at once
+    assert again[reviews.id].attempts == 1 and again[rest[0].id].attempts == 0
+    prx.releaseUsers([C.LeaseRef(taskId=t.id, leaseToken=t.leaseToken) for t in again.values()])
+
+
+def test_bad_reports_get_their_declared_exceptions(prx: Any) -> None:
+    prx.addUsers(["jd:7001", "jd:7002"], C.TaskKind.ProductReviews)
+    tasks = prx.getUsers("bad", 20)
+    held = [t for t in tasks if t.id in ("reviews:jd:7001", "reviews:jd:7002")]
+    assert len(held) == 2
+    ids = [t.id for t in held]
+    before = state(prx, *ids)
+    good = C.Report(taskId=held[0].id, leaseToken=held[0].leaseToken)
+    cases = [
+        (lambda: prx.putUsers([good, C.Report(taskId=held[1].id, leaseToken="deadbeef")]),
+         C.LeaseLost, C.ErrorCode.UnknownLease, 1),
+        (lambda: prx.putUser(C.Report(taskId="reviews:jd:999999", leaseToken="x")),
+         C.InvalidArgument, C.ErrorCode.UnknownTask, 0),
+        (lambda: prx.putUsers([good, C.Report(taskId="reviews:nowhere:1", leaseToken="x")]),
+         C.InvalidArgument, C.ErrorCode.InvalidId, 1),
+        (lambda: prx.putUsers([]), C.InvalidArgument, C.ErrorCode.EmptyBatch, -1),
+        (lambda: prx.putUsers([good] * 21), C.InvalidArgument, C.ErrorCode.BatchTooLarge, -1),
+        (lambda: prx.putUsers([good, C.Report(taskId=held[1].id, leaseToken=held[1].leaseToken, newItems=-3)]),
+         C.InvalidArgument, C.ErrorCode.InvalidField, 1),
+        (lambda: prx.releaseUsers([C.LeaseRef(taskId=held[0].id, leaseToken="nope")]),
+         C.LeaseLost, C.ErrorCode.UnknownLease, 0),
+        (lambda: prx.releaseUsers([]), C.InvalidArgument, C.ErrorCode.EmptyBatch, -1),
+        (lambda: prx.getUsers("bad", 21), C.InvalidArgument, C.ErrorCode.BatchTooLarge, -1),
+        (lambda: prx.getUsers("bad", 0), C.InvalidArgument, C.ErrorCode.InvalidField, -1),
+        (lambda: prx.addUsers([], C.TaskKind.WeiboUser), C.InvalidArgument, C.ErrorCode.EmptyBatch, -1),
+        (lambda: prx.addUsers(["weibo_pc:1", "weibo_pc:no spaces"], C.TaskKind.WeiboUser),
+         C.InvalidArgument, C.ErrorCode.InvalidId, 1),
+        (lambda: prx.taskInfo("nonsense"), C.InvalidArgument, C.ErrorCode.InvalidId, -1),
+    ]
+    for call, kind, code, index in cases:
+        error = ice_error(call)
+        assert isinstance(error, kind), (error, code)
+        assert (error.code, error.index) == (code, index), error
+        assert state(prx, *ids) == before
+    # a lease given back is stale afterwards: its old token is refused, nothing changes
+    prx.releaseUsers([C.LeaseRef(taskId=held[1].id, leaseToken=held[1].leaseToken)])
+    after_release = state(prx, *ids)
+    error = ice_error(lambda: prx.putUser(C.Report(taskId=held[1].id, leaseToken=held[1].leaseToken)))
+    assert isinstance(error, C.LeaseLost) and error.code == C.ErrorCode.StaleLease and error.taskId == held[1].id
+    assert state(prx, *ids) == after_release
+    prx.putUser(good)
+    prx.releaseUsers([C.LeaseRef(taskId=t.id, leaseToken=t.leaseToken) for t in tasks if t.id not in ids])
+
+
+def test_dead_client_leases_come_back_after_the_deadline_not_before(tmp_path: Path) -> None:
+    with scheduler_daemon(tmp_path, scheduler__lease_s=3, scheduler__maintenance_interval_s=0.2) as daemon, \
+            scheduler_proxy(daemon) as prx:
+        prx.addUsers([f"jd:{n}" for n in range(5)], C.TaskKind.ProductReviews)
+        holder = daemon.client("holder", "hold", "--count", "5", "--name", "doomed")
+        for _ in range(200):
+            if holder.log_path.read_text().strip():
+                break
+            time.sleep(0.05)
+        held = json.loads(holder.log_path.read_text().strip().splitlines()[-1])
+        holder.kill9()
+        old_deadline = {item["id"]: item["deadline_ms"] for item in held}
+        relet: list[Any] = []
+        refused = 0
+        for _ in range(400):  # bounded: about 8 s
+            try:
+                relet += prx.getUsers("rescuer", 5)
+            except C.NoWork:
+                refused += 1
+            if len(relet) == 5:
+                break
+            time.sleep(0.02)
+        assert sorted(t.id for t in relet) == sorted(old_deadline)
+        assert refused > 0 and all(t.attempts == 1 for t in relet)
+        # the scheduler's own lease time (new deadline - lease_s) is never before the dead client's deadline
+        assert all(t.leaseDeadlineMs - 3000 >= old_deadline[t.id] for t in relet)
+
+
+def test_sigterm_closes_the_environment_cleanly(tmp_path: Path) -> None:
+    with scheduler_daemon(tmp_path) as daemon, scheduler_proxy(daemon) as prx:
+        prx.addUsers(["weibo_pc:1"], C.TaskKind.WeiboUser)
+        assert daemon.stop() == 0
+        assert daemon.process is not None and "scheduler database closed" in daemon.process.log_tail()
+        daemon.start()
+        assert prx.getUser("after-restart").id == "user:weibo_pc:1"

@@ -1,0 +1,72 @@
+"""Four client processes hammer one host; a stand-in HTTP server on loopback records when each request
+arrives. No two fetches of that host are closer than scheduler.host_spacing_s."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from icecrawler import rpc
+from tests.scheduler.daemon import scheduler_daemon, scheduler_proxy
+
+pytestmark = [pytest.mark.ice, pytest.mark.bdb, pytest.mark.e2e, pytest.mark.slow]
+
+C = rpc.crawler()
+SPACING_S = 0.3
+FETCHES = 12
+
+
+@contextmanager
+def recording_site() -> Iterator[tuple[str, list[float]]]:
+    """An HTTP server on 127.0.0.1 that answers 200 and appends each request's arrival time."""
+    arrivals: list[float] = []
+    lock = threading.Lock()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            with lock:
+                arrivals.append(time.time())
+            body = b"[]"
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:
+            """Quiet."""
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/jd", arrivals
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+def test_four_clients_never_fetch_one_host_closer_than_the_spacing(tmp_path: Path) -> None:
+    with recording_site() as (base_url, arrivals), scheduler_daemon(
+            tmp_path, scheduler__host_spacing_s=SPACING_S, sources__jd__base_url=base_url,
+            scheduler__policy="fixed", scheduler__min_period_s=0.01, scheduler__initial_period_s=0.01) as daemon:
+        with scheduler_proxy(daemon) as prx:
+            prx.addUsers([f"jd:{n}" for n in range(6)], C.TaskKind.ProductReviews)
+        clients = [daemon.client(f"fetch-{n}", "fetch", "--name", f"f{n}", "--base-url", base_url,
+                                 "--seconds", "30") for n in range(4)]
+        for _ in range(300):  # bounded: about 15 s
+            if len(arrivals) >= FETCHES:
+                break
+            time.sleep(0.05)
+        for client in clients:
+            client.stop()
+    assert len(arrivals) >= FETCHES
+    gaps = [later - earlier for earlier, later in itertools.pairwise(arrivals)]
+    assert min(gaps) >= SPACING_S, f"gaps {[round(g, 3) for g in gaps]}"
