@@ -70,6 +70,6 @@ def html_text(node: Tag) -> str:
                 if isinstance(alt, str):
                     parts.append(alt)
         elif type(element).__name__ == "NavigableString":
-            parts.append(str(element))
+            parts.append(" ".join(str(element).split("\n")))  # source newlines are whitespace in HTML
     lines = (" ".join(line.split()) for line in "".join(parts).split("\n"))
     return "\n".join(lines).strip()

@@ -162,5 +162,5 @@ def test_registry_covers_every_model_source_and_rejects_unknown_names() -> None:
     for name, kinds in MODEL_SOURCES.items():
         source = get_source(name)
         assert source.name == name and source.kinds == kinds
-    with pytest.raises(ConfigError, match="unknown source 'weibo'.*known: ecshop, jd"):
+    with pytest.raises(ConfigError, match=r"unknown source 'weibo'.*known: ecshop, jd"):
         get_source("weibo")

@@ -1,0 +1,135 @@
+"""ecshop: goods page + comment.php envelopes (utf-8 escaped and raw GBK), listings, login helpers."""
+
+from __future__ import annotations
+
+import pytest
+
+from crawler_client.sources.ecshop import EcshopSource, is_logged_in, login_request, shows_login_wall
+from crawler_client.sources.samples import ecshop_comment_json, ecshop_goods_page
+from icecrawler.errors import FetchError, ParseError
+from icecrawler.models import Review, TaskKind
+from tests.client._util import BASE, fetched, fixture, make_task, parse
+
+SOURCE = EcshopSource()
+REVIEWS = make_task("ecshop", "7", TaskKind.ProductReviews)
+
+
+def reviews(items: list[object]) -> list[Review]:
+    assert all(isinstance(item, Review) for item in items)
+    return [item for item in items if isinstance(item, Review)]
+
+
+def test_goods_page_reviews_fields_and_pager() -> None:
+    request = SOURCE.first_request(REVIEWS, BASE)
+    assert request.url == f"{BASE}/goods.php" and request.params == {"id": "7"}
+    page = parse("ecshop", REVIEWS, request, fixture("ecshop_goods7.html"))
+    first, anonymous, empty_name = reviews(page.items)
+    assert (first.user, first.score, first.created_at) == ("张三", 5, "2024-03-05T21:04:11+08:00")
+    assert first.content == "质量很好<真的>，\n物流也快"  # entities decoded, <br> kept as a newline
+    assert "谢谢支持" not in first.content  # the admin reply is not part of the review
+    assert (anonymous.user, anonymous.score) == ("匿名用户", 3)
+    assert (empty_name.user, empty_name.score) == ("匿名用户", 1)
+    assert first.product_id == "7" and first.source == "ecshop" and first.fetched_at == "2021-07-06T12:00:00+08:00"
+    assert len({r.id for r in (first, anonymous, empty_name)}) == 3
+    assert (page.total_pages, page.info["record_count"], page.info["page"]) == (3, "7", "1")
+    nxt = page.next_request
+    assert nxt is not None and nxt.params == {}
+    assert nxt.url == f"{BASE}/comment.php?act=gotopage&page=2&id=7&type=0&1625544000000"
+
+
+def test_review_ids_are_stable_across_fetches() -> None:
+    request = SOURCE.first_request(REVIEWS, BASE)
+    one = parse("ecshop", REVIEWS, request, fixture("ecshop_goods7.html"))
+    two = parse("ecshop", REVIEWS, request, fixture("ecshop_goods7.html"), now_ms=1700000000000)
+    assert [r.id for r in reviews(one.items)] == [r.id for r in reviews(two.items)]
+
+
+def test_comment_json_pages_middle_and_gbk_last() -> None:
+    middle = SOURCE.comment_page_request(BASE, "7", 2, 1)
+    page = parse("ecshop", REVIEWS, middle, fixture("ecshop_comment7_p2.json"))
+    assert [r.content for r in reviews(page.items)] == ["第二页", "第二页b"]
+    assert page.next_request is not None and "page=3&id=7" in page.next_request.url
+    last = parse("ecshop", REVIEWS, page.next_request, fixture("ecshop_comment7_p3_gbk.json"))
+    (only,) = reviews(last.items)
+    assert (only.user, only.score, only.content) == ("李四", 4, "最后一页的评论")
+    assert last.total_pages == 3 and last.next_request is None
+
+
+def test_generated_pages_of_ten() -> None:
+    request = SOURCE.comment_page_request(BASE, "42", 2, 1)
+    task = make_task("ecshop", "42", TaskKind.ProductReviews)
+    page = parse("ecshop", task, request, ecshop_comment_json(42, 2, comments=10, pages_key=True))
+    assert len(page.items) == 10 and page.next_request is not None
+    goods = parse("ecshop", task, SOURCE.first_request(task, BASE), ecshop_goods_page(42))
+    assert len(goods.items) == 5
+
+
+def test_empty_comment_list() -> None:
+    page = parse("ecshop", REVIEWS, SOURCE.first_request(REVIEWS, BASE), fixture("ecshop_goods_nocomments.html"))
+    assert page.items == [] and page.next_request is None and page.info["record_count"] == "0"
+
+
+def test_missing_goods_and_error_envelopes() -> None:
+    request = SOURCE.first_request(REVIEWS, BASE)
+    with pytest.raises(FetchError) as info:
+        parse("ecshop", REVIEWS, request, fixture("ecshop_index.html"), final_url="http://127.0.0.1:8800/x/")
+    assert info.value.outcome == "NotFound"
+    with pytest.raises(ParseError):
+        parse("ecshop", REVIEWS, request, fixture("ecshop_index.html"))
+    with pytest.raises(ParseError) as perr:
+        parse("ecshop", REVIEWS, SOURCE.comment_page_request(BASE, "7", 2, 1), fixture("ecshop_error_envelope.json"))
+    assert perr.value.error_class == "ecshop-error"
+    with pytest.raises(FetchError) as info:
+        parse("ecshop", REVIEWS, request, b"", status=404)
+    assert info.value.outcome == "NotFound"
+
+
+def test_login_helpers() -> None:
+    request = login_request(BASE + "/", "alice", "s3cret")
+    assert request.method == "POST" and request.url == f"{BASE}/user.php"
+    assert request.data is not None and request.data["act"] == "act_login"
+    assert (request.data["username"], request.data["password"]) == ("alice", "s3cret")
+    wall, home = fetched(fixture("ecshop_login.html")), fetched(fixture("ecshop_logged_in.html"))
+    assert shows_login_wall(wall) and not is_logged_in(wall)
+    assert is_logged_in(home) and not shows_login_wall(home)
+    assert shows_login_wall(fetched(b"<html></html>", final_url="http://shop/user.php"))
+    with pytest.raises(FetchError) as info:
+        parse("ecshop", REVIEWS, SOURCE.first_request(REVIEWS, BASE), fixture("ecshop_login.html"))
+    assert info.value.outcome == "LoginRequired"
+
+
+LISTING = make_task("ecshop", "3", TaskKind.Listing)
+
+
+def test_listing_first_page_with_next() -> None:
+    request = SOURCE.first_request(LISTING, BASE)
+    assert request.url == f"{BASE}/category.php" and request.params == {"id": "3", "page": "1"}
+    page = parse("ecshop", LISTING, request, fixture("ecshop_category3_p1.html"))
+    assert page.items == [str(i) for i in range(20, 30)]  # header/history links are not the list
+    assert page.total_pages == 2
+    assert page.next_request is not None and page.next_request.params == {"id": "3", "page": "2"}
+    assert SOURCE.cursor_of(page.items[0]) == "" and not SOURCE.is_older_or_equal(page.items[0], "x|1")
+
+
+def test_listing_last_page() -> None:
+    request = SOURCE.first_request(LISTING, BASE)
+    request.params["page"] = "2"
+    page = parse("ecshop", LISTING, request, fixture("ecshop_category3_p2.html"))
+    assert page.items == ["30", "31", "32", "33"] and page.next_request is None and page.total_pages == 2
+
+
+def test_listing_empty_category() -> None:
+    task = make_task("ecshop", "5", TaskKind.Listing)
+    page = parse("ecshop", task, SOURCE.first_request(task, BASE), fixture("ecshop_category5_empty.html"))
+    assert page.items == [] and page.next_request is None
+
+
+def test_listing_category_that_does_not_exist() -> None:
+    task = make_task("ecshop", "77", TaskKind.Listing)
+    request = SOURCE.first_request(task, BASE)
+    with pytest.raises(FetchError) as info:
+        parse("ecshop", task, request, fixture("ecshop_index.html"), final_url=f"{BASE}/")
+    assert info.value.outcome == "NotFound" and info.value.error_class == "no-such-category"
+    with pytest.raises(FetchError) as info:
+        parse("ecshop", task, request, fixture("ecshop_index.html"))  # redirect followed silently
+    assert info.value.outcome == "NotFound"
