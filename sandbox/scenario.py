@@ -212,7 +212,7 @@ class Scenario:
         """The scenario as plain data (what ``GET /__sandbox/scenario`` returns)."""
 
         def plain(obj: Any) -> Any:
-            if isinstance(obj, Schedule):
+            if isinstance(obj, Schedule | MisbehaviourRule):
                 return obj.to_dict()
             if hasattr(obj, "__dataclass_fields__"):
                 return {name: plain(getattr(obj, name)) for name in obj.__dataclass_fields__}

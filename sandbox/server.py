@@ -129,11 +129,14 @@ class SandboxServer:
     def start(self) -> SandboxServer:
         """Serve in daemon threads; returns at once."""
         self._open_truth()
-        for name, target in (("sandbox-http", self._httpd.serve_forever), ("sandbox-truth", self._truth_loop)):
+        for name, target in (("sandbox-http", self._serve), ("sandbox-truth", self._truth_loop)):
             thread = threading.Thread(target=target, name=name, daemon=True)
             thread.start()
             self._threads.append(thread)
         return self
+
+    def _serve(self) -> None:
+        self._httpd.serve_forever(poll_interval=0.05)
 
     def stop(self) -> None:
         """Stop serving, wake hanging requests, flush the truth file. Idempotent, bounded."""

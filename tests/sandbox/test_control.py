@@ -1,0 +1,146 @@
+"""The control endpoints, the ground truth (HTTP and JSONL), scenario files, the CLI and the subprocess
+launcher."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import requests
+
+from icecrawler.errors import ConfigError
+from sandbox import SandboxServer, default_scenario, load_scenario, sandbox_process
+from tests.sandbox.conftest import small_scenario
+
+UID = "1000000001"
+
+SCENARIO_TOML = """
+seed = 4
+[[users]]
+uid = 2000000001
+sites = ["m"]
+cursor = "page"
+backlog = 3
+schedule = { kind = "periodic", interval_s = 60 }
+
+[[products]]
+source = "ecshop"
+id = "7"
+category = 3
+backlog = 1
+
+[[categories]]
+id = 3
+per_page = 5
+
+[[accounts]]
+username = "alice"
+password = "secret"
+
+[[misbehave]]
+site = "jd"
+retry_after_rate = 1.0
+"""
+
+
+def test_health_truth_and_advance(server: SandboxServer) -> None:
+    health = requests.get(f"{server.url}/__sandbox/health", timeout=10).json()
+    assert health["ok"] and health["sites"] == ["ecshop", "jd", "m", "pc"] and health["speed"] == 0
+    truth = requests.get(f"{server.url}/__sandbox/truth", timeout=10).json()
+    assert truth["counts"]["weibo_mobile"][UID] == 52 and truth["counts"]["weibo_pc"][UID] == 52
+    assert truth["counts"]["ecshop"] == {"12": 12}  # 13 has no reviews, 14 appears after an hour
+    item = truth["items"][0]
+    assert set(item) >= {"kind", "source", "target", "id", "published_ms", "published_wall_ms", "created_at",
+                         "user", "text", "backlog", "pinned"}
+    assert all(i["backlog"] for i in truth["items"])
+    assert sum(1 for i in truth["items"] if i["pinned"]) == 1  # mobile only
+    advanced = requests.post(f"{server.url}/__sandbox/advance", json={"seconds": 1200}, timeout=10).json()
+    assert advanced["now_ms"] == truth["now_ms"] + 1_200_000
+    new = requests.get(f"{server.url}/__sandbox/truth", timeout=10,
+                       params={"source": "weibo_mobile", "target": UID, "since_ms": str(truth["now_ms"])}).json()
+    assert [i["published_ms"] for i in new["items"]] == [server.clock.origin_ms + 600_000,
+                                                         server.clock.origin_ms + 1_200_000]
+    assert not any(i["backlog"] for i in new["items"])
+
+
+def test_request_log_records_arrivals_per_site_and_path(server: SandboxServer) -> None:
+    for page in ("1", "2"):
+        requests.get(f"{server.base_url('m')}/api/container/getIndex", timeout=10,
+                     params={"type": "uid", "value": UID, "containerid": f"107603{UID}", "page": page})
+    requests.get(f"{server.base_url('jd')}/comment/productPageComments.action", params={"productId": "1"}, timeout=10)
+    log = requests.get(f"{server.url}/__sandbox/requests", params={"site": "m"}, timeout=10).json()
+    rows = log["requests"]
+    assert [r["path"] for r in rows] == ["/api/container/getIndex"] * 2
+    assert rows[0]["wall_ms"] <= rows[1]["wall_ms"] and rows[0]["target"] == UID and rows[1]["status"] == 200
+    assert "page=2" in rows[1]["query"] and rows[0]["host"].startswith("127.0.0.1")
+    later = requests.get(f"{server.url}/__sandbox/requests", params={"since": str(rows[-1]["seq"])}, timeout=10)
+    assert [r["site"] for r in later.json()["requests"]] == ["jd"]
+    assert requests.get(f"{server.url}/__sandbox/requests", params={"path": "/nope"}, timeout=10).json()[
+        "requests"] == []
+
+
+def test_bad_control_requests(server: SandboxServer) -> None:
+    assert requests.get(f"{server.url}/__sandbox/nope", timeout=10).status_code == 404
+    bad = requests.post(f"{server.url}/__sandbox/misbehave", json={"site": "m", "set": {"nope": 1}}, timeout=10)
+    assert bad.status_code == 400 and "nope" in bad.json()["error"]
+    assert requests.post(f"{server.url}/__sandbox/misbehave", json={"site": "xx"}, timeout=10).status_code == 400
+    assert requests.get(f"{server.url}/elsewhere", timeout=10).status_code == 404
+    assert requests.get(f"{server.url}/__sandbox/scenario", timeout=10).json()["seed"] == 11
+
+
+def test_truth_file_is_jsonl(tmp_path: Path) -> None:
+    path = tmp_path / "truth.jsonl"
+    with SandboxServer(small_scenario(), speed=0, port=0, truth_file=path) as server:
+        server.clock.advance(3600)
+        expected = server.truth()
+    lines = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    items = [line for line in lines if line["kind"] == "item"]
+    products = [line for line in lines if line["kind"] == "product"]
+    assert sorted((i["source"], i["target"], i["id"], i["text"]) for i in items) == \
+        sorted((i["source"], i["target"], i["id"], i["text"]) for i in expected["items"])
+    assert {p["product"] for p in products} == {"12", "13", "14", "100", "101"}
+
+
+def test_scenario_files(tmp_path: Path) -> None:
+    toml = tmp_path / "s.toml"
+    toml.write_text(SCENARIO_TOML, encoding="utf-8")
+    scenario = load_scenario(toml)
+    assert scenario.users[0].sites == ("m",) and scenario.users[0].schedule.interval_s == 60
+    assert scenario.accounts == (("alice", "secret"),) and scenario.misbehave[0].behaviour.retry_after_rate == 1
+    as_json = tmp_path / "s.json"
+    as_json.write_text(json.dumps(scenario.to_dict()), encoding="utf-8")
+    assert load_scenario(as_json) == scenario
+    assert _default_round_trips(tmp_path)
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[[products]]\nsource = 'ebay'\nid = '1'\n", encoding="utf-8")
+    with pytest.raises(ConfigError):
+        load_scenario(bad)
+    with pytest.raises(ConfigError):
+        load_scenario(tmp_path / "missing.toml")
+
+
+def _default_round_trips(tmp_path: Path) -> bool:
+    path = tmp_path / "default.json"
+    path.write_text(json.dumps(default_scenario().to_dict()), encoding="utf-8")
+    return load_scenario(path) == default_scenario()
+
+
+def test_subprocess_launcher_and_cli(tmp_path: Path) -> None:
+    scenario = tmp_path / "s.toml"
+    scenario.write_text(SCENARIO_TOML, encoding="utf-8")
+    with sandbox_process(tmp_path / "logs", scenario=scenario, speed=60, latency_ms=1,
+                         misbehave=["m.slow_rate=0"]) as sandbox:
+        health = sandbox.control("health")
+        assert health["speed"] == 60 and health["sites"] == ["ecshop", "jd", "m", "pc"]
+        assert requests.get(f"{sandbox.base_url('jd')}/comment/productPageComments.action",
+                            params={"productId": "1"}, timeout=10).status_code == 429  # from the scenario
+        rules = sandbox.control("misbehave", {"clear": True})["rules"]
+        assert rules == []
+        assert sandbox.control("truth")["counts"]["weibo_mobile"]["2000000001"] >= 3
+    assert not sandbox.process.alive() and sandbox.process.popen.returncode == 0
+    printed = subprocess.run([sys.executable, "-m", "icecrawler", "sandbox", "--print-scenario"], capture_output=True,
+                             text=True, timeout=60, check=True)
+    assert json.loads(printed.stdout)["categories"][0]["id"] == 1
