@@ -7,14 +7,55 @@ INTERFACE CONTRACT (used by scheduler_server and bench/revisit; keep it stable):
     policy = make_policy("shhd", min_period_s=60, max_period_s=86400, initial_period_s=600)
     state = policy.initial_state()                       # dict, JSON-serialisable, stored by the scheduler
     decision = policy.next_period(state, observation)    # -> Decision(period_s, state, distance)
+
+Extensions (additive): ``RatePolicy.rate_of(state)`` gives a target's estimated item rate (items/s), and
+``allocate_periods(rates, budget_per_s, min_period_s, max_period_s)`` splits a global fetch budget over targets by
+the square-root rule; ``RatePolicy.set_budget_scale`` makes its periods follow that split.
+
+Policies (``make_policy`` names):
+
+* ``fixed``: constant period.
+* ``shhd``: the paper's simhash + Hamming-distance bands (``shhd.period``).
+* ``nutch``: Apache Nutch ``AdaptiveFetchSchedule`` with the shipped ``nutch-default.xml`` constants.
+* ``cho``: Poisson rate from the irregular-interval MLE (Cho & Garcia-Molina; Kolobov et al. smoothing), period for a
+  target change probability.
+* ``sart``: Sharma & Dixit's self-adjusting refresh time, OUR READING (the paper's rule is not public).
+* ``rate``: our own: exact new-item counts and item times -> decayed rate estimate -> square-root-rule period.
+
+Change signals: ``shhd`` sees only the Hamming distance (as in the paper); ``nutch``, ``cho`` and ``sart`` see the
+binary "changed" signal an exact digest gives (new items, or a fingerprint that differs at all); ``rate`` uses the
+item counts and times. All policies use the realised interval since their previous crawl (``now_s`` minus the
+``last_s`` they keep), so a scheduler that delays a crawl does not confuse them.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-__all__ = ["POLICY_NAMES", "Decision", "Observation", "RevisitPolicy", "make_policy"]
+import numpy as np
+
+from shhd.fingerprint import BITS, hamming
+from shhd.period import SHHDController, ShhdState
+
+__all__ = [
+    "POLICY_NAMES",
+    "ChoPolicy",
+    "Decision",
+    "FixedPolicy",
+    "NutchPolicy",
+    "Observation",
+    "RatePolicy",
+    "RevisitPolicy",
+    "SartPolicy",
+    "ShhdPolicy",
+    "allocate_periods",
+    "budget_scale",
+    "cho_rate_mle",
+    "make_policy",
+]
 
 
 @dataclass(frozen=True)
@@ -66,11 +107,362 @@ class FixedPolicy:
         return Decision(self.initial_period_s, dict(state), -1)
 
 
-POLICY_NAMES: tuple[str, ...] = ("fixed",)
+def _clamp(x: float, lo: float, hi: float) -> float:
+    return min(max(x, lo), hi)
+
+
+def _distance(previous: int | None, observation: Observation) -> int:
+    """Hamming distance to the previous fingerprint, -1 when there is none."""
+    return -1 if previous is None else hamming(previous, observation.fingerprint)
+
+
+def _changed(previous: int | None, observation: Observation) -> bool | None:
+    """Exact-digest change test (Nutch's signature comparison): new items, or any fingerprint difference.
+
+    None means unknown: the first crawl, with no previous fingerprint and no new items reported.
+    """
+    if observation.new_items > 0:
+        return True
+    if previous is None:
+        return None
+    return previous != observation.fingerprint
+
+
+@dataclass
+class ShhdPolicy:
+    """SHHD (simhash + Hamming distance) from the paper; the rule and its constants live in ``shhd.period``.
+
+    ``detector="simhash"`` is the paper: d = Hamming(previous fingerprint, current fingerprint). ``"count"`` is the
+    ideal detector of REVISIT_BENCHMARK.md §7.6: d = 64 when the crawl found new items, else 0. It separates
+    detection from scheduling, and is the fix when one new item does not move the window's simhash.
+    The additive step after slow start is the first period (our reading; §7.6).
+    """
+
+    min_period_s: float
+    max_period_s: float
+    initial_period_s: float
+    detector: str = "simhash"
+    slow_start: bool = True
+    name: str = "shhd"
+
+    def initial_state(self) -> dict[str, Any]:
+        return {"period_s": self.initial_period_s, "ssthresh_s": None, "fingerprint": None}
+
+    def next_period(self, state: dict[str, Any], observation: Observation) -> Decision:
+        if self.detector == "count":
+            distance = BITS if observation.new_items > 0 else 0
+        else:
+            distance = _distance(state.get("fingerprint"), observation)
+        controller = SHHDController(self.min_period_s, self.max_period_s, self.initial_period_s, self.slow_start)
+        ssthresh = state.get("ssthresh_s")
+        new = controller.update(ShhdState(float(state["period_s"]), math.inf if ssthresh is None else ssthresh),
+                                distance)
+        out = {"period_s": new.period_s, "ssthresh_s": None if math.isinf(new.ssthresh_s) else new.ssthresh_s,
+               "fingerprint": observation.fingerprint}
+        return Decision(new.period_s, out, distance)
+
+
+#: Nutch ``db.fetch.schedule.adaptive.inc_rate`` as shipped in conf/nutch-default.xml (Java fallback: 0.2).
+NUTCH_INC_RATE = 0.4
+#: ``db.fetch.schedule.adaptive.dec_rate`` (nutch-default.xml and Java fallback agree).
+NUTCH_DEC_RATE = 0.2
+#: ``db.fetch.schedule.adaptive.sync_delta`` (true in both).
+NUTCH_SYNC_DELTA = True
+#: ``db.fetch.schedule.adaptive.sync_delta_rate`` in nutch-default.xml (Java fallback: 0.2).
+NUTCH_SYNC_DELTA_RATE = 0.3
+
+
+@dataclass
+class NutchPolicy:
+    """Apache Nutch ``AdaptiveFetchSchedule.setFetchSchedule`` (apache/nutch HEAD), nutch-default.xml constants::
+
+        MODIFIED:    interval *= (1 - DEC_RATE); modifiedTime = fetchTime
+        NOTMODIFIED: interval *= (1 + INC_RATE)
+        SYNC_DELTA:  delta = fetchTime - modifiedTime; if delta > interval: interval = delta
+                     offset = round(delta * SYNC_DELTA_RATE); if offset > maxInterval: offset = 0  (long division)
+                     refTime = fetchTime - offset
+        interval = clamp(interval, min, max); nextFetch = refTime + interval
+
+    MODIFIED comes from an exact-digest comparison (Nutch's MD5Signature); the first crawl is UNKNOWN (unchanged
+    interval). Min/max are the scheduler's bounds (the same for every policy) instead of Nutch's 60 s / 365 d, and
+    the returned delay is at least min_period_s (the scheduler's contract).
+    """
+
+    min_period_s: float
+    max_period_s: float
+    initial_period_s: float
+    inc_rate: float = NUTCH_INC_RATE
+    dec_rate: float = NUTCH_DEC_RATE
+    sync_delta: bool = NUTCH_SYNC_DELTA
+    sync_delta_rate: float = NUTCH_SYNC_DELTA_RATE
+    name: str = "nutch"
+
+    def initial_state(self) -> dict[str, Any]:
+        return {"interval_s": self.initial_period_s, "modified_s": None, "fingerprint": None}
+
+    def next_period(self, state: dict[str, Any], observation: Observation) -> Decision:
+        now = observation.now_s
+        interval = float(state["interval_s"])
+        modified = now if state.get("modified_s") is None else float(state["modified_s"])
+        changed = _changed(state.get("fingerprint"), observation)
+        if changed is True:
+            interval *= 1.0 - self.dec_rate
+            modified = now
+        elif changed is False:
+            interval *= 1.0 + self.inc_rate
+        ref = now
+        if self.sync_delta:
+            delta = now - modified
+            if delta > interval:
+                interval = delta
+            offset = round(delta * self.sync_delta_rate)
+            if delta > 0 and offset > self.max_period_s:
+                offset = 0  # Nutch HEAD: offset / delta * max with long division, and offset < delta
+            ref = now - offset
+        interval = _clamp(interval, self.min_period_s, self.max_period_s)
+        period = max(ref + interval - now, self.min_period_s)
+        out = {"interval_s": interval, "modified_s": modified, "fingerprint": observation.fingerprint}
+        return Decision(period, out, _distance(state.get("fingerprint"), observation))
+
+
+#: Cho policy: target probability that at least one change happens within a period (REVISIT_BENCHMARK.md §7.6).
+CHO_TARGET_CHANGE_PROBABILITY = 0.5
+#: Cho policy: most recent (interval, changed) observations kept in the state (bounds the JSON size).
+CHO_HISTORY = 64
+
+
+def cho_rate_mle(changed_s: Sequence[float], unchanged_s: Sequence[float]) -> float:
+    """Irregular-interval Poisson MLE (Cho & Garcia-Molina; Kolobov et al. NeurIPS 2019 eq. 10): the λ solving
+
+        sum_{i in C} t_i / (e^{λ t_i} - 1) = sum_{j in U} t_j
+
+    by safeguarded Newton steps (the left side falls monotonically in λ). Needs an interval of each kind.
+    """
+    total_u = float(sum(unchanged_s))
+    if not changed_s or total_u <= 0:
+        raise ValueError("cho_rate_mle needs at least one changed and one unchanged interval")
+    t = np.asarray(changed_s, dtype=float)
+    lo, hi = 1e-12, 1e3
+    lam = _clamp(t.size / (float(t.sum()) + total_u), lo, hi)
+    for _ in range(200):  # Newton steps, kept inside a shrinking bisection bracket
+        e = np.expm1(np.minimum(lam * t, 700.0))
+        excess = float((t / e).sum()) - total_u
+        if excess > 0:
+            lo = lam
+        else:
+            hi = lam
+        slope = -float((t * t * (e + 1.0) / (e * e)).sum())
+        step = lam - excess / slope if slope < 0 else math.nan
+        if abs(step - lam) <= 1e-12 * lam or hi / lo <= 1 + 1e-12:
+            return step if lo <= step <= hi else lam
+        lam = step if lo < step < hi else math.sqrt(lo * hi)
+    return lam
+
+
+@dataclass
+class ChoPolicy:
+    """Poisson / Cho single-target policy (REVISIT_BENCHMARK.md §7.6 (C)).
+
+    λ̂ = ``cho_rate_mle`` over the recorded (interval, changed) history plus Kolobov's smoothing (one changed and
+    one unchanged pseudo-interval of 0.5 x the first period); next period I = -ln(1 - p*) / λ̂, so that
+    P(at least one change within I) = p*. The change bit comes from an exact digest (new items or any fingerprint
+    difference): Cho's model observes only "changed or not".
+    """
+
+    min_period_s: float
+    max_period_s: float
+    initial_period_s: float
+    target_p: float = CHO_TARGET_CHANGE_PROBABILITY
+    name: str = "cho"
+
+    def initial_state(self) -> dict[str, Any]:
+        return {"period_s": self.initial_period_s, "last_s": None, "fingerprint": None, "history": []}
+
+    def rate_of(self, state: dict[str, Any]) -> float:
+        """Estimated change rate (changes/s) from the state's history."""
+        pseudo = 0.5 * self.initial_period_s
+        changed = [pseudo] + [t for t, c in state["history"] if c]
+        unchanged = [pseudo] + [t for t, c in state["history"] if not c]
+        return cho_rate_mle(changed, unchanged)
+
+    def next_period(self, state: dict[str, Any], observation: Observation) -> Decision:
+        history = list(state["history"])
+        changed = _changed(state.get("fingerprint"), observation)
+        if state.get("last_s") is not None and changed is not None:
+            history.append([observation.now_s - float(state["last_s"]), 1 if changed else 0])
+            history = history[-CHO_HISTORY:]
+        out = {"last_s": observation.now_s, "fingerprint": observation.fingerprint, "history": history}
+        period = _clamp(-math.log1p(-self.target_p) / self.rate_of(out), self.min_period_s, self.max_period_s)
+        out["period_s"] = period
+        return Decision(period, out, _distance(state.get("fingerprint"), observation))
+
+
+@dataclass
+class SartPolicy:
+    """SART, self-adjusting refresh time (Sharma & Dixit, IJCSNS 2008) -- OUR READING, the rule is not public::
+
+        c = crawls that saw a change since the first crawl at t0
+        c > 0:  I = clamp((now - t0) / c)       (mean time between detected changes)
+        c == 0: I = clamp(2 * I_prev)           (no evidence yet)
+
+    The change bit comes from an exact digest, as for ``nutch``.
+    """
+
+    min_period_s: float
+    max_period_s: float
+    initial_period_s: float
+    name: str = "sart"
+
+    def initial_state(self) -> dict[str, Any]:
+        return {"period_s": self.initial_period_s, "start_s": None, "changes": 0, "fingerprint": None}
+
+    def next_period(self, state: dict[str, Any], observation: Observation) -> Decision:
+        now = observation.now_s
+        start = now if state.get("start_s") is None else float(state["start_s"])
+        changes = int(state["changes"]) + (1 if _changed(state.get("fingerprint"), observation) else 0)
+        if changes > 0:
+            period = _clamp((now - start) / changes, self.min_period_s, self.max_period_s)
+        else:
+            period = _clamp(2 * float(state["period_s"]), self.min_period_s, self.max_period_s)
+        out = {"period_s": period, "start_s": start, "changes": changes, "fingerprint": observation.fingerprint}
+        return Decision(period, out, _distance(state.get("fingerprint"), observation))
+
+
+#: Rate policy: half-life of the exponential forgetting of old items and exposure, so the estimate follows regime
+#: switches and diurnal swings. Picked on the benchmark's tuning seeds (docs/REVISIT.md), not the reported ones.
+RATE_HALF_LIFE_S = 24 * 3600.0
+#: Rate policy: half-life of the short-memory estimate that lets a burst (or a diurnal peak) raise the rate within
+#: the hour; None turns it off. Chosen on the tuning seeds like RATE_HALF_LIFE_S.
+RATE_BURST_HALF_LIFE_S: float | None = 3600.0
+#: Rate policy: strength of the long-run rate as the prior of the short-memory estimate, in items.
+RATE_BURST_PRIOR_ITEMS = 1.0
+#: Rate policy prior: PRIOR_ITEMS items seen over PRIOR_ITEMS x the first period, so a new target starts at the
+#: rate of one item per first period and the prior fades as real exposure accumulates (Kolobov's 0.5/0.5 smoothing).
+RATE_PRIOR_ITEMS = 0.5
+
+
+def budget_scale(rates: Sequence[float], budget_per_s: float, min_period_s: float, max_period_s: float) -> float:
+    """The constant C of the square-root rule period_i = clamp(C / sqrt(rate_i), min, max) that spends
+    ``budget_per_s`` fetches per second in total (bisection on log C; clamped targets are water-filled).
+
+    Minimising item-weighted mean lag sum_i rate_i * period_i / 2 subject to sum_i 1/period_i = B gives
+    f_i ∝ sqrt(rate_i) (REVISIT_BENCHMARK.md §7.5 O2). Rates must be > 0.
+    """
+    roots = [math.sqrt(r) for r in rates]
+    if not roots:
+        return 1.0
+
+    def spend(c: float) -> float:
+        return sum(1.0 / _clamp(c / q, min_period_s, max_period_s) for q in roots)
+
+    lo, hi = min_period_s * min(roots), max_period_s * max(roots)
+    if spend(lo) <= budget_per_s:
+        return lo
+    if spend(hi) >= budget_per_s:
+        return hi
+    while hi / lo > 1 + 1e-9:
+        mid = math.sqrt(lo * hi)
+        if spend(mid) > budget_per_s:
+            lo = mid
+        else:
+            hi = mid
+    return math.sqrt(lo * hi)
+
+
+def allocate_periods(rates: Sequence[float], budget_per_s: float, min_period_s: float,
+                     max_period_s: float) -> list[float]:
+    """Split a global budget of ``budget_per_s`` fetches/s over targets with item rates ``rates`` (items/s, > 0)
+    by the square-root rule; returns one period per target, within [min, max]."""
+    c = budget_scale(rates, budget_per_s, min_period_s, max_period_s)
+    return [_clamp(c / math.sqrt(r), min_period_s, max_period_s) for r in rates]
+
+
+@dataclass
+class RatePolicy:
+    """Our policy: exact change signals + a decayed rate estimate + the square-root rule.
+
+    Each crawl reports how many items are new and (when the source gives them) their times. With weight
+    w(t) = 2^{-(now - t)/H} (H = ``half_life_s``)::
+
+        n        = n * 2^{-dt/H} + sum_j w(t_j)                  (items; untimed items count at mid-interval)
+        exposure = exposure * 2^{-dt/H} + H/ln2 * (1 - 2^{-dt/H}) (time, weighted the same way)
+        λ_long   = (n + a) / (exposure + a * I0)                  (a = RATE_PRIOR_ITEMS)
+        λ̂        = (n_b + k) / (exposure_b + k / λ_long)          (same sums with half-life H_b; k = 1 item)
+        period   = clamp(C / sqrt(λ̂), min, max)
+
+The second line shrinks a short-memory estimate (half-life H_b = ``burst_half_life_s``, about an hour) towards
+the long-run rate, so a burst, a promotion or a diurnal peak raises the rate at once while a quiet hour on a slow
+target barely moves it; ``burst_half_life_s=None`` uses λ_long alone.
+
+    This is the complete-observation rate estimate (Kolobov eq. 11, with forgetting) and the lag-optimal
+    square-root allocation. C is ``sqrt(I0)`` on its own (a target with one item per I0 gets period I0) or, under
+    a global fetch budget, ``budget_scale(...)`` over all targets' ``rate_of`` (see ``set_budget_scale``).
+    """
+
+    min_period_s: float
+    max_period_s: float
+    initial_period_s: float
+    half_life_s: float = RATE_HALF_LIFE_S
+    burst_half_life_s: float | None = RATE_BURST_HALF_LIFE_S
+    scale: float | None = None
+    name: str = "rate"
+
+    def initial_state(self) -> dict[str, Any]:
+        return {"period_s": self.initial_period_s, "last_s": None, "items": 0.0, "exposure_s": 0.0,
+                "burst_items": 0.0, "burst_exposure_s": 0.0}
+
+    def set_budget_scale(self, scale: float | None) -> None:
+        """Use C = ``scale`` (from ``budget_scale``) for every later period; None returns to sqrt(I0)."""
+        self.scale = scale
+
+    def rate_of(self, state: dict[str, Any]) -> float:
+        """Estimated item rate (items/s) of a target, always > 0."""
+        a = RATE_PRIOR_ITEMS
+        long_run = (float(state["items"]) + a) / (float(state["exposure_s"]) + a * self.initial_period_s)
+        if self.burst_half_life_s is None:
+            return long_run
+        k = RATE_BURST_PRIOR_ITEMS
+        return (float(state["burst_items"]) + k) / (float(state["burst_exposure_s"]) + k / long_run)
+
+    def period_for(self, rate: float) -> float:
+        """The square-root-rule period for an item rate."""
+        c = math.sqrt(self.initial_period_s) if self.scale is None else self.scale
+        return _clamp(c / math.sqrt(rate), self.min_period_s, self.max_period_s)
+
+    def next_period(self, state: dict[str, Any], observation: Observation) -> Decision:
+        now = observation.now_s
+        out: dict[str, Any] = {"last_s": now}
+        for prefix, half_life in (("", self.half_life_s), ("burst_", self.burst_half_life_s)):
+            items, exposure = float(state[prefix + "items"]), float(state[prefix + "exposure_s"])
+            if state.get("last_s") is not None and half_life is not None:
+                items, exposure = _decayed_counts(items, exposure, float(state["last_s"]), observation, half_life)
+            out[prefix + "items"], out[prefix + "exposure_s"] = items, exposure
+        period = self.period_for(self.rate_of(out))
+        out["period_s"] = period
+        return Decision(period, out, -1)
+
+
+def _decayed_counts(items: float, exposure: float, last: float, observation: Observation,
+                    half_life: float) -> tuple[float, float]:
+    """Exponentially forgotten item count and exposure after the interval (last, now] (RatePolicy)."""
+    now = observation.now_s
+    dt = max(now - last, 0.0)
+    decay = 2.0 ** (-dt / half_life)
+    times = [t for t in observation.new_item_times_s if last < t <= now][: observation.new_items]
+    untimed = observation.new_items - len(times)
+    fresh = sum(2.0 ** (-(now - t) / half_life) for t in times) + untimed * 2.0 ** (-dt / 2 / half_life)
+    return items * decay + fresh, exposure * decay + half_life / math.log(2) * (1.0 - decay)
+
+
+POLICY_NAMES: tuple[str, ...] = ("fixed", "shhd", "nutch", "cho", "sart", "rate")
+_POLICIES: dict[str, type] = {"fixed": FixedPolicy, "shhd": ShhdPolicy, "nutch": NutchPolicy, "cho": ChoPolicy,
+                              "sart": SartPolicy, "rate": RatePolicy}
 
 
 def make_policy(name: str, *, min_period_s: float, max_period_s: float, initial_period_s: float) -> RevisitPolicy:
-    """Build a policy by name (see POLICY_NAMES)."""
-    if name == "fixed":
-        return FixedPolicy(min_period_s, max_period_s, initial_period_s)
-    raise ValueError(f"unknown revisit policy {name!r} (known: {', '.join(POLICY_NAMES)})")
+    """Build a policy by name (see POLICY_NAMES) with the scheduler's bounds and first period."""
+    cls = _POLICIES.get(name)
+    if cls is None:
+        raise ValueError(f"unknown revisit policy {name!r} (known: {', '.join(POLICY_NAMES)})")
+    policy: RevisitPolicy = cls(min_period_s, max_period_s, initial_period_s)
+    return policy

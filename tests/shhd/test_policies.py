@@ -1,0 +1,150 @@
+"""shhd.policies: every policy's update rule pinned to its formula on hand-computed cases."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+import shhd.policies as policies
+from shhd.policies import (
+    POLICY_NAMES,
+    ChoPolicy,
+    FixedPolicy,
+    NutchPolicy,
+    Observation,
+    RatePolicy,
+    SartPolicy,
+    ShhdPolicy,
+    allocate_periods,
+    budget_scale,
+    cho_rate_mle,
+    make_policy,
+)
+
+
+def test_exports_exist_and_names_are_complete() -> None:
+    assert all(hasattr(policies, name) for name in policies.__all__)
+    assert set(POLICY_NAMES) == {"fixed", "shhd", "nutch", "cho", "sart", "rate"}
+
+
+@pytest.mark.parametrize("name", POLICY_NAMES)
+def test_every_policy_state_is_json_and_period_in_bounds(name: str) -> None:
+    policy = make_policy(name, min_period_s=60, max_period_s=86400, initial_period_s=600)
+    state = policy.initial_state()
+    for k, (t, n) in enumerate([(0, 0), (600, 2), (1300, 0), (2000, 1), (5000, 0)]):
+        obs = Observation(now_s=t, fingerprint=(k * 0x9E3779B97F4A7C15) % 2**64, new_items=n,
+                          new_item_times_s=tuple(float(t - 10 * j) for j in range(n)))
+        decision = policy.next_period(json.loads(json.dumps(state)), obs)
+        state = decision.state
+        assert 60 <= decision.period_s <= 86400
+        assert json.loads(json.dumps(state)) == state
+
+
+def test_unknown_name() -> None:
+    with pytest.raises(ValueError, match="unknown revisit policy"):
+        make_policy("nope", min_period_s=1, max_period_s=2, initial_period_s=1)
+
+
+def test_fixed() -> None:
+    p = FixedPolicy(60, 3600, 600)
+    assert p.next_period(p.initial_state(), Observation(now_s=5, new_items=9)).period_s == 600
+
+
+def test_shhd_simhash_and_ideal_detector() -> None:
+    p = ShhdPolicy(60, 86400, 60)
+    d = p.next_period(p.initial_state(), Observation(now_s=0, fingerprint=0b1111))
+    assert (d.period_s, d.distance) == (60, -1)
+    d = p.next_period(d.state, Observation(now_s=60, fingerprint=0b1110))  # d = 1: growth, doubles
+    assert (d.period_s, d.distance) == (120, 1)
+    d = p.next_period(d.state, Observation(now_s=180, fingerprint=0b1110 ^ (2**30 - 1)))  # d = 30: shrink
+    assert (d.period_s, d.state["ssthresh_s"]) == (60, 60)
+    d = p.next_period(d.state, Observation(now_s=240, fingerprint=d.state["fingerprint"]))  # at ssthresh: +step
+    assert d.period_s == 120
+    ideal = ShhdPolicy(60, 86400, 600, detector="count")
+    d = ideal.next_period(ideal.initial_state(), Observation(now_s=0, new_items=1))
+    assert (d.period_s, d.distance) == (300, 64)
+
+
+def test_nutch_rule() -> None:
+    p = NutchPolicy(60, 10**6, 1000)
+    d = p.next_period(p.initial_state(), Observation(now_s=0, fingerprint=7))  # first crawl: unknown
+    assert d.period_s == 1000
+    d = p.next_period(d.state, Observation(now_s=1000, fingerprint=7))  # not modified
+    # interval 1000 * 1.4 = 1400; delta = 1000; offset = round(0.3 * 1000) = 300; next = 1000 - 300 + 1400
+    assert d.state["interval_s"] == pytest.approx(1400)
+    assert d.period_s == pytest.approx(1400 - 300)
+    d = p.next_period(d.state, Observation(now_s=2100, fingerprint=7, new_items=2))  # modified
+    assert d.state["interval_s"] == pytest.approx(1400 * 0.8)
+    assert d.period_s == pytest.approx(1120) and d.state["modified_s"] == 2100
+    # delta > interval: interval = delta (code, not Javadoc)
+    d = p.next_period({"interval_s": 100, "modified_s": 0, "fingerprint": 1}, Observation(now_s=1000, fingerprint=1))
+    assert d.state["interval_s"] == 1000 and d.period_s == pytest.approx(1000 - 300)
+
+
+def test_cho_mle_closed_forms() -> None:
+    # equal intervals: 2I/(e^{λI} - 1) = 3I  =>  λ = ln(1 + |C|/|U|) / I
+    assert cho_rate_mle([100.0] * 2, [100.0] * 3) == pytest.approx(math.log(1 + 2 / 3) / 100, rel=1e-9)
+    # one changed t1, one unchanged t2: t1 / (e^{λ t1} - 1) = t2  =>  λ = ln(1 + t1/t2) / t1
+    assert cho_rate_mle([100.0], [50.0]) == pytest.approx(math.log(3) / 100, rel=1e-9)
+    with pytest.raises(ValueError):
+        cho_rate_mle([], [1.0])
+
+
+def test_cho_policy_uses_smoothing_and_target_probability() -> None:
+    p = ChoPolicy(1, 10**6, 100)
+    d = p.next_period(p.initial_state(), Observation(now_s=0, fingerprint=1))
+    d = p.next_period(d.state, Observation(now_s=100, fingerprint=2))
+    # C = {50 (pseudo), 100}, U = {50 (pseudo)}: with x = e^{50λ}, 1/(x-1) + 2/(x^2-1) = 1 => x^2 - x - 4 = 0
+    lam = math.log((1 + math.sqrt(17)) / 2) / 50
+    assert d.state["history"] == [[100, 1]]
+    assert d.period_s == pytest.approx(math.log(2) / lam, rel=1e-9)
+
+
+def test_sart_our_reading() -> None:
+    p = SartPolicy(10, 10**6, 100)
+    d = p.next_period(p.initial_state(), Observation(now_s=0, fingerprint=1))
+    assert d.period_s == 200  # no change seen yet: doubles
+    d = p.next_period(d.state, Observation(now_s=200, fingerprint=1, new_items=1))
+    assert d.period_s == 200  # (200 - 0) / 1
+    d = p.next_period(d.state, Observation(now_s=400, fingerprint=1))
+    assert d.period_s == 400  # (400 - 0) / 1
+    d = p.next_period(d.state, Observation(now_s=800, fingerprint=2))
+    assert d.period_s == 400  # (800 - 0) / 2
+
+
+def test_rate_policy_decayed_estimate_and_sqrt_period() -> None:
+    p = RatePolicy(1, 10**6, 100, half_life_s=100, burst_half_life_s=None)
+    d = p.next_period(p.initial_state(), Observation(now_s=0))
+    assert d.period_s == pytest.approx(math.sqrt(100 / (0.5 / 50)))  # prior rate 1/I0 -> period I0
+    d = p.next_period(d.state, Observation(now_s=100, new_items=2, new_item_times_s=(50.0, 100.0)))
+    items = 2 ** -0.5 + 1.0
+    exposure = 100 / math.log(2) * 0.5
+    lam = (items + 0.5) / (exposure + 50)
+    assert d.state["items"] == pytest.approx(items) and d.state["exposure_s"] == pytest.approx(exposure)
+    assert p.rate_of(d.state) == pytest.approx(lam)
+    assert d.period_s == pytest.approx(math.sqrt(100 / lam))
+    p.set_budget_scale(3.0)
+    assert p.next_period(d.state, Observation(now_s=100)).period_s == pytest.approx(3.0 / math.sqrt(lam))
+
+
+def test_rate_policy_short_memory_estimate_shrinks_to_long_run_rate() -> None:
+    p = RatePolicy(1, 10**6, 100, half_life_s=1000, burst_half_life_s=100)
+    d = p.next_period(p.initial_state(), Observation(now_s=0))
+    d = p.next_period(d.state, Observation(now_s=100, new_items=1, new_item_times_s=(100.0,)))
+    long_items, long_exp = 1.0, 1000 / math.log(2) * (1 - 2 ** -0.1)
+    long_rate = (long_items + 0.5) / (long_exp + 50)
+    short_items, short_exp = 1.0, 100 / math.log(2) * 0.5
+    assert d.state["burst_items"] == pytest.approx(short_items)
+    assert p.rate_of(d.state) == pytest.approx((short_items + 1) / (short_exp + 1 / long_rate))
+
+
+def test_allocate_periods_square_root_rule() -> None:
+    periods = allocate_periods([4.0, 1.0], 3.0, 1e-3, 1e3)
+    assert periods == pytest.approx([0.5, 1.0])  # f ∝ sqrt(rate): 2 : 1, sum 3
+    clamped = allocate_periods([4.0, 1.0], 3.0, 1e-3, 0.9)
+    c = 2 / (3 - 1 / 0.9)  # 2/C + 1/0.9 = 3
+    assert clamped == pytest.approx([c / 2, 0.9])
+    assert sum(1 / x for x in clamped) == pytest.approx(3.0)
+    assert budget_scale([1.0], 1e9, 1.0, 10.0) == pytest.approx(1.0)  # every target at min: budget unspent

@@ -1,0 +1,34 @@
+"""bench/revisit: the offline oracle against brute force, the square-root bound, and a tiny quick run."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import bench.revisit as revisit
+from bench.revisit.oracle import brute_force_lag, offline_lag, sqrt_bound
+
+
+def test_offline_oracle_matches_brute_force_on_small_instances() -> None:
+    rng = np.random.default_rng(7)
+    for _ in range(120):
+        pages = [sorted(rng.uniform(0, 10, rng.integers(0, 4)).round(2).tolist()) for _ in range(rng.integers(1, 3))]
+        k = int(rng.integers(0, 5))
+        assert offline_lag(pages, k, 12.0, iterations=60) == pytest.approx(brute_force_lag(pages, k, 12.0), abs=1e-6)
+
+
+def test_sqrt_bound_formula_and_against_uniform() -> None:
+    rates = [1.0, 0.1, 0.01]  # per minute; REVISIT_BENCHMARK.md §7.5 check: B = 0.3/min gives 3.012 min
+    assert sqrt_bound(rates, 0.3) == pytest.approx(sum(r**0.5 for r in rates) ** 2 / (2 * 0.3 * sum(rates)))
+    assert sqrt_bound(rates, 0.3) == pytest.approx(3.012, abs=1e-3)
+    assert sqrt_bound(rates, 0.3) <= len(rates) / (2 * 0.3)  # never worse than uniform (Cauchy-Schwarz)
+    assert sqrt_bound([0.0, 2.0], 1.0) == pytest.approx(0.5)
+
+
+def test_quick_mode_on_a_tiny_config_prints_the_headline_table(capsys: pytest.CaptureFixture[str]) -> None:
+    assert revisit.main(["--quick", "--seeds", "2", "--pages", "10", "--workers", "1", "--e0-days", "0.2",
+                         "--end-days", "1.5"]) == 0
+    out = capsys.readouterr().out
+    assert "### E0" in out and "global budget B = 0.5" in out
+    for label in ("shhd (paper, simhash)", "nutch (xml defaults)", "rate (ours)", "O2 sqrt bound"):
+        assert label in out
