@@ -1,0 +1,72 @@
+"""``icecrawler parse``: JSON lines + summary, exit codes, sniffing, clear errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from crawler_client.sources.samples import mbloglist_chunk, mobile_timeline
+from icecrawler.cli import main
+from tests.client._util import FIXTURES
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, list[dict[str, object]], str]:
+    code = main(["parse", *argv])
+    out, err = capsys.readouterr()
+    return code, [json.loads(line) for line in out.splitlines() if line.strip()], err
+
+
+def test_items_then_summary(capsys: pytest.CaptureFixture[str]) -> None:
+    code, lines, _ = run(capsys, "--source", "jd", str(FIXTURES / "jd_page0.jsonp"), "--now", "2024-12-03T00:00:00")
+    *items, summary = lines
+    assert code == 0 and len(items) == 3 and items[0]["id"] == "21739216866"
+    assert summary["summary"] is True and summary["items"] == 3 and summary["total_pages"] == 3
+    assert summary["outcome"] == "Ok" and "page=1" in str(summary["next"])
+    assert summary["task"] == "reviews:jd:100012043978"  # productId sniffed from the body
+
+
+def test_classified_ban_page_exits_zero(capsys: pytest.CaptureFixture[str]) -> None:
+    code, lines, _ = run(capsys, "--source", "weibo_pc", str(FIXTURES / "weibo_pc_busy_gbk.html"))
+    assert code == 0 and lines[-1]["outcome"] == "Busy" and lines[-1]["items"] == 0
+
+
+def test_status_flag_classifies(capsys: pytest.CaptureFixture[str]) -> None:
+    code, lines, _ = run(capsys, "--source", "weibo_mobile", str(FIXTURES / "weibo_mobile_ok0.json"),
+                         "--status", "429", "--retry-after", "30")
+    assert code == 0 and lines[-1]["outcome"] == "RateLimited" and lines[-1]["retry_after_s"] == 30.0
+
+
+def test_garbage_exits_one(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = tmp_path / "junk.bin"
+    path.write_bytes(b"\x00\x01\x02 not json")
+    code, lines, _ = run(capsys, "--source", "jd", str(path))
+    assert code == 1 and lines[-1]["outcome"] == "ParseError"
+
+
+def test_sniffing_weibo_uid_and_pc_last_chunk(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    (tmp_path / "m.json").write_bytes(mobile_timeline(5612345678))
+    code, lines, _ = run(capsys, "--source", "weibo_mobile", str(tmp_path / "m.json"), "--now", "2021-07-06T12:00")
+    assert code == 0 and lines[-1]["task"] == "user:weibo_mobile:5612345678" and lines[-1]["items"] == 10
+    assert lines[-1]["cursor"] != "" and "page=2" in str(lines[-1]["next"])
+    (tmp_path / "pc.json").write_bytes(mbloglist_chunk(1163218074, 1, 2, count_page=18))
+    code, lines, _ = run(capsys, "--source", "weibo_pc", str(tmp_path / "pc.json"))
+    assert code == 0 and lines[-1]["total_pages"] == 18 and "page=2" in str(lines[-1]["next"])
+
+
+def test_ecshop_kinds_are_sniffed(capsys: pytest.CaptureFixture[str]) -> None:
+    code, lines, _ = run(capsys, "--source", "ecshop", str(FIXTURES / "ecshop_category3_p1.html"))
+    assert code == 0 and lines[-1]["task"] == "listing:ecshop:3" and lines[0] == {"product_id": "20"}
+    code, lines, _ = run(capsys, "--source", "ecshop", str(FIXTURES / "ecshop_comment7_p3_gbk.json"))
+    assert code == 0 and lines[-1]["items"] == 1 and lines[-1]["task"] == "reviews:ecshop:7"
+    code, lines, _ = run(capsys, "--source", "ecshop", str(FIXTURES / "ecshop_goods7.html"), "--kind", "reviews",
+                         "--target", "7")
+    assert code == 0 and lines[-1]["items"] == 3 and lines[-1]["info"] == {"page": "1", "record_count": "7"}
+
+
+def test_unknown_source_and_missing_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code, lines, err = run(capsys, "--source", "weibo", str(FIXTURES / "jd_page0.jsonp"))
+    assert code == 2 and lines == [] and "unknown source 'weibo'" in err
+    code, lines, err = run(capsys, "--source", "jd", str(tmp_path / "nope.json"))
+    assert code == 2 and lines == [] and "nope.json" in err
