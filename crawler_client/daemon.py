@@ -45,6 +45,11 @@ log = logging.getLogger(__name__)
 POLL_S = 0.2
 
 
+def _wall_ms() -> int:
+    """Lease deadlines are wall-clock ms (the scheduler's simulated clock only drives due times)."""
+    return int(time.time() * 1000)
+
+
 def default_worker_id() -> str:
     """``host:pid``: unique per client process, readable in the scheduler's stats."""
     return f"{socket.gethostname()}:{os.getpid()}"
@@ -107,7 +112,7 @@ class ClientDaemon:
         self.sink = Sink(
             scheduler, storage, buffer_records=config.buffer_records, report_batch=config.report_batch,
             write_batch=config.write_batch, backoff_s=config.backoff_s, max_backoff_s=config.max_backoff_s,
-            now_ms=clock.now_ms, monotonic=time.monotonic, stats=self.stats,
+            now_ms=_wall_ms, monotonic=time.monotonic, stats=self.stats,
         )
         self._runner_factory = runner_factory
         self._tasks: queue.Queue[Task] = queue.Queue()
