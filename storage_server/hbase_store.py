@@ -52,10 +52,11 @@ class HBaseStore:
         self.host = host
         self.port = port
         self.timeout_s = timeout_s
-        self._pool = happybase.ConnectionPool(
-            pool_size, host=host, port=port, timeout=int(timeout_s * 1000), autoconnect=False,
-            table_prefix=table_prefix or None, transport="buffered", protocol="binary",
-        )
+        self._pool_args: dict[str, Any] = {
+            "size": pool_size, "host": host, "port": port, "timeout": int(timeout_s * 1000), "autoconnect": False,
+            "table_prefix": table_prefix or None, "transport": "buffered", "protocol": "binary",
+        }
+        self._pool_instance: happybase.ConnectionPool | None = None
         self._ready = False
         self._ready_lock = threading.Lock()
 
@@ -67,6 +68,14 @@ class HBaseStore:
             timeout_s=settings.get_float("storage.hbase.timeout_s"),
             table_prefix=settings.get_str("storage.hbase.table_prefix"),
         )
+
+    @property
+    def _pool(self) -> happybase.ConnectionPool:
+        """Created on first use: happybase's pool connects in its constructor, and HBase may be down now."""
+        with self._ready_lock:
+            if self._pool_instance is None:
+                self._pool_instance = happybase.ConnectionPool(**self._pool_args)
+            return self._pool_instance
 
     def _fail(self, what: str, exc: BaseException) -> StorageUnavailableError:
         return StorageUnavailableError(f"HBase at {self.host}:{self.port}: {what} failed: {type(exc).__name__}: {exc}")
@@ -137,7 +146,7 @@ class HBaseStore:
 
     def close(self) -> None:
         """happybase pools have no close; drop idle connections by letting the pool go."""
-        queue = getattr(self._pool, "_queue", None)
+        queue = getattr(self._pool_instance, "_queue", None)
         while queue is not None and not queue.empty():
             connection = queue.get_nowait()
             connection.close()

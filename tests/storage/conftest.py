@@ -78,6 +78,7 @@ class StorageServerRunner:
 
     def __init__(self, tmp: Path, assignments: dict[str, str]) -> None:
         self.tmp = tmp
+        tmp.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
         self.conf = tmp / "storage.conf"
         self.conf.write_text(f"StorageAdapter.Endpoints=tcp -h 127.0.0.1 -p {self.port}\n")
@@ -101,6 +102,12 @@ class StorageServerRunner:
     def proxy(self, comm: Any) -> Any:
         return rpc.crawler().StoragePrx(comm, f"storage:tcp -h 127.0.0.1 -p {self.port}")
 
+    def kill9(self) -> None:
+        """Crash the server: SIGKILL, no clean-up (then release our end of its log file)."""
+        assert self.process is not None
+        self.process.kill9()
+        self.process.stop()
+
     def stop(self) -> None:
         if self.process is not None:
             self.process.stop()
@@ -113,7 +120,6 @@ def storage_server(tmp_path: Path) -> Iterator[Callable[..., StorageServerRunner
 
     def start(**assignments: str) -> StorageServerRunner:
         runner = StorageServerRunner(tmp_path / f"server{len(runners)}", {k: str(v) for k, v in assignments.items()})
-        runner.tmp.mkdir(parents=True)
         runners.append(runner)
         runner.start()
         return runner

@@ -1,0 +1,143 @@
+"""The storage core without Ice: validation outcomes, spooling when the backend is down or slow, ordered replay."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pytest
+
+from icecrawler.errors import InvalidArgumentError, InvalidRecordsError, StorageUnavailableError
+from storage_server import schema
+from storage_server.service import StorageService
+from storage_server.spool import MemorySpool, SpoolQueue, SqliteSpool
+from storage_server.stores import MemoryStore
+from tests.storage.conftest import make_post, make_review
+
+
+class BlockingStore(MemoryStore):
+    """A backend that hangs on put until released (a slow HBase)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = threading.Event()
+
+    def put(self, table: str, rows: Sequence[schema.Row]) -> None:
+        if not self.release.wait(timeout=30.0):
+            raise StorageUnavailableError("never released")
+        super().put(table, rows)
+
+
+def service_on(store: MemoryStore, spool: SpoolQueue | None = None, timeout_s: float = 5.0) -> StorageService:
+    return StorageService(store, spool or MemorySpool(), max_text_chars=1000, batch_limit=100,
+                          write_timeout_s=timeout_s)
+
+
+@pytest.fixture
+def store() -> MemoryStore:
+    return MemoryStore()
+
+
+@pytest.fixture
+def service(store: MemoryStore) -> Iterator[StorageService]:
+    service = service_on(store)
+    yield service
+    service.close()
+
+
+def test_healthy_backend_stores_directly(service: StorageService, store: MemoryStore) -> None:
+    result = service.write_posts([make_post(1), make_post(2)])
+    assert (result.stored, result.spooled) == (2, 0)
+    assert service.write_reviews([make_review("a")]).stored == 1
+    stats = service.stats()
+    assert (stats.posts, stats.reviews, stats.spool_depth, stats.records_accepted) == (2, 1, 0, 3)
+    assert stats.backend == "memory" and stats.detail["backend_up"] is True
+
+
+def test_invalid_records_are_named_and_the_rest_is_stored(service: StorageService, store: MemoryStore) -> None:
+    batch = [make_post(1), make_post(0), make_post(2, created_at="soon"), make_post(3)]
+    with pytest.raises(InvalidRecordsError) as caught:
+        service.write_posts(batch)
+    assert [index for index, _ in caught.value.rejected] == [1, 2]
+    assert "id=0" in caught.value.rejected[0][1] and "createdAt" in caught.value.rejected[1][1]
+    assert caught.value.stored == 2
+    assert sorted(int(row.columns["id"]) for row in store.scan(schema.WEIBO)) == [1, 3]
+    assert service.stats().records_rejected == 2
+
+
+def test_empty_and_oversized_batches_change_nothing(service: StorageService, store: MemoryStore) -> None:
+    with pytest.raises(InvalidArgumentError) as empty:
+        service.write_reviews([])
+    assert empty.value.code == "EmptyBatch"
+    with pytest.raises(InvalidArgumentError) as big:
+        service.write_posts([make_post(i) for i in range(1, 102)])
+    assert big.value.code == "BatchTooLarge"
+    assert store.count(schema.WEIBO) == 0
+
+
+def test_down_backend_spools_then_replays_in_order(service: StorageService, store: MemoryStore) -> None:
+    store.down = True
+    first = service.write_posts([make_post(1, likes=1)])
+    second = service.write_posts([make_post(1, likes=2), make_post(2)])  # same post, newer counters
+    assert (first.spooled, second.spooled) == (1, 2)
+    assert service.stats().spool_depth == 3
+    assert service.stats().detail["backend_up"] is False
+    store.down = False
+    assert service.wait_drained(10.0)
+    rows = list(store.scan(schema.WEIBO))
+    assert len(rows) == 2
+    assert next(row for row in rows if row.columns["id"] == 1).columns["likes"] == 2  # replayed oldest first
+    assert service.stats().detail["records_replayed"] == 3
+
+
+def test_writes_queue_behind_a_non_empty_spool(service: StorageService, store: MemoryStore) -> None:
+    store.down = True
+    service.write_posts([make_post(1, likes=1)])
+    store.down = False
+    # a write arriving while older records wait must not overtake them: it is spooled too (or lands after replay)
+    result = service.write_posts([make_post(1, likes=2)])
+    assert result.stored + result.spooled == 1
+    assert service.wait_drained(10.0)
+    assert next(store.scan(schema.WEIBO)).columns["likes"] == 2
+
+
+def test_slow_backend_is_bounded_by_write_timeout() -> None:
+    store = BlockingStore()
+    service = service_on(store, timeout_s=0.2)
+    try:
+        result = service.write_posts([make_post(1)])
+        assert (result.stored, result.spooled) == (0, 1)
+        store.release.set()
+        assert service.wait_drained(10.0)
+        assert store.count(schema.WEIBO) == 1
+    finally:
+        store.release.set()
+        service.close()
+
+
+def test_no_backend_and_no_spool_means_unavailable_and_nothing_acknowledged(store: MemoryStore) -> None:
+    spool = MemorySpool()
+    service = service_on(store, spool)
+    try:
+        store.down = True
+        spool.broken = True
+        with pytest.raises(StorageUnavailableError):
+            service.write_posts([make_post(1)])
+        assert service.stats().records_accepted == 0
+    finally:
+        service.close()
+
+
+def test_sqlite_spool_survives_a_restart(tmp_path: Path, store: MemoryStore) -> None:
+    store.down = True
+    service = service_on(store, SqliteSpool(tmp_path))
+    service.write_reviews([make_review("a"), make_review("b")])
+    service.close()  # the process goes away with records still spooled
+    store.down = False
+    reopened = service_on(store, SqliteSpool(tmp_path))
+    try:
+        assert reopened.wait_drained(10.0)
+        assert sorted(str(row.columns["id"]) for row in store.scan(schema.REVIEW)) == ["a", "b"]
+    finally:
+        reopened.close()
