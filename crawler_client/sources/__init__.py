@@ -6,9 +6,10 @@
     stop = any(source.is_older_or_equal(item, task.cursor) for item in page.items)
     cursor = source.newest_cursor(page.items, task.cursor)
 
-Source-specific helpers the runtime calls directly: ``weibo_mobile.WeiboMobileSource.extend_request`` /
-``parse_extend`` / ``with_long_text`` (long posts), ``ecshop.login_request`` / ``is_logged_in`` /
-``shows_login_wall`` (member login).
+Source-specific helpers the runtime calls directly: ``extend_request`` / ``parse_extend`` / ``with_long_text``
+on both Weibo sources (full text of the posts named in ``ParsedPage.info["long_text_ids"]``: m.weibo.cn
+``statuses/extend``, weibo.com ``p/aj/mblog/getlongtext``), ``ecshop.login_request`` / ``is_logged_in`` /
+``shows_login_wall`` (member login). ``samples.bench_cases()`` gives generated pages for the client bench.
 """
 
 from __future__ import annotations

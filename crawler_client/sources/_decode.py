@@ -13,8 +13,9 @@ from typing import Any
 from bs4 import BeautifulSoup, Tag
 
 from icecrawler.errors import ParseError
+from icecrawler.models import Post
 
-__all__ = ["decode_body", "html_text", "load_json", "make_soup", "strip_jsonp"]
+__all__ = ["decode_body", "html_text", "load_json", "make_soup", "strip_jsonp", "with_html"]
 
 
 def decode_body(body: bytes) -> str:
@@ -73,3 +74,10 @@ def html_text(node: Tag) -> str:
             parts.append(" ".join(str(element).split("\n")))  # source newlines are whitespace in HTML
     lines = (" ".join(line.split()) for line in "".join(parts).split("\n"))
     return "\n".join(lines).strip()
+
+
+def with_html(post: Post, html: str) -> Post:
+    """Give ``post`` a new HTML body (a long text's full version) and the text derived from it, in place."""
+    post.html = html
+    post.text = html_text(make_soup(html))
+    return post

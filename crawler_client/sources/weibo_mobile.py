@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 from crawler_client.sources._counts import parse_count
 from crawler_client.sources._cursor import PostOrder
 from crawler_client.sources._dates import iso_of_ms, resolve_created_at
-from crawler_client.sources._decode import decode_body, html_text, load_json, make_soup
+from crawler_client.sources._decode import decode_body, html_text, load_json, make_soup, with_html
 from crawler_client.sources._detect import WEIBO_MARKERS, check_final_url, check_http, fail, unparsable
 from crawler_client.sources.base import FetchedPage, Item, PageRequest, ParsedPage
 from icecrawler.models import Outcome, Post, Task, TaskKind
@@ -116,9 +116,7 @@ class WeiboMobileSource(PostOrder):
     @staticmethod
     def with_long_text(post: Post, html: str) -> Post:
         """``post`` with its full text from ``parse_extend`` (in place, returned for chaining)."""
-        post.html = html
-        post.text = html_text(make_soup(html))
-        return post
+        return with_html(post, html)
 
     def post_of(self, mblog: dict[str, Any], task: Task, now_ms: int, fetched_at: str) -> Post | None:
         """One ``mblog`` as a Post; None when it has no usable id."""

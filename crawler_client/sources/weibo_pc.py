@@ -11,7 +11,9 @@ clock). ``domain`` (the page prefix, ``100505`` for people, ``100206`` for compa
 
 A profile page served in place of chunk 0 (``FM.view({...,"html":...})`` scripts) is parsed too.
 
-Truncated posts (展开全文) are listed in ``ParsedPage.info["long_text_ids"]``. Cursor semantics:
+Truncated posts (展开全文) are listed in ``ParsedPage.info["long_text_ids"]``; ``extend_request`` /
+``parse_extend`` / ``with_long_text`` fetch and apply the full text (``getlongtext``), with the same
+signatures as weibo_mobile's ``statuses/extend`` helpers. Cursor semantics:
 ``PostOrder`` (mid order, pinned excepted).
 """
 
@@ -26,7 +28,7 @@ from bs4 import Tag
 from crawler_client.sources._counts import parse_count
 from crawler_client.sources._cursor import PostOrder
 from crawler_client.sources._dates import iso_of_ms, resolve_created_at
-from crawler_client.sources._decode import decode_body, html_text, load_json, make_soup
+from crawler_client.sources._decode import decode_body, html_text, load_json, make_soup, with_html
 from crawler_client.sources._detect import (
     WEIBO_MARKERS,
     check_final_url,
@@ -113,29 +115,35 @@ class WeiboPcSource(PostOrder):
 
     def _fragment(self, page: FetchedPage) -> str:
         """The feed HTML: the envelope's ``data`` (``""`` = end of feed), or a profile page's FM.view html."""
-        text = decode_body(page.body).strip()
-        if not text.startswith("{"):
-            fragment = _profile_feed(text)
-            if fragment is not None:
-                return fragment
-            if scan_markers(page.body, WEIBO_MARKERS) is None and text.startswith("<"):
-                # FORMATS §1.4: a logged-out AJAX call gets some HTML page instead of the envelope.
-                raise fail(Outcome.LoginRequired, "mbloglist: HTML instead of JSON",
-                           error_class="html-instead-of-json", http_status=page.status)
-            raise unparsable(page.body, WEIBO_MARKERS, page.status, "mbloglist: not JSON")
-        doc = load_json(text, what="mbloglist")
-        if not isinstance(doc, dict):
-            raise unparsable(page.body, WEIBO_MARKERS, page.status, "mbloglist: not a JSON object")
-        code = str(doc.get("code", ""))
-        if code != OK_CODE:
-            raise fail(Outcome.Banned, f"mbloglist code {code[:20]!r}: {str(doc.get('msg', ''))[:60]!r}",
-                       error_class=f"weibo-code-{code[:20]}", http_status=page.status)
-        data = doc.get("data")
+        data = _envelope_data(page, "mbloglist", Outcome.Banned)
         if data is None or data == "":
             return ""
         if not isinstance(data, str):
             raise unparsable(page.body, WEIBO_MARKERS, page.status, "mbloglist: data is not an HTML string")
         return data
+
+    # --- long text (展开全文) ----------------------------------------------------------------------------
+    @staticmethod
+    def extend_request(base_url: str, post_id: int | str) -> PageRequest:
+        """The full text of a truncated post: ``/p/aj/mblog/getlongtext?ajwvr=6&mid={mid}`` (what the
+        展开全文 link's ``action-data`` asks for)."""
+        return PageRequest(url=f"{base_url.rstrip('/')}/p/aj/mblog/getlongtext",
+                           params={"ajwvr": "6", "mid": str(post_id)}, state={"extend": str(post_id)})
+
+    def parse_extend(self, request: PageRequest, page: FetchedPage, now_ms: int) -> str:
+        """``data.html`` of a getlongtext envelope; an unknown mid (code ≠ 100000) is NotFound."""
+        check_http(page, now_ms)
+        check_final_url(page, request.url)
+        data = _envelope_data(page, "getlongtext", Outcome.NotFound)
+        html = data.get("html") if isinstance(data, dict) else None
+        if not isinstance(html, str):
+            raise unparsable(page.body, WEIBO_MARKERS, page.status, "getlongtext: no data.html")
+        return html
+
+    @staticmethod
+    def with_long_text(post: Post, html: str) -> Post:
+        """``post`` with the full text from ``parse_extend`` (in place, returned for chaining)."""
+        return with_html(post, html)
 
     def post_of(self, node: Tag, task: Task, now_ms: int, fetched_at: str) -> Post | None:
         """One ``feed_list_item`` as a Post; None without a numeric ``mid``."""
@@ -183,6 +191,28 @@ def _all(node: Tag, attr: str, value: str, name: str | None = None) -> list[Tag]
     """Every descendant (optionally of tag ``name``) with ``attr == value``."""
     attrs: dict[str, Any] = {attr: value}
     return [tag for tag in node.find_all(name, attrs) if isinstance(tag, Tag)]
+
+
+def _envelope_data(page: FetchedPage, what: str, bad_code: Outcome) -> Any:
+    """``data`` of a ``{"code":"100000","msg":"","data":...}`` envelope. A profile page answers with its
+    FM.view feed html; other HTML is a ban/login page (FORMATS §1.4); another code raises ``bad_code``."""
+    text = decode_body(page.body).strip()
+    if not text.startswith("{"):
+        fragment = _profile_feed(text)
+        if fragment is not None:
+            return fragment
+        if scan_markers(page.body, WEIBO_MARKERS) is None and text.startswith("<"):
+            raise fail(Outcome.LoginRequired, f"{what}: HTML instead of JSON", error_class="html-instead-of-json",
+                       http_status=page.status)
+        raise unparsable(page.body, WEIBO_MARKERS, page.status, f"{what}: not JSON")
+    doc = load_json(text, what=what)
+    if not isinstance(doc, dict):
+        raise unparsable(page.body, WEIBO_MARKERS, page.status, f"{what}: not a JSON object")
+    code = str(doc.get("code", ""))
+    if code != OK_CODE:
+        raise fail(bad_code, f"{what} code {code[:20]!r}: {str(doc.get('msg', ''))[:60]!r}",
+                   error_class=f"weibo-code-{code[:20]}", http_status=page.status)
+    return doc.get("data")
 
 
 def _profile_feed(text: str) -> str | None:

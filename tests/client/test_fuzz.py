@@ -19,6 +19,7 @@ from crawler_client.sources.samples import (
     mobile_timeline,
 )
 from crawler_client.sources.weibo_mobile import WeiboMobileSource
+from crawler_client.sources.weibo_pc import WeiboPcSource
 from icecrawler.errors import FetchError
 from icecrawler.models import Task, TaskKind
 from tests.client._util import BASE, NOW_MS, fetched, fixture, make_task
@@ -138,10 +139,11 @@ def test_huge_but_valid_chunk_parses() -> None:
     run_parser(CASES[0], mbloglist_chunk(posts=150))
 
 
-@FUZZ
-@given(body=st.binary(max_size=512) | json_values.map(lambda v: json.dumps(v).encode()))
-def test_extend_never_raises_anything_else(body: bytes) -> None:
-    source = WeiboMobileSource()
+@pytest.mark.parametrize("source", [WeiboMobileSource(), WeiboPcSource()], ids=["mobile", "pc"])
+@FUZZ_EACH
+@given(body=st.binary(max_size=512) | json_values.map(lambda v: json.dumps(v).encode())
+       | json_values.map(lambda v: json.dumps({"code": "100000", "ok": 1, "data": v}).encode()))
+def test_extend_never_raises_anything_else(source: WeiboMobileSource | WeiboPcSource, body: bytes) -> None:
     request = source.extend_request(BASE, 1)
     try:
         assert isinstance(source.parse_extend(request, fetched(body, request), NOW_MS), str)

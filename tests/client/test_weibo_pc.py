@@ -128,3 +128,22 @@ def test_other_html_and_error_codes_are_login_or_ban_signals() -> None:
     assert info.value.outcome == "LoginRequired" and info.value.error_class == "visitor"
     with pytest.raises(ParseError):
         parse("weibo_pc", TASK, request, b"\x00\x01garbage")
+
+
+def test_long_text_getlongtext() -> None:
+    from crawler_client.sources.samples import wire_json
+    from tests.client._util import NOW_MS, fetched
+
+    request = SOURCE.extend_request(BASE, 4371860000000002)
+    assert request.url == f"{BASE}/p/aj/mblog/getlongtext"
+    assert request.params == {"ajwvr": "6", "mid": "4371860000000002"}
+    body = wire_json({"code": "100000", "msg": "", "data": {"html": "长微博开头……和完整正文<br>第二段"}})
+    html = SOURCE.parse_extend(request, fetched(body, request), NOW_MS)
+    post = SOURCE.with_long_text(Post(id=4371860000000002, user_id=1, text="长微博开头……"), html)
+    assert post.text == "长微博开头……和完整正文\n第二段" and post.html == html
+    with pytest.raises(FetchError) as info:
+        SOURCE.parse_extend(request, fetched(wire_json({"code": "100001", "msg": "", "data": {}}), request), NOW_MS)
+    assert info.value.outcome == "NotFound"
+    with pytest.raises(FetchError) as info:
+        SOURCE.parse_extend(request, fetched(fixture("weibo_pc_busy_gbk.html"), request), NOW_MS)
+    assert info.value.outcome == "Busy"
