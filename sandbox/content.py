@@ -89,7 +89,7 @@ def mid_to_bid(mid: int) -> str:
 
 
 def _sentence(rng: random.Random, words: tuple[str, ...], count: int) -> str:
-    return "".join(rng.choice(words) for _ in range(count))
+    return "".join(rng.choices(words, k=count))
 
 
 @dataclass(frozen=True)
@@ -130,10 +130,10 @@ class SimReview:
     admin_reply: str = ""
 
 
-def make_post(seed: int, uid: int, user_name: str, slot: int, seq: int, created_ms: int, *,
+def make_post(rng: random.Random, uid: int, user_name: str, slot: int, seq: int, created_ms: int, *,
               long_text: bool = False, retweet: bool = False) -> SimPost:
-    """Post number ``seq`` of user ``uid``. The text ends with its sequence number so it is unique."""
-    rng = item_rng(seed, "post", uid, seq)
+    """Post number ``seq`` of user ``uid``, drawn from the user's own content RNG (posts are always made in
+    ``seq`` order, so the result depends only on the seed). The text ends with ``seq`` so it is unique."""
     length = rng.randint(60, 90) if long_text else rng.randint(6, 14)
     text = _sentence(rng, _WORDS, length) + f"（第{seq}条）"
     topic = rng.choice(_TOPICS) if rng.random() < 0.4 else ""
@@ -155,11 +155,11 @@ def make_post(seed: int, uid: int, user_name: str, slot: int, seq: int, created_
     )
 
 
-def make_review(seed: int, source: str, product: str, slot: int, seq: int, created_ms: int, *,
+def make_review(rng: random.Random, product: str, slot: int, seq: int, created_ms: int, *,
                 with_id: bool) -> SimReview:
-    """Review number ``seq`` of ``product``; unique (user, time, text) even without an id."""
-    rng = item_rng(seed, "review", source, product, seq)
-    nick = "".join(rng.choice(_NICK_LETTERS) for _ in range(rng.randint(4, 9)))
+    """Review number ``seq`` of ``product`` from the product's content RNG (made in ``seq`` order); unique
+    (user, time, text) even without an id."""
+    nick = "".join(rng.choices(_NICK_LETTERS, k=rng.randint(4, 9)))
     text = "，".join(_sentence(rng, _REVIEW_WORDS, rng.randint(2, 4)) for _ in range(rng.randint(1, 3)))
     return SimReview(
         product=product, seq=seq, review_id=jd_review_id(created_ms, slot) if with_id else 0,

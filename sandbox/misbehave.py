@@ -177,10 +177,9 @@ class MisbehaviourTable:
 
     def _lookup(self, site: str, target: str) -> tuple[tuple[str, str], Misbehaviour] | None:
         for key in ((site, target), (site, ""), ("*", target), ("*", "")):
-            if key[1] == target or key[1] == "":
-                behaviour = self._rules.get(key)
-                if behaviour is not None:
-                    return key, behaviour
+            behaviour = self._rules.get(key)
+            if behaviour is not None:
+                return key, behaviour
         return None
 
     def decide(self, site: str, target: str, max_hang_s: float) -> Action:

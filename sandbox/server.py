@@ -53,6 +53,8 @@ LOG_LIMIT = 200_000
 class _HttpServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    #: Many clients connect at once in the scale benchmark; the default backlog of 5 would drop SYNs.
+    request_queue_size = 256
     sandbox: SandboxServer
 
 
@@ -200,10 +202,8 @@ class SandboxServer:
         """Append newly published items/products to the JSONL truth file (one JSON object per line)."""
         if self._truth_file is None:
             return
-        self.world.advance(self.clock.now_ms())
         done_items, done_products = self._truth_written
-        items = self.world.truth_items[done_items:]
-        products = self.world.truth_products[done_products:]
+        items, products = self.world.published_since(self.clock.now_ms(), done_items, done_products)
         for product in products:
             record = {**product.to_dict(), "appeared_wall_ms": self.clock.wall_at(product.appeared_ms)}
             self._truth_file.write(json.dumps(record, ensure_ascii=False) + "\n")

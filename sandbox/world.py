@@ -152,11 +152,12 @@ class World:
         rng = item_rng(self.seed, "user", spec.uid)
         backlog = backlog_times(spec.backlog, spec.backlog_gap_s, rng, self.origin_ms)
         pinned_seq = max(1, spec.backlog // 2) if spec.pinned and spec.backlog else 0
+        content_rng = item_rng(self.seed, "posts", spec.uid)
 
         def make(seq: int, ms: int) -> SimPost:
             long_text = spec.long_text_every > 0 and seq % spec.long_text_every == 0
             retweet = spec.retweet_every > 0 and seq % spec.retweet_every == 1 and seq > 1
-            post = make_post(self.seed, spec.uid, spec.display_name, slot, seq, ms, long_text=long_text,
+            post = make_post(content_rng, spec.uid, spec.display_name, slot, seq, ms, long_text=long_text,
                              retweet=retweet)
             if seq == pinned_seq:
                 post = SimPost(**{**post.__dict__, "pinned": True})
@@ -172,8 +173,10 @@ class World:
         rng = item_rng(self.seed, "product", spec.source, spec.id)
         backlog = backlog_times(spec.backlog, spec.backlog_gap_s, rng, appear_ms)
 
+        content_rng = item_rng(self.seed, "reviews", spec.source, spec.id)
+
         def make(seq: int, ms: int) -> SimReview:
-            return make_review(self.seed, spec.source, spec.id, slot, seq, ms, with_id=spec.source == "jd")
+            return make_review(content_rng, spec.id, slot, seq, ms, with_id=spec.source == "jd")
 
         state = ProductState(spec, slot, appear_ms, _Feed(backlog, arrivals(spec.schedule, rng, appear_ms), make))
         self.products[(spec.source, spec.id)] = state
@@ -191,11 +194,11 @@ class World:
         self._posts[post.mid] = post
         if post.retweet is not None:
             self._posts[post.retweet.mid] = post.retweet
+        created_at = beijing(post.created_ms).strftime("%Y-%m-%d %H:%M:%S")
         for site in state.spec.sites:
-            self.truth_items.append(TruthItem(
-                WEIBO_SOURCES[site], str(post.uid), str(post.mid), post.created_ms,
-                beijing(post.created_ms).strftime("%Y-%m-%d %H:%M:%S"), post.user_name, post.text, backlog,
-                post.pinned and site == "m"))
+            self.truth_items.append(TruthItem(WEIBO_SOURCES[site], str(post.uid), str(post.mid), post.created_ms,
+                                              created_at, post.user_name, post.text, backlog,
+                                              post.pinned and site == "m"))
 
     def _publish_review(self, state: ProductState, review: SimReview, backlog: bool) -> None:
         self.truth_items.append(TruthItem(
@@ -294,6 +297,13 @@ class World:
                 return None
             listed = sorted((int(pid) for pid, at in state.products if at <= now_ms), reverse=True)
             return state.spec, [str(pid) for pid in listed]
+
+    def published_since(self, now_ms: int, items_done: int, products_done: int) -> tuple[list[TruthItem],
+                                                                                         list[TruthProduct]]:
+        """Truth records appended after the first ``items_done``/``products_done`` (for the JSONL file)."""
+        with self._lock:
+            self.advance(now_ms)
+            return self.truth_items[items_done:], self.truth_products[products_done:]
 
     def truth(self, now_ms: int) -> tuple[list[TruthItem], list[TruthProduct]]:
         """Everything published by ``now_ms``, in publication order."""
