@@ -17,6 +17,8 @@ from icecrawler.models import TaskKind
 __all__ = ["TaskRecord", "decode_time_key", "time_key"]
 
 _TIME = struct.Struct(">Q")
+#: One encoder for every record (json.dumps with non-default separators would build a new one per call).
+_ENCODE = json.JSONEncoder(separators=(",", ":")).encode
 
 
 def time_key(ms: int, task_id: str = "") -> bytes:
@@ -74,10 +76,14 @@ class TaskRecord:
         return TaskKind(self.kind)
 
     def to_bytes(self) -> bytes:
-        return json.dumps(vars(self), separators=(",", ":")).encode()
+        return _ENCODE(vars(self)).encode()
 
     @classmethod
     def from_bytes(cls, data: bytes) -> TaskRecord:
         raw = json.loads(data)
-        known = {f.name for f in fields(cls)}
-        return cls(**{key: value for key, value in raw.items() if key in known})
+        if raw.keys() <= _FIELDS:
+            return cls(**raw)
+        return cls(**{key: value for key, value in raw.items() if key in _FIELDS})
+
+
+_FIELDS = frozenset(f.name for f in fields(TaskRecord))

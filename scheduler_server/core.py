@@ -9,6 +9,12 @@ Concurrency: one lock serialises every call (the Ice thread pool and the reaper 
 Memory-only side effects (politeness windows, rates, counters) are applied after the transaction commits,
 so a rolled-back call leaves no trace either.
 
+Durability: adds, reports and releases return only after ``store.sync()`` made their commit durable; that
+fsync runs outside the lock, so concurrent calls share it (group commit). Leases are committed (written to
+the OS, so a scheduler crash keeps them) but not synced: a machine crash can only forget a lease, which puts
+its task back in pending and makes the holder's report fail with LeaseLost. Nothing is lost or duplicated,
+and the next synced commit makes every earlier lease durable too (the log is sequential).
+
 Clocks: due times, periods and policy observations use simulated time (``clock.speed``); lease deadlines,
 host spacing, blocks and account budgets use the wall clock, since clients and sites live in real time.
 """
@@ -246,7 +252,8 @@ class SchedulerCore:
                     added += 1
             self._counts["tasks"] += added
             self._counts["pending"] += added
-            return added
+        self.store.sync()
+        return added
 
     # --- leasing --------------------------------------------------------------------------------------------
 
@@ -262,12 +269,13 @@ class SchedulerCore:
         with self._lock:
             if self._stopping:
                 raise NoWorkError("the scheduler is shutting down", code="ShuttingDown")
-            self._reap_locked(self.config.batch_limit)
             now_ms = int(self.clocks.now() * 1000)
             wall = self.clocks.wall()
             with self.store.transaction() as txn:
+                expired = self._expire(txn, now_ms, wall, self.config.batch_limit)
                 tasks, waits = self._lease_due(txn, worker_id, max_tasks, now_ms, wall)
                 next_due_ms = -1 if tasks else self._next_due_ms(txn, now_ms, waits)
+            self._expired(expired, wall)
             for task in tasks:
                 self.gate.leased(self._host(task.id), wall)
             self._counts["pending"] -= len(tasks)
@@ -355,14 +363,15 @@ class SchedulerCore:
                 raise _invalid(f"task {item.task_id} reported twice in one batch", f"reports[{index}].taskId", index)
             seen.add(item.task_id)
         with self._lock:
-            self._reap_locked(self.config.batch_limit)
             now_ms = int(self.clocks.now() * 1000)
             wall = self.clocks.wall()
             effects: list[_Effect] = []
             with self.store.transaction() as txn:
+                expired = self._expire(txn, now_ms, wall, self.config.batch_limit)
                 for index, item in enumerate(reports):
                     record = self._leased(txn, item.task_id, item.lease_token, index, "reports")
                     effects.append(self._apply(txn, record, item, now_ms, wall))
+            self._expired(expired, wall)
             for effect in effects:
                 self.gate.ended(effect.host, wall)
                 self.accounts.charge(effect.account_id, effect.fetches - 1, wall)
@@ -370,6 +379,7 @@ class SchedulerCore:
             self._counts["pending"] += len(reports)
             self._counts["done"] += len(reports)
             self._reports.add(wall, len(reports))
+        self.store.sync()
 
     def _check_report(self, item: Report, index: int) -> None:
         where = f"reports[{index}]"
@@ -487,44 +497,55 @@ class SchedulerCore:
         if len({task_id for task_id, _ in leases}) != len(leases):
             raise _invalid("a task is named twice", "leases")
         with self._lock:
-            self._reap_locked(self.config.batch_limit)
             now_ms = int(self.clocks.now() * 1000)
             wall = self.clocks.wall()
             with self.store.transaction() as txn:
+                expired = self._expire(txn, now_ms, wall, self.config.batch_limit)
                 hosts = []
                 for index, (task_id, token) in enumerate(leases):
                     record = self._leased(txn, task_id, token, index, "leases")
                     hosts.append(self._host(task_id))
                     self._end_lease(txn, record, now_ms, keep_token=True)
+            self._expired(expired, wall)
             for host in hosts:
                 self.gate.ended(host, wall)
             self._counts["inflight"] -= len(leases)
             self._counts["pending"] += len(leases)
+        self.store.sync()
 
     # --- maintenance ------------------------------------------------------------------------------------------
 
     def reap(self, limit: int = 10_000) -> int:
         """Return expired leases to pending, counting an attempt each. Returns how many expired."""
         with self._lock:
-            return self._reap_locked(limit)
+            expired = self._reap_locked(limit)
+        self.store.sync()
+        return expired
 
     def _reap_locked(self, limit: int) -> int:
         wall = self.clocks.wall()
-        now_ms = int(self.clocks.now() * 1000)
         with self.store.transaction() as txn:
-            expired = txn.scan("inflight", b"", time_key(int(wall * 1000) + 1), limit)
-            hosts = []
-            for key, _token in expired:
-                record = self._record(txn, decode_time_key(key)[1])
-                record.attempts += 1
-                hosts.append(self._host(record.id))
-                self._end_lease(txn, record, now_ms + int(self._backoff_s(record.attempts) * 1000),
-                                keep_token=True)
+            hosts = self._expire(txn, int(self.clocks.now() * 1000), wall, limit)
+        self._expired(hosts, wall)
+        return len(hosts)
+
+    def _expire(self, txn: Txn, now_ms: int, wall: float, limit: int) -> list[str]:
+        """Inside a transaction: leases past their deadline go back to pending with one more attempt. Every
+        state-changing call does this first, in its own transaction; returns the hosts they occupied."""
+        hosts = []
+        for key, _token in txn.scan("inflight", b"", time_key(int(wall * 1000) + 1), limit):
+            record = self._record(txn, decode_time_key(key)[1])
+            record.attempts += 1
+            hosts.append(self._host(record.id))
+            self._end_lease(txn, record, now_ms + int(self._backoff_s(record.attempts) * 1000), keep_token=True)
+        return hosts
+
+    def _expired(self, hosts: list[str], wall: float) -> None:
+        """After the commit: expired leases free their hosts."""
         for host in hosts:
             self.gate.ended(host, wall)
-        self._counts["inflight"] -= len(expired)
-        self._counts["pending"] += len(expired)
-        return len(expired)
+        self._counts["inflight"] -= len(hosts)
+        self._counts["pending"] += len(hosts)
 
     def prune_done(self, limit: int = 10_000) -> int:
         """Drop completion-log entries older than ``scheduler.done_retention_s``."""
@@ -535,7 +556,8 @@ class SchedulerCore:
                 for key, _ in old:
                     txn.delete("done", key)
             self._counts["done"] -= len(old)
-            return len(old)
+        self.store.sync()
+        return len(old)
 
     def checkpoint(self) -> None:
         with self._lock:

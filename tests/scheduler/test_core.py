@@ -83,6 +83,7 @@ def test_stale_and_unknown_tokens_are_rejected_without_changes(core: SchedulerCo
     with pytest.raises(LeaseLostError) as caught:
         core.report([ok(tasks[2].id, tasks[2].lease_token)])
     assert caught.value.code == "StaleLease"
+    assert core.reap() == 3  # the rejected call changed nothing; the reaper still finds all three leases
     assert core.task_info(tasks[2].id)["attempts"] == 1
 
 

@@ -1,0 +1,211 @@
+"""Scheduler throughput: task cycles (lease + report) per second through real Ice proxies, from 1 and 8 client
+processes, single calls (getUser/putUser) and batched calls (getUsers/putUsers of 100), against the real
+scheduler daemon with durable commits. The baseline, measured in the same run: an Echo server (same Ice
+settings, same message shapes, no work behind it), i.e. what Ice and Python marshalling alone cost.
+Also p50/p99 latency of getUser(s) as the clients saw it.
+
+    icecrawler bench scheduler [--seconds 4] [--clients 1,8] [--tasks 20000] [--json docs/bench/scheduler.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from icecrawler import rpc
+from icecrawler.processes import ProcessGroup, free_port, icecrawler_argv, wait_for_port
+
+BATCH = 100
+MODES = {"single": 1, "batched": BATCH}
+TARGETS = ("scheduler", "echo")
+DEFAULT_JSON = Path(__file__).resolve().parent.parent / "docs" / "bench" / "scheduler.json"
+#: Latency samples kept per client process.
+SAMPLES = 20_000
+
+
+# --- the echo baseline server ------------------------------------------------------------------------------
+
+
+def serve_echo(port: int) -> int:
+    """An Echo servant with prebuilt tasks shaped like the scheduler's (same id, token and field sizes)."""
+    C = rpc.crawler()
+    tasks = [C.Task(id=f"reviews:jd:{100000 + n}", kind=C.TaskKind.ProductReviews, source="jd",
+                    target=str(100000 + n), leaseToken=f"{n:016x}", leaseDeadlineMs=int(time.time() * 1000),
+                    periodS=0.001, account=C.Account()) for n in range(1000)]
+
+    class EchoServant(C.Echo):  # type: ignore[misc,name-defined]
+        def echoTasks(self, workerId: str, max: int, current: Any) -> list[Any]:
+            return tasks[:max]
+
+        def echoReports(self, reports: Sequence[Any], current: Any) -> None:
+            """Dropped."""
+
+    with rpc.communicator(properties={"Ice.ThreadPool.Server.Size": "4"}) as comm:
+        rpc.serve(comm, "EchoAdapter", {"echo": EchoServant()}, f"tcp -h 127.0.0.1 -p {port}")
+    return 0
+
+
+# --- one client process ---------------------------------------------------------------------------------------
+
+
+def run_worker(args: argparse.Namespace) -> int:
+    """Cycle until the shared window closes; write cycles and getUser(s) latencies to ``args.out``."""
+    C = rpc.crawler()
+    with rpc.communicator() as comm:
+        if args.target == "echo":
+            echo = C.EchoPrx(comm, args.proxy)
+
+            def lease(n: int) -> list[Any]:
+                return echo.echoTasks(args.name, n)  # type: ignore[no-any-return]
+
+            def report(reports: list[Any]) -> None:
+                echo.echoReports(reports)
+        else:
+            scheduler = C.SchedulerPrx(comm, args.proxy)
+
+            def lease(n: int) -> list[Any]:
+                return [scheduler.getUser(args.name)] if n == 1 else scheduler.getUsers(args.name, n)
+
+            def report(reports: list[Any]) -> None:
+                if len(reports) == 1:
+                    scheduler.putUser(reports[0])
+                else:
+                    scheduler.putUsers(reports)
+
+        lease(1) if args.target == "echo" else None  # connect before the window opens
+        time.sleep(max(0.0, args.start_at - time.time()))
+        end = args.start_at + args.seconds
+        cycles, latencies, late = 0, [], time.time() - args.start_at
+        while time.time() < end:
+            started = time.perf_counter()
+            try:
+                tasks = lease(args.batch)
+            except C.NoWork:
+                time.sleep(0.001)
+                continue
+            latencies.append(time.perf_counter() - started)
+            report([C.Report(taskId=t.id, leaseToken=t.leaseToken, newItems=1, windowItems=10, fingerprint=cycles,
+                             httpStatus=200, fetches=1) for t in tasks])
+            cycles += len(tasks)
+    if len(latencies) > SAMPLES:
+        latencies = random.Random(0).sample(latencies, SAMPLES)
+    Path(args.out).write_text(json.dumps({"cycles": cycles, "latencies_s": latencies, "late_s": late}))
+    return 0
+
+
+# --- the driver -------------------------------------------------------------------------------------------------
+
+
+def measure(group: ProcessGroup, proxy: str, target: str, clients: int, batch: int, seconds: float,
+            tmp: Path) -> dict[str, float]:
+    start_at = time.time() + 2.0 + 0.5 * clients  # every client is connected and waiting by then
+    outs = [tmp / f"{target}-{clients}-{batch}-{n}.json" for n in range(clients)]
+    workers = [group.start(f"{target}-{clients}c-b{batch}-{n}", [
+        sys.executable, "-m", "bench.scheduler", "--worker", "--target", target, "--proxy", proxy,
+        "--batch", str(batch), "--seconds", str(seconds), "--start-at", str(start_at), "--out", str(out),
+        "--name", f"bench-{n}"], cwd=Path(__file__).resolve().parent.parent) for n, out in enumerate(outs)]
+    for worker in workers:
+        worker.popen.wait(timeout=seconds + 60)
+        if worker.popen.returncode != 0:
+            raise RuntimeError(f"bench worker failed:\n{worker.log_tail()}")
+    results = [json.loads(out.read_text()) for out in outs]
+    latencies = sorted(x for r in results for x in r["latencies_s"])
+    return {
+        "cycles_per_s": sum(r["cycles"] for r in results) / seconds,
+        "p50_ms": 1000 * statistics.median(latencies) if latencies else float("nan"),
+        "p99_ms": 1000 * latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))] if latencies else float("nan"),
+        "late_s": max(r["late_s"] for r in results),
+    }
+
+
+def start_servers(group: ProcessGroup, tmp: Path, tasks: int) -> tuple[str, str]:
+    port, echo_port = free_port(), free_port()
+    conf = tmp / "scheduler.conf"
+    conf.write_text(f"SchedulerAdapter.Endpoints=tcp -h 127.0.0.1 -p {port}\nIce.ThreadPool.Server.Size=4\n")
+    settings = {"scheduler.db_dir": str(tmp / "db"), "scheduler.durable_commits": "true", "scheduler.policy": "fixed",
+                "scheduler.min_period_s": "0.001", "scheduler.initial_period_s": "0.001",
+                "scheduler.max_period_s": "1", "scheduler.lease_s": "60", "log.level": "WARNING"}
+    scheduler = group.start("scheduler", icecrawler_argv("scheduler", *(f"--set={k}={v}" for k, v in settings.items()),
+                                                         f"--Ice.Config={conf}"))
+    echo = group.start("echo", [sys.executable, "-m", "bench.scheduler", "--serve-echo", "--port", str(echo_port)],
+                       cwd=Path(__file__).resolve().parent.parent)
+    wait_for_port("127.0.0.1", port, 60, alive=scheduler.alive)
+    wait_for_port("127.0.0.1", echo_port, 60, alive=echo.alive)
+    proxy = f"{rpc.SCHEDULER_IDENTITY}:tcp -h 127.0.0.1 -p {port}"
+    C = rpc.crawler()
+    with rpc.communicator() as comm:
+        prx = C.SchedulerPrx(comm, proxy)
+        for first in range(0, tasks, 1000):
+            prx.addUsers([f"jd:{n}" for n in range(first, min(tasks, first + 1000))], C.TaskKind.ProductReviews)
+    return proxy, f"echo:tcp -h 127.0.0.1 -p {echo_port}"
+
+
+def main(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(prog="icecrawler bench scheduler", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seconds", type=float, default=4.0, help="measuring window per run")
+    parser.add_argument("--clients", default="1,8", help="client process counts, comma-separated")
+    parser.add_argument("--tasks", type=int, default=20_000, help="tasks seeded (all due again after 1 ms)")
+    parser.add_argument("--json", default=str(DEFAULT_JSON), help="where to write the headline figures")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--serve-echo", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--target", choices=TARGETS, help=argparse.SUPPRESS)
+    parser.add_argument("--proxy", help=argparse.SUPPRESS)
+    parser.add_argument("--batch", type=int, default=1, help=argparse.SUPPRESS)
+    parser.add_argument("--start-at", type=float, default=0.0, help=argparse.SUPPRESS)
+    parser.add_argument("--out", help=argparse.SUPPRESS)
+    parser.add_argument("--name", default="bench", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        return run_worker(args)
+    if args.serve_echo:
+        return serve_echo(args.port)
+
+    client_counts = [int(c) for c in args.clients.split(",")]
+    figures: dict[str, Any] = {"durable_commits": True, "batch_size": BATCH, "seconds_per_run": args.seconds,
+                               "tasks_seeded": args.tasks, "load_avg_1m_before": round(os.getloadavg()[0], 2)}
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="bench-scheduler-") as name, ProcessGroup(Path(name) / "logs") as group:
+        tmp = Path(name)
+        proxies = dict(zip(TARGETS, start_servers(group, tmp, args.tasks), strict=True))
+        for clients in client_counts:
+            for mode, batch in MODES.items():
+                result = {target: measure(group, proxies[target], target, clients, batch, args.seconds, tmp)
+                          for target in TARGETS}
+                for target, prefix in (("scheduler", ""), ("echo", "echo_")):
+                    key = f"{prefix}{mode}_{clients}c"
+                    figures[f"{key}_cycles_per_s"] = round(result[target]["cycles_per_s"], 1)
+                    figures[f"{key}_get_p50_ms"] = round(result[target]["p50_ms"], 3)
+                    figures[f"{key}_get_p99_ms"] = round(result[target]["p99_ms"], 3)
+                rows.append((clients, mode, result["scheduler"], result["echo"]))
+    figures["load_avg_1m_after"] = round(os.getloadavg()[0], 2)
+    for mode in MODES:
+        figures[f"{mode}_cycles_per_s"] = max(figures[f"{mode}_{c}c_cycles_per_s"] for c in client_counts)
+
+    print(f"scheduler task cycles (lease + report), durable commits, {args.seconds:.0f} s per run, "
+          f"batch {BATCH}; load average {figures['load_avg_1m_before']} -> {figures['load_avg_1m_after']}")
+    print(f"{'clients':>7} {'calls':>8} | {'scheduler/s':>11} {'p50 ms':>8} {'p99 ms':>8} | "
+          f"{'echo/s':>9} {'p50 ms':>8} {'p99 ms':>8} | {'sched/echo':>10}")
+    for clients, mode, sched, echo in rows:
+        ratio = sched["cycles_per_s"] / echo["cycles_per_s"] if echo["cycles_per_s"] else float("nan")
+        print(f"{clients:>7} {mode:>8} | {sched['cycles_per_s']:>11.0f} {sched['p50_ms']:>8.2f} "
+              f"{sched['p99_ms']:>8.2f} | {echo['cycles_per_s']:>9.0f} {echo['p50_ms']:>8.2f} "
+              f"{echo['p99_ms']:>8.2f} | {ratio:>10.2f}")
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.json).write_text(json.dumps(figures, indent=2, sort_keys=True) + "\n")
+    print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
