@@ -164,3 +164,23 @@ def test_registry_covers_every_model_source_and_rejects_unknown_names() -> None:
         assert source.name == name and source.kinds == kinds
     with pytest.raises(ConfigError, match=r"unknown source 'weibo'.*known: ecshop, jd"):
         get_source("weibo")
+
+
+def test_public_names_are_exported_sorted() -> None:
+    import crawler_client.sources as package
+
+    assert all(hasattr(package, name) for name in package.__all__)
+    core = {"SOURCES", "get_source", "Source", "PageRequest", "ParsedPage", "FetchedPage", "Item"}
+    assert core <= set(package.__all__)
+    assert {cls.__name__ for cls in package.SOURCES.values()} <= set(package.__all__)
+    # isort order, as ruff keeps it: CONSTANTS, then Classes, then functions
+    assert package.__all__ == sorted(package.__all__, key=lambda n: (not n.isupper(), not n[0].isupper(), n))
+
+def test_bench_cases_parse_into_items() -> None:
+    from crawler_client.sources.samples import bench_cases
+
+    cases = bench_cases()
+    assert [case.name for case in cases][:3] == ["weibo_pc/chunk0", "weibo_pc/chunk1", "weibo_pc/chunk2"]
+    for case in cases:
+        page = get_source(case.source).parse(case.task, case.request, case.page, case.now_ms)
+        assert len(page.items) in (5, 10, 15), case.name
