@@ -8,6 +8,8 @@ Long posts (``isLongText``) arrive truncated with a "全文" link. Their ids are
 ``ParsedPage.info["long_text_ids"]`` (comma separated); the runtime fetches ``extend_request(base_url, id)``,
 reads the full HTML with ``parse_extend`` and applies it with ``with_long_text``.
 
+A profile answer (``userInfo``/``tabsInfo``, no cards) parses to no items plus its facts in ``info``.
+
 Cursor semantics: ``PostOrder`` (mid order; pinned posts are never "older" and never the cursor).
 """
 
@@ -72,7 +74,8 @@ class WeiboMobileSource(PostOrder):
     # --- parsing ----------------------------------------------------------------------------------------
     def parse(self, task: Task, request: PageRequest, page: FetchedPage, now_ms: int) -> ParsedPage:
         doc = self._envelope(request, page, now_ms)
-        data = _as_dict(doc.get("data"))
+        # Before 2017 the cards sat at the top level (no "data" wrapper).
+        data = _as_dict(doc.get("data")) if "data" in doc else doc
         cards = data.get("cards")
         if doc.get("ok") in (0, "0"):
             first = "since_id" not in request.params and request.params.get("page", "1") == "1"
@@ -80,7 +83,9 @@ class WeiboMobileSource(PostOrder):
                 raise fail(Outcome.NotFound, f"ok:0 {str(doc.get('msg', ''))[:60]!r} on the first page",
                            error_class="no-content", http_status=page.status)
             return ParsedPage(items=[], info={"end": "ok:0"})
-        if doc.get("ok") not in (1, "1") or not isinstance(cards, list):
+        if doc.get("ok") in (1, "1", None) and not isinstance(cards, list) and isinstance(data.get("userInfo"), dict):
+            return _profile_page(data)
+        if doc.get("ok") not in (1, "1", None) or not isinstance(cards, list):
             raise unparsable(page.body, WEIBO_MARKERS, page.status,
                              f"getIndex: unexpected envelope ok={str(doc.get('ok'))[:20]!r}")
         fetched_at = iso_of_ms(now_ms)
@@ -93,7 +98,10 @@ class WeiboMobileSource(PostOrder):
                 skipped += 1
                 continue
             items.append(post)
-            if mblog.get("isLongText") in (True, 1, "1", "true"):
+            embedded = _as_dict(mblog.get("longText")).get("longTextContent")
+            if isinstance(embedded, str) and embedded:
+                with_html(post, embedded)  # some responses carry the full text inline
+            elif mblog.get("isLongText") in (True, 1, "1", "true"):
                 long_ids.append(str(post.id))
         info = _as_dict(data.get("cardlistInfo"))
         result = ParsedPage(items=items, next_request=self._next(request, info, bool(cards)))
@@ -187,6 +195,21 @@ class WeiboMobileSource(PostOrder):
                 return None
             params["page"] = str(next_page)
         return PageRequest(url=request.url, params=params, page=request.page + 1)
+
+
+def _profile_page(data: dict[str, Any]) -> ParsedPage:
+    """A profile answer (``getIndex?type=uid&value={uid}`` without the timeline containerid): no posts, but
+    the facts worth printing and the timeline tab's containerid (``tabsInfo.tabs[tab_type == "weibo"]``)."""
+    user = _as_dict(data.get("userInfo"))
+    info = {"screen_name": str(user.get("screen_name") or ""),
+            "statuses_count": str(parse_count(user.get("statuses_count"))),
+            "followers_count": str(parse_count(user.get("followers_count")))}
+    tabs = _as_dict(data.get("tabsInfo")).get("tabs")
+    for tab in tabs if isinstance(tabs, list) else []:
+        tab = _as_dict(tab)
+        if tab.get("tab_type") == "weibo" and tab.get("containerid"):
+            info["timeline_containerid"] = str(tab["containerid"])
+    return ParsedPage(items=[], info=info)
 
 
 def _mblogs(cards: list[Any]) -> list[dict[str, Any]]:

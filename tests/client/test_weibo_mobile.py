@@ -103,3 +103,28 @@ def test_long_text_extend() -> None:
     with pytest.raises(FetchError) as info:
         SOURCE.parse_extend(request, fetched(fixture("weibo_mobile_login.json"), request), NOW_MS)
     assert info.value.outcome == "LoginRequired"
+
+
+def test_profile_answer_gives_the_timeline_containerid() -> None:
+    from crawler_client.sources.samples import wire_json
+
+    body = wire_json({"ok": 1, "data": {
+        "userInfo": {"id": 5612345678, "screen_name": "测试用户", "statuses_count": 1553, "followers_count": "145.5万"},
+        "tabsInfo": {"selectedTab": 1, "tabs": [{"id": 1, "tab_type": "profile", "containerid": "2302835612345678"},
+                                                {"id": 2, "tab_type": "weibo", "containerid": "1076035612345678"}]}}})
+    page = parse("weibo_mobile", TASK, SOURCE.first_request(TASK, BASE), body)
+    assert page.items == [] and page.next_request is None
+    assert page.info == {"screen_name": "测试用户", "statuses_count": "1553", "followers_count": "1455000",
+                         "timeline_containerid": "1076035612345678"}
+
+
+def test_pre_2017_top_level_cards_and_inline_long_text() -> None:
+    from crawler_client.sources.samples import wire_json
+
+    mblog = {"id": 4100000000000001, "created_at": "06-27", "text": "开头...全文", "isLongText": True,
+             "longText": {"longTextContent": "开头和完整正文"}, "user": {"id": 5612345678}}
+    body = wire_json({"cardlistInfo": {"page": 2}, "cards": [{"card_type": 9, "mblog": mblog}], "ok": 1})
+    page = parse("weibo_mobile", TASK, SOURCE.first_request(TASK, BASE), body)
+    (post,) = page.items
+    assert isinstance(post, Post) and post.id == 4100000000000001 and post.text == "开头和完整正文"
+    assert "long_text_ids" not in page.info and page.next_request is not None
