@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import json
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -61,11 +61,11 @@ WEIBO_SITES = ("pc", "m")
 PRODUCT_SOURCES = ("ecshop", "jd")
 
 
-def _schedule(value: Any, where: str) -> Schedule:
-    if value is None:
-        return Schedule()
+def _schedule(value: Any) -> Schedule:
+    if isinstance(value, Schedule):
+        return value
     if not isinstance(value, Mapping):
-        raise ConfigError(f"{where}: schedule must be a table like {{kind = \"periodic\", interval_s = 600}}")
+        raise ConfigError(f"schedule must be a table like {{kind = \"periodic\", interval_s = 600}}, got {value!r}")
     return Schedule.from_dict(value)
 
 
@@ -73,6 +73,24 @@ def _check_keys(data: Mapping[str, Any], known: set[str], where: str) -> None:
     unknown = set(data) - known
     if unknown:
         raise ConfigError(f"{where}: unknown key(s) {sorted(unknown)} (known: {sorted(known)})")
+
+
+def _from_table[T](cls: type[T], data: Mapping[str, Any], where: str, required: tuple[str, ...],
+                   convert: Mapping[str, Callable[[Any], Any]]) -> T:
+    """Build one scenario dataclass from a TOML/JSON table: unknown keys and missing required keys are
+    ConfigErrors, listed keys are converted, and the class's ``__post_init__`` checks the values."""
+    _check_keys(data, set(cls.__dataclass_fields__), where)  # type: ignore[attr-defined]
+    missing = [key for key in required if key not in data]
+    if missing:
+        raise ConfigError(f"{where}: {', '.join(missing)} required")
+    values = dict(data)
+    try:
+        for key, function in convert.items():
+            if key in values:
+                values[key] = function(values[key])
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{where}: {exc}") from exc
+    return cls(**values)
 
 
 @dataclass(frozen=True)
@@ -89,21 +107,15 @@ class WeiboUser:
     domain: str = "100505"
     schedule: Schedule = field(default_factory=Schedule)
 
+    def __post_init__(self) -> None:
+        if not self.sites or not set(self.sites) <= set(WEIBO_SITES):
+            raise ConfigError(f"user {self.uid}: sites must be a subset of {list(WEIBO_SITES)}")
+        if self.cursor not in ("since_id", "page"):
+            raise ConfigError(f"user {self.uid}: cursor must be 'since_id' or 'page'")
+
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> WeiboUser:
-        _check_keys(data, set(cls.__dataclass_fields__), "users[]")
-        if "uid" not in data:
-            raise ConfigError("users[]: uid is required")
-        values = dict(data)
-        values["uid"] = int(values["uid"])
-        values["sites"] = tuple(values.get("sites", WEIBO_SITES))
-        values["schedule"] = _schedule(values.get("schedule"), f"user {values['uid']}")
-        user = cls(**values)
-        if not set(user.sites) <= set(WEIBO_SITES) or not user.sites:
-            raise ConfigError(f"user {user.uid}: sites must be a subset of {list(WEIBO_SITES)}")
-        if user.cursor not in ("since_id", "page"):
-            raise ConfigError(f"user {user.uid}: cursor must be 'since_id' or 'page'")
-        return user
+        return _from_table(cls, data, "users[]", ("uid",), {"uid": int, "sites": tuple, "schedule": _schedule})
 
     @property
     def display_name(self) -> str:
@@ -123,20 +135,15 @@ class Product:
     count_bonus: int = 0
     schedule: Schedule = field(default_factory=Schedule)
 
+    def __post_init__(self) -> None:
+        if self.source not in PRODUCT_SOURCES:
+            raise ConfigError(f"product {self.id}: source must be one of {list(PRODUCT_SOURCES)}")
+        if not self.id.isdigit():
+            raise ConfigError(f"product {self.id!r}: id must be digits")
+
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Product:
-        _check_keys(data, set(cls.__dataclass_fields__), "products[]")
-        if "source" not in data or "id" not in data:
-            raise ConfigError("products[]: source and id are required")
-        values = dict(data)
-        values["id"] = str(values["id"])
-        values["schedule"] = _schedule(values.get("schedule"), f"product {values['id']}")
-        product = cls(**values)
-        if product.source not in PRODUCT_SOURCES:
-            raise ConfigError(f"product {product.id}: source must be one of {list(PRODUCT_SOURCES)}")
-        if not product.id.isdigit():
-            raise ConfigError(f"product {product.id}: id must be digits")
-        return product
+        return _from_table(cls, data, "products[]", ("source", "id"), {"id": str, "schedule": _schedule})
 
     @property
     def display_name(self) -> str:
@@ -154,18 +161,14 @@ class Category:
     arrival_backlog: int = 0
     arrival_reviews: Schedule = field(default_factory=lambda: Schedule("poisson", per_hour=4))
 
+    def __post_init__(self) -> None:
+        if self.per_page < 1:
+            raise ConfigError(f"category {self.id}: per_page must be >= 1")
+
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Category:
-        _check_keys(data, set(cls.__dataclass_fields__), "categories[]")
-        values = dict(data)
-        values["id"] = int(values.get("id", 0))
-        values["arrivals"] = _schedule(values.get("arrivals"), f"category {values['id']}")
-        if "arrival_reviews" in values:
-            values["arrival_reviews"] = _schedule(values["arrival_reviews"], f"category {values['id']}")
-        category = cls(**values)
-        if category.per_page < 1:
-            raise ConfigError(f"category {category.id}: per_page must be >= 1")
-        return category
+        return _from_table(cls, data, "categories[]", ("id",),
+                           {"id": int, "arrivals": _schedule, "arrival_reviews": _schedule})
 
     @property
     def display_name(self) -> str:

@@ -36,6 +36,13 @@ def _page(title: str, body: str) -> str:
             f'<div class="block clearfix"><div id="ur_here">{body}</div></div></body></html>')
 
 
+def _crumbs(category_id: int, category_name: str, here: str = "") -> str:
+    """The ``ur_here`` breadcrumb (which also gives every page a self-link to its category)."""
+    tail = f" <code>&gt;</code> {here}" if here else ""
+    return (f'<a href=".">首页</a> <code>&gt;</code> <a href="category.php?id={category_id}">{category_name}</a>'
+            f'{tail}</div></div><div class="block clearfix">')
+
+
 class EcshopSite:
     prefix: ClassVar[str] = "ecshop"
 
@@ -112,8 +119,7 @@ class EcshopSite:
             return SimResponse.redirect("./")
         name = html.escape(state.spec.display_name)
         category = state.spec.category
-        body = (f'<a href=".">首页</a> <code>&gt;</code> <a href="category.php?id={category}">分类</a> '
-                f'<code>&gt;</code> {name}</div></div><div class="block clearfix"><div id="goodsInfo">'
+        body = (f'{_crumbs(category, "分类", name)}<div id="goodsInfo">'
                 f'<h1>{name}</h1><form action="javascript:addToCart({goods_id})" method="post" name="ECS_FORMBUY" '
                 f'id="ECS_FORMBUY"><input type="hidden" name="goods_id" value="{goods_id}" /></form></div>'
                 f'<div id="ECS_COMMENT">{self._comments(goods_id, reviews, 1)}</div><div>')
@@ -193,8 +199,7 @@ class EcshopSite:
         nav_next = (f'<a class="next" href="{url(page + 1)}">下一页</a> <a class="last" href="{url(pages)}">最末页</a>'
                     if page < pages else "")
         name = html.escape(category.display_name)
-        body = (f'<a href=".">首页</a> <code>&gt;</code> <a href="category.php?id={category.id}">{name}</a></div>'
-                f'</div><div class="block clearfix"><div class="box"><div class="box_1"><h3><span>商品列表</span></h3>'
+        body = (f'{_crumbs(category.id, name)}<div class="box"><div class="box_1"><h3><span>商品列表</span></h3>'
                 f'<form name="compareForm" action="compare.php" method="post"><div class="centerPadd">'
                 f'<div class="clearfix goodsBox" style="border:none;">{"".join(items)}</div></div></form></div></div>'
                 f'<form name="selectPageForm" action="category.php" method="get"><div id="pager" class="pagebar">'
