@@ -460,7 +460,7 @@ class SchedulerCore:
             txn.put("meta", f"account:{record.account_id}".encode(),
                     json.dumps([until, item.outcome.value]).encode())
         done = {"outcome": item.outcome.value, "new": item.new_items, "period_s": record.period_s,
-                "worker": record.worker}
+                "worker": record.worker, "fetches": item.fetches, **self._lease_interval(record, wall)}
         txn.put("done", time_key(now_ms, f"{record.id}#{record.lease_token}"), json.dumps(done).encode())
         self._end_lease(txn, record, now_ms + int(delay_s * 1000), keep_token=False)
         return effect
@@ -537,15 +537,25 @@ class SchedulerCore:
             record = self._record(txn, decode_time_key(key)[1])
             record.attempts += 1
             hosts.append(self._host(record.id))
+            # The completion log keeps expired leases too, so that an audit sees every lease interval.
+            expired = {"outcome": "LeaseExpired", "worker": record.worker, **self._lease_interval(record, wall)}
+            txn.put("done", time_key(now_ms, f"{record.id}#{record.lease_token}"), json.dumps(expired).encode())
             self._end_lease(txn, record, now_ms + int(self._backoff_s(record.attempts) * 1000), keep_token=True)
         return hosts
 
+    def _lease_interval(self, record: TaskRecord, wall: float) -> dict[str, int]:
+        """When the lease being ended was handed out and when it ends (wall ms), for the completion log: an
+        audit can check that no task was ever leased twice at the same time."""
+        return {"leased_wall_ms": record.lease_deadline_ms - int(self.config.lease_s * 1000),
+                "deadline_wall_ms": record.lease_deadline_ms, "ended_wall_ms": int(wall * 1000)}
+
     def _expired(self, hosts: list[str], wall: float) -> None:
-        """After the commit: expired leases free their hosts."""
+        """After the commit: expired leases free their hosts (and are in the completion log)."""
         for host in hosts:
             self.gate.ended(host, wall)
         self._counts["inflight"] -= len(hosts)
         self._counts["pending"] += len(hosts)
+        self._counts["done"] += len(hosts)
 
     def prune_done(self, limit: int = 10_000) -> int:
         """Drop completion-log entries older than ``scheduler.done_retention_s``."""
