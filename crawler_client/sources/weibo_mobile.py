@@ -8,13 +8,15 @@ Long posts (``isLongText``) arrive truncated with a "全文" link. Their ids are
 ``ParsedPage.info["long_text_ids"]`` (comma separated); the runtime fetches ``extend_request(base_url, id)``,
 reads the full HTML with ``parse_extend`` and applies it with ``with_long_text``.
 
-A profile answer (``userInfo``/``tabsInfo``, no cards) parses to no items plus its facts in ``info``.
+A profile answer (``userInfo``/``tabsInfo``, no cards) parses to no items plus its facts in ``info``; a
+``/detail/{id}`` page (``var $render_data = [{"status": …}]``) parses to its one post.
 
 Cursor semantics: ``PostOrder`` (mid order; pinned posts are never "older" and never the cursor).
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any, ClassVar
 
 from crawler_client.sources._counts import parse_count
@@ -23,12 +25,14 @@ from crawler_client.sources._dates import iso_of_ms, resolve_created_at
 from crawler_client.sources._decode import decode_body, html_text, load_json, make_soup, with_html
 from crawler_client.sources._detect import WEIBO_MARKERS, check_final_url, check_http, fail, unparsable
 from crawler_client.sources.base import FetchedPage, Item, PageRequest, ParsedPage
+from icecrawler.errors import FetchError
 from icecrawler.models import Outcome, Post, Task, TaskKind
 
 __all__ = ["WeiboMobileSource"]
 
 #: The timeline tab's containerid is this prefix + uid (``107603{uid}``).
 TIMELINE_PREFIX = "107603"
+_RENDER_DATA_RE = re.compile(r"\$render_data\s*=\s*(\[.*\])\s*\[0\]", re.DOTALL)
 #: What m.weibo.cn says for no such user / no posts / past the end (``ok:0``).
 NO_CONTENT = "这里还没有内容"
 
@@ -83,8 +87,11 @@ class WeiboMobileSource(PostOrder):
                 raise fail(Outcome.NotFound, f"ok:0 {str(doc.get('msg', ''))[:60]!r} on the first page",
                            error_class="no-content", http_status=page.status)
             return ParsedPage(items=[], info={"end": "ok:0"})
-        if doc.get("ok") in (1, "1", None) and not isinstance(cards, list) and isinstance(data.get("userInfo"), dict):
-            return _profile_page(data)
+        if doc.get("ok") in (1, "1", None) and not isinstance(cards, list):
+            if isinstance(data.get("userInfo"), dict):
+                return _profile_page(data)
+            if isinstance(data.get("longTextContent"), str):  # a statuses/extend answer given to parse
+                return ParsedPage(items=[], info={"long_text": html_text(make_soup(data["longTextContent"]))})
         if doc.get("ok") not in (1, "1", None) or not isinstance(cards, list):
             raise unparsable(page.body, WEIBO_MARKERS, page.status,
                              f"getIndex: unexpected envelope ok={str(doc.get('ok'))[:20]!r}")
@@ -166,6 +173,9 @@ class WeiboMobileSource(PostOrder):
         check_final_url(page, request.url)
         text = decode_body(page.body).strip()
         if not text.startswith("{"):
+            status = _render_data_status(text)
+            if status is not None:  # a /detail/{id} page: one post, shaped like a timeline card
+                return {"ok": 1, "data": {"cards": [{"card_type": 9, "mblog": status}]}}
             raise unparsable(page.body, WEIBO_MARKERS, page.status, "m.weibo.cn: not a JSON object")
         doc = load_json(text, what="m.weibo.cn")
         if not isinstance(doc, dict):
@@ -195,6 +205,23 @@ class WeiboMobileSource(PostOrder):
                 return None
             params["page"] = str(next_page)
         return PageRequest(url=request.url, params=params, page=request.page + 1)
+
+
+def _render_data_status(text: str) -> dict[str, Any] | None:
+    """``status`` of a ``/detail/{id}`` page's ``var $render_data = [{"status": {...}, ...}][0] || {};``."""
+    start = text.find("$render_data")
+    if start < 0:
+        return None
+    match = _RENDER_DATA_RE.search(text, start)
+    if match is None:
+        return None
+    try:
+        data = load_json(match[1], what="$render_data")
+    except FetchError:
+        return None
+    first = _as_dict(data[0]) if isinstance(data, list) and data else {}
+    status = first.get("status")
+    return status if isinstance(status, dict) else None
 
 
 def _profile_page(data: dict[str, Any]) -> ParsedPage:

@@ -118,6 +118,8 @@ class WeiboPcSource(PostOrder):
         data = _envelope_data(page, "mbloglist", Outcome.Banned)
         if data is None or data == "":
             return ""
+        if isinstance(data, dict) and isinstance(data.get("html"), str):
+            return str(data["html"])  # a getlongtext answer given to parse: its html holds no feed items
         if not isinstance(data, str):
             raise unparsable(page.body, WEIBO_MARKERS, page.status, "mbloglist: data is not an HTML string")
         return data

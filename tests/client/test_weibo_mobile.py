@@ -128,3 +128,19 @@ def test_pre_2017_top_level_cards_and_inline_long_text() -> None:
     (post,) = page.items
     assert isinstance(post, Post) and post.id == 4100000000000001 and post.text == "开头和完整正文"
     assert "long_text_ids" not in page.info and page.next_request is not None
+
+
+def test_detail_page_render_data_and_extend_answer() -> None:
+    import json
+
+    status = {"id": "4700000000007000", "created_at": "Tue Jun 08 09:35:04 +0800 2021", "text": "详情页全文",
+              "user": {"id": 5612345678, "screen_name": "测试用户"}, "bid": "Lxyz", "reposts_count": 2}
+    body = ("<!DOCTYPE html><html><body><script>\nvar $render_data = [" +
+            json.dumps({"status": status, "call": "1"}, ensure_ascii=False, indent=4) +
+            "][0] || {};\nvar config = {};</script></body></html>").encode()
+    page = parse("weibo_mobile", TASK, SOURCE.first_request(TASK, BASE), body)
+    (post,) = page.items
+    assert isinstance(post, Post) and post.id == 4700000000007000 and post.text == "详情页全文"
+    assert post.permalink == "https://weibo.com/5612345678/Lxyz" and page.next_request is None
+    extend = parse("weibo_mobile", TASK, SOURCE.first_request(TASK, BASE), fixture("weibo_mobile_extend.json"))
+    assert extend.items == [] and extend.info["long_text"].startswith("长文开头")
