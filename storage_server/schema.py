@@ -84,6 +84,8 @@ COLUMNS: dict[str, tuple[tuple[str, type], ...]] = {
 }
 
 _MAX_REVERSED = (1 << 63) - 1
+#: One encoder for the hot path (json.dumps with options builds a new encoder per call).
+_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 _PRODUCT_RE = re.compile(r"^[0-9A-Za-z_.-]{1,64}$")
 _MAX_REVIEW_ID = 128
 _INT64 = (-(1 << 63), (1 << 63) - 1)
@@ -127,9 +129,12 @@ def _check_time(errors: list[str], name: str, value: Any, required: bool) -> Non
     if not value and not required:
         return
     try:
-        parse_time_ms(value)
-    except ValueError as exc:
-        errors.append(f"{name}: {exc}" if "offset" in str(exc) else f"{name}={value[:40]!r} is not ISO 8601")
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        errors.append(f"{name}={value[:40]!r} is not ISO 8601")
+        return
+    if moment.tzinfo is None:
+        errors.append(f"{name}: time {value!r} has no UTC offset (expected e.g. 2024-05-01T12:00:00+08:00)")
 
 
 def validate_post(post: Any, max_text_chars: int) -> list[str]:
@@ -234,7 +239,7 @@ def post_row(post: Post) -> Row:
         "id": post.id, "user_id": post.user_id, "user_name": post.user_name, "text": post.text, "html": post.html,
         "created_at": post.created_at, "reposts": post.reposts, "comments": post.comments, "likes": post.likes,
         "pinned": int(post.pinned), "retweeted_id": post.retweeted_id,
-        "pictures": json.dumps(post.pictures, ensure_ascii=False), "permalink": post.permalink,
+        "pictures": _JSON.encode(post.pictures), "permalink": post.permalink,
         "fetched_at": post.fetched_at, "source": post.source,
     })
 
@@ -274,10 +279,7 @@ def review_from_row(row: Row) -> Review:
 
 def encode_rows(table: str, rows: Sequence[Row]) -> bytes:
     """One spool entry: the table and its rows as UTF-8 JSON (ints stay exact: JSON ints are arbitrary size)."""
-    return json.dumps(
-        {"table": table, "rows": [[row.key.hex(), row.columns] for row in rows]},
-        ensure_ascii=False, separators=(",", ":"),
-    ).encode()
+    return _JSON.encode({"table": table, "rows": [[row.key.hex(), row.columns] for row in rows]}).encode()
 
 
 def decode_rows(blob: bytes) -> tuple[str, list[Row]]:

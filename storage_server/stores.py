@@ -99,8 +99,9 @@ def _prefix_end(prefix: bytes) -> bytes | None:
 class SqliteStore:
     """The embedded default: one SQLite file, WAL mode, one transaction per batch, no server to run.
 
-    Each table has a ``row_key`` BLOB primary key (WITHOUT ROWID, so rows are kept in key order) and one typed
-    column per field, so anyone can query the file directly::
+    Each table has a unique ``row_key`` BLOB (its index gives key-order scans; a plain rowid table with ~1 KB
+    rows inserts several times faster than a WITHOUT ROWID one) and one typed column per field, so anyone can
+    query the file directly::
 
         sqlite3 var/storage/icecrawler.sqlite3 "SELECT user_name, text FROM weibo ORDER BY row_key LIMIT 5"
 
@@ -118,8 +119,7 @@ class SqliteStore:
         with self._lock, self._conn:
             for table, columns in COLUMNS.items():
                 defs = ", ".join(f'"{name}" {_SQL_TYPES[kind]} NOT NULL' for name, kind in columns)
-                self._conn.execute(
-                    f'CREATE TABLE IF NOT EXISTS "{table}" (row_key BLOB PRIMARY KEY, {defs}) WITHOUT ROWID')
+                self._conn.execute(f'CREATE TABLE IF NOT EXISTS "{table}" (row_key BLOB NOT NULL UNIQUE, {defs})')
         self._insert = {
             table: 'INSERT OR REPLACE INTO "{}" (row_key, {}) VALUES (?, {})'.format(
                 table, ", ".join(f'"{name}"' for name, _ in columns), ", ".join("?" for _ in columns)
@@ -130,6 +130,7 @@ class SqliteStore:
     def _connect(self) -> sqlite3.Connection:
         try:
             conn = sqlite3.connect(self.path, timeout=30.0, check_same_thread=False, isolation_level=None)
+            conn.execute("PRAGMA page_size=16384")  # only takes effect on a new file; ~1 KB rows fit better
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
         except sqlite3.Error as exc:
