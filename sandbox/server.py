@@ -249,7 +249,8 @@ class SandboxServer:
         target = site.target_of(request)
         entry = self._record({"wall_ms": arrived_ms, "sim_ms": request.now_ms, "site": prefix, "path": "/" + rest,
                               "query": split.query, "method": handler.command, "target": target,
-                              "host": handler.headers.get("Host", ""), "status": 0, "misbehaviour": []})
+                              "host": handler.headers.get("Host", ""), "agent": handler.headers.get("User-Agent", ""),
+                              "status": 0, "misbehaviour": []})
         action = self.misbehaviour.decide(prefix, target, self.max_hang_s)
         entry["misbehaviour"] = action.names
         if self.latency_ms:
