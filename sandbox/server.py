@@ -130,8 +130,13 @@ class SandboxServer:
 
     def start(self) -> SandboxServer:
         """Serve in daemon threads; returns at once."""
+        if self._threads or self._stopping.is_set():
+            raise ConfigError("a SandboxServer starts once")
         self._open_truth()
-        for name, target in (("sandbox-http", self._serve), ("sandbox-truth", self._truth_loop)):
+        workers = [("sandbox-http", self._serve)]
+        if self._truth_file is not None:
+            workers.append(("sandbox-truth", self._truth_loop))
+        for name, target in workers:
             thread = threading.Thread(target=target, name=name, daemon=True)
             thread.start()
             self._threads.append(thread)
@@ -142,10 +147,11 @@ class SandboxServer:
 
     def stop(self) -> None:
         """Stop serving, wake hanging requests, flush the truth file. Idempotent, bounded."""
-        if self._stopping.is_set() and not self._threads:
+        if self._stopping.is_set():
             return
         self._stopping.set()
-        self._httpd.shutdown()
+        if self._threads:  # shutdown() would wait forever for a loop that never ran
+            self._httpd.shutdown()
         self._finish()
 
     def _finish(self) -> None:
@@ -235,7 +241,8 @@ class SandboxServer:
     def _dispatch(self, handler: _Handler) -> None:
         arrived_ms = self.clock.wall_ms()
         split = urlsplit(handler.path)
-        length = int(handler.headers.get("Content-Length") or 0)
+        length_text = handler.headers.get("Content-Length") or "0"
+        length = int(length_text) if length_text.isdigit() else 0
         body = handler.rfile.read(min(length, 1_000_000)) if length > 0 else b""
         if split.path == CONTROL_PREFIX or split.path.startswith(CONTROL_PREFIX + "/"):
             self._send(handler, self._control(handler.command, split.path[len(CONTROL_PREFIX):], split.query, body))

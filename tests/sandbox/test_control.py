@@ -144,3 +144,16 @@ def test_subprocess_launcher_and_cli(tmp_path: Path) -> None:
     printed = subprocess.run([sys.executable, "-m", "icecrawler", "sandbox", "--print-scenario"], capture_output=True,
                              text=True, timeout=60, check=True)
     assert json.loads(printed.stdout)["categories"][0]["id"] == 1
+
+
+def test_lifecycle_is_bounded() -> None:
+    never_started = SandboxServer(small_scenario(), port=0)
+    never_started.stop()  # returns: nothing was serving
+    with SandboxServer(small_scenario(), port=0) as server:
+        url = server.url
+        assert requests.get(f"{url}/__sandbox/health", timeout=10).ok
+    server.stop()  # idempotent
+    with pytest.raises(requests.exceptions.ConnectionError):
+        requests.get(f"{url}/__sandbox/health", timeout=10)
+    with pytest.raises(ConfigError):
+        server.start()
