@@ -26,7 +26,9 @@ __all__ = [
     "check_final_url",
     "check_http",
     "fail",
+    "header",
     "raise_for_markers",
+    "redirect_target",
     "retry_after_seconds",
     "scan_markers",
     "unparsable",
@@ -74,7 +76,8 @@ def retry_after_seconds(value: str, now_ms: int) -> float:
     return max(0.0, when.timestamp() - now_ms / 1000)
 
 
-def _header(headers: Mapping[str, str], name: str) -> str:
+def header(headers: Mapping[str, str], name: str) -> str:
+    """A header's value by case-insensitive name ("" when absent)."""
     for key, value in headers.items():
         if key.lower() == name:
             return value
@@ -84,7 +87,7 @@ def _header(headers: Mapping[str, str], name: str) -> str:
 def check_http(page: FetchedPage, now_ms: int) -> None:
     """Raise the Outcome the HTTP status (and Retry-After) implies; return for a usable 2xx/3xx answer."""
     status = page.status
-    retry = _header(page.headers, "retry-after")
+    retry = header(page.headers, "retry-after")
     retry_s = retry_after_seconds(retry, now_ms) if retry else 0.0
     if status == 429 or (retry and status >= 400):
         raise fail(Outcome.RateLimited, f"HTTP {status}, Retry-After {retry or '-'}", error_class="http-429",
@@ -106,9 +109,17 @@ _LOGIN_URL_RE = re.compile(
     r"|visit\.sina\.cn|passport\.jd\.com|[?&/]user\.php\?act=login|user\.php$", re.IGNORECASE)
 
 
+def redirect_target(page: FetchedPage) -> str:
+    """Where the response sent us: ``Location`` of an unfollowed 3xx, else the final URL ("" if none)."""
+    if 300 <= page.status < 400:
+        return header(page.headers, "location") or page.final_url or ""
+    return page.final_url or ""
+
+
 def check_final_url(page: FetchedPage, request_url: str = "") -> None:
-    """A redirect to a passport/visitor/login URL is a login wall, whatever the body says."""
-    final = page.final_url or ""
+    """A redirect to a passport/visitor/login URL is a login wall, whatever the body says (the final URL of a
+    followed redirect, or the ``Location`` of one the runtime did not follow)."""
+    final = redirect_target(page)
     if not final or final == request_url:
         return
     if match := _LOGIN_URL_RE.search(final):

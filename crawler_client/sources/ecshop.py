@@ -29,7 +29,15 @@ from bs4 import Tag
 from crawler_client.sources._cursor import ReviewOrder
 from crawler_client.sources._dates import iso_of_ms, resolve_created_at
 from crawler_client.sources._decode import decode_body, html_text, load_json, make_soup
-from crawler_client.sources._detect import ECSHOP_MARKERS, check_final_url, check_http, fail, scan_markers, unparsable
+from crawler_client.sources._detect import (
+    ECSHOP_MARKERS,
+    check_final_url,
+    check_http,
+    fail,
+    redirect_target,
+    scan_markers,
+    unparsable,
+)
 from crawler_client.sources.base import FetchedPage, Item, PageRequest, ParsedPage
 from icecrawler.errors import ParseError
 from icecrawler.models import Outcome, Review, Task, TaskKind
@@ -65,7 +73,8 @@ def is_logged_in(page: FetchedPage) -> bool:
 
 def shows_login_wall(page: FetchedPage) -> bool:
     """The response is (or redirected to) the member login form instead of the content asked for."""
-    if page.final_url and "user.php" in urlsplit(page.final_url).path and not is_logged_in(page):
+    target = redirect_target(page)
+    if target and "user.php" in urlsplit(target).path and not is_logged_in(page):
         return True
     return scan_markers(page.body, ECSHOP_MARKERS[:2]) is not None and not is_logged_in(page)
 
@@ -106,7 +115,7 @@ class EcshopSource(ReviewOrder):
             fragment = _envelope_content(load_json(text, what="comment.php"), page)
         else:
             if _redirected_away(page, "goods.php"):
-                raise fail(Outcome.NotFound, f"goods {task.target} redirected to {page.final_url[:120]}",
+                raise fail(Outcome.NotFound, f"goods {task.target} redirected to {redirect_target(page)[:120]}",
                            error_class="no-such-goods", http_status=page.status)
             fragment = text
         soup = make_soup(fragment)
@@ -145,7 +154,7 @@ class EcshopSource(ReviewOrder):
     # --- listings ---------------------------------------------------------------------------------------
     def _parse_listing(self, task: Task, request: PageRequest, page: FetchedPage) -> ParsedPage:
         if _redirected_away(page, "category.php"):
-            raise fail(Outcome.NotFound, f"category {task.target} redirected to {page.final_url[:120]}",
+            raise fail(Outcome.NotFound, f"category {task.target} redirected to {redirect_target(page)[:120]}",
                        error_class="no-such-category", http_status=page.status)
         html = decode_body(page.body)
         soup = make_soup(html)
@@ -187,7 +196,8 @@ def _envelope_content(doc: Any, page: FetchedPage) -> str:
 
 def _redirected_away(page: FetchedPage, script: str) -> bool:
     """ECSHOP answers an unknown goods/category id with ``Location: ./`` (the shop index)."""
-    return bool(page.final_url) and script not in page.final_url
+    target = redirect_target(page)
+    return bool(target) and script not in target
 
 
 def _current_page(request: PageRequest) -> int:

@@ -133,3 +133,13 @@ def test_listing_category_that_does_not_exist() -> None:
     with pytest.raises(FetchError) as info:
         parse("ecshop", task, request, fixture("ecshop_index.html"))  # redirect followed silently
     assert info.value.outcome == "NotFound"
+
+
+def test_unfollowed_redirects() -> None:
+    request = SOURCE.first_request(REVIEWS, BASE)
+    with pytest.raises(FetchError) as info:
+        parse("ecshop", REVIEWS, request, b"", status=302, headers={"Location": "user.php"})
+    assert info.value.outcome == "LoginRequired"
+    with pytest.raises(FetchError) as info:
+        parse("ecshop", LISTING, SOURCE.first_request(LISTING, BASE), b"", status=302, headers={"Location": "./"})
+    assert info.value.outcome == "NotFound"

@@ -184,3 +184,10 @@ def test_bench_cases_parse_into_items() -> None:
     for case in cases:
         page = get_source(case.source).parse(case.task, case.request, case.page, case.now_ms)
         assert len(page.items) in (5, 10, 15), case.name
+
+
+def test_unfollowed_redirect_to_the_visitor_system() -> None:
+    page = fetched(b"", status=302, headers={"Location": "https://passport.weibo.com/visitor/visitor?entry=miniblog"})
+    with pytest.raises(FetchError) as info:
+        check_final_url(page, "https://weibo.com/p/aj/v6/mblog/mbloglist")
+    assert info.value.outcome == "LoginRequired" and info.value.error_class == "visitor"
