@@ -1,0 +1,87 @@
+"""``icecrawler bench fingerprint``: speed of ``shhd.fingerprint`` (jieba + 64-bit simhash) on 45-post windows,
+against the ``simhash`` package (1e0ng/simhash, md5 features) and a pure-Python Charikar loop on the same tokens,
+measured in the same run. Writes docs/bench/fingerprint.json."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+import timeit
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+from bench.revisit.content import ContentModel
+from shhd.fingerprint import fingerprint_texts, fingerprint_tokens, token_hash, tokenize
+
+ROOT = Path(__file__).resolve().parents[1]
+WINDOW = 45
+
+
+def _pure_python(tokens: list[str]) -> int:
+    """Baseline: the textbook Charikar loop, bit by bit in Python, same features and hashes as shhd."""
+    v = [0] * 64
+    for tok, w in Counter(tokens).items():
+        h = token_hash(tok)
+        for i in range(64):
+            v[i] += w if (h >> i) & 1 else -w
+    return sum(1 << i for i in range(64) if v[i] > 0)
+
+
+def _simhash_package(tokens: list[str]) -> int:
+    """Baseline: the ``simhash`` package (md5 per feature), fed the same token weights."""
+    from simhash import Simhash
+
+    return int(Simhash(Counter(tokens)).value)
+
+
+def _time(fn: Callable[[], object], repeat: int) -> float:
+    """Best-of-3 mean CPU seconds per call (process time, so other jobs on a shared machine do not count)."""
+    return min(timeit.Timer(fn, timer=time.process_time).repeat(3, repeat)) / repeat
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="icecrawler bench fingerprint", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--windows", type=int, default=40, help="distinct 45-post windows to time (default 40)")
+    parser.add_argument("--no-write", action="store_true", help="print only")
+    args = parser.parse_args(argv)
+    content = ContentModel(seed=1, window=WINDOW)
+    windows = [[content.item_text(w, k) for k in range(WINDOW)] for w in range(args.windows)]
+    tokenize("预热")  # jieba's one-off dictionary load is not part of the per-window cost
+    token_lists = [[t for text in win for t in tokenize(text)] for win in windows]
+    n_tokens = sum(len(t) for t in token_lists)
+    rows: list[tuple[str, float]] = []
+    t_full = _time(lambda: [fingerprint_texts(w) for w in windows], 1) / len(windows)
+    rows.append(("shhd fingerprint_texts (jieba + simhash)", t_full))
+    t_tok = _time(lambda: [tokenize(x) for w in windows for x in w], 1) / len(windows)
+    rows.append(("  of which jieba tokenize", t_tok))
+    t_hash = _time(lambda: [fingerprint_tokens(t) for t in token_lists], 3) / len(windows)
+    rows.append(("shhd fingerprint_tokens (numpy simhash)", t_hash))
+    t_pkg = _time(lambda: [_simhash_package(t) for t in token_lists], 1) / len(windows)
+    rows.append(("baseline: simhash package", t_pkg))
+    t_py = _time(lambda: [_pure_python(t) for t in token_lists], 1) / len(windows)
+    rows.append(("baseline: pure-Python Charikar loop", t_py))
+    assert all(_pure_python(t) == fingerprint_tokens(t) for t in token_lists[:5])
+    per_window = n_tokens / len(windows)
+    print(f"{len(windows)} windows of {WINDOW} posts, {per_window:.0f} tokens per window")
+    print(f"{'method':45s} {'ms/window':>10s} {'tokens/s':>12s}")
+    for name, sec in rows:
+        print(f"{name:45s} {sec * 1e3:10.3f} {per_window / sec:12.0f}")
+    head = {
+        "window_posts": WINDOW,
+        "tokens_per_window": round(per_window, 1),
+        "shhd_full_ms_per_window": round(t_full * 1e3, 3),
+        "shhd_tokenize_ms_per_window": round(t_tok * 1e3, 3),
+        "shhd_simhash_ms_per_window": round(t_hash * 1e3, 3),
+        "shhd_full_tokens_per_s": round(per_window / t_full),
+        "shhd_simhash_tokens_per_s": round(per_window / t_hash),
+        "simhash_package_ms_per_window": round(t_pkg * 1e3, 3),
+        "pure_python_ms_per_window": round(t_py * 1e3, 3),
+        "speedup_vs_simhash_package_x": round(t_pkg / t_hash, 2),
+        "speedup_vs_pure_python_x": round(t_py / t_hash, 2),
+    }
+    if not args.no_write:
+        (ROOT / "docs" / "bench").mkdir(parents=True, exist_ok=True)
+        (ROOT / "docs" / "bench" / "fingerprint.json").write_text(json.dumps(head, indent=1) + "\n", encoding="utf-8")
+    return 0
