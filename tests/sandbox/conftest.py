@@ -14,6 +14,8 @@ from crawler_client.sources import FetchedPage, Item, PageRequest, get_source
 from icecrawler.models import Task, TaskKind, make_task_id
 from sandbox import Category, Product, SandboxServer, Scenario, Schedule, WeiboUser
 
+#: A fixed start (2026-11-30 08:00 Beijing) so every generated id and time is the same on every run.
+ORIGIN_S = 1_795_996_800.0
 SOURCE_PREFIX = {"weibo_pc": "pc", "weibo_mobile": "m", "ecshop": "ecshop", "jd": "jd"}
 
 
@@ -44,7 +46,7 @@ def small_scenario() -> Scenario:
 
 @pytest.fixture
 def server() -> Iterator[SandboxServer]:
-    with SandboxServer(small_scenario(), speed=0, port=0) as running:
+    with SandboxServer(small_scenario(), speed=0, port=0, origin=ORIGIN_S) as running:
         yield running
 
 

@@ -38,6 +38,9 @@ def test_jd_jsonp_and_plain_json(server: SandboxServer) -> None:
     assert times == sorted(times, reverse=True)  # sortType=6: newest first
     summary = doc["productCommentSummary"]
     assert summary["commentCount"] == 0 and summary["commentCountStr"] == "100万+"
+    recommended = [c["id"] for c in _jd(server, sortType="5").json()["comments"]]
+    assert sorted(recommended) != recommended and set(recommended) != {c["id"] for c in comments}
+    assert all(c["score"] >= 4 for c in _jd(server, score="3").json()["comments"])
     assert _jd(server, page="3").json()["comments"] == []
     assert _jd(server, productId="1").json()["comments"] == []
 
@@ -92,6 +95,9 @@ def test_category_pages_with_and_without_next_page(server: SandboxServer) -> Non
     assert products["14"]["appeared_ms"] == server.clock.origin_ms + 3_600_000 and not products["14"]["backlog"]
     assert products["100"]["appeared_ms"] == server.clock.origin_ms + 1_800_000
     assert "102" not in products
+    server.clock.advance(7 * 3600)  # the new product gathers reviews on its own schedule
+    arrived = crawl(server, "ecshop", "100", TaskKind.ProductReviews)
+    assert arrived.items and len(arrived.items) == len(server.truth("ecshop", "100")["items"])
 
 
 def test_empty_and_unknown_category(server: SandboxServer) -> None:
