@@ -257,8 +257,9 @@ def _created_at(date: Tag | None, now_ms: int) -> str:
 
 
 def _is_pinned(node: Tag) -> bool:
-    """The pinned post carries a "置顶" badge (``span.W_icon_feedpin``) above its author line."""
-    if node.find(class_="W_icon_feedpin") is not None:
+    """The pinned post is marked ``feedtype="top"`` and/or carries a "置顶" badge above its author line
+    (``span.W_icon_feedpin``, or a ``WB_cardtitle_b`` title); none of these is in FORMATS' samples."""
+    if node.get("feedtype") == "top" or node.find(class_="W_icon_feedpin") is not None:
         return True
     badge = node.find("div", class_="WB_cardtitle_b") or _by(node, "node-type", "feed_list_top")
     return isinstance(badge, Tag) and "置顶" in badge.get_text()

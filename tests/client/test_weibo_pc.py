@@ -147,3 +147,13 @@ def test_long_text_getlongtext() -> None:
     with pytest.raises(FetchError) as info:
         SOURCE.parse_extend(request, fetched(fixture("weibo_pc_busy_gbk.html"), request), NOW_MS)
     assert info.value.outcome == "Busy"
+
+
+def test_feedtype_top_marks_the_pinned_post_and_keeps_it_out_of_the_cursor() -> None:
+    task = make_task("weibo_pc", "1163218074")
+    body = mbloglist_chunk(posts=3).replace(b'action-type=\\"feed_list_item\\"',
+                                            b'feedtype=\\"top\\" action-type=\\"feed_list_item\\"', 1)
+    page = parse("weibo_pc", task, SOURCE.first_request(task, BASE), body)
+    posts = [item for item in page.items if isinstance(item, Post)]
+    assert [post.pinned for post in posts] == [True, False, False]
+    assert SOURCE.newest_cursor(posts) == str(posts[1].id)
