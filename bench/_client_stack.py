@@ -87,6 +87,18 @@ class ClientStack:
             conn.close()
         return posts, reviews
 
+    def stored_count(self) -> int:
+        """Posts + reviews in storage (cheap enough to poll)."""
+        if not self.sqlite_path.exists():
+            return 0
+        conn = sqlite3.connect(f"file:{self.sqlite_path}?mode=ro", uri=True, timeout=10)
+        try:
+            tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            return sum(int(conn.execute(f'SELECT count(*) FROM "{table}"').fetchone()[0])
+                       for table in ("weibo", "review") if table in tables)
+        finally:
+            conn.close()
+
     def scheduler_stats(self) -> Any:
         with rpc.communicator() as comm:
             proxy = rpc.crawler().SchedulerPrx(comm, f"{rpc.SCHEDULER_IDENTITY}:tcp -h 127.0.0.1 -p "

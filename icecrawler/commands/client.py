@@ -49,6 +49,9 @@ class Command(BaseCommand):
 
         config = DaemonConfig.from_settings(settings)
         clock = Clock.from_settings(settings)
+        # jieba loads its dictionary on first use (about a second of CPU, GIL held): pay it before leasing, not
+        # while the first leases tick.
+        fingerprint_texts(["预热"])
 
         def fingerprint(texts: Iterable[str]) -> int:
             return int(fingerprint_texts(texts))

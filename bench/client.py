@@ -1,0 +1,225 @@
+"""``icecrawler bench client``: what one crawler client costs and delivers.
+
+1. **CPU per page** (parse + fingerprint), per source, on the parser engineer's realistic sample pages
+   (``crawler_client.sources.samples.bench_cases``): a 45-post weibo.com page (its 3 ``mbloglist`` chunks), a
+   10-post m.weibo.cn page, an ECSHOP goods page and a 10-review ``comment.php`` page, a 10-review JD page.
+   Baseline in the same run: only decoding the body with the generic library (``json.loads`` / lxml via
+   BeautifulSoup), i.e. the floor any parser pays.
+2. **Throughput**: pages/s of ONE ``icecrawler client`` process (real scheduler + storage servers, the
+   sandbox adding ``--latency-ms`` to every request) against the ceiling ``workers × 1000 / latency_ms``;
+   baseline in the same run: a bare ``requests`` loop with the same number of threads fetching the same URLs
+   (no parsing, no Ice, no storage). Target: ≥ 90 % of the ceiling.
+
+Writes docs/bench/client.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import requests
+
+from crawler_client.crawl import item_text
+from crawler_client.sources import get_source
+from crawler_client.sources._decode import decode_body, make_soup, strip_jsonp
+from crawler_client.sources.samples import BenchCase, bench_cases
+from icecrawler.settings.default_settings import DEFAULTS
+from shhd.fingerprint import fingerprint_texts
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "docs" / "bench" / "client.json"
+
+
+# --- 1. CPU per page ------------------------------------------------------------------------------------------
+
+
+def _cpu_ms(fn: Callable[[], object], repeat: int) -> float:
+    """Best of 3 mean CPU milliseconds (process time: other processes on the machine do not count)."""
+    best = float("inf")
+    for _ in range(3):
+        start = time.process_time()
+        for _ in range(repeat):
+            fn()
+        best = min(best, (time.process_time() - start) / repeat)
+    return best * 1000
+
+
+def _generic_decode(case: BenchCase) -> object:
+    """Baseline: decode the body with the generic library only (json, then lxml for embedded HTML)."""
+    text = strip_jsonp(decode_body(case.page.body)).strip()
+    if text.startswith("{"):
+        doc = json.loads(text)
+        html = next((v for v in doc.values() if isinstance(v, str) and "<" in v), "") if isinstance(doc, dict) else ""
+        return make_soup(html) if html else doc
+    return make_soup(text)
+
+
+def _decode_all(group: list[BenchCase]) -> list[object]:
+    return [_generic_decode(case) for case in group]
+
+
+def cpu_per_page(repeat: int) -> list[dict[str, Any]]:
+    cases = bench_cases()
+    groups: dict[str, list[BenchCase]] = {}
+    for case in cases:
+        key = "weibo_pc/page45 (3 chunks)" if case.source == "weibo_pc" else case.name
+        groups.setdefault(key, []).append(case)
+    fingerprint_texts(["预热"])  # jieba's one-off dictionary load is per process, not per page
+    rows = []
+    for name, group in groups.items():
+        source = get_source(group[0].source)
+
+        def parse(group: list[BenchCase] = group, source: Any = source) -> list[Any]:
+            return [item for c in group for item in source.parse(c.task, c.request, c.page, c.now_ms).items]
+
+        items = parse()
+        texts = [item_text(item) for item in items]
+        parse_ms = _cpu_ms(parse, repeat)
+        fp_ms = _cpu_ms(functools.partial(fingerprint_texts, texts), repeat)
+        base_ms = _cpu_ms(functools.partial(_decode_all, group), repeat)
+        rows.append({"page": name, "source": group[0].source, "items": len(items),
+                     "bytes": sum(len(c.page.body) for c in group), "parse_ms": round(parse_ms, 3),
+                     "fingerprint_ms": round(fp_ms, 3), "total_ms": round(parse_ms + fp_ms, 3),
+                     "baseline_decode_ms": round(base_ms, 3)})
+    return rows
+
+
+# --- 2. throughput --------------------------------------------------------------------------------------------
+
+
+def _scenario(products: int, users: int, backlog: int) -> Any:
+    from sandbox.scenario import Product, Scenario, WeiboUser
+    from sandbox.schedules import Schedule
+
+    return Scenario(
+        seed=3,
+        products=tuple(Product("jd", str(100_000_000_000 + n), backlog=backlog, schedule=Schedule("static"))
+                       for n in range(products)),
+        users=tuple(WeiboUser(uid=1_900_000_000 + n, sites=("m",), backlog=backlog, pinned=False, long_text_every=0,
+                              retweet_every=0, schedule=Schedule("static")) for n in range(users)),
+    )
+
+
+def _raw_baseline(urls: list[str], workers: int) -> float:
+    """Pages/s of a bare requests loop with ``workers`` threads over ``urls``."""
+    lock = threading.Lock()
+    todo = list(urls)
+
+    def work() -> None:
+        with requests.Session() as session:
+            while True:
+                with lock:
+                    if not todo:
+                        return
+                    url = todo.pop()
+                session.get(url, timeout=10).content  # noqa: B018 - reading the body is the point
+
+    threads = [threading.Thread(target=work) for _ in range(workers)]
+    start = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return len(urls) / (time.perf_counter() - start)
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds a live process has used so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def throughput(workers: int, latency_ms: int, products: int, users: int, backlog: int) -> dict[str, Any]:
+    from bench._client_stack import client_stack
+
+    max_pages = backlog // 10 + 1
+    with tempfile.TemporaryDirectory(prefix="bench-client-") as tmp:
+        scheduler = {"scheduler.initial_period_s": 86400, "scheduler.min_period_s": 3600,
+                     "scheduler.max_period_s": 86400}
+        client = {"client.workers": workers, "client.batch": workers, "client.max_pages": max_pages,
+                  "client.idle_sleep_s": 0.2, "client.progress_log_s": 5}
+        with client_stack(Path(tmp), _scenario(products, users, backlog), latency_ms=latency_ms,
+                          scheduler_settings=scheduler, client_settings=client) as stack:
+            ids = [f"jd:{p.id}" for p in stack.sandbox.scenario.products]
+            ids += [f"weibo_mobile:{u.uid}" for u in stack.sandbox.scenario.users]
+            process = stack.start_client("bench-client")
+            started = time.monotonic() + 60
+            while "started" not in process.log_path.read_text(errors="replace") and time.monotonic() < started:
+                time.sleep(0.1)
+            cpu_before = _cpu_seconds(process.pid)  # imports, Ice and jieba start-up are not per-page costs
+            stack.seed(ids)
+            expected = len(stack.truth()["items"])
+            deadline = time.monotonic() + 300
+            while time.monotonic() < deadline:
+                if stack.stored_count() >= expected or not process.alive():
+                    break
+                time.sleep(0.5)
+            stored = stack.stored_count()
+            client_cpu_s = _cpu_seconds(process.pid) - cpu_before
+            load = os.getloadavg()[0]
+            process.stop(timeout_s=20)
+            log = stack.sandbox.requests(limit=10_000_000)["requests"]
+            site = [r for r in log if r["site"] in ("jd", "m")]
+            first, last = min(r["wall_ms"] for r in site), max(r["wall_ms"] for r in site)
+            pages = len(site)
+            client_rate = (pages - 1) / ((last - first) / 1000) if last > first else 0.0
+            urls = [f"{stack.sandbox.url}/{r['site']}{r['path']}" + (f"?{r['query']}" if r["query"] else "")
+                    for r in site]
+            raw_rate = _raw_baseline(urls, workers)
+    ceiling = workers * 1000 / latency_ms
+    return {"workers": workers, "latency_ms": latency_ms, "tasks": products + users, "pages": pages,
+            "items_published": expected, "items_stored": stored, "client_pages_per_s": round(client_rate, 2),
+            "raw_requests_pages_per_s": round(raw_rate, 2), "ceiling_pages_per_s": round(ceiling, 2),
+            "client_share_of_ceiling": round(client_rate / ceiling, 3),
+            "raw_share_of_ceiling": round(raw_rate / ceiling, 3),
+            "client_cpu_ms_per_page": round(client_cpu_s * 1000 / max(1, pages), 2),
+            "machine_load_avg_1min": round(load, 2), "cpu_cores": os.cpu_count()}
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="icecrawler bench client", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeat", type=int, default=20, help="parses per timing (default 20)")
+    parser.add_argument("--workers", type=int, nargs="+", default=[DEFAULTS["client.workers"]],
+                        help="client.workers for the throughput runs, one run each (default: the setting's default)")
+    parser.add_argument("--latency-ms", type=int, default=100, help="sandbox latency per request (default 100)")
+    parser.add_argument("--products", type=int, default=24, help="JD products crawled (default 24)")
+    parser.add_argument("--users", type=int, default=24, help="m.weibo.cn users crawled (default 24)")
+    parser.add_argument("--backlog", type=int, default=100, help="items per target (10 per page; default 100)")
+    parser.add_argument("--skip-throughput", action="store_true", help="only the CPU part")
+    parser.add_argument("--no-write", action="store_true", help="print only")
+    args = parser.parse_args(argv)
+
+    rows = cpu_per_page(args.repeat)
+    print(f"{'page':28s} {'items':>5s} {'KiB':>6s} {'parse ms':>9s} {'fp ms':>7s} {'total ms':>9s} "
+          f"{'baseline: decode only ms':>25s}")
+    for row in rows:
+        print(f"{row['page']:28s} {row['items']:5d} {row['bytes'] / 1024:6.1f} {row['parse_ms']:9.2f} "
+              f"{row['fingerprint_ms']:7.2f} {row['total_ms']:9.2f} {row['baseline_decode_ms']:25.2f}")
+    result: dict[str, Any] = {"cpu_per_page": rows}
+    result["throughput"] = []
+    for workers in [] if args.skip_throughput else args.workers:
+        tp = throughput(workers, args.latency_ms, args.products, args.users, args.backlog)
+        result["throughput"].append(tp)
+        print()
+        print(f"one client process, {tp['workers']} workers, sandbox latency {tp['latency_ms']} ms, "
+              f"{tp['tasks']} tasks, {tp['pages']} pages, {tp['items_stored']}/{tp['items_published']} items stored")
+        print(f"{'':34s} {'pages/s':>8s} {'of ceiling':>11s}")
+        print(f"{'ceiling (workers x 1000/latency)':34s} {tp['ceiling_pages_per_s']:8.1f} {1:11.0%}")
+        print(f"{'icecrawler client':34s} {tp['client_pages_per_s']:8.1f} {tp['client_share_of_ceiling']:11.1%}")
+        print(f"{'baseline: bare requests threads':34s} {tp['raw_requests_pages_per_s']:8.1f} "
+              f"{tp['raw_share_of_ceiling']:11.1%}")
+        print(f"client CPU {tp['client_cpu_ms_per_page']:.1f} ms per page (whole process: fetch, parse, fingerprint, "
+              f"Ice); machine load average {tp['machine_load_avg_1min']} on {tp['cpu_cores']} cores")
+    if not args.no_write:
+        OUT.parent.mkdir(parents=True, exist_ok=True)
+        OUT.write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    return 0
