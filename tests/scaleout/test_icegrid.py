@@ -1,0 +1,133 @@
+"""IceGrid deployment: a real registry and nodes (Debian zeroc-icegrid 3.7.8) run the committed descriptor
+``deploy/icegrid/icecrawler.xml`` through ``deploy/icegrid/grid.sh``; a crawl runs against the sandbox, a third
+node joins mid-crawl and gets a client with one ``server template instantiate``, and at the end every sandbox
+item is stored exactly once.
+
+Why: growing must mean adding nodes, never changing code or client configuration. The clients here know only
+the locator and the well-known names ``scheduler``/``storage`` (the scheduler listens on a port the OS picks),
+so the test also shows that servers' addresses are resolved through IceGrid. One storage replica only: the
+embedded SQLite backend gives each replica its own file (see docs/DEPLOY.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from bench._cluster import Cluster, Workload, wait_until
+from icecrawler.processes import ProcessGroup, free_port
+
+pytestmark = [pytest.mark.ice, pytest.mark.e2e, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+GRID = REPO / "deploy" / "icegrid" / "grid.sh"
+MISSING = [tool for tool in ("icegridregistry", "icegridnode", "icegridadmin") if shutil.which(tool) is None]
+
+
+class Grid:
+    """``grid.sh`` on a private directory and port."""
+
+    def __init__(self, directory: Path, port: int) -> None:
+        self.directory = directory
+        self.port = port
+        self.locator = f"IceGrid/Locator:tcp -h 127.0.0.1 -p {port}"
+
+    def run(self, *args: str, timeout: float = 90) -> str:
+        result = subprocess.run([str(GRID), args[0], "-d", str(self.directory), "-p", str(self.port), *args[1:]],
+                                capture_output=True, text=True, timeout=timeout)
+        assert result.returncode == 0, f"grid.sh {' '.join(args)}: {result.stdout}\n{result.stderr}"
+        return result.stdout
+
+    def admin(self, command: str) -> str:
+        return self.run("admin", command).strip()
+
+    def server_pids(self) -> list[int]:
+        pids = []
+        for server in self.admin("server list").split():
+            with contextlib.suppress(AssertionError, ValueError):
+                pids.append(int(self.admin(f"server pid {server}")))
+        return pids
+
+
+@pytest.fixture
+def grid(tmp_path: Path) -> Iterator[Grid]:
+    if MISSING:
+        pytest.skip(f"IceGrid tools missing: {', '.join(MISSING)} (apt-get install zeroc-icegrid zeroc-ice-utils)")
+    grid = Grid(tmp_path / "grid", free_port())
+    grid.run("up", "-n", "2")
+    pids: list[int] = []
+    try:
+        yield grid
+    finally:
+        with contextlib.suppress(Exception):
+            pids = grid.server_pids()
+        grid.run("down")
+        for pid in pids:  # a node stops its servers; this only catches one that outlived a killed node
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _active(grid: Grid, server: str) -> bool:
+    """``server state`` says e.g. "active (pid = 123, enabled)"."""
+    try:
+        return grid.admin(f"server state {server}").startswith("active")
+    except AssertionError:
+        return False
+
+
+def test_icegrid_crawl_with_a_node_added_mid_crawl(grid: Grid, tmp_path: Path) -> None:
+    workload = Workload(jd_products=25, reviews_per_product=30, weibo_users=10, posts_per_user=20)
+    work = tmp_path / "work"
+    with ProcessGroup(tmp_path / "logs") as group:
+        cluster = Cluster(work, group, workload)
+        sandbox_port = free_port()
+        # Slow pages and one fetch thread per client, so the crawl (about 120 requests) still runs ~30 s after
+        # the first item is stored: long enough for node3's client to start (Python start-up) and take part.
+        cluster.start_sandbox("127.0.0.1", sandbox_port, latency_ms=500)
+        workdir = grid.directory / "work"
+        workdir.mkdir(parents=True, exist_ok=True)
+        # Every server reads ./icecrawler.toml in the descriptor's workdir; nothing in it names a server address.
+        settings = {**cluster.sandbox_settings("127.0.0.1", sandbox_port), "client.progress_log_s": 2.0,
+                    "client.workers": 1, "client.batch": 1}
+        (workdir / "icecrawler.toml").write_text("".join(f"{key} = {json.dumps(value)}\n"
+                                                         for key, value in settings.items()))
+        grid.run("deploy", "scheduler_port=0")
+        assert wait_until(lambda: _active(grid, "Scheduler"), 40), grid.admin("server list")
+        assert wait_until(lambda: _active(grid, "Storage-1"), 40)
+
+        # Clients, seed and probe only know the locator and the well-known object names.
+        locator_props = {"Ice.Default.Locator": grid.locator}
+        scheduler = "scheduler"
+        seed_conf = cluster.ice_config("seed", {"Scheduler.Proxy": scheduler, **locator_props})
+        seeded = subprocess.run([str(REPO / ".venv" / "bin" / "python"), "-m", "icecrawler", "seed",
+                                 *workload.seed_ids(), f"--Ice.Config={seed_conf}"],
+                                capture_output=True, text=True, timeout=60)
+        assert seeded.returncode == 0, seeded.stderr
+        probe = ["--Ice.Default.Locator=" + grid.locator]
+
+        # The crawl is under way (some, not all, items stored) when node3 joins.
+        db = workdir / "var" / "storage" / "Storage-1.sqlite3"
+        cluster.db_path = db
+        assert wait_until(lambda: cluster.stored_items() > 0, 60), grid.admin("server list")
+        assert cluster.stored_items() < workload.items, "crawl finished before node3 joined: make it slower"
+        grid.run("node", "node3")
+        grid.admin("server template instantiate icecrawler node3 CrawlerClient index=3")
+        assert wait_until(lambda: _active(grid, "CrawlerClient-3"), 40)
+
+        assert wait_until(lambda: not cluster.problems(), 80, 1.0), cluster.problems()
+        info = cluster.probe(scheduler, extra=probe)
+        assert info["stats"]["inflight"] == 0
+        assert all(task["crawls"] >= 1 for task in info["tasks"].values())
+        workers = {task["worker"] for task in info["tasks"].values()}
+        # The client on the node that joined mid-crawl took part in it.
+        assert "CrawlerClient-3" in workers, workers
+        assert sorted(grid.admin("server list").split()) == [
+            "CrawlerClient-1", "CrawlerClient-2", "CrawlerClient-3", "Scheduler", "Storage-1"]
