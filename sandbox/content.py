@@ -110,6 +110,8 @@ class SimPost:
     comments: int = 0
     likes: int = 0
     pinned: bool = False
+    #: Picture ids (Weibo's 32-character ``pid``s); the sites turn them into image URLs.
+    pictures: tuple[str, ...] = ()
 
     @property
     def bid(self) -> str:
@@ -138,6 +140,7 @@ def make_post(rng: random.Random, uid: int, user_name: str, slot: int, seq: int,
     text = _sentence(rng, _WORDS, length) + f"（第{seq}条）"
     topic = rng.choice(_TOPICS) if rng.random() < 0.4 else ""
     emoji = rng.choice(_EMOJI) if rng.random() < 0.3 else ""
+    pictures = tuple(f"{uid:x}ly1g{rng.getrandbits(96):024x}"[:32] for _ in range(rng.choice((0, 0, 0, 1, 3))))
     original = None
     if retweet:
         other_uid = rng.randint(1_000_000_000, 7_999_999_999)
@@ -149,7 +152,7 @@ def make_post(rng: random.Random, uid: int, user_name: str, slot: int, seq: int,
         )
     return SimPost(
         mid=weibo_mid(created_ms, slot), uid=uid, user_name=user_name, created_ms=created_ms, text=text, seq=seq,
-        topic=topic, emoji=emoji, long_text=long_text, retweet=original,
+        topic=topic, emoji=emoji, long_text=long_text, retweet=original, pictures=pictures,
         reposts=rng.choice((0, 0, rng.randint(1, 300), 1_500_000)), comments=rng.choice((0, rng.randint(1, 99))),
         likes=rng.choice((0, rng.randint(1, 5000))),
     )

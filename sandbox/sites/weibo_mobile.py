@@ -140,6 +140,16 @@ class WeiboMobileSite:
             "attitudes_count": _count(post.likes), "pending_approval_count": 0, "isLongText": post.long_text,
             "mlevel": 0, "mblogtype": 0, "bid": post.bid, "pic_num": 0,
         }
+        if post.pictures:
+            mblog.update(pic_ids=list(post.pictures), pic_num=len(post.pictures),
+                         thumbnail_pic=f"https://wx1.sinaimg.cn/thumbnail/{post.pictures[0]}.jpg",
+                         bmiddle_pic=f"http://wx1.sinaimg.cn/bmiddle/{post.pictures[0]}.jpg",
+                         original_pic=f"https://wx1.sinaimg.cn/large/{post.pictures[0]}.jpg",
+                         pics=[{"pid": pid, "url": f"https://wx1.sinaimg.cn/orj360/{pid}.jpg", "size": "orj360",
+                                "geo": {"width": 360, "height": 480, "croped": False},
+                                "large": {"size": "large", "url": f"https://wx1.sinaimg.cn/large/{pid}.jpg",
+                                          "geo": {"width": "1080", "height": "1440", "croped": False}}}
+                               for pid in post.pictures])
         if post.pinned:
             mblog.update(isTop=1, mblogtype=2, title={"text": "置顶", "base_color": 1})
         if post.retweet is not None:

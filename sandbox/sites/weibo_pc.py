@@ -169,6 +169,13 @@ class WeiboPcSite:
             tbinfo += f"&rouid={post.retweet.uid}"
             extra = f' isforward="1" omid="{post.retweet.mid}"'
         forward = self._forward(post.retweet, now_ms) if post.retweet is not None else ""
+        if post.pictures:
+            thumbs = "".join(f'<li class="WB_pic li_{k + 1} S_bg1 S_line2 bigcursor" action-type="fl_pics" '
+                             f'action-data="pic_id={pid}"><img src="//wx1.sinaimg.cn/thumb150/{pid}.jpg"></li>'
+                             for k, pid in enumerate(post.pictures))
+            forward = (f'<div class="WB_media_wrap clearfix"><div class="media_box">'
+                       f'<ul class="WB_media_a WB_media_a_m{len(post.pictures)} clearfix" '
+                       f'node-type="feed_list_media_prev">{thumbs}</ul></div></div>{forward}')
         handles = "".join(
             f'<li><a href="javascript:void(0);" class="S_txt2" action-type="{action}"><span class="pos">'
             f'<span class="line S_line1"><span><em class="W_ficon {icon} S_ficon">{glyph}</em><em>'

@@ -50,9 +50,12 @@ def test_mobile_since_id_cursor_walks_the_whole_timeline(server: SandboxServer) 
     assert not any(card["mblog"].get("isTop") for card in second["cards"])
 
     result = crawl(server, "weibo_mobile", UID)
-    ids = [str(item.id) for item in result.items if isinstance(item, Post)]
+    posts = [item for item in result.items if isinstance(item, Post)]
+    ids = [str(post.id) for post in posts]
     assert sorted(ids) == sorted(truth_ids(server, "weibo_mobile", UID))
     assert len(ids) == len(set(ids))
+    assert any(post.pictures and "sinaimg.cn" in post.pictures[0] for post in posts)
+    assert any(post.retweeted_id and post.retweeted_id != post.id for post in posts)
 
 
 def test_mobile_page_cursor_and_both_request_forms(server: SandboxServer) -> None:
@@ -112,8 +115,10 @@ def test_pc_chunks_pager_and_round_trip(server: SandboxServer) -> None:
     assert len(set(mids)) == 45
 
     result = crawl(server, "weibo_pc", UID)
-    ids = [str(item.id) for item in result.items if isinstance(item, Post)]
-    assert sorted(ids) == sorted(truth_ids(server, "weibo_pc", UID))
+    posts = [item for item in result.items if isinstance(item, Post)]
+    assert sorted(str(post.id) for post in posts) == sorted(truth_ids(server, "weibo_pc", UID))
+    assert any(post.pictures for post in posts) and any(post.retweeted_id for post in posts)
+    assert all(post.user_id == int(UID) and post.created_at for post in posts)
     empty = requests.get(url, params={**base, "page": "9", "pre_page": "9", "pagebar": "0"}, timeout=10).json()
     assert empty == {"code": "100000", "msg": "", "data": ""}
 
