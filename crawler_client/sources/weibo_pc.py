@@ -208,9 +208,9 @@ def _envelope_data(page: FetchedPage, what: str, bad_code: Outcome) -> Any:
                        http_status=page.status)
         raise unparsable(page.body, WEIBO_MARKERS, page.status, f"{what}: not JSON")
     doc = load_json(text, what=what)
-    if not isinstance(doc, dict):
-        raise unparsable(page.body, WEIBO_MARKERS, page.status, f"{what}: not a JSON object")
-    code = str(doc.get("code", ""))
+    if not isinstance(doc, dict) or "code" not in doc:
+        raise unparsable(page.body, WEIBO_MARKERS, page.status, f"{what}: not a code/msg/data envelope")
+    code = str(doc["code"])
     if code != OK_CODE:
         raise fail(bad_code, f"{what} code {code[:20]!r}: {str(doc.get('msg', ''))[:60]!r}",
                    error_class=f"weibo-code-{code[:20]}", http_status=page.status)
