@@ -1,0 +1,167 @@
+"""The used-by scenario, as separate OS processes: a scheduler and a storage server, one client, then three more
+clients added while the crawl runs, then one of them killed with ``kill -9``.
+
+Checked against the sandbox's ground truth and the scheduler's own records:
+
+- every item the sandbox published (up to a short catch-up window before the end) is stored exactly once, and
+  nothing the sandbox never published is stored;
+- the clients added later pick up work at once (their first site request follows their start within a bound);
+- no task was ever leased twice at the same time. The audit reads the scheduler's completion log (the ``done``
+  table of its Berkeley DB environment, read after the scheduler stopped): every report and every expired lease
+  is recorded there with the lease's interval (leased / deadline / ended, wall ms; added for this audit). Per
+  task, sorted by lease time, each lease must start after the previous one ended. Leases given back unused by a
+  clean client shutdown (releaseUsers) are not in that log; the clients stop only at the very end, after the
+  audited period;
+- the killed client's leases come back only after their deadline: each one it held expired (outcome
+  LeaseExpired, ended >= deadline), the next lease of that task started after the deadline and another client
+  reported it; the killed client made no request after the kill (sandbox request log, by User-Agent).
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from icecrawler.stack import Stack, running_stack, stored_index, truth_index
+from sandbox.scenario import Category, Product, Scenario, WeiboUser
+from sandbox.schedules import Schedule
+
+pytestmark = [pytest.mark.e2e, pytest.mark.ice, pytest.mark.bdb, pytest.mark.slow]
+
+SPEED = 60.0
+LEASE_S = 6.0
+#: Items published within this many wall seconds of the end need not be stored yet.
+CATCH_UP_S = 8.0
+SCHEDULER = {"scheduler.initial_period_s": 60, "scheduler.min_period_s": 60, "scheduler.max_period_s": 300,
+             "scheduler.lease_s": LEASE_S, "scheduler.maintenance_interval_s": 0.2,
+             "scheduler.backoff_after_attempts": 100}
+CLIENT = {"client.workers": 2, "client.batch": 1, "client.max_pages": 30, "client.idle_sleep_s": 0.2,
+          "client.timeout_s": 3, "client.retries": 1, "client.progress_log_s": 2, "client.shutdown_grace_s": 5}
+SEEDS = ["weibo_mobile:1907518591", "weibo_pc:1907518591", "weibo_mobile:1163218074", "weibo_pc:1163218074",
+         "ecshop:12", "jd:100012043978", "jd:100008348542"]
+
+
+def scenario() -> Scenario:
+    return Scenario(
+        seed=5,
+        users=(WeiboUser(uid=1907518591, backlog=15, schedule=Schedule("periodic", interval_s=240)),
+               WeiboUser(uid=1163218074, cursor="page", backlog=12, schedule=Schedule("periodic", interval_s=300))),
+        products=(Product("ecshop", "12", category=1, backlog=8, schedule=Schedule("periodic", interval_s=300)),
+                  Product("jd", "100012043978", backlog=15, schedule=Schedule("periodic", interval_s=180)),
+                  Product("jd", "100008348542", backlog=6, schedule=Schedule("periodic", interval_s=420))),
+        categories=(Category(id=1),),
+    )
+
+
+def agent(name: str) -> str:
+    return f"icecrawler-e2e/{name}"
+
+
+def wait_for(condition: Callable[[], bool], failure: str, timeout_s: float) -> None:
+    """Poll ``condition`` (bounded); fail with ``failure`` if it never holds."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(failure)
+        time.sleep(0.3)
+
+
+def first_request_ms(stack: Stack, name: str) -> int | None:
+    times = [r["wall_ms"] for r in stack.requests() if r.get("agent") == agent(name)]
+    return min(times) if times else None
+
+
+def missing_items(stack: Stack) -> int:
+    published = {key for _, key in truth_index(stack.truth()["items"], int((time.time() - CATCH_UP_S) * 1000))}
+    return len(published - set(stored_index(stack.stored())))
+
+
+def audit_leases(done: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Per task, its leases in order; fails if two of them overlap in time."""
+    per_task: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
+    for entry in done:
+        per_task[entry["task_id"]].append(entry)
+    for task_id, leases in per_task.items():
+        leases.sort(key=lambda e: (e["leased_wall_ms"], e["ended_wall_ms"]))
+        for before, after in itertools.pairwise(leases):
+            # lease times are rounded to the millisecond on both sides
+            assert after["leased_wall_ms"] >= before["ended_wall_ms"] - 1, \
+                f"{task_id} leased twice at once: {before} and {after}"
+    return per_task
+
+
+def test_clients_join_and_die_while_the_crawl_runs(tmp_path: Path) -> None:
+    with running_stack(tmp_path, scenario(), speed=SPEED, scheduler_settings=SCHEDULER, client_settings=CLIENT,
+                       latency_ms=100) as stack:
+        print(stack.seed(SEEDS))
+        stack.start_client("c1", {"client.user_agent": agent("c1")})
+        wait_for(lambda: len(stack.stored()) > 0, "the first client stored nothing", 90)
+        started: dict[str, float] = {}
+        for name in ("c2", "c3", "c4"):
+            started[name] = time.time()
+            stack.start_client(name, {"client.user_agent": agent(name)})
+        wait_for(lambda: all(first_request_ms(stack, n) is not None for n in started),
+                 "a client added during the crawl never fetched anything", 60)
+        for name, at in started.items():
+            print(f"{name} fetched its first page {(first_request_ms(stack, name) or 0) / 1000 - at:.1f}s after it "
+                  f"was started")
+        # Kill c3 right after one of its requests, so that it most likely holds a lease (checked below).
+        victim = "c3"
+        kill_deadline = time.monotonic() + 30
+        while time.monotonic() < kill_deadline:
+            recent = [r for r in stack.requests() if r.get("agent") == agent(victim)
+                      and r["wall_ms"] > (time.time() - 0.4) * 1000]
+            if recent:
+                break
+            time.sleep(0.05)
+        stack.kill_client(victim)
+        killed_ms = int(time.time() * 1000)
+        # The crawl goes on with three clients: past the dead client's lease deadlines, until caught up.
+        time.sleep(LEASE_S + 2)
+        wait_for(lambda: missing_items(stack) == 0, "published items are still missing from storage", 90)
+        end_ms = int((time.time() - CATCH_UP_S) * 1000)
+        items = stack.truth()["items"]
+        stored = stored_index(stack.stored())
+        survivors = [stack.clients[n] for n in ("c1", "c2", "c4")]
+        codes = [client.stop(timeout_s=20) for client in survivors]
+        requests = stack.requests()
+        assert stack.stop_scheduler() == 0
+        done = stack.done_log()
+        logs = "\n".join(client.log_path.read_text(errors="replace") for client in survivors)
+
+    published = {key for _, key in truth_index(items, end_ms)}
+    everything = {key for _, key in truth_index(items)}
+    missing = published - set(stored)
+    assert not missing, f"{len(missing)} published item(s) never stored, e.g. {sorted(missing)[:5]}"
+    assert {k: c for k, c in stored.items() if c > 1} == {}, "an item was stored twice"
+    assert set(stored) <= everything, f"stored items never published: {sorted(set(stored) - everything)[:5]}"
+    print(f"{len(published)} published items checked, {len(stored)} stored, {len(done)} completion-log entries")
+
+    per_task = audit_leases(done)
+    workers = collections.Counter(entry["worker"] for entry in done if entry["outcome"] == "Ok")
+    print("successful crawls per client:", dict(workers))
+    assert {"c1", "c2", "c3", "c4"} <= set(workers), f"a client never completed a task: {workers}"
+
+    expired = [entry for entry in done if entry["outcome"] == "LeaseExpired"]
+    print("expired leases:", [(e["task_id"], e["worker"]) for e in expired])
+    assert any(entry["worker"] == victim for entry in expired), \
+        f"the killed client held no lease at the kill (nothing expired): {expired}"
+    for entry in expired:
+        assert entry["ended_wall_ms"] >= entry["deadline_wall_ms"], f"a lease expired before its deadline: {entry}"
+        later = [e for e in per_task[entry["task_id"]] if e["leased_wall_ms"] > entry["leased_wall_ms"]]
+        assert later, f"{entry['task_id']} was never leased again after its lease expired"
+        assert later[0]["leased_wall_ms"] >= entry["deadline_wall_ms"], \
+            f"{entry['task_id']} was re-leased before the dead client's deadline"
+        assert any(e["outcome"] == "Ok" and e["worker"] != victim for e in later), \
+            f"no other client completed {entry['task_id']} after the dead client's lease expired"
+    assert not [e for e in done if e["worker"] == victim and e["leased_wall_ms"] > killed_ms]
+    assert not [r for r in requests if r.get("agent") == agent(victim) and r["wall_ms"] > killed_ms], \
+        "the killed client still fetched after the kill"
+    assert codes == [0, 0, 0], logs[-3000:]
+    assert "Traceback" not in logs, logs[-3000:]
