@@ -188,7 +188,7 @@ class Scenario:
     def from_dict(cls, data: Mapping[str, Any]) -> Scenario:
         _check_keys(data, set(cls.__dataclass_fields__), "scenario")
         accounts = tuple((str(a["username"]), str(a["password"])) for a in data.get("accounts", ()))
-        scenario = cls(
+        return cls(
             seed=int(data.get("seed", 0)),
             users=tuple(WeiboUser.from_dict(u) for u in data.get("users", ())),
             products=tuple(Product.from_dict(p) for p in data.get("products", ())),
@@ -196,8 +196,9 @@ class Scenario:
             accounts=accounts or cls.accounts,
             misbehave=tuple(MisbehaviourRule.from_dict(m) for m in data.get("misbehave", ())),
         )
-        scenario.validate()
-        return scenario
+
+    def __post_init__(self) -> None:
+        self.validate()
 
     def validate(self) -> None:
         uids = [u.uid for u in self.users]
@@ -207,9 +208,20 @@ class Scenario:
         if len(keys) != len(set(keys)):
             raise ConfigError("scenario: duplicate product")
         categories = {c.id for c in self.categories}
+        if len(categories) != len(self.categories):
+            raise ConfigError("scenario: duplicate category")
+        goods_ids = {int(p.id) for p in self.products if p.source == "ecshop"}
         for product in self.products:
             if product.source == "ecshop" and product.category and product.category not in categories:
                 raise ConfigError(f"product {product.id}: category {product.category} is not declared")
+        for category in self.categories:
+            if category.arrivals.kind == "static":
+                continue
+            arriving = set(range(category.arrival_first_id, category.arrival_first_id + category.arrival_limit))
+            if arriving & goods_ids:
+                raise ConfigError(f"category {category.id}: arriving goods ids {min(arriving)}..{max(arriving)} "
+                                  f"overlap other ECSHOP goods")
+            goods_ids |= arriving
 
     def to_dict(self) -> dict[str, Any]:
         """The scenario as plain data (what ``GET /__sandbox/scenario`` returns)."""

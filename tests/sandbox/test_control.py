@@ -12,7 +12,17 @@ import pytest
 import requests
 
 from icecrawler.errors import ConfigError
-from sandbox import SandboxServer, default_scenario, load_scenario, sandbox_process
+from sandbox import (
+    Category,
+    Product,
+    SandboxServer,
+    Scenario,
+    Schedule,
+    WeiboUser,
+    default_scenario,
+    load_scenario,
+    sandbox_process,
+)
 from tests.sandbox.conftest import small_scenario
 
 UID = "1000000001"
@@ -120,6 +130,11 @@ def test_scenario_files(tmp_path: Path) -> None:
         load_scenario(bad)
     with pytest.raises(ConfigError):
         load_scenario(tmp_path / "missing.toml")
+    with pytest.raises(ConfigError, match="overlap"):
+        Scenario(products=(Product("ecshop", "101", category=1),),
+                 categories=(Category(1, arrivals=Schedule("periodic"), arrival_first_id=100, arrival_limit=5),))
+    with pytest.raises(ConfigError, match="duplicate"):
+        Scenario(users=(WeiboUser(uid=1), WeiboUser(uid=1)))
 
 
 def _default_round_trips(tmp_path: Path) -> bool:
