@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -14,6 +15,7 @@ from icecrawler import rpc
 from icecrawler.processes import ManagedProcess, ProcessGroup, free_port, icecrawler_argv, wait_for_port
 
 WORKERS = "tests.scheduler.workers"
+REPO = Path(__file__).resolve().parents[2]
 
 
 @dataclass
@@ -26,6 +28,8 @@ class SchedulerDaemon:
     port: int = 0
     process: ManagedProcess | None = None
     starts: int = 0
+    #: Start with ``python -m scheduler_server`` (same daemon, quicker start) instead of ``icecrawler scheduler``.
+    fast_start: bool = False
 
     @property
     def proxy(self) -> str:
@@ -43,8 +47,9 @@ class SchedulerDaemon:
                         "Ice.ThreadPool.Server.Size=4\n")
         sets = [f"--set=scheduler.db_dir={self.db_dir}"] + [f"--set={k}={v}" for k, v in self.settings.items()]
         self.starts += 1
-        self.process = self.group.start(f"scheduler-{self.starts}",
-                                        icecrawler_argv("scheduler", *sets, f"--Ice.Config={conf}"))
+        argv = ([sys.executable, "-m", "scheduler_server"] if self.fast_start else icecrawler_argv("scheduler"))
+        self.process = self.group.start(f"scheduler-{self.starts}", [*argv, *sets, f"--Ice.Config={conf}"],
+                                        cwd=REPO)
         wait_for_port("127.0.0.1", self.port, 30, alive=self.process.alive)
 
     def kill9(self) -> None:
@@ -57,17 +62,15 @@ class SchedulerDaemon:
 
     def client(self, name: str, mode: str, *args: str) -> ManagedProcess:
         """A client process running ``tests/scheduler/workers.py MODE``."""
-        import sys
-
-        return self.group.start(name, [sys.executable, "-m", WORKERS, mode, "--proxy", self.proxy, *args],
-                                cwd=Path(__file__).resolve().parents[2])
+        return self.group.start(name, [sys.executable, "-m", WORKERS, mode, "--proxy", self.proxy, *args], cwd=REPO)
 
 
 @contextmanager
-def scheduler_daemon(tmp: Path, **settings: Any) -> Iterator[SchedulerDaemon]:
+def scheduler_daemon(tmp: Path, fast_start: bool = False, **settings: Any) -> Iterator[SchedulerDaemon]:
     """A running scheduler with ``settings`` (dotted keys given with ``__``); everything stopped on exit."""
     with ProcessGroup(tmp / "logs") as group:
-        daemon = SchedulerDaemon(group, tmp, {k.replace("__", "."): str(v) for k, v in settings.items()})
+        daemon = SchedulerDaemon(group, tmp, {k.replace("__", "."): str(v) for k, v in settings.items()},
+                                 fast_start=fast_start)
         daemon.start()
         yield daemon
 

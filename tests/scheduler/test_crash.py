@@ -19,6 +19,7 @@ pytestmark = [pytest.mark.ice, pytest.mark.bdb, pytest.mark.e2e, pytest.mark.slo
 C = rpc.crawler()
 KILLS = 20
 SEEDS = 120
+CLIENTS = 3
 
 
 def audit(db_dir: Path) -> tuple[dict[str, int], list[str], set[str]]:
@@ -36,13 +37,13 @@ def audit(db_dir: Path) -> tuple[dict[str, int], list[str], set[str]]:
 def test_kill_9_loses_and_duplicates_nothing(tmp_path: Path) -> None:
     rng = random.Random(20261129)
     seeded = {f"user:weibo_pc:{n}" for n in range(SEEDS)}
-    with scheduler_daemon(tmp_path, scheduler__lease_s=1, scheduler__maintenance_interval_s=0.1,
+    with scheduler_daemon(tmp_path, fast_start=True, scheduler__lease_s=1, scheduler__maintenance_interval_s=0.1,
                           scheduler__policy="fixed", scheduler__min_period_s=0.05,
                           scheduler__initial_period_s=0.05) as daemon:
         with scheduler_proxy(daemon) as prx:
             assert prx.addUsers([i.split(":", 1)[1] for i in sorted(seeded)], C.TaskKind.WeiboUser) == SEEDS
         clients = [daemon.client(f"churn-{n}", "churn", "--name", f"c{n}", "--batch", "7", "--seconds", "300")
-                   for n in range(3)]
+                   for n in range(CLIENTS)]
         time.sleep(1.0)
         for kill in range(KILLS):
             time.sleep(rng.uniform(0.05, 0.4))
