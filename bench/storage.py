@@ -150,7 +150,7 @@ def raw_happybase(records: int, batch: int, port: int) -> dict[str, float]:
         table = connection.table("weibo")
         cells = [(row.key, encode_columns(row.columns)) for row in map(schema.post_row, make_posts(1, records))]
         with table.batch() as warm:
-            warm.put(b"\x00warm", {b"d:id": b"0"})
+            warm.put(b"\x00warm", encode_columns({"id": 0}))
         began = time.perf_counter()
         for i in range(0, len(cells), batch):
             with table.batch() as put:

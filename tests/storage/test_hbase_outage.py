@@ -15,6 +15,7 @@ import pytest
 
 from icecrawler import rpc
 from storage_server.hbase_local import LocalHBase
+from storage_server.hbase_store import decode_columns
 from tests.storage.conftest import BIG_ID, StorageServerRunner, make_post
 
 pytestmark = [pytest.mark.hbase, pytest.mark.ice, pytest.mark.slow]
@@ -32,7 +33,7 @@ def post_batch(start: int) -> list[Any]:
 def stored_ids(port: int, prefix: str) -> list[int]:
     connection = happybase.Connection("127.0.0.1", port, table_prefix=prefix, timeout=60000)
     try:
-        return [int(cells[b"d:id"]) for _, cells in connection.table("weibo").scan(columns=[b"d:id"])]
+        return [int(decode_columns("weibo", cells)["id"]) for _, cells in connection.table("weibo").scan()]
     finally:
         connection.close()
 
