@@ -54,10 +54,12 @@ class ReviewOrder:
 
     @staticmethod
     def cursor_of(item: Item) -> str:
+        """The review's time and id (listing strings leave no cursor)."""
         return f"{item.created_at}|{item.id}" if isinstance(item, Review) else ""
 
     @staticmethod
     def is_older_or_equal(item: Item, cursor: str) -> bool:
+        """Strictly older than the cursor's time, or the cursor's own review."""
         if not isinstance(item, Review) or not cursor:
             return False
         created_at, _, review_id = cursor.rpartition("|")
@@ -67,6 +69,7 @@ class ReviewOrder:
 
     @classmethod
     def newest_cursor(cls, items: Iterable[Item], current: str = "") -> str:
+        """The cursor of the newest dated review seen (or ``current``)."""
         best = current
         for item in items:
             if isinstance(item, Review) and item.created_at:

@@ -56,6 +56,7 @@ def resolve_created_at(text: str, now_ms: int) -> str:
 
 
 def _resolve(text: str, now: datetime) -> str:
+    """Try each known form, most common first; ValueError for impossible dates."""
     if text == "刚刚":
         return iso_of(now)
     if match := _RFC_RE.match(text):

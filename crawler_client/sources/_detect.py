@@ -47,6 +47,7 @@ class Marker:
     error_class: str
 
     def variants(self) -> tuple[bytes, ...]:
+        """The marker's utf-8 and GBK bytes (one form when they coincide, e.g. ASCII)."""
         forms = {self.text.encode("utf-8")}
         try:
             forms.add(self.text.encode("gbk"))

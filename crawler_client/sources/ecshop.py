@@ -86,6 +86,7 @@ class EcshopSource(ReviewOrder):
     kinds: ClassVar[frozenset[TaskKind]] = frozenset({TaskKind.ProductReviews, TaskKind.Listing})
 
     def first_request(self, task: Task, base_url: str) -> PageRequest:
+        """Listing: ``category.php?id=N&page=1``; reviews: ``goods.php?id=N`` (page 1 of the comments)."""
         base = base_url.rstrip("/")
         if task.kind is TaskKind.Listing:
             return PageRequest(url=f"{base}/category.php", params={"id": task.target, "page": "1"})
@@ -99,6 +100,7 @@ class EcshopSource(ReviewOrder):
                                f"&type=0&{cache_ms}", page=page)
 
     def parse(self, task: Task, request: PageRequest, page: FetchedPage, now_ms: int) -> ParsedPage:
+        """Login walls first (members-only shops redirect to ``user.php``), then by task kind."""
         check_http(page, now_ms)
         check_final_url(page, request.url)
         if shows_login_wall(page):
@@ -110,6 +112,7 @@ class EcshopSource(ReviewOrder):
 
     # --- reviews ----------------------------------------------------------------------------------------
     def _parse_reviews(self, task: Task, request: PageRequest, page: FetchedPage, now_ms: int) -> ParsedPage:
+        """A goods page or a ``comment.php`` envelope: the same comment list either way."""
         text = decode_body(page.body).strip()
         if text.startswith("{"):
             fragment = _envelope_content(load_json(text, what="comment.php"), page)
@@ -153,6 +156,7 @@ class EcshopSource(ReviewOrder):
 
     # --- listings ---------------------------------------------------------------------------------------
     def _parse_listing(self, task: Task, request: PageRequest, page: FetchedPage) -> ParsedPage:
+        """Product ids of the goods list, in page order; missing categories are NotFound."""
         if _redirected_away(page, "category.php"):
             raise fail(Outcome.NotFound, f"category {task.target} redirected to {redirect_target(page)[:120]}",
                        error_class="no-such-category", http_status=page.status)
@@ -240,6 +244,7 @@ def _mentions_category(html: str, cat_id: str) -> bool:
 
 
 def _stars(li: Tag) -> int:
+    """The rank from the ``stars{N}.gif`` file name: the only place ECSHOP puts it."""
     for img in li.select("img[src]"):
         match = _STARS_RE.search(str(img.get("src")).rsplit("/", 1)[-1].split(".")[0])
         if match:

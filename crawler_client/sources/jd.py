@@ -30,6 +30,7 @@ MIN_BODY = 8
 
 
 def _as_str_id(value: object) -> str:
+    """An int64 id (int or digit string) as a decimal string; JSON ints beyond 2^53 stay exact."""
     if isinstance(value, bool):
         return ""
     if isinstance(value, int):
@@ -46,6 +47,7 @@ class JdSource(ReviewOrder):
     kinds: ClassVar[frozenset[TaskKind]] = frozenset({TaskKind.ProductReviews})
 
     def first_request(self, task: Task, base_url: str) -> PageRequest:
+        """Page 0, newest first (``sortType=6``)."""
         return self.page_request(task, base_url.rstrip("/") + "/comment/productPageComments.action", 0)
 
     @staticmethod
@@ -58,6 +60,7 @@ class JdSource(ReviewOrder):
         return PageRequest(url=url, params=params, page=page0 + 1)
 
     def parse(self, task: Task, request: PageRequest, page: FetchedPage, now_ms: int) -> ParsedPage:
+        """Blocked answers (empty, ``{}``, no ``comments``) are LoginRequired, never an empty product."""
         check_http(page, now_ms)
         check_final_url(page, request.url)
         text = strip_jsonp(decode_body(page.body))
@@ -83,6 +86,7 @@ class JdSource(ReviewOrder):
         return result
 
     def _review(self, raw: Any, product: str, now_ms: int, fetched_at: str) -> Review | None:
+        """One comment as a Review; None for rows without an id or guid."""
         if not isinstance(raw, dict):
             return None
         review_id = _as_str_id(raw.get("id")) or str(raw.get("guid") or "")

@@ -46,14 +46,17 @@ def wire_json(obj: object) -> bytes:
 
 
 def _sentence(rng: random.Random, words: int = 12) -> str:
+    """Deterministic Chinese filler text."""
     return "".join(rng.choice(_WORDS) for _ in range(words))
 
 
 def _weibo_display(moment: datetime) -> str:
+    """The date link's text for an older post (``M月D日 HH:MM``)."""
     return f"{moment.month}月{moment.day}日 {moment:%H:%M}"
 
 
 def _pc_count(value: int, label: str) -> str:
+    """Weibo PC shows the label instead of 0."""
     return str(value) if value else label
 
 
@@ -219,6 +222,7 @@ def ecshop_comments_html(goods_id: int = 42, *, comments: int = 5, page: int = 1
     body = "".join(items) or "<li>暂时还没有任何用户评论</li>"
 
     def link(target: int, enabled: bool) -> str:
+        """A pager link: ``gotoPage`` when enabled, ``javascript:;`` otherwise (as ``assign_comment``)."""
         return f"javascript:gotoPage({target},{goods_id},0)" if enabled else "javascript:;"
 
     pager = (f'<div id="pagebar" class="f_r"><form name="selectPageForm" action="/goods.php" method="get">'
@@ -307,6 +311,7 @@ class BenchCase:
 
 
 def _case(name: str, source: str, kind: TaskKind, target: str, request: PageRequest, body: bytes) -> BenchCase:
+    """A BenchCase for a task of ``kind`` on ``source``."""
     task = Task(id=f"{kind.value}:{source}:{target}", kind=kind, source=source, target=target)
     return BenchCase(name, source, task, request, FetchedPage(url=request.url, status=200, headers={}, body=body))
 

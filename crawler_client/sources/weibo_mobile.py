@@ -38,6 +38,7 @@ NO_CONTENT = "这里还没有内容"
 
 
 def _as_dict(value: object) -> dict[str, Any]:
+    """``value`` if it is a JSON object, else {} (every field may have the wrong type)."""
     return value if isinstance(value, dict) else {}
 
 
@@ -53,6 +54,7 @@ def _as_int(value: object) -> int:
 
 
 def _https(url: str) -> str:
+    """Protocol-relative image URLs made absolute."""
     return "https:" + url if url.startswith("//") else url
 
 
@@ -77,6 +79,7 @@ class WeiboMobileSource(PostOrder):
 
     # --- parsing ----------------------------------------------------------------------------------------
     def parse(self, task: Task, request: PageRequest, page: FetchedPage, now_ms: int) -> ParsedPage:
+        """Walls raise; ``ok:0`` is NotFound on page 1 and the end later; cards become posts."""
         doc = self._envelope(request, page, now_ms)
         # Before 2017 the cards sat at the top level (no "data" wrapper).
         data = _as_dict(doc.get("data")) if "data" in doc else doc

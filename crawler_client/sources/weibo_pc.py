@@ -57,11 +57,13 @@ _COUNT_ACTIONS = (("reposts", "fl_forward"), ("comments", "fl_comment"), ("likes
 
 
 def _digits(value: object) -> int:
+    """A decimal attribute as int; 0 when absent or not digits."""
     text = value.strip() if isinstance(value, str) else ""
     return int(text) if text.isdigit() and len(text) < 40 else 0
 
 
 def _attr(node: Tag | None, name: str) -> str:
+    """An attribute as a string (bs4 returns lists for multi-valued ones); "" when absent."""
     value = node.get(name) if node is not None else None
     return value if isinstance(value, str) else ""
 
@@ -88,6 +90,7 @@ class WeiboPcSource(PostOrder):
         return PageRequest(url=url, params=params, page=page, state={"chunk": str(chunk)})
 
     def parse(self, task: Task, request: PageRequest, page: FetchedPage, now_ms: int) -> ParsedPage:
+        """Feed items of one chunk; the next request walks chunk 0→1→2, then page N+1 while N < countPage."""
         check_http(page, now_ms)
         check_final_url(page, request.url)
         html = self._fragment(page)
@@ -233,6 +236,7 @@ def _profile_feed(text: str) -> str | None:
 
 
 def _user_name(node: Tag) -> str:
+    """The author's nick: the WB_info link, else ``nick-name``, else the avatar's title."""
     info = node.find("div", class_="WB_info")
     candidates = (info.find("a") if isinstance(info, Tag) else None, ""), \
         (_by(node, "node-type", "feed_list_content"), "nick-name"), (node.find("a", class_="W_face_radius"), "title")
@@ -276,6 +280,7 @@ def _counts(node: Tag) -> dict[str, int]:
 
 
 def _pictures(node: Tag) -> list[str]:
+    """The post's own preview images (a repost's are the original's, removed before)."""
     urls: list[str] = []
     for media in _all(node, "node-type", "feed_list_media_prev"):
         for img in media.find_all("img"):
