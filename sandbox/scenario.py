@@ -30,6 +30,7 @@ A scenario is a TOML or JSON file with the same structure (see docs/SANDBOX.md):
     arrival_first_id = 1000
     arrival_limit = 20
     arrival_reviews = { kind = "poisson", per_hour = 4 }
+    parent = 0                      # a sub-category's goods also show on its parent's pages
 
     [[accounts]]                    # ecshop logins accepted by user.php
     username = "sandbox"
@@ -160,6 +161,9 @@ class Category:
     arrival_limit: int = 20
     arrival_backlog: int = 0
     arrival_reviews: Schedule = field(default_factory=lambda: Schedule("poisson", per_hour=4))
+    #: A sub-category of this one (0: top level). Like ECSHOP, a category's pages also list the goods of its
+    #: sub-categories, so two listings can show the same products (discovery must not queue them twice).
+    parent: int = 0
 
     def __post_init__(self) -> None:
         if self.per_page < 1:
@@ -210,6 +214,10 @@ class Scenario:
         categories = {c.id for c in self.categories}
         if len(categories) != len(self.categories):
             raise ConfigError("scenario: duplicate category")
+        for category in self.categories:
+            if category.parent and (category.parent not in categories or category.parent == category.id):
+                raise ConfigError(f"category {category.id}: parent {category.parent} is not another declared "
+                                  f"category")
         goods_ids = {int(p.id) for p in self.products if p.source == "ecshop"}
         for product in self.products:
             if product.source == "ecshop" and product.category and product.category not in categories:

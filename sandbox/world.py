@@ -295,7 +295,8 @@ class World:
             state = self.categories.get(category_id)
             if state is None:
                 return None
-            listed = sorted((int(pid) for pid, at in state.products if at <= now_ms), reverse=True)
+            shown = [state, *(child for child in self.categories.values() if child.spec.parent == category_id)]
+            listed = sorted((int(pid) for each in shown for pid, at in each.products if at <= now_ms), reverse=True)
             return state.spec, [str(pid) for pid in listed]
 
     def published_since(self, now_ms: int, items_done: int, products_done: int) -> tuple[list[TruthItem],
