@@ -1,0 +1,67 @@
+"""``icecrawler seed`` and ``icecrawler status`` as a user runs them, against a real scheduler daemon."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from icecrawler.commands.seed import group_by_kind, read_ids
+from icecrawler.errors import ConfigError
+from icecrawler.models import TaskKind
+from icecrawler.processes import icecrawler_argv
+from tests.scheduler.daemon import SchedulerDaemon, scheduler_daemon
+
+pytestmark = [pytest.mark.ice, pytest.mark.bdb]
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SchedulerDaemon]:
+    with scheduler_daemon(tmp_path_factory.mktemp("cmd")) as running:
+        yield running
+
+
+def cli(daemon: SchedulerDaemon, *args: str) -> subprocess.CompletedProcess[str]:
+    conf = daemon.tmp / "client.conf"
+    conf.write_text(f"Scheduler.Proxy={daemon.proxy}\nStorage.Proxy=storage:tcp -h 127.0.0.1 -p 1\n")
+    return subprocess.run(icecrawler_argv(*args, f"--Ice.Config={conf}"), capture_output=True, text=True,
+                          timeout=60, check=False)
+
+
+def test_seed_then_status(daemon: SchedulerDaemon, tmp_path: Path) -> None:
+    ids = tmp_path / "ids.txt"
+    ids.write_text("# products\njd:100012043978\n\nweibo_pc:2803301701  # a user\n")
+    seeded = cli(daemon, "seed", "weibo_mobile:1669879400", "--file", str(ids), "--listing", "ecshop:3")
+    assert seeded.returncode == 0, seeded.stderr
+    assert seeded.stdout.split("\n")[:3] == ["user: 2 new of 2", "reviews: 1 new of 1", "listing: 1 new of 1"]
+    status = cli(daemon, "status", "--json")
+    assert status.returncode == 0, status.stderr
+    report = json.loads(status.stdout)
+    assert (report["scheduler"]["tasks"], report["scheduler"]["pending"]) == (4, 4)
+    assert report["scheduler"]["listings"] == {"listing:ecshop:3": 0}
+    assert report["storage"]["reachable"] is False
+    text = cli(daemon, "status")
+    assert "4 tasks, 4 pending" in text.stdout and "storage: not reachable" in text.stdout
+    task = cli(daemon, "status", "--task", "reviews:jd:100012043978", "--json")
+    assert json.loads(task.stdout)["state"] == "pending"
+
+
+def test_bad_input_is_a_clear_error(daemon: SchedulerDaemon) -> None:
+    unknown = cli(daemon, "status", "--task", "reviews:jd:404")
+    assert unknown.returncode == 2 and "unknown task reviews:jd:404" in unknown.stderr
+    invalid = cli(daemon, "seed", "--kind", "user", "weibo_pc:1", "weibo_pc:bad id")
+    assert invalid.returncode == 2 and "ids[1]" not in invalid.stdout and "invalid target" in invalid.stderr
+    assert json.loads(cli(daemon, "status", "--json").stdout)["scheduler"]["tasks"] == 4
+
+
+def test_seed_kind_inference() -> None:
+    assert group_by_kind(["jd:1", "weibo_mobile:2", "ecshop:3"], None) == {
+        TaskKind.ProductReviews: ["jd:1", "ecshop:3"], TaskKind.WeiboUser: ["weibo_mobile:2"]}
+    assert group_by_kind(["ecshop:9"], TaskKind.Listing) == {TaskKind.Listing: ["ecshop:9"]}
+    with pytest.raises(ConfigError, match="unknown source"):
+        group_by_kind(["nowhere:1"], None)
+    with pytest.raises(ConfigError, match="cannot read"):
+        read_ids([], "/nonexistent/ids.txt")
