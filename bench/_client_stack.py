@@ -36,6 +36,8 @@ class ClientStack:
     storage_port: int
     settings: dict[str, str]
     clients: list[ManagedProcess] = field(default_factory=list)
+    servers: dict[str, ManagedProcess] = field(default_factory=dict)
+    server_argv: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def client_conf(self) -> Path:
@@ -63,6 +65,18 @@ class ClientStack:
                                                          f"--Ice.Config={self.client_conf}"))
         self.clients.append(process)
         return process
+
+    def stop_server(self, name: str) -> None:
+        """SIGTERM the "storage" or "scheduler" server (bounded)."""
+        self.servers[name].stop()
+
+    def start_server(self, name: str) -> None:
+        """(Re)start a server on its port, with the same data directory."""
+        port = self.storage_port if name == "storage" else self.scheduler_port
+        process = self.group.start(f"{name}-{sum(p.name.startswith(name) for p in self.group.processes)}",
+                                   self.server_argv[name])
+        self.servers[name] = process
+        wait_for_port("127.0.0.1", port, 60, alive=process.alive)
 
     def misbehave(self, body: Mapping[str, Any]) -> None:
         request = urllib.request.Request(f"{self.sandbox.url}/__sandbox/misbehave", data=json.dumps(body).encode(),
@@ -130,16 +144,16 @@ def client_stack(tmp: Path, scenario: Scenario, *, speed: float = 1.0, latency_m
                                 {**common, **base_urls, **{k: str(v) for k, v in (client_settings or {}).items()}})
             storage_sets = {**common, "storage.embedded.path": str(stack.sqlite_path),
                             "storage.spool_dir": str(tmp / "storage" / "spool")}
-            storage = group.start("storage", icecrawler_argv(
+            stack.server_argv["storage"] = icecrawler_argv(
                 "storage", *(f"--set={k}={v}" for k, v in storage_sets.items()),
-                f"--Ice.Config={tmp / 'storage.conf'}"))
+                f"--Ice.Config={tmp / 'storage.conf'}")
             scheduler_sets = {**common, "scheduler.db_dir": str(tmp / "scheduler"),
                               **{k: str(v) for k, v in (scheduler_settings or {}).items()}}
-            scheduler = group.start("scheduler", icecrawler_argv(
+            stack.server_argv["scheduler"] = icecrawler_argv(
                 "scheduler", *(f"--set={k}={v}" for k, v in scheduler_sets.items()),
-                f"--Ice.Config={tmp / 'scheduler.conf'}"))
-            wait_for_port("127.0.0.1", storage_port, 60, alive=storage.alive)
-            wait_for_port("127.0.0.1", scheduler_port, 60, alive=scheduler.alive)
+                f"--Ice.Config={tmp / 'scheduler.conf'}")
+            stack.start_server("storage")
+            stack.start_server("scheduler")
             yield stack
     finally:
         sandbox.stop()

@@ -12,7 +12,8 @@ process.
   ``TaskRunner`` each (its own HTTP sessions) and hand the ``CrawlResult`` to the sink.
 * **Shutdown** (``stop``, called on SIGTERM/SIGINT): no new leases; tasks still queued are given back with
   ``releaseUsers``; running crawls get ``client.shutdown_grace_s`` to finish (then are cancelled at the next
-  page and their leases given back); the sink stores and reports what it can in the same grace period and
+  page and their leases given back; a crawl still blocked in a read after ``CANCEL_WAIT_S`` more has its lease
+  given back at once and its late result dropped); the sink stores and reports what it can in the same grace period and
   gives back every lease it could not report. Nothing is left half-done: each task ends reported, released, or
   (if the scheduler is unreachable) simply expires and is re-crawled.
 """
@@ -43,6 +44,8 @@ log = logging.getLogger(__name__)
 
 #: How often idle threads re-check the stop flag (seconds); bounds shutdown latency, not throughput.
 POLL_S = 0.2
+#: After cancelling, how long shutdown waits for each crawl thread to notice before giving its lease back.
+CANCEL_WAIT_S = 2.0
 
 
 def _wall_ms() -> int:
@@ -121,6 +124,8 @@ class ClientDaemon:
         self._sink_done = threading.Event()
         self._wake_sink = threading.Event()
         self._running = 0
+        #: Task each busy worker thread is crawling (to give its lease back if the crawl outlives shutdown).
+        self._current: dict[str, Task] = {}
         self._running_lock = threading.Lock()
         self._threads: list[threading.Thread] = []
         self._sink_thread: threading.Thread | None = None
@@ -151,8 +156,9 @@ class ClientDaemon:
             log.warning("crawls still running after the grace period: cancelling them")
             self._cancel.set()
             for thread in self._threads:
-                thread.join()
+                thread.join(CANCEL_WAIT_S)
         self._release_queued()
+        self._abandon_stuck_crawls()
         self._sink_deadline = max(deadline, time.monotonic() + 1.0)
         self._sink_done.set()
         self._wake_sink.set()
@@ -221,13 +227,18 @@ class ClientDaemon:
                     task = self._tasks.get(timeout=POLL_S)
                 except queue.Empty:
                     continue
+                name = threading.current_thread().name
                 with self._running_lock:
                     self._running += 1
+                    self._current[name] = task
                 try:
                     result = runner.run(task)
                 finally:
                     with self._running_lock:
                         self._running -= 1
+                        abandoned = self._current.pop(name, None) is None
+                if abandoned:  # stop() already gave this lease back
+                    continue
                 self.crawled += 1
                 self.sink.add(result)
                 self._wake_sink.set()
@@ -243,6 +254,17 @@ class ClientDaemon:
                 if empty or time.monotonic() >= self._sink_deadline:
                     return
                 time.sleep(POLL_S / 4)
+
+    def _abandon_stuck_crawls(self) -> None:
+        """Crawls blocked in a fetch even after the cancel (a read can take client.timeout_s): give their leases
+        back now; whatever those threads produce later is dropped (they are daemon threads)."""
+        with self._running_lock:
+            stuck = list(self._current.values())
+            self._current.clear()
+        for task in stuck:
+            log.warning("task %s: crawl still blocked at shutdown; giving its lease back", task.id)
+            report = failure_report(task, FetchError("shutdown during the crawl", outcome="Timeout"), 0)
+            self.sink.add(CrawlResult(task, report, aborted=True))
 
     def _release_queued(self) -> None:
         """Hand tasks that were leased but never started to the sink as aborted (it gives the leases back)."""

@@ -7,20 +7,16 @@ SIGTERM."""
 
 from __future__ import annotations
 
-import collections
 import time
-from collections.abc import Callable
-from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from bench._client_stack import ClientStack, client_stack
-from icecrawler.processes import ManagedProcess
+from bench._client_stack import client_stack
 from sandbox.misbehave import Misbehaviour, MisbehaviourRule
 from sandbox.scenario import Category, Product, Scenario, WeiboUser
 from sandbox.schedules import Schedule
+from tests.client.stack_checks import client_logs, stored_keys, truth_keys, wait_for, wait_until_caught_up
 
 pytestmark = [pytest.mark.e2e, pytest.mark.ice, pytest.mark.bdb, pytest.mark.slow]
 
@@ -31,7 +27,6 @@ HANGING_PRODUCT = "100008348542"
 ARRIVALS = ("1000", "1001")
 #: Published items older than this (wall seconds) must be stored by the end.
 CATCH_UP_S = 8.0
-_BEIJING = timezone(timedelta(hours=8))
 
 
 def scenario() -> Scenario:
@@ -57,73 +52,6 @@ def scenario() -> Scenario:
             MisbehaviourRule("jd", HANGING_PRODUCT, Misbehaviour(hang_rate=1.0, hang_s=20.0)),
         ),
     )
-
-
-def _time_ms(text: str) -> int:
-    moment = datetime.fromisoformat(text.strip())
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=_BEIJING)
-    return int(moment.timestamp() * 1000)
-
-
-def _norm(text: str) -> str:
-    return " ".join(text.split())
-
-
-def truth_keys(stack: ClientStack, published_before_wall_ms: int) -> collections.Counter[tuple[Any, ...]]:
-    """Identity of each published item: (source, target, id) or, for ECSHOP (no ids), time and text."""
-    keys: collections.Counter[tuple[Any, ...]] = collections.Counter()
-    for item in stack.truth()["items"]:
-        if item["published_wall_ms"] > published_before_wall_ms:
-            continue
-        keys[_truth_key(item)] += 1
-    return keys
-
-
-def _truth_key(item: dict[str, Any]) -> tuple[Any, ...]:
-    if item["source"] == "ecshop":
-        # No ids on ECSHOP pages; the page shows "匿名用户" for an empty user name, so time + text identify it.
-        return ("ecshop", item["target"], _time_ms(item["created_at"]), _norm(item["text"]))
-    return (item["source"], str(item["target"]), str(item["id"]))
-
-
-def stored_keys(stack: ClientStack) -> collections.Counter[tuple[Any, ...]]:
-    posts, reviews = stack.stored()
-    keys: collections.Counter[tuple[Any, ...]] = collections.Counter()
-    for source, user_id, post_id in posts:
-        keys[(source, str(user_id), str(post_id))] += 1
-    for source, product, review_id, _user, content, created_at in reviews:
-        if source == "ecshop":
-            keys[("ecshop", product, _time_ms(created_at), _norm(content))] += 1
-        else:
-            keys[(source, product, str(review_id))] += 1
-    return keys
-
-
-Keys = collections.Counter[tuple[Any, ...]]
-
-
-def wait_until_caught_up(stack: ClientStack, timeout_s: float) -> tuple[Keys, Keys]:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        expected = truth_keys(stack, int((time.time() - CATCH_UP_S) * 1000))
-        stored = stored_keys(stack)
-        if not (expected - stored) or time.monotonic() > deadline:
-            return expected, stored
-        time.sleep(1.0)
-
-
-def client_logs(clients: list[ManagedProcess]) -> str:
-    return "\n".join(client.log_path.read_text(errors="replace") for client in clients)
-
-
-def wait_for(condition: Callable[[], bool], failure: str, timeout_s: float = 45.0) -> None:
-    """Poll ``condition`` (bounded); fail with ``failure`` if it never holds."""
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(failure)
-        time.sleep(0.5)
 
 
 def test_two_clients_crawl_all_sources_through_login_bans_and_hangs(tmp_path: Path) -> None:
@@ -154,7 +82,7 @@ def test_two_clients_crawl_all_sources_through_login_bans_and_hangs(tmp_path: Pa
         # A product the listing discovers must have published reviews before the catch-up is checked.
         wait_for(lambda: any(key[1] in ARRIVALS for key in truth_keys(stack, int((time.time() - CATCH_UP_S) * 1000))),
                  "the sandbox category never gained a product with reviews", timeout_s=60)
-        expected, stored = wait_until_caught_up(stack, timeout_s=60)
+        expected, stored = wait_until_caught_up(stack, CATCH_UP_S, timeout_s=60)
         codes = [client.stop(timeout_s=20) for client in clients]
         logs = client_logs(clients)
 
