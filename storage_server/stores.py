@@ -8,6 +8,7 @@ failure leaves a store as ``StorageUnavailableError``; the service above decides
 
 from __future__ import annotations
 
+import operator
 import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
@@ -120,6 +121,8 @@ class SqliteStore:
             for table, columns in COLUMNS.items():
                 defs = ", ".join(f'"{name}" {_SQL_TYPES[kind]} NOT NULL' for name, kind in columns)
                 self._conn.execute(f'CREATE TABLE IF NOT EXISTS "{table}" (row_key BLOB NOT NULL UNIQUE, {defs})')
+        #: Picks a row's column values in table order, in C (the per-row cost matters at 20k rows/s).
+        self._fields = {table: operator.itemgetter(*(name for name, _ in cols)) for table, cols in COLUMNS.items()}
         self._insert = {
             table: 'INSERT OR REPLACE INTO "{}" (row_key, {}) VALUES (?, {})'.format(
                 table, ", ".join(f'"{name}"' for name, _ in columns), ", ".join("?" for _ in columns)
@@ -139,8 +142,8 @@ class SqliteStore:
 
     def put(self, table: str, rows: Sequence[Row]) -> None:
         _check_table(table)
-        names = [name for name, _ in COLUMNS[table]]
-        values = [(row.key, *(row.columns[name] for name in names)) for row in rows]
+        fields = self._fields[table]
+        values = [(row.key, *fields(row.columns)) for row in rows]
         try:
             with self._lock:
                 self._conn.execute("BEGIN IMMEDIATE")
