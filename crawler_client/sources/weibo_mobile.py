@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from typing import Any, ClassVar
 
-from crawler_client.sources._counts import parse_count
+from crawler_client.sources._counts import parse_count, parse_id
 from crawler_client.sources._cursor import PostOrder
 from crawler_client.sources._dates import iso_of_ms, resolve_created_at
 from crawler_client.sources._decode import decode_body, html_text, load_json, make_soup, with_html
@@ -40,17 +40,6 @@ NO_CONTENT = "这里还没有内容"
 def _as_dict(value: object) -> dict[str, Any]:
     """``value`` if it is a JSON object, else {} (every field may have the wrong type)."""
     return value if isinstance(value, dict) else {}
-
-
-def _as_int(value: object) -> int:
-    """A Weibo id (int or decimal string) as int; 0 when absent or not a number."""
-    if isinstance(value, bool):
-        return 0
-    if isinstance(value, int):
-        return value if value >= 0 else 0
-    if isinstance(value, str) and value.strip().isdigit() and len(value.strip()) < 40:
-        return int(value.strip())
-    return 0
 
 
 def _https(url: str) -> str:
@@ -138,11 +127,11 @@ class WeiboMobileSource(PostOrder):
 
     def post_of(self, mblog: dict[str, Any], task: Task, now_ms: int, fetched_at: str) -> Post | None:
         """One ``mblog`` as a Post; None when it has no usable id."""
-        post_id = _as_int(mblog.get("id")) or _as_int(mblog.get("mid")) or _as_int(mblog.get("idstr"))
+        post_id = parse_id(mblog.get("id")) or parse_id(mblog.get("mid")) or parse_id(mblog.get("idstr"))
         if not post_id:
             return None
         user = _as_dict(mblog.get("user"))
-        user_id = _as_int(user.get("id")) or _as_int(task.target)
+        user_id = parse_id(user.get("id")) or parse_id(task.target)
         raw_text = mblog.get("text")
         html = raw_text if isinstance(raw_text, str) else ""
         retweeted = _as_dict(mblog.get("retweeted_status"))
@@ -161,7 +150,7 @@ class WeiboMobileSource(PostOrder):
             comments=parse_count(mblog.get("comments_count")),
             likes=parse_count(mblog.get("attitudes_count")),
             pinned=mblog.get("isTop") in (1, True, "1") or title.get("text") == "置顶",
-            retweeted_id=(_as_int(retweeted.get("id")) or _as_int(retweeted.get("mid"))) if retweeted else 0,
+            retweeted_id=(parse_id(retweeted.get("id")) or parse_id(retweeted.get("mid"))) if retweeted else 0,
             pictures=_pictures(mblog),
             permalink=f"https://weibo.com/{user_id}/{bid}" if bid else f"https://m.weibo.cn/status/{post_id}",
             fetched_at=fetched_at,
@@ -203,8 +192,8 @@ class WeiboMobileSource(PostOrder):
                 return None  # the site repeated our cursor: following it would loop
             params["since_id"] = str(since_id)
         else:
-            next_page = _as_int(info.get("page"))
-            if next_page <= _as_int(request.params.get("page", "1")) or next_page == 0:
+            next_page = parse_id(info.get("page"))
+            if next_page <= parse_id(request.params.get("page", "1")) or next_page == 0:
                 return None
             params["page"] = str(next_page)
         return PageRequest(url=request.url, params=params, page=request.page + 1)

@@ -25,7 +25,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from bs4 import Tag
 
-from crawler_client.sources._counts import parse_count
+from crawler_client.sources._counts import parse_count, parse_id
 from crawler_client.sources._cursor import PostOrder
 from crawler_client.sources._dates import iso_of_ms, resolve_created_at
 from crawler_client.sources._decode import decode_body, html_text, load_json, make_soup, with_html
@@ -54,12 +54,6 @@ _COUNT_PAGE_RE = re.compile(r"countPage=(\d+)")
 _PAGE_LINK_RE = re.compile(r"[?&]page=(\d+)")
 _FM_VIEW_RE = re.compile(r"FM\.view\((\{.*?\})\)\s*;?\s*</script>", re.DOTALL)
 _COUNT_ACTIONS = (("reposts", "fl_forward"), ("comments", "fl_comment"), ("likes", "fl_like"))
-
-
-def _digits(value: object) -> int:
-    """A decimal attribute as int; 0 when absent or not digits."""
-    text = value.strip() if isinstance(value, str) else ""
-    return int(text) if text.isdigit() and len(text) < 40 else 0
 
 
 def _attr(node: Tag | None, name: str) -> str:
@@ -94,7 +88,7 @@ class WeiboPcSource(PostOrder):
         check_http(page, now_ms)
         check_final_url(page, request.url)
         html = self._fragment(page)
-        chunk = _digits(request.state.get("chunk", "0"))
+        chunk = parse_id(request.state.get("chunk", "0"))
         soup = make_soup(html)
         fetched_at = iso_of_ms(now_ms)
         items: list[Item] = []
@@ -152,18 +146,18 @@ class WeiboPcSource(PostOrder):
 
     def post_of(self, node: Tag, task: Task, now_ms: int, fetched_at: str) -> Post | None:
         """One ``feed_list_item`` as a Post; None without a numeric ``mid``."""
-        post_id = _digits(_attr(node, "mid"))
+        post_id = parse_id(_attr(node, "mid"))
         if not post_id:
             return None
         forward = _by(node, "node-type", "feed_list_forwardContent")
-        retweeted_id = _digits(_attr(node, "omid"))
+        retweeted_id = parse_id(_attr(node, "omid"))
         if forward is not None:
             if not retweeted_id:
                 inner = _by(forward, "mid", True) or _by(forward, "node-type", "feed_list_item_date")
-                retweeted_id = _digits(_attr(inner, "mid") or _attr(inner, "name"))
+                retweeted_id = parse_id(_attr(inner, "mid") or _attr(inner, "name"))
             forward.extract()  # the original's author, text and counts are not this post's
         tbinfo = parse_qs(_attr(node, "tbinfo"))
-        user_id = _digits((tbinfo.get("ouid") or [""])[0]) or _digits(task.target)
+        user_id = parse_id((tbinfo.get("ouid") or [""])[0]) or parse_id(task.target)
         content = _by(node, "node-type", "feed_list_content")
         for unfold in _all(content, "action-type", "fl_unfold") if content is not None else []:
             unfold.extract()
@@ -252,7 +246,7 @@ def _created_at(date: Tag | None, now_ms: int) -> str:
     """``@date`` (epoch ms) first, then ``@title`` (YYYY-MM-DD HH:MM), then the display text."""
     if date is None:
         return ""
-    ms = _digits(_attr(date, "date"))
+    ms = parse_id(_attr(date, "date"))
     if ms:
         resolved = iso_of_ms(ms)
         if resolved:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from crawler_client.sources import SOURCES, get_source
-from crawler_client.sources._counts import parse_count
+from crawler_client.sources._counts import MAX_COUNT, parse_count, parse_id
 from crawler_client.sources._cursor import PostOrder, ReviewOrder
 from crawler_client.sources._dates import iso_of_ms, resolve_created_at
 from crawler_client.sources._decode import decode_body, html_text, make_soup, strip_jsonp
@@ -55,10 +55,19 @@ def test_epoch_ms_and_out_of_range() -> None:
 @pytest.mark.parametrize(("value", "expected"), [
     (5, 5), ("12", 12), ("1,234", 1234), ("100万+", 1_000_000), ("1.5万", 15_000), ("2亿", 200_000_000),
     ("转发", 0), ("评论", 0), ("赞", 0), ("", 0), (None, 0), (-3, 0), (True, 1), (2.7, 2), ("abc", 0),
-    (float("nan"), 0), ([], 0),
+    (float("nan"), 0), ([], 0), ("9" * 400, 0), ("100亿", MAX_COUNT), (2**40, MAX_COUNT),
 ])
 def test_counts(value: object, expected: int) -> None:
     assert parse_count(value) == expected
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    ("4102647604266970", 4102647604266970), (4102647604266970, 4102647604266970), (" 12 ", 12),
+    ("", 0), (None, 0), (True, 0), (-5, 0), ("1e5", 0), ("١٢", 0), ("9" * 19, 0),
+    (2**63 - 1, 2**63 - 1), (2**63, 0),
+])
+def test_ids_fit_a_slice_long(value: object, expected: int) -> None:
+    assert parse_id(value) == expected
 
 
 def test_decode_falls_back_to_gb18030_and_strips_bom() -> None:
