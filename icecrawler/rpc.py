@@ -25,6 +25,7 @@ from icecrawler.errors import (
     InvalidRecordsError,
     LeaseLostError,
     NoWorkError,
+    ServiceError,
     StorageUnavailableError,
 )
 from icecrawler.models import Account, Outcome, Post, Report, Review, Task, TaskKind
@@ -44,6 +45,7 @@ __all__ = [
     "map_errors",
     "post_from_slice",
     "post_to_slice",
+    "remote_calls",
     "report_from_slice",
     "report_to_slice",
     "review_from_slice",
@@ -337,3 +339,14 @@ def core_errors() -> Iterator[None]:
         yield
     except C.CrawlerError as exc:
         raise from_slice_error(exc) from exc
+
+
+@contextmanager
+def remote_calls(what: str) -> Iterator[None]:
+    """Client side: Slice exceptions become core errors, and Ice's own failures (refused, timed out, no
+    answer) become ServiceError naming ``what``, so a command prints one clear line instead of a traceback."""
+    try:
+        with core_errors():
+            yield
+    except Ice.LocalException as exc:
+        raise ServiceError(f"cannot reach the {what}: {type(exc).__name__}: {exc}") from exc

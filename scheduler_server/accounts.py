@@ -22,7 +22,7 @@ from typing import Any
 
 from icecrawler.errors import ConfigError
 from icecrawler.models import SOURCES, Account
-from scheduler_server.politeness import RateWindow
+from scheduler_server.politeness import Hold, RateWindow
 
 __all__ = ["AccountPool", "PooledAccount", "load_accounts"]
 
@@ -31,8 +31,7 @@ __all__ = ["AccountPool", "PooledAccount", "load_accounts"]
 class PooledAccount:
     account: Account
     sources: frozenset[str]
-    frozen_until: float = 0.0
-    freeze_reason: str = ""
+    frozen: Hold = field(default_factory=Hold)
     used: RateWindow = field(default_factory=RateWindow)
 
 
@@ -84,7 +83,7 @@ class AccountPool:
             return Account()
         for step in range(len(self._order)):
             pooled = self._accounts[self._order[(self._next + step) % len(self._order)]]
-            if (source in pooled.sources and pooled.frozen_until <= now
+            if (source in pooled.sources and pooled.frozen.until <= now
                     and pooled.used.total(now) < self.budget_per_min):
                 self._next = (self._next + step + 1) % len(self._order)
                 pooled.used.add(now)
@@ -99,20 +98,15 @@ class AccountPool:
 
     def freeze(self, account_id: str, until: float, reason: str) -> None:
         pooled = self._accounts.get(account_id)
-        if pooled is not None and until > pooled.frozen_until:
-            pooled.frozen_until = until
-            pooled.freeze_reason = reason
-
-    def freezes(self) -> dict[str, tuple[float, str]]:
-        return {aid: (p.frozen_until, p.freeze_reason) for aid, p in self._accounts.items() if p.frozen_until}
+        if pooled is not None:
+            pooled.frozen.extend(until, reason)
 
     def describe(self, now: float) -> dict[str, Any]:
         """Per-account state for status: never the cookies."""
         return {
             aid: {
-                "state": "frozen" if p.frozen_until > now else "ok",
-                "frozen_for_s": round(max(0.0, p.frozen_until - now), 3),
-                "freeze_reason": p.freeze_reason if p.frozen_until > now else "",
+                "state": "frozen" if p.frozen.until > now else "ok",
+                "frozen": p.frozen.describe(now),
                 "used_last_min": p.used.total(now),
                 "budget_per_min": self.budget_per_min,
                 "sources": sorted(p.sources),

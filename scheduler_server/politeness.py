@@ -14,10 +14,10 @@ All times here are wall-clock seconds: sites care about real request rates, not 
 from __future__ import annotations
 
 import collections
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["HostGate", "RateWindow"]
+__all__ = ["Hold", "HostGate", "RateWindow"]
 
 
 class RateWindow:
@@ -47,12 +47,31 @@ class RateWindow:
 
 
 @dataclass
+class Hold:
+    """Something refused until a wall-clock time: a host's Retry-After or ban, an account's freeze."""
+
+    until: float = 0.0
+    reason: str = ""
+
+    def extend(self, until: float, reason: str) -> None:
+        """Holds only grow: a shorter Retry-After never lifts a longer ban."""
+        if until > self.until:
+            self.until = until
+            self.reason = reason
+
+    def remaining(self, now: float) -> float:
+        return max(0.0, self.until - now)
+
+    def describe(self, now: float) -> dict[str, Any]:
+        return {"held_for_s": round(self.remaining(now), 3), "reason": self.reason if self.until > now else ""}
+
+
+@dataclass
 class _Host:
     last_lease: float = float("-inf")
     last_end: float = float("-inf")
     inflight: int = 0
-    blocked_until: float = 0.0
-    block_reason: str = ""
+    block: Hold = field(default_factory=Hold)
 
 
 class HostGate:
@@ -66,7 +85,7 @@ class HostGate:
     def ready_in(self, host: str, now: float) -> float:
         """Seconds until ``host`` may get a task (0: now); ``inf`` while a spaced host has a task in flight."""
         state = self._hosts[host]
-        wait = max(0.0, state.blocked_until - now)
+        wait = state.block.remaining(now)
         if self.spacing_s > 0:
             if state.inflight > 0:
                 return float("inf")
@@ -92,14 +111,7 @@ class HostGate:
         state.last_lease = max(state.last_lease, now)
 
     def block(self, host: str, until: float, reason: str) -> None:
-        state = self._hosts[host]
-        if until > state.blocked_until:
-            state.blocked_until = until
-            state.block_reason = reason
-
-    def blocks(self) -> dict[str, tuple[float, str]]:
-        """Current blocks, to persist them."""
-        return {host: (s.blocked_until, s.block_reason) for host, s in self._hosts.items() if s.blocked_until}
+        self._hosts[host].block.extend(until, reason)
 
     def describe(self, now: float) -> dict[str, Any]:
         return {
@@ -107,8 +119,7 @@ class HostGate:
                 "inflight": s.inflight,
                 "spacing_s": self.spacing_s,
                 "ready_in_s": round(min(self.ready_in(host, now), 1e9), 3),
-                "blocked_for_s": round(max(0.0, s.blocked_until - now), 3),
-                "block_reason": s.block_reason if s.blocked_until > now else "",
+                "block": s.block.describe(now),
                 "leases_last_min": self.leases[host].total(now),
             }
             for host, s in sorted(self._hosts.items())

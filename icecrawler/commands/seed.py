@@ -7,7 +7,6 @@ from pathlib import Path
 
 from icecrawler import rpc
 from icecrawler.commands import BaseCommand
-from icecrawler.commands._remote import remote_calls
 from icecrawler.errors import ConfigError
 from icecrawler.models import SOURCES, TaskKind
 from icecrawler.settings import Settings
@@ -63,7 +62,7 @@ class Command(BaseCommand):
             raise ConfigError("nothing to seed: give ids, --file or --listing")
         limit = settings.get_int("scheduler.batch_limit")
         C = rpc.crawler()
-        with rpc.communicator(ice_args) as comm, remote_calls("scheduler"):
+        with rpc.communicator(ice_args) as comm, rpc.remote_calls("scheduler"):
             scheduler = rpc.scheduler_proxy(comm)
             for kind, ids in groups.items():
                 added = sum(scheduler.addUsers(ids[i:i + limit], C.TaskKind[kind.name])

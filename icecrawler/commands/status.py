@@ -14,7 +14,6 @@ import Ice
 
 from icecrawler import rpc
 from icecrawler.commands import BaseCommand
-from icecrawler.commands._remote import remote_calls
 from icecrawler.settings import Settings
 
 #: How long status waits for a server before calling it unreachable (milliseconds).
@@ -22,7 +21,7 @@ STATUS_TIMEOUT_MS = 3000
 
 
 def scheduler_section(comm: Ice.Communicator) -> dict[str, Any]:
-    with remote_calls("scheduler"):
+    with rpc.remote_calls("scheduler"):
         stats = rpc.scheduler_proxy(comm).ice_invocationTimeout(STATUS_TIMEOUT_MS).stats()
     return {
         "tasks": stats.tasks, "pending": stats.pending, "inflight": stats.inflight, "done": stats.done,
@@ -51,10 +50,10 @@ def render_text(report: dict[str, Any]) -> str:
         f"{s.get('policy', '?')}{'; SHUTTING DOWN' if s.get('shutting_down') else ''}",
     ]
     for host, h in s.get("hosts", {}).items():
-        block = f", blocked {h['blocked_for_s']:.0f}s ({h['block_reason']})" if h["blocked_for_s"] else ""
+        block = f", blocked {h['block']['held_for_s']:.0f}s ({h['block']['reason']})" if h["block"]["reason"] else ""
         lines.append(f"  host {host}: {h['inflight']} in flight, {h['leases_last_min']:.0f} leases/min{block}")
     for account, a in s.get("accounts", {}).items():
-        frozen = f" for {a['frozen_for_s']:.0f}s ({a['freeze_reason']})" if a["state"] == "frozen" else ""
+        frozen = f" for {a['frozen']['held_for_s']:.0f}s ({a['frozen']['reason']})" if a["state"] == "frozen" else ""
         lines.append(f"  account {account}: {a['state']}{frozen}, {a['used_last_min']:.0f}/{a['budget_per_min']} "
                      f"requests this minute")
     for listing, discovered in s.get("listings", {}).items():
@@ -82,7 +81,7 @@ class Command(BaseCommand):
     def run(self, args: argparse.Namespace, settings: Settings, ice_args: list[str]) -> int:
         with rpc.communicator(ice_args) as comm:
             if args.task:
-                with remote_calls("scheduler"):
+                with rpc.remote_calls("scheduler"):
                     info = json.loads(rpc.scheduler_proxy(comm).taskInfo(args.task))
                 print(json.dumps(info, indent=2 if not args.json else None, ensure_ascii=False))
                 return 0

@@ -197,7 +197,7 @@ def test_ban_blocks_the_host_until_retry_after(store: QueueStore, clocks: Manual
     with pytest.raises(NoWorkError) as caught:
         core.lease("w", 2)
     assert caught.value.next_due_in_ms == 100_000
-    assert core.stats()["detail"]["hosts"]["127.0.0.1:8800"]["block_reason"] == "Banned"
+    assert core.stats()["detail"]["hosts"]["127.0.0.1:8800"]["block"]["reason"] == "Banned"
     # the block is durable: a new core over the same store still honours it
     reopened = SchedulerCore.from_settings(make_settings(), store, clocks)
     with pytest.raises(NoWorkError):
