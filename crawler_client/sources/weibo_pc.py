@@ -274,12 +274,13 @@ def _counts(node: Tag) -> dict[str, int]:
 
 
 def _pictures(node: Tag) -> list[str]:
-    """The post's own preview images (a repost's are the original's, removed before)."""
+    """The post's own preview images (a repost's are the original's, removed before); a video's cover
+    (inside an element carrying ``video_src``) is not a picture."""
     urls: list[str] = []
     for media in _all(node, "node-type", "feed_list_media_prev"):
         for img in media.find_all("img"):
             src = _attr(img, "src")
-            if src and src not in urls:
+            if src and src not in urls and img.find_parent(attrs={"video_src": True}) is None:
                 urls.append("https:" + src if src.startswith("//") else src)
     return urls
 

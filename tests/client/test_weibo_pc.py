@@ -157,3 +157,16 @@ def test_feedtype_top_marks_the_pinned_post_and_keeps_it_out_of_the_cursor() -> 
     posts = [item for item in page.items if isinstance(item, Post)]
     assert [post.pinned for post in posts] == [True, False, False]
     assert SOURCE.newest_cursor(posts) == str(posts[1].id)
+
+
+def test_video_covers_are_not_pictures() -> None:
+    from crawler_client.sources.samples import wire_json
+
+    item = ('<div class="WB_cardwrap WB_feed_type" tbinfo="ouid=1" mid="4000000000000001" action-type="feed_list_item">'
+            '<div class="WB_text" node-type="feed_list_content">视频</div><ul node-type="feed_list_media_prev">'
+            '<li class="WB_video" video_src="//f.video.weibocdn.com/x.mp4"><div><img src="//wx1.sinaimg.cn/cover.jpg">'
+            '</div></li><li><img src="//wx1.sinaimg.cn/pic.jpg"></li></ul></div>')
+    page = parse("weibo_pc", TASK, SOURCE.first_request(TASK, BASE), wire_json({"code": "100000", "data": item}))
+    (post,) = page.items
+    assert isinstance(post, Post) and post.pictures == ["https://wx1.sinaimg.cn/pic.jpg"]
+    assert post.user_id == 1 and post.created_at == "" and post.permalink == ""
