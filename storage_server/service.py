@@ -42,6 +42,8 @@ log = logging.getLogger(__name__)
 
 #: Replay backoff while the backend is down: first retry, then doubling up to the cap.
 REPLAY_BACKOFF_S = (0.2, 5.0)
+#: How long ``stats()`` waits for the backend's row counts (``icecrawler status`` gives a server 3 s in all).
+COUNT_BUDGET_S = 1.5
 
 
 @dataclass(frozen=True)
@@ -54,7 +56,7 @@ class WriteResult:
 
 @dataclass
 class StorageStatsData:
-    """What ``stats()`` reports; counts of -1 mean the backend could not be asked in time."""
+    """What ``stats()`` reports; counts of -1 mean the backend has not answered a count yet (down or slow)."""
 
     backend: str
     posts: int
@@ -96,6 +98,9 @@ class StorageService:
         self._last_error = ""
         self._stop = threading.Event()
         self._wake = threading.Event()
+        self._count_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store-count")
+        self._count_future: Future[tuple[int, int]] | None = None
+        self._last_counts = (-1, -1)
         self._replayer = threading.Thread(target=self._replay_loop, name="spool-replay", daemon=True)
         self._replayer.start()
 
@@ -191,22 +196,33 @@ class StorageService:
 
     # --- stats ---------------------------------------------------------------------------------------------------
 
-    def _count(self, table: str) -> int:
-        future = self._executor.submit(self.store.count, table)
+    def _counts(self) -> tuple[int, int]:
+        """(posts, reviews) in the backend, counted on a thread of their own and waited for at most
+        ``COUNT_BUDGET_S``, so ``stats()`` always answers quickly. A count still running (a big HBase table)
+        is not started twice; until one finishes, the last known counts (or -1) are reported."""
+        with self._lock:
+            if self._count_future is None or self._count_future.done():
+                self._count_future = self._count_pool.submit(
+                    lambda: (self.store.count(schema.WEIBO), self.store.count(schema.REVIEW)))
+            future = self._count_future
         try:
-            return future.result(timeout=self.write_timeout_s)
-        except (FutureTimeout, StorageUnavailableError):
-            future.cancel()
-            return -1
+            counts = future.result(timeout=COUNT_BUDGET_S)
+        except FutureTimeout:
+            return self._last_counts
+        except StorageUnavailableError:
+            return (-1, -1)
+        self._last_counts = counts
+        return counts
 
     def stats(self) -> StorageStatsData:
+        posts, reviews = self._counts()
         with self._lock:
             counters = dict(self._counters)
             last_error = self._last_error
         return StorageStatsData(
             backend=self.store.name,
-            posts=self._count(schema.WEIBO),
-            reviews=self._count(schema.REVIEW),
+            posts=posts,
+            reviews=reviews,
             spool_depth=self.spool.depth(),
             records_accepted=counters["accepted"],
             records_rejected=counters["rejected"],
@@ -225,5 +241,6 @@ class StorageService:
         self._wake.set()
         self._replayer.join(timeout=30.0)
         self._executor.shutdown(wait=True, cancel_futures=True)
+        self._count_pool.shutdown(wait=True, cancel_futures=True)
         self.store.close()
         self.spool.close()
