@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import itertools
 import json
 import sqlite3
 import time
@@ -29,7 +30,8 @@ from icecrawler.processes import ManagedProcess, ProcessGroup, free_port, icecra
 from sandbox.launch import SandboxProcess, sandbox_process
 from sandbox.scenario import Scenario, default_scenario
 
-__all__ = ["SITE_PREFIX", "ItemKey", "Stack", "StoredItem", "running_stack", "stored_index", "truth_index"]
+__all__ = ["SITE_PREFIX", "ItemKey", "Stack", "StoredItem", "leases_by_task", "overlapping_leases", "running_stack",
+           "stored_index", "truth_index"]
 
 #: sources.<name>.base_url → the sandbox prefix serving that source.
 SITE_PREFIX = {"weibo_pc": "pc", "weibo_mobile": "m", "ecshop": "ecshop", "jd": "jd"}
@@ -84,6 +86,25 @@ def truth_index(items: Sequence[Mapping[str, Any]], published_before_wall_ms: in
 def stored_index(rows: Sequence[StoredItem]) -> collections.Counter[ItemKey]:
     """How many times each key is stored (more than once would be a duplicate)."""
     return collections.Counter(row.key for row in rows)
+
+
+def leases_by_task(done: Sequence[Mapping[str, Any]]) -> dict[str, list[Mapping[str, Any]]]:
+    """Completion-log entries (``Stack.done_log``) per task, in lease order."""
+    per_task: dict[str, list[Mapping[str, Any]]] = collections.defaultdict(list)
+    for entry in done:
+        per_task[str(entry["task_id"])].append(entry)
+    for leases in per_task.values():
+        leases.sort(key=lambda e: (e["leased_wall_ms"], e["ended_wall_ms"]))
+    return dict(per_task)
+
+
+def overlapping_leases(done: Sequence[Mapping[str, Any]]) -> list[tuple[Mapping[str, Any], Mapping[str, Any]]]:
+    """Pairs of leases of one task that overlap in time: the audit behind "no task is ever leased twice at
+    once". Every report and every expired lease is in the completion log with its interval (leased, ended; wall
+    ms, each rounded to the millisecond, hence the 1 ms tolerance)."""
+    return [(before, after) for leases in leases_by_task(done).values()
+            for before, after in itertools.pairwise(leases)
+            if after["leased_wall_ms"] < before["ended_wall_ms"] - 1]
 
 
 @dataclass
@@ -280,7 +301,9 @@ def running_stack(root: Path, scenario: Scenario | None = None, *, speed: float 
             storage = group.start("storage", icecrawler_argv(
                 "storage", *(f"--set={k}={v}" for k, v in storage_sets.items()),
                 f"--Ice.Config={root / 'storage.conf'}"))
-            scheduler_sets = {**common, "scheduler.db_dir": str(root / "scheduler"),
+            # The scheduler knows every source's host too: its politeness is per host.
+            base_urls = {f"sources.{name}.base_url": sandbox.base_url(prefix) for name, prefix in SITE_PREFIX.items()}
+            scheduler_sets = {**common, **base_urls, "scheduler.db_dir": str(root / "scheduler"),
                               **{k: str(v) for k, v in (scheduler_settings or {}).items()}}
             scheduler = group.start("scheduler", icecrawler_argv(
                 "scheduler", *(f"--set={k}={v}" for k, v in scheduler_sets.items()),
@@ -290,7 +313,6 @@ def running_stack(root: Path, scenario: Scenario | None = None, *, speed: float 
                     wait_for_port("127.0.0.1", port, start_timeout_s, alive=process.alive)
                 except Exception as exc:
                     raise RuntimeError(f"{process.name} did not start: {exc}\n{process.log_tail()}") from exc
-            base_urls = {f"sources.{name}.base_url": sandbox.base_url(prefix) for name, prefix in SITE_PREFIX.items()}
             stack = Stack(root, group, sandbox, scheduler, storage, scheduler_port, storage_port, speed, origin,
                           scenario, {**common, **base_urls,
                                      **{k: str(v) for k, v in (client_settings or {}).items()}})

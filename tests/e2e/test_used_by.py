@@ -20,15 +20,13 @@ Checked against the sandbox's ground truth and the scheduler's own records:
 from __future__ import annotations
 
 import collections
-import itertools
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from icecrawler.stack import Stack, running_stack, stored_index, truth_index
+from icecrawler.stack import Stack, leases_by_task, overlapping_leases, running_stack, stored_index, truth_index
 from sandbox.scenario import Category, Product, Scenario, WeiboUser
 from sandbox.schedules import Schedule
 
@@ -82,20 +80,6 @@ def missing_items(stack: Stack) -> int:
     return len(published - set(stored_index(stack.stored())))
 
 
-def audit_leases(done: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    """Per task, its leases in order; fails if two of them overlap in time."""
-    per_task: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
-    for entry in done:
-        per_task[entry["task_id"]].append(entry)
-    for task_id, leases in per_task.items():
-        leases.sort(key=lambda e: (e["leased_wall_ms"], e["ended_wall_ms"]))
-        for before, after in itertools.pairwise(leases):
-            # lease times are rounded to the millisecond on both sides
-            assert after["leased_wall_ms"] >= before["ended_wall_ms"] - 1, \
-                f"{task_id} leased twice at once: {before} and {after}"
-    return per_task
-
-
 def test_clients_join_and_die_while_the_crawl_runs(tmp_path: Path) -> None:
     with running_stack(tmp_path, scenario(), speed=SPEED, scheduler_settings=SCHEDULER, client_settings=CLIENT,
                        latency_ms=100) as stack:
@@ -143,7 +127,9 @@ def test_clients_join_and_die_while_the_crawl_runs(tmp_path: Path) -> None:
     assert set(stored) <= everything, f"stored items never published: {sorted(set(stored) - everything)[:5]}"
     print(f"{len(published)} published items checked, {len(stored)} stored, {len(done)} completion-log entries")
 
-    per_task = audit_leases(done)
+    overlaps = overlapping_leases(done)
+    assert not overlaps, f"a task was leased twice at once: {overlaps[:3]}"
+    per_task = leases_by_task(done)
     workers = collections.Counter(entry["worker"] for entry in done if entry["outcome"] == "Ok")
     print("successful crawls per client:", dict(workers))
     assert {"c1", "c2", "c3", "c4"} <= set(workers), f"a client never completed a task: {workers}"
