@@ -15,6 +15,7 @@ Cookies never appear in logs or status: only ids, states and counts do.
 
 from __future__ import annotations
 
+import logging
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +26,8 @@ from icecrawler.models import SOURCES, Account
 from scheduler_server.politeness import Hold, RateWindow
 
 __all__ = ["AccountPool", "PooledAccount", "load_accounts"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -45,6 +48,9 @@ def load_accounts(directory: str | Path, default_sources: frozenset[str]) -> lis
     accounts: list[PooledAccount] = []
     seen: set[str] = set()
     for file in sorted(path.glob("*.toml")):
+        if file.stat().st_mode & 0o077:
+            log.warning("%s is readable by other users; account cookies should be readable by the scheduler only",
+                        file)
         try:
             entries = tomllib.loads(file.read_text(encoding="utf-8")).get("account", [])
         except (OSError, tomllib.TOMLDecodeError) as exc:

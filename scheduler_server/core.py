@@ -55,6 +55,8 @@ _MAX_COUNT = 10_000_000
 _MAX_TEXT = 256
 _TOKEN_HISTORY = 3
 _SCAN_CHUNK = 256
+#: status counts due-soon tasks up to this many (the count is a scan; it must not stall the scheduler).
+_DUE_SOON_CAP = 100_000
 #: When a due task waits for an in-flight task of its host or for an account, idle clients retry after this.
 _RETRY_HINT_MS = 200
 
@@ -592,7 +594,7 @@ class SchedulerCore:
             wall = self.clocks.wall()
             now_ms = int(self.clocks.now() * 1000)
             with self.store.transaction() as txn:
-                due_soon = len(txn.scan("pending", b"", time_key(now_ms + 60_000), 1_000_000))
+                due_soon = len(txn.scan("pending", b"", time_key(now_ms + 60_000), _DUE_SOON_CAP))
                 listings = {
                     key.decode(): TaskRecord.from_bytes(value).discovered
                     for key, value in txn.scan("tasks", b"listing:", b"listing;", 1000)
