@@ -139,7 +139,7 @@ def _cpu_seconds(pid: int) -> float:
 
 
 def throughput(workers: int, latency_ms: int, products: int, users: int, backlog: int) -> dict[str, Any]:
-    from bench._client_stack import client_stack
+    from icecrawler.stack import running_stack
 
     max_pages = backlog // 10 + 1
     with tempfile.TemporaryDirectory(prefix="bench-client-") as tmp:
@@ -147,10 +147,10 @@ def throughput(workers: int, latency_ms: int, products: int, users: int, backlog
                      "scheduler.max_period_s": 86400}
         client = {"client.workers": workers, "client.batch": workers, "client.max_pages": max_pages,
                   "client.idle_sleep_s": 0.2, "client.progress_log_s": 5}
-        with client_stack(Path(tmp), _scenario(products, users, backlog), latency_ms=latency_ms,
-                          scheduler_settings=scheduler, client_settings=client) as stack:
-            ids = [f"jd:{p.id}" for p in stack.sandbox.scenario.products]
-            ids += [f"weibo_mobile:{u.uid}" for u in stack.sandbox.scenario.users]
+        with running_stack(Path(tmp), _scenario(products, users, backlog), speed=1.0, latency_ms=latency_ms,
+                           scheduler_settings=scheduler, client_settings=client) as stack:
+            ids = [f"jd:{p.id}" for p in stack.scenario.products]
+            ids += [f"weibo_mobile:{u.uid}" for u in stack.scenario.users]
             process = stack.start_client("bench-client")
             started = time.monotonic() + 60
             while "started" not in process.log_path.read_text(errors="replace") and time.monotonic() < started:
@@ -160,15 +160,14 @@ def throughput(workers: int, latency_ms: int, products: int, users: int, backlog
             expected = len(stack.truth()["items"])
             deadline = time.monotonic() + 300
             while time.monotonic() < deadline:
-                if stack.stored_count() >= expected or not process.alive():
+                if len(stack.stored()) >= expected or not process.alive():
                     break
-                time.sleep(0.5)
-            stored = stack.stored_count()
+                time.sleep(1.0)
+            stored = len(stack.stored())
             client_cpu_s = _cpu_seconds(process.pid) - cpu_before
             load = os.getloadavg()[0]
             process.stop(timeout_s=20)
-            log = stack.sandbox.requests(limit=10_000_000)["requests"]
-            site = [r for r in log if r["site"] in ("jd", "m")]
+            site = [r for r in stack.requests() if r["site"] in ("jd", "m")]
             first, last = min(r["wall_ms"] for r in site), max(r["wall_ms"] for r in site)
             pages = len(site)
             client_rate = (pages - 1) / ((last - first) / 1000) if last > first else 0.0

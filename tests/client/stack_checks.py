@@ -1,76 +1,20 @@
-"""Checks shared by the client's end-to-end tests: what the sandbox published vs what storage holds, and
-bounded polling."""
+"""Checks shared by the client's end-to-end tests (on top of ``icecrawler.stack``): what the sandbox published
+vs what storage holds, restarting a server, and bounded polling."""
 
 from __future__ import annotations
 
 import collections
 import time
 from collections.abc import Callable
-from datetime import datetime, timedelta, timezone
-from typing import Any
 
 import pytest
 
-from bench._client_stack import ClientStack
-from icecrawler.processes import ManagedProcess
+from icecrawler.processes import ManagedProcess, wait_for_port
+from icecrawler.stack import ItemKey, Stack, stored_index, truth_index
 
-_BEIJING = timezone(timedelta(hours=8))
+__all__ = ["caught_up", "client_logs", "restart", "wait_for"]
 
-
-def _time_ms(text: str) -> int:
-    moment = datetime.fromisoformat(text.strip())
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=_BEIJING)
-    return int(moment.timestamp() * 1000)
-
-
-def _norm(text: str) -> str:
-    return " ".join(text.split())
-
-
-def truth_keys(stack: ClientStack, published_before_wall_ms: int) -> collections.Counter[tuple[Any, ...]]:
-    """Identity of each published item: (source, target, id) or, for ECSHOP (no ids), time and text."""
-    keys: collections.Counter[tuple[Any, ...]] = collections.Counter()
-    for item in stack.truth()["items"]:
-        if item["published_wall_ms"] > published_before_wall_ms:
-            continue
-        keys[_truth_key(item)] += 1
-    return keys
-
-
-def _truth_key(item: dict[str, Any]) -> tuple[Any, ...]:
-    if item["source"] == "ecshop":
-        # No ids on ECSHOP pages; the page shows "匿名用户" for an empty user name, so time + text identify it.
-        return ("ecshop", item["target"], _time_ms(item["created_at"]), _norm(item["text"]))
-    return (item["source"], str(item["target"]), str(item["id"]))
-
-
-def stored_keys(stack: ClientStack) -> collections.Counter[tuple[Any, ...]]:
-    posts, reviews = stack.stored()
-    keys: collections.Counter[tuple[Any, ...]] = collections.Counter()
-    for source, user_id, post_id in posts:
-        keys[(source, str(user_id), str(post_id))] += 1
-    for source, product, review_id, _user, content, created_at in reviews:
-        if source == "ecshop":
-            keys[("ecshop", product, _time_ms(created_at), _norm(content))] += 1
-        else:
-            keys[(source, product, str(review_id))] += 1
-    return keys
-
-
-Keys = collections.Counter[tuple[Any, ...]]
-
-
-def wait_until_caught_up(stack: ClientStack, catch_up_s: float, timeout_s: float) -> tuple[Keys, Keys]:
-    """Poll until every item published more than ``catch_up_s`` ago is stored (bounded by ``timeout_s``);
-    returns (expected, stored) for the caller's assertions."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        expected = truth_keys(stack, int((time.time() - catch_up_s) * 1000))
-        stored = stored_keys(stack)
-        if not (expected - stored) or time.monotonic() > deadline:
-            return expected, stored
-        time.sleep(1.0)
+Keys = collections.Counter[ItemKey]
 
 
 def client_logs(clients: list[ManagedProcess]) -> str:
@@ -84,3 +28,27 @@ def wait_for(condition: Callable[[], bool], failure: str, timeout_s: float = 45.
         if time.monotonic() > deadline:
             pytest.fail(failure)
         time.sleep(0.5)
+
+
+def expected_keys(stack: Stack, published_before_wall_ms: int) -> Keys:
+    """Each published item's identity (a post shown on both Weibo sites counts once: it is one row)."""
+    return collections.Counter({key for _, key in truth_index(stack.truth()["items"], published_before_wall_ms)})
+
+
+def caught_up(stack: Stack, catch_up_s: float, timeout_s: float) -> tuple[Keys, Keys, Keys]:
+    """Poll until every item published more than ``catch_up_s`` ago is stored (bounded by ``timeout_s``);
+    returns (expected, stored, everything published so far) for the caller's assertions."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        expected = expected_keys(stack, int((time.time() - catch_up_s) * 1000))
+        stored = stored_index(stack.stored())
+        if not (expected - stored) or time.monotonic() > deadline:
+            return expected, stored, expected_keys(stack, int(time.time() * 1000) + 60_000)
+        time.sleep(1.0)
+
+
+def restart(stack: Stack, process: ManagedProcess, port: int) -> ManagedProcess:
+    """Start a stopped server again with its own command line (same port, same data); returns the new one."""
+    again = stack.group.start(f"{process.name}-again", process.argv)
+    wait_for_port("127.0.0.1", port, 60, alive=again.alive)
+    return again

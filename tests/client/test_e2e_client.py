@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from bench._client_stack import client_stack
+from icecrawler.stack import running_stack
 from sandbox.misbehave import Misbehaviour, MisbehaviourRule
 from sandbox.scenario import Category, Product, Scenario, WeiboUser
 from sandbox.schedules import Schedule
-from tests.client.stack_checks import client_logs, stored_keys, truth_keys, wait_for, wait_until_caught_up
+from tests.client.stack_checks import caught_up, client_logs, expected_keys, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.ice, pytest.mark.bdb, pytest.mark.slow]
 
@@ -62,14 +62,14 @@ def test_two_clients_crawl_all_sources_through_login_bans_and_hangs(tmp_path: Pa
                        "client.total_timeout_s": 5, "client.retries": 1, "client.backoff_s": 0.1,
                        "client.idle_sleep_s": 0.3, "client.progress_log_s": 5, "client.shutdown_grace_s": 5,
                        "sources.ecshop.username": "sandbox", "sources.ecshop.password": "sandbox"}
-    with client_stack(tmp_path, scenario(), speed=SPEED, scheduler_settings=scheduler_settings,
-                      client_settings=client_settings) as stack:
+    with running_stack(tmp_path, scenario(), speed=SPEED, scheduler_settings=scheduler_settings,
+                       client_settings=client_settings) as stack:
         stack.seed(["weibo_mobile:1907518591", "weibo_mobile:1163218074", "weibo_pc:2803301701", "ecshop:12",
                     "jd:100012043978", f"jd:{HANGING_PRODUCT}"], listings=["ecshop:1"])
         clients = [stack.start_client("client-a"), stack.start_client("client-b")]
         # The first crawls are under way (some items stored) before the ban starts: a ban in the middle of the
         # crawl, 418 bursts on the mobile site and the GBK busy page on the desktop site, until both were met.
-        wait_for(lambda: sum(stored_keys(stack).values()) > 0, "no item stored at all")
+        wait_for(lambda: len(stack.stored()) > 0, "no item stored at all")
         stack.misbehave({"site": "m", "set": {"teapot_rate": 1.0, "teapot_burst": 5}})
         stack.misbehave({"site": "pc", "set": {"ban_rate": 1.0, "ban_page": "busy"}})
         wait_for(lambda: "Banned (http-418)" in client_logs(clients), "no 418 burst was classified as Banned")
@@ -80,9 +80,11 @@ def test_two_clients_crawl_all_sources_through_login_bans_and_hangs(tmp_path: Pa
         # The hanging product comes back; its items must be caught up too.
         stack.misbehave({"site": "jd", "target": HANGING_PRODUCT, "clear": True})
         # A product the listing discovers must have published reviews before the catch-up is checked.
-        wait_for(lambda: any(key[1] in ARRIVALS for key in truth_keys(stack, int((time.time() - CATCH_UP_S) * 1000))),
-                 "the sandbox category never gained a product with reviews", timeout_s=60)
-        expected, stored = wait_until_caught_up(stack, CATCH_UP_S, timeout_s=60)
+        def arrival_published() -> bool:
+            return any(key[1] in ARRIVALS for key in expected_keys(stack, int((time.time() - CATCH_UP_S) * 1000)))
+
+        wait_for(arrival_published, "the sandbox category never gained a product with reviews", timeout_s=60)
+        expected, stored, published = caught_up(stack, CATCH_UP_S, timeout_s=60)
         codes = [client.stop(timeout_s=20) for client in clients]
         logs = client_logs(clients)
 
@@ -90,8 +92,7 @@ def test_two_clients_crawl_all_sources_through_login_bans_and_hangs(tmp_path: Pa
     assert not missing, f"{sum(missing.values())} published item(s) never stored, e.g. {list(missing)[:5]}"
     duplicated = {key: count for key, count in stored.items() if count > 1}
     assert not duplicated, f"stored more than once: {list(duplicated.items())[:5]}"
-    all_truth = truth_keys(stack, int(time.time() * 1000) + 10_000)
-    phantom = set(stored) - set(all_truth)
+    phantom = set(stored) - set(published)
     assert not phantom, f"stored items the sandbox never published: {list(phantom)[:5]}"
     assert codes == [0, 0], logs[-4000:]
     assert logs.count("stopped") == 2 and "could not be reported in time" not in logs

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from bench._client_stack import client_stack
+from icecrawler.stack import running_stack
 from sandbox.misbehave import Misbehaviour, MisbehaviourRule
 from sandbox.scenario import Product, Scenario, WeiboUser
 from sandbox.schedules import Schedule
-from tests.client.stack_checks import client_logs, stored_keys, wait_for, wait_until_caught_up
+from tests.client.stack_checks import caught_up, client_logs, restart, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.ice, pytest.mark.bdb, pytest.mark.slow]
 
@@ -41,22 +41,22 @@ SEEDS = ["weibo_mobile:1907518591", "jd:100012043978", "jd:100008348542"]
 
 
 def test_storage_and_scheduler_outages_lose_nothing(tmp_path: Path) -> None:
-    with client_stack(tmp_path, small_world(), speed=SPEED, scheduler_settings=SCHEDULER,
-                      client_settings=CLIENT) as stack:
+    with running_stack(tmp_path, small_world(), speed=SPEED, scheduler_settings=SCHEDULER,
+                       client_settings=CLIENT) as stack:
         stack.seed(SEEDS)
         client = stack.start_client("client")
-        wait_for(lambda: sum(stored_keys(stack).values()) > 0, "nothing stored before the outage")
-        stack.stop_server("storage")
+        wait_for(lambda: len(stack.stored()) > 0, "nothing stored before the outage")
+        stack.storage.stop()
         wait_for(lambda: "storage unavailable" in client_logs([client]), "the client never noticed the outage")
         # New items keep being published and crawled while storage is down: they wait in the client's buffer.
         time.sleep(3)
         assert client.alive()
-        stack.start_server("storage")
-        stack.stop_server("scheduler")
+        restart(stack, stack.storage, stack.storage_port)
+        stack.stop_scheduler()
         wait_for(lambda: "scheduler unavailable" in client_logs([client]) or "leasing failed" in client_logs([client]),
                  "the client never noticed the scheduler outage")
-        stack.start_server("scheduler")
-        expected, stored = wait_until_caught_up(stack, CATCH_UP_S, timeout_s=60)
+        restart(stack, stack.scheduler, stack.scheduler_port)
+        expected, stored, _ = caught_up(stack, CATCH_UP_S, timeout_s=60)
         code = client.stop(timeout_s=20)
         logs = client_logs([client])
     missing = expected - stored
@@ -69,18 +69,18 @@ def test_storage_and_scheduler_outages_lose_nothing(tmp_path: Path) -> None:
 def test_sigterm_during_a_hanging_crawl_exits_cleanly_and_gives_the_lease_back(tmp_path: Path) -> None:
     hang = MisbehaviourRule("jd", "100008348542", Misbehaviour(hang_rate=1.0, hang_s=30.0))
     client_settings = {**CLIENT, "client.timeout_s": 20, "client.total_timeout_s": 60, "client.shutdown_grace_s": 1}
-    with client_stack(tmp_path, small_world(hang), speed=SPEED, scheduler_settings=SCHEDULER,
-                      client_settings=client_settings) as stack:
+    with running_stack(tmp_path, small_world(hang), speed=SPEED, scheduler_settings=SCHEDULER,
+                       client_settings=client_settings) as stack:
         stack.seed(["jd:100008348542"])
         client = stack.start_client("client")
-        wait_for(lambda: any(r["target"] == "100008348542" for r in stack.sandbox.requests(site="jd")["requests"]),
+        wait_for(lambda: any(r["target"] == "100008348542" for r in stack.requests(site="jd")),
                  "the hanging product was never requested")
-        assert stack.scheduler_stats().inflight == 1
+        assert stack.scheduler_stats()["inflight"] == 1
         started = time.monotonic()
         code = client.stop(timeout_s=15)
         took = time.monotonic() - started
         logs = client_logs([client])
-        inflight_after = stack.scheduler_stats().inflight
+        inflight_after = stack.scheduler_stats()["inflight"]
     assert code == 0, f"exit code {code} after {took:.1f}s:\n{logs[-3000:]}"
     assert "giving its lease back" in logs
     assert inflight_after == 0, "the lease was left to expire instead of being given back"
