@@ -48,7 +48,7 @@ def make_posts(first_id: int, count: int) -> list[Any]:
     ]
 
 
-def _writer(endpoint: str, first_id: int, count: int, batch: int, start: Any, results: Any) -> None:
+def _writer(endpoint: str, first_id: int, count: int, batch: int, ready: Any, start: Any, results: Any) -> None:
     """One writer process: build its batches first, then send them back to back after the start signal."""
     from icecrawler import rpc
 
@@ -58,6 +58,7 @@ def _writer(endpoint: str, first_id: int, count: int, batch: int, start: Any, re
         posts = [rpc.post_to_slice(post) for post in make_posts(first_id, count)]
         batches = [posts[i:i + batch] for i in range(0, len(posts), batch)]
         proxy.ice_ping()
+        ready.put(first_id)
         start.wait()
         began = time.perf_counter()
         stored = spooled = 0
@@ -92,13 +93,15 @@ def through_server(backend: str, records: int, batch: int, writers: int, tmp: Pa
         try:
             proxy = rpc.crawler().StoragePrx(comm, endpoint).ice_invocationTimeout(120_000)
             proxy.writeWB([rpc.post_to_slice(post) for post in warm])
-            start, results = context.Event(), context.Queue()
+            ready, start, results = context.Queue(), context.Event(), context.Queue()
             share = records // writers
-            procs = [context.Process(target=_writer, args=(endpoint, 1 + w * share, share, batch, start, results))
+            procs = [context.Process(target=_writer,
+                                     args=(endpoint, 1 + w * share, share, batch, ready, start, results))
                      for w in range(writers)]
             for proc in procs:
                 proc.start()
-            time.sleep(3.0)  # let every writer build its batches and connect (bounded: they wait on `start`)
+            for _ in procs:  # every writer has built its batches and connected: only sending is timed
+                ready.get(timeout=300)
             began = time.perf_counter()
             start.set()
             outcomes = [results.get(timeout=600) for _ in procs]
