@@ -55,6 +55,8 @@ _MAX_COUNT = 10_000_000
 _MAX_TEXT = 256
 _TOKEN_HISTORY = 3
 _SCAN_CHUNK = 256
+#: Most due keys one lease call looks at.
+_SCAN_CAP = 20_000
 #: status counts due-soon tasks up to this many (the count is a scan; it must not stall the scheduler).
 _DUE_SOON_CAP = 100_000
 #: When a due task waits for an in-flight task of its host or for an account, idle clients retry after this.
@@ -291,7 +293,8 @@ class SchedulerCore:
     def _lease_due(self, txn: Txn, worker_id: str, max_tasks: int, now_ms: int, wall: float
                    ) -> tuple[list[Task], list[float]]:
         """Walk the due part of ``pending`` in time order, skipping sources whose host or accounts are not
-        available; stops once every source is blocked."""
+        available; stops once every source is blocked, or after ``_SCAN_CAP`` keys (a huge backlog of one
+        blocked source must not make every call slow; tasks behind it wait for a later call)."""
         tasks: list[Task] = []
         waits: list[float] = []
         blocked: set[str] = set()
@@ -299,8 +302,10 @@ class SchedulerCore:
         deadline_ms = int((wall + self.config.lease_s) * 1000)
         stop = time_key(now_ms + 1)
         start = b""
-        while len(tasks) < max_tasks and len(blocked) < len(SOURCES):
+        scanned = 0
+        while len(tasks) < max_tasks and len(blocked) < len(SOURCES) and scanned < _SCAN_CAP:
             chunk = txn.scan("pending", start, stop, limit=_SCAN_CHUNK)
+            scanned += len(chunk)
             if not chunk:
                 break
             start = chunk[-1][0] + b"\0"
