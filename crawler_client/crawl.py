@@ -10,9 +10,11 @@ The walk, newest first:
    page cap ``client.max_pages`` (``PageRequest.page`` counts pages; a hard cap on requests bounds sources
    that fetch several chunks per page).
 3. The *window* is every distinct item of the crawled pages (new or not): its texts, never the page chrome,
-   are fingerprinted with ``shhd.fingerprint.fingerprint_texts``. *New* items are those not at/behind the cursor
+   are what SHHD fingerprints (``CrawlResult.window_texts``). *New* items are those not at/behind the cursor
    (all of them on a first crawl); only they are stored.
-4. Success → ``Report(outcome=Ok, fingerprint, new_items, window_items, newest_item_ms, cursor=new cursor)``.
+4. Success → ``Report(outcome=Ok, new_items, window_items, newest_item_ms, cursor=new cursor)``; the fingerprint
+   is filled in by ``fingerprint_result`` off the fetching thread (the sink does it), so a worker starts its next
+   fetch while the CPU-bound jieba + simhash work runs.
    Any ``FetchError``/``ParseError`` → a Report with that outcome, its HTTP status, error class and
    Retry-After, and the *old* cursor: the next visit re-crawls from where the last good one ended. Items
    collected before a mid-crawl failure are still kept for storage (the store is idempotent by row key).
@@ -38,6 +40,7 @@ __all__ = [
     "PageFetch",
     "crawl_task",
     "failure_report",
+    "fingerprint_result",
     "item_key",
     "item_text",
     "item_time_ms",
@@ -84,6 +87,8 @@ class CrawlResult:
     discovered: list[str] = field(default_factory=list)
     #: The crawl was interrupted (shutdown, lease running out): give the lease back instead of reporting.
     aborted: bool = False
+    #: Texts of the crawled item window, for ``fingerprint_result`` (empty once fingerprinted).
+    window_texts: list[str] = field(default_factory=list)
 
     @property
     def record_count(self) -> int:
@@ -144,13 +149,13 @@ def failure_report(task: Task, error: FetchError, fetches: int) -> Report:
     )
 
 
-def success_report(task: Task, *, window: list[Item], new_items: int, cursor: str, fingerprint: int,
-                   http_status: int, fetches: int) -> Report:
-    """The report for a completed crawl."""
+def success_report(task: Task, *, window: list[Item], new_items: int, cursor: str, http_status: int,
+                   fetches: int) -> Report:
+    """The report for a completed crawl (fingerprint 0 until ``fingerprint_result``)."""
     times = [item_time_ms(item) for item in window]
     return Report(
         task_id=task.id, lease_token=task.lease_token, outcome=Outcome.Ok, http_status=http_status,
-        fingerprint=fingerprint if window else 0, new_items=new_items, window_items=len(window),
+        new_items=new_items, window_items=len(window),
         newest_item_ms=max(times, default=0), cursor=cursor, fetches=fetches,
     )
 
@@ -215,7 +220,6 @@ def crawl_task(
     base_url: str,
     max_pages: int,
     now_ms: Callable[[], int],
-    fingerprint: Callable[[Iterable[str]], int],
     cancelled: Callable[[], bool] = lambda: False,
     relogin: Callable[[], None] | None = None,
 ) -> CrawlResult:
@@ -271,9 +275,15 @@ def crawl_task(
                            error_class=f"source-bug:{type(exc).__name__}")
         return result(failure_report(task, error, fetcher.requests_made - fetches_before))
     cursor = task.cursor if task.kind is TaskKind.Listing else source.newest_cursor(walk.window, task.cursor)
-    report = success_report(
-        task, window=walk.window, new_items=len(walk.new), cursor=cursor,
-        fingerprint=fingerprint(item_text(item) for item in walk.window), http_status=last_status,
-        fetches=fetcher.requests_made - fetches_before,
-    )
-    return result(report)
+    report = success_report(task, window=walk.window, new_items=len(walk.new), cursor=cursor,
+                            http_status=last_status, fetches=fetcher.requests_made - fetches_before)
+    crawled = result(report)
+    crawled.window_texts = [item_text(item) for item in walk.window]
+    return crawled
+
+
+def fingerprint_result(result: CrawlResult, fingerprint: Callable[[Iterable[str]], int]) -> None:
+    """Fill in the report's fingerprint from the window texts (once; a no-op for failures and empty windows)."""
+    if result.window_texts and result.report.outcome is Outcome.Ok:
+        result.report.fingerprint = fingerprint(result.window_texts)
+    result.window_texts = []

@@ -26,7 +26,7 @@ import queue
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from crawler_client.crawl import CrawlResult, failure_report
@@ -105,6 +105,7 @@ class ClientDaemon:
         runner_factory: Callable[[threading.Event], TaskRunner],
         *,
         clock: Clock,
+        fingerprint: Callable[[Iterable[str]], int],
         worker_id: str | None = None,
     ) -> None:
         self.scheduler = scheduler
@@ -115,7 +116,7 @@ class ClientDaemon:
         self.sink = Sink(
             scheduler, storage, buffer_records=config.buffer_records, report_batch=config.report_batch,
             write_batch=config.write_batch, backoff_s=config.backoff_s, max_backoff_s=config.max_backoff_s,
-            now_ms=_wall_ms, monotonic=time.monotonic, stats=self.stats,
+            now_ms=_wall_ms, monotonic=time.monotonic, fingerprint=fingerprint, stats=self.stats,
         )
         self._runner_factory = runner_factory
         self._tasks: queue.Queue[Task] = queue.Queue()

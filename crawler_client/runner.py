@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from crawler_client.crawl import CrawlResult, crawl_task, failure_report
@@ -57,7 +57,6 @@ class TaskRunner:
         *,
         clock: Clock,
         cancel: threading.Event,
-        fingerprint: Callable[[Iterable[str]], int],
     ) -> None:
         self.settings = settings
         self.policy = FetchPolicy.from_settings(settings)
@@ -65,7 +64,6 @@ class TaskRunner:
         self._get_source = get_source
         self.clock = clock
         self.cancel = cancel
-        self.fingerprint = fingerprint
         self.sessions = SessionCache()
 
     def close(self) -> None:
@@ -88,7 +86,7 @@ class TaskRunner:
         relogin = self._relogin_hook(task, base_url, fetcher)
         return crawl_task(
             task, source, fetcher, base_url=base_url, max_pages=self.max_pages,
-            now_ms=self.clock.now_ms, fingerprint=self.fingerprint, cancelled=self._cancelled(task),
+            now_ms=self.clock.now_ms, cancelled=self._cancelled(task),
             relogin=relogin,
         )
 

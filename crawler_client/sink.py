@@ -17,6 +17,9 @@ them for good. Everything in between is buffered here, in memory, bounded:
   has re-queued the task, whose cursor did not move, so the next crawl fetches the same items again;
 * aborted crawls (shutdown) give their leases back with ``releaseUsers``.
 
+The sink also computes each report's SHHD fingerprint (``fingerprint_result``), so the CPU-bound jieba + simhash
+work runs on the sink thread while the workers wait on the network.
+
 The sink has no thread of its own: the daemon calls ``flush`` from its sink thread; workers call ``add``.
 """
 
@@ -26,10 +29,10 @@ import collections
 import logging
 import random
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from crawler_client.crawl import CrawlResult
+from crawler_client.crawl import CrawlResult, fingerprint_result
 from crawler_client.gateways import SchedulerGateway, StorageGateway
 from icecrawler.errors import (
     InvalidArgumentError,
@@ -136,6 +139,7 @@ class Sink:
         max_backoff_s: float,
         now_ms: Callable[[], int],
         monotonic: Callable[[], float],
+        fingerprint: Callable[[Iterable[str]], int],
         stats: ClientStats | None = None,
     ) -> None:
         self.scheduler = scheduler
@@ -145,6 +149,7 @@ class Sink:
         self.write_batch = max(1, write_batch)
         self._now_ms = now_ms
         self._monotonic = monotonic
+        self._fingerprint = fingerprint
         self.stats = stats or ClientStats()
         self.storage_backoff = Backoff(backoff_s, max_backoff_s)
         self.scheduler_backoff = Backoff(backoff_s, max_backoff_s)
@@ -179,6 +184,8 @@ class Sink:
             batch, self._pending = self._pending, []
         try:
             batch = self._expire(batch)
+            for item in batch:
+                fingerprint_result(item.result, self._fingerprint)
             now = self._monotonic()
             if self.storage_backoff.ready(now):
                 self._store(batch)

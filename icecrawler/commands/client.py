@@ -57,7 +57,7 @@ class Command(BaseCommand):
             return int(fingerprint_texts(texts))
 
         def runner_factory(cancel: threading.Event) -> TaskRunner:
-            return TaskRunner(settings, get_source, clock=clock, cancel=cancel, fingerprint=fingerprint)
+            return TaskRunner(settings, get_source, clock=clock, cancel=cancel)
 
         stop_requested = threading.Event()
 
@@ -70,7 +70,7 @@ class Command(BaseCommand):
             with rpc.communicator(ice_args) as comm:
                 daemon = ClientDaemon(
                     IceScheduler.from_communicator(comm), IceStorage.from_communicator(comm), config,
-                    runner_factory, clock=clock, worker_id=args.worker_id,
+                    runner_factory, clock=clock, fingerprint=fingerprint, worker_id=args.worker_id,
                 )
                 log.info("scheduler: %s; storage: %s", rpc.scheduler_proxy(comm), rpc.storage_proxy(comm))
                 daemon.run_until(stop_requested)

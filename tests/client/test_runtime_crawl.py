@@ -9,7 +9,7 @@ from typing import ClassVar
 
 import pytest
 
-from crawler_client.crawl import CrawlResult, crawl_task, item_time_ms
+from crawler_client.crawl import CrawlResult, crawl_task, fingerprint_result, item_time_ms
 from crawler_client.sources._cursor import PostOrder, ReviewOrder
 from crawler_client.sources.base import FetchedPage, Item, PageRequest, ParsedPage
 from icecrawler.errors import FetchError, ParseError
@@ -105,7 +105,8 @@ def run(source: ScriptedSource, the_task: Task, *, max_pages: int = 10,
     fetch = ScriptedFetch()
     fingerprint, calls = fingerprint_recorder()
     result = crawl_task(the_task, source, fetch, base_url="http://site", max_pages=max_pages, now_ms=lambda: 0,
-                        fingerprint=fingerprint, cancelled=cancelled, relogin=relogin)
+                        cancelled=cancelled, relogin=relogin)
+    fingerprint_result(result, fingerprint)
     return result, fetch, calls
 
 
@@ -243,9 +244,8 @@ def test_fetch_failure_is_reported_with_its_class() -> None:
             self.requests_made += 3
             raise FetchError("slow", outcome="Timeout", error_class="ReadTimeout")
 
-    fingerprint, _ = fingerprint_recorder()
     result = crawl_task(task(), PostSource([[post(1)]]), TimingOut(), base_url="http://site", max_pages=5,
-                        now_ms=lambda: 0, fingerprint=fingerprint)
+                        now_ms=lambda: 0)
     assert (result.report.outcome, result.report.error_class, result.report.fetches) == (
         Outcome.Timeout, "ReadTimeout", 3)
 
@@ -309,6 +309,16 @@ def test_failed_login_reports_its_own_class() -> None:
 
     result, _, _ = run(PostSource([login_wall()]), task(), relogin=relogin)
     assert (result.report.outcome, result.report.error_class) == (Outcome.LoginRequired, "login-failed")
+
+
+def test_fingerprint_is_deferred_and_computed_once_from_the_window_texts() -> None:
+    source = PostSource([[post(2), post(1)]])
+    fingerprint, calls = fingerprint_recorder()
+    result = crawl_task(task(), source, ScriptedFetch(), base_url="http://site", max_pages=5, now_ms=lambda: 0)
+    assert result.report.fingerprint == 0 and result.window_texts == ["post 2", "post 1"]
+    fingerprint_result(result, fingerprint)
+    fingerprint_result(result, fingerprint)
+    assert result.report.fingerprint == 0xDEADBEEF and calls == [["post 2", "post 1"]]
 
 
 def test_item_time_parsing() -> None:

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from crawler_client.crawl import fingerprint_result
 from crawler_client.runner import TaskRunner
 from crawler_client.sources import get_source
 from icecrawler.clock import Clock
@@ -45,7 +46,7 @@ def runner(sandbox: SandboxServer, **overrides: str) -> TaskRunner:
     settings.set("client.retries", 0)
     for key, value in overrides.items():
         settings.set(key.replace("__", "."), value)
-    return TaskRunner(settings, get_source, clock=Clock(), cancel=threading.Event(), fingerprint=fingerprint_texts)
+    return TaskRunner(settings, get_source, clock=Clock(), cancel=threading.Event())
 
 
 def task(source: str, target: str, *, blob: str = "", cursor: str = "") -> Task:
@@ -113,5 +114,8 @@ def test_recrawl_from_the_cursor_fetches_one_page_and_finds_nothing_new(sandbox:
     again = worker.run(task("jd", "100012043978", cursor=first.report.cursor))
     assert (again.report.new_items, again.report.fetches, again.report.cursor) == (0, 1, first.report.cursor)
     assert again.reviews == []
-    assert again.report.fingerprint != 0
+    assert len(again.window_texts) == 10  # the first page's reviews, fingerprinted later by the sink
+    fingerprint_result(first, fingerprint_texts)
+    fingerprint_result(again, fingerprint_texts)
+    assert first.report.fingerprint != 0 and again.report.fingerprint != 0
     worker.close()

@@ -95,7 +95,7 @@ def make(buffer_records: int = 100, write_batch: int = 3, report_batch: int = 2,
     scheduler, storage, clock = MemoryScheduler(), MemoryStorage(), Clock()
     sink = Sink(scheduler, storage, buffer_records=buffer_records, report_batch=report_batch,
                 write_batch=write_batch, backoff_s=1.0, max_backoff_s=8.0, now_ms=lambda: clock.wall_ms,
-                monotonic=lambda: clock.mono)
+                monotonic=lambda: clock.mono, fingerprint=lambda texts: len(list(texts)))
     return sink, scheduler, storage, clock
 
 
@@ -231,6 +231,19 @@ def test_failure_reports_without_records_are_reported_during_a_storage_outage() 
     assert sink.flush() is False
     assert [r.outcome for r in scheduler.reports] == [Outcome.Banned]
     assert sink.stats.snapshot()["outcomes"] == {"Banned": 1}
+
+
+def test_the_sink_fingerprints_ok_results_before_reporting_them() -> None:
+    sink, scheduler, _, _ = make()
+    ok = result("a", posts=1)
+    ok.window_texts = ["one", "two", "three"]
+    failed = result("b")
+    failed.report.outcome = Outcome.Timeout
+    failed.window_texts = ["partial"]
+    sink.add(ok)
+    sink.add(failed)
+    assert sink.flush() is True
+    assert [r.fingerprint for r in scheduler.reports] == [3, 0]
 
 
 def test_backoff_grows_jittered_and_is_capped() -> None:
