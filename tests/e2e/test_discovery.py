@@ -106,6 +106,8 @@ def test_listings_discover_new_products_once_and_their_reviews_are_crawled(tmp_p
     print(status)
     print("listing periods (min):", {k: [round(e["period_s"] / 60, 1) for e in v["history"]]
                                      for k, v in listing_info.items()})
+    for task, info in listing_info.items():  # listings recur, their period adapting like any task's
+        assert info["crawls"] >= 3 and len({e["period_s"] for e in info["history"]}) > 1, f"{task}: {info}"
     assert len(products) >= 6, f"the sandbox added too few products in time: {products}"
     delays = {}
     for product in products:
