@@ -238,9 +238,9 @@ class ClientDaemon:
                     with self._running_lock:
                         self._running -= 1
                         abandoned = self._current.pop(name, None) is None
+                        self.crawled += 0 if abandoned else 1
                 if abandoned:  # stop() already gave this lease back
                     continue
-                self.crawled += 1
                 self.sink.add(result)
                 self._wake_sink.set()
         finally:

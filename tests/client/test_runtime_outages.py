@@ -22,7 +22,8 @@ SPEED = 60.0
 CATCH_UP_S = 8.0
 SCHEDULER = {"scheduler.initial_period_s": 60, "scheduler.min_period_s": 30, "scheduler.max_period_s": 120,
              "scheduler.lease_s": 120, "scheduler.backoff_after_attempts": 100}
-CLIENT = {"client.workers": 2, "client.batch": 2, "client.max_pages": 20, "client.timeout_s": 2,
+# client.batch = 1: leasing goes through getUser rather than getUsers.
+CLIENT = {"client.workers": 2, "client.batch": 1, "client.max_pages": 20, "client.timeout_s": 2,
           "client.backoff_s": 0.1, "client.max_backoff_s": 1, "client.idle_sleep_s": 0.3,
           "client.progress_log_s": 2, "client.shutdown_grace_s": 5}
 
