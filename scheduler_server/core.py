@@ -22,6 +22,7 @@ host spacing, blocks and account budgets use the wall clock, since clients and s
 from __future__ import annotations
 
 import json
+import logging
 import math
 import secrets
 import threading
@@ -42,6 +43,8 @@ from scheduler_server.store import QueueStore, Txn
 from shhd.policies import Observation, RevisitPolicy, make_policy
 
 __all__ = ["Clocks", "SchedulerConfig", "SchedulerCore", "SystemClocks", "check_consistency"]
+
+log = logging.getLogger(__name__)
 
 #: Outcomes that count as a failed attempt of the task itself (exponential backoff after N of them).
 TASK_FAILURES = frozenset({Outcome.HttpError, Outcome.Timeout, Outcome.ConnectionError, Outcome.ParseError,
@@ -70,6 +73,10 @@ class Clocks(Protocol):
 
     def wall(self) -> float: ...
 
+    def wall_delay(self, sim_seconds: float) -> float:
+        """Wall seconds until ``sim_seconds`` of simulated time have passed."""
+        ...
+
 
 @dataclass(frozen=True)
 class SystemClocks:
@@ -80,6 +87,9 @@ class SystemClocks:
 
     def wall(self) -> float:
         return time.time()
+
+    def wall_delay(self, sim_seconds: float) -> float:
+        return self.sim.to_wall_delay(sim_seconds)
 
 
 @dataclass(frozen=True)
@@ -194,8 +204,11 @@ class SchedulerCore:
                                  max_period_s=config.max_period_s, initial_period_s=config.initial_period_s)
         except ValueError as exc:
             raise ConfigError(f"scheduler.policy: {exc}") from exc
-        pool = AccountPool(load_accounts(settings.get_str("scheduler.accounts_dir"), config.account_sources),
-                           config.account_sources, config.account_budget_per_min, config.account_freeze_s)
+        accounts = load_accounts(settings.get_str("scheduler.accounts_dir"), config.account_sources)
+        for source in sorted(config.account_sources - {s for a in accounts for s in a.sources}):
+            log.warning("no account can crawl %s (scheduler.account_sources): its tasks wait until one is added",
+                        source)
+        pool = AccountPool(accounts, config.account_sources, config.account_budget_per_min, config.account_freeze_s)
         return cls(store, policy, clocks or SystemClocks(Clock.from_settings(settings)), config, pool)
 
     # --- start-up -------------------------------------------------------------------------------------------
@@ -355,8 +368,7 @@ class SchedulerCore:
         first = txn.scan("pending", limit=1)
         if not first:
             return -1
-        speed = getattr(getattr(self.clocks, "sim", None), "speed", 1.0)
-        return max(0, int((decode_time_key(first[0][0])[0] - now_ms) / speed))
+        return max(0, int(self.clocks.wall_delay(decode_time_key(first[0][0])[0] - now_ms)))
 
     # --- reports and releases ---------------------------------------------------------------------------------
 

@@ -25,6 +25,9 @@ class ManualClocks:
     def wall(self) -> float:
         return self.wall_s
 
+    def wall_delay(self, sim_seconds: float) -> float:
+        return sim_seconds
+
     def advance(self, seconds: float) -> None:
         self.sim += seconds
         self.wall_s += seconds
