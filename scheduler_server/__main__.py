@@ -8,6 +8,7 @@ import argparse
 import sys
 
 from icecrawler.cli import ICE_PREFIXES
+from icecrawler.errors import IcecrawlerError
 from icecrawler.logs import configure_logging
 from icecrawler.settings import load_settings
 from scheduler_server.server import run
@@ -18,9 +19,13 @@ def main(argv: list[str]) -> int:
     parser.add_argument("-c", "--config", metavar="FILE")
     parser.add_argument("-s", "--set", dest="assignments", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args([arg for arg in argv if not arg.startswith(ICE_PREFIXES)])
-    settings = load_settings(args.config, args.assignments)
-    configure_logging(settings.get_str("log.level"), settings.get_bool("log.json"))
-    return run(settings, [arg for arg in argv if arg.startswith(ICE_PREFIXES)])
+    try:
+        settings = load_settings(args.config, args.assignments)
+        configure_logging(settings.get_str("log.level"), settings.get_bool("log.json"))
+        return run(settings, [arg for arg in argv if arg.startswith(ICE_PREFIXES)])
+    except IcecrawlerError as exc:
+        print(f"scheduler: error: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":
