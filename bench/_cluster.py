@@ -220,30 +220,37 @@ class Cluster:
         if not ok or not process.alive():
             raise ServiceError(f"{process.name} is not listening on {host}:{port}\n{process.log_tail()}")
 
-    def start_sandbox(self, host: str, port: int, latency_ms: int = 0, wrap: Wrap | None = None) -> ManagedProcess:
+    def start_sandbox(self, host: str, port: int, latency_ms: int = 0, wrap: Wrap | None = None,
+                      wait: bool = True) -> ManagedProcess:
         scenario = self.work / "scenario.json"
         scenario.write_text(json.dumps(self.workload.scenario()))
         process = self._start("sandbox", [sys.executable, "-m", "sandbox", "--scenario", str(scenario), "--host", host,
                                           "--port", str(port), "--latency-ms", str(latency_ms),
                                           "--truth-file", str(self.truth_path)], wrap)
-        self.wait_listening(process, host, port, wrap)
+        if wait:
+            self.wait_listening(process, host, port, wrap)
         return process
 
     def start_server(self, role: str, host: str, port: int, wrap: Wrap | None = None,
-                     ice: dict[str, str] | None = None) -> ManagedProcess:
-        """``icecrawler scheduler`` or ``icecrawler storage`` on ``tcp -h host -p port`` (plus ``ice`` props)."""
+                     ice: dict[str, str] | None = None, wait: bool = True) -> ManagedProcess:
+        """``icecrawler scheduler`` or ``icecrawler storage`` on ``tcp -h host -p port`` (plus ``ice`` props).
+
+        ``wait=False`` returns at once (start several daemons in parallel, then ``wait_listening`` each).
+        """
         adapter = {"scheduler": "SchedulerAdapter", "storage": "StorageAdapter"}[role]
         conf = self.ice_config(role, {f"{adapter}.Endpoints": f"tcp -h {host} -p {port}", **(ice or {})})
         process = self._start(role, [sys.executable, "-m", "icecrawler", role, "--config", str(self.config()),
                                      f"--Ice.Config={conf}"], wrap)
-        self.wait_listening(process, host, port, wrap)
+        if wait:
+            self.wait_listening(process, host, port, wrap)
         return process
 
     def start_client(self, name: str, scheduler: str, storage: str, sandbox: tuple[str, int],
-                     wrap: Wrap | None = None, settings: dict[str, Any] | None = None) -> ManagedProcess:
+                     wrap: Wrap | None = None, settings: dict[str, Any] | None = None,
+                     ice: dict[str, str] | None = None) -> ManagedProcess:
         """One ``icecrawler client`` process named ``name`` (its worker id) against the given proxies."""
         conf = self.ice_config(name, {"Scheduler.Proxy": scheduler, "Storage.Proxy": storage,
-                                      "Ice.Connection.Client.ConnectTimeout": "2"})
+                                      "Ice.Connection.Client.ConnectTimeout": "2", **(ice or {})})
         app = self.config({**self.sandbox_settings(*sandbox), **(settings or {})}, name=f"{name}.toml")
         return self._start(name, [sys.executable, "-m", "icecrawler", "client", "--config", str(app),
                                   "--worker-id", name, f"--Ice.Config={conf}"], wrap)
@@ -276,7 +283,19 @@ class Cluster:
         return verify(truth, read_stored(self.db_path))
 
     def stored_items(self) -> int:
-        return sum(sum(1 for _ in counts) for counts in read_stored(self.db_path).values())
+        """Rows in storage (both tables), counted by SQLite: cheap enough to poll several times a second."""
+        from storage_server.stores import SqliteStore
+
+        if not self.db_path.exists():
+            return 0
+        store = SqliteStore(str(self.db_path))
+        try:
+            return sum(store.count(table) for table in ("weibo", "review"))
+        finally:
+            store.close()
+
+    def read_truth_count(self) -> int:
+        return sum(len(ids) for ids in read_truth(self.truth_path).values())
 
 
 def _probe_main(argv: Sequence[str]) -> int:
