@@ -124,6 +124,9 @@ DEFAULTS: dict[str, Any] = {
     "scheduler.initial_period_s": 600.0,
     # Re-crawl policy: "shhd" (the paper), "rate" (our own), "fixed".
     "scheduler.policy": "shhd",
+    # "rate" policy without a global budget: a target publishing one item per this period is crawled once per
+    # this period; others by the square-root rule (100x slower -> 10x longer). Passed to shhd make_policy.
+    "scheduler.rate_reference_period_s": 600.0,
     # (Accelerated time: the shared clock.speed / clock.origin keys apply to periods and due times.)
 
     # --- sources: where each source's site lives (the same paths as the real site under this base) ------
