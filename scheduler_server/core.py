@@ -437,11 +437,11 @@ class SchedulerCore:
                 code="StaleLease" if stale else "UnknownLease")
         return record
 
-    def _end_lease(self, txn: Txn, record: TaskRecord, due_ms: int, *, keep_token: bool) -> None:
-        """Move a task from in flight back to pending at ``due_ms``."""
+    def _end_lease(self, txn: Txn, record: TaskRecord, due_ms: int) -> None:
+        """Move a task from in flight back to pending at ``due_ms``. The ended token is remembered, so a late
+        or repeated report with it is told StaleLease rather than UnknownLease."""
         txn.delete("inflight", time_key(record.lease_deadline_ms, record.id))
-        if keep_token:
-            record.old_tokens = [*record.old_tokens, record.lease_token][-_TOKEN_HISTORY:]
+        record.old_tokens = [*record.old_tokens, record.lease_token][-_TOKEN_HISTORY:]
         record.state = "pending"
         record.lease_token = ""
         record.lease_deadline_ms = 0
@@ -481,7 +481,7 @@ class SchedulerCore:
         done = {"outcome": item.outcome.value, "new": item.new_items, "period_s": record.period_s,
                 "worker": record.worker, "fetches": item.fetches, **self._lease_interval(record, wall)}
         txn.put("done", time_key(now_ms, f"{record.id}#{record.lease_token}"), json.dumps(done).encode())
-        self._end_lease(txn, record, now_ms + int(delay_s * 1000), keep_token=False)
+        self._end_lease(txn, record, now_ms + int(delay_s * 1000))
         return effect
 
     def _observe(self, record: TaskRecord, item: Report, now_ms: int) -> float:
@@ -524,7 +524,7 @@ class SchedulerCore:
                 for index, (task_id, token) in enumerate(leases):
                     record = self._leased(txn, task_id, token, index, "leases")
                     hosts.append(self._host(task_id))
-                    self._end_lease(txn, record, now_ms, keep_token=True)
+                    self._end_lease(txn, record, now_ms)
             self._expired(expired, wall)
             for host in hosts:
                 self.gate.ended(host, wall)
@@ -559,7 +559,7 @@ class SchedulerCore:
             # The completion log keeps expired leases too, so that an audit sees every lease interval.
             expired = {"outcome": "LeaseExpired", "worker": record.worker, **self._lease_interval(record, wall)}
             txn.put("done", time_key(now_ms, f"{record.id}#{record.lease_token}"), json.dumps(expired).encode())
-            self._end_lease(txn, record, now_ms + int(self._backoff_s(record.attempts) * 1000), keep_token=True)
+            self._end_lease(txn, record, now_ms + int(self._backoff_s(record.attempts) * 1000))
         return hosts
 
     def _lease_interval(self, record: TaskRecord, wall: float) -> dict[str, int]:
