@@ -76,12 +76,13 @@ def test_sigterm_during_a_hanging_crawl_exits_cleanly_and_gives_the_lease_back(t
         client = stack.start_client("client")
         wait_for(lambda: any(r["target"] == "100008348542" for r in stack.requests(site="jd")),
                  "the hanging product was never requested")
-        assert stack.scheduler_stats()["inflight"] == 1
+        inflight_before = stack.scheduler_stats()["inflight"]
         started = time.monotonic()
         code = client.stop(timeout_s=15)
         took = time.monotonic() - started
         logs = client_logs([client])
         inflight_after = stack.scheduler_stats()["inflight"]
+    assert inflight_before == 1, logs[-3000:]
     assert code == 0, f"exit code {code} after {took:.1f}s:\n{logs[-3000:]}"
-    assert "giving its lease back" in logs
-    assert inflight_after == 0, "the lease was left to expire instead of being given back"
+    assert "giving its lease back" in logs, logs[-3000:]
+    assert inflight_after == 0, f"the lease was left to expire instead of being given back:\n{logs[-3000:]}"
