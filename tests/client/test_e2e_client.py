@@ -100,3 +100,35 @@ def test_two_clients_crawl_all_sources_through_login_bans_and_hangs(tmp_path: Pa
     assert "Traceback" not in logs, logs[-4000:]
     assert sum(1 for key in stored if key[0] == "ecshop" and key[1] in ARRIVALS) > 0, \
         "products discovered by the listing were never crawled"
+
+
+def test_account_cookie_blobs_from_the_scheduler_open_login_walls(tmp_path: Path) -> None:
+    """Both blob forms travel scheduler → client session: a JSON blob with a Weibo SUB cookie, a Cookie-header
+    string with JD's thor cookie; both sites are behind their login walls for the whole run."""
+    accounts = tmp_path / "accounts"
+    accounts.mkdir()
+    (accounts / "pool.toml").write_text(
+        '[[account]]\nid = "weibo-1"\ncookies = \'{"cookies": {"SUB": "sandbox-sub"}}\'\nsources = ["weibo_mobile"]\n'
+        '[[account]]\nid = "jd-1"\ncookies = "Cookie: thor=sandbox-thor"\nsources = ["jd"]\n', encoding="utf-8")
+    world = Scenario(
+        seed=4,
+        users=(WeiboUser(uid=1907518591, sites=("m",), backlog=15, schedule=Schedule("periodic", interval_s=300)),),
+        products=(Product("jd", "100012043978", backlog=15, schedule=Schedule("periodic", interval_s=300)),),
+        misbehave=(MisbehaviourRule("m", "", Misbehaviour(login_wall=True)),
+                   MisbehaviourRule("jd", "", Misbehaviour(login_wall=True))),
+    )
+    scheduler_settings = {"scheduler.initial_period_s": 60, "scheduler.min_period_s": 30,
+                          "scheduler.max_period_s": 120, "scheduler.accounts_dir": str(accounts),
+                          "scheduler.account_sources": "weibo_mobile,jd", "scheduler.account_budget_per_min": 100000}
+    client_settings = {"client.workers": 2, "client.idle_sleep_s": 0.3, "client.shutdown_grace_s": 5}
+    with running_stack(tmp_path / "run", world, speed=SPEED, scheduler_settings=scheduler_settings,
+                       client_settings=client_settings) as stack:
+        stack.seed(["weibo_mobile:1907518591", "jd:100012043978"])
+        client = stack.start_client("client")
+        wait_for(lambda: len(stack.stored()) >= 30, "the walled sites' backlog was never stored")
+        expected, stored, _ = caught_up(stack, CATCH_UP_S, timeout_s=60)
+        code = client.stop(timeout_s=20)
+        logs = client_logs([client])
+    assert not (expected - stored), f"missing: {list(expected - stored)[:3]}"
+    assert code == 0, logs[-3000:]
+    assert "LoginRequired" not in logs, "a leased account's cookies did not open the login wall"
