@@ -11,7 +11,7 @@ core types; Slice types and Ice exceptions stop here. Errors a caller must handl
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Protocol
 
@@ -59,56 +59,43 @@ def _remote(what: str) -> Iterator[None]:
         raise ServiceError(f"{what}: {type(exc).__name__}: {exc}") from exc
 
 
-def _call[T](what: str, call: Callable[[], T]) -> T:
-    with _remote(what):
-        return call()
-
-
-class IceScheduler:
-    """SchedulerGateway over a ``Crawler::Scheduler`` proxy."""
+class _IceGateway:
+    """One typed proxy; every remote call goes through ``_invoke`` (error translation in one place)."""
 
     def __init__(self, proxy: Any) -> None:
         self.proxy = proxy
 
-    @classmethod
-    def from_communicator(cls, comm: Ice.Communicator) -> IceScheduler:
-        return cls(rpc.scheduler_proxy(comm))
+    def _invoke(self, operation: str, *args: Any) -> Any:
+        with _remote(operation):
+            return getattr(self.proxy, operation)(*args)
+
+
+class IceScheduler(_IceGateway):
+    """SchedulerGateway over a ``Crawler::Scheduler`` proxy (``rpc.scheduler_proxy``)."""
 
     def lease(self, worker_id: str, count: int) -> list[Task]:
         if count <= 1:
-            return [rpc.task_from_slice(_call("getUser", lambda: self.proxy.getUser(worker_id)))]
-        tasks = _call("getUsers", lambda: self.proxy.getUsers(worker_id, count))
-        return [rpc.task_from_slice(task) for task in tasks]
+            return [rpc.task_from_slice(self._invoke("getUser", worker_id))]
+        return [rpc.task_from_slice(task) for task in self._invoke("getUsers", worker_id, count)]
 
     def report(self, reports: Sequence[Report]) -> None:
-        slices = [rpc.report_to_slice(report) for report in reports]
-        _call("putUsers", lambda: self.proxy.putUsers(slices))
+        self._invoke("putUsers", [rpc.report_to_slice(report) for report in reports])
 
     def release(self, leases: Sequence[tuple[str, str]]) -> None:
-        refs = [rpc.crawler().LeaseRef(taskId=task_id, leaseToken=token) for task_id, token in leases]
-        _call("releaseUsers", lambda: self.proxy.releaseUsers(refs))
+        self._invoke("releaseUsers", [rpc.crawler().LeaseRef(taskId=task_id, leaseToken=token)
+                                      for task_id, token in leases])
 
     def add_targets(self, ids: Sequence[str], kind: TaskKind) -> int:
-        slice_kind = rpc.crawler().TaskKind[kind.name]
-        return int(_call("addUsers", lambda: self.proxy.addUsers(list(ids), slice_kind)))
+        return int(self._invoke("addUsers", list(ids), rpc.crawler().TaskKind[kind.name]))
 
 
-class IceStorage:
-    """StorageGateway over a ``Crawler::Storage`` proxy."""
-
-    def __init__(self, proxy: Any) -> None:
-        self.proxy = proxy
-
-    @classmethod
-    def from_communicator(cls, comm: Ice.Communicator) -> IceStorage:
-        return cls(rpc.storage_proxy(comm))
+class IceStorage(_IceGateway):
+    """StorageGateway over a ``Crawler::Storage`` proxy (``rpc.storage_proxy``)."""
 
     def write_posts(self, posts: Sequence[Post]) -> int:
-        slices = [rpc.post_to_slice(post) for post in posts]
-        ack = _call("writeWB", lambda: self.proxy.writeWB(slices))
+        ack = self._invoke("writeWB", [rpc.post_to_slice(post) for post in posts])
         return int(ack.stored + ack.spooled)
 
     def write_reviews(self, reviews: Sequence[Review]) -> int:
-        slices = [rpc.review_to_slice(review) for review in reviews]
-        ack = _call("writeReviews", lambda: self.proxy.writeReviews(slices))
+        ack = self._invoke("writeReviews", [rpc.review_to_slice(review) for review in reviews])
         return int(ack.stored + ack.spooled)

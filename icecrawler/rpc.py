@@ -52,6 +52,7 @@ __all__ = [
     "review_to_slice",
     "scheduler_proxy",
     "serve",
+    "stop_on_signals",
     "storage_proxy",
     "task_from_slice",
     "task_to_slice",
@@ -122,6 +123,23 @@ def storage_proxy(comm: Ice.Communicator) -> Any:
     return crawler().StoragePrx(comm, text)
 
 
+@contextmanager
+def stop_on_signals(stop: threading.Event) -> Iterator[None]:
+    """Inside the block SIGTERM/SIGINT set ``stop`` (and are logged) instead of ending the process, so a daemon
+    can shut down in order; the previous handlers are back after the block."""
+
+    def _stop(signum: int, _frame: Any) -> None:
+        log.info("signal %d: shutting down", signum)
+        stop.set()
+
+    previous = {sig: signal.signal(sig, _stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 def serve(
     comm: Ice.Communicator,
     adapter_name: str,
@@ -146,19 +164,12 @@ def serve(
     log.info("%s listening on %s", adapter_name, props.getProperty(f"{adapter_name}.Endpoints"))
 
     stop = threading.Event()
-
-    def _stop(signum: int, _frame: Any) -> None:
-        log.info("signal %d: shutting down", signum)
-        stop.set()
-
-    previous = {sig: signal.signal(sig, _stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        while not stop.wait(0.2):
-            if comm.isShutdown():
-                break
+        with stop_on_signals(stop):
+            while not stop.wait(0.2):
+                if comm.isShutdown():
+                    break
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
         if on_stop_requested is not None:
             on_stop_requested()
         adapter.deactivate()

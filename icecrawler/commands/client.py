@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import argparse
 import logging
-import signal
 import threading
 from collections.abc import Iterable
-from typing import Any
 
 from icecrawler import rpc
 from icecrawler.clock import Clock
@@ -60,21 +58,11 @@ class Command(BaseCommand):
             return TaskRunner(settings, get_source, clock=clock, cancel=cancel)
 
         stop_requested = threading.Event()
-
-        def on_signal(signum: int, _frame: Any) -> None:
-            log.info("signal %d received", signum)
-            stop_requested.set()
-
-        previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
-        try:
-            with rpc.communicator(ice_args) as comm:
-                daemon = ClientDaemon(
-                    IceScheduler.from_communicator(comm), IceStorage.from_communicator(comm), config,
-                    runner_factory, clock=clock, fingerprint=fingerprint, worker_id=args.worker_id,
-                )
-                log.info("scheduler: %s; storage: %s", rpc.scheduler_proxy(comm), rpc.storage_proxy(comm))
-                daemon.run_until(stop_requested)
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+        with rpc.stop_on_signals(stop_requested), rpc.communicator(ice_args) as comm:
+            daemon = ClientDaemon(
+                IceScheduler(rpc.scheduler_proxy(comm)), IceStorage(rpc.storage_proxy(comm)), config,
+                runner_factory, clock=clock, fingerprint=fingerprint, worker_id=args.worker_id,
+            )
+            log.info("scheduler: %s; storage: %s", rpc.scheduler_proxy(comm), rpc.storage_proxy(comm))
+            daemon.run_until(stop_requested)
         return 0
