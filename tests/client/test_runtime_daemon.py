@@ -1,0 +1,151 @@
+"""The daemon's threads with memory gateways and a scripted runner (pure logic, no network): every leased task
+ends reported; shutdown gives back queued and cancelled tasks; a full buffer stops leasing."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+from crawler_client.crawl import CrawlResult, failure_report
+from crawler_client.daemon import ClientDaemon, DaemonConfig
+from icecrawler.clock import Clock
+from icecrawler.errors import FetchError, NoWorkError, StorageUnavailableError
+from icecrawler.models import Post, Report, Review, Task, TaskKind
+
+
+class Scheduler:
+    def __init__(self, tasks: int) -> None:
+        self.todo = [Task(id=f"user:weibo_mobile:{n}", kind=TaskKind.WeiboUser, source="weibo_mobile",
+                          target=str(n), lease_token=f"tok{n}") for n in range(tasks)]
+        self.lease_calls: list[int] = []
+        self.reports: list[Report] = []
+        self.released: list[tuple[str, str]] = []
+        self.lock = threading.Lock()
+
+    def lease(self, worker_id: str, count: int) -> list[Task]:
+        with self.lock:
+            self.lease_calls.append(count)
+            if not self.todo:
+                raise NoWorkError("idle", next_due_in_ms=20)
+            leased, self.todo = self.todo[:count], self.todo[count:]
+            return leased
+
+    def report(self, reports: Sequence[Report]) -> None:
+        with self.lock:
+            self.reports.extend(reports)
+
+    def release(self, leases: Sequence[tuple[str, str]]) -> None:
+        with self.lock:
+            self.released.extend(leases)
+
+    def add_targets(self, ids: Sequence[str], kind: TaskKind) -> int:
+        return len(ids)
+
+
+class Storage:
+    def __init__(self, available: bool = True) -> None:
+        self.available = available
+        self.posts: list[Post] = []
+
+    def write_posts(self, posts: Sequence[Post]) -> int:
+        if not self.available:
+            raise StorageUnavailableError("down")
+        self.posts.extend(posts)
+        return len(posts)
+
+    def write_reviews(self, reviews: Sequence[Review]) -> int:
+        return len(reviews)
+
+
+class Runner:
+    """Crawls instantly (one post per task), or blocks until cancelled when ``block`` is set."""
+
+    def __init__(self, cancel: threading.Event, block: threading.Event) -> None:
+        self.cancel = cancel
+        self.block = block
+        self.started = threading.Event()
+
+    def run(self, task: Task) -> CrawlResult:
+        self.started.set()
+        if self.block.is_set():
+            self.cancel.wait(30)
+            report = failure_report(task, FetchError("cancelled", outcome="Timeout"), 1)
+            return CrawlResult(task, report, aborted=True)
+        report = Report(task_id=task.id, lease_token=task.lease_token, new_items=1, fetches=1)
+        return CrawlResult(task, report, posts=[Post(id=int(task.target) + 1, user_id=1)])
+
+    def close(self) -> None:
+        pass
+
+
+def config(**overrides: float) -> DaemonConfig:
+    values: dict[str, float] = dict(workers=2, batch=3, idle_sleep_s=0.05, buffer_records=1000, report_batch=10,
+                                    write_batch=100, backoff_s=0.01, max_backoff_s=0.05, shutdown_grace_s=1.0,
+                                    progress_log_s=60.0)
+    values.update(overrides)
+    return DaemonConfig(**values)  # type: ignore[arg-type]
+
+
+def make(scheduler: Scheduler, storage: Storage, cfg: DaemonConfig, block: threading.Event
+         ) -> tuple[ClientDaemon, list[Runner]]:
+    runners: list[Runner] = []
+
+    def factory(cancel: threading.Event) -> Runner:
+        runners.append(Runner(cancel, block))
+        return runners[-1]
+
+    daemon = ClientDaemon(scheduler, storage, cfg, factory, clock=Clock(),  # type: ignore[arg-type]
+                          fingerprint=lambda texts: 1, worker_id="test")
+    return daemon, runners
+
+
+def wait_until(condition: Callable[[], bool], limit_s: float = 20.0) -> bool:
+    deadline = time.monotonic() + limit_s
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return condition()
+
+
+def test_every_leased_task_is_stored_and_reported_in_batches() -> None:
+    scheduler, storage = Scheduler(tasks=10), Storage()
+    daemon, _ = make(scheduler, storage, config(), threading.Event())
+    daemon.start()
+    try:
+        assert wait_until(lambda: len(scheduler.reports) == 10)
+    finally:
+        daemon.stop()
+    assert sorted(r.task_id for r in scheduler.reports) == sorted(f"user:weibo_mobile:{n}" for n in range(10))
+    assert len(storage.posts) == 10
+    assert max(scheduler.lease_calls) <= 3  # client.batch
+    assert scheduler.released == []
+    assert daemon.stats.snapshot()["outcomes"] == {"Ok": 10}
+
+
+def test_shutdown_gives_back_queued_and_cancelled_tasks() -> None:
+    scheduler, storage = Scheduler(tasks=3), Storage()
+    block = threading.Event()
+    block.set()
+    daemon, runners = make(scheduler, storage, config(workers=1, batch=3, shutdown_grace_s=0.2), block)
+    daemon.start()
+    assert wait_until(lambda: bool(runners) and runners[0].started.is_set())
+    daemon.stop()
+    assert sorted(task_id for task_id, _ in scheduler.released) == [f"user:weibo_mobile:{n}" for n in range(3)]
+    assert scheduler.reports == []
+
+
+def test_a_full_buffer_stops_leasing_until_storage_is_back() -> None:
+    scheduler, storage = Scheduler(tasks=50), Storage(available=False)
+    daemon, _ = make(scheduler, storage, config(workers=1, batch=1, buffer_records=3), threading.Event())
+    daemon.start()
+    try:
+        assert wait_until(lambda: daemon.sink.buffered_records() >= 3)
+        assert wait_until(lambda: not daemon.sink.has_room())
+        leased_when_full = sum(scheduler.lease_calls)
+        assert leased_when_full <= 3 + 2  # the full buffer plus what was already leased (workers + batch)
+        assert scheduler.reports == []  # nothing is reported before its records are stored
+        storage.available = True
+        assert wait_until(lambda: len(scheduler.reports) == 50)
+    finally:
+        daemon.stop()
+    assert len(storage.posts) == 50
