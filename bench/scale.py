@@ -154,23 +154,32 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--workers", type=int, default=4, help="fetch threads per client (default 4)")
     parser.add_argument("--products", type=int, default=160, help="JD products (30 reviews each; default 160)")
     parser.add_argument("--users", type=int, default=40, help="mobile-Weibo users (20 posts each; default 40)")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="runs per client count, keep the fastest (other tenants' load only slows a run down)")
     parser.add_argument("--timeout-s", type=float, default=300.0, help="give up on one run after this long")
     parser.add_argument("--no-write", action="store_true", help="do not write docs/bench/scale.json")
     args = parser.parse_args(argv)
     counts = [int(x) for x in args.clients.split(",") if x.strip()]
     workload = Workload(jd_products=args.products, reviews_per_product=30, weibo_users=args.users,
                         posts_per_user=20)
+    load_at_start = os.getloadavg()[0]
     print(f"scale: {workload.items} items ({args.products} JD products x 30 reviews, {args.users} users x 20 posts), "
           f"sandbox latency {args.latency_ms} ms, {args.workers} fetch threads per client, {os.cpu_count()} cores, "
-          f"load average at start {os.getloadavg()[0]:.1f}")
+          f"load average at start {load_at_start:.1f}")
     rows = []
     base_dir = Path(tempfile.mkdtemp(prefix="icecrawler-scale-"))
     try:
         for clients in counts:
-            row = run_once(clients, workload, args.latency_ms, args.workers, base_dir / f"n{clients}", args.timeout_s)
+            runs = []
+            for attempt in range(max(args.repeat, 1)):
+                run = run_once(clients, workload, args.latency_ms, args.workers,
+                               base_dir / f"n{clients}-{attempt}", args.timeout_s)
+                print(f"  {clients} client(s): {run['items_per_s']:.0f} items/s ({run['wall_s']:.1f} s, machine "
+                      f"{run['machine_busy_pct']:.0f}% busy)", flush=True)
+                runs.append(run)
+            row = max(runs, key=lambda r: float(r["items_per_s"]))
             row["latency_ms"] = args.latency_ms
             rows.append(row)
-            print(f"  {clients} client(s): {row['items_per_s']:.0f} items/s ({row['wall_s']:.1f} s)", flush=True)
     finally:
         shutil.rmtree(base_dir, ignore_errors=True)
 
@@ -206,6 +215,8 @@ def main(argv: list[str]) -> int:
         "workers_per_client": args.workers,
         "cores": os.cpu_count(),
         "python": platform.python_version(),
+        "repeat": args.repeat,
+        "load_average_at_start": round(load_at_start, 1),
         "bend": verdict,
     }
     for row in rows:
