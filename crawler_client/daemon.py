@@ -207,18 +207,25 @@ class ClientDaemon:
                 continue
             try:
                 tasks = self.scheduler.lease(self.worker_id, min(self.config.batch, room))
-            except NoWorkError as exc:
-                due_s = exc.next_due_in_ms / 1000 if exc.next_due_in_ms >= 0 else self.config.idle_sleep_s
-                self._stopping.wait(max(0.0, min(due_s, self.config.idle_sleep_s)))
-                continue
-            except (ServiceError, InvalidArgumentError) as exc:
-                delay = backoff.failed(time.monotonic())
-                log.warning("leasing failed (%s); retry in %.1fs", exc, delay)
-                self._stopping.wait(delay)
+            except Exception as exc:
+                self._lease_failed(exc, backoff)
                 continue
             backoff.succeeded()
             for task in tasks:
                 self._tasks.put(task)
+
+    def _lease_failed(self, exc: Exception, backoff: Backoff) -> None:
+        """Wait as the failure asks: until the next task is due (NoWork), else a growing backoff."""
+        if isinstance(exc, NoWorkError):
+            due_s = exc.next_due_in_ms / 1000 if exc.next_due_in_ms >= 0 else self.config.idle_sleep_s
+            self._stopping.wait(max(0.0, min(due_s, self.config.idle_sleep_s)))
+            return
+        delay = backoff.failed(time.monotonic())
+        if isinstance(exc, (ServiceError, InvalidArgumentError)):
+            log.warning("leasing failed (%s); retry in %.1fs", exc, delay)
+        else:  # a bug: keep leasing alive, loudly
+            log.exception("leasing failed unexpectedly; retry in %.1fs", delay, exc_info=exc)
+        self._stopping.wait(delay)
 
     def _work_loop(self) -> None:
         runner = self._runner_factory(self._cancel)
@@ -234,6 +241,10 @@ class ClientDaemon:
                     self._current[name] = task
                 try:
                     result = runner.run(task)
+                except Exception as exc:  # a bug outside the crawl loop: classify it, keep the worker alive
+                    log.exception("task %s: runner failed", task.id)
+                    result = CrawlResult(task, failure_report(task, FetchError(
+                        str(exc), outcome="ParseError", error_class=f"client-bug:{type(exc).__name__}"), 0))
                 finally:
                     with self._running_lock:
                         self._running -= 1
@@ -250,7 +261,12 @@ class ClientDaemon:
         while True:
             self._wake_sink.wait(POLL_S)
             self._wake_sink.clear()
-            empty = self.sink.flush()
+            try:
+                empty = self.sink.flush()
+            except Exception:  # a bug must not stop storing and reporting for good
+                log.exception("sink pass failed; retrying")
+                empty = False
+                time.sleep(POLL_S)
             if self._sink_done.is_set():
                 if empty or time.monotonic() >= self._sink_deadline:
                     return

@@ -275,6 +275,17 @@ class Sink:
                           getattr(record, "id", f"#{index}"), reason)
             self.stats.add(items_stored=exc.stored, records_rejected=len(exc.rejected))
             return
+        except InvalidArgumentError as exc:  # the whole batch refused (e.g. over the server's batch limit)
+            log.error("storage REJECTED a batch of %d %s: %s (not retried; check storage.batch_limit)",
+                      len(records), kind, exc)
+            self.stats.add(records_rejected=len(records))
+            return
+        except (ServiceError, StorageUnavailableError):
+            raise
+        except Exception:  # a bug (e.g. a record that cannot be marshalled): loud, and never a stuck buffer
+            log.exception("cannot send %d %s to storage; dropped", len(records), kind)
+            self.stats.add(records_rejected=len(records))
+            return
         self.stats.add(items_stored=acked)
 
     def _add_targets(self, batch: list[_Pending]) -> list[_Pending]:
@@ -292,8 +303,9 @@ class Sink:
                 delay = self.scheduler_backoff.failed(self._monotonic())
                 log.warning("scheduler unavailable for addUsers (%s); retry in %.1fs", exc, delay)
                 break
-            except InvalidArgumentError as exc:
-                log.error("task %s: scheduler rejected discovered ids (%s); reporting 0 new", result.task.id, exc)
+            except Exception as exc:  # InvalidArgument, or a bug: the ids cannot be sent as they are
+                log.error("task %s: discovered ids not added (%s: %s); reporting %d new", result.task.id,
+                          type(exc).__name__, exc, added, exc_info=not isinstance(exc, InvalidArgumentError))
             result.report.new_items = added
             item.targets_done = True
             self.stats.add(targets_added=added)
@@ -345,6 +357,8 @@ class Sink:
             try:
                 send(part)
                 return part
+            except ServiceError:
+                raise
             except (LeaseLostError, InvalidArgumentError) as exc:
                 index = exc.index
                 if not 0 <= index < len(part):
@@ -357,4 +371,8 @@ class Sink:
                 log.log(level, "%s of task %s refused (%s: %s); dropped, resending %d", what,
                         bad.result.task.id, type(exc).__name__, exc, len(part))
                 self.stats.add(reports_lost=1)
+            except Exception:  # a bug (a report that cannot be marshalled): loud, and never a stuck buffer
+                log.exception("cannot %s %d task(s); dropped, their leases will expire", what, len(part))
+                self.stats.add(reports_lost=len(part))
+                return []
         return []

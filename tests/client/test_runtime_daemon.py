@@ -61,13 +61,16 @@ class Storage:
 class Runner:
     """Crawls instantly (one post per task), or blocks until cancelled when ``block`` is set."""
 
-    def __init__(self, cancel: threading.Event, block: threading.Event) -> None:
+    def __init__(self, cancel: threading.Event, block: threading.Event, broken: frozenset[str]) -> None:
         self.cancel = cancel
         self.block = block
+        self.broken = broken
         self.started = threading.Event()
 
     def run(self, task: Task) -> CrawlResult:
         self.started.set()
+        if task.target in self.broken:
+            raise KeyError("bug in the runner")
         if self.block.is_set():
             self.cancel.wait(30)
             report = failure_report(task, FetchError("cancelled", outcome="Timeout"), 1)
@@ -87,12 +90,12 @@ def config(**overrides: float) -> DaemonConfig:
     return DaemonConfig(**values)  # type: ignore[arg-type]
 
 
-def make(scheduler: Scheduler, storage: Storage, cfg: DaemonConfig, block: threading.Event
-         ) -> tuple[ClientDaemon, list[Runner]]:
+def make(scheduler: Scheduler, storage: Storage, cfg: DaemonConfig, block: threading.Event,
+         broken: frozenset[str] = frozenset()) -> tuple[ClientDaemon, list[Runner]]:
     runners: list[Runner] = []
 
     def factory(cancel: threading.Event) -> Runner:
-        runners.append(Runner(cancel, block))
+        runners.append(Runner(cancel, block, broken))
         return runners[-1]
 
     daemon = ClientDaemon(scheduler, storage, cfg, factory, clock=Clock(),  # type: ignore[arg-type]
@@ -149,3 +152,26 @@ def test_a_full_buffer_stops_leasing_until_storage_is_back() -> None:
     finally:
         daemon.stop()
     assert len(storage.posts) == 50
+
+
+def test_bugs_in_the_runner_or_the_lease_call_do_not_kill_the_threads() -> None:
+    scheduler, storage = Scheduler(tasks=4), Storage()
+    real_lease = scheduler.lease
+    calls = {"n": 0}
+
+    def flaky_lease(worker_id: str, count: int) -> list[Task]:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("bug in the gateway")
+        return real_lease(worker_id, count)
+
+    scheduler.lease = flaky_lease  # type: ignore[method-assign]
+    daemon, _ = make(scheduler, storage, config(workers=1, batch=1), threading.Event(), broken=frozenset({"1"}))
+    daemon.start()
+    try:
+        assert wait_until(lambda: len(scheduler.reports) == 4)
+    finally:
+        daemon.stop()
+    outcomes = {r.task_id: (r.outcome.value, r.error_class) for r in scheduler.reports}
+    assert outcomes["user:weibo_mobile:1"] == ("ParseError", "client-bug:KeyError")
+    assert sum(1 for outcome, _ in outcomes.values() if outcome == "Ok") == 3

@@ -254,3 +254,38 @@ def test_backoff_grows_jittered_and_is_capped() -> None:
     assert not backoff.ready(0.0)
     backoff.succeeded()
     assert backoff.ready(0.0)
+
+
+class BrokenStorage(MemoryStorage):
+    def __init__(self, error: Exception) -> None:
+        super().__init__()
+        self.error = error
+
+    def write_posts(self, posts: Sequence[Post]) -> int:
+        raise self.error
+
+
+@pytest.mark.parametrize("error", [InvalidArgumentError("batch too large", code="BatchTooLarge"),
+                                   OverflowError("id does not fit a Slice long")])
+def test_a_batch_storage_can_never_take_is_dropped_loudly_not_retried_forever(
+        error: Exception, caplog: pytest.LogCaptureFixture) -> None:
+    sink, scheduler, _, _ = make()
+    sink.storage = BrokenStorage(error)
+    sink.add(result("a", posts=2))
+    assert sink.flush() is True
+    assert len(scheduler.reports) == 1
+    assert sink.stats.snapshot()["records_rejected"] == 2
+    assert "storage" in caplog.text and ("REJECTED" in caplog.text or "dropped" in caplog.text)
+
+
+def test_a_report_that_cannot_be_sent_is_dropped_loudly(caplog: pytest.LogCaptureFixture) -> None:
+    sink, scheduler, _, _ = make()
+
+    def broken(reports: Sequence[Report]) -> None:
+        raise ValueError("cannot marshal")
+
+    scheduler.report = broken  # type: ignore[method-assign]
+    sink.add(result("a", posts=1))
+    assert sink.flush() is True
+    assert sink.stats.snapshot()["reports_lost"] == 1
+    assert "cannot report" in caplog.text
