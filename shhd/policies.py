@@ -332,10 +332,12 @@ class SartPolicy:
 #: switches and diurnal swings. Picked on the benchmark's tuning seeds (docs/REVISIT.md), not the reported ones.
 RATE_HALF_LIFE_S = 24 * 3600.0
 #: Rate policy: half-life of the short-memory estimate that lets a burst (or a diurnal peak) raise the rate within
-#: the hour; None turns it off. Chosen on the tuning seeds like RATE_HALF_LIFE_S.
-RATE_BURST_HALF_LIFE_S: float | None = 3600.0
+#: the hour; None turns it off. Off by default: on the tuning seeds it did not lower the lag (docs/REVISIT.md).
+RATE_BURST_HALF_LIFE_S: float | None = None
 #: Rate policy: strength of the long-run rate as the prior of the short-memory estimate, in items.
 RATE_BURST_PRIOR_ITEMS = 1.0
+#: Rate policy: the smallest rate estimate (items/s), so a target that never published stays at the longest period.
+RATE_FLOOR_PER_S = 1e-9
 #: Rate policy prior: PRIOR_ITEMS items seen over PRIOR_ITEMS x the first period, so a new target starts at the
 #: rate of one item per first period and the prior fades as real exposure accumulates (Kolobov's 0.5/0.5 smoothing).
 RATE_PRIOR_ITEMS = 0.5
@@ -386,16 +388,19 @@ class RatePolicy:
 
         n        = n * 2^{-dt/H} + sum_j w(t_j)                  (items; untimed items count at mid-interval)
         exposure = exposure * 2^{-dt/H} + H/ln2 * (1 - 2^{-dt/H}) (time, weighted the same way)
-        λ_long   = (n + a) / (exposure + a * I0)                  (a = RATE_PRIOR_ITEMS)
+        λ_long   = (n + a w) / (exposure + a w I0)                (a = RATE_PRIOR_ITEMS, w = 2^{-age/H})
         λ̂        = (n_b + k) / (exposure_b + k / λ_long)          (same sums with half-life H_b; k = 1 item)
         period   = clamp(C / sqrt(λ̂), min, max)
 
-The second line shrinks a short-memory estimate (half-life H_b = ``burst_half_life_s``, about an hour) towards
-the long-run rate, so a burst, a promotion or a diurnal peak raises the rate at once while a quiet hour on a slow
-target barely moves it; ``burst_half_life_s=None`` uses λ_long alone.
+    The prior (one item per I0, weight a) fades with the target's age, so a target that never publishes drifts
+    to the longest period instead of keeping a rate of a / (H/ln2). The second line shrinks a short-memory
+    estimate (half-life H_b = ``burst_half_life_s``, about an hour) towards the long-run rate, so a burst or a
+    promotion raises the rate at once while a quiet hour on a slow target barely moves it;
+    ``burst_half_life_s=None`` (the default, see RATE_BURST_HALF_LIFE_S) uses λ_long alone.
 
     This is the complete-observation rate estimate (Kolobov eq. 11, with forgetting) and the lag-optimal
-    square-root allocation. C is ``sqrt(I0)`` on its own (a target with one item per I0 gets period I0) or, under
+    square-root allocation. C is ``sqrt(R)`` on its own, R = ``reference_period_s`` (default: the first period I0),
+    so a target with one item per R gets period R and one 100x slower gets 10 R; or, under
     a global fetch budget, ``budget_scale(...)`` over all targets' ``rate_of`` (see ``set_budget_scale``).
     """
 
@@ -404,12 +409,13 @@ target barely moves it; ``burst_half_life_s=None`` uses λ_long alone.
     initial_period_s: float
     half_life_s: float = RATE_HALF_LIFE_S
     burst_half_life_s: float | None = RATE_BURST_HALF_LIFE_S
+    reference_period_s: float | None = None
     scale: float | None = None
     name: str = "rate"
 
     def initial_state(self) -> dict[str, Any]:
         return {"period_s": self.initial_period_s, "last_s": None, "items": 0.0, "exposure_s": 0.0,
-                "burst_items": 0.0, "burst_exposure_s": 0.0}
+                "burst_items": 0.0, "burst_exposure_s": 0.0, "prior_weight": 1.0}
 
     def set_budget_scale(self, scale: float | None) -> None:
         """Use C = ``scale`` (from ``budget_scale``) for every later period; None returns to sqrt(I0)."""
@@ -417,8 +423,9 @@ target barely moves it; ``burst_half_life_s=None`` uses λ_long alone.
 
     def rate_of(self, state: dict[str, Any]) -> float:
         """Estimated item rate (items/s) of a target, always > 0."""
-        a = RATE_PRIOR_ITEMS
-        long_run = (float(state["items"]) + a) / (float(state["exposure_s"]) + a * self.initial_period_s)
+        a = RATE_PRIOR_ITEMS * float(state.get("prior_weight", 1.0))
+        long_run = max((float(state["items"]) + a) / (float(state["exposure_s"]) + a * self.initial_period_s),
+                       RATE_FLOOR_PER_S)
         if self.burst_half_life_s is None:
             return long_run
         k = RATE_BURST_PRIOR_ITEMS
@@ -426,12 +433,15 @@ target barely moves it; ``burst_half_life_s=None`` uses λ_long alone.
 
     def period_for(self, rate: float) -> float:
         """The square-root-rule period for an item rate."""
-        c = math.sqrt(self.initial_period_s) if self.scale is None else self.scale
+        reference = self.initial_period_s if self.reference_period_s is None else self.reference_period_s
+        c = math.sqrt(reference) if self.scale is None else self.scale
         return _clamp(c / math.sqrt(rate), self.min_period_s, self.max_period_s)
 
     def next_period(self, state: dict[str, Any], observation: Observation) -> Decision:
         now = observation.now_s
-        out: dict[str, Any] = {"last_s": now}
+        out: dict[str, Any] = {"last_s": now, "prior_weight": float(state.get("prior_weight", 1.0))}
+        if state.get("last_s") is not None:
+            out["prior_weight"] *= 2.0 ** (-max(now - float(state["last_s"]), 0.0) / self.half_life_s)
         for prefix, half_life in (("", self.half_life_s), ("burst_", self.burst_half_life_s)):
             items, exposure = float(state[prefix + "items"]), float(state[prefix + "exposure_s"])
             if state.get("last_s") is not None and half_life is not None:
@@ -459,10 +469,17 @@ _POLICIES: dict[str, type] = {"fixed": FixedPolicy, "shhd": ShhdPolicy, "nutch":
                               "sart": SartPolicy, "rate": RatePolicy}
 
 
-def make_policy(name: str, *, min_period_s: float, max_period_s: float, initial_period_s: float) -> RevisitPolicy:
-    """Build a policy by name (see POLICY_NAMES) with the scheduler's bounds and first period."""
+def make_policy(name: str, *, min_period_s: float, max_period_s: float, initial_period_s: float,
+                reference_period_s: float | None = None) -> RevisitPolicy:
+    """Build a policy by name (see POLICY_NAMES) with the scheduler's bounds and first period.
+
+    ``reference_period_s`` (setting ``scheduler.rate_reference_period_s``) only matters to ``rate`` without a
+    global budget: the period of a target that publishes one item per that period; None means the first period.
+    """
     cls = _POLICIES.get(name)
     if cls is None:
         raise ValueError(f"unknown revisit policy {name!r} (known: {', '.join(POLICY_NAMES)})")
+    if cls is RatePolicy:
+        return RatePolicy(min_period_s, max_period_s, initial_period_s, reference_period_s=reference_period_s)
     policy: RevisitPolicy = cls(min_period_s, max_period_s, initial_period_s)
     return policy

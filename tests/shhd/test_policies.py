@@ -121,7 +121,8 @@ def test_rate_policy_decayed_estimate_and_sqrt_period() -> None:
     d = p.next_period(d.state, Observation(now_s=100, new_items=2, new_item_times_s=(50.0, 100.0)))
     items = 2 ** -0.5 + 1.0
     exposure = 100 / math.log(2) * 0.5
-    lam = (items + 0.5) / (exposure + 50)
+    prior = 0.5 * 0.5  # the prior's weight halves over one half-life of age
+    lam = (items + prior) / (exposure + prior * 100)
     assert d.state["items"] == pytest.approx(items) and d.state["exposure_s"] == pytest.approx(exposure)
     assert p.rate_of(d.state) == pytest.approx(lam)
     assert d.period_s == pytest.approx(math.sqrt(100 / lam))
@@ -134,10 +135,19 @@ def test_rate_policy_short_memory_estimate_shrinks_to_long_run_rate() -> None:
     d = p.next_period(p.initial_state(), Observation(now_s=0))
     d = p.next_period(d.state, Observation(now_s=100, new_items=1, new_item_times_s=(100.0,)))
     long_items, long_exp = 1.0, 1000 / math.log(2) * (1 - 2 ** -0.1)
-    long_rate = (long_items + 0.5) / (long_exp + 50)
+    prior = 0.5 * 2 ** -0.1
+    long_rate = (long_items + prior) / (long_exp + prior * 100)
     short_items, short_exp = 1.0, 100 / math.log(2) * 0.5
     assert d.state["burst_items"] == pytest.approx(short_items)
     assert p.rate_of(d.state) == pytest.approx((short_items + 1) / (short_exp + 1 / long_rate))
+
+
+def test_rate_reference_period_sets_the_standalone_scale() -> None:
+    p = make_policy("rate", min_period_s=60, max_period_s=86400, initial_period_s=60, reference_period_s=600)
+    state = {"last_s": 0.0, "items": 99.5, "exposure_s": 60000.0 - 30, "burst_items": 0.0, "burst_exposure_s": 0.0}
+    assert isinstance(p, RatePolicy) and p.rate_of(state) == pytest.approx(1 / 600)
+    assert p.period_for(p.rate_of(state)) == pytest.approx(600)  # one item per 600 s -> period 600 s
+    assert p.period_for(1 / 60000) == pytest.approx(6000)  # 100x slower -> 10x longer
 
 
 def test_allocate_periods_square_root_rule() -> None:
