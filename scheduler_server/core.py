@@ -201,7 +201,8 @@ class SchedulerCore:
         config = SchedulerConfig.from_settings(settings)
         try:
             policy = make_policy(settings.get_str("scheduler.policy"), min_period_s=config.min_period_s,
-                                 max_period_s=config.max_period_s, initial_period_s=config.initial_period_s)
+                                 max_period_s=config.max_period_s, initial_period_s=config.initial_period_s,
+                                 reference_period_s=settings.get_float("scheduler.rate_reference_period_s"))
         except ValueError as exc:
             raise ConfigError(f"scheduler.policy: {exc}") from exc
         accounts = load_accounts(settings.get_str("scheduler.accounts_dir"), config.account_sources)
