@@ -15,6 +15,7 @@ real cut looks like (no RST, no FIN), so the clients see timeouts, not refusals.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
 from collections.abc import Iterator
@@ -129,24 +130,30 @@ def _progress_max(process: ManagedProcess, field: str) -> int:
     return max(values, default=0)
 
 
-def test_storage_unreachable_records_buffered_then_stored_once(lab: NetLab, tmp_path: Path) -> None:
+@contextlib.contextmanager
+def _outage(lab: NetLab, tmp_path: Path, victim: str, lease_s: float, settings: dict[str, Any],
+            noticed: str) -> Iterator[tuple[Deployment, ManagedProcess]]:
+    """A one-client crawl during which ``victim``'s cable is pulled mid-crawl, until the client logs ``noticed``
+    (and a few seconds more), then plugged back in. Yields the deployment and the client for the checks."""
     workload = Workload(jd_products=16, reviews_per_product=30, weibo_users=6, posts_per_user=20)
-    # A small buffer, so the outage fills it and the client must stop leasing.
-    settings = {"client.workers": 2, "client.batch": 2, "client.buffer_records": 60, "client.max_backoff_s": 2.0}
     with ProcessGroup(tmp_path / "logs") as group:
-        dep = Deployment(lab, tmp_path / "work", group, workload, {"scheduler.lease_s": 90.0}, latency_ms=300,
+        dep = Deployment(lab, tmp_path / "work", group, workload, {"scheduler.lease_s": lease_s}, latency_ms=300,
                          clients={"c1": settings})
         c1 = dep.clients["c1"]
         assert wait_until(lambda: dep.cluster.stored_items() > 0, 60, 0.5), _log(c1)
-        lab.cut("store")
-        # The client notices (short invocation timeout) and keeps the records.
-        assert wait_until(lambda: "storage unavailable" in _log(c1), 40, 0.5), _log(c1)
-        stored_during_cut = dep.cluster.stored_items()
-        time.sleep(6)
-        lab.heal("store")
-
+        lab.cut(victim)
+        # The client notices through its short invocation timeout.
+        assert wait_until(lambda: noticed in _log(c1), 40, 0.5), _log(c1)
+        time.sleep(5)
+        lab.heal(victim)
         assert wait_until(dep.finished, 80, 1.0), dep.cluster.problems()
-        assert dep.cluster.stored_items() >= stored_during_cut
+        yield dep, c1
+
+
+def test_storage_unreachable_records_buffered_then_stored_once(lab: NetLab, tmp_path: Path) -> None:
+    # A small buffer, so the outage fills it and the client must stop leasing.
+    settings = {"client.workers": 2, "client.batch": 2, "client.buffer_records": 60, "client.max_backoff_s": 2.0}
+    with _outage(lab, tmp_path, "store", 90.0, settings, "storage unavailable") as (dep, c1):
         info = dep.probe()
         assert info["stats"]["inflight"] == 0
         # Leases outlived the outage: every task was reported once, only after its records were stored.
@@ -158,7 +165,7 @@ def test_storage_unreachable_records_buffered_then_stored_once(lab: NetLab, tmp_
         # Bounded: past client.buffer_records (60) it stops leasing, so at most the tasks it already holds
         # (workers + one batch) add to the buffer.
         most = _progress_max(c1, "buffered_records")
-        bound = 60 + (2 + 2) * workload.reviews_per_product
+        bound = 60 + (2 + 2) * dep.cluster.workload.reviews_per_product
         assert most > 0
         if most > bound:
             # Everything above held (nothing lost, nothing reported before stored); only the bound does not.
@@ -170,22 +177,10 @@ def test_storage_unreachable_records_buffered_then_stored_once(lab: NetLab, tmp_
 
 
 def test_scheduler_unreachable_results_kept_and_reported_later(lab: NetLab, tmp_path: Path) -> None:
-    workload = Workload(jd_products=16, reviews_per_product=30, weibo_users=6, posts_per_user=20)
     # lease_s 30: kept reports must arrive within it; leases granted in getUsers replies that the cut swallowed
     # (the scheduler leased, the client never heard) come back after it.
     settings = {"client.workers": 2, "client.batch": 2, "client.max_backoff_s": 2.0}
-    with ProcessGroup(tmp_path / "logs") as group:
-        dep = Deployment(lab, tmp_path / "work", group, workload, {"scheduler.lease_s": 30.0}, latency_ms=300,
-                         clients={"c1": settings})
-        c1 = dep.clients["c1"]
-        assert wait_until(lambda: dep.cluster.stored_items() > 0, 60, 0.5), _log(c1)
-        lab.cut("sched")
-        # Crawls in progress finish, their records are stored, their reports wait.
-        assert wait_until(lambda: "report(s) kept" in _log(c1), 40, 0.5), _log(c1)
-        time.sleep(4)
-        lab.heal("sched")
-
-        assert wait_until(dep.finished, 80, 1.0), dep.cluster.problems()
+    with _outage(lab, tmp_path, "sched", 30.0, settings, "report(s) kept") as (dep, c1):
         assert wait_until(lambda: dep.probe()["stats"]["inflight"] == 0, 40, 1.0)
         info = dep.probe()
         assert all(task["crawls"] >= 1 for task in info["tasks"].values()), info["tasks"]
