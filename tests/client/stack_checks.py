@@ -4,6 +4,7 @@ vs what storage holds, restarting a server, and bounded polling."""
 from __future__ import annotations
 
 import collections
+import sqlite3
 import time
 from collections.abc import Callable
 
@@ -12,7 +13,7 @@ import pytest
 from icecrawler.processes import ManagedProcess, wait_for_port
 from icecrawler.stack import ItemKey, Stack, stored_index, truth_index
 
-__all__ = ["caught_up", "client_logs", "restart", "wait_for"]
+__all__ = ["caught_up", "client_logs", "expected_keys", "restart", "truncated_posts", "wait_for"]
 
 Keys = collections.Counter[ItemKey]
 
@@ -52,3 +53,15 @@ def restart(stack: Stack, process: ManagedProcess, port: int) -> ManagedProcess:
     again = stack.group.start(f"{process.name}-again", process.argv)
     wait_for_port("127.0.0.1", port, 60, alive=again.alive)
     return again
+
+
+def truncated_posts(stack: Stack) -> list[str]:
+    """Ids of stored posts whose text is shorter than the published one (a long text never completed)."""
+    conn = sqlite3.connect(f"file:{stack.sqlite_path}?mode=ro", uri=True, timeout=10)
+    try:
+        stored = {str(post_id): text for post_id, text in conn.execute("SELECT id, text FROM weibo")}
+    finally:
+        conn.close()
+    return [str(item["id"]) for item in stack.truth()["items"]
+            if str(item["id"]) in stored and len("".join(stored[str(item["id"])].split()))
+            < len("".join(str(item["text"]).split()))]

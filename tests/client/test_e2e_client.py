@@ -16,7 +16,7 @@ from icecrawler.stack import running_stack
 from sandbox.misbehave import Misbehaviour, MisbehaviourRule
 from sandbox.scenario import Category, Product, Scenario, WeiboUser
 from sandbox.schedules import Schedule
-from tests.client.stack_checks import caught_up, client_logs, expected_keys, wait_for
+from tests.client.stack_checks import caught_up, client_logs, expected_keys, truncated_posts, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.ice, pytest.mark.bdb, pytest.mark.slow]
 
@@ -85,6 +85,7 @@ def test_two_clients_crawl_all_sources_through_login_bans_and_hangs(tmp_path: Pa
 
         wait_for(arrival_published, "the sandbox category never gained a product with reviews", timeout_s=60)
         expected, stored, published = caught_up(stack, CATCH_UP_S, timeout_s=60)
+        truncated = truncated_posts(stack)
         codes = [client.stop(timeout_s=20) for client in clients]
         logs = client_logs(clients)
 
@@ -92,6 +93,7 @@ def test_two_clients_crawl_all_sources_through_login_bans_and_hangs(tmp_path: Pa
     assert not missing, f"{sum(missing.values())} published item(s) never stored, e.g. {list(missing)[:5]}"
     duplicated = {key: count for key, count in stored.items() if count > 1}
     assert not duplicated, f"stored more than once: {list(duplicated.items())[:5]}"
+    assert not truncated, f"long posts stored truncated (extend never fetched): {truncated[:5]}"
     phantom = set(stored) - set(published)
     assert not phantom, f"stored items the sandbox never published: {list(phantom)[:5]}"
     assert codes == [0, 0], logs[-4000:]
