@@ -122,8 +122,9 @@ DEFAULTS: dict[str, Any] = {
     "scheduler.max_period_s": 86400.0,
     "scheduler.min_period_s": 60.0,
     "scheduler.initial_period_s": 600.0,
-    # Re-crawl policy: "shhd" (the paper), "rate" (our own), "fixed".
-    "scheduler.policy": "shhd",
+    # Re-crawl policy: "rate" (our own: exact new-item counts, rate estimate, square-root rule; it beats the
+    # others at equal fetch budgets in docs/REVISIT.md), "shhd" (the paper), "nutch", "cho", "sart", "fixed".
+    "scheduler.policy": "rate",
     # "rate" policy without a global budget: a target publishing one item per this period is crawled once per
     # this period; others by the square-root rule (100x slower -> 10x longer). Passed to shhd make_policy.
     "scheduler.rate_reference_period_s": 600.0,
