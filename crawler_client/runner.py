@@ -14,8 +14,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 
 from crawler_client.crawl import CrawlResult, crawl_task, failure_report
 from crawler_client.http import Fetcher, FetchPolicy, RequestsTransport, SessionCache, parse_cookie_blob
@@ -23,11 +23,11 @@ from crawler_client.sources import ecshop
 from crawler_client.sources.base import FetchedPage, PageRequest, Source
 from crawler_client.sources.ecshop import EcshopSource
 from icecrawler.clock import Clock
-from icecrawler.errors import ConfigError, FetchError
-from icecrawler.models import Outcome, Task
+from icecrawler.errors import FetchError
+from icecrawler.models import SOURCES, Outcome, Task
 from icecrawler.settings import Settings
 
-__all__ = ["FORM_LOGINS", "FormLogin", "TaskRunner"]
+__all__ = ["FORM_LOGINS", "FormLogin", "RunnerConfig", "TaskRunner"]
 
 log = logging.getLogger(__name__)
 
@@ -47,20 +47,39 @@ FORM_LOGINS: dict[str, FormLogin] = {
 }
 
 
+@dataclass(frozen=True)
+class RunnerConfig:
+    """What a runner reads from the settings: fetch limits, the page cap, where each source lives and the
+    form-login credentials of the sources that have one (an account blob's own credentials win)."""
+
+    policy: FetchPolicy
+    max_pages: int
+    base_urls: Mapping[str, str]
+    credentials: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> RunnerConfig:
+        return cls(
+            policy=FetchPolicy.from_settings(settings),
+            max_pages=settings.get_int("client.max_pages"),
+            base_urls={name: settings.get_str(f"sources.{name}.base_url") for name in SOURCES},
+            credentials={name: (settings.get_str(f"sources.{name}.username"),
+                                settings.get_str(f"sources.{name}.password")) for name in FORM_LOGINS},
+        )
+
+
 class TaskRunner:
     """Crawls tasks for one worker thread."""
 
     def __init__(
         self,
-        settings: Settings,
+        config: RunnerConfig,
         get_source: Callable[[str], Source],
         *,
         clock: Clock,
         cancel: threading.Event,
     ) -> None:
-        self.settings = settings
-        self.policy = FetchPolicy.from_settings(settings)
-        self.max_pages = settings.get_int("client.max_pages")
+        self.config = config
         self._get_source = get_source
         self.clock = clock
         self.cancel = cancel
@@ -73,19 +92,19 @@ class TaskRunner:
         """Crawl ``task``; every failure comes back as a classified CrawlResult, never as an exception."""
         try:
             source = self._get_source(task.source)
-            base_url = self.settings.get_str(f"sources.{task.source}.base_url")
+            base_url = self.config.base_urls[task.source]
             session = self.sessions.session(task.source, task.account)
         except FetchError as exc:
             return CrawlResult(task, failure_report(task, exc, 0))
-        except (KeyError, ValueError) as exc:  # unknown source name / no base_url setting (ConfigError)
+        except (KeyError, ValueError) as exc:  # unknown source name (ConfigError is a ValueError) / no base URL
             error = FetchError(f"cannot crawl source {task.source!r}: {exc}", outcome=Outcome.ParseError.value,
                                error_class="unknown-source")
             log.error("task %s: %s", task.id, error)
             return CrawlResult(task, failure_report(task, error, 0))
-        fetcher = Fetcher(RequestsTransport(session), self.policy, sleep=self.cancel.wait)
+        fetcher = Fetcher(RequestsTransport(session), self.config.policy, sleep=self.cancel.wait)
         relogin = self._relogin_hook(task, base_url, fetcher)
         return crawl_task(
-            task, source, fetcher, base_url=base_url, max_pages=self.max_pages,
+            task, source, fetcher, base_url=base_url, max_pages=self.config.max_pages,
             now_ms=self.clock.now_ms, cancelled=self._cancelled(task),
             relogin=relogin,
         )
@@ -101,11 +120,7 @@ class TaskRunner:
         blob = parse_cookie_blob(task.account.cookie_blob)
         if blob.username:
             return blob.username, blob.password
-        prefix = f"sources.{task.source}"
-        try:
-            return self.settings.get_str(f"{prefix}.username"), self.settings.get_str(f"{prefix}.password")
-        except ConfigError:  # a source without credential settings
-            return "", ""
+        return self.config.credentials.get(task.source, ("", ""))
 
     def _relogin_hook(self, task: Task, base_url: str, fetcher: Fetcher) -> Callable[[], None] | None:
         form = FORM_LOGINS.get(task.source)

@@ -41,11 +41,12 @@ class Command(BaseCommand):
     def run(self, args: argparse.Namespace, settings: Settings, ice_args: list[str]) -> int:
         from crawler_client.daemon import ClientDaemon, DaemonConfig
         from crawler_client.gateways import IceScheduler, IceStorage
-        from crawler_client.runner import TaskRunner
+        from crawler_client.runner import RunnerConfig, TaskRunner
         from crawler_client.sources import get_source
         from shhd.fingerprint import fingerprint_texts
 
         config = DaemonConfig.from_settings(settings)
+        runner_config = RunnerConfig.from_settings(settings)
         clock = Clock.from_settings(settings)
         # jieba loads its dictionary on first use (about a second of CPU, GIL held): pay it before leasing, not
         # while the first leases tick.
@@ -55,7 +56,7 @@ class Command(BaseCommand):
             return int(fingerprint_texts(texts))
 
         def runner_factory(cancel: threading.Event) -> TaskRunner:
-            return TaskRunner(settings, get_source, clock=clock, cancel=cancel)
+            return TaskRunner(runner_config, get_source, clock=clock, cancel=cancel)
 
         stop_requested = threading.Event()
         with rpc.stop_on_signals(stop_requested), rpc.communicator(ice_args) as comm:

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from crawler_client.crawl import fingerprint_result
-from crawler_client.runner import TaskRunner
+from crawler_client.runner import RunnerConfig, TaskRunner
 from crawler_client.sources import get_source
 from icecrawler.clock import Clock
 from icecrawler.models import Account, Outcome, Task, TaskKind
@@ -46,7 +46,7 @@ def runner(sandbox: SandboxServer, **overrides: str) -> TaskRunner:
     settings.set("client.retries", 0)
     for key, value in overrides.items():
         settings.set(key.replace("__", "."), value)
-    return TaskRunner(settings, get_source, clock=Clock(), cancel=threading.Event())
+    return TaskRunner(RunnerConfig.from_settings(settings), get_source, clock=Clock(), cancel=threading.Event())
 
 
 def task(source: str, target: str, *, blob: str = "", cursor: str = "") -> Task:
