@@ -7,6 +7,8 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
+import pytest
+
 from crawler_client.crawl import CrawlResult, failure_report
 from crawler_client.daemon import ClientDaemon, DaemonConfig
 from icecrawler.clock import Clock
@@ -175,3 +177,12 @@ def test_bugs_in_the_runner_or_the_lease_call_do_not_kill_the_threads() -> None:
     outcomes = {r.task_id: (r.outcome.value, r.error_class) for r in scheduler.reports}
     assert outcomes["user:weibo_mobile:1"] == ("ParseError", "client-bug:KeyError")
     assert sum(1 for outcome, _ in outcomes.values() if outcome == "Ok") == 3
+
+
+def test_bad_client_settings_are_a_clear_error_before_anything_starts(capsys: pytest.CaptureFixture[str]) -> None:
+    from icecrawler.cli import main
+
+    assert main(["client", "--set", "client.workers=0"]) == 2
+    assert "client.workers must be >= 1" in capsys.readouterr().err
+    assert main(["client", "--set", "client.batch=many"]) == 2
+    assert "client.batch" in capsys.readouterr().err
