@@ -134,32 +134,31 @@ def test_icegrid_crawl_with_a_node_added_mid_crawl(grid: Grid, tmp_path: Path) -
             "CrawlerClient-1", "CrawlerClient-2", "CrawlerClient-3", "Scheduler", "Storage-1"]
 
 
-def test_icegrid_descriptor_with_tls(tmp_path: Path) -> None:
-    """``protocol=ssl`` + the ``ssl_*`` variables turn every server endpoint of the descriptor into ssl with
-    client-certificate checks; clients still find the scheduler through the locator by its well-known name."""
+def test_icegrid_all_endpoints_over_tls(tmp_path: Path) -> None:
+    """``grid.sh up -s CERTS``: registry, nodes, admin and (through ``protocol=ssl`` and the ``ssl_*`` variables
+    of the descriptor) every server endpoint use TLS with certificates from ``icecrawler certs``. A located
+    client with a certificate of our CA reaches the scheduler by its well-known name; one without is refused
+    (already by the registry)."""
     if MISSING:
         pytest.skip(f"IceGrid tools missing: {', '.join(MISSING)} (apt-get install zeroc-icegrid zeroc-ice-utils)")
     from icecrawler import rpc, tls
 
     certs = tmp_path / "certs"
-    tls.init_ca(certs)
-    tls.issue(certs, "node", ips=["127.0.0.1"])  # every machine installs its own certificate as node.pem
-    tls.issue(certs, "client-1")
     grid = Grid(tmp_path / "grid", free_port())
-    grid.run("up", "-n", "1")  # node1 only: the scheduler and storage, no clients
+    grid.locator = grid.locator.replace(":tcp ", ":ssl ")
+    grid.run("up", "-n", "1", "-s", str(certs))  # node1 only: the scheduler and storage, no clients
     pids: list[int] = []
     try:
-        (grid.directory / "work").mkdir(parents=True, exist_ok=True)
-        grid.run("deploy", "scheduler_port=0", "protocol=ssl", f"ssl_ca={certs / 'ca.pem'}",
-                 f"ssl_cert={certs / 'node.pem'}", f"ssl_key={certs / 'node-key.pem'}")
+        grid.run("deploy", "scheduler_port=0")
         assert wait_until(lambda: _active(grid, "Scheduler"), 60), grid.admin("server list")
         pids = grid.server_pids()
         endpoints = grid.admin("adapter endpoints Scheduler.SchedulerAdapter")
-        # icegridadmin 3.7 has no IceSSL plug-in loaded, so it prints the ssl endpoint opaquely (type 2 = ssl).
+        # icegridadmin 3.7 prints an ssl endpoint opaquely (type 2 = ssl) unless it parses IceSSL endpoints.
         assert ("opaque -t 2" in endpoints or "ssl -h" in endpoints) and "tcp -h" not in endpoints, endpoints
 
+        tls.issue(certs, "client-1")
         C = rpc.crawler()
-        located = {"Ice.Default.Locator": grid.locator, "IceSSL.CAs": str(certs / "ca.pem")}
+        located = {"Ice.Default.Locator": grid.locator, "IceSSL.CAs": str(certs / tls.CA_CERT)}
         with rpc.communicator((), {**located, "IceSSL.CertFile": str(certs / "client-1.pem"),
                                    "IceSSL.KeyFile": str(certs / "client-1-key.pem")}) as comm:
             assert C.SchedulerPrx(comm, "scheduler").stats().tasks == 0
