@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES=(g++ make libssl-dev libbz2-dev libdb5.3-dev zeroc-icegrid iproute2 openjdk-17-jre-headless maven)
+APT_PACKAGES=(g++ make libssl-dev libbz2-dev libdb5.3-dev zeroc-icegrid zeroc-ice-utils iproute2 openjdk-17-jre-headless maven)
 STAMP=.venv/.bootstrap-stamp
 
 missing=()

@@ -21,7 +21,7 @@ from cryptography.x509.oid import NameOID
 from icecrawler import rpc, tls
 from icecrawler.processes import ProcessGroup, free_port, icecrawler_argv, wait_for_port
 
-pytestmark = [pytest.mark.ice, pytest.mark.e2e]
+pytestmark = [pytest.mark.ice, pytest.mark.e2e, pytest.mark.slow]
 
 #: What a refused TLS handshake may look like from the client's side (the server aborts it, or our own
 #: verification of a server certificate fails). Any of them means: no operation was dispatched.
