@@ -132,13 +132,14 @@ def _load_ca(directory: Path) -> tuple[x509.Certificate, ec.EllipticCurvePrivate
 
 
 def issue(directory: Path, node: str, *, dns: Sequence[str] = (), ips: Sequence[str] = (), days: int = 825,
-          trust: Sequence[str] = (), force: bool = False) -> NodeFiles:
+          trust: Sequence[str] = (), force: bool = False, install_dir: Path | None = None) -> NodeFiles:
     """Issue ``node``'s key and certificate (signed by the CA in ``directory``) and its ssl property file.
 
     The certificate is valid for both TLS roles (serverAuth + clientAuth): an IceGrid node or a scheduler is a
     server to crawler clients and a client of the registry. ``dns``/``ips`` become subjectAltNames (the node
     name is always one), so ``IceSSL.CheckCertName=1`` can be used. ``trust`` lists the DNs this node accepts as
-    peers when it is a server (default: every certificate of our organization).
+    peers when it is a server (default: every certificate of our organization). ``install_dir`` is where the
+    files will live on the node (the property file's ``IceSSL.DefaultDir``; default: ``directory``).
     """
     if not _NODE_NAME.match(node):
         raise ConfigError(f"bad node name {node!r}: use letters, digits, '.', '_' or '-' (at most 63)")
@@ -178,7 +179,7 @@ def issue(directory: Path, node: str, *, dns: Sequence[str] = (), ips: Sequence[
     )
     _write_private(files.key, _key_pem(key))
     files.cert.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    write_properties(files.properties, directory, node, trust=trust)
+    write_properties(files.properties, install_dir or directory, node, trust=trust)
     return files
 
 

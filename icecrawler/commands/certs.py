@@ -36,6 +36,9 @@ class Command(BaseCommand):
         parser.add_argument("--trust", action="append", default=[], metavar="DN",
                             help="DN (or partial DN) this node accepts as a server, e.g. 'CN=client-1,O=icecrawler' "
                                  "(repeatable; default: O=icecrawler)")
+        parser.add_argument("--install-dir", type=Path, default=None, metavar="DIR",
+                            help="where the files will live on the node, for NODE-ssl.conf's IceSSL.DefaultDir "
+                                 "(issue; default: --dir), e.g. /etc/icecrawler/certs")
         parser.add_argument("--ca-name", default="icecrawler CA", help="CN of the CA certificate (init)")
         parser.add_argument("--force", action="store_true", help="overwrite an existing CA or node certificate")
 
@@ -53,7 +56,7 @@ class Command(BaseCommand):
             print("icecrawler certs: issue needs a NODE name")
             return 2
         files = tls.issue(directory, args.node, dns=args.dns, ips=args.ip, days=args.days or 825,
-                          trust=args.trust, force=args.force)
+                          trust=args.trust, force=args.force, install_dir=args.install_dir)
         print(f"certificate: {files.cert}  ({tls.node_dn(args.node)})\nkey:         {files.key} (mode 0600)\n"
               f"properties:  {files.properties}  (--Ice.Config={files.properties})")
         return 0
