@@ -155,6 +155,10 @@ class Sink:
         self.scheduler_backoff = Backoff(backoff_s, max_backoff_s)
         self._lock = threading.Lock()
         self._pending: list[_Pending] = []
+        #: The results a flush or give_back is working on right now (out of ``_pending``, still buffered): they
+        #: count in ``buffered_records``, or a storage call hanging until its timeout would hide the whole
+        #: buffer from ``has_room`` and the lease loop would keep leasing through an outage.
+        self._working: list[_Pending] = []
 
     # --- called by workers and the lease loop ---
 
@@ -166,7 +170,7 @@ class Sink:
 
     def buffered_records(self) -> int:
         with self._lock:
-            return sum(item.waiting_records for item in self._pending)
+            return sum(item.waiting_records for item in (*self._pending, *self._working))
 
     def has_room(self) -> bool:
         """False while more records wait for storage than ``client.buffer_records``: stop leasing."""
@@ -174,7 +178,7 @@ class Sink:
 
     def pending_count(self) -> int:
         with self._lock:
-            return len(self._pending)
+            return len(self._pending) + len(self._working)
 
     # --- called by the sink thread ---
 
@@ -182,6 +186,7 @@ class Sink:
         """One pass: expire, store, report, release. Returns True when nothing is left pending."""
         with self._lock:
             batch, self._pending = self._pending, []
+            self._working = batch
         try:
             batch = self._expire(batch)
             for item in batch:
@@ -196,6 +201,7 @@ class Sink:
         finally:
             with self._lock:
                 self._pending[:0] = batch
+                self._working = []
         return not batch
 
     def give_back(self) -> int:
@@ -203,11 +209,13 @@ class Sink:
         idempotent). Returns how many leases were given back."""
         with self._lock:
             batch, self._pending = self._pending, []
+            self._working = batch
         for item in batch:
             item.result.aborted = True
         left = self._release(batch)
         with self._lock:
             self._pending[:0] = left
+            self._working = []
         return len(batch) - len(left)
 
     def _expire(self, batch: list[_Pending]) -> list[_Pending]:

@@ -4,6 +4,7 @@ expiry, listing ids through addUsers, and leases given back."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 
 import pytest
@@ -289,3 +290,30 @@ def test_a_report_that_cannot_be_sent_is_dropped_loudly(caplog: pytest.LogCaptur
     assert sink.flush() is True
     assert sink.stats.snapshot()["reports_lost"] == 1
     assert "cannot report" in caplog.text
+
+
+def test_records_being_written_still_count_against_the_buffer_bound() -> None:
+    """While a storage call hangs (a network cut lasts until the invocation timeout), the records it carries
+    are still buffered: has_room() must not see an empty buffer and let the lease loop lease on."""
+    sink, scheduler, storage, _ = make(buffer_records=3)
+    entered, release = threading.Event(), threading.Event()
+    write = storage.write_posts
+
+    def hanging_write(posts: Sequence[Post]) -> int:
+        entered.set()
+        release.wait(10)
+        return write(posts)
+
+    storage.write_posts = hanging_write  # type: ignore[method-assign]
+    sink.add(result("a", posts=4))
+    flusher = threading.Thread(target=sink.flush)
+    flusher.start()
+    try:
+        assert entered.wait(10)
+        assert sink.buffered_records() == 4 and not sink.has_room()
+        assert sink.pending_count() == 1
+    finally:
+        release.set()
+        flusher.join(10)
+    assert sink.buffered_records() == 0 and sink.has_room()
+    assert len(scheduler.reports) == 1
