@@ -2,14 +2,20 @@
 
 Keys: ``pending`` and ``inflight`` keys start with an 8-byte big-endian millisecond time, then the task id, so
 B-tree order is time order and a range scan up to ``now`` yields exactly the due tasks (or expired leases).
-Values are pickled dicts of builtins (protocol 5, stable across Python versions): a record is decoded and
-re-encoded twice per task cycle, and pickle does that several times faster than JSON. Fields are stored by
-name, so a record written before a field existed reads back with that field's default, and unknown fields
-are ignored. The database is private to the scheduler; nothing else writes it.
+Values are pickled tuples of builtins (protocol 5, stable across Python versions), one value per field in
+``TaskRecord``'s declaration order: a record is decoded and re-encoded twice per task cycle, and a tuple
+pickles in about half the time and space of the dict of the same fields (which in turn is several times
+faster than JSON). Fields are only ever appended to ``TaskRecord``, so a shorter tuple (written before a field
+existed) reads back with that field's default. Records written as pickled dicts by earlier versions still
+read back (by name; unknown fields are ignored). The database is private to the scheduler; nothing else
+writes it.
 """
 
 from __future__ import annotations
 
+import json
+import math
+import operator
 import pickle
 import struct
 from dataclasses import dataclass, field, fields
@@ -17,10 +23,12 @@ from typing import Any
 
 from icecrawler.models import TaskKind
 
-__all__ = ["TaskRecord", "decode_time_key", "time_key"]
+__all__ = ["TaskRecord", "decode_time_key", "done_value", "time_key"]
 
 _TIME = struct.Struct(">Q")
 _PROTOCOL = 5
+#: json.dumps' own string encoder (ensure_ascii), in C.
+_json_str = json.encoder.encode_basestring_ascii  # type: ignore[attr-defined]
 
 
 def time_key(ms: int, task_id: str = "") -> bytes:
@@ -30,6 +38,25 @@ def time_key(ms: int, task_id: str = "") -> bytes:
 
 def decode_time_key(key: bytes) -> tuple[int, str]:
     return _TIME.unpack_from(key)[0], key[_TIME.size:].decode()
+
+
+def _json_number(value: Any) -> str:
+    # repr is what json.dumps writes for an int or a finite float; anything else goes through json itself.
+    if type(value) is int or (type(value) is float and math.isfinite(value)):
+        return repr(value)
+    return json.dumps(value)
+
+
+def done_value(outcome: str, new_items: Any, period_s: Any, worker: str, fetches: Any, leased_wall_ms: int,
+               deadline_wall_ms: int, ended_wall_ms: int) -> bytes:
+    """A reported lease's completion-log value: exactly ``json.dumps`` of the dict with these keys in this order
+    (what ``Stack.done_log`` and audits read), built without the dict and the generic encoder, since one is
+    written per report."""
+    return (f'{{"outcome": {_json_str(outcome)}, "new": {_json_number(new_items)}, '
+            f'"period_s": {_json_number(period_s)}, "worker": {_json_str(worker)}, '
+            f'"fetches": {_json_number(fetches)}, "leased_wall_ms": {_json_number(leased_wall_ms)}, '
+            f'"deadline_wall_ms": {_json_number(deadline_wall_ms)}, '
+            f'"ended_wall_ms": {_json_number(ended_wall_ms)}}}').encode()
 
 
 @dataclass
@@ -78,16 +105,23 @@ class TaskRecord:
         return TaskKind(self.kind)
 
     def to_bytes(self) -> bytes:
-        return pickle.dumps(vars(self), _PROTOCOL)
+        return pickle.dumps(_values(self), _PROTOCOL)
 
     @classmethod
     def from_bytes(cls, data: bytes) -> TaskRecord:
         raw = pickle.loads(data)
-        if raw.keys() == _FIELDS:  # the common case: skip __init__, the values are already complete
-            record = object.__new__(cls)
-            record.__dict__.update(raw)
-            return record
-        return cls(**{key: value for key, value in raw.items() if key in _FIELDS})
+        if type(raw) is tuple:
+            if len(raw) == len(_NAMES):  # the common case: skip __init__, the values are already complete
+                record = object.__new__(cls)
+                record.__dict__.update(zip(_NAMES, raw, strict=True))
+                return record
+            # Written before the last fields existed: those take their defaults.
+            return cls(**dict(zip(_NAMES, raw, strict=False)))
+        return cls(**{key: value for key, value in raw.items() if key in _FIELDS})  # an earlier dict record
 
 
-_FIELDS = frozenset(f.name for f in fields(TaskRecord))
+#: Field names in declaration order: the order of a record's tuple on disk (only ever append new fields).
+_NAMES = tuple(f.name for f in fields(TaskRecord))
+_FIELDS = frozenset(_NAMES)
+#: A record's field values as a tuple in that order, picked in C.
+_values = operator.attrgetter(*_NAMES)

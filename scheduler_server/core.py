@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import operator
 import secrets
 import threading
 import time
@@ -37,7 +38,7 @@ from icecrawler.errors import ConfigError, InvalidArgumentError, LeaseLostError,
 from icecrawler.models import SOURCES, Account, Outcome, Report, Task, TaskKind, make_task_id, split_task_id
 from icecrawler.settings import Settings
 from scheduler_server.accounts import AccountPool, load_accounts
-from scheduler_server.codec import TaskRecord, decode_time_key, time_key
+from scheduler_server.codec import TaskRecord, decode_time_key, done_value, time_key
 from scheduler_server.politeness import HostGate, RateWindow
 from scheduler_server.store import QueueStore, Txn
 from shhd.policies import Observation, RevisitPolicy, make_policy
@@ -176,6 +177,11 @@ def _check_task_id(task_id: str, field_name: str, index: int) -> None:
 def _check_range(value: float, low: float, high: float, field_name: str, index: int) -> None:
     if not (isinstance(value, (int, float)) and math.isfinite(value) and low <= value <= high):
         raise _invalid(f"{field_name}={value!r} is outside [{low}, {high}]", field_name, index)
+
+
+#: A report's numeric fields, picked in C (the fast path of ``_check_report``).
+_report_numbers = operator.attrgetter("new_items", "window_items", "fetches", "http_status", "newest_item_ms",
+                                      "fingerprint", "retry_after_s")
 
 
 class SchedulerCore:
@@ -317,11 +323,15 @@ class SchedulerCore:
         stop = time_key(now_ms + 1)
         start = b""
         scanned = 0
+        # Read no more keys than the call can use: a getUser reading 256 keys to lease one was most of its
+        # cost. Chunks grow (x4 up to _SCAN_CHUNK) when keys are skipped for politeness.
+        chunk_size = min(_SCAN_CHUNK, max_tasks)
         while len(tasks) < max_tasks and len(blocked) < len(SOURCES) and scanned < _SCAN_CAP:
-            chunk = txn.scan("pending", start, stop, limit=_SCAN_CHUNK)
+            chunk = txn.scan("pending", start, stop, limit=chunk_size)
             scanned += len(chunk)
             if not chunk:
                 break
+            chunk_size = min(_SCAN_CHUNK, chunk_size * 4)
             start = chunk[-1][0] + b"\0"
             for key, _ in chunk:
                 task_id = decode_time_key(key)[1]
@@ -408,6 +418,16 @@ class SchedulerCore:
             raise _invalid("leaseToken must be 1-256 characters", f"{where}.leaseToken", index)
         if not isinstance(item.outcome, Outcome):
             raise _invalid(f"unknown outcome {item.outcome!r}", f"{where}.outcome", index)
+        # The common case in one expression (plain ints in range, no retry hint); anything else takes the
+        # field-by-field checks below, which accept the same values and name the first bad field.
+        new, window, fetches, status, newest, fingerprint, retry = _report_numbers(item)
+        if (type(new) is int and type(window) is int and type(fetches) is int and type(status) is int
+                and type(newest) is int and type(fingerprint) is int and 0 <= new <= _MAX_COUNT
+                and 0 <= window <= _MAX_COUNT and 0 <= fetches <= _MAX_COUNT and 0 <= status <= 999
+                and 0 <= newest <= 2**62 and 0 <= fingerprint <= 2**64 - 1
+                and (type(retry) is float or type(retry) is int) and 0 <= retry <= self.config.max_period_s
+                and len(item.cursor) <= _MAX_TEXT and len(item.error_class) <= _MAX_TEXT):
+            return
         for name, value, high in (("newItems", item.new_items, _MAX_COUNT), ("windowItems", item.window_items,
                                   _MAX_COUNT), ("fetches", item.fetches, _MAX_COUNT),
                                   ("httpStatus", item.http_status, 999), ("newestItemMs", item.newest_item_ms, 2**62),
@@ -479,9 +499,11 @@ class SchedulerCore:
             self.accounts.freeze(record.account_id, until, item.outcome.value)
             txn.put("meta", f"account:{record.account_id}".encode(),
                     json.dumps([until, item.outcome.value]).encode())
-        done = {"outcome": item.outcome.value, "new": item.new_items, "period_s": record.period_s,
-                "worker": record.worker, "fetches": item.fetches, **self._lease_interval(record, wall)}
-        txn.put("done", time_key(now_ms, f"{record.id}#{record.lease_token}"), json.dumps(done).encode())
+        # Same JSON as json.dumps of {"outcome", "new", "period_s", "worker", "fetches", **_lease_interval}.
+        deadline_ms = record.lease_deadline_ms
+        txn.put("done", time_key(now_ms, f"{record.id}#{record.lease_token}"), done_value(
+            item.outcome.value, item.new_items, record.period_s, record.worker, item.fetches,
+            deadline_ms - int(self.config.lease_s * 1000), deadline_ms, int(wall * 1000)))
         self._end_lease(txn, record, now_ms + int(delay_s * 1000))
         return effect
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import pickle
 from pathlib import Path
 
 import pytest
 
-from scheduler_server.codec import TaskRecord, decode_time_key, time_key
+from scheduler_server.codec import TaskRecord, decode_time_key, done_value, time_key
 from scheduler_server.store import BdbQueueStore, MemoryQueueStore, QueueStore
 
 
@@ -88,6 +89,25 @@ def test_record_round_trip_tolerates_schema_changes() -> None:
     older = pickle.dumps({key: value for key, value in vars(record).items() if key != "discovered"})
     assert TaskRecord.from_bytes(newer) == record
     assert TaskRecord.from_bytes(older) == record
+
+
+def test_record_tuples_tolerate_appended_fields() -> None:
+    """Records are stored as tuples in field order: a shorter one (written before the last fields existed)
+    reads back with their defaults, a longer one (from a newer version) without the fields it does not know."""
+    record = TaskRecord(id="user:weibo_pc:1", kind="user", source="weibo_pc", target="1", discovered=0,
+                        created_ms=0, history=[[1, 2, 3, 4]])
+    values = pickle.loads(record.to_bytes())
+    assert isinstance(values, tuple) and values[0] == "user:weibo_pc:1"
+    assert TaskRecord.from_bytes(pickle.dumps(values[:-2])) == record
+    assert TaskRecord.from_bytes(pickle.dumps((*values, "from the future"))) == record
+
+
+@pytest.mark.parametrize("worker", ["bench-1", "wörker \"quoted\" \\ \n", ""])
+@pytest.mark.parametrize(("new", "period_s", "fetches"), [(1, 0.001, 1), (0, 3600.0, 0), (2**40, 60, 1.5)])
+def test_done_value_is_the_json_of_the_entry(worker: str, new: int, period_s: float, fetches: float) -> None:
+    entry = {"outcome": "Ok", "new": new, "period_s": period_s, "worker": worker, "fetches": fetches,
+             "leased_wall_ms": 1_800_000_000_000, "deadline_wall_ms": 1_800_000_030_000, "ended_wall_ms": -1}
+    assert done_value(*entry.values()) == json.dumps(entry).encode()
 
 
 def test_time_keys_sort_numerically() -> None:
