@@ -24,6 +24,7 @@ from typing import Any
 from bench._cluster import cpu_seconds
 from icecrawler import rpc
 from icecrawler.processes import ProcessGroup, free_port, icecrawler_argv, wait_for_port
+from scheduler_server.server import SCHEDULER_PROPERTIES
 
 BATCH = 100
 MODES = {"single": 1, "batched": BATCH}
@@ -36,7 +37,7 @@ SAMPLES = 20_000
 # --- the echo baseline server ------------------------------------------------------------------------------
 
 
-def serve_echo(port: int) -> int:
+def serve_echo(port: int, threads: int) -> int:
     """An Echo servant with prebuilt tasks shaped like the scheduler's (same id, token and field sizes)."""
     C = rpc.crawler()
     tasks = [C.Task(id=f"reviews:jd:{100000 + n}", kind=C.TaskKind.ProductReviews, source="jd",
@@ -50,7 +51,8 @@ def serve_echo(port: int) -> int:
         def echoReports(self, reports: Sequence[Any], current: Any) -> None:
             """Dropped."""
 
-    with rpc.communicator(properties={"Ice.ThreadPool.Server.Size": "4"}) as comm:
+    with rpc.communicator(properties={"Ice.ThreadPool.Server.Size": str(threads),
+                                      "Ice.ThreadPool.Server.SizeMax": str(threads)}) as comm:
         rpc.serve(comm, "EchoAdapter", {"echo": EchoServant()}, f"tcp -h 127.0.0.1 -p {port}")
     return 0
 
@@ -140,17 +142,20 @@ def measure(group: ProcessGroup, proxy: str, server_pid: int, target: str, clien
     }
 
 
-def start_servers(group: ProcessGroup, tmp: Path, tasks: int) -> tuple[tuple[str, str], tuple[int, int]]:
+def start_servers(group: ProcessGroup, tmp: Path, tasks: int, threads: int
+                  ) -> tuple[tuple[str, str], tuple[int, int]]:
     """Start the scheduler (seeded with ``tasks``) and the echo server: their proxies and pids."""
     port, echo_port = free_port(), free_port()
     conf = tmp / "scheduler.conf"
-    conf.write_text(f"SchedulerAdapter.Endpoints=tcp -h 127.0.0.1 -p {port}\nIce.ThreadPool.Server.Size=4\n")
+    conf.write_text(f"SchedulerAdapter.Endpoints=tcp -h 127.0.0.1 -p {port}\n"
+                    f"Ice.ThreadPool.Server.Size={threads}\nIce.ThreadPool.Server.SizeMax={threads}\n")
     settings = {"scheduler.db_dir": str(tmp / "db"), "scheduler.durable_commits": "true", "scheduler.policy": "fixed",
                 "scheduler.min_period_s": "0.001", "scheduler.initial_period_s": "0.001",
                 "scheduler.max_period_s": "1", "scheduler.lease_s": "60", "log.level": "WARNING"}
     scheduler = group.start("scheduler", icecrawler_argv("scheduler", *(f"--set={k}={v}" for k, v in settings.items()),
                                                          f"--Ice.Config={conf}"))
-    echo = group.start("echo", [sys.executable, "-m", "bench.scheduler", "--serve-echo", "--port", str(echo_port)],
+    echo = group.start("echo", [sys.executable, "-m", "bench.scheduler", "--serve-echo", "--port", str(echo_port),
+                        "--server-threads", str(threads)],
                        cwd=Path(__file__).resolve().parent.parent)
     wait_for_port("127.0.0.1", port, 60, alive=scheduler.alive)
     wait_for_port("127.0.0.1", echo_port, 60, alive=echo.alive)
@@ -170,6 +175,8 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--clients", default="1,8", help="client process counts, comma-separated")
     parser.add_argument("--tasks", type=int, default=20_000, help="tasks seeded (all due again after 1 ms)")
     parser.add_argument("--json", default=str(DEFAULT_JSON), help="where to write the headline figures")
+    parser.add_argument("--server-threads", type=int, default=int(SCHEDULER_PROPERTIES["Ice.ThreadPool.Server.Size"]),
+                        help="dispatch threads of the scheduler and of the echo server (default: the daemon's)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--serve-echo", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
@@ -183,15 +190,16 @@ def main(argv: Sequence[str]) -> int:
     if args.worker:
         return run_worker(args)
     if args.serve_echo:
-        return serve_echo(args.port)
+        return serve_echo(args.port, args.server_threads)
 
     client_counts = [int(c) for c in args.clients.split(",")]
     figures: dict[str, Any] = {"durable_commits": True, "batch_size": BATCH, "seconds_per_run": args.seconds,
-                               "tasks_seeded": args.tasks, "load_avg_1m_before": round(os.getloadavg()[0], 2)}
+                               "tasks_seeded": args.tasks, "server_threads": args.server_threads,
+                               "load_avg_1m_before": round(os.getloadavg()[0], 2)}
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-scheduler-") as name, ProcessGroup(Path(name) / "logs") as group:
         tmp = Path(name)
-        addresses, pids = start_servers(group, tmp, args.tasks)
+        addresses, pids = start_servers(group, tmp, args.tasks, args.server_threads)
         proxies = dict(zip(TARGETS, addresses, strict=True))
         server_pids = dict(zip(TARGETS, pids, strict=True))
         for clients in client_counts:
@@ -210,7 +218,8 @@ def main(argv: Sequence[str]) -> int:
         figures[f"{mode}_cycles_per_s"] = max(figures[f"{mode}_{c}c_cycles_per_s"] for c in client_counts)
 
     print(f"scheduler task cycles (lease + report), durable commits, {args.seconds:.0f} s per run, "
-          f"batch {BATCH}; load average {figures['load_avg_1m_before']} -> {figures['load_avg_1m_after']}")
+          f"batch {BATCH}, {args.server_threads} dispatch threads; "
+          f"load average {figures['load_avg_1m_before']} -> {figures['load_avg_1m_after']}")
     print(f"{'clients':>7} {'calls':>8} | {'scheduler/s':>11} {'p50 ms':>8} {'p99 ms':>8} | "
           f"{'echo/s':>9} {'p50 ms':>8} {'p99 ms':>8} | {'sched/echo':>10} | {'server CPU us/cycle':>19}")
     for clients, mode, sched, echo in rows:

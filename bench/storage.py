@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
+import os
 import sys
 import tempfile
 import time
@@ -74,6 +75,7 @@ def _writer(endpoint: str, first_id: int, count: int, batch: int, ready: Any, st
 def through_server(backend: str, records: int, batch: int, writers: int, tmp: Path,
                    extra: dict[str, str]) -> dict[str, float]:
     """Start a storage server on ``backend``; ``writers`` processes write ``records`` posts in total."""
+    from bench._cluster import cpu_seconds
     from icecrawler import rpc
     from icecrawler.processes import ProcessGroup, free_port, icecrawler_argv
 
@@ -87,7 +89,7 @@ def through_server(backend: str, records: int, batch: int, writers: int, tmp: Pa
                            *(arg for key, value in settings.items() for arg in ("--set", f"{key}={value}")))
     endpoint = f"storage:tcp -h 127.0.0.1 -p {port}"
     context = multiprocessing.get_context("spawn")
-    with ProcessGroup(tmp / "logs") as group, group.running(f"storage-{backend}", argv, port):
+    with ProcessGroup(tmp / "logs") as group, group.running(f"storage-{backend}", argv, port) as server:
         warm = make_posts(10**15, batch)  # creates HBase tables / SQLite pages outside the timed part
         comm = rpc.communicator()
         try:
@@ -102,10 +104,12 @@ def through_server(backend: str, records: int, batch: int, writers: int, tmp: Pa
                 proc.start()
             for _ in procs:  # every writer has built its batches and connected: only sending is timed
                 ready.get(timeout=300)
+            cpu_before = cpu_seconds(server.pid)
             began = time.perf_counter()
             start.set()
             outcomes = [results.get(timeout=600) for _ in procs]
             wall = time.perf_counter() - began
+            server_cpu_s = cpu_seconds(server.pid) - cpu_before
             for proc in procs:
                 proc.join(timeout=30)
             stored = sum(outcome[1] for outcome in outcomes)
@@ -123,7 +127,8 @@ def through_server(backend: str, records: int, batch: int, writers: int, tmp: Pa
         finally:
             comm.destroy()
     return {"records": share * writers, "seconds": wall, "records_per_s": share * writers / wall,
-            "stored_directly": stored, "spooled": spooled}
+            "stored_directly": stored, "spooled": spooled,
+            "server_cpu_us_per_record": 1e6 * server_cpu_s / (share * writers)}
 
 
 def raw_sqlite(records: int, batch: int, tmp: Path) -> dict[str, float]:
@@ -189,6 +194,7 @@ def main(argv: list[str]) -> int:
 
     from storage_server import schema
 
+    load_before = round(os.getloadavg()[0], 2)
     record_bytes = len(schema.encode_rows(schema.WEIBO, [schema.post_row(make_posts(1, 1)[0])]))
     rows: list[tuple[str, dict[str, float] | None, str]] = []
     with tempfile.TemporaryDirectory(prefix="bench-storage-") as tmpdir:
@@ -223,13 +229,23 @@ def main(argv: list[str]) -> int:
         "embedded_records_per_s": round(embedded["records_per_s"]),
         "embedded_raw_sqlite_records_per_s": round(sqlite_raw["records_per_s"]),
         "embedded_records": embedded["records"],
+        "embedded_server_cpu_us_per_record": round(embedded["server_cpu_us_per_record"], 1),
+        "load_avg_1m_before": load_before, "load_avg_1m_after": round(os.getloadavg()[0], 2),
     }
+    print(f"storage server CPU per record (embedded): {embedded['server_cpu_us_per_record']:.1f} us; "
+          f"load average {load_before} -> {summary['load_avg_1m_after']}")
     if hbase is not None and hbase_raw is not None:
         summary.update({
             "hbase_records_per_s": round(hbase["records_per_s"]),
             "hbase_raw_happybase_records_per_s": round(hbase_raw["records_per_s"]),
             "hbase_records": hbase["records"], "hbase_spooled_records": hbase["spooled"],
         })
+    elif OUT.exists():  # keep the last HBase figures, marked as such, when this run skipped HBase
+        earlier = json.loads(OUT.read_text(encoding="utf-8"))
+        kept = {key: value for key, value in earlier.items() if key.startswith("hbase_")}
+        if kept:
+            summary.update(kept)
+            summary["hbase_from_an_earlier_run"] = True
     if not args.no_write:
         OUT.parent.mkdir(parents=True, exist_ok=True)
         OUT.write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")

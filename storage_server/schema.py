@@ -24,6 +24,7 @@ above 2**53 round-trip exactly.
 from __future__ import annotations
 
 import json
+import operator
 import re
 import zlib
 from collections.abc import Callable, Sequence
@@ -41,6 +42,9 @@ __all__ = [
     "WEIBO",
     "Column",
     "Row",
+    "build_rows",
+    "checked_post_row",
+    "checked_review_row",
     "decode_rows",
     "encode_rows",
     "owner_prefix",
@@ -89,6 +93,12 @@ _JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 _PRODUCT_RE = re.compile(r"^[0-9A-Za-z_.-]{1,64}$")
 _MAX_REVIEW_ID = 128
 _INT64 = (-(1 << 63), (1 << 63) - 1)
+_INT31 = (1 << 31) - 1
+_U64 = 0xFFFFFFFFFFFFFFFF
+#: json's own string encoder for ensure_ascii=False, in C.
+_json_str = json.encoder.encode_basestring  # type: ignore[attr-defined]
+_post_ints = operator.attrgetter("id", "user_id", "reposts", "comments", "likes", "retweeted_id")
+_post_texts = operator.attrgetter("user_name", "text", "html", "permalink", "source")
 
 
 # --- time ---------------------------------------------------------------------------------------------------
@@ -201,6 +211,28 @@ def validate_batch(
     return valid, rejected
 
 
+def build_rows(
+    records: Sequence[Any], batch_limit: int, build: Callable[[Any], Row | list[str]],
+) -> tuple[list[Row], list[tuple[int, str]]]:
+    """``validate_batch`` and the rows of the valid records in one pass: ``build`` returns a record's row or the
+    reasons it cannot be stored (``checked_post_row``, ``checked_review_row``)."""
+    if not records:
+        raise InvalidArgumentError("empty batch: send at least one record", code="EmptyBatch", field="records")
+    if len(records) > batch_limit:
+        raise InvalidArgumentError(
+            f"batch of {len(records)} records is over storage.batch_limit={batch_limit}; split it",
+            code="BatchTooLarge", field="records")
+    rows: list[Row] = []
+    rejected: list[tuple[int, str]] = []
+    for index, record in enumerate(records):
+        row = build(record)
+        if isinstance(row, Row):
+            rows.append(row)
+        else:
+            rejected.append((index, "; ".join(row)))
+    return rows, rejected
+
+
 # --- row keys ---------------------------------------------------------------------------------------------------
 
 
@@ -234,14 +266,52 @@ def _reversed_ms(created_at: str) -> bytes:
 
 def post_row(post: Post) -> Row:
     """The stored form of a validated post."""
-    key = owner_prefix(WEIBO, post.user_id) + _reversed_ms(post.created_at) + _u64(post.id)
+    return _post_row(post, parse_time_ms(post.created_at))
+
+
+def _post_row(post: Post, created_ms: int) -> Row:
+    owner = (post.user_id & _U64).to_bytes(8, "big")
+    key = (bytes((zlib.crc32(owner) & 0xFF,)) + owner + (_MAX_REVERSED - created_ms).to_bytes(8, "big")
+           + (post.id & _U64).to_bytes(8, "big"))
     return Row(key, {
         "id": post.id, "user_id": post.user_id, "user_name": post.user_name, "text": post.text, "html": post.html,
         "created_at": post.created_at, "reposts": post.reposts, "comments": post.comments, "likes": post.likes,
         "pinned": int(post.pinned), "retweeted_id": post.retweeted_id,
-        "pictures": _JSON.encode(post.pictures), "permalink": post.permalink,
+        # Same text as _JSON.encode(pictures) for a list of strings (the only thing validation lets through).
+        "pictures": "[" + ",".join(map(_json_str, post.pictures)) + "]", "permalink": post.permalink,
         "fetched_at": post.fetched_at, "source": post.source,
     })
+
+
+def checked_post_row(post: Any, max_text_chars: int) -> Row | list[str]:
+    """``post_row(post)`` if ``validate_post`` accepts it, else ``validate_post``'s reasons.
+
+    One pass for the common case (exact types, everything in range): plain comparisons, and ``createdAt`` parsed
+    once for both the check and the row key. Anything that misses it, valid or not, takes ``validate_post``, so
+    what is accepted and the reasons given are exactly ``validate_post``'s.
+    """
+    if type(post) is Post:
+        pid, user, reposts, comments, likes, retweeted = _post_ints(post)
+        texts = _post_texts(post)
+        pictures = post.pictures
+        created, fetched = post.created_at, post.fetched_at
+        if (type(pid) is int and type(user) is int and type(reposts) is int and type(comments) is int
+                and type(likes) is int and type(retweeted) is int and 1 <= pid <= _INT64[1]
+                and 1 <= user <= _INT64[1] and 0 <= reposts <= _INT31 and 0 <= comments <= _INT31
+                and 0 <= likes <= _INT31 and 0 <= retweeted <= _INT64[1] and type(post.pinned) is bool
+                and all(type(text) is str and len(text) <= max_text_chars for text in texts)
+                and type(pictures) is list and all(type(url) is str for url in pictures)
+                and sum(map(len, pictures)) <= max_text_chars and type(created) is str and type(fetched) is str):
+            try:
+                moment = datetime.fromisoformat(created)
+                fetched_ok = not fetched or datetime.fromisoformat(fetched).tzinfo is not None
+            except ValueError:
+                fetched_ok = False
+            else:
+                if moment.tzinfo is not None and fetched_ok:
+                    return _post_row(post, int(moment.timestamp() * 1000))
+    errors = validate_post(post, max_text_chars)
+    return errors or post_row(post)
 
 
 def post_from_row(row: Row) -> Post:
@@ -263,6 +333,12 @@ def review_row(review: Review) -> Row:
         "content": review.content, "score": review.score, "created_at": review.created_at,
         "fetched_at": review.fetched_at,
     })
+
+
+def checked_review_row(review: Any, max_text_chars: int) -> Row | list[str]:
+    """``review_row(review)`` if ``validate_review`` accepts it, else its reasons."""
+    errors = validate_review(review, max_text_chars)
+    return errors or review_row(review)
 
 
 def review_from_row(row: Row) -> Review:

@@ -118,16 +118,16 @@ class StorageService:
     # --- writes ------------------------------------------------------------------------------------------------
 
     def write_posts(self, posts: Sequence[Post]) -> WriteResult:
-        return self._write(schema.WEIBO, posts, schema.validate_post, schema.post_row)
+        return self._write(schema.WEIBO, posts, schema.checked_post_row)
 
     def write_reviews(self, reviews: Sequence[Review]) -> WriteResult:
-        return self._write(schema.REVIEW, reviews, schema.validate_review, schema.review_row)
+        return self._write(schema.REVIEW, reviews, schema.checked_review_row)
 
-    def _write(self, table: str, records: Sequence[Any], validate: Callable[[Any, int], list[str]],
-               to_row: Callable[[Any], schema.Row]) -> WriteResult:
-        valid, rejected = schema.validate_batch(
-            records, self.batch_limit, lambda record: validate(record, self.max_text_chars))
-        result = self._persist(table, [to_row(record) for record in valid]) if valid else WriteResult(0, 0)
+    def _write(self, table: str, records: Sequence[Any],
+               checked_row: Callable[[Any, int], schema.Row | list[str]]) -> WriteResult:
+        valid, rejected = schema.build_rows(
+            records, self.batch_limit, lambda record: checked_row(record, self.max_text_chars))
+        result = self._persist(table, valid) if valid else WriteResult(0, 0)
         with self._lock:
             self._counters["accepted"] += len(valid)
             self._counters["rejected"] += len(rejected)

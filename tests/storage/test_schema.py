@@ -95,3 +95,34 @@ def test_time_needs_an_offset() -> None:
     assert schema.parse_time_ms("1970-01-01T08:00:01+08:00") == 1000
     with pytest.raises(ValueError, match="offset"):
         schema.parse_time_ms("2024-05-01T12:00:00")
+
+
+_POST_CHANGES: list[dict[str, object]] = [
+    {}, {"fetched_at": ""}, {"pictures": []}, {"pictures": ["a.jpg", "b\"c.jpg", "长.jpg"]}, {"pinned": True},
+    {"retweeted_id": BIG_ID}, {"id": BIG_ID, "user_id": BIG_ID - 1}, {"text": "长" * MAX}, {"likes": 2**31 - 1},
+    {"id": 0}, {"user_id": -5}, {"id": "123"}, {"likes": 1.5}, {"likes": True}, {"likes": 2**31},
+    {"pinned": "yes"}, {"text": 7}, {"text": "长" * (MAX + 1)}, {"pictures": "a.jpg"}, {"pictures": [1]},
+    {"pictures": ["x" * MAX, "y"]}, {"created_at": ""}, {"created_at": "yesterday"},
+    {"created_at": "2024-05-01T12:00:00"}, {"fetched_at": "2024-05-01T12:00:00"}, {"fetched_at": "soon"},
+    {"fetched_at": None},
+]
+
+
+@pytest.mark.parametrize("changes", _POST_CHANGES)
+def test_checked_post_row_agrees_with_validate_post_and_post_row(changes: dict[str, object]) -> None:
+    post = make_post(7, **changes)
+    errors = schema.validate_post(post, MAX)
+    assert schema.checked_post_row(post, MAX) == (errors or schema.post_row(post))
+    assert schema.checked_post_row("not a post", MAX) == schema.validate_post("not a post", MAX)
+
+
+def test_build_rows_keeps_order_and_reasons() -> None:
+    batch = [make_post(1), make_post(0), make_review("r1"), make_post(3)]
+    rows, rejected = schema.build_rows(batch, 10, lambda post: schema.checked_post_row(post, MAX))
+    assert rows == [schema.post_row(batch[0]), schema.post_row(batch[3])]
+    assert rejected == [(1, "; ".join(schema.validate_post(batch[1], MAX))),
+                        (2, "; ".join(schema.validate_post(batch[2], MAX)))]
+    for bad, code in (([], "EmptyBatch"), ([make_post(1)] * 11, "BatchTooLarge")):
+        with pytest.raises(InvalidArgumentError) as refused:
+            schema.build_rows(bad, 10, lambda post: schema.checked_post_row(post, MAX))
+        assert refused.value.code == code
