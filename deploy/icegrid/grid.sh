@@ -9,7 +9,8 @@
 #                                                                `icecrawler certs`, made in CERTS if missing)
 #   deploy/icegrid/grid.sh node [-d DIR] NAME                    start one more node (a "new machine")
 #   deploy/icegrid/grid.sh admin [-d DIR] COMMAND...             run one icegridadmin command
-#   deploy/icegrid/grid.sh deploy [-d DIR] [NAME=VALUE...]       application add icecrawler.xml (local defaults)
+#   deploy/icegrid/grid.sh deploy [-d DIR] [NAME=VALUE...]       application add icecrawler.xml (local defaults;
+#                                                                servers run $ICECRAWLER_PYTHON, default .venv)
 #   deploy/icegrid/grid.sh down [-d DIR]                         stop nodes (they stop their servers), registry
 #
 # TLS mode (-s): registry, nodes and icegridadmin (Ice 3.7) load the IceSSL plug-in, the registry's client,
@@ -59,7 +60,7 @@ else
     PROTO=tcp
 fi
 LOCATOR="IceGrid/Locator:$PROTO -h 127.0.0.1 -p $PORT"
-PYTHON="$REPO/.venv/bin/python"
+PYTHON="${ICECRAWLER_PYTHON:-$REPO/.venv/bin/python}"  # the interpreter the servers run with
 
 # Make NAME's certificate in $CERTS unless it exists (the CA first).
 cert() {

@@ -17,6 +17,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -42,8 +43,10 @@ class Grid:
         self.locator = f"IceGrid/Locator:tcp -h 127.0.0.1 -p {port}"
 
     def run(self, *args: str, timeout: float = 90) -> str:
+        # Servers run with this interpreter (the one running the tests), wherever its environment lives.
         result = subprocess.run([str(GRID), args[0], "-d", str(self.directory), "-p", str(self.port), *args[1:]],
-                                capture_output=True, text=True, timeout=timeout)
+                                capture_output=True, text=True, timeout=timeout,
+                                env={**os.environ, "ICECRAWLER_PYTHON": sys.executable})
         assert result.returncode == 0, f"grid.sh {' '.join(args)}: {result.stdout}\n{result.stderr}"
         return result.stdout
 
@@ -108,7 +111,7 @@ def test_icegrid_crawl_with_a_node_added_mid_crawl(grid: Grid, tmp_path: Path) -
         locator_props = {"Ice.Default.Locator": grid.locator}
         scheduler = "scheduler"
         seed_conf = cluster.ice_config("seed", {"Scheduler.Proxy": scheduler, **locator_props})
-        seeded = subprocess.run([str(REPO / ".venv" / "bin" / "python"), "-m", "icecrawler", "seed",
+        seeded = subprocess.run([sys.executable, "-m", "icecrawler", "seed",
                                  *workload.seed_ids(), f"--Ice.Config={seed_conf}"],
                                 capture_output=True, text=True, timeout=60)
         assert seeded.returncode == 0, seeded.stderr
