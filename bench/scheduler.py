@@ -117,24 +117,26 @@ def run_worker(args: argparse.Namespace) -> int:
 
 def measure(group: ProcessGroup, proxy: str, server_pid: int, target: str, clients: int, batch: int,
             seconds: float, tmp: Path) -> dict[str, float]:
-    cpu_before = cpu_seconds(server_pid)
     start_at = time.time() + 2.0 + 0.5 * clients  # every client is connected and waiting by then
     outs = [tmp / f"{target}-{clients}-{batch}-{n}.json" for n in range(clients)]
     workers = [group.start(f"{target}-{clients}c-b{batch}-{n}", [
         sys.executable, "-m", "bench.scheduler", "--worker", "--target", target, "--proxy", proxy,
         "--batch", str(batch), "--seconds", str(seconds), "--start-at", str(start_at), "--out", str(out),
         "--name", f"bench-{n}"], cwd=Path(__file__).resolve().parent.parent) for n, out in enumerate(outs)]
+    # The server's CPU over the measuring window only (not while clients start and connect).
+    time.sleep(max(0.0, start_at - time.time()))
+    cpu_before = cpu_seconds(server_pid)
+    time.sleep(max(0.0, start_at + seconds - time.time()))
+    server_cpu_s = cpu_seconds(server_pid) - cpu_before
     for worker in workers:
         worker.popen.wait(timeout=seconds + 60)
         if worker.popen.returncode != 0:
             raise RuntimeError(f"bench worker failed:\n{worker.log_tail()}")
-    server_cpu_s = cpu_seconds(server_pid) - cpu_before
     results = [json.loads(out.read_text()) for out in outs]
     cycles = sum(r["cycles"] for r in results)
     latencies = sorted(x for r in results for x in r["latencies_s"])
     return {
         "cycles_per_s": cycles / seconds,
-        # The server's CPU over the whole measure (connecting clients included) per cycle done.
         "server_cpu_us": 1e6 * server_cpu_s / cycles if cycles else float("nan"),
         "p50_ms": 1000 * statistics.median(latencies) if latencies else float("nan"),
         "p99_ms": 1000 * latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))] if latencies else float("nan"),

@@ -29,6 +29,7 @@ import secrets
 import threading
 import time
 from collections.abc import Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import urlsplit
@@ -40,7 +41,7 @@ from icecrawler.settings import Settings
 from scheduler_server.accounts import AccountPool, load_accounts
 from scheduler_server.codec import TaskRecord, decode_time_key, done_value, time_key
 from scheduler_server.politeness import HostGate, RateWindow
-from scheduler_server.store import QueueStore, Txn
+from scheduler_server.store import GroupSync, QueueStore, Txn
 from shhd.policies import Observation, RevisitPolicy, make_policy
 
 __all__ = ["Clocks", "SchedulerConfig", "SchedulerCore", "SystemClocks", "check_consistency"]
@@ -200,6 +201,8 @@ class SchedulerCore:
         self._leases = RateWindow()
         self._reports = RateWindow()
         self._counts: dict[str, int] = {}
+        self._sync_lock = threading.Lock()
+        self._syncer: GroupSync | None = None
         self._load()
 
     @classmethod
@@ -248,7 +251,20 @@ class SchedulerCore:
 
     def add(self, ids: Sequence[str], kind: TaskKind) -> int:
         """Add ``"<source>:<target>"`` ids of one kind, due now. Known ids are ignored; returns how many were new.
-        All or nothing: one invalid id rejects the batch."""
+        All or nothing: one invalid id rejects the batch. Returns once the change is durable."""
+        added = self._add(ids, kind)
+        self.store.sync()
+        return added
+
+    def add_async(self, ids: Sequence[str], kind: TaskKind) -> Future[int]:
+        """``add`` for a dispatch thread (see ``report_async``): a Future of how many ids were new."""
+        added = self._add(ids, kind)
+        durable: Future[int] = Future()
+        self._group_sync().after_commit().add_done_callback(
+            lambda synced: durable.set_exception(exc) if (exc := synced.exception()) else durable.set_result(added))
+        return durable
+
+    def _add(self, ids: Sequence[str], kind: TaskKind) -> int:
         _check_batch(ids, "ids", self.config.batch_limit)
         task_ids: list[tuple[str, str, str]] = []
         for index, text in enumerate(ids):
@@ -276,7 +292,6 @@ class SchedulerCore:
                     added += 1
             self._counts["tasks"] += added
             self._counts["pending"] += added
-        self.store.sync()
         return added
 
     # --- leasing --------------------------------------------------------------------------------------------
@@ -384,7 +399,18 @@ class SchedulerCore:
     # --- reports and releases ---------------------------------------------------------------------------------
 
     def report(self, reports: Sequence[Report]) -> None:
-        """Apply crawl reports, all or nothing: each one releases its lease and re-queues its task."""
+        """Apply crawl reports, all or nothing: each one releases its lease and re-queues its task. Returns once
+        the change is durable."""
+        self._report(reports)
+        self.store.sync()
+
+    def report_async(self, reports: Sequence[Report]) -> Future[None]:
+        """``report`` for a dispatch thread: the reports are checked, applied and committed now (errors raise
+        here), and the returned Future completes once the commit is durable (``GroupSync``)."""
+        self._report(reports)
+        return self._group_sync().after_commit()
+
+    def _report(self, reports: Sequence[Report]) -> None:
         _check_batch(reports, "reports", self.config.batch_limit)
         seen: set[str] = set()
         for index, item in enumerate(reports):
@@ -409,7 +435,6 @@ class SchedulerCore:
             self._counts["pending"] += len(reports)
             self._counts["done"] += len(reports)
             self._reports.add(wall, len(reports))
-        self.store.sync()
 
     def _check_report(self, item: Report, index: int) -> None:
         where = f"reports[{index}]"
@@ -530,7 +555,17 @@ class SchedulerCore:
         return period
 
     def release(self, leases: Sequence[tuple[str, str]]) -> None:
-        """Give leases back unused (client shutdown): due at once, no attempt counted. All or nothing."""
+        """Give leases back unused (client shutdown): due at once, no attempt counted. All or nothing. Returns
+        once the change is durable."""
+        self._release(leases)
+        self.store.sync()
+
+    def release_async(self, leases: Sequence[tuple[str, str]]) -> Future[None]:
+        """``release`` for a dispatch thread (see ``report_async``)."""
+        self._release(leases)
+        return self._group_sync().after_commit()
+
+    def _release(self, leases: Sequence[tuple[str, str]]) -> None:
         _check_batch(leases, "leases", self.config.batch_limit)
         for index, (task_id, token) in enumerate(leases):
             _check_task_id(task_id, f"leases[{index}].taskId", index)
@@ -553,7 +588,6 @@ class SchedulerCore:
                 self.gate.ended(host, wall)
             self._counts["inflight"] -= len(leases)
             self._counts["pending"] += len(leases)
-        self.store.sync()
 
     # --- maintenance ------------------------------------------------------------------------------------------
 
@@ -620,10 +654,20 @@ class SchedulerCore:
         with self._lock:
             self._stopping = True
 
+    def _group_sync(self) -> GroupSync:
+        """The sync thread of the ``*_async`` calls, started on first use."""
+        with self._sync_lock:
+            if self._syncer is None:
+                self._syncer = GroupSync(self.store)
+            return self._syncer
+
     def close(self) -> None:
-        """Wait for the current call's transaction, then close the store."""
+        """Wait for the current call's transaction and for pending syncs, then close the store."""
         with self._lock:
             self._stopping = True
+            with self._sync_lock:
+                if self._syncer is not None:
+                    self._syncer.close()
             self.store.close()
 
     # --- introspection -----------------------------------------------------------------------------------------
