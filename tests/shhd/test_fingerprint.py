@@ -61,3 +61,30 @@ def test_one_new_item_in_a_long_window_moves_few_bits() -> None:
     # The known weakness the design names: a window dominated by old items barely changes.
     base = [f"第{k}条评论，质量很好，物流很快，包装完整" for k in range(30)]
     assert hamming(fingerprint_texts(base), fingerprint_texts([*base, "颜色不对，退货了"])) < 25
+
+
+def test_token_cache_gives_bit_identical_fingerprints() -> None:
+    import shhd.fingerprint as fp
+
+    texts = [*TEXTS, "好评！ 推荐\n购买", "Apple iPhone 很好用", "", "颜色不对，退货了"]
+    fp._token_cache.clear()
+    uncached = [fp._tokenize_uncached(text) for text in texts]
+    cold = fingerprint_texts(texts)  # fills the cache
+    assert fp._token_cache.misses > 0 and fp._token_cache.hits == 0
+    warm = fingerprint_texts(texts)  # served from the cache
+    assert fp._token_cache.hits > 0
+    assert cold == warm == fingerprint_tokens(tok for toks in uncached for tok in toks)
+    assert [tokenize(text) for text in texts] == [list(toks) for toks in uncached]
+    tokenize(texts[0]).append("mutated")  # callers get a copy: the cached entry stays intact
+    assert tokenize(texts[0]) == list(uncached[0])
+
+
+def test_token_cache_is_bounded() -> None:
+    import shhd.fingerprint as fp
+
+    cache = fp._TokenCache(max_texts=3)
+    for n in range(5):
+        cache.put(fp._TokenCache.key(str(n)), (str(n),))
+    assert len(cache) == 3
+    assert cache.get(fp._TokenCache.key("0")) is None
+    assert cache.get(fp._TokenCache.key("4")) == ("4",)
