@@ -9,11 +9,13 @@ Concurrency: one lock serialises every call (the Ice thread pool and the reaper 
 Memory-only side effects (politeness windows, rates, counters) are applied after the transaction commits,
 so a rolled-back call leaves no trace either.
 
-Durability: adds, reports and releases return only after ``store.sync()`` made their commit durable; that
-fsync runs outside the lock, so concurrent calls share it (group commit). Leases are committed (written to
-the OS, so a scheduler crash keeps them) but not synced: a machine crash can only forget a lease, which puts
-its task back in pending and makes the holder's report fail with LeaseLost. Nothing is lost or duplicated,
-and the next synced commit makes every earlier lease durable too (the log is sequential).
+Durability: adds, reports and releases return only after ``store.sync()`` made their commit durable; that fsync
+runs outside the lock, so concurrent calls share it (group commit). Their ``*_async`` forms (what the Ice
+servant uses) commit the same way and return a Future that completes only once a sync covering the commit has
+returned (``store.GroupSync``): the reply still waits for the fsync, the dispatch thread does not. Leases are
+committed (written to the OS, so a scheduler crash keeps them) but not synced: a machine crash can only forget a
+lease, which puts its task back in pending and makes the holder's report fail with LeaseLost. Nothing is lost or
+duplicated, and the next synced commit makes every earlier lease durable too (the log is sequential).
 
 Clocks: due times, periods and policy observations use simulated time (``clock.speed``); lease deadlines,
 host spacing, blocks and account budgets use the wall clock, since clients and sites live in real time.
