@@ -44,7 +44,7 @@ from scheduler_server.accounts import AccountPool, load_accounts
 from scheduler_server.codec import TaskRecord, decode_time_key, done_value, time_key
 from scheduler_server.politeness import HostGate, RateWindow
 from scheduler_server.store import GroupSync, QueueStore, Txn
-from shhd.policies import Observation, RevisitPolicy, make_policy
+from shhd.policies import Observation, RatePolicy, RevisitPolicy, budget_scale, make_policy
 
 __all__ = ["Clocks", "SchedulerConfig", "SchedulerCore", "SystemClocks", "check_consistency"]
 
@@ -96,6 +96,10 @@ class SystemClocks:
         return self.sim.to_wall_delay(sim_seconds)
 
 
+#: Policies that take a global fetch budget (they expose rate_of and set_budget_scale).
+BudgetedPolicy = RatePolicy
+
+
 @dataclass(frozen=True)
 class SchedulerConfig:
     """The ``scheduler.*`` settings the core reads (documented in default_settings)."""
@@ -113,6 +117,8 @@ class SchedulerConfig:
     account_freeze_s: float
     history_len: int
     done_retention_s: float
+    #: Global fetch budget (fetches per simulated second over all tasks) for policies that allocate one; 0 = off.
+    fetch_budget_per_s: float = 0.0
     #: source -> host (netloc of ``sources.<source>.base_url``).
     hosts: dict[str, str] = field(default_factory=dict)
 
@@ -135,6 +141,7 @@ class SchedulerConfig:
             account_freeze_s=settings.get_float("scheduler.account_freeze_s"),
             history_len=settings.get_int("scheduler.history_len"),
             done_retention_s=settings.get_float("scheduler.done_retention_s"),
+            fetch_budget_per_s=settings.get_float("scheduler.fetch_budget_per_s"),
             hosts={source: urlsplit(settings.get_str(f"sources.{source}.base_url")).netloc for source in SOURCES},
         )
         config.validate()
@@ -145,6 +152,8 @@ class SchedulerConfig:
             raise ConfigError("scheduler.lease_s, batch_limit, backoff_after_attempts and history_len must be > 0")
         if not 0 < self.min_period_s <= self.initial_period_s <= self.max_period_s:
             raise ConfigError("need 0 < scheduler.min_period_s <= initial_period_s <= max_period_s")
+        if self.fetch_budget_per_s < 0:
+            raise ConfigError("scheduler.fetch_budget_per_s must be >= 0 (0 = no global budget)")
         if self.host_spacing_s < 0 or self.host_block_s < 0 or self.account_freeze_s < 0:
             raise ConfigError("scheduler.host_spacing_s, host_block_s and account_freeze_s must be >= 0")
 
@@ -634,6 +643,25 @@ class SchedulerCore:
         self._counts["inflight"] -= len(hosts)
         self._counts["pending"] += len(hosts)
         self._counts["done"] += len(hosts)
+
+    def rebalance_budget(self) -> float | None:
+        """Spread ``scheduler.fetch_budget_per_s`` over all tasks by the square-root rule (the ``rate`` policy's
+        global allocation): recompute its constant from every task's current rate estimate. Periods change at
+        each task's next report. Returns the new constant, or None when no budget applies."""
+        if self.config.fetch_budget_per_s <= 0 or not isinstance(self.policy, BudgetedPolicy):
+            return None
+        rates: list[float] = []
+        with self._lock, self.store.transaction() as txn:
+            start = b""
+            while chunk := txn.scan("tasks", start, limit=_SCAN_CHUNK * 4):
+                rates.extend(self.policy.rate_of(TaskRecord.from_bytes(raw).policy_state) for _, raw in chunk)
+                start = chunk[-1][0] + b"\0"
+        if not rates:
+            return None
+        scale = budget_scale(rates, self.config.fetch_budget_per_s, self.config.min_period_s,
+                             self.config.max_period_s)
+        self.policy.set_budget_scale(scale)
+        return scale
 
     def prune_done(self, limit: int = 10_000) -> int:
         """Drop completion-log entries older than ``scheduler.done_retention_s``."""

@@ -82,7 +82,8 @@ def make_servant(core: SchedulerCore) -> Ice.Object:
 
 
 class Maintenance(threading.Thread):
-    """Reaps expired leases, prunes the completion log and checkpoints, every few seconds, until stopped."""
+    """Reaps expired leases, prunes the completion log, re-spreads the global fetch budget and checkpoints,
+    every few seconds, until stopped."""
 
     def __init__(self, core: SchedulerCore, interval_s: float, checkpoint_s: float) -> None:
         super().__init__(name="scheduler-maintenance", daemon=True)
@@ -99,6 +100,7 @@ class Maintenance(threading.Thread):
                 if expired:
                     log.info("%d expired lease(s) returned to pending", expired)
                 self.core.prune_done()
+                self.core.rebalance_budget()
                 if time.monotonic() - last_checkpoint >= self.checkpoint_s:
                     self.core.checkpoint()
                     last_checkpoint = time.monotonic()

@@ -125,6 +125,10 @@ DEFAULTS: dict[str, Any] = {
     # Re-crawl policy: "rate" (our own: exact new-item counts, rate estimate, square-root rule; it beats the
     # others at equal fetch budgets in docs/REVISIT.md), "shhd" (the paper), "nutch", "cho", "sart", "fixed".
     "scheduler.policy": "rate",
+    # Global fetch budget of the "rate" policy: fetches per (simulated) second over all tasks, spread by the
+    # square-root rule over each task's estimated item rate (docs/REVISIT.md). 0 = no global budget: each task
+    # gets sqrt(rate_reference_period_s / rate).
+    "scheduler.fetch_budget_per_s": 0.0,
     # "rate" policy without a global budget: a target publishing one item per this period is crawled once per
     # this period; others by the square-root rule (100x slower -> 10x longer). Passed to shhd make_policy.
     "scheduler.rate_reference_period_s": 600.0,

@@ -1,0 +1,70 @@
+"""The global fetch budget: the scheduler spreads ``scheduler.fetch_budget_per_s`` over all tasks by the
+square-root rule of the ``rate`` policy, from each task's own rate estimate."""
+
+from __future__ import annotations
+
+import math
+
+from icecrawler.models import Report, TaskKind
+from scheduler_server.core import SchedulerCore
+from scheduler_server.store import QueueStore
+from shhd.policies import budget_scale
+from tests.scheduler.conftest import ManualClocks, make_settings
+
+RATE_SETTINGS = {"scheduler__policy": "rate", "scheduler__min_period_s": 10.0, "scheduler__initial_period_s": 60.0,
+                 "scheduler__max_period_s": 86400.0}
+
+
+def crawl_rounds(core: SchedulerCore, clocks: ManualClocks, new_items: dict[str, int], rounds: int) -> None:
+    """Each round: lease every task and report ``new_items[id]`` new items, then let an hour pass."""
+    for _ in range(rounds):
+        clocks.advance(3600)
+        for task in core.lease("w", len(new_items)):
+            core.report([Report(task_id=task.id, lease_token=task.lease_token, new_items=new_items[task.id],
+                                window_items=10)])
+
+
+def test_budget_constant_matches_the_square_root_rule_over_task_rates(store: QueueStore,
+                                                                      clocks: ManualClocks) -> None:
+    core = SchedulerCore.from_settings(make_settings(**RATE_SETTINGS, scheduler__fetch_budget_per_s=0.01),
+                                       store, clocks)
+    core.add(["jd:1", "jd:2", "jd:3"], TaskKind.ProductReviews)
+    crawl_rounds(core, clocks, {"reviews:jd:1": 30, "reviews:jd:2": 3, "reviews:jd:3": 0}, rounds=4)
+    scale = core.rebalance_budget()
+    assert scale is not None
+    # The same constant from the same estimates, computed independently of the scheduler.
+    from scheduler_server.codec import TaskRecord
+
+    with store.transaction() as txn:
+        states = [TaskRecord.from_bytes(raw).policy_state for _, raw in txn.scan("tasks", b"", limit=10)]
+    rates = [core.policy.rate_of(state) for state in states]  # type: ignore[attr-defined]
+    assert math.isclose(scale, budget_scale(rates, 0.01, 10.0, 86400.0))
+    # The periods it implies spend the budget, and a busier task gets a shorter period.
+    periods = [min(86400.0, max(10.0, scale / math.sqrt(rate))) for rate in rates]
+    assert math.isclose(sum(1 / p for p in periods), 0.01, rel_tol=1e-6)
+    busiest, quietest = rates.index(max(rates)), rates.index(min(rates))
+    assert periods[busiest] < periods[quietest]
+
+
+def test_budget_steers_the_next_periods(store: QueueStore, clocks: ManualClocks) -> None:
+    tight = SchedulerCore.from_settings(make_settings(**RATE_SETTINGS, scheduler__fetch_budget_per_s=0.001),
+                                        store, clocks)
+    tight.add(["jd:1", "jd:2"], TaskKind.ProductReviews)
+    crawl_rounds(tight, clocks, {"reviews:jd:1": 6, "reviews:jd:2": 6}, rounds=3)
+    unbudgeted = tight.task_info("reviews:jd:1")["period_s"]
+    scale = tight.rebalance_budget()
+    assert scale is not None
+    crawl_rounds(tight, clocks, {"reviews:jd:1": 6, "reviews:jd:2": 6}, rounds=1)
+    periods = [tight.task_info(task_id)["period_s"] for task_id in ("reviews:jd:1", "reviews:jd:2")]
+    # Two equal tasks share 0.001 fetches/s: about 2000 s each (their rate estimates moved a little since the
+    # constant was computed), far longer than the ~10-minute period they had without a budget.
+    assert math.isclose(periods[0], periods[1])
+    assert 1500.0 < periods[0] < 2500.0 and periods[0] > 2 * unbudgeted
+
+
+def test_no_budget_without_the_setting_or_with_another_policy(store: QueueStore, clocks: ManualClocks) -> None:
+    unbudgeted = SchedulerCore.from_settings(make_settings(**RATE_SETTINGS), store, clocks)
+    unbudgeted.add(["jd:1"], TaskKind.ProductReviews)
+    assert unbudgeted.rebalance_budget() is None
+    fixed = SchedulerCore.from_settings(make_settings(scheduler__fetch_budget_per_s=1.0), store, clocks)
+    assert fixed.rebalance_budget() is None
