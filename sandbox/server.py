@@ -19,6 +19,7 @@ import collections
 import contextlib
 import json
 import logging
+import socket
 import threading
 from collections.abc import Iterable
 from dataclasses import replace
@@ -57,12 +58,43 @@ class _HttpServer(ThreadingHTTPServer):
     request_queue_size = 256
     sandbox: SandboxServer
 
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler]) -> None:
+        super().__init__(address, handler)
+        self._connections: set[socket.socket] = set()
+        self._connections_lock = threading.Lock()
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        with self._connections_lock:
+            self._connections.add(request)
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            with self._connections_lock:
+                self._connections.discard(request)
+
+    def close_connections(self) -> None:
+        """End every open (kept-alive) connection: their handler threads see EOF and return."""
+        with self._connections_lock:
+            connections = list(self._connections)
+        for connection in connections:
+            with contextlib.suppress(OSError):
+                connection.shutdown(socket.SHUT_RDWR)
+
 
 class _Handler(BaseHTTPRequestHandler):
+    """HTTP/1.1 with keep-alive, like the real sites: a client's session reuses its connection, so a page costs
+    neither side a TCP handshake nor the server a new thread. Every answer carries Content-Length; answers that
+    misbehave at the connection level (hang, truncate) close it, as does a request body too large to read."""
+
     server: _HttpServer
-    protocol_version = "HTTP/1.0"
+    protocol_version = "HTTP/1.1"
     server_version = "nginx"
     sys_version = ""
+    #: An idle kept-alive connection is closed after this many seconds (nginx's keepalive_timeout is 75 s).
+    timeout = 75
+    #: Headers and body go out in separate writes; on a kept-alive connection Nagle's algorithm would hold the
+    #: body back until the client's delayed ACK (~40 ms per page). nginx sets tcp_nodelay on keep-alive too.
+    disable_nagle_algorithm = True
 
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("%s " + format, self.client_address[0], *args)
@@ -152,6 +184,7 @@ class SandboxServer:
         self._stopping.set()
         if self._threads:  # shutdown() would wait forever for a loop that never ran
             self._httpd.shutdown()
+        self._httpd.close_connections()
         self._finish()
 
     def _finish(self) -> None:
@@ -244,6 +277,8 @@ class SandboxServer:
         length_text = handler.headers.get("Content-Length") or "0"
         length = int(length_text) if length_text.isdigit() else 0
         body = handler.rfile.read(min(length, 1_000_000)) if length > 0 else b""
+        if length > len(body) or self._stopping.is_set():
+            handler.close_connection = True  # unread body bytes would be taken for the next request
         if split.path == CONTROL_PREFIX or split.path.startswith(CONTROL_PREFIX + "/"):
             self._send(handler, self._control(handler.command, split.path[len(CONTROL_PREFIX):], split.query, body))
             return
@@ -302,12 +337,13 @@ class SandboxServer:
             for name, value in response.headers.items():
                 handler.send_header(name, value)
             handler.send_header("Content-Length", str(announced))
+            if truncate or self._stopping.is_set() or handler.close_connection:
+                handler.send_header("Connection", "close")  # also sets handler.close_connection
             handler.end_headers()
             if handler.command != "HEAD":
                 handler.wfile.write(sent)
         except (BrokenPipeError, ConnectionResetError):
-            pass
-        handler.close_connection = True
+            handler.close_connection = True
 
     def _control(self, method: str, path: str, query: str, body: bytes) -> SimResponse:
         params = {k: v[0] for k, v in parse_qs(query, keep_blank_values=True).items()}
