@@ -29,8 +29,8 @@ from functools import lru_cache
 
 import numpy as np
 
-__all__ = ["BITS", "TOKEN_CACHE_TEXTS", "fingerprint_texts", "fingerprint_tokens", "fingerprint_weights", "hamming",
-           "token_hash", "tokenize"]
+__all__ = ["BITS", "TOKEN_CACHE_TEXTS", "clear_token_cache", "fingerprint_texts", "fingerprint_tokens",
+           "fingerprint_weights", "hamming", "token_hash", "tokenize"]
 
 #: Fingerprint width in bits (Manku et al. 2007: 64-bit fingerprints, near-duplicate iff d <= 3).
 BITS = 64
@@ -106,6 +106,11 @@ class _TokenCache:
 
 
 _token_cache = _TokenCache(TOKEN_CACHE_TEXTS)
+
+
+def clear_token_cache() -> None:
+    """Forget every cached text (benchmarks time cold, first-visit tokenising with it)."""
+    _token_cache.clear()
 
 
 def _tokenize_uncached(text: str) -> tuple[str, ...]:
