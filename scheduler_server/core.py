@@ -10,12 +10,10 @@ Memory-only side effects (politeness windows, rates, counters) are applied after
 so a rolled-back call leaves no trace either.
 
 Durability: adds, reports and releases return only after ``store.sync()`` made their commit durable; that fsync
-runs outside the lock, so concurrent calls share it (group commit). Their ``*_async`` forms (what the Ice
-servant uses) commit the same way and return a Future that completes only once a sync covering the commit has
-returned (``store.GroupSync``): the reply still waits for the fsync, the dispatch thread does not. Leases are
-committed (written to the OS, so a scheduler crash keeps them) but not synced: a machine crash can only forget a
-lease, which puts its task back in pending and makes the holder's report fail with LeaseLost. Nothing is lost or
-duplicated, and the next synced commit makes every earlier lease durable too (the log is sequential).
+runs outside the lock, so concurrent calls share it (group commit). Leases are committed (written to the OS, so
+a scheduler crash keeps them) but not synced: a machine crash can only forget a lease, which puts its task back
+in pending and makes the holder's report fail with LeaseLost. Nothing is lost or duplicated, and the next synced
+commit makes every earlier lease durable too (the log is sequential).
 
 Clocks: due times, periods and policy observations use simulated time (``clock.speed``); lease deadlines,
 host spacing, blocks and account budgets use the wall clock, since clients and sites live in real time.
@@ -31,7 +29,6 @@ import secrets
 import threading
 import time
 from collections.abc import Sequence
-from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import urlsplit
@@ -43,7 +40,7 @@ from icecrawler.settings import Settings
 from scheduler_server.accounts import AccountPool, load_accounts
 from scheduler_server.codec import TaskRecord, decode_time_key, done_value, time_key
 from scheduler_server.politeness import HostGate, RateWindow
-from scheduler_server.store import GroupSync, QueueStore, Txn
+from scheduler_server.store import QueueStore, Txn
 from shhd.policies import Observation, RatePolicy, RevisitPolicy, budget_scale, make_policy
 
 __all__ = ["Clocks", "SchedulerConfig", "SchedulerCore", "SystemClocks", "check_consistency"]
@@ -212,8 +209,6 @@ class SchedulerCore:
         self._leases = RateWindow()
         self._reports = RateWindow()
         self._counts: dict[str, int] = {}
-        self._sync_lock = threading.Lock()
-        self._syncer: GroupSync | None = None
         self._load()
 
     @classmethod
@@ -266,14 +261,6 @@ class SchedulerCore:
         added = self._add(ids, kind)
         self.store.sync()
         return added
-
-    def add_async(self, ids: Sequence[str], kind: TaskKind) -> Future[int]:
-        """``add`` for a dispatch thread (see ``report_async``): a Future of how many ids were new."""
-        added = self._add(ids, kind)
-        durable: Future[int] = Future()
-        self._group_sync().after_commit().add_done_callback(
-            lambda synced: durable.set_exception(exc) if (exc := synced.exception()) else durable.set_result(added))
-        return durable
 
     def _add(self, ids: Sequence[str], kind: TaskKind) -> int:
         _check_batch(ids, "ids", self.config.batch_limit)
@@ -414,12 +401,6 @@ class SchedulerCore:
         the change is durable."""
         self._report(reports)
         self.store.sync()
-
-    def report_async(self, reports: Sequence[Report]) -> Future[None]:
-        """``report`` for a dispatch thread: the reports are checked, applied and committed now (errors raise
-        here), and the returned Future completes once the commit is durable (``GroupSync``)."""
-        self._report(reports)
-        return self._group_sync().after_commit()
 
     def _report(self, reports: Sequence[Report]) -> None:
         _check_batch(reports, "reports", self.config.batch_limit)
@@ -571,11 +552,6 @@ class SchedulerCore:
         self._release(leases)
         self.store.sync()
 
-    def release_async(self, leases: Sequence[tuple[str, str]]) -> Future[None]:
-        """``release`` for a dispatch thread (see ``report_async``)."""
-        self._release(leases)
-        return self._group_sync().after_commit()
-
     def _release(self, leases: Sequence[tuple[str, str]]) -> None:
         _check_batch(leases, "leases", self.config.batch_limit)
         for index, (task_id, token) in enumerate(leases):
@@ -684,20 +660,10 @@ class SchedulerCore:
         with self._lock:
             self._stopping = True
 
-    def _group_sync(self) -> GroupSync:
-        """The sync thread of the ``*_async`` calls, started on first use."""
-        with self._sync_lock:
-            if self._syncer is None:
-                self._syncer = GroupSync(self.store)
-            return self._syncer
-
     def close(self) -> None:
-        """Wait for the current call's transaction and for pending syncs, then close the store."""
+        """Wait for the current call's transaction, then close the store."""
         with self._lock:
             self._stopping = True
-            with self._sync_lock:
-                if self._syncer is not None:
-                    self._syncer.close()
             self.store.close()
 
     # --- introspection -----------------------------------------------------------------------------------------

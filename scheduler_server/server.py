@@ -11,7 +11,6 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
-from concurrent.futures import Future
 from typing import Any
 
 import Ice
@@ -27,9 +26,8 @@ __all__ = ["Maintenance", "make_servant", "open_core", "run"]
 log = logging.getLogger(__name__)
 
 #: Ice properties the scheduler starts with (deploy/scheduler.conf or --Ice.* override them). One dispatch
-#: thread: the core serialises every call on one lock and changes wait for their fsync off the dispatch thread
-#: (``GroupSync``), so more threads only contend for the lock and the GIL (docs/BENCHMARKS.md, scheduler: 1
-#: thread gave ~20-35 % more cycles/s than 4, at less CPU per cycle).
+#: thread: the core serialises every call on one lock, so more threads only contend for that lock and the GIL
+#: (docs/BENCHMARKS.md, scheduler: 1 thread gave ~20-35 % more cycles/s than 4, at less CPU per cycle).
 SCHEDULER_PROPERTIES = {"Ice.ThreadPool.Server.Size": "1", "Ice.ThreadPool.Server.SizeMax": "1"}
 
 
@@ -46,24 +44,21 @@ def make_servant(core: SchedulerCore) -> Ice.Object:
         def getUsers(self, workerId: str, max: int, current: Ice.Current) -> list[Any]:
             return [rpc.task_to_slice(task) for task in core.lease(workerId, max)]
 
-        # Changes are answered through a Future that completes once their commit is durable, so the dispatch
-        # thread serves the next call meanwhile and concurrent changes share one fsync (core.report_async).
+        @rpc.map_errors
+        def putUser(self, report: Any, current: Ice.Current) -> None:
+            core.report([rpc.report_from_slice(report)])
 
         @rpc.map_errors
-        def putUser(self, report: Any, current: Ice.Current) -> Future[None]:
-            return core.report_async([rpc.report_from_slice(report)])
+        def putUsers(self, reports: Sequence[Any], current: Ice.Current) -> None:
+            core.report([rpc.report_from_slice(report) for report in reports])
 
         @rpc.map_errors
-        def putUsers(self, reports: Sequence[Any], current: Ice.Current) -> Future[None]:
-            return core.report_async([rpc.report_from_slice(report) for report in reports])
+        def releaseUsers(self, leases: Sequence[Any], current: Ice.Current) -> None:
+            core.release([(lease.taskId, lease.leaseToken) for lease in leases])
 
         @rpc.map_errors
-        def releaseUsers(self, leases: Sequence[Any], current: Ice.Current) -> Future[None]:
-            return core.release_async([(lease.taskId, lease.leaseToken) for lease in leases])
-
-        @rpc.map_errors
-        def addUsers(self, ids: Sequence[str], kind: Any, current: Ice.Current) -> Future[int]:
-            return core.add_async(list(ids), TaskKind[kind.name])
+        def addUsers(self, ids: Sequence[str], kind: Any, current: Ice.Current) -> int:
+            return core.add(list(ids), TaskKind[kind.name])
 
         @rpc.map_errors
         def stats(self, current: Ice.Current) -> Any:

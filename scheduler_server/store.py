@@ -17,7 +17,6 @@ from __future__ import annotations
 import bisect
 import threading
 from collections.abc import Iterator
-from concurrent.futures import Future
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol
@@ -26,7 +25,7 @@ from berkeleydb import db
 
 from icecrawler.errors import ServiceError
 
-__all__ = ["TABLES", "BdbQueueStore", "GroupSync", "MemoryQueueStore", "QueueStore", "Txn"]
+__all__ = ["TABLES", "BdbQueueStore", "MemoryQueueStore", "QueueStore", "Txn"]
 
 #: The scheduler's tables: per-task metadata, the delayed queue, leases, the completion log, and small
 #: scheduler-wide records (host blocks, account freezes, the clock origin).
@@ -69,57 +68,6 @@ class QueueStore(Protocol):
         ...
 
     def close(self) -> None: ...
-
-
-class GroupSync:
-    """Runs ``store.sync()`` on a thread of its own for callers that must not block on it (Ice dispatch threads).
-
-    ``after_commit()``, called once the caller's transaction has committed, returns a Future that completes when
-    a sync that started after the call has returned: only then may the caller acknowledge the change. Every
-    caller waiting when a sync starts shares it (group commit), and none holds a dispatch thread meanwhile.
-    A failed sync fails the Futures it was to complete.
-    """
-
-    def __init__(self, store: QueueStore) -> None:
-        self._store = store
-        self._cond = threading.Condition()
-        self._waiting: list[Future[None]] = []
-        self._closed = False
-        self._thread = threading.Thread(target=self._run, name="scheduler-group-sync", daemon=True)
-        self._thread.start()
-
-    def after_commit(self) -> Future[None]:
-        durable: Future[None] = Future()
-        with self._cond:
-            if self._closed:
-                raise ServiceError("the scheduler database is closing")
-            self._waiting.append(durable)
-            self._cond.notify()
-        return durable
-
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                while not self._waiting and not self._closed:
-                    self._cond.wait()
-                batch, self._waiting = self._waiting, []
-                if not batch:
-                    return  # closed, nobody waiting
-            try:
-                self._store.sync()
-            except Exception as exc:
-                for durable in batch:
-                    durable.set_exception(exc)
-            else:
-                for durable in batch:
-                    durable.set_result(None)
-
-    def close(self) -> None:
-        """Sync for everyone still waiting, then stop the thread."""
-        with self._cond:
-            self._closed = True
-            self._cond.notify()
-        self._thread.join(timeout=30)
 
 
 # --- memory ---------------------------------------------------------------------------------------------------

@@ -8,9 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from icecrawler.errors import ServiceError
 from scheduler_server.codec import TaskRecord, decode_time_key, done_value, time_key
-from scheduler_server.store import BdbQueueStore, GroupSync, MemoryQueueStore, QueueStore
+from scheduler_server.store import BdbQueueStore, MemoryQueueStore, QueueStore
 
 
 class StoreContract:
@@ -115,30 +114,3 @@ def test_time_keys_sort_numerically() -> None:
     keys = [time_key(ms, "x") for ms in (256, 1, 2**33, 255)]
     assert [decode_time_key(key)[0] for key in sorted(keys)] == [1, 255, 256, 2**33]
 
-
-class _CountingStore(MemoryQueueStore):
-    def __init__(self, fail: bool = False) -> None:
-        super().__init__()
-        self.syncs = 0
-        self.fail = fail
-
-    def sync(self) -> None:
-        self.syncs += 1
-        if self.fail:
-            raise OSError("disk gone")
-
-
-def test_group_sync_completes_after_a_sync_and_reports_failures() -> None:
-    store = _CountingStore()
-    group = GroupSync(store)
-    waiting = [group.after_commit() for _ in range(5)]
-    for durable in waiting:
-        assert durable.result(timeout=10) is None
-    assert 1 <= store.syncs <= 5  # callers waiting together share a sync
-    group.close()
-    with pytest.raises(ServiceError):
-        group.after_commit()
-    failing = GroupSync(_CountingStore(fail=True))
-    with pytest.raises(OSError, match="disk gone"):
-        failing.after_commit().result(timeout=10)
-    failing.close()
