@@ -25,10 +25,10 @@ __all__ = ["Maintenance", "make_servant", "open_core", "run"]
 
 log = logging.getLogger(__name__)
 
-#: Ice properties the scheduler starts with (deploy/scheduler.conf or --Ice.* override them). One dispatch
-#: thread: the core serialises every call on one lock, so more threads only contend for that lock and the GIL
-#: (docs/BENCHMARKS.md, scheduler: 1 thread gave ~20-35 % more cycles/s than 4, at less CPU per cycle).
-SCHEDULER_PROPERTIES = {"Ice.ThreadPool.Server.Size": "1", "Ice.ThreadPool.Server.SizeMax": "1"}
+#: Ice properties the scheduler starts with (deploy/scheduler.conf or --Ice.* override them). Several
+#: dispatch threads let unmarshalling overlap with the core's single lock, and let concurrent reports share the
+#: fsync of a commit (one thread was faster for batched calls but serialised every fsync: docs/BENCHMARKS.md).
+SCHEDULER_PROPERTIES = {"Ice.ThreadPool.Server.Size": "4"}
 
 
 def make_servant(core: SchedulerCore) -> Ice.Object:

@@ -43,7 +43,8 @@ class SchedulerDaemon:
         if not self.port:
             self.port = free_port()
         conf = self.tmp / "scheduler.conf"
-        conf.write_text(f"SchedulerAdapter.Endpoints=tcp -h 127.0.0.1 -p {self.port}\n")  # daemon's thread pool
+        conf.write_text(f"SchedulerAdapter.Endpoints=tcp -h 127.0.0.1 -p {self.port}\n"
+                        "Ice.ThreadPool.Server.Size=4\n")
         sets = [f"--set=scheduler.db_dir={self.db_dir}"] + [f"--set={k}={v}" for k, v in self.settings.items()]
         self.starts += 1
         argv = ([sys.executable, "-m", "scheduler_server"] if self.fast_start else icecrawler_argv("scheduler"))
