@@ -194,6 +194,23 @@ def throughput(workers: int, latency_ms: int, products: int, users: int, backlog
             "machine_load_avg_1min": round(load, 2), "cpu_cores": os.cpu_count()}
 
 
+def headline(result: dict[str, Any]) -> dict[str, Any]:
+    """The flat figures for docs/bench/client.json: one key per number, units in the key names."""
+    flat: dict[str, Any] = {}
+    for row in result["cpu_per_page"]:
+        page = row["page"].split(" ")[0].replace("/", "_")
+        flat[f"{page}_items"] = row["items"]
+        for key in ("parse_ms", "fingerprint_ms", "fingerprint_recrawl_ms", "total_ms", "baseline_decode_ms"):
+            flat[f"{page}_{key}"] = row[key]
+    for tp in result["throughput"]:
+        prefix = f"workers_{tp['workers']}_latency_{tp['latency_ms']}ms"
+        for key in ("client_pages_per_s", "raw_requests_pages_per_s", "ceiling_pages_per_s",
+                    "client_share_of_ceiling", "raw_share_of_ceiling", "client_cpu_ms_per_page",
+                    "machine_load_avg_1min", "items_published", "items_stored"):
+            flat[f"{prefix}_{key}"] = tp[key]
+    return flat
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="icecrawler bench client", description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=20, help="parses per timing (default 20)")
@@ -239,5 +256,5 @@ def main(argv: list[str]) -> int:
               f"Ice); machine load average {tp['machine_load_avg_1min']} on {tp['cpu_cores']} cores")
     if not args.no_write:
         OUT.parent.mkdir(parents=True, exist_ok=True)
-        OUT.write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+        OUT.write_text(json.dumps(headline(result), indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     return 0
