@@ -190,16 +190,21 @@ def validate_review(review: Any, max_text_chars: int) -> list[str]:
     return errors
 
 
-def validate_batch(
-    records: Sequence[Any], batch_limit: int, validate: Callable[[Any], list[str]],
-) -> tuple[list[Any], list[tuple[int, str]]]:
-    """Split a batch into (valid records, [(index, reason)]); an empty or oversized batch raises outright."""
+def check_batch_size(records: Sequence[Any], batch_limit: int) -> None:
+    """An empty or oversized batch is refused whole, before any record is looked at."""
     if not records:
         raise InvalidArgumentError("empty batch: send at least one record", code="EmptyBatch", field="records")
     if len(records) > batch_limit:
         raise InvalidArgumentError(
             f"batch of {len(records)} records is over storage.batch_limit={batch_limit}; split it",
             code="BatchTooLarge", field="records")
+
+
+def validate_batch(
+    records: Sequence[Any], batch_limit: int, validate: Callable[[Any], list[str]],
+) -> tuple[list[Any], list[tuple[int, str]]]:
+    """Split a batch into (valid records, [(index, reason)]); an empty or oversized batch raises outright."""
+    check_batch_size(records, batch_limit)
     valid: list[Any] = []
     rejected: list[tuple[int, str]] = []
     for index, record in enumerate(records):
@@ -216,12 +221,7 @@ def build_rows(
 ) -> tuple[list[Row], list[tuple[int, str]]]:
     """``validate_batch`` and the rows of the valid records in one pass: ``build`` returns a record's row or the
     reasons it cannot be stored (``checked_post_row``, ``checked_review_row``)."""
-    if not records:
-        raise InvalidArgumentError("empty batch: send at least one record", code="EmptyBatch", field="records")
-    if len(records) > batch_limit:
-        raise InvalidArgumentError(
-            f"batch of {len(records)} records is over storage.batch_limit={batch_limit}; split it",
-            code="BatchTooLarge", field="records")
+    check_batch_size(records, batch_limit)
     rows: list[Row] = []
     rejected: list[tuple[int, str]] = []
     for index, record in enumerate(records):
