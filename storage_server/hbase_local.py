@@ -209,7 +209,9 @@ class LocalHBase:
                 return f"HBase up (started {', '.join(started) or 'nothing'}; thrift 127.0.0.1:{self.thrift_port})"
             for daemon in self._daemons():
                 if self._pid(daemon.name) is None:
-                    raise ServiceError(f"HBase {daemon.name} exited during start-up\n{self.log_tail()}")
+                    tail = self.log_tail()
+                    self.stop(timeout_s=10.0)  # a failed start leaves no half of HBase running
+                    raise ServiceError(f"HBase {daemon.name} exited during start-up\n{tail}")
             time.sleep(1.0)
         raise ServiceError(f"HBase did not answer on thrift port {self.thrift_port} within "
                            f"{self.start_timeout_s:.0f}s (hbase.start_timeout_s)\n{self.log_tail()}")
