@@ -26,6 +26,7 @@ import pytest
 
 from bench._cluster import Cluster, Workload, wait_until
 from icecrawler.processes import ProcessGroup, free_port
+from tests.requirements import skip_or_fail
 
 pytestmark = [pytest.mark.ice, pytest.mark.e2e, pytest.mark.slow]
 
@@ -64,7 +65,7 @@ class Grid:
 @pytest.fixture
 def grid(tmp_path: Path) -> Iterator[Grid]:
     if MISSING:
-        pytest.skip(f"IceGrid tools missing: {', '.join(MISSING)} (apt-get install zeroc-icegrid zeroc-ice-utils)")
+        skip_or_fail(f"IceGrid tools missing: {', '.join(MISSING)} (apt-get install zeroc-icegrid zeroc-ice-utils)")
     grid = Grid(tmp_path / "grid", free_port())
     grid.run("up", "-n", "2")
     pids: list[int] = []
@@ -143,7 +144,7 @@ def test_icegrid_all_endpoints_over_tls(tmp_path: Path) -> None:
     client with a certificate of our CA reaches the scheduler by its well-known name; one without is refused
     (already by the registry)."""
     if MISSING:
-        pytest.skip(f"IceGrid tools missing: {', '.join(MISSING)} (apt-get install zeroc-icegrid zeroc-ice-utils)")
+        skip_or_fail(f"IceGrid tools missing: {', '.join(MISSING)} (apt-get install zeroc-icegrid zeroc-ice-utils)")
     from icecrawler import rpc, tls
 
     certs = tmp_path / "certs"

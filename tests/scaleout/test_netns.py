@@ -26,6 +26,7 @@ import pytest
 
 from bench._cluster import Cluster, Workload, wait_until
 from icecrawler.processes import ManagedProcess, ProcessGroup
+from tests.requirements import skip_or_fail
 from tests.scaleout.netlab import NetLab
 
 pytestmark = [pytest.mark.ice, pytest.mark.e2e, pytest.mark.slow]
@@ -39,7 +40,7 @@ CLIENT_ICE = {"Ice.Default.InvocationTimeout": "2000", "Ice.Connection.Client.Co
 def lab() -> Iterator[NetLab]:
     reason = NetLab.available()
     if reason is not None:
-        pytest.skip(f"NETWORK NAMESPACES UNAVAILABLE, network-fault tests not run: {reason}")
+        skip_or_fail(f"NETWORK NAMESPACES UNAVAILABLE, network-fault tests not run: {reason}")
     with NetLab() as lab:
         yield lab
 
