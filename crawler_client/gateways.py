@@ -11,14 +11,10 @@ core types; Slice types and Ice exceptions stop here. Errors a caller must handl
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from typing import Any, Protocol
 
-import Ice
-
 from icecrawler import rpc
-from icecrawler.errors import ServiceError
 from icecrawler.models import Post, Report, Review, Task, TaskKind
 
 __all__ = ["IceScheduler", "IceStorage", "SchedulerGateway", "StorageGateway"]
@@ -49,29 +45,24 @@ class StorageGateway(Protocol):
     def write_reviews(self, reviews: Sequence[Review]) -> int: ...
 
 
-@contextmanager
-def _remote(what: str) -> Iterator[None]:
-    """Slice exceptions → core errors; Ice's own failures (no answer) → ServiceError."""
-    try:
-        with rpc.core_errors():
-            yield
-    except Ice.LocalException as exc:
-        raise ServiceError(f"{what}: {type(exc).__name__}: {exc}") from exc
-
-
 class _IceGateway:
     """One typed proxy; every remote call goes through ``_invoke`` (error translation in one place)."""
+
+    #: Who answers, for error messages ("cannot reach the scheduler (getUsers): ...").
+    role = "server"
 
     def __init__(self, proxy: Any) -> None:
         self.proxy = proxy
 
     def _invoke(self, operation: str, *args: Any) -> Any:
-        with _remote(operation):
+        with rpc.remote_calls(f"{self.role} ({operation})"):
             return getattr(self.proxy, operation)(*args)
 
 
 class IceScheduler(_IceGateway):
     """SchedulerGateway over a ``Crawler::Scheduler`` proxy (``rpc.scheduler_proxy``)."""
+
+    role = "scheduler"
 
     def lease(self, worker_id: str, count: int) -> list[Task]:
         if count <= 1:
@@ -91,6 +82,8 @@ class IceScheduler(_IceGateway):
 
 class IceStorage(_IceGateway):
     """StorageGateway over a ``Crawler::Storage`` proxy (``rpc.storage_proxy``)."""
+
+    role = "storage server"
 
     def write_posts(self, posts: Sequence[Post]) -> int:
         ack = self._invoke("writeWB", [rpc.post_to_slice(post) for post in posts])
