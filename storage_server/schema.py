@@ -53,7 +53,6 @@ __all__ = [
     "post_row",
     "review_from_row",
     "review_row",
-    "validate_batch",
     "validate_post",
     "validate_review",
 ]
@@ -200,27 +199,12 @@ def check_batch_size(records: Sequence[Any], batch_limit: int) -> None:
             code="BatchTooLarge", field="records")
 
 
-def validate_batch(
-    records: Sequence[Any], batch_limit: int, validate: Callable[[Any], list[str]],
-) -> tuple[list[Any], list[tuple[int, str]]]:
-    """Split a batch into (valid records, [(index, reason)]); an empty or oversized batch raises outright."""
-    check_batch_size(records, batch_limit)
-    valid: list[Any] = []
-    rejected: list[tuple[int, str]] = []
-    for index, record in enumerate(records):
-        errors = validate(record)
-        if errors:
-            rejected.append((index, "; ".join(errors)))
-        else:
-            valid.append(record)
-    return valid, rejected
-
-
 def build_rows(
     records: Sequence[Any], batch_limit: int, build: Callable[[Any], Row | list[str]],
 ) -> tuple[list[Row], list[tuple[int, str]]]:
-    """``validate_batch`` and the rows of the valid records in one pass: ``build`` returns a record's row or the
-    reasons it cannot be stored (``checked_post_row``, ``checked_review_row``)."""
+    """Split a batch into the rows of its valid records and [(index, reason)] for the others, in one pass:
+    ``build`` returns a record's row or the reasons it cannot be stored (``checked_post_row``,
+    ``checked_review_row``). An empty or oversized batch raises outright."""
     check_batch_size(records, batch_limit)
     rows: list[Row] = []
     rejected: list[tuple[int, str]] = []

@@ -49,14 +49,14 @@ def test_bad_reviews_say_why(changes: dict[str, object], reason: str) -> None:
 
 def test_batch_splits_valid_from_rejected_and_refuses_empty_or_oversized() -> None:
     batch = [make_post(1), make_post(0), make_post(2, text="x" * (MAX + 1)), make_post(3)]
-    valid, rejected = schema.validate_batch(batch, 10, lambda post: schema.validate_post(post, MAX))
-    assert [post.id for post in valid] == [1, 3]
+    rows, rejected = schema.build_rows(batch, 10, lambda post: schema.checked_post_row(post, MAX))
+    assert [row.columns["id"] for row in rows] == [1, 3]
     assert [index for index, _ in rejected] == [1, 2]
     with pytest.raises(InvalidArgumentError) as empty:
-        schema.validate_batch([], 10, lambda post: [])
+        schema.build_rows([], 10, lambda post: schema.checked_post_row(post, MAX))
     assert empty.value.code == "EmptyBatch"
     with pytest.raises(InvalidArgumentError) as big:
-        schema.validate_batch([make_post(1)] * 11, 10, lambda post: [])
+        schema.build_rows([make_post(1)] * 11, 10, lambda post: schema.checked_post_row(post, MAX))
     assert big.value.code == "BatchTooLarge"
 
 
