@@ -1,6 +1,6 @@
 """One worker's crawl of one task: pick the source, the account's HTTP session, fetch, (re-)login, crawl.
 
-A ``TaskRunner`` belongs to ONE worker thread: it owns that worker's ``requests`` sessions (one per account,
+A ``TaskRunner`` belongs to ONE worker thread: it owns that worker's HTTP sessions (one per account,
 see ``crawler_client.http.SessionCache``), so no session is ever shared between threads.
 
 Form login (sources listed in ``FORM_LOGINS``, i.e. ECSHOP's ``user.php``): when a page turns out to be
@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from crawler_client.crawl import CrawlResult, crawl_task, failure_report
-from crawler_client.http import Fetcher, FetchPolicy, RequestsTransport, SessionCache, parse_cookie_blob
+from crawler_client.http import Fetcher, FetchPolicy, SessionCache, Urllib3Transport, parse_cookie_blob
 from crawler_client.sources import ecshop
 from crawler_client.sources.base import FetchedPage, PageRequest, Source
 from crawler_client.sources.ecshop import EcshopSource
@@ -83,7 +83,7 @@ class TaskRunner:
         self._get_source = get_source
         self.clock = clock
         self.cancel = cancel
-        self.sessions = SessionCache()
+        self.sessions = SessionCache(proxy_url=config.policy.proxy_url)
 
     def close(self) -> None:
         self.sessions.close()
@@ -101,7 +101,7 @@ class TaskRunner:
                                error_class="unknown-source")
             log.error("task %s: %s", task.id, error)
             return CrawlResult(task, failure_report(task, error, 0))
-        fetcher = Fetcher(RequestsTransport(session), self.config.policy, sleep=self.cancel.wait)
+        fetcher = Fetcher(Urllib3Transport(session), self.config.policy, sleep=self.cancel.wait)
         relogin = self._relogin_hook(task, base_url, fetcher)
         return crawl_task(
             task, source, fetcher, base_url=base_url, max_pages=self.config.max_pages,

@@ -28,6 +28,8 @@ DEFAULTS: dict[str, Any] = {
     "client.idle_sleep_s": 1.0,
     # Records kept in memory while storage is unreachable, before the client stops leasing.
     "client.buffer_records": 100_000,
+    # HTTP proxy for every fetch ("http://host:3128"); empty = direct. HTTP(S)_PROXY in the environment is ignored.
+    "client.proxy_url": "",
     # User-Agent sent on every request.
     "client.user_agent": "icecrawler/0.1 (+https://github.com/icecrawler/icecrawler)",
     # Upper bound of every backoff (scheduler/storage unreachable, retried fetches).

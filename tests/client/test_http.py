@@ -1,26 +1,30 @@
 """Fetcher unit tests through an injected transport (no network): retries with backoff, timeouts, the body
-size cut, Retry-After, error translation, and cookie blob loading. One test runs the real requests
-transport against a local HTTP server to prove the streaming cut and the read-timeout translation."""
+size cut, Retry-After, error translation, and cookie blob loading. The real urllib3 transport runs
+against a local HTTP server: the streaming cut, the read-timeout translation, cookies across a
+login redirect, form POSTs, redirect loops, bad URLs and refused connections."""
 
 from __future__ import annotations
 
+import gzip
 import http.server
 import random
+import socket
 import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 import pytest
-import requests
 import urllib3.exceptions
 
 from crawler_client.http import (
     AccountBlob,
     Fetcher,
     FetchPolicy,
+    InvalidURL,
     RawResponse,
-    RequestsTransport,
     SessionCache,
+    TooManyRedirects,
+    Urllib3Transport,
     parse_cookie_blob,
     parse_retry_after,
 )
@@ -89,8 +93,8 @@ def test_ok_page_carries_status_headers_final_url_and_user_agent() -> None:
 
 
 @pytest.mark.parametrize("error, error_class", [
-    (requests.ReadTimeout("slow"), "ReadTimeout"),
-    (requests.ConnectTimeout("no syn-ack"), "ConnectTimeout"),
+    (urllib3.exceptions.ReadTimeoutError(None, "/x", "slow"), "ReadTimeout"),
+    (urllib3.exceptions.ConnectTimeoutError("no syn-ack"), "ConnectTimeout"),
 ])
 def test_timeouts_are_retried_with_jittered_exponential_backoff_then_classified(
         error: Exception, error_class: str) -> None:
@@ -99,20 +103,20 @@ def test_timeouts_are_retried_with_jittered_exponential_backoff_then_classified(
         fetcher.fetch(REQ)
     assert caught.value.outcome == "Timeout"
     assert caught.value.error_class == error_class
-    assert isinstance(caught.value.__cause__, requests.RequestException)
+    assert isinstance(caught.value.__cause__, urllib3.exceptions.TimeoutError)
     assert fetcher.requests_made == 3
     assert len(sleeps) == 2
     assert 0.25 <= sleeps[0] <= 0.75 and 0.5 <= sleeps[1] <= 1.5  # 0.5 * 2^n * U(0.5, 1.5)
 
 
 def test_connection_error_then_success_returns_the_page() -> None:
-    fetcher, sleeps = make_fetcher(requests.ConnectionError("refused"), FakeResponse(chunks=[b"fine"]))
+    fetcher, sleeps = make_fetcher(urllib3.exceptions.ProtocolError("reset"), FakeResponse(chunks=[b"fine"]))
     assert fetcher.fetch(REQ).body == b"fine"
     assert fetcher.requests_made == 2 and len(sleeps) == 1
 
 
 def test_connection_errors_exhausted_give_connection_error() -> None:
-    fetcher, _ = make_fetcher(*(requests.ConnectionError("refused") for _ in range(3)))
+    fetcher, _ = make_fetcher(*(urllib3.exceptions.ProtocolError("reset") for _ in range(3)))
     with pytest.raises(FetchError) as caught:
         fetcher.fetch(REQ)
     assert caught.value.outcome == "ConnectionError"
@@ -120,8 +124,7 @@ def test_connection_errors_exhausted_give_connection_error() -> None:
 
 
 def test_read_timeout_while_streaming_the_body_is_a_timeout() -> None:
-    # requests raises ConnectionError(ReadTimeoutError) when the body stalls mid-stream.
-    stalled = requests.ConnectionError(urllib3.exceptions.ReadTimeoutError(None, "/x", "read timed out"))
+    stalled = urllib3.exceptions.ReadTimeoutError(None, "/x", "read timed out")
     fetcher, _ = make_fetcher(*(FakeResponse(chunks=[b"par"], fail_after=stalled) for _ in range(3)))
     with pytest.raises(FetchError) as caught:
         fetcher.fetch(REQ)
@@ -213,11 +216,12 @@ def test_parse_retry_after(value: str | None, expected: float) -> None:
 
 
 def test_invalid_url_and_redirect_loops_are_classified_not_raised_raw() -> None:
-    fetcher, _ = make_fetcher(requests.exceptions.MissingSchema("no scheme"))
+    fetcher, _ = make_fetcher(InvalidURL("no scheme"))
     with pytest.raises(FetchError) as caught:
         fetcher.fetch(REQ)
     assert (caught.value.outcome, caught.value.error_class) == ("ConnectionError", "InvalidURL")
-    fetcher, _ = make_fetcher(requests.TooManyRedirects("loop"))
+    assert fetcher.requests_made == 1  # a bad URL is never retried
+    fetcher, _ = make_fetcher(TooManyRedirects("loop"))
     with pytest.raises(FetchError) as caught:
         fetcher.fetch(REQ)
     assert (caught.value.outcome, caught.value.error_class) == ("HttpError", "TooManyRedirects")
@@ -271,7 +275,34 @@ def test_session_cache_one_session_per_account_and_reloads_a_changed_blob() -> N
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive, as real sites and the sandbox speak it
+
+    def _answer(self, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
+        self.send_response(status)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_POST(self) -> None:
+        form = self.rfile.read(int(self.headers.get("Content-Length", "0"))).decode()
+        if self.path == "/login":  # a form login: a session cookie and a redirect to the member page
+            self._answer(302, b"", {"Set-Cookie": f"member={form.partition('user=')[2].partition('&')[0]}; Path=/",
+                                    "Location": "/home?from=login"})
+            return
+        self._answer(200, f"POST {self.headers.get('Content-Type')} {form}".encode())
+
     def do_GET(self) -> None:
+        if self.path.startswith("/home"):
+            self._answer(200, f"GET {self.path} cookie={self.headers.get('Cookie', '')}".encode())
+            return
+        if self.path.startswith("/loop"):
+            self._answer(302, b"", {"Location": "/loop"})
+            return
+        if self.path.startswith("/gzip"):
+            self._answer(200, gzip.compress(b"unzipped " * 100), {"Content-Encoding": "gzip"})
+            return
         if self.path.startswith("/big"):
             self.send_response(200)
             self.end_headers()  # no Content-Length: the size is only known by reading
@@ -314,7 +345,7 @@ def test_real_transport_sends_blob_cookies_cuts_big_bodies_and_times_out(local_s
     policy = FetchPolicy(timeout_s=0.5, total_timeout_s=5.0, retries=0, backoff_s=0.01, max_body_bytes=10_000,
                          user_agent="t")
     cache = SessionCache()
-    fetcher = Fetcher(RequestsTransport(cache.session("jd", Account("a", "Cookie: thin=mint"))), policy)
+    fetcher = Fetcher(Urllib3Transport(cache.session("jd", Account("a", "Cookie: thin=mint"))), policy)
     assert fetcher.fetch(PageRequest(url=f"{local_server}/echo")).body == b"cookie=thin=mint"
     with pytest.raises(FetchError) as big:
         fetcher.fetch(PageRequest(url=f"{local_server}/big"))
@@ -322,4 +353,61 @@ def test_real_transport_sends_blob_cookies_cuts_big_bodies_and_times_out(local_s
     with pytest.raises(FetchError) as stalled:
         fetcher.fetch(PageRequest(url=f"{local_server}/stall"))
     assert stalled.value.outcome == "Timeout"
+    cache.close()
+
+
+def _real_fetcher(local_server: str, blob: str = "") -> tuple[Fetcher, SessionCache]:
+    policy = FetchPolicy(timeout_s=2.0, total_timeout_s=5.0, retries=0, backoff_s=0.01, max_body_bytes=10_000,
+                         user_agent="t")
+    cache = SessionCache()
+    return Fetcher(Urllib3Transport(cache.session("ecshop", Account("a", blob))), policy), cache
+
+
+def test_real_transport_keeps_a_login_cookie_across_the_redirect_and_reports_the_final_url(local_server: str) -> None:
+    fetcher, cache = _real_fetcher(local_server)
+    login = PageRequest(url=f"{local_server}/login", method="POST", data={"user": "li", "pwd": "x y"})
+    page = fetcher.fetch(login)
+    # 302 after a POST continues as a GET, carrying the cookie the 302 set; the final URL is the member page.
+    assert page.body == b"GET /home?from=login cookie=member=li"
+    assert page.final_url == f"{local_server}/home?from=login"
+    again = fetcher.fetch(PageRequest(url=f"{local_server}/home", params={"q": "手机", "page": "2"}))
+    assert again.body.decode() == "GET /home?q=%E6%89%8B%E6%9C%BA&page=2 cookie=member=li"
+    assert fetcher.requests_made == 2  # the redirect hop is part of one request
+    cache.close()
+
+
+def test_real_transport_posts_forms_and_decodes_gzip(local_server: str) -> None:
+    fetcher, cache = _real_fetcher(local_server)
+    posted = fetcher.fetch(PageRequest(url=f"{local_server}/form", method="POST", data={"a": "1", "b": "c d"}))
+    assert posted.body == b"POST application/x-www-form-urlencoded a=1&b=c+d"
+    assert fetcher.fetch(PageRequest(url=f"{local_server}/gzip")).body == b"unzipped " * 100
+    cache.close()
+
+
+def test_real_transport_classifies_loops_bad_urls_and_refused_connections(local_server: str) -> None:
+    fetcher, cache = _real_fetcher(local_server)
+    with pytest.raises(FetchError) as loop:
+        fetcher.fetch(PageRequest(url=f"{local_server}/loop"))
+    assert (loop.value.outcome, loop.value.error_class) == ("HttpError", "TooManyRedirects")
+    for bad in ("ftp://127.0.0.1/x", "127.0.0.1/no-scheme", "http:///no-host"):
+        with pytest.raises(FetchError) as invalid:
+            fetcher.fetch(PageRequest(url=bad))
+        assert (invalid.value.outcome, invalid.value.error_class) == ("ConnectionError", "InvalidURL")
+    with socket.socket() as unused:  # a port nobody listens on: bind it, never listen, close it at the end
+        unused.bind(("127.0.0.1", 0))
+        port = unused.getsockname()[1]
+        with pytest.raises(FetchError) as refused:
+            fetcher.fetch(PageRequest(url=f"http://127.0.0.1:{port}/x"))
+    assert (refused.value.outcome, refused.value.error_class) == ("ConnectionError", "ConnectionRefused")
+    cache.close()
+
+
+def test_real_transport_reuses_the_connection_after_a_full_body_and_drops_it_after_a_cut(local_server: str) -> None:
+    fetcher, cache = _real_fetcher(local_server)
+    for _ in range(3):
+        assert fetcher.fetch(PageRequest(url=f"{local_server}/home")).status == 200
+    with pytest.raises(FetchError):
+        fetcher.fetch(PageRequest(url=f"{local_server}/big"))  # 64 KiB > 10 000 bytes: cut mid-body
+    # the cut connection's unread bytes must not leak into the next answer
+    assert fetcher.fetch(PageRequest(url=f"{local_server}/home")).body.startswith(b"GET /home")
     cache.close()
