@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 from crawler_client.sources._counts import parse_count, parse_id
 from crawler_client.sources._cursor import PostOrder
 from crawler_client.sources._dates import iso_of_ms, resolve_created_at
-from crawler_client.sources._decode import decode_body, html_text, load_json, make_soup, with_html
+from crawler_client.sources._decode import decode_body, html_text, html_texts, load_json, make_soup, with_html
 from crawler_client.sources._detect import WEIBO_MARKERS, check_final_url, check_http, fail, unparsable
 from crawler_client.sources.base import FetchedPage, Item, PageRequest, ParsedPage
 from icecrawler.errors import FetchError
@@ -91,8 +91,10 @@ class WeiboMobileSource(PostOrder):
         items: list[Item] = []
         long_ids: list[str] = []
         skipped = 0
-        for mblog in _mblogs(cards):
-            post = self.post_of(mblog, task, now_ms, fetched_at)
+        mblogs = _mblogs(cards)
+        texts = html_texts([mblog["text"] if isinstance(mblog.get("text"), str) else "" for mblog in mblogs])
+        for mblog, text in zip(mblogs, texts, strict=True):
+            post = self.post_of(mblog, task, now_ms, fetched_at, text=text)
             if post is None:
                 skipped += 1
                 continue
@@ -125,8 +127,10 @@ class WeiboMobileSource(PostOrder):
         """``post`` with its full text from ``parse_extend`` (in place, returned for chaining)."""
         return with_html(post, html)
 
-    def post_of(self, mblog: dict[str, Any], task: Task, now_ms: int, fetched_at: str) -> Post | None:
-        """One ``mblog`` as a Post; None when it has no usable id."""
+    def post_of(self, mblog: dict[str, Any], task: Task, now_ms: int, fetched_at: str,
+                text: str | None = None) -> Post | None:
+        """One ``mblog`` as a Post; None when it has no usable id. ``text``: the plain text of its html when the
+        caller already has it (``parse`` extracts a whole page's texts from one soup)."""
         post_id = parse_id(mblog.get("id")) or parse_id(mblog.get("mid")) or parse_id(mblog.get("idstr"))
         if not post_id:
             return None
@@ -143,7 +147,7 @@ class WeiboMobileSource(PostOrder):
             id=post_id,
             user_id=user_id,
             user_name=str(user.get("screen_name") or ""),
-            text=html_text(make_soup(html)) if html else "",
+            text=(text if text is not None else html_text(make_soup(html))) if html else "",
             html=html,
             created_at=resolve_created_at(created, now_ms) if isinstance(created, str) else "",
             reposts=parse_count(mblog.get("reposts_count")),

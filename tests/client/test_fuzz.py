@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from crawler_client.sources import PageRequest, ParsedPage, get_source
+from crawler_client.sources._decode import html_text, html_texts, make_soup
 from crawler_client.sources.samples import (
     ecshop_comment_json,
     ecshop_goods_page,
@@ -155,3 +156,46 @@ def test_extend_never_raises_anything_else(source: WeiboMobileSource | WeiboPcSo
 @pytest.mark.parametrize("status", [0, 204, 301, 403, 404, 414, 418, 429, 432, 500, 999])
 def test_any_status(case: tuple[str, TaskKind, str, Callable[[], bytes]], status: int) -> None:
     run_parser(case, case[3](), status=status)
+
+
+# --- one soup per page gives the same texts as one soup per fragment ----------------------------------------
+
+#: Pieces real post markup is made of, plus the broken ones that must not leak into a neighbour's text.
+_MARKUP_PIECES = st.sampled_from([
+    "转发", "微博正文 ", "&amp;", "&lt;b&gt;", "\n", "  ", "<br />", "<br>", '<a href="/n/x">@某人</a>',
+    '<span class="url-icon"><img alt=[doge] src="d.png" /></span>', "<img alt=\"[笑]\">", "<b>", "</b>", "<a>",
+    "</a>", "<div>", "</div>", "</body>", "</html>", "<p>", "<table><td>", "<!--", "-->", "<script>", "</script>",
+    '<div class="icecrawler-fragment">', "\x00", "ok", '<a href="x', '<img alt="', "<3", "</ a>", "<?x", "</>",
+    "<span>", "</span>", "&am", "<BR/>", '"',
+])
+_FRAGMENTS = st.lists(st.lists(_MARKUP_PIECES, max_size=8).map("".join), max_size=6)
+
+
+@FUZZ
+@given(_FRAGMENTS)
+def test_html_texts_of_a_page_equal_each_fragment_parsed_alone(fragments: list[str]) -> None:
+    assert html_texts(fragments) == [html_text(make_soup(f)) if f else "" for f in fragments]
+
+
+def test_mobile_page_texts_match_per_post_parsing() -> None:
+    body = mobile_timeline(posts=10)
+    task = make_task("weibo_mobile", "1907518591", TaskKind.WeiboUser)
+    source = WeiboMobileSource()
+    parsed = source.parse(task, PageRequest(url=f"{BASE}/m/api/container/getIndex"), fetched(body), NOW_MS)
+    mblogs = [card["mblog"] for card in json.loads(body)["data"]["cards"] if "mblog" in card]
+    assert [item.text for item in parsed.items] == [html_text(make_soup(m["text"])) for m in mblogs]
+    assert all(item.text for item in parsed.items)
+
+
+_INLINE_PIECES = st.sampled_from([
+    "转发", "正文 ", "&amp;", "&lt;", "&am", "\n", " ", "<br />", "<BR>", '<a href="/n/x">@某人</a>', "<a>", "</a>",
+    '<a href="x', '<img alt="', '<span class="url-icon"><img alt=[doge] src="d.png" /></span>', "<b>", "</b>",
+    "</span>", "<3", '"', ">", "'", "\x00", "ok", "<a b'c' d=\"e\">", '<img alt="转" />',
+])
+
+
+@FUZZ
+@given(st.lists(st.lists(_INLINE_PIECES, max_size=8).map("".join), min_size=2, max_size=6))
+def test_html_texts_of_inline_fragments_equal_each_fragment_parsed_alone(fragments: list[str]) -> None:
+    # inline-only markup takes the one-soup path; broken quotes and stray end tags must not shift any text
+    assert html_texts(fragments) == [html_text(make_soup(f)) if f else "" for f in fragments]
