@@ -97,7 +97,10 @@ CONTENDERS: tuple[Contender, ...] = (
               ({}, {"target_p": 0.3}, {"target_p": 0.7})),
     Contender("sart (our reading)", "sart", lambda k: SartPolicy(*_bounds()), "exact"),
     Contender("rate (ours)", "rate", lambda k: RatePolicy(*_bounds(), **k), "exact",
-              ({}, {"half_life_s": 6 * HOUR}, {"burst_half_life_s": HOUR})),
+              ({}, {"half_life_s": 48 * HOUR}, {"burst_fade_s": None})),
+    Contender("rate, newest item time only", "rate_newest", lambda k: RatePolicy(*_bounds()), "newest"),
+    Contender("rate, Poisson only (before #7)", "rate_poisson",
+              lambda k: RatePolicy(*_bounds(), periodic=False, diurnal=False, burst_fade_s=None), "exact"),
 )
 
 

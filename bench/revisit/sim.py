@@ -80,7 +80,8 @@ def _score_interval(res: Result, new: np.ndarray, now: float) -> None:
 @dataclass
 class Detector:
     """What a policy's crawl reports: ``simhash`` (the real fingerprint of the simulated page), ``exact`` (a digest
-    that differs whenever the page text differs: new items or noise) or ``count`` (the real fingerprint, but the
+    that differs whenever the page text differs: new items or noise), ``newest`` (``exact``, but of the new items'
+    times only the newest one, as the scheduler's Report carries it) or ``count`` (the real fingerprint, but the
     policy trusts the exact new-item count, so "believed changed" means new items)."""
 
     kind: str
@@ -125,7 +126,7 @@ class _Crawl:
         self.seen[i], self.fps[i] = j, fp
         obs = Observation(now_s=now, fingerprint=fp, new_items=int(new.size), window_items=min(j, 10),
                           newest_item_s=float(arr[j - 1]) if j else 0.0,
-                          new_item_times_s=tuple(new.tolist()))
+                          new_item_times_s=() if self.detector.kind == "newest" else tuple(new.tolist()))
         decision = self.policy.next_period(self.states[i], obs)
         self.states[i] = decision.state
         return decision.period_s

@@ -115,7 +115,7 @@ def test_sart_our_reading() -> None:
 
 
 def test_rate_policy_decayed_estimate_and_sqrt_period() -> None:
-    p = RatePolicy(1, 10**6, 100, half_life_s=100, burst_half_life_s=None)
+    p = RatePolicy(1, 10**6, 100, half_life_s=100)
     d = p.next_period(p.initial_state(), Observation(now_s=0))
     assert d.period_s == pytest.approx(math.sqrt(100 / (0.5 / 50)))  # prior rate 1/I0 -> period I0
     d = p.next_period(d.state, Observation(now_s=100, new_items=2, new_item_times_s=(50.0, 100.0)))
@@ -130,16 +130,102 @@ def test_rate_policy_decayed_estimate_and_sqrt_period() -> None:
     assert p.next_period(d.state, Observation(now_s=100)).period_s == pytest.approx(3.0 / math.sqrt(lam))
 
 
-def test_rate_policy_short_memory_estimate_shrinks_to_long_run_rate() -> None:
-    p = RatePolicy(1, 10**6, 100, half_life_s=1000, burst_half_life_s=100)
+def _feed(policy: RatePolicy, items: list[float], fetches: list[float]) -> list[float]:
+    """Crawl at each of ``fetches`` and report the items of ``items`` that arrived since the previous crawl."""
+    state, periods, seen = policy.initial_state(), [], 0
+    for now in fetches:
+        new = [t for t in items[seen:] if t <= now]
+        seen += len(new)
+        d = policy.next_period(state, Observation(now_s=now, new_items=len(new), new_item_times_s=tuple(new)))
+        state = d.state
+        periods.append(d.period_s)
+    return periods
+
+
+def test_rate_policy_periodic_forecast_fetches_after_the_next_arrival() -> None:
+    p = RatePolicy(1, 10**6, 100, reference_period_s=1000)
+    items = [1000.0 * k for k in range(1, 8)]
+    periods = _feed(p, items, [0.0, *[t + 1 for t in items]])
+    # Seven items on a 1000 s clock (no jitter: σ = MIN_SIGMA T = 10 s); μ = C²/2 = 500 item·s, μ/T = 0.5: k = 1,
+    # fetch z σ after the next arrival at 8000, z = sqrt(2 ln(μ / (σ sqrt(2π)))); asked at 7001.
+    z = math.sqrt(2 * math.log(500 / (10 * math.sqrt(2 * math.pi))))
+    assert periods[-1] == pytest.approx(8000 + 10 * z - 7001, rel=1e-6)
+    plain = RatePolicy(1, 10**6, 100, reference_period_s=1000, periodic=False)
+    assert _feed(plain, items, [0.0, *[t + 1 for t in items]])[-1] != pytest.approx(periods[-1])
+
+
+def test_rate_policy_burst_forecast_comes_back_sooner() -> None:
+    items = [3600.0 * k for k in range(1, 6)] + [20_000.0, 20_060.0, 20_120.0]
+    fetches = [0.0, *[3600.0 * k + 1 for k in range(1, 6)], 20_121.0]
+    with_burst = _feed(RatePolicy(1, 10**6, 100, periodic=False, diurnal=False), items, fetches)[-1]
+    without = _feed(RatePolicy(1, 10**6, 100, periodic=False, diurnal=False, burst_fade_s=None), items, fetches)[-1]
+    assert with_burst < without
+    # The same state, worked by hand: λ from the state, e from the newest run, period from A(τ) = μ.
+    p = RatePolicy(1, 10**6, 100, periodic=False, diurnal=False)
+    state = p.initial_state()
+    seen = 0
+    for now in fetches:
+        new = [t for t in items[seen:] if t <= now]
+        seen += len(new)
+        state = p.next_period(state, Observation(now_s=now, new_items=len(new), new_item_times_s=tuple(new))).state
+    lam = p.rate_of(state)
+    excess = max((j + 1) / (20_121.0 - state["times"][-j] + 1 / lam) for j in range(3, len(state["times"]) + 1))
+    excess = excess / lam - 1
+    mu, h = 0.5 * 100, 1 / 1800
+    tau = with_burst
+    assert lam * (tau * tau / 2 + excess * (tau / h - (1 - math.exp(-h * tau)) / h**2)) == pytest.approx(mu, rel=1e-5)
+
+
+def test_rate_policy_without_forecasts_is_the_square_root_rule() -> None:
+    p = RatePolicy(1, 10**6, 100, periodic=False, diurnal=False, burst_fade_s=None)
+    items = [37.0 * k * k for k in range(1, 30)]
+    fetches = [0.0, *[500.0 * k for k in range(1, 60)]]
+    state = p.initial_state()
+    seen = 0
+    for now in fetches:
+        new = [t for t in items[seen:] if t <= now]
+        seen += len(new)
+        d = p.next_period(state, Observation(now_s=now, new_items=len(new), new_item_times_s=tuple(new)))
+        state = d.state
+        assert d.period_s == pytest.approx(p.period_for(p.rate_of(state)))
+
+
+def test_rate_policy_keeps_only_the_newest_time_when_the_source_gives_no_item_times() -> None:
+    p = RatePolicy(1, 10**6, 100)
     d = p.next_period(p.initial_state(), Observation(now_s=0))
-    d = p.next_period(d.state, Observation(now_s=100, new_items=1, new_item_times_s=(100.0,)))
-    long_items, long_exp = 1.0, 1000 / math.log(2) * (1 - 2 ** -0.1)
-    prior = 0.5 * 2 ** -0.1
-    long_rate = (long_items + prior) / (long_exp + prior * 100)
-    short_items, short_exp = 1.0, 100 / math.log(2) * 0.5
-    assert d.state["burst_items"] == pytest.approx(short_items)
-    assert p.rate_of(d.state) == pytest.approx((short_items + 1) / (short_exp + 1 / long_rate))
+    d = p.next_period(d.state, Observation(now_s=100, new_items=1, newest_item_s=90.0))
+    d = p.next_period(d.state, Observation(now_s=200, new_items=1, newest_item_s=150.0))
+    assert d.state["times"] == [90.0, 150.0]
+    d = p.next_period(d.state, Observation(now_s=300, new_items=3, newest_item_s=290.0))
+    assert d.state["times"] == [290.0]  # the two older new items have unknown times: the history restarts
+    d = p.next_period(d.state, Observation(now_s=400, new_items=2, new_item_times_s=(310.0, 390.0, 10.0)))
+    assert d.state["times"] == [290.0, 310.0, 390.0]  # times outside (last crawl, now] are ignored
+
+
+def test_rate_policy_reads_a_state_stored_before_the_forecasts() -> None:
+    p = RatePolicy(60, 86400, 600)
+    old = {"period_s": 600.0, "last_s": 0.0, "items": 3.0, "exposure_s": 3000.0, "burst_items": 0.0,
+           "burst_exposure_s": 0.0, "prior_weight": 1.0}
+    d = p.next_period(old, Observation(now_s=600, new_items=1, newest_item_s=550.0))
+    assert 60 <= d.period_s <= 86400 and d.state["times"] == [550.0] and len(d.state["day"]) == 6
+
+
+def test_rate_policy_on_the_papers_test_settles_in_the_band() -> None:
+    """The SHHD paper's test in pure logic (tests/e2e/test_paper_period.py runs the real stack): one item every
+    600 s, first period 60 s, reference period 600 s as the scheduler sets it; each fetch runs when asked and,
+    like the scheduler's Report, gives only the newest item's time."""
+    p = make_policy("rate", min_period_s=60, max_period_s=86400, initial_period_s=60, reference_period_s=600)
+    state, now, periods, seen = p.initial_state(), 0.0, [], 0
+    items = [600.0 * k + 17 for k in range(40)]
+    for _ in range(30):
+        new = [t for t in items[seen:] if t <= now]
+        seen += len(new)
+        d = p.next_period(state, Observation(now_s=now, new_items=len(new), newest_item_s=new[-1] if new else 0.0))
+        state, now = d.state, now + d.period_s
+        periods.append(d.period_s)
+    first_in = next(i for i, x in enumerate(periods) if 300 <= x <= 1200)  # the e2e test's band and rule
+    assert first_in < 8 and all(300 <= x <= 1200 for x in periods[first_in:]), periods
+    assert periods[-1] == pytest.approx(600, abs=30)  # on the clock: one fetch just after each item
 
 
 def test_rate_reference_period_sets_the_standalone_scale() -> None:
