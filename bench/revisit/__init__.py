@@ -239,6 +239,48 @@ def _tune_job(label: str, knob_index: int, seed: int, cfg: Config) -> tuple[tupl
 
 
 # ----------------------------------------------------------------------------------------------------------------
+# ablation of the rate policy's forecasts (development seeds only)
+
+#: Seeds the forecasts of the rate policy were developed on (never the reported ones).
+ABLATION_SEEDS = tuple(range(20, 40))
+#: Rate-policy variants of the ablation: the default, then one forecast off (or one knob changed) at a time.
+ABLATION: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("rate (default)", {}),
+    ("without the clock forecast", {"periodic": False}),
+    ("without the daily profile", {"diurnal": False}),
+    ("without the burst forecast", {"burst_fade_s": None}),
+    ("half-life 48 h instead of 24 h", {"half_life_s": 48 * HOUR}),
+    ("Poisson only (the default before #7)", {"periodic": False, "diurnal": False, "burst_fade_s": None}),
+)
+
+
+def _ablation_job(index: int, seed: int, mult: float, cfg: Config) -> tuple[int, int, float, float]:
+    pages, horizon = _e3_world(seed, cfg)
+    budget = mult * sum(p.rate for p in pages)
+    res = run_budget(pages, RatePolicy(*_bounds(), **ABLATION[index][1]), Detector("exact"), horizon, budget,
+                     E3_MIN_S, E3_MAX_S, np.random.default_rng([seed, 4, int(mult * 1000)]))
+    return index, seed, mult, res.summary()["lag_mean_min"]
+
+
+def ablation(cfg: Config, pool: Any) -> str:
+    """Mean lag of each ABLATION variant on ABLATION_SEEDS at B = 0.5x and 1x, and its paired ratio to the
+    default: what each forecast is worth, measured away from the reported seeds."""
+    jobs = [(i, s, m, cfg) for i in range(len(ABLATION)) for s in ABLATION_SEEDS for m in (0.5, 1.0)]
+    lags = {(i, s, m): lag for i, s, m, lag in pool.starmap(_ablation_job, jobs)}
+    rows = []
+    for i, (label, knob) in enumerate(ABLATION):
+        cells = [label, str(knob or "defaults")]
+        for m in (0.5, 1.0):
+            mean = float(np.mean([lags[(i, s, m)] for s in ABLATION_SEEDS]))
+            ratio = mean_ci([lags[(i, s, m)] / lags[(0, s, m)] for s in ABLATION_SEEDS])
+            cells += [f"{mean:.2f}", _fmt(*ratio, 3)]
+        rows.append(cells)
+    return (f"Ablation of the rate policy on development seeds {ABLATION_SEEDS[0]}..{ABLATION_SEEDS[-1]} "
+            f"({cfg.pages} pages; mean lag in minutes, paired ratio to the default ± 95% CI):\n\n"
+            + _table(["variant", "knobs", "B = 0.5×: lag", "÷ default", "B = 1×: lag", "÷ default"], rows))
+
+
+# ----------------------------------------------------------------------------------------------------------------
 # reporting
 
 
@@ -391,6 +433,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--workers", type=int, help="worker processes (default 2)")
     parser.add_argument("--e0-days", type=float, help="override the E0 horizon (days)")
     parser.add_argument("--end-days", type=float, help="override the E3 end of item arrivals (days)")
+    parser.add_argument("--ablation", action="store_true",
+                        help="only the rate policy's ablation on the development seeds (prints a table)")
     args = parser.parse_args(argv)
     cfg = QUICK if args.quick else FULL
     overrides = {"seeds": args.seeds, "pages": args.pages, "workers": args.workers, "e0_days": args.e0_days,
@@ -400,6 +444,10 @@ def main(argv: list[str]) -> int:
     started = time.monotonic()
     _warm_up()
     ctx = multiprocessing.get_context("fork")
+    if args.ablation:
+        with ctx.Pool(cfg.workers) as pool:
+            print(ablation(cfg, pool))
+        return 0
     with ctx.Pool(cfg.workers) as pool:
         knobs = _tune(cfg, pool) if cfg.tune else {}
         seeds = [REPORT_BASE + k for k in range(cfg.seeds)]

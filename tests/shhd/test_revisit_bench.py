@@ -32,3 +32,14 @@ def test_quick_mode_on_a_tiny_config_prints_the_headline_table(capsys: pytest.Ca
     assert "### E0" in out and "global budget B = 0.5" in out
     for label in ("shhd (paper, simhash)", "nutch (xml defaults)", "rate (ours)", "O2 sqrt bound"):
         assert label in out
+
+
+def test_ablation_prints_one_row_per_variant(capsys: pytest.CaptureFixture[str],
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(revisit, "ABLATION_SEEDS", (20, 21))
+    assert revisit.main(["--ablation", "--pages", "8", "--workers", "1", "--end-days", "1.5"]) == 0
+    out = capsys.readouterr().out
+    assert "development seeds 20..21" in out
+    for label, _ in revisit.ABLATION:
+        assert label in out
+    assert "| rate (default) | defaults |" in out and "1.000 ± 0.000" in out  # the default against itself
