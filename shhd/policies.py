@@ -20,11 +20,14 @@ Policies (``make_policy`` names):
 * ``cho``: Poisson rate from the irregular-interval MLE (Cho & Garcia-Molina; Kolobov et al. smoothing), period for a
   target change probability.
 * ``sart``: Sharma & Dixit's self-adjusting refresh time, OUR READING (the paper's rule is not public).
-* ``rate``: our own: exact new-item counts and item times -> decayed rate estimate -> square-root-rule period.
+* ``rate``: our own: exact new-item counts and item times -> decayed rate estimate plus forecasts of a clock, a
+  daily profile and bursts (``shhd.forecast``) -> fetch when the expected lag reaches the square-root rule's
+  threshold.
 
 Change signals: ``shhd`` sees only the Hamming distance (as in the paper); ``nutch``, ``cho`` and ``sart`` see the
 binary "changed" signal an exact digest gives (new items, or a fingerprint that differs at all); ``rate`` uses the
-item counts and times. All policies use the realised interval since their previous crawl (``now_s`` minus the
+item counts and times (all new items' times when the source gives them; the scheduler's Report carries the
+newest one only). All policies use the realised interval since their previous crawl (``now_s`` minus the
 ``last_s`` they keep), so a scheduler that delays a crawl does not confuse them.
 """
 
