@@ -513,20 +513,23 @@ def _recent_times(times: Sequence[float], last: float | None, observation: Obser
     """The last RATE_TIMES_KEPT item times after this crawl: the new items' times when the source gives them,
     else the newest item's time only (as the scheduler's Report carries it). With several new items and only the
     newest time, the older ones are placed one clock period apart before it when the target was on a clock
-    (``clock_period_s``); otherwise their times are unknown and the history restarts at the newest."""
+    (``clock_period_s``); otherwise their times are unknown and the history restarts at the newest. New items
+    without a usable time (none, or one outside (last crawl, now]) empty the history."""
     now = observation.now_s
     new = sorted(t for t in observation.new_item_times_s if (last is None or last < t) and t <= now)
     new = new[-observation.new_items:] if observation.new_items > 0 else []
     kept = [float(t) for t in times]
+    newest = observation.newest_item_s
     if new:
         kept += new
-    elif observation.new_items > 0 and observation.newest_item_s > 0:
-        newest = observation.newest_item_s
+    elif observation.new_items > 0 and 0 < newest <= now and (last is None or newest > last):
         older = [newest - j * clock_period_s for j in range(observation.new_items - 1, 0, -1)] if clock_period_s else []
         if observation.new_items == 1 or (older and (last is None or older[0] > last)):
             kept = [*kept, *older, newest]
         else:
             kept = [newest]
+    elif observation.new_items > 0:
+        kept = []  # new items at unknown times (or a newest time outside this interval): the history breaks here
     return kept[-RATE_TIMES_KEPT:]
 
 

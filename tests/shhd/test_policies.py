@@ -202,6 +202,25 @@ def test_rate_policy_keeps_only_the_newest_time_when_the_source_gives_no_item_ti
     assert d.state["times"] == [290.0, 310.0, 390.0]  # times outside (last crawl, now] are ignored
 
 
+@pytest.mark.parametrize("newest", [0.0, 450.0, 150.0])  # unknown, in the future, before the previous crawl
+def test_rate_policy_forgets_the_history_when_new_items_have_no_usable_time(newest: float) -> None:
+    p = RatePolicy(1, 10**6, 100)
+    state = {**p.initial_state(), "last_s": 200.0, "times": [90.0, 150.0]}
+    d = p.next_period(state, Observation(now_s=300, new_items=1, newest_item_s=newest))
+    assert d.state["times"] == []
+    assert p.next_period(state, Observation(now_s=300)).state["times"] == [90.0, 150.0]  # nothing new: kept
+
+
+def test_rate_policy_puts_untimed_items_on_a_known_clock() -> None:
+    p = RatePolicy(1, 10**6, 100)
+    clock = [100.0 * k for k in range(1, 7)]  # six items on a 100 s clock
+    state = {**p.initial_state(), "last_s": 650.0, "times": clock}
+    d = p.next_period(state, Observation(now_s=810, new_items=2, newest_item_s=800.0))
+    assert d.state["times"] == [*clock, 700.0, 800.0][-12:]
+    state = {**state, "times": [100.0, 350.0]}  # no clock: the older new item's time is unknown
+    assert p.next_period(state, Observation(now_s=810, new_items=2, newest_item_s=800.0)).state["times"] == [800.0]
+
+
 def test_rate_policy_reads_a_state_stored_before_the_forecasts() -> None:
     p = RatePolicy(60, 86400, 600)
     old = {"period_s": 600.0, "last_s": 0.0, "items": 3.0, "exposure_s": 3000.0, "burst_items": 0.0,
