@@ -479,7 +479,9 @@ class RatePolicy:
             out["items"], out["exposure_s"] = _decayed_counts(out["items"], out["exposure_s"], float(last),
                                                               observation, self.half_life_s)
             out["day"] = _day_moments(out["day"], float(last), observation, self.half_life_s)
-        clock = fit_periodic(state.get("times", []), RATE_PERIODIC_MAX_CV, RATE_PERIODIC_MIN_ITEMS)
+        clock = None
+        if observation.new_items > 1 and not observation.new_item_times_s:  # only then may items go on the clock
+            clock = fit_periodic(state.get("times", []), RATE_PERIODIC_MAX_CV, RATE_PERIODIC_MIN_ITEMS)
         out["times"] = _recent_times(state.get("times", []), last, observation, clock.period_s if clock else None)
         fit = fit_periodic(out["times"], RATE_PERIODIC_MAX_CV, RATE_PERIODIC_MIN_ITEMS) if self.periodic else None
         out["on_clock"], delay = False, None
