@@ -347,7 +347,7 @@ class SartPolicy:
 #: switches. Picked on the benchmark's tuning seeds (docs/REVISIT.md), not the reported ones.
 RATE_HALF_LIFE_S = 24 * 3600.0
 #: Rate policy: time constant of the fade of a burst forecast (a run of close items just before the crawl); None
-#: turns the burst forecast off. Picked on the tuning seeds.
+#: turns the burst forecast off. Picked on development seeds, never the reported ones (docs/REVISIT.md).
 RATE_BURST_FADE_S: float | None = 1800.0
 #: Rate policy: fewest recent items that can show a burst.
 RATE_BURST_MIN_RUN = 3

@@ -6,7 +6,8 @@ fetch budget B (every policy spends exactly the same fetches) against the known-
 clairvoyant offline oracle (O1). Knobs are tuned on TUNING_SEEDS; tables report REPORT seeds only.
 
 The full run writes docs/bench/revisit.json, docs/revisit/*.png and the results block of docs/REVISIT.md;
-``--quick`` (fewer seeds and pages) only prints, unless ``--write`` is given.
+``--quick`` (fewer seeds and pages) only prints, unless ``--write`` is given; ``--ablation`` prints what each forecast
+of the rate policy is worth, on the development seeds ABLATION_SEEDS (never the reported ones).
 """
 
 from __future__ import annotations

@@ -10,10 +10,11 @@ default, on purpose: this test checks the crawler a user gets, not a policy chos
 Observed with the default ``rate`` (our policy: new-item counts and the newest item's time -> decayed rate
 estimate -> square-root rule with ``scheduler.rate_reference_period_s`` = 600 s, until six reviews show the
 10-minute clock; then one fetch just after each review): 3.2, 8.7, 9.2, 9.3, 9.3, 9.3, 5.5, 9.6, 9.9 ... minutes,
-i.e. in the band from the second fetch and settling on the true 10-minute period. With ``scheduler.policy=shhd`` (paper SHHD on the
-simhash of the crawled review window) one new review in ECSHOP's 5-review first page moves the simhash by 6-15
-bits (the stable band), no new review by 0 (growth), so the period runs 1, 1, 2, 4, 8 minutes and then holds at
-8 or 16; docs/REVISIT.md (E0) shows why simhash alone barely sees one new item on realistic pages.
+i.e. in the band from the second fetch and settling on the true 10-minute period. With
+``scheduler.policy=shhd`` (paper SHHD on the simhash of the crawled review window) one new review in ECSHOP's
+5-review first page moves the simhash by 6-15 bits (the stable band), no new review by 0 (growth), so the period
+runs 1, 1, 2, 4, 8 minutes and then holds at 8 or 16; docs/REVISIT.md (E0) shows why simhash alone barely sees
+one new item on realistic pages.
 """
 
 from __future__ import annotations
