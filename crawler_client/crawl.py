@@ -32,7 +32,7 @@ from typing import Protocol, runtime_checkable
 
 from crawler_client.sources.base import FetchedPage, Item, PageRequest, ParsedPage, Source
 from icecrawler.errors import FetchError
-from icecrawler.models import Outcome, Post, Report, Review, Task, TaskKind
+from icecrawler.models import MAX_ITEM_TIMES, Outcome, Post, Report, Review, Task, TaskKind
 
 __all__ = [
     "CrawlResult",
@@ -152,11 +152,13 @@ def failure_report(task: Task, error: FetchError, fetches: int) -> Report:
 def success_report(task: Task, *, window: list[Item], new_items: int, cursor: str, http_status: int,
                    fetches: int) -> Report:
     """The report for a completed crawl (fingerprint 0 until ``fingerprint_result``)."""
-    times = [item_time_ms(item) for item in window]
+    times = sorted((item_time_ms(item) for item in window), reverse=True)
     return Report(
         task_id=task.id, lease_token=task.lease_token, outcome=Outcome.Ok, http_status=http_status,
         new_items=new_items, window_items=len(window),
-        newest_item_ms=max(times, default=0), cursor=cursor, fetches=fetches,
+        newest_item_ms=times[0] if times else 0, cursor=cursor, fetches=fetches,
+        # the new items are the newest ones; items without a time (0) tell the policy nothing
+        new_item_times_ms=tuple(t for t in times[:min(new_items, MAX_ITEM_TIMES)] if t > 0),
     )
 
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from icecrawler.errors import InvalidArgumentError
 
 __all__ = [
+    "MAX_ITEM_TIMES",
     "SOURCES",
     "Account",
     "Outcome",
@@ -111,6 +112,11 @@ class Task:
     account: Account = field(default_factory=Account)
 
 
+#: Item times one report may carry: a visit's page budget holds far fewer items, and the scheduler keeps only
+#: a short history per task anyway, so more is a malformed report.
+MAX_ITEM_TIMES = 1000
+
+
 @dataclass
 class Report:
     task_id: str
@@ -125,6 +131,8 @@ class Report:
     cursor: str = ""
     retry_after_s: float = 0.0
     fetches: int = 0
+    #: Publication times (epoch ms) of the new items, newest first, at most ``MAX_ITEM_TIMES``.
+    new_item_times_ms: tuple[int, ...] = ()
 
 
 @dataclass

@@ -230,6 +230,7 @@ def report_to_slice(report: Report) -> Any:
         cursor=report.cursor,
         retryAfterS=report.retry_after_s,
         fetches=report.fetches,
+        newItemTimesMs=list(report.new_item_times_ms),
     )
 
 
@@ -247,6 +248,7 @@ def report_from_slice(report: Any) -> Report:
         cursor=report.cursor,
         retry_after_s=report.retryAfterS,
         fetches=report.fetches,
+        new_item_times_ms=tuple(report.newItemTimesMs),
     )
 
 

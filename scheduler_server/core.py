@@ -35,7 +35,17 @@ from urllib.parse import urlsplit
 
 from icecrawler.clock import Clock
 from icecrawler.errors import ConfigError, InvalidArgumentError, LeaseLostError, NoWorkError
-from icecrawler.models import SOURCES, Account, Outcome, Report, Task, TaskKind, make_task_id, split_task_id
+from icecrawler.models import (
+    MAX_ITEM_TIMES,
+    SOURCES,
+    Account,
+    Outcome,
+    Report,
+    Task,
+    TaskKind,
+    make_task_id,
+    split_task_id,
+)
 from icecrawler.settings import Settings
 from scheduler_server.accounts import AccountPool, load_accounts
 from scheduler_server.codec import TaskRecord, decode_time_key, done_value, time_key
@@ -443,7 +453,8 @@ class SchedulerCore:
                 and 0 <= window <= _MAX_COUNT and 0 <= fetches <= _MAX_COUNT and 0 <= status <= 999
                 and 0 <= newest <= 2**62 and 0 <= fingerprint <= 2**64 - 1
                 and (type(retry) is float or type(retry) is int) and 0 <= retry <= self.config.max_period_s
-                and len(item.cursor) <= _MAX_TEXT and len(item.error_class) <= _MAX_TEXT):
+                and len(item.cursor) <= _MAX_TEXT and len(item.error_class) <= _MAX_TEXT
+                and not item.new_item_times_ms):
             return
         for name, value, high in (("newItems", item.new_items, _MAX_COUNT), ("windowItems", item.window_items,
                                   _MAX_COUNT), ("fetches", item.fetches, _MAX_COUNT),
@@ -454,6 +465,12 @@ class SchedulerCore:
         for name, text in (("cursor", item.cursor), ("errorClass", item.error_class)):
             if len(text) > _MAX_TEXT:
                 raise _invalid(f"{name} is longer than {_MAX_TEXT} characters", f"{where}.{name}", index)
+        times = item.new_item_times_ms
+        if len(times) > min(MAX_ITEM_TIMES, max(item.new_items, 0)):
+            raise _invalid(f"{len(times)} item times for {item.new_items} new items (at most "
+                           f"min(newItems, {MAX_ITEM_TIMES}))", f"{where}.newItemTimesMs", index)
+        for time_ms in times:
+            _check_range(time_ms, 1, 2**62, f"{where}.newItemTimesMs", index)
 
     def _record(self, txn: Txn, task_id: str) -> TaskRecord:
         raw = txn.get("tasks", task_id.encode())
@@ -528,7 +545,8 @@ class SchedulerCore:
         """A successful crawl: the policy turns the change signals into the next period (clamped)."""
         decision = self.policy.next_period(record.policy_state, Observation(
             now_s=now_ms / 1000, fingerprint=item.fingerprint, new_items=item.new_items,
-            window_items=item.window_items, newest_item_s=item.newest_item_ms / 1000))
+            window_items=item.window_items, newest_item_s=item.newest_item_ms / 1000,
+            new_item_times_s=tuple(time_ms / 1000 for time_ms in item.new_item_times_ms)))
         period = min(self.config.max_period_s, max(self.config.min_period_s, decision.period_s))
         distance = decision.distance
         if distance < 0 and record.fingerprint and item.fingerprint:

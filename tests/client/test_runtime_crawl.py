@@ -122,6 +122,9 @@ def test_first_crawl_walks_every_page_and_everything_is_new() -> None:
     assert (report.outcome, report.new_items, report.window_items, report.cursor) == (Outcome.Ok, 5, 5, "30")
     assert report.fingerprint == 0xDEADBEEF and report.fetches == 3 and report.http_status == 200
     assert report.newest_item_ms == item_time_ms(post(30, minute=30))
+    # the five new items' times, newest first, for the revisit policy's forecasts
+    assert report.new_item_times_ms == tuple(sorted((item_time_ms(p) for p in result.posts), reverse=True))
+    assert len(report.new_item_times_ms) == 5 and report.new_item_times_ms[0] == report.newest_item_ms
     assert calls == [["post 30", "post 29", "post 28", "post 27", "post 26"]]  # item texts, not page chrome
 
 

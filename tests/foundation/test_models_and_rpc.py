@@ -45,7 +45,8 @@ def test_task_and_report_survive_the_slice_round_trip() -> None:
     assert rpc.task_from_slice(rpc.task_to_slice(task)) == task
     report = Report(task_id=task.id, lease_token="tok", outcome=Outcome.Banned, http_status=418,
                     error_class="teapot", fingerprint=2**64 - 1, new_items=3, window_items=45,
-                    newest_item_ms=1_700_000_000_000, cursor="9", retry_after_s=30.0, fetches=4)
+                    newest_item_ms=1_700_000_000_000, cursor="9", retry_after_s=30.0, fetches=4,
+                    new_item_times_ms=(1_700_000_000_000, 1_699_999_400_000, 1_699_998_800_000))
     assert rpc.report_from_slice(rpc.report_to_slice(report)) == report
 
 

@@ -4,6 +4,7 @@ Every test runs against the memory store and the Berkeley DB store (the ``store`
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -11,6 +12,7 @@ from icecrawler.errors import ConfigError, InvalidArgumentError, LeaseLostError,
 from icecrawler.models import Outcome, Report, TaskKind
 from scheduler_server.core import SchedulerCore, check_consistency
 from scheduler_server.store import MemoryQueueStore, QueueStore
+from shhd.policies import Decision, Observation
 from tests.scheduler.conftest import ManualClocks, make_settings
 
 USERS = ["weibo_pc:1", "weibo_pc:2", "weibo_mobile:3"]
@@ -96,6 +98,10 @@ def test_stale_and_unknown_tokens_are_rejected_without_changes(core: SchedulerCo
     ([Report("user:weibo_pc:1", "t", new_items=-1)], "InvalidField", "reports[0].newItems"),
     ([Report("user:weibo_pc:1", "t", retry_after_s=float("nan"))], "InvalidField", "reports[0].retryAfterS"),
     ([Report("user:weibo_pc:1", "t", http_status=1000)], "InvalidField", "reports[0].httpStatus"),
+    ([Report("user:weibo_pc:1", "t", new_items=1, new_item_times_ms=(2, 1))], "InvalidField",
+     "reports[0].newItemTimesMs"),
+    ([Report("user:weibo_pc:1", "t", new_items=2, new_item_times_ms=(5, -1))], "InvalidField",
+     "reports[0].newItemTimesMs"),
 ])
 def test_bad_reports_raise_typed_errors(core: SchedulerCore, store: QueueStore, reports: list[Report], code: str,
                                         field: str) -> None:
@@ -271,3 +277,28 @@ def test_done_log_is_pruned_after_retention(store: QueueStore, clocks: ManualClo
     assert core.stats()["done"] == 3
     clocks.advance(101)
     assert core.prune_done() == 3 and core.stats()["done"] == 0
+
+
+def test_the_new_items_times_reach_the_revisit_policy(store: QueueStore, clocks: ManualClocks) -> None:
+    core = SchedulerCore.from_settings(make_settings(scheduler__policy="rate"), store, clocks)
+    seen: list[Observation] = []
+    policy = core.policy
+
+    class Recording:
+        name = policy.name
+
+        def initial_state(self) -> dict[str, Any]:
+            return policy.initial_state()
+
+        def next_period(self, state: dict[str, Any], observation: Observation) -> Decision:
+            seen.append(observation)
+            return policy.next_period(state, observation)
+
+    core.policy = Recording()  # type: ignore[assignment]
+    core.add(USERS[:1], TaskKind.WeiboUser)
+    task = core.lease("w", 1)[0]
+    now_ms = int(clocks.now() * 1000)
+    times = (now_ms - 60_000, now_ms - 660_000, now_ms - 1_260_000)
+    core.report([ok(task.id, task.lease_token, new_items=3, window_items=3, newest_item_ms=times[0],
+                    new_item_times_ms=times)])
+    assert seen[0].new_item_times_s == tuple(t / 1000 for t in times)

@@ -56,7 +56,7 @@ def test_every_scheduler_operation(prx: Any) -> None:
         prx.getUser("w1")
     assert caught.value.code == C.ErrorCode.QueueEmpty and caught.value.nextDueInMs == -1
     prx.putUser(C.Report(taskId=listing.id, leaseToken=listing.leaseToken, newItems=5, windowItems=20,
-                         fingerprint=-1, cursor="p2"))
+                         fingerprint=-1, cursor="p2", newItemTimesMs=[1_700_000_000_000, 1_699_999_000_000]))
     reviews = tasks["reviews:jd:100012043978"]
     prx.putUsers([C.Report(taskId=reviews.id, leaseToken=reviews.leaseToken, outcome=C.Outcome.Timeout,
                            errorClass="ReadTimeout")])
@@ -92,6 +92,9 @@ def test_bad_reports_get_their_declared_exceptions(prx: Any) -> None:
          C.InvalidArgument, C.ErrorCode.InvalidId, 1),
         (lambda: prx.putUsers([]), C.InvalidArgument, C.ErrorCode.EmptyBatch, -1),
         (lambda: prx.putUsers([good] * 21), C.InvalidArgument, C.ErrorCode.BatchTooLarge, -1),
+        (lambda: prx.putUsers([good, C.Report(taskId=held[1].id, leaseToken=held[1].leaseToken, newItems=1,
+                                              newItemTimesMs=[1, 2, 3])]),
+         C.InvalidArgument, C.ErrorCode.InvalidField, 1),
         (lambda: prx.putUsers([good, C.Report(taskId=held[1].id, leaseToken=held[1].leaseToken, newItems=-3)]),
          C.InvalidArgument, C.ErrorCode.InvalidField, 1),
         (lambda: prx.releaseUsers([C.LeaseRef(taskId=held[0].id, leaseToken="nope")]),
