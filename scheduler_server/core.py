@@ -1,13 +1,14 @@
 """The scheduler's logic, without Ice: leases, reports, revisit periods, politeness, accounts.
 
-State lives in a ``QueueStore`` (tables ``tasks``, ``pending``, ``inflight``, ``done``, ``meta``; see
-``store`` and ``codec``). Every public call that changes state is ONE store transaction, so a crash at any
-moment leaves each task either as it was or fully moved: pending (a ``pending`` key at its due time) or in
-flight (an ``inflight`` key at its lease deadline), never both, never neither.
+State lives in a ``QueueStore`` (tables ``tasks``, ``done``, ``meta``; see ``store`` and ``codec``): each task
+record names its state, pending at a due time or in flight with a lease token and deadline. Every public call
+that changes state is ONE store transaction, so a crash at any moment leaves each task either as it was or fully
+moved, in exactly one state. The queues that order tasks by due time and leases by deadline live in memory
+(``queues``): rebuilt from the records at start, changed inside the same transaction and rolled back with it.
 
 Concurrency: one lock serialises every call (the Ice thread pool and the reaper thread share this object).
-Memory-only side effects (politeness windows, rates, counters) are applied after the transaction commits,
-so a rolled-back call leaves no trace either.
+Memory-only side effects (politeness windows, rates, counters, the cache of leased records) are applied after
+the transaction commits, so a rolled-back call leaves no trace either.
 
 Durability: adds, reports and releases return only after ``store.sync()`` made their commit durable; that fsync
 runs outside the lock, so concurrent calls share it (group commit). Leases are committed (written to the OS, so
@@ -28,7 +29,8 @@ import operator
 import secrets
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import urlsplit
@@ -48,8 +50,9 @@ from icecrawler.models import (
 )
 from icecrawler.settings import Settings
 from scheduler_server.accounts import AccountPool, load_accounts
-from scheduler_server.codec import TaskRecord, decode_time_key, done_value, time_key
+from scheduler_server.codec import TaskRecord, done_value, time_key
 from scheduler_server.politeness import HostGate, RateWindow
+from scheduler_server.queues import TaskQueues
 from scheduler_server.store import QueueStore, Txn
 from shhd.policies import Observation, RatePolicy, RevisitPolicy, budget_scale, make_policy
 
@@ -69,8 +72,8 @@ _MAX_COUNT = 10_000_000
 _MAX_TEXT = 256
 _TOKEN_HISTORY = 3
 _SCAN_CHUNK = 256
-#: Most due keys one lease call looks at.
-_SCAN_CAP = 20_000
+#: Tables that held the queues before they moved to memory (emptied at start; see ``queues``).
+_OLD_QUEUE_TABLES = ("pending", "inflight")
 #: status counts due-soon tasks up to this many (the count is a scan; it must not stall the scheduler).
 _DUE_SOON_CAP = 100_000
 #: When a due task waits for an in-flight task of its host or for an account, idle clients retry after this.
@@ -219,6 +222,12 @@ class SchedulerCore:
         self._leases = RateWindow()
         self._reports = RateWindow()
         self._counts: dict[str, int] = {}
+        self.queues = TaskQueues()
+        #: Decoded records of the tasks this process leased, by id, exactly as committed: a report, release or
+        #: expiry takes its record from here instead of reading and decoding it again. Filled only after the
+        #: lease commits; an entry is removed (popped) before its record is changed, so a rolled-back call
+        #: leaves no changed record behind (the next call reads the store). Empty after a restart.
+        self._inflight: dict[str, TaskRecord] = {}
         self._load()
 
     @classmethod
@@ -240,10 +249,10 @@ class SchedulerCore:
     # --- start-up -------------------------------------------------------------------------------------------
 
     def _load(self) -> None:
-        """Counters, persisted host blocks and account freezes, and hosts occupied by surviving leases."""
+        """Counters, persisted host blocks and account freezes, and the queues, rebuilt from the task records
+        (hosts occupied by surviving leases included)."""
         wall = self.clocks.wall()
         with self.store.transaction() as txn:
-            self._counts = {name: txn.count(name) for name in ("tasks", "pending", "inflight", "done")}
             for key, value in txn.scan("meta", limit=1_000_000):
                 kind, _, name = key.decode().partition(":")
                 until, reason = json.loads(value)
@@ -251,14 +260,37 @@ class SchedulerCore:
                     self.gate.block(name, until, reason)
                 elif kind == "account":
                     self.accounts.freeze(name, until, reason)
+            tasks = 0
             start = b""
-            while True:
-                chunk = txn.scan("inflight", start, limit=_SCAN_CHUNK * 4)
-                for key, _ in chunk:
-                    self.gate.restore_inflight(self._host(decode_time_key(key)[1]), wall)
-                if not chunk:
-                    break
+            while chunk := txn.scan("tasks", start, limit=_SCAN_CHUNK * 4):
+                for _, raw in chunk:
+                    record = TaskRecord.from_bytes(raw)
+                    if record.state == "inflight":
+                        self.queues.inflight(record.id, record.lease_deadline_ms)
+                        self.gate.restore_inflight(self._host(record.id), wall)
+                    else:
+                        self.queues.pending(record.id, record.source, record.due_ms)
+                tasks += len(chunk)
                 start = chunk[-1][0] + b"\0"
+            # Versions before the in-memory queues kept them as B-trees too; the records say the same.
+            for table in _OLD_QUEUE_TABLES:
+                while old := txn.scan(table, limit=_SCAN_CHUNK * 4):
+                    for key, _ in old:
+                        txn.delete(table, key)
+            self._counts = {"tasks": tasks, "pending": len(self.queues.due), "inflight": len(self.queues.deadline),
+                            "done": txn.count("done")}
+
+    @contextmanager
+    def _transaction(self) -> Iterator[Txn]:
+        """A store transaction that covers the in-memory queues too: both commit, or both roll back."""
+        self.queues.begin()
+        try:
+            with self.store.transaction() as txn:
+                yield txn
+        except BaseException:
+            self.queues.rollback()
+            raise
+        self.queues.commit()
 
     def _host(self, task_id: str) -> str:
         return self.config.hosts[task_id.split(":", 2)[1]]
@@ -286,7 +318,7 @@ class SchedulerCore:
         with self._lock:
             now_ms = int(self.clocks.now() * 1000)
             added = 0
-            with self.store.transaction() as txn:
+            with self._transaction() as txn:
                 for task_id, source, target in task_ids:
                     if txn.get("tasks", task_id.encode()) is not None:
                         continue
@@ -296,7 +328,7 @@ class SchedulerCore:
                         created_ms=now_ms,
                     )
                     txn.put("tasks", task_id.encode(), record.to_bytes())
-                    txn.put("pending", time_key(now_ms, task_id), b"")
+                    self.queues.pending(task_id, source, now_ms)
                     added += 1
             self._counts["tasks"] += added
             self._counts["pending"] += added
@@ -318,10 +350,13 @@ class SchedulerCore:
                 raise NoWorkError("the scheduler is shutting down", code="ShuttingDown")
             now_ms = int(self.clocks.now() * 1000)
             wall = self.clocks.wall()
-            with self.store.transaction() as txn:
+            records: list[TaskRecord] = []
+            with self._transaction() as txn:
                 expired = self._expire(txn, now_ms, wall, self.config.batch_limit)
-                tasks, waits = self._lease_due(txn, worker_id, max_tasks, now_ms, wall)
-                next_due_ms = -1 if tasks else self._next_due_ms(txn, now_ms, waits)
+                tasks, waits = self._lease_due(txn, worker_id, max_tasks, now_ms, wall, records)
+                next_due_ms = -1 if tasks else self._next_due_ms(now_ms, waits)
+            for record in records:
+                self._inflight[record.id] = record
             self._expired(expired, wall)
             for task in tasks:
                 self.gate.leased(self._host(task.id), wall)
@@ -333,60 +368,48 @@ class SchedulerCore:
                               next_due_ms)
         return tasks
 
-    def _lease_due(self, txn: Txn, worker_id: str, max_tasks: int, now_ms: int, wall: float
-                   ) -> tuple[list[Task], list[float]]:
-        """Walk the due part of ``pending`` in time order, skipping sources whose host or accounts are not
-        available; stops once every source is blocked, or after ``_SCAN_CAP`` keys (a huge backlog of one
-        blocked source must not make every call slow; tasks behind it wait for a later call)."""
+    def _lease_due(self, txn: Txn, worker_id: str, max_tasks: int, now_ms: int, wall: float,
+                   records: list[TaskRecord]) -> tuple[list[Task], list[float]]:
+        """Lease due tasks in due-time order over all sources; a source whose host or accounts refuse its next
+        task is skipped for the rest of the call (its wait is returned). The leased records are appended to
+        ``records``."""
         tasks: list[Task] = []
         waits: list[float] = []
-        blocked: set[str] = set()
-        batch_hosts: set[str] = set()
         deadline_ms = int((wall + self.config.lease_s) * 1000)
-        stop = time_key(now_ms + 1)
-        start = b""
-        scanned = 0
-        # Read no more keys than the call can use: a getUser reading 256 keys to lease one was most of its
-        # cost. Chunks grow (x4 up to _SCAN_CHUNK) when keys are skipped for politeness.
-        chunk_size = min(_SCAN_CHUNK, max_tasks)
-        while len(tasks) < max_tasks and len(blocked) < len(SOURCES) and scanned < _SCAN_CAP:
-            chunk = txn.scan("pending", start, stop, limit=chunk_size)
-            scanned += len(chunk)
-            if not chunk:
+        sources = self.queues.sources()
+        batch_hosts: set[str] = set()
+        head = self.queues.head
+        while len(tasks) < max_tasks and sources:
+            first: tuple[int, str] | None = None
+            first_source = ""
+            for source in sources:
+                due = head(source)
+                if due is not None and due[0] <= now_ms and (first is None or due < first):
+                    first, first_source = due, source
+            if first is None:
                 break
-            chunk_size = min(_SCAN_CHUNK, chunk_size * 4)
-            start = chunk[-1][0] + b"\0"
-            for key, _ in chunk:
-                task_id = decode_time_key(key)[1]
-                source = task_id.split(":", 2)[1]
-                if source in blocked:
-                    continue
-                host = self.config.hosts[source]
-                wait = float("inf") if host in batch_hosts else self.gate.ready_in(host, wall)
-                account = self.accounts.pick(source, wall) if wait <= 0 else None
-                if account is None:
-                    blocked.add(source)
-                    waits.append(wait)
-                    if len(blocked) == len(SOURCES):
-                        break
-                    continue
-                tasks.append(self._lease_one(txn, key, task_id, worker_id, account, deadline_ms))
-                if self.config.host_spacing_s > 0:
-                    batch_hosts.add(host)
-                if len(tasks) == max_tasks:
-                    break
+            host = self.config.hosts[first_source]
+            wait = float("inf") if host in batch_hosts else self.gate.ready_in(host, wall)
+            account = self.accounts.pick(first_source, wall) if wait <= 0 else None
+            if account is None:
+                sources.remove(first_source)
+                waits.append(wait)
+                continue
+            tasks.append(self._lease_one(txn, first[1], worker_id, account, deadline_ms, records))
+            if self.config.host_spacing_s > 0:
+                batch_hosts.add(host)
         return tasks, waits
 
-    def _lease_one(self, txn: Txn, key: bytes, task_id: str, worker_id: str, account: Account,
-                   deadline_ms: int) -> Task:
+    def _lease_one(self, txn: Txn, task_id: str, worker_id: str, account: Account, deadline_ms: int,
+                   records: list[TaskRecord]) -> Task:
         record = self._record(txn, task_id)
+        records.append(record)
         record.state = "inflight"
         record.lease_token = secrets.token_hex(8)
         record.lease_deadline_ms = deadline_ms
         record.worker = worker_id
         record.account_id = account.id
-        txn.delete("pending", key)
-        txn.put("inflight", time_key(deadline_ms, task_id), record.lease_token.encode())
+        self.queues.inflight(task_id, deadline_ms)
         txn.put("tasks", task_id.encode(), record.to_bytes())
         return Task(
             id=task_id, kind=TaskKind(record.kind), source=record.source, target=record.target,
@@ -394,15 +417,15 @@ class SchedulerCore:
             period_s=record.period_s, cursor=record.cursor, attempts=record.attempts, account=account,
         )
 
-    def _next_due_ms(self, txn: Txn, now_ms: int, waits: list[float]) -> int:
+    def _next_due_ms(self, now_ms: int, waits: list[float]) -> int:
         """Wall milliseconds until something may be leased (-1: the pending queue is empty)."""
         if waits:
             finite = [w for w in waits if math.isfinite(w)]
             return max(1, int(min(finite) * 1000)) if finite else _RETRY_HINT_MS
-        first = txn.scan("pending", limit=1)
-        if not first:
+        first_ms = self.queues.first_due_ms()
+        if first_ms is None:
             return -1
-        return max(0, int(self.clocks.wall_delay(decode_time_key(first[0][0])[0] - now_ms)))
+        return max(0, int(self.clocks.wall_delay(first_ms - now_ms)))
 
     # --- reports and releases ---------------------------------------------------------------------------------
 
@@ -424,7 +447,7 @@ class SchedulerCore:
             now_ms = int(self.clocks.now() * 1000)
             wall = self.clocks.wall()
             effects: list[_Effect] = []
-            with self.store.transaction() as txn:
+            with self._transaction() as txn:
                 expired = self._expire(txn, now_ms, wall, self.config.batch_limit)
                 for index, item in enumerate(reports):
                     record = self._leased(txn, item.task_id, item.lease_token, index, "reports")
@@ -473,6 +496,10 @@ class SchedulerCore:
             _check_range(time_ms, 1, 2**62, f"{where}.newItemTimesMs", index)
 
     def _record(self, txn: Txn, task_id: str) -> TaskRecord:
+        """The task's record, to be changed: taken out of the in-flight cache, else read from the store."""
+        record = self._inflight.pop(task_id, None)
+        if record is not None:
+            return record
         raw = txn.get("tasks", task_id.encode())
         if raw is None:
             raise KeyError(task_id)
@@ -480,6 +507,9 @@ class SchedulerCore:
 
     def _leased(self, txn: Txn, task_id: str, token: str, index: int, name: str) -> TaskRecord:
         """The task's record if ``token`` is its current lease; otherwise UnknownTask or LeaseLost."""
+        cached = self._inflight.get(task_id)
+        if cached is not None and cached.lease_token == token:
+            return self._inflight.pop(task_id)
         raw = txn.get("tasks", task_id.encode())
         if raw is None:
             raise _invalid(f"unknown task {task_id}", f"{name}[{index}].taskId", index, code="UnknownTask")
@@ -495,13 +525,12 @@ class SchedulerCore:
     def _end_lease(self, txn: Txn, record: TaskRecord, due_ms: int) -> None:
         """Move a task from in flight back to pending at ``due_ms``. The ended token is remembered, so a late
         or repeated report with it is told StaleLease rather than UnknownLease."""
-        txn.delete("inflight", time_key(record.lease_deadline_ms, record.id))
         record.old_tokens = [*record.old_tokens, record.lease_token][-_TOKEN_HISTORY:]
         record.state = "pending"
         record.lease_token = ""
         record.lease_deadline_ms = 0
         record.due_ms = due_ms
-        txn.put("pending", time_key(due_ms, record.id), b"")
+        self.queues.pending(record.id, record.source, due_ms)
         txn.put("tasks", record.id.encode(), record.to_bytes())
 
     def _backoff_s(self, attempts: int) -> float:
@@ -581,7 +610,7 @@ class SchedulerCore:
         with self._lock:
             now_ms = int(self.clocks.now() * 1000)
             wall = self.clocks.wall()
-            with self.store.transaction() as txn:
+            with self._transaction() as txn:
                 expired = self._expire(txn, now_ms, wall, self.config.batch_limit)
                 hosts = []
                 for index, (task_id, token) in enumerate(leases):
@@ -605,7 +634,7 @@ class SchedulerCore:
 
     def _reap_locked(self, limit: int) -> int:
         wall = self.clocks.wall()
-        with self.store.transaction() as txn:
+        with self._transaction() as txn:
             hosts = self._expire(txn, int(self.clocks.now() * 1000), wall, limit)
         self._expired(hosts, wall)
         return len(hosts)
@@ -614,8 +643,8 @@ class SchedulerCore:
         """Inside a transaction: leases past their deadline go back to pending with one more attempt. Every
         state-changing call does this first, in its own transaction; returns the hosts they occupied."""
         hosts = []
-        for key, _token in txn.scan("inflight", b"", time_key(int(wall * 1000) + 1), limit):
-            record = self._record(txn, decode_time_key(key)[1])
+        for task_id in self.queues.expired(int(wall * 1000), limit):
+            record = self._record(txn, task_id)
             record.attempts += 1
             hosts.append(self._host(record.id))
             # The completion log keeps expired leases too, so that an audit sees every lease interval.
@@ -691,8 +720,8 @@ class SchedulerCore:
         with self._lock:
             wall = self.clocks.wall()
             now_ms = int(self.clocks.now() * 1000)
+            due_soon = self.queues.due_before(now_ms + 60_000, _DUE_SOON_CAP)
             with self.store.transaction() as txn:
-                due_soon = len(txn.scan("pending", b"", time_key(now_ms + 60_000), _DUE_SOON_CAP))
                 listings = {
                     key.decode(): TaskRecord.from_bytes(value).discovered
                     for key, value in txn.scan("tasks", b"listing:", b"listing;", 1000)
@@ -731,27 +760,34 @@ class SchedulerCore:
             return info
 
 
-def check_consistency(store: QueueStore, limit: int = 10_000_000) -> tuple[dict[str, int], list[str]]:
-    """Audit: every task is in exactly one of pending/inflight, at the key its record names, and no queue key
-    points at a missing task. Returns per-state counts and a list of problems (empty when consistent)."""
+def check_consistency(store: QueueStore, limit: int = 10_000_000, queues: TaskQueues | None = None
+                      ) -> tuple[dict[str, int], list[str]]:
+    """Audit: every task record is either pending or in flight with a lease token and deadline, and no queue
+    table of an earlier version is left; given a running core's ``queues``, each task is in exactly the queue
+    its record names, at the time it names, and nothing else is queued. Returns per-state counts and a list of
+    problems (empty when consistent)."""
     problems: list[str] = []
     with store.transaction() as txn:
         records = {key.decode(): TaskRecord.from_bytes(value) for key, value in txn.scan("tasks", limit=limit)}
-        pending = [decode_time_key(key) for key, _ in txn.scan("pending", limit=limit)]
-        inflight = [(decode_time_key(key), token.decode()) for key, token in txn.scan("inflight", limit=limit)]
-    where: dict[str, list[str]] = {task_id: [] for task_id in records}
-    for due_ms, task_id in pending:
-        record = records.get(task_id)
-        if record is None or record.state != "pending" or record.due_ms != due_ms:
-            problems.append(f"pending key ({due_ms}, {task_id}) does not match its record")
-        where.setdefault(task_id, []).append("pending")
-    for (deadline_ms, task_id), token in inflight:
-        record = records.get(task_id)
-        if record is None or record.state != "inflight" or record.lease_deadline_ms != deadline_ms \
-                or record.lease_token != token:
-            problems.append(f"inflight key ({deadline_ms}, {task_id}) does not match its record")
-        where.setdefault(task_id, []).append("inflight")
-    problems.extend(f"{task_id} is in {places or 'no queue'}" for task_id, places in where.items()
-                    if len(places) != 1)
-    counts = {"tasks": len(records), "pending": len(pending), "inflight": len(inflight)}
+        leftovers = sum(txn.count(table) for table in _OLD_QUEUE_TABLES)
+    if leftovers:
+        problems.append(f"{leftovers} keys left in the old queue tables {_OLD_QUEUE_TABLES}")
+    counts = {"tasks": len(records), "pending": 0, "inflight": 0}
+    for task_id, record in records.items():
+        if record.id != task_id:
+            problems.append(f"record {task_id} names itself {record.id}")
+        if record.state == "pending" and not record.lease_token:
+            counts["pending"] += 1
+        elif record.state == "inflight" and record.lease_token and record.lease_deadline_ms > 0:
+            counts["inflight"] += 1
+        else:
+            problems.append(f"{task_id} is {record.state!r} with lease token {record.lease_token!r}")
+        if queues is not None:
+            want = (record.due_ms, None) if record.state == "pending" else (None, record.lease_deadline_ms)
+            queued = (queues.due.get(task_id), queues.deadline.get(task_id))
+            if queued != want:
+                problems.append(f"{task_id} is queued as (due, deadline) {queued}; its record says {want}")
+    if queues is not None:
+        problems.extend(f"{task_id} is queued but has no record"
+                        for task_id in sorted((queues.due.keys() | queues.deadline.keys()) - records.keys()))
     return counts, problems

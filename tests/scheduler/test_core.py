@@ -156,6 +156,51 @@ def test_expired_leases_return_with_an_attempt_and_not_before(core: SchedulerCor
     assert again.id == task.id and again.attempts == 1 and again.lease_token != task.lease_token
 
 
+def test_a_rolled_back_report_leaves_records_and_queues_as_they_were(core: SchedulerCore, store: QueueStore,
+                                                                    clocks: ManualClocks) -> None:
+    core.add(USERS, TaskKind.WeiboUser)
+    first = core.lease("w", 1)[0]
+    clocks.advance(20)
+    second, third = core.lease("w", 2)
+    clocks.advance(15)  # the first lease has expired; the report below reaps it in its own transaction
+    with pytest.raises(LeaseLostError):
+        core.report([ok(second.id, second.lease_token), ok(third.id, "wrong")])
+    counts, problems = check_consistency(store, queues=core.queues)
+    assert problems == [] and counts == {"tasks": 3, "pending": 0, "inflight": 3}
+    core.report([ok(second.id, second.lease_token)])  # neither the report nor the expiry stuck: both happen now
+    assert core.stats()["done"] == 2
+    counts, problems = check_consistency(store, queues=core.queues)
+    assert problems == [] and counts == {"tasks": 3, "pending": 2, "inflight": 1}
+    assert [task.id for task in core.lease("w", 3)] == [first.id]  # the reported one is due in 60 s
+
+
+def test_a_new_core_rebuilds_the_queues_from_the_records(store: QueueStore, clocks: ManualClocks) -> None:
+    core = SchedulerCore.from_settings(make_settings(), store, clocks)
+    core.add(USERS, TaskKind.WeiboUser)
+    leased, reported = core.lease("w", 2)
+    core.report([ok(reported.id, reported.lease_token)])  # due again in 60 s
+    reopened = SchedulerCore.from_settings(make_settings(), store, clocks)
+    counts, problems = check_consistency(store, queues=reopened.queues)
+    assert problems == [] and counts == {"tasks": 3, "pending": 2, "inflight": 1}
+    stats = reopened.stats()
+    assert (stats["pending"], stats["inflight"], stats["due_soon"]) == (2, 1, 1)  # the reported one: in 60 s
+    assert [task.id for task in reopened.lease("w", 3)] == ["user:weibo_pc:2"]  # neither leased nor reported
+    reopened.report([ok(leased.id, leased.lease_token)])  # the lease survived the restart
+    clocks.advance(60)
+    assert len(reopened.lease("w", 3)) == 3  # two reported, one expired
+
+
+def test_queue_tables_of_earlier_versions_are_emptied_at_start(store: QueueStore, clocks: ManualClocks) -> None:
+    SchedulerCore.from_settings(make_settings(), store, clocks).add(USERS, TaskKind.WeiboUser)
+    with store.transaction() as txn:
+        txn.put("pending", b"\0" * 8 + b"user:weibo_pc:1", b"")
+        txn.put("inflight", b"\0" * 8 + b"user:weibo_pc:2", b"token")
+    assert check_consistency(store)[1] != []
+    reopened = SchedulerCore.from_settings(make_settings(), store, clocks)
+    counts, problems = check_consistency(store, queues=reopened.queues)
+    assert problems == [] and counts == {"tasks": 3, "pending": 3, "inflight": 0}
+
+
 def test_failures_back_off_exponentially_and_are_never_dropped(core: SchedulerCore, clocks: ManualClocks) -> None:
     core.add(USERS[:1], TaskKind.WeiboUser)
     delays = []

@@ -104,7 +104,7 @@ class SchedulerMachine(RuleBasedStateMachine):
 
     @invariant()
     def every_task_in_exactly_one_queue(self) -> None:
-        counts, problems = check_consistency(self.store)
+        counts, problems = check_consistency(self.store, queues=self.core.queues)
         assert problems == []
         assert counts["tasks"] == len(self.known) == counts["pending"] + counts["inflight"]
         stats = self.core.stats()

@@ -1,0 +1,129 @@
+"""The scheduler's pending and in-flight queues, in memory, with rollback (pure logic, no I/O).
+
+The task records in the store are the truth: each names its state, due time and lease deadline. These queues
+only index them by time so that a lease or the reaper finds the next due task or the next expired lease
+without B-tree work: keeping the same index in two B-trees cost four B-tree updates per task cycle, almost
+half of the core's time (docs/BENCHMARKS.md). The core rebuilds them from the records when it starts, so they
+need no durability of their own; it changes them inside its store transaction and rolls them back with it.
+
+Pending tasks sit in one heap per source (time order, then id, as the old B-tree keys sorted): a lease walks
+the sources' heads in time order and skips a whole source once its host or accounts refuse, which is what a
+walk over one time-ordered queue did. Heap entries are removed lazily: an entry counts only while the task's
+entry in ``due`` (or ``deadline``) still holds the same time.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+__all__ = ["TaskQueues"]
+
+_PENDING, _INFLIGHT = 0, 1
+
+
+class TaskQueues:
+    """Pending tasks by due time (simulated ms) per source, in-flight tasks by lease deadline (wall ms)."""
+
+    def __init__(self) -> None:
+        #: Pending task id -> due time.
+        self.due: dict[str, int] = {}
+        #: In-flight task id -> lease deadline.
+        self.deadline: dict[str, int] = {}
+        self._sources: dict[str, str] = {}
+        self._pending: dict[str, list[tuple[int, str]]] = {}
+        self._inflight: list[tuple[int, str]] = []
+        #: (queue, task id, time before the change or -1) since ``begin``; None outside a change.
+        self._undo: list[tuple[int, str, int]] | None = None
+
+    # --- changes ------------------------------------------------------------------------------------------
+
+    def begin(self) -> None:
+        """Start recording changes, so that ``rollback`` can undo them."""
+        self._undo = []
+
+    def commit(self) -> None:
+        self._undo = None
+
+    def rollback(self) -> None:
+        """Undo every change since ``begin`` (the store transaction they belonged to was rolled back)."""
+        undo, self._undo = self._undo or [], None
+        for queue, task_id, old in reversed(undo):
+            table = self.due if queue == _PENDING else self.deadline
+            if old < 0:
+                table.pop(task_id, None)
+            else:
+                table[task_id] = old
+                self._push(queue, task_id, old)  # its entry may have been popped; a duplicate is harmless
+
+    def _remember(self, queue: int, task_id: str) -> None:
+        if self._undo is not None:
+            table = self.due if queue == _PENDING else self.deadline
+            self._undo.append((queue, task_id, table.get(task_id, -1)))
+
+    def _push(self, queue: int, task_id: str, ms: int) -> None:
+        if queue == _PENDING:
+            heapq.heappush(self._pending.setdefault(self._sources[task_id], []), (ms, task_id))
+        else:
+            heapq.heappush(self._inflight, (ms, task_id))
+
+    def pending(self, task_id: str, source: str, due_ms: int) -> None:
+        """The task is pending, due at ``due_ms`` (it leaves the in-flight queue if it was there)."""
+        self._remember(_PENDING, task_id)
+        self._remember(_INFLIGHT, task_id)
+        self.deadline.pop(task_id, None)
+        self._sources[task_id] = source
+        self.due[task_id] = due_ms
+        self._push(_PENDING, task_id, due_ms)
+
+    def inflight(self, task_id: str, deadline_ms: int) -> None:
+        """The task is leased until ``deadline_ms`` (it leaves the pending queue)."""
+        self._remember(_PENDING, task_id)
+        self._remember(_INFLIGHT, task_id)
+        self.due.pop(task_id, None)
+        self.deadline[task_id] = deadline_ms
+        self._push(_INFLIGHT, task_id, deadline_ms)
+
+    # --- reading --------------------------------------------------------------------------------------------
+
+    def sources(self) -> list[str]:
+        return list(self._pending)
+
+    def head(self, source: str) -> tuple[int, str] | None:
+        """The source's earliest pending task: (due time, id), or None."""
+        heap = self._pending.get(source)
+        while heap:
+            due_ms, task_id = heap[0]
+            if self.due.get(task_id) == due_ms:
+                return due_ms, task_id
+            heapq.heappop(heap)  # left behind by a lease or a new due time
+        return None
+
+    def first_due_ms(self) -> int | None:
+        """The earliest due time of any pending task, or None when nothing is pending."""
+        heads = [head for head in map(self.head, list(self._pending)) if head is not None]
+        return min(heads)[0] if heads else None
+
+    def expired(self, wall_ms: int, limit: int) -> list[str]:
+        """In-flight tasks whose deadline is ``<= wall_ms``, earliest first, at most ``limit``: taken out of
+        the deadline heap (the caller moves each to pending; a rollback puts them back)."""
+        heap = self._inflight
+        found: dict[str, None] = {}  # a rollback may have pushed an entry twice
+        while heap and len(found) < limit:
+            deadline_ms, task_id = heap[0]
+            if self.deadline.get(task_id) == deadline_ms and task_id not in found:
+                if deadline_ms > wall_ms:
+                    break
+                self._remember(_INFLIGHT, task_id)
+                found[task_id] = None
+            heapq.heappop(heap)
+        return list(found)
+
+    def due_before(self, ms: int, cap: int) -> int:
+        """How many pending tasks are due before ``ms`` (counting stops at ``cap``)."""
+        count = 0
+        for due_ms in self.due.values():
+            if due_ms < ms:
+                count += 1
+                if count >= cap:
+                    break
+        return count
