@@ -376,6 +376,8 @@ class SchedulerCore:
         tasks: list[Task] = []
         waits: list[float] = []
         deadline_ms = int((wall + self.config.lease_s) * 1000)
+        # One read of the OS random source for the whole call, not one per lease token (same 64 bits each).
+        tokens = secrets.token_hex(8 * max_tasks)
         sources = self.queues.sources()
         batch_hosts: set[str] = set()
         head = self.queues.head
@@ -395,17 +397,18 @@ class SchedulerCore:
                 sources.remove(first_source)
                 waits.append(wait)
                 continue
-            tasks.append(self._lease_one(txn, first[1], worker_id, account, deadline_ms, records))
+            token = tokens[16 * len(tasks):16 * len(tasks) + 16]
+            tasks.append(self._lease_one(txn, first[1], token, worker_id, account, deadline_ms, records))
             if self.config.host_spacing_s > 0:
                 batch_hosts.add(host)
         return tasks, waits
 
-    def _lease_one(self, txn: Txn, task_id: str, worker_id: str, account: Account, deadline_ms: int,
+    def _lease_one(self, txn: Txn, task_id: str, token: str, worker_id: str, account: Account, deadline_ms: int,
                    records: list[TaskRecord]) -> Task:
         record = self._record(txn, task_id)
         records.append(record)
         record.state = "inflight"
-        record.lease_token = secrets.token_hex(8)
+        record.lease_token = token
         record.lease_deadline_ms = deadline_ms
         record.worker = worker_id
         record.account_id = account.id
