@@ -9,7 +9,9 @@ need no durability of their own; it changes them inside its store transaction an
 Pending tasks sit in one heap per source (time order, then id, as the old B-tree keys sorted): a lease walks
 the sources' heads in time order and skips a whole source once its host or accounts refuse, which is what a
 walk over one time-ordered queue did. Heap entries are removed lazily: an entry counts only while the task's
-entry in ``due`` (or ``deadline``) still holds the same time.
+entry in ``due`` (or ``deadline``) still holds the same time. Most leases end (report) long before their
+deadline, so their entries would pile up in the deadline heap for a whole lease period; a heap holding more
+than twice as many entries as live tasks is rebuilt from its table (amortised O(1) per change).
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import heapq
 __all__ = ["TaskQueues"]
 
 _PENDING, _INFLIGHT = 0, 1
+#: Stale heap entries tolerated beyond twice the live ones before a heap is rebuilt.
+_SLACK = 1024
 
 
 class TaskQueues:
@@ -31,6 +35,8 @@ class TaskQueues:
         self.deadline: dict[str, int] = {}
         self._sources: dict[str, str] = {}
         self._pending: dict[str, list[tuple[int, str]]] = {}
+        #: Entries in all pending heaps, stale ones included.
+        self._pending_entries = 0
         self._inflight: list[tuple[int, str]] = []
         #: (queue, task id, time before the change or -1) since ``begin``; None outside a change.
         self._undo: list[tuple[int, str, int]] | None = None
@@ -62,9 +68,26 @@ class TaskQueues:
 
     def _push(self, queue: int, task_id: str, ms: int) -> None:
         if queue == _PENDING:
+            self._pending_entries += 1
+            if self._pending_entries > 2 * len(self.due) + _SLACK:
+                self._rebuild_pending()  # already holds this entry
+                return
             heapq.heappush(self._pending.setdefault(self._sources[task_id], []), (ms, task_id))
         else:
+            if len(self._inflight) > 2 * len(self.deadline) + _SLACK:
+                self._inflight = [(deadline_ms, task) for task, deadline_ms in self.deadline.items()]
+                heapq.heapify(self._inflight)
+                return
             heapq.heappush(self._inflight, (ms, task_id))
+
+    def _rebuild_pending(self) -> None:
+        heaps: dict[str, list[tuple[int, str]]] = {source: [] for source in self._pending}
+        for task_id, due_ms in self.due.items():
+            heaps.setdefault(self._sources[task_id], []).append((due_ms, task_id))
+        for heap in heaps.values():
+            heapq.heapify(heap)
+        self._pending = heaps
+        self._pending_entries = len(self.due)
 
     def pending(self, task_id: str, source: str, due_ms: int) -> None:
         """The task is pending, due at ``due_ms`` (it leaves the in-flight queue if it was there)."""
@@ -96,6 +119,7 @@ class TaskQueues:
             if self.due.get(task_id) == due_ms:
                 return due_ms, task_id
             heapq.heappop(heap)  # left behind by a lease or a new due time
+            self._pending_entries -= 1
         return None
 
     def first_due_ms(self) -> int | None:
@@ -117,6 +141,10 @@ class TaskQueues:
                 found[task_id] = None
             heapq.heappop(heap)
         return list(found)
+
+    def heap_entries(self) -> int:
+        """Entries in all heaps, stale ones included (memory use; bounded by about twice the tasks)."""
+        return self._pending_entries + len(self._inflight)
 
     def due_before(self, ms: int, cap: int) -> int:
         """How many pending tasks are due before ``ms`` (counting stops at ``cap``)."""

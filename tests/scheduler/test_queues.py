@@ -57,3 +57,15 @@ def test_commit_keeps_the_changes() -> None:
     queues.commit()
     queues.rollback()  # nothing recorded any more
     assert queues.due == {} and queues.deadline == {"a": 60}
+
+
+def test_stale_entries_are_compacted_so_memory_stays_bounded() -> None:
+    tasks = [f"t{n}" for n in range(100)]
+    queues = queues_with(*((task_id, "jd", 0) for task_id in tasks))
+    for cycle in range(200):  # every lease ends (report) long before its deadline, as most do
+        for task_id in tasks:
+            queues.inflight(task_id, 1_000_000 + cycle)
+            queues.pending(task_id, "jd", cycle + 1)
+    assert queues.heap_entries() <= 2 * len(tasks) + 2 * 1024 + 2
+    assert queues.expired(10**9, limit=1000) == []
+    assert queues.head("jd") == (200, "t0") and len(queues.due) == 100
