@@ -1,10 +1,11 @@
 """The scheduler's logic, without Ice: leases, reports, revisit periods, politeness, accounts.
 
-State lives in a ``QueueStore`` (tables ``tasks``, ``done``, ``meta``; see ``store`` and ``codec``): each task
-record names its state, pending at a due time or in flight with a lease token and deadline. Every public call
-that changes state is ONE store transaction, so a crash at any moment leaves each task either as it was or fully
-moved, in exactly one state. The queues that order tasks by due time and leases by deadline live in memory
-(``queues``): rebuilt from the records at start, changed inside the same transaction and rolled back with it.
+State lives in a ``QueueStore`` (tables ``tasks``, ``pending``, ``inflight``, ``done``, ``meta``; see
+``store`` and ``codec``). Every public call that changes state is ONE store transaction, so a crash at any
+moment leaves each task either as it was or fully moved: pending (a ``pending`` key at its due time) or in
+flight (an ``inflight`` key at its lease deadline), never both, never neither. The same two queues are also
+indexed in memory (``queues``: rebuilt from the tables at start, changed inside the same transaction and rolled
+back with it), so that finding due tasks and expired leases reads no B-tree.
 
 Concurrency: one lock serialises every call (the Ice thread pool and the reaper thread share this object).
 Memory-only side effects (politeness windows, rates, counters, the cache of leased records) are applied after
@@ -36,7 +37,7 @@ from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from icecrawler.clock import Clock
-from icecrawler.errors import ConfigError, InvalidArgumentError, LeaseLostError, NoWorkError
+from icecrawler.errors import ConfigError, InvalidArgumentError, LeaseLostError, NoWorkError, ServiceError
 from icecrawler.models import (
     MAX_ITEM_TIMES,
     SOURCES,
@@ -50,7 +51,7 @@ from icecrawler.models import (
 )
 from icecrawler.settings import Settings
 from scheduler_server.accounts import AccountPool, load_accounts
-from scheduler_server.codec import TaskRecord, done_value, time_key
+from scheduler_server.codec import TaskRecord, decode_time_key, done_value, time_key
 from scheduler_server.politeness import HostGate, RateWindow
 from scheduler_server.queues import TaskQueues
 from scheduler_server.store import QueueStore, Txn
@@ -72,8 +73,6 @@ _MAX_COUNT = 10_000_000
 _MAX_TEXT = 256
 _TOKEN_HISTORY = 3
 _SCAN_CHUNK = 256
-#: Tables that held the queues before they moved to memory (emptied at start; see ``queues``).
-_OLD_QUEUE_TABLES = ("pending", "inflight")
 #: status counts due-soon tasks up to this many (the count is a scan; it must not stall the scheduler).
 _DUE_SOON_CAP = 100_000
 #: When a due task waits for an in-flight task of its host or for an account, idle clients retry after this.
@@ -249,10 +248,11 @@ class SchedulerCore:
     # --- start-up -------------------------------------------------------------------------------------------
 
     def _load(self) -> None:
-        """Counters, persisted host blocks and account freezes, and the queues, rebuilt from the task records
-        (hosts occupied by surviving leases included)."""
+        """Counters, persisted host blocks and account freezes, the in-memory queues (from the queue tables) and
+        hosts occupied by surviving leases."""
         wall = self.clocks.wall()
         with self.store.transaction() as txn:
+            self._counts = {name: txn.count(name) for name in ("tasks", "pending", "inflight", "done")}
             for key, value in txn.scan("meta", limit=1_000_000):
                 kind, _, name = key.decode().partition(":")
                 until, reason = json.loads(value)
@@ -260,25 +260,17 @@ class SchedulerCore:
                     self.gate.block(name, until, reason)
                 elif kind == "account":
                     self.accounts.freeze(name, until, reason)
-            tasks = 0
-            start = b""
-            while chunk := txn.scan("tasks", start, limit=_SCAN_CHUNK * 4):
-                for _, raw in chunk:
-                    record = TaskRecord.from_bytes(raw)
-                    if record.state == "inflight":
-                        self.queues.inflight(record.id, record.lease_deadline_ms)
-                        self.gate.restore_inflight(self._host(record.id), wall)
-                    else:
-                        self.queues.pending(record.id, record.source, record.due_ms)
-                tasks += len(chunk)
-                start = chunk[-1][0] + b"\0"
-            # Versions before the in-memory queues kept them as B-trees too; the records say the same.
-            for table in _OLD_QUEUE_TABLES:
-                while old := txn.scan(table, limit=_SCAN_CHUNK * 4):
-                    for key, _ in old:
-                        txn.delete(table, key)
-            self._counts = {"tasks": tasks, "pending": len(self.queues.due), "inflight": len(self.queues.deadline),
-                            "done": txn.count("done")}
+            for table in ("pending", "inflight"):
+                start = b""
+                while chunk := txn.scan(table, start, limit=_SCAN_CHUNK * 4):
+                    for key, _ in chunk:
+                        ms, task_id = decode_time_key(key)
+                        if table == "pending":
+                            self.queues.pending(task_id, task_id.split(":", 2)[1], ms)
+                        else:
+                            self.queues.inflight(task_id, ms)
+                            self.gate.restore_inflight(self._host(task_id), wall)
+                    start = chunk[-1][0] + b"\0"
 
     @contextmanager
     def _transaction(self) -> Iterator[Txn]:
@@ -328,6 +320,7 @@ class SchedulerCore:
                         created_ms=now_ms,
                     )
                     txn.put("tasks", task_id.encode(), record.to_bytes())
+                    txn.put("pending", time_key(now_ms, task_id), b"")
                     self.queues.pending(task_id, source, now_ms)
                     added += 1
             self._counts["tasks"] += added
@@ -412,6 +405,9 @@ class SchedulerCore:
         record.lease_deadline_ms = deadline_ms
         record.worker = worker_id
         record.account_id = account.id
+        if not txn.delete("pending", time_key(record.due_ms, task_id)):
+            raise ServiceError(f"{task_id} is queued in memory but has no pending key at {record.due_ms}")
+        txn.put("inflight", time_key(deadline_ms, task_id), record.lease_token.encode())
         self.queues.inflight(task_id, deadline_ms)
         txn.put("tasks", task_id.encode(), record.to_bytes())
         return Task(
@@ -528,11 +524,13 @@ class SchedulerCore:
     def _end_lease(self, txn: Txn, record: TaskRecord, due_ms: int) -> None:
         """Move a task from in flight back to pending at ``due_ms``. The ended token is remembered, so a late
         or repeated report with it is told StaleLease rather than UnknownLease."""
+        txn.delete("inflight", time_key(record.lease_deadline_ms, record.id))
         record.old_tokens = [*record.old_tokens, record.lease_token][-_TOKEN_HISTORY:]
         record.state = "pending"
         record.lease_token = ""
         record.lease_deadline_ms = 0
         record.due_ms = due_ms
+        txn.put("pending", time_key(due_ms, record.id), b"")
         self.queues.pending(record.id, record.source, due_ms)
         txn.put("tasks", record.id.encode(), record.to_bytes())
 
@@ -765,32 +763,32 @@ class SchedulerCore:
 
 def check_consistency(store: QueueStore, limit: int = 10_000_000, queues: TaskQueues | None = None
                       ) -> tuple[dict[str, int], list[str]]:
-    """Audit: every task record is either pending or in flight with a lease token and deadline, and no queue
-    table of an earlier version is left; given a running core's ``queues``, each task is in exactly the queue
-    its record names, at the time it names, and nothing else is queued. Returns per-state counts and a list of
-    problems (empty when consistent)."""
+    """Audit: every task is in exactly one of pending/inflight, at the key its record names, and no queue key
+    points at a missing task; given a running core's ``queues``, its in-memory queues hold exactly the same
+    entries as the tables. Returns per-state counts and a list of problems (empty when consistent)."""
     problems: list[str] = []
     with store.transaction() as txn:
         records = {key.decode(): TaskRecord.from_bytes(value) for key, value in txn.scan("tasks", limit=limit)}
-        leftovers = sum(txn.count(table) for table in _OLD_QUEUE_TABLES)
-    if leftovers:
-        problems.append(f"{leftovers} keys left in the old queue tables {_OLD_QUEUE_TABLES}")
-    counts = {"tasks": len(records), "pending": 0, "inflight": 0}
-    for task_id, record in records.items():
-        if record.id != task_id:
-            problems.append(f"record {task_id} names itself {record.id}")
-        if record.state == "pending" and not record.lease_token:
-            counts["pending"] += 1
-        elif record.state == "inflight" and record.lease_token and record.lease_deadline_ms > 0:
-            counts["inflight"] += 1
-        else:
-            problems.append(f"{task_id} is {record.state!r} with lease token {record.lease_token!r}")
-        if queues is not None:
-            want = (record.due_ms, None) if record.state == "pending" else (None, record.lease_deadline_ms)
-            queued = (queues.due.get(task_id), queues.deadline.get(task_id))
-            if queued != want:
-                problems.append(f"{task_id} is queued as (due, deadline) {queued}; its record says {want}")
+        pending = [decode_time_key(key) for key, _ in txn.scan("pending", limit=limit)]
+        inflight = [(decode_time_key(key), token.decode()) for key, token in txn.scan("inflight", limit=limit)]
+    where: dict[str, list[str]] = {task_id: [] for task_id in records}
+    for due_ms, task_id in pending:
+        record = records.get(task_id)
+        if record is None or record.state != "pending" or record.due_ms != due_ms:
+            problems.append(f"pending key ({due_ms}, {task_id}) does not match its record")
+        where.setdefault(task_id, []).append("pending")
+    for (deadline_ms, task_id), token in inflight:
+        record = records.get(task_id)
+        if record is None or record.state != "inflight" or record.lease_deadline_ms != deadline_ms \
+                or record.lease_token != token:
+            problems.append(f"inflight key ({deadline_ms}, {task_id}) does not match its record")
+        where.setdefault(task_id, []).append("inflight")
+    problems.extend(f"{task_id} is in {places or 'no queue'}" for task_id, places in where.items()
+                    if len(places) != 1)
     if queues is not None:
-        problems.extend(f"{task_id} is queued but has no record"
-                        for task_id in sorted((queues.due.keys() | queues.deadline.keys()) - records.keys()))
+        if queues.due != {task_id: due_ms for due_ms, task_id in pending}:
+            problems.append("the in-memory pending queue differs from the pending table")
+        if queues.deadline != {task_id: deadline_ms for (deadline_ms, task_id), _ in inflight}:
+            problems.append("the in-memory in-flight queue differs from the inflight table")
+    counts = {"tasks": len(records), "pending": len(pending), "inflight": len(inflight)}
     return counts, problems

@@ -1,17 +1,17 @@
-"""The scheduler's pending and in-flight queues, in memory, with rollback (pure logic, no I/O).
+"""The scheduler's pending and in-flight queues, indexed in memory, with rollback (pure logic, no I/O).
 
-The task records in the store are the truth: each names its state, due time and lease deadline. These queues
-only index them by time so that a lease or the reaper finds the next due task or the next expired lease
-without B-tree work: keeping the same index in two B-trees cost four B-tree updates per task cycle, almost
-half of the core's time (docs/BENCHMARKS.md). The core rebuilds them from the records when it starts, so they
-need no durability of their own; it changes them inside its store transaction and rolls them back with it.
+The ``pending`` and ``inflight`` B-trees of the store stay the durable, authoritative queues (every change is
+written there in the same transaction as the task record). This index holds the same entries so that a lease
+or the reaper finds the next due task or the next expired lease without a B-tree scan. The core rebuilds it
+from the tables when it starts, changes it inside its store transaction and rolls it back with it;
+``check_consistency`` compares the two.
 
-Pending tasks sit in one heap per source (time order, then id, as the old B-tree keys sorted): a lease walks
+Pending tasks sit in one heap per source (time order, then id, as the pending table's keys sort): a lease walks
 the sources' heads in time order and skips a whole source once its host or accounts refuse, which is what a
 walk over one time-ordered queue did. Heap entries are removed lazily: an entry counts only while the task's
 entry in ``due`` (or ``deadline``) still holds the same time. Most leases end (report) long before their
 deadline, so their entries would pile up in the deadline heap for a whole lease period; a heap holding more
-than twice as many entries as live tasks is rebuilt from its table (amortised O(1) per change).
+than twice as many entries as live tasks is rebuilt from ``due`` or ``deadline`` (amortised O(1) per change).
 """
 
 from __future__ import annotations
