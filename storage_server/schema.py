@@ -26,21 +26,24 @@ from __future__ import annotations
 import json
 import operator
 import re
+import struct
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from icecrawler.errors import InvalidArgumentError
 from icecrawler.models import Post, Review
 
 __all__ = [
     "COLUMNS",
+    "CORE_POSTS",
     "REVIEW",
     "TABLES",
     "WEIBO",
     "Column",
+    "PostFormat",
     "Row",
     "build_rows",
     "checked_post_row",
@@ -65,9 +68,8 @@ TABLES = (WEIBO, REVIEW)
 Column = int | str
 
 
-@dataclass(frozen=True)
-class Row:
-    """One record as stored: its row key and its columns."""
+class Row(NamedTuple):
+    """One record as stored: its row key and its columns (a named tuple: built per record on the write path)."""
 
     key: bytes
     columns: dict[str, Column]
@@ -96,8 +98,8 @@ _INT31 = (1 << 31) - 1
 _U64 = 0xFFFFFFFFFFFFFFFF
 #: json's own string encoder for ensure_ascii=False, in C.
 _json_str = json.encoder.encode_basestring  # type: ignore[attr-defined]
-_post_ints = operator.attrgetter("id", "user_id", "reposts", "comments", "likes", "retweeted_id")
-_post_texts = operator.attrgetter("user_name", "text", "html", "permalink", "source")
+#: A weibo row key: salt, user id, reversed creation time, post id (see the module docstring).
+_POST_KEY = struct.Struct(">BQQQ")
 
 
 # --- time ---------------------------------------------------------------------------------------------------
@@ -250,52 +252,76 @@ def _reversed_ms(created_at: str) -> bytes:
 
 def post_row(post: Post) -> Row:
     """The stored form of a validated post."""
-    return _post_row(post, parse_time_ms(post.created_at))
+    return _post_row(_core_post_values(post), parse_time_ms(post.created_at))
 
 
-def _post_row(post: Post, created_ms: int) -> Row:
-    owner = (post.user_id & _U64).to_bytes(8, "big")
-    key = (bytes((zlib.crc32(owner) & 0xFF,)) + owner + (_MAX_REVERSED - created_ms).to_bytes(8, "big")
-           + (post.id & _U64).to_bytes(8, "big"))
+def _post_row(values: tuple[Any, ...], created_ms: int) -> Row:
+    (pid, user, user_name, text, html, created, reposts, comments, likes, pinned, retweeted, pictures, permalink,
+     fetched, source) = values
+    owner = (user & _U64).to_bytes(8, "big")
+    key = _POST_KEY.pack(zlib.crc32(owner) & 0xFF, user & _U64, _MAX_REVERSED - created_ms, pid & _U64)
     return Row(key, {
-        "id": post.id, "user_id": post.user_id, "user_name": post.user_name, "text": post.text, "html": post.html,
-        "created_at": post.created_at, "reposts": post.reposts, "comments": post.comments, "likes": post.likes,
-        "pinned": int(post.pinned), "retweeted_id": post.retweeted_id,
+        "id": pid, "user_id": user, "user_name": user_name, "text": text, "html": html, "created_at": created,
+        "reposts": reposts, "comments": comments, "likes": likes, "pinned": int(pinned), "retweeted_id": retweeted,
         # Same text as _JSON.encode(pictures) for a list of strings (the only thing validation lets through).
-        "pictures": "[" + ",".join(map(_json_str, post.pictures)) + "]", "permalink": post.permalink,
-        "fetched_at": post.fetched_at, "source": post.source,
+        "pictures": "[" + ",".join(map(_json_str, pictures)) + "]", "permalink": permalink, "fetched_at": fetched,
+        "source": source,
     })
 
 
-def checked_post_row(post: Any, max_text_chars: int) -> Row | list[str]:
+@dataclass(frozen=True)
+class PostFormat:
+    """How to read the posts of one Python type: the core ``Post``, or the Slice struct as Ice hands it to the
+    servant, so that a batch becomes rows without a core object built per record first.
+
+    Records of exactly ``kind`` take the fast path of ``checked_post_row``. A record of ``kind`` that misses it is
+    converted with ``to_post`` and judged by ``validate_post``, and a record of any other type goes to
+    ``validate_post`` as it is, so what is accepted and the reasons given do not depend on the format.
+    """
+
+    kind: type
+    #: The 15 fields in ``COLUMNS[WEIBO]`` order (an ``operator.attrgetter``: one C call per record).
+    values: Callable[[Any], tuple[Any, ...]]
+    #: The core ``Post`` of a record of ``kind``.
+    to_post: Callable[[Any], Post]
+
+
+_core_post_values = operator.attrgetter(*(name for name, _ in COLUMNS[WEIBO]))
+#: Posts as core ``Post`` objects (the fields are named like the columns).
+CORE_POSTS = PostFormat(Post, _core_post_values, lambda post: post)
+#: The exact type of every field of a post the fast path takes, in column order (bool is not an int here).
+_POST_TYPES = tuple(bool if name == "pinned" else list if name == "pictures" else kind
+                    for name, kind in COLUMNS[WEIBO])
+
+
+def checked_post_row(post: Any, max_text_chars: int, fmt: PostFormat = CORE_POSTS) -> Row | list[str]:
     """``post_row(post)`` if ``validate_post`` accepts it, else ``validate_post``'s reasons.
 
-    One pass for the common case (exact types, everything in range): plain comparisons, and ``createdAt`` parsed
-    once for both the check and the row key. Anything that misses it, valid or not, takes ``validate_post``, so
-    what is accepted and the reasons given are exactly ``validate_post``'s.
+    One pass for the common case (exact types, everything in range): the fields read in one C call, their types
+    compared as one tuple, plain comparisons, and ``createdAt`` parsed once for both the check and the row key.
+    Anything that misses it, valid or not, takes ``validate_post``, so what is accepted and the reasons given are
+    exactly ``validate_post``'s.
     """
-    if type(post) is Post:
-        pid, user, reposts, comments, likes, retweeted = _post_ints(post)
-        texts = _post_texts(post)
-        pictures = post.pictures
-        created, fetched = post.created_at, post.fetched_at
-        if (type(pid) is int and type(user) is int and type(reposts) is int and type(comments) is int
-                and type(likes) is int and type(retweeted) is int and 1 <= pid <= _INT64[1]
-                and 1 <= user <= _INT64[1] and 0 <= reposts <= _INT31 and 0 <= comments <= _INT31
-                and 0 <= likes <= _INT31 and 0 <= retweeted <= _INT64[1] and type(post.pinned) is bool
-                and all(type(text) is str and len(text) <= max_text_chars for text in texts)
-                and type(pictures) is list and all(type(url) is str for url in pictures)
-                and sum(map(len, pictures)) <= max_text_chars and type(created) is str and type(fetched) is str):
-            try:
-                moment = datetime.fromisoformat(created)
-                fetched_ok = not fetched or datetime.fromisoformat(fetched).tzinfo is not None
-            except ValueError:
-                fetched_ok = False
-            else:
-                if moment.tzinfo is not None and fetched_ok:
-                    return _post_row(post, int(moment.timestamp() * 1000))
-    errors = validate_post(post, max_text_chars)
-    return errors or post_row(post)
+    if type(post) is not fmt.kind:
+        return validate_post(post, max_text_chars) or post_row(post)
+    values = fmt.values(post)
+    (pid, user, user_name, text, html, created, reposts, comments, likes, _pinned, retweeted, pictures, permalink,
+     fetched, source) = values
+    if (tuple(map(type, values)) == _POST_TYPES and 1 <= pid <= _INT64[1] and 1 <= user <= _INT64[1]
+            and 0 <= reposts <= _INT31 and 0 <= comments <= _INT31 and 0 <= likes <= _INT31
+            and 0 <= retweeted <= _INT64[1] and len(user_name) <= max_text_chars and len(text) <= max_text_chars
+            and len(html) <= max_text_chars and len(permalink) <= max_text_chars and len(source) <= max_text_chars
+            and all(type(url) is str for url in pictures) and sum(map(len, pictures)) <= max_text_chars):
+        try:
+            moment = datetime.fromisoformat(created)
+            fetched_ok = not fetched or datetime.fromisoformat(fetched).tzinfo is not None
+        except ValueError:
+            fetched_ok = False
+        else:
+            if moment.tzinfo is not None and fetched_ok:
+                return _post_row(values, int(moment.timestamp() * 1000))
+    core = fmt.to_post(post)
+    return validate_post(core, max_text_chars) or post_row(core)
 
 
 def post_from_row(row: Row) -> Post:

@@ -3,14 +3,25 @@
 from __future__ import annotations
 
 import json
+import operator
 from typing import Any
 
 from icecrawler import rpc
+from storage_server import schema
 from storage_server.service import StorageService
 
 __all__ = ["StorageServant"]
 
 _C = rpc.crawler()
+
+#: The Slice ``Post`` as the service reads it: each post's fields in one call, straight into its row; only a post
+#: that needs ``validate_post``'s reasons is converted to a core ``Post`` (same accepted set, same reasons).
+SLICE_POSTS = schema.PostFormat(
+    _C.Post,
+    operator.attrgetter("id", "userId", "userName", "text", "html", "createdAt", "reposts", "comments", "likes",
+                        "pinned", "retweetedId", "pictures", "permalink", "fetchedAt", "source"),
+    rpc.post_from_slice,
+)
 
 
 class StorageServant(_C.Storage):  # type: ignore[misc,name-defined]
@@ -21,7 +32,7 @@ class StorageServant(_C.Storage):  # type: ignore[misc,name-defined]
 
     @rpc.map_errors
     def writeWB(self, posts: list[Any], current: Any) -> Any:
-        result = self._service.write_posts([rpc.post_from_slice(post) for post in posts])
+        result = self._service.write_posts(posts, SLICE_POSTS)
         return _C.WriteAck(stored=result.stored, spooled=result.spooled)
 
     @rpc.map_errors

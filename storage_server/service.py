@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from icecrawler.errors import InvalidRecordsError, StorageUnavailableError
-from icecrawler.models import Post, Review
+from icecrawler.models import Review
 from icecrawler.settings import Settings
 from storage_server import schema
 from storage_server.spool import SpoolQueue, SqliteSpool
@@ -117,8 +117,9 @@ class StorageService:
 
     # --- writes ------------------------------------------------------------------------------------------------
 
-    def write_posts(self, posts: Sequence[Post]) -> WriteResult:
-        return self._write(schema.WEIBO, posts, schema.checked_post_row)
+    def write_posts(self, posts: Sequence[Any], fmt: schema.PostFormat = schema.CORE_POSTS) -> WriteResult:
+        """Store core ``Post`` objects, or posts of another type that ``fmt`` reads (the servant's Slice structs)."""
+        return self._write(schema.WEIBO, posts, lambda post, limit: schema.checked_post_row(post, limit, fmt))
 
     def write_reviews(self, reviews: Sequence[Review]) -> WriteResult:
         return self._write(schema.REVIEW, reviews, schema.checked_review_row)
