@@ -12,7 +12,6 @@ import operator
 import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
-from itertools import chain
 from pathlib import Path
 from typing import Protocol
 
@@ -89,20 +88,6 @@ class MemoryStore:
 
 _SQL_TYPES = {int: "INTEGER", str: "TEXT"}
 
-#: Rows per INSERT statement, largest first. ``SqliteStore.put`` sends a batch of 1,000 rows as 3 statements of
-#: 256 rows, 14 of 16 and 8 single rows: SQLite runs each statement in one call with the GIL released, where a
-#: statement per row gives the GIL back and waits to take it again for every row, behind the server's other
-#: threads. Each size is one cached prepared statement.
-CHUNK_ROWS = (256, 16, 1)
-
-
-def _insert_sql(table: str, rows: int) -> str:
-    """``INSERT OR REPLACE`` of ``rows`` rows (later rows of one statement replace earlier ones with their key)."""
-    names = ["row_key", *(name for name, _ in COLUMNS[table])]
-    one = "(" + ", ".join("?" for _ in names) + ")"
-    return 'INSERT OR REPLACE INTO "{}" ({}) VALUES {}'.format(
-        table, ", ".join(f'"{name}"' for name in names), ", ".join([one] * rows))
-
 
 def _prefix_end(prefix: bytes) -> bytes | None:
     """The smallest key greater than every key starting with ``prefix`` (None: no upper bound)."""
@@ -138,11 +123,10 @@ class SqliteStore:
                 self._conn.execute(f'CREATE TABLE IF NOT EXISTS "{table}" (row_key BLOB NOT NULL UNIQUE, {defs})')
         #: Picks a row's column values in table order, in C (the per-row cost matters at 20k rows/s).
         self._fields = {table: operator.itemgetter(*(name for name, _ in cols)) for table, cols in COLUMNS.items()}
-        max_params = self._conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
-        #: Per table, (rows per statement, INSERT of that many rows), largest first (see ``put``).
-        self._inserts = {
-            table: [(size, _insert_sql(table, size)) for size in CHUNK_ROWS
-                    if size == 1 or size * (len(columns) + 1) <= max_params]
+        self._insert = {
+            table: 'INSERT OR REPLACE INTO "{}" (row_key, {}) VALUES (?, {})'.format(
+                table, ", ".join(f'"{name}"' for name, _ in columns), ", ".join("?" for _ in columns)
+            )
             for table, columns in COLUMNS.items()
         }
 
@@ -157,24 +141,14 @@ class SqliteStore:
         return conn
 
     def put(self, table: str, rows: Sequence[Row]) -> None:
-        """One transaction per call; the rows go in as a few multi-row INSERTs, in order (see ``CHUNK_ROWS``)."""
         _check_table(table)
         fields = self._fields[table]
         values = [(row.key, *fields(row.columns)) for row in rows]
-        statements: list[tuple[str, list[tuple[Column, ...]]]] = []
-        start = 0
-        for size, sql in self._inserts[table]:
-            end = start + (len(values) - start) // size * size
-            if end > start:
-                statements.append((sql, [tuple(chain.from_iterable(values[first:first + size]))
-                                         for first in range(start, end, size)]))
-            start = end
         try:
             with self._lock:
                 self._conn.execute("BEGIN IMMEDIATE")
                 try:
-                    for sql, params in statements:
-                        self._conn.executemany(sql, params)
+                    self._conn.executemany(self._insert[table], values)
                 except BaseException:
                     self._conn.execute("ROLLBACK")
                     raise

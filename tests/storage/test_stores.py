@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from storage_server import schema, stores
+from storage_server import schema
 from storage_server.hbase_local import LocalHBase
 from storage_server.hbase_store import HBaseStore
 from storage_server.stores import MemoryStore, RecordStore, SqliteStore
@@ -68,31 +67,11 @@ class TestSqliteStore(StoreContract):
         store.close()
 
     def test_file_is_queryable_with_plain_sql(self, store: SqliteStore) -> None:
+        import sqlite3
+
         store.put(schema.WEIBO, [schema.post_row(make_post(BIG_ID))])
         with sqlite3.connect(store.path) as conn:
             assert conn.execute("SELECT id, user_name FROM weibo").fetchall() == [(BIG_ID, "微博用户_😀")]
-
-    @pytest.mark.parametrize("size", [1, 15, 16, 17, 255, 256, 257, 1000])
-    def test_batch_of_any_size_is_stored_whole_and_the_last_copy_of_a_key_wins(
-            self, store: SqliteStore, size: int) -> None:
-        # put() splits a batch into multi-row INSERTs of CHUNK_ROWS rows; sizes around the chunk sizes, with a
-        # key repeated across statements, must give the same table as one INSERT per row.
-        posts = [make_post(i, minute=i % 60) for i in range(1, size + 1)]
-        again = [make_post(i, minute=i % 60, likes=77) for i in range(1, size + 1, 3)]
-        store.put(schema.WEIBO, [schema.post_row(post) for post in posts + again + posts[:2]])
-        likes = {int(row.columns["id"]): row.columns["likes"] for row in store.scan(schema.WEIBO)}
-        assert store.count(schema.WEIBO) == size == len(likes)
-        expected = {post.id: 77 if post.id % 3 == 1 and post.id > 2 else post.likes for post in posts}
-        assert likes == expected
-        reviews = [make_review(f"r{i}", minute=i % 60) for i in range(size)]
-        store.put(schema.REVIEW, [schema.review_row(review) for review in reviews])
-        assert sorted(row.columns["id"] for row in store.scan(schema.REVIEW)) == sorted(r.id for r in reviews)
-
-    def test_chunk_sizes_respect_the_sqlite_variable_limit(self, store: SqliteStore) -> None:
-        assert stores.CHUNK_ROWS[-1] == 1  # any remainder can be stored
-        limit = store._conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
-        for table, columns in schema.COLUMNS.items():
-            assert all(size * (len(columns) + 1) <= limit for size, _ in store._inserts[table])
 
 
 @pytest.mark.hbase
