@@ -73,6 +73,15 @@ class TestSqliteStore(StoreContract):
         with sqlite3.connect(store.path) as conn:
             assert conn.execute("SELECT id, user_name FROM weibo").fetchall() == [(BIG_ID, "微博用户_😀")]
 
+    @pytest.mark.parametrize("size", [1, 17, 1000])
+    def test_a_key_twice_in_one_batch_leaves_one_row_with_the_last_copy(self, store: SqliteStore, size: int) -> None:
+        posts = [make_post(i, minute=i % 60) for i in range(1, size + 1)]
+        again = [make_post(i, minute=i % 60, likes=77) for i in range(1, size + 1, 3)]
+        store.put(schema.WEIBO, [schema.post_row(post) for post in posts + again + posts[:2]])
+        likes = {int(row.columns["id"]): row.columns["likes"] for row in store.scan(schema.WEIBO)}
+        assert store.count(schema.WEIBO) == size == len(likes)
+        assert likes == {post.id: 77 if post.id % 3 == 1 and post.id > 2 else post.likes for post in posts}
+
 
 @pytest.mark.hbase
 class TestHBaseStore(StoreContract):
