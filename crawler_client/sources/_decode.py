@@ -116,11 +116,10 @@ def html_texts(fragments: Sequence[str]) -> list[str]:
     texts = [""] * len(fragments)
     if len(wanted) > 1 and all(_inline_only(fragments[i]) for i in wanted):
         soup = make_soup("".join(f'<div class="{_WRAPPER}">{fragments[i]}</div>' for i in wanted))
-        body = soup.body
-        wrappers = [node for node in body.children if isinstance(node, Tag)] if body is not None else []
-        if len(wrappers) == len(wanted) == len(list(body.children) if body is not None else []) and all(
-                node.name == "div" and node.get("class") == [_WRAPPER]
-                and node.find("div", class_=_WRAPPER) is None for node in wrappers):
+        children = list(soup.body.children) if soup.body is not None else []
+        wrappers = [node for node in children if isinstance(node, Tag) and node.name == "div"
+                    and node.get("class") == [_WRAPPER] and node.find("div", class_=_WRAPPER) is None]
+        if len(wrappers) == len(children) == len(wanted):
             for i, node in zip(wanted, wrappers, strict=True):
                 texts[i] = html_text(node)
             return texts
