@@ -33,7 +33,7 @@ from typing import Any
 
 from bench._cluster import Cluster, Workload, cpu_seconds, wait_until
 from icecrawler import rpc
-from icecrawler.commands.seed import group_by_kind
+from icecrawler.commands.seed import add_groups, group_by_kind
 from icecrawler.processes import ManagedProcess, ProcessGroup, free_port
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -58,10 +58,7 @@ class Seeder:
         self.proxy.ice_ping()
 
     def seed(self) -> None:
-        kinds = rpc.crawler().TaskKind
-        for kind, ids in self.groups.items():
-            for i in range(0, len(ids), SEED_BATCH):
-                self.proxy.addUsers(ids[i:i + SEED_BATCH], kinds[kind.name])
+        add_groups(self.proxy, self.groups, SEED_BATCH)
 
 
 def _machine_busy() -> tuple[float, float]:

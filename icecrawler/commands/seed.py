@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 from icecrawler import rpc
 from icecrawler.commands import BaseCommand
@@ -39,6 +40,13 @@ def group_by_kind(ids: list[str], kind: TaskKind | None) -> dict[TaskKind, list[
     return groups
 
 
+def add_groups(scheduler: Any, groups: dict[TaskKind, list[str]], batch: int) -> dict[TaskKind, int]:
+    """``addUsers`` each kind's ids in calls of at most ``batch``; how many of each kind were new."""
+    kinds = rpc.crawler().TaskKind
+    return {kind: sum(scheduler.addUsers(ids[i:i + batch], kinds[kind.name]) for i in range(0, len(ids), batch))
+            for kind, ids in groups.items()}
+
+
 class Command(BaseCommand):
     summary = "add targets to the scheduler: weibo_mobile:1669879400 jd:100012043978 ..."
     description = ("Add crawl targets as <source>:<target> ids. The kind follows from the source (weibo_* = user "
@@ -60,12 +68,8 @@ class Command(BaseCommand):
             groups.setdefault(TaskKind.Listing, []).extend(args.listing)
         if not groups:
             raise ConfigError("nothing to seed: give ids, --file or --listing")
-        limit = settings.get_int("scheduler.batch_limit")
-        C = rpc.crawler()
         with rpc.communicator(ice_args) as comm, rpc.remote_calls("scheduler"):
-            scheduler = rpc.scheduler_proxy(comm)
-            for kind, ids in groups.items():
-                added = sum(scheduler.addUsers(ids[i:i + limit], C.TaskKind[kind.name])
-                            for i in range(0, len(ids), limit))
-                print(f"{kind.value}: {added} new of {len(ids)}")
+            added = add_groups(rpc.scheduler_proxy(comm), groups, settings.get_int("scheduler.batch_limit"))
+        for kind, ids in groups.items():
+            print(f"{kind.value}: {added[kind]} new of {len(ids)}")
         return 0
