@@ -6,9 +6,8 @@ One run per client count, each on a fresh cluster (``bench._cluster``): the sand
 with reviews, mobile-Weibo users with posts; 22 400 items by default, so even 8 clients run ~10 s and the
 start and the tail of a run stay a small share of it). The clock starts when the tasks are seeded through an
 already connected proxy (every client is already up and idle) and stops when every sandbox item is in storage;
-items/s = items / that time. The
-baseline is the 1-client run of the same invocation, so speedup(N) = items/s(N) / items/s(1), target
-≥ 0.9 × N up to 4 clients.
+items/s = items / that time. The baseline is the 1-client run of the same invocation, so
+speedup(N) = items/s(N) / items/s(1), target ≥ 0.9 × N up to 4 clients.
 
 Where the curve bends and why: for every run the CPU seconds of each process (``/proc/<pid>/stat``,
 user + system) over the measured window give each role's CPU use (100 % = one core), and ``/proc/stat`` gives
