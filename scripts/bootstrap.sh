@@ -38,12 +38,40 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 
-if [ ! -f "$STAMP" ] || [ pyproject.toml -nt "$STAMP" ]; then
-  .venv/bin/python -m pip install -q --upgrade pip setuptools wheel
-  if ! .venv/bin/python -c 'import Ice' 2>/dev/null; then
-    echo "bootstrap: building zeroc-ice 3.8 from source (about 9-16 minutes once; pip caches the wheel)"
-    CFLAGS="-g0" CXXFLAGS="-g0" .venv/bin/python -m pip install -q "zeroc-ice>=3.8.3,<3.9"
+# zeroc-ice has no Linux wheel for 3.12 on PyPI, so it is built from source once, optimised, into a wheel cached
+# under a name that records the build flags. Setuptools REPLACES its C++ flags (-O3 -DNDEBUG) with $CXXFLAGS when
+# that is set, so the flags must name the optimisation level: "-g0" alone built Ice at -O0, and every RPC cost
+# 4-6x the CPU (docs/BENCHMARKS.md). A venv whose Ice came from another build is reinstalled from this wheel.
+ICE_VERSION=3.8.3
+ICE_FLAGS="-O2 -g0 -DNDEBUG"
+ICE_BUILD="zeroc-ice $ICE_VERSION CXXFLAGS=$ICE_FLAGS"
+ICE_WHEELS="${XDG_CACHE_HOME:-$HOME/.cache}/icecrawler/wheels/zeroc-ice-$ICE_VERSION-O2"
+ICE_STAMP=.venv/.ice-build
+
+install_ice() {
+  if [ "$(cat "$ICE_STAMP" 2>/dev/null)" = "$ICE_BUILD" ] && .venv/bin/python -c 'import Ice' 2>/dev/null; then
+    return 0
   fi
+  if ! ls "$ICE_WHEELS"/zeroc_ice-*.whl >/dev/null 2>&1; then
+    local jobs src
+    jobs=$(nproc 2>/dev/null || echo 1)
+    src=$(mktemp -d)
+    echo "bootstrap: building zeroc-ice $ICE_VERSION from source with $ICE_FLAGS on $jobs cores (10-25 minutes, once; cached in $ICE_WHEELS)"
+    .venv/bin/python -m pip download -q --no-deps --no-binary :all: -d "$src" "zeroc-ice==$ICE_VERSION"
+    tar -xzf "$src"/zeroc_ice-*.tar.gz -C "$src"
+    CFLAGS="$ICE_FLAGS" CXXFLAGS="$ICE_FLAGS" .venv/bin/python scripts/build_ice_wheel.py --jobs "$jobs" \
+      "$src/zeroc_ice-$ICE_VERSION" "$src/wheel"
+    mkdir -p "$ICE_WHEELS"
+    mv "$src"/wheel/zeroc_ice-*.whl "$ICE_WHEELS"/
+    rm -rf "$src"
+  fi
+  .venv/bin/python -m pip install -q --force-reinstall --no-deps "$ICE_WHEELS"/zeroc_ice-*.whl
+  echo "$ICE_BUILD" >"$ICE_STAMP"
+}
+
+if [ ! -f "$STAMP" ] || [ pyproject.toml -nt "$STAMP" ] || [ "$(cat "$ICE_STAMP" 2>/dev/null)" != "$ICE_BUILD" ]; then
+  .venv/bin/python -m pip install -q --upgrade pip setuptools wheel
+  install_ice
   .venv/bin/python -m pip install -q -e ".[dev]"
   touch "$STAMP"
 fi
