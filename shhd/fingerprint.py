@@ -2,7 +2,8 @@
 
 Why this shape: the scheduler compares the fingerprint of a target's crawled item window with the previous one by
 Hamming distance (``hamming``), so the value must be identical across processes and machines. Token hashes therefore
-come from blake2b (never Python's salted ``hash()``), and jieba is initialised once, quietly, on first use.
+come from blake2b (never Python's salted ``hash()``), and the words are jieba's (``shhd.segment``: the same words
+as ``jieba.lcut(text, HMM=False)``, from jieba's dictionary, about twice as fast).
 
 Public API (used by crawler_client and bench/revisit):
 
@@ -20,7 +21,6 @@ The cache only skips recomputing a pure function, so cached and uncached fingerp
 from __future__ import annotations
 
 import hashlib
-import logging
 import threading
 import unicodedata
 from collections import Counter, OrderedDict
@@ -29,28 +29,14 @@ from functools import lru_cache
 
 import numpy as np
 
+from shhd.segment import cut
+
 __all__ = ["BITS", "TOKEN_CACHE_TEXTS", "clear_token_cache", "fingerprint_texts", "fingerprint_tokens",
            "fingerprint_weights", "hamming", "token_hash", "tokenize"]
 
 #: Fingerprint width in bits (Manku et al. 2007: 64-bit fingerprints, near-duplicate iff d <= 3).
 BITS = 64
 _MASK = (1 << BITS) - 1
-_jieba_lock = threading.Lock()
-_jieba_ready = False
-
-
-def _jieba() -> object:
-    """Import and initialise jieba once, with its stderr chatter ("Building prefix dict ...") silenced."""
-    global _jieba_ready
-    import jieba
-
-    if not _jieba_ready:
-        with _jieba_lock:
-            if not _jieba_ready:
-                jieba.setLogLevel(logging.WARNING)
-                jieba.initialize()
-                _jieba_ready = True
-    return jieba
 
 
 @lru_cache(maxsize=1 << 16)
@@ -114,8 +100,7 @@ def clear_token_cache() -> None:
 
 
 def _tokenize_uncached(text: str) -> tuple[str, ...]:
-    words = _jieba().lcut(text, HMM=False)  # type: ignore[attr-defined]
-    return tuple(w.lower() for w in words if _is_feature(w))
+    return tuple(w.lower() for w in cut(text) if _is_feature(w))
 
 
 def _tokens(text: str) -> tuple[str, ...]:
@@ -131,7 +116,8 @@ def _tokens(text: str) -> tuple[str, ...]:
 
 
 def tokenize(text: str) -> list[str]:
-    """jieba accurate-mode words of ``text``, lower-cased, without whitespace/punctuation tokens.
+    """jieba accurate-mode words of ``text`` (``shhd.segment.cut``), lower-cased, without whitespace/punctuation
+    tokens.
 
     The HMM new-word pass is off: it is the slow part of jieba, and a fingerprint needs stable features, not new
     words (unknown runs fall back to single characters, which are just as deterministic). Results come from a
