@@ -48,15 +48,18 @@ def resolve_created_at(text: str, now_ms: int) -> str:
     text = " ".join(text.replace("\xa0", " ").split())
     if not text:
         return ""
-    now = datetime.fromtimestamp(now_ms / 1000, tz=UTC).astimezone(CST)
     try:
-        return _resolve(text, now)
+        if match := _FULL_RE.match(text):  # absolute (JD, ECSHOP, old Weibo posts): no clock needed
+            hour, minute, second = (int(match[i] or 0) for i in (4, 5, 6))
+            # Already in +08:00 at whole seconds, so isoformat() is what iso_of would return.
+            return datetime(int(match[1]), int(match[2]), int(match[3]), hour, minute, second, tzinfo=CST).isoformat()
+        return _resolve(text, datetime.fromtimestamp(now_ms / 1000, tz=UTC).astimezone(CST))
     except (ValueError, OverflowError):
         return ""
 
 
 def _resolve(text: str, now: datetime) -> str:
-    """Try each known form, most common first; ValueError for impossible dates."""
+    """Try each relative or RFC form, most common first; ValueError for impossible dates."""
     if text == "刚刚":
         return iso_of(now)
     if match := _RFC_RE.match(text):
@@ -66,9 +69,6 @@ def _resolve(text: str, now: datetime) -> str:
     if match := _DAY_RE.match(text):
         day = now - timedelta(days=_DAY_OFFSETS[match[1]])
         return iso_of(day.replace(hour=int(match[2]), minute=int(match[3]), second=0))
-    if match := _FULL_RE.match(text):
-        hour, minute, second = (int(match[i] or 0) for i in (4, 5, 6))
-        return iso_of(datetime(int(match[1]), int(match[2]), int(match[3]), hour, minute, second, tzinfo=CST))
     if match := _MONTH_DAY_RE.match(text):
         # "MM-DD" / "M月D日 HH:MM": the current year (a date "in the future" belongs to last year).
         hour, minute = int(match[3] or 0), int(match[4] or 0)
