@@ -1,6 +1,7 @@
-"""``icecrawler bench fingerprint``: speed of ``shhd.fingerprint`` (jieba + 64-bit simhash) on 45-post windows,
-against the ``simhash`` package (1e0ng/simhash, md5 features) and a pure-Python Charikar loop on the same tokens,
-measured in the same run. Writes docs/bench/fingerprint.json."""
+"""``icecrawler bench fingerprint``: speed of ``shhd.fingerprint`` (jieba words + 64-bit simhash) on 45-post
+windows, against the ``simhash`` package (1e0ng/simhash, md5 features) and a pure-Python Charikar loop on the same
+tokens, and of ``shhd.segment.cut`` against ``jieba.lcut`` (HMM off) on the same texts, measured in the same run.
+Writes docs/bench/fingerprint.json."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pathlib import Path
 
 from bench.revisit.content import ContentModel
 from shhd.fingerprint import clear_token_cache, fingerprint_texts, fingerprint_tokens, token_hash, tokenize
+from shhd.segment import cut
 
 ROOT = Path(__file__).resolve().parents[1]
 WINDOW = 45
@@ -64,7 +66,16 @@ def main(argv: list[str]) -> int:
     t_full = _time(cold_fingerprints, 1) / len(windows)
     rows.append(("shhd fingerprint_texts (jieba + simhash)", t_full))
     t_tok = _time(cold_tokens, 1) / len(windows)
-    rows.append(("  of which jieba tokenize", t_tok))
+    rows.append(("  of which tokenize (shhd.segment + features)", t_tok))
+    texts = [x for w in windows for x in w]
+    t_cut = _time(lambda: [cut(x) for x in texts], 1) / len(windows)
+    rows.append(("  shhd.segment.cut alone", t_cut))
+    import jieba
+
+    if any(cut(x) != jieba.lcut(x, HMM=False) for x in texts):
+        raise AssertionError("shhd.segment.cut differs from jieba.lcut(HMM=False)")
+    t_jieba = _time(lambda: [jieba.lcut(x, HMM=False) for x in texts], 1) / len(windows)
+    rows.append(("  baseline: jieba.lcut (HMM off)", t_jieba))
     for window in windows:  # fills the cache for the warm row
         fingerprint_texts(window)
     t_warm = _time(lambda: [fingerprint_texts(w) for w in windows], 3) / len(windows)
@@ -86,6 +97,9 @@ def main(argv: list[str]) -> int:
         "tokens_per_window": round(per_window, 1),
         "shhd_full_ms_per_window": round(t_full * 1e3, 3),
         "shhd_tokenize_ms_per_window": round(t_tok * 1e3, 3),
+        "segment_cut_ms_per_window": round(t_cut * 1e3, 3),
+        "jieba_lcut_ms_per_window": round(t_jieba * 1e3, 3),
+        "segment_speedup_vs_jieba_x": round(t_jieba / t_cut, 2),
         "shhd_full_cached_ms_per_window": round(t_warm * 1e3, 3),
         "shhd_simhash_ms_per_window": round(t_hash * 1e3, 3),
         "shhd_full_tokens_per_s": round(per_window / t_full),

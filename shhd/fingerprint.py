@@ -39,11 +39,22 @@ BITS = 64
 _MASK = (1 << BITS) - 1
 
 
-@lru_cache(maxsize=1 << 16)
-def _is_feature(token: str) -> bool:
-    """Whitespace- and punctuation-only tokens carry no content, so they are not features. (Cached: the same
-    few thousand words recur, and the per-character Unicode lookups were ~20 % of tokenising.)"""
-    return any(not (ch.isspace() or unicodedata.category(ch).startswith("P")) for ch in token)
+#: word -> its feature (lower-cased) or "" when it is none; cleared when it grows past ``_FEATURE_WORDS``.
+_features: dict[str, str] = {}
+_FEATURE_WORDS = 1 << 17
+
+
+def _feature_of(word: str) -> str:
+    """Whitespace- and punctuation-only words carry no content: "" for them, else the word lower-cased. (The
+    same few thousand words recur, and the per-character Unicode lookups were ~20 % of tokenising, so the answer
+    is remembered per word.)"""
+    feature = _features.get(word)
+    if feature is None:
+        if len(_features) >= _FEATURE_WORDS:
+            _features.clear()
+        is_feature = any(not (ch.isspace() or unicodedata.category(ch).startswith("P")) for ch in word)
+        feature = _features[word] = word.lower() if is_feature else ""
+    return feature
 
 
 #: Texts whose features ``tokenize`` remembers (LRU). 16 384 texts ≈ 360 windows of 45 items; entries hold the
@@ -100,7 +111,15 @@ def clear_token_cache() -> None:
 
 
 def _tokenize_uncached(text: str) -> tuple[str, ...]:
-    return tuple(w.lower() for w in cut(text) if _is_feature(w))
+    features = _features
+    found = []
+    for word in cut(text):
+        feature = features.get(word)
+        if feature is None:
+            feature = _feature_of(word)
+        if feature:
+            found.append(feature)
+    return tuple(found)
 
 
 def _tokens(text: str) -> tuple[str, ...]:
