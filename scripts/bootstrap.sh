@@ -56,7 +56,7 @@ install_ice() {
     local jobs src
     jobs=$(nproc 2>/dev/null || echo 1)
     src=$(mktemp -d)
-    echo "bootstrap: building zeroc-ice $ICE_VERSION from source with $ICE_FLAGS on $jobs cores (10-25 minutes, once; cached in $ICE_WHEELS)"
+    echo "bootstrap: building zeroc-ice $ICE_VERSION from source with $ICE_FLAGS on $jobs cores (5-15 minutes, once; cached in $ICE_WHEELS)"
     .venv/bin/python -m pip download -q --no-deps --no-binary :all: -d "$src" "zeroc-ice==$ICE_VERSION"
     tar -xzf "$src"/zeroc_ice-*.tar.gz -C "$src"
     CFLAGS="$ICE_FLAGS" CXXFLAGS="$ICE_FLAGS" .venv/bin/python scripts/build_ice_wheel.py --jobs "$jobs" \
