@@ -44,16 +44,14 @@ _features: dict[str, str] = {}
 _FEATURE_WORDS = 1 << 17
 
 
-def _feature_of(word: str) -> str:
+def _remember_feature(word: str) -> str:
     """Whitespace- and punctuation-only words carry no content: "" for them, else the word lower-cased. (The
     same few thousand words recur, and the per-character Unicode lookups were ~20 % of tokenising, so the answer
-    is remembered per word.)"""
-    feature = _features.get(word)
-    if feature is None:
-        if len(_features) >= _FEATURE_WORDS:
-            _features.clear()
-        is_feature = any(not (ch.isspace() or unicodedata.category(ch).startswith("P")) for ch in word)
-        feature = _features[word] = word.lower() if is_feature else ""
+    is remembered in ``_features``, which callers read first.)"""
+    if len(_features) >= _FEATURE_WORDS:
+        _features.clear()
+    is_feature = any(not (ch.isspace() or unicodedata.category(ch).startswith("P")) for ch in word)
+    feature = _features[word] = word.lower() if is_feature else ""
     return feature
 
 
@@ -116,7 +114,7 @@ def _tokenize_uncached(text: str) -> tuple[str, ...]:
     for word in cut(text):
         feature = features.get(word)
         if feature is None:
-            feature = _feature_of(word)
+            feature = _remember_feature(word)
         if feature:
             found.append(feature)
     return tuple(found)
