@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import Ice
 
@@ -315,6 +315,10 @@ def to_slice_error(exc: Exception) -> Exception:
     return exc
 
 
+#: Core errors that a servant passes on as their declared Slice exceptions.
+_DECLARED_ERRORS = (InvalidArgumentError, NoWorkError, LeaseLostError, StorageUnavailableError)
+
+
 def map_errors[F: Callable[..., Any]](method: F) -> F:
     """Servant decorator: core errors leave as their declared Slice exceptions, never UnknownException."""
 
@@ -322,10 +326,44 @@ def map_errors[F: Callable[..., Any]](method: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return method(*args, **kwargs)
-        except (InvalidArgumentError, NoWorkError, LeaseLostError, StorageUnavailableError) as exc:
+        except _DECLARED_ERRORS as exc:
             raise to_slice_error(exc) from exc
 
     return wrapper  # type: ignore[return-value]
+
+
+class FutureLike[T](Protocol):
+    """What ``then`` needs of a future (``concurrent.futures.Future`` and the scheduler's ``Pending`` have it)."""
+
+    def result(self, timeout: float | None = None) -> T: ...
+
+    def add_done_callback(self, callback: Callable[[Any], object], /) -> None: ...
+
+
+class Converted[T, R]:
+    """A view of a future whose result is ``convert(result)`` and whose core errors are their declared Slice
+    exceptions: what an asynchronously dispatched servant returns (Ice calls ``add_done_callback``, then
+    ``result``). Converting on read needs no second future."""
+
+    __slots__ = ("_convert", "_source")
+
+    def __init__(self, source: FutureLike[T], convert: Callable[[T], R]) -> None:
+        self._source = source
+        self._convert = convert
+
+    def add_done_callback(self, callback: Callable[[Converted[T, R]], object]) -> None:
+        self._source.add_done_callback(lambda _: callback(self))
+
+    def result(self, timeout: float | None = None) -> R:
+        try:
+            return self._convert(self._source.result(timeout))
+        except _DECLARED_ERRORS as exc:
+            raise to_slice_error(exc) from exc
+
+
+def then[T, R](future: FutureLike[T], convert: Callable[[T], R]) -> Converted[T, R]:
+    """Asynchronous dispatch: the servant returns this view of ``future`` (see ``Converted``)."""
+    return Converted(future, convert)
 
 
 def from_slice_error(exc: Exception) -> Exception:

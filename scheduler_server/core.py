@@ -1,21 +1,26 @@
 """The scheduler's logic, without Ice: leases, reports, revisit periods, politeness, accounts.
 
 State lives in a ``QueueStore`` (tables ``tasks``, ``pending``, ``inflight``, ``done``, ``meta``; see
-``store`` and ``codec``). Every public call that changes state is ONE store transaction, so a crash at any
-moment leaves each task either as it was or fully moved: pending (a ``pending`` key at its due time) or in
+``store`` and ``codec``). Every call that changes state does so inside ONE store transaction (never split
+over two; calls made at the same time may share one, see Concurrency), so a crash at any moment leaves each
+task either as it was or fully moved: pending (a ``pending`` key at its due time) or in
 flight (an ``inflight`` key at its lease deadline), never both, never neither. The same two queues are also
 indexed in memory (``queues``: rebuilt from the tables at start, changed inside the same transaction and rolled
 back with it), so that finding due tasks and expired leases reads no B-tree.
 
-Concurrency: one lock serialises every call (the Ice thread pool and the reaper thread share this object).
-Memory-only side effects (politeness windows, rates, counters, the cache of leased records) are applied after
-the transaction commits, so a rolled-back call leaves no trace either.
+Concurrency: state-changing calls (add, lease, report, release) go through a group runner (``groups``): the
+calls queued while one group runs form the next group, which runs as ONE store transaction with one expiry pass
+(group commit), on whichever caller's thread found the runner idle. Each call keeps its all-or-nothing effect:
+its caller errors (bad lease, nothing due) are raised before it changed anything, and a group whose transaction
+fails is run again call by call. One lock serialises the groups with the maintenance calls (reaper, pruning,
+status). Memory-only side effects (politeness windows, rates, counters, the cache of leased records) are
+applied after the transaction commits, so a rolled-back call leaves no trace either.
 
-Durability: adds, reports and releases return only after ``store.sync()`` made their commit durable; that fsync
-runs outside the lock, so concurrent calls share it (group commit). Leases are committed (written to the OS, so
-a scheduler crash keeps them) but not synced: a machine crash can only forget a lease, which puts its task back
-in pending and makes the holder's report fail with LeaseLost. Nothing is lost or duplicated, and the next synced
-commit makes every earlier lease durable too (the log is sequential).
+Durability: adds, reports and releases complete only after ``store.sync()`` made their commit durable: one
+fsync for the whole group. Leases are committed (written to the OS, so a scheduler crash keeps them) but not
+synced: a machine crash can only forget a lease, which puts its task back in pending and makes the holder's
+report fail with LeaseLost. Nothing is lost or duplicated, and the next synced commit makes every earlier lease
+durable too (the log is sequential).
 
 Clocks: due times, periods and policy observations use simulated time (``clock.speed``); lease deadlines,
 host spacing, blocks and account budgets use the wall clock, since clients and sites live in real time.
@@ -30,7 +35,7 @@ import operator
 import secrets
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -52,6 +57,7 @@ from icecrawler.models import (
 from icecrawler.settings import Settings
 from scheduler_server.accounts import AccountPool, load_accounts
 from scheduler_server.codec import TaskRecord, decode_time_key, done_value, time_key
+from scheduler_server.groups import GroupCall, GroupRunner, Pending
 from scheduler_server.politeness import HostGate, RateWindow
 from scheduler_server.queues import TaskQueues
 from scheduler_server.store import QueueStore, Txn
@@ -176,6 +182,29 @@ class _Effect:
     fetches: int = 0
 
 
+#: Run after a call's transaction committed: applies its memory-only effects, returns its result (or raises a
+#: caller error such as NoWork).
+_Finish = Callable[[], Any]
+
+
+@dataclass
+class _Group:
+    """What the calls combined into one transaction share: one clock reading, and the spaced hosts already
+    leased in it (a spaced host gets at most one task per transaction)."""
+
+    now_ms: int
+    wall: float
+    spaced_hosts: set[str] = field(default_factory=set)
+
+
+class _AllRejected(Exception):
+    """Every call of a group was rejected: roll its transaction back."""
+
+
+#: Errors that are the caller's: a call's ``run`` raises them only before it changed anything.
+_CALLER_ERRORS = (InvalidArgumentError, LeaseLostError, NoWorkError)
+
+
 def _invalid(message: str, field_name: str, index: int = -1, code: str = "InvalidField") -> InvalidArgumentError:
     return InvalidArgumentError(message, code=code, field=field_name, index=index)
 
@@ -217,6 +246,7 @@ class SchedulerCore:
         self.accounts = accounts
         self.gate = HostGate(config.host_spacing_s)
         self._lock = threading.RLock()
+        self._runner = GroupRunner(self._run_calls, self.store.sync)
         self._stopping = False
         self._leases = RateWindow()
         self._reports = RateWindow()
@@ -284,6 +314,49 @@ class SchedulerCore:
             raise
         self.queues.commit()
 
+    def _call(self, run: Callable[[Txn, _Group], _Finish], durable: bool) -> Pending[Any]:
+        """Queue a change for the group runner (``groups``); ``run`` works inside the group's transaction and
+        returns the finisher, and raises a caller error only before it changed anything."""
+        try:
+            return self._runner.submit(GroupCall(run, durable))
+        except RuntimeError as exc:
+            raise ServiceError("the scheduler is closed") from exc
+
+    def _run_calls(self, calls: list[GroupCall]) -> None:
+        """On the group runner's thread: expire leases, run ``calls`` in one transaction, then finish each after
+        the commit. Each call still changes state all or nothing: a caller error comes before its call changed
+        anything (a group of rejected calls is rolled back, so it changes nothing at all), and if the
+        transaction fails, every call of the group is run again alone, so a failure is only its own caller's."""
+        with self._lock:
+            group = _Group(int(self.clocks.now() * 1000), self.clocks.wall())
+            finishers: list[tuple[GroupCall, _Finish]] = []
+            try:
+                with self._transaction() as txn:
+                    expired = self._expire(txn, group.now_ms, group.wall, self.config.batch_limit)
+                    for call in calls:
+                        try:
+                            finishers.append((call, call.run(txn, group)))
+                        except _CALLER_ERRORS as exc:
+                            call.error = exc
+                    if not finishers:
+                        raise _AllRejected
+            except _AllRejected:
+                return
+            except Exception as exc:
+                if len(calls) == 1:
+                    calls[0].error = exc
+                    return
+                for call in calls:
+                    call.error = None
+                    self._run_calls([call])
+                return
+            self._expired(expired, group.wall)
+            for call, finish in finishers:
+                try:
+                    call.result = finish()
+                except _CALLER_ERRORS as exc:
+                    call.error = exc
+
     def _host(self, task_id: str) -> str:
         return self.config.hosts[task_id.split(":", 2)[1]]
 
@@ -292,11 +365,10 @@ class SchedulerCore:
     def add(self, ids: Sequence[str], kind: TaskKind) -> int:
         """Add ``"<source>:<target>"`` ids of one kind, due now. Known ids are ignored; returns how many were new.
         All or nothing: one invalid id rejects the batch. Returns once the change is durable."""
-        added = self._add(ids, kind)
-        self.store.sync()
-        return added
+        return int(self.add_async(ids, kind).result())
 
-    def _add(self, ids: Sequence[str], kind: TaskKind) -> int:
+    def add_async(self, ids: Sequence[str], kind: TaskKind) -> Pending[int]:
+        """``add`` without waiting (bad arguments raise)."""
         _check_batch(ids, "ids", self.config.batch_limit)
         task_ids: list[tuple[str, str, str]] = []
         for index, text in enumerate(ids):
@@ -307,30 +379,39 @@ class SchedulerCore:
                 task_ids.append((make_task_id(kind, source, target), source, target))
             except InvalidArgumentError as exc:
                 raise _invalid(str(exc), f"ids[{index}]", index, code="InvalidId") from exc
-        with self._lock:
-            now_ms = int(self.clocks.now() * 1000)
-            added = 0
-            with self._transaction() as txn:
-                for task_id, source, target in task_ids:
-                    if txn.get("tasks", task_id.encode()) is not None:
-                        continue
-                    record = TaskRecord(
-                        id=task_id, kind=kind.value, source=source, target=target, due_ms=now_ms,
-                        period_s=self.config.initial_period_s, policy_state=self.policy.initial_state(),
-                        created_ms=now_ms,
-                    )
-                    txn.put("tasks", task_id.encode(), record.to_bytes())
-                    txn.put("pending", time_key(now_ms, task_id), b"")
-                    self.queues.pending(task_id, source, now_ms)
-                    added += 1
+        return self._call(lambda txn, group: self._add_in(txn, group, task_ids, kind), durable=True)
+
+    def _add_in(self, txn: Txn, group: _Group, task_ids: list[tuple[str, str, str]], kind: TaskKind
+                ) -> _Finish:
+        added = 0
+        for task_id, source, target in task_ids:
+            if txn.get("tasks", task_id.encode()) is not None:
+                continue
+            record = TaskRecord(
+                id=task_id, kind=kind.value, source=source, target=target, due_ms=group.now_ms,
+                period_s=self.config.initial_period_s, policy_state=self.policy.initial_state(),
+                created_ms=group.now_ms,
+            )
+            txn.put("tasks", task_id.encode(), record.to_bytes())
+            txn.put("pending", time_key(group.now_ms, task_id), b"")
+            self.queues.pending(task_id, source, group.now_ms)
+            added += 1
+
+        def finish() -> int:
             self._counts["tasks"] += added
             self._counts["pending"] += added
-        return added
+            return added
+        return finish
 
     # --- leasing --------------------------------------------------------------------------------------------
 
     def lease(self, worker_id: str, max_tasks: int = 1) -> list[Task]:
         """Lease up to ``max_tasks`` due tasks to ``worker_id``; NoWorkError if none may be handed out now."""
+        tasks: list[Task] = self.lease_async(worker_id, max_tasks).result()
+        return tasks
+
+    def lease_async(self, worker_id: str, max_tasks: int = 1) -> Pending[list[Task]]:
+        """``lease`` without waiting: the future completes with the tasks or the error (bad arguments raise)."""
         if not worker_id or len(worker_id) > _MAX_TEXT:
             raise _invalid(f"workerId must be 1-{_MAX_TEXT} characters", "workerId")
         if max_tasks < 1:
@@ -338,41 +419,42 @@ class SchedulerCore:
         if max_tasks > self.config.batch_limit:
             raise _invalid(f"max={max_tasks} exceeds scheduler.batch_limit={self.config.batch_limit}", "max",
                            code="BatchTooLarge")
-        with self._lock:
-            if self._stopping:
-                raise NoWorkError("the scheduler is shutting down", code="ShuttingDown")
-            now_ms = int(self.clocks.now() * 1000)
-            wall = self.clocks.wall()
-            records: list[TaskRecord] = []
-            with self._transaction() as txn:
-                expired = self._expire(txn, now_ms, wall, self.config.batch_limit)
-                tasks, waits = self._lease_due(txn, worker_id, max_tasks, now_ms, wall, records)
-                next_due_ms = -1 if tasks else self._next_due_ms(now_ms, waits)
+        return self._call(lambda txn, group: self._lease_in(txn, group, worker_id, max_tasks), durable=False)
+
+    def _lease_in(self, txn: Txn, group: _Group, worker_id: str, max_tasks: int) -> _Finish:
+        if self._stopping:
+            raise NoWorkError("the scheduler is shutting down", code="ShuttingDown")
+        records: list[TaskRecord] = []
+        tasks, waits = self._lease_due(txn, group, worker_id, max_tasks, records)
+        next_due_ms = -1 if tasks else self._next_due_ms(group.now_ms, waits)
+
+        def finish() -> list[Task]:
+            if not tasks:
+                raise NoWorkError("no task is due" if next_due_ms != 0 else "due tasks wait for politeness",
+                                  next_due_ms)
             for record in records:
                 self._inflight[record.id] = record
-            self._expired(expired, wall)
             for task in tasks:
-                self.gate.leased(self._host(task.id), wall)
+                self.gate.leased(self._host(task.id), group.wall)
             self._counts["pending"] -= len(tasks)
             self._counts["inflight"] += len(tasks)
-            self._leases.add(wall, len(tasks))
-        if not tasks:
-            raise NoWorkError("no task is due" if next_due_ms != 0 else "due tasks wait for politeness",
-                              next_due_ms)
-        return tasks
+            self._leases.add(group.wall, len(tasks))
+            return tasks
+        return finish
 
-    def _lease_due(self, txn: Txn, worker_id: str, max_tasks: int, now_ms: int, wall: float,
-                   records: list[TaskRecord]) -> tuple[list[Task], list[float]]:
+    def _lease_due(self, txn: Txn, group: _Group, worker_id: str, max_tasks: int, records: list[TaskRecord]
+                   ) -> tuple[list[Task], list[float]]:
         """Lease due tasks in due-time order over all sources; a source whose host or accounts refuse its next
         task is skipped for the rest of the call (its wait is returned). The leased records are appended to
         ``records``."""
         tasks: list[Task] = []
         waits: list[float] = []
+        now_ms, wall = group.now_ms, group.wall
         deadline_ms = int((wall + self.config.lease_s) * 1000)
         # One read of the OS random source for the whole call, not one per lease token (same 64 bits each).
         tokens = secrets.token_hex(8 * max_tasks)
         sources = self.queues.sources()
-        batch_hosts: set[str] = set()
+        batch_hosts = group.spaced_hosts
         head = self.queues.head
         while len(tasks) < max_tasks and sources:
             first: tuple[int, str] | None = None
@@ -431,10 +513,10 @@ class SchedulerCore:
     def report(self, reports: Sequence[Report]) -> None:
         """Apply crawl reports, all or nothing: each one releases its lease and re-queues its task. Returns once
         the change is durable."""
-        self._report(reports)
-        self.store.sync()
+        self.report_async(reports).result()
 
-    def _report(self, reports: Sequence[Report]) -> None:
+    def report_async(self, reports: Sequence[Report]) -> Pending[None]:
+        """``report`` without waiting: the future completes once the change is durable (bad arguments raise)."""
         _check_batch(reports, "reports", self.config.batch_limit)
         seen: set[str] = set()
         for index, item in enumerate(reports):
@@ -442,16 +524,17 @@ class SchedulerCore:
             if item.task_id in seen:
                 raise _invalid(f"task {item.task_id} reported twice in one batch", f"reports[{index}].taskId", index)
             seen.add(item.task_id)
-        with self._lock:
-            now_ms = int(self.clocks.now() * 1000)
-            wall = self.clocks.wall()
-            effects: list[_Effect] = []
-            with self._transaction() as txn:
-                expired = self._expire(txn, now_ms, wall, self.config.batch_limit)
-                for index, item in enumerate(reports):
-                    record = self._leased(txn, item.task_id, item.lease_token, index, "reports")
-                    effects.append(self._apply(txn, record, item, now_ms, wall))
-            self._expired(expired, wall)
+        return self._call(lambda txn, group: self._report_in(txn, group, reports), durable=True)
+
+    def _report_in(self, txn: Txn, group: _Group, reports: Sequence[Report]) -> _Finish:
+        # Every lease is checked before anything changes, so a LeaseLost leaves the transaction untouched.
+        records = [self._leased(txn, item.task_id, item.lease_token, index, "reports")
+                   for index, item in enumerate(reports)]
+        effects = [self._apply(txn, record, item, group.now_ms, group.wall)
+                   for record, item in zip(records, reports, strict=True)]
+
+        def finish() -> None:
+            wall = group.wall
             for effect in effects:
                 self.gate.ended(effect.host, wall)
                 self.accounts.charge(effect.account_id, effect.fetches - 1, wall)
@@ -459,6 +542,7 @@ class SchedulerCore:
             self._counts["pending"] += len(reports)
             self._counts["done"] += len(reports)
             self._reports.add(wall, len(reports))
+        return finish
 
     def _check_report(self, item: Report, index: int) -> None:
         where = f"reports[{index}]"
@@ -597,10 +681,10 @@ class SchedulerCore:
     def release(self, leases: Sequence[tuple[str, str]]) -> None:
         """Give leases back unused (client shutdown): due at once, no attempt counted. All or nothing. Returns
         once the change is durable."""
-        self._release(leases)
-        self.store.sync()
+        self.release_async(leases).result()
 
-    def _release(self, leases: Sequence[tuple[str, str]]) -> None:
+    def release_async(self, leases: Sequence[tuple[str, str]]) -> Pending[None]:
+        """``release`` without waiting (bad arguments raise)."""
         _check_batch(leases, "leases", self.config.batch_limit)
         for index, (task_id, token) in enumerate(leases):
             _check_task_id(task_id, f"leases[{index}].taskId", index)
@@ -608,21 +692,19 @@ class SchedulerCore:
                 raise _invalid("leaseToken is empty", f"leases[{index}].leaseToken", index)
         if len({task_id for task_id, _ in leases}) != len(leases):
             raise _invalid("a task is named twice", "leases")
-        with self._lock:
-            now_ms = int(self.clocks.now() * 1000)
-            wall = self.clocks.wall()
-            with self._transaction() as txn:
-                expired = self._expire(txn, now_ms, wall, self.config.batch_limit)
-                hosts = []
-                for index, (task_id, token) in enumerate(leases):
-                    record = self._leased(txn, task_id, token, index, "leases")
-                    hosts.append(self._host(task_id))
-                    self._end_lease(txn, record, now_ms)
-            self._expired(expired, wall)
-            for host in hosts:
-                self.gate.ended(host, wall)
+        return self._call(lambda txn, group: self._release_in(txn, group, leases), durable=True)
+
+    def _release_in(self, txn: Txn, group: _Group, leases: Sequence[tuple[str, str]]) -> _Finish:
+        records = [self._leased(txn, task_id, token, index, "leases") for index, (task_id, token) in enumerate(leases)]
+        for record in records:
+            self._end_lease(txn, record, group.now_ms)
+
+        def finish() -> None:
+            for task_id, _ in leases:
+                self.gate.ended(self._host(task_id), group.wall)
             self._counts["inflight"] -= len(leases)
             self._counts["pending"] += len(leases)
+        return finish
 
     # --- maintenance ------------------------------------------------------------------------------------------
 
@@ -709,9 +791,10 @@ class SchedulerCore:
             self._stopping = True
 
     def close(self) -> None:
-        """Wait for the current call's transaction, then close the store."""
+        """Run the calls already queued (leases now raise ShuttingDown), then close the store."""
+        self.stop_leasing()
+        self._runner.close()
         with self._lock:
-            self._stopping = True
             self.store.close()
 
     # --- introspection -----------------------------------------------------------------------------------------

@@ -32,34 +32,41 @@ log = logging.getLogger(__name__)
 SCHEDULER_PROPERTIES = {"Ice.ThreadPool.Server.Size": "8"}
 
 
+def _none(_: object) -> None:
+    """An operation that returns nothing."""
+
+
 def make_servant(core: SchedulerCore) -> Ice.Object:
     """A ``Crawler::Scheduler`` servant delegating to ``core``."""
     C = rpc.crawler()
 
     class SchedulerServant(C.Scheduler):  # type: ignore[misc,name-defined]
-        @rpc.map_errors
-        def getUser(self, workerId: str, current: Ice.Current) -> Any:
-            return rpc.task_to_slice(core.lease(workerId, 1)[0])
+        # State changes are dispatched asynchronously: the servant returns the core's future (see
+        # scheduler_server.groups), so a dispatch thread never waits while the core runs a group of calls.
 
         @rpc.map_errors
-        def getUsers(self, workerId: str, max: int, current: Ice.Current) -> list[Any]:
-            return [rpc.task_to_slice(task) for task in core.lease(workerId, max)]
+        def getUser(self, workerId: str, current: Ice.Current) -> rpc.Converted[Any, Any]:
+            return rpc.then(core.lease_async(workerId, 1), lambda tasks: rpc.task_to_slice(tasks[0]))
 
         @rpc.map_errors
-        def putUser(self, report: Any, current: Ice.Current) -> None:
-            core.report([rpc.report_from_slice(report)])
+        def getUsers(self, workerId: str, max: int, current: Ice.Current) -> rpc.Converted[Any, list[Any]]:
+            return rpc.then(core.lease_async(workerId, max), lambda tasks: [rpc.task_to_slice(t) for t in tasks])
 
         @rpc.map_errors
-        def putUsers(self, reports: Sequence[Any], current: Ice.Current) -> None:
-            core.report([rpc.report_from_slice(report) for report in reports])
+        def putUser(self, report: Any, current: Ice.Current) -> rpc.Converted[Any, None]:
+            return rpc.then(core.report_async([rpc.report_from_slice(report)]), _none)
 
         @rpc.map_errors
-        def releaseUsers(self, leases: Sequence[Any], current: Ice.Current) -> None:
-            core.release([(lease.taskId, lease.leaseToken) for lease in leases])
+        def putUsers(self, reports: Sequence[Any], current: Ice.Current) -> rpc.Converted[Any, None]:
+            return rpc.then(core.report_async([rpc.report_from_slice(report) for report in reports]), _none)
 
         @rpc.map_errors
-        def addUsers(self, ids: Sequence[str], kind: Any, current: Ice.Current) -> int:
-            return core.add(list(ids), TaskKind[kind.name])
+        def releaseUsers(self, leases: Sequence[Any], current: Ice.Current) -> rpc.Converted[Any, None]:
+            return rpc.then(core.release_async([(lease.taskId, lease.leaseToken) for lease in leases]), _none)
+
+        @rpc.map_errors
+        def addUsers(self, ids: Sequence[str], kind: Any, current: Ice.Current) -> rpc.Converted[Any, int]:
+            return rpc.then(core.add_async(list(ids), TaskKind[kind.name]), int)
 
         @rpc.map_errors
         def stats(self, current: Ice.Current) -> Any:

@@ -3,6 +3,10 @@ Every test runs against the memory store and the Berkeley DB store (the ``store`
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -346,3 +350,72 @@ def test_the_new_items_times_reach_the_revisit_policy(store: QueueStore, clocks:
     core.report([ok(task.id, task.lease_token, new_items=3, window_items=3, newest_item_ms=times[0],
                     new_item_times_ms=times)])
     assert seen[0].new_item_times_s == tuple(t / 1000 for t in times)
+
+
+# --- calls grouped into one transaction (group commit) ------------------------------------------------------
+
+
+@contextmanager
+def queued_together(core: SchedulerCore) -> Iterator[None]:
+    """Calls made with the ``*_async`` methods inside the block are queued, then run as ONE group after it (while
+    a first call, an add of a known id that changes nothing, holds the runner)."""
+    with core._lock:
+        opener = threading.Thread(target=core.add, args=(["weibo_pc:1"], TaskKind.WeiboUser))
+        opener.start()
+        deadline = time.monotonic() + 10
+        while not core._runner._running:
+            assert time.monotonic() < deadline, "the opener never started running"
+            time.sleep(0.001)
+        yield
+    opener.join(10)
+
+
+def test_a_rejected_call_in_a_group_changes_nothing_and_the_others_apply(core: SchedulerCore,
+                                                                          store: QueueStore) -> None:
+    core.add(USERS, TaskKind.WeiboUser)
+    tasks = core.lease("w", 2)
+    with queued_together(core):
+        good = core.report_async([ok(tasks[0].id, tasks[0].lease_token, new_items=2)])
+        bad = core.report_async([ok(tasks[1].id, "not-a-token")])
+        lease = core.lease_async("w2", 5)
+    assert good.result(10) is None
+    with pytest.raises(LeaseLostError) as caught:
+        bad.result(10)
+    assert caught.value.code == "UnknownLease"
+    unleased = {"user:weibo_pc:1", "user:weibo_pc:2", "user:weibo_mobile:3"} - {task.id for task in tasks}
+    assert {task.id for task in lease.result(10)} == unleased  # the reported task is not due again yet
+    assert core.task_info(tasks[0].id)["crawls"] == 1
+    assert core.task_info(tasks[1].id)["state"] == "inflight"  # still leased with its real token
+    core.report([ok(tasks[1].id, tasks[1].lease_token)])
+    counts, problems = check_consistency(store, queues=core.queues)
+    assert problems == [] and counts == {"tasks": 3, "pending": 2, "inflight": 1}
+
+
+def test_a_group_whose_transaction_fails_runs_each_call_alone(core: SchedulerCore, store: QueueStore) -> None:
+    core.add(USERS, TaskKind.WeiboUser)
+    task = core.lease("w", 1)[0]
+
+    def broken(txn: Any, group: Any) -> Any:
+        txn.put("meta", b"half-written", b"x")
+        raise RuntimeError("disk on fire")
+    with queued_together(core):
+        good = core.report_async([ok(task.id, task.lease_token)])
+        failing = core._call(broken, durable=False)
+    assert good.result(10) is None
+    with pytest.raises(RuntimeError, match="disk on fire"):
+        failing.result(10)
+    with store.transaction() as txn:
+        assert txn.get("meta", b"half-written") is None  # rolled back; the good report was applied alone
+    assert core.task_info(task.id)["crawls"] == 1
+    assert check_consistency(store, queues=core.queues)[1] == []
+
+
+def test_a_spaced_host_gets_one_task_per_group(store: QueueStore, clocks: ManualClocks) -> None:
+    core = SchedulerCore.from_settings(make_settings(scheduler__host_spacing_s=2.0), store, clocks)
+    core.add(["weibo_pc:1", "weibo_pc:2"], TaskKind.WeiboUser)
+    with queued_together(core):
+        first = core.lease_async("w1", 1)
+        second = core.lease_async("w2", 1)
+    assert len(first.result(10)) == 1
+    with pytest.raises(NoWorkError):
+        second.result(10)
