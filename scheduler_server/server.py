@@ -6,6 +6,7 @@ The servant only converts Slice <-> core types (``icecrawler.rpc``), calls the c
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import threading
@@ -25,11 +26,11 @@ __all__ = ["Maintenance", "make_servant", "open_core", "run"]
 
 log = logging.getLogger(__name__)
 
-#: Ice properties the scheduler starts with (deploy/scheduler.conf or --Ice.* override them). Several
-#: dispatch threads let unmarshalling overlap with the core's single lock, and let concurrent reports share the
-#: fsync of a commit while other threads keep leasing: 8 beat 4 by 25-60 % for 8 batching clients on 2 cores;
-#: one thread serialised every fsync (docs/BENCHMARKS.md).
-SCHEDULER_PROPERTIES = {"Ice.ThreadPool.Server.Size": "8"}
+#: Ice properties the scheduler starts with (deploy/scheduler.conf or --Ice.* override them). Dispatch is
+#: asynchronous, so two threads suffice: while one runs a group of calls (``groups``), the other reads and queues
+#: the next requests. More threads only hand the GIL around: 8 clients making single calls got 1 312-1 502
+#: cycles/s with 8 threads and 1 440-1 602 with 2 (docs/BENCHMARKS.md).
+SCHEDULER_PROPERTIES = {"Ice.ThreadPool.Server.Size": "2"}
 
 
 def _none(_: object) -> None:
@@ -130,6 +131,11 @@ def open_core(settings: Settings) -> SchedulerCore:
 def run(settings: Settings, ice_args: Sequence[str]) -> int:
     """Serve until SIGTERM/SIGINT: then refuse new leases, drain dispatches, close the environment."""
     core = open_core(settings)
+    # What was loaded at start (the queue index, Ice, the policies) lives as long as the process: keep it out
+    # of every garbage collection, which otherwise walks it again and again under load. Each call allocates
+    # records and Slice objects, nearly none of them in cycles, so young collections can be rare too.
+    gc.freeze()
+    gc.set_threshold(50_000, 50, 100)
     maintenance = Maintenance(core, settings.get_float("scheduler.maintenance_interval_s"),
                               settings.get_float("scheduler.checkpoint_interval_s"))
     stats = core.stats()
