@@ -7,7 +7,7 @@ Values are pickled tuples of builtins (protocol 5, stable across Python versions
 pickles in about half the time and space of the dict of the same fields (which in turn is several times
 faster than JSON). Fields are only ever appended to ``TaskRecord``, so a shorter tuple (written before a field
 existed) reads back with that field's default. Records written as pickled dicts by earlier versions still
-read back (by name; unknown fields are ignored). The database is private to the scheduler; nothing else
+read back (by name; unknown fields are ignored), and so do histories written as lists (they are packed on read). The database is private to the scheduler; nothing else
 writes it.
 """
 
@@ -23,9 +23,11 @@ from typing import Any
 
 from icecrawler.models import TaskKind
 
-__all__ = ["TaskRecord", "decode_time_key", "done_value", "time_key"]
+__all__ = ["TaskRecord", "decode_time_key", "done_value", "history_append", "history_entries", "time_key"]
 
 _TIME = struct.Struct(">Q")
+#: One entry of a task's crawl history: time (ms), period (s), fingerprint distance (-1: unknown), new items.
+_HISTORY_ENTRY = struct.Struct("<qdqq")
 _PROTOCOL = 5
 #: json.dumps' own string encoder (ensure_ascii), in C.
 _json_str = json.encoder.encode_basestring_ascii  # type: ignore[attr-defined]
@@ -38,6 +40,27 @@ def time_key(ms: int, task_id: str = "") -> bytes:
 
 def decode_time_key(key: bytes) -> tuple[int, str]:
     return _TIME.unpack_from(key)[0], key[_TIME.size:].decode()
+
+
+def history_append(history: bytes, time_ms: int, period_s: float, distance: int, new_items: int, keep: int
+                   ) -> bytes:
+    """``history`` (packed entries, oldest first) with one more entry, keeping the newest ``keep``.
+
+    A record carries its last ``scheduler.history_len`` crawls. As nested lists they made up most of a full
+    record and of its encoding and decoding time (a 20-entry record: 727 bytes, 6.8 µs to encode, 10 µs to
+    decode); packed, they are one bytes value that pickle copies."""
+    return (history + _HISTORY_ENTRY.pack(int(time_ms), float(period_s), int(distance), int(new_items)))[
+        -keep * _HISTORY_ENTRY.size:]
+
+
+def history_entries(history: bytes) -> list[tuple[int, float, int, int]]:
+    """The entries of a packed history: (time_ms, period_s, distance, new_items), oldest first."""
+    return list(_HISTORY_ENTRY.iter_unpack(history))
+
+
+def _pack_history(entries: Any) -> bytes:
+    """A history written by an earlier version (a list of [time_ms, period_s, distance, new_items]), packed."""
+    return b"".join(_HISTORY_ENTRY.pack(int(t), float(p), int(d), int(n)) for t, p, d, n in entries)
 
 
 def _json_number(value: Any) -> str:
@@ -90,8 +113,8 @@ class TaskRecord:
     #: Tokens of recent leases that ended without a report (to tell StaleLease from UnknownLease).
     old_tokens: list[str] = field(default_factory=list)
     policy_state: dict[str, Any] = field(default_factory=dict)
-    #: Recent successful crawls: [time_ms, period_s, distance, new_items].
-    history: list[list[float]] = field(default_factory=list)
+    #: Recent successful crawls, packed (``history_append`` / ``history_entries``).
+    history: bytes = b""
     crawls: int = 0
     last_crawl_ms: int = 0
     last_outcome: str = ""
@@ -114,10 +137,13 @@ class TaskRecord:
             if len(raw) == len(_NAMES):  # the common case: skip __init__, the values are already complete
                 record = object.__new__(cls)
                 record.__dict__.update(zip(_NAMES, raw, strict=True))
-                return record
-            # Written before the last fields existed: those take their defaults.
-            return cls(**dict(zip(_NAMES, raw, strict=False)))
-        return cls(**{key: value for key, value in raw.items() if key in _FIELDS})  # an earlier dict record
+            else:  # written before the last fields existed: those take their defaults
+                record = cls(**dict(zip(_NAMES, raw, strict=False)))
+        else:  # an earlier dict record
+            record = cls(**{key: value for key, value in raw.items() if key in _FIELDS})
+        if type(record.history) is not bytes:
+            record.history = _pack_history(record.history)
+        return record
 
 
 #: Field names in declaration order: the order of a record's tuple on disk (only ever append new fields).

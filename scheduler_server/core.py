@@ -56,7 +56,14 @@ from icecrawler.models import (
 )
 from icecrawler.settings import Settings
 from scheduler_server.accounts import AccountPool, load_accounts
-from scheduler_server.codec import TaskRecord, decode_time_key, done_value, time_key
+from scheduler_server.codec import (
+    TaskRecord,
+    decode_time_key,
+    done_value,
+    history_append,
+    history_entries,
+    time_key,
+)
 from scheduler_server.groups import GroupCall, GroupRunner, Pending
 from scheduler_server.politeness import HostGate, RateWindow
 from scheduler_server.queues import TaskQueues
@@ -675,7 +682,8 @@ class SchedulerCore:
         record.cursor = item.cursor or record.cursor
         if record.kind == TaskKind.Listing.value:
             record.discovered += item.new_items
-        record.history = [*record.history, [now_ms, period, distance, item.new_items]][-self.config.history_len:]
+        record.history = history_append(record.history, now_ms, period, distance, item.new_items,
+                                        self.config.history_len)
         return period
 
     def release(self, leases: Sequence[tuple[str, str]]) -> None:
@@ -840,7 +848,7 @@ class SchedulerCore:
             info["due_in_s"] = round((record.due_ms / 1000 - self.clocks.now()), 3) if record.state == "pending" \
                 else None
             info["history"] = [{"time_ms": int(t), "period_s": p, "distance": int(d), "new_items": int(n)}
-                               for t, p, d, n in record.history]
+                               for t, p, d, n in history_entries(record.history)]
             return info
 
 

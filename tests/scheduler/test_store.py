@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from scheduler_server.codec import TaskRecord, decode_time_key, done_value, time_key
+from scheduler_server.codec import TaskRecord, decode_time_key, done_value, history_append, history_entries, time_key
 from scheduler_server.store import BdbQueueStore, MemoryQueueStore, QueueStore
 
 
@@ -82,8 +82,11 @@ class TestBdbStore(StoreContract):
         again.close()
 
 
+HISTORY = history_append(b"", 1, 2.0, 3, 4, keep=20)
+
+
 def test_record_round_trip_tolerates_schema_changes() -> None:
-    record = TaskRecord(id="user:weibo_pc:1", kind="user", source="weibo_pc", target="1", history=[[1, 2, 3, 4]])
+    record = TaskRecord(id="user:weibo_pc:1", kind="user", source="weibo_pc", target="1", history=HISTORY)
     assert TaskRecord.from_bytes(record.to_bytes()) == record
     newer = pickle.dumps({**vars(record), "from_the_future": 1})
     older = pickle.dumps({key: value for key, value in vars(record).items() if key != "discovered"})
@@ -95,11 +98,27 @@ def test_record_tuples_tolerate_appended_fields() -> None:
     """Records are stored as tuples in field order: a shorter one (written before the last fields existed)
     reads back with their defaults, a longer one (from a newer version) without the fields it does not know."""
     record = TaskRecord(id="user:weibo_pc:1", kind="user", source="weibo_pc", target="1", discovered=0,
-                        created_ms=0, history=[[1, 2, 3, 4]])
+                        created_ms=0, history=HISTORY)
     values = pickle.loads(record.to_bytes())
     assert isinstance(values, tuple) and values[0] == "user:weibo_pc:1"
     assert TaskRecord.from_bytes(pickle.dumps(values[:-2])) == record
     assert TaskRecord.from_bytes(pickle.dumps((*values, "from the future"))) == record
+
+
+def test_histories_written_as_lists_read_back_packed() -> None:
+    record = TaskRecord(id="user:weibo_pc:1", kind="user", source="weibo_pc", target="1", history=HISTORY)
+    as_lists = tuple([[1, 2.0, 3, 4]] if name == "history" else value for name, value in vars(record).items())
+    assert TaskRecord.from_bytes(pickle.dumps(as_lists)) == record
+    assert TaskRecord.from_bytes(pickle.dumps({**vars(record), "history": [[1, 2.0, 3, 4]]})) == record
+
+
+def test_history_keeps_the_newest_entries_in_order() -> None:
+    history = b""
+    for n in range(25):
+        history = history_append(history, 1_800_000_000_000 + n, 60.0 * n, n - 1, n, keep=20)
+    entries = history_entries(history)
+    assert len(entries) == 20 and entries[0] == (1_800_000_000_005, 300.0, 4, 5)
+    assert entries[-1] == (1_800_000_000_024, 1440.0, 23, 24)
 
 
 @pytest.mark.parametrize("worker", ["bench-1", "wörker \"quoted\" \\ \n", ""])
