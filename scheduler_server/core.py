@@ -3,10 +3,11 @@
 State lives in a ``QueueStore`` (tables ``tasks``, ``pending``, ``inflight``, ``done``, ``meta``; see
 ``store`` and ``codec``). Every call that changes state does so inside ONE store transaction (never split
 over two; calls made at the same time may share one, see Concurrency), so a crash at any moment leaves each
-task either as it was or fully moved: pending (a ``pending`` key at its due time) or in
-flight (an ``inflight`` key at its lease deadline), never both, never neither. The same two queues are also
-indexed in memory (``queues``: rebuilt from the tables at start, changed inside the same transaction and rolled
-back with it), so that finding due tasks and expired leases reads no B-tree.
+task either as it was or fully moved: pending (a ``pending`` key at its due time) or in flight (an
+``inflight`` key at its lease deadline, holding the lease; a lease does not rewrite the task's record), never
+both, never neither. The same two queues are also indexed in memory (``queues``: rebuilt from the tables at
+start, changed inside the same transaction and rolled back with it), so that finding due tasks and expired
+leases reads no B-tree.
 
 Concurrency: state-changing calls (add, lease, report, release) go through a group runner (``groups``): the
 calls queued while one group runs form the next group, which runs as ONE store transaction with one expiry pass
@@ -58,8 +59,10 @@ from icecrawler.settings import Settings
 from scheduler_server.accounts import AccountPool, load_accounts
 from scheduler_server.codec import (
     TaskRecord,
+    decode_lease,
     decode_time_key,
     done_value,
+    encode_lease,
     history_append,
     history_entries,
     time_key,
@@ -496,9 +499,9 @@ class SchedulerCore:
         record.account_id = account.id
         if not txn.delete("pending", time_key(record.due_ms, task_id)):
             raise ServiceError(f"{task_id} is queued in memory but has no pending key at {record.due_ms}")
-        txn.put("inflight", time_key(deadline_ms, task_id), record.lease_token.encode())
+        # The lease lives in its inflight entry; the record is written again when the lease ends (``_stored``).
+        txn.put("inflight", time_key(deadline_ms, task_id), encode_lease(token, worker_id, account.id))
         self.queues.inflight(task_id, deadline_ms)
-        txn.put("tasks", task_id.encode(), record.to_bytes())
         return Task(
             id=task_id, kind=TaskKind(record.kind), source=record.source, target=record.target,
             params=dict(record.params), lease_token=record.lease_token, lease_deadline_ms=deadline_ms,
@@ -585,25 +588,39 @@ class SchedulerCore:
         for time_ms in times:
             _check_range(time_ms, 1, 2**62, f"{where}.newItemTimesMs", index)
 
-    def _record(self, txn: Txn, task_id: str) -> TaskRecord:
-        """The task's record, to be changed: taken out of the in-flight cache, else read from the store."""
-        record = self._inflight.pop(task_id, None)
-        if record is not None:
-            return record
+    def _stored(self, txn: Txn, task_id: str) -> TaskRecord | None:
+        """The task's record as stored, with its current lease (from its inflight entry) if it is in flight;
+        None for an unknown task."""
         raw = txn.get("tasks", task_id.encode())
         if raw is None:
+            return None
+        record = TaskRecord.from_bytes(raw)
+        deadline_ms = self.queues.deadline.get(task_id)
+        if deadline_ms is not None:
+            value = txn.get("inflight", time_key(deadline_ms, task_id))
+            if value is None:
+                raise ServiceError(f"{task_id} is in flight in memory but has no inflight entry at {deadline_ms}")
+            token, worker, account_id = decode_lease(value)
+            record.state, record.lease_token, record.lease_deadline_ms = "inflight", token, deadline_ms
+            if worker is not None and account_id is not None:
+                record.worker, record.account_id = worker, account_id
+        return record
+
+    def _record(self, txn: Txn, task_id: str) -> TaskRecord:
+        """The task's record, to be changed: taken out of the in-flight cache, else read from the store."""
+        record = self._inflight.pop(task_id, None) or self._stored(txn, task_id)
+        if record is None:
             raise KeyError(task_id)
-        return TaskRecord.from_bytes(raw)
+        return record
 
     def _leased(self, txn: Txn, task_id: str, token: str, index: int, name: str) -> TaskRecord:
         """The task's record if ``token`` is its current lease; otherwise UnknownTask or LeaseLost."""
         cached = self._inflight.get(task_id)
         if cached is not None and cached.lease_token == token:
             return self._inflight.pop(task_id)
-        raw = txn.get("tasks", task_id.encode())
-        if raw is None:
+        record = self._stored(txn, task_id)
+        if record is None:
             raise _invalid(f"unknown task {task_id}", f"{name}[{index}].taskId", index, code="UnknownTask")
-        record = TaskRecord.from_bytes(raw)
         if record.state != "inflight" or record.lease_token != token:
             stale = token in record.old_tokens
             raise LeaseLostError(
@@ -839,10 +856,9 @@ class SchedulerCore:
         _check_task_id(task_id, "taskId", -1)
         with self._lock:
             with self.store.transaction() as txn:
-                raw = txn.get("tasks", task_id.encode())
-            if raw is None:
+                record = self._stored(txn, task_id)
+            if record is None:
                 raise _invalid(f"unknown task {task_id}", "taskId", code="UnknownTask")
-            record = TaskRecord.from_bytes(raw)
             info = {key: value for key, value in vars(record).items() if key != "old_tokens"}
             info["lease_token"] = "<held>" if record.lease_token else ""
             info["due_in_s"] = round((record.due_ms / 1000 - self.clocks.now()), 3) if record.state == "pending" \
@@ -854,14 +870,16 @@ class SchedulerCore:
 
 def check_consistency(store: QueueStore, limit: int = 10_000_000, queues: TaskQueues | None = None
                       ) -> tuple[dict[str, int], list[str]]:
-    """Audit: every task is in exactly one of pending/inflight, at the key its record names, and no queue key
-    points at a missing task; given a running core's ``queues``, its in-memory queues hold exactly the same
-    entries as the tables. Returns per-state counts and a list of problems (empty when consistent)."""
+    """Audit: every task is in exactly one of pending/inflight; a pending key is at the due time its record names,
+    an inflight entry holds a lease (and agrees with its record where an earlier version wrote the lease
+    there too), and no queue key points at a missing task; given a running core's ``queues``, its in-memory
+    queues hold exactly the same entries as the tables. Returns per-state counts and a list of problems (empty
+    when consistent)."""
     problems: list[str] = []
     with store.transaction() as txn:
         records = {key.decode(): TaskRecord.from_bytes(value) for key, value in txn.scan("tasks", limit=limit)}
         pending = [decode_time_key(key) for key, _ in txn.scan("pending", limit=limit)]
-        inflight = [(decode_time_key(key), token.decode()) for key, token in txn.scan("inflight", limit=limit)]
+        inflight = [(decode_time_key(key), decode_lease(value)[0]) for key, value in txn.scan("inflight", limit=limit)]
     where: dict[str, list[str]] = {task_id: [] for task_id in records}
     for due_ms, task_id in pending:
         record = records.get(task_id)
@@ -870,8 +888,8 @@ def check_consistency(store: QueueStore, limit: int = 10_000_000, queues: TaskQu
         where.setdefault(task_id, []).append("pending")
     for (deadline_ms, task_id), token in inflight:
         record = records.get(task_id)
-        if record is None or record.state != "inflight" or record.lease_deadline_ms != deadline_ms \
-                or record.lease_token != token:
+        if record is None or not token or (record.state == "inflight" and (
+                record.lease_deadline_ms != deadline_ms or record.lease_token != token)):
             problems.append(f"inflight key ({deadline_ms}, {task_id}) does not match its record")
         where.setdefault(task_id, []).append("inflight")
     problems.extend(f"{task_id} is in {places or 'no queue'}" for task_id, places in where.items()

@@ -3,6 +3,7 @@ Every test runs against the memory store and the Berkeley DB store (the ``store`
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -14,6 +15,7 @@ import pytest
 
 from icecrawler.errors import ConfigError, InvalidArgumentError, LeaseLostError, NoWorkError
 from icecrawler.models import Outcome, Report, TaskKind
+from scheduler_server.codec import TaskRecord, time_key
 from scheduler_server.core import SchedulerCore, check_consistency
 from scheduler_server.store import MemoryQueueStore, QueueStore
 from shhd.policies import Decision, Observation
@@ -192,6 +194,52 @@ def test_a_new_core_rebuilds_the_queues_from_the_records(store: QueueStore, cloc
     reopened.report([ok(leased.id, leased.lease_token)])  # the lease survived the restart
     clocks.advance(60)
     assert len(reopened.lease("w", 3)) == 3  # two reported, one expired
+
+
+def test_a_lease_lives_in_its_inflight_entry_not_in_the_record(store: QueueStore, clocks: ManualClocks) -> None:
+    core = SchedulerCore.from_settings(make_settings(), store, clocks)
+    core.add(["weibo_pc:1"], TaskKind.WeiboUser)
+    with store.transaction() as txn:
+        before = txn.get("tasks", b"user:weibo_pc:1")
+    task = core.lease("worker-7", 1)[0]
+    with store.transaction() as txn:
+        assert txn.get("tasks", b"user:weibo_pc:1") == before  # leasing wrote only the queue entries
+    reopened = SchedulerCore.from_settings(make_settings(), store, clocks)  # a restart: no cached records
+    info = reopened.task_info(task.id)
+    assert (info["state"], info["lease_token"], info["worker"]) == ("inflight", "<held>", "worker-7")
+    assert info["lease_deadline_ms"] == task.lease_deadline_ms
+    with pytest.raises(LeaseLostError):
+        reopened.report([ok(task.id, "0" * 16)])
+    reopened.report([ok(task.id, task.lease_token)])
+    (entry,) = done_entries(store)
+    assert entry["worker"] == "worker-7" and entry["deadline_wall_ms"] == task.lease_deadline_ms
+    assert check_consistency(store, queues=reopened.queues)[1] == []
+
+
+def test_leases_written_into_the_record_by_earlier_versions_still_count(store: QueueStore,
+                                                                        clocks: ManualClocks) -> None:
+    """Before leases moved to the inflight entry, a lease rewrote the record and the entry held the bare token."""
+    core = SchedulerCore.from_settings(make_settings(), store, clocks)
+    core.add(["weibo_pc:1"], TaskKind.WeiboUser)
+    task = core.lease("worker-7", 1)[0]
+    key = time_key(task.lease_deadline_ms, task.id)
+    with store.transaction() as txn:
+        record = TaskRecord.from_bytes(txn.get("tasks", task.id.encode()) or b"")
+        record.state, record.lease_token, record.worker = "inflight", task.lease_token, "worker-7"
+        record.lease_deadline_ms = task.lease_deadline_ms
+        txn.put("tasks", task.id.encode(), record.to_bytes())
+        txn.put("inflight", key, task.lease_token.encode())
+    assert check_consistency(store)[1] == []
+    reopened = SchedulerCore.from_settings(make_settings(), store, clocks)
+    assert reopened.task_info(task.id)["state"] == "inflight"
+    reopened.report([ok(task.id, task.lease_token)])
+    assert done_entries(store)[0]["worker"] == "worker-7"
+    assert check_consistency(store, queues=reopened.queues)[1] == []
+
+
+def done_entries(store: QueueStore) -> list[dict[str, Any]]:
+    with store.transaction() as txn:
+        return [json.loads(value) for _, value in txn.scan("done")]
 
 
 def test_the_in_memory_queues_must_match_the_tables(core: SchedulerCore, store: QueueStore) -> None:
