@@ -8,6 +8,7 @@ code base compiles or imports generated code directly. Use ``crawler()`` to get 
 from __future__ import annotations
 
 import functools
+import gc
 import logging
 import signal
 import threading
@@ -138,6 +139,20 @@ def stop_on_signals(stop: threading.Event) -> Iterator[None]:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+#: The daemons' garbage-collector thresholds (Python's default is (700, 10, 10)). Every call unmarshals Slice
+#: structs and builds core objects that die with the call and form no cycles; with the default, the objects of
+#: calls in flight were scanned again and again and promoted, and collection took ~7 % of the storage server's
+#: CPU under ``bench storage`` (perf). Collections still run, ~70x less often in the young generation.
+SERVER_GC_THRESHOLDS = (50_000, 20, 100)
+
+
+def settle_server_heap() -> None:
+    """For a daemon, once start-up has loaded what it keeps (modules, Slice types, a scheduler's queue index):
+    freeze that out of every later collection, and make young collections rare (``SERVER_GC_THRESHOLDS``)."""
+    gc.freeze()
+    gc.set_threshold(*SERVER_GC_THRESHOLDS)
 
 
 def serve(

@@ -6,7 +6,6 @@ The servant only converts Slice <-> core types (``icecrawler.rpc``), calls the c
 
 from __future__ import annotations
 
-import gc
 import json
 import logging
 import threading
@@ -131,11 +130,7 @@ def open_core(settings: Settings) -> SchedulerCore:
 def run(settings: Settings, ice_args: Sequence[str]) -> int:
     """Serve until SIGTERM/SIGINT: then refuse new leases, drain dispatches, close the environment."""
     core = open_core(settings)
-    # What was loaded at start (the queue index, Ice, the policies) lives as long as the process: keep it out
-    # of every garbage collection, which otherwise walks it again and again under load. Each call allocates
-    # records and Slice objects, nearly none of them in cycles, so young collections can be rare too.
-    gc.freeze()
-    gc.set_threshold(50_000, 50, 100)
+    rpc.settle_server_heap()  # after the queue index is loaded, so that collections never walk it
     maintenance = Maintenance(core, settings.get_float("scheduler.maintenance_interval_s"),
                               settings.get_float("scheduler.checkpoint_interval_s"))
     stats = core.stats()
