@@ -53,6 +53,17 @@ def named(name: str, value: Any = None, error: Exception | None = None) -> Any:
     return run
 
 
+def held_runner(recorder: Recorder, first: GroupCall, name: str = "first") -> tuple[GroupRunner, threading.Thread]:
+    """A runner whose first group (``first``, submitted from the returned thread) is held inside ``run_group``
+    until ``recorder.gate`` is set, so that the calls submitted meanwhile queue up."""
+    runner = GroupRunner(recorder.run_group, recorder.sync)
+    recorder.gate.clear()
+    thread = threading.Thread(target=runner.submit, args=(first,), name=name)
+    thread.start()
+    assert recorder.entered.wait(WAIT_S)
+    return runner, thread
+
+
 def test_a_lone_call_runs_at_once_in_the_callers_thread() -> None:
     recorder = Recorder()
     runner = GroupRunner(recorder.run_group, recorder.sync)
@@ -63,11 +74,7 @@ def test_a_lone_call_runs_at_once_in_the_callers_thread() -> None:
 
 def test_calls_queued_while_a_group_runs_form_the_next_group() -> None:
     recorder = Recorder()
-    runner = GroupRunner(recorder.run_group, recorder.sync)
-    recorder.gate.clear()
-    first = threading.Thread(target=runner.submit, args=(GroupCall(named("a", "A"), durable=False),), name="first")
-    first.start()
-    assert recorder.entered.wait(WAIT_S)
+    runner, first = held_runner(recorder, GroupCall(named("a", "A"), durable=False))
     # Submitted while "a" runs: each returns at once with a pending future.
     futures = [runner.submit(GroupCall(named(name, name.upper()), durable=False)) for name in ("b", "c", "d")]
     assert not any(future.done() for future in futures)
@@ -80,11 +87,7 @@ def test_calls_queued_while_a_group_runs_form_the_next_group() -> None:
 
 def test_durable_calls_complete_after_one_shared_sync_and_others_before_it() -> None:
     recorder = Recorder()
-    runner = GroupRunner(recorder.run_group, recorder.sync)
-    recorder.gate.clear()
-    blocker = threading.Thread(target=runner.submit, args=(GroupCall(named("first"), durable=False),))
-    blocker.start()
-    assert recorder.entered.wait(WAIT_S)
+    runner, blocker = held_runner(recorder, GroupCall(named("first"), durable=False))
     calls = [GroupCall(named("lease", "L"), durable=False), GroupCall(named("report1", "R1"), durable=True),
              GroupCall(named("report2", "R2"), durable=True)]
     for call in calls:
@@ -124,11 +127,7 @@ def test_a_call_error_is_its_callers_and_a_failing_group_fails_its_calls() -> No
 
 def test_close_runs_what_is_queued_then_refuses_new_calls() -> None:
     recorder = Recorder()
-    runner = GroupRunner(recorder.run_group, recorder.sync)
-    recorder.gate.clear()
-    first = threading.Thread(target=runner.submit, args=(GroupCall(named("a"), durable=False),))
-    first.start()
-    assert recorder.entered.wait(WAIT_S)
+    runner, first = held_runner(recorder, GroupCall(named("a"), durable=False))
     queued = runner.submit(GroupCall(named("b", "B"), durable=True))
     closer = threading.Thread(target=runner.close)
     closer.start()
@@ -139,6 +138,8 @@ def test_close_runs_what_is_queued_then_refuses_new_calls() -> None:
     assert not closer.is_alive() and queued.result(WAIT_S) == "B"
     with pytest.raises(RuntimeError, match="closed"):
         runner.submit(GroupCall(named("c"), durable=False))
+    first.join(WAIT_S)
+    assert not first.is_alive()
 
 
 def test_pending_completes_once_for_waiters_and_callbacks() -> None:
