@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import threading
+
+import Ice
 import pytest
 
 from icecrawler import rpc
@@ -87,3 +90,30 @@ def test_map_errors_decorator_turns_core_errors_into_slice_exceptions() -> None:
     with pytest.raises(rpc.crawler().NoWork) as info:
         servant_method()
     assert info.value.nextDueInMs == 10
+
+
+def test_ice_threads_keep_their_python_thread_state_between_dispatches() -> None:
+    """rpc.communicator's thread hooks: without them every dispatch on an Ice thread ran on a fresh Python thread
+    state (created and destroyed per call), so a threading.local set in one dispatch was gone in the next."""
+    C = rpc.crawler()
+    local = threading.local()
+    seen: list[int] = []
+
+    class CountingEcho(C.Echo):  # type: ignore[misc,name-defined]
+        def echoTasks(self, workerId: str, max: int, current: object) -> list[object]:
+            local.calls = getattr(local, "calls", 0) + 1
+            seen.append(local.calls)
+            return []
+
+        def echoReports(self, reports: object, current: object) -> None:
+            """Unused."""
+
+    with rpc.communicator(properties={"Ice.ThreadPool.Server.Size": "1",
+                                      "Ice.ThreadPool.Server.SizeMax": "1"}) as server, rpc.communicator() as client:
+        adapter = server.createObjectAdapterWithEndpoints("CountingEcho", "tcp -h 127.0.0.1 -p 0")
+        proxy = adapter.add(CountingEcho(), Ice.stringToIdentity("echo"))
+        adapter.activate()
+        echo = C.EchoPrx.uncheckedCast(client.stringToProxy(proxy.ice_toString()))
+        for _ in range(5):
+            assert echo.echoTasks("w", 1) == []
+    assert seen == [1, 2, 3, 4, 5]
