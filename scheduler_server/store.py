@@ -30,6 +30,8 @@ __all__ = ["TABLES", "BdbQueueStore", "MemoryQueueStore", "QueueStore", "Txn"]
 #: The scheduler's tables: per-task metadata, the delayed queue, leases, the completion log, and small
 #: scheduler-wide records (host blocks, account freezes, the clock origin).
 TABLES: tuple[str, ...] = ("tasks", "pending", "inflight", "done", "meta")
+#: In-memory log buffer of the Berkeley DB environment (see ``BdbQueueStore``).
+_LOG_BUFFER_BYTES = 4 << 20
 
 
 class Txn(Protocol):
@@ -219,6 +221,9 @@ class BdbQueueStore:
         try:
             self._env = db.DBEnv()
             self._env.set_cachesize(0, cache_mb << 20, 1)
+            # A group's transaction logs a few KB per task cycle; with the default 32 KB log buffer a group of
+            # 100 reports wrote it out in several pieces before its commit. This holds a whole group.
+            self._env.set_lg_bsize(_LOG_BUFFER_BYTES)
             self._env.set_lk_detect(db.DB_LOCK_DEFAULT)
             self._env.log_set_config(db.DB_LOG_AUTO_REMOVE, 1)
             self._env.open(str(self.path), db.DB_CREATE | db.DB_INIT_TXN | db.DB_INIT_LOG | db.DB_INIT_LOCK
