@@ -27,6 +27,9 @@ from scheduler_server.politeness import Hold, RateWindow
 
 __all__ = ["AccountPool", "PooledAccount", "load_accounts"]
 
+#: What a source that needs no login is leased with (Account is frozen, so one instance serves every lease).
+_NO_ACCOUNT = Account()
+
 log = logging.getLogger(__name__)
 
 
@@ -86,7 +89,7 @@ class AccountPool:
     def pick(self, source: str, now: float) -> Account | None:
         """An account for ``source`` (the empty Account if it needs none), or None if none is usable now."""
         if source not in self.needs_account:
-            return Account()
+            return _NO_ACCOUNT
         for step in range(len(self._order)):
             pooled = self._accounts[self._order[(self._next + step) % len(self._order)]]
             if (source in pooled.sources and pooled.frozen.until <= now
