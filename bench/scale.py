@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from bench._cluster import Cluster, Workload, cpu_seconds, wait_until
+from crawler_client.gateways import IceScheduler
 from icecrawler import rpc
 from icecrawler.commands.seed import add_groups, group_by_kind
 from icecrawler.processes import ManagedProcess, ProcessGroup, free_port
@@ -57,7 +58,7 @@ class Seeder:
         self.proxy.ice_ping()
 
     def seed(self) -> None:
-        add_groups(self.proxy, self.groups, SEED_BATCH)
+        add_groups(IceScheduler(self.proxy), self.groups, SEED_BATCH)
 
 
 def _machine_busy() -> tuple[float, float]:

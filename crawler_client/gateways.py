@@ -11,13 +11,24 @@ core types; Slice types and Ice exceptions stop here. Errors a caller must handl
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, Protocol
 
-from icecrawler import rpc
-from icecrawler.models import Post, Report, Review, Task, TaskKind
+import Ice
 
-__all__ = ["IceScheduler", "IceStorage", "SchedulerGateway", "StorageGateway"]
+from icecrawler import rpc
+from icecrawler.errors import ConfigError, InvalidArgumentError, LeaseLostError, NoWorkError
+from icecrawler.models import Post, Report, Review, Task, TaskKind
+from icecrawler.settings import Settings
+from icecrawler.shards import ShardMap
+
+__all__ = ["IceScheduler", "IceStorage", "SchedulerGateway", "ShardedScheduler", "StorageGateway",
+           "scheduler_gateway"]
+
+#: Most entries ShardedScheduler keeps in each of its memories (a bound, not a size anyone should reach).
+_MEMORY_CAP = 100_000
 
 class SchedulerGateway(Protocol):
     def lease(self, worker_id: str, count: int) -> list[Task]:
@@ -78,6 +89,128 @@ class IceScheduler(_IceGateway):
 
     def add_targets(self, ids: Sequence[str], kind: TaskKind) -> int:
         return int(self._invoke("addUsers", list(ids), rpc.crawler().TaskKind[kind.name]))
+
+
+class ShardedScheduler:
+    """SchedulerGateway over the shards of a sharded scheduler (``icecrawler.shards``), given in shard order.
+
+    Leases come from the shards in turn: each call starts one shard further on, and a shard with nothing due
+    passes to the next. Every report, release and new id goes to the shard that owns its task: the one that
+    leased it, else the one its host hashes to. A call whose items all belong to one shard (every report of
+    one leased batch does) gets that shard's all-or-nothing answer. A call that spans shards is sent shard by
+    shard; if one shard refuses an item, the error names the item's index in the whole call, and the items
+    other shards already took are remembered, so that when the caller sends the call again without the refused
+    item (as ``Sink`` does), they are not sent twice."""
+
+    def __init__(self, shards: Sequence[SchedulerGateway], shard_map: ShardMap) -> None:
+        if len(shards) != shard_map.shards:
+            raise ConfigError(f"{len(shards)} scheduler proxies for a map of {shard_map.shards} shards")
+        self._shards = list(shards)
+        self._map = shard_map
+        self._lock = threading.Lock()
+        self._next = 0
+        #: task id -> the shard that leased it, until it is reported or released.
+        self._leased_by: dict[str, int] = {}
+        #: (task id, lease token) of items a shard took in a call that another shard then refused.
+        self._taken: dict[tuple[str, str], None] = {}
+
+    def lease(self, worker_id: str, count: int) -> list[Task]:
+        with self._lock:
+            start, self._next = self._next, (self._next + 1) % len(self._shards)
+        refusals: list[NoWorkError] = []
+        for step in range(len(self._shards)):
+            shard = (start + step) % len(self._shards)
+            try:
+                tasks = self._shards[shard].lease(worker_id, count)
+            except NoWorkError as exc:
+                refusals.append(exc)
+                continue
+            with self._lock:
+                for task in tasks:
+                    self._leased_by[task.id] = shard
+                _cap(self._leased_by)
+            return tasks
+        waits = [exc.next_due_in_ms for exc in refusals if exc.next_due_in_ms >= 0]
+        stopping = all(exc.code == "ShuttingDown" for exc in refusals)
+        raise NoWorkError(f"no task is due on any of the {len(self._shards)} scheduler shards",
+                          min(waits) if waits else -1, code="ShuttingDown" if stopping else "QueueEmpty")
+
+    def report(self, reports: Sequence[Report]) -> None:
+        self._route(reports, lambda report: (report.task_id, report.lease_token),
+                    lambda gateway, part: gateway.report(part))
+
+    def release(self, leases: Sequence[tuple[str, str]]) -> None:
+        self._route(leases, lambda lease: lease, lambda gateway, part: gateway.release(part))
+
+    def add_targets(self, ids: Sequence[str], kind: TaskKind) -> int:
+        parts = _by_shard(range(len(ids)), lambda index: self._map.of_target(ids[index]))
+        added = 0
+        for shard, indexes in parts.items():
+            with _whole_call_index(indexes):
+                added += self._shards[shard].add_targets([ids[index] for index in indexes], kind)
+        return added
+
+    def _route[T](self, items: Sequence[T], lease_of: Callable[[T], tuple[str, str]],
+                  send: Callable[[SchedulerGateway, list[T]], None]) -> None:
+        """Send each item to its task's shard (see the class docstring); items are (task id, token) leases."""
+        with self._lock:
+            fresh: list[int] = []
+            for index, item in enumerate(items):
+                if lease_of(item) in self._taken:  # taken in an earlier, partly refused call
+                    del self._taken[lease_of(item)]
+                else:
+                    fresh.append(index)
+            owners = {index: self._leased_by.get(lease_of(items[index])[0], -1) for index in fresh}
+        parts = _by_shard(fresh, lambda index: owners[index] if owners[index] >= 0
+                          else self._map.of_task(lease_of(items[index])[0]))
+        sent: list[int] = []
+        for shard, indexes in parts.items():
+            try:
+                with _whole_call_index(indexes):
+                    send(self._shards[shard], [items[index] for index in indexes])
+            except (LeaseLostError, InvalidArgumentError):
+                with self._lock:
+                    self._taken.update((lease_of(items[index]), None) for index in sent)
+                    _cap(self._taken)
+                raise
+            sent.extend(indexes)
+        with self._lock:
+            for index in sent:
+                self._leased_by.pop(lease_of(items[index])[0], None)
+
+
+def _by_shard(indexes: Sequence[int] | range, shard_of: Callable[[int], int]) -> dict[int, list[int]]:
+    """Item indexes grouped by shard, shards in order, each group in call order."""
+    parts: dict[int, list[int]] = {}
+    for index in indexes:
+        parts.setdefault(shard_of(index), []).append(index)
+    return dict(sorted(parts.items()))
+
+
+@contextmanager
+def _whole_call_index(indexes: list[int]) -> Iterator[None]:
+    """Inside: a LeaseLost/InvalidArgument naming item ``i`` of one shard's part names ``indexes[i]`` instead."""
+    try:
+        yield
+    except (LeaseLostError, InvalidArgumentError) as exc:
+        if 0 <= exc.index < len(indexes):
+            exc.index = indexes[exc.index]
+        raise
+
+
+def _cap(memory: dict[Any, Any]) -> None:
+    """Forget the oldest entries past ``_MEMORY_CAP`` (dicts keep insertion order)."""
+    for key in list(memory)[:max(0, len(memory) - _MEMORY_CAP)]:
+        del memory[key]
+
+
+def scheduler_gateway(comm: Ice.Communicator, settings: Settings) -> SchedulerGateway:
+    """The scheduler as the client sees it: one ``IceScheduler``, or a ``ShardedScheduler`` over every proxy of
+    ``Scheduler.Proxies`` (``rpc.scheduler_proxies``), routed by the hosts of ``settings``' sources."""
+    proxies = rpc.scheduler_proxies(comm)
+    if len(proxies) == 1:
+        return IceScheduler(proxies[0])
+    return ShardedScheduler([IceScheduler(proxy) for proxy in proxies], ShardMap.from_settings(settings, len(proxies)))
 
 
 class IceStorage(_IceGateway):

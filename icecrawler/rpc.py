@@ -55,6 +55,7 @@ __all__ = [
     "report_to_slice",
     "review_from_slice",
     "review_to_slice",
+    "scheduler_proxies",
     "scheduler_proxy",
     "serve",
     "settle_server_heap",
@@ -146,6 +147,15 @@ def scheduler_proxy(comm: Ice.Communicator) -> Any:
     text = comm.getProperties().getPropertyWithDefault(
         "Scheduler.Proxy", f"{SCHEDULER_IDENTITY}:{SCHEDULER_ENDPOINTS}")
     return crawler().SchedulerPrx(comm, text)
+
+
+def scheduler_proxies(comm: Ice.Communicator) -> list[Any]:
+    """Typed proxies of every scheduler shard, in shard order: the ``Scheduler.Proxies`` property (proxies
+    separated by ``;``) when set, else the one ``scheduler_proxy`` (an unsharded scheduler)."""
+    text = comm.getProperties().getProperty("Scheduler.Proxies")
+    if not text.strip():
+        return [scheduler_proxy(comm)]
+    return [crawler().SchedulerPrx(comm, part.strip()) for part in text.split(";") if part.strip()]
 
 
 def storage_proxy(comm: Ice.Communicator) -> Any:

@@ -40,7 +40,6 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
-from urllib.parse import urlsplit
 
 from icecrawler.clock import Clock
 from icecrawler.errors import ConfigError, InvalidArgumentError, LeaseLostError, NoWorkError, ServiceError
@@ -56,6 +55,7 @@ from icecrawler.models import (
     split_task_id,
 )
 from icecrawler.settings import Settings
+from icecrawler.shards import ShardMap, source_hosts
 from scheduler_server.accounts import AccountPool, load_accounts
 from scheduler_server.codec import (
     TaskRecord,
@@ -91,6 +91,8 @@ _TOKEN_HISTORY = 3
 _SCAN_CHUNK = 256
 #: status counts due-soon tasks up to this many (the count is a scan; it must not stall the scheduler).
 _DUE_SOON_CAP = 100_000
+#: The ``meta`` key of the shard layout (``_check_layout``).
+_LAYOUT_KEY = b"layout"
 #: TaskKind by stored value (a dict lookup; calling the enum costs a microsecond per leased task).
 _TASK_KINDS = {kind.value: kind for kind in TaskKind}
 #: When a due task waits for an in-flight task of its host or for an account, idle clients retry after this.
@@ -148,6 +150,10 @@ class SchedulerConfig:
     fetch_budget_per_s: float = 0.0
     #: source -> host (netloc of ``sources.<source>.base_url``).
     hosts: dict[str, str] = field(default_factory=dict)
+    #: This process is shard ``shard`` of ``shards`` (``icecrawler.shards``): it holds the tasks of the hosts
+    #: that hash to it, and only those.
+    shards: int = 1
+    shard: int = 0
 
     @classmethod
     def from_settings(cls, settings: Settings) -> SchedulerConfig:
@@ -169,7 +175,9 @@ class SchedulerConfig:
             history_len=settings.get_int("scheduler.history_len"),
             done_retention_s=settings.get_float("scheduler.done_retention_s"),
             fetch_budget_per_s=settings.get_float("scheduler.fetch_budget_per_s"),
-            hosts={source: urlsplit(settings.get_str(f"sources.{source}.base_url")).netloc for source in SOURCES},
+            hosts=source_hosts(settings),
+            shards=settings.get_int("scheduler.shards"),
+            shard=settings.get_int("scheduler.shard"),
         )
         config.validate()
         return config
@@ -183,6 +191,12 @@ class SchedulerConfig:
             raise ConfigError("scheduler.fetch_budget_per_s must be >= 0 (0 = no global budget)")
         if self.host_spacing_s < 0 or self.host_block_s < 0 or self.account_freeze_s < 0:
             raise ConfigError("scheduler.host_spacing_s, host_block_s and account_freeze_s must be >= 0")
+        if not 0 <= self.shard < self.shards:
+            raise ConfigError(f"need 0 <= scheduler.shard < scheduler.shards, got shard {self.shard} of "
+                              f"{self.shards}")
+        if self.shards > 1 and self.fetch_budget_per_s > 0:
+            raise ConfigError("scheduler.fetch_budget_per_s is spread over all tasks by one process; it cannot be "
+                              "used with scheduler.shards > 1")
 
 
 @dataclass
@@ -257,6 +271,7 @@ class SchedulerCore:
         self.config = config
         self.accounts = accounts
         self.gate = HostGate(config.host_spacing_s)
+        self.shard_map = ShardMap(config.hosts, config.shards)
         self._lock = threading.RLock()
         self._runner = GroupRunner(self._run_calls, self.store.sync)
         self._stopping = False
@@ -281,6 +296,12 @@ class SchedulerCore:
         except ValueError as exc:
             raise ConfigError(f"scheduler.policy: {exc}") from exc
         accounts = load_accounts(settings.get_str("scheduler.accounts_dir"), config.account_sources)
+        shard_map = ShardMap(config.hosts, config.shards)
+        for pooled in accounts:
+            if len({shard_map.of_source(source) for source in pooled.sources}) > 1:
+                raise ConfigError(f"account {pooled.account.id} serves sources on different scheduler shards "
+                                  f"({', '.join(sorted(pooled.sources))}); its request budget needs one owner: "
+                                  "give each shard's hosts their own accounts")
         for source in sorted(config.account_sources - {s for a in accounts for s in a.sources}):
             log.warning("no account can crawl %s (scheduler.account_sources): its tasks wait until one is added",
                         source)
@@ -295,7 +316,10 @@ class SchedulerCore:
         wall = self.clocks.wall()
         with self.store.transaction() as txn:
             self._counts = {name: txn.count(name) for name in ("tasks", "pending", "inflight", "done")}
+            self._check_layout(txn)
             for key, value in txn.scan("meta", limit=1_000_000):
+                if key == _LAYOUT_KEY:
+                    continue
                 kind, _, name = key.decode().partition(":")
                 until, reason = json.loads(value)
                 if kind == "host":
@@ -313,6 +337,19 @@ class SchedulerCore:
                             self.queues.inflight(task_id, ms)
                             self.gate.restore_inflight(self._host(task_id), wall)
                     start = chunk[-1][0] + b"\0"
+
+    def _check_layout(self, txn: Txn) -> None:
+        """The database remembers which shard of how many it is: tasks are placed by ``crc32(host) % shards``,
+        so opening it as another shard, or with another shard count, would strand tasks on the wrong shard."""
+        layout = {"shard": self.config.shard, "shards": self.config.shards}
+        stored = txn.get("meta", _LAYOUT_KEY)
+        if stored is None:
+            txn.put("meta", _LAYOUT_KEY, json.dumps(layout).encode())
+        elif json.loads(stored) != layout:
+            was = json.loads(stored)
+            raise ConfigError(f"this scheduler database is shard {was['shard']} of {was['shards']}, but "
+                              f"scheduler.shard/scheduler.shards say {layout['shard']} of {layout['shards']}; "
+                              "use the shard's own scheduler.db_dir (changing the shard count is not supported)")
 
     @contextmanager
     def _transaction(self) -> Iterator[Txn]:
@@ -391,6 +428,10 @@ class SchedulerCore:
                 task_ids.append((make_task_id(kind, source, target), source, target))
             except InvalidArgumentError as exc:
                 raise _invalid(str(exc), f"ids[{index}]", index, code="InvalidId") from exc
+            if self.config.shards > 1 and self.shard_map.of_source(source) != self.config.shard:
+                raise _invalid(f"{text!r} belongs to scheduler shard {self.shard_map.of_source(source)} of "
+                               f"{self.config.shards} (its host {self.config.hosts[source]}), not to this shard "
+                               f"{self.config.shard}", f"ids[{index}]", index, code="WrongShard")
         return self._call(lambda txn, group: self._add_in(txn, group, task_ids, kind), durable=True)
 
     def _add_in(self, txn: Txn, group: _Group, task_ids: list[tuple[str, str, str]], kind: TaskKind
@@ -849,6 +890,8 @@ class SchedulerCore:
                     "policy": self.policy.name,
                     "lease_s": self.config.lease_s,
                     "batch_limit": self.config.batch_limit,
+                    "shard": self.config.shard,
+                    "shards": self.config.shards,
                     "shutting_down": self._stopping,
                 },
             }

@@ -40,7 +40,7 @@ class Command(BaseCommand):
 
     def run(self, args: argparse.Namespace, settings: Settings, ice_args: list[str]) -> int:
         from crawler_client.daemon import ClientDaemon, DaemonConfig
-        from crawler_client.gateways import IceScheduler, IceStorage
+        from crawler_client.gateways import IceStorage, scheduler_gateway
         from crawler_client.runner import RunnerConfig, TaskRunner
         from crawler_client.sources import get_source
         from shhd.fingerprint import fingerprint_texts
@@ -61,9 +61,10 @@ class Command(BaseCommand):
         stop_requested = threading.Event()
         with rpc.stop_on_signals(stop_requested), rpc.communicator(ice_args) as comm:
             daemon = ClientDaemon(
-                IceScheduler(rpc.scheduler_proxy(comm)), IceStorage(rpc.storage_proxy(comm)), config,
+                scheduler_gateway(comm, settings), IceStorage(rpc.storage_proxy(comm)), config,
                 runner_factory, clock=clock, fingerprint=fingerprint, worker_id=args.worker_id,
             )
-            log.info("scheduler: %s; storage: %s", rpc.scheduler_proxy(comm), rpc.storage_proxy(comm))
+            log.info("scheduler: %s; storage: %s", "; ".join(map(str, rpc.scheduler_proxies(comm))),
+                     rpc.storage_proxy(comm))
             daemon.run_until(stop_requested)
         return 0

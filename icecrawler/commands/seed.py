@@ -41,9 +41,9 @@ def group_by_kind(ids: list[str], kind: TaskKind | None) -> dict[TaskKind, list[
 
 
 def add_groups(scheduler: Any, groups: dict[TaskKind, list[str]], batch: int) -> dict[TaskKind, int]:
-    """``addUsers`` each kind's ids in calls of at most ``batch``; how many of each kind were new."""
-    kinds = rpc.crawler().TaskKind
-    return {kind: sum(scheduler.addUsers(ids[i:i + batch], kinds[kind.name]) for i in range(0, len(ids), batch))
+    """Add each kind's ids through ``scheduler`` (a ``crawler_client.gateways.SchedulerGateway``, which routes
+    them to their shards) in calls of at most ``batch``; how many of each kind were new."""
+    return {kind: sum(scheduler.add_targets(ids[i:i + batch], kind) for i in range(0, len(ids), batch))
             for kind, ids in groups.items()}
 
 
@@ -52,7 +52,8 @@ class Command(BaseCommand):
     description = ("Add crawl targets as <source>:<target> ids. The kind follows from the source (weibo_* = user "
                    "timelines, jd/ecshop = product reviews) unless --kind is given; --listing SOURCE:CATEGORY "
                    "adds listing pages that discover products. Known ids are ignored. The scheduler is found "
-                   "through the Scheduler.Proxy Ice property (default: the local scheduler).")
+                   "through the Scheduler.Proxy Ice property (default: the local scheduler), or its shards "
+                   "through Scheduler.Proxies; each id goes to the shard of its host.")
     takes_ice_args = True
 
     def add_options(self, parser: argparse.ArgumentParser) -> None:
@@ -68,8 +69,10 @@ class Command(BaseCommand):
             groups.setdefault(TaskKind.Listing, []).extend(args.listing)
         if not groups:
             raise ConfigError("nothing to seed: give ids, --file or --listing")
-        with rpc.communicator(ice_args) as comm, rpc.remote_calls("scheduler"):
-            added = add_groups(rpc.scheduler_proxy(comm), groups, settings.get_int("scheduler.batch_limit"))
+        from crawler_client.gateways import scheduler_gateway
+
+        with rpc.communicator(ice_args) as comm:
+            added = add_groups(scheduler_gateway(comm, settings), groups, settings.get_int("scheduler.batch_limit"))
         for kind, ids in groups.items():
             print(f"{kind.value}: {added[kind]} new of {len(ids)}")
         return 0

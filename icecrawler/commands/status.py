@@ -15,19 +15,40 @@ import Ice
 from icecrawler import rpc
 from icecrawler.commands import BaseCommand
 from icecrawler.settings import Settings
+from icecrawler.shards import ShardMap
 
 #: How long status waits for a server before calling it unreachable (milliseconds).
 STATUS_TIMEOUT_MS = 3000
 
 
-def scheduler_section(comm: Ice.Communicator) -> dict[str, Any]:
+#: Counts that add up over the shards of a sharded scheduler.
+_SUMMED = ("tasks", "pending", "inflight", "done", "due_soon", "leases_per_min", "reports_per_min")
+#: Per-host, per-account and per-listing detail: each host (and its accounts and listings) lives on one shard.
+_MERGED = ("hosts", "accounts", "listings")
+
+
+def shard_stats(proxy: Any) -> dict[str, Any]:
     with rpc.remote_calls("scheduler"):
-        stats = rpc.scheduler_proxy(comm).ice_invocationTimeout(STATUS_TIMEOUT_MS).stats()
+        stats = proxy.ice_invocationTimeout(STATUS_TIMEOUT_MS).stats()
     return {
         "tasks": stats.tasks, "pending": stats.pending, "inflight": stats.inflight, "done": stats.done,
         "due_soon": stats.dueSoon, "leases_per_min": stats.leasesPerMin, "reports_per_min": stats.reportsPerMin,
         **json.loads(stats.detailJson or "{}"),
     }
+
+
+def scheduler_section(comm: Ice.Communicator) -> dict[str, Any]:
+    """The scheduler's stats; for a sharded one (``Scheduler.Proxies``), the shards' counts added up, their
+    hosts, accounts and listings together, and each shard's own stats under ``by_shard``."""
+    shards = [shard_stats(proxy) for proxy in rpc.scheduler_proxies(comm)]
+    if len(shards) == 1:
+        return shards[0]
+    section = {**shards[0], **{key: sum(shard[key] for shard in shards) for key in _SUMMED}}
+    for key in _MERGED:
+        section[key] = {name: value for shard in shards for name, value in shard.get(key, {}).items()}
+    section["shutting_down"] = any(shard.get("shutting_down") for shard in shards)
+    section["by_shard"] = shards
+    return section
 
 
 def storage_section(comm: Ice.Communicator) -> dict[str, Any]:
@@ -49,6 +70,9 @@ def render_text(report: dict[str, Any]) -> str:
         f"  last minute: {s['leases_per_min']:.0f} leases, {s['reports_per_min']:.0f} reports; policy "
         f"{s.get('policy', '?')}{'; SHUTTING DOWN' if s.get('shutting_down') else ''}",
     ]
+    if s.get("shards", 1) > 1:
+        lines.append(f"  {s['shards']} shards: " + ", ".join(f"#{shard['shard']} {shard['tasks']} tasks"
+                                                              for shard in s.get("by_shard", [])))
     for host, h in s.get("hosts", {}).items():
         block = f", blocked {h['block']['held_for_s']:.0f}s ({h['block']['reason']})" if h["block"]["reason"] else ""
         lines.append(f"  host {host}: {h['inflight']} in flight, {h['leases_last_min']:.0f} leases/min{block}")
@@ -69,7 +93,8 @@ def render_text(report: dict[str, Any]) -> str:
 
 class Command(BaseCommand):
     summary = "show queue depths, rates, hosts, accounts and listings (or one task with --task)"
-    description = ("Ask the scheduler (Scheduler.Proxy, default the local one) and, if it answers, the storage "
+    description = ("Ask the scheduler (Scheduler.Proxy, default the local one; or every shard listed in "
+                   "Scheduler.Proxies, added up) and, if it answers, the storage "
                    "server (Storage.Proxy) for their state. --task ID prints one task's metadata and its recent "
                    "period/distance history. --json prints machine-readable output.")
     takes_ice_args = True
@@ -81,8 +106,10 @@ class Command(BaseCommand):
     def run(self, args: argparse.Namespace, settings: Settings, ice_args: list[str]) -> int:
         with rpc.communicator(ice_args) as comm:
             if args.task:
+                proxies = rpc.scheduler_proxies(comm)
+                owner = ShardMap.from_settings(settings, len(proxies)).of_task(args.task)
                 with rpc.remote_calls("scheduler"):
-                    info = json.loads(rpc.scheduler_proxy(comm).taskInfo(args.task))
+                    info = json.loads(proxies[owner].taskInfo(args.task))
                 print(json.dumps(info, indent=2 if not args.json else None, ensure_ascii=False))
                 return 0
             report = {"scheduler": scheduler_section(comm), "storage": storage_section(comm)}

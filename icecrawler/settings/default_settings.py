@@ -116,6 +116,13 @@ DEFAULTS: dict[str, Any] = {
     # Minimum spacing per host across all clients (wall seconds). When > 0 a host has at most one task in
     # flight, and its next task is leased no sooner than this after the previous one was leased and ended.
     "scheduler.host_spacing_s": 0.0,
+    # Shards: run the scheduler as `shards` processes, each with its own db_dir and endpoint, to use more than
+    # one core. Shard `shard` (0-based) holds the tasks of the hosts with crc32(host) % shards == shard, so
+    # politeness per host stays in one process; addUsers of another shard's ids fails with WrongShard. A
+    # database remembers its shard and count. Clients list every shard, in order, in the Scheduler.Proxies Ice
+    # property (docs/DEPLOY.md).
+    "scheduler.shards": 1,
+    "scheduler.shard": 0,
     # Lease duration: a task not reported by then returns to pending.
     "scheduler.lease_s": 120.0,
     # How often the reaper returns expired leases to pending and prunes the completion log (wall seconds).

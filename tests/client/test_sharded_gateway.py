@@ -1,0 +1,133 @@
+"""ShardedScheduler's routing, over in-memory stand-ins for the shards' gateways (pure logic; the same over real
+Ice and real shard daemons is in tests/scheduler/test_shards_ice.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+
+from crawler_client.gateways import ShardedScheduler
+from icecrawler.errors import ConfigError, InvalidArgumentError, LeaseLostError, NoWorkError
+from icecrawler.models import Report, Task, TaskKind
+from icecrawler.shards import ShardMap
+
+#: Two shards: jd's host on shard 0, ecshop's on shard 1.
+HOSTS = {"jd": "jd.example:80", "ecshop": "shop.example:80"}
+
+
+class FakeShard:
+    """A shard's gateway: hands out its queued tasks, records what it was sent, refuses what it is told to."""
+
+    def __init__(self, tasks: Sequence[str] = (), no_work: NoWorkError | None = None) -> None:
+        self.queue = list(tasks)
+        self.no_work = no_work or NoWorkError("nothing due", 500)
+        self.reports: list[list[str]] = []
+        self.releases: list[list[str]] = []
+        self.added: list[list[str]] = []
+        self.refuse: dict[str, Exception] = {}
+
+    def lease(self, worker_id: str, count: int) -> list[Task]:
+        if not self.queue:
+            raise self.no_work
+        taken, self.queue = self.queue[:count], self.queue[count:]
+        return [Task(id=task_id, kind=TaskKind.ProductReviews, source=task_id.split(":")[1], target="1",
+                     lease_token=f"t-{task_id}") for task_id in taken]
+
+    def _check(self, ids: list[str]) -> None:
+        for index, task_id in enumerate(ids):
+            if task_id in self.refuse:
+                error = self.refuse.pop(task_id)
+                error.index = index  # type: ignore[attr-defined]
+                raise error
+
+    def report(self, reports: Sequence[Report]) -> None:
+        self._check([r.task_id for r in reports])
+        self.reports.append([r.task_id for r in reports])
+
+    def release(self, leases: Sequence[tuple[str, str]]) -> None:
+        self._check([task_id for task_id, _ in leases])
+        self.releases.append([task_id for task_id, _ in leases])
+
+    def add_targets(self, ids: Sequence[str], kind: TaskKind) -> int:
+        self.added.append(list(ids))
+        return len(ids)
+
+
+def sharded(*shards: FakeShard) -> ShardedScheduler:
+    shard_map = ShardMap(HOSTS, len(shards))
+    assert (shard_map.of_source("jd"), shard_map.of_source("ecshop")) == (0, 1)
+    return ShardedScheduler(shards, shard_map)
+
+
+def report(task_id: str) -> Report:
+    return Report(task_id=task_id, lease_token=f"t-{task_id}")
+
+
+def test_leases_come_from_the_shards_in_turn_and_skip_shards_with_nothing_due() -> None:
+    jd, shop = FakeShard(["reviews:jd:1", "reviews:jd:2"]), FakeShard(["reviews:ecshop:1"])
+    gateway = sharded(jd, shop)
+    got = [task.id for _ in range(3) for task in gateway.lease("w", 1)]
+    assert got == ["reviews:jd:1", "reviews:ecshop:1", "reviews:jd:2"]
+    with pytest.raises(NoWorkError) as caught:
+        gateway.lease("w", 1)
+    assert (caught.value.next_due_in_ms, caught.value.code) == (500, "QueueEmpty")
+
+
+def test_no_work_anywhere_reports_the_soonest_due_shard_or_shutting_down() -> None:
+    gateway = sharded(FakeShard(no_work=NoWorkError("empty", -1)), FakeShard(no_work=NoWorkError("later", 90)))
+    with pytest.raises(NoWorkError) as caught:
+        gateway.lease("w", 10)
+    assert caught.value.next_due_in_ms == 90
+    stopping = NoWorkError("bye", -1, code="ShuttingDown")
+    with pytest.raises(NoWorkError) as caught:
+        sharded(FakeShard(no_work=stopping), FakeShard(no_work=stopping)).lease("w", 1)
+    assert caught.value.code == "ShuttingDown"
+
+
+def test_reports_and_releases_go_to_the_shard_of_their_task() -> None:
+    jd, shop = FakeShard(["reviews:jd:1", "reviews:jd:2"]), FakeShard(["reviews:ecshop:1"])
+    gateway = sharded(jd, shop)
+    leased = gateway.lease("w", 10) + gateway.lease("w", 10)
+    assert {task.id for task in leased} == {"reviews:jd:1", "reviews:jd:2", "reviews:ecshop:1"}
+    gateway.report([report("reviews:ecshop:1"), report("reviews:jd:2")])
+    gateway.release([("reviews:jd:1", "t-reviews:jd:1")])
+    assert (jd.reports, shop.reports) == ([["reviews:jd:2"]], [["reviews:ecshop:1"]])
+    assert (jd.releases, shop.releases) == ([["reviews:jd:1"]], [])
+
+
+def test_a_refusal_names_the_index_in_the_whole_call_and_a_resend_skips_what_other_shards_took() -> None:
+    jd, shop = FakeShard(), FakeShard()
+    gateway = sharded(jd, shop)
+    batch = [report("reviews:ecshop:1"), report("reviews:jd:1"), report("reviews:ecshop:2"), report("reviews:jd:2")]
+    shop.refuse["reviews:ecshop:2"] = LeaseLostError("expired", task_id="reviews:ecshop:2")
+    with pytest.raises(LeaseLostError) as caught:
+        gateway.report(batch)
+    assert caught.value.index == 2  # item 1 of shard 1's part [ecshop:1, ecshop:2] is item 2 of the call
+    assert jd.reports == [["reviews:jd:1", "reviews:jd:2"]] and shop.reports == []
+    del batch[caught.value.index]  # what Sink does: drop the refused report, send the rest again
+    gateway.report(batch)
+    assert jd.reports == [["reviews:jd:1", "reviews:jd:2"]]  # not sent twice
+    assert shop.reports == [["reviews:ecshop:1"]]
+
+
+def test_a_one_shard_call_passes_its_shards_answer_through() -> None:
+    jd = FakeShard()
+    gateway = sharded(jd, FakeShard())
+    jd.refuse["reviews:jd:2"] = InvalidArgumentError("bad", code="UnknownTask")
+    with pytest.raises(InvalidArgumentError) as caught:
+        gateway.report([report("reviews:jd:1"), report("reviews:jd:2")])
+    assert (caught.value.index, jd.reports) == (1, [])
+    gateway.report([report("reviews:jd:1")])  # nothing was taken, so nothing is skipped
+    assert jd.reports == [["reviews:jd:1"]]
+
+
+def test_new_ids_are_split_by_host_and_counted() -> None:
+    jd, shop = FakeShard(), FakeShard()
+    assert sharded(jd, shop).add_targets(["jd:1", "ecshop:5", "jd:2"], TaskKind.ProductReviews) == 3
+    assert (jd.added, shop.added) == ([["jd:1", "jd:2"]], [["ecshop:5"]])
+
+
+def test_the_proxies_must_match_the_shard_count() -> None:
+    with pytest.raises(ConfigError, match="2 scheduler proxies for a map of 3 shards"):
+        ShardedScheduler([FakeShard(), FakeShard()], ShardMap(HOSTS, 3))
