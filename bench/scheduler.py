@@ -1,10 +1,13 @@
 """Scheduler throughput: task cycles (lease + report) per second through real Ice proxies, from 1 and 8 client
 processes, single calls (getUser/putUser) and batched calls (getUsers/putUsers of 100), against the real
-scheduler daemon with durable commits. The baseline, measured in the same run: an Echo server (same Ice
+scheduler daemon with durable commits: one daemon, and a scheduler run as 2 shard daemons (``icecrawler.shards``;
+its tasks then sit on 2 hosts, one per shard, and each client takes its leases from the shards in turn, as the
+clients' ShardedScheduler gateway does). The baseline, measured in the same run: an Echo server (same Ice
 settings, same message shapes, no work behind it), i.e. what Ice and Python marshalling alone cost.
 Also p50/p99 latency of getUser(s) as the clients saw it.
 
-    icecrawler bench scheduler [--seconds 4] [--clients 1,8] [--tasks 20000] [--json docs/bench/scheduler.json]
+    icecrawler bench scheduler [--seconds 4] [--clients 1,8] [--shards 1,2] [--tasks 20000]
+                               [--json docs/bench/scheduler.json]
 """
 
 from __future__ import annotations
@@ -22,8 +25,11 @@ from pathlib import Path
 from typing import Any
 
 from bench._cluster import cpu_seconds
+from crawler_client.gateways import IceScheduler, ShardedScheduler
 from icecrawler import rpc
-from icecrawler.processes import ProcessGroup, free_port, icecrawler_argv, wait_for_port
+from icecrawler.models import TaskKind
+from icecrawler.processes import ManagedProcess, ProcessGroup, free_port, icecrawler_argv, wait_for_port
+from icecrawler.shards import ShardMap, shard_of_host
 from scheduler_server.server import SCHEDULER_PROPERTIES
 
 BATCH = 100
@@ -32,6 +38,10 @@ TARGETS = ("scheduler", "echo")
 DEFAULT_JSON = Path(__file__).resolve().parent.parent / "docs" / "bench" / "scheduler.json"
 #: Latency samples kept per client process.
 SAMPLES = 20_000
+#: The sources (and their task kind) whose tasks the bench seeds, one per shard (a sharded run puts each on its
+#: own host).
+BENCH_SOURCES = {"jd": TaskKind.ProductReviews, "ecshop": TaskKind.ProductReviews, "weibo_pc": TaskKind.WeiboUser,
+                 "weibo_mobile": TaskKind.WeiboUser}
 
 
 # --- the echo baseline server ------------------------------------------------------------------------------
@@ -73,12 +83,17 @@ def run_worker(args: argparse.Namespace) -> int:
             def report(reports: list[Any]) -> None:
                 echo.echoReports(reports)
         else:
-            scheduler = C.SchedulerPrx(comm, args.proxy)
+            # One proxy per shard: each cycle leases from the next shard and reports back to it.
+            shards = [C.SchedulerPrx(comm, text) for text in args.proxy.split(";")]
+            turn = [int(args.name.rpartition("-")[2] or 0)]
 
             def lease(n: int) -> list[Any]:
+                turn[0] += 1
+                scheduler = shards[turn[0] % len(shards)]
                 return [scheduler.getUser(args.name)] if n == 1 else scheduler.getUsers(args.name, n)
 
             def report(reports: list[Any]) -> None:
+                scheduler = shards[turn[0] % len(shards)]
                 if len(reports) == 1:
                     scheduler.putUser(reports[0])
                 else:
@@ -115,19 +130,19 @@ def run_worker(args: argparse.Namespace) -> int:
 # --- the driver -------------------------------------------------------------------------------------------------
 
 
-def measure(group: ProcessGroup, proxy: str, server_pid: int, target: str, clients: int, batch: int,
+def measure(group: ProcessGroup, proxy: str, server_pids: list[int], target: str, clients: int, batch: int,
             seconds: float, tmp: Path) -> dict[str, float]:
     start_at = time.time() + 2.0 + 0.5 * clients  # every client is connected and waiting by then
-    outs = [tmp / f"{target}-{clients}-{batch}-{n}.json" for n in range(clients)]
+    outs = [tmp / f"{target}-{len(server_pids)}-{clients}-{batch}-{n}.json" for n in range(clients)]
     workers = [group.start(f"{target}-{clients}c-b{batch}-{n}", [
         sys.executable, "-m", "bench.scheduler", "--worker", "--target", target, "--proxy", proxy,
         "--batch", str(batch), "--seconds", str(seconds), "--start-at", str(start_at), "--out", str(out),
         "--name", f"bench-{n}"], cwd=Path(__file__).resolve().parent.parent) for n, out in enumerate(outs)]
     # The server's CPU over the measuring window only (not while clients start and connect).
     time.sleep(max(0.0, start_at - time.time()))
-    cpu_before = cpu_seconds(server_pid)
+    cpu_before = sum(map(cpu_seconds, server_pids))
     time.sleep(max(0.0, start_at + seconds - time.time()))
-    server_cpu_s = cpu_seconds(server_pid) - cpu_before
+    server_cpu_s = sum(map(cpu_seconds, server_pids)) - cpu_before
     for worker in workers:
         worker.popen.wait(timeout=seconds + 60)
         if worker.popen.returncode != 0:
@@ -144,30 +159,54 @@ def measure(group: ProcessGroup, proxy: str, server_pid: int, target: str, clien
     }
 
 
-def start_servers(group: ProcessGroup, tmp: Path, tasks: int, threads: int
-                  ) -> tuple[tuple[str, str], tuple[int, int]]:
-    """Start the scheduler (seeded with ``tasks``) and the echo server: their proxies and pids."""
-    port, echo_port = free_port(), free_port()
-    conf = tmp / "scheduler.conf"
-    conf.write_text(f"SchedulerAdapter.Endpoints=tcp -h 127.0.0.1 -p {port}\n"
-                    f"Ice.ThreadPool.Server.Size={threads}\nIce.ThreadPool.Server.SizeMax={threads}\n")
-    settings = {"scheduler.db_dir": str(tmp / "db"), "scheduler.durable_commits": "true", "scheduler.policy": "fixed",
-                "scheduler.min_period_s": "0.001", "scheduler.initial_period_s": "0.001",
-                "scheduler.max_period_s": "1", "scheduler.lease_s": "60", "log.level": "WARNING"}
-    scheduler = group.start("scheduler", icecrawler_argv("scheduler", *(f"--set={k}={v}" for k, v in settings.items()),
-                                                         f"--Ice.Config={conf}"))
+def shard_hosts(shards: int) -> dict[str, str]:
+    """A loopback host for each of the first ``shards`` bench sources, chosen so that source k lands on shard k
+    (one daemon: every source on 127.0.0.1, as in the default settings)."""
+    if not 1 <= shards <= len(BENCH_SOURCES):
+        raise SystemExit(f"--shards: 1 to {len(BENCH_SOURCES)} shards (one bench source each), got {shards}")
+    candidates = [f"127.0.0.{n}:8800" for n in range(1, 255)]
+    return {source: next(host for host in candidates if shard_of_host(host, shards) == shard)
+            for shard, source in enumerate(list(BENCH_SOURCES)[:shards])}
+
+
+def start_scheduler(group: ProcessGroup, tmp: Path, tasks: int, threads: int, shards: int
+                    ) -> tuple[str, list[ManagedProcess]]:
+    """Start the scheduler as ``shards`` daemons and seed ``tasks`` (spread over one source per shard, through
+    the clients' routing gateway): the ``;``-separated shard proxies and the daemons."""
+    hosts = shard_hosts(shards)
+    settings = {"scheduler.durable_commits": "true", "scheduler.policy": "fixed", "scheduler.min_period_s": "0.001",
+                "scheduler.initial_period_s": "0.001", "scheduler.max_period_s": "1", "scheduler.lease_s": "60",
+                "log.level": "WARNING", "scheduler.shards": str(shards),
+                **{f"sources.{source}.base_url": f"http://{host}/{source}" for source, host in hosts.items()}}
+    proxies, daemons = [], []
+    for shard in range(shards):
+        port = free_port()
+        conf = tmp / f"scheduler-{shards}-{shard}.conf"
+        conf.write_text(f"SchedulerAdapter.Endpoints=tcp -h 127.0.0.1 -p {port}\n"
+                        f"Ice.ThreadPool.Server.Size={threads}\nIce.ThreadPool.Server.SizeMax={threads}\n")
+        sets = {**settings, "scheduler.shard": str(shard), "scheduler.db_dir": str(tmp / f"db-{shards}-{shard}")}
+        daemons.append(group.start(f"scheduler-{shards}-{shard}", icecrawler_argv(
+            "scheduler", *(f"--set={k}={v}" for k, v in sets.items()), f"--Ice.Config={conf}")))
+        proxies.append(f"{rpc.SCHEDULER_IDENTITY}:tcp -h 127.0.0.1 -p {port}")
+    for daemon, proxy in zip(daemons, proxies, strict=True):
+        wait_for_port("127.0.0.1", int(proxy.rpartition(" ")[2]), 60, alive=daemon.alive)
+    with rpc.communicator() as comm:
+        gateway = ShardedScheduler([IceScheduler(rpc.crawler().SchedulerPrx(comm, proxy)) for proxy in proxies],
+                                   ShardMap(hosts, shards))
+        for shard, source in enumerate(hosts):
+            ids = [f"{source}:{n}" for n in range(shard, tasks, shards)]
+            for first in range(0, len(ids), 1000):
+                gateway.add_targets(ids[first:first + 1000], BENCH_SOURCES[source])
+    return ";".join(proxies), daemons
+
+
+def start_echo(group: ProcessGroup, threads: int) -> tuple[str, int]:
+    echo_port = free_port()
     echo = group.start("echo", [sys.executable, "-m", "bench.scheduler", "--serve-echo", "--port", str(echo_port),
                         "--server-threads", str(threads)],
                        cwd=Path(__file__).resolve().parent.parent)
-    wait_for_port("127.0.0.1", port, 60, alive=scheduler.alive)
     wait_for_port("127.0.0.1", echo_port, 60, alive=echo.alive)
-    proxy = f"{rpc.SCHEDULER_IDENTITY}:tcp -h 127.0.0.1 -p {port}"
-    C = rpc.crawler()
-    with rpc.communicator() as comm:
-        prx = C.SchedulerPrx(comm, proxy)
-        for first in range(0, tasks, 1000):
-            prx.addUsers([f"jd:{n}" for n in range(first, min(tasks, first + 1000))], C.TaskKind.ProductReviews)
-    return (proxy, f"echo:tcp -h 127.0.0.1 -p {echo_port}"), (scheduler.pid, echo.pid)
+    return f"echo:tcp -h 127.0.0.1 -p {echo_port}", echo.pid
 
 
 def main(argv: Sequence[str]) -> int:
@@ -175,6 +214,8 @@ def main(argv: Sequence[str]) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=4.0, help="measuring window per run")
     parser.add_argument("--clients", default="1,8", help="client process counts, comma-separated")
+    parser.add_argument("--shards", default="1,2",
+                        help="scheduler shard counts, comma-separated (1 to 4; 1 = the plain daemon)")
     parser.add_argument("--tasks", type=int, default=20_000, help="tasks seeded (all due again after 1 ms)")
     parser.add_argument("--json", default=str(DEFAULT_JSON), help="where to write the headline figures")
     parser.add_argument("--server-threads", type=int, default=int(SCHEDULER_PROPERTIES["Ice.ThreadPool.Server.Size"]),
@@ -195,38 +236,44 @@ def main(argv: Sequence[str]) -> int:
         return serve_echo(args.port, args.server_threads)
 
     client_counts = [int(c) for c in args.clients.split(",")]
+    shard_counts = [int(n) for n in args.shards.split(",")]
     figures: dict[str, Any] = {"durable_commits": True, "batch_size": BATCH, "seconds_per_run": args.seconds,
                                "tasks_seeded": args.tasks, "server_threads": args.server_threads,
                                "load_avg_1m_before": round(os.getloadavg()[0], 2)}
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-scheduler-") as name, ProcessGroup(Path(name) / "logs") as group:
         tmp = Path(name)
-        addresses, pids = start_servers(group, tmp, args.tasks, args.server_threads)
-        proxies = dict(zip(TARGETS, addresses, strict=True))
-        server_pids = dict(zip(TARGETS, pids, strict=True))
-        for clients in client_counts:
-            for mode, batch in MODES.items():
-                result = {target: measure(group, proxies[target], server_pids[target], target, clients, batch,
-                                          args.seconds, tmp) for target in TARGETS}
-                for target, prefix in (("scheduler", ""), ("echo", "echo_")):
-                    key = f"{prefix}{mode}_{clients}c"
-                    figures[f"{key}_cycles_per_s"] = round(result[target]["cycles_per_s"], 1)
-                    figures[f"{key}_get_p50_ms"] = round(result[target]["p50_ms"], 3)
-                    figures[f"{key}_get_p99_ms"] = round(result[target]["p99_ms"], 3)
-                    figures[f"{key}_server_cpu_us_per_cycle"] = round(result[target]["server_cpu_us"], 1)
-                rows.append((clients, mode, result["scheduler"], result["echo"]))
+        echo_proxy, echo_pid = start_echo(group, args.server_threads)
+        for shards in shard_counts:
+            proxy, daemons = start_scheduler(group, tmp, args.tasks, args.server_threads, shards)
+            targets = {"scheduler": (proxy, [daemon.pid for daemon in daemons]), "echo": (echo_proxy, [echo_pid])}
+            suffix = "" if shards == 1 else f"_{shards}shards"
+            for clients in client_counts:
+                for mode, batch in MODES.items():
+                    result = {target: measure(group, *targets[target], target, clients, batch, args.seconds, tmp)
+                              for target in TARGETS}
+                    for target, prefix in (("scheduler", ""), ("echo", "echo_")):
+                        key = f"{prefix}{mode}_{clients}c{suffix}"
+                        figures[f"{key}_cycles_per_s"] = round(result[target]["cycles_per_s"], 1)
+                        figures[f"{key}_get_p50_ms"] = round(result[target]["p50_ms"], 3)
+                        figures[f"{key}_get_p99_ms"] = round(result[target]["p99_ms"], 3)
+                        figures[f"{key}_server_cpu_us_per_cycle"] = round(result[target]["server_cpu_us"], 1)
+                    rows.append((shards, clients, mode, result["scheduler"], result["echo"]))
+            for mode in MODES:
+                figures[f"{mode}{suffix}_cycles_per_s"] = max(figures[f"{mode}_{c}c{suffix}_cycles_per_s"]
+                                                              for c in client_counts)
+            for daemon in daemons:  # idle daemons would still wake up and take CPU from the next runs
+                daemon.stop()
     figures["load_avg_1m_after"] = round(os.getloadavg()[0], 2)
-    for mode in MODES:
-        figures[f"{mode}_cycles_per_s"] = max(figures[f"{mode}_{c}c_cycles_per_s"] for c in client_counts)
 
     print(f"scheduler task cycles (lease + report), durable commits, {args.seconds:.0f} s per run, "
           f"batch {BATCH}, {args.server_threads} dispatch threads; "
           f"load average {figures['load_avg_1m_before']} -> {figures['load_avg_1m_after']}")
-    print(f"{'clients':>7} {'calls':>8} | {'scheduler/s':>11} {'p50 ms':>8} {'p99 ms':>8} | "
+    print(f"{'shards':>6} {'clients':>7} {'calls':>8} | {'scheduler/s':>11} {'p50 ms':>8} {'p99 ms':>8} | "
           f"{'echo/s':>9} {'p50 ms':>8} {'p99 ms':>8} | {'sched/echo':>10} | {'server CPU us/cycle':>19}")
-    for clients, mode, sched, echo in rows:
+    for shards, clients, mode, sched, echo in rows:
         ratio = sched["cycles_per_s"] / echo["cycles_per_s"] if echo["cycles_per_s"] else float("nan")
-        print(f"{clients:>7} {mode:>8} | {sched['cycles_per_s']:>11.0f} {sched['p50_ms']:>8.2f} "
+        print(f"{shards:>6} {clients:>7} {mode:>8} | {sched['cycles_per_s']:>11.0f} {sched['p50_ms']:>8.2f} "
               f"{sched['p99_ms']:>8.2f} | {echo['cycles_per_s']:>9.0f} {echo['p50_ms']:>8.2f} "
               f"{echo['p99_ms']:>8.2f} | {ratio:>10.2f} | {sched['server_cpu_us']:>19.1f}")
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 import Ice
 
 from icecrawler import rpc
-from icecrawler.errors import ConfigError, InvalidArgumentError, LeaseLostError, NoWorkError
+from icecrawler.errors import ConfigError, InvalidArgumentError, LeaseLostError, NoWorkError, ServiceError
 from icecrawler.models import Post, Report, Review, Task, TaskKind
 from icecrawler.settings import Settings
 from icecrawler.shards import ShardMap
@@ -94,10 +94,11 @@ class IceScheduler(_IceGateway):
 class ShardedScheduler:
     """SchedulerGateway over the shards of a sharded scheduler (``icecrawler.shards``), given in shard order.
 
-    Leases come from the shards in turn: each call starts one shard further on, and a shard with nothing due
-    passes to the next. Every report, release and new id goes to the shard that owns its task: the one that
-    leased it, else the one its host hashes to. A call whose items all belong to one shard (every report of
-    one leased batch does) gets that shard's all-or-nothing answer. A call that spans shards is sent shard by
+    Leases come from the shards in turn: each call starts one shard further on, and a shard with nothing due, or
+    one that does not answer, passes to the next (the call fails only if every shard did). Every report,
+    release and new id goes to the shard that owns its task: the one that leased it, else the one its host
+    hashes to. A call whose items all belong to one shard (every report of one leased batch does) gets that
+    shard's all-or-nothing answer. A call that spans shards is sent shard by
     shard; if one shard refuses an item, the error names the item's index in the whole call, and the items
     other shards already took are remembered, so that when the caller sends the call again without the refused
     item (as ``Sink`` does), they are not sent twice."""
@@ -118,6 +119,7 @@ class ShardedScheduler:
         with self._lock:
             start, self._next = self._next, (self._next + 1) % len(self._shards)
         refusals: list[NoWorkError] = []
+        unreachable: list[ServiceError] = []
         for step in range(len(self._shards)):
             shard = (start + step) % len(self._shards)
             try:
@@ -125,11 +127,16 @@ class ShardedScheduler:
             except NoWorkError as exc:
                 refusals.append(exc)
                 continue
+            except ServiceError as exc:  # down or restarting: its tasks wait, the other shards' do not
+                unreachable.append(exc)
+                continue
             with self._lock:
                 for task in tasks:
                     self._leased_by[task.id] = shard
                 _cap(self._leased_by)
             return tasks
+        if not refusals:
+            raise unreachable[0]
         waits = [exc.next_due_in_ms for exc in refusals if exc.next_due_in_ms >= 0]
         stopping = all(exc.code == "ShuttingDown" for exc in refusals)
         raise NoWorkError(f"no task is due on any of the {len(self._shards)} scheduler shards",

@@ -27,8 +27,8 @@ _SUMMED = ("tasks", "pending", "inflight", "done", "due_soon", "leases_per_min",
 _MERGED = ("hosts", "accounts", "listings")
 
 
-def shard_stats(proxy: Any) -> dict[str, Any]:
-    with rpc.remote_calls("scheduler"):
+def shard_stats(proxy: Any, what: str = "scheduler") -> dict[str, Any]:
+    with rpc.remote_calls(what):
         stats = proxy.ice_invocationTimeout(STATUS_TIMEOUT_MS).stats()
     return {
         "tasks": stats.tasks, "pending": stats.pending, "inflight": stats.inflight, "done": stats.done,
@@ -40,7 +40,9 @@ def shard_stats(proxy: Any) -> dict[str, Any]:
 def scheduler_section(comm: Ice.Communicator) -> dict[str, Any]:
     """The scheduler's stats; for a sharded one (``Scheduler.Proxies``), the shards' counts added up, their
     hosts, accounts and listings together, and each shard's own stats under ``by_shard``."""
-    shards = [shard_stats(proxy) for proxy in rpc.scheduler_proxies(comm)]
+    proxies = rpc.scheduler_proxies(comm)
+    shards = [shard_stats(proxy, "scheduler" if len(proxies) == 1 else f"scheduler shard {shard} ({proxy})")
+              for shard, proxy in enumerate(proxies)]
     if len(shards) == 1:
         return shards[0]
     section = {**shards[0], **{key: sum(shard[key] for shard in shards) for key in _SUMMED}}

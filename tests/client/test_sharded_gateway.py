@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import pytest
 
 from crawler_client.gateways import ShardedScheduler
-from icecrawler.errors import ConfigError, InvalidArgumentError, LeaseLostError, NoWorkError
+from icecrawler.errors import ConfigError, InvalidArgumentError, LeaseLostError, NoWorkError, ServiceError
 from icecrawler.models import Report, Task, TaskKind
 from icecrawler.shards import ShardMap
 
@@ -131,3 +131,17 @@ def test_new_ids_are_split_by_host_and_counted() -> None:
 def test_the_proxies_must_match_the_shard_count() -> None:
     with pytest.raises(ConfigError, match="2 scheduler proxies for a map of 3 shards"):
         ShardedScheduler([FakeShard(), FakeShard()], ShardMap(HOSTS, 3))
+
+
+class DownShard(FakeShard):
+    def lease(self, worker_id: str, count: int) -> list[Task]:
+        raise ServiceError("cannot reach the scheduler (getUsers): ConnectionRefusedException")
+
+
+def test_a_shard_that_does_not_answer_holds_up_only_its_own_tasks() -> None:
+    gateway = sharded(DownShard(), FakeShard(["reviews:ecshop:1"]))
+    assert [task.id for task in gateway.lease("w", 5)] == ["reviews:ecshop:1"]
+    with pytest.raises(NoWorkError):  # the live shard has nothing due: wait, as with one scheduler
+        gateway.lease("w", 5)
+    with pytest.raises(ServiceError, match="ConnectionRefused"):  # none answers: back off, as with one scheduler
+        sharded(DownShard(), DownShard()).lease("w", 5)
