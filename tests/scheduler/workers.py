@@ -3,6 +3,8 @@
     python -m tests.scheduler.workers hold  --proxy P --count N             lease N tasks, print them, wait
     python -m tests.scheduler.workers churn --proxy P --batch B --seconds S lease/report in a loop
     python -m tests.scheduler.workers fetch --proxy P --base-url U --seconds S  lease, GET U/target, report
+    python -m tests.scheduler.workers shard-churn --proxy "P0;P1" --host jd=H0 --host ecshop=H1 ...
+                                                  churn through the clients' ShardedScheduler gateway
 
 Every loop is bounded in time; transport errors (a scheduler being killed) are retried after a short pause.
 """
@@ -19,7 +21,11 @@ from typing import Any
 
 import Ice
 
+from crawler_client.gateways import IceScheduler, ShardedScheduler
 from icecrawler import rpc
+from icecrawler.errors import LeaseLostError, NoWorkError, ServiceError
+from icecrawler.models import Report
+from icecrawler.shards import ShardMap
 
 PAUSE_S = 0.05
 
@@ -61,17 +67,37 @@ def fetch(scheduler: Any, args: argparse.Namespace) -> None:
         scheduler.putUser(C.Report(taskId=task.id, leaseToken=task.leaseToken, httpStatus=200, fetches=1))
 
 
+def shard_churn(proxies: list[Any], args: argparse.Namespace) -> None:
+    hosts = dict(item.split("=", 1) for item in args.host)
+    gateway = ShardedScheduler([IceScheduler(proxy) for proxy in proxies], ShardMap(hosts, len(proxies)))
+    deadline = time.monotonic() + args.seconds
+    cycles = 0
+    while time.monotonic() < deadline:
+        try:
+            tasks = gateway.lease(args.name, args.batch)
+            gateway.report([Report(task_id=t.id, lease_token=t.lease_token, new_items=1, fingerprint=cycles)
+                            for t in tasks])
+            cycles += len(tasks)
+        except (NoWorkError, LeaseLostError, ServiceError):
+            time.sleep(PAUSE_S)  # nothing due, a lease expired while a shard was down, or a shard is down
+    print(json.dumps({"cycles": cycles}), flush=True)
+
+
 def main(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("mode", choices=["hold", "churn", "fetch"])
+    parser.add_argument("mode", choices=["hold", "churn", "fetch", "shard-churn"])
     parser.add_argument("--proxy", required=True)
     parser.add_argument("--name", default="worker")
     parser.add_argument("--count", type=int, default=1)
     parser.add_argument("--batch", type=int, default=10)
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--base-url", default="")
+    parser.add_argument("--host", action="append", default=[], metavar="SOURCE=HOST")
     args = parser.parse_args(argv)
     with rpc.communicator(properties={"Ice.Default.InvocationTimeout": "5000"}) as comm:
+        if args.mode == "shard-churn":
+            shard_churn([rpc.crawler().SchedulerPrx(comm, proxy) for proxy in args.proxy.split(";")], args)
+            return 0
         scheduler = rpc.crawler().SchedulerPrx(comm, args.proxy)
         {"hold": hold, "churn": churn, "fetch": fetch}[args.mode](scheduler, args)
     return 0
