@@ -12,8 +12,9 @@ class Command(BaseCommand):
     summary = "run the scheduler server (task queues in Berkeley DB, leases, politeness, account pool)"
     description = ("Serve Crawler::Scheduler (adapter SchedulerAdapter, identity 'scheduler', default endpoints "
                    "tcp -h 127.0.0.1 -p 10000) until SIGTERM/SIGINT. State lives in scheduler.db_dir and is "
-                   "recovered on start. Example: icecrawler scheduler --Ice.Config=deploy/scheduler.conf "
-                   "--set scheduler.host_spacing_s=1")
+                   "recovered on start. To use more cores, run it as N shards (--set scheduler.shards=N --set "
+                   "scheduler.shard=K, each with its own db_dir and endpoints; docs/DEPLOY.md). Example: "
+                   "icecrawler scheduler --Ice.Config=deploy/scheduler.conf --set scheduler.host_spacing_s=1")
     takes_ice_args = True
 
     def run(self, args: argparse.Namespace, settings: Settings, ice_args: list[str]) -> int:
