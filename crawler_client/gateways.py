@@ -98,10 +98,10 @@ class ShardedScheduler:
     one that does not answer, passes to the next (the call fails only if every shard did). Every report,
     release and new id goes to the shard that owns its task: the one that leased it, else the one its host
     hashes to. A call whose items all belong to one shard (every report of one leased batch does) gets that
-    shard's all-or-nothing answer. A call that spans shards is sent shard by
-    shard; if one shard refuses an item, the error names the item's index in the whole call, and the items
-    other shards already took are remembered, so that when the caller sends the call again without the refused
-    item (as ``Sink`` does), they are not sent twice."""
+    shard's all-or-nothing answer. A call that spans shards is sent shard by shard; if one shard refuses an item,
+    the error names the item's index in the whole call. If a shard refuses or does not answer, the items other
+    shards already took are remembered, so that when the caller sends the call again (without the refused item,
+    as ``Sink`` does), they are not sent twice."""
 
     def __init__(self, shards: Sequence[SchedulerGateway], shard_map: ShardMap) -> None:
         if len(shards) != shard_map.shards:
@@ -171,19 +171,20 @@ class ShardedScheduler:
         parts = _by_shard(fresh, lambda index: owners[index] if owners[index] >= 0
                           else self._map.of_task(lease_of(items[index])[0]))
         sent: list[int] = []
-        for shard, indexes in parts.items():
-            try:
+        try:
+            for shard, indexes in parts.items():
                 with _whole_call_index(indexes):
                     send(self._shards[shard], [items[index] for index in indexes])
-            except (LeaseLostError, InvalidArgumentError):
-                with self._lock:
-                    self._taken.update((lease_of(items[index]), None) for index in sent)
-                    _cap(self._taken)
-                raise
-            sent.extend(indexes)
-        with self._lock:
-            for index in sent:
-                self._leased_by.pop(lease_of(items[index])[0], None)
+                sent.extend(indexes)
+        except Exception:
+            with self._lock:
+                self._taken.update((lease_of(items[index]), None) for index in sent)
+                _cap(self._taken)
+            raise
+        finally:
+            with self._lock:
+                for index in sent:
+                    self._leased_by.pop(lease_of(items[index])[0], None)
 
 
 def _by_shard(indexes: Sequence[int] | range, shard_of: Callable[[int], int]) -> dict[int, list[int]]:

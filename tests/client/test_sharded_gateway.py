@@ -145,3 +145,14 @@ def test_a_shard_that_does_not_answer_holds_up_only_its_own_tasks() -> None:
         gateway.lease("w", 5)
     with pytest.raises(ServiceError, match="ConnectionRefused"):  # none answers: back off, as with one scheduler
         sharded(DownShard(), DownShard()).lease("w", 5)
+
+
+def test_a_shard_that_does_not_answer_a_report_does_not_make_the_others_take_it_twice() -> None:
+    jd, shop = FakeShard(), FakeShard()
+    gateway = sharded(jd, shop)
+    shop.refuse["reviews:ecshop:1"] = ServiceError("cannot reach the scheduler (putUsers): timeout")
+    batch = [report("reviews:jd:1"), report("reviews:ecshop:1")]
+    with pytest.raises(ServiceError):
+        gateway.report(batch)
+    gateway.report(batch)  # what Sink does after a ServiceError: keep the batch, send it again later
+    assert (jd.reports, shop.reports) == ([["reviews:jd:1"]], [["reviews:ecshop:1"]])
