@@ -134,8 +134,9 @@ def run(settings: Settings, ice_args: Sequence[str]) -> int:
     maintenance = Maintenance(core, settings.get_float("scheduler.maintenance_interval_s"),
                               settings.get_float("scheduler.checkpoint_interval_s"))
     stats = core.stats()
-    log.info("scheduler: %d tasks (%d pending, %d in flight), policy %s, db %s", stats["tasks"], stats["pending"],
-             stats["inflight"], stats["detail"]["policy"], settings.get_str("scheduler.db_dir"))
+    log.info("scheduler%s: %d tasks (%d pending, %d in flight), policy %s, db %s",
+             f" shard {core.config.shard} of {core.config.shards}" if core.config.shards > 1 else "", stats["tasks"],
+             stats["pending"], stats["inflight"], stats["detail"]["policy"], settings.get_str("scheduler.db_dir"))
     maintenance.start()
 
     closed = threading.Event()
