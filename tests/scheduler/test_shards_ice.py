@@ -87,10 +87,19 @@ def test_seed_and_status_route_and_add_up_over_the_shards(tmp_path: Path) -> Non
         section = json.loads(status.stdout)["scheduler"]
         assert (section["tasks"], section["pending"], section["shards"]) == (3, 3, 2)
         assert [shard["tasks"] for shard in section["by_shard"]] == [2, 1]
+        text = subprocess.run([*icecrawler_argv("status"), *sets, f"--Ice.Config={conf}"],
+                              cwd=REPO, capture_output=True, text=True, timeout=60)
+        assert text.returncode == 0, text.stderr
+        assert "scheduler: 3 tasks" in text.stdout and "2 shards: #0 2 tasks, #1 1 tasks" in text.stdout
         task = subprocess.run([*icecrawler_argv("status"), *sets, "--task", "reviews:ecshop:3", "--json",
                                f"--Ice.Config={conf}"], cwd=REPO, capture_output=True, text=True, timeout=60)
         assert task.returncode == 0, task.stderr
         assert json.loads(task.stdout)["id"] == "reviews:ecshop:3"
+        shards[1].stop()
+        down = subprocess.run([*icecrawler_argv("status"), *sets, f"--Ice.Config={conf}"],
+                              cwd=REPO, capture_output=True, text=True, timeout=60)
+        assert down.returncode != 0
+        assert "cannot reach the scheduler shard 1" in down.stderr
 
 
 def test_a_shard_database_will_not_start_as_another_shard(tmp_path: Path) -> None:
