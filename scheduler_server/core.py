@@ -14,7 +14,7 @@ calls queued while one group runs form the next group, which runs as ONE store t
 (group commit), on whichever caller's thread found the runner idle. Each call keeps its all-or-nothing effect:
 its caller errors (bad lease, nothing due) are raised before it changed anything, and a group whose transaction
 fails is run again call by call. One lock serialises the groups with the maintenance calls (reaper, pruning,
-status). Memory-only side effects (politeness windows, rates, counters, the cache of leased records) are
+status). Memory-only side effects (politeness windows, rates, counters, the record cache: ``cache``) are
 applied after the transaction commits, so a rolled-back call leaves no trace either.
 
 Durability: adds, reports and releases complete only after ``store.sync()`` made their commit durable: one
@@ -57,6 +57,7 @@ from icecrawler.models import (
 from icecrawler.settings import Settings
 from icecrawler.shards import ShardMap, source_hosts
 from scheduler_server.accounts import AccountPool, load_accounts
+from scheduler_server.cache import RecordCache
 from scheduler_server.codec import (
     TaskRecord,
     decode_lease,
@@ -146,6 +147,8 @@ class SchedulerConfig:
     account_freeze_s: float
     history_len: int
     done_retention_s: float
+    #: Decoded task records kept in memory (``cache.RecordCache``); 0 = read every record from the store.
+    record_cache: int = 50_000
     #: Global fetch budget (fetches per simulated second over all tasks) for policies that allocate one; 0 = off.
     fetch_budget_per_s: float = 0.0
     #: source -> host (netloc of ``sources.<source>.base_url``).
@@ -174,6 +177,7 @@ class SchedulerConfig:
             account_freeze_s=settings.get_float("scheduler.account_freeze_s"),
             history_len=settings.get_int("scheduler.history_len"),
             done_retention_s=settings.get_float("scheduler.done_retention_s"),
+            record_cache=settings.get_int("scheduler.record_cache"),
             fetch_budget_per_s=settings.get_float("scheduler.fetch_budget_per_s"),
             hosts=source_hosts(settings),
             shards=settings.get_int("scheduler.shards"),
@@ -183,6 +187,8 @@ class SchedulerConfig:
         return config
 
     def validate(self) -> None:
+        if self.record_cache < 0:
+            raise ConfigError("scheduler.record_cache must be >= 0 (0 = no cache)")
         if self.lease_s <= 0 or self.batch_limit < 1 or self.backoff_after_attempts < 1 or self.history_len < 1:
             raise ConfigError("scheduler.lease_s, batch_limit, backoff_after_attempts and history_len must be > 0")
         if not 0 < self.min_period_s <= self.initial_period_s <= self.max_period_s:
@@ -279,11 +285,11 @@ class SchedulerCore:
         self._reports = RateWindow()
         self._counts: dict[str, int] = {}
         self.queues = TaskQueues()
-        #: Decoded records of the tasks this process leased, by id, exactly as committed: a report, release or
-        #: expiry takes its record from here instead of reading and decoding it again. Filled only after the
-        #: lease commits; an entry is removed (popped) before its record is changed, so a rolled-back call
-        #: leaves no changed record behind (the next call reads the store). Empty after a restart.
-        self._inflight: dict[str, TaskRecord] = {}
+        #: Decoded records exactly as last committed (with the current lease, if any), so that a lease, report,
+        #: release or expiry need not read and decode its record again. An entry is taken out before its record
+        #: changes, and records are kept again only after their call committed (in the finishers, in call
+        #: order), so a rolled-back call leaves no changed record behind. Empty after a restart.
+        self.records = RecordCache(config.record_cache)
         self._load()
 
     @classmethod
@@ -436,7 +442,7 @@ class SchedulerCore:
 
     def _add_in(self, txn: Txn, group: _Group, task_ids: list[tuple[str, str, str]], kind: TaskKind
                 ) -> _Finish:
-        added = 0
+        added: list[TaskRecord] = []
         for task_id, source, target in task_ids:
             if txn.get("tasks", task_id.encode()) is not None:
                 continue
@@ -448,12 +454,13 @@ class SchedulerCore:
             txn.put("tasks", task_id.encode(), record.to_bytes())
             txn.put("pending", time_key(group.now_ms, task_id), b"")
             self.queues.pending(task_id, source, group.now_ms)
-            added += 1
+            added.append(record)
 
         def finish() -> int:
-            self._counts["tasks"] += added
-            self._counts["pending"] += added
-            return added
+            self.records.keep(added)
+            self._counts["tasks"] += len(added)
+            self._counts["pending"] += len(added)
+            return len(added)
         return finish
 
     # --- leasing --------------------------------------------------------------------------------------------
@@ -485,10 +492,9 @@ class SchedulerCore:
             if not tasks:
                 raise NoWorkError("no task is due" if next_due_ms != 0 else "due tasks wait for politeness",
                                   next_due_ms)
-            for record in records:
-                self._inflight[record.id] = record
+            self.records.keep(records)
             for task in tasks:
-                self.gate.leased(self._host(task.id), group.wall)
+                self.gate.leased(self.config.hosts[task.source], group.wall)
             self._counts["pending"] -= len(tasks)
             self._counts["inflight"] += len(tasks)
             self._leases.add(group.wall, len(tasks))
@@ -587,6 +593,7 @@ class SchedulerCore:
                    for record, item in zip(records, reports, strict=True)]
 
         def finish() -> None:
+            self.records.keep(records)
             wall = group.wall
             for effect in effects:
                 self.gate.ended(effect.host, wall)
@@ -643,24 +650,22 @@ class SchedulerCore:
             value = txn.get("inflight", time_key(deadline_ms, task_id))
             if value is None:
                 raise ServiceError(f"{task_id} is in flight in memory but has no inflight entry at {deadline_ms}")
-            token, worker, account_id = decode_lease(value)
-            record.state, record.lease_token, record.lease_deadline_ms = "inflight", token, deadline_ms
-            if worker is not None and account_id is not None:
-                record.worker, record.account_id = worker, account_id
+            _hold_lease(record, deadline_ms, value)
         return record
 
     def _record(self, txn: Txn, task_id: str) -> TaskRecord:
-        """The task's record, to be changed: taken out of the in-flight cache, else read from the store."""
-        record = self._inflight.pop(task_id, None) or self._stored(txn, task_id)
+        """The task's record, to be changed: taken out of the cache, else read from the store."""
+        record = self.records.take(task_id) or self._stored(txn, task_id)
         if record is None:
             raise KeyError(task_id)
         return record
 
     def _leased(self, txn: Txn, task_id: str, token: str, index: int, name: str) -> TaskRecord:
         """The task's record if ``token`` is its current lease; otherwise UnknownTask or LeaseLost."""
-        cached = self._inflight.get(task_id)
+        cached = self.records.peek(task_id)
         if cached is not None and cached.lease_token == token:
-            return self._inflight.pop(task_id)
+            return self.records.take(task_id)  # type: ignore[return-value]
+        self.records.take(task_id)  # its entry, if any, is about to be out of date (or the call fails)
         record = self._stored(txn, task_id)
         if record is None:
             raise _invalid(f"unknown task {task_id}", f"{name}[{index}].taskId", index, code="UnknownTask")
@@ -693,7 +698,7 @@ class SchedulerCore:
         return min(self.config.max_period_s, self.config.min_period_s * 2.0 ** min(over, 60))
 
     def _apply(self, txn: Txn, record: TaskRecord, item: Report, now_ms: int, wall: float) -> _Effect:
-        effect = _Effect(self._host(record.id), record.account_id, max(1, item.fetches))
+        effect = _Effect(self.config.hosts[record.source], record.account_id, max(1, item.fetches))
         record.last_outcome = item.outcome.value
         record.last_error = item.error_class
         record.last_crawl_ms = now_ms
@@ -768,6 +773,7 @@ class SchedulerCore:
             self._end_lease(txn, record, group.now_ms)
 
         def finish() -> None:
+            self.records.keep(records)
             for task_id, _ in leases:
                 self.gate.ended(self._host(task_id), group.wall)
             self._counts["inflight"] -= len(leases)
@@ -786,23 +792,23 @@ class SchedulerCore:
     def _reap_locked(self, limit: int) -> int:
         wall = self.clocks.wall()
         with self._transaction() as txn:
-            hosts = self._expire(txn, int(self.clocks.now() * 1000), wall, limit)
-        self._expired(hosts, wall)
-        return len(hosts)
+            expired = self._expire(txn, int(self.clocks.now() * 1000), wall, limit)
+        self._expired(expired, wall)
+        return len(expired)
 
-    def _expire(self, txn: Txn, now_ms: int, wall: float, limit: int) -> list[str]:
+    def _expire(self, txn: Txn, now_ms: int, wall: float, limit: int) -> list[TaskRecord]:
         """Inside a transaction: leases past their deadline go back to pending with one more attempt. Every
-        state-changing call does this first, in its own transaction; returns the hosts they occupied."""
-        hosts = []
+        state-changing call does this first, in its own transaction; returns their records (for ``_expired``)."""
+        records = []
         for task_id in self.queues.expired(int(wall * 1000), limit):
             record = self._record(txn, task_id)
             record.attempts += 1
-            hosts.append(self._host(record.id))
+            records.append(record)
             # The completion log keeps expired leases too, so that an audit sees every lease interval.
             expired = {"outcome": "LeaseExpired", "worker": record.worker, **self._lease_interval(record, wall)}
             txn.put("done", time_key(now_ms, f"{record.id}#{record.lease_token}"), json.dumps(expired).encode())
             self._end_lease(txn, record, now_ms + int(self._backoff_s(record.attempts) * 1000))
-        return hosts
+        return records
 
     def _lease_interval(self, record: TaskRecord, wall: float) -> dict[str, int]:
         """When the lease being ended was handed out and when it ends (wall ms), for the completion log: an
@@ -810,13 +816,14 @@ class SchedulerCore:
         return {"leased_wall_ms": record.lease_deadline_ms - int(self.config.lease_s * 1000),
                 "deadline_wall_ms": record.lease_deadline_ms, "ended_wall_ms": int(wall * 1000)}
 
-    def _expired(self, hosts: list[str], wall: float) -> None:
+    def _expired(self, records: list[TaskRecord], wall: float) -> None:
         """After the commit: expired leases free their hosts (and are in the completion log)."""
-        for host in hosts:
-            self.gate.ended(host, wall)
-        self._counts["inflight"] -= len(hosts)
-        self._counts["pending"] += len(hosts)
-        self._counts["done"] += len(hosts)
+        self.records.keep(records)
+        for record in records:
+            self.gate.ended(self.config.hosts[record.source], wall)
+        self._counts["inflight"] -= len(records)
+        self._counts["pending"] += len(records)
+        self._counts["done"] += len(records)
 
     def rebalance_budget(self) -> float | None:
         """Spread ``scheduler.fetch_budget_per_s`` over all tasks by the square-root rule (the ``rate`` policy's
@@ -913,26 +920,36 @@ class SchedulerCore:
             return info
 
 
-def check_consistency(store: QueueStore, limit: int = 10_000_000, queues: TaskQueues | None = None
-                      ) -> tuple[dict[str, int], list[str]]:
+def _hold_lease(record: TaskRecord, deadline_ms: int, lease: bytes) -> None:
+    """Put the lease of the task's ``inflight`` entry (at ``deadline_ms``) into its stored record."""
+    token, worker, account_id = decode_lease(lease)
+    record.state, record.lease_token, record.lease_deadline_ms = "inflight", token, deadline_ms
+    if worker is not None and account_id is not None:
+        record.worker, record.account_id = worker, account_id
+
+
+def check_consistency(store: QueueStore, limit: int = 10_000_000, queues: TaskQueues | None = None,
+                      records: RecordCache | None = None) -> tuple[dict[str, int], list[str]]:
     """Audit: every task is in exactly one of pending/inflight; a pending key is at the due time its record names,
     an inflight entry holds a lease (and agrees with its record where an earlier version wrote the lease
     there too), and no queue key points at a missing task; given a running core's ``queues``, its in-memory
-    queues hold exactly the same entries as the tables. Returns per-state counts and a list of problems (empty
-    when consistent)."""
+    queues hold exactly the same entries as the tables; given its record cache, every cached record is the
+    stored one, with its current lease. Returns per-state counts and a list of problems (empty when
+    consistent)."""
     problems: list[str] = []
     with store.transaction() as txn:
-        records = {key.decode(): TaskRecord.from_bytes(value) for key, value in txn.scan("tasks", limit=limit)}
+        stored = {key.decode(): TaskRecord.from_bytes(value) for key, value in txn.scan("tasks", limit=limit)}
         pending = [decode_time_key(key) for key, _ in txn.scan("pending", limit=limit)]
-        inflight = [(decode_time_key(key), decode_lease(value)[0]) for key, value in txn.scan("inflight", limit=limit)]
-    where: dict[str, list[str]] = {task_id: [] for task_id in records}
+        leases = [(decode_time_key(key), value) for key, value in txn.scan("inflight", limit=limit)]
+    inflight = [(key, decode_lease(value)[0]) for key, value in leases]
+    where: dict[str, list[str]] = {task_id: [] for task_id in stored}
     for due_ms, task_id in pending:
-        record = records.get(task_id)
+        record = stored.get(task_id)
         if record is None or record.state != "pending" or record.due_ms != due_ms:
             problems.append(f"pending key ({due_ms}, {task_id}) does not match its record")
         where.setdefault(task_id, []).append("pending")
     for (deadline_ms, task_id), token in inflight:
-        record = records.get(task_id)
+        record = stored.get(task_id)
         if record is None or not token or (record.state == "inflight" and (
                 record.lease_deadline_ms != deadline_ms or record.lease_token != token)):
             problems.append(f"inflight key ({deadline_ms}, {task_id}) does not match its record")
@@ -944,5 +961,11 @@ def check_consistency(store: QueueStore, limit: int = 10_000_000, queues: TaskQu
             problems.append("the in-memory pending queue differs from the pending table")
         if queues.deadline != {task_id: deadline_ms for (deadline_ms, task_id), _ in inflight}:
             problems.append("the in-memory in-flight queue differs from the inflight table")
-    counts = {"tasks": len(records), "pending": len(pending), "inflight": len(inflight)}
+    if records is not None:
+        for (deadline_ms, task_id), lease in leases:
+            if task_id in stored:
+                _hold_lease(stored[task_id], deadline_ms, lease)
+        problems.extend(f"the cached record of {cached.id} is not the stored one" for cached in records
+                        if cached.id not in stored or vars(cached) != vars(stored[cached.id]))
+    counts = {"tasks": len(stored), "pending": len(pending), "inflight": len(inflight)}
     return counts, problems

@@ -113,6 +113,9 @@ DEFAULTS: dict[str, Any] = {
     "scheduler.history_len": 20,
     # How long a ban report blocks a host when the client gave no Retry-After.
     "scheduler.host_block_s": 300.0,
+    # Task records kept decoded in memory, the most recently changed ones (about 3 KB each): a task leased or
+    # reported while its record is cached reads no B-tree. 0 = read every record from the store.
+    "scheduler.record_cache": 50000,
     # Minimum spacing per host across all clients (wall seconds). When > 0 a host has at most one task in
     # flight, and its next task is leased no sooner than this after the previous one was leased and ended.
     "scheduler.host_spacing_s": 0.0,

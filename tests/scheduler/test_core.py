@@ -171,11 +171,11 @@ def test_a_rolled_back_report_leaves_records_and_queues_as_they_were(core: Sched
     clocks.advance(15)  # the first lease has expired; the report below reaps it in its own transaction
     with pytest.raises(LeaseLostError):
         core.report([ok(second.id, second.lease_token), ok(third.id, "wrong")])
-    counts, problems = check_consistency(store, queues=core.queues)
+    counts, problems = check_consistency(store, queues=core.queues, records=core.records)
     assert problems == [] and counts == {"tasks": 3, "pending": 0, "inflight": 3}
     core.report([ok(second.id, second.lease_token)])  # neither the report nor the expiry stuck: both happen now
     assert core.stats()["done"] == 2
-    counts, problems = check_consistency(store, queues=core.queues)
+    counts, problems = check_consistency(store, queues=core.queues, records=core.records)
     assert problems == [] and counts == {"tasks": 3, "pending": 2, "inflight": 1}
     assert [task.id for task in core.lease("w", 3)] == [first.id]  # the reported one is due in 60 s
 
@@ -245,10 +245,10 @@ def done_entries(store: QueueStore) -> list[dict[str, Any]]:
 def test_the_in_memory_queues_must_match_the_tables(core: SchedulerCore, store: QueueStore) -> None:
     core.add(USERS, TaskKind.WeiboUser)
     core.lease("w", 1)
-    assert check_consistency(store, queues=core.queues)[1] == []
+    assert check_consistency(store, queues=core.queues, records=core.records)[1] == []
     with store.transaction() as txn:  # a pending key the core never wrote: the audit sees the difference
         txn.put("pending", b"\0" * 8 + b"user:weibo_pc:9", b"")
-    problems = check_consistency(store, queues=core.queues)[1]
+    problems = check_consistency(store, queues=core.queues, records=core.records)[1]
     assert "the in-memory pending queue differs from the pending table" in problems
 
 
@@ -435,7 +435,7 @@ def test_a_rejected_call_in_a_group_changes_nothing_and_the_others_apply(core: S
     assert core.task_info(tasks[0].id)["crawls"] == 1
     assert core.task_info(tasks[1].id)["state"] == "inflight"  # still leased with its real token
     core.report([ok(tasks[1].id, tasks[1].lease_token)])
-    counts, problems = check_consistency(store, queues=core.queues)
+    counts, problems = check_consistency(store, queues=core.queues, records=core.records)
     assert problems == [] and counts == {"tasks": 3, "pending": 2, "inflight": 1}
 
 
@@ -455,7 +455,7 @@ def test_a_group_whose_transaction_fails_runs_each_call_alone(core: SchedulerCor
     with store.transaction() as txn:
         assert txn.get("meta", b"half-written") is None  # rolled back; the good report was applied alone
     assert core.task_info(task.id)["crawls"] == 1
-    assert check_consistency(store, queues=core.queues)[1] == []
+    assert check_consistency(store, queues=core.queues, records=core.records)[1] == []
 
 
 def test_a_spaced_host_gets_one_task_per_group(store: QueueStore, clocks: ManualClocks) -> None:

@@ -26,7 +26,9 @@ class SchedulerMachine(RuleBasedStateMachine):
         super().__init__()
         self.clocks = ManualClocks()
         self.store = MemoryQueueStore()
-        self.core = SchedulerCore.from_settings(make_settings(scheduler__host_block_s=5.0), self.store, self.clocks)
+        # A record cache smaller than the task set, so that records are evicted as well as kept.
+        self.core = SchedulerCore.from_settings(make_settings(scheduler__host_block_s=5.0, scheduler__record_cache=3),
+                                                self.store, self.clocks)
         self.known: set[str] = set()
         #: Leases the model believes are live: task id -> Task (with its deadline).
         self.held: dict[str, Task] = {}
@@ -104,7 +106,7 @@ class SchedulerMachine(RuleBasedStateMachine):
 
     @invariant()
     def every_task_in_exactly_one_queue(self) -> None:
-        counts, problems = check_consistency(self.store, queues=self.core.queues)
+        counts, problems = check_consistency(self.store, queues=self.core.queues, records=self.core.records)
         assert problems == []
         assert counts["tasks"] == len(self.known) == counts["pending"] + counts["inflight"]
         stats = self.core.stats()
