@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["GroupCall", "GroupRunner", "Pending"]
@@ -86,17 +85,20 @@ class Pending[T]:
             callback(self)
 
 
-@dataclass(eq=False)
 class GroupCall:
     """One caller's change. ``run`` is what the core runs inside the group's transaction (the core defines its
-    arguments); the core's ``run_group`` sets ``result`` or ``error`` of every call it was given."""
+    arguments); the core's ``run_group`` sets ``result`` or ``error`` of every call it was given. (A plain class
+    with slots: one is made per getUser or putUser.)"""
 
-    run: Callable[..., Any]
-    #: Completed only after ``sync()`` returned (adds, reports, releases).
-    durable: bool
-    future: Pending[Any] = field(default_factory=Pending)
-    result: Any = None
-    error: BaseException | None = None
+    __slots__ = ("durable", "error", "future", "result", "run")
+
+    def __init__(self, run: Callable[..., Any], durable: bool) -> None:
+        self.run = run
+        #: Completed only after ``sync()`` returned (adds, reports, releases).
+        self.durable = durable
+        self.future: Pending[Any] = Pending()
+        self.result: Any = None
+        self.error: BaseException | None = None
 
 
 class GroupRunner:
@@ -106,14 +108,17 @@ class GroupRunner:
         self._run_group = run_group
         self._sync = sync
         self._queue: list[GroupCall] = []
-        self._state = threading.Condition(threading.Lock())
+        # Every call takes the lock a few times, so it is taken directly (in C); only ``close`` waits on the
+        # condition, and it is notified only once closing.
+        self._lock = threading.Lock()
+        self._state = threading.Condition(self._lock)
         self._running = False
         self._closed = False
 
     def submit(self, call: GroupCall) -> Pending[Any]:
         """Queue ``call`` (and run the queue if nobody does); its future completes with its result or error.
         RuntimeError once closed."""
-        with self._state:
+        with self._lock:
             if self._closed:
                 raise RuntimeError("the group runner is closed")
             self._queue.append(call)
@@ -131,11 +136,12 @@ class GroupRunner:
 
     def _drain(self) -> None:
         while True:
-            with self._state:
+            with self._lock:
                 calls, self._queue = self._queue, []
                 if not calls:
                     self._running = False
-                    self._state.notify_all()
+                    if self._closed:
+                        self._state.notify_all()
                     return
             try:
                 self._run(calls)
