@@ -43,7 +43,6 @@ __all__ = [
     "STORAGE_IDENTITY",
     "Converted",
     "FutureLike",
-    "Reply",
     "communicator",
     "core_errors",
     "crawler",
@@ -391,8 +390,6 @@ def map_errors[F: Callable[..., Any]](method: F) -> F:
 class FutureLike[T](Protocol):
     """What ``then`` needs of a future (``concurrent.futures.Future`` and the scheduler's ``Pending`` have it)."""
 
-    def done(self) -> bool: ...
-
     def result(self, timeout: float | None = None) -> T: ...
 
     def add_done_callback(self, callback: Callable[[Any], object], /) -> None: ...
@@ -419,17 +416,8 @@ class Converted[T, R]:
             raise to_slice_error(exc) from exc
 
 
-#: What an asynchronously dispatched servant method returns: a ``Converted`` future, or the result itself.
-type Reply[R] = Converted[Any, R] | R
-
-
-def then[T, R](future: FutureLike[T], convert: Callable[[T], R]) -> Reply[R]:
-    """Asynchronous dispatch: the servant returns this view of ``future`` (see ``Converted``), or the converted
-    result itself when the future is already done (the dispatch thread ran the call itself: Ice then replies at
-    once, with no callback to register and run). A done future's core error is raised as is (``map_errors``
-    turns it into its Slice exception)."""
-    if future.done():
-        return convert(future.result())
+def then[T, R](future: FutureLike[T], convert: Callable[[T], R]) -> Converted[T, R]:
+    """Asynchronous dispatch: the servant returns this view of ``future`` (see ``Converted``)."""
     return Converted(future, convert)
 
 

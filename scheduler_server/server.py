@@ -45,27 +45,27 @@ def make_servant(core: SchedulerCore) -> Ice.Object:
         # scheduler_server.groups), so a dispatch thread never waits while the core runs a group of calls.
 
         @rpc.map_errors
-        def getUser(self, workerId: str, current: Ice.Current) -> rpc.Reply[Any]:
+        def getUser(self, workerId: str, current: Ice.Current) -> rpc.Converted[Any, Any]:
             return rpc.then(core.lease_async(workerId, 1), lambda tasks: rpc.task_to_slice(tasks[0]))
 
         @rpc.map_errors
-        def getUsers(self, workerId: str, max: int, current: Ice.Current) -> rpc.Reply[list[Any]]:
+        def getUsers(self, workerId: str, max: int, current: Ice.Current) -> rpc.Converted[Any, list[Any]]:
             return rpc.then(core.lease_async(workerId, max), lambda tasks: [rpc.task_to_slice(t) for t in tasks])
 
         @rpc.map_errors
-        def putUser(self, report: Any, current: Ice.Current) -> rpc.Reply[None]:
+        def putUser(self, report: Any, current: Ice.Current) -> rpc.Converted[Any, None]:
             return rpc.then(core.report_async([rpc.report_from_slice(report)]), _none)
 
         @rpc.map_errors
-        def putUsers(self, reports: Sequence[Any], current: Ice.Current) -> rpc.Reply[None]:
+        def putUsers(self, reports: Sequence[Any], current: Ice.Current) -> rpc.Converted[Any, None]:
             return rpc.then(core.report_async([rpc.report_from_slice(report) for report in reports]), _none)
 
         @rpc.map_errors
-        def releaseUsers(self, leases: Sequence[Any], current: Ice.Current) -> rpc.Reply[None]:
+        def releaseUsers(self, leases: Sequence[Any], current: Ice.Current) -> rpc.Converted[Any, None]:
             return rpc.then(core.release_async([(lease.taskId, lease.leaseToken) for lease in leases]), _none)
 
         @rpc.map_errors
-        def addUsers(self, ids: Sequence[str], kind: Any, current: Ice.Current) -> rpc.Reply[int]:
+        def addUsers(self, ids: Sequence[str], kind: Any, current: Ice.Current) -> rpc.Converted[Any, int]:
             return rpc.then(core.add_async(list(ids), TaskKind[kind.name]), int)
 
         @rpc.map_errors

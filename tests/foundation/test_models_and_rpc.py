@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import threading
-from concurrent.futures import Future
-from typing import Any
 
 import Ice
 import pytest
@@ -92,37 +90,6 @@ def test_map_errors_decorator_turns_core_errors_into_slice_exceptions() -> None:
     with pytest.raises(rpc.crawler().NoWork) as info:
         servant_method()
     assert info.value.nextDueInMs == 10
-
-
-def test_then_replies_at_once_for_a_done_future_and_later_for_a_pending_one() -> None:
-    done: Future[int] = Future()
-    done.set_result(2)
-    assert rpc.then(done, lambda n: n * 10) == 20  # Ice replies at once: no callback to register
-
-    pending: Future[int] = Future()
-    view = rpc.then(pending, lambda n: n * 10)
-    assert isinstance(view, rpc.Converted)
-    seen: list[int] = []
-    view.add_done_callback(lambda completed: seen.append(completed.result()))
-    pending.set_result(3)
-    assert seen == [30]
-
-
-def test_then_raises_core_errors_as_slice_exceptions_either_way() -> None:
-    failed: Future[int] = Future()
-    failed.set_exception(NoWorkError("nothing", 10))
-
-    @rpc.map_errors
-    def servant_method(future: Future[int]) -> Any:
-        return rpc.then(future, lambda n: n)
-
-    with pytest.raises(rpc.crawler().NoWork):
-        servant_method(failed)  # done already: raised by the servant method itself
-    pending: Future[int] = Future()
-    view = servant_method(pending)
-    pending.set_exception(NoWorkError("nothing", 10))
-    with pytest.raises(rpc.crawler().NoWork):
-        view.result()  # done later: raised when Ice reads the result
 
 
 def test_ice_threads_keep_their_python_thread_state_between_dispatches() -> None:
