@@ -662,10 +662,9 @@ class SchedulerCore:
 
     def _leased(self, txn: Txn, task_id: str, token: str, index: int, name: str) -> TaskRecord:
         """The task's record if ``token`` is its current lease; otherwise UnknownTask or LeaseLost."""
-        cached = self.records.peek(task_id)
+        cached = self.records.take(task_id)  # the record is about to change (or the call fails)
         if cached is not None and cached.lease_token == token:
-            return self.records.take(task_id)  # type: ignore[return-value]
-        self.records.take(task_id)  # its entry, if any, is about to be out of date (or the call fails)
+            return cached
         record = self._stored(txn, task_id)
         if record is None:
             raise _invalid(f"unknown task {task_id}", f"{name}[{index}].taskId", index, code="UnknownTask")
