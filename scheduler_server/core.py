@@ -373,7 +373,8 @@ class SchedulerCore:
         """Queue a change for the group runner (``groups``); ``run`` works inside the group's transaction and
         returns the finisher, and raises a caller error only before it changed anything."""
         try:
-            return self._runner.submit(GroupCall(run, durable))
+            # Deferred: the caller's own ``result()`` or Ice's reply callback runs the queue (``GroupRunner``).
+            return self._runner.submit(GroupCall(run, durable), deferred=True)
         except RuntimeError as exc:
             raise ServiceError("the scheduler is closed") from exc
 

@@ -26,9 +26,13 @@ _PENDING_LOCK = threading.Lock()
 class Pending[T]:
     """A result to come: the part of ``concurrent.futures.Future`` that a waiting caller and Ice's asynchronous
     dispatch use (``result``, ``exception``, ``done``, ``add_done_callback``), at a fifth of its cost, which
-    counts when every getUser and putUser makes one. Completed once, by ``set_result`` or ``set_exception``."""
+    counts when every getUser and putUser makes one. Completed once, by ``set_result`` or ``set_exception``.
 
-    __slots__ = ("_callbacks", "_done", "_error", "_event", "_result")
+    A future may carry work to run first (``run_first``): the first ``add_done_callback``, ``result`` or
+    ``exception`` runs it, in the caller's thread, after registering the callback. ``GroupRunner`` hands its
+    queue to a caller this way, so that the caller's own reply goes out as soon as its group completes."""
+
+    __slots__ = ("_callbacks", "_done", "_error", "_event", "_first", "_result")
 
     def __init__(self) -> None:
         self._done = False
@@ -36,6 +40,17 @@ class Pending[T]:
         self._error: BaseException | None = None
         self._callbacks: list[Callable[[Pending[T]], object]] = []
         self._event: threading.Event | None = None
+        self._first: Callable[[], object] | None = None
+
+    def run_first(self, work: Callable[[], object]) -> None:
+        """Give this future work that its consumer runs first (see the class docstring). Only the thread that
+        will consume the future may call this, before handing the future over."""
+        self._first = work
+
+    def _start(self) -> None:
+        work, self._first = self._first, None
+        if work is not None:
+            work()
 
     def done(self) -> bool:
         return self._done
@@ -49,6 +64,7 @@ class Pending[T]:
         return self._result  # type: ignore[no-any-return]
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
+        self._start()
         if not self._done:
             with _PENDING_LOCK:
                 if not self._done and self._event is None:
@@ -61,10 +77,12 @@ class Pending[T]:
     def add_done_callback(self, callback: Callable[[Pending[T]], object]) -> None:
         """Call ``callback(self)`` once completed: at once (in this thread) if already so."""
         with _PENDING_LOCK:
-            if not self._done:
+            waiting = not self._done
+            if waiting:
                 self._callbacks.append(callback)
-                return
-        callback(self)
+        if not waiting:
+            callback(self)
+        self._start()
 
     def set_result(self, result: T) -> None:
         self._result = result
@@ -115,9 +133,14 @@ class GroupRunner:
         self._running = False
         self._closed = False
 
-    def submit(self, call: GroupCall) -> Pending[Any]:
+    def submit(self, call: GroupCall, *, deferred: bool = False) -> Pending[Any]:
         """Queue ``call`` (and run the queue if nobody does); its future completes with its result or error.
-        RuntimeError once closed."""
+        RuntimeError once closed.
+
+        ``deferred``: a caller that finds nobody running the queue does not run it here; its future runs it when
+        the caller first waits on it or adds a callback (``Pending.run_first``). An asynchronous dispatch so
+        registers its reply before the queue runs, and the reply leaves as soon as its own group is done, not
+        after every group queued behind it. The caller must consume the future, or the queue stalls."""
         with self._lock:
             if self._closed:
                 raise RuntimeError("the group runner is closed")
@@ -125,7 +148,10 @@ class GroupRunner:
             if self._running:
                 return call.future
             self._running = True
-        self._drain()
+        if deferred:
+            call.future.run_first(self._drain)
+        else:
+            self._drain()
         return call.future
 
     def close(self) -> None:

@@ -160,3 +160,33 @@ def test_pending_completes_once_for_waiters_and_callbacks() -> None:
     assert isinstance(failed.exception(), KeyError)
     with pytest.raises(KeyError):
         failed.result()
+
+
+def test_a_deferred_call_runs_when_consumed_and_is_answered_before_the_groups_behind_it() -> None:
+    recorder = Recorder()
+    runner = GroupRunner(recorder.run_group, recorder.sync)
+    recorder.gate.clear()
+    first = GroupCall(named("a", "A"), durable=False)
+    future = runner.submit(first, deferred=True)
+    assert recorder.events == [] and not future.done()  # nothing ran yet: the consumer runs the queue
+
+    # What Ice's dispatch does with the returned future: add its reply callback, which runs the queue here.
+    consumer = threading.Thread(
+        target=future.add_done_callback, args=(functools.partial(completed, recorder, "a"),), name="consumer")
+    consumer.start()
+    assert recorder.entered.wait(WAIT_S)
+    behind = runner.submit(GroupCall(named("b", "B"), durable=False))  # queued while "a" runs
+    recorder.gate.set()
+    consumer.join(WAIT_S)
+    assert behind.result(WAIT_S) == "B"
+    # "a" was answered as soon as its own group was done, before the group queued behind it ran.
+    assert recorder.events == [("group", ["a"], "consumer"), ("done", "a"), ("group", ["b"], "consumer")]
+
+
+def test_a_deferred_call_also_runs_when_its_caller_waits_for_it() -> None:
+    recorder = Recorder()
+    runner = GroupRunner(recorder.run_group, recorder.sync)
+    future = runner.submit(GroupCall(named("a", "A"), durable=True), deferred=True)
+    assert recorder.events == []
+    assert future.result(WAIT_S) == "A"
+    assert recorder.events == [("group", ["a"], threading.current_thread().name), ("sync",)]
