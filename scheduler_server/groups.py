@@ -8,7 +8,9 @@ them, and goes on until the queue is empty. Calls submitted meanwhile only queue
 next group. Under load, groups grow by themselves; a lone caller runs its own call at once, in its own thread.
 
 Each call completes a ``Pending`` result: the core's synchronous methods wait on it, and the Ice servant returns
-it (asynchronous dispatch), so a dispatch thread never blocks while another one runs a group.
+it (asynchronous dispatch), so a dispatch thread never blocks while another one runs a group. The core submits
+its calls ``deferred``: the thread that finds nobody running the queue runs it only when it first consumes its
+own call's result, so Ice has registered that call's reply by then, and it leaves with the call's own group.
 """
 
 from __future__ import annotations
