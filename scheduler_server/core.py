@@ -421,7 +421,7 @@ class SchedulerCore:
     def add(self, ids: Sequence[str], kind: TaskKind) -> int:
         """Add ``"<source>:<target>"`` ids of one kind, due now. Known ids are ignored; returns how many were new.
         All or nothing: one invalid id rejects the batch. Returns once the change is durable."""
-        return int(self.add_async(ids, kind).result())
+        return int(self._runner.wait(self.add_async(ids, kind)))
 
     def add_async(self, ids: Sequence[str], kind: TaskKind) -> Pending[int]:
         """``add`` without waiting (bad arguments raise)."""
@@ -468,7 +468,7 @@ class SchedulerCore:
 
     def lease(self, worker_id: str, max_tasks: int = 1) -> list[Task]:
         """Lease up to ``max_tasks`` due tasks to ``worker_id``; NoWorkError if none may be handed out now."""
-        tasks: list[Task] = self.lease_async(worker_id, max_tasks).result()
+        tasks: list[Task] = self._runner.wait(self.lease_async(worker_id, max_tasks))
         return tasks
 
     def lease_async(self, worker_id: str, max_tasks: int = 1) -> Pending[list[Task]]:
@@ -573,7 +573,7 @@ class SchedulerCore:
     def report(self, reports: Sequence[Report]) -> None:
         """Apply crawl reports, all or nothing: each one releases its lease and re-queues its task. Returns once
         the change is durable."""
-        self.report_async(reports).result()
+        self._runner.wait(self.report_async(reports))
 
     def report_async(self, reports: Sequence[Report]) -> Pending[None]:
         """``report`` without waiting: the future completes once the change is durable (bad arguments raise)."""
@@ -754,7 +754,7 @@ class SchedulerCore:
     def release(self, leases: Sequence[tuple[str, str]]) -> None:
         """Give leases back unused (client shutdown): due at once, no attempt counted. All or nothing. Returns
         once the change is durable."""
-        self.release_async(leases).result()
+        self._runner.wait(self.release_async(leases))
 
     def release_async(self, leases: Sequence[tuple[str, str]]) -> Pending[None]:
         """``release`` without waiting (bad arguments raise)."""
@@ -783,7 +783,9 @@ class SchedulerCore:
     # --- maintenance ------------------------------------------------------------------------------------------
 
     def reap(self, limit: int = 10_000) -> int:
-        """Return expired leases to pending, counting an attempt each. Returns how many expired."""
+        """Return expired leases to pending, counting an attempt each. Returns how many expired. Run by the
+        maintenance thread every tick, it also runs the group queue if a handed-off call left it stalled."""
+        self._runner.rescue()
         with self._lock:
             expired = self._reap_locked(limit)
         self.store.sync()

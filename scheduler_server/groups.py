@@ -1,21 +1,32 @@
 """Group commit for the scheduler core (pure threading, no storage or Ice).
 
 Many clients making small calls (getUser/putUser) would each pay for a transaction, an expiry pass and an fsync,
-and the dispatch threads would hand the core's lock and the GIL back and forth for every one of them. Instead,
-a call is queued here, and the thread that finds nobody running the queue runs it: it takes every call queued
-so far as one group, which the core runs as one transaction, syncs once if any of them must be durable, completes
-them, and goes on until the queue is empty. Calls submitted meanwhile only queue up and return; they go into the
-next group. Under load, groups grow by themselves; a lone caller runs its own call at once, in its own thread.
+and the dispatch threads would hand the core's lock and the GIL back and forth for every one of them. So calls
+are run in groups. Step by step, for one call:
 
-Each call completes a ``Pending`` result: the core's synchronous methods wait on it, and the Ice servant returns
-it (asynchronous dispatch), so a dispatch thread never blocks while another one runs a group. The core submits
-its calls ``deferred``: the thread that finds nobody running the queue runs it only when it first consumes its
-own call's result, so Ice has registered that call's reply by then, and it leaves with the call's own group.
+1. The core wraps the change in a ``GroupCall`` and ``submit``s it, deferred. If a group is already running (or
+   queued for someone to run), the call only joins the queue and ``submit`` returns its ``Pending`` future.
+2. If nobody runs the queue, the caller becomes its runner, but not yet: the queue is handed to the caller's own
+   future (``Pending.run_first``), and ``submit`` returns. The Ice servant returns that future (asynchronous
+   dispatch); Ice registers its reply callback on it (``add_done_callback``), and only that registration runs
+   the queue, in the dispatch thread. So the runner's reply is registered before its group runs, and leaves as
+   soon as its own group is done rather than after every group queued behind it. A caller inside the process
+   (the core's blocking methods) consumes its future with ``GroupRunner.wait`` instead.
+3. The runner takes every call queued so far as one group. The core's ``run_group`` runs them in one
+   transaction and sets each call's result or error (each call still succeeds or fails on its own).
+4. Calls that need no durability complete at once; the others complete after one shared ``sync`` (the fsync).
+   A failing sync fails exactly the durable calls of that group.
+5. The runner loops to step 3 until the queue is empty, then marks the runner idle.
+
+Guard: a handed-off future that is never consumed (say, a dispatch dropped before Ice registered its reply)
+would hold the queue for ever. After ``stall_s`` the next submitter, a blocking ``wait``er, the scheduler's
+maintenance tick (``rescue``) or ``close`` takes the queue over; the late consumer then finds nothing to run.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -124,7 +135,8 @@ class GroupCall:
 class GroupRunner:
     """Runs submitted calls in groups, each group followed by one shared sync; see the module docstring."""
 
-    def __init__(self, run_group: Callable[[list[GroupCall]], None], sync: Callable[[], None]) -> None:
+    def __init__(self, run_group: Callable[[list[GroupCall]], None], sync: Callable[[], None],
+                 *, stall_s: float = 1.0) -> None:
         self._run_group = run_group
         self._sync = sync
         self._queue: list[GroupCall] = []
@@ -134,6 +146,12 @@ class GroupRunner:
         self._state = threading.Condition(self._lock)
         self._running = False
         self._closed = False
+        #: The deferred future that holds the queue until its consumer runs it (None once someone ran it), and
+        #: since when. A consumer that never comes (a dispatch dropped before Ice registered its reply) would
+        #: stall every caller behind it, so after ``stall_s`` the next submitter, ``rescue`` or ``close`` runs it.
+        self._handoff: Pending[Any] | None = None
+        self._handoff_since = 0.0
+        self._stall_s = stall_s
 
     def submit(self, call: GroupCall, *, deferred: bool = False) -> Pending[Any]:
         """Queue ``call`` (and run the queue if nobody does); its future completes with its result or error.
@@ -148,18 +166,61 @@ class GroupRunner:
                 raise RuntimeError("the group runner is closed")
             self._queue.append(call)
             if self._running:
-                return call.future
-            self._running = True
-        if deferred:
-            call.future.run_first(self._drain)
-        else:
-            self._drain()
+                if not self._claim_stalled(self._stall_s):
+                    return call.future
+            else:
+                self._running = True
+                if deferred:
+                    self._handoff, self._handoff_since = call.future, time.monotonic()
+                    call.future.run_first(self._run_handoff)
+                    return call.future
+        self._drain()
         return call.future
+
+    def rescue(self, stalled_s: float | None = None) -> bool:
+        """Run the queue here if a deferred future has held it for ``stalled_s`` (default: the runner's
+        ``stall_s``) without being consumed. The scheduler's maintenance thread calls this, so a queue stalls for
+        at most one tick even when no other call arrives. True if this thread ran it."""
+        with self._lock:
+            if not self._claim_stalled(self._stall_s if stalled_s is None else stalled_s):
+                return False
+        self._drain()
+        return True
+
+    def _claim_stalled(self, stalled_s: float) -> bool:
+        """Under the lock: take the queue over from a handed-off future not consumed for ``stalled_s``."""
+        if self._handoff is None or time.monotonic() - self._handoff_since < stalled_s:
+            return False
+        self._handoff = None
+        return True
+
+    def _run_handoff(self) -> None:
+        """The work a deferred future runs first: the queue, unless a rescuer has taken it over meanwhile."""
+        with self._lock:
+            if self._handoff is None:
+                return
+            self._handoff = None
+        self._drain()
+
+    def wait(self, future: Pending[Any]) -> Any:
+        """``future.result()`` for a caller that blocks on its own call: it rescues the queue while it waits, so
+        a handed-off future that is never consumed cannot hold this caller for ever."""
+        while True:
+            try:
+                error = future.exception(self._stall_s)
+            except TimeoutError:
+                self.rescue()
+                continue
+            if error is not None:
+                raise error
+            return future.result()
 
     def close(self) -> None:
         """Refuse new calls and wait until the ones already queued have run."""
         with self._state:
             self._closed = True
+        self.rescue(0.0)
+        with self._state:
             self._state.wait_for(lambda: not self._running)
 
     def _drain(self) -> None:

@@ -190,3 +190,32 @@ def test_a_deferred_call_also_runs_when_its_caller_waits_for_it() -> None:
     assert recorder.events == []
     assert future.result(WAIT_S) == "A"
     assert recorder.events == [("group", ["a"], threading.current_thread().name), ("sync",)]
+
+
+def test_a_handed_off_future_that_is_never_consumed_does_not_stall_the_queue() -> None:
+    """A deferred call whose consumer never comes (its dispatch was dropped) holds the queue only until the stall
+    time: the next submitter after that, a blocking waiter or ``rescue`` runs it."""
+    recorder = Recorder()
+    runner = GroupRunner(recorder.run_group, recorder.sync, stall_s=0.05)
+    orphan = runner.submit(GroupCall(named("orphan", "O"), durable=False), deferred=True)
+    assert not orphan.done() and recorder.events == []
+    assert not runner.rescue()  # not stalled yet
+    waiter = runner.submit(GroupCall(named("waiter", "W"), durable=True), deferred=True)
+    # A caller that blocks on its own call rescues the queue once the stall time has passed.
+    assert runner.wait(waiter) == "W"
+    assert orphan.done() and orphan.result() == "O"
+    assert recorder.events[0][1] == ["orphan", "waiter"]
+    # The orphan's consumer may still come late: it finds the queue already run and does nothing.
+    orphan.add_done_callback(functools.partial(completed, recorder, "late"))
+    assert recorder.events[-1] == ("done", "late")
+
+
+def test_rescue_and_close_run_a_stalled_queue() -> None:
+    recorder = Recorder()
+    runner = GroupRunner(recorder.run_group, recorder.sync, stall_s=60.0)
+    orphan = runner.submit(GroupCall(named("orphan", 1), durable=False), deferred=True)
+    assert not runner.rescue()
+    assert runner.rescue(0.0) and orphan.result() == 1
+    second = runner.submit(GroupCall(named("second", 2), durable=False), deferred=True)
+    runner.close()  # would wait for ever on the unconsumed future without the rescue
+    assert second.done() and second.result() == 2
