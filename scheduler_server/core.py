@@ -833,12 +833,17 @@ class SchedulerCore:
         each task's next report. Returns the new constant, or None when no budget applies."""
         if self.config.fetch_budget_per_s <= 0 or not isinstance(self.policy, BudgetedPolicy):
             return None
+        # Chunk by chunk, each in its own short read under the lock, so that leases and reports go on between
+        # chunks: the constant is an estimate over slowly changing rates and needs no single snapshot.
         rates: list[float] = []
-        with self._lock, self.store.transaction() as txn:
-            start = b""
-            while chunk := txn.scan("tasks", start, limit=_SCAN_CHUNK * 4):
-                rates.extend(self.policy.rate_of(TaskRecord.from_bytes(raw).policy_state) for _, raw in chunk)
-                start = chunk[-1][0] + b"\0"
+        start = b""
+        while True:
+            with self._lock, self.store.transaction() as txn:
+                chunk = txn.scan("tasks", start, limit=_SCAN_CHUNK * 4)
+            if not chunk:
+                break
+            rates.extend(self.policy.rate_of(TaskRecord.from_bytes(raw).policy_state) for _, raw in chunk)
+            start = chunk[-1][0] + b"\0"
         if not rates:
             return None
         scale = budget_scale(rates, self.config.fetch_budget_per_s, self.config.min_period_s,
