@@ -9,7 +9,8 @@
 Source-specific helpers the runtime calls directly: ``extend_request`` / ``parse_extend`` / ``with_long_text``
 on the Weibo sources (full text of the posts named in ``ParsedPage.info["long_text_ids"]``: m.weibo.cn
 ``statuses/extend``, weibo.com ``ajax/statuses/longtext`` and the legacy ``p/aj/mblog/getlongtext``),
-``ecshop.login_request`` / ``is_logged_in`` / ``shows_login_wall`` (member login). ``samples.bench_cases()`` gives generated pages for the client bench.
+``ecshop.login_request`` / ``is_logged_in`` / ``shows_login_wall`` (member login). ``samples.bench_cases()``
+gives generated pages for the client bench.
 """
 
 from __future__ import annotations
