@@ -66,5 +66,6 @@ def source_headers(defaults: Mapping[str, str], user_agent: str, setting: str, k
             del headers[existing]
         if value is not None:
             headers[name] = value
-    headers.setdefault("User-Agent", FALLBACK_USER_AGENT)
+    if not any(name.lower() == "user-agent" for name in headers):
+        headers["User-Agent"] = FALLBACK_USER_AGENT
     return headers

@@ -406,7 +406,9 @@ class Fetcher:
         raise AssertionError("unreachable: the last attempt returns or raises")
 
     def _fetch_once(self, request: PageRequest) -> FetchedPage:
-        headers = {"User-Agent": self.policy.user_agent or FALLBACK_USER_AGENT, **self.headers, **request.headers}
+        headers = {**self.headers, **request.headers}
+        if not any(name.lower() == "user-agent" for name in headers):
+            headers["User-Agent"] = self.policy.user_agent or FALLBACK_USER_AGENT
         self.requests_made += 1
         started = self._clock()
         try:
