@@ -25,7 +25,7 @@ def test_defaults_then_user_agent_then_the_setting() -> None:
 
 @pytest.mark.parametrize("bad", ['{"A": 1}', "[1]", "{not json", "no colon here", "Bad Name: x", '{"A": "x\\ny"}'])
 def test_bad_header_settings_are_config_errors(bad: str) -> None:
-    with pytest.raises(ConfigError, match="sources.jd.headers"):
+    with pytest.raises(ConfigError, match=r"sources\.jd\.headers"):
         parse_header_setting(bad, "sources.jd.headers")
 
 
@@ -44,9 +44,9 @@ def test_runner_config_builds_each_sources_headers_and_validates_options() -> No
     settings.set("sources.jd.endpoint", "api")
     assert RunnerConfig.from_settings(settings).make_source("jd").endpoint == "api"  # type: ignore[attr-defined]
     settings.set("sources.jd.endpoint", "nope")
-    with pytest.raises(ConfigError, match="sources.jd.endpoint"):
+    with pytest.raises(ConfigError, match=r"sources\.jd\.endpoint"):
         RunnerConfig.from_settings(settings)
     settings.set("sources.jd.endpoint", "club")
     settings.set("sources.weibo_pc.headers", "garbage")
-    with pytest.raises(ConfigError, match="sources.weibo_pc.headers"):
+    with pytest.raises(ConfigError, match=r"sources\.weibo_pc\.headers"):
         RunnerConfig.from_settings(settings)

@@ -6,8 +6,8 @@ login redirect, form POSTs, redirect loops, bad URLs and refused connections."""
 from __future__ import annotations
 
 import gzip
-import json
 import http.server
+import json
 import random
 import socket
 import threading

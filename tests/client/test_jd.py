@@ -87,7 +87,7 @@ def test_api_endpoint_sends_the_same_query_as_a_json_body_and_pages_the_same() -
 
 
 def test_unknown_endpoint_is_a_config_error() -> None:
-    with pytest.raises(ConfigError, match="sources.jd.endpoint"):
+    with pytest.raises(ConfigError, match=r"sources\.jd\.endpoint"):
         JdSource(endpoint="sign")
 
 
