@@ -19,12 +19,10 @@ from sandbox.content import SimPost, SimReview, beijing, item_rng, make_post, ma
 from sandbox.scenario import Category, Product, Scenario, WeiboUser
 from sandbox.schedules import arrivals, backlog_times
 
-__all__ = ["SITE_OF_SOURCE", "WEIBO_SOURCES", "ProductState", "TruthItem", "TruthProduct", "UserState", "World"]
+__all__ = ["WEIBO_SOURCES", "ProductState", "TruthItem", "TruthProduct", "UserState", "World"]
 
 #: Truth ``source`` names (as in ``icecrawler.models.SOURCES``) per Weibo site.
 WEIBO_SOURCES = {"pc": "weibo_pc", "m": "weibo_mobile", "web": "weibo_web"}
-#: Every source the sandbox serves → the site prefix serving it (``sources.<name>.base_url`` = server + prefix).
-SITE_OF_SOURCE = {**{source: site for site, source in WEIBO_SOURCES.items()}, "ecshop": "ecshop", "jd": "jd"}
 
 
 @dataclass(frozen=True)

@@ -142,7 +142,7 @@ class VisitorSessions:
         self._mint = mint
         self._spawn = spawn
         self._clock = clock
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # a synchronous ``spawn`` (tests) mints while the lock is held
 
     @classmethod
     def from_settings(cls, settings: Settings) -> VisitorSessions:
@@ -165,10 +165,9 @@ class VisitorSessions:
         if session is None:
             return None
         with self._lock:
-            if session.account is not None:
-                return session.account
-            self._start_mint(source, session, now)
-            return None
+            if session.account is None:
+                self._start_mint(source, session, now)
+            return session.account
 
     def renew(self, account_id: str, now: float) -> bool:
         """The session ``account_id`` was ended by the site: renew it unless another report already did.

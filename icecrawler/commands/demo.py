@@ -29,6 +29,7 @@ from icecrawler.settings import Settings
 from icecrawler.stack import SITE_PREFIX, Stack, running_stack, stored_index, truth_index
 from sandbox.scenario import Scenario, default_scenario, load_scenario
 from sandbox.schedules import Schedule
+from sandbox.world import WEIBO_SOURCES
 
 __all__ = ["Command", "DemoResult", "SourceSummary", "mean_interval_s", "seed_ids", "summarize"]
 
@@ -61,7 +62,7 @@ def seed_ids(scenario: Scenario) -> tuple[list[str], list[str], dict[str, float 
     truth: dict[str, float | None] = {}
     for user in scenario.users:
         for site in user.sites:
-            source = "weibo_pc" if site == "pc" else "weibo_mobile"
+            source = WEIBO_SOURCES[site]
             ids.append(f"{source}:{user.uid}")
             truth[f"user:{source}:{user.uid}"] = mean_interval_s(user.schedule)
     for product in scenario.products:

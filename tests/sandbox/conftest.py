@@ -13,10 +13,11 @@ import requests
 from crawler_client.sources import FetchedPage, Item, PageRequest, get_source
 from icecrawler.models import Task, TaskKind, make_task_id
 from sandbox import Category, Product, SandboxServer, Scenario, Schedule, WeiboUser
+from sandbox.sources import SITE_OF_SOURCE
 
 #: A fixed start (2026-11-30 08:00 Beijing) so every generated id and time is the same on every run.
 ORIGIN_S = 1_795_996_800.0
-SOURCE_PREFIX = {"weibo_pc": "pc", "weibo_mobile": "m", "ecshop": "ecshop", "jd": "jd"}
+SOURCE_PREFIX = SITE_OF_SOURCE
 
 
 def small_scenario() -> Scenario:
