@@ -60,8 +60,12 @@ class Crawl:
 
 def fetch(request: PageRequest, session: requests.Session | None = None) -> FetchedPage:
     http = session or requests.Session()
+    headers = dict(request.headers)
+    for header, cookie in request.cookie_headers.items():  # as the client's transport does (X-XSRF-TOKEN)
+        if http.cookies.get(cookie):
+            headers[header] = str(http.cookies.get(cookie))
     response = http.request(request.method, request.url, params=request.params or None, data=request.data,
-                            headers=request.headers, timeout=10)
+                            headers=headers, timeout=10)
     return FetchedPage(url=response.request.url or request.url, status=response.status_code,
                        headers=dict(response.headers), body=response.content, final_url=response.url)
 
@@ -88,3 +92,14 @@ def crawl(server: SandboxServer, source_name: str, target: str, kind: TaskKind =
 
 def truth_ids(server: SandboxServer, source: str, target: str) -> list[str]:
     return [item["id"] for item in server.truth(source, target)["items"]]
+
+
+def visitor_session(server: SandboxServer) -> requests.Session:
+    """A requests session holding a visitor SUB/SUBP minted by the sandbox's passport (the scheduler's way)."""
+    from scheduler_server.visitors import mint_visitor
+    from sandbox.sources import source_settings
+
+    session = requests.Session()
+    for name, value in mint_visitor(source_settings(server.url)["sources.weibo_web.visitor_url"]).items():
+        session.cookies.set(name, value)
+    return session
