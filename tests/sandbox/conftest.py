@@ -96,8 +96,8 @@ def truth_ids(server: SandboxServer, source: str, target: str) -> list[str]:
 
 def visitor_session(server: SandboxServer) -> requests.Session:
     """A requests session holding a visitor SUB/SUBP minted by the sandbox's passport (the scheduler's way)."""
-    from scheduler_server.visitors import mint_visitor
     from sandbox.sources import source_settings
+    from scheduler_server.visitors import mint_visitor
 
     session = requests.Session()
     for name, value in mint_visitor(source_settings(server.url)["sources.weibo_web.visitor_url"]).items():
