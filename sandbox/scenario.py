@@ -260,7 +260,7 @@ def load_scenario(path: str | Path) -> Scenario:
 
 
 def default_scenario(seed: int = 0) -> Scenario:
-    """The demo's world: three Weibo users on both sites (both mobile cursor forms), two ECSHOP products in a
+    """The demo's world: three Weibo users on every Weibo site (both cursor forms), two ECSHOP products in a
     category that gains new products over time, an empty category, and two JD products."""
     return Scenario(
         seed=seed,
