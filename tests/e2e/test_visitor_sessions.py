@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from icecrawler.stack import Stack, running_stack, stored_index, truth_index
+from icecrawler.stack import ItemKey, Stack, running_stack, stored_index, truth_index
 from sandbox.scenario import Scenario, WeiboUser
 from sandbox.schedules import Schedule
 
@@ -46,7 +47,7 @@ def wait_for(stack: Stack, condition: str, check: object, timeout_s: float) -> N
         time.sleep(0.2)
 
 
-def missing(stack: Stack) -> set[object]:
+def missing(stack: Stack) -> set[ItemKey]:
     published = {key for _, key in truth_index(stack.truth()["items"], int((time.time() - CATCH_UP_S) * 1000))}
     return published - set(stored_index(stack.stored()))
 
@@ -90,7 +91,7 @@ def test_visitor_session_expiring_mid_crawl_is_renewed_once_and_nothing_is_lost(
     assert "Traceback" not in logs, logs[-3000:]
 
 
-def missing_allowance(items: list[dict[str, object]]) -> set[object]:
+def missing_allowance(items: list[dict[str, Any]]) -> set[ItemKey]:
     """Posts published in the last catch-up window before the end need not be stored yet."""
     recent = int((time.time() - CATCH_UP_S) * 1000)
     return {key for _, key in truth_index(items)} - {key for _, key in truth_index(items, recent)}
