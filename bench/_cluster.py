@@ -24,14 +24,16 @@ from pathlib import Path
 from typing import Any
 
 from icecrawler.errors import ServiceError
+from icecrawler.models import SOURCES, TaskKind
 from icecrawler.processes import ManagedProcess, ProcessGroup, wait_for_port
+from sandbox.sources import source_settings
 
 __all__ = ["Cluster", "Workload", "cpu_seconds", "read_stored", "read_truth", "verify", "wait_until"]
 
 Wrap = Callable[[list[str]], list[str]]
 
-#: Table a truth item's source lands in.
-TABLE_OF = {"weibo_mobile": "weibo", "weibo_pc": "weibo", "jd": "review", "ecshop": "review"}
+#: Table a truth item's source lands in: posts (every Weibo source) in one table, reviews in the other.
+TABLE_OF = {source: "weibo" if TaskKind.WeiboUser in kinds else "review" for source, kinds in SOURCES.items()}
 
 
 def _same(argv: list[str]) -> list[str]:
@@ -187,9 +189,7 @@ class Cluster:
         return path
 
     def sandbox_settings(self, host: str, port: int) -> dict[str, str]:
-        base = f"http://{host}:{port}"
-        return {"sources.jd.base_url": f"{base}/jd", "sources.weibo_mobile.base_url": f"{base}/m",
-                "sources.weibo_pc.base_url": f"{base}/pc", "sources.ecshop.base_url": f"{base}/ecshop"}
+        return source_settings(f"http://{host}:{port}")
 
     # --- processes --------------------------------------------------------------------------------------------
 

@@ -46,6 +46,7 @@ import requests.cookies
 import urllib3
 import urllib3.exceptions
 
+from crawler_client.headers import FALLBACK_USER_AGENT
 from crawler_client.sources.base import FetchedPage, PageRequest
 from icecrawler.errors import FetchError
 from icecrawler.models import Account, Outcome
@@ -273,6 +274,7 @@ class Urllib3Transport:
             cookie = cookie_request.get_header("Cookie")
             if cookie:
                 sent["Cookie"] = cookie
+                sent.update(self._cookie_headers(request))
             response = self.session.pool.urlopen(method, url, body=body, headers=sent, redirect=False,
                                                  retries=False, timeout=timeout, preload_content=False)
             if "set-cookie" in response.headers:
@@ -287,6 +289,15 @@ class Urllib3Transport:
             if response.status == 303 or (response.status in (301, 302) and method == "POST"):
                 method, body = ("GET" if method != "HEAD" else method), None  # what browsers (and requests) do
         raise TooManyRedirects(f"more than {MAX_REDIRECTS} redirects")
+
+    def _cookie_headers(self, request: PageRequest) -> dict[str, str]:
+        """``request.cookie_headers`` filled from the jar (a header whose cookie it lacks is not sent)."""
+        found: dict[str, str] = {}
+        for header_name, cookie_name in request.cookie_headers.items():
+            value = next((c.value for c in self.session.cookies if c.name == cookie_name and c.value), None)
+            if value:
+                found[header_name] = value
+        return found
 
 
 # --- the fetcher --------------------------------------------------------------------------------------------
@@ -353,8 +364,11 @@ class Fetcher:
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
         rng: random.Random | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
         self.transport = transport
+        #: The source's headers (``crawler_client.headers.source_headers``); a request's own come on top.
+        self.headers = dict(headers or {})
         self.policy = policy
         self._sleep = sleep
         self._clock = clock
@@ -392,7 +406,9 @@ class Fetcher:
         raise AssertionError("unreachable: the last attempt returns or raises")
 
     def _fetch_once(self, request: PageRequest) -> FetchedPage:
-        headers = {"User-Agent": self.policy.user_agent, **request.headers}
+        headers = {**self.headers, **request.headers}
+        if not any(name.lower() == "user-agent" for name in headers):
+            headers["User-Agent"] = self.policy.user_agent or FALLBACK_USER_AGENT
         self.requests_made += 1
         started = self._clock()
         try:

@@ -18,8 +18,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from crawler_client.crawl import CrawlResult, crawl_task, failure_report
+from crawler_client.headers import source_headers
 from crawler_client.http import Fetcher, FetchPolicy, SessionCache, Urllib3Transport, parse_cookie_blob
-from crawler_client.sources import ecshop
+from crawler_client.sources import ecshop, get_source, source_options
 from crawler_client.sources.base import FetchedPage, PageRequest, Source
 from crawler_client.sources.ecshop import EcshopSource
 from icecrawler.clock import Clock
@@ -49,23 +50,38 @@ FORM_LOGINS: dict[str, FormLogin] = {
 
 @dataclass(frozen=True)
 class RunnerConfig:
-    """What a runner reads from the settings: fetch limits, the page cap, where each source lives and the
-    form-login credentials of the sources that have one (an account blob's own credentials win)."""
+    """What a runner reads from the settings: fetch limits, the page cap, where each source lives, the headers
+    each sends (``crawler_client.headers``), its other ``sources.<name>.*`` options, and the form-login
+    credentials of the sources that have one (an account blob's own credentials win)."""
 
     policy: FetchPolicy
     max_pages: int
     base_urls: Mapping[str, str]
     credentials: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    headers: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    options: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> RunnerConfig:
+        """Bad header or source settings fail here, at start-up (ConfigError)."""
+        options = {name: source_options(settings, name) for name in SOURCES}
+        for name in SOURCES:
+            get_source(name, options[name])  # validates the options (e.g. sources.jd.endpoint)
         return cls(
             policy=FetchPolicy.from_settings(settings),
             max_pages=settings.get_int("client.max_pages"),
             base_urls={name: settings.get_str(f"sources.{name}.base_url") for name in SOURCES},
             credentials={name: (settings.get_str(f"sources.{name}.username"),
                                 settings.get_str(f"sources.{name}.password")) for name in FORM_LOGINS},
+            headers={name: source_headers(get_source(name).default_headers, settings.get_str("client.user_agent"),
+                                          settings.get_str(f"sources.{name}.headers"), f"sources.{name}.headers")
+                     for name in SOURCES},
+            options=options,
         )
+
+    def make_source(self, name: str) -> Source:
+        """A fresh source ``name`` with its options (what the client passes to ``TaskRunner``)."""
+        return get_source(name, self.options.get(name))
 
 
 class TaskRunner:
@@ -101,7 +117,8 @@ class TaskRunner:
                                error_class="unknown-source")
             log.error("task %s: %s", task.id, error)
             return CrawlResult(task, failure_report(task, error, 0))
-        fetcher = Fetcher(Urllib3Transport(session), self.config.policy, sleep=self.cancel.wait)
+        fetcher = Fetcher(Urllib3Transport(session), self.config.policy, sleep=self.cancel.wait,
+                          headers=self.config.headers.get(task.source))
         relogin = self._relogin_hook(task, base_url, fetcher)
         return crawl_task(
             task, source, fetcher, base_url=base_url, max_pages=self.config.max_pages,

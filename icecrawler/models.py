@@ -54,6 +54,7 @@ class Outcome(enum.StrEnum):
 SOURCES: dict[str, frozenset[TaskKind]] = {
     "weibo_pc": frozenset({TaskKind.WeiboUser}),
     "weibo_mobile": frozenset({TaskKind.WeiboUser}),
+    "weibo_web": frozenset({TaskKind.WeiboUser}),
     "ecshop": frozenset({TaskKind.ProductReviews, TaskKind.Listing}),
     "jd": frozenset({TaskKind.ProductReviews}),
 }

@@ -29,12 +29,13 @@ from icecrawler import rpc
 from icecrawler.processes import ManagedProcess, ProcessGroup, free_port, icecrawler_argv, wait_for_port
 from sandbox.launch import SandboxProcess, sandbox_process
 from sandbox.scenario import Scenario, default_scenario
+from sandbox.sources import SITE_OF_SOURCE, source_settings
 
 __all__ = ["SITE_PREFIX", "ItemKey", "Stack", "StoredItem", "leases_by_task", "overlapping_leases", "running_stack",
            "stored_index", "truth_index"]
 
 #: sources.<name>.base_url → the sandbox prefix serving that source.
-SITE_PREFIX = {"weibo_pc": "pc", "weibo_mobile": "m", "ecshop": "ecshop", "jd": "jd"}
+SITE_PREFIX = SITE_OF_SOURCE
 #: Sandbox pages print Beijing time without an offset.
 _BEIJING = timezone(timedelta(hours=8))
 #: How long one scheduler RPC made by the stack may take before it counts as unanswered (ms).
@@ -302,7 +303,7 @@ def running_stack(root: Path, scenario: Scenario | None = None, *, speed: float 
                 "storage", *(f"--set={k}={v}" for k, v in storage_sets.items()),
                 f"--Ice.Config={root / 'storage.conf'}"))
             # The scheduler knows every source's host too: its politeness is per host.
-            base_urls = {f"sources.{name}.base_url": sandbox.base_url(prefix) for name, prefix in SITE_PREFIX.items()}
+            base_urls = source_settings(sandbox.url)
             scheduler_sets = {**common, **base_urls, "scheduler.db_dir": str(root / "scheduler"),
                               **{k: str(v) for k, v in (scheduler_settings or {}).items()}}
             scheduler = group.start("scheduler", icecrawler_argv(

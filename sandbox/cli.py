@@ -41,8 +41,10 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, help="override the scenario's seed")
     parser.add_argument("--truth-file", metavar="FILE", help="append the ground truth to this JSONL file")
     parser.add_argument("--max-hang-s", type=float, help="cap on a 'hang' misbehaviour (default 60)")
+    parser.add_argument("--visitor-ttl-s", type=float, help="lifetime of a passport visitor session, simulated "
+                                                            "seconds (default: setting sandbox.visitor_ttl_s)")
     parser.add_argument("--misbehave", action="append", default=[], metavar="SITE[:TARGET].KEY=VALUE",
-                        help="switch a misbehaviour on at start (repeatable); sites: pc, m, ecshop, jd, *")
+                        help="switch a misbehaviour on at start (repeatable); sites: pc, m, web, ecshop, jd, *")
     parser.add_argument("--print-scenario", action="store_true", help="print the scenario as JSON and exit")
 
 
@@ -76,6 +78,8 @@ def build_server(args: argparse.Namespace, settings: Settings) -> SandboxServer:
         truth_file=args.truth_file or settings.get_str("sandbox.truth_file") or None,
         max_hang_s=args.max_hang_s if args.max_hang_s is not None else settings.get_float("sandbox.max_hang_s"),
         misbehave=parse_misbehave(args.misbehave),
+        visitor_ttl_s=(args.visitor_ttl_s if args.visitor_ttl_s is not None
+                       else settings.get_float("sandbox.visitor_ttl_s")),
     )
 
 

@@ -1,7 +1,7 @@
 """How the sandbox sites misbehave, switched per site or per target, at start or at run time.
 
-A rule is a scope (``site``: ``pc``, ``m``, ``ecshop``, ``jd`` or ``*``; optional ``target``: a uid or product id)
-plus a ``Misbehaviour``. For one request the most specific rule wins: (site, target), then (site, any), then
+A rule is a scope (``site``: ``pc``, ``m``, ``web``, ``ecshop``, ``jd`` or ``*``; optional ``target``: a uid or
+product id) plus a ``Misbehaviour``. For one request the most specific rule wins: (site, target), then (site, any), then
 (``*``, any). Rates are per-request probabilities drawn from one seeded RNG (1.0 = every request).
 
 Decisions only: this module picks what to do; ``sandbox.server`` does it (sleeps, status codes, truncation)
@@ -20,7 +20,7 @@ from icecrawler.errors import ConfigError
 
 __all__ = ["SITES", "Action", "Misbehaviour", "MisbehaviourRule", "MisbehaviourTable"]
 
-SITES = ("pc", "m", "ecshop", "jd", "*")
+SITES = ("pc", "m", "web", "ecshop", "jd", "*")
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ A scenario is a TOML or JSON file with the same structure (see docs/SANDBOX.md):
     [[users]]                       # a Weibo user, shown on the desktop (pc) and/or mobile (m) site
     uid = 1907518591
     name = "沙盒用户甲"
-    sites = ["pc", "m"]
+    sites = ["pc", "m", "web"]      # any of: desktop v6 feed (pc), m.weibo.cn (m), weibo.com's JSON API (web)
     cursor = "since_id"             # mobile next-page cursor the responses carry: "since_id" or "page"
     pinned = true                   # an old post pinned on top of the mobile timeline
     long_text_every = 4             # every 4th post is isLongText (0 = never)
@@ -58,7 +58,7 @@ from sandbox.schedules import Schedule
 
 __all__ = ["Category", "Product", "Scenario", "WeiboUser", "default_scenario", "load_scenario"]
 
-WEIBO_SITES = ("pc", "m")
+WEIBO_SITES = ("pc", "m", "web")
 PRODUCT_SOURCES = ("ecshop", "jd")
 
 
@@ -260,7 +260,7 @@ def load_scenario(path: str | Path) -> Scenario:
 
 
 def default_scenario(seed: int = 0) -> Scenario:
-    """The demo's world: three Weibo users on both sites (both mobile cursor forms), two ECSHOP products in a
+    """The demo's world: three Weibo users on every Weibo site (both cursor forms), two ECSHOP products in a
     category that gains new products over time, an empty category, and two JD products."""
     return Scenario(
         seed=seed,

@@ -11,6 +11,9 @@ Control endpoints (JSON):
   ``{"clear": true}`` (all rules).
 - ``POST /__sandbox/advance`` with ``{"seconds": 600}``: jump simulated time (this process only).
 - ``GET  /__sandbox/scenario``: the scenario in use.
+- ``GET  /__sandbox/visitors``: the passport's visitor sessions (``ttl_s``, ``minted``). ``POST`` with
+  ``{"ttl_s": 30}`` changes the lifetime of sessions minted from now on, ``{"expire": true}`` ends every
+  visitor session at once (the next API call with one gets HTTP 432).
 """
 
 from __future__ import annotations
@@ -37,8 +40,10 @@ from sandbox.pages import interstitial
 from sandbox.scenario import Scenario, default_scenario
 from sandbox.sites.ecshop import EcshopSite
 from sandbox.sites.jd import JdSite
+from sandbox.sites.passport import PassportSite, VisitorRegistry
 from sandbox.sites.weibo_mobile import WeiboMobileSite
 from sandbox.sites.weibo_pc import WeiboPcSite
+from sandbox.sites.weibo_web import WeiboWebSite
 from sandbox.web import SimRequest, SimResponse, Site
 from sandbox.world import World
 
@@ -110,7 +115,7 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 class SandboxServer:
-    """All four sites on one port, in this process (a daemon thread) or in the foreground.
+    """Every site on one port, in this process (a daemon thread) or in the foreground.
 
     ``speed``/``origin`` follow ``icecrawler.clock`` (speed 0 freezes time; use ``advance``). ``latency_ms`` is
     added to every site request. A hang never lasts longer than ``max_hang_s`` and ends at ``stop()``.
@@ -119,7 +124,8 @@ class SandboxServer:
     def __init__(self, scenario: Scenario | None = None, *, host: str = "127.0.0.1", port: int = 0,
                  speed: float = 1.0, origin: float = 0.0, latency_ms: int = 0, seed: int | None = None,
                  truth_file: str | Path | None = None, max_hang_s: float = 60.0,
-                 misbehave: Iterable[MisbehaviourRule] = (), clock: SimClock | None = None) -> None:
+                 misbehave: Iterable[MisbehaviourRule] = (), clock: SimClock | None = None,
+                 visitor_ttl_s: float = 86_400.0) -> None:
         scenario = scenario if scenario is not None else default_scenario()
         if seed is not None:
             scenario = replace(scenario, seed=seed)
@@ -132,10 +138,12 @@ class SandboxServer:
         self.max_hang_s = max_hang_s
         self.misbehaviour = MisbehaviourTable((*scenario.misbehave, *misbehave), seed=scenario.seed)
         accounts = dict(scenario.accounts)
+        #: Visitor sessions minted by the passport, checked by weibo.com's API (simulated-time expiry).
+        self.visitors = VisitorRegistry(visitor_ttl_s)
         self.sites: dict[str, Site] = {
             site.prefix: site
-            for site in (WeiboPcSite(self.world), WeiboMobileSite(self.world), EcshopSite(self.world, accounts),
-                         JdSite(self.world))
+            for site in (WeiboPcSite(self.world), WeiboMobileSite(self.world), WeiboWebSite(self.world, self.visitors),
+                         PassportSite(self.visitors), EcshopSite(self.world, accounts), JdSite(self.world))
         }
         self._log: collections.deque[dict[str, Any]] = collections.deque(maxlen=LOG_LIMIT)
         self._log_seq = 0
@@ -363,6 +371,13 @@ class SandboxServer:
                 return SimResponse.json(self.scenario.to_dict())
             if path == "/advance" and method == "POST":
                 return SimResponse.json({"now_ms": self.clock.advance(float(data.get("seconds", 0)))})
+            if path == "/visitors":
+                if method == "POST":
+                    if "ttl_s" in data:
+                        self.visitors.ttl_s = float(data["ttl_s"])
+                    if data.get("expire"):
+                        self.visitors.expire_all()
+                return SimResponse.json(self.visitors.describe())
             if path == "/misbehave":
                 if method == "POST":
                     self._change_misbehaviour(data)

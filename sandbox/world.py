@@ -19,10 +19,10 @@ from sandbox.content import SimPost, SimReview, beijing, item_rng, make_post, ma
 from sandbox.scenario import Category, Product, Scenario, WeiboUser
 from sandbox.schedules import arrivals, backlog_times
 
-__all__ = ["ProductState", "TruthItem", "TruthProduct", "UserState", "World"]
+__all__ = ["WEIBO_SOURCES", "ProductState", "TruthItem", "TruthProduct", "UserState", "World"]
 
 #: Truth ``source`` names (as in ``icecrawler.models.SOURCES``) per Weibo site.
-WEIBO_SOURCES = {"pc": "weibo_pc", "m": "weibo_mobile"}
+WEIBO_SOURCES = {"pc": "weibo_pc", "m": "weibo_mobile", "web": "weibo_web"}
 
 
 @dataclass(frozen=True)
@@ -127,6 +127,7 @@ class World:
         self.products: dict[tuple[str, str], ProductState] = {}
         self.categories: dict[int, _CategoryState] = {}
         self._posts: dict[int, SimPost] = {}
+        self._bids: dict[str, int] = {}
         self.truth_items: list[TruthItem] = []
         self.truth_products: list[TruthProduct] = []
         for category in scenario.categories:
@@ -192,13 +193,15 @@ class World:
 
     def _publish_post(self, state: UserState, post: SimPost, backlog: bool) -> None:
         self._posts[post.mid] = post
+        self._bids[post.bid] = post.mid
         if post.retweet is not None:
             self._posts[post.retweet.mid] = post.retweet
+            self._bids[post.retweet.bid] = post.retweet.mid
         created_at = beijing(post.created_ms).strftime("%Y-%m-%d %H:%M:%S")
         for site in state.spec.sites:
             self.truth_items.append(TruthItem(WEIBO_SOURCES[site], str(post.uid), str(post.mid), post.created_ms,
                                               created_at, post.user_name, post.text, backlog,
-                                              post.pinned and site == "m"))
+                                              post.pinned and site != "pc"))
 
     def _publish_review(self, state: ProductState, review: SimReview, backlog: bool) -> None:
         self.truth_items.append(TruthItem(
@@ -274,6 +277,12 @@ class World:
             self.advance(now_ms)
             post = self._posts.get(mid)
             return post if post is not None and post.created_ms <= now_ms else None
+
+    def post_by_bid(self, bid: str, now_ms: int) -> SimPost | None:
+        """A post by its base62 id (weibo.com's ``mblogid``), once published."""
+        with self._lock:
+            mid = self._bids.get(bid)
+        return self.post(mid, now_ms) if mid is not None else None
 
     def product(self, source: str, product_id: str, now_ms: int) -> ProductState | None:
         """The product if it exists and has appeared by ``now_ms``."""

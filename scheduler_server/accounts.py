@@ -11,6 +11,10 @@ An account is frozen on an AccountFrozen, LoginRequired or Banned report (until 
 ``scheduler.account_freeze_s``, whichever is later), then thawed automatically. Each account has a request
 budget per minute across all clients. An exhausted pool pauses the affected sources; it never drops tasks.
 Cookies never appear in logs or status: only ids, states and counts do.
+
+Sources that serve visitors (``sources.<name>.visitor_url``) and have no configured account get visitor
+sessions instead (``scheduler_server.visitors``), leased the same way; a visitor session is never frozen, and
+a report that it ended renews it (``settle``).
 """
 
 from __future__ import annotations
@@ -22,8 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from icecrawler.errors import ConfigError
-from icecrawler.models import SOURCES, Account
+from icecrawler.models import SOURCES, Account, Outcome
 from scheduler_server.politeness import Hold, RateWindow
+from scheduler_server.visitors import VisitorSessions, is_visitor, session_ended
 
 __all__ = ["AccountPool", "PooledAccount", "load_accounts"]
 
@@ -78,16 +83,25 @@ class AccountPool:
     """Round-robin over usable accounts; see the module docstring. Times are wall-clock seconds."""
 
     def __init__(self, accounts: list[PooledAccount], needs_account: frozenset[str], budget_per_min: int,
-                 freeze_s: float) -> None:
+                 freeze_s: float, visitors: VisitorSessions | None = None) -> None:
         self.needs_account = needs_account
         self.budget_per_min = budget_per_min
         self.freeze_s = freeze_s
         self._accounts = {pooled.account.id: pooled for pooled in accounts}
         self._order = list(self._accounts)
         self._next = 0
+        self.visitors = visitors if visitors is not None else VisitorSessions({})
+        #: Sources a configured account serves: those never get visitor sessions.
+        self._served = frozenset(source for pooled in accounts for source in pooled.sources)
+
+    def uses_visitors(self, source: str) -> bool:
+        """Whether ``source`` is leased with visitor sessions (it serves visitors, no account is configured)."""
+        return self.visitors.serves(source) and source not in self._served
 
     def pick(self, source: str, now: float) -> Account | None:
         """An account for ``source`` (the empty Account if it needs none), or None if none is usable now."""
+        if self.uses_visitors(source):
+            return self.visitors.account(source, now)
         if source not in self.needs_account:
             return _NO_ACCOUNT
         for step in range(len(self._order)):
@@ -105,14 +119,25 @@ class AccountPool:
         if pooled is not None and requests > 0:
             pooled.used.add(now, requests)
 
+    def settle(self, account_id: str, outcome: Outcome, error_class: str, http_status: int, now: float) -> bool:
+        """A failed crawl's effect on the account it used. For a visitor session that the site ended (432, a
+        visitor redirect) the session is renewed and True returned: the report must not block the host. Other
+        accounts are untouched here (the caller freezes them)."""
+        if not is_visitor(account_id) or not session_ended(outcome, error_class, http_status):
+            return False
+        return self.visitors.renew(account_id, now)
+
     def freeze(self, account_id: str, until: float, reason: str) -> None:
+        """Freeze a logged-in account (visitor sessions are never frozen: they are renewed)."""
         pooled = self._accounts.get(account_id)
         if pooled is not None:
             pooled.frozen.extend(until, reason)
 
     def describe(self, now: float) -> dict[str, Any]:
-        """Per-account state for status: never the cookies."""
-        return {
+        """Per-account state for status, visitor sessions under ``visitor:<source>``: never the cookies."""
+        visitors = {f"visitor:{source}": state for source, state in self.visitors.describe(now).items()
+                    if self.uses_visitors(source)}
+        return visitors | {
             aid: {
                 "state": "frozen" if p.frozen.until > now else "ok",
                 "frozen": p.frozen.describe(now),

@@ -72,6 +72,7 @@ from scheduler_server.groups import GroupCall, GroupRunner, Pending
 from scheduler_server.politeness import HostGate, RateWindow
 from scheduler_server.queues import TaskQueues
 from scheduler_server.store import QueueStore, Txn
+from scheduler_server.visitors import VisitorSessions, is_visitor
 from shhd.policies import Observation, RatePolicy, RevisitPolicy, budget_scale, make_policy
 
 __all__ = ["Clocks", "SchedulerConfig", "SchedulerCore", "SystemClocks", "check_consistency"]
@@ -308,10 +309,12 @@ class SchedulerCore:
                 raise ConfigError(f"account {pooled.account.id} serves sources on different scheduler shards "
                                   f"({', '.join(sorted(pooled.sources))}); its request budget needs one owner: "
                                   "give each shard's hosts their own accounts")
+        pool = AccountPool(accounts, config.account_sources, config.account_budget_per_min, config.account_freeze_s,
+                           VisitorSessions.from_settings(settings))
         for source in sorted(config.account_sources - {s for a in accounts for s in a.sources}):
-            log.warning("no account can crawl %s (scheduler.account_sources): its tasks wait until one is added",
-                        source)
-        pool = AccountPool(accounts, config.account_sources, config.account_budget_per_min, config.account_freeze_s)
+            if not pool.uses_visitors(source):
+                log.warning("no account can crawl %s (scheduler.account_sources): its tasks wait until one is added",
+                            source)
         return cls(store, policy, clocks or SystemClocks(Clock.from_settings(settings)), config, pool)
 
     # --- start-up -------------------------------------------------------------------------------------------
@@ -710,11 +713,14 @@ class SchedulerCore:
         elif item.outcome in TASK_FAILURES:
             record.attempts += 1
             delay_s = self._backoff_s(record.attempts)
-        if item.outcome in HOST_FAILURES:
+        # A visitor session the site ended is renewed instead of blocking the host (or freezing anything).
+        renewed = item.outcome is not Outcome.Ok and self.accounts.settle(
+            record.account_id, item.outcome, item.error_class, item.http_status, wall)
+        if item.outcome in HOST_FAILURES and not renewed:
             until = wall + (item.retry_after_s or self.config.host_block_s)
             self.gate.block(effect.host, until, item.outcome.value)
             txn.put("meta", f"host:{effect.host}".encode(), json.dumps([until, item.outcome.value]).encode())
-        if item.outcome in ACCOUNT_FAILURES and record.account_id:
+        if item.outcome in ACCOUNT_FAILURES and record.account_id and not is_visitor(record.account_id):
             until = wall + max(item.retry_after_s, self.config.account_freeze_s)
             self.accounts.freeze(record.account_id, until, item.outcome.value)
             txn.put("meta", f"account:{record.account_id}".encode(),

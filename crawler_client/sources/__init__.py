@@ -1,4 +1,4 @@
-"""The four real sources behind one small interface (``base.Source``), and the registry the client uses.
+"""The real sources behind one small interface (``base.Source``), and the registry the client uses.
 
     source = get_source("weibo_mobile")
     request = source.first_request(task, settings.get_str("sources.weibo_mobile.base_url"))
@@ -7,19 +7,24 @@
     cursor = source.newest_cursor(page.items, task.cursor)
 
 Source-specific helpers the runtime calls directly: ``extend_request`` / ``parse_extend`` / ``with_long_text``
-on both Weibo sources (full text of the posts named in ``ParsedPage.info["long_text_ids"]``: m.weibo.cn
-``statuses/extend``, weibo.com ``p/aj/mblog/getlongtext``), ``ecshop.login_request`` / ``is_logged_in`` /
-``shows_login_wall`` (member login). ``samples.bench_cases()`` gives generated pages for the client bench.
+on the Weibo sources (full text of the posts named in ``ParsedPage.info["long_text_ids"]``: m.weibo.cn
+``statuses/extend``, weibo.com ``ajax/statuses/longtext`` and the legacy ``p/aj/mblog/getlongtext``),
+``ecshop.login_request`` / ``is_logged_in`` / ``shows_login_wall`` (member login). ``samples.bench_cases()``
+gives generated pages for the client bench.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 from crawler_client.sources.base import FetchedPage, Item, PageRequest, ParsedPage, Source
 from crawler_client.sources.ecshop import EcshopSource
 from crawler_client.sources.jd import JdSource
 from crawler_client.sources.weibo_mobile import WeiboMobileSource
 from crawler_client.sources.weibo_pc import WeiboPcSource
+from crawler_client.sources.weibo_web import WeiboWebSource
 from icecrawler.errors import ConfigError
+from icecrawler.settings import Settings
 
 __all__ = [
     "SOURCES",
@@ -32,21 +37,33 @@ __all__ = [
     "Source",
     "WeiboMobileSource",
     "WeiboPcSource",
+    "WeiboWebSource",
     "get_source",
+    "source_options",
 ]
 
 #: Source name (the middle part of a task id) → its class.
 SOURCES: dict[str, type[Source]] = {
     WeiboPcSource.name: WeiboPcSource,
     WeiboMobileSource.name: WeiboMobileSource,
+    WeiboWebSource.name: WeiboWebSource,
     EcshopSource.name: EcshopSource,
     JdSource.name: JdSource,
 }
 
 
-def get_source(name: str) -> Source:
-    """A fresh instance of the named source; ``ConfigError`` (a ValueError) naming the known ones otherwise."""
+def get_source(name: str, options: Mapping[str, str] | None = None) -> Source:
+    """A fresh instance of the named source; ``ConfigError`` (a ValueError) naming the known ones otherwise.
+    ``options``: ``sources.<name>.*`` settings; those the source lists in its ``OPTIONS`` are passed to it
+    (e.g. JD's ``endpoint``), the others ignored."""
     try:
-        return SOURCES[name]()
+        cls = SOURCES[name]
     except KeyError:
         raise ConfigError(f"unknown source {name!r} (known: {', '.join(sorted(SOURCES))})") from None
+    wanted = getattr(cls, "OPTIONS", ())
+    return cls(**{key: str(value) for key, value in (options or {}).items() if key in wanted})
+
+
+def source_options(settings: Settings, name: str) -> dict[str, str]:
+    """The ``sources.<name>.*`` settings as text (what ``get_source`` takes as ``options``)."""
+    return {key: str(value) for key, value in settings.with_prefix(f"sources.{name}").items()}

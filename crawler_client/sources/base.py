@@ -38,6 +38,9 @@ class PageRequest:
     page: int = 1
     #: Source-private paging state carried to the next request (e.g. Weibo PC's pagebar chunk).
     state: dict[str, str] = field(default_factory=dict)
+    #: Headers whose value is a session cookie's, set by the transport when the jar holds it (header name →
+    #: cookie name, e.g. weibo.com's ``X-XSRF-TOKEN`` ← ``XSRF-TOKEN``): sources never see cookies.
+    cookie_headers: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -68,6 +71,8 @@ class Source(Protocol):
 
     name: ClassVar[str]
     kinds: ClassVar[frozenset[TaskKind]]
+    #: What the site's own web client sends with these requests (``sources.<name>.headers`` changes them).
+    default_headers: ClassVar[dict[str, str]]
 
     def first_request(self, task: Task, base_url: str) -> PageRequest:
         """The newest-first first page for ``task`` under ``base_url``."""

@@ -38,6 +38,7 @@ from crawler_client.sources._detect import (
     scan_markers,
     unparsable,
 )
+from crawler_client.sources._headers import DESKTOP_UA
 from crawler_client.sources.base import FetchedPage, Item, PageRequest, ParsedPage
 from icecrawler.errors import ParseError
 from icecrawler.models import Outcome, Review, Task, TaskKind
@@ -84,6 +85,10 @@ class EcshopSource(ReviewOrder):
 
     name: ClassVar[str] = "ecshop"
     kinds: ClassVar[frozenset[TaskKind]] = frozenset({TaskKind.ProductReviews, TaskKind.Listing})
+    #: A browser's page request (ECSHOP's own comment pager calls use the same session).
+    default_headers: ClassVar[dict[str, str]] = {
+        "Accept": "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8",
+        "Accept-Language": "zh-CN,zh;q=0.9", "User-Agent": DESKTOP_UA}
 
     def first_request(self, task: Task, base_url: str) -> PageRequest:
         """Listing: ``category.php?id=N&page=1``; reviews: ``goods.php?id=N`` (page 1 of the comments)."""

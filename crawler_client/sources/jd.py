@@ -1,32 +1,52 @@
-"""JD product reviews: ``comment/productPageComments.action`` (JSONP ``fetchJSON_comment98(...)`` or plain JSON).
+"""JD product reviews, through one of two endpoints (``sources.jd.endpoint``) that answer the same body:
+
+* ``club`` (default): ``club.jd.com/comment/productPageComments.action`` as JSONP ``fetchJSON_comment98(...)``
+  (or plain JSON without ``callback``), still answered without a cookie in 2025;
+* ``api``: ``api.m.jd.com/?appid=item-v3&functionId=pc_club_productPageComments&client=pc&body={...}``, the
+  form JD's item pages moved to in 2025 (``base_url`` is then the API host). Its risk control wants signed
+  calls (``h5st``); we do not sign (out of scope, docs/SOURCES.md), so an unsigned call may be refused.
 
 Requests ask for ``sortType=6`` (time order) from ``page=0`` (0-based; ``PageRequest.page`` stays 1-based)
 and follow pages while the response has comments and ``page + 1 < maxPage``. Ids are int64 (kept as decimal
-strings), counts may be strings ("100万+"), ``content`` carries HTML entities. Since ≈2023 a request without a
-logged-in cookie gets an empty body, ``{}`` or an object without ``comments``: that is LoginRequired
-("blocked"), not an empty product. Cursor semantics: ``ReviewOrder`` (creationTime, then id).
+strings), counts may be strings ("100万+"), ``content`` carries HTML entities. Newer item pages read reviews
+from ``getLegoWareDetailComment``, whose ``commentInfoList[]`` rows (``commentId``, ``userNickName``,
+``commentData``, ``commentDate``, ``commentScore``) parse too.
+
+Refusals: an empty body, ``{}`` or an object without comments is LoginRequired ("blocked", what JD answers
+without a logged-in cookie since ≈2023). Risk control is Banned with its own ``error_class``: HTTP 403
+(``jd-risk-403``), an ``x-rp-content`` header or body carrying code 605 (``jd-risk-605``), or a "系统繁忙"
+answer (``jd-system-busy``). Cursor semantics: ``ReviewOrder`` (creationTime, then id).
 """
 
 from __future__ import annotations
 
 import html
+import json
 from typing import Any, ClassVar
 
 from crawler_client.sources._counts import parse_count
 from crawler_client.sources._cursor import ReviewOrder
 from crawler_client.sources._dates import iso_of_ms, resolve_created_at
 from crawler_client.sources._decode import decode_body, load_json, strip_jsonp
-from crawler_client.sources._detect import check_final_url, check_http, fail
+from crawler_client.sources._detect import check_final_url, check_http, fail, header
+from crawler_client.sources._headers import DESKTOP_UA
 from crawler_client.sources.base import FetchedPage, Item, PageRequest, ParsedPage
-from icecrawler.errors import ParseError
+from icecrawler.errors import ConfigError, FetchError, ParseError
 from icecrawler.models import Outcome, Review, Task, TaskKind
 
-__all__ = ["JdSource"]
+__all__ = ["ENDPOINTS", "JdSource"]
 
 #: The callback name JD's own page uses.
 CALLBACK = "fetchJSON_comment98"
 #: Bodies shorter than this cannot hold a comment page: the "blocked" answer.
 MIN_BODY = 8
+CLUB_PATH = "/comment/productPageComments.action"
+#: ``sources.jd.endpoint`` values.
+ENDPOINTS = ("club", "api")
+#: Where the comment rows sit in the answers we know (``getLegoWareDetailComment`` nests them).
+_ROW_KEYS = ("comments", "commentInfoList")
+_NESTS = ("result", "data")
+_BUSY = ("系统繁忙", "系統繁忙")
 
 
 def _as_str_id(value: object) -> str:
@@ -45,65 +65,150 @@ class JdSource(ReviewOrder):
 
     name: ClassVar[str] = "jd"
     kinds: ClassVar[frozenset[TaskKind]] = frozenset({TaskKind.ProductReviews})
+    #: What the item page's script sends with its comment calls.
+    default_headers: ClassVar[dict[str, str]] = {"Accept": "*/*", "Accept-Language": "zh-CN,zh;q=0.9",
+                                                 "User-Agent": DESKTOP_UA}
+    #: ``sources.jd.*`` settings this source reads (``get_source`` passes them).
+    OPTIONS: ClassVar[tuple[str, ...]] = ("endpoint",)
+
+    def __init__(self, endpoint: str = "club") -> None:
+        if endpoint not in ENDPOINTS:
+            raise ConfigError(f"sources.jd.endpoint must be one of {', '.join(ENDPOINTS)}, got {endpoint!r}")
+        self.endpoint = endpoint
 
     def first_request(self, task: Task, base_url: str) -> PageRequest:
         """Page 0, newest first (``sortType=6``)."""
-        return self.page_request(task, base_url.rstrip("/") + "/comment/productPageComments.action", 0)
+        root = base_url.rstrip("/")
+        return self.page_request(task, root + ("/" if self.endpoint == "api" else CLUB_PATH), 0)
 
-    @staticmethod
-    def page_request(task: Task, url: str, page0: int) -> PageRequest:
+    def page_request(self, task: Task, url: str, page0: int) -> PageRequest:
         """Page ``page0`` (0-based) with the query JD's product page sends; ``score``/``sortType`` may be
         overridden through ``task.params``."""
-        params = {"callback": CALLBACK, "productId": task.target, "score": task.params.get("score", "0"),
-                  "sortType": task.params.get("sortType", "6"), "page": str(page0), "pageSize": "10",
-                  "isShadowSku": "0", "rid": "0", "fold": "1"}
-        return PageRequest(url=url, params=params, page=page0 + 1)
+        query = {"productId": task.target, "score": task.params.get("score", "0"),
+                 "sortType": task.params.get("sortType", "6"), "page": str(page0), "pageSize": "10",
+                 "isShadowSku": "0", "rid": "0", "fold": "1"}
+        headers = {"Referer": f"https://item.jd.com/{task.target}.html"}
+        if self.endpoint == "api":
+            body = json.dumps({k: int(v) if v.isdigit() and k != "productId" else v for k, v in query.items()},
+                              separators=(",", ":"))
+            params = {"appid": "item-v3", "functionId": "pc_club_productPageComments", "client": "pc",
+                      "clientVersion": "1.0.0", "body": body}
+        else:
+            params = {"callback": CALLBACK, **query}
+        return PageRequest(url=url, params=params, page=page0 + 1, headers=headers, state={"page0": str(page0)})
 
     def parse(self, task: Task, request: PageRequest, page: FetchedPage, now_ms: int) -> ParsedPage:
-        """Blocked answers (empty, ``{}``, no ``comments``) are LoginRequired, never an empty product."""
-        check_http(page, now_ms)
+        """Risk control is Banned, blocked answers LoginRequired; never an empty product."""
+        _check_risk(page, now_ms)
         check_final_url(page, request.url)
         text = strip_jsonp(decode_body(page.body))
         if len(text) < MIN_BODY and text.strip() in ("", "{}", "null", "[]", "()"):
             raise fail(Outcome.LoginRequired, f"blocked: {len(page.body)}-byte body", error_class="jd-blocked",
                        http_status=page.status)
         if not text.startswith("{"):
+            if any(busy in text for busy in _BUSY):
+                raise _busy(page.status)
             raise ParseError("JD: not a JSON object", error_class="unexpected-format", http_status=page.status)
         doc = load_json(text, what="JD comments")
-        if not isinstance(doc, dict) or not isinstance(doc.get("comments"), list):
+        if not isinstance(doc, dict):
+            raise ParseError("JD: not a JSON object", error_class="unexpected-format", http_status=page.status)
+        _check_risk_body(doc, page.status)
+        rows, holder = _rows(doc)
+        if rows is None:
             raise fail(Outcome.LoginRequired, "blocked: no comments key", error_class="jd-blocked",
                        http_status=page.status)
         fetched_at = iso_of_ms(now_ms)
         product = task.target
-        items: list[Item] = [review for raw in doc["comments"]
+        items: list[Item] = [review for raw in rows
                              if (review := self._review(raw, product, now_ms, fetched_at)) is not None]
-        max_page = parse_count(doc.get("maxPage")) or None
-        page0 = parse_count(request.params.get("page", "0"))
+        max_page = (parse_count(holder.get("maxPage")) or parse_count(holder.get("totalPage"))
+                    or parse_count(doc.get("maxPage")) or None)
+        page0 = _page0(request)
         result = ParsedPage(items=items, total_pages=max_page, info=_summary(doc))
-        if items and max_page is not None and page0 + 1 < max_page:
+        more = holder.get("hasMore") in (True, 1, "1", "true")
+        if items and ((max_page is not None and page0 + 1 < max_page) or (max_page is None and more)):
             result.next_request = self.page_request(task, request.url, page0 + 1)
-            result.next_request.params.update({k: v for k, v in request.params.items() if k != "page"})
+            if self.endpoint == "club" and "body" not in request.params:
+                result.next_request.params.update({k: v for k, v in request.params.items() if k != "page"})
         return result
 
     def _review(self, raw: Any, product: str, now_ms: int, fetched_at: str) -> Review | None:
-        """One comment as a Review; None for rows without an id or guid."""
+        """One comment row (either shape) as a Review; None for rows without an id or guid."""
         if not isinstance(raw, dict):
             return None
-        review_id = _as_str_id(raw.get("id")) or str(raw.get("guid") or "")
+        review_id = _as_str_id(raw.get("id")) or _as_str_id(raw.get("commentId")) or str(raw.get("guid") or "")
         if not review_id:
             return None
-        content = raw.get("content")
-        created = raw.get("creationTime")
+        content = raw.get("content", raw.get("commentData"))
+        created = raw.get("creationTime", raw.get("commentDate"))
         return Review(
             id=review_id,
             product_id=product,
             source=self.name,
-            user=str(raw.get("nickname") or ""),
+            user=str(raw.get("nickname") or raw.get("userNickName") or ""),
             content=html.unescape(content).strip() if isinstance(content, str) else "",
-            score=min(parse_count(raw.get("score")), 5),
+            score=min(parse_count(raw.get("score", raw.get("commentScore"))), 5),
             created_at=resolve_created_at(created, now_ms) if isinstance(created, str) else "",
             fetched_at=fetched_at,
         )
+
+
+def _busy(status: int) -> FetchError:
+    return fail(Outcome.Banned, "JD risk control: 系统繁忙", error_class="jd-system-busy", http_status=status)
+
+
+def _check_risk(page: FetchedPage, now_ms: int) -> None:
+    """Risk control before anything else: 403, or an ``x-rp-content`` header carrying code 605."""
+    if page.status == 403:
+        raise fail(Outcome.Banned, "JD risk control: HTTP 403 (unsigned or refused call)", error_class="jd-risk-403",
+                   http_status=403)
+    risk = header(page.headers, "x-rp-content")
+    if risk and "605" in risk:
+        raise fail(Outcome.Banned, f"JD risk control: x-rp-content {risk[:80]!r}", error_class="jd-risk-605",
+                   http_status=page.status)
+    check_http(page, now_ms)
+
+
+def _check_risk_body(doc: dict[str, Any], status: int) -> None:
+    """A JSON refusal: ``{"code": "605", ...}`` or a "系统繁忙" message instead of comments."""
+    if any(key in doc for key in _ROW_KEYS):
+        return
+    code = str(doc.get("code", ""))
+    message = str(doc.get("msg", doc.get("message", doc.get("echo", ""))))
+    if code == "605":
+        raise fail(Outcome.Banned, f"JD risk control: code 605 {message[:60]!r}", error_class="jd-risk-605",
+                   http_status=status)
+    if any(busy in message for busy in _BUSY):
+        raise _busy(status)
+
+
+def _rows(doc: dict[str, Any]) -> tuple[list[Any] | None, dict[str, Any]]:
+    """The comment rows and the object holding them (top level, or nested one or two levels in
+    ``result``/``data``); (None, {}) when there are none."""
+    holders = [doc]
+    for key in _NESTS:
+        inner = doc.get(key)
+        if isinstance(inner, dict):
+            holders.append(inner)
+            holders.extend(v for k in _NESTS if isinstance(v := inner.get(k), dict))
+    for holder in holders:
+        for key in _ROW_KEYS:
+            if isinstance(holder.get(key), list):
+                return holder[key], holder
+    return None, {}
+
+
+def _page0(request: PageRequest) -> int:
+    """The 0-based page a request asked for (its state, else its query)."""
+    if "page0" in request.state:
+        return parse_count(request.state["page0"])
+    if "body" in request.params:
+        try:
+            body = json.loads(request.params["body"])
+        except ValueError:
+            return 0
+        return parse_count(body.get("page")) if isinstance(body, dict) else 0
+    return parse_count(request.params.get("page", "0"))
 
 
 def _summary(doc: dict[str, Any]) -> dict[str, str]:

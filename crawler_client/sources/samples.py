@@ -2,7 +2,8 @@
 
 They serve two users: the client benchmark (``bench/client.py`` times parse + fingerprint per page over
 ``bench_cases()``), and the parser tests (bulk pages of any size). Each builder follows FORMATS.md: a 15-post
-``mbloglist`` chunk (three make a 45-post page), a getIndex page with a pinned post, an ECSHOP goods page or
+``mbloglist`` chunk (three make a 45-post page), a getIndex page with a pinned post, a weibo.com
+``mymblog`` page, an ECSHOP goods page or
 ``comment.php`` envelope with 5-10 comments, and a JD JSONP page of 10 comments. Everything is deterministic
 for a given ``seed``.
 """
@@ -29,6 +30,7 @@ __all__ = [
     "mbloglist_chunk",
     "mbloglist_page",
     "mobile_timeline",
+    "web_timeline",
     "wire_json",
 ]
 
@@ -205,6 +207,50 @@ def mobile_timeline(uid: int = 1907518591, *, posts: int = 10, pinned: bool = Tr
                                         "scheme": f"sinaweibo://cardlist?containerid=107603{uid}", "showAppTips": 0}})
 
 
+def web_timeline(uid: int = 1669879400, *, posts: int = 20, pinned: bool = True, since_id: bool = True,
+                 newest_mid: int = 4655758022804664, seed: int = 0) -> bytes:
+    """A weibo.com ``/ajax/statuses/mymblog`` page: a pinned older post first (optional), ``pic_ids`` with a
+    ``pic_infos`` map, reposts, a long text, ``text`` and ``text_raw``, string counts and ``since_id``."""
+    rng = random.Random(seed)
+    now = datetime.fromtimestamp(SAMPLE_NOW_MS / 1000, tz=CST)
+    user = {"id": uid, "idstr": str(uid), "pc_new": 7, "screen_name": _NICKS[uid % len(_NICKS)],
+            "profile_url": f"/u/{uid}", "verified": True, "verified_type": 0, "mbrank": 6, "mbtype": 12,
+            "avatar_hd": f"https://tvax1.sinaimg.cn/crop.0.0.180.180.1024/{uid:x}ly8g.jpg"}
+    rows = []
+    for i in range(posts):
+        is_pinned = pinned and i == 0
+        mid = newest_mid - 80_000_000_000 if is_pinned else newest_mid - i * 30_000_000
+        moment = now - timedelta(days=40) if is_pinned else now - timedelta(hours=2 * i)
+        words = _sentence(rng, 30 if i == 2 else 12)
+        pids = [f"{uid:x}ly1h{mid % 10**8:08d}{k}" for k in range(i % 4)]
+        mblog: dict[str, object] = {
+            "visible": {"type": 0, "list_id": 0}, "created_at": moment.strftime("%a %b %d %H:%M:%S +0800 %Y"),
+            "id": mid, "idstr": str(mid), "mid": str(mid), "mblogid": f"Kn{mid % 10**7:07d}", "user": user,
+            "can_edit": False, "text": escape(words) + ' <img alt="[doge]" title="[doge]" src="https://face.t.sinajs'
+            '.cn/t4/appstyle/expression/ext/normal/a1/2018new_doge02_org.png" />', "text_raw": words + " [doge]",
+            "textLength": 40, "source": "iPhone客户端", "favorited": False, "pic_ids": pids, "pic_num": len(pids),
+            "pic_infos": {pid: {size: {"url": f"https://wx1.sinaimg.cn/{path}/{pid}.jpg", "width": 1080,
+                                       "height": 1440} for size, path in (("thumbnail", "wap180"),
+                                                                          ("large", "orj960"), ("largest", "large"))}
+                          for pid in pids},
+            "reposts_count": rng.choice((0, 12, "100万+")), "comments_count": rng.choice((3, 77)),
+            "attitudes_count": rng.choice((5, "1.2万")), "isLongText": i == 2, "mblogtype": 0,
+            "region_name": "发布于 北京",
+        }
+        if is_pinned:
+            mblog.update({"isTop": 1, "mblogtype": 2, "title": {"text": "置顶", "base_color": 1}})
+        if i % 4 == 3:
+            original = mid - 9_000_000
+            mblog["retweeted_status"] = {"id": original, "idstr": str(original), "mid": str(original),
+                                         "mblogid": "KnOrig", "text": escape(_sentence(rng)), "user": user,
+                                         "created_at": moment.strftime("%a %b %d %H:%M:%S +0800 %Y")}
+        rows.append(mblog)
+    data: dict[str, object] = {"list": rows, "status_visible": 0, "topicList": [], "total": 582}
+    if since_id:
+        data["since_id"] = f"{newest_mid - posts * 30_000_000}kp2"
+    return json.dumps({"ok": 1, "data": data}, ensure_ascii=False, separators=(",", ":")).encode()
+
+
 def ecshop_comments_html(goods_id: int = 42, *, comments: int = 5, page: int = 1, record_count: int = 23,
                          page_count: int = 5, seed: int = 0) -> str:
     """``library/comments_list.lbi`` rendered (default theme, FORMATS §3.2), with an admin reply."""
@@ -317,8 +363,8 @@ def _case(name: str, source: str, kind: TaskKind, target: str, request: PageRequ
 
 
 def bench_cases(seed: int = 0) -> list[BenchCase]:
-    """One realistic page per source/shape: the 3 chunks of a 45-post PC page, a 10-post mobile page, an
-    ECSHOP goods page and 10-review ``comment.php`` page, and a 10-review JD page."""
+    """One realistic page per source/shape: the 3 chunks of a 45-post PC page, a 10-post mobile page, a
+    20-post weibo.com JSON page, an ECSHOP goods page and 10-review ``comment.php`` page, and a 10-review JD page."""
     base = "http://bench.invalid"
     uid, mobile_uid = 1163218074, 1907518591
     cases = [
@@ -330,6 +376,9 @@ def bench_cases(seed: int = 0) -> list[BenchCase]:
     cases.append(_case("weibo_mobile/page", "weibo_mobile", TaskKind.WeiboUser, str(mobile_uid),
                        PageRequest(url=f"{base}/api/container/getIndex", params={"containerid": f"107603{mobile_uid}"}),
                        mobile_timeline(mobile_uid, seed=seed)))
+    cases.append(_case("weibo_web/page", "weibo_web", TaskKind.WeiboUser, str(mobile_uid),
+                       PageRequest(url=f"{base}/ajax/statuses/mymblog", params={"uid": str(mobile_uid), "page": "1"}),
+                       web_timeline(mobile_uid, seed=seed)))
     cases.append(_case("ecshop/goods", "ecshop", TaskKind.ProductReviews, "42",
                        PageRequest(url=f"{base}/goods.php", params={"id": "42"}), ecshop_goods_page(42, seed=seed)))
     cases.append(_case("ecshop/comment10", "ecshop", TaskKind.ProductReviews, "42",

@@ -1,4 +1,13 @@
-"""m.weibo.cn timeline: ``api/container/getIndex?type=uid&value={uid}&containerid=107603{uid}``.
+"""m.weibo.cn as its web app calls it: ``api/container/getIndex`` for the profile, then for the timeline tab.
+
+Requests, as the browser makes them: the profile answer (``getIndex?type=uid&value={uid}``) lists the tabs in
+``tabsInfo``; the timeline is ``getIndex?type=uid&value={uid}&containerid={the 微博 tab's containerid}``. The
+containerid is read from the profile once per task and remembered (``ContainerMemo``, per client process; a
+task may also name it in ``task.params["containerid"]``); ``107603{uid}`` is only the fallback when the
+profile names no 微博 tab. When the first page of a tab is empty (``ok:0``), the next candidate tab is tried
+(``230413{uid}_-_WEIBO_SECOND_PROFILE_WEIBO``, then ``107603{uid}``); a remembered containerid that turns up
+empty sends the crawl back to the profile. Headers: ``MWeibo-Pwa: 1``, ``X-Requested-With``, a Referer and
+``X-XSRF-TOKEN`` from the ``XSRF-TOKEN`` cookie when the session has one.
 
 Paging follows whatever cursor the response hands back (FORMATS §2.2): ``cardlistInfo.since_id`` → the next
 request passes ``&since_id=`` (never computed by us: it can be smaller than the last mid), else
@@ -8,8 +17,7 @@ Long posts (``isLongText``) arrive truncated with a "全文" link. Their ids are
 ``ParsedPage.info["long_text_ids"]`` (comma separated); the runtime fetches ``extend_request(base_url, id)``,
 reads the full HTML with ``parse_extend`` and applies it with ``with_long_text``.
 
-A profile answer (``userInfo``/``tabsInfo``, no cards) parses to no items plus its facts in ``info``; a
-``/detail/{id}`` page (``var $render_data = [{"status": …}]``) parses to its one post.
+A ``/detail/{id}`` page (``var $render_data = [{"status": …}]``) parses to its one post.
 
 Cursor semantics: ``PostOrder`` (mid order; pinned posts are never "older" and never the cursor).
 """
@@ -17,34 +25,75 @@ Cursor semantics: ``PostOrder`` (mid order; pinned posts are never "older" and n
 from __future__ import annotations
 
 import re
+import threading
+from collections import OrderedDict
 from typing import Any, ClassVar
 
 from crawler_client.sources._counts import parse_count, parse_id
 from crawler_client.sources._cursor import PostOrder
 from crawler_client.sources._dates import iso_of_ms, resolve_created_at
-from crawler_client.sources._decode import decode_body, html_text, html_texts, load_json, make_soup, with_html
+from crawler_client.sources._decode import (
+    decode_body,
+    html_text,
+    html_texts,
+    load_json,
+    make_soup,
+    strip_jsonp,
+    with_html,
+)
 from crawler_client.sources._detect import WEIBO_MARKERS, check_final_url, check_http, fail, unparsable
+from crawler_client.sources._headers import MOBILE_UA, XHR_JSON
+from crawler_client.sources._weibo import as_dict, https_url, is_pinned, json_envelope
 from crawler_client.sources.base import FetchedPage, Item, PageRequest, ParsedPage
 from icecrawler.errors import FetchError
 from icecrawler.models import Outcome, Post, Task, TaskKind
 
-__all__ = ["WeiboMobileSource"]
+__all__ = ["CONTAINERS", "ContainerMemo", "WeiboMobileSource"]
 
-#: The timeline tab's containerid is this prefix + uid (``107603{uid}``).
+#: The fallback timeline containerid is this prefix + uid (``107603{uid}``).
 TIMELINE_PREFIX = "107603"
+#: The profile tab's "all posts" list, the empty-tab fallback some crawlers use.
+SECOND_PROFILE = "230413{uid}_-_WEIBO_SECOND_PROFILE_WEIBO"
+GET_INDEX = "/api/container/getIndex"
 _RENDER_DATA_RE = re.compile(r"\$render_data\s*=\s*(\[.*\])\s*\[0\]", re.DOTALL)
 #: What m.weibo.cn says for no such user / no posts / past the end (``ok:0``).
 NO_CONTENT = "这里还没有内容"
 
+# Kept as names for the code that imported them from here.
+_as_dict = as_dict
+_https = https_url
 
-def _as_dict(value: object) -> dict[str, Any]:
-    """``value`` if it is a JSON object, else {} (every field may have the wrong type)."""
-    return value if isinstance(value, dict) else {}
+
+class ContainerMemo:
+    """Task id → the timeline containerid its profile named (bounded, least recently used dropped first;
+    thread-safe: one memo serves every worker of a client)."""
+
+    def __init__(self, size: int = 100_000) -> None:
+        self._size = size
+        self._known: OrderedDict[str, str] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, task_id: str) -> str:
+        with self._lock:
+            found = self._known.get(task_id, "")
+            if found:
+                self._known.move_to_end(task_id)
+            return found
+
+    def put(self, task_id: str, containerid: str) -> None:
+        with self._lock:
+            self._known[task_id] = containerid
+            self._known.move_to_end(task_id)
+            while len(self._known) > self._size:
+                self._known.popitem(last=False)
+
+    def forget(self, task_id: str) -> None:
+        with self._lock:
+            self._known.pop(task_id, None)
 
 
-def _https(url: str) -> str:
-    """Protocol-relative image URLs made absolute."""
-    return "https:" + url if url.startswith("//") else url
+#: The memo every WeiboMobileSource of this process shares (unless given its own).
+CONTAINERS = ContainerMemo()
 
 
 class WeiboMobileSource(PostOrder):
@@ -52,13 +101,41 @@ class WeiboMobileSource(PostOrder):
 
     name: ClassVar[str] = "weibo_mobile"
     kinds: ClassVar[frozenset[TaskKind]] = frozenset({TaskKind.WeiboUser})
+    #: What the m.weibo.cn web app sends with its getIndex calls.
+    default_headers: ClassVar[dict[str, str]] = {**XHR_JSON, "MWeibo-Pwa": "1", "User-Agent": MOBILE_UA}
+    cookie_headers: ClassVar[dict[str, str]] = {"X-XSRF-TOKEN": "XSRF-TOKEN"}
+
+    def __init__(self, memo: ContainerMemo | None = None) -> None:
+        self.memo = memo if memo is not None else CONTAINERS
 
     # --- requests ---------------------------------------------------------------------------------------
     def first_request(self, task: Task, base_url: str) -> PageRequest:
-        """Page 1 of the timeline: the real client sends no ``page``/``since_id`` for it."""
-        uid = task.target
-        return PageRequest(url=f"{base_url.rstrip('/')}/api/container/getIndex",
-                           params={"type": "uid", "value": uid, "containerid": f"{TIMELINE_PREFIX}{uid}"})
+        """The timeline's first page when the task's containerid is known, else the profile answer."""
+        known = task.params.get("containerid", "")
+        if known:
+            return self.timeline_request(base_url, task.target, known)
+        remembered = self.memo.get(task.id)
+        if remembered:
+            request = self.timeline_request(base_url, task.target, remembered)
+            request.state["remembered"] = "1"
+            return request
+        return self.profile_request(base_url, task.target)
+
+    def _request(self, base_url: str, uid: str, params: dict[str, str], state: dict[str, str]) -> PageRequest:
+        root = base_url.rstrip("/")
+        return PageRequest(url=root + GET_INDEX, params={"type": "uid", "value": uid, **params}, state=state,
+                           headers={"Referer": f"{root}/u/{uid}"}, cookie_headers=dict(self.cookie_headers))
+
+    def profile_request(self, base_url: str, uid: str) -> PageRequest:
+        """The profile answer (``userInfo``, ``tabsInfo``), no containerid."""
+        return self._request(base_url, uid, {}, {"profile": "1"})
+
+    def timeline_request(self, base_url: str, uid: str, containerid: str = "",
+                         fallbacks: tuple[str, ...] = ()) -> PageRequest:
+        """Page 1 of a timeline tab (the real client sends no ``page``/``since_id`` for it); ``fallbacks``:
+        the tabs to try, in order, if this one is empty."""
+        state = {"fallbacks": ",".join(fallbacks)} if fallbacks else {}
+        return self._request(base_url, uid, {"containerid": containerid or f"{TIMELINE_PREFIX}{uid}"}, state)
 
     @staticmethod
     def extend_request(base_url: str, post_id: int | str) -> PageRequest:
@@ -68,25 +145,30 @@ class WeiboMobileSource(PostOrder):
 
     # --- parsing ----------------------------------------------------------------------------------------
     def parse(self, task: Task, request: PageRequest, page: FetchedPage, now_ms: int) -> ParsedPage:
-        """Walls raise; ``ok:0`` is NotFound on page 1 and the end later; cards become posts."""
+        """Walls raise; a profile leads to its timeline tab; ``ok:0`` is an empty tab (the next candidate is
+        tried), NotFound on page 1 and the end later; cards become posts."""
         doc = self._envelope(request, page, now_ms)
         # Before 2017 the cards sat at the top level (no "data" wrapper).
         data = _as_dict(doc.get("data")) if "data" in doc else doc
         cards = data.get("cards")
+        first = "since_id" not in request.params and request.params.get("page", "1") == "1"
         if doc.get("ok") in (0, "0"):
-            first = "since_id" not in request.params and request.params.get("page", "1") == "1"
             if first:
-                raise fail(Outcome.NotFound, f"ok:0 {str(doc.get('msg', ''))[:60]!r} on the first page",
-                           error_class="no-content", http_status=page.status)
+                return self._empty_tab(task, request, doc, page.status)
             return ParsedPage(items=[], info={"end": "ok:0"})
         if doc.get("ok") in (1, "1", None) and not isinstance(cards, list):
             if isinstance(data.get("userInfo"), dict):
-                return _profile_page(data)
+                return self._profile(task, request, data)
             if isinstance(data.get("longTextContent"), str):  # a statuses/extend answer given to parse
                 return ParsedPage(items=[], info={"long_text": html_text(make_soup(data["longTextContent"]))})
         if doc.get("ok") not in (1, "1", None) or not isinstance(cards, list):
+            hint = " (a weibo.com /ajax answer: parse it with the weibo_web source)" \
+                if isinstance(data.get("list"), list) else ""
             raise unparsable(page.body, WEIBO_MARKERS, page.status,
-                             f"getIndex: unexpected envelope ok={str(doc.get('ok'))[:20]!r}")
+                             f"getIndex: unexpected envelope ok={str(doc.get('ok'))[:20]!r}{hint}")
+        containerid = request.params.get("containerid", "")
+        if first and cards and containerid and not request.state.get("remembered"):
+            self.memo.put(task.id, containerid)
         fetched_at = iso_of_ms(now_ms)
         items: list[Item] = []
         long_ids: list[str] = []
@@ -141,7 +223,6 @@ class WeiboMobileSource(PostOrder):
         retweeted = _as_dict(mblog.get("retweeted_status"))
         raw_bid = mblog.get("bid")
         bid = raw_bid if isinstance(raw_bid, str) else ""
-        title = _as_dict(mblog.get("title"))
         created = mblog.get("created_at")
         return Post(
             id=post_id,
@@ -153,7 +234,7 @@ class WeiboMobileSource(PostOrder):
             reposts=parse_count(mblog.get("reposts_count")),
             comments=parse_count(mblog.get("comments_count")),
             likes=parse_count(mblog.get("attitudes_count")),
-            pinned=mblog.get("isTop") in (1, True, "1") or title.get("text") == "置顶",
+            pinned=is_pinned(mblog),
             retweeted_id=(parse_id(retweeted.get("id")) or parse_id(retweeted.get("mid"))) if retweeted else 0,
             pictures=_pictures(mblog),
             permalink=f"https://weibo.com/{user_id}/{bid}" if bid else f"https://m.weibo.cn/status/{post_id}",
@@ -161,28 +242,54 @@ class WeiboMobileSource(PostOrder):
             source=self.name,
         )
 
+    # --- tabs -------------------------------------------------------------------------------------------
+    def _profile(self, task: Task, request: PageRequest, data: dict[str, Any]) -> ParsedPage:
+        """A profile answer: its facts, and (for our own profile request) the timeline tab it names next, with
+        the other candidate tabs as fallbacks. A profile served for a timeline request moves on to the next
+        candidate (or ends): it must never send the crawl back and forth."""
+        result = _profile_page(data)
+        base = request.url[: -len(GET_INDEX)] if request.url.endswith(GET_INDEX) else request.url
+        uid = task.target
+        if request.state.get("profile"):
+            named = result.info.get("timeline_containerid", "")
+            candidates = _candidates(uid, named)
+            result.next_request = self.timeline_request(base, uid, candidates[0], candidates[1:])
+        else:
+            result.next_request = self._fallback(request, base, uid)
+        return result
+
+    def _empty_tab(self, task: Task, request: PageRequest, doc: dict[str, Any], status: int) -> ParsedPage:
+        """``ok:0`` on the first page: the next candidate tab, the profile again (a remembered tab went
+        empty: the account's tabs changed), or NotFound (no such user, or no posts anywhere)."""
+        base = request.url[: -len(GET_INDEX)] if request.url.endswith(GET_INDEX) else request.url
+        empty = request.params.get("containerid", "")
+        if request.state.get("remembered"):
+            self.memo.forget(task.id)
+            return ParsedPage(items=[], next_request=self.profile_request(base, task.target),
+                              info={"empty_tab": empty})
+        following = self._fallback(request, base, task.target)
+        if following is not None:
+            return ParsedPage(items=[], next_request=following, info={"empty_tab": empty})
+        raise fail(Outcome.NotFound, f"ok:0 {str(doc.get('msg', ''))[:60]!r} on the first page",
+                   error_class="no-content", http_status=status)
+
+    def _fallback(self, request: PageRequest, base: str, uid: str) -> PageRequest | None:
+        """Page 1 of the next candidate tab this request carried, if any."""
+        left = tuple(part for part in request.state.get("fallbacks", "").split(",") if part)
+        return self.timeline_request(base, uid, left[0], left[1:]) if left else None
+
     # --- helpers ----------------------------------------------------------------------------------------
     @staticmethod
     def _envelope(request: PageRequest, page: FetchedPage, now_ms: int) -> dict[str, Any]:
         """The JSON object, after HTTP/redirect checks; login walls (``ok:-100``, a top-level ``url``) raise."""
         check_http(page, now_ms)
         check_final_url(page, request.url)
-        text = decode_body(page.body).strip()
+        text = strip_jsonp(decode_body(page.body))
         if not text.startswith("{"):
             status = _render_data_status(text)
             if status is not None:  # a /detail/{id} page: one post, shaped like a timeline card
                 return {"ok": 1, "data": {"cards": [{"card_type": 9, "mblog": status}]}}
-            raise unparsable(page.body, WEIBO_MARKERS, page.status, "m.weibo.cn: not a JSON object")
-        doc = load_json(text, what="m.weibo.cn")
-        if not isinstance(doc, dict):
-            raise unparsable(page.body, WEIBO_MARKERS, page.status, "m.weibo.cn: not a JSON object")
-        if doc.get("ok") in (-100, "-100"):
-            raise fail(Outcome.LoginRequired, f"ok:-100 {str(doc.get('msg', ''))[:60]!r}",
-                       error_class="login-wall", http_status=page.status)
-        if isinstance(doc.get("url"), str) and doc["url"] and not doc.get("data"):
-            raise fail(Outcome.LoginRequired, f"verification wall: {doc['url'][:120]}",
-                       error_class="verify-wall", http_status=page.status)
-        return doc
+        return json_envelope(page, text, "m.weibo.cn")
 
     @staticmethod
     def _next(request: PageRequest, info: dict[str, Any], had_cards: bool) -> PageRequest | None:
@@ -190,6 +297,8 @@ class WeiboMobileSource(PostOrder):
         if not had_cards:
             return None
         params = {key: value for key, value in request.params.items() if key not in ("page", "since_id")}
+        if not params.get("containerid") and isinstance(info.get("containerid"), str) and info["containerid"]:
+            params["containerid"] = info["containerid"][:100]
         since_id = info.get("since_id")
         if isinstance(since_id, (int, str)) and not isinstance(since_id, bool) and str(since_id) not in ("", "0"):
             if str(since_id) == request.params.get("since_id"):
@@ -200,7 +309,8 @@ class WeiboMobileSource(PostOrder):
             if next_page <= parse_id(request.params.get("page", "1")) or next_page == 0:
                 return None
             params["page"] = str(next_page)
-        return PageRequest(url=request.url, params=params, page=request.page + 1)
+        return PageRequest(url=request.url, params=params, page=request.page + 1, headers=dict(request.headers),
+                           cookie_headers=dict(request.cookie_headers))
 
 
 def _render_data_status(text: str) -> dict[str, Any] | None:
@@ -222,7 +332,7 @@ def _render_data_status(text: str) -> dict[str, Any] | None:
 
 def _profile_page(data: dict[str, Any]) -> ParsedPage:
     """A profile answer (``getIndex?type=uid&value={uid}`` without the timeline containerid): no posts, but
-    the facts worth printing and the timeline tab's containerid (``tabsInfo.tabs[tab_type == "weibo"]``)."""
+    the facts worth printing and the timeline tab's containerid (the 微博 tab of ``tabsInfo.tabs``)."""
     user = _as_dict(data.get("userInfo"))
     info = {"screen_name": str(user.get("screen_name") or ""),
             "statuses_count": str(parse_count(user.get("statuses_count"))),
@@ -230,9 +340,19 @@ def _profile_page(data: dict[str, Any]) -> ParsedPage:
     tabs = _as_dict(data.get("tabsInfo")).get("tabs")
     for tab in tabs if isinstance(tabs, list) else []:
         tab = _as_dict(tab)
-        if tab.get("tab_type") == "weibo" and tab.get("containerid"):
-            info["timeline_containerid"] = str(tab["containerid"])
+        is_weibo = tab.get("tab_type") == "weibo" or tab.get("tabKey") == "weibo" or tab.get("title") == "微博"
+        if is_weibo and isinstance(tab.get("containerid"), (str, int)) and str(tab["containerid"]):
+            info["timeline_containerid"] = str(tab["containerid"])[:100]
+            break
     return ParsedPage(items=[], info=info)
+
+
+def _candidates(uid: str, named: str) -> tuple[str, ...]:
+    """Timeline tabs to try, in order: the one the profile named (else 107603{uid}), the profile's all-posts
+    list, then 107603{uid}."""
+    fallback = f"{TIMELINE_PREFIX}{uid}"
+    ordered = (named or fallback, SECOND_PROFILE.format(uid=uid), fallback)
+    return tuple(dict.fromkeys(c for c in ordered if c))
 
 
 def _mblogs(cards: list[Any]) -> list[dict[str, Any]]:

@@ -1,5 +1,9 @@
 """weibo.com desktop timeline: the v6 ``mbloglist`` AJAX endpoint, a JSON envelope around an HTML feed.
 
+This is the *legacy* feed of the seed paper's time (weibo.com's v6 pages, until 2021); today's weibo.com reads
+timelines from its JSON API, which is the ``weibo_web`` source. Kept for archived pages and for the paper's
+set-up (docs/SOURCES.md).
+
 Request model (our choice, FORMATS §1.1): one visible page N holds 45 posts in three chunks of 15, and we
 fetch all three as AJAX calls to ``/p/aj/v6/mblog/mbloglist`` using the (pre_page, page, pagebar) triple
 ``(N-1, N, 0)``, ``(N, N, 0)``, ``(N, N, 1)`` — the first replaces the server-rendered profile page, which
@@ -37,6 +41,8 @@ from crawler_client.sources._detect import (
     scan_markers,
     unparsable,
 )
+from crawler_client.sources._headers import DESKTOP_UA
+from crawler_client.sources._weibo import wall_of
 from crawler_client.sources.base import FetchedPage, Item, PageRequest, ParsedPage
 from icecrawler.errors import FetchError
 from icecrawler.models import Outcome, Post, Task, TaskKind
@@ -67,6 +73,9 @@ class WeiboPcSource(PostOrder):
 
     name: ClassVar[str] = "weibo_pc"
     kinds: ClassVar[frozenset[TaskKind]] = frozenset({TaskKind.WeiboUser})
+    #: What the v6 profile page's script sent with its feed calls.
+    default_headers: ClassVar[dict[str, str]] = {"Accept": "*/*", "Accept-Language": "zh-CN,zh;q=0.9",
+                                                 "X-Requested-With": "XMLHttpRequest", "User-Agent": DESKTOP_UA}
 
     def first_request(self, task: Task, base_url: str) -> PageRequest:
         """Chunk 0 of page 1."""
@@ -205,6 +214,13 @@ def _envelope_data(page: FetchedPage, what: str, bad_code: Outcome) -> Any:
                        http_status=page.status)
         raise unparsable(page.body, WEIBO_MARKERS, page.status, f"{what}: not JSON")
     doc = load_json(text, what=what)
+    if isinstance(doc, dict) and "code" not in doc and "ok" in doc:
+        wall = wall_of(doc, page.status)
+        if wall is not None:
+            raise wall
+        raise unparsable(page.body, WEIBO_MARKERS, page.status,
+                         f"{what}: an {{\"ok\": ...}} answer of today's JSON APIs, not the v6 code/msg/data envelope "
+                         "(parse weibo.com /ajax answers with the weibo_web source, m.weibo.cn with weibo_mobile)")
     if not isinstance(doc, dict) or "code" not in doc:
         raise unparsable(page.body, WEIBO_MARKERS, page.status, f"{what}: not a code/msg/data envelope")
     code = str(doc["code"])

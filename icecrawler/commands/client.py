@@ -42,7 +42,6 @@ class Command(BaseCommand):
         from crawler_client.daemon import ClientDaemon, DaemonConfig
         from crawler_client.gateways import IceStorage, scheduler_gateway
         from crawler_client.runner import RunnerConfig, TaskRunner
-        from crawler_client.sources import get_source
         from shhd.fingerprint import fingerprint_texts
 
         config = DaemonConfig.from_settings(settings)
@@ -56,7 +55,7 @@ class Command(BaseCommand):
             return int(fingerprint_texts(texts))
 
         def runner_factory(cancel: threading.Event) -> TaskRunner:
-            return TaskRunner(runner_config, get_source, clock=clock, cancel=cancel)
+            return TaskRunner(runner_config, runner_config.make_source, clock=clock, cancel=cancel)
 
         stop_requested = threading.Event()
         with rpc.stop_on_signals(stop_requested), rpc.communicator(ice_args) as comm:

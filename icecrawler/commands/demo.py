@@ -1,8 +1,9 @@
 """``icecrawler demo``: a whole crawl on one machine, end to end, in about a minute.
 
 It starts the sandbox sites, a scheduler, a storage server on the embedded store and N clients as separate
-processes (``icecrawler.stack``), seeds Weibo users on both sites, ECSHOP and JD products and an ECSHOP
-listing, and lets them crawl on an accelerated clock while printing progress. At the cut-off it stops counting
+processes (``icecrawler.stack``), seeds Weibo users on all three Weibo front ends (weibo.com's JSON API
+through a visitor session the scheduler mints, m.weibo.cn, the legacy desktop feed), ECSHOP and JD products and
+an ECSHOP listing, and lets them crawl on an accelerated clock while printing progress. At the cut-off it stops counting
 new publications and drains: it waits (bounded) until everything published before the cut-off is stored.
 Then it prints a table per source, draws every task's period over time next to its true update interval
 (the SHHD paper's period figure) and stops every process it started, on Ctrl-C too.
@@ -29,6 +30,7 @@ from icecrawler.settings import Settings
 from icecrawler.stack import SITE_PREFIX, Stack, running_stack, stored_index, truth_index
 from sandbox.scenario import Scenario, default_scenario, load_scenario
 from sandbox.schedules import Schedule
+from sandbox.world import WEIBO_SOURCES
 
 __all__ = ["Command", "DemoResult", "SourceSummary", "mean_interval_s", "seed_ids", "summarize"]
 
@@ -61,7 +63,7 @@ def seed_ids(scenario: Scenario) -> tuple[list[str], list[str], dict[str, float 
     truth: dict[str, float | None] = {}
     for user in scenario.users:
         for site in user.sites:
-            source = "weibo_pc" if site == "pc" else "weibo_mobile"
+            source = WEIBO_SOURCES[site]
             ids.append(f"{source}:{user.uid}")
             truth[f"user:{source}:{user.uid}"] = mean_interval_s(user.schedule)
     for product in scenario.products:
@@ -145,7 +147,7 @@ def render_table(result: DemoResult, speed: float) -> str:
                      f"{summary.after_cutoff:>5} {lag_text:>12} {summary.fetches:>7}  "
                      f"{'yes' if summary.complete else 'NO'}")
     lines.append(f"(published = items the sandbox published up to the cut-off, backlog included; a Weibo "
-                 f"post counts as stored for both sites once stored: storage keys posts by user and id; late = "
+                 f"post counts as stored for every Weibo source once stored: storage keys posts by user and id; late = "
                  f"stored items published after it; lag = fetch - publish for items published during the run, in "
                  f"simulated minutes at speed {speed:g})")
     return "\n".join(lines)

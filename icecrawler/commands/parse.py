@@ -5,9 +5,11 @@ Prints one JSON line per item, then a summary line
 A classified page (ban, login wall, busy, not found) is a valid answer: exit 0. A body the parser cannot
 make sense of (``ParseError``) prints the summary and exits 1; unknown sources and unreadable files exit 2.
 
-What the file was fetched for is sniffed where the bytes tell (m.weibo.cn's containerid carries the uid, the
-mbloglist chunk with the pager is the last of its page, ECSHOP JSON is a ``comment.php`` page, a goods list
-is a listing); ``--kind``, ``--target``, ``--page`` and ``--chunk`` override the guesses.
+What the file was fetched for is sniffed where the bytes tell (m.weibo.cn's containerid carries the uid, a
+post's ``user.id`` names the timeline's owner, a getIndex answer with ``userInfo`` is a profile, the mbloglist
+chunk with the pager is the last of its page, ECSHOP JSON is a ``comment.php`` page, a goods list is a
+listing); ``--kind``, ``--target``, ``--page`` and ``--chunk`` override the guesses. Source options come from
+the settings (``--set sources.jd.endpoint=api``).
 """
 
 from __future__ import annotations
@@ -22,7 +24,18 @@ from datetime import datetime
 from pathlib import Path
 from urllib.parse import urlencode
 
-from crawler_client.sources import SOURCES, FetchedPage, PageRequest, ParsedPage, Source, get_source
+from crawler_client.sources import (
+    SOURCES,
+    FetchedPage,
+    JdSource,
+    PageRequest,
+    ParsedPage,
+    Source,
+    WeiboMobileSource,
+    WeiboWebSource,
+    get_source,
+    source_options,
+)
 from crawler_client.sources._dates import CST
 from icecrawler.commands import BaseCommand
 from icecrawler.errors import ConfigError, FetchError, ParseError
@@ -33,6 +46,9 @@ from icecrawler.settings import Settings
 SNIFF_BASE = "http://saved.invalid"
 
 _CONTAINER_RE = re.compile(rb'"containerid"\s*:\s*"107603(\d{1,20})"')
+_ANY_CONTAINER_RE = re.compile(rb'"cardlistInfo"\s*:\s*\{[^{}]*?"containerid"\s*:\s*"([^"\\]{1,100})"')
+_USER_ID_RE = re.compile(rb'"user"\s*:\s*\{\s*"id"\s*:\s*"?(\d{1,20})')
+_USER_INFO_RE = re.compile(rb'"userInfo"\s*:\s*\{\s*"id"\s*:\s*"?(\d{1,20})')
 _OUID_RE = re.compile(rb"ouid=(\d{1,20})")
 _GOODS_ID_RE = re.compile(rb"(?:goods\.php\?id=|gotoPage\(\d+,\s*)(\d{1,18})")
 _CATEGORY_ID_RE = re.compile(rb"category\.php\?(?:[^\"'>]*?&(?:amp;)?)?id=(\d{1,18})")
@@ -54,10 +70,12 @@ class Command(BaseCommand):
         parser.add_argument("--status", type=int, default=200, help="HTTP status it came with (default 200)")
         parser.add_argument("--final-url", default="", help="final URL after redirects, if it differed")
         parser.add_argument("--retry-after", default="", help="the Retry-After header it came with, if any")
+        parser.add_argument("--header", action="append", default=[], metavar="'NAME: VALUE'",
+                            help="a response header it came with (repeatable), e.g. 'x-rp-content: ...'")
 
     def run(self, args: argparse.Namespace, settings: Settings, ice_args: list[str]) -> int:
         try:
-            source = get_source(args.source)
+            source = get_source(args.source, source_options(settings, args.source))
             body = Path(args.file).read_bytes()
             now_ms = _now_ms(args.now)
         except (ConfigError, OSError, ValueError) as exc:
@@ -66,6 +84,12 @@ class Command(BaseCommand):
         task = _task(source, args, body)
         request = _request(source, task, args, body)
         headers = {"Retry-After": args.retry_after} if args.retry_after else {}
+        for line in args.header:
+            name, sep, value = line.partition(":")
+            if not sep or not name.strip():
+                print(f"icecrawler parse: --header {line!r}: expected 'NAME: VALUE'", file=sys.stderr)
+                return 2
+            headers[name.strip()] = value.strip()
         fetched = FetchedPage(url=request.url, status=args.status, headers=headers, body=body,
                               final_url=args.final_url)
         try:
@@ -108,9 +132,11 @@ def _task(source: Source, args: argparse.Namespace, body: bytes) -> Task:
         kind = TaskKind.Listing if looks_listing else TaskKind.ProductReviews
     else:
         kind = next(iter(source.kinds))
-    sniffers = {"weibo_mobile": _CONTAINER_RE, "weibo_pc": _OUID_RE, "jd": _JD_PRODUCT_RE,
-                "ecshop": _CATEGORY_ID_RE if kind is TaskKind.Listing else _GOODS_ID_RE}
-    target = args.target or _sniff(sniffers[source.name], body) or "0"
+    sniffers = {"weibo_mobile": (_CONTAINER_RE, _USER_INFO_RE, _USER_ID_RE), "weibo_pc": (_OUID_RE,),
+                "weibo_web": (_USER_ID_RE,), "jd": (_JD_PRODUCT_RE,),
+                "ecshop": (_CATEGORY_ID_RE,) if kind is TaskKind.Listing else (_GOODS_ID_RE,)}
+    found = (_sniff(pattern, body) for pattern in sniffers.get(source.name, ()))
+    target = args.target or next((value for value in found if value), "0")
     try:
         task_id = make_task_id(kind, source.name, target)
     except ValueError:
@@ -130,8 +156,16 @@ def _request(source: Source, task: Task, args: argparse.Namespace, body: bytes) 
     elif source.name == "ecshop" and task.kind is TaskKind.ProductReviews and body.lstrip().startswith(b"{"):
         request = PageRequest(url=f"{SNIFF_BASE}/comment.php?act=gotopage&page={args.page or 2}&id={task.target}"
                                   f"&type=0&0", page=args.page or 2)
-    elif source.name == "jd":
-        request.params["page"] = str(page - 1)
+    elif isinstance(source, JdSource):
+        request = source.page_request(task, request.url, page - 1)
+    elif isinstance(source, WeiboMobileSource):
+        if b'"userInfo"' not in body[:1 << 20]:
+            containerid = _sniff(_ANY_CONTAINER_RE, body) or task.params.get("containerid", "")
+            request = source.timeline_request(SNIFF_BASE, task.target, containerid)
+        if page > 1:
+            request.params["page"] = str(page)
+    elif isinstance(source, WeiboWebSource):
+        request = source.page_request(SNIFF_BASE, task.target, page)
     elif page > 1:
         request.params["page"] = str(page)
     request.page = page if source.name != "ecshop" or task.kind is TaskKind.Listing else request.page

@@ -12,9 +12,10 @@ from icecrawler.errors import ConfigError
 from icecrawler.models import SOURCES, TaskKind
 from icecrawler.settings import Settings
 
-#: The kind a bare "<source>:<target>" means when --kind is not given.
-DEFAULT_KIND = {"weibo_pc": TaskKind.WeiboUser, "weibo_mobile": TaskKind.WeiboUser,
-                "ecshop": TaskKind.ProductReviews, "jd": TaskKind.ProductReviews}
+#: The kind a bare "<source>:<target>" means when --kind is not given: the source's one kind, reviews for a
+#: source that also has listings (--listing adds those).
+DEFAULT_KIND = {source: TaskKind.ProductReviews if TaskKind.ProductReviews in kinds else next(iter(kinds))
+                for source, kinds in SOURCES.items()}
 KIND_NAMES = {kind.value: kind for kind in TaskKind}
 
 

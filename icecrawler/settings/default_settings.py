@@ -30,8 +30,9 @@ DEFAULTS: dict[str, Any] = {
     "client.buffer_records": 100_000,
     # HTTP proxy for every fetch ("http://host:3128"); empty = direct. HTTP(S)_PROXY in the environment is ignored.
     "client.proxy_url": "",
-    # User-Agent sent on every request.
-    "client.user_agent": "icecrawler/0.1 (+https://github.com/icecrawler/icecrawler)",
+    # User-Agent sent on every request; empty = each source's own (what the site's web client sends, see
+    # docs/SOURCES.md; icecrawler/0.1 for sources without one). sources.<name>.headers can still override it.
+    "client.user_agent": "",
     # Upper bound of every backoff (scheduler/storage unreachable, retried fetches).
     "client.max_backoff_s": 10.0,
     # How often the client logs progress (tasks, items stored, per-outcome counts).
@@ -83,6 +84,8 @@ DEFAULTS: dict[str, Any] = {
     "sandbox.seed": -1,
     # JSONL file the ground truth is appended to; empty = none.
     "sandbox.truth_file": "",
+    # Lifetime of a visitor session minted by the sandbox's passport (simulated seconds); then HTTP 432.
+    "sandbox.visitor_ttl_s": 86400.0,
 
     # --- scheduler: the task master ------------------------------------------------------------------------
     # Accounts: TOML files of [[account]] id/cookies, readable by the scheduler only.
@@ -95,6 +98,9 @@ DEFAULTS: dict[str, Any] = {
     # Comma-separated sources whose tasks are leased only with an account (e.g. "weibo_pc,weibo_mobile" for
     # the real sites); with no usable account those tasks wait, they are never dropped.
     "scheduler.account_sources": "",
+    # Visitor sessions (sources.<name>.visitor_url): the least time between two mints for one source, so that
+    # many clients reporting the same expired session renew it once.
+    "scheduler.visitor_renew_s": 30.0,
     # Failed attempts before exponential backoff applies.
     "scheduler.backoff_after_attempts": 3,
     # Most tasks/reports/ids in one getUsers/putUsers/releaseUsers/addUsers call; larger batches are
@@ -147,12 +153,28 @@ DEFAULTS: dict[str, Any] = {
     # (Accelerated time: the shared clock.speed / clock.origin keys apply to periods and due times.)
 
     # --- sources: where each source's site lives (the same paths as the real site under this base) ------
+    # (docs/SOURCES.md: each source's endpoints, headers, sessions and the signals it classifies.)
     "sources.ecshop.base_url": "http://127.0.0.1:8800/ecshop",
     "sources.ecshop.username": "",
     "sources.ecshop.password": "",
     "sources.jd.base_url": "http://127.0.0.1:8800/jd",
+    # "club" (productPageComments.action JSONP) or "api" (api.m.jd.com pc_club_productPageComments; base_url is
+    # then the API host). Requests are not signed either way.
+    "sources.jd.endpoint": "club",
     "sources.weibo_mobile.base_url": "http://127.0.0.1:8800/m",
     "sources.weibo_pc.base_url": "http://127.0.0.1:8800/pc",
+    "sources.weibo_web.base_url": "http://127.0.0.1:8800/web",
+    # Request headers changed per source: a JSON object ({"Name": "value", "Removed": null}) or "Name: value"
+    # lines. Empty = what the site's own web client sends (docs/SOURCES.md).
+    "sources.ecshop.headers": "",
+    "sources.jd.headers": "",
+    "sources.weibo_mobile.headers": "",
+    "sources.weibo_pc.headers": "",
+    "sources.weibo_web.headers": "",
+    # Passport visitor flow (genvisitor2) of sources that serve visitors: when no logged-in account serves such
+    # a source, the scheduler mints visitor sessions there and leases them like accounts. Empty = none.
+    "sources.weibo_mobile.visitor_url": "",
+    "sources.weibo_web.visitor_url": "http://127.0.0.1:8800/passport/visitor/genvisitor2",
 
     # --- storage: the record store ---------------------------------------------------------------------------
     # "embedded" (SQLite, no server) or "hbase" (through its Thrift server).

@@ -18,6 +18,7 @@ from crawler_client.sources.samples import (
     jd_comments,
     mbloglist_chunk,
     mobile_timeline,
+    web_timeline,
 )
 from crawler_client.sources.weibo_mobile import WeiboMobileSource
 from crawler_client.sources.weibo_pc import WeiboPcSource
@@ -26,13 +27,15 @@ from icecrawler.models import Task, TaskKind
 from tests.client._util import BASE, NOW_MS, fetched, fixture, make_task
 
 FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-#: Tests repeated for each of the six cases get fewer examples each (the cores are shared).
+#: Tests repeated for each case get fewer examples each (the cores are shared).
 FUZZ_EACH = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 #: (source, task kind, target, a valid body to mutate, how the request is shaped)
 CASES: list[tuple[str, TaskKind, str, Callable[[], bytes]]] = [
     ("weibo_pc", TaskKind.WeiboUser, "1163218074", lambda: mbloglist_chunk(posts=4)),
     ("weibo_mobile", TaskKind.WeiboUser, "1907518591", lambda: mobile_timeline(posts=4)),
+    ("weibo_web", TaskKind.WeiboUser, "1907518591", lambda: web_timeline(posts=4)),
+    ("jd", TaskKind.ProductReviews, "100012043978", lambda: fixture("jd_lego_comments.json")),
     ("ecshop", TaskKind.ProductReviews, "42", lambda: ecshop_goods_page(42)),
     ("ecshop", TaskKind.ProductReviews, "42", lambda: ecshop_comment_json(42, 2)),
     ("ecshop", TaskKind.Listing, "3", lambda: fixture("ecshop_category3_p1.html")),
@@ -43,6 +46,8 @@ IDS = [f"{source}-{kind.value}-{i}" for i, (source, kind, _, _) in enumerate(CAS
 
 def _request(source: str, task: Task, body: bytes) -> PageRequest:
     request = get_source(source).first_request(task, BASE)
+    if source == "weibo_mobile":
+        return WeiboMobileSource().timeline_request(BASE, task.target)
     if source == "ecshop" and body.lstrip().startswith(b"{"):
         return get_source(source).comment_page_request(BASE, task.target, 2, 1)  # type: ignore[attr-defined]
     return request

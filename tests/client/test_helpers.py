@@ -192,7 +192,7 @@ def test_bench_cases_parse_into_items() -> None:
     assert [case.name for case in cases][:3] == ["weibo_pc/chunk0", "weibo_pc/chunk1", "weibo_pc/chunk2"]
     for case in cases:
         page = get_source(case.source).parse(case.task, case.request, case.page, case.now_ms)
-        assert len(page.items) in (5, 10, 15), case.name
+        assert len(page.items) in (5, 10, 15, 20), case.name
 
 
 def test_unfollowed_redirect_to_the_visitor_system() -> None:

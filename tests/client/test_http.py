@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gzip
 import http.server
+import json
 import random
 import socket
 import threading
@@ -300,6 +301,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if self.path.startswith("/loop"):
             self._answer(302, b"", {"Location": "/loop"})
             return
+        if self.path.startswith("/headers"):
+            self._answer(200, json.dumps(dict(self.headers.items())).encode())
+            return
         if self.path.startswith("/gzip"):
             self._answer(200, gzip.compress(b"unzipped " * 100), {"Content-Encoding": "gzip"})
             return
@@ -410,4 +414,22 @@ def test_real_transport_reuses_the_connection_after_a_full_body_and_drops_it_aft
         fetcher.fetch(PageRequest(url=f"{local_server}/big"))  # 64 KiB > 10 000 bytes: cut mid-body
     # the cut connection's unread bytes must not leak into the next answer
     assert fetcher.fetch(PageRequest(url=f"{local_server}/home")).body.startswith(b"GET /home")
+    cache.close()
+
+
+def test_source_headers_and_cookie_headers_reach_the_site(local_server: str) -> None:
+    """The source's headers under the request's own; a cookie-valued header (X-XSRF-TOKEN) only when the jar
+    holds the cookie."""
+    policy = FetchPolicy(timeout_s=2.0, total_timeout_s=5.0, retries=0, backoff_s=0.01, max_body_bytes=10_000,
+                         user_agent="")
+    cache = SessionCache()
+    session = cache.session("weibo_web", Account("v", '{"cookies": {"SUB": "s", "XSRF-TOKEN": "tok"}}'))
+    fetcher = Fetcher(Urllib3Transport(session), policy, headers={"X-Requested-With": "XMLHttpRequest",
+                                                                  "Referer": "https://default/"})
+    request = PageRequest(url=f"{local_server}/headers", headers={"Referer": "https://weibo.com/u/1"},
+                          cookie_headers={"X-XSRF-TOKEN": "XSRF-TOKEN", "X-Absent": "NOPE"})
+    seen = json.loads(fetcher.fetch(request).body)
+    assert seen["X-Requested-With"] == "XMLHttpRequest" and seen["Referer"] == "https://weibo.com/u/1"
+    assert seen["X-XSRF-TOKEN"] == "tok" and "X-Absent" not in seen
+    assert seen["User-Agent"].startswith("icecrawler/0.1")  # no client.user_agent, no source UA: the fallback
     cache.close()

@@ -6,9 +6,9 @@ import pytest
 
 from crawler_client.sources.jd import JdSource
 from crawler_client.sources.samples import jd_comments
-from icecrawler.errors import FetchError, ParseError
+from icecrawler.errors import ConfigError, FetchError, ParseError
 from icecrawler.models import Review
-from tests.client._util import BASE, fixture, make_task, parse
+from tests.client._util import BASE, NOW_MS, fetched, fixture, make_task, parse
 
 SOURCE = JdSource()
 TASK = make_task("jd", "100012043978")
@@ -68,3 +68,48 @@ def test_statuses_and_garbage() -> None:
     assert info.value.outcome == "Banned"
     with pytest.raises(ParseError):
         parse("jd", TASK, request, b"fetchJSON_comment98(<html>);")
+
+
+def test_api_endpoint_sends_the_same_query_as_a_json_body_and_pages_the_same() -> None:
+    import json
+
+    source = JdSource(endpoint="api")
+    request = source.first_request(TASK, "https://api.m.jd.com")
+    assert request.url == "https://api.m.jd.com/" and request.page == 1
+    assert {k: v for k, v in request.params.items() if k != "body"} == {
+        "appid": "item-v3", "functionId": "pc_club_productPageComments", "client": "pc", "clientVersion": "1.0.0"}
+    assert json.loads(request.params["body"]) == {"productId": "100012043978", "score": 0, "sortType": 6, "page": 0,
+                                                  "pageSize": 10, "isShadowSku": 0, "rid": 0, "fold": 1}
+    assert request.headers == {"Referer": "https://item.jd.com/100012043978.html"}
+    page = source.parse(TASK, request, fetched(jd_comments(jsonp=False, max_page=3), request), NOW_MS)
+    assert len(page.items) == 10 and page.next_request is not None
+    assert json.loads(page.next_request.params["body"])["page"] == 1 and page.next_request.page == 2
+
+
+def test_unknown_endpoint_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match=r"sources\.jd\.endpoint"):
+        JdSource(endpoint="sign")
+
+
+def test_comment_info_list_shape() -> None:
+    page = parse("jd", TASK, SOURCE.first_request(TASK, BASE), fixture("jd_lego_comments.json"))
+    first, second = [item for item in page.items if isinstance(item, Review)]
+    assert (first.id, first.user, first.score) == ("1800000000000000001", "京***友", 5)
+    assert first.content == "物流很快，包装完好&做工不错" and first.created_at == "2025-06-01T10:11:12+08:00"
+    assert (second.id, second.score, second.content) == ("1800000000000000000", 3, "一般般")
+    assert page.next_request is not None and page.next_request.params["page"] == "1"  # hasMore, no maxPage
+
+
+@pytest.mark.parametrize(("body", "status", "headers", "error_class"), [
+    (b"", 403, {}, "jd-risk-403"),
+    (jd_comments(), 200, {"x-rp-content": '{"code":"605","msg":"risk"}'}, "jd-risk-605"),
+    (fixture("jd_risk_605.json"), 200, {}, "jd-risk-605"),
+    (fixture("jd_system_busy_gbk.html"), 200, {}, "jd-system-busy"),
+    (b'{"code":"3","msg":"\\u7cfb\\u7edf\\u7e41\\u5fd9"}', 200, {}, "jd-system-busy"),
+])
+def test_risk_control_answers_are_banned_never_a_parse_error(body: bytes, status: int, headers: dict[str, str],
+                                                            error_class: str) -> None:
+    with pytest.raises(FetchError) as info:
+        parse("jd", TASK, SOURCE.first_request(TASK, BASE), body, status=status, headers=headers)
+    assert info.value.outcome == "Banned" and info.value.error_class == error_class
+    assert not isinstance(info.value, ParseError)

@@ -70,3 +70,42 @@ def test_unknown_source_and_missing_file(capsys: pytest.CaptureFixture[str], tmp
     assert code == 2 and lines == [] and "unknown source 'weibo'" in err
     code, lines, err = run(capsys, "--source", "jd", str(tmp_path / "nope.json"))
     assert code == 2 and lines == [] and "nope.json" in err
+
+
+def test_weibo_web_pages_walls_and_longtext(capsys: pytest.CaptureFixture[str]) -> None:
+    code, lines, _ = run(capsys, "--source", "weibo_web", str(FIXTURES / "weibo_web_page1.json"),
+                         "--now", "2021-07-06T12:00")
+    *items, summary = lines
+    assert code == 0 and len(items) == 5 and summary["task"] == "user:weibo_web:5612345678"
+    assert "since_id=4700000000005000kp2" in str(summary["next"]) and summary["cursor"] == "4700000000009000"
+    code, lines, _ = run(capsys, "--source", "weibo_web", str(FIXTURES / "weibo_web_longtext.json"))
+    assert code == 0 and "完整的正文" in str(lines[-1]["info"])
+    for name, outcome in (("weibo_web_login.json", "LoginRequired"), ("weibo_web_login_page.html", "LoginRequired"),
+                          ("weibo_pc_busy_gbk.html", "Busy")):
+        code, lines, _ = run(capsys, "--source", "weibo_web", str(FIXTURES / name))
+        assert code == 0 and lines[-1]["outcome"] == outcome, name
+
+
+def test_weibo_mobile_profile_answer_names_the_next_request(capsys: pytest.CaptureFixture[str],
+                                                           tmp_path: Path) -> None:
+    profile = tmp_path / "profile.json"
+    profile.write_bytes(json.dumps({"ok": 1, "data": {"userInfo": {"id": 1907518591, "screen_name": "甲"},
+                                                      "tabsInfo": {"tabs": [{"tab_type": "weibo",
+                                                                             "containerid": "1076031907518591"}]}}}
+                                   ).replace("/", "\\/").encode())
+    code, lines, _ = run(capsys, "--source", "weibo_mobile", str(profile))
+    assert code == 0 and lines[-1]["task"] == "user:weibo_mobile:1907518591"
+    assert "containerid=1076031907518591" in str(lines[-1]["next"])
+
+
+def test_jd_api_endpoint_comment_info_list_and_risk_header(capsys: pytest.CaptureFixture[str]) -> None:
+    code, lines, _ = run(capsys, "--source", "jd", "--set", "sources.jd.endpoint=api",
+                         str(FIXTURES / "jd_page0.jsonp"), "--now", "2024-12-03T00:00:00")
+    assert code == 0 and lines[-1]["items"] == 3 and "functionId=pc_club_productPageComments" in str(lines[-1]["next"])
+    code, lines, _ = run(capsys, "--source", "jd", str(FIXTURES / "jd_lego_comments.json"))
+    assert code == 0 and lines[-1]["items"] == 2
+    code, lines, _ = run(capsys, "--source", "jd", str(FIXTURES / "jd_page0.jsonp"),
+                         "--header", 'x-rp-content: {"code":"605"}')
+    assert code == 0 and (lines[-1]["outcome"], lines[-1]["error_class"]) == ("Banned", "jd-risk-605")
+    code, _, err = run(capsys, "--source", "jd", str(FIXTURES / "jd_page0.jsonp"), "--header", "no colon")
+    assert code == 2 and "NAME: VALUE" in err

@@ -4,24 +4,34 @@ from __future__ import annotations
 
 import pytest
 
+from crawler_client.sources.base import PageRequest
 from crawler_client.sources.samples import mobile_timeline
-from crawler_client.sources.weibo_mobile import WeiboMobileSource
+from crawler_client.sources.weibo_mobile import ContainerMemo, WeiboMobileSource
 from icecrawler.errors import FetchError
 from icecrawler.models import Post
 from tests.client._util import BASE, NOW_MS, fetched, fixture, make_task, parse
 
-SOURCE = WeiboMobileSource()
+SOURCE = WeiboMobileSource(ContainerMemo())
 TASK = make_task("weibo_mobile", "5612345678")
 
 
-def test_first_request_has_no_cursor() -> None:
-    request = SOURCE.first_request(TASK, BASE)
+def timeline() -> PageRequest:
+    """Page 1 of the default timeline tab (what the parser tests answer)."""
+    return SOURCE.timeline_request(BASE, "5612345678")
+
+
+def test_timeline_request_has_no_cursor_and_the_web_app_headers() -> None:
+    request = timeline()
     assert request.url == f"{BASE}/api/container/getIndex"
     assert request.params == {"type": "uid", "value": "5612345678", "containerid": "1076035612345678"}
+    assert request.headers == {"Referer": f"{BASE}/u/5612345678"}
+    assert request.cookie_headers == {"X-XSRF-TOKEN": "XSRF-TOKEN"}
+    assert WeiboMobileSource.default_headers["MWeibo-Pwa"] == "1"
+    assert WeiboMobileSource.default_headers["X-Requested-With"] == "XMLHttpRequest"
 
 
 def test_since_id_page_fields_and_every_date_form() -> None:
-    page = parse("weibo_mobile", TASK, SOURCE.first_request(TASK, BASE), fixture("weibo_mobile_since_id.json"))
+    page = parse("weibo_mobile", TASK, timeline(), fixture("weibo_mobile_since_id.json"))
     posts = [item for item in page.items if isinstance(item, Post)]
     assert len(posts) == len(page.items) == 9  # card without mblog and mblog without id skipped
     assert page.info["skipped"] == "1"
@@ -51,26 +61,26 @@ def test_since_id_page_fields_and_every_date_form() -> None:
 
 
 def test_page_cursor_and_last_page() -> None:
-    page = parse("weibo_mobile", TASK, SOURCE.first_request(TASK, BASE), mobile_timeline(5612345678, next_value=2))
+    page = parse("weibo_mobile", TASK, timeline(), mobile_timeline(5612345678, next_value=2))
     assert len(page.items) == 10 and page.next_request is not None
     assert page.next_request.params["page"] == "2" and "since_id" not in page.next_request.params
     second = parse("weibo_mobile", TASK, page.next_request, mobile_timeline(5612345678, cursor="", pinned=False))
     assert len(second.items) == 10 and second.next_request is None
-    last = parse("weibo_mobile", TASK, SOURCE.first_request(TASK, BASE), fixture("weibo_mobile_last.json"))
+    last = parse("weibo_mobile", TASK, timeline(), fixture("weibo_mobile_last.json"))
     assert len(last.items) == 1 and last.next_request is None
 
 
 def test_repeated_since_id_does_not_loop() -> None:
-    request = SOURCE.first_request(TASK, BASE)
+    request = timeline()
     request.params["since_id"] = "4699999999990000"
     assert parse("weibo_mobile", TASK, request, fixture("weibo_mobile_since_id.json")).next_request is None
 
 
 def test_ok0_is_not_found_on_the_first_page_and_the_end_later() -> None:
     with pytest.raises(FetchError) as info:
-        parse("weibo_mobile", TASK, SOURCE.first_request(TASK, BASE), fixture("weibo_mobile_ok0.json"))
+        parse("weibo_mobile", TASK, timeline(), fixture("weibo_mobile_ok0.json"))
     assert info.value.outcome == "NotFound" and info.value.error_class == "no-content"
-    later = SOURCE.first_request(TASK, BASE)
+    later = timeline()
     later.params["page"] = "5"
     page = parse("weibo_mobile", TASK, later, fixture("weibo_mobile_ok0.json"))
     assert page.items == [] and page.next_request is None and page.info == {"end": "ok:0"}
@@ -80,12 +90,12 @@ def test_ok0_is_not_found_on_the_first_page_and_the_end_later() -> None:
     ("weibo_mobile_login.json", "login-wall"), ("weibo_mobile_verify.json", "verify-wall")])
 def test_login_walls(name: str, error_class: str) -> None:
     with pytest.raises(FetchError) as info:
-        parse("weibo_mobile", TASK, SOURCE.first_request(TASK, BASE), fixture(name))
+        parse("weibo_mobile", TASK, timeline(), fixture(name))
     assert info.value.outcome == "LoginRequired" and info.value.error_class == error_class
 
 
 def test_html_ban_pages_and_teapot() -> None:
-    request = SOURCE.first_request(TASK, BASE)
+    request = timeline()
     with pytest.raises(FetchError) as info:
         parse("weibo_mobile", TASK, request, "<html>访问过于频繁</html>".encode("gbk"))
     assert info.value.outcome == "RateLimited"
@@ -105,17 +115,80 @@ def test_long_text_extend() -> None:
     assert info.value.outcome == "LoginRequired"
 
 
-def test_profile_answer_gives_the_timeline_containerid() -> None:
+def profile_body(tabs: list[dict[str, object]]) -> bytes:
     from crawler_client.sources.samples import wire_json
 
-    body = wire_json({"ok": 1, "data": {
+    return wire_json({"ok": 1, "data": {
         "userInfo": {"id": 5612345678, "screen_name": "测试用户", "statuses_count": 1553, "followers_count": "145.5万"},
-        "tabsInfo": {"selectedTab": 1, "tabs": [{"id": 1, "tab_type": "profile", "containerid": "2302835612345678"},
-                                                {"id": 2, "tab_type": "weibo", "containerid": "1076035612345678"}]}}})
-    page = parse("weibo_mobile", TASK, SOURCE.first_request(TASK, BASE), body)
-    assert page.items == [] and page.next_request is None
+        "tabsInfo": {"selectedTab": 1, "tabs": tabs}}})
+
+
+def test_first_crawl_reads_the_containerid_from_the_profile_and_remembers_it() -> None:
+    source = WeiboMobileSource(ContainerMemo())
+    first = source.first_request(TASK, BASE)
+    assert first.params == {"type": "uid", "value": "5612345678"} and first.state == {"profile": "1"}
+    tabs = [{"id": 1, "tab_type": "profile", "containerid": "2302835612345678"},
+            {"id": 2, "tabKey": "weibo", "tab_type": "weibo", "title": "微博", "containerid": "1076039999"}]
+    page = source.parse(TASK, first, fetched(profile_body(tabs), first), NOW_MS)
+    assert page.items == []
     assert page.info == {"screen_name": "测试用户", "statuses_count": "1553", "followers_count": "1455000",
-                         "timeline_containerid": "1076035612345678"}
+                         "timeline_containerid": "1076039999"}
+    nxt = page.next_request
+    assert nxt is not None and nxt.params["containerid"] == "1076039999"
+    assert nxt.state["fallbacks"] == "2304135612345678_-_WEIBO_SECOND_PROFILE_WEIBO,1076035612345678"
+    timeline_page = source.parse(TASK, nxt, fetched(mobile_timeline(5612345678), nxt), NOW_MS)
+    assert len(timeline_page.items) == 10
+    assert timeline_page.next_request is not None and timeline_page.next_request.params["containerid"] == "1076039999"
+    # the next crawl of the task (any source instance sharing the memo) starts at the timeline
+    again = WeiboMobileSource(source.memo).first_request(TASK, BASE)
+    assert again.params["containerid"] == "1076039999" and again.state == {"remembered": "1"}
+    # a task naming its containerid needs no profile at all
+    named = make_task("weibo_mobile", "5612345678", containerid="107603abc")
+    assert WeiboMobileSource(ContainerMemo()).first_request(named, BASE).params["containerid"] == "107603abc"
+
+
+def test_profile_without_a_weibo_tab_falls_back_to_the_107603_prefix() -> None:
+    source = WeiboMobileSource(ContainerMemo())
+    first = source.first_request(TASK, BASE)
+    page = source.parse(TASK, first, fetched(profile_body([{"tab_type": "album", "containerid": "1078"}]), first),
+                        NOW_MS)
+    assert page.next_request is not None and page.next_request.params["containerid"] == "1076035612345678"
+
+
+def test_an_empty_weibo_tab_falls_back_to_the_next_candidate_then_not_found() -> None:
+    source = WeiboMobileSource(ContainerMemo())
+    request = source.timeline_request(BASE, "5612345678", "1076035612345678",
+                                      ("2304135612345678_-_WEIBO_SECOND_PROFILE_WEIBO",))
+    page = source.parse(TASK, request, fetched(fixture("weibo_mobile_ok0.json"), request), NOW_MS)
+    assert page.items == [] and page.info == {"empty_tab": "1076035612345678"}
+    nxt = page.next_request
+    assert nxt is not None and nxt.params["containerid"] == "2304135612345678_-_WEIBO_SECOND_PROFILE_WEIBO"
+    with pytest.raises(FetchError) as info:
+        source.parse(TASK, nxt, fetched(fixture("weibo_mobile_ok0.json"), nxt), NOW_MS)
+    assert info.value.outcome == "NotFound"
+    # a profile served where a timeline was asked for moves on (or ends), never back to the profile
+    served = source.parse(TASK, request, fetched(profile_body([]), request), NOW_MS)
+    assert served.next_request is not None and served.next_request.params["containerid"].startswith("230413")
+    assert source.parse(TASK, nxt, fetched(profile_body([]), nxt), NOW_MS).next_request is None
+
+
+def test_a_remembered_tab_gone_empty_goes_back_to_the_profile() -> None:
+    memo = ContainerMemo()
+    memo.put(TASK.id, "1076035612345678")
+    source = WeiboMobileSource(memo)
+    request = source.first_request(TASK, BASE)
+    page = source.parse(TASK, request, fetched(fixture("weibo_mobile_ok0.json"), request), NOW_MS)
+    assert page.next_request is not None and page.next_request.state == {"profile": "1"}
+    assert memo.get(TASK.id) == ""
+
+
+def test_html_login_page_jsonp_and_bom_answers() -> None:
+    with pytest.raises(FetchError) as info:
+        parse("weibo_mobile", TASK, timeline(), b"<!DOCTYPE html><html><head><title>m.weibo.cn</title></head></html>")
+    assert info.value.outcome == "LoginRequired" and info.value.error_class == "html-instead-of-json"
+    wrapped = b"jsonp_1(" + mobile_timeline(5612345678) + b");"
+    assert len(parse("weibo_mobile", TASK, timeline(), wrapped).items) == 10
+    assert len(parse("weibo_mobile", TASK, timeline(), b"\xef\xbb\xbf" + mobile_timeline(5612345678)).items) == 10
 
 
 def test_pre_2017_top_level_cards_and_inline_long_text() -> None:
@@ -124,7 +197,7 @@ def test_pre_2017_top_level_cards_and_inline_long_text() -> None:
     mblog = {"id": 4100000000000001, "created_at": "06-27", "text": "开头...全文", "isLongText": True,
              "longText": {"longTextContent": "开头和完整正文"}, "user": {"id": 5612345678}}
     body = wire_json({"cardlistInfo": {"page": 2}, "cards": [{"card_type": 9, "mblog": mblog}], "ok": 1})
-    page = parse("weibo_mobile", TASK, SOURCE.first_request(TASK, BASE), body)
+    page = parse("weibo_mobile", TASK, timeline(), body)
     (post,) = page.items
     assert isinstance(post, Post) and post.id == 4100000000000001 and post.text == "开头和完整正文"
     assert "long_text_ids" not in page.info and page.next_request is not None
@@ -138,9 +211,9 @@ def test_detail_page_render_data_and_extend_answer() -> None:
     body = ("<!DOCTYPE html><html><body><script>\nvar $render_data = [" +
             json.dumps({"status": status, "call": "1"}, ensure_ascii=False, indent=4) +
             "][0] || {};\nvar config = {};</script></body></html>").encode()
-    page = parse("weibo_mobile", TASK, SOURCE.first_request(TASK, BASE), body)
+    page = parse("weibo_mobile", TASK, timeline(), body)
     (post,) = page.items
     assert isinstance(post, Post) and post.id == 4700000000007000 and post.text == "详情页全文"
     assert post.permalink == "https://weibo.com/5612345678/Lxyz" and page.next_request is None
-    extend = parse("weibo_mobile", TASK, SOURCE.first_request(TASK, BASE), fixture("weibo_mobile_extend.json"))
+    extend = parse("weibo_mobile", TASK, timeline(), fixture("weibo_mobile_extend.json"))
     assert extend.items == [] and extend.info["long_text"].startswith("长文开头")

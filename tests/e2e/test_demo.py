@@ -16,7 +16,7 @@ import pytest
 
 pytestmark = [pytest.mark.e2e, pytest.mark.ice, pytest.mark.bdb, pytest.mark.slow]
 
-SOURCES = ("weibo_pc", "weibo_mobile", "ecshop", "jd")
+SOURCES = ("weibo_pc", "weibo_mobile", "weibo_web", "ecshop", "jd")
 
 
 def _demo_argv(tmp_path: Path, *extra: str) -> list[str]:

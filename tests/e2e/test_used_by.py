@@ -13,6 +13,8 @@ Checked against the sandbox's ground truth and the scheduler's own records:
   task, sorted by lease time, each lease must start after the previous one ended. Leases given back unused by a
   clean client shutdown (releaseUsers) are not in that log; the clients stop only at the very end, after the
   audited period;
+- weibo.com's JSON API (``weibo_web``) is crawled with a visitor session the scheduler minted from the sandbox's
+  passport (no account is configured);
 - the killed client's leases come back only after their deadline: each one it held expired (outcome
   LeaseExpired, ended >= deadline), the next lease of that task started after the deadline and another client
   reported it; the killed client made no request after the kill (sandbox request log, by User-Agent).
@@ -42,8 +44,8 @@ SCHEDULER = {"scheduler.initial_period_s": 60, "scheduler.min_period_s": 60, "sc
              "scheduler.backoff_after_attempts": 100}
 CLIENT = {"client.workers": 2, "client.batch": 1, "client.max_pages": 30, "client.idle_sleep_s": 0.2,
           "client.timeout_s": 5, "client.retries": 1, "client.progress_log_s": 2, "client.shutdown_grace_s": 5}
-SEEDS = ["weibo_mobile:1907518591", "weibo_pc:1907518591", "weibo_mobile:1163218074", "weibo_pc:1163218074",
-         "ecshop:12", "jd:100012043978", "jd:100008348542"]
+SEEDS = ["weibo_mobile:1907518591", "weibo_pc:1907518591", "weibo_web:1907518591", "weibo_mobile:1163218074",
+         "weibo_pc:1163218074", "weibo_web:1163218074", "ecshop:12", "jd:100012043978", "jd:100008348542"]
 
 
 def scenario() -> Scenario:
@@ -160,5 +162,9 @@ def test_clients_join_and_die_while_the_crawl_runs(tmp_path: Path) -> None:
     assert not [e for e in done if e["worker"] == victim and e["leased_wall_ms"] > killed_ms]
     assert not [r for r in requests if r.get("agent") == agent(victim) and r["wall_ms"] > killed_ms], \
         "the killed client still fetched after the kill"
+    # weibo.com's JSON API was crawled through the visitor session the scheduler minted from the passport
+    web_ok = {e["task_id"] for e in done if e["task_id"].startswith("user:weibo_web:") and e["outcome"] == "Ok"}
+    assert web_ok == {"user:weibo_web:1907518591", "user:weibo_web:1163218074"}, web_ok
+    assert any(r["site"] == "passport" for r in requests), "no visitor session was minted"
     assert codes == [0, 0, 0], logs[-3000:]
     assert "Traceback" not in logs, logs[-3000:]

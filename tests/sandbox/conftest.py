@@ -13,10 +13,11 @@ import requests
 from crawler_client.sources import FetchedPage, Item, PageRequest, get_source
 from icecrawler.models import Task, TaskKind, make_task_id
 from sandbox import Category, Product, SandboxServer, Scenario, Schedule, WeiboUser
+from sandbox.sources import SITE_OF_SOURCE
 
 #: A fixed start (2026-11-30 08:00 Beijing) so every generated id and time is the same on every run.
 ORIGIN_S = 1_795_996_800.0
-SOURCE_PREFIX = {"weibo_pc": "pc", "weibo_mobile": "m", "ecshop": "ecshop", "jd": "jd"}
+SOURCE_PREFIX = SITE_OF_SOURCE
 
 
 def small_scenario() -> Scenario:
@@ -59,8 +60,12 @@ class Crawl:
 
 def fetch(request: PageRequest, session: requests.Session | None = None) -> FetchedPage:
     http = session or requests.Session()
+    headers = dict(request.headers)
+    for header, cookie in request.cookie_headers.items():  # as the client's transport does (X-XSRF-TOKEN)
+        if http.cookies.get(cookie):
+            headers[header] = str(http.cookies.get(cookie))
     response = http.request(request.method, request.url, params=request.params or None, data=request.data,
-                            headers=request.headers, timeout=10)
+                            headers=headers, timeout=10)
     return FetchedPage(url=response.request.url or request.url, status=response.status_code,
                        headers=dict(response.headers), body=response.content, final_url=response.url)
 
@@ -87,3 +92,14 @@ def crawl(server: SandboxServer, source_name: str, target: str, kind: TaskKind =
 
 def truth_ids(server: SandboxServer, source: str, target: str) -> list[str]:
     return [item["id"] for item in server.truth(source, target)["items"]]
+
+
+def visitor_session(server: SandboxServer) -> requests.Session:
+    """A requests session holding a visitor SUB/SUBP minted by the sandbox's passport (the scheduler's way)."""
+    from sandbox.sources import source_settings
+    from scheduler_server.visitors import mint_visitor
+
+    session = requests.Session()
+    for name, value in mint_visitor(source_settings(server.url)["sources.weibo_web.visitor_url"]).items():
+        session.cookies.set(name, value)
+    return session

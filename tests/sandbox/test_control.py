@@ -58,7 +58,7 @@ retry_after_rate = 1.0
 
 def test_health_truth_and_advance(server: SandboxServer) -> None:
     health = requests.get(f"{server.url}/__sandbox/health", timeout=10).json()
-    assert health["ok"] and health["sites"] == ["ecshop", "jd", "m", "pc"] and health["speed"] == 0
+    assert health["ok"] and health["sites"] == ["ecshop", "jd", "m", "passport", "pc", "web"] and health["speed"] == 0
     truth = requests.get(f"{server.url}/__sandbox/truth", timeout=10).json()
     assert truth["counts"]["weibo_mobile"][UID] == 52 and truth["counts"]["weibo_pc"][UID] == 52
     assert truth["counts"]["ecshop"] == {"12": 12}  # 13 has no reviews, 14 appears after an hour
@@ -66,7 +66,8 @@ def test_health_truth_and_advance(server: SandboxServer) -> None:
     assert set(item) >= {"kind", "source", "target", "id", "published_ms", "published_wall_ms", "created_at",
                          "user", "text", "backlog", "pinned"}
     assert all(i["backlog"] for i in truth["items"])
-    assert sum(1 for i in truth["items"] if i["pinned"]) == 1  # mobile only
+    # the pinned post is marked on m.weibo.cn and weibo.com's JSON API, not in the legacy feed
+    assert sum(1 for i in truth["items"] if i["pinned"]) == 2
     advanced = requests.post(f"{server.url}/__sandbox/advance", json={"seconds": 1200}, timeout=10).json()
     assert advanced["now_ms"] == truth["now_ms"] + 1_200_000
     new = requests.get(f"{server.url}/__sandbox/truth", timeout=10,
@@ -149,7 +150,7 @@ def test_subprocess_launcher_and_cli(tmp_path: Path) -> None:
     with sandbox_process(tmp_path / "logs", scenario=scenario, speed=60, latency_ms=1,
                          misbehave=["m.slow_rate=0"]) as sandbox:
         health = sandbox.control("health")
-        assert health["speed"] == 60 and health["sites"] == ["ecshop", "jd", "m", "pc"]
+        assert health["speed"] == 60 and health["sites"] == ["ecshop", "jd", "m", "passport", "pc", "web"]
         assert requests.get(f"{sandbox.base_url('jd')}/comment/productPageComments.action",
                             params={"productId": "1"}, timeout=10).status_code == 429  # from the scenario
         rules = sandbox.control("misbehave", {"clear": True})["rules"]

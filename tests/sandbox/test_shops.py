@@ -14,7 +14,7 @@ from icecrawler.errors import FetchError
 from icecrawler.models import Review, TaskKind
 from sandbox import SandboxServer
 from sandbox.sites.jd import count_str
-from tests.sandbox.conftest import crawl, fetch
+from tests.sandbox.conftest import crawl, fetch, visitor_session
 
 JD_PRODUCT = "100012043978"
 JD_PATH = "/comment/productPageComments.action"
@@ -136,10 +136,14 @@ def test_ecshop_login_wall_and_login_flow(server: SandboxServer) -> None:
 
 
 def test_sources_parse_every_site_without_errors(server: SandboxServer) -> None:
-    """Each source's first page through get_source().parse: a smoke check across all four sites."""
-    for name, target, kind in (("weibo_pc", "1000000002", TaskKind.WeiboUser),
-                               ("weibo_mobile", "1000000002", TaskKind.WeiboUser),
-                               ("ecshop", "12", TaskKind.ProductReviews), ("jd", JD_PRODUCT, TaskKind.ProductReviews)):
-        result = crawl(server, name, target, kind, max_requests=1)
+    """Each source's first page of items through get_source().parse: a smoke check across every site (m.weibo.cn
+    answers the profile first, weibo.com's API wants a visitor session)."""
+    visitor = visitor_session(server)
+    for name, target, kind, requests_needed in (
+            ("weibo_pc", "1000000002", TaskKind.WeiboUser, 1), ("weibo_mobile", "1000000002", TaskKind.WeiboUser, 2),
+            ("weibo_web", "1000000002", TaskKind.WeiboUser, 1), ("ecshop", "12", TaskKind.ProductReviews, 1),
+            ("jd", JD_PRODUCT, TaskKind.ProductReviews, 1)):
+        result = crawl(server, name, target, kind, session=visitor if name == "weibo_web" else None,
+                       max_requests=requests_needed)
         assert result.items, name
         assert get_source(name).name == name

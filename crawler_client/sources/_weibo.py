@@ -1,0 +1,76 @@
+"""What the JSON Weibo sources (m.weibo.cn's getIndex, weibo.com's ``/ajax`` API) share: tolerant field access,
+the post markers both APIs use, and the session signals of Weibo's JSON envelopes.
+
+Both APIs wrap answers in ``{"ok": 1, "data": ...}``; ``ok: -100`` (with a login ``url``) is a login wall, a
+top-level ``url`` without ``data`` a verification wall, and ``ok: 0`` "nothing here" (no such user, or past the
+end). Fields may be missing or have the wrong type in any answer, so every access goes through ``as_dict``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from crawler_client.sources._counts import parse_id
+from crawler_client.sources._decode import load_json
+from crawler_client.sources._detect import WEIBO_MARKERS, fail, scan_markers, unparsable
+from crawler_client.sources.base import FetchedPage
+from icecrawler.errors import FetchError
+from icecrawler.models import Outcome
+
+__all__ = ["as_dict", "https_url", "is_pinned", "json_envelope", "mblog_id", "truthy", "wall_of"]
+
+
+def as_dict(value: object) -> dict[str, Any]:
+    """``value`` if it is a JSON object, else {} (every field may have the wrong type)."""
+    return value if isinstance(value, dict) else {}
+
+
+def https_url(url: str) -> str:
+    """Protocol-relative image URLs made absolute."""
+    return "https:" + url if url.startswith("//") else url
+
+
+def truthy(value: object) -> bool:
+    """JSON flags come as true, 1, "1" or "true"."""
+    return value in (True, 1, "1", "true")
+
+
+def mblog_id(mblog: dict[str, Any]) -> int:
+    """A post's numeric id: ``id``, else ``idstr``, else ``mid`` (0 when none is a usable number)."""
+    return parse_id(mblog.get("id")) or parse_id(mblog.get("idstr")) or parse_id(mblog.get("mid"))
+
+
+def is_pinned(mblog: dict[str, Any]) -> bool:
+    """Pinned posts come first and out of date order: ``isTop``, ``mblogtype`` 2, or a "置顶" title."""
+    return (truthy(mblog.get("isTop")) or mblog.get("mblogtype") in (2, "2")
+            or as_dict(mblog.get("title")).get("text") == "置顶")
+
+
+def wall_of(doc: dict[str, Any], http_status: int) -> FetchError | None:
+    """The LoginRequired error an envelope signals (``ok:-100``, a bare verification ``url``), else None."""
+    if doc.get("ok") in (-100, "-100"):
+        return fail(Outcome.LoginRequired, f"ok:-100 {str(doc.get('msg', ''))[:60]!r}", error_class="login-wall",
+                    http_status=http_status)
+    url = doc.get("url")
+    if isinstance(url, str) and url and not doc.get("data"):
+        return fail(Outcome.LoginRequired, f"verification wall: {url[:120]}", error_class="verify-wall",
+                    http_status=http_status)
+    return None
+
+
+def json_envelope(page: FetchedPage, text: str, what: str) -> dict[str, Any]:
+    """``text`` (the decoded body, JSONP wrapper removed) as a Weibo JSON envelope. HTML in its place is the
+    login or visitor page of a gone session (LoginRequired), unless it carries one of Weibo's ban/busy markers;
+    login and verification walls raise; anything else that is not a JSON object is unparsable."""
+    if not text.startswith("{"):
+        if text.startswith("<") and scan_markers(page.body, WEIBO_MARKERS) is None:
+            raise fail(Outcome.LoginRequired, f"{what}: HTML instead of JSON (a login page)",
+                       error_class="html-instead-of-json", http_status=page.status)
+        raise unparsable(page.body, WEIBO_MARKERS, page.status, f"{what}: not a JSON object")
+    doc = load_json(text, what=what)
+    if not isinstance(doc, dict):
+        raise unparsable(page.body, WEIBO_MARKERS, page.status, f"{what}: not a JSON object")
+    wall = wall_of(doc, page.status)
+    if wall is not None:
+        raise wall
+    return doc

@@ -1,0 +1,234 @@
+"""Visitor sessions: the account provider for sources that serve visitors, used when no logged-in account is
+configured for them (``sources.<name>.visitor_url``, weibo.com's passport visitor flow).
+
+Weibo hands anonymous browsers a visitor session: ``POST passport.weibo.com/visitor/genvisitor2`` with
+``cb=visitor_gray_callback&tid=&from=weibo`` answers ``window.cb && cb({"retcode":20000000,"data":{"sub":...,
+"subp":...}})`` and sets the ``SUB``/``SUBP`` cookies (the older form, ``genvisitor`` then
+``visitor?a=incarnate``, ends in the same two values). The scheduler mints one session per source, in the
+background (a lease never waits on HTTP: tasks of that source wait, as for an exhausted account pool), and
+leases it like an account: ``Account(id="visitor:<source>:<generation>", cookie_blob={"cookies": {...}})``.
+
+When a crawl reports that the session ended (HTTP 432 or a redirect to the visitor system), the session of
+that generation is renewed: once, however many clients report it (a report naming an older generation is
+ignored), and no sooner than ``scheduler.visitor_renew_s`` after the previous mint. Such a report neither
+blocks the host nor freezes an account; the task is simply due again. Cookies never reach logs or status.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import threading
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from http.cookies import CookieError, SimpleCookie
+from typing import Any
+
+from icecrawler.errors import ConfigError
+from icecrawler.models import SOURCES, Account, Outcome
+from icecrawler.settings import Settings
+
+__all__ = ["VisitorError", "VisitorSessions", "is_visitor", "mint_visitor", "parse_visitor_answer",
+           "session_ended"]
+
+log = logging.getLogger(__name__)
+
+VISITOR_PREFIX = "visitor:"
+#: The passport's success code.
+RETCODE_OK = 20000000
+#: What weibo.com's own page posts to genvisitor2.
+GENVISITOR_FORM = {"cb": "visitor_gray_callback", "tid": "", "from": "weibo"}
+#: error classes (crawler_client.sources._detect / weibo sources) that mean "the visitor session is gone".
+_ENDED_CLASSES = frozenset({"http-432", "visitor", "html-instead-of-json"})
+_CALL_RE = re.compile(r"\((\{.*\})\)\s*;?\s*$", re.DOTALL)
+_USER_AGENT = ("Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) "
+               "Chrome/131.0.0.0 Safari/537.36")
+
+
+class VisitorError(Exception):
+    """The passport did not hand out a visitor session (message says why; never contains cookies)."""
+
+
+def is_visitor(account_id: str) -> bool:
+    return account_id.startswith(VISITOR_PREFIX)
+
+
+def session_ended(outcome: Outcome, error_class: str, http_status: int) -> bool:
+    """A report that says the visitor session it was crawled with is no longer accepted."""
+    if outcome is Outcome.Banned and (http_status == 432 or error_class == "http-432"):
+        return True
+    return outcome is Outcome.LoginRequired and error_class in _ENDED_CLASSES
+
+
+def parse_visitor_answer(body: bytes, set_cookies: list[str]) -> dict[str, str]:
+    """``SUB``/``SUBP`` from a genvisitor2 (or incarnate) answer: the JSONP body's ``data``, else the
+    ``Set-Cookie`` headers. Pure; raises VisitorError when neither has a ``SUB``."""
+    cookies: dict[str, str] = {}
+    for header in set_cookies:
+        try:
+            jar: SimpleCookie = SimpleCookie(header)
+        except CookieError:
+            continue
+        cookies.update({name: morsel.value for name, morsel in jar.items() if name in ("SUB", "SUBP")})
+    text = body.decode("utf-8", errors="replace").strip()
+    match = _CALL_RE.search(text)
+    raw = match[1] if match else text
+    try:
+        doc: Any = json.loads(raw) if raw.startswith("{") else {}
+    except ValueError:
+        doc = {}
+    data = doc.get("data") if isinstance(doc, dict) else None
+    if isinstance(doc, dict) and doc.get("retcode") not in (None, RETCODE_OK, str(RETCODE_OK)) and not cookies:
+        raise VisitorError(f"passport retcode {str(doc.get('retcode'))[:20]}: {str(doc.get('msg', ''))[:60]}")
+    if isinstance(data, dict):
+        for key, name in (("sub", "SUB"), ("subp", "SUBP")):
+            if isinstance(data.get(key), str) and data[key]:
+                cookies[name] = data[key]
+    if not cookies.get("SUB"):
+        raise VisitorError("no SUB in the passport's answer")
+    return cookies
+
+
+def mint_visitor(url: str, timeout_s: float = 10.0) -> dict[str, str]:
+    """One genvisitor2 call (HTTP, environment proxies ignored): the visitor cookies, or VisitorError."""
+    form = urllib.parse.urlencode(GENVISITOR_FORM).encode()
+    request = urllib.request.Request(url, data=form, method="POST", headers={
+        "User-Agent": _USER_AGENT, "Content-Type": "application/x-www-form-urlencoded",
+        "Referer": urllib.parse.urljoin(url, "/visitor/visitor?entry=miniblog&a=enter")})
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(request, timeout=timeout_s) as response:
+            body = response.read(1 << 20)
+            set_cookies = response.headers.get_all("Set-Cookie") or []
+    except (OSError, ValueError) as exc:  # URLError/HTTPError are OSErrors
+        raise VisitorError(f"{url}: {type(exc).__name__}: {exc}") from exc
+    return parse_visitor_answer(body, set_cookies)
+
+
+@dataclass
+class _Session:
+    """One source's visitor session; ``account`` is None while none is usable."""
+
+    url: str
+    generation: int = 0
+    account: Account | None = None
+    minting: bool = False
+    last_mint: float = float("-inf")
+    mints: int = 0
+    renewals: int = 0
+    failures: int = 0
+    last_error: str = ""
+
+
+def _spawn(work: Callable[[], None]) -> None:
+    threading.Thread(target=work, name="visitor-mint", daemon=True).start()
+
+
+class VisitorSessions:
+    """The visitor session of every source with a visitor URL (see the module docstring). Thread-safe."""
+
+    def __init__(self, urls: Mapping[str, str], *, renew_s: float = 30.0,
+                 mint: Callable[[str], dict[str, str]] = mint_visitor,
+                 spawn: Callable[[Callable[[], None]], None] = _spawn,
+                 clock: Callable[[], float] = time.time) -> None:
+        if renew_s < 0:
+            raise ConfigError("scheduler.visitor_renew_s must be >= 0")
+        self._sessions = {source: _Session(url) for source, url in urls.items() if url}
+        self._renew_s = renew_s
+        self._mint = mint
+        self._spawn = spawn
+        self._clock = clock
+        self._lock = threading.RLock()  # a synchronous ``spawn`` (tests) mints while the lock is held
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> VisitorSessions:
+        urls: dict[str, str] = {}
+        for source in SOURCES:
+            key = f"sources.{source}.visitor_url"
+            url = settings.get_str(key) if key in settings.as_dict() else ""
+            if url and urllib.parse.urlsplit(url).scheme not in ("http", "https"):
+                raise ConfigError(f"{key}: {url!r} is not an http(s) URL")
+            urls[source] = url
+        return cls(urls, renew_s=settings.get_float("scheduler.visitor_renew_s"))
+
+    def serves(self, source: str) -> bool:
+        return source in self._sessions
+
+    def account(self, source: str, now: float) -> Account | None:
+        """The source's current visitor account; None while one is being minted (a mint is started when
+        none is under way and the rate limit allows)."""
+        session = self._sessions.get(source)
+        if session is None:
+            return None
+        with self._lock:
+            if session.account is None:
+                self._start_mint(source, session, now)
+            return session.account
+
+    def renew(self, account_id: str, now: float) -> bool:
+        """The session ``account_id`` was ended by the site: renew it unless another report already did.
+        True when ``account_id`` is a visitor account (whatever its generation)."""
+        if not is_visitor(account_id):
+            return False
+        _, source, generation = [*account_id.split(":"), "", ""][:3]
+        session = self._sessions.get(source)
+        if session is None:
+            return True
+        with self._lock:
+            if session.account is not None and session.account.id == account_id:
+                session.account = None
+                session.renewals += 1
+                log.info("visitor session %s ended; renewing", account_id)
+                self._start_mint(source, session, now)
+            elif generation.isdigit() and int(generation) == session.generation and not session.minting:
+                self._start_mint(source, session, now)
+        return True
+
+    def _start_mint(self, source: str, session: _Session, now: float) -> None:
+        """Start a background mint if none runs and the last one is old enough (lock held)."""
+        if session.minting or now - session.last_mint < self._renew_s:
+            return
+        session.minting = True
+        session.last_mint = now
+        self._spawn(lambda: self._mint_now(source, session))
+
+    def _mint_now(self, source: str, session: _Session) -> None:
+        try:
+            cookies = self._mint(session.url)
+        except VisitorError as exc:
+            with self._lock:
+                session.minting = False
+                session.failures += 1
+                session.last_error = str(exc)[:200]
+            log.warning("visitor session for %s: %s (next try in %.0fs)", source, exc, self._renew_s)
+            return
+        except Exception as exc:  # a bug here must not leave the source without sessions for good
+            with self._lock:
+                session.minting = False
+                session.failures += 1
+                session.last_error = f"{type(exc).__name__}"
+            log.exception("visitor session for %s: mint failed", source)
+            return
+        blob = json.dumps({"cookies": cookies}, separators=(",", ":"))
+        with self._lock:
+            session.generation += 1
+            session.mints += 1
+            session.account = Account(f"{VISITOR_PREFIX}{source}:{session.generation}", blob)
+            session.minting = False
+            session.last_error = ""
+        log.info("visitor session for %s minted (generation %d)", source, session.generation)
+
+    def describe(self, now: float) -> dict[str, Any]:
+        """Per-source session state for status: never the cookies."""
+        with self._lock:
+            return {
+                source: {"state": "ok" if s.account is not None else ("minting" if s.minting else "none"),
+                         "account": s.account.id if s.account is not None else "", "mints": s.mints,
+                         "renewals": s.renewals, "failures": s.failures, "last_error": s.last_error,
+                         "last_mint_s_ago": round(now - s.last_mint, 1) if s.mints or s.failures else None}
+                for source, s in sorted(self._sessions.items())
+            }

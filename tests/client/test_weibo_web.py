@@ -1,0 +1,140 @@
+"""weibo_web: weibo.com's /ajax/statuses/mymblog pages (since_id and page paging), pinned/repost/long-text posts,
+pic_infos, the longtext endpoint, session walls, and the storage identity shared with the other Weibo sources."""
+
+from __future__ import annotations
+
+import pytest
+
+from crawler_client.sources.samples import web_timeline
+from crawler_client.sources.weibo_mobile import WeiboMobileSource
+from crawler_client.sources.weibo_web import WeiboWebSource
+from icecrawler.errors import FetchError, ParseError
+from icecrawler.models import Post
+from storage_server.schema import WEIBO, post_row
+from tests.client._util import BASE, NOW_MS, fetched, fixture, make_task, parse
+
+SOURCE = WeiboWebSource()
+TASK = make_task("weibo_web", "5612345678")
+
+
+def posts_of(body: bytes) -> list[Post]:
+    page = parse("weibo_web", TASK, SOURCE.first_request(TASK, BASE), body)
+    return [item for item in page.items if isinstance(item, Post)]
+
+
+def test_first_request_is_the_web_clients_call() -> None:
+    request = SOURCE.first_request(TASK, BASE)
+    assert request.url == f"{BASE}/ajax/statuses/mymblog"
+    assert request.params == {"uid": "5612345678", "page": "1", "feature": "0"} and request.page == 1
+    assert request.headers == {"Referer": f"{BASE}/u/5612345678"}
+    assert request.cookie_headers == {"X-XSRF-TOKEN": "XSRF-TOKEN"}
+    assert WeiboWebSource.default_headers["X-Requested-With"] == "XMLHttpRequest"
+    assert WeiboWebSource.default_headers["User-Agent"].startswith("Mozilla/5.0")
+
+
+def test_page_fields_pinned_pictures_repost_and_since_id() -> None:
+    page = parse("weibo_web", TASK, SOURCE.first_request(TASK, BASE), fixture("weibo_web_page1.json"))
+    posts = [item for item in page.items if isinstance(item, Post)]
+    assert len(posts) == 5 and page.info["skipped"] == "1"  # the entry without an id
+    pinned, fresh, repost, long_post, html_only = posts
+    assert pinned.pinned and not fresh.pinned and pinned.id < fresh.id
+    assert pinned.created_at == "2021-06-08T09:35:04+08:00" and pinned.text == "置顶微博\n第二行"
+    assert (pinned.reposts, pinned.comments, pinned.likes) == (1_000_000, 15_000, 7)
+    assert pinned.permalink == "https://weibo.com/5612345678/KjPin0001"
+    assert fresh.text == "@朋友 你好 [doge]" and "<img" in fresh.html  # zero-width spaces dropped
+    assert fresh.likes == 12_000 and fresh.user_name == "测试用户" and fresh.user_id == 5612345678
+    assert fresh.pictures == ["https://wx3.sinaimg.cn/large/0060abcdly1h0000001.jpg",
+                              "https://wx3.sinaimg.cn/wap180/0060abcdly1h0000002.jpg",
+                              "https://wx1.sinaimg.cn/large/0060abcdly1h0000003.jpg"]
+    assert repost.retweeted_id == 4699000000000001 and repost.pictures == []  # the original's are not its own
+    assert long_post.id == 4700000000007000 and page.info["long_text_ids"] == "4700000000007000"
+    assert html_only.text == "只有 HTML 正文\n没有 text_raw" and html_only.created_at == "2021-07-05T12:25:00+08:00"
+    assert all(p.source == "weibo_web" and p.fetched_at == "2021-07-06T12:00:00+08:00" for p in posts)
+    assert page.info["since_id"] == "4700000000005000kp2" and page.info["total"] == "1221"
+    nxt = page.next_request
+    assert nxt is not None and nxt.page == 2
+    assert nxt.params == {"uid": "5612345678", "page": "2", "feature": "0", "since_id": "4700000000005000kp2"}
+    assert nxt.headers["Referer"] == f"{BASE}/u/5612345678" and nxt.cookie_headers == {"X-XSRF-TOKEN": "XSRF-TOKEN"}
+    # the incremental stop: the pinned post is never "older" and never the cursor
+    assert SOURCE.newest_cursor(page.items) == "4700000000009000"
+    assert not SOURCE.is_older_or_equal(pinned, "4700000000008000")
+    assert SOURCE.is_older_or_equal(repost, "4700000000008000")
+
+
+def test_paging_by_page_when_there_is_no_since_id_and_the_ends() -> None:
+    page = parse("weibo_web", TASK, SOURCE.first_request(TASK, BASE), fixture("weibo_web_paged.json"))
+    assert len(page.items) == 2 and page.next_request is not None
+    assert page.next_request.params == {"uid": "5612345678", "page": "2", "feature": "0"}
+    last = parse("weibo_web", TASK, page.next_request, fixture("weibo_web_last.json"))
+    assert len(last.items) == 1 and last.next_request is None  # since_id "" = the end
+    end = parse("weibo_web", TASK, page.next_request, fixture("weibo_web_end.json"))  # {"ok":1}
+    assert end.items == [] and end.next_request is None and end.info == {"end": "no data"}
+    repeated = SOURCE.page_request(BASE, "5612345678", 2, "4700000000005000kp2")
+    assert parse("weibo_web", TASK, repeated, fixture("weibo_web_page1.json")).next_request is None
+
+
+def test_long_text_through_the_longtext_endpoint() -> None:
+    source = WeiboWebSource()
+    page = source.parse(TASK, source.first_request(TASK, BASE), fetched(fixture("weibo_web_page1.json")), NOW_MS)
+    long_post = next(p for p in page.items if isinstance(p, Post) and p.id == 4700000000007000)
+    request = source.extend_request(BASE, long_post.id)
+    assert request.url == f"{BASE}/ajax/statuses/longtext" and request.params == {"id": "Kn7Along1"}
+    html = source.parse_extend(request, fetched(fixture("weibo_web_longtext.json"), request), NOW_MS)
+    source.with_long_text(long_post, html)
+    assert long_post.text == "长文开头，这里只显示一部分，后面是完整的正文。\n第二段 <和符号> & 结尾"
+    assert "&lt;和符号&gt;" in long_post.html
+    # an empty answer keeps the truncated text instead of failing the crawl
+    empty = source.parse_extend(request, fetched(b'{"ok":1,"http_code":200,"data":{}}', request), NOW_MS)
+    assert empty == "" and source.with_long_text(long_post, empty).text.endswith("结尾")
+    # an unknown post falls back to its mid
+    assert WeiboWebSource().extend_request(BASE, 42).params == {"id": "42"}
+
+
+@pytest.mark.parametrize(("body", "status", "outcome", "error_class"), [
+    (fixture("weibo_web_login.json"), 200, "LoginRequired", "login-wall"),
+    (fixture("weibo_web_login_page.html"), 200, "LoginRequired", "html-instead-of-json"),
+    (b"", 432, "Banned", "http-432"),
+    (b"", 418, "Banned", "http-418"),
+    ("<html><body>访问过于频繁</body></html>".encode("gbk"), 200, "RateLimited", "too-frequent"),
+    (fixture("weibo_pc_busy_gbk.html"), 200, "Busy", "busy"),
+    (fixture("weibo_web_no_user.json"), 200, "NotFound", "no-content"),
+])
+def test_session_and_ban_answers(body: bytes, status: int, outcome: str, error_class: str) -> None:
+    with pytest.raises(FetchError) as info:
+        parse("weibo_web", TASK, SOURCE.first_request(TASK, BASE), body, status=status)
+    assert (info.value.outcome, info.value.error_class) == (outcome, error_class)
+
+
+def test_visitor_redirect_is_login_required() -> None:
+    with pytest.raises(FetchError) as info:
+        parse("weibo_web", TASK, SOURCE.first_request(TASK, BASE), b"<html>Sina Visitor System</html>",
+              final_url="https://passport.weibo.com/visitor/visitor?entry=miniblog&a=enter")
+    assert (info.value.outcome, info.value.error_class) == ("LoginRequired", "visitor")
+
+
+def test_ok0_after_the_first_page_ends_and_garbage_is_a_parse_error() -> None:
+    later = SOURCE.page_request(BASE, "5612345678", 3)
+    assert parse("weibo_web", TASK, later, fixture("weibo_web_no_user.json")).info == {"end": "ok:0"}
+    with pytest.raises(ParseError):
+        parse("weibo_web", TASK, SOURCE.first_request(TASK, BASE), b'{"ok":1,"data":{"cards":[]}}')
+    with pytest.raises(ParseError):
+        parse("weibo_web", TASK, SOURCE.first_request(TASK, BASE), b'{"ok":1,"data":{"list":[')
+
+
+def test_bom_jsonp_and_generated_pages() -> None:
+    assert len(posts_of(b"\xef\xbb\xbf" + fixture("weibo_web_page1.json"))) == 5
+    assert len(posts_of(b"cb(" + fixture("weibo_web_page1.json") + b");")) == 5
+    page = parse("weibo_web", TASK, SOURCE.first_request(TASK, BASE), web_timeline(5612345678, posts=20))
+    assert len(page.items) == 20 and page.next_request is not None
+
+
+def test_a_post_is_the_same_storage_row_from_every_weibo_source() -> None:
+    """weibo.com and m.weibo.cn show the same post with the same mid and time: one row key."""
+    web = posts_of(fixture("weibo_web_page1.json"))[0]
+    mobile_task = make_task("weibo_mobile", "5612345678")
+    mobile_source = WeiboMobileSource()
+    request = mobile_source.timeline_request(BASE, "5612345678")
+    mobile_page = mobile_source.parse(mobile_task, request, fetched(fixture("weibo_mobile_since_id.json")), NOW_MS)
+    mobile = next(p for p in mobile_page.items if isinstance(p, Post) and p.pinned)
+    assert (web.id, web.user_id, web.created_at) == (mobile.id, mobile.user_id, mobile.created_at)
+    assert post_row(web).key == post_row(mobile).key and WEIBO == "weibo"

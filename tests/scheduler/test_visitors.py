@@ -1,0 +1,163 @@
+"""Visitor sessions: the passport answer's parsing, minting and renewal (once, rate-limited, stale reports
+ignored), and the scheduler core leasing them like accounts, renewing on a 432 instead of blocking the host.
+
+The mint itself is a scripted function here (pure logic); tests/sandbox/test_weibo_web.py mints from the
+sandbox's passport over HTTP and tests/e2e/test_visitor_sessions.py runs the whole flow across processes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from icecrawler.errors import ConfigError, NoWorkError
+from icecrawler.models import Outcome, Report, TaskKind
+from scheduler_server.core import SchedulerCore
+from scheduler_server.store import MemoryQueueStore
+from scheduler_server.visitors import VisitorError, VisitorSessions, parse_visitor_answer, session_ended
+from tests.scheduler.conftest import ManualClocks, make_settings
+
+ANSWER = (b'window.visitor_gray_callback && visitor_gray_callback({"retcode":20000000,"msg":"succ","data":'
+          b'{"sub":"_2AkMvisitor1","subp":"0033WrSXqPxfM72","tid":"abc"}});')
+
+
+class Passport:
+    """A scripted genvisitor2: each mint hands out the next numbered SUB, or raises what it is told."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.fail_next: list[str] = []
+
+    def mint(self, url: str) -> dict[str, str]:
+        self.calls += 1
+        if self.fail_next:
+            raise VisitorError(self.fail_next.pop(0))
+        return {"SUB": f"_2AkMv{self.calls}", "SUBP": "0033"}
+
+
+def sessions(passport: Passport, renew_s: float = 30.0) -> VisitorSessions:
+    return VisitorSessions({"weibo_web": "http://passport.invalid/visitor/genvisitor2", "jd": ""},
+                           renew_s=renew_s, mint=passport.mint, spawn=lambda work: work())
+
+
+def test_parse_visitor_answer_forms() -> None:
+    assert parse_visitor_answer(ANSWER, []) == {"SUB": "_2AkMvisitor1", "SUBP": "0033WrSXqPxfM72"}
+    assert parse_visitor_answer(b"", ["SUB=_2AkMc; path=/; domain=.weibo.com", "SUBP=0033x; path=/"]) == {
+        "SUB": "_2AkMc", "SUBP": "0033x"}
+    with pytest.raises(VisitorError, match="retcode 50111"):
+        parse_visitor_answer(b'cb({"retcode":50111,"msg":"busy"});', [])
+    for garbage in (b"", b"<html>nope</html>", b'cb({"retcode":20000000,"data":{}});', b"cb({not json});"):
+        with pytest.raises(VisitorError):
+            parse_visitor_answer(garbage, [])
+
+
+def test_session_ended_signals() -> None:
+    assert session_ended(Outcome.Banned, "http-432", 432)
+    assert session_ended(Outcome.LoginRequired, "visitor", 200)
+    assert session_ended(Outcome.LoginRequired, "html-instead-of-json", 200)
+    assert not session_ended(Outcome.Banned, "http-418", 418)  # an IP ban: renewing the cookie does not help
+    assert not session_ended(Outcome.LoginRequired, "login-wall", 200)  # ok:-100: the content needs a login
+
+
+def test_minted_once_then_renewed_once_per_generation_and_rate_limited() -> None:
+    passport = Passport()
+    visitors = sessions(passport, renew_s=30.0)
+    assert visitors.serves("weibo_web") and not visitors.serves("jd") and not visitors.serves("weibo_pc")
+    first = visitors.account("weibo_web", 1000.0)
+    assert first is not None and first.id == "visitor:weibo_web:1"
+    assert json.loads(first.cookie_blob) == {"cookies": {"SUB": "_2AkMv1", "SUBP": "0033"}}
+    assert visitors.account("weibo_web", 1001.0) is first and passport.calls == 1
+    # two clients report the same ended session: one renewal; the second report (and later ones) changes nothing
+    assert visitors.renew(first.id, 1040.0) and visitors.renew(first.id, 1040.5)
+    second = visitors.account("weibo_web", 1041.0)
+    assert second is not None and second.id == "visitor:weibo_web:2" and passport.calls == 2
+    assert visitors.renew(first.id, 1042.0) and visitors.account("weibo_web", 1042.0) is second
+    # the new session ends at once: renewed no sooner than renew_s after the last mint
+    visitors.renew(second.id, 1050.0)
+    assert visitors.account("weibo_web", 1060.0) is None and passport.calls == 2
+    third = visitors.account("weibo_web", 1071.0)
+    assert third is not None and third.id == "visitor:weibo_web:3"
+    state = visitors.describe(1071.0)["weibo_web"]
+    assert (state["mints"], state["renewals"], state["account"]) == (3, 2, "visitor:weibo_web:3")
+    assert "_2AkM" not in repr(visitors.describe(1071.0))
+    assert not visitors.renew("a1", 1080.0)  # not a visitor account
+
+
+def test_a_failed_mint_is_retried_after_the_interval() -> None:
+    passport = Passport()
+    passport.fail_next = ["HTTPError: 503"]
+    visitors = sessions(passport, renew_s=10.0)
+    assert visitors.account("weibo_web", 0.0) is None
+    assert visitors.describe(0.0)["weibo_web"]["last_error"] == "HTTPError: 503"
+    assert visitors.account("weibo_web", 5.0) is None and passport.calls == 1
+    assert visitors.account("weibo_web", 10.0) is not None and passport.calls == 2
+
+
+def test_bad_visitor_url_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="visitor_url"):
+        VisitorSessions.from_settings(make_settings(sources__weibo_web__visitor_url="ftp://x/"))
+
+
+def core_with_visitors(clocks: ManualClocks, passport: Passport, **settings: object) -> SchedulerCore:
+    core = SchedulerCore.from_settings(make_settings(scheduler__host_block_s=600.0, **settings), MemoryQueueStore(),
+                                       clocks)
+    core.accounts.visitors = sessions(passport, renew_s=5.0)
+    return core
+
+
+def test_core_leases_visitor_sessions_and_a_432_renews_instead_of_blocking_the_host(clocks: ManualClocks) -> None:
+    passport = Passport()
+    core = core_with_visitors(clocks, passport)
+    core.add(["weibo_web:1", "weibo_web:2"], TaskKind.WeiboUser)
+    core.add(["jd:3"], TaskKind.ProductReviews)
+    leased = {task.id: task for task in core.lease("w1", 3)}
+    assert leased["reviews:jd:3"].account.id == ""
+    one, two = leased["user:weibo_web:1"], leased["user:weibo_web:2"]
+    assert one.account.id == two.account.id == "visitor:weibo_web:1"
+    # both crawls hit the expired session (two clients): one renewal, no host block, no freeze
+    core.report([Report(task_id=one.id, lease_token=one.lease_token, outcome=Outcome.Banned, http_status=432,
+                        error_class="http-432", fetches=2)])
+    clocks.advance(1)
+    core.report([Report(task_id=two.id, lease_token=two.lease_token, outcome=Outcome.Banned, http_status=432,
+                        error_class="http-432")])
+    stats = core.stats()["detail"]
+    assert stats["accounts"]["visitor:weibo_web"]["renewals"] == 1 and passport.calls == 1
+    with pytest.raises(NoWorkError):
+        core.lease("w2", 2)  # no session until the rate limit allows the next mint (5 s after the last)
+    clocks.advance(4)
+    again = core.lease("w2", 2)
+    assert {task.id for task in again} == {one.id, two.id}  # due at once, host not blocked
+    assert {task.account.id for task in again} == {"visitor:weibo_web:2"}
+    # an IP-level ban (418) still blocks the host, and never freezes or renews the visitor session
+    first = again[0]
+    core.report([Report(task_id=first.id, lease_token=first.lease_token, outcome=Outcome.Banned, http_status=418,
+                        error_class="http-418")])
+    core.add(["jd:4"], TaskKind.ProductReviews)
+    with pytest.raises(NoWorkError):
+        core.lease("w3", 1)
+    assert passport.calls == 2
+
+
+def test_ok_minus_100_with_a_visitor_session_fails_the_task_without_freezing(clocks: ManualClocks) -> None:
+    passport = Passport()
+    core = core_with_visitors(clocks, passport)
+    core.add(["weibo_web:1"], TaskKind.WeiboUser)
+    task = core.lease("w", 1)[0]
+    core.report([Report(task_id=task.id, lease_token=task.lease_token, outcome=Outcome.LoginRequired,
+                        error_class="login-wall")])
+    assert core.stats()["detail"]["accounts"]["visitor:weibo_web"]["state"] == "ok"
+    assert core.lease("w", 1)[0].account.id == "visitor:weibo_web:1" and passport.calls == 1
+
+
+def test_a_configured_account_wins_over_visitor_sessions(tmp_path: object, clocks: ManualClocks) -> None:
+    from pathlib import Path
+
+    accounts = Path(str(tmp_path)) / "accounts"
+    accounts.mkdir()
+    (accounts / "a.toml").write_text('[[account]]\nid = "real"\ncookies = "SUB=logged-in"\nsources = ["weibo_web"]\n')
+    passport = Passport()
+    core = core_with_visitors(clocks, passport, scheduler__accounts_dir=str(accounts),
+                              scheduler__account_sources="weibo_web")
+    core.add(["weibo_web:1"], TaskKind.WeiboUser)
+    assert core.lease("w", 1)[0].account.id == "real" and passport.calls == 0
+    assert "visitor:weibo_web" not in core.stats()["detail"]["accounts"]
