@@ -62,27 +62,35 @@ def _verify(path: Path) -> str:
 
 
 def _copy_table(source: Path, store: BdbQueueStore, table: str) -> int:
-    """Copy the readable records of one old table file into ``store``; stops at the first unreadable page."""
-    handle = db.DB()
-    copied = 0
+    """Copy the records of one old table file that Berkeley DB's salvage (``DB->verify`` with DB_SALVAGE, what
+    ``db_dump -r`` does) can still read into ``store``; returns how many."""
+    dump = source.with_name(source.name + ".salvage")
     try:
-        handle.open(str(source), dbtype=db.DB_BTREE, flags=db.DB_RDONLY)
-        cursor = handle.cursor()
-        chunk: list[tuple[bytes, bytes]] = []
-        item = cursor.first()
-        while item is not None:
-            chunk.append((bytes(item[0]), bytes(item[1])))
-            if len(chunk) >= _CHUNK:
-                copied += _put(store, table, chunk)
-                chunk = []
-            item = cursor.next()
-        copied += _put(store, table, chunk)
-        cursor.close()
-    except db.DBError as exc:
-        log.error("--recover: %s unreadable after %d record(s): %s", source, copied, exc)
-    finally:
-        handle.close()
+        db.DB().verify(str(source), outfile=str(dump), flags=db.DB_SALVAGE)
+    except db.DBError as exc:  # expected for a damaged file: the dump holds what was readable
+        log.info("--recover: salvaging %s: %s", source, exc.args[-1] if exc.args else exc)
+    pairs = _dumped_pairs(dump.read_text(errors="replace") if dump.exists() else "")
+    copied = 0
+    for start in range(0, len(pairs), _CHUNK):
+        copied += _put(store, table, pairs[start:start + _CHUNK])
     return copied
+
+
+def _dumped_pairs(text: str) -> list[tuple[bytes, bytes]]:
+    """The key/data pairs of a ``db_dump`` (hex) text: data lines start with a space, key then value."""
+    values: list[bytes] = []
+    in_data = False
+    for line in text.splitlines():
+        if line == "HEADER=END":
+            in_data = True
+        elif line == "DATA=END":
+            in_data = False
+        elif in_data and line.startswith(" "):
+            try:
+                values.append(bytes.fromhex(line.strip()))
+            except ValueError:
+                values.append(b"")
+    return [(values[n], values[n + 1]) for n in range(0, len(values) - 1, 2) if values[n]]
 
 
 def _put(store: BdbQueueStore, table: str, items: list[tuple[bytes, bytes]]) -> int:

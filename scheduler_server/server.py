@@ -18,6 +18,7 @@ import Ice
 
 from icecrawler import rpc
 from icecrawler.datalock import DataLock
+from icecrawler.errors import StorageUnavailableError
 from icecrawler.models import TaskKind
 from icecrawler.settings import Settings
 from scheduler_server.core import SchedulerCore
@@ -109,6 +110,8 @@ class Maintenance(threading.Thread):
                 if time.monotonic() - last_checkpoint >= self.checkpoint_s:
                     self.core.checkpoint()
                     last_checkpoint = time.monotonic()
+            except StorageUnavailableError as exc:  # a full disk: one line; calls get the declared error
+                log.warning("scheduler maintenance skipped: %s", exc)
             except Exception:  # keep reaping after a transient error; it is logged with its traceback
                 if self.stopped.is_set():
                     return

@@ -240,9 +240,10 @@ class BdbQueueStore:
             # Log files are zero-filled when created, so a full disk shows up as a failed switch to a new log
             # file, never as a write into a log file that has no blocks behind it.
             self._env.log_set_config(db.DB_LOG_ZERO, 1)
-            # DB_PRIVATE keeps the regions (cache, locks, log buffer) in this process's memory instead of memory-
-            # mapped __db.* files: a full file system then gives errors, not SIGBUS on a page of a sparse region
-            # file. One process per environment is what DataLock enforces anyway.
+            # No file is memory-mapped: DB_NOMMAP for the tables, and DB_PRIVATE keeps the regions (cache, locks,
+            # log buffer) in this process's memory instead of __db.* files. On a full file system a write to a
+            # mapped page of a sparse file kills the process with SIGBUS; a write() just fails, which becomes
+            # StorageUnavailableError. One process per environment is what DataLock enforces anyway.
             self._env.set_flags(db.DB_NOMMAP, 1)
             self._env.open(str(self.path), db.DB_CREATE | db.DB_INIT_TXN | db.DB_INIT_LOG | db.DB_INIT_LOCK
                            | db.DB_INIT_MPOOL | db.DB_RECOVER | db.DB_THREAD | db.DB_PRIVATE)
@@ -318,19 +319,23 @@ class BdbQueueStore:
             raise self._unavailable(exc, "checkpoint") from exc
 
     def _close_handles(self, checkpoint: bool) -> None:
-        if checkpoint:
-            self._env.txn_checkpoint()
+        """Close everything; a failed checkpoint (full disk) or close only costs recovery time at the next open:
+        every acknowledged change is in the log."""
+        try:
+            if checkpoint:
+                self._env.txn_checkpoint()
+        except db.DBError as exc:
+            log.warning("scheduler database: no checkpoint at close (%s); the next start recovers from the log",
+                        exc.args[-1] if exc.args else exc)
         for handle in self._dbs.values():
             try:
                 handle.close()
-            except db.DBError:
-                if checkpoint:
-                    raise
+            except db.DBError as exc:
+                log.warning("scheduler database: closing a table failed (%s)", exc.args[-1] if exc.args else exc)
         try:
             self._env.close()
-        except db.DBError:
-            if checkpoint:
-                raise
+        except db.DBError as exc:
+            log.warning("scheduler database: closing the environment failed (%s)", exc.args[-1] if exc.args else exc)
 
     def close(self) -> None:
         """Checkpoint and close every handle (a clean shutdown needs no recovery next time)."""

@@ -12,7 +12,7 @@ import pytest
 from crawler_client import gaps
 from crawler_client.crawl import CrawlResult, crawl_task
 from crawler_client.sources._cursor import PostOrder, ReviewOrder
-from crawler_client.sources.base import FetchedPage, Item, PageRequest, ParsedPage
+from crawler_client.sources.base import FetchedPage, PageRequest, ParsedPage
 from icecrawler.models import Post, Review, Task, TaskKind
 from icecrawler.resume import decode_cursor, describe, is_gap
 
