@@ -28,6 +28,8 @@ log = logging.getLogger(__name__)
 
 #: Rows copied per transaction when salvaging a damaged file.
 _SALVAGE_CHUNK = 1000
+#: Unreadable stretches a salvage skips before it gives up on a table.
+_MAX_SKIPS = 200
 
 
 def marker_of(path: Path) -> Path:
@@ -71,7 +73,7 @@ def _move_aside(path: Path) -> Path:
 
 def _salvage(damaged: Path, path: Path) -> dict[str, int]:
     """Copy every row that can still be read from ``damaged`` into a new file at ``path`` (same tables, same
-    columns); a table is read until its first unreadable page. Returns the rows copied per table."""
+    columns), skipping unreadable pages. Returns the rows copied per table."""
     copied: dict[str, int] = {}
     try:
         source = sqlite3.connect(f"file:{damaged}?mode=ro", uri=True)
@@ -88,25 +90,34 @@ def _salvage(damaged: Path, path: Path) -> dict[str, int]:
             return copied
         for name, sql in tables:
             target.execute(sql.replace("CREATE TABLE", "CREATE TABLE IF NOT EXISTS", 1))
-            copied[name] = 0
-            rows = source.execute(f'SELECT * FROM "{name}"')
-            while True:
-                try:
-                    chunk = rows.fetchmany(_SALVAGE_CHUNK)
-                except sqlite3.Error as exc:
-                    log.error("--recover: %s: table %s unreadable after %d rows (%s)", damaged, name, copied[name],
-                              exc)
-                    break
-                if not chunk:
-                    break
-                marks = ", ".join("?" for _ in chunk[0])
-                target.execute("BEGIN")
-                target.executemany(f'INSERT OR REPLACE INTO "{name}" VALUES ({marks})', chunk)
-                target.execute("COMMIT")
-                copied[name] += len(chunk)
+            copied[name] = _salvage_table(source, target, name)
     finally:
         source.close()
         target.close()
+    return copied
+
+
+def _salvage_table(source: sqlite3.Connection, target: sqlite3.Connection, name: str) -> int:
+    """Copy the readable rows of one table in rowid order; past an unreadable page, skip ahead (1, 2, 4, ...
+    rowids) until rows can be read again. Returns the rows copied."""
+    copied, after, skip, skipped = 0, 0, 1, 0
+    while skipped < _MAX_SKIPS:
+        try:
+            chunk = source.execute(f'SELECT rowid, * FROM "{name}" WHERE rowid > ? ORDER BY rowid LIMIT ?',
+                                   (after, _SALVAGE_CHUNK)).fetchall()
+        except sqlite3.Error:
+            after, skip, skipped = after + skip, skip * 2, skipped + 1
+            continue
+        if not chunk:
+            break
+        marks = ", ".join("?" for _ in chunk[0][1:])
+        target.execute("BEGIN")
+        target.executemany(f'INSERT OR REPLACE INTO "{name}" VALUES ({marks})', [row[1:] for row in chunk])
+        target.execute("COMMIT")
+        copied += len(chunk)
+        after, skip = int(chunk[-1][0]), 1
+    if skipped:
+        log.error("--recover: table %s: %d unreadable stretch(es) skipped, %d rows copied", name, skipped, copied)
     return copied
 
 
