@@ -300,15 +300,13 @@ def _next_cursor(task: Task, source: Source, plan: gaps.WalkPlan, walk: _Walk, c
     the cursor (``crawler_client.gaps``); else the newest item seen (never one dated after ``now``)."""
     if task.kind is TaskKind.Listing:
         return task.cursor
-    if capped_at is not None and plan.stop_at:
-        cursor = gaps.open_gap_cursor(source, plan, walk.window, capped_at, base_url, now, item_time_ms)
-        log.warning("task %s: page cap reached before the cursor (%s); gap kept open, resuming at page %d next "
-                    "visit (visit %d of this gap)", task.id, "gap" if plan.gap else "new gap", capped_at.page,
-                    1 if plan.gap is None else plan.gap.visits + 1)
-        return cursor
     if capped_at is not None:
-        log.info("task %s: first crawl stopped at the page cap; older history is not crawled", task.id)
-    elif plan.gap is not None:
+        cursor = gaps.open_gap_cursor(source, plan, walk.window, capped_at, base_url, now, item_time_ms)
+        log.warning("task %s: page cap reached before the %s (%s); gap kept open, resuming at page %d next "
+                    "visit (visit %d of this gap)", task.id, "cursor" if plan.stop_at else "end of a first crawl",
+                    "gap" if plan.gap else "new gap", capped_at.page, 1 if plan.gap is None else plan.gap.visits + 1)
+        return cursor
+    if plan.gap is not None:
         log.warning("task %s: page-cap gap closed after %d visit(s)", task.id, plan.gap.visits + 1)
     return gaps.closed_cursor(source, plan, walk.window, now, item_time_ms)
 

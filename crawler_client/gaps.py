@@ -5,9 +5,9 @@ what cursor its report carries. Pure logic, used by ``crawler_client.crawl``.
 * Open gap: start at the saved request (the last page fetched last time), stop at the gap's ``base``.
 * The walk reached its stop cursor or the end of the list: the gap (if any) is closed and the cursor becomes the
   newest item seen (``top`` for a gap that was open).
-* The walk hit the page cap first, and the task had a cursor: a gap is opened (or kept, with a new resume point);
-  the cursor stays where it was. A first crawl (no cursor) that hits the cap opens no gap: it takes the newest
-  ``client.max_pages`` pages and the older history is not crawled.
+* The walk hit the page cap first: a gap is opened (or kept, with a new resume point); the cursor stays where it
+  was. A first crawl (no cursor yet) is no exception: its gap reaches back to the end of the list, so the whole
+  history the site lists is fetched, ``client.max_pages`` pages a visit.
 
 Items dated after the fetch time never move a cursor (a wrong clock on one item must not make every older item
 look "seen"); they are still stored, and are fetched again until their time has come.
@@ -102,7 +102,8 @@ def closed_cursor(source: Source, plan: WalkPlan, window: list[Item], now_ms: in
 
 def open_gap_cursor(source: Source, plan: WalkPlan, window: list[Item], last: PageRequest, base_url: str,
                     now_ms: int, time_of: Callable[[Item], int]) -> str:
-    """The gap cursor after a walk that hit the page cap before ``plan.stop_at`` (which must not be empty)."""
+    """The gap cursor after a walk that hit the page cap before ``plan.stop_at`` ("" on a first crawl: the end of
+    the list)."""
     settled = _settled(window, now_ms, time_of)
     if plan.gap is None:
         top = source.newest_cursor(settled, plan.stop_at)

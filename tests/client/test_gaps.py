@@ -154,11 +154,15 @@ def test_items_published_while_the_gap_closes_are_fetched_after_it() -> None:
     assert {str(item.id) for item in site.items} - {"r1", "r2", "r3"} == set(stored) | set(more)
 
 
-def test_a_first_crawl_capped_opens_no_gap() -> None:
+def test_a_first_crawl_capped_fetches_the_whole_history_over_several_visits() -> None:
     site = PostSite()
     site.publish(100)
     result = visit(site, "")
-    assert result.report.cursor == "1100" and len(ids(result)) == 30
+    base, gap = decode_cursor(result.report.cursor)
+    assert base == "" and gap is not None and gap.top == "1100" and len(ids(result)) == 30
+    stored, results = crawl_until_caught_up(site, result.report.cursor)
+    assert set(ids(result)) | set(stored) == {str(1000 + n) for n in range(1, 101)}
+    assert results[-1].report.cursor == "1100"
 
 
 def test_a_cap_of_one_page_still_makes_progress() -> None:
