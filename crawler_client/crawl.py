@@ -314,5 +314,8 @@ def _next_cursor(task: Task, source: Source, plan: gaps.WalkPlan, walk: _Walk, c
 def fingerprint_result(result: CrawlResult, fingerprint: Callable[[Iterable[str]], int]) -> None:
     """Fill in the report's fingerprint from the window texts (once; a no-op for failures and empty windows)."""
     if result.window_texts and result.report.outcome is Outcome.Ok:
-        result.report.fingerprint = fingerprint(result.window_texts)
+        try:
+            result.report.fingerprint = fingerprint(result.window_texts)
+        except Exception:  # one odd text must not hold every result behind it in the sink: no fingerprint (0)
+            log.exception("task %s: the window could not be fingerprinted; reported without one", result.task.id)
     result.window_texts = []

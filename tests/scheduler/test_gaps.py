@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from icecrawler.commands.status import render_text
 from icecrawler.errors import InvalidArgumentError
 from icecrawler.models import Report, TaskKind
 from icecrawler.resume import Gap, encode_cursor
@@ -65,3 +66,12 @@ def test_a_cursor_may_hold_a_resume_request_but_not_without_bound(core: Schedule
     with pytest.raises(InvalidArgumentError, match="cursor is longer than 4096"):
         core.report([Report(task_id=task.id, lease_token=task.lease_token, cursor="gap1:" + "x" * 4092)])
     core.report([Report(task_id=task.id, lease_token=task.lease_token, cursor="gap1:" + "x" * 3000)])
+
+
+def test_status_names_the_open_gaps() -> None:
+    section = {"tasks": 3, "pending": 3, "inflight": 0, "done": 9, "due_soon": 1, "leases_per_min": 0.0,
+               "reports_per_min": 0.0, "policy": "shhd", "open_gaps": 2}
+    text = render_text({"scheduler": section, "storage": {"reachable": False}})
+    assert "2 task(s) with an open page-cap gap" in text
+    assert "open page-cap gap" not in render_text({"scheduler": {**section, "open_gaps": 0},
+                                                   "storage": {"reachable": False}})
