@@ -8,11 +8,12 @@ The walk, newest first:
 2. Stop after the page that holds an item the task already has: ``source.is_older_or_equal(item, cursor)``
    (pinned posts are never "older", so a pinned old post on page 1 does not end the crawl early), or at the
    page cap ``client.max_pages`` (``PageRequest.page`` counts pages; a hard cap on requests bounds sources
-   that fetch several chunks per page).
+   that fetch several chunks per page). A walk stopped by the cap keeps a resume point in the task's cursor
+   and the next visits continue from it until they reach the old cursor (``crawler_client.gaps``).
 3. The *window* is every distinct item of the crawled pages (new or not): its texts, never the page chrome,
    are what SHHD fingerprints (``CrawlResult.window_texts``). *New* items are those not at/behind the cursor
    (all of them on a first crawl); only they are stored.
-4. Success → ``Report(outcome=Ok, new_items, window_items, newest_item_ms, cursor=new cursor)``; the fingerprint
+4. Success → ``Report(outcome=Ok, new_items, window_items, newest_item_ms, cursor=new or gap cursor)``; the fingerprint
    is filled in by ``fingerprint_result`` off the fetching thread (the sink does it), so a worker starts its next
    fetch while the CPU-bound jieba + simhash work runs.
    Any ``FetchError``/``ParseError`` → a Report with that outcome, its HTTP status, error class and
@@ -307,7 +308,7 @@ def _next_cursor(task: Task, source: Source, plan: gaps.WalkPlan, walk: _Walk, c
                     "gap" if plan.gap else "new gap", capped_at.page, 1 if plan.gap is None else plan.gap.visits + 1)
         return cursor
     if plan.gap is not None:
-        log.warning("task %s: page-cap gap closed after %d visit(s)", task.id, plan.gap.visits + 1)
+        log.info("task %s: page-cap gap closed after %d visit(s)", task.id, plan.gap.visits + 1)
     return gaps.closed_cursor(source, plan, walk.window, now, item_time_ms)
 
 
