@@ -8,11 +8,12 @@ The walk, newest first:
 2. Stop after the page that holds an item the task already has: ``source.is_older_or_equal(item, cursor)``
    (pinned posts are never "older", so a pinned old post on page 1 does not end the crawl early), or at the
    page cap ``client.max_pages`` (``PageRequest.page`` counts pages; a hard cap on requests bounds sources
-   that fetch several chunks per page).
+   that fetch several chunks per page). A walk stopped by the cap keeps a resume point in the task's cursor
+   and the next visits continue from it until they reach the old cursor (``crawler_client.gaps``).
 3. The *window* is every distinct item of the crawled pages (new or not): its texts, never the page chrome,
    are what SHHD fingerprints (``CrawlResult.window_texts``). *New* items are those not at/behind the cursor
    (all of them on a first crawl); only they are stored.
-4. Success → ``Report(outcome=Ok, new_items, window_items, newest_item_ms, cursor=new cursor)``; the fingerprint
+4. Success → ``Report(outcome=Ok, new_items, window_items, newest_item_ms, cursor=new or gap cursor)``; the fingerprint
    is filled in by ``fingerprint_result`` off the fetching thread (the sink does it), so a worker starts its next
    fetch while the CPU-bound jieba + simhash work runs.
    Any ``FetchError``/``ParseError`` → a Report with that outcome, its HTTP status, error class and
@@ -30,6 +31,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from typing import Protocol, runtime_checkable
 
+from crawler_client import gaps
 from crawler_client.sources.base import FetchedPage, Item, PageRequest, ParsedPage, Source
 from icecrawler.errors import FetchError
 from icecrawler.models import MAX_ITEM_TIMES, Outcome, Post, Report, Review, Task, TaskKind
@@ -173,8 +175,10 @@ class _Walk:
     new: list[Item] = field(default_factory=list)
     seen: set[str] = field(default_factory=set)
     reached_known: bool = False
+    #: New items an earlier visit of an open gap already fetched (the resumed page's overlap): not counted.
+    refetched: int = 0
 
-    def add_page(self, source: Source, items: list[Item], cursor: str) -> None:
+    def add_page(self, source: Source, items: list[Item], cursor: str, plan: gaps.WalkPlan | None = None) -> None:
         for item in items:
             key = item_key(item)
             if key in self.seen:
@@ -189,6 +193,7 @@ class _Walk:
                 self.reached_known = self.reached_known or not pinned
             else:
                 self.new.append(item)
+                self.refetched += plan is not None and plan.fetched_before(source, item)
 
 
 def _split_records(task: Task, items: list[Item]) -> tuple[list[Post], list[Review], list[str]]:
@@ -234,13 +239,17 @@ def crawl_task(
     fetches_before = fetcher.requests_made
     last_status = 0
     pages = 0
+    capped = False
+    listing = task.kind is TaskKind.Listing
+    plan = gaps.plan_walk(source, "" if listing else task.cursor, lambda: source.first_request(task, base_url),
+                          base_url)
 
     def result(report: Report, *, aborted: bool = False) -> CrawlResult:
         posts, reviews, ids = _split_records(task, walk.new)
         return CrawlResult(task, report, posts, reviews, ids, aborted)
 
     try:
-        request: PageRequest | None = source.first_request(task, base_url)
+        request: PageRequest | None = plan.first
         while request is not None:
             if cancelled():
                 return result(failure_report(task, FetchError("cancelled", outcome="Timeout"),
@@ -258,14 +267,16 @@ def crawl_task(
             if parsed.outcome is not Outcome.Ok:
                 raise FetchError(f"{source.name} classified the page as {parsed.outcome.value}",
                                  outcome=parsed.outcome.value, http_status=page.status)
-            _fill_long_texts(source, parsed, fetcher, base_url, task.cursor, now_ms)
-            walk.add_page(source, parsed.items, task.cursor)
+            _fill_long_texts(source, parsed, fetcher, base_url, plan.stop_at, now_ms)
+            walk.add_page(source, parsed.items, plan.stop_at, plan)
             pages += 1
             nxt = parsed.next_request
             if walk.reached_known or nxt is None:
                 break
-            if nxt.page > max_pages or pages >= max_pages * REQUESTS_PER_PAGE_BOUND:
-                log.info("task %s: page cap %d reached before the cursor", task.id, max_pages)
+            if nxt.page - plan.first.page >= max_pages or pages >= max_pages * REQUESTS_PER_PAGE_BOUND:
+                capped = True
+                # Resume from the last page fetched (one page of overlap), unless that would never move on.
+                request = request if max_pages > 1 else nxt
                 break
             request = nxt
     except FetchError as exc:
@@ -276,16 +287,36 @@ def crawl_task(
         error = FetchError(str(exc), outcome="ParseError", http_status=last_status,
                            error_class=f"source-bug:{type(exc).__name__}")
         return result(failure_report(task, error, fetcher.requests_made - fetches_before))
-    cursor = task.cursor if task.kind is TaskKind.Listing else source.newest_cursor(walk.window, task.cursor)
-    report = success_report(task, window=walk.window, new_items=len(walk.new), cursor=cursor,
+    cursor = _next_cursor(task, source, plan, walk, request if capped else None, base_url, now_ms())
+    report = success_report(task, window=walk.window, new_items=len(walk.new) - walk.refetched, cursor=cursor,
                             http_status=last_status, fetches=fetcher.requests_made - fetches_before)
     crawled = result(report)
     crawled.window_texts = [item_text(item) for item in walk.window]
     return crawled
 
 
+def _next_cursor(task: Task, source: Source, plan: gaps.WalkPlan, walk: _Walk, capped_at: PageRequest | None,
+                 base_url: str, now: int) -> str:
+    """The cursor a successful crawl reports: unchanged for listings; a gap cursor when the page cap came before
+    the cursor (``crawler_client.gaps``); else the newest item seen (never one dated after ``now``)."""
+    if task.kind is TaskKind.Listing:
+        return task.cursor
+    if capped_at is not None:
+        cursor = gaps.open_gap_cursor(source, plan, walk.window, capped_at, base_url, now, item_time_ms)
+        log.warning("task %s: page cap reached before the %s (%s); gap kept open, resuming at page %d next "
+                    "visit (visit %d of this gap)", task.id, "cursor" if plan.stop_at else "end of a first crawl",
+                    "gap" if plan.gap else "new gap", capped_at.page, 1 if plan.gap is None else plan.gap.visits + 1)
+        return cursor
+    if plan.gap is not None:
+        log.info("task %s: page-cap gap closed after %d visit(s)", task.id, plan.gap.visits + 1)
+    return gaps.closed_cursor(source, plan, walk.window, now, item_time_ms)
+
+
 def fingerprint_result(result: CrawlResult, fingerprint: Callable[[Iterable[str]], int]) -> None:
     """Fill in the report's fingerprint from the window texts (once; a no-op for failures and empty windows)."""
     if result.window_texts and result.report.outcome is Outcome.Ok:
-        result.report.fingerprint = fingerprint(result.window_texts)
+        try:
+            result.report.fingerprint = fingerprint(result.window_texts)
+        except Exception:  # one odd text must not hold every result behind it in the sink: no fingerprint (0)
+            log.exception("task %s: the window could not be fingerprinted; reported without one", result.task.id)
     result.window_texts = []

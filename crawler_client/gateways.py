@@ -19,7 +19,14 @@ from typing import Any, Protocol
 import Ice
 
 from icecrawler import rpc
-from icecrawler.errors import ConfigError, InvalidArgumentError, LeaseLostError, NoWorkError, ServiceError
+from icecrawler.errors import (
+    ConfigError,
+    InvalidArgumentError,
+    LeaseLostError,
+    NoWorkError,
+    ServiceError,
+    StorageUnavailableError,
+)
 from icecrawler.models import Post, Report, Review, Task, TaskKind
 from icecrawler.settings import Settings
 from icecrawler.shards import ShardMap
@@ -74,6 +81,14 @@ class IceScheduler(_IceGateway):
     """SchedulerGateway over a ``Crawler::Scheduler`` proxy (``rpc.scheduler_proxy``)."""
 
     role = "scheduler"
+
+    def _invoke(self, operation: str, *args: Any) -> Any:
+        """The scheduler's StorageUnavailable (its database cannot take changes now: a full disk) is, to a
+        client, the scheduler being unavailable: keep the work and retry later."""
+        try:
+            return super()._invoke(operation, *args)
+        except StorageUnavailableError as exc:
+            raise ServiceError(f"the scheduler cannot take changes now ({operation}): {exc}") from exc
 
     def lease(self, worker_id: str, count: int) -> list[Task]:
         if count <= 1:

@@ -8,7 +8,10 @@ them for good. Everything in between is buffered here, in memory, bounded:
   with jittered exponential backoff; while more than ``client.buffer_records`` records wait, the lease loop
   stops leasing (``has_room``), so a long outage costs no new leases;
 * storage rejects some records (``InvalidRecordsError``) → the others WERE stored: log each rejected record
-  loudly, never retry it (it would be rejected again), carry on;
+  loudly, never retry it (it would be rejected again), carry on. A record the wire cannot carry (``screen``)
+  is dropped alone before sending; a chunk refused or failing as a whole is split until the record at fault
+  is alone. A record that could not be stored though it is not invalid makes its task's report a failure
+  (``records-not-stored``, old cursor), so the task is crawled again instead of being reported Ok;
 * scheduler unreachable → keep the reports, retry with backoff;
 * ``LeaseLostError(index)`` on ``putUsers`` → that task's lease expired and it will be re-crawled: drop that
   report (its records are stored, idempotently) and resend the rest; ``InvalidArgumentError(index)`` → that
@@ -32,16 +35,18 @@ import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from crawler_client.crawl import CrawlResult, fingerprint_result
+from crawler_client.crawl import CrawlResult, failure_report, fingerprint_result
 from crawler_client.gateways import SchedulerGateway, StorageGateway
+from crawler_client.screen import record_problem
 from icecrawler.errors import (
+    FetchError,
     InvalidArgumentError,
     InvalidRecordsError,
     LeaseLostError,
     ServiceError,
     StorageUnavailableError,
 )
-from icecrawler.models import Post, Review, TaskKind
+from icecrawler.models import Outcome, Post, Review, TaskKind
 
 __all__ = ["Backoff", "ClientStats", "Sink"]
 
@@ -112,6 +117,9 @@ class _Pending:
     posts_done: bool = False
     reviews_done: bool = False
     targets_done: bool = False
+    #: Records of this result that could not be stored for a reason other than being invalid themselves: the
+    #: task is then reported as failed (its cursor stays), so a later visit fetches them again.
+    unstored: int = 0
 
     @property
     def stored(self) -> bool:
@@ -163,10 +171,25 @@ class Sink:
     # --- called by workers and the lease loop ---
 
     def add(self, result: CrawlResult) -> None:
+        result.posts = self._screened(result, result.posts)
+        result.reviews = self._screened(result, result.reviews)
         pending = _Pending(result, posts_done=not result.posts, reviews_done=not result.reviews,
                            targets_done=not result.discovered or result.aborted)
         with self._lock:
             self._pending.append(pending)
+
+    def _screened[R: (Post, Review)](self, result: CrawlResult, records: list[R]) -> list[R]:
+        """``records`` less those the wire cannot carry (``screen``): each one dropped alone, logged, counted."""
+        good: list[R] = []
+        for record in records:
+            problem = record_problem(record)
+            if problem is None:
+                good.append(record)
+                continue
+            log.error("task %s: %s %s dropped, it cannot be sent: %s", result.task.id, type(record).__name__.lower(),
+                      str(record.id)[:40], problem)
+            self.stats.add(records_rejected=1)
+        return good
 
     def buffered_records(self) -> int:
         with self._lock:
@@ -247,10 +270,10 @@ class Sink:
         """Write the results' records in chunks of ``write_batch``; mark a result once all of its records of
         this kind are acknowledged. Raises on the first unavailable write (a partly written result is
         written again later: storage is idempotent)."""
-        chunk: list[Post | Review] = []
+        chunk: list[tuple[Post | Review, _Pending]] = []
         owners: list[_Pending] = []
         for item in items:
-            chunk.extend(item.result.posts if kind == "posts" else item.result.reviews)
+            chunk.extend((record, item) for record in (item.result.posts if kind == "posts" else item.result.reviews))
             owners.append(item)
             while len(chunk) >= self.write_batch:
                 self._write(kind, chunk[:self.write_batch])
@@ -270,7 +293,11 @@ class Sink:
             else:
                 owner.reviews_done = True
 
-    def _write(self, kind: str, records: list[Post | Review]) -> None:
+    def _write(self, kind: str, batch: list[tuple[Post | Review, _Pending]]) -> None:
+        """Write one chunk. Records storage rejects are dropped alone (InvalidRecords names them); a chunk refused
+        or failing as a whole is split in halves until the record at fault is alone, so one bad record never
+        costs its neighbours. Unavailability propagates (the chunk is retried later)."""
+        records = [record for record, _ in batch]
         try:
             if kind == "posts":
                 acked = self.storage.write_posts([record for record in records if isinstance(record, Post)])
@@ -279,20 +306,24 @@ class Sink:
         except InvalidRecordsError as exc:
             for index, reason in exc.rejected:
                 record = records[index] if 0 <= index < len(records) else None
-                log.error("storage REJECTED %s %s: %s (not retried)", kind[:-1],
+                log.error("storage REJECTED %s %s: %s (dropped alone, not retried)", kind[:-1],
                           getattr(record, "id", f"#{index}"), reason)
             self.stats.add(items_stored=exc.stored, records_rejected=len(exc.rejected))
             return
-        except InvalidArgumentError as exc:  # the whole batch refused (e.g. over the server's batch limit)
-            log.error("storage REJECTED a batch of %d %s: %s (not retried; check storage.batch_limit)",
-                      len(records), kind, exc)
-            self.stats.add(records_rejected=len(records))
-            return
         except (ServiceError, StorageUnavailableError):
             raise
-        except Exception:  # a bug (e.g. a record that cannot be marshalled): loud, and never a stuck buffer
-            log.exception("cannot send %d %s to storage; dropped", len(records), kind)
-            self.stats.add(records_rejected=len(records))
+        except Exception as exc:  # refused whole (InvalidArgument) or cannot be sent: find the record at fault
+            if len(batch) > 1:
+                half = len(batch) // 2
+                self._write(kind, batch[:half])
+                self._write(kind, batch[half:])
+                return
+            record, owner = batch[0]
+            log.error("task %s: %s %s could not be stored (%s: %s); the task is reported as failed, so it is "
+                      "crawled again", owner.result.task.id, kind[:-1], str(record.id)[:40], type(exc).__name__, exc,
+                      exc_info=not isinstance(exc, InvalidArgumentError))
+            owner.unstored += 1
+            self.stats.add(records_rejected=1)
             return
         self.stats.add(items_stored=acked)
 
@@ -323,6 +354,12 @@ class Sink:
         ready = [item for item in batch if item.stored and not item.result.aborted]
         if not ready:
             return batch
+        for item in ready:
+            if item.unstored and item.result.report.outcome is Outcome.Ok:
+                report = item.result.report
+                item.result.report = failure_report(item.result.task, FetchError(
+                    f"{item.unstored} record(s) could not be stored", outcome=Outcome.ParseError.value,
+                    error_class="records-not-stored"), report.fetches)
         done: set[int] = set()
         for start in range(0, len(ready), self.report_batch):
             chunk = ready[start:start + self.report_batch]

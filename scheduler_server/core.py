@@ -54,6 +54,8 @@ from icecrawler.models import (
     make_task_id,
     split_task_id,
 )
+from icecrawler.resume import GAP_PREFIX, is_gap
+from icecrawler.resume import describe as describe_gap
 from icecrawler.settings import Settings
 from icecrawler.shards import ShardMap, source_hosts
 from scheduler_server.accounts import AccountPool, load_accounts
@@ -89,6 +91,8 @@ HOST_FAILURES = frozenset({Outcome.Banned, Outcome.RateLimited})
 
 _MAX_COUNT = 10_000_000
 _MAX_TEXT = 256
+#: A cursor may hold an open page-cap gap with its resume request (``icecrawler.resume``).
+_MAX_CURSOR = 4096
 _TOKEN_HISTORY = 3
 _SCAN_CHUNK = 256
 #: status counts due-soon tasks up to this many (the count is a scan; it must not stall the scheduler).
@@ -291,6 +295,8 @@ class SchedulerCore:
         #: changes, and records are kept again only after their call committed (in the finishers, in call
         #: order), so a rolled-back call leaves no changed record behind. Empty after a restart.
         self.records = RecordCache(config.record_cache)
+        #: Tasks whose cursor holds an open page-cap gap (``icecrawler.resume``): ``stats()["open_gaps"]``.
+        self.open_gaps: set[str] = set()
         self._load()
 
     @classmethod
@@ -346,6 +352,21 @@ class SchedulerCore:
                             self.queues.inflight(task_id, ms)
                             self.gate.restore_inflight(self._host(task_id), wall)
                     start = chunk[-1][0] + b"\0"
+            self._load_gaps(txn)
+
+    def _load_gaps(self, txn: Txn) -> None:
+        """The tasks with an open page-cap gap (a byte search first: only those records are decoded)."""
+        marker = GAP_PREFIX.encode()
+        start = b""
+        while chunk := txn.scan("tasks", start, limit=_SCAN_CHUNK * 4):
+            for key, value in chunk:
+                if marker in value and is_gap(TaskRecord.from_bytes(value).cursor):
+                    self.open_gaps.add(key.decode())
+            start = chunk[-1][0] + b"\0"
+        if self.open_gaps:
+            log.warning("%d task(s) have an open page-cap gap (items between a crawl's page cap and its cursor not "
+                        "fetched yet; their next visits fetch them): %s", len(self.open_gaps),
+                        ", ".join(sorted(self.open_gaps)[:5]))
 
     def _check_layout(self, txn: Txn) -> None:
         """The database remembers which shard of how many it is: tasks are placed by ``crc32(host) % shards``,
@@ -598,6 +619,8 @@ class SchedulerCore:
 
         def finish() -> None:
             self.records.keep(records)
+            for record in records:
+                (self.open_gaps.add if is_gap(record.cursor) else self.open_gaps.discard)(record.id)
             wall = group.wall
             for effect in effects:
                 self.gate.ended(effect.host, wall)
@@ -623,7 +646,7 @@ class SchedulerCore:
                 and 0 <= window <= _MAX_COUNT and 0 <= fetches <= _MAX_COUNT and 0 <= status <= 999
                 and 0 <= newest <= 2**62 and 0 <= fingerprint <= 2**64 - 1
                 and (type(retry) is float or type(retry) is int) and 0 <= retry <= self.config.max_period_s
-                and len(item.cursor) <= _MAX_TEXT and len(item.error_class) <= _MAX_TEXT
+                and len(item.cursor) <= _MAX_CURSOR and len(item.error_class) <= _MAX_TEXT
                 and not item.new_item_times_ms):
             return
         for name, value, high in (("newItems", item.new_items, _MAX_COUNT), ("windowItems", item.window_items,
@@ -632,9 +655,9 @@ class SchedulerCore:
                                   ("fingerprint", item.fingerprint, 2**64 - 1),
                                   ("retryAfterS", item.retry_after_s, self.config.max_period_s)):
             _check_range(value, 0, high, f"{where}.{name}", index)
-        for name, text in (("cursor", item.cursor), ("errorClass", item.error_class)):
-            if len(text) > _MAX_TEXT:
-                raise _invalid(f"{name} is longer than {_MAX_TEXT} characters", f"{where}.{name}", index)
+        for name, text, limit in (("cursor", item.cursor, _MAX_CURSOR), ("errorClass", item.error_class, _MAX_TEXT)):
+            if len(text) > limit:
+                raise _invalid(f"{name} is longer than {limit} characters", f"{where}.{name}", index)
         times = item.new_item_times_ms
         if len(times) > min(MAX_ITEM_TIMES, max(item.new_items, 0)):
             raise _invalid(f"{len(times)} item times for {item.new_items} new items (at most "
@@ -913,6 +936,8 @@ class SchedulerCore:
                     "shard": self.config.shard,
                     "shards": self.config.shards,
                     "shutting_down": self._stopping,
+                    # Tasks with an open page-cap gap (icecrawler.resume): a gauge, 0 once the crawl caught up.
+                    "open_gaps": len(self.open_gaps),
                 },
             }
 
@@ -928,6 +953,7 @@ class SchedulerCore:
             info["lease_token"] = "<held>" if record.lease_token else ""
             info["due_in_s"] = round((record.due_ms / 1000 - self.clocks.now()), 3) if record.state == "pending" \
                 else None
+            info["gap"] = describe_gap(record.cursor)
             info["history"] = [{"time_ms": int(t), "period_s": p, "distance": int(d), "new_items": int(n)}
                                for t, p, d, n in history_entries(record.history)]
             return info

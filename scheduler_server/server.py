@@ -11,17 +11,20 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import Ice
 
 from icecrawler import rpc
+from icecrawler.datalock import DataLock
+from icecrawler.errors import StorageUnavailableError
 from icecrawler.models import TaskKind
 from icecrawler.settings import Settings
 from scheduler_server.core import SchedulerCore
-from scheduler_server.store import BdbQueueStore
+from scheduler_server.integrity import open_checked
 
-__all__ = ["Maintenance", "make_servant", "open_core", "run"]
+__all__ = ["Maintenance", "data_lock", "make_servant", "open_core", "run"]
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +110,8 @@ class Maintenance(threading.Thread):
                 if time.monotonic() - last_checkpoint >= self.checkpoint_s:
                     self.core.checkpoint()
                     last_checkpoint = time.monotonic()
+            except StorageUnavailableError as exc:  # a full disk: one line; calls get the declared error
+                log.warning("scheduler maintenance skipped: %s", exc)
             except Exception:  # keep reaping after a transient error; it is logged with its traceback
                 if self.stopped.is_set():
                     return
@@ -118,8 +123,10 @@ class Maintenance(threading.Thread):
 
 
 def open_core(settings: Settings) -> SchedulerCore:
-    """The core over the Berkeley DB environment named by the settings (recovered on open)."""
-    store = BdbQueueStore(settings.get_str("scheduler.db_dir"), durable=settings.get_bool("scheduler.durable_commits"))
+    """The core over the Berkeley DB environment named by the settings (recovered and checked on open, see
+    ``integrity``; the caller holds ``data_lock``)."""
+    store = open_checked(settings.get_str("scheduler.db_dir"), durable=settings.get_bool("scheduler.durable_commits"),
+                         recover=settings.get_bool("scheduler.recover"))
     try:
         return SchedulerCore.from_settings(settings, store)
     except Exception:
@@ -127,8 +134,18 @@ def open_core(settings: Settings) -> SchedulerCore:
         raise
 
 
+def data_lock(settings: Settings) -> DataLock:
+    """The lock that keeps a second scheduler off this one's database directory."""
+    return DataLock(Path(settings.get_str("scheduler.db_dir")) / "scheduler.lock", "scheduler")
+
+
 def run(settings: Settings, ice_args: Sequence[str]) -> int:
     """Serve until SIGTERM/SIGINT: then refuse new leases, drain dispatches, close the environment."""
+    with data_lock(settings):
+        return _serve(settings, ice_args)
+
+
+def _serve(settings: Settings, ice_args: Sequence[str]) -> int:
     core = open_core(settings)
     rpc.settle_server_heap()  # after the queue index is loaded, so that collections never walk it
     maintenance = Maintenance(core, settings.get_float("scheduler.maintenance_interval_s"),

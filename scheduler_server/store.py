@@ -15,6 +15,7 @@ queue is keyed by due time that way; see ``codec``).
 from __future__ import annotations
 
 import bisect
+import logging
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -23,9 +24,11 @@ from typing import Any, Protocol
 
 from berkeleydb import db
 
-from icecrawler.errors import ServiceError
+from icecrawler.errors import ServiceError, StorageUnavailableError
 
 __all__ = ["TABLES", "BdbQueueStore", "MemoryQueueStore", "QueueStore", "Txn"]
+
+log = logging.getLogger(__name__)
 
 #: The scheduler's tables: per-task metadata, the delayed queue, leases, the completion log, and small
 #: scheduler-wide records (host blocks, account freezes, the clock origin).
@@ -218,16 +221,32 @@ class BdbQueueStore:
         self.path.mkdir(parents=True, exist_ok=True)
         self._commit_flags = db.DB_TXN_WRITE_NOSYNC
         self._durable = durable
+        self._cache_mb = cache_mb
+        self._closed = True
+        #: Set when Berkeley DB asked for recovery (a failed log write panics the environment): the next
+        #: transaction reopens it first (recovery replays the committed log), so the daemon serves again.
+        self._needs_recovery = False
+        self._open()
+
+    def _open(self) -> None:
         try:
             self._env = db.DBEnv()
-            self._env.set_cachesize(0, cache_mb << 20, 1)
+            self._env.set_cachesize(0, self._cache_mb << 20, 1)
             # A group's transaction logs a few KB per task cycle; with the default 32 KB log buffer a group of
             # 100 reports wrote it out in several pieces before its commit. This holds a whole group.
             self._env.set_lg_bsize(_LOG_BUFFER_BYTES)
             self._env.set_lk_detect(db.DB_LOCK_DEFAULT)
             self._env.log_set_config(db.DB_LOG_AUTO_REMOVE, 1)
+            # Log files are zero-filled when created, so a full disk shows up as a failed switch to a new log
+            # file, never as a write into a log file that has no blocks behind it.
+            self._env.log_set_config(db.DB_LOG_ZERO, 1)
+            # No file is memory-mapped: DB_NOMMAP for the tables, and DB_PRIVATE keeps the regions (cache, locks,
+            # log buffer) in this process's memory instead of __db.* files. On a full file system a write to a
+            # mapped page of a sparse file kills the process with SIGBUS; a write() just fails, which becomes
+            # StorageUnavailableError. One process per environment is what DataLock enforces anyway.
+            self._env.set_flags(db.DB_NOMMAP, 1)
             self._env.open(str(self.path), db.DB_CREATE | db.DB_INIT_TXN | db.DB_INIT_LOG | db.DB_INIT_LOCK
-                           | db.DB_INIT_MPOOL | db.DB_RECOVER | db.DB_THREAD)
+                           | db.DB_INIT_MPOOL | db.DB_RECOVER | db.DB_THREAD | db.DB_PRIVATE)
             self._dbs: dict[str, Any] = {}
             for name in TABLES:
                 handle = db.DB(self._env)
@@ -237,18 +256,51 @@ class BdbQueueStore:
         except db.DBError as exc:
             raise ServiceError(f"cannot open the Berkeley DB environment in {self.path}: {exc}") from exc
         self._closed = False
+        self._needs_recovery = False
+
+    def _unavailable(self, exc: db.DBError, doing: str) -> StorageUnavailableError:
+        """A Berkeley DB failure as the caller's declared error (nothing it asked for was changed)."""
+        if isinstance(exc, db.DBRunRecoveryError):
+            self._needs_recovery = True
+        message = exc.args[-1] if exc.args else str(exc)
+        return StorageUnavailableError(f"the scheduler database in {self.path} cannot {doing} now ({message}); "
+                                       "nothing was changed, try again later")
+
+    def _recover(self) -> None:
+        """Reopen the environment after a panic; recovery keeps exactly the committed transactions."""
+        log.warning("reopening the scheduler database in %s after a failure (running recovery)", self.path)
+        self._close_handles(checkpoint=False)
+        self._open()
+        log.warning("scheduler database recovered; serving again")
 
     @contextmanager
     def transaction(self) -> Iterator[_BdbTxn]:
         if self._closed:
             raise ServiceError("the scheduler database is closed")
-        txn = self._env.txn_begin(flags=self._commit_flags)
+        if self._needs_recovery:
+            try:
+                self._recover()
+            except ServiceError as exc:
+                self._closed, self._needs_recovery = False, True
+                raise StorageUnavailableError(f"the scheduler database cannot recover yet: {exc}") from exc
+        try:
+            txn = self._env.txn_begin(flags=self._commit_flags)
+        except db.DBError as exc:
+            raise self._unavailable(exc, "begin a transaction") from exc
         try:
             yield _BdbTxn(self._dbs, txn)
-        except BaseException:
-            txn.abort()
+        except BaseException as exc:
+            try:
+                txn.abort()
+            except db.DBError:
+                self._needs_recovery = True
+            if isinstance(exc, db.DBError):
+                raise self._unavailable(exc, "take changes") from exc
             raise
-        txn.commit(self._commit_flags)
+        try:
+            txn.commit(self._commit_flags)
+        except db.DBError as exc:
+            raise self._unavailable(exc, "commit") from exc
 
     def sync(self) -> None:
         if self._durable and not self._closed:
@@ -256,17 +308,38 @@ class BdbQueueStore:
                 self._env.log_flush()
             except db.DBError as exc:
                 if not self._closed:  # a close racing with the last reply is fine: close flushes too
-                    raise ServiceError(f"cannot flush the scheduler log: {exc}") from exc
+                    raise self._unavailable(exc, "flush its log") from exc
 
     def checkpoint(self) -> None:
-        self._env.txn_checkpoint()
+        if self._needs_recovery:
+            return
+        try:
+            self._env.txn_checkpoint()
+        except db.DBError as exc:
+            raise self._unavailable(exc, "checkpoint") from exc
+
+    def _close_handles(self, checkpoint: bool) -> None:
+        """Close everything; a failed checkpoint (full disk) or close only costs recovery time at the next open:
+        every acknowledged change is in the log."""
+        try:
+            if checkpoint:
+                self._env.txn_checkpoint()
+        except db.DBError as exc:
+            log.warning("scheduler database: no checkpoint at close (%s); the next start recovers from the log",
+                        exc.args[-1] if exc.args else exc)
+        for handle in self._dbs.values():
+            try:
+                handle.close()
+            except db.DBError as exc:
+                log.warning("scheduler database: closing a table failed (%s)", exc.args[-1] if exc.args else exc)
+        try:
+            self._env.close()
+        except db.DBError as exc:
+            log.warning("scheduler database: closing the environment failed (%s)", exc.args[-1] if exc.args else exc)
 
     def close(self) -> None:
         """Checkpoint and close every handle (a clean shutdown needs no recovery next time)."""
         if self._closed:
             return
         self._closed = True
-        self._env.txn_checkpoint()
-        for handle in self._dbs.values():
-            handle.close()
-        self._env.close()
+        self._close_handles(checkpoint=not self._needs_recovery)

@@ -144,8 +144,9 @@ def tokenize(text: str) -> list[str]:
 
 @lru_cache(maxsize=1 << 17)
 def token_hash(token: str) -> int:
-    """Stable unsigned 64-bit hash of one token (blake2b, 8-byte digest): same value on every machine."""
-    return int.from_bytes(hashlib.blake2b(token.encode("utf-8"), digest_size=8).digest(), "little")
+    """Stable unsigned 64-bit hash of one token (blake2b, 8-byte digest): same value on every machine. A lone
+    surrogate (a page's ``"\ud800"`` escape) is hashed as its code point, never a crash."""
+    return int.from_bytes(hashlib.blake2b(token.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "little")
 
 
 def fingerprint_weights(weights: Mapping[str, float]) -> int:

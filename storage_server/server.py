@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import logging
+from contextlib import ExitStack
+from pathlib import Path
 
 from icecrawler import rpc
+from icecrawler.datalock import DataLock
 from icecrawler.errors import StorageUnavailableError
 from icecrawler.settings import Settings
+from storage_server.integrity import check_sqlite_file, check_store_file, mark_created
 from storage_server.servant import StorageServant
 from storage_server.service import StorageService
 
-__all__ = ["SERVER_PROPERTIES", "run"]
+__all__ = ["SERVER_PROPERTIES", "data_locks", "open_service", "run"]
 
 log = logging.getLogger(__name__)
 
@@ -22,9 +26,37 @@ SERVER_PROPERTIES = {
 }
 
 
+def data_locks(settings: Settings) -> list[DataLock]:
+    """The locks one storage server holds: its spool directory and, for the embedded backend, its store file."""
+    locks = [DataLock(Path(settings.get_str("storage.spool_dir")) / "storage.lock", "storage server")]
+    if settings.get_str("storage.backend") == "embedded":
+        path = Path(settings.get_str("storage.embedded.path"))
+        locks.append(DataLock(path.with_name(path.name + ".lock"), "storage server"))
+    return locks
+
+
+def open_service(settings: Settings) -> StorageService:
+    """Check the files (``integrity``), then open the service on them (the caller holds ``data_locks``)."""
+    recover = settings.get_bool("storage.recover")
+    check_sqlite_file(Path(settings.get_str("storage.spool_dir")) / "spool.sqlite3", "the spool", recover)
+    embedded = settings.get_str("storage.backend") == "embedded"
+    if embedded:
+        check_store_file(Path(settings.get_str("storage.embedded.path")), recover)
+    service = StorageService.from_settings(settings)
+    if embedded:
+        mark_created(Path(settings.get_str("storage.embedded.path")))
+    return service
+
+
 def run(settings: Settings, ice_args: list[str]) -> int:
     """Serve until SIGTERM/SIGINT. Spooled records left from an earlier run are replayed at once."""
-    service = StorageService.from_settings(settings)
+    with ExitStack() as held:
+        for lock in data_locks(settings):
+            held.enter_context(lock)
+        return _serve(open_service(settings), ice_args)
+
+
+def _serve(service: StorageService, ice_args: list[str]) -> int:
     try:
         counts = service.stats()
         log.info("storage backend %s: %d posts, %d reviews, %d records spooled", counts.backend, counts.posts,

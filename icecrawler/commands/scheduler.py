@@ -17,7 +17,15 @@ class Command(BaseCommand):
                    "icecrawler scheduler --Ice.Config=deploy/scheduler.conf --set scheduler.host_spacing_s=1")
     takes_ice_args = True
 
+    def add_options(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--recover", action="store_true",
+                            help="start on a queue database whose logs are missing or that fails its check: move "
+                                 "it aside and copy every readable record into a new one (setting "
+                                 "scheduler.recover)")
+
     def run(self, args: argparse.Namespace, settings: Settings, ice_args: list[str]) -> int:
         from scheduler_server.server import run
 
+        if args.recover:
+            settings.set("scheduler.recover", True)
         return run(settings, ice_args)

@@ -49,6 +49,7 @@ def scheduler_section(comm: Ice.Communicator) -> dict[str, Any]:
     for key in _MERGED:
         section[key] = {name: value for shard in shards for name, value in shard.get(key, {}).items()}
     section["shutting_down"] = any(shard.get("shutting_down") for shard in shards)
+    section["open_gaps"] = sum(shard.get("open_gaps", 0) for shard in shards)
     section["by_shard"] = shards
     return section
 
@@ -72,6 +73,9 @@ def render_text(report: dict[str, Any]) -> str:
         f"  last minute: {s['leases_per_min']:.0f} leases, {s['reports_per_min']:.0f} reports; policy "
         f"{s.get('policy', '?')}{'; SHUTTING DOWN' if s.get('shutting_down') else ''}",
     ]
+    if s.get("open_gaps"):
+        lines.append(f"  {s['open_gaps']} task(s) with an open page-cap gap: items not fetched yet, the next visits "
+                     "fetch them (status --task ID shows one)")
     if s.get("shards", 1) > 1:
         lines.append(f"  {s['shards']} shards: " + ", ".join(f"#{shard['shard']} {shard['tasks']} tasks"
                                                               for shard in s.get("by_shard", [])))

@@ -22,9 +22,14 @@ class Command(BaseCommand):
     takes_ice_args = True
 
     def add_options(self, parser: argparse.ArgumentParser) -> None:
-        """No options of its own: settings via --set, Ice properties via --Ice.*."""
+        parser.add_argument("--recover", action="store_true",
+                            help="start on a damaged, emptied or vanished store or spool: move a damaged file "
+                                 "aside and copy its readable rows into a new one; begin a vanished store anew "
+                                 "(setting storage.recover)")
 
     def run(self, args: argparse.Namespace, settings: Settings, ice_args: list[str]) -> int:
         from storage_server.server import run
 
+        if args.recover:
+            settings.set("storage.recover", True)
         return run(settings, ice_args)

@@ -117,6 +117,9 @@ DEFAULTS: dict[str, Any] = {
     "scheduler.durable_commits": True,
     # Successful crawls kept per task for `status --task` (time, period, distance, new items).
     "scheduler.history_len": 20,
+    # Start on a queue database whose logs are missing or that fails its check by salvaging it (`scheduler
+    # --recover`): the damaged directory is moved aside and every readable record copied into a new one.
+    "scheduler.recover": False,
     # How long a ban report blocks a host when the client gave no Retry-After.
     "scheduler.host_block_s": 300.0,
     # Task records kept decoded in memory, the most recently changed ones (about 3 KB each): a task leased or
@@ -190,6 +193,9 @@ DEFAULTS: dict[str, Any] = {
     "storage.hbase.timeout_s": 10.0,
     # Longest text accepted in one record field; longer records are rejected.
     "storage.max_text_chars": 100_000,
+    # Start on a damaged, emptied or vanished store or spool (`storage --recover`): a damaged file is moved
+    # aside and its readable rows copied into a new one; a vanished store is begun anew, empty.
+    "storage.recover": False,
     # Durable spool used while the backend is down or slow.
     "storage.spool_dir": "var/storage/spool",
     # A write waits at most this long for the backend before it is spooled instead.

@@ -16,6 +16,8 @@ from icecrawler.errors import FetchError, ParseError
 from icecrawler.models import Outcome, Post, Review, Task, TaskKind
 
 Step = list[Item] | Exception | ParsedPage
+#: The fetch time of every scripted crawl (2030): after every item's time, so any item may become the cursor.
+NOW_MS = 1_900_000_000_000
 
 
 class ScriptedFetch:
@@ -104,7 +106,7 @@ def run(source: ScriptedSource, the_task: Task, *, max_pages: int = 10,
         ) -> tuple[CrawlResult, ScriptedFetch, list[list[str]]]:
     fetch = ScriptedFetch()
     fingerprint, calls = fingerprint_recorder()
-    result = crawl_task(the_task, source, fetch, base_url="http://site", max_pages=max_pages, now_ms=lambda: 0,
+    result = crawl_task(the_task, source, fetch, base_url="http://site", max_pages=max_pages, now_ms=lambda: NOW_MS,
                         cancelled=cancelled, relogin=relogin)
     fingerprint_result(result, fingerprint)
     return result, fetch, calls

@@ -268,15 +268,74 @@ class BrokenStorage(MemoryStorage):
 
 @pytest.mark.parametrize("error", [InvalidArgumentError("batch too large", code="BatchTooLarge"),
                                    OverflowError("id does not fit a Slice long")])
-def test_a_batch_storage_can_never_take_is_dropped_loudly_not_retried_forever(
+def test_records_storage_can_never_take_are_not_retried_forever_and_the_task_is_not_reported_ok(
         error: Exception, caplog: pytest.LogCaptureFixture) -> None:
     sink, scheduler, _, _ = make()
     sink.storage = BrokenStorage(error)
-    sink.add(result("a", posts=2))
+    crawled = result("a", posts=2)
+    crawled.task.cursor = "41"
+    crawled.report.cursor = "99"
+    sink.add(crawled)
     assert sink.flush() is True
     assert len(scheduler.reports) == 1
+    report = scheduler.reports[0]
+    assert report.outcome is Outcome.ParseError and report.error_class == "records-not-stored"
+    assert report.cursor == "41"  # the old cursor: the next visit fetches the records again
     assert sink.stats.snapshot()["records_rejected"] == 2
-    assert "storage" in caplog.text and ("REJECTED" in caplog.text or "dropped" in caplog.text)
+    assert "could not be stored" in caplog.text
+
+
+class PickyStorage(MemoryStorage):
+    """Fails a whole call when it holds one of ``poison`` (as a record Ice cannot marshal does)."""
+
+    def __init__(self, poison: set[str]) -> None:
+        super().__init__()
+        self.poison = poison
+        self.calls = 0
+
+    def write_reviews(self, reviews: Sequence[Review]) -> int:
+        self.calls += 1
+        if any(review.id in self.poison for review in reviews):
+            raise UnicodeEncodeError("utf-8", "\ud800", 0, 1, "surrogates not allowed")
+        return super().write_reviews(reviews)
+
+
+def test_a_batch_failing_as_a_whole_is_split_until_the_bad_record_is_alone() -> None:
+    sink, scheduler, _, _ = make(write_batch=10)
+    sink.storage = storage = PickyStorage({"x-6"})
+    sink.add(result("x", reviews=10))
+    assert sink.flush() is True
+    assert sorted(r.id for r in storage.reviews) == [f"x-{n}" for n in range(10) if n != 6]
+    assert sink.stats.snapshot()["records_rejected"] == 1 and sink.stats.snapshot()["items_stored"] == 9
+    assert scheduler.reports[0].outcome is Outcome.ParseError  # x-6 was not proven bad: crawl the task again
+
+
+@pytest.mark.parametrize(("field", "value", "problem"), [
+    ("content", "good \ud800 bad", "lone surrogate"),
+    ("user", "\udfff", "lone surrogate"),
+    ("id", "r\ud800", "lone surrogate"),
+])
+def test_a_record_the_wire_cannot_carry_is_dropped_alone_and_the_task_still_reported_ok(
+        field: str, value: str, problem: str, caplog: pytest.LogCaptureFixture) -> None:
+    sink, scheduler, storage, _ = make(write_batch=10)
+    crawled = result("x", reviews=10)
+    setattr(crawled.reviews[3], field, value)
+    sink.add(crawled)
+    assert sink.flush() is True
+    assert len(storage.reviews) == 9 and storage.writes == [9]
+    assert scheduler.reports[0].outcome is Outcome.Ok
+    assert sink.stats.snapshot()["records_rejected"] == 1
+    assert problem in caplog.text and "dropped" in caplog.text
+
+
+def test_a_post_id_outside_a_slice_long_is_dropped_alone(caplog: pytest.LogCaptureFixture) -> None:
+    sink, scheduler, storage, _ = make(write_batch=10)
+    crawled = result("p", posts=4)
+    crawled.posts[1].id = 1 << 64
+    sink.add(crawled)
+    assert sink.flush() is True
+    assert len(storage.posts) == 3 and scheduler.reports[0].outcome is Outcome.Ok
+    assert "does not fit a 64-bit long" in caplog.text
 
 
 def test_a_report_that_cannot_be_sent_is_dropped_loudly(caplog: pytest.LogCaptureFixture) -> None:

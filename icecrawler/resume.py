@@ -1,0 +1,76 @@
+"""Page-cap gaps: the resume point a task keeps while a crawl could not reach its cursor.
+
+A crawl walks newest first and stops at the task's cursor or at the page cap (``client.max_pages``). When the
+cap comes first, the pages between the cap and the cursor hold items nobody fetched yet. Moving the cursor to
+the newest item would skip them for good, so instead the task's cursor becomes a *gap cursor* that keeps:
+
+* ``base``: the old cursor; the gap is closed once a walk reaches it (or the end of the list);
+* ``top``: the cursor the task gets once the gap is closed (the newest item seen when the gap opened);
+* ``low``: the oldest item fetched so far (items behind it are the ones still missing);
+* ``request``: the last page fetched, to resume from (fetched again: one page of overlap, so items that moved
+  down a page because newer ones were published in between are never jumped over).
+
+The gap cursor travels in the ordinary ``cursor`` string of a report and of a leased task (so no wire or
+database format changes): ``"gap1:" + JSON``. A plain cursor (every cursor written before gaps existed)
+decodes as "no gap". The scheduler only needs ``is_gap`` (to count open gaps) and ``describe`` (``status
+--task``); the client's walk (``crawler_client.crawl``) builds and reads them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["GAP_PREFIX", "Gap", "decode_cursor", "describe", "encode_cursor", "is_gap"]
+
+#: What starts a gap cursor (plain cursors are digits or ISO 8601 times, never this).
+GAP_PREFIX = "gap1:"
+
+
+@dataclass(frozen=True)
+class Gap:
+    """An open page-cap gap (see the module docstring)."""
+
+    base: str
+    top: str
+    low: str
+    #: The page to resume from, as ``PageRequest`` fields (url relative to the base URL).
+    request: dict[str, Any] = field(default_factory=dict)
+    #: Visits spent on this gap so far (1 when it opened).
+    visits: int = 1
+
+
+def is_gap(cursor: str) -> bool:
+    """True when ``cursor`` holds an open gap."""
+    return cursor.startswith(GAP_PREFIX)
+
+
+def encode_cursor(gap: Gap) -> str:
+    """The gap cursor for ``gap`` (compact JSON, ASCII only)."""
+    body = {"base": gap.base, "top": gap.top, "low": gap.low, "req": gap.request, "visits": gap.visits}
+    return GAP_PREFIX + json.dumps(body, separators=(",", ":"), sort_keys=True)
+
+
+def decode_cursor(cursor: str) -> tuple[str, Gap | None]:
+    """``(cursor to stop at, open gap or None)``. A plain cursor is returned as it is; a gap cursor that cannot
+    be read (it never should) is treated as its base if that can be found, else as no cursor at all: the walk
+    then starts from the top again, which re-fetches but never skips."""
+    if not is_gap(cursor):
+        return cursor, None
+    try:
+        body = json.loads(cursor[len(GAP_PREFIX):])
+        gap = Gap(base=str(body["base"]), top=str(body["top"]), low=str(body.get("low", "")),
+                  request=dict(body.get("req") or {}), visits=int(body.get("visits", 1)))
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return "", None
+    return gap.base, gap
+
+
+def describe(cursor: str) -> dict[str, Any] | None:
+    """What ``status --task`` shows of a task's gap (None when there is none)."""
+    base, gap = decode_cursor(cursor)
+    if gap is None:
+        return None
+    return {"open": True, "since_cursor": base, "resume_at_item": gap.low, "cursor_when_closed": gap.top,
+            "resume_page": gap.request.get("page"), "visits": gap.visits}

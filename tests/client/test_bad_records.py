@@ -1,0 +1,86 @@
+"""One bad record inside a page costs only itself, through the real servers: a JD page whose reviews include a
+lone surrogate (``"\\ud800"`` in the JSON, which ``json.loads`` lets through), an over-long text and an over-long
+id is parsed by the real source, crawled by ``crawl_task`` and handed to the sink, which writes to a real
+storage server and reports to a real scheduler. Every other review is stored, each bad one is dropped alone,
+logged and counted, and the task is reported Ok (the bad records could never be stored)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from crawler_client.crawl import crawl_task
+from crawler_client.gateways import IceScheduler, IceStorage
+from crawler_client.sink import Sink
+from crawler_client.sources import samples
+from crawler_client.sources.base import FetchedPage, PageRequest
+from crawler_client.sources.jd import JdSource
+from icecrawler import rpc
+from icecrawler.models import TaskKind
+from shhd.fingerprint import fingerprint_texts
+from tests.scheduler.daemon import scheduler_daemon
+from tests.storage.conftest import StorageServerRunner
+
+pytestmark = [pytest.mark.ice, pytest.mark.bdb]
+
+SKU = "100012043978"
+MAX_TEXT = 200
+
+
+def bad_page() -> bytes:
+    """Ten reviews, one page; #2 holds a lone surrogate, #5 a text over the server's limit, #7 a 200-char id."""
+    body = samples.jd_comments(int(SKU), comments=10, max_page=1, jsonp=False)
+    doc = json.loads(body)
+    rows = doc["comments"]
+    rows[2]["content"] = "好评 \ud800 好评"
+    rows[5]["content"] = "长" * (MAX_TEXT + 1)
+    rows[7]["id"] = None
+    rows[7]["guid"] = "g" * 200
+    return json.dumps(doc).encode()  # ensure_ascii: the surrogate travels as the escape a site would send
+
+
+class OnePage:
+    requests_made = 0
+
+    def fetch(self, request: PageRequest) -> FetchedPage:
+        self.requests_made += 1
+        return FetchedPage(url=request.url, status=200, headers={}, body=bad_page())
+
+
+def test_bad_records_inside_a_page_are_dropped_alone_and_the_rest_stored(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    storage = StorageServerRunner(tmp_path / "storage", {"storage.max_text_chars": str(MAX_TEXT)})
+    storage.start()
+    (tmp_path / "scheduler").mkdir()
+    try:
+        with scheduler_daemon(tmp_path / "scheduler", fast_start=True) as daemon, rpc.communicator() as comm:
+            scheduler = IceScheduler(rpc.crawler().SchedulerPrx(comm, daemon.proxy))
+            store = IceStorage(storage.proxy(comm))
+            assert scheduler.add_targets([f"jd:{SKU}"], TaskKind.ProductReviews) == 1
+            task = scheduler.lease("w", 1)[0]
+            result = crawl_task(task, JdSource(), OnePage(), base_url="http://jd", max_pages=5,
+                                now_ms=lambda: int(time.time() * 1000))
+            assert len(result.reviews) == 10  # the parser keeps them all: storing is where they fail
+            sink = Sink(scheduler, store, buffer_records=100, report_batch=10, write_batch=100, backoff_s=0.1,
+                        max_backoff_s=1.0, now_ms=lambda: int(time.time() * 1000), monotonic=time.monotonic,
+                        fingerprint=fingerprint_texts)
+            sink.add(result)
+            assert sink.flush() is True
+            stats = storage.proxy(comm).stats()
+            info = json.loads(rpc.crawler().SchedulerPrx(comm, daemon.proxy).taskInfo(task.id))
+    finally:
+        storage.stop()
+    assert stats.reviews == 7
+    assert stats.recordsRejected == 2  # the over-long text and the over-long id, by index
+    assert sink.stats.snapshot()["records_rejected"] == 3 and sink.stats.snapshot()["items_stored"] == 7
+    assert info["last_outcome"] == "Ok" and info["cursor"]  # reported Ok: nothing storable was left behind
+    assert "lone surrogate" in caplog.text
+    assert "over storage.max_text_chars" in caplog.text and "id longer than 128" in caplog.text
+
+
+def test_a_lone_surrogate_in_the_window_is_fingerprinted_not_a_crash() -> None:
+    assert fingerprint_texts(["好评 \ud800 好评"]) != 0
+    assert fingerprint_texts(["质量很好"]) == fingerprint_texts(["质量很好"])

@@ -1,0 +1,190 @@
+"""The scheduler's database under abuse: one daemon per database directory (and no stale lock after kill -9),
+damaged or incomplete Berkeley DB environments refused at start (or salvaged with --recover), and a full disk:
+a declared error to the caller, the daemon keeps running and serves again once there is space, nothing
+acknowledged is lost."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from icecrawler import rpc
+from icecrawler.datalock import DataLock
+from icecrawler.errors import ServiceError
+from icecrawler.models import TaskKind
+from scheduler_server.core import SchedulerCore
+from scheduler_server.integrity import open_checked
+from scheduler_server.store import BdbQueueStore
+from tests.scheduler.conftest import ManualClocks, make_settings
+from tests.scheduler.daemon import REPO, scheduler_daemon, scheduler_proxy
+from tests.tmpfs import fill, small_tmpfs
+
+pytestmark = [pytest.mark.bdb]
+
+
+def start_second(db_dir: Path, tmp: Path) -> subprocess.CompletedProcess[str]:
+    """``python -m scheduler_server`` on ``db_dir`` (another port); returns once it exits (it must)."""
+    conf = tmp / "second.conf"
+    conf.write_text("SchedulerAdapter.Endpoints=tcp -h 127.0.0.1 -p 0\n")
+    return subprocess.run([sys.executable, "-m", "scheduler_server", f"--set=scheduler.db_dir={db_dir}",
+                           f"--Ice.Config={conf}"], cwd=REPO, capture_output=True, text=True, timeout=60,
+                          check=False)
+
+
+def seeded_db(path: Path, count: int) -> None:
+    """A queue database in ``path`` holding ``count`` tasks, closed cleanly (as a stopped daemon leaves it)."""
+    store = open_checked(path)
+    core = SchedulerCore.from_settings(make_settings(), store, ManualClocks())
+    for start in range(0, count, 50):
+        core.add([f"jd:{100 + n}" for n in range(start, min(count, start + 50))], TaskKind.ProductReviews)
+    core.close()
+
+
+def task_count(path: Path) -> int:
+    store = BdbQueueStore(path)
+    try:
+        with store.transaction() as txn:
+            return txn.count("tasks")
+    finally:
+        store.close()
+
+
+# --- one database, one daemon ----------------------------------------------------------------------------------
+
+
+def test_a_data_lock_is_exclusive_names_its_holder_and_is_free_again_once_released(tmp_path: Path) -> None:
+    first = DataLock(tmp_path / "scheduler.lock", "scheduler").acquire()
+    with pytest.raises(ServiceError, match=r"in use by scheduler pid \d+.*one data directory serves one scheduler"):
+        DataLock(tmp_path / "scheduler.lock", "scheduler").acquire()
+    first.release()
+    DataLock(tmp_path / "scheduler.lock", "scheduler").acquire().release()
+
+
+@pytest.mark.ice
+def test_a_second_scheduler_on_the_same_db_dir_refuses_and_a_killed_ones_lock_is_not_stale(tmp_path: Path) -> None:
+    with scheduler_daemon(tmp_path, fast_start=True) as daemon:
+        second = start_second(daemon.db_dir, tmp_path)
+        assert second.returncode == 2
+        assert f"{daemon.db_dir} is in use by scheduler pid {daemon.process.pid if daemon.process else 0}" \
+            in second.stderr
+        assert "Traceback" not in second.stderr
+        with scheduler_proxy(daemon) as prx:  # the first one is unharmed
+            assert prx.addUsers(["jd:1"], rpc.crawler().TaskKind.ProductReviews) == 1
+        daemon.kill9()
+        daemon.start()  # the kernel dropped the dead daemon's lock: no stale lock file blocks the restart
+        with scheduler_proxy(daemon) as prx:
+            assert prx.stats().tasks == 1
+
+
+# --- damaged databases ------------------------------------------------------------------------------------------
+
+
+def damage_logs(path: Path) -> None:
+    for log in path.glob("log.*"):
+        log.unlink()
+
+
+def damage_table(path: Path) -> None:
+    (path / "pending.db").unlink()
+
+
+def damage_pages(path: Path) -> None:
+    data = bytearray((path / "tasks.db").read_bytes())
+    middle = len(data) // 2
+    data[middle:middle + 8192] = b"\xa5" * 8192  # two pages in the middle of the file
+    (path / "tasks.db").write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize(("damage", "message"), [
+    (damage_logs, "its transaction logs (log.*) are missing"),
+    (damage_table, "pending.db is missing"),
+    (damage_pages, "tasks.db fails verification"),
+])
+def test_a_damaged_queue_database_refuses_to_start_and_recover_salvages_it(
+        tmp_path: Path, damage: Any, message: str) -> None:
+    path = tmp_path / "db"
+    seeded_db(path, 300)
+    damage(path)
+    with pytest.raises(ServiceError) as refused:
+        open_checked(path)
+    text = str(refused.value)
+    assert message in text and "--recover" in text and "\n" not in text
+    store = open_checked(path, recover=True)
+    core = SchedulerCore.from_settings(make_settings(), store, ManualClocks())
+    try:
+        counts = core.stats()
+        assert counts["tasks"] == counts["pending"] > 0 and counts["inflight"] == 0
+        if damage is not damage_pages:  # intact table files: every task is salvaged
+            assert counts["tasks"] == 300
+        assert len(core.lease("w", 10)) == 10  # the salvaged queue serves
+    finally:
+        core.close()
+    assert list(tmp_path.glob("db.damaged-*")), "the damaged directory is kept aside, never deleted"
+    open_checked(path).close()  # and the new one passes the checks from now on
+
+
+def test_a_clean_database_and_one_left_by_a_crash_both_pass_the_checks(tmp_path: Path) -> None:
+    path = tmp_path / "db"
+    seeded_db(path, 20)
+    open_checked(path).close()
+    crashed = subprocess.run([sys.executable, "-c", (
+        "import os, sys; sys.path.insert(0, sys.argv[2]);"
+        "from scheduler_server.integrity import open_checked;"
+        "store = open_checked(sys.argv[1]);"
+        "cm = store.transaction(); txn = cm.__enter__(); txn.put('tasks', b'x', b'y');"
+        "os._exit(9)"), str(path), str(REPO)], capture_output=True, text=True, timeout=60, check=False)
+    assert crashed.returncode == 9, crashed.stderr
+    assert task_count(path) == 20  # the uncommitted put was rolled back by recovery
+    open_checked(path).close()
+
+
+@pytest.mark.ice
+def test_the_daemon_refuses_a_database_without_logs_in_one_line(tmp_path: Path) -> None:
+    seeded_db(tmp_path / "db", 5)
+    damage_logs(tmp_path / "db")
+    refused = start_second(tmp_path / "db", tmp_path)
+    assert refused.returncode == 2
+    lines = refused.stderr.strip().splitlines()
+    assert len(lines) == 1 and "logs (log.*) are missing" in lines[0] and "--recover" in lines[0]
+
+
+# --- a full disk ----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.ice
+def test_a_full_disk_is_a_declared_error_the_daemon_survives_and_serves_again(tmp_path: Path) -> None:
+    C = rpc.crawler()
+    acknowledged: list[str] = []
+    with small_tmpfs(tmp_path / "fs", 48) as fs, \
+            scheduler_daemon(tmp_path, fast_start=True, scheduler__db_dir=fs / "db") as daemon, \
+            scheduler_proxy(daemon) as prx:
+
+        def add() -> None:
+            ids = [f"jd:{len(acknowledged) + n + 1}" for n in range(500)]
+            assert prx.addUsers(ids, C.TaskKind.ProductReviews) == 500
+            acknowledged.extend(ids)
+
+        add()
+        filler = fill(fs)
+        refusal = None
+        for _ in range(400):  # the log file was allocated ahead: the error comes when the log must grow
+            try:
+                add()
+            except C.StorageUnavailable as exc:
+                refusal = exc
+                break
+        assert refusal is not None, "the disk never filled up"
+        assert "No space left on device" in refusal.message and "nothing was changed" in refusal.message
+        assert daemon.process is not None and daemon.process.alive()
+        assert prx.stats().tasks == len(acknowledged)  # still answering, nothing half-applied
+        filler.unlink()
+        add()  # space is back: it serves again
+        assert prx.stats().tasks == len(acknowledged)
+        daemon.kill9()
+        daemon.start()
+        assert prx.stats().tasks == len(acknowledged)  # every acknowledged add survived the crash
+        assert "Traceback" not in (daemon.process.log_tail(400) if daemon.process else "")

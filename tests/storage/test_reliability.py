@@ -1,0 +1,192 @@
+"""The storage server's files under abuse: one server per spool and store (no stale lock after kill -9), damaged,
+emptied or vanished SQLite files refused at start (or salvaged with --recover), and a full disk: a declared
+error to the caller, the server keeps running and takes writes again once there is space, nothing acknowledged
+is lost."""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from icecrawler import rpc
+from icecrawler.errors import ServiceError
+from icecrawler.processes import icecrawler_argv
+from storage_server import schema
+from storage_server.integrity import check_sqlite_file, check_store_file, mark_created
+from storage_server.stores import SqliteStore
+from tests.storage.conftest import StorageServerRunner, make_review
+from tests.tmpfs import fill, small_tmpfs
+
+ROWS = 3000
+
+
+def filled_store(path: Path, rows: int = ROWS) -> None:
+    """An embedded store with ``rows`` reviews, closed, with its marker (as a server leaves it)."""
+    store = SqliteStore(path)
+    store.put(schema.REVIEW, [schema.review_row(make_review(f"r{n}", minute=n % 60)) for n in range(rows)])
+    store.close()
+    mark_created(path)
+
+
+def corrupt_middle_page(path: Path) -> None:
+    with sqlite3.connect(path) as conn:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        page = int(conn.execute("PRAGMA page_size").fetchone()[0])
+    data = bytearray(path.read_bytes())
+    middle = (len(data) // page // 2) * page
+    data[middle:middle + page] = b"\x5a" * page
+    path.write_bytes(bytes(data))
+
+
+def start_storage(tmp: Path, store: Path, spool: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    """``icecrawler storage`` that is expected to refuse to start (returns once it exited)."""
+    conf = tmp / "refused.conf"
+    conf.write_text("StorageAdapter.Endpoints=tcp -h 127.0.0.1 -p 0\n")
+    argv = icecrawler_argv("storage", f"--Ice.Config={conf}", "--set", f"storage.embedded.path={store}",
+                           "--set", f"storage.spool_dir={spool}", *extra)
+    return subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+
+
+# --- one store, one server ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.ice
+def test_a_second_storage_server_on_the_same_files_refuses_and_a_killed_ones_lock_is_not_stale(
+        storage_server: Callable[..., StorageServerRunner], client_comm: Any, tmp_path: Path) -> None:
+    server = storage_server()
+    store, spool = server.assignments["storage.embedded.path"], server.assignments["storage.spool_dir"]
+    refused = start_storage(tmp_path, Path(store), Path(spool))
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    assert f"is in use by storage server pid {server.process.pid if server.process else 0}" in refused.stderr
+    other_spool = start_storage(tmp_path, Path(store), tmp_path / "other-spool")  # same store, own spool
+    assert other_spool.returncode == 2 and "in use by storage server" in other_spool.stderr
+    proxy = server.proxy(client_comm)
+    assert proxy.writeReviews([rpc.review_to_slice(make_review("a"))]).stored == 1  # the first one is unharmed
+    server.kill9()
+    server.start()  # the kernel dropped the dead server's lock
+    assert proxy.stats().reviews == 1
+
+
+# --- damaged, emptied, vanished ---------------------------------------------------------------------------------
+
+
+def test_a_store_with_a_corrupt_page_refuses_and_recover_salvages_it_aside(tmp_path: Path) -> None:
+    path = tmp_path / "store.sqlite3"
+    filled_store(path)
+    corrupt_middle_page(path)
+    with pytest.raises(ServiceError) as refused:
+        check_store_file(path, recover=False)
+    text = str(refused.value)
+    assert "is damaged" in text and "--recover" in text and "\n" not in text
+    check_store_file(path, recover=True)
+    aside = list(tmp_path.glob("store.sqlite3.damaged-????????T??????"))
+    assert len(aside) == 1, "the damaged file is kept, never deleted"
+    salvaged = SqliteStore(path)
+    try:
+        assert 0 < salvaged.count(schema.REVIEW) < ROWS
+        assert sum(1 for _ in salvaged.scan(schema.REVIEW)) == salvaged.count(schema.REVIEW)  # a sound file again
+    finally:
+        salvaged.close()
+    check_store_file(path, recover=False)
+
+
+@pytest.mark.parametrize("how", ["emptied", "deleted"])
+def test_a_store_that_held_records_and_is_gone_refuses_and_recover_begins_anew(tmp_path: Path, how: str) -> None:
+    path = tmp_path / "store.sqlite3"
+    filled_store(path)
+    if how == "emptied":
+        path.write_bytes(b"")
+    else:
+        path.unlink()
+    with pytest.raises(ServiceError, match=r"is (empty \(0 bytes\)|missing), but a store was created there"):
+        check_store_file(path, recover=False)
+    check_store_file(path, recover=True)
+    check_store_file(path, recover=False)  # a new store may now be created there
+
+
+def test_a_new_store_and_an_intact_one_pass(tmp_path: Path) -> None:
+    check_store_file(tmp_path / "new.sqlite3", recover=False)
+    filled_store(tmp_path / "ok.sqlite3", 50)
+    check_store_file(tmp_path / "ok.sqlite3", recover=False)
+
+
+def test_a_corrupt_spool_refuses(tmp_path: Path) -> None:
+    spool = tmp_path / "spool.sqlite3"
+    with sqlite3.connect(spool) as conn:
+        conn.execute("CREATE TABLE spool (seq INTEGER PRIMARY KEY AUTOINCREMENT, records INTEGER, blob BLOB)")
+        conn.executemany("INSERT INTO spool (records, blob) VALUES (1, ?)", [(b"x" * 3000,) for _ in range(400)])
+    corrupt_middle_page(spool)
+    with pytest.raises(ServiceError, match=r"the spool .* is damaged"):
+        check_sqlite_file(spool, "the spool", recover=False)
+
+
+@pytest.mark.ice
+def test_the_server_refuses_a_corrupt_store_in_one_line_and_starts_with_recover(tmp_path: Path) -> None:
+    store, spool = tmp_path / "store.sqlite3", tmp_path / "spool"
+    filled_store(store)
+    corrupt_middle_page(store)
+    refused = start_storage(tmp_path, store, spool)
+    assert refused.returncode == 2
+    errors = [line for line in refused.stderr.splitlines() if "error:" in line]
+    assert len(errors) == 1 and "is damaged" in errors[0] and "--recover" in errors[0]
+    assert "Traceback" not in refused.stderr
+    runner = StorageServerRunner(tmp_path / "recovered", {"storage.embedded.path": str(store),
+                                                          "storage.spool_dir": str(spool), "storage.recover": "true"})
+    runner.start()
+    try:
+        with rpc.communicator() as comm:
+            assert 0 < runner.proxy(comm).stats().reviews < ROWS
+    finally:
+        runner.stop()
+    assert "--recover" in runner.process.log_tail(50) if runner.process else False
+
+
+# --- a full disk ----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.ice
+def test_a_full_disk_is_a_declared_error_the_server_survives_and_takes_writes_again(tmp_path: Path) -> None:
+    C = rpc.crawler()
+    with small_tmpfs(tmp_path / "fs", 16) as fs:
+        runner = StorageServerRunner(tmp_path / "server", {"storage.embedded.path": str(fs / "store.sqlite3"),
+                                                           "storage.spool_dir": str(fs / "spool")})
+        runner.start()
+        try:
+            with rpc.communicator() as comm:
+                proxy = runner.proxy(comm)
+                acknowledged = 0
+
+                def write(batch: int) -> None:
+                    nonlocal acknowledged
+                    reviews = [rpc.review_to_slice(make_review(f"b{batch}-{n}", content="好" * 400))
+                               for n in range(100)]
+                    ack = proxy.writeReviews(reviews)
+                    acknowledged += ack.stored + ack.spooled
+
+                write(0)
+                filler = fill(fs)
+                refusal = None
+                for batch in range(1, 200):
+                    try:
+                        write(batch)
+                    except C.StorageUnavailable as exc:
+                        refusal = exc
+                        break
+                assert refusal is not None, "the disk never filled up"
+                assert "full" in refusal.message or "space" in refusal.message
+                assert runner.process is not None and runner.process.alive()
+                filler.unlink()
+                write(1000)  # space is back
+                runner.kill9()
+                runner.start()
+                stats = proxy.stats()
+                assert stats.reviews + stats.spoolDepth == acknowledged  # nothing acknowledged was lost
+        finally:
+            runner.stop()
+        log = runner.process.log_tail(300) if runner.process else ""
+        assert "Traceback" not in log

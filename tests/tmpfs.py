@@ -1,0 +1,47 @@
+"""A small tmpfs for full-disk tests: mounted for one test, filled to the last byte on demand, then unmounted.
+
+Mounting needs root (CI runs as root, see .ci/run); elsewhere the test is skipped with the reason, and under CI
+the same condition fails instead (``tests.requirements``)."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from tests.requirements import skip_or_fail
+
+__all__ = ["fill", "small_tmpfs"]
+
+
+@contextmanager
+def small_tmpfs(path: Path, size_mb: int) -> Iterator[Path]:
+    """A fresh tmpfs of ``size_mb`` MiB at ``path`` for the duration of the block."""
+    path.mkdir(parents=True, exist_ok=True)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_mb}m", "tmpfs", str(path)],
+                             capture_output=True, text=True, check=False)
+    if mounted.returncode != 0:
+        skip_or_fail(f"full-disk test: cannot mount a tmpfs at {path} (needs root): {mounted.stderr.strip()}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], capture_output=True, check=False)
+
+
+def fill(directory: Path) -> Path:
+    """Write a file in ``directory`` until the file system is full; returns it (delete it to free the space)."""
+    filler = directory / "filler"
+    chunk = b"\0" * (1 << 16)
+    with filler.open("wb", buffering=0) as out:
+        try:
+            while True:
+                out.write(chunk)
+        except OSError:
+            pass
+        try:  # the last few bytes
+            while True:
+                out.write(b"\0" * 512)
+        except OSError:
+            pass
+    return filler
