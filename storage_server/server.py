@@ -6,6 +6,7 @@ import logging
 
 from icecrawler import rpc
 from icecrawler.errors import StorageUnavailableError
+from icecrawler.metrics import MetricsConfig, MetricsEndpoint, serve
 from icecrawler.settings import Settings
 from storage_server.servant import StorageServant
 from storage_server.service import StorageService
@@ -31,6 +32,7 @@ def run(settings: Settings, ice_args: list[str]) -> int:
                  counts.reviews, counts.spool_depth)
     except StorageUnavailableError as exc:  # the server starts anyway: writes spool until the backend is back
         log.warning("backend not reachable at start: %s", exc)
+    endpoint = _start_metrics(settings, service)
     comm = rpc.communicator(ice_args, properties=SERVER_PROPERTIES)
     rpc.settle_server_heap()
     try:
@@ -38,4 +40,22 @@ def run(settings: Settings, ice_args: list[str]) -> int:
                   rpc.STORAGE_ENDPOINTS, on_shutdown=service.close)
     finally:
         comm.destroy()
+        if endpoint is not None:
+            endpoint.close()
     return 0
+
+
+def _start_metrics(settings: Settings, service: StorageService) -> MetricsEndpoint | None:
+    """The storage server's /metrics (``metrics.storage.*``), or None when off."""
+    config = MetricsConfig.from_settings(settings, "storage")
+    if config.port == 0:
+        return None
+    from prometheus_client import CollectorRegistry
+
+    from storage_server.metrics import StorageMetrics
+
+    metrics = StorageMetrics(service)
+    registry = CollectorRegistry()
+    metrics.register(registry)
+    service.observer = metrics
+    return serve(config, registry)

@@ -6,11 +6,16 @@ import argparse
 import logging
 import threading
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from icecrawler import rpc
 from icecrawler.clock import Clock
 from icecrawler.commands import BaseCommand
+from icecrawler.metrics import MetricsConfig, MetricsEndpoint, serve
 from icecrawler.settings import Settings
+
+if TYPE_CHECKING:
+    from crawler_client.daemon import ClientDaemon
 
 log = logging.getLogger("icecrawler.client")
 
@@ -66,5 +71,27 @@ class Command(BaseCommand):
             )
             log.info("scheduler: %s; storage: %s", "; ".join(map(str, rpc.scheduler_proxies(comm))),
                      rpc.storage_proxy(comm))
-            daemon.run_until(stop_requested)
+            endpoint = _start_metrics(settings, daemon)
+            try:
+                daemon.run_until(stop_requested)
+            finally:
+                if endpoint is not None:
+                    endpoint.close()
         return 0
+
+
+def _start_metrics(settings: Settings, daemon: ClientDaemon) -> MetricsEndpoint | None:
+    """The client's /metrics (``metrics.client.*``: the first free port of the span), or None when off."""
+    config = MetricsConfig.from_settings(settings, "client")
+    if config.port == 0:
+        return None
+    from prometheus_client import CollectorRegistry
+
+    from crawler_client import observer
+    from crawler_client.metrics import ClientMetrics
+
+    metrics = ClientMetrics(daemon)
+    registry = CollectorRegistry()
+    metrics.register(registry)
+    observer.install(metrics)
+    return serve(config, registry)
