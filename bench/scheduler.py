@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from bench._cluster import cpu_seconds
+from bench._core_cost import core_cycle_cost
 from bench._scrape import Scraper
 from crawler_client.gateways import IceScheduler, ShardedScheduler
 from icecrawler import rpc
@@ -233,7 +234,11 @@ def metrics_ab(group: ProcessGroup, tmp: Path, args: argparse.Namespace) -> tupl
                 raise RuntimeError("the metrics endpoint was never scraped")
             for daemon in daemons:
                 daemon.stop()
-    figures: dict[str, Any] = {"metrics_ab_pairs": args.metrics_pairs, "metrics_ab_scrape_interval_s": 1.0,
+    core = core_cycle_cost(tmp)
+    lines_core = [f"in-process core, CPU per task cycle (median of {core['core_metrics_blocks']} blocks each): "
+                  f"off {core['core_metrics_off_cpu_us_per_cycle']:.1f} us, on "
+                  f"{core['core_metrics_on_cpu_us_per_cycle']:.1f} us, cost {core['core_metrics_cost_cpu_pct']:.1f}%"]
+    figures: dict[str, Any] = {**core, "metrics_ab_pairs": args.metrics_pairs, "metrics_ab_scrape_interval_s": 1.0,
                                "metrics_ab_seconds_per_run": args.seconds,
                                "metrics_ab_load_avg_1m_before": load_before,
                                "metrics_ab_load_avg_1m_after": round(os.getloadavg()[0], 2)}
@@ -256,7 +261,7 @@ def metrics_ab(group: ProcessGroup, tmp: Path, args: argparse.Namespace) -> tupl
         lines.append(f"{clients:>7} {mode:>8} | {off['cycles_per_s']:>12.0f} {on['cycles_per_s']:>12.0f} "
                      f"{throughput_cost:>6.1f}% | {off['server_cpu_us']:>10.1f} {on['server_cpu_us']:>10.1f} "
                      f"{cpu_cost:>6.1f}%")
-    return figures, lines
+    return figures, [*lines_core, *lines]
 
 
 def main(argv: Sequence[str]) -> int:

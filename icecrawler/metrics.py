@@ -35,7 +35,7 @@ from icecrawler.errors import ConfigError
 from icecrawler.settings import Settings
 
 __all__ = ["LATENCY_BUCKETS_S", "Buckets", "MetricsConfig", "MetricsEndpoint", "ScrapeCollector", "Tally",
-           "counter", "gauge", "serve", "status_class"]
+           "counter", "counter_family", "gauge", "histogram_family", "serve", "status_class"]
 
 log = logging.getLogger(__name__)
 
@@ -151,12 +151,9 @@ class Tally:
                 self._values.setdefault(key, 0.0)
 
     def family(self) -> CounterMetricFamily:
-        family = CounterMetricFamily(self.name, self.documentation, labels=self.labels)
         with self._lock:
-            items = sorted(self._values.items())
-        for key, value in items:
-            family.add_metric(list(key), value)
-        return family
+            values = dict(self._values)
+        return counter_family(self.name, self.documentation, self.labels, values)
 
 
 class Buckets:
@@ -192,20 +189,33 @@ class Buckets:
                 row[-1] += value
 
     def family(self) -> HistogramMetricFamily:
-        family = HistogramMetricFamily(self.name, self.documentation, labels=self.labels)
         with self._lock:
-            items = sorted((key, list(row)) for key, row in self._values.items())
-        for key, row in items:
-            cumulative, buckets = 0.0, []
-            for bound, count in zip([*map(_le, self.bounds), "+Inf"], row[:-1], strict=True):
-                cumulative += count
-                buckets.append((bound, cumulative))
-            family.add_metric(list(key), buckets, row[-1])
-        return family
+            rows = {key: list(row) for key, row in self._values.items()}
+        return histogram_family(self.name, self.documentation, self.labels, self.bounds, rows)
 
 
-def _le(bound: float) -> str:
-    return repr(float(bound))
+def counter_family(name: str, documentation: str, labels: Sequence[str], values: dict[Key, float]
+                   ) -> CounterMetricFamily:
+    """A ``_total`` counter family from counts by label values (``name`` without ``_total``)."""
+    family = CounterMetricFamily(name, documentation, labels=list(labels))
+    for key, value in sorted(values.items()):
+        family.add_metric(list(key), value)
+    return family
+
+
+def histogram_family(name: str, documentation: str, labels: Sequence[str], bounds: Sequence[float],
+                     rows: dict[Key, list[float]]) -> HistogramMetricFamily:
+    """A histogram family from per-bucket counts by label values: each row holds one count per bound, one for
+    +Inf, then the sum of the observed values (``Buckets``' layout)."""
+    family = HistogramMetricFamily(name, documentation, labels=list(labels))
+    names = [*(repr(float(bound)) for bound in bounds), "+Inf"]
+    for key, row in sorted(rows.items()):
+        cumulative, buckets = 0.0, []
+        for bound, count in zip(names, row[:-1], strict=True):
+            cumulative += count
+            buckets.append((bound, cumulative))
+        family.add_metric(list(key), buckets, row[-1])
+    return family
 
 
 def gauge(name: str, documentation: str, values: dict[Key, float] | float, labels: Sequence[str] = ()

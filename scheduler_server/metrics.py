@@ -8,6 +8,7 @@ operation; never a task, user or account id.
 
 from __future__ import annotations
 
+import bisect
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -15,7 +16,15 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import Metric
 
-from icecrawler.metrics import LATENCY_BUCKETS_S, Buckets, ScrapeCollector, Tally, gauge
+from icecrawler.metrics import (
+    LATENCY_BUCKETS_S,
+    Buckets,
+    ScrapeCollector,
+    Tally,
+    counter_family,
+    gauge,
+    histogram_family,
+)
 from icecrawler.models import SOURCES, Outcome, Report, Task
 from scheduler_server.codec import TaskRecord
 from scheduler_server.core import SchedulerCore
@@ -37,24 +46,22 @@ class SchedulerMetrics:
     def __init__(self, core: SchedulerCore) -> None:
         self.core = core
         p = "icecrawler_scheduler_"
-        self.leases = Tally(p + "leases", "Tasks leased, by source.", ["source"])
-        self.reports = Tally(p + "reports", "Crawl reports applied, by source and outcome.", ["source", "outcome"])
+        # Per-task counts: plain dicts, updated by the core under its own lock (one loop per call, no lock of
+        # ours) and copied at scrape time (a dict copy is atomic under the GIL).
+        self._leases: dict[str, int] = dict.fromkeys(SOURCES, 0)
+        self._reports: dict[tuple[str, Outcome], int] = {(source, outcome): 0 for source in SOURCES
+                                                          for outcome in Outcome}
+        self._fetches: dict[str, int] = dict.fromkeys(SOURCES, 0)
+        self._new_items: dict[str, int] = dict.fromkeys(SOURCES, 0)
+        self._periods: dict[str, list[float]] = {}
         self.expiries = Tally(p + "lease_expiries", "Leases that ran out unreported, by source.", ["source"])
-        self.fetches = Tally(p + "fetches", "HTTP requests the clients made for the reported crawls, by source.",
-                             ["source"])
-        self.new_items = Tally(p + "new_items", "New items the reported crawls found, by source.", ["source"])
-        self.periods = Buckets(p + "recrawl_period_seconds", "Re-crawl period set by successful reports "
-                               "(simulated seconds), by source.", ["source"], PERIOD_BUCKETS_S)
         self.latency = Buckets(p + "request_duration_seconds", "Time from dispatch to answer of a state-changing "
                                "call, by operation (lease, report, release, add).", ["operation"], LATENCY_BUCKETS_S)
         self.groups = Buckets(p + "group_commit_calls", "Calls run in one group commit (one transaction).", [],
                               GROUP_BUCKETS)
         self.fsyncs = Buckets(p + "fsync_duration_seconds", "Time of one durable sync of the Berkeley DB log.", [],
                               LATENCY_BUCKETS_S)
-        sources = [(source,) for source in SOURCES]
-        for tally in (self.leases, self.expiries, self.fetches, self.new_items):
-            tally.ensure(sources)
-        self.reports.ensure((source, outcome.value) for source in SOURCES for outcome in Outcome)
+        self.expiries.ensure((source,) for source in SOURCES)
 
     def register(self, registry: CollectorRegistry) -> None:
         registry.register(ScrapeCollector(self.collect))
@@ -62,16 +69,25 @@ class SchedulerMetrics:
     # --- CoreObserver --------------------------------------------------------------------------------------
 
     def leased(self, tasks: Sequence[Task]) -> None:
-        self.leases.add_all((task.source,) for task in tasks)
+        leases = self._leases
+        for task in tasks:
+            leases[task.source] = leases.get(task.source, 0) + 1
 
     def reported(self, records: Sequence[TaskRecord], reports: Sequence[Report]) -> None:
-        pairs = [(record.source, item) for record, item in zip(records, reports, strict=True)]
-        self.reports.add_all((source, item.outcome.value) for source, item in pairs)
-        self.fetches.add_amounts(((source,), item.fetches) for source, item in pairs)
-        self.new_items.add_amounts(((source,), item.new_items) for source, item in pairs)
-        self.periods.observe_all(((record.source,), record.period_s) for record, item in zip(records, reports,
-                                                                                              strict=True)
-                                 if item.outcome is Outcome.Ok)
+        counts, fetches, new_items, periods = self._reports, self._fetches, self._new_items, self._periods
+        ok, bounds = Outcome.Ok, PERIOD_BUCKETS_S
+        for record, item in zip(records, reports, strict=True):
+            source, outcome = record.source, item.outcome
+            key = (source, outcome)
+            counts[key] = counts.get(key, 0) + 1
+            fetches[source] = fetches.get(source, 0) + item.fetches
+            new_items[source] = new_items.get(source, 0) + item.new_items
+            if outcome is ok:
+                row = periods.get(source)
+                if row is None:
+                    row = periods[source] = [0.0] * (len(bounds) + 2)
+                row[bisect.bisect_left(bounds, record.period_s)] += 1
+                row[-1] += record.period_s
 
     def expired(self, records: Sequence[TaskRecord]) -> None:
         self.expiries.add_all((record.source,) for record in records)
@@ -108,8 +124,18 @@ class SchedulerMetrics:
         if callable(gaps):
             yield gauge(p + "open_page_cap_gaps", "Tasks whose last crawl stopped at the page cap before reaching "
                         "its cursor (items may have been skipped).", float(gaps()))
-        for metric in (self.leases, self.reports, self.expiries, self.fetches, self.new_items, self.periods,
-                       self.latency, self.groups, self.fsyncs):
+        yield counter_family(p + "leases", "Tasks leased, by source.", ["source"],
+                             {(source,): n for source, n in dict(self._leases).items()})
+        yield counter_family(p + "reports", "Crawl reports applied, by source and outcome.", ["source", "outcome"],
+                             {(source, outcome.value): n for (source, outcome), n in dict(self._reports).items()})
+        yield counter_family(p + "fetches", "HTTP requests the clients made for the reported crawls, by source.",
+                             ["source"], {(source,): n for source, n in dict(self._fetches).items()})
+        yield counter_family(p + "new_items", "New items the reported crawls found, by source.", ["source"],
+                             {(source,): n for source, n in dict(self._new_items).items()})
+        yield histogram_family(p + "recrawl_period_seconds", "Re-crawl period set by successful reports (simulated "
+                               "seconds), by source.", ["source"], PERIOD_BUCKETS_S,
+                               {(source,): list(row) for source, row in dict(self._periods).items()})
+        for metric in (self.expiries, self.latency, self.groups, self.fsyncs):
             yield metric.family()
 
 

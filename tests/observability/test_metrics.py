@@ -8,13 +8,13 @@ from __future__ import annotations
 import socket
 import subprocess
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from crawler_client.http import Fetcher, FetchPolicy
+from crawler_client.http import Fetcher, FetchPolicy, RawResponse
 from crawler_client.sources.base import PageRequest
 from icecrawler.errors import ConfigError
 from icecrawler.metrics import Buckets, MetricsConfig, ScrapeCollector, Tally, serve, status_class
@@ -175,7 +175,9 @@ def test_scheduler_metrics_count_leases_reports_expiries_and_groups() -> None:
     assert 'icecrawler_scheduler_tasks{state="pending"} 3.0' in text
     assert "icecrawler_scheduler_group_commit_calls_count 4.0" in text  # two adds, a lease, a report
     assert "icecrawler_scheduler_fsync_duration_seconds_count" in text
-    assert "icecrawler_scheduler_due_backlog_tasks 2.0" in text  # the expired two are due again
+    # All three are due: the reported one after its 60 s period (59 minutes overdue), the expired two at once.
+    assert "icecrawler_scheduler_due_backlog_tasks 3.0" in text
+    assert "icecrawler_scheduler_due_backlog_age_seconds 3540.0" in text
     promtool_check(text)
 
 
@@ -204,7 +206,7 @@ def test_the_fetcher_reports_every_request_to_its_hook() -> None:
 
     class Answer:
         status = 200
-        headers: dict[str, str] = {}
+        headers: Mapping[str, str] = {}
         url = "http://x/"
 
         def iter_chunks(self) -> Iterator[bytes]:
@@ -214,7 +216,7 @@ def test_the_fetcher_reports_every_request_to_its_hook() -> None:
             pass
 
     class Transport:
-        def send(self, request: object, headers: object, timeout_s: float) -> Answer:
+        def send(self, request: PageRequest, headers: Mapping[str, str], timeout_s: float) -> RawResponse:
             return Answer()
 
     policy = FetchPolicy.from_settings(Settings())
