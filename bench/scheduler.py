@@ -303,6 +303,7 @@ def main(argv: Sequence[str]) -> int:
     ab_lines: list[str] = []
     with tempfile.TemporaryDirectory(prefix="bench-scheduler-") as name, ProcessGroup(Path(name) / "logs") as group:
         tmp = Path(name)
+        ab_figures: dict[str, Any] = {}
         if args.metrics_pairs > 0:
             ab_figures, ab_lines = metrics_ab(group, tmp, args)
             figures.update(ab_figures)
@@ -332,8 +333,21 @@ def main(argv: Sequence[str]) -> int:
                                                               for c in client_counts)
             for daemon in daemons:  # idle daemons would still wake up and take CPU from the next runs
                 daemon.stop()
-    figures["load_avg_1m_after"] = round(os.getloadavg()[0], 2)
+    if not args.only_metrics:
+        figures["load_avg_1m_after"] = round(os.getloadavg()[0], 2)
+        print_matrix(args, figures, rows)
+    if ab_lines:
+        print(f"\n/metrics cost: metrics off vs on (scraped every second), one daemon, median of {args.metrics_pairs} "
+              "alternating pairs")
+        print("\n".join(ab_lines))
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.json).write_text(json.dumps(figures, indent=2, sort_keys=True) + "\n")
+    print(f"wrote {args.json}")
+    return 0
 
+
+def print_matrix(args: argparse.Namespace, figures: dict[str, Any], rows: list[Any]) -> None:
+    """The main table: scheduler vs echo for every shard count, client count and call mode."""
     print(f"scheduler task cycles (lease + report), durable commits, {args.seconds:.0f} s per run, "
           f"batch {BATCH}, {args.server_threads} dispatch threads; "
           f"load average {figures['load_avg_1m_before']} -> {figures['load_avg_1m_after']}")
@@ -344,14 +358,6 @@ def main(argv: Sequence[str]) -> int:
         print(f"{shards:>6} {clients:>7} {mode:>8} | {sched['cycles_per_s']:>11.0f} {sched['p50_ms']:>8.2f} "
               f"{sched['p99_ms']:>8.2f} | {echo['cycles_per_s']:>9.0f} {echo['p50_ms']:>8.2f} "
               f"{echo['p99_ms']:>8.2f} | {ratio:>10.2f} | {sched['server_cpu_us']:>19.1f}")
-    if ab_lines:
-        print(f"\n/metrics cost: metrics off vs on (scraped every second), one daemon, median of {args.metrics_pairs} "
-              "alternating pairs")
-        print("\n".join(ab_lines))
-    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.json).write_text(json.dumps(figures, indent=2, sort_keys=True) + "\n")
-    print(f"wrote {args.json}")
-    return 0
 
 
 if __name__ == "__main__":

@@ -99,7 +99,7 @@ def serve(config: MetricsConfig, registry: CollectorRegistry, offset: int = 0) -
         endpoint = MetricsEndpoint(config.address, port, server, thread)
         log.info("%s metrics at %s", config.role, endpoint.url)
         return endpoint
-    log.error("metrics.%s: ports %d-%d on %s are all taken: this %s runs without /metrics", config.role, first,
+    log.warning("metrics.%s: ports %d-%d on %s are all taken: this %s runs without /metrics", config.role, first,
               first + config.port_span - 1, config.address, config.role)
     return None
 

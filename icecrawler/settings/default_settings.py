@@ -82,7 +82,7 @@ DEFAULTS: dict[str, Any] = {
     "metrics.scheduler.port_span": 1,
     "metrics.storage.address": "127.0.0.1",
     "metrics.storage.port": 9420,
-    "metrics.storage.port_span": 1,
+    "metrics.storage.port_span": 4,
 
     # --- sandbox: the local stand-in sites (sandbox/, docs/SANDBOX.md) ---------------------------------------
     "sandbox.host": "127.0.0.1",

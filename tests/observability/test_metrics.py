@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import socket
 import subprocess
+import threading
 import urllib.request
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -223,3 +224,50 @@ def test_the_fetcher_reports_every_request_to_its_hook() -> None:
     fetcher = Fetcher(Transport(), policy, on_response=lambda status, size, seconds: seen.append((status, size)))
     fetcher.fetch(PageRequest(url="http://x/"))
     assert seen == [(200, 5)]
+
+
+def test_client_metrics_count_the_daemons_crawls_and_state() -> None:
+    from crawler_client import observer
+    from crawler_client.metrics import ClientMetrics
+    from tests.client.test_runtime_daemon import Scheduler, Storage, config, make, wait_until
+
+    scheduler, storage = Scheduler(tasks=10), Storage()
+    daemon, _ = make(scheduler, storage, config(), threading.Event())
+    metrics = ClientMetrics(daemon)
+    observer.install(metrics)
+    try:
+        daemon.start()
+        try:
+            assert wait_until(lambda: len(scheduler.reports) == 10)
+            observer.current().session_renewed("ecshop")
+            observer.current().fetched("jd", 0, 0, 0.2)
+        finally:
+            daemon.stop()
+    finally:
+        observer.install(observer.NullObserver())
+    registry = CollectorRegistry()
+    metrics.register(registry)
+    text = render(registry)
+    assert 'icecrawler_client_crawls_total{outcome="Ok",source="weibo_mobile"} 10.0' in text
+    assert 'icecrawler_client_new_items_total{source="weibo_mobile"} 10.0' in text
+    assert 'icecrawler_client_session_renewals_total{source="ecshop"} 1.0' in text
+    assert 'icecrawler_client_fetches_total{source="jd",status_class="none"} 1.0' in text
+    assert "icecrawler_client_tasks_reported_total 10.0" in text
+    assert "icecrawler_client_busy_workers 0.0" in text and "icecrawler_client_workers 2.0" in text
+    promtool_check(text)
+
+
+def test_scheduler_shard_k_listens_at_port_plus_k_and_targets_probe_every_shard() -> None:
+    endpoint, base = None, 0
+    for _ in range(20):  # port + 1 may belong to another process: then try another base
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            base = sock.getsockname()[1]
+        endpoint = serve(MetricsConfig("scheduler", "127.0.0.1", base, 1), CollectorRegistry(), offset=1)
+        if endpoint is not None:
+            break
+    assert endpoint is not None
+    endpoint.close()
+    assert endpoint.port == base + 1
+    settings = Settings().copy_with(metrics__scheduler__port=base, scheduler__shards=3)
+    assert candidate_ports(settings, "scheduler") == [base, base + 1, base + 2]

@@ -103,7 +103,7 @@ def test_prometheus_sees_the_crawl_the_outage_and_every_dashboard_panel(tmp_path
         found = subprocess.run(icecrawler_argv(
             "targets", "--hosts", "127.0.0.1", "--dir", str(tmp_path / "prom" / "targets"),
             f"--set=metrics.scheduler.port={stack.metrics_ports['scheduler']}",
-            f"--set=metrics.storage.port={stack.metrics_ports['storage']}",
+            f"--set=metrics.storage.port={stack.metrics_ports['storage']}", "--set=metrics.storage.port_span=1",
             f"--set=metrics.client.port={client_port}", "--set=metrics.client.port_span=2"),
             capture_output=True, text=True, timeout=60)
         assert found.returncode == 0, found.stderr
