@@ -126,10 +126,10 @@ class Maintenance(threading.Thread):
         self.join(timeout=10)
 
 
-def _start_metrics(settings: Settings, core: SchedulerCore) -> tuple[Callable[[str, Any], Any], MetricsEndpoint | None]:
+def _start_metrics(config: MetricsConfig, core: SchedulerCore
+                   ) -> tuple[Callable[[str, Any], Any], MetricsEndpoint | None]:
     """The scheduler's /metrics (``metrics.scheduler.*``; shard K at port + K): the servant's latency timer and
     the endpoint, or no timer and None when off."""
-    config = MetricsConfig.from_settings(settings, "scheduler")
     if config.port == 0:
         return _untimed, None
     from prometheus_client import CollectorRegistry
@@ -155,6 +155,7 @@ def open_core(settings: Settings) -> SchedulerCore:
 
 def run(settings: Settings, ice_args: Sequence[str]) -> int:
     """Serve until SIGTERM/SIGINT: then refuse new leases, drain dispatches, close the environment."""
+    metrics_config = MetricsConfig.from_settings(settings, "scheduler")  # a bad value fails before anything starts
     core = open_core(settings)
     rpc.settle_server_heap()  # after the queue index is loaded, so that collections never walk it
     maintenance = Maintenance(core, settings.get_float("scheduler.maintenance_interval_s"),
@@ -164,7 +165,7 @@ def run(settings: Settings, ice_args: Sequence[str]) -> int:
              f" shard {core.config.shard} of {core.config.shards}" if core.config.shards > 1 else "", stats["tasks"],
              stats["pending"], stats["inflight"], stats["detail"]["policy"], settings.get_str("scheduler.db_dir"))
     maintenance.start()
-    timed, endpoint = _start_metrics(settings, core)
+    timed, endpoint = _start_metrics(metrics_config, core)
 
     closed = threading.Event()
 

@@ -25,6 +25,7 @@ SERVER_PROPERTIES = {
 
 def run(settings: Settings, ice_args: list[str]) -> int:
     """Serve until SIGTERM/SIGINT. Spooled records left from an earlier run are replayed at once."""
+    metrics_config = MetricsConfig.from_settings(settings, "storage")  # a bad value fails before anything starts
     service = StorageService.from_settings(settings)
     try:
         counts = service.stats()
@@ -32,7 +33,7 @@ def run(settings: Settings, ice_args: list[str]) -> int:
                  counts.reviews, counts.spool_depth)
     except StorageUnavailableError as exc:  # the server starts anyway: writes spool until the backend is back
         log.warning("backend not reachable at start: %s", exc)
-    endpoint = _start_metrics(settings, service)
+    endpoint = _start_metrics(metrics_config, service)
     comm = rpc.communicator(ice_args, properties=SERVER_PROPERTIES)
     rpc.settle_server_heap()
     try:
@@ -45,9 +46,8 @@ def run(settings: Settings, ice_args: list[str]) -> int:
     return 0
 
 
-def _start_metrics(settings: Settings, service: StorageService) -> MetricsEndpoint | None:
+def _start_metrics(config: MetricsConfig, service: StorageService) -> MetricsEndpoint | None:
     """The storage server's /metrics (``metrics.storage.*``), or None when off."""
-    config = MetricsConfig.from_settings(settings, "storage")
     if config.port == 0:
         return None
     from prometheus_client import CollectorRegistry

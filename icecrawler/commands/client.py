@@ -51,6 +51,7 @@ class Command(BaseCommand):
         from shhd.fingerprint import fingerprint_texts
 
         config = DaemonConfig.from_settings(settings)
+        metrics_config = MetricsConfig.from_settings(settings, "client")  # a bad value fails before anything starts
         runner_config = RunnerConfig.from_settings(settings)
         clock = Clock.from_settings(settings)
         # jieba loads its dictionary on first use (about a second of CPU, GIL held): pay it before leasing, not
@@ -71,7 +72,7 @@ class Command(BaseCommand):
             )
             log.info("scheduler: %s; storage: %s", "; ".join(map(str, rpc.scheduler_proxies(comm))),
                      rpc.storage_proxy(comm))
-            endpoint = _start_metrics(settings, daemon)
+            endpoint = _start_metrics(metrics_config, daemon)
             try:
                 daemon.run_until(stop_requested)
             finally:
@@ -80,9 +81,8 @@ class Command(BaseCommand):
         return 0
 
 
-def _start_metrics(settings: Settings, daemon: ClientDaemon) -> MetricsEndpoint | None:
+def _start_metrics(config: MetricsConfig, daemon: ClientDaemon) -> MetricsEndpoint | None:
     """The client's /metrics (``metrics.client.*``: the first free port of the span), or None when off."""
-    config = MetricsConfig.from_settings(settings, "client")
     if config.port == 0:
         return None
     from prometheus_client import CollectorRegistry

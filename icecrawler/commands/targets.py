@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 import threading
 from pathlib import Path
 
@@ -31,7 +32,7 @@ class Command(BaseCommand):
 
         hosts = [host.strip() for host in args.hosts.split(",") if host.strip()]
         if not hosts:
-            print("icecrawler targets: --hosts names no host")
+            print("icecrawler targets: --hosts names no host", file=sys.stderr)
             return 2
         stop = threading.Event()
         with rpc.stop_on_signals(stop):

@@ -271,3 +271,24 @@ def test_scheduler_shard_k_listens_at_port_plus_k_and_targets_probe_every_shard(
     assert endpoint.port == base + 1
     settings = Settings().copy_with(metrics__scheduler__port=base, scheduler__shards=3)
     assert candidate_ports(settings, "scheduler") == [base, base + 1, base + 2]
+
+
+@pytest.mark.parametrize("role", ["scheduler", "storage", "client"])
+def test_a_daemon_with_a_bad_metrics_port_stops_with_a_clear_error_before_starting(
+        role: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from icecrawler.cli import main
+
+    code = main([role, f"--set=metrics.{role}.port=99999", f"--set=scheduler.db_dir={tmp_path / 'db'}",
+                 f"--set=storage.spool_dir={tmp_path / 'spool'}",
+                 f"--set=storage.embedded.path={tmp_path / 'store.sqlite3'}"])
+    assert code == 2
+    assert f"metrics.{role}.port must be 0 (off) or a TCP port, got 99999" in capsys.readouterr().err
+    assert not (tmp_path / "db").exists() and not (tmp_path / "spool").exists()
+
+
+def test_targets_refuses_an_empty_host_list(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from icecrawler.cli import main
+
+    assert main(["targets", "--hosts", " , ", "--dir", str(tmp_path / "t")]) == 2
+    assert "--hosts names no host" in capsys.readouterr().err
+    assert not (tmp_path / "t").exists()
