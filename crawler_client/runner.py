@@ -30,7 +30,7 @@ from icecrawler.errors import FetchError
 from icecrawler.models import SOURCES, Outcome, Task
 from icecrawler.settings import Settings
 
-__all__ = ["FORM_LOGINS", "FormLogin", "RunnerConfig", "TaskRunner"]
+__all__ = ["FORM_LOGINS", "FormLogin", "RunnerConfig", "TaskRunner", "TimedParse"]
 
 log = logging.getLogger(__name__)
 
