@@ -29,6 +29,7 @@ from typing import Any
 
 import requests
 
+from bench._scrape import Scraper
 from crawler_client.crawl import item_text
 from crawler_client.sources import get_source
 from crawler_client.sources._decode import decode_body, make_soup, strip_jsonp
@@ -148,7 +149,9 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def throughput(workers: int, latency_ms: int, products: int, users: int, backlog: int) -> dict[str, Any]:
+def throughput(workers: int, latency_ms: int, products: int, users: int, backlog: int, metrics: bool = True
+               ) -> dict[str, Any]:
+    """One run; ``metrics``: the client serves /metrics and is scraped once a second (else metrics.client.port=0)."""
     from icecrawler.stack import running_stack
 
     max_pages = backlog // 10 + 1
@@ -161,7 +164,8 @@ def throughput(workers: int, latency_ms: int, products: int, users: int, backlog
                            scheduler_settings=scheduler, client_settings=client) as stack:
             ids = [f"jd:{p.id}" for p in stack.scenario.products]
             ids += [f"weibo_mobile:{u.uid}" for u in stack.scenario.users]
-            process = stack.start_client("bench-client")
+            process = stack.start_client("bench-client", None if metrics else {"metrics.client.port": 0})
+            scraper = Scraper([stack.metrics_urls()["bench-client"]] if metrics else [])
             started = time.monotonic() + 60
             while "started" not in process.log_path.read_text(errors="replace") and time.monotonic() < started:
                 time.sleep(0.1)
@@ -175,6 +179,7 @@ def throughput(workers: int, latency_ms: int, products: int, users: int, backlog
                 time.sleep(1.0)
             stored = len(stack.stored())
             client_cpu_s = _cpu_seconds(process.pid) - cpu_before
+            scrapes = scraper.stop()
             load = os.getloadavg()[0]
             process.stop(timeout_s=20)
             site = [r for r in stack.requests() if r["site"] in ("jd", "m")]
@@ -191,7 +196,9 @@ def throughput(workers: int, latency_ms: int, products: int, users: int, backlog
             "client_share_of_ceiling": round(client_rate / ceiling, 3),
             "raw_share_of_ceiling": round(raw_rate / ceiling, 3),
             "client_cpu_ms_per_page": round(client_cpu_s * 1000 / max(1, pages), 2),
-            "machine_load_avg_1min": round(load, 2), "cpu_cores": os.cpu_count()}
+            "machine_load_avg_1min": round(load, 2), "cpu_cores": os.cpu_count(), "metrics": metrics,
+            "scrapes": scrapes}
+
 
 
 def headline(result: dict[str, Any]) -> dict[str, Any]:
@@ -208,6 +215,16 @@ def headline(result: dict[str, Any]) -> dict[str, Any]:
                     "client_share_of_ceiling", "raw_share_of_ceiling", "client_cpu_ms_per_page",
                     "machine_load_avg_1min", "items_published", "items_stored"):
             flat[f"{prefix}_{key}"] = tp[key]
+        ab = tp.get("metrics_ab", {})
+        for state, figures in ab.items():
+            flat[f"{prefix}_metrics_{state}_client_pages_per_s"] = figures["client_pages_per_s"]
+            flat[f"{prefix}_metrics_{state}_client_cpu_ms_per_page"] = figures["client_cpu_ms_per_page"]
+        if {"on", "off"} <= ab.keys():
+            off, on = ab["off"], ab["on"]
+            flat[f"{prefix}_metrics_cost_throughput_pct"] = round(
+                100 * (off["client_pages_per_s"] - on["client_pages_per_s"]) / off["client_pages_per_s"], 2)
+            flat[f"{prefix}_metrics_cost_cpu_pct"] = round(
+                100 * (on["client_cpu_ms_per_page"] - off["client_cpu_ms_per_page"]) / off["client_cpu_ms_per_page"], 2)
     return flat
 
 
@@ -223,6 +240,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--runs", type=int, default=2, help="throughput runs per worker count; the best counts "
                         "(default 2)")
     parser.add_argument("--skip-throughput", action="store_true", help="only the CPU part")
+    parser.add_argument("--metrics", default="off,on", help="throughput runs with the client's /metrics off and/or "
+                        "on (scraped every second), alternating, comma-separated (default: off,on)")
     parser.add_argument("--no-write", action="store_true", help="print only")
     args = parser.parse_args(argv)
 
@@ -237,11 +256,17 @@ def main(argv: list[str]) -> int:
     result["throughput"] = []
     for workers in [] if args.skip_throughput else args.workers:
         # Best of --runs: on a shared machine the other tenants' load only ever slows a run down.
-        runs = [throughput(workers, args.latency_ms, args.products, args.users, args.backlog)
-                for _ in range(args.runs)]
-        tp = max(runs, key=lambda run: run["client_pages_per_s"])
+        states = [state.strip() == "on" for state in args.metrics.split(",") if state.strip()]
+        runs = [throughput(workers, args.latency_ms, args.products, args.users, args.backlog, metrics)
+                for _ in range(args.runs) for metrics in states]
+        best = {metrics: max((run for run in runs if run["metrics"] is metrics),
+                             key=lambda run: run["client_pages_per_s"]) for metrics in set(states)}
+        tp = dict(best[states[-1]])
+        tp["metrics_ab"] = {("on" if metrics else "off"): {key: run[key] for key in (
+            "client_pages_per_s", "client_cpu_ms_per_page", "scrapes")} for metrics, run in best.items()}
         tp["runs"] = [{key: run[key] for key in ("client_pages_per_s", "raw_requests_pages_per_s",
-                                                 "machine_load_avg_1min")} for run in runs]
+                                                 "machine_load_avg_1min", "metrics", "client_cpu_ms_per_page")}
+                      for run in runs]
         result["throughput"].append(tp)
         print()
         print(f"best of {len(runs)} run(s): one client process, {tp['workers']} workers, sandbox latency "
@@ -252,6 +277,9 @@ def main(argv: list[str]) -> int:
         print(f"{'icecrawler client':34s} {tp['client_pages_per_s']:8.1f} {tp['client_share_of_ceiling']:11.1%}")
         print(f"{'baseline: bare requests threads':34s} {tp['raw_requests_pages_per_s']:8.1f} "
               f"{tp['raw_share_of_ceiling']:11.1%}")
+        for state, ab in sorted(tp["metrics_ab"].items()):
+            print(f"metrics {state:3s} (best of {args.runs}): {ab['client_pages_per_s']:8.1f} pages/s, "
+                  f"{ab['client_cpu_ms_per_page']:.2f} ms CPU per page, {ab['scrapes']} scrapes")
         print(f"client CPU {tp['client_cpu_ms_per_page']:.1f} ms per page (whole process: fetch, parse, fingerprint, "
               f"Ice); machine load average {tp['machine_load_avg_1min']} on {tp['cpu_cores']} cores")
     if not args.no_write:

@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from bench._cluster import cpu_seconds
+from bench._core_cost import core_cycle_cost
+from bench._scrape import Scraper
 from crawler_client.gateways import IceScheduler, ShardedScheduler
 from icecrawler import rpc
 from icecrawler.models import TaskKind
@@ -169,14 +171,16 @@ def shard_hosts(shards: int) -> dict[str, str]:
             for shard, source in enumerate(list(BENCH_SOURCES)[:shards])}
 
 
-def start_scheduler(group: ProcessGroup, tmp: Path, tasks: int, threads: int, shards: int
+def start_scheduler(group: ProcessGroup, tmp: Path, tasks: int, threads: int, shards: int, metrics_port: int = 0
                     ) -> tuple[str, list[ManagedProcess]]:
     """Start the scheduler as ``shards`` daemons and seed ``tasks`` (spread over one source per shard, through
-    the clients' routing gateway): the ``;``-separated shard proxies and the daemons."""
+    the clients' routing gateway): the ``;``-separated shard proxies and the daemons. ``metrics_port``: shard K
+    serves /metrics at that port + K (0: metrics off)."""
+    tmp.mkdir(parents=True, exist_ok=True)
     hosts = shard_hosts(shards)
     settings = {"scheduler.durable_commits": "true", "scheduler.policy": "fixed", "scheduler.min_period_s": "0.001",
                 "scheduler.initial_period_s": "0.001", "scheduler.max_period_s": "1", "scheduler.lease_s": "60",
-                "log.level": "WARNING", "scheduler.shards": str(shards),
+                "log.level": "WARNING", "scheduler.shards": str(shards), "metrics.scheduler.port": str(metrics_port),
                 **{f"sources.{source}.base_url": f"http://{host}/{source}" for source, host in hosts.items()}}
     proxies, daemons = [], []
     for shard in range(shards):
@@ -209,6 +213,57 @@ def start_echo(group: ProcessGroup, threads: int) -> tuple[str, int]:
     return f"echo:tcp -h 127.0.0.1 -p {echo_port}", echo.pid
 
 
+def metrics_ab(group: ProcessGroup, tmp: Path, args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
+    """The cost of /metrics: one daemon with metrics off, then on (scraped every second), in ``--metrics-pairs``
+    alternating pairs, each measured with 8 clients making batched calls and 1 client making single calls. The
+    median of the pairs counts. Returns the figures and the table lines."""
+    runs: dict[tuple[bool, int, str], list[dict[str, float]]] = {}
+    cases = ((8, "batched"), (1, "single"))
+    load_before = round(os.getloadavg()[0], 2)
+    for pair in range(args.metrics_pairs):
+        for metrics in (False, True):
+            port = free_port() if metrics else 0
+            proxy, daemons = start_scheduler(group, tmp / f"ab-{pair}-{int(metrics)}", args.tasks,
+                                             args.server_threads, 1, port)
+            scraper = Scraper([f"http://127.0.0.1:{port}/metrics"] if metrics else [])
+            for clients, mode in cases:
+                runs.setdefault((metrics, clients, mode), []).append(measure(
+                    group, proxy, [daemon.pid for daemon in daemons], "scheduler", clients, MODES[mode], args.seconds,
+                    tmp))
+            if metrics and not scraper.stop():
+                raise RuntimeError("the metrics endpoint was never scraped")
+            for daemon in daemons:
+                daemon.stop()
+    core = core_cycle_cost(tmp)
+    lines_core = [f"in-process core, CPU per task cycle (median of {core['core_metrics_blocks']} blocks each): "
+                  f"off {core['core_metrics_off_cpu_us_per_cycle']:.1f} us, on "
+                  f"{core['core_metrics_on_cpu_us_per_cycle']:.1f} us, cost {core['core_metrics_cost_cpu_pct']:.1f}%"]
+    figures: dict[str, Any] = {**core, "metrics_ab_pairs": args.metrics_pairs, "metrics_ab_scrape_interval_s": 1.0,
+                               "metrics_ab_seconds_per_run": args.seconds,
+                               "metrics_ab_load_avg_1m_before": load_before,
+                               "metrics_ab_load_avg_1m_after": round(os.getloadavg()[0], 2)}
+    lines = [f"{'clients':>7} {'calls':>8} | {'off cycles/s':>12} {'on cycles/s':>12} {'cost':>7} | "
+             f"{'off CPU us':>10} {'on CPU us':>10} {'cost':>7}"]
+    for clients, mode in cases:
+        off = {key: statistics.median(r[key] for r in runs[(False, clients, mode)]) for key in ("cycles_per_s",
+                                                                                                 "server_cpu_us")}
+        on = {key: statistics.median(r[key] for r in runs[(True, clients, mode)]) for key in ("cycles_per_s",
+                                                                                               "server_cpu_us")}
+        key = f"{mode}_{clients}c"
+        throughput_cost = 100 * (off["cycles_per_s"] - on["cycles_per_s"]) / off["cycles_per_s"]
+        cpu_cost = 100 * (on["server_cpu_us"] - off["server_cpu_us"]) / off["server_cpu_us"]
+        figures.update({f"metrics_off_{key}_cycles_per_s": round(off["cycles_per_s"], 1),
+                        f"metrics_on_{key}_cycles_per_s": round(on["cycles_per_s"], 1),
+                        f"metrics_off_{key}_server_cpu_us_per_cycle": round(off["server_cpu_us"], 1),
+                        f"metrics_on_{key}_server_cpu_us_per_cycle": round(on["server_cpu_us"], 1),
+                        f"metrics_cost_{key}_throughput_pct": round(throughput_cost, 2),
+                        f"metrics_cost_{key}_server_cpu_pct": round(cpu_cost, 2)})
+        lines.append(f"{clients:>7} {mode:>8} | {off['cycles_per_s']:>12.0f} {on['cycles_per_s']:>12.0f} "
+                     f"{throughput_cost:>6.1f}% | {off['server_cpu_us']:>10.1f} {on['server_cpu_us']:>10.1f} "
+                     f"{cpu_cost:>6.1f}%")
+    return figures, [*lines_core, *lines]
+
+
 def main(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(prog="icecrawler bench scheduler", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -220,6 +275,10 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--json", default=str(DEFAULT_JSON), help="where to write the headline figures")
     parser.add_argument("--server-threads", type=int, default=int(SCHEDULER_PROPERTIES["Ice.ThreadPool.Server.Size"]),
                         help="dispatch threads of the scheduler and of the echo server (default: the daemon's)")
+    parser.add_argument("--metrics-pairs", type=int, default=2,
+                        help="off/on pairs of the metrics cost runs (0: skip them)")
+    parser.add_argument("--only-metrics", action="store_true",
+                        help="run only the metrics cost runs; their figures are merged into the existing --json")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--serve-echo", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
@@ -241,11 +300,21 @@ def main(argv: Sequence[str]) -> int:
                                "tasks_seeded": args.tasks, "server_threads": args.server_threads,
                                "load_avg_1m_before": round(os.getloadavg()[0], 2)}
     rows = []
+    ab_lines: list[str] = []
     with tempfile.TemporaryDirectory(prefix="bench-scheduler-") as name, ProcessGroup(Path(name) / "logs") as group:
         tmp = Path(name)
-        echo_proxy, echo_pid = start_echo(group, args.server_threads)
+        ab_figures: dict[str, Any] = {}
+        if args.metrics_pairs > 0:
+            ab_figures, ab_lines = metrics_ab(group, tmp, args)
+            figures.update(ab_figures)
+        if args.only_metrics:
+            shard_counts = []
+            old = Path(args.json)
+            figures = {**(json.loads(old.read_text()) if old.exists() else {}), **ab_figures}
+        echo_proxy, echo_pid = start_echo(group, args.server_threads) if shard_counts else ("", 0)
         for shards in shard_counts:
-            proxy, daemons = start_scheduler(group, tmp, args.tasks, args.server_threads, shards)
+            # The daemons as deployed: /metrics on (nobody scrapes it here; see metrics_ab for the cost).
+            proxy, daemons = start_scheduler(group, tmp, args.tasks, args.server_threads, shards, free_port())
             targets = {"scheduler": (proxy, [daemon.pid for daemon in daemons]), "echo": (echo_proxy, [echo_pid])}
             suffix = "" if shards == 1 else f"_{shards}shards"
             for clients in client_counts:
@@ -264,8 +333,21 @@ def main(argv: Sequence[str]) -> int:
                                                               for c in client_counts)
             for daemon in daemons:  # idle daemons would still wake up and take CPU from the next runs
                 daemon.stop()
-    figures["load_avg_1m_after"] = round(os.getloadavg()[0], 2)
+    if not args.only_metrics:
+        figures["load_avg_1m_after"] = round(os.getloadavg()[0], 2)
+        print_matrix(args, figures, rows)
+    if ab_lines:
+        print(f"\n/metrics cost: metrics off vs on (scraped every second), one daemon, median of {args.metrics_pairs} "
+              "alternating pairs")
+        print("\n".join(ab_lines))
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.json).write_text(json.dumps(figures, indent=2, sort_keys=True) + "\n")
+    print(f"wrote {args.json}")
+    return 0
 
+
+def print_matrix(args: argparse.Namespace, figures: dict[str, Any], rows: list[Any]) -> None:
+    """The main table: scheduler vs echo for every shard count, client count and call mode."""
     print(f"scheduler task cycles (lease + report), durable commits, {args.seconds:.0f} s per run, "
           f"batch {BATCH}, {args.server_threads} dispatch threads; "
           f"load average {figures['load_avg_1m_before']} -> {figures['load_avg_1m_after']}")
@@ -276,10 +358,6 @@ def main(argv: Sequence[str]) -> int:
         print(f"{shards:>6} {clients:>7} {mode:>8} | {sched['cycles_per_s']:>11.0f} {sched['p50_ms']:>8.2f} "
               f"{sched['p99_ms']:>8.2f} | {echo['cycles_per_s']:>9.0f} {echo['p50_ms']:>8.2f} "
               f"{echo['p99_ms']:>8.2f} | {ratio:>10.2f} | {sched['server_cpu_us']:>19.1f}")
-    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.json).write_text(json.dumps(figures, indent=2, sort_keys=True) + "\n")
-    print(f"wrote {args.json}")
-    return 0
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from crawler_client import observer
 from crawler_client.crawl import CrawlResult, failure_report
 from crawler_client.gateways import SchedulerGateway, StorageGateway
 from crawler_client.runner import TaskRunner
@@ -193,6 +194,11 @@ class ClientDaemon:
 
     # --- threads ------------------------------------------------------------------------------------------
 
+    def busy_workers(self) -> int:
+        """Crawl threads crawling a task now (the metrics' gauge)."""
+        with self._running_lock:
+            return self._running
+
     def _in_flight(self) -> int:
         with self._running_lock:
             return self._tasks.qsize() + self._running
@@ -218,9 +224,12 @@ class ClientDaemon:
         """Wait as the failure asks: until the next task is due (NoWork), else a growing backoff."""
         if isinstance(exc, NoWorkError):
             due_s = exc.next_due_in_ms / 1000 if exc.next_due_in_ms >= 0 else self.config.idle_sleep_s
-            self._stopping.wait(max(0.0, min(due_s, self.config.idle_sleep_s)))
+            wait = max(0.0, min(due_s, self.config.idle_sleep_s))
+            observer.current().waited("no_work", wait)
+            self._stopping.wait(wait)
             return
         delay = backoff.failed(time.monotonic())
+        observer.current().waited("backoff", delay)
         if isinstance(exc, (ServiceError, InvalidArgumentError)):
             log.warning("leasing failed (%s); retry in %.1fs", exc, delay)
         else:  # a bug: keep leasing alive, loudly
@@ -239,6 +248,7 @@ class ClientDaemon:
                 with self._running_lock:
                     self._running += 1
                     self._current[name] = task
+                started = time.monotonic()
                 try:
                     result = runner.run(task)
                 except Exception as exc:  # a bug outside the crawl loop: classify it, keep the worker alive
@@ -252,6 +262,10 @@ class ClientDaemon:
                         self.crawled += 0 if abandoned else 1
                 if abandoned:  # stop() already gave this lease back
                     continue
+                if not result.aborted:
+                    report = result.report
+                    observer.current().crawled(task.source, report.outcome.value, report.new_items,
+                                               time.monotonic() - started)
                 self.sink.add(result)
                 self._wake_sink.set()
         finally:

@@ -365,10 +365,13 @@ class Fetcher:
         wall_clock: Callable[[], float] = time.time,
         rng: random.Random | None = None,
         headers: Mapping[str, str] | None = None,
+        on_response: Callable[[int, int, float], object] | None = None,
     ) -> None:
         self.transport = transport
         #: The source's headers (``crawler_client.headers.source_headers``); a request's own come on top.
         self.headers = dict(headers or {})
+        #: Told (status or 0, body bytes, seconds) after every request: the client's metrics.
+        self.on_response = on_response
         self.policy = policy
         self._sleep = sleep
         self._clock = clock
@@ -414,9 +417,11 @@ class Fetcher:
         try:
             raw = self.transport.send(request, headers, self.policy.timeout_s)
         except TRANSPORT_ERRORS as exc:
+            self._observe(0, 0, started)
             outcome, error_class = _classify_exception(exc)
             raise FetchError(f"{request.url}: {error_class}: {exc}", outcome=outcome, error_class=error_class) \
                 from exc
+        body = b""
         try:
             body = self._read_body(request, raw, started)
         except TRANSPORT_ERRORS as exc:
@@ -425,7 +430,12 @@ class Fetcher:
                              http_status=raw.status, error_class=error_class) from exc
         finally:
             raw.close()
+            self._observe(raw.status, len(body), started)
         return FetchedPage(url=request.url, status=raw.status, headers=raw.headers, body=body, final_url=raw.url)
+
+    def _observe(self, status: int, size: int, started: float) -> None:
+        if self.on_response is not None:
+            self.on_response(status, size, self._clock() - started)
 
     def _read_body(self, request: PageRequest, raw: RawResponse, started: float) -> bytes:
         limit = self.policy.max_body_bytes

@@ -16,10 +16,13 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any, cast
 
 from crawler_client.crawl import CrawlResult, crawl_task, failure_report
 from crawler_client.headers import source_headers
 from crawler_client.http import Fetcher, FetchPolicy, SessionCache, Urllib3Transport, parse_cookie_blob
+from crawler_client.observer import ClientObserver
+from crawler_client.observer import current as current_observer
 from crawler_client.sources import ecshop, get_source, source_options
 from crawler_client.sources.base import FetchedPage, PageRequest, Source
 from crawler_client.sources.ecshop import EcshopSource
@@ -28,7 +31,7 @@ from icecrawler.errors import FetchError
 from icecrawler.models import SOURCES, Outcome, Task
 from icecrawler.settings import Settings
 
-__all__ = ["FORM_LOGINS", "FormLogin", "RunnerConfig", "TaskRunner"]
+__all__ = ["FORM_LOGINS", "FormLogin", "RunnerConfig", "TaskRunner", "TimedParse"]
 
 log = logging.getLogger(__name__)
 
@@ -117,14 +120,25 @@ class TaskRunner:
                                error_class="unknown-source")
             log.error("task %s: %s", task.id, error)
             return CrawlResult(task, failure_report(task, error, 0))
-        fetcher = Fetcher(Urllib3Transport(session), self.config.policy, sleep=self.cancel.wait,
-                          headers=self.config.headers.get(task.source))
+        observer = current_observer()
+        fetcher = Fetcher(Urllib3Transport(session), self.config.policy, sleep=self._retry_wait(observer),
+                          headers=self.config.headers.get(task.source),
+                          on_response=lambda status, size, seconds: observer.fetched(task.source, status, size,
+                                                                                     seconds))
         relogin = self._relogin_hook(task, base_url, fetcher)
         return crawl_task(
-            task, source, fetcher, base_url=base_url, max_pages=self.config.max_pages,
+            task, cast(Source, TimedParse(source, observer)), fetcher, base_url=base_url,
+            max_pages=self.config.max_pages,
             now_ms=self.clock.now_ms, cancelled=self._cancelled(task),
             relogin=relogin,
         )
+
+    def _retry_wait(self, observer: ClientObserver) -> Callable[[float], object]:
+        def wait(seconds: float) -> bool:
+            observer.waited("fetch_retry", seconds)
+            return self.cancel.wait(seconds)
+
+        return wait
 
     def _cancelled(self, task: Task) -> Callable[[], bool]:
         def cancelled() -> bool:
@@ -151,6 +165,7 @@ class TaskRunner:
                                  "username/password or put them in the account blob)",
                                  outcome=Outcome.LoginRequired.value, error_class="no-credentials")
             log.info("task %s: login wall, logging in as %s", task.id, username)
+            current_observer().session_renewed(task.source)
             answer = fetcher.fetch(form.request(base_url, username, password))
             if not form.succeeded(answer):
                 raise FetchError(f"{task.source}: login as {username} failed (HTTP {answer.status})",
@@ -158,3 +173,21 @@ class TaskRunner:
                                  error_class="login-failed")
 
         return relogin
+
+
+class TimedParse:
+    """A source whose ``parse`` is timed for the metrics; everything else is the source's own."""
+
+    def __init__(self, source: Source, observer: ClientObserver) -> None:
+        self._source = source
+        self._observer = observer
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._source, name)
+
+    def parse(self, *args: Any) -> Any:
+        started = time.perf_counter()
+        try:
+            return self._source.parse(*args)
+        finally:
+            self._observer.parsed(self._source.name, time.perf_counter() - started)

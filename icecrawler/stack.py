@@ -125,6 +125,8 @@ class Stack:
     #: ``--set`` values every client gets (clock, source base URLs, the caller's client settings).
     client_settings: dict[str, str]
     clients: dict[str, ManagedProcess] = field(default_factory=dict)
+    #: Each daemon's /metrics port by process name (the stack gives every daemon a free one).
+    metrics_ports: dict[str, int] = field(default_factory=dict)
     _comm: Ice.Communicator | None = None
 
     # --- paths --------------------------------------------------------------------------------------------
@@ -146,12 +148,18 @@ class Stack:
 
     def start_client(self, name: str, settings: Mapping[str, Any] | None = None) -> ManagedProcess:
         """Start one more ``icecrawler client`` (it picks up work at once; no server is told about it)."""
-        merged = {**self.client_settings, **{k: str(v) for k, v in (settings or {}).items()}}
+        merged = {"metrics.client.port": str(free_port()), "metrics.client.port_span": "1", **self.client_settings,
+                  **{k: str(v) for k, v in (settings or {}).items()}}
+        self.metrics_ports[name] = int(merged["metrics.client.port"])
         argv = icecrawler_argv("client", "--worker-id", name, *(f"--set={k}={v}" for k, v in merged.items()),
                                f"--Ice.Config={self.client_conf}")
         process = self.group.start(name, argv)
         self.clients[name] = process
         return process
+
+    def metrics_urls(self) -> dict[str, str]:
+        """Each daemon's /metrics URL by process name (port 0: off, not listed)."""
+        return {name: f"http://127.0.0.1:{port}/metrics" for name, port in self.metrics_ports.items() if port}
 
     def kill_client(self, name: str) -> None:
         """``kill -9`` one client: its leases are not given back and must expire."""
@@ -295,7 +303,7 @@ def running_stack(root: Path, scenario: Scenario | None = None, *, speed: float 
             _write_conf(root / "scheduler.conf", {"SchedulerAdapter.Endpoints":
                                                   f"tcp -h 127.0.0.1 -p {scheduler_port}"})
             _write_conf(root / "storage.conf", {"StorageAdapter.Endpoints": f"tcp -h 127.0.0.1 -p {storage_port}"})
-            storage_sets = {**common, "storage.backend": "embedded",
+            storage_sets = {**common, "storage.backend": "embedded", "metrics.storage.port": str(free_port()),
                             "storage.embedded.path": str(root / "storage" / "store.sqlite3"),
                             "storage.spool_dir": str(root / "storage" / "spool"),
                             **{k: str(v) for k, v in (storage_settings or {}).items()}}
@@ -305,6 +313,7 @@ def running_stack(root: Path, scenario: Scenario | None = None, *, speed: float 
             # The scheduler knows every source's host too: its politeness is per host.
             base_urls = source_settings(sandbox.url)
             scheduler_sets = {**common, **base_urls, "scheduler.db_dir": str(root / "scheduler"),
+                              "metrics.scheduler.port": str(free_port()),
                               **{k: str(v) for k, v in (scheduler_settings or {}).items()}}
             scheduler = group.start("scheduler", icecrawler_argv(
                 "scheduler", *(f"--set={k}={v}" for k, v in scheduler_sets.items()),
@@ -316,7 +325,9 @@ def running_stack(root: Path, scenario: Scenario | None = None, *, speed: float 
                     raise RuntimeError(f"{process.name} did not start: {exc}\n{process.log_tail()}") from exc
             stack = Stack(root, group, sandbox, scheduler, storage, scheduler_port, storage_port, speed, origin,
                           scenario, {**common, **base_urls,
-                                     **{k: str(v) for k, v in (client_settings or {}).items()}})
+                                     **{k: str(v) for k, v in (client_settings or {}).items()}},
+                          metrics_ports={"scheduler": int(scheduler_sets["metrics.scheduler.port"]),
+                                         "storage": int(storage_sets["metrics.storage.port"])})
             try:
                 yield stack
             finally:

@@ -71,6 +71,7 @@ from scheduler_server.codec import (
     time_key,
 )
 from scheduler_server.groups import GroupCall, GroupRunner, Pending
+from scheduler_server.observer import CoreObserver
 from scheduler_server.politeness import HostGate, RateWindow
 from scheduler_server.queues import TaskQueues
 from scheduler_server.store import QueueStore, Txn
@@ -284,7 +285,9 @@ class SchedulerCore:
         self.gate = HostGate(config.host_spacing_s)
         self.shard_map = ShardMap(config.hosts, config.shards)
         self._lock = threading.RLock()
-        self._runner = GroupRunner(self._run_calls, self.store.sync)
+        self._runner = GroupRunner(self._run_calls, self._sync)
+        #: Told about every committed change (the daemon's metrics, ``scheduler_server.metrics``); None = nobody.
+        self.observer: CoreObserver | None = None
         self._stopping = False
         self._leases = RateWindow()
         self._reports = RateWindow()
@@ -402,6 +405,15 @@ class SchedulerCore:
         except RuntimeError as exc:
             raise ServiceError("the scheduler is closed") from exc
 
+    def _sync(self) -> None:
+        """The group runner's sync, timed for the observer."""
+        if self.observer is None:
+            self.store.sync()
+            return
+        started = time.perf_counter()
+        self.store.sync()
+        self.observer.synced(time.perf_counter() - started)
+
     def _run_calls(self, calls: list[GroupCall]) -> None:
         """On the group runner's thread: expire leases, run ``calls`` in one transaction, then finish each after
         the commit. Each call still changes state all or nothing: a caller error comes before its call changed
@@ -431,6 +443,8 @@ class SchedulerCore:
                     self._run_calls([call])
                 return
             self._expired(expired, group.wall)
+            if self.observer is not None:
+                self.observer.group(len(calls))
             for call, finish in finishers:
                 try:
                     call.result = finish()
@@ -523,6 +537,8 @@ class SchedulerCore:
             self._counts["pending"] -= len(tasks)
             self._counts["inflight"] += len(tasks)
             self._leases.add(group.wall, len(tasks))
+            if self.observer is not None:
+                self.observer.leased(tasks)
             return tasks
         return finish
 
@@ -629,6 +645,8 @@ class SchedulerCore:
             self._counts["pending"] += len(reports)
             self._counts["done"] += len(reports)
             self._reports.add(wall, len(reports))
+            if self.observer is not None:
+                self.observer.reported(records, reports)
         return finish
 
     def _check_report(self, item: Report, index: int) -> None:
@@ -855,6 +873,8 @@ class SchedulerCore:
         self._counts["inflight"] -= len(records)
         self._counts["pending"] += len(records)
         self._counts["done"] += len(records)
+        if records and self.observer is not None:
+            self.observer.expired(records)
 
     def rebalance_budget(self) -> float | None:
         """Spread ``scheduler.fetch_budget_per_s`` over all tasks by the square-root rule (the ``rate`` policy's
@@ -940,6 +960,25 @@ class SchedulerCore:
                     "open_gaps": len(self.open_gaps),
                 },
             }
+
+    def gauges(self) -> dict[str, Any]:
+        """Cheap current values for the metrics (no B-tree read): task counts, the due backlog (pending tasks due
+        now, and how long the most overdue one has waited, simulated seconds), blocked hosts, accounts by state."""
+        with self._lock:
+            wall = self.clocks.wall()
+            now_ms = int(self.clocks.now() * 1000)
+            due = self.queues.due_before(now_ms + 1, _DUE_SOON_CAP)
+            first_ms = self.queues.first_due_ms()
+            hosts = self.gate.describe(wall)
+            accounts = self.accounts.describe(wall)
+            counts = dict(self._counts)
+        states: dict[str, int] = {"ok": 0, "frozen": 0}
+        for account in accounts.values():
+            states[account["state"]] = states.get(account["state"], 0) + 1
+        return {**counts, "due": due,
+                "due_age_s": max(0.0, (now_ms - first_ms) / 1000) if due and first_ms is not None else 0.0,
+                "blocked_hosts": sum(1 for host in hosts.values() if host["block"]["reason"]),
+                "accounts": states}
 
     def task_info(self, task_id: str) -> dict[str, Any]:
         """One task's metadata and recent period/distance history."""

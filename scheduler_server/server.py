@@ -10,7 +10,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,7 @@ import Ice
 from icecrawler import rpc
 from icecrawler.datalock import DataLock
 from icecrawler.errors import StorageUnavailableError
+from icecrawler.metrics import MetricsConfig, MetricsEndpoint, serve
 from icecrawler.models import TaskKind
 from icecrawler.settings import Settings
 from scheduler_server.core import SchedulerCore
@@ -39,8 +40,13 @@ def _none(_: object) -> None:
     """An operation that returns nothing."""
 
 
-def make_servant(core: SchedulerCore) -> Ice.Object:
-    """A ``Crawler::Scheduler`` servant delegating to ``core``."""
+def _untimed(operation: str, result: Any) -> Any:
+    return result
+
+
+def make_servant(core: SchedulerCore, timed: Callable[[str, Any], Any] = _untimed) -> Ice.Object:
+    """A ``Crawler::Scheduler`` servant delegating to ``core``; ``timed(operation, result)`` may wrap each
+    state-changing call's asynchronous result (the metrics' latency, ``SchedulerMetrics.timed``)."""
     C = rpc.crawler()
 
     class SchedulerServant(C.Scheduler):  # type: ignore[misc,name-defined]
@@ -49,27 +55,30 @@ def make_servant(core: SchedulerCore) -> Ice.Object:
 
         @rpc.map_errors
         def getUser(self, workerId: str, current: Ice.Current) -> rpc.Converted[Any, Any]:
-            return rpc.then(core.lease_async(workerId, 1), lambda tasks: rpc.task_to_slice(tasks[0]))
+            return timed("lease", rpc.then(core.lease_async(workerId, 1), lambda tasks: rpc.task_to_slice(tasks[0])))
 
         @rpc.map_errors
         def getUsers(self, workerId: str, max: int, current: Ice.Current) -> rpc.Converted[Any, list[Any]]:
-            return rpc.then(core.lease_async(workerId, max), lambda tasks: [rpc.task_to_slice(t) for t in tasks])
+            return timed("lease", rpc.then(core.lease_async(workerId, max),
+                                           lambda tasks: [rpc.task_to_slice(t) for t in tasks]))
 
         @rpc.map_errors
         def putUser(self, report: Any, current: Ice.Current) -> rpc.Converted[Any, None]:
-            return rpc.then(core.report_async([rpc.report_from_slice(report)]), _none)
+            return timed("report", rpc.then(core.report_async([rpc.report_from_slice(report)]), _none))
 
         @rpc.map_errors
         def putUsers(self, reports: Sequence[Any], current: Ice.Current) -> rpc.Converted[Any, None]:
-            return rpc.then(core.report_async([rpc.report_from_slice(report) for report in reports]), _none)
+            return timed("report", rpc.then(core.report_async([rpc.report_from_slice(report) for report in reports]),
+                                            _none))
 
         @rpc.map_errors
         def releaseUsers(self, leases: Sequence[Any], current: Ice.Current) -> rpc.Converted[Any, None]:
-            return rpc.then(core.release_async([(lease.taskId, lease.leaseToken) for lease in leases]), _none)
+            return timed("release", rpc.then(core.release_async([(lease.taskId, lease.leaseToken) for lease in leases]),
+                                             _none))
 
         @rpc.map_errors
         def addUsers(self, ids: Sequence[str], kind: Any, current: Ice.Current) -> rpc.Converted[Any, int]:
-            return rpc.then(core.add_async(list(ids), TaskKind[kind.name]), int)
+            return timed("add", rpc.then(core.add_async(list(ids), TaskKind[kind.name]), int))
 
         @rpc.map_errors
         def stats(self, current: Ice.Current) -> Any:
@@ -122,6 +131,23 @@ class Maintenance(threading.Thread):
         self.join(timeout=10)
 
 
+def _start_metrics(config: MetricsConfig, core: SchedulerCore
+                   ) -> tuple[Callable[[str, Any], Any], MetricsEndpoint | None]:
+    """The scheduler's /metrics (``metrics.scheduler.*``; shard K at port + K): the servant's latency timer and
+    the endpoint, or no timer and None when off."""
+    if config.port == 0:
+        return _untimed, None
+    from prometheus_client import CollectorRegistry
+
+    from scheduler_server.metrics import SchedulerMetrics
+
+    metrics = SchedulerMetrics(core)
+    registry = CollectorRegistry()
+    metrics.register(registry)
+    core.observer = metrics
+    return metrics.timed, serve(config, registry, offset=core.config.shard)
+
+
 def open_core(settings: Settings) -> SchedulerCore:
     """The core over the Berkeley DB environment named by the settings (recovered and checked on open, see
     ``integrity``; the caller holds ``data_lock``)."""
@@ -141,11 +167,12 @@ def data_lock(settings: Settings) -> DataLock:
 
 def run(settings: Settings, ice_args: Sequence[str]) -> int:
     """Serve until SIGTERM/SIGINT: then refuse new leases, drain dispatches, close the environment."""
+    metrics_config = MetricsConfig.from_settings(settings, "scheduler")  # a bad value fails before anything starts
     with data_lock(settings):
-        return _serve(settings, ice_args)
+        return _serve(settings, ice_args, metrics_config)
 
 
-def _serve(settings: Settings, ice_args: Sequence[str]) -> int:
+def _serve(settings: Settings, ice_args: Sequence[str], metrics_config: MetricsConfig) -> int:
     core = open_core(settings)
     rpc.settle_server_heap()  # after the queue index is loaded, so that collections never walk it
     maintenance = Maintenance(core, settings.get_float("scheduler.maintenance_interval_s"),
@@ -155,6 +182,7 @@ def _serve(settings: Settings, ice_args: Sequence[str]) -> int:
              f" shard {core.config.shard} of {core.config.shards}" if core.config.shards > 1 else "", stats["tasks"],
              stats["pending"], stats["inflight"], stats["detail"]["policy"], settings.get_str("scheduler.db_dir"))
     maintenance.start()
+    timed, endpoint = _start_metrics(metrics_config, core)
 
     closed = threading.Event()
 
@@ -162,12 +190,14 @@ def _serve(settings: Settings, ice_args: Sequence[str]) -> int:
         if not closed.is_set():
             closed.set()
             maintenance.stop()
+            if endpoint is not None:
+                endpoint.close()
             core.close()
             log.info("scheduler database closed")
 
     try:
         with rpc.communicator(ice_args, SCHEDULER_PROPERTIES) as comm:
-            rpc.serve(comm, rpc.SCHEDULER_ADAPTER, {rpc.SCHEDULER_IDENTITY: make_servant(core)},
+            rpc.serve(comm, rpc.SCHEDULER_ADAPTER, {rpc.SCHEDULER_IDENTITY: make_servant(core, timed)},
                       rpc.SCHEDULER_ENDPOINTS, on_shutdown=shutdown, on_stop_requested=core.stop_leasing)
     finally:
         shutdown()

@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES=(g++ make libssl-dev libbz2-dev libdb5.3-dev zeroc-icegrid zeroc-ice-utils iproute2 openjdk-17-jre-headless maven)
+APT_PACKAGES=(g++ make libssl-dev libbz2-dev libdb5.3-dev zeroc-icegrid zeroc-ice-utils iproute2 openjdk-17-jre-headless maven prometheus)
 STAMP=.venv/.bootstrap-stamp
 
 missing=()
@@ -21,6 +21,11 @@ if ((${#missing[@]})); then
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+  # Debian's prometheus package starts a system Prometheus on :9090 (HBase's Thrift port too) and a node
+  # exporter: the tests start their own Prometheus on a free port, so the services are switched off.
+  if [[ " ${missing[*]} " == *" prometheus "* ]] && [ -d /run/systemd/system ]; then
+    $SUDO systemctl disable --now prometheus prometheus-node-exporter >/dev/null 2>&1 || true
+  fi
 fi
 
 find_python() {

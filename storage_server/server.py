@@ -9,6 +9,7 @@ from pathlib import Path
 from icecrawler import rpc
 from icecrawler.datalock import DataLock
 from icecrawler.errors import StorageUnavailableError
+from icecrawler.metrics import MetricsConfig, MetricsEndpoint, serve
 from icecrawler.settings import Settings
 from storage_server.integrity import check_sqlite_file, check_store_file, mark_created
 from storage_server.servant import StorageServant
@@ -50,19 +51,21 @@ def open_service(settings: Settings) -> StorageService:
 
 def run(settings: Settings, ice_args: list[str]) -> int:
     """Serve until SIGTERM/SIGINT. Spooled records left from an earlier run are replayed at once."""
+    metrics_config = MetricsConfig.from_settings(settings, "storage")  # a bad value fails before anything starts
     with ExitStack() as held:
         for lock in data_locks(settings):
             held.enter_context(lock)
-        return _serve(open_service(settings), ice_args)
+        return _serve(open_service(settings), ice_args, metrics_config)
 
 
-def _serve(service: StorageService, ice_args: list[str]) -> int:
+def _serve(service: StorageService, ice_args: list[str], metrics_config: MetricsConfig) -> int:
     try:
         counts = service.stats()
         log.info("storage backend %s: %d posts, %d reviews, %d records spooled", counts.backend, counts.posts,
                  counts.reviews, counts.spool_depth)
     except StorageUnavailableError as exc:  # the server starts anyway: writes spool until the backend is back
         log.warning("backend not reachable at start: %s", exc)
+    endpoint = _start_metrics(metrics_config, service)
     comm = rpc.communicator(ice_args, properties=SERVER_PROPERTIES)
     rpc.settle_server_heap()
     try:
@@ -70,4 +73,21 @@ def _serve(service: StorageService, ice_args: list[str]) -> int:
                   rpc.STORAGE_ENDPOINTS, on_shutdown=service.close)
     finally:
         comm.destroy()
+        if endpoint is not None:
+            endpoint.close()
     return 0
+
+
+def _start_metrics(config: MetricsConfig, service: StorageService) -> MetricsEndpoint | None:
+    """The storage server's /metrics (``metrics.storage.*``), or None when off."""
+    if config.port == 0:
+        return None
+    from prometheus_client import CollectorRegistry
+
+    from storage_server.metrics import StorageMetrics
+
+    metrics = StorageMetrics(service)
+    registry = CollectorRegistry()
+    metrics.register(registry)
+    service.observer = metrics
+    return serve(config, registry)

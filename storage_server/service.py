@@ -33,6 +33,7 @@ from icecrawler.errors import InvalidRecordsError, StorageUnavailableError
 from icecrawler.models import Review
 from icecrawler.settings import Settings
 from storage_server import schema
+from storage_server.observer import StorageObserver
 from storage_server.spool import SpoolQueue, SqliteSpool
 from storage_server.stores import RecordStore, SqliteStore
 
@@ -96,6 +97,10 @@ class StorageService:
         self._lock = threading.Lock()
         self._counters = {"accepted": 0, "rejected": 0, "stored": 0, "spooled": 0, "replayed": 0}
         self._last_error = ""
+        #: Wall time the spool last went from empty to non-empty (None while empty): the spool's age.
+        self._spooled_since: float | None = time.time() if spool.depth() > 0 else None
+        #: Told about writes, spooling and backend errors (the daemon's metrics, ``storage_server.metrics``).
+        self.observer: StorageObserver | None = None
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._count_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store-count")
@@ -126,9 +131,12 @@ class StorageService:
 
     def _write(self, table: str, records: Sequence[Any],
                checked_row: Callable[[Any, int], schema.Row | list[str]]) -> WriteResult:
+        started = time.perf_counter()
         valid, rejected = schema.build_rows(
             records, self.batch_limit, lambda record: checked_row(record, self.max_text_chars))
         result = self._persist(table, valid) if valid else WriteResult(0, 0)
+        if self.observer is not None:
+            self.observer.wrote(table, result.stored, result.spooled, len(rejected), time.perf_counter() - started)
         with self._lock:
             self._counters["accepted"] += len(valid)
             self._counters["rejected"] += len(rejected)
@@ -151,6 +159,9 @@ class StorageService:
             except StorageUnavailableError as exc:
                 self._note_error(str(exc))
         self.spool.append(schema.encode_rows(table, rows), len(rows))  # StorageUnavailableError: nothing acked
+        with self._lock:
+            if self._spooled_since is None:
+                self._spooled_since = time.time()
         self._wake.set()
         return WriteResult(0, len(rows))
 
@@ -158,6 +169,8 @@ class StorageService:
         with self._lock:
             first = not self._last_error
             self._last_error = message
+        if self.observer is not None:
+            self.observer.backend_failed(outage_began=first)
         (log.warning if first else log.debug)("backend write failed, spooling: %s", message)
 
     # --- replay ------------------------------------------------------------------------------------------------
@@ -181,8 +194,12 @@ class StorageService:
                 continue
             self.spool.remove(seq)
             backoff = REPLAY_BACKOFF_S[0]
+            if self.observer is not None:
+                self.observer.replayed(table, records)
             with self._lock:
                 self._counters["replayed"] += records
+                if self.spool.depth() == 0:
+                    self._spooled_since = None
                 if self.spool.depth() == 0 and self._last_error:
                     log.info("spool drained; backend %s is back", self.store.name)
                     self._last_error = ""
@@ -214,6 +231,17 @@ class StorageService:
             return (-1, -1)
         self._last_counts = counts
         return counts
+
+    def spool_age_s(self) -> float:
+        """Seconds since the spool was last empty (0 while it is empty)."""
+        with self._lock:
+            since = self._spooled_since
+        return 0.0 if since is None else max(0.0, time.time() - since)
+
+    def backend_up(self) -> bool:
+        """False from a failed backend write until the spool drained after it."""
+        with self._lock:
+            return not self._last_error
 
     def stats(self) -> StorageStatsData:
         posts, reviews = self._counts()

@@ -6,11 +6,16 @@ import argparse
 import logging
 import threading
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from icecrawler import rpc
 from icecrawler.clock import Clock
 from icecrawler.commands import BaseCommand
+from icecrawler.metrics import MetricsConfig, MetricsEndpoint, serve
 from icecrawler.settings import Settings
+
+if TYPE_CHECKING:
+    from crawler_client.daemon import ClientDaemon
 
 log = logging.getLogger("icecrawler.client")
 
@@ -45,6 +50,7 @@ class Command(BaseCommand):
         from shhd.fingerprint import fingerprint_texts
 
         config = DaemonConfig.from_settings(settings)
+        metrics_config = MetricsConfig.from_settings(settings, "client")  # a bad value fails before anything starts
         runner_config = RunnerConfig.from_settings(settings)
         clock = Clock.from_settings(settings)
         # jieba loads its dictionary on first use (about a second of CPU, GIL held): pay it before leasing, not
@@ -65,5 +71,26 @@ class Command(BaseCommand):
             )
             log.info("scheduler: %s; storage: %s", "; ".join(map(str, rpc.scheduler_proxies(comm))),
                      rpc.storage_proxy(comm))
-            daemon.run_until(stop_requested)
+            endpoint = _start_metrics(metrics_config, daemon)
+            try:
+                daemon.run_until(stop_requested)
+            finally:
+                if endpoint is not None:
+                    endpoint.close()
         return 0
+
+
+def _start_metrics(config: MetricsConfig, daemon: ClientDaemon) -> MetricsEndpoint | None:
+    """The client's /metrics (``metrics.client.*``: the first free port of the span), or None when off."""
+    if config.port == 0:
+        return None
+    from prometheus_client import CollectorRegistry
+
+    from crawler_client import observer
+    from crawler_client.metrics import ClientMetrics
+
+    metrics = ClientMetrics(daemon)
+    registry = CollectorRegistry()
+    metrics.register(registry)
+    observer.install(metrics)
+    return serve(config, registry)

@@ -309,6 +309,9 @@ class Command(BaseCommand):
             for index in range(args.clients):
                 client = stack.start_client(f"demo-client-{index + 1}")
                 print(f"  client {client.name}: pid {client.pid}", flush=True)
+            print("Prometheus metrics (docs/DEPLOY.md):", flush=True)
+            for name, url in stack.metrics_urls().items():
+                print(f"  {name} metrics at {url}", flush=True)
             started = time.monotonic()
             cutoff = started + args.duration
             while time.monotonic() < cutoff:

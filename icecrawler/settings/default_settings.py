@@ -70,6 +70,21 @@ DEFAULTS: dict[str, Any] = {
     "log.json": False,
     "log.level": "INFO",
 
+    # --- metrics: each daemon's Prometheus /metrics endpoint (icecrawler/metrics.py, docs/DEPLOY.md) -----------
+    # Address the endpoint binds; set the host's own address (or 0.0.0.0) so a Prometheus elsewhere can scrape.
+    # port 0 turns a role's endpoint off. A taken port is not fatal: the next ports up to port_span are tried
+    # (one per client process on a machine); if all are taken the daemon runs without /metrics (logged).
+    # Scheduler shard K listens at metrics.scheduler.port + K.
+    "metrics.client.address": "127.0.0.1",
+    "metrics.client.port": 9430,
+    "metrics.client.port_span": 16,
+    "metrics.scheduler.address": "127.0.0.1",
+    "metrics.scheduler.port": 9410,
+    "metrics.scheduler.port_span": 1,
+    "metrics.storage.address": "127.0.0.1",
+    "metrics.storage.port": 9420,
+    "metrics.storage.port_span": 4,
+
     # --- sandbox: the local stand-in sites (sandbox/, docs/SANDBOX.md) ---------------------------------------
     "sandbox.host": "127.0.0.1",
     # Added to every site request (the client benchmark uses 100, the scale benchmark 50).

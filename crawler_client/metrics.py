@@ -1,0 +1,97 @@
+"""A crawler client's ``/metrics`` (``icecrawler_client_*``): the process's observer (``crawler_client.observer``)
+plus the daemon's state read at scrape time. Labels: source, outcome, status_class (2xx..5xx, none), reason."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import Metric
+
+from crawler_client.daemon import ClientDaemon
+from icecrawler.metrics import LATENCY_BUCKETS_S, Buckets, ScrapeCollector, Tally, counter, gauge, status_class
+from icecrawler.models import SOURCES, Outcome
+
+__all__ = ["ClientMetrics"]
+
+#: Reasons of ``waited``.
+WAIT_REASONS = ("no_work", "backoff", "fetch_retry")
+
+
+class ClientMetrics:
+    """The client metric set (a ``ClientObserver``)."""
+
+    def __init__(self, daemon: ClientDaemon) -> None:
+        self.daemon = daemon
+        p = "icecrawler_client_"
+        self.crawls = Tally(p + "crawls", "Tasks crawled (each ends in one report), by source and outcome.",
+                            ["source", "outcome"])
+        self.fetches = Tally(p + "fetches", "HTTP requests (retries and logins included), by source and status "
+                             "class (none: no answer).", ["source", "status_class"])
+        self.bytes = Tally(p + "response_bytes", "Response body bytes read, by source.", ["source"])
+        self.new_items = Tally(p + "new_items", "New items found by successful crawls, by source.", ["source"])
+        self.waits = Tally(p + "wait_seconds", "Seconds spent in deliberate waits, by reason (no_work: nothing "
+                           "due or held back by politeness; backoff: scheduler unreachable; fetch_retry).",
+                           ["reason"])
+        self.renewals = Tally(p + "session_renewals", "Sessions renewed (form logins, visitor cookies), by source.",
+                              ["source"])
+        self.fetch_latency = Buckets(p + "fetch_duration_seconds", "Time of one HTTP request, to the end of its "
+                                     "body, by source.", ["source"], LATENCY_BUCKETS_S)
+        self.parse_latency = Buckets(p + "parse_duration_seconds", "Time to parse one page, by source.", ["source"],
+                                     LATENCY_BUCKETS_S)
+        self.crawl_latency = Buckets(p + "crawl_duration_seconds", "Time to crawl one task (all its pages), by "
+                                     "source.", ["source"], LATENCY_BUCKETS_S)
+        sources = [(source,) for source in SOURCES]
+        self.crawls.ensure((source, outcome.value) for source in SOURCES for outcome in Outcome)
+        for tally in (self.bytes, self.new_items, self.renewals):
+            tally.ensure(sources)
+        self.waits.ensure((reason,) for reason in WAIT_REASONS)
+
+    def register(self, registry: CollectorRegistry) -> None:
+        registry.register(ScrapeCollector(self.collect))
+
+    # --- ClientObserver --------------------------------------------------------------------------------------
+
+    def crawled(self, source: str, outcome: str, new_items: int, seconds: float) -> None:
+        self.crawls.add((source, outcome))
+        if new_items:
+            self.new_items.add((source,), new_items)
+        self.crawl_latency.observe((source,), seconds)
+
+    def fetched(self, source: str, status: int, size: int, seconds: float) -> None:
+        self.fetches.add((source, status_class(status)))
+        if size:
+            self.bytes.add((source,), size)
+        self.fetch_latency.observe((source,), seconds)
+
+    def parsed(self, source: str, seconds: float) -> None:
+        self.parse_latency.observe((source,), seconds)
+
+    def waited(self, reason: str, seconds: float) -> None:
+        self.waits.add((reason,), seconds)
+
+    def session_renewed(self, source: str) -> None:
+        self.renewals.add((source,))
+
+    # --- scrape time --------------------------------------------------------------------------------------------
+
+    def collect(self) -> Iterator[Metric]:
+        p = "icecrawler_client_"
+        daemon = self.daemon
+        yield gauge(p + "workers", "Crawl threads of this client (client.workers).", daemon.config.workers)
+        yield gauge(p + "busy_workers", "Crawl threads crawling a task now.", daemon.busy_workers())
+        yield gauge(p + "buffered_records", "Records held in memory until storage takes them.",
+                    daemon.sink.buffered_records())
+        yield gauge(p + "pending_results", "Crawled tasks not reported yet (storing or reporting).",
+                    daemon.sink.pending_count())
+        snap = daemon.stats.snapshot()
+        for name, documentation in (("tasks_reported", "Tasks reported to the scheduler."),
+                                    ("items_stored", "Records storage acknowledged (stored or spooled)."),
+                                    ("records_rejected", "Records storage rejected as invalid."),
+                                    ("reports_lost", "Reports the scheduler refused (lease lost)."),
+                                    ("leases_released", "Leases given back unused (shutdown).")):
+            yield counter(p + name, documentation, float(snap[name]))  # type: ignore[arg-type]
+        for metric in (self.crawls, self.fetches, self.bytes, self.new_items, self.waits, self.renewals,
+                       self.fetch_latency, self.parse_latency, self.crawl_latency):
+            yield metric.family()
+

@@ -1,0 +1,44 @@
+"""``icecrawler targets``: write Prometheus file-SD target lists of the running daemons (``icecrawler.targets``)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+from pathlib import Path
+
+from icecrawler import rpc
+from icecrawler.commands import BaseCommand
+from icecrawler.settings import Settings
+
+
+class Command(BaseCommand):
+    summary = "write Prometheus file-SD target lists of the daemons answering /metrics on the given hosts"
+    description = (
+        "Probe every port the metrics.<role>.port / port_span settings allow (scheduler shards: port + shard) on "
+        "each --hosts entry, and write <dir>/scheduler.json, storage.json and client.json in Prometheus' file-SD "
+        "format with the daemons that answered. deploy/prometheus/prometheus.yml reads them; Prometheus picks up "
+        "changes by itself. With --every it probes again every so many seconds until SIGTERM/SIGINT.")
+
+    def add_options(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--hosts", default="127.0.0.1", help="comma-separated hosts to probe")
+        parser.add_argument("--dir", default="deploy/prometheus/targets", type=Path,
+                            help="where the <role>.json files go (default: %(default)s)")
+        parser.add_argument("--every", type=float, default=0.0, metavar="SECONDS",
+                            help="probe again every SECONDS (0: once)")
+
+    def run(self, args: argparse.Namespace, settings: Settings, ice_args: list[str]) -> int:
+        from icecrawler.targets import discover, write_targets
+
+        hosts = [host.strip() for host in args.hosts.split(",") if host.strip()]
+        if not hosts:
+            print("icecrawler targets: --hosts names no host", file=sys.stderr)
+            return 2
+        stop = threading.Event()
+        with rpc.stop_on_signals(stop):
+            while True:
+                found = discover(settings, hosts)
+                write_targets(args.dir, found)
+                print(" ".join(f"{role}={len(targets)}" for role, targets in found.items()), flush=True)
+                if args.every <= 0 or stop.wait(args.every):
+                    return 0

@@ -1,0 +1,68 @@
+"""Prometheus file-based service discovery for icecrawler daemons (``icecrawler targets``).
+
+Clients come and go, and several share a machine (each takes the first free port of
+``metrics.client.port`` .. ``+ port_span - 1``), so nobody lists them by hand: this probes every port a role may
+use on each given host, keeps those whose ``/metrics`` answers with that role's metrics, and writes one
+``<role>.json`` per role in Prometheus' file-SD format. Prometheus re-reads the files when they change
+(``deploy/prometheus/prometheus.yml``); run it from cron or with ``--every``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from icecrawler.metrics import MetricsConfig
+from icecrawler.settings import Settings
+
+__all__ = ["ROLES", "candidate_ports", "discover", "probe", "write_targets"]
+
+ROLES = ("scheduler", "storage", "client")
+
+
+def candidate_ports(settings: Settings, role: str) -> list[int]:
+    """Every port a daemon of ``role`` may listen on (scheduler shards add their index to the port)."""
+    config = MetricsConfig.from_settings(settings, role)
+    if config.port == 0:
+        return []
+    extra = settings.get_int("scheduler.shards") - 1 if role == "scheduler" else 0
+    return list(range(config.port, min(65536, config.port + config.port_span + extra)))
+
+
+def probe(host: str, port: int, role: str, timeout_s: float = 1.0) -> bool:
+    """Whether ``http://host:port/metrics`` answers with ``role``'s metrics."""
+    try:
+        with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=timeout_s) as answer:
+            return f"icecrawler_{role}_".encode() in answer.read(1_000_000)
+    except (OSError, urllib.error.URLError, ValueError):
+        return False
+
+
+def discover(settings: Settings, hosts: Sequence[str], timeout_s: float = 1.0) -> dict[str, list[str]]:
+    """``host:port`` of every answering daemon, by role."""
+    candidates = [(role, host, port) for role in ROLES for host in hosts for port in candidate_ports(settings, role)]
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        answers = list(pool.map(lambda c: probe(c[1], c[2], c[0], timeout_s), candidates))
+    found: dict[str, list[str]] = {role: [] for role in ROLES}
+    for (role, host, port), ok in zip(candidates, answers, strict=True):
+        if ok:
+            found[role].append(f"{host}:{port}")
+    return found
+
+
+def write_targets(directory: Path, found: dict[str, list[str]]) -> list[Path]:
+    """Write ``<role>.json`` (file-SD format) for each role, atomically (Prometheus never reads half a file)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    written = []
+    for role, targets in found.items():
+        path = directory / f"{role}.json"
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps([{"targets": targets, "labels": {"role": role}}], indent=1) + "\n")
+        os.replace(tmp, path)
+        written.append(path)
+    return written

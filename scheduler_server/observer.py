@@ -1,0 +1,32 @@
+"""What the scheduler core tells an observer (the daemon's metrics) as it works, without knowing about Prometheus:
+the core stays free of metrics code, and its tests run without an observer."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from icecrawler.models import Report, Task
+from scheduler_server.codec import TaskRecord
+
+__all__ = ["CoreObserver"]
+
+
+class CoreObserver(Protocol):
+    """Called by ``SchedulerCore`` after each change committed (under the core's lock, so calls never overlap).
+    Implementations must be cheap: they run on the path of every lease and report."""
+
+    def leased(self, tasks: Sequence[Task]) -> None:
+        """Tasks handed out by one getUser(s) call."""
+
+    def reported(self, records: Sequence[TaskRecord], reports: Sequence[Report]) -> None:
+        """Reports applied (``records[i]`` is the task of ``reports[i]``, with its new period)."""
+
+    def expired(self, records: Sequence[TaskRecord]) -> None:
+        """Leases that ran out and went back to pending."""
+
+    def group(self, calls: int) -> None:
+        """One group commit ran ``calls`` calls in one transaction."""
+
+    def synced(self, seconds: float) -> None:
+        """One ``store.sync()`` (the fsync of a group's durable commit) took ``seconds``."""

@@ -1,0 +1,110 @@
+"""A real Prometheus (Debian's ``prometheus`` package) for the observability tests: its config made from
+``deploy/prometheus`` with test-sized intervals, started as a child process on a free loopback port, and its
+HTTP API."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from icecrawler.processes import ManagedProcess, ProcessGroup, free_port
+
+__all__ = ["DEPLOY", "Prometheus", "prometheus_binary", "prometheus_config", "promtool", "short_rules"]
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+
+
+def _binary(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:  # the set-up installs it (scripts/bootstrap.sh); a missing one is a broken set-up
+        pytest.fail(f"{name} is not installed: run scripts/bootstrap.sh (Debian package 'prometheus')")
+    return path
+
+
+def prometheus_binary() -> str:
+    return _binary("prometheus")
+
+
+def promtool() -> str:
+    return _binary("promtool")
+
+
+def short_rules(text: str, hold_s: int = 2, window_s: int = 20) -> str:
+    """The alert rules with test-sized durations: every ``for:`` becomes ``hold_s`` and every range window
+    ``window_s`` (the expressions are otherwise the deployed ones)."""
+    text = re.sub(r"for: \d+[smh]", f"for: {hold_s}s", text)
+    return re.sub(r"\[\d+[smh]\]", f"[{window_s}s]", text)
+
+
+def prometheus_config(directory: Path, scrape_interval_s: int = 1) -> Path:
+    """deploy/prometheus/prometheus.yml with test intervals and short-duration rules, in ``directory``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    config = (DEPLOY / "prometheus" / "prometheus.yml").read_text()
+    config = re.sub(r"(scrape|evaluation)_interval: \d+s", rf"\1_interval: {scrape_interval_s}s", config)
+    (directory / "prometheus.yml").write_text(config)
+    (directory / "icecrawler-rules.yml").write_text(short_rules((DEPLOY / "prometheus" / "icecrawler-rules.yml")
+                                                                .read_text()))
+    return directory / "prometheus.yml"
+
+
+class Prometheus:
+    """One Prometheus server under ``group`` (stopped with it)."""
+
+    def __init__(self, group: ProcessGroup, config: Path, data_dir: Path) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.process: ManagedProcess = group.start("prometheus", [
+            prometheus_binary(), f"--config.file={config}", f"--storage.tsdb.path={data_dir}",
+            f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn"])
+        deadline = time.monotonic() + 60
+        while not self._ready():
+            if time.monotonic() > deadline or not self.process.alive():
+                pytest.fail(f"prometheus did not become ready:\n{self.process.log_tail()}")
+            time.sleep(0.2)
+
+    def _ready(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.url}/-/ready", timeout=2) as answer:
+                return bool(answer.status == 200)
+        except OSError:
+            return False
+
+    def api(self, path: str, **params: str) -> Any:
+        query = urllib.parse.urlencode(params)
+        with urllib.request.urlopen(f"{self.url}/api/v1/{path}?{query}", timeout=10) as answer:
+            body = json.loads(answer.read())
+        assert body["status"] == "success", body
+        return body["data"]
+
+    def query(self, expr: str) -> list[dict[str, Any]]:
+        """An instant query's result vector."""
+        data = self.api("query", query=expr)
+        assert data["resultType"] == "vector", data
+        return list(data["result"])
+
+    def value(self, expr: str) -> float | None:
+        """The single value of an expression that yields one series (None when it yields none)."""
+        result = self.query(expr)
+        assert len(result) <= 1, result
+        return float(result[0]["value"][1]) if result else None
+
+    def alert_states(self) -> dict[str, set[str]]:
+        states: dict[str, set[str]] = {}
+        for alert in self.api("alerts")["alerts"]:
+            states.setdefault(alert["labels"]["alertname"], set()).add(alert["state"])
+        return states
+
+    def healthy_targets(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for target in self.api("targets")["activeTargets"]:
+            if target["health"] == "up":
+                counts[target["labels"]["job"]] = counts.get(target["labels"]["job"], 0) + 1
+        return counts

@@ -1,0 +1,294 @@
+"""The metrics building blocks and each role's metric set, without daemons: counters, histograms and gauges
+render in the Prometheus text format that ``promtool check metrics`` accepts, the endpoint's settings reject bad
+values, a taken port falls through to the next one (or to no endpoint, never to a failed daemon), and the
+observers count what the scheduler core, the storage service and the client's fetcher did."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import threading
+import urllib.request
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+
+from crawler_client.http import Fetcher, FetchPolicy, RawResponse
+from crawler_client.sources.base import PageRequest
+from icecrawler.errors import ConfigError
+from icecrawler.metrics import Buckets, MetricsConfig, ScrapeCollector, Tally, serve, status_class
+from icecrawler.models import Outcome, Report, TaskKind
+from icecrawler.settings import Settings
+from icecrawler.targets import candidate_ports, discover, write_targets
+from scheduler_server.core import SchedulerCore
+from scheduler_server.metrics import SchedulerMetrics
+from scheduler_server.store import MemoryQueueStore
+from storage_server.metrics import StorageMetrics
+from storage_server.service import StorageService
+from storage_server.spool import MemorySpool
+from storage_server.stores import MemoryStore
+from tests.observability.prom import promtool
+from tests.scheduler.conftest import ManualClocks, make_settings
+from tests.storage.conftest import make_post
+
+
+def render(registry: CollectorRegistry) -> str:
+    return generate_latest(registry).decode()
+
+
+def promtool_check(text: str) -> None:
+    done = subprocess.run([promtool(), "check", "metrics"], input=text, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr + text
+
+
+def test_tally_and_buckets_render_valid_counters_and_histograms() -> None:
+    tally = Tally("demo_events", "Events by kind.", ["kind"])
+    tally.add(("a",))
+    tally.add_all([("b",), ("a",)])
+    tally.add_amounts([(("c",), 2.5)])
+    tally.ensure([("d",)])
+    buckets = Buckets("demo_duration_seconds", "Durations.", ["kind"], (0.1, 1.0))
+    buckets.observe(("a",), 0.05)
+    buckets.observe_all([(("a",), 0.5), (("a",), 5.0)])
+    registry = CollectorRegistry()
+    registry.register(ScrapeCollector(lambda: [tally.family(), buckets.family()]))
+    text = render(registry)
+    assert 'demo_events_total{kind="a"} 2.0' in text and 'demo_events_total{kind="d"} 0.0' in text
+    assert 'demo_duration_seconds_bucket{kind="a",le="0.1"} 1.0' in text
+    assert 'demo_duration_seconds_bucket{kind="a",le="1.0"} 2.0' in text
+    assert 'demo_duration_seconds_bucket{kind="a",le="+Inf"} 3.0' in text
+    assert 'demo_duration_seconds_count{kind="a"} 3.0' in text and 'demo_duration_seconds_sum{kind="a"} 5.55' in text
+    promtool_check(text)
+
+
+def test_a_tally_name_with_total_is_refused() -> None:
+    with pytest.raises(ValueError, match="_total"):
+        Tally("demo_total", "x", [])
+
+
+def test_a_failing_collector_leaves_the_rest_of_the_scrape() -> None:
+    def broken() -> list[object]:
+        raise RuntimeError("boom")
+
+    tally = Tally("demo_ok", "Still here.", [])
+    tally.add(())
+    registry = CollectorRegistry()
+    registry.register(ScrapeCollector(broken))  # type: ignore[arg-type]
+    registry.register(ScrapeCollector(lambda: [tally.family()]))
+    assert "demo_ok_total 1.0" in render(registry)
+
+
+@pytest.mark.parametrize("status, label", [(200, "2xx"), (302, "3xx"), (418, "4xx"), (503, "5xx"), (0, "none"),
+                                           (999, "none")])
+def test_status_classes(status: int, label: str) -> None:
+    assert status_class(status) == label
+
+
+@pytest.mark.parametrize("key, value, message", [("metrics.client.port", -1, "port"),
+                                                 ("metrics.client.port", 70000, "port"),
+                                                 ("metrics.client.port_span", 0, "port_span")])
+def test_bad_metrics_settings_are_refused(key: str, value: int, message: str) -> None:
+    settings = Settings().copy_with(**{key.replace(".", "__"): value})
+    with pytest.raises(ConfigError, match=message):
+        MetricsConfig.from_settings(settings, "client")
+
+
+@pytest.fixture
+def taken_port() -> Iterator[int]:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        yield sock.getsockname()[1]
+
+
+def test_port_zero_is_off() -> None:
+    assert serve(MetricsConfig("client", "127.0.0.1", 0, 4), CollectorRegistry()) is None
+
+
+def test_a_taken_port_falls_through_to_the_next_one_of_the_span(taken_port: int) -> None:
+    registry = CollectorRegistry()
+    tally = Tally("icecrawler_client_demo", "Demo.", [])
+    registry.register(ScrapeCollector(lambda: [tally.family()]))
+    endpoint = None
+    for _ in range(20):  # the port after the taken one may be someone else's: then try another taken port
+        endpoint = serve(MetricsConfig("client", "127.0.0.1", taken_port, 2), registry)
+        if endpoint is not None:
+            break
+    assert endpoint is not None and endpoint.port == taken_port + 1
+    try:
+        with urllib.request.urlopen(endpoint.url, timeout=5) as answer:
+            assert "icecrawler_client_demo_total" in answer.read().decode()
+    finally:
+        endpoint.close()
+
+
+def test_all_ports_taken_means_no_endpoint_and_a_log_line(taken_port: int, caplog: pytest.LogCaptureFixture) -> None:
+    assert serve(MetricsConfig("storage", "127.0.0.1", taken_port, 1), CollectorRegistry()) is None
+    assert "all taken" in caplog.text and "metrics.storage" in caplog.text
+
+
+def test_targets_finds_only_answering_daemons_of_each_role(tmp_path: Path, taken_port: int) -> None:
+    registry = CollectorRegistry()
+    tally = Tally("icecrawler_client_demo", "Demo.", [])
+    registry.register(ScrapeCollector(lambda: [tally.family()]))
+    endpoint = serve(MetricsConfig("client", "127.0.0.1", taken_port, 4), registry)
+    assert endpoint is not None
+    try:
+        settings = Settings().copy_with(metrics__client__port=taken_port, metrics__client__port_span=4,
+                                        metrics__scheduler__port=endpoint.port, metrics__storage__port=0)
+        assert candidate_ports(settings, "client") == list(range(taken_port, taken_port + 4))
+        assert candidate_ports(settings, "storage") == []
+        found = discover(settings, ["127.0.0.1"], timeout_s=2)
+    finally:
+        endpoint.close()
+    # The listening socket that is not an endpoint, and the client endpoint probed as a scheduler, are not targets.
+    assert found == {"scheduler": [], "storage": [], "client": [f"127.0.0.1:{endpoint.port}"]}
+    paths = write_targets(tmp_path / "targets", found)
+    assert sorted(path.name for path in paths) == ["client.json", "scheduler.json", "storage.json"]
+    assert '"127.0.0.1:' in (tmp_path / "targets" / "client.json").read_text()
+    assert not list((tmp_path / "targets").glob("*.tmp"))
+
+
+def test_scheduler_metrics_count_leases_reports_expiries_and_groups() -> None:
+    clocks = ManualClocks()
+    core = SchedulerCore.from_settings(make_settings(), MemoryQueueStore(), clocks)
+    metrics = SchedulerMetrics(core)
+    core.observer = metrics
+    core.add(["jd:1", "jd:2"], TaskKind.ProductReviews)
+    core.add(["weibo_pc:3"], TaskKind.WeiboUser)
+    tasks = core.lease("w", 3)
+    by_source = {task.source: task for task in tasks}
+    core.report([Report(task_id=by_source["jd"].id, lease_token=by_source["jd"].lease_token, outcome=Outcome.Ok,
+                        new_items=4, fetches=3, http_status=200)])
+    clocks.advance(3600)  # the other two leases run out
+    core.reap()
+    registry = CollectorRegistry()
+    metrics.register(registry)
+    text = render(registry)
+    assert 'icecrawler_scheduler_leases_total{source="jd"} 2.0' in text
+    assert 'icecrawler_scheduler_reports_total{outcome="Ok",source="jd"} 1.0' in text
+    assert 'icecrawler_scheduler_fetches_total{source="jd"} 3.0' in text
+    assert 'icecrawler_scheduler_new_items_total{source="jd"} 4.0' in text
+    assert 'icecrawler_scheduler_lease_expiries_total{source="weibo_pc"} 1.0' in text
+    assert 'icecrawler_scheduler_recrawl_period_seconds_count{source="jd"} 1.0' in text
+    assert 'icecrawler_scheduler_tasks{state="pending"} 3.0' in text
+    assert "icecrawler_scheduler_group_commit_calls_count 4.0" in text  # two adds, a lease, a report
+    assert "icecrawler_scheduler_fsync_duration_seconds_count" in text
+    # All three are due: the reported one after its 60 s period (59 minutes overdue), the expired two at once.
+    assert "icecrawler_scheduler_due_backlog_tasks 3.0" in text
+    assert "icecrawler_scheduler_due_backlog_age_seconds 3540.0" in text
+    promtool_check(text)
+
+
+def test_storage_metrics_count_writes_spooling_and_outages() -> None:
+    store = MemoryStore()
+    service = StorageService(store, MemorySpool(), max_text_chars=1000, batch_limit=100, write_timeout_s=5)
+    metrics = StorageMetrics(service)
+    service.observer = metrics
+    try:
+        service.write_posts([make_post(1), make_post(2)])
+        metrics.backend_failed(outage_began=True)  # as the service does when a backend write fails
+        registry = CollectorRegistry()
+        metrics.register(registry)
+        text = render(registry)
+    finally:
+        service.close()
+    assert 'icecrawler_storage_records_written_total{backend="memory",table="weibo"} 2.0' in text
+    assert 'icecrawler_storage_backend_outages_total{backend="memory"} 1.0' in text
+    assert 'icecrawler_storage_write_duration_seconds_count{table="weibo"} 1.0' in text
+    assert "icecrawler_storage_spool_records 0.0" in text
+    promtool_check(text)
+
+
+def test_the_fetcher_reports_every_request_to_its_hook() -> None:
+    seen: list[tuple[int, int]] = []
+
+    class Answer:
+        status = 200
+        headers: Mapping[str, str] = {}
+        url = "http://x/"
+
+        def iter_chunks(self) -> Iterator[bytes]:
+            yield b"hello"
+
+        def close(self) -> None:
+            pass
+
+    class Transport:
+        def send(self, request: PageRequest, headers: Mapping[str, str], timeout_s: float) -> RawResponse:
+            return Answer()
+
+    policy = FetchPolicy.from_settings(Settings())
+    fetcher = Fetcher(Transport(), policy, on_response=lambda status, size, seconds: seen.append((status, size)))
+    fetcher.fetch(PageRequest(url="http://x/"))
+    assert seen == [(200, 5)]
+
+
+def test_client_metrics_count_the_daemons_crawls_and_state() -> None:
+    from crawler_client import observer
+    from crawler_client.metrics import ClientMetrics
+    from tests.client.test_runtime_daemon import Scheduler, Storage, config, make, wait_until
+
+    scheduler, storage = Scheduler(tasks=10), Storage()
+    daemon, _ = make(scheduler, storage, config(), threading.Event())
+    metrics = ClientMetrics(daemon)
+    observer.install(metrics)
+    try:
+        daemon.start()
+        try:
+            assert wait_until(lambda: len(scheduler.reports) == 10)
+            observer.current().session_renewed("ecshop")
+            observer.current().fetched("jd", 0, 0, 0.2)
+        finally:
+            daemon.stop()
+    finally:
+        observer.install(observer.NullObserver())
+    registry = CollectorRegistry()
+    metrics.register(registry)
+    text = render(registry)
+    assert 'icecrawler_client_crawls_total{outcome="Ok",source="weibo_mobile"} 10.0' in text
+    assert 'icecrawler_client_new_items_total{source="weibo_mobile"} 10.0' in text
+    assert 'icecrawler_client_session_renewals_total{source="ecshop"} 1.0' in text
+    assert 'icecrawler_client_fetches_total{source="jd",status_class="none"} 1.0' in text
+    assert "icecrawler_client_tasks_reported_total 10.0" in text
+    assert "icecrawler_client_busy_workers 0.0" in text and "icecrawler_client_workers 2.0" in text
+    promtool_check(text)
+
+
+def test_scheduler_shard_k_listens_at_port_plus_k_and_targets_probe_every_shard() -> None:
+    endpoint, base = None, 0
+    for _ in range(20):  # port + 1 may belong to another process: then try another base
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            base = sock.getsockname()[1]
+        endpoint = serve(MetricsConfig("scheduler", "127.0.0.1", base, 1), CollectorRegistry(), offset=1)
+        if endpoint is not None:
+            break
+    assert endpoint is not None
+    endpoint.close()
+    assert endpoint.port == base + 1
+    settings = Settings().copy_with(metrics__scheduler__port=base, scheduler__shards=3)
+    assert candidate_ports(settings, "scheduler") == [base, base + 1, base + 2]
+
+
+@pytest.mark.parametrize("role", ["scheduler", "storage", "client"])
+def test_a_daemon_with_a_bad_metrics_port_stops_with_a_clear_error_before_starting(
+        role: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from icecrawler.cli import main
+
+    code = main([role, f"--set=metrics.{role}.port=99999", f"--set=scheduler.db_dir={tmp_path / 'db'}",
+                 f"--set=storage.spool_dir={tmp_path / 'spool'}",
+                 f"--set=storage.embedded.path={tmp_path / 'store.sqlite3'}"])
+    assert code == 2
+    assert f"metrics.{role}.port must be 0 (off) or a TCP port, got 99999" in capsys.readouterr().err
+    assert not (tmp_path / "db").exists() and not (tmp_path / "spool").exists()
+
+
+def test_targets_refuses_an_empty_host_list(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from icecrawler.cli import main
+
+    assert main(["targets", "--hosts", " , ", "--dir", str(tmp_path / "t")]) == 2
+    assert "--hosts names no host" in capsys.readouterr().err
+    assert not (tmp_path / "t").exists()
