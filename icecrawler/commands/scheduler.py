@@ -17,7 +17,12 @@ class Command(BaseCommand):
                    "icecrawler scheduler --Ice.Config=deploy/scheduler.conf --set scheduler.host_spacing_s=1")
     takes_ice_args = True
 
+    def add_options(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--listen", default="", metavar="ENDPOINTS",
+                            help="Ice endpoints to listen on, e.g. 'tcp -h 127.0.0.1 -p 10000' or 'ssl -h 10.0.0.5 -p "
+                                 "10000' (overrides SchedulerAdapter.Endpoints of --Ice.Config)")
+
     def run(self, args: argparse.Namespace, settings: Settings, ice_args: list[str]) -> int:
         from scheduler_server.server import run
 
-        return run(settings, ice_args)
+        return run(settings, ice_args, listen=args.listen)

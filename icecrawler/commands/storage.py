@@ -22,9 +22,11 @@ class Command(BaseCommand):
     takes_ice_args = True
 
     def add_options(self, parser: argparse.ArgumentParser) -> None:
-        """No options of its own: settings via --set, Ice properties via --Ice.*."""
+        parser.add_argument("--listen", default="", metavar="ENDPOINTS",
+                            help="Ice endpoints to listen on, e.g. 'tcp -h 127.0.0.1 -p 10001' or 'ssl -h 10.0.0.5 -p "
+                                 "10001' (overrides StorageAdapter.Endpoints of --Ice.Config)")
 
     def run(self, args: argparse.Namespace, settings: Settings, ice_args: list[str]) -> int:
         from storage_server.server import run
 
-        return run(settings, ice_args)
+        return run(settings, ice_args, listen=args.listen)
