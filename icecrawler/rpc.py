@@ -55,6 +55,7 @@ __all__ = [
     "one_line",
     "post_from_slice",
     "post_to_slice",
+    "prepare_adapter",
     "remote_calls",
     "report_from_slice",
     "report_to_slice",
@@ -208,7 +209,7 @@ def settle_server_heap() -> None:
     gc.set_threshold(*SERVER_GC_THRESHOLDS)
 
 
-def create_adapter(
+def prepare_adapter(
     comm: Ice.Communicator,
     adapter_name: str,
     default_endpoints: str,
@@ -216,34 +217,45 @@ def create_adapter(
     endpoints: str = "",
     allow_insecure: bool = False,
     message_size_max_kib: int = 0,
-) -> Ice.ObjectAdapter:
-    """Create (and bind, not yet activate) a daemon's adapter, before the daemon opens its data, so that a bad
-    endpoint or a port in use fails the start-up at once, as ConfigError/ServiceError with one line of text.
+) -> str:
+    """Check and set a daemon's listening properties before it opens its data, so that a bad endpoint, a plain
+    one off loopback, or a port in use fails the start-up at once (ConfigError/ServiceError, one line). Returns
+    the endpoints.
 
     Endpoints: ``endpoints`` (the command line's ``--listen``), else ``<adapter_name>.Endpoints`` (property file /
     argv), else ``default_endpoints``; a plain endpoint off loopback needs ``allow_insecure``
     (``security.check_listen_endpoints``). ``message_size_max_kib`` becomes ``<adapter_name>.MessageSizeMax``
-    unless that is set (``icecrawler.limits``).
+    unless that is set (``icecrawler.limits``). The port is only probed here; ``create_adapter`` binds it once
+    the daemon is ready, so that a port that accepts connections means a daemon that answers them.
+    """
+    from icecrawler.security import check_listen_endpoints, check_ports_free
+
+    props = comm.getProperties()
+    listen = listen_endpoints(comm, adapter_name, default_endpoints, endpoints)
+    for warning in check_listen_endpoints(comm, listen, allow_insecure):
+        log.warning("%s", warning)
+    check_ports_free(comm, listen)
+    if message_size_max_kib > 0 and not props.getProperty(f"{adapter_name}.MessageSizeMax"):
+        props.setProperty(f"{adapter_name}.MessageSizeMax", str(message_size_max_kib))
+    return listen
+
+
+def create_adapter(comm: Ice.Communicator, adapter_name: str) -> Ice.ObjectAdapter:
+    """Create (and bind) ``adapter_name``; a failure is a one-line ServiceError.
 
     An adapter's own thread pool (``<adapter_name>.ThreadPool.*``) becomes the communicator's server pool (the
     same thing for a daemon's one adapter): when binding fails, Ice joins an adapter's own pool threads inside
     ``createObjectAdapter``, which holds the GIL, while each thread waits for the GIL in our thread hooks, so
     the daemon hung forever on a port in use.
     """
-    from icecrawler.security import check_listen_endpoints
-
     props = comm.getProperties()
-    listen = listen_endpoints(comm, adapter_name, default_endpoints, endpoints)
-    for warning in check_listen_endpoints(comm, listen, allow_insecure):
-        log.warning("%s", warning)
-    if message_size_max_kib > 0 and not props.getProperty(f"{adapter_name}.MessageSizeMax"):
-        props.setProperty(f"{adapter_name}.MessageSizeMax", str(message_size_max_kib))
     for key, value in props.getPropertiesForPrefix(f"{adapter_name}.ThreadPool.").items():
         props.setProperty("Ice.ThreadPool.Server." + key.rsplit(".", 1)[1], value)
         props.setProperty(key, "")
     try:
         return comm.createObjectAdapter(adapter_name)
     except Ice.LocalException as exc:
+        listen = props.getProperty(f"{adapter_name}.Endpoints")
         raise ServiceError(f"{adapter_name} cannot listen on {listen}: {one_line(exc)}") from exc
 
 
@@ -254,22 +266,21 @@ def serve(
     default_endpoints: str,
     on_shutdown: Callable[[], None] | None = None,
     on_stop_requested: Callable[[], None] | None = None,
-    *,
-    adapter: Ice.ObjectAdapter | None = None,
 ) -> None:
     """Activate ``servants`` on one adapter and block until SIGTERM/SIGINT or ``shutdown()``.
 
-    ``adapter`` is the daemon's adapter from ``create_adapter``; without it one is created here with the
-    endpoints of ``<adapter_name>.Endpoints`` or ``default_endpoints``. ``on_stop_requested`` runs as soon as the
+    Call ``prepare_adapter`` first (a daemon does, before it opens its data); without it the endpoints are those
+    of ``<adapter_name>.Endpoints`` or ``default_endpoints``. ``on_stop_requested`` runs as soon as the
     stop is requested, before the adapter drains its dispatches (e.g. to refuse new work with a typed error);
     ``on_shutdown`` runs after the adapter is deactivated, and also when serving could not start, so a daemon's
     own threads never keep a failed start-up alive.
     """
     stop = threading.Event()
     active = False
+    adapter: Ice.ObjectAdapter | None = None
     try:
-        if adapter is None:
-            adapter = create_adapter(comm, adapter_name, default_endpoints)
+        listen_endpoints(comm, adapter_name, default_endpoints)
+        adapter = create_adapter(comm, adapter_name)
         for identity, servant in servants.items():
             adapter.add(servant, Ice.stringToIdentity(identity))
         adapter.activate()

@@ -27,7 +27,7 @@ import Ice
 from cryptography import x509
 from cryptography.x509.oid import NameOID
 
-from icecrawler.errors import ConfigError, NotAuthorizedError
+from icecrawler.errors import ConfigError, NotAuthorizedError, ServiceError
 from icecrawler.tls import ROLE_URI_PREFIX, ROLES
 
 __all__ = [
@@ -37,6 +37,7 @@ __all__ = [
     "TRUSTED",
     "Gate",
     "check_listen_endpoints",
+    "check_ports_free",
     "is_loopback_host",
     "role_of_certificate",
 ]
@@ -197,6 +198,26 @@ def check_listen_endpoints(comm: Ice.Communicator, endpoints: str, allow_insecur
         warnings.append(f"INSECURE: {text} is plain TCP on a non-loopback interface: anyone who reaches it may call "
                         "every operation (security.allow_insecure=true)")
     return warnings
+
+
+def check_ports_free(comm: Ice.Communicator, endpoints: str) -> None:
+    """ServiceError if a fixed port of ``endpoints`` is taken (probed with a bind, as Ice binds: SO_REUSEADDR, so
+    only a listening socket counts), so that a daemon fails before it opens its data rather than after."""
+    for endpoint in _parse(comm, endpoints):
+        ip = _ip_info(endpoint.getInfo())
+        if ip is None or not ip.port:
+            continue
+        try:
+            addresses = socket.getaddrinfo(ip.host or None, ip.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        except OSError:
+            continue  # an unresolvable host: Ice's own bind says so
+        for family, kind, proto, _, address in addresses:
+            with socket.socket(family, kind, proto) as probe:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                try:
+                    probe.bind(address)
+                except OSError as exc:
+                    raise ServiceError(f"cannot listen on {endpoint.toString()}: {exc.strerror or exc}") from exc
 
 
 def has_secure_endpoint(comm: Ice.Communicator, endpoints: str) -> bool:

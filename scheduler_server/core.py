@@ -911,7 +911,7 @@ class SchedulerCore:
             with self.store.transaction() as txn:
                 record = self._stored(txn, task_id)
             if record is None:
-                raise _invalid(f"unknown task {quote(task_id)}", "taskId", code="UnknownTask")
+                raise _invalid(f"unknown task {task_id}", "taskId", code="UnknownTask")
             info = {key: value for key, value in vars(record).items() if key != "old_tokens"}
             info["lease_token"] = "<held>" if record.lease_token else ""
             info["due_in_s"] = round((record.due_ms / 1000 - self.clocks.now()), 3) if record.state == "pending" \

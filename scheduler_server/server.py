@@ -192,10 +192,9 @@ def run(settings: Settings, ice_args: Sequence[str], listen: str = "") -> int:
     validate_values(settings.as_dict())
     check_paths(settings.as_dict(), dirs=["scheduler.db_dir"])
     with rpc.communicator(ice_args, SCHEDULER_PROPERTIES) as comm:
-        adapter = rpc.create_adapter(comm, rpc.SCHEDULER_ADAPTER, rpc.SCHEDULER_ENDPOINTS, endpoints=listen,
-                                     allow_insecure=settings.get_bool("security.allow_insecure"),
-                                     message_size_max_kib=limits.scheduler_message_kib(settings))
-        endpoints = comm.getProperties().getProperty(f"{rpc.SCHEDULER_ADAPTER}.Endpoints")
+        endpoints = rpc.prepare_adapter(comm, rpc.SCHEDULER_ADAPTER, rpc.SCHEDULER_ENDPOINTS, endpoints=listen,
+                                        allow_insecure=settings.get_bool("security.allow_insecure"),
+                                        message_size_max_kib=limits.scheduler_message_kib(settings))
         gate = Gate.from_setting(settings.get_str("security.revoked"), tls=has_secure_endpoint(comm, endpoints))
         core = open_core(settings)
         rpc.settle_server_heap()  # after the queue index is loaded, so that collections never walk it
@@ -218,8 +217,7 @@ def run(settings: Settings, ice_args: Sequence[str], listen: str = "") -> int:
 
         try:
             rpc.serve(comm, rpc.SCHEDULER_ADAPTER, {rpc.SCHEDULER_IDENTITY: make_servant(core, gate)},
-                      rpc.SCHEDULER_ENDPOINTS, on_shutdown=shutdown, on_stop_requested=core.stop_leasing,
-                      adapter=adapter)
+                      rpc.SCHEDULER_ENDPOINTS, on_shutdown=shutdown, on_stop_requested=core.stop_leasing)
         finally:
             shutdown()
     return 0

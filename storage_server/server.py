@@ -35,10 +35,9 @@ def run(settings: Settings, ice_args: list[str], listen: str = "") -> int:
     embedded = settings.get_str("storage.backend") == "embedded"
     check_paths(settings.as_dict(), dirs=["storage.spool_dir"], files=["storage.embedded.path"] if embedded else [])
     with rpc.communicator(ice_args, properties=SERVER_PROPERTIES) as comm:
-        adapter = rpc.create_adapter(comm, rpc.STORAGE_ADAPTER, rpc.STORAGE_ENDPOINTS, endpoints=listen,
-                                     allow_insecure=settings.get_bool("security.allow_insecure"),
-                                     message_size_max_kib=limits.storage_message_kib(settings))
-        endpoints = comm.getProperties().getProperty(f"{rpc.STORAGE_ADAPTER}.Endpoints")
+        endpoints = rpc.prepare_adapter(comm, rpc.STORAGE_ADAPTER, rpc.STORAGE_ENDPOINTS, endpoints=listen,
+                                        allow_insecure=settings.get_bool("security.allow_insecure"),
+                                        message_size_max_kib=limits.storage_message_kib(settings))
         gate = Gate.from_setting(settings.get_str("security.revoked"), tls=has_secure_endpoint(comm, endpoints))
         service = StorageService.from_settings(settings)
         try:
@@ -52,5 +51,5 @@ def run(settings: Settings, ice_args: list[str], listen: str = "") -> int:
             raise
         rpc.settle_server_heap()
         rpc.serve(comm, rpc.STORAGE_ADAPTER, {rpc.STORAGE_IDENTITY: StorageServant(service, gate)},
-                  rpc.STORAGE_ENDPOINTS, on_shutdown=service.close, adapter=adapter)
+                  rpc.STORAGE_ENDPOINTS, on_shutdown=service.close)
     return 0

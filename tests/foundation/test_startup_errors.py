@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import socket
 import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -140,3 +141,20 @@ def test_messages_quote_a_short_prefix_of_a_huge_argument() -> None:
     with pytest.raises(InvalidArgumentError) as refused:
         make_task_id(TaskKind.WeiboUser, "weibo_pc", huge)
     assert len(str(refused.value)) < 200 and "10000000 chars" in str(refused.value)
+
+
+def test_an_adapter_with_its_own_thread_pool_fails_to_bind_without_hanging(taken_port: int) -> None:
+    """The race the port probe cannot close (taken between probe and bind): Ice's own bind error, at once."""
+    code = (
+        "from icecrawler import errors, rpc\n"
+        f"props = {{'StorageAdapter.Endpoints': 'tcp -h 127.0.0.1 -p {taken_port}',\n"
+        "         'StorageAdapter.ThreadPool.Size': '4', 'StorageAdapter.ThreadPool.SizeMax': '8'}\n"
+        "with rpc.communicator((), props) as comm:\n"
+        "    try:\n"
+        "        rpc.create_adapter(comm, 'StorageAdapter')\n"
+        "    except errors.ServiceError as exc:\n"
+        "        print(exc)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "Address already in use" in result.stdout
