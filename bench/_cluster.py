@@ -239,8 +239,9 @@ class Cluster:
         """
         adapter = {"scheduler": "SchedulerAdapter", "storage": "StorageAdapter"}[role]
         conf = self.ice_config(role, {f"{adapter}.Endpoints": f"tcp -h {host} -p {port}", **(ice or {})})
+        # Plain TCP off loopback (the lab's private network namespaces) must be allowed explicitly.
         process = self._start(role, [sys.executable, "-m", "icecrawler", role, "--config", str(self.config()),
-                                     f"--Ice.Config={conf}"], wrap)
+                                     "--set", "security.allow_insecure=true", f"--Ice.Config={conf}"], wrap)
         if wait:
             self.wait_listening(process, host, port, wrap)
         return process

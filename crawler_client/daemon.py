@@ -34,6 +34,7 @@ from crawler_client.crawl import CrawlResult, failure_report
 from crawler_client.gateways import SchedulerGateway, StorageGateway
 from crawler_client.runner import TaskRunner
 from crawler_client.sink import Backoff, ClientStats, Sink
+from icecrawler import limits
 from icecrawler.clock import Clock
 from icecrawler.errors import FetchError, InvalidArgumentError, NoWorkError, ServiceError
 from icecrawler.models import Task
@@ -73,6 +74,8 @@ class DaemonConfig:
     max_backoff_s: float
     shutdown_grace_s: float
     progress_log_s: float
+    #: Most bytes (estimated) in one storage write: the storage server's request limit (icecrawler.limits).
+    write_bytes: int = 0
 
     @classmethod
     def from_settings(cls, settings: Settings) -> DaemonConfig:
@@ -87,6 +90,7 @@ class DaemonConfig:
             max_backoff_s=settings.get_float("client.max_backoff_s"),
             shutdown_grace_s=settings.get_float("client.shutdown_grace_s"),
             progress_log_s=settings.get_float("client.progress_log_s"),
+            write_bytes=limits.storage_message_bytes(settings),
         )
         for name in ("workers", "batch", "buffer_records", "report_batch", "write_batch"):
             if getattr(config, name) < 1:
@@ -116,7 +120,8 @@ class ClientDaemon:
         self.stats = ClientStats()
         self.sink = Sink(
             scheduler, storage, buffer_records=config.buffer_records, report_batch=config.report_batch,
-            write_batch=config.write_batch, backoff_s=config.backoff_s, max_backoff_s=config.max_backoff_s,
+            write_batch=config.write_batch, write_bytes=config.write_bytes, backoff_s=config.backoff_s,
+            max_backoff_s=config.max_backoff_s,
             now_ms=_wall_ms, monotonic=time.monotonic, fingerprint=fingerprint, stats=self.stats,
         )
         self._runner_factory = runner_factory

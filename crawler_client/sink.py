@@ -132,6 +132,15 @@ class _Pending:
                 + (0 if self.targets_done else len(result.discovered)))
 
 
+def record_wire_bytes(record: Post | Review) -> int:
+    """An upper estimate of a record's size in a request: its text fields at up to 3 bytes a character (UTF-8 of
+    CJK), plus its numbers and length prefixes."""
+    texts = [value for value in vars(record).values() if isinstance(value, str)]
+    if isinstance(record, Post):
+        texts.extend(record.pictures)
+    return 64 + sum(len(text) if text.isascii() else 3 * len(text) for text in texts) + 5 * len(texts)
+
+
 class Sink:
     """Buffers results, stores their records, then reports them (see the module docstring)."""
 
@@ -143,6 +152,7 @@ class Sink:
         buffer_records: int,
         report_batch: int,
         write_batch: int,
+        write_bytes: int = 0,
         backoff_s: float,
         max_backoff_s: float,
         now_ms: Callable[[], int],
@@ -155,6 +165,8 @@ class Sink:
         self.buffer_records = buffer_records
         self.report_batch = max(1, report_batch)
         self.write_batch = max(1, write_batch)
+        #: Most estimated wire bytes in one write (0: no limit): over the server's limit it would refuse the call.
+        self.write_bytes = write_bytes
         self._now_ms = now_ms
         self._monotonic = monotonic
         self._fingerprint = fingerprint
@@ -275,15 +287,31 @@ class Sink:
         for item in items:
             chunk.extend((record, item) for record in (item.result.posts if kind == "posts" else item.result.reviews))
             owners.append(item)
-            while len(chunk) >= self.write_batch:
-                self._write(kind, chunk[:self.write_batch])
-                chunk = chunk[self.write_batch:]
+            while chunk:
+                cut = self._cut(chunk)
+                if cut == len(chunk) < self.write_batch:  # fits, with room for more: wait for the next result
+                    break
+                self._write(kind, chunk[:cut])
+                chunk = chunk[cut:]
             if not chunk:
                 self._mark(owners, kind)
                 owners = []
         if chunk:
             self._write(kind, chunk)
         self._mark(owners, kind)
+
+    def _cut(self, chunk: list[tuple[Post | Review, _Pending]]) -> int:
+        """How many records of ``chunk`` make the next write: at most ``write_batch`` and, with ``write_bytes``,
+        no more than fit in it (always at least one)."""
+        end = min(len(chunk), self.write_batch)
+        if not self.write_bytes:
+            return end
+        total = 0
+        for index in range(end):
+            total += record_wire_bytes(chunk[index][0])
+            if total > self.write_bytes:
+                return max(1, index)
+        return end
 
     @staticmethod
     def _mark(owners: list[_Pending], kind: str) -> None:

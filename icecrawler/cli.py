@@ -79,9 +79,32 @@ def main(argv: Sequence[str] | None = None) -> int:
             settings.set("log.json", True)
         configure_logging(settings.get_str("log.level"), settings.get_bool("log.json"))
         return command.run(args, settings, ice_args)
-    except IcecrawlerError as exc:
-        logging.getLogger("icecrawler").debug("command failed", exc_info=True)
-        print(f"icecrawler {args.command}: error: {exc}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:
+        message = failure_line(exc)
+        if message is None:
+            raise
+        logging.getLogger("icecrawler").debug("command failed", exc_info=True)
+        print(f"icecrawler {args.command}: error: {message}", file=sys.stderr)
+        return 2
+
+
+def failure_line(exc: BaseException) -> str | None:
+    """One line for an error the user can fix (ours, the OS's, Ice's own), or None for a bug (a traceback)."""
+    if isinstance(exc, IcecrawlerError):
+        text = str(exc)
+    elif isinstance(exc, OSError):
+        text = str(exc.strerror or exc) + (f": {exc.filename}" if exc.filename else "")
+    elif type(exc).__module__.split(".")[0] == "Ice" and _is_ice_local(exc):
+        text = f"{type(exc).__name__}: {exc}"
+    else:
+        return None
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return " ".join(lines)[:500] or type(exc).__name__
+
+
+def _is_ice_local(exc: BaseException) -> bool:
+    import Ice
+
+    return isinstance(exc, Ice.LocalException)

@@ -7,6 +7,7 @@
     ├── NoWorkError                       nothing is due in the scheduler
     ├── LeaseLostError                    a report's lease expired, was re-issued, or never existed
     ├── StorageUnavailableError           backend and spool both refused a write
+    ├── NotAuthorizedError                the peer's certificate role may not call an operation
     ├── FetchError                        an HTTP fetch failed; carries the Outcome class
     │   └── ParseError (ValueError)       a response body that cannot be parsed
     └── ServiceError                      a daemon (HBase, Ice server) did not start or answer
@@ -27,9 +28,11 @@ __all__ = [
     "InvalidRecordsError",
     "LeaseLostError",
     "NoWorkError",
+    "NotAuthorizedError",
     "ParseError",
     "ServiceError",
     "StorageUnavailableError",
+    "quote",
 ]
 
 
@@ -86,6 +89,19 @@ class LeaseLostError(IcecrawlerError):
 
 class StorageUnavailableError(IcecrawlerError):
     """Neither the backend nor the durable spool could take a write."""
+
+
+class NotAuthorizedError(IcecrawlerError):
+    """The caller's TLS certificate (its role, or a revoked one) does not allow the operation. Nothing changed."""
+
+
+def quote(value: object, limit: int = 60) -> str:
+    """``repr`` of at most ``limit`` characters of ``value``, with its full length when cut: an error message never
+    echoes a huge argument back (a 10 MB id would otherwise be copied into every log line and reply)."""
+    text = value if isinstance(value, str) else str(value)
+    if len(text) <= limit:
+        return repr(text)
+    return f"{text[:limit]!r}... ({len(text)} chars)"
 
 
 class FetchError(IcecrawlerError):

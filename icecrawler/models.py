@@ -8,7 +8,7 @@ import enum
 import re
 from dataclasses import dataclass, field
 
-from icecrawler.errors import InvalidArgumentError
+from icecrawler.errors import InvalidArgumentError, quote
 
 __all__ = [
     "MAX_ITEM_TIMES",
@@ -59,18 +59,18 @@ SOURCES: dict[str, frozenset[TaskKind]] = {
     "jd": frozenset({TaskKind.ProductReviews}),
 }
 
-_TARGET_RE = re.compile(r"^[0-9A-Za-z_.-]{1,64}$")
+_TARGET_RE = re.compile(r"[0-9A-Za-z_.-]{1,64}")  # always fullmatch: "$" would let a trailing newline in
 
 
 def make_task_id(kind: TaskKind, source: str, target: str) -> str:
     """Validate and build ``<kind>:<source>:<target>``."""
     if source not in SOURCES:
-        raise InvalidArgumentError(f"unknown source {source!r} (known: {', '.join(sorted(SOURCES))})",
+        raise InvalidArgumentError(f"unknown source {quote(source)} (known: {', '.join(sorted(SOURCES))})",
                                    code="InvalidId", field="source")
     if kind not in SOURCES[source]:
         raise InvalidArgumentError(f"source {source} cannot crawl {kind.name} tasks", code="InvalidId", field="kind")
-    if not _TARGET_RE.match(target):
-        raise InvalidArgumentError(f"invalid target {target!r}: 1-64 chars of [0-9A-Za-z_.-]",
+    if not _TARGET_RE.fullmatch(target):
+        raise InvalidArgumentError(f"invalid target {quote(target)}: 1-64 chars of [0-9A-Za-z_.-]",
                                    code="InvalidId", field="target")
     return f"{kind.value}:{source}:{target}"
 
@@ -79,12 +79,12 @@ def split_task_id(task_id: str) -> tuple[TaskKind, str, str]:
     """Inverse of make_task_id; raises InvalidArgumentError on anything malformed."""
     parts = task_id.split(":")
     if len(parts) != 3:
-        raise InvalidArgumentError(f"invalid task id {task_id!r}: expected <kind>:<source>:<target>",
+        raise InvalidArgumentError(f"invalid task id {quote(task_id)}: expected <kind>:<source>:<target>",
                                    code="InvalidId", field="taskId")
     try:
         kind = TaskKind(parts[0])
     except ValueError as exc:
-        raise InvalidArgumentError(f"invalid task kind in {task_id!r}", code="InvalidId", field="taskId") from exc
+        raise InvalidArgumentError(f"invalid task kind in {quote(task_id)}", code="InvalidId", field="taskId") from exc
     make_task_id(kind, parts[1], parts[2])
     return kind, parts[1], parts[2]
 

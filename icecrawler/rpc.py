@@ -23,9 +23,11 @@ from typing import Any, Protocol, TypeVar
 import Ice
 
 from icecrawler.errors import (
+    ConfigError,
     InvalidArgumentError,
     InvalidRecordsError,
     LeaseLostError,
+    NotAuthorizedError,
     NoWorkError,
     ServiceError,
     StorageUnavailableError,
@@ -46,10 +48,14 @@ __all__ = [
     "communicator",
     "core_errors",
     "crawler",
+    "create_adapter",
     "from_slice_error",
+    "listen_endpoints",
     "map_errors",
+    "one_line",
     "post_from_slice",
     "post_to_slice",
+    "prepare_adapter",
     "remote_calls",
     "report_from_slice",
     "report_to_slice",
@@ -83,8 +89,13 @@ STORAGE_ENDPOINTS = "tcp -h 127.0.0.1 -p 10001"
 
 #: Ice properties every icecrawler communicator starts with (a property file or argv overrides them).
 BASE_PROPERTIES: dict[str, str] = {
-    # Batches of 1000 reports or 5000 ~1 KB records must fit in one message.
+    # Replies (a client's leased tasks) must fit in one message. What a daemon accepts in a request is its
+    # adapter's own, smaller limit (``<Adapter>.MessageSizeMax``, derived from the batch limits: limits.py).
     "Ice.MessageSizeMax": "65536",
+    # A peer that sends nothing for 30 s is dropped, with any half-received request it holds in memory. Our
+    # clients send a heartbeat every 10 s (half their own idle timeout) whenever they send nothing else.
+    "Ice.Connection.Server.IdleTimeout": "30",
+    "Ice.Connection.Client.IdleTimeout": "20",
     # Bounded waits: no call hangs forever on a dead peer.
     "Ice.Connection.Client.ConnectTimeout": "5",
     "Ice.Default.InvocationTimeout": "30000",
@@ -109,15 +120,18 @@ def crawler() -> ModuleType:
 def communicator(args: Sequence[str] = (), properties: dict[str, str] | None = None) -> Ice.Communicator:
     """A communicator with our base properties, then ``--Ice.Config`` files and ``--Ice.*`` args on top."""
     argv = ["icecrawler", *args]
-    props = Ice.createProperties()
-    for key, value in {**BASE_PROPERTIES, **(properties or {})}.items():
-        props.setProperty(key, value)
-    props = Ice.createProperties(argv, props)
-    init = Ice.InitializationData()
-    init.properties = props
-    init.threadStart = _keep_thread_state
-    init.threadStop = _drop_thread_state
-    return Ice.Communicator(initData=init)
+    try:
+        props = Ice.createProperties()
+        for key, value in {**BASE_PROPERTIES, **(properties or {})}.items():
+            props.setProperty(key, value)
+        props = Ice.createProperties(argv, props)
+        init = Ice.InitializationData()
+        init.properties = props
+        init.threadStart = _keep_thread_state
+        init.threadStop = _drop_thread_state
+        return Ice.Communicator(initData=init)
+    except Ice.LocalException as exc:  # a missing --Ice.Config file, an unknown or malformed Ice property
+        raise ConfigError(f"Ice properties: {one_line(exc)}") from exc
 
 
 # Ice calls into Python from its own threads (dispatch, AMD replies, callbacks). Each such call takes the GIL
@@ -195,6 +209,56 @@ def settle_server_heap() -> None:
     gc.set_threshold(*SERVER_GC_THRESHOLDS)
 
 
+def prepare_adapter(
+    comm: Ice.Communicator,
+    adapter_name: str,
+    default_endpoints: str,
+    *,
+    endpoints: str = "",
+    allow_insecure: bool = False,
+    message_size_max_kib: int = 0,
+) -> str:
+    """Check and set a daemon's listening properties before it opens its data, so that a bad endpoint, a plain
+    one off loopback, or a port in use fails the start-up at once (ConfigError/ServiceError, one line). Returns
+    the endpoints.
+
+    Endpoints: ``endpoints`` (the command line's ``--listen``), else ``<adapter_name>.Endpoints`` (property file /
+    argv), else ``default_endpoints``; a plain endpoint off loopback needs ``allow_insecure``
+    (``security.check_listen_endpoints``). ``message_size_max_kib`` becomes ``<adapter_name>.MessageSizeMax``
+    unless that is set (``icecrawler.limits``). The port is only probed here; ``create_adapter`` binds it once
+    the daemon is ready, so that a port that accepts connections means a daemon that answers them.
+    """
+    from icecrawler.security import check_listen_endpoints, check_ports_free
+
+    props = comm.getProperties()
+    listen = listen_endpoints(comm, adapter_name, default_endpoints, endpoints)
+    for warning in check_listen_endpoints(comm, listen, allow_insecure):
+        log.warning("%s", warning)
+    check_ports_free(comm, listen)
+    if message_size_max_kib > 0 and not props.getProperty(f"{adapter_name}.MessageSizeMax"):
+        props.setProperty(f"{adapter_name}.MessageSizeMax", str(message_size_max_kib))
+    return listen
+
+
+def create_adapter(comm: Ice.Communicator, adapter_name: str) -> Ice.ObjectAdapter:
+    """Create (and bind) ``adapter_name``; a failure is a one-line ServiceError.
+
+    An adapter's own thread pool (``<adapter_name>.ThreadPool.*``) becomes the communicator's server pool (the
+    same thing for a daemon's one adapter): when binding fails, Ice joins an adapter's own pool threads inside
+    ``createObjectAdapter``, which holds the GIL, while each thread waits for the GIL in our thread hooks, so
+    the daemon hung forever on a port in use.
+    """
+    props = comm.getProperties()
+    for key, value in props.getPropertiesForPrefix(f"{adapter_name}.ThreadPool.").items():
+        props.setProperty("Ice.ThreadPool.Server." + key.rsplit(".", 1)[1], value)
+        props.setProperty(key, "")
+    try:
+        return comm.createObjectAdapter(adapter_name)
+    except Ice.LocalException as exc:
+        listen = props.getProperty(f"{adapter_name}.Endpoints")
+        raise ServiceError(f"{adapter_name} cannot listen on {listen}: {one_line(exc)}") from exc
+
+
 def serve(
     comm: Ice.Communicator,
     adapter_name: str,
@@ -205,33 +269,59 @@ def serve(
 ) -> None:
     """Activate ``servants`` on one adapter and block until SIGTERM/SIGINT or ``shutdown()``.
 
-    Endpoints come from ``<adapter_name>.Endpoints`` (property file / argv) or ``default_endpoints``.
-    ``on_stop_requested`` runs as soon as the stop is requested, before the adapter drains its dispatches
-    (e.g. to refuse new work with a typed error); ``on_shutdown`` runs after the adapter is deactivated.
+    Call ``prepare_adapter`` first (a daemon does, before it opens its data); without it the endpoints are those
+    of ``<adapter_name>.Endpoints`` or ``default_endpoints``. ``on_stop_requested`` runs as soon as the
+    stop is requested, before the adapter drains its dispatches (e.g. to refuse new work with a typed error);
+    ``on_shutdown`` runs after the adapter is deactivated, and also when serving could not start, so a daemon's
+    own threads never keep a failed start-up alive.
     """
-    props = comm.getProperties()
-    if not props.getProperty(f"{adapter_name}.Endpoints"):
-        props.setProperty(f"{adapter_name}.Endpoints", default_endpoints)
-    adapter = comm.createObjectAdapter(adapter_name)
-    for identity, servant in servants.items():
-        adapter.add(servant, Ice.stringToIdentity(identity))
-    adapter.activate()
-    log.info("%s listening on %s", adapter_name, props.getProperty(f"{adapter_name}.Endpoints"))
-
     stop = threading.Event()
+    active = False
+    adapter: Ice.ObjectAdapter | None = None
     try:
+        listen_endpoints(comm, adapter_name, default_endpoints)
+        adapter = create_adapter(comm, adapter_name)
+        for identity, servant in servants.items():
+            adapter.add(servant, Ice.stringToIdentity(identity))
+        adapter.activate()
+        active = True
+        props = comm.getProperties()
+        log.info("%s listening on %s (requests up to %s KiB)", adapter_name,
+                 props.getProperty(f"{adapter_name}.Endpoints"),
+                 props.getPropertyWithDefault(f"{adapter_name}.MessageSizeMax",
+                                              props.getProperty("Ice.MessageSizeMax")))
         with stop_on_signals(stop):
             while not stop.wait(0.2):
                 if comm.isShutdown():
                     break
     finally:
-        if on_stop_requested is not None:
+        if on_stop_requested is not None and active:
             on_stop_requested()
-        adapter.deactivate()
-        adapter.waitForDeactivate()
+        if adapter is not None:
+            adapter.deactivate()
+            adapter.waitForDeactivate()
         if on_shutdown is not None:
             on_shutdown()
-        log.info("%s stopped", adapter_name)
+        if active:
+            log.info("%s stopped", adapter_name)
+
+
+def listen_endpoints(comm: Ice.Communicator, adapter_name: str, default_endpoints: str, endpoints: str = "") -> str:
+    """The endpoints ``adapter_name`` will listen on (``endpoints`` if given, else its property, else the default),
+    set as its ``Endpoints`` property."""
+    props = comm.getProperties()
+    key = f"{adapter_name}.Endpoints"
+    if endpoints:
+        props.setProperty(key, endpoints)
+    elif not props.getProperty(key):
+        props.setProperty(key, default_endpoints)
+    return props.getProperty(key)
+
+
+def one_line(exc: BaseException) -> str:
+    """An exception as one short line: its class and the first line of its text (Ice's can span several)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return f"{type(exc).__name__}: {lines[0][:300]}" if lines else type(exc).__name__
 
 
 # --- conversions ------------------------------------------------------------------------------------------
@@ -355,23 +445,36 @@ def to_slice_error(exc: Exception) -> Exception:
     C = crawler()
     if isinstance(exc, InvalidRecordsError):
         return C.InvalidRecords(
-            code=C.ErrorCode.RecordRejected, message=str(exc), field="records", index=-1,
+            code=C.ErrorCode.RecordRejected, message=_short(str(exc)), field="records", index=-1,
             rejectedIndexes=[index for index, _ in exc.rejected], reasons=[reason for _, reason in exc.rejected],
             stored=exc.stored,
         )
     if isinstance(exc, InvalidArgumentError):
-        return C.InvalidArgument(code=C.ErrorCode[exc.code], message=str(exc), field=exc.field, index=exc.index)
+        return C.InvalidArgument(code=C.ErrorCode[exc.code], message=_short(str(exc)), field=_short(exc.field),
+                                 index=exc.index)
     if isinstance(exc, NoWorkError):
         return C.NoWork(code=C.ErrorCode[exc.code], message=str(exc), nextDueInMs=exc.next_due_in_ms)
     if isinstance(exc, LeaseLostError):
-        return C.LeaseLost(code=C.ErrorCode[exc.code], message=str(exc), taskId=exc.task_id, index=exc.index)
+        return C.LeaseLost(code=C.ErrorCode[exc.code], message=_short(str(exc)), taskId=_short(exc.task_id),
+                           index=exc.index)
     if isinstance(exc, StorageUnavailableError):
         return C.StorageUnavailable(code=C.ErrorCode.Unavailable, message=str(exc))
+    if isinstance(exc, NotAuthorizedError):
+        return C.NotAuthorized(code=C.ErrorCode.Forbidden, message=str(exc))
     return exc
 
 
+#: The most characters of a message or field a declared exception carries back: a message built around a bad
+#: argument is cut here even if its author forgot ``errors.quote``.
+MESSAGE_MAX_CHARS = 1000
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= MESSAGE_MAX_CHARS else text[:MESSAGE_MAX_CHARS] + f"... ({len(text)} chars)"
+
+
 #: Core errors that a servant passes on as their declared Slice exceptions.
-_DECLARED_ERRORS = (InvalidArgumentError, NoWorkError, LeaseLostError, StorageUnavailableError)
+_DECLARED_ERRORS = (InvalidArgumentError, NoWorkError, LeaseLostError, StorageUnavailableError, NotAuthorizedError)
 
 
 def map_errors[F: Callable[..., Any]](method: F) -> F:
@@ -434,6 +537,8 @@ def from_slice_error(exc: Exception) -> Exception:
         return LeaseLostError(exc.message, task_id=exc.taskId, index=exc.index, code=exc.code.name)
     if isinstance(exc, C.StorageUnavailable):
         return StorageUnavailableError(exc.message)
+    if isinstance(exc, C.NotAuthorized):
+        return NotAuthorizedError(exc.message)
     return exc
 
 
@@ -449,10 +554,14 @@ def core_errors() -> Iterator[None]:
 
 @contextmanager
 def remote_calls(what: str) -> Iterator[None]:
-    """Client side: Slice exceptions become core errors, and Ice's own failures (refused, timed out, no
-    answer) become ServiceError naming ``what``, so a command prints one clear line instead of a traceback."""
+    """Client side: Slice exceptions become core errors, and Ice's own failures become ServiceError naming
+    ``what``, so a command prints one clear line instead of a traceback: "cannot reach" when there was no answer
+    (refused, timed out, connection lost), "reachable but failed" when the server answered with an Ice error
+    (UnknownException: a bug there; ObjectNotExist: the wrong server)."""
     try:
         with core_errors():
             yield
+    except Ice.DispatchException as exc:  # it answered: the call failed there (a bug, a missing object)
+        raise ServiceError(f"the {what} is reachable but failed the call: {one_line(exc)}") from exc
     except Ice.LocalException as exc:
-        raise ServiceError(f"cannot reach the {what}: {type(exc).__name__}: {exc}") from exc
+        raise ServiceError(f"cannot reach the {what}: {one_line(exc)}") from exc

@@ -33,6 +33,10 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from icecrawler.errors import ConfigError
 
+#: The roles ``issue`` may write (what each allows: ``icecrawler.security.PERMISSIONS``).
+ROLES = ("client", "admin", "reader")
+ROLE_URI_PREFIX = "icecrawler:role:"
+
 __all__ = [
     "CA_CERT",
     "CA_KEY",
@@ -50,7 +54,7 @@ CA_KEY = "ca-key.pem"
 #: The O= of every certificate the CA issues; ``IceSSL.TrustOnly.Server=O=icecrawler`` accepts them all.
 ORGANIZATION = "icecrawler"
 
-_NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+_NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")  # fullmatch only
 
 
 @dataclass(frozen=True)
@@ -90,12 +94,12 @@ def init_ca(directory: Path, *, name: str = "icecrawler CA", days: int = 3650, f
     Refuses to overwrite an existing CA unless ``force``: re-creating it would silently invalidate every node
     certificate already issued.
     """
+    if days < 1:
+        raise ConfigError(f"--days must be at least 1, got {days}")
     directory.mkdir(parents=True, exist_ok=True)
     cert_path, key_path = directory / CA_CERT, directory / CA_KEY
     if (cert_path.exists() or key_path.exists()) and not force:
         raise ConfigError(f"a CA already exists in {directory} (use --force to replace it and re-issue every node)")
-    if days < 1:
-        raise ConfigError(f"--days must be at least 1, got {days}")
     key = ec.generate_private_key(ec.SECP256R1())
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name),
                          x509.NameAttribute(NameOID.ORGANIZATION_NAME, ORGANIZATION)])
@@ -132,7 +136,8 @@ def _load_ca(directory: Path) -> tuple[x509.Certificate, ec.EllipticCurvePrivate
 
 
 def issue(directory: Path, node: str, *, dns: Sequence[str] = (), ips: Sequence[str] = (), days: int = 825,
-          trust: Sequence[str] = (), force: bool = False, install_dir: Path | None = None) -> NodeFiles:
+          trust: Sequence[str] = (), force: bool = False, install_dir: Path | None = None,
+          role: str | None = None) -> NodeFiles:
     """Issue ``node``'s key and certificate (signed by the CA in ``directory``) and its ssl property file.
 
     The certificate is valid for both TLS roles (serverAuth + clientAuth): an IceGrid node or a scheduler is a
@@ -140,8 +145,13 @@ def issue(directory: Path, node: str, *, dns: Sequence[str] = (), ips: Sequence[
     name is always one), so ``IceSSL.CheckCertName=1`` can be used. ``trust`` lists the DNs this node accepts as
     peers when it is a server (default: every certificate of our organization). ``install_dir`` is where the
     files will live on the node (the property file's ``IceSSL.DefaultDir``; default: ``directory``).
+    ``role`` (client, admin or reader; ``icecrawler.security``) is written as the subjectAltName URI
+    ``icecrawler:role:<role>`` (the subject stays CN=<node>,O=icecrawler); the servants allow each operation
+    by it. Without a role the certificate can serve (a daemon's own) but may call no operation.
     """
-    if not _NODE_NAME.match(node):
+    if role is not None and role not in ROLES:
+        raise ConfigError(f"bad role {role[:40]!r}: use one of {', '.join(ROLES)}")
+    if not _NODE_NAME.fullmatch(node):
         raise ConfigError(f"bad node name {node!r}: use letters, digits, '.', '_' or '-' (at most 63)")
     if days < 1:
         raise ConfigError(f"--days must be at least 1, got {days}")
@@ -158,6 +168,8 @@ def issue(directory: Path, node: str, *, dns: Sequence[str] = (), ips: Sequence[
                          x509.NameAttribute(NameOID.ORGANIZATION_NAME, ORGANIZATION)])
     names: list[x509.GeneralName] = [x509.DNSName(name) for name in dict.fromkeys([node, *dns])]
     names += [x509.IPAddress(address) for address in addresses]
+    if role:
+        names.append(x509.UniformResourceIdentifier(f"{ROLE_URI_PREFIX}{role}"))
     now = _now()
     cert = (
         x509.CertificateBuilder()

@@ -7,8 +7,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from icecrawler.cli import ICE_PREFIXES
-from icecrawler.errors import IcecrawlerError
+from icecrawler.cli import ICE_PREFIXES, failure_line
 from icecrawler.logs import configure_logging
 from icecrawler.settings import load_settings
 from scheduler_server.server import run
@@ -23,8 +22,11 @@ def main(argv: list[str]) -> int:
         settings = load_settings(args.config, args.assignments)
         configure_logging(settings.get_str("log.level"), settings.get_bool("log.json"))
         return run(settings, [arg for arg in argv if arg.startswith(ICE_PREFIXES)])
-    except IcecrawlerError as exc:
-        print(f"scheduler: error: {exc}", file=sys.stderr)
+    except Exception as exc:  # one line for what the operator can fix (icecrawler.cli), a traceback for a bug
+        line = failure_line(exc)
+        if line is None:
+            raise
+        print(f"scheduler: error: {line}", file=sys.stderr)
         return 2
 
 

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from icecrawler.clock import Clock
-from icecrawler.errors import ConfigError, InvalidArgumentError, LeaseLostError, NoWorkError, ServiceError
+from icecrawler.errors import ConfigError, InvalidArgumentError, LeaseLostError, NoWorkError, ServiceError, quote
 from icecrawler.models import (
     MAX_ITEM_TIMES,
     SOURCES,
@@ -469,12 +469,12 @@ class SchedulerCore:
             source, sep, target = str(text).partition(":")
             try:
                 if not sep:
-                    raise InvalidArgumentError(f"{text!r} is not <source>:<target>")
+                    raise InvalidArgumentError(f"{quote(text)} is not <source>:<target>")
                 task_ids.append((make_task_id(kind, source, target), source, target))
             except InvalidArgumentError as exc:
                 raise _invalid(str(exc), f"ids[{index}]", index, code="InvalidId") from exc
             if self.config.shards > 1 and self.shard_map.of_source(source) != self.config.shard:
-                raise _invalid(f"{text!r} belongs to scheduler shard {self.shard_map.of_source(source)} of "
+                raise _invalid(f"{quote(text)} belongs to scheduler shard {self.shard_map.of_source(source)} of "
                                f"{self.config.shards} (its host {self.config.hosts[source]}), not to this shard "
                                f"{self.config.shard}", f"ids[{index}]", index, code="WrongShard")
         return self._call(lambda txn, group: self._add_in(txn, group, task_ids, kind), durable=True)
@@ -716,7 +716,8 @@ class SchedulerCore:
         if record.state != "inflight" or record.lease_token != token:
             stale = token in record.old_tokens
             raise LeaseLostError(
-                f"lease {token!r} of {task_id} " + ("expired or was given back" if stale else "was never issued"),
+                f"lease {quote(token)} of {quote(task_id)} "
+                + ("expired or was given back" if stale else "was never issued"),
                 task_id=task_id, index=index,
                 code="StaleLease" if stale else "UnknownLease")
         return record

@@ -16,14 +16,17 @@ from typing import Any
 
 import Ice
 
-from icecrawler import rpc
+from icecrawler import limits, rpc
 from icecrawler.datalock import DataLock
-from icecrawler.errors import StorageUnavailableError
+from icecrawler.errors import InvalidArgumentError, NotAuthorizedError, StorageUnavailableError
 from icecrawler.metrics import MetricsConfig, MetricsEndpoint, serve
-from icecrawler.models import TaskKind
+from icecrawler.models import SOURCES, TaskKind
+from icecrawler.security import Gate, guarded, has_secure_endpoint
 from icecrawler.settings import Settings
+from icecrawler.settings.validation import check_paths, validate_values
 from scheduler_server.core import SchedulerCore
 from scheduler_server.integrity import open_checked
+from scheduler_server.listing import list_tasks
 
 __all__ = ["Maintenance", "data_lock", "make_servant", "open_core", "run"]
 
@@ -40,47 +43,77 @@ def _none(_: object) -> None:
     """An operation that returns nothing."""
 
 
+def _check_count(items: Sequence[Any], name: str, limit: int) -> None:
+    """The batch limit, checked before a batch is converted (a copy of an over-size batch is not made)."""
+    if len(items) > limit:
+        raise InvalidArgumentError(f"{name} has {len(items)} entries; the limit (scheduler.batch_limit) is {limit}",
+                                   code="BatchTooLarge", field=name)
+
+
 def _untimed(operation: str, result: Any) -> Any:
     return result
 
 
-def make_servant(core: SchedulerCore, timed: Callable[[str, Any], Any] = _untimed) -> Ice.Object:
-    """A ``Crawler::Scheduler`` servant delegating to ``core``; ``timed(operation, result)`` may wrap each
-    state-changing call's asynchronous result (the metrics' latency, ``SchedulerMetrics.timed``)."""
+def make_servant(core: SchedulerCore, gate: Gate | None = None,
+                 timed: Callable[[str, Any], Any] = _untimed) -> Ice.Object:
+    """A ``Crawler::Scheduler`` servant delegating to ``core``; ``gate`` checks each caller's certificate role
+    (``icecrawler.security``; default: every caller trusted, as over loopback); ``timed(operation, result)`` may
+    wrap each state-changing call's asynchronous result (the metrics' latency, ``SchedulerMetrics.timed``)."""
     C = rpc.crawler()
+    limit = core.config.batch_limit
 
     class SchedulerServant(C.Scheduler):  # type: ignore[misc,name-defined]
         # State changes are dispatched asynchronously: the servant returns the core's future (see
         # scheduler_server.groups), so a dispatch thread never waits while the core runs a group of calls.
 
+        def __init__(self) -> None:
+            self.gate = gate or Gate(tls=False)
+
+        def _lease(self, workerId: str, max: int, current: Ice.Current) -> Any:
+            allowed = self.gate.require(current, "lease", "getUsers")
+            keep_cookies = "cookies" in allowed
+            return core.lease_async(workerId, max), (rpc.task_to_slice if keep_cookies else _task_without_cookies)
+
         @rpc.map_errors
         def getUser(self, workerId: str, current: Ice.Current) -> rpc.Converted[Any, Any]:
-            return timed("lease", rpc.then(core.lease_async(workerId, 1), lambda tasks: rpc.task_to_slice(tasks[0])))
+            future, convert = self._lease(workerId, 1, current)
+            return timed("lease", rpc.then(future, lambda tasks: convert(tasks[0])))
 
         @rpc.map_errors
         def getUsers(self, workerId: str, max: int, current: Ice.Current) -> rpc.Converted[Any, list[Any]]:
-            return timed("lease", rpc.then(core.lease_async(workerId, max),
-                                           lambda tasks: [rpc.task_to_slice(t) for t in tasks]))
+            future, convert = self._lease(workerId, max, current)
+            return timed("lease", rpc.then(future, lambda tasks: [convert(t) for t in tasks]))
 
         @rpc.map_errors
+        @guarded("report")
         def putUser(self, report: Any, current: Ice.Current) -> rpc.Converted[Any, None]:
             return timed("report", rpc.then(core.report_async([rpc.report_from_slice(report)]), _none))
 
         @rpc.map_errors
+        @guarded("report")
         def putUsers(self, reports: Sequence[Any], current: Ice.Current) -> rpc.Converted[Any, None]:
+            _check_count(reports, "reports", limit)
             return timed("report", rpc.then(core.report_async([rpc.report_from_slice(report) for report in reports]),
                                             _none))
 
         @rpc.map_errors
+        @guarded("report")
         def releaseUsers(self, leases: Sequence[Any], current: Ice.Current) -> rpc.Converted[Any, None]:
+            _check_count(leases, "leases", limit)
             return timed("release", rpc.then(core.release_async([(lease.taskId, lease.leaseToken) for lease in leases]),
                                              _none))
 
         @rpc.map_errors
         def addUsers(self, ids: Sequence[str], kind: Any, current: Ice.Current) -> rpc.Converted[Any, int]:
-            return timed("add", rpc.then(core.add_async(list(ids), TaskKind[kind.name]), int))
+            _check_count(ids, "ids", limit)
+            task_kind = TaskKind[kind.name]
+            if "add" not in self.gate.allowed(current):
+                self.gate.require(current, "discover", "addUsers")
+                _check_discovered(ids, task_kind)
+            return timed("add", rpc.then(core.add_async(list(ids), task_kind), int))
 
         @rpc.map_errors
+        @guarded("status")
         def stats(self, current: Ice.Current) -> Any:
             stats = core.stats()
             return C.SchedulerStats(
@@ -90,10 +123,32 @@ def make_servant(core: SchedulerCore, timed: Callable[[str, Any], Any] = _untime
             )
 
         @rpc.map_errors
+        @guarded("status")
         def taskInfo(self, taskId: str, current: Ice.Current) -> str:
             return json.dumps(core.task_info(taskId))
 
+        @rpc.map_errors
+        @guarded("status")
+        def listTasks(self, prefix: str, after: str, max: int, current: Ice.Current) -> str:
+            return json.dumps(list_tasks(core, prefix, after, max))
+
     return SchedulerServant()
+
+
+def _task_without_cookies(task: Any) -> Any:
+    """A leased task for a caller whose role gets no account cookies (the account id stays)."""
+    converted = rpc.task_to_slice(task)
+    converted.account.cookieBlob = ""
+    return converted
+
+
+def _check_discovered(ids: Sequence[str], kind: TaskKind) -> None:
+    """What a client may add: product ids of a source that has listings (a listing crawl's discoveries)."""
+    for index, text in enumerate(ids):
+        source = text.partition(":")[0]
+        if kind is not TaskKind.ProductReviews or TaskKind.Listing not in SOURCES.get(source, frozenset()):
+            raise NotAuthorizedError(f"addUsers: a client certificate may add only discovered product ids of a "
+                                     f"source with listings, not ids[{index}] of kind {kind.name} (needs role admin)")
 
 
 class Maintenance(threading.Thread):
@@ -165,40 +220,46 @@ def data_lock(settings: Settings) -> DataLock:
     return DataLock(Path(settings.get_str("scheduler.db_dir")) / "scheduler.lock", "scheduler")
 
 
-def run(settings: Settings, ice_args: Sequence[str]) -> int:
-    """Serve until SIGTERM/SIGINT: then refuse new leases, drain dispatches, close the environment."""
+def run(settings: Settings, ice_args: Sequence[str], listen: str = "") -> int:
+    """Serve until SIGTERM/SIGINT: then refuse new leases, drain dispatches, close the environment.
+
+    Settings, paths, Ice properties and endpoints are all checked before the database is opened, so a bad
+    start-up fails at once with one line (``icecrawler.cli``). ``listen`` overrides the adapter's endpoints.
+    """
+    validate_values(settings.as_dict())
+    check_paths(settings.as_dict(), dirs=["scheduler.db_dir"])
     metrics_config = MetricsConfig.from_settings(settings, "scheduler")  # a bad value fails before anything starts
-    with data_lock(settings):
-        return _serve(settings, ice_args, metrics_config)
+    with rpc.communicator(ice_args, SCHEDULER_PROPERTIES) as comm:
+        endpoints = rpc.prepare_adapter(comm, rpc.SCHEDULER_ADAPTER, rpc.SCHEDULER_ENDPOINTS, endpoints=listen,
+                                        allow_insecure=settings.get_bool("security.allow_insecure"),
+                                        message_size_max_kib=limits.scheduler_message_kib(settings))
+        gate = Gate.from_setting(settings.get_str("security.revoked"), tls=has_secure_endpoint(comm, endpoints))
+        with data_lock(settings):
+            core = open_core(settings)
+            rpc.settle_server_heap()  # after the queue index is loaded, so that collections never walk it
+            maintenance = Maintenance(core, settings.get_float("scheduler.maintenance_interval_s"),
+                                      settings.get_float("scheduler.checkpoint_interval_s"))
+            stats = core.stats()
+            log.info("scheduler%s: %d tasks (%d pending, %d in flight), policy %s, db %s",
+                     f" shard {core.config.shard} of {core.config.shards}" if core.config.shards > 1 else "",
+                     stats["tasks"], stats["pending"], stats["inflight"], stats["detail"]["policy"],
+                     settings.get_str("scheduler.db_dir"))
+            maintenance.start()
+            timed, endpoint = _start_metrics(metrics_config, core)
+            closed = threading.Event()
 
+            def shutdown() -> None:
+                if not closed.is_set():
+                    closed.set()
+                    maintenance.stop()
+                    if endpoint is not None:
+                        endpoint.close()
+                    core.close()
+                    log.info("scheduler database closed")
 
-def _serve(settings: Settings, ice_args: Sequence[str], metrics_config: MetricsConfig) -> int:
-    core = open_core(settings)
-    rpc.settle_server_heap()  # after the queue index is loaded, so that collections never walk it
-    maintenance = Maintenance(core, settings.get_float("scheduler.maintenance_interval_s"),
-                              settings.get_float("scheduler.checkpoint_interval_s"))
-    stats = core.stats()
-    log.info("scheduler%s: %d tasks (%d pending, %d in flight), policy %s, db %s",
-             f" shard {core.config.shard} of {core.config.shards}" if core.config.shards > 1 else "", stats["tasks"],
-             stats["pending"], stats["inflight"], stats["detail"]["policy"], settings.get_str("scheduler.db_dir"))
-    maintenance.start()
-    timed, endpoint = _start_metrics(metrics_config, core)
-
-    closed = threading.Event()
-
-    def shutdown() -> None:
-        if not closed.is_set():
-            closed.set()
-            maintenance.stop()
-            if endpoint is not None:
-                endpoint.close()
-            core.close()
-            log.info("scheduler database closed")
-
-    try:
-        with rpc.communicator(ice_args, SCHEDULER_PROPERTIES) as comm:
-            rpc.serve(comm, rpc.SCHEDULER_ADAPTER, {rpc.SCHEDULER_IDENTITY: make_servant(core, timed)},
-                      rpc.SCHEDULER_ENDPOINTS, on_shutdown=shutdown, on_stop_requested=core.stop_leasing)
-    finally:
-        shutdown()
+            try:
+                rpc.serve(comm, rpc.SCHEDULER_ADAPTER, {rpc.SCHEDULER_IDENTITY: make_servant(core, gate, timed)},
+                          rpc.SCHEDULER_ENDPOINTS, on_shutdown=shutdown, on_stop_requested=core.stop_leasing)
+            finally:
+                shutdown()
     return 0

@@ -91,7 +91,7 @@ COLUMNS: dict[str, tuple[tuple[str, type], ...]] = {
 _MAX_REVERSED = (1 << 63) - 1
 #: One encoder for the hot path (json.dumps with options builds a new encoder per call).
 _JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
-_PRODUCT_RE = re.compile(r"^[0-9A-Za-z_.-]{1,64}$")
+_PRODUCT_RE = re.compile(r"[0-9A-Za-z_.-]{1,64}")  # fullmatch only
 #: A lone surrogate: Python text that is not UTF-8 (``json.loads`` lets ``"\ud800"`` through); no store takes it.
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _MAX_REVIEW_ID = 128
@@ -114,7 +114,7 @@ def parse_time_ms(text: str) -> int:
     """
     moment = datetime.fromisoformat(text)
     if moment.tzinfo is None:
-        raise ValueError(f"time {text!r} has no UTC offset (expected e.g. 2024-05-01T12:00:00+08:00)")
+        raise ValueError(f"time {text[:40]!r} has no UTC offset (expected e.g. 2024-05-01T12:00:00+08:00)")
     return int(moment.timestamp() * 1000)
 
 
@@ -149,7 +149,7 @@ def _check_time(errors: list[str], name: str, value: Any, required: bool) -> Non
         errors.append(f"{name}={value[:40]!r} is not ISO 8601")
         return
     if moment.tzinfo is None:
-        errors.append(f"{name}: time {value!r} has no UTC offset (expected e.g. 2024-05-01T12:00:00+08:00)")
+        errors.append(f"{name}: time {value[:40]!r} has no UTC offset (expected e.g. 2024-05-01T12:00:00+08:00)")
 
 
 def validate_post(post: Any, max_text_chars: int) -> list[str]:
@@ -189,7 +189,7 @@ def validate_review(review: Any, max_text_chars: int) -> list[str]:
         errors.append(f"id longer than {_MAX_REVIEW_ID} chars")
     elif _SURROGATE.search(review.id):
         errors.append("id holds a lone surrogate (not valid UTF-8)")
-    if not isinstance(review.product_id, str) or not _PRODUCT_RE.match(review.product_id):
+    if not isinstance(review.product_id, str) or not _PRODUCT_RE.fullmatch(review.product_id):
         errors.append(f"productId {str(review.product_id)[:70]!r} is not 1-64 chars of [0-9A-Za-z_.-]")
     _check_int(errors, "score", review.score, maximum=5)
     for name, text in (("source", review.source), ("user", review.user), ("content", review.content)):

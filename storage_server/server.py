@@ -6,11 +6,13 @@ import logging
 from contextlib import ExitStack
 from pathlib import Path
 
-from icecrawler import rpc
+from icecrawler import limits, rpc
 from icecrawler.datalock import DataLock
 from icecrawler.errors import StorageUnavailableError
 from icecrawler.metrics import MetricsConfig, MetricsEndpoint, serve
+from icecrawler.security import Gate, has_secure_endpoint
 from icecrawler.settings import Settings
+from icecrawler.settings.validation import check_paths, validate_values
 from storage_server.integrity import check_sqlite_file, check_store_file, mark_created
 from storage_server.servant import StorageServant
 from storage_server.service import StorageService
@@ -20,10 +22,11 @@ __all__ = ["SERVER_PROPERTIES", "data_locks", "open_service", "run"]
 log = logging.getLogger(__name__)
 
 #: Ice defaults of the storage server (deploy/storage.conf or --Ice.* override them): several dispatch threads, so
-#: one client's slow batch never queues the others (the store work releases the GIL).
+#: one client's slow batch never queues the others (the store work releases the GIL). The communicator's server
+#: pool, not one of the adapter's own (``rpc.create_adapter`` says why).
 SERVER_PROPERTIES = {
-    f"{rpc.STORAGE_ADAPTER}.ThreadPool.Size": "4",
-    f"{rpc.STORAGE_ADAPTER}.ThreadPool.SizeMax": "8",
+    "Ice.ThreadPool.Server.Size": "4",
+    "Ice.ThreadPool.Server.SizeMax": "8",
 }
 
 
@@ -49,32 +52,44 @@ def open_service(settings: Settings) -> StorageService:
     return service
 
 
-def run(settings: Settings, ice_args: list[str]) -> int:
-    """Serve until SIGTERM/SIGINT. Spooled records left from an earlier run are replayed at once."""
+def run(settings: Settings, ice_args: list[str], listen: str = "") -> int:
+    """Serve until SIGTERM/SIGINT. Spooled records left from an earlier run are replayed at once.
+
+    Settings, paths, Ice properties and endpoints are checked before the store is opened (one-line errors,
+    ``icecrawler.cli``); ``listen`` overrides the adapter's endpoints. One server per spool and store
+    (``data_locks``); their files are checked before they are opened (``integrity``).
+    """
+    validate_values(settings.as_dict())
+    embedded = settings.get_str("storage.backend") == "embedded"
+    check_paths(settings.as_dict(), dirs=["storage.spool_dir"], files=["storage.embedded.path"] if embedded else [])
     metrics_config = MetricsConfig.from_settings(settings, "storage")  # a bad value fails before anything starts
-    with ExitStack() as held:
+    with rpc.communicator(ice_args, properties=SERVER_PROPERTIES) as comm, ExitStack() as held:
+        endpoints = rpc.prepare_adapter(comm, rpc.STORAGE_ADAPTER, rpc.STORAGE_ENDPOINTS, endpoints=listen,
+                                        allow_insecure=settings.get_bool("security.allow_insecure"),
+                                        message_size_max_kib=limits.storage_message_kib(settings))
+        gate = Gate.from_setting(settings.get_str("security.revoked"), tls=has_secure_endpoint(comm, endpoints))
         for lock in data_locks(settings):
             held.enter_context(lock)
-        return _serve(open_service(settings), ice_args, metrics_config)
-
-
-def _serve(service: StorageService, ice_args: list[str], metrics_config: MetricsConfig) -> int:
-    try:
-        counts = service.stats()
-        log.info("storage backend %s: %d posts, %d reviews, %d records spooled", counts.backend, counts.posts,
-                 counts.reviews, counts.spool_depth)
-    except StorageUnavailableError as exc:  # the server starts anyway: writes spool until the backend is back
-        log.warning("backend not reachable at start: %s", exc)
-    endpoint = _start_metrics(metrics_config, service)
-    comm = rpc.communicator(ice_args, properties=SERVER_PROPERTIES)
-    rpc.settle_server_heap()
-    try:
-        rpc.serve(comm, rpc.STORAGE_ADAPTER, {rpc.STORAGE_IDENTITY: StorageServant(service)},
-                  rpc.STORAGE_ENDPOINTS, on_shutdown=service.close)
-    finally:
-        comm.destroy()
-        if endpoint is not None:
-            endpoint.close()
+        service = open_service(settings)
+        endpoint: MetricsEndpoint | None = None
+        try:
+            try:
+                counts = service.stats()
+                log.info("storage backend %s: %d posts, %d reviews, %d records spooled", counts.backend,
+                         counts.posts, counts.reviews, counts.spool_depth)
+            except StorageUnavailableError as exc:  # the server starts anyway: writes spool until the backend is back
+                log.warning("backend not reachable at start: %s", exc)
+            endpoint = _start_metrics(metrics_config, service)
+        except BaseException:
+            service.close()  # its replay thread must not keep a failed start-up alive
+            raise
+        rpc.settle_server_heap()
+        try:
+            rpc.serve(comm, rpc.STORAGE_ADAPTER, {rpc.STORAGE_IDENTITY: StorageServant(service, gate)},
+                      rpc.STORAGE_ENDPOINTS, on_shutdown=service.close)
+        finally:
+            if endpoint is not None:
+                endpoint.close()
     return 0
 
 

@@ -20,6 +20,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "client",
     "seed",
     "status",
+    "tasks",
     "export",
     "parse",
     "demo",

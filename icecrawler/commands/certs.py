@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from icecrawler import tls
@@ -16,7 +17,11 @@ class Command(BaseCommand):
         "Certificates for running every Ice endpoint over TLS (ssl endpoints) in a small deployment.\n\n"
         "  icecrawler certs init --dir certs            # CA: certs/ca.pem + certs/ca-key.pem (keep the key safe)\n"
         "  icecrawler certs issue scheduler --dir certs --dns sched.example --ip 10.0.0.5\n"
-        "  icecrawler certs issue client-1 --dir certs\n\n"
+        "  icecrawler certs issue client-1 --dir certs --role client\n"
+        "  icecrawler certs issue ops --dir certs --role admin      # seed tasks, everything but account cookies\n"
+        "  icecrawler certs issue dashboard --dir certs --role reader  # status only\n\n"
+        "--role is written into the certificate (as the subjectAltName URI icecrawler:role:ROLE); servers\n"
+        "allow each operation by it. A certificate without a role (a daemon's own) may call nothing.\n"
         "issue writes NODE.pem, NODE-key.pem (mode 0600) and NODE-ssl.conf, an Ice property file that sets\n"
         "IceSSL.CAs/CertFile/KeyFile, VerifyPeer=2 (servers require client certificates) and\n"
         "IceSSL.TrustOnly.Server (the DNs a server accepts; --trust, default O=icecrawler). Copy NODE.pem,\n"
@@ -39,6 +44,9 @@ class Command(BaseCommand):
         parser.add_argument("--install-dir", type=Path, default=None, metavar="DIR",
                             help="where the files will live on the node, for NODE-ssl.conf's IceSSL.DefaultDir "
                                  "(issue; default: --dir), e.g. /etc/icecrawler/certs")
+        parser.add_argument("--role", choices=list(tls.ROLES), default=None,
+                            help="issue: what the holder may call: client (lease, report, write), admin (also add "
+                                 "tasks; no account cookies), reader (status); default none")
         parser.add_argument("--ca-name", default="icecrawler CA", help="CN of the CA certificate (init)")
         parser.add_argument("--force", action="store_true", help="overwrite an existing CA or node certificate")
 
@@ -46,17 +54,20 @@ class Command(BaseCommand):
         directory: Path = args.dir
         if args.action == "init":
             if args.node:
-                print("icecrawler certs: init takes no NODE")
+                print("icecrawler certs: error: init takes no NODE", file=sys.stderr)
                 return 2
-            cert = tls.init_ca(directory, name=args.ca_name, days=args.days or 3650, force=args.force)
+            cert = tls.init_ca(directory, name=args.ca_name, days=3650 if args.days is None else args.days,
+                               force=args.force)
             print(f"CA certificate: {cert}\nCA key:         {directory / tls.CA_KEY} (mode 0600; keep it off the "
                   f"nodes)\nNext: icecrawler certs issue NODE --dir {directory}")
             return 0
         if not args.node:
-            print("icecrawler certs: issue needs a NODE name")
+            print("icecrawler certs: error: issue needs a NODE name", file=sys.stderr)
             return 2
-        files = tls.issue(directory, args.node, dns=args.dns, ips=args.ip, days=args.days or 825,
-                          trust=args.trust, force=args.force, install_dir=args.install_dir)
-        print(f"certificate: {files.cert}  ({tls.node_dn(args.node)})\nkey:         {files.key} (mode 0600)\n"
+        days = 825 if args.days is None else args.days
+        files = tls.issue(directory, args.node, dns=args.dns, ips=args.ip, days=days, trust=args.trust,
+                          force=args.force, install_dir=args.install_dir, role=args.role)
+        print(f"certificate: {files.cert}  ({tls.node_dn(args.node)}, role {args.role or 'none'})\n"
+              f"key:         {files.key} (mode 0600)\n"
               f"properties:  {files.properties}  (--Ice.Config={files.properties})")
         return 0

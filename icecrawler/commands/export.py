@@ -5,8 +5,11 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
+from typing import TextIO
 
 from icecrawler.commands import BaseCommand
+from icecrawler.errors import ConfigError
 from icecrawler.settings import Settings
 
 
@@ -32,23 +35,47 @@ class Command(BaseCommand):
         from storage_server.export import export
         from storage_server.service import build_store
 
+        path = Path(settings.get_str("storage.embedded.path"))
+        if settings.get_str("storage.backend") == "embedded" and not path.is_file():
+            # Opening it would create an empty store and export nothing, which looks like success.
+            raise ConfigError(f"no store at {path} (storage.embedded.path); nothing to export")
         store = build_store(settings)
-        started = time.monotonic()
-
-        def progress(count: int) -> None:
-            if not args.no_progress:
-                rate = count / max(time.monotonic() - started, 1e-6)
-                print(f"\rexport {args.table}: {count:,} records ({rate:,.0f}/s)", end="", file=sys.stderr,
-                      flush=True)
-
+        progress = Progress(f"export {args.table}", sys.stderr, enabled=not args.no_progress)
         try:
             if args.output == "-":
-                count = export(store, args.table, sys.stdout, args.fmt, args.since, progress)
+                count = export(store, args.table, sys.stdout, args.fmt, args.since, progress.update)
             else:
                 with open(args.output, "w", encoding="utf-8", newline="") as out:
-                    count = export(store, args.table, out, args.fmt, args.since, progress)
+                    count = export(store, args.table, out, args.fmt, args.since, progress.update)
         finally:
             store.close()
-        if not args.no_progress:
-            print(f"\rexport {args.table}: {count:,} records, done", file=sys.stderr)
+        progress.done(count)
         return 0
+
+
+class Progress:
+    """A progress line on ``stream``: redrawn in place (carriage return) on a terminal; in a log or a pipe, a
+    plain line at most every ``every_s`` seconds, so a log holds no carriage returns and no flood."""
+
+    def __init__(self, label: str, stream: TextIO, *, enabled: bool = True, every_s: float = 10.0) -> None:
+        self.label = label
+        self.stream = stream
+        self.enabled = enabled
+        self.tty = stream.isatty()
+        self.every_s = every_s
+        self.started = self.last = time.monotonic()
+
+    def update(self, count: int) -> None:
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        rate = count / max(now - self.started, 1e-6)
+        if self.tty:
+            print(f"\r{self.label}: {count:,} records ({rate:,.0f}/s)", end="", file=self.stream, flush=True)
+        elif now - self.last >= self.every_s:
+            print(f"{self.label}: {count:,} records ({rate:,.0f}/s)", file=self.stream, flush=True)
+            self.last = now
+
+    def done(self, count: int) -> None:
+        if self.enabled:
+            print(f"{chr(13) if self.tty else ''}{self.label}: {count:,} records, done", file=self.stream)

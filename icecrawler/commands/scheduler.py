@@ -22,10 +22,13 @@ class Command(BaseCommand):
                             help="start on a queue database whose logs are missing or that fails its check: move "
                                  "it aside and copy every readable record into a new one (setting "
                                  "scheduler.recover)")
+        parser.add_argument("--listen", default="", metavar="ENDPOINTS",
+                            help="Ice endpoints to listen on, e.g. 'tcp -h 127.0.0.1 -p 10000' or 'ssl -h 10.0.0.5 -p "
+                                 "10000' (overrides SchedulerAdapter.Endpoints of --Ice.Config)")
 
     def run(self, args: argparse.Namespace, settings: Settings, ice_args: list[str]) -> int:
         from scheduler_server.server import run
 
         if args.recover:
             settings.set("scheduler.recover", True)
-        return run(settings, ice_args)
+        return run(settings, ice_args, listen=args.listen)

@@ -58,6 +58,8 @@ def storage_section(comm: Ice.Communicator) -> dict[str, Any]:
     """The storage server's stats, or ``{"reachable": False}``: status works with the scheduler alone."""
     try:
         stats = rpc.storage_proxy(comm).ice_invocationTimeout(STATUS_TIMEOUT_MS).stats()
+    except (Ice.DispatchException, Ice.UserException) as exc:  # it answered, with an error
+        return {"reachable": True, "failed": rpc.one_line(exc)}
     except Ice.Exception as exc:
         return {"reachable": False, "error": type(exc).__name__}
     return {"reachable": True, "backend": stats.backend, "posts": stats.posts, "reviews": stats.reviews,
@@ -89,7 +91,9 @@ def render_text(report: dict[str, Any]) -> str:
     for listing, discovered in s.get("listings", {}).items():
         lines.append(f"  {listing}: {discovered} products discovered")
     storage = report.get("storage", {})
-    if storage.get("reachable"):
+    if storage.get("failed"):
+        lines.append(f"storage: reachable but failed: {storage['failed']}")
+    elif storage.get("reachable"):
         lines.append(f"storage ({storage['backend']}): {storage['posts']} posts, {storage['reviews']} reviews, "
                      f"spool depth {storage['spool_depth']}")
     else:

@@ -26,10 +26,13 @@ class Command(BaseCommand):
                             help="start on a damaged, emptied or vanished store or spool: move a damaged file "
                                  "aside and copy its readable rows into a new one; begin a vanished store anew "
                                  "(setting storage.recover)")
+        parser.add_argument("--listen", default="", metavar="ENDPOINTS",
+                            help="Ice endpoints to listen on, e.g. 'tcp -h 127.0.0.1 -p 10001' or 'ssl -h 10.0.0.5 -p "
+                                 "10001' (overrides StorageAdapter.Endpoints of --Ice.Config)")
 
     def run(self, args: argparse.Namespace, settings: Settings, ice_args: list[str]) -> int:
         from storage_server.server import run
 
         if args.recover:
             settings.set("storage.recover", True)
-        return run(settings, ice_args)
+        return run(settings, ice_args, listen=args.listen)

@@ -14,6 +14,7 @@ from typing import Any
 
 from icecrawler.errors import ConfigError
 from icecrawler.settings.default_settings import DEFAULTS
+from icecrawler.settings.validation import validate_values
 
 __all__ = ["PRIORITIES", "Settings", "load_settings"]
 
@@ -133,15 +134,18 @@ def load_settings(
     assignments: Iterable[str] = (),
     environ: Mapping[str, str] | None = None,
 ) -> Settings:
-    """Merge defaults, the TOML file, ``ICECRAWLER_SECTION__KEY`` variables and ``--set`` pairs."""
+    """Merge defaults, the TOML file, ``ICECRAWLER_SECTION__KEY`` variables and ``--set`` pairs, then check every
+    value's range (``validation``)."""
     settings = Settings()
     path = Path(config_file) if config_file else Path(DEFAULT_CONFIG_FILE)
     if path.exists():
         try:
             with path.open("rb") as handle:
                 settings.update(_flatten(tomllib.load(handle)), "file")
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"{path}: invalid TOML: {exc}") from exc
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{path}: invalid TOML: {str(exc)[:200]}") from exc
+        except OSError as exc:
+            raise ConfigError(f"config file {path}: {exc.strerror or exc}") from exc
     elif config_file:
         raise ConfigError(f"config file not found: {path}")
     env = os.environ if environ is None else environ
@@ -151,4 +155,5 @@ def load_settings(
             if key in DEFAULTS:
                 settings.set(key, value, "env")
     settings.update(parse_assignments(assignments), "cmdline")
+    validate_values(settings.as_dict())
     return settings

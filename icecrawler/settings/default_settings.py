@@ -170,6 +170,14 @@ DEFAULTS: dict[str, Any] = {
     "scheduler.rate_reference_period_s": 600.0,
     # (Accelerated time: the shared clock.speed / clock.origin keys apply to periods and due times.)
 
+    # --- security: who may call the daemons (docs/DEPLOY.md, "Security") -----------------------------------
+    # Let a daemon listen on a plain (non-TLS) endpoint of a non-loopback interface. Anyone who reaches such an
+    # endpoint may call every operation, so without this a daemon refuses to start with one (with it, it warns).
+    "security.allow_insecure": False,
+    # Certificates of our CA that the servants refuse anyway: comma-separated serial numbers (hex, as
+    # `openssl x509 -noout -serial` prints them) or common names.
+    "security.revoked": "",
+
     # --- sources: where each source's site lives (the same paths as the real site under this base) ------
     # (docs/SOURCES.md: each source's endpoints, headers, sessions and the signals it classifies.)
     "sources.ecshop.base_url": "http://127.0.0.1:8800/ecshop",

@@ -160,7 +160,7 @@ def test_icegrid_all_endpoints_over_tls(tmp_path: Path) -> None:
         # icegridadmin 3.7 prints an ssl endpoint opaquely (type 2 = ssl) unless it parses IceSSL endpoints.
         assert ("opaque -t 2" in endpoints or "ssl -h" in endpoints) and "tcp -h" not in endpoints, endpoints
 
-        tls.issue(certs, "client-1")
+        tls.issue(certs, "client-1", role="client")
         C = rpc.crawler()
         located = {"Ice.Default.Locator": grid.locator, "IceSSL.CAs": str(certs / tls.CA_CERT)}
         with rpc.communicator((), {**located, "IceSSL.CertFile": str(certs / "client-1.pem"),

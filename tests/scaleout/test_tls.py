@@ -40,10 +40,10 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     ours, theirs = base / "ours", base / "theirs"
     tls.init_ca(ours)
     tls.issue(ours, "scheduler", ips=["127.0.0.1"])
-    tls.issue(ours, "client-ok")
-    tls.issue(ours, "client-other")
+    tls.issue(ours, "client-ok", role="admin")  # adds tasks (role checks: test_roles.py)
+    tls.issue(ours, "client-other", role="admin")
     tls.init_ca(theirs, name="someone else's CA")
-    tls.issue(theirs, "client-ok")  # same DN as the trusted client, wrong issuer
+    tls.issue(theirs, "client-ok", role="admin")  # same DN as the trusted client, wrong issuer
     return {"ours": ours, "theirs": theirs, "base": base}
 
 

@@ -1,0 +1,65 @@
+"""``icecrawler tasks``: list the scheduler's tasks (id, queue, when due, period), a page at a time."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+from icecrawler import rpc
+from icecrawler.commands import BaseCommand
+from icecrawler.settings import Settings
+
+#: Tasks asked for per call (at most the scheduler's batch limit, 1000 by default).
+PAGE = 500
+
+
+def pages(proxy: Any, prefix: str, limit: int, page: int = PAGE) -> Iterator[dict[str, Any]]:
+    """Up to ``limit`` tasks of one scheduler (shard) with ids starting with ``prefix``, in id order."""
+    after = ""
+    left = limit
+    while left > 0:
+        with rpc.remote_calls("scheduler"):
+            rows = json.loads(proxy.listTasks(prefix, after, min(page, left)))
+        yield from rows
+        if len(rows) < min(page, left):
+            return
+        left -= len(rows)
+        after = rows[-1]["id"]
+
+
+def render(row: dict[str, Any]) -> str:
+    when = (f"due in {row['dueInS']:.0f}s" if row["state"] == "pending"
+            else f"lease ends in {row.get('leaseLeftS', 0):.0f}s")
+    return f"{row['id']}  {row['state']}  {when}  period {row['periodS']:.0f}s  attempts {row['attempts']}"
+
+
+class Command(BaseCommand):
+    summary = "list tasks (id, pending or in flight, when due, period), optionally by id prefix"
+    description = ("Ask the scheduler (Scheduler.Proxy, or every shard in Scheduler.Proxies) for its tasks in id "
+                   "order. Examples:\n\n  icecrawler tasks\n  icecrawler tasks --prefix reviews:jd: --limit 50\n"
+                   "  icecrawler tasks --json > tasks.jsonl")
+    takes_ice_args = True
+
+    def add_options(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--prefix", default="", help="only ids starting with this, e.g. user:weibo_pc:")
+        parser.add_argument("--limit", type=int, default=1000, help="most tasks to list (default 1000)")
+        parser.add_argument("--json", action="store_true", help="one JSON object per line")
+
+    def run(self, args: argparse.Namespace, settings: Settings, ice_args: list[str]) -> int:
+        if args.limit < 1:
+            print("icecrawler tasks: error: --limit must be at least 1", file=sys.stderr)
+            return 2
+        shown = 0
+        with rpc.communicator(ice_args) as comm:
+            for proxy in rpc.scheduler_proxies(comm):
+                for row in pages(proxy, args.prefix, args.limit - shown):
+                    print(json.dumps(row, ensure_ascii=False) if args.json else render(row))
+                    shown += 1
+                if shown >= args.limit:
+                    break
+        if not args.json:
+            print(f"{shown} task(s)")
+        return 0

@@ -1,0 +1,48 @@
+"""``listTasks``: one page of the task table for ``icecrawler tasks``, in id order.
+
+Reads the ``tasks`` table (ids, periods, attempts) and takes each task's queue and time from the core's
+in-memory queues (``queues``), which are the authority on pending/in-flight (a lease does not rewrite the
+record). Paging is by id (``after``), so a listing of a large table never holds more than one page.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from icecrawler.errors import InvalidArgumentError, quote
+from scheduler_server.codec import TaskRecord
+
+if TYPE_CHECKING:
+    from scheduler_server.core import SchedulerCore
+
+__all__ = ["list_tasks"]
+
+
+def list_tasks(core: SchedulerCore, prefix: str, after: str, max_tasks: int) -> list[dict[str, Any]]:
+    """Up to ``max_tasks`` tasks whose id starts with ``prefix``, in id order, after the id ``after``."""
+    limit = core.config.batch_limit
+    if not 1 <= max_tasks <= limit:
+        raise InvalidArgumentError(f"max={max_tasks} is outside [1, {limit}] (scheduler.batch_limit)",
+                                   field="max", code="BatchTooLarge" if max_tasks > limit else "InvalidField")
+    if len(prefix) > 200 or len(after) > 200:
+        raise InvalidArgumentError(f"prefix/after too long: {quote(prefix)} {quote(after)}", field="prefix")
+    start = max(prefix.encode(), after.encode() + b"\x00")
+    rows: list[dict[str, Any]] = []
+    with core._lock:
+        now_ms = core.clocks.now() * 1000
+        wall_ms = core.clocks.wall() * 1000
+        with core.store.transaction() as txn:
+            for key, value in txn.scan("tasks", start=start, limit=max_tasks):
+                task_id = key.decode()
+                if not task_id.startswith(prefix):
+                    break
+                record = TaskRecord.from_bytes(value)
+                row: dict[str, Any] = {"id": task_id, "periodS": record.period_s, "attempts": record.attempts}
+                if task_id in core.queues.deadline:
+                    row["state"] = "inflight"
+                    row["leaseLeftS"] = round((core.queues.deadline[task_id] - wall_ms) / 1000, 3)
+                else:
+                    row["state"] = "pending"
+                    row["dueInS"] = round((core.queues.due.get(task_id, record.due_ms) - now_ms) / 1000, 3)
+                rows.append(row)
+    return rows

@@ -1,0 +1,153 @@
+"""Operator friction from the kill -9 run, each fixed and checked against the real daemons: endpoints given on
+the command line, a command that lists tasks, progress lines without carriage returns in logs, and a server
+that answers with an error told apart from one that cannot be reached. (A wrong ``export`` store path is a
+row of test_startup_errors.)"""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import Ice
+import pytest
+
+from icecrawler import rpc
+from icecrawler.commands.export import Progress
+from icecrawler.commands.tasks import pages
+from icecrawler.models import Post
+from icecrawler.processes import ProcessGroup, free_port, icecrawler_argv, wait_for_port
+
+pytestmark = [pytest.mark.ice]
+
+
+@pytest.fixture(scope="module")
+def scheduler(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """``icecrawler scheduler --listen ...``: no property file at all, the endpoint from the command line."""
+    work = tmp_path_factory.mktemp("operator")
+    port = free_port()
+    with ProcessGroup(work / "logs") as group:
+        process = group.start("scheduler", icecrawler_argv(
+            "scheduler", "--listen", f"tcp -h 127.0.0.1 -p {port}", "--set", f"scheduler.db_dir={work / 'db'}"))
+        wait_for_port("127.0.0.1", port, 30, alive=process.alive)
+        yield f"scheduler:tcp -h 127.0.0.1 -p {port}"
+        assert process.alive(), process.log_tail()
+
+
+def _cli(*args: str, proxy: str, tmp: Path) -> subprocess.CompletedProcess[str]:
+    conf = tmp / "client.conf"
+    conf.write_text(f"Scheduler.Proxy={proxy}\nStorage.Proxy=storage:tcp -h 127.0.0.1 -p {free_port()}\n")
+    return subprocess.run(icecrawler_argv(*args, f"--Ice.Config={conf}"), capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_tasks_lists_every_task_with_its_state(scheduler: str, tmp_path: Path) -> None:
+    C = rpc.crawler()
+    ids = [f"ecshop:{n}" for n in range(1, 8)]
+    with rpc.communicator() as comm:
+        proxy = C.SchedulerPrx(comm, scheduler)
+        proxy.addUsers(ids, C.TaskKind.ProductReviews)
+        leased = proxy.getUser("operator-test")
+        # Paging by id: pages of 2 still return every task once, in order.
+        rows = list(pages(proxy, "reviews:ecshop:", 100, page=2))
+        assert [row["id"] for row in rows] == sorted(f"reviews:{i}" for i in ids)
+        states = {row["id"]: row["state"] for row in rows}
+        assert states[leased.id] == "inflight" and list(states.values()).count("pending") == 6
+    listed = _cli("tasks", "--prefix", "reviews:ecshop:", "--limit", "3", proxy=scheduler, tmp=tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.splitlines()[-1] == "3 task(s)" and "pending" in listed.stdout
+    as_json = _cli("tasks", "--json", proxy=scheduler, tmp=tmp_path)
+    assert {json.loads(line)["id"] for line in as_json.stdout.splitlines()} >= {f"reviews:{i}" for i in ids}
+
+
+def test_tasks_refuses_a_page_over_the_batch_limit(scheduler: str) -> None:
+    C = rpc.crawler()
+    with rpc.communicator() as comm, pytest.raises(C.InvalidArgument) as refused:
+        C.SchedulerPrx(comm, scheduler).listTasks("", "", 1_000_000)
+    assert refused.value.code == C.ErrorCode.BatchTooLarge
+
+
+class FailingScheduler(rpc.crawler().Scheduler):  # type: ignore[misc,name-defined]
+    """A scheduler that answers every call with a failure of its own (an UnknownException on the wire)."""
+
+    def stats(self, current: Any) -> Any:
+        raise RuntimeError("database is corrupt")
+
+
+FailingScheduler.__abstractmethods__ = frozenset()  # the other operations are never called here
+
+
+@pytest.fixture()
+def failing_scheduler() -> Iterator[str]:
+    port = free_port()
+    with rpc.communicator() as comm:
+        adapter = comm.createObjectAdapterWithEndpoints("Failing", f"tcp -h 127.0.0.1 -p {port}")
+        adapter.add(FailingScheduler(), Ice.stringToIdentity("scheduler"))
+        adapter.activate()
+        yield f"scheduler:tcp -h 127.0.0.1 -p {port}"
+
+
+def test_a_failing_scheduler_is_not_called_unreachable(failing_scheduler: str, tmp_path: Path) -> None:
+    result = _cli("status", proxy=failing_scheduler, tmp=tmp_path)
+    assert result.returncode == 2
+    assert "reachable but failed" in result.stderr and "UnknownException" in result.stderr
+    assert "cannot reach" not in result.stderr
+    down = _cli("status", proxy=f"scheduler:tcp -h 127.0.0.1 -p {free_port()}", tmp=tmp_path)
+    assert down.returncode == 2 and "cannot reach the scheduler" in down.stderr
+
+
+def test_export_progress_has_no_carriage_returns_off_a_terminal(tmp_path: Path) -> None:
+    from storage_server.schema import WEIBO, post_row
+    from storage_server.stores import SqliteStore
+
+    store = SqliteStore(str(tmp_path / "s.sqlite3"))
+    store.put(WEIBO, [post_row(Post(id=n, user_id=1, text="t", created_at="2024-05-01T12:00:00+08:00",
+                                    source="weibo_pc")) for n in range(1, 2501)])
+    store.close()
+    result = subprocess.run(icecrawler_argv("export", "--table", "weibo", "--set",
+                                            f"storage.embedded.path={tmp_path / 's.sqlite3'}", "-o",
+                                            str(tmp_path / "out.jsonl")), capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "\r" not in result.stderr and result.stderr.strip().endswith("2,500 records, done")
+    assert len((tmp_path / "out.jsonl").read_text().splitlines()) == 2500
+
+
+def test_progress_redraws_only_on_a_terminal() -> None:
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    log, tty = io.StringIO(), Terminal()
+    for stream in (log, tty):
+        progress = Progress("export weibo", stream, every_s=0.0)
+        for count in (1000, 2000):
+            progress.update(count)
+        progress.done(2500)
+    assert "\r" not in log.getvalue() and log.getvalue().count("\n") == 3
+    assert tty.getvalue().count("\r") == 3 and tty.getvalue().count("\n") == 1
+
+
+def test_listen_on_the_command_line_wins_over_the_property_file(tmp_path: Path) -> None:
+    port, other = free_port(), free_port()
+    conf = tmp_path / "storage.conf"
+    conf.write_text(f"StorageAdapter.Endpoints=tcp -h 127.0.0.1 -p {other}\n")
+    with ProcessGroup(tmp_path / "logs") as group:
+        process = group.start("storage", icecrawler_argv(
+            "storage", "--listen", f"tcp -h 127.0.0.1 -p {port}", f"--Ice.Config={conf}", "--set",
+            f"storage.embedded.path={tmp_path / 's.sqlite3'}", "--set", f"storage.spool_dir={tmp_path / 'spool'}"))
+        wait_for_port("127.0.0.1", port, 30, alive=process.alive)
+        with rpc.communicator() as comm:
+            assert rpc.crawler().StoragePrx(comm, f"storage:tcp -h 127.0.0.1 -p {port}").stats().backend
+
+
+def test_insecure_endpoint_starts_only_when_allowed_and_then_warns(tmp_path: Path) -> None:
+    port = free_port("0.0.0.0")
+    with ProcessGroup(tmp_path / "logs") as group:
+        process = group.start("scheduler", icecrawler_argv(
+            "scheduler", "--listen", f"tcp -h 0.0.0.0 -p {port}", "--set", f"scheduler.db_dir={tmp_path / 'db'}",
+            "--set", "security.allow_insecure=true"))
+        wait_for_port("127.0.0.1", port, 30, alive=process.alive)
+        assert "INSECURE" in process.log_tail(50)
