@@ -13,7 +13,6 @@ of the rate policy is worth, on the development seeds ABLATION_SEEDS (never the 
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing
 import sys
 import time
@@ -26,6 +25,7 @@ import numpy as np
 
 from bench.revisit.content import ContentModel
 from bench.revisit.oracle import offline_lag, sqrt_bound
+from bench.revisit.publish import merge_json, write_block
 from bench.revisit.sim import Detector, Horizon, mean_ci, run_budget, run_single
 from bench.revisit.traces import DAY, HOUR, Page, mixture, periodic
 from shhd.fingerprint import tokenize
@@ -410,19 +410,24 @@ def plots(cfg: Config, e0: list[dict[str, Any]], e3: list[dict[str, Any]], knobs
     plt.close(fig)
 
 
-def _write_block(path: Path, block: str) -> None:
-    """Replace the generated block between the markers in docs/REVISIT.md (or append it)."""
-    start, end = "<!-- revisit-results:start -->", "<!-- revisit-results:end -->"
-    text = path.read_text(encoding="utf-8") if path.exists() else "# Revisit benchmark\n\n"
-    if start in text and end in text:
-        text = text[:text.index(start)] + start + "\n" + block + "\n" + text[text.index(end):]
-    else:
-        text += f"\n{start}\n{block}\n{end}\n"
-    path.write_text(text, encoding="utf-8")
-
-
 def _warm_up() -> None:
     tokenize("预热")  # initialise jieba once in the parent, so forked workers share it
+
+
+def _main_traces(args: argparse.Namespace, command: str) -> int:
+    from bench.revisit.real import RealConfig, run_traces
+    from bench.revisit.replay import TraceError
+
+    cfg = RealConfig(args.traces, seeds=args.seeds or (2 if args.quick else 5), half=args.half,
+                     targets=args.targets, tune=not args.quick, oracle=not args.quick, workers=args.workers or 2)
+    _warm_up()
+    try:
+        with multiprocessing.get_context("fork").Pool(cfg.workers) as pool:
+            print(run_traces(cfg, pool, command.strip(), write=not args.quick or args.write))
+    except TraceError as exc:
+        print(f"icecrawler bench revisit: {exc}", file=sys.stderr)
+        return 2
+    return 0
 
 
 def main(argv: list[str]) -> int:
@@ -436,7 +441,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--end-days", type=float, help="override the E3 end of item arrivals (days)")
     parser.add_argument("--ablation", action="store_true",
                         help="only the rate policy's ablation on the development seeds (prints a table)")
+    parser.add_argument("--traces", type=Path, help="E3 on real traces instead (JSONL; see bench/revisit/real.py)")
+    parser.add_argument("--half", choices=("report", "dev", "all"), default="report", help="with --traces")
+    parser.add_argument("--targets", type=int, help="with --traces: targets per seed (default: all of the half)")
     args = parser.parse_args(argv)
+    if args.traces is not None:
+        return _main_traces(args, "icecrawler bench revisit " + " ".join(argv))
     cfg = QUICK if args.quick else FULL
     overrides = {"seeds": args.seeds, "pages": args.pages, "workers": args.workers, "e0_days": args.e0_days,
                  "end_days": args.end_days}
@@ -458,10 +468,8 @@ def main(argv: list[str]) -> int:
     md, head = report(cfg, e0, e3, knobs, seconds, command.strip())
     print(md)
     if not args.quick or args.write:
-        (ROOT / "docs" / "bench").mkdir(parents=True, exist_ok=True)
-        (ROOT / "docs" / "bench" / "revisit.json").write_text(json.dumps(head, indent=1, sort_keys=True) + "\n",
-                                                                encoding="utf-8")
+        merge_json(ROOT / "docs" / "bench" / "revisit.json", head, lambda k: not k.startswith("real_"))
         plots(cfg, e0, e3, knobs, ROOT / "docs" / "revisit")
-        _write_block(ROOT / "docs" / "REVISIT.md", md)
+        write_block(ROOT / "docs" / "REVISIT.md", md)
     sys.stdout.flush()
     return 0

@@ -20,7 +20,7 @@ from bench.revisit.content import ContentModel
 from bench.revisit.traces import Page
 from shhd.fingerprint import hamming
 from shhd.period import GROWTH_MAX_D
-from shhd.policies import Observation, RatePolicy, RevisitPolicy, budget_scale
+from shhd.policies import Observation, RatePolicy, RevisitPolicy, budget_plan
 
 #: How often (simulated seconds) the budgeted scheduler refreshes the rate policy's square-root scale.
 ALLOCATION_EPOCH_S = 3600.0
@@ -47,6 +47,9 @@ class Result:
     harmonic_s: float = 0.0
     scored_time_s: float = 0.0
     periods: list[tuple[float, float, int]] = field(default_factory=list)
+    #: Per page: total lag (s) and number of its scored items caught (for per-source tables).
+    page_lag_s: list[float] = field(default_factory=list)
+    page_caught: list[int] = field(default_factory=list)
 
     def all_lags(self) -> np.ndarray:
         return np.concatenate(self.lags) if self.lags else np.empty(0)
@@ -108,7 +111,8 @@ class _Crawl:
         self.states: list[dict[str, Any]] = [policy.initial_state() for _ in pages]
         self.seen = [0] * len(pages)
         self.fps = [0] * len(pages)
-        self.res = Result(scored_time_s=len(pages) * (horizon.end_s + horizon.drain_s - horizon.warmup_s))
+        self.res = Result(scored_time_s=len(pages) * (horizon.end_s + horizon.drain_s - horizon.warmup_s),
+                          page_lag_s=[0.0] * len(pages), page_caught=[0] * len(pages))
 
     def fetch(self, i: int, now: float, count: bool = True) -> float:
         """Crawl page i at ``now``: score it, feed the policy, return the next period."""
@@ -122,7 +126,10 @@ class _Crawl:
             self.res.fetches += 1
             self.res.hits += new.size > 0
             self.res.believed_hits += self.detector.believes_changed(self.fps[i], fp, new.size)
-            _score_interval(self.res, new[new >= self.h.warmup_s], now)
+            scored = new[new >= self.h.warmup_s]
+            _score_interval(self.res, scored, now)
+            self.res.page_lag_s[i] += float((now - scored).sum())
+            self.res.page_caught[i] += int(scored.size)
         self.seen[i], self.fps[i] = j, fp
         obs = Observation(now_s=now, fingerprint=fp, new_items=int(new.size), window_items=min(j, 10),
                           newest_item_s=float(arr[j - 1]) if j else 0.0,
@@ -178,7 +185,8 @@ def run_budget(pages: Sequence[Page], policy: RevisitPolicy, detector: Detector,
 
         def refresh() -> None:
             rates = [rate_policy.rate_of(s) for s in crawl.states]
-            rate_policy.set_budget_scale(budget_scale(rates, budget_per_s, min_period_s, max_period_s))
+            rate_policy.set_budget_scale(*budget_plan(rates, budget_per_s, min_period_s, max_period_s,
+                                                      rate_policy.budget_stretch))
 
         refresh()
     slot = 1.0 / budget_per_s

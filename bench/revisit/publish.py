@@ -1,0 +1,30 @@
+"""Writing benchmark results into the docs: a generated block of docs/REVISIT.md and the flat headline keys of
+docs/bench/revisit.json, each run replacing only its own part (the synthetic run and the real-trace run share
+both files)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+__all__ = ["merge_json", "write_block"]
+
+
+def write_block(path: Path, block: str, name: str = "revisit-results") -> None:
+    """Replace the text between ``<!-- name:start -->`` and ``<!-- name:end -->`` in ``path`` (or append both)."""
+    start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+    text = path.read_text(encoding="utf-8") if path.exists() else "# Revisit benchmark\n\n"
+    if start in text and end in text:
+        text = text[:text.index(start)] + start + "\n" + block + "\n" + text[text.index(end):]
+    else:
+        text += f"\n{start}\n{block}\n{end}\n"
+    path.write_text(text, encoding="utf-8")
+
+
+def merge_json(path: Path, head: dict[str, float], owns: Callable[[str], bool]) -> None:
+    """Write ``head`` into the JSON object at ``path``, first dropping the keys this run owns (``owns(key)``)."""
+    old = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    merged = {k: v for k, v in old.items() if not owns(k)} | head
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(merged, indent=1, sort_keys=True) + "\n", encoding="utf-8")

@@ -1,0 +1,333 @@
+"""``icecrawler bench revisit --traces FILE.jsonl``: E3 (global fetch budget) on real publication times.
+
+Each trace becomes one simulated page (``bench.revisit.replay``: last 28 days, shifted by whole days, 7 days of
+warm-up, 1 day of drain). Item text for the simhash detector is synthesised per arrival by the same content model
+as the synthetic mixture (``bench.revisit.content``: seeded Chinese review-like texts, the page shows the latest
+10 items), so no real text is needed. Every policy spends the same fetches (``sim.run_budget``: one fetch every 1/B
+seconds), B = multiple x the total mean item rate of the population; the square-root bound (O2) is given each
+trace's mean rate over the scored span. Targets are split into a development half (knob tuning, per budget) and a
+report half; each report seed is a bootstrap resample of the report half's targets (and its own fetch phase and
+item texts), so the 95 % intervals over seeds include which targets happened to be collected.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench.revisit import CONTENDERS, ROOT, Contender, _fmt, _table
+from bench.revisit.content import ContentModel
+from bench.revisit.oracle import offline_lag, sqrt_bound
+from bench.revisit.publish import merge_json, write_block
+from bench.revisit.replay import Trace, Windowing, load_traces, split_halves, window_pages
+from bench.revisit.sim import Detector, Horizon, mean_ci, run_budget, run_single
+from bench.revisit.traces import DAY, Page
+from shhd.policies import ChoPolicy, NutchPolicy, RatePolicy, RevisitPolicy, ShhdPolicy
+
+__all__ = ["RealConfig", "run_traces"]
+
+MIN = 60.0
+BUDGETS = (0.25, 0.5, 1.0, 2.0)
+#: Seeds of the tuning runs (development half) and the first report seed.
+TUNING_SEEDS = (0, 1)
+REPORT_BASE = 1000
+#: The contenders of the real-trace run (slugs of bench.revisit.CONTENDERS), the default policy first.
+SLUGS = ("rate", "fixed", "shhd_paper", "nutch", "cho")
+#: The baselines the default policy is compared with ("best of"), by slug; tuned rows count too.
+BASELINES = ("shhd_paper", "nutch", "cho")
+DEFAULT_LABEL = "rate (ours)"
+SQRT_LABEL = "O2 sqrt bound (known mean rates)"
+ORACLE_LABEL = "O1 offline oracle"
+#: The period bounds every policy gets (the E3 defaults: 1 min .. 1 day, first period 10 min).
+_MIN_S, _MAX_S, _INITIAL_S = 1 * MIN, DAY, 10 * MIN
+
+
+@dataclass(frozen=True)
+class RealConfig:
+    path: Path
+    seeds: int = 5
+    half: str = "report"
+    targets: int | None = None
+    budgets: tuple[float, ...] = BUDGETS
+    tune: bool = True
+    oracle: bool = True
+    workers: int = 2
+    windowing: Windowing = field(default_factory=Windowing)
+
+
+def _contenders() -> list[Contender]:
+    by_slug = {c.slug: c for c in CONTENDERS}
+    return [by_slug[s] for s in SLUGS]
+
+
+def _population(traces: Sequence[Trace], seed: int, count: int | None, bootstrap: bool) -> list[Trace]:
+    """The targets of one seed: a bootstrap resample (report seeds) or a plain subsample (``count`` < all)."""
+    rng = np.random.default_rng([seed, 21])
+    n = len(traces) if count is None else min(count, len(traces))
+    if bootstrap:
+        return [traces[int(k)] for k in rng.integers(0, len(traces), n)]
+    return [traces[int(k)] for k in sorted(rng.choice(len(traces), n, replace=False))] if n < len(traces) else list(
+        traces)
+
+
+def _run(pages: Sequence[Page], horizon: Horizon, c: Contender, knob: dict[str, Any], seed: int, mult: float,
+         content: ContentModel) -> tuple[dict[str, float], list[float], list[int]]:
+    budget = mult * sum(p.rate for p in pages)
+    res = run_budget(pages, c.factory(knob), Detector(c.detector, content), horizon, budget, _MIN_S, _MAX_S,
+                     np.random.default_rng([seed, 4, int(mult * 1000)]))
+    return res.summary(), res.page_lag_s, res.page_caught
+
+
+def _tune_job(traces: Sequence[Trace], cfg: RealConfig, slug: str, index: int, seed: int,
+              mult: float) -> tuple[str, int, float, float]:
+    c = next(x for x in _contenders() if x.slug == slug)
+    pages = window_pages(_population(traces, seed, cfg.targets, bootstrap=False), cfg.windowing)
+    summary, _, _ = _run(pages, cfg.windowing.horizon(), c, c.knobs[index], seed, mult, ContentModel(seed))
+    return slug, index, mult, summary["lag_mean_min"]
+
+
+def tune(dev: Sequence[Trace], cfg: RealConfig, pool: Any) -> dict[tuple[str, float], dict[str, Any]]:
+    """Each knobbed baseline's knob per budget, by mean lag on the development half (TUNING_SEEDS)."""
+    jobs = [(dev, cfg, c.slug, i, s, m) for c in _contenders() if len(c.knobs) > 1 and c.slug in BASELINES
+            for i in range(len(c.knobs)) for s in TUNING_SEEDS for m in cfg.budgets]
+    scores: dict[tuple[str, int, float], list[float]] = {}
+    for slug, i, m, lag in pool.starmap(_tune_job, jobs):
+        scores.setdefault((slug, i, m), []).append(lag)
+    chosen: dict[tuple[str, float], dict[str, Any]] = {}
+    for c in _contenders():
+        for m in cfg.budgets:
+            options = [i for i in range(len(c.knobs)) if (c.slug, i, m) in scores]
+            if options:
+                best = min(options, key=lambda i: float(np.mean(scores[(c.slug, i, m)])))
+                if best:
+                    chosen[(c.slug, m)] = c.knobs[best]
+    return chosen
+
+
+def seed_job(traces: Sequence[Trace], cfg: RealConfig, knobs: dict[tuple[str, float], dict[str, Any]],
+             seed: int) -> dict[str, Any]:
+    """Every contender at every budget on one bootstrap population; per-policy summaries and per-source lags."""
+    population = _population(traces, seed, cfg.targets, bootstrap=True)
+    pages = window_pages(population, cfg.windowing)
+    horizon = cfg.windowing.horizon()
+    sources = [t.source for t in population]
+    content = ContentModel(seed, window=10)
+    out: dict[str, Any] = {}
+    for mult in cfg.budgets:
+        row: dict[str, Any] = {}
+        for c in _contenders():
+            variants: list[tuple[str, dict[str, Any]]] = [(c.label, {})]
+            if (c.slug, mult) in knobs:
+                variants.append((f"{c.label}, tuned", knobs[(c.slug, mult)]))
+            for label, knob in variants:
+                summary, lag_s, caught = _run(pages, horizon, c, knob, seed, mult, content)
+                cell: dict[str, Any] = dict(summary)
+                cell["by_source"] = {s: [sum(x for x, z in zip(lag_s, sources, strict=True) if z == s),
+                                            sum(x for x, z in zip(caught, sources, strict=True) if z == s)]
+                                        for s in sorted(set(sources))}
+                row[label] = cell
+        budget = mult * sum(p.rate for p in pages)
+        row[SQRT_LABEL] = {"lag_mean_min": sqrt_bound([p.rate for p in pages], budget) / 60}
+        if cfg.oracle:
+            scored = [p.arrivals[(p.arrivals >= horizon.warmup_s) & (p.arrivals < horizon.end_s)] for p in pages]
+            k = int(budget * (horizon.end_s + horizon.drain_s - horizon.warmup_s))
+            end = horizon.end_s + horizon.drain_s
+            total = offline_lag([s.tolist() for s in scored], k, end, iterations=30)
+            row[ORACLE_LABEL] = {"lag_mean_min": total / max(sum(s.size for s in scored), 1) / 60}
+        out[str(mult)] = row
+    return out
+
+
+def _labels(knobs: dict[tuple[str, float], dict[str, Any]], mult: float) -> list[tuple[str, str]]:
+    """(label, slug) of every row at one budget, default policy first, tuned rows after their default."""
+    out = []
+    for c in _contenders():
+        out.append((c.label, c.slug))
+        if (c.slug, mult) in knobs:
+            out.append((f"{c.label}, tuned", c.slug + "_tuned"))
+    return out
+
+
+def _best_baseline(row: dict[str, Any], labels: Sequence[tuple[str, str]]) -> float:
+    return min(row[label]["lag_mean_min"] for label, slug in labels if slug.removesuffix("_tuned") in BASELINES)
+
+
+def report(cfg: RealConfig, n_targets: dict[str, int], per_seed: list[dict[str, Any]],
+           knobs: dict[tuple[str, float], dict[str, Any]], seconds: float,
+           command: str) -> tuple[str, dict[str, float]]:
+    """Markdown tables and flat headline numbers (keys ``real_...``)."""
+    head: dict[str, float] = {"real_targets_count": float(sum(n_targets.values())), "real_seeds_count": cfg.seeds}
+    w = cfg.windowing
+    md = [f"Command: `{command}`; {cfg.half} half: {sum(n_targets.values())} targets "
+          f"({', '.join(f'{k} {v}' for k, v in sorted(n_targets.items()))}); {cfg.seeds} report seeds "
+          f"({REPORT_BASE}..{REPORT_BASE + cfg.seeds - 1}), each a bootstrap resample of the targets; baselines' "
+          f"knobs tuned per budget on the development half (seeds {list(TUNING_SEEDS)}); window "
+          f"{w.window_days:g} days, warm-up {w.warmup_days:g} days, drain {w.drain_days:g} day; period bounds "
+          f"{_MIN_S / 60:g} min .. {_MAX_S / 3600:g} h; run time {seconds:.0f} s. Means ± 95% CI over seeds; lags "
+          "in minutes.", ""]
+    summary_rows = []
+    for mult in cfg.budgets:
+        rows_b = [s[str(mult)] for s in per_seed]
+        labels = _labels(knobs, mult)
+        extra = [(SQRT_LABEL, "sqrt_bound")] + ([(ORACLE_LABEL, "offline_oracle")] if cfg.oracle else [])
+        rate_lag = float(np.mean([r[DEFAULT_LABEL]["lag_mean_min"] for r in rows_b]))
+        sqrt_lag = float(np.mean([r[SQRT_LABEL]["lag_mean_min"] for r in rows_b]))
+        rows = []
+        for label, slug in labels + extra:
+            per = [r[label] for r in rows_b]
+            lag = mean_ci([p["lag_mean_min"] for p in per])
+            cells = [label]
+            for key, digits in (("fetches", 0), ("hit_rate", 2)):
+                cells.append(_fmt(*mean_ci([p[key] for p in per]), digits) if key in per[0] else "")
+            cells.append(_fmt(*lag))
+            for key, digits in (("lag_p95_min", 1), ("uncaught", 0)):
+                cells.append(_fmt(*mean_ci([p[key] for p in per]), digits) if key in per[0] else "")
+            cells += [f"{lag[0] / rate_lag:.2f}", f"{lag[0] / sqrt_lag:.2f}"]
+            rows.append(cells)
+            head[f"real_b{mult:g}_{slug}_lag_mean_min"] = round(lag[0], 3)
+        paired = []
+        for name, key, pick in ([("best baseline", "best_baseline", lambda r, lb=labels: _best_baseline(r, lb))]
+                                + [(label, slug, lambda r, lb=label: r[lb]["lag_mean_min"])
+                                   for label, slug in labels[1:] + extra[:1]]):
+            ratio = mean_ci([r[DEFAULT_LABEL]["lag_mean_min"] / pick(r) for r in rows_b])
+            paired.append(f"{name} {_fmt(*ratio, 3)}")
+            head[f"real_b{mult:g}_rate_over_{key}_paired_ratio"] = round(ratio[0], 3)
+            head[f"real_b{mult:g}_rate_over_{key}_paired_ratio_ci95"] = round(ratio[1], 3)
+        summary_rows.append([f"{mult:g}", _fmt(head[f"real_b{mult:g}_rate_over_best_baseline_paired_ratio"],
+                                               head[f"real_b{mult:g}_rate_over_best_baseline_paired_ratio_ci95"], 3),
+                             _fmt(head[f"real_b{mult:g}_rate_over_sqrt_bound_paired_ratio"],
+                                  head[f"real_b{mult:g}_rate_over_sqrt_bound_paired_ratio_ci95"], 3),
+                             _best_name(rows_b, labels)])
+        md += [f"#### Real traces, global budget B = {mult:g} × total item rate", "",
+               _table(["policy", "fetches", "hit rate", "mean lag", "p95", "uncaught", "× rate (ours)",
+                       "× sqrt bound"], rows), "",
+               "Per-seed (paired) ratio of rate's mean lag to: " + "; ".join(paired) + ".", ""]
+    md[2:2] = ["#### Summary: the default policy against the best baseline and the bound (paired, ± 95% CI)", "",
+               _table(["budget (× item rate)", "rate ÷ best of SHHD/Nutch/Cho", "rate ÷ sqrt bound",
+                       "best baseline (most seeds)"], summary_rows), ""]
+    md += _by_source(cfg, per_seed, knobs), ""
+    if knobs:
+        md += ["Knobs tuning chose on the development half (where not the default): "
+               + "; ".join(f"{slug} at {m:g}×: {k}" for (slug, m), k in sorted(knobs.items())), ""]
+    head["real_run_seconds_s"] = round(seconds, 1)
+    return "\n".join(md), head
+
+
+def _best_name(rows_b: Sequence[dict[str, Any]], labels: Sequence[tuple[str, str]]) -> str:
+    names = [min((lb for lb, slug in labels if slug.removesuffix("_tuned") in BASELINES),
+                 key=lambda lb: r[lb]["lag_mean_min"]) for r in rows_b]
+    return max(set(names), key=names.count)
+
+
+def _by_source(cfg: RealConfig, per_seed: list[dict[str, Any]], knobs: dict[tuple[str, float], dict[str, Any]]) -> str:
+    """Mean lag per source (that source's items only) of every policy (a baseline: the better of its default and
+    tuned rows, per seed), and the default policy's paired ratio to the best baseline."""
+    sources = sorted({s for seed in per_seed for s in seed[str(cfg.budgets[0])][DEFAULT_LABEL]["by_source"]})
+    rows = []
+    for source in sources:
+        for mult in cfg.budgets:
+            by_slug: dict[str, list[float]] = {}
+            for label, slug in _labels(knobs, mult):
+                cells = [seed[str(mult)][label]["by_source"].get(source, [0.0, 0]) for seed in per_seed]
+                lags = [lag / n / 60 if n else float("nan") for lag, n in cells]
+                key = slug.removesuffix("_tuned")
+                by_slug[key] = lags if key not in by_slug else [min(a, b) for a, b in zip(by_slug[key], lags,
+                                                                                          strict=True)]
+            base = [min(v) for v in zip(*[by_slug[s] for s in BASELINES], strict=True)]
+            ratio = mean_ci([a / b for a, b in zip(by_slug["rate"], base, strict=True) if a == a and b == b])
+            rows.append([source, f"{mult:g}"] + [f"{np.nanmean(by_slug[s]):.1f}" for s in SLUGS] + [_fmt(*ratio, 3)])
+    names = {c.slug: c.label for c in _contenders()}
+    header = ["source", "budget"] + [names[s] for s in SLUGS] + ["rate ÷ best baseline"]
+    return ("#### Per source (mean lag in minutes of that source's items; a baseline shows the better of its default "
+            "and tuned rows)\n\n" + _table(header, rows))
+
+
+#: The policies of the single-target (E0) run on one real trace, each fetching whenever it asks.
+E0_POLICIES: tuple[tuple[str, str], ...] = (("rate (ours)", "exact"), ("shhd (paper, simhash)", "simhash"),
+                                            ("nutch (xml defaults)", "exact"), ("cho (irregular MLE)", "exact"))
+
+
+def _e0_policy(label: str) -> RevisitPolicy:
+    bounds = (_MIN_S, _MAX_S, _INITIAL_S)
+    if label.startswith("rate"):
+        return RatePolicy(*bounds)
+    if label.startswith("shhd"):
+        return ShhdPolicy(*bounds)
+    if label.startswith("nutch"):
+        return NutchPolicy(*bounds)
+    return ChoPolicy(*bounds)
+
+
+def e0_real(traces: Sequence[Trace], windowing: Windowing) -> tuple[Trace, Page, dict[str, Any]]:
+    """Every E0 policy alone on one real target (the report half's busiest Weibo user, else its busiest target):
+    summaries and period trajectories."""
+    pages = window_pages(traces, windowing)
+    weibo = [k for k, t in enumerate(traces) if t.source == "weibo"] or list(range(len(traces)))
+    k = max(weibo, key=lambda j: (pages[j].arrivals.size, traces[j].target))
+    out: dict[str, Any] = {}
+    for label, detector in E0_POLICIES:
+        res = run_single(pages[k], _e0_policy(label), Detector(detector, ContentModel(REPORT_BASE)),
+                         windowing.horizon(), trace=True)
+        out[label] = {"summary": res.summary(), "trace": res.periods}
+    return traces[k], pages[k], out
+
+
+def e0_table(trace: Trace, page: Page, e0: dict[str, Any], windowing: Windowing) -> str:
+    h = windowing.horizon()
+    scored = int(np.count_nonzero((page.arrivals >= h.warmup_s) & (page.arrivals < h.end_s)))
+    rows = [[label, f"{r['summary']['fetches']:.0f}", f"{r['summary']['hit_rate']:.2f}",
+             f"{r['summary']['lag_mean_min']:.1f}", f"{r['summary']['lag_p95_min']:.1f}"] for label, r in e0.items()]
+    return (f"#### E0 on one real target ({trace.source} `{trace.target}`, {scored} scored items; each policy "
+            "fetches whenever it asks, no budget, so fetch counts differ)\n\n"
+            + _table(["policy", "fetches", "hit rate", "mean lag", "p95 lag"], rows)
+            + "\n\n![E0 on a real target](revisit/real_e0_period_trajectory.png)")
+
+
+def plot_e0(page: Page, e0: dict[str, Any], path: Path) -> None:
+    """Period after each fetch against time (days), item arrivals as ticks along the bottom."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for label, r in e0.items():
+        tr = r["trace"]
+        ax.step([t / DAY for t, _, _ in tr], [p / 3600 for _, p, _ in tr], where="post", label=label, linewidth=0.9)
+    ax.plot(page.arrivals / DAY, np.full(page.arrivals.size, 1 / 60), "|", color="black", markersize=12,
+            label="item arrivals")
+    ax.set_yscale("log")
+    ax.set_xlabel("simulated time (days)")
+    ax.set_ylabel("period after the fetch (h)")
+    ax.set_title("E0 on a real target: period trajectories")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def run_traces(cfg: RealConfig, pool: Any, command: str, write: bool) -> str:
+    """The whole real-trace run; returns the markdown (and writes docs when ``write``)."""
+    started = time.monotonic()
+    traces = load_traces(cfg.path)
+    dev, rep = split_halves(traces)
+    chosen = {"report": rep, "dev": dev, "all": traces}[cfg.half]
+    knobs = tune(dev, cfg, pool) if cfg.tune else {}
+    per_seed = pool.starmap(seed_job, [(chosen, cfg, knobs, REPORT_BASE + k) for k in range(cfg.seeds)])
+    counts: dict[str, int] = {}
+    for t in chosen if cfg.targets is None else _population(chosen, REPORT_BASE, cfg.targets, bootstrap=True):
+        counts[t.source] = counts.get(t.source, 0) + 1
+    trace, page, e0 = e0_real(chosen, cfg.windowing)
+    md, head = report(cfg, counts, per_seed, knobs, time.monotonic() - started, command)
+    md += "\n" + e0_table(trace, page, e0, cfg.windowing) + "\n"
+    if write:
+        merge_json(ROOT / "docs" / "bench" / "revisit.json", head, lambda k: k.startswith("real_"))
+        plot_e0(page, e0, ROOT / "docs" / "revisit" / "real_e0_period_trajectory.png")
+        write_block(ROOT / "docs" / "REVISIT.md", md, "revisit-real")
+    return md

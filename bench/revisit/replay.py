@@ -1,0 +1,130 @@
+"""Real publication traces for the revisit benchmark: load a JSONL file, window each trace onto the simulated
+clock, split targets into a development and a report half. Pure apart from ``load_traces`` reading the file.
+
+File format, one JSON object per line (blank lines are allowed)::
+
+    {"target": "<opaque id>", "source": "<label>", "times": [unix seconds, sorted ascending]}
+
+Windowing (docs/REVISIT.md, "Real traces"): each trace keeps the items of its last ``window_days`` (ending at its
+last item) and is shifted by a whole number of days so that this window starts within the first simulated day:
+times of day are kept (daily patterns survive), the windows of all targets overlap but for less than a day. The
+first ``warmup_days`` of the simulated clock are warm-up (policies learn, items are not scored); items stop at
+``window_days + 1`` days and fetching goes on for ``drain_days`` more.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from bench.revisit.sim import Horizon
+from bench.revisit.traces import DAY, Page
+
+__all__ = ["Trace", "TraceError", "Windowing", "load_traces", "split_halves", "window_pages"]
+
+
+class TraceError(ValueError):
+    """A trace file that cannot be used; the message names the file and line."""
+
+
+@dataclass(frozen=True)
+class Trace:
+    target: str
+    source: str
+    #: Item publication times, unix seconds, ascending.
+    times: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class Windowing:
+    """How traces are put on the simulated clock (see the module docstring)."""
+
+    window_days: float = 28.0
+    warmup_days: float = 7.0
+    drain_days: float = 1.0
+
+    def horizon(self) -> Horizon:
+        return Horizon(self.warmup_days * DAY, (self.window_days + 1) * DAY, self.drain_days * DAY)
+
+
+def _parse_line(text: str, where: str) -> Trace:
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise TraceError(f"{where}: not JSON ({exc.msg})") from None
+    if not isinstance(obj, dict):
+        raise TraceError(f"{where}: expected an object with target, source, times")
+    missing = [k for k in ("target", "source", "times") if k not in obj]
+    if missing:
+        raise TraceError(f"{where}: missing {', '.join(missing)}")
+    target, source, times = obj["target"], obj["source"], obj["times"]
+    if not isinstance(target, str) or not target or not isinstance(source, str) or not source:
+        raise TraceError(f"{where}: target and source must be non-empty strings")
+    if not isinstance(times, list) or not times:
+        raise TraceError(f"{where}: times must be a non-empty list of unix seconds")
+    if not all(isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t) for t in times):
+        raise TraceError(f"{where}: times must be finite numbers (unix seconds)")
+    if any(b < a for a, b in itertools.pairwise(times)):
+        raise TraceError(f"{where}: times are not sorted ascending")
+    return Trace(target, source, tuple(float(t) for t in times))
+
+
+def load_traces(path: Path) -> list[Trace]:
+    """All traces of a JSONL file, in file order; the first bad line (or a repeated target) raises TraceError."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TraceError(f"{path}: cannot read ({exc})") from None
+    traces: list[Trace] = []
+    seen: dict[str, int] = {}
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        trace = _parse_line(line, f"{path}:{number}")
+        if trace.target in seen:
+            raise TraceError(f"{path}:{number}: target {trace.target!r} repeats line {seen[trace.target]}")
+        seen[trace.target] = number
+        traces.append(trace)
+    if not traces:
+        raise TraceError(f"{path}: no traces")
+    return traces
+
+
+def window_pages(traces: Sequence[Trace], windowing: Windowing) -> list[Page]:
+    """One simulated page per trace: the items of its last ``window_days``, shifted by whole days so that the
+    window starts in [0, 1 day). ``Page.rate`` is the trace's mean item rate over the scored span [warm-up, end),
+    the rate the known-rate square-root bound is given."""
+    h = windowing.horizon()
+    span = windowing.window_days * DAY
+    pages = []
+    for trace in traces:
+        times = np.asarray(trace.times, dtype=float)
+        start = times[-1] - span
+        times = times[times > start]
+        shifted = times - math.floor(start / DAY) * DAY
+        scored = np.count_nonzero((shifted >= h.warmup_s) & (shifted < h.end_s))
+        pages.append(Page(trace.source, scored / (h.end_s - h.warmup_s), shifted))
+    return pages
+
+
+def _rank_key(target: str) -> str:
+    return hashlib.sha256(target.encode("utf-8")).hexdigest()
+
+
+def split_halves(traces: Sequence[Trace]) -> tuple[list[Trace], list[Trace]]:
+    """(development, report): within each source, targets ordered by SHA-256 of their id go alternately to the
+    development and the report half, so both halves have every source in the same proportion."""
+    dev: list[Trace] = []
+    report: list[Trace] = []
+    for source in sorted({t.source for t in traces}):
+        ranked = sorted((t for t in traces if t.source == source), key=lambda t: _rank_key(t.target))
+        dev += ranked[0::2]
+        report += ranked[1::2]
+    return dev, report
