@@ -1,6 +1,6 @@
 """m.weibo.cn timeline: ``api/container/getIndex?type=uid&value={uid}&containerid=107603{uid}``.
 
-Paging follows whatever cursor the response hands back (FORMATS §2.2): ``cardlistInfo.since_id`` → the next
+Paging follows whatever cursor the response hands back (docs/FORMATS.md §2.2): ``cardlistInfo.since_id`` → the next
 request passes ``&since_id=`` (never computed by us: it can be smaller than the last mid), else
 ``cardlistInfo.page`` → ``&page=N``; no cursor, an empty/zero ``since_id`` or no cards ends the timeline.
 
