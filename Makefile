@@ -1,10 +1,15 @@
 # The two commands of the README:
 #   make demo   set up everything, then run the demo crawl on the embedded store
 #   make test   set up everything, start the local HBase, lint, type-check and run the test suite
+# And the developer's fast loop (CONTRIBUTING.md):
+#   make check  lint, format check, types and the unit tests that need no external service
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test setup lint typecheck pytest hbase-start hbase-stop bench clean
+# The tests `make check` runs: no HBase, no JDK, no multi-process end-to-end runs, no wheel build.
+UNIT_TESTS := not (hbase or e2e or slow or build)
+
+.PHONY: demo test check setup lint typecheck pytest hbase-start hbase-stop bench clean
 
 setup:
 	@scripts/bootstrap.sh
@@ -14,6 +19,7 @@ demo: setup
 
 lint: setup
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 typecheck: setup
 	$(BIN)/mypy
@@ -27,8 +33,15 @@ hbase-stop:
 pytest: setup
 	$(BIN)/pytest
 
+check: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+	$(BIN)/pytest -q -m "$(UNIT_TESTS)"
+
 test: setup
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/icecrawler hbase start
 	ICECRAWLER_HBASE_RUNNING=1 $(BIN)/pytest; status=$$?; $(BIN)/icecrawler hbase stop; exit $$status

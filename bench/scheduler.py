@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from bench._cluster import cpu_seconds
-from bench.echo import echo_module
+from bench._echo import echo_module
 from crawler_client.gateways import IceScheduler, ShardedScheduler
 from icecrawler import rpc
 from icecrawler.models import TaskKind

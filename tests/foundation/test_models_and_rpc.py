@@ -7,7 +7,7 @@ import threading
 import Ice
 import pytest
 
-from bench.echo import echo_module
+from bench._echo import echo_module
 from icecrawler import rpc
 from icecrawler.errors import (
     InvalidArgumentError,
