@@ -64,14 +64,14 @@ def only(folder: Path, pattern: str) -> Path:
 
 def test_the_wheel_holds_the_product_and_the_contract_only(dist: Path) -> None:
     wheel = only(dist, f"icecrawler-{VERSION}-py3-none-any.whl")
-    names = zipfile.ZipFile(wheel).namelist()
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        metadata = email.parser.Parser().parsestr(archive.read(f"icecrawler-{VERSION}.dist-info/METADATA").decode())
     top = {name.split("/", 1)[0] for name in names}
     assert top == PRODUCT | {f"icecrawler-{VERSION}.dist-info"}, top
     assert "icecrawler/slice/crawler.ice" in names
     assert not [name for name in names if name.endswith(".ice") and name != "icecrawler/slice/crawler.ice"]
 
-    metadata = email.parser.Parser().parsestr(
-        zipfile.ZipFile(wheel).read(f"icecrawler-{VERSION}.dist-info/METADATA").decode())
     assert metadata["Version"] == VERSION
     requires = metadata.get_all("Requires-Dist") or []
     core = {req.split(">")[0].split("<")[0].split("=")[0].strip() for req in requires if "extra ==" not in req}
@@ -84,7 +84,8 @@ def test_the_wheel_holds_the_product_and_the_contract_only(dist: Path) -> None:
 
 def test_the_sdist_carries_what_the_wheel_is_built_from(dist: Path) -> None:
     sdist = only(dist, f"icecrawler-{VERSION}.tar.gz")
-    names = {name.split("/", 1)[1] for name in tarfile.open(sdist).getnames() if "/" in name}
+    with tarfile.open(sdist) as archive:
+        names = {name.split("/", 1)[1] for name in archive.getnames() if "/" in name}
     assert {"pyproject.toml", "setup.py", "slice/crawler.ice", "README.md", "icecrawler/cli.py"} <= names
     assert not any(name.startswith(("sandbox/", "bench/", "tests/")) for name in names)
 
@@ -105,8 +106,9 @@ def test_the_wheel_installs_into_a_fresh_venv_and_runs(dist: Path, tmp_path: Pat
 
     site = Path(subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                                capture_output=True, text=True, check=True, env=env, timeout=60).stdout.strip())
-    assert PRODUCT <= {path.name for path in site.iterdir()}
-    assert not {"sandbox", "bench", "tests"} & {path.name for path in site.iterdir()}
+    installed_names = {path.name for path in site.iterdir()}
+    assert installed_names >= PRODUCT
+    assert not installed_names & {"sandbox", "bench", "tests"}
 
     # The dependencies installed here, by path (no editable finder of ours runs from a path line).
     (site / "deps.pth").write_text("\n".join(sorted({sysconfig.get_paths()["purelib"],
