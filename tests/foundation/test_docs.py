@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import re
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -44,11 +43,17 @@ def tracked_text_files() -> list[Path]:
     return files
 
 
-def lines_of(files: list[Path]) -> Iterator[tuple[str, int, str]]:
+def lines_of(files: list[Path]) -> list[tuple[str, int, str]]:
+    """(repository path, line number, line) of every line that could hold a reference (most lines cannot)."""
+    found = []
     for path in files:
         text = path.read_text(encoding="utf-8", errors="replace")
-        for number, line in enumerate(text.splitlines(), start=1):
-            yield path.relative_to(REPO).as_posix(), number, line
+        if not any(mark in text for mark in (".md", "§", "STYLE", *OUTSIDE_NOTES)):
+            continue
+        name = path.relative_to(REPO).as_posix()
+        found.extend((name, number, line) for number, line in enumerate(text.splitlines(), start=1)
+                     if any(mark in line for mark in (".md", "§", "STYLE", *OUTSIDE_NOTES)))
+    return found
 
 
 @pytest.fixture(scope="module")
@@ -59,14 +64,19 @@ def files() -> list[Path]:
 
 
 @pytest.fixture(scope="module")
+def lines(files: list[Path]) -> list[tuple[str, int, str]]:
+    return lines_of(files)
+
+
+@pytest.fixture(scope="module")
 def md_names(files: list[Path]) -> set[str]:
     """Every tracked Markdown file, by repository path and by base name."""
     paths = {path.relative_to(REPO).as_posix() for path in files if path.suffix == ".md"}
     return paths | {Path(path).name for path in paths}
 
 
-def test_no_reference_to_notes_kept_outside_the_repository(files: list[Path]) -> None:
-    found = [f"{name}:{number}: {line.strip()}" for name, number, line in lines_of(files)
+def test_no_reference_to_notes_kept_outside_the_repository(lines: list[tuple[str, int, str]]) -> None:
+    found = [f"{name}:{number}: {line.strip()}" for name, number, line in lines
              if any(note in line for note in OUTSIDE_NOTES) or STYLE_RULE.search(line)]
     assert found == [], "references to documents outside the repository:\n" + "\n".join(found)
 
@@ -80,17 +90,18 @@ def known(name: str, where: str, md_names: set[str]) -> bool:
     return relative.resolve().is_relative_to(REPO) and relative.resolve().relative_to(REPO).as_posix() in md_names
 
 
-def test_every_named_markdown_file_exists(files: list[Path], md_names: set[str]) -> None:
-    found = [f"{name}:{number}: {match}" for name, number, line in lines_of(files)
+def test_every_named_markdown_file_exists(lines: list[tuple[str, int, str]], md_names: set[str]) -> None:
+    found = [f"{name}:{number}: {match}" for name, number, line in lines
              for match in MD_NAME.findall(line) if not known(match, name, md_names)]
     assert found == [], "named *.md files the repository does not contain:\n" + "\n".join(found)
 
 
-def test_every_section_reference_names_a_document_of_the_repository(files: list[Path], md_names: set[str]) -> None:
+def test_every_section_reference_names_a_document_of_the_repository(lines: list[tuple[str, int, str]],
+                                                                   md_names: set[str]) -> None:
     """A ``§`` must follow, on its line, the name of a Markdown file the repository has (or sit in that very
     Markdown file, which then cites itself)."""
     found = []
-    for name, number, line in lines_of(files):
+    for name, number, line in lines:
         for sign in SECTION.finditer(line):
             before = MD_NAME.findall(line[:sign.start()])
             if not (before and known(before[-1], name, md_names)) and not name.endswith(".md"):
