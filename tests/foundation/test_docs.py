@@ -45,7 +45,7 @@ def tracked_text_files() -> list[Path]:
 
 def lines_of(files: list[Path]) -> list[tuple[str, int, str]]:
     """(repository path, line number, line) of every line that could hold a reference (most lines cannot)."""
-    found = []
+    found: list[tuple[str, int, str]] = []
     for path in files:
         text = path.read_text(encoding="utf-8", errors="replace")
         if not any(mark in text for mark in (".md", "§", "STYLE", *OUTSIDE_NOTES)):
