@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from icecrawler import __version__
+
 DEFAULTS: dict[str, Any] = {
     # --- client: the crawler worker daemon -------------------------------------------------------------
     # Concurrent fetch workers inside one client process.
@@ -30,8 +32,8 @@ DEFAULTS: dict[str, Any] = {
     "client.buffer_records": 100_000,
     # HTTP proxy for every fetch ("http://host:3128"); empty = direct. HTTP(S)_PROXY in the environment is ignored.
     "client.proxy_url": "",
-    # User-Agent sent on every request.
-    "client.user_agent": "icecrawler/0.1 (+https://github.com/icecrawler/icecrawler)",
+    # User-Agent sent on every request (the version from icecrawler.__version__).
+    "client.user_agent": f"icecrawler/{__version__} (+https://github.com/icecrawler/icecrawler)",
     # Upper bound of every backoff (scheduler/storage unreachable, retried fetches).
     "client.max_backoff_s": 10.0,
     # How often the client logs progress (tasks, items stored, per-outcome counts).

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import re
+import subprocess
 import tomllib
 from pathlib import Path
 from types import ModuleType
@@ -15,6 +16,7 @@ import icecrawler
 from icecrawler import cli
 from icecrawler.errors import MissingPartError
 from icecrawler.optional import explain_missing, source_checkout
+from icecrawler.settings.default_settings import DEFAULTS
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -76,6 +78,11 @@ def test_the_version_is_written_once_and_printed(capsys: pytest.CaptureFixture[s
     assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "icecrawler.__version__"}
     assert cli.main(["--version"]) == 0
     assert capsys.readouterr().out == f"icecrawler {icecrawler.__version__}\n"
+    assert DEFAULTS["client.user_agent"].startswith(f"icecrawler/{icecrawler.__version__} ")
+    tracked = subprocess.run(["git", "ls-files", "*.py", "*.toml", "*.cfg", "*.sh", "*.in"], cwd=REPO,
+                             capture_output=True, text=True, check=True, timeout=60).stdout.split()
+    written = [name for name in tracked if f'"{icecrawler.__version__}"' in (REPO / name).read_text(errors="replace")]
+    assert written == ["icecrawler/__init__.py"]
 
 
 def test_this_checkout_is_recognised() -> None:
