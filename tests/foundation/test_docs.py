@@ -123,10 +123,35 @@ def test_relative_markdown_links_resolve(files: list[Path]) -> None:
     assert found == [], "relative links that do not resolve:\n" + "\n".join(found)
 
 
-def test_the_checks_catch_what_they_look_for(tmp_path: Path) -> None:
+#: A dotted name in backticks: a setting (``scheduler.record_cache``) when its prefix is a settings prefix.
+DOTTED = re.compile(r"`{1,2}([a-z]+\.[a-z_][a-z0-9_.]*)`{1,2}")
+#: File names that look like settings (``client.conf``, ``scheduler.json``).
+FILE_SUFFIXES = ("conf", "toml", "json", "py", "md", "pem", "service", "xml", "example", "sqlite3", "png", "ice")
+
+
+def test_every_setting_the_docs_name_exists(files: list[Path]) -> None:
+    """A setting named in the Markdown docs is a key of ``default_settings`` (or the start of some keys)."""
+    from icecrawler.settings.default_settings import DEFAULTS
+
+    prefixes = {key.split(".", 1)[0] for key in DEFAULTS}
+    found = []
+    for path in files:
+        if path.suffix != ".md":
+            continue
+        for match in DOTTED.finditer(path.read_text(encoding="utf-8")):
+            name = match.group(1).rstrip(".")
+            if name.split(".", 1)[0] not in prefixes or name.rsplit(".", 1)[-1] in FILE_SUFFIXES:
+                continue
+            if name not in DEFAULTS and not any(key.startswith(name + ".") for key in DEFAULTS):
+                found.append(f"{path.relative_to(REPO).as_posix()}: {name}")
+    assert found == [], "settings the docs name that do not exist:\n" + "\n".join(found)
+
+
+def test_the_checks_catch_what_they_look_for() -> None:
     """The patterns themselves, on made-up lines (so that an empty result above means something)."""
     assert STYLE_RULE.search("(STYLE rule 3)")
     assert MD_NAME.findall("see FORMATS.md §2.5 and docs/ICE.md") == ["FORMATS.md", "docs/ICE.md"]
     assert MD_NAME.findall("files *.md in docs") == []
     assert any(note in "see shared/reference/x" for note in OUTSIDE_NOTES)
     assert MD_LINK.findall("[a](docs/A.md#x) and [b](https://x.org)") == ["docs/A.md#x", "https://x.org"]
+    assert DOTTED.findall("set `scheduler.record_cache` in ``client.conf``") == ["scheduler.record_cache", "client.conf"]
