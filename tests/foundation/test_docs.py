@@ -154,4 +154,4 @@ def test_the_checks_catch_what_they_look_for() -> None:
     assert MD_NAME.findall("files *.md in docs") == []
     assert any(note in "see shared/reference/x" for note in OUTSIDE_NOTES)
     assert MD_LINK.findall("[a](docs/A.md#x) and [b](https://x.org)") == ["docs/A.md#x", "https://x.org"]
-    assert DOTTED.findall("set `scheduler.record_cache` in ``client.conf``") == ["scheduler.record_cache", "client.conf"]
+    assert DOTTED.findall("`scheduler.record_cache` in ``client.conf``") == ["scheduler.record_cache", "client.conf"]
