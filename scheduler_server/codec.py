@@ -20,8 +20,6 @@ import struct
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from icecrawler.models import TaskKind
-
 __all__ = ["TaskRecord", "decode_lease", "decode_time_key", "done_value", "encode_lease", "history_append",
            "history_entries", "time_key"]
 
@@ -129,10 +127,6 @@ class TaskRecord:
     #: Listing tasks: product ids this listing added that were new.
     discovered: int = 0
     created_ms: int = 0
-
-    @property
-    def task_kind(self) -> TaskKind:
-        return TaskKind(self.kind)
 
     def to_bytes(self) -> bytes:
         return pickle.dumps(_values(self), _PROTOCOL)
