@@ -26,6 +26,7 @@ from typing import Any
 
 from bench._cluster import cpu_seconds
 from bench._core_cost import core_cycle_cost
+from bench._echo import echo_module
 from bench._scrape import Scraper
 from crawler_client.gateways import IceScheduler, ShardedScheduler
 from icecrawler import rpc
@@ -52,11 +53,12 @@ BENCH_SOURCES = {"jd": TaskKind.ProductReviews, "ecshop": TaskKind.ProductReview
 def serve_echo(port: int, threads: int) -> int:
     """An Echo servant with prebuilt tasks shaped like the scheduler's (same id, token and field sizes)."""
     C = rpc.crawler()
+    E = echo_module()
     tasks = [C.Task(id=f"reviews:jd:{100000 + n}", kind=C.TaskKind.ProductReviews, source="jd",
                     target=str(100000 + n), leaseToken=f"{n:016x}", leaseDeadlineMs=int(time.time() * 1000),
                     periodS=0.001, account=C.Account()) for n in range(1000)]
 
-    class EchoServant(C.Echo):  # type: ignore[misc,name-defined]
+    class EchoServant(E.Echo):  # type: ignore[misc,name-defined]
         def echoTasks(self, workerId: str, max: int, current: Any) -> list[Any]:
             return tasks[:max]
 
@@ -77,7 +79,7 @@ def run_worker(args: argparse.Namespace) -> int:
     C = rpc.crawler()
     with rpc.communicator() as comm:
         if args.target == "echo":
-            echo = C.EchoPrx(comm, args.proxy)
+            echo = echo_module().EchoPrx(comm, args.proxy)
 
             def lease(n: int) -> list[Any]:
                 return echo.echoTasks(args.name, n)  # type: ignore[no-any-return]

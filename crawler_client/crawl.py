@@ -1,6 +1,7 @@
-"""Crawl one task with its Source, and turn whatever happened into a Report (STYLE rule 8: after the fetch,
-outcomes are data). Nothing here does I/O itself: the page fetch is injected, so the incremental stop, the page
-walking and the outcome → report mapping are unit-tested with a scripted source and no network.
+"""Crawl one task with its Source, and turn whatever happened into a Report (after the fetch, outcomes are
+data: CONTRIBUTING.md, code layout). Nothing here does I/O itself: the page fetch is injected, so the
+incremental stop, the page walking and the outcome → report mapping are unit-tested with a scripted source and no
+network.
 
 The walk, newest first:
 
@@ -51,7 +52,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-#: Site times without a zone are Beijing time (FORMATS.md §2.5, §4.2).
+#: Site times without a zone are Beijing time (docs/FORMATS.md §2.5, §4.2).
 _BEIJING = timezone(timedelta(hours=8))
 #: Requests per crawled page at most (Weibo PC delivers one page in 3 chunks; long texts add a few).
 REQUESTS_PER_PAGE_BOUND = 4

@@ -13,12 +13,13 @@ import json
 import re
 from collections.abc import Mapping
 
+from icecrawler import __version__
 from icecrawler.errors import ConfigError
 
 __all__ = ["FALLBACK_USER_AGENT", "parse_header_setting", "source_headers"]
 
 #: Sent by sources that name no User-Agent of their own when ``client.user_agent`` is empty.
-FALLBACK_USER_AGENT = "icecrawler/0.1 (+https://github.com/icecrawler/icecrawler)"
+FALLBACK_USER_AGENT = f"icecrawler/{__version__} (+https://github.com/icecrawler/icecrawler)"
 _NAME_RE = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,100}$")
 
 

@@ -67,8 +67,9 @@ __all__ = [
     "parse_retry_after",
 ]
 
-#: Backoff jitter for every Fetcher (a task makes one; seeding a new Random from the OS each time cost ~2 % of a
-#: client's CPU). Its C ``random()`` is atomic under the GIL, so the threads can share it.
+#: Backoff jitter for every Fetcher (a task makes one; seeding a new Random from the OS each time showed up in a
+#: client's CPU profile under ``icecrawler bench client``). Its C ``random()`` is atomic under the GIL, so the
+#: threads can share it.
 _JITTER = random.Random()
 
 log = logging.getLogger(__name__)
@@ -234,8 +235,9 @@ class _SetCookieSource:
 class HttpSession:
     """One account's HTTP state: its cookie jar (the login) and keep-alive connections per origin.
 
-    Built on urllib3 directly: ``requests`` spent ~1 ms of Python per page merging settings, preparing and
-    adapting the request (docs/BENCHMARKS.md, *client* and *scale*), a third of a client's CPU per page.
+    Built on urllib3 directly: ``requests`` spent a large share of a client's CPU per page merging settings,
+    preparing and adapting the request; ``icecrawler bench client`` and ``bench scale`` measure the client's CPU
+    per page (docs/BENCHMARKS.md).
     """
 
     def __init__(self, proxy_url: str = "") -> None:

@@ -9,9 +9,10 @@ import sys
 from collections.abc import Sequence
 
 from icecrawler import __version__
-from icecrawler.commands import COMMAND_MODULES, BaseCommand
+from icecrawler.commands import COMMAND_MODULES, BaseCommand, Unavailable
 from icecrawler.errors import IcecrawlerError
 from icecrawler.logs import configure_logging
+from icecrawler.optional import explain_missing, use_source_checkout
 from icecrawler.settings import load_settings
 
 __all__ = ["main"]
@@ -20,10 +21,19 @@ ICE_PREFIXES = ("--Ice.", "--IceSSL.", "--IceGrid.", "--IceMX.", "--IceLocatorDi
 
 
 def _load_commands() -> dict[str, BaseCommand]:
-    return {
-        name: importlib.import_module(f"icecrawler.commands.{name}").Command()
-        for name in COMMAND_MODULES
-    }
+    """Every subcommand; one whose module needs what this install lacks (a source checkout, an extra) is listed
+    all the same and says what is missing when run."""
+    use_source_checkout()
+    commands: dict[str, BaseCommand] = {}
+    for name in COMMAND_MODULES:
+        try:
+            commands[name] = importlib.import_module(f"icecrawler.commands.{name}").Command()
+        except ModuleNotFoundError as exc:
+            error = explain_missing(exc, name)
+            if error is None:
+                raise
+            commands[name] = Unavailable(error)
+    return commands
 
 
 def _add_common_options(parser: argparse.ArgumentParser) -> None:
@@ -38,6 +48,8 @@ def _add_common_options(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser(commands: dict[str, BaseCommand]) -> argparse.ArgumentParser:
+    """The parser of every command; a command whose options cannot be declared in this install is replaced in
+    ``commands`` by an ``Unavailable`` one."""
     parser = argparse.ArgumentParser(
         prog="icecrawler",
         description="A distributed, incremental crawler for Weibo timelines and product reviews: a scheduler and a "
@@ -50,7 +62,13 @@ def build_parser(commands: dict[str, BaseCommand]) -> argparse.ArgumentParser:
     for name, command in commands.items():
         child = sub.add_parser(name, help=command.summary, description=command.description or command.summary,
                                formatter_class=argparse.RawDescriptionHelpFormatter)
-        command.add_options(child)
+        try:
+            command.add_options(child)
+        except ModuleNotFoundError as exc:  # a command that imports what it needs only here
+            error = explain_missing(exc, name)
+            if error is None:
+                raise
+            commands[name] = Unavailable(error)
         _add_common_options(child)
         if command.takes_ice_args:
             child.epilog = ("Ice options: --Ice.Config=FILE loads an Ice property file (see deploy/*.conf); any "
@@ -60,10 +78,18 @@ def build_parser(commands: dict[str, BaseCommand]) -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv == ["--version"]:  # answered before any command module (and what it imports) is loaded
+        print(f"icecrawler {__version__}")
+        return 0
     commands = _load_commands()
     parser = build_parser(commands)
     ice_args = [arg for arg in argv if arg.startswith(ICE_PREFIXES)]
     rest = [arg for arg in argv if not arg.startswith(ICE_PREFIXES)]
+    named = next((arg for arg in rest if not arg.startswith("-")), None)
+    unavailable = commands.get(named or "")
+    if isinstance(unavailable, Unavailable) and "-h" not in rest and "--help" not in rest:
+        print(f"icecrawler {named}: error: {unavailable.error}", file=sys.stderr)  # before its options are parsed
+        return 2
     args = parser.parse_args(rest)
     if not args.command:
         parser.print_help()
@@ -78,7 +104,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.log_json:
             settings.set("log.json", True)
         configure_logging(settings.get_str("log.level"), settings.get_bool("log.json"))
-        return command.run(args, settings, ice_args)
+        try:
+            return command.run(args, settings, ice_args)
+        except ModuleNotFoundError as exc:
+            error = explain_missing(exc, args.command)
+            if error is None:
+                raise
+            raise error from exc
     except KeyboardInterrupt:
         return 130
     except Exception as exc:

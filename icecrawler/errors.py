@@ -10,10 +10,11 @@
     ├── NotAuthorizedError                the peer's certificate role may not call an operation
     ├── FetchError                        an HTTP fetch failed; carries the Outcome class
     │   └── ParseError (ValueError)       a response body that cannot be parsed
-    └── ServiceError                      a daemon (HBase, Ice server) did not start or answer
+    ├── ServiceError                      a daemon (HBase, Ice server) did not start or answer
+    └── MissingPartError (ImportError)    an optional extra, or a source-checkout-only package, is not installed
 
-Foreign errors (berkeleydb, thrift/happybase, requests) are translated where they cross into our code,
-with ``raise ... from exc``.
+Foreign errors (berkeleydb, thrift/happybase, urllib3 and ``OSError`` from the HTTP transport) are translated where
+they cross into our code, with ``raise ... from exc``.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ __all__ = [
     "InvalidArgumentError",
     "InvalidRecordsError",
     "LeaseLostError",
+    "MissingPartError",
     "NoWorkError",
     "NotAuthorizedError",
     "ParseError",
@@ -126,3 +128,7 @@ class ParseError(FetchError, ValueError):
 
 class ServiceError(IcecrawlerError):
     """A daemon we depend on did not start, or stopped answering."""
+
+
+class MissingPartError(IcecrawlerError, ImportError):
+    """A command needs a package this install lacks; the message names the extra or says a checkout is needed."""

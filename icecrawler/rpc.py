@@ -2,7 +2,8 @@
 Slice types and the plain core types of ``icecrawler.models``, and mapping core errors to Slice exceptions.
 
 Slice is loaded at run time (``Ice.loadSlice``) from ``slice/crawler.ice`` exactly here; nothing else in the
-code base compiles or imports generated code directly. Use ``crawler()`` to get the generated module.
+code base compiles or imports generated code directly. Use ``crawler()`` to get the generated module, and
+``load_slice`` for a file that builds on the contract (the benchmarks' ``bench/echo.ice``).
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ __all__ = [
     "create_adapter",
     "from_slice_error",
     "listen_endpoints",
+    "load_slice",
     "map_errors",
     "one_line",
     "post_from_slice",
@@ -75,7 +77,9 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-SLICE_FILE = Path(__file__).resolve().parent.parent / "slice" / "crawler.ice"
+#: The contract: ``slice/crawler.ice`` of the source checkout, or the copy the wheel carries in this package.
+_CHECKOUT_SLICE = Path(__file__).resolve().parent.parent / "slice" / "crawler.ice"
+SLICE_FILE = _CHECKOUT_SLICE if _CHECKOUT_SLICE.exists() else Path(__file__).resolve().parent / "slice" / "crawler.ice"
 
 #: Where each server listens and how clients find it. A property file (deploy/*.conf) or an IceGrid locator
 #: overrides these: ``SchedulerAdapter.Endpoints``, ``StorageAdapter.Endpoints`` on the servers and
@@ -117,6 +121,14 @@ def crawler() -> ModuleType:
     return Crawler  # type: ignore[no-any-return]
 
 
+def load_slice(path: Path) -> None:
+    """Load a Slice file that includes the contract (``#include <crawler.ice>``) and defines its own module."""
+    crawler()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ImportWarning)
+        Ice.loadSlice(["-I" + str(Ice.getSliceDir()), "-I" + str(SLICE_FILE.parent), str(path)])
+
+
 def communicator(args: Sequence[str] = (), properties: dict[str, str] | None = None) -> Ice.Communicator:
     """A communicator with our base properties, then ``--Ice.Config`` files and ``--Ice.*`` args on top."""
     argv = ["icecrawler", *args]
@@ -136,7 +148,8 @@ def communicator(args: Sequence[str] = (), properties: dict[str, str] | None = N
 
 # Ice calls into Python from its own threads (dispatch, AMD replies, callbacks). Each such call takes the GIL
 # with PyGILState_Ensure, and on a thread with no Python thread state of its own that creates one (with a fresh
-# frame stack) and destroys it again afterwards: about a tenth of the CPU of a small dispatch. One more
+# frame stack) and destroys it again afterwards, a visible share of the CPU of a small dispatch (the echo baseline of
+# ``icecrawler bench scheduler`` measures an empty call). One more
 # PyGILState_Ensure held from the thread's start to its stop keeps one thread state per Ice thread.
 _gil_ensure = ctypes.pythonapi.PyGILState_Ensure
 _gil_ensure.restype = ctypes.c_int
@@ -197,8 +210,8 @@ def stop_on_signals(stop: threading.Event) -> Iterator[None]:
 
 #: The daemons' garbage-collector thresholds (Python's default is (700, 10, 10)). Every call unmarshals Slice
 #: structs and builds core objects that die with the call and form no cycles; with the default, the objects of
-#: calls in flight were scanned again and again and promoted, and collection took ~7 % of the storage server's
-#: CPU under ``bench storage`` (perf). Collections still run, ~70x less often in the young generation.
+#: calls in flight were scanned again and again and promoted, and collection showed up in a profile of the storage
+#: server under ``icecrawler bench storage``. Collections still run, far less often in the young generation.
 SERVER_GC_THRESHOLDS = (50_000, 20, 100)
 
 

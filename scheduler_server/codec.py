@@ -1,15 +1,13 @@
-"""Serialization of the scheduler's records, apart from storage (STYLE rule 3).
+"""Serialization of the scheduler's records, kept apart from the store that holds them (docs/ARCHITECTURE.md).
 
 Keys: ``pending`` and ``inflight`` keys start with an 8-byte big-endian millisecond time, then the task id, so
 B-tree order is time order and a range scan up to ``now`` yields exactly the due tasks (or expired leases).
 Values are pickled tuples of builtins (protocol 5, stable across Python versions), one value per field in
 ``TaskRecord``'s declaration order: a record is decoded and re-encoded once per task cycle, and a tuple
-pickles in about half the time and space of the dict of the same fields (which in turn is several times
-faster than JSON). Fields are only ever appended to ``TaskRecord``, so a shorter tuple (written before a field
-existed) reads back with that field's default. Records written as pickled dicts by earlier versions still
-read back (by name; unknown fields are ignored), and so do histories written as lists (they are packed on
-read). A lease is not written into the record: the ``inflight`` entry holds it (``encode_lease``). The
-database is private to the scheduler; nothing else writes it.
+pickles faster and smaller than the dict of the same fields, which in turn beats JSON (``icecrawler bench
+scheduler`` measures the task cycle). Fields are only ever appended to ``TaskRecord``, so a shorter tuple
+(written before a field existed) reads back with that field's default. A lease is not written into the record:
+the ``inflight`` entry holds it (``encode_lease``). The database is private to the scheduler; nothing else writes it.
 """
 
 from __future__ import annotations
@@ -21,8 +19,6 @@ import pickle
 import struct
 from dataclasses import dataclass, field, fields
 from typing import Any
-
-from icecrawler.models import TaskKind
 
 __all__ = ["TaskRecord", "decode_lease", "decode_time_key", "done_value", "encode_lease", "history_append",
            "history_entries", "time_key"]
@@ -50,13 +46,10 @@ def encode_lease(token: str, worker: str, account_id: str) -> bytes:
     return pickle.dumps((token, worker, account_id), _PROTOCOL)
 
 
-def decode_lease(value: bytes) -> tuple[str, str | None, str | None]:
-    """(token, worker, account id) of an ``inflight`` entry. An entry written by an earlier version holds only
-    the token, and its task's record holds the rest: worker and account id are then None."""
-    if value[:1] == b"\x80":  # a pickle; a bare token is hex text
-        token, worker, account_id = pickle.loads(value)
-        return token, worker, account_id
-    return value.decode(), None, None
+def decode_lease(value: bytes) -> tuple[str, str, str]:
+    """(token, worker, account id) of an ``inflight`` entry."""
+    token, worker, account_id = pickle.loads(value)
+    return token, worker, account_id
 
 
 def history_append(history: bytes, time_ms: int, period_s: float, distance: int, new_items: int, keep: int
@@ -64,8 +57,7 @@ def history_append(history: bytes, time_ms: int, period_s: float, distance: int,
     """``history`` (packed entries, oldest first) with one more entry, keeping the newest ``keep``.
 
     A record carries its last ``scheduler.history_len`` crawls. As nested lists they made up most of a full
-    record and of its encoding and decoding time (a 20-entry record: 727 bytes, 6.8 µs to encode, 10 µs to
-    decode); packed, they are one bytes value that pickle copies."""
+    record and of its encoding and decoding time; packed, they are one bytes value that pickle copies."""
     return (history + _HISTORY_ENTRY.pack(int(time_ms), float(period_s), int(distance), int(new_items)))[
         -keep * _HISTORY_ENTRY.size:]
 
@@ -73,11 +65,6 @@ def history_append(history: bytes, time_ms: int, period_s: float, distance: int,
 def history_entries(history: bytes) -> list[tuple[int, float, int, int]]:
     """The entries of a packed history: (time_ms, period_s, distance, new_items), oldest first."""
     return list(_HISTORY_ENTRY.iter_unpack(history))
-
-
-def _pack_history(entries: Any) -> bytes:
-    """A history written by an earlier version (a list of [time_ms, period_s, distance, new_items]), packed."""
-    return b"".join(_HISTORY_ENTRY.pack(int(t), float(p), int(d), int(n)) for t, p, d, n in entries)
 
 
 def _json_number(value: Any) -> str:
@@ -141,31 +128,23 @@ class TaskRecord:
     discovered: int = 0
     created_ms: int = 0
 
-    @property
-    def task_kind(self) -> TaskKind:
-        return TaskKind(self.kind)
-
     def to_bytes(self) -> bytes:
         return pickle.dumps(_values(self), _PROTOCOL)
 
     @classmethod
     def from_bytes(cls, data: bytes) -> TaskRecord:
         raw = pickle.loads(data)
-        if type(raw) is tuple:
-            if len(raw) == len(_NAMES):  # the common case: skip __init__, the values are already complete
-                record = object.__new__(cls)
-                record.__dict__.update(zip(_NAMES, raw, strict=True))
-            else:  # written before the last fields existed: those take their defaults
-                record = cls(**dict(zip(_NAMES, raw, strict=False)))
-        else:  # an earlier dict record
-            record = cls(**{key: value for key, value in raw.items() if key in _FIELDS})
-        if type(record.history) is not bytes:
-            record.history = _pack_history(record.history)
-        return record
+        if type(raw) is not tuple:
+            raise ValueError(f"a task record is a pickled tuple, not a {type(raw).__name__}")
+        if len(raw) == len(_NAMES):  # the common case: skip __init__, the values are already complete
+            record = object.__new__(cls)
+            record.__dict__.update(zip(_NAMES, raw, strict=True))
+            return record
+        # written before the last fields existed: those take their defaults
+        return cls(**dict(zip(_NAMES, raw, strict=False)))
 
 
 #: Field names in declaration order: the order of a record's tuple on disk (only ever append new fields).
 _NAMES = tuple(f.name for f in fields(TaskRecord))
-_FIELDS = frozenset(_NAMES)
 #: A record's field values as a tuple in that order, picked in C.
 _values = operator.attrgetter(*_NAMES)

@@ -1003,15 +1003,14 @@ def _hold_lease(record: TaskRecord, deadline_ms: int, lease: bytes) -> None:
     """Put the lease of the task's ``inflight`` entry (at ``deadline_ms``) into its stored record."""
     token, worker, account_id = decode_lease(lease)
     record.state, record.lease_token, record.lease_deadline_ms = "inflight", token, deadline_ms
-    if worker is not None and account_id is not None:
-        record.worker, record.account_id = worker, account_id
+    record.worker, record.account_id = worker, account_id
 
 
 def check_consistency(store: QueueStore, limit: int = 10_000_000, queues: TaskQueues | None = None,
                       records: RecordCache | None = None) -> tuple[dict[str, int], list[str]]:
     """Audit: every task is in exactly one of pending/inflight; a pending key is at the due time its record names,
-    an inflight entry holds a lease (and agrees with its record where an earlier version wrote the lease
-    there too), and no queue key points at a missing task; given a running core's ``queues``, its in-memory
+    an inflight entry holds a lease (and agrees with its record when the record names one too), and no queue key
+    points at a missing task; given a running core's ``queues``, its in-memory
     queues hold exactly the same entries as the tables; given its record cache, every cached record is the
     stored one, with its current lease. Returns per-state counts and a list of problems (empty when
     consistent)."""

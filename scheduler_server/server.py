@@ -1,7 +1,7 @@
 """The scheduler daemon: a thin Ice servant over ``SchedulerCore`` plus the maintenance thread.
 
 The servant only converts Slice <-> core types (``icecrawler.rpc``), calls the core and maps errors
-(``rpc.map_errors``); everything else is in ``core`` (STYLE rule 1).
+(``rpc.map_errors``); everything else is in ``core`` (servants only adapt: CONTRIBUTING.md, code layout).
 """
 
 from __future__ import annotations

@@ -77,6 +77,7 @@ install_ice() {
 if [ ! -f "$STAMP" ] || [ pyproject.toml -nt "$STAMP" ] || [ "$(cat "$ICE_STAMP" 2>/dev/null)" != "$ICE_BUILD" ]; then
   .venv/bin/python -m pip install -q --upgrade pip setuptools wheel
   install_ice
-  .venv/bin/python -m pip install -q -e ".[dev]"
+  # dev: tests and linters; bench and demo: what `make bench` and `make demo` need (simhash, matplotlib).
+  .venv/bin/python -m pip install -q -e ".[dev,bench,demo]"
   touch "$STAMP"
 fi

@@ -1,6 +1,6 @@
 """Item-arrival forecasts for the ``rate`` policy, and the fetch time each one implies. Pure: no clock, no I/O.
 
-The rule that ties them together (REVISIT_BENCHMARK.md §7.5 O2, generalised): fetch a target when the capture lag
+The rule that ties them together (docs/REVISIT.md §D5, O2, generalised): fetch a target when the capture lag
 its uncaught items are expected to have piled up since the last fetch reaches a threshold μ,
 
     A(t) = ∫_now^t λ̂(s) (t - s) ds = μ.

@@ -1,7 +1,7 @@
 """The record schema: validation, row keys, and the column encoding shared by every backend.
 
-Serialization lives here, apart from the stores (STYLE rule 3): a store only sees ``Row`` values, i.e. a row key
-plus a dict of plain columns (``int`` or ``str``), and decides itself how to put them on disk.
+Serialization lives here, apart from the stores (CONTRIBUTING.md, code layout): a store only sees ``Row`` values,
+i.e. a row key plus a dict of plain columns (``int`` or ``str``), and decides itself how to put them on disk.
 
 Row key layout (both tables; all integers big-endian)::
 

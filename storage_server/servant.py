@@ -1,4 +1,5 @@
-"""The Storage servant: Slice in, core call, Slice out (STYLE rule 1). All logic lives in ``StorageService``."""
+"""The Storage servant: Slice in, core call, Slice out (servants only adapt: CONTRIBUTING.md, code layout).
+All logic lives in ``StorageService``."""
 
 from __future__ import annotations
 

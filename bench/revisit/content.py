@@ -1,4 +1,4 @@
-"""Content model (REVISIT_BENCHMARK.md §7.1), so the REAL detector (``shhd.fingerprint``: jieba + simhash) runs on
+"""Content model (docs/REVISIT.md §D1), so the REAL detector (``shhd.fingerprint``: jieba + simhash) runs on
 simulated pages: page text = page chrome (template, optional) + a noise block (counters, optional) + the item
 window (the latest ``window`` items; a large window stands in for an append-only page).
 
@@ -24,7 +24,7 @@ _CHARS = ("的一是不了在人有我他这个们中来上大为和国地到以
           "解水名真论处走义各入几口认条平系气题活尔更别打女变四神总何电数安少报才结反受目太量再感建务做接必场件"
           "计管期市直德资命山金指克许统区保至队形社便空决治展马科司五基眼书非则听白却界达光放强即像难且权思王象"
           "质物流快递包装正品好评价格便宜划算推荐购买满意客服态度颜色尺码舒服味道新鲜")
-#: Vocabulary size and Zipf exponent of word frequencies (§5.3 used Zipf 1.07).
+#: Vocabulary size and Zipf exponent of word frequencies (Zipf 1.07: docs/REVISIT.md §D1).
 VOCAB = 3000
 ZIPF = 1.07
 #: Words per item (uniform in this range).

@@ -1,4 +1,4 @@
-"""Change processes for the revisit simulator (REVISIT_BENCHMARK.md §7.2): per-page item arrival times and
+"""Change processes for the revisit simulator (docs/REVISIT.md §D2): per-page item arrival times and
 noise-change times, seeded, in seconds. Every policy in one seed sees the same traces (common random numbers)."""
 
 from __future__ import annotations
@@ -11,13 +11,14 @@ import numpy as np
 HOUR = 3600.0
 DAY = 86400.0
 
-#: Population of per-page mean item rates: log-normal, median one item per 2 h, sigma 1.5 (§7.2-1), clipped to
-#: [one per week, one per 2 min] so that the bench stays bounded.
+#: Population of per-page mean item rates (docs/REVISIT.md §D2): log-normal, median one item per 2 h, sigma 1.5,
+#: clipped to [one per week, one per 2 min] so that the bench stays bounded.
 RATE_MEDIAN_PER_S = 1 / (2 * HOUR)
 RATE_SIGMA = 1.5
 RATE_MIN_PER_S = 1 / (7 * DAY)
 RATE_MAX_PER_S = 1 / 120.0
-#: Mixture shares (§7.2-7, with 5 points of Poisson moved to a regime switch so adaptation speed is measured).
+#: Mixture shares (docs/REVISIT.md §D2; 5 points of Poisson moved to a regime switch so adaptation speed is
+#: measured).
 MIXTURE = (("poisson", 0.35), ("diurnal", 0.20), ("bursty", 0.15), ("periodic", 0.10), ("regime", 0.05),
            ("static", 0.10), ("noise", 0.05))
 

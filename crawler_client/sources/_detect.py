@@ -27,7 +27,6 @@ __all__ = [
     "check_http",
     "fail",
     "header",
-    "raise_for_markers",
     "redirect_target",
     "retry_after_seconds",
     "scan_markers",
@@ -173,15 +172,6 @@ def scan_markers(body: bytes, markers: Iterable[Marker], limit: int = 1 << 20) -
         if variant in head:
             return marker
     return None
-
-
-def raise_for_markers(body: bytes, markers: Iterable[Marker], http_status: int) -> None:
-    """Raise the classified error for the first marker found; return when none is present."""
-    marker = scan_markers(body, markers)
-    if marker is not None:
-        raise fail(marker.outcome, f"response shows {marker.text!r}", error_class=marker.error_class,
-                   http_status=http_status)
-
 
 
 def unparsable(body: bytes, markers: Iterable[Marker], http_status: int, message: str) -> FetchError:

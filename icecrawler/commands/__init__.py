@@ -9,9 +9,10 @@ from __future__ import annotations
 import argparse
 from typing import ClassVar
 
+from icecrawler.errors import MissingPartError
 from icecrawler.settings import Settings
 
-__all__ = ["COMMAND_MODULES", "BaseCommand", "NotImplementedYet"]
+__all__ = ["COMMAND_MODULES", "BaseCommand", "Unavailable"]
 
 #: Subcommands in the order ``--help`` lists them.
 COMMAND_MODULES: tuple[str, ...] = (
@@ -50,11 +51,14 @@ class BaseCommand:
         raise NotImplementedError
 
 
-class NotImplementedYet(BaseCommand):
-    """Placeholder for a subcommand whose role is not built yet: a clear message and exit code 2."""
+class Unavailable(BaseCommand):
+    """Stands in for a subcommand this install cannot run (see ``icecrawler.optional``): it is still listed, and
+    running it raises the error that names what is missing."""
+
+    summary = "not available in this install (run it to see what is missing)"
+
+    def __init__(self, error: MissingPartError) -> None:
+        self.error = error
 
     def run(self, args: argparse.Namespace, settings: Settings, ice_args: list[str]) -> int:
-        import sys
-
-        print(f"icecrawler: '{type(self).__module__.rsplit('.', 1)[-1]}' is not implemented yet", file=sys.stderr)
-        return 2
+        raise self.error

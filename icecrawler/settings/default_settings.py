@@ -31,7 +31,7 @@ DEFAULTS: dict[str, Any] = {
     # HTTP proxy for every fetch ("http://host:3128"); empty = direct. HTTP(S)_PROXY in the environment is ignored.
     "client.proxy_url": "",
     # User-Agent sent on every request; empty = each source's own (what the site's web client sends, see
-    # docs/SOURCES.md; icecrawler/0.1 for sources without one). sources.<name>.headers can still override it.
+    # docs/SOURCES.md; icecrawler/<version> for sources without one). sources.<name>.headers can still override it.
     "client.user_agent": "",
     # Upper bound of every backoff (scheduler/storage unreachable, retried fetches).
     "client.max_backoff_s": 10.0,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
 
 from crawler_client.sources.ecshop import EcshopSource, is_logged_in, login_request, shows_login_wall
@@ -14,7 +16,7 @@ SOURCE = EcshopSource()
 REVIEWS = make_task("ecshop", "7", TaskKind.ProductReviews)
 
 
-def reviews(items: list[object]) -> list[Review]:
+def reviews(items: Sequence[object]) -> list[Review]:
     assert all(isinstance(item, Review) for item in items)
     return [item for item in items if isinstance(item, Review)]
 

@@ -23,7 +23,7 @@ from crawler_client.sources.samples import (
 from crawler_client.sources.weibo_mobile import WeiboMobileSource
 from crawler_client.sources.weibo_pc import WeiboPcSource
 from icecrawler.errors import FetchError
-from icecrawler.models import Task, TaskKind
+from icecrawler.models import Post, Task, TaskKind
 from tests.client._util import BASE, NOW_MS, fetched, fixture, make_task
 
 FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -188,8 +188,10 @@ def test_mobile_page_texts_match_per_post_parsing() -> None:
     source = WeiboMobileSource()
     parsed = source.parse(task, PageRequest(url=f"{BASE}/m/api/container/getIndex"), fetched(body), NOW_MS)
     mblogs = [card["mblog"] for card in json.loads(body)["data"]["cards"] if "mblog" in card]
-    assert [item.text for item in parsed.items] == [html_text(make_soup(m["text"])) for m in mblogs]
-    assert all(item.text for item in parsed.items)
+    posts = [item for item in parsed.items if isinstance(item, Post)]
+    assert len(posts) == len(parsed.items)
+    assert [post.text for post in posts] == [html_text(make_soup(m["text"])) for m in mblogs]
+    assert all(post.text for post in posts)
 
 
 _INLINE_PIECES = st.sampled_from([

@@ -25,6 +25,7 @@ class LiveSite:
 
     name: ClassVar[str] = "live"
     kinds: ClassVar[frozenset[TaskKind]] = frozenset(TaskKind)
+    default_headers: ClassVar[dict[str, str]] = {}
 
     def __init__(self, page_size: int = 10) -> None:
         self.page_size = page_size

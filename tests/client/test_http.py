@@ -15,6 +15,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 import pytest
+import urllib3
 import urllib3.exceptions
 
 from crawler_client.http import (
@@ -94,7 +95,7 @@ def test_ok_page_carries_status_headers_final_url_and_user_agent() -> None:
 
 
 @pytest.mark.parametrize("error, error_class", [
-    (urllib3.exceptions.ReadTimeoutError(None, "/x", "slow"), "ReadTimeout"),
+    (urllib3.exceptions.ReadTimeoutError(urllib3.HTTPConnectionPool("127.0.0.1"), "/x", "slow"), "ReadTimeout"),
     (urllib3.exceptions.ConnectTimeoutError("no syn-ack"), "ConnectTimeout"),
 ])
 def test_timeouts_are_retried_with_jittered_exponential_backoff_then_classified(
@@ -125,7 +126,7 @@ def test_connection_errors_exhausted_give_connection_error() -> None:
 
 
 def test_read_timeout_while_streaming_the_body_is_a_timeout() -> None:
-    stalled = urllib3.exceptions.ReadTimeoutError(None, "/x", "read timed out")
+    stalled = urllib3.exceptions.ReadTimeoutError(urllib3.HTTPConnectionPool("127.0.0.1"), "/x", "read timed out")
     fetcher, _ = make_fetcher(*(FakeResponse(chunks=[b"par"], fail_after=stalled) for _ in range(3)))
     with pytest.raises(FetchError) as caught:
         fetcher.fetch(REQ)

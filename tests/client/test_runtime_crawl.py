@@ -11,7 +11,7 @@ import pytest
 
 from crawler_client.crawl import CrawlResult, crawl_task, fingerprint_result, item_time_ms
 from crawler_client.sources._cursor import PostOrder, ReviewOrder
-from crawler_client.sources.base import FetchedPage, Item, PageRequest, ParsedPage
+from crawler_client.sources.base import FetchedPage, Item, PageRequest, ParsedPage, Source
 from icecrawler.errors import FetchError, ParseError
 from icecrawler.models import Outcome, Post, Review, Task, TaskKind
 
@@ -37,6 +37,7 @@ class ScriptedSource:
 
     name: ClassVar[str] = "scripted"
     kinds: ClassVar[frozenset[TaskKind]] = frozenset(TaskKind)
+    default_headers: ClassVar[dict[str, str]] = {}
 
     def __init__(self, pages: list[Step]) -> None:
         self.pages = pages
@@ -101,7 +102,7 @@ def fingerprint_recorder() -> tuple[Callable[[Iterable[str]], int], list[list[st
     return fingerprint, calls
 
 
-def run(source: ScriptedSource, the_task: Task, *, max_pages: int = 10,
+def run(source: Source, the_task: Task, *, max_pages: int = 10,
         relogin: Callable[[], None] | None = None, cancelled: Callable[[], bool] = lambda: False,
         ) -> tuple[CrawlResult, ScriptedFetch, list[list[str]]]:
     fetch = ScriptedFetch()
@@ -284,7 +285,7 @@ def test_login_wall_logs_in_once_and_retries_the_page() -> None:
     source.pages = [login_wall(), [post(2)]]
     state = {"walled": True}
 
-    def parse(the_task: Task, request: PageRequest, page: FetchedPage, now_ms: int) -> ParsedPage:
+    def parse(task: Task, request: PageRequest, page: FetchedPage, now_ms: int) -> ParsedPage:
         if state["walled"]:
             raise login_wall()
         return ParsedPage(items=[post(2)])

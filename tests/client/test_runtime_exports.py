@@ -1,4 +1,4 @@
-"""The client runtime's modules export exactly their public names, in isort order (STYLE rule 10)."""
+"""The client runtime's modules export exactly their public names, in isort order (CONTRIBUTING.md, code layout)."""
 
 from __future__ import annotations
 

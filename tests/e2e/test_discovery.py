@@ -111,13 +111,13 @@ def test_listings_discover_new_products_once_and_their_reviews_are_crawled(tmp_p
     assert len(products) >= 6, f"the sandbox added too few products in time: {products}"
     delays = {}
     for product in products:
-        info = product_info.get(product["product"])
-        assert info is not None, f"product {product['product']} (category {product['category']}) never discovered"
+        found = product_info.get(product["product"])
+        assert found is not None, f"product {product['product']} (category {product['category']}) never discovered"
         listing = listing_info[f"listing:ecshop:{product['category']}"]
         # A product there before the listing was seeded counts from the seeding.
         since_ms = max(int(product["appeared_ms"]), int(listing["created_ms"]))
         bound = 2 * period_at(listing, since_ms)
-        delay = (info["created_ms"] - since_ms) / 1000
+        delay = (found["created_ms"] - since_ms) / 1000
         delays[product["product"]] = (round(delay), bound)
         assert delay <= bound, f"product {product['product']} discovered {delay:.0f}s after it appeared " \
                                f"(> 2 listing periods = {bound:.0f}s)"

@@ -7,6 +7,7 @@ import threading
 import Ice
 import pytest
 
+from bench._echo import echo_module
 from icecrawler import rpc
 from icecrawler.errors import (
     InvalidArgumentError,
@@ -95,11 +96,12 @@ def test_map_errors_decorator_turns_core_errors_into_slice_exceptions() -> None:
 def test_ice_threads_keep_their_python_thread_state_between_dispatches() -> None:
     """rpc.communicator's thread hooks: without them every dispatch on an Ice thread ran on a fresh Python thread
     state (created and destroyed per call), so a threading.local set in one dispatch was gone in the next."""
-    C = rpc.crawler()
     local = threading.local()
     seen: list[int] = []
 
-    class CountingEcho(C.Echo):  # type: ignore[misc,name-defined]
+    E = echo_module()  # the benchmarks' Echo interface (bench/echo.ice), loaded on top of the contract
+
+    class CountingEcho(E.Echo):  # type: ignore[misc,name-defined]
         def echoTasks(self, workerId: str, max: int, current: object) -> list[object]:
             local.calls = getattr(local, "calls", 0) + 1
             seen.append(local.calls)
@@ -113,7 +115,7 @@ def test_ice_threads_keep_their_python_thread_state_between_dispatches() -> None
         adapter = server.createObjectAdapterWithEndpoints("CountingEcho", "tcp -h 127.0.0.1 -p 0")
         proxy = adapter.add(CountingEcho(), Ice.stringToIdentity("echo"))
         adapter.activate()
-        echo = C.EchoPrx.uncheckedCast(client.stringToProxy(proxy.ice_toString()))
+        echo = E.EchoPrx.uncheckedCast(client.stringToProxy(proxy.ice_toString()))
         for _ in range(5):
             assert echo.echoTasks("w", 1) == []
     assert seen == [1, 2, 3, 4, 5]

@@ -15,7 +15,6 @@ import pytest
 
 from icecrawler.errors import ConfigError, InvalidArgumentError, LeaseLostError, NoWorkError
 from icecrawler.models import Outcome, Report, TaskKind
-from scheduler_server.codec import TaskRecord, time_key
 from scheduler_server.core import SchedulerCore, check_consistency
 from scheduler_server.store import MemoryQueueStore, QueueStore
 from shhd.policies import Decision, Observation
@@ -213,27 +212,6 @@ def test_a_lease_lives_in_its_inflight_entry_not_in_the_record(store: QueueStore
     reopened.report([ok(task.id, task.lease_token)])
     (entry,) = done_entries(store)
     assert entry["worker"] == "worker-7" and entry["deadline_wall_ms"] == task.lease_deadline_ms
-    assert check_consistency(store, queues=reopened.queues)[1] == []
-
-
-def test_leases_written_into_the_record_by_earlier_versions_still_count(store: QueueStore,
-                                                                        clocks: ManualClocks) -> None:
-    """Before leases moved to the inflight entry, a lease rewrote the record and the entry held the bare token."""
-    core = SchedulerCore.from_settings(make_settings(), store, clocks)
-    core.add(["weibo_pc:1"], TaskKind.WeiboUser)
-    task = core.lease("worker-7", 1)[0]
-    key = time_key(task.lease_deadline_ms, task.id)
-    with store.transaction() as txn:
-        record = TaskRecord.from_bytes(txn.get("tasks", task.id.encode()) or b"")
-        record.state, record.lease_token, record.worker = "inflight", task.lease_token, "worker-7"
-        record.lease_deadline_ms = task.lease_deadline_ms
-        txn.put("tasks", task.id.encode(), record.to_bytes())
-        txn.put("inflight", key, task.lease_token.encode())
-    assert check_consistency(store)[1] == []
-    reopened = SchedulerCore.from_settings(make_settings(), store, clocks)
-    assert reopened.task_info(task.id)["state"] == "inflight"
-    reopened.report([ok(task.id, task.lease_token)])
-    assert done_entries(store)[0]["worker"] == "worker-7"
     assert check_consistency(store, queues=reopened.queues)[1] == []
 
 

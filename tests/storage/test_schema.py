@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from icecrawler.errors import InvalidArgumentError
@@ -30,7 +32,7 @@ def test_valid_records_pass() -> None:
     ({"created_at": "yesterday"}, "not ISO 8601"),
     ({"created_at": "2024-05-01T12:00:00"}, "no UTC offset"),
 ])
-def test_bad_posts_say_why(changes: dict[str, object], reason: str) -> None:
+def test_bad_posts_say_why(changes: dict[str, Any], reason: str) -> None:
     errors = schema.validate_post(make_post(1, **changes), MAX)
     assert any(reason in error for error in errors), errors
 
@@ -42,7 +44,7 @@ def test_bad_posts_say_why(changes: dict[str, object], reason: str) -> None:
     ({"content": "x" * (MAX + 1)}, "over storage.max_text_chars"),
     ({"created_at": "2024-13-01T00:00:00+08:00"}, "not ISO 8601"),
 ])
-def test_bad_reviews_say_why(changes: dict[str, object], reason: str) -> None:
+def test_bad_reviews_say_why(changes: dict[str, Any], reason: str) -> None:
     errors = schema.validate_review(make_review("r1", **changes), MAX)
     assert any(reason in error for error in errors), errors
 
@@ -109,7 +111,7 @@ _POST_CHANGES: list[dict[str, object]] = [
 
 
 @pytest.mark.parametrize("changes", _POST_CHANGES)
-def test_checked_post_row_agrees_with_validate_post_and_post_row(changes: dict[str, object]) -> None:
+def test_checked_post_row_agrees_with_validate_post_and_post_row(changes: dict[str, Any]) -> None:
     post = make_post(7, **changes)
     errors = schema.validate_post(post, MAX)
     assert schema.checked_post_row(post, MAX) == (errors or schema.post_row(post))
@@ -117,7 +119,7 @@ def test_checked_post_row_agrees_with_validate_post_and_post_row(changes: dict[s
 
 
 def test_build_rows_keeps_order_and_reasons() -> None:
-    batch = [make_post(1), make_post(0), make_review("r1"), make_post(3)]
+    batch: list[Any] = [make_post(1), make_post(0), make_review("r1"), make_post(3)]
     rows, rejected = schema.build_rows(batch, 10, lambda post: schema.checked_post_row(post, MAX))
     assert rows == [schema.post_row(batch[0]), schema.post_row(batch[3])]
     assert rejected == [(1, "; ".join(schema.validate_post(batch[1], MAX))),

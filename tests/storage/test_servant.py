@@ -42,6 +42,7 @@ def test_slice_format_reads_the_fields_in_column_order() -> None:
 
 
 def test_records_of_another_type_get_validate_posts_reasons() -> None:
-    for record in ("not a post", make_post(3), None):
+    records: tuple[Any, ...] = ("not a post", make_post(3), None)
+    for record in records:
         expected = schema.validate_post(record, MAX) or schema.post_row(record)
         assert schema.checked_post_row(record, MAX, SLICE_POSTS) == expected

@@ -1,0 +1,163 @@
+"""The repository stands on its own: no tracked file points at a document the repository does not contain.
+
+Checked over every tracked text file: names of design notes kept outside the repository, "STYLE rule N" style
+references, ``§`` section references whose document is missing, ``*.md`` names that match no tracked file, and
+relative Markdown links that do not resolve."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+#: Notes that live outside the repository (developers' design notes); the repository states their facts in docs/.
+OUTSIDE_NOTES = ("ICE_NOTES", "HBASE_NOTES", "REVISIT_BENCHMARK", "ANCHORS.md", "DESIGN.md", "STYLE.md", "shared/",
+                 "reference/")
+#: The same as a pattern: names of those notes, or a path into the folder that holds them.
+OUTSIDE = re.compile(r"ICE_NOTES|HBASE_NOTES|REVISIT_BENCHMARK|(?<![\w/.-])(?:ANCHORS|DESIGN|STYLE)\.md"
+                     r"|(?<![\w.-])shared/|(?<![\w.-])reference/(?:[A-Z_]+\.md|FORMATS)")
+#: A numbered rule of a style guide the repository does not contain.
+STYLE_RULE = re.compile(r"STYLE rule \d+")
+#: A Markdown file name, possibly with a path: docs/FORMATS.md, CHANGELOG.md.
+MD_NAME = re.compile(r"(?<![\w/.-])((?:[\w.-]+/)*[\w.-]+\.md)\b")
+#: A section sign with the document it belongs to somewhere before it on the line.
+SECTION = re.compile(r"§")
+#: [text](target) in Markdown, target without a scheme.
+MD_LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+#: This file names the patterns it looks for.
+SELF = Path(__file__).resolve().relative_to(REPO).as_posix()
+
+
+def tracked_text_files() -> list[Path]:
+    listed = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True).stdout
+    files = []
+    for name in listed.decode().split("\0"):
+        path = REPO / name
+        if not name or name == SELF or not path.is_file():
+            continue
+        head = path.read_bytes()[:4096]
+        if b"\0" in head:  # binary (images)
+            continue
+        files.append(path)
+    return files
+
+
+def lines_of(files: list[Path]) -> list[tuple[str, int, str]]:
+    """(repository path, line number, line) of every line that could hold a reference (most lines cannot)."""
+    found: list[tuple[str, int, str]] = []
+    for path in files:
+        text = path.read_text(encoding="utf-8", errors="replace")
+        if not any(mark in text for mark in (".md", "§", "STYLE", *OUTSIDE_NOTES)):
+            continue
+        name = path.relative_to(REPO).as_posix()
+        found.extend((name, number, line) for number, line in enumerate(text.splitlines(), start=1)
+                     if any(mark in line for mark in (".md", "§", "STYLE", *OUTSIDE_NOTES)))
+    return found
+
+
+@pytest.fixture(scope="module")
+def files() -> list[Path]:
+    found = tracked_text_files()
+    assert len(found) > 100, "git ls-files found too few files; is this a checkout?"
+    return found
+
+
+@pytest.fixture(scope="module")
+def lines(files: list[Path]) -> list[tuple[str, int, str]]:
+    return lines_of(files)
+
+
+@pytest.fixture(scope="module")
+def md_names(files: list[Path]) -> set[str]:
+    """Every tracked Markdown file, by repository path and by base name."""
+    paths = {path.relative_to(REPO).as_posix() for path in files if path.suffix == ".md"}
+    return paths | {Path(path).name for path in paths}
+
+
+def test_no_reference_to_notes_kept_outside_the_repository(lines: list[tuple[str, int, str]]) -> None:
+    found = [f"{name}:{number}: {line.strip()}" for name, number, line in lines
+             if OUTSIDE.search(line) or STYLE_RULE.search(line)]
+    assert found == [], "references to documents outside the repository:\n" + "\n".join(found)
+
+
+def known(name: str, where: str, md_names: set[str]) -> bool:
+    """Whether ``name`` (as written in the file ``where``) is a Markdown file of the repository: by repository
+    path or base name, or as a path relative to ``where``'s folder."""
+    if name in md_names:
+        return True
+    relative = (REPO / where).parent / name
+    return relative.resolve().is_relative_to(REPO) and relative.resolve().relative_to(REPO).as_posix() in md_names
+
+
+def test_every_named_markdown_file_exists(lines: list[tuple[str, int, str]], md_names: set[str]) -> None:
+    found = [f"{name}:{number}: {match}" for name, number, line in lines
+             for match in MD_NAME.findall(line) if not known(match, name, md_names)]
+    assert found == [], "named *.md files the repository does not contain:\n" + "\n".join(found)
+
+
+def test_every_section_reference_names_a_document_of_the_repository(lines: list[tuple[str, int, str]],
+                                                                   md_names: set[str]) -> None:
+    """A ``§`` must follow, on its line, the name of a Markdown file the repository has (or sit in that very
+    Markdown file, which then cites itself)."""
+    found = []
+    for name, number, line in lines:
+        for sign in SECTION.finditer(line):
+            before = MD_NAME.findall(line[:sign.start()])
+            if not (before and known(before[-1], name, md_names)) and not name.endswith(".md"):
+                found.append(f"{name}:{number}: {line.strip()}")
+    assert found == [], "section references without a document of the repository:\n" + "\n".join(found)
+
+
+def test_relative_markdown_links_resolve(files: list[Path]) -> None:
+    found = []
+    for path in files:
+        if path.suffix != ".md":
+            continue
+        for match in MD_LINK.finditer(path.read_text(encoding="utf-8")):
+            target = match.group(1).split("#", 1)[0]
+            if not target or re.match(r"^[a-z][a-z0-9+.-]*:", target):
+                continue  # an anchor in the same file, or a URL
+            if not (path.parent / target).exists():
+                found.append(f"{path.relative_to(REPO).as_posix()}: ({match.group(1)})")
+    assert found == [], "relative links that do not resolve:\n" + "\n".join(found)
+
+
+#: A dotted name in backticks: a setting (``scheduler.record_cache``) when its prefix is a settings prefix.
+DOTTED = re.compile(r"`{1,2}([a-z]+\.[a-z_][a-z0-9_.]*)`{1,2}")
+#: File names that look like settings (``client.conf``, ``scheduler.json``).
+FILE_SUFFIXES = ("conf", "toml", "json", "py", "md", "pem", "service", "xml", "example", "sqlite3", "png", "ice")
+
+
+def test_every_setting_the_docs_name_exists(files: list[Path]) -> None:
+    """A setting named in the Markdown docs is a key of ``default_settings`` (or the start of some keys)."""
+    from icecrawler.settings.default_settings import DEFAULTS
+
+    prefixes = {key.split(".", 1)[0] for key in DEFAULTS}
+    found = []
+    for path in files:
+        if path.suffix != ".md":
+            continue
+        for match in DOTTED.finditer(path.read_text(encoding="utf-8")):
+            name = match.group(1).rstrip(".")
+            if name.split(".", 1)[0] not in prefixes or name.rsplit(".", 1)[-1] in FILE_SUFFIXES:
+                continue
+            if name not in DEFAULTS and not any(key.startswith(name + ".") for key in DEFAULTS):
+                found.append(f"{path.relative_to(REPO).as_posix()}: {name}")
+    assert found == [], "settings the docs name that do not exist:\n" + "\n".join(found)
+
+
+def test_the_checks_catch_what_they_look_for() -> None:
+    """The patterns themselves, on made-up lines (so that an empty result above means something)."""
+    assert STYLE_RULE.search("(STYLE rule 3)")
+    assert MD_NAME.findall("see FORMATS.md §2.5 and docs/ICE.md") == ["FORMATS.md", "docs/ICE.md"]
+    assert MD_NAME.findall("files *.md in docs") == []
+    assert OUTSIDE.search("see shared/reference/x") and OUTSIDE.search("(`reference/FORMATS.md`)")
+    assert OUTSIDE.search("ICE_NOTES.md, section 3") and OUTSIDE.search("see DESIGN.md")
+    assert not OUTSIDE.search("https://docs.python.org/3/reference/datamodel.html")
+    assert not OUTSIDE.search("docs/DESIGN_GUIDE.md and tests/fixtures_shared/x")
+    assert MD_LINK.findall("[a](docs/A.md#x) and [b](https://x.org)") == ["docs/A.md#x", "https://x.org"]
+    assert DOTTED.findall("`scheduler.record_cache` in ``client.conf``") == ["scheduler.record_cache", "client.conf"]
