@@ -12,10 +12,14 @@ BIN := $(VENV)/bin
 # minutes of wall time; ruff and a warm mypy add 2 s (a cold mypy 25 s).
 UNIT_TESTS := not (hbase or e2e or slow or build)
 
-.PHONY: demo test check setup lint typecheck pytest hbase-start hbase-stop bench clean
+.PHONY: demo test check setup setup-dev lint typecheck pytest hbase-start hbase-stop bench clean
 
 setup:
 	@scripts/bootstrap.sh
+
+# The same set-up without the system packages only the service tests need (IceGrid, JDK, Maven, iproute2).
+setup-dev:
+	@ICECRAWLER_SETUP=dev scripts/bootstrap.sh
 
 demo: setup
 	$(BIN)/icecrawler demo
@@ -36,7 +40,7 @@ hbase-stop:
 pytest: setup
 	$(BIN)/pytest
 
-check: setup
+check: setup-dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
