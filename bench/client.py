@@ -1,6 +1,6 @@
 """``icecrawler bench client``: what one crawler client costs and delivers.
 
-1. **CPU per page** (parse + fingerprint), per source, on the parser engineer's realistic sample pages
+1. **CPU per page** (parse + fingerprint), per source, on the realistic sample pages
    (``crawler_client.sources.samples.bench_cases``): a 45-post weibo.com page (its 3 ``mbloglist`` chunks), a
    10-post m.weibo.cn page, an ECSHOP goods page and a 10-review ``comment.php`` page, a 10-review JD page.
    Baseline in the same run: only decoding the body with the generic library (``json.loads`` / lxml via

@@ -5,7 +5,8 @@ accelerated clock and one temporary var directory.
 ``icecrawler demo`` and the end-to-end tests drive the same stack, so what the demo shows is what the tests
 check: starting and stopping (through ``ProcessGroup``: SIGTERM, then SIGKILL after a bound, also on
 exceptions and Ctrl-C), seeding, adding and killing clients, and comparing what storage holds with the
-sandbox's ground truth (``/__sandbox/truth``).
+sandbox's ground truth (``/__sandbox/truth``). It imports ``sandbox``, so it runs from a source checkout only
+(``icecrawler.optional``).
 """
 
 from __future__ import annotations

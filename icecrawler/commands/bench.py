@@ -1,5 +1,6 @@
 """``icecrawler bench NAME [ARGS...]``: run ``bench/NAME.py`` (each benchmark prints a table and writes
-``docs/bench/NAME.json``). ``icecrawler bench list`` shows what exists."""
+``docs/bench/NAME.json``). ``icecrawler bench list`` shows what exists; ``icecrawler bench all`` runs each of them
+with its defaults (``make bench``)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ class Command(BaseCommand):
                    "`icecrawler bench NAME --help` shows a benchmark's own options.")
 
     def add_options(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("name", help="benchmark name, or 'list'")
+        parser.add_argument("name", help="benchmark name, 'list', or 'all' (each benchmark with its defaults)")
         parser.add_argument("bench_args", nargs=argparse.REMAINDER, help="options passed to the benchmark")
 
     def run(self, args: argparse.Namespace, settings: Settings, ice_args: list[str]) -> int:
@@ -31,6 +32,11 @@ class Command(BaseCommand):
         if args.name == "list":
             print("\n".join(names))
             return 0
+        if args.name == "all":
+            if args.bench_args:
+                print("icecrawler bench all: takes no options (each benchmark runs with its defaults)")
+                return 2
+            return max((int(importlib.import_module(f"bench.{name}").main([])) for name in names), default=0)
         if args.name not in names:
             print(f"icecrawler bench: unknown benchmark {args.name!r}; available: {', '.join(names) or 'none'}")
             return 2

@@ -1,7 +1,7 @@
 """``icecrawler status``: queue depths, rates, per-host/account/listing state; ``--task ID`` for one task.
 
 The report is a dict of sections. ``scheduler`` is required; ``storage`` is added when the storage server
-answers (its stats), so the storage engineer's spool depth shows up without changing this command.
+answers (its stats), so the storage server's spool depth shows up without changing this command.
 """
 
 from __future__ import annotations

@@ -1,0 +1,60 @@
+"""``icecrawler bench``: ``list``, one benchmark, and ``all`` (what ``make bench`` runs)."""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType, SimpleNamespace
+
+import pytest
+
+from icecrawler.cli import main
+from icecrawler.commands import bench as bench_command
+
+
+@pytest.fixture
+def fake_benchmarks(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, list[str]]]:
+    """Two benchmarks that only record their calls: "alpha" succeeds, "beta" exits 3."""
+    calls: list[tuple[str, list[str]]] = []
+    real = importlib.import_module
+
+    def benchmark(short: str) -> SimpleNamespace:
+        def run(argv: list[str]) -> int:
+            calls.append((short, argv))
+            return 0 if short == "alpha" else 3
+
+        return SimpleNamespace(main=run)
+
+    def fake(name: str, package: str | None = None) -> ModuleType | SimpleNamespace:
+        short = name.removeprefix("bench.")
+        return benchmark(short) if short in ("alpha", "beta") else real(name, package)
+
+    monkeypatch.setattr(bench_command, "available", lambda: ["alpha", "beta"])
+    monkeypatch.setattr(bench_command.importlib, "import_module", fake)
+    return calls
+
+
+def test_all_runs_every_benchmark_with_its_defaults_and_fails_if_one_fails(
+        fake_benchmarks: list[tuple[str, list[str]]]) -> None:
+    assert main(["bench", "all"]) == 3
+    assert fake_benchmarks == [("alpha", []), ("beta", [])]
+
+
+def test_one_benchmark_gets_its_own_options(fake_benchmarks: list[tuple[str, list[str]]]) -> None:
+    assert main(["bench", "alpha", "--seconds", "1"]) == 0
+    assert fake_benchmarks == [("alpha", ["--seconds", "1"])]
+
+
+def test_all_takes_no_options_and_unknown_names_are_refused(fake_benchmarks: list[tuple[str, list[str]]],
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "all", "--quick"]) == 2
+    assert main(["bench", "gamma"]) == 2
+    assert fake_benchmarks == []
+    out = capsys.readouterr().out
+    assert "takes no options" in out and "unknown benchmark 'gamma'; available: alpha, beta" in out
+
+
+def test_list_names_the_real_benchmarks(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "list"]) == 0
+    listed = capsys.readouterr().out.split()
+    assert {"scheduler", "storage", "client", "fingerprint", "scale", "revisit"} <= set(listed)
+    assert not [name for name in listed if name.startswith("_")]
