@@ -23,9 +23,17 @@ if ((${#missing[@]})); then
   echo "bootstrap: installing system packages: ${missing[*]}"
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
   # Debian's prometheus package starts a system Prometheus on :9090 (HBase's Thrift port too) and a node
-  # exporter: the tests start their own Prometheus on a free port, so the services are switched off.
+  # exporter; the tests start their own Prometheus on a free port. Where no policy says otherwise, services are
+  # not started by this install (policy-rc.d answers "not now", as in Debian's container images).
+  POLICY=""
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    POLICY=/usr/sbin/policy-rc.d
+    printf '#!/bin/sh\nexit 101\n' | $SUDO tee "$POLICY" >/dev/null && $SUDO chmod +x "$POLICY"
+    trap '$SUDO rm -f "$POLICY"' EXIT
+  fi
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+  if [ -n "$POLICY" ]; then $SUDO rm -f "$POLICY"; trap - EXIT; fi
   if [[ " ${missing[*]} " == *" prometheus "* ]] && [ -d /run/systemd/system ]; then
     $SUDO systemctl disable --now prometheus prometheus-node-exporter >/dev/null 2>&1 || true
   fi
