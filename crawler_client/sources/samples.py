@@ -1,11 +1,10 @@
 """Synthetic but format-faithful responses for every source, generated (never copied from real sites).
 
 They serve two users: the client benchmark (``bench/client.py`` times parse + fingerprint per page over
-``bench_cases()``), and the parser tests (bulk pages of any size). Each builder follows FORMATS.md: a 15-post
-``mbloglist`` chunk (three make a 45-post page), a getIndex page with a pinned post, a weibo.com
-``mymblog`` page, an ECSHOP goods page or
-``comment.php`` envelope with 5-10 comments, and a JD JSONP page of 10 comments. Everything is deterministic
-for a given ``seed``.
+``bench_cases()``), and the parser tests (bulk pages of any size). Each builder follows the formats in
+docs/SOURCES.md: a 15-post ``mbloglist`` chunk (three make a 45-post page), a getIndex page with a pinned post,
+a weibo.com ``mymblog`` page, an ECSHOP goods page or ``comment.php`` envelope with 5-10 comments, and a JD
+JSONP page of 10 comments. Everything is deterministic for a given ``seed``.
 """
 
 from __future__ import annotations
@@ -64,7 +63,7 @@ def _pc_count(value: int, label: str) -> str:
 
 def _pc_post(rng: random.Random, uid: int, nick: str, mid: int, moment: datetime, *, repost_of: int = 0,
              truncated: bool = False, pictures: int = 0) -> str:
-    """One ``feed_list_item`` as the v6 profile feed renders it (FORMATS §1.3)."""
+    """One ``feed_list_item`` as the v6 profile feed renders it (docs/SOURCES.md)."""
     bid = f"F{mid % 10**8:08d}"[:9]
     ms = int(moment.timestamp() * 1000)
     text = escape(_sentence(rng)) + ' <a class="a_topic" href="//s.weibo.com/weibo?q=%23话题%23" ' \
@@ -253,7 +252,7 @@ def web_timeline(uid: int = 1669879400, *, posts: int = 20, pinned: bool = True,
 
 def ecshop_comments_html(goods_id: int = 42, *, comments: int = 5, page: int = 1, record_count: int = 23,
                          page_count: int = 5, seed: int = 0) -> str:
-    """``library/comments_list.lbi`` rendered (default theme, FORMATS §3.2), with an admin reply."""
+    """``library/comments_list.lbi`` rendered (default theme, docs/SOURCES.md), with an admin reply."""
     rng = random.Random(seed * 100 + page)
     now = datetime.fromtimestamp(SAMPLE_NOW_MS / 1000, tz=CST)
     items = []
@@ -315,7 +314,7 @@ def ecshop_comment_json(goods_id: int = 42, page: int = 2, *, comments: int = 5,
 
 def jd_comments(sku: int = 100012043978, *, comments: int = 10, page: int = 0, max_page: int = 100,
                 jsonp: bool = True, seed: int = 0) -> bytes:
-    """``productPageComments.action``: int64 ids, entity-laden content, ``*CountStr`` summary (FORMATS §4.2)."""
+    """``productPageComments.action``: int64 ids, entity-laden content, ``*CountStr`` summary (docs/SOURCES.md)."""
     rng = random.Random(seed * 1000 + page)
     now = datetime.fromtimestamp(SAMPLE_NOW_MS / 1000, tz=CST)
     rows = []

@@ -1,5 +1,5 @@
 """JD's comment API under ``/jd``: ``/comment/productPageComments.action`` as JSONP (``callback=``) or plain JSON,
-in the shape of FORMATS.md §4: int64 ids, Beijing ``creationTime``, ``maxPage``, and a summary whose numeric
+in the shape of docs/SOURCES.md: int64 ids, Beijing ``creationTime``, ``maxPage``, and a summary whose numeric
 counts are 0 while ``*CountStr`` carries the rounded display text ("100万+"), as in 2024 data.
 
 ``sortType=6`` is newest first; any other value gives a stable "recommended" shuffle. ``score`` filters
