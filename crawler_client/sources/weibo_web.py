@@ -219,17 +219,27 @@ class WeiboWebSource(PostOrder):
 
 def pictures(mblog: dict[str, Any]) -> list[str]:
     """The best URL of each picture, in ``pic_ids`` order from the ``pic_infos`` map (a post without
-    ``pic_ids`` lists its ``pic_infos`` keys); a picture without info is its ``large`` URL by pid."""
+    ``pic_ids`` lists its ``pic_infos`` keys); a picture without info is its ``large`` URL by pid. Posts mixing
+    pictures and videos list them in ``mix_media_info.items`` instead (``type`` "pic", sizes under ``data``)."""
     infos = as_dict(mblog.get("pic_infos"))
     pids = mblog.get("pic_ids")
     order = [pid for pid in pids if isinstance(pid, str) and pid] if isinstance(pids, list) else list(infos)
     urls: list[str] = []
     for pid in order:
-        info = as_dict(infos.get(pid))
-        url = next((u for size in _PICTURE_SIZES
-                    if isinstance(u := as_dict(info.get(size)).get("url"), str) and u), "")
+        url = _best_url(as_dict(infos.get(pid)))
         urls.append(https_url(url) if url else f"https://wx1.sinaimg.cn/large/{pid}.jpg")
+    if not urls:
+        items = as_dict(mblog.get("mix_media_info")).get("items")
+        for item in items if isinstance(items, list) else []:
+            item = as_dict(item)
+            if item.get("type") == "pic" and (url := _best_url(as_dict(item.get("data")))):
+                urls.append(https_url(url))
     return urls
+
+
+def _best_url(info: dict[str, Any]) -> str:
+    """The URL of the largest size a picture info lists ("" when none)."""
+    return next((u for size in _PICTURE_SIZES if isinstance(u := as_dict(info.get(size)).get("url"), str) and u), "")
 
 
 def _profile_page(user: dict[str, Any]) -> ParsedPage:

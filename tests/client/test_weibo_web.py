@@ -138,3 +138,19 @@ def test_a_post_is_the_same_storage_row_from_every_weibo_source() -> None:
     mobile = next(p for p in mobile_page.items if isinstance(p, Post) and p.pinned)
     assert (web.id, web.user_id, web.created_at) == (mobile.id, mobile.user_id, mobile.created_at)
     assert post_row(web).key == post_row(mobile).key and WEIBO == "weibo"
+
+
+def test_an_ok0_message_naming_a_ban_is_classified_by_it() -> None:
+    body = b'{"ok":0,"msg":"\\u8bbf\\u95ee\\u8fc7\\u4e8e\\u9891\\u7e41"}'  # 访问过于频繁, escaped
+    with pytest.raises(FetchError) as info:
+        parse("weibo_web", TASK, SOURCE.first_request(TASK, BASE), body)
+    assert (info.value.outcome, info.value.error_class) == ("RateLimited", "too-frequent")
+
+
+def test_pictures_of_a_mixed_media_post() -> None:
+    from crawler_client.sources.weibo_web import pictures
+
+    mblog = {"pic_ids": [], "mix_media_info": {"items": [
+        {"type": "pic", "id": "p1", "data": {"largest": {"url": "https://wx2.sinaimg.cn/large/p1.jpg"}}},
+        {"type": "video", "id": "v1", "data": {"media_info": {}}}]}}
+    assert pictures(mblog) == ["https://wx2.sinaimg.cn/large/p1.jpg"]
