@@ -10,6 +10,7 @@ Posts: ``id``/``idstr``/``mid`` (the same mid as m.weibo.cn's, so a post is one 
 source fetched it), ``mblogid`` (the base62 id of its URL), ``text`` (HTML) and ``text_raw`` (plain),
 ``created_at`` (``Sat Jun 05 12:00:00 +0800 2021``), counts, pictures as ``pic_ids`` + a ``pic_infos`` map,
 ``retweeted_status``, and pinned posts (``isTop``, ``mblogtype`` 2, a "置顶" title) first and out of order.
+An ``/ajax/statuses/show?id=`` answer (one post, at the top level) parses to that post.
 
 Long posts (``isLongText``) are truncated: their ids go to ``ParsedPage.info["long_text_ids"]`` and
 ``extend_request`` asks ``/ajax/statuses/longtext?id={mblogid}`` for the full text (plain text with newlines).
@@ -95,7 +96,9 @@ class WeiboWebSource(PostOrder):
             raise unparsable(page.body, WEIBO_MARKERS, page.status,
                              f"mymblog: unexpected envelope ok={str(doc.get('ok'))[:20]!r}")
         data = doc.get("data")
-        if data is None:  # {"ok":1}: what the site answers past the last page
+        if data is None and mblog_id(doc) and ("mblogid" in doc or "text_raw" in doc):
+            data = {"list": [doc]}  # an /ajax/statuses/show answer: the post itself
+        elif data is None:  # {"ok":1}: what the site answers past the last page
             return ParsedPage(items=[], info={"end": "no data"})
         data = as_dict(data)
         posts = data.get("list")

@@ -154,3 +154,13 @@ def test_pictures_of_a_mixed_media_post() -> None:
         {"type": "pic", "id": "p1", "data": {"largest": {"url": "https://wx2.sinaimg.cn/large/p1.jpg"}}},
         {"type": "video", "id": "v1", "data": {"media_info": {}}}]}}
     assert pictures(mblog) == ["https://wx2.sinaimg.cn/large/p1.jpg"]
+
+
+def test_a_statuses_show_answer_is_its_post() -> None:
+    import json
+
+    mblog = {"ok": 1, "id": 4700000000009000, "idstr": "4700000000009000", "mblogid": "Kn7Aaaaaa",
+             "created_at": "Tue Jul 06 11:59:00 +0800 2021", "text": "单条", "text_raw": "单条",
+             "user": {"id": 5612345678, "screen_name": "测试用户"}}
+    (post,) = posts_of(json.dumps(mblog).encode())
+    assert (post.id, post.text, post.permalink) == (4700000000009000, "单条", "https://weibo.com/5612345678/Kn7Aaaaaa")
