@@ -98,7 +98,7 @@ class WeiboWebSource(PostOrder):
         data = doc.get("data")
         if data is None and mblog_id(doc) and ("mblogid" in doc or "text_raw" in doc):
             data = {"list": [doc]}  # an /ajax/statuses/show answer: the post itself
-        elif data is None:  # {"ok":1}: what the site answers past the last page
+        elif data is None or data in ({}, []):  # {"ok":1}: what the site answers past the last page
             return ParsedPage(items=[], info={"end": "no data"})
         data = as_dict(data)
         posts = data.get("list")

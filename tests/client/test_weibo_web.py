@@ -69,6 +69,8 @@ def test_paging_by_page_when_there_is_no_since_id_and_the_ends() -> None:
     assert len(last.items) == 1 and last.next_request is None  # since_id "" = the end
     end = parse("weibo_web", TASK, page.next_request, fixture("weibo_web_end.json"))  # {"ok":1}
     assert end.items == [] and end.next_request is None and end.info == {"end": "no data"}
+    empty = parse("weibo_web", TASK, page.next_request, b'{"ok":1,"data":{}}')
+    assert empty.items == [] and empty.next_request is None
     repeated = SOURCE.page_request(BASE, "5612345678", 2, "4700000000005000kp2")
     assert parse("weibo_web", TASK, repeated, fixture("weibo_web_page1.json")).next_request is None
 
