@@ -1,8 +1,9 @@
 """``icecrawler bench client``: what one crawler client costs and delivers.
 
-1. **CPU per page** (parse + fingerprint), per source, on the realistic sample pages
-   (``crawler_client.sources.samples.bench_cases``): a 45-post weibo.com page (its 3 ``mbloglist`` chunks), a
-   10-post m.weibo.cn page, an ECSHOP goods page and a 10-review ``comment.php`` page, a 10-review JD page.
+1. **CPU per page** (parse + fingerprint), per source, on realistic sample pages
+   (``crawler_client.sources.samples.bench_cases``): a 45-post legacy weibo.com page (its 3 ``mbloglist``
+   chunks), a 10-post m.weibo.cn page, a 20-post page of weibo.com's JSON API (``weibo_web``), an ECSHOP goods
+   page and a 10-review ``comment.php`` page, a 10-review JD page.
    Baseline in the same run: only decoding the body with the generic library (``json.loads`` / lxml via
    BeautifulSoup), i.e. the floor any parser pays.
 2. **Throughput**: pages/s of ONE ``icecrawler client`` process (real scheduler + storage servers, the

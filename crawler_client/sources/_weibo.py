@@ -17,7 +17,7 @@ from crawler_client.sources.base import FetchedPage
 from icecrawler.errors import FetchError
 from icecrawler.models import Outcome
 
-__all__ = ["as_dict", "https_url", "is_pinned", "json_envelope", "mblog_id", "truthy", "wall_of"]
+__all__ = ["as_dict", "https_url", "is_pinned", "json_envelope", "mblog_id", "message_error", "truthy", "wall_of"]
 
 
 def as_dict(value: object) -> dict[str, Any]:
@@ -44,6 +44,19 @@ def is_pinned(mblog: dict[str, Any]) -> bool:
     """Pinned posts come first and out of date order: ``isTop``, ``mblogtype`` 2, or a "置顶" title."""
     return (truthy(mblog.get("isTop")) or mblog.get("mblogtype") in (2, "2")
             or as_dict(mblog.get("title")).get("text") == "置顶")
+
+
+def message_error(doc: dict[str, Any], http_status: int) -> FetchError | None:
+    """The classified error an envelope's ``msg`` names (访问过于频繁, 帐号存在异常, 请先登录…), else None: in
+    escaped JSON the body's byte markers cannot be seen, the decoded message can."""
+    message = doc.get("msg")
+    if not isinstance(message, str) or not message:
+        return None
+    marker = next((m for m in WEIBO_MARKERS if m.text in message), None)
+    if marker is None:
+        return None
+    return fail(marker.outcome, f"{marker.error_class}: {message[:80]!r}", error_class=marker.error_class,
+                http_status=http_status)
 
 
 def wall_of(doc: dict[str, Any], http_status: int) -> FetchError | None:
@@ -73,4 +86,8 @@ def json_envelope(page: FetchedPage, text: str, what: str) -> dict[str, Any]:
     wall = wall_of(doc, page.status)
     if wall is not None:
         raise wall
+    if doc.get("ok") not in (1, "1", None):
+        said = message_error(doc, page.status)
+        if said is not None:
+            raise said
     return doc

@@ -14,8 +14,9 @@ from ``getLegoWareDetailComment``, whose ``commentInfoList[]`` rows (``commentId
 
 Refusals: an empty body, ``{}`` or an object without comments is LoginRequired ("blocked", what JD answers
 without a logged-in cookie since ≈2023). Risk control is Banned with its own ``error_class``: HTTP 403
-(``jd-risk-403``), an ``x-rp-content`` header or body carrying code 605 (``jd-risk-605``), or a "系统繁忙"
-answer (``jd-system-busy``). Cursor semantics: ``ReviewOrder`` (creationTime, then id).
+(``jd-risk-403``), an ``x-rp-content`` header or body carrying code 605 (``jd-risk-605``), a "系统繁忙"
+answer (``jd-system-busy``), or a redirect to the ``risk_handler`` page (``jd-risk-redirect``). A login page
+served in place of the answer is LoginRequired (``jd-login-page``). Cursor semantics: ``ReviewOrder``.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from crawler_client.sources._counts import parse_count
 from crawler_client.sources._cursor import ReviewOrder
 from crawler_client.sources._dates import iso_of_ms, resolve_created_at
 from crawler_client.sources._decode import decode_body, load_json, strip_jsonp
-from crawler_client.sources._detect import check_final_url, check_http, fail, header
+from crawler_client.sources._detect import check_final_url, check_http, fail, header, redirect_target
 from crawler_client.sources._headers import DESKTOP_UA
 from crawler_client.sources.base import FetchedPage, Item, PageRequest, ParsedPage
 from icecrawler.errors import ConfigError, FetchError, ParseError
@@ -43,10 +44,14 @@ MIN_BODY = 8
 CLUB_PATH = "/comment/productPageComments.action"
 #: ``sources.jd.endpoint`` values.
 ENDPOINTS = ("club", "api")
-#: Where the comment rows sit in the answers we know (``getLegoWareDetailComment`` nests them).
+#: The keys comment rows sit under in the answers we know (``getLegoWareDetailComment`` nests them).
 _ROW_KEYS = ("comments", "commentInfoList")
-_NESTS = ("result", "data")
+#: How deep and how many JSON nodes ``_rows`` looks through for them.
+_MAX_DEPTH = 5
+_MAX_NODES = 2000
 _BUSY = ("系统繁忙", "系統繁忙")
+#: What JD's login page carries (served in place of the answer, without a redirect).
+_LOGIN_PAGE = ("passport.jd.com", "plogin.m.jd.com", "欢迎登录")
 
 
 def _as_str_id(value: object) -> str:
@@ -108,6 +113,9 @@ class JdSource(ReviewOrder):
         if not text.startswith("{"):
             if any(busy in text for busy in _BUSY):
                 raise _busy(page.status)
+            if text.startswith("<") and any(mark in text for mark in _LOGIN_PAGE):
+                raise fail(Outcome.LoginRequired, "JD: a login page instead of comments", error_class="jd-login-page",
+                           http_status=page.status)
             raise ParseError("JD: not a JSON object", error_class="unexpected-format", http_status=page.status)
         doc = load_json(text, what="JD comments")
         if not isinstance(doc, dict):
@@ -162,6 +170,9 @@ def _check_risk(page: FetchedPage, now_ms: int) -> None:
     if page.status == 403:
         raise fail(Outcome.Banned, "JD risk control: HTTP 403 (unsigned or refused call)", error_class="jd-risk-403",
                    http_status=403)
+    if "risk_handler" in redirect_target(page):
+        raise fail(Outcome.Banned, f"JD risk control: sent to {redirect_target(page)[:120]}",
+                   error_class="jd-risk-redirect", http_status=page.status)
     risk = header(page.headers, "x-rp-content")
     if risk and "605" in risk:
         raise fail(Outcome.Banned, f"JD risk control: x-rp-content {risk[:80]!r}", error_class="jd-risk-605",
@@ -183,19 +194,31 @@ def _check_risk_body(doc: dict[str, Any], status: int) -> None:
 
 
 def _rows(doc: dict[str, Any]) -> tuple[list[Any] | None, dict[str, Any]]:
-    """The comment rows and the object holding them (top level, or nested one or two levels in
-    ``result``/``data``); (None, {}) when there are none."""
-    holders = [doc]
-    for key in _NESTS:
-        inner = doc.get(key)
-        if isinstance(inner, dict):
-            holders.append(inner)
-            holders.extend(v for k in _NESTS if isinstance(v := inner.get(k), dict))
-    for holder in holders:
-        for key in _ROW_KEYS:
-            if isinstance(holder.get(key), list):
-                return holder[key], holder
+    """The comment rows and the object holding them: the top level first, then objects nested in it (``result``,
+    ``data``, floors of a lego page...), breadth first and bounded; (None, {}) when there are none."""
+    queue: list[tuple[Any, int]] = [(doc, 0)]
+    seen = 0
+    while queue and seen < _MAX_NODES:
+        node, depth = queue.pop(0)
+        seen += 1
+        if isinstance(node, dict):
+            for key in _ROW_KEYS:
+                if isinstance(node.get(key), list):
+                    return [_unwrap(row) for row in node[key]], node
+            children: list[Any] = list(node.values())
+        elif isinstance(node, list):
+            children = node
+        else:
+            continue
+        if depth < _MAX_DEPTH:
+            queue.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
     return None, {}
+
+
+def _unwrap(row: Any) -> Any:
+    """Rows that wrap the comment (``{"commentInfo": {...}}``) give the comment."""
+    inner = row.get("commentInfo") if isinstance(row, dict) else None
+    return inner if isinstance(inner, dict) else row
 
 
 def _page0(request: PageRequest) -> int:

@@ -1,11 +1,10 @@
 """Synthetic but format-faithful responses for every source, generated (never copied from real sites).
 
 They serve two users: the client benchmark (``bench/client.py`` times parse + fingerprint per page over
-``bench_cases()``), and the parser tests (bulk pages of any size). Each builder follows docs/FORMATS.md: a 15-post
-``mbloglist`` chunk (three make a 45-post page), a getIndex page with a pinned post, a weibo.com
-``mymblog`` page, an ECSHOP goods page or
-``comment.php`` envelope with 5-10 comments, and a JD JSONP page of 10 comments. Everything is deterministic
-for a given ``seed``.
+``bench_cases()``), and the parser tests (bulk pages of any size). Each builder follows the formats in
+docs/FORMATS.md and docs/SOURCES.md: a 15-post ``mbloglist`` chunk (three make a 45-post page), a getIndex page
+with a pinned post, a weibo.com ``mymblog`` page, an ECSHOP goods page or ``comment.php`` envelope with 5-10
+comments, and a JD JSONP page of 10 comments. Everything is deterministic for a given ``seed``.
 """
 
 from __future__ import annotations

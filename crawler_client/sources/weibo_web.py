@@ -10,6 +10,7 @@ Posts: ``id``/``idstr``/``mid`` (the same mid as m.weibo.cn's, so a post is one 
 source fetched it), ``mblogid`` (the base62 id of its URL), ``text`` (HTML) and ``text_raw`` (plain),
 ``created_at`` (``Sat Jun 05 12:00:00 +0800 2021``), counts, pictures as ``pic_ids`` + a ``pic_infos`` map,
 ``retweeted_status``, and pinned posts (``isTop``, ``mblogtype`` 2, a "置顶" title) first and out of order.
+An ``/ajax/statuses/show?id=`` answer (one post, at the top level) parses to that post.
 
 Long posts (``isLongText``) are truncated: their ids go to ``ParsedPage.info["long_text_ids"]`` and
 ``extend_request`` asks ``/ajax/statuses/longtext?id={mblogid}`` for the full text (plain text with newlines).
@@ -95,7 +96,9 @@ class WeiboWebSource(PostOrder):
             raise unparsable(page.body, WEIBO_MARKERS, page.status,
                              f"mymblog: unexpected envelope ok={str(doc.get('ok'))[:20]!r}")
         data = doc.get("data")
-        if data is None:  # {"ok":1}: what the site answers past the last page
+        if data is None and mblog_id(doc) and ("mblogid" in doc or "text_raw" in doc):
+            data = {"list": [doc]}  # an /ajax/statuses/show answer: the post itself
+        elif data is None or data in ({}, []):  # {"ok":1}: what the site answers past the last page
             return ParsedPage(items=[], info={"end": "no data"})
         data = as_dict(data)
         posts = data.get("list")
@@ -219,17 +222,27 @@ class WeiboWebSource(PostOrder):
 
 def pictures(mblog: dict[str, Any]) -> list[str]:
     """The best URL of each picture, in ``pic_ids`` order from the ``pic_infos`` map (a post without
-    ``pic_ids`` lists its ``pic_infos`` keys); a picture without info is its ``large`` URL by pid."""
+    ``pic_ids`` lists its ``pic_infos`` keys); a picture without info is its ``large`` URL by pid. Posts mixing
+    pictures and videos list them in ``mix_media_info.items`` instead (``type`` "pic", sizes under ``data``)."""
     infos = as_dict(mblog.get("pic_infos"))
     pids = mblog.get("pic_ids")
     order = [pid for pid in pids if isinstance(pid, str) and pid] if isinstance(pids, list) else list(infos)
     urls: list[str] = []
     for pid in order:
-        info = as_dict(infos.get(pid))
-        url = next((u for size in _PICTURE_SIZES
-                    if isinstance(u := as_dict(info.get(size)).get("url"), str) and u), "")
+        url = _best_url(as_dict(infos.get(pid)))
         urls.append(https_url(url) if url else f"https://wx1.sinaimg.cn/large/{pid}.jpg")
+    if not urls:
+        items = as_dict(mblog.get("mix_media_info")).get("items")
+        for item in items if isinstance(items, list) else []:
+            item = as_dict(item)
+            if item.get("type") == "pic" and (url := _best_url(as_dict(item.get("data")))):
+                urls.append(https_url(url))
     return urls
+
+
+def _best_url(info: dict[str, Any]) -> str:
+    """The URL of the largest size a picture info lists ("" when none)."""
+    return next((u for size in _PICTURE_SIZES if isinstance(u := as_dict(info.get(size)).get("url"), str) and u), "")
 
 
 def _profile_page(user: dict[str, Any]) -> ParsedPage:

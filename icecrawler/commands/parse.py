@@ -159,7 +159,9 @@ def _request(source: Source, task: Task, args: argparse.Namespace, body: bytes) 
     elif isinstance(source, JdSource):
         request = source.page_request(task, request.url, page - 1)
     elif isinstance(source, WeiboMobileSource):
-        if b'"userInfo"' not in body[:1 << 20]:
+        if b'"userInfo"' in body[:1 << 20]:
+            request = source.profile_request(SNIFF_BASE, task.target)
+        else:
             containerid = _sniff(_ANY_CONTAINER_RE, body) or task.params.get("containerid", "")
             request = source.timeline_request(SNIFF_BASE, task.target, containerid)
         if page > 1:

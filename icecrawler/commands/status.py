@@ -85,6 +85,11 @@ def render_text(report: dict[str, Any]) -> str:
         block = f", blocked {h['block']['held_for_s']:.0f}s ({h['block']['reason']})" if h["block"]["reason"] else ""
         lines.append(f"  host {host}: {h['inflight']} in flight, {h['leases_last_min']:.0f} leases/min{block}")
     for account, a in s.get("accounts", {}).items():
+        if "mints" in a:  # a visitor session (scheduler_server.visitors)
+            error = f", last error: {a['last_error']}" if a.get("last_error") else ""
+            lines.append(f"  {account}: {a['state']} {a['account']}, {a['mints']} minted, {a['renewals']} renewed"
+                         f"{error}")
+            continue
         frozen = f" for {a['frozen']['held_for_s']:.0f}s ({a['frozen']['reason']})" if a["state"] == "frozen" else ""
         lines.append(f"  account {account}: {a['state']}{frozen}, {a['used_last_min']:.0f}/{a['budget_per_min']} "
                      f"requests this minute")

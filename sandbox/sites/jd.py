@@ -1,6 +1,7 @@
-"""JD's comment API under ``/jd``: ``/comment/productPageComments.action`` as JSONP (``callback=``) or plain JSON,
-in the shape of docs/FORMATS.md §4: int64 ids, Beijing ``creationTime``, ``maxPage``, and a summary whose numeric
-counts are 0 while ``*CountStr`` carries the rounded display text ("100万+"), as in 2024 data.
+"""JD's comment API under ``/jd``: ``/comment/productPageComments.action`` as JSONP (``callback=``) or plain JSON
+(and api.m.jd.com's form, ``/?appid=item-v3&functionId=pc_club_productPageComments&body={...}``, same answer),
+in the shape of docs/FORMATS.md §4 and docs/SOURCES.md: int64 ids, Beijing ``creationTime``, ``maxPage``, and a
+summary whose numeric counts are 0 while ``*CountStr`` carries the rounded display text ("100万+"), as in 2024 data.
 
 ``sortType=6`` is newest first; any other value gives a stable "recommended" shuffle. ``score`` filters
 (0 all, 1 poor, 2 middle, 3 good; other values have no matches here). Under a login wall the answer is an
@@ -13,6 +14,7 @@ import functools
 import hashlib
 import json
 import re
+from dataclasses import replace
 from typing import Any, ClassVar
 
 from sandbox.content import SimReview, beijing
@@ -22,8 +24,19 @@ from sandbox.world import World
 __all__ = ["MAX_PAGE", "JdSite", "count_str"]
 
 MAX_PAGE = 100
+#: ``functionId`` of api.m.jd.com's comment call (served at ``/`` with ``appid=item-v3``).
+API_FUNCTION = "pc_club_productPageComments"
 _CALLBACK_RE = re.compile(r"^[A-Za-z_$][\w$]{0,63}$")
 _SCORES = {1: (1,), 2: (2, 3), 3: (4, 5)}
+
+
+def _api_body(request: SimRequest) -> dict[str, Any]:
+    """The JSON ``body`` parameter of an api.m.jd.com call ({} when absent or not a JSON object)."""
+    try:
+        body = json.loads(request.query.get("body", "") or "{}")
+    except ValueError:
+        return {}
+    return body if isinstance(body, dict) else {}
 
 
 def count_str(count: int) -> str:
@@ -73,7 +86,7 @@ class JdSite:
         self.world = world
 
     def target_of(self, request: SimRequest) -> str:
-        return request.query.get("productId", "")
+        return request.query.get("productId", "") or str(_api_body(request).get("productId", ""))
 
     def logged_in(self, request: SimRequest) -> bool:
         return bool(request.cookies.get("thor"))
@@ -82,7 +95,11 @@ class JdSite:
         return SimResponse(200, b"", "text/html;charset=utf-8")
 
     def handle(self, request: SimRequest) -> SimResponse:
-        if request.path != "/comment/productPageComments.action":
+        if request.path == "/" and request.query.get("functionId") == API_FUNCTION:
+            # api.m.jd.com's form: the same query as a JSON ``body`` parameter, the same answer
+            query = {key: str(value) for key, value in _api_body(request).items()}
+            request = replace(request, query={**query, "callback": request.query.get("callback", "")})
+        elif request.path != "/comment/productPageComments.action":
             return SimResponse.not_found()
         product_id = self.target_of(request)
         reviews = self.world.reviews("jd", product_id, request.now_ms) if product_id.isdigit() else None

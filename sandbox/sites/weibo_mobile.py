@@ -23,6 +23,8 @@ __all__ = ["PAGE_SIZE", "WeiboMobileSite"]
 PAGE_SIZE = 10
 TIMELINE_PREFIX = "107603"
 PROFILE_PREFIX = "100505"
+#: The profile tab's all-posts list: served as the same timeline (clients fall back to it).
+SECOND_PROFILE = "230413{uid}_-_WEIBO_SECOND_PROFILE_WEIBO"
 EMPTY = {"ok": 0, "msg": "这里还没有内容", "data": {"cards": []}}
 
 MARKUP = WeiboMarkup(
@@ -76,7 +78,8 @@ class WeiboMobileSite:
         if user is None:
             return SimResponse.json(EMPTY, php=True)
         posts = self.world.timeline(user.uid, request.now_ms) or []
-        if request.query.get("containerid", "") != f"{TIMELINE_PREFIX}{user.uid}":
+        containerid = request.query.get("containerid", "")
+        if containerid not in (f"{TIMELINE_PREFIX}{user.uid}", SECOND_PROFILE.format(uid=user.uid)):
             return SimResponse.json(self._profile(user, posts), php=True)
         pinned = [p for p in posts if p.pinned]
         dated = [p for p in posts if not p.pinned]
@@ -91,7 +94,6 @@ class WeiboMobileSite:
         chunk = dated[start:start + PAGE_SIZE]
         if not chunk:
             return SimResponse.json(EMPTY, php=True)
-        containerid = f"{TIMELINE_PREFIX}{user.uid}"
         cards = [self._card(post, containerid, len(posts))
                  for post in (pinned if first_page else []) + chunk]
         info: dict[str, Any] = {"containerid": containerid, "v_p": 42, "show_style": 1, "total": len(posts)}

@@ -113,3 +113,23 @@ def test_risk_control_answers_are_banned_never_a_parse_error(body: bytes, status
         parse("jd", TASK, SOURCE.first_request(TASK, BASE), body, status=status, headers=headers)
     assert info.value.outcome == "Banned" and info.value.error_class == error_class
     assert not isinstance(info.value, ParseError)
+
+
+def test_nested_and_wrapped_comment_rows_login_page_and_risk_redirect() -> None:
+    import json
+
+    row = {"commentInfo": {"commentId": "77", "userNickName": "a***b", "commentData": "好", "commentDate":
+                           "2025-06-01 10:00:00", "commentScore": "4"}}
+    lego = {"code": "0", "result": {"floors": [{"mId": "header", "data": {}},
+                                               {"mId": "commentlist", "data": {"commentInfoList": [row]}}]}}
+    page = parse("jd", TASK, SOURCE.first_request(TASK, BASE), json.dumps(lego).encode())
+    (review,) = page.items
+    assert isinstance(review, Review) and (review.id, review.score, review.content) == ("77", 4, "好")
+    login = "<html><head><title>京东-欢迎登录</title></head><body>https://passport.jd.com/new/login.aspx</body></html>"
+    with pytest.raises(FetchError) as info:
+        parse("jd", TASK, SOURCE.first_request(TASK, BASE), login.encode())
+    assert (info.value.outcome, info.value.error_class) == ("LoginRequired", "jd-login-page")
+    with pytest.raises(FetchError) as info:
+        parse("jd", TASK, SOURCE.first_request(TASK, BASE), b"<html></html>",
+              final_url="https://cfe.m.jd.com/privatedomain/risk_handler/03101900/?returnurl=x")
+    assert (info.value.outcome, info.value.error_class) == ("Banned", "jd-risk-redirect")

@@ -18,7 +18,7 @@ import pytest
 from crawler_client.runner import RunnerConfig, TaskRunner
 from icecrawler.clock import Clock
 from icecrawler.errors import NoWorkError
-from icecrawler.models import Outcome, Post, Report, Task, TaskKind
+from icecrawler.models import Account, Outcome, Post, Report, Task, TaskKind
 from sandbox.misbehave import Misbehaviour, MisbehaviourRule
 from sandbox.scenario import Scenario, WeiboUser
 from sandbox.schedules import Schedule
@@ -113,3 +113,29 @@ def test_a_crawl_survives_its_visitor_session_expiring_mid_crawl(sandbox: Sandbo
     assert accounts["visitor:weibo_web"]["renewals"] == 1 and sandbox.visitors.minted == 2
     xsrf = [row for row in sandbox.requests(site="web")["requests"] if row["status"] == 403]
     assert xsrf == [], "the X-XSRF-TOKEN header was not echoed"
+
+
+def test_a_recrawl_from_the_cursor_reads_one_page_despite_the_old_pinned_post(sandbox: SandboxServer) -> None:
+    import json
+
+    from scheduler_server.visitors import mint_visitor
+
+    sites = source_settings(sandbox.url)
+    settings = make_settings(client__retries=0, **{key.replace(".", "__"): value for key, value in sites.items()})
+    config = RunnerConfig.from_settings(settings)
+    runner = TaskRunner(config, config.make_source, clock=Clock(), cancel=threading.Event())
+    blob = json.dumps({"cookies": mint_visitor(sites["sources.weibo_web.visitor_url"])})
+
+    def task(cursor: str) -> Task:
+        return Task(id=f"user:weibo_web:{SINCE_ID_USER}", kind=TaskKind.WeiboUser, source="weibo_web",
+                    target=SINCE_ID_USER, lease_token="t", cursor=cursor, account=Account("visitor:weibo_web:1", blob))
+
+    try:
+        first = runner.run(task(""))
+        assert first.report.outcome is Outcome.Ok and first.report.new_items == 55
+        again = runner.run(task(first.report.cursor))
+    finally:
+        runner.close()
+    pinned = [post for post in first.posts if post.pinned]
+    assert len(pinned) == 1 and str(pinned[0].id) < first.report.cursor  # old, on top, not the cursor
+    assert again.report.outcome is Outcome.Ok and again.report.new_items == 0 and again.report.fetches == 1

@@ -69,6 +69,8 @@ def test_paging_by_page_when_there_is_no_since_id_and_the_ends() -> None:
     assert len(last.items) == 1 and last.next_request is None  # since_id "" = the end
     end = parse("weibo_web", TASK, page.next_request, fixture("weibo_web_end.json"))  # {"ok":1}
     assert end.items == [] and end.next_request is None and end.info == {"end": "no data"}
+    empty = parse("weibo_web", TASK, page.next_request, b'{"ok":1,"data":{}}')
+    assert empty.items == [] and empty.next_request is None
     repeated = SOURCE.page_request(BASE, "5612345678", 2, "4700000000005000kp2")
     assert parse("weibo_web", TASK, repeated, fixture("weibo_web_page1.json")).next_request is None
 
@@ -138,3 +140,29 @@ def test_a_post_is_the_same_storage_row_from_every_weibo_source() -> None:
     mobile = next(p for p in mobile_page.items if isinstance(p, Post) and p.pinned)
     assert (web.id, web.user_id, web.created_at) == (mobile.id, mobile.user_id, mobile.created_at)
     assert post_row(web).key == post_row(mobile).key and WEIBO == "weibo"
+
+
+def test_an_ok0_message_naming_a_ban_is_classified_by_it() -> None:
+    body = b'{"ok":0,"msg":"\\u8bbf\\u95ee\\u8fc7\\u4e8e\\u9891\\u7e41"}'  # 访问过于频繁, escaped
+    with pytest.raises(FetchError) as info:
+        parse("weibo_web", TASK, SOURCE.first_request(TASK, BASE), body)
+    assert (info.value.outcome, info.value.error_class) == ("RateLimited", "too-frequent")
+
+
+def test_pictures_of_a_mixed_media_post() -> None:
+    from crawler_client.sources.weibo_web import pictures
+
+    mblog = {"pic_ids": [], "mix_media_info": {"items": [
+        {"type": "pic", "id": "p1", "data": {"largest": {"url": "https://wx2.sinaimg.cn/large/p1.jpg"}}},
+        {"type": "video", "id": "v1", "data": {"media_info": {}}}]}}
+    assert pictures(mblog) == ["https://wx2.sinaimg.cn/large/p1.jpg"]
+
+
+def test_a_statuses_show_answer_is_its_post() -> None:
+    import json
+
+    mblog = {"ok": 1, "id": 4700000000009000, "idstr": "4700000000009000", "mblogid": "Kn7Aaaaaa",
+             "created_at": "Tue Jul 06 11:59:00 +0800 2021", "text": "单条", "text_raw": "单条",
+             "user": {"id": 5612345678, "screen_name": "测试用户"}}
+    (post,) = posts_of(json.dumps(mblog).encode())
+    assert (post.id, post.text, post.permalink) == (4700000000009000, "单条", "https://weibo.com/5612345678/Kn7Aaaaaa")

@@ -8,10 +8,10 @@ import json
 import pytest
 import requests
 
-from crawler_client.sources import get_source
+from crawler_client.sources import PageRequest, get_source
 from crawler_client.sources.ecshop import is_logged_in, login_request
 from icecrawler.errors import FetchError
-from icecrawler.models import Review, TaskKind
+from icecrawler.models import Review, Task, TaskKind
 from sandbox import SandboxServer
 from sandbox.sites.jd import count_str
 from tests.sandbox.conftest import crawl, fetch, visitor_session
@@ -147,3 +147,20 @@ def test_sources_parse_every_site_without_errors(server: SandboxServer) -> None:
                        max_requests=requests_needed)
         assert result.items, name
         assert get_source(name).name == name
+
+
+def test_jd_api_endpoint_form_reads_the_same_reviews(server: SandboxServer) -> None:
+    """``sources.jd.endpoint = "api"``: the same query as a JSON body at ``/``, the same answer."""
+    from crawler_client.sources.jd import JdSource
+
+    club = crawl(server, "jd", JD_PRODUCT, TaskKind.ProductReviews)
+    source = JdSource(endpoint="api")
+    task = Task(id=f"reviews:jd:{JD_PRODUCT}", kind=TaskKind.ProductReviews, source="jd", target=JD_PRODUCT)
+    request: PageRequest | None = source.first_request(task, server.base_url("jd"))
+    items: list[object] = []
+    while request is not None:
+        parsed = source.parse(task, request, fetch(request), server.clock.now_ms())
+        items.extend(parsed.items)
+        request = parsed.next_request
+    ids = [item.id for item in items if isinstance(item, Review)]
+    assert ids and ids == [item.id for item in club.items if isinstance(item, Review)]

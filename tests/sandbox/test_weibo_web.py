@@ -84,3 +84,22 @@ def test_an_expired_visitor_session_gets_432_and_a_new_one_works(server: Sandbox
     control = requests.post(f"{server.url}/__sandbox/visitors", json={"expire": True, "ttl_s": 60}, timeout=10)
     assert control.json()["ttl_s"] == 60 and server.visitors.minted >= 2
     assert get_source("weibo_web").name == "weibo_web"
+
+
+def test_visitor_ttl_from_the_flag_and_from_the_setting() -> None:
+    import argparse
+
+    from icecrawler.settings import Settings
+    from sandbox.cli import add_options, build_server
+
+    parser = argparse.ArgumentParser()
+    add_options(parser)
+    settings = Settings()
+    settings.set("sandbox.visitor_ttl_s", 120.0)
+    from_setting = build_server(parser.parse_args(["--port", "0"]), settings)
+    from_flag = build_server(parser.parse_args(["--port", "0", "--visitor-ttl-s", "30"]), settings)
+    try:
+        assert (from_setting.visitors.ttl_s, from_flag.visitors.ttl_s) == (120.0, 30.0)
+    finally:
+        from_setting.stop()
+        from_flag.stop()

@@ -61,6 +61,8 @@ def test_seed_kind_inference() -> None:
     assert group_by_kind(["jd:1", "weibo_mobile:2", "ecshop:3"], None) == {
         TaskKind.ProductReviews: ["jd:1", "ecshop:3"], TaskKind.WeiboUser: ["weibo_mobile:2"]}
     assert group_by_kind(["ecshop:9"], TaskKind.Listing) == {TaskKind.Listing: ["ecshop:9"]}
+    assert group_by_kind(["weibo_web:1669879400", "weibo_pc:2"], None) == {
+        TaskKind.WeiboUser: ["weibo_web:1669879400", "weibo_pc:2"]}
     with pytest.raises(ConfigError, match="unknown source"):
         group_by_kind(["nowhere:1"], None)
     with pytest.raises(ConfigError, match="cannot read"):

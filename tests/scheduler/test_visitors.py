@@ -161,3 +161,14 @@ def test_a_configured_account_wins_over_visitor_sessions(tmp_path: object, clock
     core.add(["weibo_web:1"], TaskKind.WeiboUser)
     assert core.lease("w", 1)[0].account.id == "real" and passport.calls == 0
     assert "visitor:weibo_web" not in core.stats()["detail"]["accounts"]
+
+
+def test_status_text_shows_visitor_sessions_without_cookies(clocks: ManualClocks) -> None:
+    from icecrawler.commands.status import render_text
+
+    passport = Passport()
+    core = core_with_visitors(clocks, passport)
+    core.add(["weibo_web:1"], TaskKind.WeiboUser)
+    core.lease("w", 1)
+    text = render_text({"scheduler": {"reachable": True, **core.stats(), **core.stats()["detail"]}})
+    assert "visitor:weibo_web: ok visitor:weibo_web:1, 1 minted, 0 renewed" in text and "_2AkM" not in text
