@@ -103,7 +103,7 @@ def test_a_store_that_held_records_and_is_gone_refuses_and_recover_begins_anew(t
         path.write_bytes(b"")
     else:
         path.unlink()
-    with pytest.raises(ServiceError, match=r"is (empty \(0 bytes\)|missing), but a store was created there"):
+    with pytest.raises(ServiceError, match=r"is (empty \(0 bytes\)|missing), but it was created there"):
         check_store_file(path, recover=False)
     check_store_file(path, recover=True)
     check_store_file(path, recover=False)  # a new store may now be created there
@@ -113,6 +113,16 @@ def test_a_new_store_and_an_intact_one_pass(tmp_path: Path) -> None:
     check_store_file(tmp_path / "new.sqlite3", recover=False)
     filled_store(tmp_path / "ok.sqlite3", 50)
     check_store_file(tmp_path / "ok.sqlite3", recover=False)
+
+
+def test_a_deleted_spool_refuses(tmp_path: Path) -> None:
+    spool = tmp_path / "spool.sqlite3"
+    with sqlite3.connect(spool) as conn:
+        conn.execute("CREATE TABLE spool (seq INTEGER PRIMARY KEY AUTOINCREMENT, records INTEGER, blob BLOB)")
+    mark_created(spool)
+    spool.unlink()
+    with pytest.raises(ServiceError, match=r"the spool .* is missing, but it was created there"):
+        check_store_file(spool, recover=False, what="the spool")
 
 
 def test_a_corrupt_spool_refuses(tmp_path: Path) -> None:
