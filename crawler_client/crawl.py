@@ -241,9 +241,7 @@ def crawl_task(
     last_status = 0
     pages = 0
     capped = False
-    listing = task.kind is TaskKind.Listing
-    plan = gaps.plan_walk(source, "" if listing else task.cursor, lambda: source.first_request(task, base_url),
-                          base_url)
+    plan = gaps.plan_walk(task.cursor, lambda: source.first_request(task, base_url), base_url)
 
     def result(report: Report, *, aborted: bool = False) -> CrawlResult:
         posts, reviews, ids = _split_records(task, walk.new)
@@ -298,15 +296,16 @@ def crawl_task(
 
 def _next_cursor(task: Task, source: Source, plan: gaps.WalkPlan, walk: _Walk, capped_at: PageRequest | None,
                  base_url: str, now: int) -> str:
-    """The cursor a successful crawl reports: unchanged for listings; a gap cursor when the page cap came before
-    the cursor (``crawler_client.gaps``); else the newest item seen (never one dated after ``now``)."""
-    if task.kind is TaskKind.Listing:
-        return task.cursor
+    """The cursor a successful crawl reports: a gap cursor when the page cap came before the cursor or the end of
+    the list (``crawler_client.gaps``); else the newest item seen (never one dated after ``now``). Listings have
+    no order, hence no cursor: a listing longer than the cap is walked over several visits the same way."""
     if capped_at is not None:
         cursor = gaps.open_gap_cursor(source, plan, walk.window, capped_at, base_url, now, item_time_ms)
-        log.warning("task %s: page cap reached before the %s (%s); gap kept open, resuming at page %d next "
-                    "visit (visit %d of this gap)", task.id, "cursor" if plan.stop_at else "end of a first crawl",
-                    "gap" if plan.gap else "new gap", capped_at.page, 1 if plan.gap is None else plan.gap.visits + 1)
+        listing = task.kind is TaskKind.Listing
+        log.log(logging.INFO if listing else logging.WARNING,
+                "task %s: page cap reached before the %s (%s); gap kept open, resuming at page %d next visit (visit "
+                "%d of this gap)", task.id, "cursor" if plan.stop_at else "end of the list",
+                "gap" if plan.gap else "new gap", capped_at.page, 1 if plan.gap is None else plan.gap.visits + 1)
         return cursor
     if plan.gap is not None:
         log.info("task %s: page-cap gap closed after %d visit(s)", task.id, plan.gap.visits + 1)

@@ -84,8 +84,7 @@ class WalkPlan:
         return source.cursor_of(item) == gap.low or not source.is_older_or_equal(item, gap.low)
 
 
-def plan_walk(source: Source, task_cursor: str, first_request: Callable[[], PageRequest], base_url: str
-              ) -> WalkPlan:
+def plan_walk(task_cursor: str, first_request: Callable[[], PageRequest], base_url: str) -> WalkPlan:
     """Where a crawl of a task with ``task_cursor`` starts (see the module docstring)."""
     stop_at, gap = decode_cursor(task_cursor)
     if gap is None or not gap.request:

@@ -11,9 +11,11 @@ the newest item would skip them for good, so instead the task's cursor becomes a
   down a page because newer ones were published in between are never jumped over).
 
 The gap cursor travels in the ordinary ``cursor`` string of a report and of a leased task (so no wire or
-database format changes): ``"gap1:" + JSON``. A plain cursor (every cursor written before gaps existed)
-decodes as "no gap". The scheduler only needs ``is_gap`` (to count open gaps) and ``describe`` (``status
---task``); the client's walk (``crawler_client.crawl``) builds and reads them.
+task-record format changes): ``"gap1:" + JSON``. A plain cursor (every cursor written before gaps existed)
+decodes as "no gap". The scheduler only needs ``is_gap`` (to count open gaps: a ``gap:<task id>`` key in its
+``meta`` table, so a restart knows them without a scan) and ``describe`` (``status --task``); the client's walk
+(``crawler_client.crawl``, ``crawler_client.gaps``) builds and reads them. Clients of an earlier version do not
+understand a gap cursor: upgrade the clients with (or before) the scheduler.
 """
 
 from __future__ import annotations

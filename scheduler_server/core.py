@@ -54,8 +54,8 @@ from icecrawler.models import (
     make_task_id,
     split_task_id,
 )
-from icecrawler.resume import GAP_PREFIX, is_gap
 from icecrawler.resume import describe as describe_gap
+from icecrawler.resume import is_gap
 from icecrawler.settings import Settings
 from icecrawler.shards import ShardMap, source_hosts
 from scheduler_server.accounts import AccountPool, load_accounts
@@ -100,6 +100,10 @@ _SCAN_CHUNK = 256
 _DUE_SOON_CAP = 100_000
 #: The ``meta`` key of the shard layout (``_check_layout``).
 _LAYOUT_KEY = b"layout"
+#: ``meta`` keys of tasks with an open page-cap gap (``icecrawler.resume``), and their value: shaped like a host
+#: block that ended long ago, which is what a scheduler without gaps makes of it.
+_GAP_KEY = b"gap:"
+_GAP_VALUE = b'[0, "page-cap gap"]'
 #: TaskKind by stored value (a dict lookup; calling the enum costs a microsecond per leased task).
 _TASK_KINDS = {kind.value: kind for kind in TaskKind}
 #: When a due task waits for an in-flight task of its host or for an account, idle clients retry after this.
@@ -338,6 +342,9 @@ class SchedulerCore:
             for key, value in txn.scan("meta", limit=1_000_000):
                 if key == _LAYOUT_KEY:
                     continue
+                if key.startswith(_GAP_KEY):
+                    self.open_gaps.add(key[len(_GAP_KEY):].decode())
+                    continue
                 kind, _, name = key.decode().partition(":")
                 until, reason = json.loads(value)
                 if kind == "host":
@@ -355,21 +362,6 @@ class SchedulerCore:
                             self.queues.inflight(task_id, ms)
                             self.gate.restore_inflight(self._host(task_id), wall)
                     start = chunk[-1][0] + b"\0"
-            self._load_gaps(txn)
-
-    def _load_gaps(self, txn: Txn) -> None:
-        """The tasks with an open page-cap gap (a byte search first: only those records are decoded)."""
-        marker = GAP_PREFIX.encode()
-        start = b""
-        while chunk := txn.scan("tasks", start, limit=_SCAN_CHUNK * 4):
-            for key, value in chunk:
-                if marker in value and is_gap(TaskRecord.from_bytes(value).cursor):
-                    self.open_gaps.add(key.decode())
-            start = chunk[-1][0] + b"\0"
-        if self.open_gaps:
-            log.warning("%d task(s) have an open page-cap gap (items between a crawl's page cap and its cursor not "
-                        "fetched yet; their next visits fetch them): %s", len(self.open_gaps),
-                        ", ".join(sorted(self.open_gaps)[:5]))
 
     def _check_layout(self, txn: Txn) -> None:
         """The database remembers which shard of how many it is: tasks are placed by ``crc32(host) % shards``,
@@ -749,7 +741,13 @@ class SchedulerCore:
         record.last_crawl_ms = now_ms
         delay_s = 0.0
         if item.outcome is Outcome.Ok:
+            had_gap = is_gap(record.cursor)
             delay_s = self._observe(record, item, now_ms)
+            if is_gap(record.cursor) != had_gap:  # kept in meta too, so a restart knows them without a scan
+                if had_gap:
+                    txn.delete("meta", _GAP_KEY + record.id.encode())
+                else:
+                    txn.put("meta", _GAP_KEY + record.id.encode(), _GAP_VALUE)
         elif item.outcome is Outcome.NotFound:
             delay_s = self.config.max_period_s
         elif item.outcome in TASK_FAILURES:

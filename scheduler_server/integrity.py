@@ -28,12 +28,14 @@ from icecrawler.errors import ServiceError
 from scheduler_server.codec import TaskRecord, time_key
 from scheduler_server.store import TABLES, BdbQueueStore
 
-__all__ = ["MARKER", "open_checked", "salvage"]
+__all__ = ["LOCK_FILE", "MARKER", "open_checked", "salvage"]
 
 log = logging.getLogger(__name__)
 
 #: The file that says this directory holds a queue database.
 MARKER = "scheduler.created"
+#: The daemon's lock file in the directory (``scheduler_server.server.data_lock``).
+LOCK_FILE = "scheduler.lock"
 #: Records copied per transaction while salvaging.
 _CHUNK = 1000
 
@@ -129,7 +131,10 @@ def _rebuild_queues(store: BdbQueueStore) -> int:
 def salvage(path: Path, durable: bool) -> Path:
     """Move ``path`` aside and build a new queue database there from what can be read; returns the old one."""
     aside = path.with_name(f"{path.name}.damaged-{time.strftime('%Y%m%dT%H%M%S')}")
-    path.rename(aside)
+    aside.mkdir()
+    for entry in path.iterdir():
+        if entry.name != LOCK_FILE:  # the running daemon holds it: it stays where the next daemon looks
+            entry.rename(aside / entry.name)
     store = BdbQueueStore(path, durable=durable)
     try:
         copied = {table: _copy_table(aside / f"{table}.db", store, table) for table in TABLES

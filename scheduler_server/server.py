@@ -25,7 +25,7 @@ from icecrawler.security import Gate, guarded, has_secure_endpoint
 from icecrawler.settings import Settings
 from icecrawler.settings.validation import check_paths, validate_values
 from scheduler_server.core import SchedulerCore
-from scheduler_server.integrity import open_checked
+from scheduler_server.integrity import LOCK_FILE, open_checked
 from scheduler_server.listing import list_tasks
 
 __all__ = ["Maintenance", "data_lock", "make_servant", "open_core", "run"]
@@ -217,7 +217,7 @@ def open_core(settings: Settings) -> SchedulerCore:
 
 def data_lock(settings: Settings) -> DataLock:
     """The lock that keeps a second scheduler off this one's database directory."""
-    return DataLock(Path(settings.get_str("scheduler.db_dir")) / "scheduler.lock", "scheduler")
+    return DataLock(Path(settings.get_str("scheduler.db_dir")) / LOCK_FILE, "scheduler")
 
 
 def run(settings: Settings, ice_args: Sequence[str], listen: str = "") -> int:

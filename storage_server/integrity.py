@@ -5,8 +5,8 @@ emptied or deleted store file started as a new empty store without a word. At st
 
 * the embedded store and the spool get ``PRAGMA quick_check`` (a full read of every page, without the index
   cross-checks: seconds per GB);
-* a store that once held records leaves a marker beside it (``<store>.created``); if the marker is there but the
-  store file is missing or empty, the records are gone: refuse.
+* a store or spool leaves a marker beside it once created (``<file>.created``); if the marker is there but the
+  file is missing or empty, its records are gone: refuse.
 
 Each refusal is one line naming the file, what is wrong, and what ``--recover`` (setting ``storage.recover``)
 would do instead: move the damaged file aside (never delete it) and start a new one, copying over every row
@@ -141,19 +141,19 @@ def check_sqlite_file(path: Path, what: str, recover: bool) -> None:
                 path, problem, damaged, sum(copied.values()), ", ".join(f"{k} {v}" for k, v in copied.items()))
 
 
-def check_store_file(path: Path, recover: bool) -> None:
-    """The embedded store: vanished or emptied after it held records, or damaged (see the module docstring)."""
+def check_store_file(path: Path, recover: bool, what: str = "the embedded store") -> None:
+    """A store (or the spool): vanished or emptied after it was created, or damaged (see the module docstring)."""
     marker = marker_of(path)
     gone = not path.exists() or path.stat().st_size == 0
     if gone and marker.exists():
         state = "missing" if not path.exists() else "empty (0 bytes)"
         if not recover:
-            raise ServiceError(f"the embedded store {path} is {state}, but a store was created there on "
+            raise ServiceError(f"{what} {path} is {state}, but it was created there on "
                                f"{marker.read_text().strip()} ({marker.name}): its records are gone. Restore it "
-                               "from a backup, or start with --recover to begin a new, empty store there")
+                               "from a backup, or start with --recover to begin a new, empty one there")
         if path.exists():
             _move_aside(path)
         marker.unlink()
-        log.warning("--recover: the embedded store %s was %s; starting a new, empty store", path, state)
+        log.warning("--recover: %s %s was %s; starting a new, empty one", what, path, state)
         return
-    check_sqlite_file(path, "the embedded store", recover)
+    check_sqlite_file(path, what, recover)

@@ -92,8 +92,7 @@ _MAX_REVERSED = (1 << 63) - 1
 #: One encoder for the hot path (json.dumps with options builds a new encoder per call).
 _JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 _PRODUCT_RE = re.compile(r"[0-9A-Za-z_.-]{1,64}")  # fullmatch only
-#: A lone surrogate: Python text that is not UTF-8 (``json.loads`` lets ``"\ud800"`` through); no store takes it.
-_SURROGATE = re.compile("[\ud800-\udfff]")
+
 _MAX_REVIEW_ID = 128
 _INT64 = (-(1 << 63), (1 << 63) - 1)
 _INT31 = (1 << 31) - 1
@@ -128,12 +127,24 @@ def _check_int(errors: list[str], name: str, value: Any, minimum: int = 0, maxim
         errors.append(f"{name}={value} outside [{minimum}, {maximum}]")
 
 
+def _not_utf8(text: str) -> bool:
+    """True for text with a lone surrogate (``json.loads`` lets ``"\ud800"`` through): no store can take it.
+    Encoding is several times faster than a regular expression over CJK text."""
+    if text.isascii():
+        return False
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
 def _check_text(errors: list[str], name: str, value: Any, max_chars: int) -> None:
     if not isinstance(value, str):
         errors.append(f"{name} must be text, got {type(value).__name__}")
     elif len(value) > max_chars:
         errors.append(f"{name} has {len(value)} chars, over storage.max_text_chars={max_chars}")
-    elif _SURROGATE.search(value):
+    elif _not_utf8(value):
         errors.append(f"{name} holds a lone surrogate (not valid UTF-8)")
 
 
@@ -169,7 +180,7 @@ def validate_post(post: Any, max_text_chars: int) -> list[str]:
         _check_text(errors, name, text, max_chars=max_text_chars)
     if not isinstance(post.pictures, list) or not all(isinstance(url, str) for url in post.pictures):
         errors.append("pictures must be a list of URL strings")
-    elif any(_SURROGATE.search(url) for url in post.pictures):
+    elif any(map(_not_utf8, post.pictures)):
         errors.append("pictures: a URL holds a lone surrogate (not valid UTF-8)")
     elif sum(len(url) for url in post.pictures) > max_text_chars:
         errors.append(f"pictures total over storage.max_text_chars={max_text_chars}")
@@ -187,7 +198,7 @@ def validate_review(review: Any, max_text_chars: int) -> list[str]:
         errors.append("id is missing")
     elif len(review.id) > _MAX_REVIEW_ID:
         errors.append(f"id longer than {_MAX_REVIEW_ID} chars")
-    elif _SURROGATE.search(review.id):
+    elif _not_utf8(review.id):
         errors.append("id holds a lone surrogate (not valid UTF-8)")
     if not isinstance(review.product_id, str) or not _PRODUCT_RE.fullmatch(review.product_id):
         errors.append(f"productId {str(review.product_id)[:70]!r} is not 1-64 chars of [0-9A-Za-z_.-]")
@@ -320,7 +331,9 @@ def checked_post_row(post: Any, max_text_chars: int, fmt: PostFormat = CORE_POST
             and 0 <= retweeted <= _INT64[1] and len(user_name) <= max_text_chars and len(text) <= max_text_chars
             and len(html) <= max_text_chars and len(permalink) <= max_text_chars and len(source) <= max_text_chars
             and all(type(url) is str for url in pictures) and sum(map(len, pictures)) <= max_text_chars
-            and not _SURROGATE.search("".join((user_name, text, html, permalink, source, *pictures)))):
+            # Text that came through Ice was decoded from UTF-8, so only in-process callers can hold a surrogate.
+            and (fmt is not CORE_POSTS
+                 or not any(map(_not_utf8, (user_name, text, html, permalink, source, *pictures))))):
         try:
             moment = datetime.fromisoformat(created)
             fetched_ok = not fetched or datetime.fromisoformat(fetched).tzinfo is not None

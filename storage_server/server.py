@@ -13,7 +13,7 @@ from icecrawler.metrics import MetricsConfig, MetricsEndpoint, serve
 from icecrawler.security import Gate, has_secure_endpoint
 from icecrawler.settings import Settings
 from icecrawler.settings.validation import check_paths, validate_values
-from storage_server.integrity import check_sqlite_file, check_store_file, mark_created
+from storage_server.integrity import check_store_file, mark_created
 from storage_server.servant import StorageServant
 from storage_server.service import StorageService
 
@@ -42,13 +42,14 @@ def data_locks(settings: Settings) -> list[DataLock]:
 def open_service(settings: Settings) -> StorageService:
     """Check the files (``integrity``), then open the service on them (the caller holds ``data_locks``)."""
     recover = settings.get_bool("storage.recover")
-    check_sqlite_file(Path(settings.get_str("storage.spool_dir")) / "spool.sqlite3", "the spool", recover)
-    embedded = settings.get_str("storage.backend") == "embedded"
-    if embedded:
-        check_store_file(Path(settings.get_str("storage.embedded.path")), recover)
+    files = [(Path(settings.get_str("storage.spool_dir")) / "spool.sqlite3", "the spool")]
+    if settings.get_str("storage.backend") == "embedded":
+        files.append((Path(settings.get_str("storage.embedded.path")), "the embedded store"))
+    for path, what in files:
+        check_store_file(path, recover, what)
     service = StorageService.from_settings(settings)
-    if embedded:
-        mark_created(Path(settings.get_str("storage.embedded.path")))
+    for path, _ in files:
+        mark_created(path)
     return service
 
 

@@ -29,11 +29,11 @@ class LiveSite:
 
     def __init__(self, page_size: int = 10) -> None:
         self.page_size = page_size
-        self.items: list[Post | Review] = []  # newest first
+        self.items: list[Post | Review | str] = []  # newest first
         self.serial = 0
         self.fetched_pages: list[int] = []
 
-    def make(self, serial: int) -> Post | Review:
+    def make(self, serial: int) -> Post | Review | str:
         raise NotImplementedError
 
     def publish(self, count: int) -> None:
@@ -67,6 +67,17 @@ class ReviewSite(ReviewOrder, LiveSite):
                       created_at=f"2024-05-01T{clock}+08:00")
 
 
+class ListingSite(PostOrder, LiveSite):
+    """A category page: product ids, no order."""
+
+    def make(self, serial: int) -> Post | Review | str:
+        return str(5000 + serial)
+
+
+def key(item: Post | Review | str) -> str:
+    return item if isinstance(item, str) else str(item.id)
+
+
 class Fetch:
     def __init__(self) -> None:
         self.requests_made = 0
@@ -76,7 +87,7 @@ class Fetch:
         return FetchedPage(url=request.url, status=200, headers={}, body=b"")
 
 
-Site = PostSite | ReviewSite
+Site = PostSite | ReviewSite | ListingSite
 
 
 def visit(site: Site, cursor: str, *, max_pages: int = 3, now_ms: int = T0_MS + 10**9,
@@ -117,7 +128,7 @@ def test_a_burst_longer_than_the_page_cap_is_fetched_over_several_visits_none_sk
     stored, results = crawl_until_caught_up(site, first.report.cursor, between=lambda _: site.publish(4))
     results.append(visit(site, results[-1].report.cursor))  # what was published above the gap meanwhile
     stored.extend(ids(results[-1]))
-    published = {str(item.id) for item in site.items}
+    published = {key(item) for item in site.items}
     assert set(ids(first)) | set(stored) == published  # nothing skipped
     assert len(results) > 3 and all(is_gap(r.report.cursor) for r in results[:-2])
     # The new-item counts add up to what was published after the first visit (the resumed page's overlap is
@@ -152,7 +163,7 @@ def test_items_published_while_the_gap_closes_are_fetched_after_it() -> None:
     stored, results = crawl_until_caught_up(site, cursor, between=lambda _: site.publish(12))
     site.publish(2)
     more, _ = crawl_until_caught_up(site, results[-1].report.cursor)  # above the closed gap: maybe a new gap
-    assert {str(item.id) for item in site.items} - {"r1", "r2", "r3"} == set(stored) | set(more)
+    assert {key(item) for item in site.items} - {"r1", "r2", "r3"} == set(stored) | set(more)
 
 
 def test_a_first_crawl_capped_fetches_the_whole_history_over_several_visits() -> None:
@@ -217,3 +228,20 @@ def test_request_round_trip_keeps_every_field_and_a_relative_url() -> None:
     assert gaps.request_from_dict(data, "http://other") == PageRequest(
         url="http://other/api/x", params={"since_id": "42"}, method="POST", data={"a": "1"}, headers={"X": "y"},
         page=4, state={"chunk": "2"})
+
+
+def test_a_listing_longer_than_the_cap_is_walked_over_several_visits_then_from_the_top_again() -> None:
+    site = ListingSite()
+    site.publish(70)
+    seen: set[str] = set()
+    cursor = ""
+    for _ in range(5):
+        result = visit(site, cursor, kind=TaskKind.Listing)
+        seen.update(result.discovered)
+        cursor = result.report.cursor
+        if not is_gap(cursor):
+            break
+    assert cursor == "" and site.fetched_pages == [1, 2, 3, 3, 4, 5, 5, 6, 7]
+    assert seen == {key(item) for item in site.items}  # every product id, though 7 pages > the cap of 3
+    visit(site, cursor, kind=TaskKind.Listing)
+    assert site.fetched_pages[-3:] == [1, 2, 3]  # the next round starts from the top

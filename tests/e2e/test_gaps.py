@@ -46,7 +46,7 @@ def test_a_burst_longer_than_the_page_cap_survives_a_kill_9_mid_gap_and_is_store
         # Everything listed so far is fetched (the first crawl may take several visits itself).
         wait_for(lambda: gap() is None and bool(stack.task_info(TASK)["cursor"]), "the first crawl never finished")
         stack.kill_client("client-1")
-        time.sleep(12)  # ~60 reviews, 6 pages, pile up while nobody crawls
+        time.sleep(20)  # ~100 reviews, 10 pages, pile up while nobody crawls: several visits to close
         second = stack.start_client("client-2")
         wait_for(lambda: gap() is not None and bool(gap()["since_cursor"]), "the page cap never opened a gap",
                  timeout_s=60)

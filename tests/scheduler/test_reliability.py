@@ -188,3 +188,16 @@ def test_a_full_disk_is_a_declared_error_the_daemon_survives_and_serves_again(tm
         daemon.start()
         assert prx.stats().tasks == len(acknowledged)  # every acknowledged add survived the crash
         assert "Traceback" not in (daemon.process.log_tail(400) if daemon.process else "")
+
+
+def test_recover_keeps_the_lock_file_where_the_next_daemon_looks(tmp_path: Path) -> None:
+    path = tmp_path / "db"
+    seeded_db(path, 10)
+    lock = DataLock(path / "scheduler.lock", "scheduler").acquire()
+    try:
+        damage_logs(path)
+        open_checked(path, recover=True).close()
+        with pytest.raises(ServiceError, match="in use by scheduler"):  # still held, in the same place
+            DataLock(path / "scheduler.lock", "scheduler").acquire()
+    finally:
+        lock.release()

@@ -1,7 +1,7 @@
 """The storage server's files under abuse: one server per spool and store (no stale lock after kill -9), damaged,
-emptied or vanished SQLite files refused at start (or salvaged with --recover), and a full disk: a declared
-error to the caller, the server keeps running and takes writes again once there is space, nothing acknowledged
-is lost."""
+emptied or vanished SQLite files refused at start (or salvaged with --recover), a full disk (a declared error to
+the caller, the server keeps running and takes writes again once there is space, nothing acknowledged is lost),
+and one bad record in a batch rejected alone."""
 
 from __future__ import annotations
 
@@ -14,12 +14,14 @@ from typing import Any
 import pytest
 
 from icecrawler import rpc
-from icecrawler.errors import ServiceError
+from icecrawler.errors import InvalidRecordsError, ServiceError
 from icecrawler.processes import icecrawler_argv
 from storage_server import schema
 from storage_server.integrity import check_sqlite_file, check_store_file, mark_created
-from storage_server.stores import SqliteStore
-from tests.storage.conftest import StorageServerRunner, make_review
+from storage_server.service import StorageService
+from storage_server.spool import MemorySpool
+from storage_server.stores import MemoryStore, SqliteStore
+from tests.storage.conftest import StorageServerRunner, make_post, make_review
 from tests.tmpfs import fill, small_tmpfs
 
 ROWS = 3000
@@ -103,7 +105,7 @@ def test_a_store_that_held_records_and_is_gone_refuses_and_recover_begins_anew(t
         path.write_bytes(b"")
     else:
         path.unlink()
-    with pytest.raises(ServiceError, match=r"is (empty \(0 bytes\)|missing), but a store was created there"):
+    with pytest.raises(ServiceError, match=r"is (empty \(0 bytes\)|missing), but it was created there"):
         check_store_file(path, recover=False)
     check_store_file(path, recover=True)
     check_store_file(path, recover=False)  # a new store may now be created there
@@ -113,6 +115,16 @@ def test_a_new_store_and_an_intact_one_pass(tmp_path: Path) -> None:
     check_store_file(tmp_path / "new.sqlite3", recover=False)
     filled_store(tmp_path / "ok.sqlite3", 50)
     check_store_file(tmp_path / "ok.sqlite3", recover=False)
+
+
+def test_a_deleted_spool_refuses(tmp_path: Path) -> None:
+    spool = tmp_path / "spool.sqlite3"
+    with sqlite3.connect(spool) as conn:
+        conn.execute("CREATE TABLE spool (seq INTEGER PRIMARY KEY AUTOINCREMENT, records INTEGER, blob BLOB)")
+    mark_created(spool)
+    spool.unlink()
+    with pytest.raises(ServiceError, match=r"the spool .* is missing, but it was created there"):
+        check_store_file(spool, recover=False, what="the spool")
 
 
 def test_a_corrupt_spool_refuses(tmp_path: Path) -> None:
@@ -190,3 +202,35 @@ def test_a_full_disk_is_a_declared_error_the_server_survives_and_takes_writes_ag
             runner.stop()
         log = runner.process.log_tail(300) if runner.process else ""
         assert "Traceback" not in log
+
+
+# --- one bad record ---------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("change", [{"text": "好 \ud800 好"}, {"user_name": "\udfff"}, {"pictures": ["https://x/\ud800"]}])
+def test_a_post_with_a_lone_surrogate_is_rejected_alone_with_the_same_reason_on_both_paths(
+        change: dict[str, Any]) -> None:
+    service = StorageService(MemoryStore(), MemorySpool(), max_text_chars=1000, batch_limit=100, write_timeout_s=5)
+    try:
+        posts = [make_post(n + 1) for n in range(5)]
+        posts[3] = make_post(4, **change)
+        with pytest.raises(InvalidRecordsError) as rejected:
+            service.write_posts(posts)
+        assert [index for index, _ in rejected.value.rejected] == [3] and rejected.value.stored == 4
+        assert "lone surrogate" in rejected.value.rejected[0][1]
+        assert schema.checked_post_row(posts[3], 1000) == schema.validate_post(posts[3], 1000)
+        assert service.store.count(schema.WEIBO) == 4
+    finally:
+        service.close()
+
+
+def test_a_review_with_a_lone_surrogate_is_rejected_alone() -> None:
+    service = StorageService(MemoryStore(), MemorySpool(), max_text_chars=1000, batch_limit=100, write_timeout_s=5)
+    try:
+        reviews = [make_review(f"r{n}", content="好评" if n != 1 else "好\ud800评") for n in range(3)]
+        with pytest.raises(InvalidRecordsError) as rejected:
+            service.write_reviews(reviews)
+        assert [index for index, _ in rejected.value.rejected] == [1]
+        assert service.store.count(schema.REVIEW) == 2
+    finally:
+        service.close()
