@@ -6,7 +6,6 @@ observers count what the scheduler core, the storage service and the client's fe
 from __future__ import annotations
 
 import socket
-import subprocess
 import threading
 import urllib.request
 from collections.abc import Iterator, Mapping
@@ -29,18 +28,13 @@ from storage_server.metrics import StorageMetrics
 from storage_server.service import StorageService
 from storage_server.spool import MemorySpool
 from storage_server.stores import MemoryStore
-from tests.observability.prom import promtool
+from tests.observability.prom import promtool_check
 from tests.scheduler.conftest import ManualClocks, make_settings
 from tests.storage.conftest import make_post
 
 
 def render(registry: CollectorRegistry) -> str:
     return generate_latest(registry).decode()
-
-
-def promtool_check(text: str) -> None:
-    done = subprocess.run([promtool(), "check", "metrics"], input=text, capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stdout + done.stderr + text
 
 
 def test_tally_and_buckets_render_valid_counters_and_histograms() -> None:
