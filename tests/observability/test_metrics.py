@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 import urllib.request
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -193,6 +194,37 @@ def test_storage_metrics_count_writes_spooling_and_outages() -> None:
     assert 'icecrawler_storage_backend_outages_total{backend="memory"} 1.0' in text
     assert 'icecrawler_storage_write_duration_seconds_count{table="weibo"} 1.0' in text
     assert "icecrawler_storage_spool_records 0.0" in text
+    promtool_check(text)
+
+
+def test_storage_metrics_follow_an_outage_the_spool_and_the_replay() -> None:
+    store = MemoryStore()
+    store.down = True  # an HBase outage
+    service = StorageService(store, MemorySpool(), max_text_chars=1000, batch_limit=100, write_timeout_s=5)
+    metrics = StorageMetrics(service)
+    service.observer = metrics
+    registry = CollectorRegistry()
+    metrics.register(registry)
+    try:
+        assert service.write_posts([make_post(1), make_post(2), make_post(3)]).spooled == 3
+        time.sleep(0.05)
+        text = render(registry)
+        assert "icecrawler_storage_spool_records 3.0" in text
+        assert 'icecrawler_storage_backend_up{backend="memory"} 0.0' in text
+        assert 'icecrawler_storage_records_spooled_total{table="weibo"} 3.0' in text
+        assert 'icecrawler_storage_backend_outages_total{backend="memory"} 1.0' in text
+        assert service.spool_age_s() > 0
+        store.down = False
+        assert service.wait_drained(10)
+        deadline = time.monotonic() + 10
+        while not service.backend_up() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        text = render(registry)
+    finally:
+        service.close()
+    assert "icecrawler_storage_spool_records 0.0" in text and "icecrawler_storage_spool_age_seconds 0.0" in text
+    assert 'icecrawler_storage_backend_up{backend="memory"} 1.0' in text
+    assert 'icecrawler_storage_records_written_total{backend="memory",table="weibo"} 3.0' in text  # replayed once
     promtool_check(text)
 
 
