@@ -237,7 +237,10 @@ def metrics_ab(group: ProcessGroup, tmp: Path, args: argparse.Namespace) -> tupl
     core = core_cycle_cost(tmp)
     lines_core = [f"in-process core, CPU per task cycle (median of {core['core_metrics_blocks']} blocks each): "
                   f"off {core['core_metrics_off_cpu_us_per_cycle']:.1f} us, on "
-                  f"{core['core_metrics_on_cpu_us_per_cycle']:.1f} us, cost {core['core_metrics_cost_cpu_pct']:.1f}%"]
+                  f"{core['core_metrics_on_cpu_us_per_cycle']:.1f} us, cost {core['core_metrics_cost_cpu_pct']:.1f}%",
+                  f"the observer's per-task work alone (leased + reported, timed on a real batch): "
+                  f"{core['core_metrics_observer_cpu_us_per_cycle']:.2f} us per cycle, "
+                  f"{core['core_metrics_observer_share_pct']:.1f}% of the cycle without metrics"]
     figures: dict[str, Any] = {**core, "metrics_ab_pairs": args.metrics_pairs, "metrics_ab_scrape_interval_s": 1.0,
                                "metrics_ab_seconds_per_run": args.seconds,
                                "metrics_ab_load_avg_1m_before": load_before,
