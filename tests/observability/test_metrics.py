@@ -318,3 +318,20 @@ def test_targets_refuses_an_empty_host_list(tmp_path: Path, capsys: pytest.Captu
     assert main(["targets", "--hosts", " , ", "--dir", str(tmp_path / "t")]) == 2
     assert "--hosts names no host" in capsys.readouterr().err
     assert not (tmp_path / "t").exists()
+
+
+def test_crawl_task_times_every_parse_for_the_metrics_and_keeps_long_texts() -> None:
+    from crawler_client.crawl import crawl_task
+    from crawler_client.sources.base import ParsedPage
+    from icecrawler.errors import FetchError
+    from tests.client.test_runtime_crawl import LongTextPostSource, ScriptedFetch, post, task
+
+    timings: list[float] = []
+    page1 = ParsedPage(items=[post(30), post(29)], next_request=PageRequest(url="http://site/list", page=2),
+                       info={"long_text_ids": "30"})
+    source = LongTextPostSource([page1, [post(28)], FetchError("broken page", outcome="ParseError")])
+    result = crawl_task(task(), source, ScriptedFetch(), base_url="http://site", max_pages=10, now_ms=lambda: 0,
+                        on_parse=timings.append)
+    assert len(timings) == 3 and all(seconds >= 0 for seconds in timings)  # the page that raised is timed too
+    assert result.report.outcome is Outcome.ParseError
+    assert result.posts[0].text == "the whole long text"  # the hook does not hide the source's long-text support

@@ -29,6 +29,7 @@ from icecrawler.processes import icecrawler_argv, wait_for_port
 from icecrawler.stack import Stack, running_stack, truth_index
 from sandbox.scenario import Product, Scenario, WeiboUser
 from sandbox.schedules import Schedule
+from tests.client.stack_checks import truncated_posts
 from tests.observability.prom import DEPLOY, Prometheus, consecutive_free_ports, prometheus_config, promtool_check
 
 pytestmark = [pytest.mark.e2e, pytest.mark.ice, pytest.mark.bdb, pytest.mark.slow]
@@ -141,6 +142,7 @@ def test_prometheus_sees_the_crawl_the_outage_and_every_dashboard_panel(tmp_path
                    timeout_s=120)
         wait_until(lambda: prometheus.value("sum(icecrawler_storage_spool_records)") == 0, "the spool never drained")
         assert len(stack.stored()) == everything
+        assert not truncated_posts(stack), "long posts stored truncated: the metrics hooks broke the long-text fetch"
         wait_until(lambda: prometheus.value(reports) == prometheus.value("sum(icecrawler_client_crawls_total)")
                    == len(FIRST) + len(DURING_OUTAGE), "client crawls and scheduler reports disagree after")
 
