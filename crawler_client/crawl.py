@@ -27,6 +27,7 @@ The walk, newest first:
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
@@ -230,11 +231,13 @@ def crawl_task(
     now_ms: Callable[[], int],
     cancelled: Callable[[], bool] = lambda: False,
     relogin: Callable[[], None] | None = None,
+    on_parse: Callable[[float], object] | None = None,
 ) -> CrawlResult:
     """Crawl ``task`` incrementally and classify the result. Never raises for anything a site can do.
 
     ``relogin`` (form-login sources) is called at most once, on the first login wall; it raises FetchError
-    when the login fails, else the walled page is fetched again. A second wall ends the crawl.
+    when the login fails, else the walled page is fetched again. A second wall ends the crawl. ``on_parse`` is
+    told how long each ``source.parse`` took (the client's metrics).
     """
     walk = _Walk()
     fetches_before = fetcher.requests_made
@@ -255,6 +258,7 @@ def crawl_task(
                                              fetcher.requests_made - fetches_before), aborted=True)
             page = fetcher.fetch(request)
             last_status = page.status
+            parse_started = time.perf_counter()
             try:
                 parsed = source.parse(task, request, page, now_ms())
             except FetchError as exc:
@@ -263,6 +267,9 @@ def crawl_task(
                 login, relogin = relogin, None
                 login()
                 continue
+            finally:
+                if on_parse is not None:
+                    on_parse(time.perf_counter() - parse_started)
             if parsed.outcome is not Outcome.Ok:
                 raise FetchError(f"{source.name} classified the page as {parsed.outcome.value}",
                                  outcome=parsed.outcome.value, http_status=page.status)

@@ -16,7 +16,6 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, cast
 
 from crawler_client.crawl import CrawlResult, crawl_task, failure_report
 from crawler_client.headers import source_headers
@@ -31,7 +30,7 @@ from icecrawler.errors import FetchError
 from icecrawler.models import SOURCES, Outcome, Task
 from icecrawler.settings import Settings
 
-__all__ = ["FORM_LOGINS", "FormLogin", "RunnerConfig", "TaskRunner", "TimedParse"]
+__all__ = ["FORM_LOGINS", "FormLogin", "RunnerConfig", "TaskRunner"]
 
 log = logging.getLogger(__name__)
 
@@ -127,10 +126,9 @@ class TaskRunner:
                                                                                      seconds))
         relogin = self._relogin_hook(task, base_url, fetcher)
         return crawl_task(
-            task, cast(Source, TimedParse(source, observer)), fetcher, base_url=base_url,
-            max_pages=self.config.max_pages,
+            task, source, fetcher, base_url=base_url, max_pages=self.config.max_pages,
             now_ms=self.clock.now_ms, cancelled=self._cancelled(task),
-            relogin=relogin,
+            relogin=relogin, on_parse=lambda seconds: observer.parsed(task.source, seconds),
         )
 
     def _retry_wait(self, observer: ClientObserver) -> Callable[[float], object]:
@@ -174,20 +172,3 @@ class TaskRunner:
 
         return relogin
 
-
-class TimedParse:
-    """A source whose ``parse`` is timed for the metrics; everything else is the source's own."""
-
-    def __init__(self, source: Source, observer: ClientObserver) -> None:
-        self._source = source
-        self._observer = observer
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._source, name)
-
-    def parse(self, *args: Any) -> Any:
-        started = time.perf_counter()
-        try:
-            return self._source.parse(*args)
-        finally:
-            self._observer.parsed(self._source.name, time.perf_counter() - started)

@@ -236,7 +236,8 @@ class StorageService:
         """Seconds since the spool was last empty (0 while it is empty)."""
         with self._lock:
             since = self._spooled_since
-        return 0.0 if since is None else max(0.0, time.time() - since)
+        # An entry appended just as the replay emptied the spool can leave a start time behind: empty is empty.
+        return 0.0 if since is None or self.spool.depth() == 0 else max(0.0, time.time() - since)
 
     def backend_up(self) -> bool:
         """False from a failed backend write until the spool drained after it."""

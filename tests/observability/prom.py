@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import socket
+import subprocess
 import time
 import urllib.parse
 import urllib.request
@@ -16,16 +18,18 @@ from typing import Any
 import pytest
 
 from icecrawler.processes import ManagedProcess, ProcessGroup, free_port
+from tests.requirements import skip_or_fail
 
-__all__ = ["DEPLOY", "Prometheus", "prometheus_binary", "prometheus_config", "promtool", "short_rules"]
+__all__ = ["DEPLOY", "Prometheus", "consecutive_free_ports", "prometheus_binary", "prometheus_config", "promtool",
+           "promtool_check", "short_rules"]
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 
 
 def _binary(name: str) -> str:
     path = shutil.which(name)
-    if path is None:  # the set-up installs it (scripts/bootstrap.sh); a missing one is a broken set-up
-        pytest.fail(f"{name} is not installed: run scripts/bootstrap.sh (Debian package 'prometheus')")
+    if path is None:  # scripts/bootstrap.sh installs it: CI and `make test` fail without it (tests.requirements)
+        skip_or_fail(f"{name} is not installed: run scripts/bootstrap.sh (Debian package 'prometheus')")
     return path
 
 
@@ -42,6 +46,26 @@ def short_rules(text: str, hold_s: int = 2, window_s: int = 20) -> str:
     ``window_s`` (the expressions are otherwise the deployed ones)."""
     text = re.sub(r"for: \d+[smh]", f"for: {hold_s}s", text)
     return re.sub(r"\[\d+[smh]\]", f"[{window_s}s]", text)
+
+
+def promtool_check(text: str) -> None:
+    """``promtool check metrics`` accepts ``text`` (an endpoint's exposition)."""
+    done = subprocess.run([promtool(), "check", "metrics"], input=text, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr + text[:3000]
+
+
+def consecutive_free_ports(count: int) -> int:
+    """The first of ``count`` consecutive free loopback ports."""
+    for _ in range(100):
+        first = free_port()
+        try:
+            for port in range(first + 1, first + count):
+                with socket.socket() as sock:
+                    sock.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        return first
+    raise AssertionError("no run of free ports")
 
 
 def prometheus_config(directory: Path, scrape_interval_s: int = 1) -> Path:

@@ -6,8 +6,8 @@ observers count what the scheduler core, the storage service and the client's fe
 from __future__ import annotations
 
 import socket
-import subprocess
 import threading
+import time
 import urllib.request
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -29,18 +29,13 @@ from storage_server.metrics import StorageMetrics
 from storage_server.service import StorageService
 from storage_server.spool import MemorySpool
 from storage_server.stores import MemoryStore
-from tests.observability.prom import promtool
+from tests.observability.prom import promtool_check
 from tests.scheduler.conftest import ManualClocks, make_settings
 from tests.storage.conftest import make_post
 
 
 def render(registry: CollectorRegistry) -> str:
     return generate_latest(registry).decode()
-
-
-def promtool_check(text: str) -> None:
-    done = subprocess.run([promtool(), "check", "metrics"], input=text, capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stdout + done.stderr + text
 
 
 def test_tally_and_buckets_render_valid_counters_and_histograms() -> None:
@@ -202,6 +197,37 @@ def test_storage_metrics_count_writes_spooling_and_outages() -> None:
     promtool_check(text)
 
 
+def test_storage_metrics_follow_an_outage_the_spool_and_the_replay() -> None:
+    store = MemoryStore()
+    store.down = True  # an HBase outage
+    service = StorageService(store, MemorySpool(), max_text_chars=1000, batch_limit=100, write_timeout_s=5)
+    metrics = StorageMetrics(service)
+    service.observer = metrics
+    registry = CollectorRegistry()
+    metrics.register(registry)
+    try:
+        assert service.write_posts([make_post(1), make_post(2), make_post(3)]).spooled == 3
+        time.sleep(0.05)
+        text = render(registry)
+        assert "icecrawler_storage_spool_records 3.0" in text
+        assert 'icecrawler_storage_backend_up{backend="memory"} 0.0' in text
+        assert 'icecrawler_storage_records_spooled_total{table="weibo"} 3.0' in text
+        assert 'icecrawler_storage_backend_outages_total{backend="memory"} 1.0' in text
+        assert service.spool_age_s() > 0
+        store.down = False
+        assert service.wait_drained(10)
+        deadline = time.monotonic() + 10
+        while not service.backend_up() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        text = render(registry)
+    finally:
+        service.close()
+    assert "icecrawler_storage_spool_records 0.0" in text and "icecrawler_storage_spool_age_seconds 0.0" in text
+    assert 'icecrawler_storage_backend_up{backend="memory"} 1.0' in text
+    assert 'icecrawler_storage_records_written_total{backend="memory",table="weibo"} 3.0' in text  # replayed once
+    promtool_check(text)
+
+
 def test_the_fetcher_reports_every_request_to_its_hook() -> None:
     seen: list[tuple[int, int]] = []
 
@@ -292,3 +318,20 @@ def test_targets_refuses_an_empty_host_list(tmp_path: Path, capsys: pytest.Captu
     assert main(["targets", "--hosts", " , ", "--dir", str(tmp_path / "t")]) == 2
     assert "--hosts names no host" in capsys.readouterr().err
     assert not (tmp_path / "t").exists()
+
+
+def test_crawl_task_times_every_parse_for_the_metrics_and_keeps_long_texts() -> None:
+    from crawler_client.crawl import crawl_task
+    from crawler_client.sources.base import ParsedPage
+    from icecrawler.errors import FetchError
+    from tests.client.test_runtime_crawl import LongTextPostSource, ScriptedFetch, post, task
+
+    timings: list[float] = []
+    page1 = ParsedPage(items=[post(30), post(29)], next_request=PageRequest(url="http://site/list", page=2),
+                       info={"long_text_ids": "30"})
+    source = LongTextPostSource([page1, [post(28)], FetchError("broken page", outcome="ParseError")])
+    result = crawl_task(task(), source, ScriptedFetch(), base_url="http://site", max_pages=10, now_ms=lambda: 0,
+                        on_parse=timings.append)
+    assert len(timings) == 3 and all(seconds >= 0 for seconds in timings)  # the page that raised is timed too
+    assert result.report.outcome is Outcome.ParseError
+    assert result.posts[0].text == "the whole long text"  # the hook does not hide the source's long-text support

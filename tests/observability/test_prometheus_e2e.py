@@ -16,7 +16,6 @@ exactly.
 from __future__ import annotations
 
 import json
-import socket
 import sqlite3
 import subprocess
 import time
@@ -26,11 +25,12 @@ from pathlib import Path
 
 import pytest
 
-from icecrawler.processes import free_port, icecrawler_argv, wait_for_port
+from icecrawler.processes import icecrawler_argv, wait_for_port
 from icecrawler.stack import Stack, running_stack, truth_index
 from sandbox.scenario import Product, Scenario, WeiboUser
 from sandbox.schedules import Schedule
-from tests.observability.prom import DEPLOY, Prometheus, prometheus_config, promtool
+from tests.client.stack_checks import truncated_posts
+from tests.observability.prom import DEPLOY, Prometheus, consecutive_free_ports, prometheus_config, promtool_check
 
 pytestmark = [pytest.mark.e2e, pytest.mark.ice, pytest.mark.bdb, pytest.mark.slow]
 
@@ -64,25 +64,10 @@ def published(stack: Stack, seeded: tuple[str, ...]) -> int:
     return sum(1 for source, key in truth_index(stack.truth()["items"]) if (source, str(key[1])) in targets)
 
 
-def consecutive_free_ports(count: int) -> int:
-    """The first of ``count`` consecutive free loopback ports."""
-    for _ in range(100):
-        first = free_port()
-        try:
-            for port in range(first + 1, first + count):
-                with socket.socket() as sock:
-                    sock.bind(("127.0.0.1", port))
-        except OSError:
-            continue
-        return first
-    raise AssertionError("no run of free ports")
-
-
 def check_metrics_text(url: str) -> str:
     with urllib.request.urlopen(url, timeout=10) as answer:
         text = answer.read().decode()
-    done = subprocess.run([promtool(), "check", "metrics"], input=text, capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, f"{url}:\n{done.stdout}{done.stderr}"
+    promtool_check(text)
     return text
 
 
@@ -157,6 +142,7 @@ def test_prometheus_sees_the_crawl_the_outage_and_every_dashboard_panel(tmp_path
                    timeout_s=120)
         wait_until(lambda: prometheus.value("sum(icecrawler_storage_spool_records)") == 0, "the spool never drained")
         assert len(stack.stored()) == everything
+        assert not truncated_posts(stack), "long posts stored truncated: the metrics hooks broke the long-text fetch"
         wait_until(lambda: prometheus.value(reports) == prometheus.value("sum(icecrawler_client_crawls_total)")
                    == len(FIRST) + len(DURING_OUTAGE), "client crawls and scheduler reports disagree after")
 
