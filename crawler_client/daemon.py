@@ -36,7 +36,7 @@ from crawler_client.runner import TaskRunner
 from crawler_client.sink import Backoff, ClientStats, Sink
 from icecrawler import limits
 from icecrawler.clock import Clock
-from icecrawler.errors import FetchError, InvalidArgumentError, NoWorkError, ServiceError
+from icecrawler.errors import FetchError, InvalidArgumentError, NotAuthorizedError, NoWorkError, ServiceError
 from icecrawler.models import Task
 from icecrawler.settings import Settings
 
@@ -235,7 +235,10 @@ class ClientDaemon:
             return
         delay = backoff.failed(time.monotonic())
         observer.current().waited("backoff", delay)
-        if isinstance(exc, (ServiceError, InvalidArgumentError)):
+        if isinstance(exc, NotAuthorizedError):
+            log.error("leasing refused: %s; retry in %.1fs (this node needs a certificate with --role client)",
+                      exc, delay)
+        elif isinstance(exc, (ServiceError, InvalidArgumentError)):
             log.warning("leasing failed (%s); retry in %.1fs", exc, delay)
         else:  # a bug: keep leasing alive, loudly
             log.exception("leasing failed unexpectedly; retry in %.1fs", delay, exc_info=exc)

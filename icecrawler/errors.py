@@ -7,10 +7,10 @@
     ├── NoWorkError                       nothing is due in the scheduler
     ├── LeaseLostError                    a report's lease expired, was re-issued, or never existed
     ├── StorageUnavailableError           backend and spool both refused a write
-    ├── NotAuthorizedError                the peer's certificate role may not call an operation
     ├── FetchError                        an HTTP fetch failed; carries the Outcome class
     │   └── ParseError (ValueError)       a response body that cannot be parsed
     ├── ServiceError                      a daemon (HBase, Ice server) did not start or answer
+    │   └── NotAuthorizedError            the server refused our certificate's role for an operation
     └── MissingPartError (ImportError)    an optional extra, or a source-checkout-only package, is not installed
 
 Foreign errors (berkeleydb, thrift/happybase, urllib3 and ``OSError`` from the HTTP transport) are translated where
@@ -93,10 +93,6 @@ class StorageUnavailableError(IcecrawlerError):
     """Neither the backend nor the durable spool could take a write."""
 
 
-class NotAuthorizedError(IcecrawlerError):
-    """The caller's TLS certificate (its role, or a revoked one) does not allow the operation. Nothing changed."""
-
-
 def quote(value: object, limit: int = 60) -> str:
     """``repr`` of at most ``limit`` characters of ``value``, with its full length when cut: an error message never
     echoes a huge argument back (a 10 MB id would otherwise be copied into every log line and reply)."""
@@ -128,6 +124,11 @@ class ParseError(FetchError, ValueError):
 
 class ServiceError(IcecrawlerError):
     """A daemon we depend on did not start, or stopped answering."""
+
+
+class NotAuthorizedError(ServiceError):
+    """The caller's TLS certificate (its role, or a revoked one) does not allow the operation. Nothing changed.
+    A ServiceError: a client keeps what it holds and retries, so nothing is lost while the certificate is fixed."""
 
 
 class MissingPartError(IcecrawlerError, ImportError):

@@ -38,6 +38,8 @@ __all__ = [
     "Gate",
     "check_listen_endpoints",
     "check_ports_free",
+    "guarded",
+    "has_secure_endpoint",
     "is_loopback_host",
     "role_of_certificate",
 ]
@@ -90,7 +92,9 @@ class Gate:
     ``tls=False`` (no ssl endpoint on the adapter) skips even that."""
 
     def __init__(self, revoked: Iterable[str] = (), *, tls: bool = True) -> None:
+        # Serials as `openssl x509 -serial` prints them (upper case, zero-padded) or as we format them; or CNs.
         self.revoked = frozenset(item.strip().lower() for item in revoked if item.strip())
+        self._revoked_serials = frozenset(item.lstrip("0") for item in self.revoked)
         self.tls = tls
         self._by_pem = functools.lru_cache(maxsize=1024)(self._permissions_of)
 
@@ -105,7 +109,7 @@ class Gate:
             role, common_name, serial = role_of_certificate(pem)
         except ValueError:
             return NOTHING
-        if serial in self.revoked or common_name.lower() in self.revoked:
+        if serial.lstrip("0") in self._revoked_serials or common_name.lower() in self.revoked:
             log.warning("refused revoked certificate CN=%s serial %s", common_name, serial)
             return NOTHING
         return PERMISSIONS.get(role, NOTHING)

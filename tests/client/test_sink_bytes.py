@@ -4,6 +4,8 @@ client would resend it forever."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from crawler_client.crawl import CrawlResult
 from crawler_client.sink import Sink, record_wire_bytes
 from icecrawler.models import Report, Review, Task, TaskKind
@@ -44,3 +46,27 @@ def test_without_a_byte_limit_only_the_count_splits() -> None:
     sink.add(_result("a", [3000] * 5))
     assert sink.flush() is True
     assert storage.writes == [2, 2, 1]
+
+
+def test_a_refused_certificate_loses_nothing() -> None:
+    """NotAuthorized (a client certificate without the right role) keeps the records buffered, like an outage,
+    until the certificate is fixed."""
+    from icecrawler.errors import NotAuthorizedError
+
+    class RefusingStorage(MemoryStorage):
+        refuse = True
+
+        def write_reviews(self, reviews: Sequence[Review]) -> int:
+            if self.refuse:
+                raise NotAuthorizedError("writeReviews: this certificate's role may not write")
+            return super().write_reviews(reviews)
+
+    scheduler, storage = MemoryScheduler(), RefusingStorage()
+    sink = Sink(scheduler, storage, buffer_records=1000, report_batch=10, write_batch=100, backoff_s=0.0,
+                max_backoff_s=0.0, now_ms=lambda: 0, monotonic=lambda: 0.0, fingerprint=lambda texts: 0)
+    sink.add(_result("a", [10, 10]))
+    assert sink.flush() is False
+    assert sink.buffered_records() == 2 and scheduler.reports == []
+    storage.refuse = False
+    assert sink.flush() is True
+    assert len(storage.reviews) == 2 and len(scheduler.reports) == 1

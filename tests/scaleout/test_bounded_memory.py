@@ -223,3 +223,29 @@ def test_an_idle_peer_with_a_partial_request_is_dropped(name: str, daemons: dict
         sock.sendall(_ice_header(daemon.limit_kib * 1024 + 1))
         sock.settimeout(IDLE_TIMEOUT_S * 10)
         assert _closed_by_server(sock)
+
+
+def test_errors_quote_only_a_prefix_of_a_huge_argument(daemons: dict[str, Daemon]) -> None:
+    C = rpc.crawler()
+    huge = "9" * 3_000_000
+    with rpc.communicator((), CLIENT) as comm:
+        scheduler = C.SchedulerPrx(comm, daemons["scheduler"].proxy)
+        storage = C.StoragePrx(comm, daemons["storage"].proxy)
+        calls: list[Callable[[], object]] = [
+            lambda: scheduler.addUsers([f"weibo_pc:{huge}"], C.TaskKind.WeiboUser),
+            lambda: scheduler.taskInfo(f"user:weibo_pc:{huge}"),
+            lambda: scheduler.putUsers([C.Report(taskId=f"user:weibo_pc:{huge}", leaseToken="x")]),
+            lambda: storage.writeReviews([_huge_review(huge)]),
+        ]
+        for call in calls:
+            with pytest.raises(C.InvalidArgument) as refused:
+                call()
+            error = refused.value
+            text = " ".join([error.message, error.field, *getattr(error, "reasons", [])])
+            assert len(text) < 1000 and huge not in text, text[:200]
+
+
+def _huge_review(product_id: str) -> Any:
+    review = _review(1, "x")
+    review.productId = product_id
+    return review

@@ -10,6 +10,7 @@ one from another CA never gets past the handshake.
 from __future__ import annotations
 
 import itertools
+import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -200,3 +201,15 @@ def test_issue_writes_the_role(pki: dict[str, Path]) -> None:
     role, name, serial = role_of_certificate((pki["ours"] / "reader.pem").read_text())
     assert (role, name) == ("reader", "reader") and int(serial, 16) > 0
     assert role_of_certificate((pki["ours"] / "norole.pem").read_text())[0] == ""
+
+
+def test_revocation_by_serial_as_openssl_prints_it(pki: dict[str, Path]) -> None:
+    from icecrawler.security import Gate, role_of_certificate
+
+    pem = (pki["ours"] / "admin.pem").read_text()
+    serial = role_of_certificate(pem)[2]
+    printed = subprocess.run(["openssl", "x509", "-noout", "-serial", "-in", str(pki["ours"] / "admin.pem")],
+                             capture_output=True, text=True, check=True, timeout=30).stdout.strip()
+    assert printed.split("=", 1)[1].lower().lstrip("0") == serial.lstrip("0")
+    assert Gate.from_setting(f"someone-else, {printed.split('=', 1)[1]}")._permissions_of(pem) == frozenset()
+    assert "add" in Gate.from_setting("someone-else")._permissions_of(pem)
