@@ -962,7 +962,8 @@ class SchedulerCore:
 
     def gauges(self) -> dict[str, Any]:
         """Cheap current values for the metrics (no B-tree read): task counts, the due backlog (pending tasks due
-        now, and how long the most overdue one has waited, simulated seconds), blocked hosts, accounts by state."""
+        now, and how long the most overdue one has waited, simulated seconds), blocked hosts, accounts by state,
+        open page-cap gaps, visitor sessions minted and renewed per source."""
         with self._lock:
             wall = self.clocks.wall()
             now_ms = int(self.clocks.now() * 1000)
@@ -971,13 +972,17 @@ class SchedulerCore:
             hosts = self.gate.describe(wall)
             accounts = self.accounts.describe(wall)
             counts = dict(self._counts)
+            open_gaps = len(self.open_gaps)
+        visitors = self.accounts.visitors.describe(wall)
         states: dict[str, int] = {"ok": 0, "frozen": 0}
         for account in accounts.values():
             states[account["state"]] = states.get(account["state"], 0) + 1
         return {**counts, "due": due,
                 "due_age_s": max(0.0, (now_ms - first_ms) / 1000) if due and first_ms is not None else 0.0,
                 "blocked_hosts": sum(1 for host in hosts.values() if host["block"]["reason"]),
-                "accounts": states}
+                "accounts": states, "open_gaps": open_gaps,
+                "visitor_renewals": {source: v["renewals"] for source, v in visitors.items()},
+                "visitor_mints": {source: v["mints"] for source, v in visitors.items()}}
 
     def task_info(self, task_id: str) -> dict[str, Any]:
         """One task's metadata and recent period/distance history."""

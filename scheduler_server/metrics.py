@@ -29,15 +29,12 @@ from icecrawler.models import SOURCES, Outcome, Report, Task
 from scheduler_server.codec import TaskRecord
 from scheduler_server.core import SchedulerCore
 
-__all__ = ["PAGE_CAP_GAPS_HOOK", "SchedulerMetrics", "TimedResult"]
+__all__ = ["SchedulerMetrics", "TimedResult"]
 
 #: Re-crawl period buckets (simulated seconds): one minute to one day.
 PERIOD_BUCKETS_S = (60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0, 7200.0, 14400.0, 28800.0, 43200.0, 86400.0)
 #: Calls per group commit.
 GROUP_BUCKETS = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0)
-#: A core method returning the number of open page-cap gaps (tasks whose last crawl stopped at the page cap before
-#: reaching its cursor). Exported as ``icecrawler_scheduler_open_page_cap_gaps`` when the core has it.
-PAGE_CAP_GAPS_HOOK = "open_page_cap_gaps"
 
 
 class SchedulerMetrics:
@@ -120,10 +117,14 @@ class SchedulerMetrics:
         yield gauge(p + "blocked_hosts", "Hosts blocked after a ban or rate limit.", values["blocked_hosts"])
         yield gauge(p + "accounts", "Pooled accounts by state.",
                     {(state,): n for state, n in values["accounts"].items()}, ["state"])
-        gaps = getattr(core, PAGE_CAP_GAPS_HOOK, None)
-        if callable(gaps):
-            yield gauge(p + "open_page_cap_gaps", "Tasks whose last crawl stopped at the page cap before reaching "
-                        "its cursor (items may have been skipped).", float(gaps()))
+        yield gauge(p + "open_page_cap_gaps", "Tasks whose last crawl stopped at the page cap before reaching its "
+                    "cursor: their next visits close the gap first (docs/ARCHITECTURE.md, Guarantees).",
+                    values["open_gaps"])
+        yield counter_family(p + "visitor_sessions_minted", "Visitor sessions minted through a site's passport, by "
+                             "source.", ["source"], {(source,): n for source, n in values["visitor_mints"].items()})
+        yield counter_family(p + "visitor_session_renewals", "Visitor sessions renewed after the site ended them "
+                             "(HTTP 432, a visitor redirect), by source.", ["source"],
+                             {(source,): n for source, n in values["visitor_renewals"].items()})
         yield counter_family(p + "leases", "Tasks leased, by source.", ["source"],
                              {(source,): n for source, n in dict(self._leases).items()})
         yield counter_family(p + "reports", "Crawl reports applied, by source and outcome.", ["source", "outcome"],
