@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 __all__ = ["TaskRecord", "decode_lease", "decode_time_key", "done_value", "encode_lease", "history_append",
-           "history_entries", "time_key"]
+           "history_entries", "hold_lease", "time_key"]
 
 _TIME = struct.Struct(">Q")
 #: One entry of a task's crawl history: time (ms), period (s), fingerprint distance (-1: unknown), new items.
@@ -148,3 +148,10 @@ class TaskRecord:
 _NAMES = tuple(f.name for f in fields(TaskRecord))
 #: A record's field values as a tuple in that order, picked in C.
 _values = operator.attrgetter(*_NAMES)
+
+
+def hold_lease(record: TaskRecord, deadline_ms: int, lease: bytes) -> None:
+    """Put the lease of the task's ``inflight`` entry (at ``deadline_ms``) into its decoded record."""
+    token, worker, account_id = decode_lease(lease)
+    record.state, record.lease_token, record.lease_deadline_ms = "inflight", token, deadline_ms
+    record.worker, record.account_id = worker, account_id
