@@ -1,9 +1,11 @@
 """The scheduler's logic, without Ice: add, lease, report, release and expire tasks (``SchedulerCore``).
 
-Its parts, each in its own module: the settings and their wiring (``config``), argument checks (``checks``),
-what a report's outcome does, as data (``outcomes``), the moves of a task between the queues (``moves``), group
-commit (``groups``), status (``status``) and the audit (``audit``). ``SchedulerConfig``, ``Clocks``,
-``SystemClocks`` and ``check_consistency`` are importable from here too.
+This module holds the five operations and the group-commit plumbing they share. Its parts, each in its own
+module: the settings and their wiring (``config``), argument checks (``checks``), what a report's outcome does,
+as data (``outcomes``), the moves of a task between the queues (``moves``), group commit (``groups``), what a
+core restores at start (``startup``), the budget rebalance (``budget``), status (``status``) and the audit
+(``audit``). ``SchedulerConfig``, ``Clocks``, ``SystemClocks`` and ``check_consistency`` are importable from
+here too.
 
 State lives in a ``QueueStore`` (tables ``tasks``, ``pending``, ``inflight``, ``done``, ``meta``; see
 ``store`` and ``codec``). Every call that changes state does so inside ONE store transaction (never split
@@ -39,7 +41,6 @@ host spacing, blocks and account budgets use the wall clock, since clients and s
 from __future__ import annotations
 
 import json
-import logging
 import math
 import secrets
 import threading
@@ -49,7 +50,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from icecrawler.errors import ConfigError, InvalidArgumentError, LeaseLostError, NoWorkError, ServiceError
+from icecrawler.errors import InvalidArgumentError, LeaseLostError, NoWorkError, ServiceError
 from icecrawler.models import Report, Task, TaskKind
 from icecrawler.resume import is_gap
 from icecrawler.settings import Settings
@@ -57,30 +58,23 @@ from icecrawler.shards import ShardMap
 from scheduler_server import status
 from scheduler_server.accounts import AccountPool
 from scheduler_server.audit import check_consistency
+from scheduler_server.budget import rebalance_budget
 from scheduler_server.cache import RecordCache
 from scheduler_server.checks import check_lease_args, check_release_args, check_reports, parse_add_ids
-from scheduler_server.codec import TaskRecord, decode_time_key, done_value, history_append, time_key
-from scheduler_server.config import BudgetedPolicy, Clocks, SchedulerConfig, SystemClocks, core_parts
+from scheduler_server.codec import TaskRecord, done_value, history_append, time_key
+from scheduler_server.config import Clocks, SchedulerConfig, SystemClocks, core_parts
 from scheduler_server.groups import GroupCall, GroupRunner, Pending
 from scheduler_server.moves import TaskMoves
 from scheduler_server.observer import CoreObserver
 from scheduler_server.outcomes import OutcomeEffects, outcome_effects
 from scheduler_server.politeness import HostGate, RateWindow
 from scheduler_server.queues import TaskQueues
+from scheduler_server.startup import GAP_KEY, GAP_VALUE, restore_state
 from scheduler_server.store import QueueStore, Txn
-from shhd.policies import Observation, RevisitPolicy, budget_scale
+from shhd.policies import Observation, RevisitPolicy
 
 __all__ = ["Clocks", "SchedulerConfig", "SchedulerCore", "SystemClocks", "check_consistency"]
 
-log = logging.getLogger(__name__)
-
-_SCAN_CHUNK = 1024
-#: The ``meta`` key of the shard layout (``_check_layout``).
-_LAYOUT_KEY = b"layout"
-#: ``meta`` keys of tasks with an open page-cap gap (``icecrawler.resume``), and their value: shaped like a host
-#: block that ended long ago, which is what a scheduler without gaps makes of it.
-_GAP_KEY = b"gap:"
-_GAP_VALUE = b'[0, "page-cap gap"]'
 #: TaskKind by stored value (a dict lookup; calling the enum costs a microsecond per leased task).
 _TASK_KINDS = {kind.value: kind for kind in TaskKind}
 #: When a due task waits for an in-flight task of its host or for an account, idle clients retry after this.
@@ -140,58 +134,12 @@ class SchedulerCore:
         self.moves = TaskMoves(config, self.queues, self.records)
         #: Tasks whose cursor holds an open page-cap gap (``icecrawler.resume``): ``stats()["open_gaps"]``.
         self.open_gaps: set[str] = set()
-        self._load()
+        restore_state(self)
 
     @classmethod
     def from_settings(cls, settings: Settings, store: QueueStore, clocks: Clocks | None = None) -> SchedulerCore:
         config, policy, clocks, accounts = core_parts(settings, clocks)
         return cls(store, policy, clocks, config, accounts)
-
-    # --- start-up -------------------------------------------------------------------------------------------
-
-    def _load(self) -> None:
-        """Counters, persisted host blocks and account freezes, the in-memory queues (from the queue tables) and
-        hosts occupied by surviving leases."""
-        wall = self.clocks.wall()
-        with self.store.transaction() as txn:
-            self._counts = {name: txn.count(name) for name in ("tasks", "pending", "inflight", "done")}
-            self._check_layout(txn)
-            for key, value in txn.scan("meta", limit=1_000_000):
-                if key == _LAYOUT_KEY:
-                    continue
-                if key.startswith(_GAP_KEY):
-                    self.open_gaps.add(key[len(_GAP_KEY):].decode())
-                    continue
-                kind, _, name = key.decode().partition(":")
-                until, reason = json.loads(value)
-                if kind == "host":
-                    self.gate.block(name, until, reason)
-                elif kind == "account":
-                    self.accounts.freeze(name, until, reason)
-            for table in ("pending", "inflight"):
-                start = b""
-                while chunk := txn.scan(table, start, limit=_SCAN_CHUNK):
-                    for key, _ in chunk:
-                        ms, task_id = decode_time_key(key)
-                        if table == "pending":
-                            self.queues.pending(task_id, task_id.split(":", 2)[1], ms)
-                        else:
-                            self.queues.inflight(task_id, ms)
-                            self.gate.restore_inflight(self._host(task_id), wall)
-                    start = chunk[-1][0] + b"\0"
-
-    def _check_layout(self, txn: Txn) -> None:
-        """The database remembers which shard of how many it is: tasks are placed by ``crc32(host) % shards``,
-        so opening it as another shard, or with another shard count, would strand tasks on the wrong shard."""
-        layout = {"shard": self.config.shard, "shards": self.config.shards}
-        stored = txn.get("meta", _LAYOUT_KEY)
-        if stored is None:
-            txn.put("meta", _LAYOUT_KEY, json.dumps(layout).encode())
-        elif json.loads(stored) != layout:
-            was = json.loads(stored)
-            raise ConfigError(f"this scheduler database is shard {was['shard']} of {was['shards']}, but "
-                              f"scheduler.shard/scheduler.shards say {layout['shard']} of {layout['shards']}; "
-                              "use the shard's own scheduler.db_dir (changing the shard count is not supported)")
 
     # --- group commit (the steps are described in ``groups``) ------------------------------------------------
 
@@ -478,9 +426,9 @@ class SchedulerCore:
                                         self.config.history_len)
         if is_gap(record.cursor) != had_gap:
             if had_gap:
-                txn.delete("meta", _GAP_KEY + record.id.encode())
+                txn.delete("meta", GAP_KEY + record.id.encode())
             else:
-                txn.put("meta", _GAP_KEY + record.id.encode(), _GAP_VALUE)
+                txn.put("meta", GAP_KEY + record.id.encode(), GAP_VALUE)
         return period
 
     def release(self, leases: Sequence[tuple[str, str]]) -> None:
@@ -533,28 +481,9 @@ class SchedulerCore:
             self.observer.expired(records)
 
     def rebalance_budget(self) -> float | None:
-        """Spread ``scheduler.fetch_budget_per_s`` over all tasks by the square-root rule (the ``rate`` policy's
-        global allocation): recompute its constant from every task's current rate estimate. Periods change at
-        each task's next report. Returns the new constant, or None when no budget applies."""
-        if self.config.fetch_budget_per_s <= 0 or not isinstance(self.policy, BudgetedPolicy):
-            return None
-        # Chunk by chunk, each in its own short read under the lock, so that leases and reports go on between
-        # chunks: the constant is an estimate over slowly changing rates and needs no single snapshot.
-        rates: list[float] = []
-        start = b""
-        while True:
-            with self._lock, self.store.transaction() as txn:
-                chunk = txn.scan("tasks", start, limit=_SCAN_CHUNK)
-            if not chunk:
-                break
-            rates.extend(self.policy.rate_of(TaskRecord.from_bytes(raw).policy_state) for _, raw in chunk)
-            start = chunk[-1][0] + b"\0"
-        if not rates:
-            return None
-        scale = budget_scale(rates, self.config.fetch_budget_per_s, self.config.min_period_s,
-                             self.config.max_period_s)
-        self.policy.set_budget_scale(scale)
-        return scale
+        """Spread ``scheduler.fetch_budget_per_s`` over all tasks (``budget.rebalance_budget``); returns the new
+        constant, or None when no budget applies."""
+        return rebalance_budget(self)
 
     def prune_done(self, limit: int = 10_000) -> int:
         """Drop completion-log entries older than ``scheduler.done_retention_s``."""
