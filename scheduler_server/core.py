@@ -66,7 +66,7 @@ from scheduler_server.config import Clocks, SchedulerConfig, SystemClocks, core_
 from scheduler_server.groups import GroupCall, GroupRunner, Pending
 from scheduler_server.moves import TaskMoves
 from scheduler_server.observer import CoreObserver
-from scheduler_server.outcomes import OutcomeEffects, outcome_effects
+from scheduler_server.outcomes import Hold, OutcomeEffects, outcome_effects
 from scheduler_server.politeness import HostGate, RateWindow
 from scheduler_server.queues import TaskQueues
 from scheduler_server.startup import GAP_KEY, GAP_VALUE, restore_state
@@ -105,6 +105,11 @@ class _AllRejected(Exception):
 _CALLER_ERRORS = (InvalidArgumentError, LeaseLostError, NoWorkError)
 
 
+def _persist_hold(txn: Txn, kind: str, hold: Hold) -> None:
+    """A host block or account freeze as a ``meta`` entry (``startup`` restores them)."""
+    txn.put("meta", f"{kind}:{hold.name}".encode(), json.dumps([hold.until, hold.reason]).encode())
+
+
 class SchedulerCore:
     """Leases due tasks, applies reports, keeps politeness and the account pool; see the module docstring."""
 
@@ -117,6 +122,9 @@ class SchedulerCore:
         self.accounts = accounts
         self.gate = HostGate(config.host_spacing_s)
         self.shard_map = ShardMap(config.hosts, config.shards)
+        #: Serialises the groups with maintenance and status. It, the counters (``_counts``), the rate windows and
+        #: ``_stopping`` are also read by the core's helper modules (``startup``, ``status``, ``budget``,
+        #: ``listing``), which hold no state of their own.
         self._lock = threading.RLock()
         self._runner = GroupRunner(self._run_group, self._sync)
         #: Told about every committed change (the daemon's metrics, ``scheduler_server.metrics``); None = nobody.
@@ -385,12 +393,13 @@ class SchedulerCore:
         record.last_crawl_ms = now_ms
         record.attempts = effects.attempts
         delay_s = self._observe(txn, record, item, now_ms) if effects.observe else effects.delay_s
-        for kind, hold in (("host", effects.block_host), ("account", effects.freeze_account)):
-            if hold is not None:
-                txn.put("meta", f"{kind}:{hold.name}".encode(), json.dumps([hold.until, hold.reason]).encode())
+        # Persisted here (a restart keeps them); the gate and the pool hear of them after the commit, the later
+        # calls of this group at once.
         if effects.block_host is not None:
+            _persist_hold(txn, "host", effects.block_host)
             group.held_hosts.add(effects.block_host.name)
         if effects.freeze_account is not None:
+            _persist_hold(txn, "account", effects.freeze_account)
             group.frozen_accounts.add(effects.freeze_account.name)
         # Same JSON as json.dumps of {"outcome", "new", "period_s", "worker", "fetches", **lease_interval}.
         deadline_ms = record.lease_deadline_ms
