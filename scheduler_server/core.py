@@ -25,8 +25,9 @@ status). Memory-only side effects (politeness windows, host blocks, account free
 counters, the record cache: ``cache``) are applied after the transaction commits, in call order, so a
 rolled-back call leaves no trace either; within a group, a host blocked or an account frozen by one report is
 already withheld from the leases of the later calls. One exception: picking an account for a lease counts
-against its per-minute budget at once (the pick decides the lease), so a rolled-back lease may over-count one
-request, which errs on the polite side.
+against its per-minute budget at once (the pick decides the lease), and may start minting a visitor session, so a
+rolled-back lease may over-count one request (which errs on the polite side) or have started a mint that the
+next lease uses anyway.
 
 Durability: adds, reports and releases complete only after ``store.sync()`` made their commit durable: one
 fsync for the whole group. Leases are committed (written to the OS, so a scheduler crash keeps them) but not
