@@ -13,8 +13,9 @@ from scheduler_server.store import QueueStore
 __all__ = ["check_consistency"]
 
 
-def check_consistency(store: QueueStore, limit: int = 10_000_000, queues: TaskQueues | None = None,
-                      records: RecordCache | None = None) -> tuple[dict[str, int], list[str]]:
+def check_consistency(
+    store: QueueStore, limit: int = 10_000_000, queues: TaskQueues | None = None, records: RecordCache | None = None
+) -> tuple[dict[str, int], list[str]]:
     """Audit: every task is in exactly one of pending/inflight; a pending key is at the due time its record names,
     an inflight entry holds a lease (and agrees with its record when the record names one too), and no queue key
     points at a missing task; given a running core's ``queues``, its in-memory
@@ -35,12 +36,14 @@ def check_consistency(store: QueueStore, limit: int = 10_000_000, queues: TaskQu
         where.setdefault(task_id, []).append("pending")
     for (deadline_ms, task_id), token in inflight:
         record = stored.get(task_id)
-        if record is None or not token or (record.state == "inflight" and (
-                record.lease_deadline_ms != deadline_ms or record.lease_token != token)):
+        if (
+            record is None
+            or not token
+            or (record.state == "inflight" and (record.lease_deadline_ms != deadline_ms or record.lease_token != token))
+        ):
             problems.append(f"inflight key ({deadline_ms}, {task_id}) does not match its record")
         where.setdefault(task_id, []).append("inflight")
-    problems.extend(f"{task_id} is in {places or 'no queue'}" for task_id, places in where.items()
-                    if len(places) != 1)
+    problems.extend(f"{task_id} is in {places or 'no queue'}" for task_id, places in where.items() if len(places) != 1)
     if queues is not None:
         if queues.due != {task_id: due_ms for due_ms, task_id in pending}:
             problems.append("the in-memory pending queue differs from the pending table")
@@ -50,7 +53,10 @@ def check_consistency(store: QueueStore, limit: int = 10_000_000, queues: TaskQu
         for (deadline_ms, task_id), lease in leases:
             if task_id in stored:
                 hold_lease(stored[task_id], deadline_ms, lease)
-        problems.extend(f"the cached record of {cached.id} is not the stored one" for cached in records
-                        if cached.id not in stored or vars(cached) != vars(stored[cached.id]))
+        problems.extend(
+            f"the cached record of {cached.id} is not the stored one"
+            for cached in records
+            if cached.id not in stored or vars(cached) != vars(stored[cached.id])
+        )
     counts = {"tasks": len(stored), "pending": len(pending), "inflight": len(inflight)}
     return counts, problems

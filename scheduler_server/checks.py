@@ -16,8 +16,17 @@ from icecrawler.models import MAX_ITEM_TIMES, Outcome, Report, TaskKind, make_ta
 from icecrawler.shards import ShardMap
 from scheduler_server.config import SchedulerConfig
 
-__all__ = ["MAX_CURSOR", "MAX_TEXT", "check_batch", "check_lease_args", "check_release_args", "check_reports",
-           "check_task_id", "invalid_field", "parse_add_ids"]
+__all__ = [
+    "MAX_CURSOR",
+    "MAX_TEXT",
+    "check_batch",
+    "check_lease_args",
+    "check_release_args",
+    "check_reports",
+    "check_task_id",
+    "invalid_field",
+    "parse_add_ids",
+]
 
 MAX_COUNT = 10_000_000
 MAX_TEXT = 256
@@ -25,8 +34,9 @@ MAX_TEXT = 256
 MAX_CURSOR = 4096
 
 #: A report's numeric fields, picked in C (the fast path of ``check_report``).
-_report_numbers = operator.attrgetter("new_items", "window_items", "fetches", "http_status", "newest_item_ms",
-                                      "fingerprint", "retry_after_s")
+_report_numbers = operator.attrgetter(
+    "new_items", "window_items", "fetches", "http_status", "newest_item_ms", "fingerprint", "retry_after_s"
+)
 
 
 def invalid_field(message: str, field_name: str, index: int = -1, code: str = "InvalidField") -> InvalidArgumentError:
@@ -37,8 +47,9 @@ def check_batch(items: Sequence[Any], name: str, limit: int) -> None:
     if not items:
         raise invalid_field(f"{name} is empty", name, code="EmptyBatch")
     if len(items) > limit:
-        raise invalid_field(f"{name} has {len(items)} entries; the limit (scheduler.batch_limit) is {limit}", name,
-                            code="BatchTooLarge")
+        raise invalid_field(
+            f"{name} has {len(items)} entries; the limit (scheduler.batch_limit) is {limit}", name, code="BatchTooLarge"
+        )
 
 
 def check_task_id(task_id: str, field_name: str, index: int) -> None:
@@ -53,8 +64,9 @@ def check_range(value: float, low: float, high: float, field_name: str, index: i
         raise invalid_field(f"{field_name}={value!r} is outside [{low}, {high}]", field_name, index)
 
 
-def parse_add_ids(ids: Sequence[str], kind: TaskKind, config: SchedulerConfig, shard_map: ShardMap
-                  ) -> list[tuple[str, str, str]]:
+def parse_add_ids(
+    ids: Sequence[str], kind: TaskKind, config: SchedulerConfig, shard_map: ShardMap
+) -> list[tuple[str, str, str]]:
     """``"<source>:<target>"`` ids as ``(task id, source, target)``; every id must be valid and belong to this
     shard."""
     check_batch(ids, "ids", config.batch_limit)
@@ -68,9 +80,14 @@ def parse_add_ids(ids: Sequence[str], kind: TaskKind, config: SchedulerConfig, s
         except InvalidArgumentError as exc:
             raise invalid_field(str(exc), f"ids[{index}]", index, code="InvalidId") from exc
         if config.shards > 1 and shard_map.of_source(source) != config.shard:
-            raise invalid_field(f"{quote(text)} belongs to scheduler shard {shard_map.of_source(source)} of "
-                                f"{config.shards} (its host {config.hosts[source]}), not to this shard "
-                                f"{config.shard}", f"ids[{index}]", index, code="WrongShard")
+            raise invalid_field(
+                f"{quote(text)} belongs to scheduler shard {shard_map.of_source(source)} of "
+                f"{config.shards} (its host {config.hosts[source]}), not to this shard "
+                f"{config.shard}",
+                f"ids[{index}]",
+                index,
+                code="WrongShard",
+            )
     return task_ids
 
 
@@ -80,8 +97,7 @@ def check_lease_args(worker_id: str, max_tasks: int, batch_limit: int) -> None:
     if max_tasks < 1:
         raise invalid_field(f"max must be >= 1, got {max_tasks}", "max")
     if max_tasks > batch_limit:
-        raise invalid_field(f"max={max_tasks} exceeds scheduler.batch_limit={batch_limit}", "max",
-                            code="BatchTooLarge")
+        raise invalid_field(f"max={max_tasks} exceeds scheduler.batch_limit={batch_limit}", "max", code="BatchTooLarge")
 
 
 def check_release_args(leases: Sequence[tuple[str, str]], batch_limit: int) -> None:
@@ -100,8 +116,7 @@ def check_reports(reports: Sequence[Report], config: SchedulerConfig) -> None:
     for index, item in enumerate(reports):
         check_report(item, index, config.max_period_s)
         if item.task_id in seen:
-            raise invalid_field(f"task {item.task_id} reported twice in one batch", f"reports[{index}].taskId",
-                                index)
+            raise invalid_field(f"task {item.task_id} reported twice in one batch", f"reports[{index}].taskId", index)
         seen.add(item.task_id)
 
 
@@ -115,26 +130,45 @@ def check_report(item: Report, index: int, max_period_s: float) -> None:
     # The common case in one expression (plain ints in range, no retry hint); anything else takes the
     # field-by-field checks below, which accept the same values and name the first bad field.
     new, window, fetches, status, newest, fingerprint, retry = _report_numbers(item)
-    if (type(new) is int and type(window) is int and type(fetches) is int and type(status) is int
-            and type(newest) is int and type(fingerprint) is int and 0 <= new <= MAX_COUNT
-            and 0 <= window <= MAX_COUNT and 0 <= fetches <= MAX_COUNT and 0 <= status <= 999
-            and 0 <= newest <= 2**62 and 0 <= fingerprint <= 2**64 - 1
-            and (type(retry) is float or type(retry) is int) and 0 <= retry <= max_period_s
-            and len(item.cursor) <= MAX_CURSOR and len(item.error_class) <= MAX_TEXT
-            and not item.new_item_times_ms):
+    if (
+        type(new) is int
+        and type(window) is int
+        and type(fetches) is int
+        and type(status) is int
+        and type(newest) is int
+        and type(fingerprint) is int
+        and 0 <= new <= MAX_COUNT
+        and 0 <= window <= MAX_COUNT
+        and 0 <= fetches <= MAX_COUNT
+        and 0 <= status <= 999
+        and 0 <= newest <= 2**62
+        and 0 <= fingerprint <= 2**64 - 1
+        and (type(retry) is float or type(retry) is int)
+        and 0 <= retry <= max_period_s
+        and len(item.cursor) <= MAX_CURSOR
+        and len(item.error_class) <= MAX_TEXT
+        and not item.new_item_times_ms
+    ):
         return
-    for name, value, high in (("newItems", item.new_items, MAX_COUNT), ("windowItems", item.window_items,
-                              MAX_COUNT), ("fetches", item.fetches, MAX_COUNT),
-                              ("httpStatus", item.http_status, 999), ("newestItemMs", item.newest_item_ms, 2**62),
-                              ("fingerprint", item.fingerprint, 2**64 - 1),
-                              ("retryAfterS", item.retry_after_s, max_period_s)):
+    for name, value, high in (
+        ("newItems", item.new_items, MAX_COUNT),
+        ("windowItems", item.window_items, MAX_COUNT),
+        ("fetches", item.fetches, MAX_COUNT),
+        ("httpStatus", item.http_status, 999),
+        ("newestItemMs", item.newest_item_ms, 2**62),
+        ("fingerprint", item.fingerprint, 2**64 - 1),
+        ("retryAfterS", item.retry_after_s, max_period_s),
+    ):
         check_range(value, 0, high, f"{where}.{name}", index)
     for name, text, limit in (("cursor", item.cursor, MAX_CURSOR), ("errorClass", item.error_class, MAX_TEXT)):
         if len(text) > limit:
             raise invalid_field(f"{name} is longer than {limit} characters", f"{where}.{name}", index)
     times = item.new_item_times_ms
     if len(times) > min(MAX_ITEM_TIMES, max(item.new_items, 0)):
-        raise invalid_field(f"{len(times)} item times for {item.new_items} new items (at most "
-                            f"min(newItems, {MAX_ITEM_TIMES}))", f"{where}.newItemTimesMs", index)
+        raise invalid_field(
+            f"{len(times)} item times for {item.new_items} new items (at most min(newItems, {MAX_ITEM_TIMES}))",
+            f"{where}.newItemTimesMs",
+            index,
+        )
     for time_ms in times:
         check_range(time_ms, 1, 2**62, f"{where}.newItemTimesMs", index)

@@ -122,35 +122,49 @@ class SchedulerConfig:
         if self.host_spacing_s < 0 or self.host_block_s < 0 or self.account_freeze_s < 0:
             raise ConfigError("scheduler.host_spacing_s, host_block_s and account_freeze_s must be >= 0")
         if not 0 <= self.shard < self.shards:
-            raise ConfigError(f"need 0 <= scheduler.shard < scheduler.shards, got shard {self.shard} of "
-                              f"{self.shards}")
+            raise ConfigError(f"need 0 <= scheduler.shard < scheduler.shards, got shard {self.shard} of {self.shards}")
         if self.shards > 1 and self.fetch_budget_per_s > 0:
-            raise ConfigError("scheduler.fetch_budget_per_s is spread over all tasks by one process; it cannot be "
-                              "used with scheduler.shards > 1")
+            raise ConfigError(
+                "scheduler.fetch_budget_per_s is spread over all tasks by one process; it cannot be "
+                "used with scheduler.shards > 1"
+            )
 
 
-def core_parts(settings: Settings, clocks: Clocks | None = None
-               ) -> tuple[SchedulerConfig, RevisitPolicy, Clocks, AccountPool]:
+def core_parts(
+    settings: Settings, clocks: Clocks | None = None
+) -> tuple[SchedulerConfig, RevisitPolicy, Clocks, AccountPool]:
     """The config, revisit policy, clocks and account pool a ``SchedulerCore`` is built from
     (``SchedulerCore.from_settings``); ConfigError names the setting that is wrong."""
     config = SchedulerConfig.from_settings(settings)
     try:
-        policy = make_policy(settings.get_str("scheduler.policy"), min_period_s=config.min_period_s,
-                             max_period_s=config.max_period_s, initial_period_s=config.initial_period_s,
-                             reference_period_s=settings.get_float("scheduler.rate_reference_period_s"))
+        policy = make_policy(
+            settings.get_str("scheduler.policy"),
+            min_period_s=config.min_period_s,
+            max_period_s=config.max_period_s,
+            initial_period_s=config.initial_period_s,
+            reference_period_s=settings.get_float("scheduler.rate_reference_period_s"),
+        )
     except ValueError as exc:
         raise ConfigError(f"scheduler.policy: {exc}") from exc
     accounts = load_accounts(settings.get_str("scheduler.accounts_dir"), config.account_sources)
     shard_map = ShardMap(config.hosts, config.shards)
     for pooled in accounts:
         if len({shard_map.of_source(source) for source in pooled.sources}) > 1:
-            raise ConfigError(f"account {pooled.account.id} serves sources on different scheduler shards "
-                              f"({', '.join(sorted(pooled.sources))}); its request budget needs one owner: "
-                              "give each shard's hosts their own accounts")
-    pool = AccountPool(accounts, config.account_sources, config.account_budget_per_min, config.account_freeze_s,
-                       VisitorSessions.from_settings(settings))
+            raise ConfigError(
+                f"account {pooled.account.id} serves sources on different scheduler shards "
+                f"({', '.join(sorted(pooled.sources))}); its request budget needs one owner: "
+                "give each shard's hosts their own accounts"
+            )
+    pool = AccountPool(
+        accounts,
+        config.account_sources,
+        config.account_budget_per_min,
+        config.account_freeze_s,
+        VisitorSessions.from_settings(settings),
+    )
     for source in sorted(config.account_sources - {s for a in accounts for s in a.sources}):
         if not pool.uses_visitors(source):
-            log.warning("no account can crawl %s (scheduler.account_sources): its tasks wait until one is added",
-                        source)
+            log.warning(
+                "no account can crawl %s (scheduler.account_sources): its tasks wait until one is added", source
+            )
     return config, policy, clocks or SystemClocks(Clock.from_settings(settings)), pool

@@ -116,8 +116,9 @@ def _persist_hold(txn: Txn, kind: str, hold: Hold) -> None:
 class SchedulerCore:
     """Leases due tasks, applies reports, keeps politeness and the account pool; see the module docstring."""
 
-    def __init__(self, store: QueueStore, policy: RevisitPolicy, clocks: Clocks, config: SchedulerConfig,
-                 accounts: AccountPool) -> None:
+    def __init__(
+        self, store: QueueStore, policy: RevisitPolicy, clocks: Clocks, config: SchedulerConfig, accounts: AccountPool
+    ) -> None:
         self.store = store
         self.policy = policy
         self.clocks = clocks
@@ -236,15 +237,19 @@ class SchedulerCore:
         task_ids = parse_add_ids(ids, kind, self.config, self.shard_map)
         return self._call(lambda txn, group: self._add_in(txn, group, task_ids, kind), durable=True)
 
-    def _add_in(self, txn: Txn, group: _Group, task_ids: list[tuple[str, str, str]], kind: TaskKind
-                ) -> _Finish:
+    def _add_in(self, txn: Txn, group: _Group, task_ids: list[tuple[str, str, str]], kind: TaskKind) -> _Finish:
         added: list[TaskRecord] = []
         for task_id, source, target in task_ids:
             if txn.get("tasks", task_id.encode()) is not None:
                 continue
             record = TaskRecord(
-                id=task_id, kind=kind.value, source=source, target=target, due_ms=group.now_ms,
-                period_s=self.config.initial_period_s, policy_state=self.policy.initial_state(),
+                id=task_id,
+                kind=kind.value,
+                source=source,
+                target=target,
+                due_ms=group.now_ms,
+                period_s=self.config.initial_period_s,
+                policy_state=self.policy.initial_state(),
                 created_ms=group.now_ms,
             )
             txn.put("tasks", task_id.encode(), record.to_bytes())
@@ -257,6 +262,7 @@ class SchedulerCore:
             self._counts["tasks"] += len(added)
             self._counts["pending"] += len(added)
             return len(added)
+
         return finish
 
     # --- leasing --------------------------------------------------------------------------------------------
@@ -280,8 +286,9 @@ class SchedulerCore:
 
         def finish() -> list[Task]:
             if not tasks:
-                raise NoWorkError("no task is due" if next_due_ms != 0 else "due tasks wait for politeness",
-                                  next_due_ms)
+                raise NoWorkError(
+                    "no task is due" if next_due_ms != 0 else "due tasks wait for politeness", next_due_ms
+                )
             self.records.keep(records)
             for task in tasks:
                 self.gate.leased(self.config.hosts[task.source], group.wall)
@@ -291,10 +298,12 @@ class SchedulerCore:
             if self.observer is not None:
                 self.observer.leased(tasks)
             return tasks
+
         return finish
 
-    def _lease_due(self, txn: Txn, group: _Group, worker_id: str, max_tasks: int, records: list[TaskRecord]
-                   ) -> tuple[list[Task], list[float]]:
+    def _lease_due(
+        self, txn: Txn, group: _Group, worker_id: str, max_tasks: int, records: list[TaskRecord]
+    ) -> tuple[list[Task], list[float]]:
         """Lease due tasks in due-time order over all sources; a source whose host or accounts refuse its next
         task is skipped for the rest of the call (its wait is returned). The leased records are appended to
         ``records``."""
@@ -323,14 +332,24 @@ class SchedulerCore:
                 sources.remove(first_source)
                 waits.append(wait)
                 continue
-            token = tokens[16 * len(tasks):16 * len(tasks) + 16]
+            token = tokens[16 * len(tasks) : 16 * len(tasks) + 16]
             record = self.moves.start_lease(txn, first[1], token, worker_id, account, deadline_ms)
             records.append(record)
-            tasks.append(Task(
-                id=record.id, kind=_TASK_KINDS[record.kind], source=record.source, target=record.target,
-                params=dict(record.params), lease_token=token, lease_deadline_ms=deadline_ms,
-                period_s=record.period_s, cursor=record.cursor, attempts=record.attempts, account=account,
-            ))
+            tasks.append(
+                Task(
+                    id=record.id,
+                    kind=_TASK_KINDS[record.kind],
+                    source=record.source,
+                    target=record.target,
+                    params=dict(record.params),
+                    lease_token=token,
+                    lease_deadline_ms=deadline_ms,
+                    period_s=record.period_s,
+                    cursor=record.cursor,
+                    attempts=record.attempts,
+                    account=account,
+                )
+            )
             if self.config.host_spacing_s > 0:
                 held_hosts.add(host)
         return tasks, waits
@@ -359,8 +378,10 @@ class SchedulerCore:
 
     def _report_in(self, txn: Txn, group: _Group, reports: Sequence[Report]) -> _Finish:
         # Every lease is checked before anything changes, so a LeaseLost leaves the transaction untouched.
-        records = [self.moves.take_leased(txn, item.task_id, item.lease_token, index, "reports")
-                   for index, item in enumerate(reports)]
+        records = [
+            self.moves.take_leased(txn, item.task_id, item.lease_token, index, "reports")
+            for index, item in enumerate(reports)
+        ]
         effects = [self._apply_report(txn, group, record, item) for record, item in zip(records, reports, strict=True)]
 
         def finish() -> None:
@@ -383,14 +404,21 @@ class SchedulerCore:
             self._reports.add(wall, len(reports))
             if self.observer is not None:
                 self.observer.reported(records, reports)
+
         return finish
 
     def _apply_report(self, txn: Txn, group: _Group, record: TaskRecord, item: Report) -> OutcomeEffects:
         """Inside the transaction: the stored part of the report's effects (``outcomes``); the rest is applied by
         the finisher, after the commit."""
         now_ms, wall = group.now_ms, group.wall
-        effects = outcome_effects(item, attempts=record.attempts, account_id=record.account_id,
-                                  host=self.config.hosts[record.source], wall=wall, config=self.config)
+        effects = outcome_effects(
+            item,
+            attempts=record.attempts,
+            account_id=record.account_id,
+            host=self.config.hosts[record.source],
+            wall=wall,
+            config=self.config,
+        )
         record.last_outcome = item.outcome.value
         record.last_error = item.error_class
         record.last_crawl_ms = now_ms
@@ -406,9 +434,20 @@ class SchedulerCore:
             group.frozen_accounts.add(effects.freeze_account.name)
         # Same JSON as json.dumps of {"outcome", "new", "period_s", "worker", "fetches", **lease_interval}.
         deadline_ms = record.lease_deadline_ms
-        txn.put("done", time_key(now_ms, f"{record.id}#{record.lease_token}"), done_value(
-            item.outcome.value, item.new_items, record.period_s, record.worker, item.fetches,
-            deadline_ms - int(self.config.lease_s * 1000), deadline_ms, int(wall * 1000)))
+        txn.put(
+            "done",
+            time_key(now_ms, f"{record.id}#{record.lease_token}"),
+            done_value(
+                item.outcome.value,
+                item.new_items,
+                record.period_s,
+                record.worker,
+                item.fetches,
+                deadline_ms - int(self.config.lease_s * 1000),
+                deadline_ms,
+                int(wall * 1000),
+            ),
+        )
         self.moves.end_lease(txn, record, now_ms + int(delay_s * 1000))
         return effects
 
@@ -416,10 +455,17 @@ class SchedulerCore:
         """A successful crawl: the policy turns the change signals into the next period (clamped), which is
         returned. A page-cap gap opened or closed by the new cursor is kept in ``meta`` too, so a restart knows
         the open gaps without a scan."""
-        decision = self.policy.next_period(record.policy_state, Observation(
-            now_s=now_ms / 1000, fingerprint=item.fingerprint, new_items=item.new_items,
-            window_items=item.window_items, newest_item_s=item.newest_item_ms / 1000,
-            new_item_times_s=tuple(time_ms / 1000 for time_ms in item.new_item_times_ms)))
+        decision = self.policy.next_period(
+            record.policy_state,
+            Observation(
+                now_s=now_ms / 1000,
+                fingerprint=item.fingerprint,
+                new_items=item.new_items,
+                window_items=item.window_items,
+                newest_item_s=item.newest_item_ms / 1000,
+                new_item_times_s=tuple(time_ms / 1000 for time_ms in item.new_item_times_ms),
+            ),
+        )
         period = min(self.config.max_period_s, max(self.config.min_period_s, decision.period_s))
         distance = decision.distance
         if distance < 0 and record.fingerprint and item.fingerprint:
@@ -434,8 +480,9 @@ class SchedulerCore:
         record.cursor = item.cursor or record.cursor
         if record.kind == TaskKind.Listing.value:
             record.discovered += item.new_items
-        record.history = history_append(record.history, now_ms, period, distance, item.new_items,
-                                        self.config.history_len)
+        record.history = history_append(
+            record.history, now_ms, period, distance, item.new_items, self.config.history_len
+        )
         if is_gap(record.cursor) != had_gap:
             if had_gap:
                 txn.delete("meta", GAP_KEY + record.id.encode())
@@ -454,8 +501,10 @@ class SchedulerCore:
         return self._call(lambda txn, group: self._release_in(txn, group, leases), durable=True)
 
     def _release_in(self, txn: Txn, group: _Group, leases: Sequence[tuple[str, str]]) -> _Finish:
-        records = [self.moves.take_leased(txn, task_id, token, index, "leases")
-                   for index, (task_id, token) in enumerate(leases)]
+        records = [
+            self.moves.take_leased(txn, task_id, token, index, "leases")
+            for index, (task_id, token) in enumerate(leases)
+        ]
         for record in records:
             self.moves.end_lease(txn, record, group.now_ms)
 
@@ -465,6 +514,7 @@ class SchedulerCore:
                 self.gate.ended(self._host(task_id), group.wall)
             self._counts["inflight"] -= len(leases)
             self._counts["pending"] += len(leases)
+
         return finish
 
     # --- expiry and maintenance -------------------------------------------------------------------------------

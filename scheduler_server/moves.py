@@ -69,12 +69,15 @@ class TaskMoves:
             raise LeaseLostError(
                 f"lease {quote(token)} of {quote(task_id)} "
                 + ("expired or was given back" if stale else "was never issued"),
-                task_id=task_id, index=index,
-                code="StaleLease" if stale else "UnknownLease")
+                task_id=task_id,
+                index=index,
+                code="StaleLease" if stale else "UnknownLease",
+            )
         return record
 
-    def start_lease(self, txn: Txn, task_id: str, token: str, worker_id: str, account: Account,
-                    deadline_ms: int) -> TaskRecord:
+    def start_lease(
+        self, txn: Txn, task_id: str, token: str, worker_id: str, account: Account, deadline_ms: int
+    ) -> TaskRecord:
         """Move a pending task in flight until ``deadline_ms`` (wall ms). The lease lives in its inflight entry;
         the record is written again only when the lease ends."""
         record = self.take(txn, task_id)
@@ -119,5 +122,8 @@ class TaskMoves:
     def lease_interval(self, record: TaskRecord, wall: float) -> dict[str, int]:
         """When the lease being ended was handed out and when it ends (wall ms), for the completion log: an
         audit can check that no task was ever leased twice at the same time."""
-        return {"leased_wall_ms": record.lease_deadline_ms - int(self.config.lease_s * 1000),
-                "deadline_wall_ms": record.lease_deadline_ms, "ended_wall_ms": int(wall * 1000)}
+        return {
+            "leased_wall_ms": record.lease_deadline_ms - int(self.config.lease_s * 1000),
+            "deadline_wall_ms": record.lease_deadline_ms,
+            "ended_wall_ms": int(wall * 1000),
+        }

@@ -27,12 +27,20 @@ from icecrawler.models import Outcome, Report
 from scheduler_server.config import SchedulerConfig
 from scheduler_server.visitors import is_visitor, session_ended
 
-__all__ = ["ACCOUNT_FAILURES", "HOST_FAILURES", "TASK_FAILURES", "Hold", "OutcomeEffects", "backoff_s",
-           "outcome_effects"]
+__all__ = [
+    "ACCOUNT_FAILURES",
+    "HOST_FAILURES",
+    "TASK_FAILURES",
+    "Hold",
+    "OutcomeEffects",
+    "backoff_s",
+    "outcome_effects",
+]
 
 #: Outcomes that count as a failed attempt of the task itself (exponential backoff after N of them).
-TASK_FAILURES = frozenset({Outcome.HttpError, Outcome.Timeout, Outcome.ConnectionError, Outcome.ParseError,
-                           Outcome.Busy, Outcome.TooLarge})
+TASK_FAILURES = frozenset(
+    {Outcome.HttpError, Outcome.Timeout, Outcome.ConnectionError, Outcome.ParseError, Outcome.Busy, Outcome.TooLarge}
+)
 #: Outcomes that freeze the account the task was crawled with.
 ACCOUNT_FAILURES = frozenset({Outcome.LoginRequired, Outcome.AccountFrozen, Outcome.Banned})
 #: Outcomes that block the host.
@@ -77,8 +85,9 @@ def backoff_s(attempts: int, config: SchedulerConfig) -> float:
 _OBSERVE = OutcomeEffects(attempts=0, observe=True)
 
 
-def outcome_effects(report: Report, *, attempts: int, account_id: str, host: str, wall: float,
-                    config: SchedulerConfig) -> OutcomeEffects:
+def outcome_effects(
+    report: Report, *, attempts: int, account_id: str, host: str, wall: float, config: SchedulerConfig
+) -> OutcomeEffects:
     """The effects of ``report`` on a task with ``attempts`` failed attempts so far, leased with ``account_id``
     ("" = none) for a site on ``host``, reported at wall time ``wall``. Pure."""
     outcome = report.outcome

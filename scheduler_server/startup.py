@@ -36,7 +36,7 @@ def restore_state(core: SchedulerCore) -> None:
             if key == LAYOUT_KEY:
                 continue
             if key.startswith(GAP_KEY):
-                core.open_gaps.add(key[len(GAP_KEY):].decode())
+                core.open_gaps.add(key[len(GAP_KEY) :].decode())
                 continue
             kind, _, name = key.decode().partition(":")
             until, reason = json.loads(value)
@@ -67,6 +67,8 @@ def check_layout(txn: Txn, shard: int, shards: int) -> None:
         txn.put("meta", LAYOUT_KEY, json.dumps(layout).encode())
     elif json.loads(stored) != layout:
         was = json.loads(stored)
-        raise ConfigError(f"this scheduler database is shard {was['shard']} of {was['shards']}, but "
-                          f"scheduler.shard/scheduler.shards say {layout['shard']} of {layout['shards']}; "
-                          "use the shard's own scheduler.db_dir (changing the shard count is not supported)")
+        raise ConfigError(
+            f"this scheduler database is shard {was['shard']} of {was['shards']}, but "
+            f"scheduler.shard/scheduler.shards say {layout['shard']} of {layout['shards']}; "
+            "use the shard's own scheduler.db_dir (changing the shard count is not supported)"
+        )

@@ -65,10 +65,13 @@ def gauges(core: SchedulerCore) -> dict[str, Any]:
     states: dict[str, int] = {"ok": 0, "frozen": 0}
     for account in accounts.values():
         states[account["state"]] = states.get(account["state"], 0) + 1
-    return {**counts, "due": due,
-            "due_age_s": max(0.0, (now_ms - first_ms) / 1000) if due and first_ms is not None else 0.0,
-            "blocked_hosts": sum(1 for host in hosts.values() if host["block"]["reason"]),
-            "accounts": states}
+    return {
+        **counts,
+        "due": due,
+        "due_age_s": max(0.0, (now_ms - first_ms) / 1000) if due and first_ms is not None else 0.0,
+        "blocked_hosts": sum(1 for host in hosts.values() if host["block"]["reason"]),
+        "accounts": states,
+    }
 
 
 def task_info(core: SchedulerCore, task_id: str) -> dict[str, Any]:
@@ -81,9 +84,10 @@ def task_info(core: SchedulerCore, task_id: str) -> dict[str, Any]:
             raise invalid_field(f"unknown task {task_id}", "taskId", code="UnknownTask")
         info = {key: value for key, value in vars(record).items() if key != "old_tokens"}
         info["lease_token"] = "<held>" if record.lease_token else ""
-        info["due_in_s"] = round((record.due_ms / 1000 - core.clocks.now()), 3) if record.state == "pending" \
-            else None
+        info["due_in_s"] = round((record.due_ms / 1000 - core.clocks.now()), 3) if record.state == "pending" else None
         info["gap"] = describe_gap(record.cursor)
-        info["history"] = [{"time_ms": int(t), "period_s": p, "distance": int(d), "new_items": int(n)}
-                           for t, p, d, n in history_entries(record.history)]
+        info["history"] = [
+            {"time_ms": int(t), "period_s": p, "distance": int(d), "new_items": int(n)}
+            for t, p, d, n in history_entries(record.history)
+        ]
         return info
