@@ -14,21 +14,22 @@ Cookies never appear in logs or status: only ids, states and counts do.
 
 Sources that serve visitors (``sources.<name>.visitor_url``) and have no configured account get visitor
 sessions instead (``scheduler_server.visitors``), leased the same way; a visitor session is never frozen, and
-a report that it ended renews it (``settle``).
+a report that it ended renews it (``scheduler_server.outcomes``).
 """
 
 from __future__ import annotations
 
 import logging
 import tomllib
+from collections.abc import Container
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from icecrawler.errors import ConfigError
-from icecrawler.models import SOURCES, Account, Outcome
+from icecrawler.models import SOURCES, Account
 from scheduler_server.politeness import Hold, RateWindow
-from scheduler_server.visitors import VisitorSessions, is_visitor, session_ended
+from scheduler_server.visitors import VisitorSessions
 
 __all__ = ["AccountPool", "PooledAccount", "load_accounts"]
 
@@ -103,15 +104,21 @@ class AccountPool:
         """Whether ``source`` is leased with visitor sessions (it serves visitors, no account is configured)."""
         return self.visitors.serves(source) and source not in self._served
 
-    def pick(self, source: str, now: float) -> Account | None:
-        """An account for ``source`` (the empty Account if it needs none), or None if none is usable now."""
+    def pick(self, source: str, now: float, frozen: Container[str] = ()) -> Account | None:
+        """An account for ``source`` (the empty Account if it needs none), or None if none is usable now.
+        ``frozen``: accounts to pass over (frozen by a report whose freeze is not applied yet)."""
         if self.uses_visitors(source):
             return self.visitors.account(source, now)
         if source not in self.needs_account:
             return _NO_ACCOUNT
         for step in range(len(self._order)):
             pooled = self._accounts[self._order[(self._next + step) % len(self._order)]]
-            if source in pooled.sources and pooled.frozen.until <= now and pooled.used.total(now) < self.budget_per_min:
+            if (
+                source in pooled.sources
+                and pooled.frozen.until <= now
+                and pooled.used.total(now) < self.budget_per_min
+                and pooled.account.id not in frozen
+            ):
                 self._next = (self._next + step + 1) % len(self._order)
                 pooled.used.add(now)
                 return pooled.account
@@ -122,14 +129,6 @@ class AccountPool:
         pooled = self._accounts.get(account_id)
         if pooled is not None and requests > 0:
             pooled.used.add(now, requests)
-
-    def settle(self, account_id: str, outcome: Outcome, error_class: str, http_status: int, now: float) -> bool:
-        """A failed crawl's effect on the account it used. For a visitor session that the site ended (432, a
-        visitor redirect) the session is renewed and True returned: the report must not block the host. Other
-        accounts are untouched here (the caller freezes them)."""
-        if not is_visitor(account_id) or not session_ended(outcome, error_class, http_status):
-            return False
-        return self.visitors.renew(account_id, now)
 
     def freeze(self, account_id: str, until: float, reason: str) -> None:
         """Freeze a logged-in account (visitor sessions are never frozen: they are renewed)."""

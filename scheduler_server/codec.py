@@ -28,6 +28,7 @@ __all__ = [
     "encode_lease",
     "history_append",
     "history_entries",
+    "hold_lease",
     "time_key",
 ]
 
@@ -166,3 +167,10 @@ class TaskRecord:
 _NAMES = tuple(f.name for f in fields(TaskRecord))
 #: A record's field values as a tuple in that order, picked in C.
 _values = operator.attrgetter(*_NAMES)
+
+
+def hold_lease(record: TaskRecord, deadline_ms: int, lease: bytes) -> None:
+    """Put the lease of the task's ``inflight`` entry (at ``deadline_ms``) into its decoded record."""
+    token, worker, account_id = decode_lease(lease)
+    record.state, record.lease_token, record.lease_deadline_ms = "inflight", token, deadline_ms
+    record.worker, record.account_id = worker, account_id

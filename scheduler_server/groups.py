@@ -119,7 +119,7 @@ class Pending[T]:
 
 class GroupCall:
     """One caller's change. ``run`` is what the core runs inside the group's transaction (the core defines its
-    arguments); the ``run_group`` callback the runner was built with (``SchedulerCore._run_calls``) sets ``result``
+    arguments); the ``run_group`` callback the runner was built with (``SchedulerCore._run_group``) sets ``result``
     or ``error`` of every call it was given. (A plain class with slots: one is made per getUser or putUser.)"""
 
     __slots__ = ("durable", "error", "future", "result", "run")

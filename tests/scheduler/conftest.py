@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
+from icecrawler.models import TaskKind
 from icecrawler.settings import Settings
 from scheduler_server.core import SchedulerCore
 from scheduler_server.store import BdbQueueStore, MemoryQueueStore, QueueStore
@@ -61,3 +65,18 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[QueueStore
 @pytest.fixture
 def core(store: QueueStore, clocks: ManualClocks) -> SchedulerCore:
     return SchedulerCore.from_settings(make_settings(), store, clocks)
+
+
+@contextmanager
+def queued_together(core: SchedulerCore) -> Iterator[None]:
+    """Calls made with the ``*_async`` methods inside the block are queued, then run as ONE group after it (while
+    a first call, an add of a known id that changes nothing, holds the runner)."""
+    with core._lock:
+        opener = threading.Thread(target=core.add, args=(["weibo_pc:1"], TaskKind.WeiboUser))
+        opener.start()
+        deadline = time.monotonic() + 10
+        while not core._runner._running:
+            assert time.monotonic() < deadline, "the opener never started running"
+            time.sleep(0.001)
+        yield
+    opener.join(10)

@@ -4,10 +4,6 @@ Every test runs against the memory store and the Berkeley DB store (the ``store`
 from __future__ import annotations
 
 import json
-import threading
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +14,7 @@ from icecrawler.models import Outcome, Report, TaskKind
 from scheduler_server.core import SchedulerCore, check_consistency
 from scheduler_server.store import MemoryQueueStore, QueueStore
 from shhd.policies import Decision, Observation
-from tests.scheduler.conftest import ManualClocks, make_settings
+from tests.scheduler.conftest import ManualClocks, make_settings, queued_together
 
 USERS = ["weibo_pc:1", "weibo_pc:2", "weibo_mobile:3"]
 
@@ -410,21 +406,6 @@ def test_the_new_items_times_reach_the_revisit_policy(store: QueueStore, clocks:
 
 
 # --- calls grouped into one transaction (group commit) ------------------------------------------------------
-
-
-@contextmanager
-def queued_together(core: SchedulerCore) -> Iterator[None]:
-    """Calls made with the ``*_async`` methods inside the block are queued, then run as ONE group after it (while
-    a first call, an add of a known id that changes nothing, holds the runner)."""
-    with core._lock:
-        opener = threading.Thread(target=core.add, args=(["weibo_pc:1"], TaskKind.WeiboUser))
-        opener.start()
-        deadline = time.monotonic() + 10
-        while not core._runner._running:
-            assert time.monotonic() < deadline, "the opener never started running"
-            time.sleep(0.001)
-        yield
-    opener.join(10)
 
 
 def test_a_rejected_call_in_a_group_changes_nothing_and_the_others_apply(

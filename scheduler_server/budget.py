@@ -1,0 +1,45 @@
+"""The global fetch budget (``scheduler.fetch_budget_per_s``): the maintenance thread recomputes the constant of
+the ``rate`` policy's square-root allocation from every task's current rate estimate; periods change at each
+task's next report.
+
+The task table is read chunk by chunk, each chunk in its own short transaction under the core's lock, and the
+rates are estimated outside the lock, so leases and reports go on between chunks: the constant is an estimate
+over slowly changing rates and needs no single snapshot."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from scheduler_server.codec import TaskRecord
+from scheduler_server.config import BudgetedPolicy
+from shhd.policies import budget_scale
+
+if TYPE_CHECKING:
+    from scheduler_server.core import SchedulerCore
+
+__all__ = ["rebalance_budget"]
+
+#: Records read per short transaction.
+_SCAN_CHUNK = 1024
+
+
+def rebalance_budget(core: SchedulerCore) -> float | None:
+    """Set the budgeted policy's constant from all tasks' rates; returns it, or None when no budget applies
+    (no budget set, another policy, no tasks)."""
+    policy = core.policy
+    if core.config.fetch_budget_per_s <= 0 or not isinstance(policy, BudgetedPolicy):
+        return None
+    rates: list[float] = []
+    start = b""
+    while True:
+        with core._lock, core.store.transaction() as txn:
+            chunk = txn.scan("tasks", start, limit=_SCAN_CHUNK)
+        if not chunk:
+            break
+        rates.extend(policy.rate_of(TaskRecord.from_bytes(raw).policy_state) for _, raw in chunk)
+        start = chunk[-1][0] + b"\0"
+    if not rates:
+        return None
+    scale = budget_scale(rates, core.config.fetch_budget_per_s, core.config.min_period_s, core.config.max_period_s)
+    policy.set_budget_scale(scale)
+    return scale

@@ -1,0 +1,174 @@
+"""Argument checks of the scheduler core's calls: each raises InvalidArgumentError naming the field (and batch
+index) at fault, before the call is queued, so a bad call changes nothing and costs no transaction.
+
+Pure functions of the arguments and the config; the report check has a fast path for the common case, since it
+runs for every putUser."""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Sequence
+from typing import Any
+
+from icecrawler.errors import InvalidArgumentError, quote
+from icecrawler.models import MAX_ITEM_TIMES, Outcome, Report, TaskKind, make_task_id, split_task_id
+from icecrawler.shards import ShardMap
+from scheduler_server.config import SchedulerConfig
+
+__all__ = [
+    "MAX_CURSOR",
+    "MAX_TEXT",
+    "check_batch",
+    "check_lease_args",
+    "check_release_args",
+    "check_reports",
+    "check_task_id",
+    "invalid_field",
+    "parse_add_ids",
+]
+
+MAX_COUNT = 10_000_000
+MAX_TEXT = 256
+#: A cursor may hold an open page-cap gap with its resume request (``icecrawler.resume``).
+MAX_CURSOR = 4096
+
+#: A report's numeric fields, picked in C (the fast path of ``check_report``).
+_report_numbers = operator.attrgetter(
+    "new_items", "window_items", "fetches", "http_status", "newest_item_ms", "fingerprint", "retry_after_s"
+)
+
+
+def invalid_field(message: str, field_name: str, index: int = -1, code: str = "InvalidField") -> InvalidArgumentError:
+    return InvalidArgumentError(message, code=code, field=field_name, index=index)
+
+
+def check_batch(items: Sequence[Any], name: str, limit: int) -> None:
+    if not items:
+        raise invalid_field(f"{name} is empty", name, code="EmptyBatch")
+    if len(items) > limit:
+        raise invalid_field(
+            f"{name} has {len(items)} entries; the limit (scheduler.batch_limit) is {limit}", name, code="BatchTooLarge"
+        )
+
+
+def check_task_id(task_id: str, field_name: str, index: int) -> None:
+    try:
+        split_task_id(task_id)
+    except InvalidArgumentError as exc:
+        raise invalid_field(str(exc), field_name, index, code="InvalidId") from exc
+
+
+def check_range(value: float, low: float, high: float, field_name: str, index: int) -> None:
+    if not (isinstance(value, (int, float)) and math.isfinite(value) and low <= value <= high):
+        raise invalid_field(f"{field_name}={value!r} is outside [{low}, {high}]", field_name, index)
+
+
+def parse_add_ids(
+    ids: Sequence[str], kind: TaskKind, config: SchedulerConfig, shard_map: ShardMap
+) -> list[tuple[str, str, str]]:
+    """``"<source>:<target>"`` ids as ``(task id, source, target)``; every id must be valid and belong to this
+    shard."""
+    check_batch(ids, "ids", config.batch_limit)
+    task_ids: list[tuple[str, str, str]] = []
+    for index, text in enumerate(ids):
+        source, sep, target = str(text).partition(":")
+        try:
+            if not sep:
+                raise InvalidArgumentError(f"{quote(text)} is not <source>:<target>")
+            task_ids.append((make_task_id(kind, source, target), source, target))
+        except InvalidArgumentError as exc:
+            raise invalid_field(str(exc), f"ids[{index}]", index, code="InvalidId") from exc
+        if config.shards > 1 and shard_map.of_source(source) != config.shard:
+            raise invalid_field(
+                f"{quote(text)} belongs to scheduler shard {shard_map.of_source(source)} of "
+                f"{config.shards} (its host {config.hosts[source]}), not to this shard "
+                f"{config.shard}",
+                f"ids[{index}]",
+                index,
+                code="WrongShard",
+            )
+    return task_ids
+
+
+def check_lease_args(worker_id: str, max_tasks: int, batch_limit: int) -> None:
+    if not worker_id or len(worker_id) > MAX_TEXT:
+        raise invalid_field(f"workerId must be 1-{MAX_TEXT} characters", "workerId")
+    if max_tasks < 1:
+        raise invalid_field(f"max must be >= 1, got {max_tasks}", "max")
+    if max_tasks > batch_limit:
+        raise invalid_field(f"max={max_tasks} exceeds scheduler.batch_limit={batch_limit}", "max", code="BatchTooLarge")
+
+
+def check_release_args(leases: Sequence[tuple[str, str]], batch_limit: int) -> None:
+    check_batch(leases, "leases", batch_limit)
+    for index, (task_id, token) in enumerate(leases):
+        check_task_id(task_id, f"leases[{index}].taskId", index)
+        if not token:
+            raise invalid_field("leaseToken is empty", f"leases[{index}].leaseToken", index)
+    if len({task_id for task_id, _ in leases}) != len(leases):
+        raise invalid_field("a task is named twice", "leases")
+
+
+def check_reports(reports: Sequence[Report], config: SchedulerConfig) -> None:
+    check_batch(reports, "reports", config.batch_limit)
+    seen: set[str] = set()
+    for index, item in enumerate(reports):
+        check_report(item, index, config.max_period_s)
+        if item.task_id in seen:
+            raise invalid_field(f"task {item.task_id} reported twice in one batch", f"reports[{index}].taskId", index)
+        seen.add(item.task_id)
+
+
+def check_report(item: Report, index: int, max_period_s: float) -> None:
+    where = f"reports[{index}]"
+    check_task_id(item.task_id, f"{where}.taskId", index)
+    if not item.lease_token or len(item.lease_token) > MAX_TEXT:
+        raise invalid_field("leaseToken must be 1-256 characters", f"{where}.leaseToken", index)
+    if not isinstance(item.outcome, Outcome):
+        raise invalid_field(f"unknown outcome {item.outcome!r}", f"{where}.outcome", index)
+    # The common case in one expression (plain ints in range, no retry hint); anything else takes the
+    # field-by-field checks below, which accept the same values and name the first bad field.
+    new, window, fetches, status, newest, fingerprint, retry = _report_numbers(item)
+    if (
+        type(new) is int
+        and type(window) is int
+        and type(fetches) is int
+        and type(status) is int
+        and type(newest) is int
+        and type(fingerprint) is int
+        and 0 <= new <= MAX_COUNT
+        and 0 <= window <= MAX_COUNT
+        and 0 <= fetches <= MAX_COUNT
+        and 0 <= status <= 999
+        and 0 <= newest <= 2**62
+        and 0 <= fingerprint <= 2**64 - 1
+        and (type(retry) is float or type(retry) is int)
+        and 0 <= retry <= max_period_s
+        and len(item.cursor) <= MAX_CURSOR
+        and len(item.error_class) <= MAX_TEXT
+        and not item.new_item_times_ms
+    ):
+        return
+    for name, value, high in (
+        ("newItems", item.new_items, MAX_COUNT),
+        ("windowItems", item.window_items, MAX_COUNT),
+        ("fetches", item.fetches, MAX_COUNT),
+        ("httpStatus", item.http_status, 999),
+        ("newestItemMs", item.newest_item_ms, 2**62),
+        ("fingerprint", item.fingerprint, 2**64 - 1),
+        ("retryAfterS", item.retry_after_s, max_period_s),
+    ):
+        check_range(value, 0, high, f"{where}.{name}", index)
+    for name, text, limit in (("cursor", item.cursor, MAX_CURSOR), ("errorClass", item.error_class, MAX_TEXT)):
+        if len(text) > limit:
+            raise invalid_field(f"{name} is longer than {limit} characters", f"{where}.{name}", index)
+    times = item.new_item_times_ms
+    if len(times) > min(MAX_ITEM_TIMES, max(item.new_items, 0)):
+        raise invalid_field(
+            f"{len(times)} item times for {item.new_items} new items (at most min(newItems, {MAX_ITEM_TIMES}))",
+            f"{where}.newItemTimesMs",
+            index,
+        )
+    for time_ms in times:
+        check_range(time_ms, 1, 2**62, f"{where}.newItemTimesMs", index)

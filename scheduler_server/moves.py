@@ -1,0 +1,129 @@
+"""A task's moves between the two queues, inside a store transaction: leased (pending -> in flight), lease
+ended (in flight -> pending at a due time), lease expired. Each move changes the queue tables and the
+in-memory queues (``queues``) together; the core's transaction rolls both back on failure.
+
+The record cache (``cache``) is kept consistent by taking a record out before it changes (``take``,
+``take_leased``); the core puts records back only after their call committed."""
+
+from __future__ import annotations
+
+import json
+
+from icecrawler.errors import LeaseLostError, ServiceError, quote
+from icecrawler.models import Account
+from scheduler_server.cache import RecordCache
+from scheduler_server.checks import invalid_field
+from scheduler_server.codec import TaskRecord, encode_lease, hold_lease, time_key
+from scheduler_server.config import SchedulerConfig
+from scheduler_server.outcomes import backoff_s
+from scheduler_server.queues import TaskQueues
+from scheduler_server.store import Txn
+
+__all__ = ["TaskMoves"]
+
+#: Ended lease tokens a record remembers, so that a late report is told StaleLease rather than UnknownLease.
+_TOKEN_HISTORY = 3
+
+
+class TaskMoves:
+    """The moves of tasks in the tables and in-memory queues; see the module docstring."""
+
+    def __init__(self, config: SchedulerConfig, queues: TaskQueues, records: RecordCache) -> None:
+        self.config = config
+        self.queues = queues
+        self.records = records
+
+    def stored(self, txn: Txn, task_id: str) -> TaskRecord | None:
+        """The task's record as stored, with its current lease (from its inflight entry) if it is in flight;
+        None for an unknown task."""
+        raw = txn.get("tasks", task_id.encode())
+        if raw is None:
+            return None
+        record = TaskRecord.from_bytes(raw)
+        deadline_ms = self.queues.deadline.get(task_id)
+        if deadline_ms is not None:
+            value = txn.get("inflight", time_key(deadline_ms, task_id))
+            if value is None:
+                raise ServiceError(f"{task_id} is in flight in memory but has no inflight entry at {deadline_ms}")
+            hold_lease(record, deadline_ms, value)
+        return record
+
+    def take(self, txn: Txn, task_id: str) -> TaskRecord:
+        """The task's record, to be changed: taken out of the cache, else read from the store."""
+        record = self.records.take(task_id) or self.stored(txn, task_id)
+        if record is None:
+            raise KeyError(task_id)
+        return record
+
+    def take_leased(self, txn: Txn, task_id: str, token: str, index: int, name: str) -> TaskRecord:
+        """The task's record, to be changed, if ``token`` is its current lease; otherwise UnknownTask or
+        LeaseLost (``name[index]`` is the argument at fault)."""
+        cached = self.records.take(task_id)  # the record is about to change (or the call fails)
+        if cached is not None and cached.lease_token == token:
+            return cached
+        record = self.stored(txn, task_id)
+        if record is None:
+            raise invalid_field(f"unknown task {task_id}", f"{name}[{index}].taskId", index, code="UnknownTask")
+        if record.state != "inflight" or record.lease_token != token:
+            stale = token in record.old_tokens
+            raise LeaseLostError(
+                f"lease {quote(token)} of {quote(task_id)} "
+                + ("expired or was given back" if stale else "was never issued"),
+                task_id=task_id,
+                index=index,
+                code="StaleLease" if stale else "UnknownLease",
+            )
+        return record
+
+    def start_lease(
+        self, txn: Txn, task_id: str, token: str, worker_id: str, account: Account, deadline_ms: int
+    ) -> TaskRecord:
+        """Move a pending task in flight until ``deadline_ms`` (wall ms). The lease lives in its inflight entry;
+        the record is written again only when the lease ends."""
+        record = self.take(txn, task_id)
+        record.state = "inflight"
+        record.lease_token = token
+        record.lease_deadline_ms = deadline_ms
+        record.worker = worker_id
+        record.account_id = account.id
+        if not txn.delete("pending", time_key(record.due_ms, task_id)):
+            raise ServiceError(f"{task_id} is queued in memory but has no pending key at {record.due_ms}")
+        txn.put("inflight", time_key(deadline_ms, task_id), encode_lease(token, worker_id, account.id))
+        self.queues.inflight(task_id, deadline_ms)
+        return record
+
+    def end_lease(self, txn: Txn, record: TaskRecord, due_ms: int) -> None:
+        """Move a task from in flight back to pending at ``due_ms``. The ended token is remembered, so a late
+        or repeated report with it is told StaleLease rather than UnknownLease."""
+        txn.delete("inflight", time_key(record.lease_deadline_ms, record.id))
+        record.old_tokens = [*record.old_tokens, record.lease_token][-_TOKEN_HISTORY:]
+        record.state = "pending"
+        record.lease_token = ""
+        record.lease_deadline_ms = 0
+        record.due_ms = due_ms
+        txn.put("pending", time_key(due_ms, record.id), b"")
+        self.queues.pending(record.id, record.source, due_ms)
+        txn.put("tasks", record.id.encode(), record.to_bytes())
+
+    def expire_leases(self, txn: Txn, now_ms: int, wall: float, limit: int) -> list[TaskRecord]:
+        """Leases past their deadline go back to pending with one more attempt (and its backoff). Every
+        state-changing call does this first, in its own transaction; returns their records."""
+        records = []
+        for task_id in self.queues.expired(int(wall * 1000), limit):
+            record = self.take(txn, task_id)
+            record.attempts += 1
+            records.append(record)
+            # The completion log keeps expired leases too, so that an audit sees every lease interval.
+            expired = {"outcome": "LeaseExpired", "worker": record.worker, **self.lease_interval(record, wall)}
+            txn.put("done", time_key(now_ms, f"{record.id}#{record.lease_token}"), json.dumps(expired).encode())
+            self.end_lease(txn, record, now_ms + int(backoff_s(record.attempts, self.config) * 1000))
+        return records
+
+    def lease_interval(self, record: TaskRecord, wall: float) -> dict[str, int]:
+        """When the lease being ended was handed out and when it ends (wall ms), for the completion log: an
+        audit can check that no task was ever leased twice at the same time."""
+        return {
+            "leased_wall_ms": record.lease_deadline_ms - int(self.config.lease_s * 1000),
+            "deadline_wall_ms": record.lease_deadline_ms,
+            "ended_wall_ms": int(wall * 1000),
+        }

@@ -1,0 +1,74 @@
+"""What a scheduler core restores when it opens its database (``restore_state``): counters, persisted host blocks,
+account freezes and open page-cap gaps (``meta``), the in-memory queues (from the queue tables) and the hosts
+occupied by leases that survived a restart. It also checks that the database belongs to this shard layout."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+from icecrawler.errors import ConfigError
+from scheduler_server.codec import decode_time_key
+from scheduler_server.store import Txn
+
+if TYPE_CHECKING:
+    from scheduler_server.core import SchedulerCore
+
+__all__ = ["GAP_KEY", "GAP_VALUE", "LAYOUT_KEY", "restore_state"]
+
+#: The ``meta`` key of the shard layout (``check_layout``).
+LAYOUT_KEY = b"layout"
+#: ``meta`` keys of tasks with an open page-cap gap (``icecrawler.resume``), and their value: shaped like a host
+#: block that ended long ago, which is what a scheduler without gaps makes of it.
+GAP_KEY = b"gap:"
+GAP_VALUE = b'[0, "page-cap gap"]'
+#: Queue keys read per scan while the queues are rebuilt.
+_SCAN_CHUNK = 1024
+
+
+def restore_state(core: SchedulerCore) -> None:
+    """Fill a new core's counters, politeness state, open gaps and in-memory queues from its store."""
+    wall = core.clocks.wall()
+    with core.store.transaction() as txn:
+        core._counts = {name: txn.count(name) for name in ("tasks", "pending", "inflight", "done")}
+        check_layout(txn, core.config.shard, core.config.shards)
+        for key, value in txn.scan("meta", limit=1_000_000):
+            if key == LAYOUT_KEY:
+                continue
+            if key.startswith(GAP_KEY):
+                core.open_gaps.add(key[len(GAP_KEY) :].decode())
+                continue
+            kind, _, name = key.decode().partition(":")
+            until, reason = json.loads(value)
+            if kind == "host":
+                core.gate.block(name, until, reason)
+            elif kind == "account":
+                core.accounts.freeze(name, until, reason)
+        for table in ("pending", "inflight"):
+            start = b""
+            while chunk := txn.scan(table, start, limit=_SCAN_CHUNK):
+                for key, _ in chunk:
+                    ms, task_id = decode_time_key(key)
+                    source = task_id.split(":", 2)[1]
+                    if table == "pending":
+                        core.queues.pending(task_id, source, ms)
+                    else:
+                        core.queues.inflight(task_id, ms)
+                        core.gate.restore_inflight(core.config.hosts[source], wall)
+                start = chunk[-1][0] + b"\0"
+
+
+def check_layout(txn: Txn, shard: int, shards: int) -> None:
+    """The database remembers which shard of how many it is: tasks are placed by ``crc32(host) % shards``,
+    so opening it as another shard, or with another shard count, would strand tasks on the wrong shard."""
+    layout = {"shard": shard, "shards": shards}
+    stored = txn.get("meta", LAYOUT_KEY)
+    if stored is None:
+        txn.put("meta", LAYOUT_KEY, json.dumps(layout).encode())
+    elif json.loads(stored) != layout:
+        was = json.loads(stored)
+        raise ConfigError(
+            f"this scheduler database is shard {was['shard']} of {was['shards']}, but "
+            f"scheduler.shard/scheduler.shards say {layout['shard']} of {layout['shards']}; "
+            "use the shard's own scheduler.db_dir (changing the shard count is not supported)"
+        )

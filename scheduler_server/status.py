@@ -1,0 +1,99 @@
+"""What the scheduler core says about itself: ``stats`` (status and ``icecrawler status``), ``gauges`` (the
+metrics, read at scrape time) and ``task_info`` (one task). ``SchedulerCore``'s methods of the same names call
+these; they read the core's state under its lock and change nothing."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from icecrawler.resume import describe as describe_gap
+from scheduler_server.checks import check_task_id, invalid_field
+from scheduler_server.codec import TaskRecord, history_entries
+
+if TYPE_CHECKING:
+    from scheduler_server.core import SchedulerCore
+
+__all__ = ["gauges", "stats", "task_info"]
+
+#: Status counts due-soon tasks up to this many (the count is a scan; it must not stall the scheduler).
+DUE_SOON_CAP = 100_000
+
+
+def stats(core: SchedulerCore) -> dict[str, Any]:
+    """Counts, rates over the last minute and per-host/account/listing detail (never cookies)."""
+    with core._lock:
+        wall = core.clocks.wall()
+        now_ms = int(core.clocks.now() * 1000)
+        due_soon = core.queues.due_before(now_ms + 60_000, DUE_SOON_CAP)
+        with core.store.transaction() as txn:
+            listings = {
+                key.decode(): TaskRecord.from_bytes(value).discovered
+                for key, value in txn.scan("tasks", b"listing:", b"listing;", 1000)
+            }
+        return {
+            **core._counts,
+            "due_soon": due_soon,
+            "leases_per_min": core._leases.total(wall),
+            "reports_per_min": core._reports.total(wall),
+            "detail": {
+                "hosts": core.gate.describe(wall),
+                "accounts": core.accounts.describe(wall),
+                "listings": listings,
+                "policy": core.policy.name,
+                "lease_s": core.config.lease_s,
+                "batch_limit": core.config.batch_limit,
+                "shard": core.config.shard,
+                "shards": core.config.shards,
+                "shutting_down": core._stopping,
+                # Tasks with an open page-cap gap (icecrawler.resume): a gauge, 0 once the crawl caught up.
+                "open_gaps": len(core.open_gaps),
+            },
+        }
+
+
+def gauges(core: SchedulerCore) -> dict[str, Any]:
+    """Cheap current values for the metrics (no B-tree read): task counts, the due backlog (pending tasks due
+    now, and how long the most overdue one has waited, simulated seconds), blocked hosts, accounts by state,
+    open page-cap gaps, visitor sessions minted and renewed per source."""
+    with core._lock:
+        wall = core.clocks.wall()
+        now_ms = int(core.clocks.now() * 1000)
+        due = core.queues.due_before(now_ms + 1, DUE_SOON_CAP)
+        first_ms = core.queues.first_due_ms()
+        hosts = core.gate.describe(wall)
+        accounts = core.accounts.describe(wall)
+        counts = dict(core._counts)
+        open_gaps = len(core.open_gaps)
+    visitors = core.accounts.visitors.describe(wall)
+    states: dict[str, int] = {"ok": 0, "frozen": 0}
+    for account in accounts.values():
+        states[account["state"]] = states.get(account["state"], 0) + 1
+    return {
+        **counts,
+        "due": due,
+        "due_age_s": max(0.0, (now_ms - first_ms) / 1000) if due and first_ms is not None else 0.0,
+        "blocked_hosts": sum(1 for host in hosts.values() if host["block"]["reason"]),
+        "accounts": states,
+        "open_gaps": open_gaps,
+        "visitor_renewals": {source: v["renewals"] for source, v in visitors.items()},
+        "visitor_mints": {source: v["mints"] for source, v in visitors.items()},
+    }
+
+
+def task_info(core: SchedulerCore, task_id: str) -> dict[str, Any]:
+    """One task's metadata and recent period/distance history."""
+    check_task_id(task_id, "taskId", -1)
+    with core._lock:
+        with core.store.transaction() as txn:
+            record = core.moves.stored(txn, task_id)
+        if record is None:
+            raise invalid_field(f"unknown task {task_id}", "taskId", code="UnknownTask")
+        info = {key: value for key, value in vars(record).items() if key != "old_tokens"}
+        info["lease_token"] = "<held>" if record.lease_token else ""
+        info["due_in_s"] = round((record.due_ms / 1000 - core.clocks.now()), 3) if record.state == "pending" else None
+        info["gap"] = describe_gap(record.cursor)
+        info["history"] = [
+            {"time_ms": int(t), "period_s": p, "distance": int(d), "new_items": int(n)}
+            for t, p, d, n in history_entries(record.history)
+        ]
+        return info
