@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from scheduler_server.codec import TaskRecord
 from scheduler_server.config import BudgetedPolicy
-from shhd.policies import budget_scale
+from shhd.policies import budget_plan
 
 if TYPE_CHECKING:
     from scheduler_server.core import SchedulerCore
@@ -40,6 +40,14 @@ def rebalance_budget(core: SchedulerCore) -> float | None:
         start = chunk[-1][0] + b"\0"
     if not rates:
         return None
-    scale = budget_scale(rates, core.config.fetch_budget_per_s, core.config.min_period_s, core.config.max_period_s)
-    policy.set_budget_scale(scale)
+    # The longest period may stretch past scheduler.max_period_s when the budget is too small for that cap to
+    # leave room for any allocation (``shhd.policies.budget_plan``).
+    scale, longest = budget_plan(
+        rates,
+        core.config.fetch_budget_per_s,
+        core.config.min_period_s,
+        core.config.max_period_s,
+        policy.budget_stretch,
+    )
+    policy.set_budget_scale(scale, longest)
     return scale
