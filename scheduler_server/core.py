@@ -72,7 +72,7 @@ from scheduler_server.groups import GroupCall, GroupRunner, Pending
 from scheduler_server.politeness import HostGate, RateWindow
 from scheduler_server.queues import TaskQueues
 from scheduler_server.store import QueueStore, Txn
-from shhd.policies import Observation, RatePolicy, RevisitPolicy, budget_scale, make_policy
+from shhd.policies import Observation, RatePolicy, RevisitPolicy, budget_plan, make_policy
 
 __all__ = ["Clocks", "SchedulerConfig", "SchedulerCore", "SystemClocks", "check_consistency"]
 
@@ -839,9 +839,9 @@ class SchedulerCore:
                 start = chunk[-1][0] + b"\0"
         if not rates:
             return None
-        scale = budget_scale(rates, self.config.fetch_budget_per_s, self.config.min_period_s,
-                             self.config.max_period_s)
-        self.policy.set_budget_scale(scale)
+        scale, longest = budget_plan(rates, self.config.fetch_budget_per_s, self.config.min_period_s,
+                                     self.config.max_period_s, self.policy.budget_stretch)
+        self.policy.set_budget_scale(scale, longest)
         return scale
 
     def prune_done(self, limit: int = 10_000) -> int:

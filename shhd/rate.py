@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shhd.forecast import (
+    DAY_S,
     OMEGA_DAY,
     burst_lag,
     daily_amplitude,
@@ -40,17 +41,23 @@ RATE_BURST_PRIOR_ITEMS = 1.0
 #: Rate policy: the rate estimate's memory, in items: the half-life of the forgetting is at least ``half_life_s``
 #: and stretches to about this many of the target's own mean gaps (up to RATE_HALF_LIFE_MAX_S), so a target that
 #: publishes a few times a week is not judged on its last one or two items. None: a fixed half-life.
-RATE_MEMORY_ITEMS: float | None = None
+RATE_MEMORY_ITEMS: float | None = 20.0
 RATE_HALF_LIFE_MAX_S = 14 * 86400.0
 #: Rate policy: half-life of the daily profile's moments (a daily pattern needs several days to show).
-RATE_DAY_HALF_LIFE_S: float | None = None
+RATE_DAY_HALF_LIFE_S: float | None = 7 * 86400.0
 #: Rate policy: self-excitation of the item stream, (share a, decay F seconds): each item adds a e^{-(s-t)/F}/F to
 #: the expected rate after it (a Hawkes kernel; the base rate is λ(1-a)), the forecast of real, bursty streams.
 #: None: off.
 RATE_EXCITE: tuple[float, float] | None = None
+#: Rate policy: a period of at least DAY_ANCHOR_MIN days on a target with a daily pattern (relative amplitude at
+#: least DAY_ANCHOR_AMPLITUDE) moves to the nearest time of day where its daily rate falls through its mean, the
+#: lag-optimal time for a fetch a day (d/dF of E[(F - t) mod day] = 1 - day * f(F)). False: off.
+RATE_DAY_ANCHOR = True
+RATE_DAY_ANCHOR_MIN = 0.75
+RATE_DAY_ANCHOR_AMPLITUDE = 0.25
 #: Rate policy under a global budget: the longest period is at least this many times the budget's mean period
 #: (targets / budget), so a small budget does not clamp every target to the same longest period (uniform).
-RATE_BUDGET_STRETCH: float | None = None
+RATE_BUDGET_STRETCH: float | None = 1.5
 #: Rate policy: the smallest rate estimate (items/s), so a target that never published stays at the longest period.
 RATE_FLOOR_PER_S = 1e-9
 #: Rate policy prior: PRIOR_ITEMS items seen over PRIOR_ITEMS x the first period, so a new target starts at the
@@ -161,6 +168,7 @@ class RatePolicy:
     memory_items: float | None = RATE_MEMORY_ITEMS
     day_half_life_s: float | None = RATE_DAY_HALF_LIFE_S
     excite: tuple[float, float] | None = RATE_EXCITE
+    day_anchor: bool = RATE_DAY_ANCHOR
     #: Under a budget, the longest period is at least this many budget mean periods (``budget_plan``).
     budget_stretch: float | None = RATE_BUDGET_STRETCH
     #: The longest period under a budget (``set_budget_scale``); None: ``max_period_s``.
@@ -259,7 +267,19 @@ class RatePolicy:
                 out += kick * (tau - decay * -math.expm1(-tau / decay))
             return out
 
-        return solve_fetch_time(lag, mu, self.min_period_s, self._longest())
+        return self._anchored(solve_fetch_time(lag, mu, self.min_period_s, self._longest()), amplitude, now)
+
+    def _anchored(self, period: float, amplitude: complex, now: float) -> float:
+        """``period``, moved to the nearest descending mean crossing of the daily profile (RATE_DAY_ANCHOR)."""
+        if not self.day_anchor or period < RATE_DAY_ANCHOR_MIN * DAY_S or abs(amplitude) < RATE_DAY_ANCHOR_AMPLITUDE:
+            return period
+        # λ(s) ∝ 1 + |A| cos(ωs + arg A) falls through its mean where ωs + arg A = π/2 (mod 2π).
+        crossing = ((math.pi / 2 - cmath.phase(amplitude)) / OMEGA_DAY) % DAY_S
+        target = now + period
+        k = round((target - crossing) / DAY_S)
+        candidates = [crossing + j * DAY_S - now for j in (k - 1, k, k + 1)]
+        fits = [c for c in candidates if self.min_period_s <= c <= self._longest()]
+        return min(fits, key=lambda c: abs(c - period)) if fits else period
 
 
 def _recent_times(times: Sequence[float], last: float | None, observation: Observation,

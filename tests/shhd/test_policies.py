@@ -115,7 +115,7 @@ def test_sart_our_reading() -> None:
 
 
 def test_rate_policy_decayed_estimate_and_sqrt_period() -> None:
-    p = RatePolicy(1, 10**6, 100, half_life_s=100)
+    p = RatePolicy(1, 10**6, 100, half_life_s=100, memory_items=None)  # a fixed half-life (see the next test)
     d = p.next_period(p.initial_state(), Observation(now_s=0))
     assert d.period_s == pytest.approx(math.sqrt(100 / (0.5 / 50)))  # prior rate 1/I0 -> period I0
     d = p.next_period(d.state, Observation(now_s=100, new_items=2, new_item_times_s=(50.0, 100.0)))
@@ -128,6 +128,26 @@ def test_rate_policy_decayed_estimate_and_sqrt_period() -> None:
     assert d.period_s == pytest.approx(math.sqrt(100 / lam))
     p.set_budget_scale(3.0)
     assert p.next_period(d.state, Observation(now_s=100)).period_s == pytest.approx(3.0 / math.sqrt(lam))
+
+
+def test_rate_policy_memory_stretches_the_half_life_to_its_items() -> None:
+    p = RatePolicy(1, 10**7, 100, half_life_s=100, memory_items=20.0)
+    state = p.initial_state() | {"items": 1.0, "exposure_s": 10_000.0, "prior_weight": 0.0, "last_s": 0.0}
+    assert p._half_life(state) == pytest.approx(20 / 1e-4)  # 20 mean gaps of 10^4 s
+    busy = state | {"items": 10_000.0}
+    assert p._half_life(busy) == 100  # never shorter than half_life_s
+    quiet = state | {"items": 1e-3}
+    assert p._half_life(quiet) == 14 * 86400.0  # never longer than RATE_HALF_LIFE_MAX_S
+
+
+def test_rate_policy_day_anchor_moves_a_long_period_to_where_the_daily_rate_falls() -> None:
+    p = RatePolicy(60, 10 * 86400.0, 600)
+    amplitude = 0.8 + 0j  # λ ∝ 1 + 0.8 cos(ωs): peak at midnight, falls through the mean at 06:00
+    delay = p._anchored(1.2 * 86400.0, amplitude, now=0.0)
+    assert delay == pytest.approx(86400.0 + 6 * 3600.0)
+    assert p._anchored(0.5 * 86400.0, amplitude, now=0.0) == 0.5 * 86400.0  # short periods are left alone
+    assert p._anchored(1.2 * 86400.0, 0.1 + 0j, now=0.0) == 1.2 * 86400.0  # so are flat days
+    assert RatePolicy(60, 86400.0, 600, day_anchor=False)._anchored(1.2 * 86400.0, amplitude, 0.0) == 1.2 * 86400.0
 
 
 def _feed(policy: RatePolicy, items: list[float], fetches: list[float]) -> list[float]:
@@ -226,7 +246,7 @@ def test_rate_policy_reads_a_state_stored_before_the_forecasts() -> None:
     old = {"period_s": 600.0, "last_s": 0.0, "items": 3.0, "exposure_s": 3000.0, "burst_items": 0.0,
            "burst_exposure_s": 0.0, "prior_weight": 1.0}
     d = p.next_period(old, Observation(now_s=600, new_items=1, newest_item_s=550.0))
-    assert 60 <= d.period_s <= 86400 and d.state["times"] == [550.0] and len(d.state["day"]) == 6
+    assert 60 <= d.period_s <= 86400 and d.state["times"] == [550.0] and len(d.state["day"]) == 8  # 6 moments + the daily counts
 
 
 def test_rate_policy_on_the_papers_test_settles_in_the_band() -> None:

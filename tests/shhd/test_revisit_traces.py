@@ -1,0 +1,138 @@
+"""bench/revisit on real traces: the JSONL loader (bad lines -> a clear error naming file and line), windowing onto
+the simulated clock, the development/report split, equal fetch counts for every policy, and the trace builder's
+pure parts (Weibo mid -> time, densest window)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import bench.revisit as revisit
+from bench.revisit.build_traces import densest_window, opaque_id, weibo_mid_time
+from bench.revisit.real import RealConfig, seed_job
+from bench.revisit.replay import Trace, TraceError, Windowing, load_traces, split_halves, window_pages
+from bench.revisit.traces import DAY
+from shhd.policies import RatePolicy, budget_plan, budget_scale
+from shhd.rate import budget_max_period
+
+GOOD = {"target": "a1", "source": "weibo", "times": [1_700_000_000, 1_700_000_600.5, 1_700_003_000]}
+
+
+def write(tmp_path: Path, lines: list[str]) -> Path:
+    path = tmp_path / "t.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def test_a_good_file_loads_in_order_and_skips_blank_lines(tmp_path: Path) -> None:
+    other = dict(GOOD, target="b2", source="git-path")
+    traces = load_traces(write(tmp_path, [json.dumps(GOOD), "", json.dumps(other)]))
+    assert [t.target for t in traces] == ["a1", "b2"]
+    assert traces[0] == Trace("a1", "weibo", (1_700_000_000.0, 1_700_000_600.5, 1_700_003_000.0))
+
+
+@pytest.mark.parametrize(("line", "message"), [
+    ("{not json", "not JSON"),
+    ("[1, 2]", "expected an object"),
+    (json.dumps({"target": "x", "times": [1]}), "missing source"),
+    (json.dumps(dict(GOOD, target="")), "non-empty strings"),
+    (json.dumps(dict(GOOD, source=7)), "non-empty strings"),
+    (json.dumps(dict(GOOD, times=[])), "non-empty list"),
+    (json.dumps(dict(GOOD, times="1700000000")), "non-empty list"),
+    (json.dumps(dict(GOOD, times=[1, "2"])), "finite numbers"),
+    (json.dumps(dict(GOOD, times=[1, True])), "finite numbers"),
+    ('{"target": "x", "source": "s", "times": [1, NaN]}', "finite numbers"),
+    (json.dumps(dict(GOOD, times=[5, 3])), "not sorted"),
+])
+def test_a_bad_line_names_file_line_and_fault(tmp_path: Path, line: str, message: str) -> None:
+    path = write(tmp_path, [json.dumps(GOOD), line])
+    with pytest.raises(TraceError, match=message) as err:
+        load_traces(path)
+    assert f"{path}:2:" in str(err.value)
+
+
+def test_a_repeated_target_an_empty_file_and_a_missing_file_are_errors(tmp_path: Path) -> None:
+    with pytest.raises(TraceError, match="repeats line 1"):
+        load_traces(write(tmp_path, [json.dumps(GOOD), json.dumps(GOOD)]))
+    with pytest.raises(TraceError, match="no traces"):
+        load_traces(write(tmp_path, ["", "  "]))
+    with pytest.raises(TraceError, match="cannot read"):
+        load_traces(tmp_path / "absent.jsonl")
+
+
+def test_the_command_reports_a_bad_file_and_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write(tmp_path, [json.dumps(dict(GOOD, times=[5, 3]))])
+    assert revisit.main(["--traces", str(path), "--quick", "--workers", "1"]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}:1: times are not sorted ascending" in err
+
+
+def test_windowing_keeps_the_last_window_and_the_time_of_day() -> None:
+    start = 1_700_000_000.0
+    times = tuple(start + k * 0.5 * DAY + 3600 for k in range(80))  # 40 days, two items a day
+    w = Windowing(window_days=28, warmup_days=7, drain_days=1)
+    (page,) = window_pages([Trace("t", "s", times)], w)
+    kept = [t for t in times if t > times[-1] - 28 * DAY]
+    assert page.arrivals.size == len(kept)
+    shift = kept[0] - page.arrivals[0]
+    assert shift % DAY == 0  # whole days: times of day survive
+    assert 0 <= page.arrivals[-1] - 28 * DAY < DAY  # the window starts within the first simulated day
+    h = w.horizon()
+    assert (h.warmup_s, h.end_s, h.drain_s) == (7 * DAY, 29 * DAY, DAY)
+    scored = np.count_nonzero((page.arrivals >= h.warmup_s) & (page.arrivals < h.end_s))
+    assert page.rate == pytest.approx(scored / (22 * DAY))
+
+
+def test_split_is_deterministic_disjoint_and_balanced_per_source() -> None:
+    traces = [Trace(f"w{k}", "weibo", (1.0,)) for k in range(9)] + [Trace(f"g{k}", "git", (1.0,)) for k in range(6)]
+    dev, report = split_halves(traces)
+    assert split_halves(list(reversed(traces))) == (dev, report)
+    assert not {t.target for t in dev} & {t.target for t in report}
+    assert len(dev) + len(report) == len(traces)
+    for source, total in (("weibo", 9), ("git", 6)):
+        assert sum(t.source == source for t in report) == total // 2
+
+
+def test_every_policy_spends_the_same_fetches_on_real_traces() -> None:
+    rng = np.random.default_rng(3)
+    traces = [Trace(f"t{k}", "weibo" if k % 2 else "git-path",
+                    tuple(np.sort(1_700_000_000 + rng.uniform(0, 30 * DAY, 40 + 10 * k)).tolist())) for k in range(5)]
+    cfg = RealConfig(Path("unused"), seeds=1, budgets=(1.0,), tune=False, oracle=False, workers=1)
+    row = seed_job(traces, cfg, {("nutch", 1.0): {"inc_rate": 0.2}}, seed=1000)["1.0"]
+    fetches = {label: cell["fetches"] for label, cell in row.items() if "fetches" in cell}
+    assert {"rate (ours)", "shhd (paper, simhash)", "nutch (xml defaults)", "nutch (xml defaults), tuned",
+            "cho (irregular MLE)", "fixed (uniform)"} <= set(fetches)
+    assert len(set(fetches.values())) == 1 and next(iter(fetches.values())) > 100
+    by_source = row["rate (ours)"]["by_source"]
+    assert set(by_source) == {"weibo", "git-path"}
+
+
+def test_budget_plan_stretches_the_longest_period_only_when_the_budget_is_small() -> None:
+    assert budget_max_period(10, 1.0, 86400.0, 4.0) == 86400.0  # 10 targets at 1 fetch/s: bounds unchanged
+    assert budget_max_period(100, 100 / (3 * 86400.0), 86400.0, 2.0) == pytest.approx(6 * 86400.0)
+    assert budget_max_period(100, 1e-6, 86400.0, None) == 86400.0
+    rates = [1e-5, 1e-4, 1e-3]
+    scale, longest = budget_plan(rates, 3 / (4 * 86400.0), 60.0, 86400.0, 4.0)
+    assert longest == pytest.approx(16 * 86400.0)
+    assert scale == pytest.approx(budget_scale(rates, 3 / (4 * 86400.0), 60.0, longest))
+    policy = RatePolicy(60.0, 86400.0, 600.0)
+    policy.set_budget_scale(scale, longest)
+    periods = [policy.period_for(r) for r in rates]
+    assert sum(1 / p for p in periods) == pytest.approx(3 / (4 * 86400.0), rel=1e-6)  # spends the budget
+    assert max(periods) > 86400.0  # not every target clamped to the configured longest period
+    policy.set_budget_scale(None)
+    assert policy.period_for(1e-9) == 86400.0
+
+
+def test_weibo_mid_time_and_densest_window() -> None:
+    # A post id from a public crawl whose sheet says 2025-05-30 15:34:26 Beijing time = 07:34:26 UTC.
+    assert weibo_mid_time(5172025636162379) == 1748590466
+    day = 86400
+    times = [k * day for k in range(10)] + [100 * day + k * 3600 for k in range(40)] + [100 * day + 20 * day]
+    window = densest_window(times)
+    assert window is not None and window[0] == 100 * day and len(window) == 41
+    assert densest_window([k * 3600 for k in range(40)]) is None  # 40 items but spread over < 14 days
+    assert opaque_id("o/r", "author:x") != opaque_id("o/r", "author:y") and len(opaque_id("o/r", "k")) == 16
