@@ -246,7 +246,8 @@ def test_rate_policy_reads_a_state_stored_before_the_forecasts() -> None:
     old = {"period_s": 600.0, "last_s": 0.0, "items": 3.0, "exposure_s": 3000.0, "burst_items": 0.0,
            "burst_exposure_s": 0.0, "prior_weight": 1.0}
     d = p.next_period(old, Observation(now_s=600, new_items=1, newest_item_s=550.0))
-    assert 60 <= d.period_s <= 86400 and d.state["times"] == [550.0] and len(d.state["day"]) == 8  # 6 moments + the daily counts
+    # 6 daily moments + the daily counts
+    assert 60 <= d.period_s <= 86400 and d.state["times"] == [550.0] and len(d.state["day"]) == 8
 
 
 def test_rate_policy_on_the_papers_test_settles_in_the_band() -> None:
