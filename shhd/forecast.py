@@ -1,7 +1,7 @@
 """Item-arrival forecasts for the ``rate`` policy, and the fetch time each one implies. Pure: no clock, no I/O.
 
-The rule that ties them together (REVISIT_BENCHMARK.md §7.5 O2, generalised): fetch a target when the capture lag
-its uncaught items are expected to have piled up since the last fetch reaches a threshold μ,
+The rule that ties them together (the square-root bound O2 of docs/REVISIT.md, generalised): fetch a target when
+the capture lag its uncaught items are expected to have piled up since the last fetch reaches a threshold μ,
 
     A(t) = ∫_now^t λ̂(s) (t - s) ds = μ.
 

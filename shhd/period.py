@@ -48,7 +48,7 @@ class ShhdState:
 class SHHDController:
     """The SHHD update rule with its bounds.
 
-    ``step_s`` is the additive growth once the period has reached ssthresh (REVISIT_BENCHMARK.md §7.6 uses the
+    ``step_s`` is the additive growth once the period has reached ssthresh (docs/REVISIT.md uses the
     first period t0). ``slow_start=False`` gives the "pure x2 / ÷2" variant (doubling at any period).
     """
 

@@ -112,7 +112,7 @@ class ShhdPolicy:
     """SHHD (simhash + Hamming distance) from the paper; the rule and its constants live in ``shhd.period``.
 
     ``detector="simhash"`` is the paper: d = Hamming(previous fingerprint, current fingerprint). ``"count"`` is the
-    ideal detector of REVISIT_BENCHMARK.md §7.6: d = 64 when the crawl found new items, else 0. It separates
+    ideal detector of docs/REVISIT.md: d = 64 when the crawl found new items, else 0. It separates
     detection from scheduling, and is the fix when one new item does not move the window's simhash.
     The additive step after slow start is the first period (our reading; §7.6).
     """
@@ -204,7 +204,7 @@ class NutchPolicy:
         return Decision(period, out, _distance(state.get("fingerprint"), observation))
 
 
-#: Cho policy: target probability that at least one change happens within a period (REVISIT_BENCHMARK.md §7.6).
+#: Cho policy: target probability that at least one change happens within a period (docs/REVISIT.md).
 CHO_TARGET_CHANGE_PROBABILITY = 0.5
 #: Cho policy: most recent (interval, changed) observations kept in the state (bounds the JSON size).
 CHO_HISTORY = 64
@@ -240,7 +240,7 @@ def cho_rate_mle(changed_s: Sequence[float], unchanged_s: Sequence[float]) -> fl
 
 @dataclass
 class ChoPolicy:
-    """Poisson / Cho single-target policy (REVISIT_BENCHMARK.md §7.6 (C)).
+    """Poisson / Cho single-target policy (docs/REVISIT.md).
 
     λ̂ = ``cho_rate_mle`` over the recorded (interval, changed) history plus Kolobov's smoothing (one changed and
     one unchanged pseudo-interval of 0.5 x the first period); next period I = -ln(1 - p*) / λ̂, so that

@@ -79,7 +79,7 @@ def budget_scale(rates: Sequence[float], budget_per_s: float, min_period_s: floa
     ``budget_per_s`` fetches per second in total (bisection on log C; clamped targets are water-filled).
 
     Minimising item-weighted mean lag sum_i rate_i * period_i / 2 subject to sum_i 1/period_i = B gives
-    f_i ∝ sqrt(rate_i) (REVISIT_BENCHMARK.md §7.5 O2). Rates must be > 0.
+    f_i ∝ sqrt(rate_i) (the bound O2 in docs/REVISIT.md). Rates must be > 0.
     """
     roots = [math.sqrt(r) for r in rates]
     if not roots:

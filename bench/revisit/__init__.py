@@ -1,4 +1,4 @@
-"""``icecrawler bench revisit [--quick]``: the revisit-policy benchmark (REVISIT_BENCHMARK.md §7).
+"""``icecrawler bench revisit [--quick]``: the revisit-policy benchmark (docs/REVISIT.md).
 
 E0 replays the SHHD paper's ECSHOP test (one review every 10 min, first period 1 min) on one page, with the real
 simhash detector on several page layouts and with an ideal detector. E3 runs a many-page mixture under a global

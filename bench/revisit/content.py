@@ -1,4 +1,4 @@
-"""Content model (REVISIT_BENCHMARK.md §7.1), so the REAL detector (``shhd.fingerprint``: jieba + simhash) runs on
+"""Content model (docs/REVISIT.md), so the REAL detector (``shhd.fingerprint``: jieba + simhash) runs on
 simulated pages: page text = page chrome (template, optional) + a noise block (counters, optional) + the item
 window (the latest ``window`` items; a large window stands in for an append-only page).
 

@@ -1,4 +1,4 @@
-"""Lower bounds for the revisit benchmark (REVISIT_BENCHMARK.md §7.5).
+"""Lower bounds for the revisit benchmark (docs/REVISIT.md).
 
 * O1 ``offline_lag``: the clairvoyant minimum total capture lag of the given items with at most K fetches, over
   all pages together. Fetches sit at item arrival instants (moving one earlier, to the latest arrival it covers,

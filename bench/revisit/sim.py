@@ -1,4 +1,4 @@
-"""Discrete-event revisit simulator (REVISIT_BENCHMARK.md §7.1, §7.3): single page on its own schedule (E0), or
+"""Discrete-event revisit simulator (docs/REVISIT.md): single page on its own schedule (E0), or
 many pages sharing a global budget of B fetches/s (E3), where every policy spends exactly the same fetches.
 
 Scoring uses ground-truth items only; the detector's view is logged separately (``believed_hits``).

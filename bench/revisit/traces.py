@@ -1,4 +1,4 @@
-"""Change processes for the revisit simulator (REVISIT_BENCHMARK.md §7.2): per-page item arrival times and
+"""Change processes for the revisit simulator (docs/REVISIT.md): per-page item arrival times and
 noise-change times, seeded, in seconds. Every policy in one seed sees the same traces (common random numbers)."""
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ def test_offline_oracle_matches_brute_force_on_small_instances() -> None:
 
 
 def test_sqrt_bound_formula_and_against_uniform() -> None:
-    rates = [1.0, 0.1, 0.01]  # per minute; REVISIT_BENCHMARK.md §7.5 check: B = 0.3/min gives 3.012 min
+    rates = [1.0, 0.1, 0.01]  # per minute; by hand: B = 0.3/min gives 3.012 min
     assert sqrt_bound(rates, 0.3) == pytest.approx(sum(r**0.5 for r in rates) ** 2 / (2 * 0.3 * sum(rates)))
     assert sqrt_bound(rates, 0.3) == pytest.approx(3.012, abs=1e-3)
     assert sqrt_bound(rates, 0.3) <= len(rates) / (2 * 0.3)  # never worse than uniform (Cauchy-Schwarz)
