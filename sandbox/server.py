@@ -33,8 +33,8 @@ from types import TracebackType
 from typing import IO, Any
 from urllib.parse import parse_qs, urlsplit
 
+from icecrawler.clock import Clock
 from icecrawler.errors import ConfigError
-from sandbox.clock import SimClock
 from sandbox.misbehave import SITES, Action, MisbehaviourRule, MisbehaviourTable
 from sandbox.pages import interstitial
 from sandbox.scenario import Scenario, default_scenario
@@ -124,7 +124,7 @@ class SandboxServer:
     def __init__(self, scenario: Scenario | None = None, *, host: str = "127.0.0.1", port: int = 0,
                  speed: float = 1.0, origin: float = 0.0, latency_ms: int = 0, seed: int | None = None,
                  truth_file: str | Path | None = None, max_hang_s: float = 60.0,
-                 misbehave: Iterable[MisbehaviourRule] = (), clock: SimClock | None = None,
+                 misbehave: Iterable[MisbehaviourRule] = (), clock: Clock | None = None,
                  visitor_ttl_s: float = 86_400.0) -> None:
         scenario = scenario if scenario is not None else default_scenario()
         if seed is not None:
@@ -132,7 +132,7 @@ class SandboxServer:
         if latency_ms < 0 or max_hang_s < 0:
             raise ConfigError("latency_ms and max_hang_s must be >= 0")
         self.scenario = scenario
-        self.clock = clock if clock is not None else SimClock(speed, origin)
+        self.clock = clock if clock is not None else Clock(speed, origin)
         self.world = World(scenario, self.clock.origin_ms)
         self.latency_ms = latency_ms
         self.max_hang_s = max_hang_s

@@ -78,7 +78,7 @@ from scheduler_server.store import QueueStore, Txn
 from scheduler_server.visitors import VisitorSessions, is_visitor
 from shhd.policies import Observation, RatePolicy, RevisitPolicy, budget_scale, make_policy
 
-__all__ = ["Clocks", "SchedulerConfig", "SchedulerCore", "SystemClocks", "check_consistency"]
+__all__ = ["Clocks", "SchedulerConfig", "SchedulerCore", "check_consistency"]
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +111,8 @@ _RETRY_HINT_MS = 200
 
 
 class Clocks(Protocol):
-    """Simulated time for periods and due times; wall time for leases and politeness."""
+    """Simulated time for periods and due times; wall time for leases and politeness (``icecrawler.clock.Clock``
+    in a server; tests pass one on a manual wall)."""
 
     def now(self) -> float: ...
 
@@ -120,20 +121,6 @@ class Clocks(Protocol):
     def wall_delay(self, sim_seconds: float) -> float:
         """Wall seconds until ``sim_seconds`` of simulated time have passed."""
         ...
-
-
-@dataclass(frozen=True)
-class SystemClocks:
-    sim: Clock
-
-    def now(self) -> float:
-        return self.sim.now()
-
-    def wall(self) -> float:
-        return time.time()
-
-    def wall_delay(self, sim_seconds: float) -> float:
-        return self.sim.to_wall_delay(sim_seconds)
 
 
 #: Policies that take a global fetch budget (they expose rate_of and set_budget_scale).
@@ -328,7 +315,7 @@ class SchedulerCore:
             if not pool.uses_visitors(source):
                 log.warning("no account can crawl %s (scheduler.account_sources): its tasks wait until one is added",
                             source)
-        return cls(store, policy, clocks or SystemClocks(Clock.from_settings(settings)), config, pool)
+        return cls(store, policy, clocks or Clock.from_settings(settings), config, pool)
 
     # --- start-up -------------------------------------------------------------------------------------------
 

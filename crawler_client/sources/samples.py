@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from html import escape
 
-from crawler_client.sources._dates import CST
 from crawler_client.sources.base import FetchedPage, PageRequest
+from icecrawler.clock import BEIJING
 from icecrawler.models import Task, TaskKind
 
 __all__ = [
@@ -34,7 +34,7 @@ __all__ = [
 ]
 
 #: The fixed "fetch time" the samples are dated against: 2021-07-06 12:00:00 +08:00.
-SAMPLE_NOW_MS = int(datetime(2021, 7, 6, 12, 0, tzinfo=CST).timestamp() * 1000)
+SAMPLE_NOW_MS = int(datetime(2021, 7, 6, 12, 0, tzinfo=BEIJING).timestamp() * 1000)
 
 _WORDS = ("今天", "天气", "不错", "我们", "一起", "去", "看", "比赛", "加油", "晚安", "新品", "发布", "感谢",
           "大家", "支持", "质量", "很好", "物流", "很快", "包装", "完好", "推荐", "购买", "性价比", "高")
@@ -132,7 +132,7 @@ def mbloglist_chunk(uid: int = 1163218074, page: int = 1, chunk: int = 0, *, pos
     lazy-load placeholder for chunks 0/1, or the pager (``countPage``) for chunk 2."""
     rng = random.Random(seed * 1000 + page * 10 + chunk)
     offset = ((page - 1) * 3 + chunk) * posts
-    start = datetime.fromtimestamp(SAMPLE_NOW_MS / 1000, tz=CST) - timedelta(hours=3)
+    start = datetime.fromtimestamp(SAMPLE_NOW_MS / 1000, tz=BEIJING) - timedelta(hours=3)
     nick = _NICKS[uid % len(_NICKS)]
     html = "".join(
         _pc_post(rng, uid, nick, newest_mid - (offset + i) * 1_000_003, start - timedelta(hours=offset + i),
@@ -168,7 +168,7 @@ def mobile_timeline(uid: int = 1907518591, *, posts: int = 10, pinned: bool = Tr
     """A getIndex timeline page: a pinned older post first (optional), reposts, a long text, string counts;
     ``cursor`` is "page", "since_id" or "" (last page)."""
     rng = random.Random(seed)
-    now = datetime.fromtimestamp(SAMPLE_NOW_MS / 1000, tz=CST)
+    now = datetime.fromtimestamp(SAMPLE_NOW_MS / 1000, tz=BEIJING)
     user = {"id": uid, "screen_name": _NICKS[uid % len(_NICKS)], "profile_url": f"https://m.weibo.cn/u/{uid}",
             "verified": True, "followers_count": "145.5万", "statuses_count": 582, "gender": "f"}
     cards = []
@@ -211,7 +211,7 @@ def web_timeline(uid: int = 1669879400, *, posts: int = 20, pinned: bool = True,
     """A weibo.com ``/ajax/statuses/mymblog`` page: a pinned older post first (optional), ``pic_ids`` with a
     ``pic_infos`` map, reposts, a long text, ``text`` and ``text_raw``, string counts and ``since_id``."""
     rng = random.Random(seed)
-    now = datetime.fromtimestamp(SAMPLE_NOW_MS / 1000, tz=CST)
+    now = datetime.fromtimestamp(SAMPLE_NOW_MS / 1000, tz=BEIJING)
     user = {"id": uid, "idstr": str(uid), "pc_new": 7, "screen_name": _NICKS[uid % len(_NICKS)],
             "profile_url": f"/u/{uid}", "verified": True, "verified_type": 0, "mbrank": 6, "mbtype": 12,
             "avatar_hd": f"https://tvax1.sinaimg.cn/crop.0.0.180.180.1024/{uid:x}ly8g.jpg"}
@@ -254,7 +254,7 @@ def ecshop_comments_html(goods_id: int = 42, *, comments: int = 5, page: int = 1
                          page_count: int = 5, seed: int = 0) -> str:
     """``library/comments_list.lbi`` rendered (default theme, docs/FORMATS.md §3.2), with an admin reply."""
     rng = random.Random(seed * 100 + page)
-    now = datetime.fromtimestamp(SAMPLE_NOW_MS / 1000, tz=CST)
+    now = datetime.fromtimestamp(SAMPLE_NOW_MS / 1000, tz=BEIJING)
     items = []
     for i in range(comments):
         moment = now - timedelta(hours=(page - 1) * comments + i, minutes=i)
@@ -316,7 +316,7 @@ def jd_comments(sku: int = 100012043978, *, comments: int = 10, page: int = 0, m
                 jsonp: bool = True, seed: int = 0) -> bytes:
     """``productPageComments.action``: int64 ids, entity-laden content, ``*CountStr`` summary (docs/FORMATS.md §4.2)."""
     rng = random.Random(seed * 1000 + page)
-    now = datetime.fromtimestamp(SAMPLE_NOW_MS / 1000, tz=CST)
+    now = datetime.fromtimestamp(SAMPLE_NOW_MS / 1000, tz=BEIJING)
     rows = []
     for i in range(comments):
         moment = now - timedelta(hours=page * comments + i)
