@@ -75,9 +75,8 @@ def _writer(endpoint: str, first_id: int, count: int, batch: int, ready: Any, st
 def through_server(backend: str, records: int, batch: int, writers: int, tmp: Path,
                    extra: dict[str, str]) -> dict[str, float]:
     """Start a storage server on ``backend``; ``writers`` processes write ``records`` posts in total."""
-    from bench._cluster import cpu_seconds
     from icecrawler import rpc
-    from icecrawler.processes import ProcessGroup, free_port, icecrawler_argv
+    from icecrawler.processes import ProcessGroup, cpu_seconds, free_port, icecrawler_argv
 
     port = free_port()
     conf = tmp / f"{backend}.conf"

@@ -10,8 +10,9 @@ from collections.abc import Callable
 
 import pytest
 
+from icecrawler.oracle import ItemKey, stored_index, truth_index
 from icecrawler.processes import ManagedProcess, wait_for_port
-from icecrawler.stack import ItemKey, Stack, stored_index, truth_index
+from icecrawler.stack import Stack
 
 __all__ = ["caught_up", "client_logs", "expected_keys", "restart", "truncated_posts", "wait_for"]
 

@@ -29,7 +29,8 @@ from pathlib import Path
 
 import pytest
 
-from icecrawler.stack import Stack, leases_by_task, overlapping_leases, running_stack, stored_index, truth_index
+from icecrawler.oracle import leases_by_task, overlapping_leases, stored_index, truth_index
+from icecrawler.stack import Stack, running_stack
 from sandbox.scenario import Category, Product, Scenario, WeiboUser
 from sandbox.schedules import Schedule
 

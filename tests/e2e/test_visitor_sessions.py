@@ -18,7 +18,8 @@ from typing import Any
 
 import pytest
 
-from icecrawler.stack import ItemKey, Stack, running_stack, stored_index, truth_index
+from icecrawler.oracle import ItemKey, stored_index, truth_index
+from icecrawler.stack import Stack, running_stack
 from sandbox.scenario import Scenario, WeiboUser
 from sandbox.schedules import Schedule
 

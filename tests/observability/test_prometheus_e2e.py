@@ -25,8 +25,9 @@ from pathlib import Path
 
 import pytest
 
+from icecrawler.oracle import truth_index
 from icecrawler.processes import icecrawler_argv, wait_for_port
-from icecrawler.stack import Stack, running_stack, truth_index
+from icecrawler.stack import Stack, running_stack
 from sandbox.scenario import Product, Scenario, WeiboUser
 from sandbox.schedules import Schedule
 from tests.client.stack_checks import truncated_posts
