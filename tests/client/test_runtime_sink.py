@@ -85,15 +85,17 @@ class MemoryStorage:
         return len(records)
 
 
-class Clock:
+class Times:
+    """The sink's two time sources, moved by hand."""
+
     def __init__(self) -> None:
         self.wall_ms = 1_000_000
         self.mono = 0.0
 
 
 def make(buffer_records: int = 100, write_batch: int = 3, report_batch: int = 2,
-         ) -> tuple[Sink, MemoryScheduler, MemoryStorage, Clock]:
-    scheduler, storage, clock = MemoryScheduler(), MemoryStorage(), Clock()
+         ) -> tuple[Sink, MemoryScheduler, MemoryStorage, Times]:
+    scheduler, storage, clock = MemoryScheduler(), MemoryStorage(), Times()
     sink = Sink(scheduler, storage, buffer_records=buffer_records, report_batch=report_batch,
                 write_batch=write_batch, backoff_s=1.0, max_backoff_s=8.0, now_ms=lambda: clock.wall_ms,
                 monotonic=lambda: clock.mono, fingerprint=lambda texts: len(list(texts)))

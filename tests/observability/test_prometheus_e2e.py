@@ -18,9 +18,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import subprocess
-import time
 import urllib.request
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -30,7 +28,7 @@ from icecrawler.processes import icecrawler_argv, wait_for_port
 from icecrawler.stack import Stack, running_stack
 from sandbox.scenario import Product, Scenario, WeiboUser
 from sandbox.schedules import Schedule
-from tests.client.stack_checks import truncated_posts
+from tests.helpers import truncated_posts, wait_for
 from tests.observability.prom import DEPLOY, Prometheus, consecutive_free_ports, prometheus_config, promtool_check
 
 pytestmark = [pytest.mark.e2e, pytest.mark.ice, pytest.mark.bdb, pytest.mark.slow]
@@ -49,14 +47,6 @@ def scenario() -> Scenario:
         Product("jd", "100012043978", backlog=25, schedule=static),
         Product("jd", "100008348542", backlog=15, schedule=static),
     ))
-
-
-def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout_s:.0f}s: {what}")
-        time.sleep(0.5)
 
 
 def published(stack: Stack, seeded: tuple[str, ...]) -> int:
@@ -95,20 +85,20 @@ def test_prometheus_sees_the_crawl_the_outage_and_every_dashboard_panel(tmp_path
         assert found.returncode == 0, found.stderr
         assert "scheduler=1 storage=1 client=2" in found.stdout, found.stdout + found.stderr
         prometheus = Prometheus(stack.group, config, tmp_path / "prom" / "data")
-        wait_until(lambda: prometheus.healthy_targets() == {"icecrawler-scheduler": 1, "icecrawler-storage": 1,
-                                                           "icecrawler-client": 2},
-                   "Prometheus never scraped all four daemons")
+        wait_for(lambda: prometheus.healthy_targets() == {"icecrawler-scheduler": 1, "icecrawler-storage": 1,
+                                                         "icecrawler-client": 2},
+                 "Prometheus never scraped all four daemons")
 
         stack.seed(list(FIRST))
         expected = published(stack, FIRST)
         assert expected == 25 + 20 + 25
         written = "sum(icecrawler_storage_records_written_total)"
-        wait_until(lambda: prometheus.value(written) == expected, f"records written never reached {expected}")
+        wait_for(lambda: prometheus.value(written) == expected, f"records written never reached {expected}")
         assert len(stack.stored()) == expected
 
         reports = "sum(icecrawler_scheduler_reports_total)"
-        wait_until(lambda: prometheus.value(reports) == prometheus.value("sum(icecrawler_client_crawls_total)")
-                   == len(FIRST), "client crawls and scheduler reports disagree")
+        wait_for(lambda: prometheus.value(reports) == prometheus.value("sum(icecrawler_client_crawls_total)")
+                 == len(FIRST), "client crawls and scheduler reports disagree")
         fetches = prometheus.value("sum(icecrawler_scheduler_fetches_total)")
         assert fetches is not None and fetches >= len(FIRST)
         assert prometheus.value("sum(icecrawler_client_fetches_total)") == fetches
@@ -125,27 +115,27 @@ def test_prometheus_sees_the_crawl_the_outage_and_every_dashboard_panel(tmp_path
         try:
             lock.execute("BEGIN EXCLUSIVE")
             stack.seed(list(DURING_OUTAGE))
-            wait_until(lambda: (prometheus.value("sum(icecrawler_storage_spool_records)") or 0) > 0,
-                       "the spool never grew during the outage")
-            wait_until(lambda: prometheus.value("min(icecrawler_storage_backend_up)") == 0,
-                       "backend_up never dropped")
-            wait_until(lambda: bool(prometheus.alert_states().get("IcecrawlerSpoolGrowing", set())
-                                    & {"pending", "firing"}), "the spool alert never became pending/firing")
-            wait_until(lambda: "firing" in prometheus.alert_states().get("IcecrawlerStorageBackendDown", set()),
-                       "the backend alert never fired")
+            wait_for(lambda: (prometheus.value("sum(icecrawler_storage_spool_records)") or 0) > 0,
+                     "the spool never grew during the outage")
+            wait_for(lambda: prometheus.value("min(icecrawler_storage_backend_up)") == 0,
+                     "backend_up never dropped")
+            wait_for(lambda: bool(prometheus.alert_states().get("IcecrawlerSpoolGrowing", set())
+                                  & {"pending", "firing"}), "the spool alert never became pending/firing")
+            wait_for(lambda: "firing" in prometheus.alert_states().get("IcecrawlerStorageBackendDown", set()),
+                     "the backend alert never fired")
             assert (prometheus.value("max(icecrawler_storage_spool_age_seconds)") or 0) > 0
             assert (prometheus.value("sum(icecrawler_storage_backend_outages_total)") or 0) >= 1
         finally:
             lock.execute("ROLLBACK")
             lock.close()
         everything = expected + published(stack, DURING_OUTAGE)
-        wait_until(lambda: prometheus.value(written) == everything, f"records written never reached {everything}",
-                   timeout_s=120)
-        wait_until(lambda: prometheus.value("sum(icecrawler_storage_spool_records)") == 0, "the spool never drained")
+        wait_for(lambda: prometheus.value(written) == everything, f"records written never reached {everything}",
+                 timeout_s=120)
+        wait_for(lambda: prometheus.value("sum(icecrawler_storage_spool_records)") == 0, "the spool never drained")
         assert len(stack.stored()) == everything
         assert not truncated_posts(stack), "long posts stored truncated: the metrics hooks broke the long-text fetch"
-        wait_until(lambda: prometheus.value(reports) == prometheus.value("sum(icecrawler_client_crawls_total)")
-                   == len(FIRST) + len(DURING_OUTAGE), "client crawls and scheduler reports disagree after")
+        wait_for(lambda: prometheus.value(reports) == prometheus.value("sum(icecrawler_client_crawls_total)")
+                 == len(FIRST) + len(DURING_OUTAGE), "client crawls and scheduler reports disagree after")
 
         # Every panel of the dashboard has data in this Prometheus.
         dashboard = json.loads((DEPLOY / "grafana" / "icecrawler.json").read_text())
