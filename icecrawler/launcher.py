@@ -172,14 +172,15 @@ class Cluster:
 
     def start_server(self, role: str, host: str, port: int, wrap: Wrap | None = None,
                      ice: Mapping[str, str] | None = None, wait: bool = True,
-                     settings: Mapping[str, Any] | None = None, timeout_s: float = 40.0) -> ManagedProcess:
-        """``icecrawler scheduler`` or ``icecrawler storage`` on ``tcp -h host -p port`` (plus ``ice`` props and
-        ``settings`` for this process).
+                     settings: Mapping[str, Any] | None = None, timeout_s: float = 40.0,
+                     protocol: str = "tcp") -> ManagedProcess:
+        """``icecrawler scheduler`` or ``icecrawler storage`` on ``PROTOCOL -h host -p port`` (plus ``ice`` props,
+        e.g. ``tls.ssl_properties`` for ``protocol="ssl"``, and ``settings`` for this process).
 
         ``wait=False`` returns at once (start several daemons in parallel, then ``wait_listening`` each).
         """
         adapter = {"scheduler": "SchedulerAdapter", "storage": "StorageAdapter"}[role]
-        conf = self.ice_config(role, {f"{adapter}.Endpoints": f"tcp -h {host} -p {port}", **(ice or {})})
+        conf = self.ice_config(role, {f"{adapter}.Endpoints": f"{protocol} -h {host} -p {port}", **(ice or {})})
         app = self.config(settings, name=f"{role}.toml")
         # Plain TCP off loopback (the lab's private network namespaces) must be allowed explicitly.
         insecure = [] if host.startswith(_LOOPBACK) else ["--set", "security.allow_insecure=true"]
