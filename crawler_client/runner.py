@@ -73,11 +73,19 @@ class RunnerConfig:
             policy=FetchPolicy.from_settings(settings),
             max_pages=settings.get_int("client.max_pages"),
             base_urls={name: settings.get_str(f"sources.{name}.base_url") for name in SOURCES},
-            credentials={name: (settings.get_str(f"sources.{name}.username"),
-                                settings.get_str(f"sources.{name}.password")) for name in FORM_LOGINS},
-            headers={name: source_headers(get_source(name).default_headers, settings.get_str("client.user_agent"),
-                                          settings.get_str(f"sources.{name}.headers"), f"sources.{name}.headers")
-                     for name in SOURCES},
+            credentials={
+                name: (settings.get_str(f"sources.{name}.username"), settings.get_str(f"sources.{name}.password"))
+                for name in FORM_LOGINS
+            },
+            headers={
+                name: source_headers(
+                    get_source(name).default_headers,
+                    settings.get_str("client.user_agent"),
+                    settings.get_str(f"sources.{name}.headers"),
+                    f"sources.{name}.headers",
+                )
+                for name in SOURCES
+            },
             options=options,
         )
 
@@ -115,20 +123,32 @@ class TaskRunner:
         except FetchError as exc:
             return CrawlResult(task, failure_report(task, exc, 0))
         except (KeyError, ValueError) as exc:  # unknown source name (ConfigError is a ValueError) / no base URL
-            error = FetchError(f"cannot crawl source {task.source!r}: {exc}", outcome=Outcome.ParseError.value,
-                               error_class="unknown-source")
+            error = FetchError(
+                f"cannot crawl source {task.source!r}: {exc}",
+                outcome=Outcome.ParseError.value,
+                error_class="unknown-source",
+            )
             log.error("task %s: %s", task.id, error)
             return CrawlResult(task, failure_report(task, error, 0))
         observer = current_observer()
-        fetcher = Fetcher(Urllib3Transport(session), self.config.policy, sleep=self._retry_wait(observer),
-                          headers=self.config.headers.get(task.source),
-                          on_response=lambda status, size, seconds: observer.fetched(task.source, status, size,
-                                                                                     seconds))
+        fetcher = Fetcher(
+            Urllib3Transport(session),
+            self.config.policy,
+            sleep=self._retry_wait(observer),
+            headers=self.config.headers.get(task.source),
+            on_response=lambda status, size, seconds: observer.fetched(task.source, status, size, seconds),
+        )
         relogin = self._relogin_hook(task, base_url, fetcher)
         return crawl_task(
-            task, source, fetcher, base_url=base_url, max_pages=self.config.max_pages,
-            now_ms=self.clock.now_ms, cancelled=self._cancelled(task),
-            relogin=relogin, on_parse=lambda seconds: observer.parsed(task.source, seconds),
+            task,
+            source,
+            fetcher,
+            base_url=base_url,
+            max_pages=self.config.max_pages,
+            now_ms=self.clock.now_ms,
+            cancelled=self._cancelled(task),
+            relogin=relogin,
+            on_parse=lambda seconds: observer.parsed(task.source, seconds),
         )
 
     def _retry_wait(self, observer: ClientObserver) -> Callable[[float], object]:
@@ -159,16 +179,21 @@ class TaskRunner:
         def relogin() -> None:
             username, password = self._credentials(task)
             if not username:
-                raise FetchError(f"{task.source}: login wall and no credentials (set sources.{task.source}."
-                                 "username/password or put them in the account blob)",
-                                 outcome=Outcome.LoginRequired.value, error_class="no-credentials")
+                raise FetchError(
+                    f"{task.source}: login wall and no credentials (set sources.{task.source}."
+                    "username/password or put them in the account blob)",
+                    outcome=Outcome.LoginRequired.value,
+                    error_class="no-credentials",
+                )
             log.info("task %s: login wall, logging in as %s", task.id, username)
             current_observer().session_renewed(task.source)
             answer = fetcher.fetch(form.request(base_url, username, password))
             if not form.succeeded(answer):
-                raise FetchError(f"{task.source}: login as {username} failed (HTTP {answer.status})",
-                                 outcome=Outcome.LoginRequired.value, http_status=answer.status,
-                                 error_class="login-failed")
+                raise FetchError(
+                    f"{task.source}: login as {username} failed (HTTP {answer.status})",
+                    outcome=Outcome.LoginRequired.value,
+                    http_status=answer.status,
+                    error_class="login-failed",
+                )
 
         return relogin
-

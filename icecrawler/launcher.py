@@ -56,19 +56,35 @@ class Workload:
     def scenario(self) -> dict[str, Any]:
         return {
             "seed": self.seed,
-            "products": [{"source": "jd", "id": str(100_000_000_001 + i), "backlog": self.reviews_per_product,
-                          "schedule": {"kind": "static"}} for i in range(self.jd_products)],
-            "users": [{"uid": 1_000_000_001 + i, "sites": ["m"], "backlog": self.posts_per_user,
-                       "schedule": {"kind": "static"}} for i in range(self.weibo_users)],
+            "products": [
+                {
+                    "source": "jd",
+                    "id": str(100_000_000_001 + i),
+                    "backlog": self.reviews_per_product,
+                    "schedule": {"kind": "static"},
+                }
+                for i in range(self.jd_products)
+            ],
+            "users": [
+                {
+                    "uid": 1_000_000_001 + i,
+                    "sites": ["m"],
+                    "backlog": self.posts_per_user,
+                    "schedule": {"kind": "static"},
+                }
+                for i in range(self.weibo_users)
+            ],
         }
 
     def seed_ids(self) -> list[str]:
-        return ([f"jd:{100_000_000_001 + i}" for i in range(self.jd_products)]
-                + [f"weibo_mobile:{1_000_000_001 + i}" for i in range(self.weibo_users)])
+        return [f"jd:{100_000_000_001 + i}" for i in range(self.jd_products)] + [
+            f"weibo_mobile:{1_000_000_001 + i}" for i in range(self.weibo_users)
+        ]
 
     def task_ids(self) -> list[str]:
-        return ([f"reviews:jd:{100_000_000_001 + i}" for i in range(self.jd_products)]
-                + [f"user:weibo_mobile:{1_000_000_001 + i}" for i in range(self.weibo_users)])
+        return [f"reviews:jd:{100_000_000_001 + i}" for i in range(self.jd_products)] + [
+            f"user:weibo_mobile:{1_000_000_001 + i}" for i in range(self.weibo_users)
+        ]
 
     @property
     def items(self) -> int:
@@ -132,8 +148,9 @@ class Cluster:
     def _start(self, name: str, argv: list[str], wrap: Wrap | None) -> ManagedProcess:
         return self.group.start(name, (wrap or _same)(argv), cwd=self.work)
 
-    def wait_listening(self, process: ManagedProcess, host: str, port: int, wrap: Wrap | None = None,
-                       timeout_s: float = 40.0) -> None:
+    def wait_listening(
+        self, process: ManagedProcess, host: str, port: int, wrap: Wrap | None = None, timeout_s: float = 40.0
+    ) -> None:
         """Wait until ``host:port`` accepts connections, seen from where the process runs."""
         if wrap is None:
             try:
@@ -141,39 +158,70 @@ class Cluster:
             except ServiceError as exc:
                 raise ServiceError(f"{process.name} did not start: {exc}\n{process.log_tail()}") from exc
             return
-        script = "\n".join([
-            "import socket, sys, time",
-            f"deadline = time.monotonic() + {timeout_s!r}",
-            "while time.monotonic() < deadline:",
-            "    try:",
-            f"        socket.create_connection(({host!r}, {port}), 0.5).close()",
-            "        sys.exit(0)",
-            "    except OSError:",
-            "        time.sleep(0.1)",
-            "sys.exit(1)",
-        ])
+        script = "\n".join(
+            [
+                "import socket, sys, time",
+                f"deadline = time.monotonic() + {timeout_s!r}",
+                "while time.monotonic() < deadline:",
+                "    try:",
+                f"        socket.create_connection(({host!r}, {port}), 0.5).close()",
+                "        sys.exit(0)",
+                "    except OSError:",
+                "        time.sleep(0.1)",
+                "sys.exit(1)",
+            ]
+        )
         ok = subprocess.run(wrap([sys.executable, "-c", script]), timeout=timeout_s + 10).returncode == 0
         if not ok or not process.alive():
             raise ServiceError(f"{process.name} is not listening on {host}:{port}\n{process.log_tail()}")
 
-    def start_sandbox(self, host: str, port: int, latency_ms: int = 0, wrap: Wrap | None = None,
-                      wait: bool = True, *, speed: float | None = None, origin: float | None = None,
-                      max_hang_s: float | None = None, timeout_s: float = 40.0) -> ManagedProcess:
+    def start_sandbox(
+        self,
+        host: str,
+        port: int,
+        latency_ms: int = 0,
+        wrap: Wrap | None = None,
+        wait: bool = True,
+        *,
+        speed: float | None = None,
+        origin: float | None = None,
+        max_hang_s: float | None = None,
+        timeout_s: float = 40.0,
+    ) -> ManagedProcess:
         """``python -m sandbox`` serving the scenario on ``host:port``, writing its truth file."""
         scenario = self.work / "scenario.json"
         world = self.scenario if self.scenario is not None else self.workload.scenario()
         scenario.write_text(json.dumps(world, ensure_ascii=False, indent=1), encoding="utf-8")
-        argv = [*sandbox_argv(port, scenario=scenario, speed=speed, origin=origin, latency_ms=latency_ms,
-                              truth_file=self.truth_path, max_hang_s=max_hang_s), "--host", host]
+        argv = [
+            *sandbox_argv(
+                port,
+                scenario=scenario,
+                speed=speed,
+                origin=origin,
+                latency_ms=latency_ms,
+                truth_file=self.truth_path,
+                max_hang_s=max_hang_s,
+            ),
+            "--host",
+            host,
+        ]
         process = self._start("sandbox", argv, wrap)
         if wait:
             self.wait_listening(process, host, port, wrap, timeout_s)
         return process
 
-    def start_server(self, role: str, host: str, port: int, wrap: Wrap | None = None,
-                     ice: Mapping[str, str] | None = None, wait: bool = True,
-                     settings: Mapping[str, Any] | None = None, timeout_s: float = 40.0,
-                     protocol: str = "tcp") -> ManagedProcess:
+    def start_server(
+        self,
+        role: str,
+        host: str,
+        port: int,
+        wrap: Wrap | None = None,
+        ice: Mapping[str, str] | None = None,
+        wait: bool = True,
+        settings: Mapping[str, Any] | None = None,
+        timeout_s: float = 40.0,
+        protocol: str = "tcp",
+    ) -> ManagedProcess:
         """``icecrawler scheduler`` or ``icecrawler storage`` on ``PROTOCOL -h host -p port`` (plus ``ice`` props,
         e.g. ``tls.ssl_properties`` for ``protocol="ssl"``, and ``settings`` for this process).
 
@@ -184,48 +232,83 @@ class Cluster:
         app = self.config(settings, name=f"{role}.toml")
         # Plain TCP off loopback (the lab's private network namespaces) must be allowed explicitly.
         insecure = [] if host.startswith(_LOOPBACK) else ["--set", "security.allow_insecure=true"]
-        process = self._start(role, icecrawler_argv(role, "--config", str(app), *insecure, f"--Ice.Config={conf}"),
-                              wrap)
+        process = self._start(
+            role, icecrawler_argv(role, "--config", str(app), *insecure, f"--Ice.Config={conf}"), wrap
+        )
         if wait:
             self.wait_listening(process, host, port, wrap, timeout_s)
         return process
 
-    def start_client(self, name: str, scheduler: str, storage: str, sandbox: tuple[str, int],
-                     wrap: Wrap | None = None, settings: Mapping[str, Any] | None = None,
-                     ice: Mapping[str, str] | None = None) -> ManagedProcess:
+    def start_client(
+        self,
+        name: str,
+        scheduler: str,
+        storage: str,
+        sandbox: tuple[str, int],
+        wrap: Wrap | None = None,
+        settings: Mapping[str, Any] | None = None,
+        ice: Mapping[str, str] | None = None,
+    ) -> ManagedProcess:
         """One ``icecrawler client`` process named ``name`` (its worker id) against the given proxies."""
-        conf = self.ice_config(name, {"Scheduler.Proxy": scheduler, "Storage.Proxy": storage,
-                                      "Ice.Connection.Client.ConnectTimeout": "2", **(ice or {})})
+        conf = self.ice_config(
+            name,
+            {
+                "Scheduler.Proxy": scheduler,
+                "Storage.Proxy": storage,
+                "Ice.Connection.Client.ConnectTimeout": "2",
+                **(ice or {}),
+            },
+        )
         app = self.config({**self.sandbox_settings(*sandbox), **(settings or {})}, name=f"{name}.toml")
-        return self._start(name, icecrawler_argv("client", "--config", str(app), "--worker-id", name,
-                                                 f"--Ice.Config={conf}"), wrap)
+        return self._start(
+            name, icecrawler_argv("client", "--config", str(app), "--worker-id", name, f"--Ice.Config={conf}"), wrap
+        )
 
-    def command(self, args: Sequence[str], ice: Mapping[str, str], wrap: Wrap | None = None,
-                timeout_s: float = 60.0) -> str:
+    def command(
+        self, args: Sequence[str], ice: Mapping[str, str], wrap: Wrap | None = None, timeout_s: float = 60.0
+    ) -> str:
         """Run a short ``icecrawler`` command (``seed``, ``status``...) with these Ice properties; its output
         (stdout and stderr), or ServiceError with the output's tail."""
         conf = self.ice_config(str(args[0]), ice)
-        result = subprocess.run((wrap or _same)(icecrawler_argv(*args, f"--Ice.Config={conf}")), cwd=self.work,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout_s)
+        result = subprocess.run(
+            (wrap or _same)(icecrawler_argv(*args, f"--Ice.Config={conf}")),
+            cwd=self.work,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=timeout_s,
+        )
         if result.returncode != 0:
-            raise ServiceError(f"icecrawler {' '.join(args)} failed ({result.returncode}):\n"
-                               f"{result.stdout[-3000:]}")
+            raise ServiceError(f"icecrawler {' '.join(args)} failed ({result.returncode}):\n{result.stdout[-3000:]}")
         return result.stdout
 
-    def seed(self, scheduler: str, wrap: Wrap | None = None, ids: Sequence[str] | None = None,
-             listings: Sequence[str] = ()) -> str:
+    def seed(
+        self, scheduler: str, wrap: Wrap | None = None, ids: Sequence[str] | None = None, listings: Sequence[str] = ()
+    ) -> str:
         """``icecrawler seed`` with ``ids`` (the workload's by default) and ``--listing`` categories."""
         ids = self.workload.seed_ids() if ids is None else ids
-        return self.command(["seed", *ids, *(f"--listing={x}" for x in listings)], {"Scheduler.Proxy": scheduler},
-                            wrap)
+        return self.command(["seed", *ids, *(f"--listing={x}" for x in listings)], {"Scheduler.Proxy": scheduler}, wrap)
 
     def probe(self, scheduler: str, wrap: Wrap | None = None, extra: Sequence[str] = ()) -> dict[str, Any]:
         """Scheduler stats and every seeded task's info, as seen from where ``wrap`` runs."""
         conf = self.ice_config("probe", {"Scheduler.Proxy": scheduler})
-        result = subprocess.run((wrap or _same)([sys.executable, "-m", "icecrawler.launcher", "probe",
-                                                 f"--Ice.Config={conf}", *extra, *self.workload.task_ids()]),
-                                capture_output=True, text=True, timeout=60,
-                                cwd=Path(__file__).resolve().parent.parent)
+        result = subprocess.run(
+            (wrap or _same)(
+                [
+                    sys.executable,
+                    "-m",
+                    "icecrawler.launcher",
+                    "probe",
+                    f"--Ice.Config={conf}",
+                    *extra,
+                    *self.workload.task_ids(),
+                ]
+            ),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=Path(__file__).resolve().parent.parent,
+        )
         if result.returncode != 0:
             raise ServiceError(f"probe failed: {result.stderr[-2000:]}")
         return dict(json.loads(result.stdout))
@@ -267,8 +350,19 @@ def _probe_main(argv: Sequence[str]) -> int:
         scheduler = rpc.scheduler_proxy(comm)
         stats = scheduler.stats()
         tasks = {task: json.loads(scheduler.taskInfo(task)) for task in args.tasks}
-    print(json.dumps({"stats": {"tasks": stats.tasks, "pending": stats.pending, "inflight": stats.inflight,
-                                "done": stats.done}, "tasks": tasks}))
+    print(
+        json.dumps(
+            {
+                "stats": {
+                    "tasks": stats.tasks,
+                    "pending": stats.pending,
+                    "inflight": stats.inflight,
+                    "done": stats.done,
+                },
+                "tasks": tasks,
+            }
+        )
+    )
     return 0
 
 

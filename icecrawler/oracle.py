@@ -32,13 +32,26 @@ from typing import Any
 from icecrawler.clock import BEIJING
 from icecrawler.models import SOURCES, TaskKind
 
-__all__ = ["CONTENT_IDENTIFIED", "TABLE_OF", "ItemKey", "StoredItem", "item_key", "leases_by_task",
-           "overlapping_leases", "problems", "read_stored", "read_truth_file", "stored_index", "truth_index",
-           "truth_key"]
+__all__ = [
+    "CONTENT_IDENTIFIED",
+    "TABLE_OF",
+    "ItemKey",
+    "StoredItem",
+    "item_key",
+    "leases_by_task",
+    "overlapping_leases",
+    "problems",
+    "read_stored",
+    "read_truth_file",
+    "stored_index",
+    "truth_index",
+    "truth_key",
+]
 
 #: The storage table a source's items land in: posts (every Weibo source) in one table, reviews in the other.
-TABLE_OF: dict[str, str] = {source: "weibo" if TaskKind.WeiboUser in kinds else "review"
-                            for source, kinds in SOURCES.items()}
+TABLE_OF: dict[str, str] = {
+    source: "weibo" if TaskKind.WeiboUser in kinds else "review" for source, kinds in SOURCES.items()
+}
 #: Sources whose pages show no item ids: items are identified by creation time and text.
 CONTENT_IDENTIFIED = frozenset({"ecshop"})
 
@@ -100,22 +113,34 @@ def read_stored(sqlite_path: Path) -> list[StoredItem]:
     conn = sqlite3.connect(f"file:{sqlite_path}?mode=ro", uri=True, timeout=10)
     try:
         tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        posts = list(conn.execute("SELECT source, user_id, id, created_at, text, fetched_at FROM weibo")) \
-            if "weibo" in tables else []
-        reviews = list(conn.execute("SELECT source, product_id, id, created_at, content, fetched_at FROM review")) \
-            if "review" in tables else []
+        posts = (
+            list(conn.execute("SELECT source, user_id, id, created_at, text, fetched_at FROM weibo"))
+            if "weibo" in tables
+            else []
+        )
+        reviews = (
+            list(conn.execute("SELECT source, product_id, id, created_at, content, fetched_at FROM review"))
+            if "review" in tables
+            else []
+        )
     finally:
         conn.close()
-    return [StoredItem(item_key(source, owner, item, created, text), _time_ms(fetched))
-            for source, owner, item, created, text, fetched in itertools.chain(posts, reviews)]
+    return [
+        StoredItem(item_key(source, owner, item, created, text), _time_ms(fetched))
+        for source, owner, item, created, text, fetched in itertools.chain(posts, reviews)
+    ]
 
 
-def truth_index(items: Sequence[Mapping[str, Any]], published_before_wall_ms: int | None = None
-                ) -> dict[tuple[str, ItemKey], Mapping[str, Any]]:
+def truth_index(
+    items: Sequence[Mapping[str, Any]], published_before_wall_ms: int | None = None
+) -> dict[tuple[str, ItemKey], Mapping[str, Any]]:
     """Truth items by (source, key), only those published (wall clock) up to ``published_before_wall_ms`` if
     given. A post shown on both Weibo sites appears once per source, with the same key."""
-    return {(str(item["source"]), truth_key(item)): item for item in items
-            if published_before_wall_ms is None or int(item["published_wall_ms"]) <= published_before_wall_ms}
+    return {
+        (str(item["source"]), truth_key(item)): item
+        for item in items
+        if published_before_wall_ms is None or int(item["published_wall_ms"]) <= published_before_wall_ms
+    }
 
 
 def stored_index(rows: Iterable[StoredItem]) -> collections.Counter[ItemKey]:
@@ -160,6 +185,9 @@ def overlapping_leases(done: Sequence[Mapping[str, Any]]) -> list[tuple[Mapping[
     """Pairs of leases of one task that overlap in time: the audit behind "no task is ever leased twice at
     once". Every report and every expired lease is in the completion log with its interval (leased, ended; wall
     ms, each rounded to the millisecond, hence the 1 ms tolerance)."""
-    return [(before, after) for leases in leases_by_task(done).values()
-            for before, after in itertools.pairwise(leases)
-            if after["leased_wall_ms"] < before["ended_wall_ms"] - 1]
+    return [
+        (before, after)
+        for leases in leases_by_task(done).values()
+        for before, after in itertools.pairwise(leases)
+        if after["leased_wall_ms"] < before["ended_wall_ms"] - 1
+    ]

@@ -87,11 +87,16 @@ class Stack:
 
     def start_client(self, name: str, settings: Mapping[str, Any] | None = None) -> ManagedProcess:
         """Start one more ``icecrawler client`` (it picks up work at once; no server is told about it)."""
-        merged = {"metrics.client.port": str(free_port()), "metrics.client.port_span": "1", **self.client_settings,
-                  **{k: str(v) for k, v in (settings or {}).items()}}
+        merged = {
+            "metrics.client.port": str(free_port()),
+            "metrics.client.port_span": "1",
+            **self.client_settings,
+            **{k: str(v) for k, v in (settings or {}).items()},
+        }
         self.metrics_ports[name] = int(merged["metrics.client.port"])
-        process = self.cluster.start_client(name, self.scheduler_proxy, self.storage_proxy, (_HOST, self.sandbox.port),
-                                            settings=merged)
+        process = self.cluster.start_client(
+            name, self.scheduler_proxy, self.storage_proxy, (_HOST, self.sandbox.port), settings=merged
+        )
         self.clients[name] = process
         return process
 
@@ -131,8 +136,13 @@ class Stack:
     def scheduler_stats(self) -> dict[str, Any]:
         """The scheduler's stats with the detail JSON merged in (what ``icecrawler status --json`` shows)."""
         stats = self._scheduler_proxy().stats()
-        return {"tasks": stats.tasks, "pending": stats.pending, "inflight": stats.inflight, "done": stats.done,
-                **json.loads(stats.detailJson or "{}")}
+        return {
+            "tasks": stats.tasks,
+            "pending": stats.pending,
+            "inflight": stats.inflight,
+            "done": stats.done,
+            **json.loads(stats.detailJson or "{}"),
+        }
 
     def task_info(self, task_id: str) -> dict[str, Any]:
         """One task's metadata and period history (``icecrawler status --task``)."""
@@ -189,11 +199,17 @@ class Stack:
 
 
 @contextlib.contextmanager
-def running_stack(root: Path, scenario: Scenario | None = None, *, speed: float = 60.0,
-                  scheduler_settings: Mapping[str, Any] | None = None,
-                  client_settings: Mapping[str, Any] | None = None,
-                  storage_settings: Mapping[str, Any] | None = None,
-                  latency_ms: int = 0, start_timeout_s: float = 60.0) -> Iterator[Stack]:
+def running_stack(
+    root: Path,
+    scenario: Scenario | None = None,
+    *,
+    speed: float = 60.0,
+    scheduler_settings: Mapping[str, Any] | None = None,
+    client_settings: Mapping[str, Any] | None = None,
+    storage_settings: Mapping[str, Any] | None = None,
+    latency_ms: int = 0,
+    start_timeout_s: float = 60.0,
+) -> Iterator[Stack]:
     """Sandbox, storage and scheduler running as child processes under ``root``; the caller seeds and starts
     clients. Every process (clients included) is stopped when the block ends, however it ends."""
     scenario = scenario if scenario is not None else default_scenario()
@@ -203,21 +219,44 @@ def running_stack(root: Path, scenario: Scenario | None = None, *, speed: float 
     with ProcessGroup(root / "logs") as group:
         cluster = Cluster(root, group, settings=common, scenario=scenario.to_dict())
         sandbox_port, scheduler_port, storage_port = free_port(), free_port(), free_port()
-        sandbox = SandboxProcess(cluster.start_sandbox(_HOST, sandbox_port, latency_ms, speed=speed, origin=origin,
-                                                       max_hang_s=30.0, timeout_s=start_timeout_s), sandbox_port)
-        storage_sets = {"metrics.storage.port": str(free_port()), **{k: str(v) for k, v in
-                                                                      (storage_settings or {}).items()}}
+        sandbox = SandboxProcess(
+            cluster.start_sandbox(
+                _HOST, sandbox_port, latency_ms, speed=speed, origin=origin, max_hang_s=30.0, timeout_s=start_timeout_s
+            ),
+            sandbox_port,
+        )
+        storage_sets = {
+            "metrics.storage.port": str(free_port()),
+            **{k: str(v) for k, v in (storage_settings or {}).items()},
+        }
         storage = cluster.start_server("storage", _HOST, storage_port, settings=storage_sets, wait=False)
         # The scheduler knows every source's host too: its politeness is per host.
-        scheduler_sets = {**cluster.sandbox_settings(_HOST, sandbox_port), "metrics.scheduler.port": str(free_port()),
-                          **{k: str(v) for k, v in (scheduler_settings or {}).items()}}
+        scheduler_sets = {
+            **cluster.sandbox_settings(_HOST, sandbox_port),
+            "metrics.scheduler.port": str(free_port()),
+            **{k: str(v) for k, v in (scheduler_settings or {}).items()},
+        }
         scheduler = cluster.start_server("scheduler", _HOST, scheduler_port, settings=scheduler_sets, wait=False)
         for process, port in ((storage, storage_port), (scheduler, scheduler_port)):
             cluster.wait_listening(process, _HOST, port, timeout_s=start_timeout_s)
-        stack = Stack(root, group, cluster, sandbox, scheduler, storage, scheduler_port, storage_port, speed, origin,
-                      scenario, {k: str(v) for k, v in (client_settings or {}).items()},
-                      metrics_ports={"scheduler": int(scheduler_sets["metrics.scheduler.port"]),
-                                     "storage": int(storage_sets["metrics.storage.port"])})
+        stack = Stack(
+            root,
+            group,
+            cluster,
+            sandbox,
+            scheduler,
+            storage,
+            scheduler_port,
+            storage_port,
+            speed,
+            origin,
+            scenario,
+            {k: str(v) for k, v in (client_settings or {}).items()},
+            metrics_ports={
+                "scheduler": int(scheduler_sets["metrics.scheduler.port"]),
+                "storage": int(storage_sets["metrics.storage.port"]),
+            },
+        )
         try:
             yield stack
         finally:

@@ -65,8 +65,9 @@ class Misbehaviour:
     def from_dict(cls, data: Mapping[str, Any]) -> Misbehaviour:
         unknown = set(data) - set(cls.__dataclass_fields__)
         if unknown:
-            raise ConfigError(f"unknown misbehaviour key(s) {sorted(unknown)} "
-                              f"(known: {sorted(cls.__dataclass_fields__)})")
+            raise ConfigError(
+                f"unknown misbehaviour key(s) {sorted(unknown)} (known: {sorted(cls.__dataclass_fields__)})"
+            )
         types = {name: type(getattr(cls(), name)) for name in cls.__dataclass_fields__}
         try:
             values = {key: _coerce(value, types[key]) for key, value in data.items()}

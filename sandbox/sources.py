@@ -9,8 +9,11 @@ from sandbox.world import WEIBO_SOURCES
 __all__ = ["SITE_OF_SOURCE", "source_settings"]
 
 #: Every source the sandbox serves → the site prefix serving it (``sources.<name>.base_url`` = server + prefix).
-SITE_OF_SOURCE: dict[str, str] = {**{source: site for site, source in WEIBO_SOURCES.items()}, "ecshop": "ecshop",
-                                  "jd": "jd"}
+SITE_OF_SOURCE: dict[str, str] = {
+    **{source: site for site, source in WEIBO_SOURCES.items()},
+    "ecshop": "ecshop",
+    "jd": "jd",
+}
 #: Sources whose visitor sessions the sandbox's passport mints (``sources.<name>.visitor_url``).
 VISITOR_SOURCES = ("weibo_web",)
 
@@ -19,6 +22,7 @@ def source_settings(server_url: str) -> dict[str, str]:
     """``sources.<name>.base_url`` (and ``visitor_url``) for a sandbox listening at ``server_url``."""
     base = server_url.rstrip("/")
     settings = {f"sources.{source}.base_url": f"{base}/{site}" for source, site in SITE_OF_SOURCE.items()}
-    settings.update({f"sources.{source}.visitor_url": f"{base}/passport{GENVISITOR_PATH}"
-                     for source in VISITOR_SOURCES})
+    settings.update(
+        {f"sources.{source}.visitor_url": f"{base}/passport{GENVISITOR_PATH}" for source in VISITOR_SOURCES}
+    )
     return settings

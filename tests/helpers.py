@@ -24,8 +24,9 @@ def client_logs(clients: list[ManagedProcess]) -> str:
     return "\n".join(client.log_path.read_text(errors="replace") for client in clients)
 
 
-def wait_for(condition: Callable[[], bool], failure: str | Callable[[], str], timeout_s: float = 60.0,
-             interval_s: float = 0.5) -> None:
+def wait_for(
+    condition: Callable[[], bool], failure: str | Callable[[], str], timeout_s: float = 60.0, interval_s: float = 0.5
+) -> None:
     """Poll ``condition`` (bounded); fail the test with ``failure`` (a message, or a function that makes one
     only then, e.g. from the servers' state) if it never holds."""
     if not poll_until(condition, timeout_s, interval_s):
@@ -64,6 +65,9 @@ def truncated_posts(stack: Stack) -> list[str]:
         stored = {str(post_id): text for post_id, text in conn.execute("SELECT id, text FROM weibo")}
     finally:
         conn.close()
-    return [str(item["id"]) for item in stack.truth()["items"]
-            if str(item["id"]) in stored and len("".join(stored[str(item["id"])].split()))
-            < len("".join(str(item["text"]).split()))]
+    return [
+        str(item["id"])
+        for item in stack.truth()["items"]
+        if str(item["id"]) in stored
+        and len("".join(stored[str(item["id"])].split())) < len("".join(str(item["text"]).split()))
+    ]

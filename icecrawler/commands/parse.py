@@ -61,8 +61,11 @@ class Command(BaseCommand):
     def add_options(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("file", help="the saved response body (raw bytes)")
         parser.add_argument("--source", required=True, help=f"one of: {', '.join(sorted(SOURCES))}")
-        parser.add_argument("--kind", choices=[kind.value for kind in TaskKind],
-                            help="task kind (default: sniffed; ecshop is 'reviews' or 'listing')")
+        parser.add_argument(
+            "--kind",
+            choices=[kind.value for kind in TaskKind],
+            help="task kind (default: sniffed; ecshop is 'reviews' or 'listing')",
+        )
         parser.add_argument("--target", help="uid / product id / category id (default: sniffed, else 0)")
         parser.add_argument("--now", help="fetch time, ISO 8601 (naive = +08:00); default: the current time")
         parser.add_argument("--page", type=int, help="which page the file is (1-based; default: sniffed, else 1)")
@@ -70,8 +73,13 @@ class Command(BaseCommand):
         parser.add_argument("--status", type=int, default=200, help="HTTP status it came with (default 200)")
         parser.add_argument("--final-url", default="", help="final URL after redirects, if it differed")
         parser.add_argument("--retry-after", default="", help="the Retry-After header it came with, if any")
-        parser.add_argument("--header", action="append", default=[], metavar="'NAME: VALUE'",
-                            help="a response header it came with (repeatable), e.g. 'x-rp-content: ...'")
+        parser.add_argument(
+            "--header",
+            action="append",
+            default=[],
+            metavar="'NAME: VALUE'",
+            help="a response header it came with (repeatable), e.g. 'x-rp-content: ...'",
+        )
 
     def run(self, args: argparse.Namespace, settings: Settings, ice_args: list[str]) -> int:
         try:
@@ -90,14 +98,24 @@ class Command(BaseCommand):
                 print(f"icecrawler parse: --header {line!r}: expected 'NAME: VALUE'", file=sys.stderr)
                 return 2
             headers[name.strip()] = value.strip()
-        fetched = FetchedPage(url=request.url, status=args.status, headers=headers, body=body,
-                              final_url=args.final_url)
+        fetched = FetchedPage(url=request.url, status=args.status, headers=headers, body=body, final_url=args.final_url)
         try:
             parsed = source.parse(task, request, fetched, now_ms)
         except FetchError as exc:
-            _print({"summary": True, "items": 0, "next": None, "total_pages": None, "outcome": exc.outcome,
-                    "error_class": exc.error_class, "http_status": exc.http_status,
-                    "retry_after_s": exc.retry_after_s, "message": str(exc), "task": task.id})
+            _print(
+                {
+                    "summary": True,
+                    "items": 0,
+                    "next": None,
+                    "total_pages": None,
+                    "outcome": exc.outcome,
+                    "error_class": exc.error_class,
+                    "http_status": exc.http_status,
+                    "retry_after_s": exc.retry_after_s,
+                    "message": str(exc),
+                    "task": task.id,
+                }
+            )
             return 1 if isinstance(exc, ParseError) else 0
         for item in parsed.items:
             _print(dataclasses.asdict(item) if dataclasses.is_dataclass(item) else {"product_id": item})
@@ -119,7 +137,7 @@ def _now_ms(text: str | None) -> int:
 
 
 def _sniff(pattern: re.Pattern[bytes], body: bytes) -> str:
-    match = pattern.search(body[:1 << 20])
+    match = pattern.search(body[: 1 << 20])
     return match[1].decode("ascii") if match else ""
 
 
@@ -132,9 +150,13 @@ def _task(source: Source, args: argparse.Namespace, body: bytes) -> Task:
         kind = TaskKind.Listing if looks_listing else TaskKind.ProductReviews
     else:
         kind = next(iter(source.kinds))
-    sniffers = {"weibo_mobile": (_CONTAINER_RE, _USER_INFO_RE, _USER_ID_RE), "weibo_pc": (_OUID_RE,),
-                "weibo_web": (_USER_ID_RE,), "jd": (_JD_PRODUCT_RE,),
-                "ecshop": (_CATEGORY_ID_RE,) if kind is TaskKind.Listing else (_GOODS_ID_RE,)}
+    sniffers = {
+        "weibo_mobile": (_CONTAINER_RE, _USER_INFO_RE, _USER_ID_RE),
+        "weibo_pc": (_OUID_RE,),
+        "weibo_web": (_USER_ID_RE,),
+        "jd": (_JD_PRODUCT_RE,),
+        "ecshop": (_CATEGORY_ID_RE,) if kind is TaskKind.Listing else (_GOODS_ID_RE,),
+    }
     found = (_sniff(pattern, body) for pattern in sniffers.get(source.name, ()))
     target = args.target or next((value for value in found if value), "0")
     try:
@@ -151,15 +173,22 @@ def _request(source: Source, task: Task, args: argparse.Namespace, body: bytes) 
     if source.name == "weibo_pc":
         chunk = args.chunk if args.chunk is not None else (2 if b"countPage" in body else 0)
         request.state["chunk"] = str(chunk)
-        request.params.update({"page": str(page), "pagebar": "1" if chunk == 2 else "0",
-                               "pre_page": str(page - 1 if chunk == 0 else page)})
+        request.params.update(
+            {
+                "page": str(page),
+                "pagebar": "1" if chunk == 2 else "0",
+                "pre_page": str(page - 1 if chunk == 0 else page),
+            }
+        )
     elif source.name == "ecshop" and task.kind is TaskKind.ProductReviews and body.lstrip().startswith(b"{"):
-        request = PageRequest(url=f"{SNIFF_BASE}/comment.php?act=gotopage&page={args.page or 2}&id={task.target}"
-                                  f"&type=0&0", page=args.page or 2)
+        request = PageRequest(
+            url=f"{SNIFF_BASE}/comment.php?act=gotopage&page={args.page or 2}&id={task.target}&type=0&0",
+            page=args.page or 2,
+        )
     elif isinstance(source, JdSource):
         request = source.page_request(task, request.url, page - 1)
     elif isinstance(source, WeiboMobileSource):
-        if b'"userInfo"' in body[:1 << 20]:
+        if b'"userInfo"' in body[: 1 << 20]:
             request = source.profile_request(SNIFF_BASE, task.target)
         else:
             containerid = _sniff(_ANY_CONTAINER_RE, body) or task.params.get("containerid", "")
@@ -180,6 +209,13 @@ def _summary(parsed: ParsedPage, task: Task, source: Source) -> dict[str, object
     if nxt is not None:
         query = urlencode(nxt.params)
         next_url = nxt.url + ("&" if "?" in nxt.url else "?") + query if query else nxt.url
-    return {"summary": True, "items": len(parsed.items), "next": next_url, "total_pages": parsed.total_pages,
-            "outcome": parsed.outcome.value, "info": parsed.info, "task": task.id,
-            "cursor": source.newest_cursor(parsed.items, "")}
+    return {
+        "summary": True,
+        "items": len(parsed.items),
+        "next": next_url,
+        "total_pages": parsed.total_pages,
+        "outcome": parsed.outcome.value,
+        "info": parsed.info,
+        "task": task.id,
+        "cursor": source.newest_cursor(parsed.items, ""),
+    }

@@ -108,7 +108,7 @@ class Settings:
     def with_prefix(self, prefix: str) -> dict[str, Any]:
         """All keys under ``prefix.`` with the prefix removed."""
         start = prefix + "."
-        return {key[len(start):]: value for key, value in self._values.items() if key.startswith(start)}
+        return {key[len(start) :]: value for key, value in self._values.items() if key.startswith(start)}
 
     def source_of(self, key: str) -> str:
         level = self._priority[key]
@@ -151,7 +151,7 @@ def load_settings(
     env = os.environ if environ is None else environ
     for name, value in env.items():
         if name.startswith(ENV_PREFIX):
-            key = name[len(ENV_PREFIX):].lower().replace("__", ".")
+            key = name[len(ENV_PREFIX) :].lower().replace("__", ".")
             if key in DEFAULTS:
                 settings.set(key, value, "env")
     settings.update(parse_assignments(assignments), "cmdline")

@@ -16,8 +16,18 @@ FETCHED = "2024-05-01T13:00:00+08:00"
 
 def truth(source: str, target: str, item_id: str, created_at: str, text: str) -> dict[str, Any]:
     """A truth record as the sandbox writes it (Beijing time without an offset)."""
-    return {"kind": "item", "source": source, "target": target, "id": item_id, "created_at": created_at,
-            "text": text, "user": "someone", "published_ms": 0, "published_wall_ms": 0, "backlog": True}
+    return {
+        "kind": "item",
+        "source": source,
+        "target": target,
+        "id": item_id,
+        "created_at": created_at,
+        "text": text,
+        "user": "someone",
+        "published_ms": 0,
+        "published_wall_ms": 0,
+        "backlog": True,
+    }
 
 
 PUBLISHED = [
@@ -34,15 +44,46 @@ def store_rows(path: Path) -> None:
     """What the storage server writes for PUBLISHED (the ECSHOP text with the page's own whitespace)."""
     store = SqliteStore(str(path))
     try:
-        store.put(WEIBO, [post_row(Post(id=4650000000000001, user_id=1669879400, text="今天天气不错",
-                                        created_at="2024-05-01T12:00:00+08:00", fetched_at=FETCHED,
-                                        source="weibo_mobile"))])
-        store.put(REVIEW, [
-            review_row(Review(id="17230001", product_id="100012043978", source="jd", content="物流很快",
-                              created_at="2024-05-01T11:00:00+08:00", fetched_at=FETCHED)),
-            review_row(Review(id="9f86d081884c7d659a2f", product_id="42", source="ecshop", content="质量\n  很好 ",
-                              created_at="2024-05-01T10:30:00+08:00", fetched_at=FETCHED)),
-        ])
+        store.put(
+            WEIBO,
+            [
+                post_row(
+                    Post(
+                        id=4650000000000001,
+                        user_id=1669879400,
+                        text="今天天气不错",
+                        created_at="2024-05-01T12:00:00+08:00",
+                        fetched_at=FETCHED,
+                        source="weibo_mobile",
+                    )
+                )
+            ],
+        )
+        store.put(
+            REVIEW,
+            [
+                review_row(
+                    Review(
+                        id="17230001",
+                        product_id="100012043978",
+                        source="jd",
+                        content="物流很快",
+                        created_at="2024-05-01T11:00:00+08:00",
+                        fetched_at=FETCHED,
+                    )
+                ),
+                review_row(
+                    Review(
+                        id="9f86d081884c7d659a2f",
+                        product_id="42",
+                        source="ecshop",
+                        content="质量\n  很好 ",
+                        created_at="2024-05-01T10:30:00+08:00",
+                        fetched_at=FETCHED,
+                    )
+                ),
+            ],
+        )
     finally:
         store.close()
 

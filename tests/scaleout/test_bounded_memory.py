@@ -84,23 +84,41 @@ def daemons(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Daem
     idle = {"Ice.Connection.Server.IdleTimeout": str(IDLE_TIMEOUT_S)}
     with ProcessGroup(work / "logs") as group:
         cluster = Cluster(work, group)
-        scheduler, storage = (cluster.start_server(name, "127.0.0.1", ports[name], ice=idle, wait=False)
-                              for name in ("scheduler", "storage"))
+        scheduler, storage = (
+            cluster.start_server(name, "127.0.0.1", ports[name], ice=idle, wait=False)
+            for name in ("scheduler", "storage")
+        )
         for process, port in ((scheduler, ports["scheduler"]), (storage, ports["storage"])):
             cluster.wait_listening(process, "127.0.0.1", port, timeout_s=30)
         yield {
-            "scheduler": Daemon(scheduler, f"scheduler:tcp -h 127.0.0.1 -p {ports['scheduler']}", ports["scheduler"],
-                                limits.scheduler_message_kib(settings)),
-            "storage": Daemon(storage, f"storage:tcp -h 127.0.0.1 -p {ports['storage']}", ports["storage"],
-                              limits.storage_message_kib(settings)),
+            "scheduler": Daemon(
+                scheduler,
+                f"scheduler:tcp -h 127.0.0.1 -p {ports['scheduler']}",
+                ports["scheduler"],
+                limits.scheduler_message_kib(settings),
+            ),
+            "storage": Daemon(
+                storage,
+                f"storage:tcp -h 127.0.0.1 -p {ports['storage']}",
+                ports["storage"],
+                limits.storage_message_kib(settings),
+            ),
         }
         assert scheduler.alive(), scheduler.log_tail()
         assert storage.alive(), storage.log_tail()
 
 
 def _review(index: int, content: str) -> Any:
-    return rpc.crawler().Review(id=f"r{index}", productId="12", source="ecshop", user="u", content=content, score=5,
-                                createdAt="2024-05-01T12:00:00+08:00", fetchedAt="2024-05-01T12:00:00+08:00")
+    return rpc.crawler().Review(
+        id=f"r{index}",
+        productId="12",
+        source="ecshop",
+        user="u",
+        content=content,
+        score=5,
+        createdAt="2024-05-01T12:00:00+08:00",
+        fetchedAt="2024-05-01T12:00:00+08:00",
+    )
 
 
 def _fill(limit_kib: int, per_item: int) -> int:
@@ -113,14 +131,16 @@ def _fill(limit_kib: int, per_item: int) -> int:
 Calls = dict[str, Callable[[Any, int], object]]
 CALLS: dict[str, Calls] = {
     "storage": {
-        "largest": lambda s, k: s.writeReviews([_review(i, "x" * (limits.RECORD_WIRE_KIB * 1024 - 150))
-                                                for i in range(5000)]),
+        "largest": lambda s, k: s.writeReviews(
+            [_review(i, "x" * (limits.RECORD_WIRE_KIB * 1024 - 150)) for i in range(5000)]
+        ),
         "worst": lambda s, k: s.writeReviews([rpc.crawler().Review() for _ in range(_fill(k, 11))]),
         "oversize": lambda s, k: s.writeReviews([_review(i, "y" * 4000) for i in range(k // 3)]),
     },
     "scheduler": {
-        "largest": lambda s, k: s.addUsers([f"weibo_pc:{10**12 + i}" for i in range(1000)],
-                                           rpc.crawler().TaskKind.WeiboUser),
+        "largest": lambda s, k: s.addUsers(
+            [f"weibo_pc:{10**12 + i}" for i in range(1000)], rpc.crawler().TaskKind.WeiboUser
+        ),
         "worst": lambda s, k: s.addUsers([""] * _fill(k, 1), rpc.crawler().TaskKind.WeiboUser),
         "oversize": lambda s, k: s.addUsers(["x" * 4000] * (k // 3), rpc.crawler().TaskKind.WeiboUser),
     },
