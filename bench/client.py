@@ -164,16 +164,11 @@ def _raw_baseline(urls: list[str], workers: int) -> float:
     return len(urls) / (time.perf_counter() - start)
 
 
-def _cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds a live process has used so far (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def throughput(
     workers: int, latency_ms: int, products: int, users: int, backlog: int, metrics: bool = True
 ) -> dict[str, Any]:
     """One run; ``metrics``: the client serves /metrics and is scraped once a second (else metrics.client.port=0)."""
+    from icecrawler.processes import cpu_seconds
     from icecrawler.stack import running_stack
 
     max_pages = backlog // 10 + 1
@@ -205,7 +200,7 @@ def throughput(
             started = time.monotonic() + 60
             while "started" not in process.log_path.read_text(errors="replace") and time.monotonic() < started:
                 time.sleep(0.1)
-            cpu_before = _cpu_seconds(process.pid)  # imports, Ice and jieba start-up are not per-page costs
+            cpu_before = cpu_seconds(process.pid)  # imports, Ice and jieba start-up are not per-page costs
             stack.seed(ids)
             expected = len(stack.truth()["items"])
             deadline = time.monotonic() + 300
@@ -214,7 +209,7 @@ def throughput(
                     break
                 time.sleep(1.0)
             stored = len(stack.stored())
-            client_cpu_s = _cpu_seconds(process.pid) - cpu_before
+            client_cpu_s = cpu_seconds(process.pid) - cpu_before
             scrapes = scraper.stop()
             load = os.getloadavg()[0]
             process.stop(timeout_s=20)

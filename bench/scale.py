@@ -1,6 +1,6 @@
 """``icecrawler bench scale``: end-to-end items/s with 1, 2, 4, 8 crawler client processes.
 
-One run per client count, each on a fresh cluster (``bench._cluster``): the sandbox adds ``--latency-ms``
+One run per client count, each on a fresh cluster (``icecrawler.launcher``): the sandbox adds ``--latency-ms``
 (default 50 ms) to every request, the real scheduler and storage servers run as their own processes, and N
 ``icecrawler client`` processes (``client.workers`` fetch threads each) crawl a static workload (JD products
 with reviews, mobile-Weibo users with posts; 22 400 items by default, so even 8 clients run ~10 s and the
@@ -30,11 +30,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench._cluster import Cluster, Workload, cpu_seconds, wait_until
 from crawler_client.gateways import IceScheduler
 from icecrawler import rpc
 from icecrawler.commands.seed import add_groups, group_by_kind
-from icecrawler.processes import ManagedProcess, ProcessGroup, free_port
+from icecrawler.launcher import Cluster, Workload
+from icecrawler.processes import ManagedProcess, ProcessGroup, cpu_seconds, free_port, poll_until
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "docs" / "bench" / "scale.json"
@@ -97,9 +97,9 @@ def run_once(
         ]
         for process, port in ((sandbox, sandbox_port), (scheduler, scheduler_port), (storage, storage_port)):
             cluster.wait_listening(process, "127.0.0.1", port, timeout_s=120)
-        if not wait_until(lambda: all(_started(p) for p in procs), 180, 0.2):
+        if not poll_until(lambda: all(_started(p) for p in procs), 180, 0.2):
             raise RuntimeError("clients did not start: " + "; ".join(p.log_tail(3) for p in procs))
-        if not wait_until(lambda: cluster.read_truth_count() >= workload.items, 60, 0.2):
+        if not poll_until(lambda: cluster.read_truth_count() >= workload.items, 60, 0.2):
             raise RuntimeError("the sandbox did not publish the workload")
 
         roles = {"sandbox": [sandbox], "scheduler": [scheduler], "storage": [storage], "clients": procs}
@@ -110,7 +110,7 @@ def run_once(
             seeder.connect()
             start = time.monotonic()
             seeder.seed()
-        done = wait_until(lambda: cluster.stored_items() >= workload.items, timeout_s, POLL_S)
+        done = poll_until(lambda: cluster.stored_items() >= workload.items, timeout_s, POLL_S)
         wall = time.monotonic() - start
         cpu1 = {role: sum(cpu_seconds(p.pid) for p in ps) for role, ps in roles.items()}
         busy1, total1 = _machine_busy()

@@ -24,14 +24,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench._cluster import cpu_seconds
 from bench._core_cost import core_cycle_cost
 from bench._echo import echo_module
 from bench._scrape import Scraper
 from crawler_client.gateways import IceScheduler, ShardedScheduler
 from icecrawler import rpc
 from icecrawler.models import TaskKind
-from icecrawler.processes import ManagedProcess, ProcessGroup, free_port, icecrawler_argv, wait_for_port
+from icecrawler.processes import ManagedProcess, ProcessGroup, cpu_seconds, free_port, icecrawler_argv, wait_for_port
 from icecrawler.shards import ShardMap, shard_of_host
 from scheduler_server.server import SCHEDULER_PROPERTIES
 

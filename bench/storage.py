@@ -87,31 +87,26 @@ def through_server(
     backend: str, records: int, batch: int, writers: int, tmp: Path, extra: dict[str, str]
 ) -> dict[str, float]:
     """Start a storage server on ``backend``; ``writers`` processes write ``records`` posts in total."""
-    from bench._cluster import cpu_seconds
     from icecrawler import rpc
-    from icecrawler.processes import ProcessGroup, free_port, icecrawler_argv
+    from icecrawler.launcher import Cluster
+    from icecrawler.processes import ProcessGroup, cpu_seconds, free_port
 
     port = free_port()
-    conf = tmp / f"{backend}.conf"
-    conf.write_text(f"StorageAdapter.Endpoints=tcp -h 127.0.0.1 -p {port}\n")
     settings = {
         "storage.backend": backend,
         "storage.embedded.path": str(tmp / f"{backend}.sqlite3"),
         "storage.spool_dir": str(tmp / f"{backend}-spool"),
         "storage.write_timeout_s": "30",
         "storage.hbase.timeout_s": "60",
+        "log.level": "WARNING",
         **extra,
     }
-    argv = icecrawler_argv(
-        "storage",
-        f"--Ice.Config={conf}",
-        "--log-level",
-        "WARNING",
-        *(arg for key, value in settings.items() for arg in ("--set", f"{key}={value}")),
-    )
     endpoint = f"storage:tcp -h 127.0.0.1 -p {port}"
     context = multiprocessing.get_context("spawn")
-    with ProcessGroup(tmp / "logs") as group, group.running(f"storage-{backend}", argv, port) as server:
+    with ProcessGroup(tmp / "logs") as group:
+        server = Cluster(tmp / backend, group).start_server(
+            "storage", "127.0.0.1", port, settings=settings, timeout_s=30
+        )
         warm = make_posts(10**15, batch)  # creates HBase tables / SQLite pages outside the timed part
         comm = rpc.communicator()
         try:

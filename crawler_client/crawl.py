@@ -30,11 +30,12 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta, timezone
+from datetime import datetime
 from typing import Protocol, runtime_checkable
 
 from crawler_client import gaps
 from crawler_client.sources.base import FetchedPage, Item, PageRequest, ParsedPage, Source
+from icecrawler.clock import BEIJING
 from icecrawler.errors import FetchError
 from icecrawler.models import MAX_ITEM_TIMES, Outcome, Post, Report, Review, Task, TaskKind
 
@@ -53,8 +54,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-#: Site times without a zone are Beijing time (docs/FORMATS.md §2.5, §4.2).
-_BEIJING = timezone(timedelta(hours=8))
 #: Requests per crawled page at most (Weibo PC delivers one page in 3 chunks; long texts add a few).
 REQUESTS_PER_PAGE_BOUND = 4
 
@@ -131,7 +130,7 @@ def item_time_ms(item: Item) -> int:
     except ValueError:
         return 0
     if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=_BEIJING)
+        moment = moment.replace(tzinfo=BEIJING)
     return int(moment.timestamp() * 1000)
 
 

@@ -16,7 +16,15 @@ from types import TracebackType
 
 from icecrawler.errors import ServiceError
 
-__all__ = ["ManagedProcess", "ProcessGroup", "free_port", "icecrawler_argv", "wait_for_port"]
+__all__ = [
+    "ManagedProcess",
+    "ProcessGroup",
+    "cpu_seconds",
+    "free_port",
+    "icecrawler_argv",
+    "poll_until",
+    "wait_for_port",
+]
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -36,6 +44,28 @@ def wait_for_port(host: str, port: int, timeout_s: float = 20.0, alive: Callable
             return
         time.sleep(0.05)
     raise ServiceError(f"nothing listens on {host}:{port} after {timeout_s:.0f}s")
+
+
+def poll_until(predicate: Callable[[], bool], timeout_s: float, interval_s: float = 0.5) -> bool:
+    """Poll ``predicate`` until true or ``timeout_s`` passes; returns its last value. Bounded by design: the one
+    polling loop of the harness, the benchmarks and the tests (``tests/helpers.wait_for``)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if predicate():
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(interval_s)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of one process so far, from /proc (0.0 once it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    ticks = os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / ticks
 
 
 def icecrawler_argv(*args: str) -> list[str]:

@@ -26,7 +26,6 @@ As a child process: ``sandbox.launch.sandbox_process(log_dir, speed=60)``. See d
 
 from __future__ import annotations
 
-from sandbox.clock import SimClock
 from sandbox.launch import SandboxProcess, sandbox_argv, sandbox_process
 from sandbox.misbehave import Misbehaviour, MisbehaviourRule
 from sandbox.scenario import Category, Product, Scenario, WeiboUser, default_scenario, load_scenario
@@ -42,7 +41,6 @@ __all__ = [
     "SandboxServer",
     "Scenario",
     "Schedule",
-    "SimClock",
     "WeiboUser",
     "default_scenario",
     "load_scenario",

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC, datetime
+
+from icecrawler.clock import BEIJING
 
 __all__ = [
     "BEIJING",
@@ -27,9 +29,6 @@ __all__ = [
     "mid_to_bid",
     "weibo_mid",
 ]
-
-#: Every rendered time is Beijing time, like the real sites.
-BEIJING = timezone(timedelta(hours=8))
 
 _MID_BASE = 9_100_000_000_000_000  # > 2**53 = 9_007_199_254_740_992, 16 digits
 _RETWEET_MID_BASE = 9_500_000_000_000_000  # originals of retweets: a separate id space

@@ -33,8 +33,8 @@ from types import TracebackType
 from typing import IO, Any
 from urllib.parse import parse_qs, urlsplit
 
+from icecrawler.clock import Clock
 from icecrawler.errors import ConfigError
-from sandbox.clock import SimClock
 from sandbox.misbehave import SITES, Action, MisbehaviourRule, MisbehaviourTable
 from sandbox.pages import interstitial
 from sandbox.scenario import Scenario, default_scenario
@@ -134,7 +134,7 @@ class SandboxServer:
         truth_file: str | Path | None = None,
         max_hang_s: float = 60.0,
         misbehave: Iterable[MisbehaviourRule] = (),
-        clock: SimClock | None = None,
+        clock: Clock | None = None,
         visitor_ttl_s: float = 86_400.0,
     ) -> None:
         scenario = scenario if scenario is not None else default_scenario()
@@ -143,7 +143,7 @@ class SandboxServer:
         if latency_ms < 0 or max_hang_s < 0:
             raise ConfigError("latency_ms and max_hang_s must be >= 0")
         self.scenario = scenario
-        self.clock = clock if clock is not None else SimClock(speed, origin)
+        self.clock = clock if clock is not None else Clock(speed, origin)
         self.world = World(scenario, self.clock.origin_ms)
         self.latency_ms = latency_ms
         self.max_hang_s = max_hang_s

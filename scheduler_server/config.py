@@ -7,7 +7,6 @@ found, and named by its key, before a database is opened."""
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -20,7 +19,7 @@ from scheduler_server.accounts import AccountPool, load_accounts
 from scheduler_server.visitors import VisitorSessions
 from shhd.policies import RatePolicy, RevisitPolicy, make_policy
 
-__all__ = ["BudgetedPolicy", "Clocks", "SchedulerConfig", "SystemClocks", "core_parts"]
+__all__ = ["BudgetedPolicy", "Clocks", "SchedulerConfig", "core_parts"]
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +28,8 @@ BudgetedPolicy = RatePolicy
 
 
 class Clocks(Protocol):
-    """Simulated time for periods and due times; wall time for leases and politeness."""
+    """Simulated time for periods and due times; wall time for leases and politeness (``icecrawler.clock.Clock``
+    in a server; tests pass one on a manual wall)."""
 
     def now(self) -> float: ...
 
@@ -38,20 +38,6 @@ class Clocks(Protocol):
     def wall_delay(self, sim_seconds: float) -> float:
         """Wall seconds until ``sim_seconds`` of simulated time have passed."""
         ...
-
-
-@dataclass(frozen=True)
-class SystemClocks:
-    sim: Clock
-
-    def now(self) -> float:
-        return self.sim.now()
-
-    def wall(self) -> float:
-        return time.time()
-
-    def wall_delay(self, sim_seconds: float) -> float:
-        return self.sim.to_wall_delay(sim_seconds)
 
 
 @dataclass(frozen=True)
@@ -167,4 +153,4 @@ def core_parts(
             log.warning(
                 "no account can crawl %s (scheduler.account_sources): its tasks wait until one is added", source
             )
-    return config, policy, clocks or SystemClocks(Clock.from_settings(settings)), pool
+    return config, policy, clocks or Clock.from_settings(settings), pool

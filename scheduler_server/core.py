@@ -6,7 +6,7 @@ read side by side, so they are not split further). Its parts, each in its own
 module: the settings and their wiring (``config``), argument checks (``checks``), what a report's outcome does,
 as data (``outcomes``), the moves of a task between the queues (``moves``), group commit (``groups``), what a
 core restores at start (``startup``), the budget rebalance (``budget``), status (``status``) and the audit
-(``audit``). ``SchedulerConfig``, ``Clocks``, ``SystemClocks`` and ``check_consistency`` are importable from
+(``audit``). ``SchedulerConfig``, ``Clocks`` and ``check_consistency`` are importable from
 here too.
 
 State lives in a ``QueueStore`` (tables ``tasks``, ``pending``, ``inflight``, ``done``, ``meta``; see
@@ -65,7 +65,7 @@ from scheduler_server.budget import rebalance_budget
 from scheduler_server.cache import RecordCache
 from scheduler_server.checks import check_lease_args, check_release_args, check_reports, parse_add_ids
 from scheduler_server.codec import TaskRecord, done_value, history_append, time_key
-from scheduler_server.config import Clocks, SchedulerConfig, SystemClocks, core_parts
+from scheduler_server.config import Clocks, SchedulerConfig, core_parts
 from scheduler_server.groups import GroupCall, GroupRunner, Pending
 from scheduler_server.moves import TaskMoves
 from scheduler_server.observer import CoreObserver
@@ -76,7 +76,7 @@ from scheduler_server.startup import GAP_KEY, GAP_VALUE, restore_state
 from scheduler_server.store import QueueStore, Txn
 from shhd.policies import Observation, RevisitPolicy
 
-__all__ = ["Clocks", "SchedulerConfig", "SchedulerCore", "SystemClocks", "check_consistency"]
+__all__ = ["Clocks", "SchedulerConfig", "SchedulerCore", "check_consistency"]
 
 #: TaskKind by stored value (a dict lookup; calling the enum costs a microsecond per leased task).
 _TASK_KINDS = {kind.value: kind for kind in TaskKind}

@@ -10,10 +10,10 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime, timedelta, timezone
 
-__all__ = ["CST", "iso_of", "iso_of_ms", "resolve_created_at"]
+from icecrawler.clock import BEIJING
 
-#: Asia/Shanghai (fixed offset; no DST since 1991).
-CST = timezone(timedelta(hours=8))
+__all__ = ["iso_of", "iso_of_ms", "resolve_created_at"]
+
 
 _RFC_FORMAT = "%a %b %d %H:%M:%S %z %Y"
 _MONTHS = {
@@ -33,7 +33,7 @@ _DAY_OFFSETS = {"今天": 0, "昨天": 1, "前天": 2}
 
 def iso_of(moment: datetime) -> str:
     """ISO 8601 at second precision in +08:00: the one textual time form every record carries."""
-    return moment.astimezone(CST).replace(microsecond=0).isoformat()
+    return moment.astimezone(BEIJING).replace(microsecond=0).isoformat()
 
 
 def iso_of_ms(ms: int) -> str:
@@ -54,8 +54,9 @@ def resolve_created_at(text: str, now_ms: int) -> str:
         if match := _FULL_RE.match(text):  # absolute (JD, ECSHOP, old Weibo posts): no clock needed
             hour, minute, second = (int(match[i] or 0) for i in (4, 5, 6))
             # Already in +08:00 at whole seconds, so isoformat() is what iso_of would return.
-            return datetime(int(match[1]), int(match[2]), int(match[3]), hour, minute, second, tzinfo=CST).isoformat()
-        return _resolve(text, datetime.fromtimestamp(now_ms / 1000, tz=UTC).astimezone(CST))
+            moment = datetime(int(match[1]), int(match[2]), int(match[3]), hour, minute, second, tzinfo=BEIJING)
+            return moment.isoformat()
+        return _resolve(text, datetime.fromtimestamp(now_ms / 1000, tz=UTC).astimezone(BEIJING))
     except (ValueError, OverflowError):
         return ""
 
@@ -74,7 +75,7 @@ def _resolve(text: str, now: datetime) -> str:
     if match := _MONTH_DAY_RE.match(text):
         # "MM-DD" / "M月D日 HH:MM": the current year (a date "in the future" belongs to last year).
         hour, minute = int(match[3] or 0), int(match[4] or 0)
-        moment = datetime(now.year, int(match[1]), int(match[2]), hour, minute, tzinfo=CST)
+        moment = datetime(now.year, int(match[1]), int(match[2]), hour, minute, tzinfo=BEIJING)
         if moment > now + timedelta(days=1):
             moment = moment.replace(year=now.year - 1)
         return iso_of(moment)

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from html import escape
 
-from crawler_client.sources._dates import CST
 from crawler_client.sources.base import FetchedPage, PageRequest
+from icecrawler.clock import BEIJING
 from icecrawler.models import Task, TaskKind
 
 __all__ = [
@@ -34,7 +34,7 @@ __all__ = [
 ]
 
 #: The fixed "fetch time" the samples are dated against: 2021-07-06 12:00:00 +08:00.
-SAMPLE_NOW_MS = int(datetime(2021, 7, 6, 12, 0, tzinfo=CST).timestamp() * 1000)
+SAMPLE_NOW_MS = int(datetime(2021, 7, 6, 12, 0, tzinfo=BEIJING).timestamp() * 1000)
 
 _WORDS = (
     "今天",
@@ -184,7 +184,7 @@ def mbloglist_chunk(
     lazy-load placeholder for chunks 0/1, or the pager (``countPage``) for chunk 2."""
     rng = random.Random(seed * 1000 + page * 10 + chunk)
     offset = ((page - 1) * 3 + chunk) * posts
-    start = datetime.fromtimestamp(SAMPLE_NOW_MS / 1000, tz=CST) - timedelta(hours=3)
+    start = datetime.fromtimestamp(SAMPLE_NOW_MS / 1000, tz=BEIJING) - timedelta(hours=3)
     nick = _NICKS[uid % len(_NICKS)]
     html = "".join(
         _pc_post(
@@ -248,7 +248,7 @@ def mobile_timeline(
     """A getIndex timeline page: a pinned older post first (optional), reposts, a long text, string counts;
     ``cursor`` is "page", "since_id" or "" (last page)."""
     rng = random.Random(seed)
-    now = datetime.fromtimestamp(SAMPLE_NOW_MS / 1000, tz=CST)
+    now = datetime.fromtimestamp(SAMPLE_NOW_MS / 1000, tz=BEIJING)
     user = {
         "id": uid,
         "screen_name": _NICKS[uid % len(_NICKS)],
@@ -345,7 +345,7 @@ def web_timeline(
     """A weibo.com ``/ajax/statuses/mymblog`` page: a pinned older post first (optional), ``pic_ids`` with a
     ``pic_infos`` map, reposts, a long text, ``text`` and ``text_raw``, string counts and ``since_id``."""
     rng = random.Random(seed)
-    now = datetime.fromtimestamp(SAMPLE_NOW_MS / 1000, tz=CST)
+    now = datetime.fromtimestamp(SAMPLE_NOW_MS / 1000, tz=BEIJING)
     user = {
         "id": uid,
         "idstr": str(uid),
@@ -421,7 +421,7 @@ def ecshop_comments_html(
 ) -> str:
     """``library/comments_list.lbi`` rendered (default theme, docs/FORMATS.md §3.2), with an admin reply."""
     rng = random.Random(seed * 100 + page)
-    now = datetime.fromtimestamp(SAMPLE_NOW_MS / 1000, tz=CST)
+    now = datetime.fromtimestamp(SAMPLE_NOW_MS / 1000, tz=BEIJING)
     items = []
     for i in range(comments):
         moment = now - timedelta(hours=(page - 1) * comments + i, minutes=i)
@@ -512,7 +512,7 @@ def jd_comments(
 ) -> bytes:
     """``productPageComments.action``: int64 ids, entity-laden content, ``*CountStr`` summary (docs/FORMATS.md §4.2)."""
     rng = random.Random(seed * 1000 + page)
-    now = datetime.fromtimestamp(SAMPLE_NOW_MS / 1000, tz=CST)
+    now = datetime.fromtimestamp(SAMPLE_NOW_MS / 1000, tz=BEIJING)
     rows = []
     for i in range(comments):
         moment = now - timedelta(hours=page * comments + i)

@@ -26,8 +26,9 @@ from pathlib import Path
 from types import FrameType
 
 from icecrawler.commands import BaseCommand
+from icecrawler.oracle import stored_index, truth_index
 from icecrawler.settings import Settings
-from icecrawler.stack import SITE_PREFIX, Stack, running_stack, stored_index, truth_index
+from icecrawler.stack import SITE_PREFIX, Stack, running_stack
 from sandbox.scenario import Scenario, default_scenario, load_scenario
 from sandbox.schedules import Schedule
 from sandbox.world import WEIBO_SOURCES

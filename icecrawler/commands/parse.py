@@ -36,7 +36,7 @@ from crawler_client.sources import (
     get_source,
     source_options,
 )
-from crawler_client.sources._dates import CST
+from icecrawler.clock import BEIJING
 from icecrawler.commands import BaseCommand
 from icecrawler.errors import ConfigError, FetchError, ParseError
 from icecrawler.models import Task, TaskKind, make_task_id
@@ -132,7 +132,7 @@ def _now_ms(text: str | None) -> int:
         return int(time.time() * 1000)
     moment = datetime.fromisoformat(text)
     if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=CST)
+        moment = moment.replace(tzinfo=BEIJING)
     return int(moment.timestamp() * 1000)
 
 

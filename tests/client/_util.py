@@ -7,13 +7,13 @@ from datetime import datetime
 from pathlib import Path
 
 from crawler_client.sources import PageRequest, ParsedPage, get_source
-from crawler_client.sources._dates import CST
 from crawler_client.sources.base import FetchedPage
+from icecrawler.clock import BEIJING
 from icecrawler.models import Task, TaskKind
 
 FIXTURES = Path(__file__).parent / "fixtures"
 #: The fetch time every test resolves relative dates against: 2021-07-06 12:00:00 +08:00.
-NOW_MS = int(datetime(2021, 7, 6, 12, 0, tzinfo=CST).timestamp() * 1000)
+NOW_MS = int(datetime(2021, 7, 6, 12, 0, tzinfo=BEIJING).timestamp() * 1000)
 BASE = "http://127.0.0.1:8800/x"
 
 

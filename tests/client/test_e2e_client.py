@@ -16,7 +16,7 @@ from icecrawler.stack import running_stack
 from sandbox.misbehave import Misbehaviour, MisbehaviourRule
 from sandbox.scenario import Category, Product, Scenario, WeiboUser
 from sandbox.schedules import Schedule
-from tests.client.stack_checks import caught_up, client_logs, expected_keys, truncated_posts, wait_for
+from tests.helpers import caught_up, client_logs, expected_keys, truncated_posts, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.ice, pytest.mark.bdb, pytest.mark.slow]
 

@@ -4,8 +4,7 @@ ends reported; shutdown gives back queued and cancelled tasks; a full buffer sto
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import pytest
 
@@ -14,6 +13,7 @@ from crawler_client.daemon import ClientDaemon, DaemonConfig
 from icecrawler.clock import Clock
 from icecrawler.errors import FetchError, NoWorkError, StorageUnavailableError
 from icecrawler.models import Post, Report, Review, Task, TaskKind
+from icecrawler.processes import poll_until
 
 
 class Scheduler:
@@ -134,19 +134,12 @@ def make(
     return daemon, runners
 
 
-def wait_until(condition: Callable[[], bool], limit_s: float = 20.0) -> bool:
-    deadline = time.monotonic() + limit_s
-    while not condition() and time.monotonic() < deadline:
-        time.sleep(0.02)
-    return condition()
-
-
 def test_every_leased_task_is_stored_and_reported_in_batches() -> None:
     scheduler, storage = Scheduler(tasks=10), Storage()
     daemon, _ = make(scheduler, storage, config(), threading.Event())
     daemon.start()
     try:
-        assert wait_until(lambda: len(scheduler.reports) == 10)
+        assert poll_until(lambda: len(scheduler.reports) == 10, 20, 0.02)
     finally:
         daemon.stop()
     assert sorted(r.task_id for r in scheduler.reports) == sorted(f"user:weibo_mobile:{n}" for n in range(10))
@@ -162,7 +155,7 @@ def test_shutdown_gives_back_queued_and_cancelled_tasks() -> None:
     block.set()
     daemon, runners = make(scheduler, storage, config(workers=1, batch=3, shutdown_grace_s=0.2), block)
     daemon.start()
-    assert wait_until(lambda: bool(runners) and runners[0].started.is_set())
+    assert poll_until(lambda: bool(runners) and runners[0].started.is_set(), 20, 0.02)
     daemon.stop()
     assert sorted(task_id for task_id, _ in scheduler.released) == [f"user:weibo_mobile:{n}" for n in range(3)]
     assert scheduler.reports == []
@@ -173,13 +166,13 @@ def test_a_full_buffer_stops_leasing_until_storage_is_back() -> None:
     daemon, _ = make(scheduler, storage, config(workers=1, batch=1, buffer_records=3), threading.Event())
     daemon.start()
     try:
-        assert wait_until(lambda: daemon.sink.buffered_records() >= 3)
-        assert wait_until(lambda: not daemon.sink.has_room())
+        assert poll_until(lambda: daemon.sink.buffered_records() >= 3, 20, 0.02)
+        assert poll_until(lambda: not daemon.sink.has_room(), 20, 0.02)
         leased_when_full = sum(scheduler.lease_calls)
         assert leased_when_full <= 3 + 2  # the full buffer plus what was already leased (workers + batch)
         assert scheduler.reports == []  # nothing is reported before its records are stored
         storage.available = True
-        assert wait_until(lambda: len(scheduler.reports) == 50)
+        assert poll_until(lambda: len(scheduler.reports) == 50, 20, 0.02)
     finally:
         daemon.stop()
     assert len(storage.posts) == 50
@@ -200,7 +193,7 @@ def test_bugs_in_the_runner_or_the_lease_call_do_not_kill_the_threads() -> None:
     daemon, _ = make(scheduler, storage, config(workers=1, batch=1), threading.Event(), broken=frozenset({"1"}))
     daemon.start()
     try:
-        assert wait_until(lambda: len(scheduler.reports) == 4)
+        assert poll_until(lambda: len(scheduler.reports) == 4, 20, 0.02)
     finally:
         daemon.stop()
     outcomes = {r.task_id: (r.outcome.value, r.error_class) for r in scheduler.reports}

@@ -25,7 +25,8 @@ from typing import Any
 
 import pytest
 
-from icecrawler.stack import leases_by_task, overlapping_leases, running_stack, stored_index, truth_index
+from icecrawler.oracle import leases_by_task, overlapping_leases, stored_index, truth_index
+from icecrawler.stack import running_stack
 from sandbox.scenario import Category, Product, Scenario
 from sandbox.schedules import Schedule
 

@@ -15,7 +15,7 @@ import pytest
 from icecrawler.stack import running_stack
 from sandbox.scenario import Product, Scenario
 from sandbox.schedules import Schedule
-from tests.client.stack_checks import caught_up, client_logs, wait_for
+from tests.helpers import caught_up, client_logs, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.ice, pytest.mark.bdb, pytest.mark.slow]
 

@@ -24,14 +24,15 @@ from __future__ import annotations
 
 import collections
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from icecrawler.stack import Stack, leases_by_task, overlapping_leases, running_stack, stored_index, truth_index
+from icecrawler.oracle import leases_by_task, overlapping_leases, stored_index, truth_index
+from icecrawler.stack import Stack, running_stack
 from sandbox.scenario import Category, Product, Scenario, WeiboUser
 from sandbox.schedules import Schedule
+from tests.helpers import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.ice, pytest.mark.bdb, pytest.mark.slow]
 
@@ -88,15 +89,6 @@ def scenario() -> Scenario:
 
 def agent(name: str) -> str:
     return f"icecrawler-e2e/{name}"
-
-
-def wait_for(condition: Callable[[], bool], failure: str, timeout_s: float) -> None:
-    """Poll ``condition`` (bounded); fail with ``failure`` if it never holds."""
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(failure)
-        time.sleep(0.3)
 
 
 def first_request_ms(stack: Stack, name: str) -> int | None:

@@ -13,14 +13,17 @@ Checked against the sandbox's request log, the scheduler's records and ground tr
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from icecrawler.stack import ItemKey, Stack, running_stack, stored_index, truth_index
+from icecrawler.oracle import ItemKey, stored_index, truth_index
+from icecrawler.stack import Stack, running_stack
 from sandbox.scenario import Scenario, WeiboUser
 from sandbox.schedules import Schedule
+from tests.helpers import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.ice, pytest.mark.bdb, pytest.mark.slow]
 
@@ -65,12 +68,9 @@ def scenario() -> Scenario:
     )
 
 
-def wait_for(stack: Stack, condition: str, check: object, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():  # type: ignore[operator]
-        if time.monotonic() > deadline:
-            pytest.fail(f"{condition} (scheduler: {stack.scheduler_stats().get('accounts')})")
-        time.sleep(0.2)
+def with_accounts(stack: Stack, failure: str) -> Callable[[], str]:
+    """A failure message with the scheduler's accounts, read only when a wait fails."""
+    return lambda: f"{failure} (scheduler: {stack.scheduler_stats().get('accounts')})"
 
 
 def missing(stack: Stack) -> set[ItemKey]:
@@ -93,10 +93,12 @@ def test_visitor_session_expiring_mid_crawl_is_renewed_once_and_nothing_is_lost(
                 for r in stack.requests(site="web")
             )
 
-        wait_for(stack, "no crawl reached its second page", second_page_in_flight, 90)
+        wait_for(second_page_in_flight, with_accounts(stack, "no crawl reached its second page"), 90, 0.2)
         stack.sandbox.control("visitors", {"expire": True})
         stack.misbehave({"site": "web", "clear": True})
-        wait_for(stack, "published posts are still missing from storage", lambda: not missing(stack), 120)
+        wait_for(
+            lambda: not missing(stack), with_accounts(stack, "published posts are still missing from storage"), 120, 0.2
+        )
         items = stack.truth()["items"]
         stored = stored_index(stack.stored())
         accounts = stack.scheduler_stats()["accounts"]

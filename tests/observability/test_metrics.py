@@ -275,7 +275,8 @@ def test_the_fetcher_reports_every_request_to_its_hook() -> None:
 def test_client_metrics_count_the_daemons_crawls_and_state() -> None:
     from crawler_client import observer
     from crawler_client.metrics import ClientMetrics
-    from tests.client.test_runtime_daemon import Scheduler, Storage, config, make, wait_until
+    from icecrawler.processes import poll_until
+    from tests.client.test_runtime_daemon import Scheduler, Storage, config, make
 
     scheduler, storage = Scheduler(tasks=10), Storage()
     daemon, _ = make(scheduler, storage, config(), threading.Event())
@@ -284,7 +285,7 @@ def test_client_metrics_count_the_daemons_crawls_and_state() -> None:
     try:
         daemon.start()
         try:
-            assert wait_until(lambda: len(scheduler.reports) == 10)
+            assert poll_until(lambda: len(scheduler.reports) == 10, 20, 0.02)
             observer.current().session_renewed("ecshop")
             observer.current().fetched("jd", 0, 0, 0.2)
         finally:

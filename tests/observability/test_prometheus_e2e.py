@@ -18,18 +18,17 @@ from __future__ import annotations
 import json
 import sqlite3
 import subprocess
-import time
 import urllib.request
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from icecrawler.oracle import truth_index
 from icecrawler.processes import icecrawler_argv, wait_for_port
-from icecrawler.stack import Stack, running_stack, truth_index
+from icecrawler.stack import Stack, running_stack
 from sandbox.scenario import Product, Scenario, WeiboUser
 from sandbox.schedules import Schedule
-from tests.client.stack_checks import truncated_posts
+from tests.helpers import truncated_posts, wait_for
 from tests.observability.prom import DEPLOY, Prometheus, consecutive_free_ports, prometheus_config, promtool_check
 
 pytestmark = [pytest.mark.e2e, pytest.mark.ice, pytest.mark.bdb, pytest.mark.slow]
@@ -52,14 +51,6 @@ def scenario() -> Scenario:
             Product("jd", "100008348542", backlog=15, schedule=static),
         ),
     )
-
-
-def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout_s:.0f}s: {what}")
-        time.sleep(0.5)
 
 
 def published(stack: Stack, seeded: tuple[str, ...]) -> int:
@@ -123,7 +114,7 @@ def test_prometheus_sees_the_crawl_the_outage_and_every_dashboard_panel(tmp_path
         assert found.returncode == 0, found.stderr
         assert "scheduler=1 storage=1 client=2" in found.stdout, found.stdout + found.stderr
         prometheus = Prometheus(stack.group, config, tmp_path / "prom" / "data")
-        wait_until(
+        wait_for(
             lambda: (
                 prometheus.healthy_targets()
                 == {"icecrawler-scheduler": 1, "icecrawler-storage": 1, "icecrawler-client": 2}
@@ -135,11 +126,11 @@ def test_prometheus_sees_the_crawl_the_outage_and_every_dashboard_panel(tmp_path
         expected = published(stack, FIRST)
         assert expected == 25 + 20 + 25
         written = "sum(icecrawler_storage_records_written_total)"
-        wait_until(lambda: prometheus.value(written) == expected, f"records written never reached {expected}")
+        wait_for(lambda: prometheus.value(written) == expected, f"records written never reached {expected}")
         assert len(stack.stored()) == expected
 
         reports = "sum(icecrawler_scheduler_reports_total)"
-        wait_until(
+        wait_for(
             lambda: prometheus.value(reports) == prometheus.value("sum(icecrawler_client_crawls_total)") == len(FIRST),
             "client crawls and scheduler reports disagree",
         )
@@ -159,16 +150,16 @@ def test_prometheus_sees_the_crawl_the_outage_and_every_dashboard_panel(tmp_path
         try:
             lock.execute("BEGIN EXCLUSIVE")
             stack.seed(list(DURING_OUTAGE))
-            wait_until(
+            wait_for(
                 lambda: (prometheus.value("sum(icecrawler_storage_spool_records)") or 0) > 0,
                 "the spool never grew during the outage",
             )
-            wait_until(lambda: prometheus.value("min(icecrawler_storage_backend_up)") == 0, "backend_up never dropped")
-            wait_until(
+            wait_for(lambda: prometheus.value("min(icecrawler_storage_backend_up)") == 0, "backend_up never dropped")
+            wait_for(
                 lambda: bool(prometheus.alert_states().get("IcecrawlerSpoolGrowing", set()) & {"pending", "firing"}),
                 "the spool alert never became pending/firing",
             )
-            wait_until(
+            wait_for(
                 lambda: "firing" in prometheus.alert_states().get("IcecrawlerStorageBackendDown", set()),
                 "the backend alert never fired",
             )
@@ -178,15 +169,15 @@ def test_prometheus_sees_the_crawl_the_outage_and_every_dashboard_panel(tmp_path
             lock.execute("ROLLBACK")
             lock.close()
         everything = expected + published(stack, DURING_OUTAGE)
-        wait_until(
+        wait_for(
             lambda: prometheus.value(written) == everything,
             f"records written never reached {everything}",
             timeout_s=120,
         )
-        wait_until(lambda: prometheus.value("sum(icecrawler_storage_spool_records)") == 0, "the spool never drained")
+        wait_for(lambda: prometheus.value("sum(icecrawler_storage_spool_records)") == 0, "the spool never drained")
         assert len(stack.stored()) == everything
         assert not truncated_posts(stack), "long posts stored truncated: the metrics hooks broke the long-text fetch"
-        wait_until(
+        wait_for(
             lambda: (
                 prometheus.value(reports)
                 == prometheus.value("sum(icecrawler_client_crawls_total)")

@@ -23,7 +23,8 @@ import Ice
 import pytest
 
 from icecrawler import limits, rpc
-from icecrawler.processes import ManagedProcess, ProcessGroup, free_port, icecrawler_argv, wait_for_port
+from icecrawler.launcher import Cluster
+from icecrawler.processes import ManagedProcess, ProcessGroup, free_port
 from icecrawler.settings import Settings
 
 pytestmark = [pytest.mark.ice, pytest.mark.e2e, pytest.mark.slow]
@@ -80,34 +81,15 @@ def daemons(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Daem
     work = tmp_path_factory.mktemp("memory")
     ports = {"scheduler": free_port(), "storage": free_port()}
     settings = Settings()
-    idle = f"--Ice.Connection.Server.IdleTimeout={IDLE_TIMEOUT_S}"
+    idle = {"Ice.Connection.Server.IdleTimeout": str(IDLE_TIMEOUT_S)}
     with ProcessGroup(work / "logs") as group:
-        scheduler = group.start(
-            "scheduler",
-            icecrawler_argv(
-                "scheduler",
-                "--listen",
-                f"tcp -h 127.0.0.1 -p {ports['scheduler']}",
-                "--set",
-                f"scheduler.db_dir={work / 'db'}",
-                idle,
-            ),
+        cluster = Cluster(work, group)
+        scheduler, storage = (
+            cluster.start_server(name, "127.0.0.1", ports[name], ice=idle, wait=False)
+            for name in ("scheduler", "storage")
         )
-        storage = group.start(
-            "storage",
-            icecrawler_argv(
-                "storage",
-                "--listen",
-                f"tcp -h 127.0.0.1 -p {ports['storage']}",
-                "--set",
-                f"storage.embedded.path={work / 'store.sqlite3'}",
-                "--set",
-                f"storage.spool_dir={work / 'spool'}",
-                idle,
-            ),
-        )
-        for name, process in (("scheduler", scheduler), ("storage", storage)):
-            wait_for_port("127.0.0.1", ports[name], 30, alive=process.alive)
+        for process, port in ((scheduler, ports["scheduler"]), (storage, ports["storage"])):
+            cluster.wait_listening(process, "127.0.0.1", port, timeout_s=30)
         yield {
             "scheduler": Daemon(
                 scheduler,

@@ -24,8 +24,8 @@ from pathlib import Path
 import Ice
 import pytest
 
-from bench._cluster import Cluster, Workload, wait_until
-from icecrawler.processes import ProcessGroup, free_port
+from icecrawler.launcher import Cluster, Workload
+from icecrawler.processes import ProcessGroup, free_port, poll_until
 from tests.requirements import skip_or_fail
 
 pytestmark = [pytest.mark.ice, pytest.mark.e2e, pytest.mark.slow]
@@ -114,8 +114,8 @@ def test_icegrid_crawl_with_a_node_added_mid_crawl(grid: Grid, tmp_path: Path) -
             "".join(f"{key} = {json.dumps(value)}\n" for key, value in settings.items())
         )
         grid.run("deploy", "scheduler_port=0")
-        assert wait_until(lambda: _active(grid, "Scheduler"), 40), grid.admin("server list")
-        assert wait_until(lambda: _active(grid, "Storage-1"), 40)
+        assert poll_until(lambda: _active(grid, "Scheduler"), 40), grid.admin("server list")
+        assert poll_until(lambda: _active(grid, "Storage-1"), 40)
 
         # Clients, seed and probe only know the locator and the well-known object names.
         locator_props = {"Ice.Default.Locator": grid.locator}
@@ -133,13 +133,13 @@ def test_icegrid_crawl_with_a_node_added_mid_crawl(grid: Grid, tmp_path: Path) -
         # The crawl is under way (some, not all, items stored) when node3 joins.
         db = workdir / "var" / "storage" / "Storage-1.sqlite3"
         cluster.db_path = db
-        assert wait_until(lambda: cluster.stored_items() > 0, 60), grid.admin("server list")
+        assert poll_until(lambda: cluster.stored_items() > 0, 60), grid.admin("server list")
         assert cluster.stored_items() < workload.items, "crawl finished before node3 joined: make it slower"
         grid.run("node", "node3")
         grid.admin("server template instantiate icecrawler node3 CrawlerClient index=3")
-        assert wait_until(lambda: _active(grid, "CrawlerClient-3"), 40)
+        assert poll_until(lambda: _active(grid, "CrawlerClient-3"), 40)
 
-        assert wait_until(lambda: not cluster.problems(), 80, 1.0), cluster.problems()
+        assert poll_until(lambda: not cluster.problems(), 80, 1.0), cluster.problems()
         info = cluster.probe(scheduler, extra=probe)
         assert info["stats"]["inflight"] == 0
         assert all(task["crawls"] >= 1 for task in info["tasks"].values())
@@ -171,7 +171,7 @@ def test_icegrid_all_endpoints_over_tls(tmp_path: Path) -> None:
     pids: list[int] = []
     try:
         grid.run("deploy", "scheduler_port=0")
-        assert wait_until(lambda: _active(grid, "Scheduler"), 60), grid.admin("server list")
+        assert poll_until(lambda: _active(grid, "Scheduler"), 60), grid.admin("server list")
         pids = grid.server_pids()
         endpoints = grid.admin("adapter endpoints Scheduler.SchedulerAdapter")
         # icegridadmin 3.7 prints an ssl endpoint opaquely (type 2 = ssl) unless it parses IceSSL endpoints.

@@ -24,8 +24,8 @@ from typing import Any
 
 import pytest
 
-from bench._cluster import Cluster, Workload, wait_until
-from icecrawler.processes import ManagedProcess, ProcessGroup
+from icecrawler.launcher import Cluster, Workload
+from icecrawler.processes import ManagedProcess, ProcessGroup, poll_until
 from tests.requirements import skip_or_fail
 from tests.scaleout.netlab import NetLab
 
@@ -64,7 +64,7 @@ class Deployment:
     ) -> None:
         self.lab = lab
         self.site, self.sched, self.store = lab.add("site"), lab.add("sched"), lab.add("store")
-        self.cluster = Cluster(work, group, workload, settings=scheduler_settings)
+        self.cluster = Cluster(work, group, workload, settings={"client.progress_log_s": 2.0, **scheduler_settings})
         servers = [
             (
                 self.cluster.start_sandbox(
@@ -141,7 +141,7 @@ def test_client_cut_off_mid_crawl_its_leases_return_nothing_lost(lab: NetLab, tm
             held[:] = [tid for tid, task in tasks.items() if task["state"] == "inflight" and task["worker"] == "c1"]
             return bool(held) and dep.cluster.stored_items() > 0
 
-        assert wait_until(c1_holds_leases, 60, 0.2), "c1 never held a lease mid-crawl"
+        assert poll_until(c1_holds_leases, 60, 0.2), "c1 never held a lease mid-crawl"
         lab.cut("c1")
         # What c1 holds at the moment of the cut: it may have reported a task between the probe above and the
         # cut, but nothing it sends after the cut arrives, so a probe now names exactly the stranded leases.
@@ -150,7 +150,7 @@ def test_client_cut_off_mid_crawl_its_leases_return_nothing_lost(lab: NetLab, tm
         ]
         assert held, "c1 finished all its tasks just before the cut; nothing was stranded"
 
-        assert wait_until(dep.finished, 80, 1.0), dep.cluster.problems()
+        assert poll_until(dep.finished, 80, 1.0), dep.cluster.problems()
         info = dep.probe()
         assert info["stats"]["inflight"] == 0
         for task_id in held:
@@ -191,13 +191,13 @@ def _outage(
             clients={"c1": settings},
         )
         c1 = dep.clients["c1"]
-        assert wait_until(lambda: dep.cluster.stored_items() > 0, 60, 0.5), _log(c1)
+        assert poll_until(lambda: dep.cluster.stored_items() > 0, 60, 0.5), _log(c1)
         lab.cut(victim)
         # The client notices through its short invocation timeout.
-        assert wait_until(lambda: noticed in _log(c1), 40, 0.5), _log(c1)
+        assert poll_until(lambda: noticed in _log(c1), 40, 0.5), _log(c1)
         time.sleep(5)
         lab.heal(victim)
-        assert wait_until(dep.finished, 80, 1.0), dep.cluster.problems()
+        assert poll_until(dep.finished, 80, 1.0), dep.cluster.problems()
         yield dep, c1
 
 
@@ -225,7 +225,7 @@ def test_scheduler_unreachable_results_kept_and_reported_later(lab: NetLab, tmp_
     # (the scheduler leased, the client never heard) come back after it.
     settings = {"client.workers": 2, "client.batch": 2, "client.max_backoff_s": 2.0}
     with _outage(lab, tmp_path, "sched", 30.0, settings, "report(s) kept") as (dep, c1):
-        assert wait_until(lambda: dep.probe()["stats"]["inflight"] == 0, 40, 1.0)
+        assert poll_until(lambda: dep.probe()["stats"]["inflight"] == 0, 40, 1.0)
         info = dep.probe()
         assert all(task["crawls"] >= 1 for task in info["tasks"].values()), info["tasks"]
         log = _log(c1)

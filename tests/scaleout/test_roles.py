@@ -19,7 +19,8 @@ import Ice
 import pytest
 
 from icecrawler import rpc, tls
-from icecrawler.processes import ProcessGroup, free_port, icecrawler_argv, wait_for_port
+from icecrawler.launcher import Cluster
+from icecrawler.processes import ProcessGroup, free_port
 
 pytestmark = [pytest.mark.ice, pytest.mark.e2e]
 
@@ -52,40 +53,24 @@ def daemons(pki: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> I
     accounts.mkdir()
     (accounts / "weibo.toml").write_text(f'[[account]]\nid = "acct-1"\ncookies = "{COOKIES}"\n')
     (accounts / "weibo.toml").chmod(0o600)
-    conf = pki["ours"] / "server-ssl.conf"
     ports = {"scheduler": free_port(), "storage": free_port()}
-    common = ["--set", "security.revoked=revoked-admin", f"--Ice.Config={conf}"]
+    ssl = tls.ssl_properties(pki["ours"], "server")
     with ProcessGroup(work / "logs") as group:
-        scheduler = group.start(
-            "scheduler",
-            icecrawler_argv(
-                "scheduler",
-                "--listen",
-                f"ssl -h 127.0.0.1 -p {ports['scheduler']}",
-                "--set",
-                f"scheduler.db_dir={work / 'db'}",
-                "--set",
-                f"scheduler.accounts_dir={accounts}",
-                "--set",
-                "scheduler.account_sources=weibo_pc",
-                *common,
-            ),
+        cluster = Cluster(
+            work,
+            group,
+            settings={
+                "security.revoked": "revoked-admin",
+                "scheduler.accounts_dir": str(accounts),
+                "scheduler.account_sources": "weibo_pc",
+            },
         )
-        storage = group.start(
-            "storage",
-            icecrawler_argv(
-                "storage",
-                "--listen",
-                f"ssl -h 127.0.0.1 -p {ports['storage']}",
-                "--set",
-                f"storage.embedded.path={work / 'store.sqlite3'}",
-                "--set",
-                f"storage.spool_dir={work / 'spool'}",
-                *common,
-            ),
+        scheduler, storage = (
+            cluster.start_server(name, "127.0.0.1", ports[name], ice=ssl, protocol="ssl", wait=False)
+            for name in ("scheduler", "storage")
         )
-        for name, process in (("scheduler", scheduler), ("storage", storage)):
-            wait_for_port("127.0.0.1", ports[name], 30, alive=process.alive)
+        for process, port in ((scheduler, ports["scheduler"]), (storage, ports["storage"])):
+            cluster.wait_listening(process, "127.0.0.1", port, timeout_s=30)
         yield {name: f"{name}:ssl -h 127.0.0.1 -p {port}" for name, port in ports.items()}
         assert scheduler.alive(), scheduler.log_tail()
         assert storage.alive(), storage.log_tail()

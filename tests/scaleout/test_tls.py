@@ -19,7 +19,8 @@ from cryptography import x509
 from cryptography.x509.oid import NameOID
 
 from icecrawler import rpc, tls
-from icecrawler.processes import ProcessGroup, free_port, icecrawler_argv, wait_for_port
+from icecrawler.launcher import Cluster
+from icecrawler.processes import ProcessGroup, free_port, icecrawler_argv
 
 pytestmark = [pytest.mark.ice, pytest.mark.e2e, pytest.mark.slow]
 
@@ -56,14 +57,10 @@ def tls_scheduler(pki: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
     work = tmp_path_factory.mktemp("tls-scheduler")
     port = free_port()
     props = tls.ssl_properties(pki["ours"], "scheduler", trust=[tls.node_dn("client-ok")])
-    props["SchedulerAdapter.Endpoints"] = f"ssl -h 127.0.0.1 -p {port}"
-    conf = _write_conf(work / "scheduler.conf", props)
     with ProcessGroup(work / "logs") as group:
-        process = group.start(
-            "scheduler",
-            icecrawler_argv("scheduler", "--set", f"scheduler.db_dir={work / 'db'}", f"--Ice.Config={conf}"),
+        process = Cluster(work, group).start_server(
+            "scheduler", "127.0.0.1", port, ice=props, protocol="ssl", timeout_s=30
         )
-        wait_for_port("127.0.0.1", port, 30, alive=process.alive)
         yield f"scheduler:ssl -h 127.0.0.1 -p {port}"
         assert process.alive(), process.log_tail()
 

@@ -10,31 +10,24 @@ from pathlib import Path
 
 import pytest
 
+from icecrawler.clock import Clock
 from icecrawler.models import TaskKind
 from icecrawler.settings import Settings
 from scheduler_server.core import SchedulerCore
 from scheduler_server.store import BdbQueueStore, MemoryQueueStore, QueueStore
 
 
-class ManualClocks:
-    """Simulated and wall time that only move when a test says so."""
+class ManualClocks(Clock):
+    """The one clock type on a manual wall: simulated and wall time move together, only when a test says so."""
 
     def __init__(self, start: float = 1_800_000_000.0) -> None:
-        self.sim = start
         self.wall_s = start
+        super().__init__(speed=1.0, origin=start, wall=lambda: self.wall_s)
 
-    def now(self) -> float:
-        return self.sim
-
-    def wall(self) -> float:
-        return self.wall_s
-
-    def wall_delay(self, sim_seconds: float) -> float:
-        return sim_seconds
-
-    def advance(self, seconds: float) -> None:
-        self.sim += seconds
+    def advance(self, seconds: float) -> int:
+        """Move the wall (and so simulated time) forward; leases expire and periods pass."""
         self.wall_s += seconds
+        return self.now_ms()
 
 
 def make_settings(**overrides: object) -> Settings:

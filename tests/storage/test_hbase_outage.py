@@ -6,7 +6,6 @@ One HBase stop/start cycle (slow on two cores); it restarts the shared HBase tha
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -16,6 +15,7 @@ import pytest
 from icecrawler import rpc
 from storage_server.hbase_local import LocalHBase
 from storage_server.hbase_store import decode_columns
+from tests.helpers import wait_for
 from tests.storage.conftest import BIG_ID, StorageServerRunner, make_post
 
 pytestmark = [pytest.mark.hbase, pytest.mark.ice, pytest.mark.slow]
@@ -38,14 +38,6 @@ def stored_ids(port: int, prefix: str) -> list[int]:
         return [int(decode_columns("weibo", cells)["id"]) for _, cells in connection.table("weibo").scan()]
     finally:
         connection.close()
-
-
-def wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}")
-        time.sleep(0.5)
 
 
 def test_hbase_outage_and_storage_kill9_lose_nothing(
@@ -93,14 +85,14 @@ def test_hbase_outage_and_storage_kill9_lose_nothing(
     finally:
         local_hbase.start()
 
-    wait_for(lambda: proxy.stats().spoolDepth == 0, 180.0, "the spool to drain into HBase")
+    wait_for(lambda: proxy.stats().spoolDepth == 0, "the spool never drained into HBase", 180.0)
     write(2)  # healthy again
     ids = stored_ids(local_hbase.thrift_port, table_prefix)
     assert len(ids) == len(set(ids)), "a record is stored twice"
     assert set(ids) == set(acked)
     assert len(ids) == 16 * BATCH
     # stats count the rows in HBase itself (on a thread of their own; a call may still see the previous count)
-    wait_for(lambda: proxy.stats().posts == 16 * BATCH, 60.0, "stats() to count every record")
+    wait_for(lambda: proxy.stats().posts == 16 * BATCH, "stats() never counted every record", 60.0)
     assert proxy.stats().spoolDepth == 0
     happybase_connection = happybase.Connection("127.0.0.1", local_hbase.thrift_port, table_prefix=table_prefix)
     try:

@@ -1,5 +1,6 @@
-"""Checks shared by the client's end-to-end tests (on top of ``icecrawler.stack``): what the sandbox published
-vs what storage holds, restarting a server, and bounded polling."""
+"""Helpers shared by the tests, in one module: the one bounded wait (``wait_for``, on the harness's
+``poll_until``) and the checks of the end-to-end tests on top of ``icecrawler.stack`` (what the sandbox published
+vs what storage holds, judged by ``icecrawler.oracle``; restarting a server)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ from collections.abc import Callable
 
 import pytest
 
-from icecrawler.processes import ManagedProcess, wait_for_port
-from icecrawler.stack import ItemKey, Stack, stored_index, truth_index
+from icecrawler.oracle import ItemKey, stored_index, truth_index
+from icecrawler.processes import ManagedProcess, poll_until, wait_for_port
+from icecrawler.stack import Stack
 
 __all__ = ["caught_up", "client_logs", "expected_keys", "restart", "truncated_posts", "wait_for"]
 
@@ -22,13 +24,14 @@ def client_logs(clients: list[ManagedProcess]) -> str:
     return "\n".join(client.log_path.read_text(errors="replace") for client in clients)
 
 
-def wait_for(condition: Callable[[], bool], failure: str, timeout_s: float = 45.0) -> None:
-    """Poll ``condition`` (bounded); fail with ``failure`` if it never holds."""
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(failure)
-        time.sleep(0.5)
+def wait_for(
+    condition: Callable[[], bool], failure: str | Callable[[], str], timeout_s: float = 60.0, interval_s: float = 0.5
+) -> None:
+    """Poll ``condition`` (bounded); fail the test with ``failure`` (a message, or a function that makes one
+    only then, e.g. from the servers' state) if it never holds."""
+    if not poll_until(condition, timeout_s, interval_s):
+        message = failure() if callable(failure) else failure
+        pytest.fail(f"{message} (waited {timeout_s:.0f}s)")
 
 
 def expected_keys(stack: Stack, published_before_wall_ms: int) -> Keys:

@@ -1,70 +1,48 @@
-"""A whole local crawl cluster as OS processes: sandbox sites, scheduler, storage and N crawler clients, plus the
-checks the scale-out tests and ``bench/scale.py`` share (every sandbox item stored exactly once, per-process CPU).
+"""The one local-cluster launcher: sandbox sites, scheduler, storage (embedded SQLite) and crawler clients as OS
+processes under one work directory, each stopped by a ``ProcessGroup`` (SIGTERM, then SIGKILL after a bound).
 
-Each process can run inside a network namespace (``wrap`` turns an argv into ``ip netns exec NS argv``), so
-the same harness drives the loopback benchmark and the network-fault test. Nothing here needs to reach the
-processes over the network from the caller's own namespace: ground truth comes from the sandbox's truth file,
-stored records straight from the embedded SQLite file, and scheduler state from ``probe`` run where the
-scheduler is reachable (``python -m bench._cluster probe``).
+Everything that starts a local crawl goes through ``Cluster``: ``icecrawler demo`` and the end-to-end tests (via
+``icecrawler.stack.running_stack``, which adds a shared accelerated clock and free loopback ports), the
+scale-out tests and the benchmarks. Each process can run inside a network namespace (``wrap`` turns an argv
+into e.g. ``ip netns exec NS argv``), so one launcher drives both the loopback benchmark and the network-fault
+test. Nothing here needs to reach the processes over the network from the caller's own namespace: ground truth
+comes from the sandbox's truth file, stored records straight from the embedded SQLite file (both judged by
+``icecrawler.oracle``), and scheduler state from ``probe`` run where the scheduler is reachable
+(``python -m icecrawler.launcher probe``). It imports ``sandbox``, so it runs from a source checkout only.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import os
 import subprocess
 import sys
-import time
-from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from icecrawler import oracle
 from icecrawler.errors import ServiceError
-from icecrawler.models import SOURCES, TaskKind
-from icecrawler.processes import ManagedProcess, ProcessGroup, wait_for_port
+from icecrawler.processes import ManagedProcess, ProcessGroup, icecrawler_argv, wait_for_port
+from sandbox.launch import sandbox_argv
 from sandbox.sources import source_settings
 
-__all__ = ["Cluster", "Workload", "cpu_seconds", "read_stored", "read_truth", "verify", "wait_until"]
+__all__ = ["Cluster", "Workload", "Wrap"]
 
+#: Turns an argv into one that runs it elsewhere (a network namespace); None runs it here.
 Wrap = Callable[[list[str]], list[str]]
-
-#: Table a truth item's source lands in: posts (every Weibo source) in one table, reviews in the other.
-TABLE_OF = {source: "weibo" if TaskKind.WeiboUser in kinds else "review" for source, kinds in SOURCES.items()}
+_LOOPBACK = "127."
 
 
 def _same(argv: list[str]) -> list[str]:
     return argv
 
 
-def wait_until(predicate: Callable[[], bool], timeout_s: float, interval_s: float = 0.5) -> bool:
-    """Poll ``predicate`` until true or ``timeout_s`` passes; returns its last value. Bounded by design."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        if predicate():
-            return True
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(interval_s)
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of one process so far, from /proc (0.0 once it is gone)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    ticks = os.sysconf("SC_CLK_TCK")
-    return (int(fields[11]) + int(fields[12])) / ticks
-
-
 @dataclass(frozen=True)
 class Workload:
-    """What the sandbox publishes: JD products with reviews and mobile-Weibo users with posts, all static
-    (everything is backlog, nothing new appears), so "done" is well defined: every item stored once.
+    """A static sandbox world: JD products with reviews and mobile-Weibo users with posts (everything is
+    backlog, nothing new appears), so "done" is well defined: every item stored once.
 
     Sizes stay within one visit's page budget (client.max_pages), so one crawl per target suffices.
     """
@@ -113,54 +91,6 @@ class Workload:
         return self.jd_products * self.reviews_per_product + self.weibo_users * self.posts_per_user
 
 
-def read_truth(path: Path) -> dict[str, set[str]]:
-    """Item ids per table from the sandbox's JSONL truth file."""
-    truth: dict[str, set[str]] = {"weibo": set(), "review": set()}
-    if not path.exists():
-        return truth
-    for line in path.read_text(encoding="utf-8").splitlines():
-        with contextlib.suppress(ValueError):
-            record = json.loads(line)
-            if record.get("kind") == "item" and record.get("source") in TABLE_OF:
-                truth[TABLE_OF[record["source"]]].add(str(record["id"]))
-    return truth
-
-
-def read_stored(db_path: Path) -> dict[str, Counter[str]]:
-    """How many stored rows each item id has, per table, read straight from the embedded store's file."""
-    from storage_server.export import rows_since
-    from storage_server.stores import SqliteStore
-
-    stored: dict[str, Counter[str]] = {"weibo": Counter(), "review": Counter()}
-    if not db_path.exists():
-        return stored
-    store = SqliteStore(str(db_path))
-    try:
-        for table, counts in stored.items():
-            for columns in rows_since(store, table):
-                counts[str(columns["id"])] += 1
-    finally:
-        store.close()
-    return stored
-
-
-def verify(truth: dict[str, set[str]], stored: dict[str, Counter[str]]) -> list[str]:
-    """Problems, empty when every truth item is stored exactly once and nothing else is stored."""
-    problems = []
-    for table, ids in truth.items():
-        counts = stored[table]
-        missing = ids - set(counts)
-        extra = set(counts) - ids
-        dupes = {item: n for item, n in counts.items() if n > 1}
-        if missing:
-            problems.append(f"{table}: {len(missing)} of {len(ids)} items never stored, e.g. {sorted(missing)[:3]}")
-        if extra:
-            problems.append(f"{table}: {len(extra)} stored ids not in the truth, e.g. {sorted(extra)[:3]}")
-        if dupes:
-            problems.append(f"{table}: {len(dupes)} items stored more than once, e.g. {list(dupes.items())[:3]}")
-    return problems
-
-
 def _toml_value(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -171,40 +101,46 @@ def _toml_value(value: Any) -> str:
 
 @dataclass
 class Cluster:
-    """Processes of one crawl run under ``work``; every one is stopped by the ``ProcessGroup``."""
+    """Processes of one crawl under ``work``; every one is stopped by ``group``.
+
+    ``scenario`` is the sandbox world (a ``Scenario.to_dict()``); without it, ``workload``'s. ``settings`` go
+    to every process (a dotted-key TOML file each); per-process settings are added on top.
+    """
 
     work: Path
     group: ProcessGroup
     workload: Workload = field(default_factory=Workload)
     settings: dict[str, Any] = field(default_factory=dict)
+    scenario: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
+        self.work = self.work.resolve()  # processes run in it: paths in their settings must not be relative
         self.work.mkdir(parents=True, exist_ok=True)
         self.truth_path = self.work / "truth.jsonl"
-        self.db_path = self.work / "storage.sqlite3"
+        self.db_path = self.work / "storage" / "store.sqlite3"
         self.settings = {
             "scheduler.db_dir": str(self.work / "scheduler"),
             "storage.embedded.path": str(self.db_path),
-            "storage.spool_dir": str(self.work / "spool"),
-            "client.progress_log_s": 2.0,
+            "storage.spool_dir": str(self.work / "storage" / "spool"),
             **self.settings,
         }
 
     # --- files ----------------------------------------------------------------------------------------------
 
-    def config(self, extra: dict[str, Any] | None = None, name: str = "icecrawler.toml") -> Path:
-        """The app settings file every process reads (dotted TOML keys)."""
+    def config(self, extra: Mapping[str, Any] | None = None, name: str = "icecrawler.toml") -> Path:
+        """The app settings file a process reads (dotted TOML keys): the common settings plus ``extra``."""
         values = {**self.settings, **(extra or {})}
         path = self.work / name
         path.write_text("".join(f"{key} = {_toml_value(value)}\n" for key, value in sorted(values.items())))
         return path
 
-    def ice_config(self, name: str, props: dict[str, str]) -> Path:
+    def ice_config(self, name: str, props: Mapping[str, str]) -> Path:
         path = self.work / f"{name}.ice.conf"
         path.write_text("".join(f"{key}={value}\n" for key, value in props.items()))
         return path
 
     def sandbox_settings(self, host: str, port: int) -> dict[str, str]:
+        """Every source's base URL on the sandbox at ``host:port``."""
         return source_settings(f"http://{host}:{port}")
 
     # --- processes --------------------------------------------------------------------------------------------
@@ -220,7 +156,7 @@ class Cluster:
             try:
                 wait_for_port(host, port, timeout_s, alive=process.alive)
             except ServiceError as exc:
-                raise ServiceError(f"{process.name}: {exc}\n{process.log_tail()}") from exc
+                raise ServiceError(f"{process.name} did not start: {exc}\n{process.log_tail()}") from exc
             return
         script = "\n".join(
             [
@@ -240,31 +176,38 @@ class Cluster:
             raise ServiceError(f"{process.name} is not listening on {host}:{port}\n{process.log_tail()}")
 
     def start_sandbox(
-        self, host: str, port: int, latency_ms: int = 0, wrap: Wrap | None = None, wait: bool = True
+        self,
+        host: str,
+        port: int,
+        latency_ms: int = 0,
+        wrap: Wrap | None = None,
+        wait: bool = True,
+        *,
+        speed: float | None = None,
+        origin: float | None = None,
+        max_hang_s: float | None = None,
+        timeout_s: float = 40.0,
     ) -> ManagedProcess:
+        """``python -m sandbox`` serving the scenario on ``host:port``, writing its truth file."""
         scenario = self.work / "scenario.json"
-        scenario.write_text(json.dumps(self.workload.scenario()))
-        process = self._start(
-            "sandbox",
-            [
-                sys.executable,
-                "-m",
-                "sandbox",
-                "--scenario",
-                str(scenario),
-                "--host",
-                host,
-                "--port",
-                str(port),
-                "--latency-ms",
-                str(latency_ms),
-                "--truth-file",
-                str(self.truth_path),
-            ],
-            wrap,
-        )
+        world = self.scenario if self.scenario is not None else self.workload.scenario()
+        scenario.write_text(json.dumps(world, ensure_ascii=False, indent=1), encoding="utf-8")
+        argv = [
+            *sandbox_argv(
+                port,
+                scenario=scenario,
+                speed=speed,
+                origin=origin,
+                latency_ms=latency_ms,
+                truth_file=self.truth_path,
+                max_hang_s=max_hang_s,
+            ),
+            "--host",
+            host,
+        ]
+        process = self._start("sandbox", argv, wrap)
         if wait:
-            self.wait_listening(process, host, port, wrap)
+            self.wait_listening(process, host, port, wrap, timeout_s)
         return process
 
     def start_server(
@@ -273,33 +216,27 @@ class Cluster:
         host: str,
         port: int,
         wrap: Wrap | None = None,
-        ice: dict[str, str] | None = None,
+        ice: Mapping[str, str] | None = None,
         wait: bool = True,
+        settings: Mapping[str, Any] | None = None,
+        timeout_s: float = 40.0,
+        protocol: str = "tcp",
     ) -> ManagedProcess:
-        """``icecrawler scheduler`` or ``icecrawler storage`` on ``tcp -h host -p port`` (plus ``ice`` props).
+        """``icecrawler scheduler`` or ``icecrawler storage`` on ``PROTOCOL -h host -p port`` (plus ``ice`` props,
+        e.g. ``tls.ssl_properties`` for ``protocol="ssl"``, and ``settings`` for this process).
 
         ``wait=False`` returns at once (start several daemons in parallel, then ``wait_listening`` each).
         """
         adapter = {"scheduler": "SchedulerAdapter", "storage": "StorageAdapter"}[role]
-        conf = self.ice_config(role, {f"{adapter}.Endpoints": f"tcp -h {host} -p {port}", **(ice or {})})
+        conf = self.ice_config(role, {f"{adapter}.Endpoints": f"{protocol} -h {host} -p {port}", **(ice or {})})
+        app = self.config(settings, name=f"{role}.toml")
         # Plain TCP off loopback (the lab's private network namespaces) must be allowed explicitly.
+        insecure = [] if host.startswith(_LOOPBACK) else ["--set", "security.allow_insecure=true"]
         process = self._start(
-            role,
-            [
-                sys.executable,
-                "-m",
-                "icecrawler",
-                role,
-                "--config",
-                str(self.config()),
-                "--set",
-                "security.allow_insecure=true",
-                f"--Ice.Config={conf}",
-            ],
-            wrap,
+            role, icecrawler_argv(role, "--config", str(app), *insecure, f"--Ice.Config={conf}"), wrap
         )
         if wait:
-            self.wait_listening(process, host, port, wrap)
+            self.wait_listening(process, host, port, wrap, timeout_s)
         return process
 
     def start_client(
@@ -309,8 +246,8 @@ class Cluster:
         storage: str,
         sandbox: tuple[str, int],
         wrap: Wrap | None = None,
-        settings: dict[str, Any] | None = None,
-        ice: dict[str, str] | None = None,
+        settings: Mapping[str, Any] | None = None,
+        ice: Mapping[str, str] | None = None,
     ) -> ManagedProcess:
         """One ``icecrawler client`` process named ``name`` (its worker id) against the given proxies."""
         conf = self.ice_config(
@@ -324,33 +261,33 @@ class Cluster:
         )
         app = self.config({**self.sandbox_settings(*sandbox), **(settings or {})}, name=f"{name}.toml")
         return self._start(
-            name,
-            [
-                sys.executable,
-                "-m",
-                "icecrawler",
-                "client",
-                "--config",
-                str(app),
-                "--worker-id",
-                name,
-                f"--Ice.Config={conf}",
-            ],
-            wrap,
+            name, icecrawler_argv("client", "--config", str(app), "--worker-id", name, f"--Ice.Config={conf}"), wrap
         )
 
-    def seed(self, scheduler: str, wrap: Wrap | None = None) -> None:
-        conf = self.ice_config("seed", {"Scheduler.Proxy": scheduler})
+    def command(
+        self, args: Sequence[str], ice: Mapping[str, str], wrap: Wrap | None = None, timeout_s: float = 60.0
+    ) -> str:
+        """Run a short ``icecrawler`` command (``seed``, ``status``...) with these Ice properties; its output
+        (stdout and stderr), or ServiceError with the output's tail."""
+        conf = self.ice_config(str(args[0]), ice)
         result = subprocess.run(
-            (wrap or _same)(
-                [sys.executable, "-m", "icecrawler", "seed", *self.workload.seed_ids(), f"--Ice.Config={conf}"]
-            ),
-            capture_output=True,
+            (wrap or _same)(icecrawler_argv(*args, f"--Ice.Config={conf}")),
+            cwd=self.work,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
             text=True,
-            timeout=60,
+            timeout=timeout_s,
         )
         if result.returncode != 0:
-            raise ServiceError(f"seed failed: {result.stderr}")
+            raise ServiceError(f"icecrawler {' '.join(args)} failed ({result.returncode}):\n{result.stdout[-3000:]}")
+        return result.stdout
+
+    def seed(
+        self, scheduler: str, wrap: Wrap | None = None, ids: Sequence[str] | None = None, listings: Sequence[str] = ()
+    ) -> str:
+        """``icecrawler seed`` with ``ids`` (the workload's by default) and ``--listing`` categories."""
+        ids = self.workload.seed_ids() if ids is None else ids
+        return self.command(["seed", *ids, *(f"--listing={x}" for x in listings)], {"Scheduler.Proxy": scheduler}, wrap)
 
     def probe(self, scheduler: str, wrap: Wrap | None = None, extra: Sequence[str] = ()) -> dict[str, Any]:
         """Scheduler stats and every seeded task's info, as seen from where ``wrap`` runs."""
@@ -360,7 +297,7 @@ class Cluster:
                 [
                     sys.executable,
                     "-m",
-                    "bench._cluster",
+                    "icecrawler.launcher",
                     "probe",
                     f"--Ice.Config={conf}",
                     *extra,
@@ -379,10 +316,11 @@ class Cluster:
     # --- checks -------------------------------------------------------------------------------------------------
 
     def problems(self) -> list[str]:
-        truth = read_truth(self.truth_path)
-        if sum(len(ids) for ids in truth.values()) < self.workload.items:
-            return [f"truth file has {sum(len(ids) for ids in truth.values())} of {self.workload.items} items"]
-        return verify(truth, read_stored(self.db_path))
+        """What the oracle finds wrong (empty: the workload's every item stored exactly once, nothing else)."""
+        truth = oracle.read_truth_file(self.truth_path)
+        if self.scenario is None and len(truth) < self.workload.items:
+            return [f"truth file has {len(truth)} of {self.workload.items} items"]
+        return oracle.problems(truth, oracle.read_stored(self.db_path))
 
     def stored_items(self) -> int:
         """Rows in storage (both tables), counted by SQLite: cheap enough to poll several times a second."""
@@ -397,12 +335,12 @@ class Cluster:
             store.close()
 
     def read_truth_count(self) -> int:
-        return sum(len(ids) for ids in read_truth(self.truth_path).values())
+        return len(oracle.read_truth_file(self.truth_path))
 
 
 def _probe_main(argv: Sequence[str]) -> int:
-    """``python -m bench._cluster probe --Ice.Config=F TASK...``: print stats + taskInfo as JSON."""
-    parser = argparse.ArgumentParser(prog="bench._cluster probe")
+    """``python -m icecrawler.launcher probe --Ice.Config=F TASK...``: print stats + taskInfo as JSON."""
+    parser = argparse.ArgumentParser(prog="icecrawler.launcher probe")
     parser.add_argument("tasks", nargs="*")
     ice = [arg for arg in argv if arg.startswith("--Ice")]
     args = parser.parse_args([arg for arg in argv if not arg.startswith("--Ice")])
@@ -431,5 +369,5 @@ def _probe_main(argv: Sequence[str]) -> int:
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "probe":
         sys.exit(_probe_main(sys.argv[2:]))
-    print("usage: python -m bench._cluster probe --Ice.Config=FILE TASK_ID...", file=sys.stderr)
+    print("usage: python -m icecrawler.launcher probe --Ice.Config=FILE TASK_ID...", file=sys.stderr)
     sys.exit(2)

@@ -1,0 +1,53 @@
+"""The one clock type: the accelerated formula every process shares, and what only a test harness uses."""
+
+from __future__ import annotations
+
+import pytest
+
+from icecrawler.clock import Clock
+from icecrawler.errors import ConfigError
+from icecrawler.settings import Settings
+
+
+class Wall:
+    """A wall clock that moves only when told."""
+
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_simulated_time_runs_speed_times_faster_from_the_shared_origin() -> None:
+    wall = Wall(1_000.0)
+    clock = Clock(speed=60, origin=1_000.0, wall=wall)
+    wall.now = 1_010.0
+    assert clock.now() == 1_000.0 + 600 and clock.now_ms() == 1_600_000
+    assert clock.wall() == 1_010.0 and clock.wall_ms() == 1_010_000
+    assert clock.to_wall_delay(600) == clock.wall_delay(600) == 10
+    assert clock.wall_at(1_600_000) == 1_010_000
+    assert clock.wall_at(999_000) == 999_000  # before the origin: the backlog's own time
+
+
+def test_frozen_time_moves_only_by_advance() -> None:
+    wall = Wall(2_000.0)
+    clock = Clock(speed=0, origin=2_000.0, wall=wall)
+    wall.now += 100
+    assert clock.now_ms() == 2_000_000
+    assert clock.wall_at(2_001_000) is None and clock.to_wall_delay(1) == float("inf")
+    assert clock.advance(3600) == 5_600_000
+    with pytest.raises(ConfigError, match="only moves forward"):
+        clock.advance(-1)
+
+
+def test_bad_speeds_are_refused_and_settings_never_freeze_a_crawl() -> None:
+    with pytest.raises(ConfigError, match=">= 0"):
+        Clock(speed=-1)
+    settings = Settings()
+    settings.set("clock.speed", "0")
+    with pytest.raises(ConfigError, match=r"clock\.speed must be > 0"):
+        Clock.from_settings(settings)
+    settings.set("clock.speed", "30")
+    clock = Clock.from_settings(settings)
+    assert clock.speed == 30 and clock.origin > 0  # origin 0: "now"
