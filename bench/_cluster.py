@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from icecrawler.errors import ServiceError
-from icecrawler.models import SOURCES, TaskKind
+from icecrawler.models import TaskKind
+from icecrawler.sourcespec import registry
 from icecrawler.processes import ManagedProcess, ProcessGroup, wait_for_port
 from sandbox.sources import source_settings
 
@@ -33,7 +34,7 @@ __all__ = ["Cluster", "Workload", "cpu_seconds", "read_stored", "read_truth", "v
 Wrap = Callable[[list[str]], list[str]]
 
 #: Table a truth item's source lands in: posts (every Weibo source) in one table, reviews in the other.
-TABLE_OF = {source: "weibo" if TaskKind.WeiboUser in kinds else "review" for source, kinds in SOURCES.items()}
+TABLE_OF = {name: spec.table for name, spec in registry.items()}
 
 
 def _same(argv: list[str]) -> list[str]:

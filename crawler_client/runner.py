@@ -3,7 +3,7 @@
 A ``TaskRunner`` belongs to ONE worker thread: it owns that worker's HTTP sessions (one per account,
 see ``crawler_client.http.SessionCache``), so no session is ever shared between threads.
 
-Form login (sources listed in ``FORM_LOGINS``, i.e. ECSHOP's ``user.php``): when a page turns out to be
+Form login (sources whose spec says ``login="form"``, i.e. ECSHOP's ``user.php``): when a page turns out to be
 a login wall, the runner logs in once with the account blob's ``username``/``password`` (or the settings
 ``sources.<name>.username/password``) and fetches the page again; a second wall, a failed login or no
 credentials ends the crawl as ``LoginRequired``. The session keeps the login cookie for later tasks.
@@ -22,32 +22,22 @@ from crawler_client.headers import source_headers
 from crawler_client.http import Fetcher, FetchPolicy, SessionCache, Urllib3Transport, parse_cookie_blob
 from crawler_client.observer import ClientObserver
 from crawler_client.observer import current as current_observer
-from crawler_client.sources import ecshop, get_source, source_options
-from crawler_client.sources.base import FetchedPage, PageRequest, Source
-from crawler_client.sources.ecshop import EcshopSource
+from crawler_client.sources import SOURCES, get_source, registry, source_options
+from crawler_client.sources.base import FormLogin, Source
 from icecrawler.clock import Clock
 from icecrawler.errors import FetchError
-from icecrawler.models import SOURCES, Outcome, Task
+from icecrawler.models import Outcome, Task
 from icecrawler.settings import Settings
 
-__all__ = ["FORM_LOGINS", "FormLogin", "RunnerConfig", "TaskRunner"]
+__all__ = ["FormLogin", "RunnerConfig", "TaskRunner", "form_logins"]
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class FormLogin:
-    """A source's form login, from its pure helpers: build the login POST, tell whether the answer shows a
-    logged-in member."""
-
-    request: Callable[[str, str, str], PageRequest]
-    succeeded: Callable[[FetchedPage], bool]
-
-
-#: Sources with a member login, by source name.
-FORM_LOGINS: dict[str, FormLogin] = {
-    EcshopSource.name: FormLogin(ecshop.login_request, ecshop.is_logged_in),
-}
+def form_logins() -> dict[str, FormLogin]:
+    """Sources with a member login (spec ``login="form"``), by name: each brings its ``form_login``."""
+    return {name: getattr(SOURCES[name], "form_login") for name, spec in registry.items()  # noqa: B009
+            if spec.login == "form"}
 
 
 @dataclass(frozen=True)
@@ -74,7 +64,7 @@ class RunnerConfig:
             max_pages=settings.get_int("client.max_pages"),
             base_urls={name: settings.get_str(f"sources.{name}.base_url") for name in SOURCES},
             credentials={name: (settings.get_str(f"sources.{name}.username"),
-                                settings.get_str(f"sources.{name}.password")) for name in FORM_LOGINS},
+                                settings.get_str(f"sources.{name}.password")) for name in form_logins()},
             headers={name: source_headers(get_source(name).default_headers, settings.get_str("client.user_agent"),
                                           settings.get_str(f"sources.{name}.headers"), f"sources.{name}.headers")
                      for name in SOURCES},
@@ -152,7 +142,7 @@ class TaskRunner:
         return self.config.credentials.get(task.source, ("", ""))
 
     def _relogin_hook(self, task: Task, base_url: str, fetcher: Fetcher) -> Callable[[], None] | None:
-        form = FORM_LOGINS.get(task.source)
+        form = form_logins().get(task.source)
         if form is None:
             return None
 

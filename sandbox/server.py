@@ -38,6 +38,7 @@ from sandbox.clock import SimClock
 from sandbox.misbehave import SITES, Action, MisbehaviourRule, MisbehaviourTable
 from sandbox.pages import interstitial
 from sandbox.scenario import Scenario, default_scenario
+from sandbox.sites import registered_sites
 from sandbox.sites.ecshop import EcshopSite
 from sandbox.sites.jd import JdSite
 from sandbox.sites.passport import PassportSite, VisitorRegistry
@@ -145,6 +146,8 @@ class SandboxServer:
             for site in (WeiboPcSite(self.world), WeiboMobileSite(self.world), WeiboWebSite(self.world, self.visitors),
                          PassportSite(self.visitors), EcshopSite(self.world, accounts), JdSite(self.world))
         }
+        for site in registered_sites(self.world, self.sites):
+            self.sites[site.prefix] = site
         self._log: collections.deque[dict[str, Any]] = collections.deque(maxlen=LOG_LIMIT)
         self._log_seq = 0
         self._log_lock = threading.Lock()

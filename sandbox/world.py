@@ -177,7 +177,7 @@ class World:
         content_rng = item_rng(self.seed, "reviews", spec.source, spec.id)
 
         def make(seq: int, ms: int) -> SimReview:
-            return make_review(content_rng, spec.id, slot, seq, ms, with_id=spec.source == "jd")
+            return make_review(content_rng, spec.id, slot, seq, ms, with_id=spec.source != "ecshop")
 
         state = ProductState(spec, slot, appear_ms, _Feed(backlog, arrivals(spec.schedule, rng, appear_ms), make))
         self.products[(spec.source, spec.id)] = state

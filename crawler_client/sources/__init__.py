@@ -15,7 +15,8 @@ gives generated pages for the client bench.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from typing import cast
 
 from crawler_client.sources.base import FetchedPage, Item, PageRequest, ParsedPage, Source
 from crawler_client.sources.ecshop import EcshopSource
@@ -23,8 +24,8 @@ from crawler_client.sources.jd import JdSource
 from crawler_client.sources.weibo_mobile import WeiboMobileSource
 from crawler_client.sources.weibo_pc import WeiboPcSource
 from crawler_client.sources.weibo_web import WeiboWebSource
-from icecrawler.errors import ConfigError
 from icecrawler.settings import Settings
+from icecrawler.sourcespec import registry
 
 __all__ = [
     "SOURCES",
@@ -39,27 +40,35 @@ __all__ = [
     "WeiboPcSource",
     "WeiboWebSource",
     "get_source",
+    "registry",
     "source_options",
 ]
 
+class _SourceClasses(Mapping[str, type[Source]]):
+    """Source name → its class, as the registry (``icecrawler.sourcespec``) found them: every module of this
+    package that defines ``SOURCE``, and those named in ``ICECRAWLER_SOURCE_MODULES``."""
+
+    def __getitem__(self, name: str) -> type[Source]:
+        if name not in registry:
+            raise KeyError(name)
+        return cast("type[Source]", registry.source_class(name))
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(registry)
+
+    def __len__(self) -> int:
+        return len(registry)
+
+
 #: Source name (the middle part of a task id) → its class.
-SOURCES: dict[str, type[Source]] = {
-    WeiboPcSource.name: WeiboPcSource,
-    WeiboMobileSource.name: WeiboMobileSource,
-    WeiboWebSource.name: WeiboWebSource,
-    EcshopSource.name: EcshopSource,
-    JdSource.name: JdSource,
-}
+SOURCES: Mapping[str, type[Source]] = _SourceClasses()
 
 
 def get_source(name: str, options: Mapping[str, str] | None = None) -> Source:
     """A fresh instance of the named source; ``ConfigError`` (a ValueError) naming the known ones otherwise.
-    ``options``: ``sources.<name>.*`` settings; those the source lists in its ``OPTIONS`` are passed to it
-    (e.g. JD's ``endpoint``), the others ignored."""
-    try:
-        cls = SOURCES[name]
-    except KeyError:
-        raise ConfigError(f"unknown source {name!r} (known: {', '.join(sorted(SOURCES))})") from None
+    ``options``: ``sources.<name>.*`` settings; those the class lists in its ``OPTIONS`` (e.g. JD's
+    ``endpoint``) are passed to it, the others ignored."""
+    cls = cast("type[Source]", registry.source_class(name))
     wanted = getattr(cls, "OPTIONS", ())
     return cls(**{key: str(value) for key, value in (options or {}).items() if key in wanted})
 

@@ -43,11 +43,11 @@ from crawler_client.sources._detect import (
 )
 from crawler_client.sources._headers import DESKTOP_UA
 from crawler_client.sources._weibo import wall_of
-from crawler_client.sources.base import FetchedPage, Item, PageRequest, ParsedPage
+from crawler_client.sources.base import FetchedPage, Item, PageRequest, ParsedPage, SavedPages, SourceSpec
 from icecrawler.errors import FetchError
 from icecrawler.models import Outcome, Post, Task, TaskKind
 
-__all__ = ["WeiboPcSource"]
+__all__ = ["SOURCE", "SPEC", "WeiboPcSource"]
 
 #: ``$CONFIG['domain']`` of a personal profile; enterprise pages use 100206.
 DEFAULT_DOMAIN = "100505"
@@ -68,11 +68,21 @@ def _attr(node: Tag | None, name: str) -> str:
     return value if isinstance(value, str) else ""
 
 
-class WeiboPcSource(PostOrder):
+SPEC = SourceSpec(
+    name="weibo_pc", kinds=frozenset({TaskKind.WeiboUser}), default_kind=TaskKind.WeiboUser,
+    table="weibo", identity="(owner uid, mid): the post's mid attribute", base_url="http://127.0.0.1:8800/pc",
+    sandbox_site="pc")
+#: The feed's ``ouid=`` names the timeline's owner.
+_OUID_RE = re.compile(rb"ouid=(\d{1,20})")
+
+
+class WeiboPcSource(PostOrder, SavedPages):
     """Source for ``user:weibo_pc:{uid}`` tasks."""
 
-    name: ClassVar[str] = "weibo_pc"
-    kinds: ClassVar[frozenset[TaskKind]] = frozenset({TaskKind.WeiboUser})
+    spec: ClassVar[SourceSpec] = SPEC
+    name: ClassVar[str] = SPEC.name
+    kinds: ClassVar[frozenset[TaskKind]] = SPEC.kinds
+    sniffers: ClassVar[tuple[re.Pattern[bytes], ...]] = (_OUID_RE,)
     #: What the v6 profile page's script sent with its feed calls.
     default_headers: ClassVar[dict[str, str]] = {"Accept": "*/*", "Accept-Language": "zh-CN,zh;q=0.9",
                                                  "X-Requested-With": "XMLHttpRequest", "User-Agent": DESKTOP_UA}
@@ -81,6 +91,17 @@ class WeiboPcSource(PostOrder):
         """Chunk 0 of page 1."""
         return self.chunk_request(task, base_url.rstrip("/") + "/p/aj/v6/mblog/mbloglist", 1, 0,
                                   task.lease_deadline_ms)
+
+    def saved_request(self, task: Task, base_url: str, body: bytes, page: int, chunk: int | None) -> PageRequest:
+        """Chunk ``chunk`` of ``page``; without one, the chunk with the pager (``countPage``) is the last."""
+        page = page or 1
+        request = self.first_request(task, base_url)
+        chunk = chunk if chunk is not None else (2 if b"countPage" in body else 0)
+        request.state["chunk"] = str(chunk)
+        request.params.update({"page": str(page), "pagebar": "1" if chunk == 2 else "0",
+                               "pre_page": str(page - 1 if chunk == 0 else page)})
+        request.page = page
+        return request
 
     @staticmethod
     def chunk_request(task: Task, url: str, page: int, chunk: int, rnd_ms: int) -> PageRequest:
@@ -317,3 +338,7 @@ def _count_page(soup: Tag, html: str) -> int | None:
     pages = [int(m[1]) for a in _all(soup, "bpfilter", "page", "a")
              if (m := _PAGE_LINK_RE.search(_attr(a, "href"))) and len(m[1]) < 10]
     return max(pages) if pages else None
+
+
+#: What the source registry (``icecrawler.sourcespec``) reads from this module.
+SOURCE = WeiboPcSource
