@@ -24,9 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from icecrawler.errors import ServiceError
-from icecrawler.models import TaskKind
-from icecrawler.sourcespec import registry
 from icecrawler.processes import ManagedProcess, ProcessGroup, wait_for_port
+from icecrawler.sourcespec import registry
 from sandbox.sources import source_settings
 
 __all__ = ["Cluster", "Workload", "cpu_seconds", "read_stored", "read_truth", "verify", "wait_until"]

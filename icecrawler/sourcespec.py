@@ -129,6 +129,14 @@ class Registry(Mapping[str, SourceSpec]):
             raise ConfigError(f"{getattr(module, '__name__', module)!r} declares no source (no SOURCE)")
         return spec
 
+    def forget(self, name: str) -> None:
+        """Drop a source ``register`` added (a test's throwaway source, once the test is over)."""
+        specs = self._load()
+        with self._lock:
+            specs.pop(name, None)
+            self._classes.pop(name, None)
+            self._modules.pop(name, None)
+
     def source_class(self, name: str) -> Any:
         """The ``Source`` class of ``name`` (``ConfigError`` naming the known ones otherwise)."""
         self.spec(name)

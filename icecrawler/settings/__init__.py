@@ -66,7 +66,7 @@ def _declared(key: str) -> dict[str, Any]:
     parts = key.split(".")
     if len(parts) < 2 or parts[0] != "sources":
         return {}
-    from icecrawler.sourcespec import registry  # noqa: PLC0415 (loads the sources: only for keys asked for)
+    from icecrawler.sourcespec import registry
 
     return registry[parts[1]].settings() if parts[1] in registry else {}
 
