@@ -31,8 +31,10 @@ SOURCE_PACKAGE = "crawler_client.sources"
 #: Extra source modules (comma-separated module names) loaded after the built-in ones.
 ENV_MODULES = "ICECRAWLER_SOURCE_MODULES"
 #: Storage tables and what identifies one row in each (a source's items land in exactly one).
-TABLES = {"weibo": "(user id, post id): a post seen through two Weibo front ends is one row",
-          "review": "(source, product id, review id)"}
+TABLES = {
+    "weibo": "(user id, post id): a post seen through two Weibo front ends is one row",
+    "review": "(source, product id, review id)",
+}
 #: Ways a source logs in: "" none, "form" (a member login form the client posts, credentials from
 #: ``sources.<name>.username/password``), "visitor" (sessions the scheduler mints at ``sources.<name>.visitor_url``).
 LOGINS = ("", "form", "visitor")
@@ -96,8 +98,11 @@ class Registry(Mapping[str, SourceSpec]):
         with self._lock:
             if self._specs is None:
                 package = importlib.import_module(SOURCE_PACKAGE)
-                names = [f"{SOURCE_PACKAGE}.{info.name}" for info in pkgutil.iter_modules(package.__path__)
-                         if not info.name.startswith("_")]
+                names = [
+                    f"{SOURCE_PACKAGE}.{info.name}"
+                    for info in pkgutil.iter_modules(package.__path__)
+                    if not info.name.startswith("_")
+                ]
                 extra = [name.strip() for name in os.environ.get(ENV_MODULES, "").split(",") if name.strip()]
                 found: dict[str, SourceSpec] = {}
                 for module_name in [*names, *extra]:
@@ -113,8 +118,9 @@ class Registry(Mapping[str, SourceSpec]):
         if not isinstance(spec, SourceSpec):
             raise ConfigError(f"{module.__name__}.SOURCE has no SourceSpec in its 'spec' attribute")
         if spec.name in found and self._classes[spec.name] is not cls:
-            raise ConfigError(f"source {spec.name!r} declared twice ({self._modules[spec.name].__name__}, "
-                              f"{module.__name__})")
+            raise ConfigError(
+                f"source {spec.name!r} declared twice ({self._modules[spec.name].__name__}, {module.__name__})"
+            )
         found[spec.name] = spec
         self._classes[spec.name] = cls
         self._modules[spec.name] = module

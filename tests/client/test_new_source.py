@@ -28,9 +28,14 @@ from sandbox.web import SimRequest, SimResponse, page_count, page_slice
 # --- the source: everything the system needs to know about the site, in one place -----------------------------
 
 SPEC = SourceSpec(
-    name="toyshop", kinds=frozenset({TaskKind.ProductReviews}), default_kind=TaskKind.ProductReviews,
-    table="review", identity="(toyshop, product id, review id)", base_url="http://127.0.0.1:8800/toy",
-    sandbox_site="toy")
+    name="toyshop",
+    kinds=frozenset({TaskKind.ProductReviews}),
+    default_kind=TaskKind.ProductReviews,
+    table="review",
+    identity="(toyshop, product id, review id)",
+    base_url="http://127.0.0.1:8800/toy",
+    sandbox_site="toy",
+)
 PER_PAGE = 5
 
 
@@ -55,10 +60,19 @@ class ToyShopSource(ReviewOrder, SavedPages):
             number, pages = int(doc["page"]), int(doc["pages"])
         except (ValueError, KeyError, TypeError) as exc:
             raise ParseError(f"toyshop: not a review page ({exc})", http_status=page.status) from exc
-        items: list[Item] = [Review(id=str(row["id"]), product_id=task.target, source=self.name, user=row["user"],
-                                    content=row["text"], score=int(row["score"]),
-                                    created_at=iso_of_ms(int(row["ms"])), fetched_at=iso_of_ms(now_ms))
-                             for row in rows]
+        items: list[Item] = [
+            Review(
+                id=str(row["id"]),
+                product_id=task.target,
+                source=self.name,
+                user=row["user"],
+                content=row["text"],
+                score=int(row["score"]),
+                created_at=iso_of_ms(int(row["ms"])),
+                fetched_at=iso_of_ms(now_ms),
+            )
+            for row in rows
+        ]
         following = None
         if number < pages:
             following = PageRequest(url=request.url, params={"page": str(number + 1)}, page=request.page + 1)
@@ -70,6 +84,7 @@ SOURCE = ToyShopSource
 
 
 # --- its sandbox site: the world's reviews of "toyshop" products, rendered as the source expects -------------
+
 
 class ToyShopSite:
     prefix: ClassVar[str] = "toy"
@@ -94,10 +109,19 @@ class ToyShopSite:
         if reviews is None:
             return SimResponse.not_found()
         number = request.int_param("page", 1)
-        rows = [{"id": review.review_id, "user": review.user, "text": review.text, "score": review.score,
-                 "ms": review.created_ms} for review in page_slice(reviews, number, PER_PAGE)]
-        return SimResponse.json({"product": product, "page": number, "pages": page_count(len(reviews), PER_PAGE),
-                                 "reviews": rows})
+        rows = [
+            {
+                "id": review.review_id,
+                "user": review.user,
+                "text": review.text,
+                "score": review.score,
+                "ms": review.created_ms,
+            }
+            for review in page_slice(reviews, number, PER_PAGE)
+        ]
+        return SimResponse.json(
+            {"product": product, "page": number, "pages": page_count(len(reviews), PER_PAGE), "reviews": rows}
+        )
 
 
 #: What the sandbox looks up by name for this source's ``sandbox_site``.
@@ -105,6 +129,7 @@ SANDBOX_SITE = ToyShopSite
 
 
 # --- the test ----------------------------------------------------------------------------------------------
+
 
 @pytest.fixture
 def toyshop(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
@@ -145,13 +170,18 @@ def test_a_source_declared_in_one_module_is_crawled_end_to_end(tmp_path: Path) -
     from sandbox.schedules import Schedule
     from tests.client.stack_checks import caught_up, wait_for
 
-    scenario = Scenario(seed=3, products=(
-        Product("toyshop", "7", backlog=23, schedule=Schedule("periodic", interval_s=300)),
-        Product("toyshop", "8", backlog=4, schedule=Schedule("static"))))
+    scenario = Scenario(
+        seed=3,
+        products=(
+            Product("toyshop", "7", backlog=23, schedule=Schedule("periodic", interval_s=300)),
+            Product("toyshop", "8", backlog=4, schedule=Schedule("static")),
+        ),
+    )
     client_settings = {"client.workers": 1, "client.idle_sleep_s": 0.2, "client.max_pages": 20}
     scheduler_settings = {"scheduler.initial_period_s": 60, "scheduler.min_period_s": 30}
-    with running_stack(tmp_path, scenario, speed=60.0, scheduler_settings=scheduler_settings,
-                       client_settings=client_settings) as stack:
+    with running_stack(
+        tmp_path, scenario, speed=60.0, scheduler_settings=scheduler_settings, client_settings=client_settings
+    ) as stack:
         stack.seed(["toyshop:7", "toyshop:8"])
         stack.start_client("client")
         wait_for(lambda: len(stack.stored()) >= 27, "the toyshop backlog was never stored", timeout_s=60)
@@ -161,3 +191,17 @@ def test_a_source_declared_in_one_module_is_crawled_end_to_end(tmp_path: Path) -
     assert not published - set(stored), f"published but not stored: {sorted(published - set(stored))[:5]}"
     assert all(count == 1 for count in stored.values()), "a review was stored twice"
     assert set(stored) <= set(everything), "storage holds a review the sandbox never published"
+
+
+def test_the_built_in_sources_declare_what_the_default_settings_list() -> None:
+    """The ``sources.*`` defaults in ``default_settings`` (kept for ``icecrawler settings``) are exactly what the
+    built-in sources declare: the two cannot drift apart."""
+    from icecrawler.settings.default_settings import DEFAULTS
+
+    listed = {key: value for key, value in DEFAULTS.items() if key.startswith("sources.")}
+    declared = {
+        key: value
+        for name in ("ecshop", "jd", "weibo_mobile", "weibo_pc", "weibo_web")
+        for key, value in registry.spec(name).settings().items()
+    }
+    assert declared == listed
