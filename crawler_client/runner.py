@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from crawler_client.crawl import CrawlResult, crawl_task, failure_report
+from crawler_client.crawl import CrawlResult, crawl_task, error_report, failure_report
 from crawler_client.headers import source_headers
 from crawler_client.http import Fetcher, FetchPolicy, SessionCache, Urllib3Transport, parse_cookie_blob
 from crawler_client.observer import ClientObserver
@@ -103,12 +103,10 @@ class TaskRunner:
             base_url = self.config.base_urls[task.source]
             session = self.sessions.session(task.source, task.account)
         except FetchError as exc:
-            return CrawlResult(task, failure_report(task, exc, 0))
+            return CrawlResult(task, error_report(task, exc, 0))
         except (KeyError, ValueError) as exc:  # unknown source name (ConfigError is a ValueError) / no base URL
-            error = FetchError(f"cannot crawl source {task.source!r}: {exc}", outcome=Outcome.ParseError.value,
-                               error_class="unknown-source")
-            log.error("task %s: %s", task.id, error)
-            return CrawlResult(task, failure_report(task, error, 0))
+            log.error("task %s: cannot crawl source %r: %s", task.id, task.source, exc)
+            return CrawlResult(task, failure_report(task, Outcome.ParseError, "unknown-source"))
         observer = current_observer()
         fetcher = Fetcher(Urllib3Transport(session), self.config.policy, sleep=self._retry_wait(observer),
                           headers=self.config.headers.get(task.source),
@@ -151,13 +149,13 @@ class TaskRunner:
             if not username:
                 raise FetchError(f"{task.source}: login wall and no credentials (set sources.{task.source}."
                                  "username/password or put them in the account blob)",
-                                 outcome=Outcome.LoginRequired.value, error_class="no-credentials")
+                                 outcome=Outcome.LoginRequired, error_class="no-credentials")
             log.info("task %s: login wall, logging in as %s", task.id, username)
             current_observer().session_renewed(task.source)
             answer = fetcher.fetch(form.request(base_url, username, password))
             if not form.succeeded(answer):
                 raise FetchError(f"{task.source}: login as {username} failed (HTTP {answer.status})",
-                                 outcome=Outcome.LoginRequired.value, http_status=answer.status,
+                                 outcome=Outcome.LoginRequired, http_status=answer.status,
                                  error_class="login-failed")
 
         return relogin

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from icecrawler.errors import InvalidArgumentError, quote
+from icecrawler.outcomes import Outcome
 
 __all__ = [
     "MAX_ITEM_TIMES",
@@ -33,23 +34,6 @@ class TaskKind(enum.StrEnum):
     WeiboUser = "user"
     ProductReviews = "reviews"
     Listing = "listing"
-
-
-class Outcome(enum.StrEnum):
-    """How a fetch ended (same names as Crawler::Outcome)."""
-
-    Ok = "Ok"
-    HttpError = "HttpError"
-    Timeout = "Timeout"
-    ConnectionError = "ConnectionError"
-    ParseError = "ParseError"
-    LoginRequired = "LoginRequired"
-    Busy = "Busy"
-    AccountFrozen = "AccountFrozen"
-    Banned = "Banned"
-    RateLimited = "RateLimited"
-    NotFound = "NotFound"
-    TooLarge = "TooLarge"
 
 
 class _SourceKinds(Mapping[str, frozenset[TaskKind]]):

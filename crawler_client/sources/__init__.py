@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import cast
 
-from crawler_client.sources.base import FetchedPage, Item, PageRequest, ParsedPage, Source
+from crawler_client.sources.base import DeclaredSource, FetchedPage, Item, PageRequest, ParsedPage, Source
 from crawler_client.sources.ecshop import EcshopSource
 from crawler_client.sources.jd import JdSource
 from crawler_client.sources.weibo_mobile import WeiboMobileSource
@@ -29,6 +29,7 @@ from icecrawler.sourcespec import registry
 
 __all__ = [
     "SOURCES",
+    "DeclaredSource",
     "EcshopSource",
     "FetchedPage",
     "Item",
@@ -44,14 +45,14 @@ __all__ = [
     "source_options",
 ]
 
-class _SourceClasses(Mapping[str, type[Source]]):
+class _SourceClasses(Mapping[str, type[DeclaredSource]]):
     """Source name → its class, as the registry (``icecrawler.sourcespec``) found them: every module of this
     package that defines ``SOURCE``, and those named in ``ICECRAWLER_SOURCE_MODULES``."""
 
-    def __getitem__(self, name: str) -> type[Source]:
+    def __getitem__(self, name: str) -> type[DeclaredSource]:
         if name not in registry:
             raise KeyError(name)
-        return cast("type[Source]", registry.source_class(name))
+        return cast("type[DeclaredSource]", registry.source_class(name))
 
     def __iter__(self) -> Iterator[str]:
         return iter(registry)
@@ -61,14 +62,14 @@ class _SourceClasses(Mapping[str, type[Source]]):
 
 
 #: Source name (the middle part of a task id) → its class.
-SOURCES: Mapping[str, type[Source]] = _SourceClasses()
+SOURCES: Mapping[str, type[DeclaredSource]] = _SourceClasses()
 
 
-def get_source(name: str, options: Mapping[str, str] | None = None) -> Source:
+def get_source(name: str, options: Mapping[str, str] | None = None) -> DeclaredSource:
     """A fresh instance of the named source; ``ConfigError`` (a ValueError) naming the known ones otherwise.
     ``options``: ``sources.<name>.*`` settings; those the class lists in its ``OPTIONS`` (e.g. JD's
     ``endpoint``) are passed to it, the others ignored."""
-    cls = cast("type[Source]", registry.source_class(name))
+    cls = cast("type[DeclaredSource]", registry.source_class(name))
     wanted = getattr(cls, "OPTIONS", ())
     return cls(**{key: str(value) for key, value in (options or {}).items() if key in wanted})
 

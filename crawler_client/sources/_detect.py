@@ -58,7 +58,7 @@ class Marker:
 def fail(outcome: Outcome, message: str, *, error_class: str = "", http_status: int = 0,
          retry_after_s: float = 0.0) -> FetchError:
     """Build (not raise) the classified error, so call sites read ``raise fail(...)``."""
-    return FetchError(message, outcome=outcome.value, http_status=http_status,
+    return FetchError(message, outcome=outcome, http_status=http_status,
                       error_class=error_class or outcome.value, retry_after_s=retry_after_s)
 
 

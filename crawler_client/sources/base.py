@@ -18,10 +18,21 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import ClassVar, Protocol
 
-from icecrawler.models import Outcome, Post, Review, Task, TaskKind
+from icecrawler.models import Post, Review, Task, TaskKind
 from icecrawler.sourcespec import SourceSpec
 
-__all__ = ["FetchedPage", "FormLogin", "Item", "PageRequest", "ParsedPage", "SavedPages", "Source", "SourceSpec"]
+__all__ = [
+    "DeclaredSource",
+    "FetchedPage",
+    "FormLogin",
+    "Item",
+    "PageRequest",
+    "ParsedPage",
+    "SavedPages",
+    "Source",
+    "SourceSpec",
+    "sniff",
+]
 
 #: What a page yields: posts (Weibo), reviews (ECSHOP, JD) or discovered product ids (listing pages).
 Item = Post | Review | str
@@ -65,7 +76,6 @@ class ParsedPage:
     total_pages: int | None = None
     #: Source-specific facts worth printing in ``icecrawler parse`` (since_id, record_count, ...).
     info: dict[str, str] = field(default_factory=dict)
-    outcome: Outcome = Outcome.Ok
 
 
 class Source(Protocol):
@@ -73,8 +83,6 @@ class Source(Protocol):
 
     name: ClassVar[str]
     kinds: ClassVar[frozenset[TaskKind]]
-    #: Everything the other roles know about this source (``icecrawler.sourcespec``).
-    spec: ClassVar[SourceSpec]
     #: What the site's own web client sends with these requests (``sources.<name>.headers`` changes them).
     default_headers: ClassVar[dict[str, str]]
 
@@ -100,7 +108,13 @@ class Source(Protocol):
         """The cursor to keep after a crawl: the newest orderable item's (pinned posts skipped), or ``current``."""
         ...
 
-    # ``icecrawler parse`` (a saved answer, no task): see ``SavedPages`` for what each means.
+
+class DeclaredSource(Source, Protocol):
+    """A source as the registry holds it: the crawl interface, its declaration (``icecrawler.sourcespec``), and
+    what ``icecrawler parse`` asks about a saved answer (no task at hand; ``SavedPages`` has the defaults)."""
+
+    spec: ClassVar[SourceSpec]
+
     def saved_kind(self, body: bytes) -> TaskKind: ...
 
     def saved_target(self, kind: TaskKind, body: bytes) -> str: ...

@@ -24,7 +24,15 @@ from datetime import datetime
 from pathlib import Path
 from urllib.parse import urlencode
 
-from crawler_client.sources import SOURCES, FetchedPage, PageRequest, ParsedPage, Source, get_source, source_options
+from crawler_client.sources import (
+    SOURCES,
+    DeclaredSource,
+    FetchedPage,
+    PageRequest,
+    ParsedPage,
+    get_source,
+    source_options,
+)
 from crawler_client.sources._dates import CST
 from icecrawler.commands import BaseCommand
 from icecrawler.errors import ConfigError, FetchError, ParseError
@@ -75,7 +83,7 @@ class Command(BaseCommand):
         try:
             parsed = source.parse(task, request, fetched, now_ms)
         except FetchError as exc:
-            _print({"summary": True, "items": 0, "next": None, "total_pages": None, "outcome": exc.outcome,
+            _print({"summary": True, "items": 0, "next": None, "total_pages": None, "outcome": exc.outcome.value,
                     "error_class": exc.error_class, "http_status": exc.http_status,
                     "retry_after_s": exc.retry_after_s, "message": str(exc), "task": task.id})
             return 1 if isinstance(exc, ParseError) else 0
@@ -98,7 +106,7 @@ def _now_ms(text: str | None) -> int:
     return int(moment.timestamp() * 1000)
 
 
-def _task(source: Source, args: argparse.Namespace, body: bytes) -> Task:
+def _task(source: DeclaredSource, args: argparse.Namespace, body: bytes) -> Task:
     """The task the file is assumed to answer: flags first, then what the bytes say (the source sniffs)."""
     kind = TaskKind(args.kind) if args.kind else source.saved_kind(body)
     target = args.target or source.saved_target(kind, body) or "0"
@@ -109,17 +117,17 @@ def _task(source: Source, args: argparse.Namespace, body: bytes) -> Task:
     return Task(id=task_id, kind=kind, source=source.name, target=target)
 
 
-def _request(source: Source, task: Task, args: argparse.Namespace, body: bytes) -> PageRequest:
+def _request(source: DeclaredSource, task: Task, args: argparse.Namespace, body: bytes) -> PageRequest:
     """The request the file answers: the source shapes it from ``--page``/``--chunk`` or what the bytes say."""
     return source.saved_request(task, SNIFF_BASE, body, args.page or 0, args.chunk)
 
 
-def _summary(parsed: ParsedPage, task: Task, source: Source) -> dict[str, object]:
+def _summary(parsed: ParsedPage, task: Task, source: DeclaredSource) -> dict[str, object]:
     nxt = parsed.next_request
     next_url = None
     if nxt is not None:
         query = urlencode(nxt.params)
         next_url = nxt.url + ("&" if "?" in nxt.url else "?") + query if query else nxt.url
     return {"summary": True, "items": len(parsed.items), "next": next_url, "total_pages": parsed.total_pages,
-            "outcome": parsed.outcome.value, "info": parsed.info, "task": task.id,
+            "outcome": "Ok", "info": parsed.info, "task": task.id,
             "cursor": source.newest_cursor(parsed.items, "")}

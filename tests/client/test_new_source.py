@@ -53,7 +53,7 @@ class ToyShopSource(ReviewOrder, SavedPages):
 
     def parse(self, task: Task, request: PageRequest, page: FetchedPage, now_ms: int) -> ParsedPage:
         if page.status == 404:
-            raise FetchError(f"no product {task.target}", outcome=Outcome.NotFound.value, http_status=404)
+            raise FetchError(f"no product {task.target}", outcome=Outcome.NotFound, http_status=404)
         try:
             doc = json.loads(page.body)
             rows = doc["reviews"]
