@@ -47,7 +47,7 @@ from icecrawler.errors import (
 )
 from icecrawler.models import Outcome, Post, Review, TaskKind
 
-__all__ = ["Backoff", "ClientStats", "Sink"]
+__all__ = ["Backoff", "ClientStats", "Sink", "record_wire_bytes"]
 
 log = logging.getLogger(__name__)
 
