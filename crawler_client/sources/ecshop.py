@@ -21,10 +21,8 @@ from __future__ import annotations
 
 import hashlib
 import re
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import urlsplit
-
-from bs4 import Tag
 
 from crawler_client.sources._cursor import ReviewOrder
 from crawler_client.sources._dates import iso_of_ms, resolve_created_at
@@ -51,6 +49,9 @@ from crawler_client.sources.base import (
 )
 from icecrawler.errors import ParseError
 from icecrawler.models import Outcome, Review, Task, TaskKind
+
+if TYPE_CHECKING:
+    from bs4 import Tag
 
 __all__ = ["SOURCE", "SPEC", "EcshopSource", "is_logged_in", "login_request", "shows_login_wall"]
 

@@ -24,15 +24,13 @@ signatures as weibo_mobile's ``statuses/extend`` helpers. Cursor semantics:
 from __future__ import annotations
 
 import re
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import parse_qs, urlsplit
-
-from bs4 import Tag
 
 from crawler_client.sources._counts import parse_count, parse_id
 from crawler_client.sources._cursor import PostOrder
 from crawler_client.sources._dates import iso_of_ms, resolve_created_at
-from crawler_client.sources._decode import decode_body, html_text, load_json, make_soup, with_html
+from crawler_client.sources._decode import decode_body, html_text, is_tag, load_json, make_soup, with_html
 from crawler_client.sources._detect import (
     WEIBO_MARKERS,
     check_final_url,
@@ -46,6 +44,9 @@ from crawler_client.sources._weibo import wall_of
 from crawler_client.sources.base import FetchedPage, Item, PageRequest, ParsedPage, SavedPages, SourceSpec
 from icecrawler.errors import FetchError
 from icecrawler.models import Outcome, Post, Task, TaskKind
+
+if TYPE_CHECKING:
+    from bs4 import Tag
 
 __all__ = ["SOURCE", "SPEC", "WeiboPcSource"]
 
@@ -213,13 +214,13 @@ def _by(node: Tag, attr: str, value: str | bool) -> Tag | None:
     """First descendant with ``attr == value`` (``find`` is several times faster than CSS selectors)."""
     attrs: dict[str, Any] = {attr: value}
     found = node.find(None, attrs)
-    return found if isinstance(found, Tag) else None
+    return found if is_tag(found) else None
 
 
 def _all(node: Tag, attr: str, value: str, name: str | None = None) -> list[Tag]:
     """Every descendant (optionally of tag ``name``) with ``attr == value``."""
     attrs: dict[str, Any] = {attr: value}
-    return [tag for tag in node.find_all(name, attrs) if isinstance(tag, Tag)]
+    return [tag for tag in node.find_all(name, attrs) if is_tag(tag)]
 
 
 def _envelope_data(page: FetchedPage, what: str, bad_code: Outcome) -> Any:
@@ -269,10 +270,10 @@ def _profile_feed(text: str) -> str | None:
 def _user_name(node: Tag) -> str:
     """The author's nick: the WB_info link, else ``nick-name``, else the avatar's title."""
     info = node.find("div", class_="WB_info")
-    candidates = (info.find("a") if isinstance(info, Tag) else None, ""), \
+    candidates = (info.find("a") if is_tag(info) else None, ""), \
         (_by(node, "node-type", "feed_list_content"), "nick-name"), (node.find("a", class_="W_face_radius"), "title")
     for found, attr in candidates:
-        if isinstance(found, Tag):
+        if is_tag(found):
             name = _attr(found, attr) if attr else found.get_text(strip=True)
             if name:
                 return name
@@ -298,7 +299,7 @@ def _is_pinned(node: Tag) -> bool:
     if node.get("feedtype") == "top" or node.find(class_="W_icon_feedpin") is not None:
         return True
     badge = node.find("div", class_="WB_cardtitle_b") or _by(node, "node-type", "feed_list_top")
-    return isinstance(badge, Tag) and "置顶" in badge.get_text()
+    return is_tag(badge) and "置顶" in badge.get_text()
 
 
 def _counts(node: Tag) -> dict[str, int]:
