@@ -21,7 +21,7 @@ from sandbox.schedules import arrivals, backlog_times
 
 __all__ = ["WEIBO_SOURCES", "ProductState", "TruthItem", "TruthProduct", "UserState", "World"]
 
-#: Truth ``source`` names (as in ``icecrawler.models.SOURCES``) per Weibo site.
+#: Truth ``source`` names (the source registry's names) per Weibo site.
 WEIBO_SOURCES = {"pc": "weibo_pc", "m": "weibo_mobile", "web": "weibo_web"}
 
 
