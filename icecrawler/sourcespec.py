@@ -105,8 +105,15 @@ class Registry(Mapping[str, SourceSpec]):
                 ]
                 extra = [name.strip() for name in os.environ.get(ENV_MODULES, "").split(",") if name.strip()]
                 found: dict[str, SourceSpec] = {}
-                for module_name in [*names, *extra]:
+                for module_name in names:
                     self._add(importlib.import_module(module_name), found)
+                for module_name in extra:
+                    try:
+                        module = importlib.import_module(module_name)
+                    except ImportError as exc:
+                        raise ConfigError(f"{ENV_MODULES}: cannot import {module_name!r}: {exc}") from exc
+                    if self._add(module, found) is None:
+                        raise ConfigError(f"{ENV_MODULES}: {module_name!r} declares no source (no SOURCE)")
                 self._specs = found
             return self._specs
 

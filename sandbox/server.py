@@ -35,7 +35,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from icecrawler.errors import ConfigError
 from sandbox.clock import SimClock
-from sandbox.misbehave import SITES, Action, MisbehaviourRule, MisbehaviourTable
+from sandbox.misbehave import SITES, Action, MisbehaviourRule, MisbehaviourTable, site_names
 from sandbox.pages import interstitial
 from sandbox.scenario import Scenario, default_scenario
 from sandbox.sites import registered_sites
@@ -398,8 +398,8 @@ class SandboxServer:
                 self.misbehaviour.clear()
                 return
             raise ConfigError("misbehave: give 'site' (or 'clear': true for all rules)")
-        if site not in SITES:
-            raise ConfigError(f"misbehave: site must be one of {list(SITES)}")
+        if site not in SITES and site not in site_names():
+            raise ConfigError(f"misbehave: site must be one of {list(site_names())}")
         if data.get("clear"):
             self.misbehaviour.clear(site, target)
         else:

@@ -149,6 +149,7 @@ def test_the_registry_knows_everything_the_source_declares() -> None:
     from crawler_client.runner import form_logins
     from icecrawler.commands.seed import default_kind
     from icecrawler.settings import load_settings
+    from sandbox.misbehave import MisbehaviourRule
     from sandbox.sources import source_settings
 
     assert SOURCES["toyshop"] == frozenset({TaskKind.ProductReviews})
@@ -157,6 +158,7 @@ def test_the_registry_knows_everything_the_source_declares() -> None:
     assert settings.with_prefix("sources.toyshop") == {"base_url": "http://127.0.0.1:1/toy", "headers": ""}
     assert "toyshop" not in form_logins()
     assert source_settings("http://127.0.0.1:9")["sources.toyshop.base_url"] == "http://127.0.0.1:9/toy"
+    assert MisbehaviourRule("toy").site == "toy"  # its sandbox site takes misbehaviour rules like the others
 
 
 @pytest.mark.e2e
@@ -205,3 +207,38 @@ def test_the_built_in_sources_declare_what_the_default_settings_list() -> None:
         for key, value in registry.spec(name).settings().items()
     }
     assert declared == listed
+
+
+def test_a_bad_declaration_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    from icecrawler.errors import ConfigError
+    from icecrawler.sourcespec import Registry
+
+    with pytest.raises(ConfigError, match="default kind"):
+        SourceSpec("x", frozenset({TaskKind.WeiboUser}), TaskKind.ProductReviews, "weibo", "id", "http://h")
+    with pytest.raises(ConfigError, match="table must be one of"):
+        SourceSpec("x", frozenset({TaskKind.WeiboUser}), TaskKind.WeiboUser, "posts", "id", "http://h")
+    with pytest.raises(ConfigError, match="login must be one of"):
+        SourceSpec("x", frozenset({TaskKind.WeiboUser}), TaskKind.WeiboUser, "weibo", "id", "http://h", login="oauth")
+    monkeypatch.setenv(ENV_MODULES, "tests.client.no_such_module")
+    with pytest.raises(ConfigError, match=r"cannot import 'tests\.client\.no_such_module'"):
+        list(Registry())
+    monkeypatch.setenv(ENV_MODULES, "tests.client.stack_checks")
+    with pytest.raises(ConfigError, match="declares no source"):
+        list(Registry())
+    monkeypatch.setenv(ENV_MODULES, "crawler_client.sources.jd")  # already found: the same class is fine
+    assert "jd" in Registry()
+
+
+def test_two_sources_of_one_name_are_refused() -> None:
+    import types
+
+    from icecrawler.errors import ConfigError
+    from icecrawler.sourcespec import Registry
+
+    impostor = types.ModuleType("impostor")
+    impostor.SOURCE = type("Impostor", (ToyShopSource,), {"spec": ToyShopSource.spec})  # type: ignore[attr-defined]
+    fresh = Registry()
+    fresh.register(sys.modules[__name__])
+    with pytest.raises(ConfigError, match="declared twice"):
+        fresh.register(impostor)
+    assert fresh.source_class("toyshop") is ToyShopSource
