@@ -29,7 +29,7 @@ from icecrawler.errors import FetchError
 from icecrawler.models import Outcome, Task
 from icecrawler.settings import Settings
 
-__all__ = ["FormLogin", "RunnerConfig", "TaskRunner", "form_logins"]
+__all__ = ["RunnerConfig", "TaskRunner", "form_logins"]
 
 log = logging.getLogger(__name__)
 
