@@ -1,5 +1,9 @@
 """The real sources behind one small interface (``base.Source``), and the registry the client uses.
 
+Each public module here that defines ``SOURCE`` is one source: its class declares the site (``spec``, an
+``icecrawler.sourcespec.SourceSpec``) and reads its own saved answers (``base.SavedPages``); the registry finds
+it by name, so adding a source adds one module (CONTRIBUTING.md, "Adding a source").
+
     source = get_source("weibo_mobile")
     request = source.first_request(task, settings.get_str("sources.weibo_mobile.base_url"))
     page = source.parse(task, request, fetched, now_ms)      # ParsedPage, or FetchError/ParseError
