@@ -38,13 +38,8 @@ from sandbox.clock import SimClock
 from sandbox.misbehave import SITES, Action, MisbehaviourRule, MisbehaviourTable, site_names
 from sandbox.pages import interstitial
 from sandbox.scenario import Scenario, default_scenario
-from sandbox.sites import registered_sites
-from sandbox.sites.ecshop import EcshopSite
-from sandbox.sites.jd import JdSite
+from sandbox.sites import SiteContext, source_sites
 from sandbox.sites.passport import PassportSite, VisitorRegistry
-from sandbox.sites.weibo_mobile import WeiboMobileSite
-from sandbox.sites.weibo_pc import WeiboPcSite
-from sandbox.sites.weibo_web import WeiboWebSite
 from sandbox.web import SimRequest, SimResponse, Site
 from sandbox.world import World
 
@@ -141,13 +136,9 @@ class SandboxServer:
         accounts = dict(scenario.accounts)
         #: Visitor sessions minted by the passport, checked by weibo.com's API (simulated-time expiry).
         self.visitors = VisitorRegistry(visitor_ttl_s)
-        self.sites: dict[str, Site] = {
-            site.prefix: site
-            for site in (WeiboPcSite(self.world), WeiboMobileSite(self.world), WeiboWebSite(self.world, self.visitors),
-                         PassportSite(self.visitors), EcshopSite(self.world, accounts), JdSite(self.world))
-        }
-        for site in registered_sites(self.world, self.sites):
-            self.sites[site.prefix] = site
+        context = SiteContext(self.world, accounts, self.visitors)
+        self.sites: dict[str, Site] = {PassportSite.prefix: PassportSite(self.visitors)}
+        self.sites.update((site.prefix, site) for site in source_sites(context, self.sites))
         self._log: collections.deque[dict[str, Any]] = collections.deque(maxlen=LOG_LIMIT)
         self._log_seq = 0
         self._log_lock = threading.Lock()

@@ -23,6 +23,7 @@ from crawler_client.sources.base import FetchedPage, Item, PageRequest, ParsedPa
 from icecrawler.errors import FetchError, ParseError
 from icecrawler.models import SOURCES, Outcome, Review, Task, TaskKind
 from icecrawler.sourcespec import ENV_MODULES, registry
+from sandbox.sites import SiteContext
 from sandbox.web import SimRequest, SimResponse, page_count, page_slice
 
 # --- the source: everything the system needs to know about the site, in one place -----------------------------
@@ -124,8 +125,9 @@ class ToyShopSite:
         )
 
 
-#: What the sandbox looks up by name for this source's ``sandbox_site``.
-SANDBOX_SITE = ToyShopSite
+def make_sandbox_site(context: SiteContext) -> ToyShopSite:
+    """What the sandbox looks up by name for this source's ``sandbox_site``."""
+    return ToyShopSite(context.world)
 
 
 # --- the test ----------------------------------------------------------------------------------------------
