@@ -78,19 +78,35 @@ class Workload:
     def scenario(self) -> dict[str, Any]:
         return {
             "seed": self.seed,
-            "products": [{"source": "jd", "id": str(100_000_000_001 + i), "backlog": self.reviews_per_product,
-                          "schedule": {"kind": "static"}} for i in range(self.jd_products)],
-            "users": [{"uid": 1_000_000_001 + i, "sites": ["m"], "backlog": self.posts_per_user,
-                       "schedule": {"kind": "static"}} for i in range(self.weibo_users)],
+            "products": [
+                {
+                    "source": "jd",
+                    "id": str(100_000_000_001 + i),
+                    "backlog": self.reviews_per_product,
+                    "schedule": {"kind": "static"},
+                }
+                for i in range(self.jd_products)
+            ],
+            "users": [
+                {
+                    "uid": 1_000_000_001 + i,
+                    "sites": ["m"],
+                    "backlog": self.posts_per_user,
+                    "schedule": {"kind": "static"},
+                }
+                for i in range(self.weibo_users)
+            ],
         }
 
     def seed_ids(self) -> list[str]:
-        return ([f"jd:{100_000_000_001 + i}" for i in range(self.jd_products)]
-                + [f"weibo_mobile:{1_000_000_001 + i}" for i in range(self.weibo_users)])
+        return [f"jd:{100_000_000_001 + i}" for i in range(self.jd_products)] + [
+            f"weibo_mobile:{1_000_000_001 + i}" for i in range(self.weibo_users)
+        ]
 
     def task_ids(self) -> list[str]:
-        return ([f"reviews:jd:{100_000_000_001 + i}" for i in range(self.jd_products)]
-                + [f"user:weibo_mobile:{1_000_000_001 + i}" for i in range(self.weibo_users)])
+        return [f"reviews:jd:{100_000_000_001 + i}" for i in range(self.jd_products)] + [
+            f"user:weibo_mobile:{1_000_000_001 + i}" for i in range(self.weibo_users)
+        ]
 
     @property
     def items(self) -> int:
@@ -196,8 +212,9 @@ class Cluster:
     def _start(self, name: str, argv: list[str], wrap: Wrap | None) -> ManagedProcess:
         return self.group.start(name, (wrap or _same)(argv), cwd=self.work)
 
-    def wait_listening(self, process: ManagedProcess, host: str, port: int, wrap: Wrap | None = None,
-                       timeout_s: float = 40.0) -> None:
+    def wait_listening(
+        self, process: ManagedProcess, host: str, port: int, wrap: Wrap | None = None, timeout_s: float = 40.0
+    ) -> None:
         """Wait until ``host:port`` accepts connections, seen from where the process runs."""
         if wrap is None:
             try:
@@ -205,34 +222,60 @@ class Cluster:
             except ServiceError as exc:
                 raise ServiceError(f"{process.name}: {exc}\n{process.log_tail()}") from exc
             return
-        script = "\n".join([
-            "import socket, sys, time",
-            f"deadline = time.monotonic() + {timeout_s!r}",
-            "while time.monotonic() < deadline:",
-            "    try:",
-            f"        socket.create_connection(({host!r}, {port}), 0.5).close()",
-            "        sys.exit(0)",
-            "    except OSError:",
-            "        time.sleep(0.1)",
-            "sys.exit(1)",
-        ])
+        script = "\n".join(
+            [
+                "import socket, sys, time",
+                f"deadline = time.monotonic() + {timeout_s!r}",
+                "while time.monotonic() < deadline:",
+                "    try:",
+                f"        socket.create_connection(({host!r}, {port}), 0.5).close()",
+                "        sys.exit(0)",
+                "    except OSError:",
+                "        time.sleep(0.1)",
+                "sys.exit(1)",
+            ]
+        )
         ok = subprocess.run(wrap([sys.executable, "-c", script]), timeout=timeout_s + 10).returncode == 0
         if not ok or not process.alive():
             raise ServiceError(f"{process.name} is not listening on {host}:{port}\n{process.log_tail()}")
 
-    def start_sandbox(self, host: str, port: int, latency_ms: int = 0, wrap: Wrap | None = None,
-                      wait: bool = True) -> ManagedProcess:
+    def start_sandbox(
+        self, host: str, port: int, latency_ms: int = 0, wrap: Wrap | None = None, wait: bool = True
+    ) -> ManagedProcess:
         scenario = self.work / "scenario.json"
         scenario.write_text(json.dumps(self.workload.scenario()))
-        process = self._start("sandbox", [sys.executable, "-m", "sandbox", "--scenario", str(scenario), "--host", host,
-                                          "--port", str(port), "--latency-ms", str(latency_ms),
-                                          "--truth-file", str(self.truth_path)], wrap)
+        process = self._start(
+            "sandbox",
+            [
+                sys.executable,
+                "-m",
+                "sandbox",
+                "--scenario",
+                str(scenario),
+                "--host",
+                host,
+                "--port",
+                str(port),
+                "--latency-ms",
+                str(latency_ms),
+                "--truth-file",
+                str(self.truth_path),
+            ],
+            wrap,
+        )
         if wait:
             self.wait_listening(process, host, port, wrap)
         return process
 
-    def start_server(self, role: str, host: str, port: int, wrap: Wrap | None = None,
-                     ice: dict[str, str] | None = None, wait: bool = True) -> ManagedProcess:
+    def start_server(
+        self,
+        role: str,
+        host: str,
+        port: int,
+        wrap: Wrap | None = None,
+        ice: dict[str, str] | None = None,
+        wait: bool = True,
+    ) -> ManagedProcess:
         """``icecrawler scheduler`` or ``icecrawler storage`` on ``tcp -h host -p port`` (plus ``ice`` props).
 
         ``wait=False`` returns at once (start several daemons in parallel, then ``wait_listening`` each).
@@ -240,37 +283,95 @@ class Cluster:
         adapter = {"scheduler": "SchedulerAdapter", "storage": "StorageAdapter"}[role]
         conf = self.ice_config(role, {f"{adapter}.Endpoints": f"tcp -h {host} -p {port}", **(ice or {})})
         # Plain TCP off loopback (the lab's private network namespaces) must be allowed explicitly.
-        process = self._start(role, [sys.executable, "-m", "icecrawler", role, "--config", str(self.config()),
-                                     "--set", "security.allow_insecure=true", f"--Ice.Config={conf}"], wrap)
+        process = self._start(
+            role,
+            [
+                sys.executable,
+                "-m",
+                "icecrawler",
+                role,
+                "--config",
+                str(self.config()),
+                "--set",
+                "security.allow_insecure=true",
+                f"--Ice.Config={conf}",
+            ],
+            wrap,
+        )
         if wait:
             self.wait_listening(process, host, port, wrap)
         return process
 
-    def start_client(self, name: str, scheduler: str, storage: str, sandbox: tuple[str, int],
-                     wrap: Wrap | None = None, settings: dict[str, Any] | None = None,
-                     ice: dict[str, str] | None = None) -> ManagedProcess:
+    def start_client(
+        self,
+        name: str,
+        scheduler: str,
+        storage: str,
+        sandbox: tuple[str, int],
+        wrap: Wrap | None = None,
+        settings: dict[str, Any] | None = None,
+        ice: dict[str, str] | None = None,
+    ) -> ManagedProcess:
         """One ``icecrawler client`` process named ``name`` (its worker id) against the given proxies."""
-        conf = self.ice_config(name, {"Scheduler.Proxy": scheduler, "Storage.Proxy": storage,
-                                      "Ice.Connection.Client.ConnectTimeout": "2", **(ice or {})})
+        conf = self.ice_config(
+            name,
+            {
+                "Scheduler.Proxy": scheduler,
+                "Storage.Proxy": storage,
+                "Ice.Connection.Client.ConnectTimeout": "2",
+                **(ice or {}),
+            },
+        )
         app = self.config({**self.sandbox_settings(*sandbox), **(settings or {})}, name=f"{name}.toml")
-        return self._start(name, [sys.executable, "-m", "icecrawler", "client", "--config", str(app),
-                                  "--worker-id", name, f"--Ice.Config={conf}"], wrap)
+        return self._start(
+            name,
+            [
+                sys.executable,
+                "-m",
+                "icecrawler",
+                "client",
+                "--config",
+                str(app),
+                "--worker-id",
+                name,
+                f"--Ice.Config={conf}",
+            ],
+            wrap,
+        )
 
     def seed(self, scheduler: str, wrap: Wrap | None = None) -> None:
         conf = self.ice_config("seed", {"Scheduler.Proxy": scheduler})
-        result = subprocess.run((wrap or _same)([sys.executable, "-m", "icecrawler", "seed",
-                                                 *self.workload.seed_ids(), f"--Ice.Config={conf}"]),
-                                capture_output=True, text=True, timeout=60)
+        result = subprocess.run(
+            (wrap or _same)(
+                [sys.executable, "-m", "icecrawler", "seed", *self.workload.seed_ids(), f"--Ice.Config={conf}"]
+            ),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         if result.returncode != 0:
             raise ServiceError(f"seed failed: {result.stderr}")
 
     def probe(self, scheduler: str, wrap: Wrap | None = None, extra: Sequence[str] = ()) -> dict[str, Any]:
         """Scheduler stats and every seeded task's info, as seen from where ``wrap`` runs."""
         conf = self.ice_config("probe", {"Scheduler.Proxy": scheduler})
-        result = subprocess.run((wrap or _same)([sys.executable, "-m", "bench._cluster", "probe",
-                                                 f"--Ice.Config={conf}", *extra, *self.workload.task_ids()]),
-                                capture_output=True, text=True, timeout=60,
-                                cwd=Path(__file__).resolve().parent.parent)
+        result = subprocess.run(
+            (wrap or _same)(
+                [
+                    sys.executable,
+                    "-m",
+                    "bench._cluster",
+                    "probe",
+                    f"--Ice.Config={conf}",
+                    *extra,
+                    *self.workload.task_ids(),
+                ]
+            ),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=Path(__file__).resolve().parent.parent,
+        )
         if result.returncode != 0:
             raise ServiceError(f"probe failed: {result.stderr[-2000:]}")
         return dict(json.loads(result.stdout))
@@ -311,8 +412,19 @@ def _probe_main(argv: Sequence[str]) -> int:
         scheduler = rpc.scheduler_proxy(comm)
         stats = scheduler.stats()
         tasks = {task: json.loads(scheduler.taskInfo(task)) for task in args.tasks}
-    print(json.dumps({"stats": {"tasks": stats.tasks, "pending": stats.pending, "inflight": stats.inflight,
-                                "done": stats.done}, "tasks": tasks}))
+    print(
+        json.dumps(
+            {
+                "stats": {
+                    "tasks": stats.tasks,
+                    "pending": stats.pending,
+                    "inflight": stats.inflight,
+                    "done": stats.done,
+                },
+                "tasks": tasks,
+            }
+        )
+    )
     return 0
 
 

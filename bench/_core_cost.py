@@ -53,18 +53,34 @@ def _cycle(core: SchedulerCore, batch: int) -> int:
         leased = core.lease("bench", batch)
     except NoWorkError:
         return 0
-    core.report([Report(task_id=task.id, lease_token=task.lease_token, outcome=Outcome.Ok, new_items=1, fetches=1,
-                        http_status=200) for task in leased])
+    core.report(
+        [
+            Report(
+                task_id=task.id,
+                lease_token=task.lease_token,
+                outcome=Outcome.Ok,
+                new_items=1,
+                fetches=1,
+                http_status=200,
+            )
+            for task in leased
+        ]
+    )
     return len(leased)
 
 
-def core_cycle_cost(tmp: Path, tasks: int = 5000, batch: int = 100, blocks: int = 24,
-                    block_s: float = 0.4) -> dict[str, float]:
+def core_cycle_cost(
+    tmp: Path, tasks: int = 5000, batch: int = 100, blocks: int = 24, block_s: float = 0.4
+) -> dict[str, float]:
     """Median CPU microseconds per task cycle, observer off and on, and the cost in percent; and the CPU the
     observer's per-task work (``leased`` + ``reported``) takes alone, timed on a real batch."""
-    settings = Settings().copy_with(scheduler__policy="fixed", scheduler__min_period_s=0.001,
-                                    scheduler__initial_period_s=0.001, scheduler__max_period_s=1.0,
-                                    scheduler__lease_s=60.0)
+    settings = Settings().copy_with(
+        scheduler__policy="fixed",
+        scheduler__min_period_s=0.001,
+        scheduler__initial_period_s=0.001,
+        scheduler__max_period_s=1.0,
+        scheduler__lease_s=60.0,
+    )
     store = BdbQueueStore(tmp / "core-cost", durable=True)
     core = SchedulerCore.from_settings(settings, store)
     metrics = SchedulerMetrics(core)
@@ -98,7 +114,11 @@ def core_cycle_cost(tmp: Path, tasks: int = 5000, batch: int = 100, blocks: int 
         metrics.reported(recorder.records, recorder.reports)
     observer_us = 1e6 * (time.thread_time() - cpu) / (repeat * len(recorder.reports))
     off_us, on_us = statistics.median(cost[False]), statistics.median(cost[True])
-    return {"core_metrics_off_cpu_us_per_cycle": round(off_us, 2), "core_metrics_on_cpu_us_per_cycle": round(on_us, 2),
-            "core_metrics_cost_cpu_pct": round(100 * (on_us - off_us) / off_us, 2), "core_metrics_blocks": blocks,
-            "core_metrics_observer_cpu_us_per_cycle": round(observer_us, 3),
-            "core_metrics_observer_share_pct": round(100 * observer_us / off_us, 2)}
+    return {
+        "core_metrics_off_cpu_us_per_cycle": round(off_us, 2),
+        "core_metrics_on_cpu_us_per_cycle": round(on_us, 2),
+        "core_metrics_cost_cpu_pct": round(100 * (on_us - off_us) / off_us, 2),
+        "core_metrics_blocks": blocks,
+        "core_metrics_observer_cpu_us_per_cycle": round(observer_us, 3),
+        "core_metrics_observer_share_pct": round(100 * observer_us / off_us, 2),
+    }

@@ -97,11 +97,19 @@ def cpu_per_page(repeat: int) -> list[dict[str, Any]]:
         fp_ms = _cpu_ms(functools.partial(_fingerprint_cold, texts), repeat)
         fp_warm_ms = _cpu_ms(functools.partial(fingerprint_texts, texts), repeat)
         base_ms = _cpu_ms(functools.partial(_decode_all, group), repeat)
-        rows.append({"page": name, "source": group[0].source, "items": len(items),
-                     "bytes": sum(len(c.page.body) for c in group), "parse_ms": round(parse_ms, 3),
-                     "fingerprint_ms": round(fp_ms, 3), "fingerprint_recrawl_ms": round(fp_warm_ms, 3),
-                     "total_ms": round(parse_ms + fp_ms, 3),
-                     "baseline_decode_ms": round(base_ms, 3)})
+        rows.append(
+            {
+                "page": name,
+                "source": group[0].source,
+                "items": len(items),
+                "bytes": sum(len(c.page.body) for c in group),
+                "parse_ms": round(parse_ms, 3),
+                "fingerprint_ms": round(fp_ms, 3),
+                "fingerprint_recrawl_ms": round(fp_warm_ms, 3),
+                "total_ms": round(parse_ms + fp_ms, 3),
+                "baseline_decode_ms": round(base_ms, 3),
+            }
+        )
     return rows
 
 
@@ -114,10 +122,22 @@ def _scenario(products: int, users: int, backlog: int) -> Any:
 
     return Scenario(
         seed=3,
-        products=tuple(Product("jd", str(100_000_000_000 + n), backlog=backlog, schedule=Schedule("static"))
-                       for n in range(products)),
-        users=tuple(WeiboUser(uid=1_900_000_000 + n, sites=("m",), backlog=backlog, pinned=False, long_text_every=0,
-                              retweet_every=0, schedule=Schedule("static")) for n in range(users)),
+        products=tuple(
+            Product("jd", str(100_000_000_000 + n), backlog=backlog, schedule=Schedule("static"))
+            for n in range(products)
+        ),
+        users=tuple(
+            WeiboUser(
+                uid=1_900_000_000 + n,
+                sites=("m",),
+                backlog=backlog,
+                pinned=False,
+                long_text_every=0,
+                retweet_every=0,
+                schedule=Schedule("static"),
+            )
+            for n in range(users)
+        ),
     )
 
 
@@ -150,19 +170,34 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def throughput(workers: int, latency_ms: int, products: int, users: int, backlog: int, metrics: bool = True
-               ) -> dict[str, Any]:
+def throughput(
+    workers: int, latency_ms: int, products: int, users: int, backlog: int, metrics: bool = True
+) -> dict[str, Any]:
     """One run; ``metrics``: the client serves /metrics and is scraped once a second (else metrics.client.port=0)."""
     from icecrawler.stack import running_stack
 
     max_pages = backlog // 10 + 1
     with tempfile.TemporaryDirectory(prefix="bench-client-") as tmp:
-        scheduler = {"scheduler.initial_period_s": 86400, "scheduler.min_period_s": 3600,
-                     "scheduler.max_period_s": 86400}
-        client = {"client.workers": workers, "client.batch": workers, "client.max_pages": max_pages,
-                  "client.idle_sleep_s": 0.2, "client.progress_log_s": 5}
-        with running_stack(Path(tmp), _scenario(products, users, backlog), speed=1.0, latency_ms=latency_ms,
-                           scheduler_settings=scheduler, client_settings=client) as stack:
+        scheduler = {
+            "scheduler.initial_period_s": 86400,
+            "scheduler.min_period_s": 3600,
+            "scheduler.max_period_s": 86400,
+        }
+        client = {
+            "client.workers": workers,
+            "client.batch": workers,
+            "client.max_pages": max_pages,
+            "client.idle_sleep_s": 0.2,
+            "client.progress_log_s": 5,
+        }
+        with running_stack(
+            Path(tmp),
+            _scenario(products, users, backlog),
+            speed=1.0,
+            latency_ms=latency_ms,
+            scheduler_settings=scheduler,
+            client_settings=client,
+        ) as stack:
             ids = [f"jd:{p.id}" for p in stack.scenario.products]
             ids += [f"weibo_mobile:{u.uid}" for u in stack.scenario.users]
             process = stack.start_client("bench-client", None if metrics else {"metrics.client.port": 0})
@@ -187,19 +222,29 @@ def throughput(workers: int, latency_ms: int, products: int, users: int, backlog
             first, last = min(r["wall_ms"] for r in site), max(r["wall_ms"] for r in site)
             pages = len(site)
             client_rate = (pages - 1) / ((last - first) / 1000) if last > first else 0.0
-            urls = [f"{stack.sandbox.url}/{r['site']}{r['path']}" + (f"?{r['query']}" if r["query"] else "")
-                    for r in site]
+            urls = [
+                f"{stack.sandbox.url}/{r['site']}{r['path']}" + (f"?{r['query']}" if r["query"] else "") for r in site
+            ]
             raw_rate = _raw_baseline(urls, workers)
     ceiling = workers * 1000 / latency_ms
-    return {"workers": workers, "latency_ms": latency_ms, "tasks": products + users, "pages": pages,
-            "items_published": expected, "items_stored": stored, "client_pages_per_s": round(client_rate, 2),
-            "raw_requests_pages_per_s": round(raw_rate, 2), "ceiling_pages_per_s": round(ceiling, 2),
-            "client_share_of_ceiling": round(client_rate / ceiling, 3),
-            "raw_share_of_ceiling": round(raw_rate / ceiling, 3),
-            "client_cpu_ms_per_page": round(client_cpu_s * 1000 / max(1, pages), 2),
-            "machine_load_avg_1min": round(load, 2), "cpu_cores": os.cpu_count(), "metrics": metrics,
-            "scrapes": scrapes}
-
+    return {
+        "workers": workers,
+        "latency_ms": latency_ms,
+        "tasks": products + users,
+        "pages": pages,
+        "items_published": expected,
+        "items_stored": stored,
+        "client_pages_per_s": round(client_rate, 2),
+        "raw_requests_pages_per_s": round(raw_rate, 2),
+        "ceiling_pages_per_s": round(ceiling, 2),
+        "client_share_of_ceiling": round(client_rate / ceiling, 3),
+        "raw_share_of_ceiling": round(raw_rate / ceiling, 3),
+        "client_cpu_ms_per_page": round(client_cpu_s * 1000 / max(1, pages), 2),
+        "machine_load_avg_1min": round(load, 2),
+        "cpu_cores": os.cpu_count(),
+        "metrics": metrics,
+        "scrapes": scrapes,
+    }
 
 
 def headline(result: dict[str, Any]) -> dict[str, Any]:
@@ -212,9 +257,17 @@ def headline(result: dict[str, Any]) -> dict[str, Any]:
             flat[f"{page}_{key}"] = row[key]
     for tp in result["throughput"]:
         prefix = f"workers_{tp['workers']}_latency_{tp['latency_ms']}ms"
-        for key in ("client_pages_per_s", "raw_requests_pages_per_s", "ceiling_pages_per_s",
-                    "client_share_of_ceiling", "raw_share_of_ceiling", "client_cpu_ms_per_page",
-                    "machine_load_avg_1min", "items_published", "items_stored"):
+        for key in (
+            "client_pages_per_s",
+            "raw_requests_pages_per_s",
+            "ceiling_pages_per_s",
+            "client_share_of_ceiling",
+            "raw_share_of_ceiling",
+            "client_cpu_ms_per_page",
+            "machine_load_avg_1min",
+            "items_published",
+            "items_stored",
+        ):
             flat[f"{prefix}_{key}"] = tp[key]
         ab = tp.get("metrics_ab", {})
         for state, figures in ab.items():
@@ -223,66 +276,109 @@ def headline(result: dict[str, Any]) -> dict[str, Any]:
         if {"on", "off"} <= ab.keys():
             off, on = ab["off"], ab["on"]
             flat[f"{prefix}_metrics_cost_throughput_pct"] = round(
-                100 * (off["client_pages_per_s"] - on["client_pages_per_s"]) / off["client_pages_per_s"], 2)
+                100 * (off["client_pages_per_s"] - on["client_pages_per_s"]) / off["client_pages_per_s"], 2
+            )
             flat[f"{prefix}_metrics_cost_cpu_pct"] = round(
-                100 * (on["client_cpu_ms_per_page"] - off["client_cpu_ms_per_page"]) / off["client_cpu_ms_per_page"], 2)
+                100 * (on["client_cpu_ms_per_page"] - off["client_cpu_ms_per_page"]) / off["client_cpu_ms_per_page"], 2
+            )
     return flat
 
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="icecrawler bench client", description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=20, help="parses per timing (default 20)")
-    parser.add_argument("--workers", type=int, nargs="+", default=[DEFAULTS["client.workers"]],
-                        help="client.workers for the throughput runs, one run each (default: the setting's default)")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        nargs="+",
+        default=[DEFAULTS["client.workers"]],
+        help="client.workers for the throughput runs, one run each (default: the setting's default)",
+    )
     parser.add_argument("--latency-ms", type=int, default=100, help="sandbox latency per request (default 100)")
     parser.add_argument("--products", type=int, default=24, help="JD products crawled (default 24)")
     parser.add_argument("--users", type=int, default=24, help="m.weibo.cn users crawled (default 24)")
     parser.add_argument("--backlog", type=int, default=100, help="items per target (10 per page; default 100)")
-    parser.add_argument("--runs", type=int, default=2, help="throughput runs per worker count; the best counts "
-                        "(default 2)")
+    parser.add_argument(
+        "--runs", type=int, default=2, help="throughput runs per worker count; the best counts (default 2)"
+    )
     parser.add_argument("--skip-throughput", action="store_true", help="only the CPU part")
-    parser.add_argument("--metrics", default="off,on", help="throughput runs with the client's /metrics off and/or "
-                        "on (scraped every second), alternating, comma-separated (default: off,on)")
+    parser.add_argument(
+        "--metrics",
+        default="off,on",
+        help="throughput runs with the client's /metrics off and/or "
+        "on (scraped every second), alternating, comma-separated (default: off,on)",
+    )
     parser.add_argument("--no-write", action="store_true", help="print only")
     args = parser.parse_args(argv)
 
     rows = cpu_per_page(args.repeat)
-    print(f"{'page':28s} {'items':>5s} {'KiB':>6s} {'parse ms':>9s} {'fp ms':>7s} {'total ms':>9s} "
-          f"{'baseline: decode only ms':>25s} {'fp re-crawl ms':>15s}")
+    print(
+        f"{'page':28s} {'items':>5s} {'KiB':>6s} {'parse ms':>9s} {'fp ms':>7s} {'total ms':>9s} "
+        f"{'baseline: decode only ms':>25s} {'fp re-crawl ms':>15s}"
+    )
     for row in rows:
-        print(f"{row['page']:28s} {row['items']:5d} {row['bytes'] / 1024:6.1f} {row['parse_ms']:9.2f} "
-              f"{row['fingerprint_ms']:7.2f} {row['total_ms']:9.2f} {row['baseline_decode_ms']:25.2f} "
-              f"{row['fingerprint_recrawl_ms']:15.2f}")
+        print(
+            f"{row['page']:28s} {row['items']:5d} {row['bytes'] / 1024:6.1f} {row['parse_ms']:9.2f} "
+            f"{row['fingerprint_ms']:7.2f} {row['total_ms']:9.2f} {row['baseline_decode_ms']:25.2f} "
+            f"{row['fingerprint_recrawl_ms']:15.2f}"
+        )
     result: dict[str, Any] = {"cpu_per_page": rows}
     result["throughput"] = []
     for workers in [] if args.skip_throughput else args.workers:
         # Best of --runs: on a shared machine the other tenants' load only ever slows a run down.
         states = [state.strip() == "on" for state in args.metrics.split(",") if state.strip()]
-        runs = [throughput(workers, args.latency_ms, args.products, args.users, args.backlog, metrics)
-                for _ in range(args.runs) for metrics in states]
-        best = {metrics: max((run for run in runs if run["metrics"] is metrics),
-                             key=lambda run: run["client_pages_per_s"]) for metrics in set(states)}
+        runs = [
+            throughput(workers, args.latency_ms, args.products, args.users, args.backlog, metrics)
+            for _ in range(args.runs)
+            for metrics in states
+        ]
+        best = {
+            metrics: max((run for run in runs if run["metrics"] is metrics), key=lambda run: run["client_pages_per_s"])
+            for metrics in set(states)
+        }
         tp = dict(best[states[-1]])
-        tp["metrics_ab"] = {("on" if metrics else "off"): {key: run[key] for key in (
-            "client_pages_per_s", "client_cpu_ms_per_page", "scrapes")} for metrics, run in best.items()}
-        tp["runs"] = [{key: run[key] for key in ("client_pages_per_s", "raw_requests_pages_per_s",
-                                                 "machine_load_avg_1min", "metrics", "client_cpu_ms_per_page")}
-                      for run in runs]
+        tp["metrics_ab"] = {
+            ("on" if metrics else "off"): {
+                key: run[key] for key in ("client_pages_per_s", "client_cpu_ms_per_page", "scrapes")
+            }
+            for metrics, run in best.items()
+        }
+        tp["runs"] = [
+            {
+                key: run[key]
+                for key in (
+                    "client_pages_per_s",
+                    "raw_requests_pages_per_s",
+                    "machine_load_avg_1min",
+                    "metrics",
+                    "client_cpu_ms_per_page",
+                )
+            }
+            for run in runs
+        ]
         result["throughput"].append(tp)
         print()
-        print(f"best of {len(runs)} run(s): one client process, {tp['workers']} workers, sandbox latency "
-              f"{tp['latency_ms']} ms, "
-              f"{tp['tasks']} tasks, {tp['pages']} pages, {tp['items_stored']}/{tp['items_published']} items stored")
+        print(
+            f"best of {len(runs)} run(s): one client process, {tp['workers']} workers, sandbox latency "
+            f"{tp['latency_ms']} ms, "
+            f"{tp['tasks']} tasks, {tp['pages']} pages, {tp['items_stored']}/{tp['items_published']} items stored"
+        )
         print(f"{'':34s} {'pages/s':>8s} {'of ceiling':>11s}")
         print(f"{'ceiling (workers x 1000/latency)':34s} {tp['ceiling_pages_per_s']:8.1f} {1:11.0%}")
         print(f"{'icecrawler client':34s} {tp['client_pages_per_s']:8.1f} {tp['client_share_of_ceiling']:11.1%}")
-        print(f"{'baseline: bare requests threads':34s} {tp['raw_requests_pages_per_s']:8.1f} "
-              f"{tp['raw_share_of_ceiling']:11.1%}")
+        print(
+            f"{'baseline: bare requests threads':34s} {tp['raw_requests_pages_per_s']:8.1f} "
+            f"{tp['raw_share_of_ceiling']:11.1%}"
+        )
         for state, ab in sorted(tp["metrics_ab"].items()):
-            print(f"metrics {state:3s} (best of {args.runs}): {ab['client_pages_per_s']:8.1f} pages/s, "
-                  f"{ab['client_cpu_ms_per_page']:.2f} ms CPU per page, {ab['scrapes']} scrapes")
-        print(f"client CPU {tp['client_cpu_ms_per_page']:.1f} ms per page (whole process: fetch, parse, fingerprint, "
-              f"Ice); machine load average {tp['machine_load_avg_1min']} on {tp['cpu_cores']} cores")
+            print(
+                f"metrics {state:3s} (best of {args.runs}): {ab['client_pages_per_s']:8.1f} pages/s, "
+                f"{ab['client_cpu_ms_per_page']:.2f} ms CPU per page, {ab['scrapes']} scrapes"
+            )
+        print(
+            f"client CPU {tp['client_cpu_ms_per_page']:.1f} ms per page (whole process: fetch, parse, fingerprint, "
+            f"Ice); machine load average {tp['machine_load_avg_1min']} on {tp['cpu_cores']} cores"
+        )
     if not args.no_write:
         OUT.parent.mkdir(parents=True, exist_ok=True)
         OUT.write_text(json.dumps(headline(result), indent=1, ensure_ascii=False) + "\n", encoding="utf-8")

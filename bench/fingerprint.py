@@ -54,6 +54,7 @@ def main(argv: list[str]) -> int:
     token_lists = [[t for text in win for t in tokenize(text)] for win in windows]
     n_tokens = sum(len(t) for t in token_lists)
     rows: list[tuple[str, float]] = []
+
     # Cold = a first visit: the per-text token cache is cleared before each pass (re-crawls hit it: "warm").
     def cold_fingerprints() -> list[int]:
         clear_token_cache()

@@ -76,8 +76,9 @@ def _started(process: ManagedProcess) -> bool:
         return False
 
 
-def run_once(clients: int, workload: Workload, latency_ms: int, workers: int, work: Path,
-             timeout_s: float) -> dict[str, Any]:
+def run_once(
+    clients: int, workload: Workload, latency_ms: int, workers: int, work: Path, timeout_s: float
+) -> dict[str, Any]:
     """One cluster with ``clients`` client processes; returns its measurements."""
     with ProcessGroup(work / "logs") as group:
         cluster = Cluster(work, group, workload, settings={"client.progress_log_s": 30.0})
@@ -88,8 +89,12 @@ def run_once(clients: int, workload: Workload, latency_ms: int, workers: int, wo
         scheduler_proxy = f"scheduler:tcp -h 127.0.0.1 -p {scheduler_port}"
         storage_proxy = f"storage:tcp -h 127.0.0.1 -p {storage_port}"
         settings = {"client.workers": workers, "client.batch": workers, "client.idle_sleep_s": 0.1}
-        procs = [cluster.start_client(f"c{i + 1}", scheduler_proxy, storage_proxy, ("127.0.0.1", sandbox_port),
-                                      settings=settings) for i in range(clients)]
+        procs = [
+            cluster.start_client(
+                f"c{i + 1}", scheduler_proxy, storage_proxy, ("127.0.0.1", sandbox_port), settings=settings
+            )
+            for i in range(clients)
+        ]
         for process, port in ((sandbox, sandbox_port), (scheduler, scheduler_port), (storage, storage_port)):
             cluster.wait_listening(process, "127.0.0.1", port, timeout_s=120)
         if not wait_until(lambda: all(_started(p) for p in procs), 180, 0.2):
@@ -150,59 +155,80 @@ def _bend(rows: list[dict[str, Any]]) -> str:
         machine = row["machine_busy_pct"]
         reasons = []
         if cpu["sandbox"] >= 80:
-            reasons.append(f"the site: the sandbox process used {cpu['sandbox']:.0f}% of a core (one Python "
-                           f"process, so ~100% is its ceiling)")
+            reasons.append(
+                f"the site: the sandbox process used {cpu['sandbox']:.0f}% of a core (one Python "
+                f"process, so ~100% is its ceiling)"
+            )
         if cpu["scheduler"] >= 80:
             reasons.append(f"the scheduler used {cpu['scheduler']:.0f}% of a core")
         if cpu["storage"] >= 80:
             reasons.append(f"storage used {cpu['storage']:.0f}% of a core")
         if machine >= 85:
             ours = sum(cpu.values())
-            reasons.append(f"the machine: all {cores} cores were {machine:.0f}% busy, {ours:.0f}% of one core by "
-                           f"this cluster (clients {cpu['clients']:.0f}%, sandbox {cpu['sandbox']:.0f}%, "
-                           f"scheduler {cpu['scheduler']:.0f}%, storage {cpu['storage']:.0f}%), the rest by "
-                           f"other processes; on {cores} idle cores this cluster's own CPU "
-                           f"({sum(row['cpu_ms_per_item'].values()):.2f} ms/item) would cap it at "
-                           f"{ceilings(row).get('machine', 0):.0f} items/s")
+            reasons.append(
+                f"the machine: all {cores} cores were {machine:.0f}% busy, {ours:.0f}% of one core by "
+                f"this cluster (clients {cpu['clients']:.0f}%, sandbox {cpu['sandbox']:.0f}%, "
+                f"scheduler {cpu['scheduler']:.0f}%, storage {cpu['storage']:.0f}%), the rest by "
+                f"other processes; on {cores} idle cores this cluster's own CPU "
+                f"({sum(row['cpu_ms_per_item'].values()):.2f} ms/item) would cap it at "
+                f"{ceilings(row).get('machine', 0):.0f} items/s"
+            )
         if not reasons:
-            reasons.append("no single process was saturated; latency-bound (the clients' fetch threads waited on "
-                           f"{rows[0].get('latency_ms', 50)} ms pages) or start/finish effects of a short run")
-        return (f"bends at {row['clients']} clients: speedup {speedup:.2f} < {TARGET} × {row['clients']} = "
-                f"{TARGET * row['clients']:.1f}; " + "; ".join(reasons))
+            reasons.append(
+                "no single process was saturated; latency-bound (the clients' fetch threads waited on "
+                f"{rows[0].get('latency_ms', 50)} ms pages) or start/finish effects of a short run"
+            )
+        return (
+            f"bends at {row['clients']} clients: speedup {speedup:.2f} < {TARGET} × {row['clients']} = "
+            f"{TARGET * row['clients']:.1f}; " + "; ".join(reasons)
+        )
     return f"no bend: speedup ≥ {TARGET} × N at every measured N (up to {rows[-1]['clients']})"
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="icecrawler bench scale", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--clients", default="1,2,4,8", help="client process counts, comma-separated (first = "
-                                                              "baseline; default 1,2,4,8)")
+    parser = argparse.ArgumentParser(
+        prog="icecrawler bench scale", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--clients",
+        default="1,2,4,8",
+        help="client process counts, comma-separated (first = baseline; default 1,2,4,8)",
+    )
     parser.add_argument("--latency-ms", type=int, default=50, help="sandbox delay per request (default 50)")
     parser.add_argument("--workers", type=int, default=4, help="fetch threads per client (default 4)")
     parser.add_argument("--products", type=int, default=640, help="JD products (30 reviews each; default 640)")
     parser.add_argument("--users", type=int, default=160, help="mobile-Weibo users (20 posts each; default 160)")
-    parser.add_argument("--repeat", type=int, default=1,
-                        help="runs per client count, keep the fastest (other tenants' load only slows a run down)")
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="runs per client count, keep the fastest (other tenants' load only slows a run down)",
+    )
     parser.add_argument("--timeout-s", type=float, default=300.0, help="give up on one run after this long")
     parser.add_argument("--no-write", action="store_true", help="do not write docs/bench/scale.json")
     args = parser.parse_args(argv)
     counts = [int(x) for x in args.clients.split(",") if x.strip()]
-    workload = Workload(jd_products=args.products, reviews_per_product=30, weibo_users=args.users,
-                        posts_per_user=20)
+    workload = Workload(jd_products=args.products, reviews_per_product=30, weibo_users=args.users, posts_per_user=20)
     load_at_start = os.getloadavg()[0]
-    print(f"scale: {workload.items} items ({args.products} JD products x 30 reviews, {args.users} users x 20 posts), "
-          f"sandbox latency {args.latency_ms} ms, {args.workers} fetch threads per client, {os.cpu_count()} cores, "
-          f"load average at start {load_at_start:.1f}")
+    print(
+        f"scale: {workload.items} items ({args.products} JD products x 30 reviews, {args.users} users x 20 posts), "
+        f"sandbox latency {args.latency_ms} ms, {args.workers} fetch threads per client, {os.cpu_count()} cores, "
+        f"load average at start {load_at_start:.1f}"
+    )
     rows = []
     base_dir = Path(tempfile.mkdtemp(prefix="icecrawler-scale-"))
     try:
         for clients in counts:
             runs = []
             for attempt in range(max(args.repeat, 1)):
-                run = run_once(clients, workload, args.latency_ms, args.workers,
-                               base_dir / f"n{clients}-{attempt}", args.timeout_s)
-                print(f"  {clients} client(s): {run['items_per_s']:.0f} items/s ({run['wall_s']:.1f} s, machine "
-                      f"{run['machine_busy_pct']:.0f}% busy)", flush=True)
+                run = run_once(
+                    clients, workload, args.latency_ms, args.workers, base_dir / f"n{clients}-{attempt}", args.timeout_s
+                )
+                print(
+                    f"  {clients} client(s): {run['items_per_s']:.0f} items/s ({run['wall_s']:.1f} s, machine "
+                    f"{run['machine_busy_pct']:.0f}% busy)",
+                    flush=True,
+                )
                 runs.append(run)
             row = max(runs, key=lambda r: float(r["items_per_s"]))
             row["latency_ms"] = args.latency_ms
@@ -212,15 +238,19 @@ def main(argv: list[str]) -> int:
 
     base = rows[0]["items_per_s"]
     print()
-    print(f"{'clients':>7} {'items/s':>8} {'speedup':>8} {'target':>7} {'eff.':>5} {'sandbox%':>8} {'sched%':>7} "
-          f"{'storage%':>8} {'clients%':>8} {'machine%':>8}")
+    print(
+        f"{'clients':>7} {'items/s':>8} {'speedup':>8} {'target':>7} {'eff.':>5} {'sandbox%':>8} {'sched%':>7} "
+        f"{'storage%':>8} {'clients%':>8} {'machine%':>8}"
+    )
     for row in rows:
         n = row["clients"]
         speedup = row["items_per_s"] / base
         cpu = row["cpu_pct"]
-        print(f"{n:>7} {row['items_per_s']:>8.0f} {speedup:>8.2f} {TARGET * n:>7.1f} {speedup / n:>5.2f} "
-              f"{cpu['sandbox']:>8.0f} {cpu['scheduler']:>7.0f} {cpu['storage']:>8.0f} {cpu['clients']:>8.0f} "
-              f"{row['machine_busy_pct']:>8.0f}")
+        print(
+            f"{n:>7} {row['items_per_s']:>8.0f} {speedup:>8.2f} {TARGET * n:>7.1f} {speedup / n:>5.2f} "
+            f"{cpu['sandbox']:>8.0f} {cpu['scheduler']:>7.0f} {cpu['storage']:>8.0f} {cpu['clients']:>8.0f} "
+            f"{row['machine_busy_pct']:>8.0f}"
+        )
     print("(CPU columns: % of one core over the measured window; machine%: all cores, other tenants included)")
     last = rows[-1]
     limits = ceilings(last)
@@ -231,8 +261,10 @@ def main(argv: list[str]) -> int:
         note = f"{limit:>8.0f} items/s (one core)" if limit else ""
         print(f"  {role:<10} {ms:6.3f} ms/item  {note}")
     if "machine" in limits:
-        print(f"  {'all roles':<10} {sum(last['cpu_ms_per_item'].values()):6.3f} ms/item  "
-              f"{limits['machine']:>8.0f} items/s ({last['cores']} idle cores)")
+        print(
+            f"  {'all roles':<10} {sum(last['cpu_ms_per_item'].values()):6.3f} ms/item  "
+            f"{limits['machine']:>8.0f} items/s ({last['cores']} idle cores)"
+        )
     verdict = _bend(rows)
     print(verdict)
 

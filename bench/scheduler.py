@@ -43,8 +43,12 @@ DEFAULT_JSON = Path(__file__).resolve().parent.parent / "docs" / "bench" / "sche
 SAMPLES = 20_000
 #: The sources (and their task kind) whose tasks the bench seeds, one per shard (a sharded run puts each on its
 #: own host).
-BENCH_SOURCES = {"jd": TaskKind.ProductReviews, "ecshop": TaskKind.ProductReviews, "weibo_pc": TaskKind.WeiboUser,
-                 "weibo_mobile": TaskKind.WeiboUser}
+BENCH_SOURCES = {
+    "jd": TaskKind.ProductReviews,
+    "ecshop": TaskKind.ProductReviews,
+    "weibo_pc": TaskKind.WeiboUser,
+    "weibo_mobile": TaskKind.WeiboUser,
+}
 
 
 # --- the echo baseline server ------------------------------------------------------------------------------
@@ -54,9 +58,19 @@ def serve_echo(port: int, threads: int) -> int:
     """An Echo servant with prebuilt tasks shaped like the scheduler's (same id, token and field sizes)."""
     C = rpc.crawler()
     E = echo_module()
-    tasks = [C.Task(id=f"reviews:jd:{100000 + n}", kind=C.TaskKind.ProductReviews, source="jd",
-                    target=str(100000 + n), leaseToken=f"{n:016x}", leaseDeadlineMs=int(time.time() * 1000),
-                    periodS=0.001, account=C.Account()) for n in range(1000)]
+    tasks = [
+        C.Task(
+            id=f"reviews:jd:{100000 + n}",
+            kind=C.TaskKind.ProductReviews,
+            source="jd",
+            target=str(100000 + n),
+            leaseToken=f"{n:016x}",
+            leaseDeadlineMs=int(time.time() * 1000),
+            periodS=0.001,
+            account=C.Account(),
+        )
+        for n in range(1000)
+    ]
 
     class EchoServant(E.Echo):  # type: ignore[misc,name-defined]
         def echoTasks(self, workerId: str, max: int, current: Any) -> list[Any]:
@@ -65,8 +79,9 @@ def serve_echo(port: int, threads: int) -> int:
         def echoReports(self, reports: Sequence[Any], current: Any) -> None:
             """Dropped."""
 
-    with rpc.communicator(properties={"Ice.ThreadPool.Server.Size": str(threads),
-                                      "Ice.ThreadPool.Server.SizeMax": str(threads)}) as comm:
+    with rpc.communicator(
+        properties={"Ice.ThreadPool.Server.Size": str(threads), "Ice.ThreadPool.Server.SizeMax": str(threads)}
+    ) as comm:
         rpc.serve(comm, "EchoAdapter", {"echo": EchoServant()}, f"tcp -h 127.0.0.1 -p {port}")
     return 0
 
@@ -106,8 +121,10 @@ def run_worker(args: argparse.Namespace) -> int:
         lease(1) if args.target == "echo" else None  # connect before the window opens
         # The clients share the 2 cores with the server, so they stay lean: one Report object per batch slot,
         # built once; each cycle only sets the fields that change (id, token, a new fingerprint).
-        reports = [C.Report(taskId="", leaseToken="", newItems=1, windowItems=10, fingerprint=0, httpStatus=200,
-                            fetches=1) for _ in range(args.batch)]
+        reports = [
+            C.Report(taskId="", leaseToken="", newItems=1, windowItems=10, fingerprint=0, httpStatus=200, fetches=1)
+            for _ in range(args.batch)
+        ]
         time.sleep(max(0.0, args.start_at - time.time()))
         end = args.start_at + args.seconds
         cycles, latencies, late = 0, [], time.time() - args.start_at
@@ -123,7 +140,7 @@ def run_worker(args: argparse.Namespace) -> int:
                 item.taskId = task.id
                 item.leaseToken = task.leaseToken
                 item.fingerprint = cycles
-            report(reports[:len(tasks)])
+            report(reports[: len(tasks)])
             cycles += len(tasks)
     if len(latencies) > SAMPLES:
         latencies = random.Random(0).sample(latencies, SAMPLES)
@@ -134,14 +151,45 @@ def run_worker(args: argparse.Namespace) -> int:
 # --- the driver -------------------------------------------------------------------------------------------------
 
 
-def measure(group: ProcessGroup, proxy: str, server_pids: list[int], target: str, clients: int, batch: int,
-            seconds: float, tmp: Path) -> dict[str, float]:
+def measure(
+    group: ProcessGroup,
+    proxy: str,
+    server_pids: list[int],
+    target: str,
+    clients: int,
+    batch: int,
+    seconds: float,
+    tmp: Path,
+) -> dict[str, float]:
     start_at = time.time() + 2.0 + 0.5 * clients  # every client is connected and waiting by then
     outs = [tmp / f"{target}-{len(server_pids)}-{clients}-{batch}-{n}.json" for n in range(clients)]
-    workers = [group.start(f"{target}-{clients}c-b{batch}-{n}", [
-        sys.executable, "-m", "bench.scheduler", "--worker", "--target", target, "--proxy", proxy,
-        "--batch", str(batch), "--seconds", str(seconds), "--start-at", str(start_at), "--out", str(out),
-        "--name", f"bench-{n}"], cwd=Path(__file__).resolve().parent.parent) for n, out in enumerate(outs)]
+    workers = [
+        group.start(
+            f"{target}-{clients}c-b{batch}-{n}",
+            [
+                sys.executable,
+                "-m",
+                "bench.scheduler",
+                "--worker",
+                "--target",
+                target,
+                "--proxy",
+                proxy,
+                "--batch",
+                str(batch),
+                "--seconds",
+                str(seconds),
+                "--start-at",
+                str(start_at),
+                "--out",
+                str(out),
+                "--name",
+                f"bench-{n}",
+            ],
+            cwd=Path(__file__).resolve().parent.parent,
+        )
+        for n, out in enumerate(outs)
+    ]
     # The server's CPU over the measuring window only (not while clients start and connect).
     time.sleep(max(0.0, start_at - time.time()))
     cpu_before = sum(map(cpu_seconds, server_pids))
@@ -169,48 +217,77 @@ def shard_hosts(shards: int) -> dict[str, str]:
     if not 1 <= shards <= len(BENCH_SOURCES):
         raise SystemExit(f"--shards: 1 to {len(BENCH_SOURCES)} shards (one bench source each), got {shards}")
     candidates = [f"127.0.0.{n}:8800" for n in range(1, 255)]
-    return {source: next(host for host in candidates if shard_of_host(host, shards) == shard)
-            for shard, source in enumerate(list(BENCH_SOURCES)[:shards])}
+    return {
+        source: next(host for host in candidates if shard_of_host(host, shards) == shard)
+        for shard, source in enumerate(list(BENCH_SOURCES)[:shards])
+    }
 
 
-def start_scheduler(group: ProcessGroup, tmp: Path, tasks: int, threads: int, shards: int, metrics_port: int = 0
-                    ) -> tuple[str, list[ManagedProcess]]:
+def start_scheduler(
+    group: ProcessGroup, tmp: Path, tasks: int, threads: int, shards: int, metrics_port: int = 0
+) -> tuple[str, list[ManagedProcess]]:
     """Start the scheduler as ``shards`` daemons and seed ``tasks`` (spread over one source per shard, through
     the clients' routing gateway): the ``;``-separated shard proxies and the daemons. ``metrics_port``: shard K
     serves /metrics at that port + K (0: metrics off)."""
     tmp.mkdir(parents=True, exist_ok=True)
     hosts = shard_hosts(shards)
-    settings = {"scheduler.durable_commits": "true", "scheduler.policy": "fixed", "scheduler.min_period_s": "0.001",
-                "scheduler.initial_period_s": "0.001", "scheduler.max_period_s": "1", "scheduler.lease_s": "60",
-                "log.level": "WARNING", "scheduler.shards": str(shards), "metrics.scheduler.port": str(metrics_port),
-                **{f"sources.{source}.base_url": f"http://{host}/{source}" for source, host in hosts.items()}}
+    settings = {
+        "scheduler.durable_commits": "true",
+        "scheduler.policy": "fixed",
+        "scheduler.min_period_s": "0.001",
+        "scheduler.initial_period_s": "0.001",
+        "scheduler.max_period_s": "1",
+        "scheduler.lease_s": "60",
+        "log.level": "WARNING",
+        "scheduler.shards": str(shards),
+        "metrics.scheduler.port": str(metrics_port),
+        **{f"sources.{source}.base_url": f"http://{host}/{source}" for source, host in hosts.items()},
+    }
     proxies, daemons = [], []
     for shard in range(shards):
         port = free_port()
         conf = tmp / f"scheduler-{shards}-{shard}.conf"
-        conf.write_text(f"SchedulerAdapter.Endpoints=tcp -h 127.0.0.1 -p {port}\n"
-                        f"Ice.ThreadPool.Server.Size={threads}\nIce.ThreadPool.Server.SizeMax={threads}\n")
+        conf.write_text(
+            f"SchedulerAdapter.Endpoints=tcp -h 127.0.0.1 -p {port}\n"
+            f"Ice.ThreadPool.Server.Size={threads}\nIce.ThreadPool.Server.SizeMax={threads}\n"
+        )
         sets = {**settings, "scheduler.shard": str(shard), "scheduler.db_dir": str(tmp / f"db-{shards}-{shard}")}
-        daemons.append(group.start(f"scheduler-{shards}-{shard}", icecrawler_argv(
-            "scheduler", *(f"--set={k}={v}" for k, v in sets.items()), f"--Ice.Config={conf}")))
+        daemons.append(
+            group.start(
+                f"scheduler-{shards}-{shard}",
+                icecrawler_argv("scheduler", *(f"--set={k}={v}" for k, v in sets.items()), f"--Ice.Config={conf}"),
+            )
+        )
         proxies.append(f"{rpc.SCHEDULER_IDENTITY}:tcp -h 127.0.0.1 -p {port}")
     for daemon, proxy in zip(daemons, proxies, strict=True):
         wait_for_port("127.0.0.1", int(proxy.rpartition(" ")[2]), 60, alive=daemon.alive)
     with rpc.communicator() as comm:
-        gateway = ShardedScheduler([IceScheduler(rpc.crawler().SchedulerPrx(comm, proxy)) for proxy in proxies],
-                                   ShardMap(hosts, shards))
+        gateway = ShardedScheduler(
+            [IceScheduler(rpc.crawler().SchedulerPrx(comm, proxy)) for proxy in proxies], ShardMap(hosts, shards)
+        )
         for shard, source in enumerate(hosts):
             ids = [f"{source}:{n}" for n in range(shard, tasks, shards)]
             for first in range(0, len(ids), 1000):
-                gateway.add_targets(ids[first:first + 1000], BENCH_SOURCES[source])
+                gateway.add_targets(ids[first : first + 1000], BENCH_SOURCES[source])
     return ";".join(proxies), daemons
 
 
 def start_echo(group: ProcessGroup, threads: int) -> tuple[str, int]:
     echo_port = free_port()
-    echo = group.start("echo", [sys.executable, "-m", "bench.scheduler", "--serve-echo", "--port", str(echo_port),
-                        "--server-threads", str(threads)],
-                       cwd=Path(__file__).resolve().parent.parent)
+    echo = group.start(
+        "echo",
+        [
+            sys.executable,
+            "-m",
+            "bench.scheduler",
+            "--serve-echo",
+            "--port",
+            str(echo_port),
+            "--server-threads",
+            str(threads),
+        ],
+        cwd=Path(__file__).resolve().parent.parent,
+    )
     wait_for_port("127.0.0.1", echo_port, 60, alive=echo.alive)
     return f"echo:tcp -h 127.0.0.1 -p {echo_port}", echo.pid
 
@@ -225,65 +302,103 @@ def metrics_ab(group: ProcessGroup, tmp: Path, args: argparse.Namespace) -> tupl
     for pair in range(args.metrics_pairs):
         for metrics in (False, True) if pair % 2 == 0 else (True, False):  # ABBA: drift hits both alike
             port = free_port() if metrics else 0
-            proxy, daemons = start_scheduler(group, tmp / f"ab-{pair}-{int(metrics)}", args.tasks,
-                                             args.server_threads, 1, port)
+            proxy, daemons = start_scheduler(
+                group, tmp / f"ab-{pair}-{int(metrics)}", args.tasks, args.server_threads, 1, port
+            )
             scraper = Scraper([f"http://127.0.0.1:{port}/metrics"] if metrics else [])
             for clients, mode in cases:
-                runs.setdefault((metrics, clients, mode), []).append(measure(
-                    group, proxy, [daemon.pid for daemon in daemons], "scheduler", clients, MODES[mode], args.seconds,
-                    tmp))
+                runs.setdefault((metrics, clients, mode), []).append(
+                    measure(
+                        group,
+                        proxy,
+                        [daemon.pid for daemon in daemons],
+                        "scheduler",
+                        clients,
+                        MODES[mode],
+                        args.seconds,
+                        tmp,
+                    )
+                )
             if metrics and not scraper.stop():
                 raise RuntimeError("the metrics endpoint was never scraped")
             for daemon in daemons:
                 daemon.stop()
     core = core_cycle_cost(tmp)
-    lines_core = [f"in-process core, CPU per task cycle (median of {core['core_metrics_blocks']} blocks each): "
-                  f"off {core['core_metrics_off_cpu_us_per_cycle']:.1f} us, on "
-                  f"{core['core_metrics_on_cpu_us_per_cycle']:.1f} us, cost {core['core_metrics_cost_cpu_pct']:.1f}%",
-                  f"the observer's per-task work alone (leased + reported, timed on a real batch): "
-                  f"{core['core_metrics_observer_cpu_us_per_cycle']:.2f} us per cycle, "
-                  f"{core['core_metrics_observer_share_pct']:.1f}% of the cycle without metrics"]
-    figures: dict[str, Any] = {**core, "metrics_ab_pairs": args.metrics_pairs, "metrics_ab_scrape_interval_s": 1.0,
-                               "metrics_ab_seconds_per_run": args.seconds,
-                               "metrics_ab_load_avg_1m_before": load_before,
-                               "metrics_ab_load_avg_1m_after": round(os.getloadavg()[0], 2)}
-    lines = [f"{'clients':>7} {'calls':>8} | {'off cycles/s':>12} {'on cycles/s':>12} {'cost':>7} | "
-             f"{'off CPU us':>10} {'on CPU us':>10} {'cost':>7}"]
+    lines_core = [
+        f"in-process core, CPU per task cycle (median of {core['core_metrics_blocks']} blocks each): "
+        f"off {core['core_metrics_off_cpu_us_per_cycle']:.1f} us, on "
+        f"{core['core_metrics_on_cpu_us_per_cycle']:.1f} us, cost {core['core_metrics_cost_cpu_pct']:.1f}%",
+        f"the observer's per-task work alone (leased + reported, timed on a real batch): "
+        f"{core['core_metrics_observer_cpu_us_per_cycle']:.2f} us per cycle, "
+        f"{core['core_metrics_observer_share_pct']:.1f}% of the cycle without metrics",
+    ]
+    figures: dict[str, Any] = {
+        **core,
+        "metrics_ab_pairs": args.metrics_pairs,
+        "metrics_ab_scrape_interval_s": 1.0,
+        "metrics_ab_seconds_per_run": args.seconds,
+        "metrics_ab_load_avg_1m_before": load_before,
+        "metrics_ab_load_avg_1m_after": round(os.getloadavg()[0], 2),
+    }
+    lines = [
+        f"{'clients':>7} {'calls':>8} | {'off cycles/s':>12} {'on cycles/s':>12} {'cost':>7} | "
+        f"{'off CPU us':>10} {'on CPU us':>10} {'cost':>7}"
+    ]
     for clients, mode in cases:
-        off = {key: statistics.median(r[key] for r in runs[(False, clients, mode)]) for key in ("cycles_per_s",
-                                                                                                 "server_cpu_us")}
-        on = {key: statistics.median(r[key] for r in runs[(True, clients, mode)]) for key in ("cycles_per_s",
-                                                                                               "server_cpu_us")}
+        off = {
+            key: statistics.median(r[key] for r in runs[(False, clients, mode)])
+            for key in ("cycles_per_s", "server_cpu_us")
+        }
+        on = {
+            key: statistics.median(r[key] for r in runs[(True, clients, mode)])
+            for key in ("cycles_per_s", "server_cpu_us")
+        }
         key = f"{mode}_{clients}c"
         throughput_cost = 100 * (off["cycles_per_s"] - on["cycles_per_s"]) / off["cycles_per_s"]
         cpu_cost = 100 * (on["server_cpu_us"] - off["server_cpu_us"]) / off["server_cpu_us"]
-        figures.update({f"metrics_off_{key}_cycles_per_s": round(off["cycles_per_s"], 1),
-                        f"metrics_on_{key}_cycles_per_s": round(on["cycles_per_s"], 1),
-                        f"metrics_off_{key}_server_cpu_us_per_cycle": round(off["server_cpu_us"], 1),
-                        f"metrics_on_{key}_server_cpu_us_per_cycle": round(on["server_cpu_us"], 1),
-                        f"metrics_cost_{key}_throughput_pct": round(throughput_cost, 2),
-                        f"metrics_cost_{key}_server_cpu_pct": round(cpu_cost, 2)})
-        lines.append(f"{clients:>7} {mode:>8} | {off['cycles_per_s']:>12.0f} {on['cycles_per_s']:>12.0f} "
-                     f"{throughput_cost:>6.1f}% | {off['server_cpu_us']:>10.1f} {on['server_cpu_us']:>10.1f} "
-                     f"{cpu_cost:>6.1f}%")
+        figures.update(
+            {
+                f"metrics_off_{key}_cycles_per_s": round(off["cycles_per_s"], 1),
+                f"metrics_on_{key}_cycles_per_s": round(on["cycles_per_s"], 1),
+                f"metrics_off_{key}_server_cpu_us_per_cycle": round(off["server_cpu_us"], 1),
+                f"metrics_on_{key}_server_cpu_us_per_cycle": round(on["server_cpu_us"], 1),
+                f"metrics_cost_{key}_throughput_pct": round(throughput_cost, 2),
+                f"metrics_cost_{key}_server_cpu_pct": round(cpu_cost, 2),
+            }
+        )
+        lines.append(
+            f"{clients:>7} {mode:>8} | {off['cycles_per_s']:>12.0f} {on['cycles_per_s']:>12.0f} "
+            f"{throughput_cost:>6.1f}% | {off['server_cpu_us']:>10.1f} {on['server_cpu_us']:>10.1f} "
+            f"{cpu_cost:>6.1f}%"
+        )
     return figures, [*lines_core, *lines]
 
 
 def main(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(prog="icecrawler bench scheduler", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="icecrawler bench scheduler", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--seconds", type=float, default=4.0, help="measuring window per run")
     parser.add_argument("--clients", default="1,8", help="client process counts, comma-separated")
-    parser.add_argument("--shards", default="1,2",
-                        help="scheduler shard counts, comma-separated (1 to 4; 1 = the plain daemon)")
+    parser.add_argument(
+        "--shards", default="1,2", help="scheduler shard counts, comma-separated (1 to 4; 1 = the plain daemon)"
+    )
     parser.add_argument("--tasks", type=int, default=20_000, help="tasks seeded (all due again after 1 ms)")
     parser.add_argument("--json", default=str(DEFAULT_JSON), help="where to write the headline figures")
-    parser.add_argument("--server-threads", type=int, default=int(SCHEDULER_PROPERTIES["Ice.ThreadPool.Server.Size"]),
-                        help="dispatch threads of the scheduler and of the echo server (default: the daemon's)")
-    parser.add_argument("--metrics-pairs", type=int, default=2,
-                        help="off/on pairs of the metrics cost runs (0: skip them)")
-    parser.add_argument("--only-metrics", action="store_true",
-                        help="run only the metrics cost runs; their figures are merged into the existing --json")
+    parser.add_argument(
+        "--server-threads",
+        type=int,
+        default=int(SCHEDULER_PROPERTIES["Ice.ThreadPool.Server.Size"]),
+        help="dispatch threads of the scheduler and of the echo server (default: the daemon's)",
+    )
+    parser.add_argument(
+        "--metrics-pairs", type=int, default=2, help="off/on pairs of the metrics cost runs (0: skip them)"
+    )
+    parser.add_argument(
+        "--only-metrics",
+        action="store_true",
+        help="run only the metrics cost runs; their figures are merged into the existing --json",
+    )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--serve-echo", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
@@ -301,9 +416,14 @@ def main(argv: Sequence[str]) -> int:
 
     client_counts = [int(c) for c in args.clients.split(",")]
     shard_counts = [int(n) for n in args.shards.split(",")]
-    figures: dict[str, Any] = {"durable_commits": True, "batch_size": BATCH, "seconds_per_run": args.seconds,
-                               "tasks_seeded": args.tasks, "server_threads": args.server_threads,
-                               "load_avg_1m_before": round(os.getloadavg()[0], 2)}
+    figures: dict[str, Any] = {
+        "durable_commits": True,
+        "batch_size": BATCH,
+        "seconds_per_run": args.seconds,
+        "tasks_seeded": args.tasks,
+        "server_threads": args.server_threads,
+        "load_avg_1m_before": round(os.getloadavg()[0], 2),
+    }
     rows = []
     ab_lines: list[str] = []
     with tempfile.TemporaryDirectory(prefix="bench-scheduler-") as name, ProcessGroup(Path(name) / "logs") as group:
@@ -324,8 +444,10 @@ def main(argv: Sequence[str]) -> int:
             suffix = "" if shards == 1 else f"_{shards}shards"
             for clients in client_counts:
                 for mode, batch in MODES.items():
-                    result = {target: measure(group, *targets[target], target, clients, batch, args.seconds, tmp)
-                              for target in TARGETS}
+                    result = {
+                        target: measure(group, *targets[target], target, clients, batch, args.seconds, tmp)
+                        for target in TARGETS
+                    }
                     for target, prefix in (("scheduler", ""), ("echo", "echo_")):
                         key = f"{prefix}{mode}_{clients}c{suffix}"
                         figures[f"{key}_cycles_per_s"] = round(result[target]["cycles_per_s"], 1)
@@ -334,16 +456,19 @@ def main(argv: Sequence[str]) -> int:
                         figures[f"{key}_server_cpu_us_per_cycle"] = round(result[target]["server_cpu_us"], 1)
                     rows.append((shards, clients, mode, result["scheduler"], result["echo"]))
             for mode in MODES:
-                figures[f"{mode}{suffix}_cycles_per_s"] = max(figures[f"{mode}_{c}c{suffix}_cycles_per_s"]
-                                                              for c in client_counts)
+                figures[f"{mode}{suffix}_cycles_per_s"] = max(
+                    figures[f"{mode}_{c}c{suffix}_cycles_per_s"] for c in client_counts
+                )
             for daemon in daemons:  # idle daemons would still wake up and take CPU from the next runs
                 daemon.stop()
     if not args.only_metrics:
         figures["load_avg_1m_after"] = round(os.getloadavg()[0], 2)
         print_matrix(args, figures, rows)
     if ab_lines:
-        print(f"\n/metrics cost: metrics off vs on (scraped every second), one daemon, median of {args.metrics_pairs} "
-              "alternating pairs")
+        print(
+            f"\n/metrics cost: metrics off vs on (scraped every second), one daemon, median of {args.metrics_pairs} "
+            "alternating pairs"
+        )
         print("\n".join(ab_lines))
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(figures, indent=2, sort_keys=True) + "\n")
@@ -353,16 +478,22 @@ def main(argv: Sequence[str]) -> int:
 
 def print_matrix(args: argparse.Namespace, figures: dict[str, Any], rows: list[Any]) -> None:
     """The main table: scheduler vs echo for every shard count, client count and call mode."""
-    print(f"scheduler task cycles (lease + report), durable commits, {args.seconds:.0f} s per run, "
-          f"batch {BATCH}, {args.server_threads} dispatch threads; "
-          f"load average {figures['load_avg_1m_before']} -> {figures['load_avg_1m_after']}")
-    print(f"{'shards':>6} {'clients':>7} {'calls':>8} | {'scheduler/s':>11} {'p50 ms':>8} {'p99 ms':>8} | "
-          f"{'echo/s':>9} {'p50 ms':>8} {'p99 ms':>8} | {'sched/echo':>10} | {'server CPU us/cycle':>19}")
+    print(
+        f"scheduler task cycles (lease + report), durable commits, {args.seconds:.0f} s per run, "
+        f"batch {BATCH}, {args.server_threads} dispatch threads; "
+        f"load average {figures['load_avg_1m_before']} -> {figures['load_avg_1m_after']}"
+    )
+    print(
+        f"{'shards':>6} {'clients':>7} {'calls':>8} | {'scheduler/s':>11} {'p50 ms':>8} {'p99 ms':>8} | "
+        f"{'echo/s':>9} {'p50 ms':>8} {'p99 ms':>8} | {'sched/echo':>10} | {'server CPU us/cycle':>19}"
+    )
     for shards, clients, mode, sched, echo in rows:
         ratio = sched["cycles_per_s"] / echo["cycles_per_s"] if echo["cycles_per_s"] else float("nan")
-        print(f"{shards:>6} {clients:>7} {mode:>8} | {sched['cycles_per_s']:>11.0f} {sched['p50_ms']:>8.2f} "
-              f"{sched['p99_ms']:>8.2f} | {echo['cycles_per_s']:>9.0f} {echo['p50_ms']:>8.2f} "
-              f"{echo['p99_ms']:>8.2f} | {ratio:>10.2f} | {sched['server_cpu_us']:>19.1f}")
+        print(
+            f"{shards:>6} {clients:>7} {mode:>8} | {sched['cycles_per_s']:>11.0f} {sched['p50_ms']:>8.2f} "
+            f"{sched['p99_ms']:>8.2f} | {echo['cycles_per_s']:>9.0f} {echo['p50_ms']:>8.2f} "
+            f"{echo['p99_ms']:>8.2f} | {ratio:>10.2f} | {sched['server_cpu_us']:>19.1f}"
+        )
 
 
 if __name__ == "__main__":

@@ -39,12 +39,23 @@ def make_posts(first_id: int, count: int) -> list[Any]:
     from icecrawler.models import Post
 
     return [
-        Post(id=first_id + i, user_id=1_000_000 + (first_id + i) % 500, user_name="测试用户", text=_TEXT,
-             html=f"<div class='weibo-text'>{_TEXT[:60]}</div>", created_at=f"2024-05-01T{i // 3600 % 24:02d}:"
-             f"{i // 60 % 60:02d}:{i % 60:02d}+08:00", reposts=i % 7, comments=i % 5, likes=i % 11,
-             pinned=False, retweeted_id=0, pictures=["https://wx1.sinaimg.cn/large/0000000000000000.jpg"],
-             permalink=f"https://weibo.com/{1_000_000 + (first_id + i) % 500}/{first_id + i}",
-             fetched_at="2024-05-01T12:30:00+08:00", source="weibo_mobile")
+        Post(
+            id=first_id + i,
+            user_id=1_000_000 + (first_id + i) % 500,
+            user_name="测试用户",
+            text=_TEXT,
+            html=f"<div class='weibo-text'>{_TEXT[:60]}</div>",
+            created_at=f"2024-05-01T{i // 3600 % 24:02d}:{i // 60 % 60:02d}:{i % 60:02d}+08:00",
+            reposts=i % 7,
+            comments=i % 5,
+            likes=i % 11,
+            pinned=False,
+            retweeted_id=0,
+            pictures=["https://wx1.sinaimg.cn/large/0000000000000000.jpg"],
+            permalink=f"https://weibo.com/{1_000_000 + (first_id + i) % 500}/{first_id + i}",
+            fetched_at="2024-05-01T12:30:00+08:00",
+            source="weibo_mobile",
+        )
         for i in range(count)
     ]
 
@@ -57,7 +68,7 @@ def _writer(endpoint: str, first_id: int, count: int, batch: int, ready: Any, st
     try:
         proxy = rpc.crawler().StoragePrx(comm, endpoint).ice_invocationTimeout(120_000)
         posts = [rpc.post_to_slice(post) for post in make_posts(first_id, count)]
-        batches = [posts[i:i + batch] for i in range(0, len(posts), batch)]
+        batches = [posts[i : i + batch] for i in range(0, len(posts), batch)]
         proxy.ice_ping()
         ready.put(first_id)
         start.wait()
@@ -72,8 +83,9 @@ def _writer(endpoint: str, first_id: int, count: int, batch: int, ready: Any, st
         comm.destroy()
 
 
-def through_server(backend: str, records: int, batch: int, writers: int, tmp: Path,
-                   extra: dict[str, str]) -> dict[str, float]:
+def through_server(
+    backend: str, records: int, batch: int, writers: int, tmp: Path, extra: dict[str, str]
+) -> dict[str, float]:
     """Start a storage server on ``backend``; ``writers`` processes write ``records`` posts in total."""
     from bench._cluster import cpu_seconds
     from icecrawler import rpc
@@ -82,11 +94,21 @@ def through_server(backend: str, records: int, batch: int, writers: int, tmp: Pa
     port = free_port()
     conf = tmp / f"{backend}.conf"
     conf.write_text(f"StorageAdapter.Endpoints=tcp -h 127.0.0.1 -p {port}\n")
-    settings = {"storage.backend": backend, "storage.embedded.path": str(tmp / f"{backend}.sqlite3"),
-                "storage.spool_dir": str(tmp / f"{backend}-spool"), "storage.write_timeout_s": "30",
-                "storage.hbase.timeout_s": "60", **extra}
-    argv = icecrawler_argv("storage", f"--Ice.Config={conf}", "--log-level", "WARNING",
-                           *(arg for key, value in settings.items() for arg in ("--set", f"{key}={value}")))
+    settings = {
+        "storage.backend": backend,
+        "storage.embedded.path": str(tmp / f"{backend}.sqlite3"),
+        "storage.spool_dir": str(tmp / f"{backend}-spool"),
+        "storage.write_timeout_s": "30",
+        "storage.hbase.timeout_s": "60",
+        **extra,
+    }
+    argv = icecrawler_argv(
+        "storage",
+        f"--Ice.Config={conf}",
+        "--log-level",
+        "WARNING",
+        *(arg for key, value in settings.items() for arg in ("--set", f"{key}={value}")),
+    )
     endpoint = f"storage:tcp -h 127.0.0.1 -p {port}"
     context = multiprocessing.get_context("spawn")
     with ProcessGroup(tmp / "logs") as group, group.running(f"storage-{backend}", argv, port) as server:
@@ -97,9 +119,10 @@ def through_server(backend: str, records: int, batch: int, writers: int, tmp: Pa
             proxy.writeWB([rpc.post_to_slice(post) for post in warm])
             ready, start, results = context.Queue(), context.Event(), context.Queue()
             share = records // writers
-            procs = [context.Process(target=_writer,
-                                     args=(endpoint, 1 + w * share, share, batch, ready, start, results))
-                     for w in range(writers)]
+            procs = [
+                context.Process(target=_writer, args=(endpoint, 1 + w * share, share, batch, ready, start, results))
+                for w in range(writers)
+            ]
             for proc in procs:
                 proc.start()
             for _ in procs:  # every writer has built its batches and connected: only sending is timed
@@ -122,13 +145,20 @@ def through_server(backend: str, records: int, batch: int, writers: int, tmp: Pa
                 time.sleep(0.5)
                 stats = proxy.stats()
             if stats.posts != expected or stats.spoolDepth:
-                raise RuntimeError(f"{backend}: expected {expected} posts, stats say "
-                                   f"{stats.posts} stored and {stats.spoolDepth} still spooled")
+                raise RuntimeError(
+                    f"{backend}: expected {expected} posts, stats say "
+                    f"{stats.posts} stored and {stats.spoolDepth} still spooled"
+                )
         finally:
             comm.destroy()
-    return {"records": share * writers, "seconds": wall, "records_per_s": share * writers / wall,
-            "stored_directly": stored, "spooled": spooled,
-            "server_cpu_us_per_record": 1e6 * server_cpu_s / (share * writers)}
+    return {
+        "records": share * writers,
+        "seconds": wall,
+        "records_per_s": share * writers / wall,
+        "stored_directly": stored,
+        "spooled": spooled,
+        "server_cpu_us_per_record": 1e6 * server_cpu_s / (share * writers),
+    }
 
 
 def raw_sqlite(records: int, batch: int, tmp: Path) -> dict[str, float]:
@@ -140,7 +170,7 @@ def raw_sqlite(records: int, batch: int, tmp: Path) -> dict[str, float]:
     rows = [schema.post_row(post) for post in make_posts(1, records)]
     began = time.perf_counter()
     for i in range(0, len(rows), batch):
-        store.put(schema.WEIBO, rows[i:i + batch])
+        store.put(schema.WEIBO, rows[i : i + batch])
     wall = time.perf_counter() - began
     store.close()
     return {"records": records, "seconds": wall, "records_per_s": records / wall}
@@ -164,7 +194,7 @@ def raw_happybase(records: int, batch: int, port: int) -> dict[str, float]:
         began = time.perf_counter()
         for i in range(0, len(cells), batch):
             with table.batch() as put:
-                for key, columns in cells[i:i + batch]:
+                for key, columns in cells[i : i + batch]:
                     put.put(key, columns)
         wall = time.perf_counter() - began
         connection.delete_table("weibo", disable=True)
@@ -182,8 +212,9 @@ def _hbase_port() -> int | None:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="icecrawler bench storage", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="icecrawler bench storage", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--records", type=int, default=80_000, help="embedded: records in total (all writers)")
     parser.add_argument("--hbase-records", type=int, default=40_000, help="HBase: records in total")
     parser.add_argument("--batch", type=int, default=1000, help="records per writeWB call / per raw put")
@@ -207,8 +238,14 @@ def main(argv: list[str]) -> int:
         hbase = hbase_raw = None
         if port is not None:
             prefix = "bench" + uuid.uuid4().hex[:8]
-            hbase = through_server("hbase", args.hbase_records, args.batch, args.writers, tmp,
-                                   {"storage.hbase.port": str(port), "storage.hbase.table_prefix": prefix})
+            hbase = through_server(
+                "hbase",
+                args.hbase_records,
+                args.batch,
+                args.writers,
+                tmp,
+                {"storage.hbase.port": str(port), "storage.hbase.table_prefix": prefix},
+            )
             rows.append(("HBase, via storage server", hbase, f"{args.writers} writer processes"))
             hbase_raw = raw_happybase(args.hbase_records, args.batch, port)
             rows.append(("HBase raw happybase batch put (baseline)", hbase_raw, "1 process, no server"))
@@ -222,24 +259,34 @@ def main(argv: list[str]) -> int:
         if result is None:
             print(f"{name:44} {'-':>8} {'-':>8} {'-':>10}  {note}")
         else:
-            print(f"{name:44} {result['records']:>8.0f} {result['seconds']:>8.2f} {result['records_per_s']:>10,.0f}"
-                  f"  {note}")
+            print(
+                f"{name:44} {result['records']:>8.0f} {result['seconds']:>8.2f} {result['records_per_s']:>10,.0f}"
+                f"  {note}"
+            )
     summary: dict[str, Any] = {
-        "record_bytes": record_bytes, "batch_records": args.batch, "writer_processes": args.writers,
+        "record_bytes": record_bytes,
+        "batch_records": args.batch,
+        "writer_processes": args.writers,
         "embedded_records_per_s": round(embedded["records_per_s"]),
         "embedded_raw_sqlite_records_per_s": round(sqlite_raw["records_per_s"]),
         "embedded_records": embedded["records"],
         "embedded_server_cpu_us_per_record": round(embedded["server_cpu_us_per_record"], 1),
-        "load_avg_1m_before": load_before, "load_avg_1m_after": round(os.getloadavg()[0], 2),
+        "load_avg_1m_before": load_before,
+        "load_avg_1m_after": round(os.getloadavg()[0], 2),
     }
-    print(f"storage server CPU per record (embedded): {embedded['server_cpu_us_per_record']:.1f} us; "
-          f"load average {load_before} -> {summary['load_avg_1m_after']}")
+    print(
+        f"storage server CPU per record (embedded): {embedded['server_cpu_us_per_record']:.1f} us; "
+        f"load average {load_before} -> {summary['load_avg_1m_after']}"
+    )
     if hbase is not None and hbase_raw is not None:
-        summary.update({
-            "hbase_records_per_s": round(hbase["records_per_s"]),
-            "hbase_raw_happybase_records_per_s": round(hbase_raw["records_per_s"]),
-            "hbase_records": hbase["records"], "hbase_spooled_records": hbase["spooled"],
-        })
+        summary.update(
+            {
+                "hbase_records_per_s": round(hbase["records_per_s"]),
+                "hbase_raw_happybase_records_per_s": round(hbase_raw["records_per_s"]),
+                "hbase_records": hbase["records"],
+                "hbase_spooled_records": hbase["spooled"],
+            }
+        )
     elif OUT.exists():  # keep the last HBase figures, marked as such, when this run skipped HBase
         earlier = json.loads(OUT.read_text(encoding="utf-8"))
         kept = {key: value for key, value in earlier.items() if key.startswith("hbase_")}

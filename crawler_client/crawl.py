@@ -139,32 +139,57 @@ def item_time_ms(item: Item) -> int:
 # --- reports --------------------------------------------------------------------------------------------------
 
 
-def failure_report(task: Task, outcome: Outcome, error_class: str, *, fetches: int = 0, http_status: int = 0,
-                   retry_after_s: float = 0.0) -> Report:
+def failure_report(
+    task: Task,
+    outcome: Outcome,
+    error_class: str,
+    *,
+    fetches: int = 0,
+    http_status: int = 0,
+    retry_after_s: float = 0.0,
+) -> Report:
     """The report for a crawl that ended as ``outcome``: its classification, and the task's old cursor."""
     return Report(
-        task_id=task.id, lease_token=task.lease_token, outcome=outcome, http_status=http_status,
-        error_class=(error_class or outcome.value)[:120], cursor=task.cursor, retry_after_s=max(0.0, retry_after_s),
+        task_id=task.id,
+        lease_token=task.lease_token,
+        outcome=outcome,
+        http_status=http_status,
+        error_class=(error_class or outcome.value)[:120],
+        cursor=task.cursor,
+        retry_after_s=max(0.0, retry_after_s),
         fetches=fetches,
     )
 
 
 def error_report(task: Task, error: FetchError, fetches: int) -> Report:
     """The report for a crawl that a raised ``FetchError`` (a ban, a wall, a timeout, garbage) ended."""
-    return failure_report(task, error.outcome, error.error_class, fetches=fetches, http_status=error.http_status,
-                          retry_after_s=error.retry_after_s)
+    return failure_report(
+        task,
+        error.outcome,
+        error.error_class,
+        fetches=fetches,
+        http_status=error.http_status,
+        retry_after_s=error.retry_after_s,
+    )
 
 
-def success_report(task: Task, *, window: list[Item], new_items: int, cursor: str, http_status: int,
-                   fetches: int) -> Report:
+def success_report(
+    task: Task, *, window: list[Item], new_items: int, cursor: str, http_status: int, fetches: int
+) -> Report:
     """The report for a completed crawl (fingerprint 0 until ``fingerprint_result``)."""
     times = sorted((item_time_ms(item) for item in window), reverse=True)
     return Report(
-        task_id=task.id, lease_token=task.lease_token, outcome=Outcome.Ok, http_status=http_status,
-        new_items=new_items, window_items=len(window),
-        newest_item_ms=times[0] if times else 0, cursor=cursor, fetches=fetches,
+        task_id=task.id,
+        lease_token=task.lease_token,
+        outcome=Outcome.Ok,
+        http_status=http_status,
+        new_items=new_items,
+        window_items=len(window),
+        newest_item_ms=times[0] if times else 0,
+        cursor=cursor,
+        fetches=fetches,
         # the new items are the newest ones; items without a time (0) tell the policy nothing
-        new_item_times_ms=tuple(t for t in times[:min(new_items, MAX_ITEM_TIMES)] if t > 0),
+        new_item_times_ms=tuple(t for t in times[: min(new_items, MAX_ITEM_TIMES)] if t > 0),
     )
 
 
@@ -211,8 +236,9 @@ def _split_records(task: Task, items: list[Item]) -> tuple[list[Post], list[Revi
     return posts, reviews, []
 
 
-def _fill_long_texts(source: Source, parsed: ParsedPage, fetcher: PageFetch, base_url: str, cursor: str,
-                     now_ms: Callable[[], int]) -> None:
+def _fill_long_texts(
+    source: Source, parsed: ParsedPage, fetcher: PageFetch, base_url: str, cursor: str, now_ms: Callable[[], int]
+) -> None:
     """Fetch the full text of truncated posts that are new (known posts were completed on an earlier visit)."""
     ids = {part for part in parsed.info.get("long_text_ids", "").split(",") if part}
     if not ids or not isinstance(source, LongTextSource):
@@ -256,8 +282,10 @@ def crawl_task(
         request: PageRequest | None = plan.first
         while request is not None:
             if cancelled():
-                return result(failure_report(task, Outcome.Timeout, "",
-                                             fetches=fetcher.requests_made - fetches_before), aborted=True)
+                return result(
+                    failure_report(task, Outcome.Timeout, "", fetches=fetcher.requests_made - fetches_before),
+                    aborted=True,
+                )
             page = fetcher.fetch(request)
             last_status = page.status
             parse_started = time.perf_counter()
@@ -289,28 +317,48 @@ def crawl_task(
         return result(error_report(task, exc, fetcher.requests_made - fetches_before))
     except Exception as exc:  # a bug in a source must not take the worker down
         log.exception("task %s: source %s raised %s", task.id, source.name, type(exc).__name__)
-        return result(failure_report(task, Outcome.ParseError, f"source-bug:{type(exc).__name__}",
-                                     fetches=fetcher.requests_made - fetches_before, http_status=last_status))
+        return result(
+            failure_report(
+                task,
+                Outcome.ParseError,
+                f"source-bug:{type(exc).__name__}",
+                fetches=fetcher.requests_made - fetches_before,
+                http_status=last_status,
+            )
+        )
     cursor = _next_cursor(task, source, plan, walk, request if capped else None, base_url, now_ms())
-    report = success_report(task, window=walk.window, new_items=len(walk.new) - walk.refetched, cursor=cursor,
-                            http_status=last_status, fetches=fetcher.requests_made - fetches_before)
+    report = success_report(
+        task,
+        window=walk.window,
+        new_items=len(walk.new) - walk.refetched,
+        cursor=cursor,
+        http_status=last_status,
+        fetches=fetcher.requests_made - fetches_before,
+    )
     crawled = result(report)
     crawled.window_texts = [item_text(item) for item in walk.window]
     return crawled
 
 
-def _next_cursor(task: Task, source: Source, plan: gaps.WalkPlan, walk: _Walk, capped_at: PageRequest | None,
-                 base_url: str, now: int) -> str:
+def _next_cursor(
+    task: Task, source: Source, plan: gaps.WalkPlan, walk: _Walk, capped_at: PageRequest | None, base_url: str, now: int
+) -> str:
     """The cursor a successful crawl reports: a gap cursor when the page cap came before the cursor or the end of
     the list (``crawler_client.gaps``); else the newest item seen (never one dated after ``now``). Listings have
     no order, hence no cursor: a listing longer than the cap is walked over several visits the same way."""
     if capped_at is not None:
         cursor = gaps.open_gap_cursor(source, plan, walk.window, capped_at, base_url, now, item_time_ms)
         listing = task.kind is TaskKind.Listing
-        log.log(logging.INFO if listing else logging.WARNING,
-                "task %s: page cap reached before the %s (%s); gap kept open, resuming at page %d next visit (visit "
-                "%d of this gap)", task.id, "cursor" if plan.stop_at else "end of the list",
-                "gap" if plan.gap else "new gap", capped_at.page, 1 if plan.gap is None else plan.gap.visits + 1)
+        log.log(
+            logging.INFO if listing else logging.WARNING,
+            "task %s: page cap reached before the %s (%s); gap kept open, resuming at page %d next visit (visit "
+            "%d of this gap)",
+            task.id,
+            "cursor" if plan.stop_at else "end of the list",
+            "gap" if plan.gap else "new gap",
+            capped_at.page,
+            1 if plan.gap is None else plan.gap.visits + 1,
+        )
         return cursor
     if plan.gap is not None:
         log.info("task %s: page-cap gap closed after %d visit(s)", task.id, plan.gap.visits + 1)

@@ -94,8 +94,9 @@ class DaemonConfig:
         )
         for name in ("workers", "batch", "buffer_records", "report_batch", "write_batch"):
             if getattr(config, name) < 1:
-                raise InvalidArgumentError(f"client.{name} must be >= 1, got {getattr(config, name)}",
-                                           field=f"client.{name}")
+                raise InvalidArgumentError(
+                    f"client.{name} must be >= 1, got {getattr(config, name)}", field=f"client.{name}"
+                )
         return config
 
 
@@ -119,10 +120,18 @@ class ClientDaemon:
         self.clock = clock
         self.stats = ClientStats()
         self.sink = Sink(
-            scheduler, storage, buffer_records=config.buffer_records, report_batch=config.report_batch,
-            write_batch=config.write_batch, write_bytes=config.write_bytes, backoff_s=config.backoff_s,
+            scheduler,
+            storage,
+            buffer_records=config.buffer_records,
+            report_batch=config.report_batch,
+            write_batch=config.write_batch,
+            write_bytes=config.write_bytes,
+            backoff_s=config.backoff_s,
             max_backoff_s=config.max_backoff_s,
-            now_ms=_wall_ms, monotonic=time.monotonic, fingerprint=fingerprint, stats=self.stats,
+            now_ms=_wall_ms,
+            monotonic=time.monotonic,
+            fingerprint=fingerprint,
+            stats=self.stats,
         )
         self._runner_factory = runner_factory
         self._tasks: queue.Queue[Task] = queue.Queue()
@@ -143,8 +152,10 @@ class ClientDaemon:
 
     def start(self) -> None:
         self._threads = [threading.Thread(target=self._lease_loop, name="leaser", daemon=True)]
-        self._threads += [threading.Thread(target=self._work_loop, name=f"worker-{n}", daemon=True)
-                          for n in range(self.config.workers)]
+        self._threads += [
+            threading.Thread(target=self._work_loop, name=f"worker-{n}", daemon=True)
+            for n in range(self.config.workers)
+        ]
         self._sink_thread = threading.Thread(target=self._sink_loop, name="sink", daemon=True)
         for thread in [*self._threads, self._sink_thread]:
             thread.start()
@@ -152,8 +163,9 @@ class ClientDaemon:
 
     def stop(self) -> None:
         """Graceful, bounded shutdown (see the module docstring). Safe to call once from any one thread."""
-        log.info("client %s stopping: finishing in-flight tasks (grace %.0fs)", self.worker_id,
-                 self.config.shutdown_grace_s)
+        log.info(
+            "client %s stopping: finishing in-flight tasks (grace %.0fs)", self.worker_id, self.config.shutdown_grace_s
+        )
         deadline = time.monotonic() + self.config.shutdown_grace_s
         self._stopping.set()
         self._release_queued()
@@ -174,8 +186,12 @@ class ClientDaemon:
         left = self.sink.pending_count()
         if left:
             released = self.sink.give_back()
-            log.warning("%d result(s) could not be reported in time: %d lease(s) given back, %d left to expire",
-                        left, released, left - released)
+            log.warning(
+                "%d result(s) could not be reported in time: %d lease(s) given back, %d left to expire",
+                left,
+                released,
+                left - released,
+            )
         self.log_progress()
         log.info("client %s stopped", self.worker_id)
 
@@ -192,10 +208,16 @@ class ClientDaemon:
     def log_progress(self) -> None:
         snap = self.stats.snapshot()
         outcomes = snap.pop("outcomes")
-        log.info("progress: crawled=%d reported=%s items_stored=%s buffered_records=%d pending_results=%d "
-                 "outcomes=%s %s", self.crawled, snap.pop("tasks_reported"), snap.pop("items_stored"),
-                 self.sink.buffered_records(), self.sink.pending_count(), outcomes,
-                 " ".join(f"{key}={value}" for key, value in snap.items() if value))
+        log.info(
+            "progress: crawled=%d reported=%s items_stored=%s buffered_records=%d pending_results=%d outcomes=%s %s",
+            self.crawled,
+            snap.pop("tasks_reported"),
+            snap.pop("items_stored"),
+            self.sink.buffered_records(),
+            self.sink.pending_count(),
+            outcomes,
+            " ".join(f"{key}={value}" for key, value in snap.items() if value),
+        )
 
     # --- threads ------------------------------------------------------------------------------------------
 
@@ -236,8 +258,9 @@ class ClientDaemon:
         delay = backoff.failed(time.monotonic())
         observer.current().waited("backoff", delay)
         if isinstance(exc, NotAuthorizedError):
-            log.error("leasing refused: %s; retry in %.1fs (this node needs a certificate with --role client)",
-                      exc, delay)
+            log.error(
+                "leasing refused: %s; retry in %.1fs (this node needs a certificate with --role client)", exc, delay
+            )
         elif isinstance(exc, (ServiceError, InvalidArgumentError)):
             log.warning("leasing failed (%s); retry in %.1fs", exc, delay)
         else:  # a bug: keep leasing alive, loudly
@@ -261,8 +284,9 @@ class ClientDaemon:
                     result = runner.run(task)
                 except Exception as exc:  # a bug outside the crawl loop: classify it, keep the worker alive
                     log.exception("task %s: runner failed", task.id)
-                    result = CrawlResult(task, failure_report(task, Outcome.ParseError,
-                                                              f"client-bug:{type(exc).__name__}"))
+                    result = CrawlResult(
+                        task, failure_report(task, Outcome.ParseError, f"client-bug:{type(exc).__name__}")
+                    )
                 finally:
                     with self._running_lock:
                         self._running -= 1
@@ -272,8 +296,9 @@ class ClientDaemon:
                     continue
                 if not result.aborted:
                     report = result.report
-                    observer.current().crawled(task.source, report.outcome.value, report.new_items,
-                                               time.monotonic() - started)
+                    observer.current().crawled(
+                        task.source, report.outcome.value, report.new_items, time.monotonic() - started
+                    )
                 self.sink.add(result)
                 self._wake_sink.set()
         finally:

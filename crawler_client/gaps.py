@@ -24,8 +24,15 @@ from crawler_client.sources.base import Item, PageRequest, Source
 from icecrawler.models import Post
 from icecrawler.resume import Gap, decode_cursor, encode_cursor
 
-__all__ = ["WalkPlan", "closed_cursor", "oldest_cursor", "open_gap_cursor", "plan_walk", "request_from_dict",
-           "request_to_dict"]
+__all__ = [
+    "WalkPlan",
+    "closed_cursor",
+    "oldest_cursor",
+    "open_gap_cursor",
+    "plan_walk",
+    "request_from_dict",
+    "request_to_dict",
+]
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +42,7 @@ def request_to_dict(request: PageRequest, base_url: str) -> dict[str, Any]:
     data = asdict(request)
     base = base_url.rstrip("/")
     if base and data["url"].startswith(base + "/"):
-        data["url"] = data["url"][len(base):]
+        data["url"] = data["url"][len(base) :]
     return {key: value for key, value in data.items() if value not in ({}, None, "GET")}
 
 
@@ -44,9 +51,15 @@ def request_from_dict(data: dict[str, Any], base_url: str) -> PageRequest:
     url = str(data.get("url", ""))
     if url.startswith("/"):
         url = base_url.rstrip("/") + url
-    return PageRequest(url=url, params=dict(data.get("params") or {}), method=str(data.get("method", "GET")),
-                       data=data.get("data"), headers=dict(data.get("headers") or {}),
-                       page=int(data.get("page", 1)), state=dict(data.get("state") or {}))
+    return PageRequest(
+        url=url,
+        params=dict(data.get("params") or {}),
+        method=str(data.get("method", "GET")),
+        data=data.get("data"),
+        headers=dict(data.get("headers") or {}),
+        page=int(data.get("page", 1)),
+        state=dict(data.get("state") or {}),
+    )
 
 
 def oldest_cursor(source: Source, items: Iterable[Item]) -> str:
@@ -92,15 +105,23 @@ def plan_walk(task_cursor: str, first_request: Callable[[], PageRequest], base_u
     return WalkPlan(request_from_dict(gap.request, base_url), stop_at, gap)
 
 
-def closed_cursor(source: Source, plan: WalkPlan, window: list[Item], now_ms: int,
-                  time_of: Callable[[Item], int]) -> str:
+def closed_cursor(
+    source: Source, plan: WalkPlan, window: list[Item], now_ms: int, time_of: Callable[[Item], int]
+) -> str:
     """The cursor after a walk that reached its stop cursor or the end of the list."""
     current = plan.gap.top if plan.gap is not None else plan.stop_at
     return source.newest_cursor(_settled(window, now_ms, time_of), current)
 
 
-def open_gap_cursor(source: Source, plan: WalkPlan, window: list[Item], last: PageRequest, base_url: str,
-                    now_ms: int, time_of: Callable[[Item], int]) -> str:
+def open_gap_cursor(
+    source: Source,
+    plan: WalkPlan,
+    window: list[Item],
+    last: PageRequest,
+    base_url: str,
+    now_ms: int,
+    time_of: Callable[[Item], int],
+) -> str:
     """The gap cursor after a walk that hit the page cap before ``plan.stop_at`` ("" on a first crawl: the end of
     the list)."""
     settled = _settled(window, now_ms, time_of)
@@ -111,5 +132,6 @@ def open_gap_cursor(source: Source, plan: WalkPlan, window: list[Item], last: Pa
         top = source.newest_cursor(settled, plan.gap.top)
         visits = plan.gap.visits + 1
     low = oldest_cursor(source, window) or (plan.gap.low if plan.gap is not None else "")
-    return encode_cursor(Gap(base=plan.stop_at, top=top, low=low, request=request_to_dict(last, base_url),
-                             visits=visits))
+    return encode_cursor(
+        Gap(base=plan.stop_at, top=top, low=low, request=request_to_dict(last, base_url), visits=visits)
+    )

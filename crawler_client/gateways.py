@@ -31,11 +31,11 @@ from icecrawler.models import Post, Report, Review, Task, TaskKind
 from icecrawler.settings import Settings
 from icecrawler.shards import ShardMap
 
-__all__ = ["IceScheduler", "IceStorage", "SchedulerGateway", "ShardedScheduler", "StorageGateway",
-           "scheduler_gateway"]
+__all__ = ["IceScheduler", "IceStorage", "SchedulerGateway", "ShardedScheduler", "StorageGateway", "scheduler_gateway"]
 
 #: Most entries ShardedScheduler keeps in each of its memories (a bound, not a size anyone should reach).
 _MEMORY_CAP = 100_000
+
 
 class SchedulerGateway(Protocol):
     def lease(self, worker_id: str, count: int) -> list[Task]:
@@ -99,8 +99,9 @@ class IceScheduler(_IceGateway):
         self._invoke("putUsers", [rpc.report_to_slice(report) for report in reports])
 
     def release(self, leases: Sequence[tuple[str, str]]) -> None:
-        self._invoke("releaseUsers", [rpc.crawler().LeaseRef(taskId=task_id, leaseToken=token)
-                                      for task_id, token in leases])
+        self._invoke(
+            "releaseUsers", [rpc.crawler().LeaseRef(taskId=task_id, leaseToken=token) for task_id, token in leases]
+        )
 
     def add_targets(self, ids: Sequence[str], kind: TaskKind) -> int:
         return int(self._invoke("addUsers", list(ids), rpc.crawler().TaskKind[kind.name]))
@@ -154,12 +155,16 @@ class ShardedScheduler:
             raise unreachable[0]
         waits = [exc.next_due_in_ms for exc in refusals if exc.next_due_in_ms >= 0]
         stopping = all(exc.code == "ShuttingDown" for exc in refusals)
-        raise NoWorkError(f"no task is due on any of the {len(self._shards)} scheduler shards",
-                          min(waits) if waits else -1, code="ShuttingDown" if stopping else "QueueEmpty")
+        raise NoWorkError(
+            f"no task is due on any of the {len(self._shards)} scheduler shards",
+            min(waits) if waits else -1,
+            code="ShuttingDown" if stopping else "QueueEmpty",
+        )
 
     def report(self, reports: Sequence[Report]) -> None:
-        self._route(reports, lambda report: (report.task_id, report.lease_token),
-                    lambda gateway, part: gateway.report(part))
+        self._route(
+            reports, lambda report: (report.task_id, report.lease_token), lambda gateway, part: gateway.report(part)
+        )
 
     def release(self, leases: Sequence[tuple[str, str]]) -> None:
         self._route(leases, lambda lease: lease, lambda gateway, part: gateway.release(part))
@@ -172,8 +177,12 @@ class ShardedScheduler:
                 added += self._shards[shard].add_targets([ids[index] for index in indexes], kind)
         return added
 
-    def _route[T](self, items: Sequence[T], lease_of: Callable[[T], tuple[str, str]],
-                  send: Callable[[SchedulerGateway, list[T]], None]) -> None:
+    def _route[T](
+        self,
+        items: Sequence[T],
+        lease_of: Callable[[T], tuple[str, str]],
+        send: Callable[[SchedulerGateway, list[T]], None],
+    ) -> None:
         """Send each item to its task's shard (see the class docstring); items are (task id, token) leases."""
         with self._lock:
             fresh: list[int] = []
@@ -183,8 +192,9 @@ class ShardedScheduler:
                 else:
                     fresh.append(index)
             owners = {index: self._leased_by.get(lease_of(items[index])[0], -1) for index in fresh}
-        parts = _by_shard(fresh, lambda index: owners[index] if owners[index] >= 0
-                          else self._map.of_task(lease_of(items[index])[0]))
+        parts = _by_shard(
+            fresh, lambda index: owners[index] if owners[index] >= 0 else self._map.of_task(lease_of(items[index])[0])
+        )
         sent: list[int] = []
         try:
             for shard, indexes in parts.items():
@@ -223,7 +233,7 @@ def _whole_call_index(indexes: list[int]) -> Iterator[None]:
 
 def _cap(memory: dict[Any, Any]) -> None:
     """Forget the oldest entries past ``_MEMORY_CAP`` (dicts keep insertion order)."""
-    for key in list(memory)[:max(0, len(memory) - _MEMORY_CAP)]:
+    for key in list(memory)[: max(0, len(memory) - _MEMORY_CAP)]:
         del memory[key]
 
 

@@ -56,8 +56,7 @@ def parse_header_setting(text: str, key: str = "headers") -> dict[str, str | Non
     return parsed
 
 
-def source_headers(defaults: Mapping[str, str], user_agent: str, setting: str, key: str = "headers"
-                   ) -> dict[str, str]:
+def source_headers(defaults: Mapping[str, str], user_agent: str, setting: str, key: str = "headers") -> dict[str, str]:
     """The headers one source sends on every request (see the module docstring for the order)."""
     headers = dict(defaults)
     if user_agent:

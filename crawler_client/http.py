@@ -103,7 +103,7 @@ class AccountBlob:
 def _parse_cookie_header(text: str) -> dict[str, str]:
     body = text.strip()
     if body.lower().startswith("cookie:"):
-        body = body[len("cookie:"):]
+        body = body[len("cookie:") :]
     cookies: dict[str, str] = {}
     for part in body.split(";"):
         part = part.strip()
@@ -138,15 +138,17 @@ def parse_cookie_blob(blob: str) -> AccountBlob:
             else:
                 cookies, username, password = data, "", ""
             if not isinstance(cookies, dict) or not all(
-                    isinstance(k, str) and isinstance(v, str) for k, v in cookies.items()):
+                isinstance(k, str) and isinstance(v, str) for k, v in cookies.items()
+            ):
                 raise ValueError("cookies must map names to string values")
             if not isinstance(username, str) or not isinstance(password, str):
                 raise ValueError("username and password must be strings")
             return AccountBlob(dict(cookies), username, password)
         return AccountBlob(_parse_cookie_header(text))
     except ValueError as exc:  # json.JSONDecodeError is a ValueError
-        raise FetchError(f"unreadable cookie blob: {exc}", outcome=Outcome.LoginRequired,
-                         error_class="bad-cookie-blob") from exc
+        raise FetchError(
+            f"unreadable cookie blob: {exc}", outcome=Outcome.LoginRequired, error_class="bad-cookie-blob"
+        ) from exc
 
 
 # --- policy and transport -----------------------------------------------------------------------------------
@@ -242,8 +244,9 @@ class HttpSession:
 
     def __init__(self, proxy_url: str = "") -> None:
         self.cookies = requests.cookies.RequestsCookieJar()
-        self.pool: urllib3.PoolManager = (urllib3.ProxyManager(proxy_url, num_pools=POOLS) if proxy_url
-                                          else urllib3.PoolManager(num_pools=POOLS))
+        self.pool: urllib3.PoolManager = (
+            urllib3.ProxyManager(proxy_url, num_pools=POOLS) if proxy_url else urllib3.PoolManager(num_pools=POOLS)
+        )
 
     def close(self) -> None:
         self.pool.clear()
@@ -277,11 +280,18 @@ class Urllib3Transport:
             if cookie:
                 sent["Cookie"] = cookie
                 sent.update(self._cookie_headers(request))
-            response = self.session.pool.urlopen(method, url, body=body, headers=sent, redirect=False,
-                                                 retries=False, timeout=timeout, preload_content=False)
+            response = self.session.pool.urlopen(
+                method,
+                url,
+                body=body,
+                headers=sent,
+                redirect=False,
+                retries=False,
+                timeout=timeout,
+                preload_content=False,
+            )
             if "set-cookie" in response.headers:
-                self.session.cookies.extract_cookies(
-                    _SetCookieSource(response.headers), cookie_request)  # type: ignore[arg-type]
+                self.session.cookies.extract_cookies(_SetCookieSource(response.headers), cookie_request)  # type: ignore[arg-type]
             location = response.headers.get("Location")
             if response.status not in REDIRECT_STATUSES or not location:
                 return _Urllib3Response(response, url)
@@ -383,7 +393,7 @@ class Fetcher:
 
     def backoff_delay(self, attempt: int) -> float:
         """Jittered exponential backoff before retry number ``attempt`` (0-based)."""
-        return float(self.policy.backoff_s * (2 ** attempt) * self._rng.uniform(0.5, 1.5))
+        return float(self.policy.backoff_s * (2**attempt) * self._rng.uniform(0.5, 1.5))
 
     def fetch(self, request: PageRequest) -> FetchedPage:
         """One page, with retries. Raises ``FetchError`` (Timeout, ConnectionError, TooLarge, RateLimited,
@@ -401,9 +411,13 @@ class Fetcher:
             else:
                 retry_after = parse_retry_after(page.headers.get("Retry-After"), self._wall_clock())
                 if page.status == 429 or (page.status == 503 and "Retry-After" in page.headers):
-                    raise FetchError(f"{request.url}: HTTP {page.status}, Retry-After {retry_after:.0f}s",
-                                     outcome=Outcome.RateLimited, http_status=page.status,
-                                     error_class=f"http-{page.status}", retry_after_s=retry_after)
+                    raise FetchError(
+                        f"{request.url}: HTTP {page.status}, Retry-After {retry_after:.0f}s",
+                        outcome=Outcome.RateLimited,
+                        http_status=page.status,
+                        error_class=f"http-{page.status}",
+                        retry_after_s=retry_after,
+                    )
                 if page.status < 500 or last:
                     return page
                 log.debug("retrying %s after HTTP %d (%d/%d)", request.url, page.status, attempt + 1, attempts - 1)
@@ -421,15 +435,18 @@ class Fetcher:
         except TRANSPORT_ERRORS as exc:
             self._observe(0, 0, started)
             outcome, error_class = _classify_exception(exc)
-            raise FetchError(f"{request.url}: {error_class}: {exc}", outcome=outcome, error_class=error_class) \
-                from exc
+            raise FetchError(f"{request.url}: {error_class}: {exc}", outcome=outcome, error_class=error_class) from exc
         body = b""
         try:
             body = self._read_body(request, raw, started)
         except TRANSPORT_ERRORS as exc:
             outcome, error_class = _classify_exception(exc)
-            raise FetchError(f"{request.url}: {error_class} while reading the body: {exc}", outcome=outcome,
-                             http_status=raw.status, error_class=error_class) from exc
+            raise FetchError(
+                f"{request.url}: {error_class} while reading the body: {exc}",
+                outcome=outcome,
+                http_status=raw.status,
+                error_class=error_class,
+            ) from exc
         finally:
             raw.close()
             self._observe(raw.status, len(body), started)
@@ -443,19 +460,31 @@ class Fetcher:
         limit = self.policy.max_body_bytes
         declared = raw.headers.get("Content-Length", "")
         if declared.isdigit() and int(declared) > limit:
-            raise FetchError(f"{request.url}: Content-Length {declared} > {limit} bytes",
-                             outcome=Outcome.TooLarge, http_status=raw.status, error_class="content-length")
+            raise FetchError(
+                f"{request.url}: Content-Length {declared} > {limit} bytes",
+                outcome=Outcome.TooLarge,
+                http_status=raw.status,
+                error_class="content-length",
+            )
         parts: list[bytes] = []
         size = 0
         for chunk in raw.iter_chunks():
             size += len(chunk)
             if size > limit:
-                raise FetchError(f"{request.url}: body exceeds {limit} bytes", outcome=Outcome.TooLarge,
-                                 http_status=raw.status, error_class="body-cut")
+                raise FetchError(
+                    f"{request.url}: body exceeds {limit} bytes",
+                    outcome=Outcome.TooLarge,
+                    http_status=raw.status,
+                    error_class="body-cut",
+                )
             parts.append(chunk)
             if self._clock() - started > self.policy.total_timeout_s:
-                raise FetchError(f"{request.url}: body not complete after {self.policy.total_timeout_s:.0f}s",
-                                 outcome=Outcome.Timeout, http_status=raw.status, error_class="TotalTimeout")
+                raise FetchError(
+                    f"{request.url}: body not complete after {self.policy.total_timeout_s:.0f}s",
+                    outcome=Outcome.Timeout,
+                    http_status=raw.status,
+                    error_class="TotalTimeout",
+                )
         return b"".join(parts)
 
 

@@ -24,23 +24,40 @@ class ClientMetrics:
     def __init__(self, daemon: ClientDaemon) -> None:
         self.daemon = daemon
         p = "icecrawler_client_"
-        self.crawls = Tally(p + "crawls", "Tasks crawled (each ends in one report), by source and outcome.",
-                            ["source", "outcome"])
-        self.fetches = Tally(p + "fetches", "HTTP requests (retries and logins included), by source and status "
-                             "class (none: no answer).", ["source", "status_class"])
+        self.crawls = Tally(
+            p + "crawls", "Tasks crawled (each ends in one report), by source and outcome.", ["source", "outcome"]
+        )
+        self.fetches = Tally(
+            p + "fetches",
+            "HTTP requests (retries and logins included), by source and status class (none: no answer).",
+            ["source", "status_class"],
+        )
         self.bytes = Tally(p + "response_bytes", "Response body bytes read, by source.", ["source"])
         self.new_items = Tally(p + "new_items", "New items found by successful crawls, by source.", ["source"])
-        self.waits = Tally(p + "wait_seconds", "Seconds spent in deliberate waits, by reason (no_work: nothing "
-                           "due or held back by politeness; backoff: scheduler unreachable; fetch_retry).",
-                           ["reason"])
-        self.renewals = Tally(p + "session_renewals", "Sessions renewed (form logins, visitor cookies), by source.",
-                              ["source"])
-        self.fetch_latency = Buckets(p + "fetch_duration_seconds", "Time of one HTTP request, to the end of its "
-                                     "body, by source.", ["source"], LATENCY_BUCKETS_S)
-        self.parse_latency = Buckets(p + "parse_duration_seconds", "Time to parse one page, by source.", ["source"],
-                                     LATENCY_BUCKETS_S)
-        self.crawl_latency = Buckets(p + "crawl_duration_seconds", "Time to crawl one task (all its pages), by "
-                                     "source.", ["source"], LATENCY_BUCKETS_S)
+        self.waits = Tally(
+            p + "wait_seconds",
+            "Seconds spent in deliberate waits, by reason (no_work: nothing "
+            "due or held back by politeness; backoff: scheduler unreachable; fetch_retry).",
+            ["reason"],
+        )
+        self.renewals = Tally(
+            p + "session_renewals", "Sessions renewed (form logins, visitor cookies), by source.", ["source"]
+        )
+        self.fetch_latency = Buckets(
+            p + "fetch_duration_seconds",
+            "Time of one HTTP request, to the end of its body, by source.",
+            ["source"],
+            LATENCY_BUCKETS_S,
+        )
+        self.parse_latency = Buckets(
+            p + "parse_duration_seconds", "Time to parse one page, by source.", ["source"], LATENCY_BUCKETS_S
+        )
+        self.crawl_latency = Buckets(
+            p + "crawl_duration_seconds",
+            "Time to crawl one task (all its pages), by source.",
+            ["source"],
+            LATENCY_BUCKETS_S,
+        )
         sources = [(source,) for source in SOURCES]
         self.crawls.ensure((source, outcome.value) for source in SOURCES for outcome in Outcome)
         for tally in (self.bytes, self.new_items, self.renewals):
@@ -80,18 +97,30 @@ class ClientMetrics:
         daemon = self.daemon
         yield gauge(p + "workers", "Crawl threads of this client (client.workers).", daemon.config.workers)
         yield gauge(p + "busy_workers", "Crawl threads crawling a task now.", daemon.busy_workers())
-        yield gauge(p + "buffered_records", "Records held in memory until storage takes them.",
-                    daemon.sink.buffered_records())
-        yield gauge(p + "pending_results", "Crawled tasks not reported yet (storing or reporting).",
-                    daemon.sink.pending_count())
+        yield gauge(
+            p + "buffered_records", "Records held in memory until storage takes them.", daemon.sink.buffered_records()
+        )
+        yield gauge(
+            p + "pending_results", "Crawled tasks not reported yet (storing or reporting).", daemon.sink.pending_count()
+        )
         snap = daemon.stats.snapshot()
-        for name, documentation in (("tasks_reported", "Tasks reported to the scheduler."),
-                                    ("items_stored", "Records storage acknowledged (stored or spooled)."),
-                                    ("records_rejected", "Records storage rejected as invalid."),
-                                    ("reports_lost", "Reports the scheduler refused (lease lost)."),
-                                    ("leases_released", "Leases given back unused (shutdown).")):
+        for name, documentation in (
+            ("tasks_reported", "Tasks reported to the scheduler."),
+            ("items_stored", "Records storage acknowledged (stored or spooled)."),
+            ("records_rejected", "Records storage rejected as invalid."),
+            ("reports_lost", "Reports the scheduler refused (lease lost)."),
+            ("leases_released", "Leases given back unused (shutdown)."),
+        ):
             yield counter(p + name, documentation, float(snap[name]))  # type: ignore[arg-type]
-        for metric in (self.crawls, self.fetches, self.bytes, self.new_items, self.waits, self.renewals,
-                       self.fetch_latency, self.parse_latency, self.crawl_latency):
+        for metric in (
+            self.crawls,
+            self.fetches,
+            self.bytes,
+            self.new_items,
+            self.waits,
+            self.renewals,
+            self.fetch_latency,
+            self.parse_latency,
+            self.crawl_latency,
+        ):
             yield metric.family()
-

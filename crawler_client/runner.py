@@ -36,8 +36,11 @@ log = logging.getLogger(__name__)
 
 def form_logins() -> dict[str, FormLogin]:
     """Sources with a member login (spec ``login="form"``), by name: each brings its ``form_login``."""
-    return {name: getattr(SOURCES[name], "form_login") for name, spec in registry.items()  # noqa: B009
-            if spec.login == "form"}
+    return {
+        name: getattr(SOURCES[name], "form_login")
+        for name, spec in registry.items()  # noqa: B009
+        if spec.login == "form"
+    }
 
 
 @dataclass(frozen=True)
@@ -63,11 +66,19 @@ class RunnerConfig:
             policy=FetchPolicy.from_settings(settings),
             max_pages=settings.get_int("client.max_pages"),
             base_urls={name: settings.get_str(f"sources.{name}.base_url") for name in SOURCES},
-            credentials={name: (settings.get_str(f"sources.{name}.username"),
-                                settings.get_str(f"sources.{name}.password")) for name in form_logins()},
-            headers={name: source_headers(get_source(name).default_headers, settings.get_str("client.user_agent"),
-                                          settings.get_str(f"sources.{name}.headers"), f"sources.{name}.headers")
-                     for name in SOURCES},
+            credentials={
+                name: (settings.get_str(f"sources.{name}.username"), settings.get_str(f"sources.{name}.password"))
+                for name in form_logins()
+            },
+            headers={
+                name: source_headers(
+                    get_source(name).default_headers,
+                    settings.get_str("client.user_agent"),
+                    settings.get_str(f"sources.{name}.headers"),
+                    f"sources.{name}.headers",
+                )
+                for name in SOURCES
+            },
             options=options,
         )
 
@@ -108,15 +119,24 @@ class TaskRunner:
             log.error("task %s: cannot crawl source %r: %s", task.id, task.source, exc)
             return CrawlResult(task, failure_report(task, Outcome.ParseError, "unknown-source"))
         observer = current_observer()
-        fetcher = Fetcher(Urllib3Transport(session), self.config.policy, sleep=self._retry_wait(observer),
-                          headers=self.config.headers.get(task.source),
-                          on_response=lambda status, size, seconds: observer.fetched(task.source, status, size,
-                                                                                     seconds))
+        fetcher = Fetcher(
+            Urllib3Transport(session),
+            self.config.policy,
+            sleep=self._retry_wait(observer),
+            headers=self.config.headers.get(task.source),
+            on_response=lambda status, size, seconds: observer.fetched(task.source, status, size, seconds),
+        )
         relogin = self._relogin_hook(task, base_url, fetcher)
         return crawl_task(
-            task, source, fetcher, base_url=base_url, max_pages=self.config.max_pages,
-            now_ms=self.clock.now_ms, cancelled=self._cancelled(task),
-            relogin=relogin, on_parse=lambda seconds: observer.parsed(task.source, seconds),
+            task,
+            source,
+            fetcher,
+            base_url=base_url,
+            max_pages=self.config.max_pages,
+            now_ms=self.clock.now_ms,
+            cancelled=self._cancelled(task),
+            relogin=relogin,
+            on_parse=lambda seconds: observer.parsed(task.source, seconds),
         )
 
     def _retry_wait(self, observer: ClientObserver) -> Callable[[float], object]:
@@ -147,16 +167,21 @@ class TaskRunner:
         def relogin() -> None:
             username, password = self._credentials(task)
             if not username:
-                raise FetchError(f"{task.source}: login wall and no credentials (set sources.{task.source}."
-                                 "username/password or put them in the account blob)",
-                                 outcome=Outcome.LoginRequired, error_class="no-credentials")
+                raise FetchError(
+                    f"{task.source}: login wall and no credentials (set sources.{task.source}."
+                    "username/password or put them in the account blob)",
+                    outcome=Outcome.LoginRequired,
+                    error_class="no-credentials",
+                )
             log.info("task %s: login wall, logging in as %s", task.id, username)
             current_observer().session_renewed(task.source)
             answer = fetcher.fetch(form.request(base_url, username, password))
             if not form.succeeded(answer):
-                raise FetchError(f"{task.source}: login as {username} failed (HTTP {answer.status})",
-                                 outcome=Outcome.LoginRequired, http_status=answer.status,
-                                 error_class="login-failed")
+                raise FetchError(
+                    f"{task.source}: login as {username} failed (HTTP {answer.status})",
+                    outcome=Outcome.LoginRequired,
+                    http_status=answer.status,
+                    error_class="login-failed",
+                )
 
         return relogin
-

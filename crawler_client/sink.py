@@ -103,10 +103,14 @@ class ClientStats:
     def snapshot(self) -> dict[str, object]:
         with self._lock:
             return {
-                "tasks_reported": self.tasks_reported, "items_stored": self.items_stored,
-                "records_rejected": self.records_rejected, "targets_added": self.targets_added,
-                "reports_lost": self.reports_lost, "results_expired": self.results_expired,
-                "leases_released": self.leases_released, "outcomes": dict(sorted(self.outcomes.items())),
+                "tasks_reported": self.tasks_reported,
+                "items_stored": self.items_stored,
+                "records_rejected": self.records_rejected,
+                "targets_added": self.targets_added,
+                "reports_lost": self.reports_lost,
+                "results_expired": self.results_expired,
+                "leases_released": self.leases_released,
+                "outcomes": dict(sorted(self.outcomes.items())),
             }
 
 
@@ -127,8 +131,11 @@ class _Pending:
     @property
     def waiting_records(self) -> int:
         result = self.result
-        return ((0 if self.posts_done else len(result.posts)) + (0 if self.reviews_done else len(result.reviews))
-                + (0 if self.targets_done else len(result.discovered)))
+        return (
+            (0 if self.posts_done else len(result.posts))
+            + (0 if self.reviews_done else len(result.reviews))
+            + (0 if self.targets_done else len(result.discovered))
+        )
 
 
 def record_wire_bytes(record: Post | Review) -> int:
@@ -184,8 +191,12 @@ class Sink:
     def add(self, result: CrawlResult) -> None:
         result.posts = self._screened(result, result.posts)
         result.reviews = self._screened(result, result.reviews)
-        pending = _Pending(result, posts_done=not result.posts, reviews_done=not result.reviews,
-                           targets_done=not result.discovered or result.aborted)
+        pending = _Pending(
+            result,
+            posts_done=not result.posts,
+            reviews_done=not result.reviews,
+            targets_done=not result.discovered or result.aborted,
+        )
         with self._lock:
             self._pending.append(pending)
 
@@ -197,8 +208,13 @@ class Sink:
             if problem is None:
                 good.append(record)
                 continue
-            log.error("task %s: %s %s dropped, it cannot be sent: %s", result.task.id, type(record).__name__.lower(),
-                      str(record.id)[:40], problem)
+            log.error(
+                "task %s: %s %s dropped, it cannot be sent: %s",
+                result.task.id,
+                type(record).__name__.lower(),
+                str(record.id)[:40],
+                problem,
+            )
             self.stats.add(records_rejected=1)
         return good
 
@@ -258,9 +274,13 @@ class Sink:
         for item in batch:
             deadline = item.result.task.lease_deadline_ms
             if deadline and now > deadline and not item.result.aborted:
-                log.warning("task %s: lease deadline passed before its report (%d record(s) %s); dropped, the "
-                            "scheduler re-crawls it", item.result.task.id, item.result.record_count,
-                            "stored" if item.stored else "not stored")
+                log.warning(
+                    "task %s: lease deadline passed before its report (%d record(s) %s); dropped, the "
+                    "scheduler re-crawls it",
+                    item.result.task.id,
+                    item.result.record_count,
+                    "stored" if item.stored else "not stored",
+                )
                 self.stats.add(results_expired=1)
             else:
                 keep.append(item)
@@ -272,8 +292,12 @@ class Sink:
             self._store_kind([item for item in batch if not item.reviews_done], "reviews")
         except (ServiceError, StorageUnavailableError) as exc:
             delay = self.storage_backoff.failed(self._monotonic())
-            log.warning("storage unavailable (%s); %d record(s) buffered, retry in %.1fs", exc,
-                        sum(item.waiting_records for item in batch), delay)
+            log.warning(
+                "storage unavailable (%s); %d record(s) buffered, retry in %.1fs",
+                exc,
+                sum(item.waiting_records for item in batch),
+                delay,
+            )
         else:
             self.storage_backoff.succeeded()
 
@@ -333,8 +357,12 @@ class Sink:
         except InvalidRecordsError as exc:
             for index, reason in exc.rejected:
                 record = records[index] if 0 <= index < len(records) else None
-                log.error("storage REJECTED %s %s: %s (dropped alone, not retried)", kind[:-1],
-                          getattr(record, "id", f"#{index}"), reason)
+                log.error(
+                    "storage REJECTED %s %s: %s (dropped alone, not retried)",
+                    kind[:-1],
+                    getattr(record, "id", f"#{index}"),
+                    reason,
+                )
             self.stats.add(items_stored=exc.stored, records_rejected=len(exc.rejected))
             return
         except (ServiceError, StorageUnavailableError):
@@ -346,9 +374,15 @@ class Sink:
                 self._write(kind, batch[half:])
                 return
             record, owner = batch[0]
-            log.error("task %s: %s %s could not be stored (%s: %s); the task is reported as failed, so it is "
-                      "crawled again", owner.result.task.id, kind[:-1], str(record.id)[:40], type(exc).__name__, exc,
-                      exc_info=not isinstance(exc, InvalidArgumentError))
+            log.error(
+                "task %s: %s %s could not be stored (%s: %s); the task is reported as failed, so it is crawled again",
+                owner.result.task.id,
+                kind[:-1],
+                str(record.id)[:40],
+                type(exc).__name__,
+                exc,
+                exc_info=not isinstance(exc, InvalidArgumentError),
+            )
             owner.unstored += 1
             self.stats.add(records_rejected=1)
             return
@@ -363,15 +397,20 @@ class Sink:
             added = 0
             try:
                 for start in range(0, len(ids), self.report_batch):
-                    added += self.scheduler.add_targets(ids[start:start + self.report_batch],
-                                                        TaskKind.ProductReviews)
+                    added += self.scheduler.add_targets(ids[start : start + self.report_batch], TaskKind.ProductReviews)
             except ServiceError as exc:
                 delay = self.scheduler_backoff.failed(self._monotonic())
                 log.warning("scheduler unavailable for addUsers (%s); retry in %.1fs", exc, delay)
                 break
             except Exception as exc:  # InvalidArgument, or a bug: the ids cannot be sent as they are
-                log.error("task %s: discovered ids not added (%s: %s); reporting %d new", result.task.id,
-                          type(exc).__name__, exc, added, exc_info=not isinstance(exc, InvalidArgumentError))
+                log.error(
+                    "task %s: discovered ids not added (%s: %s); reporting %d new",
+                    result.task.id,
+                    type(exc).__name__,
+                    exc,
+                    added,
+                    exc_info=not isinstance(exc, InvalidArgumentError),
+                )
             result.report.new_items = added
             item.targets_done = True
             self.stats.add(targets_added=added)
@@ -384,18 +423,21 @@ class Sink:
         for item in ready:
             if item.unstored and item.result.report.outcome is Outcome.Ok:
                 report = item.result.report
-                item.result.report = failure_report(item.result.task, Outcome.ParseError, "records-not-stored",
-                                                    fetches=report.fetches)
+                item.result.report = failure_report(
+                    item.result.task, Outcome.ParseError, "records-not-stored", fetches=report.fetches
+                )
         done: set[int] = set()
         for start in range(0, len(ready), self.report_batch):
-            chunk = ready[start:start + self.report_batch]
+            chunk = ready[start : start + self.report_batch]
             try:
-                sent = self._send_all_or_nothing(chunk, lambda part: self.scheduler.report(
-                    [item.result.report for item in part]), "report")
+                sent = self._send_all_or_nothing(
+                    chunk, lambda part: self.scheduler.report([item.result.report for item in part]), "report"
+                )
             except ServiceError as exc:
                 delay = self.scheduler_backoff.failed(self._monotonic())
-                log.warning("scheduler unavailable (%s); %d report(s) kept, retry in %.1fs", exc,
-                            len(ready) - start, delay)
+                log.warning(
+                    "scheduler unavailable (%s); %d report(s) kept, retry in %.1fs", exc, len(ready) - start, delay
+                )
                 break
             self.scheduler_backoff.succeeded()
             for item in chunk:
@@ -410,8 +452,13 @@ class Sink:
         if not aborted:
             return batch
         try:
-            sent = self._send_all_or_nothing(aborted, lambda part: self.scheduler.release(
-                [(item.result.task.id, item.result.task.lease_token) for item in part]), "release")
+            sent = self._send_all_or_nothing(
+                aborted,
+                lambda part: self.scheduler.release(
+                    [(item.result.task.id, item.result.task.lease_token) for item in part]
+                ),
+                "release",
+            )
         except ServiceError as exc:
             delay = self.scheduler_backoff.failed(self._monotonic())
             log.warning("scheduler unavailable for releaseUsers (%s); retry in %.1fs", exc, delay)
@@ -419,8 +466,9 @@ class Sink:
         self.stats.add(leases_released=len(sent))
         return [item for item in batch if not item.result.aborted]
 
-    def _send_all_or_nothing(self, items: list[_Pending], send: Callable[[list[_Pending]], None],
-                             what: str) -> list[_Pending]:
+    def _send_all_or_nothing(
+        self, items: list[_Pending], send: Callable[[list[_Pending]], None], what: str
+    ) -> list[_Pending]:
         """Send an all-or-nothing batch; on LeaseLost/InvalidArgument(index) drop that entry and resend the
         rest. Returns the entries the scheduler accepted. ServiceError propagates (nothing was accepted)."""
         part = list(items)
@@ -433,14 +481,26 @@ class Sink:
             except (LeaseLostError, InvalidArgumentError) as exc:
                 index = exc.index
                 if not 0 <= index < len(part):
-                    log.error("scheduler refused a %s batch of %d without naming an entry (%s); dropped, the "
-                              "leases will expire and the tasks be re-crawled", what, len(part), exc)
+                    log.error(
+                        "scheduler refused a %s batch of %d without naming an entry (%s); dropped, the "
+                        "leases will expire and the tasks be re-crawled",
+                        what,
+                        len(part),
+                        exc,
+                    )
                     self.stats.add(reports_lost=len(part))
                     return []
                 bad = part.pop(index)
                 level = logging.WARNING if isinstance(exc, LeaseLostError) else logging.ERROR
-                log.log(level, "%s of task %s refused (%s: %s); dropped, resending %d", what,
-                        bad.result.task.id, type(exc).__name__, exc, len(part))
+                log.log(
+                    level,
+                    "%s of task %s refused (%s: %s); dropped, resending %d",
+                    what,
+                    bad.result.task.id,
+                    type(exc).__name__,
+                    exc,
+                    len(part),
+                )
                 self.stats.add(reports_lost=1)
             except Exception:  # a bug (a report that cannot be marshalled): loud, and never a stuck buffer
                 log.exception("cannot %s %d task(s); dropped, their leases will expire", what, len(part))

@@ -38,12 +38,24 @@ def _load_commands() -> dict[str, BaseCommand]:
 
 def _add_common_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("common options")
-    group.add_argument("-c", "--config", metavar="FILE",
-                       help="app settings file (TOML); default ./icecrawler.toml if it exists")
-    group.add_argument("-s", "--set", dest="assignments", action="append", default=[], metavar="KEY=VALUE",
-                       help="override one setting, e.g. --set client.workers=8 (repeatable)")
-    group.add_argument("--log-level", default=None, metavar="LEVEL",
-                       help="DEBUG, INFO, WARNING or ERROR (default: setting log.level, INFO)")
+    group.add_argument(
+        "-c", "--config", metavar="FILE", help="app settings file (TOML); default ./icecrawler.toml if it exists"
+    )
+    group.add_argument(
+        "-s",
+        "--set",
+        dest="assignments",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override one setting, e.g. --set client.workers=8 (repeatable)",
+    )
+    group.add_argument(
+        "--log-level",
+        default=None,
+        metavar="LEVEL",
+        help="DEBUG, INFO, WARNING or ERROR (default: setting log.level, INFO)",
+    )
     group.add_argument("--log-json", action="store_true", default=None, help="log one JSON object per line")
 
 
@@ -53,15 +65,19 @@ def build_parser(commands: dict[str, BaseCommand]) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="icecrawler",
         description="A distributed, incremental crawler for Weibo timelines and product reviews: a scheduler and a "
-                    "storage server joined to N crawler clients by ZeroC Ice. Ice runtime settings go in Ice "
-                    "property files (--Ice.Config=FILE); app settings in icecrawler.toml or --set KEY=VALUE.",
+        "storage server joined to N crawler clients by ZeroC Ice. Ice runtime settings go in Ice "
+        "property files (--Ice.Config=FILE); app settings in icecrawler.toml or --set KEY=VALUE.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"icecrawler {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
     for name, command in commands.items():
-        child = sub.add_parser(name, help=command.summary, description=command.description or command.summary,
-                               formatter_class=argparse.RawDescriptionHelpFormatter)
+        child = sub.add_parser(
+            name,
+            help=command.summary,
+            description=command.description or command.summary,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
         try:
             command.add_options(child)
         except ModuleNotFoundError as exc:  # a command that imports what it needs only here
@@ -71,8 +87,10 @@ def build_parser(commands: dict[str, BaseCommand]) -> argparse.ArgumentParser:
             commands[name] = Unavailable(error)
         _add_common_options(child)
         if command.takes_ice_args:
-            child.epilog = ("Ice options: --Ice.Config=FILE loads an Ice property file (see deploy/*.conf); any "
-                            "--Ice.*/--IceSSL.* property may also be given directly.")
+            child.epilog = (
+                "Ice options: --Ice.Config=FILE loads an Ice property file (see deploy/*.conf); any "
+                "--Ice.*/--IceSSL.* property may also be given directly."
+            )
     return parser
 
 

@@ -42,12 +42,15 @@ class DataLock:
         except OSError as exc:
             holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another process"
             os.close(fd)
-            raise ServiceError(f"{self.path.parent} is in use by {holder}: one data directory serves one "
-                               f"{self.role}; stop that one first, or give this one its own directory") from exc
+            raise ServiceError(
+                f"{self.path.parent} is in use by {holder}: one data directory serves one "
+                f"{self.role}; stop that one first, or give this one its own directory"
+            ) from exc
         try:
             os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{self.role} pid {os.getpid()} (started {time.strftime('%Y-%m-%dT%H:%M:%S%z')})\n"
-                      .encode(), 0)
+            os.pwrite(
+                fd, f"{self.role} pid {os.getpid()} (started {time.strftime('%Y-%m-%dT%H:%M:%S%z')})\n".encode(), 0
+            )
         except OSError:
             pass  # a full disk must not stop the daemon here: the lock itself holds, the text only names it
         self._fd = fd
@@ -63,6 +66,5 @@ class DataLock:
     def __enter__(self) -> DataLock:
         return self.acquire()
 
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self.release()

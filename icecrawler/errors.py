@@ -64,9 +64,7 @@ class InvalidRecordsError(InvalidArgumentError):
     def __init__(self, rejected: Sequence[tuple[int, str]], stored: int) -> None:
         summary = "; ".join(f"#{index}: {reason}" for index, reason in list(rejected)[:5])
         more = f" (+{len(rejected) - 5} more)" if len(rejected) > 5 else ""
-        super().__init__(
-            f"{len(rejected)} record(s) rejected, {stored} stored: {summary}{more}", code="RecordRejected"
-        )
+        super().__init__(f"{len(rejected)} record(s) rejected, {stored} stored: {summary}{more}", code="RecordRejected")
         self.rejected = list(rejected)
         self.stored = stored
 

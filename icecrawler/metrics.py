@@ -34,8 +34,20 @@ from prometheus_client.registry import Collector
 from icecrawler.errors import ConfigError
 from icecrawler.settings import Settings
 
-__all__ = ["LATENCY_BUCKETS_S", "Buckets", "MetricsConfig", "MetricsEndpoint", "ScrapeCollector", "Tally",
-           "counter", "counter_family", "gauge", "histogram_family", "serve", "status_class"]
+__all__ = [
+    "LATENCY_BUCKETS_S",
+    "Buckets",
+    "MetricsConfig",
+    "MetricsEndpoint",
+    "ScrapeCollector",
+    "Tally",
+    "counter",
+    "counter_family",
+    "gauge",
+    "histogram_family",
+    "serve",
+    "status_class",
+]
 
 log = logging.getLogger(__name__)
 
@@ -56,8 +68,12 @@ class MetricsConfig:
 
     @classmethod
     def from_settings(cls, settings: Settings, role: str) -> MetricsConfig:
-        config = cls(role, settings.get_str(f"metrics.{role}.address"), settings.get_int(f"metrics.{role}.port"),
-                     settings.get_int(f"metrics.{role}.port_span"))
+        config = cls(
+            role,
+            settings.get_str(f"metrics.{role}.address"),
+            settings.get_int(f"metrics.{role}.port"),
+            settings.get_int(f"metrics.{role}.port_span"),
+        )
         if not 0 <= config.port <= 65535:
             raise ConfigError(f"metrics.{role}.port must be 0 (off) or a TCP port, got {config.port}")
         if config.port_span < 1:
@@ -99,8 +115,14 @@ def serve(config: MetricsConfig, registry: CollectorRegistry, offset: int = 0) -
         endpoint = MetricsEndpoint(config.address, port, server, thread)
         log.info("%s metrics at %s", config.role, endpoint.url)
         return endpoint
-    log.warning("metrics.%s: ports %d-%d on %s are all taken: this %s runs without /metrics", config.role, first,
-              first + config.port_span - 1, config.address, config.role)
+    log.warning(
+        "metrics.%s: ports %d-%d on %s are all taken: this %s runs without /metrics",
+        config.role,
+        first,
+        first + config.port_span - 1,
+        config.address,
+        config.role,
+    )
     return None
 
 
@@ -194,8 +216,9 @@ class Buckets:
         return histogram_family(self.name, self.documentation, self.labels, self.bounds, rows)
 
 
-def counter_family(name: str, documentation: str, labels: Sequence[str], values: dict[Key, float]
-                   ) -> CounterMetricFamily:
+def counter_family(
+    name: str, documentation: str, labels: Sequence[str], values: dict[Key, float]
+) -> CounterMetricFamily:
     """A ``_total`` counter family from counts by label values (``name`` without ``_total``)."""
     family = CounterMetricFamily(name, documentation, labels=list(labels))
     for key, value in sorted(values.items()):
@@ -203,8 +226,9 @@ def counter_family(name: str, documentation: str, labels: Sequence[str], values:
     return family
 
 
-def histogram_family(name: str, documentation: str, labels: Sequence[str], bounds: Sequence[float],
-                     rows: dict[Key, list[float]]) -> HistogramMetricFamily:
+def histogram_family(
+    name: str, documentation: str, labels: Sequence[str], bounds: Sequence[float], rows: dict[Key, list[float]]
+) -> HistogramMetricFamily:
     """A histogram family from per-bucket counts by label values: each row holds one count per bound, one for
     +Inf, then the sum of the observed values (``Buckets``' layout)."""
     family = HistogramMetricFamily(name, documentation, labels=list(labels))
@@ -218,8 +242,9 @@ def histogram_family(name: str, documentation: str, labels: Sequence[str], bound
     return family
 
 
-def gauge(name: str, documentation: str, values: dict[Key, float] | float, labels: Sequence[str] = ()
-          ) -> GaugeMetricFamily:
+def gauge(
+    name: str, documentation: str, values: dict[Key, float] | float, labels: Sequence[str] = ()
+) -> GaugeMetricFamily:
     """A gauge family read at scrape time: one value, or one per label set."""
     if not isinstance(values, dict):
         return GaugeMetricFamily(name, documentation, value=values)

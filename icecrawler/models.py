@@ -68,13 +68,15 @@ _TARGET_RE = re.compile(r"[0-9A-Za-z_.-]{1,64}")  # always fullmatch: "$" would 
 def make_task_id(kind: TaskKind, source: str, target: str) -> str:
     """Validate and build ``<kind>:<source>:<target>``."""
     if source not in SOURCES:
-        raise InvalidArgumentError(f"unknown source {quote(source)} (known: {', '.join(sorted(SOURCES))})",
-                                   code="InvalidId", field="source")
+        raise InvalidArgumentError(
+            f"unknown source {quote(source)} (known: {', '.join(sorted(SOURCES))})", code="InvalidId", field="source"
+        )
     if kind not in SOURCES[source]:
         raise InvalidArgumentError(f"source {source} cannot crawl {kind.name} tasks", code="InvalidId", field="kind")
     if not _TARGET_RE.fullmatch(target):
-        raise InvalidArgumentError(f"invalid target {quote(target)}: 1-64 chars of [0-9A-Za-z_.-]",
-                                   code="InvalidId", field="target")
+        raise InvalidArgumentError(
+            f"invalid target {quote(target)}: 1-64 chars of [0-9A-Za-z_.-]", code="InvalidId", field="target"
+        )
     return f"{kind.value}:{source}:{target}"
 
 
@@ -82,8 +84,9 @@ def split_task_id(task_id: str) -> tuple[TaskKind, str, str]:
     """Inverse of make_task_id; raises InvalidArgumentError on anything malformed."""
     parts = task_id.split(":")
     if len(parts) != 3:
-        raise InvalidArgumentError(f"invalid task id {quote(task_id)}: expected <kind>:<source>:<target>",
-                                   code="InvalidId", field="taskId")
+        raise InvalidArgumentError(
+            f"invalid task id {quote(task_id)}: expected <kind>:<source>:<target>", code="InvalidId", field="taskId"
+        )
     try:
         kind = TaskKind(parts[0])
     except ValueError as exc:

@@ -46,16 +46,22 @@ def icecrawler_argv(*args: str) -> list[str]:
 class ManagedProcess:
     """One child process with its output in a log file; ``stop`` is bounded in time."""
 
-    def __init__(self, name: str, argv: Sequence[str], log_path: Path, env: dict[str, str] | None = None,
-                 cwd: Path | None = None) -> None:
+    def __init__(
+        self, name: str, argv: Sequence[str], log_path: Path, env: dict[str, str] | None = None, cwd: Path | None = None
+    ) -> None:
         self.name = name
         self.argv = list(argv)
         self.log_path = log_path
         log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = log_path.open("ab")
         self.popen = subprocess.Popen(
-            self.argv, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env={**os.environ, **(env or {})}, cwd=cwd, start_new_session=True,
+            self.argv,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, **(env or {})},
+            cwd=cwd,
+            start_new_session=True,
         )
 
     @property
@@ -97,8 +103,9 @@ class ProcessGroup:
         self.log_dir = log_dir
         self.processes: list[ManagedProcess] = []
 
-    def start(self, name: str, argv: Sequence[str], env: dict[str, str] | None = None,
-              cwd: Path | None = None) -> ManagedProcess:
+    def start(
+        self, name: str, argv: Sequence[str], env: dict[str, str] | None = None, cwd: Path | None = None
+    ) -> ManagedProcess:
         process = ManagedProcess(name, argv, self.log_dir / f"{name}.log", env=env, cwd=cwd)
         self.processes.append(process)
         return process
@@ -110,8 +117,9 @@ class ProcessGroup:
     def __enter__(self) -> ProcessGroup:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.stop_all()
 
     @contextlib.contextmanager

@@ -61,9 +61,14 @@ def decode_cursor(cursor: str) -> tuple[str, Gap | None]:
     if not is_gap(cursor):
         return cursor, None
     try:
-        body = json.loads(cursor[len(GAP_PREFIX):])
-        gap = Gap(base=str(body["base"]), top=str(body["top"]), low=str(body.get("low", "")),
-                  request=dict(body.get("req") or {}), visits=int(body.get("visits", 1)))
+        body = json.loads(cursor[len(GAP_PREFIX) :])
+        gap = Gap(
+            base=str(body["base"]),
+            top=str(body["top"]),
+            low=str(body.get("low", "")),
+            request=dict(body.get("req") or {}),
+            visits=int(body.get("visits", 1)),
+        )
     except (ValueError, KeyError, TypeError, AttributeError):
         return "", None
     return gap.base, gap
@@ -74,5 +79,11 @@ def describe(cursor: str) -> dict[str, Any] | None:
     base, gap = decode_cursor(cursor)
     if gap is None:
         return None
-    return {"open": True, "since_cursor": base, "resume_at_item": gap.low, "cursor_when_closed": gap.top,
-            "resume_page": gap.request.get("page"), "visits": gap.visits}
+    return {
+        "open": True,
+        "since_cursor": base,
+        "resume_at_item": gap.low,
+        "cursor_when_closed": gap.top,
+        "resume_page": gap.request.get("page"),
+        "visits": gap.visits,
+    }

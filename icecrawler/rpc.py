@@ -172,8 +172,7 @@ def _drop_thread_state() -> None:
 
 def scheduler_proxy(comm: Ice.Communicator) -> Any:
     """Typed Scheduler proxy from the ``Scheduler.Proxy`` property (default: the local scheduler)."""
-    text = comm.getProperties().getPropertyWithDefault(
-        "Scheduler.Proxy", f"{SCHEDULER_IDENTITY}:{SCHEDULER_ENDPOINTS}")
+    text = comm.getProperties().getPropertyWithDefault("Scheduler.Proxy", f"{SCHEDULER_IDENTITY}:{SCHEDULER_ENDPOINTS}")
     return crawler().SchedulerPrx(comm, text)
 
 
@@ -250,10 +249,12 @@ def serve(
         adapter.activate()
         active = True
         props = comm.getProperties()
-        log.info("%s listening on %s (requests up to %s KiB)", adapter_name,
-                 props.getProperty(f"{adapter_name}.Endpoints"),
-                 props.getPropertyWithDefault(f"{adapter_name}.MessageSizeMax",
-                                              props.getProperty("Ice.MessageSizeMax")))
+        log.info(
+            "%s listening on %s (requests up to %s KiB)",
+            adapter_name,
+            props.getProperty(f"{adapter_name}.Endpoints"),
+            props.getPropertyWithDefault(f"{adapter_name}.MessageSizeMax", props.getProperty("Ice.MessageSizeMax")),
+        )
         with stop_on_signals(stop):
             while not stop.wait(0.2):
                 if comm.isShutdown():
@@ -351,33 +352,67 @@ def _signed64(value: int) -> int:
 
 def post_to_slice(post: Post) -> Any:
     return crawler().Post(
-        id=post.id, userId=post.user_id, userName=post.user_name, text=post.text, html=post.html,
-        createdAt=post.created_at, reposts=post.reposts, comments=post.comments, likes=post.likes,
-        pinned=post.pinned, retweetedId=post.retweeted_id, pictures=list(post.pictures),
-        permalink=post.permalink, fetchedAt=post.fetched_at, source=post.source,
+        id=post.id,
+        userId=post.user_id,
+        userName=post.user_name,
+        text=post.text,
+        html=post.html,
+        createdAt=post.created_at,
+        reposts=post.reposts,
+        comments=post.comments,
+        likes=post.likes,
+        pinned=post.pinned,
+        retweetedId=post.retweeted_id,
+        pictures=list(post.pictures),
+        permalink=post.permalink,
+        fetchedAt=post.fetched_at,
+        source=post.source,
     )
 
 
 def post_from_slice(post: Any) -> Post:
     return Post(
-        id=post.id, user_id=post.userId, user_name=post.userName, text=post.text, html=post.html,
-        created_at=post.createdAt, reposts=post.reposts, comments=post.comments, likes=post.likes,
-        pinned=post.pinned, retweeted_id=post.retweetedId, pictures=list(post.pictures),
-        permalink=post.permalink, fetched_at=post.fetchedAt, source=post.source,
+        id=post.id,
+        user_id=post.userId,
+        user_name=post.userName,
+        text=post.text,
+        html=post.html,
+        created_at=post.createdAt,
+        reposts=post.reposts,
+        comments=post.comments,
+        likes=post.likes,
+        pinned=post.pinned,
+        retweeted_id=post.retweetedId,
+        pictures=list(post.pictures),
+        permalink=post.permalink,
+        fetched_at=post.fetchedAt,
+        source=post.source,
     )
 
 
 def review_to_slice(review: Review) -> Any:
     return crawler().Review(
-        id=review.id, productId=review.product_id, source=review.source, user=review.user,
-        content=review.content, score=review.score, createdAt=review.created_at, fetchedAt=review.fetched_at,
+        id=review.id,
+        productId=review.product_id,
+        source=review.source,
+        user=review.user,
+        content=review.content,
+        score=review.score,
+        createdAt=review.created_at,
+        fetchedAt=review.fetched_at,
     )
 
 
 def review_from_slice(review: Any) -> Review:
     return Review(
-        id=review.id, product_id=review.productId, source=review.source, user=review.user,
-        content=review.content, score=review.score, created_at=review.createdAt, fetched_at=review.fetchedAt,
+        id=review.id,
+        product_id=review.productId,
+        source=review.source,
+        user=review.user,
+        content=review.content,
+        score=review.score,
+        created_at=review.createdAt,
+        fetched_at=review.fetchedAt,
     )
 
 
@@ -391,18 +426,24 @@ def to_slice_error(exc: Exception) -> Exception:
     C = crawler()
     if isinstance(exc, InvalidRecordsError):
         return C.InvalidRecords(
-            code=C.ErrorCode.RecordRejected, message=_short(str(exc)), field="records", index=-1,
-            rejectedIndexes=[index for index, _ in exc.rejected], reasons=[reason for _, reason in exc.rejected],
+            code=C.ErrorCode.RecordRejected,
+            message=_short(str(exc)),
+            field="records",
+            index=-1,
+            rejectedIndexes=[index for index, _ in exc.rejected],
+            reasons=[reason for _, reason in exc.rejected],
             stored=exc.stored,
         )
     if isinstance(exc, InvalidArgumentError):
-        return C.InvalidArgument(code=C.ErrorCode[exc.code], message=_short(str(exc)), field=_short(exc.field),
-                                 index=exc.index)
+        return C.InvalidArgument(
+            code=C.ErrorCode[exc.code], message=_short(str(exc)), field=_short(exc.field), index=exc.index
+        )
     if isinstance(exc, NoWorkError):
         return C.NoWork(code=C.ErrorCode[exc.code], message=str(exc), nextDueInMs=exc.next_due_in_ms)
     if isinstance(exc, LeaseLostError):
-        return C.LeaseLost(code=C.ErrorCode[exc.code], message=_short(str(exc)), taskId=_short(exc.task_id),
-                           index=exc.index)
+        return C.LeaseLost(
+            code=C.ErrorCode[exc.code], message=_short(str(exc)), taskId=_short(exc.task_id), index=exc.index
+        )
     if isinstance(exc, StorageUnavailableError):
         return C.StorageUnavailable(code=C.ErrorCode.Unavailable, message=str(exc))
     if isinstance(exc, NotAuthorizedError):

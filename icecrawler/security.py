@@ -71,7 +71,7 @@ def role_of_certificate(pem: str) -> tuple[str, str, str]:
     if alt is not None:
         for uri in alt.get_values_for_type(x509.UniformResourceIdentifier):
             if uri.startswith(ROLE_URI_PREFIX):
-                role = uri[len(ROLE_URI_PREFIX):]
+                role = uri[len(ROLE_URI_PREFIX) :]
     return role, common_name, format(cert.serial_number, "x")
 
 
@@ -125,8 +125,9 @@ class Gate:
     def require(self, current: Any, permission: str, operation: str) -> frozenset[str]:
         allowed = self.allowed(current)
         if permission not in allowed:
-            raise NotAuthorizedError(f"{operation}: this certificate's role may not {permission} "
-                                     f"(see `icecrawler certs issue --role`)")
+            raise NotAuthorizedError(
+                f"{operation}: this certificate's role may not {permission} (see `icecrawler certs issue --role`)"
+            )
         return allowed
 
 
@@ -196,11 +197,15 @@ def check_listen_endpoints(comm: Ice.Communicator, endpoints: str, allow_insecur
             continue
         text = endpoint.toString()
         if not allow_insecure:
-            raise ConfigError(f"refusing to listen on {text}: a plain endpoint reachable from other machines "
-                              "trusts anyone who can connect; use ssl (icecrawler certs), a loopback address, or "
-                              "--set security.allow_insecure=true")
-        warnings.append(f"INSECURE: {text} is plain TCP on a non-loopback interface: anyone who reaches it may call "
-                        "every operation (security.allow_insecure=true)")
+            raise ConfigError(
+                f"refusing to listen on {text}: a plain endpoint reachable from other machines "
+                "trusts anyone who can connect; use ssl (icecrawler certs), a loopback address, or "
+                "--set security.allow_insecure=true"
+            )
+        warnings.append(
+            f"INSECURE: {text} is plain TCP on a non-loopback interface: anyone who reaches it may call "
+            "every operation (security.allow_insecure=true)"
+        )
     return warnings
 
 

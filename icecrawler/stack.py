@@ -32,8 +32,17 @@ from sandbox.launch import SandboxProcess, sandbox_process
 from sandbox.scenario import Scenario, default_scenario
 from sandbox.sources import SITE_OF_SOURCE, source_settings
 
-__all__ = ["SITE_PREFIX", "ItemKey", "Stack", "StoredItem", "leases_by_task", "overlapping_leases", "running_stack",
-           "stored_index", "truth_index"]
+__all__ = [
+    "SITE_PREFIX",
+    "ItemKey",
+    "Stack",
+    "StoredItem",
+    "leases_by_task",
+    "overlapping_leases",
+    "running_stack",
+    "stored_index",
+    "truth_index",
+]
 
 #: sources.<name>.base_url → the sandbox prefix serving that source.
 SITE_PREFIX = SITE_OF_SOURCE
@@ -77,12 +86,16 @@ class StoredItem:
     fetched_ms: int
 
 
-def truth_index(items: Sequence[Mapping[str, Any]], published_before_wall_ms: int | None = None
-                ) -> dict[tuple[str, ItemKey], Mapping[str, Any]]:
+def truth_index(
+    items: Sequence[Mapping[str, Any]], published_before_wall_ms: int | None = None
+) -> dict[tuple[str, ItemKey], Mapping[str, Any]]:
     """Truth items by (source, key), only those published (wall clock) up to ``published_before_wall_ms`` if
     given. A post shown on both Weibo sites appears once per source, with the same key."""
-    return {(str(item["source"]), truth_key(item)): item for item in items
-            if published_before_wall_ms is None or int(item["published_wall_ms"]) <= published_before_wall_ms}
+    return {
+        (str(item["source"]), truth_key(item)): item
+        for item in items
+        if published_before_wall_ms is None or int(item["published_wall_ms"]) <= published_before_wall_ms
+    }
 
 
 def stored_index(rows: Sequence[StoredItem]) -> collections.Counter[ItemKey]:
@@ -104,9 +117,12 @@ def overlapping_leases(done: Sequence[Mapping[str, Any]]) -> list[tuple[Mapping[
     """Pairs of leases of one task that overlap in time: the audit behind "no task is ever leased twice at
     once". Every report and every expired lease is in the completion log with its interval (leased, ended; wall
     ms, each rounded to the millisecond, hence the 1 ms tolerance)."""
-    return [(before, after) for leases in leases_by_task(done).values()
-            for before, after in itertools.pairwise(leases)
-            if after["leased_wall_ms"] < before["ended_wall_ms"] - 1]
+    return [
+        (before, after)
+        for leases in leases_by_task(done).values()
+        for before, after in itertools.pairwise(leases)
+        if after["leased_wall_ms"] < before["ended_wall_ms"] - 1
+    ]
 
 
 @dataclass
@@ -149,11 +165,20 @@ class Stack:
 
     def start_client(self, name: str, settings: Mapping[str, Any] | None = None) -> ManagedProcess:
         """Start one more ``icecrawler client`` (it picks up work at once; no server is told about it)."""
-        merged = {"metrics.client.port": str(free_port()), "metrics.client.port_span": "1", **self.client_settings,
-                  **{k: str(v) for k, v in (settings or {}).items()}}
+        merged = {
+            "metrics.client.port": str(free_port()),
+            "metrics.client.port_span": "1",
+            **self.client_settings,
+            **{k: str(v) for k, v in (settings or {}).items()},
+        }
         self.metrics_ports[name] = int(merged["metrics.client.port"])
-        argv = icecrawler_argv("client", "--worker-id", name, *(f"--set={k}={v}" for k, v in merged.items()),
-                               f"--Ice.Config={self.client_conf}")
+        argv = icecrawler_argv(
+            "client",
+            "--worker-id",
+            name,
+            *(f"--set={k}={v}" for k, v in merged.items()),
+            f"--Ice.Config={self.client_conf}",
+        )
         process = self.group.start(name, argv)
         self.clients[name] = process
         return process
@@ -201,8 +226,13 @@ class Stack:
     def scheduler_stats(self) -> dict[str, Any]:
         """The scheduler's stats with the detail JSON merged in (what ``icecrawler status --json`` shows)."""
         stats = self._scheduler_proxy().stats()
-        return {"tasks": stats.tasks, "pending": stats.pending, "inflight": stats.inflight, "done": stats.done,
-                **json.loads(stats.detailJson or "{}")}
+        return {
+            "tasks": stats.tasks,
+            "pending": stats.pending,
+            "inflight": stats.inflight,
+            "done": stats.done,
+            **json.loads(stats.detailJson or "{}"),
+        }
 
     def task_info(self, task_id: str) -> dict[str, Any]:
         """One task's metadata and period history (``icecrawler status --task``)."""
@@ -257,16 +287,21 @@ class Stack:
         conn = sqlite3.connect(f"file:{self.sqlite_path}?mode=ro", uri=True, timeout=10)
         try:
             tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-            posts = list(conn.execute("SELECT source, user_id, id, fetched_at FROM weibo")) if "weibo" in tables \
+            posts = list(conn.execute("SELECT source, user_id, id, fetched_at FROM weibo")) if "weibo" in tables else []
+            reviews = (
+                list(conn.execute("SELECT source, product_id, id, content, created_at, fetched_at FROM review"))
+                if "review" in tables
                 else []
-            reviews = list(conn.execute("SELECT source, product_id, id, content, created_at, fetched_at FROM review")) \
-                if "review" in tables else []
+            )
         finally:
             conn.close()
         items = [StoredItem(("weibo", str(user), str(post)), _time_ms(fetched)) for _, user, post, fetched in posts]
         for source, product, review, content, created, fetched in reviews:
-            key: ItemKey = ("ecshop", str(product), _time_ms(created), _norm(content)) if source == "ecshop" \
+            key: ItemKey = (
+                ("ecshop", str(product), _time_ms(created), _norm(content))
+                if source == "ecshop"
                 else (source, str(product), str(review))
+            )
             items.append(StoredItem(key, _time_ms(fetched)))
         return items
 
@@ -279,11 +314,17 @@ def _write_conf(path: Path, properties: Mapping[str, str]) -> None:
 
 
 @contextlib.contextmanager
-def running_stack(root: Path, scenario: Scenario | None = None, *, speed: float = 60.0,
-                  scheduler_settings: Mapping[str, Any] | None = None,
-                  client_settings: Mapping[str, Any] | None = None,
-                  storage_settings: Mapping[str, Any] | None = None,
-                  latency_ms: int = 0, start_timeout_s: float = 60.0) -> Iterator[Stack]:
+def running_stack(
+    root: Path,
+    scenario: Scenario | None = None,
+    *,
+    speed: float = 60.0,
+    scheduler_settings: Mapping[str, Any] | None = None,
+    client_settings: Mapping[str, Any] | None = None,
+    storage_settings: Mapping[str, Any] | None = None,
+    latency_ms: int = 0,
+    start_timeout_s: float = 60.0,
+) -> Iterator[Stack]:
     """Sandbox, storage and scheduler running as child processes under ``root``; the caller seeds and starts
     clients. Every process (clients included) is stopped when the block ends, however it ends."""
     scenario = scenario if scenario is not None else default_scenario()
@@ -295,40 +336,83 @@ def running_stack(root: Path, scenario: Scenario | None = None, *, speed: float 
     common = {"clock.speed": repr(float(speed)), "clock.origin": repr(origin)}
     with ProcessGroup(root / "logs") as group:
         sandbox_port, scheduler_port, storage_port = free_port(), free_port(), free_port()
-        with sandbox_process(root / "logs", port=sandbox_port, group=group, scenario=scenario_file, speed=speed,
-                             origin=origin, latency_ms=latency_ms, max_hang_s=30.0,
-                             truth_file=root / "truth.jsonl") as sandbox:
-            _write_conf(root / "client.conf", {
-                "Scheduler.Proxy": f"{rpc.SCHEDULER_IDENTITY}:tcp -h 127.0.0.1 -p {scheduler_port}",
-                "Storage.Proxy": f"{rpc.STORAGE_IDENTITY}:tcp -h 127.0.0.1 -p {storage_port}"})
-            _write_conf(root / "scheduler.conf", {"SchedulerAdapter.Endpoints":
-                                                  f"tcp -h 127.0.0.1 -p {scheduler_port}"})
+        with sandbox_process(
+            root / "logs",
+            port=sandbox_port,
+            group=group,
+            scenario=scenario_file,
+            speed=speed,
+            origin=origin,
+            latency_ms=latency_ms,
+            max_hang_s=30.0,
+            truth_file=root / "truth.jsonl",
+        ) as sandbox:
+            _write_conf(
+                root / "client.conf",
+                {
+                    "Scheduler.Proxy": f"{rpc.SCHEDULER_IDENTITY}:tcp -h 127.0.0.1 -p {scheduler_port}",
+                    "Storage.Proxy": f"{rpc.STORAGE_IDENTITY}:tcp -h 127.0.0.1 -p {storage_port}",
+                },
+            )
+            _write_conf(
+                root / "scheduler.conf", {"SchedulerAdapter.Endpoints": f"tcp -h 127.0.0.1 -p {scheduler_port}"}
+            )
             _write_conf(root / "storage.conf", {"StorageAdapter.Endpoints": f"tcp -h 127.0.0.1 -p {storage_port}"})
-            storage_sets = {**common, "storage.backend": "embedded", "metrics.storage.port": str(free_port()),
-                            "storage.embedded.path": str(root / "storage" / "store.sqlite3"),
-                            "storage.spool_dir": str(root / "storage" / "spool"),
-                            **{k: str(v) for k, v in (storage_settings or {}).items()}}
-            storage = group.start("storage", icecrawler_argv(
-                "storage", *(f"--set={k}={v}" for k, v in storage_sets.items()),
-                f"--Ice.Config={root / 'storage.conf'}"))
+            storage_sets = {
+                **common,
+                "storage.backend": "embedded",
+                "metrics.storage.port": str(free_port()),
+                "storage.embedded.path": str(root / "storage" / "store.sqlite3"),
+                "storage.spool_dir": str(root / "storage" / "spool"),
+                **{k: str(v) for k, v in (storage_settings or {}).items()},
+            }
+            storage = group.start(
+                "storage",
+                icecrawler_argv(
+                    "storage",
+                    *(f"--set={k}={v}" for k, v in storage_sets.items()),
+                    f"--Ice.Config={root / 'storage.conf'}",
+                ),
+            )
             # The scheduler knows every source's host too: its politeness is per host.
             base_urls = source_settings(sandbox.url)
-            scheduler_sets = {**common, **base_urls, "scheduler.db_dir": str(root / "scheduler"),
-                              "metrics.scheduler.port": str(free_port()),
-                              **{k: str(v) for k, v in (scheduler_settings or {}).items()}}
-            scheduler = group.start("scheduler", icecrawler_argv(
-                "scheduler", *(f"--set={k}={v}" for k, v in scheduler_sets.items()),
-                f"--Ice.Config={root / 'scheduler.conf'}"))
+            scheduler_sets = {
+                **common,
+                **base_urls,
+                "scheduler.db_dir": str(root / "scheduler"),
+                "metrics.scheduler.port": str(free_port()),
+                **{k: str(v) for k, v in (scheduler_settings or {}).items()},
+            }
+            scheduler = group.start(
+                "scheduler",
+                icecrawler_argv(
+                    "scheduler",
+                    *(f"--set={k}={v}" for k, v in scheduler_sets.items()),
+                    f"--Ice.Config={root / 'scheduler.conf'}",
+                ),
+            )
             for process, port in ((storage, storage_port), (scheduler, scheduler_port)):
                 try:
                     wait_for_port("127.0.0.1", port, start_timeout_s, alive=process.alive)
                 except Exception as exc:
                     raise RuntimeError(f"{process.name} did not start: {exc}\n{process.log_tail()}") from exc
-            stack = Stack(root, group, sandbox, scheduler, storage, scheduler_port, storage_port, speed, origin,
-                          scenario, {**common, **base_urls,
-                                     **{k: str(v) for k, v in (client_settings or {}).items()}},
-                          metrics_ports={"scheduler": int(scheduler_sets["metrics.scheduler.port"]),
-                                         "storage": int(storage_sets["metrics.storage.port"])})
+            stack = Stack(
+                root,
+                group,
+                sandbox,
+                scheduler,
+                storage,
+                scheduler_port,
+                storage_port,
+                speed,
+                origin,
+                scenario,
+                {**common, **base_urls, **{k: str(v) for k, v in (client_settings or {}).items()}},
+                metrics_ports={
+                    "scheduler": int(scheduler_sets["metrics.scheduler.port"]),
+                    "storage": int(storage_sets["metrics.storage.port"]),
+                },
+            )
             try:
                 yield stack
             finally:

@@ -79,8 +79,9 @@ def _write_private(path: Path, data: bytes) -> None:
 
 
 def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
-    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                             serialization.NoEncryption())
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
 
 
 def node_dn(node: str, organization: str = ORGANIZATION) -> str:
@@ -101,8 +102,9 @@ def init_ca(directory: Path, *, name: str = "icecrawler CA", days: int = 3650, f
     if (cert_path.exists() or key_path.exists()) and not force:
         raise ConfigError(f"a CA already exists in {directory} (use --force to replace it and re-issue every node)")
     key = ec.generate_private_key(ec.SECP256R1())
-    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name),
-                         x509.NameAttribute(NameOID.ORGANIZATION_NAME, ORGANIZATION)])
+    subject = x509.Name(
+        [x509.NameAttribute(NameOID.COMMON_NAME, name), x509.NameAttribute(NameOID.ORGANIZATION_NAME, ORGANIZATION)]
+    )
     now = _now()
     cert = (
         x509.CertificateBuilder()
@@ -113,9 +115,20 @@ def init_ca(directory: Path, *, name: str = "icecrawler CA", days: int = 3650, f
         .not_valid_before(now - datetime.timedelta(minutes=5))
         .not_valid_after(now + datetime.timedelta(days=days))
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
-                                     content_commitment=False, key_encipherment=False, data_encipherment=False,
-                                     key_agreement=False, encipher_only=False, decipher_only=False), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                key_cert_sign=True,
+                crl_sign=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
         .sign(key, hashes.SHA256())
     )
@@ -135,9 +148,18 @@ def _load_ca(directory: Path) -> tuple[x509.Certificate, ec.EllipticCurvePrivate
     return cert, key
 
 
-def issue(directory: Path, node: str, *, dns: Sequence[str] = (), ips: Sequence[str] = (), days: int = 825,
-          trust: Sequence[str] = (), force: bool = False, install_dir: Path | None = None,
-          role: str | None = None) -> NodeFiles:
+def issue(
+    directory: Path,
+    node: str,
+    *,
+    dns: Sequence[str] = (),
+    ips: Sequence[str] = (),
+    days: int = 825,
+    trust: Sequence[str] = (),
+    force: bool = False,
+    install_dir: Path | None = None,
+    role: str | None = None,
+) -> NodeFiles:
     """Issue ``node``'s key and certificate (signed by the CA in ``directory``) and its ssl property file.
 
     The certificate is valid for both TLS roles (serverAuth + clientAuth): an IceGrid node or a scheduler is a
@@ -164,8 +186,9 @@ def issue(directory: Path, node: str, *, dns: Sequence[str] = (), ips: Sequence[
     except ValueError as exc:
         raise ConfigError(f"bad --ip value: {exc}") from exc
     key = ec.generate_private_key(ec.SECP256R1())
-    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, node),
-                         x509.NameAttribute(NameOID.ORGANIZATION_NAME, ORGANIZATION)])
+    subject = x509.Name(
+        [x509.NameAttribute(NameOID.COMMON_NAME, node), x509.NameAttribute(NameOID.ORGANIZATION_NAME, ORGANIZATION)]
+    )
     names: list[x509.GeneralName] = [x509.DNSName(name) for name in dict.fromkeys([node, *dns])]
     names += [x509.IPAddress(address) for address in addresses]
     if role:
@@ -180,11 +203,23 @@ def issue(directory: Path, node: str, *, dns: Sequence[str] = (), ips: Sequence[
         .not_valid_before(now - datetime.timedelta(minutes=5))
         .not_valid_after(min(now + datetime.timedelta(days=days), ca_cert.not_valid_after_utc))
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.KeyUsage(digital_signature=True, key_encipherment=False, key_agreement=True,
-                                     content_commitment=False, data_encipherment=False, key_cert_sign=False,
-                                     crl_sign=False, encipher_only=False, decipher_only=False), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]),
-                       critical=False)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                key_encipherment=False,
+                key_agreement=True,
+                content_commitment=False,
+                data_encipherment=False,
+                key_cert_sign=False,
+                crl_sign=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(
+            x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False
+        )
         .add_extension(x509.SubjectAlternativeName(names), critical=False)
         .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
         .sign(ca_key, hashes.SHA256())

@@ -28,23 +28,38 @@ log = logging.getLogger("sandbox")
 
 def add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", help="address to bind (default: setting sandbox.host, 127.0.0.1)")
-    parser.add_argument("--port", type=int, help="port shared by all sites (default: setting sandbox.port, 8800; "
-                                                 "0 = any free port)")
+    parser.add_argument(
+        "--port", type=int, help="port shared by all sites (default: setting sandbox.port, 8800; 0 = any free port)"
+    )
     parser.add_argument("--scenario", metavar="FILE", help="scenario file, .toml or .json (default: built-in demo)")
-    parser.add_argument("--speed", type=float, help="simulated seconds per real second, e.g. 60 (default: setting "
-                                                    "clock.speed)")
-    parser.add_argument("--clock-origin", type=float, metavar="EPOCH_S",
-                        help="wall-clock epoch simulated time starts from; share it with the other processes of a "
-                             "run (default: setting clock.origin, 0 = now)")
-    parser.add_argument("--latency-ms", type=int, help="delay added to every site request (default: setting "
-                                                       "sandbox.latency_ms)")
+    parser.add_argument(
+        "--speed", type=float, help="simulated seconds per real second, e.g. 60 (default: setting clock.speed)"
+    )
+    parser.add_argument(
+        "--clock-origin",
+        type=float,
+        metavar="EPOCH_S",
+        help="wall-clock epoch simulated time starts from; share it with the other processes of a "
+        "run (default: setting clock.origin, 0 = now)",
+    )
+    parser.add_argument(
+        "--latency-ms", type=int, help="delay added to every site request (default: setting sandbox.latency_ms)"
+    )
     parser.add_argument("--seed", type=int, help="override the scenario's seed")
     parser.add_argument("--truth-file", metavar="FILE", help="append the ground truth to this JSONL file")
     parser.add_argument("--max-hang-s", type=float, help="cap on a 'hang' misbehaviour (default 60)")
-    parser.add_argument("--visitor-ttl-s", type=float, help="lifetime of a passport visitor session, simulated "
-                                                            "seconds (default: setting sandbox.visitor_ttl_s)")
-    parser.add_argument("--misbehave", action="append", default=[], metavar="SITE[:TARGET].KEY=VALUE",
-                        help="switch a misbehaviour on at start (repeatable); sites: pc, m, web, ecshop, jd, *")
+    parser.add_argument(
+        "--visitor-ttl-s",
+        type=float,
+        help="lifetime of a passport visitor session, simulated seconds (default: setting sandbox.visitor_ttl_s)",
+    )
+    parser.add_argument(
+        "--misbehave",
+        action="append",
+        default=[],
+        metavar="SITE[:TARGET].KEY=VALUE",
+        help="switch a misbehaviour on at start (repeatable); sites: pc, m, web, ecshop, jd, *",
+    )
     parser.add_argument("--print-scenario", action="store_true", help="print the scenario as JSON and exit")
 
 
@@ -58,8 +73,10 @@ def parse_misbehave(specs: Sequence[str]) -> list[MisbehaviourRule]:
             raise ConfigError(f"--misbehave {spec!r}: expected SITE[:TARGET].KEY=VALUE")
         site, _, target = scope.partition(":")
         scopes.setdefault((site, target), {})[key] = value
-    return [MisbehaviourRule.from_dict({"site": site, "target": target, **values})
-            for (site, target), values in scopes.items()]
+    return [
+        MisbehaviourRule.from_dict({"site": site, "target": target, **values})
+        for (site, target), values in scopes.items()
+    ]
 
 
 def build_server(args: argparse.Namespace, settings: Settings) -> SandboxServer:
@@ -78,8 +95,9 @@ def build_server(args: argparse.Namespace, settings: Settings) -> SandboxServer:
         truth_file=args.truth_file or settings.get_str("sandbox.truth_file") or None,
         max_hang_s=args.max_hang_s if args.max_hang_s is not None else settings.get_float("sandbox.max_hang_s"),
         misbehave=parse_misbehave(args.misbehave),
-        visitor_ttl_s=(args.visitor_ttl_s if args.visitor_ttl_s is not None
-                       else settings.get_float("sandbox.visitor_ttl_s")),
+        visitor_ttl_s=(
+            args.visitor_ttl_s if args.visitor_ttl_s is not None else settings.get_float("sandbox.visitor_ttl_s")
+        ),
     )
 
 
@@ -101,8 +119,17 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
     server.start()
-    print(json.dumps({"sandbox": server.url, "sites": {p: server.base_url(p) for p in sorted(server.sites)},
-                      "speed": server.clock.speed, "origin": server.clock.origin}), flush=True)
+    print(
+        json.dumps(
+            {
+                "sandbox": server.url,
+                "sites": {p: server.base_url(p) for p in sorted(server.sites)},
+                "speed": server.clock.speed,
+                "origin": server.clock.origin,
+            }
+        ),
+        flush=True,
+    )
     try:
         while not stop.wait(1.0):
             pass

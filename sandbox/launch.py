@@ -17,15 +17,29 @@ from icecrawler.processes import ManagedProcess, ProcessGroup, free_port
 __all__ = ["SandboxProcess", "sandbox_argv", "sandbox_process"]
 
 
-def sandbox_argv(port: int, *, scenario: str | Path | None = None, speed: float | None = None,
-                 origin: float | None = None, latency_ms: int | None = None, seed: int | None = None,
-                 truth_file: str | Path | None = None, misbehave: Sequence[str] = (),
-                 max_hang_s: float | None = None) -> list[str]:
+def sandbox_argv(
+    port: int,
+    *,
+    scenario: str | Path | None = None,
+    speed: float | None = None,
+    origin: float | None = None,
+    latency_ms: int | None = None,
+    seed: int | None = None,
+    truth_file: str | Path | None = None,
+    misbehave: Sequence[str] = (),
+    max_hang_s: float | None = None,
+) -> list[str]:
     """argv for ``python -m sandbox`` with these options (None = the setting's default)."""
     argv = [sys.executable, "-m", "sandbox", "--port", str(port)]
-    for flag, value in (("--scenario", scenario), ("--speed", speed), ("--clock-origin", origin),
-                        ("--latency-ms", latency_ms), ("--seed", seed), ("--truth-file", truth_file),
-                        ("--max-hang-s", max_hang_s)):
+    for flag, value in (
+        ("--scenario", scenario),
+        ("--speed", speed),
+        ("--clock-origin", origin),
+        ("--latency-ms", latency_ms),
+        ("--seed", seed),
+        ("--truth-file", truth_file),
+        ("--max-hang-s", max_hang_s),
+    ):
         if value is not None:
             argv += [flag, str(value)]
     for spec in misbehave:
@@ -51,15 +65,17 @@ class SandboxProcess:
     def control(self, path: str, payload: dict[str, Any] | None = None, timeout_s: float = 10.0) -> Any:
         """GET (or POST ``payload`` to) ``/__sandbox/<path>`` and decode the JSON answer."""
         data = json.dumps(payload).encode() if payload is not None else None
-        request = urllib.request.Request(f"{self.url}/__sandbox/{path.lstrip('/')}", data=data,
-                                         headers={"Content-Type": "application/json"})
+        request = urllib.request.Request(
+            f"{self.url}/__sandbox/{path.lstrip('/')}", data=data, headers={"Content-Type": "application/json"}
+        )
         with urllib.request.urlopen(request, timeout=timeout_s) as response:
             return json.loads(response.read())
 
 
 @contextlib.contextmanager
-def sandbox_process(log_dir: Path, *, port: int | None = None, group: ProcessGroup | None = None,
-                    name: str = "sandbox", **options: Any) -> Iterator[SandboxProcess]:
+def sandbox_process(
+    log_dir: Path, *, port: int | None = None, group: ProcessGroup | None = None, name: str = "sandbox", **options: Any
+) -> Iterator[SandboxProcess]:
     """Start ``python -m sandbox`` on ``port`` (a free one by default), wait until it listens, stop it after.
 
     ``options`` are ``sandbox_argv``'s keywords. With ``group`` the process joins it (and the group stops it);

@@ -26,8 +26,9 @@ SITES = ("pc", "m", "web", "ecshop", "jd", "*")
 
 def site_names() -> tuple[str, ...]:
     """Sites a rule may name: the built-in ones, "*", and the sandbox site of every registered source."""
-    extra = tuple(spec.sandbox_site for spec in registry.values()
-                  if spec.sandbox_site and spec.sandbox_site not in SITES)
+    extra = tuple(
+        spec.sandbox_site for spec in registry.values() if spec.sandbox_site and spec.sandbox_site not in SITES
+    )
     return SITES + extra
 
 
@@ -73,8 +74,9 @@ class Misbehaviour:
     def from_dict(cls, data: Mapping[str, Any]) -> Misbehaviour:
         unknown = set(data) - set(cls.__dataclass_fields__)
         if unknown:
-            raise ConfigError(f"unknown misbehaviour key(s) {sorted(unknown)} "
-                              f"(known: {sorted(cls.__dataclass_fields__)})")
+            raise ConfigError(
+                f"unknown misbehaviour key(s) {sorted(unknown)} (known: {sorted(cls.__dataclass_fields__)})"
+            )
         types = {name: type(getattr(cls(), name)) for name in cls.__dataclass_fields__}
         try:
             values = {key: _coerce(value, types[key]) for key, value in data.items()}

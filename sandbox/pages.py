@@ -10,8 +10,10 @@ __all__ = ["interstitial", "passport_page"]
 
 _NOTES = {
     "busy": ("抱歉，网络繁忙", "请稍后再试，或者联系微博客服：4000 960 960（个人）"),
-    "frozen": ("抱歉，您的帐号存在异常，目前无法进行登录。<a href=\"http://help.weibo.com/appeal\">(20003)</a>",
-               "如有疑问请访问 help.weibo.com/appeal 申诉"),
+    "frozen": (
+        '抱歉，您的帐号存在异常，目前无法进行登录。<a href="http://help.weibo.com/appeal">(20003)</a>',
+        "如有疑问请访问 help.weibo.com/appeal 申诉",
+    ),
 }
 
 
@@ -46,8 +48,10 @@ $CONFIG['bpType']='sorry';
 def passport_page() -> bytes:
     """The 新浪通行证 login-failure page (retcode 101) as GBK bytes; ``reason`` is GBK-urlencoded."""
     reason = quote("登录名或密码错误".encode("gbk"))
-    url = (f"http://weibo.com/ajaxlogin.php?framelogin=1&callback=parent.sinaSSOController.feedBackUrlCallBack"
-           f"&retcode=101&reason={reason}")
+    url = (
+        f"http://weibo.com/ajaxlogin.php?framelogin=1&callback=parent.sinaSSOController.feedBackUrlCallBack"
+        f"&retcode=101&reason={reason}"
+    )
     html = f"""<html><head>
 <title>新浪通行证</title>
 <meta http-equiv="Content-Type" content="text/html; charset=GBK" />

@@ -66,8 +66,11 @@ PRODUCT_SOURCES = ("ecshop", "jd")
 def product_sources() -> tuple[str, ...]:
     """Sources a scenario product may use: the built-in shops, and any registered source whose items are
     reviews and whose sandbox site the registry names (``icecrawler.sourcespec``)."""
-    extra = tuple(name for name, spec in registry.items()
-                  if spec.table == "review" and spec.sandbox_site and name not in PRODUCT_SOURCES)
+    extra = tuple(
+        name
+        for name, spec in registry.items()
+        if spec.table == "review" and spec.sandbox_site and name not in PRODUCT_SOURCES
+    )
     return PRODUCT_SOURCES + extra
 
 
@@ -75,7 +78,7 @@ def _schedule(value: Any) -> Schedule:
     if isinstance(value, Schedule):
         return value
     if not isinstance(value, Mapping):
-        raise ConfigError(f"schedule must be a table like {{kind = \"periodic\", interval_s = 600}}, got {value!r}")
+        raise ConfigError(f'schedule must be a table like {{kind = "periodic", interval_s = 600}}, got {value!r}')
     return Schedule.from_dict(value)
 
 
@@ -85,8 +88,13 @@ def _check_keys(data: Mapping[str, Any], known: set[str], where: str) -> None:
         raise ConfigError(f"{where}: unknown key(s) {sorted(unknown)} (known: {sorted(known)})")
 
 
-def _from_table[T](cls: type[T], data: Mapping[str, Any], where: str, required: tuple[str, ...],
-                   convert: Mapping[str, Callable[[Any], Any]]) -> T:
+def _from_table[T](
+    cls: type[T],
+    data: Mapping[str, Any],
+    where: str,
+    required: tuple[str, ...],
+    convert: Mapping[str, Callable[[Any], Any]],
+) -> T:
     """Build one scenario dataclass from a TOML/JSON table: unknown keys and missing required keys are
     ConfigErrors, listed keys are converted, and the class's ``__post_init__`` checks the values."""
     _check_keys(data, set(cls.__dataclass_fields__), where)  # type: ignore[attr-defined]
@@ -180,8 +188,9 @@ class Category:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Category:
-        return _from_table(cls, data, "categories[]", ("id",),
-                           {"id": int, "arrivals": _schedule, "arrival_reviews": _schedule})
+        return _from_table(
+            cls, data, "categories[]", ("id",), {"id": int, "arrivals": _schedule, "arrival_reviews": _schedule}
+        )
 
     @property
     def display_name(self) -> str:
@@ -225,8 +234,7 @@ class Scenario:
             raise ConfigError("scenario: duplicate category")
         for category in self.categories:
             if category.parent and (category.parent not in categories or category.parent == category.id):
-                raise ConfigError(f"category {category.id}: parent {category.parent} is not another declared "
-                                  f"category")
+                raise ConfigError(f"category {category.id}: parent {category.parent} is not another declared category")
         goods_ids = {int(p.id) for p in self.products if p.source == "ecshop"}
         for product in self.products:
             if product.source == "ecshop" and product.category and product.category not in categories:
@@ -236,8 +244,10 @@ class Scenario:
                 continue
             arriving = set(range(category.arrival_first_id, category.arrival_first_id + category.arrival_limit))
             if arriving & goods_ids:
-                raise ConfigError(f"category {category.id}: arriving goods ids {min(arriving)}..{max(arriving)} "
-                                  f"overlap other ECSHOP goods")
+                raise ConfigError(
+                    f"category {category.id}: arriving goods ids {min(arriving)}..{max(arriving)} "
+                    f"overlap other ECSHOP goods"
+                )
             goods_ids |= arriving
 
     def to_dict(self) -> dict[str, Any]:
@@ -274,24 +284,54 @@ def default_scenario(seed: int = 0) -> Scenario:
     return Scenario(
         seed=seed,
         users=(
-            WeiboUser(uid=1907518591, name="沙盒用户甲", cursor="since_id", schedule=Schedule("poisson", per_hour=6),
-                      backlog=60),
-            WeiboUser(uid=1163218074, name="沙盒用户乙", cursor="page", schedule=Schedule("bursty", interval_s=3600,
-                                                                                      burst_size=4), backlog=50),
-            WeiboUser(uid=2803301701, name="沙盒用户丙", cursor="since_id", pinned=False,
-                      schedule=Schedule("periodic", interval_s=1200), backlog=20, retweet_every=0),
+            WeiboUser(
+                uid=1907518591,
+                name="沙盒用户甲",
+                cursor="since_id",
+                schedule=Schedule("poisson", per_hour=6),
+                backlog=60,
+            ),
+            WeiboUser(
+                uid=1163218074,
+                name="沙盒用户乙",
+                cursor="page",
+                schedule=Schedule("bursty", interval_s=3600, burst_size=4),
+                backlog=50,
+            ),
+            WeiboUser(
+                uid=2803301701,
+                name="沙盒用户丙",
+                cursor="since_id",
+                pinned=False,
+                schedule=Schedule("periodic", interval_s=1200),
+                backlog=20,
+                retweet_every=0,
+            ),
         ),
         products=(
-            Product("ecshop", "12", name="沙盒手机", category=1, schedule=Schedule("periodic", interval_s=600),
-                    backlog=12),
+            Product(
+                "ecshop", "12", name="沙盒手机", category=1, schedule=Schedule("periodic", interval_s=600), backlog=12
+            ),
             Product("ecshop", "13", name="沙盒耳机", category=1, schedule=Schedule("poisson", per_hour=2), backlog=3),
-            Product("jd", "100012043978", name="沙盒京东商品", schedule=Schedule("poisson", per_hour=10), backlog=35,
-                    count_bonus=1_000_000),
+            Product(
+                "jd",
+                "100012043978",
+                name="沙盒京东商品",
+                schedule=Schedule("poisson", per_hour=10),
+                backlog=35,
+                count_bonus=1_000_000,
+            ),
             Product("jd", "100008348542", schedule=Schedule("static"), backlog=8),
         ),
         categories=(
-            Category(1, name="手机数码", per_page=10, arrivals=Schedule("periodic", interval_s=1800),
-                     arrival_first_id=100, arrival_limit=20),
+            Category(
+                1,
+                name="手机数码",
+                per_page=10,
+                arrivals=Schedule("periodic", interval_s=1800),
+                arrival_first_id=100,
+                arrival_limit=20,
+            ),
             Category(2, name="空分类"),
         ),
     )

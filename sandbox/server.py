@@ -117,11 +117,22 @@ class SandboxServer:
     added to every site request. A hang never lasts longer than ``max_hang_s`` and ends at ``stop()``.
     """
 
-    def __init__(self, scenario: Scenario | None = None, *, host: str = "127.0.0.1", port: int = 0,
-                 speed: float = 1.0, origin: float = 0.0, latency_ms: int = 0, seed: int | None = None,
-                 truth_file: str | Path | None = None, max_hang_s: float = 60.0,
-                 misbehave: Iterable[MisbehaviourRule] = (), clock: SimClock | None = None,
-                 visitor_ttl_s: float = 86_400.0) -> None:
+    def __init__(
+        self,
+        scenario: Scenario | None = None,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        speed: float = 1.0,
+        origin: float = 0.0,
+        latency_ms: int = 0,
+        seed: int | None = None,
+        truth_file: str | Path | None = None,
+        max_hang_s: float = 60.0,
+        misbehave: Iterable[MisbehaviourRule] = (),
+        clock: SimClock | None = None,
+        visitor_ttl_s: float = 86_400.0,
+    ) -> None:
         scenario = scenario if scenario is not None else default_scenario()
         if seed is not None:
             scenario = replace(scenario, seed=seed)
@@ -203,8 +214,9 @@ class SandboxServer:
     def __enter__(self) -> SandboxServer:
         return self.start()
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.stop()
 
     # --- ground truth -----------------------------------------------------------------------------------
@@ -224,11 +236,19 @@ class SandboxServer:
             counts[item.source][item.target] += 1
             out_items.append({**item.to_dict(), "published_wall_ms": self.clock.wall_at(item.published_ms)})
         out_products = [
-            {**p.to_dict(), "appeared_wall_ms": self.clock.wall_at(p.appeared_ms)} for p in products
+            {**p.to_dict(), "appeared_wall_ms": self.clock.wall_at(p.appeared_ms)}
+            for p in products
             if p.appeared_ms <= now and (not source or p.source == source) and (not target or p.product == target)
         ]
-        return {"now_ms": now, "wall_ms": self.clock.wall_ms(), "origin_ms": self.clock.origin_ms,
-                "speed": self.clock.speed, "counts": counts, "items": out_items, "products": out_products}
+        return {
+            "now_ms": now,
+            "wall_ms": self.clock.wall_ms(),
+            "origin_ms": self.clock.origin_ms,
+            "speed": self.clock.speed,
+            "counts": counts,
+            "items": out_items,
+            "products": out_products,
+        }
 
     def _open_truth(self) -> None:
         if self._truth_path is not None and self._truth_file is None:
@@ -259,8 +279,11 @@ class SandboxServer:
     def requests(self, site: str = "", path: str = "", since: int = 0, limit: int = 10_000) -> dict[str, Any]:
         """Logged requests with ``seq > since`` (``next`` is the last seq seen), optionally per site/path."""
         with self._log_lock:
-            rows = [r for r in self._log if r["seq"] > since and (not site or r["site"] == site)
-                    and (not path or r["path"] == path)]
+            rows = [
+                r
+                for r in self._log
+                if r["seq"] > since and (not site or r["site"] == site) and (not path or r["path"] == path)
+            ]
             last = self._log_seq
         return {"next": last, "requests": rows[:limit]}
 
@@ -282,7 +305,7 @@ class SandboxServer:
         if length > len(body) or self._stopping.is_set():
             handler.close_connection = True  # unread body bytes would be taken for the next request
         if split.path == CONTROL_PREFIX or split.path.startswith(CONTROL_PREFIX + "/"):
-            self._send(handler, self._control(handler.command, split.path[len(CONTROL_PREFIX):], split.query, body))
+            self._send(handler, self._control(handler.command, split.path[len(CONTROL_PREFIX) :], split.query, body))
             return
         prefix, _, rest = split.path.lstrip("/").partition("/")
         site = self.sites.get(prefix)
@@ -291,10 +314,21 @@ class SandboxServer:
             return
         request = _build_request(handler, "/" + rest, split.query, body, self.clock.now_ms())
         target = site.target_of(request)
-        entry = self._record({"wall_ms": arrived_ms, "sim_ms": request.now_ms, "site": prefix, "path": "/" + rest,
-                              "query": split.query, "method": handler.command, "target": target,
-                              "host": handler.headers.get("Host", ""), "agent": handler.headers.get("User-Agent", ""),
-                              "status": 0, "misbehaviour": []})
+        entry = self._record(
+            {
+                "wall_ms": arrived_ms,
+                "sim_ms": request.now_ms,
+                "site": prefix,
+                "path": "/" + rest,
+                "query": split.query,
+                "method": handler.command,
+                "target": target,
+                "host": handler.headers.get("Host", ""),
+                "agent": handler.headers.get("User-Agent", ""),
+                "status": 0,
+                "misbehaviour": [],
+            }
+        )
         action = self.misbehaviour.decide(prefix, target, self.max_hang_s)
         entry["misbehaviour"] = action.names
         if self.latency_ms:
@@ -315,8 +349,9 @@ class SandboxServer:
         if action.status == 418:
             return SimResponse(418, b"I'm a teapot", "text/plain; charset=utf-8")
         if action.status == 429:
-            return SimResponse(429, b"Too Many Requests", "text/plain; charset=utf-8",
-                               {"Retry-After": str(action.retry_after_s)})
+            return SimResponse(
+                429, b"Too Many Requests", "text/plain; charset=utf-8", {"Retry-After": str(action.retry_after_s)}
+            )
         if action.ban_page:
             return SimResponse(200, interstitial(action.ban_page, request.now_ms // 1000))
         if action.login_wall and not site.logged_in(request):
@@ -352,15 +387,29 @@ class SandboxServer:
         try:
             data: Any = json.loads(body or b"{}") if method == "POST" else {}
             if path in ("", "/", "/health"):
-                return SimResponse.json({"ok": True, "now_ms": self.clock.now_ms(), "wall_ms": self.clock.wall_ms(),
-                                         "origin_ms": self.clock.origin_ms, "speed": self.clock.speed,
-                                         "sites": sorted(self.sites)})
+                return SimResponse.json(
+                    {
+                        "ok": True,
+                        "now_ms": self.clock.now_ms(),
+                        "wall_ms": self.clock.wall_ms(),
+                        "origin_ms": self.clock.origin_ms,
+                        "speed": self.clock.speed,
+                        "sites": sorted(self.sites),
+                    }
+                )
             if path == "/truth":
-                return SimResponse.json(self.truth(params.get("source", ""), params.get("target", ""),
-                                                   int(params.get("since_ms", -1))))
+                return SimResponse.json(
+                    self.truth(params.get("source", ""), params.get("target", ""), int(params.get("since_ms", -1)))
+                )
             if path == "/requests":
-                return SimResponse.json(self.requests(params.get("site", ""), params.get("path", ""),
-                                                      int(params.get("since", 0)), int(params.get("limit", 10_000))))
+                return SimResponse.json(
+                    self.requests(
+                        params.get("site", ""),
+                        params.get("path", ""),
+                        int(params.get("since", 0)),
+                        int(params.get("limit", 10_000)),
+                    )
+                )
             if path == "/scenario":
                 return SimResponse.json(self.scenario.to_dict())
             if path == "/advance" and method == "POST":
@@ -377,8 +426,9 @@ class SandboxServer:
                     self._change_misbehaviour(data)
                 return SimResponse.json({"rules": [rule.to_dict() for rule in self.misbehaviour.rules()]})
         except (ValueError, TypeError, AttributeError) as exc:
-            return SimResponse(400, json.dumps({"error": str(exc)}, ensure_ascii=False).encode(),
-                               "application/json; charset=utf-8")
+            return SimResponse(
+                400, json.dumps({"error": str(exc)}, ensure_ascii=False).encode(), "application/json; charset=utf-8"
+            )
         return SimResponse(404, b'{"error": "unknown control endpoint"}', "application/json")
 
     def _change_misbehaviour(self, data: dict[str, Any]) -> None:
@@ -407,4 +457,3 @@ def _build_request(handler: _Handler, path: str, query: str, body: bytes, now_ms
         form = {k: v[0] for k, v in parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True).items()}
     params = {k: v[0] for k, v in parse_qs(query, keep_blank_values=True).items()}
     return SimRequest(handler.command, path, params, dict(handler.headers.items()), cookies, form, now_ms)
-

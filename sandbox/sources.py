@@ -11,6 +11,7 @@ from sandbox.sites.passport import GENVISITOR_PATH
 
 __all__ = ["SITE_OF_SOURCE", "source_settings"]
 
+
 class _SiteOfSource(Mapping[str, str]):
     """Every source the sandbox serves → the site prefix serving it (``sources.<name>.base_url`` = server +
     prefix), read from the registry each time (a source registered later in the process is included)."""
@@ -38,6 +39,7 @@ def source_settings(server_url: str) -> dict[str, str]:
     """``sources.<name>.base_url`` (and ``visitor_url``) for a sandbox listening at ``server_url``."""
     base = server_url.rstrip("/")
     settings = {f"sources.{source}.base_url": f"{base}/{site}" for source, site in SITE_OF_SOURCE.items()}
-    settings.update({f"sources.{source}.visitor_url": f"{base}/passport{GENVISITOR_PATH}"
-                     for source in VISITOR_SOURCES})
+    settings.update(
+        {f"sources.{source}.visitor_url": f"{base}/passport{GENVISITOR_PATH}" for source in VISITOR_SOURCES}
+    )
     return settings

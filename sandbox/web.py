@@ -71,7 +71,7 @@ def page_slice[T](items: Sequence[T], page: int, per_page: int) -> list[T]:
     """Items of 1-based ``page``; empty past the end or for page < 1."""
     if page < 1:
         return []
-    return list(items[(page - 1) * per_page: page * per_page])
+    return list(items[(page - 1) * per_page : page * per_page])
 
 
 class Site(Protocol):
@@ -91,5 +91,4 @@ class Site(Protocol):
         """What a request without a session gets under a login wall; None lets it through (login pages)."""
         ...
 
-    def handle(self, request: SimRequest) -> SimResponse:
-        ...
+    def handle(self, request: SimRequest) -> SimResponse: ...

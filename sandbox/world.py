@@ -158,8 +158,9 @@ class World:
         def make(seq: int, ms: int) -> SimPost:
             long_text = spec.long_text_every > 0 and seq % spec.long_text_every == 0
             retweet = spec.retweet_every > 0 and seq % spec.retweet_every == 1 and seq > 1
-            post = make_post(content_rng, spec.uid, spec.display_name, slot, seq, ms, long_text=long_text,
-                             retweet=retweet)
+            post = make_post(
+                content_rng, spec.uid, spec.display_name, slot, seq, ms, long_text=long_text, retweet=retweet
+            )
             if seq == pinned_seq:
                 post = SimPost(**{**post.__dict__, "pinned": True})
             return post
@@ -199,20 +200,39 @@ class World:
             self._bids[post.retweet.bid] = post.retweet.mid
         created_at = beijing(post.created_ms).strftime("%Y-%m-%d %H:%M:%S")
         for site in state.spec.sites:
-            self.truth_items.append(TruthItem(WEIBO_SOURCES[site], str(post.uid), str(post.mid), post.created_ms,
-                                              created_at, post.user_name, post.text, backlog,
-                                              post.pinned and site != "pc"))
+            self.truth_items.append(
+                TruthItem(
+                    WEIBO_SOURCES[site],
+                    str(post.uid),
+                    str(post.mid),
+                    post.created_ms,
+                    created_at,
+                    post.user_name,
+                    post.text,
+                    backlog,
+                    post.pinned and site != "pc",
+                )
+            )
 
     def _publish_review(self, state: ProductState, review: SimReview, backlog: bool) -> None:
-        self.truth_items.append(TruthItem(
-            state.spec.source, state.spec.id, str(review.review_id) if review.review_id else "",
-            max(review.created_ms, state.appear_ms), beijing(review.created_ms).strftime("%Y-%m-%d %H:%M:%S"),
-            review.user, review.text, backlog))
+        self.truth_items.append(
+            TruthItem(
+                state.spec.source,
+                state.spec.id,
+                str(review.review_id) if review.review_id else "",
+                max(review.created_ms, state.appear_ms),
+                beijing(review.created_ms).strftime("%Y-%m-%d %H:%M:%S"),
+                review.user,
+                review.text,
+                backlog,
+            )
+        )
 
     def _publish_product(self, state: ProductState, backlog: bool) -> None:
         if state.spec.source == "ecshop":
-            self.truth_products.append(TruthProduct("ecshop", state.spec.category, state.spec.id, state.appear_ms,
-                                                    backlog))
+            self.truth_products.append(
+                TruthProduct("ecshop", state.spec.category, state.spec.id, state.appear_ms, backlog)
+            )
             if state.spec.category in self.categories:
                 self.categories[state.spec.category].products.append((state.spec.id, state.appear_ms))
 
@@ -250,8 +270,13 @@ class World:
             if index >= spec.arrival_limit:
                 state.next_ms = None
                 break
-            product = Product("ecshop", str(spec.arrival_first_id + index), category=spec.id,
-                              backlog=spec.arrival_backlog, schedule=spec.arrival_reviews)
+            product = Product(
+                "ecshop",
+                str(spec.arrival_first_id + index),
+                category=spec.id,
+                backlog=spec.arrival_backlog,
+                schedule=spec.arrival_reviews,
+            )
             slot = 5000 + len(self.products)
             state.arrived += 1
             appear = state.next_ms
@@ -308,8 +333,9 @@ class World:
             listed = sorted((int(pid) for each in shown for pid, at in each.products if at <= now_ms), reverse=True)
             return state.spec, [str(pid) for pid in listed]
 
-    def published_since(self, now_ms: int, items_done: int, products_done: int) -> tuple[list[TruthItem],
-                                                                                         list[TruthProduct]]:
+    def published_since(
+        self, now_ms: int, items_done: int, products_done: int
+    ) -> tuple[list[TruthItem], list[TruthProduct]]:
         """Truth records appended after the first ``items_done``/``products_done`` (for the JSONL file)."""
         with self._lock:
             self.advance(now_ms)
@@ -319,6 +345,8 @@ class World:
         """Everything published by ``now_ms``, in publication order."""
         with self._lock:
             self.advance(now_ms)
-            items = sorted((t for t in self.truth_items if t.published_ms <= now_ms),
-                           key=lambda t: (t.published_ms, t.source, t.target, t.id))
+            items = sorted(
+                (t for t in self.truth_items if t.published_ms <= now_ms),
+                key=lambda t: (t.published_ms, t.source, t.target, t.id),
+            )
             return items, list(self.truth_products)

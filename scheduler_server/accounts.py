@@ -57,8 +57,7 @@ def load_accounts(directory: str | Path, default_sources: frozenset[str]) -> lis
     seen: set[str] = set()
     for file in sorted(path.glob("*.toml")):
         if file.stat().st_mode & 0o077:
-            log.warning("%s is readable by other users; account cookies should be readable by the scheduler only",
-                        file)
+            log.warning("%s is readable by other users; account cookies should be readable by the scheduler only", file)
         try:
             entries = tomllib.loads(file.read_text(encoding="utf-8")).get("account", [])
         except (OSError, tomllib.TOMLDecodeError) as exc:
@@ -82,8 +81,14 @@ def load_accounts(directory: str | Path, default_sources: frozenset[str]) -> lis
 class AccountPool:
     """Round-robin over usable accounts; see the module docstring. Times are wall-clock seconds."""
 
-    def __init__(self, accounts: list[PooledAccount], needs_account: frozenset[str], budget_per_min: int,
-                 freeze_s: float, visitors: VisitorSessions | None = None) -> None:
+    def __init__(
+        self,
+        accounts: list[PooledAccount],
+        needs_account: frozenset[str],
+        budget_per_min: int,
+        freeze_s: float,
+        visitors: VisitorSessions | None = None,
+    ) -> None:
         self.needs_account = needs_account
         self.budget_per_min = budget_per_min
         self.freeze_s = freeze_s
@@ -106,8 +111,7 @@ class AccountPool:
             return _NO_ACCOUNT
         for step in range(len(self._order)):
             pooled = self._accounts[self._order[(self._next + step) % len(self._order)]]
-            if (source in pooled.sources and pooled.frozen.until <= now
-                    and pooled.used.total(now) < self.budget_per_min):
+            if source in pooled.sources and pooled.frozen.until <= now and pooled.used.total(now) < self.budget_per_min:
                 self._next = (self._next + step + 1) % len(self._order)
                 pooled.used.add(now)
                 return pooled.account
@@ -135,8 +139,11 @@ class AccountPool:
 
     def describe(self, now: float) -> dict[str, Any]:
         """Per-account state for status, visitor sessions under ``visitor:<source>``: never the cookies."""
-        visitors = {f"visitor:{source}": state for source, state in self.visitors.describe(now).items()
-                    if self.uses_visitors(source)}
+        visitors = {
+            f"visitor:{source}": state
+            for source, state in self.visitors.describe(now).items()
+            if self.uses_visitors(source)
+        }
         return visitors | {
             aid: {
                 "state": "frozen" if p.frozen.until > now else "ok",

@@ -20,8 +20,16 @@ import struct
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-__all__ = ["TaskRecord", "decode_lease", "decode_time_key", "done_value", "encode_lease", "history_append",
-           "history_entries", "time_key"]
+__all__ = [
+    "TaskRecord",
+    "decode_lease",
+    "decode_time_key",
+    "done_value",
+    "encode_lease",
+    "history_append",
+    "history_entries",
+    "time_key",
+]
 
 _TIME = struct.Struct(">Q")
 #: One entry of a task's crawl history: time (ms), period (s), fingerprint distance (-1: unknown), new items.
@@ -37,7 +45,7 @@ def time_key(ms: int, task_id: str = "") -> bytes:
 
 
 def decode_time_key(key: bytes) -> tuple[int, str]:
-    return _TIME.unpack_from(key)[0], key[_TIME.size:].decode()
+    return _TIME.unpack_from(key)[0], key[_TIME.size :].decode()
 
 
 def encode_lease(token: str, worker: str, account_id: str) -> bytes:
@@ -52,14 +60,14 @@ def decode_lease(value: bytes) -> tuple[str, str, str]:
     return token, worker, account_id
 
 
-def history_append(history: bytes, time_ms: int, period_s: float, distance: int, new_items: int, keep: int
-                   ) -> bytes:
+def history_append(history: bytes, time_ms: int, period_s: float, distance: int, new_items: int, keep: int) -> bytes:
     """``history`` (packed entries, oldest first) with one more entry, keeping the newest ``keep``.
 
     A record carries its last ``scheduler.history_len`` crawls. As nested lists they made up most of a full
     record and of its encoding and decoding time; packed, they are one bytes value that pickle copies."""
     return (history + _HISTORY_ENTRY.pack(int(time_ms), float(period_s), int(distance), int(new_items)))[
-        -keep * _HISTORY_ENTRY.size:]
+        -keep * _HISTORY_ENTRY.size :
+    ]
 
 
 def history_entries(history: bytes) -> list[tuple[int, float, int, int]]:
@@ -74,16 +82,26 @@ def _json_number(value: Any) -> str:
     return json.dumps(value)
 
 
-def done_value(outcome: str, new_items: Any, period_s: Any, worker: str, fetches: Any, leased_wall_ms: int,
-               deadline_wall_ms: int, ended_wall_ms: int) -> bytes:
+def done_value(
+    outcome: str,
+    new_items: Any,
+    period_s: Any,
+    worker: str,
+    fetches: Any,
+    leased_wall_ms: int,
+    deadline_wall_ms: int,
+    ended_wall_ms: int,
+) -> bytes:
     """A reported lease's completion-log value: exactly ``json.dumps`` of the dict with these keys in this order
     (what ``Stack.done_log`` and audits read), built without the dict and the generic encoder, since one is
     written per report."""
-    return (f'{{"outcome": {_json_str(outcome)}, "new": {_json_number(new_items)}, '
-            f'"period_s": {_json_number(period_s)}, "worker": {_json_str(worker)}, '
-            f'"fetches": {_json_number(fetches)}, "leased_wall_ms": {_json_number(leased_wall_ms)}, '
-            f'"deadline_wall_ms": {_json_number(deadline_wall_ms)}, '
-            f'"ended_wall_ms": {_json_number(ended_wall_ms)}}}').encode()
+    return (
+        f'{{"outcome": {_json_str(outcome)}, "new": {_json_number(new_items)}, '
+        f'"period_s": {_json_number(period_s)}, "worker": {_json_str(worker)}, '
+        f'"fetches": {_json_number(fetches)}, "leased_wall_ms": {_json_number(leased_wall_ms)}, '
+        f'"deadline_wall_ms": {_json_number(deadline_wall_ms)}, '
+        f'"ended_wall_ms": {_json_number(ended_wall_ms)}}}'
+    ).encode()
 
 
 @dataclass

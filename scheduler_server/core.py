@@ -83,8 +83,9 @@ __all__ = ["Clocks", "SchedulerConfig", "SchedulerCore", "SystemClocks", "check_
 log = logging.getLogger(__name__)
 
 #: Outcomes that count as a failed attempt of the task itself (exponential backoff after N of them).
-TASK_FAILURES = frozenset({Outcome.HttpError, Outcome.Timeout, Outcome.ConnectionError, Outcome.ParseError,
-                           Outcome.Busy, Outcome.TooLarge})
+TASK_FAILURES = frozenset(
+    {Outcome.HttpError, Outcome.Timeout, Outcome.ConnectionError, Outcome.ParseError, Outcome.Busy, Outcome.TooLarge}
+)
 #: Outcomes that freeze the account the task was crawled with.
 ACCOUNT_FAILURES = frozenset({Outcome.LoginRequired, Outcome.AccountFrozen, Outcome.Banned})
 #: Outcomes that block the host.
@@ -208,11 +209,12 @@ class SchedulerConfig:
         if self.host_spacing_s < 0 or self.host_block_s < 0 or self.account_freeze_s < 0:
             raise ConfigError("scheduler.host_spacing_s, host_block_s and account_freeze_s must be >= 0")
         if not 0 <= self.shard < self.shards:
-            raise ConfigError(f"need 0 <= scheduler.shard < scheduler.shards, got shard {self.shard} of "
-                              f"{self.shards}")
+            raise ConfigError(f"need 0 <= scheduler.shard < scheduler.shards, got shard {self.shard} of {self.shards}")
         if self.shards > 1 and self.fetch_budget_per_s > 0:
-            raise ConfigError("scheduler.fetch_budget_per_s is spread over all tasks by one process; it cannot be "
-                              "used with scheduler.shards > 1")
+            raise ConfigError(
+                "scheduler.fetch_budget_per_s is spread over all tasks by one process; it cannot be "
+                "used with scheduler.shards > 1"
+            )
 
 
 @dataclass
@@ -255,8 +257,9 @@ def _check_batch(items: Sequence[Any], name: str, limit: int) -> None:
     if not items:
         raise _invalid(f"{name} is empty", name, code="EmptyBatch")
     if len(items) > limit:
-        raise _invalid(f"{name} has {len(items)} entries; the limit (scheduler.batch_limit) is {limit}", name,
-                       code="BatchTooLarge")
+        raise _invalid(
+            f"{name} has {len(items)} entries; the limit (scheduler.batch_limit) is {limit}", name, code="BatchTooLarge"
+        )
 
 
 def _check_task_id(task_id: str, field_name: str, index: int) -> None:
@@ -272,15 +275,17 @@ def _check_range(value: float, low: float, high: float, field_name: str, index: 
 
 
 #: A report's numeric fields, picked in C (the fast path of ``_check_report``).
-_report_numbers = operator.attrgetter("new_items", "window_items", "fetches", "http_status", "newest_item_ms",
-                                      "fingerprint", "retry_after_s")
+_report_numbers = operator.attrgetter(
+    "new_items", "window_items", "fetches", "http_status", "newest_item_ms", "fingerprint", "retry_after_s"
+)
 
 
 class SchedulerCore:
     """Leases due tasks, applies reports, keeps politeness and the account pool; see the module docstring."""
 
-    def __init__(self, store: QueueStore, policy: RevisitPolicy, clocks: Clocks, config: SchedulerConfig,
-                 accounts: AccountPool) -> None:
+    def __init__(
+        self, store: QueueStore, policy: RevisitPolicy, clocks: Clocks, config: SchedulerConfig, accounts: AccountPool
+    ) -> None:
         self.store = store
         self.policy = policy
         self.clocks = clocks
@@ -310,24 +315,36 @@ class SchedulerCore:
     def from_settings(cls, settings: Settings, store: QueueStore, clocks: Clocks | None = None) -> SchedulerCore:
         config = SchedulerConfig.from_settings(settings)
         try:
-            policy = make_policy(settings.get_str("scheduler.policy"), min_period_s=config.min_period_s,
-                                 max_period_s=config.max_period_s, initial_period_s=config.initial_period_s,
-                                 reference_period_s=settings.get_float("scheduler.rate_reference_period_s"))
+            policy = make_policy(
+                settings.get_str("scheduler.policy"),
+                min_period_s=config.min_period_s,
+                max_period_s=config.max_period_s,
+                initial_period_s=config.initial_period_s,
+                reference_period_s=settings.get_float("scheduler.rate_reference_period_s"),
+            )
         except ValueError as exc:
             raise ConfigError(f"scheduler.policy: {exc}") from exc
         accounts = load_accounts(settings.get_str("scheduler.accounts_dir"), config.account_sources)
         shard_map = ShardMap(config.hosts, config.shards)
         for pooled in accounts:
             if len({shard_map.of_source(source) for source in pooled.sources}) > 1:
-                raise ConfigError(f"account {pooled.account.id} serves sources on different scheduler shards "
-                                  f"({', '.join(sorted(pooled.sources))}); its request budget needs one owner: "
-                                  "give each shard's hosts their own accounts")
-        pool = AccountPool(accounts, config.account_sources, config.account_budget_per_min, config.account_freeze_s,
-                           VisitorSessions.from_settings(settings))
+                raise ConfigError(
+                    f"account {pooled.account.id} serves sources on different scheduler shards "
+                    f"({', '.join(sorted(pooled.sources))}); its request budget needs one owner: "
+                    "give each shard's hosts their own accounts"
+                )
+        pool = AccountPool(
+            accounts,
+            config.account_sources,
+            config.account_budget_per_min,
+            config.account_freeze_s,
+            VisitorSessions.from_settings(settings),
+        )
         for source in sorted(config.account_sources - {s for a in accounts for s in a.sources}):
             if not pool.uses_visitors(source):
-                log.warning("no account can crawl %s (scheduler.account_sources): its tasks wait until one is added",
-                            source)
+                log.warning(
+                    "no account can crawl %s (scheduler.account_sources): its tasks wait until one is added", source
+                )
         return cls(store, policy, clocks or SystemClocks(Clock.from_settings(settings)), config, pool)
 
     # --- start-up -------------------------------------------------------------------------------------------
@@ -343,7 +360,7 @@ class SchedulerCore:
                 if key == _LAYOUT_KEY:
                     continue
                 if key.startswith(_GAP_KEY):
-                    self.open_gaps.add(key[len(_GAP_KEY):].decode())
+                    self.open_gaps.add(key[len(_GAP_KEY) :].decode())
                     continue
                 kind, _, name = key.decode().partition(":")
                 until, reason = json.loads(value)
@@ -372,9 +389,11 @@ class SchedulerCore:
             txn.put("meta", _LAYOUT_KEY, json.dumps(layout).encode())
         elif json.loads(stored) != layout:
             was = json.loads(stored)
-            raise ConfigError(f"this scheduler database is shard {was['shard']} of {was['shards']}, but "
-                              f"scheduler.shard/scheduler.shards say {layout['shard']} of {layout['shards']}; "
-                              "use the shard's own scheduler.db_dir (changing the shard count is not supported)")
+            raise ConfigError(
+                f"this scheduler database is shard {was['shard']} of {was['shards']}, but "
+                f"scheduler.shard/scheduler.shards say {layout['shard']} of {layout['shards']}; "
+                "use the shard's own scheduler.db_dir (changing the shard count is not supported)"
+            )
 
     @contextmanager
     def _transaction(self) -> Iterator[Txn]:
@@ -466,20 +485,29 @@ class SchedulerCore:
             except InvalidArgumentError as exc:
                 raise _invalid(str(exc), f"ids[{index}]", index, code="InvalidId") from exc
             if self.config.shards > 1 and self.shard_map.of_source(source) != self.config.shard:
-                raise _invalid(f"{quote(text)} belongs to scheduler shard {self.shard_map.of_source(source)} of "
-                               f"{self.config.shards} (its host {self.config.hosts[source]}), not to this shard "
-                               f"{self.config.shard}", f"ids[{index}]", index, code="WrongShard")
+                raise _invalid(
+                    f"{quote(text)} belongs to scheduler shard {self.shard_map.of_source(source)} of "
+                    f"{self.config.shards} (its host {self.config.hosts[source]}), not to this shard "
+                    f"{self.config.shard}",
+                    f"ids[{index}]",
+                    index,
+                    code="WrongShard",
+                )
         return self._call(lambda txn, group: self._add_in(txn, group, task_ids, kind), durable=True)
 
-    def _add_in(self, txn: Txn, group: _Group, task_ids: list[tuple[str, str, str]], kind: TaskKind
-                ) -> _Finish:
+    def _add_in(self, txn: Txn, group: _Group, task_ids: list[tuple[str, str, str]], kind: TaskKind) -> _Finish:
         added: list[TaskRecord] = []
         for task_id, source, target in task_ids:
             if txn.get("tasks", task_id.encode()) is not None:
                 continue
             record = TaskRecord(
-                id=task_id, kind=kind.value, source=source, target=target, due_ms=group.now_ms,
-                period_s=self.config.initial_period_s, policy_state=self.policy.initial_state(),
+                id=task_id,
+                kind=kind.value,
+                source=source,
+                target=target,
+                due_ms=group.now_ms,
+                period_s=self.config.initial_period_s,
+                policy_state=self.policy.initial_state(),
                 created_ms=group.now_ms,
             )
             txn.put("tasks", task_id.encode(), record.to_bytes())
@@ -492,6 +520,7 @@ class SchedulerCore:
             self._counts["tasks"] += len(added)
             self._counts["pending"] += len(added)
             return len(added)
+
         return finish
 
     # --- leasing --------------------------------------------------------------------------------------------
@@ -508,8 +537,9 @@ class SchedulerCore:
         if max_tasks < 1:
             raise _invalid(f"max must be >= 1, got {max_tasks}", "max")
         if max_tasks > self.config.batch_limit:
-            raise _invalid(f"max={max_tasks} exceeds scheduler.batch_limit={self.config.batch_limit}", "max",
-                           code="BatchTooLarge")
+            raise _invalid(
+                f"max={max_tasks} exceeds scheduler.batch_limit={self.config.batch_limit}", "max", code="BatchTooLarge"
+            )
         return self._call(lambda txn, group: self._lease_in(txn, group, worker_id, max_tasks), durable=False)
 
     def _lease_in(self, txn: Txn, group: _Group, worker_id: str, max_tasks: int) -> _Finish:
@@ -521,8 +551,9 @@ class SchedulerCore:
 
         def finish() -> list[Task]:
             if not tasks:
-                raise NoWorkError("no task is due" if next_due_ms != 0 else "due tasks wait for politeness",
-                                  next_due_ms)
+                raise NoWorkError(
+                    "no task is due" if next_due_ms != 0 else "due tasks wait for politeness", next_due_ms
+                )
             self.records.keep(records)
             for task in tasks:
                 self.gate.leased(self.config.hosts[task.source], group.wall)
@@ -532,10 +563,12 @@ class SchedulerCore:
             if self.observer is not None:
                 self.observer.leased(tasks)
             return tasks
+
         return finish
 
-    def _lease_due(self, txn: Txn, group: _Group, worker_id: str, max_tasks: int, records: list[TaskRecord]
-                   ) -> tuple[list[Task], list[float]]:
+    def _lease_due(
+        self, txn: Txn, group: _Group, worker_id: str, max_tasks: int, records: list[TaskRecord]
+    ) -> tuple[list[Task], list[float]]:
         """Lease due tasks in due-time order over all sources; a source whose host or accounts refuse its next
         task is skipped for the rest of the call (its wait is returned). The leased records are appended to
         ``records``."""
@@ -564,14 +597,22 @@ class SchedulerCore:
                 sources.remove(first_source)
                 waits.append(wait)
                 continue
-            token = tokens[16 * len(tasks):16 * len(tasks) + 16]
+            token = tokens[16 * len(tasks) : 16 * len(tasks) + 16]
             tasks.append(self._lease_one(txn, first[1], token, worker_id, account, deadline_ms, records))
             if self.config.host_spacing_s > 0:
                 batch_hosts.add(host)
         return tasks, waits
 
-    def _lease_one(self, txn: Txn, task_id: str, token: str, worker_id: str, account: Account, deadline_ms: int,
-                   records: list[TaskRecord]) -> Task:
+    def _lease_one(
+        self,
+        txn: Txn,
+        task_id: str,
+        token: str,
+        worker_id: str,
+        account: Account,
+        deadline_ms: int,
+        records: list[TaskRecord],
+    ) -> Task:
         record = self._record(txn, task_id)
         records.append(record)
         record.state = "inflight"
@@ -585,9 +626,17 @@ class SchedulerCore:
         txn.put("inflight", time_key(deadline_ms, task_id), encode_lease(token, worker_id, account.id))
         self.queues.inflight(task_id, deadline_ms)
         return Task(
-            id=task_id, kind=_TASK_KINDS[record.kind], source=record.source, target=record.target,
-            params=dict(record.params), lease_token=record.lease_token, lease_deadline_ms=deadline_ms,
-            period_s=record.period_s, cursor=record.cursor, attempts=record.attempts, account=account,
+            id=task_id,
+            kind=_TASK_KINDS[record.kind],
+            source=record.source,
+            target=record.target,
+            params=dict(record.params),
+            lease_token=record.lease_token,
+            lease_deadline_ms=deadline_ms,
+            period_s=record.period_s,
+            cursor=record.cursor,
+            attempts=record.attempts,
+            account=account,
         )
 
     def _next_due_ms(self, now_ms: int, waits: list[float]) -> int:
@@ -620,10 +669,13 @@ class SchedulerCore:
 
     def _report_in(self, txn: Txn, group: _Group, reports: Sequence[Report]) -> _Finish:
         # Every lease is checked before anything changes, so a LeaseLost leaves the transaction untouched.
-        records = [self._leased(txn, item.task_id, item.lease_token, index, "reports")
-                   for index, item in enumerate(reports)]
-        effects = [self._apply(txn, record, item, group.now_ms, group.wall)
-                   for record, item in zip(records, reports, strict=True)]
+        records = [
+            self._leased(txn, item.task_id, item.lease_token, index, "reports") for index, item in enumerate(reports)
+        ]
+        effects = [
+            self._apply(txn, record, item, group.now_ms, group.wall)
+            for record, item in zip(records, reports, strict=True)
+        ]
 
         def finish() -> None:
             self.records.keep(records)
@@ -639,6 +691,7 @@ class SchedulerCore:
             self._reports.add(wall, len(reports))
             if self.observer is not None:
                 self.observer.reported(records, reports)
+
         return finish
 
     def _check_report(self, item: Report, index: int) -> None:
@@ -651,27 +704,46 @@ class SchedulerCore:
         # The common case in one expression (plain ints in range, no retry hint); anything else takes the
         # field-by-field checks below, which accept the same values and name the first bad field.
         new, window, fetches, status, newest, fingerprint, retry = _report_numbers(item)
-        if (type(new) is int and type(window) is int and type(fetches) is int and type(status) is int
-                and type(newest) is int and type(fingerprint) is int and 0 <= new <= _MAX_COUNT
-                and 0 <= window <= _MAX_COUNT and 0 <= fetches <= _MAX_COUNT and 0 <= status <= 999
-                and 0 <= newest <= 2**62 and 0 <= fingerprint <= 2**64 - 1
-                and (type(retry) is float or type(retry) is int) and 0 <= retry <= self.config.max_period_s
-                and len(item.cursor) <= _MAX_CURSOR and len(item.error_class) <= _MAX_TEXT
-                and not item.new_item_times_ms):
+        if (
+            type(new) is int
+            and type(window) is int
+            and type(fetches) is int
+            and type(status) is int
+            and type(newest) is int
+            and type(fingerprint) is int
+            and 0 <= new <= _MAX_COUNT
+            and 0 <= window <= _MAX_COUNT
+            and 0 <= fetches <= _MAX_COUNT
+            and 0 <= status <= 999
+            and 0 <= newest <= 2**62
+            and 0 <= fingerprint <= 2**64 - 1
+            and (type(retry) is float or type(retry) is int)
+            and 0 <= retry <= self.config.max_period_s
+            and len(item.cursor) <= _MAX_CURSOR
+            and len(item.error_class) <= _MAX_TEXT
+            and not item.new_item_times_ms
+        ):
             return
-        for name, value, high in (("newItems", item.new_items, _MAX_COUNT), ("windowItems", item.window_items,
-                                  _MAX_COUNT), ("fetches", item.fetches, _MAX_COUNT),
-                                  ("httpStatus", item.http_status, 999), ("newestItemMs", item.newest_item_ms, 2**62),
-                                  ("fingerprint", item.fingerprint, 2**64 - 1),
-                                  ("retryAfterS", item.retry_after_s, self.config.max_period_s)):
+        for name, value, high in (
+            ("newItems", item.new_items, _MAX_COUNT),
+            ("windowItems", item.window_items, _MAX_COUNT),
+            ("fetches", item.fetches, _MAX_COUNT),
+            ("httpStatus", item.http_status, 999),
+            ("newestItemMs", item.newest_item_ms, 2**62),
+            ("fingerprint", item.fingerprint, 2**64 - 1),
+            ("retryAfterS", item.retry_after_s, self.config.max_period_s),
+        ):
             _check_range(value, 0, high, f"{where}.{name}", index)
         for name, text, limit in (("cursor", item.cursor, _MAX_CURSOR), ("errorClass", item.error_class, _MAX_TEXT)):
             if len(text) > limit:
                 raise _invalid(f"{name} is longer than {limit} characters", f"{where}.{name}", index)
         times = item.new_item_times_ms
         if len(times) > min(MAX_ITEM_TIMES, max(item.new_items, 0)):
-            raise _invalid(f"{len(times)} item times for {item.new_items} new items (at most "
-                           f"min(newItems, {MAX_ITEM_TIMES}))", f"{where}.newItemTimesMs", index)
+            raise _invalid(
+                f"{len(times)} item times for {item.new_items} new items (at most min(newItems, {MAX_ITEM_TIMES}))",
+                f"{where}.newItemTimesMs",
+                index,
+            )
         for time_ms in times:
             _check_range(time_ms, 1, 2**62, f"{where}.newItemTimesMs", index)
 
@@ -710,8 +782,10 @@ class SchedulerCore:
             raise LeaseLostError(
                 f"lease {quote(token)} of {quote(task_id)} "
                 + ("expired or was given back" if stale else "was never issued"),
-                task_id=task_id, index=index,
-                code="StaleLease" if stale else "UnknownLease")
+                task_id=task_id,
+                index=index,
+                code="StaleLease" if stale else "UnknownLease",
+            )
         return record
 
     def _end_lease(self, txn: Txn, record: TaskRecord, due_ms: int) -> None:
@@ -755,7 +829,8 @@ class SchedulerCore:
             delay_s = self._backoff_s(record.attempts)
         # A visitor session the site ended is renewed instead of blocking the host (or freezing anything).
         renewed = item.outcome is not Outcome.Ok and self.accounts.settle(
-            record.account_id, item.outcome, item.error_class, item.http_status, wall)
+            record.account_id, item.outcome, item.error_class, item.http_status, wall
+        )
         if item.outcome in HOST_FAILURES and not renewed:
             until = wall + (item.retry_after_s or self.config.host_block_s)
             self.gate.block(effect.host, until, item.outcome.value)
@@ -763,22 +838,39 @@ class SchedulerCore:
         if item.outcome in ACCOUNT_FAILURES and record.account_id and not is_visitor(record.account_id):
             until = wall + max(item.retry_after_s, self.config.account_freeze_s)
             self.accounts.freeze(record.account_id, until, item.outcome.value)
-            txn.put("meta", f"account:{record.account_id}".encode(),
-                    json.dumps([until, item.outcome.value]).encode())
+            txn.put("meta", f"account:{record.account_id}".encode(), json.dumps([until, item.outcome.value]).encode())
         # Same JSON as json.dumps of {"outcome", "new", "period_s", "worker", "fetches", **_lease_interval}.
         deadline_ms = record.lease_deadline_ms
-        txn.put("done", time_key(now_ms, f"{record.id}#{record.lease_token}"), done_value(
-            item.outcome.value, item.new_items, record.period_s, record.worker, item.fetches,
-            deadline_ms - int(self.config.lease_s * 1000), deadline_ms, int(wall * 1000)))
+        txn.put(
+            "done",
+            time_key(now_ms, f"{record.id}#{record.lease_token}"),
+            done_value(
+                item.outcome.value,
+                item.new_items,
+                record.period_s,
+                record.worker,
+                item.fetches,
+                deadline_ms - int(self.config.lease_s * 1000),
+                deadline_ms,
+                int(wall * 1000),
+            ),
+        )
         self._end_lease(txn, record, now_ms + int(delay_s * 1000))
         return effect
 
     def _observe(self, record: TaskRecord, item: Report, now_ms: int) -> float:
         """A successful crawl: the policy turns the change signals into the next period (clamped)."""
-        decision = self.policy.next_period(record.policy_state, Observation(
-            now_s=now_ms / 1000, fingerprint=item.fingerprint, new_items=item.new_items,
-            window_items=item.window_items, newest_item_s=item.newest_item_ms / 1000,
-            new_item_times_s=tuple(time_ms / 1000 for time_ms in item.new_item_times_ms)))
+        decision = self.policy.next_period(
+            record.policy_state,
+            Observation(
+                now_s=now_ms / 1000,
+                fingerprint=item.fingerprint,
+                new_items=item.new_items,
+                window_items=item.window_items,
+                newest_item_s=item.newest_item_ms / 1000,
+                new_item_times_s=tuple(time_ms / 1000 for time_ms in item.new_item_times_ms),
+            ),
+        )
         period = min(self.config.max_period_s, max(self.config.min_period_s, decision.period_s))
         distance = decision.distance
         if distance < 0 and record.fingerprint and item.fingerprint:
@@ -793,8 +885,9 @@ class SchedulerCore:
         record.cursor = item.cursor or record.cursor
         if record.kind == TaskKind.Listing.value:
             record.discovered += item.new_items
-        record.history = history_append(record.history, now_ms, period, distance, item.new_items,
-                                        self.config.history_len)
+        record.history = history_append(
+            record.history, now_ms, period, distance, item.new_items, self.config.history_len
+        )
         return period
 
     def release(self, leases: Sequence[tuple[str, str]]) -> None:
@@ -824,6 +917,7 @@ class SchedulerCore:
                 self.gate.ended(self._host(task_id), group.wall)
             self._counts["inflight"] -= len(leases)
             self._counts["pending"] += len(leases)
+
         return finish
 
     # --- maintenance ------------------------------------------------------------------------------------------
@@ -861,8 +955,11 @@ class SchedulerCore:
     def _lease_interval(self, record: TaskRecord, wall: float) -> dict[str, int]:
         """When the lease being ended was handed out and when it ends (wall ms), for the completion log: an
         audit can check that no task was ever leased twice at the same time."""
-        return {"leased_wall_ms": record.lease_deadline_ms - int(self.config.lease_s * 1000),
-                "deadline_wall_ms": record.lease_deadline_ms, "ended_wall_ms": int(wall * 1000)}
+        return {
+            "leased_wall_ms": record.lease_deadline_ms - int(self.config.lease_s * 1000),
+            "deadline_wall_ms": record.lease_deadline_ms,
+            "ended_wall_ms": int(wall * 1000),
+        }
 
     def _expired(self, records: list[TaskRecord], wall: float) -> None:
         """After the commit: expired leases free their hosts (and are in the completion log)."""
@@ -894,8 +991,7 @@ class SchedulerCore:
             start = chunk[-1][0] + b"\0"
         if not rates:
             return None
-        scale = budget_scale(rates, self.config.fetch_budget_per_s, self.config.min_period_s,
-                             self.config.max_period_s)
+        scale = budget_scale(rates, self.config.fetch_budget_per_s, self.config.min_period_s, self.config.max_period_s)
         self.policy.set_budget_scale(scale)
         return scale
 
@@ -974,10 +1070,13 @@ class SchedulerCore:
         states: dict[str, int] = {"ok": 0, "frozen": 0}
         for account in accounts.values():
             states[account["state"]] = states.get(account["state"], 0) + 1
-        return {**counts, "due": due,
-                "due_age_s": max(0.0, (now_ms - first_ms) / 1000) if due and first_ms is not None else 0.0,
-                "blocked_hosts": sum(1 for host in hosts.values() if host["block"]["reason"]),
-                "accounts": states}
+        return {
+            **counts,
+            "due": due,
+            "due_age_s": max(0.0, (now_ms - first_ms) / 1000) if due and first_ms is not None else 0.0,
+            "blocked_hosts": sum(1 for host in hosts.values() if host["block"]["reason"]),
+            "accounts": states,
+        }
 
     def task_info(self, task_id: str) -> dict[str, Any]:
         """One task's metadata and recent period/distance history."""
@@ -989,11 +1088,14 @@ class SchedulerCore:
                 raise _invalid(f"unknown task {task_id}", "taskId", code="UnknownTask")
             info = {key: value for key, value in vars(record).items() if key != "old_tokens"}
             info["lease_token"] = "<held>" if record.lease_token else ""
-            info["due_in_s"] = round((record.due_ms / 1000 - self.clocks.now()), 3) if record.state == "pending" \
-                else None
+            info["due_in_s"] = (
+                round((record.due_ms / 1000 - self.clocks.now()), 3) if record.state == "pending" else None
+            )
             info["gap"] = describe_gap(record.cursor)
-            info["history"] = [{"time_ms": int(t), "period_s": p, "distance": int(d), "new_items": int(n)}
-                               for t, p, d, n in history_entries(record.history)]
+            info["history"] = [
+                {"time_ms": int(t), "period_s": p, "distance": int(d), "new_items": int(n)}
+                for t, p, d, n in history_entries(record.history)
+            ]
             return info
 
 
@@ -1004,8 +1106,9 @@ def _hold_lease(record: TaskRecord, deadline_ms: int, lease: bytes) -> None:
     record.worker, record.account_id = worker, account_id
 
 
-def check_consistency(store: QueueStore, limit: int = 10_000_000, queues: TaskQueues | None = None,
-                      records: RecordCache | None = None) -> tuple[dict[str, int], list[str]]:
+def check_consistency(
+    store: QueueStore, limit: int = 10_000_000, queues: TaskQueues | None = None, records: RecordCache | None = None
+) -> tuple[dict[str, int], list[str]]:
     """Audit: every task is in exactly one of pending/inflight; a pending key is at the due time its record names,
     an inflight entry holds a lease (and agrees with its record when the record names one too), and no queue key
     points at a missing task; given a running core's ``queues``, its in-memory
@@ -1026,12 +1129,14 @@ def check_consistency(store: QueueStore, limit: int = 10_000_000, queues: TaskQu
         where.setdefault(task_id, []).append("pending")
     for (deadline_ms, task_id), token in inflight:
         record = stored.get(task_id)
-        if record is None or not token or (record.state == "inflight" and (
-                record.lease_deadline_ms != deadline_ms or record.lease_token != token)):
+        if (
+            record is None
+            or not token
+            or (record.state == "inflight" and (record.lease_deadline_ms != deadline_ms or record.lease_token != token))
+        ):
             problems.append(f"inflight key ({deadline_ms}, {task_id}) does not match its record")
         where.setdefault(task_id, []).append("inflight")
-    problems.extend(f"{task_id} is in {places or 'no queue'}" for task_id, places in where.items()
-                    if len(places) != 1)
+    problems.extend(f"{task_id} is in {places or 'no queue'}" for task_id, places in where.items() if len(places) != 1)
     if queues is not None:
         if queues.due != {task_id: due_ms for due_ms, task_id in pending}:
             problems.append("the in-memory pending queue differs from the pending table")
@@ -1041,7 +1146,10 @@ def check_consistency(store: QueueStore, limit: int = 10_000_000, queues: TaskQu
         for (deadline_ms, task_id), lease in leases:
             if task_id in stored:
                 _hold_lease(stored[task_id], deadline_ms, lease)
-        problems.extend(f"the cached record of {cached.id} is not the stored one" for cached in records
-                        if cached.id not in stored or vars(cached) != vars(stored[cached.id]))
+        problems.extend(
+            f"the cached record of {cached.id} is not the stored one"
+            for cached in records
+            if cached.id not in stored or vars(cached) != vars(stored[cached.id])
+        )
     counts = {"tasks": len(stored), "pending": len(pending), "inflight": len(inflight)}
     return counts, problems

@@ -136,8 +136,9 @@ class GroupCall:
 class GroupRunner:
     """Runs submitted calls in groups, each group followed by one shared sync; see the module docstring."""
 
-    def __init__(self, run_group: Callable[[list[GroupCall]], None], sync: Callable[[], None],
-                 *, stall_s: float = 1.0) -> None:
+    def __init__(
+        self, run_group: Callable[[list[GroupCall]], None], sync: Callable[[], None], *, stall_s: float = 1.0
+    ) -> None:
         self._run_group = run_group
         self._sync = sync
         self._queue: list[GroupCall] = []

@@ -74,7 +74,7 @@ def _copy_table(source: Path, store: BdbQueueStore, table: str) -> int:
     pairs = _dumped_pairs(dump.read_text(errors="replace") if dump.exists() else "")
     copied = 0
     for start in range(0, len(pairs), _CHUNK):
-        copied += _put(store, table, pairs[start:start + _CHUNK])
+        copied += _put(store, table, pairs[start : start + _CHUNK])
     return copied
 
 
@@ -137,18 +137,24 @@ def salvage(path: Path, durable: bool) -> Path:
             entry.rename(aside / entry.name)
     store = BdbQueueStore(path, durable=durable)
     try:
-        copied = {table: _copy_table(aside / f"{table}.db", store, table) for table in TABLES
-                  if (aside / f"{table}.db").exists()}
+        copied = {
+            table: _copy_table(aside / f"{table}.db", store, table)
+            for table in TABLES
+            if (aside / f"{table}.db").exists()
+        }
         tasks = _rebuild_queues(store)
     finally:
         store.close()
-    log.warning("--recover: moved the damaged queue database to %s; copied %s; %d task(s) queued again",
-                aside, ", ".join(f"{table} {count}" for table, count in copied.items()) or "nothing", tasks)
+    log.warning(
+        "--recover: moved the damaged queue database to %s; copied %s; %d task(s) queued again",
+        aside,
+        ", ".join(f"{table} {count}" for table, count in copied.items()) or "nothing",
+        tasks,
+    )
     return aside
 
 
-def open_checked(path: str | Path, *, durable: bool = True, recover: bool = False, **options: Any
-                 ) -> BdbQueueStore:
+def open_checked(path: str | Path, *, durable: bool = True, recover: bool = False, **options: Any) -> BdbQueueStore:
     """The queue database in ``path``, checked (see the module docstring); raises ServiceError instead of
     opening a damaged one, unless ``recover``."""
     path = Path(path)
@@ -162,9 +168,11 @@ def open_checked(path: str | Path, *, durable: bool = True, recover: bool = Fals
         problem = _verify(path)
     if problem:
         if not recover:
-            raise ServiceError(f"the scheduler database in {path} is damaged: {problem}. Not starting on it: restore "
-                               "it from a backup, or start with --recover to move it aside and copy every readable "
-                               "record into a new one (leases held then are dropped)")
+            raise ServiceError(
+                f"the scheduler database in {path} is damaged: {problem}. Not starting on it: restore "
+                "it from a backup, or start with --recover to move it aside and copy every readable "
+                "record into a new one (leases held then are dropped)"
+            )
         log.warning("--recover: the scheduler database in %s is damaged: %s", path, problem)
         salvage(path, durable)
     store = BdbQueueStore(path, durable=durable, **options)

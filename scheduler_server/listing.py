@@ -22,8 +22,11 @@ def list_tasks(core: SchedulerCore, prefix: str, after: str, max_tasks: int) -> 
     """Up to ``max_tasks`` tasks whose id starts with ``prefix``, in id order, after the id ``after``."""
     limit = core.config.batch_limit
     if not 1 <= max_tasks <= limit:
-        raise InvalidArgumentError(f"max={max_tasks} is outside [1, {limit}] (scheduler.batch_limit)",
-                                   field="max", code="BatchTooLarge" if max_tasks > limit else "InvalidField")
+        raise InvalidArgumentError(
+            f"max={max_tasks} is outside [1, {limit}] (scheduler.batch_limit)",
+            field="max",
+            code="BatchTooLarge" if max_tasks > limit else "InvalidField",
+        )
     if len(prefix) > 200 or len(after) > 200:
         raise InvalidArgumentError(f"prefix/after too long: {quote(prefix)} {quote(after)}", field="prefix")
     start = max(prefix.encode(), after.encode() + b"\x00")

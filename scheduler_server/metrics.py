@@ -49,18 +49,25 @@ class SchedulerMetrics:
         # Per-task counts: plain dicts, updated by the core under its own lock (one loop per call, no lock of
         # ours) and copied at scrape time (a dict copy is atomic under the GIL).
         self._leases: dict[str, int] = dict.fromkeys(SOURCES, 0)
-        self._reports: dict[tuple[str, Outcome], int] = {(source, outcome): 0 for source in SOURCES
-                                                          for outcome in Outcome}
+        self._reports: dict[tuple[str, Outcome], int] = {
+            (source, outcome): 0 for source in SOURCES for outcome in Outcome
+        }
         self._fetches: dict[str, int] = dict.fromkeys(SOURCES, 0)
         self._new_items: dict[str, int] = dict.fromkeys(SOURCES, 0)
         self._periods: dict[str, list[float]] = {}
         self.expiries = Tally(p + "lease_expiries", "Leases that ran out unreported, by source.", ["source"])
-        self.latency = Buckets(p + "request_duration_seconds", "Time from dispatch to answer of a state-changing "
-                               "call, by operation (lease, report, release, add).", ["operation"], LATENCY_BUCKETS_S)
-        self.groups = Buckets(p + "group_commit_calls", "Calls run in one group commit (one transaction).", [],
-                              GROUP_BUCKETS)
-        self.fsyncs = Buckets(p + "fsync_duration_seconds", "Time of one durable sync of the Berkeley DB log.", [],
-                              LATENCY_BUCKETS_S)
+        self.latency = Buckets(
+            p + "request_duration_seconds",
+            "Time from dispatch to answer of a state-changing call, by operation (lease, report, release, add).",
+            ["operation"],
+            LATENCY_BUCKETS_S,
+        )
+        self.groups = Buckets(
+            p + "group_commit_calls", "Calls run in one group commit (one transaction).", [], GROUP_BUCKETS
+        )
+        self.fsyncs = Buckets(
+            p + "fsync_duration_seconds", "Time of one durable sync of the Berkeley DB log.", [], LATENCY_BUCKETS_S
+        )
         self.expiries.ensure((source,) for source in SOURCES)
 
     def register(self, registry: CollectorRegistry) -> None:
@@ -110,31 +117,66 @@ class SchedulerMetrics:
         p = "icecrawler_scheduler_"
         core = self.core
         values = core.gauges()
-        yield gauge(p + "tasks", "Tasks by state (pending: waiting for their due time; inflight: leased).",
-                    {("pending",): values["pending"], ("inflight",): values["inflight"]}, ["state"])
+        yield gauge(
+            p + "tasks",
+            "Tasks by state (pending: waiting for their due time; inflight: leased).",
+            {("pending",): values["pending"], ("inflight",): values["inflight"]},
+            ["state"],
+        )
         yield gauge(p + "completion_log_entries", "Entries in the completion log (done table).", values["done"])
-        yield gauge(p + "due_backlog_tasks", "Pending tasks whose due time has passed (not leased yet).",
-                    values["due"])
-        yield gauge(p + "due_backlog_age_seconds", "How long the most overdue pending task has waited past its due "
-                    "time (simulated seconds; 0 when none is due).", values["due_age_s"])
+        yield gauge(p + "due_backlog_tasks", "Pending tasks whose due time has passed (not leased yet).", values["due"])
+        yield gauge(
+            p + "due_backlog_age_seconds",
+            "How long the most overdue pending task has waited past its due "
+            "time (simulated seconds; 0 when none is due).",
+            values["due_age_s"],
+        )
         yield gauge(p + "blocked_hosts", "Hosts blocked after a ban or rate limit.", values["blocked_hosts"])
-        yield gauge(p + "accounts", "Pooled accounts by state.",
-                    {(state,): n for state, n in values["accounts"].items()}, ["state"])
+        yield gauge(
+            p + "accounts",
+            "Pooled accounts by state.",
+            {(state,): n for state, n in values["accounts"].items()},
+            ["state"],
+        )
         gaps = getattr(core, PAGE_CAP_GAPS_HOOK, None)
         if callable(gaps):
-            yield gauge(p + "open_page_cap_gaps", "Tasks whose last crawl stopped at the page cap before reaching "
-                        "its cursor (items may have been skipped).", float(gaps()))
-        yield counter_family(p + "leases", "Tasks leased, by source.", ["source"],
-                             {(source,): n for source, n in dict(self._leases).items()})
-        yield counter_family(p + "reports", "Crawl reports applied, by source and outcome.", ["source", "outcome"],
-                             {(source, outcome.value): n for (source, outcome), n in dict(self._reports).items()})
-        yield counter_family(p + "fetches", "HTTP requests the clients made for the reported crawls, by source.",
-                             ["source"], {(source,): n for source, n in dict(self._fetches).items()})
-        yield counter_family(p + "new_items", "New items the reported crawls found, by source.", ["source"],
-                             {(source,): n for source, n in dict(self._new_items).items()})
-        yield histogram_family(p + "recrawl_period_seconds", "Re-crawl period set by successful reports (simulated "
-                               "seconds), by source.", ["source"], PERIOD_BUCKETS_S,
-                               {(source,): list(row) for source, row in dict(self._periods).items()})
+            yield gauge(
+                p + "open_page_cap_gaps",
+                "Tasks whose last crawl stopped at the page cap before reaching "
+                "its cursor (items may have been skipped).",
+                float(gaps()),
+            )
+        yield counter_family(
+            p + "leases",
+            "Tasks leased, by source.",
+            ["source"],
+            {(source,): n for source, n in dict(self._leases).items()},
+        )
+        yield counter_family(
+            p + "reports",
+            "Crawl reports applied, by source and outcome.",
+            ["source", "outcome"],
+            {(source, outcome.value): n for (source, outcome), n in dict(self._reports).items()},
+        )
+        yield counter_family(
+            p + "fetches",
+            "HTTP requests the clients made for the reported crawls, by source.",
+            ["source"],
+            {(source,): n for source, n in dict(self._fetches).items()},
+        )
+        yield counter_family(
+            p + "new_items",
+            "New items the reported crawls found, by source.",
+            ["source"],
+            {(source,): n for source, n in dict(self._new_items).items()},
+        )
+        yield histogram_family(
+            p + "recrawl_period_seconds",
+            "Re-crawl period set by successful reports (simulated seconds), by source.",
+            ["source"],
+            PERIOD_BUCKETS_S,
+            {(source,): list(row) for source, row in dict(self._periods).items()},
+        )
         for metric in (self.expiries, self.latency, self.groups, self.fsyncs):
             yield metric.family()
 

@@ -46,16 +46,20 @@ def _none(_: object) -> None:
 def _check_count(items: Sequence[Any], name: str, limit: int) -> None:
     """The batch limit, checked before a batch is converted (a copy of an over-size batch is not made)."""
     if len(items) > limit:
-        raise InvalidArgumentError(f"{name} has {len(items)} entries; the limit (scheduler.batch_limit) is {limit}",
-                                   code="BatchTooLarge", field=name)
+        raise InvalidArgumentError(
+            f"{name} has {len(items)} entries; the limit (scheduler.batch_limit) is {limit}",
+            code="BatchTooLarge",
+            field=name,
+        )
 
 
 def _untimed(operation: str, result: Any) -> Any:
     return result
 
 
-def make_servant(core: SchedulerCore, gate: Gate | None = None,
-                 timed: Callable[[str, Any], Any] = _untimed) -> Ice.Object:
+def make_servant(
+    core: SchedulerCore, gate: Gate | None = None, timed: Callable[[str, Any], Any] = _untimed
+) -> Ice.Object:
     """A ``Crawler::Scheduler`` servant delegating to ``core``; ``gate`` checks each caller's certificate role
     (``icecrawler.security``; default: every caller trusted, as over loopback); ``timed(operation, result)`` may
     wrap each state-changing call's asynchronous result (the metrics' latency, ``SchedulerMetrics.timed``)."""
@@ -93,15 +97,17 @@ def make_servant(core: SchedulerCore, gate: Gate | None = None,
         @guarded("report")
         def putUsers(self, reports: Sequence[Any], current: Ice.Current) -> rpc.Converted[Any, None]:
             _check_count(reports, "reports", limit)
-            return timed("report", rpc.then(core.report_async([rpc.report_from_slice(report) for report in reports]),
-                                            _none))
+            return timed(
+                "report", rpc.then(core.report_async([rpc.report_from_slice(report) for report in reports]), _none)
+            )
 
         @rpc.map_errors
         @guarded("report")
         def releaseUsers(self, leases: Sequence[Any], current: Ice.Current) -> rpc.Converted[Any, None]:
             _check_count(leases, "leases", limit)
-            return timed("release", rpc.then(core.release_async([(lease.taskId, lease.leaseToken) for lease in leases]),
-                                             _none))
+            return timed(
+                "release", rpc.then(core.release_async([(lease.taskId, lease.leaseToken) for lease in leases]), _none)
+            )
 
         @rpc.map_errors
         def addUsers(self, ids: Sequence[str], kind: Any, current: Ice.Current) -> rpc.Converted[Any, int]:
@@ -117,9 +123,14 @@ def make_servant(core: SchedulerCore, gate: Gate | None = None,
         def stats(self, current: Ice.Current) -> Any:
             stats = core.stats()
             return C.SchedulerStats(
-                tasks=stats["tasks"], pending=stats["pending"], inflight=stats["inflight"], done=stats["done"],
-                dueSoon=stats["due_soon"], leasesPerMin=stats["leases_per_min"],
-                reportsPerMin=stats["reports_per_min"], detailJson=json.dumps(stats["detail"]),
+                tasks=stats["tasks"],
+                pending=stats["pending"],
+                inflight=stats["inflight"],
+                done=stats["done"],
+                dueSoon=stats["due_soon"],
+                leasesPerMin=stats["leases_per_min"],
+                reportsPerMin=stats["reports_per_min"],
+                detailJson=json.dumps(stats["detail"]),
             )
 
         @rpc.map_errors
@@ -147,8 +158,10 @@ def _check_discovered(ids: Sequence[str], kind: TaskKind) -> None:
     for index, text in enumerate(ids):
         source = text.partition(":")[0]
         if kind is not TaskKind.ProductReviews or TaskKind.Listing not in SOURCES.get(source, frozenset()):
-            raise NotAuthorizedError(f"addUsers: a client certificate may add only discovered product ids of a "
-                                     f"source with listings, not ids[{index}] of kind {kind.name} (needs role admin)")
+            raise NotAuthorizedError(
+                f"addUsers: a client certificate may add only discovered product ids of a "
+                f"source with listings, not ids[{index}] of kind {kind.name} (needs role admin)"
+            )
 
 
 class Maintenance(threading.Thread):
@@ -186,8 +199,9 @@ class Maintenance(threading.Thread):
         self.join(timeout=10)
 
 
-def _start_metrics(config: MetricsConfig, core: SchedulerCore
-                   ) -> tuple[Callable[[str, Any], Any], MetricsEndpoint | None]:
+def _start_metrics(
+    config: MetricsConfig, core: SchedulerCore
+) -> tuple[Callable[[str, Any], Any], MetricsEndpoint | None]:
     """The scheduler's /metrics (``metrics.scheduler.*``; shard K at port + K): the servant's latency timer and
     the endpoint, or no timer and None when off."""
     if config.port == 0:
@@ -206,8 +220,11 @@ def _start_metrics(config: MetricsConfig, core: SchedulerCore
 def open_core(settings: Settings) -> SchedulerCore:
     """The core over the Berkeley DB environment named by the settings (recovered and checked on open, see
     ``integrity``; the caller holds ``data_lock``)."""
-    store = open_checked(settings.get_str("scheduler.db_dir"), durable=settings.get_bool("scheduler.durable_commits"),
-                         recover=settings.get_bool("scheduler.recover"))
+    store = open_checked(
+        settings.get_str("scheduler.db_dir"),
+        durable=settings.get_bool("scheduler.durable_commits"),
+        recover=settings.get_bool("scheduler.recover"),
+    )
     try:
         return SchedulerCore.from_settings(settings, store)
     except Exception:
@@ -230,20 +247,33 @@ def run(settings: Settings, ice_args: Sequence[str], listen: str = "") -> int:
     check_paths(settings.as_dict(), dirs=["scheduler.db_dir"])
     metrics_config = MetricsConfig.from_settings(settings, "scheduler")  # a bad value fails before anything starts
     with rpc.communicator(ice_args, SCHEDULER_PROPERTIES) as comm:
-        endpoints = rpc.prepare_adapter(comm, rpc.SCHEDULER_ADAPTER, rpc.SCHEDULER_ENDPOINTS, endpoints=listen,
-                                        allow_insecure=settings.get_bool("security.allow_insecure"),
-                                        message_size_max_kib=limits.scheduler_message_kib(settings))
+        endpoints = rpc.prepare_adapter(
+            comm,
+            rpc.SCHEDULER_ADAPTER,
+            rpc.SCHEDULER_ENDPOINTS,
+            endpoints=listen,
+            allow_insecure=settings.get_bool("security.allow_insecure"),
+            message_size_max_kib=limits.scheduler_message_kib(settings),
+        )
         gate = Gate.from_setting(settings.get_str("security.revoked"), tls=has_secure_endpoint(comm, endpoints))
         with data_lock(settings):
             core = open_core(settings)
             rpc.settle_server_heap()  # after the queue index is loaded, so that collections never walk it
-            maintenance = Maintenance(core, settings.get_float("scheduler.maintenance_interval_s"),
-                                      settings.get_float("scheduler.checkpoint_interval_s"))
+            maintenance = Maintenance(
+                core,
+                settings.get_float("scheduler.maintenance_interval_s"),
+                settings.get_float("scheduler.checkpoint_interval_s"),
+            )
             stats = core.stats()
-            log.info("scheduler%s: %d tasks (%d pending, %d in flight), policy %s, db %s",
-                     f" shard {core.config.shard} of {core.config.shards}" if core.config.shards > 1 else "",
-                     stats["tasks"], stats["pending"], stats["inflight"], stats["detail"]["policy"],
-                     settings.get_str("scheduler.db_dir"))
+            log.info(
+                "scheduler%s: %d tasks (%d pending, %d in flight), policy %s, db %s",
+                f" shard {core.config.shard} of {core.config.shards}" if core.config.shards > 1 else "",
+                stats["tasks"],
+                stats["pending"],
+                stats["inflight"],
+                stats["detail"]["policy"],
+                settings.get_str("scheduler.db_dir"),
+            )
             maintenance.start()
             timed, endpoint = _start_metrics(metrics_config, core)
             closed = threading.Event()
@@ -258,8 +288,14 @@ def run(settings: Settings, ice_args: Sequence[str], listen: str = "") -> int:
                     log.info("scheduler database closed")
 
             try:
-                rpc.serve(comm, rpc.SCHEDULER_ADAPTER, {rpc.SCHEDULER_IDENTITY: make_servant(core, gate, timed)},
-                          rpc.SCHEDULER_ENDPOINTS, on_shutdown=shutdown, on_stop_requested=core.stop_leasing)
+                rpc.serve(
+                    comm,
+                    rpc.SCHEDULER_ADAPTER,
+                    {rpc.SCHEDULER_IDENTITY: make_servant(core, gate, timed)},
+                    rpc.SCHEDULER_ENDPOINTS,
+                    on_shutdown=shutdown,
+                    on_stop_requested=core.stop_leasing,
+                )
             finally:
                 shutdown()
     return 0

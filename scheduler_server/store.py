@@ -48,8 +48,9 @@ class Txn(Protocol):
         """Remove ``key``; False if it was not there."""
         ...
 
-    def scan(self, table: str, start: bytes = b"", stop: bytes | None = None, limit: int = 1000
-             ) -> list[tuple[bytes, bytes]]:
+    def scan(
+        self, table: str, start: bytes = b"", stop: bytes | None = None, limit: int = 1000
+    ) -> list[tuple[bytes, bytes]]:
         """Up to ``limit`` items with ``start <= key < stop`` (no upper bound if ``stop`` is None), in key order."""
         ...
 
@@ -120,12 +121,13 @@ class _MemoryTxn:
             self.undo.append((table, key, old))
         return old is not None
 
-    def scan(self, table: str, start: bytes = b"", stop: bytes | None = None, limit: int = 1000
-             ) -> list[tuple[bytes, bytes]]:
+    def scan(
+        self, table: str, start: bytes = b"", stop: bytes | None = None, limit: int = 1000
+    ) -> list[tuple[bytes, bytes]]:
         t = self._table(table)
         first = bisect.bisect_left(t.keys, start)
         last = len(t.keys) if stop is None else bisect.bisect_left(t.keys, stop)
-        return [(key, t.values[key]) for key in t.keys[first:min(last, first + limit)]]
+        return [(key, t.values[key]) for key in t.keys[first : min(last, first + limit)]]
 
     def count(self, table: str) -> int:
         return len(self._table(table).keys)
@@ -187,8 +189,9 @@ class _BdbTxn:
             return False
         return True
 
-    def scan(self, table: str, start: bytes = b"", stop: bytes | None = None, limit: int = 1000
-             ) -> list[tuple[bytes, bytes]]:
+    def scan(
+        self, table: str, start: bytes = b"", stop: bytes | None = None, limit: int = 1000
+    ) -> list[tuple[bytes, bytes]]:
         items: list[tuple[bytes, bytes]] = []
         cursor = self._dbs[table].cursor(txn=self._txn)
         try:
@@ -245,13 +248,21 @@ class BdbQueueStore:
             # mapped page of a sparse file kills the process with SIGBUS; a write() just fails, which becomes
             # StorageUnavailableError. One process per environment is what DataLock enforces anyway.
             self._env.set_flags(db.DB_NOMMAP, 1)
-            self._env.open(str(self.path), db.DB_CREATE | db.DB_INIT_TXN | db.DB_INIT_LOG | db.DB_INIT_LOCK
-                           | db.DB_INIT_MPOOL | db.DB_RECOVER | db.DB_THREAD | db.DB_PRIVATE)
+            self._env.open(
+                str(self.path),
+                db.DB_CREATE
+                | db.DB_INIT_TXN
+                | db.DB_INIT_LOG
+                | db.DB_INIT_LOCK
+                | db.DB_INIT_MPOOL
+                | db.DB_RECOVER
+                | db.DB_THREAD
+                | db.DB_PRIVATE,
+            )
             self._dbs: dict[str, Any] = {}
             for name in TABLES:
                 handle = db.DB(self._env)
-                handle.open(f"{name}.db", dbtype=db.DB_BTREE,
-                            flags=db.DB_CREATE | db.DB_AUTO_COMMIT | db.DB_THREAD)
+                handle.open(f"{name}.db", dbtype=db.DB_BTREE, flags=db.DB_CREATE | db.DB_AUTO_COMMIT | db.DB_THREAD)
                 self._dbs[name] = handle
         except db.DBError as exc:
             raise ServiceError(f"cannot open the Berkeley DB environment in {self.path}: {exc}") from exc
@@ -263,8 +274,10 @@ class BdbQueueStore:
         if isinstance(exc, db.DBRunRecoveryError):
             self._needs_recovery = True
         message = exc.args[-1] if exc.args else str(exc)
-        return StorageUnavailableError(f"the scheduler database in {self.path} cannot {doing} now ({message}); "
-                                       "nothing was changed, try again later")
+        return StorageUnavailableError(
+            f"the scheduler database in {self.path} cannot {doing} now ({message}); "
+            "nothing was changed, try again later"
+        )
 
     def _recover(self) -> None:
         """Reopen the environment after a panic; recovery keeps exactly the committed transactions."""
@@ -325,8 +338,10 @@ class BdbQueueStore:
             if checkpoint:
                 self._env.txn_checkpoint()
         except db.DBError as exc:
-            log.warning("scheduler database: no checkpoint at close (%s); the next start recovers from the log",
-                        exc.args[-1] if exc.args else exc)
+            log.warning(
+                "scheduler database: no checkpoint at close (%s); the next start recovers from the log",
+                exc.args[-1] if exc.args else exc,
+            )
         for handle in self._dbs.values():
             try:
                 handle.close()

@@ -32,8 +32,7 @@ from icecrawler.errors import ConfigError
 from icecrawler.models import SOURCES, Account, Outcome
 from icecrawler.settings import Settings
 
-__all__ = ["VisitorError", "VisitorSessions", "is_visitor", "mint_visitor", "parse_visitor_answer",
-           "session_ended"]
+__all__ = ["VisitorError", "VisitorSessions", "is_visitor", "mint_visitor", "parse_visitor_answer", "session_ended"]
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +44,9 @@ GENVISITOR_FORM = {"cb": "visitor_gray_callback", "tid": "", "from": "weibo"}
 #: error classes (crawler_client.sources._detect / weibo sources) that mean "the visitor session is gone".
 _ENDED_CLASSES = frozenset({"http-432", "visitor", "html-instead-of-json"})
 _CALL_RE = re.compile(r"\((\{.*\})\)\s*;?\s*$", re.DOTALL)
-_USER_AGENT = ("Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) "
-               "Chrome/131.0.0.0 Safari/537.36")
+_USER_AGENT = (
+    "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0.0.0 Safari/537.36"
+)
 
 
 class VisitorError(Exception):
@@ -96,9 +96,16 @@ def parse_visitor_answer(body: bytes, set_cookies: list[str]) -> dict[str, str]:
 def mint_visitor(url: str, timeout_s: float = 10.0) -> dict[str, str]:
     """One genvisitor2 call (HTTP, environment proxies ignored): the visitor cookies, or VisitorError."""
     form = urllib.parse.urlencode(GENVISITOR_FORM).encode()
-    request = urllib.request.Request(url, data=form, method="POST", headers={
-        "User-Agent": _USER_AGENT, "Content-Type": "application/x-www-form-urlencoded",
-        "Referer": urllib.parse.urljoin(url, "/visitor/visitor?entry=miniblog&a=enter")})
+    request = urllib.request.Request(
+        url,
+        data=form,
+        method="POST",
+        headers={
+            "User-Agent": _USER_AGENT,
+            "Content-Type": "application/x-www-form-urlencoded",
+            "Referer": urllib.parse.urljoin(url, "/visitor/visitor?entry=miniblog&a=enter"),
+        },
+    )
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     try:
         with opener.open(request, timeout=timeout_s) as response:
@@ -131,10 +138,15 @@ def _spawn(work: Callable[[], None]) -> None:
 class VisitorSessions:
     """The visitor session of every source with a visitor URL (see the module docstring). Thread-safe."""
 
-    def __init__(self, urls: Mapping[str, str], *, renew_s: float = 30.0,
-                 mint: Callable[[str], dict[str, str]] = mint_visitor,
-                 spawn: Callable[[Callable[[], None]], None] = _spawn,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        urls: Mapping[str, str],
+        *,
+        renew_s: float = 30.0,
+        mint: Callable[[str], dict[str, str]] = mint_visitor,
+        spawn: Callable[[Callable[[], None]], None] = _spawn,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         if renew_s < 0:
             raise ConfigError("scheduler.visitor_renew_s must be >= 0")
         self._sessions = {source: _Session(url) for source, url in urls.items() if url}
@@ -226,9 +238,14 @@ class VisitorSessions:
         """Per-source session state for status: never the cookies."""
         with self._lock:
             return {
-                source: {"state": "ok" if s.account is not None else ("minting" if s.minting else "none"),
-                         "account": s.account.id if s.account is not None else "", "mints": s.mints,
-                         "renewals": s.renewals, "failures": s.failures, "last_error": s.last_error,
-                         "last_mint_s_ago": round(now - s.last_mint, 1) if s.mints or s.failures else None}
+                source: {
+                    "state": "ok" if s.account is not None else ("minting" if s.minting else "none"),
+                    "account": s.account.id if s.account is not None else "",
+                    "mints": s.mints,
+                    "renewals": s.renewals,
+                    "failures": s.failures,
+                    "last_error": s.last_error,
+                    "last_mint_s_ago": round(now - s.last_mint, 1) if s.mints or s.failures else None,
+                }
                 for source, s in sorted(self._sessions.items())
             }

@@ -24,11 +24,20 @@ from setuptools._distutils import ccompiler
 def parallel_compile(jobs: int) -> None:
     """Replace ``CCompiler.compile`` by one that runs ``_compile`` for all sources on ``jobs`` threads."""
 
-    def compile(self: Any, sources: Sequence[str], output_dir: str | None = None, macros: Any = None,
-                include_dirs: Any = None, debug: bool = False, extra_preargs: Any = None,
-                extra_postargs: Any = None, depends: Any = None) -> list[str]:
+    def compile(
+        self: Any,
+        sources: Sequence[str],
+        output_dir: str | None = None,
+        macros: Any = None,
+        include_dirs: Any = None,
+        debug: bool = False,
+        extra_preargs: Any = None,
+        extra_postargs: Any = None,
+        depends: Any = None,
+    ) -> list[str]:
         macros, objects, extra_postargs, pp_opts, build = self._setup_compile(
-            output_dir, macros, include_dirs, sources, depends, extra_postargs)
+            output_dir, macros, include_dirs, sources, depends, extra_postargs
+        )
         cc_args = self._get_cc_args(pp_opts, debug, extra_preargs)
 
         def one(obj: str) -> None:

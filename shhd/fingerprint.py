@@ -32,8 +32,17 @@ import numpy as np
 
 from shhd.segment import cut
 
-__all__ = ["BITS", "TOKEN_CACHE_TEXTS", "clear_token_cache", "fingerprint_texts", "fingerprint_tokens",
-           "fingerprint_weights", "hamming", "token_hash", "tokenize"]
+__all__ = [
+    "BITS",
+    "TOKEN_CACHE_TEXTS",
+    "clear_token_cache",
+    "fingerprint_texts",
+    "fingerprint_tokens",
+    "fingerprint_weights",
+    "hamming",
+    "token_hash",
+    "tokenize",
+]
 
 #: Fingerprint width in bits (Manku et al. 2007: 64-bit fingerprints, near-duplicate iff d <= 3).
 BITS = 64

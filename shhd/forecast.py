@@ -18,8 +18,17 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-__all__ = ["OMEGA_DAY", "Periodic", "burst_lag", "daily_amplitude", "diurnal_lag", "fit_periodic", "periodic_delay",
-           "recent_excess", "solve_fetch_time"]
+__all__ = [
+    "OMEGA_DAY",
+    "Periodic",
+    "burst_lag",
+    "daily_amplitude",
+    "diurnal_lag",
+    "fit_periodic",
+    "periodic_delay",
+    "recent_excess",
+    "solve_fetch_time",
+]
 
 DAY_S = 86400.0
 #: Angular frequency of the daily cycle, rad/s.
@@ -143,8 +152,14 @@ def daily_amplitude(day: Sequence[float], items: float, exposure: float, dispers
 
 def _inverse3(m: Sequence[Sequence[float]]) -> list[list[float]] | None:
     """The inverse of a symmetric positive 3x3 matrix by cofactors; None when it is (nearly) singular."""
-    cof = [[m[(r + 1) % 3][(c + 1) % 3] * m[(r + 2) % 3][(c + 2) % 3]
-            - m[(r + 1) % 3][(c + 2) % 3] * m[(r + 2) % 3][(c + 1) % 3] for c in range(3)] for r in range(3)]
+    cof = [
+        [
+            m[(r + 1) % 3][(c + 1) % 3] * m[(r + 2) % 3][(c + 2) % 3]
+            - m[(r + 1) % 3][(c + 2) % 3] * m[(r + 2) % 3][(c + 1) % 3]
+            for c in range(3)
+        ]
+        for r in range(3)
+    ]
     det = sum(m[0][c] * cof[0][c] for c in range(3))
     scale = abs(m[0][0] * m[1][1] * m[2][2])
     if scale <= 0 or abs(det) <= 1e-9 * scale:

@@ -134,10 +134,14 @@ class ShhdPolicy:
             distance = _distance(state.get("fingerprint"), observation)
         controller = SHHDController(self.min_period_s, self.max_period_s, self.initial_period_s, self.slow_start)
         ssthresh = state.get("ssthresh_s")
-        new = controller.update(ShhdState(float(state["period_s"]), math.inf if ssthresh is None else ssthresh),
-                                distance)
-        out = {"period_s": new.period_s, "ssthresh_s": None if math.isinf(new.ssthresh_s) else new.ssthresh_s,
-               "fingerprint": observation.fingerprint}
+        new = controller.update(
+            ShhdState(float(state["period_s"]), math.inf if ssthresh is None else ssthresh), distance
+        )
+        out = {
+            "period_s": new.period_s,
+            "ssthresh_s": None if math.isinf(new.ssthresh_s) else new.ssthresh_s,
+            "fingerprint": observation.fingerprint,
+        }
         return Decision(new.period_s, out, distance)
 
 
@@ -308,12 +312,24 @@ class SartPolicy:
 
 
 POLICY_NAMES: tuple[str, ...] = ("fixed", "shhd", "nutch", "cho", "sart", "rate")
-_POLICIES: dict[str, type] = {"fixed": FixedPolicy, "shhd": ShhdPolicy, "nutch": NutchPolicy, "cho": ChoPolicy,
-                              "sart": SartPolicy, "rate": RatePolicy}
+_POLICIES: dict[str, type] = {
+    "fixed": FixedPolicy,
+    "shhd": ShhdPolicy,
+    "nutch": NutchPolicy,
+    "cho": ChoPolicy,
+    "sart": SartPolicy,
+    "rate": RatePolicy,
+}
 
 
-def make_policy(name: str, *, min_period_s: float, max_period_s: float, initial_period_s: float,
-                reference_period_s: float | None = None) -> RevisitPolicy:
+def make_policy(
+    name: str,
+    *,
+    min_period_s: float,
+    max_period_s: float,
+    initial_period_s: float,
+    reference_period_s: float | None = None,
+) -> RevisitPolicy:
     """Build a policy by name (see POLICY_NAMES) with the scheduler's bounds and first period.
 
     ``reference_period_s`` (setting ``scheduler.rate_reference_period_s``) only matters to ``rate`` without a

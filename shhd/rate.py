@@ -95,24 +95,31 @@ def budget_scale(rates: Sequence[float], budget_per_s: float, min_period_s: floa
     return math.sqrt(lo * hi)
 
 
-def allocate_periods(rates: Sequence[float], budget_per_s: float, min_period_s: float,
-                     max_period_s: float) -> list[float]:
+def allocate_periods(
+    rates: Sequence[float], budget_per_s: float, min_period_s: float, max_period_s: float
+) -> list[float]:
     """Split a global budget of ``budget_per_s`` fetches/s over targets with item rates ``rates`` (items/s, > 0)
     by the square-root rule; returns one period per target, within [min, max]."""
     c = budget_scale(rates, budget_per_s, min_period_s, max_period_s)
     return [_clamp(c / math.sqrt(r), min_period_s, max_period_s) for r in rates]
 
 
-def budget_max_period(targets: int, budget_per_s: float, max_period_s: float,
-                      stretch: float | None = RATE_BUDGET_STRETCH) -> float:
+def budget_max_period(
+    targets: int, budget_per_s: float, max_period_s: float, stretch: float | None = RATE_BUDGET_STRETCH
+) -> float:
     """The longest period under a global budget: ``max_period_s``, or ``stretch`` x targets / budget when longer."""
     if stretch is None or budget_per_s <= 0 or targets <= 0:
         return max_period_s
     return max(max_period_s, stretch * targets / budget_per_s)
 
 
-def budget_plan(rates: Sequence[float], budget_per_s: float, min_period_s: float, max_period_s: float,
-                stretch: float | None = RATE_BUDGET_STRETCH) -> tuple[float, float]:
+def budget_plan(
+    rates: Sequence[float],
+    budget_per_s: float,
+    min_period_s: float,
+    max_period_s: float,
+    stretch: float | None = RATE_BUDGET_STRETCH,
+) -> tuple[float, float]:
     """(C, longest period) of the square-root split of ``budget_per_s`` over targets with item rates ``rates``,
     the longest period derived from the budget (``budget_max_period``); pass both to ``RatePolicy.set_budget_scale``."""
     longest = budget_max_period(len(rates), budget_per_s, max_period_s, stretch)
@@ -168,8 +175,16 @@ class RatePolicy:
     name: str = "rate"
 
     def initial_state(self) -> dict[str, Any]:
-        return {"period_s": self.initial_period_s, "last_s": None, "items": 0.0, "exposure_s": 0.0,
-                "prior_weight": 1.0, "times": [], "day": [0.0] * 6, "on_clock": False}
+        return {
+            "period_s": self.initial_period_s,
+            "last_s": None,
+            "items": 0.0,
+            "exposure_s": 0.0,
+            "prior_weight": 1.0,
+            "times": [],
+            "day": [0.0] * 6,
+            "on_clock": False,
+        }
 
     def set_budget_scale(self, scale: float | None, max_period_s: float | None = None) -> None:
         """Use C = ``scale`` (from ``budget_scale`` or ``budget_plan``) for every later period, and the longest
@@ -184,14 +199,16 @@ class RatePolicy:
         """The forgetting half-life: ``half_life_s``, stretched to ``memory_items`` mean gaps (RATE_MEMORY_ITEMS)."""
         if self.memory_items is None:
             return self.half_life_s
-        return _clamp(self.memory_items / self.rate_of(state), self.half_life_s,
-                      max(RATE_HALF_LIFE_MAX_S, self.half_life_s))
+        return _clamp(
+            self.memory_items / self.rate_of(state), self.half_life_s, max(RATE_HALF_LIFE_MAX_S, self.half_life_s)
+        )
 
     def rate_of(self, state: dict[str, Any]) -> float:
         """Estimated long-run item rate (items/s) of a target, always > 0."""
         a = RATE_PRIOR_ITEMS * float(state.get("prior_weight", 1.0))
-        return max((float(state["items"]) + a) / (float(state["exposure_s"]) + a * self.initial_period_s),
-                   RATE_FLOOR_PER_S)
+        return max(
+            (float(state["items"]) + a) / (float(state["exposure_s"]) + a * self.initial_period_s), RATE_FLOOR_PER_S
+        )
 
     def _scale(self) -> float:
         reference = self.initial_period_s if self.reference_period_s is None else self.reference_period_s
@@ -204,15 +221,20 @@ class RatePolicy:
     def next_period(self, state: dict[str, Any], observation: Observation) -> Decision:
         now = observation.now_s
         last = state.get("last_s")
-        out: dict[str, Any] = {"last_s": now, "prior_weight": float(state.get("prior_weight", 1.0)),
-                               "items": float(state["items"]), "exposure_s": float(state["exposure_s"]),
-                               "day": [float(x) for x in state.get("day", [0.0] * 6)]}
+        out: dict[str, Any] = {
+            "last_s": now,
+            "prior_weight": float(state.get("prior_weight", 1.0)),
+            "items": float(state["items"]),
+            "exposure_s": float(state["exposure_s"]),
+            "day": [float(x) for x in state.get("day", [0.0] * 6)],
+        }
         if last is not None:
             half_life = self._half_life(state)
             day_half_life = self.day_half_life_s or half_life
             out["prior_weight"] *= 2.0 ** (-max(now - float(last), 0.0) / half_life)
-            out["items"], out["exposure_s"] = _decayed_counts(out["items"], out["exposure_s"], float(last),
-                                                              observation, half_life)
+            out["items"], out["exposure_s"] = _decayed_counts(
+                out["items"], out["exposure_s"], float(last), observation, half_life
+            )
             day = out["day"] + [0.0] * (8 - len(out["day"]))
             out["day"] = _day_moments(day[:6], float(last), observation, day_half_life)
             if self.day_half_life_s is not None:
@@ -242,8 +264,11 @@ class RatePolicy:
             day = state["day"]
             items, exposure = (day[6], day[7]) if len(day) >= 8 else (state["items"], state["exposure_s"])
             amplitude = daily_amplitude(day[:6], items, exposure, _dispersion(state["times"]))
-        excess = (recent_excess(state["times"], now, rate, RATE_BURST_PRIOR_ITEMS, RATE_BURST_MIN_RUN)
-                  if self.burst_fade_s is not None else 0.0)
+        excess = (
+            recent_excess(state["times"], now, rate, RATE_BURST_PRIOR_ITEMS, RATE_BURST_MIN_RUN)
+            if self.burst_fade_s is not None
+            else 0.0
+        )
         share, decay, kick = 0.0, 1.0, 0.0
         if self.excite is not None:
             share, decay = self.excite
@@ -262,8 +287,9 @@ class RatePolicy:
         return solve_fetch_time(lag, mu, self.min_period_s, self._longest())
 
 
-def _recent_times(times: Sequence[float], last: float | None, observation: Observation,
-                  clock_period_s: float | None = None) -> list[float]:
+def _recent_times(
+    times: Sequence[float], last: float | None, observation: Observation, clock_period_s: float | None = None
+) -> list[float]:
     """The last RATE_TIMES_KEPT item times after this crawl: the new items' times when the source gives them,
     else the newest item's time only (as the scheduler's Report carries it). With several new items and only the
     newest time, the older ones are placed one clock period apart before it when the target was on a clock
@@ -271,7 +297,7 @@ def _recent_times(times: Sequence[float], last: float | None, observation: Obser
     without a usable time (none, or one outside (last crawl, now]) empty the history."""
     now = observation.now_s
     new = sorted(t for t in observation.new_item_times_s if (last is None or last < t) and t <= now)
-    new = new[-observation.new_items:] if observation.new_items > 0 else []
+    new = new[-observation.new_items :] if observation.new_items > 0 else []
     kept = [float(t) for t in times]
     newest = observation.newest_item_s
     if new:
@@ -308,8 +334,9 @@ def _day_moments(day: list[float], last: float, observation: Observation, half_l
     kappa = math.log(2) / half_life
     times = [t for t in observation.new_item_times_s if last < t <= now][: observation.new_items]
     times += [0.5 * (last + now)] * (observation.new_items - len(times))
-    items = complex(day[0], day[1]) * decay + sum(2.0 ** (-(now - t) / half_life) * cmath.exp(1j * OMEGA_DAY * t)
-                                                  for t in times)
+    items = complex(day[0], day[1]) * decay + sum(
+        2.0 ** (-(now - t) / half_life) * cmath.exp(1j * OMEGA_DAY * t) for t in times
+    )
     moments = [items]
     for harmonic, (re, im) in ((1, (day[2], day[3])), (2, (day[4], day[5]))):
         c = complex(kappa, harmonic * OMEGA_DAY)
@@ -318,8 +345,9 @@ def _day_moments(day: list[float], last: float, observation: Observation, half_l
     return [x for z in moments for x in (z.real, z.imag)]
 
 
-def _decayed_counts(items: float, exposure: float, last: float, observation: Observation,
-                    half_life: float) -> tuple[float, float]:
+def _decayed_counts(
+    items: float, exposure: float, last: float, observation: Observation, half_life: float
+) -> tuple[float, float]:
     """Exponentially forgotten item count and exposure after the interval (last, now] (RatePolicy)."""
     now = observation.now_s
     dt = max(now - last, 0.0)

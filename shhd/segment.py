@@ -25,7 +25,7 @@ from typing import Any
 __all__ = ["cut"]
 
 #: jieba's block pattern (the accurate mode's default) and its whitespace split.
-_HAN_BLOCK = re.compile("([\u4E00-\u9FD5a-zA-Z0-9+#&\\._%\\-]+)")
+_HAN_BLOCK = re.compile("([\u4e00-\u9fd5a-zA-Z0-9+#&\\._%\\-]+)")
 _SKIP = re.compile("(\r\n|\\s)")
 _ASCII_ALNUM = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
 
@@ -94,7 +94,7 @@ def _cut_block(block: str, words: list[str]) -> None:
             stop += 1
             if stop >= n:
                 break
-            fragment = block[start:stop + 1]
+            fragment = block[start : stop + 1]
         if top_end < 0:
             top, top_end = alone + best[start + 1], start
         best[start] = top

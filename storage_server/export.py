@@ -42,8 +42,14 @@ def rows_since(store: RecordStore, table: str, since: str = "") -> Iterator[dict
         yield row.columns
 
 
-def export(store: RecordStore, table: str, out: TextIO, fmt: str = "jsonl", since: str = "",
-           progress: Callable[[int], None] | None = None) -> int:
+def export(
+    store: RecordStore,
+    table: str,
+    out: TextIO,
+    fmt: str = "jsonl",
+    since: str = "",
+    progress: Callable[[int], None] | None = None,
+) -> int:
     """Write the records to ``out`` as JSON lines or CSV (header first). Returns how many were written.
 
     In both formats ids stay exact integers (JSON numbers are written from Python ints, never floats); JSON keeps

@@ -33,18 +33,38 @@ DEPLOY_DIR = Path(__file__).resolve().parent.parent / "deploy" / "hbase"
 #: What bin/hbase adds on JDK 11+ (HBase 2.6 bin/hbase ``add_jdk11_jvm_flags``), plus none of its own.
 JDK17_FLAGS = (
     "-Dorg.apache.hbase.thirdparty.io.netty.tryReflectionSetAccessible=true",
-    "--add-modules", "jdk.unsupported",
-    *(f"--add-opens=java.base/{pkg}=ALL-UNNAMED" for pkg in (
-        "java.io", "java.nio", "sun.nio.ch", "java.lang", "jdk.internal.ref", "java.lang.reflect", "java.util",
-        "java.util.concurrent")),
-    *(f"--add-exports={pkg}=ALL-UNNAMED" for pkg in (
-        "java.base/jdk.internal.misc", "java.security.jgss/sun.security.krb5", "java.base/sun.net.dns",
-        "java.base/sun.net.util")),
+    "--add-modules",
+    "jdk.unsupported",
+    *(
+        f"--add-opens=java.base/{pkg}=ALL-UNNAMED"
+        for pkg in (
+            "java.io",
+            "java.nio",
+            "sun.nio.ch",
+            "java.lang",
+            "jdk.internal.ref",
+            "java.lang.reflect",
+            "java.util",
+            "java.util.concurrent",
+        )
+    ),
+    *(
+        f"--add-exports={pkg}=ALL-UNNAMED"
+        for pkg in (
+            "java.base/jdk.internal.misc",
+            "java.security.jgss/sun.security.krb5",
+            "java.base/sun.net.dns",
+            "java.base/sun.net.util",
+        )
+    ),
 )
 MASTER_CLASS = "org.apache.hadoop.hbase.master.HMaster"
 THRIFT_CLASS = "org.apache.hadoop.hbase.thrift.ThriftServer"
-_JDK17_CANDIDATES = ("/usr/lib/jvm/java-17-openjdk-amd64", "/usr/lib/jvm/java-17-openjdk-arm64",
-                     "/usr/lib/jvm/openjdk-17")
+_JDK17_CANDIDATES = (
+    "/usr/lib/jvm/java-17-openjdk-amd64",
+    "/usr/lib/jvm/java-17-openjdk-arm64",
+    "/usr/lib/jvm/openjdk-17",
+)
 
 
 @dataclass(frozen=True)
@@ -58,8 +78,18 @@ class _Daemon:
 class LocalHBase:
     """Start, probe and stop the two JVMs; all state (jars, conf, data, logs, pids) lives under ``root``."""
 
-    def __init__(self, root: Path, *, thrift_port: int, zookeeper_port: int, master_port: int,
-                 regionserver_port: int, heap_mb: int, start_timeout_s: float, java: str = "") -> None:
+    def __init__(
+        self,
+        root: Path,
+        *,
+        thrift_port: int,
+        zookeeper_port: int,
+        master_port: int,
+        regionserver_port: int,
+        heap_mb: int,
+        start_timeout_s: float,
+        java: str = "",
+    ) -> None:
         self.root = root.resolve()
         self.thrift_port = thrift_port
         self.zookeeper_port = zookeeper_port
@@ -104,9 +134,12 @@ class LocalHBase:
         thrift_heap = f"-Xmx{max(256, self.heap_mb // 4)}m"
         return (
             _Daemon("master", MASTER_CLASS, ("start",), heap),
-            _Daemon("thrift", THRIFT_CLASS,
-                    ("-b", "127.0.0.1", "-p", str(self.thrift_port), "--infoport", "-1", "-threadpool", "start"),
-                    thrift_heap),
+            _Daemon(
+                "thrift",
+                THRIFT_CLASS,
+                ("-b", "127.0.0.1", "-p", str(self.thrift_port), "--infoport", "-1", "-threadpool", "start"),
+                thrift_heap,
+            ),
         )
 
     # --- assembly ----------------------------------------------------------------------------------------------
@@ -116,8 +149,16 @@ class LocalHBase:
         if any(self.lib_dir.glob("hbase-server-*.jar")) and any(self.lib_dir.glob("hbase-thrift-*.jar")):
             return
         self.root.mkdir(parents=True, exist_ok=True)
-        argv = ["mvn", "-q", "-B", "-f", str(DEPLOY_DIR / "pom.xml"), "dependency:copy-dependencies",
-                f"-DoutputDirectory={self.lib_dir}", "-DincludeScope=runtime"]
+        argv = [
+            "mvn",
+            "-q",
+            "-B",
+            "-f",
+            str(DEPLOY_DIR / "pom.xml"),
+            "dependency:copy-dependencies",
+            f"-DoutputDirectory={self.lib_dir}",
+            "-DincludeScope=runtime",
+        ]
         try:
             done = subprocess.run(argv, capture_output=True, text=True, timeout=1800, check=False)
         except (OSError, subprocess.TimeoutExpired) as exc:
@@ -131,8 +172,10 @@ class LocalHBase:
         template = (DEPLOY_DIR / "hbase-site.xml.in").read_text()
         site = template
         for key, value in {
-            "data_dir": str(self.root / "data"), "zookeeper_port": self.zookeeper_port,
-            "master_port": self.master_port, "regionserver_port": self.regionserver_port,
+            "data_dir": str(self.root / "data"),
+            "zookeeper_port": self.zookeeper_port,
+            "master_port": self.master_port,
+            "regionserver_port": self.regionserver_port,
         }.items():
             site = site.replace("{" + key + "}", str(value))
         (self.conf_dir / "hbase-site.xml").write_text(site)
@@ -141,11 +184,19 @@ class LocalHBase:
     def _argv(self, daemon: _Daemon) -> list[str]:
         classpath = f"{self.conf_dir}:{self.lib_dir}/*"
         return [
-            self.java, daemon.heap, "-XX:+UseG1GC", "-XX:ActiveProcessorCount=2", *JDK17_FLAGS,
+            self.java,
+            daemon.heap,
+            "-XX:+UseG1GC",
+            "-XX:ActiveProcessorCount=2",
+            *JDK17_FLAGS,
             f"-Dlog4j2.configurationFile={self.conf_dir / 'log4j2.properties'}",
             "-Djava.util.logging.config.class=org.apache.hadoop.hbase.logging.JulToSlf4jInitializer",
-            f"-Dhbase.log.dir={self.log_dir}", "-Djava.net.preferIPv4Stack=true",
-            "-cp", classpath, daemon.main_class, *daemon.args,
+            f"-Dhbase.log.dir={self.log_dir}",
+            "-Djava.net.preferIPv4Stack=true",
+            "-cp",
+            classpath,
+            daemon.main_class,
+            *daemon.args,
         ]
 
     # --- processes ---------------------------------------------------------------------------------------------
@@ -164,7 +215,12 @@ class LocalHBase:
         log = self.log_dir / f"{daemon.name}.log"
         done = subprocess.run(
             ["sh", "-c", '"$@" >>"$LOG" 2>&1 </dev/null & echo $!', "sh", *self._argv(daemon)],
-            cwd=self.root, capture_output=True, text=True, timeout=30, check=True, start_new_session=True,
+            cwd=self.root,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+            start_new_session=True,
             env={**os.environ, "LOG": str(log), "HADOOP_USER_NAME": os.environ.get("USER", "icecrawler")},
         )
         pid = int(done.stdout.strip())
@@ -213,8 +269,10 @@ class LocalHBase:
                     self.stop(timeout_s=10.0)  # a failed start leaves no half of HBase running
                     raise ServiceError(f"HBase {daemon.name} exited during start-up\n{tail}")
             time.sleep(1.0)
-        raise ServiceError(f"HBase did not answer on thrift port {self.thrift_port} within "
-                           f"{self.start_timeout_s:.0f}s (hbase.start_timeout_s)\n{self.log_tail()}")
+        raise ServiceError(
+            f"HBase did not answer on thrift port {self.thrift_port} within "
+            f"{self.start_timeout_s:.0f}s (hbase.start_timeout_s)\n{self.log_tail()}"
+        )
 
     def stop(self, timeout_s: float = 60.0) -> str:
         """SIGTERM Thrift, then the master (its shutdown hook stops the region server and flushes); SIGKILL

@@ -45,7 +45,7 @@ def decode_columns(table: str, cells: dict[bytes, bytes]) -> dict[str, Column]:
     columns: dict[str, Column] = {}
     for name, kind in COLUMNS[table]:
         value = data.get(name)
-        columns[name] = (int(value or 0) if kind is int else str(value if value is not None else ""))
+        columns[name] = int(value or 0) if kind is int else str(value if value is not None else "")
     return columns
 
 
@@ -59,8 +59,14 @@ class HBaseStore:
         self.port = port
         self.timeout_s = timeout_s
         self._pool_args: dict[str, Any] = {
-            "size": pool_size, "host": host, "port": port, "timeout": int(timeout_s * 1000), "autoconnect": False,
-            "table_prefix": table_prefix or None, "transport": "buffered", "protocol": "binary",
+            "size": pool_size,
+            "host": host,
+            "port": port,
+            "timeout": int(timeout_s * 1000),
+            "autoconnect": False,
+            "table_prefix": table_prefix or None,
+            "transport": "buffered",
+            "protocol": "binary",
         }
         self._pool_instance: happybase.ConnectionPool | None = None
         self._ready = False
@@ -69,7 +75,8 @@ class HBaseStore:
     @classmethod
     def from_settings(cls, settings: Settings) -> HBaseStore:
         return cls(
-            settings.get_str("storage.hbase.host"), settings.get_int("storage.hbase.port"),
+            settings.get_str("storage.hbase.host"),
+            settings.get_int("storage.hbase.port"),
             pool_size=settings.get_int("storage.hbase.pool_size"),
             timeout_s=settings.get_float("storage.hbase.timeout_s"),
             table_prefix=settings.get_str("storage.hbase.table_prefix"),
@@ -133,7 +140,8 @@ class HBaseStore:
             with self._pool.connection(timeout=self.timeout_s) as connection:
                 self._ensure_tables(connection)
                 scanner = connection.table(table).scan(
-                    filter=b"FirstKeyOnlyFilter() AND KeyOnlyFilter()", batch_size=5000)
+                    filter=b"FirstKeyOnlyFilter() AND KeyOnlyFilter()", batch_size=5000
+                )
                 return sum(1 for _ in scanner)
         except _BACKEND_ERRORS as exc:
             raise self._fail("count", exc) from exc

@@ -45,7 +45,7 @@ def mark_created(path: Path) -> None:
 
 
 def _quick_check(path: Path) -> str:
-    """"" when SQLite finds the file sound, else what it found (first lines)."""
+    """ "" when SQLite finds the file sound, else what it found (first lines)."""
     try:
         conn = sqlite3.connect(path, timeout=30.0)
         try:
@@ -83,8 +83,12 @@ def _salvage(damaged: Path, path: Path) -> dict[str, int]:
     target = sqlite3.connect(path, isolation_level=None)
     try:
         try:
-            tables = [(str(name), str(sql)) for name, sql in source.execute(
-                "SELECT name, sql FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")]
+            tables = [
+                (str(name), str(sql))
+                for name, sql in source.execute(
+                    "SELECT name, sql FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+                )
+            ]
         except sqlite3.Error as exc:
             log.error("--recover: the schema of %s is unreadable (%s); nothing salvaged", damaged, exc)
             return copied
@@ -103,8 +107,9 @@ def _salvage_table(source: sqlite3.Connection, target: sqlite3.Connection, name:
     copied, after, skip, skipped = 0, 0, 1, 0
     while skipped < _MAX_SKIPS:
         try:
-            chunk = source.execute(f'SELECT rowid, * FROM "{name}" WHERE rowid > ? ORDER BY rowid LIMIT ?',
-                                   (after, _SALVAGE_CHUNK)).fetchall()
+            chunk = source.execute(
+                f'SELECT rowid, * FROM "{name}" WHERE rowid > ? ORDER BY rowid LIMIT ?', (after, _SALVAGE_CHUNK)
+            ).fetchall()
         except sqlite3.Error:
             after, skip, skipped = after + skip, skip * 2, skipped + 1
             continue
@@ -132,13 +137,22 @@ def check_sqlite_file(path: Path, what: str, recover: bool) -> None:
     if not problem:
         return
     if not recover:
-        raise ServiceError(f"{what} {path} is damaged ({problem}); not starting on it: restore it from a backup, "
-                           f"or start with --recover to move it to {_aside(path).name} and copy every readable row "
-                           "into a new file")
+        raise ServiceError(
+            f"{what} {path} is damaged ({problem}); not starting on it: restore it from a backup, "
+            f"or start with --recover to move it to {_aside(path).name} and copy every readable row "
+            "into a new file"
+        )
     damaged = _move_aside(path)
     copied = _salvage(damaged, path)
-    log.warning("--recover: %s %s was damaged (%s): moved to %s, %s row(s) salvaged into a new file (%s)", what,
-                path, problem, damaged, sum(copied.values()), ", ".join(f"{k} {v}" for k, v in copied.items()))
+    log.warning(
+        "--recover: %s %s was damaged (%s): moved to %s, %s row(s) salvaged into a new file (%s)",
+        what,
+        path,
+        problem,
+        damaged,
+        sum(copied.values()),
+        ", ".join(f"{k} {v}" for k, v in copied.items()),
+    )
 
 
 def check_store_file(path: Path, recover: bool, what: str = "the embedded store") -> None:
@@ -148,9 +162,11 @@ def check_store_file(path: Path, recover: bool, what: str = "the embedded store"
     if gone and marker.exists():
         state = "missing" if not path.exists() else "empty (0 bytes)"
         if not recover:
-            raise ServiceError(f"{what} {path} is {state}, but it was created there on "
-                               f"{marker.read_text().strip()} ({marker.name}): its records are gone. Restore it "
-                               "from a backup, or start with --recover to begin a new, empty one there")
+            raise ServiceError(
+                f"{what} {path} is {state}, but it was created there on "
+                f"{marker.read_text().strip()} ({marker.name}): its records are gone. Restore it "
+                "from a backup, or start with --recover to begin a new, empty one there"
+            )
         if path.exists():
             _move_aside(path)
         marker.unlink()

@@ -25,17 +25,27 @@ class StorageMetrics:
         backend = service.store.name
         self.backend = backend
         p = "icecrawler_storage_"
-        self.written = Tally(p + "records_written", "Records that reached the backend (directly or replayed from "
-                             "the spool), by table and backend.", ["table", "backend"])
-        self.spooled = Tally(p + "records_spooled", "Records acknowledged into the spool because the backend was "
-                             "down, slow or the spool not empty, by table.", ["table"])
+        self.written = Tally(
+            p + "records_written",
+            "Records that reached the backend (directly or replayed from the spool), by table and backend.",
+            ["table", "backend"],
+        )
+        self.spooled = Tally(
+            p + "records_spooled",
+            "Records acknowledged into the spool because the backend was down, slow or the spool not empty, by table.",
+            ["table"],
+        )
         self.invalid = Tally(p + "invalid_records", "Records rejected by validation, by table.", ["table"])
-        self.errors = Tally(p + "backend_errors", "Backend writes that failed or timed out, by backend.",
-                            ["backend"])
-        self.outages = Tally(p + "backend_outages", "Times the backend went from up to failing, by backend.",
-                             ["backend"])
-        self.latency = Buckets(p + "write_duration_seconds", "Time of one write call (validation, backend write "
-                               "or spooling), by table.", ["table"], LATENCY_BUCKETS_S)
+        self.errors = Tally(p + "backend_errors", "Backend writes that failed or timed out, by backend.", ["backend"])
+        self.outages = Tally(
+            p + "backend_outages", "Times the backend went from up to failing, by backend.", ["backend"]
+        )
+        self.latency = Buckets(
+            p + "write_duration_seconds",
+            "Time of one write call (validation, backend write or spooling), by table.",
+            ["table"],
+            LATENCY_BUCKETS_S,
+        )
         self.written.ensure((table, backend) for table in TABLES)
         self.spooled.ensure((table,) for table in TABLES)
         self.invalid.ensure((table,) for table in TABLES)
@@ -70,9 +80,14 @@ class StorageMetrics:
         p = "icecrawler_storage_"
         service = self.service
         yield gauge(p + "spool_records", "Records waiting in the spool for the backend.", service.spool.depth())
-        yield gauge(p + "spool_age_seconds", "Seconds since the spool was last empty (0 while empty).",
-                    service.spool_age_s())
-        yield gauge(p + "backend_up", "1 while backend writes succeed; 0 from a failed write until the spool "
-                    "drained.", {(self.backend,): 1.0 if service.backend_up() else 0.0}, ["backend"])
+        yield gauge(
+            p + "spool_age_seconds", "Seconds since the spool was last empty (0 while empty).", service.spool_age_s()
+        )
+        yield gauge(
+            p + "backend_up",
+            "1 while backend writes succeed; 0 from a failed write until the spool drained.",
+            {(self.backend,): 1.0 if service.backend_up() else 0.0},
+            ["backend"],
+        )
         for metric in (self.written, self.spooled, self.invalid, self.errors, self.outages, self.latency):
             yield metric.family()

@@ -78,13 +78,31 @@ class Row(NamedTuple):
 #: Column names and types per table, in a fixed order (SQLite column order, CSV header order).
 COLUMNS: dict[str, tuple[tuple[str, type], ...]] = {
     WEIBO: (
-        ("id", int), ("user_id", int), ("user_name", str), ("text", str), ("html", str), ("created_at", str),
-        ("reposts", int), ("comments", int), ("likes", int), ("pinned", int), ("retweeted_id", int),
-        ("pictures", str), ("permalink", str), ("fetched_at", str), ("source", str),
+        ("id", int),
+        ("user_id", int),
+        ("user_name", str),
+        ("text", str),
+        ("html", str),
+        ("created_at", str),
+        ("reposts", int),
+        ("comments", int),
+        ("likes", int),
+        ("pinned", int),
+        ("retweeted_id", int),
+        ("pictures", str),
+        ("permalink", str),
+        ("fetched_at", str),
+        ("source", str),
     ),
     REVIEW: (
-        ("id", str), ("product_id", str), ("source", str), ("user", str), ("content", str), ("score", int),
-        ("created_at", str), ("fetched_at", str),
+        ("id", str),
+        ("product_id", str),
+        ("source", str),
+        ("user", str),
+        ("content", str),
+        ("score", int),
+        ("created_at", str),
+        ("fetched_at", str),
     ),
 }
 
@@ -175,8 +193,13 @@ def validate_post(post: Any, max_text_chars: int) -> list[str]:
     _check_int(errors, "retweetedId", post.retweeted_id)
     if type(post.pinned) is not bool:
         errors.append(f"pinned must be a bool, got {type(post.pinned).__name__}")
-    for name, text in (("userName", post.user_name), ("text", post.text), ("html", post.html),
-                       ("permalink", post.permalink), ("source", post.source)):
+    for name, text in (
+        ("userName", post.user_name),
+        ("text", post.text),
+        ("html", post.html),
+        ("permalink", post.permalink),
+        ("source", post.source),
+    ):
         _check_text(errors, name, text, max_chars=max_text_chars)
     if not isinstance(post.pictures, list) or not all(isinstance(url, str) for url in post.pictures):
         errors.append("pictures must be a list of URL strings")
@@ -217,11 +240,15 @@ def check_batch_size(records: Sequence[Any], batch_limit: int) -> None:
     if len(records) > batch_limit:
         raise InvalidArgumentError(
             f"batch of {len(records)} records is over storage.batch_limit={batch_limit}; split it",
-            code="BatchTooLarge", field="records")
+            code="BatchTooLarge",
+            field="records",
+        )
 
 
 def build_rows(
-    records: Sequence[Any], batch_limit: int, build: Callable[[Any], Row | list[str]],
+    records: Sequence[Any],
+    batch_limit: int,
+    build: Callable[[Any], Row | list[str]],
 ) -> tuple[list[Row], list[tuple[int, str]]]:
     """Split a batch into the rows of its valid records and [(index, reason)] for the others, in one pass:
     ``build`` returns a record's row or the reasons it cannot be stored (``checked_post_row``,
@@ -275,17 +302,46 @@ def post_row(post: Post) -> Row:
 
 
 def _post_row(values: tuple[Any, ...], created_ms: int) -> Row:
-    (pid, user, user_name, text, html, created, reposts, comments, likes, pinned, retweeted, pictures, permalink,
-     fetched, source) = values
+    (
+        pid,
+        user,
+        user_name,
+        text,
+        html,
+        created,
+        reposts,
+        comments,
+        likes,
+        pinned,
+        retweeted,
+        pictures,
+        permalink,
+        fetched,
+        source,
+    ) = values
     owner = (user & _U64).to_bytes(8, "big")
     key = _POST_KEY.pack(zlib.crc32(owner) & 0xFF, user & _U64, _MAX_REVERSED - created_ms, pid & _U64)
-    return Row(key, {
-        "id": pid, "user_id": user, "user_name": user_name, "text": text, "html": html, "created_at": created,
-        "reposts": reposts, "comments": comments, "likes": likes, "pinned": int(pinned), "retweeted_id": retweeted,
-        # Same text as _JSON.encode(pictures) for a list of strings (the only thing validation lets through).
-        "pictures": "[" + ",".join(map(_json_str, pictures)) + "]", "permalink": permalink, "fetched_at": fetched,
-        "source": source,
-    })
+    return Row(
+        key,
+        {
+            "id": pid,
+            "user_id": user,
+            "user_name": user_name,
+            "text": text,
+            "html": html,
+            "created_at": created,
+            "reposts": reposts,
+            "comments": comments,
+            "likes": likes,
+            "pinned": int(pinned),
+            "retweeted_id": retweeted,
+            # Same text as _JSON.encode(pictures) for a list of strings (the only thing validation lets through).
+            "pictures": "[" + ",".join(map(_json_str, pictures)) + "]",
+            "permalink": permalink,
+            "fetched_at": fetched,
+            "source": source,
+        },
+    )
 
 
 @dataclass(frozen=True)
@@ -309,8 +365,7 @@ _core_post_values = operator.attrgetter(*(name for name, _ in COLUMNS[WEIBO]))
 #: Posts as core ``Post`` objects (the fields are named like the columns).
 CORE_POSTS = PostFormat(Post, _core_post_values, lambda post: post)
 #: The exact type of every field of a post the fast path takes, in column order (bool is not an int here).
-_POST_TYPES = tuple(bool if name == "pinned" else list if name == "pictures" else kind
-                    for name, kind in COLUMNS[WEIBO])
+_POST_TYPES = tuple(bool if name == "pinned" else list if name == "pictures" else kind for name, kind in COLUMNS[WEIBO])
 
 
 def checked_post_row(post: Any, max_text_chars: int, fmt: PostFormat = CORE_POSTS) -> Row | list[str]:
@@ -324,16 +379,41 @@ def checked_post_row(post: Any, max_text_chars: int, fmt: PostFormat = CORE_POST
     if type(post) is not fmt.kind:
         return validate_post(post, max_text_chars) or post_row(post)
     values = fmt.values(post)
-    (pid, user, user_name, text, html, created, reposts, comments, likes, _pinned, retweeted, pictures, permalink,
-     fetched, source) = values
-    if (tuple(map(type, values)) == _POST_TYPES and 1 <= pid <= _INT64[1] and 1 <= user <= _INT64[1]
-            and 0 <= reposts <= _INT31 and 0 <= comments <= _INT31 and 0 <= likes <= _INT31
-            and 0 <= retweeted <= _INT64[1] and len(user_name) <= max_text_chars and len(text) <= max_text_chars
-            and len(html) <= max_text_chars and len(permalink) <= max_text_chars and len(source) <= max_text_chars
-            and all(type(url) is str for url in pictures) and sum(map(len, pictures)) <= max_text_chars
-            # Text that came through Ice was decoded from UTF-8, so only in-process callers can hold a surrogate.
-            and (fmt is not CORE_POSTS
-                 or not any(map(_not_utf8, (user_name, text, html, permalink, source, *pictures))))):
+    (
+        pid,
+        user,
+        user_name,
+        text,
+        html,
+        created,
+        reposts,
+        comments,
+        likes,
+        _pinned,
+        retweeted,
+        pictures,
+        permalink,
+        fetched,
+        source,
+    ) = values
+    if (
+        tuple(map(type, values)) == _POST_TYPES
+        and 1 <= pid <= _INT64[1]
+        and 1 <= user <= _INT64[1]
+        and 0 <= reposts <= _INT31
+        and 0 <= comments <= _INT31
+        and 0 <= likes <= _INT31
+        and 0 <= retweeted <= _INT64[1]
+        and len(user_name) <= max_text_chars
+        and len(text) <= max_text_chars
+        and len(html) <= max_text_chars
+        and len(permalink) <= max_text_chars
+        and len(source) <= max_text_chars
+        and all(type(url) is str for url in pictures)
+        and sum(map(len, pictures)) <= max_text_chars
+        # Text that came through Ice was decoded from UTF-8, so only in-process callers can hold a surrogate.
+        and (fmt is not CORE_POSTS or not any(map(_not_utf8, (user_name, text, html, permalink, source, *pictures))))
+    ):
         try:
             moment = datetime.fromisoformat(created)
             fetched_ok = not fetched or datetime.fromisoformat(fetched).tzinfo is not None
@@ -349,22 +429,40 @@ def checked_post_row(post: Any, max_text_chars: int, fmt: PostFormat = CORE_POST
 def post_from_row(row: Row) -> Post:
     c = row.columns
     return Post(
-        id=int(c["id"]), user_id=int(c["user_id"]), user_name=str(c["user_name"]), text=str(c["text"]),
-        html=str(c["html"]), created_at=str(c["created_at"]), reposts=int(c["reposts"]),
-        comments=int(c["comments"]), likes=int(c["likes"]), pinned=bool(c["pinned"]),
-        retweeted_id=int(c["retweeted_id"]), pictures=list(json.loads(str(c["pictures"]) or "[]")),
-        permalink=str(c["permalink"]), fetched_at=str(c["fetched_at"]), source=str(c["source"]),
+        id=int(c["id"]),
+        user_id=int(c["user_id"]),
+        user_name=str(c["user_name"]),
+        text=str(c["text"]),
+        html=str(c["html"]),
+        created_at=str(c["created_at"]),
+        reposts=int(c["reposts"]),
+        comments=int(c["comments"]),
+        likes=int(c["likes"]),
+        pinned=bool(c["pinned"]),
+        retweeted_id=int(c["retweeted_id"]),
+        pictures=list(json.loads(str(c["pictures"]) or "[]")),
+        permalink=str(c["permalink"]),
+        fetched_at=str(c["fetched_at"]),
+        source=str(c["source"]),
     )
 
 
 def review_row(review: Review) -> Row:
     """The stored form of a validated review."""
     key = owner_prefix(REVIEW, review.product_id) + _reversed_ms(review.created_at) + review.id.encode()
-    return Row(key, {
-        "id": review.id, "product_id": review.product_id, "source": review.source, "user": review.user,
-        "content": review.content, "score": review.score, "created_at": review.created_at,
-        "fetched_at": review.fetched_at,
-    })
+    return Row(
+        key,
+        {
+            "id": review.id,
+            "product_id": review.product_id,
+            "source": review.source,
+            "user": review.user,
+            "content": review.content,
+            "score": review.score,
+            "created_at": review.created_at,
+            "fetched_at": review.fetched_at,
+        },
+    )
 
 
 def checked_review_row(review: Any, max_text_chars: int) -> Row | list[str]:
@@ -376,8 +474,13 @@ def checked_review_row(review: Any, max_text_chars: int) -> Row | list[str]:
 def review_from_row(row: Row) -> Review:
     c = row.columns
     return Review(
-        id=str(c["id"]), product_id=str(c["product_id"]), source=str(c["source"]), user=str(c["user"]),
-        content=str(c["content"]), score=int(c["score"]), created_at=str(c["created_at"]),
+        id=str(c["id"]),
+        product_id=str(c["product_id"]),
+        source=str(c["source"]),
+        user=str(c["user"]),
+        content=str(c["content"]),
+        score=int(c["score"]),
+        created_at=str(c["created_at"]),
         fetched_at=str(c["fetched_at"]),
     )
 

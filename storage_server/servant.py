@@ -20,8 +20,23 @@ _C = rpc.crawler()
 #: that needs ``validate_post``'s reasons is converted to a core ``Post`` (same accepted set, same reasons).
 SLICE_POSTS = schema.PostFormat(
     _C.Post,
-    operator.attrgetter("id", "userId", "userName", "text", "html", "createdAt", "reposts", "comments", "likes",
-                        "pinned", "retweetedId", "pictures", "permalink", "fetchedAt", "source"),
+    operator.attrgetter(
+        "id",
+        "userId",
+        "userName",
+        "text",
+        "html",
+        "createdAt",
+        "reposts",
+        "comments",
+        "likes",
+        "pinned",
+        "retweetedId",
+        "pictures",
+        "permalink",
+        "fetchedAt",
+        "source",
+    ),
     rpc.post_from_slice,
 )
 
@@ -52,7 +67,11 @@ class StorageServant(_C.Storage):  # type: ignore[misc,name-defined]
     def stats(self, current: Any) -> Any:
         data = self._service.stats()
         return _C.StorageStats(
-            backend=data.backend, posts=data.posts, reviews=data.reviews, spoolDepth=data.spool_depth,
-            writesAccepted=data.records_accepted, recordsRejected=data.records_rejected,
+            backend=data.backend,
+            posts=data.posts,
+            reviews=data.reviews,
+            spoolDepth=data.spool_depth,
+            writesAccepted=data.records_accepted,
+            recordsRejected=data.records_rejected,
             detailJson=json.dumps(data.detail, ensure_ascii=False),
         )

@@ -65,9 +65,14 @@ def run(settings: Settings, ice_args: list[str], listen: str = "") -> int:
     check_paths(settings.as_dict(), dirs=["storage.spool_dir"], files=["storage.embedded.path"] if embedded else [])
     metrics_config = MetricsConfig.from_settings(settings, "storage")  # a bad value fails before anything starts
     with rpc.communicator(ice_args, properties=SERVER_PROPERTIES) as comm, ExitStack() as held:
-        endpoints = rpc.prepare_adapter(comm, rpc.STORAGE_ADAPTER, rpc.STORAGE_ENDPOINTS, endpoints=listen,
-                                        allow_insecure=settings.get_bool("security.allow_insecure"),
-                                        message_size_max_kib=limits.storage_message_kib(settings))
+        endpoints = rpc.prepare_adapter(
+            comm,
+            rpc.STORAGE_ADAPTER,
+            rpc.STORAGE_ENDPOINTS,
+            endpoints=listen,
+            allow_insecure=settings.get_bool("security.allow_insecure"),
+            message_size_max_kib=limits.storage_message_kib(settings),
+        )
         gate = Gate.from_setting(settings.get_str("security.revoked"), tls=has_secure_endpoint(comm, endpoints))
         for lock in data_locks(settings):
             held.enter_context(lock)
@@ -76,8 +81,13 @@ def run(settings: Settings, ice_args: list[str], listen: str = "") -> int:
         try:
             try:
                 counts = service.stats()
-                log.info("storage backend %s: %d posts, %d reviews, %d records spooled", counts.backend,
-                         counts.posts, counts.reviews, counts.spool_depth)
+                log.info(
+                    "storage backend %s: %d posts, %d reviews, %d records spooled",
+                    counts.backend,
+                    counts.posts,
+                    counts.reviews,
+                    counts.spool_depth,
+                )
             except StorageUnavailableError as exc:  # the server starts anyway: writes spool until the backend is back
                 log.warning("backend not reachable at start: %s", exc)
             endpoint = _start_metrics(metrics_config, service)
@@ -86,8 +96,13 @@ def run(settings: Settings, ice_args: list[str], listen: str = "") -> int:
             raise
         rpc.settle_server_heap()
         try:
-            rpc.serve(comm, rpc.STORAGE_ADAPTER, {rpc.STORAGE_IDENTITY: StorageServant(service, gate)},
-                      rpc.STORAGE_ENDPOINTS, on_shutdown=service.close)
+            rpc.serve(
+                comm,
+                rpc.STORAGE_ADAPTER,
+                {rpc.STORAGE_IDENTITY: StorageServant(service, gate)},
+                rpc.STORAGE_ENDPOINTS,
+                on_shutdown=service.close,
+            )
         finally:
             if endpoint is not None:
                 endpoint.close()

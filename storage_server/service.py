@@ -86,8 +86,16 @@ def build_store(settings: Settings) -> RecordStore:
 class StorageService:
     """Validated, durable, idempotent writes of posts and reviews onto one ``RecordStore``."""
 
-    def __init__(self, store: RecordStore, spool: SpoolQueue, *, max_text_chars: int, batch_limit: int,
-                 write_timeout_s: float, writers: int = 4) -> None:
+    def __init__(
+        self,
+        store: RecordStore,
+        spool: SpoolQueue,
+        *,
+        max_text_chars: int,
+        batch_limit: int,
+        write_timeout_s: float,
+        writers: int = 4,
+    ) -> None:
         self.store = store
         self.spool = spool
         self.max_text_chars = max_text_chars
@@ -129,11 +137,13 @@ class StorageService:
     def write_reviews(self, reviews: Sequence[Review]) -> WriteResult:
         return self._write(schema.REVIEW, reviews, schema.checked_review_row)
 
-    def _write(self, table: str, records: Sequence[Any],
-               checked_row: Callable[[Any, int], schema.Row | list[str]]) -> WriteResult:
+    def _write(
+        self, table: str, records: Sequence[Any], checked_row: Callable[[Any, int], schema.Row | list[str]]
+    ) -> WriteResult:
         started = time.perf_counter()
         valid, rejected = schema.build_rows(
-            records, self.batch_limit, lambda record: checked_row(record, self.max_text_chars))
+            records, self.batch_limit, lambda record: checked_row(record, self.max_text_chars)
+        )
         result = self._persist(table, valid) if valid else WriteResult(0, 0)
         if self.observer is not None:
             self.observer.wrote(table, result.stored, result.spooled, len(rejected), time.perf_counter() - started)
@@ -221,7 +231,8 @@ class StorageService:
         with self._lock:
             if self._count_future is None or self._count_future.done():
                 self._count_future = self._count_pool.submit(
-                    lambda: (self.store.count(schema.WEIBO), self.store.count(schema.REVIEW)))
+                    lambda: (self.store.count(schema.WEIBO), self.store.count(schema.REVIEW))
+                )
             future = self._count_future
         try:
             counts = future.result(timeout=COUNT_BUDGET_S)

@@ -89,7 +89,8 @@ class SqliteSpool:
             self._conn.execute("PRAGMA synchronous=FULL")
             self._conn.execute(
                 "CREATE TABLE IF NOT EXISTS spool (seq INTEGER PRIMARY KEY AUTOINCREMENT, records INTEGER NOT NULL, "
-                "blob BLOB NOT NULL)")
+                "blob BLOB NOT NULL)"
+            )
             self._depth = int(self._conn.execute("SELECT coalesce(sum(records), 0) FROM spool").fetchone()[0])
         except (OSError, sqlite3.Error) as exc:
             raise StorageUnavailableError(f"cannot open the spool {self.path}: {exc}") from exc

@@ -19,8 +19,12 @@ __all__ = ["fill", "small_tmpfs"]
 def small_tmpfs(path: Path, size_mb: int) -> Iterator[Path]:
     """A fresh tmpfs of ``size_mb`` MiB at ``path`` for the duration of the block."""
     path.mkdir(parents=True, exist_ok=True)
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_mb}m", "tmpfs", str(path)],
-                             capture_output=True, text=True, check=False)
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size_mb}m", "tmpfs", str(path)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if mounted.returncode != 0:
         skip_or_fail(f"full-disk test: cannot mount a tmpfs at {path} (needs root): {mounted.stderr.strip()}")
     try:

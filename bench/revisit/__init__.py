@@ -88,20 +88,49 @@ def _bounds() -> tuple[float, float, float]:
 
 CONTENDERS: tuple[Contender, ...] = (
     Contender("fixed (uniform)", "fixed", lambda k: FixedPolicy(*_bounds()), "exact"),
-    Contender("shhd (paper, simhash)", "shhd_paper", lambda k: ShhdPolicy(*_bounds(), **k), "simhash",
-              ({}, {"slow_start": False})),
-    Contender("shhd (ideal detector)", "shhd_ideal", lambda k: ShhdPolicy(*_bounds(), detector="count", **k), "count",
-              ({}, {"slow_start": False})),
-    Contender("nutch (xml defaults)", "nutch", lambda k: NutchPolicy(*_bounds(), **k), "exact",
-              ({}, {"inc_rate": 0.2, "dec_rate": 0.2, "sync_delta_rate": 0.2}, {"sync_delta": False})),
-    Contender("cho (irregular MLE)", "cho", lambda k: ChoPolicy(*_bounds(), **k), "exact",
-              ({}, {"target_p": 0.3}, {"target_p": 0.7})),
+    Contender(
+        "shhd (paper, simhash)",
+        "shhd_paper",
+        lambda k: ShhdPolicy(*_bounds(), **k),
+        "simhash",
+        ({}, {"slow_start": False}),
+    ),
+    Contender(
+        "shhd (ideal detector)",
+        "shhd_ideal",
+        lambda k: ShhdPolicy(*_bounds(), detector="count", **k),
+        "count",
+        ({}, {"slow_start": False}),
+    ),
+    Contender(
+        "nutch (xml defaults)",
+        "nutch",
+        lambda k: NutchPolicy(*_bounds(), **k),
+        "exact",
+        ({}, {"inc_rate": 0.2, "dec_rate": 0.2, "sync_delta_rate": 0.2}, {"sync_delta": False}),
+    ),
+    Contender(
+        "cho (irregular MLE)",
+        "cho",
+        lambda k: ChoPolicy(*_bounds(), **k),
+        "exact",
+        ({}, {"target_p": 0.3}, {"target_p": 0.7}),
+    ),
     Contender("sart (our reading)", "sart", lambda k: SartPolicy(*_bounds()), "exact"),
-    Contender("rate (ours)", "rate", lambda k: RatePolicy(*_bounds(), **k), "exact",
-              ({}, {"half_life_s": 48 * HOUR}, {"burst_fade_s": None})),
+    Contender(
+        "rate (ours)",
+        "rate",
+        lambda k: RatePolicy(*_bounds(), **k),
+        "exact",
+        ({}, {"half_life_s": 48 * HOUR}, {"burst_fade_s": None}),
+    ),
     Contender("rate, newest item time only", "rate_newest", lambda k: RatePolicy(*_bounds()), "newest"),
-    Contender("rate, Poisson only (before #7)", "rate_poisson",
-              lambda k: RatePolicy(*_bounds(), periodic=False, diurnal=False, burst_fade_s=None), "exact"),
+    Contender(
+        "rate, Poisson only (before #7)",
+        "rate_poisson",
+        lambda k: RatePolicy(*_bounds(), periodic=False, diurnal=False, burst_fade_s=None),
+        "exact",
+    ),
 )
 
 
@@ -155,8 +184,9 @@ def e0_seed(seed: int, cfg: Config) -> dict[str, Any]:
         last = [p for t, p, _ in res.periods if t > horizon.end_s - 0.5 * DAY and t <= horizon.end_s]
         summary = res.summary()
         summary["settled_period_min"] = float(np.median(last)) / 60 if last else float("nan")
-        one_review = [d for (t, _, d), prev in zip(res.periods[1:], res.periods, strict=False)
-                      if _count(page, prev[0], t) == 1]
+        one_review = [
+            d for (t, _, d), prev in zip(res.periods[1:], res.periods, strict=False) if _count(page, prev[0], t) == 1
+        ]
         summary["d_one_review_mean"] = float(np.mean(one_review)) if one_review else float("nan")
         summary["p_shrink_one_review"] = float(np.mean([d >= 25 for d in one_review])) if one_review else 0.0
         out[v.label] = {"summary": summary, "trace": res.periods[:40] if seed == REPORT_BASE else []}
@@ -200,8 +230,16 @@ def e3_seed(seed: int, cfg: Config, knobs: dict[str, dict[str, Any]], oracle: bo
         budget = mult * total_rate
         row: dict[str, Any] = {}
         for label, c, knob in _variants(knobs):
-            res = run_budget(pages, c.factory(knob), Detector(c.detector, content), horizon, budget, E3_MIN_S,
-                             E3_MAX_S, np.random.default_rng([seed, 4, int(mult * 1000)]))
+            res = run_budget(
+                pages,
+                c.factory(knob),
+                Detector(c.detector, content),
+                horizon,
+                budget,
+                E3_MIN_S,
+                E3_MAX_S,
+                np.random.default_rng([seed, 4, int(mult * 1000)]),
+            )
             row[label] = res.summary()
         row["O2 sqrt bound (known rates)"] = {"lag_mean_min": sqrt_bound([p.rate for p in pages], budget) / 60}
         if oracle:
@@ -234,8 +272,16 @@ def _tune_job(label: str, knob_index: int, seed: int, cfg: Config) -> tuple[tupl
     c = next(x for x in CONTENDERS if x.label == label)
     pages, horizon = _e3_world(seed, cfg)
     budget = TUNING_BUDGET * sum(p.rate for p in pages)
-    res = run_budget(pages, c.factory(c.knobs[knob_index]), Detector(c.detector, ContentModel(seed)), horizon,
-                     budget, E3_MIN_S, E3_MAX_S, np.random.default_rng([seed, 5]))
+    res = run_budget(
+        pages,
+        c.factory(c.knobs[knob_index]),
+        Detector(c.detector, ContentModel(seed)),
+        horizon,
+        budget,
+        E3_MIN_S,
+        E3_MAX_S,
+        np.random.default_rng([seed, 5]),
+    )
     return (label, knob_index), res.summary()["lag_mean_min"]
 
 
@@ -258,8 +304,16 @@ ABLATION: tuple[tuple[str, dict[str, Any]], ...] = (
 def _ablation_job(index: int, seed: int, mult: float, cfg: Config) -> tuple[int, int, float, float]:
     pages, horizon = _e3_world(seed, cfg)
     budget = mult * sum(p.rate for p in pages)
-    res = run_budget(pages, RatePolicy(*_bounds(), **ABLATION[index][1]), Detector("exact"), horizon, budget,
-                     E3_MIN_S, E3_MAX_S, np.random.default_rng([seed, 4, int(mult * 1000)]))
+    res = run_budget(
+        pages,
+        RatePolicy(*_bounds(), **ABLATION[index][1]),
+        Detector("exact"),
+        horizon,
+        budget,
+        E3_MIN_S,
+        E3_MAX_S,
+        np.random.default_rng([seed, 4, int(mult * 1000)]),
+    )
     return index, seed, mult, res.summary()["lag_mean_min"]
 
 
@@ -276,9 +330,11 @@ def ablation(cfg: Config, pool: Any) -> str:
             ratio = mean_ci([lags[(i, s, m)] / lags[(0, s, m)] for s in ABLATION_SEEDS])
             cells += [f"{mean:.2f}", _fmt(*ratio, 3)]
         rows.append(cells)
-    return (f"Ablation of the rate policy on development seeds {ABLATION_SEEDS[0]}..{ABLATION_SEEDS[-1]} "
-            f"({cfg.pages} pages; mean lag in minutes, paired ratio to the default ± 95% CI):\n\n"
-            + _table(["variant", "knobs", "B = 0.5×: lag", "÷ default", "B = 1×: lag", "÷ default"], rows))
+    return (
+        f"Ablation of the rate policy on development seeds {ABLATION_SEEDS[0]}..{ABLATION_SEEDS[-1]} "
+        f"({cfg.pages} pages; mean lag in minutes, paired ratio to the default ± 95% CI):\n\n"
+        + _table(["variant", "knobs", "B = 0.5×: lag", "÷ default", "B = 1×: lag", "÷ default"], rows)
+    )
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -299,36 +355,85 @@ def _agg(per_seed: Sequence[dict[str, Any]], key: str) -> tuple[float, float]:
     return mean_ci([s[key] for s in per_seed if key in s])
 
 
-def report(cfg: Config, e0: list[dict[str, Any]], e3: list[dict[str, Any]], knobs: dict[str, dict[str, Any]],
-           seconds: float, command: str) -> tuple[str, dict[str, float]]:
+def report(
+    cfg: Config,
+    e0: list[dict[str, Any]],
+    e3: list[dict[str, Any]],
+    knobs: dict[str, dict[str, Any]],
+    seconds: float,
+    command: str,
+) -> tuple[str, dict[str, float]]:
     """Markdown tables and flat headline numbers."""
     head: dict[str, float] = {}
-    md = [f"Command: `{command}`; {cfg.seeds} report seeds ({REPORT_BASE}..{REPORT_BASE + cfg.seeds - 1}), "
-          f"tuning seeds {list(TUNING_SEEDS) if cfg.tune else 'none (defaults)'}; run time {seconds:.0f} s. "
-          "Means ± 95% CI over seeds; lags in minutes.", "",
-          f"### E0: one review every 10 min, first period 1 min ({cfg.e0_days:g} days, one page)", ""]
+    md = [
+        f"Command: `{command}`; {cfg.seeds} report seeds ({REPORT_BASE}..{REPORT_BASE + cfg.seeds - 1}), "
+        f"tuning seeds {list(TUNING_SEEDS) if cfg.tune else 'none (defaults)'}; run time {seconds:.0f} s. "
+        "Means ± 95% CI over seeds; lags in minutes.",
+        "",
+        f"### E0: one review every 10 min, first period 1 min ({cfg.e0_days:g} days, one page)",
+        "",
+    ]
     rows = []
     for v in E0_VARIANTS:
         per = [s[v.label]["summary"] for s in e0]
-        m = {k: _agg(per, k) for k in ("fetches", "hit_rate", "believed_hit_rate", "lag_mean_min", "lag_p95_min",
-                                       "settled_period_min", "d_one_review_mean", "p_shrink_one_review")}
-        rows.append([v.label, _fmt(*m["fetches"], 0), _fmt(*m["hit_rate"]), _fmt(*m["believed_hit_rate"]),
-                     _fmt(*m["lag_mean_min"]), _fmt(*m["lag_p95_min"]), _fmt(*m["settled_period_min"]),
-                     _fmt(*m["d_one_review_mean"], 1) if v.policy == "shhd" and v.detector == "simhash" else "",
-                     _fmt(*m["p_shrink_one_review"]) if v.policy == "shhd" and v.detector == "simhash" else ""])
+        m = {
+            k: _agg(per, k)
+            for k in (
+                "fetches",
+                "hit_rate",
+                "believed_hit_rate",
+                "lag_mean_min",
+                "lag_p95_min",
+                "settled_period_min",
+                "d_one_review_mean",
+                "p_shrink_one_review",
+            )
+        }
+        rows.append(
+            [
+                v.label,
+                _fmt(*m["fetches"], 0),
+                _fmt(*m["hit_rate"]),
+                _fmt(*m["believed_hit_rate"]),
+                _fmt(*m["lag_mean_min"]),
+                _fmt(*m["lag_p95_min"]),
+                _fmt(*m["settled_period_min"]),
+                _fmt(*m["d_one_review_mean"], 1) if v.policy == "shhd" and v.detector == "simhash" else "",
+                _fmt(*m["p_shrink_one_review"]) if v.policy == "shhd" and v.detector == "simhash" else "",
+            ]
+        )
         key = "e0_" + v.label.split(",")[0].split(" ")[0] + "_" + str(E0_VARIANTS.index(v))
         head[f"{key}_settled_period_min"] = round(m["settled_period_min"][0], 3)
         head[f"{key}_lag_mean_min"] = round(m["lag_mean_min"][0], 3)
-    md.append(_table(["variant", "fetches", "hit rate", "believed hit", "mean lag", "p95 lag", "settled period",
-                      "mean d (1 review)", "P(d≥25 | 1 review)"], rows))
+    md.append(
+        _table(
+            [
+                "variant",
+                "fetches",
+                "hit rate",
+                "believed hit",
+                "mean lag",
+                "p95 lag",
+                "settled period",
+                "mean d (1 review)",
+                "P(d≥25 | 1 review)",
+            ],
+            rows,
+        )
+    )
     trace_rows = []
     first = e0[0]
     for v in (E0_VARIANTS[0], E0_VARIANTS[1], E0_VARIANTS[3], E0_VARIANTS[4]):
         tr = first[v.label]["trace"][:16]
-        trace_rows.append([v.label, " ".join(f"{p / 60:g}" for _, p, _ in tr),
-                           " ".join(str(d) for _, _, d in tr)])
-    md += ["", f"Period sequence of seed {REPORT_BASE} (minutes after each of the first 16 fetches) and the Hamming "
-           "distance each fetch saw:", "", _table(["variant", "periods (min)", "distances"], trace_rows), ""]
+        trace_rows.append([v.label, " ".join(f"{p / 60:g}" for _, p, _ in tr), " ".join(str(d) for _, _, d in tr)])
+    md += [
+        "",
+        f"Period sequence of seed {REPORT_BASE} (minutes after each of the first 16 fetches) and the Hamming "
+        "distance each fetch saw:",
+        "",
+        _table(["variant", "periods (min)", "distances"], trace_rows),
+        "",
+    ]
     for mult in cfg.budgets:
         per_b = [s[str(mult)] for s in e3]
         labels = [label for label, _, _ in _variants(knobs)] + ["O2 sqrt bound (known rates)"]
@@ -342,9 +447,13 @@ def report(cfg: Config, e0: list[dict[str, Any]], e3: list[dict[str, Any]], knob
         for label in labels:
             per = [r[label] for r in per_b if label in r]
             lag = _agg(per, "lag_mean_min")
-            cells = [label, _fmt(*_agg(per, "fetches"), 0) if "fetches" in per[0] else "",
-                     _fmt(*_agg(per, "hit_rate")) if "hit_rate" in per[0] else "",
-                     _fmt(*_agg(per, "believed_hit_rate")) if "hit_rate" in per[0] else "", _fmt(*lag)]
+            cells = [
+                label,
+                _fmt(*_agg(per, "fetches"), 0) if "fetches" in per[0] else "",
+                _fmt(*_agg(per, "hit_rate")) if "hit_rate" in per[0] else "",
+                _fmt(*_agg(per, "believed_hit_rate")) if "hit_rate" in per[0] else "",
+                _fmt(*lag),
+            ]
             for k in ("lag_p95_min", "lag_p99_min", "uncaught", "freshness", "harmonic_staleness"):
                 cells.append(_fmt(*_agg(per, k), 0 if k == "uncaught" else 2) if k in per[0] else "")
             cells += [f"{lag[0] / rate_lag:.2f}", f"{lag[0] / sqrt_lag:.2f}"]
@@ -356,24 +465,48 @@ def report(cfg: Config, e0: list[dict[str, Any]], e3: list[dict[str, Any]], knob
             paired.append(f"{label} {_fmt(*ratio, 3)}")
             head[f"e3_b{mult:g}_rate_over_{slugs[label]}_paired_ratio"] = round(ratio[0], 3)
             head[f"e3_b{mult:g}_rate_over_{slugs[label]}_paired_ratio_ci95"] = round(ratio[1], 3)
-        md += [f"### E3: {cfg.pages}-page mixture, global budget B = {mult:g} × total item rate", "",
-               _table(["policy", "fetches", "hit rate", "believed hit", "mean lag", "p95", "p99", "uncaught",
-                       "freshness", "harmonic staleness", "× rate (ours)", "× sqrt bound"], rows), "",
-               "Per-seed (paired) ratio of rate's mean lag to: " + "; ".join(paired) + ".", ""]
+        md += [
+            f"### E3: {cfg.pages}-page mixture, global budget B = {mult:g} × total item rate",
+            "",
+            _table(
+                [
+                    "policy",
+                    "fetches",
+                    "hit rate",
+                    "believed hit",
+                    "mean lag",
+                    "p95",
+                    "p99",
+                    "uncaught",
+                    "freshness",
+                    "harmonic staleness",
+                    "× rate (ours)",
+                    "× sqrt bound",
+                ],
+                rows,
+            ),
+            "",
+            "Per-seed (paired) ratio of rate's mean lag to: " + "; ".join(paired) + ".",
+            "",
+        ]
         for base in [x for x in slugs.values() if x.startswith(("shhd_paper", "nutch"))]:
-            head[f"e3_b{mult:g}_rate_over_{base}_ratio"] = round(rate_lag / head[f"e3_b{mult:g}_{base}_lag_mean_min"],
-                                                                 3)
+            head[f"e3_b{mult:g}_rate_over_{base}_ratio"] = round(
+                rate_lag / head[f"e3_b{mult:g}_{base}_lag_mean_min"], 3
+            )
         head[f"e3_b{mult:g}_rate_over_sqrt_bound_ratio"] = round(rate_lag / sqrt_lag, 3)
     if knobs:
-        md += [f"Knobs chosen on the tuning seeds (B = {TUNING_BUDGET:g}×, mean lag; each policy with a knob got 2–3 "
-               "choices, the first being the default): "
-               + "; ".join(f"{k}: {v or 'defaults'}" for k, v in knobs.items()), ""]
+        md += [
+            f"Knobs chosen on the tuning seeds (B = {TUNING_BUDGET:g}×, mean lag; each policy with a knob got 2–3 "
+            "choices, the first being the default): " + "; ".join(f"{k}: {v or 'defaults'}" for k, v in knobs.items()),
+            "",
+        ]
     head["run_seconds_s"] = round(seconds, 1)
     return "\n".join(md), head
 
 
-def plots(cfg: Config, e0: list[dict[str, Any]], e3: list[dict[str, Any]], knobs: dict[str, dict[str, Any]],
-          outdir: Path) -> None:
+def plots(
+    cfg: Config, e0: list[dict[str, Any]], e3: list[dict[str, Any]], knobs: dict[str, dict[str, Any]], outdir: Path
+) -> None:
     """Lag vs fetch rate per policy (E3) and the E0 period trajectory."""
     import matplotlib
 
@@ -418,8 +551,15 @@ def _main_traces(args: argparse.Namespace, command: str) -> int:
     from bench.revisit.real import RealConfig, run_traces
     from bench.revisit.replay import TraceError
 
-    cfg = RealConfig(args.traces, seeds=args.seeds or (2 if args.quick else 5), half=args.half,
-                     targets=args.targets, tune=not args.quick, oracle=not args.quick, workers=args.workers or 2)
+    cfg = RealConfig(
+        args.traces,
+        seeds=args.seeds or (2 if args.quick else 5),
+        half=args.half,
+        targets=args.targets,
+        tune=not args.quick,
+        oracle=not args.quick,
+        workers=args.workers or 2,
+    )
     _warm_up()
     try:
         with multiprocessing.get_context("fork").Pool(cfg.workers) as pool:
@@ -439,8 +579,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--workers", type=int, help="worker processes (default 2)")
     parser.add_argument("--e0-days", type=float, help="override the E0 horizon (days)")
     parser.add_argument("--end-days", type=float, help="override the E3 end of item arrivals (days)")
-    parser.add_argument("--ablation", action="store_true",
-                        help="only the rate policy's ablation on the development seeds (prints a table)")
+    parser.add_argument(
+        "--ablation",
+        action="store_true",
+        help="only the rate policy's ablation on the development seeds (prints a table)",
+    )
     parser.add_argument("--traces", type=Path, help="E3 on real traces instead (JSONL; see bench/revisit/real.py)")
     parser.add_argument("--half", choices=("report", "dev", "all"), default="report", help="with --traces")
     parser.add_argument("--targets", type=int, help="with --traces: targets per seed (default: all of the half)")
@@ -448,8 +591,13 @@ def main(argv: list[str]) -> int:
     if args.traces is not None:
         return _main_traces(args, "icecrawler bench revisit " + " ".join(argv))
     cfg = QUICK if args.quick else FULL
-    overrides = {"seeds": args.seeds, "pages": args.pages, "workers": args.workers, "e0_days": args.e0_days,
-                 "end_days": args.end_days}
+    overrides = {
+        "seeds": args.seeds,
+        "pages": args.pages,
+        "workers": args.workers,
+        "e0_days": args.e0_days,
+        "end_days": args.end_days,
+    }
     cfg = replace(cfg, **{k: v for k, v in overrides.items() if v is not None})
     command = "icecrawler bench revisit " + " ".join(argv)
     started = time.monotonic()

@@ -90,8 +90,9 @@ def weibo_items(gitdir: Path, commit: str, paths: Sequence[str]) -> tuple[dict[s
 
 def git_items(gitdir: Path, commit: str) -> dict[str, list[int]]:
     """Feed key ("author:<email>" / "path:<a/b>") -> commit times (non-merge commits reachable from ``commit``)."""
-    out = _git(gitdir, "log", "--no-merges", "--no-renames", "--format=@%ct %ae", "--name-only",
-               commit).decode("utf-8", "replace")
+    out = _git(gitdir, "log", "--no-merges", "--no-renames", "--format=@%ct %ae", "--name-only", commit).decode(
+        "utf-8", "replace"
+    )
     feeds: dict[str, set[int]] = collections.defaultdict(set)
     stamp = None
     for line in out.splitlines():
@@ -147,8 +148,10 @@ def build(gitdirs: Sequence[Path]) -> tuple[list[dict[str, object]], list[dict[s
             info: dict[str, object] = {"paths": sheets, "mid_time_check": check}
         else:
             feeds = git_items(gitdir, commit)
-            kinds = {"git-author": {k: v for k, v in feeds.items() if k.startswith("author:")},
-                     "git-path": {k: v for k, v in feeds.items() if k.startswith("path:")}}
+            kinds = {
+                "git-author": {k: v for k, v in feeds.items() if k.startswith("author:")},
+                "git-path": {k: v for k, v in feeds.items() if k.startswith("path:")},
+            }
             info = {"paths": ["(commit history of HEAD)"]}
         kept: collections.Counter[str] = collections.Counter()
         for source, by_key in kinds.items():
@@ -170,8 +173,9 @@ def main(argv: list[str]) -> int:
     records, provenance = build(args.gitdirs)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records), encoding="utf-8")
-    args.out.with_name(args.out.stem + ".provenance.json").write_text(json.dumps(provenance, indent=1) + "\n",
-                                                                      encoding="utf-8")
+    args.out.with_name(args.out.stem + ".provenance.json").write_text(
+        json.dumps(provenance, indent=1) + "\n", encoding="utf-8"
+    )
     print(f"{len(records)} targets -> {args.out}", file=sys.stderr)
     for p in provenance:
         print(f"  {p['repo']}@{str(p['commit'])[:10]}: {p['targets']}", file=sys.stderr)

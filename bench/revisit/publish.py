@@ -16,7 +16,7 @@ def write_block(path: Path, block: str, name: str = "revisit-results") -> None:
     start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
     text = path.read_text(encoding="utf-8") if path.exists() else "# Revisit benchmark\n\n"
     if start in text and end in text:
-        text = text[:text.index(start)] + start + "\n" + block + "\n" + text[text.index(end):]
+        text = text[: text.index(start)] + start + "\n" + block + "\n" + text[text.index(end) :]
     else:
         text += f"\n{start}\n{block}\n{end}\n"
     path.write_text(text, encoding="utf-8")

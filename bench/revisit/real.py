@@ -71,20 +71,37 @@ def _population(traces: Sequence[Trace], seed: int, count: int | None, bootstrap
     n = len(traces) if count is None else min(count, len(traces))
     if bootstrap:
         return [traces[int(k)] for k in rng.integers(0, len(traces), n)]
-    return [traces[int(k)] for k in sorted(rng.choice(len(traces), n, replace=False))] if n < len(traces) else list(
-        traces)
+    return (
+        [traces[int(k)] for k in sorted(rng.choice(len(traces), n, replace=False))] if n < len(traces) else list(traces)
+    )
 
 
-def _run(pages: Sequence[Page], horizon: Horizon, c: Contender, knob: dict[str, Any], seed: int, mult: float,
-         content: ContentModel) -> tuple[dict[str, float], list[float], list[int]]:
+def _run(
+    pages: Sequence[Page],
+    horizon: Horizon,
+    c: Contender,
+    knob: dict[str, Any],
+    seed: int,
+    mult: float,
+    content: ContentModel,
+) -> tuple[dict[str, float], list[float], list[int]]:
     budget = mult * sum(p.rate for p in pages)
-    res = run_budget(pages, c.factory(knob), Detector(c.detector, content), horizon, budget, _MIN_S, _MAX_S,
-                     np.random.default_rng([seed, 4, int(mult * 1000)]))
+    res = run_budget(
+        pages,
+        c.factory(knob),
+        Detector(c.detector, content),
+        horizon,
+        budget,
+        _MIN_S,
+        _MAX_S,
+        np.random.default_rng([seed, 4, int(mult * 1000)]),
+    )
     return res.summary(), res.page_lag_s, res.page_caught
 
 
-def _tune_job(traces: Sequence[Trace], cfg: RealConfig, slug: str, index: int, seed: int,
-              mult: float) -> tuple[str, int, float, float]:
+def _tune_job(
+    traces: Sequence[Trace], cfg: RealConfig, slug: str, index: int, seed: int, mult: float
+) -> tuple[str, int, float, float]:
     c = next(x for x in _contenders() if x.slug == slug)
     pages = window_pages(_population(traces, seed, cfg.targets, bootstrap=False), cfg.windowing)
     summary, _, _ = _run(pages, cfg.windowing.horizon(), c, c.knobs[index], seed, mult, ContentModel(seed))
@@ -93,8 +110,14 @@ def _tune_job(traces: Sequence[Trace], cfg: RealConfig, slug: str, index: int, s
 
 def tune(dev: Sequence[Trace], cfg: RealConfig, pool: Any) -> dict[tuple[str, float], dict[str, Any]]:
     """Each knobbed baseline's knob per budget, by mean lag on the development half (TUNING_SEEDS)."""
-    jobs = [(dev, cfg, c.slug, i, s, m) for c in _contenders() if len(c.knobs) > 1 and c.slug in BASELINES
-            for i in range(len(c.knobs)) for s in TUNING_SEEDS for m in cfg.budgets]
+    jobs = [
+        (dev, cfg, c.slug, i, s, m)
+        for c in _contenders()
+        if len(c.knobs) > 1 and c.slug in BASELINES
+        for i in range(len(c.knobs))
+        for s in TUNING_SEEDS
+        for m in cfg.budgets
+    ]
     scores: dict[tuple[str, int, float], list[float]] = {}
     for slug, i, m, lag in pool.starmap(_tune_job, jobs):
         scores.setdefault((slug, i, m), []).append(lag)
@@ -109,8 +132,9 @@ def tune(dev: Sequence[Trace], cfg: RealConfig, pool: Any) -> dict[tuple[str, fl
     return chosen
 
 
-def seed_job(traces: Sequence[Trace], cfg: RealConfig, knobs: dict[tuple[str, float], dict[str, Any]],
-             seed: int) -> dict[str, Any]:
+def seed_job(
+    traces: Sequence[Trace], cfg: RealConfig, knobs: dict[tuple[str, float], dict[str, Any]], seed: int
+) -> dict[str, Any]:
     """Every contender at every budget on one bootstrap population; per-policy summaries and per-source lags."""
     population = _population(traces, seed, cfg.targets, bootstrap=True)
     pages = window_pages(population, cfg.windowing)
@@ -127,9 +151,13 @@ def seed_job(traces: Sequence[Trace], cfg: RealConfig, knobs: dict[tuple[str, fl
             for label, knob in variants:
                 summary, lag_s, caught = _run(pages, horizon, c, knob, seed, mult, content)
                 cell: dict[str, Any] = dict(summary)
-                cell["by_source"] = {s: [sum(x for x, z in zip(lag_s, sources, strict=True) if z == s),
-                                            sum(x for x, z in zip(caught, sources, strict=True) if z == s)]
-                                        for s in sorted(set(sources))}
+                cell["by_source"] = {
+                    s: [
+                        sum(x for x, z in zip(lag_s, sources, strict=True) if z == s),
+                        sum(x for x, z in zip(caught, sources, strict=True) if z == s),
+                    ]
+                    for s in sorted(set(sources))
+                }
                 row[label] = cell
         budget = mult * sum(p.rate for p in pages)
         row[SQRT_LABEL] = {"lag_mean_min": sqrt_bound([p.rate for p in pages], budget) / 60}
@@ -157,19 +185,27 @@ def _best_baseline(row: dict[str, Any], labels: Sequence[tuple[str, str]]) -> fl
     return min(row[label]["lag_mean_min"] for label, slug in labels if slug.removesuffix("_tuned") in BASELINES)
 
 
-def report(cfg: RealConfig, n_targets: dict[str, int], per_seed: list[dict[str, Any]],
-           knobs: dict[tuple[str, float], dict[str, Any]], seconds: float,
-           command: str) -> tuple[str, dict[str, float]]:
+def report(
+    cfg: RealConfig,
+    n_targets: dict[str, int],
+    per_seed: list[dict[str, Any]],
+    knobs: dict[tuple[str, float], dict[str, Any]],
+    seconds: float,
+    command: str,
+) -> tuple[str, dict[str, float]]:
     """Markdown tables and flat headline numbers (keys ``real_...``)."""
     head: dict[str, float] = {"real_targets_count": float(sum(n_targets.values())), "real_seeds_count": cfg.seeds}
     w = cfg.windowing
-    md = [f"Command: `{command}`; {cfg.half} half: {sum(n_targets.values())} targets "
-          f"({', '.join(f'{k} {v}' for k, v in sorted(n_targets.items()))}); {cfg.seeds} report seeds "
-          f"({REPORT_BASE}..{REPORT_BASE + cfg.seeds - 1}), each a bootstrap resample of the targets; baselines' "
-          f"knobs tuned per budget on the development half (seeds {list(TUNING_SEEDS)}); window "
-          f"{w.window_days:g} days, warm-up {w.warmup_days:g} days, drain {w.drain_days:g} day; period bounds "
-          f"{_MIN_S / 60:g} min .. {_MAX_S / 3600:g} h; run time {seconds:.0f} s. Means ± 95% CI over seeds; lags "
-          "in minutes.", ""]
+    md = [
+        f"Command: `{command}`; {cfg.half} half: {sum(n_targets.values())} targets "
+        f"({', '.join(f'{k} {v}' for k, v in sorted(n_targets.items()))}); {cfg.seeds} report seeds "
+        f"({REPORT_BASE}..{REPORT_BASE + cfg.seeds - 1}), each a bootstrap resample of the targets; baselines' "
+        f"knobs tuned per budget on the development half (seeds {list(TUNING_SEEDS)}); window "
+        f"{w.window_days:g} days, warm-up {w.warmup_days:g} days, drain {w.drain_days:g} day; period bounds "
+        f"{_MIN_S / 60:g} min .. {_MAX_S / 3600:g} h; run time {seconds:.0f} s. Means ± 95% CI over seeds; lags "
+        "in minutes.",
+        "",
+    ]
     summary_rows = []
     for mult in cfg.budgets:
         rows_b = [s[str(mult)] for s in per_seed]
@@ -191,36 +227,72 @@ def report(cfg: RealConfig, n_targets: dict[str, int], per_seed: list[dict[str, 
             rows.append(cells)
             head[f"real_b{mult:g}_{slug}_lag_mean_min"] = round(lag[0], 3)
         paired = []
-        for name, key, pick in ([("best baseline", "best_baseline", lambda r, lb=labels: _best_baseline(r, lb))]
-                                + [(label, slug, lambda r, lb=label: r[lb]["lag_mean_min"])
-                                   for label, slug in labels[1:] + extra[:1]]):
+        for name, key, pick in [("best baseline", "best_baseline", lambda r, lb=labels: _best_baseline(r, lb))] + [
+            (label, slug, lambda r, lb=label: r[lb]["lag_mean_min"]) for label, slug in labels[1:] + extra[:1]
+        ]:
             ratio = mean_ci([r[DEFAULT_LABEL]["lag_mean_min"] / pick(r) for r in rows_b])
             paired.append(f"{name} {_fmt(*ratio, 3)}")
             head[f"real_b{mult:g}_rate_over_{key}_paired_ratio"] = round(ratio[0], 3)
             head[f"real_b{mult:g}_rate_over_{key}_paired_ratio_ci95"] = round(ratio[1], 3)
-        summary_rows.append([f"{mult:g}", _fmt(head[f"real_b{mult:g}_rate_over_best_baseline_paired_ratio"],
-                                               head[f"real_b{mult:g}_rate_over_best_baseline_paired_ratio_ci95"], 3),
-                             _fmt(head[f"real_b{mult:g}_rate_over_sqrt_bound_paired_ratio"],
-                                  head[f"real_b{mult:g}_rate_over_sqrt_bound_paired_ratio_ci95"], 3),
-                             _best_name(rows_b, labels)])
-        md += [f"#### Real traces, global budget B = {mult:g} × total item rate", "",
-               _table(["policy", "fetches", "hit rate", "mean lag", "p95", "uncaught", "× rate (ours)",
-                       "× sqrt bound"], rows), "",
-               "Per-seed (paired) ratio of rate's mean lag to: " + "; ".join(paired) + ".", ""]
-    md[2:2] = ["#### Summary: the default policy against the best baseline and the bound (paired, ± 95% CI)", "",
-               _table(["budget (× item rate)", "rate ÷ best of SHHD/Nutch/Cho", "rate ÷ sqrt bound",
-                       "best baseline (most seeds)"], summary_rows), ""]
+        summary_rows.append(
+            [
+                f"{mult:g}",
+                _fmt(
+                    head[f"real_b{mult:g}_rate_over_best_baseline_paired_ratio"],
+                    head[f"real_b{mult:g}_rate_over_best_baseline_paired_ratio_ci95"],
+                    3,
+                ),
+                _fmt(
+                    head[f"real_b{mult:g}_rate_over_sqrt_bound_paired_ratio"],
+                    head[f"real_b{mult:g}_rate_over_sqrt_bound_paired_ratio_ci95"],
+                    3,
+                ),
+                _best_name(rows_b, labels),
+            ]
+        )
+        md += [
+            f"#### Real traces, global budget B = {mult:g} × total item rate",
+            "",
+            _table(
+                ["policy", "fetches", "hit rate", "mean lag", "p95", "uncaught", "× rate (ours)", "× sqrt bound"], rows
+            ),
+            "",
+            "Per-seed (paired) ratio of rate's mean lag to: " + "; ".join(paired) + ".",
+            "",
+        ]
+    md[2:2] = [
+        "#### Summary: the default policy against the best baseline and the bound (paired, ± 95% CI)",
+        "",
+        _table(
+            [
+                "budget (× item rate)",
+                "rate ÷ best of SHHD/Nutch/Cho",
+                "rate ÷ sqrt bound",
+                "best baseline (most seeds)",
+            ],
+            summary_rows,
+        ),
+        "",
+    ]
     md += _by_source(cfg, per_seed, knobs), ""
     if knobs:
-        md += ["Knobs tuning chose on the development half (where not the default): "
-               + "; ".join(f"{slug} at {m:g}×: {k}" for (slug, m), k in sorted(knobs.items())), ""]
+        md += [
+            "Knobs tuning chose on the development half (where not the default): "
+            + "; ".join(f"{slug} at {m:g}×: {k}" for (slug, m), k in sorted(knobs.items())),
+            "",
+        ]
     head["real_run_seconds_s"] = round(seconds, 1)
     return "\n".join(md), head
 
 
 def _best_name(rows_b: Sequence[dict[str, Any]], labels: Sequence[tuple[str, str]]) -> str:
-    names = [min((lb for lb, slug in labels if slug.removesuffix("_tuned") in BASELINES),
-                 key=lambda lb: r[lb]["lag_mean_min"]) for r in rows_b]
+    names = [
+        min(
+            (lb for lb, slug in labels if slug.removesuffix("_tuned") in BASELINES),
+            key=lambda lb: r[lb]["lag_mean_min"],
+        )
+        for r in rows_b
+    ]
     return max(set(names), key=names.count)
 
 
@@ -236,20 +308,27 @@ def _by_source(cfg: RealConfig, per_seed: list[dict[str, Any]], knobs: dict[tupl
                 cells = [seed[str(mult)][label]["by_source"].get(source, [0.0, 0]) for seed in per_seed]
                 lags = [lag / n / 60 if n else float("nan") for lag, n in cells]
                 key = slug.removesuffix("_tuned")
-                by_slug[key] = lags if key not in by_slug else [min(a, b) for a, b in zip(by_slug[key], lags,
-                                                                                          strict=True)]
+                by_slug[key] = (
+                    lags if key not in by_slug else [min(a, b) for a, b in zip(by_slug[key], lags, strict=True)]
+                )
             base = [min(v) for v in zip(*[by_slug[s] for s in BASELINES], strict=True)]
             ratio = mean_ci([a / b for a, b in zip(by_slug["rate"], base, strict=True) if a == a and b == b])
             rows.append([source, f"{mult:g}"] + [f"{np.nanmean(by_slug[s]):.1f}" for s in SLUGS] + [_fmt(*ratio, 3)])
     names = {c.slug: c.label for c in _contenders()}
     header = ["source", "budget"] + [names[s] for s in SLUGS] + ["rate ÷ best baseline"]
-    return ("#### Per source (mean lag in minutes of that source's items; a baseline shows the better of its default "
-            "and tuned rows)\n\n" + _table(header, rows))
+    return (
+        "#### Per source (mean lag in minutes of that source's items; a baseline shows the better of its default "
+        "and tuned rows)\n\n" + _table(header, rows)
+    )
 
 
 #: The policies of the single-target (E0) run on one real trace, each fetching whenever it asks.
-E0_POLICIES: tuple[tuple[str, str], ...] = (("rate (ours)", "exact"), ("shhd (paper, simhash)", "simhash"),
-                                            ("nutch (xml defaults)", "exact"), ("cho (irregular MLE)", "exact"))
+E0_POLICIES: tuple[tuple[str, str], ...] = (
+    ("rate (ours)", "exact"),
+    ("shhd (paper, simhash)", "simhash"),
+    ("nutch (xml defaults)", "exact"),
+    ("cho (irregular MLE)", "exact"),
+)
 
 
 def _e0_policy(label: str) -> RevisitPolicy:
@@ -271,8 +350,9 @@ def e0_real(traces: Sequence[Trace], windowing: Windowing) -> tuple[Trace, Page,
     k = max(weibo, key=lambda j: (pages[j].arrivals.size, traces[j].target))
     out: dict[str, Any] = {}
     for label, detector in E0_POLICIES:
-        res = run_single(pages[k], _e0_policy(label), Detector(detector, ContentModel(REPORT_BASE)),
-                         windowing.horizon(), trace=True)
+        res = run_single(
+            pages[k], _e0_policy(label), Detector(detector, ContentModel(REPORT_BASE)), windowing.horizon(), trace=True
+        )
         out[label] = {"summary": res.summary(), "trace": res.periods}
     return traces[k], pages[k], out
 
@@ -280,12 +360,22 @@ def e0_real(traces: Sequence[Trace], windowing: Windowing) -> tuple[Trace, Page,
 def e0_table(trace: Trace, page: Page, e0: dict[str, Any], windowing: Windowing) -> str:
     h = windowing.horizon()
     scored = int(np.count_nonzero((page.arrivals >= h.warmup_s) & (page.arrivals < h.end_s)))
-    rows = [[label, f"{r['summary']['fetches']:.0f}", f"{r['summary']['hit_rate']:.2f}",
-             f"{r['summary']['lag_mean_min']:.1f}", f"{r['summary']['lag_p95_min']:.1f}"] for label, r in e0.items()]
-    return (f"#### E0 on one real target ({trace.source} `{trace.target}`, {scored} scored items; each policy "
-            "fetches whenever it asks, no budget, so fetch counts differ)\n\n"
-            + _table(["policy", "fetches", "hit rate", "mean lag", "p95 lag"], rows)
-            + "\n\n![E0 on a real target](revisit/real_e0_period_trajectory.png)")
+    rows = [
+        [
+            label,
+            f"{r['summary']['fetches']:.0f}",
+            f"{r['summary']['hit_rate']:.2f}",
+            f"{r['summary']['lag_mean_min']:.1f}",
+            f"{r['summary']['lag_p95_min']:.1f}",
+        ]
+        for label, r in e0.items()
+    ]
+    return (
+        f"#### E0 on one real target ({trace.source} `{trace.target}`, {scored} scored items; each policy "
+        "fetches whenever it asks, no budget, so fetch counts differ)\n\n"
+        + _table(["policy", "fetches", "hit rate", "mean lag", "p95 lag"], rows)
+        + "\n\n![E0 on a real target](revisit/real_e0_period_trajectory.png)"
+    )
 
 
 def plot_e0(page: Page, e0: dict[str, Any], path: Path) -> None:
@@ -299,8 +389,14 @@ def plot_e0(page: Page, e0: dict[str, Any], path: Path) -> None:
     for label, r in e0.items():
         tr = r["trace"]
         ax.step([t / DAY for t, _, _ in tr], [p / 3600 for _, p, _ in tr], where="post", label=label, linewidth=0.9)
-    ax.plot(page.arrivals / DAY, np.full(page.arrivals.size, 1 / 60), "|", color="black", markersize=12,
-            label="item arrivals")
+    ax.plot(
+        page.arrivals / DAY,
+        np.full(page.arrivals.size, 1 / 60),
+        "|",
+        color="black",
+        markersize=12,
+        label="item arrivals",
+    )
     ax.set_yscale("log")
     ax.set_xlabel("simulated time (days)")
     ax.set_ylabel("period after the fetch (h)")

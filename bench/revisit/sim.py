@@ -77,7 +77,7 @@ def _score_interval(res: Result, new: np.ndarray, now: float) -> None:
     res.lags.append(now - new)
     res.stale_s += now - float(new[0])
     gaps = np.diff(np.append(new, now))
-    res.harmonic_s += float((_HARMONIC[1:new.size + 1] * gaps).sum())
+    res.harmonic_s += float((_HARMONIC[1 : new.size + 1] * gaps).sum())
 
 
 @dataclass
@@ -111,15 +111,18 @@ class _Crawl:
         self.states: list[dict[str, Any]] = [policy.initial_state() for _ in pages]
         self.seen = [0] * len(pages)
         self.fps = [0] * len(pages)
-        self.res = Result(scored_time_s=len(pages) * (horizon.end_s + horizon.drain_s - horizon.warmup_s),
-                          page_lag_s=[0.0] * len(pages), page_caught=[0] * len(pages))
+        self.res = Result(
+            scored_time_s=len(pages) * (horizon.end_s + horizon.drain_s - horizon.warmup_s),
+            page_lag_s=[0.0] * len(pages),
+            page_caught=[0] * len(pages),
+        )
 
     def fetch(self, i: int, now: float, count: bool = True) -> float:
         """Crawl page i at ``now``: score it, feed the policy, return the next period."""
         page = self.pages[i]
         arr = page.arrivals
         j = int(np.searchsorted(arr, now, side="right"))
-        new = arr[self.seen[i]:j]
+        new = arr[self.seen[i] : j]
         noise_v = int(np.searchsorted(page.noise, now, side="right")) if page.noise.size else 0
         fp = self.detector.fingerprint(i, j, noise_v)
         if count:
@@ -131,9 +134,14 @@ class _Crawl:
             self.res.page_lag_s[i] += float((now - scored).sum())
             self.res.page_caught[i] += int(scored.size)
         self.seen[i], self.fps[i] = j, fp
-        obs = Observation(now_s=now, fingerprint=fp, new_items=int(new.size), window_items=min(j, 10),
-                          newest_item_s=float(arr[j - 1]) if j else 0.0,
-                          new_item_times_s=() if self.detector.kind == "newest" else tuple(new.tolist()))
+        obs = Observation(
+            now_s=now,
+            fingerprint=fp,
+            new_items=int(new.size),
+            window_items=min(j, 10),
+            newest_item_s=float(arr[j - 1]) if j else 0.0,
+            new_item_times_s=() if self.detector.kind == "newest" else tuple(new.tolist()),
+        )
         decision = self.policy.next_period(self.states[i], obs)
         self.states[i] = decision.state
         return decision.period_s
@@ -141,18 +149,19 @@ class _Crawl:
     def finish(self) -> Result:
         end = self.h.end_s + self.h.drain_s
         for i, page in enumerate(self.pages):
-            left = page.arrivals[self.seen[i]:]
+            left = page.arrivals[self.seen[i] :]
             left = left[left >= self.h.warmup_s]
             self.res.uncaught += left.size
             if left.size:
                 self.res.stale_s += end - float(left[0])
                 gaps = np.diff(np.append(left, end))
-                self.res.harmonic_s += float((_HARMONIC[1:left.size + 1] * gaps).sum())
+                self.res.harmonic_s += float((_HARMONIC[1 : left.size + 1] * gaps).sum())
         return self.res
 
 
-def run_single(page: Page, policy: RevisitPolicy, detector: Detector, horizon: Horizon,
-               start_s: float = 0.0, trace: bool = False) -> Result:
+def run_single(
+    page: Page, policy: RevisitPolicy, detector: Detector, horizon: Horizon, start_s: float = 0.0, trace: bool = False
+) -> Result:
     """One page, unconstrained: the policy fetches whenever it asks to (mode A). ``trace`` records
     (time, period, distance) per fetch."""
     crawl = _Crawl([page], policy, detector, horizon)
@@ -169,9 +178,16 @@ def run_single(page: Page, policy: RevisitPolicy, detector: Detector, horizon: H
     return crawl.finish()
 
 
-def run_budget(pages: Sequence[Page], policy: RevisitPolicy, detector: Detector, horizon: Horizon,
-               budget_per_s: float, min_period_s: float, max_period_s: float,
-               rng: np.random.Generator) -> Result:
+def run_budget(
+    pages: Sequence[Page],
+    policy: RevisitPolicy,
+    detector: Detector,
+    horizon: Horizon,
+    budget_per_s: float,
+    min_period_s: float,
+    max_period_s: float,
+    rng: np.random.Generator,
+) -> Result:
     """Many pages, global budget (mode B): one fetch every 1/B seconds, always of the page whose proposed due time
     is earliest (the most overdue), so every policy spends exactly the same fetches. Pages get a baseline crawl at
     t = 0 (not counted). For the ``rate`` policy the scheduler refreshes its square-root scale every
@@ -185,8 +201,9 @@ def run_budget(pages: Sequence[Page], policy: RevisitPolicy, detector: Detector,
 
         def refresh() -> None:
             rates = [rate_policy.rate_of(s) for s in crawl.states]
-            rate_policy.set_budget_scale(*budget_plan(rates, budget_per_s, min_period_s, max_period_s,
-                                                      rate_policy.budget_stretch))
+            rate_policy.set_budget_scale(
+                *budget_plan(rates, budget_per_s, min_period_s, max_period_s, rate_policy.budget_stretch)
+            )
 
         refresh()
     slot = 1.0 / budget_per_s

@@ -19,8 +19,15 @@ RATE_MIN_PER_S = 1 / (7 * DAY)
 RATE_MAX_PER_S = 1 / 120.0
 #: Mixture shares (docs/REVISIT.md §D2; 5 points of Poisson moved to a regime switch so adaptation speed is
 #: measured).
-MIXTURE = (("poisson", 0.35), ("diurnal", 0.20), ("bursty", 0.15), ("periodic", 0.10), ("regime", 0.05),
-           ("static", 0.10), ("noise", 0.05))
+MIXTURE = (
+    ("poisson", 0.35),
+    ("diurnal", 0.20),
+    ("bursty", 0.15),
+    ("periodic", 0.10),
+    ("regime", 0.05),
+    ("static", 0.10),
+    ("noise", 0.05),
+)
 
 
 @dataclass

@@ -49,6 +49,7 @@ __all__ = [
     "source_options",
 ]
 
+
 class _SourceClasses(Mapping[str, type[DeclaredSource]]):
     """Source name → its class, as the registry (``icecrawler.sourcespec``) found them: every module of this
     package that defines ``SOURCE``, and those named in ``ICECRAWLER_SOURCE_MODULES``."""

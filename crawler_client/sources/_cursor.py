@@ -77,4 +77,3 @@ class ReviewOrder:
                 if not best or candidate.rpartition("|")[0] > best.rpartition("|")[0]:
                     best = candidate
         return best
-

@@ -16,14 +16,16 @@ __all__ = ["CST", "iso_of", "iso_of_ms", "resolve_created_at"]
 CST = timezone(timedelta(hours=8))
 
 _RFC_FORMAT = "%a %b %d %H:%M:%S %z %Y"
-_MONTHS = {name: i for i, name in enumerate(
-    ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), start=1)}
-_RFC_RE = re.compile(
-    r"^[A-Za-z]{3} ([A-Za-z]{3}) (\d{1,2}) (\d{1,2}):(\d{2}):(\d{2}) ([+-])(\d{2})(\d{2}) (\d{4})$")
+_MONTHS = {
+    name: i
+    for i, name in enumerate(
+        ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), start=1
+    )
+}
+_RFC_RE = re.compile(r"^[A-Za-z]{3} ([A-Za-z]{3}) (\d{1,2}) (\d{1,2}):(\d{2}):(\d{2}) ([+-])(\d{2})(\d{2}) (\d{4})$")
 _AGO_RE = re.compile(r"^(\d+)\s*(秒|分钟|小时|天)前$")
 _DAY_RE = re.compile(r"^(今天|昨天|前天)\s*(\d{1,2}):(\d{2})$")
-_FULL_RE = re.compile(
-    r"^(\d{4})[-/年](\d{1,2})[-/月](\d{1,2})日?(?:[ T]+(\d{1,2}):(\d{2})(?::(\d{2}))?)?$")
+_FULL_RE = re.compile(r"^(\d{4})[-/年](\d{1,2})[-/月](\d{1,2})日?(?:[ T]+(\d{1,2}):(\d{2})(?::(\d{2}))?)?$")
 _MONTH_DAY_RE = re.compile(r"^(\d{1,2})[-月](\d{1,2})日?(?:\s*(\d{1,2}):(\d{2}))?$")
 _AGO_UNITS = {"秒": 1, "分钟": 60, "小时": 3600, "天": 86400}
 _DAY_OFFSETS = {"今天": 0, "昨天": 1, "前天": 2}

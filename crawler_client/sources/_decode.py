@@ -41,10 +41,10 @@ def strip_jsonp(text: str) -> str:
     name = stripped[:open_at].strip()
     if open_at <= 0 or close_at < open_at or not name.replace("_", "a").replace(".", "a").replace("$", "a").isalnum():
         return stripped
-    tail = stripped[close_at + 1:].strip()
+    tail = stripped[close_at + 1 :].strip()
     if tail not in ("", ";"):
         return stripped
-    return stripped[open_at + 1:close_at].strip()
+    return stripped[open_at + 1 : close_at].strip()
 
 
 def load_json(text: str, *, what: str) -> Any:
@@ -52,8 +52,7 @@ def load_json(text: str, *, what: str) -> Any:
     try:
         return json.loads(text)
     except (ValueError, RecursionError) as exc:
-        raise ParseError(f"{what}: not JSON ({type(exc).__name__}: {str(exc)[:80]})",
-                         error_class="bad-json") from exc
+        raise ParseError(f"{what}: not JSON ({type(exc).__name__}: {str(exc)[:80]})", error_class="bad-json") from exc
 
 
 def make_soup(markup: str) -> BeautifulSoup:
@@ -91,8 +90,29 @@ def html_text(node: Tag) -> str:
 #: Class of the wrapper ``html_texts`` puts around each fragment (a name no real page uses).
 _WRAPPER = "icecrawler-fragment"
 #: Tags that cannot close or escape a surrounding ``<div>`` (what post markup is made of: links, emoticons, breaks).
-_INLINE_TAGS = frozenset({"a", "b", "big", "br", "code", "del", "em", "font", "i", "img", "ins", "s", "small",
-                          "span", "strong", "sub", "sup", "u", "wbr"})
+_INLINE_TAGS = frozenset(
+    {
+        "a",
+        "b",
+        "big",
+        "br",
+        "code",
+        "del",
+        "em",
+        "font",
+        "i",
+        "img",
+        "ins",
+        "s",
+        "small",
+        "span",
+        "strong",
+        "sub",
+        "sup",
+        "u",
+        "wbr",
+    }
+)
 _TAG_START = re.compile(r"<(/?)([A-Za-z][A-Za-z0-9]*)?")
 
 
@@ -108,7 +128,7 @@ def _inline_only(fragment: str) -> bool:
         if name.lower() not in _INLINE_TAGS:
             return False
         end = fragment.find(">", match.end())
-        inside = fragment[match.end():end]
+        inside = fragment[match.end() : end]
         if end < 0 or "<" in inside or inside.count('"') % 2 or inside.count("'") % 2:
             return False  # an unfinished tag or quote would swallow the next fragment's wrapper
     return True
@@ -128,8 +148,14 @@ def html_texts(fragments: Sequence[str]) -> list[str]:
     if len(wanted) > 1 and all(_inline_only(fragments[i]) for i in wanted):
         soup = make_soup("".join(f'<div class="{_WRAPPER}">{fragments[i]}</div>' for i in wanted))
         children = list(soup.body.children) if soup.body is not None else []
-        wrappers = [node for node in children if is_tag(node) and node.name == "div"
-                    and node.get("class") == [_WRAPPER] and node.find("div", class_=_WRAPPER) is None]
+        wrappers = [
+            node
+            for node in children
+            if is_tag(node)
+            and node.name == "div"
+            and node.get("class") == [_WRAPPER]
+            and node.find("div", class_=_WRAPPER) is None
+        ]
         if len(wrappers) == len(children) == len(wanted):
             for i, node in zip(wanted, wrappers, strict=True):
                 texts[i] = html_text(node)

@@ -54,11 +54,17 @@ class Marker:
         return tuple(forms)
 
 
-def fail(outcome: Outcome, message: str, *, error_class: str = "", http_status: int = 0,
-         retry_after_s: float = 0.0) -> FetchError:
+def fail(
+    outcome: Outcome, message: str, *, error_class: str = "", http_status: int = 0, retry_after_s: float = 0.0
+) -> FetchError:
     """Build (not raise) the classified error, so call sites read ``raise fail(...)``."""
-    return FetchError(message, outcome=outcome, http_status=http_status,
-                      error_class=error_class or outcome.value, retry_after_s=retry_after_s)
+    return FetchError(
+        message,
+        outcome=outcome,
+        http_status=http_status,
+        error_class=error_class or outcome.value,
+        retry_after_s=retry_after_s,
+    )
 
 
 def retry_after_seconds(value: str, now_ms: int) -> float:
@@ -91,11 +97,20 @@ def check_http(page: FetchedPage, now_ms: int) -> None:
     retry = header(page.headers, "retry-after")
     retry_s = retry_after_seconds(retry, now_ms) if retry else 0.0
     if status == 429 or (retry and status >= 400):
-        raise fail(Outcome.RateLimited, f"HTTP {status}, Retry-After {retry or '-'}", error_class="http-429",
-                   http_status=status, retry_after_s=retry_s)
+        raise fail(
+            Outcome.RateLimited,
+            f"HTTP {status}, Retry-After {retry or '-'}",
+            error_class="http-429",
+            http_status=status,
+            retry_after_s=retry_s,
+        )
     if status in BANNED_STATUSES:
-        raise fail(Outcome.Banned, f"HTTP {status}: the site refuses this client", error_class=f"http-{status}",
-                   http_status=status)
+        raise fail(
+            Outcome.Banned,
+            f"HTTP {status}: the site refuses this client",
+            error_class=f"http-{status}",
+            http_status=status,
+        )
     if status == 404:
         raise fail(Outcome.NotFound, "HTTP 404", error_class="http-404", http_status=404)
     if status in (401, 407):
@@ -107,7 +122,9 @@ def check_http(page: FetchedPage, now_ms: int) -> None:
 #: Final-URL fragments that mean we were bounced to a login or visitor wall.
 _LOGIN_URL_RE = re.compile(
     r"passport\.weibo\.(?:com|cn)|login\.sina\.com\.cn|weibo\.com/login\.php|/sso/signin|ajaxlogin\.php"
-    r"|visit\.sina\.cn|/visitor/visitor\b|passport\.jd\.com|[?&/]user\.php\?act=login|user\.php$", re.IGNORECASE)
+    r"|visit\.sina\.cn|/visitor/visitor\b|passport\.jd\.com|[?&/]user\.php\?act=login|user\.php$",
+    re.IGNORECASE,
+)
 
 
 def redirect_target(page: FetchedPage) -> str:
@@ -125,8 +142,12 @@ def check_final_url(page: FetchedPage, request_url: str = "") -> None:
         return
     if match := _LOGIN_URL_RE.search(final):
         kind = "visitor" if "visitor" in final or "visit.sina" in final else "login-redirect"
-        raise fail(Outcome.LoginRequired, f"redirected to {final[:200]} ({match[0]})", error_class=kind,
-                   http_status=page.status)
+        raise fail(
+            Outcome.LoginRequired,
+            f"redirected to {final[:200]} ({match[0]})",
+            error_class=kind,
+            http_status=page.status,
+        )
 
 
 #: Weibo's interstitials, most specific first (the frozen page shares the busy page's skeleton).
@@ -180,6 +201,10 @@ def unparsable(body: bytes, markers: Iterable[Marker], http_status: int, message
     login page served in place of the data), else a plain ``ParseError``."""
     marker = scan_markers(body, markers)
     if marker is not None:
-        return fail(marker.outcome, f"{message}; response shows {marker.text!r}", error_class=marker.error_class,
-                    http_status=http_status)
+        return fail(
+            marker.outcome,
+            f"{message}; response shows {marker.text!r}",
+            error_class=marker.error_class,
+            http_status=http_status,
+        )
     return ParseError(message, error_class="unexpected-format", http_status=http_status)

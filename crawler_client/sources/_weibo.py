@@ -42,8 +42,11 @@ def mblog_id(mblog: dict[str, Any]) -> int:
 
 def is_pinned(mblog: dict[str, Any]) -> bool:
     """Pinned posts come first and out of date order: ``isTop``, ``mblogtype`` 2, or a "置顶" title."""
-    return (truthy(mblog.get("isTop")) or mblog.get("mblogtype") in (2, "2")
-            or as_dict(mblog.get("title")).get("text") == "置顶")
+    return (
+        truthy(mblog.get("isTop"))
+        or mblog.get("mblogtype") in (2, "2")
+        or as_dict(mblog.get("title")).get("text") == "置顶"
+    )
 
 
 def message_error(doc: dict[str, Any], http_status: int) -> FetchError | None:
@@ -55,19 +58,28 @@ def message_error(doc: dict[str, Any], http_status: int) -> FetchError | None:
     marker = next((m for m in WEIBO_MARKERS if m.text in message), None)
     if marker is None:
         return None
-    return fail(marker.outcome, f"{marker.error_class}: {message[:80]!r}", error_class=marker.error_class,
-                http_status=http_status)
+    return fail(
+        marker.outcome,
+        f"{marker.error_class}: {message[:80]!r}",
+        error_class=marker.error_class,
+        http_status=http_status,
+    )
 
 
 def wall_of(doc: dict[str, Any], http_status: int) -> FetchError | None:
     """The LoginRequired error an envelope signals (``ok:-100``, a bare verification ``url``), else None."""
     if doc.get("ok") in (-100, "-100"):
-        return fail(Outcome.LoginRequired, f"ok:-100 {str(doc.get('msg', ''))[:60]!r}", error_class="login-wall",
-                    http_status=http_status)
+        return fail(
+            Outcome.LoginRequired,
+            f"ok:-100 {str(doc.get('msg', ''))[:60]!r}",
+            error_class="login-wall",
+            http_status=http_status,
+        )
     url = doc.get("url")
     if isinstance(url, str) and url and not doc.get("data"):
-        return fail(Outcome.LoginRequired, f"verification wall: {url[:120]}", error_class="verify-wall",
-                    http_status=http_status)
+        return fail(
+            Outcome.LoginRequired, f"verification wall: {url[:120]}", error_class="verify-wall", http_status=http_status
+        )
     return None
 
 
@@ -77,8 +89,12 @@ def json_envelope(page: FetchedPage, text: str, what: str) -> dict[str, Any]:
     login and verification walls raise; anything else that is not a JSON object is unparsable."""
     if not text.startswith("{"):
         if text.startswith("<") and scan_markers(page.body, WEIBO_MARKERS) is None:
-            raise fail(Outcome.LoginRequired, f"{what}: HTML instead of JSON (a login page)",
-                       error_class="html-instead-of-json", http_status=page.status)
+            raise fail(
+                Outcome.LoginRequired,
+                f"{what}: HTML instead of JSON (a login page)",
+                error_class="html-instead-of-json",
+                http_status=page.status,
+            )
         raise unparsable(page.body, WEIBO_MARKERS, page.status, f"{what}: not a JSON object")
     doc = load_json(text, what=what)
     if not isinstance(doc, dict):

@@ -164,7 +164,7 @@ class SavedPages:
 def sniff(patterns: Iterable[re.Pattern[bytes]], body: bytes) -> str:
     """The first group of the first pattern that matches the first MiB of ``body`` ("" when none does)."""
     for pattern in patterns:
-        match = pattern.search(body[:1 << 20])
+        match = pattern.search(body[: 1 << 20])
         if match:
             return match[1].decode("ascii")
     return ""

@@ -70,10 +70,19 @@ _PAGE_PARAM_RE = re.compile(r"[?&;]page=(\d{1,9})(?!\d)")
 
 def login_request(base_url: str, username: str, password: str) -> PageRequest:
     """The ``user.php`` login POST exactly as the default theme's ``formLogin`` sends it."""
-    return PageRequest(url=f"{base_url.rstrip('/')}/user.php", method="POST",
-                       data={"username": username, "password": password, "remember": "1",
-                             "act": "act_login", "back_act": "", "submit": ""},
-                       headers={"Content-Type": "application/x-www-form-urlencoded"})
+    return PageRequest(
+        url=f"{base_url.rstrip('/')}/user.php",
+        method="POST",
+        data={
+            "username": username,
+            "password": password,
+            "remember": "1",
+            "act": "act_login",
+            "back_act": "",
+            "submit": "",
+        },
+        headers={"Content-Type": "application/x-www-form-urlencoded"},
+    )
 
 
 def is_logged_in(page: FetchedPage) -> bool:
@@ -91,9 +100,15 @@ def shows_login_wall(page: FetchedPage) -> bool:
 
 
 SPEC = SourceSpec(
-    name="ecshop", kinds=frozenset({TaskKind.ProductReviews, TaskKind.Listing}), default_kind=TaskKind.ProductReviews,
-    table="review", identity="(ecshop, goods id, hash of user + displayed time + text): the pages show no ids",
-    base_url="http://127.0.0.1:8800/ecshop", login="form", sandbox_site="ecshop")
+    name="ecshop",
+    kinds=frozenset({TaskKind.ProductReviews, TaskKind.Listing}),
+    default_kind=TaskKind.ProductReviews,
+    table="review",
+    identity="(ecshop, goods id, hash of user + displayed time + text): the pages show no ids",
+    base_url="http://127.0.0.1:8800/ecshop",
+    login="form",
+    sandbox_site="ecshop",
+)
 #: Saved answers: a goods page or comment pager names its goods id, a listing its category.
 _GOODS_ID_RE = re.compile(rb"(?:goods\.php\?id=|gotoPage\(\d+,\s*)(\d{1,18})")
 _CATEGORY_ID_RE = re.compile(rb"category\.php\?(?:[^\"'>]*?&(?:amp;)?)?id=(\d{1,18})")
@@ -110,7 +125,9 @@ class EcshopSource(ReviewOrder, SavedPages):
     #: A browser's page request (ECSHOP's own comment pager calls use the same session).
     default_headers: ClassVar[dict[str, str]] = {
         "Accept": "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8",
-        "Accept-Language": "zh-CN,zh;q=0.9", "User-Agent": DESKTOP_UA}
+        "Accept-Language": "zh-CN,zh;q=0.9",
+        "User-Agent": DESKTOP_UA,
+    }
 
     def first_request(self, task: Task, base_url: str) -> PageRequest:
         """Listing: ``category.php?id=N&page=1``; reviews: ``goods.php?id=N`` (page 1 of the comments)."""
@@ -132,8 +149,9 @@ class EcshopSource(ReviewOrder, SavedPages):
         """A JSON review answer is a ``comment.php`` page (2 unless told); a goods page keeps page 1."""
         if task.kind is TaskKind.ProductReviews and body.lstrip().startswith(b"{"):
             number = page or 2
-            return PageRequest(url=f"{base_url}/comment.php?act=gotopage&page={number}&id={task.target}&type=0&0",
-                               page=number)
+            return PageRequest(
+                url=f"{base_url}/comment.php?act=gotopage&page={number}&id={task.target}&type=0&0", page=number
+            )
         page = page or 1
         request = self.first_request(task, base_url)
         if page > 1:
@@ -146,16 +164,22 @@ class EcshopSource(ReviewOrder, SavedPages):
     def comment_page_request(base_url: str, goods_id: str, page: int, cache_ms: int) -> PageRequest:
         """``comment.php?act=gotopage&page=P&id=N&type=0&{ms}``: the trailing cache-buster has no name, so
         the query is written into the URL as ``common.js`` builds it."""
-        return PageRequest(url=f"{base_url.rstrip('/')}/comment.php?act=gotopage&page={page}&id={goods_id}"
-                               f"&type=0&{cache_ms}", page=page)
+        return PageRequest(
+            url=f"{base_url.rstrip('/')}/comment.php?act=gotopage&page={page}&id={goods_id}&type=0&{cache_ms}",
+            page=page,
+        )
 
     def parse(self, task: Task, request: PageRequest, page: FetchedPage, now_ms: int) -> ParsedPage:
         """Login walls first (members-only shops redirect to ``user.php``), then by task kind."""
         check_http(page, now_ms)
         check_final_url(page, request.url)
         if shows_login_wall(page):
-            raise fail(Outcome.LoginRequired, "ECSHOP login form instead of content", error_class="login-form",
-                       http_status=page.status)
+            raise fail(
+                Outcome.LoginRequired,
+                "ECSHOP login form instead of content",
+                error_class="login-form",
+                http_status=page.status,
+            )
         if task.kind is TaskKind.Listing:
             return self._parse_listing(task, request, page)
         return self._parse_reviews(task, request, page, now_ms)
@@ -168,8 +192,12 @@ class EcshopSource(ReviewOrder, SavedPages):
             fragment = _envelope_content(load_json(text, what="comment.php"), page)
         else:
             if _redirected_away(page, "goods.php"):
-                raise fail(Outcome.NotFound, f"goods {task.target} redirected to {redirect_target(page)[:120]}",
-                           error_class="no-such-goods", http_status=page.status)
+                raise fail(
+                    Outcome.NotFound,
+                    f"goods {task.target} redirected to {redirect_target(page)[:120]}",
+                    error_class="no-such-goods",
+                    http_status=page.status,
+                )
             fragment = text
         soup = make_soup(fragment)
         box = soup.select_one("#ECS_COMMENT") or soup
@@ -177,8 +205,11 @@ class EcshopSource(ReviewOrder, SavedPages):
         if comment_list is None and NO_COMMENTS not in fragment and not box.select("li.word"):
             raise unparsable(page.body, ECSHOP_MARKERS, page.status, "ECSHOP: no comment list in the response")
         fetched_at = iso_of_ms(now_ms)
-        items: list[Item] = [review for li in (comment_list or box).select("li")
-                             if (review := self._review(li, task.target, now_ms, fetched_at)) is not None]
+        items: list[Item] = [
+            review
+            for li in (comment_list or box).select("li")
+            if (review := self._review(li, task.target, now_ms, fetched_at)) is not None
+        ]
         pager_text = (box.select_one("#pager") or box).get_text(" ")
         record_count, page_count = _pager_counts(pager_text, box)
         current = _current_page(request)
@@ -200,20 +231,35 @@ class EcshopSource(ReviewOrder, SavedPages):
         paragraphs = [p for p in li.select("p") if ADMIN_REPLY not in (p.select_one("font.f1") or p).get_text()[:8]]
         content = html_text(paragraphs[0]) if paragraphs else ""
         digest = hashlib.sha1("\x1f".join((goods_id, user, shown_time, content)).encode("utf-8")).hexdigest()
-        return Review(id=digest[:20], product_id=goods_id, source=self.name, user=user or "匿名用户",
-                      content=content, score=_stars(li), created_at=resolve_created_at(shown_time, now_ms),
-                      fetched_at=fetched_at)
+        return Review(
+            id=digest[:20],
+            product_id=goods_id,
+            source=self.name,
+            user=user or "匿名用户",
+            content=content,
+            score=_stars(li),
+            created_at=resolve_created_at(shown_time, now_ms),
+            fetched_at=fetched_at,
+        )
 
     # --- listings ---------------------------------------------------------------------------------------
     def _parse_listing(self, task: Task, request: PageRequest, page: FetchedPage) -> ParsedPage:
         """Product ids of the goods list, in page order; missing categories are NotFound."""
         if _redirected_away(page, "category.php"):
-            raise fail(Outcome.NotFound, f"category {task.target} redirected to {redirect_target(page)[:120]}",
-                       error_class="no-such-category", http_status=page.status)
+            raise fail(
+                Outcome.NotFound,
+                f"category {task.target} redirected to {redirect_target(page)[:120]}",
+                error_class="no-such-category",
+                http_status=page.status,
+            )
         html = decode_body(page.body)
         soup = make_soup(html)
-        scope = (soup.select_one('form[name="compareForm"]') or soup.select_one(".goodsList")
-                 or soup.select_one("#goodsList") or soup)
+        scope = (
+            soup.select_one('form[name="compareForm"]')
+            or soup.select_one(".goodsList")
+            or soup.select_one("#goodsList")
+            or soup
+        )
         ids: list[str] = []
         for anchor in scope.select("a[href]"):
             href = anchor.get("href")
@@ -223,13 +269,18 @@ class EcshopSource(ReviewOrder, SavedPages):
         pager = soup.select_one("#pager") or soup.select_one(".pagebar")
         if scope is soup and not _mentions_category(html, task.target):
             # Not a category page (e.g. the shop index served without a visible redirect).
-            raise fail(Outcome.NotFound, f"category {task.target}: no goods list form and no self-link",
-                       error_class="no-such-category", http_status=page.status)
+            raise fail(
+                Outcome.NotFound,
+                f"category {task.target}: no goods list form and no self-link",
+                error_class="no-such-category",
+                http_status=page.status,
+            )
         current = _current_page(request)
         page_count = _listing_page_count(pager) if pager is not None else None
         items: list[Item] = list(ids)
-        result = ParsedPage(items=items, total_pages=page_count or (current if ids else None),
-                            info={"page": str(current)})
+        result = ParsedPage(
+            items=items, total_pages=page_count or (current if ids else None), info={"page": str(current)}
+        )
         if ids and page_count is not None and current < page_count:
             params = dict(request.params)
             params["page"] = str(current + 1)
@@ -242,8 +293,11 @@ def _envelope_content(doc: Any, page: FetchedPage) -> str:
     if not isinstance(doc, dict) or not isinstance(doc.get("content"), str):
         raise unparsable(page.body, ECSHOP_MARKERS, page.status, "comment.php: no content in the envelope")
     if doc.get("error") not in (0, "0", None, False):
-        raise ParseError(f"comment.php error {str(doc.get('error'))[:10]}: {str(doc.get('message'))[:60]}",
-                         error_class="ecshop-error", http_status=page.status)
+        raise ParseError(
+            f"comment.php error {str(doc.get('error'))[:10]}: {str(doc.get('message'))[:60]}",
+            error_class="ecshop-error",
+            http_status=page.status,
+        )
     content: str = doc["content"]
     return content
 
@@ -272,7 +326,7 @@ def _pager_counts(pager_text: str, box: Tag) -> tuple[int | None, int | None]:
 
 
 def _listing_page_count(pager: Tag) -> int | None:
-    """"共 M 页" if the simple pager shows it, else the highest ``page=K`` among the pager's links."""
+    """ "共 M 页" if the simple pager shows it, else the highest ``page=K`` among the pager's links."""
     if match := _PAGER_RE.search(pager.get_text(" ")):
         return int(match[2])
     pages = [int(m[1]) for a in pager.select("a[href]") if (m := _PAGE_PARAM_RE.search(str(a.get("href"))))]
@@ -289,8 +343,10 @@ def _listing_page_count(pager: Tag) -> int | None:
 
 def _mentions_category(html: str, cat_id: str) -> bool:
     """A real category page links to itself (breadcrumb, sort links, pager form)."""
-    return re.search(rf"category\.php\?(?:[^\"'>]*?&(?:amp;)?)?id={re.escape(cat_id)}(?!\d)", html) is not None \
+    return (
+        re.search(rf"category\.php\?(?:[^\"'>]*?&(?:amp;)?)?id={re.escape(cat_id)}(?!\d)", html) is not None
         or f'name="category" value="{cat_id}"' in html
+    )
 
 
 def _stars(li: Tag) -> int:

@@ -67,11 +67,16 @@ def _as_str_id(value: object) -> str:
 
 
 SPEC = SourceSpec(
-    name="jd", kinds=frozenset({TaskKind.ProductReviews}), default_kind=TaskKind.ProductReviews,
-    table="review", identity="(jd, product id, commentId)", base_url="http://127.0.0.1:8800/jd",
+    name="jd",
+    kinds=frozenset({TaskKind.ProductReviews}),
+    default_kind=TaskKind.ProductReviews,
+    table="review",
+    identity="(jd, product id, commentId)",
+    base_url="http://127.0.0.1:8800/jd",
     sandbox_site="jd",
     # "club" (productPageComments.action JSONP) or "api" (api.m.jd.com; base_url is then the API host).
-    options={"endpoint": "club"})
+    options={"endpoint": "club"},
+)
 _PRODUCT_RE = re.compile(rb'"productId"\s*:\s*"?(\d{1,20})')
 
 
@@ -83,8 +88,11 @@ class JdSource(ReviewOrder, SavedPages):
     kinds: ClassVar[frozenset[TaskKind]] = SPEC.kinds
     sniffers: ClassVar[tuple[re.Pattern[bytes], ...]] = (_PRODUCT_RE,)
     #: What the item page's script sends with its comment calls.
-    default_headers: ClassVar[dict[str, str]] = {"Accept": "*/*", "Accept-Language": "zh-CN,zh;q=0.9",
-                                                 "User-Agent": DESKTOP_UA}
+    default_headers: ClassVar[dict[str, str]] = {
+        "Accept": "*/*",
+        "Accept-Language": "zh-CN,zh;q=0.9",
+        "User-Agent": DESKTOP_UA,
+    }
     #: ``sources.jd.*`` settings this source reads (``get_source`` passes them).
     OPTIONS: ClassVar[tuple[str, ...]] = ("endpoint",)
 
@@ -107,15 +115,28 @@ class JdSource(ReviewOrder, SavedPages):
     def page_request(self, task: Task, url: str, page0: int) -> PageRequest:
         """Page ``page0`` (0-based) with the query JD's product page sends; ``score``/``sortType`` may be
         overridden through ``task.params``."""
-        query = {"productId": task.target, "score": task.params.get("score", "0"),
-                 "sortType": task.params.get("sortType", "6"), "page": str(page0), "pageSize": "10",
-                 "isShadowSku": "0", "rid": "0", "fold": "1"}
+        query = {
+            "productId": task.target,
+            "score": task.params.get("score", "0"),
+            "sortType": task.params.get("sortType", "6"),
+            "page": str(page0),
+            "pageSize": "10",
+            "isShadowSku": "0",
+            "rid": "0",
+            "fold": "1",
+        }
         headers = {"Referer": f"https://item.jd.com/{task.target}.html"}
         if self.endpoint == "api":
-            body = json.dumps({k: int(v) if v.isdigit() and k != "productId" else v for k, v in query.items()},
-                              separators=(",", ":"))
-            params = {"appid": "item-v3", "functionId": "pc_club_productPageComments", "client": "pc",
-                      "clientVersion": "1.0.0", "body": body}
+            body = json.dumps(
+                {k: int(v) if v.isdigit() and k != "productId" else v for k, v in query.items()}, separators=(",", ":")
+            )
+            params = {
+                "appid": "item-v3",
+                "functionId": "pc_club_productPageComments",
+                "client": "pc",
+                "clientVersion": "1.0.0",
+                "body": body,
+            }
         else:
             params = {"callback": CALLBACK, **query}
         return PageRequest(url=url, params=params, page=page0 + 1, headers=headers, state={"page0": str(page0)})
@@ -126,14 +147,22 @@ class JdSource(ReviewOrder, SavedPages):
         check_final_url(page, request.url)
         text = strip_jsonp(decode_body(page.body))
         if len(text) < MIN_BODY and text.strip() in ("", "{}", "null", "[]", "()"):
-            raise fail(Outcome.LoginRequired, f"blocked: {len(page.body)}-byte body", error_class="jd-blocked",
-                       http_status=page.status)
+            raise fail(
+                Outcome.LoginRequired,
+                f"blocked: {len(page.body)}-byte body",
+                error_class="jd-blocked",
+                http_status=page.status,
+            )
         if not text.startswith("{"):
             if any(busy in text for busy in _BUSY):
                 raise _busy(page.status)
             if text.startswith("<") and any(mark in text for mark in _LOGIN_PAGE):
-                raise fail(Outcome.LoginRequired, "JD: a login page instead of comments", error_class="jd-login-page",
-                           http_status=page.status)
+                raise fail(
+                    Outcome.LoginRequired,
+                    "JD: a login page instead of comments",
+                    error_class="jd-login-page",
+                    http_status=page.status,
+                )
             raise ParseError("JD: not a JSON object", error_class="unexpected-format", http_status=page.status)
         doc = load_json(text, what="JD comments")
         if not isinstance(doc, dict):
@@ -141,14 +170,20 @@ class JdSource(ReviewOrder, SavedPages):
         _check_risk_body(doc, page.status)
         rows, holder = _rows(doc)
         if rows is None:
-            raise fail(Outcome.LoginRequired, "blocked: no comments key", error_class="jd-blocked",
-                       http_status=page.status)
+            raise fail(
+                Outcome.LoginRequired, "blocked: no comments key", error_class="jd-blocked", http_status=page.status
+            )
         fetched_at = iso_of_ms(now_ms)
         product = task.target
-        items: list[Item] = [review for raw in rows
-                             if (review := self._review(raw, product, now_ms, fetched_at)) is not None]
-        max_page = (parse_count(holder.get("maxPage")) or parse_count(holder.get("totalPage"))
-                    or parse_count(doc.get("maxPage")) or None)
+        items: list[Item] = [
+            review for raw in rows if (review := self._review(raw, product, now_ms, fetched_at)) is not None
+        ]
+        max_page = (
+            parse_count(holder.get("maxPage"))
+            or parse_count(holder.get("totalPage"))
+            or parse_count(doc.get("maxPage"))
+            or None
+        )
         page0 = _page0(request)
         result = ParsedPage(items=items, total_pages=max_page, info=_summary(doc))
         more = holder.get("hasMore") in (True, 1, "1", "true")
@@ -186,15 +221,27 @@ def _busy(status: int) -> FetchError:
 def _check_risk(page: FetchedPage, now_ms: int) -> None:
     """Risk control before anything else: 403, or an ``x-rp-content`` header carrying code 605."""
     if page.status == 403:
-        raise fail(Outcome.Banned, "JD risk control: HTTP 403 (unsigned or refused call)", error_class="jd-risk-403",
-                   http_status=403)
+        raise fail(
+            Outcome.Banned,
+            "JD risk control: HTTP 403 (unsigned or refused call)",
+            error_class="jd-risk-403",
+            http_status=403,
+        )
     if "risk_handler" in redirect_target(page):
-        raise fail(Outcome.Banned, f"JD risk control: sent to {redirect_target(page)[:120]}",
-                   error_class="jd-risk-redirect", http_status=page.status)
+        raise fail(
+            Outcome.Banned,
+            f"JD risk control: sent to {redirect_target(page)[:120]}",
+            error_class="jd-risk-redirect",
+            http_status=page.status,
+        )
     risk = header(page.headers, "x-rp-content")
     if risk and "605" in risk:
-        raise fail(Outcome.Banned, f"JD risk control: x-rp-content {risk[:80]!r}", error_class="jd-risk-605",
-                   http_status=page.status)
+        raise fail(
+            Outcome.Banned,
+            f"JD risk control: x-rp-content {risk[:80]!r}",
+            error_class="jd-risk-605",
+            http_status=page.status,
+        )
     check_http(page, now_ms)
 
 
@@ -205,8 +252,9 @@ def _check_risk_body(doc: dict[str, Any], status: int) -> None:
     code = str(doc.get("code", ""))
     message = str(doc.get("msg", doc.get("message", doc.get("echo", ""))))
     if code == "605":
-        raise fail(Outcome.Banned, f"JD risk control: code 605 {message[:60]!r}", error_class="jd-risk-605",
-                   http_status=status)
+        raise fail(
+            Outcome.Banned, f"JD risk control: code 605 {message[:60]!r}", error_class="jd-risk-605", http_status=status
+        )
     if any(busy in message for busy in _BUSY):
         raise _busy(status)
 

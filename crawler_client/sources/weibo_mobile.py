@@ -97,9 +97,15 @@ CONTAINERS = ContainerMemo()
 
 
 SPEC = SourceSpec(
-    name="weibo_mobile", kinds=frozenset({TaskKind.WeiboUser}), default_kind=TaskKind.WeiboUser,
-    table="weibo", identity="(owner uid, mid): the mid weibo.com shows too, so a post is one row",
-    base_url="http://127.0.0.1:8800/m", login="visitor", sandbox_site="m")
+    name="weibo_mobile",
+    kinds=frozenset({TaskKind.WeiboUser}),
+    default_kind=TaskKind.WeiboUser,
+    table="weibo",
+    identity="(owner uid, mid): the mid weibo.com shows too, so a post is one row",
+    base_url="http://127.0.0.1:8800/m",
+    login="visitor",
+    sandbox_site="m",
+)
 #: What a saved answer says about whose timeline it is: the containerid (107603 + uid), a profile's
 #: ``userInfo.id``, a post's ``user.id``; and any containerid (the tab the answer came from).
 _CONTAINER_RE = re.compile(rb'"containerid"\s*:\s*"107603(\d{1,20})"')
@@ -138,7 +144,7 @@ class WeiboMobileSource(PostOrder, SavedPages):
     def saved_request(self, task: Task, base_url: str, body: bytes, page: int, chunk: int | None) -> PageRequest:
         """A profile answer (``userInfo``) or a timeline tab (its containerid sniffed from the answer)."""
         page = page or 1
-        if b'"userInfo"' in body[:1 << 20]:
+        if b'"userInfo"' in body[: 1 << 20]:
             request = self.profile_request(base_url, task.target)
         else:
             containerid = sniff((_ANY_CONTAINER_RE,), body) or task.params.get("containerid", "")
@@ -150,15 +156,21 @@ class WeiboMobileSource(PostOrder, SavedPages):
 
     def _request(self, base_url: str, uid: str, params: dict[str, str], state: dict[str, str]) -> PageRequest:
         root = base_url.rstrip("/")
-        return PageRequest(url=root + GET_INDEX, params={"type": "uid", "value": uid, **params}, state=state,
-                           headers={"Referer": f"{root}/u/{uid}"}, cookie_headers=dict(self.cookie_headers))
+        return PageRequest(
+            url=root + GET_INDEX,
+            params={"type": "uid", "value": uid, **params},
+            state=state,
+            headers={"Referer": f"{root}/u/{uid}"},
+            cookie_headers=dict(self.cookie_headers),
+        )
 
     def profile_request(self, base_url: str, uid: str) -> PageRequest:
         """The profile answer (``userInfo``, ``tabsInfo``), no containerid."""
         return self._request(base_url, uid, {}, {"profile": "1"})
 
-    def timeline_request(self, base_url: str, uid: str, containerid: str = "",
-                         fallbacks: tuple[str, ...] = ()) -> PageRequest:
+    def timeline_request(
+        self, base_url: str, uid: str, containerid: str = "", fallbacks: tuple[str, ...] = ()
+    ) -> PageRequest:
         """Page 1 of a timeline tab (the real client sends no ``page``/``since_id`` for it); ``fallbacks``:
         the tabs to try, in order, if this one is empty."""
         state = {"fallbacks": ",".join(fallbacks)} if fallbacks else {}
@@ -167,8 +179,9 @@ class WeiboMobileSource(PostOrder, SavedPages):
     @staticmethod
     def extend_request(base_url: str, post_id: int | str) -> PageRequest:
         """The full text of an ``isLongText`` post: ``statuses/extend?id={id}``."""
-        return PageRequest(url=f"{base_url.rstrip('/')}/statuses/extend", params={"id": str(post_id)},
-                           state={"extend": str(post_id)})
+        return PageRequest(
+            url=f"{base_url.rstrip('/')}/statuses/extend", params={"id": str(post_id)}, state={"extend": str(post_id)}
+        )
 
     # --- parsing ----------------------------------------------------------------------------------------
     def parse(self, task: Task, request: PageRequest, page: FetchedPage, now_ms: int) -> ParsedPage:
@@ -189,10 +202,17 @@ class WeiboMobileSource(PostOrder, SavedPages):
             if isinstance(data.get("longTextContent"), str):  # a statuses/extend answer given to parse
                 return ParsedPage(items=[], info={"long_text": html_text(make_soup(data["longTextContent"]))})
         if doc.get("ok") not in (1, "1", None) or not isinstance(cards, list):
-            hint = " (a weibo.com /ajax answer: parse it with the weibo_web source)" \
-                if isinstance(data.get("list"), list) else ""
-            raise unparsable(page.body, WEIBO_MARKERS, page.status,
-                             f"getIndex: unexpected envelope ok={str(doc.get('ok'))[:20]!r}{hint}")
+            hint = (
+                " (a weibo.com /ajax answer: parse it with the weibo_web source)"
+                if isinstance(data.get("list"), list)
+                else ""
+            )
+            raise unparsable(
+                page.body,
+                WEIBO_MARKERS,
+                page.status,
+                f"getIndex: unexpected envelope ok={str(doc.get('ok'))[:20]!r}{hint}",
+            )
         containerid = request.params.get("containerid", "")
         if first and cards and containerid and not request.state.get("remembered"):
             self.memo.put(task.id, containerid)
@@ -236,8 +256,9 @@ class WeiboMobileSource(PostOrder, SavedPages):
         """``post`` with its full text from ``parse_extend`` (in place, returned for chaining)."""
         return with_html(post, html)
 
-    def post_of(self, mblog: dict[str, Any], task: Task, now_ms: int, fetched_at: str,
-                text: str | None = None) -> Post | None:
+    def post_of(
+        self, mblog: dict[str, Any], task: Task, now_ms: int, fetched_at: str, text: str | None = None
+    ) -> Post | None:
         """One ``mblog`` as a Post; None when it has no usable id. ``text``: the plain text of its html when the
         caller already has it (``parse`` extracts a whole page's texts from one soup)."""
         post_id = parse_id(mblog.get("id")) or parse_id(mblog.get("mid")) or parse_id(mblog.get("idstr"))
@@ -292,13 +313,16 @@ class WeiboMobileSource(PostOrder, SavedPages):
         empty = request.params.get("containerid", "")
         if request.state.get("remembered"):
             self.memo.forget(task.id)
-            return ParsedPage(items=[], next_request=self.profile_request(base, task.target),
-                              info={"empty_tab": empty})
+            return ParsedPage(items=[], next_request=self.profile_request(base, task.target), info={"empty_tab": empty})
         following = self._fallback(request, base, task.target)
         if following is not None:
             return ParsedPage(items=[], next_request=following, info={"empty_tab": empty})
-        raise fail(Outcome.NotFound, f"ok:0 {str(doc.get('msg', ''))[:60]!r} on the first page",
-                   error_class="no-content", http_status=status)
+        raise fail(
+            Outcome.NotFound,
+            f"ok:0 {str(doc.get('msg', ''))[:60]!r} on the first page",
+            error_class="no-content",
+            http_status=status,
+        )
 
     def _fallback(self, request: PageRequest, base: str, uid: str) -> PageRequest | None:
         """Page 1 of the next candidate tab this request carried, if any."""
@@ -336,8 +360,13 @@ class WeiboMobileSource(PostOrder, SavedPages):
             if next_page <= parse_id(request.params.get("page", "1")) or next_page == 0:
                 return None
             params["page"] = str(next_page)
-        return PageRequest(url=request.url, params=params, page=request.page + 1, headers=dict(request.headers),
-                           cookie_headers=dict(request.cookie_headers))
+        return PageRequest(
+            url=request.url,
+            params=params,
+            page=request.page + 1,
+            headers=dict(request.headers),
+            cookie_headers=dict(request.cookie_headers),
+        )
 
 
 def _render_data_status(text: str) -> dict[str, Any] | None:
@@ -361,9 +390,11 @@ def _profile_page(data: dict[str, Any]) -> ParsedPage:
     """A profile answer (``getIndex?type=uid&value={uid}`` without the timeline containerid): no posts, but
     the facts worth printing and the timeline tab's containerid (the 微博 tab of ``tabsInfo.tabs``)."""
     user = _as_dict(data.get("userInfo"))
-    info = {"screen_name": str(user.get("screen_name") or ""),
-            "statuses_count": str(parse_count(user.get("statuses_count"))),
-            "followers_count": str(parse_count(user.get("followers_count")))}
+    info = {
+        "screen_name": str(user.get("screen_name") or ""),
+        "statuses_count": str(parse_count(user.get("statuses_count"))),
+        "followers_count": str(parse_count(user.get("followers_count"))),
+    }
     tabs = _as_dict(data.get("tabsInfo")).get("tabs")
     for tab in tabs if isinstance(tabs, list) else []:
         tab = _as_dict(tab)

@@ -70,9 +70,14 @@ def _attr(node: Tag | None, name: str) -> str:
 
 
 SPEC = SourceSpec(
-    name="weibo_pc", kinds=frozenset({TaskKind.WeiboUser}), default_kind=TaskKind.WeiboUser,
-    table="weibo", identity="(owner uid, mid): the post's mid attribute", base_url="http://127.0.0.1:8800/pc",
-    sandbox_site="pc")
+    name="weibo_pc",
+    kinds=frozenset({TaskKind.WeiboUser}),
+    default_kind=TaskKind.WeiboUser,
+    table="weibo",
+    identity="(owner uid, mid): the post's mid attribute",
+    base_url="http://127.0.0.1:8800/pc",
+    sandbox_site="pc",
+)
 #: The feed's ``ouid=`` names the timeline's owner.
 _OUID_RE = re.compile(rb"ouid=(\d{1,20})")
 
@@ -85,13 +90,16 @@ class WeiboPcSource(PostOrder, SavedPages):
     kinds: ClassVar[frozenset[TaskKind]] = SPEC.kinds
     sniffers: ClassVar[tuple[re.Pattern[bytes], ...]] = (_OUID_RE,)
     #: What the v6 profile page's script sent with its feed calls.
-    default_headers: ClassVar[dict[str, str]] = {"Accept": "*/*", "Accept-Language": "zh-CN,zh;q=0.9",
-                                                 "X-Requested-With": "XMLHttpRequest", "User-Agent": DESKTOP_UA}
+    default_headers: ClassVar[dict[str, str]] = {
+        "Accept": "*/*",
+        "Accept-Language": "zh-CN,zh;q=0.9",
+        "X-Requested-With": "XMLHttpRequest",
+        "User-Agent": DESKTOP_UA,
+    }
 
     def first_request(self, task: Task, base_url: str) -> PageRequest:
         """Chunk 0 of page 1."""
-        return self.chunk_request(task, base_url.rstrip("/") + "/p/aj/v6/mblog/mbloglist", 1, 0,
-                                  task.lease_deadline_ms)
+        return self.chunk_request(task, base_url.rstrip("/") + "/p/aj/v6/mblog/mbloglist", 1, 0, task.lease_deadline_ms)
 
     def saved_request(self, task: Task, base_url: str, body: bytes, page: int, chunk: int | None) -> PageRequest:
         """Chunk ``chunk`` of ``page``; without one, the chunk with the pager (``countPage``) is the last."""
@@ -99,8 +107,13 @@ class WeiboPcSource(PostOrder, SavedPages):
         request = self.first_request(task, base_url)
         chunk = chunk if chunk is not None else (2 if b"countPage" in body else 0)
         request.state["chunk"] = str(chunk)
-        request.params.update({"page": str(page), "pagebar": "1" if chunk == 2 else "0",
-                               "pre_page": str(page - 1 if chunk == 0 else page)})
+        request.params.update(
+            {
+                "page": str(page),
+                "pagebar": "1" if chunk == 2 else "0",
+                "pre_page": str(page - 1 if chunk == 0 else page),
+            }
+        )
         request.page = page
         return request
 
@@ -109,9 +122,16 @@ class WeiboPcSource(PostOrder, SavedPages):
         """Chunk ``chunk`` (0-2) of visible page ``page``, exactly as the site's own AJAX call."""
         domain = task.params.get("domain", DEFAULT_DOMAIN)
         pre_offset, pagebar = CHUNKS[chunk]
-        params = {"ajwvr": "6", "domain": domain, "pagebar": str(pagebar), "is_ori": "1",
-                  "id": f"{domain}{task.target}", "page": str(page), "pre_page": str(page + pre_offset),
-                  "__rnd": str(rnd_ms)}
+        params = {
+            "ajwvr": "6",
+            "domain": domain,
+            "pagebar": str(pagebar),
+            "is_ori": "1",
+            "id": f"{domain}{task.target}",
+            "page": str(page),
+            "pre_page": str(page + pre_offset),
+            "__rnd": str(rnd_ms),
+        }
         return PageRequest(url=url, params=params, page=page, state={"chunk": str(chunk)})
 
     def parse(self, task: Task, request: PageRequest, page: FetchedPage, now_ms: int) -> ParsedPage:
@@ -157,8 +177,11 @@ class WeiboPcSource(PostOrder, SavedPages):
     def extend_request(base_url: str, post_id: int | str) -> PageRequest:
         """The full text of a truncated post: ``/p/aj/mblog/getlongtext?ajwvr=6&mid={mid}`` (what the
         展开全文 link's ``action-data`` asks for)."""
-        return PageRequest(url=f"{base_url.rstrip('/')}/p/aj/mblog/getlongtext",
-                           params={"ajwvr": "6", "mid": str(post_id)}, state={"extend": str(post_id)})
+        return PageRequest(
+            url=f"{base_url.rstrip('/')}/p/aj/mblog/getlongtext",
+            params={"ajwvr": "6", "mid": str(post_id)},
+            state={"extend": str(post_id)},
+        )
 
     def parse_extend(self, request: PageRequest, page: FetchedPage, now_ms: int) -> str:
         """``data.html`` of a getlongtext envelope; an unknown mid (code ≠ 100000) is NotFound."""
@@ -232,23 +255,35 @@ def _envelope_data(page: FetchedPage, what: str, bad_code: Outcome) -> Any:
         if fragment is not None:
             return fragment
         if scan_markers(page.body, WEIBO_MARKERS) is None and text.startswith("<"):
-            raise fail(Outcome.LoginRequired, f"{what}: HTML instead of JSON", error_class="html-instead-of-json",
-                       http_status=page.status)
+            raise fail(
+                Outcome.LoginRequired,
+                f"{what}: HTML instead of JSON",
+                error_class="html-instead-of-json",
+                http_status=page.status,
+            )
         raise unparsable(page.body, WEIBO_MARKERS, page.status, f"{what}: not JSON")
     doc = load_json(text, what=what)
     if isinstance(doc, dict) and "code" not in doc and "ok" in doc:
         wall = wall_of(doc, page.status)
         if wall is not None:
             raise wall
-        raise unparsable(page.body, WEIBO_MARKERS, page.status,
-                         f"{what}: an {{\"ok\": ...}} answer of today's JSON APIs, not the v6 code/msg/data envelope "
-                         "(parse weibo.com /ajax answers with the weibo_web source, m.weibo.cn with weibo_mobile)")
+        raise unparsable(
+            page.body,
+            WEIBO_MARKERS,
+            page.status,
+            f'{what}: an {{"ok": ...}} answer of today\'s JSON APIs, not the v6 code/msg/data envelope '
+            "(parse weibo.com /ajax answers with the weibo_web source, m.weibo.cn with weibo_mobile)",
+        )
     if not isinstance(doc, dict) or "code" not in doc:
         raise unparsable(page.body, WEIBO_MARKERS, page.status, f"{what}: not a code/msg/data envelope")
     code = str(doc["code"])
     if code != OK_CODE:
-        raise fail(bad_code, f"{what} code {code[:20]!r}: {str(doc.get('msg', ''))[:60]!r}",
-                   error_class=f"weibo-code-{code[:20]}", http_status=page.status)
+        raise fail(
+            bad_code,
+            f"{what} code {code[:20]!r}: {str(doc.get('msg', ''))[:60]!r}",
+            error_class=f"weibo-code-{code[:20]}",
+            http_status=page.status,
+        )
     return doc.get("data")
 
 
@@ -270,8 +305,11 @@ def _profile_feed(text: str) -> str | None:
 def _user_name(node: Tag) -> str:
     """The author's nick: the WB_info link, else ``nick-name``, else the avatar's title."""
     info = node.find("div", class_="WB_info")
-    candidates = (info.find("a") if is_tag(info) else None, ""), \
-        (_by(node, "node-type", "feed_list_content"), "nick-name"), (node.find("a", class_="W_face_radius"), "title")
+    candidates = (
+        (info.find("a") if is_tag(info) else None, ""),
+        (_by(node, "node-type", "feed_list_content"), "nick-name"),
+        (node.find("a", class_="W_face_radius"), "title"),
+    )
     for found, attr in candidates:
         if is_tag(found):
             name = _attr(found, attr) if attr else found.get_text(strip=True)
@@ -336,8 +374,11 @@ def _count_page(soup: Tag, html: str) -> int | None:
     """``countPage`` from the pager (last chunk only), else the highest ``page=K`` of its page list."""
     if match := _COUNT_PAGE_RE.search(html):
         return int(match[1]) if len(match[1]) < 10 else None
-    pages = [int(m[1]) for a in _all(soup, "bpfilter", "page", "a")
-             if (m := _PAGE_LINK_RE.search(_attr(a, "href"))) and len(m[1]) < 10]
+    pages = [
+        int(m[1])
+        for a in _all(soup, "bpfilter", "page", "a")
+        if (m := _PAGE_LINK_RE.search(_attr(a, "href"))) and len(m[1]) < 10
+    ]
     return max(pages) if pages else None
 
 

@@ -49,10 +49,16 @@ _PICTURE_SIZES = ("largest", "original", "mw2000", "large", "bmiddle", "thumbnai
 
 
 SPEC = SourceSpec(
-    name="weibo_web", kinds=frozenset({TaskKind.WeiboUser}), default_kind=TaskKind.WeiboUser,
-    table="weibo", identity="(owner uid, mid): the mid m.weibo.cn shows too, so a post is one row",
-    base_url="http://127.0.0.1:8800/web", login="visitor", sandbox_site="web",
-    options={"visitor_url": "http://127.0.0.1:8800/passport/visitor/genvisitor2"})
+    name="weibo_web",
+    kinds=frozenset({TaskKind.WeiboUser}),
+    default_kind=TaskKind.WeiboUser,
+    table="weibo",
+    identity="(owner uid, mid): the mid m.weibo.cn shows too, so a post is one row",
+    base_url="http://127.0.0.1:8800/web",
+    login="visitor",
+    sandbox_site="web",
+    options={"visitor_url": "http://127.0.0.1:8800/passport/visitor/genvisitor2"},
+)
 #: A post's ``user.id`` names the timeline's owner.
 _USER_ID_RE = re.compile(rb'"user"\s*:\s*\{\s*"id"\s*:\s*"?(\d{1,20})')
 
@@ -83,15 +89,25 @@ class WeiboWebSource(PostOrder, SavedPages):
         params = {"uid": uid, "page": str(page), "feature": "0"}
         if since_id:
             params["since_id"] = since_id
-        return PageRequest(url=root + TIMELINE_PATH, params=params, page=page,
-                           headers={"Referer": f"{root}/u/{uid}"}, cookie_headers=dict(self.cookie_headers))
+        return PageRequest(
+            url=root + TIMELINE_PATH,
+            params=params,
+            page=page,
+            headers={"Referer": f"{root}/u/{uid}"},
+            cookie_headers=dict(self.cookie_headers),
+        )
 
     def extend_request(self, base_url: str, post_id: int | str) -> PageRequest:
         """The full text of an ``isLongText`` post (by its mblogid when the page gave one)."""
         root = base_url.rstrip("/")
         key = self._mblogids.get(parse_id(post_id)) or str(post_id)
-        return PageRequest(url=root + LONGTEXT_PATH, params={"id": key}, state={"extend": str(post_id)},
-                           headers={"Referer": f"{root}/"}, cookie_headers=dict(self.cookie_headers))
+        return PageRequest(
+            url=root + LONGTEXT_PATH,
+            params={"id": key},
+            state={"extend": str(post_id)},
+            headers={"Referer": f"{root}/"},
+            cookie_headers=dict(self.cookie_headers),
+        )
 
     def saved_request(self, task: Task, base_url: str, body: bytes, page: int, chunk: int | None) -> PageRequest:
         page = page or 1
@@ -104,12 +120,17 @@ class WeiboWebSource(PostOrder, SavedPages):
         first = request.params.get("page", "1") in ("", "1") and not request.params.get("since_id")
         if doc.get("ok") in (0, "0"):
             if first:
-                raise fail(Outcome.NotFound, f"ok:0 {str(doc.get('msg', ''))[:60]!r} on the first page",
-                           error_class="no-content", http_status=page.status)
+                raise fail(
+                    Outcome.NotFound,
+                    f"ok:0 {str(doc.get('msg', ''))[:60]!r} on the first page",
+                    error_class="no-content",
+                    http_status=page.status,
+                )
             return ParsedPage(items=[], info={"end": "ok:0"})
         if doc.get("ok") not in (1, "1"):
-            raise unparsable(page.body, WEIBO_MARKERS, page.status,
-                             f"mymblog: unexpected envelope ok={str(doc.get('ok'))[:20]!r}")
+            raise unparsable(
+                page.body, WEIBO_MARKERS, page.status, f"mymblog: unexpected envelope ok={str(doc.get('ok'))[:20]!r}"
+            )
         data = doc.get("data")
         if data is None and mblog_id(doc) and ("mblogid" in doc or "text_raw" in doc):
             data = {"list": [doc]}  # an /ajax/statuses/show answer: the post itself
@@ -154,8 +175,9 @@ class WeiboWebSource(PostOrder, SavedPages):
                     self._mblogids[post.id] = mblogid
         return items, long_ids, len(raw) - len(items)
 
-    def post_of(self, mblog: dict[str, Any], task: Task, now_ms: int, fetched_at: str,
-                text: str | None = None) -> Post | None:
+    def post_of(
+        self, mblog: dict[str, Any], task: Task, now_ms: int, fetched_at: str, text: str | None = None
+    ) -> Post | None:
         """One ``mblog`` as a Post; None without a usable id. ``text``: its plain text when the caller already
         extracted it from ``text`` (used only when ``text_raw`` is missing)."""
         post_id = mblog_id(mblog)
@@ -186,8 +208,11 @@ class WeiboWebSource(PostOrder, SavedPages):
             pinned=is_pinned(mblog),
             retweeted_id=mblog_id(retweeted) if retweeted else 0,
             pictures=pictures(mblog),
-            permalink=(f"https://weibo.com/{user_id}/{mblogid}" if isinstance(mblogid, str) and mblogid
-                       else f"https://weibo.com/detail/{post_id}"),
+            permalink=(
+                f"https://weibo.com/{user_id}/{mblogid}"
+                if isinstance(mblogid, str) and mblogid
+                else f"https://weibo.com/detail/{post_id}"
+            ),
             fetched_at=fetched_at,
             source=self.name,
         )
@@ -262,9 +287,14 @@ def _best_url(info: dict[str, Any]) -> str:
 
 def _profile_page(user: dict[str, Any]) -> ParsedPage:
     """An ``/ajax/profile/info`` answer: no posts, the facts worth printing."""
-    return ParsedPage(items=[], info={"screen_name": str(user.get("screen_name") or "")[:100],
-                                      "statuses_count": str(parse_count(user.get("statuses_count"))),
-                                      "followers_count": str(parse_count(user.get("followers_count")))})
+    return ParsedPage(
+        items=[],
+        info={
+            "screen_name": str(user.get("screen_name") or "")[:100],
+            "statuses_count": str(parse_count(user.get("statuses_count"))),
+            "followers_count": str(parse_count(user.get("followers_count"))),
+        },
+    )
 
 
 #: What the source registry (``icecrawler.sourcespec``) reads from this module.

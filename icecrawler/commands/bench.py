@@ -19,9 +19,11 @@ def available() -> list[str]:
 
 class Command(BaseCommand):
     summary = "run a benchmark from bench/ (scheduler, storage, client, revisit, scale, ...)"
-    description = ("Run one benchmark. Each prints a table next to a baseline measured in the same run and writes "
-                   "its headline figures to docs/bench/NAME.json. `icecrawler bench list` lists them; "
-                   "`icecrawler bench NAME --help` shows a benchmark's own options.")
+    description = (
+        "Run one benchmark. Each prints a table next to a baseline measured in the same run and writes "
+        "its headline figures to docs/bench/NAME.json. `icecrawler bench list` lists them; "
+        "`icecrawler bench NAME --help` shows a benchmark's own options."
+    )
 
     def add_options(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("name", help="benchmark name, 'list', or 'all' (each benchmark with its defaults)")

@@ -32,21 +32,38 @@ class Command(BaseCommand):
         parser.add_argument("action", choices=["init", "issue"], help="init: create the CA; issue: a node certificate")
         parser.add_argument("node", nargs="?", help="node name for issue (becomes CN= and a DNS subjectAltName)")
         parser.add_argument("--dir", default="certs", type=Path, help="certificate directory (default: ./certs)")
-        parser.add_argument("--days", type=int, default=None,
-                            help="validity in days (default: 3650 for the CA, 825 for a node)")
-        parser.add_argument("--dns", action="append", default=[], metavar="NAME",
-                            help="extra DNS subjectAltName for issue (repeatable)")
-        parser.add_argument("--ip", action="append", default=[], metavar="ADDR",
-                            help="IP subjectAltName for issue (repeatable)")
-        parser.add_argument("--trust", action="append", default=[], metavar="DN",
-                            help="DN (or partial DN) this node accepts as a server, e.g. 'CN=client-1,O=icecrawler' "
-                                 "(repeatable; default: O=icecrawler)")
-        parser.add_argument("--install-dir", type=Path, default=None, metavar="DIR",
-                            help="where the files will live on the node, for NODE-ssl.conf's IceSSL.DefaultDir "
-                                 "(issue; default: --dir), e.g. /etc/icecrawler/certs")
-        parser.add_argument("--role", choices=list(tls.ROLES), default=None,
-                            help="issue: what the holder may call: client (lease, report, write), admin (also add "
-                                 "tasks; no account cookies), reader (status); default none")
+        parser.add_argument(
+            "--days", type=int, default=None, help="validity in days (default: 3650 for the CA, 825 for a node)"
+        )
+        parser.add_argument(
+            "--dns", action="append", default=[], metavar="NAME", help="extra DNS subjectAltName for issue (repeatable)"
+        )
+        parser.add_argument(
+            "--ip", action="append", default=[], metavar="ADDR", help="IP subjectAltName for issue (repeatable)"
+        )
+        parser.add_argument(
+            "--trust",
+            action="append",
+            default=[],
+            metavar="DN",
+            help="DN (or partial DN) this node accepts as a server, e.g. 'CN=client-1,O=icecrawler' "
+            "(repeatable; default: O=icecrawler)",
+        )
+        parser.add_argument(
+            "--install-dir",
+            type=Path,
+            default=None,
+            metavar="DIR",
+            help="where the files will live on the node, for NODE-ssl.conf's IceSSL.DefaultDir "
+            "(issue; default: --dir), e.g. /etc/icecrawler/certs",
+        )
+        parser.add_argument(
+            "--role",
+            choices=list(tls.ROLES),
+            default=None,
+            help="issue: what the holder may call: client (lease, report, write), admin (also add "
+            "tasks; no account cookies), reader (status); default none",
+        )
         parser.add_argument("--ca-name", default="icecrawler CA", help="CN of the CA certificate (init)")
         parser.add_argument("--force", action="store_true", help="overwrite an existing CA or node certificate")
 
@@ -56,18 +73,32 @@ class Command(BaseCommand):
             if args.node:
                 print("icecrawler certs: error: init takes no NODE", file=sys.stderr)
                 return 2
-            cert = tls.init_ca(directory, name=args.ca_name, days=3650 if args.days is None else args.days,
-                               force=args.force)
-            print(f"CA certificate: {cert}\nCA key:         {directory / tls.CA_KEY} (mode 0600; keep it off the "
-                  f"nodes)\nNext: icecrawler certs issue NODE --dir {directory}")
+            cert = tls.init_ca(
+                directory, name=args.ca_name, days=3650 if args.days is None else args.days, force=args.force
+            )
+            print(
+                f"CA certificate: {cert}\nCA key:         {directory / tls.CA_KEY} (mode 0600; keep it off the "
+                f"nodes)\nNext: icecrawler certs issue NODE --dir {directory}"
+            )
             return 0
         if not args.node:
             print("icecrawler certs: error: issue needs a NODE name", file=sys.stderr)
             return 2
         days = 825 if args.days is None else args.days
-        files = tls.issue(directory, args.node, dns=args.dns, ips=args.ip, days=days, trust=args.trust,
-                          force=args.force, install_dir=args.install_dir, role=args.role)
-        print(f"certificate: {files.cert}  ({tls.node_dn(args.node)}, role {args.role or 'none'})\n"
-              f"key:         {files.key} (mode 0600)\n"
-              f"properties:  {files.properties}  (--Ice.Config={files.properties})")
+        files = tls.issue(
+            directory,
+            args.node,
+            dns=args.dns,
+            ips=args.ip,
+            days=days,
+            trust=args.trust,
+            force=args.force,
+            install_dir=args.install_dir,
+            role=args.role,
+        )
+        print(
+            f"certificate: {files.cert}  ({tls.node_dn(args.node)}, role {args.role or 'none'})\n"
+            f"key:         {files.key} (mode 0600)\n"
+            f"properties:  {files.properties}  (--Ice.Config={files.properties})"
+        )
         return 0

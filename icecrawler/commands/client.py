@@ -40,8 +40,12 @@ class Command(BaseCommand):
     takes_ice_args = True
 
     def add_options(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--worker-id", default=None, metavar="ID",
-                            help="name this client reports to the scheduler (default: HOST:PID)")
+        parser.add_argument(
+            "--worker-id",
+            default=None,
+            metavar="ID",
+            help="name this client reports to the scheduler (default: HOST:PID)",
+        )
 
     def run(self, args: argparse.Namespace, settings: Settings, ice_args: list[str]) -> int:
         from crawler_client.daemon import ClientDaemon, DaemonConfig
@@ -66,11 +70,17 @@ class Command(BaseCommand):
         stop_requested = threading.Event()
         with rpc.stop_on_signals(stop_requested), rpc.communicator(ice_args) as comm:
             daemon = ClientDaemon(
-                scheduler_gateway(comm, settings), IceStorage(rpc.storage_proxy(comm)), config,
-                runner_factory, clock=clock, fingerprint=fingerprint, worker_id=args.worker_id,
+                scheduler_gateway(comm, settings),
+                IceStorage(rpc.storage_proxy(comm)),
+                config,
+                runner_factory,
+                clock=clock,
+                fingerprint=fingerprint,
+                worker_id=args.worker_id,
             )
-            log.info("scheduler: %s; storage: %s", "; ".join(map(str, rpc.scheduler_proxies(comm))),
-                     rpc.storage_proxy(comm))
+            log.info(
+                "scheduler: %s; storage: %s", "; ".join(map(str, rpc.scheduler_proxies(comm))), rpc.storage_proxy(comm)
+            )
             endpoint = _start_metrics(metrics_config, daemon)
             try:
                 daemon.run_until(stop_requested)

@@ -36,13 +36,26 @@ __all__ = ["Command", "DemoResult", "SourceSummary", "mean_interval_s", "seed_id
 
 #: Scheduler settings of the demo crawl. The first period is the paper's one minute; the longest period is
 #: capped at 20 simulated minutes so that the drain after the cut-off is bounded (about one longest period).
-DEMO_SCHEDULER = {"scheduler.initial_period_s": 60, "scheduler.min_period_s": 60, "scheduler.max_period_s": 1200,
-                  "scheduler.lease_s": 30, "scheduler.maintenance_interval_s": 0.5}
+DEMO_SCHEDULER = {
+    "scheduler.initial_period_s": 60,
+    "scheduler.min_period_s": 60,
+    "scheduler.max_period_s": 1200,
+    "scheduler.lease_s": 30,
+    "scheduler.maintenance_interval_s": 0.5,
+}
 #: Client settings: small batches so that two clients share the work; enough pages for the first crawl of a
 #: long backlog (the incremental stop ends later crawls after one page).
-DEMO_CLIENT = {"client.workers": 2, "client.batch": 2, "client.max_pages": 30, "client.idle_sleep_s": 0.3,
-               "client.progress_log_s": 10, "client.shutdown_grace_s": 5, "client.timeout_s": 5,
-               "sources.ecshop.username": "sandbox", "sources.ecshop.password": "sandbox"}
+DEMO_CLIENT = {
+    "client.workers": 2,
+    "client.batch": 2,
+    "client.max_pages": 30,
+    "client.idle_sleep_s": 0.3,
+    "client.progress_log_s": 10,
+    "client.shutdown_grace_s": 5,
+    "client.timeout_s": 5,
+    "sources.ecshop.username": "sandbox",
+    "sources.ecshop.password": "sandbox",
+}
 SOURCES = tuple(SITE_PREFIX)
 
 
@@ -137,19 +150,24 @@ def summarize(stack: Stack, cutoff_wall_ms: int, with_fetches: bool = True) -> D
 
 
 def render_table(result: DemoResult, speed: float) -> str:
-    header = f"{'source':<13} {'published':>9} {'stored':>7} {'dupes':>5} {'late':>5} {'mean lag':>12} " \
-             f"{'fetches':>7}  ok"
+    header = (
+        f"{'source':<13} {'published':>9} {'stored':>7} {'dupes':>5} {'late':>5} {'mean lag':>12} {'fetches':>7}  ok"
+    )
     lines = [header, "-" * len(header)]
     for summary in result.sources.values():
         lag = summary.mean_lag_s
         lag_text = f"{lag / 60:.1f} sim-min" if lag is not None else "-"
-        lines.append(f"{summary.source:<13} {summary.published:>9} {summary.stored:>7} {summary.duplicates:>5} "
-                     f"{summary.after_cutoff:>5} {lag_text:>12} {summary.fetches:>7}  "
-                     f"{'yes' if summary.complete else 'NO'}")
-    lines.append(f"(published = items the sandbox published up to the cut-off, backlog included; a Weibo "
-                 f"post counts as stored for every Weibo source once stored: storage keys posts by user and id; late = "
-                 f"stored items published after it; lag = fetch - publish for items published during the run, in "
-                 f"simulated minutes at speed {speed:g})")
+        lines.append(
+            f"{summary.source:<13} {summary.published:>9} {summary.stored:>7} {summary.duplicates:>5} "
+            f"{summary.after_cutoff:>5} {lag_text:>12} {summary.fetches:>7}  "
+            f"{'yes' if summary.complete else 'NO'}"
+        )
+    lines.append(
+        f"(published = items the sandbox published up to the cut-off, backlog included; a Weibo "
+        f"post counts as stored for every Weibo source once stored: storage keys posts by user and id; late = "
+        f"stored items published after it; lag = fetch - publish for items published during the run, in "
+        f"simulated minutes at speed {speed:g})"
+    )
     return "\n".join(lines)
 
 
@@ -185,7 +203,7 @@ class PeriodTracker:
         cols = 3
         rows = max(1, (len(tasks) + cols - 1) // cols)
         fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 2.8 * rows), squeeze=False)
-        for ax in axes.flat[len(tasks):]:
+        for ax in axes.flat[len(tasks) :]:
             ax.axis("off")
         for ax, task_id in zip(axes.flat, tasks, strict=False):
             points = sorted(self.points[task_id].items())
@@ -214,14 +232,22 @@ def progress_line(stack: Stack, started: float, tracker: PeriodTracker, phase: s
     for row in stack.stored():
         per_source[str(row.key[0])] = per_source.get(str(row.key[0]), 0) + 1
     periods = sorted(tracker.current.values())
-    period_text = (f"periods {periods[0] / 60:.0f}/{periods[len(periods) // 2] / 60:.0f}/{periods[-1] / 60:.0f} "
-                   f"min (min/median/max)") if periods else "periods -"
+    period_text = (
+        (
+            f"periods {periods[0] / 60:.0f}/{periods[len(periods) // 2] / 60:.0f}/{periods[-1] / 60:.0f} "
+            f"min (min/median/max)"
+        )
+        if periods
+        else "periods -"
+    )
     elapsed = time.monotonic() - started
     stored = " ".join(f"{source}={count}" for source, count in per_source.items())
     discovered = sum(int(v) for v in stats.get("listings", {}).values())
-    return (f"[{phase} {elapsed:5.0f}s = {elapsed * stack.speed / 60:5.0f} sim-min] stored {sum(per_source.values())} "
-            f"({stored}); tasks {stats['tasks']}, in flight {stats['inflight']}, pending {stats['pending']}; "
-            f"{discovered} discovered; {period_text}")
+    return (
+        f"[{phase} {elapsed:5.0f}s = {elapsed * stack.speed / 60:5.0f} sim-min] stored {sum(per_source.values())} "
+        f"({stored}); tasks {stats['tasks']}, in flight {stats['inflight']}, pending {stats['pending']}; "
+        f"{discovered} discovered; {period_text}"
+    )
 
 
 @contextlib.contextmanager
@@ -252,25 +278,37 @@ class Command(BaseCommand):
         "published before the cut-off is stored (at most --drain-timeout seconds), print a table per source "
         "(published vs stored, mean capture lag, fetches) and save a plot of every task's period over time next to "
         "its true update interval. Every started process is stopped at the end and on Ctrl-C. Exit code 0 only "
-        "if stored == published for every source.")
+        "if stored == published for every source."
+    )
 
     def add_options(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--duration", type=float, default=60.0, help="seconds of crawling before the cut-off "
-                            "(default 60)")
-        parser.add_argument("--speed", type=float, default=60.0, help="simulated seconds per real second "
-                            "(default 60: one minute per second)")
+        parser.add_argument(
+            "--duration", type=float, default=60.0, help="seconds of crawling before the cut-off (default 60)"
+        )
+        parser.add_argument(
+            "--speed",
+            type=float,
+            default=60.0,
+            help="simulated seconds per real second (default 60: one minute per second)",
+        )
         parser.add_argument("--clients", type=int, default=2, help="crawler client processes (default 2)")
-        parser.add_argument("--output-dir", default="demo-output", help="where the plot and summary.json go "
-                            "(default demo-output)")
-        parser.add_argument("--var-dir", default="var/demo", help="the run's databases and logs; emptied first "
-                            "(default var/demo)")
-        parser.add_argument("--keep", action="store_true", help="keep --var-dir after the run (default: removed "
-                            "when the run succeeds)")
+        parser.add_argument(
+            "--output-dir", default="demo-output", help="where the plot and summary.json go (default demo-output)"
+        )
+        parser.add_argument(
+            "--var-dir", default="var/demo", help="the run's databases and logs; emptied first (default var/demo)"
+        )
+        parser.add_argument(
+            "--keep", action="store_true", help="keep --var-dir after the run (default: removed when the run succeeds)"
+        )
         parser.add_argument("--every", type=float, default=5.0, help="seconds between progress lines (default 5)")
-        parser.add_argument("--drain-timeout", type=float, default=None, help="longest drain after the cut-off in "
-                            "seconds (default: two longest periods of wall time plus 30)")
-        parser.add_argument("--scenario", default="", help="sandbox scenario file (default: the built-in demo "
-                            "world)")
+        parser.add_argument(
+            "--drain-timeout",
+            type=float,
+            default=None,
+            help="longest drain after the cut-off in seconds (default: two longest periods of wall time plus 30)",
+        )
+        parser.add_argument("--scenario", default="", help="sandbox scenario file (default: the built-in demo world)")
         parser.add_argument("--no-plot", action="store_true", help="skip the period plot")
 
     def run(self, args: argparse.Namespace, settings: Settings, ice_args: list[str]) -> int:
@@ -280,8 +318,11 @@ class Command(BaseCommand):
         scenario = load_scenario(args.scenario) if args.scenario else default_scenario()
         var_dir, output_dir = Path(args.var_dir), Path(args.output_dir)
         shutil.rmtree(var_dir, ignore_errors=True)
-        drain_timeout = args.drain_timeout if args.drain_timeout is not None else \
-            2 * float(DEMO_SCHEDULER["scheduler.max_period_s"]) / args.speed + 30
+        drain_timeout = (
+            args.drain_timeout
+            if args.drain_timeout is not None
+            else 2 * float(DEMO_SCHEDULER["scheduler.max_period_s"]) / args.speed + 30
+        )
         try:
             with _interrupts_once():
                 code = self._crawl(args, scenario, var_dir, output_dir, drain_timeout)
@@ -294,16 +335,24 @@ class Command(BaseCommand):
             print(f"logs and databases kept in {var_dir}")
         return code
 
-    def _crawl(self, args: argparse.Namespace, scenario: Scenario, var_dir: Path, output_dir: Path,
-               drain_timeout: float) -> int:
+    def _crawl(
+        self, args: argparse.Namespace, scenario: Scenario, var_dir: Path, output_dir: Path, drain_timeout: float
+    ) -> int:
         ids, listings, truth = seed_ids(scenario)
         tracker = PeriodTracker(truth, float(DEMO_SCHEDULER["scheduler.initial_period_s"]))
-        print(f"starting the sandbox, a scheduler, a storage server (embedded SQLite) and {args.clients} client(s) "
-              f"in {var_dir} (clock x{args.speed:g})", flush=True)
-        with running_stack(var_dir, scenario, speed=args.speed, scheduler_settings=DEMO_SCHEDULER,
-                           client_settings=DEMO_CLIENT) as stack:
-            for name, process in (("sandbox", stack.sandbox.process), ("storage", stack.storage),
-                                  ("scheduler", stack.scheduler)):
+        print(
+            f"starting the sandbox, a scheduler, a storage server (embedded SQLite) and {args.clients} client(s) "
+            f"in {var_dir} (clock x{args.speed:g})",
+            flush=True,
+        )
+        with running_stack(
+            var_dir, scenario, speed=args.speed, scheduler_settings=DEMO_SCHEDULER, client_settings=DEMO_CLIENT
+        ) as stack:
+            for name, process in (
+                ("sandbox", stack.sandbox.process),
+                ("storage", stack.storage),
+                ("scheduler", stack.scheduler),
+            ):
                 print(f"  {name}: pid {process.pid}", flush=True)
             print(stack.seed(ids, listings).strip(), flush=True)
             for index in range(args.clients):
@@ -320,8 +369,9 @@ class Command(BaseCommand):
                 tracker.poll(stack)
                 print(progress_line(stack, started, tracker, "crawl"), flush=True)
             cutoff_wall_ms = int(time.time() * 1000)
-            print(f"cut-off: publications after now are not counted; draining (at most {drain_timeout:.0f}s)",
-                  flush=True)
+            print(
+                f"cut-off: publications after now are not counted; draining (at most {drain_timeout:.0f}s)", flush=True
+            )
             drain_end = time.monotonic() + drain_timeout
             result = summarize(stack, cutoff_wall_ms, with_fetches=False)
             while not result.ok and time.monotonic() < drain_end:
@@ -336,15 +386,30 @@ class Command(BaseCommand):
         print("every process stopped")
         print(render_table(result, args.speed))
         output_dir.mkdir(parents=True, exist_ok=True)
-        (output_dir / "summary.json").write_text(json.dumps(
-            {source: {"published": s.published, "stored": s.stored, "duplicates": s.duplicates,
-                      "after_cutoff": s.after_cutoff, "mean_lag_s": s.mean_lag_s, "fetches": s.fetches}
-             for source, s in result.sources.items()}, indent=1))
+        (output_dir / "summary.json").write_text(
+            json.dumps(
+                {
+                    source: {
+                        "published": s.published,
+                        "stored": s.stored,
+                        "duplicates": s.duplicates,
+                        "after_cutoff": s.after_cutoff,
+                        "mean_lag_s": s.mean_lag_s,
+                        "fetches": s.fetches,
+                    }
+                    for source, s in result.sources.items()
+                },
+                indent=1,
+            )
+        )
         if not args.no_plot:
             path = tracker.plot(output_dir / "periods.png", origin)
             print(f"period plot: {path.resolve()}")
-        print("OK: stored == published for every source" if result.ok else
-              "FAILED: some published items were not stored (or were stored twice)")
+        print(
+            "OK: stored == published for every source"
+            if result.ok
+            else "FAILED: some published items were not stored (or were stored twice)"
+        )
         return 0 if result.ok else 1
 
     @staticmethod
@@ -355,7 +420,11 @@ class Command(BaseCommand):
             for product in stack.truth()["products"]:
                 category = categories.get(int(product["category"]))
                 known = {p.id: p for p in stack.scenario.products}
-                schedule = known[product["product"]].schedule if product["product"] in known else \
-                    (category.arrival_reviews if category else None)
-                tracker.add_task(f"reviews:{product['source']}:{product['product']}",
-                                 mean_interval_s(schedule) if schedule else None)
+                schedule = (
+                    known[product["product"]].schedule
+                    if product["product"] in known
+                    else (category.arrival_reviews if category else None)
+                )
+                tracker.add_task(
+                    f"reviews:{product['source']}:{product['product']}", mean_interval_s(schedule) if schedule else None
+                )

@@ -26,8 +26,9 @@ class Command(BaseCommand):
     def add_options(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--table", required=True, choices=["weibo", "review"])
         parser.add_argument("--format", default="jsonl", choices=["jsonl", "csv"], dest="fmt")
-        parser.add_argument("--since", default="", metavar="TIME",
-                            help="only records fetched at or after TIME (ISO 8601 with offset)")
+        parser.add_argument(
+            "--since", default="", metavar="TIME", help="only records fetched at or after TIME (ISO 8601 with offset)"
+        )
         parser.add_argument("-o", "--output", default="-", help="output file (default: stdout)")
         parser.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
 

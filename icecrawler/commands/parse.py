@@ -49,8 +49,11 @@ class Command(BaseCommand):
     def add_options(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("file", help="the saved response body (raw bytes)")
         parser.add_argument("--source", required=True, help=f"one of: {', '.join(sorted(SOURCES))}")
-        parser.add_argument("--kind", choices=[kind.value for kind in TaskKind],
-                            help="task kind (default: sniffed; ecshop is 'reviews' or 'listing')")
+        parser.add_argument(
+            "--kind",
+            choices=[kind.value for kind in TaskKind],
+            help="task kind (default: sniffed; ecshop is 'reviews' or 'listing')",
+        )
         parser.add_argument("--target", help="uid / product id / category id (default: sniffed, else 0)")
         parser.add_argument("--now", help="fetch time, ISO 8601 (naive = +08:00); default: the current time")
         parser.add_argument("--page", type=int, help="which page the file is (1-based; default: sniffed, else 1)")
@@ -58,8 +61,13 @@ class Command(BaseCommand):
         parser.add_argument("--status", type=int, default=200, help="HTTP status it came with (default 200)")
         parser.add_argument("--final-url", default="", help="final URL after redirects, if it differed")
         parser.add_argument("--retry-after", default="", help="the Retry-After header it came with, if any")
-        parser.add_argument("--header", action="append", default=[], metavar="'NAME: VALUE'",
-                            help="a response header it came with (repeatable), e.g. 'x-rp-content: ...'")
+        parser.add_argument(
+            "--header",
+            action="append",
+            default=[],
+            metavar="'NAME: VALUE'",
+            help="a response header it came with (repeatable), e.g. 'x-rp-content: ...'",
+        )
 
     def run(self, args: argparse.Namespace, settings: Settings, ice_args: list[str]) -> int:
         try:
@@ -78,14 +86,24 @@ class Command(BaseCommand):
                 print(f"icecrawler parse: --header {line!r}: expected 'NAME: VALUE'", file=sys.stderr)
                 return 2
             headers[name.strip()] = value.strip()
-        fetched = FetchedPage(url=request.url, status=args.status, headers=headers, body=body,
-                              final_url=args.final_url)
+        fetched = FetchedPage(url=request.url, status=args.status, headers=headers, body=body, final_url=args.final_url)
         try:
             parsed = source.parse(task, request, fetched, now_ms)
         except FetchError as exc:
-            _print({"summary": True, "items": 0, "next": None, "total_pages": None, "outcome": exc.outcome.value,
-                    "error_class": exc.error_class, "http_status": exc.http_status,
-                    "retry_after_s": exc.retry_after_s, "message": str(exc), "task": task.id})
+            _print(
+                {
+                    "summary": True,
+                    "items": 0,
+                    "next": None,
+                    "total_pages": None,
+                    "outcome": exc.outcome.value,
+                    "error_class": exc.error_class,
+                    "http_status": exc.http_status,
+                    "retry_after_s": exc.retry_after_s,
+                    "message": str(exc),
+                    "task": task.id,
+                }
+            )
             return 1 if isinstance(exc, ParseError) else 0
         for item in parsed.items:
             _print(dataclasses.asdict(item) if dataclasses.is_dataclass(item) else {"product_id": item})
@@ -128,6 +146,13 @@ def _summary(parsed: ParsedPage, task: Task, source: DeclaredSource) -> dict[str
     if nxt is not None:
         query = urlencode(nxt.params)
         next_url = nxt.url + ("&" if "?" in nxt.url else "?") + query if query else nxt.url
-    return {"summary": True, "items": len(parsed.items), "next": next_url, "total_pages": parsed.total_pages,
-            "outcome": "Ok", "info": parsed.info, "task": task.id,
-            "cursor": source.newest_cursor(parsed.items, "")}
+    return {
+        "summary": True,
+        "items": len(parsed.items),
+        "next": next_url,
+        "total_pages": parsed.total_pages,
+        "outcome": "Ok",
+        "info": parsed.info,
+        "task": task.id,
+        "cursor": source.newest_cursor(parsed.items, ""),
+    }

@@ -10,9 +10,11 @@ from icecrawler.settings import Settings
 
 class Command(BaseCommand):
     summary = "serve the sandbox sites (mock Weibo PC/mobile, ECSHOP, JD) publishing items on a schedule"
-    description = ("Serve every sandbox site on one port: /pc (weibo.com mbloglist), /m (m.weibo.cn getIndex), "
-                   "/ecshop (goods/comment/category/user.php) and /jd (productPageComments), with a scalable "
-                   "clock, misbehaviour switches and the ground truth under /__sandbox/. See docs/SANDBOX.md.")
+    description = (
+        "Serve every sandbox site on one port: /pc (weibo.com mbloglist), /m (m.weibo.cn getIndex), "
+        "/ecshop (goods/comment/category/user.php) and /jd (productPageComments), with a scalable "
+        "clock, misbehaviour switches and the ground truth under /__sandbox/. See docs/SANDBOX.md."
+    )
 
     def add_options(self, parser: argparse.ArgumentParser) -> None:
         from sandbox.cli import add_options

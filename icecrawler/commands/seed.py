@@ -48,25 +48,30 @@ def group_by_kind(ids: list[str], kind: TaskKind | None) -> dict[TaskKind, list[
 def add_groups(scheduler: Any, groups: dict[TaskKind, list[str]], batch: int) -> dict[TaskKind, int]:
     """Add each kind's ids through ``scheduler`` (a ``crawler_client.gateways.SchedulerGateway``, which routes
     them to their shards) in calls of at most ``batch``; how many of each kind were new."""
-    return {kind: sum(scheduler.add_targets(ids[i:i + batch], kind) for i in range(0, len(ids), batch))
-            for kind, ids in groups.items()}
+    return {
+        kind: sum(scheduler.add_targets(ids[i : i + batch], kind) for i in range(0, len(ids), batch))
+        for kind, ids in groups.items()
+    }
 
 
 class Command(BaseCommand):
     summary = "add targets to the scheduler: weibo_mobile:1669879400 jd:100012043978 ..."
-    description = ("Add crawl targets as <source>:<target> ids. The kind follows from the source (weibo_* = user "
-                   "timelines, jd/ecshop = product reviews) unless --kind is given; --listing SOURCE:CATEGORY "
-                   "adds listing pages that discover products. Known ids are ignored. The scheduler is found "
-                   "through the Scheduler.Proxy Ice property (default: the local scheduler), or its shards "
-                   "through Scheduler.Proxies; each id goes to the shard of its host.")
+    description = (
+        "Add crawl targets as <source>:<target> ids. The kind follows from the source (weibo_* = user "
+        "timelines, jd/ecshop = product reviews) unless --kind is given; --listing SOURCE:CATEGORY "
+        "adds listing pages that discover products. Known ids are ignored. The scheduler is found "
+        "through the Scheduler.Proxy Ice property (default: the local scheduler), or its shards "
+        "through Scheduler.Proxies; each id goes to the shard of its host."
+    )
     takes_ice_args = True
 
     def add_options(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("ids", nargs="*", metavar="SOURCE:TARGET")
         parser.add_argument("--kind", choices=sorted(KIND_NAMES), help="task kind for every id")
         parser.add_argument("--file", help="read more ids from FILE, one per line")
-        parser.add_argument("--listing", action="append", default=[], metavar="SOURCE:CATEGORY",
-                            help="add a listing task (repeatable)")
+        parser.add_argument(
+            "--listing", action="append", default=[], metavar="SOURCE:CATEGORY", help="add a listing task (repeatable)"
+        )
 
     def run(self, args: argparse.Namespace, settings: Settings, ice_args: list[str]) -> int:
         groups = group_by_kind(read_ids(args.ids, args.file), KIND_NAMES[args.kind] if args.kind else None)

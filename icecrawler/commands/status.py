@@ -31,8 +31,13 @@ def shard_stats(proxy: Any, what: str = "scheduler") -> dict[str, Any]:
     with rpc.remote_calls(what):
         stats = proxy.ice_invocationTimeout(STATUS_TIMEOUT_MS).stats()
     return {
-        "tasks": stats.tasks, "pending": stats.pending, "inflight": stats.inflight, "done": stats.done,
-        "due_soon": stats.dueSoon, "leases_per_min": stats.leasesPerMin, "reports_per_min": stats.reportsPerMin,
+        "tasks": stats.tasks,
+        "pending": stats.pending,
+        "inflight": stats.inflight,
+        "done": stats.done,
+        "due_soon": stats.dueSoon,
+        "leases_per_min": stats.leasesPerMin,
+        "reports_per_min": stats.reportsPerMin,
         **json.loads(stats.detailJson or "{}"),
     }
 
@@ -41,8 +46,10 @@ def scheduler_section(comm: Ice.Communicator) -> dict[str, Any]:
     """The scheduler's stats; for a sharded one (``Scheduler.Proxies``), the shards' counts added up, their
     hosts, accounts and listings together, and each shard's own stats under ``by_shard``."""
     proxies = rpc.scheduler_proxies(comm)
-    shards = [shard_stats(proxy, "scheduler" if len(proxies) == 1 else f"scheduler shard {shard} ({proxy})")
-              for shard, proxy in enumerate(proxies)]
+    shards = [
+        shard_stats(proxy, "scheduler" if len(proxies) == 1 else f"scheduler shard {shard} ({proxy})")
+        for shard, proxy in enumerate(proxies)
+    ]
     if len(shards) == 1:
         return shards[0]
     section = {**shards[0], **{key: sum(shard[key] for shard in shards) for key in _SUMMED}}
@@ -62,9 +69,16 @@ def storage_section(comm: Ice.Communicator) -> dict[str, Any]:
         return {"reachable": True, "failed": rpc.one_line(exc)}
     except Ice.Exception as exc:
         return {"reachable": False, "error": type(exc).__name__}
-    return {"reachable": True, "backend": stats.backend, "posts": stats.posts, "reviews": stats.reviews,
-            "spool_depth": stats.spoolDepth, "writes_accepted": stats.writesAccepted,
-            "records_rejected": stats.recordsRejected, **json.loads(stats.detailJson or "{}")}
+    return {
+        "reachable": True,
+        "backend": stats.backend,
+        "posts": stats.posts,
+        "reviews": stats.reviews,
+        "spool_depth": stats.spoolDepth,
+        "writes_accepted": stats.writesAccepted,
+        "records_rejected": stats.recordsRejected,
+        **json.loads(stats.detailJson or "{}"),
+    }
 
 
 def render_text(report: dict[str, Any]) -> str:
@@ -76,31 +90,40 @@ def render_text(report: dict[str, Any]) -> str:
         f"{s.get('policy', '?')}{'; SHUTTING DOWN' if s.get('shutting_down') else ''}",
     ]
     if s.get("open_gaps"):
-        lines.append(f"  {s['open_gaps']} task(s) with an open page-cap gap: items not fetched yet, the next visits "
-                     "fetch them (status --task ID shows one)")
+        lines.append(
+            f"  {s['open_gaps']} task(s) with an open page-cap gap: items not fetched yet, the next visits "
+            "fetch them (status --task ID shows one)"
+        )
     if s.get("shards", 1) > 1:
-        lines.append(f"  {s['shards']} shards: " + ", ".join(f"#{shard['shard']} {shard['tasks']} tasks"
-                                                              for shard in s.get("by_shard", [])))
+        lines.append(
+            f"  {s['shards']} shards: "
+            + ", ".join(f"#{shard['shard']} {shard['tasks']} tasks" for shard in s.get("by_shard", []))
+        )
     for host, h in s.get("hosts", {}).items():
         block = f", blocked {h['block']['held_for_s']:.0f}s ({h['block']['reason']})" if h["block"]["reason"] else ""
         lines.append(f"  host {host}: {h['inflight']} in flight, {h['leases_last_min']:.0f} leases/min{block}")
     for account, a in s.get("accounts", {}).items():
         if "mints" in a:  # a visitor session (scheduler_server.visitors)
             error = f", last error: {a['last_error']}" if a.get("last_error") else ""
-            lines.append(f"  {account}: {a['state']} {a['account']}, {a['mints']} minted, {a['renewals']} renewed"
-                         f"{error}")
+            lines.append(
+                f"  {account}: {a['state']} {a['account']}, {a['mints']} minted, {a['renewals']} renewed{error}"
+            )
             continue
         frozen = f" for {a['frozen']['held_for_s']:.0f}s ({a['frozen']['reason']})" if a["state"] == "frozen" else ""
-        lines.append(f"  account {account}: {a['state']}{frozen}, {a['used_last_min']:.0f}/{a['budget_per_min']} "
-                     f"requests this minute")
+        lines.append(
+            f"  account {account}: {a['state']}{frozen}, {a['used_last_min']:.0f}/{a['budget_per_min']} "
+            f"requests this minute"
+        )
     for listing, discovered in s.get("listings", {}).items():
         lines.append(f"  {listing}: {discovered} products discovered")
     storage = report.get("storage", {})
     if storage.get("failed"):
         lines.append(f"storage: reachable but failed: {storage['failed']}")
     elif storage.get("reachable"):
-        lines.append(f"storage ({storage['backend']}): {storage['posts']} posts, {storage['reviews']} reviews, "
-                     f"spool depth {storage['spool_depth']}")
+        lines.append(
+            f"storage ({storage['backend']}): {storage['posts']} posts, {storage['reviews']} reviews, "
+            f"spool depth {storage['spool_depth']}"
+        )
     else:
         lines.append("storage: not reachable")
     return "\n".join(lines)
@@ -108,10 +131,12 @@ def render_text(report: dict[str, Any]) -> str:
 
 class Command(BaseCommand):
     summary = "show queue depths, rates, hosts, accounts and listings (or one task with --task)"
-    description = ("Ask the scheduler (Scheduler.Proxy, default the local one; or every shard listed in "
-                   "Scheduler.Proxies, added up) and, if it answers, the storage "
-                   "server (Storage.Proxy) for their state. --task ID prints one task's metadata and its recent "
-                   "period/distance history. --json prints machine-readable output.")
+    description = (
+        "Ask the scheduler (Scheduler.Proxy, default the local one; or every shard listed in "
+        "Scheduler.Proxies, added up) and, if it answers, the storage "
+        "server (Storage.Proxy) for their state. --task ID prints one task's metadata and its recent "
+        "period/distance history. --json prints machine-readable output."
+    )
     takes_ice_args = True
 
     def add_options(self, parser: argparse.ArgumentParser) -> None:

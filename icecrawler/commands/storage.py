@@ -22,13 +22,20 @@ class Command(BaseCommand):
     takes_ice_args = True
 
     def add_options(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--recover", action="store_true",
-                            help="start on a damaged, emptied or vanished store or spool: move a damaged file "
-                                 "aside and copy its readable rows into a new one; begin a vanished store anew "
-                                 "(setting storage.recover)")
-        parser.add_argument("--listen", default="", metavar="ENDPOINTS",
-                            help="Ice endpoints to listen on, e.g. 'tcp -h 127.0.0.1 -p 10001' or 'ssl -h 10.0.0.5 -p "
-                                 "10001' (overrides StorageAdapter.Endpoints of --Ice.Config)")
+        parser.add_argument(
+            "--recover",
+            action="store_true",
+            help="start on a damaged, emptied or vanished store or spool: move a damaged file "
+            "aside and copy its readable rows into a new one; begin a vanished store anew "
+            "(setting storage.recover)",
+        )
+        parser.add_argument(
+            "--listen",
+            default="",
+            metavar="ENDPOINTS",
+            help="Ice endpoints to listen on, e.g. 'tcp -h 127.0.0.1 -p 10001' or 'ssl -h 10.0.0.5 -p "
+            "10001' (overrides StorageAdapter.Endpoints of --Ice.Config)",
+        )
 
     def run(self, args: argparse.Namespace, settings: Settings, ice_args: list[str]) -> int:
         from storage_server.server import run

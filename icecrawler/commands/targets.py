@@ -18,14 +18,20 @@ class Command(BaseCommand):
         "Probe every port the metrics.<role>.port / port_span settings allow (scheduler shards: port + shard) on "
         "each --hosts entry, and write <dir>/scheduler.json, storage.json and client.json in Prometheus' file-SD "
         "format with the daemons that answered. deploy/prometheus/prometheus.yml reads them; Prometheus picks up "
-        "changes by itself. With --every it probes again every so many seconds until SIGTERM/SIGINT.")
+        "changes by itself. With --every it probes again every so many seconds until SIGTERM/SIGINT."
+    )
 
     def add_options(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--hosts", default="127.0.0.1", help="comma-separated hosts to probe")
-        parser.add_argument("--dir", default="deploy/prometheus/targets", type=Path,
-                            help="where the <role>.json files go (default: %(default)s)")
-        parser.add_argument("--every", type=float, default=0.0, metavar="SECONDS",
-                            help="probe again every SECONDS (0: once)")
+        parser.add_argument(
+            "--dir",
+            default="deploy/prometheus/targets",
+            type=Path,
+            help="where the <role>.json files go (default: %(default)s)",
+        )
+        parser.add_argument(
+            "--every", type=float, default=0.0, metavar="SECONDS", help="probe again every SECONDS (0: once)"
+        )
 
     def run(self, args: argparse.Namespace, settings: Settings, ice_args: list[str]) -> int:
         from icecrawler.targets import discover, write_targets

@@ -31,16 +31,21 @@ def pages(proxy: Any, prefix: str, limit: int, page: int = PAGE) -> Iterator[dic
 
 
 def render(row: dict[str, Any]) -> str:
-    when = (f"due in {row['dueInS']:.0f}s" if row["state"] == "pending"
-            else f"lease ends in {row.get('leaseLeftS', 0):.0f}s")
+    when = (
+        f"due in {row['dueInS']:.0f}s"
+        if row["state"] == "pending"
+        else f"lease ends in {row.get('leaseLeftS', 0):.0f}s"
+    )
     return f"{row['id']}  {row['state']}  {when}  period {row['periodS']:.0f}s  attempts {row['attempts']}"
 
 
 class Command(BaseCommand):
     summary = "list tasks (id, pending or in flight, when due, period), optionally by id prefix"
-    description = ("Ask the scheduler (Scheduler.Proxy, or every shard in Scheduler.Proxies) for its tasks in id "
-                   "order. Examples:\n\n  icecrawler tasks\n  icecrawler tasks --prefix reviews:jd: --limit 50\n"
-                   "  icecrawler tasks --json > tasks.jsonl")
+    description = (
+        "Ask the scheduler (Scheduler.Proxy, or every shard in Scheduler.Proxies) for its tasks in id "
+        "order. Examples:\n\n  icecrawler tasks\n  icecrawler tasks --prefix reviews:jd: --limit 50\n"
+        "  icecrawler tasks --json > tasks.jsonl"
+    )
     takes_ice_args = True
 
     def add_options(self, parser: argparse.ArgumentParser) -> None:

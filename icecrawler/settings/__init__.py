@@ -132,7 +132,7 @@ class Settings:
         """All keys under ``prefix.`` with the prefix removed."""
         start = prefix + "."
         self._know(start + "base_url")  # a source's declared settings, when the prefix is one
-        return {key[len(start):]: value for key, value in self._values.items() if key.startswith(start)}
+        return {key[len(start) :]: value for key, value in self._values.items() if key.startswith(start)}
 
     def source_of(self, key: str) -> str:
         level = self._priority[key]
@@ -175,7 +175,7 @@ def load_settings(
     env = os.environ if environ is None else environ
     for name, value in env.items():
         if name.startswith(ENV_PREFIX):
-            key = name[len(ENV_PREFIX):].lower().replace("__", ".")
+            key = name[len(ENV_PREFIX) :].lower().replace("__", ".")
             if settings._know(key):
                 settings.set(key, value, "env")
     settings.update(parse_assignments(assignments), "cmdline")

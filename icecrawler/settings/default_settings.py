@@ -43,7 +43,6 @@ DEFAULTS: dict[str, Any] = {
     "client.shutdown_grace_s": 20.0,
     # Longest time one response may take in total (a slow-drip body is cut off as Timeout).
     "client.total_timeout_s": 30.0,
-
     # --- clock: simulated time shared by every process of a run (icecrawler.clock) --------------------------
     # Wall-clock epoch that simulated time starts from; 0 = the process start. Give every process of one run
     # the same value (the demo and the tests do).
@@ -51,7 +50,6 @@ DEFAULTS: dict[str, Any] = {
     # Simulated seconds per wall second (60 = one minute per second). Periods, item times and relative dates
     # ("5分钟前") are all in simulated time.
     "clock.speed": 1.0,
-
     # --- hbase: the local standalone HBase runner (deploy/hbase) -------------------------------------------
     # Jars, config, data, logs and pid files of the local HBase.
     "hbase.dir": "var/hbase",
@@ -65,11 +63,9 @@ DEFAULTS: dict[str, Any] = {
     "hbase.start_timeout_s": 240.0,
     "hbase.thrift_port": 9090,
     "hbase.zookeeper_port": 2181,
-
     # --- log ----------------------------------------------------------------------------------------------
     "log.json": False,
     "log.level": "INFO",
-
     # --- metrics: each daemon's Prometheus /metrics endpoint (icecrawler/metrics.py, docs/DEPLOY.md) -----------
     # Address the endpoint binds; set the host's own address (or 0.0.0.0) so a Prometheus elsewhere can scrape.
     # port 0 turns a role's endpoint off. A taken port is not fatal: the next ports up to port_span are tried
@@ -84,7 +80,6 @@ DEFAULTS: dict[str, Any] = {
     "metrics.storage.address": "127.0.0.1",
     "metrics.storage.port": 9420,
     "metrics.storage.port_span": 4,
-
     # --- sandbox: the local stand-in sites (sandbox/, docs/SANDBOX.md) ---------------------------------------
     "sandbox.host": "127.0.0.1",
     # Added to every site request (the client benchmark uses 100, the scale benchmark 50).
@@ -101,7 +96,6 @@ DEFAULTS: dict[str, Any] = {
     "sandbox.truth_file": "",
     # Lifetime of a visitor session minted by the sandbox's passport (simulated seconds); then HTTP 432.
     "sandbox.visitor_ttl_s": 86400.0,
-
     # --- scheduler: the task master ------------------------------------------------------------------------
     # Accounts: TOML files of [[account]] id/cookies, readable by the scheduler only.
     "scheduler.accounts_dir": "",
@@ -169,7 +163,6 @@ DEFAULTS: dict[str, Any] = {
     # this period; others by the square-root rule (100x slower -> 10x longer). Passed to shhd make_policy.
     "scheduler.rate_reference_period_s": 600.0,
     # (Accelerated time: the shared clock.speed / clock.origin keys apply to periods and due times.)
-
     # --- security: who may call the daemons (docs/DEPLOY.md, "Security") -----------------------------------
     # Let a daemon listen on a plain (non-TLS) endpoint of a non-loopback interface. Anyone who reaches such an
     # endpoint may call every operation, so without this a daemon refuses to start with one (with it, it warns).
@@ -177,7 +170,6 @@ DEFAULTS: dict[str, Any] = {
     # Certificates of our CA that the servants refuse anyway: comma-separated serial numbers (hex, as
     # `openssl x509 -noout -serial` prints them) or common names.
     "security.revoked": "",
-
     # --- sources: where each source's site lives (the same paths as the real site under this base) ------
     # (docs/SOURCES.md: each source's endpoints, headers, sessions and the signals it classifies.)
     "sources.ecshop.base_url": "http://127.0.0.1:8800/ecshop",
@@ -201,7 +193,6 @@ DEFAULTS: dict[str, Any] = {
     # a source, the scheduler mints visitor sessions there and leases them like accounts. Empty = none.
     "sources.weibo_mobile.visitor_url": "",
     "sources.weibo_web.visitor_url": "http://127.0.0.1:8800/passport/visitor/genvisitor2",
-
     # --- storage: the record store ---------------------------------------------------------------------------
     # "embedded" (SQLite, no server) or "hbase" (through its Thrift server).
     "storage.backend": "embedded",

@@ -29,19 +29,23 @@ _WALLED = ("/goods.php", "/comment.php", "/category.php")
 
 
 def _page(title: str, body: str) -> str:
-    return (f'<!DOCTYPE html PUBLIC "-//W3C//DTD XHTML 1.0 Transitional//EN" '
-            f'"http://www.w3.org/TR/xhtml1/DTD/xhtml1-transitional.dtd">\n<html xmlns="http://www.w3.org/1999/xhtml">'
-            f'<head><meta http-equiv="Content-Type" content="text/html; charset=utf-8" />'
-            f'<title>{title}_沙盒商城</title>'
-            f'<link href="themes/default/style.css" rel="stylesheet" type="text/css" /></head><body>'
-            f'<div class="block clearfix"><div id="ur_here">{body}</div></div></body></html>')
+    return (
+        f'<!DOCTYPE html PUBLIC "-//W3C//DTD XHTML 1.0 Transitional//EN" '
+        f'"http://www.w3.org/TR/xhtml1/DTD/xhtml1-transitional.dtd">\n<html xmlns="http://www.w3.org/1999/xhtml">'
+        f'<head><meta http-equiv="Content-Type" content="text/html; charset=utf-8" />'
+        f"<title>{title}_沙盒商城</title>"
+        f'<link href="themes/default/style.css" rel="stylesheet" type="text/css" /></head><body>'
+        f'<div class="block clearfix"><div id="ur_here">{body}</div></div></body></html>'
+    )
 
 
 def _crumbs(category_id: int, category_name: str, here: str = "") -> str:
     """The ``ur_here`` breadcrumb (which also gives every page a self-link to its category)."""
     tail = f" <code>&gt;</code> {here}" if here else ""
-    return (f'<a href=".">首页</a> <code>&gt;</code> <a href="category.php?id={category_id}">{category_name}</a>'
-            f'{tail}</div></div><div class="block clearfix">')
+    return (
+        f'<a href=".">首页</a> <code>&gt;</code> <a href="category.php?id={category_id}">{category_name}</a>'
+        f'{tail}</div></div><div class="block clearfix">'
+    )
 
 
 class EcshopSite:
@@ -65,8 +69,14 @@ class EcshopSite:
         return SimResponse.redirect("user.php") if request.path in _WALLED else None
 
     def handle(self, request: SimRequest) -> SimResponse:
-        routes = {"/goods.php": self._goods, "/comment.php": self._comment, "/category.php": self._category,
-                  "/user.php": self._user, "/": self._index, "/index.php": self._index}
+        routes = {
+            "/goods.php": self._goods,
+            "/comment.php": self._comment,
+            "/category.php": self._category,
+            "/user.php": self._user,
+            "/": self._index,
+            "/index.php": self._index,
+        }
         route = routes.get(request.path)
         return route(request) if route is not None else SimResponse.not_found()
 
@@ -92,22 +102,27 @@ class EcshopSite:
             return response
         if self.logged_in(request):
             name = html.escape(self._sessions.get(request.cookies.get(SESSION_COOKIE, ""), ""))
-            return SimResponse.html(_page("用户中心", f'<div class="userMenu">您好，{name} '
-                                                   f'<a href="user.php?act=logout">退出</a></div>'))
-        form = ('<div class="usBox"><form name="formLogin" action="user.php" method="post" '
-                'onSubmit="return userLogin()"><table><tr><td>用户名</td><td><input name="username" type="text" '
-                'size="25" class="inputBg" /></td></tr><tr><td>密码</td><td><input name="password" type="password" '
-                'size="15" class="inputBg"/></td></tr><tr><td><input type="checkbox" value="1" name="remember" '
-                'id="remember" /><label for="remember">请保存我这次的登录信息。</label></td></tr><tr><td>'
-                '<input type="hidden" name="act" value="act_login" /><input type="hidden" name="back_act" value="" />'
-                '<input type="submit" name="submit" value="" class="us_Submit" /></td></tr></table></form></div>')
+            return SimResponse.html(
+                _page("用户中心", f'<div class="userMenu">您好，{name} <a href="user.php?act=logout">退出</a></div>')
+            )
+        form = (
+            '<div class="usBox"><form name="formLogin" action="user.php" method="post" '
+            'onSubmit="return userLogin()"><table><tr><td>用户名</td><td><input name="username" type="text" '
+            'size="25" class="inputBg" /></td></tr><tr><td>密码</td><td><input name="password" type="password" '
+            'size="15" class="inputBg"/></td></tr><tr><td><input type="checkbox" value="1" name="remember" '
+            'id="remember" /><label for="remember">请保存我这次的登录信息。</label></td></tr><tr><td>'
+            '<input type="hidden" name="act" value="act_login" /><input type="hidden" name="back_act" value="" />'
+            '<input type="submit" name="submit" value="" class="us_Submit" /></td></tr></table></form></div>'
+        )
         return SimResponse.html(_page("用户登录", form))
 
     def _message(self, title: str, detail: str, back: str) -> SimResponse:
-        body = (f'<div class="box"><div class="box_1"><h3><span>系统信息</span></h3><div class="boxCenterList '
-                f'RelaArticle" align="center"><div style="margin:20px auto;"><p style="font-size: 14px; font-weight:'
-                f'bold; color: red;">{title}</p><p>{detail}</p><div class="blank"></div><a href="{back}">返回上一页'
-                f'</a></div></div></div></div>')
+        body = (
+            f'<div class="box"><div class="box_1"><h3><span>系统信息</span></h3><div class="boxCenterList '
+            f'RelaArticle" align="center"><div style="margin:20px auto;"><p style="font-size: 14px; font-weight:'
+            f'bold; color: red;">{title}</p><p>{detail}</p><div class="blank"></div><a href="{back}">返回上一页'
+            f"</a></div></div></div></div>"
+        )
         return SimResponse.html(_page("系统信息", body))
 
     # --- goods and comments -------------------------------------------------------------------------------
@@ -120,10 +135,12 @@ class EcshopSite:
             return SimResponse.redirect("./")
         name = html.escape(state.spec.display_name)
         category = state.spec.category
-        body = (f'{_crumbs(category, "分类", name)}<div id="goodsInfo">'
-                f'<h1>{name}</h1><form action="javascript:addToCart({goods_id})" method="post" name="ECS_FORMBUY" '
-                f'id="ECS_FORMBUY"><input type="hidden" name="goods_id" value="{goods_id}" /></form></div>'
-                f'<div id="ECS_COMMENT">{self._comments(goods_id, reviews, 1)}</div><div>')
+        body = (
+            f'{_crumbs(category, "分类", name)}<div id="goodsInfo">'
+            f'<h1>{name}</h1><form action="javascript:addToCart({goods_id})" method="post" name="ECS_FORMBUY" '
+            f'id="ECS_FORMBUY"><input type="hidden" name="goods_id" value="{goods_id}" /></form></div>'
+            f'<div id="ECS_COMMENT">{self._comments(goods_id, reviews, 1)}</div><div>'
+        )
         return SimResponse.html(_page(name, body))
 
     def _comment(self, request: SimRequest) -> SimResponse:
@@ -131,8 +148,11 @@ class EcshopSite:
             return SimResponse.redirect("./")
         goods_id = self.target_of(request)
         reviews = (self.world.reviews("ecshop", goods_id, request.now_ms) if goods_id else None) or []
-        content = ('<meta http-equiv="Content-Type" content="text/html; charset=utf-8">\n<!--用户评论 START-->'
-                   + self._comments(goods_id, reviews, max(1, request.int_param("page", 1))) + "<!--用户评论 END-->")
+        content = (
+            '<meta http-equiv="Content-Type" content="text/html; charset=utf-8">\n<!--用户评论 START-->'
+            + self._comments(goods_id, reviews, max(1, request.int_param("page", 1)))
+            + "<!--用户评论 END-->"
+        )
         body = php_json({"error": 0, "message": _GOTOPAGE_MESSAGE, "content": content})
         return SimResponse(200, body.encode(), "text/html; charset=utf-8")
 
@@ -140,11 +160,14 @@ class EcshopSite:
     def _comment_li(review: SimReview) -> str:
         user = html.escape(review.user) if review.user else "匿名用户"
         text = html.escape(review.text).replace("\n", "<br />")
-        reply = (f'<p><font class="f1">管理员：</font>{html.escape(review.admin_reply)}</p>'
-                 if review.admin_reply else "")
-        return (f'<li class="word"><font class="f2">{user}</font> <font class="f3">( '
-                f'{beijing(review.created_ms):%Y-%m-%d %H:%M:%S} )</font><br />'
-                f'<img src="../images/stars{review.score}.gif" alt="" /><p>{text}</p>{reply}</li>')
+        reply = (
+            f'<p><font class="f1">管理员：</font>{html.escape(review.admin_reply)}</p>' if review.admin_reply else ""
+        )
+        return (
+            f'<li class="word"><font class="f2">{user}</font> <font class="f3">( '
+            f"{beijing(review.created_ms):%Y-%m-%d %H:%M:%S} )</font><br />"
+            f'<img src="../images/stars{review.score}.gif" alt="" /><p>{text}</p>{reply}</li>'
+        )
 
     def _comments(self, goods_id: str, reviews: list[SimReview], page: int) -> str:
         """``library/comments_list.lbi`` for one page (the same markup in goods.php and comment.php)."""
@@ -158,17 +181,23 @@ class EcshopSite:
             href = f"javascript:gotoPage({target},{goods_id},0)" if enabled else "javascript:;"
             return f'<a href="{href}">{label}</a>'
 
-        pager = (f'<div id="pagebar" class="f_r"><form name="selectPageForm" action="comment.php" method="get">'
-                 f'<div id="pager">总计 {total} 个记录，共 {pages} 页。 <span> {link("第一页", 1, page > 1)} '
-                 f'{link("上一页", page - 1, page > 1)} {link("下一页", page + 1, page < pages)} '
-                 f'{link("最末页", pages, page < pages)} </span></div></form></div>')
-        form = (f'<div class="commentsList"><form action="javascript:;" onsubmit="submitComment(this)" '
-                f'method="post" name="commentForm" id="commentForm"><textarea name="content" class="inputBorder">'
-                f'</textarea><input type="hidden" name="cmt_type" value="0" /><input type="hidden" name="id" '
-                f'value="{goods_id}" /></form></div>')
-        return (f'<div class="box"><div class="box_1"><h3><span class="text">用户评论</span>(共<font class="f1">'
-                f'{total}</font>条评论)</h3><div class="boxCenterList clearfix" style="height:1%;">'
-                f'<ul class="comments">{items}</ul><div class="clearfix">{pager}</div></div>{form}</div></div>')
+        pager = (
+            f'<div id="pagebar" class="f_r"><form name="selectPageForm" action="comment.php" method="get">'
+            f'<div id="pager">总计 {total} 个记录，共 {pages} 页。 <span> {link("第一页", 1, page > 1)} '
+            f"{link('上一页', page - 1, page > 1)} {link('下一页', page + 1, page < pages)} "
+            f"{link('最末页', pages, page < pages)} </span></div></form></div>"
+        )
+        form = (
+            f'<div class="commentsList"><form action="javascript:;" onsubmit="submitComment(this)" '
+            f'method="post" name="commentForm" id="commentForm"><textarea name="content" class="inputBorder">'
+            f'</textarea><input type="hidden" name="cmt_type" value="0" /><input type="hidden" name="id" '
+            f'value="{goods_id}" /></form></div>'
+        )
+        return (
+            f'<div class="box"><div class="box_1"><h3><span class="text">用户评论</span>(共<font class="f1">'
+            f'{total}</font>条评论)</h3><div class="boxCenterList clearfix" style="height:1%;">'
+            f'<ul class="comments">{items}</ul><div class="clearfix">{pager}</div></div>{form}</div></div>'
+        )
 
     # --- categories and index -------------------------------------------------------------------------------
 
@@ -184,34 +213,48 @@ class EcshopSite:
         for goods_id in page_slice(goods_ids, page, category.per_page):
             state = self.world.product("ecshop", goods_id, request.now_ms)
             name = html.escape(state.spec.display_name if state is not None else goods_id)
-            items.append(f'<div class="goodsItem"><a href="goods.php?id={goods_id}"><img src="images/{goods_id}.jpg"'
-                         f' alt="{name}" class="goodsimg" /></a><br /><p><a href="goods.php?id={goods_id}" '
-                         f'title="{name}">{name}</a></p><font class="shop_s">￥{100 + int(goods_id) % 900}元</font>'
-                         f'</div>')
+            items.append(
+                f'<div class="goodsItem"><a href="goods.php?id={goods_id}"><img src="images/{goods_id}.jpg"'
+                f' alt="{name}" class="goodsimg" /></a><br /><p><a href="goods.php?id={goods_id}" '
+                f'title="{name}">{name}</a></p><font class="shop_s">￥{100 + int(goods_id) % 900}元</font>'
+                f"</div>"
+            )
 
         def url(target: int) -> str:
-            return f"category.php?id={category.id}&amp;price_min=0&amp;price_max=0&amp;page={target}" \
-                   f"&amp;sort=goods_id&amp;order=DESC"
+            return (
+                f"category.php?id={category.id}&amp;price_min=0&amp;price_max=0&amp;page={target}"
+                f"&amp;sort=goods_id&amp;order=DESC"
+            )
 
-        numbers = "".join(f'<span class="page_now">{k}</span>' if k == page else f'<a href="{url(k)}">[{k}]</a>'
-                          for k in range(1, pages + 1))
-        nav_prev = (f'<a href="{url(1)}">第一页</a> <a class="prev" href="{url(page - 1)}">上一页</a>'
-                    if page > 1 else "")
-        nav_next = (f'<a class="next" href="{url(page + 1)}">下一页</a> <a class="last" href="{url(pages)}">最末页</a>'
-                    if page < pages else "")
+        numbers = "".join(
+            f'<span class="page_now">{k}</span>' if k == page else f'<a href="{url(k)}">[{k}]</a>'
+            for k in range(1, pages + 1)
+        )
+        nav_prev = (
+            f'<a href="{url(1)}">第一页</a> <a class="prev" href="{url(page - 1)}">上一页</a>' if page > 1 else ""
+        )
+        nav_next = (
+            f'<a class="next" href="{url(page + 1)}">下一页</a> <a class="last" href="{url(pages)}">最末页</a>'
+            if page < pages
+            else ""
+        )
         name = html.escape(category.display_name)
-        body = (f'{_crumbs(category.id, name)}<div class="box"><div class="box_1"><h3><span>商品列表</span></h3>'
-                f'<form name="compareForm" action="compare.php" method="post"><div class="centerPadd">'
-                f'<div class="clearfix goodsBox" style="border:none;">{"".join(items)}</div></div></form></div></div>'
-                f'<form name="selectPageForm" action="category.php" method="get"><div id="pager" class="pagebar">'
-                f'<span class="f_l f6" style="margin-right:10px;">总计 <b>{len(goods_ids)}</b>  个记录</span>'
-                f'{nav_prev}{numbers}{nav_next}<input type="hidden" name="id" value="{category.id}" /></div>'
-                f'</form><div>')
+        body = (
+            f'{_crumbs(category.id, name)}<div class="box"><div class="box_1"><h3><span>商品列表</span></h3>'
+            f'<form name="compareForm" action="compare.php" method="post"><div class="centerPadd">'
+            f'<div class="clearfix goodsBox" style="border:none;">{"".join(items)}</div></div></form></div></div>'
+            f'<form name="selectPageForm" action="category.php" method="get"><div id="pager" class="pagebar">'
+            f'<span class="f_l f6" style="margin-right:10px;">总计 <b>{len(goods_ids)}</b>  个记录</span>'
+            f'{nav_prev}{numbers}{nav_next}<input type="hidden" name="id" value="{category.id}" /></div>'
+            f"</form><div>"
+        )
         return SimResponse.html(_page(name, body))
 
     def _index(self, request: SimRequest) -> SimResponse:
-        links = "".join(f'<a href="category.php?id={cat_id}">{html.escape(state.spec.display_name)}</a> '
-                        for cat_id, state in sorted(self.world.categories.items()))
+        links = "".join(
+            f'<a href="category.php?id={cat_id}">{html.escape(state.spec.display_name)}</a> '
+            for cat_id, state in sorted(self.world.categories.items())
+        )
         return SimResponse.html(_page("首页", f'<a href=".">首页</a></div></div><div id="category_tree">{links}<div>'))
 
 

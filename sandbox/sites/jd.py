@@ -64,19 +64,50 @@ def _comment(review: SimReview, product_id: str) -> dict[str, Any]:
     nick = review.user or "jd_user"
     guid = hashlib.md5(str(review.review_id).encode()).hexdigest()
     return {
-        "id": review.review_id, "topped": 0, "guid": guid, "content": review.text,
-        "creationTime": beijing(review.created_ms).strftime("%Y-%m-%d %H:%M:%S"), "isDelete": False,
-        "isTop": False, "userImageUrl": "storage.360buyimg.com/i.imageUpload/default.jpg", "topped2": 0,
-        "replyCount": 0, "score": review.score, "imageStatus": 1, "usefulVoteCount": 0, "userClient": 4,
-        "discussionId": review.review_id + 7, "imageCount": 0, "anonymousFlag": 1, "plusAvailable": 0,
-        "mobileVersion": "", "mergeOrderStatus": 2, "productColor": "标准版", "productSize": "",
-        "textIntegral": 20, "imageIntegral": 0, "status": 1, "referenceId": product_id,
+        "id": review.review_id,
+        "topped": 0,
+        "guid": guid,
+        "content": review.text,
+        "creationTime": beijing(review.created_ms).strftime("%Y-%m-%d %H:%M:%S"),
+        "isDelete": False,
+        "isTop": False,
+        "userImageUrl": "storage.360buyimg.com/i.imageUpload/default.jpg",
+        "topped2": 0,
+        "replyCount": 0,
+        "score": review.score,
+        "imageStatus": 1,
+        "usefulVoteCount": 0,
+        "userClient": 4,
+        "discussionId": review.review_id + 7,
+        "imageCount": 0,
+        "anonymousFlag": 1,
+        "plusAvailable": 0,
+        "mobileVersion": "",
+        "mergeOrderStatus": 2,
+        "productColor": "标准版",
+        "productSize": "",
+        "textIntegral": 20,
+        "imageIntegral": 0,
+        "status": 1,
+        "referenceId": product_id,
         "referenceTime": beijing(review.created_ms - 5 * 86_400_000).strftime("%Y-%m-%d %H:%M:%S"),
-        "nickname": f"{nick[0]}***{nick[-1]}", "replyCount2": 0, "userImage": "storage.360buyimg.com/default.jpg",
-        "orderId": 0, "integral": 20, "productSales": "[]", "referenceImage": "jfs/t1/sandbox.jpg",
-        "referenceName": f"沙盒商品{product_id}", "firstCategory": 9987, "secondCategory": 653,
-        "thirdCategory": 655, "aesPin": None, "days": 5, "afterDays": 0, "location": "北京",
-        "extMap": {"buyCount": 1}, "replies": [],
+        "nickname": f"{nick[0]}***{nick[-1]}",
+        "replyCount2": 0,
+        "userImage": "storage.360buyimg.com/default.jpg",
+        "orderId": 0,
+        "integral": 20,
+        "productSales": "[]",
+        "referenceImage": "jfs/t1/sandbox.jpg",
+        "referenceName": f"沙盒商品{product_id}",
+        "firstCategory": 9987,
+        "secondCategory": 653,
+        "thirdCategory": 655,
+        "aesPin": None,
+        "days": 5,
+        "afterDays": 0,
+        "location": "北京",
+        "extMap": {"buyCount": 1},
+        "replies": [],
     }
 
 
@@ -107,24 +138,34 @@ class JdSite:
         state = self.world.product("jd", product_id, request.now_ms) if reviews is not None else None
         reviews = reviews or []
         score = request.int_param("score", 0)
-        chosen = [r for r in reviews if r.score in _SCORES[score]] if score in _SCORES else (
-            reviews if score == 0 else [])
+        chosen = (
+            [r for r in reviews if r.score in _SCORES[score]] if score in _SCORES else (reviews if score == 0 else [])
+        )
         if request.int_param("sortType", 6) != 6:
             chosen = sorted(chosen, key=lambda r: hashlib.md5(str(r.review_id).encode()).digest())
         size = min(max(request.int_param("pageSize", 10), 1), 30)
         page = max(request.int_param("page", 0), 0)
         max_page = min(MAX_PAGE, page_count(len(chosen), size))
-        shown = chosen[page * size:(page + 1) * size] if page < max_page else []
+        shown = chosen[page * size : (page + 1) * size] if page < max_page else []
         bonus = state.spec.count_bonus if state is not None else 0
         body: dict[str, Any] = {
-            "jwotestProduct": None, "score": score, "comments": [],
-            "soType": request.int_param("sortType", 6), "csv": "comment,sandbox", "imageListCount": 0,
-            "hotCommentTagStatistics": [], "testId": "cmt", "vTagStatistics": None, "maxPage": max_page,
-            "productCommentSummary": self._summary(product_id, reviews, bonus), "productAttr": None,
+            "jwotestProduct": None,
+            "score": score,
+            "comments": [],
+            "soType": request.int_param("sortType", 6),
+            "csv": "comment,sandbox",
+            "imageListCount": 0,
+            "hotCommentTagStatistics": [],
+            "testId": "cmt",
+            "vTagStatistics": None,
+            "maxPage": max_page,
+            "productCommentSummary": self._summary(product_id, reviews, bonus),
+            "productAttr": None,
         }
         # The comments are spliced in as cached JSON text: encoding them was most of the site's CPU per page.
         text = json.dumps(body, ensure_ascii=False, separators=(",", ":")).replace(
-            '"comments":[]', '"comments":[' + ",".join(_comment_json(r, product_id) for r in shown) + "]", 1)
+            '"comments":[]', '"comments":[' + ",".join(_comment_json(r, product_id) for r in shown) + "]", 1
+        )
         callback = request.query.get("callback", "")
         if callback and _CALLBACK_RE.match(callback):
             return SimResponse(200, f"{callback}({text});".encode(), "text/html;charset=utf-8")
@@ -139,12 +180,28 @@ class JdSite:
         rate = round(good / total, 3) if total else 0.0
         summary: dict[str, Any] = {
             "skuId": int(product_id) if product_id.isdigit() else 0,
-            "productId": int(product_id) if product_id.isdigit() else 0, "averageScore": 5 if rate > 0.9 else 4,
-            "defaultGoodCount": 0, "defaultGoodCountStr": "0", "commentCount": 0, "commentCountStr": count_str(total),
-            "goodCount": 0, "goodCountStr": bucket((4, 5)), "goodRate": rate, "goodRateShow": int(rate * 100),
-            "generalCount": 0, "generalCountStr": bucket((2, 3)), "poorCount": 0, "poorCountStr": bucket((1,)),
-            "videoCount": 0, "videoCountStr": "0", "afterCount": 0, "afterCountStr": "0", "showCount": 0,
-            "showCountStr": "0", "plusCount": 0, "plusCountStr": "0",
+            "productId": int(product_id) if product_id.isdigit() else 0,
+            "averageScore": 5 if rate > 0.9 else 4,
+            "defaultGoodCount": 0,
+            "defaultGoodCountStr": "0",
+            "commentCount": 0,
+            "commentCountStr": count_str(total),
+            "goodCount": 0,
+            "goodCountStr": bucket((4, 5)),
+            "goodRate": rate,
+            "goodRateShow": int(rate * 100),
+            "generalCount": 0,
+            "generalCountStr": bucket((2, 3)),
+            "poorCount": 0,
+            "poorCountStr": bucket((1,)),
+            "videoCount": 0,
+            "videoCountStr": "0",
+            "afterCount": 0,
+            "afterCountStr": "0",
+            "showCount": 0,
+            "showCountStr": "0",
+            "plusCount": 0,
+            "plusCountStr": "0",
             "extParam": {"aigcFlag": 0, "nfGoodCount": 0},
         }
         for score in range(1, 6):

@@ -42,7 +42,7 @@ class VisitorRegistry:
         return sub, f"0033WrSXqPxfM72-Ws9jqgMF55529P9D9W{secrets.token_hex(6)}", expires
 
     def state(self, sub: str, now_ms: int) -> str:
-        """"none" (no SUB), "account" (a SUB we did not mint: a login), "visitor" (live) or "expired"."""
+        """ "none" (no SUB), "account" (a SUB we did not mint: a login), "visitor" (live) or "expired"."""
         if not sub:
             return "none"
         if not sub.startswith(_VISITOR_PREFIX):
@@ -64,9 +64,11 @@ class VisitorRegistry:
 
 def visitor_page() -> bytes:
     """The page a cookie-less browser is sent to: it runs the fingerprint script, then genvisitor2."""
-    return (b"<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>Sina Visitor System</title></head><body>"
-            b"<script type=\"text/javascript\">var url = url || {}; (function () {/* fingerprint, then "
-            b"POST /visitor/genvisitor2 and go back */})();</script></body></html>")
+    return (
+        b'<!DOCTYPE html><html><head><meta charset="utf-8"><title>Sina Visitor System</title></head><body>'
+        b'<script type="text/javascript">var url = url || {}; (function () {/* fingerprint, then '
+        b"POST /visitor/genvisitor2 and go back */})();</script></body></html>"
+    )
 
 
 class PassportSite:
@@ -98,9 +100,11 @@ class PassportSite:
         callback = request.form.get("cb") or "visitor_gray_callback"
         if not callback.replace("_", "a").isalnum():
             callback = "visitor_gray_callback"
-        body = php_json({"retcode": 20000000, "msg": "succ", "data": {"sub": sub, "subp": subp,
-                                                                        "tid": secrets.token_hex(16)}})
-        response = SimResponse(200, f"window.{callback} && {callback}({body});".encode(),
-                               "application/javascript; charset=utf-8")
+        body = php_json(
+            {"retcode": 20000000, "msg": "succ", "data": {"sub": sub, "subp": subp, "tid": secrets.token_hex(16)}}
+        )
+        response = SimResponse(
+            200, f"window.{callback} && {callback}({body});".encode(), "application/javascript; charset=utf-8"
+        )
         response.headers["Set-Cookie"] = f"SUB={sub}; path=/; httponly"
         return response

@@ -29,10 +29,14 @@ SECOND_PROFILE = "230413{uid}_-_WEIBO_SECOND_PROFILE_WEIBO"
 EMPTY = {"ok": 0, "msg": "这里还没有内容", "data": {"cards": []}}
 
 MARKUP = WeiboMarkup(
-    topic=lambda t: (f'<a  href="https://m.weibo.cn/search?containerid=231522type%3D1%26t%3D10%26q%3D'
-                     f'{topic_query(t)}&isnewpage=1" data-hide=""><span class="surl-text">{t}</span></a>'),
-    emoji=lambda e: (f'<span class="url-icon"><img alt={e} src="https://h5.sinaimg.cn/m/emoticon/icon/default/'
-                     f'd_doge-be7f768d78.png" style="width:1em; height:1em;" /></span>'),
+    topic=lambda t: (
+        f'<a  href="https://m.weibo.cn/search?containerid=231522type%3D1%26t%3D10%26q%3D'
+        f'{topic_query(t)}&isnewpage=1" data-hide=""><span class="surl-text">{t}</span></a>'
+    ),
+    emoji=lambda e: (
+        f'<span class="url-icon"><img alt={e} src="https://h5.sinaimg.cn/m/emoticon/icon/default/'
+        f'd_doge-be7f768d78.png" style="width:1em; height:1em;" /></span>'
+    ),
     more=lambda p: f' ...<a href="/status/{p.mid}">全文</a>',
 )
 
@@ -49,7 +53,7 @@ class WeiboMobileSite:
         self.world = world
 
     def target_of(self, request: SimRequest) -> str:
-        value = request.query.get("value") or request.query.get("containerid", "")[len(TIMELINE_PREFIX):]
+        value = request.query.get("value") or request.query.get("containerid", "")[len(TIMELINE_PREFIX) :]
         return value if value.isdigit() else ""
 
     def logged_in(self, request: SimRequest) -> bool:
@@ -57,8 +61,10 @@ class WeiboMobileSite:
 
     def login_wall(self, request: SimRequest) -> SimResponse | None:
         back = quote(f"https://m.weibo.cn{request.path}", safe="")
-        return SimResponse.json({"ok": -100, "msg": "请先登录",
-                                 "url": f"https://passport.weibo.cn/signin/welcome?entry=mweibo&r={back}"}, php=True)
+        return SimResponse.json(
+            {"ok": -100, "msg": "请先登录", "url": f"https://passport.weibo.cn/signin/welcome?entry=mweibo&r={back}"},
+            php=True,
+        )
 
     def handle(self, request: SimRequest) -> SimResponse:
         if request.path == "/api/container/getIndex":
@@ -92,11 +98,10 @@ class WeiboMobileSite:
             page = max(1, request.int_param("page", 1))
             start = (page - 1) * PAGE_SIZE
             first_page = page == 1
-        chunk = dated[start:start + PAGE_SIZE]
+        chunk = dated[start : start + PAGE_SIZE]
         if not chunk:
             return SimResponse.json(EMPTY, php=True)
-        cards = [self._card(post, containerid, len(posts))
-                 for post in (pinned if first_page else []) + chunk]
+        cards = [self._card(post, containerid, len(posts)) for post in (pinned if first_page else []) + chunk]
         info: dict[str, Any] = {"containerid": containerid, "v_p": 42, "show_style": 1, "total": len(posts)}
         following = start + PAGE_SIZE
         if following < len(dated):
@@ -104,55 +109,109 @@ class WeiboMobileSite:
                 info["page"] = following // PAGE_SIZE + 1
             else:
                 info["since_id"] = dated[following].mid
-        data = {"cardlistInfo": info, "cards": cards,
-                "scheme": f"sinaweibo://cardlist?containerid={containerid}&extparam=&luicode=10000011",
-                "showAppTips": 0}
+        data = {
+            "cardlistInfo": info,
+            "cards": cards,
+            "scheme": f"sinaweibo://cardlist?containerid={containerid}&extparam=&luicode=10000011",
+            "showAppTips": 0,
+        }
         return SimResponse.json({"ok": 1, "data": data}, php=True)
 
     def _profile(self, user: WeiboUser, posts: list[SimPost]) -> dict[str, Any]:
         info = self._user_json(user.uid, user.display_name, len(posts))
-        tabs = [{"id": 1, "tabKey": "profile", "title": "主页", "tab_type": "profile",
-                 "containerid": f"230283{user.uid}"},
-                {"id": 2, "tabKey": "weibo", "title": "微博", "tab_type": "weibo",
-                 "containerid": f"{TIMELINE_PREFIX}{user.uid}"}]
-        return {"ok": 1, "data": {"isVideoCoverStyle": 0, "userInfo": info,
-                                  "tabsInfo": {"selectedTab": 1, "tabs": tabs}, "showAppTips": 1}}
+        tabs = [
+            {"id": 1, "tabKey": "profile", "title": "主页", "tab_type": "profile", "containerid": f"230283{user.uid}"},
+            {
+                "id": 2,
+                "tabKey": "weibo",
+                "title": "微博",
+                "tab_type": "weibo",
+                "containerid": f"{TIMELINE_PREFIX}{user.uid}",
+            },
+        ]
+        return {
+            "ok": 1,
+            "data": {
+                "isVideoCoverStyle": 0,
+                "userInfo": info,
+                "tabsInfo": {"selectedTab": 1, "tabs": tabs},
+                "showAppTips": 1,
+            },
+        }
 
     def _user_json(self, uid: int, name: str, statuses: int) -> dict[str, Any]:
         followers = 1455 + uid % 100_000
         return {
-            "id": uid, "screen_name": name,
+            "id": uid,
+            "screen_name": name,
             "profile_image_url": f"https://tvax1.sinaimg.cn/crop.0.0.180.180.180/{uid:x}ly8g.jpg",
             "profile_url": f"https://m.weibo.cn/u/{uid}?uid={uid}&luicode=10000011&lfid={TIMELINE_PREFIX}{uid}",
-            "statuses_count": statuses, "verified": False, "verified_type": -1, "close_blue_v": False,
-            "description": "沙盒里的用户", "gender": "f" if uid % 2 else "m", "mbtype": 0, "urank": 12, "mbrank": 0,
-            "follow_me": False, "following": False,
+            "statuses_count": statuses,
+            "verified": False,
+            "verified_type": -1,
+            "close_blue_v": False,
+            "description": "沙盒里的用户",
+            "gender": "f" if uid % 2 else "m",
+            "mbtype": 0,
+            "urank": 12,
+            "mbrank": 0,
+            "follow_me": False,
+            "following": False,
             "followers_count": f"{followers / 10000:.1f}万" if uid % 3 == 0 else followers,
-            "follow_count": 200 + uid % 300, "avatar_hd": f"https://wx1.sinaimg.cn/orj480/{uid:x}ly8g.jpg",
-            "like": False, "like_me": False,
+            "follow_count": 200 + uid % 300,
+            "avatar_hd": f"https://wx1.sinaimg.cn/orj480/{uid:x}ly8g.jpg",
+            "like": False,
+            "like_me": False,
         }
 
     def _mblog(self, post: SimPost, statuses: int) -> dict[str, Any]:
         mblog: dict[str, Any] = {
-            "visible": {"type": 0, "list_id": 0}, "created_at": rfc2822_beijing(post.created_ms),
-            "id": str(post.mid), "mid": str(post.mid), "can_edit": False, "show_additional_indication": 0,
-            "text": text_html(post, MARKUP, full=False), "textLength": len(post.text.encode("gbk")),
-            "source": "iPhone客户端", "favorited": False, "pic_ids": [], "is_paid": False, "mblog_vip_type": 0,
+            "visible": {"type": 0, "list_id": 0},
+            "created_at": rfc2822_beijing(post.created_ms),
+            "id": str(post.mid),
+            "mid": str(post.mid),
+            "can_edit": False,
+            "show_additional_indication": 0,
+            "text": text_html(post, MARKUP, full=False),
+            "textLength": len(post.text.encode("gbk")),
+            "source": "iPhone客户端",
+            "favorited": False,
+            "pic_ids": [],
+            "is_paid": False,
+            "mblog_vip_type": 0,
             "user": self._user_json(post.uid, post.user_name, statuses),
-            "reposts_count": _count(post.reposts), "comments_count": _count(post.comments),
-            "attitudes_count": _count(post.likes), "pending_approval_count": 0, "isLongText": post.long_text,
-            "mlevel": 0, "mblogtype": 0, "bid": post.bid, "pic_num": 0,
+            "reposts_count": _count(post.reposts),
+            "comments_count": _count(post.comments),
+            "attitudes_count": _count(post.likes),
+            "pending_approval_count": 0,
+            "isLongText": post.long_text,
+            "mlevel": 0,
+            "mblogtype": 0,
+            "bid": post.bid,
+            "pic_num": 0,
         }
         if post.pictures:
-            mblog.update(pic_ids=list(post.pictures), pic_num=len(post.pictures),
-                         thumbnail_pic=f"https://wx1.sinaimg.cn/thumbnail/{post.pictures[0]}.jpg",
-                         bmiddle_pic=f"http://wx1.sinaimg.cn/bmiddle/{post.pictures[0]}.jpg",
-                         original_pic=f"https://wx1.sinaimg.cn/large/{post.pictures[0]}.jpg",
-                         pics=[{"pid": pid, "url": f"https://wx1.sinaimg.cn/orj360/{pid}.jpg", "size": "orj360",
-                                "geo": {"width": 360, "height": 480, "croped": False},
-                                "large": {"size": "large", "url": f"https://wx1.sinaimg.cn/large/{pid}.jpg",
-                                          "geo": {"width": "1080", "height": "1440", "croped": False}}}
-                               for pid in post.pictures])
+            mblog.update(
+                pic_ids=list(post.pictures),
+                pic_num=len(post.pictures),
+                thumbnail_pic=f"https://wx1.sinaimg.cn/thumbnail/{post.pictures[0]}.jpg",
+                bmiddle_pic=f"http://wx1.sinaimg.cn/bmiddle/{post.pictures[0]}.jpg",
+                original_pic=f"https://wx1.sinaimg.cn/large/{post.pictures[0]}.jpg",
+                pics=[
+                    {
+                        "pid": pid,
+                        "url": f"https://wx1.sinaimg.cn/orj360/{pid}.jpg",
+                        "size": "orj360",
+                        "geo": {"width": 360, "height": 480, "croped": False},
+                        "large": {
+                            "size": "large",
+                            "url": f"https://wx1.sinaimg.cn/large/{pid}.jpg",
+                            "geo": {"width": "1080", "height": "1440", "croped": False},
+                        },
+                    }
+                    for pid in post.pictures
+                ],
+            )
         if post.pinned:
             mblog.update(isTop=1, mblogtype=2, title={"text": "置顶", "base_color": 1})
         if post.retweet is not None:
@@ -161,18 +220,25 @@ class WeiboMobileSite:
         return mblog
 
     def _card(self, post: SimPost, containerid: str, statuses: int) -> dict[str, Any]:
-        return {"card_type": 9, "itemid": f"{containerid}_-_{post.mid}",
-                "scheme": f"https://m.weibo.cn/status/{post.bid}?mblogid={post.bid}&luicode=10000011&lfid={containerid}",
-                "mblog": self._mblog(post, statuses)}
+        return {
+            "card_type": 9,
+            "itemid": f"{containerid}_-_{post.mid}",
+            "scheme": f"https://m.weibo.cn/status/{post.bid}?mblogid={post.bid}&luicode=10000011&lfid={containerid}",
+            "mblog": self._mblog(post, statuses),
+        }
 
     def _extend(self, request: SimRequest) -> SimResponse:
         mid = request.query.get("id", "")
         post = self.world.post(int(mid), request.now_ms) if mid.isdigit() else None
         if post is None:
             return SimResponse.json({"ok": 0, "errno": "20101", "msg": "微博不存在或暂无查看权限!"}, php=True)
-        data = {"ok": 1, "longTextContent": text_html(post, MARKUP, full=True),
-                "reposts_count": _count(post.reposts), "comments_count": _count(post.comments),
-                "attitudes_count": _count(post.likes)}
+        data = {
+            "ok": 1,
+            "longTextContent": text_html(post, MARKUP, full=True),
+            "reposts_count": _count(post.reposts),
+            "comments_count": _count(post.comments),
+            "attitudes_count": _count(post.likes),
+        }
         return SimResponse.json({"ok": 1, "data": data}, php=True)
 
 

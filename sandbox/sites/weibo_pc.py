@@ -29,16 +29,22 @@ OK_CODE = "100000"
 
 MARKUP = WeiboMarkup(
     topic=lambda t: f'<a class="a_topic" target="_blank" href="//s.weibo.com/weibo?q={topic_query(t)}">{t}</a>',
-    emoji=lambda e: (f'<img class="W_img_face" render="ext" src="//img.t.sinajs.cn/t4/appstyle/expression/ext/normal/'
-                     f'ee/doge_org.png" title="{e}" alt="{e}" type="face" />'),
-    more=lambda p: (f'<a target="_blank" href="/{p.uid}/{p.bid}" class="WB_text_opt" suda-data="key=tblog_profile'
-                    f'&value=unfold" action-type="fl_unfold" action-data="mid={p.mid}&is_settop&is_sethot">展开全文'
-                    f'<i class="W_ficon ficon_arrow_down">c</i></a>'),
+    emoji=lambda e: (
+        f'<img class="W_img_face" render="ext" src="//img.t.sinajs.cn/t4/appstyle/expression/ext/normal/'
+        f'ee/doge_org.png" title="{e}" alt="{e}" type="face" />'
+    ),
+    more=lambda p: (
+        f'<a target="_blank" href="/{p.uid}/{p.bid}" class="WB_text_opt" suda-data="key=tblog_profile'
+        f'&value=unfold" action-type="fl_unfold" action-data="mid={p.mid}&is_settop&is_sethot">展开全文'
+        f'<i class="W_ficon ficon_arrow_down">c</i></a>'
+    ),
 )
 
-_LAZYLOAD = ('<div class="WB_cardwrap S_bg2" node-type="lazyload"><div class="WB_empty WB_empty_narrow">'
-             '<div class="WB_innerwrap"><div class="empty_con clearfix"><p class="text">'
-             '<i class="W_loading"></i>正在加载中，请稍候...</p></div></div></div></div>')
+_LAZYLOAD = (
+    '<div class="WB_cardwrap S_bg2" node-type="lazyload"><div class="WB_empty WB_empty_narrow">'
+    '<div class="WB_innerwrap"><div class="empty_con clearfix"><p class="text">'
+    '<i class="W_loading"></i>正在加载中，请稍候...</p></div></div></div></div>'
+)
 
 
 def display_time(created_ms: int, now_ms: int) -> str:
@@ -112,7 +118,7 @@ class WeiboPcSite:
     def _fragment(self, user: WeiboUser, page: int, chunk: int, now_ms: int) -> str:
         posts = self.world.timeline(user.uid, now_ms) or []
         start = ((page - 1) * CHUNKS_PER_PAGE + chunk) * CHUNK_SIZE
-        shown = posts[start:start + CHUNK_SIZE]
+        shown = posts[start : start + CHUNK_SIZE]
         if not shown and chunk < CHUNKS_PER_PAGE - 1:
             return ""
         feed = "".join(self._post(post, user, now_ms) for post in shown)
@@ -126,41 +132,55 @@ class WeiboPcSite:
         if user is None:
             return SimResponse.redirect("/pc/")
         page = max(1, request.int_param("page", 1))
-        view = php_json({"ns": "pl.content.homeFeed.index", "domid": "Pl_Official_MyProfileFeed__23",
-                         "css": [], "js": [], "html": self._fragment(user, page, 0, request.now_ms)})
+        view = php_json(
+            {
+                "ns": "pl.content.homeFeed.index",
+                "domid": "Pl_Official_MyProfileFeed__23",
+                "css": [],
+                "js": [],
+                "html": self._fragment(user, page, 0, request.now_ms),
+            }
+        )
         name = html.escape(user.display_name)
-        page_html = (f"<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>{name}的微博_微博</title>"
-                     f"<script type=\"text/javascript\">var $CONFIG = {{}};$CONFIG['oid']='{user.uid}';"
-                     f"$CONFIG['domain']='{user.domain}';$CONFIG['page_id']='{user.domain}{user.uid}';"
-                     f"$CONFIG['servertime']='{request.now_ms // 1000}';</script></head><body class=\"FRAME_page\">"
-                     f"<script>FM.view({view})</script></body></html>")
+        page_html = (
+            f'<!DOCTYPE html><html><head><meta charset="utf-8"><title>{name}的微博_微博</title>'
+            f"<script type=\"text/javascript\">var $CONFIG = {{}};$CONFIG['oid']='{user.uid}';"
+            f"$CONFIG['domain']='{user.domain}';$CONFIG['page_id']='{user.domain}{user.uid}';"
+            f"$CONFIG['servertime']='{request.now_ms // 1000}';</script></head><body class=\"FRAME_page\">"
+            f"<script>FM.view({view})</script></body></html>"
+        )
         return SimResponse.html(page_html)
 
     def _long_text(self, request: SimRequest) -> SimResponse:
         mid = request.query.get("mid", "")
         post = self.world.post(int(mid), request.now_ms) if mid.isdigit() else None
         if post is None:
-            return SimResponse(200, php_json({"code": "100001", "msg": "", "data": {}}).encode(),
-                               "application/json; charset=utf-8")
+            return SimResponse(
+                200, php_json({"code": "100001", "msg": "", "data": {}}).encode(), "application/json; charset=utf-8"
+            )
         data = {"code": OK_CODE, "msg": "", "data": {"html": text_html(post, MARKUP, full=True)}}
         return SimResponse(200, php_json(data).encode(), "application/json; charset=utf-8")
 
     def _date_link(self, post: SimPost, now_ms: int) -> str:
         when = beijing(post.created_ms)
-        return (f'<a target="_blank" href="/{post.uid}/{post.bid}?from=page_100505_profile&wvr=6&mod=weibotime" '
-                f'title="{when:%Y-%m-%d %H:%M}" date="{post.created_ms}" class="S_txt2" '
-                f'node-type="feed_list_item_date" suda-data="key=tblog_home_new&value=feed_time:{post.mid}:fromprofile"'
-                f' name="{post.mid}">{display_time(post.created_ms, now_ms)}</a>')
+        return (
+            f'<a target="_blank" href="/{post.uid}/{post.bid}?from=page_100505_profile&wvr=6&mod=weibotime" '
+            f'title="{when:%Y-%m-%d %H:%M}" date="{post.created_ms}" class="S_txt2" '
+            f'node-type="feed_list_item_date" suda-data="key=tblog_home_new&value=feed_time:{post.mid}:fromprofile"'
+            f' name="{post.mid}">{display_time(post.created_ms, now_ms)}</a>'
+        )
 
     def _forward(self, original: SimPost, now_ms: int) -> str:
         name = html.escape(original.user_name)
-        return (f'<div class="WB_feed_expand"><div class="W_arrow_bor W_arrow_bor_t"><i class="S_bg1_br"></i></div>'
-                f'<div class="WB_expand S_bg1" node-type="feed_list_forwardContent">'
-                f'<div class="WB_info"><a suda-uatrack="key=feed_headnick" node-type="feed_list_originNick" '
-                f'class="W_fb S_txt1" usercard="id={original.uid}" title="{name}" href="/u/{original.uid}">@{name}</a>'
-                f'</div><div class="WB_text" node-type="feed_list_reason">{text_html(original, MARKUP, full=True)}'
-                f'</div><div class="WB_func clearfix"><div class="WB_from S_txt2">{self._date_link(original, now_ms)}'
-                f'</div></div></div></div>')
+        return (
+            f'<div class="WB_feed_expand"><div class="W_arrow_bor W_arrow_bor_t"><i class="S_bg1_br"></i></div>'
+            f'<div class="WB_expand S_bg1" node-type="feed_list_forwardContent">'
+            f'<div class="WB_info"><a suda-uatrack="key=feed_headnick" node-type="feed_list_originNick" '
+            f'class="W_fb S_txt1" usercard="id={original.uid}" title="{name}" href="/u/{original.uid}">@{name}</a>'
+            f'</div><div class="WB_text" node-type="feed_list_reason">{text_html(original, MARKUP, full=True)}'
+            f'</div><div class="WB_func clearfix"><div class="WB_from S_txt2">{self._date_link(original, now_ms)}'
+            f"</div></div></div></div>"
+        )
 
     def _post(self, post: SimPost, user: WeiboUser, now_ms: int) -> str:
         name = html.escape(post.user_name)
@@ -171,21 +191,26 @@ class WeiboPcSite:
             extra = f' isforward="1" omid="{post.retweet.mid}"'
         forward = self._forward(post.retweet, now_ms) if post.retweet is not None else ""
         if post.pictures:
-            thumbs = "".join(f'<li class="WB_pic li_{k + 1} S_bg1 S_line2 bigcursor" action-type="fl_pics" '
-                             f'action-data="pic_id={pid}"><img src="//wx1.sinaimg.cn/thumb150/{pid}.jpg"></li>'
-                             for k, pid in enumerate(post.pictures))
-            forward = (f'<div class="WB_media_wrap clearfix"><div class="media_box">'
-                       f'<ul class="WB_media_a WB_media_a_m{len(post.pictures)} clearfix" '
-                       f'node-type="feed_list_media_prev">{thumbs}</ul></div></div>{forward}')
+            thumbs = "".join(
+                f'<li class="WB_pic li_{k + 1} S_bg1 S_line2 bigcursor" action-type="fl_pics" '
+                f'action-data="pic_id={pid}"><img src="//wx1.sinaimg.cn/thumb150/{pid}.jpg"></li>'
+                for k, pid in enumerate(post.pictures)
+            )
+            forward = (
+                f'<div class="WB_media_wrap clearfix"><div class="media_box">'
+                f'<ul class="WB_media_a WB_media_a_m{len(post.pictures)} clearfix" '
+                f'node-type="feed_list_media_prev">{thumbs}</ul></div></div>{forward}'
+            )
         handles = "".join(
             f'<li><a href="javascript:void(0);" class="S_txt2" action-type="{action}"><span class="pos">'
             f'<span class="line S_line1"><span><em class="W_ficon {icon} S_ficon">{glyph}</em><em>'
-            f'{_count_em(value, label)}</em></span></span></span></a></li>'
+            f"{_count_em(value, label)}</em></span></span></span></a></li>"
             for action, icon, glyph, value, label in (
                 ("fl_forward", "ficon_forward", "&#xe607;", post.reposts, "转发"),
                 ("fl_comment", "ficon_repeat", "&#xe608;", post.comments, "评论"),
                 ("fl_like", "ficon_praised", "ñ", post.likes, "赞"),
-            ))
+            )
+        )
         return (
             f'<div class="WB_cardwrap WB_feed_type S_bg2 WB_feed_like" tbinfo="{html.escape(tbinfo)}"{extra} '
             f'action-type="feed_list_item" diss-data="" mid="{post.mid}">'
@@ -199,31 +224,39 @@ class WeiboPcSite:
             f'href="/u/{post.uid}?refer_flag=1005055013_">{name}</a></div>'
             f'<div class="WB_from S_txt2">{self._date_link(post, now_ms)} 来自 <a class="S_txt2" '
             f'action-type="app_source" target="_blank" href="http://app.weibo.com/t/feed/6vtZb0" rel="nofollow">'
-            f'微博 weibo.com</a></div>'
+            f"微博 weibo.com</a></div>"
             f'<div class="WB_text W_f14" node-type="feed_list_content" nick-name="{name}">\n'
-            f'{text_html(post, MARKUP, full=False)}</div>{forward}</div></div>'
+            f"{text_html(post, MARKUP, full=False)}</div>{forward}</div></div>"
             f'<div class="WB_feed_handle"><div class="WB_handle"><ul class="WB_row_line WB_row_r4 clearfix S_line2">'
-            f'{handles}</ul></div></div></div>'
+            f"{handles}</ul></div></div></div>"
         )
 
     def _pager(self, user: WeiboUser, page: int, pages: int) -> str:
         base = f"/p/{user.domain}{user.uid}/home?pids=Pl_Official_MyProfileFeed__23&is_all=1&profile_ftype=1"
         links = "".join(
-            f'<li{" class=\"cur\"" if k == page else ""}><a bpfilter="page" class="page S_bg1" '
-            f'href="{base}&page={k}#feedtop">第&nbsp;{k}&nbsp;页</a></li>' for k in range(1, pages + 1))
+            f'<li{' class="cur"' if k == page else ""}><a bpfilter="page" class="page S_bg1" '
+            f'href="{base}&page={k}#feedtop">第&nbsp;{k}&nbsp;页</a></li>'
+            for k in range(1, pages + 1)
+        )
         nav = ""
         if page > 1:
-            nav += (f'<a bpfilter="page" class="page prev S_txt1 S_line1" href="{base}&page={page - 1}#feedtop">'
-                    f'<span>上一页</span></a>')
+            nav += (
+                f'<a bpfilter="page" class="page prev S_txt1 S_line1" href="{base}&page={page - 1}#feedtop">'
+                f"<span>上一页</span></a>"
+            )
         if page < pages:
-            nav += (f'<a bpfilter="page" class="page next S_txt1 S_line1" href="{base}&page={page + 1}#feedtop">'
-                    f'<span>下一页</span></a>')
-        return (f'<div class="WB_cardwrap S_bg2" node-type="feed_list_page"><div class="W_pages">'
-                f'<span class="list"><a action-type="feed_list_page_more" action-data="currentPage={page}'
-                f'&countPage={pages}" href="javascript:void(0);" class="page S_txt1">第{page}页'
-                f'<em class="W_ficon ficon_arrow_down S_ficon">c</em></a>'
-                f'<div class="layer_menu_list W_scroll" action-type="feed_list_page_morelist"><ul>{links}</ul></div>'
-                f'</span>{nav}</div></div>')
+            nav += (
+                f'<a bpfilter="page" class="page next S_txt1 S_line1" href="{base}&page={page + 1}#feedtop">'
+                f"<span>下一页</span></a>"
+            )
+        return (
+            f'<div class="WB_cardwrap S_bg2" node-type="feed_list_page"><div class="W_pages">'
+            f'<span class="list"><a action-type="feed_list_page_more" action-data="currentPage={page}'
+            f'&countPage={pages}" href="javascript:void(0);" class="page S_txt1">第{page}页'
+            f'<em class="W_ficon ficon_arrow_down S_ficon">c</em></a>'
+            f'<div class="layer_menu_list W_scroll" action-type="feed_list_page_morelist"><ul>{links}</ul></div>'
+            f"</span>{nav}</div></div>"
+        )
 
 
 def make_site(context: SiteContext) -> WeiboPcSite:

@@ -31,21 +31,37 @@ PAGE_SIZE = 20
 
 MARKUP = WeiboMarkup(
     topic=lambda t: f'<a href="//s.weibo.com/weibo?q={topic_query(t)}" target="_blank">{t}</a>',
-    emoji=lambda e: (f'<img alt="{e}" title="{e}" src="https://face.t.sinajs.cn/t4/appstyle/expression/ext/normal/'
-                     f'a1/2018new_doge02_org.png" />'),
+    emoji=lambda e: (
+        f'<img alt="{e}" title="{e}" src="https://face.t.sinajs.cn/t4/appstyle/expression/ext/normal/'
+        f'a1/2018new_doge02_org.png" />'
+    ),
     more=lambda p: ' ...<span class="expand">展开</span>',
 )
 
 
 def _pic_info(pid: str) -> dict[str, Any]:
     def size(path: str, width: int, height: int) -> dict[str, Any]:
-        return {"url": f"https://wx1.sinaimg.cn/{path}/{pid}.jpg", "width": width, "height": height,
-                "cut_type": 1, "type": None}
+        return {
+            "url": f"https://wx1.sinaimg.cn/{path}/{pid}.jpg",
+            "width": width,
+            "height": height,
+            "cut_type": 1,
+            "type": None,
+        }
 
-    return {"thumbnail": size("wap180", 135, 180), "bmiddle": size("wap360", 270, 360),
-            "large": size("orj960", 720, 960), "original": size("orj1080", 1080, 1440),
-            "largest": size("large", 1080, 1440), "mw2000": size("mw2000", 1080, 1440),
-            "object_id": f"1042018:{pid[:16]}", "pic_id": pid, "photo_tag": 0, "type": "pic", "pic_status": 1}
+    return {
+        "thumbnail": size("wap180", 135, 180),
+        "bmiddle": size("wap360", 270, 360),
+        "large": size("orj960", 720, 960),
+        "original": size("orj1080", 1080, 1440),
+        "largest": size("large", 1080, 1440),
+        "mw2000": size("mw2000", 1080, 1440),
+        "object_id": f"1042018:{pid[:16]}",
+        "pic_id": pid,
+        "photo_tag": 0,
+        "type": "pic",
+        "pic_status": 1,
+    }
 
 
 class WeiboWebSite:
@@ -64,9 +80,11 @@ class WeiboWebSite:
 
     def login_wall(self, request: SimRequest) -> SimResponse | None:
         """A logged-out API call gets the login page (HTML), which clients must take for an expired session."""
-        return SimResponse.html("<!DOCTYPE html><html><head><title>微博-随时随地发现新鲜事</title></head><body>"
-                                "<div class=\"LoginCard\">登录 <a href=\"https://passport.weibo.com/sso/signin\">"
-                                "请先登录</a></div></body></html>")
+        return SimResponse.html(
+            "<!DOCTYPE html><html><head><title>微博-随时随地发现新鲜事</title></head><body>"
+            '<div class="LoginCard">登录 <a href="https://passport.weibo.com/sso/signin">'
+            "请先登录</a></div></body></html>"
+        )
 
     def handle(self, request: SimRequest) -> SimResponse:
         refused = self._session_check(request)
@@ -90,8 +108,9 @@ class WeiboWebSite:
         if state == "none":
             host = request.headers.get("Host", "127.0.0.1")
             back = quote(f"http://{host}/web{request.path}", safe="")
-            return SimResponse.redirect(f"http://{host}/passport{VISITOR_PAGE_PATH}?entry=miniblog&a=enter"
-                                        f"&url={back}&domain=weibo.com")
+            return SimResponse.redirect(
+                f"http://{host}/passport{VISITOR_PAGE_PATH}?entry=miniblog&a=enter&url={back}&domain=weibo.com"
+            )
         if state == "expired":
             return SimResponse(432, b"", "text/html; charset=utf-8")
         token = request.cookies.get("XSRF-TOKEN", "")
@@ -119,12 +138,16 @@ class WeiboWebSite:
             start = next((i for i, p in enumerate(dated) if p.mid <= int(since)), len(dated))
         else:
             start = (page - 1) * PAGE_SIZE
-        chunk = dated[start:start + PAGE_SIZE]
+        chunk = dated[start : start + PAGE_SIZE]
         if not chunk:
             return SimResponse.json({"ok": 1})
         shown = (pinned if start == 0 else []) + chunk
-        data: dict[str, Any] = {"list": [self._mblog(post, len(posts)) for post in shown], "total": len(posts),
-                                "status_visible": 0, "topicList": []}
+        data: dict[str, Any] = {
+            "list": [self._mblog(post, len(posts)) for post in shown],
+            "total": len(posts),
+            "status_visible": 0,
+            "topicList": [],
+        }
         if user.cursor == "since_id":
             following = start + PAGE_SIZE
             data["since_id"] = f"{dated[following].mid}kp{page + 1}" if following < len(dated) else ""
@@ -137,9 +160,17 @@ class WeiboWebSite:
             post = self.world.post(int(key), request.now_ms)
         if post is None:
             return SimResponse.json({"ok": 1, "http_code": 200, "data": {}})
-        return SimResponse.json({"ok": 1, "http_code": 200, "data": {
-            "longTextContent": post.text + (f" {post.emoji}" if post.emoji else ""),
-            "url_struct": [], "topic_struct": [{"topic_title": post.topic.strip("#")}] if post.topic else []}})
+        return SimResponse.json(
+            {
+                "ok": 1,
+                "http_code": 200,
+                "data": {
+                    "longTextContent": post.text + (f" {post.emoji}" if post.emoji else ""),
+                    "url_struct": [],
+                    "topic_struct": [{"topic_title": post.topic.strip("#")}] if post.topic else [],
+                },
+            }
+        )
 
     def _profile(self, request: SimRequest) -> SimResponse:
         user = self._user(request.query.get("uid", ""))
@@ -151,30 +182,66 @@ class WeiboWebSite:
     # --- rendering --------------------------------------------------------------------------------------
     @staticmethod
     def _user_json(uid: int, name: str, statuses: int) -> dict[str, Any]:
-        return {"id": uid, "idstr": str(uid), "pc_new": 7, "screen_name": name,
-                "profile_image_url": f"https://tvax1.sinaimg.cn/crop.0.0.180.180.50/{uid:x}ly8g.jpg",
-                "profile_url": f"/u/{uid}", "verified": False, "verified_type": -1, "domain": "", "weihao": "",
-                "avatar_large": f"https://tvax1.sinaimg.cn/crop.0.0.180.180.180/{uid:x}ly8g.jpg",
-                "avatar_hd": f"https://tvax1.sinaimg.cn/crop.0.0.180.180.1024/{uid:x}ly8g.jpg",
-                "follow_me": False, "following": False, "mbrank": 0, "mbtype": 0, "statuses_count": statuses,
-                "followers_count": 1455 + uid % 100_000, "planet_video": False}
+        return {
+            "id": uid,
+            "idstr": str(uid),
+            "pc_new": 7,
+            "screen_name": name,
+            "profile_image_url": f"https://tvax1.sinaimg.cn/crop.0.0.180.180.50/{uid:x}ly8g.jpg",
+            "profile_url": f"/u/{uid}",
+            "verified": False,
+            "verified_type": -1,
+            "domain": "",
+            "weihao": "",
+            "avatar_large": f"https://tvax1.sinaimg.cn/crop.0.0.180.180.180/{uid:x}ly8g.jpg",
+            "avatar_hd": f"https://tvax1.sinaimg.cn/crop.0.0.180.180.1024/{uid:x}ly8g.jpg",
+            "follow_me": False,
+            "following": False,
+            "mbrank": 0,
+            "mbtype": 0,
+            "statuses_count": statuses,
+            "followers_count": 1455 + uid % 100_000,
+            "planet_video": False,
+        }
 
     def _mblog(self, post: SimPost, statuses: int) -> dict[str, Any]:
         cut = post.text[:LONG_TEXT_CUT] if post.long_text else post.text
         mblog: dict[str, Any] = {
-            "visible": {"type": 0, "list_id": 0}, "created_at": rfc2822_beijing(post.created_ms),
-            "id": post.mid, "idstr": str(post.mid), "mid": str(post.mid), "mblogid": post.bid,
-            "user": self._user_json(post.uid, post.user_name, statuses), "can_edit": False,
-            "textLength": len(post.text.encode("gbk")), "source": "iPhone客户端", "favorited": False,
+            "visible": {"type": 0, "list_id": 0},
+            "created_at": rfc2822_beijing(post.created_ms),
+            "id": post.mid,
+            "idstr": str(post.mid),
+            "mid": str(post.mid),
+            "mblogid": post.bid,
+            "user": self._user_json(post.uid, post.user_name, statuses),
+            "can_edit": False,
+            "textLength": len(post.text.encode("gbk")),
+            "source": "iPhone客户端",
+            "favorited": False,
             "text": text_html(post, MARKUP, full=False),
             "text_raw": (post.topic or "") + cut + (f"{post.emoji}" if post.emoji and not post.long_text else ""),
-            "pic_ids": list(post.pictures), "pic_num": len(post.pictures), "is_paid": False, "mblog_vip_type": 0,
-            "number_display_strategy": {"apply_scenario_flag": 3, "display_text_min_number": 1000000,
-                                        "display_text": "100万+"},
-            "reposts_count": post.reposts, "comments_count": post.comments, "attitudes_count": post.likes,
-            "attitudes_status": 0, "isLongText": post.long_text, "mlevel": 0, "content_auth": 0,
-            "is_show_bulletin": 2, "mblogtype": 0, "showFeedRepost": False, "showFeedComment": False,
-            "region_name": "发布于 北京", "rcList": [],
+            "pic_ids": list(post.pictures),
+            "pic_num": len(post.pictures),
+            "is_paid": False,
+            "mblog_vip_type": 0,
+            "number_display_strategy": {
+                "apply_scenario_flag": 3,
+                "display_text_min_number": 1000000,
+                "display_text": "100万+",
+            },
+            "reposts_count": post.reposts,
+            "comments_count": post.comments,
+            "attitudes_count": post.likes,
+            "attitudes_status": 0,
+            "isLongText": post.long_text,
+            "mlevel": 0,
+            "content_auth": 0,
+            "is_show_bulletin": 2,
+            "mblogtype": 0,
+            "showFeedRepost": False,
+            "showFeedComment": False,
+            "region_name": "发布于 北京",
+            "rcList": [],
         }
         if post.pictures:
             mblog["pic_infos"] = {pid: _pic_info(pid) for pid in post.pictures}

@@ -26,12 +26,20 @@ def make_task(source: str, target: str, kind: TaskKind | None = None, **params: 
     return Task(id=f"{kind.value}:{source}:{target}", kind=kind, source=source, target=target, params=dict(params))
 
 
-def fetched(body: bytes, request: PageRequest | None = None, *, status: int = 200, final_url: str = "",
-            headers: Mapping[str, str] | None = None) -> FetchedPage:
-    return FetchedPage(url=request.url if request else BASE, status=status, headers=dict(headers or {}), body=body,
-                       final_url=final_url)
+def fetched(
+    body: bytes,
+    request: PageRequest | None = None,
+    *,
+    status: int = 200,
+    final_url: str = "",
+    headers: Mapping[str, str] | None = None,
+) -> FetchedPage:
+    return FetchedPage(
+        url=request.url if request else BASE, status=status, headers=dict(headers or {}), body=body, final_url=final_url
+    )
 
 
-def parse(source: str, task: Task, request: PageRequest, body: bytes, *, now_ms: int = NOW_MS,
-          **page_kw: object) -> ParsedPage:
+def parse(
+    source: str, task: Task, request: PageRequest, body: bytes, *, now_ms: int = NOW_MS, **page_kw: object
+) -> ParsedPage:
     return get_source(source).parse(task, request, fetched(body, request, **page_kw), now_ms)  # type: ignore[arg-type]

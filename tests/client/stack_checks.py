@@ -62,6 +62,9 @@ def truncated_posts(stack: Stack) -> list[str]:
         stored = {str(post_id): text for post_id, text in conn.execute("SELECT id, text FROM weibo")}
     finally:
         conn.close()
-    return [str(item["id"]) for item in stack.truth()["items"]
-            if str(item["id"]) in stored and len("".join(stored[str(item["id"])].split()))
-            < len("".join(str(item["text"]).split()))]
+    return [
+        str(item["id"])
+        for item in stack.truth()["items"]
+        if str(item["id"]) in stored
+        and len("".join(stored[str(item["id"])].split())) < len("".join(str(item["text"]).split()))
+    ]

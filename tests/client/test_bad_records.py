@@ -51,7 +51,8 @@ class OnePage:
 
 
 def test_bad_records_inside_a_page_are_dropped_alone_and_the_rest_stored(
-        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     storage = StorageServerRunner(tmp_path / "storage", {"storage.max_text_chars": str(MAX_TEXT)})
     storage.start()
     (tmp_path / "scheduler").mkdir()
@@ -61,12 +62,22 @@ def test_bad_records_inside_a_page_are_dropped_alone_and_the_rest_stored(
             store = IceStorage(storage.proxy(comm))
             assert scheduler.add_targets([f"jd:{SKU}"], TaskKind.ProductReviews) == 1
             task = scheduler.lease("w", 1)[0]
-            result = crawl_task(task, JdSource(), OnePage(), base_url="http://jd", max_pages=5,
-                                now_ms=lambda: int(time.time() * 1000))
+            result = crawl_task(
+                task, JdSource(), OnePage(), base_url="http://jd", max_pages=5, now_ms=lambda: int(time.time() * 1000)
+            )
             assert len(result.reviews) == 10  # the parser keeps them all: storing is where they fail
-            sink = Sink(scheduler, store, buffer_records=100, report_batch=10, write_batch=100, backoff_s=0.1,
-                        max_backoff_s=1.0, now_ms=lambda: int(time.time() * 1000), monotonic=time.monotonic,
-                        fingerprint=fingerprint_texts)
+            sink = Sink(
+                scheduler,
+                store,
+                buffer_records=100,
+                report_batch=10,
+                write_batch=100,
+                backoff_s=0.1,
+                max_backoff_s=1.0,
+                now_ms=lambda: int(time.time() * 1000),
+                monotonic=time.monotonic,
+                fingerprint=fingerprint_texts,
+            )
             sink.add(result)
             assert sink.flush() is True
             stats = storage.proxy(comm).stats()

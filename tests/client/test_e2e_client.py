@@ -33,10 +33,22 @@ def scenario() -> Scenario:
     return Scenario(
         seed=11,
         users=(
-            WeiboUser(uid=1907518591, sites=("m",), cursor="since_id", backlog=25, long_text_every=4,
-                      schedule=Schedule("periodic", interval_s=300)),
-            WeiboUser(uid=1163218074, sites=("m",), cursor="page", backlog=12, pinned=False,
-                      schedule=Schedule("periodic", interval_s=420)),
+            WeiboUser(
+                uid=1907518591,
+                sites=("m",),
+                cursor="since_id",
+                backlog=25,
+                long_text_every=4,
+                schedule=Schedule("periodic", interval_s=300),
+            ),
+            WeiboUser(
+                uid=1163218074,
+                sites=("m",),
+                cursor="page",
+                backlog=12,
+                pinned=False,
+                schedule=Schedule("periodic", interval_s=420),
+            ),
             WeiboUser(uid=2803301701, sites=("pc",), backlog=50, schedule=Schedule("periodic", interval_s=360)),
         ),
         products=(
@@ -44,8 +56,16 @@ def scenario() -> Scenario:
             Product("jd", "100012043978", backlog=25, schedule=Schedule("periodic", interval_s=240)),
             Product("jd", HANGING_PRODUCT, backlog=6, schedule=Schedule("static")),
         ),
-        categories=(Category(id=1, per_page=5, arrivals=Schedule("periodic", interval_s=600), arrival_first_id=1000,
-                             arrival_limit=2, arrival_reviews=Schedule("periodic", interval_s=300)),),
+        categories=(
+            Category(
+                id=1,
+                per_page=5,
+                arrivals=Schedule("periodic", interval_s=600),
+                arrival_first_id=1000,
+                arrival_limit=2,
+                arrival_reviews=Schedule("periodic", interval_s=300),
+            ),
+        ),
         accounts=(("sandbox", "sandbox"),),
         misbehave=(
             MisbehaviourRule("ecshop", "", Misbehaviour(login_wall=True)),
@@ -55,17 +75,42 @@ def scenario() -> Scenario:
 
 
 def test_two_clients_crawl_all_sources_through_login_bans_and_hangs(tmp_path: Path) -> None:
-    scheduler_settings = {"scheduler.initial_period_s": 60, "scheduler.min_period_s": 30,
-                          "scheduler.max_period_s": 120, "scheduler.host_block_s": 2, "scheduler.lease_s": 20,
-                          "scheduler.backoff_after_attempts": 100}
-    client_settings = {"client.workers": 2, "client.batch": 2, "client.max_pages": 30, "client.timeout_s": 1.5,
-                       "client.total_timeout_s": 5, "client.retries": 1, "client.backoff_s": 0.1,
-                       "client.idle_sleep_s": 0.3, "client.progress_log_s": 5, "client.shutdown_grace_s": 5,
-                       "sources.ecshop.username": "sandbox", "sources.ecshop.password": "sandbox"}
-    with running_stack(tmp_path, scenario(), speed=SPEED, scheduler_settings=scheduler_settings,
-                       client_settings=client_settings) as stack:
-        stack.seed(["weibo_mobile:1907518591", "weibo_mobile:1163218074", "weibo_pc:2803301701", "ecshop:12",
-                    "jd:100012043978", f"jd:{HANGING_PRODUCT}"], listings=["ecshop:1"])
+    scheduler_settings = {
+        "scheduler.initial_period_s": 60,
+        "scheduler.min_period_s": 30,
+        "scheduler.max_period_s": 120,
+        "scheduler.host_block_s": 2,
+        "scheduler.lease_s": 20,
+        "scheduler.backoff_after_attempts": 100,
+    }
+    client_settings = {
+        "client.workers": 2,
+        "client.batch": 2,
+        "client.max_pages": 30,
+        "client.timeout_s": 1.5,
+        "client.total_timeout_s": 5,
+        "client.retries": 1,
+        "client.backoff_s": 0.1,
+        "client.idle_sleep_s": 0.3,
+        "client.progress_log_s": 5,
+        "client.shutdown_grace_s": 5,
+        "sources.ecshop.username": "sandbox",
+        "sources.ecshop.password": "sandbox",
+    }
+    with running_stack(
+        tmp_path, scenario(), speed=SPEED, scheduler_settings=scheduler_settings, client_settings=client_settings
+    ) as stack:
+        stack.seed(
+            [
+                "weibo_mobile:1907518591",
+                "weibo_mobile:1163218074",
+                "weibo_pc:2803301701",
+                "ecshop:12",
+                "jd:100012043978",
+                f"jd:{HANGING_PRODUCT}",
+            ],
+            listings=["ecshop:1"],
+        )
         clients = [stack.start_client("client-a"), stack.start_client("client-b")]
         # The first crawls are under way (some items stored) before the ban starts: a ban in the middle of the
         # crawl, 418 bursts on the mobile site and the GBK busy page on the desktop site, until both were met.
@@ -79,6 +124,7 @@ def test_two_clients_crawl_all_sources_through_login_bans_and_hangs(tmp_path: Pa
         stack.misbehave({"site": "pc", "clear": True})
         # The hanging product comes back; its items must be caught up too.
         stack.misbehave({"site": "jd", "target": HANGING_PRODUCT, "clear": True})
+
         # A product the listing discovers must have published reviews before the catch-up is checked.
         def arrival_published() -> bool:
             return any(key[1] in ARRIVALS for key in expected_keys(stack, int((time.time() - CATCH_UP_S) * 1000)))
@@ -100,8 +146,9 @@ def test_two_clients_crawl_all_sources_through_login_bans_and_hangs(tmp_path: Pa
     assert logs.count("stopped") == 2 and "could not be reported in time" not in logs
     assert "logging in as sandbox" in logs, "the ECSHOP login wall never triggered a login"
     assert "Traceback" not in logs, logs[-4000:]
-    assert sum(1 for key in stored if key[0] == "ecshop" and key[1] in ARRIVALS) > 0, \
+    assert sum(1 for key in stored if key[0] == "ecshop" and key[1] in ARRIVALS) > 0, (
         "products discovered by the listing were never crawled"
+    )
 
 
 def test_account_cookie_blobs_from_the_scheduler_open_login_walls(tmp_path: Path) -> None:
@@ -111,20 +158,30 @@ def test_account_cookie_blobs_from_the_scheduler_open_login_walls(tmp_path: Path
     accounts.mkdir()
     (accounts / "pool.toml").write_text(
         '[[account]]\nid = "weibo-1"\ncookies = \'{"cookies": {"SUB": "sandbox-sub"}}\'\nsources = ["weibo_mobile"]\n'
-        '[[account]]\nid = "jd-1"\ncookies = "Cookie: thor=sandbox-thor"\nsources = ["jd"]\n', encoding="utf-8")
+        '[[account]]\nid = "jd-1"\ncookies = "Cookie: thor=sandbox-thor"\nsources = ["jd"]\n',
+        encoding="utf-8",
+    )
     world = Scenario(
         seed=4,
         users=(WeiboUser(uid=1907518591, sites=("m",), backlog=15, schedule=Schedule("periodic", interval_s=300)),),
         products=(Product("jd", "100012043978", backlog=15, schedule=Schedule("periodic", interval_s=300)),),
-        misbehave=(MisbehaviourRule("m", "", Misbehaviour(login_wall=True)),
-                   MisbehaviourRule("jd", "", Misbehaviour(login_wall=True))),
+        misbehave=(
+            MisbehaviourRule("m", "", Misbehaviour(login_wall=True)),
+            MisbehaviourRule("jd", "", Misbehaviour(login_wall=True)),
+        ),
     )
-    scheduler_settings = {"scheduler.initial_period_s": 60, "scheduler.min_period_s": 30,
-                          "scheduler.max_period_s": 120, "scheduler.accounts_dir": str(accounts),
-                          "scheduler.account_sources": "weibo_mobile,jd", "scheduler.account_budget_per_min": 100000}
+    scheduler_settings = {
+        "scheduler.initial_period_s": 60,
+        "scheduler.min_period_s": 30,
+        "scheduler.max_period_s": 120,
+        "scheduler.accounts_dir": str(accounts),
+        "scheduler.account_sources": "weibo_mobile,jd",
+        "scheduler.account_budget_per_min": 100000,
+    }
     client_settings = {"client.workers": 2, "client.idle_sleep_s": 0.3, "client.shutdown_grace_s": 5}
-    with running_stack(tmp_path / "run", world, speed=SPEED, scheduler_settings=scheduler_settings,
-                       client_settings=client_settings) as stack:
+    with running_stack(
+        tmp_path / "run", world, speed=SPEED, scheduler_settings=scheduler_settings, client_settings=client_settings
+    ) as stack:
         stack.seed(["weibo_mobile:1907518591", "jd:100012043978"])
         client = stack.start_client("client")
         wait_for(lambda: len(stack.stored()) >= 30, "the walled sites' backlog was never stored")

@@ -53,14 +53,16 @@ def _request(source: str, task: Task, body: bytes) -> PageRequest:
     return request
 
 
-def run_parser(case: tuple[str, TaskKind, str, Callable[[], bytes]], body: bytes, *, status: int = 200,
-               final_url: str = "") -> None:
+def run_parser(
+    case: tuple[str, TaskKind, str, Callable[[], bytes]], body: bytes, *, status: int = 200, final_url: str = ""
+) -> None:
     source, kind, target, _ = case
     task = make_task(source, target, kind)
     request = _request(source, task, body)
     try:
-        result = get_source(source).parse(task, request, fetched(body, request, status=status, final_url=final_url),
-                                          NOW_MS)
+        result = get_source(source).parse(
+            task, request, fetched(body, request, status=status, final_url=final_url), NOW_MS
+        )
     except FetchError as exc:  # ParseError is a FetchError
         assert exc.outcome and exc.error_class
         return
@@ -77,10 +79,14 @@ def test_random_bytes(case: tuple[str, TaskKind, str, Callable[[], bytes]], body
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
 @FUZZ_EACH
-@given(cut=st.floats(min_value=0, max_value=1), flip=st.integers(min_value=0, max_value=255),
-       at=st.floats(min_value=0, max_value=1))
-def test_truncated_and_corrupted_valid_pages(case: tuple[str, TaskKind, str, Callable[[], bytes]], cut: float,
-                                             flip: int, at: float) -> None:
+@given(
+    cut=st.floats(min_value=0, max_value=1),
+    flip=st.integers(min_value=0, max_value=255),
+    at=st.floats(min_value=0, max_value=1),
+)
+def test_truncated_and_corrupted_valid_pages(
+    case: tuple[str, TaskKind, str, Callable[[], bytes]], cut: float, flip: int, at: float
+) -> None:
     body = bytearray(case[3]())
     body = body[: int(len(body) * cut)] or bytearray(b"{")
     position = int((len(body) - 1) * at)
@@ -97,34 +103,88 @@ def test_mis_encoded_valid_pages(case: tuple[str, TaskKind, str, Callable[[], by
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=30),
-    lambda children: st.lists(children, max_size=4) | st.dictionaries(
-        st.sampled_from(["ok", "data", "cards", "mblog", "id", "user", "text", "comments", "maxPage", "content",
-                         "error", "code", "cardlistInfo", "since_id", "page", "pics", "large", "url", "isTop",
-                         "retweeted_status", "created_at", "score", "creationTime", "card_group", "msg"]),
-        children, max_size=6),
-    max_leaves=30)
+    lambda children: (
+        st.lists(children, max_size=4)
+        | st.dictionaries(
+            st.sampled_from(
+                [
+                    "ok",
+                    "data",
+                    "cards",
+                    "mblog",
+                    "id",
+                    "user",
+                    "text",
+                    "comments",
+                    "maxPage",
+                    "content",
+                    "error",
+                    "code",
+                    "cardlistInfo",
+                    "since_id",
+                    "page",
+                    "pics",
+                    "large",
+                    "url",
+                    "isTop",
+                    "retweeted_status",
+                    "created_at",
+                    "score",
+                    "creationTime",
+                    "card_group",
+                    "msg",
+                ]
+            ),
+            children,
+            max_size=6,
+        )
+    ),
+    max_leaves=30,
+)
 
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
 @FUZZ_EACH
 @given(value=json_values, jsonp=st.booleans())
-def test_structurally_wrong_json(case: tuple[str, TaskKind, str, Callable[[], bytes]], value: object,
-                                 jsonp: bool) -> None:
+def test_structurally_wrong_json(
+    case: tuple[str, TaskKind, str, Callable[[], bytes]], value: object, jsonp: bool
+) -> None:
     body = json.dumps(value).encode()
     run_parser(case, b"fetchJSON_comment98(" + body + b");" if jsonp else body)
 
 
 @FUZZ_EACH
-@given(mblog=st.dictionaries(st.sampled_from(["id", "mid", "user", "text", "created_at", "reposts_count", "pics",
-                                              "retweeted_status", "title", "isTop", "bid", "isLongText"]),
-                             json_values, max_size=8))
+@given(
+    mblog=st.dictionaries(
+        st.sampled_from(
+            [
+                "id",
+                "mid",
+                "user",
+                "text",
+                "created_at",
+                "reposts_count",
+                "pics",
+                "retweeted_status",
+                "title",
+                "isTop",
+                "bid",
+                "isLongText",
+            ]
+        ),
+        json_values,
+        max_size=8,
+    )
+)
 def test_mobile_cards_with_wrong_types(mblog: dict[str, object]) -> None:
-    doc = {"ok": 1, "data": {"cardlistInfo": {"since_id": mblog.get("id")}, "cards": [{"card_type": 9,
-                                                                                        "mblog": mblog}]}}
+    doc = {
+        "ok": 1,
+        "data": {"cardlistInfo": {"since_id": mblog.get("id")}, "cards": [{"card_type": 9, "mblog": mblog}]},
+    }
     run_parser(CASES[1], json.dumps(doc).encode())
 
 
-MARKUP_ALPHABET = list('<>/="\' abcdiv-_action-typefeed_list_itemmid0123456789em展开全文转发')
+MARKUP_ALPHABET = list("<>/=\"' abcdiv-_action-typefeed_list_itemmid0123456789em展开全文转发")
 
 
 @FUZZ
@@ -147,8 +207,11 @@ def test_huge_but_valid_chunk_parses() -> None:
 
 @pytest.mark.parametrize("source", [WeiboMobileSource(), WeiboPcSource()], ids=["mobile", "pc"])
 @FUZZ_EACH
-@given(body=st.binary(max_size=512) | json_values.map(lambda v: json.dumps(v).encode())
-       | json_values.map(lambda v: json.dumps({"code": "100000", "ok": 1, "data": v}).encode()))
+@given(
+    body=st.binary(max_size=512)
+    | json_values.map(lambda v: json.dumps(v).encode())
+    | json_values.map(lambda v: json.dumps({"code": "100000", "ok": 1, "data": v}).encode())
+)
 def test_extend_never_raises_anything_else(source: WeiboMobileSource | WeiboPcSource, body: bytes) -> None:
     request = source.extend_request(BASE, 1)
     try:
@@ -166,13 +229,49 @@ def test_any_status(case: tuple[str, TaskKind, str, Callable[[], bytes]], status
 # --- one soup per page gives the same texts as one soup per fragment ----------------------------------------
 
 #: Pieces real post markup is made of, plus the broken ones that must not leak into a neighbour's text.
-_MARKUP_PIECES = st.sampled_from([
-    "转发", "微博正文 ", "&amp;", "&lt;b&gt;", "\n", "  ", "<br />", "<br>", '<a href="/n/x">@某人</a>',
-    '<span class="url-icon"><img alt=[doge] src="d.png" /></span>', "<img alt=\"[笑]\">", "<b>", "</b>", "<a>",
-    "</a>", "<div>", "</div>", "</body>", "</html>", "<p>", "<table><td>", "<!--", "-->", "<script>", "</script>",
-    '<div class="icecrawler-fragment">', "\x00", "ok", '<a href="x', '<img alt="', "<3", "</ a>", "<?x", "</>",
-    "<span>", "</span>", "&am", "<BR/>", '"',
-])
+_MARKUP_PIECES = st.sampled_from(
+    [
+        "转发",
+        "微博正文 ",
+        "&amp;",
+        "&lt;b&gt;",
+        "\n",
+        "  ",
+        "<br />",
+        "<br>",
+        '<a href="/n/x">@某人</a>',
+        '<span class="url-icon"><img alt=[doge] src="d.png" /></span>',
+        '<img alt="[笑]">',
+        "<b>",
+        "</b>",
+        "<a>",
+        "</a>",
+        "<div>",
+        "</div>",
+        "</body>",
+        "</html>",
+        "<p>",
+        "<table><td>",
+        "<!--",
+        "-->",
+        "<script>",
+        "</script>",
+        '<div class="icecrawler-fragment">',
+        "\x00",
+        "ok",
+        '<a href="x',
+        '<img alt="',
+        "<3",
+        "</ a>",
+        "<?x",
+        "</>",
+        "<span>",
+        "</span>",
+        "&am",
+        "<BR/>",
+        '"',
+    ]
+)
 _FRAGMENTS = st.lists(st.lists(_MARKUP_PIECES, max_size=8).map("".join), max_size=6)
 
 
@@ -194,11 +293,36 @@ def test_mobile_page_texts_match_per_post_parsing() -> None:
     assert all(post.text for post in posts)
 
 
-_INLINE_PIECES = st.sampled_from([
-    "转发", "正文 ", "&amp;", "&lt;", "&am", "\n", " ", "<br />", "<BR>", '<a href="/n/x">@某人</a>', "<a>", "</a>",
-    '<a href="x', '<img alt="', '<span class="url-icon"><img alt=[doge] src="d.png" /></span>', "<b>", "</b>",
-    "</span>", "<3", '"', ">", "'", "\x00", "ok", "<a b'c' d=\"e\">", '<img alt="转" />',
-])
+_INLINE_PIECES = st.sampled_from(
+    [
+        "转发",
+        "正文 ",
+        "&amp;",
+        "&lt;",
+        "&am",
+        "\n",
+        " ",
+        "<br />",
+        "<BR>",
+        '<a href="/n/x">@某人</a>',
+        "<a>",
+        "</a>",
+        '<a href="x',
+        '<img alt="',
+        '<span class="url-icon"><img alt=[doge] src="d.png" /></span>',
+        "<b>",
+        "</b>",
+        "</span>",
+        "<3",
+        '"',
+        ">",
+        "'",
+        "\x00",
+        "ok",
+        "<a b'c' d=\"e\">",
+        '<img alt="转" />',
+    ]
+)
 
 
 @FUZZ

@@ -48,7 +48,7 @@ class LiveSite:
         number = int(request.params["page"])
         self.fetched_pages.append(number)
         start = (number - 1) * self.page_size
-        items = self.items[start:start + self.page_size]
+        items = self.items[start : start + self.page_size]
         more = start + self.page_size < len(self.items)
         nxt = PageRequest(url=request.url, params={"page": str(number + 1)}, page=request.page + 1) if more else None
         return ParsedPage(items=list(items), next_request=nxt)
@@ -56,15 +56,20 @@ class LiveSite:
 
 class PostSite(PostOrder, LiveSite):
     def make(self, serial: int) -> Post | Review:
-        return Post(id=1000 + serial, user_id=7, text=f"post {serial}",
-                    created_at=f"2024-05-01T{serial // 60 % 24:02d}:{serial % 60:02d}:00+08:00")
+        return Post(
+            id=1000 + serial,
+            user_id=7,
+            text=f"post {serial}",
+            created_at=f"2024-05-01T{serial // 60 % 24:02d}:{serial % 60:02d}:00+08:00",
+        )
 
 
 class ReviewSite(ReviewOrder, LiveSite):
     def make(self, serial: int) -> Post | Review:
         clock = f"{serial // 3600 % 24:02d}:{serial // 60 % 60:02d}:{serial % 60:02d}"
-        return Review(id=f"r{serial}", product_id="p1", content=f"review {serial}",
-                      created_at=f"2024-05-01T{clock}+08:00")
+        return Review(
+            id=f"r{serial}", product_id="p1", content=f"review {serial}", created_at=f"2024-05-01T{clock}+08:00"
+        )
 
 
 class ListingSite(PostOrder, LiveSite):
@@ -90,10 +95,12 @@ class Fetch:
 Site = PostSite | ReviewSite | ListingSite
 
 
-def visit(site: Site, cursor: str, *, max_pages: int = 3, now_ms: int = T0_MS + 10**9,
-          kind: TaskKind = TaskKind.WeiboUser) -> CrawlResult:
-    task = Task(id=f"{kind.value}:weibo_mobile:7", kind=kind, source="weibo_mobile", target="7", lease_token="t",
-                cursor=cursor)
+def visit(
+    site: Site, cursor: str, *, max_pages: int = 3, now_ms: int = T0_MS + 10**9, kind: TaskKind = TaskKind.WeiboUser
+) -> CrawlResult:
+    task = Task(
+        id=f"{kind.value}:weibo_mobile:7", kind=kind, source="weibo_mobile", target="7", lease_token="t", cursor=cursor
+    )
     return crawl_task(task, site, Fetch(), base_url="http://site", max_pages=max_pages, now_ms=lambda: now_ms)
 
 
@@ -101,8 +108,9 @@ def ids(result: CrawlResult) -> list[str]:
     return [str(post.id) for post in result.posts] + [review.id for review in result.reviews]
 
 
-def crawl_until_caught_up(site: Site, cursor: str, *, between: Callable[[int], None] = lambda _: None,
-                          max_pages: int = 3, limit: int = 50) -> tuple[list[str], list[CrawlResult]]:
+def crawl_until_caught_up(
+    site: Site, cursor: str, *, between: Callable[[int], None] = lambda _: None, max_pages: int = 3, limit: int = 50
+) -> tuple[list[str], list[CrawlResult]]:
     """Visit until the cursor holds no gap; returns every stored id (repeats included) and the results."""
     stored: list[str] = []
     results: list[CrawlResult] = []
@@ -118,8 +126,7 @@ def crawl_until_caught_up(site: Site, cursor: str, *, between: Callable[[int], N
 
 
 @pytest.mark.parametrize("site_type", [PostSite, ReviewSite])
-def test_a_burst_longer_than_the_page_cap_is_fetched_over_several_visits_none_skipped(
-        site_type: type[Site]) -> None:
+def test_a_burst_longer_than_the_page_cap_is_fetched_over_several_visits_none_skipped(site_type: type[Site]) -> None:
     site = site_type()
     site.publish(15)
     first = visit(site, "")
@@ -221,13 +228,26 @@ def test_an_unreadable_gap_cursor_restarts_from_the_top_rather_than_skipping() -
 
 
 def test_request_round_trip_keeps_every_field_and_a_relative_url() -> None:
-    request = PageRequest(url="http://site/api/x", params={"since_id": "42"}, method="POST", data={"a": "1"},
-                          headers={"X": "y"}, page=4, state={"chunk": "2"})
+    request = PageRequest(
+        url="http://site/api/x",
+        params={"since_id": "42"},
+        method="POST",
+        data={"a": "1"},
+        headers={"X": "y"},
+        page=4,
+        state={"chunk": "2"},
+    )
     data = gaps.request_to_dict(request, "http://site/")
     assert data["url"] == "/api/x"
     assert gaps.request_from_dict(data, "http://other") == PageRequest(
-        url="http://other/api/x", params={"since_id": "42"}, method="POST", data={"a": "1"}, headers={"X": "y"},
-        page=4, state={"chunk": "2"})
+        url="http://other/api/x",
+        params={"since_id": "42"},
+        method="POST",
+        data={"a": "1"},
+        headers={"X": "y"},
+        page=4,
+        state={"chunk": "2"},
+    )
 
 
 def test_a_listing_longer_than_the_cap_is_walked_over_several_visits_then_from_the_top_again() -> None:

@@ -22,27 +22,30 @@ from icecrawler.models import Outcome, Post, Review
 from tests.client._util import NOW_MS, fetched
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    ("刚刚", "2021-07-06T12:00:00+08:00"),
-    ("30秒前", "2021-07-06T11:59:30+08:00"),
-    ("5分钟前", "2021-07-06T11:55:00+08:00"),
-    (" 18分钟前", "2021-07-06T11:42:00+08:00"),
-    ("3小时前", "2021-07-06T09:00:00+08:00"),
-    ("今天 08:15", "2021-07-06T08:15:00+08:00"),
-    ("昨天 12:25", "2021-07-05T12:25:00+08:00"),
-    ("06-27", "2021-06-27T00:00:00+08:00"),
-    ("12-30", "2020-12-30T00:00:00+08:00"),  # a date "in the future" is last year's
-    ("5月1日 17:27", "2021-05-01T17:27:00+08:00"),
-    ("2020-12-31", "2020-12-31T00:00:00+08:00"),
-    ("2017-5-1 17:27", "2017-05-01T17:27:00+08:00"),
-    ("2024-03-05 21:04:11", "2024-03-05T21:04:11+08:00"),
-    ("Tue Jun 08 09:35:04 +0800 2021", "2021-06-08T09:35:04+08:00"),
-    ("Tue Jun 08 01:35:04 +0000 2021", "2021-06-08T09:35:04+08:00"),
-    ("", ""),
-    ("昨天", ""),
-    ("13-45", ""),
-    ("Tue Foo 08 09:35:04 +0800 2021", ""),
-])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("刚刚", "2021-07-06T12:00:00+08:00"),
+        ("30秒前", "2021-07-06T11:59:30+08:00"),
+        ("5分钟前", "2021-07-06T11:55:00+08:00"),
+        (" 18分钟前", "2021-07-06T11:42:00+08:00"),
+        ("3小时前", "2021-07-06T09:00:00+08:00"),
+        ("今天 08:15", "2021-07-06T08:15:00+08:00"),
+        ("昨天 12:25", "2021-07-05T12:25:00+08:00"),
+        ("06-27", "2021-06-27T00:00:00+08:00"),
+        ("12-30", "2020-12-30T00:00:00+08:00"),  # a date "in the future" is last year's
+        ("5月1日 17:27", "2021-05-01T17:27:00+08:00"),
+        ("2020-12-31", "2020-12-31T00:00:00+08:00"),
+        ("2017-5-1 17:27", "2017-05-01T17:27:00+08:00"),
+        ("2024-03-05 21:04:11", "2024-03-05T21:04:11+08:00"),
+        ("Tue Jun 08 09:35:04 +0800 2021", "2021-06-08T09:35:04+08:00"),
+        ("Tue Jun 08 01:35:04 +0000 2021", "2021-06-08T09:35:04+08:00"),
+        ("", ""),
+        ("昨天", ""),
+        ("13-45", ""),
+        ("Tue Foo 08 09:35:04 +0800 2021", ""),
+    ],
+)
 def test_created_at_forms_resolve_against_now_in_cst(text: str, expected: str) -> None:
     assert resolve_created_at(text, NOW_MS) == expected
 
@@ -52,20 +55,52 @@ def test_epoch_ms_and_out_of_range() -> None:
     assert iso_of_ms(10**20) == ""
 
 
-@pytest.mark.parametrize(("value", "expected"), [
-    (5, 5), ("12", 12), ("1,234", 1234), ("100万+", 1_000_000), ("1.5万", 15_000), ("2亿", 200_000_000),
-    ("转发", 0), ("评论", 0), ("赞", 0), ("", 0), (None, 0), (-3, 0), (True, 1), (2.7, 2), ("abc", 0),
-    (float("nan"), 0), ([], 0), ("9" * 400, 0), ("100亿", MAX_COUNT), (2**40, MAX_COUNT),
-])
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (5, 5),
+        ("12", 12),
+        ("1,234", 1234),
+        ("100万+", 1_000_000),
+        ("1.5万", 15_000),
+        ("2亿", 200_000_000),
+        ("转发", 0),
+        ("评论", 0),
+        ("赞", 0),
+        ("", 0),
+        (None, 0),
+        (-3, 0),
+        (True, 1),
+        (2.7, 2),
+        ("abc", 0),
+        (float("nan"), 0),
+        ([], 0),
+        ("9" * 400, 0),
+        ("100亿", MAX_COUNT),
+        (2**40, MAX_COUNT),
+    ],
+)
 def test_counts(value: object, expected: int) -> None:
     assert parse_count(value) == expected
 
 
-@pytest.mark.parametrize(("value", "expected"), [
-    ("4102647604266970", 4102647604266970), (4102647604266970, 4102647604266970), (" 12 ", 12),
-    ("", 0), (None, 0), (True, 0), (-5, 0), ("1e5", 0), ("١٢", 0), ("9" * 19, 0),
-    (2**63 - 1, 2**63 - 1), (2**63, 0),
-])
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("4102647604266970", 4102647604266970),
+        (4102647604266970, 4102647604266970),
+        (" 12 ", 12),
+        ("", 0),
+        (None, 0),
+        (True, 0),
+        (-5, 0),
+        ("1e5", 0),
+        ("١٢", 0),
+        ("9" * 19, 0),
+        (2**63 - 1, 2**63 - 1),
+        (2**63, 0),
+    ],
+)
 def test_ids_fit_a_slice_long(value: object, expected: int) -> None:
     assert parse_id(value) == expected
 
@@ -75,13 +110,16 @@ def test_decode_falls_back_to_gb18030_and_strips_bom() -> None:
     assert decode_body(b"\xef\xbb\xbf{}") == "{}"
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    ('fetchJSON_comment98({"a":1});', '{"a":1}'),
-    ('  cb ( {"a":1} )\n', '{"a":1}'),
-    ('{"a":1}', '{"a":1}'),
-    ("fetchJSON_comment98();", ""),
-    ("<html>(x)</html>", "<html>(x)</html>"),
-])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('fetchJSON_comment98({"a":1});', '{"a":1}'),
+        ('  cb ( {"a":1} )\n', '{"a":1}'),
+        ('{"a":1}', '{"a":1}'),
+        ("fetchJSON_comment98();", ""),
+        ("<html>(x)</html>", "<html>(x)</html>"),
+    ],
+)
 def test_strip_jsonp(text: str, expected: str) -> None:
     assert strip_jsonp(text) == expected
 
@@ -109,12 +147,21 @@ def test_frozen_wins_over_the_shared_busy_skeleton() -> None:
     assert marker is not None and marker.outcome is Outcome.AccountFrozen
 
 
-@pytest.mark.parametrize(("status", "headers", "outcome", "retry"), [
-    (418, {}, "Banned", 0.0), (403, {}, "Banned", 0.0), (432, {}, "Banned", 0.0), (414, {}, "Banned", 0.0),
-    (429, {}, "RateLimited", 0.0), (429, {"Retry-After": "120"}, "RateLimited", 120.0),
-    (503, {"retry-after": "Tue, 06 Jul 2021 04:01:00 GMT"}, "RateLimited", 60.0),
-    (404, {}, "NotFound", 0.0), (500, {}, "HttpError", 0.0), (401, {}, "LoginRequired", 0.0),
-])
+@pytest.mark.parametrize(
+    ("status", "headers", "outcome", "retry"),
+    [
+        (418, {}, "Banned", 0.0),
+        (403, {}, "Banned", 0.0),
+        (432, {}, "Banned", 0.0),
+        (414, {}, "Banned", 0.0),
+        (429, {}, "RateLimited", 0.0),
+        (429, {"Retry-After": "120"}, "RateLimited", 120.0),
+        (503, {"retry-after": "Tue, 06 Jul 2021 04:01:00 GMT"}, "RateLimited", 60.0),
+        (404, {}, "NotFound", 0.0),
+        (500, {}, "HttpError", 0.0),
+        (401, {}, "LoginRequired", 0.0),
+    ],
+)
 def test_http_statuses_are_classified(status: int, headers: dict[str, str], outcome: str, retry: float) -> None:
     with pytest.raises(FetchError) as info:
         check_http(fetched(b"", status=status, headers=headers), NOW_MS)
@@ -129,11 +176,14 @@ def test_ok_statuses_pass_and_junk_retry_after_is_zero() -> None:
     assert retry_after_seconds("soon", NOW_MS) == 0.0
 
 
-@pytest.mark.parametrize("url", [
-    "https://passport.weibo.com/visitor/visitor?entry=miniblog&a=enter",
-    "https://passport.weibo.cn/signin/welcome?entry=mweibo",
-    "https://weibo.com/login.php",
-])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://passport.weibo.com/visitor/visitor?entry=miniblog&a=enter",
+        "https://passport.weibo.cn/signin/welcome?entry=mweibo",
+        "https://weibo.com/login.php",
+    ],
+)
 def test_login_and_visitor_redirects(url: str) -> None:
     with pytest.raises(FetchError) as info:
         check_final_url(fetched(b"{}", final_url=url), "https://m.weibo.cn/api/container/getIndex")
@@ -184,6 +234,7 @@ def test_public_names_are_exported_sorted() -> None:
     assert {cls.__name__ for cls in package.SOURCES.values()} <= set(package.__all__)
     # isort order, as ruff keeps it: CONSTANTS, then Classes, then functions
     assert package.__all__ == sorted(package.__all__, key=lambda n: (not n.isupper(), not n[0].isupper(), n))
+
 
 def test_bench_cases_parse_into_items() -> None:
     from crawler_client.sources.samples import bench_cases

@@ -34,8 +34,9 @@ from crawler_client.sources.base import PageRequest
 from icecrawler.errors import FetchError
 from icecrawler.models import Account
 
-POLICY = FetchPolicy(timeout_s=2.0, total_timeout_s=5.0, retries=2, backoff_s=0.5, max_body_bytes=1000,
-                     user_agent="test-agent")
+POLICY = FetchPolicy(
+    timeout_s=2.0, total_timeout_s=5.0, retries=2, backoff_s=0.5, max_body_bytes=1000, user_agent="test-agent"
+)
 
 
 @dataclass
@@ -75,8 +76,9 @@ class ScriptedTransport:
 
 def make_fetcher(*script: FakeResponse | Exception, policy: FetchPolicy = POLICY) -> tuple[Fetcher, list[float]]:
     sleeps: list[float] = []
-    fetcher = Fetcher(ScriptedTransport(*script), policy, sleep=sleeps.append, rng=random.Random(1),
-                      wall_clock=lambda: 1_000_000.0)
+    fetcher = Fetcher(
+        ScriptedTransport(*script), policy, sleep=sleeps.append, rng=random.Random(1), wall_clock=lambda: 1_000_000.0
+    )
     return fetcher, sleeps
 
 
@@ -94,12 +96,16 @@ def test_ok_page_carries_status_headers_final_url_and_user_agent() -> None:
     assert fetcher.requests_made == 1 and sleeps == []
 
 
-@pytest.mark.parametrize("error, error_class", [
-    (urllib3.exceptions.ReadTimeoutError(urllib3.HTTPConnectionPool("127.0.0.1"), "/x", "slow"), "ReadTimeout"),
-    (urllib3.exceptions.ConnectTimeoutError("no syn-ack"), "ConnectTimeout"),
-])
+@pytest.mark.parametrize(
+    "error, error_class",
+    [
+        (urllib3.exceptions.ReadTimeoutError(urllib3.HTTPConnectionPool("127.0.0.1"), "/x", "slow"), "ReadTimeout"),
+        (urllib3.exceptions.ConnectTimeoutError("no syn-ack"), "ConnectTimeout"),
+    ],
+)
 def test_timeouts_are_retried_with_jittered_exponential_backoff_then_classified(
-        error: Exception, error_class: str) -> None:
+    error: Exception, error_class: str
+) -> None:
     fetcher, sleeps = make_fetcher(error, error, error)
     with pytest.raises(FetchError) as caught:
         fetcher.fetch(REQ)
@@ -175,8 +181,12 @@ def test_body_exactly_at_the_limit_is_accepted() -> None:
 
 def test_slow_drip_body_is_cut_at_the_total_timeout() -> None:
     ticks = iter([0.0, 1.0, 2.0, 6.0, 7.0])
-    fetcher = Fetcher(ScriptedTransport(FakeResponse(chunks=[b"a", b"b", b"c", b"d"])), POLICY,
-                      sleep=lambda _s: None, clock=lambda: next(ticks))
+    fetcher = Fetcher(
+        ScriptedTransport(FakeResponse(chunks=[b"a", b"b", b"c", b"d"])),
+        POLICY,
+        sleep=lambda _s: None,
+        clock=lambda: next(ticks),
+    )
     policy_retries_off = FetchPolicy(**{**POLICY.__dict__, "retries": 0})
     fetcher.policy = policy_retries_off
     with pytest.raises(FetchError) as caught:
@@ -210,9 +220,17 @@ def test_429_without_retry_after_is_rate_limited_with_zero() -> None:
     assert (caught.value.outcome, caught.value.retry_after_s) == ("RateLimited", 0.0)
 
 
-@pytest.mark.parametrize("value, expected", [
-    (None, 0.0), ("", 0.0), ("7", 7.0), ("-3", 0.0), ("soon", 0.0), ("Thu, 01 Jan 1970 00:00:10 GMT", 0.0),
-])
+@pytest.mark.parametrize(
+    "value, expected",
+    [
+        (None, 0.0),
+        ("", 0.0),
+        ("7", 7.0),
+        ("-3", 0.0),
+        ("soon", 0.0),
+        ("Thu, 01 Jan 1970 00:00:10 GMT", 0.0),
+    ],
+)
 def test_parse_retry_after(value: str | None, expected: float) -> None:
     assert parse_retry_after(value, now_s=100.0) == expected
 
@@ -232,24 +250,35 @@ def test_invalid_url_and_redirect_loops_are_classified_not_raised_raw() -> None:
 # --- cookie blobs -------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("blob, expected", [
-    ("", AccountBlob()),
-    ("   ", AccountBlob()),
-    ('{"cookies": {"SUB": "a", "SUBP": "b"}}', AccountBlob({"SUB": "a", "SUBP": "b"})),
-    ('{"cookies": "SUB=a; SUBP=b"}', AccountBlob({"SUB": "a", "SUBP": "b"})),
-    ('{"SUB": "a"}', AccountBlob({"SUB": "a"})),
-    ('{"username": "u", "password": "p"}', AccountBlob({}, "u", "p")),
-    ("SUB=a; SUBP=b=c", AccountBlob({"SUB": "a", "SUBP": "b=c"})),
-    ("Cookie: SUB=a;SUBP=b;", AccountBlob({"SUB": "a", "SUBP": "b"})),
-])
+@pytest.mark.parametrize(
+    "blob, expected",
+    [
+        ("", AccountBlob()),
+        ("   ", AccountBlob()),
+        ('{"cookies": {"SUB": "a", "SUBP": "b"}}', AccountBlob({"SUB": "a", "SUBP": "b"})),
+        ('{"cookies": "SUB=a; SUBP=b"}', AccountBlob({"SUB": "a", "SUBP": "b"})),
+        ('{"SUB": "a"}', AccountBlob({"SUB": "a"})),
+        ('{"username": "u", "password": "p"}', AccountBlob({}, "u", "p")),
+        ("SUB=a; SUBP=b=c", AccountBlob({"SUB": "a", "SUBP": "b=c"})),
+        ("Cookie: SUB=a;SUBP=b;", AccountBlob({"SUB": "a", "SUBP": "b"})),
+    ],
+)
 def test_cookie_blob_forms(blob: str, expected: AccountBlob) -> None:
     assert parse_cookie_blob(blob) == expected
 
 
-@pytest.mark.parametrize("blob", [
-    "{not json", '["a"]', '{"cookies": {"a": 1}}', '{"cookies": {}, "extra": 1}', "justaword",
-    '{"username": 5}', "=value",
-])
+@pytest.mark.parametrize(
+    "blob",
+    [
+        "{not json",
+        '["a"]',
+        '{"cookies": {"a": 1}}',
+        '{"cookies": {}, "extra": 1}',
+        "justaword",
+        '{"username": 5}',
+        "=value",
+    ],
+)
 def test_bad_cookie_blob_is_login_required_with_a_clear_class(blob: str) -> None:
     with pytest.raises(FetchError) as caught:
         parse_cookie_blob(blob)
@@ -290,8 +319,14 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         form = self.rfile.read(int(self.headers.get("Content-Length", "0"))).decode()
         if self.path == "/login":  # a form login: a session cookie and a redirect to the member page
-            self._answer(302, b"", {"Set-Cookie": f"member={form.partition('user=')[2].partition('&')[0]}; Path=/",
-                                    "Location": "/home?from=login"})
+            self._answer(
+                302,
+                b"",
+                {
+                    "Set-Cookie": f"member={form.partition('user=')[2].partition('&')[0]}; Path=/",
+                    "Location": "/home?from=login",
+                },
+            )
             return
         self._answer(200, f"POST {self.headers.get('Content-Type')} {form}".encode())
 
@@ -347,8 +382,9 @@ def local_server() -> Iterator[str]:
 
 
 def test_real_transport_sends_blob_cookies_cuts_big_bodies_and_times_out(local_server: str) -> None:
-    policy = FetchPolicy(timeout_s=0.5, total_timeout_s=5.0, retries=0, backoff_s=0.01, max_body_bytes=10_000,
-                         user_agent="t")
+    policy = FetchPolicy(
+        timeout_s=0.5, total_timeout_s=5.0, retries=0, backoff_s=0.01, max_body_bytes=10_000, user_agent="t"
+    )
     cache = SessionCache()
     fetcher = Fetcher(Urllib3Transport(cache.session("jd", Account("a", "Cookie: thin=mint"))), policy)
     assert fetcher.fetch(PageRequest(url=f"{local_server}/echo")).body == b"cookie=thin=mint"
@@ -362,8 +398,9 @@ def test_real_transport_sends_blob_cookies_cuts_big_bodies_and_times_out(local_s
 
 
 def _real_fetcher(local_server: str, blob: str = "") -> tuple[Fetcher, SessionCache]:
-    policy = FetchPolicy(timeout_s=2.0, total_timeout_s=5.0, retries=0, backoff_s=0.01, max_body_bytes=10_000,
-                         user_agent="t")
+    policy = FetchPolicy(
+        timeout_s=2.0, total_timeout_s=5.0, retries=0, backoff_s=0.01, max_body_bytes=10_000, user_agent="t"
+    )
     cache = SessionCache()
     return Fetcher(Urllib3Transport(cache.session("ecshop", Account("a", blob))), policy), cache
 
@@ -421,14 +458,19 @@ def test_real_transport_reuses_the_connection_after_a_full_body_and_drops_it_aft
 def test_source_headers_and_cookie_headers_reach_the_site(local_server: str) -> None:
     """The source's headers under the request's own; a cookie-valued header (X-XSRF-TOKEN) only when the jar
     holds the cookie."""
-    policy = FetchPolicy(timeout_s=2.0, total_timeout_s=5.0, retries=0, backoff_s=0.01, max_body_bytes=10_000,
-                         user_agent="")
+    policy = FetchPolicy(
+        timeout_s=2.0, total_timeout_s=5.0, retries=0, backoff_s=0.01, max_body_bytes=10_000, user_agent=""
+    )
     cache = SessionCache()
     session = cache.session("weibo_web", Account("v", '{"cookies": {"SUB": "s", "XSRF-TOKEN": "tok"}}'))
-    fetcher = Fetcher(Urllib3Transport(session), policy, headers={"X-Requested-With": "XMLHttpRequest",
-                                                                  "Referer": "https://default/"})
-    request = PageRequest(url=f"{local_server}/headers", headers={"Referer": "https://weibo.com/u/1"},
-                          cookie_headers={"X-XSRF-TOKEN": "XSRF-TOKEN", "X-Absent": "NOPE"})
+    fetcher = Fetcher(
+        Urllib3Transport(session), policy, headers={"X-Requested-With": "XMLHttpRequest", "Referer": "https://default/"}
+    )
+    request = PageRequest(
+        url=f"{local_server}/headers",
+        headers={"Referer": "https://weibo.com/u/1"},
+        cookie_headers={"X-XSRF-TOKEN": "XSRF-TOKEN", "X-Absent": "NOPE"},
+    )
     seen = json.loads(fetcher.fetch(request).body)
     assert seen["X-Requested-With"] == "XMLHttpRequest" and seen["Referer"] == "https://weibo.com/u/1"
     assert seen["X-XSRF-TOKEN"] == "tok" and "X-Absent" not in seen

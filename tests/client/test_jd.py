@@ -17,9 +17,17 @@ TASK = make_task("jd", "100012043978")
 def test_first_request_is_the_product_page_query() -> None:
     request = SOURCE.first_request(TASK, BASE)
     assert request.url == f"{BASE}/comment/productPageComments.action"
-    assert request.params == {"callback": "fetchJSON_comment98", "productId": "100012043978", "score": "0",
-                              "sortType": "6", "page": "0", "pageSize": "10", "isShadowSku": "0", "rid": "0",
-                              "fold": "1"}
+    assert request.params == {
+        "callback": "fetchJSON_comment98",
+        "productId": "100012043978",
+        "score": "0",
+        "sortType": "6",
+        "page": "0",
+        "pageSize": "10",
+        "isShadowSku": "0",
+        "rid": "0",
+        "fold": "1",
+    }
     assert request.page == 1
 
 
@@ -77,9 +85,21 @@ def test_api_endpoint_sends_the_same_query_as_a_json_body_and_pages_the_same() -
     request = source.first_request(TASK, "https://api.m.jd.com")
     assert request.url == "https://api.m.jd.com/" and request.page == 1
     assert {k: v for k, v in request.params.items() if k != "body"} == {
-        "appid": "item-v3", "functionId": "pc_club_productPageComments", "client": "pc", "clientVersion": "1.0.0"}
-    assert json.loads(request.params["body"]) == {"productId": "100012043978", "score": 0, "sortType": 6, "page": 0,
-                                                  "pageSize": 10, "isShadowSku": 0, "rid": 0, "fold": 1}
+        "appid": "item-v3",
+        "functionId": "pc_club_productPageComments",
+        "client": "pc",
+        "clientVersion": "1.0.0",
+    }
+    assert json.loads(request.params["body"]) == {
+        "productId": "100012043978",
+        "score": 0,
+        "sortType": 6,
+        "page": 0,
+        "pageSize": 10,
+        "isShadowSku": 0,
+        "rid": 0,
+        "fold": 1,
+    }
     assert request.headers == {"Referer": "https://item.jd.com/100012043978.html"}
     page = source.parse(TASK, request, fetched(jd_comments(jsonp=False, max_page=3), request), NOW_MS)
     assert len(page.items) == 10 and page.next_request is not None
@@ -100,15 +120,19 @@ def test_comment_info_list_shape() -> None:
     assert page.next_request is not None and page.next_request.params["page"] == "1"  # hasMore, no maxPage
 
 
-@pytest.mark.parametrize(("body", "status", "headers", "error_class"), [
-    (b"", 403, {}, "jd-risk-403"),
-    (jd_comments(), 200, {"x-rp-content": '{"code":"605","msg":"risk"}'}, "jd-risk-605"),
-    (fixture("jd_risk_605.json"), 200, {}, "jd-risk-605"),
-    (fixture("jd_system_busy_gbk.html"), 200, {}, "jd-system-busy"),
-    (b'{"code":"3","msg":"\\u7cfb\\u7edf\\u7e41\\u5fd9"}', 200, {}, "jd-system-busy"),
-])
-def test_risk_control_answers_are_banned_never_a_parse_error(body: bytes, status: int, headers: dict[str, str],
-                                                            error_class: str) -> None:
+@pytest.mark.parametrize(
+    ("body", "status", "headers", "error_class"),
+    [
+        (b"", 403, {}, "jd-risk-403"),
+        (jd_comments(), 200, {"x-rp-content": '{"code":"605","msg":"risk"}'}, "jd-risk-605"),
+        (fixture("jd_risk_605.json"), 200, {}, "jd-risk-605"),
+        (fixture("jd_system_busy_gbk.html"), 200, {}, "jd-system-busy"),
+        (b'{"code":"3","msg":"\\u7cfb\\u7edf\\u7e41\\u5fd9"}', 200, {}, "jd-system-busy"),
+    ],
+)
+def test_risk_control_answers_are_banned_never_a_parse_error(
+    body: bytes, status: int, headers: dict[str, str], error_class: str
+) -> None:
     with pytest.raises(FetchError) as info:
         parse("jd", TASK, SOURCE.first_request(TASK, BASE), body, status=status, headers=headers)
     assert info.value.outcome == "Banned" and info.value.error_class == error_class
@@ -118,10 +142,21 @@ def test_risk_control_answers_are_banned_never_a_parse_error(body: bytes, status
 def test_nested_and_wrapped_comment_rows_login_page_and_risk_redirect() -> None:
     import json
 
-    row = {"commentInfo": {"commentId": "77", "userNickName": "a***b", "commentData": "好", "commentDate":
-                           "2025-06-01 10:00:00", "commentScore": "4"}}
-    lego = {"code": "0", "result": {"floors": [{"mId": "header", "data": {}},
-                                               {"mId": "commentlist", "data": {"commentInfoList": [row]}}]}}
+    row = {
+        "commentInfo": {
+            "commentId": "77",
+            "userNickName": "a***b",
+            "commentData": "好",
+            "commentDate": "2025-06-01 10:00:00",
+            "commentScore": "4",
+        }
+    }
+    lego = {
+        "code": "0",
+        "result": {
+            "floors": [{"mId": "header", "data": {}}, {"mId": "commentlist", "data": {"commentInfoList": [row]}}]
+        },
+    }
     page = parse("jd", TASK, SOURCE.first_request(TASK, BASE), json.dumps(lego).encode())
     (review,) = page.items
     assert isinstance(review, Review) and (review.id, review.score, review.content) == ("77", 4, "好")
@@ -130,6 +165,11 @@ def test_nested_and_wrapped_comment_rows_login_page_and_risk_redirect() -> None:
         parse("jd", TASK, SOURCE.first_request(TASK, BASE), login.encode())
     assert (info.value.outcome, info.value.error_class) == ("LoginRequired", "jd-login-page")
     with pytest.raises(FetchError) as info:
-        parse("jd", TASK, SOURCE.first_request(TASK, BASE), b"<html></html>",
-              final_url="https://cfe.m.jd.com/privatedomain/risk_handler/03101900/?returnurl=x")
+        parse(
+            "jd",
+            TASK,
+            SOURCE.first_request(TASK, BASE),
+            b"<html></html>",
+            final_url="https://cfe.m.jd.com/privatedomain/risk_handler/03101900/?returnurl=x",
+        )
     assert (info.value.outcome, info.value.error_class) == ("Banned", "jd-risk-redirect")

@@ -33,8 +33,16 @@ def test_classified_ban_page_exits_zero(capsys: pytest.CaptureFixture[str]) -> N
 
 
 def test_status_flag_classifies(capsys: pytest.CaptureFixture[str]) -> None:
-    code, lines, _ = run(capsys, "--source", "weibo_mobile", str(FIXTURES / "weibo_mobile_ok0.json"),
-                         "--status", "429", "--retry-after", "30")
+    code, lines, _ = run(
+        capsys,
+        "--source",
+        "weibo_mobile",
+        str(FIXTURES / "weibo_mobile_ok0.json"),
+        "--status",
+        "429",
+        "--retry-after",
+        "30",
+    )
     assert code == 0 and lines[-1]["outcome"] == "RateLimited" and lines[-1]["retry_after_s"] == 30.0
 
 
@@ -60,8 +68,9 @@ def test_ecshop_kinds_are_sniffed(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 0 and lines[-1]["task"] == "listing:ecshop:3" and lines[0] == {"product_id": "20"}
     code, lines, _ = run(capsys, "--source", "ecshop", str(FIXTURES / "ecshop_comment7_p3_gbk.json"))
     assert code == 0 and lines[-1]["items"] == 1 and lines[-1]["task"] == "reviews:ecshop:7"
-    code, lines, _ = run(capsys, "--source", "ecshop", str(FIXTURES / "ecshop_goods7.html"), "--kind", "reviews",
-                         "--target", "7")
+    code, lines, _ = run(
+        capsys, "--source", "ecshop", str(FIXTURES / "ecshop_goods7.html"), "--kind", "reviews", "--target", "7"
+    )
     assert code == 0 and lines[-1]["items"] == 3 and lines[-1]["info"] == {"page": "1", "record_count": "7"}
 
 
@@ -73,39 +82,60 @@ def test_unknown_source_and_missing_file(capsys: pytest.CaptureFixture[str], tmp
 
 
 def test_weibo_web_pages_walls_and_longtext(capsys: pytest.CaptureFixture[str]) -> None:
-    code, lines, _ = run(capsys, "--source", "weibo_web", str(FIXTURES / "weibo_web_page1.json"),
-                         "--now", "2021-07-06T12:00")
+    code, lines, _ = run(
+        capsys, "--source", "weibo_web", str(FIXTURES / "weibo_web_page1.json"), "--now", "2021-07-06T12:00"
+    )
     *items, summary = lines
     assert code == 0 and len(items) == 5 and summary["task"] == "user:weibo_web:5612345678"
     assert "since_id=4700000000005000kp2" in str(summary["next"]) and summary["cursor"] == "4700000000009000"
     code, lines, _ = run(capsys, "--source", "weibo_web", str(FIXTURES / "weibo_web_longtext.json"))
     assert code == 0 and "完整的正文" in str(lines[-1]["info"])
-    for name, outcome in (("weibo_web_login.json", "LoginRequired"), ("weibo_web_login_page.html", "LoginRequired"),
-                          ("weibo_pc_busy_gbk.html", "Busy")):
+    for name, outcome in (
+        ("weibo_web_login.json", "LoginRequired"),
+        ("weibo_web_login_page.html", "LoginRequired"),
+        ("weibo_pc_busy_gbk.html", "Busy"),
+    ):
         code, lines, _ = run(capsys, "--source", "weibo_web", str(FIXTURES / name))
         assert code == 0 and lines[-1]["outcome"] == outcome, name
 
 
-def test_weibo_mobile_profile_answer_names_the_next_request(capsys: pytest.CaptureFixture[str],
-                                                           tmp_path: Path) -> None:
+def test_weibo_mobile_profile_answer_names_the_next_request(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     profile = tmp_path / "profile.json"
-    profile.write_bytes(json.dumps({"ok": 1, "data": {"userInfo": {"id": 1907518591, "screen_name": "甲"},
-                                                      "tabsInfo": {"tabs": [{"tab_type": "weibo",
-                                                                             "containerid": "1076031907518591"}]}}}
-                                   ).replace("/", "\\/").encode())
+    profile.write_bytes(
+        json.dumps(
+            {
+                "ok": 1,
+                "data": {
+                    "userInfo": {"id": 1907518591, "screen_name": "甲"},
+                    "tabsInfo": {"tabs": [{"tab_type": "weibo", "containerid": "1076031907518591"}]},
+                },
+            }
+        )
+        .replace("/", "\\/")
+        .encode()
+    )
     code, lines, _ = run(capsys, "--source", "weibo_mobile", str(profile))
     assert code == 0 and lines[-1]["task"] == "user:weibo_mobile:1907518591"
     assert "containerid=1076031907518591" in str(lines[-1]["next"])
 
 
 def test_jd_api_endpoint_comment_info_list_and_risk_header(capsys: pytest.CaptureFixture[str]) -> None:
-    code, lines, _ = run(capsys, "--source", "jd", "--set", "sources.jd.endpoint=api",
-                         str(FIXTURES / "jd_page0.jsonp"), "--now", "2024-12-03T00:00:00")
+    code, lines, _ = run(
+        capsys,
+        "--source",
+        "jd",
+        "--set",
+        "sources.jd.endpoint=api",
+        str(FIXTURES / "jd_page0.jsonp"),
+        "--now",
+        "2024-12-03T00:00:00",
+    )
     assert code == 0 and lines[-1]["items"] == 3 and "functionId=pc_club_productPageComments" in str(lines[-1]["next"])
     code, lines, _ = run(capsys, "--source", "jd", str(FIXTURES / "jd_lego_comments.json"))
     assert code == 0 and lines[-1]["items"] == 2
-    code, lines, _ = run(capsys, "--source", "jd", str(FIXTURES / "jd_page0.jsonp"),
-                         "--header", 'x-rp-content: {"code":"605"}')
+    code, lines, _ = run(
+        capsys, "--source", "jd", str(FIXTURES / "jd_page0.jsonp"), "--header", 'x-rp-content: {"code":"605"}'
+    )
     assert code == 0 and (lines[-1]["outcome"], lines[-1]["error_class"]) == ("Banned", "jd-risk-605")
     code, _, err = run(capsys, "--source", "jd", str(FIXTURES / "jd_page0.jsonp"), "--header", "no colon")
     assert code == 2 and "NAME: VALUE" in err

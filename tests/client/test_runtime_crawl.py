@@ -54,8 +54,9 @@ class ScriptedSource:
         if isinstance(step, ParsedPage):
             return step
         more = request.page < len(self.pages)
-        return ParsedPage(items=list(step),
-                          next_request=PageRequest(url=request.url, page=request.page + 1) if more else None)
+        return ParsedPage(
+            items=list(step), next_request=PageRequest(url=request.url, page=request.page + 1) if more else None
+        )
 
 
 class PostSource(PostOrder, ScriptedSource):
@@ -79,8 +80,7 @@ class LongTextPostSource(PostSource):
 
 
 def post(pid: int, *, pinned: bool = False, minute: int = 0) -> Post:
-    return Post(id=pid, user_id=7, text=f"post {pid}", created_at=f"2024-05-01T12:{minute:02d}:00+08:00",
-                pinned=pinned)
+    return Post(id=pid, user_id=7, text=f"post {pid}", created_at=f"2024-05-01T12:{minute:02d}:00+08:00", pinned=pinned)
 
 
 def review(rid: str, when: str) -> Review:
@@ -88,8 +88,14 @@ def review(rid: str, when: str) -> Review:
 
 
 def task(kind: TaskKind = TaskKind.WeiboUser, cursor: str = "") -> Task:
-    return Task(id=f"{kind.value}:weibo_mobile:7", kind=kind, source="weibo_mobile", target="7",
-                lease_token="tok", cursor=cursor)
+    return Task(
+        id=f"{kind.value}:weibo_mobile:7",
+        kind=kind,
+        source="weibo_mobile",
+        target="7",
+        lease_token="tok",
+        cursor=cursor,
+    )
 
 
 def fingerprint_recorder() -> tuple[Callable[[Iterable[str]], int], list[list[str]]]:
@@ -102,13 +108,26 @@ def fingerprint_recorder() -> tuple[Callable[[Iterable[str]], int], list[list[st
     return fingerprint, calls
 
 
-def run(source: Source, the_task: Task, *, max_pages: int = 10,
-        relogin: Callable[[], None] | None = None, cancelled: Callable[[], bool] = lambda: False,
-        ) -> tuple[CrawlResult, ScriptedFetch, list[list[str]]]:
+def run(
+    source: Source,
+    the_task: Task,
+    *,
+    max_pages: int = 10,
+    relogin: Callable[[], None] | None = None,
+    cancelled: Callable[[], bool] = lambda: False,
+) -> tuple[CrawlResult, ScriptedFetch, list[list[str]]]:
     fetch = ScriptedFetch()
     fingerprint, calls = fingerprint_recorder()
-    result = crawl_task(the_task, source, fetch, base_url="http://site", max_pages=max_pages, now_ms=lambda: NOW_MS,
-                        cancelled=cancelled, relogin=relogin)
+    result = crawl_task(
+        the_task,
+        source,
+        fetch,
+        base_url="http://site",
+        max_pages=max_pages,
+        now_ms=lambda: NOW_MS,
+        cancelled=cancelled,
+        relogin=relogin,
+    )
     fingerprint_result(result, fingerprint)
     return result, fetch, calls
 
@@ -181,10 +200,12 @@ def test_items_repeated_across_shifting_pages_are_counted_once() -> None:
 
 
 def test_review_cursor_stop_uses_time_then_id() -> None:
-    source = ReviewSource([
-        [review("c", "2024-05-03T10:00:00+08:00"), review("b", "2024-05-02T10:00:00+08:00")],
-        [review("a", "2024-05-01T10:00:00+08:00")],
-    ])
+    source = ReviewSource(
+        [
+            [review("c", "2024-05-03T10:00:00+08:00"), review("b", "2024-05-02T10:00:00+08:00")],
+            [review("a", "2024-05-01T10:00:00+08:00")],
+        ]
+    )
     result, _, _ = run(source, task(TaskKind.ProductReviews, cursor="2024-05-02T10:00:00+08:00|b"))
     assert source.parsed == [1]
     assert [r.id for r in result.reviews] == ["c"]
@@ -200,8 +221,11 @@ def test_listing_collects_ids_for_add_users_and_keeps_no_cursor() -> None:
 
 
 def test_long_texts_are_fetched_for_new_truncated_posts_only() -> None:
-    page1 = ParsedPage(items=[post(30), post(29)], next_request=PageRequest(url="http://site/list", page=2),
-                       info={"long_text_ids": "30,29"})
+    page1 = ParsedPage(
+        items=[post(30), post(29)],
+        next_request=PageRequest(url="http://site/list", page=2),
+        info={"long_text_ids": "30,29"},
+    )
     source = LongTextPostSource([page1, [post(28)]])
     result, fetch, calls = run(source, task(cursor="29"))
     assert fetch.urls == ["http://site/list#1", "http://site/extend/30#99"]
@@ -215,8 +239,9 @@ def test_long_texts_are_fetched_for_new_truncated_posts_only() -> None:
 
 @pytest.mark.parametrize("outcome", [o for o in Outcome if o is not Outcome.Ok])
 def test_every_failure_outcome_becomes_a_classified_report_with_the_old_cursor(outcome: Outcome) -> None:
-    error = FetchError("site said no", outcome=outcome, http_status=418, error_class=f"cls-{outcome.value}",
-                       retry_after_s=30.0)
+    error = FetchError(
+        "site said no", outcome=outcome, http_status=418, error_class=f"cls-{outcome.value}", retry_after_s=30.0
+    )
     result, _, _ = run(PostSource([error]), task(cursor="12"))
     report = result.report
     assert report.outcome is outcome
@@ -245,10 +270,14 @@ def test_fetch_failure_is_reported_with_its_class() -> None:
             self.requests_made += 3
             raise FetchError("slow", outcome=Outcome.Timeout, error_class="ReadTimeout")
 
-    result = crawl_task(task(), PostSource([[post(1)]]), TimingOut(), base_url="http://site", max_pages=5,
-                        now_ms=lambda: 0)
+    result = crawl_task(
+        task(), PostSource([[post(1)]]), TimingOut(), base_url="http://site", max_pages=5, now_ms=lambda: 0
+    )
     assert (result.report.outcome, result.report.error_class, result.report.fetches) == (
-        Outcome.Timeout, "ReadTimeout", 3)
+        Outcome.Timeout,
+        "ReadTimeout",
+        3,
+    )
 
 
 def test_a_bug_in_a_source_is_a_parse_error_report_not_a_crash() -> None:

@@ -18,8 +18,16 @@ from icecrawler.models import Outcome, Post, Report, Review, Task, TaskKind
 
 class Scheduler:
     def __init__(self, tasks: int) -> None:
-        self.todo = [Task(id=f"user:weibo_mobile:{n}", kind=TaskKind.WeiboUser, source="weibo_mobile",
-                          target=str(n), lease_token=f"tok{n}") for n in range(tasks)]
+        self.todo = [
+            Task(
+                id=f"user:weibo_mobile:{n}",
+                kind=TaskKind.WeiboUser,
+                source="weibo_mobile",
+                target=str(n),
+                lease_token=f"tok{n}",
+            )
+            for n in range(tasks)
+        ]
         self.lease_calls: list[int] = []
         self.reports: list[Report] = []
         self.released: list[tuple[str, str]] = []
@@ -85,23 +93,44 @@ class Runner:
 
 
 def config(**overrides: float) -> DaemonConfig:
-    values: dict[str, float] = dict(workers=2, batch=3, idle_sleep_s=0.05, buffer_records=1000, report_batch=10,
-                                    write_batch=100, backoff_s=0.01, max_backoff_s=0.05, shutdown_grace_s=1.0,
-                                    progress_log_s=60.0)
+    values: dict[str, float] = dict(
+        workers=2,
+        batch=3,
+        idle_sleep_s=0.05,
+        buffer_records=1000,
+        report_batch=10,
+        write_batch=100,
+        backoff_s=0.01,
+        max_backoff_s=0.05,
+        shutdown_grace_s=1.0,
+        progress_log_s=60.0,
+    )
     values.update(overrides)
     return DaemonConfig(**values)  # type: ignore[arg-type]
 
 
-def make(scheduler: Scheduler, storage: Storage, cfg: DaemonConfig, block: threading.Event,
-         broken: frozenset[str] = frozenset()) -> tuple[ClientDaemon, list[Runner]]:
+def make(
+    scheduler: Scheduler,
+    storage: Storage,
+    cfg: DaemonConfig,
+    block: threading.Event,
+    broken: frozenset[str] = frozenset(),
+) -> tuple[ClientDaemon, list[Runner]]:
     runners: list[Runner] = []
 
     def factory(cancel: threading.Event) -> Runner:
         runners.append(Runner(cancel, block, broken))
         return runners[-1]
 
-    daemon = ClientDaemon(scheduler, storage, cfg, factory, clock=Clock(),  # type: ignore[arg-type]
-                          fingerprint=lambda texts: 1, worker_id="test")
+    daemon = ClientDaemon(
+        scheduler,
+        storage,
+        cfg,
+        factory,
+        clock=Clock(),  # type: ignore[arg-type]
+        fingerprint=lambda texts: 1,
+        worker_id="test",
+    )
     return daemon, runners
 
 

@@ -20,20 +20,35 @@ pytestmark = [pytest.mark.e2e, pytest.mark.ice, pytest.mark.bdb, pytest.mark.slo
 
 SPEED = 60.0
 CATCH_UP_S = 8.0
-SCHEDULER = {"scheduler.initial_period_s": 60, "scheduler.min_period_s": 30, "scheduler.max_period_s": 120,
-             "scheduler.lease_s": 120, "scheduler.backoff_after_attempts": 100}
+SCHEDULER = {
+    "scheduler.initial_period_s": 60,
+    "scheduler.min_period_s": 30,
+    "scheduler.max_period_s": 120,
+    "scheduler.lease_s": 120,
+    "scheduler.backoff_after_attempts": 100,
+}
 # client.batch = 1: leasing goes through getUser rather than getUsers.
-CLIENT = {"client.workers": 2, "client.batch": 1, "client.max_pages": 20, "client.timeout_s": 2,
-          "client.backoff_s": 0.1, "client.max_backoff_s": 1, "client.idle_sleep_s": 0.3,
-          "client.progress_log_s": 2, "client.shutdown_grace_s": 5}
+CLIENT = {
+    "client.workers": 2,
+    "client.batch": 1,
+    "client.max_pages": 20,
+    "client.timeout_s": 2,
+    "client.backoff_s": 0.1,
+    "client.max_backoff_s": 1,
+    "client.idle_sleep_s": 0.3,
+    "client.progress_log_s": 2,
+    "client.shutdown_grace_s": 5,
+}
 
 
 def small_world(*misbehave: MisbehaviourRule) -> Scenario:
     return Scenario(
         seed=5,
         users=(WeiboUser(uid=1907518591, sites=("m",), backlog=15, schedule=Schedule("periodic", interval_s=240)),),
-        products=(Product("jd", "100012043978", backlog=15, schedule=Schedule("periodic", interval_s=180)),
-                  Product("jd", "100008348542", backlog=5, schedule=Schedule("static"))),
+        products=(
+            Product("jd", "100012043978", backlog=15, schedule=Schedule("periodic", interval_s=180)),
+            Product("jd", "100008348542", backlog=5, schedule=Schedule("static")),
+        ),
         misbehave=misbehave,
     )
 
@@ -42,8 +57,9 @@ SEEDS = ["weibo_mobile:1907518591", "jd:100012043978", "jd:100008348542"]
 
 
 def test_storage_and_scheduler_outages_lose_nothing(tmp_path: Path) -> None:
-    with running_stack(tmp_path, small_world(), speed=SPEED, scheduler_settings=SCHEDULER,
-                       client_settings=CLIENT) as stack:
+    with running_stack(
+        tmp_path, small_world(), speed=SPEED, scheduler_settings=SCHEDULER, client_settings=CLIENT
+    ) as stack:
         stack.seed(SEEDS)
         client = stack.start_client("client")
         wait_for(lambda: len(stack.stored()) > 0, "nothing stored before the outage")
@@ -54,8 +70,10 @@ def test_storage_and_scheduler_outages_lose_nothing(tmp_path: Path) -> None:
         assert client.alive()
         restart(stack, stack.storage, stack.storage_port)
         stack.stop_scheduler()
-        wait_for(lambda: "scheduler unavailable" in client_logs([client]) or "leasing failed" in client_logs([client]),
-                 "the client never noticed the scheduler outage")
+        wait_for(
+            lambda: "scheduler unavailable" in client_logs([client]) or "leasing failed" in client_logs([client]),
+            "the client never noticed the scheduler outage",
+        )
         restart(stack, stack.scheduler, stack.scheduler_port)
         expected, stored, _ = caught_up(stack, CATCH_UP_S, timeout_s=60)
         code = client.stop(timeout_s=20)
@@ -70,12 +88,15 @@ def test_storage_and_scheduler_outages_lose_nothing(tmp_path: Path) -> None:
 def test_sigterm_during_a_hanging_crawl_exits_cleanly_and_gives_the_lease_back(tmp_path: Path) -> None:
     hang = MisbehaviourRule("jd", "100008348542", Misbehaviour(hang_rate=1.0, hang_s=30.0))
     client_settings = {**CLIENT, "client.timeout_s": 20, "client.total_timeout_s": 60, "client.shutdown_grace_s": 1}
-    with running_stack(tmp_path, small_world(hang), speed=SPEED, scheduler_settings=SCHEDULER,
-                       client_settings=client_settings) as stack:
+    with running_stack(
+        tmp_path, small_world(hang), speed=SPEED, scheduler_settings=SCHEDULER, client_settings=client_settings
+    ) as stack:
         stack.seed(["jd:100008348542"])
         client = stack.start_client("client")
-        wait_for(lambda: any(r["target"] == "100008348542" for r in stack.requests(site="jd")),
-                 "the hanging product was never requested")
+        wait_for(
+            lambda: any(r["target"] == "100008348542" for r in stack.requests(site="jd")),
+            "the hanging product was never requested",
+        )
         inflight_before = stack.scheduler_stats()["inflight"]
         started = time.monotonic()
         code = client.stop(timeout_s=15)

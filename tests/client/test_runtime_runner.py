@@ -28,12 +28,16 @@ LIMITED = "100008348542"
 def sandbox() -> Iterator[SandboxServer]:
     scenario = Scenario(
         seed=2,
-        products=(Product("ecshop", "12", backlog=12, schedule=Schedule("static")),
-                  Product("jd", "100012043978", backlog=25, schedule=Schedule("static")),
-                  Product("jd", LIMITED, backlog=3, schedule=Schedule("static"))),
+        products=(
+            Product("ecshop", "12", backlog=12, schedule=Schedule("static")),
+            Product("jd", "100012043978", backlog=25, schedule=Schedule("static")),
+            Product("jd", LIMITED, backlog=3, schedule=Schedule("static")),
+        ),
         accounts=(("member", "s3cret"),),
-        misbehave=(MisbehaviourRule("ecshop", "", Misbehaviour(login_wall=True)),
-                   MisbehaviourRule("jd", LIMITED, Misbehaviour(retry_after_rate=1.0, retry_after_s=90))),
+        misbehave=(
+            MisbehaviourRule("ecshop", "", Misbehaviour(login_wall=True)),
+            MisbehaviourRule("jd", LIMITED, Misbehaviour(retry_after_rate=1.0, retry_after_s=90)),
+        ),
     )
     with SandboxServer(scenario) as server:
         yield server
@@ -50,8 +54,15 @@ def runner(sandbox: SandboxServer, **overrides: str) -> TaskRunner:
 
 
 def task(source: str, target: str, *, blob: str = "", cursor: str = "") -> Task:
-    return Task(id=f"reviews:{source}:{target}", kind=TaskKind.ProductReviews, source=source, target=target,
-                lease_token="t", cursor=cursor, account=Account("acc", blob) if blob else Account())
+    return Task(
+        id=f"reviews:{source}:{target}",
+        kind=TaskKind.ProductReviews,
+        source=source,
+        target=target,
+        lease_token="t",
+        cursor=cursor,
+        account=Account("acc", blob) if blob else Account(),
+    )
 
 
 def test_ecshop_login_wall_logs_in_with_the_settings_credentials(sandbox: SandboxServer) -> None:

@@ -91,24 +91,52 @@ class Clock:
         self.mono = 0.0
 
 
-def make(buffer_records: int = 100, write_batch: int = 3, report_batch: int = 2,
-         ) -> tuple[Sink, MemoryScheduler, MemoryStorage, Clock]:
+def make(
+    buffer_records: int = 100,
+    write_batch: int = 3,
+    report_batch: int = 2,
+) -> tuple[Sink, MemoryScheduler, MemoryStorage, Clock]:
     scheduler, storage, clock = MemoryScheduler(), MemoryStorage(), Clock()
-    sink = Sink(scheduler, storage, buffer_records=buffer_records, report_batch=report_batch,
-                write_batch=write_batch, backoff_s=1.0, max_backoff_s=8.0, now_ms=lambda: clock.wall_ms,
-                monotonic=lambda: clock.mono, fingerprint=lambda texts: len(list(texts)))
+    sink = Sink(
+        scheduler,
+        storage,
+        buffer_records=buffer_records,
+        report_batch=report_batch,
+        write_batch=write_batch,
+        backoff_s=1.0,
+        max_backoff_s=8.0,
+        now_ms=lambda: clock.wall_ms,
+        monotonic=lambda: clock.mono,
+        fingerprint=lambda texts: len(list(texts)),
+    )
     return sink, scheduler, storage, clock
 
 
-def result(name: str, posts: int = 0, reviews: int = 0, *, deadline_ms: int = 0, discovered: Sequence[str] = (),
-           aborted: bool = False, kind: TaskKind = TaskKind.WeiboUser) -> CrawlResult:
-    task = Task(id=f"{kind.value}:weibo_mobile:{name}", kind=kind, source="ecshop" if discovered else "weibo_mobile",
-                target=name, lease_token=f"tok-{name}", lease_deadline_ms=deadline_ms)
+def result(
+    name: str,
+    posts: int = 0,
+    reviews: int = 0,
+    *,
+    deadline_ms: int = 0,
+    discovered: Sequence[str] = (),
+    aborted: bool = False,
+    kind: TaskKind = TaskKind.WeiboUser,
+) -> CrawlResult:
+    task = Task(
+        id=f"{kind.value}:weibo_mobile:{name}",
+        kind=kind,
+        source="ecshop" if discovered else "weibo_mobile",
+        target=name,
+        lease_token=f"tok-{name}",
+        lease_deadline_ms=deadline_ms,
+    )
     return CrawlResult(
-        task, Report(task_id=task.id, lease_token=task.lease_token, new_items=posts + reviews),
+        task,
+        Report(task_id=task.id, lease_token=task.lease_token, new_items=posts + reviews),
         posts=[Post(id=hash((name, n)) & 0xFFFFFF, user_id=1) for n in range(posts)],
         reviews=[Review(id=f"{name}-{n}", product_id=name) for n in range(reviews)],
-        discovered=list(discovered), aborted=aborted,
+        discovered=list(discovered),
+        aborted=aborted,
     )
 
 
@@ -140,8 +168,7 @@ def test_storage_outage_buffers_records_withholds_reports_and_blocks_leasing_whe
     assert len(storage.posts) == 6 and len(scheduler.reports) == 2 and sink.has_room()
 
 
-def test_rejected_records_are_logged_not_retried_and_the_task_still_reported(
-        caplog: pytest.LogCaptureFixture) -> None:
+def test_rejected_records_are_logged_not_retried_and_the_task_still_reported(caplog: pytest.LogCaptureFixture) -> None:
     sink, scheduler, storage, _ = make()
     bad = result("x", reviews=3)
     storage.reject_ids = {"x-1"}
@@ -203,8 +230,10 @@ def test_listing_ids_go_through_add_users_and_the_report_carries_its_count() -> 
     sink, scheduler, _, _ = make()
     sink.add(result("cat1", discovered=["101", "102", "103"], kind=TaskKind.Listing))
     assert sink.flush() is True
-    assert scheduler.added == [(["ecshop:101", "ecshop:102"], TaskKind.ProductReviews),
-                               (["ecshop:103"], TaskKind.ProductReviews)]
+    assert scheduler.added == [
+        (["ecshop:101", "ecshop:102"], TaskKind.ProductReviews),
+        (["ecshop:103"], TaskKind.ProductReviews),
+    ]
     assert scheduler.reports[0].new_items == 1  # 2 calls, each finds one id already known
 
 
@@ -266,10 +295,13 @@ class BrokenStorage(MemoryStorage):
         raise self.error
 
 
-@pytest.mark.parametrize("error", [InvalidArgumentError("batch too large", code="BatchTooLarge"),
-                                   OverflowError("id does not fit a Slice long")])
+@pytest.mark.parametrize(
+    "error",
+    [InvalidArgumentError("batch too large", code="BatchTooLarge"), OverflowError("id does not fit a Slice long")],
+)
 def test_records_storage_can_never_take_are_not_retried_forever_and_the_task_is_not_reported_ok(
-        error: Exception, caplog: pytest.LogCaptureFixture) -> None:
+    error: Exception, caplog: pytest.LogCaptureFixture
+) -> None:
     sink, scheduler, _, _ = make()
     sink.storage = BrokenStorage(error)
     crawled = result("a", posts=2)
@@ -310,13 +342,17 @@ def test_a_batch_failing_as_a_whole_is_split_until_the_bad_record_is_alone() -> 
     assert scheduler.reports[0].outcome is Outcome.ParseError  # x-6 was not proven bad: crawl the task again
 
 
-@pytest.mark.parametrize(("field", "value", "problem"), [
-    ("content", "good \ud800 bad", "lone surrogate"),
-    ("user", "\udfff", "lone surrogate"),
-    ("id", "r\ud800", "lone surrogate"),
-])
+@pytest.mark.parametrize(
+    ("field", "value", "problem"),
+    [
+        ("content", "good \ud800 bad", "lone surrogate"),
+        ("user", "\udfff", "lone surrogate"),
+        ("id", "r\ud800", "lone surrogate"),
+    ],
+)
 def test_a_record_the_wire_cannot_carry_is_dropped_alone_and_the_task_still_reported_ok(
-        field: str, value: str, problem: str, caplog: pytest.LogCaptureFixture) -> None:
+    field: str, value: str, problem: str, caplog: pytest.LogCaptureFixture
+) -> None:
     sink, scheduler, storage, _ = make(write_batch=10)
     crawled = result("x", reviews=10)
     setattr(crawled.reviews[3], field, value)

@@ -33,11 +33,22 @@ SINCE_ID_USER, PAGE_USER = "3000000001", "3000000002"
 
 @pytest.fixture()
 def sandbox() -> Iterator[SandboxServer]:
-    scenario = Scenario(seed=4, users=(
-        WeiboUser(uid=int(SINCE_ID_USER), sites=("web",), cursor="since_id", backlog=55, long_text_every=4,
-                  schedule=Schedule("static")),
-        WeiboUser(uid=int(PAGE_USER), sites=("web",), cursor="page", backlog=31, pinned=False,
-                  schedule=Schedule("static"))))
+    scenario = Scenario(
+        seed=4,
+        users=(
+            WeiboUser(
+                uid=int(SINCE_ID_USER),
+                sites=("web",),
+                cursor="since_id",
+                backlog=55,
+                long_text_every=4,
+                schedule=Schedule("static"),
+            ),
+            WeiboUser(
+                uid=int(PAGE_USER), sites=("web",), cursor="page", backlog=31, pinned=False, schedule=Schedule("static")
+            ),
+        ),
+    )
     slow = MisbehaviourRule("web", "", Misbehaviour(slow_rate=1.0, slow_ms=400))
     with SandboxServer(scenario, speed=0, misbehave=(slow,)) as server:
         yield server
@@ -71,19 +82,30 @@ def lease_one(core: SchedulerCore, timeout_s: float = 10.0) -> Task:
 
 def test_a_crawl_survives_its_visitor_session_expiring_mid_crawl(sandbox: SandboxServer) -> None:
     sites = source_settings(sandbox.url)
-    settings = make_settings(scheduler__visitor_renew_s=0.0, scheduler__host_block_s=3600.0, client__retries=0,
-                             client__max_pages=20, **{key.replace(".", "__"): value for key, value in sites.items()})
+    settings = make_settings(
+        scheduler__visitor_renew_s=0.0,
+        scheduler__host_block_s=3600.0,
+        client__retries=0,
+        client__max_pages=20,
+        **{key.replace(".", "__"): value for key, value in sites.items()},
+    )
     core = SchedulerCore.from_settings(settings, MemoryQueueStore(), ManualClocks(start=time.time()))
     core.add([f"weibo_web:{SINCE_ID_USER}", f"weibo_web:{PAGE_USER}"], TaskKind.WeiboUser)
-    runner = TaskRunner(RunnerConfig.from_settings(settings), RunnerConfig.from_settings(settings).make_source,
-                        clock=Clock(), cancel=threading.Event())
+    runner = TaskRunner(
+        RunnerConfig.from_settings(settings),
+        RunnerConfig.from_settings(settings).make_source,
+        clock=Clock(),
+        cancel=threading.Event(),
+    )
     stop = threading.Event()
     watcher = expire_during_a_second_page(sandbox, stop)
     stored: dict[int, Post] = {}
     reports: list[tuple[str, Report, str]] = []
     try:
-        while not {t for t, r, _ in reports if r.outcome is Outcome.Ok} >= {f"user:weibo_web:{SINCE_ID_USER}",
-                                                                           f"user:weibo_web:{PAGE_USER}"}:
+        while not {t for t, r, _ in reports if r.outcome is Outcome.Ok} >= {
+            f"user:weibo_web:{SINCE_ID_USER}",
+            f"user:weibo_web:{PAGE_USER}",
+        }:
             assert len(reports) < 8, reports
             task = lease_one(core)
             result = runner.run(task)
@@ -127,8 +149,15 @@ def test_a_recrawl_from_the_cursor_reads_one_page_despite_the_old_pinned_post(sa
     blob = json.dumps({"cookies": mint_visitor(sites["sources.weibo_web.visitor_url"])})
 
     def task(cursor: str) -> Task:
-        return Task(id=f"user:weibo_web:{SINCE_ID_USER}", kind=TaskKind.WeiboUser, source="weibo_web",
-                    target=SINCE_ID_USER, lease_token="t", cursor=cursor, account=Account("visitor:weibo_web:1", blob))
+        return Task(
+            id=f"user:weibo_web:{SINCE_ID_USER}",
+            kind=TaskKind.WeiboUser,
+            source="weibo_web",
+            target=SINCE_ID_USER,
+            lease_token="t",
+            cursor=cursor,
+            account=Account("visitor:weibo_web:1", blob),
+        )
 
     try:
         first = runner.run(task(""))

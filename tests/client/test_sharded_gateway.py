@@ -31,8 +31,16 @@ class FakeShard:
         if not self.queue:
             raise self.no_work
         taken, self.queue = self.queue[:count], self.queue[count:]
-        return [Task(id=task_id, kind=TaskKind.ProductReviews, source=task_id.split(":")[1], target="1",
-                     lease_token=f"t-{task_id}") for task_id in taken]
+        return [
+            Task(
+                id=task_id,
+                kind=TaskKind.ProductReviews,
+                source=task_id.split(":")[1],
+                target="1",
+                lease_token=f"t-{task_id}",
+            )
+            for task_id in taken
+        ]
 
     def _check(self, ids: list[str]) -> None:
         for index, task_id in enumerate(ids):

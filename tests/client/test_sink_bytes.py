@@ -13,18 +13,30 @@ from tests.client.test_runtime_sink import MemoryScheduler, MemoryStorage
 
 
 def _result(name: str, sizes: list[int]) -> CrawlResult:
-    task = Task(id=f"reviews:jd:{name}", kind=TaskKind.ProductReviews, source="jd", target=name,
-                lease_token=f"tok-{name}")
+    task = Task(
+        id=f"reviews:jd:{name}", kind=TaskKind.ProductReviews, source="jd", target=name, lease_token=f"tok-{name}"
+    )
     reviews = [Review(id=f"{name}-{n}", product_id=name, content="评" * size) for n, size in enumerate(sizes)]
-    return CrawlResult(task, Report(task_id=task.id, lease_token=task.lease_token, new_items=len(sizes)),
-                       reviews=reviews)
+    return CrawlResult(
+        task, Report(task_id=task.id, lease_token=task.lease_token, new_items=len(sizes)), reviews=reviews
+    )
 
 
 def test_writes_are_split_to_fit_the_byte_limit() -> None:
     scheduler, storage = MemoryScheduler(), MemoryStorage()
-    sink = Sink(scheduler, storage, buffer_records=1000, report_batch=10, write_batch=100, write_bytes=10_000,
-                backoff_s=1.0, max_backoff_s=8.0, now_ms=lambda: 0, monotonic=lambda: 0.0,
-                fingerprint=lambda texts: 0)
+    sink = Sink(
+        scheduler,
+        storage,
+        buffer_records=1000,
+        report_batch=10,
+        write_batch=100,
+        write_bytes=10_000,
+        backoff_s=1.0,
+        max_backoff_s=8.0,
+        now_ms=lambda: 0,
+        monotonic=lambda: 0.0,
+        fingerprint=lambda texts: 0,
+    )
     results = [_result("a", [1000, 1000, 1000, 10]), _result("b", [3000, 5, 5]), _result("c", [3000])]
     for item in results:
         sink.add(item)
@@ -34,15 +46,25 @@ def test_writes_are_split_to_fit_the_byte_limit() -> None:
     assert len(storage.writes) > 1 and sum(storage.writes) == len(sent)
     start = 0
     for count in storage.writes:  # each write under the limit (a record over it alone would go by itself)
-        assert sum(record_wire_bytes(r) for r in sent[start:start + count]) <= 10_000
+        assert sum(record_wire_bytes(r) for r in sent[start : start + count]) <= 10_000
         start += count
     assert len(scheduler.reports) == 3
 
 
 def test_without_a_byte_limit_only_the_count_splits() -> None:
     scheduler, storage = MemoryScheduler(), MemoryStorage()
-    sink = Sink(scheduler, storage, buffer_records=1000, report_batch=10, write_batch=2, backoff_s=1.0,
-                max_backoff_s=8.0, now_ms=lambda: 0, monotonic=lambda: 0.0, fingerprint=lambda texts: 0)
+    sink = Sink(
+        scheduler,
+        storage,
+        buffer_records=1000,
+        report_batch=10,
+        write_batch=2,
+        backoff_s=1.0,
+        max_backoff_s=8.0,
+        now_ms=lambda: 0,
+        monotonic=lambda: 0.0,
+        fingerprint=lambda texts: 0,
+    )
     sink.add(_result("a", [3000] * 5))
     assert sink.flush() is True
     assert storage.writes == [2, 2, 1]
@@ -62,8 +84,18 @@ def test_a_refused_certificate_loses_nothing() -> None:
             return super().write_reviews(reviews)
 
     scheduler, storage = MemoryScheduler(), RefusingStorage()
-    sink = Sink(scheduler, storage, buffer_records=1000, report_batch=10, write_batch=100, backoff_s=0.0,
-                max_backoff_s=0.0, now_ms=lambda: 0, monotonic=lambda: 0.0, fingerprint=lambda texts: 0)
+    sink = Sink(
+        scheduler,
+        storage,
+        buffer_records=1000,
+        report_batch=10,
+        write_batch=100,
+        backoff_s=0.0,
+        max_backoff_s=0.0,
+        now_ms=lambda: 0,
+        monotonic=lambda: 0.0,
+        fingerprint=lambda texts: 0,
+    )
     sink.add(_result("a", [10, 10]))
     assert sink.flush() is False
     assert sink.buffered_records() == 2 and scheduler.reports == []

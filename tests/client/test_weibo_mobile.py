@@ -86,8 +86,9 @@ def test_ok0_is_not_found_on_the_first_page_and_the_end_later() -> None:
     assert page.items == [] and page.next_request is None and page.info == {"end": "ok:0"}
 
 
-@pytest.mark.parametrize(("name", "error_class"), [
-    ("weibo_mobile_login.json", "login-wall"), ("weibo_mobile_verify.json", "verify-wall")])
+@pytest.mark.parametrize(
+    ("name", "error_class"), [("weibo_mobile_login.json", "login-wall"), ("weibo_mobile_verify.json", "verify-wall")]
+)
 def test_login_walls(name: str, error_class: str) -> None:
     with pytest.raises(FetchError) as info:
         parse("weibo_mobile", TASK, timeline(), fixture(name))
@@ -118,21 +119,38 @@ def test_long_text_extend() -> None:
 def profile_body(tabs: list[dict[str, object]]) -> bytes:
     from crawler_client.sources.samples import wire_json
 
-    return wire_json({"ok": 1, "data": {
-        "userInfo": {"id": 5612345678, "screen_name": "测试用户", "statuses_count": 1553, "followers_count": "145.5万"},
-        "tabsInfo": {"selectedTab": 1, "tabs": tabs}}})
+    return wire_json(
+        {
+            "ok": 1,
+            "data": {
+                "userInfo": {
+                    "id": 5612345678,
+                    "screen_name": "测试用户",
+                    "statuses_count": 1553,
+                    "followers_count": "145.5万",
+                },
+                "tabsInfo": {"selectedTab": 1, "tabs": tabs},
+            },
+        }
+    )
 
 
 def test_first_crawl_reads_the_containerid_from_the_profile_and_remembers_it() -> None:
     source = WeiboMobileSource(ContainerMemo())
     first = source.first_request(TASK, BASE)
     assert first.params == {"type": "uid", "value": "5612345678"} and first.state == {"profile": "1"}
-    tabs = [{"id": 1, "tab_type": "profile", "containerid": "2302835612345678"},
-            {"id": 2, "tabKey": "weibo", "tab_type": "weibo", "title": "微博", "containerid": "1076039999"}]
+    tabs = [
+        {"id": 1, "tab_type": "profile", "containerid": "2302835612345678"},
+        {"id": 2, "tabKey": "weibo", "tab_type": "weibo", "title": "微博", "containerid": "1076039999"},
+    ]
     page = source.parse(TASK, first, fetched(profile_body(tabs), first), NOW_MS)
     assert page.items == []
-    assert page.info == {"screen_name": "测试用户", "statuses_count": "1553", "followers_count": "1455000",
-                         "timeline_containerid": "1076039999"}
+    assert page.info == {
+        "screen_name": "测试用户",
+        "statuses_count": "1553",
+        "followers_count": "1455000",
+        "timeline_containerid": "1076039999",
+    }
     nxt = page.next_request
     assert nxt is not None and nxt.params["containerid"] == "1076039999"
     assert nxt.state["fallbacks"] == "2304135612345678_-_WEIBO_SECOND_PROFILE_WEIBO,1076035612345678"
@@ -150,15 +168,17 @@ def test_first_crawl_reads_the_containerid_from_the_profile_and_remembers_it() -
 def test_profile_without_a_weibo_tab_falls_back_to_the_107603_prefix() -> None:
     source = WeiboMobileSource(ContainerMemo())
     first = source.first_request(TASK, BASE)
-    page = source.parse(TASK, first, fetched(profile_body([{"tab_type": "album", "containerid": "1078"}]), first),
-                        NOW_MS)
+    page = source.parse(
+        TASK, first, fetched(profile_body([{"tab_type": "album", "containerid": "1078"}]), first), NOW_MS
+    )
     assert page.next_request is not None and page.next_request.params["containerid"] == "1076035612345678"
 
 
 def test_an_empty_weibo_tab_falls_back_to_the_next_candidate_then_not_found() -> None:
     source = WeiboMobileSource(ContainerMemo())
-    request = source.timeline_request(BASE, "5612345678", "1076035612345678",
-                                      ("2304135612345678_-_WEIBO_SECOND_PROFILE_WEIBO",))
+    request = source.timeline_request(
+        BASE, "5612345678", "1076035612345678", ("2304135612345678_-_WEIBO_SECOND_PROFILE_WEIBO",)
+    )
     page = source.parse(TASK, request, fetched(fixture("weibo_mobile_ok0.json"), request), NOW_MS)
     assert page.items == [] and page.info == {"empty_tab": "1076035612345678"}
     nxt = page.next_request
@@ -194,8 +214,14 @@ def test_html_login_page_jsonp_and_bom_answers() -> None:
 def test_pre_2017_top_level_cards_and_inline_long_text() -> None:
     from crawler_client.sources.samples import wire_json
 
-    mblog = {"id": 4100000000000001, "created_at": "06-27", "text": "开头...全文", "isLongText": True,
-             "longText": {"longTextContent": "开头和完整正文"}, "user": {"id": 5612345678}}
+    mblog = {
+        "id": 4100000000000001,
+        "created_at": "06-27",
+        "text": "开头...全文",
+        "isLongText": True,
+        "longText": {"longTextContent": "开头和完整正文"},
+        "user": {"id": 5612345678},
+    }
     body = wire_json({"cardlistInfo": {"page": 2}, "cards": [{"card_type": 9, "mblog": mblog}], "ok": 1})
     page = parse("weibo_mobile", TASK, timeline(), body)
     (post,) = page.items
@@ -206,11 +232,19 @@ def test_pre_2017_top_level_cards_and_inline_long_text() -> None:
 def test_detail_page_render_data_and_extend_answer() -> None:
     import json
 
-    status = {"id": "4700000000007000", "created_at": "Tue Jun 08 09:35:04 +0800 2021", "text": "详情页全文",
-              "user": {"id": 5612345678, "screen_name": "测试用户"}, "bid": "Lxyz", "reposts_count": 2}
-    body = ("<!DOCTYPE html><html><body><script>\nvar $render_data = [" +
-            json.dumps({"status": status, "call": "1"}, ensure_ascii=False, indent=4) +
-            "][0] || {};\nvar config = {};</script></body></html>").encode()
+    status = {
+        "id": "4700000000007000",
+        "created_at": "Tue Jun 08 09:35:04 +0800 2021",
+        "text": "详情页全文",
+        "user": {"id": 5612345678, "screen_name": "测试用户"},
+        "bid": "Lxyz",
+        "reposts_count": 2,
+    }
+    body = (
+        "<!DOCTYPE html><html><body><script>\nvar $render_data = ["
+        + json.dumps({"status": status, "call": "1"}, ensure_ascii=False, indent=4)
+        + "][0] || {};\nvar config = {};</script></body></html>"
+    ).encode()
     page = parse("weibo_mobile", TASK, timeline(), body)
     (post,) = page.items
     assert isinstance(post, Post) and post.id == 4700000000007000 and post.text == "详情页全文"

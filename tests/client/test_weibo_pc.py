@@ -21,8 +21,16 @@ def first() -> object:
 def test_first_request_is_the_v6_ajax_call_with_the_page_triple() -> None:
     request = SOURCE.first_request(TASK, BASE + "/")
     assert request.url == f"{BASE}/p/aj/v6/mblog/mbloglist"
-    assert request.params == {"ajwvr": "6", "domain": "100206", "pagebar": "0", "is_ori": "1",
-                              "id": "1002062803301701", "page": "1", "pre_page": "0", "__rnd": "0"}
+    assert request.params == {
+        "ajwvr": "6",
+        "domain": "100206",
+        "pagebar": "0",
+        "is_ori": "1",
+        "id": "1002062803301701",
+        "page": "1",
+        "pre_page": "0",
+        "__rnd": "0",
+    }
     assert request.state == {"chunk": "0"} and request.page == 1
 
 
@@ -97,17 +105,22 @@ def test_profile_page_fm_view_is_parsed_like_chunk_0() -> None:
 
     html = json.loads(mbloglist_chunk(1163218074, 1, 0, posts=2))["data"]
     view = json.dumps({"ns": "pl.content.homeFeed.index", "domid": "Pl_Official_MyProfileFeed__23", "html": html})
-    body = (f'<html><script>FM.view({{"ns":"pl.nav","html":"<div class=\\"fl_menu\\"></div>"}})</script>'
-            f"<script>FM.view({view})</script></html>").encode()
+    body = (
+        f'<html><script>FM.view({{"ns":"pl.nav","html":"<div class=\\"fl_menu\\"></div>"}})</script>'
+        f"<script>FM.view({view})</script></html>"
+    ).encode()
     page = parse("weibo_pc", TASK, SOURCE.first_request(TASK, BASE), body)
     assert len(page.items) == 2
 
 
-@pytest.mark.parametrize(("name", "outcome", "error_class"), [
-    ("weibo_pc_busy_gbk.html", "Busy", "busy"),
-    ("weibo_pc_frozen_gbk.html", "AccountFrozen", "account-frozen"),
-    ("weibo_pc_passport_gbk.html", "LoginRequired", "passport"),
-])
+@pytest.mark.parametrize(
+    ("name", "outcome", "error_class"),
+    [
+        ("weibo_pc_busy_gbk.html", "Busy", "busy"),
+        ("weibo_pc_frozen_gbk.html", "AccountFrozen", "account-frozen"),
+        ("weibo_pc_passport_gbk.html", "LoginRequired", "passport"),
+    ],
+)
 def test_gbk_interstitials_are_classified_from_bytes(name: str, outcome: str, error_class: str) -> None:
     with pytest.raises(FetchError) as info:
         parse("weibo_pc", TASK, SOURCE.first_request(TASK, BASE), fixture(name))
@@ -151,8 +164,9 @@ def test_long_text_getlongtext() -> None:
 
 def test_feedtype_top_marks_the_pinned_post_and_keeps_it_out_of_the_cursor() -> None:
     task = make_task("weibo_pc", "1163218074")
-    body = mbloglist_chunk(posts=3).replace(b'action-type=\\"feed_list_item\\"',
-                                            b'feedtype=\\"top\\" action-type=\\"feed_list_item\\"', 1)
+    body = mbloglist_chunk(posts=3).replace(
+        b'action-type=\\"feed_list_item\\"', b'feedtype=\\"top\\" action-type=\\"feed_list_item\\"', 1
+    )
     page = parse("weibo_pc", task, SOURCE.first_request(task, BASE), body)
     posts = [item for item in page.items if isinstance(item, Post)]
     assert [post.pinned for post in posts] == [True, False, False]
@@ -162,10 +176,12 @@ def test_feedtype_top_marks_the_pinned_post_and_keeps_it_out_of_the_cursor() -> 
 def test_video_covers_are_not_pictures() -> None:
     from crawler_client.sources.samples import wire_json
 
-    item = ('<div class="WB_cardwrap WB_feed_type" tbinfo="ouid=1" mid="4000000000000001" action-type="feed_list_item">'
-            '<div class="WB_text" node-type="feed_list_content">视频</div><ul node-type="feed_list_media_prev">'
-            '<li class="WB_video" video_src="//f.video.weibocdn.com/x.mp4"><div><img src="//wx1.sinaimg.cn/cover.jpg">'
-            '</div></li><li><img src="//wx1.sinaimg.cn/pic.jpg"></li></ul></div>')
+    item = (
+        '<div class="WB_cardwrap WB_feed_type" tbinfo="ouid=1" mid="4000000000000001" action-type="feed_list_item">'
+        '<div class="WB_text" node-type="feed_list_content">视频</div><ul node-type="feed_list_media_prev">'
+        '<li class="WB_video" video_src="//f.video.weibocdn.com/x.mp4"><div><img src="//wx1.sinaimg.cn/cover.jpg">'
+        '</div></li><li><img src="//wx1.sinaimg.cn/pic.jpg"></li></ul></div>'
+    )
     page = parse("weibo_pc", TASK, SOURCE.first_request(TASK, BASE), wire_json({"code": "100000", "data": item}))
     (post,) = page.items
     assert isinstance(post, Post) and post.pictures == ["https://wx1.sinaimg.cn/pic.jpg"]

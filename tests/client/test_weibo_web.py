@@ -43,9 +43,11 @@ def test_page_fields_pinned_pictures_repost_and_since_id() -> None:
     assert pinned.permalink == "https://weibo.com/5612345678/KjPin0001"
     assert fresh.text == "@朋友 你好 [doge]" and "<img" in fresh.html  # zero-width spaces dropped
     assert fresh.likes == 12_000 and fresh.user_name == "测试用户" and fresh.user_id == 5612345678
-    assert fresh.pictures == ["https://wx3.sinaimg.cn/large/0060abcdly1h0000001.jpg",
-                              "https://wx3.sinaimg.cn/wap180/0060abcdly1h0000002.jpg",
-                              "https://wx1.sinaimg.cn/large/0060abcdly1h0000003.jpg"]
+    assert fresh.pictures == [
+        "https://wx3.sinaimg.cn/large/0060abcdly1h0000001.jpg",
+        "https://wx3.sinaimg.cn/wap180/0060abcdly1h0000002.jpg",
+        "https://wx1.sinaimg.cn/large/0060abcdly1h0000003.jpg",
+    ]
     assert repost.retweeted_id == 4699000000000001 and repost.pictures == []  # the original's are not its own
     assert long_post.id == 4700000000007000 and page.info["long_text_ids"] == "4700000000007000"
     assert html_only.text == "只有 HTML 正文\n没有 text_raw" and html_only.created_at == "2021-07-05T12:25:00+08:00"
@@ -92,15 +94,18 @@ def test_long_text_through_the_longtext_endpoint() -> None:
     assert WeiboWebSource().extend_request(BASE, 42).params == {"id": "42"}
 
 
-@pytest.mark.parametrize(("body", "status", "outcome", "error_class"), [
-    (fixture("weibo_web_login.json"), 200, "LoginRequired", "login-wall"),
-    (fixture("weibo_web_login_page.html"), 200, "LoginRequired", "html-instead-of-json"),
-    (b"", 432, "Banned", "http-432"),
-    (b"", 418, "Banned", "http-418"),
-    ("<html><body>访问过于频繁</body></html>".encode("gbk"), 200, "RateLimited", "too-frequent"),
-    (fixture("weibo_pc_busy_gbk.html"), 200, "Busy", "busy"),
-    (fixture("weibo_web_no_user.json"), 200, "NotFound", "no-content"),
-])
+@pytest.mark.parametrize(
+    ("body", "status", "outcome", "error_class"),
+    [
+        (fixture("weibo_web_login.json"), 200, "LoginRequired", "login-wall"),
+        (fixture("weibo_web_login_page.html"), 200, "LoginRequired", "html-instead-of-json"),
+        (b"", 432, "Banned", "http-432"),
+        (b"", 418, "Banned", "http-418"),
+        ("<html><body>访问过于频繁</body></html>".encode("gbk"), 200, "RateLimited", "too-frequent"),
+        (fixture("weibo_pc_busy_gbk.html"), 200, "Busy", "busy"),
+        (fixture("weibo_web_no_user.json"), 200, "NotFound", "no-content"),
+    ],
+)
 def test_session_and_ban_answers(body: bytes, status: int, outcome: str, error_class: str) -> None:
     with pytest.raises(FetchError) as info:
         parse("weibo_web", TASK, SOURCE.first_request(TASK, BASE), body, status=status)
@@ -109,8 +114,13 @@ def test_session_and_ban_answers(body: bytes, status: int, outcome: str, error_c
 
 def test_visitor_redirect_is_login_required() -> None:
     with pytest.raises(FetchError) as info:
-        parse("weibo_web", TASK, SOURCE.first_request(TASK, BASE), b"<html>Sina Visitor System</html>",
-              final_url="https://passport.weibo.com/visitor/visitor?entry=miniblog&a=enter")
+        parse(
+            "weibo_web",
+            TASK,
+            SOURCE.first_request(TASK, BASE),
+            b"<html>Sina Visitor System</html>",
+            final_url="https://passport.weibo.com/visitor/visitor?entry=miniblog&a=enter",
+        )
     assert (info.value.outcome, info.value.error_class) == ("LoginRequired", "visitor")
 
 
@@ -152,17 +162,30 @@ def test_an_ok0_message_naming_a_ban_is_classified_by_it() -> None:
 def test_pictures_of_a_mixed_media_post() -> None:
     from crawler_client.sources.weibo_web import pictures
 
-    mblog = {"pic_ids": [], "mix_media_info": {"items": [
-        {"type": "pic", "id": "p1", "data": {"largest": {"url": "https://wx2.sinaimg.cn/large/p1.jpg"}}},
-        {"type": "video", "id": "v1", "data": {"media_info": {}}}]}}
+    mblog = {
+        "pic_ids": [],
+        "mix_media_info": {
+            "items": [
+                {"type": "pic", "id": "p1", "data": {"largest": {"url": "https://wx2.sinaimg.cn/large/p1.jpg"}}},
+                {"type": "video", "id": "v1", "data": {"media_info": {}}},
+            ]
+        },
+    }
     assert pictures(mblog) == ["https://wx2.sinaimg.cn/large/p1.jpg"]
 
 
 def test_a_statuses_show_answer_is_its_post() -> None:
     import json
 
-    mblog = {"ok": 1, "id": 4700000000009000, "idstr": "4700000000009000", "mblogid": "Kn7Aaaaaa",
-             "created_at": "Tue Jul 06 11:59:00 +0800 2021", "text": "单条", "text_raw": "单条",
-             "user": {"id": 5612345678, "screen_name": "测试用户"}}
+    mblog = {
+        "ok": 1,
+        "id": 4700000000009000,
+        "idstr": "4700000000009000",
+        "mblogid": "Kn7Aaaaaa",
+        "created_at": "Tue Jul 06 11:59:00 +0800 2021",
+        "text": "单条",
+        "text_raw": "单条",
+        "user": {"id": 5612345678, "screen_name": "测试用户"},
+    }
     (post,) = posts_of(json.dumps(mblog).encode())
     assert (post.id, post.text, post.permalink) == (4700000000009000, "单条", "https://weibo.com/5612345678/Kn7Aaaaaa")

@@ -20,8 +20,17 @@ SOURCES = ("weibo_pc", "weibo_mobile", "weibo_web", "ecshop", "jd")
 
 
 def _demo_argv(tmp_path: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "icecrawler", "demo", "--var-dir", str(tmp_path / "var"),
-            "--output-dir", str(tmp_path / "out"), *extra]
+    return [
+        sys.executable,
+        "-m",
+        "icecrawler",
+        "demo",
+        "--var-dir",
+        str(tmp_path / "var"),
+        "--output-dir",
+        str(tmp_path / "out"),
+        *extra,
+    ]
 
 
 def _gone(pid: int) -> bool:
@@ -35,8 +44,12 @@ def _gone(pid: int) -> bool:
 
 def test_demo_crawls_drains_and_stores_everything_published(tmp_path: Path) -> None:
     # Speed 120 halves the drain (the longest period, 20 simulated minutes, is 10 wall seconds).
-    done = subprocess.run(_demo_argv(tmp_path, "--duration", "15", "--speed", "120", "--every", "3"),
-                          capture_output=True, text=True, timeout=280)
+    done = subprocess.run(
+        _demo_argv(tmp_path, "--duration", "15", "--speed", "120", "--every", "3"),
+        capture_output=True,
+        text=True,
+        timeout=280,
+    )
     output = done.stdout + done.stderr
     print(output)
     assert done.returncode == 0, output[-4000:]
@@ -52,8 +65,13 @@ def test_demo_crawls_drains_and_stores_everything_published(tmp_path: Path) -> N
 
 
 def test_ctrl_c_stops_every_process_the_demo_started(tmp_path: Path) -> None:
-    demo = subprocess.Popen(_demo_argv(tmp_path, "--duration", "120", "--every", "2"), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    demo = subprocess.Popen(
+        _demo_argv(tmp_path, "--duration", "120", "--every", "2"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     pids: list[int] = []
     lines: list[str] = []
     try:

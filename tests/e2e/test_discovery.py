@@ -37,11 +37,22 @@ INITIAL_PERIOD_S = 60.0
 CRAWL_S = 50.0
 CATCH_UP_S = 8.0
 LISTINGS = ["ecshop:1", "ecshop:2", "ecshop:3"]
-SCHEDULER = {"scheduler.initial_period_s": INITIAL_PERIOD_S, "scheduler.min_period_s": 60,
-             "scheduler.max_period_s": 600, "scheduler.lease_s": 15, "scheduler.history_len": 500,
-             "scheduler.maintenance_interval_s": 0.2}
-CLIENT = {"client.workers": 1, "client.batch": 1, "client.max_pages": 30, "client.idle_sleep_s": 0.2,
-          "client.timeout_s": 5, "client.progress_log_s": 2}
+SCHEDULER = {
+    "scheduler.initial_period_s": INITIAL_PERIOD_S,
+    "scheduler.min_period_s": 60,
+    "scheduler.max_period_s": 600,
+    "scheduler.lease_s": 15,
+    "scheduler.history_len": 500,
+    "scheduler.maintenance_interval_s": 0.2,
+}
+CLIENT = {
+    "client.workers": 1,
+    "client.batch": 1,
+    "client.max_pages": 30,
+    "client.idle_sleep_s": 0.2,
+    "client.timeout_s": 5,
+    "client.progress_log_s": 2,
+}
 
 
 def scenario() -> Scenario:
@@ -51,10 +62,28 @@ def scenario() -> Scenario:
         products=(Product("ecshop", "12", category=2, backlog=4, schedule=Schedule("periodic", interval_s=500)),),
         categories=(
             Category(1, name="手机数码", per_page=3),
-            Category(2, name="手机", parent=1, per_page=3, arrivals=Schedule("periodic", interval_s=600),
-                     arrival_first_id=1000, arrival_limit=4, arrival_backlog=2, arrival_reviews=reviews),
-            Category(3, name="耳机", parent=1, per_page=3, arrivals=Schedule("periodic", interval_s=900),
-                     arrival_first_id=2000, arrival_limit=3, arrival_backlog=1, arrival_reviews=reviews),
+            Category(
+                2,
+                name="手机",
+                parent=1,
+                per_page=3,
+                arrivals=Schedule("periodic", interval_s=600),
+                arrival_first_id=1000,
+                arrival_limit=4,
+                arrival_backlog=2,
+                arrival_reviews=reviews,
+            ),
+            Category(
+                3,
+                name="耳机",
+                parent=1,
+                per_page=3,
+                arrivals=Schedule("periodic", interval_s=900),
+                arrival_first_id=2000,
+                arrival_limit=3,
+                arrival_backlog=1,
+                arrival_reviews=reviews,
+            ),
         ),
     )
 
@@ -69,8 +98,9 @@ def period_at(info: dict[str, Any], sim_ms: int) -> float:
 
 
 def test_listings_discover_new_products_once_and_their_reviews_are_crawled(tmp_path: Path) -> None:
-    with running_stack(tmp_path, scenario(), speed=SPEED, scheduler_settings=SCHEDULER, client_settings=CLIENT,
-                       latency_ms=150) as stack:
+    with running_stack(
+        tmp_path, scenario(), speed=SPEED, scheduler_settings=SCHEDULER, client_settings=CLIENT, latency_ms=150
+    ) as stack:
         clients = [stack.start_client(name) for name in ("c1", "c2")]
         # Both clients are up and idle before the listings exist, so that they lease them at the same time.
         deadline = time.monotonic() + 90
@@ -104,8 +134,10 @@ def test_listings_discover_new_products_once_and_their_reviews_are_crawled(tmp_p
         done = stack.done_log()
 
     print(status)
-    print("listing periods (min):", {k: [round(e["period_s"] / 60, 1) for e in v["history"]]
-                                     for k, v in listing_info.items()})
+    print(
+        "listing periods (min):",
+        {k: [round(e["period_s"] / 60, 1) for e in v["history"]] for k, v in listing_info.items()},
+    )
     for task, info in listing_info.items():  # listings recur, their period adapting like any task's
         assert info["crawls"] >= 3 and len({e["period_s"] for e in info["history"]}) > 1, f"{task}: {info}"
     assert len(products) >= 6, f"the sandbox added too few products in time: {products}"
@@ -119,8 +151,10 @@ def test_listings_discover_new_products_once_and_their_reviews_are_crawled(tmp_p
         bound = 2 * period_at(listing, since_ms)
         delay = (found["created_ms"] - since_ms) / 1000
         delays[product["product"]] = (round(delay), bound)
-        assert delay <= bound, f"product {product['product']} discovered {delay:.0f}s after it appeared " \
-                               f"(> 2 listing periods = {bound:.0f}s)"
+        assert delay <= bound, (
+            f"product {product['product']} discovered {delay:.0f}s after it appeared "
+            f"(> 2 listing periods = {bound:.0f}s)"
+        )
     print("discovery delay vs bound (simulated s):", delays)
 
     discovered = {task: int(count) for task, count in stats["listings"].items()}
@@ -132,11 +166,15 @@ def test_listings_discover_new_products_once_and_their_reviews_are_crawled(tmp_p
 
     assert overlapping_leases(done) == [], "a task was leased twice at once"
     per_task = leases_by_task(done)
-    concurrent = [(a["task_id"], a["worker"], b["task_id"], b["worker"])
-                  for a in per_task["listing:ecshop:1"] for other in ("listing:ecshop:2", "listing:ecshop:3")
-                  for b in per_task.get(other, [])
-                  if a["worker"] != b["worker"] and a["leased_wall_ms"] < b["ended_wall_ms"]
-                  and b["leased_wall_ms"] < a["ended_wall_ms"]]
+    concurrent = [
+        (a["task_id"], a["worker"], b["task_id"], b["worker"])
+        for a in per_task["listing:ecshop:1"]
+        for other in ("listing:ecshop:2", "listing:ecshop:3")
+        for b in per_task.get(other, [])
+        if a["worker"] != b["worker"]
+        and a["leased_wall_ms"] < b["ended_wall_ms"]
+        and b["leased_wall_ms"] < a["ended_wall_ms"]
+    ]
     print(f"{len(concurrent)} overlapping listing crawls by two clients at the same time")
     assert concurrent, "two clients never crawled overlapping listings at the same time"
 

@@ -28,16 +28,27 @@ MAX_PAGES = 3
 CATCH_UP_S = 6.0
 
 
-def test_a_burst_longer_than_the_page_cap_survives_a_kill_9_mid_gap_and_is_stored_exactly_once(
-        tmp_path: Path) -> None:
-    world = Scenario(seed=7, products=(Product("jd", PRODUCT, backlog=5,
-                                               schedule=Schedule("periodic", interval_s=INTERVAL_S)),))
-    scheduler_settings = {"scheduler.initial_period_s": 30, "scheduler.min_period_s": 30,
-                          "scheduler.max_period_s": 60, "scheduler.lease_s": 4}
-    client_settings = {"client.workers": 1, "client.batch": 1, "client.max_pages": MAX_PAGES,
-                       "client.idle_sleep_s": 0.2, "client.shutdown_grace_s": 5}
-    with running_stack(tmp_path, world, speed=SPEED, scheduler_settings=scheduler_settings,
-                       client_settings=client_settings) as stack:
+def test_a_burst_longer_than_the_page_cap_survives_a_kill_9_mid_gap_and_is_stored_exactly_once(tmp_path: Path) -> None:
+    world = Scenario(
+        seed=7, products=(Product("jd", PRODUCT, backlog=5, schedule=Schedule("periodic", interval_s=INTERVAL_S)),)
+    )
+    scheduler_settings = {
+        "scheduler.initial_period_s": 30,
+        "scheduler.min_period_s": 30,
+        "scheduler.max_period_s": 60,
+        "scheduler.lease_s": 4,
+    }
+    client_settings = {
+        "client.workers": 1,
+        "client.batch": 1,
+        "client.max_pages": MAX_PAGES,
+        "client.idle_sleep_s": 0.2,
+        "client.shutdown_grace_s": 5,
+    }
+    with running_stack(
+        tmp_path, world, speed=SPEED, scheduler_settings=scheduler_settings, client_settings=client_settings
+    ) as stack:
+
         def gap() -> Any:
             return stack.task_info(TASK).get("gap")
 
@@ -48,8 +59,9 @@ def test_a_burst_longer_than_the_page_cap_survives_a_kill_9_mid_gap_and_is_store
         stack.kill_client("client-1")
         time.sleep(20)  # ~100 reviews, 10 pages, pile up while nobody crawls: several visits to close
         second = stack.start_client("client-2")
-        wait_for(lambda: gap() is not None and bool(gap()["since_cursor"]), "the page cap never opened a gap",
-                 timeout_s=60)
+        wait_for(
+            lambda: gap() is not None and bool(gap()["since_cursor"]), "the page cap never opened a gap", timeout_s=60
+        )
         stack.kill_client("client-2")  # kill -9 in the middle of closing the gap (its lease must expire)
         output = stack.icecrawler("status", "--task", TASK, "--json")
         shown = json.loads([line for line in output.splitlines() if line.startswith("{")][-1])

@@ -41,25 +41,32 @@ BAND_S = (300.0, 1200.0)
 
 
 def scenario() -> Scenario:
-    return Scenario(seed=3, products=(Product("ecshop", "12", category=1, backlog=20,
-                                              schedule=Schedule("periodic", interval_s=600)),),
-                    categories=(Category(id=1),))
+    return Scenario(
+        seed=3,
+        products=(Product("ecshop", "12", category=1, backlog=20, schedule=Schedule("periodic", interval_s=600)),),
+        categories=(Category(id=1),),
+    )
 
 
 def period_table(history: list[dict[str, Any]], origin_ms: float) -> str:
-    lines = [f"policy {DEFAULTS['scheduler.policy']!r}: one new review every 10 min, first period 1 min",
-             f"{'fetch':>5} {'time (min)':>10} {'distance':>8} {'new':>4} {'next period (min)':>18}"]
+    lines = [
+        f"policy {DEFAULTS['scheduler.policy']!r}: one new review every 10 min, first period 1 min",
+        f"{'fetch':>5} {'time (min)':>10} {'distance':>8} {'new':>4} {'next period (min)':>18}",
+    ]
     for index, entry in enumerate(history, 1):
-        lines.append(f"{index:>5} {(entry['time_ms'] - origin_ms) / 60000:>10.1f} {entry['distance']:>8} "
-                     f"{entry['new_items']:>4} {entry['period_s'] / 60:>18.1f}")
+        lines.append(
+            f"{index:>5} {(entry['time_ms'] - origin_ms) / 60000:>10.1f} {entry['distance']:>8} "
+            f"{entry['new_items']:>4} {entry['period_s'] / 60:>18.1f}"
+        )
     return "\n".join(lines)
 
 
 def test_period_settles_in_the_papers_band(tmp_path: Path) -> None:
     scheduler = {"scheduler.initial_period_s": 60, "scheduler.maintenance_interval_s": 0.2}
     client = {"client.workers": 1, "client.batch": 1, "client.max_pages": 30, "client.idle_sleep_s": 0.1}
-    with running_stack(tmp_path, scenario(), speed=SPEED, scheduler_settings=scheduler,
-                       client_settings=client) as stack:
+    with running_stack(
+        tmp_path, scenario(), speed=SPEED, scheduler_settings=scheduler, client_settings=client
+    ) as stack:
         stack.seed(["ecshop:12"])
         stack.start_client("c1")
         info = stack.task_info(TASK)
@@ -78,7 +85,8 @@ def test_period_settles_in_the_papers_band(tmp_path: Path) -> None:
     assert len(history) >= SETTLE_WITHIN + 2, f"only {len(history)} fetches in time\n{table}"
     periods = [entry["period_s"] for entry in history]
     first_in = next((i for i, p in enumerate(periods) if BAND_S[0] <= p <= BAND_S[1]), None)
-    assert first_in is not None and first_in < SETTLE_WITHIN, f"never entered 5-20 min within {SETTLE_WITHIN} " \
-                                                             f"fetches\n{table}"
+    assert first_in is not None and first_in < SETTLE_WITHIN, (
+        f"never entered 5-20 min within {SETTLE_WITHIN} fetches\n{table}"
+    )
     outside = [(i + 1, p / 60) for i, p in enumerate(periods) if i >= first_in and not BAND_S[0] <= p <= BAND_S[1]]
     assert not outside, f"left the 5-20 min band after entering it: {outside}\n{table}"

@@ -39,23 +39,49 @@ SPEED = 60.0
 LEASE_S = 6.0
 #: Items published within this many wall seconds of the end need not be stored yet.
 CATCH_UP_S = 8.0
-SCHEDULER = {"scheduler.initial_period_s": 60, "scheduler.min_period_s": 60, "scheduler.max_period_s": 300,
-             "scheduler.lease_s": LEASE_S, "scheduler.maintenance_interval_s": 0.2,
-             "scheduler.backoff_after_attempts": 100}
-CLIENT = {"client.workers": 2, "client.batch": 1, "client.max_pages": 30, "client.idle_sleep_s": 0.2,
-          "client.timeout_s": 5, "client.retries": 1, "client.progress_log_s": 2, "client.shutdown_grace_s": 5}
-SEEDS = ["weibo_mobile:1907518591", "weibo_pc:1907518591", "weibo_web:1907518591", "weibo_mobile:1163218074",
-         "weibo_pc:1163218074", "weibo_web:1163218074", "ecshop:12", "jd:100012043978", "jd:100008348542"]
+SCHEDULER = {
+    "scheduler.initial_period_s": 60,
+    "scheduler.min_period_s": 60,
+    "scheduler.max_period_s": 300,
+    "scheduler.lease_s": LEASE_S,
+    "scheduler.maintenance_interval_s": 0.2,
+    "scheduler.backoff_after_attempts": 100,
+}
+CLIENT = {
+    "client.workers": 2,
+    "client.batch": 1,
+    "client.max_pages": 30,
+    "client.idle_sleep_s": 0.2,
+    "client.timeout_s": 5,
+    "client.retries": 1,
+    "client.progress_log_s": 2,
+    "client.shutdown_grace_s": 5,
+}
+SEEDS = [
+    "weibo_mobile:1907518591",
+    "weibo_pc:1907518591",
+    "weibo_web:1907518591",
+    "weibo_mobile:1163218074",
+    "weibo_pc:1163218074",
+    "weibo_web:1163218074",
+    "ecshop:12",
+    "jd:100012043978",
+    "jd:100008348542",
+]
 
 
 def scenario() -> Scenario:
     return Scenario(
         seed=5,
-        users=(WeiboUser(uid=1907518591, backlog=15, schedule=Schedule("periodic", interval_s=240)),
-               WeiboUser(uid=1163218074, cursor="page", backlog=12, schedule=Schedule("periodic", interval_s=300))),
-        products=(Product("ecshop", "12", category=1, backlog=8, schedule=Schedule("periodic", interval_s=300)),
-                  Product("jd", "100012043978", backlog=15, schedule=Schedule("periodic", interval_s=180)),
-                  Product("jd", "100008348542", backlog=6, schedule=Schedule("periodic", interval_s=420))),
+        users=(
+            WeiboUser(uid=1907518591, backlog=15, schedule=Schedule("periodic", interval_s=240)),
+            WeiboUser(uid=1163218074, cursor="page", backlog=12, schedule=Schedule("periodic", interval_s=300)),
+        ),
+        products=(
+            Product("ecshop", "12", category=1, backlog=8, schedule=Schedule("periodic", interval_s=300)),
+            Product("jd", "100012043978", backlog=15, schedule=Schedule("periodic", interval_s=180)),
+            Product("jd", "100008348542", backlog=6, schedule=Schedule("periodic", interval_s=420)),
+        ),
         categories=(Category(id=1),),
     )
 
@@ -84,8 +110,9 @@ def missing_items(stack: Stack) -> int:
 
 
 def test_clients_join_and_die_while_the_crawl_runs(tmp_path: Path) -> None:
-    with running_stack(tmp_path, scenario(), speed=SPEED, scheduler_settings=SCHEDULER, client_settings=CLIENT,
-                       latency_ms=100) as stack:
+    with running_stack(
+        tmp_path, scenario(), speed=SPEED, scheduler_settings=SCHEDULER, client_settings=CLIENT, latency_ms=100
+    ) as stack:
         print(stack.seed(SEEDS))
         stack.start_client("c1", {"client.user_agent": agent("c1")})
         wait_for(lambda: len(stack.stored()) > 0, "the first client stored nothing", 90)
@@ -93,11 +120,16 @@ def test_clients_join_and_die_while_the_crawl_runs(tmp_path: Path) -> None:
         for name in ("c2", "c3", "c4"):
             started[name] = time.time()
             stack.start_client(name, {"client.user_agent": agent(name)})
-        wait_for(lambda: all(first_request_ms(stack, n) is not None for n in started),
-                 "a client added during the crawl never fetched anything", 60)
+        wait_for(
+            lambda: all(first_request_ms(stack, n) is not None for n in started),
+            "a client added during the crawl never fetched anything",
+            60,
+        )
         for name, at in started.items():
-            print(f"{name} fetched its first page {(first_request_ms(stack, name) or 0) / 1000 - at:.1f}s after it "
-                  f"was started")
+            print(
+                f"{name} fetched its first page {(first_request_ms(stack, name) or 0) / 1000 - at:.1f}s after it "
+                f"was started"
+            )
         # Kill c3 in the middle of a crawl, so that it holds a lease: product pages answer slowly for a while
         # (2.5 s), and c3 is killed as soon as the request log shows it waiting for one of them (a slowed one).
         victim = "c3"
@@ -109,8 +141,14 @@ def test_clients_join_and_die_while_the_crawl_runs(tmp_path: Path) -> None:
             # Only a request that is being slowed down proves c3 is inside a crawl (holding its lease) now: one
             # that arrived just before the slowdown was switched on is answered at once, and c3 may have
             # reported that task and be idle, holding nothing, by the time it is killed.
-            waiting = [r for r in stack.requests() if r.get("agent") == agent(victim) and r["site"] in ("jd", "ecshop")
-                       and "slow" in r.get("misbehaviour", []) and r["wall_ms"] > (time.time() - 1.5) * 1000]
+            waiting = [
+                r
+                for r in stack.requests()
+                if r.get("agent") == agent(victim)
+                and r["site"] in ("jd", "ecshop")
+                and "slow" in r.get("misbehaviour", [])
+                and r["wall_ms"] > (time.time() - 1.5) * 1000
+            ]
             if waiting:
                 break
             time.sleep(0.05)
@@ -149,19 +187,23 @@ def test_clients_join_and_die_while_the_crawl_runs(tmp_path: Path) -> None:
 
     expired = [entry for entry in done if entry["outcome"] == "LeaseExpired"]
     print("expired leases:", [(e["task_id"], e["worker"]) for e in expired])
-    assert any(entry["worker"] == victim for entry in expired), \
+    assert any(entry["worker"] == victim for entry in expired), (
         f"the killed client held no lease at the kill (nothing expired): {expired}"
+    )
     for entry in expired:
         assert entry["ended_wall_ms"] >= entry["deadline_wall_ms"], f"a lease expired before its deadline: {entry}"
         later = [e for e in per_task[entry["task_id"]] if e["leased_wall_ms"] > entry["leased_wall_ms"]]
         assert later, f"{entry['task_id']} was never leased again after its lease expired"
-        assert later[0]["leased_wall_ms"] >= entry["deadline_wall_ms"], \
+        assert later[0]["leased_wall_ms"] >= entry["deadline_wall_ms"], (
             f"{entry['task_id']} was re-leased before the dead client's deadline"
-        assert any(e["outcome"] == "Ok" and e["worker"] != victim for e in later), \
+        )
+        assert any(e["outcome"] == "Ok" and e["worker"] != victim for e in later), (
             f"no other client completed {entry['task_id']} after the dead client's lease expired"
+        )
     assert not [e for e in done if e["worker"] == victim and e["leased_wall_ms"] > killed_ms]
-    assert not [r for r in requests if r.get("agent") == agent(victim) and r["wall_ms"] > killed_ms], \
+    assert not [r for r in requests if r.get("agent") == agent(victim) and r["wall_ms"] > killed_ms], (
         "the killed client still fetched after the kill"
+    )
     # weibo.com's JSON API was crawled through the visitor session the scheduler minted from the passport
     web_ok = {e["task_id"] for e in done if e["task_id"].startswith("user:weibo_web:") and e["outcome"] == "Ok"}
     assert web_ok == {"user:weibo_web:1907518591", "user:weibo_web:1163218074"}, web_ok

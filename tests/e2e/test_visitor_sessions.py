@@ -25,18 +25,44 @@ from sandbox.schedules import Schedule
 pytestmark = [pytest.mark.e2e, pytest.mark.ice, pytest.mark.bdb, pytest.mark.slow]
 
 USERS = (3100000001, 3100000002)
-SCHEDULER = {"scheduler.initial_period_s": 120, "scheduler.min_period_s": 60, "scheduler.max_period_s": 300,
-             "scheduler.lease_s": 20, "scheduler.maintenance_interval_s": 0.2, "scheduler.host_block_s": 3600,
-             "scheduler.visitor_renew_s": 1, "scheduler.backoff_after_attempts": 100}
-CLIENT = {"client.workers": 1, "client.batch": 1, "client.max_pages": 20, "client.idle_sleep_s": 0.2,
-          "client.timeout_s": 10, "client.retries": 0, "client.progress_log_s": 2, "client.shutdown_grace_s": 5}
+SCHEDULER = {
+    "scheduler.initial_period_s": 120,
+    "scheduler.min_period_s": 60,
+    "scheduler.max_period_s": 300,
+    "scheduler.lease_s": 20,
+    "scheduler.maintenance_interval_s": 0.2,
+    "scheduler.host_block_s": 3600,
+    "scheduler.visitor_renew_s": 1,
+    "scheduler.backoff_after_attempts": 100,
+}
+CLIENT = {
+    "client.workers": 1,
+    "client.batch": 1,
+    "client.max_pages": 20,
+    "client.idle_sleep_s": 0.2,
+    "client.timeout_s": 10,
+    "client.retries": 0,
+    "client.progress_log_s": 2,
+    "client.shutdown_grace_s": 5,
+}
 CATCH_UP_S = 8.0
 
 
 def scenario() -> Scenario:
-    return Scenario(seed=8, users=tuple(
-        WeiboUser(uid=uid, sites=("web",), cursor="since_id" if uid % 2 else "page", backlog=61, long_text_every=5,
-                  schedule=Schedule("periodic", interval_s=600)) for uid in USERS))
+    return Scenario(
+        seed=8,
+        users=tuple(
+            WeiboUser(
+                uid=uid,
+                sites=("web",),
+                cursor="since_id" if uid % 2 else "page",
+                backlog=61,
+                long_text_every=5,
+                schedule=Schedule("periodic", interval_s=600),
+            )
+            for uid in USERS
+        ),
+    )
 
 
 def wait_for(stack: Stack, condition: str, check: object, timeout_s: float) -> None:
@@ -53,16 +79,19 @@ def missing(stack: Stack) -> set[ItemKey]:
 
 
 def test_visitor_session_expiring_mid_crawl_is_renewed_once_and_nothing_is_lost(tmp_path: Path) -> None:
-    with running_stack(tmp_path, scenario(), speed=60.0, scheduler_settings=SCHEDULER, client_settings=CLIENT,
-                       latency_ms=50) as stack:
+    with running_stack(
+        tmp_path, scenario(), speed=60.0, scheduler_settings=SCHEDULER, client_settings=CLIENT, latency_ms=50
+    ) as stack:
         stack.misbehave({"site": "web", "set": {"slow_rate": 1.0, "slow_ms": 1500}})
         stack.seed([f"weibo_web:{uid}" for uid in USERS])
         for name in ("c1", "c2"):
             stack.start_client(name)
 
         def second_page_in_flight() -> bool:
-            return any(r["path"] == "/ajax/statuses/mymblog" and "page=1&" not in r["query"] + "&"
-                       and r["status"] == 0 for r in stack.requests(site="web"))
+            return any(
+                r["path"] == "/ajax/statuses/mymblog" and "page=1&" not in r["query"] + "&" and r["status"] == 0
+                for r in stack.requests(site="web")
+            )
 
         wait_for(stack, "no crawl reached its second page", second_page_in_flight, 90)
         stack.sandbox.control("visitors", {"expire": True})
@@ -84,7 +113,7 @@ def test_visitor_session_expiring_mid_crawl_is_renewed_once_and_nothing_is_lost(
     outcomes = [(e["task_id"], e["outcome"]) for e in sorted(done, key=lambda e: e["time_ms"])]
     banned = [i for i, (_, outcome) in enumerate(outcomes) if outcome == "Banned"]
     assert banned, outcomes
-    assert all(any(t == outcomes[i][0] and o == "Ok" for t, o in outcomes[i + 1:]) for i in banned), outcomes
+    assert all(any(t == outcomes[i][0] and o == "Ok" for t, o in outcomes[i + 1 :]) for i in banned), outcomes
     everything = {key for _, key in truth_index(items)}
     assert {k: c for k, c in stored.items() if c > 1} == {}, "a post was stored twice"
     assert set(stored) <= everything and everything - set(stored) <= missing_allowance(items)

@@ -34,7 +34,8 @@ def fake_benchmarks(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, list[str
 
 
 def test_all_runs_every_benchmark_with_its_defaults_and_fails_if_one_fails(
-        fake_benchmarks: list[tuple[str, list[str]]]) -> None:
+    fake_benchmarks: list[tuple[str, list[str]]],
+) -> None:
     assert main(["bench", "all"]) == 3
     assert fake_benchmarks == [("alpha", []), ("beta", [])]
 
@@ -44,8 +45,9 @@ def test_one_benchmark_gets_its_own_options(fake_benchmarks: list[tuple[str, lis
     assert fake_benchmarks == [("alpha", ["--seconds", "1"])]
 
 
-def test_all_takes_no_options_and_unknown_names_are_refused(fake_benchmarks: list[tuple[str, list[str]]],
-                                                            capsys: pytest.CaptureFixture[str]) -> None:
+def test_all_takes_no_options_and_unknown_names_are_refused(
+    fake_benchmarks: list[tuple[str, list[str]]], capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["bench", "all", "--quick"]) == 2
     assert main(["bench", "gamma"]) == 2
     assert fake_benchmarks == []

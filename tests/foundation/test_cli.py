@@ -14,8 +14,9 @@ REQUIRED = ("scheduler", "storage", "client", "seed", "status", "export", "parse
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "icecrawler", *args], capture_output=True, text=True, timeout=120,
-                          check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "icecrawler", *args], capture_output=True, text=True, timeout=120, check=False
+    )
 
 
 def test_help_lists_every_subcommand() -> None:
@@ -53,8 +54,10 @@ def test_settings_command_shows_origin(capsys: pytest.CaptureFixture[str]) -> No
 
 
 def test_log_json_emits_one_object_per_line() -> None:
-    code = ("import logging, json; from icecrawler.logs import configure_logging; "
-            "configure_logging('INFO', True); logging.getLogger('x').info('hello %s', 'world', extra={'task': 't1'})")
+    code = (
+        "import logging, json; from icecrawler.logs import configure_logging; "
+        "configure_logging('INFO', True); logging.getLogger('x').info('hello %s', 'world', extra={'task': 't1'})"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     import json
 

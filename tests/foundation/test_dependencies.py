@@ -14,8 +14,18 @@ import tomllib
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-OURS = {"icecrawler", "scheduler_server", "storage_server", "crawler_client", "shhd", "sandbox", "bench", "tests",
-        "Crawler", "CrawlerBench"}  # the last two: generated from Slice at run time
+OURS = {
+    "icecrawler",
+    "scheduler_server",
+    "storage_server",
+    "crawler_client",
+    "shhd",
+    "sandbox",
+    "bench",
+    "tests",
+    "Crawler",
+    "CrawlerBench",
+}  # the last two: generated from Slice at run time
 PRODUCT = ("icecrawler", "scheduler_server", "storage_server", "crawler_client", "shhd")
 
 
@@ -32,9 +42,16 @@ def imported_top_levels(paths: list[Path], *, at_load_only: bool = False) -> set
     names: set[str] = set()
     for path in paths:
         tree = ast.parse(path.read_text(encoding="utf-8"))
-        nodes = [node for statement in tree.body if not isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef
-                                                                        | ast.ClassDef)
-                 for node in ast.walk(statement)] if at_load_only else list(ast.walk(tree))
+        nodes = (
+            [
+                node
+                for statement in tree.body
+                if not isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+                for node in ast.walk(statement)
+            ]
+            if at_load_only
+            else list(ast.walk(tree))
+        )
         for node in nodes:
             if isinstance(node, ast.Import):
                 names.update(alias.name.partition(".")[0] for alias in node.names)
@@ -44,8 +61,14 @@ def imported_top_levels(paths: list[Path], *, at_load_only: bool = False) -> set
 
 
 def undeclared(folders: tuple[str, ...], declared: set[str], *, at_load_only: bool = False) -> dict[str, list[str]]:
-    tracked = subprocess.run(["git", "ls-files", "--", *(f"{folder}/*.py" for folder in folders)], cwd=REPO,
-                             capture_output=True, text=True, check=True, timeout=60).stdout.split()
+    tracked = subprocess.run(
+        ["git", "ls-files", "--", *(f"{folder}/*.py" for folder in folders)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout.split()
     distributions = importlib.metadata.packages_distributions()
     missing = {}
     for module in sorted(imported_top_levels([REPO / name for name in tracked], at_load_only=at_load_only)):

@@ -15,11 +15,21 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 
 #: Notes that live outside the repository (developers' design notes); the repository states their facts in docs/.
-OUTSIDE_NOTES = ("ICE_NOTES", "HBASE_NOTES", "REVISIT_BENCHMARK", "ANCHORS.md", "DESIGN.md", "STYLE.md", "shared/",
-                 "reference/")
+OUTSIDE_NOTES = (
+    "ICE_NOTES",
+    "HBASE_NOTES",
+    "REVISIT_BENCHMARK",
+    "ANCHORS.md",
+    "DESIGN.md",
+    "STYLE.md",
+    "shared/",
+    "reference/",
+)
 #: The same as a pattern: names of those notes, or a path into the folder that holds them.
-OUTSIDE = re.compile(r"ICE_NOTES|HBASE_NOTES|REVISIT_BENCHMARK|(?<![\w/.-])(?:ANCHORS|DESIGN|STYLE)\.md"
-                     r"|(?<![\w.-])shared/|(?<![\w.-])reference/(?:[A-Z_]+\.md|FORMATS)")
+OUTSIDE = re.compile(
+    r"ICE_NOTES|HBASE_NOTES|REVISIT_BENCHMARK|(?<![\w/.-])(?:ANCHORS|DESIGN|STYLE)\.md"
+    r"|(?<![\w.-])shared/|(?<![\w.-])reference/(?:[A-Z_]+\.md|FORMATS)"
+)
 #: A numbered rule of a style guide the repository does not contain.
 STYLE_RULE = re.compile(r"STYLE rule \d+")
 #: A Markdown file name, possibly with a path: docs/FORMATS.md, CHANGELOG.md.
@@ -54,8 +64,11 @@ def lines_of(files: list[Path]) -> list[tuple[str, int, str]]:
         if not any(mark in text for mark in (".md", "§", "STYLE", *OUTSIDE_NOTES)):
             continue
         name = path.relative_to(REPO).as_posix()
-        found.extend((name, number, line) for number, line in enumerate(text.splitlines(), start=1)
-                     if any(mark in line for mark in (".md", "§", "STYLE", *OUTSIDE_NOTES)))
+        found.extend(
+            (name, number, line)
+            for number, line in enumerate(text.splitlines(), start=1)
+            if any(mark in line for mark in (".md", "§", "STYLE", *OUTSIDE_NOTES))
+        )
     return found
 
 
@@ -79,8 +92,11 @@ def md_names(files: list[Path]) -> set[str]:
 
 
 def test_no_reference_to_notes_kept_outside_the_repository(lines: list[tuple[str, int, str]]) -> None:
-    found = [f"{name}:{number}: {line.strip()}" for name, number, line in lines
-             if OUTSIDE.search(line) or STYLE_RULE.search(line)]
+    found = [
+        f"{name}:{number}: {line.strip()}"
+        for name, number, line in lines
+        if OUTSIDE.search(line) or STYLE_RULE.search(line)
+    ]
     assert found == [], "references to documents outside the repository:\n" + "\n".join(found)
 
 
@@ -94,19 +110,24 @@ def known(name: str, where: str, md_names: set[str]) -> bool:
 
 
 def test_every_named_markdown_file_exists(lines: list[tuple[str, int, str]], md_names: set[str]) -> None:
-    found = [f"{name}:{number}: {match}" for name, number, line in lines
-             for match in MD_NAME.findall(line) if not known(match, name, md_names)]
+    found = [
+        f"{name}:{number}: {match}"
+        for name, number, line in lines
+        for match in MD_NAME.findall(line)
+        if not known(match, name, md_names)
+    ]
     assert found == [], "named *.md files the repository does not contain:\n" + "\n".join(found)
 
 
-def test_every_section_reference_names_a_document_of_the_repository(lines: list[tuple[str, int, str]],
-                                                                   md_names: set[str]) -> None:
+def test_every_section_reference_names_a_document_of_the_repository(
+    lines: list[tuple[str, int, str]], md_names: set[str]
+) -> None:
     """A ``§`` must follow, on its line, the name of a Markdown file the repository has (or sit in that very
     Markdown file, which then cites itself)."""
     found = []
     for name, number, line in lines:
         for sign in SECTION.finditer(line):
-            before = MD_NAME.findall(line[:sign.start()])
+            before = MD_NAME.findall(line[: sign.start()])
             if not (before and known(before[-1], name, md_names)) and not name.endswith(".md"):
                 found.append(f"{name}:{number}: {line.strip()}")
     assert found == [], "section references without a document of the repository:\n" + "\n".join(found)

@@ -21,16 +21,27 @@ from icecrawler.models import Account, Outcome, Post, Report, Review, Task, Task
 
 @pytest.mark.parametrize(
     ("kind", "source", "target"),
-    [(TaskKind.WeiboUser, "weibo_mobile", "1669879400"), (TaskKind.ProductReviews, "jd", "100012043978"),
-     (TaskKind.Listing, "ecshop", "3")],
+    [
+        (TaskKind.WeiboUser, "weibo_mobile", "1669879400"),
+        (TaskKind.ProductReviews, "jd", "100012043978"),
+        (TaskKind.Listing, "ecshop", "3"),
+    ],
 )
 def test_task_ids_round_trip(kind: TaskKind, source: str, target: str) -> None:
     assert split_task_id(make_task_id(kind, source, target)) == (kind, source, target)
 
 
 @pytest.mark.parametrize(
-    "bad", ["", "user:weibo_mobile", "user:nosuch:1", "reviews:weibo_pc:1", "user:weibo_pc:a b", "x:jd:1",
-            "user:weibo_pc:" + "9" * 65],
+    "bad",
+    [
+        "",
+        "user:weibo_mobile",
+        "user:nosuch:1",
+        "reviews:weibo_pc:1",
+        "user:weibo_pc:a b",
+        "x:jd:1",
+        "user:weibo_pc:" + "9" * 65,
+    ],
 )
 def test_malformed_task_ids_are_invalid_arguments(bad: str) -> None:
     with pytest.raises(InvalidArgumentError) as info:
@@ -43,21 +54,53 @@ def test_account_repr_hides_cookies() -> None:
 
 
 def test_task_and_report_survive_the_slice_round_trip() -> None:
-    task = Task(id="user:weibo_pc:1", kind=TaskKind.WeiboUser, source="weibo_pc", target="1",
-                params={"domain": "100505"}, lease_token="tok", lease_deadline_ms=2**41, period_s=600.5,
-                cursor="4102647604266970", attempts=2, account=Account("acc", "{}"))
+    task = Task(
+        id="user:weibo_pc:1",
+        kind=TaskKind.WeiboUser,
+        source="weibo_pc",
+        target="1",
+        params={"domain": "100505"},
+        lease_token="tok",
+        lease_deadline_ms=2**41,
+        period_s=600.5,
+        cursor="4102647604266970",
+        attempts=2,
+        account=Account("acc", "{}"),
+    )
     assert rpc.task_from_slice(rpc.task_to_slice(task)) == task
-    report = Report(task_id=task.id, lease_token="tok", outcome=Outcome.Banned, http_status=418,
-                    error_class="teapot", fingerprint=2**64 - 1, new_items=3, window_items=45,
-                    newest_item_ms=1_700_000_000_000, cursor="9", retry_after_s=30.0, fetches=4,
-                    new_item_times_ms=(1_700_000_000_000, 1_699_999_400_000, 1_699_998_800_000))
+    report = Report(
+        task_id=task.id,
+        lease_token="tok",
+        outcome=Outcome.Banned,
+        http_status=418,
+        error_class="teapot",
+        fingerprint=2**64 - 1,
+        new_items=3,
+        window_items=45,
+        newest_item_ms=1_700_000_000_000,
+        cursor="9",
+        retry_after_s=30.0,
+        fetches=4,
+        new_item_times_ms=(1_700_000_000_000, 1_699_999_400_000, 1_699_998_800_000),
+    )
     assert rpc.report_from_slice(rpc.report_to_slice(report)) == report
 
 
 def test_records_survive_the_slice_round_trip() -> None:
-    post = Post(id=4102647604266970, user_id=1163218074, user_name="余丰慧", text="你好 😀", html="<b>你好</b>",
-                created_at="2017-05-01T17:27:55+08:00", reposts=4, pinned=True, retweeted_id=2**62,
-                pictures=["https://x/1.jpg"], permalink="/1163218074/F16SkhU26", source="weibo_pc")
+    post = Post(
+        id=4102647604266970,
+        user_id=1163218074,
+        user_name="余丰慧",
+        text="你好 😀",
+        html="<b>你好</b>",
+        created_at="2017-05-01T17:27:55+08:00",
+        reposts=4,
+        pinned=True,
+        retweeted_id=2**62,
+        pictures=["https://x/1.jpg"],
+        permalink="/1163218074/F16SkhU26",
+        source="weibo_pc",
+    )
     assert rpc.post_from_slice(rpc.post_to_slice(post)) == post
     review = Review(id="21739216866", product_id="100012043978", source="jd", user="j***y", content="好", score=5)
     assert rpc.review_from_slice(rpc.review_to_slice(review)) == review
@@ -110,8 +153,12 @@ def test_ice_threads_keep_their_python_thread_state_between_dispatches() -> None
         def echoReports(self, reports: object, current: object) -> None:
             """Unused."""
 
-    with rpc.communicator(properties={"Ice.ThreadPool.Server.Size": "1",
-                                      "Ice.ThreadPool.Server.SizeMax": "1"}) as server, rpc.communicator() as client:
+    with (
+        rpc.communicator(
+            properties={"Ice.ThreadPool.Server.Size": "1", "Ice.ThreadPool.Server.SizeMax": "1"}
+        ) as server,
+        rpc.communicator() as client,
+    ):
         adapter = server.createObjectAdapterWithEndpoints("CountingEcho", "tcp -h 127.0.0.1 -p 0")
         proxy = adapter.add(CountingEcho(), Ice.stringToIdentity("echo"))
         adapter.activate()

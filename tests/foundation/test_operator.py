@@ -30,8 +30,12 @@ def scheduler(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     work = tmp_path_factory.mktemp("operator")
     port = free_port()
     with ProcessGroup(work / "logs") as group:
-        process = group.start("scheduler", icecrawler_argv(
-            "scheduler", "--listen", f"tcp -h 127.0.0.1 -p {port}", "--set", f"scheduler.db_dir={work / 'db'}"))
+        process = group.start(
+            "scheduler",
+            icecrawler_argv(
+                "scheduler", "--listen", f"tcp -h 127.0.0.1 -p {port}", "--set", f"scheduler.db_dir={work / 'db'}"
+            ),
+        )
         wait_for_port("127.0.0.1", port, 30, alive=process.alive)
         yield f"scheduler:tcp -h 127.0.0.1 -p {port}"
         assert process.alive(), process.log_tail()
@@ -40,8 +44,7 @@ def scheduler(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 def _cli(*args: str, proxy: str, tmp: Path) -> subprocess.CompletedProcess[str]:
     conf = tmp / "client.conf"
     conf.write_text(f"Scheduler.Proxy={proxy}\nStorage.Proxy=storage:tcp -h 127.0.0.1 -p {free_port()}\n")
-    return subprocess.run(icecrawler_argv(*args, f"--Ice.Config={conf}"), capture_output=True, text=True,
-                          timeout=60)
+    return subprocess.run(icecrawler_argv(*args, f"--Ice.Config={conf}"), capture_output=True, text=True, timeout=60)
 
 
 def test_tasks_lists_every_task_with_its_state(scheduler: str, tmp_path: Path) -> None:
@@ -104,12 +107,28 @@ def test_export_progress_has_no_carriage_returns_off_a_terminal(tmp_path: Path) 
     from storage_server.stores import SqliteStore
 
     store = SqliteStore(str(tmp_path / "s.sqlite3"))
-    store.put(WEIBO, [post_row(Post(id=n, user_id=1, text="t", created_at="2024-05-01T12:00:00+08:00",
-                                    source="weibo_pc")) for n in range(1, 2501)])
+    store.put(
+        WEIBO,
+        [
+            post_row(Post(id=n, user_id=1, text="t", created_at="2024-05-01T12:00:00+08:00", source="weibo_pc"))
+            for n in range(1, 2501)
+        ],
+    )
     store.close()
-    result = subprocess.run(icecrawler_argv("export", "--table", "weibo", "--set",
-                                            f"storage.embedded.path={tmp_path / 's.sqlite3'}", "-o",
-                                            str(tmp_path / "out.jsonl")), capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        icecrawler_argv(
+            "export",
+            "--table",
+            "weibo",
+            "--set",
+            f"storage.embedded.path={tmp_path / 's.sqlite3'}",
+            "-o",
+            str(tmp_path / "out.jsonl"),
+        ),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 0, result.stderr
     assert "\r" not in result.stderr and result.stderr.strip().endswith("2,500 records, done")
     assert len((tmp_path / "out.jsonl").read_text().splitlines()) == 2500
@@ -135,9 +154,19 @@ def test_listen_on_the_command_line_wins_over_the_property_file(tmp_path: Path) 
     conf = tmp_path / "storage.conf"
     conf.write_text(f"StorageAdapter.Endpoints=tcp -h 127.0.0.1 -p {other}\n")
     with ProcessGroup(tmp_path / "logs") as group:
-        process = group.start("storage", icecrawler_argv(
-            "storage", "--listen", f"tcp -h 127.0.0.1 -p {port}", f"--Ice.Config={conf}", "--set",
-            f"storage.embedded.path={tmp_path / 's.sqlite3'}", "--set", f"storage.spool_dir={tmp_path / 'spool'}"))
+        process = group.start(
+            "storage",
+            icecrawler_argv(
+                "storage",
+                "--listen",
+                f"tcp -h 127.0.0.1 -p {port}",
+                f"--Ice.Config={conf}",
+                "--set",
+                f"storage.embedded.path={tmp_path / 's.sqlite3'}",
+                "--set",
+                f"storage.spool_dir={tmp_path / 'spool'}",
+            ),
+        )
         wait_for_port("127.0.0.1", port, 30, alive=process.alive)
         with rpc.communicator() as comm:
             assert rpc.crawler().StoragePrx(comm, f"storage:tcp -h 127.0.0.1 -p {port}").stats().backend
@@ -146,8 +175,17 @@ def test_listen_on_the_command_line_wins_over_the_property_file(tmp_path: Path) 
 def test_insecure_endpoint_starts_only_when_allowed_and_then_warns(tmp_path: Path) -> None:
     port = free_port("0.0.0.0")
     with ProcessGroup(tmp_path / "logs") as group:
-        process = group.start("scheduler", icecrawler_argv(
-            "scheduler", "--listen", f"tcp -h 0.0.0.0 -p {port}", "--set", f"scheduler.db_dir={tmp_path / 'db'}",
-            "--set", "security.allow_insecure=true"))
+        process = group.start(
+            "scheduler",
+            icecrawler_argv(
+                "scheduler",
+                "--listen",
+                f"tcp -h 0.0.0.0 -p {port}",
+                "--set",
+                f"scheduler.db_dir={tmp_path / 'db'}",
+                "--set",
+                "security.allow_insecure=true",
+            ),
+        )
         wait_for_port("127.0.0.1", port, 30, alive=process.alive)
         assert "INSECURE" in process.log_tail(50)

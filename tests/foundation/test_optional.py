@@ -27,12 +27,15 @@ def test_a_missing_checkout_package_says_a_source_checkout_is_needed() -> None:
     assert "'sandbox' needs a source checkout" in str(error) and "not part of the installed wheel" in str(error)
 
 
-@pytest.mark.parametrize(("module", "command", "extra"), [
-    ("matplotlib", "demo", "demo"),
-    ("matplotlib.pyplot", "demo", "demo"),
-    ("matplotlib", "bench", "bench"),  # the revisit benchmark plots: the bench extra has matplotlib too
-    ("simhash", "bench", "bench"),
-])
+@pytest.mark.parametrize(
+    ("module", "command", "extra"),
+    [
+        ("matplotlib", "demo", "demo"),
+        ("matplotlib.pyplot", "demo", "demo"),
+        ("matplotlib", "bench", "bench"),  # the revisit benchmark plots: the bench extra has matplotlib too
+        ("simhash", "bench", "bench"),
+    ],
+)
 def test_a_missing_extra_is_named(module: str, command: str, extra: str) -> None:
     error = explain_missing(ModuleNotFoundError(f"No module named {module!r}", name=module), command)
     assert error is not None and f"pip install 'icecrawler[{extra}]'" in str(error)
@@ -43,8 +46,9 @@ def test_any_other_missing_module_is_not_explained_away() -> None:
     assert explain_missing(ModuleNotFoundError("no name"), "scheduler") is None
 
 
-def test_a_command_that_cannot_be_imported_is_listed_and_says_why(monkeypatch: pytest.MonkeyPatch,
-                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_command_that_cannot_be_imported_is_listed_and_says_why(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     real = importlib.import_module
 
     def without_sandbox(name: str, package: str | None = None) -> ModuleType:
@@ -60,8 +64,9 @@ def test_a_command_that_cannot_be_imported_is_listed_and_says_why(monkeypatch: p
     assert "icecrawler demo: error: 'demo' needs a source checkout" in capsys.readouterr().err
 
 
-def test_a_missing_extra_while_a_command_runs_names_the_extra(monkeypatch: pytest.MonkeyPatch,
-                                                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_missing_extra_while_a_command_runs_names_the_extra(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     from icecrawler.commands import settings as settings_command
 
     def run(*args: object) -> int:
@@ -80,8 +85,14 @@ def test_the_version_is_written_once_and_printed(capsys: pytest.CaptureFixture[s
     assert capsys.readouterr().out == f"icecrawler {icecrawler.__version__}\n"
     # The user agent of sources that name none of their own carries the same version.
     assert FALLBACK_USER_AGENT.startswith(f"icecrawler/{icecrawler.__version__} ")
-    tracked = subprocess.run(["git", "ls-files", "*.py", "*.toml", "*.cfg", "*.sh", "*.in"], cwd=REPO,
-                             capture_output=True, text=True, check=True, timeout=60).stdout.split()
+    tracked = subprocess.run(
+        ["git", "ls-files", "*.py", "*.toml", "*.cfg", "*.sh", "*.in"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout.split()
     written = [name for name in tracked if f'"{icecrawler.__version__}"' in (REPO / name).read_text(errors="replace")]
     assert written == ["icecrawler/__init__.py"]
 

@@ -31,8 +31,17 @@ PRODUCT = {"icecrawler", "scheduler_server", "storage_server", "crawler_client",
 
 
 def copy_checkout(target: Path) -> Path:
-    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO,
-                            capture_output=True, check=True, timeout=60).stdout.decode().split("\0")
+    listed = (
+        subprocess.run(
+            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            cwd=REPO,
+            capture_output=True,
+            check=True,
+            timeout=60,
+        )
+        .stdout.decode()
+        .split("\0")
+    )
     for name in filter(None, listed):
         source = REPO / name
         if source.is_file():
@@ -51,8 +60,13 @@ def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("packaging")
     source = copy_checkout(root / "src")
     out = root / "dist"
-    built = subprocess.run([sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out), str(source)],
-                           capture_output=True, text=True, timeout=600, check=False)
+    built = subprocess.run(
+        [sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out), str(source)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
     return out
 
@@ -75,8 +89,19 @@ def test_the_wheel_holds_the_product_and_the_contract_only(dist: Path) -> None:
     assert metadata["Version"] == VERSION
     requires = metadata.get_all("Requires-Dist") or []
     core = {req.split(">")[0].split("<")[0].split("=")[0].strip() for req in requires if "extra ==" not in req}
-    assert {"zeroc-ice", "berkeleydb", "happybase", "thriftpy2", "requests", "urllib3", "beautifulsoup4", "lxml",
-            "jieba", "numpy", "cryptography"} <= core
+    assert {
+        "zeroc-ice",
+        "berkeleydb",
+        "happybase",
+        "thriftpy2",
+        "requests",
+        "urllib3",
+        "beautifulsoup4",
+        "lxml",
+        "jieba",
+        "numpy",
+        "cryptography",
+    } <= core
     assert not core & {"simhash", "matplotlib"}, "bench/demo-only packages must be extras"
     assert any(req.startswith("simhash") and 'extra == "bench"' in req for req in requires)
     assert any(req.startswith("matplotlib") and 'extra == "demo"' in req for req in requires)
@@ -94,35 +119,77 @@ def test_the_wheel_installs_into_a_fresh_venv_and_runs(dist: Path, tmp_path: Pat
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     python = venv / "bin" / "python"
-    installed = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps",
-                                "--no-index", "--quiet", str(only(dist, "*.whl"))],
-                               capture_output=True, text=True, timeout=300, check=False, cwd=tmp_path,
-                               env=clean_env())
+    installed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(python),
+            "install",
+            "--no-deps",
+            "--no-index",
+            "--quiet",
+            str(only(dist, "*.whl")),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        cwd=tmp_path,
+        env=clean_env(),
+    )
     assert installed.returncode == 0, installed.stderr
     env, run_in = clean_env(), tmp_path  # not the checkout: its folders must not be importable by accident
 
-    version = subprocess.run([venv / "bin" / "icecrawler", "--version"], capture_output=True, text=True,
-                             cwd=run_in, env=env, timeout=120, check=False)
+    version = subprocess.run(
+        [venv / "bin" / "icecrawler", "--version"],
+        capture_output=True,
+        text=True,
+        cwd=run_in,
+        env=env,
+        timeout=120,
+        check=False,
+    )
     assert (version.returncode, version.stdout) == (0, f"icecrawler {VERSION}\n"), version.stderr
 
-    site = Path(subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                               capture_output=True, text=True, check=True, env=env, timeout=60).stdout.strip())
+    site = Path(
+        subprocess.run(
+            [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            capture_output=True,
+            text=True,
+            check=True,
+            env=env,
+            timeout=60,
+        ).stdout.strip()
+    )
     installed_names = {path.name for path in site.iterdir()}
     assert installed_names >= PRODUCT
     assert not installed_names & {"sandbox", "bench", "tests"}
 
     # The dependencies installed here, by path (no editable finder of ours runs from a path line).
-    (site / "deps.pth").write_text("\n".join(sorted({sysconfig.get_paths()["purelib"],
-                                                     sysconfig.get_paths()["platlib"]})) + "\n")
-    probe = ("import icecrawler, sys; from icecrawler import rpc; assert rpc.crawler().SchedulerPrx; "
-             "assert icecrawler.__file__.startswith(sys.prefix), icecrawler.__file__; print(rpc.SLICE_FILE)")
-    loaded = subprocess.run([python, "-c", probe], capture_output=True, text=True, cwd=run_in, env=env, timeout=120,
-                            check=False)
+    (site / "deps.pth").write_text(
+        "\n".join(sorted({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]})) + "\n"
+    )
+    probe = (
+        "import icecrawler, sys; from icecrawler import rpc; assert rpc.crawler().SchedulerPrx; "
+        "assert icecrawler.__file__.startswith(sys.prefix), icecrawler.__file__; print(rpc.SLICE_FILE)"
+    )
+    loaded = subprocess.run(
+        [python, "-c", probe], capture_output=True, text=True, cwd=run_in, env=env, timeout=120, check=False
+    )
     assert loaded.returncode == 0, loaded.stderr
     assert loaded.stdout.strip() == str(site / "icecrawler" / "slice" / "crawler.ice")
 
     for command in ("sandbox", "demo", "bench"):
-        refused = subprocess.run([venv / "bin" / "icecrawler", command], capture_output=True, text=True,
-                                 cwd=run_in, env=env, timeout=120, check=False)
+        refused = subprocess.run(
+            [venv / "bin" / "icecrawler", command],
+            capture_output=True,
+            text=True,
+            cwd=run_in,
+            env=env,
+            timeout=120,
+            check=False,
+        )
         assert refused.returncode == 2, (command, refused.stdout, refused.stderr)
         assert f"'{command}' needs a source checkout" in refused.stderr, refused.stderr

@@ -20,7 +20,7 @@ def test_defaults_when_nothing_is_given(tmp_path: Path, monkeypatch: pytest.Monk
 
 def test_layers_override_in_priority_order(tmp_path: Path) -> None:
     config = tmp_path / "icecrawler.toml"
-    config.write_text('[client]\nworkers = 7\ntimeout_s = 3\n[scheduler]\nlease_s = 30\n', encoding="utf-8")
+    config.write_text("[client]\nworkers = 7\ntimeout_s = 3\n[scheduler]\nlease_s = 30\n", encoding="utf-8")
     settings = load_settings(
         config,
         ["client.workers=9"],

@@ -30,36 +30,57 @@ def _sched(*extra: str) -> Callable[[Path, int], list[str]]:
 
 
 def _storage(*extra: str) -> Callable[[Path, int], list[str]]:
-    return lambda work, port: ["storage", "--set", f"storage.embedded.path={work / 's.sqlite3'}", "--set",
-                               f"storage.spool_dir={work / 'spool'}", *extra]
+    return lambda work, port: [
+        "storage",
+        "--set",
+        f"storage.embedded.path={work / 's.sqlite3'}",
+        "--set",
+        f"storage.spool_dir={work / 'spool'}",
+        *extra,
+    ]
 
 
 CASES: dict[str, Case] = {
-    "scheduler port in use": (lambda w, p: [*_sched()(w, p), "--listen", f"tcp -h 127.0.0.1 -p {p}"],
-                              "Address already in use"),
-    "storage port in use": (lambda w, p: [*_storage()(w, p), "--listen", f"tcp -h 127.0.0.1 -p {p}"],
-                            "Address already in use"),
+    "scheduler port in use": (
+        lambda w, p: [*_sched()(w, p), "--listen", f"tcp -h 127.0.0.1 -p {p}"],
+        "Address already in use",
+    ),
+    "storage port in use": (
+        lambda w, p: [*_storage()(w, p), "--listen", f"tcp -h 127.0.0.1 -p {p}"],
+        "Address already in use",
+    ),
     "storage port in use, adapter's own thread pool": (
-        lambda w, p: [*_storage()(w, p), f"--Ice.Config={w / 'own-pool.conf'}"], "Address already in use"),
+        lambda w, p: [*_storage()(w, p), f"--Ice.Config={w / 'own-pool.conf'}"],
+        "Address already in use",
+    ),
     "missing --Ice.Config file": (_sched("--Ice.Config=/nonexistent/scheduler.conf"), "/nonexistent/scheduler.conf"),
     "garbage endpoint on the command line": (_sched("--listen", "garbage endpoint"), "bad endpoints"),
-    "garbage endpoint in the property file": (lambda w, p: [*_sched()(w, p), f"--Ice.Config={w / 'garbage.conf'}"],
-                                              "bad endpoints"),
+    "garbage endpoint in the property file": (
+        lambda w, p: [*_sched()(w, p), f"--Ice.Config={w / 'garbage.conf'}"],
+        "bad endpoints",
+    ),
     "Ice.MessageSizeMax=abc": (_sched("--Ice.MessageSizeMax=abc"), "Ice.MessageSizeMax"),
     "plain endpoint off loopback": (_sched("--listen", "tcp -h 0.0.0.0 -p 1"), "security.allow_insecure"),
     "binary TOML file": (lambda w, p: ["scheduler", "-c", str(w / "binary.toml")], "invalid TOML"),
     "directory as TOML file": (lambda w, p: ["scheduler", "-c", str(w)], "Is a directory"),
     "db_dir is a file": (lambda w, p: ["scheduler", "--set", f"scheduler.db_dir={w / 'a-file'}"], "not a directory"),
-    "db_dir under a file": (lambda w, p: ["scheduler", "--set", f"scheduler.db_dir={w / 'a-file' / 'db'}"],
-                            "not a directory"),
-    "db_dir unwritable": (lambda w, p: ["scheduler", "--set", "scheduler.db_dir=/proc/icecrawler-db"],
-                          "cannot write"),
-    "embedded.path is a directory": (lambda w, p: [*_storage()(w, p), "--set", f"storage.embedded.path={w}"],
-                                     "not a file path"),
-    "embedded.path unwritable": (lambda w, p: [*_storage()(w, p), "--set", "storage.embedded.path=/proc/x/s.db"],
-                                 "cannot write"),
-    "spool_dir is a file": (lambda w, p: [*_storage()(w, p), "--set", f"storage.spool_dir={w / 'a-file'}"],
-                            "not a directory"),
+    "db_dir under a file": (
+        lambda w, p: ["scheduler", "--set", f"scheduler.db_dir={w / 'a-file' / 'db'}"],
+        "not a directory",
+    ),
+    "db_dir unwritable": (lambda w, p: ["scheduler", "--set", "scheduler.db_dir=/proc/icecrawler-db"], "cannot write"),
+    "embedded.path is a directory": (
+        lambda w, p: [*_storage()(w, p), "--set", f"storage.embedded.path={w}"],
+        "not a file path",
+    ),
+    "embedded.path unwritable": (
+        lambda w, p: [*_storage()(w, p), "--set", "storage.embedded.path=/proc/x/s.db"],
+        "cannot write",
+    ),
+    "spool_dir is a file": (
+        lambda w, p: [*_storage()(w, p), "--set", f"storage.spool_dir={w / 'a-file'}"],
+        "not a directory",
+    ),
     "lease_s=nan": (_sched("--set", "scheduler.lease_s=nan"), "finite"),
     "lease_s=inf": (_sched("--set", "scheduler.lease_s=inf"), "finite"),
     "maintenance_interval_s=0": (_sched("--set", "scheduler.maintenance_interval_s=0"), "must be > 0"),
@@ -70,11 +91,21 @@ CASES: dict[str, Case] = {
     "write_timeout_s=nan": (_storage("--set", "storage.write_timeout_s=nan"), "finite"),
     "hbase.pool_size=0": (_storage("--set", "storage.hbase.pool_size=0"), "must be >= 1"),
     "export to an unwritable path": (
-        lambda w, p: ["export", "--table", "weibo", "--set", f"storage.embedded.path={w / 'store.sqlite3'}", "-o",
-                      "/proc/icecrawler-export.jsonl"], "/proc/icecrawler-export.jsonl"),
+        lambda w, p: [
+            "export",
+            "--table",
+            "weibo",
+            "--set",
+            f"storage.embedded.path={w / 'store.sqlite3'}",
+            "-o",
+            "/proc/icecrawler-export.jsonl",
+        ],
+        "/proc/icecrawler-export.jsonl",
+    ),
     "export from a store that does not exist": (
         lambda w, p: ["export", "--table", "weibo", "--set", f"storage.embedded.path={w / 'typo.sqlite3'}"],
-        "no store at"),
+        "no store at",
+    ),
     "certs init --days 0": (lambda w, p: ["certs", "init", "--dir", str(w / "ca"), "--days", "0"], "--days"),
     "certs issue --days 0": (lambda w, p: ["certs", "issue", "n1", "--dir", str(w / "ca"), "--days", "0"], "--days"),
 }
@@ -98,16 +129,19 @@ def taken_port(work: Path) -> Iterator[int]:
         sock.bind(("127.0.0.1", 0))
         sock.listen()
         port = int(sock.getsockname()[1])
-        (work / "own-pool.conf").write_text(f"StorageAdapter.Endpoints=tcp -h 127.0.0.1 -p {port}\n"
-                                            "StorageAdapter.ThreadPool.Size=4\nStorageAdapter.ThreadPool.SizeMax=8\n")
+        (work / "own-pool.conf").write_text(
+            f"StorageAdapter.Endpoints=tcp -h 127.0.0.1 -p {port}\n"
+            "StorageAdapter.ThreadPool.Size=4\nStorageAdapter.ThreadPool.SizeMax=8\n"
+        )
         yield port
 
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_bad_start_up_is_one_line_and_exit_2(case: str, work: Path, taken_port: int) -> None:
     argv, expected = CASES[case]
-    result = subprocess.run(icecrawler_argv(*argv(work, taken_port)), capture_output=True, text=True, timeout=60,
-                            cwd=work)
+    result = subprocess.run(
+        icecrawler_argv(*argv(work, taken_port)), capture_output=True, text=True, timeout=60, cwd=work
+    )
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 2, result.stderr
     assert len(lines) == 1, result.stderr
@@ -129,8 +163,16 @@ def test_product_ids_are_matched_in_full() -> None:
     from icecrawler.models import Review
     from storage_server.schema import validate_review
 
-    good = Review(id="r1", product_id="12", source="ecshop", user="u", content="c", score=5,
-                  created_at="2024-05-01T12:00:00+08:00", fetched_at="2024-05-01T12:00:00+08:00")
+    good = Review(
+        id="r1",
+        product_id="12",
+        source="ecshop",
+        user="u",
+        content="c",
+        score=5,
+        created_at="2024-05-01T12:00:00+08:00",
+        fetched_at="2024-05-01T12:00:00+08:00",
+    )
     assert validate_review(good, 1000) == []
     bad = Review(**{**vars(good), "product_id": "12\n"})
     assert any("productId" in reason for reason in validate_review(bad, 1000))

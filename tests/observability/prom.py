@@ -20,8 +20,16 @@ import pytest
 from icecrawler.processes import ManagedProcess, ProcessGroup, free_port
 from tests.requirements import skip_or_fail
 
-__all__ = ["DEPLOY", "Prometheus", "consecutive_free_ports", "prometheus_binary", "prometheus_config", "promtool",
-           "promtool_check", "short_rules"]
+__all__ = [
+    "DEPLOY",
+    "Prometheus",
+    "consecutive_free_ports",
+    "prometheus_binary",
+    "prometheus_config",
+    "promtool",
+    "promtool_check",
+    "short_rules",
+]
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 
@@ -74,8 +82,9 @@ def prometheus_config(directory: Path, scrape_interval_s: int = 1) -> Path:
     config = (DEPLOY / "prometheus" / "prometheus.yml").read_text()
     config = re.sub(r"(scrape|evaluation)_interval: \d+s", rf"\1_interval: {scrape_interval_s}s", config)
     (directory / "prometheus.yml").write_text(config)
-    (directory / "icecrawler-rules.yml").write_text(short_rules((DEPLOY / "prometheus" / "icecrawler-rules.yml")
-                                                                .read_text()))
+    (directory / "icecrawler-rules.yml").write_text(
+        short_rules((DEPLOY / "prometheus" / "icecrawler-rules.yml").read_text())
+    )
     return directory / "prometheus.yml"
 
 
@@ -85,9 +94,16 @@ class Prometheus:
     def __init__(self, group: ProcessGroup, config: Path, data_dir: Path) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.process: ManagedProcess = group.start("prometheus", [
-            prometheus_binary(), f"--config.file={config}", f"--storage.tsdb.path={data_dir}",
-            f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn"])
+        self.process: ManagedProcess = group.start(
+            "prometheus",
+            [
+                prometheus_binary(),
+                f"--config.file={config}",
+                f"--storage.tsdb.path={data_dir}",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+                "--log.level=warn",
+            ],
+        )
         deadline = time.monotonic() + 60
         while not self._ready():
             if time.monotonic() > deadline or not self.process.alive():

@@ -75,15 +75,21 @@ def test_a_failing_collector_leaves_the_rest_of_the_scrape() -> None:
     assert "demo_ok_total 1.0" in render(registry)
 
 
-@pytest.mark.parametrize("status, label", [(200, "2xx"), (302, "3xx"), (418, "4xx"), (503, "5xx"), (0, "none"),
-                                           (999, "none")])
+@pytest.mark.parametrize(
+    "status, label", [(200, "2xx"), (302, "3xx"), (418, "4xx"), (503, "5xx"), (0, "none"), (999, "none")]
+)
 def test_status_classes(status: int, label: str) -> None:
     assert status_class(status) == label
 
 
-@pytest.mark.parametrize("key, value, message", [("metrics.client.port", -1, "port"),
-                                                 ("metrics.client.port", 70000, "port"),
-                                                 ("metrics.client.port_span", 0, "port_span")])
+@pytest.mark.parametrize(
+    "key, value, message",
+    [
+        ("metrics.client.port", -1, "port"),
+        ("metrics.client.port", 70000, "port"),
+        ("metrics.client.port_span", 0, "port_span"),
+    ],
+)
 def test_bad_metrics_settings_are_refused(key: str, value: int, message: str) -> None:
     settings = Settings().copy_with(**{key.replace(".", "__"): value})
     with pytest.raises(ConfigError, match=message):
@@ -131,8 +137,12 @@ def test_targets_finds_only_answering_daemons_of_each_role(tmp_path: Path, taken
     endpoint = serve(MetricsConfig("client", "127.0.0.1", taken_port, 4), registry)
     assert endpoint is not None
     try:
-        settings = Settings().copy_with(metrics__client__port=taken_port, metrics__client__port_span=4,
-                                        metrics__scheduler__port=endpoint.port, metrics__storage__port=0)
+        settings = Settings().copy_with(
+            metrics__client__port=taken_port,
+            metrics__client__port_span=4,
+            metrics__scheduler__port=endpoint.port,
+            metrics__storage__port=0,
+        )
         assert candidate_ports(settings, "client") == list(range(taken_port, taken_port + 4))
         assert candidate_ports(settings, "storage") == []
         found = discover(settings, ["127.0.0.1"], timeout_s=2)
@@ -155,8 +165,18 @@ def test_scheduler_metrics_count_leases_reports_expiries_and_groups() -> None:
     core.add(["weibo_pc:3"], TaskKind.WeiboUser)
     tasks = core.lease("w", 3)
     by_source = {task.source: task for task in tasks}
-    core.report([Report(task_id=by_source["jd"].id, lease_token=by_source["jd"].lease_token, outcome=Outcome.Ok,
-                        new_items=4, fetches=3, http_status=200)])
+    core.report(
+        [
+            Report(
+                task_id=by_source["jd"].id,
+                lease_token=by_source["jd"].lease_token,
+                outcome=Outcome.Ok,
+                new_items=4,
+                fetches=3,
+                http_status=200,
+            )
+        ]
+    )
     clocks.advance(3600)  # the other two leases run out
     core.reap()
     registry = CollectorRegistry()
@@ -301,12 +321,19 @@ def test_scheduler_shard_k_listens_at_port_plus_k_and_targets_probe_every_shard(
 
 @pytest.mark.parametrize("role", ["scheduler", "storage", "client"])
 def test_a_daemon_with_a_bad_metrics_port_stops_with_a_clear_error_before_starting(
-        role: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    role: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     from icecrawler.cli import main
 
-    code = main([role, f"--set=metrics.{role}.port=99999", f"--set=scheduler.db_dir={tmp_path / 'db'}",
-                 f"--set=storage.spool_dir={tmp_path / 'spool'}",
-                 f"--set=storage.embedded.path={tmp_path / 'store.sqlite3'}"])
+    code = main(
+        [
+            role,
+            f"--set=metrics.{role}.port=99999",
+            f"--set=scheduler.db_dir={tmp_path / 'db'}",
+            f"--set=storage.spool_dir={tmp_path / 'spool'}",
+            f"--set=storage.embedded.path={tmp_path / 'store.sqlite3'}",
+        ]
+    )
     assert code == 2
     assert f"metrics.{role}.port must be 0 (off) or a TCP port, got 99999" in capsys.readouterr().err
     assert not (tmp_path / "db").exists() and not (tmp_path / "spool").exists()
@@ -327,11 +354,15 @@ def test_crawl_task_times_every_parse_for_the_metrics_and_keeps_long_texts() -> 
     from tests.client.test_runtime_crawl import LongTextPostSource, ScriptedFetch, post, task
 
     timings: list[float] = []
-    page1 = ParsedPage(items=[post(30), post(29)], next_request=PageRequest(url="http://site/list", page=2),
-                       info={"long_text_ids": "30"})
+    page1 = ParsedPage(
+        items=[post(30), post(29)],
+        next_request=PageRequest(url="http://site/list", page=2),
+        info={"long_text_ids": "30"},
+    )
     source = LongTextPostSource([page1, [post(28)], FetchError("broken page", outcome=Outcome.ParseError)])
-    result = crawl_task(task(), source, ScriptedFetch(), base_url="http://site", max_pages=10, now_ms=lambda: 0,
-                        on_parse=timings.append)
+    result = crawl_task(
+        task(), source, ScriptedFetch(), base_url="http://site", max_pages=10, now_ms=lambda: 0, on_parse=timings.append
+    )
     assert len(timings) == 3 and all(seconds >= 0 for seconds in timings)  # the page that raised is timed too
     assert result.report.outcome is Outcome.ParseError
     assert result.posts[0].text == "the whole long text"  # the hook does not hide the source's long-text support

@@ -40,14 +40,18 @@ DURING_OUTAGE = ("weibo_mobile:1163218074", "jd:100008348542")
 
 def scenario() -> Scenario:
     static = Schedule("static")
-    return Scenario(seed=5, users=(
-        WeiboUser(uid=1907518591, sites=("m",), backlog=25, schedule=static),
-        WeiboUser(uid=1163218074, sites=("m",), backlog=30, pinned=False, schedule=static),
-        WeiboUser(uid=2803301701, sites=("pc",), backlog=20, schedule=static),
-    ), products=(
-        Product("jd", "100012043978", backlog=25, schedule=static),
-        Product("jd", "100008348542", backlog=15, schedule=static),
-    ))
+    return Scenario(
+        seed=5,
+        users=(
+            WeiboUser(uid=1907518591, sites=("m",), backlog=25, schedule=static),
+            WeiboUser(uid=1163218074, sites=("m",), backlog=30, pinned=False, schedule=static),
+            WeiboUser(uid=2803301701, sites=("pc",), backlog=20, schedule=static),
+        ),
+        products=(
+            Product("jd", "100012043978", backlog=25, schedule=static),
+            Product("jd", "100008348542", backlog=15, schedule=static),
+        ),
+    )
 
 
 def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = 60.0) -> None:
@@ -72,31 +76,60 @@ def check_metrics_text(url: str) -> str:
 
 
 def test_prometheus_sees_the_crawl_the_outage_and_every_dashboard_panel(tmp_path: Path) -> None:
-    scheduler_settings = {"scheduler.initial_period_s": 7200, "scheduler.min_period_s": 7200,
-                          "scheduler.max_period_s": 86400}
-    client_settings = {"client.workers": 2, "client.batch": 2, "client.max_pages": 30, "client.idle_sleep_s": 0.3,
-                       "client.shutdown_grace_s": 5}
+    scheduler_settings = {
+        "scheduler.initial_period_s": 7200,
+        "scheduler.min_period_s": 7200,
+        "scheduler.max_period_s": 86400,
+    }
+    client_settings = {
+        "client.workers": 2,
+        "client.batch": 2,
+        "client.max_pages": 30,
+        "client.idle_sleep_s": 0.3,
+        "client.shutdown_grace_s": 5,
+    }
     storage_settings = {"storage.write_timeout_s": 1}
     client_port = consecutive_free_ports(2)
-    with running_stack(tmp_path / "stack", scenario(), speed=60, scheduler_settings=scheduler_settings,
-                       client_settings=client_settings, storage_settings=storage_settings) as stack:
+    with running_stack(
+        tmp_path / "stack",
+        scenario(),
+        speed=60,
+        scheduler_settings=scheduler_settings,
+        client_settings=client_settings,
+        storage_settings=storage_settings,
+    ) as stack:
         for index, name in enumerate(("client-a", "client-b")):
             client = stack.start_client(name, {"metrics.client.port": client_port + index})
             wait_for_port("127.0.0.1", client_port + index, 60, alive=client.alive)
         # File-based discovery: the helper probes what the settings allow and finds all four daemons.
         config = prometheus_config(tmp_path / "prom")
-        found = subprocess.run(icecrawler_argv(
-            "targets", "--hosts", "127.0.0.1", "--dir", str(tmp_path / "prom" / "targets"),
-            f"--set=metrics.scheduler.port={stack.metrics_ports['scheduler']}",
-            f"--set=metrics.storage.port={stack.metrics_ports['storage']}", "--set=metrics.storage.port_span=1",
-            f"--set=metrics.client.port={client_port}", "--set=metrics.client.port_span=2"),
-            capture_output=True, text=True, timeout=60)
+        found = subprocess.run(
+            icecrawler_argv(
+                "targets",
+                "--hosts",
+                "127.0.0.1",
+                "--dir",
+                str(tmp_path / "prom" / "targets"),
+                f"--set=metrics.scheduler.port={stack.metrics_ports['scheduler']}",
+                f"--set=metrics.storage.port={stack.metrics_ports['storage']}",
+                "--set=metrics.storage.port_span=1",
+                f"--set=metrics.client.port={client_port}",
+                "--set=metrics.client.port_span=2",
+            ),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert found.returncode == 0, found.stderr
         assert "scheduler=1 storage=1 client=2" in found.stdout, found.stdout + found.stderr
         prometheus = Prometheus(stack.group, config, tmp_path / "prom" / "data")
-        wait_until(lambda: prometheus.healthy_targets() == {"icecrawler-scheduler": 1, "icecrawler-storage": 1,
-                                                           "icecrawler-client": 2},
-                   "Prometheus never scraped all four daemons")
+        wait_until(
+            lambda: (
+                prometheus.healthy_targets()
+                == {"icecrawler-scheduler": 1, "icecrawler-storage": 1, "icecrawler-client": 2}
+            ),
+            "Prometheus never scraped all four daemons",
+        )
 
         stack.seed(list(FIRST))
         expected = published(stack, FIRST)
@@ -106,8 +139,10 @@ def test_prometheus_sees_the_crawl_the_outage_and_every_dashboard_panel(tmp_path
         assert len(stack.stored()) == expected
 
         reports = "sum(icecrawler_scheduler_reports_total)"
-        wait_until(lambda: prometheus.value(reports) == prometheus.value("sum(icecrawler_client_crawls_total)")
-                   == len(FIRST), "client crawls and scheduler reports disagree")
+        wait_until(
+            lambda: prometheus.value(reports) == prometheus.value("sum(icecrawler_client_crawls_total)") == len(FIRST),
+            "client crawls and scheduler reports disagree",
+        )
         fetches = prometheus.value("sum(icecrawler_scheduler_fetches_total)")
         assert fetches is not None and fetches >= len(FIRST)
         assert prometheus.value("sum(icecrawler_client_fetches_total)") == fetches
@@ -124,31 +159,49 @@ def test_prometheus_sees_the_crawl_the_outage_and_every_dashboard_panel(tmp_path
         try:
             lock.execute("BEGIN EXCLUSIVE")
             stack.seed(list(DURING_OUTAGE))
-            wait_until(lambda: (prometheus.value("sum(icecrawler_storage_spool_records)") or 0) > 0,
-                       "the spool never grew during the outage")
-            wait_until(lambda: prometheus.value("min(icecrawler_storage_backend_up)") == 0,
-                       "backend_up never dropped")
-            wait_until(lambda: bool(prometheus.alert_states().get("IcecrawlerSpoolGrowing", set())
-                                    & {"pending", "firing"}), "the spool alert never became pending/firing")
-            wait_until(lambda: "firing" in prometheus.alert_states().get("IcecrawlerStorageBackendDown", set()),
-                       "the backend alert never fired")
+            wait_until(
+                lambda: (prometheus.value("sum(icecrawler_storage_spool_records)") or 0) > 0,
+                "the spool never grew during the outage",
+            )
+            wait_until(lambda: prometheus.value("min(icecrawler_storage_backend_up)") == 0, "backend_up never dropped")
+            wait_until(
+                lambda: bool(prometheus.alert_states().get("IcecrawlerSpoolGrowing", set()) & {"pending", "firing"}),
+                "the spool alert never became pending/firing",
+            )
+            wait_until(
+                lambda: "firing" in prometheus.alert_states().get("IcecrawlerStorageBackendDown", set()),
+                "the backend alert never fired",
+            )
             assert (prometheus.value("max(icecrawler_storage_spool_age_seconds)") or 0) > 0
             assert (prometheus.value("sum(icecrawler_storage_backend_outages_total)") or 0) >= 1
         finally:
             lock.execute("ROLLBACK")
             lock.close()
         everything = expected + published(stack, DURING_OUTAGE)
-        wait_until(lambda: prometheus.value(written) == everything, f"records written never reached {everything}",
-                   timeout_s=120)
+        wait_until(
+            lambda: prometheus.value(written) == everything,
+            f"records written never reached {everything}",
+            timeout_s=120,
+        )
         wait_until(lambda: prometheus.value("sum(icecrawler_storage_spool_records)") == 0, "the spool never drained")
         assert len(stack.stored()) == everything
         assert not truncated_posts(stack), "long posts stored truncated: the metrics hooks broke the long-text fetch"
-        wait_until(lambda: prometheus.value(reports) == prometheus.value("sum(icecrawler_client_crawls_total)")
-                   == len(FIRST) + len(DURING_OUTAGE), "client crawls and scheduler reports disagree after")
+        wait_until(
+            lambda: (
+                prometheus.value(reports)
+                == prometheus.value("sum(icecrawler_client_crawls_total)")
+                == len(FIRST) + len(DURING_OUTAGE)
+            ),
+            "client crawls and scheduler reports disagree after",
+        )
 
         # Every panel of the dashboard has data in this Prometheus.
         dashboard = json.loads((DEPLOY / "grafana" / "icecrawler.json").read_text())
-        empty = [panel["title"] for panel in dashboard["panels"] for target in panel["targets"]
-                 if not prometheus.query(target["expr"])]
+        empty = [
+            panel["title"]
+            for panel in dashboard["panels"]
+            for target in panel["targets"]
+            if not prometheus.query(target["expr"])
+        ]
         assert not empty, f"panels without data: {empty}"
         assert len(dashboard["panels"]) >= 20

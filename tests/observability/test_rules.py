@@ -39,7 +39,8 @@ def test_short_rules_keep_every_alert_and_stay_valid(tmp_path: Path) -> None:
 
 def test_a_broken_rule_is_caught(tmp_path: Path) -> None:
     (tmp_path / "rules.yml").write_text("groups:\n  - name: x\n    rules:\n      - alert: Bad\n        expr: sum(\n")
-    done = subprocess.run([promtool(), "check", "rules", "rules.yml"], capture_output=True, text=True, timeout=60,
-                          cwd=tmp_path)
+    done = subprocess.run(
+        [promtool(), "check", "rules", "rules.yml"], capture_output=True, text=True, timeout=60, cwd=tmp_path
+    )
     assert done.returncode != 0
     assert "FAILED" in done.stdout + done.stderr

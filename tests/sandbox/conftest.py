@@ -25,21 +25,45 @@ def small_scenario() -> Scenario:
     return Scenario(
         seed=11,
         users=(
-            WeiboUser(uid=1000000001, name="甲", cursor="since_id", backlog=52, long_text_every=4, retweet_every=5,
-                      schedule=Schedule("periodic", interval_s=600)),
-            WeiboUser(uid=1000000002, name="乙", cursor="page", backlog=23, pinned=False,
-                      schedule=Schedule("poisson", per_hour=6)),
+            WeiboUser(
+                uid=1000000001,
+                name="甲",
+                cursor="since_id",
+                backlog=52,
+                long_text_every=4,
+                retweet_every=5,
+                schedule=Schedule("periodic", interval_s=600),
+            ),
+            WeiboUser(
+                uid=1000000002,
+                name="乙",
+                cursor="page",
+                backlog=23,
+                pinned=False,
+                schedule=Schedule("poisson", per_hour=6),
+            ),
         ),
         products=(
             Product("ecshop", "12", category=1, backlog=12, schedule=Schedule("periodic", interval_s=600)),
             Product("ecshop", "13", category=1, backlog=0),
             Product("ecshop", "14", category=1, backlog=2, appear_after_s=3600),
-            Product("jd", "100012043978", backlog=23, count_bonus=1_000_000,
-                    schedule=Schedule("bursty", interval_s=1800, burst_size=3)),
+            Product(
+                "jd",
+                "100012043978",
+                backlog=23,
+                count_bonus=1_000_000,
+                schedule=Schedule("bursty", interval_s=1800, burst_size=3),
+            ),
         ),
         categories=(
-            Category(1, name="手机", per_page=2, arrivals=Schedule("periodic", interval_s=1800), arrival_first_id=100,
-                     arrival_limit=3),
+            Category(
+                1,
+                name="手机",
+                per_page=2,
+                arrivals=Schedule("periodic", interval_s=1800),
+                arrival_first_id=100,
+                arrival_limit=3,
+            ),
             Category(2, name="空分类"),
         ),
     )
@@ -64,18 +88,35 @@ def fetch(request: PageRequest, session: requests.Session | None = None) -> Fetc
     for header, cookie in request.cookie_headers.items():  # as the client's transport does (X-XSRF-TOKEN)
         if http.cookies.get(cookie):
             headers[header] = str(http.cookies.get(cookie))
-    response = http.request(request.method, request.url, params=request.params or None, data=request.data,
-                            headers=headers, timeout=10)
-    return FetchedPage(url=response.request.url or request.url, status=response.status_code,
-                       headers=dict(response.headers), body=response.content, final_url=response.url)
+    response = http.request(
+        request.method, request.url, params=request.params or None, data=request.data, headers=headers, timeout=10
+    )
+    return FetchedPage(
+        url=response.request.url or request.url,
+        status=response.status_code,
+        headers=dict(response.headers),
+        body=response.content,
+        final_url=response.url,
+    )
 
 
-def crawl(server: SandboxServer, source_name: str, target: str, kind: TaskKind = TaskKind.WeiboUser,
-          session: requests.Session | None = None, max_requests: int = 40) -> Crawl:
+def crawl(
+    server: SandboxServer,
+    source_name: str,
+    target: str,
+    kind: TaskKind = TaskKind.WeiboUser,
+    session: requests.Session | None = None,
+    max_requests: int = 40,
+) -> Crawl:
     """Follow ``next_request`` from the first page to the end, like the client (without the incremental stop)."""
     source = get_source(source_name)
-    task = Task(id=make_task_id(kind, source_name, target), kind=kind, source=source_name, target=target,
-                lease_deadline_ms=int(time.time() * 1000))
+    task = Task(
+        id=make_task_id(kind, source_name, target),
+        kind=kind,
+        source=source_name,
+        target=target,
+        lease_deadline_ms=int(time.time() * 1000),
+    )
     request: PageRequest | None = source.first_request(task, server.base_url(SOURCE_PREFIX[source_name]))
     items: list[Item] = []
     count = 0

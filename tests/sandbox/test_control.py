@@ -63,24 +63,43 @@ def test_health_truth_and_advance(server: SandboxServer) -> None:
     assert truth["counts"]["weibo_mobile"][UID] == 52 and truth["counts"]["weibo_pc"][UID] == 52
     assert truth["counts"]["ecshop"] == {"12": 12}  # 13 has no reviews, 14 appears after an hour
     item = truth["items"][0]
-    assert set(item) >= {"kind", "source", "target", "id", "published_ms", "published_wall_ms", "created_at",
-                         "user", "text", "backlog", "pinned"}
+    assert set(item) >= {
+        "kind",
+        "source",
+        "target",
+        "id",
+        "published_ms",
+        "published_wall_ms",
+        "created_at",
+        "user",
+        "text",
+        "backlog",
+        "pinned",
+    }
     assert all(i["backlog"] for i in truth["items"])
     # the pinned post is marked on m.weibo.cn and weibo.com's JSON API, not in the legacy feed
     assert sum(1 for i in truth["items"] if i["pinned"]) == 2
     advanced = requests.post(f"{server.url}/__sandbox/advance", json={"seconds": 1200}, timeout=10).json()
     assert advanced["now_ms"] == truth["now_ms"] + 1_200_000
-    new = requests.get(f"{server.url}/__sandbox/truth", timeout=10,
-                       params={"source": "weibo_mobile", "target": UID, "since_ms": str(truth["now_ms"])}).json()
-    assert [i["published_ms"] for i in new["items"]] == [server.clock.origin_ms + 600_000,
-                                                         server.clock.origin_ms + 1_200_000]
+    new = requests.get(
+        f"{server.url}/__sandbox/truth",
+        timeout=10,
+        params={"source": "weibo_mobile", "target": UID, "since_ms": str(truth["now_ms"])},
+    ).json()
+    assert [i["published_ms"] for i in new["items"]] == [
+        server.clock.origin_ms + 600_000,
+        server.clock.origin_ms + 1_200_000,
+    ]
     assert not any(i["backlog"] for i in new["items"])
 
 
 def test_request_log_records_arrivals_per_site_and_path(server: SandboxServer) -> None:
     for page in ("1", "2"):
-        requests.get(f"{server.base_url('m')}/api/container/getIndex", timeout=10,
-                     params={"type": "uid", "value": UID, "containerid": f"107603{UID}", "page": page})
+        requests.get(
+            f"{server.base_url('m')}/api/container/getIndex",
+            timeout=10,
+            params={"type": "uid", "value": UID, "containerid": f"107603{UID}", "page": page},
+        )
     requests.get(f"{server.base_url('jd')}/comment/productPageComments.action", params={"productId": "1"}, timeout=10)
     log = requests.get(f"{server.url}/__sandbox/requests", params={"site": "m"}, timeout=10).json()
     rows = log["requests"]
@@ -89,8 +108,9 @@ def test_request_log_records_arrivals_per_site_and_path(server: SandboxServer) -
     assert "page=2" in rows[1]["query"] and rows[0]["host"].startswith("127.0.0.1")
     later = requests.get(f"{server.url}/__sandbox/requests", params={"since": str(rows[-1]["seq"])}, timeout=10)
     assert [r["site"] for r in later.json()["requests"]] == ["jd"]
-    assert requests.get(f"{server.url}/__sandbox/requests", params={"path": "/nope"}, timeout=10).json()[
-        "requests"] == []
+    assert (
+        requests.get(f"{server.url}/__sandbox/requests", params={"path": "/nope"}, timeout=10).json()["requests"] == []
+    )
 
 
 def test_bad_control_requests(server: SandboxServer) -> None:
@@ -110,8 +130,9 @@ def test_truth_file_is_jsonl(tmp_path: Path) -> None:
     lines = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
     items = [line for line in lines if line["kind"] == "item"]
     products = [line for line in lines if line["kind"] == "product"]
-    assert sorted((i["source"], i["target"], i["id"], i["text"]) for i in items) == \
-        sorted((i["source"], i["target"], i["id"], i["text"]) for i in expected["items"])
+    assert sorted((i["source"], i["target"], i["id"], i["text"]) for i in items) == sorted(
+        (i["source"], i["target"], i["id"], i["text"]) for i in expected["items"]
+    )
     assert {p["product"] for p in products} == {"12", "13", "14", "100", "101"}
 
 
@@ -132,8 +153,10 @@ def test_scenario_files(tmp_path: Path) -> None:
     with pytest.raises(ConfigError):
         load_scenario(tmp_path / "missing.toml")
     with pytest.raises(ConfigError, match="overlap"):
-        Scenario(products=(Product("ecshop", "101", category=1),),
-                 categories=(Category(1, arrivals=Schedule("periodic"), arrival_first_id=100, arrival_limit=5),))
+        Scenario(
+            products=(Product("ecshop", "101", category=1),),
+            categories=(Category(1, arrivals=Schedule("periodic"), arrival_first_id=100, arrival_limit=5),),
+        )
     with pytest.raises(ConfigError, match="duplicate"):
         Scenario(users=(WeiboUser(uid=1), WeiboUser(uid=1)))
 
@@ -147,18 +170,28 @@ def _default_round_trips(tmp_path: Path) -> bool:
 def test_subprocess_launcher_and_cli(tmp_path: Path) -> None:
     scenario = tmp_path / "s.toml"
     scenario.write_text(SCENARIO_TOML, encoding="utf-8")
-    with sandbox_process(tmp_path / "logs", scenario=scenario, speed=60, latency_ms=1,
-                         misbehave=["m.slow_rate=0"]) as sandbox:
+    with sandbox_process(
+        tmp_path / "logs", scenario=scenario, speed=60, latency_ms=1, misbehave=["m.slow_rate=0"]
+    ) as sandbox:
         health = sandbox.control("health")
         assert health["speed"] == 60 and health["sites"] == ["ecshop", "jd", "m", "passport", "pc", "web"]
-        assert requests.get(f"{sandbox.base_url('jd')}/comment/productPageComments.action",
-                            params={"productId": "1"}, timeout=10).status_code == 429  # from the scenario
+        assert (
+            requests.get(
+                f"{sandbox.base_url('jd')}/comment/productPageComments.action", params={"productId": "1"}, timeout=10
+            ).status_code
+            == 429
+        )  # from the scenario
         rules = sandbox.control("misbehave", {"clear": True})["rules"]
         assert rules == []
         assert sandbox.control("truth")["counts"]["weibo_mobile"]["2000000001"] >= 3
     assert not sandbox.process.alive() and sandbox.process.popen.returncode == 0
-    printed = subprocess.run([sys.executable, "-m", "icecrawler", "sandbox", "--print-scenario"], capture_output=True,
-                             text=True, timeout=60, check=True)
+    printed = subprocess.run(
+        [sys.executable, "-m", "icecrawler", "sandbox", "--print-scenario"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
     assert json.loads(printed.stdout)["categories"][0]["id"] == 1
 
 

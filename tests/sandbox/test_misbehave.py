@@ -61,13 +61,17 @@ def test_retry_after(server: SandboxServer) -> None:
     assert error.value.retry_after_s == 42
 
 
-@pytest.mark.parametrize(("page", "outcome", "marker"), [("busy", "Busy", "抱歉，网络繁忙"),
-                                                         ("frozen", "AccountFrozen", "帐号存在异常")])
+@pytest.mark.parametrize(
+    ("page", "outcome", "marker"), [("busy", "Busy", "抱歉，网络繁忙"), ("frozen", "AccountFrozen", "帐号存在异常")]
+)
 def test_gbk_ban_pages_that_claim_utf8(server: SandboxServer, page: str, outcome: str, marker: str) -> None:
     _switch(server, {"site": "pc", "set": {"ban_rate": 1, "ban_page": page}})
-    response = requests.get(f"{server.base_url('pc')}/p/aj/v6/mblog/mbloglist",
-                            params={"id": f"100505{UID}", "page": "1", "pagebar": "0"}, timeout=10)
-    assert b'charset=utf-8' in response.content and b"bpType']='sorry'" in response.content
+    response = requests.get(
+        f"{server.base_url('pc')}/p/aj/v6/mblog/mbloglist",
+        params={"id": f"100505{UID}", "page": "1", "pagebar": "0"},
+        timeout=10,
+    )
+    assert b"charset=utf-8" in response.content and b"bpType']='sorry'" in response.content
     with pytest.raises(UnicodeDecodeError):
         response.content.decode("utf-8")
     assert marker in response.content.decode("gbk")
@@ -77,18 +81,21 @@ def test_gbk_ban_pages_that_claim_utf8(server: SandboxServer, page: str, outcome
 
 
 def test_truncated_bodies(server: SandboxServer) -> None:
-    full = requests.get(f"{server.base_url('jd')}/comment/productPageComments.action",
-                        params={"productId": JD_PRODUCT}, timeout=10).content
+    full = requests.get(
+        f"{server.base_url('jd')}/comment/productPageComments.action", params={"productId": JD_PRODUCT}, timeout=10
+    ).content
     _switch(server, {"site": "jd", "set": {"truncate_rate": 1, "truncate_mode": "cut"}})
-    cut = requests.get(f"{server.base_url('jd')}/comment/productPageComments.action",
-                       params={"productId": JD_PRODUCT}, timeout=10)
+    cut = requests.get(
+        f"{server.base_url('jd')}/comment/productPageComments.action", params={"productId": JD_PRODUCT}, timeout=10
+    )
     assert cut.status_code == 200 and cut.content == full[: len(full) // 2]
     with pytest.raises(ParseError):
         crawl(server, "jd", JD_PRODUCT, TaskKind.ProductReviews)
     _switch(server, {"site": "jd", "set": {"truncate_mode": "drop"}})
     with pytest.raises(requests.exceptions.RequestException):
-        requests.get(f"{server.base_url('jd')}/comment/productPageComments.action",
-                     params={"productId": JD_PRODUCT}, timeout=10)
+        requests.get(
+            f"{server.base_url('jd')}/comment/productPageComments.action", params={"productId": JD_PRODUCT}, timeout=10
+        )
 
 
 def test_slow_answers_are_logged(server: SandboxServer) -> None:
@@ -131,11 +138,11 @@ def test_login_walls_per_site(server: SandboxServer) -> None:
     with pytest.raises(FetchError) as error:
         crawl(server, "weibo_mobile", UID)
     assert error.value.outcome == "LoginRequired"
-    jd = requests.get(f"{server.base_url('jd')}/comment/productPageComments.action",
-                      params={"productId": JD_PRODUCT}, timeout=10)
+    jd = requests.get(
+        f"{server.base_url('jd')}/comment/productPageComments.action", params={"productId": JD_PRODUCT}, timeout=10
+    )
     assert jd.status_code == 200 and jd.content == b""
-    pc = requests.get(f"{server.base_url('pc')}/p/aj/v6/mblog/mbloglist", params={"id": f"100505{UID}"},
-                      timeout=10)
+    pc = requests.get(f"{server.base_url('pc')}/p/aj/v6/mblog/mbloglist", params={"id": f"100505{UID}"}, timeout=10)
     assert "新浪通行证" in pc.content.decode("gbk") and b"ajaxlogin.php" in pc.content
     with pytest.raises(FetchError) as error:
         crawl(server, "weibo_pc", UID)
@@ -148,8 +155,9 @@ def test_misbehaviour_at_start_from_scenario_and_flags() -> None:
     assert rules[0].behaviour.teapot_burst == 2
     with SandboxServer(small_scenario(), speed=0, port=0, misbehave=rules) as server:
         assert _mobile(server).status_code == 418
-        goods = requests.get(f"{server.base_url('ecshop')}/goods.php", params={"id": "12"}, timeout=10,
-                             allow_redirects=False)
+        goods = requests.get(
+            f"{server.base_url('ecshop')}/goods.php", params={"id": "12"}, timeout=10, allow_redirects=False
+        )
         assert goods.status_code == 302 and goods.headers["Location"] == "user.php"
         assert requests.get(f"{server.base_url('ecshop')}/goods.php", params={"id": "13"}, timeout=10).ok
     with pytest.raises(ConfigError):

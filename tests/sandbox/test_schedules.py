@@ -66,8 +66,9 @@ def test_periodic_count_on_a_fast_clock() -> None:
     scenario = Scenario(seed=3, products=(Product("jd", "1001", backlog=0, schedule=schedule),))
     with SandboxServer(scenario, speed=3600, port=0) as server:
         for _ in range(3):
-            requests.get(server.base_url("jd") + "/comment/productPageComments.action",
-                         params={"productId": "1001"}, timeout=10)
+            requests.get(
+                server.base_url("jd") + "/comment/productPageComments.action", params={"productId": "1001"}, timeout=10
+            )
         truth = server.truth("jd", "1001")
         expected = schedule.expected_count(truth["origin_ms"], truth["now_ms"])
         assert expected is not None and len(truth["items"]) == expected

@@ -21,8 +21,17 @@ JD_PATH = "/comment/productPageComments.action"
 
 
 def _jd(server: SandboxServer, **params: str) -> requests.Response:
-    query = {"productId": JD_PRODUCT, "score": "0", "sortType": "6", "page": "0", "pageSize": "10",
-             "isShadowSku": "0", "rid": "0", "fold": "1", **params}
+    query = {
+        "productId": JD_PRODUCT,
+        "score": "0",
+        "sortType": "6",
+        "page": "0",
+        "pageSize": "10",
+        "isShadowSku": "0",
+        "rid": "0",
+        "fold": "1",
+        **params,
+    }
     return requests.get(server.base_url("jd") + JD_PATH, params=query, timeout=10)
 
 
@@ -30,7 +39,7 @@ def test_jd_jsonp_and_plain_json(server: SandboxServer) -> None:
     wrapped = _jd(server, callback="fetchJSON_comment98").text
     assert wrapped.startswith("fetchJSON_comment98({") and wrapped.endswith("});")
     doc = _jd(server).json()
-    assert json.loads(wrapped[len("fetchJSON_comment98("):-2]) == doc
+    assert json.loads(wrapped[len("fetchJSON_comment98(") : -2]) == doc
     assert list(doc)[:3] == ["jwotestProduct", "score", "comments"] and doc["maxPage"] == 3
     comments = doc["comments"]
     assert len(comments) == 10 and all(c["id"] > 2**31 and c["referenceId"] == JD_PRODUCT for c in comments)
@@ -59,8 +68,9 @@ def test_ecshop_goods_page_and_gotopage_json(server: SandboxServer) -> None:
     page = requests.get(server.base_url("ecshop") + "/goods.php", params={"id": "12"}, timeout=10).text
     assert '<div id="ECS_COMMENT">' in page and "总计 12 个记录，共 3 页" in page
     assert page.count('<li class="word">') == 5 and "javascript:gotoPage(2,12,0)" in page
-    raw = requests.get(server.base_url("ecshop") + "/comment.php?act=gotopage&page=3&id=12&type=0&1796000000000",
-                       timeout=10).content
+    raw = requests.get(
+        server.base_url("ecshop") + "/comment.php?act=gotopage&page=3&id=12&type=0&1796000000000", timeout=10
+    ).content
     assert b"\\/" in raw and b"\\u" in raw
     doc = json.loads(raw)
     assert doc["error"] == 0 and doc["message"] and doc["content"].count('<li class="word">') == 2
@@ -110,8 +120,9 @@ def test_empty_and_unknown_category(server: SandboxServer) -> None:
     with pytest.raises(FetchError) as error:
         crawl(server, "ecshop", "99", TaskKind.Listing)
     assert error.value.outcome == "NotFound"
-    not_yet = requests.get(server.base_url("ecshop") + "/goods.php", params={"id": "14"}, allow_redirects=False,
-                           timeout=10)
+    not_yet = requests.get(
+        server.base_url("ecshop") + "/goods.php", params={"id": "14"}, allow_redirects=False, timeout=10
+    )
     assert not_yet.status_code == 302  # appears only after an hour
 
 
@@ -132,7 +143,8 @@ def test_ecshop_login_wall_and_login_flow(server: SandboxServer) -> None:
     assert len(result.items) == 12
     session.get(server.base_url("ecshop") + "/user.php", params={"act": "logout"}, timeout=10)
     assert session.get(server.base_url("ecshop") + "/goods.php", params={"id": "12"}, timeout=10).url.endswith(
-        "user.php")
+        "user.php"
+    )
 
 
 def test_sources_parse_every_site_without_errors(server: SandboxServer) -> None:
@@ -140,11 +152,15 @@ def test_sources_parse_every_site_without_errors(server: SandboxServer) -> None:
     answers the profile first, weibo.com's API wants a visitor session)."""
     visitor = visitor_session(server)
     for name, target, kind, requests_needed in (
-            ("weibo_pc", "1000000002", TaskKind.WeiboUser, 1), ("weibo_mobile", "1000000002", TaskKind.WeiboUser, 2),
-            ("weibo_web", "1000000002", TaskKind.WeiboUser, 1), ("ecshop", "12", TaskKind.ProductReviews, 1),
-            ("jd", JD_PRODUCT, TaskKind.ProductReviews, 1)):
-        result = crawl(server, name, target, kind, session=visitor if name == "weibo_web" else None,
-                       max_requests=requests_needed)
+        ("weibo_pc", "1000000002", TaskKind.WeiboUser, 1),
+        ("weibo_mobile", "1000000002", TaskKind.WeiboUser, 2),
+        ("weibo_web", "1000000002", TaskKind.WeiboUser, 1),
+        ("ecshop", "12", TaskKind.ProductReviews, 1),
+        ("jd", JD_PRODUCT, TaskKind.ProductReviews, 1),
+    ):
+        result = crawl(
+            server, name, target, kind, session=visitor if name == "weibo_web" else None, max_requests=requests_needed
+        )
         assert result.items, name
         assert get_source(name).name == name
 

@@ -68,16 +68,18 @@ def test_mobile_page_cursor_and_both_request_forms(server: SandboxServer) -> Non
     assert len(_get_index(server, UID, page="2").json()["data"]["cards"]) == PAGE_SIZE
 
     result = crawl(server, "weibo_mobile", UID_PAGE)
-    assert sorted(str(item.id) for item in result.items if isinstance(item, Post)) == \
-        sorted(truth_ids(server, "weibo_mobile", UID_PAGE))
+    assert sorted(str(item.id) for item in result.items if isinstance(item, Post)) == sorted(
+        truth_ids(server, "weibo_mobile", UID_PAGE)
+    )
 
 
 def test_mobile_end_unknown_user_and_profile(server: SandboxServer) -> None:
     past_end = _get_index(server, UID_PAGE, page="99").json()
     assert past_end == {"ok": 0, "msg": "这里还没有内容", "data": {"cards": []}}
     assert _get_index(server, "1234567890").json()["ok"] == 0
-    profile = requests.get(f"{server.base_url('m')}/api/container/getIndex",
-                           params={"type": "uid", "value": UID}, timeout=10).json()
+    profile = requests.get(
+        f"{server.base_url('m')}/api/container/getIndex", params={"type": "uid", "value": UID}, timeout=10
+    ).json()
     tabs = profile["data"]["tabsInfo"]["tabs"]
     assert any(tab["tab_type"] == "weibo" and tab["containerid"] == f"107603{UID}" for tab in tabs)
     assert profile["data"]["userInfo"]["id"] == int(UID)
@@ -101,8 +103,7 @@ def test_pc_chunks_pager_and_round_trip(server: SandboxServer) -> None:
     base = {"ajwvr": "6", "domain": "100505", "is_ori": "1", "id": f"100505{UID}", "__rnd": "1"}
     chunks = []
     for pre_page, pagebar in (("0", "0"), ("1", "0"), ("1", "1")):
-        response = requests.get(url, params={**base, "page": "1", "pre_page": pre_page, "pagebar": pagebar},
-                                timeout=10)
+        response = requests.get(url, params={**base, "page": "1", "pre_page": pre_page, "pagebar": pagebar}, timeout=10)
         doc = json.loads(response.content)
         assert doc["code"] == "100000" and b"\\/" in response.content
         chunks.append(doc["data"])

@@ -68,8 +68,12 @@ def test_the_xsrf_token_must_be_echoed(server: SandboxServer) -> None:
     assert first.status_code == 200 and session.cookies.get("XSRF-TOKEN")
     refused = session.get(url, params={"uid": UID, "page": "2", "feature": "0"}, timeout=10)
     assert refused.status_code == 403
-    echoed = session.get(url, params={"uid": UID, "page": "2", "feature": "0"}, timeout=10,
-                         headers={"X-XSRF-TOKEN": str(session.cookies.get("XSRF-TOKEN"))})
+    echoed = session.get(
+        url,
+        params={"uid": UID, "page": "2", "feature": "0"},
+        timeout=10,
+        headers={"X-XSRF-TOKEN": str(session.cookies.get("XSRF-TOKEN"))},
+    )
     assert echoed.status_code == 200 and echoed.json()["ok"] == 1
 
 

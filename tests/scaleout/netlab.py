@@ -71,8 +71,12 @@ class NetLab:
     def add(self, name: str) -> Host:
         """A new machine: namespace, loopback up, a veth pair to the hub bridge, address 10.213.x.(n+1)."""
         index = len(self.hosts) + 1
-        host = Host(name=name, netns=f"icx-{self.tag}-{name}", address=f"10.213.{self.octet}.{index}",
-                    hub_link=f"ih{self.tag}{index}")
+        host = Host(
+            name=name,
+            netns=f"icx-{self.tag}-{name}",
+            address=f"10.213.{self.octet}.{index}",
+            hub_link=f"ih{self.tag}{index}",
+        )
         inner = f"ie{self.tag}{index}"
         _ip("netns", "add", host.netns)
         self.hosts[name] = host
@@ -103,6 +107,7 @@ class NetLab:
     def __enter__(self) -> NetLab:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.close()

@@ -82,27 +82,61 @@ def daemons(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Daem
     settings = Settings()
     idle = f"--Ice.Connection.Server.IdleTimeout={IDLE_TIMEOUT_S}"
     with ProcessGroup(work / "logs") as group:
-        scheduler = group.start("scheduler", icecrawler_argv(
-            "scheduler", "--listen", f"tcp -h 127.0.0.1 -p {ports['scheduler']}", "--set",
-            f"scheduler.db_dir={work / 'db'}", idle))
-        storage = group.start("storage", icecrawler_argv(
-            "storage", "--listen", f"tcp -h 127.0.0.1 -p {ports['storage']}", "--set",
-            f"storage.embedded.path={work / 'store.sqlite3'}", "--set", f"storage.spool_dir={work / 'spool'}", idle))
+        scheduler = group.start(
+            "scheduler",
+            icecrawler_argv(
+                "scheduler",
+                "--listen",
+                f"tcp -h 127.0.0.1 -p {ports['scheduler']}",
+                "--set",
+                f"scheduler.db_dir={work / 'db'}",
+                idle,
+            ),
+        )
+        storage = group.start(
+            "storage",
+            icecrawler_argv(
+                "storage",
+                "--listen",
+                f"tcp -h 127.0.0.1 -p {ports['storage']}",
+                "--set",
+                f"storage.embedded.path={work / 'store.sqlite3'}",
+                "--set",
+                f"storage.spool_dir={work / 'spool'}",
+                idle,
+            ),
+        )
         for name, process in (("scheduler", scheduler), ("storage", storage)):
             wait_for_port("127.0.0.1", ports[name], 30, alive=process.alive)
         yield {
-            "scheduler": Daemon(scheduler, f"scheduler:tcp -h 127.0.0.1 -p {ports['scheduler']}", ports["scheduler"],
-                                limits.scheduler_message_kib(settings)),
-            "storage": Daemon(storage, f"storage:tcp -h 127.0.0.1 -p {ports['storage']}", ports["storage"],
-                              limits.storage_message_kib(settings)),
+            "scheduler": Daemon(
+                scheduler,
+                f"scheduler:tcp -h 127.0.0.1 -p {ports['scheduler']}",
+                ports["scheduler"],
+                limits.scheduler_message_kib(settings),
+            ),
+            "storage": Daemon(
+                storage,
+                f"storage:tcp -h 127.0.0.1 -p {ports['storage']}",
+                ports["storage"],
+                limits.storage_message_kib(settings),
+            ),
         }
         assert scheduler.alive(), scheduler.log_tail()
         assert storage.alive(), storage.log_tail()
 
 
 def _review(index: int, content: str) -> Any:
-    return rpc.crawler().Review(id=f"r{index}", productId="12", source="ecshop", user="u", content=content, score=5,
-                                createdAt="2024-05-01T12:00:00+08:00", fetchedAt="2024-05-01T12:00:00+08:00")
+    return rpc.crawler().Review(
+        id=f"r{index}",
+        productId="12",
+        source="ecshop",
+        user="u",
+        content=content,
+        score=5,
+        createdAt="2024-05-01T12:00:00+08:00",
+        fetchedAt="2024-05-01T12:00:00+08:00",
+    )
 
 
 def _fill(limit_kib: int, per_item: int) -> int:
@@ -115,14 +149,16 @@ def _fill(limit_kib: int, per_item: int) -> int:
 Calls = dict[str, Callable[[Any, int], object]]
 CALLS: dict[str, Calls] = {
     "storage": {
-        "largest": lambda s, k: s.writeReviews([_review(i, "x" * (limits.RECORD_WIRE_KIB * 1024 - 150))
-                                                for i in range(5000)]),
+        "largest": lambda s, k: s.writeReviews(
+            [_review(i, "x" * (limits.RECORD_WIRE_KIB * 1024 - 150)) for i in range(5000)]
+        ),
         "worst": lambda s, k: s.writeReviews([rpc.crawler().Review() for _ in range(_fill(k, 11))]),
         "oversize": lambda s, k: s.writeReviews([_review(i, "y" * 4000) for i in range(k // 3)]),
     },
     "scheduler": {
-        "largest": lambda s, k: s.addUsers([f"weibo_pc:{10**12 + i}" for i in range(1000)],
-                                           rpc.crawler().TaskKind.WeiboUser),
+        "largest": lambda s, k: s.addUsers(
+            [f"weibo_pc:{10**12 + i}" for i in range(1000)], rpc.crawler().TaskKind.WeiboUser
+        ),
         "worst": lambda s, k: s.addUsers([""] * _fill(k, 1), rpc.crawler().TaskKind.WeiboUser),
         "oversize": lambda s, k: s.addUsers(["x" * 4000] * (k // 3), rpc.crawler().TaskKind.WeiboUser),
     },

@@ -45,9 +45,13 @@ class Grid:
 
     def run(self, *args: str, timeout: float = 90) -> str:
         # Servers run with this interpreter (the one running the tests), wherever its environment lives.
-        result = subprocess.run([str(GRID), args[0], "-d", str(self.directory), "-p", str(self.port), *args[1:]],
-                                capture_output=True, text=True, timeout=timeout,
-                                env={**os.environ, "ICECRAWLER_PYTHON": sys.executable})
+        result = subprocess.run(
+            [str(GRID), args[0], "-d", str(self.directory), "-p", str(self.port), *args[1:]],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env={**os.environ, "ICECRAWLER_PYTHON": sys.executable},
+        )
         assert result.returncode == 0, f"grid.sh {' '.join(args)}: {result.stdout}\n{result.stderr}"
         return result.stdout
 
@@ -100,10 +104,15 @@ def test_icegrid_crawl_with_a_node_added_mid_crawl(grid: Grid, tmp_path: Path) -
         workdir = grid.directory / "work"
         workdir.mkdir(parents=True, exist_ok=True)
         # Every server reads ./icecrawler.toml in the descriptor's workdir; nothing in it names a server address.
-        settings = {**cluster.sandbox_settings("127.0.0.1", sandbox_port), "client.progress_log_s": 2.0,
-                    "client.workers": 1, "client.batch": 1}
-        (workdir / "icecrawler.toml").write_text("".join(f"{key} = {json.dumps(value)}\n"
-                                                         for key, value in settings.items()))
+        settings = {
+            **cluster.sandbox_settings("127.0.0.1", sandbox_port),
+            "client.progress_log_s": 2.0,
+            "client.workers": 1,
+            "client.batch": 1,
+        }
+        (workdir / "icecrawler.toml").write_text(
+            "".join(f"{key} = {json.dumps(value)}\n" for key, value in settings.items())
+        )
         grid.run("deploy", "scheduler_port=0")
         assert wait_until(lambda: _active(grid, "Scheduler"), 40), grid.admin("server list")
         assert wait_until(lambda: _active(grid, "Storage-1"), 40)
@@ -112,9 +121,12 @@ def test_icegrid_crawl_with_a_node_added_mid_crawl(grid: Grid, tmp_path: Path) -
         locator_props = {"Ice.Default.Locator": grid.locator}
         scheduler = "scheduler"
         seed_conf = cluster.ice_config("seed", {"Scheduler.Proxy": scheduler, **locator_props})
-        seeded = subprocess.run([sys.executable, "-m", "icecrawler", "seed",
-                                 *workload.seed_ids(), f"--Ice.Config={seed_conf}"],
-                                capture_output=True, text=True, timeout=60)
+        seeded = subprocess.run(
+            [sys.executable, "-m", "icecrawler", "seed", *workload.seed_ids(), f"--Ice.Config={seed_conf}"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert seeded.returncode == 0, seeded.stderr
         probe = ["--Ice.Default.Locator=" + grid.locator]
 
@@ -135,7 +147,12 @@ def test_icegrid_crawl_with_a_node_added_mid_crawl(grid: Grid, tmp_path: Path) -
         # The client on the node that joined mid-crawl took part in it.
         assert "CrawlerClient-3" in workers, workers
         assert sorted(grid.admin("server list").split()) == [
-            "CrawlerClient-1", "CrawlerClient-2", "CrawlerClient-3", "Scheduler", "Storage-1"]
+            "CrawlerClient-1",
+            "CrawlerClient-2",
+            "CrawlerClient-3",
+            "Scheduler",
+            "Storage-1",
+        ]
 
 
 def test_icegrid_all_endpoints_over_tls(tmp_path: Path) -> None:
@@ -163,11 +180,19 @@ def test_icegrid_all_endpoints_over_tls(tmp_path: Path) -> None:
         tls.issue(certs, "client-1", role="client")
         C = rpc.crawler()
         located = {"Ice.Default.Locator": grid.locator, "IceSSL.CAs": str(certs / tls.CA_CERT)}
-        with rpc.communicator((), {**located, "IceSSL.CertFile": str(certs / "client-1.pem"),
-                                   "IceSSL.KeyFile": str(certs / "client-1-key.pem")}) as comm:
+        with rpc.communicator(
+            (),
+            {
+                **located,
+                "IceSSL.CertFile": str(certs / "client-1.pem"),
+                "IceSSL.KeyFile": str(certs / "client-1-key.pem"),
+            },
+        ) as comm:
             assert C.SchedulerPrx(comm, "scheduler").stats().tasks == 0
-        with rpc.communicator((), located) as comm, pytest.raises(
-                (Ice.ConnectionLostException, Ice.ProtocolException, Ice.SecurityException)):
+        with (
+            rpc.communicator((), located) as comm,
+            pytest.raises((Ice.ConnectionLostException, Ice.ProtocolException, Ice.SecurityException)),
+        ):
             C.SchedulerPrx(comm, "scheduler").stats()
     finally:
         with contextlib.suppress(Exception):

@@ -52,18 +52,41 @@ class Deployment:
     start-up dominates, and starting in sequence would double the test's run time.
     """
 
-    def __init__(self, lab: NetLab, work: Path, group: ProcessGroup, workload: Workload,
-                 scheduler_settings: dict[str, Any], latency_ms: int, clients: dict[str, dict[str, Any]]) -> None:
+    def __init__(
+        self,
+        lab: NetLab,
+        work: Path,
+        group: ProcessGroup,
+        workload: Workload,
+        scheduler_settings: dict[str, Any],
+        latency_ms: int,
+        clients: dict[str, dict[str, Any]],
+    ) -> None:
         self.lab = lab
         self.site, self.sched, self.store = lab.add("site"), lab.add("sched"), lab.add("store")
         self.cluster = Cluster(work, group, workload, settings=scheduler_settings)
         servers = [
-            (self.cluster.start_sandbox(self.site.address, SANDBOX_PORT, latency_ms, wrap=self.site.argv,
-                                        wait=False), self.site, SANDBOX_PORT),
-            (self.cluster.start_server("scheduler", self.sched.address, SCHEDULER_PORT, wrap=self.sched.argv,
-                                       wait=False), self.sched, SCHEDULER_PORT),
-            (self.cluster.start_server("storage", self.store.address, STORAGE_PORT, wrap=self.store.argv,
-                                       wait=False), self.store, STORAGE_PORT),
+            (
+                self.cluster.start_sandbox(
+                    self.site.address, SANDBOX_PORT, latency_ms, wrap=self.site.argv, wait=False
+                ),
+                self.site,
+                SANDBOX_PORT,
+            ),
+            (
+                self.cluster.start_server(
+                    "scheduler", self.sched.address, SCHEDULER_PORT, wrap=self.sched.argv, wait=False
+                ),
+                self.sched,
+                SCHEDULER_PORT,
+            ),
+            (
+                self.cluster.start_server(
+                    "storage", self.store.address, STORAGE_PORT, wrap=self.store.argv, wait=False
+                ),
+                self.store,
+                STORAGE_PORT,
+            ),
         ]
         self.scheduler_proxy = f"scheduler:tcp -h {self.sched.address} -p {SCHEDULER_PORT}"
         self.storage_proxy = f"storage:tcp -h {self.store.address} -p {STORAGE_PORT}"
@@ -74,9 +97,15 @@ class Deployment:
 
     def _client(self, name: str, settings: dict[str, Any]) -> ManagedProcess:
         host = self.lab.add(name)
-        return self.cluster.start_client(name, self.scheduler_proxy, self.storage_proxy,
-                                         (self.site.address, SANDBOX_PORT), wrap=host.argv, settings=settings,
-                                         ice=CLIENT_ICE)
+        return self.cluster.start_client(
+            name,
+            self.scheduler_proxy,
+            self.storage_proxy,
+            (self.site.address, SANDBOX_PORT),
+            wrap=host.argv,
+            settings=settings,
+            ice=CLIENT_ICE,
+        )
 
     def probe(self) -> dict[str, Any]:
         return self.cluster.probe(self.scheduler_proxy, wrap=self.sched.argv)
@@ -93,8 +122,15 @@ def test_client_cut_off_mid_crawl_its_leases_return_nothing_lost(lab: NetLab, tm
     workload = Workload(jd_products=24, reviews_per_product=30, weibo_users=8, posts_per_user=20)
     with ProcessGroup(tmp_path / "logs") as group:
         settings = {"client.workers": 2, "client.batch": 2}
-        dep = Deployment(lab, tmp_path / "work", group, workload, {"scheduler.lease_s": 8.0}, latency_ms=400,
-                         clients={"c1": settings, "c2": settings})
+        dep = Deployment(
+            lab,
+            tmp_path / "work",
+            group,
+            workload,
+            {"scheduler.lease_s": 8.0},
+            latency_ms=400,
+            clients={"c1": settings, "c2": settings},
+        )
         c1, c2 = dep.clients["c1"], dep.clients["c2"]
 
         # Mid-crawl: items are being stored and c1 holds leases. Then pull c1's cable.
@@ -109,8 +145,9 @@ def test_client_cut_off_mid_crawl_its_leases_return_nothing_lost(lab: NetLab, tm
         lab.cut("c1")
         # What c1 holds at the moment of the cut: it may have reported a task between the probe above and the
         # cut, but nothing it sends after the cut arrives, so a probe now names exactly the stranded leases.
-        held[:] = [tid for tid, task in dep.probe()["tasks"].items()
-                   if task["state"] == "inflight" and task["worker"] == "c1"]
+        held[:] = [
+            tid for tid, task in dep.probe()["tasks"].items() if task["state"] == "inflight" and task["worker"] == "c1"
+        ]
         assert held, "c1 finished all its tasks just before the cut; nothing was stranded"
 
         assert wait_until(dep.finished, 80, 1.0), dep.cluster.problems()
@@ -137,14 +174,22 @@ def _progress_max(process: ManagedProcess, field: str) -> int:
 
 
 @contextlib.contextmanager
-def _outage(lab: NetLab, tmp_path: Path, victim: str, lease_s: float, settings: dict[str, Any],
-            noticed: str) -> Iterator[tuple[Deployment, ManagedProcess]]:
+def _outage(
+    lab: NetLab, tmp_path: Path, victim: str, lease_s: float, settings: dict[str, Any], noticed: str
+) -> Iterator[tuple[Deployment, ManagedProcess]]:
     """A one-client crawl during which ``victim``'s cable is pulled mid-crawl, until the client logs ``noticed``
     (and a few seconds more), then plugged back in. Yields the deployment and the client for the checks."""
     workload = Workload(jd_products=16, reviews_per_product=30, weibo_users=6, posts_per_user=20)
     with ProcessGroup(tmp_path / "logs") as group:
-        dep = Deployment(lab, tmp_path / "work", group, workload, {"scheduler.lease_s": lease_s}, latency_ms=300,
-                         clients={"c1": settings})
+        dep = Deployment(
+            lab,
+            tmp_path / "work",
+            group,
+            workload,
+            {"scheduler.lease_s": lease_s},
+            latency_ms=300,
+            clients={"c1": settings},
+        )
         c1 = dep.clients["c1"]
         assert wait_until(lambda: dep.cluster.stored_items() > 0, 60, 0.5), _log(c1)
         lab.cut(victim)

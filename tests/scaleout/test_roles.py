@@ -56,14 +56,34 @@ def daemons(pki: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> I
     ports = {"scheduler": free_port(), "storage": free_port()}
     common = ["--set", "security.revoked=revoked-admin", f"--Ice.Config={conf}"]
     with ProcessGroup(work / "logs") as group:
-        scheduler = group.start("scheduler", icecrawler_argv(
-            "scheduler", "--listen", f"ssl -h 127.0.0.1 -p {ports['scheduler']}", "--set",
-            f"scheduler.db_dir={work / 'db'}", "--set", f"scheduler.accounts_dir={accounts}", "--set",
-            "scheduler.account_sources=weibo_pc", *common))
-        storage = group.start("storage", icecrawler_argv(
-            "storage", "--listen", f"ssl -h 127.0.0.1 -p {ports['storage']}", "--set",
-            f"storage.embedded.path={work / 'store.sqlite3'}", "--set", f"storage.spool_dir={work / 'spool'}",
-            *common))
+        scheduler = group.start(
+            "scheduler",
+            icecrawler_argv(
+                "scheduler",
+                "--listen",
+                f"ssl -h 127.0.0.1 -p {ports['scheduler']}",
+                "--set",
+                f"scheduler.db_dir={work / 'db'}",
+                "--set",
+                f"scheduler.accounts_dir={accounts}",
+                "--set",
+                "scheduler.account_sources=weibo_pc",
+                *common,
+            ),
+        )
+        storage = group.start(
+            "storage",
+            icecrawler_argv(
+                "storage",
+                "--listen",
+                f"ssl -h 127.0.0.1 -p {ports['storage']}",
+                "--set",
+                f"storage.embedded.path={work / 'store.sqlite3'}",
+                "--set",
+                f"storage.spool_dir={work / 'spool'}",
+                *common,
+            ),
+        )
         for name, process in (("scheduler", scheduler), ("storage", storage)):
             wait_for_port("127.0.0.1", ports[name], 30, alive=process.alive)
         yield {name: f"{name}:ssl -h 127.0.0.1 -p {port}" for name, port in ports.items()}
@@ -80,9 +100,16 @@ def _comm(pki: dict[str, Path], node: str | None, ca_dir: str = "ours") -> Ice.C
 
 
 def _review() -> Any:
-    return rpc.crawler().Review(id=f"r{next(_ids)}", productId="12", source="ecshop", user="u", content="good",
-                                score=5, createdAt="2024-05-01T12:00:00+08:00",
-                                fetchedAt="2024-05-01T12:00:00+08:00")
+    return rpc.crawler().Review(
+        id=f"r{next(_ids)}",
+        productId="12",
+        source="ecshop",
+        user="u",
+        content="good",
+        score=5,
+        createdAt="2024-05-01T12:00:00+08:00",
+        fetchedAt="2024-05-01T12:00:00+08:00",
+    )
 
 
 def _lease_and_release(scheduler: Any) -> None:
@@ -101,19 +128,32 @@ OPERATIONS: dict[str, tuple[str, Callable[[Any], object]]] = {
     "getUser": ("scheduler", lambda s: s.getUser("roles-test")),
     "putUsers": ("scheduler", lambda s: s.putUsers([rpc.crawler().Report(taskId="user:weibo_pc:1", leaseToken="x")])),
     "putUser": ("scheduler", lambda s: s.putUser(rpc.crawler().Report(taskId="user:weibo_pc:1", leaseToken="x"))),
-    "releaseUsers": ("scheduler", lambda s: s.releaseUsers([rpc.crawler().LeaseRef(taskId="user:weibo_pc:1",
-                                                                                       leaseToken="x")])),
-    "addUsers(WeiboUser)": ("scheduler", lambda s: s.addUsers([f"weibo_mobile:{next(_ids)}"],
-                                                              rpc.crawler().TaskKind.WeiboUser)),
-    "addUsers(discovered products)": ("scheduler", lambda s: s.addUsers([f"ecshop:{next(_ids)}"],
-                                                                        rpc.crawler().TaskKind.ProductReviews)),
+    "releaseUsers": (
+        "scheduler",
+        lambda s: s.releaseUsers([rpc.crawler().LeaseRef(taskId="user:weibo_pc:1", leaseToken="x")]),
+    ),
+    "addUsers(WeiboUser)": (
+        "scheduler",
+        lambda s: s.addUsers([f"weibo_mobile:{next(_ids)}"], rpc.crawler().TaskKind.WeiboUser),
+    ),
+    "addUsers(discovered products)": (
+        "scheduler",
+        lambda s: s.addUsers([f"ecshop:{next(_ids)}"], rpc.crawler().TaskKind.ProductReviews),
+    ),
     "stats": ("scheduler", lambda s: s.stats()),
     "taskInfo": ("scheduler", lambda s: s.taskInfo("user:weibo_pc:1")),
     "listTasks": ("scheduler", lambda s: s.listTasks("", "", 10)),
     "writeReviews": ("storage", lambda s: s.writeReviews([_review()])),
-    "writeWB": ("storage", lambda s: s.writeWB([rpc.crawler().Post(id=next(_ids), userId=1, text="t",
-                                                                   createdAt="2024-05-01T12:00:00+08:00",
-                                                                   source="weibo_pc")])),
+    "writeWB": (
+        "storage",
+        lambda s: s.writeWB(
+            [
+                rpc.crawler().Post(
+                    id=next(_ids), userId=1, text="t", createdAt="2024-05-01T12:00:00+08:00", source="weibo_pc"
+                )
+            ]
+        ),
+    ),
     "storage stats": ("storage", lambda s: s.stats()),
 }
 
@@ -142,8 +182,9 @@ def _tasks(pki: dict[str, Path], daemons: dict[str, str]) -> int:
 
 @pytest.mark.parametrize("role", list(ALLOWED))
 @pytest.mark.parametrize("operation", list(OPERATIONS))
-def test_each_role_calls_each_operation(role: str, operation: str, pki: dict[str, Path],
-                                        daemons: dict[str, str]) -> None:
+def test_each_role_calls_each_operation(
+    role: str, operation: str, pki: dict[str, Path], daemons: dict[str, str]
+) -> None:
     C = rpc.crawler()
     daemon, call = OPERATIONS[operation]
     before = _tasks(pki, daemons)
@@ -190,8 +231,7 @@ def test_other_peers_fail_the_handshake(who: str, daemon: str, pki: dict[str, Pa
     before = _tasks(pki, daemons)
     comm = _comm(pki, None) if who == "no certificate" else _comm(pki, "admin", ca_dir="theirs")
     with comm, pytest.raises(REFUSED):
-        OPERATIONS["addUsers(WeiboUser)" if daemon == "scheduler" else "writeReviews"][1](
-            _proxy(comm, daemons, daemon))
+        OPERATIONS["addUsers(WeiboUser)" if daemon == "scheduler" else "writeReviews"][1](_proxy(comm, daemons, daemon))
     assert _tasks(pki, daemons) == before
 
 
@@ -208,8 +248,13 @@ def test_revocation_by_serial_as_openssl_prints_it(pki: dict[str, Path]) -> None
 
     pem = (pki["ours"] / "admin.pem").read_text()
     serial = role_of_certificate(pem)[2]
-    printed = subprocess.run(["openssl", "x509", "-noout", "-serial", "-in", str(pki["ours"] / "admin.pem")],
-                             capture_output=True, text=True, check=True, timeout=30).stdout.strip()
+    printed = subprocess.run(
+        ["openssl", "x509", "-noout", "-serial", "-in", str(pki["ours"] / "admin.pem")],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
+    ).stdout.strip()
     assert printed.split("=", 1)[1].lower().lstrip("0") == serial.lstrip("0")
     assert Gate.from_setting(f"someone-else, {printed.split('=', 1)[1]}")._permissions_of(pem) == frozenset()
     assert "add" in Gate.from_setting("someone-else")._permissions_of(pem)

@@ -59,8 +59,10 @@ def tls_scheduler(pki: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
     props["SchedulerAdapter.Endpoints"] = f"ssl -h 127.0.0.1 -p {port}"
     conf = _write_conf(work / "scheduler.conf", props)
     with ProcessGroup(work / "logs") as group:
-        process = group.start("scheduler", icecrawler_argv(
-            "scheduler", "--set", f"scheduler.db_dir={work / 'db'}", f"--Ice.Config={conf}"))
+        process = group.start(
+            "scheduler",
+            icecrawler_argv("scheduler", "--set", f"scheduler.db_dir={work / 'db'}", f"--Ice.Config={conf}"),
+        )
         wait_for_port("127.0.0.1", port, 30, alive=process.alive)
         yield f"scheduler:ssl -h 127.0.0.1 -p {port}"
         assert process.alive(), process.log_tail()
@@ -102,11 +104,13 @@ def test_cli_with_valid_certificate_works(tls_scheduler: str, pki: dict[str, Pat
     props = tls.ssl_properties(pki["ours"], "client-ok")
     props["Scheduler.Proxy"] = tls_scheduler
     _write_conf(conf, props)
-    seeded = subprocess.run(icecrawler_argv("seed", "ecshop:12", f"--Ice.Config={conf}"),
-                            capture_output=True, text=True, timeout=60)
+    seeded = subprocess.run(
+        icecrawler_argv("seed", "ecshop:12", f"--Ice.Config={conf}"), capture_output=True, text=True, timeout=60
+    )
     assert seeded.returncode == 0, seeded.stderr
-    status = subprocess.run(icecrawler_argv("status", "--json", f"--Ice.Config={conf}"),
-                            capture_output=True, text=True, timeout=60)
+    status = subprocess.run(
+        icecrawler_argv("status", "--json", f"--Ice.Config={conf}"), capture_output=True, text=True, timeout=60
+    )
     assert status.returncode == 0, status.stderr
     assert '"tasks"' in status.stdout
 
@@ -129,10 +133,12 @@ def test_other_clients_are_refused(who: str, tls_scheduler: str, pki: dict[str, 
 
 
 def test_cli_without_certificate_is_refused(tls_scheduler: str, pki: dict[str, Path]) -> None:
-    conf = _write_conf(pki["base"] / "nocert.conf",
-                       {"IceSSL.CAs": str(pki["ours"] / tls.CA_CERT), "Scheduler.Proxy": tls_scheduler})
-    result = subprocess.run(icecrawler_argv("status", f"--Ice.Config={conf}"),
-                            capture_output=True, text=True, timeout=60)
+    conf = _write_conf(
+        pki["base"] / "nocert.conf", {"IceSSL.CAs": str(pki["ours"] / tls.CA_CERT), "Scheduler.Proxy": tls_scheduler}
+    )
+    result = subprocess.run(
+        icecrawler_argv("status", f"--Ice.Config={conf}"), capture_output=True, text=True, timeout=60
+    )
     assert result.returncode != 0
     assert "cannot reach the scheduler" in result.stderr
 
@@ -141,16 +147,28 @@ def test_certs_command_writes_usable_files(tmp_path: Path) -> None:
     """`icecrawler certs init|issue` from the command line: files, modes, subject, and --help."""
     run = [sys.executable, "-m", "icecrawler", "certs"]
     assert subprocess.run([*run, "init", "--dir", str(tmp_path)], capture_output=True, timeout=60).returncode == 0
-    issued = subprocess.run([*run, "issue", "node-7", "--dir", str(tmp_path), "--ip", "10.0.0.7"],
-                            capture_output=True, text=True, timeout=60)
+    issued = subprocess.run(
+        [*run, "issue", "node-7", "--dir", str(tmp_path), "--ip", "10.0.0.7"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert issued.returncode == 0, issued.stderr
     assert (tmp_path / "node-7-key.pem").stat().st_mode & 0o077 == 0
     assert (tmp_path / tls.CA_KEY).stat().st_mode & 0o077 == 0
-    text = subprocess.run(["openssl", "x509", "-in", str(tmp_path / "node-7.pem"), "-noout", "-subject", "-ext",
-                           "subjectAltName"], capture_output=True, text=True, timeout=30).stdout
+    text = subprocess.run(
+        ["openssl", "x509", "-in", str(tmp_path / "node-7.pem"), "-noout", "-subject", "-ext", "subjectAltName"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    ).stdout
     assert "CN = node-7" in text and "IP Address:10.0.0.7" in text
-    verify = subprocess.run(["openssl", "verify", "-CAfile", str(tmp_path / tls.CA_CERT), str(tmp_path / "node-7.pem")],
-                            capture_output=True, text=True, timeout=30)
+    verify = subprocess.run(
+        ["openssl", "verify", "-CAfile", str(tmp_path / tls.CA_CERT), str(tmp_path / "node-7.pem")],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert verify.returncode == 0, verify.stderr
     again = subprocess.run([*run, "init", "--dir", str(tmp_path)], capture_output=True, text=True, timeout=60)
     assert again.returncode == 2 and "already exists" in again.stderr

@@ -36,8 +36,12 @@ class ManualClocks:
 def make_settings(**overrides: object) -> Settings:
     """Defaults with a fixed-period policy and short periods; ``overrides`` use ``scheduler__lease_s`` names."""
     base: dict[str, object] = {
-        "scheduler__policy": "fixed", "scheduler__min_period_s": 10.0, "scheduler__initial_period_s": 60.0,
-        "scheduler__max_period_s": 3600.0, "scheduler__lease_s": 30.0, "scheduler__batch_limit": 50,
+        "scheduler__policy": "fixed",
+        "scheduler__min_period_s": 10.0,
+        "scheduler__initial_period_s": 60.0,
+        "scheduler__max_period_s": 3600.0,
+        "scheduler__lease_s": 30.0,
+        "scheduler__batch_limit": 50,
     }
     return Settings().copy_with(**{**base, **overrides})
 

@@ -11,8 +11,12 @@ from scheduler_server.store import QueueStore
 from shhd.policies import budget_scale
 from tests.scheduler.conftest import ManualClocks, make_settings
 
-RATE_SETTINGS = {"scheduler__policy": "rate", "scheduler__min_period_s": 10.0, "scheduler__initial_period_s": 60.0,
-                 "scheduler__max_period_s": 86400.0}
+RATE_SETTINGS = {
+    "scheduler__policy": "rate",
+    "scheduler__min_period_s": 10.0,
+    "scheduler__initial_period_s": 60.0,
+    "scheduler__max_period_s": 86400.0,
+}
 
 
 def crawl_rounds(core: SchedulerCore, clocks: ManualClocks, new_items: dict[str, int], rounds: int) -> None:
@@ -20,14 +24,15 @@ def crawl_rounds(core: SchedulerCore, clocks: ManualClocks, new_items: dict[str,
     for _ in range(rounds):
         clocks.advance(3600)
         for task in core.lease("w", len(new_items)):
-            core.report([Report(task_id=task.id, lease_token=task.lease_token, new_items=new_items[task.id],
-                                window_items=10)])
+            core.report(
+                [Report(task_id=task.id, lease_token=task.lease_token, new_items=new_items[task.id], window_items=10)]
+            )
 
 
-def test_budget_constant_matches_the_square_root_rule_over_task_rates(store: QueueStore,
-                                                                      clocks: ManualClocks) -> None:
-    core = SchedulerCore.from_settings(make_settings(**RATE_SETTINGS, scheduler__fetch_budget_per_s=0.01),
-                                       store, clocks)
+def test_budget_constant_matches_the_square_root_rule_over_task_rates(store: QueueStore, clocks: ManualClocks) -> None:
+    core = SchedulerCore.from_settings(
+        make_settings(**RATE_SETTINGS, scheduler__fetch_budget_per_s=0.01), store, clocks
+    )
     core.add(["jd:1", "jd:2", "jd:3"], TaskKind.ProductReviews)
     crawl_rounds(core, clocks, {"reviews:jd:1": 30, "reviews:jd:2": 3, "reviews:jd:3": 0}, rounds=4)
     scale = core.rebalance_budget()
@@ -47,8 +52,9 @@ def test_budget_constant_matches_the_square_root_rule_over_task_rates(store: Que
 
 
 def test_budget_steers_the_next_periods(store: QueueStore, clocks: ManualClocks) -> None:
-    tight = SchedulerCore.from_settings(make_settings(**RATE_SETTINGS, scheduler__fetch_budget_per_s=0.001),
-                                        store, clocks)
+    tight = SchedulerCore.from_settings(
+        make_settings(**RATE_SETTINGS, scheduler__fetch_budget_per_s=0.001), store, clocks
+    )
     tight.add(["jd:1", "jd:2"], TaskKind.ProductReviews)
     crawl_rounds(tight, clocks, {"reviews:jd:1": 6, "reviews:jd:2": 6}, rounds=3)
     unbudgeted = tight.task_info("reviews:jd:1")["period_s"]

@@ -88,6 +88,7 @@ class CountingStore:
 
             def __exit__(self, *exc: Any) -> Any:
                 return self.inner.__exit__(*exc)
+
         return Context()
 
     def __getattr__(self, name: str) -> Any:
@@ -95,11 +96,15 @@ class CountingStore:
 
 
 @pytest.mark.parametrize(("capacity", "reads_per_cycle"), [(100, 0), (0, 2)])
-def test_a_cycled_task_reads_its_record_from_the_cache(store: QueueStore, clocks: ManualClocks, capacity: int,
-                                                       reads_per_cycle: int) -> None:
+def test_a_cycled_task_reads_its_record_from_the_cache(
+    store: QueueStore, clocks: ManualClocks, capacity: int, reads_per_cycle: int
+) -> None:
     counting = CountingStore(store)
-    core = SchedulerCore.from_settings(make_settings(scheduler__record_cache=capacity, scheduler__min_period_s=1.0,
-                                                     scheduler__initial_period_s=1.0), counting, clocks)
+    core = SchedulerCore.from_settings(
+        make_settings(scheduler__record_cache=capacity, scheduler__min_period_s=1.0, scheduler__initial_period_s=1.0),
+        counting,
+        clocks,
+    )
     core.add([f"jd:{n}" for n in range(5)], TaskKind.ProductReviews)
     counting.task_reads = 0  # the add itself looks each id up
     for _ in range(3):

@@ -27,8 +27,9 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SchedulerDaemon
 def cli(daemon: SchedulerDaemon, *args: str) -> subprocess.CompletedProcess[str]:
     conf = daemon.tmp / "client.conf"
     conf.write_text(f"Scheduler.Proxy={daemon.proxy}\nStorage.Proxy=storage:tcp -h 127.0.0.1 -p 1\n")
-    return subprocess.run(icecrawler_argv(*args, f"--Ice.Config={conf}"), capture_output=True, text=True,
-                          timeout=60, check=False)
+    return subprocess.run(
+        icecrawler_argv(*args, f"--Ice.Config={conf}"), capture_output=True, text=True, timeout=60, check=False
+    )
 
 
 def test_seed_then_status(daemon: SchedulerDaemon, tmp_path: Path) -> None:
@@ -59,10 +60,13 @@ def test_bad_input_is_a_clear_error(daemon: SchedulerDaemon) -> None:
 
 def test_seed_kind_inference() -> None:
     assert group_by_kind(["jd:1", "weibo_mobile:2", "ecshop:3"], None) == {
-        TaskKind.ProductReviews: ["jd:1", "ecshop:3"], TaskKind.WeiboUser: ["weibo_mobile:2"]}
+        TaskKind.ProductReviews: ["jd:1", "ecshop:3"],
+        TaskKind.WeiboUser: ["weibo_mobile:2"],
+    }
     assert group_by_kind(["ecshop:9"], TaskKind.Listing) == {TaskKind.Listing: ["ecshop:9"]}
     assert group_by_kind(["weibo_web:1669879400", "weibo_pc:2"], None) == {
-        TaskKind.WeiboUser: ["weibo_web:1669879400", "weibo_pc:2"]}
+        TaskKind.WeiboUser: ["weibo_web:1669879400", "weibo_pc:2"]
+    }
     with pytest.raises(ConfigError, match="unknown source"):
         group_by_kind(["nowhere:1"], None)
     with pytest.raises(ConfigError, match="cannot read"):

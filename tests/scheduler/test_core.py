@@ -56,8 +56,19 @@ def test_report_requeues_after_the_period(core: SchedulerCore, clocks: ManualClo
     core.add(["jd:100012043978"], TaskKind.ProductReviews)
     task = core.lease("w", 1)[0]
     assert task.id == "reviews:jd:100012043978" and task.period_s == 60.0
-    core.report([ok(task.id, task.lease_token, fingerprint=2**64 - 1, new_items=3, window_items=10,
-                    newest_item_ms=1_700_000_000_000, cursor="r9")])
+    core.report(
+        [
+            ok(
+                task.id,
+                task.lease_token,
+                fingerprint=2**64 - 1,
+                new_items=3,
+                window_items=10,
+                newest_item_ms=1_700_000_000_000,
+                cursor="r9",
+            )
+        ]
+    )
     with pytest.raises(NoWorkError) as caught:
         core.lease("w", 1)
     assert caught.value.next_due_in_ms == 60_000
@@ -77,8 +88,9 @@ def test_listing_reports_sum_discovered_products(core: SchedulerCore) -> None:
     assert core.stats()["detail"]["listings"] == {"listing:ecshop:3": 7}
 
 
-def test_stale_and_unknown_tokens_are_rejected_without_changes(core: SchedulerCore, store: QueueStore,
-                                                               clocks: ManualClocks) -> None:
+def test_stale_and_unknown_tokens_are_rejected_without_changes(
+    core: SchedulerCore, store: QueueStore, clocks: ManualClocks
+) -> None:
     core.add(USERS, TaskKind.WeiboUser)
     tasks = core.lease("w", 3)
     before = snapshot(store)
@@ -94,22 +106,32 @@ def test_stale_and_unknown_tokens_are_rejected_without_changes(core: SchedulerCo
     assert core.task_info(tasks[2].id)["attempts"] == 1
 
 
-@pytest.mark.parametrize(("reports", "code", "field"), [
-    ([], "EmptyBatch", "reports"),
-    ([Report("user:weibo_pc:1", "t")] * 51, "BatchTooLarge", "reports"),
-    ([Report("user:nowhere:1", "t")], "InvalidId", "reports[0].taskId"),
-    ([Report("user:weibo_pc:99", "t")], "UnknownTask", "reports[0].taskId"),
-    ([Report("user:weibo_pc:1", "")], "InvalidField", "reports[0].leaseToken"),
-    ([Report("user:weibo_pc:1", "t", new_items=-1)], "InvalidField", "reports[0].newItems"),
-    ([Report("user:weibo_pc:1", "t", retry_after_s=float("nan"))], "InvalidField", "reports[0].retryAfterS"),
-    ([Report("user:weibo_pc:1", "t", http_status=1000)], "InvalidField", "reports[0].httpStatus"),
-    ([Report("user:weibo_pc:1", "t", new_items=1, new_item_times_ms=(2, 1))], "InvalidField",
-     "reports[0].newItemTimesMs"),
-    ([Report("user:weibo_pc:1", "t", new_items=2, new_item_times_ms=(5, -1))], "InvalidField",
-     "reports[0].newItemTimesMs"),
-])
-def test_bad_reports_raise_typed_errors(core: SchedulerCore, store: QueueStore, reports: list[Report], code: str,
-                                        field: str) -> None:
+@pytest.mark.parametrize(
+    ("reports", "code", "field"),
+    [
+        ([], "EmptyBatch", "reports"),
+        ([Report("user:weibo_pc:1", "t")] * 51, "BatchTooLarge", "reports"),
+        ([Report("user:nowhere:1", "t")], "InvalidId", "reports[0].taskId"),
+        ([Report("user:weibo_pc:99", "t")], "UnknownTask", "reports[0].taskId"),
+        ([Report("user:weibo_pc:1", "")], "InvalidField", "reports[0].leaseToken"),
+        ([Report("user:weibo_pc:1", "t", new_items=-1)], "InvalidField", "reports[0].newItems"),
+        ([Report("user:weibo_pc:1", "t", retry_after_s=float("nan"))], "InvalidField", "reports[0].retryAfterS"),
+        ([Report("user:weibo_pc:1", "t", http_status=1000)], "InvalidField", "reports[0].httpStatus"),
+        (
+            [Report("user:weibo_pc:1", "t", new_items=1, new_item_times_ms=(2, 1))],
+            "InvalidField",
+            "reports[0].newItemTimesMs",
+        ),
+        (
+            [Report("user:weibo_pc:1", "t", new_items=2, new_item_times_ms=(5, -1))],
+            "InvalidField",
+            "reports[0].newItemTimesMs",
+        ),
+    ],
+)
+def test_bad_reports_raise_typed_errors(
+    core: SchedulerCore, store: QueueStore, reports: list[Report], code: str, field: str
+) -> None:
     core.add(USERS, TaskKind.WeiboUser)
     core.lease("w", 1)
     before = snapshot(store)
@@ -161,8 +183,9 @@ def test_expired_leases_return_with_an_attempt_and_not_before(core: SchedulerCor
     assert again.id == task.id and again.attempts == 1 and again.lease_token != task.lease_token
 
 
-def test_a_rolled_back_report_leaves_records_and_queues_as_they_were(core: SchedulerCore, store: QueueStore,
-                                                                    clocks: ManualClocks) -> None:
+def test_a_rolled_back_report_leaves_records_and_queues_as_they_were(
+    core: SchedulerCore, store: QueueStore, clocks: ManualClocks
+) -> None:
     core.add(USERS, TaskKind.WeiboUser)
     first = core.lease("w", 1)[0]
     clocks.advance(20)
@@ -290,13 +313,17 @@ def write_accounts(directory: Path) -> None:
     directory.mkdir()
     (directory / "pool.toml").write_text(
         '[[account]]\nid = "a1"\ncookies = "SUB=secret-one"\n\n'
-        '[[account]]\nid = "a2"\ncookies = "SUB=secret-two"\nsources = ["weibo_mobile"]\n')
+        '[[account]]\nid = "a2"\ncookies = "SUB=secret-two"\nsources = ["weibo_mobile"]\n'
+    )
 
 
 def test_accounts_are_leased_frozen_and_thawed(tmp_path: Path, clocks: ManualClocks) -> None:
     write_accounts(tmp_path / "accounts")
-    settings = make_settings(scheduler__accounts_dir=str(tmp_path / "accounts"),
-                             scheduler__account_sources="weibo_pc,weibo_mobile", scheduler__account_freeze_s=50.0)
+    settings = make_settings(
+        scheduler__accounts_dir=str(tmp_path / "accounts"),
+        scheduler__account_sources="weibo_pc,weibo_mobile",
+        scheduler__account_freeze_s=50.0,
+    )
     core = SchedulerCore.from_settings(settings, MemoryQueueStore(), clocks)
     core.add(["weibo_pc:1", "weibo_pc:2"], TaskKind.WeiboUser)
     core.add(["jd:1"], TaskKind.ProductReviews)
@@ -315,8 +342,11 @@ def test_accounts_are_leased_frozen_and_thawed(tmp_path: Path, clocks: ManualClo
 
 def test_account_budget_per_minute(tmp_path: Path, clocks: ManualClocks) -> None:
     write_accounts(tmp_path / "accounts")
-    settings = make_settings(scheduler__accounts_dir=str(tmp_path / "accounts"), scheduler__account_sources="weibo_pc",
-                             scheduler__account_budget_per_min=2)
+    settings = make_settings(
+        scheduler__accounts_dir=str(tmp_path / "accounts"),
+        scheduler__account_sources="weibo_pc",
+        scheduler__account_budget_per_min=2,
+    )
     core = SchedulerCore.from_settings(settings, MemoryQueueStore(), clocks)
     core.add([f"weibo_pc:{n}" for n in range(5)], TaskKind.WeiboUser)
     assert len(core.lease("w", 5)) == 2
@@ -373,8 +403,9 @@ def test_the_new_items_times_reach_the_revisit_policy(store: QueueStore, clocks:
     task = core.lease("w", 1)[0]
     now_ms = int(clocks.now() * 1000)
     times = (now_ms - 60_000, now_ms - 660_000, now_ms - 1_260_000)
-    core.report([ok(task.id, task.lease_token, new_items=3, window_items=3, newest_item_ms=times[0],
-                    new_item_times_ms=times)])
+    core.report(
+        [ok(task.id, task.lease_token, new_items=3, window_items=3, newest_item_ms=times[0], new_item_times_ms=times)]
+    )
     assert seen[0].new_item_times_s == tuple(t / 1000 for t in times)
 
 
@@ -396,8 +427,9 @@ def queued_together(core: SchedulerCore) -> Iterator[None]:
     opener.join(10)
 
 
-def test_a_rejected_call_in_a_group_changes_nothing_and_the_others_apply(core: SchedulerCore,
-                                                                          store: QueueStore) -> None:
+def test_a_rejected_call_in_a_group_changes_nothing_and_the_others_apply(
+    core: SchedulerCore, store: QueueStore
+) -> None:
     core.add(USERS, TaskKind.WeiboUser)
     tasks = core.lease("w", 2)
     with queued_together(core):
@@ -424,6 +456,7 @@ def test_a_group_whose_transaction_fails_runs_each_call_alone(core: SchedulerCor
     def broken(txn: Any, group: Any) -> Any:
         txn.put("meta", b"half-written", b"x")
         raise RuntimeError("disk on fire")
+
     with queued_together(core):
         good = core.report_async([ok(task.id, task.lease_token)])
         failing = core._call(broken, durable=False)

@@ -27,8 +27,9 @@ class SchedulerMachine(RuleBasedStateMachine):
         self.clocks = ManualClocks()
         self.store = MemoryQueueStore()
         # A record cache smaller than the task set, so that records are evicted as well as kept.
-        self.core = SchedulerCore.from_settings(make_settings(scheduler__host_block_s=5.0, scheduler__record_cache=3),
-                                                self.store, self.clocks)
+        self.core = SchedulerCore.from_settings(
+            make_settings(scheduler__host_block_s=5.0, scheduler__record_cache=3), self.store, self.clocks
+        )
         self.known: set[str] = set()
         #: Leases the model believes are live: task id -> Task (with its deadline).
         self.held: dict[str, Task] = {}
@@ -110,8 +111,11 @@ class SchedulerMachine(RuleBasedStateMachine):
         assert problems == []
         assert counts["tasks"] == len(self.known) == counts["pending"] + counts["inflight"]
         stats = self.core.stats()
-        assert (stats["tasks"], stats["pending"], stats["inflight"]) == (counts["tasks"], counts["pending"],
-                                                                        counts["inflight"])
+        assert (stats["tasks"], stats["pending"], stats["inflight"]) == (
+            counts["tasks"],
+            counts["pending"],
+            counts["inflight"],
+        )
 
 
 SchedulerMachine.TestCase.settings = settings(max_examples=60, stateful_step_count=30, deadline=None)

@@ -42,13 +42,21 @@ def audit(db_dir: Path) -> tuple[dict[str, int], list[str], set[str]]:
 def test_kill_9_loses_and_duplicates_nothing(tmp_path: Path) -> None:
     rng = random.Random(20261129)
     seeded = {f"user:weibo_pc:{n}" for n in range(SEEDS)}
-    with scheduler_daemon(tmp_path, fast_start=True, scheduler__lease_s=1, scheduler__maintenance_interval_s=0.1,
-                          scheduler__policy="fixed", scheduler__min_period_s=0.05,
-                          scheduler__initial_period_s=0.05) as daemon:
+    with scheduler_daemon(
+        tmp_path,
+        fast_start=True,
+        scheduler__lease_s=1,
+        scheduler__maintenance_interval_s=0.1,
+        scheduler__policy="fixed",
+        scheduler__min_period_s=0.05,
+        scheduler__initial_period_s=0.05,
+    ) as daemon:
         with scheduler_proxy(daemon) as prx:
             assert prx.addUsers([i.split(":", 1)[1] for i in sorted(seeded)], C.TaskKind.WeiboUser) == SEEDS
-        clients = [daemon.client(f"churn-{n}", "churn", "--name", f"c{n}", "--batch", "7", "--seconds", "300")
-                   for n in range(CLIENTS)]
+        clients = [
+            daemon.client(f"churn-{n}", "churn", "--name", f"c{n}", "--batch", "7", "--seconds", "300")
+            for n in range(CLIENTS)
+        ]
         time.sleep(1.0)
         for kill in range(KILLS):
             time.sleep(rng.uniform(0.05, 0.4))
@@ -71,23 +79,51 @@ def test_kill_9_of_either_shard_loses_and_duplicates_nothing(tmp_path: Path) -> 
     random shard, the other keeps serving its hosts, and every id stays on its own shard exactly once."""
     rng = random.Random(20261130)
     seeded = {f"reviews:{source}:{n}" for source in ("jd", "ecshop") for n in range(SEEDS // 2)}
-    settings = {**TWO_HOSTS, "scheduler__shards": 2, "scheduler__lease_s": 1, "scheduler__policy": "fixed",
-                "scheduler__maintenance_interval_s": 0.1, "scheduler__min_period_s": 0.05,
-                "scheduler__initial_period_s": 0.05}
+    settings = {
+        **TWO_HOSTS,
+        "scheduler__shards": 2,
+        "scheduler__lease_s": 1,
+        "scheduler__policy": "fixed",
+        "scheduler__maintenance_interval_s": 0.1,
+        "scheduler__min_period_s": 0.05,
+        "scheduler__initial_period_s": 0.05,
+    }
     with ExitStack() as stack:
         shards = []
         for shard in (0, 1):
             (tmp_path / f"shard{shard}").mkdir()
-            shards.append(stack.enter_context(scheduler_daemon(tmp_path / f"shard{shard}", fast_start=True,
-                                                               scheduler__shard=shard, **settings)))
+            shards.append(
+                stack.enter_context(
+                    scheduler_daemon(tmp_path / f"shard{shard}", fast_start=True, scheduler__shard=shard, **settings)
+                )
+            )
         proxies = ";".join(daemon.proxy for daemon in shards)
         with rpc.communicator(properties={"Scheduler.Proxies": proxies}) as comm:
             gateway = scheduler_gateway(comm, shard_settings(0))
             assert gateway.add_targets(sorted(i.split(":", 1)[1] for i in seeded), TaskKind.ProductReviews) == SEEDS
         hosts = [f"--host={key.split('__')[1]}={value.split('/')[2]}" for key, value in TWO_HOSTS.items()]
-        clients = [shards[0].group.start(f"shard-churn-{n}", [
-            sys.executable, "-m", WORKERS, "shard-churn", "--proxy", proxies, "--name", f"c{n}", "--batch", "7",
-            "--seconds", "300", *hosts], cwd=REPO) for n in range(CLIENTS)]
+        clients = [
+            shards[0].group.start(
+                f"shard-churn-{n}",
+                [
+                    sys.executable,
+                    "-m",
+                    WORKERS,
+                    "shard-churn",
+                    "--proxy",
+                    proxies,
+                    "--name",
+                    f"c{n}",
+                    "--batch",
+                    "7",
+                    "--seconds",
+                    "300",
+                    *hosts,
+                ],
+                cwd=REPO,
+            )
+            for n in range(CLIENTS)
+        ]
         time.sleep(1.0)
         for kill in range(KILLS):
             time.sleep(rng.uniform(0.05, 0.4))

@@ -16,9 +16,14 @@ from scheduler_server.core import SchedulerCore
 from scheduler_server.store import BdbQueueStore
 from tests.scheduler.conftest import ManualClocks, make_settings
 
-GAP = encode_cursor(Gap(base="2024-05-01T12:00:00+08:00|r1", top="2024-05-01T18:00:00+08:00|r999",
-                        low="2024-05-01T15:00:00+08:00|r500", request={"url": "/comment", "page": 6,
-                                                                       "params": {"page": "5", "pageSize": "10"}}))
+GAP = encode_cursor(
+    Gap(
+        base="2024-05-01T12:00:00+08:00|r1",
+        top="2024-05-01T18:00:00+08:00|r999",
+        low="2024-05-01T15:00:00+08:00|r500",
+        request={"url": "/comment", "page": 6, "params": {"page": "5", "pageSize": "10"}},
+    )
+)
 
 
 def crawl(core: SchedulerCore, clocks: ManualClocks, cursor: str) -> None:
@@ -36,9 +41,14 @@ def test_a_gap_is_kept_counted_shown_and_cleared(core: SchedulerCore, clocks: Ma
     assert core.stats()["detail"]["open_gaps"] == 1
     gapped = next(t for t in ("reviews:jd:1", "reviews:jd:2") if core.task_info(t)["cursor"] == GAP)
     info = core.task_info(gapped)["gap"]
-    assert info == {"open": True, "since_cursor": "2024-05-01T12:00:00+08:00|r1",
-                    "resume_at_item": "2024-05-01T15:00:00+08:00|r500",
-                    "cursor_when_closed": "2024-05-01T18:00:00+08:00|r999", "resume_page": 6, "visits": 1}
+    assert info == {
+        "open": True,
+        "since_cursor": "2024-05-01T12:00:00+08:00|r1",
+        "resume_at_item": "2024-05-01T15:00:00+08:00|r500",
+        "cursor_when_closed": "2024-05-01T18:00:00+08:00|r999",
+        "resume_page": 6,
+        "visits": 1,
+    }
     clocks.advance(3600)
     task = next(t for t in core.lease("w", 2) if t.id == gapped)
     assert task.cursor == GAP  # the next lease carries the resume point to the client
@@ -69,9 +79,19 @@ def test_a_cursor_may_hold_a_resume_request_but_not_without_bound(core: Schedule
 
 
 def test_status_names_the_open_gaps() -> None:
-    section = {"tasks": 3, "pending": 3, "inflight": 0, "done": 9, "due_soon": 1, "leases_per_min": 0.0,
-               "reports_per_min": 0.0, "policy": "shhd", "open_gaps": 2}
+    section = {
+        "tasks": 3,
+        "pending": 3,
+        "inflight": 0,
+        "done": 9,
+        "due_soon": 1,
+        "leases_per_min": 0.0,
+        "reports_per_min": 0.0,
+        "policy": "shhd",
+        "open_gaps": 2,
+    }
     text = render_text({"scheduler": section, "storage": {"reachable": False}})
     assert "2 task(s) with an open page-cap gap" in text
-    assert "open page-cap gap" not in render_text({"scheduler": {**section, "open_gaps": 0},
-                                                   "storage": {"reachable": False}})
+    assert "open page-cap gap" not in render_text(
+        {"scheduler": {**section, "open_gaps": 0}, "storage": {"reachable": False}}
+    )

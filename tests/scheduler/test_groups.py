@@ -49,6 +49,7 @@ def named(name: str, value: Any = None, error: Exception | None = None) -> Any:
         if error is not None:
             raise error
         return value
+
     run.__name__ = name
     return run
 
@@ -88,15 +89,23 @@ def test_calls_queued_while_a_group_runs_form_the_next_group() -> None:
 def test_durable_calls_complete_after_one_shared_sync_and_others_before_it() -> None:
     recorder = Recorder()
     runner, blocker = held_runner(recorder, GroupCall(named("first"), durable=False))
-    calls = [GroupCall(named("lease", "L"), durable=False), GroupCall(named("report1", "R1"), durable=True),
-             GroupCall(named("report2", "R2"), durable=True)]
+    calls = [
+        GroupCall(named("lease", "L"), durable=False),
+        GroupCall(named("report1", "R1"), durable=True),
+        GroupCall(named("report2", "R2"), durable=True),
+    ]
     for call in calls:
         runner.submit(call).add_done_callback(functools.partial(completed, recorder, call.run.__name__))
     recorder.gate.set()
     blocker.join(WAIT_S)
     assert [call.future.result(WAIT_S) for call in calls] == ["L", "R1", "R2"]
-    assert recorder.events[1:] == [("group", ["lease", "report1", "report2"], blocker.name), ("done", "lease"),
-                                   ("sync",), ("done", "report1"), ("done", "report2")]
+    assert recorder.events[1:] == [
+        ("group", ["lease", "report1", "report2"], blocker.name),
+        ("done", "lease"),
+        ("sync",),
+        ("done", "report1"),
+        ("done", "report2"),
+    ]
 
 
 def test_a_failed_sync_fails_only_the_durable_calls_of_the_group() -> None:
@@ -119,6 +128,7 @@ def test_a_call_error_is_its_callers_and_a_failing_group_fails_its_calls() -> No
 
     def broken(calls: list[GroupCall]) -> None:
         raise RuntimeError("bug")
+
     failing = GroupRunner(broken, recorder.sync)
     with pytest.raises(RuntimeError, match="bug"):
         failing.submit(GroupCall(named("x"), durable=False)).result()
@@ -172,7 +182,8 @@ def test_a_deferred_call_runs_when_consumed_and_is_answered_before_the_groups_be
 
     # What Ice's dispatch does with the returned future: add its reply callback, which runs the queue here.
     consumer = threading.Thread(
-        target=future.add_done_callback, args=(functools.partial(completed, recorder, "a"),), name="consumer")
+        target=future.add_done_callback, args=(functools.partial(completed, recorder, "a"),), name="consumer"
+    )
     consumer.start()
     assert recorder.entered.wait(WAIT_S)
     behind = runner.submit(GroupCall(named("b", "B"), durable=False))  # queued while "a" runs

@@ -21,8 +21,13 @@ C = rpc.crawler()
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SchedulerDaemon]:
-    with scheduler_daemon(tmp_path_factory.mktemp("sched"), scheduler__batch_limit=20, scheduler__lease_s=60,
-                          scheduler__policy="fixed", scheduler__initial_period_s=600) as running:
+    with scheduler_daemon(
+        tmp_path_factory.mktemp("sched"),
+        scheduler__batch_limit=20,
+        scheduler__lease_s=60,
+        scheduler__policy="fixed",
+        scheduler__initial_period_s=600,
+    ) as running:
         yield running
 
 
@@ -35,9 +40,14 @@ def prx(daemon: SchedulerDaemon) -> Iterator[Any]:
 def state(prx: Any, *task_ids: str) -> tuple[Any, ...]:
     """What must not change after a rejected call: queue depths and the named tasks' records."""
     stats = prx.stats()
-    return (stats.tasks, stats.pending, stats.inflight, stats.done,
-            *(json.loads(prx.taskInfo(task_id))["state"] for task_id in task_ids),
-            *(json.loads(prx.taskInfo(task_id))["attempts"] for task_id in task_ids))
+    return (
+        stats.tasks,
+        stats.pending,
+        stats.inflight,
+        stats.done,
+        *(json.loads(prx.taskInfo(task_id))["state"] for task_id in task_ids),
+        *(json.loads(prx.taskInfo(task_id))["attempts"] for task_id in task_ids),
+    )
 
 
 def test_every_scheduler_operation(prx: Any) -> None:
@@ -48,18 +58,36 @@ def test_every_scheduler_operation(prx: Any) -> None:
     one = prx.getUser("w1")
     more = prx.getUsers("w1", 10)
     tasks = {task.id: task for task in [one, *more]}
-    assert set(tasks) == {"user:weibo_mobile:1669879400", "user:weibo_pc:42", "reviews:jd:100012043978",
-                          "listing:ecshop:3"}
+    assert set(tasks) == {
+        "user:weibo_mobile:1669879400",
+        "user:weibo_pc:42",
+        "reviews:jd:100012043978",
+        "listing:ecshop:3",
+    }
     listing = tasks["listing:ecshop:3"]
     assert listing.kind == C.TaskKind.Listing and listing.periodS == 600.0 and listing.leaseDeadlineMs > 0
     with pytest.raises(C.NoWork) as caught:
         prx.getUser("w1")
     assert caught.value.code == C.ErrorCode.QueueEmpty and caught.value.nextDueInMs == -1
-    prx.putUser(C.Report(taskId=listing.id, leaseToken=listing.leaseToken, newItems=5, windowItems=20,
-                         fingerprint=-1, cursor="p2", newItemTimesMs=[1_700_000_000_000, 1_699_999_000_000]))
+    prx.putUser(
+        C.Report(
+            taskId=listing.id,
+            leaseToken=listing.leaseToken,
+            newItems=5,
+            windowItems=20,
+            fingerprint=-1,
+            cursor="p2",
+            newItemTimesMs=[1_700_000_000_000, 1_699_999_000_000],
+        )
+    )
     reviews = tasks["reviews:jd:100012043978"]
-    prx.putUsers([C.Report(taskId=reviews.id, leaseToken=reviews.leaseToken, outcome=C.Outcome.Timeout,
-                           errorClass="ReadTimeout")])
+    prx.putUsers(
+        [
+            C.Report(
+                taskId=reviews.id, leaseToken=reviews.leaseToken, outcome=C.Outcome.Timeout, errorClass="ReadTimeout"
+            )
+        ]
+    )
     rest = [tasks["user:weibo_mobile:1669879400"], tasks["user:weibo_pc:42"]]
     prx.releaseUsers([C.LeaseRef(taskId=t.id, leaseToken=t.leaseToken) for t in rest])
     stats = prx.stats()
@@ -84,27 +112,56 @@ def test_bad_reports_get_their_declared_exceptions(prx: Any) -> None:
     before = state(prx, *ids)
     good = C.Report(taskId=held[0].id, leaseToken=held[0].leaseToken)
     cases = [
-        (lambda: prx.putUsers([good, C.Report(taskId=held[1].id, leaseToken="deadbeef")]),
-         C.LeaseLost, C.ErrorCode.UnknownLease, 1),
-        (lambda: prx.putUser(C.Report(taskId="reviews:jd:999999", leaseToken="x")),
-         C.InvalidArgument, C.ErrorCode.UnknownTask, 0),
-        (lambda: prx.putUsers([good, C.Report(taskId="reviews:nowhere:1", leaseToken="x")]),
-         C.InvalidArgument, C.ErrorCode.InvalidId, 1),
+        (
+            lambda: prx.putUsers([good, C.Report(taskId=held[1].id, leaseToken="deadbeef")]),
+            C.LeaseLost,
+            C.ErrorCode.UnknownLease,
+            1,
+        ),
+        (
+            lambda: prx.putUser(C.Report(taskId="reviews:jd:999999", leaseToken="x")),
+            C.InvalidArgument,
+            C.ErrorCode.UnknownTask,
+            0,
+        ),
+        (
+            lambda: prx.putUsers([good, C.Report(taskId="reviews:nowhere:1", leaseToken="x")]),
+            C.InvalidArgument,
+            C.ErrorCode.InvalidId,
+            1,
+        ),
         (lambda: prx.putUsers([]), C.InvalidArgument, C.ErrorCode.EmptyBatch, -1),
         (lambda: prx.putUsers([good] * 21), C.InvalidArgument, C.ErrorCode.BatchTooLarge, -1),
-        (lambda: prx.putUsers([good, C.Report(taskId=held[1].id, leaseToken=held[1].leaseToken, newItems=1,
-                                              newItemTimesMs=[1, 2, 3])]),
-         C.InvalidArgument, C.ErrorCode.InvalidField, 1),
-        (lambda: prx.putUsers([good, C.Report(taskId=held[1].id, leaseToken=held[1].leaseToken, newItems=-3)]),
-         C.InvalidArgument, C.ErrorCode.InvalidField, 1),
-        (lambda: prx.releaseUsers([C.LeaseRef(taskId=held[0].id, leaseToken="nope")]),
-         C.LeaseLost, C.ErrorCode.UnknownLease, 0),
+        (
+            lambda: prx.putUsers(
+                [good, C.Report(taskId=held[1].id, leaseToken=held[1].leaseToken, newItems=1, newItemTimesMs=[1, 2, 3])]
+            ),
+            C.InvalidArgument,
+            C.ErrorCode.InvalidField,
+            1,
+        ),
+        (
+            lambda: prx.putUsers([good, C.Report(taskId=held[1].id, leaseToken=held[1].leaseToken, newItems=-3)]),
+            C.InvalidArgument,
+            C.ErrorCode.InvalidField,
+            1,
+        ),
+        (
+            lambda: prx.releaseUsers([C.LeaseRef(taskId=held[0].id, leaseToken="nope")]),
+            C.LeaseLost,
+            C.ErrorCode.UnknownLease,
+            0,
+        ),
         (lambda: prx.releaseUsers([]), C.InvalidArgument, C.ErrorCode.EmptyBatch, -1),
         (lambda: prx.getUsers("bad", 21), C.InvalidArgument, C.ErrorCode.BatchTooLarge, -1),
         (lambda: prx.getUsers("bad", 0), C.InvalidArgument, C.ErrorCode.InvalidField, -1),
         (lambda: prx.addUsers([], C.TaskKind.WeiboUser), C.InvalidArgument, C.ErrorCode.EmptyBatch, -1),
-        (lambda: prx.addUsers(["weibo_pc:1", "weibo_pc:no spaces"], C.TaskKind.WeiboUser),
-         C.InvalidArgument, C.ErrorCode.InvalidId, 1),
+        (
+            lambda: prx.addUsers(["weibo_pc:1", "weibo_pc:no spaces"], C.TaskKind.WeiboUser),
+            C.InvalidArgument,
+            C.ErrorCode.InvalidId,
+            1,
+        ),
         (lambda: prx.taskInfo("nonsense"), C.InvalidArgument, C.ErrorCode.InvalidId, -1),
     ]
     for call, kind, code, index in cases:
@@ -123,8 +180,10 @@ def test_bad_reports_get_their_declared_exceptions(prx: Any) -> None:
 
 
 def test_dead_client_leases_come_back_after_the_deadline_not_before(tmp_path: Path) -> None:
-    with scheduler_daemon(tmp_path, scheduler__lease_s=3, scheduler__maintenance_interval_s=0.2) as daemon, \
-            scheduler_proxy(daemon) as prx:
+    with (
+        scheduler_daemon(tmp_path, scheduler__lease_s=3, scheduler__maintenance_interval_s=0.2) as daemon,
+        scheduler_proxy(daemon) as prx,
+    ):
         prx.addUsers([f"jd:{n}" for n in range(5)], C.TaskKind.ProductReviews)
         holder = daemon.client("holder", "hold", "--count", "5", "--name", "doomed")
         for _ in range(200):

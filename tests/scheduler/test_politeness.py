@@ -54,13 +54,23 @@ def recording_site() -> Iterator[tuple[str, list[float]]]:
 
 
 def test_four_clients_never_fetch_one_host_closer_than_the_spacing(tmp_path: Path) -> None:
-    with recording_site() as (base_url, arrivals), scheduler_daemon(
-            tmp_path, scheduler__host_spacing_s=SPACING_S, sources__jd__base_url=base_url,
-            scheduler__policy="fixed", scheduler__min_period_s=0.01, scheduler__initial_period_s=0.01) as daemon:
+    with (
+        recording_site() as (base_url, arrivals),
+        scheduler_daemon(
+            tmp_path,
+            scheduler__host_spacing_s=SPACING_S,
+            sources__jd__base_url=base_url,
+            scheduler__policy="fixed",
+            scheduler__min_period_s=0.01,
+            scheduler__initial_period_s=0.01,
+        ) as daemon,
+    ):
         with scheduler_proxy(daemon) as prx:
             prx.addUsers([f"jd:{n}" for n in range(6)], C.TaskKind.ProductReviews)
-        clients = [daemon.client(f"fetch-{n}", "fetch", "--name", f"f{n}", "--base-url", base_url,
-                                 "--seconds", "30") for n in range(4)]
+        clients = [
+            daemon.client(f"fetch-{n}", "fetch", "--name", f"f{n}", "--base-url", base_url, "--seconds", "30")
+            for n in range(4)
+        ]
         for _ in range(300):  # bounded: about 15 s
             if len(arrivals) >= FETCHES:
                 break

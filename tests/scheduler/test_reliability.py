@@ -30,9 +30,14 @@ def start_second(db_dir: Path, tmp: Path) -> subprocess.CompletedProcess[str]:
     """``python -m scheduler_server`` on ``db_dir`` (another port); returns once it exits (it must)."""
     conf = tmp / "second.conf"
     conf.write_text("SchedulerAdapter.Endpoints=tcp -h 127.0.0.1 -p 0\n")
-    return subprocess.run([sys.executable, "-m", "scheduler_server", f"--set=scheduler.db_dir={db_dir}",
-                           f"--Ice.Config={conf}"], cwd=REPO, capture_output=True, text=True, timeout=60,
-                          check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "scheduler_server", f"--set=scheduler.db_dir={db_dir}", f"--Ice.Config={conf}"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
 
 
 def seeded_db(path: Path, count: int) -> None:
@@ -69,8 +74,9 @@ def test_a_second_scheduler_on_the_same_db_dir_refuses_and_a_killed_ones_lock_is
     with scheduler_daemon(tmp_path, fast_start=True) as daemon:
         second = start_second(daemon.db_dir, tmp_path)
         assert second.returncode == 2
-        assert f"{daemon.db_dir} is in use by scheduler pid {daemon.process.pid if daemon.process else 0}" \
-            in second.stderr
+        assert (
+            f"{daemon.db_dir} is in use by scheduler pid {daemon.process.pid if daemon.process else 0}" in second.stderr
+        )
         assert "Traceback" not in second.stderr
         with scheduler_proxy(daemon) as prx:  # the first one is unharmed
             assert prx.addUsers(["jd:1"], rpc.crawler().TaskKind.ProductReviews) == 1
@@ -95,17 +101,21 @@ def damage_table(path: Path) -> None:
 def damage_pages(path: Path) -> None:
     data = bytearray((path / "tasks.db").read_bytes())
     middle = len(data) // 2
-    data[middle:middle + 8192] = b"\xa5" * 8192  # two pages in the middle of the file
+    data[middle : middle + 8192] = b"\xa5" * 8192  # two pages in the middle of the file
     (path / "tasks.db").write_bytes(bytes(data))
 
 
-@pytest.mark.parametrize(("damage", "message"), [
-    (damage_logs, "its transaction logs (log.*) are missing"),
-    (damage_table, "pending.db is missing"),
-    (damage_pages, "tasks.db fails verification"),
-])
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (damage_logs, "its transaction logs (log.*) are missing"),
+        (damage_table, "pending.db is missing"),
+        (damage_pages, "tasks.db fails verification"),
+    ],
+)
 def test_a_damaged_queue_database_refuses_to_start_and_recover_salvages_it(
-        tmp_path: Path, damage: Any, message: str) -> None:
+    tmp_path: Path, damage: Any, message: str
+) -> None:
     path = tmp_path / "db"
     seeded_db(path, 300)
     damage(path)
@@ -131,12 +141,25 @@ def test_a_clean_database_and_one_left_by_a_crash_both_pass_the_checks(tmp_path:
     path = tmp_path / "db"
     seeded_db(path, 20)
     open_checked(path).close()
-    crashed = subprocess.run([sys.executable, "-c", (
-        "import os, sys; sys.path.insert(0, sys.argv[2]);"
-        "from scheduler_server.integrity import open_checked;"
-        "store = open_checked(sys.argv[1]);"
-        "cm = store.transaction(); txn = cm.__enter__(); txn.put('tasks', b'x', b'y');"
-        "os._exit(9)"), str(path), str(REPO)], capture_output=True, text=True, timeout=60, check=False)
+    crashed = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            (
+                "import os, sys; sys.path.insert(0, sys.argv[2]);"
+                "from scheduler_server.integrity import open_checked;"
+                "store = open_checked(sys.argv[1]);"
+                "cm = store.transaction(); txn = cm.__enter__(); txn.put('tasks', b'x', b'y');"
+                "os._exit(9)"
+            ),
+            str(path),
+            str(REPO),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert crashed.returncode == 9, crashed.stderr
     assert task_count(path) == 20  # the uncommitted put was rolled back by recovery
     open_checked(path).close()
@@ -159,9 +182,11 @@ def test_the_daemon_refuses_a_database_without_logs_in_one_line(tmp_path: Path) 
 def test_a_full_disk_is_a_declared_error_the_daemon_survives_and_serves_again(tmp_path: Path) -> None:
     C = rpc.crawler()
     acknowledged: list[str] = []
-    with small_tmpfs(tmp_path / "fs", 48) as fs, \
-            scheduler_daemon(tmp_path, fast_start=True, scheduler__db_dir=fs / "db") as daemon, \
-            scheduler_proxy(daemon) as prx:
+    with (
+        small_tmpfs(tmp_path / "fs", 48) as fs,
+        scheduler_daemon(tmp_path, fast_start=True, scheduler__db_dir=fs / "db") as daemon,
+        scheduler_proxy(daemon) as prx,
+    ):
 
         def add() -> None:
             ids = [f"jd:{len(acknowledged) + n + 1}" for n in range(500)]

@@ -17,8 +17,10 @@ from scheduler_server.store import BdbQueueStore, MemoryQueueStore
 from tests.scheduler.conftest import ManualClocks, make_settings
 
 #: With 2 shards, jd's host hashes to shard 0 and ecshop's to shard 1 (asserted below).
-TWO_HOSTS = {"sources__jd__base_url": "http://127.0.0.1:8800/jd",
-             "sources__ecshop__base_url": "http://127.0.0.3:8800/ecshop"}
+TWO_HOSTS = {
+    "sources__jd__base_url": "http://127.0.0.1:8800/jd",
+    "sources__ecshop__base_url": "http://127.0.0.3:8800/ecshop",
+}
 
 
 def shard_settings(shard: int, shards: int = 2, **overrides: object) -> Settings:
@@ -68,21 +70,24 @@ def test_an_account_serving_hosts_of_two_shards_is_refused(tmp_path: Path, clock
     """An account's request budget is counted by one process; spread over two shards it would be spent twice."""
     (tmp_path / "pool.toml").write_text('[[account]]\nid = "a1"\ncookies = "SUB=x"\nsources = ["jd", "ecshop"]\n')
     with pytest.raises(ConfigError, match="a1 serves sources on different scheduler shards"):
-        SchedulerCore.from_settings(shard_settings(0, scheduler__accounts_dir=str(tmp_path)), MemoryQueueStore(),
-                                    clocks)
+        SchedulerCore.from_settings(
+            shard_settings(0, scheduler__accounts_dir=str(tmp_path)), MemoryQueueStore(), clocks
+        )
     one_host = tmp_path / "one"
     one_host.mkdir()
     (one_host / "pool.toml").write_text('[[account]]\nid = "a2"\ncookies = "SUB=x"\nsources = ["jd"]\n')
     SchedulerCore.from_settings(shard_settings(0, scheduler__accounts_dir=str(one_host)), MemoryQueueStore(), clocks)
 
 
-@pytest.mark.parametrize(("overrides", "message"), [
-    ({"scheduler__shard": 2}, "0 <= scheduler.shard < scheduler.shards"),
-    ({"scheduler__shard": -1}, "0 <= scheduler.shard < scheduler.shards"),
-    ({"scheduler__fetch_budget_per_s": 5.0, "scheduler__policy": "rate"}, "cannot be used with scheduler.shards"),
-])
-def test_bad_shard_settings_are_config_errors(overrides: dict[str, object], message: str,
-                                              clocks: ManualClocks) -> None:
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"scheduler__shard": 2}, "0 <= scheduler.shard < scheduler.shards"),
+        ({"scheduler__shard": -1}, "0 <= scheduler.shard < scheduler.shards"),
+        ({"scheduler__fetch_budget_per_s": 5.0, "scheduler__policy": "rate"}, "cannot be used with scheduler.shards"),
+    ],
+)
+def test_bad_shard_settings_are_config_errors(overrides: dict[str, object], message: str, clocks: ManualClocks) -> None:
     settings = make_settings(**{"scheduler__shards": 2, "scheduler__shard": 0, **TWO_HOSTS, **overrides})
     with pytest.raises(ConfigError, match=message):
         SchedulerCore.from_settings(settings, MemoryQueueStore(), clocks)

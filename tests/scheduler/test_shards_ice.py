@@ -22,8 +22,14 @@ from tests.scheduler.test_shards import TWO_HOSTS, shard_settings
 
 pytestmark = [pytest.mark.ice, pytest.mark.bdb]
 
-SETTINGS = {**TWO_HOSTS, "scheduler__shards": 2, "scheduler__policy": "fixed", "scheduler__min_period_s": 60,
-            "scheduler__initial_period_s": 60, "log__level": "WARNING"}
+SETTINGS = {
+    **TWO_HOSTS,
+    "scheduler__shards": 2,
+    "scheduler__policy": "fixed",
+    "scheduler__min_period_s": 60,
+    "scheduler__initial_period_s": 60,
+    "log__level": "WARNING",
+}
 
 
 @contextmanager
@@ -31,8 +37,12 @@ def two_shards(tmp: Path) -> Iterator[list[SchedulerDaemon]]:
     with ExitStack() as stack:
         for shard in (0, 1):
             (tmp / f"shard{shard}").mkdir()
-        yield [stack.enter_context(scheduler_daemon(tmp / f"shard{shard}", fast_start=True, scheduler__shard=shard,
-                                                    **SETTINGS)) for shard in (0, 1)]
+        yield [
+            stack.enter_context(
+                scheduler_daemon(tmp / f"shard{shard}", fast_start=True, scheduler__shard=shard, **SETTINGS)
+            )
+            for shard in (0, 1)
+        ]
 
 
 def client_properties(shards: list[SchedulerDaemon]) -> dict[str, str]:
@@ -53,8 +63,12 @@ def test_clients_seed_lease_and_report_across_shards_each_task_on_its_hosts_shar
             except NoWorkError:
                 break
             leased += [task.id for task in tasks]
-            gateway.report([Report(task_id=task.id, lease_token=task.lease_token, outcome=Outcome.Ok, new_items=1,
-                                   fetches=1) for task in tasks])
+            gateway.report(
+                [
+                    Report(task_id=task.id, lease_token=task.lease_token, outcome=Outcome.Ok, new_items=1, fetches=1)
+                    for task in tasks
+                ]
+            )
         assert sorted(leased) == sorted(f"reviews:{text}" for text in ids)  # every task once, none twice
         for daemon, source, count in ((shards[0], "jd", 30), (shards[1], "ecshop", 20)):
             with scheduler_proxy(daemon) as proxy:
@@ -77,27 +91,52 @@ def test_seed_and_status_route_and_add_up_over_the_shards(tmp_path: Path) -> Non
         conf = tmp_path / "client.conf"
         conf.write_text("".join(f"{key}={value}\n" for key, value in client_properties(shards).items()))
         sets = [f"--set={key.replace('__', '.')}={value}" for key, value in TWO_HOSTS.items()]
-        seeded = subprocess.run([*icecrawler_argv("seed"), *sets, "jd:1", "jd:2", "ecshop:3", f"--Ice.Config={conf}"],
-                                cwd=REPO, capture_output=True, text=True, timeout=60)
+        seeded = subprocess.run(
+            [*icecrawler_argv("seed"), *sets, "jd:1", "jd:2", "ecshop:3", f"--Ice.Config={conf}"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert seeded.returncode == 0, seeded.stderr
         assert "reviews: 3 new of 3" in seeded.stdout
-        status = subprocess.run([*icecrawler_argv("status"), *sets, "--json", f"--Ice.Config={conf}"],
-                                cwd=REPO, capture_output=True, text=True, timeout=60)
+        status = subprocess.run(
+            [*icecrawler_argv("status"), *sets, "--json", f"--Ice.Config={conf}"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert status.returncode == 0, status.stderr
         section = json.loads(status.stdout)["scheduler"]
         assert (section["tasks"], section["pending"], section["shards"]) == (3, 3, 2)
         assert [shard["tasks"] for shard in section["by_shard"]] == [2, 1]
-        text = subprocess.run([*icecrawler_argv("status"), *sets, f"--Ice.Config={conf}"],
-                              cwd=REPO, capture_output=True, text=True, timeout=60)
+        text = subprocess.run(
+            [*icecrawler_argv("status"), *sets, f"--Ice.Config={conf}"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert text.returncode == 0, text.stderr
         assert "scheduler: 3 tasks" in text.stdout and "2 shards: #0 2 tasks, #1 1 tasks" in text.stdout
-        task = subprocess.run([*icecrawler_argv("status"), *sets, "--task", "reviews:ecshop:3", "--json",
-                               f"--Ice.Config={conf}"], cwd=REPO, capture_output=True, text=True, timeout=60)
+        task = subprocess.run(
+            [*icecrawler_argv("status"), *sets, "--task", "reviews:ecshop:3", "--json", f"--Ice.Config={conf}"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert task.returncode == 0, task.stderr
         assert json.loads(task.stdout)["id"] == "reviews:ecshop:3"
         shards[1].stop()
-        down = subprocess.run([*icecrawler_argv("status"), *sets, f"--Ice.Config={conf}"],
-                              cwd=REPO, capture_output=True, text=True, timeout=60)
+        down = subprocess.run(
+            [*icecrawler_argv("status"), *sets, f"--Ice.Config={conf}"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert down.returncode != 0
         assert "cannot reach the scheduler shard 1" in down.stderr
 
@@ -106,8 +145,20 @@ def test_a_shard_database_will_not_start_as_another_shard(tmp_path: Path) -> Non
     with scheduler_daemon(tmp_path, fast_start=True, scheduler__shard=0, **SETTINGS) as daemon:
         daemon.stop()
     sets = [f"--set={key.replace('__', '.')}={value}" for key, value in SETTINGS.items()]
-    wrong = subprocess.run([sys.executable, "-m", "scheduler_server", f"--set=scheduler.db_dir={daemon.db_dir}",
-                            "--set=scheduler.shard=1", *sets, "--Ice.Default.Host=127.0.0.1"],
-                           cwd=REPO, capture_output=True, text=True, timeout=60)
+    wrong = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "scheduler_server",
+            f"--set=scheduler.db_dir={daemon.db_dir}",
+            "--set=scheduler.shard=1",
+            *sets,
+            "--Ice.Default.Host=127.0.0.1",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert wrong.returncode != 0
     assert "this scheduler database is shard 0 of 2" in wrong.stderr

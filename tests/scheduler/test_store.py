@@ -99,8 +99,9 @@ def test_a_value_that_is_not_a_record_tuple_is_refused() -> None:
 def test_record_tuples_tolerate_appended_fields() -> None:
     """Records are stored as tuples in field order: a shorter one (written before the last fields existed)
     reads back with their defaults, a longer one (from a newer version) without the fields it does not know."""
-    record = TaskRecord(id="user:weibo_pc:1", kind="user", source="weibo_pc", target="1", discovered=0,
-                        created_ms=0, history=HISTORY)
+    record = TaskRecord(
+        id="user:weibo_pc:1", kind="user", source="weibo_pc", target="1", discovered=0, created_ms=0, history=HISTORY
+    )
     values = pickle.loads(record.to_bytes())
     assert isinstance(values, tuple) and values[0] == "user:weibo_pc:1"
     assert TaskRecord.from_bytes(pickle.dumps(values[:-2])) == record
@@ -116,15 +117,22 @@ def test_history_keeps_the_newest_entries_in_order() -> None:
     assert entries[-1] == (1_800_000_000_024, 1440.0, 23, 24)
 
 
-@pytest.mark.parametrize("worker", ["bench-1", "wörker \"quoted\" \\ \n", ""])
+@pytest.mark.parametrize("worker", ["bench-1", 'wörker "quoted" \\ \n', ""])
 @pytest.mark.parametrize(("new", "period_s", "fetches"), [(1, 0.001, 1), (0, 3600.0, 0), (2**40, 60, 1.5)])
 def test_done_value_is_the_json_of_the_entry(worker: str, new: int, period_s: float, fetches: float) -> None:
-    entry: dict[str, Any] = {"outcome": "Ok", "new": new, "period_s": period_s, "worker": worker, "fetches": fetches,
-             "leased_wall_ms": 1_800_000_000_000, "deadline_wall_ms": 1_800_000_030_000, "ended_wall_ms": -1}
+    entry: dict[str, Any] = {
+        "outcome": "Ok",
+        "new": new,
+        "period_s": period_s,
+        "worker": worker,
+        "fetches": fetches,
+        "leased_wall_ms": 1_800_000_000_000,
+        "deadline_wall_ms": 1_800_000_030_000,
+        "ended_wall_ms": -1,
+    }
     assert done_value(*entry.values()) == json.dumps(entry).encode()
 
 
 def test_time_keys_sort_numerically() -> None:
     keys = [time_key(ms, "x") for ms in (256, 1, 2**33, 255)]
     assert [decode_time_key(key)[0] for key in sorted(keys)] == [1, 255, 256, 2**33]
-

@@ -17,8 +17,10 @@ from scheduler_server.store import MemoryQueueStore
 from scheduler_server.visitors import VisitorError, VisitorSessions, parse_visitor_answer, session_ended
 from tests.scheduler.conftest import ManualClocks, make_settings
 
-ANSWER = (b'window.visitor_gray_callback && visitor_gray_callback({"retcode":20000000,"msg":"succ","data":'
-          b'{"sub":"_2AkMvisitor1","subp":"0033WrSXqPxfM72","tid":"abc"}});')
+ANSWER = (
+    b'window.visitor_gray_callback && visitor_gray_callback({"retcode":20000000,"msg":"succ","data":'
+    b'{"sub":"_2AkMvisitor1","subp":"0033WrSXqPxfM72","tid":"abc"}});'
+)
 
 
 class Passport:
@@ -36,14 +38,20 @@ class Passport:
 
 
 def sessions(passport: Passport, renew_s: float = 30.0) -> VisitorSessions:
-    return VisitorSessions({"weibo_web": "http://passport.invalid/visitor/genvisitor2", "jd": ""},
-                           renew_s=renew_s, mint=passport.mint, spawn=lambda work: work())
+    return VisitorSessions(
+        {"weibo_web": "http://passport.invalid/visitor/genvisitor2", "jd": ""},
+        renew_s=renew_s,
+        mint=passport.mint,
+        spawn=lambda work: work(),
+    )
 
 
 def test_parse_visitor_answer_forms() -> None:
     assert parse_visitor_answer(ANSWER, []) == {"SUB": "_2AkMvisitor1", "SUBP": "0033WrSXqPxfM72"}
     assert parse_visitor_answer(b"", ["SUB=_2AkMc; path=/; domain=.weibo.com", "SUBP=0033x; path=/"]) == {
-        "SUB": "_2AkMc", "SUBP": "0033x"}
+        "SUB": "_2AkMc",
+        "SUBP": "0033x",
+    }
     with pytest.raises(VisitorError, match="retcode 50111"):
         parse_visitor_answer(b'cb({"retcode":50111,"msg":"busy"});', [])
     for garbage in (b"", b"<html>nope</html>", b'cb({"retcode":20000000,"data":{}});', b"cb({not json});"):
@@ -99,8 +107,9 @@ def test_bad_visitor_url_is_a_config_error() -> None:
 
 
 def core_with_visitors(clocks: ManualClocks, passport: Passport, **settings: object) -> SchedulerCore:
-    core = SchedulerCore.from_settings(make_settings(scheduler__host_block_s=600.0, **settings), MemoryQueueStore(),
-                                       clocks)
+    core = SchedulerCore.from_settings(
+        make_settings(scheduler__host_block_s=600.0, **settings), MemoryQueueStore(), clocks
+    )
     core.accounts.visitors = sessions(passport, renew_s=5.0)
     return core
 
@@ -115,11 +124,30 @@ def test_core_leases_visitor_sessions_and_a_432_renews_instead_of_blocking_the_h
     one, two = leased["user:weibo_web:1"], leased["user:weibo_web:2"]
     assert one.account.id == two.account.id == "visitor:weibo_web:1"
     # both crawls hit the expired session (two clients): one renewal, no host block, no freeze
-    core.report([Report(task_id=one.id, lease_token=one.lease_token, outcome=Outcome.Banned, http_status=432,
-                        error_class="http-432", fetches=2)])
+    core.report(
+        [
+            Report(
+                task_id=one.id,
+                lease_token=one.lease_token,
+                outcome=Outcome.Banned,
+                http_status=432,
+                error_class="http-432",
+                fetches=2,
+            )
+        ]
+    )
     clocks.advance(1)
-    core.report([Report(task_id=two.id, lease_token=two.lease_token, outcome=Outcome.Banned, http_status=432,
-                        error_class="http-432")])
+    core.report(
+        [
+            Report(
+                task_id=two.id,
+                lease_token=two.lease_token,
+                outcome=Outcome.Banned,
+                http_status=432,
+                error_class="http-432",
+            )
+        ]
+    )
     stats = core.stats()["detail"]
     assert stats["accounts"]["visitor:weibo_web"]["renewals"] == 1 and passport.calls == 1
     with pytest.raises(NoWorkError):
@@ -130,8 +158,17 @@ def test_core_leases_visitor_sessions_and_a_432_renews_instead_of_blocking_the_h
     assert {task.account.id for task in again} == {"visitor:weibo_web:2"}
     # an IP-level ban (418) still blocks the host, and never freezes or renews the visitor session
     first = again[0]
-    core.report([Report(task_id=first.id, lease_token=first.lease_token, outcome=Outcome.Banned, http_status=418,
-                        error_class="http-418")])
+    core.report(
+        [
+            Report(
+                task_id=first.id,
+                lease_token=first.lease_token,
+                outcome=Outcome.Banned,
+                http_status=418,
+                error_class="http-418",
+            )
+        ]
+    )
     core.add(["jd:4"], TaskKind.ProductReviews)
     with pytest.raises(NoWorkError):
         core.lease("w3", 1)
@@ -143,8 +180,9 @@ def test_ok_minus_100_with_a_visitor_session_fails_the_task_without_freezing(clo
     core = core_with_visitors(clocks, passport)
     core.add(["weibo_web:1"], TaskKind.WeiboUser)
     task = core.lease("w", 1)[0]
-    core.report([Report(task_id=task.id, lease_token=task.lease_token, outcome=Outcome.LoginRequired,
-                        error_class="login-wall")])
+    core.report(
+        [Report(task_id=task.id, lease_token=task.lease_token, outcome=Outcome.LoginRequired, error_class="login-wall")]
+    )
     assert core.stats()["detail"]["accounts"]["visitor:weibo_web"]["state"] == "ok"
     assert core.lease("w", 1)[0].account.id == "visitor:weibo_web:1" and passport.calls == 1
 
@@ -156,8 +194,9 @@ def test_a_configured_account_wins_over_visitor_sessions(tmp_path: object, clock
     accounts.mkdir()
     (accounts / "a.toml").write_text('[[account]]\nid = "real"\ncookies = "SUB=logged-in"\nsources = ["weibo_web"]\n')
     passport = Passport()
-    core = core_with_visitors(clocks, passport, scheduler__accounts_dir=str(accounts),
-                              scheduler__account_sources="weibo_web")
+    core = core_with_visitors(
+        clocks, passport, scheduler__accounts_dir=str(accounts), scheduler__account_sources="weibo_web"
+    )
     core.add(["weibo_web:1"], TaskKind.WeiboUser)
     assert core.lease("w", 1)[0].account.id == "real" and passport.calls == 0
     assert "visitor:weibo_web" not in core.stats()["detail"]["accounts"]

@@ -43,8 +43,9 @@ def churn(scheduler: Any, args: argparse.Namespace) -> None:
     while time.monotonic() < deadline:
         try:
             tasks = scheduler.getUsers(args.name, args.batch)
-            scheduler.putUsers([C.Report(taskId=t.id, leaseToken=t.leaseToken, newItems=1, fingerprint=cycles)
-                                for t in tasks])
+            scheduler.putUsers(
+                [C.Report(taskId=t.id, leaseToken=t.leaseToken, newItems=1, fingerprint=cycles) for t in tasks]
+            )
             cycles += len(tasks)
         except (C.NoWork, C.LeaseLost):
             time.sleep(PAUSE_S)
@@ -75,8 +76,9 @@ def shard_churn(proxies: list[Any], args: argparse.Namespace) -> None:
     while time.monotonic() < deadline:
         try:
             tasks = gateway.lease(args.name, args.batch)
-            gateway.report([Report(task_id=t.id, lease_token=t.lease_token, new_items=1, fingerprint=cycles)
-                            for t in tasks])
+            gateway.report(
+                [Report(task_id=t.id, lease_token=t.lease_token, new_items=1, fingerprint=cycles) for t in tasks]
+            )
             cycles += len(tasks)
         except (NoWorkError, LeaseLostError, ServiceError):
             time.sleep(PAUSE_S)  # nothing due, a lease expired while a shard was down, or a shard is down

@@ -104,7 +104,8 @@ def test_daily_amplitude_from_moments_over_whole_days() -> None:
     assert daily_amplitude([0.0, 25.0, 0.0, 0.0, 0.0, 0.0], 100.0, e) == pytest.approx(-1j * raw * shrink)
     # clustered items: the noise scales with the dispersion
     assert daily_amplitude([25.0, 0.0, 0.0, 0.0, 0.0, 0.0], 100.0, e, 2.0) == pytest.approx(
-        raw * (1 - (8 / 100) / raw**2))
+        raw * (1 - (8 / 100) / raw**2)
+    )
     assert daily_amplitude([50.0, 0.0, 0.0, 0.0, 0.0, 0.0], 100.0, e) == pytest.approx(MAX_AMPLITUDE)  # capped
 
 

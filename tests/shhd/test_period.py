@@ -11,8 +11,10 @@ from shhd.period import GROWTH_MAX_D, SHRINK_MIN_D, SHHDController, ShhdState, b
 CTRL = SHHDController(min_period_s=60, max_period_s=3600, step_s=60)
 
 
-@pytest.mark.parametrize(("d", "expected"), [(-1, "none"), (0, "growth"), (3, "growth"), (4, "stable"),
-                                             (24, "stable"), (25, "shrink"), (64, "shrink")])
+@pytest.mark.parametrize(
+    ("d", "expected"),
+    [(-1, "none"), (0, "growth"), (3, "growth"), (4, "stable"), (24, "stable"), (25, "shrink"), (64, "shrink")],
+)
 def test_bands(d: int, expected: str) -> None:
     assert band(d) == expected
     assert (GROWTH_MAX_D, SHRINK_MIN_D) == (3, 25)

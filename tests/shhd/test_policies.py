@@ -34,8 +34,12 @@ def test_every_policy_state_is_json_and_period_in_bounds(name: str) -> None:
     policy = make_policy(name, min_period_s=60, max_period_s=86400, initial_period_s=600)
     state = policy.initial_state()
     for k, (t, n) in enumerate([(0, 0), (600, 2), (1300, 0), (2000, 1), (5000, 0)]):
-        obs = Observation(now_s=t, fingerprint=(k * 0x9E3779B97F4A7C15) % 2**64, new_items=n,
-                          new_item_times_s=tuple(float(t - 10 * j) for j in range(n)))
+        obs = Observation(
+            now_s=t,
+            fingerprint=(k * 0x9E3779B97F4A7C15) % 2**64,
+            new_items=n,
+            new_item_times_s=tuple(float(t - 10 * j) for j in range(n)),
+        )
         decision = policy.next_period(json.loads(json.dumps(state)), obs)
         state = decision.state
         assert 60 <= decision.period_s <= 86400
@@ -119,7 +123,7 @@ def test_rate_policy_decayed_estimate_and_sqrt_period() -> None:
     d = p.next_period(p.initial_state(), Observation(now_s=0))
     assert d.period_s == pytest.approx(math.sqrt(100 / (0.5 / 50)))  # prior rate 1/I0 -> period I0
     d = p.next_period(d.state, Observation(now_s=100, new_items=2, new_item_times_s=(50.0, 100.0)))
-    items = 2 ** -0.5 + 1.0
+    items = 2**-0.5 + 1.0
     exposure = 100 / math.log(2) * 0.5
     prior = 0.5 * 0.5  # the prior's weight halves over one half-life of age
     lam = (items + prior) / (exposure + prior * 100)
@@ -223,8 +227,15 @@ def test_rate_policy_puts_untimed_items_on_a_known_clock() -> None:
 
 def test_rate_policy_reads_a_state_stored_before_the_forecasts() -> None:
     p = RatePolicy(60, 86400, 600)
-    old = {"period_s": 600.0, "last_s": 0.0, "items": 3.0, "exposure_s": 3000.0, "burst_items": 0.0,
-           "burst_exposure_s": 0.0, "prior_weight": 1.0}
+    old = {
+        "period_s": 600.0,
+        "last_s": 0.0,
+        "items": 3.0,
+        "exposure_s": 3000.0,
+        "burst_items": 0.0,
+        "burst_exposure_s": 0.0,
+        "prior_weight": 1.0,
+    }
     d = p.next_period(old, Observation(now_s=600, new_items=1, newest_item_s=550.0))
     assert 60 <= d.period_s <= 86400 and d.state["times"] == [550.0] and len(d.state["day"]) == 6
 

@@ -26,16 +26,21 @@ def test_sqrt_bound_formula_and_against_uniform() -> None:
 
 
 def test_quick_mode_on_a_tiny_config_prints_the_headline_table(capsys: pytest.CaptureFixture[str]) -> None:
-    assert revisit.main(["--quick", "--seeds", "2", "--pages", "10", "--workers", "1", "--e0-days", "0.2",
-                         "--end-days", "1.5"]) == 0
+    assert (
+        revisit.main(
+            ["--quick", "--seeds", "2", "--pages", "10", "--workers", "1", "--e0-days", "0.2", "--end-days", "1.5"]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "### E0" in out and "global budget B = 0.5" in out
     for label in ("shhd (paper, simhash)", "nutch (xml defaults)", "rate (ours)", "O2 sqrt bound"):
         assert label in out
 
 
-def test_ablation_prints_one_row_per_variant(capsys: pytest.CaptureFixture[str],
-                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_ablation_prints_one_row_per_variant(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(revisit, "ABLATION_SEEDS", (20, 21))
     assert revisit.main(["--ablation", "--pages", "8", "--workers", "1", "--end-days", "1.5"]) == 0
     out = capsys.readouterr().out

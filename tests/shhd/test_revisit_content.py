@@ -9,10 +9,12 @@ from bench.revisit.content import ContentModel
 from shhd.fingerprint import fingerprint_texts
 
 
-@pytest.mark.parametrize(("window", "chrome_words", "noise_block"),
-                         [(10, 0, False), (10, 300, True), (10_000, 0, True)])
-def test_the_simulated_fingerprint_is_fingerprint_texts_of_the_page(window: int, chrome_words: int,
-                                                                     noise_block: bool) -> None:
+@pytest.mark.parametrize(
+    ("window", "chrome_words", "noise_block"), [(10, 0, False), (10, 300, True), (10_000, 0, True)]
+)
+def test_the_simulated_fingerprint_is_fingerprint_texts_of_the_page(
+    window: int, chrome_words: int, noise_block: bool
+) -> None:
     model = ContentModel(seed=7, window=window, chrome_words=chrome_words, noise_block=noise_block)
     for n_items, noise_version in [(1, 0), (5, 2), (12, 3)]:
         texts = model.page_texts(page=3, n_items=n_items, noise_version=noise_version)

@@ -22,11 +22,20 @@ USER = 1_669_879_400
 
 def make_post(post_id: int, user_id: int = USER, minute: int = 0, **changes: Any) -> Post:
     fields: dict[str, Any] = {
-        "id": post_id, "user_id": user_id, "user_name": "微博用户_😀", "text": f"今天天气不错 #{post_id} 🌞",
-        "html": f"<p>今天天气不错 <b>#{post_id}</b> 🌞</p>", "created_at": f"2024-05-01T12:{minute:02d}:00+08:00",
-        "reposts": 3, "comments": 2, "likes": 1, "pinned": False, "retweeted_id": 0,
+        "id": post_id,
+        "user_id": user_id,
+        "user_name": "微博用户_😀",
+        "text": f"今天天气不错 #{post_id} 🌞",
+        "html": f"<p>今天天气不错 <b>#{post_id}</b> 🌞</p>",
+        "created_at": f"2024-05-01T12:{minute:02d}:00+08:00",
+        "reposts": 3,
+        "comments": 2,
+        "likes": 1,
+        "pinned": False,
+        "retweeted_id": 0,
         "pictures": ["https://wx1.sinaimg.cn/large/a.jpg", "https://wx2.sinaimg.cn/large/b.jpg"],
-        "permalink": f"https://weibo.com/{user_id}/{post_id}", "fetched_at": "2024-05-01T12:30:00+08:00",
+        "permalink": f"https://weibo.com/{user_id}/{post_id}",
+        "fetched_at": "2024-05-01T12:30:00+08:00",
         "source": "weibo_mobile",
     }
     fields.update(changes)
@@ -35,8 +44,14 @@ def make_post(post_id: int, user_id: int = USER, minute: int = 0, **changes: Any
 
 def make_review(review_id: str, product_id: str = "100012043978", minute: int = 0, **changes: Any) -> Review:
     fields: dict[str, Any] = {
-        "id": review_id, "product_id": product_id, "source": "jd", "user": "j***5", "content": "质量很好，物流快 👍",
-        "score": 5, "created_at": f"2024-05-01T12:{minute:02d}:00+08:00", "fetched_at": "2024-05-02T08:00:00+08:00",
+        "id": review_id,
+        "product_id": product_id,
+        "source": "jd",
+        "user": "j***5",
+        "content": "质量很好，物流快 👍",
+        "score": 5,
+        "created_at": f"2024-05-01T12:{minute:02d}:00+08:00",
+        "fetched_at": "2024-05-02T08:00:00+08:00",
     }
     fields.update(changes)
     return Review(**fields)
@@ -47,8 +62,10 @@ def local_hbase() -> LocalHBase:
     """The local HBase that `icecrawler hbase start` runs (make test starts it before pytest)."""
     hbase = LocalHBase.from_settings(Settings())
     if not hbase.answering(timeout_s=10.0):
-        message = (f"HBase Thrift is not answering on 127.0.0.1:{hbase.thrift_port}; "
-                   "run `icecrawler hbase start` (make test does)")
+        message = (
+            f"HBase Thrift is not answering on 127.0.0.1:{hbase.thrift_port}; "
+            "run `icecrawler hbase start` (make test does)"
+        )
         skip_or_fail("HBase tests: " + message)
     return hbase
 
@@ -76,7 +93,8 @@ class StorageServerRunner:
         self.conf = tmp / "storage.conf"
         self.conf.write_text(f"StorageAdapter.Endpoints=tcp -h 127.0.0.1 -p {self.port}\n")
         self.assignments = {
-            "storage.embedded.path": str(tmp / "store.sqlite3"), "storage.spool_dir": str(tmp / "spool"),
+            "storage.embedded.path": str(tmp / "store.sqlite3"),
+            "storage.spool_dir": str(tmp / "spool"),
             **assignments,
         }
         self.process: ManagedProcess | None = None
@@ -84,8 +102,11 @@ class StorageServerRunner:
 
     def start(self) -> None:
         self.starts += 1
-        argv = icecrawler_argv("storage", f"--Ice.Config={self.conf}",
-                               *(arg for key, value in self.assignments.items() for arg in ("--set", f"{key}={value}")))
+        argv = icecrawler_argv(
+            "storage",
+            f"--Ice.Config={self.conf}",
+            *(arg for key, value in self.assignments.items() for arg in ("--set", f"{key}={value}")),
+        )
         self.process = ManagedProcess("storage", argv, self.tmp / f"storage-{self.starts}.log")
         try:
             wait_for_port("127.0.0.1", self.port, timeout_s=30.0, alive=self.process.alive)

@@ -30,8 +30,23 @@ def test_cli_exports_jsonl_from_the_embedded_store(tmp_path: Path, capsys: pytes
     big = next(record for record in records if record["id"] == BIG_ID)
     assert big["pinned"] is True and big["pictures"] == posts[0].pictures and big["text"] == posts[0].text
     assert "2 records, done" in capsys.readouterr().err  # progress goes to stderr
-    assert main(["export", "--table", "weibo", "--set", f"storage.embedded.path={db}", "-o", str(out),
-                 "--since", "2024-05-15T00:00:00+08:00", "--no-progress"]) == 0
+    assert (
+        main(
+            [
+                "export",
+                "--table",
+                "weibo",
+                "--set",
+                f"storage.embedded.path={db}",
+                "-o",
+                str(out),
+                "--since",
+                "2024-05-15T00:00:00+08:00",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     assert [json.loads(line)["id"] for line in out.read_text(encoding="utf-8").splitlines()] == [5]
 
 

@@ -30,8 +30,16 @@ def test_a_daemon_that_dies_fails_start_with_its_log_tail(tmp_path: Path) -> Non
     java = tmp_path / "java"
     java.write_text("#!/bin/sh\necho 'Error: could not start the fake JVM' >&2\nexit 1\n")
     java.chmod(0o755)
-    hbase = LocalHBase(tmp_path, thrift_port=free_port(), zookeeper_port=free_port(), master_port=free_port(),
-                       regionserver_port=free_port(), heap_mb=256, start_timeout_s=30.0, java=str(java))
+    hbase = LocalHBase(
+        tmp_path,
+        thrift_port=free_port(),
+        zookeeper_port=free_port(),
+        master_port=free_port(),
+        regionserver_port=free_port(),
+        heap_mb=256,
+        start_timeout_s=30.0,
+        java=str(java),
+    )
     with pytest.raises(ServiceError) as caught:
         hbase.start()
     assert "exited during start-up" in str(caught.value)

@@ -26,8 +26,10 @@ USERS = 7
 
 def post_batch(start: int) -> list[Any]:
     """BATCH posts with ids start.. (above 2**53), spread over a few users and minutes."""
-    return [rpc.post_to_slice(make_post(BIG_ID - start - i, user_id=1000 + (start + i) % USERS, minute=i % 60))
-            for i in range(BATCH)]
+    return [
+        rpc.post_to_slice(make_post(BIG_ID - start - i, user_id=1000 + (start + i) % USERS, minute=i % 60))
+        for i in range(BATCH)
+    ]
 
 
 def stored_ids(port: int, prefix: str) -> list[int]:
@@ -47,13 +49,17 @@ def wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> None
 
 
 def test_hbase_outage_and_storage_kill9_lose_nothing(
-        local_hbase: LocalHBase, table_prefix: str, storage_server: Callable[..., StorageServerRunner],
-        client_comm: Any) -> None:
-    server = storage_server(**{
-        "storage.backend": "hbase", "storage.hbase.port": str(local_hbase.thrift_port),
-        "storage.hbase.table_prefix": table_prefix, "storage.write_timeout_s": "3",
-        "storage.hbase.timeout_s": "3",
-    })
+    local_hbase: LocalHBase, table_prefix: str, storage_server: Callable[..., StorageServerRunner], client_comm: Any
+) -> None:
+    server = storage_server(
+        **{
+            "storage.backend": "hbase",
+            "storage.hbase.port": str(local_hbase.thrift_port),
+            "storage.hbase.table_prefix": table_prefix,
+            "storage.write_timeout_s": "3",
+            "storage.hbase.timeout_s": "3",
+        }
+    )
     proxy = server.proxy(client_comm).ice_invocationTimeout(60000)
     acked: list[int] = []
     next_id = 0
@@ -79,11 +85,11 @@ def test_hbase_outage_and_storage_kill9_lose_nothing(
         depth = proxy.stats().spoolDepth
         assert depth >= 6 * BATCH
 
-        server.kill9()          # crash with a full spool
-        server.start()          # same spool directory
+        server.kill9()  # crash with a full spool
+        server.start()  # same spool directory
         proxy = server.proxy(client_comm).ice_invocationTimeout(60000)
         assert proxy.stats().spoolDepth == depth  # nothing lost, nothing replayed yet
-        write(2)               # still down: queued behind the spool
+        write(2)  # still down: queued behind the spool
     finally:
         local_hbase.start()
 

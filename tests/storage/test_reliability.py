@@ -41,7 +41,7 @@ def corrupt_middle_page(path: Path) -> None:
         page = int(conn.execute("PRAGMA page_size").fetchone()[0])
     data = bytearray(path.read_bytes())
     middle = (len(data) // page // 2) * page
-    data[middle:middle + page] = b"\x5a" * page
+    data[middle : middle + page] = b"\x5a" * page
     path.write_bytes(bytes(data))
 
 
@@ -49,8 +49,15 @@ def start_storage(tmp: Path, store: Path, spool: Path, *extra: str) -> subproces
     """``icecrawler storage`` that is expected to refuse to start (returns once it exited)."""
     conf = tmp / "refused.conf"
     conf.write_text("StorageAdapter.Endpoints=tcp -h 127.0.0.1 -p 0\n")
-    argv = icecrawler_argv("storage", f"--Ice.Config={conf}", "--set", f"storage.embedded.path={store}",
-                           "--set", f"storage.spool_dir={spool}", *extra)
+    argv = icecrawler_argv(
+        "storage",
+        f"--Ice.Config={conf}",
+        "--set",
+        f"storage.embedded.path={store}",
+        "--set",
+        f"storage.spool_dir={spool}",
+        *extra,
+    )
     return subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
 
 
@@ -59,7 +66,8 @@ def start_storage(tmp: Path, store: Path, spool: Path, *extra: str) -> subproces
 
 @pytest.mark.ice
 def test_a_second_storage_server_on_the_same_files_refuses_and_a_killed_ones_lock_is_not_stale(
-        storage_server: Callable[..., StorageServerRunner], client_comm: Any, tmp_path: Path) -> None:
+    storage_server: Callable[..., StorageServerRunner], client_comm: Any, tmp_path: Path
+) -> None:
     server = storage_server()
     store, spool = server.assignments["storage.embedded.path"], server.assignments["storage.spool_dir"]
     refused = start_storage(tmp_path, Path(store), Path(spool))
@@ -147,8 +155,10 @@ def test_the_server_refuses_a_corrupt_store_in_one_line_and_starts_with_recover(
     errors = [line for line in refused.stderr.splitlines() if "error:" in line]
     assert len(errors) == 1 and "is damaged" in errors[0] and "--recover" in errors[0]
     assert "Traceback" not in refused.stderr
-    runner = StorageServerRunner(tmp_path / "recovered", {"storage.embedded.path": str(store),
-                                                          "storage.spool_dir": str(spool), "storage.recover": "true"})
+    runner = StorageServerRunner(
+        tmp_path / "recovered",
+        {"storage.embedded.path": str(store), "storage.spool_dir": str(spool), "storage.recover": "true"},
+    )
     runner.start()
     try:
         with rpc.communicator() as comm:
@@ -165,8 +175,10 @@ def test_the_server_refuses_a_corrupt_store_in_one_line_and_starts_with_recover(
 def test_a_full_disk_is_a_declared_error_the_server_survives_and_takes_writes_again(tmp_path: Path) -> None:
     C = rpc.crawler()
     with small_tmpfs(tmp_path / "fs", 16) as fs:
-        runner = StorageServerRunner(tmp_path / "server", {"storage.embedded.path": str(fs / "store.sqlite3"),
-                                                           "storage.spool_dir": str(fs / "spool")})
+        runner = StorageServerRunner(
+            tmp_path / "server",
+            {"storage.embedded.path": str(fs / "store.sqlite3"), "storage.spool_dir": str(fs / "spool")},
+        )
         runner.start()
         try:
             with rpc.communicator() as comm:
@@ -175,8 +187,9 @@ def test_a_full_disk_is_a_declared_error_the_server_survives_and_takes_writes_ag
 
                 def write(batch: int) -> None:
                     nonlocal acknowledged
-                    reviews = [rpc.review_to_slice(make_review(f"b{batch}-{n}", content="好" * 400))
-                               for n in range(100)]
+                    reviews = [
+                        rpc.review_to_slice(make_review(f"b{batch}-{n}", content="好" * 400)) for n in range(100)
+                    ]
                     ack = proxy.writeReviews(reviews)
                     acknowledged += ack.stored + ack.spooled
 
@@ -207,9 +220,12 @@ def test_a_full_disk_is_a_declared_error_the_server_survives_and_takes_writes_ag
 # --- one bad record ---------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("change", [{"text": "好 \ud800 好"}, {"user_name": "\udfff"}, {"pictures": ["https://x/\ud800"]}])
+@pytest.mark.parametrize(
+    "change", [{"text": "好 \ud800 好"}, {"user_name": "\udfff"}, {"pictures": ["https://x/\ud800"]}]
+)
 def test_a_post_with_a_lone_surrogate_is_rejected_alone_with_the_same_reason_on_both_paths(
-        change: dict[str, Any]) -> None:
+    change: dict[str, Any],
+) -> None:
     service = StorageService(MemoryStore(), MemorySpool(), max_text_chars=1000, batch_limit=100, write_timeout_s=5)
     try:
         posts = [make_post(n + 1) for n in range(5)]

@@ -19,31 +19,37 @@ def test_valid_records_pass() -> None:
     assert schema.validate_review(make_review("r1"), MAX) == []
 
 
-@pytest.mark.parametrize(("changes", "reason"), [
-    ({"id": 0}, "id=0"),
-    ({"user_id": -5}, "userId=-5"),
-    ({"id": "123"}, "id must be an integer"),
-    ({"likes": 1.5}, "likes must be an integer"),
-    ({"pinned": "yes"}, "pinned must be a bool"),
-    ({"text": 7}, "text must be text"),
-    ({"text": "长" * (MAX + 1)}, "over storage.max_text_chars"),
-    ({"pictures": "a.jpg"}, "pictures must be a list"),
-    ({"created_at": ""}, "createdAt"),
-    ({"created_at": "yesterday"}, "not ISO 8601"),
-    ({"created_at": "2024-05-01T12:00:00"}, "no UTC offset"),
-])
+@pytest.mark.parametrize(
+    ("changes", "reason"),
+    [
+        ({"id": 0}, "id=0"),
+        ({"user_id": -5}, "userId=-5"),
+        ({"id": "123"}, "id must be an integer"),
+        ({"likes": 1.5}, "likes must be an integer"),
+        ({"pinned": "yes"}, "pinned must be a bool"),
+        ({"text": 7}, "text must be text"),
+        ({"text": "长" * (MAX + 1)}, "over storage.max_text_chars"),
+        ({"pictures": "a.jpg"}, "pictures must be a list"),
+        ({"created_at": ""}, "createdAt"),
+        ({"created_at": "yesterday"}, "not ISO 8601"),
+        ({"created_at": "2024-05-01T12:00:00"}, "no UTC offset"),
+    ],
+)
 def test_bad_posts_say_why(changes: dict[str, Any], reason: str) -> None:
     errors = schema.validate_post(make_post(1, **changes), MAX)
     assert any(reason in error for error in errors), errors
 
 
-@pytest.mark.parametrize(("changes", "reason"), [
-    ({"id": ""}, "id is missing"),
-    ({"product_id": "a/b"}, "productId"),
-    ({"score": 9}, "score=9"),
-    ({"content": "x" * (MAX + 1)}, "over storage.max_text_chars"),
-    ({"created_at": "2024-13-01T00:00:00+08:00"}, "not ISO 8601"),
-])
+@pytest.mark.parametrize(
+    ("changes", "reason"),
+    [
+        ({"id": ""}, "id is missing"),
+        ({"product_id": "a/b"}, "productId"),
+        ({"score": 9}, "score=9"),
+        ({"content": "x" * (MAX + 1)}, "over storage.max_text_chars"),
+        ({"created_at": "2024-13-01T00:00:00+08:00"}, "not ISO 8601"),
+    ],
+)
 def test_bad_reviews_say_why(changes: dict[str, Any], reason: str) -> None:
     errors = schema.validate_review(make_review("r1", **changes), MAX)
     assert any(reason in error for error in errors), errors
@@ -100,12 +106,32 @@ def test_time_needs_an_offset() -> None:
 
 
 _POST_CHANGES: list[dict[str, object]] = [
-    {}, {"fetched_at": ""}, {"pictures": []}, {"pictures": ["a.jpg", "b\"c.jpg", "长.jpg"]}, {"pinned": True},
-    {"retweeted_id": BIG_ID}, {"id": BIG_ID, "user_id": BIG_ID - 1}, {"text": "长" * MAX}, {"likes": 2**31 - 1},
-    {"id": 0}, {"user_id": -5}, {"id": "123"}, {"likes": 1.5}, {"likes": True}, {"likes": 2**31},
-    {"pinned": "yes"}, {"text": 7}, {"text": "长" * (MAX + 1)}, {"pictures": "a.jpg"}, {"pictures": [1]},
-    {"pictures": ["x" * MAX, "y"]}, {"created_at": ""}, {"created_at": "yesterday"},
-    {"created_at": "2024-05-01T12:00:00"}, {"fetched_at": "2024-05-01T12:00:00"}, {"fetched_at": "soon"},
+    {},
+    {"fetched_at": ""},
+    {"pictures": []},
+    {"pictures": ["a.jpg", 'b"c.jpg', "长.jpg"]},
+    {"pinned": True},
+    {"retweeted_id": BIG_ID},
+    {"id": BIG_ID, "user_id": BIG_ID - 1},
+    {"text": "长" * MAX},
+    {"likes": 2**31 - 1},
+    {"id": 0},
+    {"user_id": -5},
+    {"id": "123"},
+    {"likes": 1.5},
+    {"likes": True},
+    {"likes": 2**31},
+    {"pinned": "yes"},
+    {"text": 7},
+    {"text": "长" * (MAX + 1)},
+    {"pictures": "a.jpg"},
+    {"pictures": [1]},
+    {"pictures": ["x" * MAX, "y"]},
+    {"created_at": ""},
+    {"created_at": "yesterday"},
+    {"created_at": "2024-05-01T12:00:00"},
+    {"fetched_at": "2024-05-01T12:00:00"},
+    {"fetched_at": "soon"},
     {"fetched_at": None},
 ]
 
@@ -122,8 +148,10 @@ def test_build_rows_keeps_order_and_reasons() -> None:
     batch: list[Any] = [make_post(1), make_post(0), make_review("r1"), make_post(3)]
     rows, rejected = schema.build_rows(batch, 10, lambda post: schema.checked_post_row(post, MAX))
     assert rows == [schema.post_row(batch[0]), schema.post_row(batch[3])]
-    assert rejected == [(1, "; ".join(schema.validate_post(batch[1], MAX))),
-                        (2, "; ".join(schema.validate_post(batch[2], MAX)))]
+    assert rejected == [
+        (1, "; ".join(schema.validate_post(batch[1], MAX))),
+        (2, "; ".join(schema.validate_post(batch[2], MAX))),
+    ]
     for bad, code in (([], "EmptyBatch"), ([make_post(1)] * 11, "BatchTooLarge")):
         with pytest.raises(InvalidArgumentError) as refused:
             schema.build_rows(bad, 10, lambda post: schema.checked_post_row(post, MAX))

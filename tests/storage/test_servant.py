@@ -14,8 +14,13 @@ from tests.storage.conftest import make_post
 from tests.storage.test_schema import _POST_CHANGES, MAX
 
 #: Core field name -> Slice member name, for the fields whose names differ.
-_SLICE_NAMES = {"user_id": "userId", "user_name": "userName", "created_at": "createdAt",
-                "retweeted_id": "retweetedId", "fetched_at": "fetchedAt"}
+_SLICE_NAMES = {
+    "user_id": "userId",
+    "user_name": "userName",
+    "created_at": "createdAt",
+    "retweeted_id": "retweetedId",
+    "fetched_at": "fetchedAt",
+}
 
 
 def _slice_post(post_id: int, **changes: Any) -> Any:

@@ -36,15 +36,14 @@ def test_write_posts_reviews_and_stats_through_a_proxy(storage_server: Server, c
     assert stored[0] == (BIG_ID, BIG_ID - 1, posts[0].text)
 
 
-def test_invalid_records_raise_invalid_records_and_the_rest_is_stored(
-        storage_server: Server, client_comm: Any) -> None:
+def test_invalid_records_raise_invalid_records_and_the_rest_is_stored(storage_server: Server, client_comm: Any) -> None:
     server = storage_server(**{"storage.max_text_chars": "100"})
     proxy = server.proxy(client_comm)
     C = rpc.crawler()
     batch = [
         make_post(1, text="ok"),
-        make_post(0, text="no id"),                         # missing id
-        make_post(2, text="x" * 101),                       # over storage.max_text_chars
+        make_post(0, text="no id"),  # missing id
+        make_post(2, text="x" * 101),  # over storage.max_text_chars
         make_post(3, text="ok", created_at="not-a-date"),  # wrong type of value
         make_post(4, text="ok", likes=-1),
     ]

@@ -30,8 +30,9 @@ class BlockingStore(MemoryStore):
 
 
 def service_on(store: MemoryStore, spool: SpoolQueue | None = None, timeout_s: float = 5.0) -> StorageService:
-    return StorageService(store, spool or MemorySpool(), max_text_chars=1000, batch_limit=100,
-                          write_timeout_s=timeout_s)
+    return StorageService(
+        store, spool or MemorySpool(), max_text_chars=1000, batch_limit=100, write_timeout_s=timeout_s
+    )
 
 
 @pytest.fixture

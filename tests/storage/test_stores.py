@@ -87,8 +87,7 @@ class TestSqliteStore(StoreContract):
 class TestHBaseStore(StoreContract):
     @pytest.fixture
     def store(self, local_hbase: LocalHBase, table_prefix: str) -> Iterator[HBaseStore]:
-        store = HBaseStore("127.0.0.1", local_hbase.thrift_port, pool_size=2, timeout_s=30.0,
-                           table_prefix=table_prefix)
+        store = HBaseStore("127.0.0.1", local_hbase.thrift_port, pool_size=2, timeout_s=30.0, table_prefix=table_prefix)
         yield store
         store.drop_tables()
         store.close()
