@@ -44,6 +44,7 @@ __all__ = [
     "LongTextSource",
     "PageFetch",
     "crawl_task",
+    "error_report",
     "failure_report",
     "fingerprint_result",
     "item_key",
@@ -137,24 +138,37 @@ def item_time_ms(item: Item) -> int:
 # --- reports --------------------------------------------------------------------------------------------------
 
 
-def failure_report(task: Task, error: FetchError, fetches: int) -> Report:
-    """The report for a crawl that ended in ``error``: its classification, and the task's old cursor."""
-    try:
-        outcome = Outcome(error.outcome)
-    except ValueError:
-        log.error(
-            "task %s: unknown outcome %r from %s; reporting ParseError", task.id, error.outcome, type(error).__name__
-        )
-        outcome = Outcome.ParseError
+def failure_report(
+    task: Task,
+    outcome: Outcome,
+    error_class: str,
+    *,
+    fetches: int = 0,
+    http_status: int = 0,
+    retry_after_s: float = 0.0,
+) -> Report:
+    """The report for a crawl that ended as ``outcome``: its classification, and the task's old cursor."""
     return Report(
         task_id=task.id,
         lease_token=task.lease_token,
         outcome=outcome,
-        http_status=error.http_status,
-        error_class=error.error_class[:120],
+        http_status=http_status,
+        error_class=(error_class or outcome.value)[:120],
         cursor=task.cursor,
-        retry_after_s=max(0.0, error.retry_after_s),
+        retry_after_s=max(0.0, retry_after_s),
         fetches=fetches,
+    )
+
+
+def error_report(task: Task, error: FetchError, fetches: int) -> Report:
+    """The report for a crawl that a raised ``FetchError`` (a ban, a wall, a timeout, garbage) ended."""
+    return failure_report(
+        task,
+        error.outcome,
+        error.error_class,
+        fetches=fetches,
+        http_status=error.http_status,
+        retry_after_s=error.retry_after_s,
     )
 
 
@@ -268,9 +282,7 @@ def crawl_task(
         while request is not None:
             if cancelled():
                 return result(
-                    failure_report(
-                        task, FetchError("cancelled", outcome="Timeout"), fetcher.requests_made - fetches_before
-                    ),
+                    failure_report(task, Outcome.Timeout, "", fetches=fetcher.requests_made - fetches_before),
                     aborted=True,
                 )
             page = fetcher.fetch(request)
@@ -279,7 +291,7 @@ def crawl_task(
             try:
                 parsed = source.parse(task, request, page, now_ms())
             except FetchError as exc:
-                if exc.outcome != Outcome.LoginRequired.value or relogin is None:
+                if exc.outcome is not Outcome.LoginRequired or relogin is None:
                     raise
                 login, relogin = relogin, None
                 login()
@@ -287,12 +299,6 @@ def crawl_task(
             finally:
                 if on_parse is not None:
                     on_parse(time.perf_counter() - parse_started)
-            if parsed.outcome is not Outcome.Ok:
-                raise FetchError(
-                    f"{source.name} classified the page as {parsed.outcome.value}",
-                    outcome=parsed.outcome.value,
-                    http_status=page.status,
-                )
             _fill_long_texts(source, parsed, fetcher, base_url, plan.stop_at, now_ms)
             walk.add_page(source, parsed.items, plan.stop_at, plan)
             pages += 1
@@ -307,13 +313,18 @@ def crawl_task(
             request = nxt
     except FetchError as exc:
         log.info("task %s: %s (%s): %s", task.id, exc.outcome, exc.error_class, exc)
-        return result(failure_report(task, exc, fetcher.requests_made - fetches_before))
+        return result(error_report(task, exc, fetcher.requests_made - fetches_before))
     except Exception as exc:  # a bug in a source must not take the worker down
         log.exception("task %s: source %s raised %s", task.id, source.name, type(exc).__name__)
-        error = FetchError(
-            str(exc), outcome="ParseError", http_status=last_status, error_class=f"source-bug:{type(exc).__name__}"
+        return result(
+            failure_report(
+                task,
+                Outcome.ParseError,
+                f"source-bug:{type(exc).__name__}",
+                fetches=fetcher.requests_made - fetches_before,
+                http_status=last_status,
+            )
         )
-        return result(failure_report(task, error, fetcher.requests_made - fetches_before))
     cursor = _next_cursor(task, source, plan, walk, request if capped else None, base_url, now_ms())
     report = success_report(
         task,

@@ -36,8 +36,8 @@ from crawler_client.runner import TaskRunner
 from crawler_client.sink import Backoff, ClientStats, Sink
 from icecrawler import limits
 from icecrawler.clock import Clock
-from icecrawler.errors import FetchError, InvalidArgumentError, NotAuthorizedError, NoWorkError, ServiceError
-from icecrawler.models import Task
+from icecrawler.errors import InvalidArgumentError, NotAuthorizedError, NoWorkError, ServiceError
+from icecrawler.models import Outcome, Task
 from icecrawler.settings import Settings
 
 __all__ = ["ClientDaemon", "DaemonConfig", "default_worker_id"]
@@ -285,12 +285,7 @@ class ClientDaemon:
                 except Exception as exc:  # a bug outside the crawl loop: classify it, keep the worker alive
                     log.exception("task %s: runner failed", task.id)
                     result = CrawlResult(
-                        task,
-                        failure_report(
-                            task,
-                            FetchError(str(exc), outcome="ParseError", error_class=f"client-bug:{type(exc).__name__}"),
-                            0,
-                        ),
+                        task, failure_report(task, Outcome.ParseError, f"client-bug:{type(exc).__name__}")
                     )
                 finally:
                     with self._running_lock:
@@ -332,7 +327,7 @@ class ClientDaemon:
             self._current.clear()
         for task in stuck:
             log.warning("task %s: crawl still blocked at shutdown; giving its lease back", task.id)
-            report = failure_report(task, FetchError("shutdown during the crawl", outcome="Timeout"), 0)
+            report = failure_report(task, Outcome.Timeout, "")
             self.sink.add(CrawlResult(task, report, aborted=True))
 
     def _release_queued(self) -> None:
@@ -342,6 +337,6 @@ class ClientDaemon:
                 task = self._tasks.get_nowait()
             except queue.Empty:
                 break
-            report = failure_report(task, FetchError("shutdown before the crawl", outcome="Timeout"), 0)
+            report = failure_report(task, Outcome.Timeout, "")
             self.sink.add(CrawlResult(task, report, aborted=True))
         self._wake_sink.set()

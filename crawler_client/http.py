@@ -147,7 +147,7 @@ def parse_cookie_blob(blob: str) -> AccountBlob:
         return AccountBlob(_parse_cookie_header(text))
     except ValueError as exc:  # json.JSONDecodeError is a ValueError
         raise FetchError(
-            f"unreadable cookie blob: {exc}", outcome=Outcome.LoginRequired.value, error_class="bad-cookie-blob"
+            f"unreadable cookie blob: {exc}", outcome=Outcome.LoginRequired, error_class="bad-cookie-blob"
         ) from exc
 
 
@@ -343,21 +343,21 @@ class InvalidURL(urllib3.exceptions.LocationValueError):
 TRANSPORT_ERRORS: tuple[type[Exception], ...] = (urllib3.exceptions.HTTPError, OSError)
 
 
-def _classify_exception(exc: Exception) -> tuple[str, str]:
-    """(Outcome name, error class) of a transport exception: the most specific class we can find."""
+def _classify_exception(exc: Exception) -> tuple[Outcome, str]:
+    """(Outcome, error class) of a transport exception: the most specific class we can find."""
     if isinstance(exc, urllib3.exceptions.NewConnectionError):  # a ConnectTimeoutError subclass in urllib3 2
-        return Outcome.ConnectionError.value, "ConnectionRefused"
+        return Outcome.ConnectionError, "ConnectionRefused"
     if isinstance(exc, urllib3.exceptions.ConnectTimeoutError):
-        return Outcome.Timeout.value, "ConnectTimeout"
+        return Outcome.Timeout, "ConnectTimeout"
     if isinstance(exc, (urllib3.exceptions.ReadTimeoutError, TimeoutError)):
-        return Outcome.Timeout.value, "ReadTimeout"
+        return Outcome.Timeout, "ReadTimeout"
     if isinstance(exc, TooManyRedirects):
-        return Outcome.HttpError.value, "TooManyRedirects"
+        return Outcome.HttpError, "TooManyRedirects"
     if isinstance(exc, urllib3.exceptions.LocationValueError):
-        return Outcome.ConnectionError.value, "InvalidURL"
+        return Outcome.ConnectionError, "InvalidURL"
     if isinstance(exc, urllib3.exceptions.ProtocolError):  # reset, aborted, truncated chunked body
-        return Outcome.ConnectionError.value, "ConnectionError"
-    return Outcome.ConnectionError.value, type(exc).__name__
+        return Outcome.ConnectionError, "ConnectionError"
+    return Outcome.ConnectionError, type(exc).__name__
 
 
 class Fetcher:
@@ -404,7 +404,7 @@ class Fetcher:
             try:
                 page = self._fetch_once(request)
             except FetchError as exc:
-                retryable = exc.outcome in (Outcome.Timeout.value, Outcome.ConnectionError.value)
+                retryable = exc.outcome in (Outcome.Timeout, Outcome.ConnectionError)
                 if not retryable or exc.error_class == "InvalidURL" or last:
                     raise
                 log.debug("retrying %s after %s (%d/%d)", request.url, exc.error_class, attempt + 1, attempts - 1)
@@ -413,7 +413,7 @@ class Fetcher:
                 if page.status == 429 or (page.status == 503 and "Retry-After" in page.headers):
                     raise FetchError(
                         f"{request.url}: HTTP {page.status}, Retry-After {retry_after:.0f}s",
-                        outcome=Outcome.RateLimited.value,
+                        outcome=Outcome.RateLimited,
                         http_status=page.status,
                         error_class=f"http-{page.status}",
                         retry_after_s=retry_after,
@@ -462,7 +462,7 @@ class Fetcher:
         if declared.isdigit() and int(declared) > limit:
             raise FetchError(
                 f"{request.url}: Content-Length {declared} > {limit} bytes",
-                outcome=Outcome.TooLarge.value,
+                outcome=Outcome.TooLarge,
                 http_status=raw.status,
                 error_class="content-length",
             )
@@ -473,7 +473,7 @@ class Fetcher:
             if size > limit:
                 raise FetchError(
                     f"{request.url}: body exceeds {limit} bytes",
-                    outcome=Outcome.TooLarge.value,
+                    outcome=Outcome.TooLarge,
                     http_status=raw.status,
                     error_class="body-cut",
                 )
@@ -481,7 +481,7 @@ class Fetcher:
             if self._clock() - started > self.policy.total_timeout_s:
                 raise FetchError(
                     f"{request.url}: body not complete after {self.policy.total_timeout_s:.0f}s",
-                    outcome=Outcome.Timeout.value,
+                    outcome=Outcome.Timeout,
                     http_status=raw.status,
                     error_class="TotalTimeout",
                 )

@@ -3,7 +3,7 @@
 A ``TaskRunner`` belongs to ONE worker thread: it owns that worker's HTTP sessions (one per account,
 see ``crawler_client.http.SessionCache``), so no session is ever shared between threads.
 
-Form login (sources listed in ``FORM_LOGINS``, i.e. ECSHOP's ``user.php``): when a page turns out to be
+Form login (sources whose spec says ``login="form"``, i.e. ECSHOP's ``user.php``): when a page turns out to be
 a login wall, the runner logs in once with the account blob's ``username``/``password`` (or the settings
 ``sources.<name>.username/password``) and fetches the page again; a second wall, a failed login or no
 credentials ends the crawl as ``LoginRequired``. The session keeps the login cookie for later tasks.
@@ -17,37 +17,31 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from crawler_client.crawl import CrawlResult, crawl_task, failure_report
+from crawler_client.crawl import CrawlResult, crawl_task, error_report, failure_report
 from crawler_client.headers import source_headers
 from crawler_client.http import Fetcher, FetchPolicy, SessionCache, Urllib3Transport, parse_cookie_blob
 from crawler_client.observer import ClientObserver
 from crawler_client.observer import current as current_observer
-from crawler_client.sources import ecshop, get_source, source_options
-from crawler_client.sources.base import FetchedPage, PageRequest, Source
-from crawler_client.sources.ecshop import EcshopSource
+from crawler_client.sources import SOURCES, get_source, registry, source_options
+from crawler_client.sources.base import FormLogin, Source
 from icecrawler.clock import Clock
 from icecrawler.errors import FetchError
-from icecrawler.models import SOURCES, Outcome, Task
+from icecrawler.models import Outcome, Task
 from icecrawler.settings import Settings
 
-__all__ = ["FORM_LOGINS", "FormLogin", "RunnerConfig", "TaskRunner"]
+__all__ = ["RunnerConfig", "TaskRunner", "form_logins"]
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class FormLogin:
-    """A source's form login, from its pure helpers: build the login POST, tell whether the answer shows a
-    logged-in member."""
-
-    request: Callable[[str, str, str], PageRequest]
-    succeeded: Callable[[FetchedPage], bool]
-
-
-#: Sources with a member login, by source name.
-FORM_LOGINS: dict[str, FormLogin] = {
-    EcshopSource.name: FormLogin(ecshop.login_request, ecshop.is_logged_in),
-}
+def form_logins() -> dict[str, FormLogin]:
+    """Sources with a member login (spec ``login="form"``), by name: each brings its ``form_login``."""
+    # getattr: ``form_login`` is declared by form-login sources only, not by the DeclaredSource protocol.
+    return {
+        name: getattr(SOURCES[name], "form_login")  # noqa: B009
+        for name, spec in registry.items()
+        if spec.login == "form"
+    }
 
 
 @dataclass(frozen=True)
@@ -75,7 +69,7 @@ class RunnerConfig:
             base_urls={name: settings.get_str(f"sources.{name}.base_url") for name in SOURCES},
             credentials={
                 name: (settings.get_str(f"sources.{name}.username"), settings.get_str(f"sources.{name}.password"))
-                for name in FORM_LOGINS
+                for name in form_logins()
             },
             headers={
                 name: source_headers(
@@ -121,15 +115,10 @@ class TaskRunner:
             base_url = self.config.base_urls[task.source]
             session = self.sessions.session(task.source, task.account)
         except FetchError as exc:
-            return CrawlResult(task, failure_report(task, exc, 0))
+            return CrawlResult(task, error_report(task, exc, 0))
         except (KeyError, ValueError) as exc:  # unknown source name (ConfigError is a ValueError) / no base URL
-            error = FetchError(
-                f"cannot crawl source {task.source!r}: {exc}",
-                outcome=Outcome.ParseError.value,
-                error_class="unknown-source",
-            )
-            log.error("task %s: %s", task.id, error)
-            return CrawlResult(task, failure_report(task, error, 0))
+            log.error("task %s: cannot crawl source %r: %s", task.id, task.source, exc)
+            return CrawlResult(task, failure_report(task, Outcome.ParseError, "unknown-source"))
         observer = current_observer()
         fetcher = Fetcher(
             Urllib3Transport(session),
@@ -172,7 +161,7 @@ class TaskRunner:
         return self.config.credentials.get(task.source, ("", ""))
 
     def _relogin_hook(self, task: Task, base_url: str, fetcher: Fetcher) -> Callable[[], None] | None:
-        form = FORM_LOGINS.get(task.source)
+        form = form_logins().get(task.source)
         if form is None:
             return None
 
@@ -182,7 +171,7 @@ class TaskRunner:
                 raise FetchError(
                     f"{task.source}: login wall and no credentials (set sources.{task.source}."
                     "username/password or put them in the account blob)",
-                    outcome=Outcome.LoginRequired.value,
+                    outcome=Outcome.LoginRequired,
                     error_class="no-credentials",
                 )
             log.info("task %s: login wall, logging in as %s", task.id, username)
@@ -191,7 +180,7 @@ class TaskRunner:
             if not form.succeeded(answer):
                 raise FetchError(
                     f"{task.source}: login as {username} failed (HTTP {answer.status})",
-                    outcome=Outcome.LoginRequired.value,
+                    outcome=Outcome.LoginRequired,
                     http_status=answer.status,
                     error_class="login-failed",
                 )

@@ -39,7 +39,6 @@ from crawler_client.crawl import CrawlResult, failure_report, fingerprint_result
 from crawler_client.gateways import SchedulerGateway, StorageGateway
 from crawler_client.screen import record_problem
 from icecrawler.errors import (
-    FetchError,
     InvalidArgumentError,
     InvalidRecordsError,
     LeaseLostError,
@@ -425,13 +424,7 @@ class Sink:
             if item.unstored and item.result.report.outcome is Outcome.Ok:
                 report = item.result.report
                 item.result.report = failure_report(
-                    item.result.task,
-                    FetchError(
-                        f"{item.unstored} record(s) could not be stored",
-                        outcome=Outcome.ParseError.value,
-                        error_class="records-not-stored",
-                    ),
-                    report.fetches,
+                    item.result.task, Outcome.ParseError, "records-not-stored", fetches=report.fetches
                 )
         done: set[int] = set()
         for start in range(0, len(ready), self.report_batch):

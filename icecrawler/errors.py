@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from icecrawler.outcomes import Outcome
+
 __all__ = [
     "ConfigError",
     "FetchError",
@@ -101,15 +103,17 @@ def quote(value: object, limit: int = 60) -> str:
 
 
 class FetchError(IcecrawlerError):
-    """An HTTP exchange ended badly. ``outcome`` is an Outcome name (Banned, Timeout, ...)."""
+    """An HTTP exchange ended badly. ``outcome`` is how (``Outcome.Banned``, ``Outcome.Timeout``, ...)."""
 
     def __init__(
-        self, message: str, *, outcome: str, http_status: int = 0, error_class: str = "", retry_after_s: float = 0.0
+        self, message: str, *, outcome: Outcome, http_status: int = 0, error_class: str = "", retry_after_s: float = 0.0
     ) -> None:
         super().__init__(message)
+        if not isinstance(outcome, Outcome):
+            raise TypeError(f"FetchError outcome must be an Outcome, got {outcome!r}")
         self.outcome = outcome
         self.http_status = http_status
-        self.error_class = error_class or outcome
+        self.error_class = error_class or outcome.value
         self.retry_after_s = retry_after_s
 
 
@@ -117,7 +121,7 @@ class ParseError(FetchError, ValueError):
     """A response body that cannot be parsed into items."""
 
     def __init__(self, message: str, *, error_class: str = "parse-error", http_status: int = 0) -> None:
-        super().__init__(message, outcome="ParseError", http_status=http_status, error_class=error_class)
+        super().__init__(message, outcome=Outcome.ParseError, http_status=http_status, error_class=error_class)
 
 
 class ServiceError(IcecrawlerError):

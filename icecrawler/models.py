@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import enum
 import re
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from icecrawler.errors import InvalidArgumentError, quote
+from icecrawler.outcomes import Outcome
 
 __all__ = [
     "MAX_ITEM_TIMES",
@@ -33,31 +36,31 @@ class TaskKind(enum.StrEnum):
     Listing = "listing"
 
 
-class Outcome(enum.StrEnum):
-    """How a fetch ended (same names as Crawler::Outcome)."""
+class _SourceKinds(Mapping[str, frozenset[TaskKind]]):
+    """Source name → the task kinds it crawls, read from the source registry (``icecrawler.sourcespec``) on
+    first use: each source declares its kinds next to its parser, nothing here lists them."""
 
-    Ok = "Ok"
-    HttpError = "HttpError"
-    Timeout = "Timeout"
-    ConnectionError = "ConnectionError"
-    ParseError = "ParseError"
-    LoginRequired = "LoginRequired"
-    Busy = "Busy"
-    AccountFrozen = "AccountFrozen"
-    Banned = "Banned"
-    RateLimited = "RateLimited"
-    NotFound = "NotFound"
-    TooLarge = "TooLarge"
+    @staticmethod
+    def _registry() -> Mapping[str, Any]:
+        from icecrawler.sourcespec import registry
+
+        return registry
+
+    def __getitem__(self, name: str) -> frozenset[TaskKind]:
+        return frozenset(self._registry()[name].kinds)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._registry())
+
+    def __len__(self) -> int:
+        return len(self._registry())
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._registry()
 
 
 #: Which task kinds each source can crawl.
-SOURCES: dict[str, frozenset[TaskKind]] = {
-    "weibo_pc": frozenset({TaskKind.WeiboUser}),
-    "weibo_mobile": frozenset({TaskKind.WeiboUser}),
-    "weibo_web": frozenset({TaskKind.WeiboUser}),
-    "ecshop": frozenset({TaskKind.ProductReviews, TaskKind.Listing}),
-    "jd": frozenset({TaskKind.ProductReviews}),
-}
+SOURCES: Mapping[str, frozenset[TaskKind]] = _SourceKinds()
 
 _TARGET_RE = re.compile(r"[0-9A-Za-z_.-]{1,64}")  # always fullmatch: "$" would let a trailing newline in
 

@@ -17,10 +17,19 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from icecrawler.errors import ConfigError
+from icecrawler.sourcespec import registry
 
-__all__ = ["SITES", "Action", "Misbehaviour", "MisbehaviourRule", "MisbehaviourTable"]
+__all__ = ["SITES", "Action", "Misbehaviour", "MisbehaviourRule", "MisbehaviourTable", "site_names"]
 
 SITES = ("pc", "m", "web", "ecshop", "jd", "*")
+
+
+def site_names() -> tuple[str, ...]:
+    """Sites a rule may name: the built-in ones, "*", and the sandbox site of every registered source."""
+    extra = tuple(
+        spec.sandbox_site for spec in registry.values() if spec.sandbox_site and spec.sandbox_site not in SITES
+    )
+    return SITES + extra
 
 
 @dataclass(frozen=True)
@@ -93,8 +102,8 @@ class MisbehaviourRule:
     behaviour: Misbehaviour = field(default_factory=Misbehaviour)
 
     def __post_init__(self) -> None:
-        if self.site not in SITES:
-            raise ConfigError(f"misbehaviour site must be one of {list(SITES)}, got {self.site!r}")
+        if self.site not in SITES and self.site not in site_names():
+            raise ConfigError(f"misbehaviour site must be one of {list(site_names())}, got {self.site!r}")
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> MisbehaviourRule:

@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import Any
 
 from icecrawler.errors import ConfigError
+from icecrawler.sourcespec import registry
 from sandbox.misbehave import MisbehaviourRule
 from sandbox.schedules import Schedule
 
@@ -60,6 +61,17 @@ __all__ = ["Category", "Product", "Scenario", "WeiboUser", "default_scenario", "
 
 WEIBO_SITES = ("pc", "m", "web")
 PRODUCT_SOURCES = ("ecshop", "jd")
+
+
+def product_sources() -> tuple[str, ...]:
+    """Sources a scenario product may use: the built-in shops, and any registered source whose items are
+    reviews and whose sandbox site the registry names (``icecrawler.sourcespec``)."""
+    extra = tuple(
+        name
+        for name, spec in registry.items()
+        if spec.table == "review" and spec.sandbox_site and name not in PRODUCT_SOURCES
+    )
+    return PRODUCT_SOURCES + extra
 
 
 def _schedule(value: Any) -> Schedule:
@@ -142,8 +154,8 @@ class Product:
     schedule: Schedule = field(default_factory=Schedule)
 
     def __post_init__(self) -> None:
-        if self.source not in PRODUCT_SOURCES:
-            raise ConfigError(f"product {self.id}: source must be one of {list(PRODUCT_SOURCES)}")
+        if self.source not in product_sources():
+            raise ConfigError(f"product {self.id}: source must be one of {list(product_sources())}")
         if not self.id.isdigit():
             raise ConfigError(f"product {self.id!r}: id must be digits")
 

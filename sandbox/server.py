@@ -35,15 +35,11 @@ from urllib.parse import parse_qs, urlsplit
 
 from icecrawler.clock import Clock
 from icecrawler.errors import ConfigError
-from sandbox.misbehave import SITES, Action, MisbehaviourRule, MisbehaviourTable
+from sandbox.misbehave import SITES, Action, MisbehaviourRule, MisbehaviourTable, site_names
 from sandbox.pages import interstitial
 from sandbox.scenario import Scenario, default_scenario
-from sandbox.sites.ecshop import EcshopSite
-from sandbox.sites.jd import JdSite
+from sandbox.sites import SiteContext, source_sites
 from sandbox.sites.passport import PassportSite, VisitorRegistry
-from sandbox.sites.weibo_mobile import WeiboMobileSite
-from sandbox.sites.weibo_pc import WeiboPcSite
-from sandbox.sites.weibo_web import WeiboWebSite
 from sandbox.web import SimRequest, SimResponse, Site
 from sandbox.world import World
 
@@ -151,17 +147,9 @@ class SandboxServer:
         accounts = dict(scenario.accounts)
         #: Visitor sessions minted by the passport, checked by weibo.com's API (simulated-time expiry).
         self.visitors = VisitorRegistry(visitor_ttl_s)
-        self.sites: dict[str, Site] = {
-            site.prefix: site
-            for site in (
-                WeiboPcSite(self.world),
-                WeiboMobileSite(self.world),
-                WeiboWebSite(self.world, self.visitors),
-                PassportSite(self.visitors),
-                EcshopSite(self.world, accounts),
-                JdSite(self.world),
-            )
-        }
+        context = SiteContext(self.world, accounts, self.visitors)
+        self.sites: dict[str, Site] = {PassportSite.prefix: PassportSite(self.visitors)}
+        self.sites.update((site.prefix, site) for site in source_sites(context, self.sites))
         self._log: collections.deque[dict[str, Any]] = collections.deque(maxlen=LOG_LIMIT)
         self._log_seq = 0
         self._log_lock = threading.Lock()
@@ -451,8 +439,8 @@ class SandboxServer:
                 self.misbehaviour.clear()
                 return
             raise ConfigError("misbehave: give 'site' (or 'clear': true for all rules)")
-        if site not in SITES:
-            raise ConfigError(f"misbehave: site must be one of {list(SITES)}")
+        if site not in SITES and site not in site_names():
+            raise ConfigError(f"misbehave: site must be one of {list(site_names())}")
         if data.get("clear"):
             self.misbehaviour.clear(site, target)
         else:

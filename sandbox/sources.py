@@ -1,19 +1,36 @@
 """Which sandbox site serves which crawler source, and the ``sources.*`` settings that point a crawl at a
-running sandbox: the one table the stack, the benchmarks and the tests share (a new source is added here)."""
+running sandbox: what the stack, the benchmarks and the tests share. Each source declares its site prefix
+(``SourceSpec.sandbox_site``); this module only reads the source registry."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
+
+from icecrawler.sourcespec import registry
 from sandbox.sites.passport import GENVISITOR_PATH
-from sandbox.world import WEIBO_SOURCES
 
 __all__ = ["SITE_OF_SOURCE", "source_settings"]
 
-#: Every source the sandbox serves → the site prefix serving it (``sources.<name>.base_url`` = server + prefix).
-SITE_OF_SOURCE: dict[str, str] = {
-    **{source: site for site, source in WEIBO_SOURCES.items()},
-    "ecshop": "ecshop",
-    "jd": "jd",
-}
+
+class _SiteOfSource(Mapping[str, str]):
+    """Every source the sandbox serves → the site prefix serving it (``sources.<name>.base_url`` = server +
+    prefix), read from the registry each time (a source registered later in the process is included)."""
+
+    @staticmethod
+    def _table() -> dict[str, str]:
+        return {name: spec.sandbox_site for name, spec in registry.items() if spec.sandbox_site}
+
+    def __getitem__(self, source: str) -> str:
+        return self._table()[source]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._table())
+
+    def __len__(self) -> int:
+        return len(self._table())
+
+
+SITE_OF_SOURCE: Mapping[str, str] = _SiteOfSource()
 #: Sources whose visitor sessions the sandbox's passport mints (``sources.<name>.visitor_url``).
 VISITOR_SOURCES = ("weibo_web",)
 

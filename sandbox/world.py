@@ -21,7 +21,7 @@ from sandbox.schedules import arrivals, backlog_times
 
 __all__ = ["WEIBO_SOURCES", "ProductState", "TruthItem", "TruthProduct", "UserState", "World"]
 
-#: Truth ``source`` names (as in ``icecrawler.models.SOURCES``) per Weibo site.
+#: Truth ``source`` names (the source registry's names) per Weibo site.
 WEIBO_SOURCES = {"pc": "weibo_pc", "m": "weibo_mobile", "web": "weibo_web"}
 
 
@@ -178,7 +178,7 @@ class World:
         content_rng = item_rng(self.seed, "reviews", spec.source, spec.id)
 
         def make(seq: int, ms: int) -> SimReview:
-            return make_review(content_rng, spec.id, slot, seq, ms, with_id=spec.source == "jd")
+            return make_review(content_rng, spec.id, slot, seq, ms, with_id=spec.source != "ecshop")
 
         state = ProductState(spec, slot, appear_ms, _Feed(backlog, arrivals(spec.schedule, rng, appear_ms), make))
         self.products[(spec.source, spec.id)] = state

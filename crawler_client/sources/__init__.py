@@ -1,5 +1,9 @@
 """The real sources behind one small interface (``base.Source``), and the registry the client uses.
 
+Each public module here that defines ``SOURCE`` is one source: its class declares the site (``spec``, an
+``icecrawler.sourcespec.SourceSpec``) and reads its own saved answers (``base.SavedPages``); the registry finds
+it by name, so adding a source adds one module (CONTRIBUTING.md, "Adding a source").
+
     source = get_source("weibo_mobile")
     request = source.first_request(task, settings.get_str("sources.weibo_mobile.base_url"))
     page = source.parse(task, request, fetched, now_ms)      # ParsedPage, or FetchError/ParseError
@@ -15,19 +19,21 @@ gives generated pages for the client bench.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from typing import cast
 
-from crawler_client.sources.base import FetchedPage, Item, PageRequest, ParsedPage, Source
+from crawler_client.sources.base import DeclaredSource, FetchedPage, Item, PageRequest, ParsedPage, Source
 from crawler_client.sources.ecshop import EcshopSource
 from crawler_client.sources.jd import JdSource
 from crawler_client.sources.weibo_mobile import WeiboMobileSource
 from crawler_client.sources.weibo_pc import WeiboPcSource
 from crawler_client.sources.weibo_web import WeiboWebSource
-from icecrawler.errors import ConfigError
 from icecrawler.settings import Settings
+from icecrawler.sourcespec import registry
 
 __all__ = [
     "SOURCES",
+    "DeclaredSource",
     "EcshopSource",
     "FetchedPage",
     "Item",
@@ -39,27 +45,36 @@ __all__ = [
     "WeiboPcSource",
     "WeiboWebSource",
     "get_source",
+    "registry",
     "source_options",
 ]
 
+
+class _SourceClasses(Mapping[str, type[DeclaredSource]]):
+    """Source name → its class, as the registry (``icecrawler.sourcespec``) found them: every module of this
+    package that defines ``SOURCE``, and those named in ``ICECRAWLER_SOURCE_MODULES``."""
+
+    def __getitem__(self, name: str) -> type[DeclaredSource]:
+        if name not in registry:
+            raise KeyError(name)
+        return cast("type[DeclaredSource]", registry.source_class(name))
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(registry)
+
+    def __len__(self) -> int:
+        return len(registry)
+
+
 #: Source name (the middle part of a task id) → its class.
-SOURCES: dict[str, type[Source]] = {
-    WeiboPcSource.name: WeiboPcSource,
-    WeiboMobileSource.name: WeiboMobileSource,
-    WeiboWebSource.name: WeiboWebSource,
-    EcshopSource.name: EcshopSource,
-    JdSource.name: JdSource,
-}
+SOURCES: Mapping[str, type[DeclaredSource]] = _SourceClasses()
 
 
-def get_source(name: str, options: Mapping[str, str] | None = None) -> Source:
+def get_source(name: str, options: Mapping[str, str] | None = None) -> DeclaredSource:
     """A fresh instance of the named source; ``ConfigError`` (a ValueError) naming the known ones otherwise.
-    ``options``: ``sources.<name>.*`` settings; those the source lists in its ``OPTIONS`` are passed to it
-    (e.g. JD's ``endpoint``), the others ignored."""
-    try:
-        cls = SOURCES[name]
-    except KeyError:
-        raise ConfigError(f"unknown source {name!r} (known: {', '.join(sorted(SOURCES))})") from None
+    ``options``: ``sources.<name>.*`` settings; those the class lists in its ``OPTIONS`` (e.g. JD's
+    ``endpoint``) are passed to it, the others ignored."""
+    cls = cast("type[DeclaredSource]", registry.source_class(name))
     wanted = getattr(cls, "OPTIONS", ())
     return cls(**{key: str(value) for key, value in (options or {}).items() if key in wanted})
 

@@ -10,14 +10,15 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
-from bs4 import BeautifulSoup, Tag
+if TYPE_CHECKING:
+    from bs4 import BeautifulSoup, Tag
 
 from icecrawler.errors import ParseError
 from icecrawler.models import Post
 
-__all__ = ["decode_body", "html_text", "html_texts", "load_json", "make_soup", "strip_jsonp", "with_html"]
+__all__ = ["decode_body", "html_text", "html_texts", "is_tag", "load_json", "make_soup", "strip_jsonp", "with_html"]
 
 
 def decode_body(body: bytes) -> str:
@@ -57,14 +58,23 @@ def load_json(text: str, *, what: str) -> Any:
 def make_soup(markup: str) -> BeautifulSoup:
     """An lxml soup of ``markup``. The ``<html><body>`` prefix makes bs4's heuristics (markup that looks
     like a URL, a filename or XML) stay quiet, so fragments and garbage never raise warnings."""
+    from bs4 import BeautifulSoup
+
     return BeautifulSoup("<html><body>" + markup.replace("\x00", ""), "lxml")
+
+
+def is_tag(node: object) -> TypeGuard[Tag]:
+    """``isinstance(node, bs4.Tag)``, without importing bs4 before a page is parsed (a tag exists only then)."""
+    from bs4 import Tag
+
+    return isinstance(node, Tag)
 
 
 def html_text(node: Tag) -> str:
     """Visible text of an HTML fragment: ``<br>`` → newline, emoticon ``<img alt="[doge]">`` → its alt."""
     parts: list[str] = []
     for element in node.descendants:
-        if isinstance(element, Tag):
+        if is_tag(element):
             if element.name == "br":
                 parts.append("\n")
             elif element.name == "img":
@@ -141,7 +151,7 @@ def html_texts(fragments: Sequence[str]) -> list[str]:
         wrappers = [
             node
             for node in children
-            if isinstance(node, Tag)
+            if is_tag(node)
             and node.name == "div"
             and node.get("class") == [_WRAPPER]
             and node.find("div", class_=_WRAPPER) is None

@@ -12,7 +12,6 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC
-from email.utils import parsedate_to_datetime
 
 from crawler_client.sources.base import FetchedPage
 from icecrawler.errors import FetchError, ParseError
@@ -61,7 +60,7 @@ def fail(
     """Build (not raise) the classified error, so call sites read ``raise fail(...)``."""
     return FetchError(
         message,
-        outcome=outcome.value,
+        outcome=outcome,
         http_status=http_status,
         error_class=error_class or outcome.value,
         retry_after_s=retry_after_s,
@@ -73,6 +72,8 @@ def retry_after_seconds(value: str, now_ms: int) -> float:
     value = value.strip()
     if value.isdigit():
         return float(value)
+    from email.utils import parsedate_to_datetime  # rarely needed; email.utils is slow to import
+
     try:
         when = parsedate_to_datetime(value)
     except (TypeError, ValueError, IndexError, OverflowError):

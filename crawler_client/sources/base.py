@@ -13,13 +13,26 @@ The client runtime (``crawler_client.crawl``) drives a source:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import re
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import ClassVar, Protocol
 
-from icecrawler.models import Outcome, Post, Review, Task, TaskKind
+from icecrawler.models import Post, Review, Task, TaskKind
+from icecrawler.sourcespec import SourceSpec
 
-__all__ = ["FetchedPage", "Item", "PageRequest", "ParsedPage", "Source"]
+__all__ = [
+    "DeclaredSource",
+    "FetchedPage",
+    "FormLogin",
+    "Item",
+    "PageRequest",
+    "ParsedPage",
+    "SavedPages",
+    "Source",
+    "SourceSpec",
+    "sniff",
+]
 
 #: What a page yields: posts (Weibo), reviews (ECSHOP, JD) or discovered product ids (listing pages).
 Item = Post | Review | str
@@ -63,7 +76,6 @@ class ParsedPage:
     total_pages: int | None = None
     #: Source-specific facts worth printing in ``icecrawler parse`` (since_id, record_count, ...).
     info: dict[str, str] = field(default_factory=dict)
-    outcome: Outcome = Outcome.Ok
 
 
 class Source(Protocol):
@@ -95,3 +107,64 @@ class Source(Protocol):
     def newest_cursor(self, items: Iterable[Item], current: str = "") -> str:
         """The cursor to keep after a crawl: the newest orderable item's (pinned posts skipped), or ``current``."""
         ...
+
+
+class DeclaredSource(Source, Protocol):
+    """A source as the registry holds it: the crawl interface, its declaration (``icecrawler.sourcespec``), and
+    what ``icecrawler parse`` asks about a saved answer (no task at hand; ``SavedPages`` has the defaults)."""
+
+    spec: ClassVar[SourceSpec]
+
+    def saved_kind(self, body: bytes) -> TaskKind: ...
+
+    def saved_target(self, kind: TaskKind, body: bytes) -> str: ...
+
+    def saved_request(self, task: Task, base_url: str, body: bytes, page: int, chunk: int | None) -> PageRequest: ...
+
+
+@dataclass(frozen=True)
+class FormLogin:
+    """A member login form (a source whose spec says ``login="form"`` has one as ``form_login``), from pure
+    helpers: build the login POST from (base_url, username, password), tell whether an answer shows a member."""
+
+    request: Callable[[str, str, str], PageRequest]
+    succeeded: Callable[[FetchedPage], bool]
+
+
+class SavedPages:
+    """What ``icecrawler parse`` asks a source about a saved answer, with the defaults most sources keep:
+    the declared default kind, the target from the first of ``sniffers`` that matches, the first request with
+    ``page`` set. A source whose answers tell more (a profile, a comment pager) overrides these."""
+
+    spec: ClassVar[SourceSpec]
+    #: Byte patterns whose first group is the target (uid, product id) a saved answer is about.
+    sniffers: ClassVar[tuple[re.Pattern[bytes], ...]] = ()
+
+    def first_request(self, task: Task, base_url: str) -> PageRequest:
+        raise NotImplementedError
+
+    def saved_kind(self, body: bytes) -> TaskKind:
+        """The task kind a saved answer was fetched for."""
+        return self.spec.default_kind
+
+    def saved_target(self, kind: TaskKind, body: bytes) -> str:
+        """The target the bytes name ("" when they do not say)."""
+        return sniff(self.sniffers, body)
+
+    def saved_request(self, task: Task, base_url: str, body: bytes, page: int, chunk: int | None) -> PageRequest:
+        """The request a saved answer answers: the first one, moved to ``page``."""
+        page = page or 1
+        request = self.first_request(task, base_url)
+        if page > 1:
+            request.params["page"] = str(page)
+        request.page = page
+        return request
+
+
+def sniff(patterns: Iterable[re.Pattern[bytes]], body: bytes) -> str:
+    """The first group of the first pattern that matches the first MiB of ``body`` ("" when none does)."""
+    for pattern in patterns:
+        match = pattern.search(body[: 1 << 20])
+        if match:
+            return match[1].decode("ascii")
+    return ""

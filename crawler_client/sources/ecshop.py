@@ -21,10 +21,8 @@ from __future__ import annotations
 
 import hashlib
 import re
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import urlsplit
-
-from bs4 import Tag
 
 from crawler_client.sources._cursor import ReviewOrder
 from crawler_client.sources._dates import iso_of_ms, resolve_created_at
@@ -39,11 +37,23 @@ from crawler_client.sources._detect import (
     unparsable,
 )
 from crawler_client.sources._headers import DESKTOP_UA
-from crawler_client.sources.base import FetchedPage, Item, PageRequest, ParsedPage
+from crawler_client.sources.base import (
+    FetchedPage,
+    FormLogin,
+    Item,
+    PageRequest,
+    ParsedPage,
+    SavedPages,
+    SourceSpec,
+    sniff,
+)
 from icecrawler.errors import ParseError
 from icecrawler.models import Outcome, Review, Task, TaskKind
 
-__all__ = ["EcshopSource", "is_logged_in", "login_request", "shows_login_wall"]
+if TYPE_CHECKING:
+    from bs4 import Tag
+
+__all__ = ["SOURCE", "SPEC", "EcshopSource", "is_logged_in", "login_request", "shows_login_wall"]
 
 #: The empty comment list's text.
 NO_COMMENTS = "暂时还没有任何用户评论"
@@ -89,11 +99,29 @@ def shows_login_wall(page: FetchedPage) -> bool:
     return scan_markers(page.body, ECSHOP_MARKERS[:2]) is not None and not is_logged_in(page)
 
 
-class EcshopSource(ReviewOrder):
+SPEC = SourceSpec(
+    name="ecshop",
+    kinds=frozenset({TaskKind.ProductReviews, TaskKind.Listing}),
+    default_kind=TaskKind.ProductReviews,
+    table="review",
+    identity="(ecshop, goods id, hash of user + displayed time + text): the pages show no ids",
+    base_url="http://127.0.0.1:8800/ecshop",
+    login="form",
+    sandbox_site="ecshop",
+)
+#: Saved answers: a goods page or comment pager names its goods id, a listing its category.
+_GOODS_ID_RE = re.compile(rb"(?:goods\.php\?id=|gotoPage\(\d+,\s*)(\d{1,18})")
+_CATEGORY_ID_RE = re.compile(rb"category\.php\?(?:[^\"'>]*?&(?:amp;)?)?id=(\d{1,18})")
+
+
+class EcshopSource(ReviewOrder, SavedPages):
     """Source for ``reviews:ecshop:{goods_id}`` and ``listing:ecshop:{cat_id}`` tasks."""
 
-    name: ClassVar[str] = "ecshop"
-    kinds: ClassVar[frozenset[TaskKind]] = frozenset({TaskKind.ProductReviews, TaskKind.Listing})
+    spec: ClassVar[SourceSpec] = SPEC
+    name: ClassVar[str] = SPEC.name
+    kinds: ClassVar[frozenset[TaskKind]] = SPEC.kinds
+    #: Members-only shops: the ``user.php`` form.
+    form_login: ClassVar[FormLogin] = FormLogin(login_request, is_logged_in)
     #: A browser's page request (ECSHOP's own comment pager calls use the same session).
     default_headers: ClassVar[dict[str, str]] = {
         "Accept": "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8",
@@ -107,6 +135,30 @@ class EcshopSource(ReviewOrder):
         if task.kind is TaskKind.Listing:
             return PageRequest(url=f"{base}/category.php", params={"id": task.target, "page": "1"})
         return PageRequest(url=f"{base}/goods.php", params={"id": task.target})
+
+    # --- saved answers (``icecrawler parse``) --------------------------------------------------------------
+    def saved_kind(self, body: bytes) -> TaskKind:
+        """A goods list without a comment box is a listing."""
+        listing = b"ECS_COMMENT" not in body and b"comments" not in body and b"goods.php?id=" in body
+        return TaskKind.Listing if listing else TaskKind.ProductReviews
+
+    def saved_target(self, kind: TaskKind, body: bytes) -> str:
+        return sniff((_CATEGORY_ID_RE,) if kind is TaskKind.Listing else (_GOODS_ID_RE,), body)
+
+    def saved_request(self, task: Task, base_url: str, body: bytes, page: int, chunk: int | None) -> PageRequest:
+        """A JSON review answer is a ``comment.php`` page (2 unless told); a goods page keeps page 1."""
+        if task.kind is TaskKind.ProductReviews and body.lstrip().startswith(b"{"):
+            number = page or 2
+            return PageRequest(
+                url=f"{base_url}/comment.php?act=gotopage&page={number}&id={task.target}&type=0&0", page=number
+            )
+        page = page or 1
+        request = self.first_request(task, base_url)
+        if page > 1:
+            request.params["page"] = str(page)
+        if task.kind is TaskKind.Listing:
+            request.page = page
+        return request
 
     @staticmethod
     def comment_page_request(base_url: str, goods_id: str, page: int, cache_ms: int) -> PageRequest:
@@ -304,3 +356,7 @@ def _stars(li: Tag) -> int:
         if match:
             return min(max(int(match[1]), 0), 5)
     return 0
+
+
+#: What the source registry (``icecrawler.sourcespec``) reads from this module.
+SOURCE = EcshopSource

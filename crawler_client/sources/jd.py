@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import html
 import json
+import re
 from typing import Any, ClassVar
 
 from crawler_client.sources._counts import parse_count
@@ -31,11 +32,11 @@ from crawler_client.sources._dates import iso_of_ms, resolve_created_at
 from crawler_client.sources._decode import decode_body, load_json, strip_jsonp
 from crawler_client.sources._detect import check_final_url, check_http, fail, header, redirect_target
 from crawler_client.sources._headers import DESKTOP_UA
-from crawler_client.sources.base import FetchedPage, Item, PageRequest, ParsedPage
+from crawler_client.sources.base import FetchedPage, Item, PageRequest, ParsedPage, SavedPages, SourceSpec
 from icecrawler.errors import ConfigError, FetchError, ParseError
 from icecrawler.models import Outcome, Review, Task, TaskKind
 
-__all__ = ["ENDPOINTS", "JdSource"]
+__all__ = ["ENDPOINTS", "SOURCE", "SPEC", "JdSource"]
 
 #: The callback name JD's own page uses.
 CALLBACK = "fetchJSON_comment98"
@@ -65,11 +66,27 @@ def _as_str_id(value: object) -> str:
     return ""
 
 
-class JdSource(ReviewOrder):
+SPEC = SourceSpec(
+    name="jd",
+    kinds=frozenset({TaskKind.ProductReviews}),
+    default_kind=TaskKind.ProductReviews,
+    table="review",
+    identity="(jd, product id, commentId)",
+    base_url="http://127.0.0.1:8800/jd",
+    sandbox_site="jd",
+    # "club" (productPageComments.action JSONP) or "api" (api.m.jd.com; base_url is then the API host).
+    options={"endpoint": "club"},
+)
+_PRODUCT_RE = re.compile(rb'"productId"\s*:\s*"?(\d{1,20})')
+
+
+class JdSource(ReviewOrder, SavedPages):
     """Source for ``reviews:jd:{sku}`` tasks."""
 
-    name: ClassVar[str] = "jd"
-    kinds: ClassVar[frozenset[TaskKind]] = frozenset({TaskKind.ProductReviews})
+    spec: ClassVar[SourceSpec] = SPEC
+    name: ClassVar[str] = SPEC.name
+    kinds: ClassVar[frozenset[TaskKind]] = SPEC.kinds
+    sniffers: ClassVar[tuple[re.Pattern[bytes], ...]] = (_PRODUCT_RE,)
     #: What the item page's script sends with its comment calls.
     default_headers: ClassVar[dict[str, str]] = {
         "Accept": "*/*",
@@ -88,6 +105,12 @@ class JdSource(ReviewOrder):
         """Page 0, newest first (``sortType=6``)."""
         root = base_url.rstrip("/")
         return self.page_request(task, root + ("/" if self.endpoint == "api" else CLUB_PATH), 0)
+
+    def saved_request(self, task: Task, base_url: str, body: bytes, page: int, chunk: int | None) -> PageRequest:
+        page = page or 1
+        request = self.page_request(task, self.first_request(task, base_url).url, page - 1)
+        request.page = page
+        return request
 
     def page_request(self, task: Task, url: str, page0: int) -> PageRequest:
         """Page ``page0`` (0-based) with the query JD's product page sends; ``score``/``sortType`` may be
@@ -288,3 +311,7 @@ def _summary(doc: dict[str, Any]) -> dict[str, str]:
     if "maxPage" in doc:
         info["max_page"] = str(doc["maxPage"])[:20]
     return info
+
+
+#: What the source registry (``icecrawler.sourcespec``) reads from this module.
+SOURCE = JdSource

@@ -44,11 +44,11 @@ from crawler_client.sources._decode import (
 from crawler_client.sources._detect import WEIBO_MARKERS, check_final_url, check_http, fail, unparsable
 from crawler_client.sources._headers import MOBILE_UA, XHR_JSON
 from crawler_client.sources._weibo import as_dict, https_url, is_pinned, json_envelope
-from crawler_client.sources.base import FetchedPage, Item, PageRequest, ParsedPage
+from crawler_client.sources.base import FetchedPage, Item, PageRequest, ParsedPage, SavedPages, SourceSpec, sniff
 from icecrawler.errors import FetchError
 from icecrawler.models import Outcome, Post, Task, TaskKind
 
-__all__ = ["CONTAINERS", "ContainerMemo", "WeiboMobileSource"]
+__all__ = ["CONTAINERS", "SOURCE", "SPEC", "ContainerMemo", "WeiboMobileSource"]
 
 #: The fallback timeline containerid is this prefix + uid (``107603{uid}``).
 TIMELINE_PREFIX = "107603"
@@ -96,11 +96,31 @@ class ContainerMemo:
 CONTAINERS = ContainerMemo()
 
 
-class WeiboMobileSource(PostOrder):
+SPEC = SourceSpec(
+    name="weibo_mobile",
+    kinds=frozenset({TaskKind.WeiboUser}),
+    default_kind=TaskKind.WeiboUser,
+    table="weibo",
+    identity="(owner uid, mid): the mid weibo.com shows too, so a post is one row",
+    base_url="http://127.0.0.1:8800/m",
+    login="visitor",
+    sandbox_site="m",
+)
+#: What a saved answer says about whose timeline it is: the containerid (107603 + uid), a profile's
+#: ``userInfo.id``, a post's ``user.id``; and any containerid (the tab the answer came from).
+_CONTAINER_RE = re.compile(rb'"containerid"\s*:\s*"107603(\d{1,20})"')
+_USER_INFO_RE = re.compile(rb'"userInfo"\s*:\s*\{\s*"id"\s*:\s*"?(\d{1,20})')
+_USER_ID_RE = re.compile(rb'"user"\s*:\s*\{\s*"id"\s*:\s*"?(\d{1,20})')
+_ANY_CONTAINER_RE = re.compile(rb'"cardlistInfo"\s*:\s*\{[^{}]*?"containerid"\s*:\s*"([^"\\]{1,100})"')
+
+
+class WeiboMobileSource(PostOrder, SavedPages):
     """Source for ``user:weibo_mobile:{uid}`` tasks."""
 
-    name: ClassVar[str] = "weibo_mobile"
-    kinds: ClassVar[frozenset[TaskKind]] = frozenset({TaskKind.WeiboUser})
+    spec: ClassVar[SourceSpec] = SPEC
+    name: ClassVar[str] = SPEC.name
+    kinds: ClassVar[frozenset[TaskKind]] = SPEC.kinds
+    sniffers: ClassVar[tuple[re.Pattern[bytes], ...]] = (_CONTAINER_RE, _USER_INFO_RE, _USER_ID_RE)
     #: What the m.weibo.cn web app sends with its getIndex calls.
     default_headers: ClassVar[dict[str, str]] = {**XHR_JSON, "MWeibo-Pwa": "1", "User-Agent": MOBILE_UA}
     cookie_headers: ClassVar[dict[str, str]] = {"X-XSRF-TOKEN": "XSRF-TOKEN"}
@@ -120,6 +140,19 @@ class WeiboMobileSource(PostOrder):
             request.state["remembered"] = "1"
             return request
         return self.profile_request(base_url, task.target)
+
+    def saved_request(self, task: Task, base_url: str, body: bytes, page: int, chunk: int | None) -> PageRequest:
+        """A profile answer (``userInfo``) or a timeline tab (its containerid sniffed from the answer)."""
+        page = page or 1
+        if b'"userInfo"' in body[: 1 << 20]:
+            request = self.profile_request(base_url, task.target)
+        else:
+            containerid = sniff((_ANY_CONTAINER_RE,), body) or task.params.get("containerid", "")
+            request = self.timeline_request(base_url, task.target, containerid)
+        if page > 1:
+            request.params["page"] = str(page)
+        request.page = page
+        return request
 
     def _request(self, base_url: str, uid: str, params: dict[str, str], state: dict[str, str]) -> PageRequest:
         root = base_url.rstrip("/")
@@ -404,3 +437,7 @@ def _pictures(mblog: dict[str, Any]) -> list[str]:
     if not urls and isinstance(mblog.get("original_pic"), str) and mblog["original_pic"]:
         urls.append(_https(mblog["original_pic"]))
     return urls
+
+
+#: What the source registry (``icecrawler.sourcespec``) reads from this module.
+SOURCE = WeiboMobileSource

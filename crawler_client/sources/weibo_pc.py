@@ -24,15 +24,13 @@ signatures as weibo_mobile's ``statuses/extend`` helpers. Cursor semantics:
 from __future__ import annotations
 
 import re
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import parse_qs, urlsplit
-
-from bs4 import Tag
 
 from crawler_client.sources._counts import parse_count, parse_id
 from crawler_client.sources._cursor import PostOrder
 from crawler_client.sources._dates import iso_of_ms, resolve_created_at
-from crawler_client.sources._decode import decode_body, html_text, load_json, make_soup, with_html
+from crawler_client.sources._decode import decode_body, html_text, is_tag, load_json, make_soup, with_html
 from crawler_client.sources._detect import (
     WEIBO_MARKERS,
     check_final_url,
@@ -43,11 +41,14 @@ from crawler_client.sources._detect import (
 )
 from crawler_client.sources._headers import DESKTOP_UA
 from crawler_client.sources._weibo import wall_of
-from crawler_client.sources.base import FetchedPage, Item, PageRequest, ParsedPage
+from crawler_client.sources.base import FetchedPage, Item, PageRequest, ParsedPage, SavedPages, SourceSpec
 from icecrawler.errors import FetchError
 from icecrawler.models import Outcome, Post, Task, TaskKind
 
-__all__ = ["WeiboPcSource"]
+if TYPE_CHECKING:
+    from bs4 import Tag
+
+__all__ = ["SOURCE", "SPEC", "WeiboPcSource"]
 
 #: ``$CONFIG['domain']`` of a personal profile; enterprise pages use 100206.
 DEFAULT_DOMAIN = "100505"
@@ -68,11 +69,26 @@ def _attr(node: Tag | None, name: str) -> str:
     return value if isinstance(value, str) else ""
 
 
-class WeiboPcSource(PostOrder):
+SPEC = SourceSpec(
+    name="weibo_pc",
+    kinds=frozenset({TaskKind.WeiboUser}),
+    default_kind=TaskKind.WeiboUser,
+    table="weibo",
+    identity="(owner uid, mid): the post's mid attribute",
+    base_url="http://127.0.0.1:8800/pc",
+    sandbox_site="pc",
+)
+#: The feed's ``ouid=`` names the timeline's owner.
+_OUID_RE = re.compile(rb"ouid=(\d{1,20})")
+
+
+class WeiboPcSource(PostOrder, SavedPages):
     """Source for ``user:weibo_pc:{uid}`` tasks."""
 
-    name: ClassVar[str] = "weibo_pc"
-    kinds: ClassVar[frozenset[TaskKind]] = frozenset({TaskKind.WeiboUser})
+    spec: ClassVar[SourceSpec] = SPEC
+    name: ClassVar[str] = SPEC.name
+    kinds: ClassVar[frozenset[TaskKind]] = SPEC.kinds
+    sniffers: ClassVar[tuple[re.Pattern[bytes], ...]] = (_OUID_RE,)
     #: What the v6 profile page's script sent with its feed calls.
     default_headers: ClassVar[dict[str, str]] = {
         "Accept": "*/*",
@@ -84,6 +100,22 @@ class WeiboPcSource(PostOrder):
     def first_request(self, task: Task, base_url: str) -> PageRequest:
         """Chunk 0 of page 1."""
         return self.chunk_request(task, base_url.rstrip("/") + "/p/aj/v6/mblog/mbloglist", 1, 0, task.lease_deadline_ms)
+
+    def saved_request(self, task: Task, base_url: str, body: bytes, page: int, chunk: int | None) -> PageRequest:
+        """Chunk ``chunk`` of ``page``; without one, the chunk with the pager (``countPage``) is the last."""
+        page = page or 1
+        request = self.first_request(task, base_url)
+        chunk = chunk if chunk is not None else (2 if b"countPage" in body else 0)
+        request.state["chunk"] = str(chunk)
+        request.params.update(
+            {
+                "page": str(page),
+                "pagebar": "1" if chunk == 2 else "0",
+                "pre_page": str(page - 1 if chunk == 0 else page),
+            }
+        )
+        request.page = page
+        return request
 
     @staticmethod
     def chunk_request(task: Task, url: str, page: int, chunk: int, rnd_ms: int) -> PageRequest:
@@ -205,13 +237,13 @@ def _by(node: Tag, attr: str, value: str | bool) -> Tag | None:
     """First descendant with ``attr == value`` (``find`` is several times faster than CSS selectors)."""
     attrs: dict[str, Any] = {attr: value}
     found = node.find(None, attrs)
-    return found if isinstance(found, Tag) else None
+    return found if is_tag(found) else None
 
 
 def _all(node: Tag, attr: str, value: str, name: str | None = None) -> list[Tag]:
     """Every descendant (optionally of tag ``name``) with ``attr == value``."""
     attrs: dict[str, Any] = {attr: value}
-    return [tag for tag in node.find_all(name, attrs) if isinstance(tag, Tag)]
+    return [tag for tag in node.find_all(name, attrs) if is_tag(tag)]
 
 
 def _envelope_data(page: FetchedPage, what: str, bad_code: Outcome) -> Any:
@@ -274,12 +306,12 @@ def _user_name(node: Tag) -> str:
     """The author's nick: the WB_info link, else ``nick-name``, else the avatar's title."""
     info = node.find("div", class_="WB_info")
     candidates = (
-        (info.find("a") if isinstance(info, Tag) else None, ""),
+        (info.find("a") if is_tag(info) else None, ""),
         (_by(node, "node-type", "feed_list_content"), "nick-name"),
         (node.find("a", class_="W_face_radius"), "title"),
     )
     for found, attr in candidates:
-        if isinstance(found, Tag):
+        if is_tag(found):
             name = _attr(found, attr) if attr else found.get_text(strip=True)
             if name:
                 return name
@@ -305,7 +337,7 @@ def _is_pinned(node: Tag) -> bool:
     if node.get("feedtype") == "top" or node.find(class_="W_icon_feedpin") is not None:
         return True
     badge = node.find("div", class_="WB_cardtitle_b") or _by(node, "node-type", "feed_list_top")
-    return isinstance(badge, Tag) and "置顶" in badge.get_text()
+    return is_tag(badge) and "置顶" in badge.get_text()
 
 
 def _counts(node: Tag) -> dict[str, int]:
@@ -348,3 +380,7 @@ def _count_page(soup: Tag, html: str) -> int | None:
         if (m := _PAGE_LINK_RE.search(_attr(a, "href"))) and len(m[1]) < 10
     ]
     return max(pages) if pages else None
+
+
+#: What the source registry (``icecrawler.sourcespec``) reads from this module.
+SOURCE = WeiboPcSource

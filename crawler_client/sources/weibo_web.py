@@ -35,10 +35,10 @@ from crawler_client.sources._decode import decode_body, html_texts, strip_jsonp,
 from crawler_client.sources._detect import WEIBO_MARKERS, check_final_url, check_http, fail, unparsable
 from crawler_client.sources._headers import DESKTOP_UA, XHR_JSON
 from crawler_client.sources._weibo import as_dict, https_url, is_pinned, json_envelope, mblog_id, truthy
-from crawler_client.sources.base import FetchedPage, Item, PageRequest, ParsedPage
+from crawler_client.sources.base import FetchedPage, Item, PageRequest, ParsedPage, SavedPages, SourceSpec
 from icecrawler.models import Outcome, Post, Task, TaskKind
 
-__all__ = ["LONGTEXT_PATH", "TIMELINE_PATH", "WeiboWebSource"]
+__all__ = ["LONGTEXT_PATH", "SOURCE", "SPEC", "TIMELINE_PATH", "WeiboWebSource"]
 
 TIMELINE_PATH = "/ajax/statuses/mymblog"
 LONGTEXT_PATH = "/ajax/statuses/longtext"
@@ -48,11 +48,28 @@ _MARKUP_RE = re.compile(r"<(?:a|br|span|img|p|div)\b", re.IGNORECASE)
 _PICTURE_SIZES = ("largest", "original", "mw2000", "large", "bmiddle", "thumbnail")
 
 
-class WeiboWebSource(PostOrder):
+SPEC = SourceSpec(
+    name="weibo_web",
+    kinds=frozenset({TaskKind.WeiboUser}),
+    default_kind=TaskKind.WeiboUser,
+    table="weibo",
+    identity="(owner uid, mid): the mid m.weibo.cn shows too, so a post is one row",
+    base_url="http://127.0.0.1:8800/web",
+    login="visitor",
+    sandbox_site="web",
+    options={"visitor_url": "http://127.0.0.1:8800/passport/visitor/genvisitor2"},
+)
+#: A post's ``user.id`` names the timeline's owner.
+_USER_ID_RE = re.compile(rb'"user"\s*:\s*\{\s*"id"\s*:\s*"?(\d{1,20})')
+
+
+class WeiboWebSource(PostOrder, SavedPages):
     """Source for ``user:weibo_web:{uid}`` tasks."""
 
-    name: ClassVar[str] = "weibo_web"
-    kinds: ClassVar[frozenset[TaskKind]] = frozenset({TaskKind.WeiboUser})
+    spec: ClassVar[SourceSpec] = SPEC
+    name: ClassVar[str] = SPEC.name
+    kinds: ClassVar[frozenset[TaskKind]] = SPEC.kinds
+    sniffers: ClassVar[tuple[re.Pattern[bytes], ...]] = (_USER_ID_RE,)
     default_headers: ClassVar[dict[str, str]] = {**XHR_JSON, "User-Agent": DESKTOP_UA}
     #: weibo.com's client copies the XSRF-TOKEN cookie into this header on every API call.
     cookie_headers: ClassVar[dict[str, str]] = {"X-XSRF-TOKEN": "XSRF-TOKEN"}
@@ -91,6 +108,10 @@ class WeiboWebSource(PostOrder):
             headers={"Referer": f"{root}/"},
             cookie_headers=dict(self.cookie_headers),
         )
+
+    def saved_request(self, task: Task, base_url: str, body: bytes, page: int, chunk: int | None) -> PageRequest:
+        page = page or 1
+        return self.page_request(base_url, task.target, page)
 
     # --- parsing ----------------------------------------------------------------------------------------
     def parse(self, task: Task, request: PageRequest, page: FetchedPage, now_ms: int) -> ParsedPage:
@@ -274,3 +295,7 @@ def _profile_page(user: dict[str, Any]) -> ParsedPage:
             "followers_count": str(parse_count(user.get("followers_count"))),
         },
     )
+
+
+#: What the source registry (``icecrawler.sourcespec``) reads from this module.
+SOURCE = WeiboWebSource

@@ -8,8 +8,9 @@ make sense of (``ParseError``) prints the summary and exits 1; unknown sources a
 What the file was fetched for is sniffed where the bytes tell (m.weibo.cn's containerid carries the uid, a
 post's ``user.id`` names the timeline's owner, a getIndex answer with ``userInfo`` is a profile, the mbloglist
 chunk with the pager is the last of its page, ECSHOP JSON is a ``comment.php`` page, a goods list is a
-listing); ``--kind``, ``--target``, ``--page`` and ``--chunk`` override the guesses. Source options come from
-the settings (``--set sources.jd.endpoint=api``).
+listing: each source reads its own answers, ``saved_kind``/``saved_target``/``saved_request`` in
+``crawler_client.sources``); ``--kind``, ``--target``, ``--page`` and ``--chunk`` override the guesses. Source
+options come from the settings (``--set sources.jd.endpoint=api``).
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import re
 import sys
 import time
 from datetime import datetime
@@ -26,13 +26,10 @@ from urllib.parse import urlencode
 
 from crawler_client.sources import (
     SOURCES,
+    DeclaredSource,
     FetchedPage,
-    JdSource,
     PageRequest,
     ParsedPage,
-    Source,
-    WeiboMobileSource,
-    WeiboWebSource,
     get_source,
     source_options,
 )
@@ -44,15 +41,6 @@ from icecrawler.settings import Settings
 
 #: Base URL used for the request the file is assumed to answer (only the path and query matter).
 SNIFF_BASE = "http://saved.invalid"
-
-_CONTAINER_RE = re.compile(rb'"containerid"\s*:\s*"107603(\d{1,20})"')
-_ANY_CONTAINER_RE = re.compile(rb'"cardlistInfo"\s*:\s*\{[^{}]*?"containerid"\s*:\s*"([^"\\]{1,100})"')
-_USER_ID_RE = re.compile(rb'"user"\s*:\s*\{\s*"id"\s*:\s*"?(\d{1,20})')
-_USER_INFO_RE = re.compile(rb'"userInfo"\s*:\s*\{\s*"id"\s*:\s*"?(\d{1,20})')
-_OUID_RE = re.compile(rb"ouid=(\d{1,20})")
-_GOODS_ID_RE = re.compile(rb"(?:goods\.php\?id=|gotoPage\(\d+,\s*)(\d{1,18})")
-_CATEGORY_ID_RE = re.compile(rb"category\.php\?(?:[^\"'>]*?&(?:amp;)?)?id=(\d{1,18})")
-_JD_PRODUCT_RE = re.compile(rb'"productId"\s*:\s*"?(\d{1,20})')
 
 
 class Command(BaseCommand):
@@ -108,7 +96,7 @@ class Command(BaseCommand):
                     "items": 0,
                     "next": None,
                     "total_pages": None,
-                    "outcome": exc.outcome,
+                    "outcome": exc.outcome.value,
                     "error_class": exc.error_class,
                     "http_status": exc.http_status,
                     "retry_after_s": exc.retry_after_s,
@@ -136,29 +124,10 @@ def _now_ms(text: str | None) -> int:
     return int(moment.timestamp() * 1000)
 
 
-def _sniff(pattern: re.Pattern[bytes], body: bytes) -> str:
-    match = pattern.search(body[: 1 << 20])
-    return match[1].decode("ascii") if match else ""
-
-
-def _task(source: Source, args: argparse.Namespace, body: bytes) -> Task:
-    """The task the file is assumed to answer: flags first, then what the bytes say."""
-    if args.kind:
-        kind = TaskKind(args.kind)
-    elif source.name == "ecshop":
-        looks_listing = b"ECS_COMMENT" not in body and b"comments" not in body and b"goods.php?id=" in body
-        kind = TaskKind.Listing if looks_listing else TaskKind.ProductReviews
-    else:
-        kind = next(iter(source.kinds))
-    sniffers = {
-        "weibo_mobile": (_CONTAINER_RE, _USER_INFO_RE, _USER_ID_RE),
-        "weibo_pc": (_OUID_RE,),
-        "weibo_web": (_USER_ID_RE,),
-        "jd": (_JD_PRODUCT_RE,),
-        "ecshop": (_CATEGORY_ID_RE,) if kind is TaskKind.Listing else (_GOODS_ID_RE,),
-    }
-    found = (_sniff(pattern, body) for pattern in sniffers.get(source.name, ()))
-    target = args.target or next((value for value in found if value), "0")
+def _task(source: DeclaredSource, args: argparse.Namespace, body: bytes) -> Task:
+    """The task the file is assumed to answer: flags first, then what the bytes say (the source sniffs)."""
+    kind = TaskKind(args.kind) if args.kind else source.saved_kind(body)
+    target = args.target or source.saved_target(kind, body) or "0"
     try:
         task_id = make_task_id(kind, source.name, target)
     except ValueError:
@@ -166,44 +135,12 @@ def _task(source: Source, args: argparse.Namespace, body: bytes) -> Task:
     return Task(id=task_id, kind=kind, source=source.name, target=target)
 
 
-def _request(source: Source, task: Task, args: argparse.Namespace, body: bytes) -> PageRequest:
-    """The request the file answers: the first one, moved to ``--page``/``--chunk`` or the sniffed place."""
-    request = source.first_request(task, SNIFF_BASE)
-    page = args.page or 1
-    if source.name == "weibo_pc":
-        chunk = args.chunk if args.chunk is not None else (2 if b"countPage" in body else 0)
-        request.state["chunk"] = str(chunk)
-        request.params.update(
-            {
-                "page": str(page),
-                "pagebar": "1" if chunk == 2 else "0",
-                "pre_page": str(page - 1 if chunk == 0 else page),
-            }
-        )
-    elif source.name == "ecshop" and task.kind is TaskKind.ProductReviews and body.lstrip().startswith(b"{"):
-        request = PageRequest(
-            url=f"{SNIFF_BASE}/comment.php?act=gotopage&page={args.page or 2}&id={task.target}&type=0&0",
-            page=args.page or 2,
-        )
-    elif isinstance(source, JdSource):
-        request = source.page_request(task, request.url, page - 1)
-    elif isinstance(source, WeiboMobileSource):
-        if b'"userInfo"' in body[: 1 << 20]:
-            request = source.profile_request(SNIFF_BASE, task.target)
-        else:
-            containerid = _sniff(_ANY_CONTAINER_RE, body) or task.params.get("containerid", "")
-            request = source.timeline_request(SNIFF_BASE, task.target, containerid)
-        if page > 1:
-            request.params["page"] = str(page)
-    elif isinstance(source, WeiboWebSource):
-        request = source.page_request(SNIFF_BASE, task.target, page)
-    elif page > 1:
-        request.params["page"] = str(page)
-    request.page = page if source.name != "ecshop" or task.kind is TaskKind.Listing else request.page
-    return request
+def _request(source: DeclaredSource, task: Task, args: argparse.Namespace, body: bytes) -> PageRequest:
+    """The request the file answers: the source shapes it from ``--page``/``--chunk`` or what the bytes say."""
+    return source.saved_request(task, SNIFF_BASE, body, args.page or 0, args.chunk)
 
 
-def _summary(parsed: ParsedPage, task: Task, source: Source) -> dict[str, object]:
+def _summary(parsed: ParsedPage, task: Task, source: DeclaredSource) -> dict[str, object]:
     nxt = parsed.next_request
     next_url = None
     if nxt is not None:
@@ -214,7 +151,7 @@ def _summary(parsed: ParsedPage, task: Task, source: Source) -> dict[str, object
         "items": len(parsed.items),
         "next": next_url,
         "total_pages": parsed.total_pages,
-        "outcome": parsed.outcome.value,
+        "outcome": "Ok",
         "info": parsed.info,
         "task": task.id,
         "cursor": source.newest_cursor(parsed.items, ""),

@@ -11,13 +11,15 @@ from icecrawler.commands import BaseCommand
 from icecrawler.errors import ConfigError
 from icecrawler.models import SOURCES, TaskKind
 from icecrawler.settings import Settings
+from icecrawler.sourcespec import registry
 
-#: The kind a bare "<source>:<target>" means when --kind is not given: the source's one kind, reviews for a
-#: source that also has listings (--listing adds those).
-DEFAULT_KIND = {
-    source: TaskKind.ProductReviews if TaskKind.ProductReviews in kinds else next(iter(kinds))
-    for source, kinds in SOURCES.items()
-}
+
+def default_kind(source: str) -> TaskKind:
+    """The kind a bare "<source>:<target>" means when --kind is not given: what the source declares (reviews
+    for a source that also has listings: --listing adds those)."""
+    return registry.spec(source).default_kind
+
+
 KIND_NAMES = {kind.value: kind for kind in TaskKind}
 
 
@@ -39,7 +41,7 @@ def group_by_kind(ids: list[str], kind: TaskKind | None) -> dict[TaskKind, list[
         source = text.partition(":")[0]
         if kind is None and source not in SOURCES:
             raise ConfigError(f"{text!r}: unknown source {source!r} (known: {', '.join(sorted(SOURCES))})")
-        groups.setdefault(kind or DEFAULT_KIND[source], []).append(text)
+        groups.setdefault(kind or default_kind(source), []).append(text)
     return groups
 
 

@@ -60,19 +60,41 @@ def _coerce(key: str, value: Any, like: Any) -> Any:
         raise ConfigError(f"setting {key}: {exc}") from exc
 
 
+def _declared(key: str) -> dict[str, Any]:
+    """The ``sources.<name>.*`` defaults the source named in ``key`` declares (``icecrawler.sourcespec``): a
+    source added without editing ``default_settings`` still has its settings. {} for other keys."""
+    parts = key.split(".")
+    if len(parts) < 2 or parts[0] != "sources":
+        return {}
+    from icecrawler.sourcespec import registry
+
+    return registry[parts[1]].settings() if parts[1] in registry else {}
+
+
 class Settings:
     """Read-only view of the merged settings, with the priority each value came from."""
 
+    def _know(self, key: str) -> bool:
+        """Whether ``key`` is a setting, adding a source-declared default the first time one is asked for."""
+        if key in self._defaults:
+            return True
+        for name, value in _declared(key).items():
+            self._defaults.setdefault(name, value)
+            self._values.setdefault(name, value)
+            self._priority.setdefault(name, PRIORITIES["default"])
+        return key in self._defaults
+
     def __init__(self) -> None:
+        self._defaults: dict[str, Any] = dict(DEFAULTS)
         self._values: dict[str, Any] = dict(DEFAULTS)
         self._priority: dict[str, int] = {key: PRIORITIES["default"] for key in DEFAULTS}
 
     def set(self, key: str, value: Any, priority: str = "cmdline") -> None:
-        if key not in DEFAULTS:
+        if not self._know(key):
             raise ConfigError(f"unknown setting {key!r} (see `icecrawler settings` for the list)")
         level = PRIORITIES[priority]
         if level >= self._priority[key]:
-            self._values[key] = _coerce(key, value, DEFAULTS[key])
+            self._values[key] = _coerce(key, value, self._defaults[key])
             self._priority[key] = level
 
     def update(self, values: Mapping[str, Any], priority: str) -> None:
@@ -82,6 +104,7 @@ class Settings:
     def copy_with(self, **overrides: Any) -> Settings:
         """A copy with keys (underscored dots: ``scheduler__lease_s``) overridden at command-line priority."""
         clone = Settings()
+        clone._defaults = dict(self._defaults)
         clone._values = dict(self._values)
         clone._priority = dict(self._priority)
         for name, value in overrides.items():
@@ -89,7 +112,7 @@ class Settings:
         return clone
 
     def __getitem__(self, key: str) -> Any:
-        if key not in self._values:
+        if not self._know(key):
             raise ConfigError(f"unknown setting {key!r}")
         return self._values[key]
 
@@ -108,6 +131,7 @@ class Settings:
     def with_prefix(self, prefix: str) -> dict[str, Any]:
         """All keys under ``prefix.`` with the prefix removed."""
         start = prefix + "."
+        self._know(start + "base_url")  # a source's declared settings, when the prefix is one
         return {key[len(start) :]: value for key, value in self._values.items() if key.startswith(start)}
 
     def source_of(self, key: str) -> str:
@@ -152,7 +176,7 @@ def load_settings(
     for name, value in env.items():
         if name.startswith(ENV_PREFIX):
             key = name[len(ENV_PREFIX) :].lower().replace("__", ".")
-            if key in DEFAULTS:
+            if settings._know(key):
                 settings.set(key, value, "env")
     settings.update(parse_assignments(assignments), "cmdline")
     validate_values(settings.as_dict())

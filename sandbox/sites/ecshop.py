@@ -15,10 +15,11 @@ import threading
 from typing import ClassVar
 
 from sandbox.content import SimReview, beijing
+from sandbox.sites import SiteContext
 from sandbox.web import SimRequest, SimResponse, page_count, page_slice, php_json
 from sandbox.world import World
 
-__all__ = ["COMMENTS_PER_PAGE", "SESSION_COOKIE", "EcshopSite"]
+__all__ = ["COMMENTS_PER_PAGE", "SESSION_COOKIE", "EcshopSite", "make_site"]
 
 COMMENTS_PER_PAGE = 5
 SESSION_COOKIE = "ECS_ID"
@@ -255,3 +256,8 @@ class EcshopSite:
             for cat_id, state in sorted(self.world.categories.items())
         )
         return SimResponse.html(_page("首页", f'<a href=".">首页</a></div></div><div id="category_tree">{links}<div>'))
+
+
+def make_site(context: SiteContext) -> EcshopSite:
+    """The ``ecshop`` source's site (the sandbox finds it by the source's name)."""
+    return EcshopSite(context.world, context.accounts)

@@ -18,10 +18,11 @@ from dataclasses import replace
 from typing import Any, ClassVar
 
 from sandbox.content import SimReview, beijing
+from sandbox.sites import SiteContext
 from sandbox.web import SimRequest, SimResponse, page_count
 from sandbox.world import World
 
-__all__ = ["MAX_PAGE", "JdSite", "count_str"]
+__all__ = ["MAX_PAGE", "JdSite", "count_str", "make_site"]
 
 MAX_PAGE = 100
 #: ``functionId`` of api.m.jd.com's comment call (served at ``/`` with ``appid=item-v3``).
@@ -206,3 +207,8 @@ class JdSite:
         for score in range(1, 6):
             summary[f"score{score}Count"] = 0
         return summary
+
+
+def make_site(context: SiteContext) -> JdSite:
+    """The ``jd`` source's site (the sandbox finds it by the source's name)."""
+    return JdSite(context.world)

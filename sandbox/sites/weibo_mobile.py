@@ -13,11 +13,12 @@ from urllib.parse import quote
 
 from sandbox.content import SimPost
 from sandbox.scenario import WeiboUser
+from sandbox.sites import SiteContext
 from sandbox.sites.weibo import WeiboMarkup, has_weibo_session, rfc2822_beijing, text_html, topic_query
 from sandbox.web import SimRequest, SimResponse
 from sandbox.world import World
 
-__all__ = ["PAGE_SIZE", "WeiboMobileSite"]
+__all__ = ["PAGE_SIZE", "WeiboMobileSite", "make_site"]
 
 #: Posts per timeline page (the pinned post comes on top of page 1).
 PAGE_SIZE = 10
@@ -239,3 +240,8 @@ class WeiboMobileSite:
             "attitudes_count": _count(post.likes),
         }
         return SimResponse.json({"ok": 1, "data": data}, php=True)
+
+
+def make_site(context: SiteContext) -> WeiboMobileSite:
+    """The ``weibo_mobile`` source's site (the sandbox finds it by the source's name)."""
+    return WeiboMobileSite(context.world)

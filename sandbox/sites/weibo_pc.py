@@ -16,11 +16,12 @@ from typing import ClassVar
 from sandbox.content import SimPost, beijing
 from sandbox.pages import passport_page
 from sandbox.scenario import WeiboUser
+from sandbox.sites import SiteContext
 from sandbox.sites.weibo import WeiboMarkup, has_weibo_session, text_html, topic_query
 from sandbox.web import SimRequest, SimResponse, page_count, php_json
 from sandbox.world import World
 
-__all__ = ["CHUNKS_PER_PAGE", "CHUNK_SIZE", "WeiboPcSite", "display_time"]
+__all__ = ["CHUNKS_PER_PAGE", "CHUNK_SIZE", "WeiboPcSite", "display_time", "make_site"]
 
 CHUNK_SIZE = 15
 CHUNKS_PER_PAGE = 3
@@ -256,3 +257,8 @@ class WeiboPcSite:
             f'<div class="layer_menu_list W_scroll" action-type="feed_list_page_morelist"><ul>{links}</ul></div>'
             f"</span>{nav}</div></div>"
         )
+
+
+def make_site(context: SiteContext) -> WeiboPcSite:
+    """The ``weibo_pc`` source's site (the sandbox finds it by the source's name)."""
+    return WeiboPcSite(context.world)

@@ -19,12 +19,13 @@ from urllib.parse import quote
 
 from sandbox.content import SimPost
 from sandbox.scenario import WeiboUser
+from sandbox.sites import SiteContext
 from sandbox.sites.passport import VISITOR_PAGE_PATH, VisitorRegistry
 from sandbox.sites.weibo import LONG_TEXT_CUT, WeiboMarkup, rfc2822_beijing, text_html, topic_query
 from sandbox.web import SimRequest, SimResponse
 from sandbox.world import World
 
-__all__ = ["PAGE_SIZE", "WeiboWebSite"]
+__all__ = ["PAGE_SIZE", "WeiboWebSite", "make_site"]
 
 PAGE_SIZE = 20
 
@@ -251,3 +252,8 @@ class WeiboWebSite:
         if post.retweet is not None:
             mblog["retweeted_status"] = self._mblog(post.retweet, 100)
         return mblog
+
+
+def make_site(context: SiteContext) -> WeiboWebSite:
+    """The ``weibo_web`` source's site (the sandbox finds it by the source's name)."""
+    return WeiboWebSite(context.world, context.visitors)

@@ -11,8 +11,8 @@ import pytest
 from crawler_client.crawl import CrawlResult, failure_report
 from crawler_client.daemon import ClientDaemon, DaemonConfig
 from icecrawler.clock import Clock
-from icecrawler.errors import FetchError, NoWorkError, StorageUnavailableError
-from icecrawler.models import Post, Report, Review, Task, TaskKind
+from icecrawler.errors import NoWorkError, StorageUnavailableError
+from icecrawler.models import Outcome, Post, Report, Review, Task, TaskKind
 from icecrawler.processes import poll_until
 
 
@@ -83,7 +83,7 @@ class Runner:
             raise KeyError("bug in the runner")
         if self.block.is_set():
             self.cancel.wait(30)
-            report = failure_report(task, FetchError("cancelled", outcome="Timeout"), 1)
+            report = failure_report(task, Outcome.Timeout, "", fetches=1)
             return CrawlResult(task, report, aborted=True)
         report = Report(task_id=task.id, lease_token=task.lease_token, new_items=1, fetches=1)
         return CrawlResult(task, report, posts=[Post(id=int(task.target) + 1, user_id=1)])

@@ -360,7 +360,7 @@ def test_crawl_task_times_every_parse_for_the_metrics_and_keeps_long_texts() -> 
         next_request=PageRequest(url="http://site/list", page=2),
         info={"long_text_ids": "30"},
     )
-    source = LongTextPostSource([page1, [post(28)], FetchError("broken page", outcome="ParseError")])
+    source = LongTextPostSource([page1, [post(28)], FetchError("broken page", outcome=Outcome.ParseError)])
     result = crawl_task(
         task(), source, ScriptedFetch(), base_url="http://site", max_pages=10, now_ms=lambda: 0, on_parse=timings.append
     )

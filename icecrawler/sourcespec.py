@@ -1,0 +1,184 @@
+"""What a source declares about its site, and the registry every role asks: the one place a source is known.
+
+A source is one module in ``crawler_client/sources/`` (a module whose name has no leading underscore) that
+defines ``SOURCE``: its ``Source`` class, whose ``spec`` class attribute is a ``SourceSpec``. The registry finds
+those modules by name on first use, plus the modules named in the ``ICECRAWLER_SOURCE_MODULES`` environment
+variable (comma-separated; how a test or a third party adds a source without touching this tree). Everything
+else derives from the specs: the task-id check (``icecrawler.models.SOURCES``), ``seed``'s default kind, the
+``sources.<name>.*`` settings a source adds, form logins, storage tables and the sandbox's site prefixes.
+
+Discovery is by name, not by import: the ground floor names the package it searches but imports no role
+statically, and a role that never asks (most of the CLI) never pays for loading the parsers.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import pkgutil
+import threading
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from icecrawler.errors import ConfigError
+from icecrawler.models import TaskKind
+
+__all__ = ["ENV_MODULES", "SOURCE_PACKAGE", "TABLES", "SourceSpec", "registry"]
+
+#: The package searched for built-in sources.
+SOURCE_PACKAGE = "crawler_client.sources"
+#: Extra source modules (comma-separated module names) loaded after the built-in ones.
+ENV_MODULES = "ICECRAWLER_SOURCE_MODULES"
+#: Storage tables and what identifies one row in each (a source's items land in exactly one).
+TABLES = {
+    "weibo": "(user id, post id): a post seen through two Weibo front ends is one row",
+    "review": "(source, product id, review id)",
+}
+#: Ways a source logs in: "" none, "form" (a member login form the client posts, credentials from
+#: ``sources.<name>.username/password``), "visitor" (sessions the scheduler mints at ``sources.<name>.visitor_url``).
+LOGINS = ("", "form", "visitor")
+
+
+@dataclass(frozen=True)
+class SourceSpec:
+    """Everything the rest of the system needs to know about one source, declared next to its parser."""
+
+    #: The middle part of a task id (``reviews:<name>:<target>``), also the ``sources.<name>.*`` settings prefix.
+    name: str
+    #: Task kinds it crawls, and the one a bare ``<name>:<target>`` means in ``icecrawler seed``.
+    kinds: frozenset[TaskKind]
+    default_kind: TaskKind
+    #: Storage table its items go to (a key of ``TABLES``) and what identifies one item, in words.
+    table: str
+    identity: str
+    #: Where the site lives by default (``sources.<name>.base_url``).
+    base_url: str
+    #: How it logs in (one of ``LOGINS``).
+    login: str = ""
+    #: The sandbox site prefix serving it (``""``: the sandbox has no such site), found by name in
+    #: ``sandbox.sites`` or in the module that declared the source (``SANDBOX_SITE``).
+    sandbox_site: str = ""
+    #: More ``sources.<name>.*`` settings and their defaults (e.g. JD's ``endpoint``); ``base_url`` and
+    #: ``headers`` are always there, ``username``/``password`` for a form login, ``visitor_url`` for visitors.
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.default_kind not in self.kinds:
+            raise ConfigError(f"source {self.name}: default kind {self.default_kind} is not one of its kinds")
+        if self.table not in TABLES:
+            raise ConfigError(f"source {self.name}: table must be one of {sorted(TABLES)}, got {self.table!r}")
+        if self.login not in LOGINS:
+            raise ConfigError(f"source {self.name}: login must be one of {list(LOGINS)}, got {self.login!r}")
+
+    def settings(self) -> dict[str, Any]:
+        """The ``sources.<name>.*`` defaults this source brings (``icecrawler.settings`` adds the missing ones)."""
+        values: dict[str, Any] = {"base_url": self.base_url, "headers": ""}
+        if self.login == "form":
+            values.update(username="", password="")
+        if self.login == "visitor":
+            values["visitor_url"] = ""
+        values.update(self.options)
+        return {f"sources.{self.name}.{key}": value for key, value in values.items()}
+
+
+class Registry(Mapping[str, SourceSpec]):
+    """Source name → spec, loaded once (thread-safe) on first use; also the source classes and modules."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._specs: dict[str, SourceSpec] | None = None
+        self._classes: dict[str, Any] = {}
+        self._modules: dict[str, Any] = {}
+
+    def _load(self) -> dict[str, SourceSpec]:
+        specs = self._specs
+        if specs is not None:
+            return specs
+        with self._lock:
+            if self._specs is None:
+                package = importlib.import_module(SOURCE_PACKAGE)
+                names = [
+                    f"{SOURCE_PACKAGE}.{info.name}"
+                    for info in pkgutil.iter_modules(package.__path__)
+                    if not info.name.startswith("_")
+                ]
+                extra = [name.strip() for name in os.environ.get(ENV_MODULES, "").split(",") if name.strip()]
+                found: dict[str, SourceSpec] = {}
+                for module_name in names:
+                    self._add(importlib.import_module(module_name), found)
+                for module_name in extra:
+                    try:
+                        module = importlib.import_module(module_name)
+                    except ImportError as exc:
+                        raise ConfigError(f"{ENV_MODULES}: cannot import {module_name!r}: {exc}") from exc
+                    if self._add(module, found) is None:
+                        raise ConfigError(f"{ENV_MODULES}: {module_name!r} declares no source (no SOURCE)")
+                self._specs = found
+            return self._specs
+
+    def _add(self, module: Any, found: dict[str, SourceSpec]) -> SourceSpec | None:
+        cls = getattr(module, "SOURCE", None)
+        if cls is None:
+            return None  # a helper module (base, samples)
+        spec = getattr(cls, "spec", None)
+        if not isinstance(spec, SourceSpec):
+            raise ConfigError(f"{module.__name__}.SOURCE has no SourceSpec in its 'spec' attribute")
+        if spec.name in found and self._classes[spec.name] is not cls:
+            raise ConfigError(
+                f"source {spec.name!r} declared twice ({self._modules[spec.name].__name__}, {module.__name__})"
+            )
+        found[spec.name] = spec
+        self._classes[spec.name] = cls
+        self._modules[spec.name] = module
+        return spec
+
+    def register(self, module: Any) -> SourceSpec:
+        """Add the source a module declares (``SOURCE``) in this process; returns its spec."""
+        specs = self._load()
+        with self._lock:
+            spec = self._add(module, specs)
+        if spec is None:
+            raise ConfigError(f"{getattr(module, '__name__', module)!r} declares no source (no SOURCE)")
+        return spec
+
+    def forget(self, name: str) -> None:
+        """Drop a source ``register`` added (a test's throwaway source, once the test is over)."""
+        specs = self._load()
+        with self._lock:
+            specs.pop(name, None)
+            self._classes.pop(name, None)
+            self._modules.pop(name, None)
+
+    def source_class(self, name: str) -> Any:
+        """The ``Source`` class of ``name`` (``ConfigError`` naming the known ones otherwise)."""
+        self.spec(name)
+        return self._classes[name]
+
+    def module(self, name: str) -> Any:
+        """The module that declared ``name`` (where its sandbox site may live too)."""
+        self.spec(name)
+        return self._modules[name]
+
+    def spec(self, name: str) -> SourceSpec:
+        specs = self._load()
+        try:
+            return specs[name]
+        except KeyError:
+            raise ConfigError(f"unknown source {name!r} (known: {', '.join(sorted(specs))})") from None
+
+    def __getitem__(self, name: str) -> SourceSpec:
+        return self._load()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._load())
+
+    def __len__(self) -> int:
+        return len(self._load())
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._load()
+
+
+#: The process's one registry.
+registry = Registry()

@@ -1,0 +1,249 @@
+"""A source added in one place: this module declares a throwaway source (``toyshop``, JSON review pages) and its
+sandbox site, and nothing else in the tree knows about it. Named in ``ICECRAWLER_SOURCE_MODULES``, it is found
+by every process of a real local crawl (sandbox, scheduler with Berkeley DB, storage with SQLite, an
+``icecrawler client``): ``icecrawler seed toyshop:7`` takes it, the client crawls its pages, storage keeps its
+reviews, and everything the sandbox published is stored exactly once. This is the walk-through of
+CONTRIBUTING.md ("Adding a source") as a test."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+
+from crawler_client.sources._cursor import ReviewOrder
+from crawler_client.sources._dates import iso_of_ms
+from crawler_client.sources.base import FetchedPage, Item, PageRequest, ParsedPage, SavedPages, SourceSpec
+from icecrawler.errors import FetchError, ParseError
+from icecrawler.models import SOURCES, Outcome, Review, Task, TaskKind
+from icecrawler.sourcespec import ENV_MODULES, registry
+from sandbox.sites import SiteContext
+from sandbox.web import SimRequest, SimResponse, page_count, page_slice
+
+# --- the source: everything the system needs to know about the site, in one place -----------------------------
+
+SPEC = SourceSpec(
+    name="toyshop",
+    kinds=frozenset({TaskKind.ProductReviews}),
+    default_kind=TaskKind.ProductReviews,
+    table="review",
+    identity="(toyshop, product id, review id)",
+    base_url="http://127.0.0.1:8800/toy",
+    sandbox_site="toy",
+)
+PER_PAGE = 5
+
+
+class ToyShopSource(ReviewOrder, SavedPages):
+    """``reviews:toyshop:{id}``: ``/reviews/{id}.json?page=N`` answers ``{"page", "pages", "reviews": [...]}``."""
+
+    spec: ClassVar[SourceSpec] = SPEC
+    name: ClassVar[str] = SPEC.name
+    kinds: ClassVar[frozenset[TaskKind]] = SPEC.kinds
+    default_headers: ClassVar[dict[str, str]] = {"Accept": "application/json"}
+    sniffers: ClassVar[tuple[re.Pattern[bytes], ...]] = (re.compile(rb'"product"\s*:\s*"(\w{1,64})"'),)
+
+    def first_request(self, task: Task, base_url: str) -> PageRequest:
+        return PageRequest(url=f"{base_url.rstrip('/')}/reviews/{task.target}.json", params={"page": "1"})
+
+    def parse(self, task: Task, request: PageRequest, page: FetchedPage, now_ms: int) -> ParsedPage:
+        if page.status == 404:
+            raise FetchError(f"no product {task.target}", outcome=Outcome.NotFound, http_status=404)
+        try:
+            doc = json.loads(page.body)
+            rows = doc["reviews"]
+            number, pages = int(doc["page"]), int(doc["pages"])
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ParseError(f"toyshop: not a review page ({exc})", http_status=page.status) from exc
+        items: list[Item] = [
+            Review(
+                id=str(row["id"]),
+                product_id=task.target,
+                source=self.name,
+                user=row["user"],
+                content=row["text"],
+                score=int(row["score"]),
+                created_at=iso_of_ms(int(row["ms"])),
+                fetched_at=iso_of_ms(now_ms),
+            )
+            for row in rows
+        ]
+        following = None
+        if number < pages:
+            following = PageRequest(url=request.url, params={"page": str(number + 1)}, page=request.page + 1)
+        return ParsedPage(items=items, next_request=following, total_pages=pages)
+
+
+#: What the source registry reads from this module.
+SOURCE = ToyShopSource
+
+
+# --- its sandbox site: the world's reviews of "toyshop" products, rendered as the source expects -------------
+
+
+class ToyShopSite:
+    prefix: ClassVar[str] = "toy"
+    _PATH = re.compile(r"^/reviews/(\w{1,64})\.json$")
+
+    def __init__(self, world: Any) -> None:
+        self.world = world
+
+    def target_of(self, request: SimRequest) -> str:
+        match = self._PATH.match(request.path)
+        return match[1] if match else ""
+
+    def logged_in(self, request: SimRequest) -> bool:
+        return True
+
+    def login_wall(self, request: SimRequest) -> SimResponse | None:
+        return None
+
+    def handle(self, request: SimRequest) -> SimResponse:
+        product = self.target_of(request)
+        reviews = self.world.reviews(SPEC.name, product, request.now_ms) if product else None
+        if reviews is None:
+            return SimResponse.not_found()
+        number = request.int_param("page", 1)
+        rows = [
+            {
+                "id": review.review_id,
+                "user": review.user,
+                "text": review.text,
+                "score": review.score,
+                "ms": review.created_ms,
+            }
+            for review in page_slice(reviews, number, PER_PAGE)
+        ]
+        return SimResponse.json(
+            {"product": product, "page": number, "pages": page_count(len(reviews), PER_PAGE), "reviews": rows}
+        )
+
+
+def make_sandbox_site(context: SiteContext) -> ToyShopSite:
+    """What the sandbox looks up by name for this source's ``sandbox_site``."""
+    return ToyShopSite(context.world)
+
+
+# --- the test ----------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def toyshop(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """This module as a source here and in every child process (found by module name on the path)."""
+    root = str(Path(__file__).resolve().parents[2])
+    monkeypatch.setenv(ENV_MODULES, __name__)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p))
+    registry.register(sys.modules[__name__])
+    try:
+        yield
+    finally:
+        registry.forget(SPEC.name)
+
+
+@pytest.mark.usefixtures("toyshop")
+def test_the_registry_knows_everything_the_source_declares() -> None:
+    from crawler_client.runner import form_logins
+    from icecrawler.commands.seed import default_kind
+    from icecrawler.settings import load_settings
+    from sandbox.misbehave import MisbehaviourRule
+    from sandbox.sources import source_settings
+
+    assert SOURCES["toyshop"] == frozenset({TaskKind.ProductReviews})
+    assert default_kind("toyshop") is TaskKind.ProductReviews
+    settings = load_settings(environ={}, assignments=["sources.toyshop.base_url=http://127.0.0.1:1/toy"])
+    assert settings.with_prefix("sources.toyshop") == {"base_url": "http://127.0.0.1:1/toy", "headers": ""}
+    assert "toyshop" not in form_logins()
+    assert source_settings("http://127.0.0.1:9")["sources.toyshop.base_url"] == "http://127.0.0.1:9/toy"
+    assert MisbehaviourRule("toy").site == "toy"  # its sandbox site takes misbehaviour rules like the others
+
+
+@pytest.mark.e2e
+@pytest.mark.ice
+@pytest.mark.bdb
+@pytest.mark.slow
+@pytest.mark.usefixtures("toyshop")
+def test_a_source_declared_in_one_module_is_crawled_end_to_end(tmp_path: Path) -> None:
+    from icecrawler.stack import running_stack
+    from sandbox.scenario import Product, Scenario
+    from sandbox.schedules import Schedule
+    from tests.helpers import caught_up, wait_for
+
+    scenario = Scenario(
+        seed=3,
+        products=(
+            Product("toyshop", "7", backlog=23, schedule=Schedule("periodic", interval_s=300)),
+            Product("toyshop", "8", backlog=4, schedule=Schedule("static")),
+        ),
+    )
+    client_settings = {"client.workers": 1, "client.idle_sleep_s": 0.2, "client.max_pages": 20}
+    scheduler_settings = {"scheduler.initial_period_s": 60, "scheduler.min_period_s": 30}
+    with running_stack(
+        tmp_path, scenario, speed=60.0, scheduler_settings=scheduler_settings, client_settings=client_settings
+    ) as stack:
+        stack.seed(["toyshop:7", "toyshop:8"])
+        stack.start_client("client")
+        wait_for(lambda: len(stack.stored()) >= 27, "the toyshop backlog was never stored", timeout_s=60)
+        # The backlog is published at the start: judge once it is older than the catch-up window.
+        time.sleep(max(0.0, stack.origin + 10.0 - time.time()))
+        expected, stored, everything = caught_up(stack, catch_up_s=8.0, timeout_s=60)
+        published = {key for key in expected if key[0] == "toyshop"}
+    assert len(published) >= 27  # both backlogs, and what product 7 published meanwhile
+    assert not published - set(stored), f"published but not stored: {sorted(published - set(stored))[:5]}"
+    assert all(count == 1 for count in stored.values()), "a review was stored twice"
+    assert set(stored) <= set(everything), "storage holds a review the sandbox never published"
+
+
+def test_the_built_in_sources_declare_what_the_default_settings_list() -> None:
+    """The ``sources.*`` defaults in ``default_settings`` (kept for ``icecrawler settings``) are exactly what the
+    built-in sources declare: the two cannot drift apart."""
+    from icecrawler.settings.default_settings import DEFAULTS
+
+    listed = {key: value for key, value in DEFAULTS.items() if key.startswith("sources.")}
+    declared = {
+        key: value
+        for name in ("ecshop", "jd", "weibo_mobile", "weibo_pc", "weibo_web")
+        for key, value in registry.spec(name).settings().items()
+    }
+    assert declared == listed
+
+
+def test_a_bad_declaration_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    from icecrawler.errors import ConfigError
+    from icecrawler.sourcespec import Registry
+
+    with pytest.raises(ConfigError, match="default kind"):
+        SourceSpec("x", frozenset({TaskKind.WeiboUser}), TaskKind.ProductReviews, "weibo", "id", "http://h")
+    with pytest.raises(ConfigError, match="table must be one of"):
+        SourceSpec("x", frozenset({TaskKind.WeiboUser}), TaskKind.WeiboUser, "posts", "id", "http://h")
+    with pytest.raises(ConfigError, match="login must be one of"):
+        SourceSpec("x", frozenset({TaskKind.WeiboUser}), TaskKind.WeiboUser, "weibo", "id", "http://h", login="oauth")
+    monkeypatch.setenv(ENV_MODULES, "tests.client.no_such_module")
+    with pytest.raises(ConfigError, match=r"cannot import 'tests\.client\.no_such_module'"):
+        list(Registry())
+    monkeypatch.setenv(ENV_MODULES, "tests.helpers")
+    with pytest.raises(ConfigError, match="declares no source"):
+        list(Registry())
+    monkeypatch.setenv(ENV_MODULES, "crawler_client.sources.jd")  # already found: the same class is fine
+    assert "jd" in Registry()
+
+
+def test_two_sources_of_one_name_are_refused() -> None:
+    import types
+
+    from icecrawler.errors import ConfigError
+    from icecrawler.sourcespec import Registry
+
+    impostor = types.ModuleType("impostor")
+    impostor.SOURCE = type("Impostor", (ToyShopSource,), {"spec": ToyShopSource.spec})  # type: ignore[attr-defined]
+    fresh = Registry()
+    fresh.register(sys.modules[__name__])
+    with pytest.raises(ConfigError, match="declared twice"):
+        fresh.register(impostor)
+    assert fresh.source_class("toyshop") is ToyShopSource
