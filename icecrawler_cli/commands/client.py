@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from icecrawler import rpc
 from icecrawler.clock import Clock
-from icecrawler.commands import BaseCommand
+from icecrawler_cli.commands import BaseCommand
 from icecrawler.metrics import MetricsConfig, MetricsEndpoint, serve
 from icecrawler.settings import Settings
 

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import TextIO
 
-from icecrawler.commands import BaseCommand
+from icecrawler_cli.commands import BaseCommand
 from icecrawler.errors import ConfigError
 from icecrawler.settings import Settings
 

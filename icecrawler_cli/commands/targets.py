@@ -8,7 +8,7 @@ import threading
 from pathlib import Path
 
 from icecrawler import rpc
-from icecrawler.commands import BaseCommand
+from icecrawler_cli.commands import BaseCommand
 from icecrawler.settings import Settings
 
 

@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 
-from icecrawler.commands import BaseCommand
+from icecrawler_cli.commands import BaseCommand
 from icecrawler.settings import Settings
-from icecrawler.stack import SITE_PREFIX, Stack, running_stack, stored_index, truth_index
+from icecrawler_local.stack import SITE_PREFIX, Stack, running_stack, stored_index, truth_index
 from sandbox.scenario import Scenario, default_scenario, load_scenario
 from sandbox.schedules import Schedule
 from sandbox.world import WEIBO_SOURCES

@@ -2,6 +2,6 @@
 
 import sys
 
-from icecrawler.cli import main
+from icecrawler_cli.cli import main
 
 sys.exit(main())

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Sequence
 
 from icecrawler import __version__
-from icecrawler.commands import COMMAND_MODULES, BaseCommand, Unavailable
+from icecrawler_cli.commands import COMMAND_MODULES, BaseCommand, Unavailable
 from icecrawler.errors import IcecrawlerError
 from icecrawler.logs import configure_logging
 from icecrawler.optional import explain_missing, use_source_checkout
@@ -27,7 +27,7 @@ def _load_commands() -> dict[str, BaseCommand]:
     commands: dict[str, BaseCommand] = {}
     for name in COMMAND_MODULES:
         try:
-            commands[name] = importlib.import_module(f"icecrawler.commands.{name}").Command()
+            commands[name] = importlib.import_module(f"icecrawler_cli.commands.{name}").Command()
         except ModuleNotFoundError as exc:
             error = explain_missing(exc, name)
             if error is None:

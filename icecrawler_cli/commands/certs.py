@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from icecrawler import tls
-from icecrawler.commands import BaseCommand
+from icecrawler_cli.commands import BaseCommand
 from icecrawler.settings import Settings
 
 

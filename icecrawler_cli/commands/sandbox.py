@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from icecrawler.commands import BaseCommand
+from icecrawler_cli.commands import BaseCommand
 from icecrawler.settings import Settings
 
 

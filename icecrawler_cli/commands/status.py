@@ -13,7 +13,7 @@ from typing import Any
 import Ice
 
 from icecrawler import rpc
-from icecrawler.commands import BaseCommand
+from icecrawler_cli.commands import BaseCommand
 from icecrawler.settings import Settings
 from icecrawler.shards import ShardMap
 

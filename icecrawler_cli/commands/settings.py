@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from icecrawler.commands import BaseCommand
+from icecrawler_cli.commands import BaseCommand
 from icecrawler.settings import Settings
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from icecrawler import rpc
-from icecrawler.commands import BaseCommand
+from icecrawler_cli.commands import BaseCommand
 from icecrawler.errors import ConfigError
 from icecrawler.models import SOURCES, TaskKind
 from icecrawler.settings import Settings

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from icecrawler.commands import BaseCommand
+from icecrawler_cli.commands import BaseCommand
 from icecrawler.settings import Settings
 
 
@@ -25,7 +25,7 @@ class Command(BaseCommand):
         parser.add_argument("action", choices=["start", "stop", "status"])
 
     def run(self, args: argparse.Namespace, settings: Settings, ice_args: list[str]) -> int:
-        from storage_server.hbase_local import LocalHBase
+        from icecrawler_local.hbase_local import LocalHBase
 
         hbase = LocalHBase.from_settings(settings)
         if args.action == "start":

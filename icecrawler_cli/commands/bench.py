@@ -9,7 +9,7 @@ import importlib
 import pkgutil
 
 import bench
-from icecrawler.commands import BaseCommand
+from icecrawler_cli.commands import BaseCommand
 from icecrawler.settings import Settings
 
 

@@ -37,7 +37,7 @@ from crawler_client.sources import (
     source_options,
 )
 from crawler_client.sources._dates import CST
-from icecrawler.commands import BaseCommand
+from icecrawler_cli.commands import BaseCommand
 from icecrawler.errors import ConfigError, FetchError, ParseError
 from icecrawler.models import Task, TaskKind, make_task_id
 from icecrawler.settings import Settings
