@@ -174,7 +174,7 @@ def throughput(
     workers: int, latency_ms: int, products: int, users: int, backlog: int, metrics: bool = True
 ) -> dict[str, Any]:
     """One run; ``metrics``: the client serves /metrics and is scraped once a second (else metrics.client.port=0)."""
-    from icecrawler.stack import running_stack
+    from icecrawler_local.stack import running_stack
 
     max_pages = backlog // 10 + 1
     with tempfile.TemporaryDirectory(prefix="bench-client-") as tmp:

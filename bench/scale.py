@@ -33,8 +33,8 @@ from typing import Any
 from bench._cluster import Cluster, Workload, cpu_seconds, wait_until
 from crawler_client.gateways import IceScheduler
 from icecrawler import rpc
-from icecrawler.commands.seed import add_groups, group_by_kind
 from icecrawler.processes import ManagedProcess, ProcessGroup, free_port
+from icecrawler_cli.commands.seed import add_groups, group_by_kind
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "docs" / "bench" / "scale.json"

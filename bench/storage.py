@@ -205,7 +205,7 @@ def raw_happybase(records: int, batch: int, port: int) -> dict[str, float]:
 
 def _hbase_port() -> int | None:
     from icecrawler.settings import Settings
-    from storage_server.hbase_local import LocalHBase
+    from icecrawler_local.hbase_local import LocalHBase
 
     hbase = LocalHBase.from_settings(Settings())
     return hbase.thrift_port if hbase.answering() else None

@@ -40,7 +40,7 @@ def wait_for_port(host: str, port: int, timeout_s: float = 20.0, alive: Callable
 
 def icecrawler_argv(*args: str) -> list[str]:
     """argv that runs the icecrawler CLI with this interpreter (works without the console script on PATH)."""
-    return [sys.executable, "-m", "icecrawler", *args]
+    return [sys.executable, "-m", "icecrawler_cli", *args]
 
 
 class ManagedProcess:

@@ -1,4 +1,4 @@
-"""``python -m icecrawler``."""
+"""``python -m icecrawler_cli`` (what ``icecrawler.processes.icecrawler_argv`` runs)."""
 
 import sys
 

@@ -7,10 +7,10 @@ from pathlib import Path
 from typing import Any
 
 from icecrawler import rpc
-from icecrawler_cli.commands import BaseCommand
 from icecrawler.errors import ConfigError
 from icecrawler.models import SOURCES, TaskKind
 from icecrawler.settings import Settings
+from icecrawler_cli.commands import BaseCommand
 
 #: The kind a bare "<source>:<target>" means when --kind is not given: the source's one kind, reviews for a
 #: source that also has listings (--listing adds those).

@@ -1,4 +1,4 @@
-"""Checks shared by the client's end-to-end tests (on top of ``icecrawler.stack``): what the sandbox published
+"""Checks shared by the client's end-to-end tests (on top of ``icecrawler_local.stack``): what the sandbox published
 vs what storage holds, restarting a server, and bounded polling."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections.abc import Callable
 import pytest
 
 from icecrawler.processes import ManagedProcess, wait_for_port
-from icecrawler.stack import ItemKey, Stack, stored_index, truth_index
+from icecrawler_local.stack import ItemKey, Stack, stored_index, truth_index
 
 __all__ = ["caught_up", "client_logs", "expected_keys", "restart", "truncated_posts", "wait_for"]
 

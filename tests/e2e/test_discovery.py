@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from icecrawler.stack import leases_by_task, overlapping_leases, running_stack, stored_index, truth_index
+from icecrawler_local.stack import leases_by_task, overlapping_leases, running_stack, stored_index, truth_index
 from sandbox.scenario import Category, Product, Scenario
 from sandbox.schedules import Schedule
 

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from icecrawler.stack import Stack, leases_by_task, overlapping_leases, running_stack, stored_index, truth_index
+from icecrawler_local.stack import Stack, leases_by_task, overlapping_leases, running_stack, stored_index, truth_index
 from sandbox.scenario import Category, Product, Scenario, WeiboUser
 from sandbox.schedules import Schedule
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from icecrawler.stack import ItemKey, Stack, running_stack, stored_index, truth_index
+from icecrawler_local.stack import ItemKey, Stack, running_stack, stored_index, truth_index
 from sandbox.scenario import Scenario, WeiboUser
 from sandbox.schedules import Schedule
 

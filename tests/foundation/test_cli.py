@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from icecrawler.cli import main
-from icecrawler.commands import COMMAND_MODULES
+from icecrawler_cli.cli import main
+from icecrawler_cli.commands import COMMAND_MODULES
 
 REQUIRED = ("scheduler", "storage", "client", "seed", "status", "export", "parse", "demo", "bench")
 

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from icecrawler.processes import icecrawler_argv, wait_for_port
-from icecrawler.stack import Stack, running_stack, truth_index
+from icecrawler_local.stack import Stack, running_stack, truth_index
 from sandbox.scenario import Product, Scenario, WeiboUser
 from sandbox.schedules import Schedule
 from tests.client.stack_checks import truncated_posts

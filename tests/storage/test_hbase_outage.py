@@ -14,7 +14,7 @@ import happybase
 import pytest
 
 from icecrawler import rpc
-from storage_server.hbase_local import LocalHBase
+from icecrawler_local.hbase_local import LocalHBase
 from storage_server.hbase_store import decode_columns
 from tests.storage.conftest import BIG_ID, StorageServerRunner, make_post
 
