@@ -27,6 +27,7 @@ demo: setup
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 
 typecheck: setup
 	$(BIN)/mypy
@@ -43,6 +44,7 @@ pytest: setup
 check: setup-dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 	$(BIN)/mypy
 	$(BIN)/pytest -q -m "$(UNIT_TESTS)"
 

@@ -169,7 +169,7 @@ def throughput(
 ) -> dict[str, Any]:
     """One run; ``metrics``: the client serves /metrics and is scraped once a second (else metrics.client.port=0)."""
     from icecrawler.processes import cpu_seconds
-    from icecrawler.stack import running_stack
+    from icecrawler_local.stack import running_stack
 
     max_pages = backlog // 10 + 1
     with tempfile.TemporaryDirectory(prefix="bench-client-") as tmp:

@@ -1,6 +1,6 @@
 """``icecrawler bench scale``: end-to-end items/s with 1, 2, 4, 8 crawler client processes.
 
-One run per client count, each on a fresh cluster (``icecrawler.launcher``): the sandbox adds ``--latency-ms``
+One run per client count, each on a fresh cluster (``icecrawler_local.launcher``): the sandbox adds ``--latency-ms``
 (default 50 ms) to every request, the real scheduler and storage servers run as their own processes, and N
 ``icecrawler client`` processes (``client.workers`` fetch threads each) crawl a static workload (JD products
 with reviews, mobile-Weibo users with posts; 22 400 items by default, so even 8 clients run ~10 s and the
@@ -32,9 +32,9 @@ from typing import Any
 
 from crawler_client.gateways import IceScheduler
 from icecrawler import rpc
-from icecrawler.commands.seed import add_groups, group_by_kind
-from icecrawler.launcher import Cluster, Workload
 from icecrawler.processes import ManagedProcess, ProcessGroup, cpu_seconds, free_port, poll_until
+from icecrawler_cli.commands.seed import add_groups, group_by_kind
+from icecrawler_local.launcher import Cluster, Workload
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "docs" / "bench" / "scale.json"

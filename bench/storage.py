@@ -88,8 +88,8 @@ def through_server(
 ) -> dict[str, float]:
     """Start a storage server on ``backend``; ``writers`` processes write ``records`` posts in total."""
     from icecrawler import rpc
-    from icecrawler.launcher import Cluster
     from icecrawler.processes import ProcessGroup, cpu_seconds, free_port
+    from icecrawler_local.launcher import Cluster
 
     port = free_port()
     settings = {
@@ -200,7 +200,7 @@ def raw_happybase(records: int, batch: int, port: int) -> dict[str, float]:
 
 def _hbase_port() -> int | None:
     from icecrawler.settings import Settings
-    from storage_server.hbase_local import LocalHBase
+    from icecrawler_local.hbase_local import LocalHBase
 
     hbase = LocalHBase.from_settings(Settings())
     return hbase.thrift_port if hbase.answering() else None

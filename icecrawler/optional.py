@@ -1,7 +1,8 @@
 """What an install may lack, and the one clear error for it.
 
-The wheel ships the product (``icecrawler``, the three roles, ``shhd``); the stand-in sites (``sandbox``) and the
-benchmarks (``bench``) live only in a source checkout, so that an install puts no package with such a generic name
+The wheel ships the product (``icecrawler``, the CLI ``icecrawler_cli``, the three roles, ``shhd``); the stand-in
+sites (``sandbox``), the benchmarks (``bench``) and the local launcher, demo and HBase runner (``icecrawler_local``)
+live only in a source checkout, so that an install puts no package with such a generic name
 into site-packages. A few packages are only needed by the demo and the benchmarks and come with an extra
 (``pip install 'icecrawler[demo]'`` / ``[bench]``). Both cases end in ``MissingPartError`` naming what to do.
 """
@@ -17,7 +18,7 @@ from icecrawler.errors import MissingPartError
 __all__ = ["CHECKOUT_PACKAGES", "EXTRA_OF", "explain_missing", "source_checkout", "use_source_checkout"]
 
 #: Top-level packages that exist only in a source checkout.
-CHECKOUT_PACKAGES = ("sandbox", "bench")
+CHECKOUT_PACKAGES = ("sandbox", "bench", "icecrawler_local")
 
 #: Third-party packages that only an extra installs, and which extra (``bench`` installs both of them: the revisit
 #: benchmark draws its plots with matplotlib).
@@ -31,10 +32,11 @@ def source_checkout() -> Path | None:
 
 
 def use_source_checkout() -> Path | None:
-    """Make ``sandbox`` and ``bench`` importable here and in child processes when running from a checkout.
+    """Make ``sandbox``, ``bench`` and ``icecrawler_local`` importable here and in child processes when running
+    from a checkout.
 
     An editable install maps only the packages the wheel ships, so the checkout root goes on ``sys.path`` and on
-    ``PYTHONPATH`` (the demo and the benchmarks start ``python -m sandbox`` / ``-m bench.*`` children)."""
+    ``PYTHONPATH`` (the demo and the benchmarks start ``icecrawler sandbox`` / ``-m bench.*`` children)."""
     root = source_checkout()
     if root is None:
         return None

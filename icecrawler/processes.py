@@ -70,7 +70,7 @@ def cpu_seconds(pid: int) -> float:
 
 def icecrawler_argv(*args: str) -> list[str]:
     """argv that runs the icecrawler CLI with this interpreter (works without the console script on PATH)."""
-    return [sys.executable, "-m", "icecrawler", *args]
+    return [sys.executable, "-m", "icecrawler_cli", *args]
 
 
 class ManagedProcess:

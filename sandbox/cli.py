@@ -1,4 +1,4 @@
-"""The sandbox's command line, shared by ``icecrawler sandbox`` and ``python -m sandbox``.
+"""The sandbox's command line, of ``icecrawler sandbox`` (which ``sandbox.launch`` starts as a child process).
 
 Flags override the ``sandbox.*`` and ``clock.*`` settings; ``--misbehave`` takes ``SITE[:TARGET].KEY=VALUE``
 (e.g. ``--misbehave m.teapot_rate=0.1 --misbehave ecshop:12.login_wall=true``).

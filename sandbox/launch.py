@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import contextlib
 import json
-import sys
 import urllib.request
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from icecrawler.processes import ManagedProcess, ProcessGroup, free_port
+from icecrawler.processes import ManagedProcess, ProcessGroup, free_port, icecrawler_argv
 
 __all__ = ["SandboxProcess", "sandbox_argv", "sandbox_process"]
 
@@ -29,8 +28,8 @@ def sandbox_argv(
     misbehave: Sequence[str] = (),
     max_hang_s: float | None = None,
 ) -> list[str]:
-    """argv for ``python -m sandbox`` with these options (None = the setting's default)."""
-    argv = [sys.executable, "-m", "sandbox", "--port", str(port)]
+    """argv for ``icecrawler sandbox`` with these options (None = the setting's default)."""
+    argv = icecrawler_argv("sandbox", "--port", str(port))
     for flag, value in (
         ("--scenario", scenario),
         ("--speed", speed),
@@ -76,7 +75,7 @@ class SandboxProcess:
 def sandbox_process(
     log_dir: Path, *, port: int | None = None, group: ProcessGroup | None = None, name: str = "sandbox", **options: Any
 ) -> Iterator[SandboxProcess]:
-    """Start ``python -m sandbox`` on ``port`` (a free one by default), wait until it listens, stop it after.
+    """Start ``icecrawler sandbox`` on ``port`` (a free one by default), wait until it listens, stop it after.
 
     ``options`` are ``sandbox_argv``'s keywords. With ``group`` the process joins it (and the group stops it);
     otherwise it is stopped when the block ends.

@@ -241,7 +241,7 @@ def run(settings: Settings, ice_args: Sequence[str], listen: str = "") -> int:
     """Serve until SIGTERM/SIGINT: then refuse new leases, drain dispatches, close the environment.
 
     Settings, paths, Ice properties and endpoints are all checked before the database is opened, so a bad
-    start-up fails at once with one line (``icecrawler.cli``). ``listen`` overrides the adapter's endpoints.
+    start-up fails at once with one line (``icecrawler_cli.cli``). ``listen`` overrides the adapter's endpoints.
     """
     validate_values(settings.as_dict())
     check_paths(settings.as_dict(), dirs=["scheduler.db_dir"])

@@ -57,7 +57,7 @@ def run(settings: Settings, ice_args: list[str], listen: str = "") -> int:
     """Serve until SIGTERM/SIGINT. Spooled records left from an earlier run are replayed at once.
 
     Settings, paths, Ice properties and endpoints are checked before the store is opened (one-line errors,
-    ``icecrawler.cli``); ``listen`` overrides the adapter's endpoints. One server per spool and store
+    ``icecrawler_cli.cli``); ``listen`` overrides the adapter's endpoints. One server per spool and store
     (``data_locks``); their files are checked before they are opened (``integrity``).
     """
     validate_values(settings.as_dict())

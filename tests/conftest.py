@@ -3,5 +3,5 @@
 from icecrawler.optional import use_source_checkout
 
 # sandbox/ and bench/ are not installed packages (not even by an editable install): put the checkout on sys.path
-# and on PYTHONPATH, so that tests and the processes they start (python -m sandbox, -m bench.*) import them.
+# and on PYTHONPATH, so that tests and the processes they start (icecrawler sandbox, -m bench.*) import them.
 use_source_checkout()

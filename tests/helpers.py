@@ -1,6 +1,6 @@
 """Helpers shared by the tests, in one module: the one bounded wait (``wait_for``, on the harness's
-``poll_until``) and the checks of the end-to-end tests on top of ``icecrawler.stack`` (what the sandbox published
-vs what storage holds, judged by ``icecrawler.oracle``; restarting a server)."""
+``poll_until``) and the checks of the end-to-end tests on top of ``icecrawler_local.stack`` (what the sandbox published
+vs what storage holds, judged by ``icecrawler_local.oracle``; restarting a server)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from collections.abc import Callable
 
 import pytest
 
-from icecrawler.oracle import ItemKey, stored_index, truth_index
 from icecrawler.processes import ManagedProcess, poll_until, wait_for_port
-from icecrawler.stack import Stack
+from icecrawler_local.oracle import ItemKey, stored_index, truth_index
+from icecrawler_local.stack import Stack
 
 __all__ = ["caught_up", "client_logs", "expected_keys", "restart", "truncated_posts", "wait_for"]
 

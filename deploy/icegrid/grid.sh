@@ -64,8 +64,8 @@ PYTHON="${ICECRAWLER_PYTHON:-$REPO/.venv/bin/python}"  # the interpreter the ser
 
 # Make NAME's certificate in $CERTS unless it exists (the CA first).
 cert() {
-    [[ -f "$CERTS/ca.pem" ]] || "$PYTHON" -m icecrawler certs init --dir "$CERTS" >/dev/null
-    [[ -f "$CERTS/$1.pem" ]] || "$PYTHON" -m icecrawler certs issue "$1" --dir "$CERTS" --ip 127.0.0.1 --role client >/dev/null
+    [[ -f "$CERTS/ca.pem" ]] || "$PYTHON" -m icecrawler_cli certs init --dir "$CERTS" >/dev/null
+    [[ -f "$CERTS/$1.pem" ]] || "$PYTHON" -m icecrawler_cli certs issue "$1" --dir "$CERTS" --ip 127.0.0.1 --role client >/dev/null
 }
 
 # Ice 3.7 IceSSL plug-in arguments for a process holding NAME's certificate (nothing in tcp mode).

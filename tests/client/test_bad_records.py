@@ -57,7 +57,7 @@ def test_bad_records_inside_a_page_are_dropped_alone_and_the_rest_stored(
     storage.start()
     (tmp_path / "scheduler").mkdir()
     try:
-        with scheduler_daemon(tmp_path / "scheduler", fast_start=True) as daemon, rpc.communicator() as comm:
+        with scheduler_daemon(tmp_path / "scheduler") as daemon, rpc.communicator() as comm:
             scheduler = IceScheduler(rpc.crawler().SchedulerPrx(comm, daemon.proxy))
             store = IceStorage(storage.proxy(comm))
             assert scheduler.add_targets([f"jd:{SKU}"], TaskKind.ProductReviews) == 1

@@ -150,8 +150,8 @@ def toyshop(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 @pytest.mark.usefixtures("toyshop")
 def test_the_registry_knows_everything_the_source_declares() -> None:
     from crawler_client.runner import form_logins
-    from icecrawler.commands.seed import default_kind
     from icecrawler.settings import load_settings
+    from icecrawler_cli.commands.seed import default_kind
     from sandbox.misbehave import MisbehaviourRule
     from sandbox.sources import source_settings
 
@@ -170,7 +170,7 @@ def test_the_registry_knows_everything_the_source_declares() -> None:
 @pytest.mark.slow
 @pytest.mark.usefixtures("toyshop")
 def test_a_source_declared_in_one_module_is_crawled_end_to_end(tmp_path: Path) -> None:
-    from icecrawler.stack import running_stack
+    from icecrawler_local.stack import running_stack
     from sandbox.scenario import Product, Scenario
     from sandbox.schedules import Schedule
     from tests.helpers import caught_up, wait_for

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from crawler_client.sources.samples import mbloglist_chunk, mobile_timeline
-from icecrawler.cli import main
+from icecrawler_cli.cli import main
 from tests.client._util import FIXTURES
 
 

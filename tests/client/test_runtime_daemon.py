@@ -202,7 +202,7 @@ def test_bugs_in_the_runner_or_the_lease_call_do_not_kill_the_threads() -> None:
 
 
 def test_bad_client_settings_are_a_clear_error_before_anything_starts(capsys: pytest.CaptureFixture[str]) -> None:
-    from icecrawler.cli import main
+    from icecrawler_cli.cli import main
 
     assert main(["client", "--set", "client.workers=0"]) == 2
     err = capsys.readouterr().err

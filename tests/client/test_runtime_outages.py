@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from icecrawler.stack import running_stack
+from icecrawler_local.stack import running_stack
 from sandbox.misbehave import Misbehaviour, MisbehaviourRule
 from sandbox.scenario import Product, Scenario, WeiboUser
 from sandbox.schedules import Schedule

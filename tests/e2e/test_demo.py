@@ -23,7 +23,7 @@ def _demo_argv(tmp_path: Path, *extra: str) -> list[str]:
     return [
         sys.executable,
         "-m",
-        "icecrawler",
+        "icecrawler_cli",
         "demo",
         "--var-dir",
         str(tmp_path / "var"),

@@ -25,8 +25,8 @@ from typing import Any
 
 import pytest
 
-from icecrawler.oracle import leases_by_task, overlapping_leases, stored_index, truth_index
-from icecrawler.stack import running_stack
+from icecrawler_local.oracle import leases_by_task, overlapping_leases, stored_index, truth_index
+from icecrawler_local.stack import running_stack
 from sandbox.scenario import Category, Product, Scenario
 from sandbox.schedules import Schedule
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from icecrawler.stack import running_stack
+from icecrawler_local.stack import running_stack
 from sandbox.scenario import Product, Scenario
 from sandbox.schedules import Schedule
 from tests.helpers import caught_up, client_logs, wait_for

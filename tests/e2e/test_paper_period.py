@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from icecrawler.settings.default_settings import DEFAULTS
-from icecrawler.stack import running_stack
+from icecrawler_local.stack import running_stack
 from sandbox.scenario import Category, Product, Scenario
 from sandbox.schedules import Schedule
 

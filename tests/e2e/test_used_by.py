@@ -28,8 +28,8 @@ from pathlib import Path
 
 import pytest
 
-from icecrawler.oracle import leases_by_task, overlapping_leases, stored_index, truth_index
-from icecrawler.stack import Stack, running_stack
+from icecrawler_local.oracle import leases_by_task, overlapping_leases, stored_index, truth_index
+from icecrawler_local.stack import Stack, running_stack
 from sandbox.scenario import Category, Product, Scenario, WeiboUser
 from sandbox.schedules import Schedule
 from tests.helpers import wait_for

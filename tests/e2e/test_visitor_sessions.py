@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from icecrawler.oracle import ItemKey, stored_index, truth_index
-from icecrawler.stack import Stack, running_stack
+from icecrawler_local.oracle import ItemKey, stored_index, truth_index
+from icecrawler_local.stack import Stack, running_stack
 from sandbox.scenario import Scenario, WeiboUser
 from sandbox.schedules import Schedule
 from tests.helpers import wait_for

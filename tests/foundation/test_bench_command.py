@@ -7,8 +7,8 @@ from types import ModuleType, SimpleNamespace
 
 import pytest
 
-from icecrawler.cli import main
-from icecrawler.commands import bench as bench_command
+from icecrawler_cli.cli import main
+from icecrawler_cli.commands import bench as bench_command
 
 
 @pytest.fixture

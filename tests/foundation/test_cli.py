@@ -7,15 +7,15 @@ import sys
 
 import pytest
 
-from icecrawler.cli import main
-from icecrawler.commands import COMMAND_MODULES
+from icecrawler_cli.cli import main
+from icecrawler_cli.commands import COMMAND_MODULES
 
 REQUIRED = ("scheduler", "storage", "client", "seed", "status", "export", "parse", "demo", "bench")
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "icecrawler", *args], capture_output=True, text=True, timeout=120, check=False
+        [sys.executable, "-m", "icecrawler_cli", *args], capture_output=True, text=True, timeout=120, check=False
     )
 
 

@@ -1,7 +1,7 @@
 """Every third-party package the code imports is declared in pyproject.toml, where its users need it: what the
 product packages import when they load, in the core dependencies (an import inside a function, such as the demo's
-plot, may come from an extra); the checkout-only packages (sandbox, bench) in the core or the bench/demo extras;
-the tests in any of those or the dev extra."""
+plot, may come from an extra); the checkout-only packages (sandbox, bench, icecrawler_local) in the core or the
+bench/demo extras; the tests in any of those or the dev extra."""
 
 from __future__ import annotations
 
@@ -16,6 +16,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 OURS = {
     "icecrawler",
+    "icecrawler_cli",
+    "icecrawler_local",
     "scheduler_server",
     "storage_server",
     "crawler_client",
@@ -26,7 +28,7 @@ OURS = {
     "Crawler",
     "CrawlerBench",
 }  # the last two: generated from Slice at run time
-PRODUCT = ("icecrawler", "scheduler_server", "storage_server", "crawler_client", "shhd")
+PRODUCT = ("icecrawler", "icecrawler_cli", "scheduler_server", "storage_server", "crawler_client", "shhd")
 
 
 def normalise(name: str) -> str:
@@ -84,6 +86,6 @@ def test_every_import_is_declared_where_it_is_needed() -> None:
     extras = {name: requirement_names(requirements) for name, requirements in project["optional-dependencies"].items()}
     assert undeclared(PRODUCT, core, at_load_only=True) == {}
     assert undeclared(PRODUCT, core | extras["bench"] | extras["demo"]) == {}
-    assert undeclared(("sandbox", "bench"), core | extras["bench"] | extras["demo"]) == {}
+    assert undeclared(("sandbox", "bench", "icecrawler_local"), core | extras["bench"] | extras["demo"]) == {}
     assert undeclared(("tests",), core | extras["bench"] | extras["demo"] | extras["dev"]) == {}
     assert "simhash" not in core and "matplotlib" not in core, "bench/demo-only packages belong in extras"

@@ -16,10 +16,10 @@ import Ice
 import pytest
 
 from icecrawler import rpc
-from icecrawler.commands.export import Progress
-from icecrawler.commands.tasks import pages
 from icecrawler.models import Post
 from icecrawler.processes import ProcessGroup, free_port, icecrawler_argv, wait_for_port
+from icecrawler_cli.commands.export import Progress
+from icecrawler_cli.commands.tasks import pages
 
 pytestmark = [pytest.mark.ice]
 

@@ -14,9 +14,9 @@ import pytest
 
 import icecrawler
 from crawler_client.headers import FALLBACK_USER_AGENT
-from icecrawler import cli
 from icecrawler.errors import MissingPartError
 from icecrawler.optional import explain_missing, source_checkout
+from icecrawler_cli import cli
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -52,7 +52,7 @@ def test_a_command_that_cannot_be_imported_is_listed_and_says_why(
     real = importlib.import_module
 
     def without_sandbox(name: str, package: str | None = None) -> ModuleType:
-        if name == "icecrawler.commands.demo":
+        if name == "icecrawler_cli.commands.demo":
             raise ModuleNotFoundError("No module named 'sandbox'", name="sandbox")
         return real(name, package)
 
@@ -67,7 +67,7 @@ def test_a_command_that_cannot_be_imported_is_listed_and_says_why(
 def test_a_missing_extra_while_a_command_runs_names_the_extra(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from icecrawler.commands import settings as settings_command
+    from icecrawler_cli.commands import settings as settings_command
 
     def run(*args: object) -> int:
         raise ModuleNotFoundError("No module named 'simhash'", name="simhash")

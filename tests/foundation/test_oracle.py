@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from icecrawler import oracle
 from icecrawler.models import Post, Review
+from icecrawler_local import oracle
 from storage_server.schema import REVIEW, WEIBO, post_row, review_row
 from storage_server.stores import SqliteStore
 

@@ -27,7 +27,7 @@ pytestmark = [pytest.mark.build, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[2]
 VERSION = icecrawler.__version__
 #: What the wheel installs into site-packages: the product, no test- or bench-only packages.
-PRODUCT = {"icecrawler", "scheduler_server", "storage_server", "crawler_client", "shhd"}
+PRODUCT = {"icecrawler", "icecrawler_cli", "scheduler_server", "storage_server", "crawler_client", "shhd"}
 
 
 def copy_checkout(target: Path) -> Path:
@@ -111,8 +111,8 @@ def test_the_sdist_carries_what_the_wheel_is_built_from(dist: Path) -> None:
     sdist = only(dist, f"icecrawler-{VERSION}.tar.gz")
     with tarfile.open(sdist) as archive:
         names = {name.split("/", 1)[1] for name in archive.getnames() if "/" in name}
-    assert {"pyproject.toml", "setup.py", "slice/crawler.ice", "README.md", "icecrawler/cli.py"} <= names
-    assert not any(name.startswith(("sandbox/", "bench/", "tests/")) for name in names)
+    assert {"pyproject.toml", "setup.py", "slice/crawler.ice", "README.md", "icecrawler_cli/cli.py"} <= names
+    assert not any(name.startswith(("sandbox/", "bench/", "icecrawler_local/", "tests/")) for name in names)
 
 
 def test_the_wheel_installs_into_a_fresh_venv_and_runs(dist: Path, tmp_path: Path) -> None:
@@ -165,7 +165,7 @@ def test_the_wheel_installs_into_a_fresh_venv_and_runs(dist: Path, tmp_path: Pat
     )
     installed_names = {path.name for path in site.iterdir()}
     assert installed_names >= PRODUCT
-    assert not installed_names & {"sandbox", "bench", "tests"}
+    assert not installed_names & {"sandbox", "bench", "icecrawler_local", "tests"}
 
     # The dependencies installed here, by path (no editable finder of ours runs from a path line).
     (site / "deps.pth").write_text(
@@ -181,7 +181,7 @@ def test_the_wheel_installs_into_a_fresh_venv_and_runs(dist: Path, tmp_path: Pat
     assert loaded.returncode == 0, loaded.stderr
     assert loaded.stdout.strip() == str(site / "icecrawler" / "slice" / "crawler.ice")
 
-    for command in ("sandbox", "demo", "bench"):
+    for command in ("sandbox", "demo", "bench", "hbase"):
         refused = subprocess.run(
             [venv / "bin" / "icecrawler", command],
             capture_output=True,

@@ -324,7 +324,7 @@ def test_scheduler_shard_k_listens_at_port_plus_k_and_targets_probe_every_shard(
 def test_a_daemon_with_a_bad_metrics_port_stops_with_a_clear_error_before_starting(
     role: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from icecrawler.cli import main
+    from icecrawler_cli.cli import main
 
     code = main(
         [
@@ -341,7 +341,7 @@ def test_a_daemon_with_a_bad_metrics_port_stops_with_a_clear_error_before_starti
 
 
 def test_targets_refuses_an_empty_host_list(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from icecrawler.cli import main
+    from icecrawler_cli.cli import main
 
     assert main(["targets", "--hosts", " , ", "--dir", str(tmp_path / "t")]) == 2
     assert "--hosts names no host" in capsys.readouterr().err

@@ -23,9 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from icecrawler.oracle import truth_index
 from icecrawler.processes import icecrawler_argv, wait_for_port
-from icecrawler.stack import Stack, running_stack
+from icecrawler_local.oracle import truth_index
+from icecrawler_local.stack import Stack, running_stack
 from sandbox.scenario import Product, Scenario, WeiboUser
 from sandbox.schedules import Schedule
 from tests.helpers import truncated_posts, wait_for

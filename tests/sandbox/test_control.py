@@ -186,7 +186,7 @@ def test_subprocess_launcher_and_cli(tmp_path: Path) -> None:
         assert sandbox.control("truth")["counts"]["weibo_mobile"]["2000000001"] >= 3
     assert not sandbox.process.alive() and sandbox.process.popen.returncode == 0
     printed = subprocess.run(
-        [sys.executable, "-m", "icecrawler", "sandbox", "--print-scenario"],
+        [sys.executable, "-m", "icecrawler_cli", "sandbox", "--print-scenario"],
         capture_output=True,
         text=True,
         timeout=60,

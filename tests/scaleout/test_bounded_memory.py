@@ -23,9 +23,9 @@ import Ice
 import pytest
 
 from icecrawler import limits, rpc
-from icecrawler.launcher import Cluster
 from icecrawler.processes import ManagedProcess, ProcessGroup, free_port
 from icecrawler.settings import Settings
+from icecrawler_local.launcher import Cluster
 
 pytestmark = [pytest.mark.ice, pytest.mark.e2e, pytest.mark.slow]
 

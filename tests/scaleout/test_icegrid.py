@@ -24,8 +24,8 @@ from pathlib import Path
 import Ice
 import pytest
 
-from icecrawler.launcher import Cluster, Workload
 from icecrawler.processes import ProcessGroup, free_port, poll_until
+from icecrawler_local.launcher import Cluster, Workload
 from tests.requirements import skip_or_fail
 
 pytestmark = [pytest.mark.ice, pytest.mark.e2e, pytest.mark.slow]
@@ -122,7 +122,7 @@ def test_icegrid_crawl_with_a_node_added_mid_crawl(grid: Grid, tmp_path: Path) -
         scheduler = "scheduler"
         seed_conf = cluster.ice_config("seed", {"Scheduler.Proxy": scheduler, **locator_props})
         seeded = subprocess.run(
-            [sys.executable, "-m", "icecrawler", "seed", *workload.seed_ids(), f"--Ice.Config={seed_conf}"],
+            [sys.executable, "-m", "icecrawler_cli", "seed", *workload.seed_ids(), f"--Ice.Config={seed_conf}"],
             capture_output=True,
             text=True,
             timeout=60,

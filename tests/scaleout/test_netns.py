@@ -24,8 +24,8 @@ from typing import Any
 
 import pytest
 
-from icecrawler.launcher import Cluster, Workload
 from icecrawler.processes import ManagedProcess, ProcessGroup, poll_until
+from icecrawler_local.launcher import Cluster, Workload
 from tests.requirements import skip_or_fail
 from tests.scaleout.netlab import NetLab
 

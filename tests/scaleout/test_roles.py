@@ -19,8 +19,8 @@ import Ice
 import pytest
 
 from icecrawler import rpc, tls
-from icecrawler.launcher import Cluster
 from icecrawler.processes import ProcessGroup, free_port
+from icecrawler_local.launcher import Cluster
 
 pytestmark = [pytest.mark.ice, pytest.mark.e2e]
 

@@ -19,8 +19,8 @@ from cryptography import x509
 from cryptography.x509.oid import NameOID
 
 from icecrawler import rpc, tls
-from icecrawler.launcher import Cluster
 from icecrawler.processes import ProcessGroup, free_port, icecrawler_argv
+from icecrawler_local.launcher import Cluster
 
 pytestmark = [pytest.mark.ice, pytest.mark.e2e, pytest.mark.slow]
 
@@ -142,7 +142,7 @@ def test_cli_without_certificate_is_refused(tls_scheduler: str, pki: dict[str, P
 
 def test_certs_command_writes_usable_files(tmp_path: Path) -> None:
     """`icecrawler certs init|issue` from the command line: files, modes, subject, and --help."""
-    run = [sys.executable, "-m", "icecrawler", "certs"]
+    run = [sys.executable, "-m", "icecrawler_cli", "certs"]
     assert subprocess.run([*run, "init", "--dir", str(tmp_path)], capture_output=True, timeout=60).returncode == 0
     issued = subprocess.run(
         [*run, "issue", "node-7", "--dir", str(tmp_path), "--ip", "10.0.0.7"],

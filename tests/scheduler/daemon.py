@@ -28,8 +28,6 @@ class SchedulerDaemon:
     port: int = 0
     process: ManagedProcess | None = None
     starts: int = 0
-    #: Start with ``python -m scheduler_server`` (same daemon, quicker start) instead of ``icecrawler scheduler``.
-    fast_start: bool = False
 
     @property
     def proxy(self) -> str:
@@ -46,8 +44,8 @@ class SchedulerDaemon:
         conf.write_text(f"SchedulerAdapter.Endpoints=tcp -h 127.0.0.1 -p {self.port}\nIce.ThreadPool.Server.Size=4\n")
         sets = [f"--set=scheduler.db_dir={self.db_dir}"] + [f"--set={k}={v}" for k, v in self.settings.items()]
         self.starts += 1
-        argv = [sys.executable, "-m", "scheduler_server"] if self.fast_start else icecrawler_argv("scheduler")
-        self.process = self.group.start(f"scheduler-{self.starts}", [*argv, *sets, f"--Ice.Config={conf}"], cwd=REPO)
+        argv = icecrawler_argv("scheduler", *sets, f"--Ice.Config={conf}")
+        self.process = self.group.start(f"scheduler-{self.starts}", argv, cwd=REPO)
         wait_for_port("127.0.0.1", self.port, 30, alive=self.process.alive)
 
     def kill9(self) -> None:
@@ -64,12 +62,10 @@ class SchedulerDaemon:
 
 
 @contextmanager
-def scheduler_daemon(tmp: Path, fast_start: bool = False, **settings: Any) -> Iterator[SchedulerDaemon]:
+def scheduler_daemon(tmp: Path, **settings: Any) -> Iterator[SchedulerDaemon]:
     """A running scheduler with ``settings`` (dotted keys given with ``__``); everything stopped on exit."""
     with ProcessGroup(tmp / "logs") as group:
-        daemon = SchedulerDaemon(
-            group, tmp, {k.replace("__", "."): str(v) for k, v in settings.items()}, fast_start=fast_start
-        )
+        daemon = SchedulerDaemon(group, tmp, {k.replace("__", "."): str(v) for k, v in settings.items()})
         daemon.start()
         yield daemon
 

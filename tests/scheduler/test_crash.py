@@ -44,7 +44,6 @@ def test_kill_9_loses_and_duplicates_nothing(tmp_path: Path) -> None:
     seeded = {f"user:weibo_pc:{n}" for n in range(SEEDS)}
     with scheduler_daemon(
         tmp_path,
-        fast_start=True,
         scheduler__lease_s=1,
         scheduler__maintenance_interval_s=0.1,
         scheduler__policy="fixed",
@@ -93,9 +92,7 @@ def test_kill_9_of_either_shard_loses_and_duplicates_nothing(tmp_path: Path) -> 
         for shard in (0, 1):
             (tmp_path / f"shard{shard}").mkdir()
             shards.append(
-                stack.enter_context(
-                    scheduler_daemon(tmp_path / f"shard{shard}", fast_start=True, scheduler__shard=shard, **settings)
-                )
+                stack.enter_context(scheduler_daemon(tmp_path / f"shard{shard}", scheduler__shard=shard, **settings))
             )
         proxies = ";".join(daemon.proxy for daemon in shards)
         with rpc.communicator(properties={"Scheduler.Proxies": proxies}) as comm:

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from icecrawler.commands.status import render_text
 from icecrawler.errors import InvalidArgumentError
 from icecrawler.models import Report, TaskKind
 from icecrawler.resume import Gap, encode_cursor
+from icecrawler_cli.commands.status import render_text
 from scheduler_server.core import SchedulerCore
 from scheduler_server.store import BdbQueueStore
 from tests.scheduler.conftest import ManualClocks, make_settings

@@ -16,6 +16,7 @@ from icecrawler import rpc
 from icecrawler.datalock import DataLock
 from icecrawler.errors import ServiceError
 from icecrawler.models import TaskKind
+from icecrawler.processes import icecrawler_argv
 from scheduler_server.core import SchedulerCore
 from scheduler_server.integrity import open_checked
 from scheduler_server.store import BdbQueueStore
@@ -27,11 +28,11 @@ pytestmark = [pytest.mark.bdb]
 
 
 def start_second(db_dir: Path, tmp: Path) -> subprocess.CompletedProcess[str]:
-    """``python -m scheduler_server`` on ``db_dir`` (another port); returns once it exits (it must)."""
+    """``icecrawler scheduler`` on ``db_dir`` (another port); returns once it exits (it must)."""
     conf = tmp / "second.conf"
     conf.write_text("SchedulerAdapter.Endpoints=tcp -h 127.0.0.1 -p 0\n")
     return subprocess.run(
-        [sys.executable, "-m", "scheduler_server", f"--set=scheduler.db_dir={db_dir}", f"--Ice.Config={conf}"],
+        icecrawler_argv("scheduler", f"--set=scheduler.db_dir={db_dir}", f"--Ice.Config={conf}"),
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -71,7 +72,7 @@ def test_a_data_lock_is_exclusive_names_its_holder_and_is_free_again_once_releas
 
 @pytest.mark.ice
 def test_a_second_scheduler_on_the_same_db_dir_refuses_and_a_killed_ones_lock_is_not_stale(tmp_path: Path) -> None:
-    with scheduler_daemon(tmp_path, fast_start=True) as daemon:
+    with scheduler_daemon(tmp_path) as daemon:
         second = start_second(daemon.db_dir, tmp_path)
         assert second.returncode == 2
         assert (
@@ -184,7 +185,7 @@ def test_a_full_disk_is_a_declared_error_the_daemon_survives_and_serves_again(tm
     acknowledged: list[str] = []
     with (
         small_tmpfs(tmp_path / "fs", 48) as fs,
-        scheduler_daemon(tmp_path, fast_start=True, scheduler__db_dir=fs / "db") as daemon,
+        scheduler_daemon(tmp_path, scheduler__db_dir=fs / "db") as daemon,
         scheduler_proxy(daemon) as prx,
     ):
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -38,9 +37,7 @@ def two_shards(tmp: Path) -> Iterator[list[SchedulerDaemon]]:
         for shard in (0, 1):
             (tmp / f"shard{shard}").mkdir()
         yield [
-            stack.enter_context(
-                scheduler_daemon(tmp / f"shard{shard}", fast_start=True, scheduler__shard=shard, **SETTINGS)
-            )
+            stack.enter_context(scheduler_daemon(tmp / f"shard{shard}", scheduler__shard=shard, **SETTINGS))
             for shard in (0, 1)
         ]
 
@@ -142,14 +139,12 @@ def test_seed_and_status_route_and_add_up_over_the_shards(tmp_path: Path) -> Non
 
 
 def test_a_shard_database_will_not_start_as_another_shard(tmp_path: Path) -> None:
-    with scheduler_daemon(tmp_path, fast_start=True, scheduler__shard=0, **SETTINGS) as daemon:
+    with scheduler_daemon(tmp_path, scheduler__shard=0, **SETTINGS) as daemon:
         daemon.stop()
     sets = [f"--set={key.replace('__', '.')}={value}" for key, value in SETTINGS.items()]
     wrong = subprocess.run(
         [
-            sys.executable,
-            "-m",
-            "scheduler_server",
+            *icecrawler_argv("scheduler"),
             f"--set=scheduler.db_dir={daemon.db_dir}",
             "--set=scheduler.shard=1",
             *sets,

@@ -203,7 +203,7 @@ def test_a_configured_account_wins_over_visitor_sessions(tmp_path: object, clock
 
 
 def test_status_text_shows_visitor_sessions_without_cookies(clocks: ManualClocks) -> None:
-    from icecrawler.commands.status import render_text
+    from icecrawler_cli.commands.status import render_text
 
     passport = Passport()
     core = core_with_visitors(clocks, passport)

@@ -13,7 +13,7 @@ from icecrawler import rpc
 from icecrawler.models import Post, Review
 from icecrawler.processes import ManagedProcess, free_port, icecrawler_argv, wait_for_port
 from icecrawler.settings import Settings
-from storage_server.hbase_local import LocalHBase
+from icecrawler_local.hbase_local import LocalHBase
 from tests.requirements import skip_or_fail
 
 BIG_ID = (1 << 63) - 7  # far above 2**53: a float would round it

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from icecrawler.cli import main
 from icecrawler.errors import ConfigError
+from icecrawler_cli.cli import main
 from storage_server import schema
 from storage_server.export import export
 from storage_server.stores import MemoryStore, SqliteStore

@@ -9,7 +9,7 @@ import pytest
 
 from icecrawler.errors import ServiceError
 from icecrawler.processes import free_port
-from storage_server.hbase_local import LocalHBase
+from icecrawler_local.hbase_local import LocalHBase
 
 
 @pytest.mark.hbase

@@ -13,7 +13,7 @@ import happybase
 import pytest
 
 from icecrawler import rpc
-from storage_server.hbase_local import LocalHBase
+from icecrawler_local.hbase_local import LocalHBase
 from storage_server.hbase_store import decode_columns
 from tests.helpers import wait_for
 from tests.storage.conftest import BIG_ID, StorageServerRunner, make_post

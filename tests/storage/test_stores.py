@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from icecrawler_local.hbase_local import LocalHBase
 from storage_server import schema
-from storage_server.hbase_local import LocalHBase
 from storage_server.hbase_store import HBaseStore
 from storage_server.stores import MemoryStore, RecordStore, SqliteStore
 from tests.storage.conftest import BIG_ID, USER, make_post, make_review

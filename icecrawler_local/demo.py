@@ -1,7 +1,7 @@
 """``icecrawler demo``: a whole crawl on one machine, end to end, in about a minute.
 
 It starts the sandbox sites, a scheduler, a storage server on the embedded store and N clients as separate
-processes (``icecrawler.stack``), seeds Weibo users on all three Weibo front ends (weibo.com's JSON API
+processes (``icecrawler_local.stack``), seeds Weibo users on all three Weibo front ends (weibo.com's JSON API
 through a visitor session the scheduler mints, m.weibo.cn, the legacy desktop feed), ECSHOP and JD products and
 an ECSHOP listing, and lets them crawl on an accelerated clock while printing progress. At the cut-off it stops counting
 new publications and drains: it waits (bounded) until everything published before the cut-off is stored.
@@ -25,15 +25,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 
-from icecrawler.commands import BaseCommand
-from icecrawler.oracle import stored_index, truth_index
-from icecrawler.settings import Settings
-from icecrawler.stack import SITE_PREFIX, Stack, running_stack
+from icecrawler_local.oracle import stored_index, truth_index
+from icecrawler_local.stack import SITE_PREFIX, Stack, running_stack
 from sandbox.scenario import Scenario, default_scenario, load_scenario
 from sandbox.schedules import Schedule
 from sandbox.world import WEIBO_SOURCES
 
-__all__ = ["Command", "DemoResult", "SourceSummary", "mean_interval_s", "seed_ids", "summarize"]
+__all__ = ["Demo", "DemoResult", "SourceSummary", "mean_interval_s", "seed_ids", "summarize"]
 
 #: Scheduler settings of the demo crawl. The first period is the paper's one minute; the longest period is
 #: capped at 20 simulated minutes so that the drain after the cut-off is bounded (about one longest period).
@@ -269,7 +267,9 @@ def _interrupts_once() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous[1])
 
 
-class Command(BaseCommand):
+class Demo:
+    """The demo application; ``icecrawler demo`` (``icecrawler_cli.commands.demo``) declares its options and runs it."""
+
     summary = "run a whole local crawl (sandbox sites, scheduler, storage, clients) and report on it"
     description = (
         "Start the sandbox sites, a scheduler, a storage server on the embedded store and --clients crawler "
@@ -312,7 +312,7 @@ class Command(BaseCommand):
         parser.add_argument("--scenario", default="", help="sandbox scenario file (default: the built-in demo world)")
         parser.add_argument("--no-plot", action="store_true", help="skip the period plot")
 
-    def run(self, args: argparse.Namespace, settings: Settings, ice_args: list[str]) -> int:
+    def run(self, args: argparse.Namespace) -> int:
         if args.duration <= 0 or args.speed <= 0 or args.clients < 1 or args.every <= 0:
             print("icecrawler demo: --duration, --speed, --every must be > 0 and --clients >= 1", file=sys.stderr)
             return 2

@@ -7,8 +7,8 @@ import sys
 from pathlib import Path
 
 from icecrawler import tls
-from icecrawler.commands import BaseCommand
 from icecrawler.settings import Settings
+from icecrawler_cli.commands import BaseCommand
 
 
 class Command(BaseCommand):

@@ -1,4 +1,4 @@
-"""The ``icecrawler`` command: global options, then one subcommand from ``icecrawler.commands``."""
+"""The ``icecrawler`` command: global options, then one subcommand from ``icecrawler_cli.commands``."""
 
 from __future__ import annotations
 
@@ -9,25 +9,25 @@ import sys
 from collections.abc import Sequence
 
 from icecrawler import __version__
-from icecrawler.commands import COMMAND_MODULES, BaseCommand, Unavailable
 from icecrawler.errors import IcecrawlerError
 from icecrawler.logs import configure_logging
 from icecrawler.optional import explain_missing, use_source_checkout
 from icecrawler.settings import load_settings
+from icecrawler_cli.commands import COMMAND_MODULES, BaseCommand, Unavailable
 
 __all__ = ["main"]
 
 ICE_PREFIXES = ("--Ice.", "--IceSSL.", "--IceGrid.", "--IceMX.", "--IceLocatorDiscovery.")
 
 
-def _load_commands() -> dict[str, BaseCommand]:
-    """Every subcommand; one whose module needs what this install lacks (a source checkout, an extra) is listed
-    all the same and says what is missing when run."""
+def _load_commands(names: Sequence[str] = COMMAND_MODULES) -> dict[str, BaseCommand]:
+    """The named subcommands (default: every one, for ``--help``); one whose module needs what this install lacks
+    (a source checkout, an extra) is listed all the same and says what is missing when run."""
     use_source_checkout()
     commands: dict[str, BaseCommand] = {}
-    for name in COMMAND_MODULES:
+    for name in names:
         try:
-            commands[name] = importlib.import_module(f"icecrawler.commands.{name}").Command()
+            commands[name] = importlib.import_module(f"icecrawler_cli.commands.{name}").Command()
         except ModuleNotFoundError as exc:
             error = explain_missing(exc, name)
             if error is None:
@@ -99,11 +99,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv == ["--version"]:  # answered before any command module (and what it imports) is loaded
         print(f"icecrawler {__version__}")
         return 0
-    commands = _load_commands()
-    parser = build_parser(commands)
     ice_args = [arg for arg in argv if arg.startswith(ICE_PREFIXES)]
     rest = [arg for arg in argv if not arg.startswith(ICE_PREFIXES)]
     named = next((arg for arg in rest if not arg.startswith("-")), None)
+    # Only the command being run is imported (a daemon starts without loading every role); --help and an unknown
+    # name load them all, to list them.
+    commands = _load_commands([named] if named in COMMAND_MODULES else COMMAND_MODULES)
+    parser = build_parser(commands)
     unavailable = commands.get(named or "")
     if isinstance(unavailable, Unavailable) and "-h" not in rest and "--help" not in rest:
         print(f"icecrawler {named}: error: {unavailable.error}", file=sys.stderr)  # before its options are parsed

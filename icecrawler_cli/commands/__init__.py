@@ -1,7 +1,7 @@
 """One module per ``icecrawler`` subcommand, each with a ``Command`` class (Scrapy's commands/ layout).
 
-To add a subcommand, write ``icecrawler/commands/<name>.py`` with ``class Command(BaseCommand)`` and list the
-module in ``COMMAND_MODULES``; ``icecrawler.cli`` does the rest.
+To add a subcommand, write ``icecrawler_cli/commands/<name>.py`` with ``class Command(BaseCommand)`` and list the
+module in ``COMMAND_MODULES``; ``icecrawler_cli.cli`` does the rest.
 """
 
 from __future__ import annotations

@@ -8,8 +8,8 @@ import threading
 from pathlib import Path
 
 from icecrawler import rpc
-from icecrawler.commands import BaseCommand
 from icecrawler.settings import Settings
+from icecrawler_cli.commands import BaseCommand
 
 
 class Command(BaseCommand):

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from icecrawler import rpc
-from icecrawler.commands import BaseCommand
 from icecrawler.settings import Settings
+from icecrawler_cli.commands import BaseCommand
 
 #: Tasks asked for per call (at most the scheduler's batch limit, 1000 by default).
 PAGE = 500

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from icecrawler.commands import BaseCommand
 from icecrawler.settings import Settings
+from icecrawler_cli.commands import BaseCommand
 
 
 class Command(BaseCommand):

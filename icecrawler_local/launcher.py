@@ -2,13 +2,13 @@
 processes under one work directory, each stopped by a ``ProcessGroup`` (SIGTERM, then SIGKILL after a bound).
 
 Everything that starts a local crawl goes through ``Cluster``: ``icecrawler demo`` and the end-to-end tests (via
-``icecrawler.stack.running_stack``, which adds a shared accelerated clock and free loopback ports), the
+``icecrawler_local.stack.running_stack``, which adds a shared accelerated clock and free loopback ports), the
 scale-out tests and the benchmarks. Each process can run inside a network namespace (``wrap`` turns an argv
 into e.g. ``ip netns exec NS argv``), so one launcher drives both the loopback benchmark and the network-fault
 test. Nothing here needs to reach the processes over the network from the caller's own namespace: ground truth
 comes from the sandbox's truth file, stored records straight from the embedded SQLite file (both judged by
-``icecrawler.oracle``), and scheduler state from ``probe`` run where the scheduler is reachable
-(``python -m icecrawler.launcher probe``). It imports ``sandbox``, so it runs from a source checkout only.
+``icecrawler_local.oracle``), and scheduler state from ``probe`` run where the scheduler is reachable
+(``python -m icecrawler_local.launcher probe``). It imports ``sandbox``, so it runs from a source checkout only.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from icecrawler import oracle
 from icecrawler.errors import ServiceError
 from icecrawler.processes import ManagedProcess, ProcessGroup, icecrawler_argv, wait_for_port
+from icecrawler_local import oracle
 from sandbox.launch import sandbox_argv
 from sandbox.sources import source_settings
 
@@ -297,7 +297,7 @@ class Cluster:
                 [
                     sys.executable,
                     "-m",
-                    "icecrawler.launcher",
+                    "icecrawler_local.launcher",
                     "probe",
                     f"--Ice.Config={conf}",
                     *extra,
@@ -339,8 +339,8 @@ class Cluster:
 
 
 def _probe_main(argv: Sequence[str]) -> int:
-    """``python -m icecrawler.launcher probe --Ice.Config=F TASK...``: print stats + taskInfo as JSON."""
-    parser = argparse.ArgumentParser(prog="icecrawler.launcher probe")
+    """``python -m icecrawler_local.launcher probe --Ice.Config=F TASK...``: print stats + taskInfo as JSON."""
+    parser = argparse.ArgumentParser(prog="icecrawler_local.launcher probe")
     parser.add_argument("tasks", nargs="*")
     ice = [arg for arg in argv if arg.startswith("--Ice")]
     args = parser.parse_args([arg for arg in argv if not arg.startswith("--Ice")])
@@ -369,5 +369,5 @@ def _probe_main(argv: Sequence[str]) -> int:
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "probe":
         sys.exit(_probe_main(sys.argv[2:]))
-    print("usage: python -m icecrawler.launcher probe --Ice.Config=FILE TASK_ID...", file=sys.stderr)
+    print("usage: python -m icecrawler_local.launcher probe --Ice.Config=FILE TASK_ID...", file=sys.stderr)
     sys.exit(2)

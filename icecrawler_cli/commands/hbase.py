@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 
-from icecrawler.commands import BaseCommand
 from icecrawler.settings import Settings
+from icecrawler_cli.commands import BaseCommand
+from icecrawler_local.hbase_local import LocalHBase  # source checkout only: the command says so when missing
 
 
 class Command(BaseCommand):
@@ -25,8 +26,6 @@ class Command(BaseCommand):
         parser.add_argument("action", choices=["start", "stop", "status"])
 
     def run(self, args: argparse.Namespace, settings: Settings, ice_args: list[str]) -> int:
-        from storage_server.hbase_local import LocalHBase
-
         hbase = LocalHBase.from_settings(settings)
         if args.action == "start":
             print(hbase.start())

@@ -1,7 +1,7 @@
 """A whole local crawl on loopback, sharing one accelerated clock: the sandbox sites, a scheduler (Berkeley DB),
 a storage server (embedded SQLite) and any number of ``icecrawler client`` processes, started by the one
-launcher (``icecrawler.launcher.Cluster``) on free ports under one var directory, and judged by the one oracle
-(``icecrawler.oracle``).
+launcher (``icecrawler_local.launcher.Cluster``) on free ports under one var directory, and judged by the one oracle
+(``icecrawler_local.oracle``).
 
 ``icecrawler demo`` and the end-to-end tests drive the same stack, so what the demo shows is what the tests
 check: starting and stopping (SIGTERM, then SIGKILL after a bound, also on exceptions and Ctrl-C), seeding,
@@ -22,9 +22,10 @@ from typing import Any
 
 import Ice
 
-from icecrawler import oracle, rpc
-from icecrawler.launcher import Cluster
+from icecrawler import rpc
 from icecrawler.processes import ManagedProcess, ProcessGroup, free_port
+from icecrawler_local import oracle
+from icecrawler_local.launcher import Cluster
 from sandbox.launch import SandboxProcess
 from sandbox.scenario import Scenario, default_scenario
 from sandbox.sources import SITE_OF_SOURCE

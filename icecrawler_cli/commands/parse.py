@@ -34,10 +34,10 @@ from crawler_client.sources import (
     source_options,
 )
 from icecrawler.clock import BEIJING
-from icecrawler.commands import BaseCommand
 from icecrawler.errors import ConfigError, FetchError, ParseError
 from icecrawler.models import Task, TaskKind, make_task_id
 from icecrawler.settings import Settings
+from icecrawler_cli.commands import BaseCommand
 
 #: Base URL used for the request the file is assumed to answer (only the path and query matter).
 SNIFF_BASE = "http://saved.invalid"

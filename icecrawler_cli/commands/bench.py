@@ -9,8 +9,8 @@ import importlib
 import pkgutil
 
 import bench
-from icecrawler.commands import BaseCommand
 from icecrawler.settings import Settings
+from icecrawler_cli.commands import BaseCommand
 
 
 def available() -> list[str]:

@@ -8,9 +8,9 @@ import time
 from pathlib import Path
 from typing import TextIO
 
-from icecrawler.commands import BaseCommand
 from icecrawler.errors import ConfigError
 from icecrawler.settings import Settings
+from icecrawler_cli.commands import BaseCommand
 
 
 class Command(BaseCommand):

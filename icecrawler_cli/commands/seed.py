@@ -7,11 +7,11 @@ from pathlib import Path
 from typing import Any
 
 from icecrawler import rpc
-from icecrawler.commands import BaseCommand
 from icecrawler.errors import ConfigError
 from icecrawler.models import SOURCES, TaskKind
 from icecrawler.settings import Settings
 from icecrawler.sourcespec import registry
+from icecrawler_cli.commands import BaseCommand
 
 
 def default_kind(source: str) -> TaskKind:

@@ -13,9 +13,9 @@ from typing import Any
 import Ice
 
 from icecrawler import rpc
-from icecrawler.commands import BaseCommand
 from icecrawler.settings import Settings
 from icecrawler.shards import ShardMap
+from icecrawler_cli.commands import BaseCommand
 
 #: How long status waits for a server before calling it unreachable (milliseconds).
 STATUS_TIMEOUT_MS = 3000

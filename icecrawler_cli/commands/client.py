@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING
 
 from icecrawler import rpc
 from icecrawler.clock import Clock
-from icecrawler.commands import BaseCommand
 from icecrawler.metrics import MetricsConfig, MetricsEndpoint, serve
 from icecrawler.settings import Settings
+from icecrawler_cli.commands import BaseCommand
 
 if TYPE_CHECKING:
     from crawler_client.daemon import ClientDaemon

@@ -1,7 +1,0 @@
-"""``python -m icecrawler``."""
-
-import sys
-
-from icecrawler.cli import main
-
-sys.exit(main())
