@@ -51,6 +51,7 @@ check: setup-dev
 test: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 	$(BIN)/mypy
 	$(BIN)/icecrawler hbase start
 	ICECRAWLER_HBASE_RUNNING=1 $(BIN)/pytest; status=$$?; $(BIN)/icecrawler hbase stop; exit $$status
