@@ -51,6 +51,39 @@ class BaseCommand:
         raise NotImplementedError
 
 
+class DaemonCommand(BaseCommand):
+    """A server daemon's command: ``--recover`` and ``--listen``, then the role's ``run(settings, ice_args,
+    listen=...)``. A role only names itself, its adapter and port, what recovery does, and how to serve."""
+
+    takes_ice_args = True
+    #: The settings prefix and the adapter the daemon serves (``scheduler`` / ``SchedulerAdapter``).
+    role: ClassVar[str] = ""
+    adapter: ClassVar[str] = ""
+    default_port: ClassVar[int] = 0
+    #: What ``--recover`` does to this role's data.
+    recover_help: ClassVar[str] = ""
+
+    def add_options(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--recover", action="store_true", help=f"{self.recover_help} (setting {self.role}.recover)")
+        port = self.default_port
+        parser.add_argument(
+            "--listen",
+            default="",
+            metavar="ENDPOINTS",
+            help=f"Ice endpoints to listen on, e.g. 'tcp -h 127.0.0.1 -p {port}' or 'ssl -h 10.0.0.5 -p {port}' "
+            f"(overrides {self.adapter}.Endpoints of --Ice.Config)",
+        )
+
+    def run(self, args: argparse.Namespace, settings: Settings, ice_args: list[str]) -> int:
+        if args.recover:
+            settings.set(f"{self.role}.recover", True)
+        return self.serve(settings, ice_args, args.listen)
+
+    def serve(self, settings: Settings, ice_args: list[str], listen: str) -> int:
+        """Import the role's server (only now: other commands need not load it) and run it."""
+        raise NotImplementedError
+
+
 class Unavailable(BaseCommand):
     """Stands in for a subcommand this install cannot run (see ``icecrawler.optional``): it is still listed, and
     running it raises the error that names what is missing."""

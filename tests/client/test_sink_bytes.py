@@ -5,6 +5,7 @@ client would resend it forever."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from crawler_client.crawl import CrawlResult
 from crawler_client.sink import Sink, record_wire_bytes
@@ -22,21 +23,24 @@ def _result(name: str, sizes: list[int]) -> CrawlResult:
     )
 
 
-def test_writes_are_split_to_fit_the_byte_limit() -> None:
-    scheduler, storage = MemoryScheduler(), MemoryStorage()
-    sink = Sink(
+def _sink(scheduler: MemoryScheduler, storage: MemoryStorage, **limits: Any) -> Sink:
+    """A sink on in-memory servers with a frozen clock; ``limits`` are the Sink's write and backoff knobs."""
+    knobs: dict[str, Any] = {"write_batch": 100, "backoff_s": 1.0, "max_backoff_s": 8.0, **limits}
+    return Sink(
         scheduler,
         storage,
         buffer_records=1000,
         report_batch=10,
-        write_batch=100,
-        write_bytes=10_000,
-        backoff_s=1.0,
-        max_backoff_s=8.0,
         now_ms=lambda: 0,
         monotonic=lambda: 0.0,
         fingerprint=lambda texts: 0,
+        **knobs,
     )
+
+
+def test_writes_are_split_to_fit_the_byte_limit() -> None:
+    scheduler, storage = MemoryScheduler(), MemoryStorage()
+    sink = _sink(scheduler, storage, write_bytes=10_000)
     results = [_result("a", [1000, 1000, 1000, 10]), _result("b", [3000, 5, 5]), _result("c", [3000])]
     for item in results:
         sink.add(item)
@@ -53,18 +57,7 @@ def test_writes_are_split_to_fit_the_byte_limit() -> None:
 
 def test_without_a_byte_limit_only_the_count_splits() -> None:
     scheduler, storage = MemoryScheduler(), MemoryStorage()
-    sink = Sink(
-        scheduler,
-        storage,
-        buffer_records=1000,
-        report_batch=10,
-        write_batch=2,
-        backoff_s=1.0,
-        max_backoff_s=8.0,
-        now_ms=lambda: 0,
-        monotonic=lambda: 0.0,
-        fingerprint=lambda texts: 0,
-    )
+    sink = _sink(scheduler, storage, write_batch=2)
     sink.add(_result("a", [3000] * 5))
     assert sink.flush() is True
     assert storage.writes == [2, 2, 1]
@@ -84,18 +77,7 @@ def test_a_refused_certificate_loses_nothing() -> None:
             return super().write_reviews(reviews)
 
     scheduler, storage = MemoryScheduler(), RefusingStorage()
-    sink = Sink(
-        scheduler,
-        storage,
-        buffer_records=1000,
-        report_batch=10,
-        write_batch=100,
-        backoff_s=0.0,
-        max_backoff_s=0.0,
-        now_ms=lambda: 0,
-        monotonic=lambda: 0.0,
-        fingerprint=lambda texts: 0,
-    )
+    sink = _sink(scheduler, storage, backoff_s=0.0, max_backoff_s=0.0)
     sink.add(_result("a", [10, 10]))
     assert sink.flush() is False
     assert sink.buffered_records() == 2 and scheduler.reports == []
