@@ -21,7 +21,7 @@ from icecrawler.datalock import DataLock
 from icecrawler.errors import InvalidArgumentError, NotAuthorizedError, StorageUnavailableError
 from icecrawler.metrics import MetricsConfig, MetricsEndpoint, serve
 from icecrawler.models import SOURCES, TaskKind
-from icecrawler.security import Gate, guarded, has_secure_endpoint
+from icecrawler.security import Gate, guarded, guarded_listening
 from icecrawler.settings import Settings
 from icecrawler.settings.validation import check_paths, validate_values
 from scheduler_server.core import SchedulerCore
@@ -247,15 +247,14 @@ def run(settings: Settings, ice_args: Sequence[str], listen: str = "") -> int:
     check_paths(settings.as_dict(), dirs=["scheduler.db_dir"])
     metrics_config = MetricsConfig.from_settings(settings, "scheduler")  # a bad value fails before anything starts
     with rpc.communicator(ice_args, SCHEDULER_PROPERTIES) as comm:
-        endpoints = rpc.prepare_adapter(
+        gate = guarded_listening(
             comm,
+            settings,
             rpc.SCHEDULER_ADAPTER,
             rpc.SCHEDULER_ENDPOINTS,
-            endpoints=listen,
-            allow_insecure=settings.get_bool("security.allow_insecure"),
+            listen=listen,
             message_size_max_kib=limits.scheduler_message_kib(settings),
         )
-        gate = Gate.from_setting(settings.get_str("security.revoked"), tls=has_secure_endpoint(comm, endpoints))
         with data_lock(settings):
             core = open_core(settings)
             rpc.settle_server_heap()  # after the queue index is loaded, so that collections never walk it

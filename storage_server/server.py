@@ -10,7 +10,7 @@ from icecrawler import limits, rpc
 from icecrawler.datalock import DataLock
 from icecrawler.errors import StorageUnavailableError
 from icecrawler.metrics import MetricsConfig, MetricsEndpoint, serve
-from icecrawler.security import Gate, has_secure_endpoint
+from icecrawler.security import guarded_listening
 from icecrawler.settings import Settings
 from icecrawler.settings.validation import check_paths, validate_values
 from storage_server.integrity import check_store_file, mark_created
@@ -65,15 +65,14 @@ def run(settings: Settings, ice_args: list[str], listen: str = "") -> int:
     check_paths(settings.as_dict(), dirs=["storage.spool_dir"], files=["storage.embedded.path"] if embedded else [])
     metrics_config = MetricsConfig.from_settings(settings, "storage")  # a bad value fails before anything starts
     with rpc.communicator(ice_args, properties=SERVER_PROPERTIES) as comm, ExitStack() as held:
-        endpoints = rpc.prepare_adapter(
+        gate = guarded_listening(
             comm,
+            settings,
             rpc.STORAGE_ADAPTER,
             rpc.STORAGE_ENDPOINTS,
-            endpoints=listen,
-            allow_insecure=settings.get_bool("security.allow_insecure"),
+            listen=listen,
             message_size_max_kib=limits.storage_message_kib(settings),
         )
-        gate = Gate.from_setting(settings.get_str("security.revoked"), tls=has_secure_endpoint(comm, endpoints))
         for lock in data_locks(settings):
             held.enter_context(lock)
         service = open_service(settings)
