@@ -2,7 +2,7 @@
 
 They serve two users: the client benchmark (``bench/client.py`` times parse + fingerprint per page over
 ``bench_cases()``), and the parser tests (bulk pages of any size). Each builder follows the formats in
-docs/FORMATS.md and docs/SOURCES.md: a 15-post ``mbloglist`` chunk (three make a 45-post page), a getIndex page
+docs/SITE_FORMATS.md and docs/SOURCES.md: a 15-post ``mbloglist`` chunk (three make a 45-post page), a getIndex page
 with a pinned post, a weibo.com ``mymblog`` page, an ECSHOP goods page or ``comment.php`` envelope with 5-10
 comments, and a JD JSONP page of 10 comments. Everything is deterministic for a given ``seed``.
 """
@@ -97,7 +97,7 @@ def _pc_post(
     truncated: bool = False,
     pictures: int = 0,
 ) -> str:
-    """One ``feed_list_item`` as the v6 profile feed renders it (docs/FORMATS.md §1.3)."""
+    """One ``feed_list_item`` as the v6 profile feed renders it (docs/SITE_FORMATS.md §1.3)."""
     bid = f"F{mid % 10**8:08d}"[:9]
     ms = int(moment.timestamp() * 1000)
     text = (
@@ -419,7 +419,7 @@ def web_timeline(
 def ecshop_comments_html(
     goods_id: int = 42, *, comments: int = 5, page: int = 1, record_count: int = 23, page_count: int = 5, seed: int = 0
 ) -> str:
-    """``library/comments_list.lbi`` rendered (default theme, docs/FORMATS.md §3.2), with an admin reply."""
+    """``library/comments_list.lbi`` rendered (default theme, docs/SITE_FORMATS.md §3.2), with an admin reply."""
     rng = random.Random(seed * 100 + page)
     now = datetime.fromtimestamp(SAMPLE_NOW_MS / 1000, tz=BEIJING)
     items = []
@@ -510,7 +510,7 @@ def jd_comments(
     jsonp: bool = True,
     seed: int = 0,
 ) -> bytes:
-    """``productPageComments.action``: int64 ids, entity-laden content, ``*CountStr`` summary (docs/FORMATS.md §4.2)."""
+    """``productPageComments.action``: int64 ids, entity-laden content, ``*CountStr`` summary (docs/SITE_FORMATS.md §4.2)."""
     rng = random.Random(seed * 1000 + page)
     now = datetime.fromtimestamp(SAMPLE_NOW_MS / 1000, tz=BEIJING)
     rows = []

@@ -1,5 +1,5 @@
 """An ECSHOP mall (default theme) under ``/ecshop``: ``goods.php?id=N`` with the rendered comment list,
-``comment.php?act=gotopage`` (the ``{error, message, content}`` JSON of docs/FORMATS.md §3), ``category.php`` goods
+``comment.php?act=gotopage`` (the ``{error, message, content}`` JSON of docs/SITE_FORMATS.md §3), ``category.php`` goods
 lists with the numbered pager, the ``user.php`` member login, and the shop index.
 
 Like stock ECSHOP: 5 comments per page, newest first, no comment ids; unknown goods and categories redirect to
