@@ -510,7 +510,8 @@ def jd_comments(
     jsonp: bool = True,
     seed: int = 0,
 ) -> bytes:
-    """``productPageComments.action``: int64 ids, entity-laden content, ``*CountStr`` summary (docs/SITE_FORMATS.md §4.2)."""
+    """``productPageComments.action``: int64 ids, entity-laden content, ``*CountStr`` summary
+    (docs/SITE_FORMATS.md §4.2)."""
     rng = random.Random(seed * 1000 + page)
     now = datetime.fromtimestamp(SAMPLE_NOW_MS / 1000, tz=BEIJING)
     rows = []
