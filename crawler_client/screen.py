@@ -9,20 +9,17 @@ storage server's call: it rejects exactly those records by index (``InvalidRecor
 
 from __future__ import annotations
 
-import re
 from dataclasses import fields
 
 from icecrawler.models import Post, Review
+from icecrawler.wire import INT64_MAX, INT64_MIN, lone_surrogate_at
 
 __all__ = ["record_problem"]
 
-_SURROGATE = re.compile("[\ud800-\udfff]")
-_LONG = (-(1 << 63), (1 << 63) - 1)
-
 
 def _text_problem(name: str, value: object) -> str | None:
-    match = _SURROGATE.search(value) if isinstance(value, str) else None
-    return f"{name} holds a lone surrogate at offset {match.start()} (not UTF-8)" if match else None
+    at = lone_surrogate_at(value) if isinstance(value, str) else None
+    return None if at is None else f"{name} holds a lone surrogate at offset {at} (not UTF-8)"
 
 
 def record_problem(record: Post | Review) -> str | None:
@@ -31,7 +28,7 @@ def record_problem(record: Post | Review) -> str | None:
         value = getattr(record, spec.name)
         if isinstance(value, bool):
             continue
-        if isinstance(value, int) and not _LONG[0] <= value <= _LONG[1]:
+        if isinstance(value, int) and not INT64_MIN <= value <= INT64_MAX:
             return f"{spec.name}={value} does not fit a 64-bit long"
         if isinstance(value, list):
             for entry in value:
