@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import html
 import threading
+from collections.abc import Sequence
 from typing import ClassVar
 
 from sandbox.content import SimReview, beijing
@@ -19,7 +20,16 @@ from sandbox.sites import SiteContext
 from sandbox.web import SimRequest, SimResponse, page_count, page_slice, php_json
 from sandbox.world import World
 
-__all__ = ["COMMENTS_PER_PAGE", "SESSION_COOKIE", "EcshopSite", "make_site"]
+__all__ = [
+    "COMMENTS_PER_PAGE",
+    "SESSION_COOKIE",
+    "EcshopSite",
+    "comment_li",
+    "comments_html",
+    "goods_html",
+    "gotopage_body",
+    "make_site",
+]
 
 COMMENTS_PER_PAGE = 5
 SESSION_COOKIE = "ECS_ID"
@@ -133,71 +143,24 @@ class EcshopSite:
         reviews = self.world.reviews("ecshop", goods_id, request.now_ms) if state is not None else None
         if state is None or reviews is None:
             return SimResponse.redirect("./")
-        name = html.escape(state.spec.display_name)
-        category = state.spec.category
-        body = (
-            f'{_crumbs(category, "分类", name)}<div id="goodsInfo">'
-            f'<h1>{name}</h1><form action="javascript:addToCart({goods_id})" method="post" name="ECS_FORMBUY" '
-            f'id="ECS_FORMBUY"><input type="hidden" name="goods_id" value="{goods_id}" /></form></div>'
-            f'<div id="ECS_COMMENT">{self._comments(goods_id, reviews, 1)}</div><div>'
-        )
-        return SimResponse.html(_page(name, body))
+        page = goods_html(goods_id, state.spec.display_name, state.spec.category, self._comments(goods_id, reviews, 1))
+        return SimResponse.html(page)
 
     def _comment(self, request: SimRequest) -> SimResponse:
         if request.query.get("act") != "gotopage":
             return SimResponse.redirect("./")
         goods_id = self.target_of(request)
         reviews = (self.world.reviews("ecshop", goods_id, request.now_ms) if goods_id else None) or []
-        content = (
-            '<meta http-equiv="Content-Type" content="text/html; charset=utf-8">\n<!--用户评论 START-->'
-            + self._comments(goods_id, reviews, max(1, request.int_param("page", 1)))
-            + "<!--用户评论 END-->"
-        )
-        body = php_json({"error": 0, "message": _GOTOPAGE_MESSAGE, "content": content})
-        return SimResponse(200, body.encode(), "text/html; charset=utf-8")
+        page = max(1, request.int_param("page", 1))
+        return SimResponse(200, gotopage_body(self._comments(goods_id, reviews, page)), "text/html; charset=utf-8")
 
     @staticmethod
-    def _comment_li(review: SimReview) -> str:
-        user = html.escape(review.user) if review.user else "匿名用户"
-        text = html.escape(review.text).replace("\n", "<br />")
-        reply = (
-            f'<p><font class="f1">管理员：</font>{html.escape(review.admin_reply)}</p>' if review.admin_reply else ""
-        )
-        return (
-            f'<li class="word"><font class="f2">{user}</font> <font class="f3">( '
-            f"{beijing(review.created_ms):%Y-%m-%d %H:%M:%S} )</font><br />"
-            f'<img src="../images/stars{review.score}.gif" alt="" /><p>{text}</p>{reply}</li>'
-        )
-
-    def _comments(self, goods_id: str, reviews: list[SimReview], page: int) -> str:
-        """``library/comments_list.lbi`` for one page (the same markup in goods.php and comment.php)."""
-        total = len(reviews)
-        pages = max(1, page_count(total, COMMENTS_PER_PAGE))
+    def _comments(goods_id: str, reviews: list[SimReview], page: int) -> str:
+        """Page ``page`` of the comment list (the last page past the end)."""
+        pages = max(1, page_count(len(reviews), COMMENTS_PER_PAGE))
         page = min(page, pages)
         shown = page_slice(reviews, page, COMMENTS_PER_PAGE)
-        items = "".join(self._comment_li(r) for r in shown) or "<li>暂时还没有任何用户评论</li>"
-
-        def link(label: str, target: int, enabled: bool) -> str:
-            href = f"javascript:gotoPage({target},{goods_id},0)" if enabled else "javascript:;"
-            return f'<a href="{href}">{label}</a>'
-
-        pager = (
-            f'<div id="pagebar" class="f_r"><form name="selectPageForm" action="comment.php" method="get">'
-            f'<div id="pager">总计 {total} 个记录，共 {pages} 页。 <span> {link("第一页", 1, page > 1)} '
-            f"{link('上一页', page - 1, page > 1)} {link('下一页', page + 1, page < pages)} "
-            f"{link('最末页', pages, page < pages)} </span></div></form></div>"
-        )
-        form = (
-            f'<div class="commentsList"><form action="javascript:;" onsubmit="submitComment(this)" '
-            f'method="post" name="commentForm" id="commentForm"><textarea name="content" class="inputBorder">'
-            f'</textarea><input type="hidden" name="cmt_type" value="0" /><input type="hidden" name="id" '
-            f'value="{goods_id}" /></form></div>'
-        )
-        return (
-            f'<div class="box"><div class="box_1"><h3><span class="text">用户评论</span>(共<font class="f1">'
-            f'{total}</font>条评论)</h3><div class="boxCenterList clearfix" style="height:1%;">'
-            f'<ul class="comments">{items}</ul><div class="clearfix">{pager}</div></div>{form}</div></div>'
-        )
+        return comments_html(goods_id, shown, page=page, pages=pages, total=len(reviews))
 
     # --- categories and index -------------------------------------------------------------------------------
 
@@ -256,6 +219,68 @@ class EcshopSite:
             for cat_id, state in sorted(self.world.categories.items())
         )
         return SimResponse.html(_page("首页", f'<a href=".">首页</a></div></div><div id="category_tree">{links}<div>'))
+
+
+def comment_li(review: SimReview) -> str:
+    """One comment: user (or 匿名用户), time, stars, text, and the shop's reply if any."""
+    user = html.escape(review.user) if review.user else "匿名用户"
+    text = html.escape(review.text).replace("\n", "<br />")
+    reply = f'<p><font class="f1">管理员：</font>{html.escape(review.admin_reply)}</p>' if review.admin_reply else ""
+    return (
+        f'<li class="word"><font class="f2">{user}</font> <font class="f3">( '
+        f"{beijing(review.created_ms):%Y-%m-%d %H:%M:%S} )</font><br />"
+        f'<img src="../images/stars{review.score}.gif" alt="" /><p>{text}</p>{reply}</li>'
+    )
+
+
+def comments_html(goods_id: str, shown: Sequence[SimReview], *, page: int, pages: int, total: int) -> str:
+    """``library/comments_list.lbi`` for page ``page`` of ``pages`` showing ``shown`` of ``total`` comments (the
+    same markup in goods.php and comment.php)."""
+    items = "".join(comment_li(r) for r in shown) or "<li>暂时还没有任何用户评论</li>"
+
+    def link(label: str, target: int, enabled: bool) -> str:
+        href = f"javascript:gotoPage({target},{goods_id},0)" if enabled else "javascript:;"
+        return f'<a href="{href}">{label}</a>'
+
+    pager = (
+        f'<div id="pagebar" class="f_r"><form name="selectPageForm" action="comment.php" method="get">'
+        f'<div id="pager">总计 {total} 个记录，共 {pages} 页。 <span> {link("第一页", 1, page > 1)} '
+        f"{link('上一页', page - 1, page > 1)} {link('下一页', page + 1, page < pages)} "
+        f"{link('最末页', pages, page < pages)} </span></div></form></div>"
+    )
+    form = (
+        f'<div class="commentsList"><form action="javascript:;" onsubmit="submitComment(this)" '
+        f'method="post" name="commentForm" id="commentForm"><textarea name="content" class="inputBorder">'
+        f'</textarea><input type="hidden" name="cmt_type" value="0" /><input type="hidden" name="id" '
+        f'value="{goods_id}" /></form></div>'
+    )
+    return (
+        f'<div class="box"><div class="box_1"><h3><span class="text">用户评论</span>(共<font class="f1">'
+        f'{total}</font>条评论)</h3><div class="boxCenterList clearfix" style="height:1%;">'
+        f'<ul class="comments">{items}</ul><div class="clearfix">{pager}</div></div>{form}</div></div>'
+    )
+
+
+def goods_html(goods_id: str, display_name: str, category: int, comments: str) -> str:
+    """``goods.php?id=N``: the goods info and page 1 of its comments (``comments``) inside ``#ECS_COMMENT``."""
+    name = html.escape(display_name)
+    body = (
+        f'{_crumbs(category, "分类", name)}<div id="goodsInfo">'
+        f'<h1>{name}</h1><form action="javascript:addToCart({goods_id})" method="post" name="ECS_FORMBUY" '
+        f'id="ECS_FORMBUY"><input type="hidden" name="goods_id" value="{goods_id}" /></form></div>'
+        f'<div id="ECS_COMMENT">{comments}</div><div>'
+    )
+    return _page(name, body)
+
+
+def gotopage_body(comments: str) -> bytes:
+    """``comment.php?act=gotopage``'s ``{error, message, content}`` JSON around one page of ``comments``."""
+    content = (
+        '<meta http-equiv="Content-Type" content="text/html; charset=utf-8">\n<!--用户评论 START-->'
+        + comments
+        + "<!--用户评论 END-->"
+    )
+    return php_json({"error": 0, "message": _GOTOPAGE_MESSAGE, "content": content}).encode()
 
 
 def make_site(context: SiteContext) -> EcshopSite:

@@ -14,6 +14,7 @@ import functools
 import hashlib
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, ClassVar
 
@@ -22,7 +23,7 @@ from sandbox.sites import SiteContext
 from sandbox.web import SimRequest, SimResponse, page_count
 from sandbox.world import World
 
-__all__ = ["MAX_PAGE", "JdSite", "count_str", "make_site"]
+__all__ = ["MAX_PAGE", "JdSite", "comments_json", "count_str", "jsonp", "make_site", "summary_json"]
 
 MAX_PAGE = 100
 #: ``functionId`` of api.m.jd.com's comment call (served at ``/`` with ``appid=item-v3``).
@@ -148,65 +149,94 @@ class JdSite:
         max_page = min(MAX_PAGE, page_count(len(chosen), size))
         shown = chosen[page * size : (page + 1) * size] if page < max_page else []
         bonus = state.spec.count_bonus if state is not None else 0
-        body: dict[str, Any] = {
-            "jwotestProduct": None,
-            "score": score,
-            "comments": [],
-            "soType": request.int_param("sortType", 6),
-            "csv": "comment,sandbox",
-            "imageListCount": 0,
-            "hotCommentTagStatistics": [],
-            "testId": "cmt",
-            "vTagStatistics": None,
-            "maxPage": max_page,
-            "productCommentSummary": self._summary(product_id, reviews, bonus),
-            "productAttr": None,
-        }
-        # The comments are spliced in as cached JSON text: encoding them was most of the site's CPU per page.
-        text = json.dumps(body, ensure_ascii=False, separators=(",", ":")).replace(
-            '"comments":[]', '"comments":[' + ",".join(_comment_json(r, product_id) for r in shown) + "]", 1
+        text = comments_json(
+            shown,
+            product_id,
+            summary=summary_json(product_id, reviews, bonus),
+            max_page=max_page,
+            score=score,
+            sort_type=request.int_param("sortType", 6),
         )
         callback = request.query.get("callback", "")
         if callback and _CALLBACK_RE.match(callback):
-            return SimResponse(200, f"{callback}({text});".encode(), "text/html;charset=utf-8")
+            return SimResponse(200, jsonp(callback, text), "text/html;charset=utf-8")
         return SimResponse(200, text.encode(), "application/json; charset=utf-8")
 
-    def _summary(self, product_id: str, reviews: list[SimReview], bonus: int) -> dict[str, Any]:
-        def bucket(scores: tuple[int, ...]) -> str:
-            return count_str(sum(1 for r in reviews if r.score in scores) + (bonus if 5 in scores else 0))
 
-        total = len(reviews) + bonus
-        good = sum(1 for r in reviews if r.score >= 4) + bonus
-        rate = round(good / total, 3) if total else 0.0
-        summary: dict[str, Any] = {
-            "skuId": int(product_id) if product_id.isdigit() else 0,
-            "productId": int(product_id) if product_id.isdigit() else 0,
-            "averageScore": 5 if rate > 0.9 else 4,
-            "defaultGoodCount": 0,
-            "defaultGoodCountStr": "0",
-            "commentCount": 0,
-            "commentCountStr": count_str(total),
-            "goodCount": 0,
-            "goodCountStr": bucket((4, 5)),
-            "goodRate": rate,
-            "goodRateShow": int(rate * 100),
-            "generalCount": 0,
-            "generalCountStr": bucket((2, 3)),
-            "poorCount": 0,
-            "poorCountStr": bucket((1,)),
-            "videoCount": 0,
-            "videoCountStr": "0",
-            "afterCount": 0,
-            "afterCountStr": "0",
-            "showCount": 0,
-            "showCountStr": "0",
-            "plusCount": 0,
-            "plusCountStr": "0",
-            "extParam": {"aigcFlag": 0, "nfGoodCount": 0},
-        }
-        for score in range(1, 6):
-            summary[f"score{score}Count"] = 0
-        return summary
+def summary_json(product_id: str, reviews: Sequence[SimReview], bonus: int) -> dict[str, Any]:
+    """``productCommentSummary``: numeric counts 0, the rounded ``*CountStr`` texts over all ``reviews`` plus
+    ``bonus`` good ones (a product bigger than the sandbox holds)."""
+
+    def bucket(scores: tuple[int, ...]) -> str:
+        return count_str(sum(1 for r in reviews if r.score in scores) + (bonus if 5 in scores else 0))
+
+    total = len(reviews) + bonus
+    good = sum(1 for r in reviews if r.score >= 4) + bonus
+    rate = round(good / total, 3) if total else 0.0
+    summary: dict[str, Any] = {
+        "skuId": int(product_id) if product_id.isdigit() else 0,
+        "productId": int(product_id) if product_id.isdigit() else 0,
+        "averageScore": 5 if rate > 0.9 else 4,
+        "defaultGoodCount": 0,
+        "defaultGoodCountStr": "0",
+        "commentCount": 0,
+        "commentCountStr": count_str(total),
+        "goodCount": 0,
+        "goodCountStr": bucket((4, 5)),
+        "goodRate": rate,
+        "goodRateShow": int(rate * 100),
+        "generalCount": 0,
+        "generalCountStr": bucket((2, 3)),
+        "poorCount": 0,
+        "poorCountStr": bucket((1,)),
+        "videoCount": 0,
+        "videoCountStr": "0",
+        "afterCount": 0,
+        "afterCountStr": "0",
+        "showCount": 0,
+        "showCountStr": "0",
+        "plusCount": 0,
+        "plusCountStr": "0",
+        "extParam": {"aigcFlag": 0, "nfGoodCount": 0},
+    }
+    for score in range(1, 6):
+        summary[f"score{score}Count"] = 0
+    return summary
+
+
+def comments_json(
+    shown: Sequence[SimReview],
+    product_id: str,
+    *,
+    summary: dict[str, Any],
+    max_page: int,
+    score: int = 0,
+    sort_type: int = 6,
+) -> str:
+    """A ``productPageComments`` answer showing ``shown`` as compact JSON text (the caller wraps JSONP)."""
+    body: dict[str, Any] = {
+        "jwotestProduct": None,
+        "score": score,
+        "comments": [],
+        "soType": sort_type,
+        "csv": "comment,sandbox",
+        "imageListCount": 0,
+        "hotCommentTagStatistics": [],
+        "testId": "cmt",
+        "vTagStatistics": None,
+        "maxPage": max_page,
+        "productCommentSummary": summary,
+        "productAttr": None,
+    }
+    # The comments are spliced in as cached JSON text: encoding them was most of the site's CPU per page.
+    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).replace(
+        '"comments":[]', '"comments":[' + ",".join(_comment_json(r, product_id) for r in shown) + "]", 1
+    )
+
+
+def jsonp(callback: str, text: str) -> bytes:
+    """The JSONP answer ``callback(text);`` (as the site serves it when ``callback=`` is given)."""
+    return f"{callback}({text});".encode()
 
 
 def make_site(context: SiteContext) -> JdSite:

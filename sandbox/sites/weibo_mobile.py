@@ -9,6 +9,7 @@ The timeline's first page starts with the pinned post (``isTop: 1``, out of date
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 from urllib.parse import quote
 
@@ -16,10 +17,10 @@ from sandbox.content import SimPost
 from sandbox.scenario import WeiboUser
 from sandbox.sites import SiteContext
 from sandbox.sites.weibo import WeiboMarkup, has_weibo_session, rfc2822_beijing, text_html, topic_query
-from sandbox.web import SimRequest, SimResponse
+from sandbox.web import SimRequest, SimResponse, php_json
 from sandbox.world import World
 
-__all__ = ["PAGE_SIZE", "WeiboMobileSite", "make_site"]
+__all__ = ["PAGE_SIZE", "WeiboMobileSite", "card_json", "make_site", "mblog_json", "timeline_body", "user_json"]
 
 #: Posts per timeline page (the pinned post comes on top of page 1).
 PAGE_SIZE = 10
@@ -102,24 +103,19 @@ class WeiboMobileSite:
         chunk = dated[start : start + PAGE_SIZE]
         if not chunk:
             return SimResponse.json(EMPTY, php=True)
-        cards = [self._card(post, containerid, len(posts)) for post in (pinned if first_page else []) + chunk]
-        info: dict[str, Any] = {"containerid": containerid, "v_p": 42, "show_style": 1, "total": len(posts)}
+        cursor: dict[str, int] = {}
         following = start + PAGE_SIZE
         if following < len(dated):
             if user.cursor == "page":
-                info["page"] = following // PAGE_SIZE + 1
+                cursor["page"] = following // PAGE_SIZE + 1
             else:
-                info["since_id"] = dated[following].mid
-        data = {
-            "cardlistInfo": info,
-            "cards": cards,
-            "scheme": f"sinaweibo://cardlist?containerid={containerid}&extparam=&luicode=10000011",
-            "showAppTips": 0,
-        }
-        return SimResponse.json({"ok": 1, "data": data}, php=True)
+                cursor["since_id"] = dated[following].mid
+        shown = (pinned if first_page else []) + chunk
+        body = timeline_body(shown, containerid=containerid, total=len(posts), cursor=cursor)
+        return SimResponse(200, body, "application/json; charset=utf-8")
 
     def _profile(self, user: WeiboUser, posts: list[SimPost]) -> dict[str, Any]:
-        info = self._user_json(user.uid, user.display_name, len(posts))
+        info = user_json(user.uid, user.display_name, len(posts))
         tabs = [
             {"id": 1, "tabKey": "profile", "title": "主页", "tab_type": "profile", "containerid": f"230283{user.uid}"},
             {
@@ -140,94 +136,6 @@ class WeiboMobileSite:
             },
         }
 
-    def _user_json(self, uid: int, name: str, statuses: int) -> dict[str, Any]:
-        followers = 1455 + uid % 100_000
-        return {
-            "id": uid,
-            "screen_name": name,
-            "profile_image_url": f"https://tvax1.sinaimg.cn/crop.0.0.180.180.180/{uid:x}ly8g.jpg",
-            "profile_url": f"https://m.weibo.cn/u/{uid}?uid={uid}&luicode=10000011&lfid={TIMELINE_PREFIX}{uid}",
-            "statuses_count": statuses,
-            "verified": False,
-            "verified_type": -1,
-            "close_blue_v": False,
-            "description": "沙盒里的用户",
-            "gender": "f" if uid % 2 else "m",
-            "mbtype": 0,
-            "urank": 12,
-            "mbrank": 0,
-            "follow_me": False,
-            "following": False,
-            "followers_count": f"{followers / 10000:.1f}万" if uid % 3 == 0 else followers,
-            "follow_count": 200 + uid % 300,
-            "avatar_hd": f"https://wx1.sinaimg.cn/orj480/{uid:x}ly8g.jpg",
-            "like": False,
-            "like_me": False,
-        }
-
-    def _mblog(self, post: SimPost, statuses: int) -> dict[str, Any]:
-        mblog: dict[str, Any] = {
-            "visible": {"type": 0, "list_id": 0},
-            "created_at": rfc2822_beijing(post.created_ms),
-            "id": str(post.mid),
-            "mid": str(post.mid),
-            "can_edit": False,
-            "show_additional_indication": 0,
-            "text": text_html(post, MARKUP, full=False),
-            "textLength": len(post.text.encode("gbk")),
-            "source": "iPhone客户端",
-            "favorited": False,
-            "pic_ids": [],
-            "is_paid": False,
-            "mblog_vip_type": 0,
-            "user": self._user_json(post.uid, post.user_name, statuses),
-            "reposts_count": _count(post.reposts),
-            "comments_count": _count(post.comments),
-            "attitudes_count": _count(post.likes),
-            "pending_approval_count": 0,
-            "isLongText": post.long_text,
-            "mlevel": 0,
-            "mblogtype": 0,
-            "bid": post.bid,
-            "pic_num": 0,
-        }
-        if post.pictures:
-            mblog.update(
-                pic_ids=list(post.pictures),
-                pic_num=len(post.pictures),
-                thumbnail_pic=f"https://wx1.sinaimg.cn/thumbnail/{post.pictures[0]}.jpg",
-                bmiddle_pic=f"http://wx1.sinaimg.cn/bmiddle/{post.pictures[0]}.jpg",
-                original_pic=f"https://wx1.sinaimg.cn/large/{post.pictures[0]}.jpg",
-                pics=[
-                    {
-                        "pid": pid,
-                        "url": f"https://wx1.sinaimg.cn/orj360/{pid}.jpg",
-                        "size": "orj360",
-                        "geo": {"width": 360, "height": 480, "croped": False},
-                        "large": {
-                            "size": "large",
-                            "url": f"https://wx1.sinaimg.cn/large/{pid}.jpg",
-                            "geo": {"width": "1080", "height": "1440", "croped": False},
-                        },
-                    }
-                    for pid in post.pictures
-                ],
-            )
-        if post.pinned:
-            mblog.update(isTop=1, mblogtype=2, title={"text": "置顶", "base_color": 1})
-        if post.retweet is not None:
-            mblog["retweeted_status"] = self._mblog(post.retweet, 100)
-            mblog["raw_text"] = post.text
-        return mblog
-
-    def _card(self, post: SimPost, containerid: str, statuses: int) -> dict[str, Any]:
-        return {
-            "card_type": 9,
-            "itemid": f"{containerid}_-_{post.mid}",
-            "scheme": f"https://m.weibo.cn/status/{post.bid}?mblogid={post.bid}&luicode=10000011&lfid={containerid}",
-            "mblog": self._mblog(post, statuses),
-        }
-
     def _extend(self, request: SimRequest) -> SimResponse:
         mid = request.query.get("id", "")
         post = self.world.post(int(mid), request.now_ms) if mid.isdigit() else None
@@ -241,6 +149,111 @@ class WeiboMobileSite:
             "attitudes_count": _count(post.likes),
         }
         return SimResponse.json({"ok": 1, "data": data}, php=True)
+
+
+def user_json(uid: int, name: str, statuses: int) -> dict[str, Any]:
+    followers = 1455 + uid % 100_000
+    return {
+        "id": uid,
+        "screen_name": name,
+        "profile_image_url": f"https://tvax1.sinaimg.cn/crop.0.0.180.180.180/{uid:x}ly8g.jpg",
+        "profile_url": f"https://m.weibo.cn/u/{uid}?uid={uid}&luicode=10000011&lfid={TIMELINE_PREFIX}{uid}",
+        "statuses_count": statuses,
+        "verified": False,
+        "verified_type": -1,
+        "close_blue_v": False,
+        "description": "沙盒里的用户",
+        "gender": "f" if uid % 2 else "m",
+        "mbtype": 0,
+        "urank": 12,
+        "mbrank": 0,
+        "follow_me": False,
+        "following": False,
+        "followers_count": f"{followers / 10000:.1f}万" if uid % 3 == 0 else followers,
+        "follow_count": 200 + uid % 300,
+        "avatar_hd": f"https://wx1.sinaimg.cn/orj480/{uid:x}ly8g.jpg",
+        "like": False,
+        "like_me": False,
+    }
+
+
+def mblog_json(post: SimPost, statuses: int) -> dict[str, Any]:
+    """One post as a card's ``mblog`` (its original nested as ``retweeted_status``)."""
+    mblog: dict[str, Any] = {
+        "visible": {"type": 0, "list_id": 0},
+        "created_at": rfc2822_beijing(post.created_ms),
+        "id": str(post.mid),
+        "mid": str(post.mid),
+        "can_edit": False,
+        "show_additional_indication": 0,
+        "text": text_html(post, MARKUP, full=False),
+        "textLength": len(post.text.encode("gbk")),
+        "source": "iPhone客户端",
+        "favorited": False,
+        "pic_ids": [],
+        "is_paid": False,
+        "mblog_vip_type": 0,
+        "user": user_json(post.uid, post.user_name, statuses),
+        "reposts_count": _count(post.reposts),
+        "comments_count": _count(post.comments),
+        "attitudes_count": _count(post.likes),
+        "pending_approval_count": 0,
+        "isLongText": post.long_text,
+        "mlevel": 0,
+        "mblogtype": 0,
+        "bid": post.bid,
+        "pic_num": 0,
+    }
+    if post.pictures:
+        mblog.update(
+            pic_ids=list(post.pictures),
+            pic_num=len(post.pictures),
+            thumbnail_pic=f"https://wx1.sinaimg.cn/thumbnail/{post.pictures[0]}.jpg",
+            bmiddle_pic=f"http://wx1.sinaimg.cn/bmiddle/{post.pictures[0]}.jpg",
+            original_pic=f"https://wx1.sinaimg.cn/large/{post.pictures[0]}.jpg",
+            pics=[
+                {
+                    "pid": pid,
+                    "url": f"https://wx1.sinaimg.cn/orj360/{pid}.jpg",
+                    "size": "orj360",
+                    "geo": {"width": 360, "height": 480, "croped": False},
+                    "large": {
+                        "size": "large",
+                        "url": f"https://wx1.sinaimg.cn/large/{pid}.jpg",
+                        "geo": {"width": "1080", "height": "1440", "croped": False},
+                    },
+                }
+                for pid in post.pictures
+            ],
+        )
+    if post.pinned:
+        mblog.update(isTop=1, mblogtype=2, title={"text": "置顶", "base_color": 1})
+    if post.retweet is not None:
+        mblog["retweeted_status"] = mblog_json(post.retweet, 100)
+        mblog["raw_text"] = post.text
+    return mblog
+
+
+def card_json(post: SimPost, containerid: str, statuses: int) -> dict[str, Any]:
+    return {
+        "card_type": 9,
+        "itemid": f"{containerid}_-_{post.mid}",
+        "scheme": f"https://m.weibo.cn/status/{post.bid}?mblogid={post.bid}&luicode=10000011&lfid={containerid}",
+        "mblog": mblog_json(post, statuses),
+    }
+
+
+def timeline_body(shown: Sequence[SimPost], *, containerid: str, total: int, cursor: Mapping[str, int]) -> bytes:
+    """A getIndex timeline page showing ``shown`` (a pinned post first, if any); ``cursor`` is the next page's
+    ``{"page": N}`` or ``{"since_id": mid}``, empty on the last page."""
+    info: dict[str, Any] = {"containerid": containerid, "v_p": 42, "show_style": 1, "total": total, **cursor}
+    data = {
+        "cardlistInfo": info,
+        "cards": [card_json(post, containerid, total) for post in shown],
+        "scheme": f"sinaweibo://cardlist?containerid={containerid}&extparam=&luicode=10000011",
+        "showAppTips": 0,
+    }
+    return php_json({"ok": 1, "data": data}).encode()
 
 
 def make_site(context: SiteContext) -> WeiboMobileSite:

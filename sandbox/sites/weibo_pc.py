@@ -11,6 +11,7 @@ with PHP-style escapes; an empty chunk is ``data == ""``.
 from __future__ import annotations
 
 import html
+from collections.abc import Sequence
 from typing import ClassVar
 
 from sandbox.content import SimPost, beijing
@@ -21,7 +22,17 @@ from sandbox.sites.weibo import WeiboMarkup, has_weibo_session, text_html, topic
 from sandbox.web import SimRequest, SimResponse, page_count, php_json
 from sandbox.world import World
 
-__all__ = ["CHUNKS_PER_PAGE", "CHUNK_SIZE", "WeiboPcSite", "display_time", "make_site"]
+__all__ = [
+    "CHUNKS_PER_PAGE",
+    "CHUNK_SIZE",
+    "WeiboPcSite",
+    "chunk_html",
+    "display_time",
+    "make_site",
+    "mbloglist_body",
+    "pager_html",
+    "post_html",
+]
 
 CHUNK_SIZE = 15
 CHUNKS_PER_PAGE = 3
@@ -112,20 +123,14 @@ class WeiboPcSite:
         user = self._user(self.target_of(request))
         page = max(1, request.int_param("page", 1))
         fragment = self._fragment(user, page, self._chunk(request, page), request.now_ms) if user else ""
-        body = php_json({"code": OK_CODE, "msg": "", "data": fragment})
-        return SimResponse(200, body.encode(), "application/json; charset=utf-8")
+        return SimResponse(200, mbloglist_body(fragment), "application/json; charset=utf-8")
 
     def _fragment(self, user: WeiboUser, page: int, chunk: int, now_ms: int) -> str:
         posts = self.world.timeline(user.uid, now_ms) or []
         start = ((page - 1) * CHUNKS_PER_PAGE + chunk) * CHUNK_SIZE
-        shown = posts[start : start + CHUNK_SIZE]
-        if not shown and chunk < CHUNKS_PER_PAGE - 1:
-            return ""
-        feed = "".join(self._post(post, user, now_ms) for post in shown)
-        if chunk < CHUNKS_PER_PAGE - 1:
-            return feed + _LAZYLOAD
         pages = page_count(len(posts), CHUNK_SIZE * CHUNKS_PER_PAGE)
-        return feed + (self._pager(user, page, pages) if pages else "")
+        shown = posts[start : start + CHUNK_SIZE]
+        return chunk_html(shown, uid=user.uid, domain=user.domain, page=page, chunk=chunk, pages=pages, now_ms=now_ms)
 
     def _profile(self, request: SimRequest) -> SimResponse:
         user = self._user(self.target_of(request))
@@ -161,102 +166,126 @@ class WeiboPcSite:
         data = {"code": OK_CODE, "msg": "", "data": {"html": text_html(post, MARKUP, full=True)}}
         return SimResponse(200, php_json(data).encode(), "application/json; charset=utf-8")
 
-    def _date_link(self, post: SimPost, now_ms: int) -> str:
-        when = beijing(post.created_ms)
-        return (
-            f'<a target="_blank" href="/{post.uid}/{post.bid}?from=page_100505_profile&wvr=6&mod=weibotime" '
-            f'title="{when:%Y-%m-%d %H:%M}" date="{post.created_ms}" class="S_txt2" '
-            f'node-type="feed_list_item_date" suda-data="key=tblog_home_new&value=feed_time:{post.mid}:fromprofile"'
-            f' name="{post.mid}">{display_time(post.created_ms, now_ms)}</a>'
-        )
 
-    def _forward(self, original: SimPost, now_ms: int) -> str:
-        name = html.escape(original.user_name)
-        return (
-            f'<div class="WB_feed_expand"><div class="W_arrow_bor W_arrow_bor_t"><i class="S_bg1_br"></i></div>'
-            f'<div class="WB_expand S_bg1" node-type="feed_list_forwardContent">'
-            f'<div class="WB_info"><a suda-uatrack="key=feed_headnick" node-type="feed_list_originNick" '
-            f'class="W_fb S_txt1" usercard="id={original.uid}" title="{name}" href="/u/{original.uid}">@{name}</a>'
-            f'</div><div class="WB_text" node-type="feed_list_reason">{text_html(original, MARKUP, full=True)}'
-            f'</div><div class="WB_func clearfix"><div class="WB_from S_txt2">{self._date_link(original, now_ms)}'
-            f"</div></div></div></div>"
-        )
+def _date_link(post: SimPost, now_ms: int) -> str:
+    when = beijing(post.created_ms)
+    return (
+        f'<a target="_blank" href="/{post.uid}/{post.bid}?from=page_100505_profile&wvr=6&mod=weibotime" '
+        f'title="{when:%Y-%m-%d %H:%M}" date="{post.created_ms}" class="S_txt2" '
+        f'node-type="feed_list_item_date" suda-data="key=tblog_home_new&value=feed_time:{post.mid}:fromprofile"'
+        f' name="{post.mid}">{display_time(post.created_ms, now_ms)}</a>'
+    )
 
-    def _post(self, post: SimPost, user: WeiboUser, now_ms: int) -> str:
-        name = html.escape(post.user_name)
-        tbinfo = f"ouid={post.uid}"
-        extra = ""
-        if post.retweet is not None:
-            tbinfo += f"&rouid={post.retweet.uid}"
-            extra = f' isforward="1" omid="{post.retweet.mid}"'
-        forward = self._forward(post.retweet, now_ms) if post.retweet is not None else ""
-        if post.pictures:
-            thumbs = "".join(
-                f'<li class="WB_pic li_{k + 1} S_bg1 S_line2 bigcursor" action-type="fl_pics" '
-                f'action-data="pic_id={pid}"><img src="//wx1.sinaimg.cn/thumb150/{pid}.jpg"></li>'
-                for k, pid in enumerate(post.pictures)
-            )
-            forward = (
-                f'<div class="WB_media_wrap clearfix"><div class="media_box">'
-                f'<ul class="WB_media_a WB_media_a_m{len(post.pictures)} clearfix" '
-                f'node-type="feed_list_media_prev">{thumbs}</ul></div></div>{forward}'
-            )
-        handles = "".join(
-            f'<li><a href="javascript:void(0);" class="S_txt2" action-type="{action}"><span class="pos">'
-            f'<span class="line S_line1"><span><em class="W_ficon {icon} S_ficon">{glyph}</em><em>'
-            f"{_count_em(value, label)}</em></span></span></span></a></li>"
-            for action, icon, glyph, value, label in (
-                ("fl_forward", "ficon_forward", "&#xe607;", post.reposts, "转发"),
-                ("fl_comment", "ficon_repeat", "&#xe608;", post.comments, "评论"),
-                ("fl_like", "ficon_praised", "ñ", post.likes, "赞"),
-            )
-        )
-        return (
-            f'<div class="WB_cardwrap WB_feed_type S_bg2 WB_feed_like" tbinfo="{html.escape(tbinfo)}"{extra} '
-            f'action-type="feed_list_item" diss-data="" mid="{post.mid}">'
-            f'<div class="WB_feed_detail clearfix" node-type="feed_content">'
-            f'<div class="WB_face W_fl"><div class="face"><a target="_blank" class="W_face_radius" '
-            f'href="/u/{post.uid}?refer_flag=1005055013_" title="{name}"><img usercard="id={post.uid}" title="{name}"'
-            f' alt="" width="50" height="50" src="//tva1.sinaimg.cn/crop.0.0.180.180.50/{post.uid:x}jw8e.jpg" '
-            f'class="W_face_radius" /></a></div></div>'
-            f'<div class="WB_detail"><div class="WB_info"><a suda-uatrack="key=feed_headnick" target="_blank" '
-            f'class="W_f14 W_fb S_txt1" usercard="id={post.uid}&type=0&refer_flag=1005055013_" '
-            f'href="/u/{post.uid}?refer_flag=1005055013_">{name}</a></div>'
-            f'<div class="WB_from S_txt2">{self._date_link(post, now_ms)} 来自 <a class="S_txt2" '
-            f'action-type="app_source" target="_blank" href="http://app.weibo.com/t/feed/6vtZb0" rel="nofollow">'
-            f"微博 weibo.com</a></div>"
-            f'<div class="WB_text W_f14" node-type="feed_list_content" nick-name="{name}">\n'
-            f"{text_html(post, MARKUP, full=False)}</div>{forward}</div></div>"
-            f'<div class="WB_feed_handle"><div class="WB_handle"><ul class="WB_row_line WB_row_r4 clearfix S_line2">'
-            f"{handles}</ul></div></div></div>"
-        )
 
-    def _pager(self, user: WeiboUser, page: int, pages: int) -> str:
-        base = f"/p/{user.domain}{user.uid}/home?pids=Pl_Official_MyProfileFeed__23&is_all=1&profile_ftype=1"
-        links = "".join(
-            f'<li{' class="cur"' if k == page else ""}><a bpfilter="page" class="page S_bg1" '
-            f'href="{base}&page={k}#feedtop">第&nbsp;{k}&nbsp;页</a></li>'
-            for k in range(1, pages + 1)
+def _forward(original: SimPost, now_ms: int) -> str:
+    name = html.escape(original.user_name)
+    return (
+        f'<div class="WB_feed_expand"><div class="W_arrow_bor W_arrow_bor_t"><i class="S_bg1_br"></i></div>'
+        f'<div class="WB_expand S_bg1" node-type="feed_list_forwardContent">'
+        f'<div class="WB_info"><a suda-uatrack="key=feed_headnick" node-type="feed_list_originNick" '
+        f'class="W_fb S_txt1" usercard="id={original.uid}" title="{name}" href="/u/{original.uid}">@{name}</a>'
+        f'</div><div class="WB_text" node-type="feed_list_reason">{text_html(original, MARKUP, full=True)}'
+        f'</div><div class="WB_func clearfix"><div class="WB_from S_txt2">{_date_link(original, now_ms)}'
+        f"</div></div></div></div>"
+    )
+
+
+def post_html(post: SimPost, now_ms: int) -> str:
+    """One ``feed_list_item`` card of the v6 profile feed (docs/SITE_FORMATS.md §1.3)."""
+    name = html.escape(post.user_name)
+    tbinfo = f"ouid={post.uid}"
+    extra = ""
+    if post.retweet is not None:
+        tbinfo += f"&rouid={post.retweet.uid}"
+        extra = f' isforward="1" omid="{post.retweet.mid}"'
+    forward = _forward(post.retweet, now_ms) if post.retweet is not None else ""
+    if post.pictures:
+        thumbs = "".join(
+            f'<li class="WB_pic li_{k + 1} S_bg1 S_line2 bigcursor" action-type="fl_pics" '
+            f'action-data="pic_id={pid}"><img src="//wx1.sinaimg.cn/thumb150/{pid}.jpg"></li>'
+            for k, pid in enumerate(post.pictures)
         )
-        nav = ""
-        if page > 1:
-            nav += (
-                f'<a bpfilter="page" class="page prev S_txt1 S_line1" href="{base}&page={page - 1}#feedtop">'
-                f"<span>上一页</span></a>"
-            )
-        if page < pages:
-            nav += (
-                f'<a bpfilter="page" class="page next S_txt1 S_line1" href="{base}&page={page + 1}#feedtop">'
-                f"<span>下一页</span></a>"
-            )
-        return (
-            f'<div class="WB_cardwrap S_bg2" node-type="feed_list_page"><div class="W_pages">'
-            f'<span class="list"><a action-type="feed_list_page_more" action-data="currentPage={page}'
-            f'&countPage={pages}" href="javascript:void(0);" class="page S_txt1">第{page}页'
-            f'<em class="W_ficon ficon_arrow_down S_ficon">c</em></a>'
-            f'<div class="layer_menu_list W_scroll" action-type="feed_list_page_morelist"><ul>{links}</ul></div>'
-            f"</span>{nav}</div></div>"
+        forward = (
+            f'<div class="WB_media_wrap clearfix"><div class="media_box">'
+            f'<ul class="WB_media_a WB_media_a_m{len(post.pictures)} clearfix" '
+            f'node-type="feed_list_media_prev">{thumbs}</ul></div></div>{forward}'
         )
+    handles = "".join(
+        f'<li><a href="javascript:void(0);" class="S_txt2" action-type="{action}"><span class="pos">'
+        f'<span class="line S_line1"><span><em class="W_ficon {icon} S_ficon">{glyph}</em><em>'
+        f"{_count_em(value, label)}</em></span></span></span></a></li>"
+        for action, icon, glyph, value, label in (
+            ("fl_forward", "ficon_forward", "&#xe607;", post.reposts, "转发"),
+            ("fl_comment", "ficon_repeat", "&#xe608;", post.comments, "评论"),
+            ("fl_like", "ficon_praised", "ñ", post.likes, "赞"),
+        )
+    )
+    return (
+        f'<div class="WB_cardwrap WB_feed_type S_bg2 WB_feed_like" tbinfo="{html.escape(tbinfo)}"{extra} '
+        f'action-type="feed_list_item" diss-data="" mid="{post.mid}">'
+        f'<div class="WB_feed_detail clearfix" node-type="feed_content">'
+        f'<div class="WB_face W_fl"><div class="face"><a target="_blank" class="W_face_radius" '
+        f'href="/u/{post.uid}?refer_flag=1005055013_" title="{name}"><img usercard="id={post.uid}" title="{name}"'
+        f' alt="" width="50" height="50" src="//tva1.sinaimg.cn/crop.0.0.180.180.50/{post.uid:x}jw8e.jpg" '
+        f'class="W_face_radius" /></a></div></div>'
+        f'<div class="WB_detail"><div class="WB_info"><a suda-uatrack="key=feed_headnick" target="_blank" '
+        f'class="W_f14 W_fb S_txt1" usercard="id={post.uid}&type=0&refer_flag=1005055013_" '
+        f'href="/u/{post.uid}?refer_flag=1005055013_">{name}</a></div>'
+        f'<div class="WB_from S_txt2">{_date_link(post, now_ms)} 来自 <a class="S_txt2" '
+        f'action-type="app_source" target="_blank" href="http://app.weibo.com/t/feed/6vtZb0" rel="nofollow">'
+        f"微博 weibo.com</a></div>"
+        f'<div class="WB_text W_f14" node-type="feed_list_content" nick-name="{name}">\n'
+        f"{text_html(post, MARKUP, full=False)}</div>{forward}</div></div>"
+        f'<div class="WB_feed_handle"><div class="WB_handle"><ul class="WB_row_line WB_row_r4 clearfix S_line2">'
+        f"{handles}</ul></div></div></div>"
+    )
+
+
+def pager_html(uid: int, domain: str, page: int, pages: int) -> str:
+    """The last chunk's pager: ``countPage`` in the action-data and one link per visible page."""
+    base = f"/p/{domain}{uid}/home?pids=Pl_Official_MyProfileFeed__23&is_all=1&profile_ftype=1"
+    links = "".join(
+        f'<li{' class="cur"' if k == page else ""}><a bpfilter="page" class="page S_bg1" '
+        f'href="{base}&page={k}#feedtop">第&nbsp;{k}&nbsp;页</a></li>'
+        for k in range(1, pages + 1)
+    )
+    nav = ""
+    if page > 1:
+        nav += (
+            f'<a bpfilter="page" class="page prev S_txt1 S_line1" href="{base}&page={page - 1}#feedtop">'
+            f"<span>上一页</span></a>"
+        )
+    if page < pages:
+        nav += (
+            f'<a bpfilter="page" class="page next S_txt1 S_line1" href="{base}&page={page + 1}#feedtop">'
+            f"<span>下一页</span></a>"
+        )
+    return (
+        f'<div class="WB_cardwrap S_bg2" node-type="feed_list_page"><div class="W_pages">'
+        f'<span class="list"><a action-type="feed_list_page_more" action-data="currentPage={page}'
+        f'&countPage={pages}" href="javascript:void(0);" class="page S_txt1">第{page}页'
+        f'<em class="W_ficon ficon_arrow_down S_ficon">c</em></a>'
+        f'<div class="layer_menu_list W_scroll" action-type="feed_list_page_morelist"><ul>{links}</ul></div>'
+        f"</span>{nav}</div></div>"
+    )
+
+
+def chunk_html(
+    shown: Sequence[SimPost], *, uid: int, domain: str, page: int, chunk: int, pages: int, now_ms: int
+) -> str:
+    """Chunk ``chunk`` (0-2) of visible page ``page`` showing ``shown``: the posts, then the lazy-load
+    placeholder (chunks 0 and 1) or the pager of ``pages`` pages (chunk 2); "" for an empty early chunk."""
+    if not shown and chunk < CHUNKS_PER_PAGE - 1:
+        return ""
+    feed = "".join(post_html(post, now_ms) for post in shown)
+    if chunk < CHUNKS_PER_PAGE - 1:
+        return feed + _LAZYLOAD
+    return feed + (pager_html(uid, domain, page, pages) if pages else "")
+
+
+def mbloglist_body(fragment: str) -> bytes:
+    """The ``mbloglist`` envelope around a chunk's HTML, PHP-escaped as on the wire."""
+    return php_json({"code": OK_CODE, "msg": "", "data": fragment}).encode()
 
 
 def make_site(context: SiteContext) -> WeiboPcSite:

@@ -13,7 +13,9 @@ others get no ``since_id`` key and are paged by ``page``. Past the end the answe
 
 from __future__ import annotations
 
+import json
 import secrets
+from collections.abc import Sequence
 from typing import Any, ClassVar
 from urllib.parse import quote
 
@@ -25,7 +27,7 @@ from sandbox.sites.weibo import LONG_TEXT_CUT, WeiboMarkup, rfc2822_beijing, tex
 from sandbox.web import SimRequest, SimResponse
 from sandbox.world import World
 
-__all__ = ["PAGE_SIZE", "WeiboWebSite", "make_site"]
+__all__ = ["PAGE_SIZE", "WeiboWebSite", "make_site", "mblog_json", "mymblog_body", "user_json"]
 
 PAGE_SIZE = 20
 
@@ -142,16 +144,13 @@ class WeiboWebSite:
         if not chunk:
             return SimResponse.json({"ok": 1})
         shown = (pinned if start == 0 else []) + chunk
-        data: dict[str, Any] = {
-            "list": [self._mblog(post, len(posts)) for post in shown],
-            "total": len(posts),
-            "status_visible": 0,
-            "topicList": [],
-        }
+        since_id = None
         if user.cursor == "since_id":
             following = start + PAGE_SIZE
-            data["since_id"] = f"{dated[following].mid}kp{page + 1}" if following < len(dated) else ""
-        return SimResponse.json({"ok": 1, "data": data})
+            since_id = f"{dated[following].mid}kp{page + 1}" if following < len(dated) else ""
+        return SimResponse(
+            200, mymblog_body(shown, total=len(posts), since_id=since_id), "application/json; charset=utf-8"
+        )
 
     def _longtext(self, request: SimRequest) -> SimResponse:
         key = request.query.get("id", "")
@@ -177,81 +176,99 @@ class WeiboWebSite:
         if user is None:
             return SimResponse.json({"ok": 0, "msg": "用户不存在"})
         posts = self.world.timeline(user.uid, request.now_ms) or []
-        return SimResponse.json({"ok": 1, "data": {"user": self._user_json(user.uid, user.display_name, len(posts))}})
+        return SimResponse.json({"ok": 1, "data": {"user": user_json(user.uid, user.display_name, len(posts))}})
 
-    # --- rendering --------------------------------------------------------------------------------------
-    @staticmethod
-    def _user_json(uid: int, name: str, statuses: int) -> dict[str, Any]:
-        return {
-            "id": uid,
-            "idstr": str(uid),
-            "pc_new": 7,
-            "screen_name": name,
-            "profile_image_url": f"https://tvax1.sinaimg.cn/crop.0.0.180.180.50/{uid:x}ly8g.jpg",
-            "profile_url": f"/u/{uid}",
-            "verified": False,
-            "verified_type": -1,
-            "domain": "",
-            "weihao": "",
-            "avatar_large": f"https://tvax1.sinaimg.cn/crop.0.0.180.180.180/{uid:x}ly8g.jpg",
-            "avatar_hd": f"https://tvax1.sinaimg.cn/crop.0.0.180.180.1024/{uid:x}ly8g.jpg",
-            "follow_me": False,
-            "following": False,
-            "mbrank": 0,
-            "mbtype": 0,
-            "statuses_count": statuses,
-            "followers_count": 1455 + uid % 100_000,
-            "planet_video": False,
-        }
 
-    def _mblog(self, post: SimPost, statuses: int) -> dict[str, Any]:
-        cut = post.text[:LONG_TEXT_CUT] if post.long_text else post.text
-        mblog: dict[str, Any] = {
-            "visible": {"type": 0, "list_id": 0},
-            "created_at": rfc2822_beijing(post.created_ms),
-            "id": post.mid,
-            "idstr": str(post.mid),
-            "mid": str(post.mid),
-            "mblogid": post.bid,
-            "user": self._user_json(post.uid, post.user_name, statuses),
-            "can_edit": False,
-            "textLength": len(post.text.encode("gbk")),
-            "source": "iPhone客户端",
-            "favorited": False,
-            "text": text_html(post, MARKUP, full=False),
-            "text_raw": (post.topic or "") + cut + (f"{post.emoji}" if post.emoji and not post.long_text else ""),
-            "pic_ids": list(post.pictures),
-            "pic_num": len(post.pictures),
-            "is_paid": False,
-            "mblog_vip_type": 0,
-            "number_display_strategy": {
-                "apply_scenario_flag": 3,
-                "display_text_min_number": 1000000,
-                "display_text": "100万+",
-            },
-            "reposts_count": post.reposts,
-            "comments_count": post.comments,
-            "attitudes_count": post.likes,
-            "attitudes_status": 0,
-            "isLongText": post.long_text,
-            "mlevel": 0,
-            "content_auth": 0,
-            "is_show_bulletin": 2,
-            "mblogtype": 0,
-            "showFeedRepost": False,
-            "showFeedComment": False,
-            "region_name": "发布于 北京",
-            "rcList": [],
-        }
-        if post.pictures:
-            mblog["pic_infos"] = {pid: _pic_info(pid) for pid in post.pictures}
-        if post.long_text:
-            mblog["continue_tag"] = {"title": "全文", "pic": "", "scheme": f"sinaweibo://detail?mblogid={post.mid}"}
-        if post.pinned:
-            mblog.update(isTop=1, mblogtype=2, title={"text": "置顶", "base_color": 1})
-        if post.retweet is not None:
-            mblog["retweeted_status"] = self._mblog(post.retweet, 100)
-        return mblog
+# --- rendering (pure: posts in, the wire format out) ------------------------------------------------------------------
+
+
+def user_json(uid: int, name: str, statuses: int) -> dict[str, Any]:
+    return {
+        "id": uid,
+        "idstr": str(uid),
+        "pc_new": 7,
+        "screen_name": name,
+        "profile_image_url": f"https://tvax1.sinaimg.cn/crop.0.0.180.180.50/{uid:x}ly8g.jpg",
+        "profile_url": f"/u/{uid}",
+        "verified": False,
+        "verified_type": -1,
+        "domain": "",
+        "weihao": "",
+        "avatar_large": f"https://tvax1.sinaimg.cn/crop.0.0.180.180.180/{uid:x}ly8g.jpg",
+        "avatar_hd": f"https://tvax1.sinaimg.cn/crop.0.0.180.180.1024/{uid:x}ly8g.jpg",
+        "follow_me": False,
+        "following": False,
+        "mbrank": 0,
+        "mbtype": 0,
+        "statuses_count": statuses,
+        "followers_count": 1455 + uid % 100_000,
+        "planet_video": False,
+    }
+
+
+def mblog_json(post: SimPost, statuses: int) -> dict[str, Any]:
+    """One post of the ``list`` (its original nested as ``retweeted_status``)."""
+    cut = post.text[:LONG_TEXT_CUT] if post.long_text else post.text
+    mblog: dict[str, Any] = {
+        "visible": {"type": 0, "list_id": 0},
+        "created_at": rfc2822_beijing(post.created_ms),
+        "id": post.mid,
+        "idstr": str(post.mid),
+        "mid": str(post.mid),
+        "mblogid": post.bid,
+        "user": user_json(post.uid, post.user_name, statuses),
+        "can_edit": False,
+        "textLength": len(post.text.encode("gbk")),
+        "source": "iPhone客户端",
+        "favorited": False,
+        "text": text_html(post, MARKUP, full=False),
+        "text_raw": (post.topic or "") + cut + (f"{post.emoji}" if post.emoji and not post.long_text else ""),
+        "pic_ids": list(post.pictures),
+        "pic_num": len(post.pictures),
+        "is_paid": False,
+        "mblog_vip_type": 0,
+        "number_display_strategy": {
+            "apply_scenario_flag": 3,
+            "display_text_min_number": 1000000,
+            "display_text": "100万+",
+        },
+        "reposts_count": post.reposts,
+        "comments_count": post.comments,
+        "attitudes_count": post.likes,
+        "attitudes_status": 0,
+        "isLongText": post.long_text,
+        "mlevel": 0,
+        "content_auth": 0,
+        "is_show_bulletin": 2,
+        "mblogtype": 0,
+        "showFeedRepost": False,
+        "showFeedComment": False,
+        "region_name": "发布于 北京",
+        "rcList": [],
+    }
+    if post.pictures:
+        mblog["pic_infos"] = {pid: _pic_info(pid) for pid in post.pictures}
+    if post.long_text:
+        mblog["continue_tag"] = {"title": "全文", "pic": "", "scheme": f"sinaweibo://detail?mblogid={post.mid}"}
+    if post.pinned:
+        mblog.update(isTop=1, mblogtype=2, title={"text": "置顶", "base_color": 1})
+    if post.retweet is not None:
+        mblog["retweeted_status"] = mblog_json(post.retweet, 100)
+    return mblog
+
+
+def mymblog_body(shown: Sequence[SimPost], *, total: int, since_id: str | None) -> bytes:
+    """A ``mymblog`` page showing ``shown`` (a pinned post first, if any); ``since_id`` None leaves the key out
+    (users paged by ``page``), "" marks the last page."""
+    data: dict[str, Any] = {
+        "list": [mblog_json(post, total) for post in shown],
+        "total": total,
+        "status_visible": 0,
+        "topicList": [],
+    }
+    if since_id is not None:
+        data["since_id"] = since_id
+    return json.dumps({"ok": 1, "data": data}, ensure_ascii=False, separators=(",", ":")).encode()
 
 
 def make_site(context: SiteContext) -> WeiboWebSite:
