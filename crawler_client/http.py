@@ -20,32 +20,26 @@ The transport is injectable (``Transport``), so retries, size cuts and Retry-Aft
 network; ``Urllib3Transport`` is the real one. It ignores ``HTTP(S)_PROXY`` in the environment: a crawler's
 proxy is configuration (``client.proxy_url``), not an accident of the shell it was started from.
 
-Cookie blob format (``Task.account.cookie_blob``, opaque to everyone but this module) — any of:
-
-* empty: no cookies (sources that need no login);
-* a JSON object ``{"cookies": {...} | "a=1; b=2", "username": "...", "password": "..."}``; every key is
-  optional; ``username``/``password`` are form-login credentials (ECSHOP) that override the settings;
-* a flat JSON object of cookie names to string values, ``{"SUB": "...", "SUBP": "..."}``;
-* a ``Cookie:`` header string, with or without the ``Cookie:`` prefix: ``SUB=...; SUBP=...``.
+The account's cookie blob is read by ``crawler_client.cookie_blob`` (pure parsing, its forms listed there).
 """
 
 from __future__ import annotations
 
 import email.utils
-import json
 import logging
 import random
 import time
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 import requests.cookies
 import urllib3
 import urllib3.exceptions
 
+from crawler_client.cookie_blob import parse_cookie_blob
 from crawler_client.headers import FALLBACK_USER_AGENT
 from crawler_client.sources.base import FetchedPage, PageRequest
 from icecrawler.errors import FetchError
@@ -53,7 +47,6 @@ from icecrawler.models import Account, Outcome
 from icecrawler.settings import Settings
 
 __all__ = [
-    "AccountBlob",
     "FetchPolicy",
     "Fetcher",
     "HttpSession",
@@ -63,7 +56,6 @@ __all__ = [
     "TooManyRedirects",
     "Transport",
     "Urllib3Transport",
-    "parse_cookie_blob",
     "parse_retry_after",
 ]
 
@@ -83,72 +75,6 @@ REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 POOLS = 8
 #: Sent with every request unless the source overrides them (gzip is decoded while streaming).
 DEFAULT_HEADERS = {"Accept": "*/*", "Accept-Encoding": "gzip, deflate"}
-
-
-# --- cookie blob --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class AccountBlob:
-    """What a leased account's cookie blob holds (see the module docstring for the accepted forms)."""
-
-    cookies: dict[str, str] = field(default_factory=dict)
-    username: str = ""
-    password: str = ""
-
-    def __repr__(self) -> str:  # secrets never reach logs
-        return f"AccountBlob(cookies=<{len(self.cookies)}>, username={self.username!r}, password=<hidden>)"
-
-
-def _parse_cookie_header(text: str) -> dict[str, str]:
-    body = text.strip()
-    if body.lower().startswith("cookie:"):
-        body = body[len("cookie:") :]
-    cookies: dict[str, str] = {}
-    for part in body.split(";"):
-        part = part.strip()
-        if not part:
-            continue
-        name, sep, value = part.partition("=")
-        if not sep or not name.strip():
-            raise ValueError(f"cookie header part {part[:40]!r} is not name=value")
-        cookies[name.strip()] = value.strip()
-    return cookies
-
-
-def parse_cookie_blob(blob: str) -> AccountBlob:
-    """Parse a cookie blob; raises ``FetchError(LoginRequired, error_class="bad-cookie-blob")`` when it is
-    malformed, because an account whose cookies cannot be read is as good as logged out."""
-    text = blob.strip()
-    if not text:
-        return AccountBlob()
-    try:
-        if text.startswith("{"):
-            data = json.loads(text)
-            if not isinstance(data, dict):
-                raise ValueError("JSON cookie blob must be an object")
-            known = {"cookies", "username", "password"}
-            if known & data.keys():
-                unknown = sorted(set(data) - known)
-                if unknown:
-                    raise ValueError(f"unknown key(s) {unknown} (known: {sorted(known)})")
-                raw = data.get("cookies", {})
-                cookies = _parse_cookie_header(raw) if isinstance(raw, str) else raw
-                username, password = data.get("username", ""), data.get("password", "")
-            else:
-                cookies, username, password = data, "", ""
-            if not isinstance(cookies, dict) or not all(
-                isinstance(k, str) and isinstance(v, str) for k, v in cookies.items()
-            ):
-                raise ValueError("cookies must map names to string values")
-            if not isinstance(username, str) or not isinstance(password, str):
-                raise ValueError("username and password must be strings")
-            return AccountBlob(dict(cookies), username, password)
-        return AccountBlob(_parse_cookie_header(text))
-    except ValueError as exc:  # json.JSONDecodeError is a ValueError
-        raise FetchError(
-            f"unreadable cookie blob: {exc}", outcome=Outcome.LoginRequired, error_class="bad-cookie-blob"
-        ) from exc
 
 
 # --- policy and transport -----------------------------------------------------------------------------------

@@ -17,9 +17,10 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from crawler_client.cookie_blob import parse_cookie_blob
 from crawler_client.crawl import CrawlResult, crawl_task, error_report, failure_report
 from crawler_client.headers import source_headers
-from crawler_client.http import Fetcher, FetchPolicy, SessionCache, Urllib3Transport, parse_cookie_blob
+from crawler_client.http import Fetcher, FetchPolicy, SessionCache, Urllib3Transport
 from crawler_client.observer import ClientObserver
 from crawler_client.observer import current as current_observer
 from crawler_client.sources import SOURCES, get_source, registry, source_options

@@ -18,8 +18,8 @@ import pytest
 import urllib3
 import urllib3.exceptions
 
+from crawler_client.cookie_blob import AccountBlob, parse_cookie_blob
 from crawler_client.http import (
-    AccountBlob,
     Fetcher,
     FetchPolicy,
     InvalidURL,
@@ -27,7 +27,6 @@ from crawler_client.http import (
     SessionCache,
     TooManyRedirects,
     Urllib3Transport,
-    parse_cookie_blob,
     parse_retry_after,
 )
 from crawler_client.sources.base import PageRequest
