@@ -1,8 +1,8 @@
 """``icecrawler bench client``: what one crawler client costs and delivers.
 
-1. **CPU per page** (parse + fingerprint), per source, on realistic sample pages
-   (``crawler_client.sources.samples.bench_cases``): a 45-post legacy weibo.com page (its 3 ``mbloglist``
-   chunks), a 10-post m.weibo.cn page, a 20-post page of weibo.com's JSON API (``weibo_web``), an ECSHOP goods
+1. **CPU per page** (parse + fingerprint), per source, on realistic sample pages (``bench._pages.bench_cases``,
+   rendered by the sandbox's site renderers): a 45-post legacy weibo.com page (its 3 ``mbloglist`` chunks), a
+   10-post m.weibo.cn page, a 20-post page of weibo.com's JSON API (``weibo_web``), an ECSHOP goods
    page and a 10-review ``comment.php`` page, a 10-review JD page.
    Baseline in the same run: only decoding the body with the generic library (``json.loads`` / lxml via
    BeautifulSoup), i.e. the floor any parser pays.
@@ -30,11 +30,11 @@ from typing import Any
 
 import requests
 
+from bench._pages import BenchCase, bench_cases
 from bench._scrape import Scraper
 from crawler_client.crawl import item_text
 from crawler_client.sources import get_source
 from crawler_client.sources._decode import decode_body, make_soup, strip_jsonp
-from crawler_client.sources.samples import BenchCase, bench_cases
 from icecrawler.settings.default_settings import DEFAULTS
 from shhd.fingerprint import clear_token_cache, fingerprint_texts
 

@@ -120,7 +120,7 @@ class Registry(Mapping[str, SourceSpec]):
     def _add(self, module: Any, found: dict[str, SourceSpec]) -> SourceSpec | None:
         cls = getattr(module, "SOURCE", None)
         if cls is None:
-            return None  # a helper module (base, samples)
+            return None  # a helper module (base)
         spec = getattr(cls, "spec", None)
         if not isinstance(spec, SourceSpec):
             raise ConfigError(f"{module.__name__}.SOURCE has no SourceSpec in its 'spec' attribute")

@@ -13,8 +13,11 @@ it by name, so adding a source adds one module (CONTRIBUTING.md, "Adding a sourc
 Source-specific helpers the runtime calls directly: ``extend_request`` / ``parse_extend`` / ``with_long_text``
 on the Weibo sources (full text of the posts named in ``ParsedPage.info["long_text_ids"]``: m.weibo.cn
 ``statuses/extend``, weibo.com ``ajax/statuses/longtext`` and the legacy ``p/aj/mblog/getlongtext``),
-``ecshop.login_request`` / ``is_logged_in`` / ``shows_login_wall`` (member login). ``samples.bench_cases()``
-gives generated pages for the client bench.
+``ecshop.login_request`` / ``is_logged_in`` / ``shows_login_wall`` (member login).
+
+This package parses; it renders no page. Each site's format is rendered in one place, the sandbox's
+``sandbox/sites/<name>.py``, and the tests and benchmarks take their generated pages from there
+(``sandbox.samples``); the import-linter layers keep this package from importing the sandbox.
 """
 
 from __future__ import annotations

@@ -15,11 +15,11 @@ import pytest
 from crawler_client.crawl import crawl_task
 from crawler_client.gateways import IceScheduler, IceStorage
 from crawler_client.sink import Sink
-from crawler_client.sources import samples
 from crawler_client.sources.base import FetchedPage, PageRequest
 from crawler_client.sources.jd import JdSource
 from icecrawler import rpc
 from icecrawler.models import TaskKind
+from sandbox import samples
 from shhd.fingerprint import fingerprint_texts
 from tests.scheduler.daemon import scheduler_daemon
 from tests.storage.conftest import StorageServerRunner

@@ -12,7 +12,11 @@ from hypothesis import strategies as st
 
 from crawler_client.sources import PageRequest, ParsedPage, get_source
 from crawler_client.sources._decode import html_text, html_texts, make_soup
-from crawler_client.sources.samples import (
+from crawler_client.sources.weibo_mobile import WeiboMobileSource
+from crawler_client.sources.weibo_pc import WeiboPcSource
+from icecrawler.errors import FetchError
+from icecrawler.models import Post, Task, TaskKind
+from sandbox.samples import (
     ecshop_comment_json,
     ecshop_goods_page,
     jd_comments,
@@ -20,10 +24,6 @@ from crawler_client.sources.samples import (
     mobile_timeline,
     web_timeline,
 )
-from crawler_client.sources.weibo_mobile import WeiboMobileSource
-from crawler_client.sources.weibo_pc import WeiboPcSource
-from icecrawler.errors import FetchError
-from icecrawler.models import Post, Task, TaskKind
 from tests.client._util import BASE, NOW_MS, fetched, fixture, make_task
 
 FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -237,7 +237,7 @@ def test_public_names_are_exported_sorted() -> None:
 
 
 def test_bench_cases_parse_into_items() -> None:
-    from crawler_client.sources.samples import bench_cases
+    from bench._pages import bench_cases
 
     cases = bench_cases()
     assert [case.name for case in cases][:3] == ["weibo_pc/chunk0", "weibo_pc/chunk1", "weibo_pc/chunk2"]

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from crawler_client.sources.jd import JdSource
-from crawler_client.sources.samples import jd_comments
 from icecrawler.errors import ConfigError, FetchError, ParseError
 from icecrawler.models import Review
+from sandbox.samples import jd_comments
 from tests.client._util import BASE, NOW_MS, fetched, fixture, make_task, parse
 
 SOURCE = JdSource()

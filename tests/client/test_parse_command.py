@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from crawler_client.sources.samples import mbloglist_chunk, mobile_timeline
 from icecrawler_cli.cli import main
+from sandbox.samples import mbloglist_chunk, mobile_timeline
 from tests.client._util import FIXTURES
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from crawler_client.sources.base import PageRequest
-from crawler_client.sources.samples import mobile_timeline
 from crawler_client.sources.weibo_mobile import ContainerMemo, WeiboMobileSource
 from icecrawler.errors import FetchError
 from icecrawler.models import Post
+from sandbox.samples import mobile_timeline
 from tests.client._util import BASE, NOW_MS, fetched, fixture, make_task, parse
 
 SOURCE = WeiboMobileSource(ContainerMemo())
@@ -117,9 +117,9 @@ def test_long_text_extend() -> None:
 
 
 def profile_body(tabs: list[dict[str, object]]) -> bytes:
-    from crawler_client.sources.samples import wire_json
+    from sandbox.web import php_json
 
-    return wire_json(
+    return php_json(
         {
             "ok": 1,
             "data": {
@@ -132,7 +132,7 @@ def profile_body(tabs: list[dict[str, object]]) -> bytes:
                 "tabsInfo": {"selectedTab": 1, "tabs": tabs},
             },
         }
-    )
+    ).encode()
 
 
 def test_first_crawl_reads_the_containerid_from_the_profile_and_remembers_it() -> None:
@@ -212,7 +212,7 @@ def test_html_login_page_jsonp_and_bom_answers() -> None:
 
 
 def test_pre_2017_top_level_cards_and_inline_long_text() -> None:
-    from crawler_client.sources.samples import wire_json
+    from sandbox.web import php_json
 
     mblog = {
         "id": 4100000000000001,
@@ -222,7 +222,7 @@ def test_pre_2017_top_level_cards_and_inline_long_text() -> None:
         "longText": {"longTextContent": "开头和完整正文"},
         "user": {"id": 5612345678},
     }
-    body = wire_json({"cardlistInfo": {"page": 2}, "cards": [{"card_type": 9, "mblog": mblog}], "ok": 1})
+    body = php_json({"cardlistInfo": {"page": 2}, "cards": [{"card_type": 9, "mblog": mblog}], "ok": 1}).encode()
     page = parse("weibo_mobile", TASK, timeline(), body)
     (post,) = page.items
     assert isinstance(post, Post) and post.id == 4100000000000001 and post.text == "开头和完整正文"

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from crawler_client.sources.samples import SAMPLE_NOW_MS, mbloglist_chunk, mbloglist_page
 from crawler_client.sources.weibo_pc import WeiboPcSource
 from icecrawler.errors import FetchError, ParseError
 from icecrawler.models import Post
+from sandbox.pages import interstitial, passport_page
+from sandbox.samples import SAMPLE_NOW_MS, mbloglist_chunk, mbloglist_page
 from tests.client._util import BASE, fixture, make_task, parse
 
 SOURCE = WeiboPcSource()
@@ -114,16 +115,21 @@ def test_profile_page_fm_view_is_parsed_like_chunk_0() -> None:
 
 
 @pytest.mark.parametrize(
-    ("name", "outcome", "error_class"),
+    ("body", "outcome", "error_class"),
     [
-        ("weibo_pc_busy_gbk.html", "Busy", "busy"),
-        ("weibo_pc_frozen_gbk.html", "AccountFrozen", "account-frozen"),
-        ("weibo_pc_passport_gbk.html", "LoginRequired", "passport"),
+        (fixture("weibo_pc_busy_gbk.html"), "Busy", "busy"),
+        (fixture("weibo_pc_frozen_gbk.html"), "AccountFrozen", "account-frozen"),
+        (fixture("weibo_pc_passport_gbk.html"), "LoginRequired", "passport"),
+        # the same pages as the sandbox renders and serves them
+        (interstitial("busy", SAMPLE_NOW_MS // 1000), "Busy", "busy"),
+        (interstitial("frozen", SAMPLE_NOW_MS // 1000), "AccountFrozen", "account-frozen"),
+        (passport_page(), "LoginRequired", "passport"),
     ],
+    ids=["busy", "frozen", "passport", "sandbox-busy", "sandbox-frozen", "sandbox-passport"],
 )
-def test_gbk_interstitials_are_classified_from_bytes(name: str, outcome: str, error_class: str) -> None:
+def test_gbk_interstitials_are_classified_from_bytes(body: bytes, outcome: str, error_class: str) -> None:
     with pytest.raises(FetchError) as info:
-        parse("weibo_pc", TASK, SOURCE.first_request(TASK, BASE), fixture(name))
+        parse("weibo_pc", TASK, SOURCE.first_request(TASK, BASE), body)
     assert (info.value.outcome, info.value.error_class) == (outcome, error_class)
     assert not isinstance(info.value, ParseError)
 
@@ -144,18 +150,20 @@ def test_other_html_and_error_codes_are_login_or_ban_signals() -> None:
 
 
 def test_long_text_getlongtext() -> None:
-    from crawler_client.sources.samples import wire_json
+    from sandbox.web import php_json
     from tests.client._util import NOW_MS, fetched
 
     request = SOURCE.extend_request(BASE, 4371860000000002)
     assert request.url == f"{BASE}/p/aj/mblog/getlongtext"
     assert request.params == {"ajwvr": "6", "mid": "4371860000000002"}
-    body = wire_json({"code": "100000", "msg": "", "data": {"html": "长微博开头……和完整正文<br>第二段"}})
+    body = php_json({"code": "100000", "msg": "", "data": {"html": "长微博开头……和完整正文<br>第二段"}}).encode()
     html = SOURCE.parse_extend(request, fetched(body, request), NOW_MS)
     post = SOURCE.with_long_text(Post(id=4371860000000002, user_id=1, text="长微博开头……"), html)
     assert post.text == "长微博开头……和完整正文\n第二段" and post.html == html
     with pytest.raises(FetchError) as info:
-        SOURCE.parse_extend(request, fetched(wire_json({"code": "100001", "msg": "", "data": {}}), request), NOW_MS)
+        SOURCE.parse_extend(
+            request, fetched(php_json({"code": "100001", "msg": "", "data": {}}).encode(), request), NOW_MS
+        )
     assert info.value.outcome == "NotFound"
     with pytest.raises(FetchError) as info:
         SOURCE.parse_extend(request, fetched(fixture("weibo_pc_busy_gbk.html"), request), NOW_MS)
@@ -174,7 +182,7 @@ def test_feedtype_top_marks_the_pinned_post_and_keeps_it_out_of_the_cursor() -> 
 
 
 def test_video_covers_are_not_pictures() -> None:
-    from crawler_client.sources.samples import wire_json
+    from sandbox.web import php_json
 
     item = (
         '<div class="WB_cardwrap WB_feed_type" tbinfo="ouid=1" mid="4000000000000001" action-type="feed_list_item">'
@@ -182,7 +190,9 @@ def test_video_covers_are_not_pictures() -> None:
         '<li class="WB_video" video_src="//f.video.weibocdn.com/x.mp4"><div><img src="//wx1.sinaimg.cn/cover.jpg">'
         '</div></li><li><img src="//wx1.sinaimg.cn/pic.jpg"></li></ul></div>'
     )
-    page = parse("weibo_pc", TASK, SOURCE.first_request(TASK, BASE), wire_json({"code": "100000", "data": item}))
+    page = parse(
+        "weibo_pc", TASK, SOURCE.first_request(TASK, BASE), php_json({"code": "100000", "data": item}).encode()
+    )
     (post,) = page.items
     assert isinstance(post, Post) and post.pictures == ["https://wx1.sinaimg.cn/pic.jpg"]
     assert post.user_id == 1 and post.created_at == "" and post.permalink == ""

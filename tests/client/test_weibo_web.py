@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from crawler_client.sources.samples import web_timeline
 from crawler_client.sources.weibo_mobile import WeiboMobileSource
 from crawler_client.sources.weibo_web import WeiboWebSource
 from icecrawler.errors import FetchError, ParseError
 from icecrawler.models import Post
+from sandbox.samples import web_timeline
 from storage_server.schema import WEIBO, post_row
 from tests.client._util import BASE, NOW_MS, fetched, fixture, make_task, parse
 

@@ -49,11 +49,17 @@ def test_the_layers_contract_holds() -> None:
     assert "1 kept, 0 broken" in result.stdout
 
 
-def test_an_upward_import_from_the_ground_floor_breaks_it(tmp_path: Path) -> None:
+def test_an_upward_import_from_the_ground_floor_or_a_role_breaks_it(tmp_path: Path) -> None:
+    """The ground floor importing a role, and the client (a product package) importing the sandbox's page
+    renderers, both break the contract: page formats are rendered only in ``sandbox/sites``, outside the wheel."""
     root = copy_packages(tmp_path)
     errors = root / "icecrawler" / "errors.py"
     errors.write_text(errors.read_text() + "\n\ndef _upward() -> None:\n    import scheduler_server.server  # noqa\n")
+    parser = root / "crawler_client" / "sources" / "weibo_pc.py"
+    parser.write_text(parser.read_text() + "\n\ndef _renderer() -> None:\n    import sandbox.sites.weibo_pc  # noqa\n")
     result = lint_imports(root)
     assert result.returncode != 0, result.stdout[-3000:]
     assert "icecrawler is not allowed to import scheduler_server" in result.stdout, result.stdout[-3000:]
     assert "icecrawler.errors -> scheduler_server.server" in result.stdout, result.stdout[-3000:]
+    assert "crawler_client is not allowed to import sandbox" in result.stdout, result.stdout[-3000:]
+    assert "crawler_client.sources.weibo_pc -> sandbox.sites.weibo_pc" in result.stdout, result.stdout[-3000:]
