@@ -135,7 +135,7 @@ def web_timeline(
     """A weibo.com ``/ajax/statuses/mymblog`` page of ``posts`` posts (a pinned older one first when
     ``pinned``); ``since_id`` points at the next page's first post, or is left out (paging by ``page``)."""
     shown = _timeline(uid, posts, pinned, seed)
-    following = sample_posts(uid, 1, first=len(shown) - int(pinned), seed=seed)[0]
+    following = sample_posts(uid, 1, first=sum(1 for post in shown if not post.pinned), seed=seed)[0]
     return weibo_web.mymblog_body(shown, total=_STATUSES, since_id=f"{following.mid}kp2" if since_id else None)
 
 
