@@ -134,11 +134,22 @@ class FormLogin:
 class SavedPages:
     """What ``icecrawler parse`` asks a source about a saved answer, with the defaults most sources keep:
     the declared default kind, the target from the first of ``sniffers`` that matches, the first request with
-    ``page`` set. A source whose answers tell more (a profile, a comment pager) overrides these."""
+    ``page`` set. A source whose answers tell more (a profile, a comment pager) overrides these.
+
+    A subclass that sets ``spec`` gets its ``name`` and ``kinds`` from it, so the two cannot drift apart."""
 
     spec: ClassVar[SourceSpec]
+    name: ClassVar[str]
+    kinds: ClassVar[frozenset[TaskKind]]
     #: Byte patterns whose first group is the target (uid, product id) a saved answer is about.
     sniffers: ClassVar[tuple[re.Pattern[bytes], ...]] = ()
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        spec = cls.__dict__.get("spec")
+        if isinstance(spec, SourceSpec):
+            cls.name = spec.name
+            cls.kinds = spec.kinds
 
     def first_request(self, task: Task, base_url: str) -> PageRequest:
         raise NotImplementedError

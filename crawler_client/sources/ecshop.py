@@ -118,8 +118,6 @@ class EcshopSource(ReviewOrder, SavedPages):
     """Source for ``reviews:ecshop:{goods_id}`` and ``listing:ecshop:{cat_id}`` tasks."""
 
     spec: ClassVar[SourceSpec] = SPEC
-    name: ClassVar[str] = SPEC.name
-    kinds: ClassVar[frozenset[TaskKind]] = SPEC.kinds
     #: Members-only shops: the ``user.php`` form.
     form_login: ClassVar[FormLogin] = FormLogin(login_request, is_logged_in)
     #: A browser's page request (ECSHOP's own comment pager calls use the same session).

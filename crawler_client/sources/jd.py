@@ -84,8 +84,6 @@ class JdSource(ReviewOrder, SavedPages):
     """Source for ``reviews:jd:{sku}`` tasks."""
 
     spec: ClassVar[SourceSpec] = SPEC
-    name: ClassVar[str] = SPEC.name
-    kinds: ClassVar[frozenset[TaskKind]] = SPEC.kinds
     sniffers: ClassVar[tuple[re.Pattern[bytes], ...]] = (_PRODUCT_RE,)
     #: What the item page's script sends with its comment calls.
     default_headers: ClassVar[dict[str, str]] = {

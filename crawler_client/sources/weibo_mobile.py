@@ -118,8 +118,6 @@ class WeiboMobileSource(PostOrder, SavedPages):
     """Source for ``user:weibo_mobile:{uid}`` tasks."""
 
     spec: ClassVar[SourceSpec] = SPEC
-    name: ClassVar[str] = SPEC.name
-    kinds: ClassVar[frozenset[TaskKind]] = SPEC.kinds
     sniffers: ClassVar[tuple[re.Pattern[bytes], ...]] = (_CONTAINER_RE, _USER_INFO_RE, _USER_ID_RE)
     #: What the m.weibo.cn web app sends with its getIndex calls.
     default_headers: ClassVar[dict[str, str]] = {**XHR_JSON, "MWeibo-Pwa": "1", "User-Agent": MOBILE_UA}

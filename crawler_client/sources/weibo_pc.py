@@ -86,8 +86,6 @@ class WeiboPcSource(PostOrder, SavedPages):
     """Source for ``user:weibo_pc:{uid}`` tasks."""
 
     spec: ClassVar[SourceSpec] = SPEC
-    name: ClassVar[str] = SPEC.name
-    kinds: ClassVar[frozenset[TaskKind]] = SPEC.kinds
     sniffers: ClassVar[tuple[re.Pattern[bytes], ...]] = (_OUID_RE,)
     #: What the v6 profile page's script sent with its feed calls.
     default_headers: ClassVar[dict[str, str]] = {

@@ -67,8 +67,6 @@ class WeiboWebSource(PostOrder, SavedPages):
     """Source for ``user:weibo_web:{uid}`` tasks."""
 
     spec: ClassVar[SourceSpec] = SPEC
-    name: ClassVar[str] = SPEC.name
-    kinds: ClassVar[frozenset[TaskKind]] = SPEC.kinds
     sniffers: ClassVar[tuple[re.Pattern[bytes], ...]] = (_USER_ID_RE,)
     default_headers: ClassVar[dict[str, str]] = {**XHR_JSON, "User-Agent": DESKTOP_UA}
     #: weibo.com's client copies the XSRF-TOKEN cookie into this header on every API call.

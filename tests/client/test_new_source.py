@@ -45,8 +45,6 @@ class ToyShopSource(ReviewOrder, SavedPages):
     """``reviews:toyshop:{id}``: ``/reviews/{id}.json?page=N`` answers ``{"page", "pages", "reviews": [...]}``."""
 
     spec: ClassVar[SourceSpec] = SPEC
-    name: ClassVar[str] = SPEC.name
-    kinds: ClassVar[frozenset[TaskKind]] = SPEC.kinds
     default_headers: ClassVar[dict[str, str]] = {"Accept": "application/json"}
     sniffers: ClassVar[tuple[re.Pattern[bytes], ...]] = (re.compile(rb'"product"\s*:\s*"(\w{1,64})"'),)
 
