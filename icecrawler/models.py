@@ -14,6 +14,7 @@ from icecrawler.errors import InvalidArgumentError, quote
 from icecrawler.outcomes import Outcome
 
 __all__ = [
+    "MAX_DISCOVERED_IDS",
     "MAX_ITEM_TIMES",
     "SOURCES",
     "Account",
@@ -122,6 +123,11 @@ class Task:
 #: Item times one report may carry: a visit's page budget holds far fewer items, and the scheduler keeps only
 #: a short history per task anyway, so more is a malformed report.
 MAX_ITEM_TIMES = 1000
+#: Product ids one listing report may carry (``Report.discovered_ids``): a visit's page budget (``client.max_pages``
+#: pages, a few dozen products each) holds far fewer, and a client stops a listing walk at this many, resuming
+#: at the next visit; more is a malformed report. With ids of at most 64 characters it bounds a report's
+#: discoveries to ~64 KiB on the wire (``icecrawler.limits``).
+MAX_DISCOVERED_IDS = 1000
 
 
 @dataclass
@@ -140,6 +146,10 @@ class Report:
     fetches: int = 0
     #: Publication times (epoch ms) of the new items, newest first, at most ``MAX_ITEM_TIMES``.
     new_item_times_ms: tuple[int, ...] = ()
+    #: A Listing task's discoveries: product ids of the task's own source, bare (no ``<source>:`` prefix), at most
+    #: ``MAX_DISCOVERED_IDS``. The scheduler adds them in the report's own transaction and sets ``new_items`` of a
+    #: Listing report to how many were new (slice/crawler.ice, ``Report.discoveredIds``).
+    discovered_ids: tuple[str, ...] = ()
 
 
 @dataclass
