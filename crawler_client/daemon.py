@@ -76,6 +76,8 @@ class DaemonConfig:
     progress_log_s: float
     #: Most bytes (estimated) in one storage write: the storage server's request limit (icecrawler.limits).
     write_bytes: int = 0
+    #: Most bytes (estimated) in one putUsers: the scheduler's request limit (icecrawler.limits).
+    report_bytes: int = 0
 
     @classmethod
     def from_settings(cls, settings: Settings) -> DaemonConfig:
@@ -91,6 +93,7 @@ class DaemonConfig:
             shutdown_grace_s=settings.get_float("client.shutdown_grace_s"),
             progress_log_s=settings.get_float("client.progress_log_s"),
             write_bytes=limits.storage_message_bytes(settings),
+            report_bytes=limits.scheduler_message_bytes(settings),
         )
         for name in ("workers", "batch", "buffer_records", "report_batch", "write_batch"):
             if getattr(config, name) < 1:
@@ -126,6 +129,7 @@ class ClientDaemon:
             report_batch=config.report_batch,
             write_batch=config.write_batch,
             write_bytes=config.write_bytes,
+            report_bytes=config.report_bytes,
             backoff_s=config.backoff_s,
             max_backoff_s=config.max_backoff_s,
             now_ms=_wall_ms,
