@@ -33,7 +33,8 @@ from crawler_client import observer
 from crawler_client.crawl import CrawlResult, failure_report
 from crawler_client.gateways import SchedulerGateway, StorageGateway
 from crawler_client.runner import TaskRunner
-from crawler_client.sink import Backoff, ClientStats, Sink
+from crawler_client.sink import Backoff, Sink
+from crawler_client.writer import ClientStats
 from icecrawler import limits
 from icecrawler.clock import Clock
 from icecrawler.errors import InvalidArgumentError, NotAuthorizedError, NoWorkError, ServiceError

@@ -44,11 +44,11 @@ from collections.abc import Callable, Iterable
 from crawler_client.crawl import CrawlResult, failure_report, fingerprint_result
 from crawler_client.gateways import SchedulerGateway, StorageGateway
 from crawler_client.screen import record_problem
-from crawler_client.writer import ClientStats, Pending, RecordWriter, record_wire_bytes
+from crawler_client.writer import ClientStats, Pending, RecordWriter
 from icecrawler.errors import InvalidArgumentError, LeaseLostError, ServiceError, StorageUnavailableError
 from icecrawler.models import Outcome, Post, Report, Review
 
-__all__ = ["Backoff", "ClientStats", "Sink", "record_wire_bytes", "report_wire_bytes"]
+__all__ = ["Backoff", "Sink", "report_wire_bytes"]
 
 log = logging.getLogger(__name__)
 

@@ -10,6 +10,7 @@ MODULES = [
     "crawler_client.http",
     "crawler_client.crawl",
     "crawler_client.sink",
+    "crawler_client.writer",
     "crawler_client.gateways",
     "crawler_client.runner",
     "crawler_client.daemon",
