@@ -38,8 +38,18 @@ from typing import Protocol, runtime_checkable
 from crawler_client import gaps
 from crawler_client.sources.base import FetchedPage, Item, PageRequest, ParsedPage, Source
 from icecrawler.clock import BEIJING
-from icecrawler.errors import FetchError
-from icecrawler.models import MAX_DISCOVERED_IDS, MAX_ITEM_TIMES, Outcome, Post, Report, Review, Task, TaskKind
+from icecrawler.errors import FetchError, quote
+from icecrawler.models import (
+    MAX_DISCOVERED_IDS,
+    MAX_ITEM_TIMES,
+    Outcome,
+    Post,
+    Report,
+    Review,
+    Task,
+    TaskKind,
+    valid_target,
+)
 
 __all__ = [
     "CrawlResult",
@@ -238,7 +248,19 @@ def _split_records(task: Task, items: list[Item]) -> tuple[list[Post], list[Revi
 
 def _discovered_ids(task: Task, ids: list[str]) -> tuple[str, ...]:
     """A listing's new product ids for its report, at most ``MAX_DISCOVERED_IDS`` (the walk stops at that many
-    and resumes at the next visit from its last page, so only that page's overflow is cut, and fetched again)."""
+    and resumes at the next visit from its last page, so only that page's overflow is cut, and fetched again).
+    An id the scheduler would refuse (not a valid target) is dropped alone and logged: it would make the
+    scheduler refuse the whole report, and the next visit would find it again."""
+    bad = [product for product in ids if not valid_target(product)]
+    if bad:
+        log.error(
+            "task %s: %d discovered id(s) dropped, the scheduler would refuse them (not 1-64 chars of "
+            "[0-9A-Za-z_.-]): %s",
+            task.id,
+            len(bad),
+            ", ".join(quote(product) for product in bad[:5]),
+        )
+        ids = [product for product in ids if valid_target(product)]
     if len(ids) > MAX_DISCOVERED_IDS:
         log.warning(
             "task %s: %d product ids found, the report carries the first %d; the rest are found again next visit",

@@ -248,7 +248,6 @@ class Sink:
                 item.result.report = failure_report(
                     item.result.task, Outcome.ParseError, "records-not-stored", fetches=report.fetches
                 )
-                item.result.report.discovered_ids = report.discovered_ids
         done: set[int] = set()
         start = 0
         while start < len(ready):

@@ -26,6 +26,7 @@ __all__ = [
     "TaskKind",
     "make_task_id",
     "split_task_id",
+    "valid_target",
 ]
 
 
@@ -66,6 +67,11 @@ SOURCES: Mapping[str, frozenset[TaskKind]] = _SourceKinds()
 _TARGET_RE = re.compile(r"[0-9A-Za-z_.-]{1,64}")  # always fullmatch: "$" would let a trailing newline in
 
 
+def valid_target(target: str) -> bool:
+    """Whether ``target`` may be the target part of a task id: 1-64 characters of ``[0-9A-Za-z_.-]``."""
+    return _TARGET_RE.fullmatch(target) is not None
+
+
 def make_task_id(kind: TaskKind, source: str, target: str) -> str:
     """Validate and build ``<kind>:<source>:<target>``."""
     if source not in SOURCES:
@@ -74,7 +80,7 @@ def make_task_id(kind: TaskKind, source: str, target: str) -> str:
         )
     if kind not in SOURCES[source]:
         raise InvalidArgumentError(f"source {source} cannot crawl {kind.name} tasks", code="InvalidId", field="kind")
-    if not _TARGET_RE.fullmatch(target):
+    if not valid_target(target):
         raise InvalidArgumentError(
             f"invalid target {quote(target)}: 1-64 chars of [0-9A-Za-z_.-]", code="InvalidId", field="target"
         )

@@ -1,6 +1,6 @@
 """The scheduler's logic, without Ice: add, lease, report, release and expire tasks (``SchedulerCore``).
 
-This module holds the five operations and the group-commit plumbing they share (some 540 lines, a tenth of them
+This module holds the five operations and the group-commit plumbing they share (some 580 lines, a tenth of them
 this docstring: each operation's step inside the transaction and its finisher after the commit are meant to be
 read side by side, so they are not split further). Its parts, each in its own
 module: the settings and their wiring (``config``), argument checks (``checks``), what a report's outcome does,

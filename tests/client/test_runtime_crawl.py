@@ -221,6 +221,14 @@ def test_listing_puts_its_ids_in_the_report_and_keeps_no_cursor() -> None:
     assert (result.report.new_items, result.report.window_items, result.report.cursor) == (3, 3, "")
 
 
+def test_a_listing_id_the_scheduler_would_refuse_is_dropped_alone(caplog: pytest.LogCaptureFixture) -> None:
+    listing = Task(id="listing:ecshop:3", kind=TaskKind.Listing, source="ecshop", target="3", lease_token="tok")
+    source = PostSource([["101", "a b", "x" * 65, "102"]])
+    result, _, _ = run(source, listing)
+    assert result.report.discovered_ids == ("101", "102")
+    assert "2 discovered id(s) dropped" in caplog.text and "'a b'" in caplog.text
+
+
 def test_a_listing_walk_stops_at_the_ids_one_report_carries_and_resumes_next_visit() -> None:
     pages: list[list[Item]] = [[f"{page}{n:03d}" for n in range(600)] for page in range(1, 5)]
     source = PostSource([*pages])
