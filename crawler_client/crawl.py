@@ -14,7 +14,9 @@ The walk, newest first:
 3. The *window* is every distinct item of the crawled pages (new or not): its texts, never the page chrome,
    are what SHHD fingerprints (``CrawlResult.window_texts``). *New* items are those not at/behind the cursor
    (all of them on a first crawl); only they are stored.
-4. Success → ``Report(outcome=Ok, new_items, window_items, newest_item_ms, cursor=new or gap cursor)``; the fingerprint
+4. Success → ``Report(outcome=Ok, new_items, window_items, newest_item_ms, cursor=new or gap cursor)``, and a
+   listing's new product ids in ``Report.discovered_ids`` (the scheduler adds them with the report; a walk stops
+   at ``MAX_DISCOVERED_IDS`` of them like at the page cap); the fingerprint
    is filled in by ``fingerprint_result`` off the fetching thread (the sink does it), so a worker starts its next
    fetch while the CPU-bound jieba + simhash work runs.
    Any ``FetchError``/``ParseError`` → a Report with that outcome, its HTTP status, error class and
@@ -36,8 +38,18 @@ from typing import Protocol, runtime_checkable
 from crawler_client import gaps
 from crawler_client.sources.base import FetchedPage, Item, PageRequest, ParsedPage, Source
 from icecrawler.clock import BEIJING
-from icecrawler.errors import FetchError
-from icecrawler.models import MAX_ITEM_TIMES, Outcome, Post, Report, Review, Task, TaskKind
+from icecrawler.errors import FetchError, quote
+from icecrawler.models import (
+    MAX_DISCOVERED_IDS,
+    MAX_ITEM_TIMES,
+    Outcome,
+    Post,
+    Report,
+    Review,
+    Task,
+    TaskKind,
+    valid_target,
+)
 
 __all__ = [
     "CrawlResult",
@@ -87,8 +99,6 @@ class CrawlResult:
     report: Report
     posts: list[Post] = field(default_factory=list)
     reviews: list[Review] = field(default_factory=list)
-    #: Product ids found on a listing page (the sink adds them as ProductReviews tasks first).
-    discovered: list[str] = field(default_factory=list)
     #: The crawl was interrupted (shutdown, lease running out): give the lease back instead of reporting.
     aborted: bool = False
     #: Texts of the crawled item window, for ``fingerprint_result`` (empty once fingerprinted).
@@ -96,7 +106,8 @@ class CrawlResult:
 
     @property
     def record_count(self) -> int:
-        return len(self.posts) + len(self.reviews) + len(self.discovered)
+        """Records waiting for storage (a listing's discoveries travel in the report: ``report.discovered_ids``)."""
+        return len(self.posts) + len(self.reviews)
 
 
 # --- item helpers -------------------------------------------------------------------------------------------
@@ -235,6 +246,31 @@ def _split_records(task: Task, items: list[Item]) -> tuple[list[Post], list[Revi
     return posts, reviews, []
 
 
+def _discovered_ids(task: Task, ids: list[str]) -> tuple[str, ...]:
+    """A listing's new product ids for its report, at most ``MAX_DISCOVERED_IDS`` (the walk stops at that many
+    and resumes at the next visit from its last page, so only that page's overflow is cut, and fetched again).
+    An id the scheduler would refuse (not a valid target) is dropped alone and logged: it would make the
+    scheduler refuse the whole report, and the next visit would find it again."""
+    bad = [product for product in ids if not valid_target(product)]
+    if bad:
+        log.error(
+            "task %s: %d discovered id(s) dropped, the scheduler would refuse them (not 1-64 chars of "
+            "[0-9A-Za-z_.-]): %s",
+            task.id,
+            len(bad),
+            ", ".join(quote(product) for product in bad[:5]),
+        )
+        ids = [product for product in ids if valid_target(product)]
+    if len(ids) > MAX_DISCOVERED_IDS:
+        log.warning(
+            "task %s: %d product ids found, the report carries the first %d; the rest are found again next visit",
+            task.id,
+            len(ids),
+            MAX_DISCOVERED_IDS,
+        )
+    return tuple(ids[:MAX_DISCOVERED_IDS])
+
+
 def _fill_long_texts(
     source: Source, parsed: ParsedPage, fetcher: PageFetch, base_url: str, cursor: str, now_ms: Callable[[], int]
 ) -> None:
@@ -271,11 +307,13 @@ def crawl_task(
     last_status = 0
     pages = 0
     capped = False
+    listing = task.kind is TaskKind.Listing
     plan = gaps.plan_walk(task.cursor, lambda: source.first_request(task, base_url), base_url)
 
     def result(report: Report, *, aborted: bool = False) -> CrawlResult:
         posts, reviews, ids = _split_records(task, walk.new)
-        return CrawlResult(task, report, posts, reviews, ids, aborted)
+        report.discovered_ids = _discovered_ids(task, ids)
+        return CrawlResult(task, report, posts, reviews, aborted)
 
     try:
         request: PageRequest | None = plan.first
@@ -305,7 +343,11 @@ def crawl_task(
             nxt = parsed.next_request
             if walk.reached_known or nxt is None:
                 break
-            if nxt.page - plan.first.page >= max_pages or pages >= max_pages * REQUESTS_PER_PAGE_BOUND:
+            if (
+                nxt.page - plan.first.page >= max_pages
+                or pages >= max_pages * REQUESTS_PER_PAGE_BOUND
+                or (listing and len(walk.new) >= MAX_DISCOVERED_IDS)  # its report holds no more: resume next visit
+            ):
                 capped = True
                 # Resume from the last page fetched (one page of overlap), unless that would never move on.
                 request = request if max_pages > 1 else nxt

@@ -33,7 +33,8 @@ from crawler_client import observer
 from crawler_client.crawl import CrawlResult, failure_report
 from crawler_client.gateways import SchedulerGateway, StorageGateway
 from crawler_client.runner import TaskRunner
-from crawler_client.sink import Backoff, ClientStats, Sink
+from crawler_client.sink import Backoff, Sink
+from crawler_client.writer import ClientStats
 from icecrawler import limits
 from icecrawler.clock import Clock
 from icecrawler.errors import InvalidArgumentError, NotAuthorizedError, NoWorkError, ServiceError
@@ -76,6 +77,8 @@ class DaemonConfig:
     progress_log_s: float
     #: Most bytes (estimated) in one storage write: the storage server's request limit (icecrawler.limits).
     write_bytes: int = 0
+    #: Most bytes (estimated) in one putUsers: the scheduler's request limit (icecrawler.limits).
+    report_bytes: int = 0
 
     @classmethod
     def from_settings(cls, settings: Settings) -> DaemonConfig:
@@ -91,6 +94,7 @@ class DaemonConfig:
             shutdown_grace_s=settings.get_float("client.shutdown_grace_s"),
             progress_log_s=settings.get_float("client.progress_log_s"),
             write_bytes=limits.storage_message_bytes(settings),
+            report_bytes=limits.scheduler_message_bytes(settings),
         )
         for name in ("workers", "batch", "buffer_records", "report_batch", "write_batch"):
             if getattr(config, name) < 1:
@@ -126,6 +130,7 @@ class ClientDaemon:
             report_batch=config.report_batch,
             write_batch=config.write_batch,
             write_bytes=config.write_bytes,
+            report_bytes=config.report_bytes,
             backoff_s=config.backoff_s,
             max_backoff_s=config.max_backoff_s,
             now_ms=_wall_ms,

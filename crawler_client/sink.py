@@ -20,6 +20,14 @@ them for good. Everything in between is buffered here, in memory, bounded:
   has re-queued the task, whose cursor did not move, so the next crawl fetches the same items again;
 * aborted crawls (shutdown) give their leases back with ``releaseUsers``.
 
+A listing crawl's discovered product ids travel inside its report (``Report.discovered_ids``): the scheduler adds
+them in the report's own transaction and counts the new ones, so the sink has nothing to add or rewrite. Reports
+go in ``putUsers`` calls of at most ``client.report_batch`` reports and, with ``report_bytes``, no more
+estimated bytes (``report_wire_bytes``) than the scheduler accepts in one request (``icecrawler.limits``).
+
+Storing is ``crawler_client.writer`` (chunked writes, the record at fault found alone); this module keeps the
+order, the buffer, the backoff and the reporting.
+
 The sink also computes each report's SHHD fingerprint (``fingerprint_result``), so the CPU-bound jieba + simhash
 work runs on the sink thread while the workers wait on the network.
 
@@ -28,26 +36,19 @@ The sink has no thread of its own: the daemon calls ``flush`` from its sink thre
 
 from __future__ import annotations
 
-import collections
 import logging
 import random
 import threading
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 
 from crawler_client.crawl import CrawlResult, failure_report, fingerprint_result
 from crawler_client.gateways import SchedulerGateway, StorageGateway
 from crawler_client.screen import record_problem
-from icecrawler.errors import (
-    InvalidArgumentError,
-    InvalidRecordsError,
-    LeaseLostError,
-    ServiceError,
-    StorageUnavailableError,
-)
-from icecrawler.models import Outcome, Post, Review, TaskKind
+from crawler_client.writer import ClientStats, Pending, RecordWriter
+from icecrawler.errors import InvalidArgumentError, LeaseLostError, ServiceError, StorageUnavailableError
+from icecrawler.models import Outcome, Post, Report, Review
 
-__all__ = ["Backoff", "ClientStats", "Sink", "record_wire_bytes"]
+__all__ = ["Backoff", "Sink", "report_wire_bytes"]
 
 log = logging.getLogger(__name__)
 
@@ -77,74 +78,16 @@ class Backoff:
         self.retry_at = 0.0
 
 
-@dataclass
-class ClientStats:
-    """Counters for the progress log and the tests (thread-safe)."""
-
-    outcomes: collections.Counter[str] = field(default_factory=collections.Counter)
-    tasks_reported: int = 0
-    items_stored: int = 0
-    records_rejected: int = 0
-    targets_added: int = 0
-    reports_lost: int = 0
-    results_expired: int = 0
-    leases_released: int = 0
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-
-    def add(self, **deltas: int) -> None:
-        with self._lock:
-            for name, delta in deltas.items():
-                setattr(self, name, getattr(self, name) + delta)
-
-    def count_outcome(self, outcome: str) -> None:
-        with self._lock:
-            self.outcomes[outcome] += 1
-
-    def snapshot(self) -> dict[str, object]:
-        with self._lock:
-            return {
-                "tasks_reported": self.tasks_reported,
-                "items_stored": self.items_stored,
-                "records_rejected": self.records_rejected,
-                "targets_added": self.targets_added,
-                "reports_lost": self.reports_lost,
-                "results_expired": self.results_expired,
-                "leases_released": self.leases_released,
-                "outcomes": dict(sorted(self.outcomes.items())),
-            }
-
-
-@dataclass
-class _Pending:
-    result: CrawlResult
-    posts_done: bool = False
-    reviews_done: bool = False
-    targets_done: bool = False
-    #: Records of this result that could not be stored for a reason other than being invalid themselves: the
-    #: task is then reported as failed (its cursor stays), so a later visit fetches them again.
-    unstored: int = 0
-
-    @property
-    def stored(self) -> bool:
-        return self.posts_done and self.reviews_done and self.targets_done
-
-    @property
-    def waiting_records(self) -> int:
-        result = self.result
-        return (
-            (0 if self.posts_done else len(result.posts))
-            + (0 if self.reviews_done else len(result.reviews))
-            + (0 if self.targets_done else len(result.discovered))
-        )
-
-
-def record_wire_bytes(record: Post | Review) -> int:
-    """An upper estimate of a record's size in a request: its text fields at up to 3 bytes a character (UTF-8 of
-    CJK), plus its numbers and length prefixes."""
-    texts = [value for value in vars(record).values() if isinstance(value, str)]
-    if isinstance(record, Post):
-        texts.extend(record.pictures)
-    return 64 + sum(len(text) if text.isascii() else 3 * len(text) for text in texts) + 5 * len(texts)
+def report_wire_bytes(report: Report) -> int:
+    """An upper estimate of a report's size in a ``putUsers`` request: its texts at up to 3 bytes a character,
+    8 bytes an item time, and each discovered id (ASCII) with its length prefix."""
+    texts = (report.task_id, report.lease_token, report.error_class, report.cursor)
+    return (
+        96
+        + sum(len(text) if text.isascii() else 3 * len(text) for text in texts)
+        + 8 * len(report.new_item_times_ms)
+        + sum(len(product) + 5 for product in report.discovered_ids)
+    )
 
 
 class Sink:
@@ -159,6 +102,7 @@ class Sink:
         report_batch: int,
         write_batch: int,
         write_bytes: int = 0,
+        report_bytes: int = 0,
         backoff_s: float,
         max_backoff_s: float,
         now_ms: Callable[[], int],
@@ -167,36 +111,30 @@ class Sink:
         stats: ClientStats | None = None,
     ) -> None:
         self.scheduler = scheduler
-        self.storage = storage
         self.buffer_records = buffer_records
         self.report_batch = max(1, report_batch)
-        self.write_batch = max(1, write_batch)
-        #: Most estimated wire bytes in one write (0: no limit): over the server's limit it would refuse the call.
-        self.write_bytes = write_bytes
+        #: Most estimated wire bytes in one putUsers (0: no limit): over the scheduler's limit it would refuse it.
+        self.report_bytes = report_bytes
         self._now_ms = now_ms
         self._monotonic = monotonic
         self._fingerprint = fingerprint
         self.stats = stats or ClientStats()
+        self.writer = RecordWriter(storage, write_batch=write_batch, write_bytes=write_bytes, stats=self.stats)
         self.storage_backoff = Backoff(backoff_s, max_backoff_s)
         self.scheduler_backoff = Backoff(backoff_s, max_backoff_s)
         self._lock = threading.Lock()
-        self._pending: list[_Pending] = []
+        self._pending: list[Pending] = []
         #: The results a flush or give_back is working on right now (out of ``_pending``, still buffered): they
         #: count in ``buffered_records``, or a storage call hanging until its timeout would hide the whole
         #: buffer from ``has_room`` and the lease loop would keep leasing through an outage.
-        self._working: list[_Pending] = []
+        self._working: list[Pending] = []
 
     # --- called by workers and the lease loop ---
 
     def add(self, result: CrawlResult) -> None:
         result.posts = self._screened(result, result.posts)
         result.reviews = self._screened(result, result.reviews)
-        pending = _Pending(
-            result,
-            posts_done=not result.posts,
-            reviews_done=not result.reviews,
-            targets_done=not result.discovered or result.aborted,
-        )
+        pending = Pending(result, posts_done=not result.posts, reviews_done=not result.reviews)
         with self._lock:
             self._pending.append(pending)
 
@@ -245,7 +183,6 @@ class Sink:
             if self.storage_backoff.ready(now):
                 self._store(batch)
             if self.scheduler_backoff.ready(now):
-                batch = self._add_targets(batch)
                 batch = self._report(batch)
                 batch = self._release(batch)
         finally:
@@ -268,7 +205,7 @@ class Sink:
             self._working = []
         return len(batch) - len(left)
 
-    def _expire(self, batch: list[_Pending]) -> list[_Pending]:
+    def _expire(self, batch: list[Pending]) -> list[Pending]:
         now = self._now_ms()
         keep = []
         for item in batch:
@@ -286,10 +223,10 @@ class Sink:
                 keep.append(item)
         return keep
 
-    def _store(self, batch: list[_Pending]) -> None:
+    def _store(self, batch: list[Pending]) -> None:
         try:
-            self._store_kind([item for item in batch if not item.posts_done], "posts")
-            self._store_kind([item for item in batch if not item.reviews_done], "reviews")
+            self.writer.write_kind([item for item in batch if not item.posts_done], "posts")
+            self.writer.write_kind([item for item in batch if not item.reviews_done], "reviews")
         except (ServiceError, StorageUnavailableError) as exc:
             delay = self.storage_backoff.failed(self._monotonic())
             log.warning(
@@ -301,122 +238,7 @@ class Sink:
         else:
             self.storage_backoff.succeeded()
 
-    def _store_kind(self, items: list[_Pending], kind: str) -> None:
-        """Write the results' records in chunks of ``write_batch``; mark a result once all of its records of
-        this kind are acknowledged. Raises on the first unavailable write (a partly written result is
-        written again later: storage is idempotent)."""
-        chunk: list[tuple[Post | Review, _Pending]] = []
-        owners: list[_Pending] = []
-        for item in items:
-            chunk.extend((record, item) for record in (item.result.posts if kind == "posts" else item.result.reviews))
-            owners.append(item)
-            while chunk:
-                cut = self._cut(chunk)
-                if cut == len(chunk) < self.write_batch:  # fits, with room for more: wait for the next result
-                    break
-                self._write(kind, chunk[:cut])
-                chunk = chunk[cut:]
-            if not chunk:
-                self._mark(owners, kind)
-                owners = []
-        if chunk:
-            self._write(kind, chunk)
-        self._mark(owners, kind)
-
-    def _cut(self, chunk: list[tuple[Post | Review, _Pending]]) -> int:
-        """How many records of ``chunk`` make the next write: at most ``write_batch`` and, with ``write_bytes``,
-        no more than fit in it (always at least one)."""
-        end = min(len(chunk), self.write_batch)
-        if not self.write_bytes:
-            return end
-        total = 0
-        for index in range(end):
-            total += record_wire_bytes(chunk[index][0])
-            if total > self.write_bytes:
-                return max(1, index)
-        return end
-
-    @staticmethod
-    def _mark(owners: list[_Pending], kind: str) -> None:
-        for owner in owners:
-            if kind == "posts":
-                owner.posts_done = True
-            else:
-                owner.reviews_done = True
-
-    def _write(self, kind: str, batch: list[tuple[Post | Review, _Pending]]) -> None:
-        """Write one chunk. Records storage rejects are dropped alone (InvalidRecords names them); a chunk refused
-        or failing as a whole is split in halves until the record at fault is alone, so one bad record never
-        costs its neighbours. Unavailability propagates (the chunk is retried later)."""
-        records = [record for record, _ in batch]
-        try:
-            if kind == "posts":
-                acked = self.storage.write_posts([record for record in records if isinstance(record, Post)])
-            else:
-                acked = self.storage.write_reviews([record for record in records if isinstance(record, Review)])
-        except InvalidRecordsError as exc:
-            for index, reason in exc.rejected:
-                record = records[index] if 0 <= index < len(records) else None
-                log.error(
-                    "storage REJECTED %s %s: %s (dropped alone, not retried)",
-                    kind[:-1],
-                    getattr(record, "id", f"#{index}"),
-                    reason,
-                )
-            self.stats.add(items_stored=exc.stored, records_rejected=len(exc.rejected))
-            return
-        except (ServiceError, StorageUnavailableError):
-            raise
-        except Exception as exc:  # refused whole (InvalidArgument) or cannot be sent: find the record at fault
-            if len(batch) > 1:
-                half = len(batch) // 2
-                self._write(kind, batch[:half])
-                self._write(kind, batch[half:])
-                return
-            record, owner = batch[0]
-            log.error(
-                "task %s: %s %s could not be stored (%s: %s); the task is reported as failed, so it is crawled again",
-                owner.result.task.id,
-                kind[:-1],
-                str(record.id)[:40],
-                type(exc).__name__,
-                exc,
-                exc_info=not isinstance(exc, InvalidArgumentError),
-            )
-            owner.unstored += 1
-            self.stats.add(records_rejected=1)
-            return
-        self.stats.add(items_stored=acked)
-
-    def _add_targets(self, batch: list[_Pending]) -> list[_Pending]:
-        for item in batch:
-            if item.targets_done:
-                continue
-            result = item.result
-            ids = [f"{result.task.source}:{product}" for product in result.discovered]
-            added = 0
-            try:
-                for start in range(0, len(ids), self.report_batch):
-                    added += self.scheduler.add_targets(ids[start : start + self.report_batch], TaskKind.ProductReviews)
-            except ServiceError as exc:
-                delay = self.scheduler_backoff.failed(self._monotonic())
-                log.warning("scheduler unavailable for addUsers (%s); retry in %.1fs", exc, delay)
-                break
-            except Exception as exc:  # InvalidArgument, or a bug: the ids cannot be sent as they are
-                log.error(
-                    "task %s: discovered ids not added (%s: %s); reporting %d new",
-                    result.task.id,
-                    type(exc).__name__,
-                    exc,
-                    added,
-                    exc_info=not isinstance(exc, InvalidArgumentError),
-                )
-            result.report.new_items = added
-            item.targets_done = True
-            self.stats.add(targets_added=added)
-        return batch
-
-    def _report(self, batch: list[_Pending]) -> list[_Pending]:
+    def _report(self, batch: list[Pending]) -> list[Pending]:
         ready = [item for item in batch if item.stored and not item.result.aborted]
         if not ready:
             return batch
@@ -427,8 +249,9 @@ class Sink:
                     item.result.task, Outcome.ParseError, "records-not-stored", fetches=report.fetches
                 )
         done: set[int] = set()
-        for start in range(0, len(ready), self.report_batch):
-            chunk = ready[start : start + self.report_batch]
+        start = 0
+        while start < len(ready):
+            chunk = ready[start : start + self._report_cut(ready, start)]
             try:
                 sent = self._send_all_or_nothing(
                     chunk, lambda part: self.scheduler.report([item.result.report for item in part]), "report"
@@ -445,9 +268,23 @@ class Sink:
             for item in sent:
                 self.stats.add(tasks_reported=1)
                 self.stats.count_outcome(item.result.report.outcome.value)
+            start += len(chunk)
         return [item for item in batch if id(item) not in done]
 
-    def _release(self, batch: list[_Pending]) -> list[_Pending]:
+    def _report_cut(self, ready: list[Pending], start: int) -> int:
+        """How many reports from ``ready[start]`` make the next putUsers: at most ``report_batch`` and, with
+        ``report_bytes``, no more than fit in it (always at least one)."""
+        end = min(len(ready) - start, self.report_batch)
+        if not self.report_bytes:
+            return end
+        total = 0
+        for count in range(end):
+            total += report_wire_bytes(ready[start + count].result.report)
+            if total > self.report_bytes:
+                return max(1, count)
+        return end
+
+    def _release(self, batch: list[Pending]) -> list[Pending]:
         aborted = [item for item in batch if item.result.aborted]
         if not aborted:
             return batch
@@ -467,8 +304,8 @@ class Sink:
         return [item for item in batch if not item.result.aborted]
 
     def _send_all_or_nothing(
-        self, items: list[_Pending], send: Callable[[list[_Pending]], None], what: str
-    ) -> list[_Pending]:
+        self, items: list[Pending], send: Callable[[list[Pending]], None], what: str
+    ) -> list[Pending]:
         """Send an all-or-nothing batch; on LeaseLost/InvalidArgument(index) drop that entry and resend the
         rest. Returns the entries the scheduler accepted. ServiceError propagates (nothing was accepted)."""
         part = list(items)

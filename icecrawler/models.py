@@ -14,6 +14,7 @@ from icecrawler.errors import InvalidArgumentError, quote
 from icecrawler.outcomes import Outcome
 
 __all__ = [
+    "MAX_DISCOVERED_IDS",
     "MAX_ITEM_TIMES",
     "SOURCES",
     "Account",
@@ -25,6 +26,7 @@ __all__ = [
     "TaskKind",
     "make_task_id",
     "split_task_id",
+    "valid_target",
 ]
 
 
@@ -65,6 +67,11 @@ SOURCES: Mapping[str, frozenset[TaskKind]] = _SourceKinds()
 _TARGET_RE = re.compile(r"[0-9A-Za-z_.-]{1,64}")  # always fullmatch: "$" would let a trailing newline in
 
 
+def valid_target(target: str) -> bool:
+    """Whether ``target`` may be the target part of a task id: 1-64 characters of ``[0-9A-Za-z_.-]``."""
+    return _TARGET_RE.fullmatch(target) is not None
+
+
 def make_task_id(kind: TaskKind, source: str, target: str) -> str:
     """Validate and build ``<kind>:<source>:<target>``."""
     if source not in SOURCES:
@@ -73,7 +80,7 @@ def make_task_id(kind: TaskKind, source: str, target: str) -> str:
         )
     if kind not in SOURCES[source]:
         raise InvalidArgumentError(f"source {source} cannot crawl {kind.name} tasks", code="InvalidId", field="kind")
-    if not _TARGET_RE.fullmatch(target):
+    if not valid_target(target):
         raise InvalidArgumentError(
             f"invalid target {quote(target)}: 1-64 chars of [0-9A-Za-z_.-]", code="InvalidId", field="target"
         )
@@ -122,6 +129,11 @@ class Task:
 #: Item times one report may carry: a visit's page budget holds far fewer items, and the scheduler keeps only
 #: a short history per task anyway, so more is a malformed report.
 MAX_ITEM_TIMES = 1000
+#: Product ids one listing report may carry (``Report.discovered_ids``): a visit's page budget (``client.max_pages``
+#: pages, a few dozen products each) holds far fewer, and a client stops a listing walk at this many, resuming
+#: at the next visit; more is a malformed report. With ids of at most 64 characters it bounds a report's
+#: discoveries to ~64 KiB on the wire (``icecrawler.limits``).
+MAX_DISCOVERED_IDS = 1000
 
 
 @dataclass
@@ -140,6 +152,10 @@ class Report:
     fetches: int = 0
     #: Publication times (epoch ms) of the new items, newest first, at most ``MAX_ITEM_TIMES``.
     new_item_times_ms: tuple[int, ...] = ()
+    #: A Listing task's discoveries: product ids of the task's own source, bare (no ``<source>:`` prefix), at most
+    #: ``MAX_DISCOVERED_IDS``. The scheduler adds them in the report's own transaction and sets ``new_items`` of a
+    #: Listing report to how many were new (slice/crawler.ice, ``Report.discoveredIds``).
+    discovered_ids: tuple[str, ...] = ()
 
 
 @dataclass

@@ -12,7 +12,15 @@ from collections.abc import Sequence
 from typing import Any
 
 from icecrawler.errors import InvalidArgumentError, quote
-from icecrawler.models import MAX_ITEM_TIMES, Outcome, Report, TaskKind, make_task_id, split_task_id
+from icecrawler.models import (
+    MAX_DISCOVERED_IDS,
+    MAX_ITEM_TIMES,
+    Outcome,
+    Report,
+    TaskKind,
+    make_task_id,
+    split_task_id,
+)
 from icecrawler.shards import ShardMap
 from scheduler_server.config import SchedulerConfig
 
@@ -20,6 +28,7 @@ __all__ = [
     "MAX_CURSOR",
     "MAX_TEXT",
     "check_batch",
+    "check_discovered",
     "check_lease_args",
     "check_release_args",
     "check_reports",
@@ -148,6 +157,7 @@ def check_report(item: Report, index: int, max_period_s: float) -> None:
         and len(item.cursor) <= MAX_CURSOR
         and len(item.error_class) <= MAX_TEXT
         and not item.new_item_times_ms
+        and not item.discovered_ids
     ):
         return
     for name, value, high in (
@@ -172,3 +182,33 @@ def check_report(item: Report, index: int, max_period_s: float) -> None:
         )
     for time_ms in times:
         check_range(time_ms, 1, 2**62, f"{where}.newItemTimesMs", index)
+    check_discovered(item, where, index)
+
+
+def check_discovered(item: Report, where: str, index: int) -> None:
+    """A report's discoveries (``scheduler_server.discoveries``): only a Listing task's, at most
+    ``MAX_DISCOVERED_IDS``, each a bare target id its source could crawl as ProductReviews."""
+    ids = item.discovered_ids
+    if not ids:
+        return
+    field_name = f"{where}.discoveredIds"
+    kind, source, _ = split_task_id(item.task_id)
+    if kind is not TaskKind.Listing:
+        raise invalid_field(
+            f"discoveredIds come only with a Listing task's report, not a {kind.name} one", field_name, index
+        )
+    if len(ids) > MAX_DISCOVERED_IDS:
+        raise invalid_field(
+            f"{len(ids)} discovered ids; a report carries at most {MAX_DISCOVERED_IDS} (models.MAX_DISCOVERED_IDS)",
+            field_name,
+            index,
+        )
+    for number, target in enumerate(ids):
+        try:
+            if not isinstance(target, str):
+                raise InvalidArgumentError(f"a discovered id must be a string, not {type(target).__name__}")
+            if ":" in target:
+                raise InvalidArgumentError(f"{quote(target)}: discovered ids are bare, without the <source>: prefix")
+            make_task_id(TaskKind.ProductReviews, source, target)
+        except InvalidArgumentError as exc:
+            raise invalid_field(str(exc), f"{field_name}[{number}]", index, code="InvalidId") from exc

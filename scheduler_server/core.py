@@ -1,10 +1,11 @@
 """The scheduler's logic, without Ice: add, lease, report, release and expire tasks (``SchedulerCore``).
 
-This module holds the five operations and the group-commit plumbing they share (some 540 lines, a tenth of them
+This module holds the five operations and the group-commit plumbing they share (some 580 lines, a tenth of them
 this docstring: each operation's step inside the transaction and its finisher after the commit are meant to be
 read side by side, so they are not split further). Its parts, each in its own
 module: the settings and their wiring (``config``), argument checks (``checks``), what a report's outcome does,
-as data (``outcomes``), the moves of a task between the queues (``moves``), group commit (``groups``), what a
+as data (``outcomes``), the moves of a task between the queues (``moves``), a listing report's discoveries
+(``discoveries``), group commit (``groups``), what a
 core restores at start (``startup``), the budget rebalance (``budget``), status (``status``) and the audit
 (``audit``). ``SchedulerConfig``, ``Clocks`` and ``check_consistency`` are importable from
 here too.
@@ -66,6 +67,7 @@ from scheduler_server.cache import RecordCache
 from scheduler_server.checks import check_lease_args, check_release_args, check_reports, parse_add_ids
 from scheduler_server.codec import TaskRecord, done_value, history_append, time_key
 from scheduler_server.config import Clocks, SchedulerConfig, core_parts
+from scheduler_server.discoveries import add_discoveries
 from scheduler_server.groups import GroupCall, GroupRunner, Pending
 from scheduler_server.moves import TaskMoves
 from scheduler_server.observer import CoreObserver
@@ -238,32 +240,19 @@ class SchedulerCore:
         return self._call(lambda txn, group: self._add_in(txn, group, task_ids, kind), durable=True)
 
     def _add_in(self, txn: Txn, group: _Group, task_ids: list[tuple[str, str, str]], kind: TaskKind) -> _Finish:
-        added: list[TaskRecord] = []
-        for task_id, source, target in task_ids:
-            if txn.get("tasks", task_id.encode()) is not None:
-                continue
-            record = TaskRecord(
-                id=task_id,
-                kind=kind.value,
-                source=source,
-                target=target,
-                due_ms=group.now_ms,
-                period_s=self.config.initial_period_s,
-                policy_state=self.policy.initial_state(),
-                created_ms=group.now_ms,
-            )
-            txn.put("tasks", task_id.encode(), record.to_bytes())
-            txn.put("pending", time_key(group.now_ms, task_id), b"")
-            self.queues.pending(task_id, source, group.now_ms)
-            added.append(record)
+        added = self.moves.add_new(txn, task_ids, kind, group.now_ms, self.policy.initial_state)
 
         def finish() -> int:
-            self.records.keep(added)
-            self._counts["tasks"] += len(added)
-            self._counts["pending"] += len(added)
+            self._added(added)
             return len(added)
 
         return finish
+
+    def _added(self, records: list[TaskRecord]) -> None:
+        """After the commit: new tasks (added, or discovered by a listing report) are counted and cached."""
+        self.records.keep(records)
+        self._counts["tasks"] += len(records)
+        self._counts["pending"] += len(records)
 
     # --- leasing --------------------------------------------------------------------------------------------
 
@@ -382,9 +371,11 @@ class SchedulerCore:
             self.moves.take_leased(txn, item.task_id, item.lease_token, index, "reports")
             for index, item in enumerate(reports)
         ]
+        reports, found = add_discoveries(txn, self.moves, records, reports, group.now_ms, self.policy.initial_state)
         effects = [self._apply_report(txn, group, record, item) for record, item in zip(records, reports, strict=True)]
 
         def finish() -> None:
+            self._added(found)
             self.records.keep(records)
             wall = group.wall
             for record, item, effect in zip(records, reports, effects, strict=True):

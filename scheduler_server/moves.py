@@ -1,5 +1,5 @@
-"""A task's moves between the two queues, inside a store transaction: leased (pending -> in flight), lease
-ended (in flight -> pending at a due time), lease expired. Each move changes the queue tables and the
+"""A task's moves between the two queues, inside a store transaction: added (new -> pending), leased (pending ->
+in flight), lease ended (in flight -> pending at a due time), lease expired. Each move changes the queue tables and the
 in-memory queues (``queues``) together; the core's transaction rolls both back on failure.
 
 The record cache (``cache``) is kept consistent by taking a record out before it changes (``take``,
@@ -8,9 +8,11 @@ The record cache (``cache``) is kept consistent by taking a record out before it
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from icecrawler.errors import LeaseLostError, ServiceError, quote
-from icecrawler.models import Account
+from icecrawler.models import Account, TaskKind
 from scheduler_server.cache import RecordCache
 from scheduler_server.checks import invalid_field
 from scheduler_server.codec import TaskRecord, encode_lease, hold_lease, time_key
@@ -32,6 +34,36 @@ class TaskMoves:
         self.config = config
         self.queues = queues
         self.records = records
+
+    def add_new(
+        self,
+        txn: Txn,
+        task_ids: Sequence[tuple[str, str, str]],
+        kind: TaskKind,
+        now_ms: int,
+        initial_state: Callable[[], dict[str, Any]],
+    ) -> list[TaskRecord]:
+        """Add the ``(task id, source, target)`` tasks that are not known yet, pending and due at ``now_ms``
+        (an id named twice is added once); returns the new records."""
+        added: list[TaskRecord] = []
+        for task_id, source, target in task_ids:
+            if txn.get("tasks", task_id.encode()) is not None:
+                continue
+            record = TaskRecord(
+                id=task_id,
+                kind=kind.value,
+                source=source,
+                target=target,
+                due_ms=now_ms,
+                period_s=self.config.initial_period_s,
+                policy_state=initial_state(),
+                created_ms=now_ms,
+            )
+            txn.put("tasks", task_id.encode(), record.to_bytes())
+            txn.put("pending", time_key(now_ms, task_id), b"")
+            self.queues.pending(task_id, source, now_ms)
+            added.append(record)
+        return added
 
     def stored(self, txn: Txn, task_id: str) -> TaskRecord | None:
         """The task's record as stored, with its current lease (from its inflight entry) if it is in flight;

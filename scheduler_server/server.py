@@ -18,9 +18,9 @@ import Ice
 
 from icecrawler import limits, rpc
 from icecrawler.datalock import DataLock
-from icecrawler.errors import InvalidArgumentError, NotAuthorizedError, StorageUnavailableError
+from icecrawler.errors import InvalidArgumentError, StorageUnavailableError
 from icecrawler.metrics import MetricsConfig, MetricsEndpoint, serve
-from icecrawler.models import SOURCES, TaskKind
+from icecrawler.models import TaskKind
 from icecrawler.security import Gate, guarded, guarded_listening
 from icecrawler.settings import Settings
 from icecrawler.settings.validation import check_paths, validate_values
@@ -110,13 +110,12 @@ def make_servant(
             )
 
         @rpc.map_errors
+        @guarded("add")
         def addUsers(self, ids: Sequence[str], kind: Any, current: Ice.Current) -> rpc.Converted[Any, int]:
+            # Seeding is an operator's (admin) call: a client's listing crawl adds its discoveries with its
+            # report (Report.discoveredIds, scheduler_server.discoveries), so a client certificate needs no addUsers.
             _check_count(ids, "ids", limit)
-            task_kind = TaskKind[kind.name]
-            if "add" not in self.gate.allowed(current):
-                self.gate.require(current, "discover", "addUsers")
-                _check_discovered(ids, task_kind)
-            return timed("add", rpc.then(core.add_async(list(ids), task_kind), int))
+            return timed("add", rpc.then(core.add_async(list(ids), TaskKind[kind.name]), int))
 
         @rpc.map_errors
         @guarded("status")
@@ -151,17 +150,6 @@ def _task_without_cookies(task: Any) -> Any:
     converted = rpc.task_to_slice(task)
     converted.account.cookieBlob = ""
     return converted
-
-
-def _check_discovered(ids: Sequence[str], kind: TaskKind) -> None:
-    """What a client may add: product ids of a source that has listings (a listing crawl's discoveries)."""
-    for index, text in enumerate(ids):
-        source = text.partition(":")[0]
-        if kind is not TaskKind.ProductReviews or TaskKind.Listing not in SOURCES.get(source, frozenset()):
-            raise NotAuthorizedError(
-                f"addUsers: a client certificate may add only discovered product ids of a "
-                f"source with listings, not ids[{index}] of kind {kind.name} (needs role admin)"
-            )
 
 
 class Maintenance(threading.Thread):

@@ -257,7 +257,7 @@ def test_a_listing_longer_than_the_cap_is_walked_over_several_visits_then_from_t
     cursor = ""
     for _ in range(5):
         result = visit(site, cursor, kind=TaskKind.Listing)
-        seen.update(result.discovered)
+        seen.update(result.report.discovered_ids)
         cursor = result.report.cursor
         if not is_gap(cursor):
             break

@@ -13,7 +13,8 @@ from crawler_client.crawl import CrawlResult, crawl_task, fingerprint_result, it
 from crawler_client.sources._cursor import PostOrder, ReviewOrder
 from crawler_client.sources.base import FetchedPage, Item, PageRequest, ParsedPage, Source
 from icecrawler.errors import FetchError, ParseError
-from icecrawler.models import Outcome, Post, Review, Task, TaskKind
+from icecrawler.models import MAX_DISCOVERED_IDS, Outcome, Post, Review, Task, TaskKind
+from icecrawler.resume import is_gap
 
 Step = list[Item] | Exception | ParsedPage
 #: The fetch time of every scripted crawl (2030): after every item's time, so any item may become the cursor.
@@ -212,12 +213,30 @@ def test_review_cursor_stop_uses_time_then_id() -> None:
     assert result.report.cursor == "2024-05-03T10:00:00+08:00|c"
 
 
-def test_listing_collects_ids_for_add_users_and_keeps_no_cursor() -> None:
+def test_listing_puts_its_ids_in_the_report_and_keeps_no_cursor() -> None:
     source = PostSource([["101", "102"], ["103"]])
     result, _, _ = run(source, task(TaskKind.Listing))
-    assert result.discovered == ["101", "102", "103"]
-    assert result.posts == [] and result.reviews == []
+    assert result.report.discovered_ids == ("101", "102", "103")
+    assert result.posts == [] and result.reviews == [] and result.record_count == 0
     assert (result.report.new_items, result.report.window_items, result.report.cursor) == (3, 3, "")
+
+
+def test_a_listing_id_the_scheduler_would_refuse_is_dropped_alone(caplog: pytest.LogCaptureFixture) -> None:
+    listing = Task(id="listing:ecshop:3", kind=TaskKind.Listing, source="ecshop", target="3", lease_token="tok")
+    source = PostSource([["101", "a b", "x" * 65, "102"]])
+    result, _, _ = run(source, listing)
+    assert result.report.discovered_ids == ("101", "102")
+    assert "2 discovered id(s) dropped" in caplog.text and "'a b'" in caplog.text
+
+
+def test_a_listing_walk_stops_at_the_ids_one_report_carries_and_resumes_next_visit() -> None:
+    pages: list[list[Item]] = [[f"{page}{n:03d}" for n in range(600)] for page in range(1, 5)]
+    source = PostSource([*pages])
+    result, _, _ = run(source, task(TaskKind.Listing), max_pages=10)
+    assert source.parsed == [1, 2]  # 1200 ids after page 2: the report is full
+    assert result.report.discovered_ids == tuple(pages[0] + pages[1][:400])
+    assert len(result.report.discovered_ids) == MAX_DISCOVERED_IDS
+    assert is_gap(result.report.cursor)  # the next visit resumes at page 2, so its other 200 ids come again
 
 
 def test_long_texts_are_fetched_for_new_truncated_posts_only() -> None:

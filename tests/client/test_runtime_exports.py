@@ -11,6 +11,7 @@ MODULES = [
     "crawler_client.cookie_blob",
     "crawler_client.crawl",
     "crawler_client.sink",
+    "crawler_client.writer",
     "crawler_client.gateways",
     "crawler_client.runner",
     "crawler_client.daemon",

@@ -1,6 +1,6 @@
 """The sink's buffering and reporting policy as pure logic, with memory gateways standing in for the servers:
 records before reports, buffering through outages, InvalidRecords, LeaseLost/InvalidArgument resends, lease
-expiry, listing ids through addUsers, and leases given back."""
+expiry, listing discoveries inside their reports, and leases given back."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import pytest
 
 from crawler_client.crawl import CrawlResult
-from crawler_client.sink import Backoff, Sink
+from crawler_client.sink import Backoff, Sink, report_wire_bytes
 from icecrawler.errors import (
     InvalidArgumentError,
     InvalidRecordsError,
@@ -54,9 +54,8 @@ class MemoryScheduler:
         self.released.extend(leases)
 
     def add_targets(self, ids: Sequence[str], kind: TaskKind) -> int:
-        self._check([])
-        self.added.append((list(ids), kind))
-        return len(ids) - 1  # one of them was already known
+        self.added.append((list(ids), kind))  # the sink never adds targets: discoveries go in the report
+        return len(ids)
 
 
 class MemoryStorage:
@@ -97,6 +96,7 @@ def make(
     buffer_records: int = 100,
     write_batch: int = 3,
     report_batch: int = 2,
+    report_bytes: int = 0,
 ) -> tuple[Sink, MemoryScheduler, MemoryStorage, Times]:
     scheduler, storage, clock = MemoryScheduler(), MemoryStorage(), Times()
     sink = Sink(
@@ -105,6 +105,7 @@ def make(
         buffer_records=buffer_records,
         report_batch=report_batch,
         write_batch=write_batch,
+        report_bytes=report_bytes,
         backoff_s=1.0,
         max_backoff_s=8.0,
         now_ms=lambda: clock.wall_ms,
@@ -134,10 +135,14 @@ def result(
     )
     return CrawlResult(
         task,
-        Report(task_id=task.id, lease_token=task.lease_token, new_items=posts + reviews),
+        Report(
+            task_id=task.id,
+            lease_token=task.lease_token,
+            new_items=posts + reviews + len(discovered),
+            discovered_ids=tuple(discovered),
+        ),
         posts=[Post(id=hash((name, n)) & 0xFFFFFF, user_id=1) for n in range(posts)],
         reviews=[Review(id=f"{name}-{n}", product_id=name) for n in range(reviews)],
-        discovered=list(discovered),
         aborted=aborted,
     )
 
@@ -228,15 +233,34 @@ def test_result_past_its_lease_deadline_is_dropped_with_a_warning(caplog: pytest
     assert sink.stats.snapshot()["results_expired"] == 1
 
 
-def test_listing_ids_go_through_add_users_and_the_report_carries_its_count() -> None:
+def test_listing_discoveries_travel_in_the_report_untouched_and_no_target_is_added() -> None:
     sink, scheduler, _, _ = make()
     sink.add(result("cat1", discovered=["101", "102", "103"], kind=TaskKind.Listing))
+    assert sink.buffered_records() == 0  # discoveries wait for no storage
     assert sink.flush() is True
-    assert scheduler.added == [
-        (["ecshop:101", "ecshop:102"], TaskKind.ProductReviews),
-        (["ecshop:103"], TaskKind.ProductReviews),
+    assert scheduler.added == []
+    assert [(r.task_id, r.discovered_ids, r.new_items) for r in scheduler.reports] == [
+        ("listing:weibo_mobile:cat1", ("101", "102", "103"), 3)  # the scheduler, not the sink, counts the new ones
     ]
-    assert scheduler.reports[0].new_items == 1  # 2 calls, each finds one id already known
+
+
+def test_reports_are_split_to_fit_the_scheduler_request_limit() -> None:
+    one_listing = report_wire_bytes(result("x", discovered=[f"{n:08d}" for n in range(400)]).report)
+    sink, scheduler, _, _ = make(report_batch=50, report_bytes=int(one_listing * 2.5))
+    for name in "abcde":
+        sink.add(result(name, discovered=[f"{n:08d}" for n in range(400)], kind=TaskKind.Listing))
+    sink.add(result("f", posts=1))
+    assert sink.flush() is True
+    assert scheduler.calls == 3  # two listing reports a call, the last with the small one
+    assert [len(r.discovered_ids) for r in scheduler.reports] == [400] * 5 + [0]
+
+
+def test_a_report_over_the_limit_alone_is_still_sent_alone() -> None:
+    sink, scheduler, _, _ = make(report_batch=50, report_bytes=100)
+    sink.add(result("a", discovered=["1"] * 50, kind=TaskKind.Listing))
+    sink.add(result("b", discovered=["2"] * 50, kind=TaskKind.Listing))
+    assert sink.flush() is True
+    assert scheduler.calls == 2 and len(scheduler.reports) == 2
 
 
 def test_aborted_crawls_and_shutdown_give_leases_back() -> None:
@@ -305,7 +329,7 @@ def test_records_storage_can_never_take_are_not_retried_forever_and_the_task_is_
     error: Exception, caplog: pytest.LogCaptureFixture
 ) -> None:
     sink, scheduler, _, _ = make()
-    sink.storage = BrokenStorage(error)
+    sink.writer.storage = BrokenStorage(error)
     crawled = result("a", posts=2)
     crawled.task.cursor = "41"
     crawled.report.cursor = "99"
@@ -336,7 +360,7 @@ class PickyStorage(MemoryStorage):
 
 def test_a_batch_failing_as_a_whole_is_split_until_the_bad_record_is_alone() -> None:
     sink, scheduler, _, _ = make(write_batch=10)
-    sink.storage = storage = PickyStorage({"x-6"})
+    sink.writer.storage = storage = PickyStorage({"x-6"})
     sink.add(result("x", reviews=10))
     assert sink.flush() is True
     assert sorted(r.id for r in storage.reviews) == [f"x-{n}" for n in range(10) if n != 6]

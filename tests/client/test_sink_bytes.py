@@ -8,7 +8,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from crawler_client.crawl import CrawlResult
-from crawler_client.sink import Sink, record_wire_bytes
+from crawler_client.sink import Sink
+from crawler_client.writer import record_wire_bytes
 from icecrawler.models import Report, Review, Task, TaskKind
 from tests.client.test_runtime_sink import MemoryScheduler, MemoryStorage
 

@@ -7,8 +7,8 @@ Checked against the sandbox's ground truth and the scheduler's records:
 - every product that appeared is discovered: its reviews task exists, created within two periods of its own
   category's listing (the period in effect when the product appeared) after the product appeared (or after
   the listing was seeded, for a product that was there before);
-- no product is queued twice: the listings' discovered counts (each addUsers call returns only the ids that
-  were new) add up to the number of product tasks, and the scheduler holds exactly listings + products tasks;
+- no product is queued twice: the listings' discovered counts (the scheduler counts only the ids of a report
+  that were new) add up to the number of product tasks, and the scheduler holds exactly listings + products tasks;
 - two different clients did crawl overlapping listings at the same time (completion-log lease intervals), and
   still no task was ever leased twice at once;
 - every review of a discovered product (published up to a short catch-up window before the end) is stored

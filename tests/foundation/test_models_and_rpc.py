@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 
 import Ice
@@ -82,7 +83,10 @@ def test_task_and_report_survive_the_slice_round_trip() -> None:
         retry_after_s=30.0,
         fetches=4,
         new_item_times_ms=(1_700_000_000_000, 1_699_999_400_000, 1_699_998_800_000),
+        discovered_ids=("101", "sku-7.b"),
     )
+    # every field is set off its default, so a field the conversion forgets fails here
+    assert all(getattr(report, f.name) != f.default for f in dataclasses.fields(Report))
     assert rpc.report_from_slice(rpc.report_to_slice(report)) == report
 
 

@@ -147,7 +147,8 @@ REPORT_OPS = {"putUsers", "putUser", "releaseUsers"}
 WRITE_OPS = {"writeReviews", "writeWB"}
 STATUS_OPS = {"stats", "taskInfo", "listTasks", "storage stats"}
 ALLOWED: dict[str, set[str]] = {
-    "client": LEASE_OPS | REPORT_OPS | WRITE_OPS | STATUS_OPS | {"addUsers(discovered products)"},
+    # A client adds what its listing crawls discover with their reports (Report.discoveredIds), never with addUsers.
+    "client": LEASE_OPS | REPORT_OPS | WRITE_OPS | STATUS_OPS,
     "admin": set(OPERATIONS),
     "reader": STATUS_OPS,
     "norole": set(),

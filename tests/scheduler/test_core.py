@@ -77,13 +77,6 @@ def test_report_requeues_after_the_period(core: SchedulerCore, clocks: ManualClo
     assert info["lease_token"] == "<held>"
 
 
-def test_listing_reports_sum_discovered_products(core: SchedulerCore) -> None:
-    core.add(["ecshop:3"], TaskKind.Listing)
-    task = core.lease("w", 1)[0]
-    core.report([ok(task.id, task.lease_token, new_items=7)])
-    assert core.stats()["detail"]["listings"] == {"listing:ecshop:3": 7}
-
-
 def test_stale_and_unknown_tokens_are_rejected_without_changes(
     core: SchedulerCore, store: QueueStore, clocks: ManualClocks
 ) -> None:

@@ -78,6 +78,7 @@ def test_every_scheduler_operation(prx: Any) -> None:
             fingerprint=-1,
             cursor="p2",
             newItemTimesMs=[1_700_000_000_000, 1_699_999_000_000],
+            discoveredIds=["501", "502", "503", "504", "505", "100012043978"],  # a jd id, but new as an ecshop product
         )
     )
     reviews = tasks["reviews:jd:100012043978"]
@@ -91,14 +92,15 @@ def test_every_scheduler_operation(prx: Any) -> None:
     rest = [tasks["user:weibo_mobile:1669879400"], tasks["user:weibo_pc:42"]]
     prx.releaseUsers([C.LeaseRef(taskId=t.id, leaseToken=t.leaseToken) for t in rest])
     stats = prx.stats()
-    assert (stats.tasks, stats.inflight, stats.done) == (4, 0, 2)
+    assert (stats.tasks, stats.inflight, stats.done) == (10, 0, 2)
     assert stats.leasesPerMin == 4 and stats.reportsPerMin == 2
-    assert json.loads(stats.detailJson)["listings"] == {"listing:ecshop:3": 5}
+    assert json.loads(stats.detailJson)["listings"] == {"listing:ecshop:3": 6}  # counted by the scheduler
     info = json.loads(prx.taskInfo(listing.id))
-    assert info["discovered"] == 5 and info["fingerprint"] == 2**64 - 1 and info["cursor"] == "p2"
+    assert info["discovered"] == 6 and info["fingerprint"] == 2**64 - 1 and info["cursor"] == "p2"
     assert info["history"][0]["period_s"] == 600.0
     again = {task.id: task for task in prx.getUsers("w2", 10)}
-    assert set(again) == {reviews.id, *(t.id for t in rest)}  # retry and released tasks are due at once
+    products = {f"reviews:ecshop:{n}" for n in (501, 502, 503, 504, 505, 100012043978)}
+    assert set(again) == {reviews.id, *(t.id for t in rest), *products}  # discovered, retried, released: due now
     assert again[reviews.id].attempts == 1 and again[rest[0].id].attempts == 0
     prx.releaseUsers([C.LeaseRef(taskId=t.id, leaseToken=t.leaseToken) for t in again.values()])
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from icecrawler.errors import ConfigError, InvalidArgumentError
-from icecrawler.models import TaskKind
+from icecrawler.models import Report, TaskKind
 from icecrawler.settings import Settings
 from icecrawler.shards import ShardMap, shard_of_host, source_hosts
 from scheduler_server.core import SchedulerCore
@@ -91,3 +91,14 @@ def test_bad_shard_settings_are_config_errors(overrides: dict[str, object], mess
     settings = make_settings(**{"scheduler__shards": 2, "scheduler__shard": 0, **TWO_HOSTS, **overrides})
     with pytest.raises(ConfigError, match=message):
         SchedulerCore.from_settings(settings, MemoryQueueStore(), clocks)
+
+
+def test_a_listing_report_adds_its_products_on_its_own_shard(clocks: ManualClocks) -> None:
+    """A listing's products belong to its source, hence to its host and its shard: the shard that leased the
+    listing adds them (there is no other shard to ask)."""
+    core = SchedulerCore.from_settings(shard_settings(1), MemoryQueueStore(), clocks)
+    core.add(["ecshop:5"], TaskKind.Listing)
+    task = core.lease("w", 1)[0]
+    core.report([Report(task.id, task.lease_token, discovered_ids=("71", "72"))])
+    assert core.stats()["tasks"] == 3
+    assert {t.id for t in core.lease("w", 5)} == {"reviews:ecshop:71", "reviews:ecshop:72"}
