@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import bench.revisit as revisit
+import bench.revisit.synthetic as synthetic
 from bench.revisit.oracle import brute_force_lag, offline_lag, sqrt_bound
 
 
@@ -45,6 +46,6 @@ def test_ablation_prints_one_row_per_variant(
     assert revisit.main(["--ablation", "--pages", "8", "--workers", "1", "--end-days", "1.5"]) == 0
     out = capsys.readouterr().out
     assert "development seeds 20..21" in out
-    for label, _ in revisit.ABLATION:
+    for label, _ in synthetic.ABLATION:
         assert label in out
     assert "| rate (default) | defaults |" in out and "1.000 ± 0.000" in out  # the default against itself
