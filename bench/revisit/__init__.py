@@ -8,6 +8,9 @@ clairvoyant offline oracle (O1). Knobs are tuned on TUNING_SEEDS; tables report 
 The full run writes docs/bench/revisit.json, docs/revisit/*.png and the results block of docs/REVISIT.md;
 ``--quick`` (fewer seeds and pages) only prints, unless ``--write`` is given; ``--ablation`` prints what each forecast
 of the rate policy is worth, on the development seeds ABLATION_SEEDS (never the reported ones).
+
+This module is the command line only: the contenders and run sizes are in ``contenders``, the synthetic experiments
+in ``synthetic``, their tables and plots in ``synthetic_report``, the real-trace run (``--traces``) in ``real``.
 """
 
 from __future__ import annotations
