@@ -44,7 +44,7 @@ RATE_BURST_PRIOR_ITEMS = 1.0
 RATE_MEMORY_ITEMS: float | None = 20.0
 RATE_HALF_LIFE_MAX_S = 14 * 86400.0
 #: Rate policy: half-life of the daily profile's moments (a daily pattern needs several days to show).
-RATE_DAY_HALF_LIFE_S: float | None = 7 * 86400.0
+RATE_DAY_HALF_LIFE_S: float | None = 14 * 86400.0
 #: Rate policy: self-excitation of the item stream, (share a, decay F seconds): each item adds a e^{-(s-t)/F}/F to
 #: the expected rate after it (a Hawkes kernel; the base rate is λ(1-a)), the forecast of real, bursty streams.
 #: None: off.
@@ -54,7 +54,7 @@ RATE_EXCITE: tuple[float, float] | None = None
 #: lag-optimal time for a fetch a day (d/dF of E[(F - t) mod day] = 1 - day * f(F)). False: off.
 RATE_DAY_ANCHOR = True
 RATE_DAY_ANCHOR_MIN = 0.75
-RATE_DAY_ANCHOR_AMPLITUDE = 0.25
+RATE_DAY_ANCHOR_AMPLITUDE = 0.1
 #: Rate policy under a global budget: the longest period is at least this many times the budget's mean period
 #: (targets / budget), so a small budget does not clamp every target to the same longest period (uniform).
 RATE_BUDGET_STRETCH: float | None = 1.5

@@ -5,10 +5,10 @@ both files)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
-__all__ = ["merge_json", "write_block"]
+__all__ = ["fmt", "merge_json", "table", "write_block"]
 
 
 def write_block(path: Path, block: str, name: str = "revisit-results") -> None:
@@ -28,3 +28,15 @@ def merge_json(path: Path, head: dict[str, float], owns: Callable[[str], bool]) 
     merged = {k: v for k, v in old.items() if not owns(k)} | head
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(merged, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def fmt(mean: float, hw: float, digits: int = 2) -> str:
+    """``mean ± half-width`` (just the mean when the half-width is NaN, e.g. one seed)."""
+    return f"{mean:.{digits}f}" if hw != hw else f"{mean:.{digits}f} ± {hw:.{digits}f}"
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """A markdown table."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)

@@ -20,12 +20,12 @@ from typing import Any
 
 import numpy as np
 
-from bench.revisit import CONTENDERS, ROOT, Contender, _fmt, _table
+from bench.revisit.contenders import CONTENDERS, E3_INITIAL_S, E3_MAX_S, E3_MIN_S, ROOT, Contender, run_contender
 from bench.revisit.content import ContentModel
 from bench.revisit.oracle import offline_lag, sqrt_bound
-from bench.revisit.publish import merge_json, write_block
+from bench.revisit.publish import fmt, merge_json, table, write_block
 from bench.revisit.replay import Trace, Windowing, load_traces, split_halves, window_pages
-from bench.revisit.sim import Detector, Horizon, mean_ci, run_budget, run_single
+from bench.revisit.sim import Detector, Horizon, mean_ci, run_single
 from bench.revisit.traces import DAY, Page
 from shhd.policies import ChoPolicy, NutchPolicy, RatePolicy, RevisitPolicy, ShhdPolicy
 
@@ -44,7 +44,7 @@ DEFAULT_LABEL = "rate (ours)"
 SQRT_LABEL = "O2 sqrt bound (known mean rates)"
 ORACLE_LABEL = "O1 offline oracle"
 #: The period bounds every policy gets (the E3 defaults: 1 min .. 1 day, first period 10 min).
-_MIN_S, _MAX_S, _INITIAL_S = 1 * MIN, DAY, 10 * MIN
+_MIN_S, _MAX_S, _INITIAL_S = E3_MIN_S, E3_MAX_S, E3_INITIAL_S
 
 
 @dataclass(frozen=True)
@@ -85,17 +85,7 @@ def _run(
     mult: float,
     content: ContentModel,
 ) -> tuple[dict[str, float], list[float], list[int]]:
-    budget = mult * sum(p.rate for p in pages)
-    res = run_budget(
-        pages,
-        c.factory(knob),
-        Detector(c.detector, content),
-        horizon,
-        budget,
-        _MIN_S,
-        _MAX_S,
-        np.random.default_rng([seed, 4, int(mult * 1000)]),
-    )
+    res = run_contender(c, knob, pages, horizon, mult, content, [seed, 4, int(mult * 1000)])
     return res.summary(), res.page_lag_s, res.page_caught
 
 
@@ -219,10 +209,10 @@ def report(
             lag = mean_ci([p["lag_mean_min"] for p in per])
             cells = [label]
             for key, digits in (("fetches", 0), ("hit_rate", 2)):
-                cells.append(_fmt(*mean_ci([p[key] for p in per]), digits) if key in per[0] else "")
-            cells.append(_fmt(*lag))
+                cells.append(fmt(*mean_ci([p[key] for p in per]), digits) if key in per[0] else "")
+            cells.append(fmt(*lag))
             for key, digits in (("lag_p95_min", 1), ("uncaught", 0)):
-                cells.append(_fmt(*mean_ci([p[key] for p in per]), digits) if key in per[0] else "")
+                cells.append(fmt(*mean_ci([p[key] for p in per]), digits) if key in per[0] else "")
             cells += [f"{lag[0] / rate_lag:.2f}", f"{lag[0] / sqrt_lag:.2f}"]
             rows.append(cells)
             head[f"real_b{mult:g}_{slug}_lag_mean_min"] = round(lag[0], 3)
@@ -231,18 +221,18 @@ def report(
             (label, slug, lambda r, lb=label: r[lb]["lag_mean_min"]) for label, slug in labels[1:] + extra[:1]
         ]:
             ratio = mean_ci([r[DEFAULT_LABEL]["lag_mean_min"] / pick(r) for r in rows_b])
-            paired.append(f"{name} {_fmt(*ratio, 3)}")
+            paired.append(f"{name} {fmt(*ratio, 3)}")
             head[f"real_b{mult:g}_rate_over_{key}_paired_ratio"] = round(ratio[0], 3)
             head[f"real_b{mult:g}_rate_over_{key}_paired_ratio_ci95"] = round(ratio[1], 3)
         summary_rows.append(
             [
                 f"{mult:g}",
-                _fmt(
+                fmt(
                     head[f"real_b{mult:g}_rate_over_best_baseline_paired_ratio"],
                     head[f"real_b{mult:g}_rate_over_best_baseline_paired_ratio_ci95"],
                     3,
                 ),
-                _fmt(
+                fmt(
                     head[f"real_b{mult:g}_rate_over_sqrt_bound_paired_ratio"],
                     head[f"real_b{mult:g}_rate_over_sqrt_bound_paired_ratio_ci95"],
                     3,
@@ -253,7 +243,7 @@ def report(
         md += [
             f"#### Real traces, global budget B = {mult:g} × total item rate",
             "",
-            _table(
+            table(
                 ["policy", "fetches", "hit rate", "mean lag", "p95", "uncaught", "× rate (ours)", "× sqrt bound"], rows
             ),
             "",
@@ -263,7 +253,7 @@ def report(
     md[2:2] = [
         "#### Summary: the default policy against the best baseline and the bound (paired, ± 95% CI)",
         "",
-        _table(
+        table(
             [
                 "budget (× item rate)",
                 "rate ÷ best of SHHD/Nutch/Cho",
@@ -313,12 +303,12 @@ def _by_source(cfg: RealConfig, per_seed: list[dict[str, Any]], knobs: dict[tupl
                 )
             base = [min(v) for v in zip(*[by_slug[s] for s in BASELINES], strict=True)]
             ratio = mean_ci([a / b for a, b in zip(by_slug["rate"], base, strict=True) if a == a and b == b])
-            rows.append([source, f"{mult:g}"] + [f"{np.nanmean(by_slug[s]):.1f}" for s in SLUGS] + [_fmt(*ratio, 3)])
+            rows.append([source, f"{mult:g}"] + [f"{np.nanmean(by_slug[s]):.1f}" for s in SLUGS] + [fmt(*ratio, 3)])
     names = {c.slug: c.label for c in _contenders()}
     header = ["source", "budget"] + [names[s] for s in SLUGS] + ["rate ÷ best baseline"]
     return (
         "#### Per source (mean lag in minutes of that source's items; a baseline shows the better of its default "
-        "and tuned rows)\n\n" + _table(header, rows)
+        "and tuned rows)\n\n" + table(header, rows)
     )
 
 
@@ -373,7 +363,7 @@ def e0_table(trace: Trace, page: Page, e0: dict[str, Any], windowing: Windowing)
     return (
         f"#### E0 on one real target ({trace.source} `{trace.target}`, {scored} scored items; each policy "
         "fetches whenever it asks, no budget, so fetch counts differ)\n\n"
-        + _table(["policy", "fetches", "hit rate", "mean lag", "p95 lag"], rows)
+        + table(["policy", "fetches", "hit rate", "mean lag", "p95 lag"], rows)
         + "\n\n![E0 on a real target](revisit/real_e0_period_trajectory.png)"
     )
 

@@ -6,7 +6,9 @@ import numpy as np
 import pytest
 
 import bench.revisit as revisit
+import bench.revisit.synthetic as synthetic
 from bench.revisit.oracle import brute_force_lag, offline_lag, sqrt_bound
+from bench.revisit.publish import fmt, table
 
 
 def test_offline_oracle_matches_brute_force_on_small_instances() -> None:
@@ -41,10 +43,16 @@ def test_quick_mode_on_a_tiny_config_prints_the_headline_table(capsys: pytest.Ca
 def test_ablation_prints_one_row_per_variant(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(revisit, "ABLATION_SEEDS", (20, 21))
+    monkeypatch.setattr(synthetic, "ABLATION_SEEDS", (20, 21))
     assert revisit.main(["--ablation", "--pages", "8", "--workers", "1", "--end-days", "1.5"]) == 0
     out = capsys.readouterr().out
     assert "development seeds 20..21" in out
-    for label, _ in revisit.ABLATION:
+    for label, _ in synthetic.ABLATION:
         assert label in out
     assert "| rate (default) | defaults |" in out and "1.000 ± 0.000" in out  # the default against itself
+
+
+def test_markdown_helpers_format_means_and_tables() -> None:
+    assert fmt(1.234, 0.0567) == "1.23 ± 0.06"
+    assert fmt(1.234, float("nan"), 1) == "1.2"  # one seed: no interval
+    assert table(["a", "b"], [["1", "2"]]).splitlines() == ["| a | b |", "|---|---|", "| 1 | 2 |"]
