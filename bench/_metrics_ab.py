@@ -27,7 +27,7 @@ from bench._core_cost import core_cycle_cost
 from icecrawler import rpc
 from icecrawler.processes import ManagedProcess, ProcessGroup, cpu_seconds, free_port
 
-__all__ = ["CASES", "metrics_ab", "schedule"]
+__all__ = ["CASES", "StartScheduler", "metrics_ab", "schedule", "scrape"]
 
 #: (client processes, tasks per call): 8 clients making batched calls, 1 client making single calls.
 CASES = ((8, 100), (1, 1))
@@ -102,7 +102,8 @@ def run_worker(args: argparse.Namespace) -> int:
 # --- the driver -------------------------------------------------------------------------------------------------
 
 
-def _scrape(url: str) -> None:
+def scrape(url: str) -> None:
+    """One scrape of ``url``, read to the end."""
     with urllib.request.urlopen(url, timeout=10) as answer:
         answer.read()
 
@@ -117,7 +118,8 @@ def _run_case(
     batch: int,
     args: argparse.Namespace,
 ) -> list[tuple[float, float]]:
-    """One case's windows: (cycles/s, server CPU us per cycle) of each, in schedule order."""
+    """One case's windows: (cycles/s, server CPU us per cycle) of each, in schedule order; ``url``: the "on"
+    daemon's /metrics ("": no scrapes)."""
     order = WARM_UP + schedule(args.metrics_pairs)
     window = args.metrics_window_s
     start_at = time.time() + 2.0 + 0.5 * clients  # every client is connected and waiting by then
@@ -142,10 +144,10 @@ def _run_case(
         time.sleep(max(0.0, start - time.time()))
         clock = clocks[int(which)]
         before = clock()
-        if which == "1":  # one scrape per ``--metrics-scrape-s`` of the "on" daemon's work
+        if which == "1" and url:  # one scrape per ``--metrics-scrape-s`` of the "on" daemon's work
             while next_scrape < on_s + window:
                 time.sleep(max(0.0, start + next_scrape - on_s - time.time()))
-                _scrape(url)
+                scrape(url)
                 next_scrape += args.metrics_scrape_s
             on_s += window
         time.sleep(max(0.0, start + window + GAP_S - 0.02 - time.time()))
@@ -162,17 +164,49 @@ def _run_case(
 def _scrape_cost(url: str, pid: int) -> float:
     """CPU milliseconds one scrape costs the (otherwise idle) daemon."""
     clock = _cpu_clock(pid)
-    _scrape(url)
+    scrape(url)
     before = clock()
     for _ in range(SCRAPES_ALONE):
-        _scrape(url)
+        scrape(url)
     return 1000 * (clock() - before) / SCRAPES_ALONE
+
+
+def _compare(windows: list[tuple[float, float]], pairs: int) -> dict[str, float]:
+    """Per-pair on/off comparison of one case's windows (schedule order): medians, and the middle half of the
+    pairs' CPU costs (how far to trust the median)."""
+    order = schedule(pairs)
+    split = [
+        (windows[2 * k + order[2 * k : 2 * k + 2].index("0")], windows[2 * k + order[2 * k : 2 * k + 2].index("1")])
+        for k in range(pairs)
+    ]
+    cpu_costs = [100 * (on[1] / off[1] - 1) for off, on in split]
+    q1, _, q3 = statistics.quantiles(cpu_costs, n=4) if len(cpu_costs) > 1 else (cpu_costs[0],) * 3
+    return {
+        "off_cycles_per_s": statistics.median(off[0] for off, _ in split),
+        "on_cycles_per_s": statistics.median(on[0] for _, on in split),
+        "off_cpu_us": statistics.median(off[1] for off, _ in split),
+        "on_cpu_us": statistics.median(on[1] for _, on in split),
+        "throughput_pct": statistics.median(100 * (1 - on[0] / off[0]) for off, on in split),
+        "cpu_pct": statistics.median(cpu_costs),
+        "cpu_pct_q1": q1,
+        "cpu_pct_q3": q3,
+    }
+
+
+def _line(clients: int, key: str, c: dict[str, float]) -> str:
+    return (
+        f"{clients:>7} {key.partition('_')[0]:>8} | {c['off_cycles_per_s']:>12.0f} {c['on_cycles_per_s']:>12.0f} "
+        f"{c['throughput_pct']:>6.1f}% | {c['off_cpu_us']:>10.1f} {c['on_cpu_us']:>10.1f} {c['cpu_pct']:>6.1f}% | "
+        f"{c['cpu_pct_q1']:>6.1f}% .. {c['cpu_pct_q3']:.1f}%"
+    )
 
 
 def metrics_ab(
     group: ProcessGroup, tmp: Path, args: argparse.Namespace, start: StartScheduler
 ) -> tuple[dict[str, Any], list[str]]:
-    """Figures (flat keys) and table lines of the /metrics cost; ``start``: ``bench.scheduler.start_scheduler``."""
+    """Figures (flat keys) and table lines of the /metrics cost; ``start``: ``bench.scheduler.start_scheduler``.
+    With ``args.metrics_control``, the same cases then run once more against a fresh pair of daemons that both
+    have metrics off (an A/A control: what the harness reports when there is no difference, i.e. its noise)."""
     load_before = round(os.getloadavg()[0], 2)
     proxy_off, daemons_off = start(group, tmp / "ab-off", args.tasks, args.server_threads, 1, 0)
     port = free_port()
@@ -188,40 +222,33 @@ def metrics_ab(
         "metrics_scrape_share_at_1s_pct": round(scrape_ms / 10, 3),
         "metrics_scrape_share_at_15s_pct": round(scrape_ms / 150, 4),
     }
-    lines = [
+    header = (
         f"{'clients':>7} {'calls':>8} | {'off cycles/s':>12} {'on cycles/s':>12} {'cost':>7} | "
         f"{'off CPU us':>10} {'on CPU us':>10} {'cost':>7} | CPU cost of the middle half of the pairs"
-    ]
-    for clients, batch in CASES:
-        windows = _run_case(group, tmp, (proxy_off, proxy_on), pids, url, clients, batch, args)
-        order = schedule(args.metrics_pairs)
-        pairs = [
-            (windows[2 * k + order[2 * k : 2 * k + 2].index("0")], windows[2 * k + order[2 * k : 2 * k + 2].index("1")])
-            for k in range(args.metrics_pairs)
-        ]
-        throughput_costs = [100 * (1 - on[0] / off[0]) for off, on in pairs]
-        cpu_costs = [100 * (on[1] / off[1] - 1) for off, on in pairs]
-        throughput_cost, cpu_cost = statistics.median(throughput_costs), statistics.median(cpu_costs)
-        cpu_q1, _, cpu_q3 = statistics.quantiles(cpu_costs, n=4) if len(cpu_costs) > 1 else (cpu_cost,) * 3
-        off_rate, on_rate = (statistics.median(pair[side][0] for pair in pairs) for side in (0, 1))
-        off_cpu, on_cpu = (statistics.median(pair[side][1] for pair in pairs) for side in (0, 1))
-        key = f"{'batched' if batch > 1 else 'single'}_{clients}c"
-        figures.update(
-            {
-                f"metrics_off_{key}_cycles_per_s": round(off_rate, 1),
-                f"metrics_on_{key}_cycles_per_s": round(on_rate, 1),
-                f"metrics_off_{key}_server_cpu_us_per_cycle": round(off_cpu, 1),
-                f"metrics_on_{key}_server_cpu_us_per_cycle": round(on_cpu, 1),
-                f"metrics_cost_{key}_throughput_pct": round(throughput_cost, 2),
-                f"metrics_cost_{key}_server_cpu_pct": round(cpu_cost, 2),
-                f"metrics_cost_{key}_server_cpu_pct_q1": round(cpu_q1, 2),
-                f"metrics_cost_{key}_server_cpu_pct_q3": round(cpu_q3, 2),
-            }
-        )
-        lines.append(
-            f"{clients:>7} {key.partition('_')[0]:>8} | {off_rate:>12.0f} {on_rate:>12.0f} {throughput_cost:>6.1f}% | "
-            f"{off_cpu:>10.1f} {on_cpu:>10.1f} {cpu_cost:>6.1f}% | {cpu_q1:>6.1f}% .. {cpu_q3:.1f}%"
-        )
+    )
+    table: dict[str, list[str]] = {}
+    runs = ["metrics", "metrics_control"] if args.metrics_control else ["metrics"]
+    for prefix in runs:
+        if prefix == "metrics_control":  # a fresh pair, both off: neither has done more work than the other
+            for daemon in (*daemons_off, *daemons_on):
+                daemon.stop()
+            proxy_off, daemons_off = start(group, tmp / "aa-a", args.tasks, args.server_threads, 1, 0)
+            proxy_on, daemons_on = start(group, tmp / "aa-b", args.tasks, args.server_threads, 1, 0)
+            pids, url = (daemons_off[0].pid, daemons_on[0].pid), ""
+        for clients, batch in CASES:
+            windows = _run_case(group, tmp, (proxy_off, proxy_on), pids, url, clients, batch, args)
+            c = _compare(windows, args.metrics_pairs)
+            key = f"{'batched' if batch > 1 else 'single'}_{clients}c"
+            if prefix == "metrics":
+                figures[f"metrics_off_{key}_cycles_per_s"] = round(c["off_cycles_per_s"], 1)
+                figures[f"metrics_on_{key}_cycles_per_s"] = round(c["on_cycles_per_s"], 1)
+                figures[f"metrics_off_{key}_server_cpu_us_per_cycle"] = round(c["off_cpu_us"], 1)
+                figures[f"metrics_on_{key}_server_cpu_us_per_cycle"] = round(c["on_cpu_us"], 1)
+            figures[f"{prefix}_cost_{key}_throughput_pct"] = round(c["throughput_pct"], 2)
+            figures[f"{prefix}_cost_{key}_server_cpu_pct"] = round(c["cpu_pct"], 2)
+            figures[f"{prefix}_cost_{key}_server_cpu_pct_q1"] = round(c["cpu_pct_q1"], 2)
+            figures[f"{prefix}_cost_{key}_server_cpu_pct_q3"] = round(c["cpu_pct_q3"], 2)
+            table.setdefault(prefix, [header]).append(_line(clients, key, c))
     for daemon in (*daemons_off, *daemons_on):
         daemon.stop()
     core = core_cycle_cost(tmp)
@@ -239,8 +266,11 @@ def metrics_ab(
         f"{core['core_metrics_observer_share_pct']:.1f}% of the cycle without metrics",
         f"through the daemon: {args.metrics_pairs} ABBA pairs of {args.metrics_window_s:g} s windows per case; "
         "cost = median over the pairs of the on/off ratio",
-        *lines,
+        *table["metrics"],
     ]
+    if "metrics_control" in table:
+        lines += ["A/A control: both daemons with metrics off, no scrapes (the harness's own noise)"]
+        lines += table["metrics_control"]
     return figures, lines
 
 

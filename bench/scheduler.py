@@ -26,6 +26,7 @@ from typing import Any
 
 from bench._echo import echo_module
 from bench._metrics_ab import metrics_ab
+from bench._metrics_profile import metrics_profile
 from crawler_client.gateways import IceScheduler, ShardedScheduler
 from icecrawler import rpc
 from icecrawler.models import TaskKind
@@ -222,11 +223,17 @@ def shard_hosts(shards: int) -> dict[str, str]:
 
 
 def start_scheduler(
-    group: ProcessGroup, tmp: Path, tasks: int, threads: int, shards: int, metrics_port: int = 0
+    group: ProcessGroup,
+    tmp: Path,
+    tasks: int,
+    threads: int,
+    shards: int,
+    metrics_port: int = 0,
+    wrap: Sequence[str] = (),
 ) -> tuple[str, list[ManagedProcess]]:
     """Start the scheduler as ``shards`` daemons and seed ``tasks`` (spread over one source per shard, through
     the clients' routing gateway): the ``;``-separated shard proxies and the daemons. ``metrics_port``: shard K
-    serves /metrics at that port + K (0: metrics off)."""
+    serves /metrics at that port + K (0: metrics off). ``wrap``: a command each daemon runs under (a profiler)."""
     tmp.mkdir(parents=True, exist_ok=True)
     hosts = shard_hosts(shards)
     settings = {
@@ -253,7 +260,10 @@ def start_scheduler(
         daemons.append(
             group.start(
                 f"scheduler-{shards}-{shard}",
-                icecrawler_argv("scheduler", *(f"--set={k}={v}" for k, v in sets.items()), f"--Ice.Config={conf}"),
+                [
+                    *wrap,
+                    *icecrawler_argv("scheduler", *(f"--set={k}={v}" for k, v in sets.items()), f"--Ice.Config={conf}"),
+                ],
             )
         )
         proxies.append(f"{rpc.SCHEDULER_IDENTITY}:tcp -h 127.0.0.1 -p {port}")
@@ -315,6 +325,16 @@ def main(argv: Sequence[str]) -> int:
         "--metrics-scrape-s", type=float, default=1.0, help="seconds of the metrics-on daemon's work per scrape"
     )
     parser.add_argument(
+        "--metrics-profile",
+        action="store_true",
+        help="also sample a metrics-on daemon with py-spy (the bench extra) and report the share in metrics code",
+    )
+    parser.add_argument(
+        "--metrics-control",
+        action="store_true",
+        help="also run the metrics cases against two daemons with metrics off (an A/A control: the noise floor)",
+    )
+    parser.add_argument(
         "--only-metrics",
         action="store_true",
         help="run only the metrics cost runs; their figures are merged into the existing --json",
@@ -351,7 +371,15 @@ def main(argv: Sequence[str]) -> int:
         ab_figures: dict[str, Any] = {}
         if args.metrics_pairs > 0:
             ab_figures, ab_lines = metrics_ab(group, tmp, args, start_scheduler)
-            figures.update(ab_figures)
+        if args.metrics_profile:
+            profile_figures, profile_lines = metrics_profile(group, tmp, args, start_scheduler, measure)
+            ab_figures.update(profile_figures)
+            ab_lines += [
+                f"\nprofile of a metrics-on daemon (py-spy, {profile_figures['metrics_profile_rate_hz']} samples/s, "
+                f"scraped every {args.metrics_scrape_s:g} s): share of its Python work in metrics code",
+                *profile_lines,
+            ]
+        figures.update(ab_figures)
         if args.only_metrics:
             shard_counts = []
             old = Path(args.json)
@@ -388,6 +416,8 @@ def main(argv: Sequence[str]) -> int:
         print(
             "\n/metrics cost: one daemon with metrics off beside one with them on, "
             f"scraped every {args.metrics_scrape_s:g} s of its work"
+            if args.metrics_pairs > 0
+            else "\n/metrics cost"
         )
         print("\n".join(ab_lines))
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
