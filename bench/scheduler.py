@@ -383,7 +383,9 @@ def main(argv: Sequence[str]) -> int:
         if args.only_metrics:
             shard_counts = []
             old = Path(args.json)
-            figures = {**(json.loads(old.read_text()) if old.exists() else {}), **ab_figures}
+            kept = json.loads(old.read_text()) if old.exists() else {}
+            kept = {key: value for key, value in kept.items() if not key.startswith(("metrics_", "core_metrics_"))}
+            figures = {**kept, **ab_figures}  # the other figures stay; every metrics figure is this run's
         echo_proxy, echo_pid = start_echo(group, args.server_threads) if shard_counts else ("", 0)
         for shards in shard_counts:
             # The daemons as deployed: /metrics on (nobody scrapes it here; see metrics_ab for the cost).

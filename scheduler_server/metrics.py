@@ -99,6 +99,8 @@ class SchedulerMetrics:
         self._fsync_row = self.fsyncs.row(())
         #: Called right after each fsync returns: a C callable (no Python frame on that path); ``group`` folds it.
         self.synced: Callable[[float], None] = self._fsync_row.append
+        self._group_append = self._group_row.append
+        self._groups_unfolded = 0
 
     def register(self, registry: CollectorRegistry) -> None:
         registry.register(ScrapeCollector(self.collect))
@@ -178,9 +180,17 @@ class SchedulerMetrics:
     def expired(self, records: Sequence[TaskRecord]) -> None:
         self.expiries.add_all((record.source,) for record in records)
 
+    @property
+    def queued(self) -> int:
+        """Values the hot paths observed that wait to be counted (each row holds fewer than ``FOLD_AT``)."""
+        return sum(row.waiting for row in (self._group_row, self._fsync_row, *self._latency_rows.values()))
+
     def group(self, calls: int) -> None:
-        self._group_row.observe(calls)
-        if self._fsync_row.waiting >= FOLD_AT:  # at most one sync per group: this bounds what ``synced`` queues
+        self._group_append(calls)
+        self._groups_unfolded += 1  # under the core's lock: calls never overlap
+        if self._groups_unfolded >= FOLD_AT:  # at most one sync per group, so this bounds what ``synced`` queues too
+            self._groups_unfolded = 0
+            self._group_row.fold()
             self._fsync_row.fold()
 
     # --- the servant's latency ----------------------------------------------------------------------------------

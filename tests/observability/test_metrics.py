@@ -303,6 +303,27 @@ def test_a_large_batch_of_mixed_sources_and_outcomes_counts_as_its_tasks_one_by_
         batched.reported([record for record, _ in tee.reports], [])
 
 
+def test_the_scheduler_hot_path_histograms_stay_bounded_without_scrapes_and_count_every_value() -> None:
+    """Group sizes and fsync times are only queued on the hot path; ``group`` counts them every ``FOLD_AT``
+    groups, so a scheduler nobody scrapes keeps a bounded queue, and a scrape counts every value once."""
+    core = SchedulerCore.from_settings(make_settings(), MemoryQueueStore(), ManualClocks())
+    metrics = SchedulerMetrics(core)
+    for _ in range(3 * FOLD_AT + 7):
+        metrics.group(2)
+        metrics.synced(0.004)
+        assert metrics.queued <= 2 * FOLD_AT
+    assert metrics.queued == 7 + 8  # the sync of the group that folded comes after its fold
+    registry = CollectorRegistry()
+    metrics.register(registry)
+    text = render(registry)
+    assert metrics.queued == 0
+    count = float(3 * FOLD_AT + 7)
+    assert f"icecrawler_scheduler_group_commit_calls_count {count}" in text
+    assert f"icecrawler_scheduler_group_commit_calls_sum {2 * count}" in text
+    assert f'icecrawler_scheduler_fsync_duration_seconds_bucket{{le="0.005"}} {count}' in text
+    assert 'icecrawler_scheduler_fsync_duration_seconds_bucket{le="0.0025"} 0.0' in text
+
+
 def test_storage_metrics_count_writes_spooling_and_outages() -> None:
     store = MemoryStore()
     service = StorageService(store, MemorySpool(), max_text_chars=1000, batch_limit=100, write_timeout_s=5)
