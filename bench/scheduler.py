@@ -4,10 +4,13 @@ scheduler daemon with durable commits: one daemon, and a scheduler run as 2 shar
 its tasks then sit on 2 hosts, one per shard, and each client takes its leases from the shards in turn, as the
 clients' ShardedScheduler gateway does). The baseline, measured in the same run: an Echo server (same Ice
 settings, same message shapes, no work behind it), i.e. what Ice and Python marshalling alone cost.
-Also p50/p99 latency of getUser(s) as the clients saw it.
+Also p50/p99 latency of getUser(s) as the clients saw it. First, what /metrics costs (``bench._metrics_ab``:
+metrics off beside on, in ABBA windows; ``--metrics-control``: an A/A run; ``--metrics-profile``: py-spy's share
+of a metrics-on daemon's work in metrics code).
 
     icecrawler bench scheduler [--seconds 4] [--clients 1,8] [--shards 1,2] [--tasks 20000]
                                [--json docs/bench/scheduler.json]
+    icecrawler bench scheduler --only-metrics [--metrics-control] [--metrics-profile]
 """
 
 from __future__ import annotations

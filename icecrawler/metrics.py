@@ -9,8 +9,9 @@ Prometheus shows the missing target as ``up == 0`` (the ``IcecrawlerTargetDown``
 
 The scheduler handles thousands of leases and reports a second on one core, so its per-task counters are not
 ``prometheus_client`` objects (a label lookup and a lock per increment) but ``Tally`` and ``Buckets``: a dict
-add under an uncontended lock, turned into metric families only when Prometheus scrapes. The other roles use
-the same two classes, so every role's metrics are built one way. Gauges (queue sizes, spool depth, busy
+add under an uncontended lock, turned into metric families only when Prometheus scrapes. A path that observes
+the same labels on every call keeps a ``BucketRow``, which only queues the value and counts in bulk. The other
+roles use the same two classes, so every role's metrics are built one way. Gauges (queue sizes, spool depth, busy
 workers) are read from the daemon's state at scrape time by a ``Collector``.
 
 Naming follows the Prometheus rules: ``icecrawler_<role>_...``, base units (seconds, bytes), ``_total``
