@@ -4,10 +4,13 @@ scheduler daemon with durable commits: one daemon, and a scheduler run as 2 shar
 its tasks then sit on 2 hosts, one per shard, and each client takes its leases from the shards in turn, as the
 clients' ShardedScheduler gateway does). The baseline, measured in the same run: an Echo server (same Ice
 settings, same message shapes, no work behind it), i.e. what Ice and Python marshalling alone cost.
-Also p50/p99 latency of getUser(s) as the clients saw it.
+Also p50/p99 latency of getUser(s) as the clients saw it. First, what /metrics costs (``bench._metrics_ab``:
+metrics off beside on, in ABBA windows; ``--metrics-control``: an A/A run; ``--metrics-profile``: py-spy's share
+of a metrics-on daemon's work in metrics code).
 
     icecrawler bench scheduler [--seconds 4] [--clients 1,8] [--shards 1,2] [--tasks 20000]
                                [--json docs/bench/scheduler.json]
+    icecrawler bench scheduler --only-metrics [--metrics-control] [--metrics-profile]
 """
 
 from __future__ import annotations
@@ -24,9 +27,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench._core_cost import core_cycle_cost
 from bench._echo import echo_module
-from bench._scrape import Scraper
+from bench._metrics_ab import metrics_ab
+from bench._metrics_profile import metrics_profile
 from crawler_client.gateways import IceScheduler, ShardedScheduler
 from icecrawler import rpc
 from icecrawler.models import TaskKind
@@ -223,11 +226,17 @@ def shard_hosts(shards: int) -> dict[str, str]:
 
 
 def start_scheduler(
-    group: ProcessGroup, tmp: Path, tasks: int, threads: int, shards: int, metrics_port: int = 0
+    group: ProcessGroup,
+    tmp: Path,
+    tasks: int,
+    threads: int,
+    shards: int,
+    metrics_port: int = 0,
+    wrap: Sequence[str] = (),
 ) -> tuple[str, list[ManagedProcess]]:
     """Start the scheduler as ``shards`` daemons and seed ``tasks`` (spread over one source per shard, through
     the clients' routing gateway): the ``;``-separated shard proxies and the daemons. ``metrics_port``: shard K
-    serves /metrics at that port + K (0: metrics off)."""
+    serves /metrics at that port + K (0: metrics off). ``wrap``: a command each daemon runs under (a profiler)."""
     tmp.mkdir(parents=True, exist_ok=True)
     hosts = shard_hosts(shards)
     settings = {
@@ -254,7 +263,10 @@ def start_scheduler(
         daemons.append(
             group.start(
                 f"scheduler-{shards}-{shard}",
-                icecrawler_argv("scheduler", *(f"--set={k}={v}" for k, v in sets.items()), f"--Ice.Config={conf}"),
+                [
+                    *wrap,
+                    *icecrawler_argv("scheduler", *(f"--set={k}={v}" for k, v in sets.items()), f"--Ice.Config={conf}"),
+                ],
             )
         )
         proxies.append(f"{rpc.SCHEDULER_IDENTITY}:tcp -h 127.0.0.1 -p {port}")
@@ -291,88 +303,6 @@ def start_echo(group: ProcessGroup, threads: int) -> tuple[str, int]:
     return f"echo:tcp -h 127.0.0.1 -p {echo_port}", echo.pid
 
 
-def metrics_ab(group: ProcessGroup, tmp: Path, args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
-    """The cost of /metrics: one daemon with metrics off and one with metrics on (scraped every second), in
-    ``--metrics-pairs`` pairs in ABBA order, each measured with 8 clients making batched calls and 1 client making
-    single calls. The median of the pairs counts. Returns the figures and the table lines."""
-    runs: dict[tuple[bool, int, str], list[dict[str, float]]] = {}
-    cases = ((8, "batched"), (1, "single"))
-    load_before = round(os.getloadavg()[0], 2)
-    for pair in range(args.metrics_pairs):
-        for metrics in (False, True) if pair % 2 == 0 else (True, False):  # ABBA: drift hits both alike
-            port = free_port() if metrics else 0
-            proxy, daemons = start_scheduler(
-                group, tmp / f"ab-{pair}-{int(metrics)}", args.tasks, args.server_threads, 1, port
-            )
-            scraper = Scraper([f"http://127.0.0.1:{port}/metrics"] if metrics else [])
-            for clients, mode in cases:
-                runs.setdefault((metrics, clients, mode), []).append(
-                    measure(
-                        group,
-                        proxy,
-                        [daemon.pid for daemon in daemons],
-                        "scheduler",
-                        clients,
-                        MODES[mode],
-                        args.seconds,
-                        tmp,
-                    )
-                )
-            if metrics and not scraper.stop():
-                raise RuntimeError("the metrics endpoint was never scraped")
-            for daemon in daemons:
-                daemon.stop()
-    core = core_cycle_cost(tmp)
-    lines_core = [
-        f"in-process core, CPU per task cycle (median of {core['core_metrics_blocks']} blocks each): "
-        f"off {core['core_metrics_off_cpu_us_per_cycle']:.1f} us, on "
-        f"{core['core_metrics_on_cpu_us_per_cycle']:.1f} us, cost {core['core_metrics_cost_cpu_pct']:.1f}%",
-        f"the observer's per-task work alone (leased + reported, timed on a real batch): "
-        f"{core['core_metrics_observer_cpu_us_per_cycle']:.2f} us per cycle, "
-        f"{core['core_metrics_observer_share_pct']:.1f}% of the cycle without metrics",
-    ]
-    figures: dict[str, Any] = {
-        **core,
-        "metrics_ab_pairs": args.metrics_pairs,
-        "metrics_ab_scrape_interval_s": 1.0,
-        "metrics_ab_seconds_per_run": args.seconds,
-        "metrics_ab_load_avg_1m_before": load_before,
-        "metrics_ab_load_avg_1m_after": round(os.getloadavg()[0], 2),
-    }
-    lines = [
-        f"{'clients':>7} {'calls':>8} | {'off cycles/s':>12} {'on cycles/s':>12} {'cost':>7} | "
-        f"{'off CPU us':>10} {'on CPU us':>10} {'cost':>7}"
-    ]
-    for clients, mode in cases:
-        off = {
-            key: statistics.median(r[key] for r in runs[(False, clients, mode)])
-            for key in ("cycles_per_s", "server_cpu_us")
-        }
-        on = {
-            key: statistics.median(r[key] for r in runs[(True, clients, mode)])
-            for key in ("cycles_per_s", "server_cpu_us")
-        }
-        key = f"{mode}_{clients}c"
-        throughput_cost = 100 * (off["cycles_per_s"] - on["cycles_per_s"]) / off["cycles_per_s"]
-        cpu_cost = 100 * (on["server_cpu_us"] - off["server_cpu_us"]) / off["server_cpu_us"]
-        figures.update(
-            {
-                f"metrics_off_{key}_cycles_per_s": round(off["cycles_per_s"], 1),
-                f"metrics_on_{key}_cycles_per_s": round(on["cycles_per_s"], 1),
-                f"metrics_off_{key}_server_cpu_us_per_cycle": round(off["server_cpu_us"], 1),
-                f"metrics_on_{key}_server_cpu_us_per_cycle": round(on["server_cpu_us"], 1),
-                f"metrics_cost_{key}_throughput_pct": round(throughput_cost, 2),
-                f"metrics_cost_{key}_server_cpu_pct": round(cpu_cost, 2),
-            }
-        )
-        lines.append(
-            f"{clients:>7} {mode:>8} | {off['cycles_per_s']:>12.0f} {on['cycles_per_s']:>12.0f} "
-            f"{throughput_cost:>6.1f}% | {off['server_cpu_us']:>10.1f} {on['server_cpu_us']:>10.1f} "
-            f"{cpu_cost:>6.1f}%"
-        )
-    return figures, [*lines_core, *lines]
-
-
 def main(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="icecrawler bench scheduler", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -391,7 +321,21 @@ def main(argv: Sequence[str]) -> int:
         help="dispatch threads of the scheduler and of the echo server (default: the daemon's)",
     )
     parser.add_argument(
-        "--metrics-pairs", type=int, default=2, help="off/on pairs of the metrics cost runs (0: skip them)"
+        "--metrics-pairs", type=int, default=10, help="off/on window pairs of the metrics cost runs (0: skip them)"
+    )
+    parser.add_argument("--metrics-window-s", type=float, default=1.0, help="length of one metrics cost window")
+    parser.add_argument(
+        "--metrics-scrape-s", type=float, default=1.0, help="seconds of the metrics-on daemon's work per scrape"
+    )
+    parser.add_argument(
+        "--metrics-profile",
+        action="store_true",
+        help="also sample a metrics-on daemon with py-spy (the bench extra) and report the share in metrics code",
+    )
+    parser.add_argument(
+        "--metrics-control",
+        action="store_true",
+        help="also run the metrics cases against two daemons with metrics off (an A/A control: the noise floor)",
     )
     parser.add_argument(
         "--only-metrics",
@@ -429,12 +373,22 @@ def main(argv: Sequence[str]) -> int:
         tmp = Path(name)
         ab_figures: dict[str, Any] = {}
         if args.metrics_pairs > 0:
-            ab_figures, ab_lines = metrics_ab(group, tmp, args)
-            figures.update(ab_figures)
+            ab_figures, ab_lines = metrics_ab(group, tmp, args, start_scheduler)
+        if args.metrics_profile:
+            profile_figures, profile_lines = metrics_profile(group, tmp, args, start_scheduler, measure)
+            ab_figures.update(profile_figures)
+            ab_lines += [
+                f"\nprofile of a metrics-on daemon (py-spy, {profile_figures['metrics_profile_rate_hz']} samples/s, "
+                f"scraped every {args.metrics_scrape_s:g} s): share of its Python work in metrics code",
+                *profile_lines,
+            ]
+        figures.update(ab_figures)
         if args.only_metrics:
             shard_counts = []
             old = Path(args.json)
-            figures = {**(json.loads(old.read_text()) if old.exists() else {}), **ab_figures}
+            kept = json.loads(old.read_text()) if old.exists() else {}
+            kept = {key: value for key, value in kept.items() if not key.startswith(("metrics_", "core_metrics_"))}
+            figures = {**kept, **ab_figures}  # the other figures stay; every metrics figure is this run's
         echo_proxy, echo_pid = start_echo(group, args.server_threads) if shard_counts else ("", 0)
         for shards in shard_counts:
             # The daemons as deployed: /metrics on (nobody scrapes it here; see metrics_ab for the cost).
@@ -465,8 +419,10 @@ def main(argv: Sequence[str]) -> int:
         print_matrix(args, figures, rows)
     if ab_lines:
         print(
-            f"\n/metrics cost: metrics off vs on (scraped every second), one daemon, median of {args.metrics_pairs} "
-            "alternating pairs"
+            "\n/metrics cost: one daemon with metrics off beside one with them on, "
+            f"scraped every {args.metrics_scrape_s:g} s of its work"
+            if args.metrics_pairs > 0
+            else "\n/metrics cost"
         )
         print("\n".join(ab_lines))
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)

@@ -9,8 +9,9 @@ Prometheus shows the missing target as ``up == 0`` (the ``IcecrawlerTargetDown``
 
 The scheduler handles thousands of leases and reports a second on one core, so its per-task counters are not
 ``prometheus_client`` objects (a label lookup and a lock per increment) but ``Tally`` and ``Buckets``: a dict
-add under an uncontended lock, turned into metric families only when Prometheus scrapes. The other roles use
-the same two classes, so every role's metrics are built one way. Gauges (queue sizes, spool depth, busy
+add under an uncontended lock, turned into metric families only when Prometheus scrapes. A path that observes
+the same labels on every call keeps a ``BucketRow``, which only queues the value and counts in bulk. The other
+roles use the same two classes, so every role's metrics are built one way. Gauges (queue sizes, spool depth, busy
 workers) are read from the daemon's state at scrape time by a ``Collector``.
 
 Naming follows the Prometheus rules: ``icecrawler_<role>_...``, base units (seconds, bytes), ``_total``
@@ -23,8 +24,10 @@ from __future__ import annotations
 import bisect
 import logging
 import threading
+from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any
 
 from prometheus_client import CollectorRegistry, start_http_server
@@ -35,7 +38,9 @@ from icecrawler.errors import ConfigError
 from icecrawler.settings import Settings
 
 __all__ = [
+    "FOLD_AT",
     "LATENCY_BUCKETS_S",
+    "BucketRow",
     "Buckets",
     "MetricsConfig",
     "MetricsEndpoint",
@@ -178,6 +183,52 @@ class Tally:
         return counter_family(self.name, self.documentation, self.labels, values)
 
 
+#: A kept histogram row counts its waiting values into its buckets once this many wait (and at every scrape).
+FOLD_AT = 1024
+
+
+class BucketRow:
+    """One label set's row of a ``Buckets`` (``Buckets.row``), for a caller that observes the same labels on every
+    call (a latency per operation, an fsync time): ``observe`` only appends the value to a deque, one C call that
+    needs no lock; the values are counted into the buckets in bulk when a scrape reads the histogram, or when
+    ``FOLD_AT`` of them wait, so that memory stays bounded when nobody scrapes."""
+
+    __slots__ = ("_bounds", "_lock", "_row", "_waiting")
+
+    def __init__(self, bounds: tuple[float, ...], lock: threading.Lock, row: list[float]) -> None:
+        self._bounds = bounds
+        self._lock = lock
+        self._row = row
+        self._waiting: deque[float] = deque()
+
+    def observe(self, value: float) -> None:
+        waiting = self._waiting
+        waiting.append(value)
+        if len(waiting) >= FOLD_AT:
+            self.fold()
+
+    @property
+    def append(self) -> Callable[[float], None]:
+        """``observe`` without its bound check: the deque's own ``append``, a C callable that runs no Python frame,
+        for a hot path whose caller makes sure ``fold`` runs at least every ``FOLD_AT`` values."""
+        return self._waiting.append
+
+    @property
+    def waiting(self) -> int:
+        """Values observed and not yet counted (fewer than ``FOLD_AT``)."""
+        return len(self._waiting)
+
+    def fold(self) -> None:
+        """Count the waiting values into the buckets. Only folds take values out (under the histogram's lock),
+        so values appended meanwhile simply wait for the next fold."""
+        waiting, row = self._waiting, self._row
+        with self._lock:
+            values = [waiting.popleft() for _ in range(len(waiting))]
+            for index, n in Counter(map(bisect.bisect_left, repeat(self._bounds), values)).items():
+                row[index] += n
+            row[-1] += sum(values)
+
+
 class Buckets:
     """A labelled histogram for hot paths: ``observe`` bisects into fixed bounds under a lock; ``family`` builds
     the cumulative ``_bucket``/``_sum``/``_count`` family at scrape time."""
@@ -190,6 +241,7 @@ class Buckets:
         #: key -> [count per bucket (the last one is +Inf)..., sum]
         self._values: dict[Key, list[float]] = {}
         self._lock = threading.Lock()
+        self._rows: list[BucketRow] = []
 
     def observe(self, key: Key, value: float) -> None:
         index = bisect.bisect_left(self.bounds, value)
@@ -199,6 +251,16 @@ class Buckets:
                 row = self._values[key] = [0.0] * (len(self.bounds) + 2)
             row[index] += 1
             row[-1] += value
+
+    def row(self, key: Key) -> BucketRow:
+        """The row of one label set (exported from now on, with zero counts until observed)."""
+        with self._lock:
+            row = self._values.get(key)
+            if row is None:
+                row = self._values[key] = [0.0] * (len(self.bounds) + 2)
+            kept = BucketRow(self.bounds, self._lock, row)
+            self._rows.append(kept)
+        return kept
 
     def observe_all(self, pairs: Iterable[tuple[Key, float]]) -> None:
         bounds, width = self.bounds, len(self.bounds) + 2
@@ -211,6 +273,8 @@ class Buckets:
                 row[-1] += value
 
     def family(self) -> HistogramMetricFamily:
+        for kept in list(self._rows):
+            kept.fold()
         with self._lock:
             rows = {key: list(row) for key, row in self._values.items()}
         return histogram_family(self.name, self.documentation, self.labels, self.bounds, rows)

@@ -9,15 +9,20 @@ operation; never a task, user or account id.
 from __future__ import annotations
 
 import bisect
-import time
-from collections.abc import Callable, Iterator, Sequence
+from collections import Counter
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
+from itertools import repeat
+from operator import attrgetter
+from time import perf_counter
 from typing import Any
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import Metric
 
 from icecrawler.metrics import (
+    FOLD_AT,
     LATENCY_BUCKETS_S,
+    BucketRow,
     Buckets,
     ScrapeCollector,
     Tally,
@@ -26,6 +31,7 @@ from icecrawler.metrics import (
     histogram_family,
 )
 from icecrawler.models import SOURCES, Outcome, Report, Task
+from icecrawler.rpc import Converted, FutureLike
 from scheduler_server.codec import TaskRecord
 from scheduler_server.core import SchedulerCore
 
@@ -33,8 +39,29 @@ __all__ = ["SchedulerMetrics", "TimedResult"]
 
 #: Re-crawl period buckets (simulated seconds): one minute to one day.
 PERIOD_BUCKETS_S = (60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0, 7200.0, 14400.0, 28800.0, 43200.0, 86400.0)
+#: The state-changing calls whose latency is observed (``make_servant``'s ``timed`` operations).
+OPERATIONS = ("lease", "report", "release", "add")
+#: Up to this many tasks, the observer counts a batch one task at a time (cheaper than its batch helpers).
+SMALL_BATCH = 4
 #: Calls per group commit.
 GROUP_BUCKETS = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0)
+
+
+_SOURCE = attrgetter("source")
+_OUTCOME = attrgetter("outcome")
+_FETCHES = attrgetter("fetches")
+_NEW_ITEMS = attrgetter("new_items")
+_PERIOD = attrgetter("period_s")
+
+
+def _tally[T: Hashable](values: list[T]) -> Iterable[tuple[T, int]]:
+    """(value, how many times) for each distinct value; a list of one repeated value (the usual batch) is
+    counted without building a ``Counter``."""
+    if not values:
+        return ()
+    first = values[0]
+    n = values.count(first)
+    return ((first, n),) if n == len(values) else Counter(values).items()
 
 
 class SchedulerMetrics:
@@ -66,47 +93,112 @@ class SchedulerMetrics:
             p + "fsync_duration_seconds", "Time of one durable sync of the Berkeley DB log.", [], LATENCY_BUCKETS_S
         )
         self.expiries.ensure((source,) for source in SOURCES)
+        # Each call's timer and each group's two observations go straight to their row: no label lookup per call.
+        self._latency_rows = {operation: self.latency.row((operation,)) for operation in OPERATIONS}
+        self._group_row = self.groups.row(())
+        self._fsync_row = self.fsyncs.row(())
+        #: Called right after each fsync returns: a C callable (no Python frame on that path); ``group`` folds it.
+        self.synced: Callable[[float], None] = self._fsync_row.append
+        self._group_append = self._group_row.append
+        self._groups_unfolded = 0
 
     def register(self, registry: CollectorRegistry) -> None:
         registry.register(ScrapeCollector(self.collect))
 
     # --- CoreObserver --------------------------------------------------------------------------------------
 
+    # Both run on every lease and report, so they count a batch with C-level helpers (``map``, ``list.count``,
+    # ``sum``, ``Counter``) rather than a Python loop per task: a batch is almost always of one source and
+    # mostly of one outcome, and then costs a handful of dict updates however large it is.
+
     def leased(self, tasks: Sequence[Task]) -> None:
         leases = self._leases
-        for task in tasks:
-            leases[task.source] = leases.get(task.source, 0) + 1
+        if len(tasks) <= SMALL_BATCH:
+            for task in tasks:
+                leases[task.source] = leases.get(task.source, 0) + 1
+            return
+        for source, n in _tally(list(map(_SOURCE, tasks))):
+            leases[source] = leases.get(source, 0) + n
 
     def reported(self, records: Sequence[TaskRecord], reports: Sequence[Report]) -> None:
-        counts, fetches, new_items, periods = self._reports, self._fetches, self._new_items, self._periods
-        ok, bounds = Outcome.Ok, PERIOD_BUCKETS_S
-        for record, item in zip(records, reports, strict=True):
-            source, outcome = record.source, item.outcome
+        if len(records) != len(reports):
+            raise ValueError(f"{len(records)} records for {len(reports)} reports")
+        if len(reports) <= SMALL_BATCH:
+            for record, item in zip(records, reports, strict=True):
+                self._reported_one(record, item)
+            return
+        sources = list(map(_SOURCE, records))
+        if not sources or sources.count(sources[0]) == len(sources):
+            self._reported_of(sources[0] if sources else "", records, reports)
+            return
+        parts: dict[str, tuple[list[TaskRecord], list[Report]]] = {}
+        for source, record, item in zip(sources, records, reports, strict=True):
+            part = parts.get(source)
+            if part is None:
+                part = parts[source] = ([], [])
+            part[0].append(record)
+            part[1].append(item)
+        for source, (part_records, part_reports) in parts.items():
+            self._reported_of(source, part_records, part_reports)
+
+    def _reported_one(self, record: TaskRecord, item: Report) -> None:
+        source, outcome = record.source, item.outcome
+        key = (source, outcome)
+        self._reports[key] = self._reports.get(key, 0) + 1
+        self._fetches[source] = self._fetches.get(source, 0) + item.fetches
+        self._new_items[source] = self._new_items.get(source, 0) + item.new_items
+        if outcome is Outcome.Ok:
+            row = self._periods.get(source)
+            if row is None:
+                row = self._periods[source] = [0.0] * (len(PERIOD_BUCKETS_S) + 2)
+            row[bisect.bisect_left(PERIOD_BUCKETS_S, record.period_s)] += 1
+            row[-1] += record.period_s
+
+    def _reported_of(self, source: str, records: Sequence[TaskRecord], reports: Sequence[Report]) -> None:
+        """``reported`` for a batch whose tasks are all of ``source``."""
+        if not reports:
+            return
+        counts, ok = self._reports, Outcome.Ok
+        outcomes = list(map(_OUTCOME, reports))
+        for outcome, n in _tally(outcomes):
             key = (source, outcome)
-            counts[key] = counts.get(key, 0) + 1
-            fetches[source] = fetches.get(source, 0) + item.fetches
-            new_items[source] = new_items.get(source, 0) + item.new_items
-            if outcome is ok:
-                row = periods.get(source)
-                if row is None:
-                    row = periods[source] = [0.0] * (len(bounds) + 2)
-                row[bisect.bisect_left(bounds, record.period_s)] += 1
-                row[-1] += record.period_s
+            counts[key] = counts.get(key, 0) + n
+        self._fetches[source] = self._fetches.get(source, 0) + sum(map(_FETCHES, reports))
+        self._new_items[source] = self._new_items.get(source, 0) + sum(map(_NEW_ITEMS, reports))
+        if outcomes.count(ok) != len(outcomes):
+            records = [record for record, outcome in zip(records, outcomes, strict=True) if outcome is ok]
+            if not records:
+                return
+        periods = list(map(_PERIOD, records))
+        row = self._periods.get(source)
+        if row is None:
+            row = self._periods[source] = [0.0] * (len(PERIOD_BUCKETS_S) + 2)
+        for index, n in _tally(list(map(bisect.bisect_left, repeat(PERIOD_BUCKETS_S), periods))):
+            row[index] += n
+        row[-1] += sum(periods)
 
     def expired(self, records: Sequence[TaskRecord]) -> None:
         self.expiries.add_all((record.source,) for record in records)
 
-    def group(self, calls: int) -> None:
-        self.groups.observe((), calls)
+    @property
+    def queued(self) -> int:
+        """Values the hot paths observed that wait to be counted (each row holds fewer than ``FOLD_AT``)."""
+        return sum(row.waiting for row in (self._group_row, self._fsync_row, *self._latency_rows.values()))
 
-    def synced(self, seconds: float) -> None:
-        self.fsyncs.observe((), seconds)
+    def group(self, calls: int) -> None:
+        self._group_append(calls)
+        self._groups_unfolded += 1  # under the core's lock: calls never overlap
+        if self._groups_unfolded >= FOLD_AT:  # at most one sync per group, so this bounds what ``synced`` queues too
+            self._groups_unfolded = 0
+            self._group_row.fold()
+            self._fsync_row.fold()
 
     # --- the servant's latency ----------------------------------------------------------------------------------
 
-    def timed(self, operation: str, result: Any) -> TimedResult:
-        """Wrap an asynchronous dispatch's result so that the time until Ice reads it is observed."""
-        return TimedResult(result, lambda seconds: self.latency.observe((operation,), seconds))
+    def timed(self, operation: str, future: FutureLike[Any], convert: Callable[[Any], Any]) -> TimedResult:
+        """An asynchronous dispatch's result (``rpc.then(future, convert)``) that also observes the time until Ice
+        reads it."""
+        return TimedResult(future, convert, self._latency_rows[operation])
 
     # --- scrape time --------------------------------------------------------------------------------------------
 
@@ -188,21 +280,20 @@ class SchedulerMetrics:
             yield metric.family()
 
 
-class TimedResult:
-    """A servant's asynchronous result (``rpc.Converted``) that reports how long it took until Ice read it."""
+class TimedResult(Converted[Any, Any]):
+    """``rpc.then``'s view of a future, plus the time from the dispatch until Ice read the result: one object per
+    call, as without metrics, and two clock reads."""
 
-    __slots__ = ("_observe", "_result", "_started")
+    __slots__ = ("_row", "_started")
 
-    def __init__(self, result: Any, observe: Callable[[float], None]) -> None:
-        self._result = result
-        self._observe = observe
-        self._started = time.perf_counter()
-
-    def add_done_callback(self, callback: Callable[[Any], object]) -> None:
-        self._result.add_done_callback(lambda _: callback(self))
+    def __init__(self, source: FutureLike[Any], convert: Callable[[Any], Any], row: BucketRow) -> None:
+        self._source = source
+        self._convert = convert
+        self._row = row
+        self._started = perf_counter()
 
     def result(self, timeout: float | None = None) -> Any:
         try:
-            return self._result.result(timeout)
+            return Converted.result(self, timeout)
         finally:
-            self._observe(time.perf_counter() - self._started)
+            self._row.observe(perf_counter() - self._started)

@@ -53,16 +53,19 @@ def _check_count(items: Sequence[Any], name: str, limit: int) -> None:
         )
 
 
-def _untimed(operation: str, result: Any) -> Any:
-    return result
+#: How a state-changing call's asynchronous result is made: ``timed(operation, future, convert)``.
+Timed = Callable[[str, rpc.FutureLike[Any], Callable[[Any], Any]], rpc.Converted[Any, Any]]
 
 
-def make_servant(
-    core: SchedulerCore, gate: Gate | None = None, timed: Callable[[str, Any], Any] = _untimed
-) -> Ice.Object:
+def _untimed(operation: str, future: rpc.FutureLike[Any], convert: Callable[[Any], Any]) -> rpc.Converted[Any, Any]:
+    return rpc.then(future, convert)
+
+
+def make_servant(core: SchedulerCore, gate: Gate | None = None, timed: Timed = _untimed) -> Ice.Object:
     """A ``Crawler::Scheduler`` servant delegating to ``core``; ``gate`` checks each caller's certificate role
-    (``icecrawler.security``; default: every caller trusted, as over loopback); ``timed(operation, result)`` may
-    wrap each state-changing call's asynchronous result (the metrics' latency, ``SchedulerMetrics.timed``)."""
+    (``icecrawler.security``; default: every caller trusted, as over loopback); ``timed(operation, future,
+    convert)`` makes each state-changing call's asynchronous result, ``rpc.then(future, convert)`` or, with metrics
+    on, the same view timed (``SchedulerMetrics.timed``)."""
     C = rpc.crawler()
     limit = core.config.batch_limit
 
@@ -81,33 +84,29 @@ def make_servant(
         @rpc.map_errors
         def getUser(self, workerId: str, current: Ice.Current) -> rpc.Converted[Any, Any]:
             future, convert = self._lease(workerId, 1, current)
-            return timed("lease", rpc.then(future, lambda tasks: convert(tasks[0])))
+            return timed("lease", future, lambda tasks: convert(tasks[0]))
 
         @rpc.map_errors
         def getUsers(self, workerId: str, max: int, current: Ice.Current) -> rpc.Converted[Any, list[Any]]:
             future, convert = self._lease(workerId, max, current)
-            return timed("lease", rpc.then(future, lambda tasks: [convert(t) for t in tasks]))
+            return timed("lease", future, lambda tasks: [convert(t) for t in tasks])
 
         @rpc.map_errors
         @guarded("report")
         def putUser(self, report: Any, current: Ice.Current) -> rpc.Converted[Any, None]:
-            return timed("report", rpc.then(core.report_async([rpc.report_from_slice(report)]), _none))
+            return timed("report", core.report_async([rpc.report_from_slice(report)]), _none)
 
         @rpc.map_errors
         @guarded("report")
         def putUsers(self, reports: Sequence[Any], current: Ice.Current) -> rpc.Converted[Any, None]:
             _check_count(reports, "reports", limit)
-            return timed(
-                "report", rpc.then(core.report_async([rpc.report_from_slice(report) for report in reports]), _none)
-            )
+            return timed("report", core.report_async([rpc.report_from_slice(report) for report in reports]), _none)
 
         @rpc.map_errors
         @guarded("report")
         def releaseUsers(self, leases: Sequence[Any], current: Ice.Current) -> rpc.Converted[Any, None]:
             _check_count(leases, "leases", limit)
-            return timed(
-                "release", rpc.then(core.release_async([(lease.taskId, lease.leaseToken) for lease in leases]), _none)
-            )
+            return timed("release", core.release_async([(lease.taskId, lease.leaseToken) for lease in leases]), _none)
 
         @rpc.map_errors
         @guarded("add")
@@ -115,7 +114,7 @@ def make_servant(
             # Seeding is an operator's (admin) call: a client's listing crawl adds its discoveries with its
             # report (Report.discoveredIds, scheduler_server.discoveries), so a client certificate needs no addUsers.
             _check_count(ids, "ids", limit)
-            return timed("add", rpc.then(core.add_async(list(ids), TaskKind[kind.name]), int))
+            return timed("add", core.add_async(list(ids), TaskKind[kind.name]), int)
 
         @rpc.map_errors
         @guarded("status")
@@ -187,9 +186,7 @@ class Maintenance(threading.Thread):
         self.join(timeout=10)
 
 
-def _start_metrics(
-    config: MetricsConfig, core: SchedulerCore
-) -> tuple[Callable[[str, Any], Any], MetricsEndpoint | None]:
+def _start_metrics(config: MetricsConfig, core: SchedulerCore) -> tuple[Timed, MetricsEndpoint | None]:
     """The scheduler's /metrics (``metrics.scheduler.*``; shard K at port + K): the servant's latency timer and
     the endpoint, or no timer and None when off."""
     if config.port == 0:

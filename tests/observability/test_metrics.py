@@ -9,7 +9,7 @@ import socket
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -18,12 +18,13 @@ from prometheus_client import CollectorRegistry, generate_latest
 from crawler_client.http import Fetcher, FetchPolicy, RawResponse
 from crawler_client.sources.base import PageRequest
 from icecrawler.errors import ConfigError
-from icecrawler.metrics import Buckets, MetricsConfig, ScrapeCollector, Tally, serve, status_class
-from icecrawler.models import Outcome, Report, TaskKind
+from icecrawler.metrics import FOLD_AT, Buckets, MetricsConfig, ScrapeCollector, Tally, serve, status_class
+from icecrawler.models import Outcome, Report, Task, TaskKind
 from icecrawler.settings import Settings
 from icecrawler.targets import candidate_ports, discover, write_targets
+from scheduler_server.codec import TaskRecord
 from scheduler_server.core import SchedulerCore
-from scheduler_server.metrics import SchedulerMetrics
+from scheduler_server.metrics import SMALL_BATCH, SchedulerMetrics
 from scheduler_server.store import MemoryQueueStore
 from storage_server.metrics import StorageMetrics
 from storage_server.service import StorageService
@@ -47,6 +48,10 @@ def test_tally_and_buckets_render_valid_counters_and_histograms() -> None:
     buckets = Buckets("demo_duration_seconds", "Durations.", ["kind"], (0.1, 1.0))
     buckets.observe(("a",), 0.05)
     buckets.observe_all([(("a",), 0.5), (("a",), 5.0)])
+    row = buckets.row(("b",))  # a kept row: exported at once, then counted without a label lookup
+    assert buckets.row(("a",)) is not row
+    zero = buckets.family()
+    row.observe(0.5)
     registry = CollectorRegistry()
     registry.register(ScrapeCollector(lambda: [tally.family(), buckets.family()]))
     text = render(registry)
@@ -55,7 +60,26 @@ def test_tally_and_buckets_render_valid_counters_and_histograms() -> None:
     assert 'demo_duration_seconds_bucket{kind="a",le="1.0"} 2.0' in text
     assert 'demo_duration_seconds_bucket{kind="a",le="+Inf"} 3.0' in text
     assert 'demo_duration_seconds_count{kind="a"} 3.0' in text and 'demo_duration_seconds_sum{kind="a"} 5.55' in text
+    assert 'demo_duration_seconds_bucket{kind="b",le="1.0"} 1.0' in text
+    assert 'demo_duration_seconds_bucket{kind="b",le="0.1"} 0.0' in text
+    assert [sample.value for sample in zero.samples if sample.labels.get("kind") == "b"] == [0.0] * 5
     promtool_check(text)
+
+
+def test_a_kept_row_folds_its_waiting_values_in_bounded_steps_and_at_every_scrape() -> None:
+    """A kept row only queues what it observes: the queue is counted when ``FOLD_AT`` values wait (so memory
+    stays bounded without scrapes) and whenever the histogram is read, and no value is lost or counted twice."""
+    buckets = Buckets("demo_wait_seconds", "Waits.", [], (1.0,))
+    row = buckets.row(())
+    for n in range(2 * FOLD_AT + 3):
+        row.observe(0.5 if n % 2 else 2.0)
+        assert row.waiting < FOLD_AT
+    assert row.waiting == 3
+    samples = {(sample.name, sample.labels.get("le")): sample.value for sample in buckets.family().samples}
+    assert row.waiting == 0
+    assert samples[("demo_wait_seconds_bucket", "1.0")] == FOLD_AT + 1
+    assert samples[("demo_wait_seconds_count", None)] == 2 * FOLD_AT + 3
+    assert samples[("demo_wait_seconds_sum", None)] == 0.5 * (FOLD_AT + 1) + 2.0 * (FOLD_AT + 2)
 
 
 def test_a_tally_name_with_total_is_refused() -> None:
@@ -195,6 +219,109 @@ def test_scheduler_metrics_count_leases_reports_expiries_and_groups() -> None:
     assert "icecrawler_scheduler_due_backlog_tasks 3.0" in text
     assert "icecrawler_scheduler_due_backlog_age_seconds 3540.0" in text
     promtool_check(text)
+
+
+class _Tee:
+    """Passes every observation on to ``metrics`` and keeps the leases and reports it saw."""
+
+    def __init__(self, metrics: SchedulerMetrics) -> None:
+        self.metrics = metrics
+        self.tasks: list[Task] = []
+        self.reports: list[tuple[TaskRecord, Report]] = []
+
+    def leased(self, tasks: Sequence[Task]) -> None:
+        self.metrics.leased(tasks)
+        self.tasks.extend(tasks)
+
+    def reported(self, records: Sequence[TaskRecord], reports: Sequence[Report]) -> None:
+        self.metrics.reported(records, reports)
+        self.reports.extend(zip(records, reports, strict=True))
+
+    def expired(self, records: Sequence[TaskRecord]) -> None:
+        self.metrics.expired(records)
+
+    def group(self, calls: int) -> None:
+        self.metrics.group(calls)
+
+    def synced(self, seconds: float) -> None:
+        self.metrics.synced(seconds)
+
+
+def test_a_large_batch_of_mixed_sources_and_outcomes_counts_as_its_tasks_one_by_one() -> None:
+    """The observer counts a batch larger than ``SMALL_BATCH`` with batch helpers (per source, per outcome) and a
+    small one task by task: both must give the same counts, periods and fetches."""
+    core = SchedulerCore.from_settings(make_settings(), MemoryQueueStore(), ManualClocks())
+    batched = SchedulerMetrics(core)
+    tee = _Tee(batched)
+    core.observer = tee
+    core.add([f"jd:{n}" for n in range(7)], TaskKind.ProductReviews)
+    core.add([f"weibo_pc:{n}" for n in range(5)], TaskKind.WeiboUser)
+    tasks = core.lease("w", 12)
+    assert len(tasks) == 12 > SMALL_BATCH
+    outcomes = [Outcome.Ok, Outcome.Ok, Outcome.NotFound, Outcome.Ok, Outcome.Timeout]
+    core.report(
+        [
+            Report(
+                task_id=task.id,
+                lease_token=task.lease_token,
+                outcome=outcomes[n % len(outcomes)],
+                new_items=n,
+                fetches=n + 1,
+                http_status=200,
+            )
+            for n, task in enumerate(tasks)
+        ]
+    )
+    one_by_one = SchedulerMetrics(core)
+    for task in tee.tasks:
+        one_by_one.leased([task])
+    for record, item in tee.reports:
+        one_by_one.reported([record], [item])
+    texts = []
+    for metrics in (batched, one_by_one):
+        registry = CollectorRegistry()
+        metrics.register(registry)
+        texts.append(
+            "\n".join(
+                line
+                for line in render(registry).splitlines()
+                if "_leases_" in line
+                or "_reports_" in line
+                or "_fetches_" in line
+                or "recrawl_period" in line
+                or "_new_items_" in line
+            )
+        )
+    assert texts[0] == texts[1]
+    ok_jd = sum(1 for task, n in zip(tasks, range(12), strict=True) if task.source == "jd" and n % 5 in (0, 1, 3))
+    assert f'icecrawler_scheduler_reports_total{{outcome="Ok",source="jd"}} {float(ok_jd)}' in texts[0]
+    assert f'icecrawler_scheduler_recrawl_period_seconds_count{{source="jd"}} {float(ok_jd)}' in texts[0]
+    assert 'icecrawler_scheduler_leases_total{source="weibo_pc"} 5.0' in texts[0]
+    jd_fetches = sum(n + 1 for n, task in enumerate(tasks) if task.source == "jd")
+    assert f'icecrawler_scheduler_fetches_total{{source="jd"}} {float(jd_fetches)}' in texts[0]
+    with pytest.raises(ValueError, match="records for"):
+        batched.reported([record for record, _ in tee.reports], [])
+
+
+def test_the_scheduler_hot_path_histograms_stay_bounded_without_scrapes_and_count_every_value() -> None:
+    """Group sizes and fsync times are only queued on the hot path; ``group`` counts them every ``FOLD_AT``
+    groups, so a scheduler nobody scrapes keeps a bounded queue, and a scrape counts every value once."""
+    core = SchedulerCore.from_settings(make_settings(), MemoryQueueStore(), ManualClocks())
+    metrics = SchedulerMetrics(core)
+    for _ in range(3 * FOLD_AT + 7):
+        metrics.group(2)
+        metrics.synced(0.004)
+        assert metrics.queued <= 2 * FOLD_AT
+    assert metrics.queued == 7 + 8  # the sync of the group that folded comes after its fold
+    registry = CollectorRegistry()
+    metrics.register(registry)
+    text = render(registry)
+    assert metrics.queued == 0
+    count = float(3 * FOLD_AT + 7)
+    assert f"icecrawler_scheduler_group_commit_calls_count {count}" in text
+    assert f"icecrawler_scheduler_group_commit_calls_sum {2 * count}" in text
+    assert f'icecrawler_scheduler_fsync_duration_seconds_bucket{{le="0.005"}} {count}' in text
+    assert 'icecrawler_scheduler_fsync_duration_seconds_bucket{le="0.0025"} 0.0' in text
 
 
 def test_storage_metrics_count_writes_spooling_and_outages() -> None:
