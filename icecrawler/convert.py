@@ -1,11 +1,17 @@
 """Conversions between the Slice types (``slice/crawler.ice``) and the plain core types of ``icecrawler.models``,
-both ways: servants convert what arrives, gateways what they send. Field by field, so a field added to the Slice
-contract and to the model is added here too (``tests/foundation/test_models_and_rpc.py`` round-trips every one).
-``icecrawler.rpc`` re-exports them.
+both ways: servants convert what arrives, gateways what they send. A core dataclass and its Slice struct have the
+same fields, snake_case in the core and camelCase in Slice, so one mechanism (``StructMap``) converts every pair and
+only the values that differ in kind are named (enums, nested structs, sequences, the fingerprint's sign). A field
+added to a model and to the Slice struct is converted with no change here (``tests/foundation/test_models_and_rpc.py``
+round-trips every one). ``icecrawler.rpc`` re-exports them.
 """
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable, Mapping
+from dataclasses import fields
+from operator import attrgetter
 from typing import Any
 
 from icecrawler.contract import crawler
@@ -22,77 +28,64 @@ __all__ = [
     "task_to_slice",
 ]
 
-
-def task_to_slice(task: Task) -> Any:
-    C = crawler()
-    return C.Task(
-        id=task.id,
-        kind=C.TaskKind[task.kind.name],
-        source=task.source,
-        target=task.target,
-        params=dict(task.params),
-        leaseToken=task.lease_token,
-        leaseDeadlineMs=task.lease_deadline_ms,
-        periodS=task.period_s,
-        cursor=task.cursor,
-        attempts=task.attempts,
-        account=C.Account(id=task.account.id, cookieBlob=task.account.cookie_blob),
-    )
+Convert = Callable[[Any], Any]
 
 
-def task_from_slice(task: Any) -> Task:
-    return Task(
-        id=task.id,
-        kind=TaskKind[task.kind.name],
-        source=task.source,
-        target=task.target,
-        params=dict(task.params),
-        lease_token=task.leaseToken,
-        lease_deadline_ms=task.leaseDeadlineMs,
-        period_s=task.periodS,
-        cursor=task.cursor,
-        attempts=task.attempts,
-        account=Account(id=task.account.id, cookie_blob=task.account.cookieBlob),
-    )
+def slice_name(field_name: str) -> str:
+    """``lease_deadline_ms`` → ``leaseDeadlineMs``: the Slice spelling of a core field."""
+    head, *rest = field_name.split("_")
+    return head + "".join(part.title() for part in rest)
 
 
-def report_to_slice(report: Report) -> Any:
-    C = crawler()
-    return C.Report(
-        taskId=report.task_id,
-        leaseToken=report.lease_token,
-        outcome=C.Outcome[report.outcome.name],
-        httpStatus=report.http_status,
-        errorClass=report.error_class,
-        fingerprint=_signed64(report.fingerprint),
-        newItems=report.new_items,
-        windowItems=report.window_items,
-        newestItemMs=report.newest_item_ms,
-        cursor=report.cursor,
-        retryAfterS=report.retry_after_s,
-        fetches=report.fetches,
-        newItemTimesMs=list(report.new_item_times_ms),
-        discoveredIds=list(report.discovered_ids),
-    )
+class StructMap[Model]:
+    """One core dataclass and its Slice struct, whose fields stand in the same order (checked when first used).
+    ``to_slice``/``from_slice`` hold converters for the fields whose values differ between the two; every other
+    field is copied as it is. The fields are read with one ``attrgetter`` and passed by position: posts and reviews
+    cross here by the thousand, and this keeps them as cheap as a hand-written constructor call."""
 
+    def __init__(
+        self,
+        model: type[Model],
+        struct: str,
+        to_slice: Mapping[str, Convert] | None = None,
+        from_slice: Mapping[str, Convert] | None = None,
+    ) -> None:
+        self.model = model
+        self.struct = struct
+        self.names = [f.name for f in fields(model)]  # type: ignore[arg-type]
+        self.wire_names = [slice_name(name) for name in self.names]
+        unknown = sorted(set(to_slice or {}).union(from_slice or {}).difference(self.names))
+        if unknown:
+            raise ValueError(f"{model.__name__} has no field {unknown}")
+        self._read_model = attrgetter(*self.names)
+        self._read_wire = attrgetter(*self.wire_names)
+        self._to = [(self.names.index(name), convert) for name, convert in (to_slice or {}).items()]
+        self._from = [(self.names.index(name), convert) for name, convert in (from_slice or {}).items()]
+        self._slice_type: Any = None
 
-def report_from_slice(report: Any) -> Report:
-    return Report(
-        task_id=report.taskId,
-        lease_token=report.leaseToken,
-        outcome=Outcome[report.outcome.name],
-        http_status=report.httpStatus,
-        error_class=report.errorClass,
-        fingerprint=report.fingerprint & 0xFFFFFFFFFFFFFFFF,
-        new_items=report.newItems,
-        window_items=report.windowItems,
-        newest_item_ms=report.newestItemMs,
-        cursor=report.cursor,
-        retry_after_s=report.retryAfterS,
-        fetches=report.fetches,
-        new_item_times_ms=tuple(report.newItemTimesMs),
-        discovered_ids=tuple(report.discoveredIds),
-    )
+    def _struct(self) -> Any:
+        if self._slice_type is None:
+            slice_type = getattr(crawler(), self.struct)
+            declared = list(inspect.signature(slice_type.__init__).parameters)[1:]
+            if declared != self.wire_names:
+                raise TypeError(
+                    f"Slice struct {self.struct} has fields {declared}, the core's {self.model.__name__} "
+                    f"{self.wire_names} (in Slice spelling): same names in the same order, please"
+                )
+            self._slice_type = slice_type
+        return self._slice_type
+
+    def to(self, value: Model) -> Any:
+        values = list(self._read_model(value))
+        for index, convert in self._to:
+            values[index] = convert(values[index])
+        return self._struct()(*values)
+
+    def back(self, value: Any) -> Model:
+        values = list(self._read_wire(value))
+        for index, convert in self._from:
+            values[index] = convert(values[index])
+        return self.model(*values)
 
 
 def _signed64(value: int) -> int:
@@ -101,67 +94,60 @@ def _signed64(value: int) -> int:
     return value - (1 << 64) if value >= 1 << 63 else value
 
 
+ACCOUNT = StructMap(Account, "Account")
+TASK = StructMap(
+    Task,
+    "Task",
+    to_slice={"kind": lambda kind: crawler().TaskKind[kind.name], "params": dict, "account": ACCOUNT.to},
+    from_slice={"kind": lambda kind: TaskKind[kind.name], "params": dict, "account": ACCOUNT.back},
+)
+REPORT = StructMap(
+    Report,
+    "Report",
+    to_slice={
+        "outcome": lambda outcome: crawler().Outcome[outcome.name],
+        "fingerprint": _signed64,
+        "new_item_times_ms": list,
+        "discovered_ids": list,
+    },
+    from_slice={
+        "outcome": lambda outcome: Outcome[outcome.name],
+        "fingerprint": lambda fingerprint: fingerprint & 0xFFFFFFFFFFFFFFFF,
+        "new_item_times_ms": tuple,
+        "discovered_ids": tuple,
+    },
+)
+POST = StructMap(Post, "Post", to_slice={"pictures": list}, from_slice={"pictures": list})
+REVIEW = StructMap(Review, "Review")
+
+
+def task_to_slice(task: Task) -> Any:
+    return TASK.to(task)
+
+
+def task_from_slice(task: Any) -> Task:
+    return TASK.back(task)
+
+
+def report_to_slice(report: Report) -> Any:
+    return REPORT.to(report)
+
+
+def report_from_slice(report: Any) -> Report:
+    return REPORT.back(report)
+
+
 def post_to_slice(post: Post) -> Any:
-    return crawler().Post(
-        id=post.id,
-        userId=post.user_id,
-        userName=post.user_name,
-        text=post.text,
-        html=post.html,
-        createdAt=post.created_at,
-        reposts=post.reposts,
-        comments=post.comments,
-        likes=post.likes,
-        pinned=post.pinned,
-        retweetedId=post.retweeted_id,
-        pictures=list(post.pictures),
-        permalink=post.permalink,
-        fetchedAt=post.fetched_at,
-        source=post.source,
-    )
+    return POST.to(post)
 
 
 def post_from_slice(post: Any) -> Post:
-    return Post(
-        id=post.id,
-        user_id=post.userId,
-        user_name=post.userName,
-        text=post.text,
-        html=post.html,
-        created_at=post.createdAt,
-        reposts=post.reposts,
-        comments=post.comments,
-        likes=post.likes,
-        pinned=post.pinned,
-        retweeted_id=post.retweetedId,
-        pictures=list(post.pictures),
-        permalink=post.permalink,
-        fetched_at=post.fetchedAt,
-        source=post.source,
-    )
+    return POST.back(post)
 
 
 def review_to_slice(review: Review) -> Any:
-    return crawler().Review(
-        id=review.id,
-        productId=review.product_id,
-        source=review.source,
-        user=review.user,
-        content=review.content,
-        score=review.score,
-        createdAt=review.created_at,
-        fetchedAt=review.fetched_at,
-    )
+    return REVIEW.to(review)
 
 
 def review_from_slice(review: Any) -> Review:
-    return Review(
-        id=review.id,
-        product_id=review.productId,
-        source=review.source,
-        user=review.user,
-        content=review.content,
-        score=review.score,
-        created_at=review.createdAt,
-        fetched_at=review.fetchedAt,
-    )
+    return REVIEW.back(review)

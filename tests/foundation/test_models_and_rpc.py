@@ -9,7 +9,7 @@ import Ice
 import pytest
 
 from bench._echo import echo_module
-from icecrawler import rpc
+from icecrawler import convert, rpc
 from icecrawler.errors import (
     InvalidArgumentError,
     InvalidRecordsError,
@@ -108,6 +108,20 @@ def test_records_survive_the_slice_round_trip() -> None:
     assert rpc.post_from_slice(rpc.post_to_slice(post)) == post
     review = Review(id="21739216866", product_id="100012043978", source="jd", user="j***y", content="好", score=5)
     assert rpc.review_from_slice(rpc.review_to_slice(review)) == review
+
+
+def test_struct_maps_follow_the_slice_spelling_and_refuse_what_does_not_line_up() -> None:
+    assert convert.slice_name("lease_deadline_ms") == "leaseDeadlineMs" and convert.slice_name("id") == "id"
+    with pytest.raises(ValueError, match=r"Review has no field \['pictures'\]"):
+        convert.StructMap(Review, "Review", to_slice={"pictures": list})
+
+    @dataclasses.dataclass
+    class Swapped:  # Account's two fields in the other order
+        cookie_blob: str = ""
+        id: str = ""
+
+    with pytest.raises(TypeError, match=r"Slice struct Account has fields \['id', 'cookieBlob'\]"):
+        convert.StructMap(Swapped, "Account").to(Swapped("{}", "acc"))
 
 
 @pytest.mark.parametrize(
