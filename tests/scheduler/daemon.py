@@ -70,6 +70,15 @@ def scheduler_daemon(tmp: Path, **settings: Any) -> Iterator[SchedulerDaemon]:
         yield daemon
 
 
+#: A daemon for the Ice-level tests: small batches so limits are easy to reach, long leases, a fixed period.
+ICE_TEST_SETTINGS: dict[str, Any] = {
+    "scheduler__batch_limit": 20,
+    "scheduler__lease_s": 60,
+    "scheduler__policy": "fixed",
+    "scheduler__initial_period_s": 600,
+}
+
+
 @contextmanager
 def scheduler_proxy(daemon: SchedulerDaemon) -> Iterator[Any]:
     with rpc.communicator() as comm:

@@ -21,7 +21,7 @@ from scheduler_server.core import SchedulerCore, check_consistency
 from scheduler_server.discoveries import product_task_ids
 from scheduler_server.store import TABLES, QueueStore
 from tests.scheduler.conftest import make_settings
-from tests.scheduler.daemon import SchedulerDaemon, ice_error, scheduler_daemon, scheduler_proxy
+from tests.scheduler.daemon import ICE_TEST_SETTINGS, SchedulerDaemon, ice_error, scheduler_daemon, scheduler_proxy
 
 LISTING = "listing:ecshop:3"
 CONFIG = SchedulerConfig.from_settings(make_settings())
@@ -156,13 +156,7 @@ def test_a_report_that_fails_in_its_transaction_keeps_none_of_its_discoveries(
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SchedulerDaemon]:
-    with scheduler_daemon(
-        tmp_path_factory.mktemp("discoveries"),
-        scheduler__batch_limit=20,
-        scheduler__lease_s=60,
-        scheduler__policy="fixed",
-        scheduler__initial_period_s=600,
-    ) as running:
+    with scheduler_daemon(tmp_path_factory.mktemp("discoveries"), **ICE_TEST_SETTINGS) as running:
         yield running
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from icecrawler import rpc
-from tests.scheduler.daemon import SchedulerDaemon, ice_error, scheduler_daemon, scheduler_proxy
+from tests.scheduler.daemon import ICE_TEST_SETTINGS, SchedulerDaemon, ice_error, scheduler_daemon, scheduler_proxy
 
 pytestmark = [pytest.mark.ice, pytest.mark.bdb]
 
@@ -21,13 +21,7 @@ C = rpc.crawler()
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SchedulerDaemon]:
-    with scheduler_daemon(
-        tmp_path_factory.mktemp("sched"),
-        scheduler__batch_limit=20,
-        scheduler__lease_s=60,
-        scheduler__policy="fixed",
-        scheduler__initial_period_s=600,
-    ) as running:
+    with scheduler_daemon(tmp_path_factory.mktemp("sched"), **ICE_TEST_SETTINGS) as running:
         yield running
 
 
