@@ -121,33 +121,12 @@ POST = StructMap(Post, "Post", to_slice={"pictures": list}, from_slice={"picture
 REVIEW = StructMap(Review, "Review")
 
 
-def task_to_slice(task: Task) -> Any:
-    return TASK.to(task)
-
-
-def task_from_slice(task: Any) -> Task:
-    return TASK.back(task)
-
-
-def report_to_slice(report: Report) -> Any:
-    return REPORT.to(report)
-
-
-def report_from_slice(report: Any) -> Report:
-    return REPORT.back(report)
-
-
-def post_to_slice(post: Post) -> Any:
-    return POST.to(post)
-
-
-def post_from_slice(post: Any) -> Post:
-    return POST.back(post)
-
-
-def review_to_slice(review: Review) -> Any:
-    return REVIEW.to(review)
-
-
-def review_from_slice(review: Any) -> Review:
-    return REVIEW.back(review)
+# The public conversions (``icecrawler.rpc`` re-exports them).
+task_to_slice = TASK.to
+task_from_slice = TASK.back
+report_to_slice = REPORT.to
+report_from_slice = REPORT.back
+post_to_slice = POST.to
+post_from_slice = POST.back
+review_to_slice = REVIEW.to
+review_from_slice = REVIEW.back
