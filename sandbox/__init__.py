@@ -1,7 +1,7 @@
 """Local stand-ins for the real sites, for the demo, the tests and the benchmarks.
 
 One HTTP server (default ``http://127.0.0.1:8800``) serves each site under a prefix, with the real sites'
-paths, parameters and formats after it (``docs/SITE_FORMATS.md``):
+paths, parameters and formats after it (``docs/SITE_RESPONSES.md``):
 
 - ``/pc``: weibo.com desktop, ``/p/aj/v6/mblog/mbloglist`` (45 posts per page in 3 chunks of 15).
 - ``/m``: m.weibo.cn, ``/api/container/getIndex`` (``page=`` and ``since_id=`` cursors, pinned post first,

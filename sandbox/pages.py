@@ -1,5 +1,5 @@
 """Weibo's interstitial pages (busy, account frozen, passport login), written from the documented markers
-(docs/SITE_FORMATS.md §1.4) rather than copied. Like the real ones they are GBK bytes whose meta tag says utf-8, so a
+(docs/SITE_RESPONSES.md §1.4) rather than copied. Like the real ones they are GBK bytes whose meta tag says utf-8, so a
 client that trusts the declared charset sees mojibake and must detect them by their ASCII markers."""
 
 from __future__ import annotations

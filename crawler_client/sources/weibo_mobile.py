@@ -9,8 +9,8 @@ profile names no 微博 tab. When the first page of a tab is empty (``ok:0``), t
 empty sends the crawl back to the profile. Headers: ``MWeibo-Pwa: 1``, ``X-Requested-With``, a Referer and
 ``X-XSRF-TOKEN`` from the ``XSRF-TOKEN`` cookie when the session has one.
 
-Paging follows whatever cursor the response hands back (docs/SITE_FORMATS.md §2.2): ``cardlistInfo.since_id`` → the next
-request passes ``&since_id=`` (never computed by us: it can be smaller than the last mid), else
+Paging follows whatever cursor the response hands back (docs/SITE_RESPONSES.md §2.2): ``cardlistInfo.since_id``
+→ the next request passes ``&since_id=`` (never computed by us: it can be smaller than the last mid), else
 ``cardlistInfo.page`` → ``&page=N``; no cursor, an empty/zero ``since_id`` or no cards ends the timeline.
 
 Long posts (``isLongText``) arrive truncated with a "全文" link. Their ids are listed in

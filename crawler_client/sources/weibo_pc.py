@@ -4,7 +4,7 @@ This is the *legacy* feed of the seed paper's time (weibo.com's v6 pages, until 
 timelines from its JSON API, which is the ``weibo_web`` source. Kept for archived pages and for the paper's
 set-up (docs/SOURCES.md).
 
-Request model (our choice, docs/SITE_FORMATS.md §1.1): one visible page N holds 45 posts in three chunks of 15, and we
+Request model (our choice, docs/SITE_RESPONSES.md §1.1): one visible page N holds 45 posts in three chunks of 15, and we
 fetch all three as AJAX calls to ``/p/aj/v6/mblog/mbloglist`` using the (pre_page, page, pagebar) triple
 ``(N-1, N, 0)``, ``(N, N, 0)``, ``(N, N, 1)`` — the first replaces the server-rendered profile page, which
 we never fetch. ``PageRequest.page`` is the visible page N and ``state["chunk"]`` is 0, 1 or 2. Only the
@@ -246,7 +246,8 @@ def _all(node: Tag, attr: str, value: str, name: str | None = None) -> list[Tag]
 
 def _envelope_data(page: FetchedPage, what: str, bad_code: Outcome) -> Any:
     """``data`` of a ``{"code":"100000","msg":"","data":...}`` envelope. A profile page answers with its
-    FM.view feed html; other HTML is a ban/login page (docs/SITE_FORMATS.md §1.4); another code raises ``bad_code``."""
+    FM.view feed html; other HTML is a ban/login page (docs/SITE_RESPONSES.md §1.4); another code raises
+    ``bad_code``."""
     text = decode_body(page.body).strip()
     if not text.startswith("{"):
         fragment = _profile_feed(text)
@@ -331,7 +332,7 @@ def _created_at(date: Tag | None, now_ms: int) -> str:
 def _is_pinned(node: Tag) -> bool:
     """The pinned post is marked ``feedtype="top"`` and/or carries a "置顶" badge above its author line
     (``span.W_icon_feedpin``, or a ``WB_cardtitle_b`` title); none of these is in the saved samples that
-    docs/SITE_FORMATS.md was checked against."""
+    docs/SITE_RESPONSES.md was checked against."""
     if node.get("feedtype") == "top" or node.find(class_="W_icon_feedpin") is not None:
         return True
     badge = node.find("div", class_="WB_cardtitle_b") or _by(node, "node-type", "feed_list_top")

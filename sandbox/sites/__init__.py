@@ -1,4 +1,4 @@
-"""One renderer module per fake site (the real paths, parameters and formats of docs/SITE_FORMATS.md); they share the
+"""One renderer module per fake site (the real paths, parameters and formats of docs/SITE_RESPONSES.md); they share the
 world, the HTTP vocabulary of ``sandbox.web`` and, for the Weibo front-ends, ``sandbox.sites.weibo``.
 
 A source's site is found by the source's name: ``make_site(context)`` in ``sandbox.sites.<source name>``, or

@@ -1,6 +1,6 @@
 """An ECSHOP mall (default theme) under ``/ecshop``: ``goods.php?id=N`` with the rendered comment list,
-``comment.php?act=gotopage`` (the ``{error, message, content}`` JSON of docs/SITE_FORMATS.md §3), ``category.php`` goods
-lists with the numbered pager, the ``user.php`` member login, and the shop index.
+``comment.php?act=gotopage`` (the ``{error, message, content}`` JSON of docs/SITE_RESPONSES.md §3), ``category.php``
+goods lists with the numbered pager, the ``user.php`` member login, and the shop index.
 
 Like stock ECSHOP: 5 comments per page, newest first, no comment ids; unknown goods and categories redirect to
 ``./``; under a login wall every content page redirects to ``user.php`` until the ``ECS_ID`` session cookie

@@ -1,6 +1,6 @@
 """JD's comment API under ``/jd``: ``/comment/productPageComments.action`` as JSONP (``callback=``) or plain JSON
 (and api.m.jd.com's form, ``/?appid=item-v3&functionId=pc_club_productPageComments&body={...}``, same answer),
-in the shape of docs/SITE_FORMATS.md §4 and docs/SOURCES.md: int64 ids, Beijing ``creationTime``, ``maxPage``, and a
+in the shape of docs/SITE_RESPONSES.md §4 and docs/SOURCES.md: int64 ids, Beijing ``creationTime``, ``maxPage``, and a
 summary whose numeric counts are 0 while ``*CountStr`` carries the rounded display text ("100万+"), as in 2024 data.
 
 ``sortType=6`` is newest first; any other value gives a stable "recommended" shuffle. ``score`` filters

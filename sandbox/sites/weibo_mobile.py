@@ -1,5 +1,5 @@
 """m.weibo.cn under ``/m``: ``/api/container/getIndex`` (profile and timeline, ``page=`` and ``since_id=`` cursors)
-and ``/statuses/extend`` (long text), in the wire format of docs/SITE_FORMATS.md §2 (compact JSON, ``\\uXXXX``,
+and ``/statuses/extend`` (long text), in the wire format of docs/SITE_RESPONSES.md §2 (compact JSON, ``\\uXXXX``,
 ``\\/``).
 
 The timeline's first page starts with the pinned post (``isTop: 1``, out of date order); each user's

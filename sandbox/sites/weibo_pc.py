@@ -1,7 +1,7 @@
 """weibo.com (desktop) under ``/pc``: the v6 ``/p/aj/v6/mblog/mbloglist`` AJAX feed, the profile page
 ``/u/{uid}?page=N`` (chunk 1 of a visible page inside ``FM.view``) and ``/p/aj/mblog/getlongtext``.
 
-A visible page holds 45 posts in three chunks of 15 (docs/SITE_FORMATS.md §1.1). The chunk comes from the
+A visible page holds 45 posts in three chunks of 15 (docs/SITE_RESPONSES.md §1.1). The chunk comes from the
 (pre_page, page, pagebar) triple: ``pagebar=1`` is the last chunk (it carries the pager with ``countPage``);
 ``pagebar=0`` is the middle chunk when ``pre_page == page`` and the first chunk when ``pre_page == page-1``
 (v5 style) or when ``pagebar`` is missing. The envelope is ``{"code":"100000","msg":"","data":"<html>"}``
@@ -191,7 +191,7 @@ def _forward(original: SimPost, now_ms: int) -> str:
 
 
 def post_html(post: SimPost, now_ms: int) -> str:
-    """One ``feed_list_item`` card of the v6 profile feed (docs/SITE_FORMATS.md §1.3)."""
+    """One ``feed_list_item`` card of the v6 profile feed (docs/SITE_RESPONSES.md §1.3)."""
     name = html.escape(post.user_name)
     tbinfo = f"ouid={post.uid}"
     extra = ""

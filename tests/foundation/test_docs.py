@@ -27,12 +27,12 @@ OUTSIDE_NOTES = (
 )
 #: The same as a pattern: names of those notes, or a path into the folder that holds them.
 OUTSIDE = re.compile(
-    r"ICE_NOTES|HBASE_NOTES|REVISIT_BENCHMARK|(?<![\w/.-])(?:ANCHORS|DESIGN|STYLE|FORMATS)\.md"
+    r"ICE_NOTES|HBASE_NOTES|REVISIT_BENCHMARK|(?<![\w/.-])(?:ANCHORS|DESIGN|STYLE)\.md|FORMATS\.md"
     r"|(?<![\w.-])shared/|(?<![\w.-])reference/(?:[A-Z_]+\.md|FORMATS)"
 )
 #: A numbered rule of a style guide the repository does not contain.
 STYLE_RULE = re.compile(r"STYLE rule \d+")
-#: A Markdown file name, possibly with a path: docs/SITE_FORMATS.md, CHANGELOG.md.
+#: A Markdown file name, possibly with a path: docs/SITE_RESPONSES.md, CHANGELOG.md.
 MD_NAME = re.compile(r"(?<![\w/.-])((?:[\w.-]+/)*[\w.-]+\.md)\b")
 #: A section sign with the document it belongs to somewhere before it on the line.
 SECTION = re.compile(r"§")
@@ -177,7 +177,9 @@ def test_the_checks_catch_what_they_look_for() -> None:
     assert MD_NAME.findall("see FORMATS.md §2.5 and docs/ICE.md") == ["FORMATS.md", "docs/ICE.md"]
     assert MD_NAME.findall("files *.md in docs") == []
     assert OUTSIDE.search("see shared/reference/x") and OUTSIDE.search("(`reference/FORMATS.md`)")
-    assert OUTSIDE.search("see FORMATS.md §2.5") and not OUTSIDE.search("see docs/SITE_FORMATS.md §2.5")
+    assert OUTSIDE.search("see FORMATS.md §2.5") and not OUTSIDE.search("see docs/SITE_RESPONSES.md §2.5")
+    # a name that only ends like the outside note reads as a pointer to it as well
+    assert OUTSIDE.search("see docs/SITE_FORMATS.md §2.5")
     assert OUTSIDE.search("ICE_NOTES.md, section 3") and OUTSIDE.search("see DESIGN.md")
     assert not OUTSIDE.search("https://docs.python.org/3/reference/datamodel.html")
     assert not OUTSIDE.search("docs/DESIGN_GUIDE.md and tests/fixtures_shared/x")
