@@ -44,11 +44,12 @@ from collections.abc import Callable, Iterable
 from crawler_client.crawl import CrawlResult, failure_report, fingerprint_result
 from crawler_client.gateways import SchedulerGateway, StorageGateway
 from crawler_client.screen import record_problem
+from crawler_client.wire_size import fitting, report_wire_bytes
 from crawler_client.writer import ClientStats, Pending, RecordWriter
 from icecrawler.errors import InvalidArgumentError, LeaseLostError, ServiceError, StorageUnavailableError
-from icecrawler.models import Outcome, Post, Report, Review
+from icecrawler.models import Outcome, Post, Review
 
-__all__ = ["Backoff", "Sink", "report_wire_bytes"]
+__all__ = ["Backoff", "Sink"]
 
 log = logging.getLogger(__name__)
 
@@ -76,18 +77,6 @@ class Backoff:
     def succeeded(self) -> None:
         self.failures = 0
         self.retry_at = 0.0
-
-
-def report_wire_bytes(report: Report) -> int:
-    """An upper estimate of a report's size in a ``putUsers`` request: its texts at up to 3 bytes a character,
-    8 bytes an item time, and each discovered id (ASCII) with its length prefix."""
-    texts = (report.task_id, report.lease_token, report.error_class, report.cursor)
-    return (
-        96
-        + sum(len(text) if text.isascii() else 3 * len(text) for text in texts)
-        + 8 * len(report.new_item_times_ms)
-        + sum(len(product) + 5 for product in report.discovered_ids)
-    )
 
 
 class Sink:
@@ -251,7 +240,8 @@ class Sink:
         done: set[int] = set()
         start = 0
         while start < len(ready):
-            chunk = ready[start : start + self._report_cut(ready, start)]
+            rest = ready[start:]
+            chunk = rest[: fitting(rest, self.report_batch, self.report_bytes, _report_bytes)]
             try:
                 sent = self._send_all_or_nothing(
                     chunk, lambda part: self.scheduler.report([item.result.report for item in part]), "report"
@@ -270,19 +260,6 @@ class Sink:
                 self.stats.count_outcome(item.result.report.outcome.value)
             start += len(chunk)
         return [item for item in batch if id(item) not in done]
-
-    def _report_cut(self, ready: list[Pending], start: int) -> int:
-        """How many reports from ``ready[start]`` make the next putUsers: at most ``report_batch`` and, with
-        ``report_bytes``, no more than fit in it (always at least one)."""
-        end = min(len(ready) - start, self.report_batch)
-        if not self.report_bytes:
-            return end
-        total = 0
-        for count in range(end):
-            total += report_wire_bytes(ready[start + count].result.report)
-            if total > self.report_bytes:
-                return max(1, count)
-        return end
 
     def _release(self, batch: list[Pending]) -> list[Pending]:
         aborted = [item for item in batch if item.result.aborted]
@@ -344,3 +321,7 @@ class Sink:
                 self.stats.add(reports_lost=len(part))
                 return []
         return []
+
+
+def _report_bytes(item: Pending) -> int:
+    return report_wire_bytes(item.result.report)

@@ -18,10 +18,11 @@ from dataclasses import dataclass, field
 
 from crawler_client.crawl import CrawlResult
 from crawler_client.gateways import StorageGateway
+from crawler_client.wire_size import fitting, record_wire_bytes
 from icecrawler.errors import InvalidArgumentError, InvalidRecordsError, ServiceError, StorageUnavailableError
 from icecrawler.models import Post, Review
 
-__all__ = ["ClientStats", "Pending", "RecordWriter", "record_wire_bytes"]
+__all__ = ["ClientStats", "Pending", "RecordWriter"]
 
 log = logging.getLogger(__name__)
 
@@ -82,15 +83,6 @@ class Pending:
         return (0 if self.posts_done else len(result.posts)) + (0 if self.reviews_done else len(result.reviews))
 
 
-def record_wire_bytes(record: Post | Review) -> int:
-    """An upper estimate of a record's size in a request: its text fields at up to 3 bytes a character (UTF-8 of
-    CJK), plus its numbers and length prefixes."""
-    texts = [value for value in vars(record).values() if isinstance(value, str)]
-    if isinstance(record, Post):
-        texts.extend(record.pictures)
-    return 64 + sum(len(text) if text.isascii() else 3 * len(text) for text in texts) + 5 * len(texts)
-
-
 class RecordWriter:
     """Writes the records of pending results in chunks (see the module docstring)."""
 
@@ -111,7 +103,7 @@ class RecordWriter:
             chunk.extend((record, item) for record in (item.result.posts if kind == "posts" else item.result.reviews))
             owners.append(item)
             while chunk:
-                cut = self._cut(chunk)
+                cut = fitting(chunk, self.write_batch, self.write_bytes, _record_bytes)
                 if cut == len(chunk) < self.write_batch:  # fits, with room for more: wait for the next result
                     break
                 self._write(kind, chunk[:cut])
@@ -122,19 +114,6 @@ class RecordWriter:
         if chunk:
             self._write(kind, chunk)
         self._mark(owners, kind)
-
-    def _cut(self, chunk: list[tuple[Post | Review, Pending]]) -> int:
-        """How many records of ``chunk`` make the next write: at most ``write_batch`` and, with ``write_bytes``,
-        no more than fit in it (always at least one)."""
-        end = min(len(chunk), self.write_batch)
-        if not self.write_bytes:
-            return end
-        total = 0
-        for index in range(end):
-            total += record_wire_bytes(chunk[index][0])
-            if total > self.write_bytes:
-                return max(1, index)
-        return end
 
     @staticmethod
     def _mark(owners: list[Pending], kind: str) -> None:
@@ -187,3 +166,7 @@ class RecordWriter:
             self.stats.add(records_rejected=1)
             return
         self.stats.add(items_stored=acked)
+
+
+def _record_bytes(pair: tuple[Post | Review, Pending]) -> int:
+    return record_wire_bytes(pair[0])

@@ -12,6 +12,7 @@ MODULES = [
     "crawler_client.crawl",
     "crawler_client.sink",
     "crawler_client.writer",
+    "crawler_client.wire_size",
     "crawler_client.gateways",
     "crawler_client.runner",
     "crawler_client.daemon",

@@ -10,7 +10,8 @@ from collections.abc import Sequence
 import pytest
 
 from crawler_client.crawl import CrawlResult
-from crawler_client.sink import Backoff, Sink, report_wire_bytes
+from crawler_client.sink import Backoff, Sink
+from crawler_client.wire_size import report_wire_bytes
 from icecrawler.errors import (
     InvalidArgumentError,
     InvalidRecordsError,

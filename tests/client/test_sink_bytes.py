@@ -9,7 +9,7 @@ from typing import Any
 
 from crawler_client.crawl import CrawlResult
 from crawler_client.sink import Sink
-from crawler_client.writer import record_wire_bytes
+from crawler_client.wire_size import record_wire_bytes
 from icecrawler.models import Report, Review, Task, TaskKind
 from tests.client.test_runtime_sink import MemoryScheduler, MemoryStorage
 
