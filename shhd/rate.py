@@ -8,9 +8,10 @@ import cmath
 import itertools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from shhd.calibration import RateCalibration
 from shhd.forecast import (
     DAY_S,
     OMEGA_DAY,
@@ -55,6 +56,11 @@ RATE_EXCITE: tuple[float, float] | None = None
 RATE_DAY_ANCHOR = True
 RATE_DAY_ANCHOR_MIN = 0.75
 RATE_DAY_ANCHOR_AMPLITUDE = 0.1
+#: Rate policy: correct each estimate by how the population's estimates of that size came true
+#: (``shhd.calibration``); False: each target's own estimate only.
+RATE_CALIBRATE = True
+#: ... a crawl teaches the calibration only once the target's own items outweigh its prior this many times.
+RATE_CALIBRATION_MIN_EVIDENCE = 1.0
 #: Rate policy under a global budget: the longest period is at least this many times the budget's mean period
 #: (targets / budget), so a small budget does not clamp every target to the same longest period (uniform). Below
 #: about 1.4 most targets sit at that longest period again and the split is nearly uniform; 1.75 is the middle of
@@ -182,6 +188,10 @@ class RatePolicy:
     budget_stretch: float | None = RATE_BUDGET_STRETCH
     #: The longest period under a budget (``set_budget_scale``); None: ``max_period_s``.
     budget_max_s: float | None = None
+    #: Shared by all targets of this policy (``shhd.calibration``); None: no calibration.
+    calibration: RateCalibration | None = field(
+        default_factory=lambda: RateCalibration() if RATE_CALIBRATE else None, repr=False, compare=False
+    )
     name: str = "rate"
 
     def initial_state(self) -> dict[str, Any]:
@@ -213,12 +223,28 @@ class RatePolicy:
             self.memory_items / self.rate_of(state), self.half_life_s, max(RATE_HALF_LIFE_MAX_S, self.half_life_s)
         )
 
-    def rate_of(self, state: dict[str, Any]) -> float:
-        """Estimated long-run item rate (items/s) of a target, always > 0."""
+    def own_rate(self, state: dict[str, Any]) -> float:
+        """The target's own rate estimate (items/s, > 0): its decayed items and exposure, with the fading prior."""
         a = RATE_PRIOR_ITEMS * float(state.get("prior_weight", 1.0))
         return max(
             (float(state["items"]) + a) / (float(state["exposure_s"]) + a * self.initial_period_s), RATE_FLOOR_PER_S
         )
+
+    def rate_of(self, state: dict[str, Any]) -> float:
+        """Estimated long-run item rate (items/s) of a target, always > 0: its own estimate, calibrated."""
+        own = self.own_rate(state)
+        return own if self.calibration is None else own * self.calibration.factor(own)
+
+    def _teach(self, state: dict[str, Any], observation: Observation, last: float) -> None:
+        """Tell the calibration what the target's own estimate predicted since ``last`` and what the crawl found;
+        not while the prior still outweighs the target's items (every new target starts at the prior's rate)."""
+        if self.calibration is None:
+            return
+        prior_items = RATE_PRIOR_ITEMS * float(state.get("prior_weight", 1.0))
+        if float(state["items"]) >= RATE_CALIBRATION_MIN_EVIDENCE * prior_items:
+            self.calibration.observe(
+                self.own_rate(state), observation.now_s - last, observation.new_items, observation.now_s
+            )
 
     def _scale(self) -> float:
         reference = self.initial_period_s if self.reference_period_s is None else self.reference_period_s
@@ -239,6 +265,7 @@ class RatePolicy:
             "day": [float(x) for x in state.get("day", [0.0] * 6)],
         }
         if last is not None:
+            self._teach(state, observation, float(last))
             half_life = self._half_life(state)
             day_half_life = self.day_half_life_s or half_life
             out["prior_weight"] *= 2.0 ** (-max(now - float(last), 0.0) / half_life)

@@ -1,0 +1,53 @@
+"""Population calibration of rate estimates: does a target whose rate we estimate at λ̂ go on to publish λ̂ items per
+second? Pure: no clock, no I/O.
+
+A target's own estimate (decayed count ÷ exposure) answers for its past. Its future regresses towards the rest of
+the population: on real publication traces a target that has been quiet publishes more than its estimate says,
+and a busy one less (docs/REVISIT.md, "#21, third round"). The calibration learns by how much, per class of
+estimated rate (``bins_per_decade`` classes per factor of ten), from every crawl of every target: it adds the
+items the estimate predicted for the interval since the last crawl and the items the crawl found, both decayed
+with ``half_life_s``. The factor (found + k) ÷ (predicted + k), k = ``prior_items``, is 1 until a class has seen
+items, and stays 1 where estimates are right: on stationary targets (the synthetic mixture) it does not move.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+__all__ = ["RateCalibration"]
+
+DAY_S = 86400.0
+
+
+@dataclass
+class RateCalibration:
+    """Decayed (predicted, found) item counts per class of estimated rate, shared by all targets of a policy."""
+
+    prior_items: float = 5.0
+    half_life_s: float = 7 * DAY_S
+    bins_per_decade: float = 2.0
+    #: class -> [predicted items, found items, time of the last update (s)]
+    _rows: dict[int, list[float]] = field(default_factory=dict, repr=False)
+
+    def _class(self, rate_per_s: float) -> int:
+        return math.floor(math.log10(rate_per_s * DAY_S) * self.bins_per_decade)
+
+    def observe(self, rate_per_s: float, interval_s: float, found_items: int, now_s: float) -> None:
+        """One crawl: the target's estimate before it was ``rate_per_s``; ``found_items`` came in ``interval_s``."""
+        if rate_per_s <= 0 or interval_s <= 0:
+            return
+        row = self._rows.setdefault(self._class(rate_per_s), [0.0, 0.0, now_s])
+        decay = 2.0 ** (-max(now_s - row[2], 0.0) / self.half_life_s)
+        row[0] = row[0] * decay + rate_per_s * interval_s
+        row[1] = row[1] * decay + found_items
+        row[2] = now_s
+
+    def factor(self, rate_per_s: float) -> float:
+        """What to multiply an estimate of ``rate_per_s`` by: found ÷ predicted for its class, with the prior."""
+        if rate_per_s <= 0:
+            return 1.0
+        row = self._rows.get(self._class(rate_per_s))
+        if row is None:
+            return 1.0
+        return (row[1] + self.prior_items) / (row[0] + self.prior_items)

@@ -1,0 +1,72 @@
+"""The population calibration of rate estimates (pure: no servers)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from shhd.calibration import RateCalibration
+from shhd.observation import Observation
+from shhd.rate import RATE_PRIOR_ITEMS, RatePolicy
+
+DAY = 86400.0
+
+
+def test_no_evidence_and_right_estimates_leave_rates_alone() -> None:
+    calibration = RateCalibration()
+    assert calibration.factor(1 / DAY) == 1.0
+    for k in range(200):  # estimates that come true: 2 items a day, 2 found each day
+        calibration.observe(2 / DAY, DAY, 2, k * DAY)
+    assert calibration.factor(2 / DAY) == pytest.approx(1.0)
+
+
+def test_a_class_that_publishes_more_than_estimated_is_raised_and_others_are_not() -> None:
+    calibration = RateCalibration(prior_items=5.0)
+    for k in range(60):  # estimated 0.1 a day, found 1 a day
+        calibration.observe(0.1 / DAY, DAY, 1, k * DAY)
+        calibration.observe(20 / DAY, DAY, 10, k * DAY)  # estimated 20 a day, found 10
+    assert calibration.factor(0.1 / DAY) > 2.0  # about 10.6 found against 1.1 predicted, with the 5-item prior
+    assert 0.45 < calibration.factor(20 / DAY) < 0.6
+    assert calibration.factor(2 / DAY) == 1.0  # a class nobody taught
+
+
+def test_old_evidence_fades_with_the_half_life() -> None:
+    calibration = RateCalibration(prior_items=0.5, half_life_s=DAY)
+    for k in range(30):
+        calibration.observe(1 / DAY, DAY, 5, k * DAY)
+    assert calibration.factor(1 / DAY) > 4.0
+    for k in range(30, 60):  # the class now publishes as estimated
+        calibration.observe(1 / DAY, DAY, 1, k * DAY)
+    assert calibration.factor(1 / DAY) == pytest.approx(1.0, abs=0.01)
+
+
+def test_empty_intervals_and_zero_rates_teach_nothing() -> None:
+    calibration = RateCalibration()
+    calibration.observe(0.0, DAY, 3, 0.0)
+    calibration.observe(1 / DAY, 0.0, 3, 0.0)
+    calibration.observe(1 / DAY, -5.0, 3, 0.0)
+    assert calibration.factor(1 / DAY) == 1.0
+    assert calibration.factor(0.0) == 1.0
+
+
+def _crawl(policy: RatePolicy, state: dict[str, Any], now: float, found: int) -> dict[str, Any]:
+    return policy.next_period(state, Observation(now_s=now, fingerprint=0, new_items=found)).state
+
+
+def test_rate_policy_rates_are_its_own_estimates_times_the_calibration() -> None:
+    policy = RatePolicy(60.0, DAY, 600.0, diurnal=False, periodic=False, burst_fade_s=None)
+    assert policy.calibration is not None
+    quiet = _crawl(policy, policy.initial_state(), 0.0, 0)
+    assert policy.calibration.factor(policy.own_rate(quiet)) == 1.0
+    # A new target's prior (one item per first period) outweighs its items: its crawls teach nothing.
+    quiet = _crawl(policy, quiet, 600.0, 0)
+    assert not policy.calibration._rows
+    busy = policy.initial_state()
+    for k in range(1, 40):  # 3 items per crawl every 2 hours: its own items soon outweigh the prior
+        busy = _crawl(policy, busy, k * 7200.0, 3)
+    assert float(busy["items"]) > RATE_PRIOR_ITEMS and policy.calibration._rows
+    own = policy.own_rate(busy)
+    assert policy.rate_of(busy) == pytest.approx(own * policy.calibration.factor(own))
+    plain = RatePolicy(60.0, DAY, 600.0, calibration=None)
+    assert plain.rate_of(busy) == pytest.approx(own)
