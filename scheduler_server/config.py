@@ -129,6 +129,7 @@ def core_parts(
             max_period_s=config.max_period_s,
             initial_period_s=config.initial_period_s,
             reference_period_s=settings.get_float("scheduler.rate_reference_period_s"),
+            calibrate=settings.get_bool("scheduler.rate_calibration"),
         )
     except ValueError as exc:
         raise ConfigError(f"scheduler.policy: {exc}") from exc

@@ -40,6 +40,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from shhd.calibration import RateCalibration
 from shhd.fingerprint import BITS, hamming
 from shhd.observation import Decision, Observation, clamp
 from shhd.period import SHHDController, ShhdState
@@ -329,16 +330,25 @@ def make_policy(
     max_period_s: float,
     initial_period_s: float,
     reference_period_s: float | None = None,
+    calibrate: bool = True,
 ) -> RevisitPolicy:
     """Build a policy by name (see POLICY_NAMES) with the scheduler's bounds and first period.
 
     ``reference_period_s`` (setting ``scheduler.rate_reference_period_s``) only matters to ``rate`` without a
     global budget: the period of a target that publishes one item per that period; None means the first period.
+    ``calibrate`` (setting ``scheduler.rate_calibration``) only matters to ``rate``: False keeps each target's own
+    rate estimate, without the population's calibration (``shhd.calibration``).
     """
     cls = _POLICIES.get(name)
     if cls is None:
         raise ValueError(f"unknown revisit policy {name!r} (known: {', '.join(POLICY_NAMES)})")
     if cls is RatePolicy:
-        return RatePolicy(min_period_s, max_period_s, initial_period_s, reference_period_s=reference_period_s)
+        return RatePolicy(
+            min_period_s,
+            max_period_s,
+            initial_period_s,
+            reference_period_s=reference_period_s,
+            calibration=RateCalibration() if calibrate else None,
+        )
     policy: RevisitPolicy = cls(min_period_s, max_period_s, initial_period_s)
     return policy
