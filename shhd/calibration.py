@@ -15,9 +15,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-__all__ = ["RateCalibration"]
+from shhd.forecast import DAY_S
 
-DAY_S = 86400.0
+__all__ = ["RateCalibration"]
 
 
 @dataclass
