@@ -10,6 +10,7 @@ import ctypes
 import functools
 import gc
 import logging
+import queue
 import signal
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -173,18 +174,31 @@ def storage_proxy(comm: Ice.Communicator) -> Any:
 @contextmanager
 def stop_on_signals(stop: threading.Event) -> Iterator[None]:
     """Inside the block SIGTERM/SIGINT set ``stop`` (and are logged) instead of ending the process, so a daemon
-    can shut down in order; the previous handlers are back after the block."""
+    can shut down in order; the previous handlers are back after the block.
 
-    def _stop(signum: int, _frame: Any) -> None:
-        log.info("signal %d: shutting down", signum)
-        stop.set()
+    The handler only queues the signal (``SimpleQueue.put`` may be called from a signal handler) and a watcher
+    thread logs it and sets ``stop``. Setting the event in the handler could deadlock: the handler runs in the main
+    thread, which may be inside ``stop.wait()`` holding the event's own lock."""
+    signals: queue.SimpleQueue[int | None] = queue.SimpleQueue()
 
-    previous = {sig: signal.signal(sig, _stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    def _watch() -> None:
+        while (signum := signals.get()) is not None:
+            log.info("signal %d: shutting down", signum)
+            stop.set()
+
+    def _queue(signum: int, _frame: Any) -> None:
+        signals.put(signum)
+
+    watcher = threading.Thread(target=_watch, name="signals", daemon=True)
+    watcher.start()
+    previous = {sig: signal.signal(sig, _queue) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         yield
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        signals.put(None)
+        watcher.join()
 
 
 #: The daemons' garbage-collector thresholds (Python's default is (700, 10, 10)). Every call unmarshals Slice
