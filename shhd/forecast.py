@@ -6,9 +6,8 @@ its uncaught items are expected to have piled up since the last fetch reaches a 
     A(t) = ∫_now^t λ̂(s) (t - s) ds = μ.
 
 For a Poisson target with rate λ this is λ τ² / 2 = μ, i.e. τ = sqrt(2 μ / λ): the square-root rule with
-C = sqrt(2 μ). The forecasts below only change λ̂(s): a daily and a weekly profile (``diurnal_lag``,
-``cycle_lag``), a burst that fades (``burst_lag``); a page that publishes on a clock gets its own rule
-(``periodic_delay``).
+C = sqrt(2 μ). The forecasts below only change λ̂(s): a daily profile (``diurnal_lag``), a burst that fades
+(``burst_lag``); a page that publishes on a clock gets its own rule (``periodic_delay``).
 """
 
 from __future__ import annotations
@@ -21,11 +20,9 @@ from dataclasses import dataclass
 
 __all__ = [
     "OMEGA_DAY",
-    "OMEGA_WEEK",
     "Periodic",
     "burst_lag",
-    "cycle_amplitude",
-    "cycle_lag",
+    "daily_amplitude",
     "diurnal_lag",
     "fit_periodic",
     "periodic_delay",
@@ -36,15 +33,12 @@ __all__ = [
 DAY_S = 86400.0
 #: Angular frequency of the daily cycle, rad/s.
 OMEGA_DAY = 2 * math.pi / DAY_S
-WEEK_S = 7 * DAY_S
-#: Angular frequency of the weekly cycle, rad/s.
-OMEGA_WEEK = 2 * math.pi / WEEK_S
 #: Smallest arrival spread of a periodic forecast, as a share of the period (a clock with no jitter still has
 #: some: publication delays, clock skew).
 MIN_SIGMA = 0.01
-#: Largest relative amplitude of a cycle a forecast uses (keeps λ̂(s) > 0).
+#: Largest relative daily amplitude a forecast uses (keeps λ̂(s) > 0).
 MAX_AMPLITUDE = 0.95
-#: Fewest (weighted) items before a daily (or weekly) profile is estimated at all.
+#: Fewest (weighted) items before a daily profile is estimated at all.
 MIN_DAILY_ITEMS = 8.0
 
 
@@ -113,36 +107,29 @@ def periodic_delay(p: Periodic, now: float, mu: float, min_ahead_s: float = 0.0)
 
 
 def diurnal_lag(rate: float, amplitude: complex, now: float, tau: float) -> float:
-    """∫_now^{now+τ} λ(s) (now + τ - s) ds for λ(s) = rate * (1 + Re(amplitude * e^{iωs})), ω = 2π / day."""
-    return rate * 0.5 * tau * tau + cycle_lag(rate, amplitude, now, tau, OMEGA_DAY)
-
-
-def cycle_lag(rate: float, amplitude: complex, now: float, tau: float, omega: float) -> float:
-    """The part of ∫_now^{now+τ} λ(s) (now + τ - s) ds that the term rate * Re(amplitude * e^{iωs}) of λ(s) adds.
+    """∫_now^{now+τ} λ(s) (now + τ - s) ds for λ(s) = rate * (1 + Re(amplitude * e^{iωs})), ω = 2π / day.
 
     ∫_0^τ (τ - u) e^{c u} du = (e^{cτ} - 1 - cτ) / c², c = iω.
     """
-    if amplitude == 0j:
-        return 0.0
-    c = 1j * omega
-    return rate * (amplitude * cmath.exp(c * now) * (cmath.exp(c * tau) - 1 - c * tau) / (c * c)).real
+    c = 1j * OMEGA_DAY
+    wave = amplitude * cmath.exp(c * now) * (cmath.exp(c * tau) - 1 - c * tau) / (c * c)
+    return rate * (0.5 * tau * tau + wave.real)
 
 
-def cycle_amplitude(moments: Sequence[float], items: float, exposure: float, dispersion: float = 1.0) -> complex:
-    """The relative amplitude A of a cycle (a day, a week), λ(s) = c0 (1 + Re(A e^{iωs})), from decayed moments
-    (``_cycle_moments`` of shhd.rate: Σ w e^{iωt_j}, ∫ w e^{iωs}, ∫ w e^{2iωs}) plus N = Σ w and E = ∫ w ds, by the
-    moment equations of λ(s) = c0 + c1 cos ωs + c2 sin ωs (they account for exposure that does not cover whole
-    cycles evenly):
+def daily_amplitude(day: Sequence[float], items: float, exposure: float, dispersion: float = 1.0) -> complex:
+    """The relative daily amplitude A of λ(s) = c0 (1 + Re(A e^{iωs})) from decayed moments (``_day_moments`` of
+    shhd.policies: Σ w e^{iωt_j}, ∫ w e^{iωs}, ∫ w e^{2iωs}) plus N = Σ w and E = ∫ w ds, by the moment equations
+    of λ(s) = c0 + c1 cos ωs + c2 sin ωs (they account for exposure that does not cover whole days evenly):
 
         Σ w f(t_j) = ∫ w λ f ds   for f in (1, cos, sin).
 
     Shrunk towards 0 by max(0, 1 - noise / |A|²), noise = the variance |A|² would have on a flat page (4 D / N
-    when the exposure covers whole cycles evenly; D, the ``dispersion`` of the counts, is 1 for Poisson items and
+    when the exposure covers whole days evenly; D, the ``dispersion`` of the counts, is 1 for Poisson items and
     more for clustered ones), and capped at MAX_AMPLITUDE. 0 when N < MIN_DAILY_ITEMS or the system is singular.
     """
     if items < MIN_DAILY_ITEMS or exposure <= 0:
         return 0j
-    sc, ss, e1r, e1i, e2r, e2i = moments
+    sc, ss, e1r, e1i, e2r, e2i = day
     m = [[exposure, e1r, e1i], [e1r, 0.5 * (exposure + e2r), 0.5 * e2i], [e1i, 0.5 * e2i, 0.5 * (exposure - e2r)]]
     inverse = _inverse3(m)
     if inverse is None:
@@ -152,7 +139,7 @@ def cycle_amplitude(moments: Sequence[float], items: float, exposure: float, dis
         return 0j
     amp = complex(c[1], -c[2]) / c[0]
     # Cov(c) ≈ c0 M^-1 for Poisson items (M = the exposure moments above), so the noise in |A|² is
-    # (M^-1_11 + M^-1_22) / c0 (= 4 / N when the exposure covers whole cycles evenly), times the dispersion.
+    # (M^-1_11 + M^-1_22) / c0 (= 4 / N when the exposure covers whole days evenly), times the dispersion.
     noise = dispersion * (inverse[1][1] + inverse[2][2]) / c[0]
     size2 = abs(amp) ** 2
     if size2 <= noise:

@@ -14,12 +14,9 @@ from typing import Any
 from shhd.calibration import RateCalibration
 from shhd.forecast import (
     DAY_S,
-    MAX_AMPLITUDE,
     OMEGA_DAY,
-    OMEGA_WEEK,
     burst_lag,
-    cycle_amplitude,
-    cycle_lag,
+    daily_amplitude,
     diurnal_lag,
     fit_periodic,
     periodic_delay,
@@ -49,16 +46,6 @@ RATE_MEMORY_ITEMS: float | None = 20.0
 RATE_HALF_LIFE_MAX_S = 14 * 86400.0
 #: Rate policy: half-life of the daily profile's moments (a daily pattern needs several days to show).
 RATE_DAY_HALF_LIFE_S: float | None = 14 * 86400.0
-#: Rate policy: a weekly profile (commits follow the working week, people post more on some days), used for periods
-#: of at least RATE_WEEK_MIN_DAYS days (a shorter period sees little of the week change). False: off.
-RATE_WEEKLY = True
-RATE_WEEK_MIN_DAYS = 0.75
-#: ... the half-life of its moments (a week is one cycle, so it needs several weeks to show) ...
-RATE_WEEK_HALF_LIFE_S = 28 * 86400.0
-#: ... and how many times the noise of a flat profile its amplitude must clear: a week gives one cycle where a day
-#: gives seven, so a weekly amplitude is shrunk harder. 1, 2, 3, 5, 10 were tried (docs/REVISIT.md, "#21, fourth
-#: round"); 3 was best at 0.25x.
-RATE_WEEK_NOISE = 3.0
 #: Rate policy: self-excitation of the item stream, (share a, decay F seconds): each item adds a e^{-(s-t)/F}/F to
 #: the expected rate after it (a Hawkes kernel; the base rate is λ(1-a)), the forecast of real, bursty streams.
 #: None: off.
@@ -69,10 +56,6 @@ RATE_EXCITE: tuple[float, float] | None = None
 RATE_DAY_ANCHOR = True
 RATE_DAY_ANCHOR_MIN = 0.75
 RATE_DAY_ANCHOR_AMPLITUDE = 0.1
-#: ... and under a global budget the anchor comes this much earlier: every target's anchor falls where its daily
-#: rate falls, so the budget's due-order queue is crowded then and serves late (docs/REVISIT.md, "#21, fourth
-#: round").
-RATE_BUDGET_ANCHOR_LEAD_S = 3600.0
 #: Rate policy: correct each estimate by how the population's estimates of that size came true
 #: (``shhd.calibration``); False: each target's own estimate only.
 RATE_CALIBRATE = True
@@ -179,9 +162,7 @@ class RatePolicy:
     * periodic (``periodic``): the recent items sit on a clock (gap CV < RATE_PERIODIC_MAX_CV): fetch just
       after the k-th next arrival (``forecast.periodic_delay``);
     * daily profile (``diurnal``): λ(s) = λ (1 + Re(A e^{iωs})), A from decayed Fourier moments of the item
-      times and of the exposure, shrunk by its noise (``forecast.cycle_amplitude``);
-    * weekly profile (``weekly``, periods of RATE_WEEK_MIN_DAYS or more): the same with ω = 2π / week, added to
-      the daily one;
+      times and of the exposure, shrunk by its noise (``forecast.daily_amplitude``);
     * burst (``burst_fade_s``): a run of close items just before the crawl adds λ e (e^{-(s - now)/F}) to λ(s),
       e = how much faster the run came than λ (``forecast.recent_excess``), F = ``burst_fade_s``.
 
@@ -203,7 +184,6 @@ class RatePolicy:
     day_half_life_s: float | None = RATE_DAY_HALF_LIFE_S
     excite: tuple[float, float] | None = RATE_EXCITE
     day_anchor: bool = RATE_DAY_ANCHOR
-    weekly: bool = RATE_WEEKLY
     #: Under a budget, the longest period is at least this many budget mean periods (``budget_plan``).
     budget_stretch: float | None = RATE_BUDGET_STRETCH
     #: The longest period under a budget (``set_budget_scale``); None: ``max_period_s``.
@@ -223,7 +203,6 @@ class RatePolicy:
             "prior_weight": 1.0,
             "times": [],
             "day": [0.0] * 6,
-            "week": [0.0] * 8,
             "on_clock": False,
         }
 
@@ -284,7 +263,6 @@ class RatePolicy:
             "items": float(state["items"]),
             "exposure_s": float(state["exposure_s"]),
             "day": [float(x) for x in state.get("day", [0.0] * 6)],
-            "week": [float(x) for x in state.get("week", [0.0] * 8)],
         }
         if last is not None:
             self._teach(state, observation, float(last))
@@ -295,12 +273,9 @@ class RatePolicy:
                 out["items"], out["exposure_s"], float(last), observation, half_life
             )
             day = out["day"] + [0.0] * (8 - len(out["day"]))
-            out["day"] = _cycle_moments(day[:6], float(last), observation, day_half_life, OMEGA_DAY)
+            out["day"] = _day_moments(day[:6], float(last), observation, day_half_life)
             if self.day_half_life_s is not None:
                 out["day"] += list(_decayed_counts(day[6], day[7], float(last), observation, day_half_life))
-            week = out["week"]
-            out["week"] = _cycle_moments(week[:6], float(last), observation, RATE_WEEK_HALF_LIFE_S, OMEGA_WEEK)
-            out["week"] += list(_decayed_counts(week[6], week[7], float(last), observation, RATE_WEEK_HALF_LIFE_S))
         clock = None
         if observation.new_items > 1 and not observation.new_item_times_s:  # only then may items go on the clock
             clock = fit_periodic(state.get("times", []), RATE_PERIODIC_MAX_CV, RATE_PERIODIC_MIN_ITEMS)
@@ -318,32 +293,14 @@ class RatePolicy:
         return Decision(period, out, -1)
 
     def _period(self, state: dict[str, Any], now: float) -> float:
-        """The next period from the rate forecast (+ daily profile, + burst, + self-excitation), and for a long
-        period the weekly profile on top."""
+        """The next period from the rate forecast (+ daily profile, + burst, + self-excitation)."""
+        mu = 0.5 * self._scale() ** 2
         rate = self.rate_of(state)
         amplitude = 0j
         if self.diurnal:
             day = state["day"]
             items, exposure = (day[6], day[7]) if len(day) >= 8 else (state["items"], state["exposure_s"])
-            amplitude = cycle_amplitude(day[:6], items, exposure, _dispersion(state["times"]))
-        period = self._forecast_period(state, now, rate, amplitude, 0j)
-        if not self.weekly or period < RATE_WEEK_MIN_DAYS * DAY_S:
-            return period
-        week = state.get("week") or [0.0] * 8
-        weekly = cycle_amplitude(week[:6], week[6], week[7], RATE_WEEK_NOISE * _dispersion(state["times"]))
-        if weekly == 0j:
-            return period
-        # The two cycles add: keep λ̂(s) > 0 where both are low.
-        room = MAX_AMPLITUDE * (1.0 - abs(amplitude))
-        if abs(weekly) > room:
-            weekly *= room / abs(weekly)
-        return self._forecast_period(state, now, rate, amplitude, weekly)
-
-    def _forecast_period(
-        self, state: dict[str, Any], now: float, rate: float, amplitude: complex, weekly: complex
-    ) -> float:
-        """The fetch time where the forecast lag reaches μ, for the given daily and weekly amplitudes."""
-        mu = 0.5 * self._scale() ** 2
+            amplitude = daily_amplitude(day[:6], items, exposure, _dispersion(state["times"]))
         excess = (
             recent_excess(state["times"], now, rate, RATE_BURST_PRIOR_ITEMS, RATE_BURST_MIN_RUN)
             if self.burst_fade_s is not None
@@ -353,14 +310,13 @@ class RatePolicy:
         if self.excite is not None:
             share, decay = self.excite
             kick = share * sum(math.exp(-(now - t) / decay) for t in state["times"] if t <= now)
-        if excess == 0.0 and amplitude == 0j and weekly == 0j and kick == 0.0:
+        if excess == 0.0 and amplitude == 0j and kick == 0.0:
             return self.period_for(rate)
         base = rate * (1.0 - share)
         fade = 1.0 / (self.burst_fade_s or 1.0)
 
         def lag(tau: float) -> float:
             out = diurnal_lag(base, amplitude, now, tau) + burst_lag(base, excess, fade, tau)
-            out += cycle_lag(base, weekly, now, tau, OMEGA_WEEK)
             if kick:
                 out += kick * (tau - decay * -math.expm1(-tau / decay))
             return out
@@ -368,14 +324,11 @@ class RatePolicy:
         return self._anchored(solve_fetch_time(lag, mu, self.min_period_s, self._longest()), amplitude, now)
 
     def _anchored(self, period: float, amplitude: complex, now: float) -> float:
-        """``period``, moved to the nearest descending mean crossing of the daily profile (RATE_DAY_ANCHOR), less
-        RATE_BUDGET_ANCHOR_LEAD_S under a global budget."""
+        """``period``, moved to the nearest descending mean crossing of the daily profile (RATE_DAY_ANCHOR)."""
         if not self.day_anchor or period < RATE_DAY_ANCHOR_MIN * DAY_S or abs(amplitude) < RATE_DAY_ANCHOR_AMPLITUDE:
             return period
         # λ(s) ∝ 1 + |A| cos(ωs + arg A) falls through its mean where ωs + arg A = π/2 (mod 2π).
         crossing = ((math.pi / 2 - cmath.phase(amplitude)) / OMEGA_DAY) % DAY_S
-        if self.scale is not None:  # under a budget: queue ahead of the crowd at the crossing
-            crossing -= RATE_BUDGET_ANCHOR_LEAD_S
         target = now + period
         k = round((target - crossing) / DAY_S)
         candidates = [crossing + j * DAY_S - now for j in (k - 1, k, k + 1)]
@@ -421,27 +374,24 @@ def _dispersion(times: Sequence[float]) -> float:
     return max(1.0, var / (mean * mean))
 
 
-def _cycle_moments(
-    moments: list[float], last: float, observation: Observation, half_life: float, omega: float
-) -> list[float]:
-    """The decayed Fourier moments of a cycle (a day, a week) after the interval (last, now] (RatePolicy):
-    [Σ w e^{iωt_j} (items), ∫ w e^{iωs} ds, ∫ w e^{2iωs} ds (exposure)] as (re, im) pairs, w = 2^{-(now - t)/H},
-    ω = 2π / the cycle's length."""
+def _day_moments(day: list[float], last: float, observation: Observation, half_life: float) -> list[float]:
+    """The decayed daily Fourier moments after the interval (last, now] (RatePolicy): [Σ w e^{iωt_j} (items),
+    ∫ w e^{iωs} ds, ∫ w e^{2iωs} ds (exposure)] as (re, im) pairs, w = 2^{-(now - t)/H}, ω = 2π / day."""
     now = observation.now_s
     dt = max(now - last, 0.0)
     decay = 2.0 ** (-dt / half_life)
     kappa = math.log(2) / half_life
     times = [t for t in observation.new_item_times_s if last < t <= now][: observation.new_items]
     times += [0.5 * (last + now)] * (observation.new_items - len(times))
-    items = complex(moments[0], moments[1]) * decay + sum(
-        2.0 ** (-(now - t) / half_life) * cmath.exp(1j * omega * t) for t in times
+    items = complex(day[0], day[1]) * decay + sum(
+        2.0 ** (-(now - t) / half_life) * cmath.exp(1j * OMEGA_DAY * t) for t in times
     )
-    out = [items]
-    for harmonic, (re, im) in ((1, (moments[2], moments[3])), (2, (moments[4], moments[5]))):
-        c = complex(kappa, harmonic * omega)
-        fresh = (cmath.exp(1j * harmonic * omega * now) - decay * cmath.exp(1j * harmonic * omega * last)) / c
-        out.append(complex(re, im) * decay + fresh)
-    return [x for z in out for x in (z.real, z.imag)]
+    moments = [items]
+    for harmonic, (re, im) in ((1, (day[2], day[3])), (2, (day[4], day[5]))):
+        c = complex(kappa, harmonic * OMEGA_DAY)
+        fresh = (cmath.exp(1j * harmonic * OMEGA_DAY * now) - decay * cmath.exp(1j * harmonic * OMEGA_DAY * last)) / c
+        moments.append(complex(re, im) * decay + fresh)
+    return [x for z in moments for x in (z.real, z.imag)]
 
 
 def _decayed_counts(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import cmath
 import math
 
 import pytest
@@ -11,11 +10,9 @@ from shhd.forecast import (
     MAX_AMPLITUDE,
     MIN_SIGMA,
     OMEGA_DAY,
-    OMEGA_WEEK,
     Periodic,
     burst_lag,
-    cycle_amplitude,
-    cycle_lag,
+    daily_amplitude,
     diurnal_lag,
     fit_periodic,
     periodic_delay,
@@ -83,23 +80,6 @@ def test_diurnal_lag_closed_form() -> None:
     assert diurnal_lag(1.0, -1j, now, tau) == pytest.approx(numeric, rel=1e-6)
 
 
-def test_cycle_lag_of_a_week_is_the_wave_part_only() -> None:
-    assert cycle_lag(3.0, 0j, 0.0, DAY, OMEGA_WEEK) == 0.0
-    assert cycle_lag(1.0, 1 + 0j, 0.0, 7 * DAY, OMEGA_WEEK) == pytest.approx(0.0, abs=1e-6 * DAY**2)  # averages out
-    # λ(s) = 2 (1 + 0.5 cos(ω_week s + 1)) over two days from a Thursday noon; check against a midpoint sum
-    now, tau, n, amplitude = 3.5 * DAY, 2 * DAY, 20000, 0.5 * cmath.exp(1j)
-    h = tau / n
-    wave = sum(
-        2 * (amplitude * cmath.exp(1j * OMEGA_WEEK * (now + (j + 0.5) * h))).real * (tau - (j + 0.5) * h) * h
-        for j in range(n)
-    )
-    assert cycle_lag(2.0, amplitude, now, tau, OMEGA_WEEK) == pytest.approx(wave, rel=1e-6)
-    # the daily lag is the flat part plus the daily wave
-    assert diurnal_lag(2.0, amplitude, now, tau) == pytest.approx(
-        tau * tau + cycle_lag(2.0, amplitude, now, tau, OMEGA_DAY)
-    )
-
-
 def test_burst_lag_closed_form() -> None:
     # ∫_0^τ e^{-u/100} (τ - u) du at τ = 100: 100 τ - 100² (1 - e^{-1}) = 10⁴ e^{-1}
     assert burst_lag(0.5, 3.0, 0.01, 100.0) == pytest.approx(0.5 * 3.0 * 1e4 * math.exp(-1))
@@ -114,27 +94,27 @@ def test_recent_excess_takes_the_densest_recent_run() -> None:
     assert recent_excess([0.0, 100.0, 200.0, 300.0], 10_000.0, 0.01, 1.0, 3) == 0.0  # quiet: never negative
 
 
-def test_cycle_amplitude_from_moments_over_whole_days() -> None:
+def test_daily_amplitude_from_moments_over_whole_days() -> None:
     # Two whole days, no forgetting: ∫ e^{iωs} = ∫ e^{2iωs} = 0, so c0 = N / E, c1 = 2 Σcos / E, A = 2 Σcos / N.
     e = 2 * DAY
     raw = 2 * 25.0 / 100.0
     shrink = 1 - (4 / 100) / raw**2  # noise of |A|² on a flat page: 4 / N
-    assert cycle_amplitude([25.0, 0.0, 0.0, 0.0, 0.0, 0.0], 100.0, e) == pytest.approx(raw * shrink)
+    assert daily_amplitude([25.0, 0.0, 0.0, 0.0, 0.0, 0.0], 100.0, e) == pytest.approx(raw * shrink)
     # sin moment: A = (c1 - i c2) / c0
-    assert cycle_amplitude([0.0, 25.0, 0.0, 0.0, 0.0, 0.0], 100.0, e) == pytest.approx(-1j * raw * shrink)
+    assert daily_amplitude([0.0, 25.0, 0.0, 0.0, 0.0, 0.0], 100.0, e) == pytest.approx(-1j * raw * shrink)
     # clustered items: the noise scales with the dispersion
-    assert cycle_amplitude([25.0, 0.0, 0.0, 0.0, 0.0, 0.0], 100.0, e, 2.0) == pytest.approx(
+    assert daily_amplitude([25.0, 0.0, 0.0, 0.0, 0.0, 0.0], 100.0, e, 2.0) == pytest.approx(
         raw * (1 - (8 / 100) / raw**2)
     )
-    assert cycle_amplitude([50.0, 0.0, 0.0, 0.0, 0.0, 0.0], 100.0, e) == pytest.approx(MAX_AMPLITUDE)  # capped
+    assert daily_amplitude([50.0, 0.0, 0.0, 0.0, 0.0, 0.0], 100.0, e) == pytest.approx(MAX_AMPLITUDE)  # capped
 
 
-def test_cycle_amplitude_zero_cases() -> None:
-    assert cycle_amplitude([2.0, 0.0, 0.0, 0.0, 0.0, 0.0], 5.0, 2 * DAY) == 0j  # too few items
-    assert cycle_amplitude([1.0, 0.0, 0.0, 0.0, 0.0, 0.0], 100.0, 2 * DAY) == 0j  # inside the noise
-    assert cycle_amplitude([0.0] * 6, 100.0, 0.0) == 0j  # no exposure
+def test_daily_amplitude_zero_cases() -> None:
+    assert daily_amplitude([2.0, 0.0, 0.0, 0.0, 0.0, 0.0], 5.0, 2 * DAY) == 0j  # too few items
+    assert daily_amplitude([1.0, 0.0, 0.0, 0.0, 0.0, 0.0], 100.0, 2 * DAY) == 0j  # inside the noise
+    assert daily_amplitude([0.0] * 6, 100.0, 0.0) == 0j  # no exposure
     # exposure all at one instant of the day: cos moments equal the exposure, the system is singular
-    assert cycle_amplitude([10.0, 0.0, 1000.0, 0.0, 1000.0, 0.0], 10.0, 1000.0) == 0j
+    assert daily_amplitude([10.0, 0.0, 1000.0, 0.0, 1000.0, 0.0], 10.0, 1000.0) == 0j
 
 
 def test_solve_fetch_time() -> None:

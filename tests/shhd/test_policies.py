@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import random
 
 import pytest
 
@@ -153,39 +152,6 @@ def test_rate_policy_day_anchor_moves_a_long_period_to_where_the_daily_rate_fall
     assert p._anchored(0.5 * 86400.0, amplitude, now=0.0) == 0.5 * 86400.0  # short periods are left alone
     assert p._anchored(1.2 * 86400.0, 0.05 + 0j, now=0.0) == 1.2 * 86400.0  # so are flat days (|A| < 0.1)
     assert RatePolicy(60, 86400.0, 600, day_anchor=False)._anchored(1.2 * 86400.0, amplitude, 0.0) == 1.2 * 86400.0
-    # Under a global budget every anchor comes RATE_BUDGET_ANCHOR_LEAD_S earlier (the queue is late at the crossings).
-    p.set_budget_scale(3.0)
-    assert p._anchored(1.2 * 86400.0, amplitude, now=0.0) == pytest.approx(86400.0 + 6 * 3600.0 - 3600.0)
-    p.set_budget_scale(None)
-    assert p._anchored(1.2 * 86400.0, amplitude, now=0.0) == pytest.approx(86400.0 + 6 * 3600.0)
-
-
-def test_rate_policy_weekly_profile_waits_out_a_quiet_weekend() -> None:
-    """A target that publishes about every two hours on weekdays only, crawled twice a day for four weeks; its
-    period is about two days. From Friday evening the weekly profile waits until Monday instead of fetching on
-    Sunday, and from Tuesday evening it comes back sooner (the next weekend is nearer)."""
-    day = 86400.0
-    rng = random.Random(1)
-    # Unix day 0 was a Thursday: day d is a weekday when (d + 3) % 7 < 5.
-    items = sorted(
-        d * day + h * 3600 + rng.uniform(0, 7200) for d in range(35) if (d + 3) % 7 < 5 for h in range(0, 24, 2)
-    )
-
-    def period_at(weekly: bool, evening: float) -> float:
-        policy = RatePolicy(60, 10 * day, 600, reference_period_s=40 * day, weekly=weekly)
-        fetches = [k * day / 2 for k in range(1, int(2 * evening / day) + 1)] + [evening]
-        return _feed(policy, items, fetches)[-1]
-
-    friday, tuesday = 29 * day + 18 * 3600, 33 * day + 18 * 3600
-    flat, weekly = period_at(False, friday), period_at(True, friday)
-    assert ((friday + flat) // day + 3) % 7 == 6  # Sunday
-    assert ((friday + weekly) // day + 3) % 7 == 0  # Monday
-    assert period_at(True, tuesday) < 0.9 * period_at(False, tuesday)
-    # Short periods never look at the week.
-    short = RatePolicy(60, 10 * day, 600, reference_period_s=day, weekly=True)
-    assert _feed(short, items, [k * day / 2 for k in range(1, 59)]) == _feed(
-        RatePolicy(60, 10 * day, 600, reference_period_s=day, weekly=False), items, [k * day / 2 for k in range(1, 59)]
-    )
 
 
 def _feed(policy: RatePolicy, items: list[float], fetches: list[float]) -> list[float]:
@@ -291,9 +257,8 @@ def test_rate_policy_reads_a_state_stored_before_the_forecasts() -> None:
         "prior_weight": 1.0,
     }
     d = p.next_period(old, Observation(now_s=600, new_items=1, newest_item_s=550.0))
-    # 6 daily moments + the daily counts; the same for the week
+    # 6 daily moments + the daily counts
     assert 60 <= d.period_s <= 86400 and d.state["times"] == [550.0] and len(d.state["day"]) == 8
-    assert len(d.state["week"]) == 8
 
 
 def test_rate_policy_on_the_papers_test_settles_in_the_band() -> None:
