@@ -72,7 +72,13 @@ def main(argv: list[str]) -> int:
         action="store_true",
         help="only the rate policy's ablation on the development seeds (prints a table)",
     )
-    parser.add_argument("--traces", type=Path, help="E3 on real traces instead (JSONL; see bench/revisit/real.py)")
+    parser.add_argument(
+        "--traces",
+        type=Path,
+        help="E3 on real traces instead (JSONL; see bench/revisit/real.py); like the synthetic run it rewrites the "
+        "real_* keys of docs/bench/revisit.json, the real-trace block of docs/REVISIT.md and its E0 plot, whatever "
+        "the file (--quick: prints only)",
+    )
     parser.add_argument("--half", choices=("report", "dev", "all"), default="report", help="with --traces")
     parser.add_argument("--targets", type=int, help="with --traces: targets per seed (default: all of the half)")
     args = parser.parse_args(argv)
