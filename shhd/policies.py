@@ -229,13 +229,16 @@ def cho_rate_mle(changed_s: Sequence[float], unchanged_s: Sequence[float]) -> fl
     lo, hi = 1e-12, 1e3
     lam = _clamp(t.size / (float(t.sum()) + total_u), lo, hi)
     for _ in range(200):  # Newton steps, kept inside a shrinking bisection bracket
-        e = np.expm1(np.minimum(lam * t, 700.0))
-        excess = float((t / e).sum()) - total_u
+        # In e^{-λt} form, so a changed interval far longer than 1/λ adds ~0 instead of overflowing:
+        # t / (e^{λt} - 1) = t w / (1 - w) and its λ-derivative -t² e^{λt} / (e^{λt} - 1)² = -t² w / (1 - w)².
+        w = np.exp(-lam * t)
+        d = -np.expm1(-lam * t)
+        excess = float((t * w / d).sum()) - total_u
         if excess > 0:
             lo = lam
         else:
             hi = lam
-        slope = -float((t * t * (e + 1.0) / (e * e)).sum())
+        slope = -float((t * t * w / (d * d)).sum())
         step = lam - excess / slope if slope < 0 else math.nan
         if abs(step - lam) <= 1e-12 * lam or hi / lo <= 1 + 1e-12:
             return step if lo <= step <= hi else lam

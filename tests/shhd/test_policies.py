@@ -92,6 +92,9 @@ def test_cho_mle_closed_forms() -> None:
     assert cho_rate_mle([100.0] * 2, [100.0] * 3) == pytest.approx(math.log(1 + 2 / 3) / 100, rel=1e-9)
     # one changed t1, one unchanged t2: t1 / (e^{λ t1} - 1) = t2  =>  λ = ln(1 + t1/t2) / t1
     assert cho_rate_mle([100.0], [50.0]) == pytest.approx(math.log(3) / 100, rel=1e-9)
+    # a changed interval ~10^5 times longer than 1/λ adds ~0 to the sum, without an overflow warning (warnings are
+    # errors in the tests; the old form squared e^{λt} and overflowed on real traces)
+    assert cho_rate_mle([30.0, 1e6], [1e-3]) == pytest.approx(math.log(1 + 30 / 1e-3) / 30, rel=1e-9)
     with pytest.raises(ValueError):
         cho_rate_mle([], [1.0])
 
