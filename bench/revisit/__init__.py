@@ -23,6 +23,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from bench.revisit.contenders import FULL, QUICK, REPORT_BASE, ROOT
+from bench.revisit.progress import Progress, starmap_with_progress
 from bench.revisit.publish import merge_json, write_block
 from bench.revisit.synthetic import ablation, e0_seed, e3_seed, tune
 from bench.revisit.synthetic_report import plots, report
@@ -101,11 +102,13 @@ def main(argv: list[str]) -> int:
         with ctx.Pool(cfg.workers) as pool:
             print(ablation(cfg, pool))
         return 0
+    progress = Progress()
     with ctx.Pool(cfg.workers) as pool:
-        knobs = tune(cfg, pool) if cfg.tune else {}
+        knobs = tune(cfg, pool, progress) if cfg.tune else {}
         seeds = [REPORT_BASE + k for k in range(cfg.seeds)]
-        e0 = pool.starmap(e0_seed, [(s, cfg) for s in seeds])
-        e3 = pool.starmap(e3_seed, [(s, cfg, knobs, k < cfg.oracle_seeds) for k, s in enumerate(seeds)])
+        e0 = starmap_with_progress(pool, e0_seed, [(s, cfg) for s in seeds], progress, "E0 seeds")
+        e3_jobs = [(s, cfg, knobs, k < cfg.oracle_seeds) for k, s in enumerate(seeds)]
+        e3 = starmap_with_progress(pool, e3_seed, e3_jobs, progress, "E3 seeds")
     seconds = time.monotonic() - started
     md, head = report(cfg, e0, e3, knobs, seconds, command.strip())
     print(md)

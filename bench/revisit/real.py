@@ -23,6 +23,7 @@ import numpy as np
 from bench.revisit.contenders import CONTENDERS, E3_INITIAL_S, E3_MAX_S, E3_MIN_S, ROOT, Contender, run_contender
 from bench.revisit.content import ContentModel
 from bench.revisit.oracle import offline_lag, sqrt_bound
+from bench.revisit.progress import Progress, starmap_with_progress
 from bench.revisit.publish import fmt, merge_json, table, write_block
 from bench.revisit.replay import Trace, Windowing, load_traces, split_halves, window_pages
 from bench.revisit.sim import Detector, Horizon, mean_ci, run_single
@@ -98,7 +99,9 @@ def _tune_job(
     return slug, index, mult, summary["lag_mean_min"]
 
 
-def tune(dev: Sequence[Trace], cfg: RealConfig, pool: Any) -> dict[tuple[str, float], dict[str, Any]]:
+def tune(
+    dev: Sequence[Trace], cfg: RealConfig, pool: Any, progress: Progress | None = None
+) -> dict[tuple[str, float], dict[str, Any]]:
     """Each knobbed baseline's knob per budget, by mean lag on the development half (TUNING_SEEDS)."""
     jobs = [
         (dev, cfg, c.slug, i, s, m)
@@ -109,7 +112,8 @@ def tune(dev: Sequence[Trace], cfg: RealConfig, pool: Any) -> dict[tuple[str, fl
         for m in cfg.budgets
     ]
     scores: dict[tuple[str, int, float], list[float]] = {}
-    for slug, i, m, lag in pool.starmap(_tune_job, jobs):
+    done = starmap_with_progress(pool, _tune_job, jobs, progress or Progress(), "tuning runs (development half)")
+    for slug, i, m, lag in done:
         scores.setdefault((slug, i, m), []).append(lag)
     chosen: dict[tuple[str, float], dict[str, Any]] = {}
     for c in _contenders():
@@ -401,11 +405,14 @@ def plot_e0(page: Page, e0: dict[str, Any], path: Path) -> None:
 def run_traces(cfg: RealConfig, pool: Any, command: str, write: bool) -> str:
     """The whole real-trace run; returns the markdown (and writes docs when ``write``)."""
     started = time.monotonic()
+    progress = Progress()
     traces = load_traces(cfg.path)
     dev, rep = split_halves(traces)
     chosen = {"report": rep, "dev": dev, "all": traces}[cfg.half]
-    knobs = tune(dev, cfg, pool) if cfg.tune else {}
-    per_seed = pool.starmap(seed_job, [(chosen, cfg, knobs, REPORT_BASE + k) for k in range(cfg.seeds)])
+    progress.say(f"{len(traces)} traces: {len(dev)} development, {len(rep)} report; running the {cfg.half} half")
+    knobs = tune(dev, cfg, pool, progress) if cfg.tune else {}
+    seeds = [(chosen, cfg, knobs, REPORT_BASE + k) for k in range(cfg.seeds)]
+    per_seed = starmap_with_progress(pool, seed_job, seeds, progress, "report seeds")
     counts: dict[str, int] = {}
     for t in chosen if cfg.targets is None else _population(chosen, REPORT_BASE, cfg.targets, bootstrap=True):
         counts[t.source] = counts.get(t.source, 0) + 1

@@ -23,6 +23,7 @@ from bench.revisit.contenders import (
 )
 from bench.revisit.content import ContentModel
 from bench.revisit.oracle import offline_lag, sqrt_bound
+from bench.revisit.progress import Progress, starmap_with_progress
 from bench.revisit.publish import fmt, table
 from bench.revisit.sim import Detector, Horizon, mean_ci, run_single
 from bench.revisit.traces import DAY, HOUR, Page, mixture, periodic
@@ -139,12 +140,13 @@ def e3_seed(seed: int, cfg: Config, knobs: dict[str, dict[str, Any]], oracle: bo
     return out
 
 
-def tune(cfg: Config, pool: Any) -> dict[str, dict[str, Any]]:
+def tune(cfg: Config, pool: Any, progress: Progress | None = None) -> dict[str, dict[str, Any]]:
     """Pick each contender's knob by mean lag at B = 0.5x on TUNING_SEEDS (2-3 choices for every knobbed policy)."""
     chosen: dict[str, dict[str, Any]] = {}
     tune_cfg = replace(cfg, budgets=(TUNING_BUDGET,))
     jobs = [(c, i, k) for c in CONTENDERS for i, k in enumerate(c.knobs) if len(c.knobs) > 1]
-    results = pool.starmap(_tune_job, [(c.label, i, s, tune_cfg) for c, i, _ in jobs for s in TUNING_SEEDS])
+    runs = [(c.label, i, s, tune_cfg) for c, i, _ in jobs for s in TUNING_SEEDS]
+    results = starmap_with_progress(pool, _tune_job, runs, progress or Progress(), "tuning runs")
     scores: dict[tuple[str, int], list[float]] = {}
     for (label, i), lag in results:
         scores.setdefault((label, i), []).append(lag)

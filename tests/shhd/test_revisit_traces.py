@@ -12,6 +12,7 @@ import pytest
 
 import bench.revisit as revisit
 from bench.revisit.build_traces import densest_window, opaque_id, weibo_mid_time
+from bench.revisit.progress import Progress
 from bench.revisit.real import RealConfig, seed_job
 from bench.revisit.replay import Trace, TraceError, Windowing, load_traces, split_halves, window_pages
 from bench.revisit.traces import DAY
@@ -71,6 +72,32 @@ def test_the_command_reports_a_bad_file_and_exits_2(tmp_path: Path, capsys: pyte
     assert revisit.main(["--traces", str(path), "--quick", "--workers", "1"]) == 2
     err = capsys.readouterr().err
     assert f"{path}:1: times are not sorted ascending" in err
+
+
+def test_the_command_runs_a_small_file_with_progress_on_stderr(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rng = np.random.default_rng(5)
+    lines = []
+    for k in range(8):
+        times = np.sort(1_700_000_000 + rng.uniform(0, 28 * DAY, 30 + 5 * k)).round()
+        lines.append(json.dumps({"target": f"t{k}", "source": "forum" if k % 2 else "shop", "times": times.tolist()}))
+    path = write(tmp_path, lines)
+    assert revisit.main(["--traces", str(path), "--quick", "--workers", "1", "--seeds", "2"]) == 0
+    out, err = capsys.readouterr()
+    assert "#### Summary: the default policy against the best baseline" in out
+    assert "8 traces: 4 development, 4 report; running the report half" in err
+    assert "report seeds 2/2" in err and "[revisit " not in out  # progress goes to stderr only
+
+
+def test_progress_counts_every_result_and_says_about_ten_times(capsys: pytest.CaptureFixture[str]) -> None:
+    progress = Progress("t")
+    assert list(progress.count("jobs", iter(range(25)), 25)) == list(range(25))
+    lines = capsys.readouterr().err.splitlines()
+    assert [line.split("] ")[1] for line in lines] == [
+        f"jobs {k}/25" for k in (2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 25)
+    ]
+    assert all(line.startswith("[t ") for line in lines)
 
 
 def test_windowing_keeps_the_last_window_and_the_time_of_day() -> None:
