@@ -11,6 +11,7 @@ of the rate policy is worth, on the development seeds ABLATION_SEEDS (never the 
 
 This module is the command line only: the contenders and run sizes are in ``contenders``, the synthetic experiments
 in ``synthetic``, their tables and plots in ``synthetic_report``, the real-trace run (``--traces``) in ``real``.
+Both runs say how far they are on stderr (``progress``); stdout carries the report only.
 """
 
 from __future__ import annotations
