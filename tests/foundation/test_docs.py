@@ -40,8 +40,11 @@ OUTSIDE_NOTE_DIGESTS = frozenset(
 #: ... and so is any ``*.md`` file whose stem ends (after ``_``) in a name with one of these digests: a name that
 #: only ends like an outside note reads as a pointer to it.
 OUTSIDE_ENDING_DIGESTS = frozenset({"c2792b4380a5e497"})
-#: A path into the folder that holds the outside notes.
-OUTSIDE_PATH = re.compile(r"(?<![\w.-])shared/|(?<![\w.-])reference/[A-Z_]+")
+#: The folders that hold the outside notes (the outer one, and the one inside it), kept as bare names so that no
+#: line of this file is itself a path into them (docs/ARCHITECTURE.md, "Where the facts live").
+OUTSIDE_FOLDERS = ("shared", "reference")
+#: A path into those folders: anything under the outer one, or an upper-case note name under the inner one.
+OUTSIDE_PATH = re.compile(rf"(?<![\w.-]){OUTSIDE_FOLDERS[0]}/|(?<![\w.-]){OUTSIDE_FOLDERS[1]}/[A-Z_]+")
 #: An upper-case name with underscores (how notes files are named), and a Markdown file name with its stem.
 UPPER_NAME = re.compile(r"[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+")
 MD_STEM = re.compile(r"(?<![\w-])([\w-]+)\.md\b")
@@ -89,9 +92,8 @@ def outside_names(
 
 def could_refer(line: str) -> bool:
     """A cheap first look: only these lines can hold any of the references the tests look for."""
-    return any(mark in line for mark in (".md", "§", " rule ", "shared/", "reference/")) or bool(
-        UPPER_NAME.search(line)
-    )
+    marks = (".md", "§", " rule ", *(f"{folder}/" for folder in OUTSIDE_FOLDERS))
+    return any(mark in line for mark in marks) or bool(UPPER_NAME.search(line))
 
 
 def lines_of(files: list[Path]) -> list[tuple[str, int, str]]:
@@ -213,7 +215,8 @@ def test_the_checks_catch_what_they_look_for() -> None:
     assert flags("(CODING rule 3)") == ["CODING rule 3"]
     assert MD_NAME.findall("see LAYOUTS.md §2.5 and docs/ICE.md") == ["LAYOUTS.md", "docs/ICE.md"]
     assert MD_NAME.findall("files *.md in docs") == []
-    assert flags("see shared/reference/x") and flags("(`reference/LAYOUTS.md`)")
+    outer, inner = OUTSIDE_FOLDERS
+    assert flags(f"see {outer}/{inner}/x") and flags(f"(`{inner}/LAYOUTS.md`)")
     assert flags("see LAYOUTS.md §2.5") and not flags("see docs/SITE_RESPONSES.md §2.5")
     # a name that only ends like the outside note reads as a pointer to it as well
     assert flags("see docs/SITE_LAYOUTS.md §2.5")
