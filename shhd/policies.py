@@ -44,7 +44,7 @@ from shhd.calibration import RateCalibration
 from shhd.fingerprint import BITS, hamming
 from shhd.observation import Decision, Observation, clamp
 from shhd.period import SHHDController, ShhdState
-from shhd.rate import RatePolicy, allocate_periods, budget_plan, budget_scale
+from shhd.rate import RATE_CALIBRATE, RatePolicy, allocate_periods, budget_plan, budget_scale
 
 _clamp = clamp
 
@@ -333,7 +333,7 @@ def make_policy(
     max_period_s: float,
     initial_period_s: float,
     reference_period_s: float | None = None,
-    calibrate: bool = True,
+    calibrate: bool = RATE_CALIBRATE,
 ) -> RevisitPolicy:
     """Build a policy by name (see POLICY_NAMES) with the scheduler's bounds and first period.
 
