@@ -106,6 +106,36 @@ def periodic_delay(p: Periodic, now: float, mu: float, min_ahead_s: float = 0.0)
     return max(p.anchor_s + k * p.period_s + z * p.sigma_s - now, min_ahead_s, p.sigma_s)
 
 
+def daily_batch_time(
+    starts: Sequence[float],
+    day: Sequence[float],
+    items: float,
+    min_starts: float,
+    min_resultant: float,
+    min_delay_s: float,
+) -> float | None:
+    """The time of day (seconds after midnight UTC) for a fetch just after a daily batch, or None when there is none.
+
+    ``starts`` = (Σ w e^{iωt}, re and im, and Σ w) over the first items of the target's sessions (items after a
+    long quiet gap), ``day`` the item moments of ``_day_moments`` and ``items`` their weight Σ w. A target whose
+    sessions begin at the same time of day, day after day (their mean resultant length at least ``min_resultant``
+    over at least ``min_starts`` sessions), publishes in a batch: a site that dates items by day only, or a job run
+    by the clock. No sinusoid fits that (its resultant is at most 1/2), and the one-fetch-a-day optimum is just after
+    the batch, where the item density falls to nothing: the items' mean time of day plus two of their circular
+    standard deviations (at least ``min_delay_s``).
+    """
+    if starts[2] < min_starts or items <= 0:
+        return None
+    if abs(complex(starts[0], starts[1])) < min_resultant * starts[2]:
+        return None
+    mean = complex(day[0], day[1])
+    resultant = min(abs(mean) / items, 1.0)
+    if resultant <= 0:
+        return None
+    spread_s = math.sqrt(max(-2.0 * math.log(resultant), 0.0)) / OMEGA_DAY
+    return (cmath.phase(mean) / OMEGA_DAY + max(2.0 * spread_s, min_delay_s)) % DAY_S
+
+
 def diurnal_lag(rate: float, amplitude: complex, now: float, tau: float) -> float:
     """∫_now^{now+τ} λ(s) (now + τ - s) ds for λ(s) = rate * (1 + Re(amplitude * e^{iωs})), ω = 2π / day.
 

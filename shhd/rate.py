@@ -17,6 +17,7 @@ from shhd.forecast import (
     OMEGA_DAY,
     burst_lag,
     daily_amplitude,
+    daily_batch_time,
     diurnal_lag,
     fit_periodic,
     periodic_delay,
@@ -56,6 +57,23 @@ RATE_EXCITE: tuple[float, float] | None = None
 RATE_DAY_ANCHOR = True
 RATE_DAY_ANCHOR_MIN = 0.75
 RATE_DAY_ANCHOR_AMPLITUDE = 0.1
+#: Rate policy: a target whose sessions (items after a quiet gap of at least BATCH_GAP_S) begin at one time of
+#: day publishes in a daily batch (a site that dates items by day, a job run by the clock): when the mean resultant
+#: length of its session starts' times of day is at least BATCH_RESULTANT over at least BATCH_MIN_SESSIONS decayed
+#: sessions, every period moves to the nearest time just after the batch (``forecast.daily_batch_time``), however
+#: short, and the batch's items are not read as a burst. A continuous daily profile cannot look like that: a
+#: sinusoid's resultant is at most 1/2, and on the real traces' development half no target's sessions pass 0.97 over
+#: 8 or more (docs/REVISIT.md, "Daily batches").
+RATE_BATCH_GAP_S = 3 * 3600.0
+RATE_BATCH_RESULTANT = 0.97
+RATE_BATCH_MIN_SESSIONS = 6.0
+#: ... the fetch comes at least this long after the batch's mean time (``forecast.daily_batch_time``) ...
+RATE_BATCH_MIN_DELAY_S = 60.0
+#: ... plus QUEUE_S / (1 + the target's items a day): when many targets share one batch time (a whole site dated
+#: by day), the fetch slots after it go to the busiest first, and serving the jobs with the most waiting items first
+#: gives the least total wait (Smith's rule). On day-stamped traces this order, not the size of the offsets, is
+#: what counts (docs/REVISIT.md, "Daily batches").
+RATE_BATCH_QUEUE_S = 540.0
 #: Rate policy: correct each estimate by how the population's estimates of that size came true
 #: (``shhd.calibration``); False: each target's own estimate only.
 RATE_CALIBRATE = True
@@ -166,6 +184,10 @@ class RatePolicy:
     * burst (``burst_fade_s``): a run of close items just before the crawl adds λ e (e^{-(s - now)/F}) to λ(s),
       e = how much faster the run came than λ (``forecast.recent_excess``), F = ``burst_fade_s``.
 
+    A target whose sessions begin at one time of day, day after day, publishes in a daily batch (a site that dates
+    items by day only): its fetches move to just after the batch, busiest targets first (RATE_BATCH_*,
+    ``forecast.daily_batch_time``), and the batch's ties are no burst.
+
     C is ``sqrt(R)`` on its own, R = ``reference_period_s`` (default: the first period I0), so a target with one
     item per R gets period R and one 100x slower gets 10 R; or, under a global fetch budget, ``budget_scale(...)``
     over all targets' ``rate_of`` (see ``set_budget_scale``).
@@ -203,6 +225,7 @@ class RatePolicy:
             "prior_weight": 1.0,
             "times": [],
             "day": [0.0] * 6,
+            "sessions": [0.0] * 3,
             "on_clock": False,
         }
 
@@ -263,6 +286,7 @@ class RatePolicy:
             "items": float(state["items"]),
             "exposure_s": float(state["exposure_s"]),
             "day": [float(x) for x in state.get("day", [0.0] * 6)],
+            "sessions": [float(x) for x in state.get("sessions", [0.0] * 3)],
         }
         if last is not None:
             self._teach(state, observation, float(last))
@@ -276,6 +300,10 @@ class RatePolicy:
             out["day"] = _day_moments(day[:6], float(last), observation, day_half_life)
             if self.day_half_life_s is not None:
                 out["day"] += list(_decayed_counts(day[6], day[7], float(last), observation, day_half_life))
+            times = state.get("times", [])
+            out["sessions"] = _session_moments(
+                out["sessions"], times[-1] if times else None, float(last), observation, day_half_life
+            )
         clock = None
         if observation.new_items > 1 and not observation.new_item_times_s:  # only then may items go on the clock
             clock = fit_periodic(state.get("times", []), RATE_PERIODIC_MAX_CV, RATE_PERIODIC_MIN_ITEMS)
@@ -301,9 +329,10 @@ class RatePolicy:
             day = state["day"]
             items, exposure = (day[6], day[7]) if len(day) >= 8 else (state["items"], state["exposure_s"])
             amplitude = daily_amplitude(day[:6], items, exposure, _dispersion(state["times"]))
+        batch = self._batch_time(state, rate) if self.diurnal else None
         excess = (
             recent_excess(state["times"], now, rate, RATE_BURST_PRIOR_ITEMS, RATE_BURST_MIN_RUN)
-            if self.burst_fade_s is not None
+            if self.burst_fade_s is not None and batch is None
             else 0.0
         )
         share, decay, kick = 0.0, 1.0, 0.0
@@ -311,7 +340,7 @@ class RatePolicy:
             share, decay = self.excite
             kick = share * sum(math.exp(-(now - t) / decay) for t in state["times"] if t <= now)
         if excess == 0.0 and amplitude == 0j and kick == 0.0:
-            return self.period_for(rate)
+            return self._anchored(self.period_for(rate), amplitude, now, batch)
         base = rate * (1.0 - share)
         fade = 1.0 / (self.burst_fade_s or 1.0)
 
@@ -321,18 +350,41 @@ class RatePolicy:
                 out += kick * (tau - decay * -math.expm1(-tau / decay))
             return out
 
-        return self._anchored(solve_fetch_time(lag, mu, self.min_period_s, self._longest()), amplitude, now)
+        return self._anchored(solve_fetch_time(lag, mu, self.min_period_s, self._longest()), amplitude, now, batch)
 
-    def _anchored(self, period: float, amplitude: complex, now: float) -> float:
-        """``period``, moved to the nearest descending mean crossing of the daily profile (RATE_DAY_ANCHOR)."""
-        if not self.day_anchor or period < RATE_DAY_ANCHOR_MIN * DAY_S or abs(amplitude) < RATE_DAY_ANCHOR_AMPLITUDE:
+    def _batch_time(self, state: dict[str, Any], rate: float) -> float | None:
+        """The time of day to fetch a target that publishes in a daily batch, busier ones first; None when it does
+        not (RATE_BATCH_*)."""
+        if not self.day_anchor:
+            return None
+        day = state["day"]
+        items = day[6] if len(day) >= 8 else float(state["items"])
+        after = daily_batch_time(
+            state.get("sessions", [0.0] * 3),
+            day,
+            items,
+            RATE_BATCH_MIN_SESSIONS,
+            RATE_BATCH_RESULTANT,
+            RATE_BATCH_MIN_DELAY_S,
+        )
+        return None if after is None else (after + RATE_BATCH_QUEUE_S / (1.0 + rate * DAY_S)) % DAY_S
+
+    def _anchored(self, period: float, amplitude: complex, now: float, batch: float | None = None) -> float:
+        """``period``, moved to the nearest time just after the target's daily batch (``batch``, any period), else
+        to the nearest descending mean crossing of the daily profile (RATE_DAY_ANCHOR)."""
+        if batch is not None:
+            crossing = batch
+        elif not self.day_anchor or period < RATE_DAY_ANCHOR_MIN * DAY_S or abs(amplitude) < RATE_DAY_ANCHOR_AMPLITUDE:
             return period
-        # λ(s) ∝ 1 + |A| cos(ωs + arg A) falls through its mean where ωs + arg A = π/2 (mod 2π).
-        crossing = ((math.pi / 2 - cmath.phase(amplitude)) / OMEGA_DAY) % DAY_S
+        else:
+            # λ(s) ∝ 1 + |A| cos(ωs + arg A) falls through its mean where ωs + arg A = π/2 (mod 2π).
+            crossing = ((math.pi / 2 - cmath.phase(amplitude)) / OMEGA_DAY) % DAY_S
         target = now + period
         k = round((target - crossing) / DAY_S)
         candidates = [crossing + j * DAY_S - now for j in (k - 1, k, k + 1)]
-        fits = [c for c in candidates if self.min_period_s <= c <= self._longest()]
+        # A batch target waits for the next batch even when that is a little past a longest period of a day.
+        longest = self._longest() if batch is None else max(self._longest(), DAY_S + self.min_period_s)
+        fits = [c for c in candidates if self.min_period_s <= c <= longest]
         return min(fits, key=lambda c: abs(c - period)) if fits else period
 
 
@@ -392,6 +444,28 @@ def _day_moments(day: list[float], last: float, observation: Observation, half_l
         fresh = (cmath.exp(1j * harmonic * OMEGA_DAY * now) - decay * cmath.exp(1j * harmonic * OMEGA_DAY * last)) / c
         moments.append(complex(re, im) * decay + fresh)
     return [x for z in moments for x in (z.real, z.imag)]
+
+
+def _session_moments(
+    sessions: Sequence[float], previous: float | None, last: float, observation: Observation, half_life: float
+) -> list[float]:
+    """The decayed moments [Σ w cos ωt, Σ w sin ωt, Σ w] of the first items of sessions (RatePolicy): a new item
+    starts one when the item before it (``previous``, the newest time kept, or the one before it in this crawl) is
+    at least RATE_BATCH_GAP_S older, or unknown. Untimed items add nothing."""
+    now = observation.now_s
+    decay = 2.0 ** (-max(now - last, 0.0) / half_life)
+    re, im, n = (float(x) * decay for x in sessions[:3])
+    times = sorted(t for t in observation.new_item_times_s if last < t <= now)[-observation.new_items :]
+    if not times and observation.new_items > 0 and last < observation.newest_item_s <= now:
+        times = [observation.newest_item_s]
+    for t in times if observation.new_items > 0 else ():
+        if previous is None or t - previous >= RATE_BATCH_GAP_S:
+            w = 2.0 ** (-(now - t) / half_life)
+            re += w * math.cos(OMEGA_DAY * t)
+            im += w * math.sin(OMEGA_DAY * t)
+            n += w
+        previous = t
+    return [re, im, n]
 
 
 def _decayed_counts(

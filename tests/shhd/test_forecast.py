@@ -13,6 +13,7 @@ from shhd.forecast import (
     Periodic,
     burst_lag,
     daily_amplitude,
+    daily_batch_time,
     diurnal_lag,
     fit_periodic,
     periodic_delay,
@@ -115,6 +116,39 @@ def test_daily_amplitude_zero_cases() -> None:
     assert daily_amplitude([0.0] * 6, 100.0, 0.0) == 0j  # no exposure
     # exposure all at one instant of the day: cos moments equal the exposure, the system is singular
     assert daily_amplitude([10.0, 0.0, 1000.0, 0.0, 1000.0, 0.0], 10.0, 1000.0) == 0j
+
+
+def _moments(times: list[float]) -> tuple[list[float], list[float], float]:
+    """(session-start moments, item moments, item count) without forgetting, each item its own session."""
+    z = sum(complex(math.cos(OMEGA_DAY * t), math.sin(OMEGA_DAY * t)) for t in times)
+    return [z.real, z.imag, float(len(times))], [z.real, z.imag, 0.0, 0.0, 0.0, 0.0], float(len(times))
+
+
+def test_daily_batch_time_just_after_a_batch_that_comes_at_one_time_of_day() -> None:
+    # Day-stamped items: all at 16:00 UTC (midnight in Beijing), day after day: fetch min_delay after them.
+    starts, day, items = _moments([16 * 3600.0 + k * DAY for k in range(8)])
+    assert daily_batch_time(starts, day, items, 6.0, 0.97, 60.0) == pytest.approx(16 * 3600.0 + 60.0)
+    # A clock job that runs 02:00 ± a few minutes: two circular standard deviations after its mean.
+    jitter = [-300.0, 300.0, 0.0, -300.0, 300.0, 0.0, -300.0, 300.0]
+    starts, day, items = _moments([2 * 3600.0 + j + k * DAY for k, j in enumerate(jitter)])
+    spread = math.sqrt(-2 * math.log(abs(complex(day[0], day[1])) / items)) / OMEGA_DAY
+    assert 200.0 < spread < 300.0
+    assert daily_batch_time(starts, day, items, 6.0, 0.97, 60.0) == pytest.approx(2 * 3600.0 + 2 * spread)
+    # Wrapping past midnight stays a time of day.
+    starts, day, items = _moments([DAY - 30.0 + k * DAY for k in range(8)])
+    assert daily_batch_time(starts, day, items, 6.0, 0.97, 60.0) == pytest.approx(30.0)
+
+
+def test_daily_batch_time_refuses_a_daily_profile_or_too_few_days() -> None:
+    # The densest daily profile a sinusoid can have, 1 + cos: items spread over the day (resultant 1/2).
+    spread = [DAY * (k + 0.5) / 48 for k in range(48) for _ in range(round(48 * (1 + math.cos(2 * math.pi * k / 48))))]
+    starts, day, items = _moments(spread)
+    assert abs(complex(starts[0], starts[1])) / starts[2] == pytest.approx(0.5, abs=0.01)
+    assert daily_batch_time(starts, day, items, 6.0, 0.97, 60.0) is None
+    # A batch seen on five days only: not yet.
+    starts, day, items = _moments([16 * 3600.0 + k * DAY for k in range(5)])
+    assert daily_batch_time(starts, day, items, 6.0, 0.97, 60.0) is None
+    assert daily_batch_time([0.0, 0.0, 0.0], [0.0] * 6, 0.0, 6.0, 0.97, 60.0) is None  # nothing seen
 
 
 def test_solve_fetch_time() -> None:

@@ -169,6 +169,53 @@ def _feed(policy: RatePolicy, items: list[float], fetches: list[float]) -> list[
     return periods
 
 
+def _crawl_as_asked(policy: RatePolicy, items: list[float], start: float, end: float) -> list[float]:
+    """Fetch whenever ``policy`` asks, from ``start`` until ``end``, reporting the new items' times; the fetch times."""
+    state, now, seen, fetched = policy.initial_state(), start, 0, []
+    while now < end:
+        new = [t for t in items[seen:] if t <= now]
+        seen += len(new)
+        d = policy.next_period(state, Observation(now_s=now, new_items=len(new), new_item_times_s=tuple(new)))
+        state, now = d.state, now + d.period_s
+        fetched.append(now)
+    return fetched
+
+
+def test_rate_policy_fetches_a_day_stamped_target_just_after_its_batch() -> None:
+    """A source that dates its items by day only (here: five items at 16:00 UTC each day, Beijing's midnight):
+    once its batches show, every fetch comes minutes after one, once a day, however short the square-root
+    period; the items' ties are not read as a burst."""
+    day = 86400.0
+    batch = 16 * 3600.0
+    items = [batch + k * day for k in range(40) for _ in range(5)]
+    policy = RatePolicy(60, day, 3600, reference_period_s=600)  # alone, it would fetch every few minutes
+    fetched = _crawl_as_asked(policy, items, 0.0, 30 * day)
+    late = [t for t in fetched if t > 12 * day]
+    assert late and all(0 < (t - batch) % day < 15 * 60 for t in late)
+    assert len(late) == pytest.approx((30 - 12), abs=1)  # once a day
+    # The same items spread over each day (a daily profile, not a batch) keep the short periods.
+    spread = [batch + k * day + j * 3 * 3600.0 for k in range(40) for j in range(5)]
+    assert len(
+        [
+            t
+            for t in _crawl_as_asked(RatePolicy(60, day, 3600, reference_period_s=600), spread, 0.0, 30 * day)
+            if t > 12 * day
+        ]
+    ) > 3 * (30 - 12)
+
+
+def test_rate_policy_sends_busier_batches_first() -> None:
+    """Targets that share one batch time are fetched in order of their items a day (Smith's rule)."""
+    p = RatePolicy(60, 86400.0, 3600)
+    day = 86400.0
+    sessions = [8.0, 0.0, 8.0]  # eight sessions, all at midnight
+    day_moments = [8.0, 0.0, 0.0, 0.0, 0.0, 0.0, 8.0, 8 * day]
+    state = {**p.initial_state(), "sessions": sessions, "day": day_moments}
+    busy, quiet = p._batch_time(state, 10 / day), p._batch_time(state, 0.5 / day)
+    assert busy is not None and quiet is not None
+    assert 60.0 <= busy < quiet <= 60.0 + 540.0
+
+
 def test_rate_policy_periodic_forecast_fetches_after_the_next_arrival() -> None:
     p = RatePolicy(1, 10**6, 100, reference_period_s=1000)
     items = [1000.0 * k for k in range(1, 8)]

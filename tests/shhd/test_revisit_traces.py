@@ -152,6 +152,26 @@ def test_every_policy_spends_the_same_fetches_on_real_traces() -> None:
     assert set(by_source) == {"weibo", "git-path"}
 
 
+def test_rate_catches_day_stamped_items_sooner_than_every_baseline() -> None:
+    """A site that dates items by day only: every item of a day sits at 16:00 UTC (24 targets, 0.5 to 8 items a
+    day). The default policy learns the batch and fetches just after it, busiest targets first, and so beats every
+    baseline at the same fetches (0.71x the best here; 1.01x before it knew batches, when the ties read as bursts
+    and the sinusoid's crossing put fetches hours late; docs/REVISIT.md, "Daily batches")."""
+    rng = np.random.default_rng(5)
+    start = 1_700_000_000 // int(DAY) * DAY
+    traces = []
+    for k in range(24):
+        per_day = rng.poisson(0.5 * 16 ** (k / 23), 30)
+        times = [start + d * DAY + 16 * 3600.0 for d in range(30) for _ in range(per_day[d])]
+        traces.append(Trace(f"d{k}", "reviews", tuple(times)))
+    cfg = RealConfig(Path("unused"), seeds=1, budgets=(1.0,), tune=False, oracle=False, workers=1)
+    row = seed_job(traces, cfg, {("nutch", 1.0): {"inc_rate": 0.2}}, seed=1000)["1.0"]
+    lags = {label: cell["lag_mean_min"] for label, cell in row.items() if "fetches" in cell}
+    ours = lags.pop("rate (ours)")
+    assert set(lags) >= {"fixed (uniform)", "shhd (paper, simhash)", "nutch (xml defaults)", "cho (irregular MLE)"}
+    assert ours < 0.85 * min(lags.values())
+
+
 def test_budget_plan_stretches_the_longest_period_only_when_the_budget_is_small() -> None:
     assert budget_max_period(10, 1.0, 86400.0, 4.0) == 86400.0  # 10 targets at 1 fetch/s: bounds unchanged
     assert budget_max_period(100, 100 / (3 * 86400.0), 86400.0, 2.0) == pytest.approx(6 * 86400.0)
