@@ -87,7 +87,7 @@ def _run(
     content: ContentModel,
 ) -> tuple[dict[str, float], list[float], list[int]]:
     res = run_contender(c, knob, pages, horizon, mult, content, [seed, 4, int(mult * 1000)])
-    return res.summary(), res.page_lag_s, res.page_caught
+    return res.summary(), res.page_lag_s, res.page_items
 
 
 def _tune_job(

@@ -47,9 +47,9 @@ class Result:
     harmonic_s: float = 0.0
     scored_time_s: float = 0.0
     periods: list[tuple[float, float, int]] = field(default_factory=list)
-    #: Per page: total lag (s) and number of its scored items caught (for per-source tables).
+    #: Per page: total lag (s) and number of its scored items, caught or censored at the end (per-source tables).
     page_lag_s: list[float] = field(default_factory=list)
-    page_caught: list[int] = field(default_factory=list)
+    page_items: list[int] = field(default_factory=list)
 
     def all_lags(self) -> np.ndarray:
         return np.concatenate(self.lags) if self.lags else np.empty(0)
@@ -60,7 +60,7 @@ class Result:
             "fetches": float(self.fetches),
             "hit_rate": self.hits / self.fetches if self.fetches else 0.0,
             "believed_hit_rate": self.believed_hits / self.fetches if self.fetches else 0.0,
-            "items": float(lag.size + self.uncaught),
+            "items": float(lag.size),
             "lag_mean_min": float(lag.mean()) / 60 if lag.size else 0.0,
             "lag_p95_min": float(np.percentile(lag, 95)) / 60 if lag.size else 0.0,
             "lag_p99_min": float(np.percentile(lag, 99)) / 60 if lag.size else 0.0,
@@ -114,7 +114,7 @@ class _Crawl:
         self.res = Result(
             scored_time_s=len(pages) * (horizon.end_s + horizon.drain_s - horizon.warmup_s),
             page_lag_s=[0.0] * len(pages),
-            page_caught=[0] * len(pages),
+            page_items=[0] * len(pages),
         )
 
     def fetch(self, i: int, now: float, count: bool = True) -> float:
@@ -132,7 +132,7 @@ class _Crawl:
             scored = new[new >= self.h.warmup_s]
             _score_interval(self.res, scored, now)
             self.res.page_lag_s[i] += float((now - scored).sum())
-            self.res.page_caught[i] += int(scored.size)
+            self.res.page_items[i] += int(scored.size)
         self.seen[i], self.fps[i] = j, fp
         obs = Observation(
             now_s=now,
@@ -153,6 +153,11 @@ class _Crawl:
             left = left[left >= self.h.warmup_s]
             self.res.uncaught += left.size
             if left.size:
+                # Censored at the end: a lower bound on their lag, but counted, so leaving a page's last items
+                # uncaught never lowers a policy's mean lag.
+                self.res.lags.append(end - left)
+                self.res.page_lag_s[i] += float((end - left).sum())
+                self.res.page_items[i] += int(left.size)
                 self.res.stale_s += end - float(left[0])
                 gaps = np.diff(np.append(left, end))
                 self.res.harmonic_s += float((_HARMONIC[1 : left.size + 1] * gaps).sum())

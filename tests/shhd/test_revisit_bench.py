@@ -9,6 +9,22 @@ import bench.revisit as revisit
 import bench.revisit.synthetic as synthetic
 from bench.revisit.oracle import brute_force_lag, offline_lag, sqrt_bound
 from bench.revisit.publish import fmt, table
+from bench.revisit.sim import Detector, Horizon, run_single
+from bench.revisit.traces import Page
+from shhd.policies import FixedPolicy
+
+
+def test_items_left_uncaught_count_in_the_mean_lag_censored_at_the_end() -> None:
+    """A policy must not lower its mean lag by leaving a page's last items uncaught: they count, with their lag
+    censored at the end of the drain (a lower bound)."""
+    horizon = Horizon(warmup_s=0.0, end_s=1000.0, drain_s=100.0)
+    page = Page("t", 0.01, np.array([50.0, 150.0, 950.0]))
+    res = run_single(page, FixedPolicy(400.0, 400.0, 400.0), Detector("exact"), horizon)
+    # fetches at 400 and 800 (1200 is past the end, 1100): the item at 950 is never caught
+    summary = res.summary()
+    assert summary["uncaught"] == 1 and summary["items"] == 3
+    assert summary["lag_mean_min"] == pytest.approx(((400 - 50) + (400 - 150) + (1100 - 950)) / 3 / 60)
+    assert res.page_items == [3] and res.page_lag_s == [pytest.approx(350 + 250 + 150)]
 
 
 def test_offline_oracle_matches_brute_force_on_small_instances() -> None:
