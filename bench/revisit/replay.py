@@ -54,6 +54,10 @@ class Windowing:
         return Horizon(self.warmup_days * DAY, (self.window_days + 1) * DAY, self.drain_days * DAY)
 
 
+#: A time later than this (about the year 5000) is taken for milliseconds, not seconds.
+LATEST_PLAUSIBLE_S = 1e11
+
+
 def _parse_line(text: str, where: str) -> Trace:
     try:
         obj = json.loads(text)
@@ -73,6 +77,9 @@ def _parse_line(text: str, where: str) -> Trace:
         raise TraceError(f"{where}: times must be finite numbers (unix seconds)")
     if any(b < a for a, b in itertools.pairwise(times)):
         raise TraceError(f"{where}: times are not sorted ascending")
+    if times[-1] > LATEST_PLAUSIBLE_S:
+        # Milliseconds read as seconds would put a 28-day window inside 40 minutes and run without a complaint.
+        raise TraceError(f"{where}: times reach {times[-1]:.0f}, past the year 5000: milliseconds? give unix seconds")
     return Trace(target, source, tuple(float(t) for t in times))
 
 

@@ -49,6 +49,7 @@ def test_a_good_file_loads_in_order_and_skips_blank_lines(tmp_path: Path) -> Non
         (json.dumps(dict(GOOD, times=[1, True])), "finite numbers"),
         ('{"target": "x", "source": "s", "times": [1, NaN]}', "finite numbers"),
         (json.dumps(dict(GOOD, times=[5, 3])), "not sorted"),
+        (json.dumps(dict(GOOD, times=[1_700_000_000_000, 1_700_000_600_000])), "milliseconds"),
     ],
 )
 def test_a_bad_line_names_file_line_and_fault(tmp_path: Path, line: str, message: str) -> None:
