@@ -67,6 +67,10 @@ RATE_DAY_ANCHOR_AMPLITUDE = 0.1
 RATE_BATCH_GAP_S = 3 * 3600.0
 RATE_BATCH_RESULTANT = 0.97
 RATE_BATCH_MIN_SESSIONS = 6.0
+#: ... unless more than this share of its new items carried a stamp at or before the crawl before (items that turn
+#: up hours after their stamp: a site that stamps items with the day they appear, not a batch at midnight; such
+#: stamps say nothing about when to fetch).
+RATE_BATCH_MAX_LATE_SHARE = 0.25
 #: ... the fetch comes at least this long after the batch's mean time (``forecast.daily_batch_time``) ...
 RATE_BATCH_MIN_DELAY_S = 60.0
 #: ... plus QUEUE_S / (1 + the target's items a day): when many targets share one batch time (a whole site dated
@@ -225,7 +229,7 @@ class RatePolicy:
             "prior_weight": 1.0,
             "times": [],
             "day": [0.0] * 6,
-            "sessions": [0.0] * 3,
+            "sessions": [0.0] * 5,
             "on_clock": False,
         }
 
@@ -286,7 +290,7 @@ class RatePolicy:
             "items": float(state["items"]),
             "exposure_s": float(state["exposure_s"]),
             "day": [float(x) for x in state.get("day", [0.0] * 6)],
-            "sessions": [float(x) for x in state.get("sessions", [0.0] * 3)],
+            "sessions": [float(x) for x in state.get("sessions", [0.0] * 5)],
         }
         if last is not None:
             self._teach(state, observation, float(last))
@@ -357,10 +361,13 @@ class RatePolicy:
         not (RATE_BATCH_*)."""
         if not self.day_anchor:
             return None
+        sessions = [*state.get("sessions", []), 0.0, 0.0, 0.0, 0.0, 0.0][:5]
+        if sessions[4] > RATE_BATCH_MAX_LATE_SHARE * (sessions[3] + sessions[4]):
+            return None  # items that turn up after their stamp: the stamps are dates, not publication times
         day = state["day"]
         items = day[6] if len(day) >= 8 else float(state["items"])
         after = daily_batch_time(
-            state.get("sessions", [0.0] * 3),
+            sessions,
             day,
             items,
             RATE_BATCH_MIN_SESSIONS,
@@ -449,23 +456,29 @@ def _day_moments(day: list[float], last: float, observation: Observation, half_l
 def _session_moments(
     sessions: Sequence[float], previous: float | None, last: float, observation: Observation, half_life: float
 ) -> list[float]:
-    """The decayed moments [Σ w cos ωt, Σ w sin ωt, Σ w] of the first items of sessions (RatePolicy): a new item
-    starts one when the item before it (``previous``, the newest time kept, or the one before it in this crawl) is
-    at least RATE_BATCH_GAP_S older, or unknown. Untimed items add nothing."""
+    """The decayed [Σ w cos ωt, Σ w sin ωt, Σ w] of the first items of sessions (RatePolicy), then the decayed counts
+    of new items whose stamp fell in (last crawl, now] and of those stamped at or before the last crawl. A new item
+    starts a session when the item before it (``previous``, the newest time kept, or the one before it in this
+    crawl) is at least RATE_BATCH_GAP_S older, or unknown. Untimed items add nothing."""
     now = observation.now_s
     decay = 2.0 ** (-max(now - last, 0.0) / half_life)
-    re, im, n = (float(x) * decay for x in sessions[:3])
+    re, im, n, stamped, late = (float(x) * decay for x in [*sessions[:5], 0.0, 0.0, 0.0, 0.0, 0.0][:5])
     times = sorted(t for t in observation.new_item_times_s if last < t <= now)[-observation.new_items :]
+    if observation.new_item_times_s:
+        early = sum(1 for t in observation.new_item_times_s if 0 < t <= last)
+    else:
+        early = int(observation.new_items > 0 and 0 < observation.newest_item_s <= last)
     if not times and observation.new_items > 0 and last < observation.newest_item_s <= now:
         times = [observation.newest_item_s]
-    for t in times if observation.new_items > 0 else ():
+    times = times if observation.new_items > 0 else []
+    for t in times:
         if previous is None or t - previous >= RATE_BATCH_GAP_S:
             w = 2.0 ** (-(now - t) / half_life)
             re += w * math.cos(OMEGA_DAY * t)
             im += w * math.sin(OMEGA_DAY * t)
             n += w
         previous = t
-    return [re, im, n]
+    return [re, im, n, stamped + len(times), late + min(early, observation.new_items)]
 
 
 def _decayed_counts(

@@ -204,6 +204,26 @@ def test_rate_policy_fetches_a_day_stamped_target_just_after_its_batch() -> None
     ) > 3 * (30 - 12)
 
 
+def test_rate_policy_does_not_take_date_stamps_of_a_busy_day_for_a_batch() -> None:
+    """Items that appear all day long but carry only their date (stamped 00:00 of the day they appear): the crawls
+    during the day find items stamped before the crawl before them, so the stamps are dates, not a batch, and the
+    policy keeps fetching several times a day."""
+    day = 86400.0
+    arrivals = [k * day + j * 2 * 3600.0 + 60.0 for k in range(40) for j in range(12)]  # 12 a day, every 2 h
+    p = RatePolicy(60, day, 3600, reference_period_s=600)
+    state, now, seen, fetched = p.initial_state(), 0.0, 0, []
+    while now < 30 * day:
+        new = [t for t in arrivals[seen:] if t <= now]
+        seen += len(new)
+        stamps = tuple(t // day * day for t in new)
+        d = p.next_period(state, Observation(now_s=now, new_items=len(new), new_item_times_s=stamps))
+        state, now = d.state, now + d.period_s
+        fetched.append(now)
+    assert state["sessions"][4] > state["sessions"][3]  # most new items were stamped before the crawl before
+    assert p._batch_time(state, p.rate_of(state)) is None
+    assert len([t for t in fetched if t > 12 * day]) > 3 * (30 - 12)
+
+
 def test_rate_policy_sends_busier_batches_first() -> None:
     """Targets that share one batch time are fetched in order of their items a day (Smith's rule)."""
     p = RatePolicy(60, 86400.0, 3600)
