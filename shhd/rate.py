@@ -62,8 +62,8 @@ RATE_DAY_ANCHOR_AMPLITUDE = 0.1
 #: length of its session starts' times of day is at least BATCH_RESULTANT over at least BATCH_MIN_SESSIONS decayed
 #: sessions, every period moves to the nearest time just after the batch (``forecast.daily_batch_time``), however
 #: short, and the batch's items are not read as a burst. A continuous daily profile cannot look like that: a
-#: sinusoid's resultant is at most 1/2, and on the real traces' development half no target's sessions pass 0.97 over
-#: 8 or more (docs/REVISIT.md, "Daily batches").
+#: sinusoid's resultant is at most 1/2, and on the real (second-resolution) traces the rule changes no figure
+#: (docs/REVISIT.md, "Daily batches").
 RATE_BATCH_GAP_S = 3 * 3600.0
 RATE_BATCH_RESULTANT = 0.97
 RATE_BATCH_MIN_SESSIONS = 6.0
