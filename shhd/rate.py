@@ -60,13 +60,19 @@ RATE_DAY_ANCHOR_AMPLITUDE = 0.1
 #: Rate policy: a target whose sessions (items after a quiet gap of at least BATCH_GAP_S) begin at one time of
 #: day publishes in a daily batch (a site that dates items by day, a job run by the clock): when the mean resultant
 #: length of its session starts' times of day is at least BATCH_RESULTANT over at least BATCH_MIN_SESSIONS decayed
-#: sessions, every period moves to the nearest time just after the batch (``forecast.daily_batch_time``), however
+#: sessions, a period moves to the nearest time just after the batch (``forecast.daily_batch_time``), however
 #: short, and the batch's items are not read as a burst. A continuous daily profile cannot look like that: a
 #: sinusoid's resultant is at most 1/2, and on the real (second-resolution) traces the rule changes no figure
 #: (docs/REVISIT.md, "Daily batches").
 RATE_BATCH_GAP_S = 3 * 3600.0
 RATE_BATCH_RESULTANT = 0.97
 RATE_BATCH_MIN_SESSIONS = 6.0
+#: ... for periods up to BATCH_ANCHOR_MAX days; a longer period keeps its own phase. A fetch every k days anchored
+#: to the batch leaves its items (k - 1) / 2 days plus the fetch's delay after the batch, a free phase k / 2 days, so
+#: anchoring pays only when the fetch comes within half a day of the batch. Under a small budget the slots after a
+#: batch that a whole site shares go to the busy targets first, and the quiet, long-period ones come later than that
+#: (docs/REVISIT.md, "Daily batches").
+RATE_BATCH_ANCHOR_MAX = 1.0
 #: ... unless more than this share of its new items carried a stamp at or before the crawl before (items that turn
 #: up hours after their stamp: a site that stamps items with the day they appear, not a batch at midnight; such
 #: stamps say nothing about when to fetch).
@@ -377,9 +383,12 @@ class RatePolicy:
         return None if after is None else (after + RATE_BATCH_QUEUE_S / (1.0 + rate * DAY_S)) % DAY_S
 
     def _anchored(self, period: float, amplitude: complex, now: float, batch: float | None = None) -> float:
-        """``period``, moved to the nearest time just after the target's daily batch (``batch``, any period), else
-        to the nearest descending mean crossing of the daily profile (RATE_DAY_ANCHOR)."""
+        """``period``, moved to the nearest time just after the target's daily batch (``batch``; periods up to
+        RATE_BATCH_ANCHOR_MAX days, however short), else to the nearest descending mean crossing of the daily profile
+        (RATE_DAY_ANCHOR)."""
         if batch is not None:
+            if period > RATE_BATCH_ANCHOR_MAX * DAY_S:
+                return period
             crossing = batch
         elif not self.day_anchor or period < RATE_DAY_ANCHOR_MIN * DAY_S or abs(amplitude) < RATE_DAY_ANCHOR_AMPLITUDE:
             return period

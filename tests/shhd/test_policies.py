@@ -224,6 +224,18 @@ def test_rate_policy_does_not_take_date_stamps_of_a_busy_day_for_a_batch() -> No
     assert len([t for t in fetched if t > 12 * day]) > 3 * (30 - 12)
 
 
+def test_rate_policy_anchors_to_a_batch_only_periods_up_to_a_day() -> None:
+    p = RatePolicy(60, 10 * 86400.0, 3600)
+    day, batch = 86400.0, 16 * 3600.0 + 60.0
+    now = 10 * day + 16 * 3600.0 + 120.0  # just after today's batch was fetched
+    assert p._anchored(2 * 3600.0, 0j, now, batch) == pytest.approx(batch + 11 * day - now)  # tomorrow's batch
+    assert p._anchored(0.9 * day, 0j, now, batch) == pytest.approx(batch + 11 * day - now)
+    # A fetch every 1.5 days anchored would leave its items a day plus the delay after the batch; it keeps its phase.
+    assert p._anchored(1.5 * day, 0j, now, batch) == 1.5 * day
+    # Without a batch a long period still goes to the daily profile's crossing.
+    assert p._anchored(1.5 * day, 0.8 + 0j, now) != 1.5 * day
+
+
 def test_rate_policy_sends_busier_batches_first() -> None:
     """Targets that share one batch time are fetched in order of their items a day (Smith's rule)."""
     p = RatePolicy(60, 86400.0, 3600)
