@@ -70,16 +70,6 @@ class Result:
         }
 
 
-def _score_interval(res: Result, new: np.ndarray, now: float) -> None:
-    """Add the lag, staleness and harmonic staleness of the scored items ``new`` captured at ``now``."""
-    if new.size == 0:
-        return
-    res.lags.append(now - new)
-    res.stale_s += now - float(new[0])
-    gaps = np.diff(np.append(new, now))
-    res.harmonic_s += float((_HARMONIC[1 : new.size + 1] * gaps).sum())
-
-
 @dataclass
 class Detector:
     """What a policy's crawl reports: ``simhash`` (the real fingerprint of the simulated page), ``exact`` (a digest
@@ -129,10 +119,7 @@ class _Crawl:
             self.res.fetches += 1
             self.res.hits += new.size > 0
             self.res.believed_hits += self.detector.believes_changed(self.fps[i], fp, new.size)
-            scored = new[new >= self.h.warmup_s]
-            _score_interval(self.res, scored, now)
-            self.res.page_lag_s[i] += float((now - scored).sum())
-            self.res.page_items[i] += int(scored.size)
+            self._score(i, new[new >= self.h.warmup_s], now)
         self.seen[i], self.fps[i] = j, fp
         obs = Observation(
             now_s=now,
@@ -152,16 +139,21 @@ class _Crawl:
             left = page.arrivals[self.seen[i] :]
             left = left[left >= self.h.warmup_s]
             self.res.uncaught += left.size
-            if left.size:
-                # Censored at the end: a lower bound on their lag, but counted, so leaving a page's last items
-                # uncaught never lowers a policy's mean lag.
-                self.res.lags.append(end - left)
-                self.res.page_lag_s[i] += float((end - left).sum())
-                self.res.page_items[i] += int(left.size)
-                self.res.stale_s += end - float(left[0])
-                gaps = np.diff(np.append(left, end))
-                self.res.harmonic_s += float((_HARMONIC[1 : left.size + 1] * gaps).sum())
+            # Censored at the end: a lower bound on their lag, but counted, so leaving a page's last items
+            # uncaught never lowers a policy's mean lag.
+            self._score(i, left, end)
         return self.res
+
+    def _score(self, i: int, items: np.ndarray, at: float) -> None:
+        """Add the lag, staleness and harmonic staleness of page i's scored ``items``, captured at ``at``."""
+        if items.size == 0:
+            return
+        self.res.lags.append(at - items)
+        self.res.page_lag_s[i] += float((at - items).sum())
+        self.res.page_items[i] += int(items.size)
+        self.res.stale_s += at - float(items[0])
+        gaps = np.diff(np.append(items, at))
+        self.res.harmonic_s += float((_HARMONIC[1 : items.size + 1] * gaps).sum())
 
 
 def run_single(
