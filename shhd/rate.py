@@ -296,7 +296,7 @@ class RatePolicy:
             "items": float(state["items"]),
             "exposure_s": float(state["exposure_s"]),
             "day": [float(x) for x in state.get("day", [0.0] * 6)],
-            "sessions": [float(x) for x in state.get("sessions", [0.0] * 5)],
+            "sessions": _session_state(state),
         }
         if last is not None:
             self._teach(state, observation, float(last))
@@ -339,7 +339,7 @@ class RatePolicy:
             day = state["day"]
             items, exposure = (day[6], day[7]) if len(day) >= 8 else (state["items"], state["exposure_s"])
             amplitude = daily_amplitude(day[:6], items, exposure, _dispersion(state["times"]))
-        batch = self._batch_time(state, rate) if self.diurnal else None
+        batch = self._batch_time(state, rate)
         excess = (
             recent_excess(state["times"], now, rate, RATE_BURST_PRIOR_ITEMS, RATE_BURST_MIN_RUN)
             if self.burst_fade_s is not None and batch is None
@@ -365,9 +365,9 @@ class RatePolicy:
     def _batch_time(self, state: dict[str, Any], rate: float) -> float | None:
         """The time of day to fetch a target that publishes in a daily batch, busier ones first; None when it does
         not (RATE_BATCH_*)."""
-        if not self.day_anchor:
+        if not (self.diurnal and self.day_anchor):
             return None
-        sessions = [*state.get("sessions", []), 0.0, 0.0, 0.0, 0.0, 0.0][:5]
+        sessions = _session_state(state)
         if sessions[4] > RATE_BATCH_MAX_LATE_SHARE * (sessions[3] + sessions[4]):
             return None  # items that turn up after their stamp: the stamps are dates, not publication times
         day = state["day"]
@@ -462,6 +462,12 @@ def _day_moments(day: list[float], last: float, observation: Observation, half_l
     return [x for z in moments for x in (z.real, z.imag)]
 
 
+def _session_state(state: dict[str, Any]) -> list[float]:
+    """The state's five session moments (``_session_moments``); zeros for a state stored before them."""
+    kept = [float(x) for x in state.get("sessions", ())][:5]
+    return kept + [0.0] * (5 - len(kept))
+
+
 def _session_moments(
     sessions: Sequence[float], previous: float | None, last: float, observation: Observation, half_life: float
 ) -> list[float]:
@@ -471,15 +477,16 @@ def _session_moments(
     crawl) is at least RATE_BATCH_GAP_S older, or unknown. Untimed items add nothing."""
     now = observation.now_s
     decay = 2.0 ** (-max(now - last, 0.0) / half_life)
-    re, im, n, stamped, late = (float(x) * decay for x in [*sessions[:5], 0.0, 0.0, 0.0, 0.0, 0.0][:5])
-    times = sorted(t for t in observation.new_item_times_s if last < t <= now)[-observation.new_items :]
+    re, im, n, stamped, late = (x * decay for x in sessions)
+    times: list[float] = []
+    if observation.new_items > 0:
+        times = sorted(t for t in observation.new_item_times_s if last < t <= now)[-observation.new_items :]
+        if not times and last < observation.newest_item_s <= now:
+            times = [observation.newest_item_s]
     if observation.new_item_times_s:
         early = sum(1 for t in observation.new_item_times_s if 0 < t <= last)
     else:
         early = int(observation.new_items > 0 and 0 < observation.newest_item_s <= last)
-    if not times and observation.new_items > 0 and last < observation.newest_item_s <= now:
-        times = [observation.newest_item_s]
-    times = times if observation.new_items > 0 else []
     for t in times:
         if previous is None or t - previous >= RATE_BATCH_GAP_S:
             w = 2.0 ** (-(now - t) / half_life)
