@@ -60,6 +60,13 @@ def _main_traces(args: argparse.Namespace, command: str) -> int:
     return 0
 
 
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="icecrawler bench revisit", description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small config (< 2 min on 2 cores), prints only")
@@ -82,7 +89,7 @@ def main(argv: list[str]) -> int:
         "the file (--quick: prints only)",
     )
     parser.add_argument("--half", choices=("report", "dev", "all"), default="report", help="with --traces")
-    parser.add_argument("--targets", type=int, help="with --traces: targets per seed (default: all of the half)")
+    parser.add_argument("--targets", type=_positive, help="with --traces: targets per seed (default: all of the half)")
     args = parser.parse_args(argv)
     if args.traces is not None:
         return _main_traces(args, "icecrawler bench revisit " + " ".join(argv))

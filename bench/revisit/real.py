@@ -25,7 +25,7 @@ from bench.revisit.content import ContentModel
 from bench.revisit.oracle import offline_lag, sqrt_bound
 from bench.revisit.progress import Progress, starmap_with_progress
 from bench.revisit.publish import fmt, merge_json, table, write_block
-from bench.revisit.replay import Trace, Windowing, load_traces, split_halves, window_pages
+from bench.revisit.replay import Trace, TraceError, Windowing, load_traces, split_halves, window_pages
 from bench.revisit.sim import Detector, Horizon, mean_ci, run_single
 from bench.revisit.traces import DAY, Page
 from shhd.policies import ChoPolicy, NutchPolicy, RatePolicy, RevisitPolicy, ShhdPolicy
@@ -402,6 +402,16 @@ def plot_e0(page: Page, e0: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
+def _check_half(cfg: RealConfig, chosen: Sequence[Trace]) -> None:
+    """An empty half is a TraceError that says how to get one. (Every trace has at least one scored item: its
+    window ends at its last item, inside the scored span.)"""
+    if not chosen:
+        raise TraceError(
+            f"{cfg.path}: the {cfg.half} half is empty (a source with one trace puts it in the development half): "
+            "give at least two traces per source, or --half all"
+        )
+
+
 def run_traces(cfg: RealConfig, pool: Any, command: str, write: bool) -> str:
     """The whole real-trace run; returns the markdown (and writes docs when ``write``)."""
     started = time.monotonic()
@@ -410,6 +420,7 @@ def run_traces(cfg: RealConfig, pool: Any, command: str, write: bool) -> str:
     dev, rep = split_halves(traces)
     chosen = {"report": rep, "dev": dev, "all": traces}[cfg.half]
     progress.say(f"{len(traces)} traces: {len(dev)} development, {len(rep)} report; running the {cfg.half} half")
+    _check_half(cfg, chosen)
     knobs = tune(dev, cfg, pool, progress) if cfg.tune else {}
     seeds = [(chosen, cfg, knobs, REPORT_BASE + k) for k in range(cfg.seeds)]
     per_seed = starmap_with_progress(pool, seed_job, seeds, progress, "report seeds")

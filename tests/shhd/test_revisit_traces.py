@@ -75,6 +75,21 @@ def test_the_command_reports_a_bad_file_and_exits_2(tmp_path: Path, capsys: pyte
     assert f"{path}:1: times are not sorted ascending" in err
 
 
+def test_an_empty_report_half_and_a_bad_target_count_are_clear_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # One trace per source: every trace goes to the development half, and the report half has nothing to run.
+    path = write(tmp_path, [json.dumps(GOOD), json.dumps(dict(GOOD, target="b2", source="shop"))])
+    assert revisit.main(["--traces", str(path), "--quick", "--workers", "1"]) == 2
+    assert "the report half is empty" in capsys.readouterr().err
+    assert revisit.main(["--traces", str(path), "--quick", "--workers", "1", "--half", "all", "--seeds", "2"]) == 0
+    assert "#### Summary" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exit_:
+        revisit.main(["--traces", str(path), "--targets", "0"])
+    assert exit_.value.code == 2
+    assert "--targets: must be at least 1, not 0" in capsys.readouterr().err
+
+
 def test_the_command_runs_a_small_file_with_progress_on_stderr(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
