@@ -45,8 +45,10 @@ RATE_BURST_PRIOR_ITEMS = 1.0
 #: publishes a few times a week is not judged on its last one or two items. None: a fixed half-life.
 RATE_MEMORY_ITEMS: float | None = 20.0
 RATE_HALF_LIFE_MAX_S = 14 * 86400.0
-#: Rate policy: half-life of the daily profile's moments (a daily pattern needs several days to show).
-RATE_DAY_HALF_LIFE_S: float | None = 14 * 86400.0
+#: Rate policy: half-life of the daily profile's moments. A daily pattern needs several weeks to show its phase on a
+#: target with a few items a day, and habits change slowly; 28 to 90 days do equally well on the development half,
+#: 14 days worse at low budgets (docs/REVISIT.md, "#21, sixth round").
+RATE_DAY_HALF_LIFE_S: float | None = 60 * 86400.0
 #: Rate policy: self-excitation of the item stream, (share a, decay F seconds): each item adds a e^{-(s-t)/F}/F to
 #: the expected rate after it (a Hawkes kernel; the base rate is λ(1-a)), the forecast of real, bursty streams.
 #: None: off.
