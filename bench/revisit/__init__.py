@@ -61,6 +61,7 @@ def _main_traces(args: argparse.Namespace, command: str) -> int:
 
 
 def _positive(text: str) -> int:
+    """A count on the command line (seeds, pages, workers, targets): 0 or less is refused, not run or read as unset."""
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
@@ -71,9 +72,9 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="icecrawler bench revisit", description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small config (< 2 min on 2 cores), prints only")
     parser.add_argument("--write", action="store_true", help="with --quick: write docs and json anyway")
-    parser.add_argument("--seeds", type=int, help="override the number of report seeds")
-    parser.add_argument("--pages", type=int, help="override the E3 page count")
-    parser.add_argument("--workers", type=int, help="worker processes (default 2)")
+    parser.add_argument("--seeds", type=_positive, help="override the number of report seeds")
+    parser.add_argument("--pages", type=_positive, help="override the E3 page count")
+    parser.add_argument("--workers", type=_positive, help="worker processes (default 2)")
     parser.add_argument("--e0-days", type=float, help="override the E0 horizon (days)")
     parser.add_argument("--end-days", type=float, help="override the E3 end of item arrivals (days)")
     parser.add_argument(

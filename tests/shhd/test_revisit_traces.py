@@ -84,10 +84,11 @@ def test_an_empty_report_half_and_a_bad_target_count_are_clear_errors(
     assert "the report half is empty" in capsys.readouterr().err
     assert revisit.main(["--traces", str(path), "--quick", "--workers", "1", "--half", "all", "--seeds", "2"]) == 0
     assert "#### Summary" in capsys.readouterr().out
-    with pytest.raises(SystemExit) as exit_:
-        revisit.main(["--traces", str(path), "--targets", "0"])
-    assert exit_.value.code == 2
-    assert "--targets: must be at least 1, not 0" in capsys.readouterr().err
+    for flag in ("--targets", "--seeds", "--workers", "--pages"):
+        with pytest.raises(SystemExit) as exit_:
+            revisit.main(["--traces", str(path), flag, "0"])
+        assert exit_.value.code == 2
+        assert f"{flag}: must be at least 1, not 0" in capsys.readouterr().err
 
 
 def test_the_command_runs_a_small_file_with_progress_on_stderr(
