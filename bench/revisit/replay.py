@@ -86,7 +86,7 @@ def _parse_line(text: str, where: str) -> Trace:
 def load_traces(path: Path) -> list[Trace]:
     """All traces of a JSONL file, in file order; the first bad line (or a repeated target) raises TraceError."""
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = path.read_text(encoding="utf-8-sig").splitlines()
     except (OSError, UnicodeDecodeError) as exc:
         raise TraceError(f"{path}: cannot read ({exc})") from None
     traces: list[Trace] = []

@@ -35,6 +35,13 @@ def test_a_good_file_loads_in_order_and_skips_blank_lines(tmp_path: Path) -> Non
     assert traces[0] == Trace("a1", "weibo", (1_700_000_000.0, 1_700_000_600.5, 1_700_003_000.0))
 
 
+def test_a_file_saved_with_a_byte_order_mark_and_crlf_line_ends_loads(tmp_path: Path) -> None:
+    # Windows tools write both; neither is part of any line's JSON.
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + (json.dumps(GOOD) + "\r\n\r\n").encode())
+    assert load_traces(path) == [Trace("a1", "weibo", (1_700_000_000.0, 1_700_000_600.5, 1_700_003_000.0))]
+
+
 @pytest.mark.parametrize(
     ("line", "message"),
     [
