@@ -9,7 +9,7 @@ import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from shhd.calibration import RateCalibration
 from shhd.forecast import (
@@ -62,10 +62,10 @@ RATE_DAY_ANCHOR_AMPLITUDE = 0.1
 #: Rate policy: a target whose sessions (items after a quiet gap of at least BATCH_GAP_S) begin at one time of
 #: day publishes in a daily batch (a site that dates items by day, a job run by the clock): when the mean resultant
 #: length of its session starts' times of day is at least BATCH_RESULTANT over at least BATCH_MIN_SESSIONS decayed
-#: sessions, a period moves to the nearest time just after the batch (``forecast.daily_batch_time``), however
-#: short, and the batch's items are not read as a burst. A continuous daily profile cannot look like that: a
-#: sinusoid's resultant is at most 1/2, and on the real (second-resolution) traces the rule changes no figure
-#: (docs/REVISIT.md, "Daily batches").
+#: sessions, the next fetch comes just after the first batch the last fetch did not see
+#: (``forecast.daily_batch_time``), however short the period, and the batch's items are not read as a burst. A
+#: continuous daily profile cannot look like that: a sinusoid's resultant is at most 1/2, and on the real
+#: (second-resolution) traces the rule changes no figure (docs/REVISIT.md, "Daily batches").
 RATE_BATCH_GAP_S = 3 * 3600.0
 RATE_BATCH_RESULTANT = 0.97
 RATE_BATCH_MIN_SESSIONS = 6.0
@@ -364,9 +364,9 @@ class RatePolicy:
 
         return self._anchored(solve_fetch_time(lag, mu, self.min_period_s, self._longest()), amplitude, now, batch)
 
-    def _batch_time(self, state: dict[str, Any], rate: float) -> float | None:
-        """The time of day to fetch a target that publishes in a daily batch, busier ones first; None when it does
-        not (RATE_BATCH_*)."""
+    def _batch_time(self, state: dict[str, Any], rate: float) -> BatchTime | None:
+        """When to fetch a target that publishes in a daily batch, busier ones first; None when it does not
+        (RATE_BATCH_*)."""
         if not (self.diurnal and self.day_anchor):
             return None
         sessions = _session_state(state)
@@ -382,28 +382,42 @@ class RatePolicy:
             RATE_BATCH_RESULTANT,
             RATE_BATCH_MIN_DELAY_S,
         )
-        return None if after is None else (after + RATE_BATCH_QUEUE_S / (1.0 + rate * DAY_S)) % DAY_S
+        return None if after is None else BatchTime(after, RATE_BATCH_QUEUE_S / (1.0 + rate * DAY_S))
 
-    def _anchored(self, period: float, amplitude: complex, now: float, batch: float | None = None) -> float:
-        """``period``, moved to the nearest time just after the target's daily batch (``batch``; periods up to
+    def _anchored(self, period: float, amplitude: complex, now: float, batch: BatchTime | None = None) -> float:
+        """``period``, moved to just after the target's next unseen daily batch (``batch``; periods up to
         RATE_BATCH_ANCHOR_MAX days, however short), else to the nearest descending mean crossing of the daily profile
         (RATE_DAY_ANCHOR)."""
         if batch is not None:
-            if period > RATE_BATCH_ANCHOR_MAX * DAY_S:
-                return period
-            crossing = batch
-        elif not self.day_anchor or period < RATE_DAY_ANCHOR_MIN * DAY_S or abs(amplitude) < RATE_DAY_ANCHOR_AMPLITUDE:
+            return period if period > RATE_BATCH_ANCHOR_MAX * DAY_S else self._after_next_batch(batch, now)
+        if not self.day_anchor or period < RATE_DAY_ANCHOR_MIN * DAY_S or abs(amplitude) < RATE_DAY_ANCHOR_AMPLITUDE:
             return period
-        else:
-            # λ(s) ∝ 1 + |A| cos(ωs + arg A) falls through its mean where ωs + arg A = π/2 (mod 2π).
-            crossing = ((math.pi / 2 - cmath.phase(amplitude)) / OMEGA_DAY) % DAY_S
-        target = now + period
-        k = round((target - crossing) / DAY_S)
+        # λ(s) ∝ 1 + |A| cos(ωs + arg A) falls through its mean where ωs + arg A = π/2 (mod 2π).
+        crossing = ((math.pi / 2 - cmath.phase(amplitude)) / OMEGA_DAY) % DAY_S
+        k = round((now + period - crossing) / DAY_S)
         candidates = [crossing + j * DAY_S - now for j in (k - 1, k, k + 1)]
-        # A batch target waits for the next batch even when that is a little past a longest period of a day.
-        longest = self._longest() if batch is None else max(self._longest(), DAY_S + self.min_period_s)
-        fits = [c for c in candidates if self.min_period_s <= c <= longest]
+        fits = [c for c in candidates if self.min_period_s <= c <= self._longest()]
         return min(fits, key=lambda c: abs(c - period)) if fits else period
+
+    def _after_next_batch(self, batch: BatchTime, now: float) -> float:
+        """The wait until this target's place in the queue after the first batch this fetch has not seen.
+
+        A fetch at or after a batch's time has that batch's items, so the next fetch worth making follows the next
+        batch. Counting from the last batch seen, not from now + period, matters when the shared queue made this
+        fetch early, just before its batch: the batch nearest to now + period is then a day later, and a day-stamped
+        site's busiest targets lost a day's items to every such fetch (docs/REVISIT.md, "#21, seventh round").
+        """
+        seen = now - (now - batch.after_s) % DAY_S  # the latest batch time at or before now
+        return max(seen + DAY_S + batch.queue_s - now, self.min_period_s)
+
+
+class BatchTime(NamedTuple):
+    """When to fetch a target that publishes in a daily batch (``RatePolicy._batch_time``)."""
+
+    #: Time of day (seconds after 00:00 UTC) just after the batch: its items are all there from then on.
+    after_s: float
+    #: How much later this target's fetch comes, for its place in the queue after the batch (busier ones first).
+    queue_s: float
 
 
 def _recent_times(

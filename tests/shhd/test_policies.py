@@ -22,6 +22,7 @@ from shhd.policies import (
     cho_rate_mle,
     make_policy,
 )
+from shhd.rate import BatchTime
 
 
 def test_exports_exist_and_names_are_complete() -> None:
@@ -226,14 +227,29 @@ def test_rate_policy_does_not_take_date_stamps_of_a_busy_day_for_a_batch() -> No
 
 def test_rate_policy_anchors_to_a_batch_only_periods_up_to_a_day() -> None:
     p = RatePolicy(60, 10 * 86400.0, 3600)
-    day, batch = 86400.0, 16 * 3600.0 + 60.0
+    day, batch = 86400.0, BatchTime(16 * 3600.0 + 60.0, 0.0)
     now = 10 * day + 16 * 3600.0 + 120.0  # just after today's batch was fetched
-    assert p._anchored(2 * 3600.0, 0j, now, batch) == pytest.approx(batch + 11 * day - now)  # tomorrow's batch
-    assert p._anchored(0.9 * day, 0j, now, batch) == pytest.approx(batch + 11 * day - now)
+    tomorrow = batch.after_s + 11 * day - now
+    assert p._anchored(2 * 3600.0, 0j, now, batch) == pytest.approx(tomorrow)
+    assert p._anchored(0.9 * day, 0j, now, batch) == pytest.approx(tomorrow)
     # A fetch every 1.5 days anchored would leave its items a day plus the delay after the batch; it keeps its phase.
     assert p._anchored(1.5 * day, 0j, now, batch) == 1.5 * day
     # Without a batch a long period still goes to the daily profile's crossing.
     assert p._anchored(1.5 * day, 0.8 + 0j, now) != 1.5 * day
+
+
+def test_rate_policy_fetches_after_the_first_batch_a_fetch_has_not_seen() -> None:
+    """A shared queue makes some fetches early. One made just before its batch has seen nothing new; the next one
+    follows that batch, not the batch nearest to now + period (a day later, which lost a day's items)."""
+    p = RatePolicy(60, 86400.0, 3600)
+    day = 86400.0
+    batch = BatchTime(60.0, 300.0)  # items stamped 00:00 UTC; this target's place in the queue: 00:06
+    early = 10 * day - 1800.0  # 23:30, half an hour before the batch
+    assert p._anchored(0.9 * day, 0j, early, batch) == pytest.approx(1800.0 + 360.0)
+    # Between the batch and the target's place in the queue the fetch has seen the batch: tomorrow's is next.
+    assert p._anchored(0.9 * day, 0j, 10 * day + 120.0, batch) == pytest.approx(day + 240.0)
+    # Never sooner than the shortest period, even a few seconds before the batch.
+    assert p._anchored(0.5 * day, 0j, 10 * day + 50.0, BatchTime(60.0, 0.0)) == 60.0
 
 
 def test_rate_policy_sends_busier_batches_first() -> None:
@@ -245,7 +261,8 @@ def test_rate_policy_sends_busier_batches_first() -> None:
     state = {**p.initial_state(), "sessions": sessions, "day": day_moments}
     busy, quiet = p._batch_time(state, 10 / day), p._batch_time(state, 0.5 / day)
     assert busy is not None and quiet is not None
-    assert 60.0 <= busy < quiet <= 60.0 + 540.0
+    assert busy.after_s == quiet.after_s == pytest.approx(60.0)
+    assert 0.0 < busy.queue_s < quiet.queue_s <= 540.0
 
 
 def test_rate_policy_periodic_forecast_fetches_after_the_next_arrival() -> None:
