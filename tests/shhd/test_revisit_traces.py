@@ -179,7 +179,7 @@ def test_every_policy_spends_the_same_fetches_on_real_traces() -> None:
 def test_rate_catches_day_stamped_items_sooner_than_every_baseline() -> None:
     """A site that dates items by day only: every item of a day sits at 16:00 UTC (24 targets, 0.5 to 8 items a
     day). The default policy learns the batch and fetches just after it, busiest targets first, and so beats every
-    baseline at the same fetches (0.71x the best here; 1.01x before it knew batches, when the ties read as bursts
+    baseline at the same fetches (0.69x the best here; 1.01x before it knew batches, when the ties read as bursts
     and the sinusoid's crossing put fetches hours late; docs/REVISIT.md, "Daily batches")."""
     rng = np.random.default_rng(5)
     start = 1_700_000_000 // int(DAY) * DAY
