@@ -106,6 +106,11 @@ def periodic_delay(p: Periodic, now: float, mu: float, min_ahead_s: float = 0.0)
     return max(p.anchor_s + k * p.period_s + z * p.sigma_s - now, min_ahead_s, p.sigma_s)
 
 
+#: How close to 1 the session starts' resultant length must be for ``daily_batch_time`` to count them as one exact
+#: time of day: 1e-9 is a spread of about half a second, far below what people who post by hand show.
+EXACT_RESULTANT_GAP = 1e-9
+
+
 def daily_batch_time(
     starts: Sequence[float],
     day: Sequence[float],
@@ -113,6 +118,7 @@ def daily_batch_time(
     min_starts: float,
     min_resultant: float,
     min_delay_s: float,
+    min_exact_starts: float | None = None,
 ) -> float | None:
     """The time of day (seconds after midnight UTC) for a fetch just after a daily batch, or None when there is none.
 
@@ -122,11 +128,19 @@ def daily_batch_time(
     over at least ``min_starts`` sessions), publishes in a batch: a site that dates items by day only, or a job run
     by the clock. No sinusoid fits that (its resultant is at most 1/2), and the one-fetch-a-day optimum is just after
     the batch, where the item density falls to nothing: the items' mean time of day plus two of their circular
-    standard deviations (at least ``min_delay_s``).
+    standard deviations (at least ``min_delay_s``). Sessions that all begin at the very same second of the day
+    (resultant 1 to within EXACT_RESULTANT_GAP: dates, or a clock) show a batch from ``min_exact_starts`` sessions
+    on; people who publish to the second do not do that by chance.
     """
-    if starts[2] < min_starts or items <= 0:
+    if items <= 0:
         return None
-    if abs(complex(starts[0], starts[1])) < min_resultant * starts[2]:
+    resultant_sum = abs(complex(starts[0], starts[1]))
+    needed = min_starts
+    if min_exact_starts is not None and resultant_sum >= (1.0 - EXACT_RESULTANT_GAP) * starts[2]:
+        needed = min(min_starts, min_exact_starts)
+    if starts[2] < needed:
+        return None
+    if resultant_sum < min_resultant * starts[2]:
         return None
     mean = complex(day[0], day[1])
     resultant = min(abs(mean) / items, 1.0)

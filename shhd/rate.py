@@ -69,6 +69,10 @@ RATE_DAY_ANCHOR_AMPLITUDE = 0.1
 RATE_BATCH_GAP_S = 3 * 3600.0
 RATE_BATCH_RESULTANT = 0.97
 RATE_BATCH_MIN_SESSIONS = 6.0
+#: ... or at least this many when the sessions all begin at the very same second of the day (date stamps, a clock):
+#: a day-stamped target is then known after three days instead of six, and a second-resolution trace never looks
+#: like that (docs/REVISIT.md, "#21, seventh round").
+RATE_BATCH_MIN_EXACT_SESSIONS = 3.0
 #: ... for periods up to BATCH_ANCHOR_MAX days; a longer period keeps its own phase. A fetch every k days anchored
 #: to the batch leaves its items (k - 1) / 2 days plus the fetch's delay after the batch, a free phase k / 2 days, so
 #: anchoring pays only when the fetch comes within half a day of the batch. Under a small budget the slots after a
@@ -381,6 +385,7 @@ class RatePolicy:
             RATE_BATCH_MIN_SESSIONS,
             RATE_BATCH_RESULTANT,
             RATE_BATCH_MIN_DELAY_S,
+            RATE_BATCH_MIN_EXACT_SESSIONS,
         )
         return None if after is None else BatchTime(after, RATE_BATCH_QUEUE_S / (1.0 + rate * DAY_S))
 

@@ -151,6 +151,21 @@ def test_daily_batch_time_refuses_a_daily_profile_or_too_few_days() -> None:
     assert daily_batch_time([0.0, 0.0, 0.0], [0.0] * 6, 0.0, 6.0, 0.97, 60.0) is None  # nothing seen
 
 
+def test_daily_batch_time_knows_exact_stamps_after_three_days_but_close_ones_only_after_six() -> None:
+    # Dates: every session starts at 16:00:00 to the second, three days running.
+    starts, day, items = _moments([16 * 3600.0 + k * DAY for k in range(3)])
+    assert daily_batch_time(starts, day, items, 6.0, 0.97, 60.0, 3.0) == pytest.approx(16 * 3600.0 + 60.0)
+    assert daily_batch_time(starts, day, items, 6.0, 0.97, 60.0) is None  # without the exact rule: not yet
+    two = _moments([16 * 3600.0 + k * DAY for k in range(2)])
+    assert daily_batch_time(*two, 6.0, 0.97, 60.0, 3.0) is None
+    # Someone who posts at about the same time each day, a few seconds to a minute apart, is not exact: six days.
+    for wobble in (5.0, 60.0):
+        times = [16 * 3600.0 + j + k * DAY for k, j in enumerate((0.0, wobble, -wobble, 0.0, wobble))]
+        starts, day, items = _moments(times)
+        assert abs(complex(starts[0], starts[1])) / starts[2] > 0.97
+        assert daily_batch_time(starts, day, items, 6.0, 0.97, 60.0, 3.0) is None
+
+
 def test_solve_fetch_time() -> None:
     assert solve_fetch_time(lambda t: t * t / 2, 50.0, 1.0, 100.0) == pytest.approx(10.0, rel=1e-5)
     assert solve_fetch_time(lambda t: t * t / 2, 0.1, 1.0, 100.0) == 1.0  # already over the threshold at lo
