@@ -411,6 +411,8 @@ class RatePolicy:
         batch. Counting from the last batch seen, not from now + period, matters when the shared queue made this
         fetch early, just before its batch: the batch nearest to now + period is then a day later, and a day-stamped
         site's busiest targets lost a day's items to every such fetch (docs/REVISIT.md, "#21, seventh round").
+        The wait may pass the longest period by up to the queue place (at most RATE_BATCH_QUEUE_S): a batch target
+        waits for its batch rather than fetch before it and find nothing.
         """
         seen = now - (now - batch.after_s) % DAY_S  # the latest batch time at or before now
         return max(seen + DAY_S + batch.queue_s - now, self.min_period_s)
