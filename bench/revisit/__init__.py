@@ -17,6 +17,7 @@ Both runs say how far they are on stderr (``progress``); stdout carries the repo
 from __future__ import annotations
 
 import argparse
+import math
 import multiprocessing
 import sys
 import time
@@ -49,6 +50,8 @@ def _main_traces(args: argparse.Namespace, command: str) -> int:
         tune=not args.quick,
         oracle=not args.quick,
         workers=args.workers or 2,
+        window_days=args.window_days,
+        warmup_days=args.warmup_days,
     )
     _warm_up()
     try:
@@ -65,6 +68,14 @@ def _positive(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+def _days(text: str) -> float:
+    """A number of days on the command line: finite and above 0."""
+    value = float(text)
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"must be a number of days above 0, not {text}")
     return value
 
 
@@ -91,6 +102,16 @@ def main(argv: list[str]) -> int:
     )
     parser.add_argument("--half", choices=("report", "dev", "all"), default="report", help="with --traces")
     parser.add_argument("--targets", type=_positive, help="with --traces: targets per seed (default: all of the half)")
+    parser.add_argument(
+        "--window-days",
+        type=_days,
+        help="with --traces: days of each trace to replay (default: the median span the traces cover, at most 28)",
+    )
+    parser.add_argument(
+        "--warmup-days",
+        type=_days,
+        help="with --traces: unscored days at the start (default: 7, at most half the window)",
+    )
     args = parser.parse_args(argv)
     if args.traces is not None:
         return _main_traces(args, "icecrawler bench revisit " + " ".join(argv))

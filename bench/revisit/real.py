@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,7 @@ from bench.revisit.content import ContentModel
 from bench.revisit.oracle import offline_lag, sqrt_bound
 from bench.revisit.progress import Progress, starmap_with_progress
 from bench.revisit.publish import fmt, merge_json, table, write_block
-from bench.revisit.replay import Trace, TraceError, Windowing, load_traces, split_halves, window_pages
+from bench.revisit.replay import Trace, TraceError, Windowing, fit_windowing, load_traces, split_halves, window_pages
 from bench.revisit.sim import Detector, Horizon, mean_ci, run_single
 from bench.revisit.traces import DAY, Page
 from shhd.policies import ChoPolicy, NutchPolicy, RatePolicy, RevisitPolicy, ShhdPolicy
@@ -58,7 +58,15 @@ class RealConfig:
     tune: bool = True
     oracle: bool = True
     workers: int = 2
-    windowing: Windowing = field(default_factory=Windowing)
+    #: Overrides of the fitted window (``fit_windowing``); None: fitted to the file's traces.
+    window_days: float | None = None
+    warmup_days: float | None = None
+    #: The window in use: set by ``run_traces`` from the whole file; None: fitted to the traces a job is given.
+    windowing: Windowing | None = None
+
+
+def _windowing(cfg: RealConfig, traces: Sequence[Trace]) -> Windowing:
+    return cfg.windowing or fit_windowing(traces, cfg.window_days, cfg.warmup_days)
 
 
 def _contenders() -> list[Contender]:
@@ -94,8 +102,9 @@ def _tune_job(
     traces: Sequence[Trace], cfg: RealConfig, slug: str, index: int, seed: int, mult: float
 ) -> tuple[str, int, float, float]:
     c = next(x for x in _contenders() if x.slug == slug)
-    pages = window_pages(_population(traces, seed, cfg.targets, bootstrap=False), cfg.windowing)
-    summary, _, _ = _run(pages, cfg.windowing.horizon(), c, c.knobs[index], seed, mult, ContentModel(seed))
+    windowing = _windowing(cfg, traces)
+    pages = window_pages(_population(traces, seed, cfg.targets, bootstrap=False), windowing)
+    summary, _, _ = _run(pages, windowing.horizon(), c, c.knobs[index], seed, mult, ContentModel(seed))
     return slug, index, mult, summary["lag_mean_min"]
 
 
@@ -131,8 +140,9 @@ def seed_job(
 ) -> dict[str, Any]:
     """Every contender at every budget on one bootstrap population; per-policy summaries and per-source lags."""
     population = _population(traces, seed, cfg.targets, bootstrap=True)
-    pages = window_pages(population, cfg.windowing)
-    horizon = cfg.windowing.horizon()
+    windowing = _windowing(cfg, traces)
+    pages = window_pages(population, windowing)
+    horizon = windowing.horizon()
     sources = [t.source for t in population]
     content = ContentModel(seed, window=10)
     out: dict[str, Any] = {}
@@ -188,14 +198,21 @@ def report(
     command: str,
 ) -> tuple[str, dict[str, float]]:
     """Markdown tables and flat headline numbers (keys ``real_...``)."""
-    head: dict[str, float] = {"real_targets_count": float(sum(n_targets.values())), "real_seeds_count": cfg.seeds}
     w = cfg.windowing
+    assert w is not None, "run_traces fits the window before it reports"
+    head: dict[str, float] = {
+        "real_targets_count": float(sum(n_targets.values())),
+        "real_seeds_count": cfg.seeds,
+        "real_window_days": w.window_days,
+        "real_warmup_days": w.warmup_days,
+    }
+    how = "given" if cfg.window_days is not None else "the median span the traces cover, at most 28 days"
     md = [
         f"Command: `{command}`; {cfg.half} half: {sum(n_targets.values())} targets "
         f"({', '.join(f'{k} {v}' for k, v in sorted(n_targets.items()))}); {cfg.seeds} report seeds "
         f"({REPORT_BASE}..{REPORT_BASE + cfg.seeds - 1}), each a bootstrap resample of the targets; baselines' "
         f"knobs tuned per budget on the development half (seeds {list(TUNING_SEEDS)}); window "
-        f"{w.window_days:g} days, warm-up {w.warmup_days:g} days, drain {w.drain_days:g} day; period bounds "
+        f"{w.window_days:g} days ({how}), warm-up {w.warmup_days:g} days, drain {w.drain_days:g} day; period bounds "
         f"{_MIN_S / 60:g} min .. {_MAX_S / 3600:g} h; run time {seconds:.0f} s. Means ± 95% CI over seeds; lags "
         "in minutes.",
         "",
@@ -417,9 +434,14 @@ def run_traces(cfg: RealConfig, pool: Any, command: str, write: bool) -> str:
     started = time.monotonic()
     progress = Progress()
     traces = load_traces(cfg.path)
+    windowing = fit_windowing(traces, cfg.window_days, cfg.warmup_days)
+    cfg = replace(cfg, windowing=windowing)
     dev, rep = split_halves(traces)
     chosen = {"report": rep, "dev": dev, "all": traces}[cfg.half]
-    progress.say(f"{len(traces)} traces: {len(dev)} development, {len(rep)} report; running the {cfg.half} half")
+    progress.say(
+        f"{len(traces)} traces: {len(dev)} development, {len(rep)} report; running the {cfg.half} half; window "
+        f"{windowing.window_days:g} days, warm-up {windowing.warmup_days:g}"
+    )
     _check_half(cfg, chosen)
     knobs = tune(dev, cfg, pool, progress) if cfg.tune else {}
     seeds = [(chosen, cfg, knobs, REPORT_BASE + k) for k in range(cfg.seeds)]
@@ -427,9 +449,9 @@ def run_traces(cfg: RealConfig, pool: Any, command: str, write: bool) -> str:
     counts: dict[str, int] = {}
     for t in chosen if cfg.targets is None else _population(chosen, REPORT_BASE, cfg.targets, bootstrap=True):
         counts[t.source] = counts.get(t.source, 0) + 1
-    trace, page, e0 = e0_real(chosen, cfg.windowing)
+    trace, page, e0 = e0_real(chosen, windowing)
     md, head = report(cfg, counts, per_seed, knobs, time.monotonic() - started, command)
-    md += "\n" + e0_table(trace, page, e0, cfg.windowing) + "\n"
+    md += "\n" + e0_table(trace, page, e0, windowing) + "\n"
     if write:
         merge_json(ROOT / "docs" / "bench" / "revisit.json", head, lambda k: k.startswith("real_"))
         plot_e0(page, e0, ROOT / "docs" / "revisit" / "real_e0_period_trajectory.png")

@@ -5,10 +5,11 @@ File format, one JSON object per line (blank lines are allowed)::
 
     {"target": "<opaque id>", "source": "<label>", "times": [unix seconds, sorted ascending]}
 
-Windowing (docs/REVISIT.md, "Real traces"): each trace keeps the items of its last ``window_days`` (ending at its
-last item) and is shifted by a whole number of days so that this window starts within the first simulated day:
-times of day are kept (daily patterns survive), the windows of all targets overlap but for less than a day. The
-first ``warmup_days`` of the simulated clock are warm-up (policies learn, items are not scored); items stop at
+Windowing (docs/REVISIT.md, "Real traces"): the window is as long as the traces are (``fit_windowing``: the
+median span they cover, at most 28 days). Each trace keeps the items of its last ``window_days`` (ending at its last
+item) and is shifted by a whole number of days so that this window starts within the first simulated day: times of
+day are kept (daily patterns survive), the windows of all targets overlap but for less than a day. The first
+``warmup_days`` of the simulated clock are warm-up (policies learn, items are not scored); items stop at
 ``window_days + 1`` days and fetching goes on for ``drain_days`` more.
 """
 
@@ -27,7 +28,7 @@ import numpy as np
 from bench.revisit.sim import Horizon
 from bench.revisit.traces import DAY, Page
 
-__all__ = ["Trace", "TraceError", "Windowing", "load_traces", "split_halves", "window_pages"]
+__all__ = ["Trace", "TraceError", "Windowing", "fit_windowing", "load_traces", "split_halves", "window_pages"]
 
 
 class TraceError(ValueError):
@@ -52,6 +53,33 @@ class Windowing:
 
     def horizon(self) -> Horizon:
         return Horizon(self.warmup_days * DAY, (self.window_days + 1) * DAY, self.drain_days * DAY)
+
+
+#: The longest window a trace run uses, and its warm-up (``fit_windowing``).
+LONGEST_WINDOW_DAYS = 28.0
+WARMUP_DAYS = 7.0
+
+
+def fit_windowing(
+    traces: Sequence[Trace], window_days: float | None = None, warmup_days: float | None = None
+) -> Windowing:
+    """The window the traces fill, unless ``window_days`` is given: the median of the spans they cover, to the
+    nearest whole day, at most LONGEST_WINDOW_DAYS. The warm-up is ``warmup_days``, else WARMUP_DAYS but at most
+    half the window.
+
+    n items spread evenly over a span L have a range of L (n - 1) / (n + 1) on average, so a trace covers about
+    range (n + 1) / (n - 1): our 28-day windows have a median range of 27.4 days, a copy dated by day 27.0.
+    A trace shorter than the window sits at its end, silent before its first item. With a fixed 28-day window a
+    file of two-week traces was half silence: every target woke up on day 14, and the run measured how fast a
+    policy notices a wake-up instead of how it follows a target (docs/REVISIT.md, "eighth round")."""
+    if window_days is None:
+        covered = [(t.times[-1] - t.times[0]) / DAY * (len(t.times) + 1) / max(len(t.times) - 1, 1) for t in traces]
+        window_days = min(LONGEST_WINDOW_DAYS, max(1.0, float(round(float(np.median(covered))))))
+    if warmup_days is None:
+        warmup_days = min(WARMUP_DAYS, window_days / 2)
+    if not 0 <= warmup_days < window_days:
+        raise TraceError(f"the warm-up ({warmup_days:g} days) must be shorter than the window ({window_days:g} days)")
+    return Windowing(window_days, warmup_days)
 
 
 #: A time later than this (about the year 5000) is taken for milliseconds, not seconds.

@@ -14,7 +14,15 @@ import bench.revisit as revisit
 from bench.revisit.build_traces import densest_window, opaque_id, weibo_mid_time
 from bench.revisit.progress import Progress
 from bench.revisit.real import RealConfig, seed_job
-from bench.revisit.replay import Trace, TraceError, Windowing, load_traces, split_halves, window_pages
+from bench.revisit.replay import (
+    Trace,
+    TraceError,
+    Windowing,
+    fit_windowing,
+    load_traces,
+    split_halves,
+    window_pages,
+)
 from bench.revisit.traces import DAY
 from shhd.policies import RatePolicy, budget_plan, budget_scale
 from shhd.rate import budget_max_period
@@ -110,7 +118,7 @@ def test_the_command_runs_a_small_file_with_progress_on_stderr(
     assert revisit.main(["--traces", str(path), "--quick", "--workers", "1", "--seeds", "2"]) == 0
     out, err = capsys.readouterr()
     assert "#### Summary: the default policy against the best baseline" in out
-    assert "8 traces: 4 development, 4 report; running the report half" in err
+    assert "8 traces: 4 development, 4 report; running the report half; window 28 days, warm-up 7" in err
     assert "report seeds 2/2" in err and "[revisit " not in out  # progress goes to stderr only
 
 
@@ -138,6 +146,54 @@ def test_windowing_keeps_the_last_window_and_the_time_of_day() -> None:
     assert (h.warmup_s, h.end_s, h.drain_s) == (7 * DAY, 29 * DAY, DAY)
     scored = np.count_nonzero((page.arrivals >= h.warmup_s) & (page.arrivals < h.end_s))
     assert page.rate == pytest.approx(scored / (22 * DAY))
+
+
+def _spanning(days: float, target: str = "t") -> Trace:
+    return Trace(target, "s", tuple(1_700_000_000.0 + k * days * DAY / 40 for k in range(41)))
+
+
+def test_the_window_fits_the_traces_median_span_up_to_28_days() -> None:
+    # Two-week traces in a 28-day window would be silent for their first fortnight: every target "wakes up".
+    # 41 items over a range r cover about r * 42 / 40 (the range falls short of the span by about one gap).
+    assert fit_windowing([_spanning(13.3), _spanning(13.4), _spanning(40)]) == Windowing(14, 7)
+    assert fit_windowing([_spanning(26.4)] * 3) == Windowing(28, 7)  # 27.7 days covered
+    assert fit_windowing([_spanning(25.4)] * 3) == Windowing(27, 7)  # 26.7
+    assert fit_windowing([_spanning(200)]) == Windowing(28, 7)
+    assert fit_windowing([_spanning(9.2)]) == Windowing(10, 5)  # the warm-up leaves half the window scored
+    assert fit_windowing([Trace("one", "s", (5.0,))]) == Windowing(1, 0.5)
+    assert fit_windowing([_spanning(40)], window_days=20) == Windowing(20, 7)
+    assert fit_windowing([_spanning(40)], warmup_days=3) == Windowing(28, 3)
+    with pytest.raises(TraceError, match=r"warm-up \(10 days\) must be shorter than the window \(10 days\)"):
+        fit_windowing([_spanning(40)], window_days=10, warmup_days=10)
+
+
+def test_a_fitted_window_scores_a_short_trace_from_its_own_second_week() -> None:
+    traces = [_spanning(13.3)]
+    w = fit_windowing(traces)
+    (page,) = window_pages(traces, w)
+    assert w.window_days == 14
+    assert page.arrivals.size == 41 and page.arrivals[0] < 2 * DAY  # no silent fortnight before the first item
+    h = w.horizon()
+    scored = np.count_nonzero((page.arrivals >= h.warmup_s) & (page.arrivals < h.end_s))
+    assert scored == np.count_nonzero(page.arrivals >= 7 * DAY) > 15
+
+
+def test_the_command_fits_the_window_and_takes_overrides(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    lines = [json.dumps({"target": f"t{k}", "source": "s", "times": list(_spanning(13.3).times)}) for k in range(4)]
+    path = write(tmp_path, lines)
+    assert revisit.main(["--traces", str(path), "--quick", "--workers", "1", "--seeds", "1", "--half", "all"]) == 0
+    out, err = capsys.readouterr()
+    assert "window 14 days, warm-up 7" in err
+    assert "window 14 days (the median span the traces cover, at most 28 days), warm-up 7 days" in out
+    argv = ["--traces", str(path), "--quick", "--workers", "1", "--seeds", "1", "--half", "all"]
+    assert revisit.main([*argv, "--window-days", "10", "--warmup-days", "2"]) == 0
+    assert "window 10 days (given), warm-up 2 days" in capsys.readouterr().out
+    assert revisit.main([*argv, "--window-days", "3", "--warmup-days", "4"]) == 2
+    assert "the warm-up (4 days) must be shorter than the window (3 days)" in capsys.readouterr().err
+    for bad in ("0", "-1", "nan", "inf"):
+        with pytest.raises(SystemExit):
+            revisit.main([*argv, "--window-days", bad])
+        assert "must be a number of days above 0" in capsys.readouterr().err
 
 
 def test_split_is_deterministic_disjoint_and_balanced_per_source() -> None:
