@@ -58,15 +58,14 @@ class RealConfig:
     tune: bool = True
     oracle: bool = True
     workers: int = 2
-    #: Overrides of the fitted window (``fit_windowing``); None: fitted to the file's traces.
+    #: The window and warm-up; None: fitted to the traces (``fit_windowing``). ``run_traces`` fits them to the
+    #: whole file once and hands its jobs both.
     window_days: float | None = None
     warmup_days: float | None = None
-    #: The window in use: set by ``run_traces`` from the whole file; None: fitted to the traces a job is given.
-    windowing: Windowing | None = None
 
 
 def _windowing(cfg: RealConfig, traces: Sequence[Trace]) -> Windowing:
-    return cfg.windowing or fit_windowing(traces, cfg.window_days, cfg.warmup_days)
+    return fit_windowing(traces, cfg.window_days, cfg.warmup_days)
 
 
 def _contenders() -> list[Contender]:
@@ -191,6 +190,8 @@ def _best_baseline(row: dict[str, Any], labels: Sequence[tuple[str, str]]) -> fl
 
 def report(
     cfg: RealConfig,
+    w: Windowing,
+    window_given: bool,
     n_targets: dict[str, int],
     per_seed: list[dict[str, Any]],
     knobs: dict[tuple[str, float], dict[str, Any]],
@@ -198,15 +199,13 @@ def report(
     command: str,
 ) -> tuple[str, dict[str, float]]:
     """Markdown tables and flat headline numbers (keys ``real_...``)."""
-    w = cfg.windowing
-    assert w is not None, "run_traces fits the window before it reports"
     head: dict[str, float] = {
         "real_targets_count": float(sum(n_targets.values())),
         "real_seeds_count": cfg.seeds,
         "real_window_days": w.window_days,
         "real_warmup_days": w.warmup_days,
     }
-    how = "given" if cfg.window_days is not None else "the median span the traces cover, at most 28 days"
+    how = "given" if window_given else "the median span the traces cover, at most 28 days"
     md = [
         f"Command: `{command}`; {cfg.half} half: {sum(n_targets.values())} targets "
         f"({', '.join(f'{k} {v}' for k, v in sorted(n_targets.items()))}); {cfg.seeds} report seeds "
@@ -434,8 +433,9 @@ def run_traces(cfg: RealConfig, pool: Any, command: str, write: bool) -> str:
     started = time.monotonic()
     progress = Progress()
     traces = load_traces(cfg.path)
+    window_given = cfg.window_days is not None
     windowing = fit_windowing(traces, cfg.window_days, cfg.warmup_days)
-    cfg = replace(cfg, windowing=windowing)
+    cfg = replace(cfg, window_days=windowing.window_days, warmup_days=windowing.warmup_days)
     dev, rep = split_halves(traces)
     chosen = {"report": rep, "dev": dev, "all": traces}[cfg.half]
     progress.say(
@@ -450,7 +450,7 @@ def run_traces(cfg: RealConfig, pool: Any, command: str, write: bool) -> str:
     for t in chosen if cfg.targets is None else _population(chosen, REPORT_BASE, cfg.targets, bootstrap=True):
         counts[t.source] = counts.get(t.source, 0) + 1
     trace, page, e0 = e0_real(chosen, windowing)
-    md, head = report(cfg, counts, per_seed, knobs, time.monotonic() - started, command)
+    md, head = report(cfg, windowing, window_given, counts, per_seed, knobs, time.monotonic() - started, command)
     md += "\n" + e0_table(trace, page, e0, windowing) + "\n"
     if write:
         merge_json(ROOT / "docs" / "bench" / "revisit.json", head, lambda k: k.startswith("real_"))
