@@ -399,10 +399,13 @@ class RatePolicy:
             return period
         # λ(s) ∝ 1 + |A| cos(ωs + arg A) falls through its mean where ωs + arg A = π/2 (mod 2π).
         crossing = ((math.pi / 2 - cmath.phase(amplitude)) / OMEGA_DAY) % DAY_S
-        k = round((now + period - crossing) / DAY_S)
-        candidates = [crossing + j * DAY_S - now for j in (k - 1, k, k + 1)]
-        fits = [c for c in candidates if self.min_period_s <= c <= self._longest()]
-        return min(fits, key=lambda c: abs(c - period)) if fits else period
+        nearest = crossing + round((now + period - crossing) / DAY_S) * DAY_S - now
+        if nearest < self.min_period_s:
+            nearest += DAY_S
+        # Past the longest period the period stays as it is. Taking the crossing a day earlier instead fetched long
+        # before the period was up and found little: with a longest period of a day, every period of 0.75-1 day
+        # went to whatever crossing came next, hours away (docs/REVISIT.md, "#21, eighth round").
+        return nearest if nearest <= self._longest() else period
 
     def _after_next_batch(self, batch: BatchTime, now: float) -> float:
         """The wait until this target's place in the queue after the first batch this fetch has not seen.

@@ -227,6 +227,18 @@ def test_rate_policy_does_not_take_date_stamps_of_a_busy_day_for_a_batch() -> No
     assert len([t for t in fetched if t > 12 * day]) > 3 * (30 - 12)
 
 
+def test_rate_policy_day_anchor_never_takes_a_crossing_a_day_early_for_the_longest_period() -> None:
+    """With a longest period of a day, a period of 0.9 day whose nearest crossing is 1.05 days away went to the one
+    a day earlier, an hour away: a fetch long before the period was up, which found little. It keeps its period."""
+    p = RatePolicy(60, 86400.0, 600)
+    amplitude = 0.8 + 0j  # the crossing is at 06:00
+    now = 5 * 3600.0  # 05:00: crossings at 1 h and 25 h from now
+    assert p._anchored(0.9 * 86400.0, amplitude, now) == 0.9 * 86400.0
+    # A crossing within the longest period is still taken, and so is one past a day when the longest period allows.
+    assert p._anchored(0.8 * 86400.0, amplitude, now + 2 * 3600.0) == pytest.approx(23 * 3600.0)
+    assert RatePolicy(60, 2 * 86400.0, 600)._anchored(0.9 * 86400.0, amplitude, now) == pytest.approx(25 * 3600.0)
+
+
 def test_rate_policy_anchors_to_a_batch_only_periods_up_to_a_day() -> None:
     p = RatePolicy(60, 10 * 86400.0, 3600)
     day, batch = 86400.0, BatchTime(16 * 3600.0 + 60.0, 0.0)
