@@ -105,12 +105,13 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--window-days",
         type=_days,
-        help="with --traces: days of each trace to replay (default: the median span the traces cover, at most 28)",
+        help="with --traces: days of each trace to replay (default: the median span the traces cover, at most 365)",
     )
     parser.add_argument(
         "--warmup-days",
         type=_days,
-        help="with --traces: unscored days at the start (default: 7, at most half the window)",
+        help="with --traces: unscored days at the start (default: 7, or a quarter of a window over 28 days; at most "
+        "half the window)",
     )
     args = parser.parse_args(argv)
     if args.traces is not None:

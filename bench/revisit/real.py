@@ -1,13 +1,13 @@
 """``icecrawler bench revisit --traces FILE.jsonl``: E3 (global fetch budget) on real publication times.
 
-Each trace becomes one simulated page (``bench.revisit.replay``: last 28 days, shifted by whole days, 7 days of
-warm-up, 1 day of drain). Item text for the simhash detector is synthesised per arrival by the same content model
-as the synthetic mixture (``bench.revisit.content``: seeded Chinese review-like texts, the page shows the latest
-10 items), so no real text is needed. Every policy spends the same fetches (``sim.run_budget``: one fetch every 1/B
-seconds), B = multiple x the total mean item rate of the population; the square-root bound (O2) is given each
-trace's mean rate over the scored span. Targets are split into a development half (knob tuning, per budget) and a
-report half; each report seed is a bootstrap resample of the report half's targets (and its own fetch phase and
-item texts), so the 95 % intervals over seeds include which targets happened to be collected.
+Each trace becomes one simulated page (``bench.revisit.replay``: its last window of days, as long as the median trace,
+shifted by whole days, at least 7 days of warm-up, 1 day of drain). Item text for the simhash detector is synthesised
+per arrival by the same content model as the synthetic mixture (``bench.revisit.content``: seeded Chinese review-like
+texts, the page shows the latest 10 items), so no real text is needed. Every policy spends the same fetches
+(``sim.run_budget``: one fetch every 1/B seconds), B = multiple x the total mean item rate of the population; the
+square-root bound (O2) is given each trace's mean rate over the scored span. Targets are split into a development half
+(knob tuning, per budget) and a report half; each report seed is a bootstrap resample of the report half's targets (and
+its own fetch phase and item texts), so the 95 % intervals over seeds include which targets happened to be collected.
 """
 
 from __future__ import annotations
@@ -205,7 +205,7 @@ def report(
         "real_window_days": w.window_days,
         "real_warmup_days": w.warmup_days,
     }
-    how = "given" if window_given else "the median span the traces cover, at most 28 days"
+    how = "given" if window_given else "the median span the traces cover, at most a year"
     md = [
         f"Command: `{command}`; {cfg.half} half: {sum(n_targets.values())} targets "
         f"({', '.join(f'{k} {v}' for k, v in sorted(n_targets.items()))}); {cfg.seeds} report seeds "

@@ -6,7 +6,7 @@ File format, one JSON object per line (blank lines are allowed)::
     {"target": "<opaque id>", "source": "<label>", "times": [unix seconds, sorted ascending]}
 
 Windowing (docs/REVISIT.md, "Real traces"): the window is as long as the traces are (``fit_windowing``: the
-median span they cover, at most 28 days). Each trace keeps the items of its last ``window_days`` (ending at its last
+median span they cover, at most a year). Each trace keeps the items of its last ``window_days`` (ending at its last
 item) and is shifted by a whole number of days so that this window starts within the first simulated day: times of
 day are kept (daily patterns survive), the windows of all targets overlap but for less than a day. The first
 ``warmup_days`` of the simulated clock are warm-up (policies learn, items are not scored); items stop at
@@ -55,28 +55,33 @@ class Windowing:
         return Horizon(self.warmup_days * DAY, (self.window_days + 1) * DAY, self.drain_days * DAY)
 
 
-#: The longest window a trace run uses, and its warm-up (``fit_windowing``).
-LONGEST_WINDOW_DAYS = 28.0
+#: The longest window a trace run uses (``fit_windowing``): a year, so that the run time stays in minutes.
+LONGEST_WINDOW_DAYS = 365.0
+#: The warm-up: at least WARMUP_DAYS, a quarter of a longer window (a target with an item a week needs weeks before
+#: any policy knows its rate), never more than half the window.
 WARMUP_DAYS = 7.0
+WARMUP_SHARE = 0.25
 
 
 def fit_windowing(
     traces: Sequence[Trace], window_days: float | None = None, warmup_days: float | None = None
 ) -> Windowing:
     """The window the traces fill, unless ``window_days`` is given: the median of the spans they cover, to the
-    nearest whole day, at most LONGEST_WINDOW_DAYS. The warm-up is ``warmup_days``, else WARMUP_DAYS but at most
-    half the window.
+    nearest whole day, at most LONGEST_WINDOW_DAYS. The warm-up is ``warmup_days``, else WARMUP_DAYS or
+    WARMUP_SHARE of a longer window, at most half the window.
 
     n items spread evenly over a span L have a range of L (n - 1) / (n + 1) on average, so a trace covers about
     range (n + 1) / (n - 1): our 28-day windows have a median range of 27.4 days, a copy dated by day 27.0.
     A trace shorter than the window sits at its end, silent before its first item. With a fixed 28-day window a
     file of two-week traces was half silence: every target woke up on day 14, and the run measured how fast a
-    policy notices a wake-up instead of how it follows a target (docs/REVISIT.md, "eighth round")."""
+    policy notices a wake-up instead of how it follows a target (docs/REVISIT.md, "eighth round"). The window was
+    also at most 28 days, which kept a sixth of a six-month trace: its quiet targets had an item or two in the
+    window, too few for any policy to learn from (docs/REVISIT.md, "ninth round")."""
     if window_days is None:
         covered = [(t.times[-1] - t.times[0]) / DAY * (len(t.times) + 1) / max(len(t.times) - 1, 1) for t in traces]
         window_days = min(LONGEST_WINDOW_DAYS, max(1.0, float(round(float(np.median(covered))))))
     if warmup_days is None:
-        warmup_days = min(WARMUP_DAYS, window_days / 2)
+        warmup_days = min(max(WARMUP_DAYS, WARMUP_SHARE * window_days), window_days / 2)
     if not 0 <= warmup_days < window_days:
         raise TraceError(f"the warm-up ({warmup_days:g} days) must be shorter than the window ({window_days:g} days)")
     return Windowing(window_days, warmup_days)

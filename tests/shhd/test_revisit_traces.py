@@ -12,6 +12,7 @@ import pytest
 
 import bench.revisit as revisit
 from bench.revisit.build_traces import densest_window, opaque_id, weibo_mid_time
+from bench.revisit.build_traces import main as build_traces_main
 from bench.revisit.progress import Progress
 from bench.revisit.real import RealConfig, seed_job
 from bench.revisit.replay import (
@@ -152,17 +153,19 @@ def _spanning(days: float, target: str = "t") -> Trace:
     return Trace(target, "s", tuple(1_700_000_000.0 + k * days * DAY / 40 for k in range(41)))
 
 
-def test_the_window_fits_the_traces_median_span_up_to_28_days() -> None:
+def test_the_window_fits_the_traces_median_span_up_to_a_year() -> None:
     # Two-week traces in a 28-day window would be silent for their first fortnight: every target "wakes up".
     # 41 items over a range r cover about r * 42 / 40 (the range falls short of the span by about one gap).
     assert fit_windowing([_spanning(13.3), _spanning(13.4), _spanning(40)]) == Windowing(14, 7)
     assert fit_windowing([_spanning(26.4)] * 3) == Windowing(28, 7)  # 27.7 days covered
     assert fit_windowing([_spanning(25.4)] * 3) == Windowing(27, 7)  # 26.7
-    assert fit_windowing([_spanning(200)]) == Windowing(28, 7)
+    assert fit_windowing([_spanning(200)]) == Windowing(210, 52.5)  # a quarter of a long window is warm-up
+    assert fit_windowing([_spanning(500)]) == Windowing(365, 91.25)  # at most a year
     assert fit_windowing([_spanning(9.2)]) == Windowing(10, 5)  # the warm-up leaves half the window scored
     assert fit_windowing([Trace("one", "s", (5.0,))]) == Windowing(1, 0.5)
     assert fit_windowing([_spanning(40)], window_days=20) == Windowing(20, 7)
-    assert fit_windowing([_spanning(40)], warmup_days=3) == Windowing(28, 3)
+    assert fit_windowing([_spanning(40)]) == Windowing(42, 10.5)
+    assert fit_windowing([_spanning(40)], warmup_days=3) == Windowing(42, 3)
     with pytest.raises(TraceError, match=r"warm-up \(10 days\) must be shorter than the window \(10 days\)"):
         fit_windowing([_spanning(40)], window_days=10, warmup_days=10)
 
@@ -178,13 +181,28 @@ def test_a_fitted_window_scores_a_short_trace_from_its_own_second_week() -> None
     assert scored == np.count_nonzero(page.arrivals >= 7 * DAY) > 15
 
 
+def test_a_long_sparse_trace_keeps_all_its_items_and_a_quarter_of_warm_up() -> None:
+    # A review stream of 41 items over half a year: a 28-day window (the old cap) kept six of them, too few for any
+    # policy to learn its rate; the fitted window keeps them all and scores those after its first quarter.
+    start = 1_700_000_000.0
+    traces = [Trace(f"r{k}", "reviews", tuple(start + 3600 * k + j * 4.5 * DAY for j in range(41))) for k in range(3)]
+    w = fit_windowing(traces)
+    assert (w.window_days, w.warmup_days) == (189, 47.25)  # 180 days of range cover 180 * 42 / 40
+    pages = window_pages(traces, w)
+    assert all(page.arrivals.size == 41 for page in pages)
+    h = w.horizon()
+    for page in pages:
+        scored = np.count_nonzero((page.arrivals >= h.warmup_s) & (page.arrivals < h.end_s))
+        assert scored == np.count_nonzero(page.arrivals >= 47.25 * DAY) >= 30
+
+
 def test_the_command_fits_the_window_and_takes_overrides(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     lines = [json.dumps({"target": f"t{k}", "source": "s", "times": list(_spanning(13.3).times)}) for k in range(4)]
     path = write(tmp_path, lines)
     assert revisit.main(["--traces", str(path), "--quick", "--workers", "1", "--seeds", "1", "--half", "all"]) == 0
     out, err = capsys.readouterr()
     assert "window 14 days, warm-up 7" in err
-    assert "window 14 days (the median span the traces cover, at most 28 days), warm-up 7 days" in out
+    assert "window 14 days (the median span the traces cover, at most a year), warm-up 7 days" in out
     argv = ["--traces", str(path), "--quick", "--workers", "1", "--seeds", "1", "--half", "all"]
     assert revisit.main([*argv, "--window-days", "10", "--warmup-days", "2"]) == 0
     assert "window 10 days (given), warm-up 2 days" in capsys.readouterr().out
@@ -278,3 +296,20 @@ def test_weibo_mid_time_and_densest_window() -> None:
     assert window is not None and window[0] == 100 * day and len(window) == 41
     assert densest_window([k * 3600 for k in range(40)]) is None  # 40 items but spread over < 14 days
     assert opaque_id("o/r", "author:x") != opaque_id("o/r", "author:y") and len(opaque_id("o/r", "k")) == 16
+
+
+def test_a_longer_build_window_keeps_a_long_sparse_feed() -> None:
+    day = 86400
+    weekly = [k * 5 * day for k in range(36)]  # 36 items, one every five days: 175 days
+    assert densest_window(weekly) is None  # no 28 days hold 30 of them
+    assert densest_window(weekly, 180 * day) == weekly
+
+
+def test_the_builder_refuses_a_window_shorter_than_the_least_spread(capsys: pytest.CaptureFixture[str]) -> None:
+    for bad in ("13", "two"):
+        with pytest.raises(SystemExit) as exit_info:
+            build_traces_main(["--window-days", bad, "/nonexistent/repo"])
+        assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "13 days is shorter than a kept target's least spread (14 days)" in err
+    assert "not a whole number of days: 'two'" in err
