@@ -105,7 +105,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--window-days",
         type=_days,
-        help="with --traces: days of each trace to replay (default: the median span the traces cover, at most 365)",
+        help="with --traces: days of each trace to replay (default: the median span the traces cover, at most 365, and "
+        "past 28 no more than the median trace needs for 150 items)",
     )
     parser.add_argument(
         "--warmup-days",

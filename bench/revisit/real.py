@@ -205,7 +205,11 @@ def report(
         "real_window_days": w.window_days,
         "real_warmup_days": w.warmup_days,
     }
-    how = "given" if window_given else "the median span the traces cover, at most a year"
+    how = (
+        "given"
+        if window_given
+        else "the median span the traces cover, at most a year or, past 28 days, 150 items of the median trace"
+    )
     md = [
         f"Command: `{command}`; {cfg.half} half: {sum(n_targets.values())} targets "
         f"({', '.join(f'{k} {v}' for k, v in sorted(n_targets.items()))}); {cfg.seeds} report seeds "

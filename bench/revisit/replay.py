@@ -55,8 +55,13 @@ class Windowing:
         return Horizon(self.warmup_days * DAY, (self.window_days + 1) * DAY, self.drain_days * DAY)
 
 
-#: The longest window a trace run uses (``fit_windowing``): a year, so that the run time stays in minutes.
+#: The longest window a trace run uses (``fit_windowing``): a year ...
 LONGEST_WINDOW_DAYS = 365.0
+#: ... and a window longer than SHORT_WINDOW_DAYS ends where the median trace holds WINDOW_MEDIAN_ITEMS items: a long
+#: window is there to give sparse targets a history to learn from, and a year of a busy file would only multiply the
+#: run time (it grows with the items replayed).
+SHORT_WINDOW_DAYS = 28.0
+WINDOW_MEDIAN_ITEMS = 150.0
 #: The warm-up: at least WARMUP_DAYS, a quarter of a longer window (a target with an item a week needs weeks before
 #: any policy knows its rate), never more than half the window.
 WARMUP_DAYS = 7.0
@@ -67,7 +72,8 @@ def fit_windowing(
     traces: Sequence[Trace], window_days: float | None = None, warmup_days: float | None = None
 ) -> Windowing:
     """The window the traces fill, unless ``window_days`` is given: the median of the spans they cover, to the
-    nearest whole day, at most LONGEST_WINDOW_DAYS. The warm-up is ``warmup_days``, else WARMUP_DAYS or
+    nearest whole day, at most LONGEST_WINDOW_DAYS, and past SHORT_WINDOW_DAYS at most the span in which the median
+    trace holds WINDOW_MEDIAN_ITEMS items. The warm-up is ``warmup_days``, else WARMUP_DAYS or
     WARMUP_SHARE of a longer window, at most half the window.
 
     n items spread evenly over a span L have a range of L (n - 1) / (n + 1) on average, so a trace covers about
@@ -79,7 +85,10 @@ def fit_windowing(
     window, too few for any policy to learn from (docs/REVISIT.md, "ninth round")."""
     if window_days is None:
         covered = [(t.times[-1] - t.times[0]) / DAY * (len(t.times) + 1) / max(len(t.times) - 1, 1) for t in traces]
-        window_days = min(LONGEST_WINDOW_DAYS, max(1.0, float(round(float(np.median(covered))))))
+        per_day = [len(t.times) / c for t, c in zip(traces, covered, strict=True) if c > 0]
+        enough = WINDOW_MEDIAN_ITEMS / float(np.median(per_day)) if per_day else LONGEST_WINDOW_DAYS
+        longest = min(LONGEST_WINDOW_DAYS, max(SHORT_WINDOW_DAYS, enough))
+        window_days = min(float(round(longest)), max(1.0, float(round(float(np.median(covered))))))
     if warmup_days is None:
         warmup_days = min(max(WARMUP_DAYS, WARMUP_SHARE * window_days), window_days / 2)
     if not 0 <= warmup_days < window_days:

@@ -196,13 +196,24 @@ def test_a_long_sparse_trace_keeps_all_its_items_and_a_quarter_of_warm_up() -> N
         assert scored == np.count_nonzero(page.arrivals >= 47.25 * DAY) >= 30
 
 
+def test_a_long_busy_file_gets_the_window_its_median_trace_needs_for_150_items() -> None:
+    # A year of a busy file would only multiply the run time: past 28 days the window stops at 150 median items.
+    def year(per_day: int, target: str) -> Trace:
+        return Trace(target, "s", tuple(1_700_000_000.0 + k * DAY / per_day for k in range(365 * per_day)))
+
+    assert fit_windowing([year(2, "a"), year(2, "b")]).window_days == 75  # 150 items at 2 a day
+    assert fit_windowing([year(10, "a"), year(10, "b")]) == Windowing(28, 7)  # never shorter than 28 days
+    assert fit_windowing([year(10, "a")], window_days=365).window_days == 365  # unless asked for
+
+
 def test_the_command_fits_the_window_and_takes_overrides(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     lines = [json.dumps({"target": f"t{k}", "source": "s", "times": list(_spanning(13.3).times)}) for k in range(4)]
     path = write(tmp_path, lines)
     assert revisit.main(["--traces", str(path), "--quick", "--workers", "1", "--seeds", "1", "--half", "all"]) == 0
     out, err = capsys.readouterr()
     assert "window 14 days, warm-up 7" in err
-    assert "window 14 days (the median span the traces cover, at most a year), warm-up 7 days" in out
+    fitted = "the median span the traces cover, at most a year or, past 28 days, 150 items of the median trace"
+    assert f"window 14 days ({fitted}), warm-up 7 days" in out
     argv = ["--traces", str(path), "--quick", "--workers", "1", "--seeds", "1", "--half", "all"]
     assert revisit.main([*argv, "--window-days", "10", "--warmup-days", "2"]) == 0
     assert "window 10 days (given), warm-up 2 days" in capsys.readouterr().out
