@@ -5,12 +5,12 @@ File format, one JSON object per line (blank lines are allowed)::
 
     {"target": "<opaque id>", "source": "<label>", "times": [unix seconds, sorted ascending]}
 
-Windowing (docs/REVISIT.md, "Real traces"): the window is as long as the traces are (``fit_windowing``: the
-median span they cover, at most a year). Each trace keeps the items of its last ``window_days`` (ending at its last
-item) and is shifted by a whole number of days so that this window starts within the first simulated day: times of
-day are kept (daily patterns survive), the windows of all targets overlap but for less than a day. The first
-``warmup_days`` of the simulated clock are warm-up (policies learn, items are not scored); items stop at
-``window_days + 1`` days and fetching goes on for ``drain_days`` more.
+Windowing (docs/REVISIT.md, "Real traces"): the window is as long as the traces are (``fit_windowing``: the median
+span they cover, at most a year, less for busy traces). Each trace keeps the items of its last ``window_days``
+(ending at its last item) and is shifted by a whole number of days so that this window starts within the first
+simulated day: times of day are kept (daily patterns survive), the windows of all targets overlap but for less than
+a day. The first ``warmup_days`` of the simulated clock are warm-up (policies learn, items are not scored); items
+stop at ``window_days + 1`` days and fetching goes on for ``drain_days`` more.
 """
 
 from __future__ import annotations
