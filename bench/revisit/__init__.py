@@ -27,6 +27,7 @@ from pathlib import Path
 from bench.revisit.contenders import FULL, QUICK, REPORT_BASE, ROOT
 from bench.revisit.progress import Progress, starmap_with_progress
 from bench.revisit.publish import merge_json, write_block
+from bench.revisit.replay import FITTED_WINDOW_RULE
 from bench.revisit.synthetic import ablation, e0_seed, e3_seed, tune
 from bench.revisit.synthetic_report import plots, report
 from shhd.fingerprint import tokenize
@@ -105,8 +106,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--window-days",
         type=_days,
-        help="with --traces: days of each trace to replay (default: the median span the traces cover, at most 365, and "
-        "past 28 no more than the median trace needs for 150 items)",
+        help=f"with --traces: days of each trace to replay (default: {FITTED_WINDOW_RULE})",
     )
     parser.add_argument(
         "--warmup-days",

@@ -25,7 +25,16 @@ from bench.revisit.content import ContentModel
 from bench.revisit.oracle import offline_lag, sqrt_bound
 from bench.revisit.progress import Progress, starmap_with_progress
 from bench.revisit.publish import fmt, merge_json, table, write_block
-from bench.revisit.replay import Trace, TraceError, Windowing, fit_windowing, load_traces, split_halves, window_pages
+from bench.revisit.replay import (
+    FITTED_WINDOW_RULE,
+    Trace,
+    TraceError,
+    Windowing,
+    fit_windowing,
+    load_traces,
+    split_halves,
+    window_pages,
+)
 from bench.revisit.sim import Detector, Horizon, mean_ci, run_single
 from bench.revisit.traces import DAY, Page
 from shhd.policies import ChoPolicy, NutchPolicy, RatePolicy, RevisitPolicy, ShhdPolicy
@@ -205,11 +214,7 @@ def report(
         "real_window_days": w.window_days,
         "real_warmup_days": w.warmup_days,
     }
-    how = (
-        "given"
-        if window_given
-        else "the median span the traces cover, at most a year or, past 28 days, 150 items of the median trace"
-    )
+    how = "given" if window_given else FITTED_WINDOW_RULE
     md = [
         f"Command: `{command}`; {cfg.half} half: {sum(n_targets.values())} targets "
         f"({', '.join(f'{k} {v}' for k, v in sorted(n_targets.items()))}); {cfg.seeds} report seeds "

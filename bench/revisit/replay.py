@@ -28,7 +28,16 @@ import numpy as np
 from bench.revisit.sim import Horizon
 from bench.revisit.traces import DAY, Page
 
-__all__ = ["Trace", "TraceError", "Windowing", "fit_windowing", "load_traces", "split_halves", "window_pages"]
+__all__ = [
+    "FITTED_WINDOW_RULE",
+    "Trace",
+    "TraceError",
+    "Windowing",
+    "fit_windowing",
+    "load_traces",
+    "split_halves",
+    "window_pages",
+]
 
 
 class TraceError(ValueError):
@@ -66,6 +75,11 @@ WINDOW_MEDIAN_ITEMS = 150.0
 #: any policy knows its rate), never more than half the window.
 WARMUP_DAYS = 7.0
 WARMUP_SHARE = 0.25
+#: How ``fit_windowing`` chooses the window, in words (the report line and ``--help`` quote it).
+FITTED_WINDOW_RULE = (
+    f"the median span the traces cover, at most {LONGEST_WINDOW_DAYS:g} days or, past {SHORT_WINDOW_DAYS:g} days, "
+    f"{WINDOW_MEDIAN_ITEMS:g} items of the median trace"
+)
 
 
 def fit_windowing(

@@ -212,7 +212,7 @@ def test_the_command_fits_the_window_and_takes_overrides(tmp_path: Path, capsys:
     assert revisit.main(["--traces", str(path), "--quick", "--workers", "1", "--seeds", "1", "--half", "all"]) == 0
     out, err = capsys.readouterr()
     assert "window 14 days, warm-up 7" in err
-    fitted = "the median span the traces cover, at most a year or, past 28 days, 150 items of the median trace"
+    fitted = "the median span the traces cover, at most 365 days or, past 28 days, 150 items of the median trace"
     assert f"window 14 days ({fitted}), warm-up 7 days" in out
     argv = ["--traces", str(path), "--quick", "--workers", "1", "--seeds", "1", "--half", "all"]
     assert revisit.main([*argv, "--window-days", "10", "--warmup-days", "2"]) == 0
