@@ -8,6 +8,12 @@ estimated rate (``bins_per_decade`` classes per factor of ten), from every crawl
 items the estimate predicted for the interval since the last crawl and the items the crawl found, both decayed
 with ``half_life_s``. The factor (found + k) ÷ (predicted + k), k = ``prior_items``, is 1 until a class has seen
 items, and stays 1 where estimates are right: on stationary targets (the synthetic mixture) it does not move.
+
+A factor cannot lift an estimate of (nearly) zero: a target silent for weeks would keep the longest period
+however often silent targets of this population wake up. So every estimate below ``silent_below_per_day`` items a
+day is one class, the near-silent one, and its calibrated rate is what its targets were seen to publish: found
+items ÷ the time they were watched, both decayed alike, with a prior of ``silent_prior_days`` at that threshold
+rate (docs/REVISIT.md, "#21, twelfth round").
 """
 
 from __future__ import annotations
@@ -22,26 +28,38 @@ __all__ = ["RateCalibration"]
 
 @dataclass
 class RateCalibration:
-    """Decayed (predicted, found) item counts per class of estimated rate, shared by all targets of a policy."""
+    """Decayed (predicted, found, watched) item counts per class of estimated rate, shared by all targets of a
+    policy."""
 
     prior_items: float = 5.0
     half_life_s: float = 7 * DAY_S
     bins_per_decade: float = 2.0
-    #: class -> [predicted items, found items, time of the last update (s)]
+    #: Estimates below this many items a day form the near-silent class; None: no such class.
+    silent_below_per_day: float | None = 0.1
+    #: The near-silent class's prior: this many days watched at ``silent_below_per_day``.
+    silent_prior_days: float = 7.0
+    #: class -> [predicted items, found items, time of the last update (s), time watched (s)]
     _rows: dict[int, list[float]] = field(default_factory=dict, repr=False)
 
+    def is_silent(self, rate_per_s: float) -> bool:
+        """Whether an estimate falls in the near-silent class."""
+        return self.silent_below_per_day is not None and rate_per_s * DAY_S < self.silent_below_per_day
+
     def _class(self, rate_per_s: float) -> int:
+        if self.silent_below_per_day is not None and self.is_silent(rate_per_s):
+            return math.floor(math.log10(self.silent_below_per_day) * self.bins_per_decade) - 1
         return math.floor(math.log10(rate_per_s * DAY_S) * self.bins_per_decade)
 
     def observe(self, rate_per_s: float, interval_s: float, found_items: int, now_s: float) -> None:
         """One crawl: the target's estimate before it was ``rate_per_s``; ``found_items`` came in ``interval_s``."""
         if rate_per_s <= 0 or interval_s <= 0:
             return
-        row = self._rows.setdefault(self._class(rate_per_s), [0.0, 0.0, now_s])
+        row = self._rows.setdefault(self._class(rate_per_s), [0.0, 0.0, now_s, 0.0])
         decay = 2.0 ** (-max(now_s - row[2], 0.0) / self.half_life_s)
         row[0] = row[0] * decay + rate_per_s * interval_s
         row[1] = row[1] * decay + found_items
         row[2] = now_s
+        row[3] = row[3] * decay + interval_s
 
     def factor(self, rate_per_s: float) -> float:
         """What to multiply an estimate of ``rate_per_s`` by: found ÷ predicted for its class, with the prior."""
@@ -51,3 +69,14 @@ class RateCalibration:
         if row is None:
             return 1.0
         return (row[1] + self.prior_items) / (row[0] + self.prior_items)
+
+    def calibrated(self, rate_per_s: float) -> float:
+        """The calibrated rate (items/s) for an estimate of ``rate_per_s``: times its class's factor, or, near
+        silent, what the near-silent targets published (never below the estimate itself)."""
+        if self.silent_below_per_day is None or not self.is_silent(rate_per_s):
+            return rate_per_s * self.factor(rate_per_s)
+        row = self._rows.get(self._class(rate_per_s))
+        if row is None:
+            return rate_per_s
+        prior_items = self.silent_prior_days * self.silent_below_per_day
+        return max(rate_per_s, (row[1] + prior_items) / (row[3] + self.silent_prior_days * DAY_S))

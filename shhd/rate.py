@@ -272,18 +272,18 @@ class RatePolicy:
     def rate_of(self, state: dict[str, Any]) -> float:
         """Estimated long-run item rate (items/s) of a target, always > 0: its own estimate, calibrated."""
         own = self.own_rate(state)
-        return own if self.calibration is None else own * self.calibration.factor(own)
+        return own if self.calibration is None else self.calibration.calibrated(own)
 
     def _teach(self, state: dict[str, Any], observation: Observation, last: float) -> None:
         """Tell the calibration what the target's own estimate predicted since ``last`` and what the crawl found;
-        not while the prior still outweighs the target's items (every new target starts at the prior's rate)."""
+        not while the prior still outweighs the target's items (every new target starts at the prior's rate), except
+        when the estimate is near silent: a silent target's empty crawls are what the near-silent class learns from."""
         if self.calibration is None:
             return
+        own = self.own_rate(state)
         prior_items = RATE_PRIOR_ITEMS * float(state.get("prior_weight", 1.0))
-        if float(state["items"]) >= RATE_CALIBRATION_MIN_EVIDENCE * prior_items:
-            self.calibration.observe(
-                self.own_rate(state), observation.now_s - last, observation.new_items, observation.now_s
-            )
+        if float(state["items"]) >= RATE_CALIBRATION_MIN_EVIDENCE * prior_items or self.calibration.is_silent(own):
+            self.calibration.observe(own, observation.now_s - last, observation.new_items, observation.now_s)
 
     def _scale(self) -> float:
         reference = self.initial_period_s if self.reference_period_s is None else self.reference_period_s

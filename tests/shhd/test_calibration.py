@@ -70,3 +70,46 @@ def test_rate_policy_rates_are_its_own_estimates_times_the_calibration() -> None
     assert policy.rate_of(busy) == pytest.approx(own * policy.calibration.factor(own))
     plain = RatePolicy(60.0, DAY, 600.0, calibration=None)
     assert plain.rate_of(busy) == pytest.approx(own)
+
+
+def test_near_silent_estimates_get_what_near_silent_targets_published() -> None:
+    calibration = RateCalibration(silent_below_per_day=0.1, silent_prior_days=7.0)
+    silent = 1e-4 / DAY  # an estimate of (nearly) zero: no factor could lift it
+    assert calibration.is_silent(silent) and not calibration.is_silent(0.2 / DAY)
+    assert calibration.calibrated(silent) == silent  # nothing learnt yet
+    for k in range(100):  # 100 near-silent targets watched for a day each; 20 of them found 3 items
+        calibration.observe(silent * (1 + k), DAY, 3 if k % 5 == 0 else 0, 10 * DAY)
+    # 60 items over 100 days watched, with the prior of 7 days at 0.1 a day: 60.7 / 107 items a day
+    assert calibration.calibrated(silent) * DAY == pytest.approx(60.7 / 107)
+    assert calibration.calibrated(0.05 / DAY) == calibration.calibrated(silent)  # one class below the threshold
+    assert calibration.calibrated(2 / DAY) == 2 / DAY  # classes above it keep their factors (none taught here)
+
+
+def test_the_near_silent_rate_never_lowers_an_estimate_and_can_be_switched_off() -> None:
+    calibration = RateCalibration(silent_below_per_day=0.1)
+    for k in range(50):  # near-silent targets that stay silent
+        calibration.observe(0.08 / DAY, DAY, 0, k * DAY)
+    assert calibration.calibrated(0.08 / DAY) == 0.08 / DAY
+    assert calibration.calibrated(1e-6 / DAY) > 1e-6 / DAY  # the prior alone lifts an estimate of nearly zero
+    off = RateCalibration(silent_below_per_day=None)
+    off.observe(1e-6 / DAY, DAY, 5, 0.0)
+    assert not off.is_silent(1e-6 / DAY)
+    assert off.calibrated(1e-6 / DAY) == pytest.approx(1e-6 / DAY * off.factor(1e-6 / DAY))
+
+
+def test_a_silent_target_teaches_the_calibration_and_gets_a_shorter_period_when_silent_targets_wake() -> None:
+    """A target that never published is taught from (its prior outweighs its zero items), and its period falls
+    once other silent targets of the population are seen to wake up (a file of each target's latest items)."""
+    policy = RatePolicy(60.0, 30 * DAY, 3600.0, diurnal=False, periodic=False, burst_fade_s=None)
+    assert policy.calibration is not None
+    quiet = policy.initial_state()
+    for k in range(1, 60):  # a day apart, nothing found: its estimate falls below 0.1 a day
+        quiet = _crawl(policy, quiet, k * DAY, 0)
+    own = policy.own_rate(quiet)
+    assert policy.calibration.is_silent(own)
+    assert policy.calibration._rows  # its empty crawls were taught
+    before = policy.period_for(policy.rate_of(quiet))
+    for k in range(60, 80):  # other near-silent targets, now crawled, find 2 items a day each
+        policy.calibration.observe(own, DAY, 2, k * DAY)
+    assert policy.rate_of(quiet) > 10 * own
+    assert policy.period_for(policy.rate_of(quiet)) < before / 3
