@@ -46,9 +46,10 @@ class RateCalibration:
         return self.silent_below_per_day is not None and rate_per_s * DAY_S < self.silent_below_per_day
 
     def _class(self, rate_per_s: float) -> int:
-        if self.silent_below_per_day is not None and self.is_silent(rate_per_s):
-            return math.floor(math.log10(self.silent_below_per_day) * self.bins_per_decade) - 1
-        return math.floor(math.log10(rate_per_s * DAY_S) * self.bins_per_decade)
+        per_day, threshold = rate_per_s * DAY_S, self.silent_below_per_day
+        if threshold is not None and per_day < threshold:  # near silent: one class, just below the threshold's
+            return math.floor(math.log10(threshold) * self.bins_per_decade) - 1
+        return math.floor(math.log10(per_day) * self.bins_per_decade)
 
     def observe(self, rate_per_s: float, interval_s: float, found_items: int, now_s: float) -> None:
         """One crawl: the target's estimate before it was ``rate_per_s``; ``found_items`` came in ``interval_s``."""
@@ -73,10 +74,11 @@ class RateCalibration:
     def calibrated(self, rate_per_s: float) -> float:
         """The calibrated rate (items/s) for an estimate of ``rate_per_s``: times its class's factor, or, near
         silent, what the near-silent targets published (never below the estimate itself)."""
-        if self.silent_below_per_day is None or not self.is_silent(rate_per_s):
+        threshold = self.silent_below_per_day
+        if threshold is None or rate_per_s * DAY_S >= threshold:
             return rate_per_s * self.factor(rate_per_s)
         row = self._rows.get(self._class(rate_per_s))
         if row is None:
             return rate_per_s
-        prior_items = self.silent_prior_days * self.silent_below_per_day
+        prior_items = self.silent_prior_days * threshold
         return max(rate_per_s, (row[1] + prior_items) / (row[3] + self.silent_prior_days * DAY_S))
