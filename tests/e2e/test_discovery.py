@@ -120,6 +120,10 @@ def test_listings_discover_new_products_once_and_their_reviews_are_crawled(tmp_p
                 break
             time.sleep(1)
         products = [p for p in stack.truth()["products"] if p["appeared_wall_ms"] <= (time.time() - 15) * 1000]
+        # The clients stop before the scheduler's state is read, so that no crawl lands between the readings
+        # below: the stats and the status line must describe the same moment.
+        for client in clients:
+            client.stop(timeout_s=20)
         listing_info = {f"listing:{x}": stack.task_info(f"listing:{x}") for x in LISTINGS}
         product_info = {}
         for product in stack.truth()["products"]:
@@ -129,8 +133,6 @@ def test_listings_discover_new_products_once_and_their_reviews_are_crawled(tmp_p
                 pass
         stats = stack.scheduler_stats()
         status = stack.icecrawler("status")
-        for client in clients:
-            client.stop(timeout_s=20)
         assert stack.stop_scheduler() == 0
         done = stack.done_log()
 
