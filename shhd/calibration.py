@@ -63,7 +63,9 @@ class RateCalibration:
         row[3] = row[3] * decay + interval_s
 
     def factor(self, rate_per_s: float) -> float:
-        """What to multiply an estimate of ``rate_per_s`` by: found ÷ predicted for its class, with the prior."""
+        """Found ÷ predicted for the class of an estimate of ``rate_per_s``, with the prior: what ``calibrated``
+        multiplies an estimate by at or above the near-silent threshold (below it ``calibrated`` uses the time
+        watched instead)."""
         if rate_per_s <= 0:
             return 1.0
         row = self._rows.get(self._class(rate_per_s))
