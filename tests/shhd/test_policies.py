@@ -148,6 +148,29 @@ def test_rate_policy_memory_stretches_the_half_life_to_its_items() -> None:
     assert p._half_life(quiet) == 14 * 86400.0  # never longer than RATE_HALF_LIFE_MAX_S
 
 
+def test_rate_policy_default_memory_follows_a_sales_day() -> None:
+    """A review stream with three reviews a day gets 30 in one day (a sale): the default memory (5 mean gaps) takes
+    most of that day into its rate; 20 gaps, the default before it, left the estimate near the old rate."""
+    day = 86400.0
+    quiet = [k * day / 3 for k in range(1, 3 * 14)]  # two weeks at 3 a day
+    sale = [14 * day + k * day / 30 for k in range(1, 31)]  # then 30 in one day
+    fetches = [h * 3600.0 for h in range(1, 15 * 24 + 1)]  # hourly crawls through both
+
+    def rate_after(policy: RatePolicy) -> float:
+        state, seen = policy.initial_state(), 0
+        for now in fetches:
+            new = [t for t in (quiet + sale)[seen:] if t <= now]
+            seen += len(new)
+            obs = Observation(now_s=now, new_items=len(new), new_item_times_s=tuple(new))
+            state = policy.next_period(state, obs).state
+        return policy.own_rate(state) * day
+
+    default, long_memory = RatePolicy(60, day, 600), RatePolicy(60, day, 600, memory_items=20.0)
+    assert default.memory_items == 5.0
+    assert rate_after(default) > 11.0  # items a day at the sale's end: past 3.5 × the old rate, towards the sale's 30
+    assert rate_after(long_memory) < 7.5  # about a week's memory: still nearer the old 3
+
+
 def test_rate_policy_day_anchor_moves_a_long_period_to_where_the_daily_rate_falls() -> None:
     p = RatePolicy(60, 10 * 86400.0, 600)
     amplitude = 0.8 + 0j  # λ ∝ 1 + 0.8 cos(ωs): peak at midnight, falls through the mean at 06:00
