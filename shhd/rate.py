@@ -389,7 +389,12 @@ class RatePolicy:
             RATE_BATCH_MIN_DELAY_S,
             RATE_BATCH_MIN_EXACT_SESSIONS,
         )
-        return None if after is None else BatchTime(after, RATE_BATCH_QUEUE_S / (1.0 + rate * DAY_S))
+        if after is None:
+            return None
+        # Busier first (RATE_BATCH_QUEUE_S) by the long-run rate of the daily profile's counts: the rate estimate's
+        # short memory swings with each day's batch and churned the order (docs/REVISIT.md, "#21, fifteenth round").
+        steady = day[6] / day[7] if len(day) >= 8 and day[7] > 0 else rate
+        return BatchTime(after, RATE_BATCH_QUEUE_S / (1.0 + steady * DAY_S))
 
     def _anchored(self, period: float, amplitude: complex, now: float, batch: BatchTime | None = None) -> float:
         """``period``, moved to just after the target's next unseen daily batch (``batch``; periods up to

@@ -290,16 +290,23 @@ def test_rate_policy_fetches_after_the_first_batch_a_fetch_has_not_seen() -> Non
 
 
 def test_rate_policy_sends_busier_batches_first() -> None:
-    """Targets that share one batch time are fetched in order of their items a day (Smith's rule)."""
+    """Targets that share one batch time are fetched in order of their items a day (Smith's rule), counted by the
+    daily profile's long-run moments, not by the short-memory rate estimate that each day's batch swings."""
     p = RatePolicy(60, 86400.0, 3600)
     day = 86400.0
     sessions = [8.0, 0.0, 8.0]  # eight sessions, all at midnight
-    day_moments = [8.0, 0.0, 0.0, 0.0, 0.0, 0.0, 8.0, 8 * day]
-    state = {**p.initial_state(), "sessions": sessions, "day": day_moments}
-    busy, quiet = p._batch_time(state, 10 / day), p._batch_time(state, 0.5 / day)
+
+    def batch_target(items_a_day: float) -> dict[str, object]:
+        """Eight days of batches at midnight, ``items_a_day`` items each."""
+        items = 8 * items_a_day
+        return {**p.initial_state(), "sessions": sessions, "day": [items, 0.0, 0.0, 0.0, 0.0, 0.0, items, 8 * day]}
+
+    # The short-memory estimates passed in say the opposite (a quiet day for the busy one, a batch for the quiet one).
+    busy, quiet = p._batch_time(batch_target(10), 0.5 / day), p._batch_time(batch_target(0.5), 10 / day)
     assert busy is not None and quiet is not None
     assert busy.after_s == quiet.after_s == pytest.approx(60.0)
     assert 0.0 < busy.queue_s < quiet.queue_s <= 540.0
+    assert busy.queue_s == pytest.approx(540.0 / 11) and quiet.queue_s == pytest.approx(540.0 / 1.5)
 
 
 def test_rate_policy_periodic_forecast_fetches_after_the_next_arrival() -> None:
