@@ -43,8 +43,8 @@ RATE_BURST_PRIOR_ITEMS = 1.0
 #: Rate policy: the rate estimate's memory, in items: the half-life of the forgetting is at least ``half_life_s``
 #: and stretches to about this many of the target's own mean gaps (up to RATE_HALF_LIFE_MAX_S), so a target that
 #: publishes a few times a week is not judged on its last one or two items. Product reviews come in sales days, and
-#: a memory of 20 items lagged them; 3 to 5 items follow them and cost the commit feeds little (docs/REVISIT.md,
-#: "#21, fifteenth round"). None: a fixed half-life.
+#: a memory of 20 items lagged them; 5 items follow them, at a cost to our commit feeds of 0.7 point at 0.25× on the
+#: development half and 2 on the report half (docs/REVISIT.md, "#21, fifteenth round"). None: a fixed half-life.
 RATE_MEMORY_ITEMS: float | None = 5.0
 RATE_HALF_LIFE_MAX_S = 14 * 86400.0
 #: Rate policy: half-life of the daily profile's moments. A daily pattern needs several weeks to show its phase on a

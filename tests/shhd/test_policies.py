@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterator
 
 import pytest
 
@@ -11,6 +12,7 @@ import shhd.policies as policies
 from shhd.policies import (
     POLICY_NAMES,
     ChoPolicy,
+    Decision,
     FixedPolicy,
     NutchPolicy,
     Observation,
@@ -157,13 +159,8 @@ def test_rate_policy_default_memory_follows_a_sales_day() -> None:
     fetches = [h * 3600.0 for h in range(1, 15 * 24 + 1)]  # hourly crawls through both
 
     def rate_after(policy: RatePolicy) -> float:
-        state, seen = policy.initial_state(), 0
-        for now in fetches:
-            new = [t for t in (quiet + sale)[seen:] if t <= now]
-            seen += len(new)
-            obs = Observation(now_s=now, new_items=len(new), new_item_times_s=tuple(new))
-            state = policy.next_period(state, obs).state
-        return policy.own_rate(state) * day
+        *_, last = _decisions(policy, quiet + sale, fetches)
+        return policy.own_rate(last.state) * day
 
     default, long_memory = RatePolicy(60, day, 600), RatePolicy(60, day, 600, memory_items=20.0)
     assert default.memory_items == 5.0
@@ -181,16 +178,20 @@ def test_rate_policy_day_anchor_moves_a_long_period_to_where_the_daily_rate_fall
     assert RatePolicy(60, 86400.0, 600, day_anchor=False)._anchored(1.2 * 86400.0, amplitude, 0.0) == 1.2 * 86400.0
 
 
-def _feed(policy: RatePolicy, items: list[float], fetches: list[float]) -> list[float]:
+def _decisions(policy: RatePolicy, items: list[float], fetches: list[float]) -> Iterator[Decision]:
     """Crawl at each of ``fetches`` and report the items of ``items`` that arrived since the previous crawl."""
-    state, periods, seen = policy.initial_state(), [], 0
+    state, seen = policy.initial_state(), 0
     for now in fetches:
         new = [t for t in items[seen:] if t <= now]
         seen += len(new)
         d = policy.next_period(state, Observation(now_s=now, new_items=len(new), new_item_times_s=tuple(new)))
         state = d.state
-        periods.append(d.period_s)
-    return periods
+        yield d
+
+
+def _feed(policy: RatePolicy, items: list[float], fetches: list[float]) -> list[float]:
+    """The periods ``policy`` asks for when crawled at each of ``fetches`` (``_decisions``)."""
+    return [d.period_s for d in _decisions(policy, items, fetches)]
 
 
 def _crawl_as_asked(policy: RatePolicy, items: list[float], start: float, end: float) -> list[float]:
