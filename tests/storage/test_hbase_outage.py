@@ -14,7 +14,7 @@ import pytest
 
 from icecrawler import rpc
 from icecrawler_local.hbase_local import LocalHBase
-from storage_server.hbase_store import decode_columns
+from storage_server.hbase_store import HBaseStore, decode_columns
 from tests.helpers import wait_for
 from tests.storage.conftest import BIG_ID, StorageServerRunner, make_post
 
@@ -43,6 +43,13 @@ def stored_ids(port: int, prefix: str) -> list[int]:
 def test_hbase_outage_and_storage_kill9_lose_nothing(
     local_hbase: LocalHBase, table_prefix: str, storage_server: Callable[..., StorageServerRunner], client_comm: Any
 ) -> None:
+    # The tables exist before the healthy phase. Creating them is the server's first write, and on a loaded two-core
+    # machine that can take longer than the 3 s write timeout below, which would spool the whole phase (as designed).
+    store = HBaseStore("127.0.0.1", local_hbase.thrift_port, pool_size=1, timeout_s=60, table_prefix=table_prefix)
+    try:
+        assert list(store.scan("weibo")) == []
+    finally:
+        store.close()
     server = storage_server(
         **{
             "storage.backend": "hbase",
