@@ -1,6 +1,6 @@
 """The global fetch budget (``scheduler.fetch_budget_per_s``): the maintenance thread recomputes the constant of
-the ``rate`` policy's square-root allocation from every task's current rate estimate; periods change at each
-task's next report.
+the ``rate`` policy's square-root allocation from every task's current rate estimate, and whether the daily anchor
+applies from their daily profiles; periods change at each task's next report.
 
 The task table is read chunk by chunk, each chunk in its own short transaction under the core's lock, and the
 rates are estimated outside the lock, so leases and reports go on between chunks: the constant is an estimate
@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from scheduler_server.codec import TaskRecord
 from scheduler_server.config import BudgetedPolicy
-from shhd.policies import budget_plan
+from shhd.policies import BudgetView
 
 if TYPE_CHECKING:
     from scheduler_server.core import SchedulerCore
@@ -29,25 +29,20 @@ def rebalance_budget(core: SchedulerCore) -> float | None:
     policy = core.policy
     if core.config.fetch_budget_per_s <= 0 or not isinstance(policy, BudgetedPolicy):
         return None
-    rates: list[float] = []
+    views: list[BudgetView] = []
     start = b""
     while True:
         with core._lock, core.store.transaction() as txn:
             chunk = txn.scan("tasks", start, limit=_SCAN_CHUNK)
         if not chunk:
             break
-        rates.extend(policy.rate_of(TaskRecord.from_bytes(raw).policy_state) for _, raw in chunk)
+        views.extend(policy.budget_view(TaskRecord.from_bytes(raw).policy_state) for _, raw in chunk)
         start = chunk[-1][0] + b"\0"
-    if not rates:
+    if not views:
         return None
     # The longest period may stretch past scheduler.max_period_s when the budget is too small for that cap to
-    # leave room for any allocation (``shhd.policies.budget_plan``).
-    scale, longest = budget_plan(
-        rates,
-        core.config.fetch_budget_per_s,
-        core.config.min_period_s,
-        core.config.max_period_s,
-        policy.budget_stretch,
+    # leave room for any allocation; the daily anchor goes off while the tasks keep one clock
+    # (``shhd.rate.RatePolicy.apply_budget``).
+    return policy.apply_budget(
+        views, core.config.fetch_budget_per_s, core.config.min_period_s, core.config.max_period_s
     )
-    policy.set_budget_scale(scale, longest)
-    return scale

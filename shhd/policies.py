@@ -10,7 +10,9 @@ INTERFACE CONTRACT (used by scheduler_server and bench/revisit; keep it stable):
 
 Extensions (additive): ``RatePolicy.rate_of(state)`` gives a target's estimated item rate (items/s), and
 ``allocate_periods(rates, budget_per_s, min_period_s, max_period_s)`` splits a global fetch budget over targets by
-the square-root rule; ``RatePolicy.set_budget_scale`` makes its periods follow that split.
+the square-root rule; ``RatePolicy.set_budget_scale`` makes its periods follow that split, and
+``RatePolicy.apply_budget(views, ...)`` does both from every target's ``budget_view(state)``, and turns the daily
+anchor off while the targets keep one clock.
 
 Policies (``make_policy`` names):
 
@@ -44,12 +46,13 @@ from shhd.calibration import RateCalibration
 from shhd.fingerprint import BITS, hamming
 from shhd.observation import Decision, Observation, clamp
 from shhd.period import SHHDController, ShhdState
-from shhd.rate import RATE_CALIBRATE, RatePolicy, allocate_periods, budget_plan, budget_scale
+from shhd.rate import RATE_CALIBRATE, BudgetView, RatePolicy, allocate_periods, budget_plan, budget_scale
 
 _clamp = clamp
 
 __all__ = [
     "POLICY_NAMES",
+    "BudgetView",
     "ChoPolicy",
     "Decision",
     "FixedPolicy",

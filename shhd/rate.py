@@ -27,7 +27,15 @@ from shhd.forecast import (
 from shhd.observation import Decision, Observation
 from shhd.observation import clamp as _clamp
 
-__all__ = ["RatePolicy", "allocate_periods", "budget_max_period", "budget_plan", "budget_scale"]
+__all__ = [
+    "BudgetView",
+    "RatePolicy",
+    "allocate_periods",
+    "budget_max_period",
+    "budget_plan",
+    "budget_scale",
+    "phase_agreement",
+]
 
 
 #: Rate policy: half-life of the exponential forgetting of old items and exposure, so the estimate follows regime
@@ -61,6 +69,13 @@ RATE_EXCITE: tuple[float, float] | None = None
 RATE_DAY_ANCHOR = True
 RATE_DAY_ANCHOR_MIN = 0.75
 RATE_DAY_ANCHOR_AMPLITUDE = 0.1
+#: Rate policy under a global budget: the daily anchor is off while the targets keep one clock, that is while the
+#: fetch-weighted mean cosine between two different targets' daily phases (``phase_agreement``) is above this; two
+#: targets at a cosine of 0.5 have their busy hours 4 h apart. On one clock every anchor asks for the same hours, and
+#: so do the busy targets' own due times; the queue serves those hours late and the anchor costs more than it saves.
+#: Product-review streams sit at 0.6-0.9, Weibo users and commit feeds at 0.2-0.4 (docs/REVISIT.md, "#21, sixteenth
+#: round"). None: the anchor stays on.
+RATE_SHARED_CLOCK_AGREEMENT: float | None = 0.5
 #: Rate policy: a target whose sessions (items after a quiet gap of at least BATCH_GAP_S) begin at one time of
 #: day publishes in a daily batch (a site that dates items by day, a job run by the clock): when the mean resultant
 #: length of its session starts' times of day is at least BATCH_RESULTANT over at least BATCH_MIN_SESSIONS decayed
@@ -177,6 +192,33 @@ def budget_plan(
     return budget_scale(rates, budget_per_s, min_period_s, longest), longest
 
 
+def phase_agreement(phases: Sequence[tuple[complex, float]]) -> float:
+    """The weighted mean cosine between the daily phases of two different targets, from (daily amplitude, weight)
+    pairs: Σ_{i≠j} w_i w_j cos(θ_i - θ_j) / Σ_{i≠j} w_i w_j, 0 with fewer than two.
+
+    That is (|Σ w u|² - Σ w²) / ((Σ w)² - Σ w²), u = the unit phase: the squared mean resultant of the phases without
+    the bias of a small population (N independent phases give a resultant of about 1/sqrt(N), and 0 here), so a
+    dozen targets on their own clocks do not look like one clock.
+    """
+    total, weight, squares = 0j, 0.0, 0.0
+    for amplitude, w in phases:
+        if amplitude == 0 or w <= 0:
+            continue
+        total += w * amplitude / abs(amplitude)
+        weight += w
+        squares += w * w
+    pairs = weight * weight - squares
+    return (abs(total) ** 2 - squares) / pairs if pairs > 0 else 0.0
+
+
+class BudgetView(NamedTuple):
+    """What the split of a global budget needs from one target's state (``RatePolicy.budget_view``)."""
+
+    rate_per_s: float
+    #: The relative daily amplitude the daily anchor would use (``forecast.daily_amplitude``); 0 when there is none.
+    daily: complex
+
+
 @dataclass
 class RatePolicy:
     """Our policy: exact change signals -> a rate estimate and a forecast of the next items -> the next fetch.
@@ -202,9 +244,11 @@ class RatePolicy:
     * burst (``burst_fade_s``): a run of close items just before the crawl adds λ e (e^{-(s - now)/F}) to λ(s),
       e = how much faster the run came than λ (``forecast.recent_excess``), F = ``burst_fade_s``.
 
-    A target whose sessions begin at one time of day, day after day, publishes in a daily batch (a site that dates
-    items by day only): its fetches move to just after the batch, busiest targets first (RATE_BATCH_*,
-    ``forecast.daily_batch_time``), and the batch's ties are no burst.
+    A period of most of a day or more on a target with a daily profile moves to where its daily rate falls through its
+    mean (the daily anchor, RATE_DAY_ANCHOR), except under a global budget while the targets keep one clock
+    (``apply_budget``, RATE_SHARED_CLOCK_AGREEMENT). A target whose sessions begin at one time of day, day after day,
+    publishes in a daily batch (a site that dates items by day only): its fetches move to just after the batch,
+    busiest targets first (RATE_BATCH_*, ``forecast.daily_batch_time``), and the batch's ties are no burst.
 
     C is ``sqrt(R)`` on its own, R = ``reference_period_s`` (default: the first period I0), so a target with one
     item per R gets period R and one 100x slower gets 10 R; or, under a global fetch budget, ``budget_scale(...)``
@@ -228,6 +272,10 @@ class RatePolicy:
     budget_stretch: float | None = RATE_BUDGET_STRETCH
     #: The longest period under a budget (``set_budget_scale``); None: ``max_period_s``.
     budget_max_s: float | None = None
+    #: Above this phase agreement of the targets under a budget, no daily anchor (RATE_SHARED_CLOCK_AGREEMENT).
+    shared_clock_agreement: float | None = RATE_SHARED_CLOCK_AGREEMENT
+    #: Whether the targets under the budget keep one clock (``apply_budget``): the daily anchor is then off.
+    shared_clock: bool = False
     #: Shared by all targets of this policy (``shhd.calibration``); None: no calibration.
     calibration: RateCalibration | None = field(
         default_factory=lambda: RateCalibration() if RATE_CALIBRATE else None, repr=False, compare=False
@@ -252,6 +300,32 @@ class RatePolicy:
         period ``max_period_s`` when given (``budget_plan``); None returns to sqrt(I0) and ``max_period_s``."""
         self.scale = scale
         self.budget_max_s = max_period_s if scale is not None else None
+        if scale is None:
+            self.shared_clock = False
+
+    def budget_view(self, state: dict[str, Any]) -> BudgetView:
+        """This target's part in ``apply_budget``."""
+        return BudgetView(self.rate_of(state), self.daily_profile(state))
+
+    def apply_budget(
+        self, views: Sequence[BudgetView], budget_per_s: float, min_period_s: float, max_period_s: float
+    ) -> float:
+        """Split ``budget_per_s`` over the targets of ``views`` by the square-root rule (``budget_plan``), and turn the
+        daily anchor off while they keep one clock (RATE_SHARED_CLOCK_AGREEMENT); returns C.
+
+        Each target with a daily profile strong enough to anchor weighs in by its fetch rate under the new split: the
+        crowding is of fetches, so the busy targets count most.
+        """
+        scale, longest = budget_plan(
+            [v.rate_per_s for v in views], budget_per_s, min_period_s, max_period_s, self.budget_stretch
+        )
+        self.set_budget_scale(scale, longest)
+        phases = [
+            (v.daily, 1.0 / self.period_for(v.rate_per_s)) for v in views if abs(v.daily) >= RATE_DAY_ANCHOR_AMPLITUDE
+        ]
+        limit = self.shared_clock_agreement
+        self.shared_clock = limit is not None and phase_agreement(phases) > limit
+        return scale
 
     def _longest(self) -> float:
         return self.max_period_s if self.budget_max_s is None else max(self.budget_max_s, self.max_period_s)
@@ -342,11 +416,7 @@ class RatePolicy:
         """The next period from the rate forecast (+ daily profile, + burst, + self-excitation)."""
         mu = 0.5 * self._scale() ** 2
         rate = self.rate_of(state)
-        amplitude = 0j
-        if self.diurnal:
-            day = state["day"]
-            items, exposure = (day[6], day[7]) if len(day) >= 8 else (state["items"], state["exposure_s"])
-            amplitude = daily_amplitude(day[:6], items, exposure, _dispersion(state["times"]))
+        amplitude = self.daily_profile(state)
         batch = self._batch_time(state, rate)
         excess = (
             recent_excess(state["times"], now, rate, RATE_BURST_PRIOR_ITEMS, RATE_BURST_MIN_RUN)
@@ -369,6 +439,16 @@ class RatePolicy:
             return out
 
         return self._anchored(solve_fetch_time(lag, mu, self.min_period_s, self._longest()), amplitude, now, batch)
+
+    def daily_profile(self, state: dict[str, Any]) -> complex:
+        """The relative daily amplitude A of the target's rate, λ(s) = λ (1 + Re(A e^{iωs})); 0 without ``diurnal``."""
+        if not self.diurnal:
+            return 0j
+        day = [float(x) for x in state.get("day", ())]
+        if len(day) < 6:
+            return 0j  # a state stored before the daily profile
+        items, exposure = (day[6], day[7]) if len(day) >= 8 else (float(state["items"]), float(state["exposure_s"]))
+        return daily_amplitude(day[:6], items, exposure, _dispersion(state.get("times", [])))
 
     def _batch_time(self, state: dict[str, Any], rate: float) -> BatchTime | None:
         """When to fetch a target that publishes in a daily batch, busier ones first; None when it does not
@@ -399,10 +479,15 @@ class RatePolicy:
     def _anchored(self, period: float, amplitude: complex, now: float, batch: BatchTime | None = None) -> float:
         """``period``, moved to just after the target's next unseen daily batch (``batch``; periods up to
         RATE_BATCH_ANCHOR_MAX days, however short), else to the nearest descending mean crossing of the daily profile
-        (RATE_DAY_ANCHOR)."""
+        (RATE_DAY_ANCHOR), unless the budgeted targets keep one clock (``shared_clock``)."""
         if batch is not None:
             return period if period > RATE_BATCH_ANCHOR_MAX * DAY_S else self._after_next_batch(batch, now)
-        if not self.day_anchor or period < RATE_DAY_ANCHOR_MIN * DAY_S or abs(amplitude) < RATE_DAY_ANCHOR_AMPLITUDE:
+        if (
+            not self.day_anchor
+            or self.shared_clock
+            or period < RATE_DAY_ANCHOR_MIN * DAY_S
+            or abs(amplitude) < RATE_DAY_ANCHOR_AMPLITUDE
+        ):
             return period
         # λ(s) ∝ 1 + |A| cos(ωs + arg A) falls through its mean where ωs + arg A = π/2 (mod 2π).
         crossing = ((math.pi / 2 - cmath.phase(amplitude)) / OMEGA_DAY) % DAY_S

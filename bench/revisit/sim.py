@@ -20,7 +20,7 @@ from bench.revisit.content import ContentModel
 from bench.revisit.traces import Page
 from shhd.fingerprint import hamming
 from shhd.period import GROWTH_MAX_D
-from shhd.policies import Observation, RatePolicy, RevisitPolicy, budget_plan
+from shhd.policies import Observation, RatePolicy, RevisitPolicy
 
 #: How often (simulated seconds) the budgeted scheduler refreshes the rate policy's square-root scale.
 ALLOCATION_EPOCH_S = 3600.0
@@ -188,7 +188,8 @@ def run_budget(
     """Many pages, global budget (mode B): one fetch every 1/B seconds, always of the page whose proposed due time
     is earliest (the most overdue), so every policy spends exactly the same fetches. Pages get a baseline crawl at
     t = 0 (not counted). For the ``rate`` policy the scheduler refreshes its square-root scale every
-    ALLOCATION_EPOCH_S from all pages' rate estimates (``budget_scale``), as the real scheduler would."""
+    ALLOCATION_EPOCH_S from all pages' rate estimates and daily profiles (``RatePolicy.apply_budget``), as the real
+    scheduler does."""
     crawl = _Crawl(pages, policy, detector, horizon)
     heap = [(crawl.fetch(i, 0.0, count=False), i) for i in range(len(pages))]
     heapq.heapify(heap)
@@ -197,10 +198,8 @@ def run_budget(
         rate_policy = policy
 
         def refresh() -> None:
-            rates = [rate_policy.rate_of(s) for s in crawl.states]
-            rate_policy.set_budget_scale(
-                *budget_plan(rates, budget_per_s, min_period_s, max_period_s, rate_policy.budget_stretch)
-            )
+            views = [rate_policy.budget_view(s) for s in crawl.states]
+            rate_policy.apply_budget(views, budget_per_s, min_period_s, max_period_s)
 
         refresh()
     slot = 1.0 / budget_per_s

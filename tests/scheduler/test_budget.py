@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
+from icecrawler.errors import NoWorkError
 from icecrawler.models import Report, TaskKind
 from scheduler_server.core import SchedulerCore
 from scheduler_server.store import QueueStore
@@ -99,3 +102,50 @@ def test_rate_calibration_learns_from_reports_and_the_setting_turns_it_off(
         math.isclose(off.policy.rate_of(s), off.policy.own_rate(s))  # type: ignore[attr-defined]
         for s in states
     )
+
+
+@pytest.mark.parametrize(("hours", "one_clock"), [((20, 20, 20, 20), True), ((2, 8, 14, 20), False)])
+def test_budget_turns_the_daily_anchor_off_while_the_tasks_keep_one_clock(
+    store: QueueStore, clocks: ManualClocks, hours: tuple[int, ...], one_clock: bool
+) -> None:
+    """Four review streams, three reviews a day each at their own hour (UTC), crawled for ten days: when every
+    stream's reviews come at the same hour, their daily anchors would all ask for the same hours of the shared
+    budget, and the rebalance turns the anchor off (``shhd.rate.RatePolicy.apply_budget``); at four hours six apart
+    it stays on."""
+    core = SchedulerCore.from_settings(
+        make_settings(**RATE_SETTINGS, scheduler__fetch_budget_per_s=4 / 86400.0), store, clocks
+    )
+    ids = [f"jd:{k}" for k in range(len(hours))]
+    core.add(ids, TaskKind.ProductReviews)
+    day, start = 86400.0, clocks.now()
+    first_day = start - start % day + day
+    items = {
+        f"reviews:{i}": [first_day + d * day + h * 3600.0 + m * 600.0 for d in range(10) for m in range(3)]
+        for i, h in zip(ids, hours, strict=True)
+    }
+    reported = dict.fromkeys(items, start)
+    for _ in range(11 * 24):
+        clocks.advance(3600)
+        now = clocks.now()
+        try:
+            leased = core.lease("w", len(ids))
+        except NoWorkError:
+            continue  # nothing due this hour
+        for task in leased:
+            new = [t for t in items[task.id] if reported[task.id] < t <= now]
+            reported[task.id] = now
+            times_ms = tuple(int(t * 1000) for t in sorted(new, reverse=True))
+            core.report(
+                [
+                    Report(
+                        task_id=task.id,
+                        lease_token=task.lease_token,
+                        new_items=len(new),
+                        window_items=10,
+                        newest_item_ms=times_ms[0] if times_ms else 0,
+                        new_item_times_ms=times_ms,
+                    )
+                ]
+            )
+    assert core.rebalance_budget() is not None
+    assert core.policy.shared_clock is one_clock  # type: ignore[attr-defined]

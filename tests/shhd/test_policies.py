@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import cmath
 import json
 import math
 from collections.abc import Iterator
@@ -24,7 +25,7 @@ from shhd.policies import (
     cho_rate_mle,
     make_policy,
 )
-from shhd.rate import BatchTime
+from shhd.rate import BatchTime, BudgetView, budget_plan, phase_agreement
 
 
 def test_exports_exist_and_names_are_complete() -> None:
@@ -249,6 +250,62 @@ def test_rate_policy_does_not_take_date_stamps_of_a_busy_day_for_a_batch() -> No
     assert state["sessions"][4] > state["sessions"][3]  # most new items were stamped before the crawl before
     assert p._batch_time(state, p.rate_of(state)) is None
     assert len([t for t in fetched if t > 12 * day]) > 3 * (30 - 12)
+
+
+def test_phase_agreement_is_the_mean_cosine_between_two_different_targets() -> None:
+    east, north = 0.8 + 0j, 0.5j  # phases a quarter-day apart
+    assert phase_agreement([(east, 1.0), (0.3 + 0j, 2.0)]) == pytest.approx(1.0)  # one clock, whatever the sizes
+    assert phase_agreement([(east, 1.0), (-east, 1.0)]) == pytest.approx(-1.0)
+    assert phase_agreement([(east, 1.0), (north, 1.0)]) == pytest.approx(0.0, abs=1e-12)
+    # Weighted by pairs: 3 x 1 x cos 0 (the heavy target with each light one) over 3 x 1 + 3 x 1 x cos 90° pairs.
+    assert phase_agreement([(east, 3.0), (east, 1.0), (north, 1.0)]) == pytest.approx(3 / 7)
+    # No pair, no agreement: one target, or targets without a daily profile.
+    assert phase_agreement([(east, 5.0)]) == 0.0 and phase_agreement([(0j, 1.0), (east, 1.0)]) == 0.0
+    # A few targets on their own clocks (evenly spread) do not look like one clock, as their resultant would.
+    spread = [(cmath.exp(2j * math.pi * k / 6), 1.0) for k in range(6)]
+    assert phase_agreement(spread) == pytest.approx(-0.2) and phase_agreement(spread) < 0.5
+
+
+def test_rate_policy_turns_the_daily_anchor_off_while_the_budgeted_targets_keep_one_clock() -> None:
+    """Under a global budget, targets whose daily profiles peak at the same hour all anchor to the same hours, and
+    the queue serves those hours late (docs/REVISIT.md, "#21, sixteenth round"): the anchor goes off for them, and
+    stays on where each target keeps its own clock."""
+    day = 86400.0
+    rates = [2 / day, 1 / day, 0.5 / day, 0.25 / day]
+    one_clock = [BudgetView(r, 0.8 * cmath.exp(0.1j * k)) for k, r in enumerate(rates)]  # within 25 min
+    own_clocks = [BudgetView(r, 0.8 * cmath.exp(2j * math.pi * k / 4)) for k, r in enumerate(rates)]
+    budget = 1 / day  # a fetch a day for the four: every period is past the anchor's 0.75 day
+    p = RatePolicy(60, day, 600)
+    assert p.shared_clock_agreement == 0.5
+    scale = p.apply_budget(one_clock, budget, 60, day)
+    assert scale == pytest.approx(budget_plan(rates, budget, 60, day, p.budget_stretch)[0])
+    assert p.shared_clock and p._anchored(1.2 * day, 0.8 + 0j, now=0.0) == 1.2 * day
+    p.apply_budget(own_clocks, budget, 60, day)
+    assert not p.shared_clock and p._anchored(1.2 * day, 0.8 + 0j, now=0.0) == pytest.approx(day + 6 * 3600.0)
+    # Flat days (|A| < 0.1) do not vote; without a budget, and with the setting off, the anchor is on.
+    p.apply_budget([*own_clocks, *(BudgetView(r, 0.05 + 0j) for r in rates * 10)], budget, 60, day)
+    assert not p.shared_clock
+    p.apply_budget(one_clock, budget, 60, day)
+    p.set_budget_scale(None)
+    assert not p.shared_clock
+    never = RatePolicy(60, day, 600, shared_clock_agreement=None)
+    never.apply_budget(one_clock, budget, 60, day)
+    assert not never.shared_clock
+
+
+def test_rate_policy_budget_view_reads_the_daily_profile_the_anchor_uses() -> None:
+    day = 86400.0
+    evenings = sorted(d * day + 20 * 3600.0 + m * 600.0 for d in range(10) for m in range(3))  # 20:00-20:20 UTC
+    p = RatePolicy(60, day, 600)
+    *_, last = _decisions(p, evenings, [h * 3600.0 for h in range(1, 10 * 24 + 1)])
+    view = p.budget_view(last.state)
+    assert view.rate_per_s == p.rate_of(last.state)
+    peak_s = (-cmath.phase(view.daily) / (2 * math.pi) * day) % day  # λ ∝ 1 + |A| cos(ωs + arg A) peaks there
+    assert abs(view.daily) > 0.5 and abs(peak_s - (20 * 3600.0 + 600.0)) < 3600.0
+    assert p.budget_view(p.initial_state()).daily == 0j  # no items, no profile
+    assert RatePolicy(60, day, 600, diurnal=False).budget_view(last.state).daily == 0j
+    legacy = {k: v for k, v in last.state.items() if k not in ("day", "times")}  # stored before the daily profile
+    assert p.budget_view(legacy).daily == 0j
 
 
 def test_rate_policy_day_anchor_never_takes_a_crossing_a_day_early_for_the_longest_period() -> None:
