@@ -29,6 +29,7 @@ def rebalance_budget(core: SchedulerCore) -> float | None:
     policy = core.policy
     if core.config.fetch_budget_per_s <= 0 or not isinstance(policy, BudgetedPolicy):
         return None
+    profile = policy.profiles_due(core.clocks.now())  # hourly: the daily profiles cost several times a rate
     views: list[BudgetView] = []
     start = b""
     while True:
@@ -36,7 +37,7 @@ def rebalance_budget(core: SchedulerCore) -> float | None:
             chunk = txn.scan("tasks", start, limit=_SCAN_CHUNK)
         if not chunk:
             break
-        views.extend(policy.budget_view(TaskRecord.from_bytes(raw).policy_state) for _, raw in chunk)
+        views.extend(policy.budget_view(TaskRecord.from_bytes(raw).policy_state, profile) for _, raw in chunk)
         start = chunk[-1][0] + b"\0"
     if not views:
         return None
@@ -44,5 +45,5 @@ def rebalance_budget(core: SchedulerCore) -> float | None:
     # leave room for any allocation; the daily anchor goes off while the tasks keep one clock
     # (``shhd.rate.RatePolicy.apply_budget``).
     return policy.apply_budget(
-        views, core.config.fetch_budget_per_s, core.config.min_period_s, core.config.max_period_s
+        views, core.config.fetch_budget_per_s, core.config.min_period_s, core.config.max_period_s, core.clocks.now()
     )

@@ -76,6 +76,10 @@ RATE_DAY_ANCHOR_AMPLITUDE = 0.1
 #: Product-review streams sit at 0.6-0.9, Weibo users and commit feeds at 0.2-0.4 (docs/REVISIT.md, "#21, sixteenth
 #: round"). None: the anchor stays on.
 RATE_SHARED_CLOCK_AGREEMENT: float | None = 0.5
+#: ... judged again at most this often (seconds of the policy's clock, ``profiles_due``): daily profiles move over
+#: days, and reading one costs several times what a rate does, so a scheduler that rebalances every second reads them
+#: hourly, as the revisit simulator's hourly refresh does.
+RATE_SHARED_CLOCK_CHECK_S = 3600.0
 #: Rate policy: a target whose sessions (items after a quiet gap of at least BATCH_GAP_S) begin at one time of
 #: day publishes in a daily batch (a site that dates items by day, a job run by the clock): when the mean resultant
 #: length of its session starts' times of day is at least BATCH_RESULTANT over at least BATCH_MIN_SESSIONS decayed
@@ -215,8 +219,9 @@ class BudgetView(NamedTuple):
     """What the split of a global budget needs from one target's state (``RatePolicy.budget_view``)."""
 
     rate_per_s: float
-    #: The relative daily amplitude the daily anchor would use (``forecast.daily_amplitude``); 0 when there is none.
-    daily: complex
+    #: The relative daily amplitude the daily anchor would use (``forecast.daily_amplitude``); 0 when there is none,
+    #: None when not read this time (``RatePolicy.profiles_due``).
+    daily: complex | None
 
 
 @dataclass
@@ -276,6 +281,8 @@ class RatePolicy:
     shared_clock_agreement: float | None = RATE_SHARED_CLOCK_AGREEMENT
     #: Whether the targets under the budget keep one clock (``apply_budget``): the daily anchor is then off.
     shared_clock: bool = False
+    #: When ``apply_budget`` last judged ``shared_clock`` (the policy's clock, seconds); None: never.
+    clock_checked_s: float | None = None
     #: Shared by all targets of this policy (``shhd.calibration``); None: no calibration.
     calibration: RateCalibration | None = field(
         default_factory=lambda: RateCalibration() if RATE_CALIBRATE else None, repr=False, compare=False
@@ -301,17 +308,27 @@ class RatePolicy:
         self.scale = scale
         self.budget_max_s = max_period_s if scale is not None else None
         if scale is None:
-            self.shared_clock = False
+            self.shared_clock, self.clock_checked_s = False, None
 
-    def budget_view(self, state: dict[str, Any]) -> BudgetView:
-        """This target's part in ``apply_budget``."""
-        return BudgetView(self.rate_of(state), self.daily_profile(state))
+    def profiles_due(self, now: float) -> bool:
+        """Whether the next ``apply_budget`` should judge the shared clock again (every RATE_SHARED_CLOCK_CHECK_S)."""
+        return self.clock_checked_s is None or now - self.clock_checked_s >= RATE_SHARED_CLOCK_CHECK_S
+
+    def budget_view(self, state: dict[str, Any], profile: bool = True) -> BudgetView:
+        """This target's part in ``apply_budget``; its daily profile only when ``profile``."""
+        return BudgetView(self.rate_of(state), self.daily_profile(state) if profile else None)
 
     def apply_budget(
-        self, views: Sequence[BudgetView], budget_per_s: float, min_period_s: float, max_period_s: float
+        self,
+        views: Sequence[BudgetView],
+        budget_per_s: float,
+        min_period_s: float,
+        max_period_s: float,
+        now: float | None = None,
     ) -> float:
         """Split ``budget_per_s`` over the targets of ``views`` by the square-root rule (``budget_plan``), and turn the
-        daily anchor off while they keep one clock (RATE_SHARED_CLOCK_AGREEMENT); returns C.
+        daily anchor off while they keep one clock (RATE_SHARED_CLOCK_AGREEMENT); returns C. Views without their
+        daily profile (``budget_view(state, profile=False)``) leave that judgement as it was.
 
         Each target with a daily profile strong enough to anchor weighs in by its fetch rate under the new split: the
         crowding is of fetches, so the busy targets count most.
@@ -320,11 +337,12 @@ class RatePolicy:
             [v.rate_per_s for v in views], budget_per_s, min_period_s, max_period_s, self.budget_stretch
         )
         self.set_budget_scale(scale, longest)
-        phases = [
-            (v.daily, 1.0 / self.period_for(v.rate_per_s)) for v in views if abs(v.daily) >= RATE_DAY_ANCHOR_AMPLITUDE
-        ]
-        limit = self.shared_clock_agreement
-        self.shared_clock = limit is not None and phase_agreement(phases) > limit
+        phases = [(v.daily, 1.0 / self.period_for(v.rate_per_s)) for v in views if v.daily is not None]
+        if len(phases) == len(views):
+            anchoring = [(daily, w) for daily, w in phases if abs(daily) >= RATE_DAY_ANCHOR_AMPLITUDE]
+            limit = self.shared_clock_agreement
+            self.shared_clock = limit is not None and phase_agreement(anchoring) > limit
+            self.clock_checked_s = now
         return scale
 
     def _longest(self) -> float:

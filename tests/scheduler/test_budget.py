@@ -149,3 +149,13 @@ def test_budget_turns_the_daily_anchor_off_while_the_tasks_keep_one_clock(
             )
     assert core.rebalance_budget() is not None
     assert core.policy.shared_clock is one_clock  # type: ignore[attr-defined]
+    judged = core.policy.clock_checked_s  # type: ignore[attr-defined]
+    assert judged == clocks.now()
+    # The maintenance thread rebalances every second; the profiles are read again only an hour later.
+    clocks.advance(60)
+    core.rebalance_budget()
+    assert core.policy.clock_checked_s == judged  # type: ignore[attr-defined]
+    clocks.advance(3600)
+    core.rebalance_budget()
+    assert core.policy.clock_checked_s == clocks.now()  # type: ignore[attr-defined]
+    assert core.policy.shared_clock is one_clock  # type: ignore[attr-defined]

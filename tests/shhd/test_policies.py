@@ -293,15 +293,35 @@ def test_rate_policy_turns_the_daily_anchor_off_while_the_budgeted_targets_keep_
     assert not never.shared_clock
 
 
+def test_rate_policy_judges_the_shared_clock_hourly_and_keeps_the_judgement_between() -> None:
+    """A scheduler rebalances every second; the daily profiles it needs for the shared clock are read hourly
+    (RATE_SHARED_CLOCK_CHECK_S), and a rebalance from rates only keeps the last judgement."""
+    day = 86400.0
+    rates = [2 / day, 1 / day, 0.5 / day]
+    one_clock = [BudgetView(r, 0.8 + 0j) for r in rates]
+    rates_only = [BudgetView(r, None) for r in rates]
+    p = RatePolicy(60, day, 600)
+    assert p.profiles_due(0.0)  # never judged
+    p.apply_budget(one_clock, 1 / day, 60, day, now=1000.0)
+    assert p.shared_clock and p.clock_checked_s == 1000.0
+    assert not p.profiles_due(1000.0 + 3599.0) and p.profiles_due(1000.0 + 3600.0)
+    scale = p.apply_budget(rates_only, 2 / day, 60, day, now=2000.0)
+    assert p.shared_clock and p.clock_checked_s == 1000.0  # kept, not judged again
+    assert scale == pytest.approx(budget_plan(rates, 2 / day, 60, day, p.budget_stretch)[0])  # the split still moves
+    p.set_budget_scale(None)
+    assert not p.shared_clock and p.profiles_due(2000.0)
+
+
 def test_rate_policy_budget_view_reads_the_daily_profile_the_anchor_uses() -> None:
     day = 86400.0
     evenings = sorted(d * day + 20 * 3600.0 + m * 600.0 for d in range(10) for m in range(3))  # 20:00-20:20 UTC
     p = RatePolicy(60, day, 600)
     *_, last = _decisions(p, evenings, [h * 3600.0 for h in range(1, 10 * 24 + 1)])
     view = p.budget_view(last.state)
-    assert view.rate_per_s == p.rate_of(last.state)
+    assert view.rate_per_s == p.rate_of(last.state) and view.daily is not None
     peak_s = (-cmath.phase(view.daily) / (2 * math.pi) * day) % day  # λ ∝ 1 + |A| cos(ωs + arg A) peaks there
     assert abs(view.daily) > 0.5 and abs(peak_s - (20 * 3600.0 + 600.0)) < 3600.0
+    assert p.budget_view(last.state, profile=False) == (view.rate_per_s, None)  # a rate only: the cheap view
     assert p.budget_view(p.initial_state()).daily == 0j  # no items, no profile
     assert RatePolicy(60, day, 600, diurnal=False).budget_view(last.state).daily == 0j
     legacy = {k: v for k, v in last.state.items() if k not in ("day", "times")}  # stored before the daily profile
