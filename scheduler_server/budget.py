@@ -8,6 +8,7 @@ over slowly changing rates and needs no single snapshot."""
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 from scheduler_server.codec import TaskRecord
@@ -18,6 +19,8 @@ if TYPE_CHECKING:
     from scheduler_server.core import SchedulerCore
 
 __all__ = ["rebalance_budget"]
+
+log = logging.getLogger(__name__)
 
 #: Records read per short transaction.
 _SCAN_CHUNK = 1024
@@ -44,6 +47,14 @@ def rebalance_budget(core: SchedulerCore) -> float | None:
     # The longest period may stretch past scheduler.max_period_s when the budget is too small for that cap to
     # leave room for any allocation; the daily anchor goes off while the tasks keep one clock
     # (``shhd.rate.RatePolicy.apply_budget``).
-    return policy.apply_budget(
+    was_shared = policy.shared_clock
+    scale = policy.apply_budget(
         views, core.config.fetch_budget_per_s, core.config.min_period_s, core.config.max_period_s, core.clocks.now()
     )
+    if policy.shared_clock != was_shared:
+        log.info(
+            "the tasks %s one daily clock: the rate policy's daily anchor is %s",
+            "keep" if policy.shared_clock else "no longer keep",
+            "off" if policy.shared_clock else "on again",
+        )
+    return scale

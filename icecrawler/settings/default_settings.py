@@ -156,8 +156,9 @@ DEFAULTS: dict[str, Any] = {
     # others at equal fetch budgets in docs/REVISIT.md), "shhd" (the paper), "nutch", "cho", "sart", "fixed".
     "scheduler.policy": "rate",
     # Global fetch budget of the "rate" policy: fetches per (simulated) second over all tasks, spread by the
-    # square-root rule over each task's estimated item rate (docs/REVISIT.md). 0 = no global budget: each task
-    # gets sqrt(rate_reference_period_s / rate).
+    # square-root rule over each task's estimated item rate (docs/REVISIT.md); while the tasks keep one daily clock
+    # (as product-review streams do) the daily anchor is off. 0 = no global budget: each task gets
+    # sqrt(rate_reference_period_s / rate).
     "scheduler.fetch_budget_per_s": 0.0,
     # "rate" policy without a global budget: a target publishing one item per this period is crawled once per
     # this period; others by the square-root rule (100x slower -> 10x longer). Passed to shhd make_policy.

@@ -3,6 +3,7 @@ square-root rule of the ``rate`` policy, from each task's own rate estimate."""
 
 from __future__ import annotations
 
+import logging
 import math
 
 import pytest
@@ -106,7 +107,7 @@ def test_rate_calibration_learns_from_reports_and_the_setting_turns_it_off(
 
 @pytest.mark.parametrize(("hours", "one_clock"), [((20, 20, 20, 20), True), ((2, 8, 14, 20), False)])
 def test_budget_turns_the_daily_anchor_off_while_the_tasks_keep_one_clock(
-    store: QueueStore, clocks: ManualClocks, hours: tuple[int, ...], one_clock: bool
+    store: QueueStore, clocks: ManualClocks, hours: tuple[int, ...], one_clock: bool, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Four review streams, three reviews a day each at their own hour (UTC), crawled for ten days: when every
     stream's reviews come at the same hour, their daily anchors would all ask for the same hours of the shared
@@ -147,8 +148,10 @@ def test_budget_turns_the_daily_anchor_off_while_the_tasks_keep_one_clock(
                     )
                 ]
             )
-    assert core.rebalance_budget() is not None
+    with caplog.at_level(logging.INFO, logger="scheduler_server.budget"):
+        assert core.rebalance_budget() is not None
     assert core.policy.shared_clock is one_clock  # type: ignore[attr-defined]
+    assert ("daily anchor is off" in caplog.text) is one_clock  # the operator is told when it switches
     judged = core.policy.clock_checked_s  # type: ignore[attr-defined]
     assert judged == clocks.now()
     # The maintenance thread rebalances every second; the profiles are read again only an hour later.
