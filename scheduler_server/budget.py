@@ -1,6 +1,6 @@
 """The global fetch budget (``scheduler.fetch_budget_per_s``): the maintenance thread recomputes the constant of
-the ``rate`` policy's square-root allocation from every task's current rate estimate, and whether the daily anchor
-applies from their daily profiles; periods change at each task's next report.
+the ``rate`` policy's square-root allocation from every task's current rate estimate, and hourly whether the daily
+anchor applies from their daily profiles; periods change at each task's next report.
 
 The task table is read chunk by chunk, each chunk in its own short transaction under the core's lock, and the
 rates are estimated outside the lock, so leases and reports go on between chunks: the constant is an estimate
