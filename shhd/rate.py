@@ -337,12 +337,16 @@ class RatePolicy:
             [v.rate_per_s for v in views], budget_per_s, min_period_s, max_period_s, self.budget_stretch
         )
         self.set_budget_scale(scale, longest)
-        phases = [(v.daily, 1.0 / self.period_for(v.rate_per_s)) for v in views if v.daily is not None]
-        if len(phases) == len(views):
-            anchoring = [(daily, w) for daily, w in phases if abs(daily) >= RATE_DAY_ANCHOR_AMPLITUDE]
-            limit = self.shared_clock_agreement
-            self.shared_clock = limit is not None and phase_agreement(anchoring) > limit
-            self.clock_checked_s = now
+        if any(v.daily is None for v in views):
+            return scale  # the profiles were not read this time: the last judgement stands
+        anchoring = [
+            (v.daily, 1.0 / self.period_for(v.rate_per_s))
+            for v in views
+            if v.daily is not None and abs(v.daily) >= RATE_DAY_ANCHOR_AMPLITUDE
+        ]
+        limit = self.shared_clock_agreement
+        self.shared_clock = limit is not None and phase_agreement(anchoring) > limit
+        self.clock_checked_s = now
         return scale
 
     def _longest(self) -> float:
