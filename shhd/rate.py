@@ -4,6 +4,7 @@ items -> the next fetch; plus the square-root rule that splits a global fetch bu
 
 from __future__ import annotations
 
+import bisect
 import cmath
 import itertools
 import math
@@ -143,15 +144,25 @@ def budget_scale(rates: Sequence[float], budget_per_s: float, min_period_s: floa
 
     Minimising item-weighted mean lag sum_i rate_i * period_i / 2 subject to sum_i 1/period_i = B gives
     f_i ∝ sqrt(rate_i) (docs/REVISIT.md §D5, O2). Rates must be > 0.
+
+    The roots are sorted once, so each step of the bisection costs O(log n) instead of O(n): the scheduler and the
+    simulator run this over every target every rebalance, and on a year of 800 targets the plain sum was half the
+    simulator's time.
     """
-    roots = [math.sqrt(r) for r in rates]
+    roots = sorted(math.sqrt(r) for r in rates)
     if not roots:
         return 1.0
+    below = list(itertools.accumulate(roots, initial=0.0))  # below[k] = sum of the k smallest roots
 
     def spend(c: float) -> float:
-        return sum(1.0 / _clamp(c / q, min_period_s, max_period_s) for q in roots)
+        # A target sits at the longest period when c / q > max, i.e. q < c / max, at the shortest when q > c / min;
+        # in between it spends q / c.
+        longest = bisect.bisect_left(roots, c / max_period_s)
+        shortest = max(bisect.bisect_right(roots, c / min_period_s), longest)
+        middle = below[shortest] - below[longest]
+        return longest / max_period_s + (len(roots) - shortest) / min_period_s + middle / c
 
-    lo, hi = min_period_s * min(roots), max_period_s * max(roots)
+    lo, hi = min_period_s * roots[0], max_period_s * roots[-1]
     if spend(lo) <= budget_per_s:
         return lo
     if spend(hi) >= budget_per_s:

@@ -20,7 +20,7 @@ from bench.revisit.content import ContentModel
 from bench.revisit.traces import Page
 from shhd.fingerprint import hamming
 from shhd.period import GROWTH_MAX_D
-from shhd.policies import Observation, RatePolicy, RevisitPolicy
+from shhd.policies import BudgetView, Observation, RatePolicy, RevisitPolicy
 
 #: How often (simulated seconds) the budgeted scheduler refreshes the rate policy's square-root scale.
 ALLOCATION_EPOCH_S = 3600.0
@@ -196,9 +196,19 @@ def run_budget(
     refresh: Callable[[], None] | None = None
     if isinstance(policy, RatePolicy):
         rate_policy = policy
+        # A daily profile depends on the page's state alone, and a fetch replaces the state, so each page's profile
+        # is read again only after a fetch: most pages go hours or days between fetches, and reading every profile
+        # at every refresh took most of a long run's time.
+        profiles: list[tuple[dict[str, Any] | None, complex]] = [(None, 0j)] * len(pages)
 
         def refresh() -> None:
-            views = [rate_policy.budget_view(s) for s in crawl.states]
+            views = []
+            for i, state in enumerate(crawl.states):
+                read, daily = profiles[i]
+                if read is not state:
+                    daily = rate_policy.daily_profile(state)
+                    profiles[i] = (state, daily)
+                views.append(BudgetView(rate_policy.rate_of(state), daily))
             rate_policy.apply_budget(views, budget_per_s, min_period_s, max_period_s)
 
         refresh()

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import cmath
+import itertools
 import json
 import math
+import random
 from collections.abc import Iterator
 
 import pytest
@@ -516,3 +518,19 @@ def test_allocate_periods_square_root_rule() -> None:
     assert clamped == pytest.approx([c / 2, 0.9])
     assert sum(1 / x for x in clamped) == pytest.approx(3.0)
     assert budget_scale([1.0], 1e9, 1.0, 10.0) == pytest.approx(1.0)  # every target at min: budget unspent
+
+
+def test_budget_scale_spends_the_budget_with_targets_clamped_at_both_ends() -> None:
+    """The bisection counts clamped targets from the sorted roots; the periods it gives must spend the budget as the
+    plain sum of 1 / period does, whichever targets sit at the shortest or the longest period."""
+    rng = random.Random(7)
+    for _ in range(200):
+        rates = [math.exp(rng.gauss(-8.0, 3.0)) for _ in range(rng.choice([2, 5, 40, 300]))]
+        shortest, longest = 60.0, rng.choice([3600.0, 86400.0])
+        budget = rng.uniform(len(rates) / longest, len(rates) / shortest)  # between all-longest and all-shortest
+        periods = allocate_periods(rates, budget, shortest, longest)
+        assert sum(1 / x for x in periods) == pytest.approx(budget, rel=1e-6)
+        assert all(shortest <= x <= longest for x in periods)
+        # a busier target never gets the longer period
+        ordered = [x for _, x in sorted(zip(rates, periods, strict=True))]
+        assert all(a >= b for a, b in itertools.pairwise(ordered))

@@ -9,9 +9,9 @@ import bench.revisit as revisit
 import bench.revisit.synthetic as synthetic
 from bench.revisit.oracle import brute_force_lag, offline_lag, sqrt_bound
 from bench.revisit.publish import fmt, table
-from bench.revisit.sim import Detector, Horizon, run_single
+from bench.revisit.sim import Detector, Horizon, run_budget, run_single
 from bench.revisit.traces import Page
-from shhd.policies import FixedPolicy
+from shhd.policies import FixedPolicy, RatePolicy
 
 
 def test_items_left_uncaught_count_in_the_mean_lag_censored_at_the_end() -> None:
@@ -25,6 +25,37 @@ def test_items_left_uncaught_count_in_the_mean_lag_censored_at_the_end() -> None
     assert summary["uncaught"] == 1 and summary["items"] == 3
     assert summary["lag_mean_min"] == pytest.approx(((400 - 50) + (400 - 150) + (1100 - 950)) / 3 / 60)
     assert res.page_items == [3] and res.page_lag_s == [pytest.approx(350 + 250 + 150)]
+
+
+def test_a_budgeted_run_reads_each_daily_profile_again_only_after_a_fetch() -> None:
+    """The hourly rebalance needs every page's daily profile, which depends on the page's state alone; the simulator
+    reads it again only when a fetch has replaced that state, so a long run does not spend its time re-reading
+    profiles of pages that were not fetched."""
+    day = 86400.0
+    rng = np.random.default_rng(3)
+    pages = []
+    for k in range(6):  # a few items a day, in the evening of each page's own time zone
+        times = np.sort(
+            [d * day + (k * 4 + 18) % 24 * 3600.0 + rng.uniform(0, 7200) for d in range(10) for _ in range(3)]
+        )
+        pages.append(Page("diurnal", 3 / day, times))
+
+    class CountingPolicy(RatePolicy):
+        reads = 0
+
+        def daily_profile(self, state: dict[str, object]) -> complex:
+            CountingPolicy.reads += 1
+            return super().daily_profile(state)
+
+    policy = CountingPolicy(60.0, day, 600.0)
+    horizon = Horizon(warmup_s=day, end_s=9 * day, drain_s=day)
+    budget = 0.25 * sum(p.rate for p in pages)
+    res = run_budget(pages, policy, Detector("exact"), horizon, budget, 60.0, day, rng)
+    refreshes = int((horizon.end_s + horizon.drain_s) // 3600.0) + 1
+    assert res.fetches > 0 and res.summary()["items"] > 0
+    # reads by the policy itself (its own period) plus one per state a refresh had not seen
+    assert CountingPolicy.reads <= 2 * (res.fetches + len(pages)) + len(pages)
+    assert CountingPolicy.reads < refreshes * len(pages) / 4
 
 
 def test_offline_oracle_matches_brute_force_on_small_instances() -> None:
