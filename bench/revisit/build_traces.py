@@ -11,10 +11,10 @@ Two kinds of source (docs/REVISIT.md, "Real traces"):
   HEAD, i.e. when a change landed on the branch; targets = one feed per author and one per top-level directory pair
   (``crates/foo``), as a forge's per-author and per-path commit feeds list them.
 
-A target is kept when some 28-day window (``--window-days``) holds at least 30 of its items spread over at least 14
-days; only the times inside its densest such window are written. Nothing but the times, a source label and an
-opaque id (a truncated SHA-256 of the repository and the raw id) leaves the builder: no names, no text, no e-mail
-addresses.
+A target is kept when some 28-day window (``--window-days``) holds at least 30 of its items (``--min-items``) spread
+over at least 14 days (``--min-spread-days``); only the times inside its densest such window are written. Nothing
+but the times, a source label and an opaque id (a truncated SHA-256 of the repository and the raw id) leaves the
+builder: no names, no text, no e-mail addresses.
 Reading .xlsx needs only the standard library (it is a zip of XML).
 """
 
@@ -28,7 +28,7 @@ import re
 import subprocess
 import sys
 import zipfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from io import BytesIO
 from pathlib import Path
 from xml.etree import ElementTree
@@ -108,9 +108,11 @@ def git_items(gitdir: Path, commit: str) -> dict[str, list[int]]:
     return {k: sorted(v) for k, v in feeds.items()}
 
 
-def densest_window(times: Sequence[int], window_s: int = WINDOW_S) -> list[int] | None:
+def densest_window(
+    times: Sequence[int], window_s: int = WINDOW_S, min_items: int = MIN_ITEMS, min_spread_s: int = MIN_SPREAD_S
+) -> list[int] | None:
     """The times in the ``window_s`` window (starting at an item) holding most items, earliest first among ties, if
-    it has MIN_ITEMS items spread over MIN_SPREAD_S; else None."""
+    it has ``min_items`` items spread over ``min_spread_s``; else None."""
     best, best_i, j = 0, 0, 0
     for i in range(len(times)):
         while times[j] < times[i] - window_s + 1:
@@ -119,7 +121,7 @@ def densest_window(times: Sequence[int], window_s: int = WINDOW_S) -> list[int] 
             best, best_i = i - j + 1, j
     start = times[best_i] if times else 0
     window = [t for t in times if start <= t < start + window_s]
-    if len(window) < MIN_ITEMS or window[-1] - window[0] < MIN_SPREAD_S:
+    if len(window) < min_items or window[-1] - window[0] < min_spread_s:
         return None
     return window
 
@@ -134,9 +136,11 @@ def _repo_name(gitdir: Path) -> str:
     return folder.replace("+", "/", 1)
 
 
-def build(gitdirs: Sequence[Path], window_s: int = WINDOW_S) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
-    """All kept targets (sorted by source, id), each its densest ``window_s`` of items, and one provenance record per
-    repository."""
+def build(
+    gitdirs: Sequence[Path], window_s: int = WINDOW_S, min_items: int = MIN_ITEMS, min_spread_s: int = MIN_SPREAD_S
+) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
+    """All kept targets (sorted by source, id), each its densest ``window_s`` of items if that holds ``min_items``
+    spread over ``min_spread_s``, and one provenance record per repository."""
     records: list[dict[str, object]] = []
     provenance: list[dict[str, object]] = []
     for gitdir in gitdirs:
@@ -158,7 +162,7 @@ def build(gitdirs: Sequence[Path], window_s: int = WINDOW_S) -> tuple[list[dict[
         kept: collections.Counter[str] = collections.Counter()
         for source, by_key in kinds.items():
             for key, times in by_key.items():
-                window = densest_window(times, window_s)
+                window = densest_window(times, window_s, min_items, min_spread_s)
                 if window is not None:
                     records.append({"target": opaque_id(repo, key), "source": source, "times": window})
                     kept[source] += 1
@@ -167,17 +171,19 @@ def build(gitdirs: Sequence[Path], window_s: int = WINDOW_S) -> tuple[list[dict[
     return records, provenance
 
 
-def _whole_days(text: str) -> int:
-    """A window of at least MIN_SPREAD_S, in whole days (argparse type: a bad value exits 2 with this message)."""
-    try:
-        days = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number of days: {text!r}") from None
-    if days * DAY < MIN_SPREAD_S:
-        raise argparse.ArgumentTypeError(
-            f"{days} days is shorter than a kept target's least spread ({MIN_SPREAD_S // DAY} days)"
-        )
-    return days
+def _whole_number(unit: str, least: int) -> Callable[[str], int]:
+    """An argparse type for a whole number of ``unit`` of at least ``least``: a bad value exits 2 with the reason."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a whole number of {unit}: {text!r}") from None
+        if value < least:
+            raise argparse.ArgumentTypeError(f"{value} {unit}: give at least {least}")
+        return value
+
+    return parse
 
 
 def main(argv: list[str]) -> int:
@@ -186,13 +192,30 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "data" / "real.jsonl")
     parser.add_argument(
         "--window-days",
-        type=_whole_days,
+        type=_whole_number("days", 1),
         default=WINDOW_S // DAY,
         help="keep each target's densest window of this many days (default: %(default)s; longer windows make the "
         "long, sparse traces a review or feed archive gives)",
     )
+    parser.add_argument(
+        "--min-items",
+        type=_whole_number("items", 2),  # two items are the fewest that have a spread
+        default=MIN_ITEMS,
+        help="keep a target only if its window holds this many items (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--min-spread-days",
+        type=_whole_number("days", 1),
+        default=MIN_SPREAD_S // DAY,
+        help="... spread over at least this many days from first to last (default: %(default)s)",
+    )
     args = parser.parse_args(argv)
-    records, provenance = build(args.gitdirs, args.window_days * DAY)
+    if args.window_days < args.min_spread_days:
+        parser.error(
+            f"--window-days: {args.window_days} days is shorter than a kept target's least spread "
+            f"({args.min_spread_days} days)"
+        )
+    records, provenance = build(args.gitdirs, args.window_days * DAY, args.min_items, args.min_spread_days * DAY)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records), encoding="utf-8")
     args.out.with_name(args.out.stem + ".provenance.json").write_text(

@@ -324,3 +324,31 @@ def test_the_builder_refuses_a_window_shorter_than_the_least_spread(capsys: pyte
     err = capsys.readouterr().err
     assert "13 days is shorter than a kept target's least spread (14 days)" in err
     assert "not a whole number of days: 'two'" in err
+
+
+def test_a_looser_keep_rule_keeps_a_sparse_user_the_default_drops() -> None:
+    day = 86400
+    sparse = [k * day + 3600 * (k % 3) for k in range(12)]  # 12 posts over 11 days
+    assert densest_window(sparse) is None
+    assert densest_window(sparse, min_items=10, min_spread_s=7 * day) == sparse
+    assert densest_window(sparse, min_items=13, min_spread_s=7 * day) is None  # too few items
+    assert densest_window(sparse, min_items=10, min_spread_s=12 * day) is None  # spread too short
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--min-items", "1"], "1 items: give at least 2"),
+        (["--min-items", "many"], "not a whole number of items: 'many'"),
+        (["--min-spread-days", "0"], "0 days: give at least 1"),
+        (
+            ["--min-spread-days", "7", "--window-days", "6"],
+            "6 days is shorter than a kept target's least spread (7 days)",
+        ),
+    ],
+)
+def test_the_builder_refuses_a_bad_keep_rule(args: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        build_traces_main([*args, "/nonexistent/repo"])
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
