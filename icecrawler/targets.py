@@ -20,9 +20,14 @@ from pathlib import Path
 from icecrawler.metrics import MetricsConfig
 from icecrawler.settings import Settings
 
-__all__ = ["ROLES", "candidate_ports", "discover", "probe", "write_targets"]
+__all__ = ["PROBE_TIMEOUT_S", "ROLES", "candidate_ports", "discover", "probe", "write_targets"]
 
 ROLES = ("scheduler", "storage", "client")
+#: How long a probe waits for ``/metrics`` to answer. A daemon left out of the lists is a target Prometheus stops
+#: scraping, so its alerts go quiet instead of firing: a busy daemon (a client loading its tokenizer, a scheduler in
+#: a rebalance) must not drop out for a slow second. Closed ports answer at once, so the wait costs only on
+#: daemons that are there.
+PROBE_TIMEOUT_S = 5.0
 
 
 def candidate_ports(settings: Settings, role: str) -> list[int]:
@@ -34,7 +39,7 @@ def candidate_ports(settings: Settings, role: str) -> list[int]:
     return list(range(config.port, min(65536, config.port + config.port_span + extra)))
 
 
-def probe(host: str, port: int, role: str, timeout_s: float = 1.0) -> bool:
+def probe(host: str, port: int, role: str, timeout_s: float = PROBE_TIMEOUT_S) -> bool:
     """Whether ``http://host:port/metrics`` answers with ``role``'s metrics."""
     try:
         with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=timeout_s) as answer:
@@ -43,7 +48,7 @@ def probe(host: str, port: int, role: str, timeout_s: float = 1.0) -> bool:
         return False
 
 
-def discover(settings: Settings, hosts: Sequence[str], timeout_s: float = 1.0) -> dict[str, list[str]]:
+def discover(settings: Settings, hosts: Sequence[str], timeout_s: float = PROBE_TIMEOUT_S) -> dict[str, list[str]]:
     """``host:port`` of every answering daemon, by role."""
     candidates = [(role, host, port) for role in ROLES for host in hosts for port in candidate_ports(settings, role)]
     with ThreadPoolExecutor(max_workers=16) as pool:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from icecrawler import rpc
 from icecrawler.settings import Settings
+from icecrawler.targets import PROBE_TIMEOUT_S, discover, write_targets
 from icecrawler_cli.commands import BaseCommand
 
 
@@ -32,10 +33,16 @@ class Command(BaseCommand):
         parser.add_argument(
             "--every", type=float, default=0.0, metavar="SECONDS", help="probe again every SECONDS (0: once)"
         )
+        parser.add_argument(
+            "--timeout",
+            type=_positive_seconds,
+            default=PROBE_TIMEOUT_S,
+            metavar="SECONDS",
+            help="how long each probe waits for /metrics to answer (default: %(default)s); a daemon that does not "
+            "answer in time is left out of the lists, and Prometheus stops scraping it",
+        )
 
     def run(self, args: argparse.Namespace, settings: Settings, ice_args: list[str]) -> int:
-        from icecrawler.targets import discover, write_targets
-
         hosts = [host.strip() for host in args.hosts.split(",") if host.strip()]
         if not hosts:
             print("icecrawler targets: --hosts names no host", file=sys.stderr)
@@ -43,8 +50,19 @@ class Command(BaseCommand):
         stop = threading.Event()
         with rpc.stop_on_signals(stop):
             while True:
-                found = discover(settings, hosts)
+                found = discover(settings, hosts, args.timeout)
                 write_targets(args.dir, found)
                 print(" ".join(f"{role}={len(targets)}" for role, targets in found.items()), flush=True)
                 if args.every <= 0 or stop.wait(args.every):
                     return 0
+
+
+def _positive_seconds(text: str) -> float:
+    """An argparse type for a probe timeout: a bad value exits 2 with the reason."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not seconds > 0 or seconds == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text} seconds: give a finite time above 0")
+    return seconds

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.metrics_core import Metric
 
 from crawler_client.http import Fetcher, FetchPolicy, RawResponse
 from crawler_client.sources.base import PageRequest
@@ -21,7 +22,7 @@ from icecrawler.errors import ConfigError
 from icecrawler.metrics import FOLD_AT, Buckets, MetricsConfig, ScrapeCollector, Tally, serve, status_class
 from icecrawler.models import Outcome, Report, Task, TaskKind
 from icecrawler.settings import Settings
-from icecrawler.targets import candidate_ports, discover, write_targets
+from icecrawler.targets import PROBE_TIMEOUT_S, candidate_ports, discover, write_targets
 from scheduler_server.codec import TaskRecord
 from scheduler_server.core import SchedulerCore
 from scheduler_server.metrics import SMALL_BATCH, SchedulerMetrics
@@ -178,6 +179,49 @@ def test_targets_finds_only_answering_daemons_of_each_role(tmp_path: Path, taken
     assert sorted(path.name for path in paths) == ["client.json", "scheduler.json", "storage.json"]
     assert '"127.0.0.1:' in (tmp_path / "targets" / "client.json").read_text()
     assert not list((tmp_path / "targets").glob("*.tmp"))
+
+
+def test_targets_waits_for_a_slow_daemon_and_says_how_long(tmp_path: Path, taken_port: int) -> None:
+    """A daemon busy for a moment (a client loading its tokenizer) answers its scrape late; discovery must still list
+    it, or Prometheus stops scraping it and its alerts go quiet. How long a probe waits is ``--timeout``."""
+    registry = CollectorRegistry()
+    tally = Tally("icecrawler_client_demo", "Demo.", [])
+
+    def slow_scrape() -> list[Metric]:
+        time.sleep(1.5)
+        return [tally.family()]
+
+    registry.register(ScrapeCollector(slow_scrape))
+    endpoint = serve(MetricsConfig("client", "127.0.0.1", taken_port, 2), registry)
+    assert endpoint is not None
+    settings = Settings().copy_with(
+        metrics__client__port=endpoint.port,
+        metrics__client__port_span=1,
+        metrics__scheduler__port=0,
+        metrics__storage__port=0,
+    )
+    try:
+        assert PROBE_TIMEOUT_S >= 5
+        assert discover(settings, ["127.0.0.1"])["client"] == [f"127.0.0.1:{endpoint.port}"]
+        assert discover(settings, ["127.0.0.1"], timeout_s=0.2)["client"] == []
+    finally:
+        endpoint.close()
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [("0", "0 seconds: give a finite time above 0"), ("nan", "nan seconds"), ("soon", "not a number of seconds")],
+)
+def test_targets_refuses_a_bad_timeout(
+    value: str, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from icecrawler_cli.cli import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["targets", "--timeout", value, "--dir", str(tmp_path / "t")])
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "t").exists()
 
 
 def test_scheduler_metrics_count_leases_reports_expiries_and_groups() -> None:
