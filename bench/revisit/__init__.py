@@ -6,11 +6,14 @@ fetch budget B (every policy spends exactly the same fetches) against the known-
 clairvoyant offline oracle (O1). Knobs are tuned on TUNING_SEEDS; tables report REPORT seeds only.
 
 The full run writes docs/bench/revisit.json, docs/revisit/*.png and the results block of docs/REVISIT.md;
-``--quick`` (fewer seeds and pages) only prints, unless ``--write`` is given; ``--ablation`` prints what each forecast
-of the rate policy is worth, on the development seeds ABLATION_SEEDS (never the reported ones).
+``--quick`` (fewer seeds and pages) only prints, unless ``--write`` is given, and so does a full run with
+``--no-write``; ``--ablation`` prints what each forecast of the rate policy is worth, on the development seeds
+ABLATION_SEEDS (never the reported ones); ``--traces FILE --phases N`` is the development harness on real traces
+(``phases``), which prints only.
 
 This module is the command line only: the contenders and run sizes are in ``contenders``, the synthetic experiments
-in ``synthetic``, their tables and plots in ``synthetic_report``, the real-trace run (``--traces``) in ``real``.
+in ``synthetic``, their tables and plots in ``synthetic_report``, the real-trace run (``--traces``) in ``real``, its
+development harness in ``phases``.
 Both runs say how far they are on stderr (``progress``); stdout carries the report only.
 """
 
@@ -40,13 +43,14 @@ def _warm_up() -> None:
 
 
 def _main_traces(args: argparse.Namespace, command: str) -> int:
+    from bench.revisit.phases import run_phases
     from bench.revisit.real import RealConfig, run_traces
     from bench.revisit.replay import TraceError
 
     cfg = RealConfig(
         args.traces,
         seeds=args.seeds or (2 if args.quick else 5),
-        half=args.half,
+        half=args.half or ("dev" if args.phases else "report"),
         targets=args.targets,
         tune=not args.quick,
         oracle=not args.quick,
@@ -57,7 +61,11 @@ def _main_traces(args: argparse.Namespace, command: str) -> int:
     _warm_up()
     try:
         with multiprocessing.get_context("fork").Pool(cfg.workers) as pool:
-            print(run_traces(cfg, pool, command.strip(), write=not args.quick or args.write))
+            if args.phases:
+                print(run_phases(cfg, pool, args.phases, command.strip()))
+            else:
+                write = args.write or not (args.quick or args.no_write)
+                print(run_traces(cfg, pool, command.strip(), write=write))
     except TraceError as exc:
         print(f"icecrawler bench revisit: {exc}", file=sys.stderr)
         return 2
@@ -83,7 +91,13 @@ def _days(text: str) -> float:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="icecrawler bench revisit", description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small config (< 2 min on 2 cores), prints only")
-    parser.add_argument("--write", action="store_true", help="with --quick: write docs and json anyway")
+    writing = parser.add_mutually_exclusive_group()
+    writing.add_argument("--write", action="store_true", help="with --quick: write docs and json anyway")
+    writing.add_argument(
+        "--no-write",
+        action="store_true",
+        help="a full run that only prints: the docs and docs/bench/revisit.json are left as they are",
+    )
     parser.add_argument("--seeds", type=_positive, help="override the number of report seeds")
     parser.add_argument("--pages", type=_positive, help="override the E3 page count")
     parser.add_argument("--workers", type=_positive, help="worker processes (default 2)")
@@ -99,9 +113,19 @@ def main(argv: list[str]) -> int:
         type=Path,
         help="E3 on real traces instead (JSONL; see bench/revisit/real.py); like the synthetic run it rewrites the "
         "real_* keys of docs/bench/revisit.json, the real-trace block of docs/REVISIT.md and its E0 plot, whatever "
-        "the file (--quick: prints only)",
+        "the file (--quick or --no-write: prints only)",
     )
-    parser.add_argument("--half", choices=("report", "dev", "all"), default="report", help="with --traces")
+    parser.add_argument(
+        "--half",
+        choices=("report", "dev", "all"),
+        help="with --traces: which targets to run (default: report; dev with --phases)",
+    )
+    parser.add_argument(
+        "--phases",
+        type=_positive,
+        help="with --traces: the development harness instead of the recorded run: every target of the half (no "
+        "resampling), this many fetch phases, rate ÷ the best of every baseline setting per phase; prints only",
+    )
     parser.add_argument("--targets", type=_positive, help="with --traces: targets per seed (default: all of the half)")
     parser.add_argument(
         "--window-days",
@@ -115,6 +139,10 @@ def main(argv: list[str]) -> int:
         "half the window)",
     )
     args = parser.parse_args(argv)
+    if args.traces is None and (args.phases or args.half):
+        parser.error("--phases and --half need --traces")
+    if args.phases and (args.seeds or args.quick or args.write):
+        parser.error("--phases runs its own phases and prints only: drop --seeds, --quick and --write")
     if args.traces is not None:
         return _main_traces(args, "icecrawler bench revisit " + " ".join(argv))
     cfg = QUICK if args.quick else FULL
@@ -144,7 +172,7 @@ def main(argv: list[str]) -> int:
     seconds = time.monotonic() - started
     md, head = report(cfg, e0, e3, knobs, seconds, command.strip())
     print(md)
-    if not args.quick or args.write:
+    if args.write or not (args.quick or args.no_write):
         merge_json(ROOT / "docs" / "bench" / "revisit.json", head, lambda k: not k.startswith("real_"))
         plots(cfg, e0, e3, knobs, ROOT / "docs" / "revisit")
         write_block(ROOT / "docs" / "REVISIT.md", md)

@@ -15,7 +15,7 @@ from bench.revisit.sim import Detector, Horizon, Result, run_budget
 from bench.revisit.traces import DAY, HOUR, Page
 from shhd.policies import ChoPolicy, FixedPolicy, NutchPolicy, RatePolicy, RevisitPolicy, SartPolicy, ShhdPolicy
 
-__all__ = ["CONTENDERS", "Config", "Contender", "run_contender"]
+__all__ = ["CONTENDERS", "Config", "Contender", "contender", "run_contender"]
 
 MIN = 60.0
 ROOT = Path(__file__).resolve().parents[2]

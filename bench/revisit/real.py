@@ -39,7 +39,7 @@ from bench.revisit.sim import Detector, Horizon, mean_ci, run_single
 from bench.revisit.traces import DAY, Page
 from shhd.policies import ChoPolicy, NutchPolicy, RatePolicy, RevisitPolicy, ShhdPolicy
 
-__all__ = ["RealConfig", "run_traces"]
+__all__ = ["BASELINES", "RealConfig", "check_half", "run_traces", "sample_targets"]
 
 MIN = 60.0
 BUDGETS = (0.25, 0.5, 1.0, 2.0)
@@ -82,7 +82,7 @@ def _contenders() -> list[Contender]:
     return [by_slug[s] for s in SLUGS]
 
 
-def _population(traces: Sequence[Trace], seed: int, count: int | None, bootstrap: bool) -> list[Trace]:
+def sample_targets(traces: Sequence[Trace], seed: int, count: int | None, bootstrap: bool) -> list[Trace]:
     """The targets of one seed: a bootstrap resample (report seeds) or a plain subsample (``count`` < all)."""
     rng = np.random.default_rng([seed, 21])
     n = len(traces) if count is None else min(count, len(traces))
@@ -111,7 +111,7 @@ def _tune_job(
 ) -> tuple[str, int, float, float]:
     c = next(x for x in _contenders() if x.slug == slug)
     windowing = _windowing(cfg, traces)
-    pages = window_pages(_population(traces, seed, cfg.targets, bootstrap=False), windowing)
+    pages = window_pages(sample_targets(traces, seed, cfg.targets, bootstrap=False), windowing)
     summary, _, _ = _run(pages, windowing.horizon(), c, c.knobs[index], seed, mult, ContentModel(seed))
     return slug, index, mult, summary["lag_mean_min"]
 
@@ -147,7 +147,7 @@ def seed_job(
     traces: Sequence[Trace], cfg: RealConfig, knobs: dict[tuple[str, float], dict[str, Any]], seed: int
 ) -> dict[str, Any]:
     """Every contender at every budget on one bootstrap population; per-policy summaries and per-source lags."""
-    population = _population(traces, seed, cfg.targets, bootstrap=True)
+    population = sample_targets(traces, seed, cfg.targets, bootstrap=True)
     windowing = _windowing(cfg, traces)
     pages = window_pages(population, windowing)
     horizon = windowing.horizon()
@@ -427,7 +427,7 @@ def plot_e0(page: Page, e0: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
-def _check_half(cfg: RealConfig, chosen: Sequence[Trace]) -> None:
+def check_half(cfg: RealConfig, chosen: Sequence[Trace]) -> None:
     """An empty half is a TraceError that says how to get one. (Every trace has at least one scored item: its
     window ends at its last item, inside the scored span.)"""
     if not chosen:
@@ -451,12 +451,12 @@ def run_traces(cfg: RealConfig, pool: Any, command: str, write: bool) -> str:
         f"{len(traces)} traces: {len(dev)} development, {len(rep)} report; running the {cfg.half} half; window "
         f"{windowing.window_days:g} days, warm-up {windowing.warmup_days:g}"
     )
-    _check_half(cfg, chosen)
+    check_half(cfg, chosen)
     knobs = tune(dev, cfg, pool, progress) if cfg.tune else {}
     seeds = [(chosen, cfg, knobs, REPORT_BASE + k) for k in range(cfg.seeds)]
     per_seed = starmap_with_progress(pool, seed_job, seeds, progress, "report seeds")
     counts: dict[str, int] = {}
-    for t in chosen if cfg.targets is None else _population(chosen, REPORT_BASE, cfg.targets, bootstrap=True):
+    for t in chosen if cfg.targets is None else sample_targets(chosen, REPORT_BASE, cfg.targets, bootstrap=True):
         counts[t.source] = counts.get(t.source, 0) + 1
     trace, page, e0 = e0_real(chosen, windowing)
     md, head = report(cfg, windowing, window_given, counts, per_seed, knobs, time.monotonic() - started, command)

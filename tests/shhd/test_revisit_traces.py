@@ -13,6 +13,8 @@ import pytest
 import bench.revisit as revisit
 from bench.revisit.build_traces import densest_window, opaque_id, weibo_mid_time
 from bench.revisit.build_traces import main as build_traces_main
+from bench.revisit.contenders import ROOT
+from bench.revisit.phases import baseline_settings, phase_job
 from bench.revisit.progress import Progress
 from bench.revisit.real import RealConfig, seed_job
 from bench.revisit.replay import (
@@ -110,17 +112,70 @@ def test_an_empty_report_half_and_a_bad_target_count_are_clear_errors(
 def test_the_command_runs_a_small_file_with_progress_on_stderr(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    rng = np.random.default_rng(5)
-    lines = []
-    for k in range(8):
-        times = np.sort(1_700_000_000 + rng.uniform(0, 28 * DAY, 30 + 5 * k)).round()
-        lines.append(json.dumps({"target": f"t{k}", "source": "forum" if k % 2 else "shop", "times": times.tolist()}))
-    path = write(tmp_path, lines)
+    path = _small_file(tmp_path)
     assert revisit.main(["--traces", str(path), "--quick", "--workers", "1", "--seeds", "2"]) == 0
     out, err = capsys.readouterr()
     assert "#### Summary: the default policy against the best baseline" in out
     assert "8 traces: 4 development, 4 report; running the report half; window 28 days, warm-up 7" in err
     assert "report seeds 2/2" in err and "[revisit " not in out  # progress goes to stderr only
+
+
+def _small_file(tmp_path: Path) -> Path:
+    rng = np.random.default_rng(5)
+    lines = []
+    for k in range(8):
+        times = np.sort(1_700_000_000 + rng.uniform(0, 28 * DAY, 30 + 5 * k)).round()
+        lines.append(json.dumps({"target": f"t{k}", "source": "forum" if k % 2 else "shop", "times": times.tolist()}))
+    return write(tmp_path, lines)
+
+
+def _recorded_files() -> dict[Path, bytes]:
+    """What a full run would rewrite (docs/REVISIT.md, docs/bench/revisit.json, the real-target E0 plot)."""
+    paths = [ROOT / "docs" / "REVISIT.md", ROOT / "docs" / "bench" / "revisit.json"]
+    paths.append(ROOT / "docs" / "revisit" / "real_e0_period_trajectory.png")
+    return {p: p.read_bytes() for p in paths}
+
+
+def test_the_development_harness_prints_the_best_of_every_baseline_setting_and_writes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _small_file(tmp_path)
+    before = _recorded_files()
+    assert revisit.main(["--traces", str(path), "--phases", "2", "--workers", "1"]) == 0
+    out, err = capsys.readouterr()
+    assert "4 targets of the dev half, 2 phases, 4 budgets" in err
+    assert "dev half, every target (4), no resampling; phases 0..1; best of 8 baseline settings per phase" in out
+    rows = [line.split(" | ") for line in out.splitlines() if line[:3] in ("| 0", "| 1", "| 2")]
+    assert [row[0] for row in rows] == ["| 0.25", "| 0.5", "| 1", "| 2"]
+    assert all(" (sd " in row[2] and " (sd " in row[3] for row in rows)
+    assert _recorded_files() == before
+    # The ratio is the default policy's lag over the least lag of the eight settings, in that phase.
+    traces = load_traces(path)
+    lags = phase_job(traces, RealConfig(path), 0, 0.5)
+    settings = [label for label, _, _ in baseline_settings()]
+    assert len(settings) == 8 and set(lags) == {"rate", "sqrt bound", *settings}
+    assert all(lag > 0 for lag in lags.values())
+    with pytest.raises(SystemExit):
+        revisit.main(["--phases", "2"])
+    assert "--phases and --half need --traces" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        revisit.main(["--traces", str(path), "--phases", "2", "--seeds", "3"])
+    assert "--phases runs its own phases and prints only" in capsys.readouterr().err
+
+
+def test_a_full_run_with_no_write_leaves_the_recorded_results_alone(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _small_file(tmp_path)
+    before = _recorded_files()
+    argv = ["--traces", str(path), "--no-write", "--workers", "1", "--seeds", "2"]
+    assert revisit.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "#### Summary" in out and "O1 offline oracle" in out  # the full run: tuned baselines and the oracle
+    assert _recorded_files() == before
+    with pytest.raises(SystemExit):
+        revisit.main([*argv, "--write"])
+    assert "not allowed with argument" in capsys.readouterr().err
 
 
 def test_progress_counts_every_result_and_says_about_ten_times(capsys: pytest.CaptureFixture[str]) -> None:

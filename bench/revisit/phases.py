@@ -1,0 +1,111 @@
+"""``icecrawler bench revisit --traces FILE --phases N``: the development harness of the real-trace run.
+
+Every round of docs/REVISIT.md's lab notebook measured a change the same way before it went near a report half:
+every target of the development half at once (no bootstrap resample, so the population is fixed and only the
+policies vary), N fetch phases (the seed of the fetch slots' phase and the item texts), and the default policy's
+mean lag divided by the best of *every* baseline setting in that phase (each knob of SHHD, Nutch and Cho, so no
+tuning is needed: on the half being measured, the best setting is what tuning would pick). The spread over phases
+says how much of a difference is noise (about ± 1 point per phase on 200 targets).
+
+The report half is for the recorded run (``real``); this harness prints only and never writes the docs, so a
+scratch change can be measured without touching them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from bench.revisit.contenders import Contender, contender, run_contender
+from bench.revisit.content import ContentModel
+from bench.revisit.oracle import sqrt_bound
+from bench.revisit.progress import Progress, starmap_with_progress
+from bench.revisit.publish import table
+from bench.revisit.real import BASELINES, RealConfig, check_half, sample_targets
+from bench.revisit.replay import Trace, fit_windowing, load_traces, split_halves, window_pages
+
+__all__ = ["baseline_settings", "phase_job", "run_phases"]
+
+
+def baseline_settings() -> list[tuple[str, Contender, dict[str, Any]]]:
+    """(label, contender, knob) for every knob of every baseline: the settings the default policy must beat."""
+    out = []
+    for slug in BASELINES:
+        c = contender(slug)
+        for knob in c.knobs:
+            out.append((c.label + (f" {knob}" if knob else ""), c, knob))
+    return out
+
+
+def phase_job(traces: Sequence[Trace], cfg: RealConfig, phase: int, mult: float) -> dict[str, float]:
+    """Mean lag (minutes) of the default policy and of every baseline setting, one phase, one budget."""
+    windowing = fit_windowing(traces, cfg.window_days, cfg.warmup_days)
+    pages = window_pages(traces, windowing)
+    horizon = windowing.horizon()
+    content = ContentModel(phase, window=10)
+    seed = [phase, 4, int(mult * 1000)]
+    out = {"rate": run_contender(contender("rate"), {}, pages, horizon, mult, content, seed).summary()["lag_mean_min"]}
+    for label, c, knob in baseline_settings():
+        out[label] = run_contender(c, knob, pages, horizon, mult, content, seed).summary()["lag_mean_min"]
+    budget = mult * sum(p.rate for p in pages)
+    out["sqrt bound"] = sqrt_bound([p.rate for p in pages], budget) / 60
+    return out
+
+
+def _spread(values: Sequence[float]) -> str:
+    x = np.asarray(values, dtype=float)
+    sd = float(x.std(ddof=1)) if x.size > 1 else 0.0
+    return f"{x.mean():.3f} (sd {sd:.3f}; {x.min():.3f} .. {x.max():.3f})"
+
+
+def run_phases(cfg: RealConfig, pool: Any, phases: int, command: str) -> str:
+    """The harness; returns the markdown report (and says how far it is on stderr)."""
+    started = time.monotonic()
+    progress = Progress()
+    traces = load_traces(cfg.path)
+    windowing = fit_windowing(traces, cfg.window_days, cfg.warmup_days)
+    dev, rep = split_halves(traces)
+    chosen = {"report": rep, "dev": dev, "all": traces}[cfg.half]
+    check_half(cfg, chosen)
+    if cfg.targets is not None:
+        chosen = sample_targets(chosen, 0, cfg.targets, bootstrap=False)
+    progress.say(
+        f"{len(chosen)} targets of the {cfg.half} half, {phases} phases, {len(cfg.budgets)} budgets; window "
+        f"{windowing.window_days:g} days, warm-up {windowing.warmup_days:g}"
+    )
+    # Every job fits the window to the whole file, as the recorded run does, not to the half it is given.
+    cfg = replace(cfg, window_days=windowing.window_days, warmup_days=windowing.warmup_days)
+    jobs = [(chosen, cfg, p, m) for p in range(phases) for m in cfg.budgets]
+    lags = starmap_with_progress(pool, phase_job, jobs, progress, "phase runs")
+    by_budget: dict[float, list[dict[str, float]]] = {m: [] for m in cfg.budgets}
+    for (_, _, _, m), lag in zip(jobs, lags, strict=True):
+        by_budget[m].append(lag)
+    settings = [label for label, _, _ in baseline_settings()]
+    rows = []
+    for m, per_phase in by_budget.items():
+        best = [min(settings, key=r.__getitem__) for r in per_phase]
+        rows.append(
+            [
+                f"{m:g}",
+                f"{np.mean([r['rate'] for r in per_phase]):.1f}",
+                _spread([r["rate"] / min(r[s] for s in settings) for r in per_phase]),
+                _spread([r["rate"] / r["sqrt bound"] for r in per_phase]),
+                max(set(best), key=best.count),
+            ]
+        )
+    header = ["budget (× item rate)", "rate mean lag (min)", "rate ÷ best baseline setting", "rate ÷ sqrt bound"]
+    return "\n".join(
+        [
+            f"Command: `{command}`; {cfg.half} half, every target ({len(chosen)}), no resampling; phases "
+            f"0..{phases - 1}; best of {len(settings)} baseline settings per phase; window "
+            f"{windowing.window_days:g} days, warm-up {windowing.warmup_days:g}; "
+            f"{time.monotonic() - started:.0f} s. Ratios: mean over phases (sd; min .. max).",
+            "",
+            table([*header, "best setting (most phases)"], rows),
+            "",
+        ]
+    )
