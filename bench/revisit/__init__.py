@@ -126,7 +126,12 @@ def main(argv: list[str]) -> int:
         help="with --traces: the development harness instead of the recorded run: every target of the half (no "
         "resampling), this many fetch phases, rate ÷ the best of every baseline setting per phase; prints only",
     )
-    parser.add_argument("--targets", type=_positive, help="with --traces: targets per seed (default: all of the half)")
+    parser.add_argument(
+        "--targets",
+        type=_positive,
+        help="with --traces: targets per seed, a bootstrap resample (default: all of the half); with --phases one "
+        "subsample without replacement for every phase",
+    )
     parser.add_argument(
         "--window-days",
         type=_days,
