@@ -20,12 +20,12 @@ from typing import Any
 
 import numpy as np
 
-from bench.revisit.contenders import Contender, contender, run_contender
+from bench.revisit.contenders import Contender, contender
 from bench.revisit.content import ContentModel
 from bench.revisit.oracle import sqrt_bound
 from bench.revisit.progress import Progress, starmap_with_progress
 from bench.revisit.publish import table
-from bench.revisit.real import BASELINES, RealConfig, check_half, sample_targets
+from bench.revisit.real import BASELINES, RealConfig, check_half, run_one, sample_targets
 from bench.revisit.replay import Trace, fit_windowing, load_traces, split_halves, window_pages
 
 __all__ = ["baseline_settings", "phase_job", "run_phases"]
@@ -47,10 +47,9 @@ def phase_job(traces: Sequence[Trace], cfg: RealConfig, phase: int, mult: float)
     pages = window_pages(traces, windowing)
     horizon = windowing.horizon()
     content = ContentModel(phase, window=10)
-    seed = [phase, 4, int(mult * 1000)]
-    out = {"rate": run_contender(contender("rate"), {}, pages, horizon, mult, content, seed).summary()["lag_mean_min"]}
-    for label, c, knob in baseline_settings():
-        out[label] = run_contender(c, knob, pages, horizon, mult, content, seed).summary()["lag_mean_min"]
+    out = {}
+    for label, c, knob in [("rate", contender("rate"), {}), *baseline_settings()]:
+        out[label] = run_one(pages, horizon, c, knob, phase, mult, content)[0]["lag_mean_min"]
     budget = mult * sum(p.rate for p in pages)
     out["sqrt bound"] = sqrt_bound([p.rate for p in pages], budget) / 60
     return out

@@ -39,7 +39,7 @@ from bench.revisit.sim import Detector, Horizon, mean_ci, run_single
 from bench.revisit.traces import DAY, Page
 from shhd.policies import ChoPolicy, NutchPolicy, RatePolicy, RevisitPolicy, ShhdPolicy
 
-__all__ = ["BASELINES", "RealConfig", "check_half", "run_traces", "sample_targets"]
+__all__ = ["BASELINES", "RealConfig", "check_half", "run_one", "run_traces", "sample_targets"]
 
 MIN = 60.0
 BUDGETS = (0.25, 0.5, 1.0, 2.0)
@@ -93,7 +93,7 @@ def sample_targets(traces: Sequence[Trace], seed: int, count: int | None, bootst
     )
 
 
-def _run(
+def run_one(
     pages: Sequence[Page],
     horizon: Horizon,
     c: Contender,
@@ -102,6 +102,9 @@ def _run(
     mult: float,
     content: ContentModel,
 ) -> tuple[dict[str, float], list[float], list[int]]:
+    """One contender on one population at one budget: its summary, and per page its lag and scored items. The fetch
+    slots' phase follows from (seed, budget) alone, so every run with the same seed and budget, here or in the
+    development harness, puts its fetches at the same times."""
     res = run_contender(c, knob, pages, horizon, mult, content, [seed, 4, int(mult * 1000)])
     return res.summary(), res.page_lag_s, res.page_items
 
@@ -112,7 +115,7 @@ def _tune_job(
     c = next(x for x in _contenders() if x.slug == slug)
     windowing = _windowing(cfg, traces)
     pages = window_pages(sample_targets(traces, seed, cfg.targets, bootstrap=False), windowing)
-    summary, _, _ = _run(pages, windowing.horizon(), c, c.knobs[index], seed, mult, ContentModel(seed))
+    summary, _, _ = run_one(pages, windowing.horizon(), c, c.knobs[index], seed, mult, ContentModel(seed))
     return slug, index, mult, summary["lag_mean_min"]
 
 
@@ -161,7 +164,7 @@ def seed_job(
             if (c.slug, mult) in knobs:
                 variants.append((f"{c.label}, tuned", knobs[(c.slug, mult)]))
             for label, knob in variants:
-                summary, lag_s, caught = _run(pages, horizon, c, knob, seed, mult, content)
+                summary, lag_s, caught = run_one(pages, horizon, c, knob, seed, mult, content)
                 cell: dict[str, Any] = dict(summary)
                 cell["by_source"] = {
                     s: [

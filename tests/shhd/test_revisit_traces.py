@@ -149,7 +149,7 @@ def test_the_development_harness_prints_the_best_of_every_baseline_setting_and_w
     assert [row[0] for row in rows] == ["| 0.25", "| 0.5", "| 1", "| 2"]
     assert all(" (sd " in row[2] and " (sd " in row[3] for row in rows)
     assert _recorded_files() == before
-    # The ratio is the default policy's lag over the least lag of the eight settings, in that phase.
+    # One phase job measures the default policy, each of the eight baseline settings and the bound.
     traces = load_traces(path)
     lags = phase_job(traces, RealConfig(path), 0, 0.5)
     settings = [label for label, _, _ in baseline_settings()]
