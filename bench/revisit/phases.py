@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -25,8 +24,8 @@ from bench.revisit.content import ContentModel
 from bench.revisit.oracle import sqrt_bound
 from bench.revisit.progress import Progress, starmap_with_progress
 from bench.revisit.publish import table
-from bench.revisit.real import BASELINES, RealConfig, check_half, run_one, sample_targets
-from bench.revisit.replay import Trace, fit_windowing, load_traces, split_halves, window_pages
+from bench.revisit.real import BASELINES, RealConfig, check_half, open_traces, run_one, sample_targets
+from bench.revisit.replay import Trace, fit_windowing, window_pages
 
 __all__ = ["baseline_settings", "phase_job", "run_phases"]
 
@@ -65,10 +64,7 @@ def run_phases(cfg: RealConfig, pool: Any, phases: int, command: str) -> str:
     """The harness; returns the markdown report (and says how far it is on stderr)."""
     started = time.monotonic()
     progress = Progress()
-    traces = load_traces(cfg.path)
-    windowing = fit_windowing(traces, cfg.window_days, cfg.warmup_days)
-    dev, rep = split_halves(traces)
-    chosen = {"report": rep, "dev": dev, "all": traces}[cfg.half]
+    *_, chosen, windowing, cfg = open_traces(cfg)
     check_half(cfg, chosen)
     if cfg.targets is not None:
         chosen = sample_targets(chosen, 0, cfg.targets, bootstrap=False)
@@ -76,8 +72,6 @@ def run_phases(cfg: RealConfig, pool: Any, phases: int, command: str) -> str:
         f"{len(chosen)} targets of the {cfg.half} half, {phases} phases, {len(cfg.budgets)} budgets; window "
         f"{windowing.window_days:g} days, warm-up {windowing.warmup_days:g}"
     )
-    # Every job fits the window to the whole file, as the recorded run does, not to the half it is given.
-    cfg = replace(cfg, window_days=windowing.window_days, warmup_days=windowing.warmup_days)
     jobs = [(chosen, cfg, p, m) for p in range(phases) for m in cfg.budgets]
     lags = starmap_with_progress(pool, phase_job, jobs, progress, "phase runs")
     by_budget: dict[float, list[dict[str, float]]] = {m: [] for m in cfg.budgets}

@@ -16,7 +16,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -39,7 +39,16 @@ from bench.revisit.sim import Detector, Horizon, mean_ci, run_single
 from bench.revisit.traces import DAY, Page
 from shhd.policies import ChoPolicy, NutchPolicy, RatePolicy, RevisitPolicy, ShhdPolicy
 
-__all__ = ["BASELINES", "RealConfig", "check_half", "run_one", "run_traces", "sample_targets"]
+__all__ = [
+    "BASELINES",
+    "OpenedTraces",
+    "RealConfig",
+    "check_half",
+    "open_traces",
+    "run_one",
+    "run_traces",
+    "sample_targets",
+]
 
 MIN = 60.0
 BUDGETS = (0.25, 0.5, 1.0, 2.0)
@@ -67,8 +76,8 @@ class RealConfig:
     tune: bool = True
     oracle: bool = True
     workers: int = 2
-    #: The window and warm-up; None: fitted to the traces (``fit_windowing``). ``run_traces`` fits them to the
-    #: whole file once and hands its jobs both.
+    #: The window and warm-up; None: fitted to the traces (``fit_windowing``). ``open_traces`` fits them to the
+    #: whole file once, and both runs hand them to their jobs.
     window_days: float | None = None
     warmup_days: float | None = None
 
@@ -440,16 +449,36 @@ def check_half(cfg: RealConfig, chosen: Sequence[Trace]) -> None:
         )
 
 
-def run_traces(cfg: RealConfig, pool: Any, command: str, write: bool) -> str:
-    """The whole real-trace run; returns the markdown (and writes docs when ``write``)."""
-    started = time.monotonic()
-    progress = Progress()
+class OpenedTraces(NamedTuple):
+    """A trace file as the recorded run and the development harness read it (``open_traces``)."""
+
+    traces: list[Trace]
+    dev: list[Trace]
+    report: list[Trace]
+    #: The targets of ``cfg.half``.
+    chosen: list[Trace]
+    windowing: Windowing
+    #: The config with the window and warm-up fitted to the whole file, for every job.
+    cfg: RealConfig
+
+
+def open_traces(cfg: RealConfig) -> OpenedTraces:
+    """Load ``cfg.path``, split it into halves and pick ``cfg.half``. The window and warm-up are fitted to the whole
+    file, not to the half that runs, and handed to every job through the returned config."""
     traces = load_traces(cfg.path)
-    window_given = cfg.window_days is not None
     windowing = fit_windowing(traces, cfg.window_days, cfg.warmup_days)
     cfg = replace(cfg, window_days=windowing.window_days, warmup_days=windowing.warmup_days)
     dev, rep = split_halves(traces)
     chosen = {"report": rep, "dev": dev, "all": traces}[cfg.half]
+    return OpenedTraces(traces, dev, rep, chosen, windowing, cfg)
+
+
+def run_traces(cfg: RealConfig, pool: Any, command: str, write: bool) -> str:
+    """The whole real-trace run; returns the markdown (and writes docs when ``write``)."""
+    started = time.monotonic()
+    progress = Progress()
+    window_given = cfg.window_days is not None
+    traces, dev, rep, chosen, windowing, cfg = open_traces(cfg)
     progress.say(
         f"{len(traces)} traces: {len(dev)} development, {len(rep)} report; running the {cfg.half} half; window "
         f"{windowing.window_days:g} days, warm-up {windowing.warmup_days:g}"
