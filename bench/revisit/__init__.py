@@ -42,6 +42,12 @@ def _warm_up() -> None:
     tokenize("预热")  # initialise jieba once in the parent, so forked workers share it
 
 
+def _writes(args: argparse.Namespace) -> bool:
+    """Whether a run rewrites the docs and docs/bench/revisit.json: a full run does unless ``--no-write``, a quick one
+    only with ``--write``."""
+    return bool(args.write or not (args.quick or args.no_write))
+
+
 def _main_traces(args: argparse.Namespace, command: str) -> int:
     from bench.revisit.phases import run_phases
     from bench.revisit.real import RealConfig, run_traces
@@ -64,8 +70,7 @@ def _main_traces(args: argparse.Namespace, command: str) -> int:
             if args.phases:
                 print(run_phases(cfg, pool, args.phases, command.strip()))
             else:
-                write = args.write or not (args.quick or args.no_write)
-                print(run_traces(cfg, pool, command.strip(), write=write))
+                print(run_traces(cfg, pool, command.strip(), write=_writes(args)))
     except TraceError as exc:
         print(f"icecrawler bench revisit: {exc}", file=sys.stderr)
         return 2
@@ -177,7 +182,7 @@ def main(argv: list[str]) -> int:
     seconds = time.monotonic() - started
     md, head = report(cfg, e0, e3, knobs, seconds, command.strip())
     print(md)
-    if args.write or not (args.quick or args.no_write):
+    if _writes(args):
         merge_json(ROOT / "docs" / "bench" / "revisit.json", head, lambda k: not k.startswith("real_"))
         plots(cfg, e0, e3, knobs, ROOT / "docs" / "revisit")
         write_block(ROOT / "docs" / "REVISIT.md", md)
