@@ -60,10 +60,6 @@ RATE_HALF_LIFE_MAX_S = 14 * 86400.0
 #: target with a few items a day, and habits change slowly; 28 to 90 days do equally well on the development half,
 #: 14 days worse at low budgets (docs/REVISIT.md, "#21, sixth round").
 RATE_DAY_HALF_LIFE_S: float | None = 60 * 86400.0
-#: Rate policy: self-excitation of the item stream, (share a, decay F seconds): each item adds a e^{-(s-t)/F}/F to
-#: the expected rate after it (a Hawkes kernel; the base rate is λ(1-a)), the forecast of real, bursty streams.
-#: None: off.
-RATE_EXCITE: tuple[float, float] | None = None
 #: Rate policy: a period of at least DAY_ANCHOR_MIN days on a target with a daily pattern (relative amplitude at
 #: least DAY_ANCHOR_AMPLITUDE) moves to the nearest time of day where its daily rate falls through its mean, the
 #: lag-optimal time for a fetch a day (d/dF of E[(F - t) mod day] = 1 - day * f(F)). False: off.
@@ -282,7 +278,6 @@ class RatePolicy:
     burst_fade_s: float | None = RATE_BURST_FADE_S
     memory_items: float | None = RATE_MEMORY_ITEMS
     day_half_life_s: float | None = RATE_DAY_HALF_LIFE_S
-    excite: tuple[float, float] | None = RATE_EXCITE
     day_anchor: bool = RATE_DAY_ANCHOR
     #: Under a budget, the longest period is at least this many budget mean periods (``budget_plan``).
     budget_stretch: float | None = RATE_BUDGET_STRETCH
@@ -446,7 +441,7 @@ class RatePolicy:
         return Decision(period, out, -1)
 
     def _period(self, state: dict[str, Any], now: float) -> float:
-        """The next period from the rate forecast (+ daily profile, + burst, + self-excitation)."""
+        """The next period from the rate forecast (+ daily profile, + burst)."""
         mu = 0.5 * self._scale() ** 2
         rate = self.rate_of(state)
         amplitude = self.daily_profile(state)
@@ -456,20 +451,12 @@ class RatePolicy:
             if self.burst_fade_s is not None and batch is None
             else 0.0
         )
-        share, decay, kick = 0.0, 1.0, 0.0
-        if self.excite is not None:
-            share, decay = self.excite
-            kick = share * sum(math.exp(-(now - t) / decay) for t in state["times"] if t <= now)
-        if excess == 0.0 and amplitude == 0j and kick == 0.0:
+        if excess == 0.0 and amplitude == 0j:
             return self._anchored(self.period_for(rate), amplitude, now, batch)
-        base = rate * (1.0 - share)
         fade = 1.0 / (self.burst_fade_s or 1.0)
 
         def lag(tau: float) -> float:
-            out = diurnal_lag(base, amplitude, now, tau) + burst_lag(base, excess, fade, tau)
-            if kick:
-                out += kick * (tau - decay * -math.expm1(-tau / decay))
-            return out
+            return diurnal_lag(rate, amplitude, now, tau) + burst_lag(rate, excess, fade, tau)
 
         return self._anchored(solve_fetch_time(lag, mu, self.min_period_s, self._longest()), amplitude, now, batch)
 
