@@ -66,7 +66,7 @@ from scheduler_server.budget import rebalance_budget
 from scheduler_server.cache import RecordCache
 from scheduler_server.checks import check_lease_args, check_release_args, check_reports, parse_add_ids
 from scheduler_server.codec import TaskRecord, done_value, history_append, time_key
-from scheduler_server.config import Clocks, SchedulerConfig, core_parts
+from scheduler_server.config import BudgetedPolicy, Clocks, SchedulerConfig, core_parts
 from scheduler_server.discoveries import add_discoveries
 from scheduler_server.groups import GroupCall, GroupRunner, Pending
 from scheduler_server.moves import TaskMoves
@@ -74,8 +74,9 @@ from scheduler_server.observer import CoreObserver
 from scheduler_server.outcomes import Hold, OutcomeEffects, outcome_effects
 from scheduler_server.politeness import HostGate, RateWindow
 from scheduler_server.queues import TaskQueues
-from scheduler_server.startup import GAP_KEY, GAP_VALUE, restore_state
+from scheduler_server.startup import CALIBRATION_KEY, GAP_KEY, GAP_VALUE, restore_state
 from scheduler_server.store import QueueStore, Txn
+from shhd.calibration import RateCalibration
 from shhd.policies import Observation, RevisitPolicy
 
 __all__ = ["Clocks", "SchedulerConfig", "SchedulerCore", "check_consistency"]
@@ -148,6 +149,9 @@ class SchedulerCore:
         self.moves = TaskMoves(config, self.queues, self.records)
         #: Tasks whose cursor holds an open page-cap gap (``icecrawler.resume``): ``stats()["open_gaps"]``.
         self.open_gaps: set[str] = set()
+        #: The ``rate`` policy's population calibration (``shhd.calibration``), learnt from every report: kept in
+        #: ``meta`` by each report call's transaction and taken back by ``restore_state``; None with another policy.
+        self.calibration: RateCalibration | None = policy.calibration if isinstance(policy, BudgetedPolicy) else None
         restore_state(self)
 
     @classmethod
@@ -159,13 +163,17 @@ class SchedulerCore:
 
     @contextmanager
     def _transaction(self) -> Iterator[Txn]:
-        """A store transaction that covers the in-memory queues too: both commit, or both roll back."""
+        """A store transaction that covers the in-memory queues and the calibration too: all commit, or all roll
+        back."""
         self.queues.begin()
+        learnt = self.calibration.to_dict() if self.calibration is not None else None
         try:
             with self.store.transaction() as txn:
                 yield txn
         except BaseException:
             self.queues.rollback()
+            if self.calibration is not None and learnt is not None:
+                self.calibration.load(learnt)  # a report rolled back taught nothing
             raise
         self.queues.commit()
 
@@ -373,6 +381,8 @@ class SchedulerCore:
         ]
         reports, found = add_discoveries(txn, self.moves, records, reports, group.now_ms, self.policy.initial_state)
         effects = [self._apply_report(txn, group, record, item) for record, item in zip(records, reports, strict=True)]
+        if self.calibration is not None:
+            txn.put("meta", CALIBRATION_KEY, json.dumps(self.calibration.to_dict()).encode())
 
         def finish() -> None:
             self._added(found)

@@ -1,10 +1,12 @@
 """What a scheduler core restores when it opens its database (``restore_state``): counters, persisted host blocks,
-account freezes and open page-cap gaps (``meta``), the in-memory queues (from the queue tables) and the hosts
-occupied by leases that survived a restart. It also checks that the database belongs to this shard layout."""
+account freezes, open page-cap gaps and the ``rate`` policy's calibration (``meta``), the in-memory queues (from the
+queue tables) and the hosts occupied by leases that survived a restart. It also checks that the database belongs to
+this shard layout."""
 
 from __future__ import annotations
 
 import json
+import logging
 from typing import TYPE_CHECKING
 
 from icecrawler.errors import ConfigError
@@ -14,7 +16,9 @@ from scheduler_server.store import Txn
 if TYPE_CHECKING:
     from scheduler_server.core import SchedulerCore
 
-__all__ = ["GAP_KEY", "GAP_VALUE", "LAYOUT_KEY", "restore_state"]
+__all__ = ["CALIBRATION_KEY", "GAP_KEY", "GAP_VALUE", "LAYOUT_KEY", "restore_state"]
+
+log = logging.getLogger(__name__)
 
 #: The ``meta`` key of the shard layout (``check_layout``).
 LAYOUT_KEY = b"layout"
@@ -22,6 +26,9 @@ LAYOUT_KEY = b"layout"
 #: block that ended long ago, which is what a scheduler without gaps makes of it.
 GAP_KEY = b"gap:"
 GAP_VALUE = b'[0, "page-cap gap"]'
+#: The ``meta`` key of the ``rate`` policy's calibration (``shhd.calibration.RateCalibration.to_dict``, as JSON),
+#: written by every report call's transaction.
+CALIBRATION_KEY = b"rate-calibration"
 #: Queue keys read per scan while the queues are rebuilt.
 _SCAN_CHUNK = 1024
 
@@ -34,6 +41,9 @@ def restore_state(core: SchedulerCore) -> None:
         check_layout(txn, core.config.shard, core.config.shards)
         for key, value in txn.scan("meta", limit=1_000_000):
             if key == LAYOUT_KEY:
+                continue
+            if key == CALIBRATION_KEY:
+                restore_calibration(core, value)
                 continue
             if key.startswith(GAP_KEY):
                 core.open_gaps.add(key[len(GAP_KEY) :].decode())
@@ -56,6 +66,18 @@ def restore_state(core: SchedulerCore) -> None:
                         core.queues.inflight(task_id, ms)
                         core.gate.restore_inflight(core.config.hosts[source], wall)
                 start = chunk[-1][0] + b"\0"
+
+
+def restore_calibration(core: SchedulerCore, saved: bytes) -> None:
+    """Take back what the calibration had learnt. A record this policy cannot use (another policy or calibration
+    setting now, a damaged value) is logged and left for the next report to replace: the calibration starts again
+    from no evidence, as it did before it was kept, and learns again within days."""
+    if core.calibration is None:
+        return
+    try:
+        core.calibration.load(json.loads(saved))
+    except ValueError as exc:  # json.JSONDecodeError and UnicodeDecodeError are ValueErrors too
+        log.warning("the stored rate calibration is not used, it starts again from no evidence: %s", exc)
 
 
 def check_layout(txn: Txn, shard: int, shards: int) -> None:

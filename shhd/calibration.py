@@ -14,12 +14,17 @@ however often silent targets of this population wake up. So every estimate below
 day is one class, the near-silent one, and its calibrated rate is what its targets were seen to publish: found
 items ÷ the time they were watched, both decayed alike, with a prior of ``silent_prior_days`` at that threshold
 rate (docs/REVISIT.md, "#21, twelfth round").
+
+What it has learnt is a few numbers per class (``to_dict``); the scheduler keeps them in its database and takes
+them back at start-up (``load``), so a restart does not throw away days of learning.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from shhd.forecast import DAY_S
 
@@ -40,6 +45,41 @@ class RateCalibration:
     silent_prior_days: float = 7.0
     #: class -> [predicted items, found items, time of the last update (s), time watched (s)]
     _rows: dict[int, list[float]] = field(default_factory=dict, repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        """What has been learnt, as JSON-ready data: each class's row, with the two settings that define the
+        classes (rows learnt under other classes would correct the wrong estimates)."""
+        return {
+            "bins_per_decade": self.bins_per_decade,
+            "silent_below_per_day": self.silent_below_per_day,
+            "rows": [[k, *row] for k, row in sorted(self._rows.items())],
+        }
+
+    def load(self, saved: Mapping[str, Any]) -> None:
+        """Take the rows of a ``to_dict`` in place of the current ones. Raises ValueError, and takes nothing, when
+        ``saved`` is malformed or was learnt with other classes."""
+        if not isinstance(saved, Mapping):
+            raise ValueError(f"a saved calibration is a mapping, not {type(saved).__name__}")
+        defines = (saved.get("bins_per_decade"), saved.get("silent_below_per_day"))
+        if defines != (self.bins_per_decade, self.silent_below_per_day):
+            raise ValueError(
+                f"the saved calibration's classes (bins_per_decade, silent_below_per_day) = {defines} differ from "
+                f"this policy's {(self.bins_per_decade, self.silent_below_per_day)}"
+            )
+        entries = saved.get("rows")
+        if not isinstance(entries, list):
+            raise ValueError(f"a saved calibration's rows are a list, not {type(entries).__name__}")
+        rows: dict[int, list[float]] = {}
+        for entry in entries:
+            if not (
+                isinstance(entry, list)
+                and len(entry) == 5
+                and isinstance(entry[0], int)
+                and all(isinstance(x, int | float) and math.isfinite(x) and x >= 0 for x in entry[1:])
+            ):
+                raise ValueError(f"a saved calibration row is [class, predicted, found, time, watched], not {entry!r}")
+            rows[entry[0]] = [float(x) for x in entry[1:]]
+        self._rows = rows
 
     def is_silent(self, rate_per_s: float) -> bool:
         """Whether an estimate falls in the near-silent class."""

@@ -165,8 +165,9 @@ DEFAULTS: dict[str, Any] = {
     "scheduler.rate_reference_period_s": 600.0,
     # "rate" policy: correct each task's rate estimate by how the estimates of that size came true over all tasks
     # (quiet tasks wake up, busy ones calm down; docs/REVISIT.md, "#21, third round"); a task estimated below
-    # 0.1 item a day gets what such tasks went on to publish ("twelfth round"). It is learnt from the reports after
-    # each start of the daemon. false = each task's own estimate only.
+    # 0.1 item a day gets what such tasks went on to publish ("twelfth round"). It is learnt from the reports and
+    # kept in the scheduler's database, so a restart goes on from what it had learnt. false = each task's own
+    # estimate only.
     "scheduler.rate_calibration": True,
     # (Accelerated time: the shared clock.speed / clock.origin keys apply to periods and due times.)
     # --- security: who may call the daemons (docs/DEPLOY.md, "Security") -----------------------------------

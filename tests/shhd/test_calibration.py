@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import math
 from typing import Any
 
 import pytest
@@ -113,3 +115,37 @@ def test_a_silent_target_teaches_the_calibration_and_gets_a_shorter_period_when_
         policy.calibration.observe(own, DAY, 2, k * DAY)
     assert policy.rate_of(quiet) > 10 * own
     assert policy.period_for(policy.rate_of(quiet)) < before / 3
+
+
+def test_what_it_learnt_goes_through_json_and_back_unchanged() -> None:
+    learnt = RateCalibration()
+    for k in range(30):
+        learnt.observe(0.05 / DAY, DAY, k % 3, k * DAY)  # the near-silent class
+        learnt.observe(4 / DAY, DAY, 3, k * DAY)
+    again = RateCalibration()
+    again.load(json.loads(json.dumps(learnt.to_dict())))
+    assert again.to_dict() == learnt.to_dict()
+    for rate in (0.01 / DAY, 0.05 / DAY, 4 / DAY, 50 / DAY):
+        assert again.calibrated(rate) == learnt.calibrated(rate)
+
+
+@pytest.mark.parametrize(
+    ("saved", "message"),
+    [
+        ([1, 2], "is a mapping"),
+        ({"bins_per_decade": 3.0, "silent_below_per_day": 0.1, "rows": []}, "classes"),
+        ({"bins_per_decade": 2.0, "silent_below_per_day": None, "rows": []}, "classes"),
+        ({"bins_per_decade": 2.0, "silent_below_per_day": 0.1}, "rows are a list"),
+        ({"bins_per_decade": 2.0, "silent_below_per_day": 0.1, "rows": [[0, 1.0, 2.0]]}, "saved calibration row"),
+        ({"bins_per_decade": 2.0, "silent_below_per_day": 0.1, "rows": [["0", 1, 1, 1, 1]]}, "saved calibration row"),
+        ({"bins_per_decade": 2.0, "silent_below_per_day": 0.1, "rows": [[0, 1, -1, 1, 1]]}, "saved calibration row"),
+        ({"bins_per_decade": 2.0, "silent_below_per_day": 0.1, "rows": [[0, 1, math.inf, 1, 1]]}, "saved calibration"),
+    ],
+)
+def test_a_saved_calibration_it_cannot_use_is_refused_and_changes_nothing(saved: Any, message: str) -> None:
+    calibration = RateCalibration()
+    calibration.observe(4 / DAY, DAY, 8, 0.0)
+    kept = calibration.to_dict()
+    with pytest.raises(ValueError, match=message):
+        calibration.load(saved)
+    assert calibration.to_dict() == kept
