@@ -242,6 +242,9 @@ def run(settings: Settings, ice_args: Sequence[str], listen: str = "") -> int:
         )
         with data_lock(settings):
             core = open_core(settings)
+            # The budget's constant from the stored tasks before the first report, not one maintenance pass later:
+            # until then every report would get the unbudgeted square-root period.
+            core.rebalance_budget()
             rpc.settle_server_heap()  # after the queue index is loaded, so that collections never walk it
             maintenance = Maintenance(
                 core,

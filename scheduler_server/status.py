@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from icecrawler.resume import describe as describe_gap
 from scheduler_server.checks import check_task_id, invalid_field
 from scheduler_server.codec import TaskRecord, history_entries
+from scheduler_server.config import BudgetedPolicy
 
 if TYPE_CHECKING:
     from scheduler_server.core import SchedulerCore
@@ -47,6 +48,8 @@ def stats(core: SchedulerCore) -> dict[str, Any]:
                 "shutting_down": core._stopping,
                 # Tasks with an open page-cap gap (icecrawler.resume): a gauge, 0 once the crawl caught up.
                 "open_gaps": len(core.open_gaps),
+                # The rate policy's budget constant, daily anchor and calibration; {} with another policy.
+                "revisit": core.policy.describe() if isinstance(core.policy, BudgetedPolicy) else {},
             },
         }
 

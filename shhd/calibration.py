@@ -81,6 +81,24 @@ class RateCalibration:
             rows[entry[0]] = [float(x) for x in entry[1:]]
         self._rows = rows
 
+    def describe(self) -> list[dict[str, Any]]:
+        """Each class as an operator reads it: the estimates it holds (items a day, from and below), its decayed
+        predicted and found items, and what it does to them: a factor, or near silent, the rate it gives."""
+        silent = self._class(0.0) if self.silent_below_per_day is not None else None
+        out: list[dict[str, Any]] = []
+        for k, row in sorted(self._rows.items()):
+            entry: dict[str, Any] = {"predicted": row[0], "found": row[1]}
+            if k == silent:
+                entry.update(per_day_from=0.0, per_day_below=self.silent_below_per_day)
+                entry["near_silent_per_day"] = self.calibrated(0.0) * DAY_S
+            else:
+                entry.update(
+                    per_day_from=10 ** (k / self.bins_per_decade), per_day_below=10 ** ((k + 1) / self.bins_per_decade)
+                )
+                entry["factor"] = self._factor(row)
+            out.append(entry)
+        return out
+
     def is_silent(self, rate_per_s: float) -> bool:
         """Whether an estimate falls in the near-silent class."""
         return self.silent_below_per_day is not None and rate_per_s * DAY_S < self.silent_below_per_day
@@ -111,6 +129,9 @@ class RateCalibration:
         row = self._rows.get(self._class(rate_per_s))
         if row is None:
             return 1.0
+        return self._factor(row)
+
+    def _factor(self, row: list[float]) -> float:
         return (row[1] + self.prior_items) / (row[0] + self.prior_items)
 
     def calibrated(self, rate_per_s: float) -> float:

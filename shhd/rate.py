@@ -358,6 +358,18 @@ class RatePolicy:
     def _longest(self) -> float:
         return self.max_period_s if self.budget_max_s is None else max(self.budget_max_s, self.max_period_s)
 
+    def describe(self) -> dict[str, Any]:
+        """What the policy steers by now, for an operator: the budget's square-root constant (None without a
+        budget, or before the first ``apply_budget``), the longest period it allows, whether the daily anchor is
+        on, and the calibration's classes (``RateCalibration.describe``)."""
+        return {
+            "budget_scale": self.scale,
+            "longest_period_s": self._longest(),
+            "daily_anchor": self.day_anchor and not self.shared_clock,
+            "targets_keep_one_clock": self.shared_clock,
+            "calibration": None if self.calibration is None else self.calibration.describe(),
+        }
+
     def _half_life(self, state: dict[str, Any]) -> float:
         """The forgetting half-life: ``half_life_s``, stretched to ``memory_items`` mean gaps (RATE_MEMORY_ITEMS)."""
         if self.memory_items is None:

@@ -57,6 +57,7 @@ def scheduler_section(comm: Ice.Communicator) -> dict[str, Any]:
         section[key] = {name: value for shard in shards for name, value in shard.get(key, {}).items()}
     section["shutting_down"] = any(shard.get("shutting_down") for shard in shards)
     section["open_gaps"] = sum(shard.get("open_gaps", 0) for shard in shards)
+    section.pop("revisit", None)  # each shard's own policy state: under ``by_shard`` only
     section["by_shard"] = shards
     return section
 
@@ -93,6 +94,17 @@ def render_text(report: dict[str, Any]) -> str:
         lines.append(
             f"  {s['open_gaps']} task(s) with an open page-cap gap: items not fetched yet, the next visits "
             "fetch them (status --task ID shows one)"
+        )
+    revisit = s.get("revisit") or {}
+    if revisit:  # the rate policy (``RatePolicy.describe``)
+        scale = revisit["budget_scale"]
+        anchor = "on" if revisit["daily_anchor"] else "off"
+        if revisit["targets_keep_one_clock"]:
+            anchor += " (the tasks keep one daily clock)"
+        lines.append(
+            f"  rate policy: {'no budget constant yet' if scale is None else f'budget constant {scale:.4g}'}, "
+            f"longest period {revisit['longest_period_s'] / 3600:.1f} h, daily anchor {anchor}, "
+            f"calibration over {len(revisit['calibration'] or [])} class(es) of estimated rate"
         )
     if s.get("shards", 1) > 1:
         lines.append(

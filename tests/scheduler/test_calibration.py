@@ -1,6 +1,7 @@
-"""The ``rate`` policy's population calibration inside the scheduler: every report call's transaction keeps it in
-``meta``, a new core (after a restart or kill -9) takes it back, a rolled-back report teaches it nothing, and a
-stored value the policy cannot use is logged and learnt again."""
+"""What the ``rate`` policy steers by, inside the scheduler: every report call's transaction keeps the population
+calibration in ``meta``, a new core (after a restart or kill -9) takes it back, a rolled-back report teaches it
+nothing, and a stored value the policy cannot use is logged and learnt again; a restarted daemon has its budget
+constant before its first report; status shows all of it."""
 
 from __future__ import annotations
 
@@ -13,12 +14,14 @@ from typing import Any
 
 import pytest
 
+from icecrawler import rpc
 from icecrawler.models import Report, TaskKind
+from icecrawler_cli.commands.status import render_text
 from scheduler_server.core import SchedulerCore
 from scheduler_server.startup import CALIBRATION_KEY
 from scheduler_server.store import BdbQueueStore, MemoryQueueStore, QueueStore
 from tests.scheduler.conftest import ManualClocks, make_settings, queued_together
-from tests.scheduler.daemon import REPO
+from tests.scheduler.daemon import REPO, scheduler_daemon, scheduler_proxy
 from tests.scheduler.test_budget import RATE_SETTINGS, crawl_rounds
 
 ITEMS = {"reviews:jd:1": 30, "reviews:jd:2": 2}
@@ -148,3 +151,48 @@ def test_a_stored_calibration_the_policy_cannot_use_is_logged_and_learnt_again(
     core.add(["jd:1", "jd:2"], TaskKind.ProductReviews)
     crawl_rounds(core, clocks, ITEMS, rounds=6)
     assert learnt(core)["rows"] and stored(store) == learnt(core)  # replaced by the first report call
+
+
+def test_status_shows_the_budget_constant_the_daily_anchor_and_the_calibration(
+    store: QueueStore, clocks: ManualClocks
+) -> None:
+    core = rate_core(store, clocks, scheduler__fetch_budget_per_s=1e-5)
+    core.add(["jd:1", "jd:2"], TaskKind.ProductReviews)
+    crawl_rounds(core, clocks, ITEMS, rounds=6)
+    before = core.stats()["detail"]["revisit"]
+    assert before["budget_scale"] is None and before["longest_period_s"] == 86400.0  # no rebalance yet
+    scale = core.rebalance_budget()
+    shown = core.stats()["detail"]["revisit"]
+    assert shown["budget_scale"] == scale
+    assert shown["longest_period_s"] == pytest.approx(1.75 * 2 / 1e-5)  # past max_period_s: the budget is small
+    assert shown["daily_anchor"] is True and shown["targets_keep_one_clock"] is False
+    classes = shown["calibration"]
+    assert classes and all(c["per_day_from"] < c["per_day_below"] and c["factor"] > 0 for c in classes)
+    assert json.loads(json.dumps(shown)) == shown  # it travels in the status JSON
+    stats = core.stats()
+    text = render_text({"scheduler": {**stats, **stats["detail"]}, "storage": {"reachable": False}})
+    assert f"rate policy: budget constant {scale:.4g}, longest period 97.2 h, daily anchor on, calibration over" in text
+    fixed = SchedulerCore.from_settings(make_settings(), store, clocks)
+    assert fixed.stats()["detail"]["revisit"] == {}
+
+
+@pytest.mark.ice
+@pytest.mark.bdb
+def test_a_restarted_daemon_has_its_budget_constant_before_its_first_report(tmp_path: Path) -> None:
+    """Maintenance runs once an hour here, so only the start-up rebalance can have set the constant."""
+    settings = {
+        "scheduler__policy": "rate",
+        "scheduler__fetch_budget_per_s": 0.01,
+        "scheduler__maintenance_interval_s": 3600,
+    }
+    with scheduler_daemon(tmp_path, **settings) as daemon:
+        with scheduler_proxy(daemon) as prx:
+            assert json.loads(prx.stats().detailJson)["revisit"]["budget_scale"] is None  # no tasks at start
+            assert prx.addUsers(["weibo_pc:1", "weibo_pc:2", "weibo_pc:3"], rpc.crawler().TaskKind.WeiboUser) == 3
+            assert json.loads(prx.stats().detailJson)["revisit"]["budget_scale"] is None  # no pass since
+        daemon.kill9()
+        daemon.start()
+        with scheduler_proxy(daemon) as prx:
+            shown = json.loads(prx.stats().detailJson)["revisit"]
+    assert isinstance(shown["budget_scale"], float) and shown["budget_scale"] > 0
+    assert shown["calibration"] == []  # nothing reported yet

@@ -108,6 +108,7 @@ def test_seed_and_status_route_and_add_up_over_the_shards(tmp_path: Path) -> Non
         section = json.loads(status.stdout)["scheduler"]
         assert (section["tasks"], section["pending"], section["shards"]) == (3, 3, 2)
         assert [shard["tasks"] for shard in section["by_shard"]] == [2, 1]
+        assert "revisit" not in section and [shard["revisit"] for shard in section["by_shard"]] == [{}, {}]
         text = subprocess.run(
             [*icecrawler_argv("status"), *sets, f"--Ice.Config={conf}"],
             cwd=REPO,
