@@ -233,6 +233,26 @@ class SchedulerMetrics:
             "cursor: their next visits close the gap first (docs/ARCHITECTURE.md, Guarantees).",
             values["open_gaps"],
         )
+        rate = values["rate"]
+        if rate is not None:
+            if rate["budget_scale"] is not None:
+                yield gauge(
+                    p + "rate_budget_constant",
+                    "The rate policy's square-root constant under scheduler.fetch_budget_per_s: a task with rate r "
+                    "gets the period constant / sqrt(r) (seconds).",
+                    rate["budget_scale"],
+                )
+            yield gauge(
+                p + "rate_longest_period_seconds",
+                "The rate policy's longest period: scheduler.max_period_s, or 1.75 x tasks / budget when longer.",
+                rate["longest_period_s"],
+            )
+            yield gauge(
+                p + "rate_daily_anchor",
+                "1 while the rate policy moves once-a-day fetches to each task's daily crossing; 0 while it does "
+                "not (the tasks keep one daily clock under a budget).",
+                1.0 if rate["daily_anchor"] else 0.0,
+            )
         yield counter_family(
             p + "visitor_sessions_minted",
             "Visitor sessions minted through a site's passport, by source.",

@@ -57,7 +57,8 @@ def stats(core: SchedulerCore) -> dict[str, Any]:
 def gauges(core: SchedulerCore) -> dict[str, Any]:
     """Cheap current values for the metrics (no B-tree read): task counts, the due backlog (pending tasks due
     now, and how long the most overdue one has waited, simulated seconds), blocked hosts, accounts by state,
-    open page-cap gaps, visitor sessions minted and renewed per source."""
+    open page-cap gaps, visitor sessions minted and renewed per source, and what the ``rate`` policy steers by
+    (``RatePolicy.describe``; None with another policy)."""
     with core._lock:
         wall = core.clocks.wall()
         now_ms = int(core.clocks.now() * 1000)
@@ -69,6 +70,7 @@ def gauges(core: SchedulerCore) -> dict[str, Any]:
         accounts = core.accounts.describe(wall)
         counts = dict(core._counts)
         open_gaps = len(core.open_gaps)
+        rate = core.policy.describe() if isinstance(core.policy, BudgetedPolicy) else None
     due = min(sum(1 for due_ms in due_times if due_ms <= now_ms), DUE_SOON_CAP)
     visitors = core.accounts.visitors.describe(wall)
     states: dict[str, int] = {"ok": 0, "frozen": 0}
@@ -83,6 +85,7 @@ def gauges(core: SchedulerCore) -> dict[str, Any]:
         "open_gaps": open_gaps,
         "visitor_renewals": {source: v["renewals"] for source, v in visitors.items()},
         "visitor_mints": {source: v["mints"] for source, v in visitors.items()},
+        "rate": rate,
     }
 
 

@@ -265,6 +265,30 @@ def test_scheduler_metrics_count_leases_reports_expiries_and_groups() -> None:
     promtool_check(text)
 
 
+def test_scheduler_metrics_show_what_the_rate_policy_steers_by() -> None:
+    clocks = ManualClocks()
+    settings = make_settings(
+        scheduler__policy="rate", scheduler__max_period_s=86400.0, scheduler__fetch_budget_per_s=1e-5
+    )
+    core = SchedulerCore.from_settings(settings, MemoryQueueStore(), clocks)
+    registry = CollectorRegistry()
+    SchedulerMetrics(core).register(registry)
+    core.add(["jd:1", "jd:2"], TaskKind.ProductReviews)
+    text = render(registry)
+    assert "icecrawler_scheduler_rate_budget_constant" not in text  # not computed yet
+    assert "icecrawler_scheduler_rate_longest_period_seconds 86400.0" in text
+    assert "icecrawler_scheduler_rate_daily_anchor 1.0" in text
+    scale = core.rebalance_budget()
+    assert scale is not None
+    text = render(registry)
+    assert f"icecrawler_scheduler_rate_budget_constant {scale!r}" in text
+    assert "icecrawler_scheduler_rate_longest_period_seconds 350000.0" in text  # 1.75 x 2 tasks / 1e-5
+    promtool_check(text)
+    fixed = CollectorRegistry()
+    SchedulerMetrics(SchedulerCore.from_settings(make_settings(), MemoryQueueStore(), clocks)).register(fixed)
+    assert "icecrawler_scheduler_rate_" not in render(fixed)
+
+
 class _Tee:
     """Passes every observation on to ``metrics`` and keeps the leases and reports it saw."""
 
