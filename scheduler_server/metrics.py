@@ -244,7 +244,8 @@ class SchedulerMetrics:
                 )
             yield gauge(
                 p + "rate_longest_period_seconds",
-                "The rate policy's longest period: scheduler.max_period_s, or 1.75 x tasks / budget when longer.",
+                "The rate policy's longest period: scheduler.max_period_s, or under a budget a stretch (1.75) "
+                "x tasks / budget when that is longer.",
                 rate["longest_period_s"],
             )
             yield gauge(
