@@ -101,6 +101,9 @@ class _Group:
     wall: float
     held_hosts: set[str] = field(default_factory=set)
     frozen_accounts: set[str] = field(default_factory=set)
+    #: The ``rate`` calibration before the group's first report (``RateCalibration.to_dict``): written to ``meta``
+    #: once at the end of the group, and put back if its transaction rolls back; None while no report ran.
+    learnt_before: dict[str, Any] | None = None
 
 
 class _AllRejected(Exception):
@@ -150,7 +153,8 @@ class SchedulerCore:
         #: Tasks whose cursor holds an open page-cap gap (``icecrawler.resume``): ``stats()["open_gaps"]``.
         self.open_gaps: set[str] = set()
         #: The ``rate`` policy's population calibration (``shhd.calibration``), learnt from every report: kept in
-        #: ``meta`` by each report call's transaction and taken back by ``restore_state``; None with another policy.
+        #: ``meta`` by each group that applied a report and taken back by ``restore_state``; None with another
+        #: policy.
         self.calibration: RateCalibration | None = policy.calibration if isinstance(policy, BudgetedPolicy) else None
         restore_state(self)
 
@@ -162,18 +166,17 @@ class SchedulerCore:
     # --- group commit (the steps are described in ``groups``) ------------------------------------------------
 
     @contextmanager
-    def _transaction(self) -> Iterator[Txn]:
-        """A store transaction that covers the in-memory queues and the calibration too: all commit, or all roll
-        back."""
+    def _transaction(self, group: _Group | None = None) -> Iterator[Txn]:
+        """A store transaction that covers the in-memory queues too, and the calibration as ``group``'s reports
+        taught it: all commit, or all roll back."""
         self.queues.begin()
-        learnt = self.calibration.to_dict() if self.calibration is not None else None
         try:
             with self.store.transaction() as txn:
                 yield txn
         except BaseException:
             self.queues.rollback()
-            if self.calibration is not None and learnt is not None:
-                self.calibration.load(learnt)  # a report rolled back taught nothing
+            if group is not None and group.learnt_before is not None and self.calibration is not None:
+                self.calibration.load(group.learnt_before)  # a report rolled back taught nothing
             raise
         self.queues.commit()
 
@@ -204,7 +207,7 @@ class SchedulerCore:
             group = _Group(int(self.clocks.now() * 1000), self.clocks.wall())
             finishers: list[tuple[GroupCall, _Finish]] = []
             try:
-                with self._transaction() as txn:
+                with self._transaction(group) as txn:
                     expired = self.moves.expire_leases(txn, group.now_ms, group.wall, self.config.batch_limit)
                     for call in calls:
                         try:
@@ -213,6 +216,8 @@ class SchedulerCore:
                             call.error = exc
                     if not finishers:
                         raise _AllRejected
+                    if group.learnt_before is not None and self.calibration is not None:
+                        txn.put("meta", CALIBRATION_KEY, json.dumps(self.calibration.to_dict()).encode())
             except _AllRejected:
                 return
             except Exception as exc:
@@ -379,10 +384,10 @@ class SchedulerCore:
             self.moves.take_leased(txn, item.task_id, item.lease_token, index, "reports")
             for index, item in enumerate(reports)
         ]
+        if self.calibration is not None and group.learnt_before is None:
+            group.learnt_before = self.calibration.to_dict()
         reports, found = add_discoveries(txn, self.moves, records, reports, group.now_ms, self.policy.initial_state)
         effects = [self._apply_report(txn, group, record, item) for record, item in zip(records, reports, strict=True)]
-        if self.calibration is not None:
-            txn.put("meta", CALIBRATION_KEY, json.dumps(self.calibration.to_dict()).encode())
 
         def finish() -> None:
             self._added(found)

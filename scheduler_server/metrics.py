@@ -234,7 +234,7 @@ class SchedulerMetrics:
             values["open_gaps"],
         )
         rate = values["rate"]
-        if rate is not None:
+        if rate:
             if rate["budget_scale"] is not None:
                 yield gauge(
                     p + "rate_budget_constant",

@@ -27,7 +27,7 @@ LAYOUT_KEY = b"layout"
 GAP_KEY = b"gap:"
 GAP_VALUE = b'[0, "page-cap gap"]'
 #: The ``meta`` key of the ``rate`` policy's calibration (``shhd.calibration.RateCalibration.to_dict``, as JSON),
-#: written by every report call's transaction.
+#: written once by the transaction of every group that applies a report (``SchedulerCore._run_group``).
 CALIBRATION_KEY = b"rate-calibration"
 #: Queue keys read per scan while the queues are rebuilt.
 _SCAN_CHUNK = 1024

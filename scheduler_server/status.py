@@ -49,16 +49,21 @@ def stats(core: SchedulerCore) -> dict[str, Any]:
                 # Tasks with an open page-cap gap (icecrawler.resume): a gauge, 0 once the crawl caught up.
                 "open_gaps": len(core.open_gaps),
                 # The rate policy's budget constant, daily anchor and calibration; {} with another policy.
-                "revisit": core.policy.describe() if isinstance(core.policy, BudgetedPolicy) else {},
+                "revisit": _revisit(core),
             },
         }
+
+
+def _revisit(core: SchedulerCore) -> dict[str, Any]:
+    """What the ``rate`` policy steers by (``RatePolicy.describe``); {} with another policy."""
+    return core.policy.describe() if isinstance(core.policy, BudgetedPolicy) else {}
 
 
 def gauges(core: SchedulerCore) -> dict[str, Any]:
     """Cheap current values for the metrics (no B-tree read): task counts, the due backlog (pending tasks due
     now, and how long the most overdue one has waited, simulated seconds), blocked hosts, accounts by state,
     open page-cap gaps, visitor sessions minted and renewed per source, and what the ``rate`` policy steers by
-    (``RatePolicy.describe``; None with another policy)."""
+    (``RatePolicy.describe``; {} with another policy)."""
     with core._lock:
         wall = core.clocks.wall()
         now_ms = int(core.clocks.now() * 1000)
@@ -70,7 +75,7 @@ def gauges(core: SchedulerCore) -> dict[str, Any]:
         accounts = core.accounts.describe(wall)
         counts = dict(core._counts)
         open_gaps = len(core.open_gaps)
-        rate = core.policy.describe() if isinstance(core.policy, BudgetedPolicy) else None
+        rate = _revisit(core)
     due = min(sum(1 for due_ms in due_times if due_ms <= now_ms), DUE_SOON_CAP)
     visitors = core.accounts.visitors.describe(wall)
     states: dict[str, int] = {"ok": 0, "frozen": 0}

@@ -1,7 +1,7 @@
-"""What the ``rate`` policy steers by, inside the scheduler: every report call's transaction keeps the population
-calibration in ``meta``, a new core (after a restart or kill -9) takes it back, a rolled-back report teaches it
-nothing, and a stored value the policy cannot use is logged and learnt again; a restarted daemon has its budget
-constant before its first report; status shows all of it."""
+"""What the ``rate`` policy steers by, inside the scheduler: the transaction of every group that applies a report
+keeps the population calibration in ``meta``, a new core (after a restart or kill -9) takes it back, a rolled-back
+report teaches it nothing, and a stored value the policy cannot use is logged and learnt again; a restarted daemon
+has its budget constant before its first report; status shows all of it."""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ def test_the_calibration_is_kept_with_each_report_and_taken_back_by_the_next_cor
     crawl_rounds(core, clocks, ITEMS, rounds=6)
     taught = learnt(core)
     assert taught["rows"]  # the reports taught it
-    assert stored(store) == taught  # as of the last report call, exactly (floats survive JSON)
+    assert stored(store) == taught  # as of the last report, exactly (floats survive JSON)
     # Another policy leaves the record alone, so going back to ``rate`` takes it back too.
     fixed = SchedulerCore.from_settings(make_settings(), store, clocks)
     assert fixed.calibration is None
@@ -150,7 +150,7 @@ def test_a_stored_calibration_the_policy_cannot_use_is_logged_and_learnt_again(
     assert learnt(core)["rows"] == []
     core.add(["jd:1", "jd:2"], TaskKind.ProductReviews)
     crawl_rounds(core, clocks, ITEMS, rounds=6)
-    assert learnt(core)["rows"] and stored(store) == learnt(core)  # replaced by the first report call
+    assert learnt(core)["rows"] and stored(store) == learnt(core)  # replaced by the first group with a report
 
 
 def test_status_shows_the_budget_constant_the_daily_anchor_and_the_calibration(
