@@ -31,7 +31,7 @@ from storage_server.metrics import StorageMetrics
 from storage_server.service import StorageService
 from storage_server.spool import MemorySpool
 from storage_server.stores import MemoryStore
-from tests.observability.prom import promtool_check
+from tests.observability.prom import consecutive_free_ports, promtool_check
 from tests.scheduler.conftest import ManualClocks, make_settings
 from tests.storage.conftest import make_post
 
@@ -123,10 +123,13 @@ def test_bad_metrics_settings_are_refused(key: str, value: int, message: str) ->
 
 @pytest.fixture
 def taken_port() -> Iterator[int]:
+    """A port this test holds, whose next port was free a moment ago. A port the kernel picks (bind to 0) comes from
+    the range it also gives outgoing connections, so its neighbour is often someone's (the local HBase's, say)."""
+    first = consecutive_free_ports(2)
     with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
+        sock.bind(("127.0.0.1", first))
         sock.listen()
-        yield sock.getsockname()[1]
+        yield first
 
 
 def test_port_zero_is_off() -> None:
@@ -137,11 +140,7 @@ def test_a_taken_port_falls_through_to_the_next_one_of_the_span(taken_port: int)
     registry = CollectorRegistry()
     tally = Tally("icecrawler_client_demo", "Demo.", [])
     registry.register(ScrapeCollector(lambda: [tally.family()]))
-    endpoint = None
-    for _ in range(20):  # the port after the taken one may be someone else's: then try another taken port
-        endpoint = serve(MetricsConfig("client", "127.0.0.1", taken_port, 2), registry)
-        if endpoint is not None:
-            break
+    endpoint = serve(MetricsConfig("client", "127.0.0.1", taken_port, 2), registry)
     assert endpoint is not None and endpoint.port == taken_port + 1
     try:
         with urllib.request.urlopen(endpoint.url, timeout=5) as answer:
