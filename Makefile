@@ -6,13 +6,13 @@
 VENV := .venv
 BIN := $(VENV)/bin
 
-# The tests `make check` runs: no HBase, no JDK, no multi-process end-to-end runs, no wheel build (1 199 tests on
+# The tests `make check` runs: no HBase, no JDK, no multi-process end-to-end runs, no wheel build (1 201 tests on
 # 2026-12-05). On the 2-vCPU development VM, idle, the whole `make check` (set-up check, ruff, the format check,
 # lint-imports, a cold mypy, pytest) took 1 min 50 s of wall time, pytest 1 min 39 s of it. A busy machine takes much
 # more (2.5-4 minutes at load average 5-9).
 UNIT_TESTS := not (hbase or e2e or slow or build)
 
-.PHONY: demo test check setup setup-dev lint typecheck pytest hbase-start hbase-stop bench clean
+.PHONY: demo test check setup setup-dev constraints lint typecheck pytest hbase-start hbase-stop bench clean
 
 setup:
 	@scripts/bootstrap.sh
@@ -20,6 +20,11 @@ setup:
 # The same set-up without the system packages only the service tests need (IceGrid, JDK, Maven, iproute2).
 setup-dev:
 	@ICECRAWLER_SETUP=dev scripts/bootstrap.sh
+
+# Move .venv to the newest releases pyproject.toml allows and pin them in scripts/constraints.txt (then run
+# `make check` and `make test` before committing the file).
+constraints: setup
+	scripts/refresh_constraints.sh
 
 demo: setup
 	$(BIN)/icecrawler demo

@@ -85,10 +85,15 @@ install_ice() {
   echo "$ICE_BUILD" >"$ICE_STAMP"
 }
 
-if [ ! -f "$STAMP" ] || [ pyproject.toml -nt "$STAMP" ] || [ "$(cat "$ICE_STAMP" 2>/dev/null)" != "$ICE_BUILD" ]; then
-  .venv/bin/python -m pip install -q --upgrade pip setuptools wheel
+# Every other package comes at the version scripts/constraints.txt pins (the set the CI last passed with), so a new
+# release of a linter or a library cannot change a clean checkout's results; `make constraints` moves the pins.
+CONSTRAINTS=scripts/constraints.txt
+if [ ! -f "$STAMP" ] || [ pyproject.toml -nt "$STAMP" ] || [ "$CONSTRAINTS" -nt "$STAMP" ] \
+  || [ "$(cat "$ICE_STAMP" 2>/dev/null)" != "$ICE_BUILD" ]; then
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q -c "$CONSTRAINTS" setuptools wheel
   install_ice
   # dev: tests and linters; bench and demo: what `make bench` and `make demo` need (simhash, matplotlib).
-  .venv/bin/python -m pip install -q -e ".[dev,bench,demo]"
+  .venv/bin/python -m pip install -q -c "$CONSTRAINTS" -e ".[dev,bench,demo]"
   touch "$STAMP"
 fi

@@ -7,11 +7,15 @@ from __future__ import annotations
 
 import ast
 import importlib.metadata
+import importlib.util
 import re
 import subprocess
 import sys
 import tomllib
 from pathlib import Path
+from types import ModuleType
+
+from packaging.requirements import Requirement
 
 REPO = Path(__file__).resolve().parents[2]
 OURS = {
@@ -89,3 +93,60 @@ def test_every_import_is_declared_where_it_is_needed() -> None:
     assert undeclared(("sandbox", "bench", "icecrawler_local"), core | extras["bench"] | extras["demo"]) == {}
     assert undeclared(("tests",), core | extras["bench"] | extras["demo"] | extras["dev"]) == {}
     assert "simhash" not in core and "matplotlib" not in core, "bench/demo-only packages belong in extras"
+
+
+# --- scripts/constraints.txt: the pinned development set -------------------------------------------------------
+
+CONSTRAINTS = REPO / "scripts" / "constraints.txt"
+
+
+def pins() -> dict[str, str]:
+    """Name -> pinned version, from scripts/constraints.txt."""
+    found: dict[str, str] = {}
+    for line in CONSTRAINTS.read_text(encoding="utf-8").splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, sep, version = line.partition("==")
+            assert sep and version.strip(), f"not an exact pin: {line!r}"
+            found[normalise(name)] = version.strip()
+    return found
+
+
+def required_only() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("required_only", REPO / "scripts" / "required_only.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_declared_requirement_is_pinned_inside_its_range() -> None:
+    """A dependency added to pyproject.toml without `make constraints` would be installed unpinned, and a range
+    that excludes its pin would make bootstrap fail on a clean machine: both show here first."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    declared = [Requirement(line) for line in project["dependencies"]]
+    declared += [Requirement(line) for extra in project["optional-dependencies"].values() for line in extra]
+    pinned = pins()
+    for requirement in declared:
+        name = normalise(requirement.name)
+        if name == "zeroc-ice":
+            ice = re.search(r"^ICE_VERSION=(\S+)$", (REPO / "scripts" / "bootstrap.sh").read_text(), re.M)
+            assert ice and requirement.specifier.contains(ice[1]), "bootstrap.sh builds an Ice the range refuses"
+            assert name not in pinned, "Ice's version is bootstrap.sh's ICE_VERSION, not a pin"
+            continue
+        assert name in pinned, f"{requirement.name} is declared but not pinned: run `make constraints`"
+        assert requirement.specifier.contains(pinned[name], prereleases=True), (
+            f"{requirement.name}=={pinned[name]} is outside {requirement}"
+        )
+
+
+def test_the_virtualenv_holds_exactly_the_pinned_set() -> None:
+    """bootstrap.sh installs with the pins, and `make constraints` writes what the venv holds, so the two agree:
+    every package the project's install pulls in is pinned at the installed version, and nothing else is pinned."""
+    needed = {name for name in required_only().needed() if name not in {"icecrawler", "zeroc-ice", "pip"}}
+    pinned = pins()
+    assert set(pinned) == needed, (
+        f"pinned, not needed: {sorted(set(pinned) - needed)}; needed, not pinned: {sorted(needed - set(pinned))}"
+    )
+    installed = {name: importlib.metadata.version(name) for name in needed}
+    drift = {name: (pinned[name], installed[name]) for name in needed if pinned[name] != installed[name]}
+    assert drift == {}, f"(pinned, installed) differ: run `make setup`, or `make constraints` to move the pins: {drift}"
