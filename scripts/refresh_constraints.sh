@@ -31,5 +31,11 @@ HEADER
     | grep -v -i -E '^(zeroc-ice|pip)( |=)' \
     | .venv/bin/python scripts/required_only.py
 } >"$OUT.tmp"
-mv "$OUT.tmp" "$OUT"
-echo "refresh_constraints: wrote $OUT ($(grep -c '==' "$OUT") pins)"
+if cmp -s "$OUT.tmp" "$OUT"; then
+  # Left untouched, so the next `make setup` does not install again for nothing.
+  rm "$OUT.tmp"
+  echo "refresh_constraints: $OUT is current ($(grep -c '==' "$OUT") pins)"
+else
+  mv "$OUT.tmp" "$OUT"
+  echo "refresh_constraints: wrote $OUT ($(grep -c '==' "$OUT") pins); run make check and make test, then commit it"
+fi
