@@ -27,7 +27,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from bench.revisit.contenders import FULL, QUICK, REPORT_BASE, ROOT
+from bench.revisit.contenders import FULL, QUICK, REPORT_BASE, ROOT, usable_cpus
 from bench.revisit.progress import Progress, starmap_with_progress
 from bench.revisit.publish import merge_json, write_block
 from bench.revisit.replay import FITTED_WINDOW_RULE
@@ -60,7 +60,7 @@ def _main_traces(args: argparse.Namespace, command: str) -> int:
         targets=args.targets,
         tune=not args.quick,
         oracle=not args.quick,
-        workers=args.workers or 2,
+        workers=args.workers or usable_cpus(),
         window_days=args.window_days,
         warmup_days=args.warmup_days,
     )
@@ -105,7 +105,12 @@ def main(argv: list[str]) -> int:
     )
     parser.add_argument("--seeds", type=_positive, help="override the number of report seeds")
     parser.add_argument("--pages", type=_positive, help="override the E3 page count")
-    parser.add_argument("--workers", type=_positive, help="worker processes (default 2)")
+    parser.add_argument(
+        "--workers",
+        type=_positive,
+        help=f"worker processes (default: the CPUs this process may use, {usable_cpus()} here); the figures do not "
+        "depend on it",
+    )
     parser.add_argument("--e0-days", type=float, help="override the E0 horizon (days)")
     parser.add_argument("--end-days", type=float, help="override the E3 end of item arrivals (days)")
     parser.add_argument(

@@ -3,8 +3,9 @@ one way a contender is run under a global fetch budget (``run_contender``)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,16 @@ TUNING_BUDGET = 0.5
 REPORT_BASE = 1000
 
 
+def usable_cpus() -> int:
+    """Worker processes a run starts unless told (``--workers``): the CPUs this process may use, which a container's
+    or ``taskset``'s affinity narrows below the machine's count. Runs are seeded per job, so the figures do not
+    depend on it, only the run time does."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # no affinity call on this platform
+        return os.cpu_count() or 1
+
+
 @dataclass(frozen=True)
 class Config:
     """Sizes of one benchmark run."""
@@ -40,7 +51,7 @@ class Config:
     budgets: tuple[float, ...] = (0.25, 0.5, 1.0)
     oracle_seeds: int = 5
     tune: bool = True
-    workers: int = 2
+    workers: int = field(default_factory=usable_cpus)
 
 
 FULL = Config()

@@ -14,13 +14,22 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from bench.revisit.contenders import CONTENDERS, E3_INITIAL_S, E3_MAX_S, E3_MIN_S, ROOT, Contender, run_contender
+from bench.revisit.contenders import (
+    CONTENDERS,
+    E3_INITIAL_S,
+    E3_MAX_S,
+    E3_MIN_S,
+    ROOT,
+    Contender,
+    run_contender,
+    usable_cpus,
+)
 from bench.revisit.content import ContentModel
 from bench.revisit.oracle import offline_lag, sqrt_bound
 from bench.revisit.progress import Progress, starmap_with_progress
@@ -75,7 +84,7 @@ class RealConfig:
     budgets: tuple[float, ...] = BUDGETS
     tune: bool = True
     oracle: bool = True
-    workers: int = 2
+    workers: int = field(default_factory=usable_cpus)
     #: The window and warm-up; None: fitted to the traces (``fit_windowing``). ``open_traces`` fits them to the
     #: whole file once, and both runs hand them to their jobs.
     window_days: float | None = None

@@ -5,6 +5,8 @@ pure parts (Weibo mid -> time, densest window)."""
 from __future__ import annotations
 
 import json
+import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +15,7 @@ import pytest
 import bench.revisit as revisit
 from bench.revisit.build_traces import densest_window, opaque_id, weibo_mid_time
 from bench.revisit.build_traces import main as build_traces_main
-from bench.revisit.contenders import ROOT
+from bench.revisit.contenders import ROOT, usable_cpus
 from bench.revisit.phases import baseline_settings, phase_job
 from bench.revisit.progress import Progress
 from bench.revisit.real import RealConfig, seed_job
@@ -161,6 +163,28 @@ def test_the_development_harness_prints_the_best_of_every_baseline_setting_and_w
     with pytest.raises(SystemExit):
         revisit.main(["--traces", str(path), "--phases", "2", "--seeds", "3"])
     assert "--phases runs its own phases and prints only" in capsys.readouterr().err
+
+
+def test_the_figures_do_not_depend_on_how_many_worker_processes_run_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The default worker count is the machine's, so a run on 2 cores and one on 16 must print the same tables:
+    every job is seeded by itself and the results are gathered in job order."""
+    path = _small_file(tmp_path)
+    printed = []
+    for workers in ("1", "3"):
+        assert revisit.main(["--traces", str(path), "--no-write", "--seeds", "2", "--workers", workers]) == 0
+        out = capsys.readouterr().out
+        assert "#### Summary" in out and "O1 offline oracle" in out  # tuning and the oracle ran too
+        printed.append(re.sub(r"--workers \d+|run time \d+ s", "", out))
+    assert printed[0] == printed[1]
+    assert usable_cpus() == len(os.sched_getaffinity(0))
+    assert RealConfig(path).workers == usable_cpus()
+    with pytest.raises(SystemExit):
+        revisit.main(["--help"])
+    assert f"(default: the CPUs this process may use, {usable_cpus()} here)" in " ".join(
+        capsys.readouterr().out.split()
+    )
 
 
 def test_a_full_run_with_no_write_leaves_the_recorded_results_alone(
