@@ -27,7 +27,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from bench.revisit.contenders import FULL, QUICK, REPORT_BASE, ROOT, usable_cpus
+from bench.revisit.contenders import FULL, MAX_DEFAULT_WORKERS, QUICK, REPORT_BASE, ROOT, usable_cpus
 from bench.revisit.progress import Progress, starmap_with_progress
 from bench.revisit.publish import merge_json, write_block
 from bench.revisit.replay import FITTED_WINDOW_RULE
@@ -108,8 +108,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--workers",
         type=_positive,
-        help=f"worker processes (default: the CPUs this process may use, {usable_cpus()} here); the figures do not "
-        "depend on it",
+        help=f"worker processes (default: the CPUs this process may use, at most {MAX_DEFAULT_WORKERS}: "
+        f"{usable_cpus()} here); the figures do not depend on it",
     )
     parser.add_argument("--e0-days", type=float, help="override the E0 horizon (days)")
     parser.add_argument("--end-days", type=float, help="override the E3 end of item arrivals (days)")

@@ -28,14 +28,20 @@ TUNING_BUDGET = 0.5
 REPORT_BASE = 1000
 
 
+#: The most worker processes a run starts unless told: each job holds its population's pages and item texts (about
+#: 0.2 GiB for 500 targets), so dozens at once would want more memory than a big machine's cores come with.
+MAX_DEFAULT_WORKERS = 16
+
+
 def usable_cpus() -> int:
     """Worker processes a run starts unless told (``--workers``): the CPUs this process may use, which a container's
-    or ``taskset``'s affinity narrows below the machine's count. Runs are seeded per job, so the figures do not
-    depend on it, only the run time does."""
+    or ``taskset``'s affinity narrows below the machine's count, at most MAX_DEFAULT_WORKERS. Runs are seeded per
+    job, so the figures do not depend on it, only the run time does."""
     try:
-        return max(1, len(os.sched_getaffinity(0)))
+        cpus = len(os.sched_getaffinity(0))
     except AttributeError:  # no affinity call on this platform
-        return os.cpu_count() or 1
+        cpus = os.cpu_count() or 1
+    return max(1, min(cpus, MAX_DEFAULT_WORKERS))
 
 
 @dataclass(frozen=True)
