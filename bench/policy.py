@@ -148,7 +148,8 @@ def measure(
     crawls = {name: _Crawl(name, folder / name, tasks, batch, seed) for name in policies}
     try:
         for crawl in crawls.values():
-            crawl.block(warmup)  # every task's first reports: past the first period and the prior
+            if warmup > 0:
+                crawl.block(warmup)  # every task's first reports: past the first period and the prior
         per_round: dict[str, list[float]] = {name: [] for name in policies}
         for r in range(rounds):
             order = list(policies[r % len(policies) :]) + list(policies[: r % len(policies)])
@@ -177,6 +178,8 @@ def main(argv: list[str]) -> int:
     for name in ("tasks", "batch", "rounds", "block"):
         if getattr(args, name) < 1:
             parser.error(f"--{name}: must be at least 1")
+    if args.warmup < 0:
+        parser.error("--warmup: must be at least 0")
     policies = ["fixed", *(name for name in POLICY_NAMES if name != "fixed")]
     started = time.monotonic()
     print(

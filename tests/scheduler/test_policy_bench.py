@@ -73,7 +73,11 @@ def test_no_write_prints_only_and_counts_below_one_are_refused(
     assert policy_bench.main([*SMALL, "--no-write"]) == 0
     assert "| rate |" in capsys.readouterr().out
     assert not (tmp_path / "docs").exists()
-    with pytest.raises(SystemExit) as exit_:
-        policy_bench.main(["--rounds", "0"])
-    assert exit_.value.code == 2
-    assert "--rounds: must be at least 1" in capsys.readouterr().err
+    # No warm-up at all is allowed (every timed report then includes the tasks' first ones).
+    assert policy_bench.main(["--tasks", "20", "--warmup", "0", "--rounds", "1", "--block", "20", "--no-write"]) == 0
+    assert "| rate |" in capsys.readouterr().out
+    for flag, value, message in (("--rounds", "0", "at least 1"), ("--warmup", "-1", "at least 0")):
+        with pytest.raises(SystemExit) as exit_:
+            policy_bench.main([flag, value])
+        assert exit_.value.code == 2
+        assert f"{flag}: must be {message}" in capsys.readouterr().err
