@@ -285,6 +285,24 @@ class LocalHBase:
                 stopped.append(self._terminate(name, pid, timeout_s))
         return f"stopped {', '.join(stopped)}" if stopped else "HBase was not running"
 
+    def kill9(self) -> str:
+        """SIGKILL Thrift and the master at once: a crash, with no flush. The next ``start`` replays the write-ahead
+        log, so every put HBase acknowledged is there again (what the storage server's acknowledgement relies on)."""
+        killed = []
+        for name in ("thrift", "master"):
+            pid = self._pid(name)
+            if pid is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+                killed.append(name)
+        for name in killed:
+            pid = self._pid(name)
+            deadline = time.monotonic() + 30.0
+            while pid is not None and _alive(pid) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            self._pid_file(name).unlink(missing_ok=True)
+        return f"killed {', '.join(killed)}" if killed else "HBase was not running"
+
     def _terminate(self, name: str, pid: int, timeout_s: float) -> str:
         """SIGTERM ``pid`` and wait for it; SIGKILL after ``timeout_s``. Returns what happened."""
         with contextlib.suppress(ProcessLookupError):

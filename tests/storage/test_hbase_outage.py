@@ -1,7 +1,8 @@
-"""Nothing acknowledged is lost: HBase stops mid-stream, the storage server is kill -9'd with a full spool,
-both come back, and every acknowledged record is in HBase exactly once. Real HBase, real Ice server.
+"""Nothing acknowledged is lost: HBase is killed with ``kill -9`` mid-stream (its write-ahead log must bring back
+every put it acknowledged), the storage server is kill -9'd with a full spool, both come back, and every
+acknowledged record is in HBase exactly once. Real HBase, real Ice server.
 
-One HBase stop/start cycle (slow on two cores); it restarts the shared HBase that `make test` started.
+One HBase crash/start cycle (slow on two cores); it restarts the shared HBase that `make test` started.
 """
 
 from __future__ import annotations
@@ -77,7 +78,7 @@ def test_hbase_outage_and_storage_kill9_lose_nothing(
     write(6)  # healthy: straight into HBase
     assert spooled == 0
     try:
-        local_hbase.stop()
+        local_hbase.kill9()  # a crash: the 6 batches HBase acknowledged must survive it (write-ahead log)
         write(6)  # HBase gone: every batch is spooled, none refused
         redelivered = post_batch(0)
         assert proxy.writeWB(redelivered).spooled == BATCH  # a re-delivered batch, spooled a second time
