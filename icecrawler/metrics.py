@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from itertools import repeat
 from typing import Any
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry, ProcessCollector, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -111,6 +111,9 @@ def serve(config: MetricsConfig, registry: CollectorRegistry, offset: int = 0) -
     scheduler shard's index). None when off, or when every port is taken (logged: the daemon runs on)."""
     if config.port == 0:
         return None
+    # The standard process_* series (start time, CPU, resident memory, open files): a daemon that a supervisor keeps
+    # restarting shows as a changing start time (IcecrawlerRestarting), one that leaks as a growing memory.
+    ProcessCollector(registry=registry)
     first = config.port + offset
     for port in range(first, min(65536, first + config.port_span)):
         try:

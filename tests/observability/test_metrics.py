@@ -149,6 +149,20 @@ def test_a_taken_port_falls_through_to_the_next_one_of_the_span(taken_port: int)
         endpoint.close()
 
 
+def test_every_endpoint_serves_the_process_series_the_restart_alert_reads(taken_port: int) -> None:
+    endpoint = serve(MetricsConfig("scheduler", "127.0.0.1", taken_port, 2), CollectorRegistry())
+    assert endpoint is not None
+    try:
+        with urllib.request.urlopen(endpoint.url, timeout=5) as answer:
+            text = answer.read().decode()
+    finally:
+        endpoint.close()
+    start = next(line for line in text.splitlines() if line.startswith("process_start_time_seconds "))
+    assert abs(float(start.split()[1]) - time.time()) < 24 * 3600, start  # this test process's start, in unix seconds
+    assert "process_resident_memory_bytes " in text and "process_open_fds " in text
+    promtool_check(text)
+
+
 def test_all_ports_taken_means_no_endpoint_and_a_log_line(taken_port: int, caplog: pytest.LogCaptureFixture) -> None:
     assert serve(MetricsConfig("storage", "127.0.0.1", taken_port, 1), CollectorRegistry()) is None
     assert "all taken" in caplog.text and "metrics.storage" in caplog.text
