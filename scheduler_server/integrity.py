@@ -26,9 +26,9 @@ from berkeleydb import db
 
 from icecrawler.errors import ServiceError
 from scheduler_server.codec import TaskRecord, time_key
-from scheduler_server.store import TABLES, BdbQueueStore
+from scheduler_server.store import TABLES, BdbQueueStore, QueueStore
 
-__all__ = ["LOCK_FILE", "MARKER", "open_checked", "salvage"]
+__all__ = ["LOCK_FILE", "MARKER", "backup_checked", "open_checked", "salvage"]
 
 log = logging.getLogger(__name__)
 
@@ -152,6 +152,17 @@ def salvage(path: Path, durable: bool) -> Path:
         tasks,
     )
     return aside
+
+
+def backup_checked(store: QueueStore, target: Path) -> None:
+    """A hot backup (``QueueStore.backup``) that must pass the start-up checks before it counts: its logs and every
+    table file are there and every table verifies. It then carries the marker, so a restored copy that later loses
+    its logs or a table is refused like the original."""
+    store.backup(target)
+    (target / MARKER).write_text(time.strftime("%Y-%m-%dT%H:%M:%S%z") + " (backup)\n")
+    problem = _missing_files(target) or _verify(target)
+    if problem:
+        raise ServiceError(f"the backup in {target} fails its check: {problem}")
 
 
 def open_checked(path: str | Path, *, durable: bool = True, recover: bool = False, **options: Any) -> BdbQueueStore:

@@ -17,6 +17,7 @@ from typing import Any
 import Ice
 
 from icecrawler import limits, rpc
+from icecrawler.backups import BackupPlan, PeriodicBackups
 from icecrawler.datalock import DataLock
 from icecrawler.errors import InvalidArgumentError, StorageUnavailableError
 from icecrawler.metrics import MetricsConfig, MetricsEndpoint, serve
@@ -25,7 +26,7 @@ from icecrawler.security import Gate, guarded, guarded_listening
 from icecrawler.settings import Settings
 from icecrawler.settings.validation import check_paths, validate_values
 from scheduler_server.core import SchedulerCore
-from scheduler_server.integrity import LOCK_FILE, open_checked
+from scheduler_server.integrity import LOCK_FILE, backup_checked, open_checked
 from scheduler_server.listing import list_tasks
 
 __all__ = ["Maintenance", "data_lock", "make_servant", "open_core", "run"]
@@ -202,6 +203,23 @@ def _start_metrics(config: MetricsConfig, core: SchedulerCore) -> tuple[Timed, M
     return metrics.timed, serve(config, registry, offset=core.config.shard)
 
 
+def _start_backups(settings: Settings, core: SchedulerCore) -> PeriodicBackups | None:
+    """Hot backups of the queue database (``scheduler.backup_*``), or None when ``backup_dir`` is empty."""
+    directory = settings.get_str("scheduler.backup_dir")
+    if not directory:
+        return None
+    shard = f"-shard{core.config.shard}" if core.config.shards > 1 else ""
+    plan = BackupPlan(
+        Path(directory),
+        f"scheduler{shard}",
+        settings.get_float("scheduler.backup_interval_s"),
+        settings.get_int("scheduler.backup_keep"),
+    )
+    backups = PeriodicBackups(plan, lambda target: backup_checked(core.store, target), "scheduler database")
+    backups.start()
+    return backups
+
+
 def open_core(settings: Settings) -> SchedulerCore:
     """The core over the Berkeley DB environment named by the settings (recovered and checked on open, see
     ``integrity``; the caller holds ``data_lock``)."""
@@ -229,7 +247,8 @@ def run(settings: Settings, ice_args: Sequence[str], listen: str = "") -> int:
     start-up fails at once with one line (``icecrawler_cli.cli``). ``listen`` overrides the adapter's endpoints.
     """
     validate_values(settings.as_dict())
-    check_paths(settings.as_dict(), dirs=["scheduler.db_dir"])
+    backup_dirs = ["scheduler.backup_dir"] if settings.get_str("scheduler.backup_dir") else []
+    check_paths(settings.as_dict(), dirs=["scheduler.db_dir", *backup_dirs])
     metrics_config = MetricsConfig.from_settings(settings, "scheduler")  # a bad value fails before anything starts
     with rpc.communicator(ice_args, SCHEDULER_PROPERTIES) as comm:
         gate = guarded_listening(
@@ -262,6 +281,7 @@ def run(settings: Settings, ice_args: Sequence[str], listen: str = "") -> int:
                 settings.get_str("scheduler.db_dir"),
             )
             maintenance.start()
+            backups = _start_backups(settings, core)
             timed, endpoint = _start_metrics(metrics_config, core)
             closed = threading.Event()
 
@@ -269,6 +289,8 @@ def run(settings: Settings, ice_args: Sequence[str], listen: str = "") -> int:
                 if not closed.is_set():
                     closed.set()
                     maintenance.stop()
+                    if backups is not None:
+                        backups.stop()  # a backup under way finishes before the database closes
                     if endpoint is not None:
                         endpoint.close()
                     core.close()

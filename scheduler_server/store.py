@@ -73,6 +73,10 @@ class QueueStore(Protocol):
         """Bound recovery time and log size (no-op where meaningless)."""
         ...
 
+    def backup(self, target: Path) -> None:
+        """Copy the whole state into the new directory ``target`` while calls go on (a hot backup)."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -162,6 +166,9 @@ class MemoryQueueStore:
 
     def checkpoint(self) -> None:
         """Nothing to checkpoint in memory."""
+
+    def backup(self, target: Path) -> None:
+        raise ServiceError("an in-memory queue store keeps no files to back up (the daemon runs on Berkeley DB)")
 
     def close(self) -> None:
         """Nothing to release."""
@@ -330,6 +337,36 @@ class BdbQueueStore:
             self._env.txn_checkpoint()
         except db.DBError as exc:
             raise self._unavailable(exc, "checkpoint") from exc
+
+    def backup(self, target: Path) -> None:
+        """A hot backup into ``target`` (created) while transactions go on: a checkpoint, then Berkeley DB's own
+        copy of the table files followed by the logs (``DB_ENV->backup``), then catastrophic recovery in the copy,
+        so that it opens as this environment stood at the end of the copied logs, every committed transaction in.
+        It is a directory a scheduler can start on as it is (``scheduler.db_dir``)."""
+        if self._needs_recovery or self._closed:
+            raise StorageUnavailableError(f"the scheduler database in {self.path} cannot be backed up now")
+        try:
+            self._env.txn_checkpoint()
+            self._env.backup(str(target), db.DB_CREATE | db.DB_EXCL)
+        except db.DBError as exc:
+            raise self._unavailable(exc, "be backed up") from exc
+        copy = db.DBEnv()
+        try:
+            copy.open(
+                str(target),
+                db.DB_CREATE
+                | db.DB_INIT_TXN
+                | db.DB_INIT_LOG
+                | db.DB_INIT_LOCK
+                | db.DB_INIT_MPOOL
+                | db.DB_RECOVER_FATAL
+                | db.DB_PRIVATE,
+            )
+            copy.txn_checkpoint()
+        except db.DBError as exc:
+            raise ServiceError(f"the backup in {target} does not recover: {exc}") from exc
+        finally:
+            copy.close()
 
     def _close_handles(self, checkpoint: bool) -> None:
         """Close everything; a failed checkpoint (full disk) or close only costs recovery time at the next open:

@@ -115,6 +115,12 @@ DEFAULTS: dict[str, Any] = {
     # Most tasks/reports/ids in one getUsers/putUsers/releaseUsers/addUsers call; larger batches are
     # rejected with InvalidArgument(BatchTooLarge), empty ones with InvalidArgument(EmptyBatch).
     "scheduler.batch_limit": 1000,
+    # Hot backups of the queue database, taken while the scheduler serves: a directory ("" = none), how often
+    # (wall-clock seconds) and how many to keep. Each is a complete database directory a scheduler can start on,
+    # <backup_dir>/scheduler-<UTC time> (scheduler-shard<K>-... for a shard); docs/DEPLOY.md, "Backups".
+    "scheduler.backup_dir": "",
+    "scheduler.backup_interval_s": 86400.0,
+    "scheduler.backup_keep": 7,
     # Seconds between checkpoints of the Berkeley DB environment (bounds recovery time and log size).
     "scheduler.checkpoint_interval_s": 30.0,
     # Berkeley DB environment directory.

@@ -68,6 +68,12 @@ CASES: dict[str, Case] = {
         lambda w, p: ["scheduler", "--set", f"scheduler.db_dir={w / 'a-file' / 'db'}"],
         "not a directory",
     ),
+    "backup_dir is a file": (_sched("--set", "scheduler.backup_dir=/etc/hostname"), "scheduler.backup_dir"),
+    "backup interval under a second": (
+        _sched("--set", "scheduler.backup_dir=/tmp", "--set", "scheduler.backup_interval_s=0.5"),
+        "scheduler.backup_interval_s",
+    ),
+    "no backup kept": (_sched("--set", "scheduler.backup_keep=0"), "scheduler.backup_keep"),
     "db_dir unwritable": (lambda w, p: ["scheduler", "--set", "scheduler.db_dir=/proc/icecrawler-db"], "cannot write"),
     "embedded.path is a directory": (
         lambda w, p: [*_storage()(w, p), "--set", f"storage.embedded.path={w}"],

@@ -1,0 +1,136 @@
+"""Rotating backups in one directory: when the next one is due, how it is named, and which old ones go.
+
+A daemon that keeps state for months (the scheduler's queue database) backs it up from its maintenance thread. The
+mechanism is the same whatever is copied, so it lives here and the daemon passes the function that writes one copy
+into a fresh directory. A copy is written under ``<name>.partial`` and renamed only once complete, so a crash or a
+full disk mid-backup never leaves something that looks like a backup; leftover partial copies are removed by the
+next one. Names carry the UTC time (``<prefix>-20261205T081500Z``), so they sort by age, and "due" is judged from
+the newest complete backup on disk: a daemon that restarts often still backs up once per interval.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+__all__ = ["PARTIAL_SUFFIX", "BackupPlan", "PeriodicBackups"]
+
+log = logging.getLogger(__name__)
+
+PARTIAL_SUFFIX = ".partial"
+_STAMP = "%Y%m%dT%H%M%SZ"
+
+
+@dataclass(frozen=True)
+class BackupPlan:
+    """Backups of one kind (``prefix``) in ``directory``: one every ``interval_s`` seconds, the newest ``keep``."""
+
+    directory: Path
+    prefix: str
+    interval_s: float
+    keep: int
+
+    def __post_init__(self) -> None:
+        if not self.prefix or "/" in self.prefix:
+            raise ValueError(f"a backup prefix must be a plain name, not {self.prefix!r}")
+        if not self.interval_s > 0 or self.keep < 1:
+            raise ValueError(f"a backup needs interval_s > 0 and keep >= 1, not {self.interval_s}, {self.keep}")
+
+    def _ours(self, partial: bool) -> list[tuple[float, Path]]:
+        """This kind's backups (or partial copies), oldest first, with the unix time in their names. Anything
+        else in the directory, another kind's backups included (``scheduler-shard1-...`` beside ``scheduler-...``),
+        is never listed, so never removed."""
+        suffix = PARTIAL_SUFFIX if partial else ""
+        found = []
+        for path in self.directory.glob(f"{self.prefix}-*{suffix}"):
+            stamp = path.name[len(self.prefix) + 1 : len(path.name) - len(suffix)]
+            try:
+                taken = datetime.strptime(stamp, _STAMP).replace(tzinfo=UTC).timestamp()
+            except ValueError:
+                continue
+            if path.is_dir():
+                found.append((taken, path))
+        return sorted(found)
+
+    def complete(self) -> list[tuple[float, Path]]:
+        """The complete backups of this kind, oldest first, with the unix time in their names."""
+        return self._ours(partial=False)
+
+    def due(self, now: float) -> bool:
+        """Whether the newest complete backup is ``interval_s`` old (or there is none)."""
+        backups = self.complete()
+        return not backups or now - backups[-1][0] >= self.interval_s
+
+    def take(self, write: Callable[[Path], None], now: float | None = None) -> Path:
+        """Write one backup with ``write(target)`` (``target`` does not exist yet), publish it, prune old ones;
+        returns its path. An exception from ``write`` leaves no new backup and is raised."""
+        now = time.time() if now is None else now
+        name = f"{self.prefix}-{datetime.fromtimestamp(now, UTC).strftime(_STAMP)}"
+        final = self.directory / name
+        partial = self.directory / (name + PARTIAL_SUFFIX)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        for _, stale in self._ours(partial=True):
+            shutil.rmtree(stale, ignore_errors=True)
+        if final.exists():
+            raise FileExistsError(f"backup {final} already exists (two backups within one second?)")
+        try:
+            write(partial)
+        except BaseException:
+            shutil.rmtree(partial, ignore_errors=True)
+            raise
+        partial.rename(final)
+        for _, old in self.complete()[: -self.keep]:
+            shutil.rmtree(old, ignore_errors=True)
+            log.info("removed old backup %s (keeping the newest %d)", old, self.keep)
+        return final
+
+
+class PeriodicBackups(threading.Thread):
+    """Takes a backup whenever one is due, on a thread of its own: a long copy never delays the daemon's other
+    housekeeping (a scheduler keeps reaping leases meanwhile). A failed backup (a full disk, say) is logged in one
+    line and tried again after ``retry_s``, never in a loop."""
+
+    def __init__(
+        self, plan: BackupPlan, write: Callable[[Path], None], what: str, check_s: float = 60.0, retry_s: float = 600.0
+    ) -> None:
+        super().__init__(name=f"{plan.prefix}-backups", daemon=True)
+        self.plan = plan
+        self.write = write
+        self.what = what
+        self.check_s = min(check_s, plan.interval_s)
+        self.retry_s = min(retry_s, plan.interval_s)
+        self.stopped = threading.Event()
+        #: Backups taken and failed since start (for tests and logs).
+        self.taken = 0
+        self.failed = 0
+
+    def run(self) -> None:
+        wait = 0.0
+        while not self.stopped.wait(wait):
+            wait = self.check_s
+            try:
+                if not self.plan.due(time.time()):
+                    continue
+                started = time.monotonic()
+                path = self.plan.take(self.write)
+            except Exception as exc:  # one line, then the next try; the daemon runs on
+                self.failed += 1
+                log.error(
+                    "%s backup failed, next try in %.0fs: %s: %s", self.what, self.retry_s, type(exc).__name__, exc
+                )
+                wait = self.retry_s
+                continue
+            self.taken += 1
+            log.info("%s backed up to %s in %.1fs", self.what, path, time.monotonic() - started)
+
+    def stop(self) -> None:
+        """No new backup; waits for one under way to finish, so the caller may close what it copies."""
+        self.stopped.set()
+        if self.is_alive():
+            self.join()

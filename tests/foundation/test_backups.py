@@ -1,0 +1,111 @@
+"""The rotating-backup mechanism (``icecrawler.backups``), with plain directories: names, rotation, what counts as
+due, and that a failed or interrupted backup never looks like one."""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+import pytest
+
+from icecrawler.backups import PARTIAL_SUFFIX, BackupPlan, PeriodicBackups
+from tests.helpers import wait_for
+
+DAY = 86400.0
+NOON = 1_796_126_400.0  # 2026-12-01 12:00:00 UTC
+
+
+def write_one(target: Path) -> None:
+    target.mkdir()
+    (target / "data").write_text("copy")
+
+
+def test_a_backup_is_named_by_its_utc_time_and_only_the_newest_are_kept(tmp_path: Path) -> None:
+    plan = BackupPlan(tmp_path, "scheduler", interval_s=DAY, keep=2)
+    taken = [plan.take(write_one, now=NOON + n * DAY) for n in range(4)]
+    assert taken[0].name == "scheduler-20261201T120000Z"
+    assert [p.name for _, p in plan.complete()] == [taken[2].name, taken[3].name]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [taken[2].name, taken[3].name]
+    assert (taken[3] / "data").read_text() == "copy"
+
+
+def test_due_follows_the_newest_complete_backup_on_disk(tmp_path: Path) -> None:
+    plan = BackupPlan(tmp_path, "scheduler", interval_s=DAY, keep=3)
+    assert plan.due(NOON)
+    plan.take(write_one, now=NOON)
+    assert not plan.due(NOON + DAY - 1)
+    assert plan.due(NOON + DAY)
+    # A daemon started again later judges by the same files: nothing in memory decides it.
+    assert not BackupPlan(tmp_path, "scheduler", interval_s=DAY, keep=3).due(NOON + 60)
+
+
+def test_a_failed_backup_leaves_nothing_and_an_interrupted_one_is_cleared_by_the_next(tmp_path: Path) -> None:
+    plan = BackupPlan(tmp_path, "scheduler", interval_s=DAY, keep=3)
+
+    def fails(target: Path) -> None:
+        write_one(target)
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(OSError, match="No space"):
+        plan.take(fails, now=NOON)
+    assert list(tmp_path.iterdir()) == [] and plan.due(NOON)
+    crashed = tmp_path / f"scheduler-20261130T000000Z{PARTIAL_SUFFIX}"  # a daemon killed mid-copy
+    write_one(crashed)
+    assert plan.complete() == []
+    plan.take(write_one, now=NOON)
+    assert not crashed.exists() and len(plan.complete()) == 1
+
+
+def test_other_files_and_other_kinds_in_the_directory_are_never_touched(tmp_path: Path) -> None:
+    (tmp_path / "scheduler-notes").mkdir()
+    (tmp_path / "scheduler-shard1-20261101T000000Z").mkdir()
+    (tmp_path / "readme.txt").write_text("x")
+    (tmp_path / f"scheduler-shard1-20261101T000000Z{PARTIAL_SUFFIX}").mkdir()  # another shard, copying now
+    plan = BackupPlan(tmp_path, "scheduler", interval_s=DAY, keep=1)
+    for n in range(3):
+        plan.take(write_one, now=NOON + n * DAY)
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == [
+        "readme.txt",
+        "scheduler-20261203T120000Z",
+        "scheduler-notes",
+        "scheduler-shard1-20261101T000000Z",
+        f"scheduler-shard1-20261101T000000Z{PARTIAL_SUFFIX}",
+    ]
+
+
+def test_two_backups_in_one_second_and_bad_plans_are_refused(tmp_path: Path) -> None:
+    plan = BackupPlan(tmp_path, "scheduler", interval_s=DAY, keep=2)
+    plan.take(write_one, now=NOON)
+    with pytest.raises(FileExistsError, match="within one second"):
+        plan.take(write_one, now=NOON + 0.5)
+    for prefix, interval, keep in (("", DAY, 1), ("a/b", DAY, 1), ("s", 0.0, 1), ("s", DAY, 0)):
+        with pytest.raises(ValueError):
+            BackupPlan(tmp_path, prefix, interval_s=interval, keep=keep)
+
+
+def test_the_thread_backs_up_when_due_and_retries_a_failure_later(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="icecrawler.backups")
+    attempts: list[float] = []
+
+    def flaky(target: Path) -> None:
+        attempts.append(time.monotonic())
+        if len(attempts) == 1:
+            raise OSError(28, "No space left on device")
+        write_one(target)
+
+    plan = BackupPlan(tmp_path, "scheduler", interval_s=1.0, keep=2)
+    backups = PeriodicBackups(plan, flaky, "test state", check_s=0.05, retry_s=0.3)
+    backups.start()
+    try:
+        wait_for(lambda: backups.taken >= 3, "the thread never took three backups", timeout_s=30)
+    finally:
+        backups.stop()
+    assert backups.failed == 1
+    assert attempts[1] - attempts[0] >= 0.3  # the failure was retried after retry_s, not at once
+    assert len(plan.complete()) == 2  # rotated while it ran
+    assert "test state backup failed" in caplog.text and "No space left on device" in caplog.text
+    assert "test state backed up to" in caplog.text and "Traceback" not in caplog.text

@@ -1,0 +1,138 @@
+"""Hot backups of the queue database (``scheduler.backup_*``): taken by the running daemon while clients lease and
+report, rotated, and each one a directory a scheduler starts on with every task, consistent. Real daemon, real
+Berkeley DB, real Ice."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from icecrawler import rpc
+from icecrawler.backups import BackupPlan
+from icecrawler.errors import ServiceError, StorageUnavailableError
+from icecrawler.processes import ProcessGroup
+from scheduler_server.core import check_consistency
+from scheduler_server.integrity import MARKER, backup_checked, open_checked
+from scheduler_server.store import BdbQueueStore, MemoryQueueStore
+from tests.helpers import wait_for
+from tests.scheduler.daemon import SchedulerDaemon, scheduler_daemon, scheduler_proxy
+
+pytestmark = [pytest.mark.ice, pytest.mark.bdb, pytest.mark.slow]
+
+C = rpc.crawler()
+SEEDS = 60
+
+
+def audit(db_dir: Path) -> tuple[dict[str, int], list[str], set[str]]:
+    store = BdbQueueStore(db_dir, durable=False)
+    try:
+        counts, problems = check_consistency(store)
+        with store.transaction() as txn:
+            ids = {key.decode() for key, _ in txn.scan("tasks", limit=10 * SEEDS)}
+    finally:
+        store.close()
+    return counts, problems, ids
+
+
+def test_the_daemon_backs_up_while_clients_work_and_a_backup_is_a_database_to_start_on(tmp_path: Path) -> None:
+    backup_dir = tmp_path / "backups"
+    seeded = {f"user:weibo_pc:{n}" for n in range(SEEDS)}
+    with scheduler_daemon(
+        tmp_path,
+        scheduler__lease_s=1,
+        scheduler__maintenance_interval_s=0.1,
+        scheduler__policy="fixed",
+        scheduler__min_period_s=0.05,
+        scheduler__initial_period_s=0.05,
+        scheduler__backup_dir=backup_dir,
+        scheduler__backup_interval_s=1,
+        scheduler__backup_keep=2,
+    ) as daemon:
+        with scheduler_proxy(daemon) as prx:
+            assert prx.addUsers([i.split(":", 1)[1] for i in sorted(seeded)], C.TaskKind.WeiboUser) == SEEDS
+        client = daemon.client("churn", "churn", "--name", "c0", "--batch", "5", "--seconds", "300")
+        plan = BackupPlan(backup_dir, "scheduler", interval_s=1, keep=2)
+        wait_for(lambda: len(plan.complete()) == 2, "the daemon never took two backups", timeout_s=60)
+        first = plan.complete()[0][1]
+        wait_for(lambda: not first.exists(), "old backups were never rotated out", timeout_s=60)
+        with scheduler_proxy(daemon) as prx:
+            done_before_kill = prx.stats().done
+        assert client.alive()
+        daemon.kill9()
+        log = daemon.process.log_path.read_text() if daemon.process else ""
+    assert done_before_kill > SEEDS, "the clients were not working while the backups were taken"
+    assert "scheduler database backed up to" in log and "Traceback" not in log, log[-3000:]
+    assert len(plan.complete()) <= 2
+
+    newest = plan.complete()[-1][1]
+    assert (newest / MARKER).exists() and list(newest.glob("log.*")), sorted(p.name for p in newest.iterdir())
+    counts, problems, ids = audit(newest)
+    assert problems == [] and ids == seeded, problems[:5]
+    assert counts["pending"] + counts["inflight"] == SEEDS
+
+    # Restore: a copy of the newest backup as a new scheduler's database directory.
+    restored = tmp_path / "restored"
+    shutil.copytree(newest, restored / "db")
+    with ProcessGroup(restored / "logs") as group:
+        again = SchedulerDaemon(group, restored, {"scheduler.policy": "fixed", "scheduler.lease_s": "1"})
+        again.start()
+        with scheduler_proxy(again) as prx:
+            wait_for(lambda: prx.stats().inflight == 0, "the backup's leases never expired", timeout_s=30)
+            stats = prx.stats()
+            leased = prx.getUsers("restore-check", SEEDS)
+        assert stats.tasks == SEEDS and stats.pending == SEEDS
+        assert {task.id for task in leased} <= seeded and len(leased) > 0
+        assert again.stop() == 0
+
+
+def test_a_backup_taken_mid_write_holds_every_committed_transaction(tmp_path: Path) -> None:
+    store = BdbQueueStore(tmp_path / "db")
+    try:
+        with store.transaction() as txn:
+            for n in range(2000):
+                txn.put("tasks", f"t{n:05d}".encode(), b"x" * 200)
+        store.backup(tmp_path / "copy")
+        with store.transaction() as txn:
+            txn.put("tasks", b"after-the-backup", b"y")
+        with pytest.raises(StorageUnavailableError, match="File exists"):
+            store.backup(tmp_path / "copy")  # never over an existing backup
+    finally:
+        store.close()
+    copy = BdbQueueStore(tmp_path / "copy")
+    try:
+        with copy.transaction() as txn:
+            keys = [key for key, _ in txn.scan("tasks", limit=10_000)]
+    finally:
+        copy.close()
+    assert len(keys) == 2000 and b"after-the-backup" not in keys
+
+
+def test_the_in_memory_store_says_it_has_nothing_to_back_up(tmp_path: Path) -> None:
+    with pytest.raises(ServiceError, match="no files to back up"):
+        MemoryQueueStore().backup(tmp_path / "copy")
+    assert not (tmp_path / "copy").exists()
+
+
+def test_a_backup_that_fails_its_check_is_refused_and_a_checked_one_opens_like_the_original(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = open_checked(tmp_path / "db")
+    try:
+        with store.transaction() as txn:
+            txn.put("tasks", b"t1", b"x")
+        backup_checked(store, tmp_path / "good")
+        real_backup = store.backup
+
+        def loses_its_logs(target: Path) -> None:
+            real_backup(target)
+            for log_file in target.glob("log.*"):
+                log_file.unlink()
+
+        monkeypatch.setattr(store, "backup", loses_its_logs)
+        with pytest.raises(ServiceError, match="transaction logs"):
+            backup_checked(store, tmp_path / "bad")
+    finally:
+        store.close()
+    open_checked(tmp_path / "good").close()  # what a restored scheduler runs first
