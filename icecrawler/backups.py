@@ -18,6 +18,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from prometheus_client.core import Metric
 
 __all__ = ["PARTIAL_SUFFIX", "BackupPlan", "PeriodicBackups"]
 
@@ -106,7 +110,8 @@ class PeriodicBackups(threading.Thread):
         self.check_s = min(check_s, plan.interval_s)
         self.retry_s = min(retry_s, plan.interval_s)
         self.stopped = threading.Event()
-        #: Backups taken and failed since start (for tests and logs).
+        self.started_at = time.time()
+        #: Backups taken and failed since start (metrics, logs, tests).
         self.taken = 0
         self.failed = 0
 
@@ -128,6 +133,21 @@ class PeriodicBackups(threading.Thread):
                 continue
             self.taken += 1
             log.info("%s backed up to %s in %.1fs", self.what, path, time.monotonic() - started)
+
+    def metric_families(self, prefix: str, now: float | None = None) -> list[Metric]:
+        """For ``/metrics``: how old the newest backup is (since start while there is none, so that backups that
+        never succeed show as growing), the interval to compare it with, and the backups taken and failed."""
+        from icecrawler.metrics import counter, gauge  # only a daemon that serves /metrics pays for the import
+
+        now = time.time() if now is None else now
+        backups = self.plan.complete()
+        newest = backups[-1][0] if backups else self.started_at
+        return [
+            gauge(f"{prefix}_backup_age_seconds", "Seconds since the newest complete backup.", max(0.0, now - newest)),
+            gauge(f"{prefix}_backup_interval_seconds", "Seconds between two backups.", self.plan.interval_s),
+            counter(f"{prefix}_backups", "Backups taken since start.", float(self.taken)),
+            counter(f"{prefix}_backup_failures", "Backups that failed since start.", float(self.failed)),
+        ]
 
     def stop(self) -> None:
         """No new backup; waits for one under way to finish, so the caller may close what it copies."""

@@ -187,18 +187,23 @@ class Maintenance(threading.Thread):
         self.join(timeout=10)
 
 
-def _start_metrics(config: MetricsConfig, core: SchedulerCore) -> tuple[Timed, MetricsEndpoint | None]:
+def _start_metrics(
+    config: MetricsConfig, core: SchedulerCore, backups: PeriodicBackups | None = None
+) -> tuple[Timed, MetricsEndpoint | None]:
     """The scheduler's /metrics (``metrics.scheduler.*``; shard K at port + K): the servant's latency timer and
-    the endpoint, or no timer and None when off."""
+    the endpoint, or no timer and None when off. With backups on, their age and counts too."""
     if config.port == 0:
         return _untimed, None
     from prometheus_client import CollectorRegistry
 
+    from icecrawler.metrics import ScrapeCollector
     from scheduler_server.metrics import SchedulerMetrics
 
     metrics = SchedulerMetrics(core)
     registry = CollectorRegistry()
     metrics.register(registry)
+    if backups is not None:
+        registry.register(ScrapeCollector(lambda: backups.metric_families("icecrawler_scheduler")))
     core.observer = metrics
     return metrics.timed, serve(config, registry, offset=core.config.shard)
 
@@ -282,7 +287,7 @@ def run(settings: Settings, ice_args: Sequence[str], listen: str = "") -> int:
             )
             maintenance.start()
             backups = _start_backups(settings, core)
-            timed, endpoint = _start_metrics(metrics_config, core)
+            timed, endpoint = _start_metrics(metrics_config, core, backups)
             closed = threading.Event()
 
             def shutdown() -> None:

@@ -109,3 +109,26 @@ def test_the_thread_backs_up_when_due_and_retries_a_failure_later(
     assert len(plan.complete()) == 2  # rotated while it ran
     assert "test state backup failed" in caplog.text and "No space left on device" in caplog.text
     assert "test state backed up to" in caplog.text and "Traceback" not in caplog.text
+
+
+def test_metrics_show_the_newest_backups_age_and_the_counts(tmp_path: Path) -> None:
+    plan = BackupPlan(tmp_path, "scheduler", interval_s=DAY, keep=2)
+    backups = PeriodicBackups(plan, write_one, "test state")
+    backups.started_at = NOON - 600  # never started as a thread here
+
+    def values(now: float) -> dict[str, float]:
+        return {
+            sample.name: sample.value
+            for family in backups.metric_families("icecrawler_scheduler", now=now)
+            for sample in family.samples
+        }
+
+    # No backup yet: the age counts from the start, so backups that never succeed show as growing.
+    assert values(NOON)["icecrawler_scheduler_backup_age_seconds"] == 600
+    plan.take(write_one, now=NOON + 60)
+    backups.taken, backups.failed = 1, 2
+    shown = values(NOON + 3600)
+    assert shown["icecrawler_scheduler_backup_age_seconds"] == 3540
+    assert shown["icecrawler_scheduler_backup_interval_seconds"] == DAY
+    assert shown["icecrawler_scheduler_backups_total"] == 1
+    assert shown["icecrawler_scheduler_backup_failures_total"] == 2

@@ -5,6 +5,7 @@ Berkeley DB, real Ice."""
 from __future__ import annotations
 
 import shutil
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,7 @@ import pytest
 from icecrawler import rpc
 from icecrawler.backups import BackupPlan
 from icecrawler.errors import ServiceError, StorageUnavailableError
-from icecrawler.processes import ProcessGroup
+from icecrawler.processes import ProcessGroup, free_port
 from scheduler_server.core import check_consistency
 from scheduler_server.integrity import MARKER, backup_checked, open_checked
 from scheduler_server.store import BdbQueueStore, MemoryQueueStore
@@ -39,6 +40,7 @@ def audit(db_dir: Path) -> tuple[dict[str, int], list[str], set[str]]:
 def test_the_daemon_backs_up_while_clients_work_and_a_backup_is_a_database_to_start_on(tmp_path: Path) -> None:
     backup_dir = tmp_path / "backups"
     seeded = {f"user:weibo_pc:{n}" for n in range(SEEDS)}
+    metrics_port = free_port()
     with scheduler_daemon(
         tmp_path,
         scheduler__lease_s=1,
@@ -49,6 +51,8 @@ def test_the_daemon_backs_up_while_clients_work_and_a_backup_is_a_database_to_st
         scheduler__backup_dir=backup_dir,
         scheduler__backup_interval_s=1,
         scheduler__backup_keep=2,
+        metrics__scheduler__port=metrics_port,
+        metrics__scheduler__port_span=1,
     ) as daemon:
         with scheduler_proxy(daemon) as prx:
             assert prx.addUsers([i.split(":", 1)[1] for i in sorted(seeded)], C.TaskKind.WeiboUser) == SEEDS
@@ -59,12 +63,20 @@ def test_the_daemon_backs_up_while_clients_work_and_a_backup_is_a_database_to_st
         wait_for(lambda: not first.exists(), "old backups were never rotated out", timeout_s=60)
         with scheduler_proxy(daemon) as prx:
             done_before_kill = prx.stats().done
+        with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as answer:
+            metrics = answer.read().decode()
         assert client.alive()
         daemon.kill9()
         log = daemon.process.log_path.read_text() if daemon.process else ""
     assert done_before_kill > SEEDS, "the clients were not working while the backups were taken"
     assert "scheduler database backed up to" in log and "Traceback" not in log, log[-3000:]
     assert len(plan.complete()) <= 2
+    samples = [line.split() for line in metrics.splitlines() if line.startswith("icecrawler_scheduler_backup")]
+    shown = {name: float(value) for name, value in samples}
+    assert shown["icecrawler_scheduler_backups_total"] >= 3  # two kept, at least one rotated out
+    assert shown["icecrawler_scheduler_backup_failures_total"] == 0
+    assert shown["icecrawler_scheduler_backup_interval_seconds"] == 1
+    assert shown["icecrawler_scheduler_backup_age_seconds"] >= 0
 
     newest = plan.complete()[-1][1]
     assert (newest / MARKER).exists() and list(newest.glob("log.*")), sorted(p.name for p in newest.iterdir())
