@@ -13,6 +13,8 @@ import Ice
 
 from icecrawler import rpc
 from icecrawler.processes import ManagedProcess, ProcessGroup, free_port, icecrawler_argv, wait_for_port
+from scheduler_server.core import check_consistency
+from scheduler_server.store import BdbQueueStore
 
 WORKERS = "tests.scheduler.workers"
 REPO = Path(__file__).resolve().parents[2]
@@ -70,6 +72,16 @@ def scheduler_daemon(tmp: Path, **settings: Any) -> Iterator[SchedulerDaemon]:
         yield daemon
 
 
+#: A daemon that cycles tasks as fast as clients lease and report them: one-second leases, reaped every 0.1 s,
+#: periods of 50 ms (the kill -9 and backup tests, which want the database written all the time).
+CHURN_SETTINGS: dict[str, Any] = {
+    "scheduler__lease_s": 1,
+    "scheduler__maintenance_interval_s": 0.1,
+    "scheduler__policy": "fixed",
+    "scheduler__min_period_s": 0.05,
+    "scheduler__initial_period_s": 0.05,
+}
+
 #: A daemon for the Ice-level tests: small batches so limits are easy to reach, long leases, a fixed period.
 ICE_TEST_SETTINGS: dict[str, Any] = {
     "scheduler__batch_limit": 20,
@@ -92,3 +104,16 @@ def ice_error(call: Any) -> Ice.Exception:
     except Ice.Exception as exc:
         return exc
     raise AssertionError("expected an Ice exception")
+
+
+def audit(db_dir: Path, limit: int = 100_000) -> tuple[dict[str, int], list[str], set[str]]:
+    """Open a scheduler's environment while no daemon runs on it (running recovery) and check every invariant:
+    (per-state counts, problems, task ids)."""
+    store = BdbQueueStore(db_dir)
+    try:
+        counts, problems = check_consistency(store)
+        with store.transaction() as txn:
+            ids = {key.decode() for key, _ in txn.scan("tasks", limit=limit)}
+    finally:
+        store.close()
+    return counts, problems, ids

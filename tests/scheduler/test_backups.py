@@ -14,27 +14,15 @@ from icecrawler import rpc
 from icecrawler.backups import BackupPlan
 from icecrawler.errors import ServiceError, StorageUnavailableError
 from icecrawler.processes import ProcessGroup, free_port
-from scheduler_server.core import check_consistency
 from scheduler_server.integrity import MARKER, backup_checked, open_checked
 from scheduler_server.store import BdbQueueStore, MemoryQueueStore
 from tests.helpers import wait_for
-from tests.scheduler.daemon import SchedulerDaemon, scheduler_daemon, scheduler_proxy
+from tests.scheduler.daemon import CHURN_SETTINGS, SchedulerDaemon, audit, scheduler_daemon, scheduler_proxy
 
 pytestmark = [pytest.mark.ice, pytest.mark.bdb, pytest.mark.slow]
 
 C = rpc.crawler()
 SEEDS = 60
-
-
-def audit(db_dir: Path) -> tuple[dict[str, int], list[str], set[str]]:
-    store = BdbQueueStore(db_dir, durable=False)
-    try:
-        counts, problems = check_consistency(store)
-        with store.transaction() as txn:
-            ids = {key.decode() for key, _ in txn.scan("tasks", limit=10 * SEEDS)}
-    finally:
-        store.close()
-    return counts, problems, ids
 
 
 def test_the_daemon_backs_up_while_clients_work_and_a_backup_is_a_database_to_start_on(tmp_path: Path) -> None:
@@ -43,11 +31,7 @@ def test_the_daemon_backs_up_while_clients_work_and_a_backup_is_a_database_to_st
     metrics_port = free_port()
     with scheduler_daemon(
         tmp_path,
-        scheduler__lease_s=1,
-        scheduler__maintenance_interval_s=0.1,
-        scheduler__policy="fixed",
-        scheduler__min_period_s=0.05,
-        scheduler__initial_period_s=0.05,
+        **CHURN_SETTINGS,
         scheduler__backup_dir=backup_dir,
         scheduler__backup_interval_s=1,
         scheduler__backup_keep=2,

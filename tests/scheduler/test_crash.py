@@ -14,9 +14,7 @@ import pytest
 from crawler_client.gateways import scheduler_gateway
 from icecrawler import rpc
 from icecrawler.models import TaskKind
-from scheduler_server.core import check_consistency
-from scheduler_server.store import BdbQueueStore
-from tests.scheduler.daemon import REPO, WORKERS, scheduler_daemon, scheduler_proxy
+from tests.scheduler.daemon import CHURN_SETTINGS, REPO, WORKERS, audit, scheduler_daemon, scheduler_proxy
 from tests.scheduler.test_shards import TWO_HOSTS, shard_settings
 
 pytestmark = [pytest.mark.ice, pytest.mark.bdb, pytest.mark.e2e, pytest.mark.slow]
@@ -27,28 +25,12 @@ SEEDS = 120
 CLIENTS = 3
 
 
-def audit(db_dir: Path) -> tuple[dict[str, int], list[str], set[str]]:
-    """Open the environment (running recovery) while the scheduler is dead and check every invariant."""
-    store = BdbQueueStore(db_dir)
-    try:
-        counts, problems = check_consistency(store)
-        with store.transaction() as txn:
-            ids = {key.decode() for key, _ in txn.scan("tasks", limit=10 * SEEDS)}
-    finally:
-        store.close()
-    return counts, problems, ids
-
-
 def test_kill_9_loses_and_duplicates_nothing(tmp_path: Path) -> None:
     rng = random.Random(20261129)
     seeded = {f"user:weibo_pc:{n}" for n in range(SEEDS)}
     with scheduler_daemon(
         tmp_path,
-        scheduler__lease_s=1,
-        scheduler__maintenance_interval_s=0.1,
-        scheduler__policy="fixed",
-        scheduler__min_period_s=0.05,
-        scheduler__initial_period_s=0.05,
+        **CHURN_SETTINGS,
     ) as daemon:
         with scheduler_proxy(daemon) as prx:
             assert prx.addUsers([i.split(":", 1)[1] for i in sorted(seeded)], C.TaskKind.WeiboUser) == SEEDS
