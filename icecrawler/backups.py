@@ -24,7 +24,9 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from prometheus_client.core import Metric
 
-__all__ = ["PARTIAL_SUFFIX", "BackupPlan", "PeriodicBackups"]
+    from icecrawler.settings import Settings
+
+__all__ = ["PARTIAL_SUFFIX", "BackupPlan", "PeriodicBackups", "start_backups"]
 
 log = logging.getLogger(__name__)
 
@@ -177,3 +179,22 @@ class PeriodicBackups(threading.Thread):
         self.stopped.set()
         if self.is_alive():
             self.join()
+
+
+def start_backups(
+    settings: Settings, role: str, write: Callable[[Path], None], what: str, name: str = ""
+) -> PeriodicBackups | None:
+    """A running backup thread from ``<role>.backup_dir``, ``.backup_interval_s`` and ``.backup_keep``, or None when
+    the directory is empty (off). Backups are named ``<name or role>-<UTC time>``."""
+    directory = settings.get_str(f"{role}.backup_dir")
+    if not directory:
+        return None
+    plan = BackupPlan(
+        Path(directory),
+        name or role,
+        settings.get_float(f"{role}.backup_interval_s"),
+        settings.get_int(f"{role}.backup_keep"),
+    )
+    backups = PeriodicBackups(plan, write, what)
+    backups.start()
+    return backups

@@ -17,7 +17,7 @@ from typing import Any
 import Ice
 
 from icecrawler import limits, rpc
-from icecrawler.backups import BackupPlan, PeriodicBackups
+from icecrawler.backups import PeriodicBackups, start_backups
 from icecrawler.datalock import DataLock
 from icecrawler.errors import InvalidArgumentError, StorageUnavailableError
 from icecrawler.metrics import MetricsConfig, MetricsEndpoint, serve
@@ -210,19 +210,14 @@ def _start_metrics(
 
 def _start_backups(settings: Settings, core: SchedulerCore) -> PeriodicBackups | None:
     """Hot backups of the queue database (``scheduler.backup_*``), or None when ``backup_dir`` is empty."""
-    directory = settings.get_str("scheduler.backup_dir")
-    if not directory:
-        return None
     shard = f"-shard{core.config.shard}" if core.config.shards > 1 else ""
-    plan = BackupPlan(
-        Path(directory),
-        f"scheduler{shard}",
-        settings.get_float("scheduler.backup_interval_s"),
-        settings.get_int("scheduler.backup_keep"),
+    return start_backups(
+        settings,
+        "scheduler",
+        lambda target: backup_checked(core.store, target),
+        "scheduler database",
+        name=f"scheduler{shard}",
     )
-    backups = PeriodicBackups(plan, lambda target: backup_checked(core.store, target), "scheduler database")
-    backups.start()
-    return backups
 
 
 def open_core(settings: Settings) -> SchedulerCore:

@@ -18,11 +18,12 @@ from __future__ import annotations
 import logging
 import sqlite3
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from icecrawler.errors import ServiceError
 
-__all__ = ["check_sqlite_file", "check_store_file", "mark_created", "marker_of"]
+__all__ = ["backup_files", "check_sqlite_file", "check_store_file", "mark_created", "marker_of"]
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +56,33 @@ def _quick_check(path: Path) -> str:
     except sqlite3.Error as exc:
         return str(exc)
     return "" if rows == ["ok"] else "; ".join(rows)[:300]
+
+
+def backup_files(files: Sequence[Path], target: Path) -> None:
+    """Online copies of live SQLite files into the new directory ``target`` (SQLite's backup API, from a
+    connection of its own, so writers go on), each passing ``quick_check`` before the backup counts. The caller
+    lists the spool before the store: a record the replay moves from one to the other meanwhile is then in the
+    spool's copy, the store's, or both (rows are keyed, so both is harmless), never in neither."""
+    target.mkdir()
+    for path in files:
+        if not path.exists():
+            continue
+        copy = target / path.name
+        try:
+            source = sqlite3.connect(path, timeout=30.0)
+            try:
+                destination = sqlite3.connect(copy)
+                try:
+                    source.backup(destination)
+                finally:
+                    destination.close()
+            finally:
+                source.close()
+        except sqlite3.Error as exc:
+            raise ServiceError(f"cannot back up {path}: {exc}") from exc
+        problem = _quick_check(copy)
+        if problem:
+            raise ServiceError(f"the backup of {path} fails its check: {problem}")
 
 
 def _aside(path: Path) -> Path:

@@ -7,13 +7,14 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from icecrawler import limits, rpc
+from icecrawler.backups import PeriodicBackups, start_backups
 from icecrawler.datalock import DataLock
 from icecrawler.errors import StorageUnavailableError
 from icecrawler.metrics import MetricsConfig, MetricsEndpoint, serve
 from icecrawler.security import guarded_listening
 from icecrawler.settings import Settings
 from icecrawler.settings.validation import check_paths, validate_values
-from storage_server.integrity import check_store_file, mark_created
+from storage_server.integrity import backup_files, check_store_file, mark_created
 from storage_server.servant import StorageServant
 from storage_server.service import StorageService
 
@@ -39,12 +40,18 @@ def data_locks(settings: Settings) -> list[DataLock]:
     return locks
 
 
-def open_service(settings: Settings) -> StorageService:
-    """Check the files (``integrity``), then open the service on them (the caller holds ``data_locks``)."""
-    recover = settings.get_bool("storage.recover")
+def data_files(settings: Settings) -> list[tuple[Path, str]]:
+    """The server's own files, spool first: the spool, and the embedded store when it is the backend."""
     files = [(Path(settings.get_str("storage.spool_dir")) / "spool.sqlite3", "the spool")]
     if settings.get_str("storage.backend") == "embedded":
         files.append((Path(settings.get_str("storage.embedded.path")), "the embedded store"))
+    return files
+
+
+def open_service(settings: Settings) -> StorageService:
+    """Check the files (``integrity``), then open the service on them (the caller holds ``data_locks``)."""
+    recover = settings.get_bool("storage.recover")
+    files = data_files(settings)
     for path, what in files:
         check_store_file(path, recover, what)
     service = StorageService.from_settings(settings)
@@ -62,7 +69,12 @@ def run(settings: Settings, ice_args: list[str], listen: str = "") -> int:
     """
     validate_values(settings.as_dict())
     embedded = settings.get_str("storage.backend") == "embedded"
-    check_paths(settings.as_dict(), dirs=["storage.spool_dir"], files=["storage.embedded.path"] if embedded else [])
+    backup_dirs = ["storage.backup_dir"] if settings.get_str("storage.backup_dir") else []
+    check_paths(
+        settings.as_dict(),
+        dirs=["storage.spool_dir", *backup_dirs],
+        files=["storage.embedded.path"] if embedded else [],
+    )
     metrics_config = MetricsConfig.from_settings(settings, "storage")  # a bad value fails before anything starts
     with rpc.communicator(ice_args, properties=SERVER_PROPERTIES) as comm, ExitStack() as held:
         gate = guarded_listening(
@@ -89,10 +101,18 @@ def run(settings: Settings, ice_args: list[str], listen: str = "") -> int:
                 )
             except StorageUnavailableError as exc:  # the server starts anyway: writes spool until the backend is back
                 log.warning("backend not reachable at start: %s", exc)
-            endpoint = _start_metrics(metrics_config, service)
+            files = [path for path, _ in data_files(settings)]
+            backups = start_backups(settings, "storage", lambda target: backup_files(files, target), "storage files")
+            endpoint = _start_metrics(metrics_config, service, backups)
         except BaseException:
             service.close()  # its replay thread must not keep a failed start-up alive
             raise
+
+        def shutdown() -> None:
+            if backups is not None:
+                backups.stop()  # a backup under way finishes before the files close
+            service.close()
+
         rpc.settle_server_heap()
         try:
             rpc.serve(
@@ -100,7 +120,7 @@ def run(settings: Settings, ice_args: list[str], listen: str = "") -> int:
                 rpc.STORAGE_ADAPTER,
                 {rpc.STORAGE_IDENTITY: StorageServant(service, gate)},
                 rpc.STORAGE_ENDPOINTS,
-                on_shutdown=service.close,
+                on_shutdown=shutdown,
             )
         finally:
             if endpoint is not None:
@@ -108,16 +128,22 @@ def run(settings: Settings, ice_args: list[str], listen: str = "") -> int:
     return 0
 
 
-def _start_metrics(config: MetricsConfig, service: StorageService) -> MetricsEndpoint | None:
-    """The storage server's /metrics (``metrics.storage.*``), or None when off."""
+def _start_metrics(
+    config: MetricsConfig, service: StorageService, backups: PeriodicBackups | None = None
+) -> MetricsEndpoint | None:
+    """The storage server's /metrics (``metrics.storage.*``), or None when off. With backups on, their age and
+    counts too."""
     if config.port == 0:
         return None
     from prometheus_client import CollectorRegistry
 
+    from icecrawler.metrics import ScrapeCollector
     from storage_server.metrics import StorageMetrics
 
     metrics = StorageMetrics(service)
     registry = CollectorRegistry()
     metrics.register(registry)
+    if backups is not None:
+        registry.register(ScrapeCollector(lambda: backups.metric_families("icecrawler_storage")))
     service.observer = metrics
     return serve(config, registry)

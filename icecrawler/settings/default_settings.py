@@ -207,6 +207,12 @@ DEFAULTS: dict[str, Any] = {
     "sources.weibo_mobile.visitor_url": "",
     "sources.weibo_web.visitor_url": "http://127.0.0.1:8800/passport/visitor/genvisitor2",
     # --- storage: the record store ---------------------------------------------------------------------------
+    # Backups of the storage server's own files while it serves (the spool, and the embedded store when it is
+    # the backend; HBase has its own snapshots): a directory ("" = none), how often, how many to keep. Each is
+    # <backup_dir>/storage-<UTC time> with a checked copy of each file; docs/DEPLOY.md, "Backups".
+    "storage.backup_dir": "",
+    "storage.backup_interval_s": 86400.0,
+    "storage.backup_keep": 7,
     # "embedded" (SQLite, no server) or "hbase" (through its Thrift server).
     "storage.backend": "embedded",
     # Most records in one writeWB/writeReviews call.

@@ -84,6 +84,8 @@ RULES: dict[str, Bound] = {
     "scheduler.batch_limit": AT_LEAST_ONE,
     "scheduler.backup_interval_s": AT_LEAST_ONE,  # backups are named to the second
     "scheduler.backup_keep": AT_LEAST_ONE,
+    "storage.backup_interval_s": AT_LEAST_ONE,
+    "storage.backup_keep": AT_LEAST_ONE,
     "scheduler.checkpoint_interval_s": POSITIVE,
     "scheduler.done_retention_s": NON_NEGATIVE,
     "scheduler.history_len": AT_LEAST_ONE,

@@ -74,6 +74,7 @@ CASES: dict[str, Case] = {
         "scheduler.backup_interval_s",
     ),
     "no backup kept": (_sched("--set", "scheduler.backup_keep=0"), "scheduler.backup_keep"),
+    "storage backup_dir is a file": (_storage("--set", "storage.backup_dir=/etc/hostname"), "storage.backup_dir"),
     "db_dir unwritable": (lambda w, p: ["scheduler", "--set", "scheduler.db_dir=/proc/icecrawler-db"], "cannot write"),
     "embedded.path is a directory": (
         lambda w, p: [*_storage()(w, p), "--set", f"storage.embedded.path={w}"],

@@ -1,0 +1,107 @@
+"""Backups of the storage server's own files (``storage.backup_*``): taken by the running server while records are
+written, rotated, each file checked, and a backup restored into a new server holds every record acknowledged
+before it was taken. Real server over Ice, real SQLite files."""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from icecrawler import rpc
+from icecrawler.backups import BackupPlan
+from icecrawler.errors import ServiceError
+from icecrawler.processes import free_port
+from storage_server.integrity import backup_files
+from tests.helpers import wait_for
+from tests.storage.conftest import BIG_ID, StorageServerRunner, make_post
+
+pytestmark = [pytest.mark.ice, pytest.mark.slow]
+
+BATCH = 40
+
+
+def post_ids(store: Path) -> set[int]:
+    conn = sqlite3.connect(f"file:{store}?mode=ro", uri=True)
+    try:
+        return {int(row[0]) for row in conn.execute("SELECT id FROM weibo")}
+    finally:
+        conn.close()
+
+
+def test_the_server_backs_up_its_files_while_writes_go_on_and_a_backup_restores(
+    tmp_path: Path, storage_server: Callable[..., StorageServerRunner], client_comm: Any
+) -> None:
+    backup_dir = tmp_path / "backups"
+    metrics_port = free_port()
+    server = storage_server(
+        **{
+            "storage.backup_dir": str(backup_dir),
+            "storage.backup_interval_s": "1",
+            "storage.backup_keep": "2",
+            "metrics.storage.port": str(metrics_port),
+            "metrics.storage.port_span": "1",
+        }
+    )
+    proxy = server.proxy(client_comm).ice_invocationTimeout(30000)
+    plan = BackupPlan(backup_dir, "storage", interval_s=1, keep=2)
+    acked: list[int] = []
+    deadline = time.monotonic() + 60
+    while len(plan.complete()) < 2 or len(acked) < 20 * BATCH:  # bounded: 60 s
+        assert time.monotonic() < deadline, "no two backups while writing"
+        batch = [rpc.post_to_slice(make_post(BIG_ID - len(acked) - i, minute=i % 60)) for i in range(BATCH)]
+        ack = proxy.writeWB(batch)
+        assert ack.stored + ack.spooled == BATCH
+        acked += [post.id for post in batch]
+    # Every record is acknowledged now; a backup taken from here on must hold them all.
+    last_ack = time.time()
+    wait_for(lambda: any(taken >= last_ack for taken, _ in plan.complete()), "no backup after the last write", 60)
+    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as answer:
+        metrics = answer.read().decode()
+    server.stop()
+    log = (server.tmp / f"storage-{server.starts}.log").read_text()
+
+    backups = plan.complete()
+    assert 1 <= len(backups) <= 2
+    newest = backups[-1][1]
+    assert sorted(p.name for p in newest.iterdir()) == ["spool.sqlite3", "store.sqlite3"]
+    assert post_ids(newest / "store.sqlite3") == set(acked)
+    samples = [line.split() for line in metrics.splitlines() if line.startswith("icecrawler_storage_backup")]
+    shown = {name: float(value) for name, value in samples}
+    assert shown["icecrawler_storage_backups_total"] >= 3 and shown["icecrawler_storage_backup_failures_total"] == 0
+    assert "storage files backed up to" in log and "Traceback" not in log, log[-3000:]
+
+    # Restore: the backup's files in place of a new server's, which then serves every record.
+    restored = tmp_path / "restored"
+    restored.mkdir()
+    shutil.copy(newest / "store.sqlite3", restored / "store.sqlite3")
+    (restored / "spool").mkdir()
+    shutil.copy(newest / "spool.sqlite3", restored / "spool" / "spool.sqlite3")
+    again = StorageServerRunner(restored, {})
+    again.start()
+    try:
+        stats = again.proxy(client_comm).ice_invocationTimeout(30000).stats()
+        assert stats.posts == len(acked) and stats.spoolDepth == 0
+    finally:
+        again.stop()
+
+
+def test_a_copy_that_fails_its_check_is_not_a_backup(tmp_path: Path) -> None:
+    good = tmp_path / "good.sqlite3"
+    conn = sqlite3.connect(good)
+    conn.execute("CREATE TABLE t (x)")
+    conn.executemany("INSERT INTO t VALUES (?)", [(n,) for n in range(100)])
+    conn.commit()
+    conn.close()
+    backup_files([good, tmp_path / "absent.sqlite3"], tmp_path / "copy")
+    assert [p.name for p in (tmp_path / "copy").iterdir()] == ["good.sqlite3"]  # an absent file is skipped
+    garbage = tmp_path / "garbage.sqlite3"
+    garbage.write_bytes(b"not a database at all" * 100)
+    with pytest.raises(ServiceError, match=r"garbage\.sqlite3"):
+        backup_files([garbage], tmp_path / "copy2")
