@@ -1,11 +1,12 @@
 """Rotating backups in one directory: when the next one is due, how it is named, and which old ones go.
 
-A daemon that keeps state for months (the scheduler's queue database) backs it up from its maintenance thread. The
-mechanism is the same whatever is copied, so it lives here and the daemon passes the function that writes one copy
-into a fresh directory. A copy is written under ``<name>.partial`` and renamed only once complete, so a crash or a
-full disk mid-backup never leaves something that looks like a backup; leftover partial copies are removed by the
-next one. Names carry the UTC time (``<prefix>-20261205T081500Z``), so they sort by age, and "due" is judged from
-the newest complete backup on disk: a daemon that restarts often still backs up once per interval.
+A daemon that keeps state for months (the scheduler's queue database, the storage server's spool and embedded
+store) backs it up on a thread of its own (``PeriodicBackups``). The mechanism is the same whatever is copied, so it
+lives here and the daemon passes the function that writes one copy into a fresh directory. A copy is written under
+``<name>.partial`` and renamed only once complete, so a crash or a full disk mid-backup never leaves something that
+looks like a backup; leftover partial copies are removed by the next one. Names carry the UTC time
+(``<prefix>-20261205T081500Z``), so they sort by age, and "due" is judged from the newest complete backup on disk: a
+daemon that restarts often still backs up once per interval.
 """
 
 from __future__ import annotations
@@ -22,11 +23,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
     from prometheus_client.core import Metric
 
     from icecrawler.settings import Settings
 
-__all__ = ["PARTIAL_SUFFIX", "BackupPlan", "PeriodicBackups", "start_backups"]
+__all__ = ["PARTIAL_SUFFIX", "BackupPlan", "PeriodicBackups", "backup_dir_keys", "start_backups"]
 
 log = logging.getLogger(__name__)
 
@@ -174,11 +176,23 @@ class PeriodicBackups(threading.Thread):
             counter(f"{prefix}_backup_failures", "Backups that failed since start.", float(self.failed)),
         ]
 
+    def register(self, registry: CollectorRegistry, prefix: str) -> None:
+        """Serve ``metric_families(prefix)`` in ``registry`` at every scrape."""
+        from icecrawler.metrics import ScrapeCollector
+
+        registry.register(ScrapeCollector(lambda: self.metric_families(prefix)))
+
     def stop(self) -> None:
         """No new backup; waits for one under way to finish, so the caller may close what it copies."""
         self.stopped.set()
         if self.is_alive():
             self.join()
+
+
+def backup_dir_keys(settings: Settings, role: str) -> list[str]:
+    """``[<role>.backup_dir]`` when backups are on, else ``[]``: what a daemon adds to its start-up path checks."""
+    key = f"{role}.backup_dir"
+    return [key] if settings.get_str(key) else []
 
 
 def start_backups(

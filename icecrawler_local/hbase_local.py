@@ -288,35 +288,37 @@ class LocalHBase:
     def kill9(self) -> str:
         """SIGKILL Thrift and the master at once: a crash, with no flush. The next ``start`` replays the write-ahead
         log, so every put HBase acknowledged is there again (what the storage server's acknowledgement relies on)."""
-        killed = []
+        killed: dict[str, int] = {}
         for name in ("thrift", "master"):
             pid = self._pid(name)
             if pid is not None:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
-                killed.append(name)
-        for name in killed:
-            pid = self._pid(name)
-            deadline = time.monotonic() + 30.0
-            while pid is not None and _alive(pid) and time.monotonic() < deadline:
-                time.sleep(0.1)
-            self._pid_file(name).unlink(missing_ok=True)
+                killed[name] = pid
+        for name, pid in killed.items():
+            self._wait_gone(name, pid, 30.0)
         return f"killed {', '.join(killed)}" if killed else "HBase was not running"
+
+    def _wait_gone(self, name: str, pid: int, timeout_s: float) -> bool:
+        """Wait (at most ``timeout_s``) until ``pid`` is gone; drop its pid file once it is. Whether it is gone."""
+        deadline = time.monotonic() + timeout_s
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if _alive(pid):
+            return False
+        self._pid_file(name).unlink(missing_ok=True)
+        return True
 
     def _terminate(self, name: str, pid: int, timeout_s: float) -> str:
         """SIGTERM ``pid`` and wait for it; SIGKILL after ``timeout_s``. Returns what happened."""
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout_s
-        while _alive(pid) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        outcome = name
-        if _alive(pid):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-            outcome = f"{name} (killed after {timeout_s:.0f}s)"
+        if self._wait_gone(name, pid, timeout_s):
+            return name
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
         self._pid_file(name).unlink(missing_ok=True)
-        return outcome
+        return f"{name} (killed after {timeout_s:.0f}s)"
 
     def status(self) -> dict[str, object]:
         """pids and whether Thrift answers."""

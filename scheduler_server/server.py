@@ -17,7 +17,7 @@ from typing import Any
 import Ice
 
 from icecrawler import limits, rpc
-from icecrawler.backups import PeriodicBackups, start_backups
+from icecrawler.backups import PeriodicBackups, backup_dir_keys, start_backups
 from icecrawler.datalock import DataLock
 from icecrawler.errors import InvalidArgumentError, StorageUnavailableError
 from icecrawler.metrics import MetricsConfig, MetricsEndpoint, serve
@@ -196,14 +196,13 @@ def _start_metrics(
         return _untimed, None
     from prometheus_client import CollectorRegistry
 
-    from icecrawler.metrics import ScrapeCollector
     from scheduler_server.metrics import SchedulerMetrics
 
     metrics = SchedulerMetrics(core)
     registry = CollectorRegistry()
     metrics.register(registry)
     if backups is not None:
-        registry.register(ScrapeCollector(lambda: backups.metric_families("icecrawler_scheduler")))
+        backups.register(registry, "icecrawler_scheduler")
     core.observer = metrics
     return metrics.timed, serve(config, registry, offset=core.config.shard)
 
@@ -247,8 +246,7 @@ def run(settings: Settings, ice_args: Sequence[str], listen: str = "") -> int:
     start-up fails at once with one line (``icecrawler_cli.cli``). ``listen`` overrides the adapter's endpoints.
     """
     validate_values(settings.as_dict())
-    backup_dirs = ["scheduler.backup_dir"] if settings.get_str("scheduler.backup_dir") else []
-    check_paths(settings.as_dict(), dirs=["scheduler.db_dir", *backup_dirs])
+    check_paths(settings.as_dict(), dirs=["scheduler.db_dir", *backup_dir_keys(settings, "scheduler")])
     metrics_config = MetricsConfig.from_settings(settings, "scheduler")  # a bad value fails before anything starts
     with rpc.communicator(ice_args, SCHEDULER_PROPERTIES) as comm:
         gate = guarded_listening(

@@ -7,7 +7,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from icecrawler import limits, rpc
-from icecrawler.backups import PeriodicBackups, start_backups
+from icecrawler.backups import PeriodicBackups, backup_dir_keys, start_backups
 from icecrawler.datalock import DataLock
 from icecrawler.errors import StorageUnavailableError
 from icecrawler.metrics import MetricsConfig, MetricsEndpoint, serve
@@ -69,10 +69,9 @@ def run(settings: Settings, ice_args: list[str], listen: str = "") -> int:
     """
     validate_values(settings.as_dict())
     embedded = settings.get_str("storage.backend") == "embedded"
-    backup_dirs = ["storage.backup_dir"] if settings.get_str("storage.backup_dir") else []
     check_paths(
         settings.as_dict(),
-        dirs=["storage.spool_dir", *backup_dirs],
+        dirs=["storage.spool_dir", *backup_dir_keys(settings, "storage")],
         files=["storage.embedded.path"] if embedded else [],
     )
     metrics_config = MetricsConfig.from_settings(settings, "storage")  # a bad value fails before anything starts
@@ -89,6 +88,13 @@ def run(settings: Settings, ice_args: list[str], listen: str = "") -> int:
             held.enter_context(lock)
         service = open_service(settings)
         endpoint: MetricsEndpoint | None = None
+        backups: PeriodicBackups | None = None
+
+        def shutdown() -> None:
+            if backups is not None:
+                backups.stop()  # a backup under way finishes before the files close
+            service.close()
+
         try:
             try:
                 counts = service.stats()
@@ -105,13 +111,8 @@ def run(settings: Settings, ice_args: list[str], listen: str = "") -> int:
             backups = start_backups(settings, "storage", lambda target: backup_files(files, target), "storage files")
             endpoint = _start_metrics(metrics_config, service, backups)
         except BaseException:
-            service.close()  # its replay thread must not keep a failed start-up alive
+            shutdown()  # its replay and backup threads must not keep a failed start-up alive
             raise
-
-        def shutdown() -> None:
-            if backups is not None:
-                backups.stop()  # a backup under way finishes before the files close
-            service.close()
 
         rpc.settle_server_heap()
         try:
@@ -137,13 +138,12 @@ def _start_metrics(
         return None
     from prometheus_client import CollectorRegistry
 
-    from icecrawler.metrics import ScrapeCollector
     from storage_server.metrics import StorageMetrics
 
     metrics = StorageMetrics(service)
     registry = CollectorRegistry()
     metrics.register(registry)
     if backups is not None:
-        registry.register(ScrapeCollector(lambda: backups.metric_families("icecrawler_storage")))
+        backups.register(registry, "icecrawler_storage")
     service.observer = metrics
     return serve(config, registry)

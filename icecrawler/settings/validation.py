@@ -84,8 +84,6 @@ RULES: dict[str, Bound] = {
     "scheduler.batch_limit": AT_LEAST_ONE,
     "scheduler.backup_interval_s": AT_LEAST_ONE,  # backups are named to the second
     "scheduler.backup_keep": AT_LEAST_ONE,
-    "storage.backup_interval_s": AT_LEAST_ONE,
-    "storage.backup_keep": AT_LEAST_ONE,
     "scheduler.checkpoint_interval_s": POSITIVE,
     "scheduler.done_retention_s": NON_NEGATIVE,
     "scheduler.history_len": AT_LEAST_ONE,
@@ -102,6 +100,8 @@ RULES: dict[str, Bound] = {
     "scheduler.fetch_budget_per_s": NON_NEGATIVE,
     "scheduler.rate_reference_period_s": POSITIVE,
     "storage.backend": Bound(choices=("embedded", "hbase")),
+    "storage.backup_interval_s": AT_LEAST_ONE,  # backups are named to the second
+    "storage.backup_keep": AT_LEAST_ONE,
     "storage.batch_limit": AT_LEAST_ONE,
     "storage.hbase.port": PORT,
     "storage.hbase.pool_size": AT_LEAST_ONE,
