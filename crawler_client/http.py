@@ -47,6 +47,7 @@ from icecrawler.models import Account, Outcome
 from icecrawler.settings import Settings
 
 __all__ = [
+    "SESSION_IDLE_S",
     "FetchPolicy",
     "Fetcher",
     "HttpSession",
@@ -417,33 +418,78 @@ class Fetcher:
 # --- sessions -----------------------------------------------------------------------------------------------
 
 
+#: A session unused this long is closed with its keep-alive sockets. Sites drop idle connections long before
+#: this, and a visitor session the scheduler renewed comes back under a new account id (its generation), so the
+#: old one is never asked for again: without this, each renewal left one idle socket per worker behind until
+#: ``max_sessions`` was reached, found by watching a client's open files over a long crawl (docs/DEPLOY.md, "File
+#: descriptors").
+SESSION_IDLE_S = 600.0
+
+
+@dataclass
+class _CachedSession:
+    blob: str
+    session: HttpSession
+    used: float
+
+
 class SessionCache:
     """One ``HttpSession`` per (source, account), owned by ONE worker thread (sessions are not shared across
-    threads). A changed cookie blob for the same account replaces the session's cookies."""
+    threads). A changed cookie blob for the same account replaces the session's cookies. Sessions idle for
+    ``idle_s`` (on the monotonic clock: sockets age in real time, whatever the crawl's clock) are closed, and past
+    ``max_sessions`` the least recently used one is."""
 
-    def __init__(self, max_sessions: int = 64, proxy_url: str = "") -> None:
-        self._sessions: dict[tuple[str, str], tuple[str, HttpSession]] = {}
+    def __init__(
+        self,
+        max_sessions: int = 64,
+        proxy_url: str = "",
+        *,
+        idle_s: float = SESSION_IDLE_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        #: Least recently used first.
+        self._sessions: dict[tuple[str, str], _CachedSession] = {}
         self._max = max_sessions
         self._proxy_url = proxy_url
+        self._idle_s = idle_s
+        self._clock = clock
+
+    def __len__(self) -> int:
+        return len(self._sessions)
 
     def session(self, source: str, account: Account) -> HttpSession:
         """The session for ``account`` on ``source``; raises FetchError(LoginRequired) for a bad blob."""
+        now = self._clock()
+        self._close_idle(now)
         key = (source, account.id)
-        cached = self._sessions.get(key)
-        if cached is not None and cached[0] == account.cookie_blob:
-            return cached[1]
+        cached = self._sessions.pop(key, None)
+        if cached is not None:
+            self._sessions[key] = cached  # now the most recently used
+            cached.used = now
+            if cached.blob == account.cookie_blob:
+                return cached.session
         blob = parse_cookie_blob(account.cookie_blob)
-        session = cached[1] if cached is not None else HttpSession(self._proxy_url)
-        session.cookies.clear()
+        if cached is None:
+            if len(self._sessions) >= self._max:
+                self._close(next(iter(self._sessions)))
+            cached = self._sessions[key] = _CachedSession("", HttpSession(self._proxy_url), now)
+        cached.session.cookies.clear()
         for name, value in blob.cookies.items():
-            session.cookies.set(name, value)
-        if cached is None and len(self._sessions) >= self._max:
-            oldest_key = next(iter(self._sessions))
-            self._sessions.pop(oldest_key)[1].close()
-        self._sessions[key] = (account.cookie_blob, session)
-        return session
+            cached.session.cookies.set(name, value)
+        cached.blob = account.cookie_blob
+        return cached.session
+
+    def _close_idle(self, now: float) -> None:
+        while self._sessions:
+            key, cached = next(iter(self._sessions.items()))
+            if now - cached.used < self._idle_s:
+                return  # the rest were used later
+            self._close(key)
+
+    def _close(self, key: tuple[str, str]) -> None:
+        self._sessions.pop(key).session.close()
 
     def close(self) -> None:
-        for _, session in self._sessions.values():
-            session.close()
+        for cached in self._sessions.values():
+            cached.session.close()
         self._sessions.clear()

@@ -5,14 +5,17 @@ login redirect, form POSTs, redirect loops, bad URLs and refused connections."""
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import http.server
 import json
+import os
 import random
 import socket
 import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 import urllib3
@@ -20,6 +23,7 @@ import urllib3.exceptions
 
 from crawler_client.cookie_blob import AccountBlob, parse_cookie_blob
 from crawler_client.http import (
+    SESSION_IDLE_S,
     Fetcher,
     FetchPolicy,
     InvalidURL,
@@ -301,6 +305,34 @@ def test_session_cache_one_session_per_account_and_reloads_a_changed_blob() -> N
     cache.close()
 
 
+class _ManualClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_session_cache_closes_idle_sessions_and_evicts_the_least_recently_used() -> None:
+    clock = _ManualClock()
+    cache = SessionCache(max_sessions=2, idle_s=100.0, clock=clock)
+    hot = cache.session("weibo_web", Account("visitor:weibo_web:1", "SUB=1"))
+    cold = cache.session("jd", Account("a", "SUB=a"))
+    clock.now = 50.0
+    assert cache.session("weibo_web", Account("visitor:weibo_web:1", "SUB=1")) is hot  # now the most recent
+    newest = cache.session("weibo_web", Account("visitor:weibo_web:2", "SUB=2"))  # full: the LRU one goes
+    assert len(cache) == 2
+    assert cache.session("weibo_web", Account("visitor:weibo_web:1", "SUB=1")) is hot
+    assert cache.session("jd", Account("a", "SUB=a")) is not cold  # it was closed; a new one is made
+    clock.now = 149.0  # generation 2 was last used at 50, the others at 50 and later
+    assert len(cache) == 2
+    clock.now = 160.0
+    assert cache.session("weibo_web", Account("visitor:weibo_web:3", "SUB=3")) not in (hot, newest)
+    assert len(cache) == 1, "every session idle for 100 s is closed on the next call"
+    cache.close()
+    assert len(cache) == 0
+
+
 # --- the real transport against a local server ------------------------------------------------------------
 
 
@@ -452,6 +484,44 @@ def test_real_transport_reuses_the_connection_after_a_full_body_and_drops_it_aft
     # the cut connection's unread bytes must not leak into the next answer
     assert fetcher.fetch(PageRequest(url=f"{local_server}/home")).body.startswith(b"GET /home")
     cache.close()
+
+
+def _open_sockets_to(port: int) -> int:
+    """This process's TCP sockets whose far end is ``port`` (established, or closed by the server and still
+    held): the client side of keep-alive connections, whatever the server side of them does."""
+    ours = set()
+    for fd in Path("/proc/self/fd").iterdir():
+        with contextlib.suppress(OSError):
+            target = os.readlink(fd)
+            if target.startswith("socket:["):
+                ours.add(target[8:-1])
+    held = 0
+    for line in Path("/proc/self/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        remote_port = int(fields[2].rsplit(":", 1)[1], 16)
+        if remote_port == port and fields[9] in ours:
+            held += 1
+    return held
+
+
+def test_renewed_visitor_sessions_do_not_pile_up_open_sockets(local_server: str) -> None:
+    """Each visitor generation is a new account id. A long crawl renews them for months: the old generations'
+    keep-alive sockets must be closed, not kept until the cache is full."""
+    clock = _ManualClock()
+    cache = SessionCache(clock=clock)
+    policy = FetchPolicy(
+        timeout_s=2.0, total_timeout_s=5.0, retries=0, backoff_s=0.01, max_body_bytes=10_000, user_agent="t"
+    )
+    port = int(local_server.rsplit(":", 1)[1])
+    for generation in range(1, 31):
+        session = cache.session("weibo_web", Account(f"visitor:weibo_web:{generation}", f"SUB={generation}"))
+        page = Fetcher(Urllib3Transport(session), policy).fetch(PageRequest(url=f"{local_server}/echo"))
+        assert page.body == f"cookie=SUB={generation}".encode()
+        clock.now += SESSION_IDLE_S + 1  # the next renewal comes after the idle limit
+    assert _open_sockets_to(port) == 1, "only the current generation keeps its connection"
+    assert len(cache) == 1
+    cache.close()
+    assert _open_sockets_to(port) == 0
 
 
 def test_source_headers_and_cookie_headers_reach_the_site(local_server: str) -> None:
