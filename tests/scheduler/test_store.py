@@ -136,3 +136,27 @@ def test_done_value_is_the_json_of_the_entry(worker: str, new: int, period_s: fl
 def test_time_keys_sort_numerically() -> None:
     keys = [time_key(ms, "x") for ms in (256, 1, 2**33, 255)]
     assert [decode_time_key(key)[0] for key in sorted(keys)] == [1, 255, 256, 2**33]
+
+
+def test_bdb_log_files_do_not_pile_up_over_a_long_crawl(tmp_path: Path) -> None:
+    """Every commit appends to Berkeley DB's log, so a scheduler that runs for months writes far more log than it
+    holds data. After each checkpoint (the maintenance thread takes one every tick) the environment removes the
+    log files recovery no longer needs (DB_LOG_AUTO_REMOVE): the directory holds the tables and a file or two of
+    log, however long the crawl has run."""
+    store = BdbQueueStore(tmp_path, durable=False)
+    record = bytes(range(256)) * 32  # 8 KiB a commit; with the record it replaces, ten log files of 10 MB in all
+    most_logs = 0
+    try:
+        for cycle in range(6_000):
+            with store.transaction() as txn:
+                txn.put("tasks", b"task-%d" % (cycle % 50), record)
+            if cycle % 250 == 249:
+                store.checkpoint()
+                most_logs = max(most_logs, len(list(tmp_path.glob("log.*"))))
+        with store.transaction() as txn:
+            assert txn.count("tasks") == 50
+    finally:
+        store.close()
+    logs = sorted(tmp_path.glob("log.*"))
+    assert int(logs[-1].name.split(".")[1]) >= 4, "the churn did not fill several log files"
+    assert most_logs <= 2 and len(logs) <= 2, [log.name for log in logs]
