@@ -43,7 +43,7 @@ from crawler_client.cookie_blob import parse_cookie_blob
 from crawler_client.headers import FALLBACK_USER_AGENT
 from crawler_client.sources.base import FetchedPage, PageRequest
 from icecrawler.errors import FetchError
-from icecrawler.models import Account, Outcome
+from icecrawler.models import Account, Outcome, account_lineage
 from icecrawler.settings import Settings
 
 __all__ = [
@@ -418,11 +418,9 @@ class Fetcher:
 # --- sessions -----------------------------------------------------------------------------------------------
 
 
-#: A session unused this long is closed with its keep-alive sockets. Sites drop idle connections long before
-#: this, and a visitor session the scheduler renewed comes back under a new account id (its generation), so the
-#: old one is never asked for again: without this, each renewal left one idle socket per worker behind until
-#: ``max_sessions`` was reached, found by watching a client's open files over a long crawl (docs/DEPLOY.md, "File
-#: descriptors").
+#: A session unused this long is closed with its keep-alive sockets: sites drop idle connections long before this,
+#: and an account taken out of the pool, or a source no longer crawled, is never asked for again. Without it each
+#: such session kept a socket per worker until ``max_sessions`` was reached (docs/DEPLOY.md, "File descriptors").
 SESSION_IDLE_S = 600.0
 
 
@@ -435,7 +433,8 @@ class _CachedSession:
 
 class SessionCache:
     """One ``HttpSession`` per (source, account), owned by ONE worker thread (sessions are not shared across
-    threads). A changed cookie blob for the same account replaces the session's cookies. Sessions idle for
+    threads). A changed cookie blob for the same account replaces the session's cookies, and so does a renewed
+    visitor session (a new generation of the same ``account_lineage``). Sessions idle for
     ``idle_s`` (on the monotonic clock: sockets age in real time, whatever the crawl's clock) are closed, and past
     ``max_sessions`` the least recently used one is."""
 
@@ -461,7 +460,7 @@ class SessionCache:
         """The session for ``account`` on ``source``; raises FetchError(LoginRequired) for a bad blob."""
         now = self._clock()
         self._close_idle(now)
-        key = (source, account.id)
+        key = (source, account_lineage(account.id))
         cached = self._sessions.pop(key, None)
         if cached is not None:
             self._sessions[key] = cached  # now the most recently used

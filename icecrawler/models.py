@@ -17,6 +17,7 @@ __all__ = [
     "MAX_DISCOVERED_IDS",
     "MAX_ITEM_TIMES",
     "SOURCES",
+    "VISITOR_PREFIX",
     "Account",
     "Outcome",
     "Post",
@@ -24,9 +25,11 @@ __all__ = [
     "Review",
     "Task",
     "TaskKind",
+    "account_lineage",
     "make_task_id",
     "split_task_id",
     "valid_target",
+    "visitor_account_id",
 ]
 
 
@@ -109,6 +112,22 @@ class Account:
 
     def __repr__(self) -> str:  # cookies never reach logs
         return f"Account(id={self.id!r}, cookie_blob=<{len(self.cookie_blob)} chars>)"
+
+
+#: The accounts the scheduler mints itself, visitor sessions, are named ``visitor:<source>:<generation>``. A renewal
+#: is a new generation, so that a report about an ended generation cannot end its successor.
+VISITOR_PREFIX = "visitor:"
+
+
+def visitor_account_id(source: str, generation: int) -> str:
+    return f"{VISITOR_PREFIX}{source}:{generation}"
+
+
+def account_lineage(account_id: str) -> str:
+    """The account id without a visitor session's generation. Every generation of one source's visitor session
+    shares it, so a client keeps one HTTP session across renewals and only swaps its cookies; any other account
+    is its own lineage."""
+    return account_id.rpartition(":")[0] if account_id.startswith(VISITOR_PREFIX) else account_id
 
 
 @dataclass

@@ -29,14 +29,13 @@ from http.cookies import CookieError, SimpleCookie
 from typing import Any
 
 from icecrawler.errors import ConfigError
-from icecrawler.models import SOURCES, Account, Outcome
+from icecrawler.models import SOURCES, VISITOR_PREFIX, Account, Outcome, visitor_account_id
 from icecrawler.settings import Settings
 
 __all__ = ["VisitorError", "VisitorSessions", "is_visitor", "mint_visitor", "parse_visitor_answer", "session_ended"]
 
 log = logging.getLogger(__name__)
 
-VISITOR_PREFIX = "visitor:"
 #: The passport's success code.
 RETCODE_OK = 20000000
 #: What weibo.com's own page posts to genvisitor2.
@@ -229,7 +228,7 @@ class VisitorSessions:
         with self._lock:
             session.generation += 1
             session.mints += 1
-            session.account = Account(f"{VISITOR_PREFIX}{source}:{session.generation}", blob)
+            session.account = Account(visitor_account_id(source, session.generation), blob)
             session.minting = False
             session.last_error = ""
         log.info("visitor session for %s minted (generation %d)", source, session.generation)

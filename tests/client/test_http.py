@@ -26,6 +26,7 @@ from crawler_client.http import (
     SESSION_IDLE_S,
     Fetcher,
     FetchPolicy,
+    HttpSession,
     InvalidURL,
     RawResponse,
     SessionCache,
@@ -316,18 +317,18 @@ class _ManualClock:
 def test_session_cache_closes_idle_sessions_and_evicts_the_least_recently_used() -> None:
     clock = _ManualClock()
     cache = SessionCache(max_sessions=2, idle_s=100.0, clock=clock)
-    hot = cache.session("weibo_web", Account("visitor:weibo_web:1", "SUB=1"))
+    hot = cache.session("weibo_web", Account("a1", "SUB=1"))
     cold = cache.session("jd", Account("a", "SUB=a"))
     clock.now = 50.0
-    assert cache.session("weibo_web", Account("visitor:weibo_web:1", "SUB=1")) is hot  # now the most recent
-    newest = cache.session("weibo_web", Account("visitor:weibo_web:2", "SUB=2"))  # full: the LRU one goes
+    assert cache.session("weibo_web", Account("a1", "SUB=1")) is hot  # now the most recent
+    newest = cache.session("weibo_web", Account("a2", "SUB=2"))  # full: the LRU one goes
     assert len(cache) == 2
-    assert cache.session("weibo_web", Account("visitor:weibo_web:1", "SUB=1")) is hot
+    assert cache.session("weibo_web", Account("a1", "SUB=1")) is hot
     assert cache.session("jd", Account("a", "SUB=a")) is not cold  # it was closed; a new one is made
-    clock.now = 149.0  # generation 2 was last used at 50, the others at 50 and later
+    clock.now = 149.0  # both sessions held (a1, and the new one for "a") were last used at 50
     assert len(cache) == 2
     clock.now = 160.0
-    assert cache.session("weibo_web", Account("visitor:weibo_web:3", "SUB=3")) not in (hot, newest)
+    assert cache.session("weibo_web", Account("a3", "SUB=3")) not in (hot, newest)
     assert len(cache) == 1, "every session idle for 100 s is closed on the next call"
     cache.close()
     assert len(cache) == 0
@@ -504,21 +505,41 @@ def _open_sockets_to(port: int) -> int:
     return held
 
 
-def test_renewed_visitor_sessions_do_not_pile_up_open_sockets(local_server: str) -> None:
-    """Each visitor generation is a new account id. A long crawl renews them for months: the old generations'
-    keep-alive sockets must be closed, not kept until the cache is full."""
-    clock = _ManualClock()
-    cache = SessionCache(clock=clock)
+def _fetch_with(cache: SessionCache, account: Account, local_server: str) -> HttpSession:
+    session = cache.session("weibo_web", account)
     policy = FetchPolicy(
         timeout_s=2.0, total_timeout_s=5.0, retries=0, backoff_s=0.01, max_body_bytes=10_000, user_agent="t"
     )
+    page = Fetcher(Urllib3Transport(session), policy).fetch(PageRequest(url=f"{local_server}/echo"))
+    assert page.body == f"cookie={account.cookie_blob}".encode()
+    return session
+
+
+def test_a_renewed_visitor_session_swaps_its_cookies_in_the_same_connection(local_server: str) -> None:
+    """Each visitor renewal is a new account id (its generation); over months a client sees thousands. They are one
+    lineage: one session, its cookies replaced, one keep-alive socket."""
+    cache = SessionCache()
     port = int(local_server.rsplit(":", 1)[1])
-    for generation in range(1, 31):
-        session = cache.session("weibo_web", Account(f"visitor:weibo_web:{generation}", f"SUB={generation}"))
-        page = Fetcher(Urllib3Transport(session), policy).fetch(PageRequest(url=f"{local_server}/echo"))
-        assert page.body == f"cookie=SUB={generation}".encode()
-        clock.now += SESSION_IDLE_S + 1  # the next renewal comes after the idle limit
-    assert _open_sockets_to(port) == 1, "only the current generation keeps its connection"
+    first = _fetch_with(cache, Account("visitor:weibo_web:1", "SUB=1"), local_server)
+    for generation in range(2, 31):
+        assert (
+            _fetch_with(cache, Account(f"visitor:weibo_web:{generation}", f"SUB={generation}"), local_server) is first
+        )
+    assert len(cache) == 1 and _open_sockets_to(port) == 1
+    cache.close()
+    assert _open_sockets_to(port) == 0
+
+
+def test_sessions_of_accounts_no_longer_used_close_their_sockets(local_server: str) -> None:
+    """Accounts leave the pool (frozen, removed) and sources stop being crawled: their sessions are never asked for
+    again, and their keep-alive sockets must not stay open until the cache is full."""
+    clock = _ManualClock()
+    cache = SessionCache(clock=clock)
+    port = int(local_server.rsplit(":", 1)[1])
+    for number in range(30):
+        _fetch_with(cache, Account(f"account-{number}", f"SUB={number}"), local_server)
+        clock.now += SESSION_IDLE_S + 1  # the next account comes after the idle limit
+    assert _open_sockets_to(port) == 1, "only the last account's session keeps its connection"
     assert len(cache) == 1
     cache.close()
     assert _open_sockets_to(port) == 0

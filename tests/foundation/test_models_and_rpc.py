@@ -17,7 +17,19 @@ from icecrawler.errors import (
     NoWorkError,
     StorageUnavailableError,
 )
-from icecrawler.models import Account, Outcome, Post, Report, Review, Task, TaskKind, make_task_id, split_task_id
+from icecrawler.models import (
+    Account,
+    Outcome,
+    Post,
+    Report,
+    Review,
+    Task,
+    TaskKind,
+    account_lineage,
+    make_task_id,
+    split_task_id,
+    visitor_account_id,
+)
 
 
 @pytest.mark.parametrize(
@@ -52,6 +64,13 @@ def test_malformed_task_ids_are_invalid_arguments(bad: str) -> None:
 
 def test_account_repr_hides_cookies() -> None:
     assert "SUB=secret" not in repr(Account("a1", "SUB=secret"))
+
+
+def test_every_generation_of_a_visitor_session_is_one_lineage() -> None:
+    assert visitor_account_id("weibo_web", 12) == "visitor:weibo_web:12"
+    assert account_lineage("visitor:weibo_web:12") == account_lineage("visitor:weibo_web:13") == "visitor:weibo_web"
+    assert account_lineage("visitor:weibo_mobile:1") != account_lineage("visitor:weibo_web:1")
+    assert account_lineage("li:2") == "li:2" and account_lineage("") == ""  # pool accounts are their own
 
 
 def test_task_and_report_survive_the_slice_round_trip() -> None:
