@@ -58,5 +58,5 @@ def test_all_takes_no_options_and_unknown_names_are_refused(
 def test_list_names_the_real_benchmarks(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", "list"]) == 0
     listed = capsys.readouterr().out.split()
-    assert {"scheduler", "storage", "client", "fingerprint", "scale", "revisit", "policy"} <= set(listed)
+    assert {"scheduler", "storage", "client", "fingerprint", "scale", "revisit", "policy", "soak"} <= set(listed)
     assert not [name for name in listed if name.startswith("_")]

@@ -1,0 +1,210 @@
+"""``icecrawler bench soak``: what a long crawl does to each daemon's resources.
+
+A crawler runs for months, so a leak of one socket or a few kilobytes per crawl matters even when no test of a
+few minutes can see it. This runs the demo's world (every source, the ECSHOP login, the listing that discovers
+products; ``icecrawler_local.stack``) with a scheduler, a storage server and ``--clients`` clients on a clock
+``--speed`` times faster than real time, and every ``--every`` seconds reads each daemon's open files, threads and
+resident memory from ``/proc``, the scheduler's Berkeley DB files (tables and log files) and the storage server's
+data directory, and the crawl reports applied so far (the scheduler's ``reports`` counter).
+
+The baseline is the same run after its warm-up (``--warmup-share`` of it: the tasks are seeded, the listing has
+found its products, every session is logged in and the caches are warm). Each figure is shown at the end of the
+warm-up, at the end, at its largest, and as its change per simulated day and per 1000 crawl reports after the
+warm-up. A resource that leaks per crawl grows in the last two columns however long the run; a cache that fills
+(Berkeley DB's, SQLite's) grows at first and then stops. The stored data grows with the items, as it must.
+
+Writes docs/bench/soak.json (flat keys with units).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from bench.revisit.publish import table
+from icecrawler_local.demo import DEMO_CLIENT, DEMO_SCHEDULER, seed_ids
+from icecrawler_local.stack import Stack, running_stack
+from sandbox.scenario import default_scenario
+
+ROOT = Path(__file__).resolve().parents[1]
+ROLES = ("scheduler", "storage", "clients")
+OUT = ROOT / "docs" / "bench" / "soak.json"
+DAY_S = 86_400.0
+MIB = 1 << 20
+#: What is read from each daemon, with the unit its keys carry.
+MEASURES = (("open_fds", "open files", ""), ("threads", "threads", ""), ("rss_mib", "resident memory", "MiB"))
+#: What is read from the data directories.
+DATA_MEASURES = (
+    ("scheduler_db_mib", "scheduler database (tables + log)", "MiB"),
+    ("scheduler_log_files", "scheduler Berkeley DB log files", ""),
+    ("storage_data_mib", "storage data (store + spool)", "MiB"),
+)
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One reading of the whole crawl."""
+
+    elapsed_s: float
+    sim_days: float
+    reports: float
+    #: (role, measure) -> value; a role with several processes (the clients) is their sum.
+    values: dict[tuple[str, str], float]
+
+
+def process_usage(pid: int) -> dict[str, float]:
+    """Open files, threads and resident memory of one live process, from /proc."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    threads = re.search(r"^Threads:\s+(\d+)", status, re.MULTILINE)
+    rss_kib = re.search(r"^VmRSS:\s+(\d+)", status, re.MULTILINE)
+    return {
+        "open_fds": float(sum(1 for _ in Path(f"/proc/{pid}/fd").iterdir())),
+        "threads": float(threads.group(1)) if threads else 0.0,
+        "rss_mib": float(rss_kib.group(1)) / 1024 if rss_kib else 0.0,
+    }
+
+
+def data_usage(path: Path) -> tuple[float, int]:
+    """(MiB under ``path``, Berkeley DB log files directly in it)."""
+    size = 0
+    for file in path.rglob("*"):
+        try:
+            size += file.stat().st_size if file.is_file() else 0
+        except OSError:
+            pass  # removed while we walked (a log file Berkeley DB no longer needs)
+    return size / MIB, len(list(path.glob("log.*")))
+
+
+def reports_applied(stack: Stack) -> float:
+    """Crawl reports the scheduler has applied since it started (its ``reports`` counter, every source)."""
+    with urllib.request.urlopen(stack.metrics_urls()["scheduler"], timeout=10) as answer:
+        text = answer.read().decode()
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(text)
+        if family.name == "icecrawler_scheduler_reports"
+        for sample in family.samples
+        if sample.name.endswith("_total")
+    )
+
+
+def read(stack: Stack, started: float) -> Sample:
+    elapsed = time.monotonic() - started
+    values: dict[tuple[str, str], float] = {}
+    roles = [("scheduler", stack.scheduler), ("storage", stack.storage)]
+    roles += [("clients", process) for process in stack.clients.values()]
+    for role, process in roles:
+        for measure, value in process_usage(process.pid).items():
+            values[role, measure] = values.get((role, measure), 0.0) + value
+    db_mib, logs = data_usage(stack.scheduler_db)
+    values["data", "scheduler_db_mib"] = db_mib
+    values["data", "scheduler_log_files"] = float(logs)
+    values["data", "storage_data_mib"] = data_usage(stack.sqlite_path.parent)[0]
+    return Sample(elapsed, elapsed * stack.speed / DAY_S, reports_applied(stack), values)
+
+
+def crawl(work: Path, args: argparse.Namespace) -> list[Sample]:
+    scenario = default_scenario()
+    ids, listings, _ = seed_ids(scenario)
+    samples: list[Sample] = []
+    with running_stack(
+        work, scenario, speed=args.speed, scheduler_settings=DEMO_SCHEDULER, client_settings=DEMO_CLIENT
+    ) as stack:
+        stack.seed(ids, listings)
+        for number in range(1, args.clients + 1):
+            stack.start_client(f"client-{number}")
+        started = time.monotonic()
+        while True:
+            time.sleep(args.every)
+            dead = [name for name, process in stack.clients.items() if not process.alive()]
+            if dead or not stack.scheduler.alive() or not stack.storage.alive():
+                raise RuntimeError(f"a daemon died during the soak (clients {dead}); logs in {work / 'logs'}")
+            sample = read(stack, started)
+            samples.append(sample)
+            usage = {
+                role: f"{sample.values[role, 'open_fds']:.0f} files {sample.values[role, 'rss_mib']:.1f} MiB"
+                for role in ROLES
+            }
+            print(
+                f"[soak {sample.elapsed_s:5.0f}s = {sample.sim_days:5.2f} sim-days] {sample.reports:7.0f} reports; "
+                f"{usage}; scheduler log files {sample.values['data', 'scheduler_log_files']:.0f}",
+                flush=True,
+            )
+            if sample.elapsed_s >= args.duration:
+                return samples
+
+
+def summarize(samples: list[Sample], warmup_share: float) -> tuple[list[list[str]], dict[str, float]]:
+    """The table's rows and the JSON's keys: each measure after the warm-up, at the end, at its largest, and its
+    change per simulated day and per 1000 reports after the warm-up, and per simulated day over the second half of
+    that stretch. A cache that fills slows down (its second-half rate is well below the whole rate); a leak does not.
+    """
+    end = samples[-1]
+    warm = next(s for s in samples if s.elapsed_s >= warmup_share * end.elapsed_s)
+    middle = next((s for s in samples[:-1] if s.elapsed_s >= (warm.elapsed_s + end.elapsed_s) / 2), warm)
+    days = max(end.sim_days - warm.sim_days, 1e-9)
+    late_days = max(end.sim_days - middle.sim_days, 1e-9)
+    thousands = max(end.reports - warm.reports, 1.0) / 1000
+    head: dict[str, float] = {
+        "sim_days": round(end.sim_days, 2),
+        "warmup_sim_days": round(warm.sim_days, 2),
+        "reports_after_warmup": end.reports - warm.reports,
+    }
+    rows = []
+    measures = [(role, key, name, unit) for role in ROLES for key, name, unit in MEASURES]
+    measures += [("data", key, name, unit) for key, name, unit in DATA_MEASURES]
+    for role, key, name, unit in measures:
+        at_warm, at_end = warm.values[role, key], end.values[role, key]
+        largest = max(s.values[role, key] for s in samples if s.elapsed_s >= warm.elapsed_s)
+        per_day, per_k = (at_end - at_warm) / days, (at_end - at_warm) / thousands
+        late_per_day = (at_end - middle.values[role, key]) / late_days
+        label = name if role == "data" else f"{role}: {name}"
+        rows.append([label + (f" ({unit})" if unit else ""), *(f"{v:.1f}" for v in (at_warm, at_end, largest))])
+        rows[-1] += [f"{per_day:+.2f}", f"{late_per_day:+.2f}", f"{per_k:+.3f}"]
+        prefix = key if role == "data" else f"{role}_{key}"
+        head[f"{prefix}_after_warmup"] = round(at_warm, 2)
+        head[f"{prefix}_end"] = round(at_end, 2)
+        head[f"{prefix}_max"] = round(largest, 2)
+        head[f"{prefix}_change_per_sim_day"] = round(per_day, 3)
+        head[f"{prefix}_change_per_sim_day_second_half"] = round(late_per_day, 3)
+        head[f"{prefix}_change_per_1000_reports"] = round(per_k, 4)
+    return rows, head
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="icecrawler bench soak", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--duration", type=float, default=600.0, help="seconds of crawling (default 600)")
+    parser.add_argument(
+        "--speed", type=float, default=600.0, help="simulated seconds per real second (default 600: 600 s = 4.2 days)"
+    )
+    parser.add_argument("--clients", type=int, default=2, help="crawler client processes (default 2)")
+    parser.add_argument("--every", type=float, default=10.0, help="seconds between readings (default 10)")
+    parser.add_argument(
+        "--warmup-share", type=float, default=0.25, help="share of the run before the baseline (default 0.25)"
+    )
+    parser.add_argument("--no-write", action="store_true", help="print only")
+    args = parser.parse_args(argv)
+    if args.duration < 2 * args.every or args.speed <= 0 or args.clients < 1 or not 0 < args.warmup_share < 1:
+        parser.error("need --duration >= 2 x --every, --speed > 0, --clients >= 1 and 0 < --warmup-share < 1")
+    with tempfile.TemporaryDirectory(prefix="icecrawler-soak-") as work:
+        samples = crawl(Path(work), args)
+    rows, head = summarize(samples, args.warmup_share)
+    print(
+        f"\n{head['sim_days']:.1f} simulated days in {samples[-1].elapsed_s:.0f} s ({args.clients} clients, speed "
+        f"{args.speed:g}); baseline: the reading after the warm-up ({head['warmup_sim_days']:.1f} sim-days), then "
+        f"{head['reports_after_warmup']:.0f} crawl reports"
+    )
+    header = ["measure", "after warm-up", "end", "largest", "per sim-day", "per sim-day, 2nd half", "per 1000 reports"]
+    print(table(header, rows))
+    if not args.no_write:
+        OUT.parent.mkdir(parents=True, exist_ok=True)
+        OUT.write_text(json.dumps(head, indent=1) + "\n", encoding="utf-8")
+    return 0
