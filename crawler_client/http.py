@@ -176,6 +176,7 @@ class HttpSession:
         )
 
     def close(self) -> None:
+        """Close its connections. The session stays usable (a later request connects again) with its cookies."""
         self.pool.clear()
 
 
@@ -418,9 +419,10 @@ class Fetcher:
 # --- sessions -----------------------------------------------------------------------------------------------
 
 
-#: A session unused this long is closed with its keep-alive sockets: sites drop idle connections long before this,
-#: and an account taken out of the pool, or a source no longer crawled, is never asked for again. Without it each
-#: such session kept a socket per worker until ``max_sessions`` was reached (docs/DEPLOY.md, "File descriptors").
+#: A session unused this long has its keep-alive sockets closed; its cookies (a form login, a site's tokens) stay.
+#: Sites drop idle connections long before this, and an account taken out of the pool, or a source no longer
+#: crawled, is never asked for again: without it each such session held a socket per worker until ``max_sessions``
+#: was reached (docs/DEPLOY.md, "File descriptors").
 SESSION_IDLE_S = 600.0
 
 
@@ -429,14 +431,16 @@ class _CachedSession:
     blob: str
     session: HttpSession
     used: float
+    #: The session has had a request since its sockets were last closed for idleness.
+    connected: bool = True
 
 
 class SessionCache:
     """One ``HttpSession`` per (source, account), owned by ONE worker thread (sessions are not shared across
     threads). A changed cookie blob for the same account replaces the session's cookies, and so does a renewed
-    visitor session (a new generation of the same ``account_lineage``). Sessions idle for
-    ``idle_s`` (on the monotonic clock: sockets age in real time, whatever the crawl's clock) are closed, and past
-    ``max_sessions`` the least recently used one is."""
+    visitor session (a new generation of the same ``account_lineage``). A session idle for ``idle_s`` (on the
+    monotonic clock: sockets age in real time, whatever the crawl's clock) closes its sockets and keeps its cookies;
+    past ``max_sessions`` the least recently used session goes."""
 
     def __init__(
         self,
@@ -459,18 +463,18 @@ class SessionCache:
     def session(self, source: str, account: Account) -> HttpSession:
         """The session for ``account`` on ``source``; raises FetchError(LoginRequired) for a bad blob."""
         now = self._clock()
-        self._close_idle(now)
+        self._disconnect_idle(now)
         key = (source, account_lineage(account.id))
         cached = self._sessions.pop(key, None)
         if cached is not None:
             self._sessions[key] = cached  # now the most recently used
-            cached.used = now
+            cached.used, cached.connected = now, True
             if cached.blob == account.cookie_blob:
                 return cached.session
         blob = parse_cookie_blob(account.cookie_blob)
         if cached is None:
             if len(self._sessions) >= self._max:
-                self._close(next(iter(self._sessions)))
+                self._sessions.pop(next(iter(self._sessions))).session.close()
             cached = self._sessions[key] = _CachedSession("", HttpSession(self._proxy_url), now)
         cached.session.cookies.clear()
         for name, value in blob.cookies.items():
@@ -478,15 +482,17 @@ class SessionCache:
         cached.blob = account.cookie_blob
         return cached.session
 
-    def _close_idle(self, now: float) -> None:
-        while self._sessions:
-            key, cached = next(iter(self._sessions.items()))
+    def connected(self) -> int:
+        """Sessions that may hold open sockets (used since their last idle close)."""
+        return sum(cached.connected for cached in self._sessions.values())
+
+    def _disconnect_idle(self, now: float) -> None:
+        for cached in self._sessions.values():  # least recently used first
             if now - cached.used < self._idle_s:
                 return  # the rest were used later
-            self._close(key)
-
-    def _close(self, key: tuple[str, str]) -> None:
-        self._sessions.pop(key).session.close()
+            if cached.connected:
+                cached.session.close()
+                cached.connected = False
 
     def close(self) -> None:
         for cached in self._sessions.values():

@@ -314,22 +314,27 @@ class _ManualClock:
         return self.now
 
 
-def test_session_cache_closes_idle_sessions_and_evicts_the_least_recently_used() -> None:
+def test_session_cache_evicts_the_least_recently_used_and_disconnects_idle_sessions() -> None:
     clock = _ManualClock()
     cache = SessionCache(max_sessions=2, idle_s=100.0, clock=clock)
     hot = cache.session("weibo_web", Account("a1", "SUB=1"))
     cold = cache.session("jd", Account("a", "SUB=a"))
     clock.now = 50.0
     assert cache.session("weibo_web", Account("a1", "SUB=1")) is hot  # now the most recent
-    newest = cache.session("weibo_web", Account("a2", "SUB=2"))  # full: the LRU one goes
+    cache.session("weibo_web", Account("a2", "SUB=2"))  # full: the least recently used one goes
     assert len(cache) == 2
     assert cache.session("weibo_web", Account("a1", "SUB=1")) is hot
-    assert cache.session("jd", Account("a", "SUB=a")) is not cold  # it was closed; a new one is made
+    assert cache.session("jd", Account("a", "SUB=a")) is not cold  # it was dropped; a new one is made
+    assert cache.connected() == 2
     clock.now = 149.0  # both sessions held (a1, and the new one for "a") were last used at 50
-    assert len(cache) == 2
-    clock.now = 160.0
-    assert cache.session("weibo_web", Account("a3", "SUB=3")) not in (hot, newest)
-    assert len(cache) == 1, "every session idle for 100 s is closed on the next call"
+    assert cache.session("jd", Account("a", "SUB=a")).cookies.get("SUB") == "a"
+    assert cache.connected() == 2
+    clock.now = 200.0  # a1 idle for 150 s, "a" for 51 s
+    assert cache.session("jd", Account("a", "SUB=a")).cookies.get("SUB") == "a"
+    assert cache.connected() == 1, "the session idle for 100 s has its sockets closed"
+    again = cache.session("weibo_web", Account("a1", "SUB=1"))
+    assert again is hot and hot.cookies.get("SUB") == "1", "an idle session keeps its cookies"
+    assert cache.connected() == 2 and len(cache) == 2
     cache.close()
     assert len(cache) == 0
 
@@ -540,7 +545,10 @@ def test_sessions_of_accounts_no_longer_used_close_their_sockets(local_server: s
         _fetch_with(cache, Account(f"account-{number}", f"SUB={number}"), local_server)
         clock.now += SESSION_IDLE_S + 1  # the next account comes after the idle limit
     assert _open_sockets_to(port) == 1, "only the last account's session keeps its connection"
-    assert len(cache) == 1
+    assert cache.connected() == 1 and len(cache) == 30  # the cookies stay, at most max_sessions of them
+    # An account back in use connects again, with its cookies; the last one has been idle as long by now.
+    _fetch_with(cache, Account("account-0", "SUB=0"), local_server)
+    assert _open_sockets_to(port) == 1 and cache.connected() == 1
     cache.close()
     assert _open_sockets_to(port) == 0
 
