@@ -124,9 +124,11 @@ def crawl(work: Path, args: argparse.Namespace) -> list[Sample]:
         started = time.monotonic()
         while True:
             time.sleep(args.every)
-            dead = [name for name, process in stack.clients.items() if not process.alive()]
-            if dead or not stack.scheduler.alive() or not stack.storage.alive():
-                raise RuntimeError(f"a daemon died during the soak (clients {dead}); logs in {work / 'logs'}")
+            processes = {"scheduler": stack.scheduler, "storage": stack.storage, **stack.clients}
+            dead = {name: process for name, process in processes.items() if not process.alive()}
+            if dead:  # the work directory goes with the run, so its logs are shown here
+                tails = "\n".join(f"--- {name}:\n{process.log_tail(20)}" for name, process in dead.items())
+                raise RuntimeError(f"{', '.join(dead)} died during the soak\n{tails}")
             sample = read(stack, started)
             samples.append(sample)
             usage = {
@@ -195,7 +197,11 @@ def main(argv: list[str]) -> int:
     if args.duration < 2 * args.every or args.speed <= 0 or args.clients < 1 or not 0 < args.warmup_share < 1:
         parser.error("need --duration >= 2 x --every, --speed > 0, --clients >= 1 and 0 < --warmup-share < 1")
     with tempfile.TemporaryDirectory(prefix="icecrawler-soak-") as work:
-        samples = crawl(Path(work), args)
+        try:
+            samples = crawl(Path(work), args)
+        except RuntimeError as exc:
+            print(f"icecrawler bench soak: {exc}")
+            return 1
     rows, head = summarize(samples, args.warmup_share)
     print(
         f"\n{head['sim_days']:.1f} simulated days in {samples[-1].elapsed_s:.0f} s ({args.clients} clients, speed "

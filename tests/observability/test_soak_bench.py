@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from bench import soak
 from bench.soak import DATA_MEASURES, MEASURES, ROLES, Sample, crawl, summarize
+from icecrawler_local.stack import Stack
 
 
 def _sample(elapsed_s: float, reports: float, leak: float) -> Sample:
@@ -49,3 +51,21 @@ def test_a_short_soak_reads_every_daemon_and_its_data(tmp_path: Path) -> None:
             assert sample.values[role, "rss_mib"] > 10
         assert sample.values["data", "scheduler_log_files"] >= 1
         assert sample.values["data", "scheduler_db_mib"] > 0 and sample.values["data", "storage_data_mib"] > 0
+
+
+@pytest.mark.e2e
+@pytest.mark.ice
+@pytest.mark.bdb
+@pytest.mark.slow
+def test_a_daemon_that_dies_ends_the_soak_with_its_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A soak that went on without one of its daemons would report a steady crawl that was not."""
+    real_read = soak.read
+
+    def read_then_kill(stack: Stack, started: float) -> Sample:
+        sample = real_read(stack, started)
+        stack.kill_client("client-1")
+        return sample
+
+    monkeypatch.setattr(soak, "read", read_then_kill)
+    with pytest.raises(RuntimeError, match=r"client-1 died during the soak\n--- client-1:\n\S"):
+        crawl(tmp_path, argparse.Namespace(duration=30.0, every=3.0, speed=600.0, clients=2))
