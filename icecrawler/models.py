@@ -26,6 +26,7 @@ __all__ = [
     "Task",
     "TaskKind",
     "account_lineage",
+    "is_visitor",
     "make_task_id",
     "split_task_id",
     "valid_target",
@@ -123,11 +124,15 @@ def visitor_account_id(source: str, generation: int) -> str:
     return f"{VISITOR_PREFIX}{source}:{generation}"
 
 
+def is_visitor(account_id: str) -> bool:
+    return account_id.startswith(VISITOR_PREFIX)
+
+
 def account_lineage(account_id: str) -> str:
     """The account id without a visitor session's generation. Every generation of one source's visitor session
     shares it, so a client keeps one HTTP session across renewals and only swaps its cookies; any other account
     is its own lineage."""
-    return account_id.rpartition(":")[0] if account_id.startswith(VISITOR_PREFIX) else account_id
+    return account_id.rpartition(":")[0] if is_visitor(account_id) else account_id
 
 
 @dataclass

@@ -23,9 +23,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from icecrawler.models import Outcome, Report
+from icecrawler.models import Outcome, Report, is_visitor
 from scheduler_server.config import SchedulerConfig
-from scheduler_server.visitors import is_visitor, session_ended
+from scheduler_server.visitors import session_ended
 
 __all__ = [
     "ACCOUNT_FAILURES",

@@ -29,10 +29,10 @@ from http.cookies import CookieError, SimpleCookie
 from typing import Any
 
 from icecrawler.errors import ConfigError
-from icecrawler.models import SOURCES, VISITOR_PREFIX, Account, Outcome, visitor_account_id
+from icecrawler.models import SOURCES, Account, Outcome, is_visitor, visitor_account_id
 from icecrawler.settings import Settings
 
-__all__ = ["VisitorError", "VisitorSessions", "is_visitor", "mint_visitor", "parse_visitor_answer", "session_ended"]
+__all__ = ["VisitorError", "VisitorSessions", "mint_visitor", "parse_visitor_answer", "session_ended"]
 
 log = logging.getLogger(__name__)
 
@@ -50,10 +50,6 @@ _USER_AGENT = (
 
 class VisitorError(Exception):
     """The passport did not hand out a visitor session (message says why; never contains cookies)."""
-
-
-def is_visitor(account_id: str) -> bool:
-    return account_id.startswith(VISITOR_PREFIX)
 
 
 def session_ended(outcome: Outcome, error_class: str, http_status: int) -> bool:
