@@ -12,7 +12,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from types import TracebackType
+from types import FrameType, TracebackType
 
 from icecrawler.errors import ServiceError
 
@@ -22,6 +22,7 @@ __all__ = [
     "cpu_seconds",
     "free_port",
     "icecrawler_argv",
+    "interrupts_once",
     "poll_until",
     "wait_for_port",
 ]
@@ -124,6 +125,25 @@ class ManagedProcess:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return ""
+
+
+@contextlib.contextmanager
+def interrupts_once() -> Iterator[None]:
+    """Inside the block Ctrl-C *or SIGTERM* raise KeyboardInterrupt once, and further ones are ignored while the
+    processes stop. A command that starts daemons (the demo, a benchmark) needs both: SIGTERM's default ends the
+    process without running ``finally`` blocks, and its children, each in a session of its own, would live on."""
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise KeyboardInterrupt
+
+    previous = (signal.signal(signal.SIGINT, handler), signal.signal(signal.SIGTERM, handler))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous[0])
+        signal.signal(signal.SIGTERM, previous[1])
 
 
 class ProcessGroup:

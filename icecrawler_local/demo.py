@@ -17,14 +17,12 @@ import argparse
 import contextlib
 import json
 import shutil
-import signal
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
 
+from icecrawler.processes import interrupts_once
 from icecrawler_local.oracle import stored_index, truth_index
 from icecrawler_local.stack import SITE_PREFIX, Stack, running_stack
 from sandbox.scenario import Scenario, default_scenario, load_scenario
@@ -249,24 +247,6 @@ def progress_line(stack: Stack, started: float, tracker: PeriodTracker, phase: s
     )
 
 
-@contextlib.contextmanager
-def _interrupts_once() -> Iterator[None]:
-    """Ctrl-C or SIGTERM raise KeyboardInterrupt once; further ones are ignored while the processes stop, so a
-    second Ctrl-C cannot leave daemons behind."""
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        raise KeyboardInterrupt
-
-    previous = (signal.signal(signal.SIGINT, handler), signal.signal(signal.SIGTERM, handler))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous[0])
-        signal.signal(signal.SIGTERM, previous[1])
-
-
 class Demo:
     """The demo application; ``icecrawler demo`` (``icecrawler_cli.commands.demo``) declares its options and runs it."""
 
@@ -325,7 +305,7 @@ class Demo:
             else 2 * float(DEMO_SCHEDULER["scheduler.max_period_s"]) / args.speed + 30
         )
         try:
-            with _interrupts_once():
+            with interrupts_once():
                 code = self._crawl(args, scenario, var_dir, output_dir, drain_timeout)
         except KeyboardInterrupt:
             print("\ninterrupted: every process the demo started has been stopped", flush=True)

@@ -9,6 +9,7 @@ import importlib
 import pkgutil
 
 import bench
+from icecrawler.processes import interrupts_once
 from icecrawler.settings import Settings
 from icecrawler_cli.commands import BaseCommand
 
@@ -22,7 +23,8 @@ class Command(BaseCommand):
     description = (
         "Run one benchmark. Each prints a table next to a baseline measured in the same run and writes "
         "its headline figures to docs/bench/NAME.json. `icecrawler bench list` lists them; "
-        "`icecrawler bench NAME --help` shows a benchmark's own options."
+        "`icecrawler bench NAME --help` shows a benchmark's own options. Ctrl-C or SIGTERM stops every process "
+        "the benchmark started (exit code 130)."
     )
 
     def add_options(self, parser: argparse.ArgumentParser) -> None:
@@ -30,6 +32,16 @@ class Command(BaseCommand):
         parser.add_argument("bench_args", nargs=argparse.REMAINDER, help="options passed to the benchmark")
 
     def run(self, args: argparse.Namespace, settings: Settings, ice_args: list[str]) -> int:
+        try:
+            with interrupts_once():
+                return self._run(args)
+        except KeyboardInterrupt:
+            print("\ninterrupted: every process the benchmark started has been stopped", flush=True)
+            return 130
+
+    def _run(self, args: argparse.Namespace) -> int:
+        """Benchmarks start daemons (``icecrawler_local``); the caller turns SIGTERM into KeyboardInterrupt so
+        their ``with`` blocks stop them."""
         names = available()
         if args.name == "list":
             print("\n".join(names))
