@@ -5,7 +5,9 @@ few minutes can see it. This runs the demo's world (every source, the ECSHOP log
 products; ``icecrawler_local.stack``) with a scheduler, a storage server and ``--clients`` clients on a clock
 ``--speed`` times faster than real time, and every ``--every`` seconds reads each daemon's open files, threads and
 resident memory from ``/proc``, the scheduler's Berkeley DB files (tables and log files) and the storage server's
-data directory, and the crawl reports applied so far (the scheduler's ``reports`` counter).
+data directory, the entries in the clients' fingerprint memory caches (their ``cache_entries`` metric: bounded
+caches that fill as the crawl meets new texts and words), and the crawl reports applied so far (the scheduler's
+``reports`` counter).
 
 The baseline is the same run after its warm-up (``--warmup-share`` of it: the tasks are seeded, the listing has
 found its products, every session is logged in and the caches are warm). Each figure is shown at the end of the
@@ -47,6 +49,14 @@ DATA_MEASURES = (
     ("scheduler_log_files", "scheduler Berkeley DB log files", ""),
     ("storage_data_mib", "storage data (store + spool)", "MiB"),
 )
+#: The clients' bounded memory caches (their /metrics, summed over clients): (key, cache, name, unit). A client's
+#: memory may grow while these fill; once they are full it should not.
+CACHE_MEASURES = (
+    ("clients_cached_fingerprint_texts", "fingerprint_texts", "clients: fingerprint texts cached", ""),
+    ("clients_cached_feature_words", "feature_words", "clients: feature words cached", ""),
+    ("clients_cached_token_hashes", "token_hashes", "clients: token hashes cached", ""),
+    ("clients_cached_word_log_probs", "word_log_probs", "clients: word log-probabilities cached", ""),
+)
 
 
 @dataclass(frozen=True)
@@ -83,17 +93,34 @@ def data_usage(path: Path) -> tuple[float, int]:
     return size / MIB, len(list(path.glob("log.*")))
 
 
+def scrape(url: str, family_name: str) -> dict[tuple[tuple[str, str], ...], float]:
+    """One metric family of one daemon's /metrics: each sample's labels -> its value (a counter's ``_total``
+    sample only)."""
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        text = answer.read().decode()
+    return {
+        tuple(sorted(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(text)
+        if family.name == family_name
+        for sample in family.samples
+        if family.type != "counter" or sample.name.endswith("_total")
+    }
+
+
 def reports_applied(stack: Stack) -> float:
     """Crawl reports the scheduler has applied since it started (its ``reports`` counter, every source)."""
-    with urllib.request.urlopen(stack.metrics_urls()["scheduler"], timeout=10) as answer:
-        text = answer.read().decode()
-    return sum(
-        sample.value
-        for family in text_string_to_metric_families(text)
-        if family.name == "icecrawler_scheduler_reports"
-        for sample in family.samples
-        if sample.name.endswith("_total")
-    )
+    return sum(scrape(stack.metrics_urls()["scheduler"], "icecrawler_scheduler_reports").values())
+
+
+def client_caches(stack: Stack) -> dict[str, float]:
+    """Entries in each fingerprint memory cache, summed over the clients (``icecrawler_client_cache_entries``)."""
+    urls = stack.metrics_urls()
+    entries: dict[str, float] = {}
+    for name in stack.clients:
+        for labels, value in scrape(urls[name], "icecrawler_client_cache_entries").items():
+            cache = dict(labels)["cache"]
+            entries[cache] = entries.get(cache, 0.0) + value
+    return entries
 
 
 def read(stack: Stack, started: float) -> Sample:
@@ -108,6 +135,9 @@ def read(stack: Stack, started: float) -> Sample:
     values["data", "scheduler_db_mib"] = db_mib
     values["data", "scheduler_log_files"] = float(logs)
     values["data", "storage_data_mib"] = data_usage(stack.sqlite_path.parent)[0]
+    caches = client_caches(stack)
+    for key, cache, _, _ in CACHE_MEASURES:
+        values["data", key] = caches.get(cache, 0.0)
     return Sample(elapsed, elapsed * stack.speed / DAY_S, reports_applied(stack), values)
 
 
@@ -163,6 +193,7 @@ def summarize(samples: list[Sample], warmup_share: float) -> tuple[list[list[str
     rows = []
     measures = [(role, key, name, unit) for role in ROLES for key, name, unit in MEASURES]
     measures += [("data", key, name, unit) for key, name, unit in DATA_MEASURES]
+    measures += [("data", key, name, unit) for key, _, name, unit in CACHE_MEASURES]
     for role, key, name, unit in measures:
         at_warm, at_end = warm.values[role, key], end.values[role, key]
         largest = max(s.values[role, key] for s in samples if s.elapsed_s >= warm.elapsed_s)

@@ -3,7 +3,8 @@ plus the daemon's state read at scrape time. Labels: source, outcome, status_cla
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import Metric
@@ -12,6 +13,9 @@ from crawler_client.daemon import ClientDaemon
 from icecrawler.metrics import LATENCY_BUCKETS_S, Buckets, ScrapeCollector, Tally, counter, gauge, status_class
 from icecrawler.models import SOURCES, Outcome
 
+if TYPE_CHECKING:
+    from shhd.fingerprint import CacheUsage
+
 __all__ = ["ClientMetrics"]
 
 #: Reasons of ``waited``.
@@ -19,10 +23,12 @@ WAIT_REASONS = ("no_work", "backoff", "fetch_retry")
 
 
 class ClientMetrics:
-    """The client metric set (a ``ClientObserver``)."""
+    """The client metric set (a ``ClientObserver``). ``caches`` reads the fingerprint's memory caches
+    (``shhd.fingerprint.cache_usage``; given by the command that runs the client, as the fingerprint itself is)."""
 
-    def __init__(self, daemon: ClientDaemon) -> None:
+    def __init__(self, daemon: ClientDaemon, caches: Callable[[], Mapping[str, CacheUsage]] | None = None) -> None:
         self.daemon = daemon
+        self.caches = caches
         p = "icecrawler_client_"
         self.crawls = Tally(
             p + "crawls", "Tasks crawled (each ends in one report), by source and outcome.", ["source", "outcome"]
@@ -112,6 +118,8 @@ class ClientMetrics:
             ("leases_released", "Leases given back unused (shutdown)."),
         ):
             yield counter(p + name, documentation, float(snap[name]))  # type: ignore[arg-type]
+        if self.caches is not None:
+            yield from self._cache_families(self.caches())
         for metric in (
             self.crawls,
             self.fetches,
@@ -124,3 +132,29 @@ class ClientMetrics:
             self.crawl_latency,
         ):
             yield metric.family()
+
+    @staticmethod
+    def _cache_families(caches: Mapping[str, CacheUsage]) -> Iterator[Metric]:
+        """The memory caches that grow with what this client has crawled: each fills over days and then stops
+        (docs/BENCHMARKS.md, "soak"); a growing memory with every cache full is a leak."""
+        p = "icecrawler_client_"
+        yield gauge(
+            p + "cache_entries",
+            "Entries in each of the fingerprint's memory caches (fingerprint_texts, feature_words, token_hashes, "
+            "word_log_probs).",
+            {(name,): float(usage.entries) for name, usage in caches.items()},
+            ["cache"],
+        )
+        yield gauge(
+            p + "cache_capacity_entries",
+            "The most entries each cache holds (the feature words start again from empty past it).",
+            {(name,): float(usage.capacity) for name, usage in caches.items()},
+            ["cache"],
+        )
+        lookups: dict[tuple[str, ...], float] = {}
+        for name, usage in caches.items():
+            if usage.hits is not None and usage.misses is not None:
+                lookups[name, "hit"], lookups[name, "miss"] = float(usage.hits), float(usage.misses)
+        yield counter(
+            p + "cache_lookups", "Lookups of the caches that count them, by result.", lookups, ["cache", "result"]
+        )

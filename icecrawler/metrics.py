@@ -321,9 +321,17 @@ def gauge(
     return family
 
 
-def counter(name: str, documentation: str, value: float) -> CounterMetricFamily:
-    """A counter family read at scrape time from a count the daemon keeps anyway (name without ``_total``)."""
-    return CounterMetricFamily(name, documentation, value=value)
+def counter(
+    name: str, documentation: str, values: dict[Key, float] | float, labels: Sequence[str] = ()
+) -> CounterMetricFamily:
+    """A counter family read at scrape time from a count the daemon keeps anyway (name without ``_total``): one
+    value, or one per label set."""
+    if not isinstance(values, dict):
+        return CounterMetricFamily(name, documentation, value=values)
+    family = CounterMetricFamily(name, documentation, labels=list(labels))
+    for key, value in sorted(values.items()):
+        family.add_metric(list(key), value)
+    return family
 
 
 class ScrapeCollector(Collector):

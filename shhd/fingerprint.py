@@ -11,11 +11,14 @@ Public API (used by crawler_client and bench/revisit):
     hamming(a, b) -> int
     tokenize(text) -> list[str]            # the features fingerprint_texts uses, cacheable by callers
     fingerprint_tokens(tokens) -> int      # fingerprint_texts(texts) == fingerprint_tokens(all tokens of texts)
+    cache_usage() -> dict[str, CacheUsage] # what the memory caches below hold (a client's /metrics shows it)
 
 Cost: tokenising is most of a fingerprint (``icecrawler bench fingerprint`` times both parts), and a re-crawl
 fingerprints a window whose items were mostly seen on the previous visit. ``tokenize`` therefore keeps a bounded
 LRU cache (``TOKEN_CACHE_TEXTS`` texts) of each text's features, keyed by a 128-bit blake2b digest of the text
-(stable and collision-safe; the text itself is not kept).
+(stable and collision-safe; the text itself is not kept). Three smaller caches sit under it: each word's feature,
+each feature's hash, and each dictionary word's log-probability (``shhd.segment``). Every one is bounded, so a
+client's memory grows while they fill (days of crawling, docs/BENCHMARKS.md "soak") and then stops.
 The cache only skips recomputing a pure function, so cached and uncached fingerprints are bit-identical.
 """
 
@@ -26,15 +29,18 @@ import threading
 import unicodedata
 from collections import Counter, OrderedDict
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
 
-from shhd.segment import cut
+from shhd.segment import cut, word_cache_usage
 
 __all__ = [
     "BITS",
     "TOKEN_CACHE_TEXTS",
+    "CacheUsage",
+    "cache_usage",
     "clear_token_cache",
     "fingerprint_texts",
     "fingerprint_tokens",
@@ -185,6 +191,30 @@ def fingerprint_texts(texts: Iterable[str]) -> int:
     for text in texts:
         counts.update(_tokens(text))
     return fingerprint_weights(counts)
+
+
+@dataclass(frozen=True)
+class CacheUsage:
+    """One memory cache: how many entries it holds, the most it may hold, and its lookups so far (None where it
+    does not count them)."""
+
+    entries: int
+    capacity: int
+    hits: int | None = None
+    misses: int | None = None
+
+
+def cache_usage() -> dict[str, CacheUsage]:
+    """The fingerprint's memory caches of this process, by name. They are the part of a crawler client's memory
+    that grows with what it has crawled; each stops at its capacity (the feature words start again from empty)."""
+    hashes = token_hash.cache_info()
+    words, dictionary_words = word_cache_usage()
+    return {
+        "fingerprint_texts": CacheUsage(len(_token_cache), TOKEN_CACHE_TEXTS, _token_cache.hits, _token_cache.misses),
+        "feature_words": CacheUsage(len(_features), _FEATURE_WORDS),
+        "token_hashes": CacheUsage(hashes.currsize, hashes.maxsize or 0, hashes.hits, hashes.misses),
+        "word_log_probs": CacheUsage(words, dictionary_words),
+    }
 
 
 def hamming(a: int, b: int) -> int:

@@ -22,7 +22,7 @@ import re
 import threading
 from typing import Any
 
-__all__ = ["cut"]
+__all__ = ["cut", "word_cache_usage"]
 
 #: jieba's block pattern (the accurate mode's default) and its whitespace split.
 _HAN_BLOCK = re.compile("([\u4e00-\u9fd5a-zA-Z0-9+#&\\._%\\-]+)")
@@ -33,12 +33,14 @@ _lock = threading.Lock()
 _dictionary: tuple[dict[str, int], float] | None = None
 #: word -> log(freq) - log(total), filled as words are met (bounded by the dictionary's size).
 _log_prob: dict[str, float] = {}
+#: Words of the dictionary (entries with a frequency): the most ``_log_prob`` can hold; 0 until it is loaded.
+_dictionary_words = 0
 
 
 def _load() -> tuple[dict[str, int], float]:
     """jieba's prefix dictionary (every word and every word prefix -> frequency, 0 for prefixes only) and
     log(total frequency), initialised once, quietly."""
-    global _dictionary
+    global _dictionary, _dictionary_words
     if _dictionary is None:
         with _lock:
             if _dictionary is None:
@@ -47,8 +49,15 @@ def _load() -> tuple[dict[str, int], float]:
                 jieba.setLogLevel(logging.WARNING)
                 jieba.initialize()
                 tokenizer: Any = jieba.dt
+                _dictionary_words = sum(1 for count in tokenizer.FREQ.values() if count)
                 _dictionary = (tokenizer.FREQ, math.log(tokenizer.total))
     return _dictionary
+
+
+def word_cache_usage() -> tuple[int, int]:
+    """(words whose log-probability is remembered, the most there can be): the cache fills as a crawl meets more
+    of the dictionary, and stops at its size."""
+    return len(_log_prob), _dictionary_words
 
 
 def cut(text: str) -> list[str]:

@@ -98,8 +98,9 @@ def _start_metrics(config: MetricsConfig, daemon: ClientDaemon) -> MetricsEndpoi
 
     from crawler_client import observer
     from crawler_client.metrics import ClientMetrics
+    from shhd.fingerprint import cache_usage
 
-    metrics = ClientMetrics(daemon)
+    metrics = ClientMetrics(daemon, caches=cache_usage)
     registry = CollectorRegistry()
     metrics.register(registry)
     observer.install(metrics)

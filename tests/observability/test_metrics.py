@@ -509,6 +509,25 @@ def test_client_metrics_count_the_daemons_crawls_and_state() -> None:
     assert 'icecrawler_client_fetches_total{source="jd",status_class="none"} 1.0' in text
     assert "icecrawler_client_tasks_reported_total 10.0" in text
     assert "icecrawler_client_busy_workers 0.0" in text and "icecrawler_client_workers 2.0" in text
+    assert "icecrawler_client_cache_entries" not in text  # no caches given: none shown
+    promtool_check(text)
+
+
+def test_client_metrics_show_the_fingerprint_caches() -> None:
+    from crawler_client.metrics import ClientMetrics
+    from shhd.fingerprint import CacheUsage
+    from tests.client.test_runtime_daemon import Scheduler, Storage, config, make
+
+    daemon, _ = make(Scheduler(tasks=0), Storage(), config(), threading.Event())
+    caches = {"fingerprint_texts": CacheUsage(7, 16, hits=5, misses=7), "feature_words": CacheUsage(40, 128)}
+    registry = CollectorRegistry()
+    ClientMetrics(daemon, caches=lambda: caches).register(registry)
+    text = render(registry)
+    assert 'icecrawler_client_cache_entries{cache="fingerprint_texts"} 7.0' in text
+    assert 'icecrawler_client_cache_capacity_entries{cache="feature_words"} 128.0' in text
+    assert 'icecrawler_client_cache_lookups_total{cache="fingerprint_texts",result="hit"} 5.0' in text
+    assert 'icecrawler_client_cache_lookups_total{cache="fingerprint_texts",result="miss"} 7.0' in text
+    assert 'cache="feature_words",result=' not in text  # it does not count its lookups
     promtool_check(text)
 
 

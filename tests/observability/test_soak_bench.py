@@ -13,14 +13,16 @@ from pathlib import Path
 import pytest
 
 from bench import soak
-from bench.soak import DATA_MEASURES, MEASURES, ROLES, Sample, crawl, summarize
+from bench.soak import CACHE_MEASURES, DATA_MEASURES, MEASURES, ROLES, Sample, crawl, summarize
 from icecrawler_local.stack import Stack
+from shhd.fingerprint import TOKEN_CACHE_TEXTS
 
 
 def _sample(elapsed_s: float, reports: float, leak: float) -> Sample:
     """Every measure steady at 10, except the clients' open files, which grow by ``leak``."""
     values = {(role, key): 10.0 for role in ROLES for key, _, _ in MEASURES}
     values |= {("data", key): 10.0 for key, _, _ in DATA_MEASURES}
+    values |= {("data", key): 10.0 for key, _, _, _ in CACHE_MEASURES}
     values["clients", "open_fds"] = 10.0 + leak
     return Sample(elapsed_s, elapsed_s * 600 / 86_400, reports, values)
 
@@ -36,7 +38,7 @@ def test_growth_is_counted_from_the_reading_after_the_warmup() -> None:
     assert head["clients_open_fds_change_per_sim_day"] == pytest.approx(1.0)
     assert head["clients_open_fds_change_per_1000_reports"] == pytest.approx(1.0)
     assert head["scheduler_rss_mib_change_per_sim_day"] == 0 and head["scheduler_log_files_max"] == 10
-    assert len(rows) == len(ROLES) * len(MEASURES) + len(DATA_MEASURES)
+    assert len(rows) == len(ROLES) * len(MEASURES) + len(DATA_MEASURES) + len(CACHE_MEASURES)
     assert head["clients_open_fds_change_per_sim_day_second_half"] == pytest.approx(1.0)  # 432 s to 576 s: +1
     assert ["clients: open files", "60.0", "63.0", "63.0", "+1.00", "+1.00", "+1.000"] in rows
 
@@ -56,6 +58,10 @@ def test_a_short_soak_reads_every_daemon_and_its_data(tmp_path: Path) -> None:
             assert sample.values[role, "rss_mib"] > 10
         assert sample.values["data", "scheduler_log_files"] >= 1
         assert sample.values["data", "scheduler_db_mib"] > 0 and sample.values["data", "storage_data_mib"] > 0
+    # Each client fingerprinted its crawls (its /metrics shows the caches filling), within their capacity.
+    for key, _, _, _ in CACHE_MEASURES:
+        assert 0 < samples[0].values["data", key] <= samples[-1].values["data", key], key
+    assert samples[-1].values["data", "clients_cached_fingerprint_texts"] <= 2 * TOKEN_CACHE_TEXTS
 
 
 @pytest.mark.e2e

@@ -88,3 +88,19 @@ def test_token_cache_is_bounded() -> None:
     assert len(cache) == 3
     assert cache.get(fp._TokenCache.key("0")) is None
     assert cache.get(fp._TokenCache.key("4")) == ("4",)
+
+
+def test_cache_usage_counts_every_cache_within_its_capacity() -> None:
+    import shhd.fingerprint as fp
+
+    fp.clear_token_cache()
+    fingerprint_texts(TEXTS)
+    fingerprint_texts(TEXTS)
+    usage = fp.cache_usage()
+    assert set(usage) == {"fingerprint_texts", "feature_words", "token_hashes", "word_log_probs"}
+    texts = usage["fingerprint_texts"]
+    assert (texts.entries, texts.capacity, texts.hits, texts.misses) == (3, fp.TOKEN_CACHE_TEXTS, 3, 3)
+    assert usage["word_log_probs"].capacity > 100_000  # jieba's dictionary, loaded by the first text
+    assert usage["feature_words"].hits is None and usage["token_hashes"].hits is not None
+    for name, cache in usage.items():
+        assert 0 < cache.entries <= cache.capacity, name
