@@ -5,9 +5,14 @@ vs what storage holds, judged by ``icecrawler_local.oracle``; restarting a serve
 from __future__ import annotations
 
 import collections
+import os
+import signal
 import sqlite3
+import subprocess
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -15,9 +20,84 @@ from icecrawler.processes import ManagedProcess, poll_until, wait_for_port
 from icecrawler_local.oracle import ItemKey, stored_index, truth_index
 from icecrawler_local.stack import Stack
 
-__all__ = ["caught_up", "client_logs", "expected_keys", "restart", "truncated_posts", "wait_for"]
+__all__ = [
+    "caught_up",
+    "child_pids",
+    "client_logs",
+    "expected_keys",
+    "interrupt_when_ready",
+    "process_gone",
+    "restart",
+    "truncated_posts",
+    "wait_for",
+]
 
 Keys = collections.Counter[ItemKey]
+
+
+def process_gone(pid: int) -> bool:
+    """The process no longer runs (it is absent, or a zombie nobody has reaped yet)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] == "Z"
+
+
+def child_pids(pid: int) -> list[int]:
+    """The running processes whose parent is ``pid`` (from /proc)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # it ended while we looked
+        if int(fields[1]) == pid and fields[0] != "Z":
+            found.append(int(stat.parent.name))
+    return found
+
+
+@dataclass(frozen=True)
+class Interrupted:
+    returncode: int
+    output: str
+    #: The command's child processes when the signal was sent.
+    children: list[int]
+    #: Those still running after it ended (killed by ``interrupt_when_ready``, so that a failing test leaves none).
+    left: list[int]
+
+
+def interrupt_when_ready(argv: list[str], ready: str, sig: signal.Signals, timeout_s: float = 120.0) -> Interrupted:
+    """Run ``argv`` (a command that starts daemons), send it ``sig`` once a line of its output starts with
+    ``ready``, and see which of its children outlive it. Every wait is bounded."""
+    command = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
+    lines: list[str] = []
+    children: list[int] = []
+    try:
+        assert command.stdout is not None
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            line = command.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+            if line.startswith(ready):
+                break
+        children = child_pids(command.pid)
+        os.kill(command.pid, sig)
+        rest, _ = command.communicate(timeout=90)
+        lines.append(rest)
+    finally:
+        if command.poll() is None:
+            command.kill()
+            command.wait(timeout=30)
+        poll_until(lambda: all(process_gone(pid) for pid in children), 10.0, 0.1)  # the last ones may take a moment
+        left = [pid for pid in children if not process_gone(pid)]
+        for pid in left:
+            os.kill(pid, signal.SIGKILL)
+    return Interrupted(command.returncode, "".join(lines), children, left)
 
 
 def client_logs(clients: list[ManagedProcess]) -> str:

@@ -4,15 +4,15 @@ with stored == published for every source (exit code 0), and Ctrl-C at any momen
 
 from __future__ import annotations
 
-import os
 import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+
+from tests.helpers import interrupt_when_ready
 
 pytestmark = [pytest.mark.e2e, pytest.mark.ice, pytest.mark.bdb, pytest.mark.slow]
 
@@ -31,15 +31,6 @@ def _demo_argv(tmp_path: Path, *extra: str) -> list[str]:
         str(tmp_path / "out"),
         *extra,
     ]
-
-
-def _gone(pid: int) -> bool:
-    """The process no longer runs (it is absent, or a zombie nobody has reaped yet)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True
-    return stat.rsplit(")", 1)[1].split()[0] == "Z"
 
 
 def test_demo_crawls_drains_and_stores_everything_published(tmp_path: Path) -> None:
@@ -65,41 +56,10 @@ def test_demo_crawls_drains_and_stores_everything_published(tmp_path: Path) -> N
 
 
 def test_ctrl_c_stops_every_process_the_demo_started(tmp_path: Path) -> None:
-    demo = subprocess.Popen(
-        _demo_argv(tmp_path, "--duration", "120", "--every", "2"),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    pids: list[int] = []
-    lines: list[str] = []
-    try:
-        assert demo.stdout is not None
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            line = demo.stdout.readline()
-            if not line:
-                break
-            lines.append(line)
-            found = re.search(r": pid (\d+)$", line.strip())
-            if found:
-                pids.append(int(found.group(1)))
-            if line.startswith("[crawl"):  # everything started and crawling: interrupt it now
-                break
-        assert len(pids) == 5, "".join(lines)  # sandbox, storage, scheduler, two clients
-        assert not any(_gone(pid) for pid in pids)
-        os.kill(demo.pid, signal.SIGINT)
-        rest, _ = demo.communicate(timeout=90)
-    finally:
-        if demo.poll() is None:
-            demo.kill()
-            demo.wait(timeout=30)
-    output = "".join(lines) + rest
-    assert demo.returncode == 130, output[-3000:]
-    assert "interrupted: every process the demo started has been stopped" in output
-    for _ in range(100):  # bounded: the last children may take a moment to be reaped
-        if all(_gone(pid) for pid in pids):
-            break
-        time.sleep(0.1)
-    assert [pid for pid in pids if not _gone(pid)] == [], output[-3000:]
+    # Interrupted once everything started and is crawling.
+    run = interrupt_when_ready(_demo_argv(tmp_path, "--duration", "120", "--every", "2"), "[crawl", signal.SIGINT)
+    assert len(run.children) == 5, run.output  # sandbox, storage, scheduler, two clients
+    assert sorted(map(int, re.findall(r": pid (\d+)$", run.output, re.M))) == sorted(run.children)
+    assert run.left == [], run.output[-3000:]
+    assert run.returncode == 130, run.output[-3000:]
+    assert "interrupted: every process the demo started has been stopped" in run.output

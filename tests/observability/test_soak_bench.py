@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import os
 import signal
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -16,6 +13,7 @@ from bench import soak
 from bench.soak import CACHE_MEASURES, DATA_MEASURES, MEASURES, ROLES, Sample, crawl, summarize
 from icecrawler_local.stack import Stack
 from shhd.fingerprint import TOKEN_CACHE_TEXTS
+from tests.helpers import interrupt_when_ready
 
 
 def _sample(elapsed_s: float, reports: float, leak: float) -> Sample:
@@ -82,26 +80,6 @@ def test_a_daemon_that_dies_ends_the_soak_with_its_log(tmp_path: Path, monkeypat
         crawl(tmp_path, argparse.Namespace(duration=30.0, every=3.0, speed=600.0, clients=2))
 
 
-def _children(pid: int) -> list[int]:
-    """Live processes whose parent is ``pid`` (from /proc)."""
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid and fields[0] != "Z":
-            found.append(int(stat.parent.name))
-    return found
-
-
-def _gone(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except OSError:
-        return True
-
-
 @pytest.mark.e2e
 @pytest.mark.ice
 @pytest.mark.bdb
@@ -109,41 +87,9 @@ def _gone(pid: int) -> bool:
 def test_sigterm_stops_every_process_the_benchmark_started() -> None:
     """SIGTERM's default would end the benchmark without its ``finally`` blocks, and the daemons it started, each in
     a session of its own, would crawl on (``timeout`` and service managers send SIGTERM)."""
-    bench = subprocess.Popen(
-        [sys.executable, "-m", "icecrawler_cli", "bench", "soak", "--duration", "120", "--every", "2", "--no-write"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    lines: list[str] = []
-    children: list[int] = []
-    try:
-        assert bench.stdout is not None
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            line = bench.stdout.readline()
-            if not line:
-                break
-            lines.append(line)
-            if line.startswith("[soak"):  # every daemon is up and crawling
-                break
-        children = _children(bench.pid)
-        assert len(children) == 5, "".join(lines)  # sandbox, storage, scheduler, two clients
-        os.kill(bench.pid, signal.SIGTERM)
-        rest, _ = bench.communicate(timeout=90)
-    finally:
-        if bench.poll() is None:
-            bench.kill()
-            bench.wait(timeout=30)
-        for _ in range(100):  # bounded: the last children may take a moment to be reaped
-            if all(_gone(pid) for pid in children):
-                break
-            time.sleep(0.1)
-        left = [pid for pid in children if not _gone(pid)]
-        for pid in left:
-            os.kill(pid, signal.SIGKILL)
-    output = "".join(lines) + rest
-    assert left == [], output[-3000:]
-    assert bench.returncode == 130, output[-3000:]
-    assert "interrupted: every process the benchmark started has been stopped" in output
+    argv = [sys.executable, "-m", "icecrawler_cli", "bench", "soak", "--duration", "120", "--every", "2", "--no-write"]
+    run = interrupt_when_ready(argv, "[soak", signal.SIGTERM)  # "[soak": every daemon is up and crawling
+    assert len(run.children) == 5, run.output  # sandbox, storage, scheduler, two clients
+    assert run.left == [], run.output[-3000:]
+    assert run.returncode == 130, run.output[-3000:]
+    assert "interrupted: every process the benchmark started has been stopped" in run.output
