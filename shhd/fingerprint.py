@@ -16,7 +16,7 @@ Public API (used by crawler_client and bench/revisit):
 Cost: tokenising is most of a fingerprint (``icecrawler bench fingerprint`` times both parts), and a re-crawl
 fingerprints a window whose items were mostly seen on the previous visit. ``tokenize`` therefore keeps a bounded
 LRU cache (``TOKEN_CACHE_TEXTS`` texts) of each text's features, keyed by a 128-bit blake2b digest of the text
-(stable and collision-safe; the text itself is not kept). Three smaller caches sit under it: each word's feature,
+(stable and collision-safe; the text itself is not kept). Three more caches sit under it: each word's feature,
 each feature's hash, and each dictionary word's log-probability (``shhd.segment``). Every one is bounded, so a
 client's memory grows while they fill (days of crawling, docs/BENCHMARKS.md "soak") and then stops.
 The cache only skips recomputing a pure function, so cached and uncached fingerprints are bit-identical.
