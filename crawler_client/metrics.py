@@ -10,7 +10,16 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import Metric
 
 from crawler_client.daemon import ClientDaemon
-from icecrawler.metrics import LATENCY_BUCKETS_S, Buckets, ScrapeCollector, Tally, counter, gauge, status_class
+from icecrawler.metrics import (
+    LATENCY_BUCKETS_S,
+    Buckets,
+    ScrapeCollector,
+    Tally,
+    counter,
+    counter_family,
+    gauge,
+    status_class,
+)
 from icecrawler.models import SOURCES, Outcome
 
 if TYPE_CHECKING:
@@ -155,6 +164,6 @@ class ClientMetrics:
         for name, usage in caches.items():
             if usage.hits is not None and usage.misses is not None:
                 lookups[name, "hit"], lookups[name, "miss"] = float(usage.hits), float(usage.misses)
-        yield counter(
-            p + "cache_lookups", "Lookups of the caches that count them, by result.", lookups, ["cache", "result"]
+        yield counter_family(
+            p + "cache_lookups", "Lookups of the caches that count them, by result.", ["cache", "result"], lookups
         )

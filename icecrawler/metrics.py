@@ -309,30 +309,21 @@ def histogram_family(
     return family
 
 
-def _scrape_family[F: GaugeMetricFamily | CounterMetricFamily](
-    kind: type[F], name: str, documentation: str, values: dict[Key, float] | float, labels: Sequence[str]
-) -> F:
+def gauge(
+    name: str, documentation: str, values: dict[Key, float] | float, labels: Sequence[str] = ()
+) -> GaugeMetricFamily:
+    """A gauge family read at scrape time: one value, or one per label set."""
     if not isinstance(values, dict):
-        return kind(name, documentation, value=values)
-    family = kind(name, documentation, labels=list(labels))
+        return GaugeMetricFamily(name, documentation, value=values)
+    family = GaugeMetricFamily(name, documentation, labels=list(labels))
     for key, value in sorted(values.items()):
         family.add_metric(list(key), value)
     return family
 
 
-def gauge(
-    name: str, documentation: str, values: dict[Key, float] | float, labels: Sequence[str] = ()
-) -> GaugeMetricFamily:
-    """A gauge family read at scrape time: one value, or one per label set."""
-    return _scrape_family(GaugeMetricFamily, name, documentation, values, labels)
-
-
-def counter(
-    name: str, documentation: str, values: dict[Key, float] | float, labels: Sequence[str] = ()
-) -> CounterMetricFamily:
-    """A counter family read at scrape time from a count the daemon keeps anyway (name without ``_total``): one
-    value, or one per label set."""
-    return _scrape_family(CounterMetricFamily, name, documentation, values, labels)
+def counter(name: str, documentation: str, value: float) -> CounterMetricFamily:
+    """A counter family read at scrape time from a count the daemon keeps anyway (name without ``_total``)."""
+    return CounterMetricFamily(name, documentation, value=value)
 
 
 class ScrapeCollector(Collector):
