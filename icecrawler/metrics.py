@@ -23,11 +23,13 @@ from __future__ import annotations
 
 import bisect
 import logging
+import shutil
 import threading
 from collections import Counter, deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import repeat
+from pathlib import Path
 from typing import Any
 
 from prometheus_client import CollectorRegistry, ProcessCollector, start_http_server
@@ -48,6 +50,7 @@ __all__ = [
     "Tally",
     "counter",
     "counter_family",
+    "disk_space_families",
     "gauge",
     "histogram_family",
     "serve",
@@ -324,6 +327,26 @@ def gauge(
 def counter(name: str, documentation: str, value: float) -> CounterMetricFamily:
     """A counter family read at scrape time from a count the daemon keeps anyway (name without ``_total``)."""
     return CounterMetricFamily(name, documentation, value=value)
+
+
+def disk_space_families(prefix: str, dirs: Mapping[str, Path]) -> list[Metric]:
+    """Free and total bytes of the file system under each of a daemon's directories (``dir`` label: db, spool,
+    store, backup). A full disk stops the scheduler's queue writes and the storage spool (each refuses the call
+    and changes nothing), so an alert (IcecrawlerDiskFilling) should come a day before. "Free" is what an
+    unprivileged process may still write. A directory that cannot be read is left out (its daemon's own errors
+    say why)."""
+    free: dict[Key, float] = {}
+    size: dict[Key, float] = {}
+    for name, path in dirs.items():
+        try:
+            usage = shutil.disk_usage(path)
+        except OSError:
+            continue
+        free[name,], size[name,] = float(usage.free), float(usage.total)
+    return [
+        gauge(f"{prefix}_disk_free_bytes", "Bytes an unprivileged process may still write there.", free, ["dir"]),
+        gauge(f"{prefix}_disk_size_bytes", "Size of the file system under the directory.", size, ["dir"]),
+    ]
 
 
 class ScrapeCollector(Collector):

@@ -20,7 +20,7 @@ from icecrawler import limits, rpc
 from icecrawler.backups import PeriodicBackups, backup_dir_keys, start_backups
 from icecrawler.datalock import DataLock
 from icecrawler.errors import InvalidArgumentError, StorageUnavailableError
-from icecrawler.metrics import MetricsConfig, MetricsEndpoint, serve
+from icecrawler.metrics import MetricsConfig, MetricsEndpoint, ScrapeCollector, disk_space_families, serve
 from icecrawler.models import TaskKind
 from icecrawler.security import Gate, guarded, guarded_listening
 from icecrawler.settings import Settings
@@ -187,11 +187,23 @@ class Maintenance(threading.Thread):
         self.join(timeout=10)
 
 
+def data_dirs(settings: Settings) -> dict[str, Path]:
+    """The directories whose file systems the scheduler's /metrics watches: its database, and backups when on."""
+    dirs = {"db": Path(settings.get_str("scheduler.db_dir"))}
+    for key in backup_dir_keys(settings, "scheduler"):
+        dirs["backup"] = Path(settings.get_str(key))
+    return dirs
+
+
 def _start_metrics(
-    config: MetricsConfig, core: SchedulerCore, backups: PeriodicBackups | None = None
+    config: MetricsConfig,
+    core: SchedulerCore,
+    backups: PeriodicBackups | None = None,
+    dirs: dict[str, Path] | None = None,
 ) -> tuple[Timed, MetricsEndpoint | None]:
     """The scheduler's /metrics (``metrics.scheduler.*``; shard K at port + K): the servant's latency timer and
-    the endpoint, or no timer and None when off. With backups on, their age and counts too."""
+    the endpoint, or no timer and None when off. With backups on, their age and counts too; with ``dirs``, the free
+    space under each."""
     if config.port == 0:
         return _untimed, None
     from prometheus_client import CollectorRegistry
@@ -203,6 +215,8 @@ def _start_metrics(
     metrics.register(registry)
     if backups is not None:
         backups.register(registry, "icecrawler_scheduler")
+    if dirs:
+        registry.register(ScrapeCollector(lambda: disk_space_families("icecrawler_scheduler", dirs)))
     core.observer = metrics
     return metrics.timed, serve(config, registry, offset=core.config.shard)
 
@@ -280,7 +294,7 @@ def run(settings: Settings, ice_args: Sequence[str], listen: str = "") -> int:
             )
             maintenance.start()
             backups = _start_backups(settings, core)
-            timed, endpoint = _start_metrics(metrics_config, core, backups)
+            timed, endpoint = _start_metrics(metrics_config, core, backups, data_dirs(settings))
             closed = threading.Event()
 
             def shutdown() -> None:

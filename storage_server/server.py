@@ -10,7 +10,7 @@ from icecrawler import limits, rpc
 from icecrawler.backups import PeriodicBackups, backup_dir_keys, start_backups
 from icecrawler.datalock import DataLock
 from icecrawler.errors import StorageUnavailableError
-from icecrawler.metrics import MetricsConfig, MetricsEndpoint, serve
+from icecrawler.metrics import MetricsConfig, MetricsEndpoint, ScrapeCollector, disk_space_families, serve
 from icecrawler.security import guarded_listening
 from icecrawler.settings import Settings
 from icecrawler.settings.validation import check_paths, validate_values
@@ -109,7 +109,7 @@ def run(settings: Settings, ice_args: list[str], listen: str = "") -> int:
                 log.warning("backend not reachable at start: %s", exc)
             files = [path for path, _ in data_files(settings)]
             backups = start_backups(settings, "storage", lambda target: backup_files(files, target), "storage files")
-            endpoint = _start_metrics(metrics_config, service, backups)
+            endpoint = _start_metrics(metrics_config, service, backups, data_dirs(settings))
         except BaseException:
             shutdown()  # its replay and backup threads must not keep a failed start-up alive
             raise
@@ -129,11 +129,25 @@ def run(settings: Settings, ice_args: list[str], listen: str = "") -> int:
     return 0
 
 
+def data_dirs(settings: Settings) -> dict[str, Path]:
+    """The directories whose file systems the storage server's /metrics watches: the spool, the embedded store's
+    (when it is the backend), and backups when on."""
+    dirs = {"spool": Path(settings.get_str("storage.spool_dir"))}
+    if settings.get_str("storage.backend") == "embedded":
+        dirs["store"] = Path(settings.get_str("storage.embedded.path")).parent
+    for key in backup_dir_keys(settings, "storage"):
+        dirs["backup"] = Path(settings.get_str(key))
+    return dirs
+
+
 def _start_metrics(
-    config: MetricsConfig, service: StorageService, backups: PeriodicBackups | None = None
+    config: MetricsConfig,
+    service: StorageService,
+    backups: PeriodicBackups | None = None,
+    dirs: dict[str, Path] | None = None,
 ) -> MetricsEndpoint | None:
     """The storage server's /metrics (``metrics.storage.*``), or None when off. With backups on, their age and
-    counts too."""
+    counts too; with ``dirs``, the free space under each."""
     if config.port == 0:
         return None
     from prometheus_client import CollectorRegistry
@@ -145,5 +159,7 @@ def _start_metrics(
     metrics.register(registry)
     if backups is not None:
         backups.register(registry, "icecrawler_storage")
+    if dirs:
+        registry.register(ScrapeCollector(lambda: disk_space_families("icecrawler_storage", dirs)))
     service.observer = metrics
     return serve(config, registry)

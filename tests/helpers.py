@@ -24,6 +24,7 @@ __all__ = [
     "caught_up",
     "child_pids",
     "client_logs",
+    "disk_space",
     "expected_keys",
     "interrupt_when_ready",
     "process_gone",
@@ -98,6 +99,20 @@ def interrupt_when_ready(argv: list[str], ready: str, sig: signal.Signals, timeo
         for pid in left:
             os.kill(pid, signal.SIGKILL)
     return Interrupted(command.returncode, "".join(lines), children, left)
+
+
+def disk_space(exposition: str, prefix: str) -> dict[str, tuple[float, float]]:
+    """``dir`` -> (free bytes, size bytes) from a daemon's /metrics text (``<prefix>_disk_free_bytes`` and
+    ``_disk_size_bytes``)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    values: dict[str, dict[str, float]] = collections.defaultdict(dict)
+    for family in text_string_to_metric_families(exposition):
+        for kind in ("free", "size"):
+            if family.name == f"{prefix}_disk_{kind}_bytes":
+                for sample in family.samples:
+                    values[sample.labels["dir"]][kind] = sample.value
+    return {name: (pair["free"], pair["size"]) for name, pair in values.items()}
 
 
 def client_logs(clients: list[ManagedProcess]) -> str:

@@ -594,3 +594,20 @@ def test_crawl_task_times_every_parse_for_the_metrics_and_keeps_long_texts() -> 
     assert len(timings) == 3 and all(seconds >= 0 for seconds in timings)  # the page that raised is timed too
     assert result.report.outcome is Outcome.ParseError
     assert result.posts[0].text == "the whole long text"  # the hook does not hide the source's long-text support
+
+
+def test_disk_space_shows_each_directory_and_leaves_out_one_it_cannot_read(tmp_path: Path) -> None:
+    import shutil
+
+    from icecrawler.metrics import disk_space_families
+    from tests.helpers import disk_space
+
+    registry = CollectorRegistry()
+    dirs = {"db": tmp_path, "backup": tmp_path / "not-made-yet"}
+    registry.register(ScrapeCollector(lambda: disk_space_families("icecrawler_scheduler", dirs)))
+    text = render(registry)
+    shown = disk_space(text, "icecrawler_scheduler")
+    assert set(shown) == {"db"}
+    free, size = shown["db"]
+    assert size == shutil.disk_usage(tmp_path).total and 0 < free <= size
+    promtool_check(text)

@@ -16,7 +16,7 @@ from icecrawler.errors import ServiceError, StorageUnavailableError
 from icecrawler.processes import ProcessGroup, free_port
 from scheduler_server.integrity import MARKER, backup_checked, open_checked
 from scheduler_server.store import BdbQueueStore, MemoryQueueStore
-from tests.helpers import wait_for
+from tests.helpers import disk_space, wait_for
 from tests.scheduler.daemon import CHURN_SETTINGS, SchedulerDaemon, audit, scheduler_daemon, scheduler_proxy
 
 pytestmark = [pytest.mark.ice, pytest.mark.bdb, pytest.mark.slow]
@@ -61,6 +61,8 @@ def test_the_daemon_backs_up_while_clients_work_and_a_backup_is_a_database_to_st
     assert shown["icecrawler_scheduler_backup_failures_total"] == 0
     assert shown["icecrawler_scheduler_backup_interval_seconds"] == 1
     assert shown["icecrawler_scheduler_backup_age_seconds"] >= 0
+    disk = disk_space(metrics, "icecrawler_scheduler")
+    assert set(disk) == {"db", "backup"} and all(0 < free <= size for free, size in disk.values()), disk
 
     newest = plan.complete()[-1][1]
     assert (newest / MARKER).exists() and list(newest.glob("log.*")), sorted(p.name for p in newest.iterdir())

@@ -19,7 +19,7 @@ from icecrawler.backups import BackupPlan
 from icecrawler.errors import ServiceError
 from icecrawler.processes import free_port
 from storage_server.integrity import backup_files
-from tests.helpers import wait_for
+from tests.helpers import disk_space, wait_for
 from tests.storage.conftest import BIG_ID, StorageServerRunner, make_post
 
 pytestmark = [pytest.mark.ice, pytest.mark.slow]
@@ -75,6 +75,8 @@ def test_the_server_backs_up_its_files_while_writes_go_on_and_a_backup_restores(
     samples = [line.split() for line in metrics.splitlines() if line.startswith("icecrawler_storage_backup")]
     shown = {name: float(value) for name, value in samples}
     assert shown["icecrawler_storage_backups_total"] >= 3 and shown["icecrawler_storage_backup_failures_total"] == 0
+    disk = disk_space(metrics, "icecrawler_storage")
+    assert set(disk) == {"spool", "store", "backup"} and all(0 < free <= size for free, size in disk.values()), disk
     assert "storage files backed up to" in log and "Traceback" not in log, log[-3000:]
 
     # Restore: the backup's files in place of a new server's, which then serves every record.
