@@ -33,14 +33,14 @@ _lock = threading.Lock()
 _dictionary: tuple[dict[str, int], float] | None = None
 #: word -> log(freq) - log(total), filled as words are met (bounded by the dictionary's size).
 _log_prob: dict[str, float] = {}
-#: Words of the dictionary (entries with a frequency): the most ``_log_prob`` can hold; 0 until it is loaded.
+#: Words of the dictionary (entries with a frequency): the most ``_log_prob`` can hold; counted when first asked.
 _dictionary_words = 0
 
 
 def _load() -> tuple[dict[str, int], float]:
     """jieba's prefix dictionary (every word and every word prefix -> frequency, 0 for prefixes only) and
     log(total frequency), initialised once, quietly."""
-    global _dictionary, _dictionary_words
+    global _dictionary
     if _dictionary is None:
         with _lock:
             if _dictionary is None:
@@ -49,14 +49,17 @@ def _load() -> tuple[dict[str, int], float]:
                 jieba.setLogLevel(logging.WARNING)
                 jieba.initialize()
                 tokenizer: Any = jieba.dt
-                _dictionary_words = sum(1 for count in tokenizer.FREQ.values() if count)
                 _dictionary = (tokenizer.FREQ, math.log(tokenizer.total))
     return _dictionary
 
 
 def word_cache_usage() -> tuple[int, int]:
     """(words whose log-probability is remembered, the most there can be): the cache fills as a crawl meets more
-    of the dictionary, and stops at its size."""
+    of the dictionary, and stops at its size. The size is counted at the first call after the dictionary is loaded
+    (a scrape), not at start-up; (0, 0) before any text was cut."""
+    global _dictionary_words
+    if _dictionary is not None and not _dictionary_words:
+        _dictionary_words = sum(1 for count in _dictionary[0].values() if count)
     return len(_log_prob), _dictionary_words
 
 
