@@ -33,7 +33,7 @@ from typing import Any
 from crawler_client.gateways import IceScheduler
 from icecrawler import rpc
 from icecrawler.processes import ManagedProcess, ProcessGroup, cpu_seconds, free_port, poll_until
-from icecrawler_cli.commands.seed import add_groups, group_by_kind
+from icecrawler_cli.commands.seed import group_by_kind, per_kind
 from icecrawler_local.launcher import Cluster, Workload
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -58,7 +58,7 @@ class Seeder:
         self.proxy.ice_ping()
 
     def seed(self) -> None:
-        add_groups(IceScheduler(self.proxy), self.groups, SEED_BATCH)
+        per_kind(IceScheduler(self.proxy).add_targets, self.groups, SEED_BATCH)
 
 
 def _machine_busy() -> tuple[float, float]:

@@ -31,13 +31,23 @@ from icecrawler.models import Post, Report, Review, Task, TaskKind
 from icecrawler.settings import Settings
 from icecrawler.shards import ShardMap
 
-__all__ = ["IceScheduler", "IceStorage", "SchedulerGateway", "ShardedScheduler", "StorageGateway", "scheduler_gateway"]
+__all__ = [
+    "IceScheduler",
+    "IceStorage",
+    "SchedulerGateway",
+    "ShardedScheduler",
+    "StorageGateway",
+    "TargetsGateway",
+    "scheduler_gateway",
+]
 
 #: Most entries ShardedScheduler keeps in each of its memories (a bound, not a size anyone should reach).
 _MEMORY_CAP = 100_000
 
 
 class SchedulerGateway(Protocol):
+    """The scheduler as a client uses it."""
+
     def lease(self, worker_id: str, count: int) -> list[Task]:
         """Lease up to ``count`` due tasks; raises NoWorkError when none is due."""
         ...
@@ -50,8 +60,17 @@ class SchedulerGateway(Protocol):
         """Give (task id, lease token) pairs back unused; all or nothing like ``report``."""
         ...
 
+
+class TargetsGateway(SchedulerGateway, Protocol):
+    """The scheduler as the operator's commands (``icecrawler seed``, ``remove``) use it: a client's calls plus the
+    targets' own."""
+
     def add_targets(self, ids: Sequence[str], kind: TaskKind) -> int:
         """Add ``<source>:<target>`` ids of ``kind``; returns how many were new."""
+        ...
+
+    def remove_targets(self, ids: Sequence[str], kind: TaskKind) -> int:
+        """Remove ``<source>:<target>`` ids of ``kind``; returns how many were known (and are now gone)."""
         ...
 
 
@@ -106,20 +125,23 @@ class IceScheduler(_IceGateway):
     def add_targets(self, ids: Sequence[str], kind: TaskKind) -> int:
         return int(self._invoke("addUsers", list(ids), rpc.crawler().TaskKind[kind.name]))
 
+    def remove_targets(self, ids: Sequence[str], kind: TaskKind) -> int:
+        return int(self._invoke("removeUsers", list(ids), rpc.crawler().TaskKind[kind.name]))
+
 
 class ShardedScheduler:
     """SchedulerGateway over the shards of a sharded scheduler (``icecrawler.shards``), given in shard order.
 
     Leases come from the shards in turn: each call starts one shard further on, and a shard with nothing due, or
     one that does not answer, passes to the next (the call fails only if every shard did). Every report,
-    release and new id goes to the shard that owns its task: the one that leased it, else the one its host
-    hashes to. A call whose items all belong to one shard (every report of one leased batch does) gets that
+    release, new id and removed id goes to the shard that owns its task: the one that leased it, else the one its
+    host hashes to. A call whose items all belong to one shard (every report of one leased batch does) gets that
     shard's all-or-nothing answer. A call that spans shards is sent shard by shard; if one shard refuses an item,
     the error names the item's index in the whole call. If a shard refuses or does not answer, the items other
     shards already took are remembered, so that when the caller sends the call again (without the refused item,
     as ``Sink`` does), they are not sent twice."""
 
-    def __init__(self, shards: Sequence[SchedulerGateway], shard_map: ShardMap) -> None:
+    def __init__(self, shards: Sequence[TargetsGateway], shard_map: ShardMap) -> None:
         if len(shards) != shard_map.shards:
             raise ConfigError(f"{len(shards)} scheduler proxies for a map of {shard_map.shards} shards")
         self._shards = list(shards)
@@ -170,12 +192,19 @@ class ShardedScheduler:
         self._route(leases, lambda lease: lease, lambda gateway, part: gateway.release(part))
 
     def add_targets(self, ids: Sequence[str], kind: TaskKind) -> int:
+        return self._per_target_shard(ids, lambda gateway, part: gateway.add_targets(part, kind))
+
+    def remove_targets(self, ids: Sequence[str], kind: TaskKind) -> int:
+        return self._per_target_shard(ids, lambda gateway, part: gateway.remove_targets(part, kind))
+
+    def _per_target_shard(self, ids: Sequence[str], call: Callable[[TargetsGateway, list[str]], int]) -> int:
+        """``call`` each shard with the ids its hosts hash to; the sum of the counts it returns."""
         parts = _by_shard(range(len(ids)), lambda index: self._map.of_target(ids[index]))
-        added = 0
+        total = 0
         for shard, indexes in parts.items():
             with _whole_call_index(indexes):
-                added += self._shards[shard].add_targets([ids[index] for index in indexes], kind)
-        return added
+                total += call(self._shards[shard], [ids[index] for index in indexes])
+        return total
 
     def _route[T](
         self,
@@ -237,9 +266,10 @@ def _cap(memory: dict[Any, Any]) -> None:
         del memory[key]
 
 
-def scheduler_gateway(comm: Ice.Communicator, settings: Settings) -> SchedulerGateway:
-    """The scheduler as the client sees it: one ``IceScheduler``, or a ``ShardedScheduler`` over every proxy of
-    ``Scheduler.Proxies`` (``rpc.scheduler_proxies``), routed by the hosts of ``settings``' sources."""
+def scheduler_gateway(comm: Ice.Communicator, settings: Settings) -> TargetsGateway:
+    """The scheduler as the client and the operator's commands see it: one ``IceScheduler``, or a
+    ``ShardedScheduler`` over every proxy of ``Scheduler.Proxies`` (``rpc.scheduler_proxies``), routed by the hosts
+    of ``settings``' sources."""
     proxies = rpc.scheduler_proxies(comm)
     if len(proxies) == 1:
         return IceScheduler(proxies[0])

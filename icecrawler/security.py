@@ -9,9 +9,9 @@ Trust model (docs/DEPLOY.md, "Security"):
   operation is allowed by the role that ``icecrawler certs issue --role`` wrote into the certificate as the
   subjectAltName URI ``icecrawler:role:<role>``: ``client`` leases, reports (a listing report's discovered
   product ids included: the scheduler adds them with the report, for the leased listing's own source only),
-  writes records and reads status; ``admin`` also adds any target (``addUsers``, seeding) and does everything
-  except receive account cookies; ``reader`` reads status. A certificate without a role, or revoked by
-  ``security.revoked`` (serial numbers or CNs), may call nothing.
+  writes records and reads status; ``admin`` also adds and removes any target (``addUsers``, seeding;
+  ``removeUsers``) and does everything except receive account cookies; ``reader`` reads status. A certificate
+  without a role, or revoked by ``security.revoked`` (serial numbers or CNs), may call nothing.
 """
 
 from __future__ import annotations
@@ -50,14 +50,15 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 #: What each role may do. ``cookies``: receive an account's cookie blob with a lease; ``add``: add any target
-#: (``addUsers``). A client needs no ``add``: what its listing crawls discover travels in their reports.
+#: (``addUsers``); ``remove``: remove any target (``removeUsers``). A client needs no ``add``: what its listing
+#: crawls discover travels in their reports.
 PERMISSIONS: dict[str, frozenset[str]] = {
     "client": frozenset({"lease", "report", "write", "status", "cookies"}),
-    "admin": frozenset({"lease", "report", "write", "status", "add"}),
+    "admin": frozenset({"lease", "report", "write", "status", "add", "remove"}),
     "reader": frozenset({"status"}),
 }
 #: A plain-TCP or in-process peer: trusted (the listening policy decides who can reach a plain endpoint).
-TRUSTED = frozenset({"lease", "report", "write", "status", "cookies", "add"})
+TRUSTED = frozenset({"lease", "report", "write", "status", "cookies", "add", "remove"})
 NOTHING: frozenset[str] = frozenset()
 
 

@@ -34,7 +34,7 @@ __all__ = [
     "check_reports",
     "check_task_id",
     "invalid_field",
-    "parse_add_ids",
+    "parse_target_ids",
 ]
 
 MAX_COUNT = 10_000_000
@@ -73,11 +73,11 @@ def check_range(value: float, low: float, high: float, field_name: str, index: i
         raise invalid_field(f"{field_name}={value!r} is outside [{low}, {high}]", field_name, index)
 
 
-def parse_add_ids(
+def parse_target_ids(
     ids: Sequence[str], kind: TaskKind, config: SchedulerConfig, shard_map: ShardMap
 ) -> list[tuple[str, str, str]]:
-    """``"<source>:<target>"`` ids as ``(task id, source, target)``; every id must be valid and belong to this
-    shard."""
+    """``"<source>:<target>"`` ids (of ``addUsers`` and ``removeUsers``) as ``(task id, source, target)``; every
+    id must be valid and belong to this shard."""
     check_batch(ids, "ids", config.batch_limit)
     task_ids: list[tuple[str, str, str]] = []
     for index, text in enumerate(ids):

@@ -1,6 +1,6 @@
-"""The scheduler's logic, without Ice: add, lease, report, release and expire tasks (``SchedulerCore``).
+"""The scheduler's logic, without Ice: add, lease, report, release, remove and expire tasks (``SchedulerCore``).
 
-This module holds the five operations and the group-commit plumbing they share (some 580 lines, a tenth of them
+This module holds the six operations and the group-commit plumbing they share (some 630 lines, a tenth of them
 this docstring: each operation's step inside the transaction and its finisher after the commit are meant to be
 read side by side, so they are not split further). Its parts, each in its own
 module: the settings and their wiring (``config``), argument checks (``checks``), what a report's outcome does,
@@ -19,7 +19,7 @@ both, never neither. The same two queues are also indexed in memory (``queues``:
 start, changed inside the same transaction and rolled back with it), so that finding due tasks and expired
 leases reads no B-tree.
 
-Concurrency: state-changing calls (add, lease, report, release) go through a group runner (``groups``): the
+Concurrency: state-changing calls (add, lease, report, release, remove) go through a group runner (``groups``): the
 calls queued while one group runs form the next group, which runs as ONE store transaction with one expiry pass
 (group commit), on whichever caller's thread found the runner idle. Each call keeps its all-or-nothing effect:
 its caller errors (bad lease, nothing due) are raised before it changed anything, and a group whose transaction
@@ -32,7 +32,7 @@ against its per-minute budget at once (the pick decides the lease), and may star
 rolled-back lease may over-count one request (which errs on the polite side) or have started a mint that the
 next lease uses anyway.
 
-Durability: adds, reports and releases complete only after ``store.sync()`` made their commit durable: one
+Durability: adds, reports, releases and removals complete only after ``store.sync()`` made their commit durable: one
 fsync for the whole group. Leases are committed (written to the OS, so a scheduler crash keeps them) but not
 synced: a machine crash can only forget a lease, which puts its task back in pending and makes the holder's
 report fail with LeaseLost. Nothing is lost or duplicated, and the next synced commit makes every earlier lease
@@ -64,7 +64,7 @@ from scheduler_server.accounts import AccountPool
 from scheduler_server.audit import check_consistency
 from scheduler_server.budget import rebalance_budget
 from scheduler_server.cache import RecordCache
-from scheduler_server.checks import check_lease_args, check_release_args, check_reports, parse_add_ids
+from scheduler_server.checks import check_lease_args, check_release_args, check_reports, parse_target_ids
 from scheduler_server.codec import TaskRecord, done_value, history_append, time_key
 from scheduler_server.config import BudgetedPolicy, Clocks, SchedulerConfig, core_parts
 from scheduler_server.discoveries import add_discoveries
@@ -249,7 +249,7 @@ class SchedulerCore:
 
     def add_async(self, ids: Sequence[str], kind: TaskKind) -> Pending[int]:
         """``add`` without waiting (bad arguments raise)."""
-        task_ids = parse_add_ids(ids, kind, self.config, self.shard_map)
+        task_ids = parse_target_ids(ids, kind, self.config, self.shard_map)
         return self._call(lambda txn, group: self._add_in(txn, group, task_ids, kind), durable=True)
 
     def _add_in(self, txn: Txn, group: _Group, task_ids: list[tuple[str, str, str]], kind: TaskKind) -> _Finish:
@@ -266,6 +266,48 @@ class SchedulerCore:
         self.records.keep(records)
         self._counts["tasks"] += len(records)
         self._counts["pending"] += len(records)
+
+    # --- removing tasks -------------------------------------------------------------------------------------
+
+    def remove(self, ids: Sequence[str], kind: TaskKind) -> int:
+        """Remove ``"<source>:<target>"`` ids of one kind, pending or in flight: the operator stops crawling them.
+        Unknown ids are ignored; returns how many were removed. All or nothing: one invalid id rejects the batch.
+        Returns once the change is durable.
+
+        A lease held on a removed task is over: its report or release is refused with LeaseLost
+        (``TaskRemoved``), which a client takes as its answer (the records it wrote stay stored). That answer
+        is remembered in memory only: after a restart the late report is refused as an unknown task instead,
+        which a client drops the same way. The task's crawls stay in the completion log."""
+        return int(self._runner.wait(self.remove_async(ids, kind)))
+
+    def remove_async(self, ids: Sequence[str], kind: TaskKind) -> Pending[int]:
+        """``remove`` without waiting (bad arguments raise)."""
+        task_ids = [task_id for task_id, _, _ in parse_target_ids(ids, kind, self.config, self.shard_map)]
+        return self._call(lambda txn, group: self._remove_in(txn, group, task_ids), durable=True)
+
+    def _remove_in(self, txn: Txn, group: _Group, task_ids: list[str]) -> _Finish:
+        removed = [
+            record
+            for task_id in dict.fromkeys(task_ids)
+            if (record := self.moves.remove(txn, task_id, group.now_ms, group.wall)) is not None
+        ]
+        for record in removed:
+            txn.delete("meta", GAP_KEY + record.id.encode())
+
+        def finish() -> int:
+            leased = [record for record in removed if record.state == "inflight"]
+            for record in leased:
+                self.gate.ended(self.config.hosts[record.source], group.wall)
+                self.moves.note_removed(record.id, record.lease_token)
+            for record in removed:
+                self.open_gaps.discard(record.id)
+            self._counts["tasks"] -= len(removed)
+            self._counts["inflight"] -= len(leased)
+            self._counts["pending"] -= len(removed) - len(leased)
+            self._counts["done"] += len(leased)  # the completion log's Removed entries
+            return len(removed)
+
+        return finish
 
     # --- leasing --------------------------------------------------------------------------------------------
 

@@ -1,6 +1,7 @@
 """A task's moves between the two queues, inside a store transaction: added (new -> pending), leased (pending ->
-in flight), lease ended (in flight -> pending at a due time), lease expired. Each move changes the queue tables and the
-in-memory queues (``queues``) together; the core's transaction rolls both back on failure.
+in flight), lease ended (in flight -> pending at a due time), lease expired, removed (out of either queue). Each
+move changes the queue tables and the in-memory queues (``queues``) together; the core's transaction rolls both
+back on failure.
 
 The record cache (``cache``) is kept consistent by taking a record out before it changes (``take``,
 ``take_leased``); the core puts records back only after their call committed."""
@@ -25,6 +26,8 @@ __all__ = ["TaskMoves"]
 
 #: Ended lease tokens a record remembers, so that a late report is told StaleLease rather than UnknownLease.
 _TOKEN_HISTORY = 3
+#: Leases of removed tasks remembered (in memory), so that their late reports are told TaskRemoved.
+_REMOVED_LEASES = 10_000
 
 
 class TaskMoves:
@@ -34,6 +37,8 @@ class TaskMoves:
         self.config = config
         self.queues = queues
         self.records = records
+        #: (task id, lease token) of leases whose task was removed, newest last (at most _REMOVED_LEASES).
+        self._removed_leases: dict[tuple[str, str], None] = {}
 
     def add_new(
         self,
@@ -94,6 +99,13 @@ class TaskMoves:
         if cached is not None and cached.lease_token == token:
             return cached
         record = self.stored(txn, task_id)
+        if (task_id, token) in self._removed_leases:
+            raise LeaseLostError(
+                f"lease {quote(token)} of {quote(task_id)} ended: the task was removed",
+                task_id=task_id,
+                index=index,
+                code="TaskRemoved",
+            )
         if record is None:
             raise invalid_field(f"unknown task {task_id}", f"{name}[{index}].taskId", index, code="UnknownTask")
         if record.state != "inflight" or record.lease_token != token:
@@ -150,6 +162,28 @@ class TaskMoves:
             txn.put("done", time_key(now_ms, f"{record.id}#{record.lease_token}"), json.dumps(expired).encode())
             self.end_lease(txn, record, now_ms + int(backoff_s(record.attempts, self.config) * 1000))
         return records
+
+    def remove(self, txn: Txn, task_id: str, now_ms: int, wall: float) -> TaskRecord | None:
+        """Delete a task's record and its queue entry; None for an unknown task. A lease it is under ends in the
+        completion log as ``Removed``, so that an audit still sees every lease interval."""
+        record = self.records.take(task_id) or self.stored(txn, task_id)
+        if record is None:
+            return None
+        if record.state == "inflight":
+            txn.delete("inflight", time_key(record.lease_deadline_ms, task_id))
+            removed = {"outcome": "Removed", "worker": record.worker, **self.lease_interval(record, wall)}
+            txn.put("done", time_key(now_ms, f"{task_id}#{record.lease_token}"), json.dumps(removed).encode())
+        elif not txn.delete("pending", time_key(record.due_ms, task_id)):
+            raise ServiceError(f"{task_id} is pending but has no pending key at {record.due_ms}")
+        txn.delete("tasks", task_id.encode())
+        self.queues.remove(task_id)
+        return record
+
+    def note_removed(self, task_id: str, token: str) -> None:
+        """After the commit of a removal: the lease ``token`` on ``task_id`` ended with its task."""
+        self._removed_leases[task_id, token] = None
+        if len(self._removed_leases) > _REMOVED_LEASES:
+            del self._removed_leases[next(iter(self._removed_leases))]
 
     def lease_interval(self, record: TaskRecord, wall: float) -> dict[str, int]:
         """When the lease being ended was handed out and when it ends (wall ms), for the completion log: an

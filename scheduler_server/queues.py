@@ -40,6 +40,8 @@ class TaskQueues:
         self._inflight: list[tuple[int, str]] = []
         #: (queue, task id, time before the change or -1) since ``begin``; None outside a change.
         self._undo: list[tuple[int, str, int]] | None = None
+        #: Tasks removed since ``begin``: their sources are forgotten at the commit.
+        self._removed: list[str] = []
 
     # --- changes ------------------------------------------------------------------------------------------
 
@@ -49,10 +51,15 @@ class TaskQueues:
 
     def commit(self) -> None:
         self._undo = None
+        for task_id in self._removed:
+            if task_id not in self.due and task_id not in self.deadline:
+                self._sources.pop(task_id, None)
+        self._removed.clear()
 
     def rollback(self) -> None:
         """Undo every change since ``begin`` (the store transaction they belonged to was rolled back)."""
         undo, self._undo = self._undo or [], None
+        self._removed.clear()
         for queue, task_id, old in reversed(undo):
             table = self.due if queue == _PENDING else self.deadline
             if old < 0:
@@ -105,6 +112,15 @@ class TaskQueues:
         self.due.pop(task_id, None)
         self.deadline[task_id] = deadline_ms
         self._push(_INFLIGHT, task_id, deadline_ms)
+
+    def remove(self, task_id: str) -> None:
+        """The task is gone (removed by the operator): it leaves both queues. Its source is forgotten at the
+        commit (a rollback may queue it again)."""
+        self._removed.append(task_id)
+        self._remember(_PENDING, task_id)
+        self._remember(_INFLIGHT, task_id)
+        self.due.pop(task_id, None)
+        self.deadline.pop(task_id, None)
 
     # --- reading --------------------------------------------------------------------------------------------
 

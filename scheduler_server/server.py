@@ -118,6 +118,12 @@ def make_servant(core: SchedulerCore, gate: Gate | None = None, timed: Timed = _
             return timed("add", core.add_async(list(ids), TaskKind[kind.name]), int)
 
         @rpc.map_errors
+        @guarded("remove")
+        def removeUsers(self, ids: Sequence[str], kind: Any, current: Ice.Current) -> rpc.Converted[Any, int]:
+            _check_count(ids, "ids", limit)
+            return timed("remove", core.remove_async(list(ids), TaskKind[kind.name]), int)
+
+        @rpc.map_errors
         @guarded("status")
         def stats(self, current: Ice.Current) -> Any:
             stats = core.stats()

@@ -20,6 +20,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "storage",
     "client",
     "seed",
+    "remove",
     "status",
     "tasks",
     "export",

@@ -1,10 +1,12 @@
-"""``icecrawler seed``: add crawl targets to the scheduler (addUsers)."""
+"""``icecrawler seed``: add crawl targets to the scheduler (addUsers). ``icecrawler remove`` is the same command
+with the other call (``icecrawler_cli.commands.remove``)."""
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import ClassVar
 
 from icecrawler import rpc
 from icecrawler.errors import ConfigError
@@ -45,12 +47,14 @@ def group_by_kind(ids: list[str], kind: TaskKind | None) -> dict[TaskKind, list[
     return groups
 
 
-def add_groups(scheduler: Any, groups: dict[TaskKind, list[str]], batch: int) -> dict[TaskKind, int]:
-    """Add each kind's ids through ``scheduler`` (a ``crawler_client.gateways.SchedulerGateway``, which routes
-    them to their shards) in calls of at most ``batch``; how many of each kind were new."""
+def per_kind(
+    call: Callable[[Sequence[str], TaskKind], int], groups: dict[TaskKind, list[str]], batch: int
+) -> dict[TaskKind, int]:
+    """``call`` (a ``crawler_client.gateways.TargetsGateway``'s ``add_targets`` or ``remove_targets``, which
+    route ids to their shards) with each kind's ids, in calls of at most ``batch``; the sum of its counts per
+    kind."""
     return {
-        kind: sum(scheduler.add_targets(ids[i : i + batch], kind) for i in range(0, len(ids), batch))
-        for kind, ids in groups.items()
+        kind: sum(call(ids[i : i + batch], kind) for i in range(0, len(ids), batch)) for kind, ids in groups.items()
     }
 
 
@@ -64,25 +68,29 @@ class Command(BaseCommand):
         "through Scheduler.Proxies; each id goes to the shard of its host."
     )
     takes_ice_args = True
+    #: The gateway call (``TargetsGateway.add_targets``) and what its counts are, for the summary lines.
+    call: ClassVar[str] = "add_targets"
+    counted: ClassVar[str] = "new"
+    #: What --listing does, for its help.
+    listing_help: ClassVar[str] = "add a listing task (repeatable)"
 
     def add_options(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("ids", nargs="*", metavar="SOURCE:TARGET")
         parser.add_argument("--kind", choices=sorted(KIND_NAMES), help="task kind for every id")
         parser.add_argument("--file", help="read more ids from FILE, one per line")
-        parser.add_argument(
-            "--listing", action="append", default=[], metavar="SOURCE:CATEGORY", help="add a listing task (repeatable)"
-        )
+        parser.add_argument("--listing", action="append", default=[], metavar="SOURCE:CATEGORY", help=self.listing_help)
 
     def run(self, args: argparse.Namespace, settings: Settings, ice_args: list[str]) -> int:
         groups = group_by_kind(read_ids(args.ids, args.file), KIND_NAMES[args.kind] if args.kind else None)
         if args.listing:
             groups.setdefault(TaskKind.Listing, []).extend(args.listing)
         if not groups:
-            raise ConfigError("nothing to seed: give ids, --file or --listing")
+            raise ConfigError(f"nothing to {args.command}: give ids, --file or --listing")
         from crawler_client.gateways import scheduler_gateway
 
         with rpc.communicator(ice_args) as comm:
-            added = add_groups(scheduler_gateway(comm, settings), groups, settings.get_int("scheduler.batch_limit"))
+            call = getattr(scheduler_gateway(comm, settings), self.call)
+            counts = per_kind(call, groups, settings.get_int("scheduler.batch_limit"))
         for kind, ids in groups.items():
-            print(f"{kind.value}: {added[kind]} new of {len(ids)}")
+            print(f"{kind.value}: {counts[kind]} {self.counted} of {len(ids)}")
         return 0

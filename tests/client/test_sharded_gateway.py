@@ -25,6 +25,7 @@ class FakeShard:
         self.reports: list[list[str]] = []
         self.releases: list[list[str]] = []
         self.added: list[list[str]] = []
+        self.removed: list[list[str]] = []
         self.refuse: dict[str, Exception] = {}
 
     def lease(self, worker_id: str, count: int) -> list[Task]:
@@ -60,6 +61,11 @@ class FakeShard:
     def add_targets(self, ids: Sequence[str], kind: TaskKind) -> int:
         self.added.append(list(ids))
         return len(ids)
+
+    def remove_targets(self, ids: Sequence[str], kind: TaskKind) -> int:
+        self._check(list(ids))
+        self.removed.append(list(ids))
+        return len(ids) - 1
 
 
 def sharded(*shards: FakeShard) -> ShardedScheduler:
@@ -134,6 +140,17 @@ def test_new_ids_are_split_by_host_and_counted() -> None:
     jd, shop = FakeShard(), FakeShard()
     assert sharded(jd, shop).add_targets(["jd:1", "ecshop:5", "jd:2"], TaskKind.ProductReviews) == 3
     assert (jd.added, shop.added) == ([["jd:1", "jd:2"]], [["ecshop:5"]])
+
+
+def test_removed_ids_are_split_by_host_counted_and_a_refusal_names_the_whole_call_index() -> None:
+    jd, shop = FakeShard(), FakeShard()
+    gateway = sharded(jd, shop)
+    assert gateway.remove_targets(["jd:1", "ecshop:5", "jd:2", "ecshop:6"], TaskKind.ProductReviews) == 2
+    assert (jd.removed, shop.removed) == ([["jd:1", "jd:2"]], [["ecshop:5", "ecshop:6"]])
+    shop.refuse["ecshop:7"] = InvalidArgumentError("bad", code="InvalidId")
+    with pytest.raises(InvalidArgumentError) as caught:
+        gateway.remove_targets(["ecshop:8", "jd:3", "ecshop:7"], TaskKind.ProductReviews)
+    assert caught.value.index == 2
 
 
 def test_the_proxies_must_match_the_shard_count() -> None:

@@ -125,6 +125,10 @@ OPERATIONS: dict[str, tuple[str, Callable[[Any], object]]] = {
         "scheduler",
         lambda s: s.addUsers([f"ecshop:{next(_ids)}"], rpc.crawler().TaskKind.ProductReviews),
     ),
+    "removeUsers": (
+        "scheduler",
+        lambda s: s.removeUsers([f"weibo_mobile:{next(_ids)}"], rpc.crawler().TaskKind.WeiboUser),
+    ),
     "stats": ("scheduler", lambda s: s.stats()),
     "taskInfo": ("scheduler", lambda s: s.taskInfo("user:weibo_pc:1")),
     "listTasks": ("scheduler", lambda s: s.listTasks("", "", 10)),
@@ -147,7 +151,8 @@ REPORT_OPS = {"putUsers", "putUser", "releaseUsers"}
 WRITE_OPS = {"writeReviews", "writeWB"}
 STATUS_OPS = {"stats", "taskInfo", "listTasks", "storage stats"}
 ALLOWED: dict[str, set[str]] = {
-    # A client adds what its listing crawls discover with their reports (Report.discoveredIds), never with addUsers.
+    # A client adds what its listing crawls discover with their reports (Report.discoveredIds), never with addUsers;
+    # only an operator (admin) removes targets.
     "client": LEASE_OPS | REPORT_OPS | WRITE_OPS | STATUS_OPS,
     "admin": set(OPERATIONS),
     "reader": STATUS_OPS,

@@ -1,4 +1,4 @@
-"""``icecrawler seed`` and ``icecrawler status`` as a user runs them, against a real scheduler daemon."""
+"""``icecrawler seed``, ``remove`` and ``status`` as a user runs them, against a real scheduler daemon."""
 
 from __future__ import annotations
 
@@ -56,6 +56,25 @@ def test_bad_input_is_a_clear_error(daemon: SchedulerDaemon) -> None:
     invalid = cli(daemon, "seed", "--kind", "user", "weibo_pc:1", "weibo_pc:bad id")
     assert invalid.returncode == 2 and "ids[1]" not in invalid.stdout and "invalid target" in invalid.stderr
     assert json.loads(cli(daemon, "status", "--json").stdout)["scheduler"]["tasks"] == 4
+
+
+def test_remove_then_status(daemon: SchedulerDaemon, tmp_path: Path) -> None:
+    ids = tmp_path / "gone.txt"
+    ids.write_text("weibo_pc:2803301701\nweibo_pc:404  # never seeded\n")
+    removed = cli(daemon, "remove", "jd:100012043978", "--file", str(ids), "--listing", "ecshop:3")
+    assert removed.returncode == 0, removed.stderr
+    assert removed.stdout.split("\n")[:3] == [
+        "reviews: 1 removed of 1",
+        "user: 1 removed of 2",
+        "listing: 1 removed of 1",
+    ]
+    listed = cli(daemon, "tasks", "--json")
+    assert [json.loads(line)["id"] for line in listed.stdout.splitlines()] == ["user:weibo_mobile:1669879400"]
+    invalid = cli(daemon, "remove", "weibo_mobile:1669879400", "weibo_pc:bad id")
+    assert invalid.returncode == 2 and "invalid target" in invalid.stderr
+    assert cli(daemon, "remove").returncode == 2
+    assert json.loads(cli(daemon, "status", "--json").stdout)["scheduler"]["tasks"] == 1
+    assert cli(daemon, "seed", "jd:100012043978").stdout.startswith("reviews: 1 new of 1")  # it can come back
 
 
 def test_seed_kind_inference() -> None:

@@ -1,5 +1,5 @@
 """The scheduler daemon through real Ice proxies: every operation of the contract, typed errors for bad input
-(state unchanged), a client that dies holding leases, and SIGTERM."""
+(state unchanged), removing targets, a client that dies holding leases, and SIGTERM."""
 
 from __future__ import annotations
 
@@ -173,6 +173,29 @@ def test_bad_reports_get_their_declared_exceptions(prx: Any) -> None:
     assert state(prx, *ids) == after_release
     prx.putUser(good)
     prx.releaseUsers([C.LeaseRef(taskId=t.id, leaseToken=t.leaseToken) for t in tasks if t.id not in ids])
+
+
+def test_remove_users_ends_the_tasks_and_their_leases(prx: Any) -> None:
+    ids = ["jd:880001", "jd:880002"]
+    assert prx.addUsers(ids, C.TaskKind.ProductReviews) == 2
+    leased = prx.getUsers("w-remove", 20)
+    mine = next(task for task in leased if task.id == "reviews:jd:880001")
+    prx.releaseUsers([C.LeaseRef(taskId=t.id, leaseToken=t.leaseToken) for t in leased if t is not mine])
+    before = state(prx)
+    for call, code, index in (
+        (lambda: prx.removeUsers([], C.TaskKind.ProductReviews), C.ErrorCode.EmptyBatch, -1),
+        (lambda: prx.removeUsers([ids[0], "jd:no spaces"], C.TaskKind.ProductReviews), C.ErrorCode.InvalidId, 1),
+        (lambda: prx.removeUsers(["weibo_pc:1"], C.TaskKind.ProductReviews), C.ErrorCode.InvalidId, 0),
+    ):
+        error = ice_error(call)
+        assert isinstance(error, C.InvalidArgument) and (error.code, error.index) == (code, index), error
+        assert state(prx) == before
+    assert prx.removeUsers([*ids, "jd:880003"], C.TaskKind.ProductReviews) == 2
+    stats = prx.stats()
+    assert (stats.tasks, stats.inflight) == (before[0] - 2, before[2] - 1)
+    error = ice_error(lambda: prx.putUser(C.Report(taskId=mine.id, leaseToken=mine.leaseToken, newItems=1)))
+    assert isinstance(error, C.LeaseLost) and (error.code, error.taskId) == (C.ErrorCode.TaskRemoved, mine.id)
+    assert isinstance(ice_error(lambda: prx.taskInfo(mine.id)), C.InvalidArgument)
 
 
 def test_dead_client_leases_come_back_after_the_deadline_not_before(tmp_path: Path) -> None:

@@ -69,3 +69,27 @@ def test_stale_entries_are_compacted_so_memory_stays_bounded() -> None:
     assert queues.heap_entries() <= 2 * len(tasks) + 2 * 1024 + 2
     assert queues.expired(10**9, limit=1000) == []
     assert queues.head("jd") == (200, "t0") and len(queues.due) == 100
+
+
+def test_remove_takes_a_task_out_of_either_queue_and_a_rollback_puts_it_back() -> None:
+    queues = queues_with(("a", "jd", 1), ("b", "jd", 2), ("c", "weibo_pc", 3))
+    queues.inflight("b", 50)
+    before = (dict(queues.due), dict(queues.deadline))
+    queues.begin()
+    queues.remove("a")
+    queues.remove("b")
+    assert queues.head("jd") is None and queues.expired(100, limit=10) == []
+    queues.rollback()
+    assert (queues.due, queues.deadline) == before
+    assert queues.head("jd") == (1, "a") and queues.expired(100, limit=10) == ["b"]
+
+
+def test_a_committed_removal_forgets_the_task_and_a_later_add_starts_afresh() -> None:
+    queues = queues_with(("a", "jd", 1), ("c", "weibo_pc", 3))
+    queues.begin()
+    queues.remove("a")
+    queues.commit()
+    assert queues.due == {"c": 3} and queues.head("jd") is None and queues.first_due_ms() == 3
+    assert "a" not in queues._sources  # nothing of a removed task stays behind
+    queues.pending("a", "ecshop", 7)
+    assert queues.head("ecshop") == (7, "a") and queues.head("jd") is None

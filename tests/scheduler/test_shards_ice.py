@@ -46,7 +46,7 @@ def client_properties(shards: list[SchedulerDaemon]) -> dict[str, str]:
     return {"Scheduler.Proxies": ";".join(daemon.proxy for daemon in shards)}
 
 
-def test_clients_seed_lease_and_report_across_shards_each_task_on_its_hosts_shard(tmp_path: Path) -> None:
+def test_clients_seed_lease_report_and_remove_across_shards_each_task_on_its_hosts_shard(tmp_path: Path) -> None:
     ids = [f"jd:{n}" for n in range(30)] + [f"ecshop:{n}" for n in range(20)]
     with two_shards(tmp_path) as shards, rpc.communicator(properties=client_properties(shards)) as comm:
         gateway = scheduler_gateway(comm, shard_settings(0))
@@ -72,6 +72,13 @@ def test_clients_seed_lease_and_report_across_shards_each_task_on_its_hosts_shar
                 stats = proxy.stats()
                 assert (stats.tasks, stats.pending, stats.inflight, stats.done) == (count, count, 0, count)
                 assert json.loads(stats.detailJson)["shard"] == int(source == "ecshop")
+        assert gateway.remove_targets(["jd:0", "ecshop:0", "jd:1", "ecshop:99"], TaskKind.ProductReviews) == 3
+        assert [tasks_on(daemon) for daemon in shards] == [28, 19]
+
+
+def tasks_on(daemon: SchedulerDaemon) -> int:
+    with scheduler_proxy(daemon) as proxy:
+        return int(proxy.stats().tasks)
 
 
 def test_a_shard_refuses_another_shards_ids_with_wrong_shard(tmp_path: Path) -> None:
@@ -81,6 +88,10 @@ def test_a_shard_refuses_another_shards_ids_with_wrong_shard(tmp_path: Path) -> 
         assert isinstance(error, C.InvalidArgument)
         assert (error.code, error.index) == (C.ErrorCode.WrongShard, 1)
         assert proxy.stats().tasks == 0
+        proxy.addUsers(["jd:1"], C.TaskKind.ProductReviews)
+        error = ice_error(lambda: proxy.removeUsers(["jd:1", "ecshop:1"], C.TaskKind.ProductReviews))
+        assert isinstance(error, C.InvalidArgument) and (error.code, error.index) == (C.ErrorCode.WrongShard, 1)
+        assert proxy.stats().tasks == 1
 
 
 def test_seed_and_status_route_and_add_up_over_the_shards(tmp_path: Path) -> None:
