@@ -172,17 +172,26 @@ def storage_proxy(comm: Ice.Communicator) -> Any:
 
 
 @contextmanager
-def stop_on_signals(stop: threading.Event) -> Iterator[None]:
+def stop_on_signals(stop: threading.Event, on_reload: Callable[[], None] | None = None) -> Iterator[None]:
     """Inside the block SIGTERM/SIGINT set ``stop`` (and are logged) instead of ending the process, so a daemon
-    can shut down in order; the previous handlers are back after the block.
+    can shut down in order, and SIGHUP runs ``on_reload`` when one is given (``systemctl reload``); the previous
+    handlers are back after the block.
 
     The handler only queues the signal (``SimpleQueue.put`` may be called from a signal handler) and a watcher
-    thread logs it and sets ``stop``. Setting the event in the handler could deadlock: the handler runs in the main
-    thread, which may be inside ``stop.wait()`` holding the event's own lock."""
+    thread logs it and sets ``stop`` or reloads. Setting the event in the handler could deadlock: the handler runs
+    in the main thread, which may be inside ``stop.wait()`` holding the event's own lock. A reload that fails is
+    logged with its traceback and the daemon serves on."""
     signals: queue.SimpleQueue[int | None] = queue.SimpleQueue()
 
     def _watch() -> None:
         while (signum := signals.get()) is not None:
+            if signum == signal.SIGHUP and on_reload is not None:
+                log.info("signal %d: reloading", signum)
+                try:
+                    on_reload()
+                except Exception:
+                    log.exception("reload failed; serving on as before")
+                continue
             log.info("signal %d: shutting down", signum)
             stop.set()
 
@@ -191,7 +200,8 @@ def stop_on_signals(stop: threading.Event) -> Iterator[None]:
 
     watcher = threading.Thread(target=_watch, name="signals", daemon=True)
     watcher.start()
-    previous = {sig: signal.signal(sig, _queue) for sig in (signal.SIGTERM, signal.SIGINT)}
+    handled = (signal.SIGTERM, signal.SIGINT, *((signal.SIGHUP,) if on_reload is not None else ()))
+    previous = {sig: signal.signal(sig, _queue) for sig in handled}
     try:
         yield
     finally:
@@ -222,8 +232,10 @@ def serve(
     default_endpoints: str,
     on_shutdown: Callable[[], None] | None = None,
     on_stop_requested: Callable[[], None] | None = None,
+    on_reload: Callable[[], None] | None = None,
 ) -> None:
-    """Activate ``servants`` on one adapter and block until SIGTERM/SIGINT or ``shutdown()``.
+    """Activate ``servants`` on one adapter and block until SIGTERM/SIGINT or ``shutdown()``; SIGHUP runs
+    ``on_reload`` when one is given (``stop_on_signals``).
 
     Call ``prepare_adapter`` first (a daemon does, before it opens its data); without it the endpoints are those
     of ``<adapter_name>.Endpoints`` or ``default_endpoints``. ``on_stop_requested`` runs as soon as the
@@ -248,7 +260,7 @@ def serve(
             props.getProperty(f"{adapter_name}.Endpoints"),
             props.getPropertyWithDefault(f"{adapter_name}.MessageSizeMax", props.getProperty("Ice.MessageSizeMax")),
         )
-        with stop_on_signals(stop):
+        with stop_on_signals(stop, on_reload):
             while not stop.wait(0.2):
                 if comm.isShutdown():
                     break

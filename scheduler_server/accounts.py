@@ -8,8 +8,11 @@ Accounts come from TOML files in ``scheduler.accounts_dir`` (readable by the sch
     sources = ["weibo_pc"]             # optional: default = every source in scheduler.account_sources
 
 An account is frozen on an AccountFrozen, LoginRequired or Banned report (until the Retry-After or
-``scheduler.account_freeze_s``, whichever is later), then thawed automatically. Each account has a request
-budget per minute across all clients. An exhausted pool pauses the affected sources; it never drops tasks.
+``scheduler.account_freeze_s``, whichever is later), then thawed automatically. The scheduler daemon reads the
+files again on SIGHUP (``AccountPool.replace``): an account whose cookies changed is a fresh login and is thawed
+at once, so an operator who replaces expired cookies need not restart the scheduler or wait out the freeze.
+Each account has a request budget per minute across all clients. An exhausted pool pauses the affected sources;
+it never drops tasks.
 Cookies never appear in logs or status: only ids, states and counts do.
 
 Sources that serve visitors (``sources.<name>.visitor_url``) and have no configured account get visitor
@@ -19,9 +22,10 @@ a report that it ended renews it (``scheduler_server.outcomes``).
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import tomllib
-from collections.abc import Container
+from collections.abc import Container, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,7 +35,7 @@ from icecrawler.models import SOURCES, Account
 from scheduler_server.politeness import Hold, RateWindow
 from scheduler_server.visitors import VisitorSessions
 
-__all__ = ["AccountPool", "PooledAccount", "load_accounts"]
+__all__ = ["AccountChanges", "AccountPool", "PooledAccount", "account_changes", "load_accounts", "login_digest"]
 
 #: What a source that needs no login is leased with (Account is frozen, so one instance serves every lease).
 _NO_ACCOUNT = Account()
@@ -79,6 +83,41 @@ def load_accounts(directory: str | Path, default_sources: frozenset[str]) -> lis
     return accounts
 
 
+def login_digest(cookie_blob: str) -> str:
+    """Which login a stored freeze was for, without the cookies: a restart with other cookies for the same account
+    id does not bring the freeze back (``scheduler_server.startup``)."""
+    return hashlib.sha256(cookie_blob.encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class AccountChanges:
+    """What taking a new list of accounts changes, by account id (``account_changes``)."""
+
+    kept: tuple[str, ...] = ()
+    #: Ids whose cookies changed: a fresh login, thawed.
+    renewed: tuple[str, ...] = ()
+    added: tuple[str, ...] = ()
+    removed: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        """One line for the log, ids named (never cookies)."""
+        parts = [f"{len(self.kept)} kept"]
+        for word, ids in (("renewed (thawed)", self.renewed), ("added", self.added), ("removed", self.removed)):
+            parts.append(f"{len(ids)} {word}" + (f": {', '.join(ids)}" if ids else ""))
+        return "; ".join(parts)
+
+
+def account_changes(old: Mapping[str, PooledAccount], new: list[PooledAccount]) -> AccountChanges:
+    """How the accounts ``new`` differ from ``old`` (by id): same cookies = kept, other cookies = renewed."""
+    ids = {pooled.account.id: pooled for pooled in new}
+    return AccountChanges(
+        kept=tuple(i for i in ids if i in old and old[i].account.cookie_blob == ids[i].account.cookie_blob),
+        renewed=tuple(i for i in ids if i in old and old[i].account.cookie_blob != ids[i].account.cookie_blob),
+        added=tuple(i for i in ids if i not in old),
+        removed=tuple(i for i in old if i not in ids),
+    )
+
+
 class AccountPool:
     """Round-robin over usable accounts; see the module docstring. Times are wall-clock seconds."""
 
@@ -93,12 +132,40 @@ class AccountPool:
         self.needs_account = needs_account
         self.budget_per_min = budget_per_min
         self.freeze_s = freeze_s
-        self._accounts = {pooled.account.id: pooled for pooled in accounts}
-        self._order = list(self._accounts)
         self._next = 0
         self.visitors = visitors if visitors is not None else VisitorSessions({})
+        self._take(accounts)
+
+    def _take(self, accounts: list[PooledAccount]) -> None:
+        self._accounts = {pooled.account.id: pooled for pooled in accounts}
+        self._order = list(self._accounts)
+        self._next %= max(1, len(self._order))
         #: Sources a configured account serves: those never get visitor sessions.
         self._served = frozenset(source for pooled in accounts for source in pooled.sources)
+
+    @property
+    def by_id(self) -> Mapping[str, PooledAccount]:
+        return self._accounts
+
+    def login_of(self, account_id: str) -> str:
+        """``login_digest`` of a configured account's cookies; "" for any other id (a visitor session)."""
+        pooled = self._accounts.get(account_id)
+        return login_digest(pooled.account.cookie_blob) if pooled is not None else ""
+
+    def replace(self, accounts: list[PooledAccount]) -> AccountChanges:
+        """Serve ``accounts`` from now on (the accounts files read again). An account that keeps its id keeps
+        its requests of the last minute (the site counts them against that login); one that also keeps its
+        cookies keeps its freeze, and one with new cookies is thawed. A lease already handed out with a removed
+        account runs on; its report charges and freezes nothing."""
+        changes = account_changes(self._accounts, accounts)
+        for pooled in accounts:
+            before = self._accounts.get(pooled.account.id)
+            if before is not None:
+                pooled.used = before.used
+                if pooled.account.id in changes.kept:
+                    pooled.frozen = before.frozen
+        self._take(accounts)
+        return changes
 
     def uses_visitors(self, source: str) -> bool:
         """Whether ``source`` is leased with visitor sessions (it serves visitors, no account is configured)."""

@@ -15,11 +15,11 @@ from icecrawler.errors import ConfigError
 from icecrawler.models import SOURCES
 from icecrawler.settings import Settings
 from icecrawler.shards import ShardMap, source_hosts
-from scheduler_server.accounts import AccountPool, load_accounts
+from scheduler_server.accounts import AccountPool, PooledAccount, load_accounts
 from scheduler_server.visitors import VisitorSessions
 from shhd.policies import RatePolicy, RevisitPolicy, make_policy
 
-__all__ = ["BudgetedPolicy", "Clocks", "SchedulerConfig", "core_parts"]
+__all__ = ["BudgetedPolicy", "Clocks", "SchedulerConfig", "configured_accounts", "core_parts"]
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +116,21 @@ class SchedulerConfig:
             )
 
 
+def configured_accounts(settings: Settings, config: SchedulerConfig) -> list[PooledAccount]:
+    """The accounts of ``scheduler.accounts_dir``, each on one shard's hosts (at start-up, and again on SIGHUP);
+    ConfigError names the file or account at fault."""
+    accounts = load_accounts(settings.get_str("scheduler.accounts_dir"), config.account_sources)
+    shard_map = ShardMap(config.hosts, config.shards)
+    for pooled in accounts:
+        if len({shard_map.of_source(source) for source in pooled.sources}) > 1:
+            raise ConfigError(
+                f"account {pooled.account.id} serves sources on different scheduler shards "
+                f"({', '.join(sorted(pooled.sources))}); its request budget needs one owner: "
+                "give each shard's hosts their own accounts"
+            )
+    return accounts
+
+
 def core_parts(
     settings: Settings, clocks: Clocks | None = None
 ) -> tuple[SchedulerConfig, RevisitPolicy, Clocks, AccountPool]:
@@ -133,15 +148,7 @@ def core_parts(
         )
     except ValueError as exc:
         raise ConfigError(f"scheduler.policy: {exc}") from exc
-    accounts = load_accounts(settings.get_str("scheduler.accounts_dir"), config.account_sources)
-    shard_map = ShardMap(config.hosts, config.shards)
-    for pooled in accounts:
-        if len({shard_map.of_source(source) for source in pooled.sources}) > 1:
-            raise ConfigError(
-                f"account {pooled.account.id} serves sources on different scheduler shards "
-                f"({', '.join(sorted(pooled.sources))}); its request budget needs one owner: "
-                "give each shard's hosts their own accounts"
-            )
+    accounts = configured_accounts(settings, config)
     pool = AccountPool(
         accounts,
         config.account_sources,

@@ -1,4 +1,5 @@
-"""The scheduler's logic, without Ice: add, lease, report, release, remove and expire tasks (``SchedulerCore``).
+"""The scheduler's logic, without Ice: add, lease, report, release, remove and expire tasks, and take new accounts
+(``SchedulerCore``).
 
 This module holds the six operations and the group-commit plumbing they share (some 630 lines, a tenth of them
 this docstring: each operation's step inside the transaction and its finisher after the commit are meant to be
@@ -60,7 +61,7 @@ from icecrawler.resume import is_gap
 from icecrawler.settings import Settings
 from icecrawler.shards import ShardMap
 from scheduler_server import status
-from scheduler_server.accounts import AccountPool
+from scheduler_server.accounts import AccountChanges, AccountPool, PooledAccount, account_changes
 from scheduler_server.audit import check_consistency
 from scheduler_server.budget import rebalance_budget
 from scheduler_server.cache import RecordCache
@@ -114,9 +115,15 @@ class _AllRejected(Exception):
 _CALLER_ERRORS = (InvalidArgumentError, LeaseLostError, NoWorkError)
 
 
-def _persist_hold(txn: Txn, kind: str, hold: Hold) -> None:
-    """A host block or account freeze as a ``meta`` entry (``startup`` restores them)."""
-    txn.put("meta", f"{kind}:{hold.name}".encode(), json.dumps([hold.until, hold.reason]).encode())
+def _hold_key(kind: str, name: str) -> bytes:
+    return f"{kind}:{name}".encode()
+
+
+def _persist_hold(txn: Txn, kind: str, hold: Hold, login: str = "") -> None:
+    """A host block or account freeze as a ``meta`` entry (``startup`` restores them); an account's freeze also
+    names the login it was for (``accounts.login_digest``)."""
+    value = [hold.until, hold.reason, *([login] if login else [])]
+    txn.put("meta", _hold_key(kind, hold.name), json.dumps(value).encode())
 
 
 class SchedulerCore:
@@ -478,7 +485,8 @@ class SchedulerCore:
             _persist_hold(txn, "host", effects.block_host)
             group.held_hosts.add(effects.block_host.name)
         if effects.freeze_account is not None:
-            _persist_hold(txn, "account", effects.freeze_account)
+            hold = effects.freeze_account
+            _persist_hold(txn, "account", hold, self.accounts.login_of(hold.name))
             group.frozen_accounts.add(effects.freeze_account.name)
         # Same JSON as json.dumps of {"outcome", "new", "period_s", "worker", "fetches", **lease_interval}.
         deadline_ms = record.lease_deadline_ms
@@ -564,6 +572,21 @@ class SchedulerCore:
             self._counts["pending"] += len(leases)
 
         return finish
+
+    # --- accounts ---------------------------------------------------------------------------------------------
+
+    def reload_accounts(self, accounts: list[PooledAccount]) -> AccountChanges:
+        """Serve ``accounts`` from now on (``AccountPool.replace``; the daemon reads them again on SIGHUP). The
+        persisted freezes of renewed and removed accounts are deleted first, durably, so that a restart does not
+        freeze new cookies again; if that fails (StorageUnavailableError), nothing changed."""
+        with self._lock:
+            changes = account_changes(self.accounts.by_id, accounts)
+            if changes.renewed or changes.removed:
+                with self.store.transaction() as txn:
+                    for account_id in changes.renewed + changes.removed:
+                        txn.delete("meta", _hold_key("account", account_id))
+                self.store.sync()
+            return self.accounts.replace(accounts)
 
     # --- expiry and maintenance -------------------------------------------------------------------------------
 

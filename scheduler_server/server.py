@@ -19,12 +19,13 @@ import Ice
 from icecrawler import limits, rpc
 from icecrawler.backups import PeriodicBackups, backup_dir_keys, start_backups
 from icecrawler.datalock import DataLock
-from icecrawler.errors import InvalidArgumentError, StorageUnavailableError
+from icecrawler.errors import ConfigError, InvalidArgumentError, StorageUnavailableError
 from icecrawler.metrics import MetricsConfig, MetricsEndpoint, ScrapeCollector, disk_space_families, serve
 from icecrawler.models import TaskKind
 from icecrawler.security import Gate, guarded, guarded_listening
 from icecrawler.settings import Settings
 from icecrawler.settings.validation import check_paths, validate_values
+from scheduler_server.config import configured_accounts
 from scheduler_server.core import SchedulerCore
 from scheduler_server.integrity import LOCK_FILE, backup_checked, open_checked
 from scheduler_server.listing import list_tasks
@@ -254,6 +255,18 @@ def open_core(settings: Settings) -> SchedulerCore:
         raise
 
 
+def reload_accounts(settings: Settings, core: SchedulerCore) -> None:
+    """On SIGHUP: read ``scheduler.accounts_dir`` again and serve what it holds now
+    (``SchedulerCore.reload_accounts``). A file that does not read, or a full disk, leaves the accounts in use as
+    they were."""
+    try:
+        changes = core.reload_accounts(configured_accounts(settings, core.config))
+    except (ConfigError, StorageUnavailableError) as exc:
+        log.error("accounts not reloaded, the ones in use stay: %s", exc)
+        return
+    log.info("accounts reloaded from %s: %s", settings.get_str("scheduler.accounts_dir"), changes.describe())
+
+
 def data_lock(settings: Settings) -> DataLock:
     """The lock that keeps a second scheduler off this one's database directory."""
     return DataLock(Path(settings.get_str("scheduler.db_dir")) / LOCK_FILE, "scheduler")
@@ -322,6 +335,7 @@ def run(settings: Settings, ice_args: Sequence[str], listen: str = "") -> int:
                     rpc.SCHEDULER_ENDPOINTS,
                     on_shutdown=shutdown,
                     on_stop_requested=core.stop_leasing,
+                    on_reload=lambda: reload_accounts(settings, core),
                 )
             finally:
                 shutdown()

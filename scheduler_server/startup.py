@@ -1,7 +1,7 @@
 """What a scheduler core restores when it opens its database (``restore_state``): counters, persisted host blocks,
-account freezes, open page-cap gaps and the ``rate`` policy's calibration (``meta``), the in-memory queues (from the
-queue tables) and the hosts occupied by leases that survived a restart. It also checks that the database belongs to
-this shard layout."""
+account freezes (not those of cookies since replaced), open page-cap gaps and the ``rate`` policy's calibration
+(``meta``), the in-memory queues (from the queue tables) and the hosts occupied by leases that survived a restart.
+It also checks that the database belongs to this shard layout."""
 
 from __future__ import annotations
 
@@ -49,9 +49,12 @@ def restore_state(core: SchedulerCore) -> None:
                 core.open_gaps.add(key[len(GAP_KEY) :].decode())
                 continue
             kind, _, name = key.decode().partition(":")
-            until, reason = json.loads(value)
+            until, reason, *login = json.loads(value)
             if kind == "host":
                 core.gate.block(name, until, reason)
+            elif kind == "account" and login and login[0] != core.accounts.login_of(name):
+                log.info("account %s has other cookies than when it was frozen: it starts thawed", name)
+                txn.delete("meta", key)
             elif kind == "account":
                 core.accounts.freeze(name, until, reason)
         for table in ("pending", "inflight"):

@@ -1,0 +1,202 @@
+"""Accounts read again while the scheduler runs (SIGHUP): new cookies thaw a frozen account at once and after a
+restart, the same cookies keep a freeze, removed accounts are no longer leased, and a file that does not read
+leaves the accounts in use as they were. The pool's rules without a store, the core's over both stores, then the
+real daemon and its signal."""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from icecrawler import rpc
+from icecrawler.models import Account, Outcome, Report, TaskKind
+from scheduler_server.accounts import AccountPool, PooledAccount, account_changes
+from scheduler_server.config import configured_accounts
+from scheduler_server.core import SchedulerCore
+from scheduler_server.store import BdbQueueStore, QueueStore
+from tests.helpers import wait_for
+from tests.scheduler.conftest import ManualClocks, make_settings
+from tests.scheduler.daemon import scheduler_daemon, scheduler_proxy
+
+ONE = '[[account]]\nid = "a1"\ncookies = "SUB={cookies}"\n'
+TWO = ONE + '\n[[account]]\nid = "a2"\ncookies = "SUB=second"\n'
+
+
+def pooled(account_id: str, cookies: str) -> PooledAccount:
+    return PooledAccount(Account(account_id, cookies), frozenset({"weibo_pc"}))
+
+
+def test_changes_are_counted_by_id_and_cookies() -> None:
+    old = {p.account.id: p for p in (pooled("a1", "x"), pooled("a2", "y"), pooled("a3", "z"))}
+    changes = account_changes(old, [pooled("a1", "x"), pooled("a2", "SUB=secret"), pooled("a4", "w")])
+    assert (changes.kept, changes.renewed, changes.added, changes.removed) == (("a1",), ("a2",), ("a4",), ("a3",))
+    text = changes.describe()
+    assert text == "1 kept; 1 renewed (thawed): a2; 1 added: a4; 1 removed: a3" and "secret" not in text
+
+
+def test_the_pool_keeps_freezes_and_budgets_by_login() -> None:
+    pool = AccountPool([pooled("a1", "x"), pooled("a2", "y")], frozenset({"weibo_pc"}), 2, 60.0)
+    now = 1000.0
+    assert pool.pick("weibo_pc", now) is not None and pool.pick("weibo_pc", now) is not None
+    pool.freeze("a1", now + 60, "LoginRequired")
+    pool.freeze("a2", now + 60, "LoginRequired")
+    pool.replace([pooled("a1", "x"), pooled("a2", "fresh"), pooled("a3", "z")])
+    picked = pool.pick("weibo_pc", now)
+    assert picked is not None and (picked.id, picked.cookie_blob) == ("a2", "fresh")  # renewed: thawed
+    assert pool.pick("weibo_pc", now) == Account("a3", "z")  # a1 keeps its freeze; a2 used its budget of 2
+    assert pool.describe(now)["a1"]["state"] == "frozen"
+    pool.replace([pooled("a3", "z")])
+    assert set(pool.describe(now)) == {"a3"}
+    pool.charge("a1", 5, now)  # a lease handed out with a removed account reports: nothing to charge or freeze
+    pool.freeze("a1", now + 60, "Banned")
+    assert set(pool.describe(now)) == {"a3"}
+
+
+def frozen_core(store: QueueStore, clocks: ManualClocks, accounts: Path) -> SchedulerCore:
+    """A core whose only account a1 was frozen by a LoginRequired report."""
+    settings = make_settings(
+        scheduler__accounts_dir=str(accounts),
+        scheduler__account_sources="weibo_pc",
+        scheduler__account_freeze_s=3600.0,
+    )
+    core = SchedulerCore.from_settings(settings, store, clocks)
+    core.add(["weibo_pc:1"], TaskKind.WeiboUser)
+    task = core.lease("w", 1)[0]
+    core.report([Report(task.id, task.lease_token, outcome=Outcome.LoginRequired)])
+    return core
+
+
+def test_new_cookies_thaw_an_account_now_and_after_a_restart(tmp_path: Path, clocks: ManualClocks) -> None:
+    accounts = tmp_path / "accounts"
+    accounts.mkdir()
+    (accounts / "pool.toml").write_text(ONE.format(cookies="old"))
+    core = frozen_core(BdbQueueStore(tmp_path / "db"), clocks, accounts)
+    clocks.advance(120)  # the task is due again, the account still frozen
+    assert core.stats()["detail"]["accounts"]["a1"]["state"] == "frozen"
+    settings = make_settings(scheduler__accounts_dir=str(accounts))
+    assert core.reload_accounts(configured_accounts(settings, core.config)).kept == ("a1",)
+    assert core.stats()["detail"]["accounts"]["a1"]["state"] == "frozen"  # the same login stays frozen
+    (accounts / "pool.toml").write_text(ONE.format(cookies="new"))
+    assert core.reload_accounts(configured_accounts(settings, core.config)).renewed == ("a1",)
+    task = core.lease("w", 1)[0]
+    assert (task.account.id, task.account.cookie_blob) == ("a1", "SUB=new")
+    core.release([(task.id, task.lease_token)])
+    core.close()
+    again = SchedulerCore.from_settings(
+        make_settings(scheduler__accounts_dir=str(accounts), scheduler__account_sources="weibo_pc"),
+        BdbQueueStore(tmp_path / "db"),
+        clocks,
+    )
+    try:  # the freeze of the old cookies was deleted with the reload: a restart does not bring it back
+        assert again.stats()["detail"]["accounts"]["a1"]["state"] == "ok"
+        assert again.lease("w", 1)[0].account.cookie_blob == "SUB=new"
+    finally:
+        again.close()
+
+
+@pytest.mark.bdb
+def test_a_restart_keeps_the_freeze_of_the_same_cookies_only(tmp_path: Path, clocks: ManualClocks) -> None:
+    accounts = tmp_path / "accounts"
+    accounts.mkdir()
+    (accounts / "pool.toml").write_text(ONE.format(cookies="old"))
+    settings = make_settings(
+        scheduler__accounts_dir=str(accounts),
+        scheduler__account_sources="weibo_pc",
+        scheduler__account_freeze_s=3600.0,
+    )
+    frozen_core(BdbQueueStore(tmp_path / "db"), clocks, accounts).close()
+
+    def state_after_restart() -> str:
+        core = SchedulerCore.from_settings(settings, BdbQueueStore(tmp_path / "db"), clocks)
+        try:
+            return str(core.stats()["detail"]["accounts"]["a1"]["state"])
+        finally:
+            core.close()
+
+    assert state_after_restart() == "frozen"
+    store = BdbQueueStore(tmp_path / "db")
+    with store.transaction() as txn:  # a freeze stored before freezes named their login: kept, as it was
+        until, reason, _ = json.loads(txn.get("meta", b"account:a1") or b"[]")
+        txn.put("meta", b"account:a1", json.dumps([until, reason]).encode())
+    store.close()
+    assert state_after_restart() == "frozen"
+    frozen_core(BdbQueueStore(tmp_path / "db2"), clocks, accounts).close()  # a freeze that names its login
+    (accounts / "pool.toml").write_text(ONE.format(cookies="new"))
+    core = SchedulerCore.from_settings(settings, BdbQueueStore(tmp_path / "db2"), clocks)
+    try:
+        assert core.stats()["detail"]["accounts"]["a1"]["state"] == "ok"
+        clocks.advance(1)
+        assert core.lease("w", 1)[0].account.cookie_blob == "SUB=new"
+    finally:
+        core.close()
+
+
+def test_a_removed_account_is_no_longer_leased(store: QueueStore, clocks: ManualClocks, tmp_path: Path) -> None:
+    accounts = tmp_path / "accounts"
+    accounts.mkdir()
+    (accounts / "pool.toml").write_text(TWO.format(cookies="old"))
+    settings = make_settings(scheduler__accounts_dir=str(accounts), scheduler__account_sources="weibo_pc")
+    core = SchedulerCore.from_settings(settings, store, clocks)
+    core.add(["weibo_pc:1", "weibo_pc:2"], TaskKind.WeiboUser)
+    held = core.lease("w", 1)[0]
+    (accounts / "pool.toml").write_text('[[account]]\nid = "a2"\ncookies = "SUB=second"\n')
+    assert core.reload_accounts(configured_accounts(settings, core.config)).removed == ("a1",)
+    assert held.account.id == "a1"
+    core.report([Report(held.id, held.lease_token, outcome=Outcome.LoginRequired)])  # lands, freezes nothing
+    clocks.advance(120)
+    assert {task.account.id for task in core.lease("w", 2)} == {"a2"}
+
+
+def leased_cookies(proxy: Any) -> str | None:
+    """Lease the task and give it back: the cookies it came with, or None while no account can take it."""
+    C = rpc.crawler()
+    try:
+        task = proxy.getUser("reload-test")
+    except C.NoWork:
+        return None
+    proxy.releaseUsers([C.LeaseRef(taskId=task.id, leaseToken=task.leaseToken)])
+    return str(task.account.cookieBlob)
+
+
+@pytest.mark.ice
+@pytest.mark.bdb
+def test_sighup_reloads_the_accounts_of_a_running_scheduler(tmp_path: Path) -> None:
+    C = rpc.crawler()
+    accounts = tmp_path / "accounts"
+    accounts.mkdir(mode=0o700)
+    pool = accounts / "pool.toml"
+    pool.write_text(ONE.format(cookies="old"))
+    pool.chmod(0o600)
+    settings = {
+        "scheduler__accounts_dir": str(accounts),
+        "scheduler__account_sources": "weibo_pc",
+        "scheduler__account_freeze_s": 3600,
+    }
+    with scheduler_daemon(tmp_path, **settings) as daemon, scheduler_proxy(daemon) as proxy:
+        process = daemon.process
+        assert process is not None
+        proxy.addUsers(["weibo_pc:1"], C.TaskKind.WeiboUser)
+        task = proxy.getUser("reload-test")
+        assert task.account.cookieBlob == "SUB=old"
+        proxy.putUser(C.Report(taskId=task.id, leaseToken=task.leaseToken, outcome=C.Outcome.LoginRequired))
+        assert leased_cookies(proxy) is None  # due again at once, but its only account is frozen for an hour
+        pool.write_text(ONE.format(cookies="new"))
+        process.popen.send_signal(signal.SIGHUP)
+        wait_for(lambda: leased_cookies(proxy) == "SUB=new", "the new cookies were never leased", 30)
+        assert "accounts reloaded" in process.log_path.read_text()
+        pool.write_text("[[account]\nthis is not toml")
+        process.popen.send_signal(signal.SIGHUP)
+        wait_for(
+            lambda: "accounts not reloaded" in process.log_path.read_text(),
+            "a bad accounts file on SIGHUP was not reported",
+            30,
+        )
+        assert process.alive() and leased_cookies(proxy) == "SUB=new"  # the accounts in use stay
+        detail = json.loads(proxy.stats().detailJson)
+        assert detail["accounts"]["a1"]["state"] == "ok" and "SUB=" not in json.dumps(detail)
+        assert daemon.stop() == 0
+    assert "Traceback" not in process.log_path.read_text()
