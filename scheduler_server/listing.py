@@ -1,8 +1,9 @@
 """``listTasks``: one page of the task table for ``icecrawler tasks``, in id order.
 
-Reads the ``tasks`` table (ids, periods, attempts) and takes each task's queue and time from the core's
-in-memory queues (``queues``), which are the authority on pending/in-flight (a lease does not rewrite the
-record). Paging is by id (``after``), so a listing of a large table never holds more than one page.
+Reads the ``tasks`` table (ids, periods, attempts, the last crawl's outcome and error class) and takes each task's
+queue and time from the core's in-memory queues (``queues``), which are the authority on pending/in-flight (a lease
+does not rewrite the record). Paging is by id (``after``), so a listing of a large table never holds more than one
+page.
 """
 
 from __future__ import annotations
@@ -40,7 +41,13 @@ def list_tasks(core: SchedulerCore, prefix: str, after: str, max_tasks: int) -> 
                 if not task_id.startswith(prefix):
                     break
                 record = TaskRecord.from_bytes(value)
-                row: dict[str, Any] = {"id": task_id, "periodS": record.period_s, "attempts": record.attempts}
+                row: dict[str, Any] = {
+                    "id": task_id,
+                    "periodS": record.period_s,
+                    "attempts": record.attempts,
+                    "lastOutcome": record.last_outcome,
+                    "lastError": record.last_error,
+                }
                 if task_id in core.queues.deadline:
                     row["state"] = "inflight"
                     row["leaseLeftS"] = round((core.queues.deadline[task_id] - wall_ms) / 1000, 3)

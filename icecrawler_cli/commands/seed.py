@@ -4,6 +4,7 @@ with the other call (``icecrawler_cli.commands.remove``)."""
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import ClassVar
@@ -26,21 +27,31 @@ KIND_NAMES = {kind.value: kind for kind in TaskKind}
 
 
 def read_ids(values: list[str], file: str | None) -> list[str]:
-    """Ids from the arguments, then from the file (one per line; blank lines and # comments skipped)."""
+    """Ids from the arguments, then from the file (``-``: standard input; one per line, blank lines and # comments
+    skipped)."""
     ids = list(values)
     if file:
         try:
-            lines = Path(file).read_text(encoding="utf-8").splitlines()
-        except OSError as exc:
+            text = sys.stdin.read() if file == "-" else Path(file).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
             raise ConfigError(f"cannot read {file}: {exc}") from exc
+        lines = text.splitlines()
         ids += [line.split("#", 1)[0].strip() for line in lines if line.split("#", 1)[0].strip()]
     return ids
 
 
 def group_by_kind(ids: list[str], kind: TaskKind | None) -> dict[TaskKind, list[str]]:
+    """``<source>:<target>`` ids by task kind: ``kind`` if given, else the source's default. A task id as
+    ``icecrawler tasks`` prints it (``<kind>:<source>:<target>``) names its own kind."""
     groups: dict[TaskKind, list[str]] = {}
     for text in ids:
-        source = text.partition(":")[0]
+        own_kind, _, rest = text.partition(":")
+        if own_kind in KIND_NAMES and rest:
+            if kind is not None and KIND_NAMES[own_kind] is not kind:
+                raise ConfigError(f"{text!r} is a {own_kind} task, but --kind says {kind.value}")
+            groups.setdefault(KIND_NAMES[own_kind], []).append(rest)
+            continue
+        source = own_kind
         if kind is None and source not in SOURCES:
             raise ConfigError(f"{text!r}: unknown source {source!r} (known: {', '.join(sorted(SOURCES))})")
         groups.setdefault(kind or default_kind(source), []).append(text)
@@ -62,7 +73,8 @@ class Command(BaseCommand):
     summary = "add targets to the scheduler: weibo_mobile:1669879400 jd:100012043978 ..."
     description = (
         "Add crawl targets as <source>:<target> ids. The kind follows from the source (weibo_* = user "
-        "timelines, jd/ecshop = product reviews) unless --kind is given; --listing SOURCE:CATEGORY "
+        "timelines, jd/ecshop = product reviews) unless --kind is given or the id is a task id as icecrawler "
+        "tasks prints it (<kind>:<source>:<target>); --listing SOURCE:CATEGORY "
         "adds listing pages that discover products. Known ids are ignored. The scheduler is found "
         "through the Scheduler.Proxy Ice property (default: the local scheduler), or its shards "
         "through Scheduler.Proxies; each id goes to the shard of its host."
@@ -77,7 +89,7 @@ class Command(BaseCommand):
     def add_options(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("ids", nargs="*", metavar="SOURCE:TARGET")
         parser.add_argument("--kind", choices=sorted(KIND_NAMES), help="task kind for every id")
-        parser.add_argument("--file", help="read more ids from FILE, one per line")
+        parser.add_argument("--file", help="read more ids from FILE (- for standard input), one per line")
         parser.add_argument("--listing", action="append", default=[], metavar="SOURCE:CATEGORY", help=self.listing_help)
 
     def run(self, args: argparse.Namespace, settings: Settings, ice_args: list[str]) -> int:

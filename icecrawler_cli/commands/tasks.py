@@ -1,4 +1,4 @@
-"""``icecrawler tasks``: list the scheduler's tasks (id, queue, when due, period), a page at a time."""
+"""``icecrawler tasks``: list the scheduler's tasks (id, queue, when due, period, last outcome), a page at a time."""
 
 from __future__ import annotations
 
@@ -9,11 +9,14 @@ from collections.abc import Iterator
 from typing import Any
 
 from icecrawler import rpc
+from icecrawler.outcomes import Outcome
 from icecrawler.settings import Settings
 from icecrawler_cli.commands import BaseCommand
 
 #: Tasks asked for per call (at most the scheduler's batch limit, 1000 by default).
 PAGE = 500
+#: What --outcome accepts: the names a report's outcome has in ``lastOutcome``.
+OUTCOME_NAMES = [outcome.value for outcome in Outcome]
 
 
 def pages(proxy: Any, prefix: str, limit: int, page: int = PAGE) -> Iterator[dict[str, Any]]:
@@ -36,22 +39,35 @@ def render(row: dict[str, Any]) -> str:
         if row["state"] == "pending"
         else f"lease ends in {row.get('leaseLeftS', 0):.0f}s"
     )
-    return f"{row['id']}  {row['state']}  {when}  period {row['periodS']:.0f}s  attempts {row['attempts']}"
+    last = row.get("lastOutcome") or "never crawled"
+    if row.get("lastError"):
+        last += f" ({row['lastError']})"
+    return f"{row['id']}  {row['state']}  {when}  period {row['periodS']:.0f}s  attempts {row['attempts']}  last {last}"
 
 
 class Command(BaseCommand):
-    summary = "list tasks (id, pending or in flight, when due, period), optionally by id prefix"
+    summary = "list tasks (id, pending or in flight, when due, period, last outcome), optionally by id prefix"
     description = (
         "Ask the scheduler (Scheduler.Proxy, or every shard in Scheduler.Proxies) for its tasks in id "
         "order. Examples:\n\n  icecrawler tasks\n  icecrawler tasks --prefix reviews:jd: --limit 50\n"
-        "  icecrawler tasks --json > tasks.jsonl"
+        "  icecrawler tasks --json > tasks.jsonl\n"
+        "  icecrawler tasks --outcome NotFound --ids | icecrawler remove --file -   # targets that are gone"
     )
     takes_ice_args = True
 
     def add_options(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--prefix", default="", help="only ids starting with this, e.g. user:weibo_pc:")
         parser.add_argument("--limit", type=int, default=1000, help="most tasks to list (default 1000)")
-        parser.add_argument("--json", action="store_true", help="one JSON object per line")
+        parser.add_argument(
+            "--outcome",
+            choices=OUTCOME_NAMES,
+            help="only tasks whose last crawl ended so (NotFound: the target is gone, or never was)",
+        )
+        shape = parser.add_mutually_exclusive_group()
+        shape.add_argument("--json", action="store_true", help="one JSON object per line")
+        shape.add_argument(
+            "--ids", action="store_true", help="task ids only, one per line (what icecrawler remove --file reads)"
+        )
 
     def run(self, args: argparse.Namespace, settings: Settings, ice_args: list[str]) -> int:
         if args.limit < 1:
@@ -60,11 +76,16 @@ class Command(BaseCommand):
         shown = 0
         with rpc.communicator(ice_args) as comm:
             for proxy in rpc.scheduler_proxies(comm):
-                for row in pages(proxy, args.prefix, args.limit - shown):
-                    print(json.dumps(row, ensure_ascii=False) if args.json else render(row))
+                # With --outcome every task is read (a page at a time) and only the matching ones count.
+                for row in pages(proxy, args.prefix, args.limit - shown if args.outcome is None else 2**62):
+                    if args.outcome is not None and row.get("lastOutcome") != args.outcome:
+                        continue
+                    print(row["id"] if args.ids else json.dumps(row, ensure_ascii=False) if args.json else render(row))
                     shown += 1
+                    if shown >= args.limit:
+                        break
                 if shown >= args.limit:
                     break
-        if not args.json:
+        if not (args.json or args.ids):
             print(f"{shown} task(s)")
         return 0

@@ -1,7 +1,7 @@
 """Operator friction from the kill -9 run, each fixed and checked against the real daemons: endpoints given on
-the command line, a command that lists tasks, progress lines without carriage returns in logs, and a server
-that answers with an error told apart from one that cannot be reached. (A wrong ``export`` store path is a
-row of test_startup_errors.)"""
+the command line, a command that lists tasks (and those found gone, for ``icecrawler remove``), progress lines
+without carriage returns in logs, and a server that answers with an error told apart from one that cannot be
+reached. (A wrong ``export`` store path is a row of test_startup_errors.)"""
 
 from __future__ import annotations
 
@@ -64,6 +64,36 @@ def test_tasks_lists_every_task_with_its_state(scheduler: str, tmp_path: Path) -
     assert listed.stdout.splitlines()[-1] == "3 task(s)" and "pending" in listed.stdout
     as_json = _cli("tasks", "--json", proxy=scheduler, tmp=tmp_path)
     assert {json.loads(line)["id"] for line in as_json.stdout.splitlines()} >= {f"reviews:{i}" for i in ids}
+
+
+def test_targets_found_gone_are_listed_and_removed_in_one_pipe(scheduler: str, tmp_path: Path) -> None:
+    C = rpc.crawler()
+    mine = [f"reviews:ecshop:{n}" for n in (901, 902, 903)]
+    with rpc.communicator() as comm:
+        proxy = C.SchedulerPrx(comm, scheduler)
+        proxy.addUsers([task_id.split(":", 1)[1] for task_id in mine], C.TaskKind.ProductReviews)
+        leased = proxy.getUsers("operator-test", 100)
+        outcomes = {mine[0]: C.Outcome.NotFound, mine[1]: C.Outcome.Ok}
+        proxy.putUsers(
+            [C.Report(taskId=t.id, leaseToken=t.leaseToken, outcome=outcomes[t.id]) for t in leased if t.id in outcomes]
+        )
+        proxy.releaseUsers([C.LeaseRef(taskId=t.id, leaseToken=t.leaseToken) for t in leased if t.id not in outcomes])
+    listed = _cli("tasks", "--prefix", "reviews:ecshop:90", proxy=scheduler, tmp=tmp_path)
+    lines = {line.split()[0]: line for line in listed.stdout.splitlines()[:-1]}
+    assert "last NotFound" in lines[mine[0]] and "last Ok" in lines[mine[1]] and "never crawled" in lines[mine[2]]
+    gone = _cli("tasks", "--outcome", "NotFound", "--ids", proxy=scheduler, tmp=tmp_path)
+    assert gone.returncode == 0 and gone.stdout == f"{mine[0]}\n", gone.stdout + gone.stderr
+    conf = tmp_path / "client.conf"
+    removed = subprocess.run(
+        icecrawler_argv("remove", "--file", "-", f"--Ice.Config={conf}"),
+        input=gone.stdout,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert removed.returncode == 0 and removed.stdout == "reviews: 1 removed of 1\n", removed.stdout + removed.stderr
+    after = _cli("tasks", "--prefix", "reviews:ecshop:90", "--json", proxy=scheduler, tmp=tmp_path)
+    assert [json.loads(line)["id"] for line in after.stdout.splitlines()] == mine[1:]
 
 
 def test_tasks_refuses_a_page_over_the_batch_limit(scheduler: str) -> None:

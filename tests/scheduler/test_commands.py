@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 from collections.abc import Iterator
@@ -86,7 +87,19 @@ def test_seed_kind_inference() -> None:
     assert group_by_kind(["weibo_web:1669879400", "weibo_pc:2"], None) == {
         TaskKind.WeiboUser: ["weibo_web:1669879400", "weibo_pc:2"]
     }
+    assert group_by_kind(["user:weibo_pc:1", "reviews:jd:2", "listing:ecshop:3", "jd:4"], None) == {
+        TaskKind.WeiboUser: ["weibo_pc:1"],
+        TaskKind.ProductReviews: ["jd:2", "jd:4"],
+        TaskKind.Listing: ["ecshop:3"],
+    }  # task ids as icecrawler tasks prints them name their own kind
+    with pytest.raises(ConfigError, match="is a listing task, but --kind says reviews"):
+        group_by_kind(["listing:ecshop:3"], TaskKind.ProductReviews)
     with pytest.raises(ConfigError, match="unknown source"):
         group_by_kind(["nowhere:1"], None)
     with pytest.raises(ConfigError, match="cannot read"):
         read_ids([], "/nonexistent/ids.txt")
+
+
+def test_ids_from_standard_input(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("sys.stdin", io.StringIO("reviews:jd:1\n\n# a comment\nweibo_pc:2  # a user\n"))
+    assert read_ids(["jd:0"], "-") == ["jd:0", "reviews:jd:1", "weibo_pc:2"]
