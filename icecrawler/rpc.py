@@ -2,6 +2,7 @@
 exceptions and back. Two parts live in modules of their own and are re-exported here, so callers import only
 ``rpc``: loading the Slice contract (``icecrawler.contract``: ``crawler()``, ``load_slice``, ``SLICE_FILE``) and
 converting between the Slice types and the plain core types of ``icecrawler.models`` (``icecrawler.convert``).
+``stop_on_signals`` (``icecrawler.stopsignals``, which imports no Ice) is re-exported too.
 """
 
 from __future__ import annotations
@@ -10,8 +11,6 @@ import ctypes
 import functools
 import gc
 import logging
-import queue
-import signal
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -41,6 +40,7 @@ from icecrawler.errors import (
     StorageUnavailableError,
 )
 from icecrawler.listening import create_adapter, listen_endpoints, one_line, prepare_adapter
+from icecrawler.stopsignals import stop_on_signals
 
 __all__ = [
     "SCHEDULER_ADAPTER",
@@ -169,46 +169,6 @@ def storage_proxy(comm: Ice.Communicator) -> Any:
     """Typed Storage proxy from the ``Storage.Proxy`` property (default: the local storage server)."""
     text = comm.getProperties().getPropertyWithDefault("Storage.Proxy", f"{STORAGE_IDENTITY}:{STORAGE_ENDPOINTS}")
     return crawler().StoragePrx(comm, text)
-
-
-@contextmanager
-def stop_on_signals(stop: threading.Event, on_reload: Callable[[], None] | None = None) -> Iterator[None]:
-    """Inside the block SIGTERM/SIGINT set ``stop`` (and are logged) instead of ending the process, so a daemon
-    can shut down in order, and SIGHUP runs ``on_reload`` when one is given (``systemctl reload``); the previous
-    handlers are back after the block.
-
-    The handler only queues the signal (``SimpleQueue.put`` may be called from a signal handler) and a watcher
-    thread logs it and sets ``stop`` or reloads. Setting the event in the handler could deadlock: the handler runs
-    in the main thread, which may be inside ``stop.wait()`` holding the event's own lock. A reload that fails is
-    logged with its traceback and the daemon serves on."""
-    signals: queue.SimpleQueue[int | None] = queue.SimpleQueue()
-
-    def _watch() -> None:
-        while (signum := signals.get()) is not None:
-            if signum == signal.SIGHUP and on_reload is not None:
-                log.info("signal %d: reloading", signum)
-                try:
-                    on_reload()
-                except Exception:
-                    log.exception("reload failed; serving on as before")
-                continue
-            log.info("signal %d: shutting down", signum)
-            stop.set()
-
-    def _queue(signum: int, _frame: Any) -> None:
-        signals.put(signum)
-
-    watcher = threading.Thread(target=_watch, name="signals", daemon=True)
-    watcher.start()
-    handled = (signal.SIGTERM, signal.SIGINT, *((signal.SIGHUP,) if on_reload is not None else ()))
-    previous = {sig: signal.signal(sig, _queue) for sig in handled}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        signals.put(None)
-        watcher.join()
 
 
 #: The daemons' garbage-collector thresholds (Python's default is (700, 10, 10)). Every call unmarshals Slice

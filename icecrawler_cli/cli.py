@@ -13,7 +13,8 @@ from icecrawler.errors import IcecrawlerError
 from icecrawler.logs import configure_logging
 from icecrawler.optional import explain_missing, use_source_checkout
 from icecrawler.settings import load_settings
-from icecrawler_cli.commands import COMMAND_MODULES, BaseCommand, Unavailable
+from icecrawler.stopsignals import hold_stop_signals
+from icecrawler_cli.commands import COMMAND_MODULES, SERVES_UNTIL_STOPPED, BaseCommand, Unavailable
 
 __all__ = ["main"]
 
@@ -102,6 +103,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ice_args = [arg for arg in argv if arg.startswith(ICE_PREFIXES)]
     rest = [arg for arg in argv if not arg.startswith(ICE_PREFIXES)]
     named = next((arg for arg in rest if not arg.startswith("-")), None)
+    if named in SERVES_UNTIL_STOPPED:
+        hold_stop_signals()  # before the imports: a stop during start-up is kept for the daemon, not fatal
     # Only the command being run is imported (a daemon starts without loading every role); --help and an unknown
     # name load them all, to list them.
     commands = _load_commands([named] if named in COMMAND_MODULES else COMMAND_MODULES)

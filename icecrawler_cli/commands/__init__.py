@@ -12,7 +12,7 @@ from typing import ClassVar
 from icecrawler.errors import MissingPartError
 from icecrawler.settings import Settings
 
-__all__ = ["COMMAND_MODULES", "BaseCommand", "Unavailable"]
+__all__ = ["COMMAND_MODULES", "SERVES_UNTIL_STOPPED", "BaseCommand", "Unavailable"]
 
 #: Subcommands in the order ``--help`` lists them.
 COMMAND_MODULES: tuple[str, ...] = (
@@ -33,6 +33,10 @@ COMMAND_MODULES: tuple[str, ...] = (
     "sandbox",
     "targets",
 )
+
+#: Commands that serve until SIGTERM/SIGINT: ``icecrawler_cli.cli`` holds those signals from its first step, so
+#: one that comes during start-up stops the command in order once it serves (``icecrawler.stopsignals``).
+SERVES_UNTIL_STOPPED = frozenset({"scheduler", "storage", "client", "targets"})
 
 
 class BaseCommand:

@@ -1,12 +1,17 @@
-"""SIGTERM/SIGINT stop a daemon in order (``rpc.stop_on_signals``), with real signals in a child process."""
+"""SIGTERM/SIGINT stop a daemon in order (``icecrawler.stopsignals``), with real signals in a child process: while
+it serves, and while it is still starting."""
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
+from icecrawler.processes import free_port, icecrawler_argv
 from tests.foundation.test_docs import REPO
+from tests.helpers import poll_until
 
 #: The child: its main thread holds the stop event's own lock (as it does inside ``stop.wait()``) when SIGTERM
 #: comes, then waits for the event as a daemon's main loop does. A handler that set the event itself would wait
@@ -14,7 +19,7 @@ from tests.foundation.test_docs import REPO
 CHILD = textwrap.dedent(
     """
     import os, signal, threading
-    from icecrawler.rpc import stop_on_signals
+    from icecrawler.stopsignals import stop_on_signals
 
     stop = threading.Event()
     with stop_on_signals(stop):
@@ -41,3 +46,45 @@ def test_a_signal_sets_stop_even_while_the_main_thread_holds_the_events_lock() -
         raise AssertionError(f"the child hung on SIGTERM (deadlock in the signal handler): {exc.stderr!r}") from None
     assert done.returncode == 0, done.stderr
     assert "stopped in order" in done.stdout
+
+
+def holds_sigterm_while_starting(pid: int) -> bool:
+    """Whether process ``pid`` catches SIGTERM (SigCgt of /proc/PID/status) while it still runs one thread: a
+    daemon's own handlers come with ``stop_on_signals``, which starts a watcher thread first, so this is the hold
+    of the start-up."""
+    try:
+        status = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines())
+    except OSError:
+        return False
+    caught = int(status["SigCgt"].strip(), 16) >> (signal.SIGTERM - 1) & 1
+    return bool(caught) and status["Threads"].strip() == "1"
+
+
+def test_sigterm_during_a_daemons_start_up_stops_it_in_order(tmp_path: Path) -> None:
+    """A client stopped while it is still starting (imports, jieba's dictionary): the signal is held until it
+    serves, then it stops as from any SIGTERM, exit status 0; without the hold it died of the signal (-15)."""
+    conf = tmp_path / "client.conf"
+    conf.write_text(
+        f"Scheduler.Proxy=scheduler:tcp -h 127.0.0.1 -p {free_port()}\n"
+        f"Storage.Proxy=storage:tcp -h 127.0.0.1 -p {free_port()}\n"
+    )
+    log = tmp_path / "client.log"
+    with log.open("wb") as out:
+        child = subprocess.Popen(
+            icecrawler_argv("client", "--set", "metrics.client.port=0", f"--Ice.Config={conf}"),
+            cwd=REPO,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            # The hold comes within the first tenth of a second; the client serves about a second later.
+            held = poll_until(lambda: holds_sigterm_while_starting(child.pid), 20, 0.002)
+            assert held, "the client never held SIGTERM while it started"
+            child.send_signal(signal.SIGTERM)
+            code = child.wait(timeout=60)
+        finally:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+    assert code == 0, log.read_text()[-3000:]
+    assert "signal 15 during start-up: shutting down" in log.read_text()
