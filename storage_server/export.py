@@ -2,7 +2,8 @@
 
 Reads straight from the backend (embedded SQLite or HBase), in row-key order, one row at a time: memory stays
 flat however big the table is. ``since`` keeps records fetched at or after a time, so a nightly job can export
-only what is new. Progress goes to a callback (the command draws it on stderr); records go to ``out``.
+only what is new; ``owner`` reads one user's posts or one product's reviews, one prefix scan of the row keys
+(``schema.owner_prefix``). Progress goes to a callback (the command draws it on stderr); records go to ``out``.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Callable, Iterator
 from typing import TextIO
 
 from icecrawler.errors import ConfigError
-from storage_server.schema import COLUMNS, TABLES, Column, parse_time_ms
+from storage_server.schema import COLUMNS, TABLES, WEIBO, Column, owner_prefix, parse_time_ms
 from storage_server.stores import RecordStore
 
 __all__ = ["FORMATS", "export", "rows_since"]
@@ -21,17 +22,25 @@ __all__ = ["FORMATS", "export", "rows_since"]
 FORMATS = ("jsonl", "csv")
 
 
-def rows_since(store: RecordStore, table: str, since: str = "") -> Iterator[dict[str, Column]]:
-    """The table's records as column dicts, keeping those with ``fetched_at >= since`` when ``since`` is set."""
+def rows_since(store: RecordStore, table: str, since: str = "", owner: str = "") -> Iterator[dict[str, Column]]:
+    """The table's records as column dicts, keeping those with ``fetched_at >= since`` when ``since`` is set, and
+    only those of ``owner`` (a user id for weibo, a product id for review) when it is set."""
     if table not in TABLES:
         raise ConfigError(f"--table must be one of {', '.join(TABLES)}, not {table!r}")
+    prefix = b""
+    if owner:
+        if table == WEIBO and not (owner.isascii() and owner.isdigit() and int(owner) < 2**64):
+            raise ConfigError(f"--owner {owner!r}: a weibo owner is a user id (digits)")
+        if len(owner.encode()) > 255:
+            raise ConfigError(f"--owner {owner[:40]!r}...: longer than a product id can be (255 bytes)")
+        prefix = owner_prefix(table, owner)
     since_ms = None
     if since:
         try:
             since_ms = parse_time_ms(since)
         except ValueError as exc:
             raise ConfigError(f"--since {since!r}: {exc}") from exc
-    for row in store.scan(table):
+    for row in store.scan(table, prefix):
         if since_ms is not None:
             fetched = str(row.columns.get("fetched_at", ""))
             try:
@@ -49,6 +58,7 @@ def export(
     fmt: str = "jsonl",
     since: str = "",
     progress: Callable[[int], None] | None = None,
+    owner: str = "",
 ) -> int:
     """Write the records to ``out`` as JSON lines or CSV (header first). Returns how many were written.
 
@@ -62,7 +72,7 @@ def export(
     if writer is not None:
         writer.writerow(names)
     written = 0
-    for columns in rows_since(store, table, since):
+    for columns in rows_since(store, table, since, owner):
         if writer is not None:
             writer.writerow([columns[name] for name in names])
         else:

@@ -20,6 +20,7 @@ class Command(BaseCommand):
         "(one user's / product's records together, newest first), and streams to stdout or --output.\n\n"
         "  icecrawler export --table weibo > weibo.jsonl\n"
         "  icecrawler export --table review --format csv --since 2024-05-01T00:00:00+08:00 -o reviews.csv\n"
+        "  icecrawler export --table weibo --owner 1669879400   # one user's posts\n"
         "  icecrawler export --table weibo --set storage.backend=hbase"
     )
 
@@ -28,6 +29,12 @@ class Command(BaseCommand):
         parser.add_argument("--format", default="jsonl", choices=["jsonl", "csv"], dest="fmt")
         parser.add_argument(
             "--since", default="", metavar="TIME", help="only records fetched at or after TIME (ISO 8601 with offset)"
+        )
+        parser.add_argument(
+            "--owner",
+            default="",
+            metavar="ID",
+            help="only one user's posts (weibo: the uid) or one product's reviews (review: the product id)",
         )
         parser.add_argument("-o", "--output", default="-", help="output file (default: stdout)")
         parser.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
@@ -44,10 +51,10 @@ class Command(BaseCommand):
         progress = Progress(f"export {args.table}", sys.stderr, enabled=not args.no_progress)
         try:
             if args.output == "-":
-                count = export(store, args.table, sys.stdout, args.fmt, args.since, progress.update)
+                count = export(store, args.table, sys.stdout, args.fmt, args.since, progress.update, args.owner)
             else:
                 with open(args.output, "w", encoding="utf-8", newline="") as out:
-                    count = export(store, args.table, out, args.fmt, args.since, progress.update)
+                    count = export(store, args.table, out, args.fmt, args.since, progress.update, args.owner)
         finally:
             store.close()
         progress.done(count)

@@ -65,3 +65,20 @@ def test_bad_since_and_format_are_config_errors() -> None:
         export(MemoryStore(), schema.WEIBO, io.StringIO(), "jsonl", since="last week")
     with pytest.raises(ConfigError, match="--format"):
         export(MemoryStore(), schema.WEIBO, io.StringIO(), "xml")
+
+
+@pytest.mark.parametrize("make", ["sqlite", "memory"])
+def test_owner_exports_one_users_posts_or_one_products_reviews(make: str, tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "store.sqlite3") if make == "sqlite" else MemoryStore()
+    store.put(schema.WEIBO, [schema.post_row(make_post(n, user_id=n % 3 + 1)) for n in range(1, 10)])
+    store.put(schema.REVIEW, [schema.review_row(make_review(f"r{n}", product_id=f"p{n % 2}")) for n in range(6)])
+    buffer = io.StringIO()
+    assert export(store, schema.WEIBO, buffer, owner="2") == 3
+    assert {json.loads(line)["user_id"] for line in buffer.getvalue().splitlines()} == {2}
+    buffer = io.StringIO()
+    assert export(store, schema.REVIEW, buffer, owner="p1") == 3
+    assert sorted(json.loads(line)["id"] for line in buffer.getvalue().splitlines()) == ["r1", "r3", "r5"]
+    assert export(store, schema.REVIEW, io.StringIO(), owner="p") == 0  # a prefix of an id is another owner
+    with pytest.raises(ConfigError, match="a weibo owner is a user id"):
+        export(store, schema.WEIBO, io.StringIO(), owner="p1")
+    store.close()
