@@ -3,8 +3,8 @@
 A daemon gets its handlers from ``stop_on_signals`` once it has built what it serves. Before that (Python's start,
 the imports, a client loading jieba's dictionary, a scheduler opening and checking its database) the default
 action would end the process in the middle of its start-up, with exit status -15 instead of 0: what a supervisor
-that stops a just-started daemon saw. ``hold_stop_signals``, run first thing by such a command, only remembers the
-signal; ``stop_on_signals`` then stops at once. Nothing here imports Ice, so the hold costs nothing.
+that stops a just-started daemon saw. ``holding_stop_signals``, entered first thing by such a command, only
+remembers the signal; ``stop_on_signals`` then stops at once. Nothing here imports Ice, so the hold costs nothing.
 """
 
 from __future__ import annotations
@@ -17,30 +17,41 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["hold_stop_signals", "stop_on_signals"]
+__all__ = ["holding_stop_signals", "stop_on_signals"]
 
 log = logging.getLogger(__name__)
 
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
-#: Stop signals that came after ``hold_stop_signals`` and before ``stop_on_signals``.
+#: Stop signals that came inside ``holding_stop_signals`` and before ``stop_on_signals``.
 _held: list[int] = []
 
 
-def hold_stop_signals() -> None:
-    """Remember SIGTERM/SIGINT instead of dying of them, until ``stop_on_signals`` acts on them."""
+def _remember(signum: int, _frame: Any) -> None:
+    _held.append(signum)
 
-    def _remember(signum: int, _frame: Any) -> None:
-        _held.append(signum)
 
-    for sig in _STOP_SIGNALS:
-        signal.signal(sig, _remember)
+@contextmanager
+def holding_stop_signals() -> Iterator[None]:
+    """Inside the block SIGTERM/SIGINT are remembered instead of ending the process, until ``stop_on_signals``
+    acts on them; after it the previous handlers are back (a command run in-process, as the tests run them,
+    leaves no handler behind: a forked worker pool that inherited one would ignore its own SIGTERM)."""
+    if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
+        yield
+        return
+    previous = {sig: signal.signal(sig, _remember) for sig in _STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        _held.clear()
 
 
 @contextmanager
 def stop_on_signals(stop: threading.Event, on_reload: Callable[[], None] | None = None) -> Iterator[None]:
     """Inside the block SIGTERM/SIGINT set ``stop`` (and are logged) instead of ending the process, so a daemon
     can shut down in order, and SIGHUP runs ``on_reload`` when one is given (``systemctl reload``); the previous
-    handlers are back after the block. A stop signal held since ``hold_stop_signals`` sets ``stop`` at once.
+    handlers are back after the block. A stop signal held by ``holding_stop_signals`` sets ``stop`` at once.
 
     The handler only queues the signal (``SimpleQueue.put`` may be called from a signal handler) and a watcher
     thread logs it and sets ``stop`` or reloads. Setting the event in the handler could deadlock: the handler runs

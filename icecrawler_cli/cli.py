@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import logging
 import sys
@@ -13,7 +14,7 @@ from icecrawler.errors import IcecrawlerError
 from icecrawler.logs import configure_logging
 from icecrawler.optional import explain_missing, use_source_checkout
 from icecrawler.settings import load_settings
-from icecrawler.stopsignals import hold_stop_signals
+from icecrawler.stopsignals import holding_stop_signals
 from icecrawler_cli.commands import COMMAND_MODULES, SERVES_UNTIL_STOPPED, BaseCommand, Unavailable
 
 __all__ = ["main"]
@@ -103,8 +104,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     ice_args = [arg for arg in argv if arg.startswith(ICE_PREFIXES)]
     rest = [arg for arg in argv if not arg.startswith(ICE_PREFIXES)]
     named = next((arg for arg in rest if not arg.startswith("-")), None)
-    if named in SERVES_UNTIL_STOPPED:
-        hold_stop_signals()  # before the imports: a stop during start-up is kept for the daemon, not fatal
+    # From before the imports: a stop during a daemon's start-up is kept for it, not fatal (icecrawler.stopsignals).
+    with holding_stop_signals() if named in SERVES_UNTIL_STOPPED else contextlib.nullcontext():
+        return _run(named, rest, ice_args)
+
+
+def _run(named: str | None, rest: list[str], ice_args: list[str]) -> int:
+    """``main`` once the Ice arguments are set apart and the command's name is known."""
     # Only the command being run is imported (a daemon starts without loading every role); --help and an unknown
     # name load them all, to list them.
     commands = _load_commands([named] if named in COMMAND_MODULES else COMMAND_MODULES)

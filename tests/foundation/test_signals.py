@@ -9,7 +9,10 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from icecrawler.processes import free_port, icecrawler_argv
+from icecrawler_cli.cli import main
 from tests.foundation.test_docs import REPO
 from tests.helpers import poll_until
 
@@ -88,3 +91,12 @@ def test_sigterm_during_a_daemons_start_up_stops_it_in_order(tmp_path: Path) -> 
                 child.wait()
     assert code == 0, log.read_text()[-3000:]
     assert "signal 15 during start-up: shutting down" in log.read_text()
+
+
+def test_a_daemon_command_run_in_process_leaves_the_signal_handlers_as_they_were() -> None:
+    """A forked worker (a benchmark's pool) inherits the handlers: one left holding SIGTERM would never stop."""
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    with pytest.raises(SystemExit):
+        main(["client", "--help"])
+    assert main(["targets", "--hosts", ""]) == 2
+    assert {sig: signal.getsignal(sig) for sig in before} == before
