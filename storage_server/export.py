@@ -17,9 +17,22 @@ from icecrawler.errors import ConfigError
 from storage_server.schema import COLUMNS, TABLES, WEIBO, Column, owner_prefix, parse_time_ms
 from storage_server.stores import RecordStore
 
-__all__ = ["FORMATS", "export", "rows_since"]
+__all__ = ["FORMATS", "export", "owner_key_prefix", "rows_since"]
 
 FORMATS = ("jsonl", "csv")
+
+
+def owner_key_prefix(table: str, owner: str) -> bytes:
+    """The row-key prefix of ``owner``'s records (``--owner``: a user id for weibo, a product id for review)."""
+    if table not in TABLES:
+        raise ConfigError(f"--table must be one of {', '.join(TABLES)}, not {table!r}")
+    if not owner:
+        raise ConfigError("--owner is empty")
+    if table == WEIBO and not (owner.isascii() and owner.isdigit() and int(owner) < 2**64):
+        raise ConfigError(f"--owner {owner!r}: a weibo owner is a user id (digits)")
+    if len(owner.encode()) > 255:
+        raise ConfigError(f"--owner {owner[:40]!r}...: longer than a product id can be (255 bytes)")
+    return owner_prefix(table, owner)
 
 
 def rows_since(store: RecordStore, table: str, since: str = "", owner: str = "") -> Iterator[dict[str, Column]]:
@@ -27,13 +40,7 @@ def rows_since(store: RecordStore, table: str, since: str = "", owner: str = "")
     only those of ``owner`` (a user id for weibo, a product id for review) when it is set."""
     if table not in TABLES:
         raise ConfigError(f"--table must be one of {', '.join(TABLES)}, not {table!r}")
-    prefix = b""
-    if owner:
-        if table == WEIBO and not (owner.isascii() and owner.isdigit() and int(owner) < 2**64):
-            raise ConfigError(f"--owner {owner!r}: a weibo owner is a user id (digits)")
-        if len(owner.encode()) > 255:
-            raise ConfigError(f"--owner {owner[:40]!r}...: longer than a product id can be (255 bytes)")
-        prefix = owner_prefix(table, owner)
+    prefix = owner_key_prefix(table, owner) if owner else b""
     since_ms = None
     if since:
         try:

@@ -146,6 +146,23 @@ class HBaseStore:
         except _BACKEND_ERRORS as exc:
             raise self._fail("count", exc) from exc
 
+    def delete_prefix(self, table: str, prefix: bytes) -> int:
+        if table not in TABLES:
+            raise ValueError(f"unknown table {table!r}")
+        deleted = 0
+        try:
+            with self._pool.connection(timeout=self.timeout_s) as connection:
+                self._ensure_tables(connection)
+                handle = connection.table(table)
+                keys = handle.scan(row_prefix=prefix or None, filter=b"KeyOnlyFilter()", batch_size=5000)
+                with handle.batch(batch_size=1000) as batch:  # deletes in RPCs of 1000 rows
+                    for key, _ in keys:
+                        batch.delete(key)
+                        deleted += 1
+        except _BACKEND_ERRORS as exc:
+            raise self._fail("delete", exc) from exc
+        return deleted
+
     def drop_tables(self) -> None:
         """Delete this store's tables (tests use a per-run table prefix and clean up with this)."""
         try:

@@ -38,6 +38,10 @@ class RecordStore(Protocol):
         """Rows in ``table`` (may scan the table: meant for stats and tests, not for hot paths)."""
         ...
 
+    def delete_prefix(self, table: str, prefix: bytes) -> int:
+        """Delete the rows whose key starts with ``prefix`` (one owner's: ``icecrawler purge``); how many."""
+        ...
+
     def close(self) -> None:
         """Release connections; the store is not used afterwards."""
 
@@ -81,6 +85,15 @@ class MemoryStore:
         _check_table(table)
         self._check_up()
         return len(self._tables[table])
+
+    def delete_prefix(self, table: str, prefix: bytes) -> int:
+        _check_table(table)
+        self._check_up()
+        with self._lock:
+            keys = [key for key in self._tables[table] if key.startswith(prefix)]
+            for key in keys:
+                del self._tables[table][key]
+        return len(keys)
 
     def close(self) -> None:
         """Nothing to release."""
@@ -179,6 +192,19 @@ class SqliteStore:
         _check_table(table)
         with self._lock:
             return int(self._conn.execute(f'SELECT count(*) FROM "{table}"').fetchone()[0])
+
+    def delete_prefix(self, table: str, prefix: bytes) -> int:
+        _check_table(table)
+        sql, params = f'DELETE FROM "{table}" WHERE row_key >= ?', [prefix]
+        end = _prefix_end(prefix)
+        if end is not None:
+            sql += " AND row_key < ?"
+            params.append(end)
+        try:
+            with self._lock:
+                return int(self._conn.execute(sql, params).rowcount)  # autocommit: one statement, one transaction
+        except sqlite3.Error as exc:
+            raise StorageUnavailableError(f"embedded store delete failed: {exc}") from exc
 
     def close(self) -> None:
         with self._lock:

@@ -24,6 +24,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "status",
     "tasks",
     "export",
+    "purge",
     "parse",
     "demo",
     "bench",

@@ -48,6 +48,15 @@ class StoreContract:
         scanned = [int(row.columns["id"]) for row in store.scan(schema.WEIBO, schema.owner_prefix(schema.WEIBO, USER))]
         assert scanned == [109, 105, 103, 101]
 
+    def test_one_owners_rows_are_deleted_and_no_one_elses(self, store: RecordStore) -> None:
+        store.put(schema.WEIBO, [schema.post_row(make_post(n, user_id=USER + n % 2, minute=n)) for n in range(1, 9)])
+        store.put(schema.REVIEW, [schema.review_row(make_review(f"r{n}", product_id=f"p{n}")) for n in (1, 11)])
+        assert store.delete_prefix(schema.WEIBO, schema.owner_prefix(schema.WEIBO, USER + 1)) == 4
+        assert sorted(int(row.columns["id"]) for row in store.scan(schema.WEIBO)) == [2, 4, 6, 8]
+        assert store.delete_prefix(schema.WEIBO, schema.owner_prefix(schema.WEIBO, USER + 1)) == 0
+        assert store.delete_prefix(schema.REVIEW, schema.owner_prefix(schema.REVIEW, "p1")) == 1  # not p11
+        assert [row.columns["id"] for row in store.scan(schema.REVIEW)] == ["r11"]
+
     def test_empty_table_counts_zero(self, store: RecordStore) -> None:
         assert store.count(schema.REVIEW) == 0
         assert list(store.scan(schema.REVIEW)) == []
