@@ -29,7 +29,7 @@ from icecrawler.errors import (
 )
 from icecrawler.models import Post, Report, Review, Task, TaskKind
 from icecrawler.settings import Settings
-from icecrawler.shards import ShardMap
+from icecrawler.shards import ShardMap, shard_of_host
 
 __all__ = [
     "IceScheduler",
@@ -71,6 +71,10 @@ class TargetsGateway(SchedulerGateway, Protocol):
 
     def remove_targets(self, ids: Sequence[str], kind: TaskKind) -> int:
         """Remove ``<source>:<target>`` ids of ``kind``; returns how many were known (and are now gone)."""
+        ...
+
+    def hold_host(self, host: str, seconds: float, reason: str) -> float:
+        """Hold ``host`` for ``seconds`` (0: lift); returns how long it is held now."""
         ...
 
 
@@ -127,6 +131,9 @@ class IceScheduler(_IceGateway):
 
     def remove_targets(self, ids: Sequence[str], kind: TaskKind) -> int:
         return int(self._invoke("removeUsers", list(ids), rpc.crawler().TaskKind[kind.name]))
+
+    def hold_host(self, host: str, seconds: float, reason: str) -> float:
+        return float(self._invoke("holdHost", host, float(seconds), reason))
 
 
 class ShardedScheduler:
@@ -196,6 +203,9 @@ class ShardedScheduler:
 
     def remove_targets(self, ids: Sequence[str], kind: TaskKind) -> int:
         return self._per_target_shard(ids, lambda gateway, part: gateway.remove_targets(part, kind))
+
+    def hold_host(self, host: str, seconds: float, reason: str) -> float:
+        return self._shards[shard_of_host(host, self._map.shards)].hold_host(host, seconds, reason)
 
     def _per_target_shard(self, ids: Sequence[str], call: Callable[[TargetsGateway, list[str]], int]) -> int:
         """``call`` each shard with the ids its hosts hash to; the sum of the counts it returns."""

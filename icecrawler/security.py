@@ -7,11 +7,11 @@ Trust model (docs/DEPLOY.md, "Security"):
   unless ``security.allow_insecure`` says so (then they warn).
 * Over TLS (``ssl`` endpoints, ``icecrawler certs``) the handshake admits only certificates of our CA, and each
   operation is allowed by the role that ``icecrawler certs issue --role`` wrote into the certificate as the
-  subjectAltName URI ``icecrawler:role:<role>``: ``client`` leases, reports (a listing report's discovered
-  product ids included: the scheduler adds them with the report, for the leased listing's own source only),
-  writes records and reads status; ``admin`` also adds and removes any target (``addUsers``, seeding;
-  ``removeUsers``) and does everything except receive account cookies; ``reader`` reads status. A certificate
-  without a role, or revoked by ``security.revoked`` (serial numbers or CNs), may call nothing.
+  subjectAltName URI ``icecrawler:role:<role>``: ``client`` leases, reports (a listing report's discovered product ids
+  included: the scheduler adds them with the report, for the leased listing's own source only), writes records and
+  reads status; ``admin`` also adds and removes any target (``addUsers``, seeding; ``removeUsers``), holds hosts
+  (``holdHost``) and does everything except receive account cookies; ``reader`` reads status. A certificate without a
+  role, or revoked by ``security.revoked`` (serial numbers or CNs), may call nothing.
 """
 
 from __future__ import annotations
@@ -50,15 +50,15 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 #: What each role may do. ``cookies``: receive an account's cookie blob with a lease; ``add``: add any target
-#: (``addUsers``); ``remove``: remove any target (``removeUsers``). A client needs no ``add``: what its listing
-#: crawls discover travels in their reports.
+#: (``addUsers``); ``remove``: remove any target (``removeUsers``); ``hold``: hold a host (``holdHost``). A client
+#: needs no ``add``: what its listing crawls discover travels in their reports.
 PERMISSIONS: dict[str, frozenset[str]] = {
     "client": frozenset({"lease", "report", "write", "status", "cookies"}),
-    "admin": frozenset({"lease", "report", "write", "status", "add", "remove"}),
+    "admin": frozenset({"lease", "report", "write", "status", "add", "remove", "hold"}),
     "reader": frozenset({"status"}),
 }
 #: A plain-TCP or in-process peer: trusted (the listening policy decides who can reach a plain endpoint).
-TRUSTED = frozenset({"lease", "report", "write", "status", "cookies", "add", "remove"})
+TRUSTED = frozenset({"lease", "report", "write", "status", "cookies", "add", "remove", "hold"})
 NOTHING: frozenset[str] = frozenset()
 
 

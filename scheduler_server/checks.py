@@ -21,14 +21,16 @@ from icecrawler.models import (
     make_task_id,
     split_task_id,
 )
-from icecrawler.shards import ShardMap
+from icecrawler.shards import ShardMap, shard_of_host
 from scheduler_server.config import SchedulerConfig
 
 __all__ = [
     "MAX_CURSOR",
+    "MAX_HOLD_S",
     "MAX_TEXT",
     "check_batch",
     "check_discovered",
+    "check_hold_args",
     "check_lease_args",
     "check_release_args",
     "check_reports",
@@ -98,6 +100,27 @@ def parse_target_ids(
                 code="WrongShard",
             )
     return task_ids
+
+
+#: The longest hold an operator may put on a host (a year: longer is a removal, ``icecrawler remove``).
+MAX_HOLD_S = 366 * 86400.0
+
+
+def check_hold_args(host: str, seconds: float, reason: str, config: SchedulerConfig) -> None:
+    """A host this scheduler (shard) crawls, a hold of 0 (lift) to MAX_HOLD_S seconds, a short reason."""
+    hosts = sorted(set(config.hosts.values()))
+    if host not in hosts:
+        raise invalid_field(f"{quote(host)} is not a host of any source (known: {', '.join(hosts)})", "host")
+    check_range(seconds, 0.0, MAX_HOLD_S, "seconds", -1)
+    if len(reason) > MAX_TEXT:
+        raise invalid_field(f"reason is longer than {MAX_TEXT} characters", "reason")
+    if config.shards > 1 and shard_of_host(host, config.shards) != config.shard:
+        raise invalid_field(
+            f"{quote(host)} belongs to scheduler shard {shard_of_host(host, config.shards)} of {config.shards}, "
+            f"not to this shard {config.shard}",
+            "host",
+            code="WrongShard",
+        )
 
 
 def check_lease_args(worker_id: str, max_tasks: int, batch_limit: int) -> None:

@@ -1,7 +1,7 @@
-"""The scheduler's logic, without Ice: add, lease, report, release, remove and expire tasks, and take new accounts
-(``SchedulerCore``).
+"""The scheduler's logic, without Ice: add, lease, report, release, remove and expire tasks, hold hosts, and take
+new accounts (``SchedulerCore``).
 
-This module holds the six operations and the group-commit plumbing they share (some 630 lines, a tenth of them
+This module holds the seven operations and the group-commit plumbing they share (some 630 lines, a tenth of them
 this docstring: each operation's step inside the transaction and its finisher after the commit are meant to be
 read side by side, so they are not split further). Its parts, each in its own
 module: the settings and their wiring (``config``), argument checks (``checks``), what a report's outcome does,
@@ -20,24 +20,23 @@ both, never neither. The same two queues are also indexed in memory (``queues``:
 start, changed inside the same transaction and rolled back with it), so that finding due tasks and expired
 leases reads no B-tree.
 
-Concurrency: state-changing calls (add, lease, report, release, remove) go through a group runner (``groups``): the
-calls queued while one group runs form the next group, which runs as ONE store transaction with one expiry pass
-(group commit), on whichever caller's thread found the runner idle. Each call keeps its all-or-nothing effect:
-its caller errors (bad lease, nothing due) are raised before it changed anything, and a group whose transaction
-fails is run again call by call. One lock serialises the groups with the maintenance calls (reaper, pruning,
-status). Memory-only side effects (politeness windows, host blocks, account freezes, visitor renewals, rates,
-counters, the record cache: ``cache``) are applied after the transaction commits, in call order, so a
-rolled-back call leaves no trace either; within a group, a host blocked or an account frozen by one report is
-already withheld from the leases of the later calls. One exception: picking an account for a lease counts
-against its per-minute budget at once (the pick decides the lease), and may start minting a visitor session, so a
-rolled-back lease may over-count one request (which errs on the polite side) or have started a mint that the
-next lease uses anyway.
+Concurrency: state-changing calls (add, lease, report, release, remove, hold) go through a group runner (``groups``):
+the calls queued while one group runs form the next group, which runs as ONE store transaction with one expiry pass
+(group commit), on whichever caller's thread found the runner idle. Each call keeps its all-or-nothing effect: its
+caller errors (bad lease, nothing due) are raised before it changed anything, and a group whose transaction fails is run
+again call by call. One lock serialises the groups with the maintenance calls (reaper, pruning, status). Memory-only
+side effects (politeness windows, host blocks, account freezes, visitor renewals, rates, counters, the record cache:
+``cache``) are applied after the transaction commits, in call order, so a rolled-back call leaves no trace either;
+within a group, a host blocked or an account frozen by one report is already withheld from the leases of the later
+calls. One exception: picking an account for a lease counts against its per-minute budget at once (the pick decides the
+lease), and may start minting a visitor session, so a rolled-back lease may over-count one request (which errs on the
+polite side) or have started a mint that the next lease uses anyway.
 
-Durability: adds, reports, releases and removals complete only after ``store.sync()`` made their commit durable: one
-fsync for the whole group. Leases are committed (written to the OS, so a scheduler crash keeps them) but not
-synced: a machine crash can only forget a lease, which puts its task back in pending and makes the holder's
-report fail with LeaseLost. Nothing is lost or duplicated, and the next synced commit makes every earlier lease
-durable too (the log is sequential).
+Durability: adds, reports, releases, removals and holds complete only after ``store.sync()`` made their commit durable:
+one fsync for the whole group. Leases are committed (written to the OS, so a scheduler crash keeps them) but not synced:
+a machine crash can only forget a lease, which puts its task back in pending and makes the holder's report fail with
+LeaseLost. Nothing is lost or duplicated, and the next synced commit makes every earlier lease durable too (the log is
+sequential).
 
 Clocks: due times, periods and policy observations use simulated time (``clock.speed``); lease deadlines,
 host spacing, blocks and account budgets use the wall clock, since clients and sites live in real time.
@@ -65,7 +64,13 @@ from scheduler_server.accounts import AccountChanges, AccountPool, PooledAccount
 from scheduler_server.audit import check_consistency
 from scheduler_server.budget import rebalance_budget
 from scheduler_server.cache import RecordCache
-from scheduler_server.checks import check_lease_args, check_release_args, check_reports, parse_target_ids
+from scheduler_server.checks import (
+    check_hold_args,
+    check_lease_args,
+    check_release_args,
+    check_reports,
+    parse_target_ids,
+)
 from scheduler_server.codec import TaskRecord, done_value, history_append, time_key
 from scheduler_server.config import BudgetedPolicy, Clocks, SchedulerConfig, core_parts
 from scheduler_server.discoveries import add_discoveries
@@ -570,6 +575,33 @@ class SchedulerCore:
                 self.gate.ended(self._host(task_id), group.wall)
             self._counts["inflight"] -= len(leases)
             self._counts["pending"] += len(leases)
+
+        return finish
+
+    # --- holding a host ----------------------------------------------------------------------------------------
+
+    def hold_host(self, host: str, seconds: float, reason: str = "") -> float:
+        """The operator holds ``host`` for ``seconds`` from now: none of its tasks is leased meanwhile (0 lifts a
+        hold or a ban's block early); kept across restarts like a ban's block. Returns how long the host is held
+        now. Tasks already in flight finish. A ban reported later may hold it longer, never shorter."""
+        return float(self._runner.wait(self.hold_host_async(host, seconds, reason)))
+
+    def hold_host_async(self, host: str, seconds: float, reason: str = "") -> Pending[float]:
+        """``hold_host`` without waiting (bad arguments raise)."""
+        check_hold_args(host, seconds, reason, self.config)
+        return self._call(lambda txn, group: self._hold_in(txn, group, host, seconds, reason), durable=True)
+
+    def _hold_in(self, txn: Txn, group: _Group, host: str, seconds: float, reason: str) -> _Finish:
+        hold = Hold(host, group.wall + seconds if seconds > 0 else 0.0, f"held by the operator: {reason or '-'}")
+        if seconds > 0:
+            _persist_hold(txn, "host", hold)
+            group.held_hosts.add(host)
+        else:
+            txn.delete("meta", _hold_key("host", host))
+
+        def finish() -> float:
+            self.gate.hold(host, hold.until, hold.reason if seconds > 0 else "")
+            return max(0.0, hold.until - group.wall)
 
         return finish
 

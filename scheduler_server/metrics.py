@@ -40,7 +40,7 @@ __all__ = ["SchedulerMetrics", "TimedResult"]
 #: Re-crawl period buckets (simulated seconds): one minute to one day.
 PERIOD_BUCKETS_S = (60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0, 7200.0, 14400.0, 28800.0, 43200.0, 86400.0)
 #: The state-changing calls whose latency is observed (``make_servant``'s ``timed`` operations).
-OPERATIONS = ("lease", "report", "release", "add", "remove")
+OPERATIONS = ("lease", "report", "release", "add", "remove", "hold")
 #: Up to this many tasks, the observer counts a batch one task at a time (cheaper than its batch helpers).
 SMALL_BATCH = 4
 #: Calls per group commit.

@@ -6,7 +6,8 @@ Per host:
   sooner than ``spacing`` after the previous one was leased AND after it ended (report, release or lease
   expiry). Since a client fetches only between lease and report, two tasks' fetches of one host are never
   closer than the spacing, whatever the clients' timing;
-* a Banned/RateLimited report blocks the host until its Retry-After (or ``scheduler.host_block_s``).
+* a Banned/RateLimited report blocks the host until its Retry-After (or ``scheduler.host_block_s``);
+* the operator may hold a host for a while, or lift a hold or a ban early (``icecrawler hold``).
 
 All times here are wall-clock seconds: sites care about real request rates, not simulated time.
 """
@@ -112,6 +113,12 @@ class HostGate:
 
     def block(self, host: str, until: float, reason: str) -> None:
         self._hosts[host].block.extend(until, reason)
+
+    def hold(self, host: str, until: float, reason: str) -> None:
+        """The operator's hold: sets the block as given, shorter or lifted (``until`` 0) included, where a ban's
+        block only ever grows."""
+        state = self._hosts[host]
+        state.block.until, state.block.reason = until, reason
 
     def describe(self, now: float) -> dict[str, Any]:
         return {

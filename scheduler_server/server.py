@@ -125,6 +125,11 @@ def make_servant(core: SchedulerCore, gate: Gate | None = None, timed: Timed = _
             return timed("remove", core.remove_async(list(ids), TaskKind[kind.name]), int)
 
         @rpc.map_errors
+        @guarded("hold")
+        def holdHost(self, host: str, seconds: float, reason: str, current: Ice.Current) -> rpc.Converted[Any, float]:
+            return timed("hold", core.hold_host_async(host, seconds, reason), float)
+
+        @rpc.map_errors
         @guarded("status")
         def stats(self, current: Ice.Current) -> Any:
             stats = core.stats()

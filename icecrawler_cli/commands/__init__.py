@@ -21,6 +21,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "client",
     "seed",
     "remove",
+    "hold",
     "status",
     "tasks",
     "export",

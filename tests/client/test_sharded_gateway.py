@@ -26,6 +26,7 @@ class FakeShard:
         self.releases: list[list[str]] = []
         self.added: list[list[str]] = []
         self.removed: list[list[str]] = []
+        self.held: list[str] = []
         self.refuse: dict[str, Exception] = {}
 
     def lease(self, worker_id: str, count: int) -> list[Task]:
@@ -66,6 +67,10 @@ class FakeShard:
         self._check(list(ids))
         self.removed.append(list(ids))
         return len(ids) - 1
+
+    def hold_host(self, host: str, seconds: float, reason: str) -> float:
+        self.held.append(host)
+        return seconds
 
 
 def sharded(*shards: FakeShard) -> ShardedScheduler:
@@ -151,6 +156,12 @@ def test_removed_ids_are_split_by_host_counted_and_a_refusal_names_the_whole_cal
     with pytest.raises(InvalidArgumentError) as caught:
         gateway.remove_targets(["ecshop:8", "jd:3", "ecshop:7"], TaskKind.ProductReviews)
     assert caught.value.index == 2
+
+
+def test_a_hold_goes_to_the_shard_of_its_host() -> None:
+    jd, shop = FakeShard(), FakeShard()
+    assert sharded(jd, shop).hold_host(HOSTS["ecshop"], 60.0, "") == 60.0
+    assert (jd.held, shop.held) == ([], [HOSTS["ecshop"]])
 
 
 def test_the_proxies_must_match_the_shard_count() -> None:

@@ -129,6 +129,7 @@ OPERATIONS: dict[str, tuple[str, Callable[[Any], object]]] = {
         "scheduler",
         lambda s: s.removeUsers([f"weibo_mobile:{next(_ids)}"], rpc.crawler().TaskKind.WeiboUser),
     ),
+    "holdHost": ("scheduler", lambda s: s.holdHost("nowhere.example", 60.0, "roles-test")),
     "stats": ("scheduler", lambda s: s.stats()),
     "taskInfo": ("scheduler", lambda s: s.taskInfo("user:weibo_pc:1")),
     "listTasks": ("scheduler", lambda s: s.listTasks("", "", 10)),
@@ -152,7 +153,7 @@ WRITE_OPS = {"writeReviews", "writeWB"}
 STATUS_OPS = {"stats", "taskInfo", "listTasks", "storage stats"}
 ALLOWED: dict[str, set[str]] = {
     # A client adds what its listing crawls discover with their reports (Report.discoveredIds), never with addUsers;
-    # only an operator (admin) removes targets.
+    # only an operator (admin) removes targets or holds hosts.
     "client": LEASE_OPS | REPORT_OPS | WRITE_OPS | STATUS_OPS,
     "admin": set(OPERATIONS),
     "reader": STATUS_OPS,

@@ -1,4 +1,4 @@
-"""``icecrawler seed``, ``remove`` and ``status`` as a user runs them, against a real scheduler daemon."""
+"""``icecrawler seed``, ``remove``, ``hold`` and ``status`` as a user runs them, against a real scheduler daemon."""
 
 from __future__ import annotations
 
@@ -76,6 +76,22 @@ def test_remove_then_status(daemon: SchedulerDaemon, tmp_path: Path) -> None:
     assert cli(daemon, "remove").returncode == 2
     assert json.loads(cli(daemon, "status", "--json").stdout)["scheduler"]["tasks"] == 1
     assert cli(daemon, "seed", "jd:100012043978").stdout.startswith("reviews: 1 new of 1")  # it can come back
+
+
+def test_hold_and_lift_a_host(daemon: SchedulerDaemon) -> None:
+    held = cli(daemon, "hold", "127.0.0.1:8800", "--for", "2h", "--reason", "maintenance")
+    assert held.returncode == 0 and held.stdout == "127.0.0.1:8800: held for 7200 s more\n", held.stderr
+    status = json.loads(cli(daemon, "status", "--json").stdout)["scheduler"]
+    assert status["hosts"]["127.0.0.1:8800"]["block"]["reason"] == "held by the operator: maintenance"
+    lifted = cli(daemon, "hold", "127.0.0.1:8800", "--lift")
+    assert lifted.returncode == 0 and lifted.stdout == "127.0.0.1:8800: not held, its tasks are leased\n"
+    for args, message in (
+        (("nowhere.example", "--for", "1h"), "is not a host of any source"),
+        (("127.0.0.1:8800", "--for", "soon"), "give a number of seconds"),
+        (("127.0.0.1:8800", "--for", "0"), "use --lift"),
+    ):
+        refused = cli(daemon, "hold", *args)
+        assert refused.returncode == 2 and message in refused.stderr, refused.stderr
 
 
 def test_seed_kind_inference() -> None:

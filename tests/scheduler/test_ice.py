@@ -1,5 +1,5 @@
 """The scheduler daemon through real Ice proxies: every operation of the contract, typed errors for bad input
-(state unchanged), removing targets, a client that dies holding leases, and SIGTERM."""
+(state unchanged), removing targets, holding a host, a client that dies holding leases, and SIGTERM."""
 
 from __future__ import annotations
 
@@ -196,6 +196,25 @@ def test_remove_users_ends_the_tasks_and_their_leases(prx: Any) -> None:
     error = ice_error(lambda: prx.putUser(C.Report(taskId=mine.id, leaseToken=mine.leaseToken, newItems=1)))
     assert isinstance(error, C.LeaseLost) and (error.code, error.taskId) == (C.ErrorCode.TaskRemoved, mine.id)
     assert isinstance(ice_error(lambda: prx.taskInfo(mine.id)), C.InvalidArgument)
+
+
+def test_hold_host_stops_its_leases_until_lifted(prx: Any) -> None:
+    prx.addUsers(["jd:880101"], C.TaskKind.ProductReviews)
+    assert prx.holdHost("127.0.0.1:8800", 600.0, "maintenance") == 600.0
+    try:
+        assert isinstance(ice_error(lambda: prx.getUsers("w-hold", 20)), C.NoWork)
+        error = ice_error(lambda: prx.holdHost("nowhere.example", 60.0, ""))
+        assert (
+            isinstance(error, C.InvalidArgument) and error.field == "host" and "known: 127.0.0.1:8800" in error.message
+        )
+        hosts = json.loads(prx.stats().detailJson)["hosts"]
+        assert hosts["127.0.0.1:8800"]["block"]["reason"] == "held by the operator: maintenance"
+    finally:
+        assert prx.holdHost("127.0.0.1:8800", 0.0, "") == 0.0
+    leased = prx.getUsers("w-hold", 20)
+    assert "reviews:jd:880101" in {task.id for task in leased}
+    prx.releaseUsers([C.LeaseRef(taskId=t.id, leaseToken=t.leaseToken) for t in leased])
+    prx.removeUsers(["jd:880101"], C.TaskKind.ProductReviews)
 
 
 def test_dead_client_leases_come_back_after_the_deadline_not_before(tmp_path: Path) -> None:

@@ -1,0 +1,105 @@
+"""The operator's hold on a host (``SchedulerCore.hold_host``, ``holdHost``, ``icecrawler hold``), over both stores:
+none of the host's tasks is leased until the hold ends or is lifted, other hosts go on, the hold outlives a
+restart, a lift also ends a ban's block early, a later ban only lengthens it, and bad arguments change nothing."""
+
+from __future__ import annotations
+
+import pytest
+
+from icecrawler.errors import InvalidArgumentError, NoWorkError
+from icecrawler.models import Outcome, Report, TaskKind
+from scheduler_server.core import SchedulerCore
+from scheduler_server.store import QueueStore
+from tests.scheduler.conftest import ManualClocks, make_settings
+
+HOSTS = {"sources__jd__base_url": "https://club.jd.com", "sources__weibo_pc__base_url": "https://weibo.com"}
+
+
+def two_host_core(store: QueueStore, clocks: ManualClocks) -> SchedulerCore:
+    core = SchedulerCore.from_settings(make_settings(**HOSTS), store, clocks)
+    core.add(["jd:1"], TaskKind.ProductReviews)
+    core.add(["weibo_pc:1"], TaskKind.WeiboUser)
+    return core
+
+
+def leased(core: SchedulerCore) -> list[str]:
+    """Lease what is due and give it back: the task ids (none: [])."""
+    try:
+        tasks = core.lease("w", 10)
+    except NoWorkError:
+        return []
+    core.release([(task.id, task.lease_token) for task in tasks])
+    return sorted(task.id for task in tasks)
+
+
+def test_a_held_host_gets_no_lease_until_the_hold_ends(store: QueueStore, clocks: ManualClocks) -> None:
+    core = two_host_core(store, clocks)
+    assert core.hold_host("club.jd.com", 3600, "site maintenance") == 3600
+    assert leased(core) == ["user:weibo_pc:1"]
+    block = core.stats()["detail"]["hosts"]["club.jd.com"]["block"]
+    assert block == {"held_for_s": 3600.0, "reason": "held by the operator: site maintenance"}
+    clocks.advance(3600)
+    assert leased(core) == ["reviews:jd:1", "user:weibo_pc:1"]
+
+
+def test_a_hold_outlives_a_restart_and_a_lift_does_too(store: QueueStore, clocks: ManualClocks) -> None:
+    core = two_host_core(store, clocks)
+    core.hold_host("club.jd.com", 3600, "")
+    again = SchedulerCore.from_settings(make_settings(**HOSTS), store, clocks)
+    assert leased(again) == ["user:weibo_pc:1"]
+    assert again.hold_host("club.jd.com", 0, "") == 0
+    assert leased(again) == ["reviews:jd:1", "user:weibo_pc:1"]
+    third = SchedulerCore.from_settings(make_settings(**HOSTS), store, clocks)
+    assert leased(third) == ["reviews:jd:1", "user:weibo_pc:1"]
+
+
+def test_a_lift_ends_a_bans_block_and_a_ban_never_shortens_a_hold(store: QueueStore, clocks: ManualClocks) -> None:
+    core = two_host_core(store, clocks)
+
+    def ban(retry_after_s: float) -> None:
+        """A jd crawl that was under way when the host was held reports a ban."""
+        core.report([Report(jd.id, jd.lease_token, outcome=Outcome.Banned, retry_after_s=retry_after_s)])
+
+    def held_for() -> float:
+        return float(core.stats()["detail"]["hosts"]["club.jd.com"]["block"]["held_for_s"])
+
+    jd = next(t for t in core.lease("w", 2) if t.id == "reviews:jd:1")
+    ban(3000)
+    assert "reviews:jd:1" not in leased(core)
+    core.hold_host("club.jd.com", 0, "")
+    assert "reviews:jd:1" in leased(core) and held_for() == 0
+    jd = next(t for t in core.lease("w", 2) if t.id == "reviews:jd:1")
+    core.hold_host("club.jd.com", 60, "short")
+    ban(3000)  # longer than the hold: the ban wins
+    assert held_for() == 3000
+    clocks.advance(3000)
+    jd = next(t for t in core.lease("w", 2) if t.id == "reviews:jd:1")
+    core.hold_host("club.jd.com", 3600, "long")
+    ban(10)  # shorter than the hold: the hold stays
+    assert held_for() == 3600
+
+
+def test_bad_holds_change_nothing(store: QueueStore, clocks: ManualClocks) -> None:
+    core = two_host_core(store, clocks)
+    for host, seconds, reason, field in (
+        ("nowhere.example", 60, "", "host"),
+        ("club.jd.com", -1, "", "seconds"),
+        ("club.jd.com", float("nan"), "", "seconds"),
+        ("club.jd.com", 400 * 86400, "", "seconds"),
+        ("club.jd.com", 60, "x" * 300, "reason"),
+    ):
+        with pytest.raises(InvalidArgumentError) as caught:
+            core.hold_host(host, seconds, reason)
+        assert caught.value.field == field
+    assert leased(core) == ["reviews:jd:1", "user:weibo_pc:1"]
+
+
+def test_a_shard_refuses_a_host_of_another_shard(store: QueueStore, clocks: ManualClocks) -> None:
+    settings = make_settings(**HOSTS, scheduler__shards=2, scheduler__shard=0)
+    core = SchedulerCore.from_settings(settings, store, clocks)
+    from icecrawler.shards import shard_of_host
+
+    other = next(host for host in ("club.jd.com", "weibo.com") if shard_of_host(host, 2) == 1)
+    with pytest.raises(InvalidArgumentError) as caught:
+        core.hold_host(other, 60, "")
+    assert caught.value.code == "WrongShard"
