@@ -6,11 +6,14 @@ import argparse
 import sys
 import time
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from icecrawler.errors import ConfigError
 from icecrawler.settings import Settings
 from icecrawler_cli.commands import BaseCommand
+
+if TYPE_CHECKING:
+    from storage_server.stores import RecordStore
 
 
 class Command(BaseCommand):
@@ -25,29 +28,18 @@ class Command(BaseCommand):
     )
 
     def add_options(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--table", required=True, choices=["weibo", "review"])
+        add_table_and_owner(parser, "only one user's posts (weibo: the uid) or one product's reviews (review: the id)")
         parser.add_argument("--format", default="jsonl", choices=["jsonl", "csv"], dest="fmt")
         parser.add_argument(
             "--since", default="", metavar="TIME", help="only records fetched at or after TIME (ISO 8601 with offset)"
-        )
-        parser.add_argument(
-            "--owner",
-            default="",
-            metavar="ID",
-            help="only one user's posts (weibo: the uid) or one product's reviews (review: the product id)",
         )
         parser.add_argument("-o", "--output", default="-", help="output file (default: stdout)")
         parser.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
 
     def run(self, args: argparse.Namespace, settings: Settings, ice_args: list[str]) -> int:
         from storage_server.export import export
-        from storage_server.service import build_store
 
-        path = Path(settings.get_str("storage.embedded.path"))
-        if settings.get_str("storage.backend") == "embedded" and not path.is_file():
-            # Opening it would create an empty store and export nothing, which looks like success.
-            raise ConfigError(f"no store at {path} (storage.embedded.path); nothing to export")
-        store = build_store(settings)
+        store = open_existing_store(settings, "export")
         progress = Progress(f"export {args.table}", sys.stderr, enabled=not args.no_progress)
         try:
             if args.output == "-":
@@ -59,6 +51,23 @@ class Command(BaseCommand):
             store.close()
         progress.done(count)
         return 0
+
+
+def add_table_and_owner(parser: argparse.ArgumentParser, owner_help: str, owner_required: bool = False) -> None:
+    """``--table`` and ``--owner``, as ``export`` and ``purge`` take them."""
+    parser.add_argument("--table", required=True, choices=["weibo", "review"])
+    parser.add_argument("--owner", default="", required=owner_required, metavar="ID", help=owner_help)
+
+
+def open_existing_store(settings: Settings, doing: str) -> RecordStore:
+    """The backend named by ``storage.backend``, read and written directly. An embedded store that is not there is
+    an error: opening it would create an empty one, and an export of nothing looks like success."""
+    from storage_server.service import build_store
+
+    path = Path(settings.get_str("storage.embedded.path"))
+    if settings.get_str("storage.backend") == "embedded" and not path.is_file():
+        raise ConfigError(f"no store at {path} (storage.embedded.path); nothing to {doing}")
+    return build_store(settings)
 
 
 class Progress:

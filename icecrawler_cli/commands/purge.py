@@ -8,6 +8,7 @@ from pathlib import Path
 from icecrawler.errors import ConfigError
 from icecrawler.settings import Settings
 from icecrawler_cli.commands import BaseCommand
+from icecrawler_cli.commands.export import add_table_and_owner, open_existing_store
 
 
 class Command(BaseCommand):
@@ -23,24 +24,14 @@ class Command(BaseCommand):
     )
 
     def add_options(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--table", required=True, choices=["weibo", "review"])
-        parser.add_argument(
-            "--owner",
-            required=True,
-            metavar="ID",
-            help="whose records: the user id (weibo) or the product id (review)",
-        )
+        add_table_and_owner(parser, "whose records: the user id (weibo) or the product id (review)", True)
         parser.add_argument("--yes", action="store_true", help="delete them (without it: count only)")
 
     def run(self, args: argparse.Namespace, settings: Settings, ice_args: list[str]) -> int:
         from storage_server.export import owner_key_prefix
-        from storage_server.service import build_store
         from storage_server.spool import SqliteSpool
 
         prefix = owner_key_prefix(args.table, args.owner)
-        path = Path(settings.get_str("storage.embedded.path"))
-        if settings.get_str("storage.backend") == "embedded" and not path.is_file():
-            raise ConfigError(f"no store at {path} (storage.embedded.path); nothing to purge")
         spool_file = Path(settings.get_str("storage.spool_dir")) / "spool.sqlite3"
         if spool_file.is_file():
             spool = SqliteSpool(spool_file.parent)
@@ -54,7 +45,7 @@ class Command(BaseCommand):
                     "they could include this owner's and would be written after the purge: run it once the "
                     "spool is empty (icecrawler status shows it)"
                 )
-        store = build_store(settings)
+        store = open_existing_store(settings, "purge")
         try:
             if not args.yes:
                 count = sum(1 for _ in store.scan(args.table, prefix))
