@@ -78,7 +78,7 @@ from scheduler_server.groups import GroupCall, GroupRunner, Pending
 from scheduler_server.moves import TaskMoves
 from scheduler_server.observer import CoreObserver
 from scheduler_server.outcomes import Hold, OutcomeEffects, outcome_effects
-from scheduler_server.politeness import HostGate, RateWindow
+from scheduler_server.politeness import HELD_BY_OPERATOR, HostGate, RateWindow
 from scheduler_server.queues import TaskQueues
 from scheduler_server.startup import CALIBRATION_KEY, GAP_KEY, GAP_VALUE, restore_state
 from scheduler_server.store import QueueStore, Txn
@@ -592,7 +592,7 @@ class SchedulerCore:
         return self._call(lambda txn, group: self._hold_in(txn, group, host, seconds, reason), durable=True)
 
     def _hold_in(self, txn: Txn, group: _Group, host: str, seconds: float, reason: str) -> _Finish:
-        hold = Hold(host, group.wall + seconds if seconds > 0 else 0.0, f"held by the operator: {reason or '-'}")
+        hold = Hold(host, group.wall + seconds if seconds > 0 else 0.0, f"{HELD_BY_OPERATOR}: {reason or '-'}")
         if seconds > 0:
             _persist_hold(txn, "host", hold)
             group.held_hosts.add(host)

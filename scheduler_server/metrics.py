@@ -221,6 +221,7 @@ class SchedulerMetrics:
             values["due_age_s"],
         )
         yield gauge(p + "blocked_hosts", "Hosts blocked after a ban or rate limit.", values["blocked_hosts"])
+        yield gauge(p + "held_hosts", "Hosts the operator holds (icecrawler hold).", values["held_hosts"])
         yield gauge(
             p + "accounts",
             "Pooled accounts by state.",

@@ -18,7 +18,10 @@ import collections
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Hold", "HostGate", "RateWindow"]
+__all__ = ["HELD_BY_OPERATOR", "Hold", "HostGate", "RateWindow"]
+
+#: How the reason of an operator's hold begins (``icecrawler hold``), telling it apart from a ban's block.
+HELD_BY_OPERATOR = "held by the operator"
 
 
 class RateWindow:

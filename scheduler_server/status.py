@@ -10,6 +10,7 @@ from icecrawler.resume import describe as describe_gap
 from scheduler_server.checks import check_task_id, invalid_field
 from scheduler_server.codec import TaskRecord, history_entries
 from scheduler_server.config import BudgetedPolicy
+from scheduler_server.politeness import HELD_BY_OPERATOR
 
 if TYPE_CHECKING:
     from scheduler_server.core import SchedulerCore
@@ -77,6 +78,7 @@ def gauges(core: SchedulerCore) -> dict[str, Any]:
         open_gaps = len(core.open_gaps)
         rate = _revisit(core)
     due = min(sum(1 for due_ms in due_times if due_ms <= now_ms), DUE_SOON_CAP)
+    block_reasons = [str(host["block"]["reason"]) for host in hosts.values() if host["block"]["reason"]]
     visitors = core.accounts.visitors.describe(wall)
     states: dict[str, int] = {"ok": 0, "frozen": 0}
     for account in accounts.values():
@@ -85,7 +87,8 @@ def gauges(core: SchedulerCore) -> dict[str, Any]:
         **counts,
         "due": due,
         "due_age_s": max(0.0, (now_ms - first_ms) / 1000) if due and first_ms is not None else 0.0,
-        "blocked_hosts": sum(1 for host in hosts.values() if host["block"]["reason"]),
+        "blocked_hosts": sum(1 for reason in block_reasons if not reason.startswith(HELD_BY_OPERATOR)),
+        "held_hosts": sum(1 for reason in block_reasons if reason.startswith(HELD_BY_OPERATOR)),
         "accounts": states,
         "open_gaps": open_gaps,
         "visitor_renewals": {source: v["renewals"] for source, v in visitors.items()},

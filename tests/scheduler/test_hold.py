@@ -38,6 +38,7 @@ def test_a_held_host_gets_no_lease_until_the_hold_ends(store: QueueStore, clocks
     assert leased(core) == ["user:weibo_pc:1"]
     block = core.stats()["detail"]["hosts"]["club.jd.com"]["block"]
     assert block == {"held_for_s": 3600.0, "reason": "held by the operator: site maintenance"}
+    assert (core.gauges()["held_hosts"], core.gauges()["blocked_hosts"]) == (1, 0)  # metrics tell it from a ban
     clocks.advance(3600)
     assert leased(core) == ["reviews:jd:1", "user:weibo_pc:1"]
 
@@ -66,6 +67,7 @@ def test_a_lift_ends_a_bans_block_and_a_ban_never_shortens_a_hold(store: QueueSt
     jd = next(t for t in core.lease("w", 2) if t.id == "reviews:jd:1")
     ban(3000)
     assert "reviews:jd:1" not in leased(core)
+    assert (core.gauges()["held_hosts"], core.gauges()["blocked_hosts"]) == (0, 1)
     core.hold_host("club.jd.com", 0, "")
     assert "reviews:jd:1" in leased(core) and held_for() == 0
     jd = next(t for t in core.lease("w", 2) if t.id == "reviews:jd:1")
