@@ -1,7 +1,9 @@
 """kill -9 of any daemon, at random moments, while every source is crawled: the demo's world (Weibo users on all
 three front ends, ECSHOP products behind a members' login, JD products, an ECSHOP listing that discovers products)
 with the scheduler, the storage server and the clients each killed several times, sometimes all at once, and the
-servers restarted on their own data after outages both shorter and longer than the clients' timeouts.
+servers restarted on their own data after outages both shorter and longer than the clients' timeouts. Between the
+kills the operator acts too: a seeded target is removed (often while it is being crawled) and seeded again, and the
+sites' host is held and lifted.
 
 After the last kill the crawl drains, and the one oracle judges it as the demo does: every item published before the
 cut-off is stored exactly once and nothing else is. The scheduler's completion log shows no task leased to two
@@ -28,8 +30,9 @@ from tests.helpers import restart
 pytestmark = [pytest.mark.e2e, pytest.mark.ice, pytest.mark.bdb, pytest.mark.slow]
 
 SPEED = 60.0
-#: The kills, in a seeded random order: each daemon several times, and everything at once twice.
-VICTIMS = ["scheduler"] * 4 + ["storage"] * 4 + ["client"] * 6 + ["everything"] * 2
+#: The kills, in a seeded random order: each daemon several times, and everything at once twice; and the operator's
+#: actions between them.
+VICTIMS = ["scheduler"] * 4 + ["storage"] * 4 + ["client"] * 6 + ["everything"] * 2 + ["operator"] * 3
 CLIENTS = 2
 DRAIN_TIMEOUT_S = 180.0
 
@@ -48,6 +51,7 @@ class Chaos:
         self.started = 0
         self.processes: list[ManagedProcess] = [stack.scheduler, stack.storage]
         self.killed_clients: set[str] = set()
+        self.operations = 0
 
     def start_client(self) -> None:
         self.started += 1
@@ -89,6 +93,21 @@ class Chaos:
         for _ in range(CLIENTS):
             self.start_client()
 
+    def operate(self, seeded: list[str]) -> None:
+        """Remove a seeded target and seed it again (its tasks start afresh: every item is fetched and stored
+        again, idempotently), then hold the sites' host for a moment and lift the hold."""
+        target = self.rng.choice(seeded)
+        removed = self.stack.icecrawler("remove", target)
+        assert ": 1 removed of 1" in removed, removed
+        time.sleep(self.rng.uniform(0.0, 1.5))
+        self.stack.seed([target])
+        host = next(iter(self.stack.scheduler_stats()["hosts"]), "")
+        if host:
+            self.stack.icecrawler("hold", host, "--for", "1h", "--reason", "chaos test")
+            time.sleep(self.rng.uniform(0.0, 1.5))
+            self.stack.icecrawler("hold", host, "--lift")
+        self.operations += 1
+
     def kill(self, victim: str) -> None:
         self.stack.close()  # the stack's own Ice connection to the scheduler is re-made after a restart
         if victim == "client":
@@ -115,7 +134,10 @@ def test_kill_9_of_any_daemon_at_any_moment_loses_and_duplicates_nothing(tmp_pat
         time.sleep(5.0)  # the first crawls are under way
         for victim in victims:
             time.sleep(rng.uniform(0.3, 3.0))
-            chaos.kill(victim)
+            if victim == "operator":
+                chaos.operate(ids)
+            else:
+                chaos.kill(victim)
         cutoff_wall_ms = int(time.time() * 1000)
         drain_end = time.monotonic() + DRAIN_TIMEOUT_S
         result = summarize(stack, cutoff_wall_ms, with_fetches=False)
@@ -141,6 +163,7 @@ def test_kill_9_of_any_daemon_at_any_moment_loses_and_duplicates_nothing(tmp_pat
     assert not overlapping_leases(done), overlapping_leases(done)[:3]
     assert len(done) > len(ids), "the crawl barely ran between the kills"
     assert len(chaos.killed_clients) >= VICTIMS.count("client"), chaos.killed_clients
+    assert chaos.operations == VICTIMS.count("operator")
     assert set(stack.clients) == chaos.killed_clients | set(survivors), "a client died without being killed"
     assert survivors and codes == dict.fromkeys(survivors, 0), codes
     assert "Traceback" not in logs, logs[-4000:]
