@@ -5,6 +5,8 @@
     python -m tests.scheduler.workers fetch --proxy P --base-url U --seconds S  lease, GET U/target, report
     python -m tests.scheduler.workers shard-churn --proxy "P0;P1" --host jd=H0 --host ecshop=H1 ...
                                                   churn through the clients' ShardedScheduler gateway
+    python -m tests.scheduler.workers reseed --proxy P --ids weibo_pc:1,weibo_pc:2 --seconds S
+                                                  remove each id and add it again, in turn, in a loop
 
 Every loop is bounded in time; transport errors (a scheduler being killed) are retried after a short pause.
 """
@@ -49,6 +51,11 @@ def churn(scheduler: Any, args: argparse.Namespace) -> None:
             cycles += len(tasks)
         except (C.NoWork, C.LeaseLost):
             time.sleep(PAUSE_S)
+        except C.InvalidArgument as exc:
+            if exc.code != C.ErrorCode.UnknownTask:
+                raise
+            # A task removed by the operator (reseed) before a restart: the batch is dropped, as the client's sink
+            # drops a refused entry; its leases expire.
         except Ice.LocalException:
             time.sleep(PAUSE_S)  # the scheduler is down or restarting
     print(json.dumps({"cycles": cycles}), flush=True)
@@ -85,9 +92,25 @@ def shard_churn(proxies: list[Any], args: argparse.Namespace) -> None:
     print(json.dumps({"cycles": cycles}), flush=True)
 
 
+def reseed(scheduler: Any, args: argparse.Namespace) -> None:
+    """The operator removing targets and adding them back, over and over (``removeUsers`` / ``addUsers``)."""
+    C = rpc.crawler()
+    ids = args.ids.split(",")
+    deadline = time.monotonic() + args.seconds
+    removed = added = 0
+    while time.monotonic() < deadline:
+        target = ids[(removed + added) % len(ids)]
+        try:
+            removed += scheduler.removeUsers([target], C.TaskKind.WeiboUser)
+            added += scheduler.addUsers([target], C.TaskKind.WeiboUser)
+        except Ice.LocalException:
+            time.sleep(PAUSE_S)  # the scheduler is down or restarting
+    print(json.dumps({"removed": removed, "added": added}), flush=True)
+
+
 def main(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("mode", choices=["hold", "churn", "fetch", "shard-churn"])
+    parser.add_argument("mode", choices=["hold", "churn", "fetch", "shard-churn", "reseed"])
     parser.add_argument("--proxy", required=True)
     parser.add_argument("--name", default="worker")
     parser.add_argument("--count", type=int, default=1)
@@ -95,13 +118,14 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--base-url", default="")
     parser.add_argument("--host", action="append", default=[], metavar="SOURCE=HOST")
+    parser.add_argument("--ids", default="", help="reseed: comma-separated <source>:<target> ids")
     args = parser.parse_args(argv)
     with rpc.communicator(properties={"Ice.Default.InvocationTimeout": "5000"}) as comm:
         if args.mode == "shard-churn":
             shard_churn([rpc.crawler().SchedulerPrx(comm, proxy) for proxy in args.proxy.split(";")], args)
             return 0
         scheduler = rpc.crawler().SchedulerPrx(comm, args.proxy)
-        {"hold": hold, "churn": churn, "fetch": fetch}[args.mode](scheduler, args)
+        {"hold": hold, "churn": churn, "fetch": fetch, "reseed": reseed}[args.mode](scheduler, args)
     return 0
 
 
