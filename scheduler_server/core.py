@@ -80,7 +80,14 @@ from scheduler_server.observer import CoreObserver
 from scheduler_server.outcomes import Hold, OutcomeEffects, outcome_effects
 from scheduler_server.politeness import HELD_BY_OPERATOR, HostGate, RateWindow
 from scheduler_server.queues import TaskQueues
-from scheduler_server.startup import CALIBRATION_KEY, GAP_KEY, GAP_VALUE, restore_state
+from scheduler_server.startup import (
+    CALIBRATION_KEY,
+    GAP_KEY,
+    GAP_VALUE,
+    REMOVED_KEY,
+    REMOVED_KEY_END,
+    restore_state,
+)
 from scheduler_server.store import QueueStore, Txn
 from shhd.calibration import RateCalibration
 from shhd.policies import Observation, RevisitPolicy
@@ -129,6 +136,11 @@ def _persist_hold(txn: Txn, kind: str, hold: Hold, login: str = "") -> None:
     names the login it was for (``accounts.login_digest``)."""
     value = [hold.until, hold.reason, *([login] if login else [])]
     txn.put("meta", _hold_key(kind, hold.name), json.dumps(value).encode())
+
+
+def _lease_tokens(record: TaskRecord) -> list[str]:
+    """The leases a late report of a removed task may name: the one it is under, if any, and the last ended ones."""
+    return [*record.old_tokens, *([record.lease_token] if record.state == "inflight" else [])]
 
 
 class SchedulerCore:
@@ -286,10 +298,12 @@ class SchedulerCore:
         Unknown ids are ignored; returns how many were removed. All or nothing: one invalid id rejects the batch.
         Returns once the change is durable.
 
-        A lease held on a removed task is over: its report or release is refused with LeaseLost
-        (``TaskRemoved``), which a client takes as its answer (the records it wrote stay stored). That answer
-        is remembered in memory only: after a restart the late report is refused as an unknown task instead,
-        which a client drops the same way. The task's crawls stay in the completion log."""
+        A lease held on a removed task is over: a report or release of it, or of one of the task's last ended
+        leases, is refused with LeaseLost (``TaskRemoved``), which a client takes as its answer (the records it
+        wrote stay stored), also after a restart, for as long as the completion log keeps entries
+        (``startup.REMOVED_KEY``). An older lease, or one a crash made the scheduler forget, names a task it no
+        longer knows (InvalidArgument ``UnknownTask``), which a client drops the same way. The task's crawls stay in
+        the completion log."""
         return int(self._runner.wait(self.remove_async(ids, kind)))
 
     def remove_async(self, ids: Sequence[str], kind: TaskKind) -> Pending[int]:
@@ -305,14 +319,20 @@ class SchedulerCore:
         ]
         for record in removed:
             txn.delete("meta", GAP_KEY + record.id.encode())
+            for token in _lease_tokens(record):
+                txn.put("meta", REMOVED_KEY + f"{record.id}#{token}".encode(), json.dumps([group.now_ms]).encode())
 
         def finish() -> int:
             leased = [record for record in removed if record.state == "inflight"]
             for record in leased:
                 self.gate.ended(self.config.hosts[record.source], group.wall)
-                self.moves.note_removed(record.id, record.lease_token)
             for record in removed:
+                # A lease or report earlier in this group put the record back in the cache after the commit: a
+                # copy of a deleted record, which a late report of that lease would write back.
+                self.records.take(record.id)
                 self.open_gaps.discard(record.id)
+                for token in _lease_tokens(record):
+                    self.moves.note_removed(record.id, token)
             self._counts["tasks"] -= len(removed)
             self._counts["inflight"] -= len(leased)
             self._counts["pending"] -= len(removed) - len(leased)
@@ -658,6 +678,9 @@ class SchedulerCore:
                 old = txn.scan("done", b"", time_key(cutoff), limit)
                 for key, _ in old:
                     txn.delete("done", key)
+                for key, value in txn.scan("meta", REMOVED_KEY, REMOVED_KEY_END, limit):
+                    if json.loads(value)[0] < cutoff:
+                        txn.delete("meta", key)  # the removed lease's tombstone goes with its log entry
             self._counts["done"] -= len(old)
         self.store.sync()
         return len(old)

@@ -1,7 +1,7 @@
 """What a scheduler core restores when it opens its database (``restore_state``): counters, persisted host blocks,
-account freezes (not those of cookies since replaced), open page-cap gaps and the ``rate`` policy's calibration
-(``meta``), the in-memory queues (from the queue tables) and the hosts occupied by leases that survived a restart.
-It also checks that the database belongs to this shard layout."""
+account freezes (not those of cookies since replaced), open page-cap gaps, the leases of removed tasks and the
+``rate`` policy's calibration (``meta``), the in-memory queues (from the queue tables) and the hosts occupied by
+leases that survived a restart. It also checks that the database belongs to this shard layout."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from scheduler_server.store import Txn
 if TYPE_CHECKING:
     from scheduler_server.core import SchedulerCore
 
-__all__ = ["CALIBRATION_KEY", "GAP_KEY", "GAP_VALUE", "LAYOUT_KEY", "restore_state"]
+__all__ = ["CALIBRATION_KEY", "GAP_KEY", "GAP_VALUE", "LAYOUT_KEY", "REMOVED_KEY", "REMOVED_KEY_END", "restore_state"]
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +29,11 @@ GAP_VALUE = b'[0, "page-cap gap"]'
 #: The ``meta`` key of the ``rate`` policy's calibration (``shhd.calibration.RateCalibration.to_dict``, as JSON),
 #: written once by the transaction of every group that applies a report (``SchedulerCore._run_group``).
 CALIBRATION_KEY = b"rate-calibration"
+#: ``meta`` keys of leases whose task was removed while they ran (``<task id>#<token>``; value: the removal's
+#: simulated time in ms, as a JSON list), so that their late reports are told TaskRemoved after a restart too; kept
+#: as long as the completion log (``scheduler.done_retention_s``). The range ends before ``REMOVED_KEY_END``.
+REMOVED_KEY = b"removed:"
+REMOVED_KEY_END = b"removed;"
 #: Queue keys read per scan while the queues are rebuilt.
 _SCAN_CHUNK = 1024
 
@@ -47,6 +52,10 @@ def restore_state(core: SchedulerCore) -> None:
                 continue
             if key.startswith(GAP_KEY):
                 core.open_gaps.add(key[len(GAP_KEY) :].decode())
+                continue
+            if key.startswith(REMOVED_KEY):
+                task_id, _, token = key[len(REMOVED_KEY) :].decode().rpartition("#")
+                core.moves.note_removed(task_id, token)
                 continue
             kind, _, name = key.decode().partition(":")
             until, reason, *login = json.loads(value)

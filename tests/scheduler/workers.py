@@ -54,8 +54,9 @@ def churn(scheduler: Any, args: argparse.Namespace) -> None:
         except C.InvalidArgument as exc:
             if exc.code != C.ErrorCode.UnknownTask:
                 raise
-            # A task removed by the operator (reseed) before a restart: the batch is dropped, as the client's sink
-            # drops a refused entry; its leases expire.
+            # A task removed by the operator (reseed) under a lease the scheduler no longer remembers (one a kill
+            # -9 made it forget, since leases are not synced, or older than a record's last three): the scheduler
+            # does not know the task, and the batch is dropped, as the client's sink drops a refused entry.
         except Ice.LocalException:
             time.sleep(PAUSE_S)  # the scheduler is down or restarting
     print(json.dumps({"cycles": cycles}), flush=True)
