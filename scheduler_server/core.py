@@ -86,6 +86,7 @@ from scheduler_server.startup import (
     GAP_VALUE,
     REMOVED_KEY,
     REMOVED_KEY_END,
+    removed_lease_key,
     restore_state,
 )
 from scheduler_server.store import QueueStore, Txn
@@ -320,7 +321,7 @@ class SchedulerCore:
         for record in removed:
             txn.delete("meta", GAP_KEY + record.id.encode())
             for token in _lease_tokens(record):
-                txn.put("meta", REMOVED_KEY + f"{record.id}#{token}".encode(), json.dumps([group.now_ms]).encode())
+                txn.put("meta", removed_lease_key(record.id, token), json.dumps([group.now_ms]).encode())
 
         def finish() -> int:
             leased = [record for record in removed if record.state == "inflight"]

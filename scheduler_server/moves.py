@@ -20,13 +20,15 @@ from scheduler_server.codec import TaskRecord, encode_lease, hold_lease, time_ke
 from scheduler_server.config import SchedulerConfig
 from scheduler_server.outcomes import backoff_s
 from scheduler_server.queues import TaskQueues
+from scheduler_server.startup import removed_lease_key
 from scheduler_server.store import Txn
 
 __all__ = ["TaskMoves"]
 
 #: Ended lease tokens a record remembers, so that a late report is told StaleLease rather than UnknownLease.
 _TOKEN_HISTORY = 3
-#: Leases of removed tasks remembered (in memory), so that their late reports are told TaskRemoved.
+#: Leases of removed tasks remembered in memory, so that their late reports are told TaskRemoved (the ``meta``
+#: tombstones of ``startup.REMOVED_KEY`` are the durable copy).
 _REMOVED_LEASES = 10_000
 
 
@@ -99,7 +101,9 @@ class TaskMoves:
         if cached is not None and cached.lease_token == token:
             return cached
         record = self.stored(txn, task_id)
-        if (task_id, token) in self._removed_leases:
+        if (task_id, token) in self._removed_leases or (
+            (record is None or record.lease_token != token) and txn.get("meta", removed_lease_key(task_id, token))
+        ):  # the second test finds a removal earlier in this group, before its finisher noted it
             raise LeaseLostError(
                 f"lease {quote(token)} of {quote(task_id)} ended: the task was removed",
                 task_id=task_id,

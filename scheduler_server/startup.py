@@ -16,7 +16,16 @@ from scheduler_server.store import Txn
 if TYPE_CHECKING:
     from scheduler_server.core import SchedulerCore
 
-__all__ = ["CALIBRATION_KEY", "GAP_KEY", "GAP_VALUE", "LAYOUT_KEY", "REMOVED_KEY", "REMOVED_KEY_END", "restore_state"]
+__all__ = [
+    "CALIBRATION_KEY",
+    "GAP_KEY",
+    "GAP_VALUE",
+    "LAYOUT_KEY",
+    "REMOVED_KEY",
+    "REMOVED_KEY_END",
+    "removed_lease_key",
+    "restore_state",
+]
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +43,13 @@ CALIBRATION_KEY = b"rate-calibration"
 #: as long as the completion log (``scheduler.done_retention_s``). The range ends before ``REMOVED_KEY_END``.
 REMOVED_KEY = b"removed:"
 REMOVED_KEY_END = b"removed;"
+
+
+def removed_lease_key(task_id: str, token: str) -> bytes:
+    """The ``meta`` key of a removed task's lease (``REMOVED_KEY``)."""
+    return REMOVED_KEY + f"{task_id}#{token}".encode()
+
+
 #: Queue keys read per scan while the queues are rebuilt.
 _SCAN_CHUNK = 1024
 

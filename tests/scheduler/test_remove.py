@@ -185,3 +185,15 @@ def test_a_late_report_of_an_ended_lease_on_a_removed_task_is_told_task_removed(
     with pytest.raises(LeaseLostError) as caught:
         core.report([Report(task.id, task.lease_token)])
     assert caught.value.code == "TaskRemoved"
+
+
+def test_a_report_grouped_after_the_removal_of_its_task_is_told_task_removed(core: SchedulerCore) -> None:
+    core.add(["weibo_pc:2"], TaskKind.WeiboUser)
+    task = core.lease("w", 1)[0]
+    with queued_together(core):
+        removing = core.remove_async(["weibo_pc:2"], TaskKind.WeiboUser)
+        late = core.report_async([Report(task.id, task.lease_token)])
+    assert removing.result(10) == 1
+    with pytest.raises(LeaseLostError) as caught:
+        late.result(10)
+    assert caught.value.code == "TaskRemoved"
