@@ -71,7 +71,7 @@ from scheduler_server.checks import (
     check_reports,
     parse_target_ids,
 )
-from scheduler_server.codec import TaskRecord, done_value, history_append, time_key
+from scheduler_server.codec import TaskRecord, decode_time_key, done_value, history_append, time_key
 from scheduler_server.config import BudgetedPolicy, Clocks, SchedulerConfig, core_parts
 from scheduler_server.discoveries import add_discoveries
 from scheduler_server.groups import GroupCall, GroupRunner, Pending
@@ -84,8 +84,8 @@ from scheduler_server.startup import (
     CALIBRATION_KEY,
     GAP_KEY,
     GAP_VALUE,
-    REMOVED_KEY,
-    REMOVED_KEY_END,
+    REMOVED_AT_KEY,
+    removed_at_key,
     removed_lease_key,
     restore_state,
 )
@@ -321,7 +321,8 @@ class SchedulerCore:
         for record in removed:
             txn.delete("meta", GAP_KEY + record.id.encode())
             for token in _lease_tokens(record):
-                txn.put("meta", removed_lease_key(record.id, token), json.dumps([group.now_ms]).encode())
+                txn.put("meta", removed_lease_key(record.id, token), b"")
+                txn.put("meta", removed_at_key(group.now_ms, record.id, token), b"")
 
         def finish() -> int:
             leased = [record for record in removed if record.state == "inflight"]
@@ -332,8 +333,6 @@ class SchedulerCore:
                 # copy of a deleted record, which a late report of that lease would write back.
                 self.records.take(record.id)
                 self.open_gaps.discard(record.id)
-                for token in _lease_tokens(record):
-                    self.moves.note_removed(record.id, token)
             self._counts["tasks"] -= len(removed)
             self._counts["inflight"] -= len(leased)
             self._counts["pending"] -= len(removed) - len(leased)
@@ -679,9 +678,11 @@ class SchedulerCore:
                 old = txn.scan("done", b"", time_key(cutoff), limit)
                 for key, _ in old:
                     txn.delete("done", key)
-                for key, value in txn.scan("meta", REMOVED_KEY, REMOVED_KEY_END, limit):
-                    if json.loads(value)[0] < cutoff:
-                        txn.delete("meta", key)  # the removed lease's tombstone goes with its log entry
+                for key, _ in txn.scan("meta", REMOVED_AT_KEY, REMOVED_AT_KEY + time_key(cutoff), limit):
+                    # a removed task's lease goes with the log's entries of its age (``startup.REMOVED_KEY``)
+                    task_id, _, token = decode_time_key(key[len(REMOVED_AT_KEY) :])[1].rpartition("#")
+                    txn.delete("meta", key)
+                    txn.delete("meta", removed_lease_key(task_id, token))
             self._counts["done"] -= len(old)
         self.store.sync()
         return len(old)

@@ -27,9 +27,6 @@ __all__ = ["TaskMoves"]
 
 #: Ended lease tokens a record remembers, so that a late report is told StaleLease rather than UnknownLease.
 _TOKEN_HISTORY = 3
-#: Leases of removed tasks remembered in memory, so that their late reports are told TaskRemoved (the ``meta``
-#: tombstones of ``startup.REMOVED_KEY`` are the durable copy).
-_REMOVED_LEASES = 10_000
 
 
 class TaskMoves:
@@ -39,8 +36,6 @@ class TaskMoves:
         self.config = config
         self.queues = queues
         self.records = records
-        #: (task id, lease token) of leases whose task was removed, newest last (at most _REMOVED_LEASES).
-        self._removed_leases: dict[tuple[str, str], None] = {}
 
     def add_new(
         self,
@@ -101,9 +96,8 @@ class TaskMoves:
         if cached is not None and cached.lease_token == token:
             return cached
         record = self.stored(txn, task_id)
-        if (task_id, token) in self._removed_leases or (
-            (record is None or record.lease_token != token) and txn.get("meta", removed_lease_key(task_id, token))
-        ):  # the second test finds a removal earlier in this group, before its finisher noted it
+        gone = record is None or record.lease_token != token
+        if gone and txn.get("meta", removed_lease_key(task_id, token)) is not None:  # (``startup.REMOVED_KEY``)
             raise LeaseLostError(
                 f"lease {quote(token)} of {quote(task_id)} ended: the task was removed",
                 task_id=task_id,
@@ -182,12 +176,6 @@ class TaskMoves:
         txn.delete("tasks", task_id.encode())
         self.queues.remove(task_id)
         return record
-
-    def note_removed(self, task_id: str, token: str) -> None:
-        """After the commit of a removal: the lease ``token`` on ``task_id`` ended with its task."""
-        self._removed_leases[task_id, token] = None
-        if len(self._removed_leases) > _REMOVED_LEASES:
-            del self._removed_leases[next(iter(self._removed_leases))]
 
     def lease_interval(self, record: TaskRecord, wall: float) -> dict[str, int]:
         """When the lease being ended was handed out and when it ends (wall ms), for the completion log: an

@@ -1,6 +1,6 @@
 """What a scheduler core restores when it opens its database (``restore_state``): counters, persisted host blocks,
-account freezes (not those of cookies since replaced), open page-cap gaps, the leases of removed tasks and the
-``rate`` policy's calibration (``meta``), the in-memory queues (from the queue tables) and the hosts occupied by
+account freezes (not those of cookies since replaced), open page-cap gaps and the ``rate`` policy's calibration
+(``meta``), the in-memory queues (from the queue tables) and the hosts occupied by
 leases that survived a restart. It also checks that the database belongs to this shard layout."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from icecrawler.errors import ConfigError
-from scheduler_server.codec import decode_time_key
+from scheduler_server.codec import decode_time_key, time_key
 from scheduler_server.store import Txn
 
 if TYPE_CHECKING:
@@ -21,8 +21,9 @@ __all__ = [
     "GAP_KEY",
     "GAP_VALUE",
     "LAYOUT_KEY",
+    "REMOVED_AT_KEY",
     "REMOVED_KEY",
-    "REMOVED_KEY_END",
+    "removed_at_key",
     "removed_lease_key",
     "restore_state",
 ]
@@ -38,16 +39,23 @@ GAP_VALUE = b'[0, "page-cap gap"]'
 #: The ``meta`` key of the ``rate`` policy's calibration (``shhd.calibration.RateCalibration.to_dict``, as JSON),
 #: written once by the transaction of every group that applies a report (``SchedulerCore._run_group``).
 CALIBRATION_KEY = b"rate-calibration"
-#: ``meta`` keys of leases whose task was removed while they ran (``<task id>#<token>``; value: the removal's
-#: simulated time in ms, as a JSON list), so that their late reports are told TaskRemoved after a restart too; kept
-#: as long as the completion log (``scheduler.done_retention_s``). The range ends before ``REMOVED_KEY_END``.
+#: A removed task's leases (``SchedulerCore.remove``), so that a late report of one is told TaskRemoved, after a
+#: restart too: ``REMOVED_KEY`` + ``<task id>#<token>`` is looked up when a report names a task or token the
+#: scheduler does not hold, and ``REMOVED_AT_KEY`` + ``time_key(removal ms, <task id>#<token>)`` orders the same
+#: leases by time, so that ``prune_done`` drops them with the completion log's entries of that age (a bounded range
+#: scan). Both values are empty; both prefixes sort apart from every other ``meta`` key.
 REMOVED_KEY = b"removed:"
-REMOVED_KEY_END = b"removed;"
+REMOVED_AT_KEY = b"removed-at:"
 
 
 def removed_lease_key(task_id: str, token: str) -> bytes:
-    """The ``meta`` key of a removed task's lease (``REMOVED_KEY``)."""
+    """The lookup key of a removed task's lease (``REMOVED_KEY``)."""
     return REMOVED_KEY + f"{task_id}#{token}".encode()
+
+
+def removed_at_key(ms: int, task_id: str, token: str) -> bytes:
+    """The time-ordered key of a removed task's lease (``REMOVED_AT_KEY``)."""
+    return REMOVED_AT_KEY + time_key(ms, f"{task_id}#{token}")
 
 
 #: Queue keys read per scan while the queues are rebuilt.
@@ -69,10 +77,8 @@ def restore_state(core: SchedulerCore) -> None:
             if key.startswith(GAP_KEY):
                 core.open_gaps.add(key[len(GAP_KEY) :].decode())
                 continue
-            if key.startswith(REMOVED_KEY):
-                task_id, _, token = key[len(REMOVED_KEY) :].decode().rpartition("#")
-                core.moves.note_removed(task_id, token)
-                continue
+            if key.startswith((REMOVED_KEY, REMOVED_AT_KEY)):
+                continue  # read where a report needs them (``moves.take_leased``)
             kind, _, name = key.decode().partition(":")
             until, reason, *login = json.loads(value)
             if kind == "host":
