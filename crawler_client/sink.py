@@ -15,7 +15,8 @@ them for good. Everything in between is buffered here, in memory, bounded:
 * scheduler unreachable → keep the reports, retry with backoff;
 * ``LeaseLostError(index)`` on ``putUsers`` → that task's lease expired and it will be re-crawled: drop that
   report (its records are stored, idempotently) and resend the rest; ``InvalidArgumentError(index)`` → that
-  report is malformed, so resending cannot help: log it as a bug, drop it, resend the rest;
+  report is malformed, so resending cannot help: log it as a bug, drop it, resend the rest (code ``UnknownTask``,
+  a task an operator removed, is dropped with a warning instead);
 * a result whose lease deadline passed before it could be reported is dropped with a warning: the scheduler
   has re-queued the task, whose cursor did not move, so the next crawl fetches the same items again;
 * aborted crawls (shutdown) give their leases back with ``releaseUsers``.
@@ -305,7 +306,10 @@ class Sink:
                     self.stats.add(reports_lost=len(part))
                     return []
                 bad = part.pop(index)
-                level = logging.WARNING if isinstance(exc, LeaseLostError) else logging.ERROR
+                # A lost lease, or a task the scheduler no longer knows (removed by an operator longer ago than it
+                # remembers removed leases), is the crawl's normal course; any other refusal is a bug here.
+                expected = isinstance(exc, LeaseLostError) or exc.code == "UnknownTask"
+                level = logging.WARNING if expected else logging.ERROR
                 log.log(
                     level,
                     "%s of task %s refused (%s: %s); dropped, resending %d",

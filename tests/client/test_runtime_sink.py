@@ -4,6 +4,7 @@ expiry, listing discoveries inside their reports, and leases given back."""
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Sequence
 
@@ -31,6 +32,7 @@ class MemoryScheduler:
         self.down = False
         self.lost: set[str] = set()
         self.invalid: set[str] = set()
+        self.unknown: set[str] = set()
         self.calls = 0
 
     def lease(self, worker_id: str, count: int) -> list[Task]:
@@ -45,6 +47,10 @@ class MemoryScheduler:
                 raise LeaseLostError("expired", task_id=task_id, index=index)
             if task_id in self.invalid:
                 raise InvalidArgumentError("bad report", field=f"reports[{index}].newItems", index=index)
+            if task_id in self.unknown:
+                raise InvalidArgumentError(
+                    f"unknown task {task_id}", field=f"reports[{index}].taskId", index=index, code="UnknownTask"
+                )
 
     def report(self, reports: Sequence[Report]) -> None:
         self._check([report.task_id for report in reports])
@@ -219,6 +225,20 @@ def test_invalid_report_is_dropped_loudly_and_the_rest_resent(caplog: pytest.Log
     assert sink.flush() is True
     assert [r.task_id for r in scheduler.reports] == ["user:weibo_mobile:b"]
     assert "InvalidArgumentError" in caplog.text
+
+
+def test_a_task_the_scheduler_no_longer_knows_is_dropped_with_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+    """A task removed long ago (or a lease a kill -9 made the scheduler forget) is not a client bug: no ERROR line."""
+    sink, scheduler, _, _ = make(report_batch=10)
+    sink.add(result("a"))
+    sink.add(result("b"))
+    scheduler.unknown = {"user:weibo_mobile:a"}
+    with caplog.at_level(logging.WARNING):
+        assert sink.flush() is True
+    assert [r.task_id for r in scheduler.reports] == ["user:weibo_mobile:b"]
+    refused = [r for r in caplog.records if "refused" in r.getMessage()]
+    assert [r.levelno for r in refused] == [logging.WARNING] and "unknown task" in refused[0].getMessage()
+    assert sink.stats.snapshot()["reports_lost"] == 1
 
 
 def test_result_past_its_lease_deadline_is_dropped_with_a_warning(caplog: pytest.LogCaptureFixture) -> None:
