@@ -24,6 +24,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "hold",
     "status",
     "tasks",
+    "reshard",
     "export",
     "purge",
     "parse",

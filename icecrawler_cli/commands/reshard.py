@@ -1,0 +1,108 @@
+"""``icecrawler reshard``: copy a scheduler's databases into a new number of shards (offline)."""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+from icecrawler.datalock import DataLock
+from icecrawler.errors import ConfigError
+from icecrawler.settings import Settings
+from icecrawler_cli.commands import BaseCommand
+
+#: Where a new shard's database is built before it is renamed into place.
+PARTIAL_SUFFIX = ".partial"
+
+
+class Command(BaseCommand):
+    summary = "copy the scheduler's databases into another number of shards (daemons stopped)"
+    description = (
+        "Move every task, with its period, cursor, fingerprint, history and lease, and every host's hold or ban\n"
+        "block, from the scheduler databases of one layout (one unsharded scheduler, or all N shards) into new\n"
+        "databases for M shards: task and host go to the shard crc32(host) % M, as the running shards place\n"
+        "them. Stop every scheduler first (each database is locked while it is read). The old databases are\n"
+        "not changed, so going back is starting the old schedulers again. Run it with the settings the\n"
+        "schedulers run with: the sources' base_url settings decide each task's shard.\n\n"
+        "  icecrawler reshard --from /srv/icecrawler/db --to /srv/icecrawler/shard0 /srv/icecrawler/shard1\n\n"
+        "Then start shard K with --set scheduler.shards=M --set scheduler.shard=K and its new db_dir, and list\n"
+        "every shard in Scheduler.Proxies of the clients (docs/DEPLOY.md, 'Scheduler shards')."
+    )
+
+    def add_options(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument(
+            "--from",
+            dest="sources",
+            nargs="+",
+            required=True,
+            metavar="DIR",
+            help="the db_dir of every old shard (or of the one unsharded scheduler), in any order",
+        )
+        parser.add_argument(
+            "--to",
+            dest="targets",
+            nargs="+",
+            required=True,
+            metavar="DIR",
+            help="a new, empty db_dir per new shard, shard 0 first: their number is the new shard count",
+        )
+
+    def run(self, args: argparse.Namespace, settings: Settings, ice_args: list[str]) -> int:
+        from icecrawler.shards import source_hosts
+        from scheduler_server.integrity import LOCK_FILE, MARKER, open_checked
+        from scheduler_server.reshard import reshard
+        from scheduler_server.store import BdbQueueStore
+
+        sources = [Path(path).resolve() for path in args.sources]
+        targets = [Path(path).resolve() for path in args.targets]
+        _check_paths(sources, targets)
+        durable = settings.get_bool("scheduler.durable_commits")
+        started = time.monotonic()
+        with ExitStack() as stack:
+            for path in sources:  # a running scheduler holds it: refused with its pid, before anything is opened
+                stack.enter_context(DataLock(path / LOCK_FILE, "reshard"))
+            old = []
+            for path in sources:
+                store = open_checked(path, durable=durable)  # recovered and verified, as a scheduler opens it
+                stack.callback(store.close)
+                old.append(store)
+            partials = [path.with_name(path.name + PARTIAL_SUFFIX) for path in targets]
+            new = []
+            for partial in partials:
+                if partial.exists():  # left by a reshard that did not finish: ours to replace
+                    shutil.rmtree(partial)
+                store = BdbQueueStore(partial, durable=durable)
+                stack.callback(store.close)
+                new.append(store)
+            result = reshard(old, new, source_hosts(settings), progress=print)
+        for partial in partials:
+            (partial / MARKER).write_text(time.strftime("%Y-%m-%dT%H:%M:%S%z") + " (reshard)\n")
+            open_checked(partial, durable=durable).close()  # the start-up checks, before it is published
+        for partial, target in zip(partials, targets, strict=True):
+            partial.rename(target)
+        print(f"{result.was_shards} shard(s) -> {result.shards} shard(s) in {time.monotonic() - started:.1f} s:")
+        for shard, (target, entries) in enumerate(zip(targets, result.entries, strict=True)):
+            counts = ", ".join(f"{table} {entries[table]}" for table in ("tasks", "pending", "inflight", "done"))
+            print(f"  shard {shard}: {target}: {counts}")
+        print(
+            f"start shard K with --set scheduler.shards={result.shards} --set scheduler.shard=K and its db_dir; "
+            "list every shard, in order, in the clients' Scheduler.Proxies"
+        )
+        return 0
+
+
+def _check_paths(sources: list[Path], targets: list[Path]) -> None:
+    """Old databases that exist, new ones that do not (or are empty folders), and no path in both lists."""
+    for path in sources:
+        if not path.is_dir():
+            raise ConfigError(f"--from {path}: no such directory")
+    for path in targets:
+        if path.exists() and (not path.is_dir() or any(path.iterdir())):
+            raise ConfigError(f"--to {path}: already exists and is not empty; reshard writes only new databases")
+    if len(set(targets)) != len(targets) or set(sources) & set(targets):
+        raise ConfigError("--from and --to must name different directories, each once")
+    for path in targets:
+        if path.exists():
+            path.rmdir()  # empty: the finished database is renamed into its place

@@ -1,0 +1,104 @@
+"""``icecrawler reshard`` against real daemons and real Berkeley DB: an unsharded scheduler's tasks, crawled and
+in flight, move to two shards, which serve them as they were (periods, outcomes, due times, leases); and a
+running scheduler's database is refused."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from icecrawler import rpc
+from icecrawler.processes import icecrawler_argv
+from tests.scheduler.daemon import REPO, SchedulerDaemon, scheduler_daemon, scheduler_proxy
+from tests.scheduler.test_shards import TWO_HOSTS
+
+pytestmark = [pytest.mark.ice, pytest.mark.bdb]
+
+SETTINGS = {**TWO_HOSTS, "scheduler__policy": "fixed", "scheduler__initial_period_s": 600, "log__level": "WARNING"}
+SETS = [f"--set={key.replace('__', '.')}={value}" for key, value in SETTINGS.items()]
+
+
+def reshard(*args: str) -> subprocess.CompletedProcess[str]:
+    argv = icecrawler_argv("reshard", *args, *SETS)
+    return subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
+
+
+def every_task(daemon: SchedulerDaemon) -> dict[str, dict[str, Any]]:
+    with scheduler_proxy(daemon) as proxy:
+        return {row["id"]: row for row in json.loads(proxy.listTasks("", "", 1000))}
+
+
+def test_an_unsharded_schedulers_tasks_move_to_two_shards_as_they_were(tmp_path: Path) -> None:
+    C = rpc.crawler()
+    (tmp_path / "single").mkdir()
+    with scheduler_daemon(tmp_path / "single", **SETTINGS) as single, scheduler_proxy(single) as proxy:
+        proxy.addUsers([f"jd:{n}" for n in range(12)] + [f"ecshop:{n}" for n in range(8)], C.TaskKind.ProductReviews)
+        leased = proxy.getUsers("w", 20)
+        done = [
+            C.Report(taskId=task.id, leaseToken=task.leaseToken, outcome=C.Outcome.Ok, newItems=3, fetches=1)
+            for task in leased[:14]
+        ]
+        proxy.putUsers(done)
+        in_flight = leased[14:]
+        before = every_task(single)
+        assert single.stop() == 0
+    result = reshard("--from", str(single.db_dir), "--to", str(tmp_path / "s0" / "db"), str(tmp_path / "s1" / "db"))
+    assert result.returncode == 0, result.stderr
+    assert "1 shard(s) -> 2 shard(s)" in result.stdout and "shard 1:" in result.stdout
+    assert not list(tmp_path.glob("**/*.partial"))
+    with ExitStack() as stack:
+        shards = []
+        for shard in (0, 1):
+            settings = {**SETTINGS, "scheduler__shards": 2, "scheduler__shard": shard}
+            shards.append(stack.enter_context(scheduler_daemon(tmp_path / f"s{shard}", **settings)))
+        after = [every_task(daemon) for daemon in shards]
+        assert {task_id.split(":")[1] for task_id in after[0]} == {"jd"}
+        assert {task_id.split(":")[1] for task_id in after[1]} == {"ecshop"}
+        merged = after[0] | after[1]
+        assert merged.keys() == before.keys()
+        for task_id, row in before.items():
+            moved = merged[task_id]
+            assert {k: v for k, v in moved.items() if not k.endswith("S")} == {
+                k: v for k, v in row.items() if not k.endswith("S")
+            }
+            assert moved["periodS"] == row["periodS"]
+            left = "dueInS" if row["state"] == "pending" else "leaseLeftS"
+            assert row[left] - 120 < moved[left] <= row[left]  # the same due time (or lease end), less the time passed
+        for task in in_flight:  # each lease moved with its task: the report is taken on the task's new shard
+            owner = shards[0] if ":jd:" in task.id else shards[1]
+            with scheduler_proxy(owner) as proxy:
+                proxy.putUsers([C.Report(taskId=task.id, leaseToken=task.leaseToken, outcome=C.Outcome.Ok, fetches=1)])
+        for daemon, count in ((shards[0], 12), (shards[1], 8)):
+            with scheduler_proxy(daemon) as proxy:
+                stats = proxy.stats()
+                assert (stats.tasks, stats.pending, stats.inflight) == (count, count, 0)
+        assert sum(scheduler_stats_done(daemon) for daemon in shards) == 20  # the completion log moved too
+
+
+def scheduler_stats_done(daemon: SchedulerDaemon) -> int:
+    with scheduler_proxy(daemon) as proxy:
+        return int(proxy.stats().done)
+
+
+def test_a_running_schedulers_database_is_refused_and_bad_paths_are_one_line_errors(tmp_path: Path) -> None:
+    (tmp_path / "single").mkdir()
+    with scheduler_daemon(tmp_path / "single", **SETTINGS) as single:
+        result = reshard("--from", str(single.db_dir), "--to", str(tmp_path / "s0"), str(tmp_path / "s1"))
+        assert result.returncode != 0
+        assert "is in use by scheduler pid" in result.stderr
+        assert not (tmp_path / "s0").exists() and not (tmp_path / "s0.partial").exists()
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("")
+    for args, message in (
+        (["--from", str(tmp_path / "nowhere"), "--to", str(tmp_path / "s0")], "no such directory"),
+        (["--from", str(single.db_dir), "--to", str(tmp_path / "full")], "already exists and is not empty"),
+        (["--from", str(single.db_dir), "--to", str(single.db_dir)], "already exists and is not empty"),
+    ):
+        result = reshard(*args)
+        assert result.returncode != 0 and message in result.stderr, result.stderr
+        assert "Traceback" not in result.stderr
