@@ -47,6 +47,9 @@ def test_an_unsharded_schedulers_tasks_move_to_two_shards_as_they_were(tmp_path:
         in_flight = leased[14:]
         before = every_task(single)
         assert single.stop() == 0
+    stale = tmp_path / "s0" / "db.partial"  # what a reshard killed mid-copy leaves: replaced, never used
+    stale.mkdir(parents=True)
+    (stale / "tasks.db").write_bytes(b"half a table")
     result = reshard("--from", str(single.db_dir), "--to", str(tmp_path / "s0" / "db"), str(tmp_path / "s1" / "db"))
     assert result.returncode == 0, result.stderr
     assert "1 shard(s) -> 2 shard(s)" in result.stdout and "shard 1:" in result.stdout
