@@ -201,3 +201,54 @@ def test_icegrid_all_endpoints_over_tls(tmp_path: Path) -> None:
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_icegrid_scheduler_shards_found_by_their_adapters(grid: Grid, tmp_path: Path) -> None:
+    """The descriptor's ``SchedulerShard`` template and ``scheduler_proxies`` variable: two shards in place of the
+    Scheduler, found through the locator by adapter, each holding its own hosts' tasks; ``seed`` and ``status``
+    route over them, and the grid's clients lease from both (their fetches fail: no site answers, which is fine)."""
+    from icecrawler.shards import shard_of_host
+
+    hosts = {"jd": f"127.0.0.1:{free_port()}", "ecshop": f"127.0.0.3:{free_port()}"}
+    settings = {f"sources.{source}.base_url": f"http://{host}/{source}" for source, host in hosts.items()}
+    workdir = grid.directory / "work"
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / "icecrawler.toml").write_text(
+        "".join(f"{key} = {json.dumps(value)}\n" for key, value in settings.items())
+    )
+    proxies = ";".join(f"scheduler@SchedulerShard-{index}.SchedulerAdapter" for index in (0, 1))
+    grid.run("deploy", "scheduler_port=0", f"scheduler_proxies='{proxies}'")
+    grid.admin("server remove Scheduler")
+    for index in (0, 1):
+        grid.admin(f"server template instantiate icecrawler node1 SchedulerShard index={index} shards=2")
+    assert poll_until(lambda: _active(grid, "SchedulerShard-0") and _active(grid, "SchedulerShard-1"), 40), grid.admin(
+        "server list"
+    )
+
+    conf = tmp_path / "located.conf"
+    conf.write_text(f"Ice.Default.Locator={grid.locator}\nScheduler.Proxies={proxies}\n")
+
+    def icecrawler(*args: str) -> str:
+        sets = [f"--set={key}={value}" for key, value in settings.items()]
+        done = subprocess.run(
+            [sys.executable, "-m", "icecrawler_cli", *args, *sets, f"--Ice.Config={conf}"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    assert "reviews: 3 new of 3" in icecrawler("seed", "jd:1", "jd:2", "ecshop:3")
+    expected = [0, 0]
+    for source, count in (("jd", 2), ("ecshop", 1)):
+        expected[shard_of_host(hosts[source], 2)] += count
+
+    def by_shard() -> list[dict[str, int]]:
+        return list(json.loads(icecrawler("status", "--json"))["scheduler"]["by_shard"])
+
+    assert [shard["tasks"] for shard in by_shard()] == expected
+    # The grid's clients (Scheduler.Proxies from the descriptor) lease from every shard that holds tasks and report.
+    assert poll_until(lambda: all(s["done"] > 0 for s, n in zip(by_shard(), expected, strict=True) if n), 60), (
+        by_shard()
+    )
