@@ -36,6 +36,8 @@ __all__ = ["EVERY_SHARD", "ReshardResult", "entry_owner", "read_layout", "reshar
 EVERY_SHARD = -1
 #: Entries read, and written to each new shard, per transaction.
 _CHUNK = 1000
+#: A progress line every this many entries copied.
+_PROGRESS_EVERY = 200_000
 #: ``meta`` keys of the politeness and account state (``SchedulerCore``'s ``_hold_key``): ``host:<netloc>`` and
 #: ``account:<id>``.
 _HOST_HOLD = b"host:"
@@ -137,7 +139,9 @@ def reshard(
                         _put(new[shard], table, items)
                         result.entries[shard][table] += len(items)
                 copied += len(chunk)
-        progress(f"old shard {was} of {len(ordered)}: {copied} entries copied")
+                if copied % _PROGRESS_EVERY < len(chunk):
+                    progress(f"old shard {was} of {len(ordered)}: {copied} entries copied ({table} table)")
+        progress(f"old shard {was} of {len(ordered)}: {copied} entries copied, done")
     for shard, store in enumerate(new):
         source = _calibration_source(tasks_from[shard], calibrations)
         with store.transaction() as txn:

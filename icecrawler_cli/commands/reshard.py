@@ -98,6 +98,8 @@ def _check_paths(sources: list[Path], targets: list[Path]) -> None:
     for path in sources:
         if not path.is_dir():
             raise ConfigError(f"--from {path}: no such directory")
+        if not (path / "tasks.db").is_file():  # opened anyway, it would become a new, empty database
+            raise ConfigError(f"--from {path}: holds no scheduler database (no tasks.db); give each shard's db_dir")
     for path in targets:
         if path.exists() and (not path.is_dir() or any(path.iterdir())):
             raise ConfigError(f"--to {path}: already exists and is not empty; reshard writes only new databases")

@@ -99,6 +99,7 @@ def test_a_running_schedulers_database_is_refused_and_bad_paths_are_one_line_err
     (tmp_path / "full" / "x").write_text("")
     for args, message in (
         (["--from", str(tmp_path / "nowhere"), "--to", str(tmp_path / "s0")], "no such directory"),
+        (["--from", str(tmp_path), "--to", str(tmp_path / "s0")], "holds no scheduler database"),
         (["--from", str(single.db_dir), "--to", str(tmp_path / "full")], "already exists and is not empty"),
         (["--from", str(single.db_dir), "--to", str(single.db_dir)], "already exists and is not empty"),
     ):
