@@ -10,7 +10,8 @@ keys, not what the values mean:
   leases) go to the task's new shard. A lease in flight moves with its task, so the client's report reaches the
   new shard and is taken;
 * a host's ban block or operator hold goes to the host's new shard;
-* an account's freeze goes to every new shard: the one that leases the account finds it, the others never read it;
+* an account's freeze goes to every new shard: every shard loads every account, and only the shard of the hosts
+  the account serves leases it, so the freeze holds there and changes nothing elsewhere;
 * the layout (which shard of how many) is written anew, and the ``rate`` calibration, learnt from a shard's own
   population of targets, goes to each new shard from the old shard that most of its tasks come from.
 

@@ -59,7 +59,7 @@ def test_every_entry_lands_on_the_shard_that_owns_it_and_nothing_is_lost(clocks:
     for shard, got in enumerate(after):
         assert json.loads(got["meta"].pop(LAYOUT_KEY)) == {"shard": shard, "shards": 2}
         assert got["meta"].pop(CALIBRATION_KEY) == before["meta"][CALIBRATION_KEY]
-        assert got["meta"].pop(ACCOUNT_FREEZE[0]) == ACCOUNT_FREEZE[1]  # every shard: the one that leases a1 reads it
+        assert got["meta"].pop(ACCOUNT_FREEZE[0]) == ACCOUNT_FREEZE[1]  # every shard: the one that leases a1 uses it
         for table, entries in got.items():
             assert all(entry_owner(table, key, shard_map) == shard for key in entries), table
     for table in TABLES:
