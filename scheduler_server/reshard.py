@@ -31,7 +31,7 @@ from scheduler_server.codec import decode_time_key
 from scheduler_server.startup import CALIBRATION_KEY, GAP_KEY, LAYOUT_KEY, REMOVED_AT_KEY, REMOVED_KEY, check_layout
 from scheduler_server.store import TABLES, QueueStore
 
-__all__ = ["EVERY_SHARD", "ReshardResult", "entry_owner", "read_layout", "reshard"]
+__all__ = ["EVERY_SHARD", "ReshardResult", "entry_owner", "plan", "read_layout", "reshard"]
 
 #: ``entry_owner``'s answer for an entry every new shard gets.
 EVERY_SHARD = -1
@@ -152,6 +152,21 @@ def reshard(
         result.calibration_from[shard] = source
     _check_counts(ordered, new)
     return result
+
+
+def plan(old: Sequence[QueueStore], shards: int, hosts: dict[str, str]) -> list[Counter[str]]:
+    """Per new shard, its tasks counted by host, as ``reshard`` would place them (nothing is written): shards
+    split hosts, not tasks, so a few busy hosts may leave a shard with little to do."""
+    ordered = _complete_layout(old)
+    shard_map = ShardMap(hosts, shards)
+    placed: list[Counter[str]] = [Counter() for _ in range(shards)]
+    for store in ordered:
+        for chunk in _chunks(store, "tasks"):
+            for key, _ in chunk:
+                task_id = key.decode()
+                source = task_id.split(":")[1] if task_id.count(":") == 2 else ""
+                placed[shard_map.of_task(task_id)][hosts.get(source, f"(unknown source {source!r})")] += 1
+    return placed
 
 
 def _check_counts(old: Sequence[QueueStore], new: Sequence[QueueStore]) -> None:

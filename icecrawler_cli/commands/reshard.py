@@ -26,7 +26,8 @@ class Command(BaseCommand):
         "them. Stop every scheduler first (each database is locked while it is read). The old databases are\n"
         "not changed, so going back is starting the old schedulers again. Run it with the settings the\n"
         "schedulers run with: the sources' base_url settings decide each task's shard.\n\n"
-        "  icecrawler reshard --from /srv/icecrawler/db --to /srv/icecrawler/shard0 /srv/icecrawler/shard1\n\n"
+        "  icecrawler reshard --from /srv/icecrawler/db --to /srv/icecrawler/shard0 /srv/icecrawler/shard1\n"
+        "  ... --dry-run    # only how many tasks of which hosts each new shard would get\n\n"
         "Then start shard K with --set scheduler.shards=M --set scheduler.shard=K and its new db_dir, and list\n"
         "every shard in Scheduler.Proxies of the clients (docs/DEPLOY.md, 'Scheduler shards')."
     )
@@ -48,11 +49,16 @@ class Command(BaseCommand):
             metavar="DIR",
             help="a new, empty db_dir per new shard, shard 0 first: their number is the new shard count",
         )
+        parser.add_argument(
+            "--dry-run",
+            action="store_true",
+            help="only show how many tasks of which hosts each new shard would hold; write nothing",
+        )
 
     def run(self, args: argparse.Namespace, settings: Settings, ice_args: list[str]) -> int:
         from icecrawler.shards import source_hosts
         from scheduler_server.integrity import LOCK_FILE, MARKER, open_checked
-        from scheduler_server.reshard import reshard
+        from scheduler_server.reshard import plan, reshard
         from scheduler_server.store import BdbQueueStore
 
         sources = [Path(path).resolve() for path in args.sources]
@@ -68,6 +74,11 @@ class Command(BaseCommand):
                 store = open_checked(path, durable=durable)  # recovered and verified, as a scheduler opens it
                 stack.callback(store.close)
                 old.append(store)
+            if args.dry_run:
+                for shard, hosts in enumerate(plan(old, len(targets), source_hosts(settings))):
+                    placed = ", ".join(f"{host} {count}" for host, count in sorted(hosts.items())) or "no tasks"
+                    print(f"shard {shard} of {len(targets)}: {sum(hosts.values())} tasks ({placed})")
+                return 0
             partials = [path.with_name(path.name + PARTIAL_SUFFIX) for path in targets]
             new = []
             for partial in partials:
@@ -81,6 +92,8 @@ class Command(BaseCommand):
             (partial / MARKER).write_text(time.strftime("%Y-%m-%dT%H:%M:%S%z") + " (reshard)\n")
             open_checked(partial, durable=durable).close()  # the start-up checks, before it is published
         for partial, target in zip(partials, targets, strict=True):
+            if target.exists():
+                target.rmdir()  # an empty folder (checked above): the finished database takes its place
             partial.rename(target)
         print(f"{result.was_shards} shard(s) -> {result.shards} shard(s) in {time.monotonic() - started:.1f} s:")
         for shard, (target, entries) in enumerate(zip(targets, result.entries, strict=True)):
@@ -102,9 +115,10 @@ def _check_paths(sources: list[Path], targets: list[Path]) -> None:
             raise ConfigError(f"--from {path}: holds no scheduler database (no tasks.db); give each shard's db_dir")
     for path in targets:
         if path.exists() and (not path.is_dir() or any(path.iterdir())):
-            raise ConfigError(f"--to {path}: already exists and is not empty; reshard writes only new databases")
+            raise ConfigError(
+                f"--to {path}: already exists and is not empty; reshard writes only new databases (one stopped "
+                "while it renamed its databases into place leaves some: delete every --to directory and run it "
+                "again, the old databases are unchanged)"
+            )
     if len(set(targets)) != len(targets) or set(sources) & set(targets):
         raise ConfigError("--from and --to must name different directories, each once")
-    for path in targets:
-        if path.exists():
-            path.rmdir()  # empty: the finished database is renamed into its place

@@ -6,6 +6,7 @@ is in test_reshard_ice.py."""
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ from icecrawler.errors import ConfigError, LeaseLostError, ServiceError
 from icecrawler.models import Outcome, Report, Task, TaskKind
 from icecrawler.shards import ShardMap, source_hosts
 from scheduler_server.core import SchedulerCore
-from scheduler_server.reshard import EVERY_SHARD, entry_owner, read_layout, reshard
+from scheduler_server.reshard import EVERY_SHARD, entry_owner, plan, read_layout, reshard
 from scheduler_server.startup import CALIBRATION_KEY, GAP_KEY, GAP_VALUE, LAYOUT_KEY
 from scheduler_server.store import TABLES, BdbQueueStore, MemoryQueueStore, QueueStore
 from tests.scheduler.conftest import ManualClocks, make_settings
@@ -149,6 +150,15 @@ def test_an_old_database_whose_counts_do_not_add_up_is_a_service_error(clocks: M
         txn.put("tasks", b"reviews:jd:999", b"")  # a record in no queue
     with pytest.raises(ServiceError, match="new shard 0 holds 30 tasks but 10 pending and 19 in flight"):
         reshard([old], [MemoryQueueStore(), MemoryQueueStore()], HOSTS)
+
+
+def test_the_plan_counts_each_new_shards_tasks_by_host_and_writes_nothing(clocks: ManualClocks) -> None:
+    old = MemoryQueueStore()
+    busy_shard(old, clocks)
+    before = tables(old)
+    assert plan([old], 2, HOSTS) == [Counter({HOSTS["jd"]: 29}), Counter({HOSTS["ecshop"]: 20})]
+    assert plan([old], 1, HOSTS) == [Counter({HOSTS["jd"]: 29, HOSTS["ecshop"]: 20})]
+    assert tables(old) == before
 
 
 def test_entries_are_placed_by_their_keys() -> None:

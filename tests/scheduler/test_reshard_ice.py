@@ -47,10 +47,17 @@ def test_an_unsharded_schedulers_tasks_move_to_two_shards_as_they_were(tmp_path:
         in_flight = leased[14:]
         before = every_task(single)
         assert single.stop() == 0
+    targets = [str(tmp_path / "s0" / "db"), str(tmp_path / "s1" / "db")]
+    dry = reshard("--from", str(single.db_dir), "--to", *targets, "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert "shard 0 of 2: 12 tasks (127.0.0.1:8800 12)" in dry.stdout
+    assert "shard 1 of 2: 8 tasks (127.0.0.3:8800 8)" in dry.stdout
+    assert not (tmp_path / "s0").exists() and not (tmp_path / "s1").exists()
+    Path(targets[1]).mkdir(parents=True)  # an empty folder made ready for it: taken
     stale = tmp_path / "s0" / "db.partial"  # what a reshard killed mid-copy leaves: replaced, never used
     stale.mkdir(parents=True)
     (stale / "tasks.db").write_bytes(b"half a table")
-    result = reshard("--from", str(single.db_dir), "--to", str(tmp_path / "s0" / "db"), str(tmp_path / "s1" / "db"))
+    result = reshard("--from", str(single.db_dir), "--to", *targets)
     assert result.returncode == 0, result.stderr
     assert "1 shard(s) -> 2 shard(s)" in result.stdout and "shard 1:" in result.stdout
     assert not list(tmp_path.glob("**/*.partial"))
