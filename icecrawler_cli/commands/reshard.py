@@ -33,22 +33,11 @@ class Command(BaseCommand):
     )
 
     def add_options(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument(
-            "--from",
-            dest="sources",
-            nargs="+",
-            required=True,
-            metavar="DIR",
-            help="the db_dir of every old shard (or of the one unsharded scheduler), in any order",
-        )
-        parser.add_argument(
-            "--to",
-            dest="targets",
-            nargs="+",
-            required=True,
-            metavar="DIR",
-            help="a new, empty db_dir per new shard, shard 0 first: their number is the new shard count",
-        )
+        for flag, dest, what in (
+            ("--from", "sources", "the db_dir of every old shard (or of the one unsharded scheduler), in any order"),
+            ("--to", "targets", "a new, empty db_dir per new shard, shard 0 first (as many as new shards)"),
+        ):
+            parser.add_argument(flag, dest=dest, nargs="+", required=True, metavar="DIR", help=what)
         parser.add_argument(
             "--dry-run",
             action="store_true",
