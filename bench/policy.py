@@ -14,7 +14,6 @@ policy's cost "× fixed" is the median of its per-round ratios to the ``fixed`` 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import statistics
 import tempfile
@@ -24,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bench import table_head, write_figures
 from icecrawler.clock import Clock
 from icecrawler.errors import NoWorkError
 from icecrawler.models import MAX_ITEM_TIMES, Outcome, Report, Task, TaskKind
@@ -34,7 +34,6 @@ from shhd.policies import POLICY_NAMES
 
 __all__ = ["main"]
 
-ROOT = Path(__file__).resolve().parents[1]
 DAY_S = 86400.0
 START_S = 1_800_000_000.0
 #: The targets' item rates: log-normal around MEDIAN_ITEMS_PER_DAY, spread by RATE_SIGMA (as in the revisit
@@ -190,15 +189,12 @@ def main(argv: list[str]) -> int:
     with tempfile.TemporaryDirectory(prefix="icecrawler-bench-policy-") as tmp:
         result = measure(policies, Path(tmp), args.tasks, args.batch, args.warmup, args.rounds, args.block, args.seed)
     seconds = time.monotonic() - started
-    command = "icecrawler bench policy " + " ".join(argv)
-    lines = [
-        f"Command: `{command.strip()}`; {args.tasks} tasks per policy, batches of {args.batch}, {args.rounds} rounds "
-        f"of {args.block} reports; run time {seconds:.0f} s. CPU of the report calls only (durable Berkeley DB); "
-        "baseline: `fixed`, same rounds.",
-        "",
-        "| policy | report CPU µs per task | × fixed (median of rounds) | policy's own share µs (− fixed) |",
-        "|---|---:|---:|---:|",
-    ]
+    lines = table_head(
+        "icecrawler bench policy " + " ".join(argv),
+        f"{args.tasks} tasks per policy, batches of {args.batch}, {args.rounds} rounds of {args.block} reports; run "
+        f"time {seconds:.0f} s. CPU of the report calls only (durable Berkeley DB); baseline: `fixed`, same rounds.",
+        ["policy", "report CPU µs per task", "× fixed (median of rounds)", "policy's own share µs (− fixed)"],
+    )
     fixed_us = result["fixed"]["us"]
     for name in policies:
         row = result[name]
@@ -209,7 +205,5 @@ def main(argv: list[str]) -> int:
         for name in policies:
             figures[f"{name}_report_cpu_us_per_task"] = round(result[name]["us"], 2)
             figures[f"{name}_over_fixed_ratio"] = round(result[name]["x_fixed"], 3)
-        path = ROOT / "docs" / "bench" / "policy.json"
-        path.write_text(json.dumps(figures, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-        print(f"wrote {path.relative_to(ROOT)}")
+        write_figures("policy", figures)
     return 0

@@ -9,11 +9,11 @@ DB."""
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 import time
 from pathlib import Path
 
+from bench import table_head, write_figures
 from icecrawler.models import Report, TaskKind
 from icecrawler.settings import Settings
 from icecrawler.shards import source_hosts
@@ -21,7 +21,6 @@ from scheduler_server.core import SchedulerCore
 from scheduler_server.reshard import reshard
 from scheduler_server.store import BdbQueueStore
 
-ROOT = Path(__file__).resolve().parents[1]
 #: Two hosts, so that the tasks split over the shards (with one host every task would land on one shard).
 HOSTS = {"sources.jd.base_url": "http://127.0.0.1:8800/jd", "sources.ecshop.base_url": "http://127.0.0.3:8800/ecshop"}
 _BATCH = 1000
@@ -99,15 +98,12 @@ def main(argv: list[str]) -> int:
                 best[name] = min(best.get(name, float("inf")), run(out))
             print(f"  round {round_no + 1} of {args.rounds} done", flush=True)
     seconds = time.monotonic() - started
-    command = "icecrawler bench reshard " + " ".join(argv)
-    lines = [
-        f"Command: `{command.strip()}`; {args.tasks} crawled targets ({entries} entries in all tables), durable "
-        f"Berkeley DB, best of {args.rounds}; run time {seconds:.0f} s. Baseline: the scheduler's hot backup of the "
-        "same database.",
-        "",
-        "| operation | seconds | entries per s | × backup |",
-        "|---|---:|---:|---:|",
-    ]
+    lines = table_head(
+        "icecrawler bench reshard " + " ".join(argv),
+        f"{args.tasks} crawled targets ({entries} entries in all tables), durable Berkeley DB, best of {args.rounds}; "
+        f"run time {seconds:.0f} s. Baseline: the scheduler's hot backup of the same database.",
+        ["operation", "seconds", "entries per s", "× backup"],
+    )
     for name, value in best.items():
         lines.append(f"| {name} | {value:.2f} | {entries / value:,.0f} | {value / best['backup']:.2f} |")
     print("\n".join(lines))
@@ -121,7 +117,5 @@ def main(argv: list[str]) -> int:
             "reshard_2_shards_entries_per_s": round(entries / best["reshard to 2 shards"]),
             "reshard_2_shards_over_backup_ratio": round(best["reshard to 2 shards"] / best["backup"], 2),
         }
-        path = ROOT / "docs" / "bench" / "reshard.json"
-        path.write_text(json.dumps(figures, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-        print(f"wrote {path.relative_to(ROOT)}")
+        write_figures("reshard", figures)
     return 0

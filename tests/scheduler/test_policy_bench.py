@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import bench
 import bench.policy as policy_bench
 from icecrawler.models import Task, TaskKind
 from shhd.policies import POLICY_NAMES
@@ -52,7 +53,7 @@ def test_the_benchmark_prints_every_policy_against_fixed_and_writes_flat_figures
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     (tmp_path / "docs" / "bench").mkdir(parents=True)
-    monkeypatch.setattr(policy_bench, "ROOT", tmp_path)
+    monkeypatch.setattr(bench, "ROOT", tmp_path)
     assert policy_bench.main(SMALL) == 0
     out = capsys.readouterr().out
     rows = {line.split(" | ")[0].strip("| "): line for line in out.splitlines() if line.startswith("| ")}
@@ -69,7 +70,7 @@ def test_the_benchmark_prints_every_policy_against_fixed_and_writes_flat_figures
 def test_no_write_prints_only_and_counts_below_one_are_refused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(policy_bench, "ROOT", tmp_path)
+    monkeypatch.setattr(bench, "ROOT", tmp_path)
     assert policy_bench.main([*SMALL, "--no-write"]) == 0
     assert "| rate |" in capsys.readouterr().out
     assert not (tmp_path / "docs").exists()
