@@ -71,7 +71,7 @@ from scheduler_server.checks import (
     check_reports,
     parse_target_ids,
 )
-from scheduler_server.codec import TaskRecord, decode_time_key, done_value, history_append, time_key
+from scheduler_server.codec import TaskRecord, done_value, history_append, time_key
 from scheduler_server.config import BudgetedPolicy, Clocks, SchedulerConfig, core_parts
 from scheduler_server.discoveries import add_discoveries
 from scheduler_server.groups import GroupCall, GroupRunner, Pending
@@ -87,6 +87,7 @@ from scheduler_server.startup import (
     REMOVED_AT_KEY,
     removed_at_key,
     removed_lease_key,
+    removed_lease_of,
     restore_state,
 )
 from scheduler_server.store import QueueStore, Txn
@@ -680,7 +681,7 @@ class SchedulerCore:
                     txn.delete("done", key)
                 for key, _ in txn.scan("meta", REMOVED_AT_KEY, REMOVED_AT_KEY + time_key(cutoff), limit):
                     # a removed task's lease goes with the log's entries of its age (``startup.REMOVED_KEY``)
-                    task_id, _, token = decode_time_key(key[len(REMOVED_AT_KEY) :])[1].rpartition("#")
+                    task_id, token = removed_lease_of(key)
                     txn.delete("meta", key)
                     txn.delete("meta", removed_lease_key(task_id, token))
             self._counts["done"] -= len(old)

@@ -28,7 +28,15 @@ from dataclasses import dataclass, field
 from icecrawler.errors import ConfigError, ServiceError
 from icecrawler.shards import ShardMap, shard_of_host
 from scheduler_server.codec import decode_time_key
-from scheduler_server.startup import CALIBRATION_KEY, GAP_KEY, LAYOUT_KEY, REMOVED_AT_KEY, REMOVED_KEY, check_layout
+from scheduler_server.startup import (
+    CALIBRATION_KEY,
+    GAP_KEY,
+    LAYOUT_KEY,
+    REMOVED_AT_KEY,
+    REMOVED_KEY,
+    check_layout,
+    removed_lease_of,
+)
 from scheduler_server.store import TABLES, QueueStore
 
 __all__ = ["EVERY_SHARD", "ReshardResult", "entry_owner", "plan", "read_layout", "reshard"]
@@ -75,10 +83,8 @@ def task_of(table: str, key: bytes) -> str | None:
         return decode_time_key(key)[1].rpartition("#")[0]
     if key.startswith(GAP_KEY):
         return key[len(GAP_KEY) :].decode()
-    if key.startswith(REMOVED_AT_KEY):  # before REMOVED_KEY: neither prefix is the other's, but keep it obvious
-        return decode_time_key(key[len(REMOVED_AT_KEY) :])[1].rpartition("#")[0]
-    if key.startswith(REMOVED_KEY):
-        return key[len(REMOVED_KEY) :].decode().rpartition("#")[0]
+    if key.startswith((REMOVED_KEY, REMOVED_AT_KEY)):
+        return removed_lease_of(key)[0]
     return None
 
 

@@ -25,6 +25,7 @@ __all__ = [
     "REMOVED_KEY",
     "removed_at_key",
     "removed_lease_key",
+    "removed_lease_of",
     "restore_state",
 ]
 
@@ -56,6 +57,16 @@ def removed_lease_key(task_id: str, token: str) -> bytes:
 def removed_at_key(ms: int, task_id: str, token: str) -> bytes:
     """The time-ordered key of a removed task's lease (``REMOVED_AT_KEY``)."""
     return REMOVED_AT_KEY + time_key(ms, f"{task_id}#{token}")
+
+
+def removed_lease_of(key: bytes) -> tuple[str, str]:
+    """(task id, lease token) of either key of a removed task's lease."""
+    if key.startswith(REMOVED_AT_KEY):
+        name = decode_time_key(key[len(REMOVED_AT_KEY) :])[1]
+    else:
+        name = key[len(REMOVED_KEY) :].decode()
+    task_id, _, token = name.rpartition("#")
+    return task_id, token
 
 
 #: Queue keys read per scan while the queues are rebuilt.
