@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,9 @@ from typing import Any
 import pytest
 
 from icecrawler import rpc
+from icecrawler.backups import BackupPlan
 from icecrawler.processes import icecrawler_argv
+from tests.helpers import wait_for
 from tests.scheduler.daemon import REPO, SchedulerDaemon, scheduler_daemon, scheduler_proxy
 from tests.scheduler.test_shards import TWO_HOSTS
 
@@ -113,3 +116,33 @@ def test_a_running_schedulers_database_is_refused_and_bad_paths_are_one_line_err
         result = reshard(*args)
         assert result.returncode != 0 and message in result.stderr, result.stderr
         assert "Traceback" not in result.stderr
+
+
+def test_a_dry_run_reads_a_running_schedulers_newest_backup(tmp_path: Path) -> None:
+    # The daemon's own database is locked while it runs; a hot backup is a complete database of the same layout,
+    # so the plan for a running crawl comes from the newest one (docs/DEPLOY.md, "Scheduler shards").
+    (tmp_path / "single").mkdir()
+    backups = BackupPlan(tmp_path / "backups", "scheduler", interval_s=1, keep=50)
+    settings = {**SETTINGS, "scheduler__backup_dir": backups.directory, "scheduler__backup_interval_s": 1}
+    with scheduler_daemon(tmp_path / "single", **settings, scheduler__backup_keep=50) as single:
+        with scheduler_proxy(single) as proxy:
+            proxy.addUsers(
+                [f"jd:{n}" for n in range(5)] + [f"ecshop:{n}" for n in range(3)], rpc.crawler().TaskKind.ProductReviews
+            )
+        seeded = time.time()
+        wait_for(
+            lambda: any(taken > seeded for taken, _ in backups.complete()),
+            "the daemon took no backup after the seeds",
+            timeout_s=60,
+        )
+        newest = backups.complete()[-1][1]
+        targets = [str(tmp_path / "s0"), str(tmp_path / "s1")]
+        dry = reshard("--from", str(newest), "--to", *targets, "--dry-run")
+        assert dry.returncode == 0, dry.stderr
+        assert "shard 0 of 2: 5 tasks (127.0.0.1:8800 5)" in dry.stdout
+        assert "shard 1 of 2: 3 tasks (127.0.0.3:8800 3)" in dry.stdout
+        refused = reshard("--from", str(single.db_dir), "--to", *targets, "--dry-run")
+        assert refused.returncode != 0 and "is in use by scheduler pid" in refused.stderr
+        with scheduler_proxy(single) as proxy:
+            assert proxy.stats().tasks == 8  # the running scheduler served on
+    assert not (tmp_path / "s0").exists() and not (tmp_path / "s1").exists()
