@@ -137,5 +137,6 @@ def check_layout(txn: Txn, shard: int, shards: int) -> None:
         raise ConfigError(
             f"this scheduler database is shard {was['shard']} of {was['shards']}, but "
             f"scheduler.shard/scheduler.shards say {layout['shard']} of {layout['shards']}; "
-            "use the shard's own scheduler.db_dir (changing the shard count is not supported)"
+            "use the shard's own scheduler.db_dir; to change the shard count, copy the databases with "
+            '`icecrawler reshard` (docs/DEPLOY.md, "Scheduler shards")'
         )

@@ -169,3 +169,4 @@ def test_a_shard_database_will_not_start_as_another_shard(tmp_path: Path) -> Non
     )
     assert wrong.returncode != 0
     assert "this scheduler database is shard 0 of 2" in wrong.stderr
+    assert "icecrawler reshard" in wrong.stderr  # the way to another shard count

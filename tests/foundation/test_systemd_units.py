@@ -1,0 +1,135 @@
+"""The systemd units in deploy/systemd start this version's daemons: each unit's ExecStart is run as written, with
+only the install paths moved under a temporary root (/opt/icecrawler, /etc/icecrawler, /var/lib/icecrawler) and the
+shipped Ice property files given free loopback ports. A renamed option or setting breaks a unit silently on a real
+machine; here it fails a test. Real daemons, real Ice, real Berkeley DB."""
+
+from __future__ import annotations
+
+import shlex
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from icecrawler import rpc
+from icecrawler.processes import ManagedProcess, ProcessGroup, free_port, icecrawler_argv, wait_for_port
+from tests.scheduler.daemon import REPO
+from tests.scheduler.test_shards import TWO_HOSTS
+
+pytestmark = [pytest.mark.ice, pytest.mark.bdb]
+
+UNITS = REPO / "deploy" / "systemd"
+BINARY = "/opt/icecrawler/.venv/bin/icecrawler"
+C = rpc.crawler()
+
+
+class Install:
+    """A temporary root laid out as docs/DEPLOY.md installs icecrawler: settings and Ice files under etc/, state
+    under var/ (the units' WorkingDirectory)."""
+
+    def __init__(self, root: Path, settings: str) -> None:
+        self.etc = root / "etc" / "icecrawler"
+        self.var = root / "var" / "lib" / "icecrawler"
+        self.etc.mkdir(parents=True)
+        self.var.mkdir(parents=True)
+        (self.etc / "icecrawler.toml").write_text(settings)
+
+    def ice_config(self, name: str, shipped: str, ports: dict[str, int]) -> None:
+        """deploy/``shipped`` as ``name`` under etc/, its fixed ports (10000: scheduler, 10001: storage) replaced."""
+        text = (REPO / "deploy" / shipped).read_text()
+        for fixed, port in ports.items():
+            text = text.replace(f"-p {fixed}", f"-p {port}")
+        (self.etc / name).write_text(text)
+
+    def argv(self, unit: str, instance: str = "") -> list[str]:
+        """The unit's ExecStart, as systemd would run it for ``instance``, with the install paths moved here."""
+        line = next(line for line in (UNITS / unit).read_text().splitlines() if line.startswith("ExecStart="))
+        words = shlex.split(line.removeprefix("ExecStart=").replace("%i", instance))
+        assert words[0] == BINARY, words
+        moved = [
+            w.replace("/etc/icecrawler", str(self.etc)).replace("/var/lib/icecrawler", str(self.var)) for w in words
+        ]
+        return icecrawler_argv(*moved[1:])
+
+
+@contextmanager
+def started(
+    group: ProcessGroup, install: Install, name: str, argv: list[str], port: int | None
+) -> Iterator[ManagedProcess]:
+    """One daemon, from the unit's working directory; stopped with SIGTERM (the units' KillSignal) on exit."""
+    process = group.start(name, argv, cwd=install.var)
+    if port is not None:
+        wait_for_port("127.0.0.1", port, 60, alive=process.alive)
+    yield process
+    assert process.stop() == 0, process.log_path.read_text()[-3000:]
+
+
+def test_every_unit_that_runs_icecrawler_is_started_below() -> None:
+    units = sorted(UNITS.glob("icecrawler*.service"))
+    ours = [unit for unit in units if f"ExecStart={BINARY} " in unit.read_text()]
+    assert {unit.name for unit in ours} == {
+        "icecrawler-scheduler.service",
+        "icecrawler-scheduler-shard@.service",
+        "icecrawler-storage.service",
+        "icecrawler-client@.service",
+    }
+
+
+def test_the_scheduler_storage_and_client_units_start_and_stop_cleanly(tmp_path: Path) -> None:
+    ports = {"10000": free_port(), "10001": free_port()}
+    metrics = {role: free_port() for role in ("scheduler", "storage", "client")}
+    install = Install(
+        tmp_path,
+        "".join(f"[metrics.{role}]\nport = {port}\nport_span = 1\n" for role, port in metrics.items()),
+    )
+    install.ice_config("scheduler.conf", "scheduler.conf", ports)
+    install.ice_config("storage.conf", "storage.conf", ports)
+    install.ice_config("client.conf", "client.conf", ports)
+    with ProcessGroup(tmp_path / "logs") as group:
+        scheduler_argv = install.argv("icecrawler-scheduler.service")
+        storage_argv = install.argv("icecrawler-storage.service")
+        with (
+            started(group, install, "scheduler", scheduler_argv, ports["10000"]),
+            started(group, install, "storage", storage_argv, ports["10001"]),
+        ):
+            with started(group, install, "client-1", install.argv("icecrawler-client@.service", "1"), None) as client:
+                time.sleep(3.0)  # long enough to connect to both servers and ask for work
+                assert client.alive(), client.log_path.read_text()[-3000:]
+                for role, port in metrics.items():  # each role's /metrics, at the port its settings give
+                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+                        assert f"icecrawler_{role}_" in answer.read().decode(), role
+            client_log = client.log_path.read_text()
+    # The relative default paths land under the units' working directory.
+    assert (install.var / "var" / "scheduler" / "tasks.db").is_file()
+    assert (install.var / "var" / "storage").is_dir()
+    assert "Traceback" not in client_log and "ERROR" not in client_log, client_log[-3000:]
+
+
+def test_the_shard_template_runs_each_shard_on_its_own_database_and_endpoint(tmp_path: Path) -> None:
+    settings = '[scheduler]\nshards = 2\npolicy = "fixed"\n[metrics.scheduler]\nport = 0\n' + "".join(
+        f'[sources.{key.split("__")[1]}]\nbase_url = "{url}"\n' for key, url in TWO_HOSTS.items()
+    )
+    install = Install(tmp_path, settings)
+    ports = [free_port(), free_port()]
+    for shard, port in enumerate(ports):
+        install.ice_config(f"scheduler-shard{shard}.conf", "scheduler.conf", {"10000": port})
+    with ProcessGroup(tmp_path / "logs") as group:
+        argvs = [install.argv("icecrawler-scheduler-shard@.service", str(shard)) for shard in (0, 1)]
+        with (
+            started(group, install, "shard-0", argvs[0], ports[0]),
+            started(group, install, "shard-1", argvs[1], ports[1]),
+            rpc.communicator() as communicator,
+        ):
+            shards = [C.SchedulerPrx(communicator, f"{rpc.SCHEDULER_IDENTITY}:tcp -h 127.0.0.1 -p {p}") for p in ports]
+            # jd's host is shard 0's, ecshop's shard 1's (crc32 of the host, mod 2).
+            assert shards[0].addUsers(["jd:1", "jd:2"], C.TaskKind.ProductReviews) == 2
+            assert shards[1].addUsers(["ecshop:7"], C.TaskKind.ProductReviews) == 1
+            with pytest.raises(C.InvalidArgument) as wrong:
+                shards[0].addUsers(["ecshop:8"], C.TaskKind.ProductReviews)
+            assert wrong.value.code == C.ErrorCode.WrongShard
+            assert [shard.stats().tasks for shard in shards] == [2, 1]
+    for shard in (0, 1):
+        assert (install.var / f"shard{shard}" / "tasks.db").is_file()
