@@ -76,6 +76,8 @@ def test_every_unit_that_runs_icecrawler_is_started_below() -> None:
         "icecrawler-storage.service",
         "icecrawler-client@.service",
     }
+    # What ``started`` runs them from, and where their relative default paths (var/...) land.
+    assert all("\nWorkingDirectory=/var/lib/icecrawler\n" in unit.read_text() for unit in ours)
 
 
 def test_the_scheduler_storage_and_client_units_start_and_stop_cleanly(tmp_path: Path) -> None:
