@@ -123,8 +123,13 @@ def test_a_dry_run_reads_a_running_schedulers_newest_backup(tmp_path: Path) -> N
     # so the plan for a running crawl comes from the newest one (docs/DEPLOY.md, "Scheduler shards").
     (tmp_path / "single").mkdir()
     backups = BackupPlan(tmp_path / "backups", "scheduler", interval_s=1, keep=50)
-    settings = {**SETTINGS, "scheduler__backup_dir": backups.directory, "scheduler__backup_interval_s": 1}
-    with scheduler_daemon(tmp_path / "single", **settings, scheduler__backup_keep=50) as single:
+    settings = {
+        **SETTINGS,
+        "scheduler__backup_dir": backups.directory,
+        "scheduler__backup_interval_s": backups.interval_s,
+        "scheduler__backup_keep": backups.keep,
+    }
+    with scheduler_daemon(tmp_path / "single", **settings) as single:
         with scheduler_proxy(single) as proxy:
             proxy.addUsers(
                 [f"jd:{n}" for n in range(5)] + [f"ecshop:{n}" for n in range(3)], rpc.crawler().TaskKind.ProductReviews
