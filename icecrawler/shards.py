@@ -18,7 +18,7 @@ from icecrawler.errors import ConfigError
 from icecrawler.models import SOURCES
 from icecrawler.settings import Settings
 
-__all__ = ["ShardMap", "shard_of_host", "source_hosts"]
+__all__ = ["ShardMap", "shard_of_host", "source_hosts", "task_source"]
 
 
 def source_hosts(settings: Settings) -> dict[str, str]:
@@ -29,6 +29,12 @@ def source_hosts(settings: Settings) -> dict[str, str]:
 def shard_of_host(host: str, shards: int) -> int:
     """The shard (0 .. shards-1) that owns ``host``; stable across processes, machines and Python versions."""
     return zlib.crc32(host.encode()) % shards
+
+
+def task_source(task_id: str) -> str:
+    """The source of a ``kind:source:target`` task id; "" for anything else (which no source owns)."""
+    parts = task_id.split(":")
+    return parts[1] if len(parts) == 3 else ""
 
 
 class ShardMap:
@@ -49,8 +55,7 @@ class ShardMap:
         return self._by_source.get(source, 0)
 
     def of_task(self, task_id: str) -> int:
-        parts = task_id.split(":")
-        return self.of_source(parts[1]) if len(parts) == 3 else 0
+        return self.of_source(task_source(task_id))
 
     def of_target(self, text: str) -> int:
         """For ``<source>:<target>`` ids as ``addUsers`` takes them."""

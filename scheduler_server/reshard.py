@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from icecrawler.errors import ConfigError, ServiceError
-from icecrawler.shards import ShardMap, shard_of_host
+from icecrawler.shards import ShardMap, shard_of_host, task_source
 from scheduler_server.codec import decode_time_key
 from scheduler_server.startup import (
     CALIBRATION_KEY,
@@ -170,7 +170,7 @@ def plan(old: Sequence[QueueStore], shards: int, hosts: dict[str, str]) -> list[
         for chunk in _chunks(store, "tasks"):
             for key, _ in chunk:
                 task_id = key.decode()
-                source = task_id.split(":")[1] if task_id.count(":") == 2 else ""
+                source = task_source(task_id)
                 placed[shard_map.of_task(task_id)][hosts.get(source, f"(unknown source {source!r})")] += 1
     return placed
 
