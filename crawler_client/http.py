@@ -6,7 +6,11 @@ What a fetch guarantees (and why):
 * **Bounded in time.** ``client.timeout_s`` caps the connect and every read; ``client.total_timeout_s`` caps
   the whole body, so a server that drips one byte per second cannot hold a worker forever.
 * **Bounded in size.** The body is streamed and cut at ``client.max_body_bytes`` → ``FetchError(TooLarge)``:
-  a runaway page never fills the client's memory.
+  a runaway page never fills the client's memory. The limit counts decoded bytes, and urllib3 (from 2.8, our
+  floor) inflates a compressed body only as far as each read asks, so a compression bomb is cut at the limit
+  too; the bodies of redirects are closed unread. An answer whose Content-Encoding cannot be decoded (a corrupt
+  stream, a chain of more than five encodings) is ``FetchError(HttpError, error_class="DecodeError")``, not
+  retried: the same server sends the same bytes again.
 * **Retried only where a retry can help.** Timeouts, connection errors and 5xx answers are retried
   ``client.retries`` times with jittered exponential backoff (``client.backoff_s`` × 2^attempt × U(0.5, 1.5)),
   so N clients hitting the same flaky host do not retry in lockstep. 4xx answers are never retried.
@@ -283,6 +287,8 @@ def _classify_exception(exc: Exception) -> tuple[Outcome, str]:
         return Outcome.HttpError, "TooManyRedirects"
     if isinstance(exc, urllib3.exceptions.LocationValueError):
         return Outcome.ConnectionError, "InvalidURL"
+    if isinstance(exc, urllib3.exceptions.DecodeError):  # the answer itself is malformed: a retry gets it again
+        return Outcome.HttpError, "DecodeError"
     if isinstance(exc, urllib3.exceptions.ProtocolError):  # reset, aborted, truncated chunked body
         return Outcome.ConnectionError, "ConnectionError"
     return Outcome.ConnectionError, type(exc).__name__

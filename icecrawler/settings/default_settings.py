@@ -22,7 +22,7 @@ DEFAULTS: dict[str, Any] = {
     # Retries of one request on timeouts/connection errors/5xx, with jittered exponential backoff.
     "client.retries": 2,
     "client.backoff_s": 0.5,
-    # Responses larger than this are cut off and classified as TooLarge.
+    # Responses larger than this (decoded: a compressed body counts inflated) are cut off and classified as TooLarge.
     "client.max_body_bytes": 8_000_000,
     # How long an idle client waits before asking again when the scheduler has no work (upper bound).
     "client.idle_sleep_s": 1.0,
