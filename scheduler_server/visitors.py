@@ -88,8 +88,16 @@ def parse_visitor_answer(body: bytes, set_cookies: list[str]) -> dict[str, str]:
     return cookies
 
 
+#: The most of a passport answer read (the real one is well under 1 KiB).
+MAX_ANSWER_BYTES = 1 << 20
+
+
 def mint_visitor(url: str, timeout_s: float = 10.0) -> dict[str, str]:
-    """One genvisitor2 call (HTTP, environment proxies ignored): the visitor cookies, or VisitorError."""
+    """One genvisitor2 call (HTTP, environment proxies ignored): the visitor cookies, or VisitorError.
+
+    ``timeout_s`` bounds each socket read and the reading of the whole body: a passport (or a proxy before it) that
+    sends one byte at a time would otherwise keep the source without a session for hours, one read per byte.
+    """
     form = urllib.parse.urlencode(GENVISITOR_FORM).encode()
     request = urllib.request.Request(
         url,
@@ -102,9 +110,17 @@ def mint_visitor(url: str, timeout_s: float = 10.0) -> dict[str, str]:
         },
     )
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    deadline = time.monotonic() + timeout_s
     try:
         with opener.open(request, timeout=timeout_s) as response:
-            body = response.read(1 << 20)
+            body = b""
+            while len(body) < MAX_ANSWER_BYTES:
+                if time.monotonic() > deadline:
+                    raise VisitorError(f"{url}: the answer was not complete after {timeout_s:g}s")
+                piece = response.read1(MAX_ANSWER_BYTES - len(body))  # what one socket read brings
+                if not piece:
+                    break
+                body += piece
             set_cookies = response.headers.get_all("Set-Cookie") or []
     except (OSError, ValueError) as exc:  # URLError/HTTPError are OSErrors
         raise VisitorError(f"{url}: {type(exc).__name__}: {exc}") from exc

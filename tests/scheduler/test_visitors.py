@@ -1,12 +1,16 @@
 """Visitor sessions: the passport answer's parsing, minting and renewal (once, rate-limited, stale reports
 ignored), and the scheduler core leasing them like accounts, renewing on a 432 instead of blocking the host.
 
-The mint itself is a scripted function here (pure logic); tests/sandbox/test_weibo_web.py mints from the
-sandbox's passport over HTTP and tests/e2e/test_visitor_sessions.py runs the whole flow across processes."""
+The mint itself is a scripted function here (pure logic), except for one loopback passport that drips its answer;
+tests/sandbox/test_weibo_web.py mints from the sandbox's passport over HTTP and tests/e2e/test_visitor_sessions.py
+runs the whole flow across processes."""
 
 from __future__ import annotations
 
+import http.server
 import json
+import threading
+from collections.abc import Iterator
 
 import pytest
 
@@ -14,7 +18,7 @@ from icecrawler.errors import ConfigError, NoWorkError
 from icecrawler.models import Outcome, Report, TaskKind
 from scheduler_server.core import SchedulerCore
 from scheduler_server.store import MemoryQueueStore
-from scheduler_server.visitors import VisitorError, VisitorSessions, parse_visitor_answer, session_ended
+from scheduler_server.visitors import VisitorError, VisitorSessions, mint_visitor, parse_visitor_answer, session_ended
 from tests.scheduler.conftest import ManualClocks, make_settings
 
 ANSWER = (
@@ -104,6 +108,48 @@ def test_a_failed_mint_is_retried_after_the_interval() -> None:
 def test_bad_visitor_url_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="visitor_url"):
         VisitorSessions.from_settings(make_settings(sources__weibo_web__visitor_url="ftp://x/"))
+
+
+class _DrippingPassport(http.server.BaseHTTPRequestHandler):
+    """Answers at once with its headers, then one byte of a 1 000-byte body every 0.1 s (100 s in all)."""
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        self.send_response(200)
+        self.send_header("Content-Length", "1000")
+        self.end_headers()
+        for _ in range(1000):
+            if self.server.stop.wait(0.1):  # type: ignore[attr-defined]
+                return
+            try:
+                self.wfile.write(b" ")
+                self.wfile.flush()
+            except OSError:  # the mint gave up and closed the connection
+                return
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture()
+def dripping_passport() -> Iterator[str]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _DrippingPassport)
+    server.daemon_threads = True
+    server.stop = threading.Event()  # type: ignore[attr-defined]
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/visitor/genvisitor2"
+    server.stop.set()  # type: ignore[attr-defined]
+    server.shutdown()
+    server.server_close()
+    thread.join(5)
+
+
+def test_a_passport_that_drips_its_answer_fails_the_mint_after_the_timeout(dripping_passport: str) -> None:
+    """Every read brings a byte well within the read timeout, so only a bound on the whole body ends the mint;
+    before it, this mint took the 100 s of the drip and the source had no session meanwhile."""
+    with pytest.raises(VisitorError, match=r"not complete after 1s"):
+        mint_visitor(dripping_passport, timeout_s=1.0)
 
 
 def core_with_visitors(clocks: ManualClocks, passport: Passport, **settings: object) -> SchedulerCore:
