@@ -4,7 +4,8 @@ fetches, and the translation of every transport failure into a classified ``Fetc
 What a fetch guarantees (and why):
 
 * **Bounded in time.** ``client.timeout_s`` caps the connect and every read; ``client.total_timeout_s`` caps
-  the whole body, so a server that drips one byte per second cannot hold a worker forever.
+  the whole fetch, headers and body, on the socket itself (``crawler_client.deadline``): a server that drips one
+  byte per second passes every read timeout and still cannot hold a worker longer.
 * **Bounded in size.** The body is streamed and cut at ``client.max_body_bytes`` → ``FetchError(TooLarge)``:
   a runaway page never fills the client's memory. The limit counts decoded bytes, and urllib3 (from 2.8, our
   floor) inflates a compressed body only as far as each read asks, so a compression bomb is cut at the limit
@@ -32,18 +33,21 @@ from __future__ import annotations
 import email.utils
 import logging
 import random
+import threading
 import time
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import requests.cookies
 import urllib3
+import urllib3.connection
 import urllib3.exceptions
 
 from crawler_client.cookie_blob import parse_cookie_blob
+from crawler_client.deadline import WATCHDOG, Watch, Watchdog
 from crawler_client.headers import FALLBACK_USER_AGENT
 from crawler_client.sources.base import FetchedPage, PageRequest
 from icecrawler.errors import FetchError
@@ -59,6 +63,7 @@ __all__ = [
     "RawResponse",
     "SessionCache",
     "TooManyRedirects",
+    "TotalTimeout",
     "Transport",
     "Urllib3Transport",
     "parse_retry_after",
@@ -126,30 +131,79 @@ class RawResponse(Protocol):
 
 class Transport(Protocol):
     """Sends one request. May raise urllib3 exceptions or ``OSError`` (``TRANSPORT_ERRORS``); the Fetcher
-    translates them."""
+    translates them. ``timeout_s`` bounds the connect and each read, ``total_timeout_s`` the whole exchange up to
+    the response's ``close`` (past it: ``TotalTimeout``)."""
 
-    def send(self, request: PageRequest, headers: Mapping[str, str], timeout_s: float) -> RawResponse: ...
+    def send(
+        self, request: PageRequest, headers: Mapping[str, str], timeout_s: float, total_timeout_s: float
+    ) -> RawResponse: ...
+
+
+class TotalTimeout(TimeoutError):
+    """The fetch outlived ``client.total_timeout_s``: the watchdog shut its connection down."""
 
 
 class _Urllib3Response:
     """A urllib3 response read as a stream; a connection whose body was not read to the end is closed rather
     than handed back to the pool (its unread bytes would corrupt the next response)."""
 
-    def __init__(self, response: urllib3.BaseHTTPResponse, url: str) -> None:
+    def __init__(self, response: urllib3.BaseHTTPResponse, url: str, watch: Watch, watchdog: Watchdog) -> None:
         self._response = response
         self._finished = False
+        self._watch = watch
+        self._watchdog = watchdog
         self.status = response.status
         self.headers: Mapping[str, str] = response.headers
         self.url = url
 
     def iter_chunks(self) -> Iterator[bytes]:
-        yield from self._response.stream(CHUNK_BYTES, decode_content=True)
+        try:
+            yield from self._response.stream(CHUNK_BYTES, decode_content=True)
+        except TRANSPORT_ERRORS as exc:
+            if self._watch.expired:
+                raise TotalTimeout("the body was not complete within the fetch's total timeout") from exc
+            raise
+        if self._watch.expired:  # a body without a length ends at the shutdown as if it were complete
+            raise TotalTimeout("the body was not complete within the fetch's total timeout")
         self._finished = True
 
     def close(self) -> None:
-        if not self._finished:
+        self._watchdog.release(self._watch)  # before the connection can serve another fetch
+        if not self._finished or self._watch.expired:
             self._response.close()
         self._response.release_conn()
+
+
+#: The watch of the fetch this thread is sending, for the connections it opens or reuses to attach themselves.
+_SENDING = threading.local()
+
+
+class _WatchedRequests:
+    """A urllib3 connection that puts itself under the current fetch's watch as a request goes out on it."""
+
+    sock: object
+
+    def request(self, *args: Any, **kwargs: Any) -> None:
+        watch: Watch | None = getattr(_SENDING, "watch", None)
+        if watch is not None:
+            _SENDING.watchdog.attach(watch, self)
+        super().request(*args, **kwargs)  # type: ignore[misc]
+
+
+class _WatchedHTTPConnection(_WatchedRequests, urllib3.connection.HTTPConnection):
+    pass
+
+
+class _WatchedHTTPSConnection(_WatchedRequests, urllib3.connection.HTTPSConnection):
+    pass
+
+
+class _WatchedHTTPPool(urllib3.HTTPConnectionPool):
+    ConnectionCls = _WatchedHTTPConnection
+
+
+class _WatchedHTTPSPool(urllib3.HTTPSConnectionPool):
+    ConnectionCls = _WatchedHTTPSConnection
 
 
 class _SetCookieSource:
@@ -178,6 +232,7 @@ class HttpSession:
         self.pool: urllib3.PoolManager = (
             urllib3.ProxyManager(proxy_url, num_pools=POOLS) if proxy_url else urllib3.PoolManager(num_pools=POOLS)
         )
+        self.pool.pool_classes_by_scheme = {"http": _WatchedHTTPPool, "https": _WatchedHTTPSPool}
 
     def close(self) -> None:
         """Close its connections. The session stays usable (a later request connects again) with its cookies."""
@@ -189,10 +244,30 @@ class Urllib3Transport:
     ``Set-Cookie`` lands in the jar (a login answers with a cookie and a redirect) and the final URL is known
     (sources detect a redirect to a login page by it)."""
 
-    def __init__(self, session: HttpSession) -> None:
+    def __init__(self, session: HttpSession, watchdog: Watchdog = WATCHDOG) -> None:
         self.session = session
+        self.watchdog = watchdog
 
-    def send(self, request: PageRequest, headers: Mapping[str, str], timeout_s: float) -> RawResponse:
+    def send(
+        self, request: PageRequest, headers: Mapping[str, str], timeout_s: float, total_timeout_s: float
+    ) -> RawResponse:
+        watch = self.watchdog.watch(total_timeout_s)
+        _SENDING.watch, _SENDING.watchdog = watch, self.watchdog
+        try:
+            response = self._send(request, headers, timeout_s, watch)
+            if watch.expired:  # headers cut by the shutdown end as if they were complete
+                response.close()
+                raise TotalTimeout(f"no complete answer within {total_timeout_s:g}s")
+            return response
+        except BaseException as exc:
+            self.watchdog.release(watch)
+            if watch.expired and isinstance(exc, TRANSPORT_ERRORS) and not isinstance(exc, TotalTimeout):
+                raise TotalTimeout(f"no complete answer within {total_timeout_s:g}s") from exc
+            raise
+        finally:
+            _SENDING.watch = None
+
+    def _send(self, request: PageRequest, headers: Mapping[str, str], timeout_s: float, watch: Watch) -> RawResponse:
         url = request.url
         parts = urllib.parse.urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.netloc:
@@ -226,7 +301,8 @@ class Urllib3Transport:
                 self.session.cookies.extract_cookies(_SetCookieSource(response.headers), cookie_request)  # type: ignore[arg-type]
             location = response.headers.get("Location")
             if response.status not in REDIRECT_STATUSES or not location:
-                return _Urllib3Response(response, url)
+                return _Urllib3Response(response, url, watch, self.watchdog)
+            self.watchdog.detach_all(watch)
             response.close()
             response.release_conn()
             url = urllib.parse.urljoin(url, location)
@@ -281,6 +357,8 @@ def _classify_exception(exc: Exception) -> tuple[Outcome, str]:
         return Outcome.ConnectionError, "ConnectionRefused"
     if isinstance(exc, urllib3.exceptions.ConnectTimeoutError):
         return Outcome.Timeout, "ConnectTimeout"
+    if isinstance(exc, TotalTimeout):
+        return Outcome.Timeout, "TotalTimeout"
     if isinstance(exc, (urllib3.exceptions.ReadTimeoutError, TimeoutError)):
         return Outcome.Timeout, "ReadTimeout"
     if isinstance(exc, TooManyRedirects):
@@ -365,7 +443,7 @@ class Fetcher:
         self.requests_made += 1
         started = self._clock()
         try:
-            raw = self.transport.send(request, headers, self.policy.timeout_s)
+            raw = self.transport.send(request, headers, self.policy.timeout_s, self.policy.total_timeout_s)
         except TRANSPORT_ERRORS as exc:
             self._observe(0, 0, started)
             outcome, error_class = _classify_exception(exc)

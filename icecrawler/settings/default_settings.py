@@ -41,7 +41,7 @@ DEFAULTS: dict[str, Any] = {
     "client.report_batch": 50,
     # On SIGTERM/SIGINT: how long in-flight tasks may finish and be reported before leases are given back.
     "client.shutdown_grace_s": 20.0,
-    # Longest time one response may take in total (a slow-drip body is cut off as Timeout).
+    # Longest time one fetch may take in total, headers and body (a server that drips bytes is cut off as Timeout).
     "client.total_timeout_s": 30.0,
     # --- clock: simulated time shared by every process of a run (icecrawler.clock) --------------------------
     # Wall-clock epoch that simulated time starts from; 0 = the process start. Give every process of one run

@@ -25,6 +25,7 @@ import urllib3
 import urllib3.exceptions
 
 from crawler_client.cookie_blob import AccountBlob, parse_cookie_blob
+from crawler_client.deadline import Watchdog
 from crawler_client.http import (
     SESSION_IDLE_S,
     Fetcher,
@@ -72,7 +73,9 @@ class ScriptedTransport:
         self.sent: list[tuple[PageRequest, dict[str, str]]] = []
         self.responses: list[FakeResponse] = []
 
-    def send(self, request: PageRequest, headers: Mapping[str, str], timeout_s: float) -> RawResponse:
+    def send(
+        self, request: PageRequest, headers: Mapping[str, str], timeout_s: float, total_timeout_s: float
+    ) -> RawResponse:
         self.sent.append((request, dict(headers)))
         step = self.script.pop(0)
         if isinstance(step, Exception):
@@ -407,6 +410,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.end_headers()
             self.wfile.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body))  # one chunk: stream end and trailer
             return
+        if self.path.startswith("/drip-"):  # one byte every 0.05 s, 100 s in all: of the headers, or of the body
+            self._drip(headers=self.path.startswith("/drip-headers"))
+            return
         if self.path.startswith("/big"):
             self.send_response(200)
             self.end_headers()  # no Content-Length: the size is only known by reading
@@ -427,6 +433,25 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
+    def _drip(self, headers: bool) -> None:
+        dripped: dict[str, int] = self.server.dripped  # type: ignore[attr-defined]
+        if headers:
+            answer = b"HTTP/1.1 200 OK\r\nX-Slow: " + b"y" * 2000 + b"\r\nContent-Length: 2\r\n\r\nok"
+        else:
+            self.send_response(200)
+            self.send_header("Content-Length", "2000")
+            self.end_headers()
+            answer = b"z" * 2000
+        for byte in answer:
+            if self.server.release.wait(0.05):  # type: ignore[attr-defined]
+                return
+            try:
+                self.wfile.write(bytes([byte]))
+                self.wfile.flush()
+            except OSError:  # the client gave up and closed the connection
+                return
+            dripped[self.path] = dripped.get(self.path, 0) + 1
+
     def log_message(self, *args: object) -> None:
         pass
 
@@ -440,14 +465,21 @@ def _gzip_bomb() -> bytes:
     return gzip.compress(bytes(64 * 1024 * 1024), 9)
 
 
+#: The running local servers by URL, for tests that read what a server saw.
+LOCAL_SERVERS: dict[str, http.server.ThreadingHTTPServer] = {}
+
+
 @pytest.fixture()
 def local_server() -> Iterator[str]:
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
     server.daemon_threads = True
     server.release = threading.Event()  # type: ignore[attr-defined]
+    server.dripped = {}  # type: ignore[attr-defined]  # path -> bytes of a drip sent
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
+    LOCAL_SERVERS[f"http://127.0.0.1:{server.server_address[1]}"] = server
     yield f"http://127.0.0.1:{server.server_address[1]}"
+    LOCAL_SERVERS.pop(f"http://127.0.0.1:{server.server_address[1]}")
     server.release.set()  # type: ignore[attr-defined]
     server.shutdown()
     server.server_close()
@@ -684,3 +716,80 @@ def test_a_chunked_deflate_body_with_bytes_after_its_end_is_read_to_the_end(loca
     page = outcome[0]
     assert getattr(page, "status", None) == 200 and getattr(page, "body", None) == DEFLATED_BODY
     cache.close()
+
+
+# --- the whole fetch's deadline ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("part", ["headers", "body"])
+def test_a_drip_that_passes_every_read_timeout_ends_at_the_total_timeout(local_server: str, part: str) -> None:
+    """One byte every 0.05 s passes a 2 s read timeout for 100 s; the fetch ends after its 1 s in all. Before the
+    watchdog, a 64 KiB read of the body (or a header line) took the whole drip."""
+    policy = FetchPolicy(
+        timeout_s=2.0, total_timeout_s=1.0, retries=0, backoff_s=0.01, max_body_bytes=10_000, user_agent="t"
+    )
+    watchdog, cache = Watchdog(), SessionCache()
+    fetcher = Fetcher(Urllib3Transport(cache.session("jd", Account("a", "")), watchdog), policy)
+    with pytest.raises(FetchError) as dripped:
+        fetcher.fetch(PageRequest(url=f"{local_server}/drip-{part}"))
+    assert (dripped.value.outcome, dripped.value.error_class) == ("Timeout", "TotalTimeout")
+    sent = LOCAL_SERVERS[local_server].dripped[f"/drip-{part}"]  # type: ignore[attr-defined]
+    assert sent < 1000, f"the fetch waited for {sent} bytes of the drip"
+    assert watchdog.running() == 0
+    # The connection the watchdog shut down is not handed to the next fetch.
+    assert fetcher.fetch(PageRequest(url=f"{local_server}/home")).body.startswith(b"GET /home")
+    cache.close()
+
+
+def test_every_fetch_releases_its_deadline_and_a_kept_connection_outlives_it(local_server: str) -> None:
+    """Whatever the ending (an answer, a redirect, a cut, an undecodable body, a loop), no watch stays running, and a
+    keep-alive connection used by a finished fetch is not shut down when that fetch's deadline passes later."""
+    policy = FetchPolicy(
+        timeout_s=2.0, total_timeout_s=0.2, retries=0, backoff_s=0.01, max_body_bytes=10_000, user_agent="t"
+    )
+    watchdog, cache = Watchdog(), SessionCache()
+    fetcher = Fetcher(Urllib3Transport(cache.session("ecshop", Account("a", "")), watchdog), policy)
+    fetcher.fetch(PageRequest(url=f"{local_server}/login", method="POST", data={"user": "li"}))
+    for path in ("/big", "/not-gzip", "/loop"):
+        with pytest.raises(FetchError):
+            fetcher.fetch(PageRequest(url=f"{local_server}{path}"))
+    assert watchdog.running() == 0
+    port = int(local_server.rsplit(":", 1)[1])
+    fetcher.fetch(PageRequest(url=f"{local_server}/home"))
+    assert _open_sockets_to(port) == 1
+    threading.Event().wait(0.5)  # past that fetch's deadline
+    assert fetcher.fetch(PageRequest(url=f"{local_server}/home")).body.startswith(b"GET /home")
+    assert _open_sockets_to(port) == 1, "the kept connection was shut down by a finished fetch's deadline"
+    cache.close()
+
+
+def test_the_watchdog_wakes_a_blocked_read_and_only_for_a_running_watch() -> None:
+    @dataclass
+    class Held:
+        sock: socket.socket
+
+    watchdog = Watchdog()
+    with contextlib.ExitStack() as sockets:
+        pairs = [socket.socketpair() for _ in range(4)]
+        for pair in pairs:
+            for sock in pair:
+                sockets.callback(sock.close)
+                sock.settimeout(30)  # a failure is an exception, not a hang
+        (ours, _), (late, _), (kept, peer), (other, _) = pairs
+
+        watch = watchdog.watch(0.1)
+        watchdog.attach(watch, Held(ours))
+        assert ours.recv(1) == b""  # shut down by the watchdog: the blocked read returns
+        assert watch.expired and watchdog.running() == 0
+        watchdog.attach(watch, Held(late))  # attached after the deadline: shut down at once
+        assert late.recv(1) == b""
+
+        released = watchdog.watch(0.1)
+        watchdog.attach(released, Held(kept))
+        watchdog.release(released)
+        expiring = watchdog.watch(0.2)  # one more deadline, after the released one's: the thread passes both
+        watchdog.attach(expiring, Held(other))
+        assert other.recv(1) == b""
+        assert expiring.expired and not released.expired
+        peer.sendall(b"x")
+        assert kept.recv(1) == b"x"  # still open

@@ -471,7 +471,9 @@ def test_the_fetcher_reports_every_request_to_its_hook() -> None:
             pass
 
     class Transport:
-        def send(self, request: PageRequest, headers: Mapping[str, str], timeout_s: float) -> RawResponse:
+        def send(
+            self, request: PageRequest, headers: Mapping[str, str], timeout_s: float, total_timeout_s: float
+        ) -> RawResponse:
             return Answer()
 
     policy = FetchPolicy.from_settings(Settings())

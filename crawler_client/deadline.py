@@ -1,0 +1,128 @@
+"""One deadline for a whole fetch, enforced on the socket: ``client.total_timeout_s`` from the request to the body's
+last byte.
+
+A socket timeout bounds one read, not a response. A server (or a tarpit in front of it) that sends one byte a little
+faster than ``client.timeout_s`` passes every read: http.client reads the status line and headers a line at a time
+and a body read fills its whole buffer, so such a drip held a worker for days before its first check. A check
+between reads cannot help while the read itself does not return. So every fetch of a process registers its deadline
+with one watchdog thread; when a deadline passes before its fetch is done, the watchdog shuts down the sockets the
+fetch is using, the blocked read returns at once, and the fetch ends as a Timeout (``Watch.expired`` says why).
+
+The watchdog keeps the fetches in a heap by deadline. A fetch that ends is only marked: it leaves the heap when it
+reaches the top, so registering costs one push and ending costs nothing, and the thread wakes only for the
+earliest deadline still running.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import socket
+import threading
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+__all__ = ["WATCHDOG", "Connection", "Watch", "Watchdog"]
+
+
+class Connection(Protocol):
+    """What a watch shuts down: anything holding its current socket in ``sock`` (a urllib3 connection)."""
+
+    @property
+    def sock(self) -> socket.socket | None: ...
+
+
+class Watch:
+    """One fetch's deadline and the connections it uses. Made by ``Watchdog.watch``; only the watchdog's lock
+    changes it."""
+
+    __slots__ = ("_connections", "deadline", "done", "expired")
+
+    def __init__(self, deadline: float) -> None:
+        self.deadline = deadline
+        #: True once the deadline passed before the fetch was done (its sockets were shut down).
+        self.expired = False
+        self.done = False
+        self._connections: list[Connection] = []
+
+
+def _shut(connection: Connection) -> None:
+    sock = getattr(connection, "sock", None)
+    if sock is None:
+        return
+    try:
+        # The plain socket's shutdown even on a TLS socket: it wakes the blocked read without touching TLS state
+        # another thread is using.
+        socket.socket.shutdown(sock, socket.SHUT_RDWR)
+    except OSError:  # already closed, or not connected yet
+        pass
+
+
+class Watchdog:
+    """Shuts down the connections of fetches that outlive their deadline (see the module docstring)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._lock = threading.Condition()
+        self._heap: list[tuple[float, int, Watch]] = []
+        self._order = itertools.count()  # ties broken by arrival: a Watch does not compare
+        self._thread: threading.Thread | None = None
+
+    def watch(self, seconds: float) -> Watch:
+        """A watch that expires ``seconds`` from now unless ``release``d first."""
+        watch = Watch(self._clock() + seconds)
+        with self._lock:
+            heapq.heappush(self._heap, (watch.deadline, next(self._order), watch))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="fetch-deadlines", daemon=True)
+                self._thread.start()
+            elif self._heap[0][2] is watch:  # earlier than what the thread waits for
+                self._lock.notify()
+        return watch
+
+    def attach(self, watch: Watch, connection: Connection) -> None:
+        """``connection`` carries the fetch from now on; shut down at once if the deadline has passed."""
+        with self._lock:
+            if watch.expired:
+                _shut(connection)
+            elif not watch.done:
+                watch._connections.append(connection)
+
+    def detach_all(self, watch: Watch) -> None:
+        """The fetch's connections went back to their pool (a redirect's hop): not to be shut down for it."""
+        with self._lock:
+            watch._connections.clear()
+
+    def release(self, watch: Watch) -> None:
+        """The fetch is done: its connections are no longer watched."""
+        with self._lock:
+            watch.done = True
+            watch._connections.clear()
+
+    def running(self) -> int:
+        """Watches not yet released nor expired (for tests: every fetch releases its watch)."""
+        with self._lock:
+            return sum(1 for _, _, watch in self._heap if not (watch.done or watch.expired))
+
+    def _run(self) -> None:
+        with self._lock:
+            while True:
+                heap = self._heap
+                while heap and heap[0][2].done:
+                    heapq.heappop(heap)
+                if not heap:
+                    self._lock.wait()
+                    continue
+                wait = heap[0][0] - self._clock()
+                if wait > 0:
+                    self._lock.wait(wait)
+                    continue
+                watch = heapq.heappop(heap)[2]
+                watch.expired = True
+                for connection in watch._connections:
+                    _shut(connection)
+
+
+#: The process's watchdog: every real fetch of a client registers here.
+WATCHDOG = Watchdog()
