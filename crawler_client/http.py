@@ -181,8 +181,6 @@ _SENDING = threading.local()
 class _WatchedRequests:
     """A urllib3 connection that puts itself under the current fetch's watch as a request goes out on it."""
 
-    sock: object
-
     def request(self, *args: Any, **kwargs: Any) -> None:
         watch: Watch | None = getattr(_SENDING, "watch", None)
         if watch is not None:
