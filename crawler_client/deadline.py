@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import logging
 import socket
 import threading
 import time
@@ -25,12 +26,15 @@ from typing import Protocol
 
 __all__ = ["WATCHDOG", "Connection", "Watch", "Watchdog"]
 
+log = logging.getLogger(__name__)
+
 
 class Connection(Protocol):
-    """What a watch shuts down: anything holding its current socket in ``sock`` (a urllib3 connection)."""
+    """What a watch shuts down: anything holding its current socket in ``sock`` (a urllib3 connection: a socket,
+    an object with the socket in ``socket`` for TLS inside a TLS proxy tunnel, or None before it connects)."""
 
     @property
-    def sock(self) -> socket.socket | None: ...
+    def sock(self) -> object: ...
 
 
 class Watch:
@@ -49,7 +53,9 @@ class Watch:
 
 def _shut(connection: Connection) -> None:
     sock = getattr(connection, "sock", None)
-    if sock is None:
+    if not isinstance(sock, socket.socket):  # TLS inside a TLS proxy tunnel: the tunnel's socket carries it
+        sock = getattr(sock, "socket", None)
+    if not isinstance(sock, socket.socket):  # not connected (yet), or nothing we know how to shut
         return
     try:
         # The plain socket's shutdown even on a TLS socket: it wakes the blocked read without touching TLS state
@@ -121,7 +127,10 @@ class Watchdog:
                 watch = heapq.heappop(heap)[2]
                 watch.expired = True
                 for connection in watch._connections:
-                    _shut(connection)
+                    try:
+                        _shut(connection)
+                    except Exception:  # the thread serves every fetch of the process: it must outlive any one
+                        log.exception("could not shut down a connection past its fetch's deadline")
 
 
 #: The process's watchdog: every real fetch of a client registers here.

@@ -793,3 +793,22 @@ def test_the_watchdog_wakes_a_blocked_read_and_only_for_a_running_watch() -> Non
         assert expiring.expired and not released.expired
         peer.sendall(b"x")
         assert kept.recv(1) == b"x"  # still open
+
+        @dataclass
+        class Tunnel:  # what urllib3 holds for TLS inside a TLS proxy: the socket is one level down
+            socket: socket.socket
+
+        @dataclass
+        class Odd:
+            sock: object
+
+        tunnelled, tunnel_peer = socket.socketpair()
+        sockets.callback(tunnelled.close)
+        sockets.callback(tunnel_peer.close)
+        tunnelled.settimeout(30)
+        strange = watchdog.watch(0.05)
+        watchdog.attach(strange, Odd("not a socket"))  # passed over: the watchdog's thread must not die of it
+        through = watchdog.watch(0.1)
+        watchdog.attach(through, Odd(Tunnel(tunnelled)))
+        assert tunnelled.recv(1) == b""
+        assert strange.expired and through.expired
