@@ -6,13 +6,16 @@ login redirect, form POSTs, redirect loops, bad URLs and refused connections."""
 from __future__ import annotations
 
 import contextlib
+import datetime
 import functools
 import gzip
 import http.server
+import ipaddress
 import json
 import os
 import random
 import socket
+import ssl
 import threading
 import tracemalloc
 import zlib
@@ -23,6 +26,10 @@ from pathlib import Path
 import pytest
 import urllib3
 import urllib3.exceptions
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
 from crawler_client.cookie_blob import AccountBlob, parse_cookie_blob
 from crawler_client.deadline import Watchdog
@@ -738,6 +745,69 @@ def test_a_drip_that_passes_every_read_timeout_ends_at_the_total_timeout(local_s
     assert watchdog.running() == 0
     # The connection the watchdog shut down is not handed to the next fetch.
     assert fetcher.fetch(PageRequest(url=f"{local_server}/home")).body.startswith(b"GET /home")
+    cache.close()
+
+
+@pytest.fixture()
+def tls_server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """The local server over TLS, with a certificate for 127.0.0.1 that it signs itself: (URL, that certificate)."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.UTC)
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_file, key_file = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert_file.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert_file, key_file)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    server.daemon_threads = True
+    server.release = threading.Event()  # type: ignore[attr-defined]
+    server.dripped = {}  # type: ignore[attr-defined]
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    url = f"https://127.0.0.1:{server.server_address[1]}"
+    LOCAL_SERVERS[url] = server
+    yield url, cert_file
+    LOCAL_SERVERS.pop(url)
+    server.release.set()  # type: ignore[attr-defined]
+    server.shutdown()
+    server.server_close()
+    thread.join(5)
+
+
+def test_a_drip_over_tls_ends_at_the_total_timeout(tls_server: tuple[str, Path]) -> None:
+    """The real sites speak TLS: the watchdog shuts the socket under the TLS layer, and the connection's next
+    fetch starts a new one."""
+    url, certificate = tls_server
+    policy = FetchPolicy(
+        timeout_s=2.0, total_timeout_s=1.0, retries=0, backoff_s=0.01, max_body_bytes=10_000, user_agent="t"
+    )
+    watchdog, cache = Watchdog(), SessionCache()
+    session = cache.session("jd", Account("a", ""))
+    session.pool.connection_pool_kw["ca_certs"] = str(certificate)  # verified, against our own certificate
+    fetcher = Fetcher(Urllib3Transport(session, watchdog), policy)
+    assert fetcher.fetch(PageRequest(url=f"{url}/home")).body.startswith(b"GET /home")
+    with pytest.raises(FetchError) as dripped:
+        fetcher.fetch(PageRequest(url=f"{url}/drip-headers"))
+    assert (dripped.value.outcome, dripped.value.error_class) == ("Timeout", "TotalTimeout")
+    assert LOCAL_SERVERS[url].dripped["/drip-headers"] < 1000  # type: ignore[attr-defined]
+    assert watchdog.running() == 0
+    assert fetcher.fetch(PageRequest(url=f"{url}/home")).body.startswith(b"GET /home")
     cache.close()
 
 
