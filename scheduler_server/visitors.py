@@ -113,7 +113,7 @@ def mint_visitor(url: str, timeout_s: float = 10.0) -> dict[str, str]:
     deadline = time.monotonic() + timeout_s
     try:
         with opener.open(request, timeout=timeout_s) as response:
-            body = b""
+            body = bytearray()
             while len(body) < MAX_ANSWER_BYTES:
                 if time.monotonic() > deadline:
                     raise VisitorError(f"{url}: the answer was not complete after {timeout_s:g}s")
@@ -124,7 +124,7 @@ def mint_visitor(url: str, timeout_s: float = 10.0) -> dict[str, str]:
             set_cookies = response.headers.get_all("Set-Cookie") or []
     except (OSError, ValueError) as exc:  # URLError/HTTPError are OSErrors
         raise VisitorError(f"{url}: {type(exc).__name__}: {exc}") from exc
-    return parse_visitor_answer(body, set_cookies)
+    return parse_visitor_answer(bytes(body), set_cookies)
 
 
 @dataclass
