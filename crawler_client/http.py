@@ -4,7 +4,7 @@ fetches, and the translation of every transport failure into a classified ``Fetc
 What a fetch guarantees (and why):
 
 * **Bounded in time.** ``client.timeout_s`` caps the connect and every read; ``client.total_timeout_s`` caps
-  the whole fetch, headers and body, on the socket itself (``crawler_client.deadline``): a server that drips one
+  the whole fetch, headers and body, on the socket itself (``icecrawler.deadline``): a server that drips one
   byte per second passes every read timeout and still cannot hold a worker longer.
 * **Bounded in size.** The body is streamed and cut at ``client.max_body_bytes`` → ``FetchError(TooLarge)``:
   a runaway page never fills the client's memory. The limit counts decoded bytes, and urllib3 (from 2.8, our
@@ -47,9 +47,9 @@ import urllib3.connection
 import urllib3.exceptions
 
 from crawler_client.cookie_blob import parse_cookie_blob
-from crawler_client.deadline import WATCHDOG, Watch, Watchdog
 from crawler_client.headers import FALLBACK_USER_AGENT
 from crawler_client.sources.base import FetchedPage, PageRequest
+from icecrawler.deadline import WATCHDOG, Watch, Watchdog
 from icecrawler.errors import FetchError
 from icecrawler.models import Account, Outcome, account_lineage
 from icecrawler.settings import Settings
@@ -179,13 +179,13 @@ _SENDING = threading.local()
 
 
 class _WatchedRequests:
-    """A urllib3 connection that puts itself under the current fetch's watch as a request goes out on it."""
+    """A urllib3 connection that puts its socket under the current fetch's watch before it waits for the answer."""
 
-    def request(self, *args: Any, **kwargs: Any) -> None:
+    def getresponse(self, *args: Any, **kwargs: Any) -> Any:
         watch: Watch | None = getattr(_SENDING, "watch", None)
         if watch is not None:
-            _SENDING.watchdog.attach(watch, self)
-        super().request(*args, **kwargs)  # type: ignore[misc]
+            _SENDING.watchdog.attach(watch, self.sock)  # type: ignore[attr-defined]
+        return super().getresponse(*args, **kwargs)  # type: ignore[misc]
 
 
 class _WatchedHTTPConnection(_WatchedRequests, urllib3.connection.HTTPConnection):

@@ -16,18 +16,19 @@ blocks the host nor freezes an account; the task is simply due again. Cookies ne
 
 from __future__ import annotations
 
+import http.client
 import json
 import logging
 import re
 import threading
 import time
 import urllib.parse
-import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from http.cookies import CookieError, SimpleCookie
 from typing import Any
 
+from icecrawler.deadline import WATCHDOG
 from icecrawler.errors import ConfigError
 from icecrawler.models import SOURCES, Account, Outcome, is_visitor, visitor_account_id
 from icecrawler.settings import Settings
@@ -93,38 +94,47 @@ MAX_ANSWER_BYTES = 1 << 20
 
 
 def mint_visitor(url: str, timeout_s: float = 10.0) -> dict[str, str]:
-    """One genvisitor2 call (HTTP, environment proxies ignored): the visitor cookies, or VisitorError.
+    """One genvisitor2 call: the visitor cookies, or VisitorError. Direct (proxies in the environment are not
+    used), and no redirect is followed: the passport answers in place.
 
-    ``timeout_s`` bounds each socket read and the reading of the whole body: a passport (or a proxy before it) that
-    sends one byte at a time would otherwise keep the source without a session for hours, one read per byte.
+    ``timeout_s`` bounds the whole call, headers and body (``icecrawler.deadline``), not only each socket read: a
+    passport (or a proxy before it) that sends one byte at a time would otherwise keep the source without a session
+    for hours, one read per byte.
     """
-    form = urllib.parse.urlencode(GENVISITOR_FORM).encode()
-    request = urllib.request.Request(
-        url,
-        data=form,
-        method="POST",
-        headers={
-            "User-Agent": _USER_AGENT,
-            "Content-Type": "application/x-www-form-urlencoded",
-            "Referer": urllib.parse.urljoin(url, "/visitor/visitor?entry=miniblog&a=enter"),
-        },
-    )
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    deadline = time.monotonic() + timeout_s
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise VisitorError(f"{url!r} is not an http(s) URL")
+    kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+    connection = kind(parts.hostname, parts.port, timeout=timeout_s)
+    watch = WATCHDOG.watch(timeout_s)
     try:
-        with opener.open(request, timeout=timeout_s) as response:
-            body = bytearray()
-            while len(body) < MAX_ANSWER_BYTES:
-                if time.monotonic() > deadline:
-                    raise VisitorError(f"{url}: the answer was not complete after {timeout_s:g}s")
-                piece = response.read1(MAX_ANSWER_BYTES - len(body))  # what one socket read brings
-                if not piece:
-                    break
-                body += piece
-            set_cookies = response.headers.get_all("Set-Cookie") or []
-    except (OSError, ValueError) as exc:  # URLError/HTTPError are OSErrors
+        connection.connect()
+        WATCHDOG.attach(watch, connection.sock)
+        connection.request(
+            "POST",
+            urllib.parse.urlunsplit(("", "", parts.path or "/", parts.query, "")),
+            body=urllib.parse.urlencode(GENVISITOR_FORM).encode(),
+            headers={
+                "User-Agent": _USER_AGENT,
+                "Content-Type": "application/x-www-form-urlencoded",
+                "Referer": urllib.parse.urljoin(url, "/visitor/visitor?entry=miniblog&a=enter"),
+            },
+        )
+        response = connection.getresponse()
+        body = response.read(MAX_ANSWER_BYTES)
+        if watch.expired:  # an answer cut by the watchdog can look complete
+            raise TimeoutError("cut at the deadline")
+        if response.status != 200:
+            raise VisitorError(f"{url}: HTTPError: {response.status} {response.reason}")
+        set_cookies = response.headers.get_all("Set-Cookie") or []
+    except (OSError, http.client.HTTPException) as exc:
+        if watch.expired:
+            raise VisitorError(f"{url}: the answer was not complete after {timeout_s:g}s") from exc
         raise VisitorError(f"{url}: {type(exc).__name__}: {exc}") from exc
-    return parse_visitor_answer(bytes(body), set_cookies)
+    finally:
+        WATCHDOG.release(watch)
+        connection.close()
+    return parse_visitor_answer(body, set_cookies)
 
 
 @dataclass

@@ -32,7 +32,6 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from crawler_client.cookie_blob import AccountBlob, parse_cookie_blob
-from crawler_client.deadline import Watchdog
 from crawler_client.http import (
     SESSION_IDLE_S,
     Fetcher,
@@ -46,6 +45,7 @@ from crawler_client.http import (
     parse_retry_after,
 )
 from crawler_client.sources.base import PageRequest
+from icecrawler.deadline import Watchdog
 from icecrawler.errors import FetchError
 from icecrawler.models import Account
 
@@ -447,6 +447,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         else:
             self.send_response(200)
             self.send_header("Content-Length", "2000")
+            if "closing" in self.path:  # http.client lets go of the connection's socket after such headers
+                self.send_header("Connection", "close")
             self.end_headers()
             answer = b"z" * 2000
         for byte in answer:
@@ -728,7 +730,7 @@ def test_a_chunked_deflate_body_with_bytes_after_its_end_is_read_to_the_end(loca
 # --- the whole fetch's deadline ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("part", ["headers", "body"])
+@pytest.mark.parametrize("part", ["headers", "body", "closing-body"])
 def test_a_drip_that_passes_every_read_timeout_ends_at_the_total_timeout(local_server: str, part: str) -> None:
     """One byte every 0.05 s passes a 2 s read timeout for 100 s; the fetch ends after its 1 s in all. Before the
     watchdog, a 64 KiB read of the body (or a header line) took the whole drip."""
@@ -834,10 +836,6 @@ def test_every_fetch_releases_its_deadline_and_a_kept_connection_outlives_it(loc
 
 
 def test_the_watchdog_wakes_a_blocked_read_and_only_for_a_running_watch() -> None:
-    @dataclass
-    class Held:
-        sock: socket.socket
-
     watchdog = Watchdog()
     with contextlib.ExitStack() as sockets:
         pairs = [socket.socketpair() for _ in range(4)]
@@ -848,17 +846,17 @@ def test_the_watchdog_wakes_a_blocked_read_and_only_for_a_running_watch() -> Non
         (ours, _), (late, _), (kept, peer), (other, _) = pairs
 
         watch = watchdog.watch(0.1)
-        watchdog.attach(watch, Held(ours))
+        watchdog.attach(watch, ours)
         assert ours.recv(1) == b""  # shut down by the watchdog: the blocked read returns
         assert watch.expired and watchdog.running() == 0
-        watchdog.attach(watch, Held(late))  # attached after the deadline: shut down at once
+        watchdog.attach(watch, late)  # attached after the deadline: shut down at once
         assert late.recv(1) == b""
 
         released = watchdog.watch(0.1)
-        watchdog.attach(released, Held(kept))
+        watchdog.attach(released, kept)
         watchdog.release(released)
         expiring = watchdog.watch(0.2)  # one more deadline, after the released one's: the thread passes both
-        watchdog.attach(expiring, Held(other))
+        watchdog.attach(expiring, other)
         assert other.recv(1) == b""
         assert expiring.expired and not released.expired
         peer.sendall(b"x")
@@ -868,17 +866,13 @@ def test_the_watchdog_wakes_a_blocked_read_and_only_for_a_running_watch() -> Non
         class Tunnel:  # what urllib3 holds for TLS inside a TLS proxy: the socket is one level down
             socket: socket.socket
 
-        @dataclass
-        class Odd:
-            sock: object
-
         tunnelled, tunnel_peer = socket.socketpair()
         sockets.callback(tunnelled.close)
         sockets.callback(tunnel_peer.close)
         tunnelled.settimeout(30)
         strange = watchdog.watch(0.05)
-        watchdog.attach(strange, Odd("not a socket"))  # passed over: the watchdog's thread must not die of it
+        watchdog.attach(strange, "not a socket")  # passed over: the watchdog's thread must not die of it
         through = watchdog.watch(0.1)
-        watchdog.attach(through, Odd(Tunnel(tunnelled)))
+        watchdog.attach(through, Tunnel(tunnelled))
         assert tunnelled.recv(1) == b""
         assert strange.expired and through.expired

@@ -111,45 +111,57 @@ def test_bad_visitor_url_is_a_config_error() -> None:
 
 
 class _DrippingPassport(http.server.BaseHTTPRequestHandler):
-    """Answers at once with its headers, then one byte of a 1 000-byte body every 0.1 s (100 s in all)."""
+    """One byte every 0.1 s, 100 s in all: of its status line and headers (``?part=headers``), or of a 1 000-byte body
+    after headers sent at once. ``server.sent`` counts the bytes dripped."""
 
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("Content-Length", "0")))
-        self.send_response(200)
-        self.send_header("Content-Length", "1000")
-        self.end_headers()
-        for _ in range(1000):
+        if self.path.endswith("part=headers"):
+            answer = b"HTTP/1.1 200 OK\r\nX-Slow: " + b"y" * 1000
+        else:
+            self.send_response(200)
+            self.send_header("Content-Length", "1000")
+            self.end_headers()
+            answer = b" " * 1000
+        for byte in answer:
             if self.server.stop.wait(0.1):  # type: ignore[attr-defined]
                 return
             try:
-                self.wfile.write(b" ")
+                self.wfile.write(bytes([byte]))
                 self.wfile.flush()
             except OSError:  # the mint gave up and closed the connection
                 return
+            self.server.sent += 1  # type: ignore[attr-defined]
 
     def log_message(self, *args: object) -> None:
         pass
 
 
 @pytest.fixture()
-def dripping_passport() -> Iterator[str]:
+def dripping_passport() -> Iterator[http.server.ThreadingHTTPServer]:
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _DrippingPassport)
     server.daemon_threads = True
     server.stop = threading.Event()  # type: ignore[attr-defined]
+    server.sent = 0  # type: ignore[attr-defined]
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/visitor/genvisitor2"
+    yield server
     server.stop.set()  # type: ignore[attr-defined]
     server.shutdown()
     server.server_close()
     thread.join(5)
 
 
-def test_a_passport_that_drips_its_answer_fails_the_mint_after_the_timeout(dripping_passport: str) -> None:
-    """Every read brings a byte well within the read timeout, so only a bound on the whole body ends the mint;
+@pytest.mark.parametrize("part", ["headers", "body"])
+def test_a_passport_that_drips_its_answer_fails_the_mint_after_the_timeout(
+    dripping_passport: http.server.ThreadingHTTPServer, part: str
+) -> None:
+    """Every read brings a byte well within the read timeout, so only a bound on the whole call ends the mint;
     before it, this mint took the 100 s of the drip and the source had no session meanwhile."""
+    url = f"http://127.0.0.1:{dripping_passport.server_address[1]}/visitor/genvisitor2?part={part}"
     with pytest.raises(VisitorError, match=r"not complete after 1s"):
-        mint_visitor(dripping_passport, timeout_s=1.0)
+        mint_visitor(url, timeout_s=1.0)
+    assert dripping_passport.sent < 500, f"the mint waited for {dripping_passport.sent} bytes of the drip"  # type: ignore[attr-defined]
 
 
 def core_with_visitors(clocks: ManualClocks, passport: Passport, **settings: object) -> SchedulerCore:

@@ -22,51 +22,42 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from typing import Protocol
 
-__all__ = ["WATCHDOG", "Connection", "Watch", "Watchdog"]
+__all__ = ["WATCHDOG", "Watch", "Watchdog"]
 
 log = logging.getLogger(__name__)
 
 
-class Connection(Protocol):
-    """What a watch shuts down: anything holding its current socket in ``sock`` (a urllib3 connection: a socket,
-    an object with the socket in ``socket`` for TLS inside a TLS proxy tunnel, or None before it connects)."""
-
-    @property
-    def sock(self) -> object: ...
-
-
 class Watch:
-    """One fetch's deadline and the connections it uses. Made by ``Watchdog.watch``; only the watchdog's lock
+    """One fetch's deadline and the sockets it reads. Made by ``Watchdog.watch``; only the watchdog's lock
     changes it."""
 
-    __slots__ = ("_connections", "deadline", "done", "expired")
+    __slots__ = ("_sockets", "deadline", "done", "expired")
 
     def __init__(self, deadline: float) -> None:
         self.deadline = deadline
         #: True once the deadline passed before the fetch was done (its sockets were shut down).
         self.expired = False
         self.done = False
-        self._connections: list[Connection] = []
+        self._sockets: list[object] = []
 
 
-def _shut(connection: Connection) -> None:
-    sock = getattr(connection, "sock", None)
+def _shut(sock: object) -> None:
     if not isinstance(sock, socket.socket):  # TLS inside a TLS proxy tunnel: the tunnel's socket carries it
         sock = getattr(sock, "socket", None)
-    if not isinstance(sock, socket.socket):  # not connected (yet), or nothing we know how to shut
+    if not isinstance(sock, socket.socket):  # nothing we know how to shut
         return
     try:
         # The plain socket's shutdown even on a TLS socket: it wakes the blocked read without touching TLS state
-        # another thread is using.
+        # another thread is using. A socket closed since has no descriptor left: that is an OSError here, never
+        # a shutdown of whatever reuses its number.
         socket.socket.shutdown(sock, socket.SHUT_RDWR)
-    except OSError:  # already closed, or not connected yet
+    except OSError:
         pass
 
 
 class Watchdog:
-    """Shuts down the connections of fetches that outlive their deadline (see the module docstring)."""
+    """Shuts down the sockets of fetches that outlive their deadline (see the module docstring)."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
@@ -87,24 +78,26 @@ class Watchdog:
                 self._lock.notify()
         return watch
 
-    def attach(self, watch: Watch, connection: Connection) -> None:
-        """``connection`` carries the fetch from now on; shut down at once if the deadline has passed."""
+    def attach(self, watch: Watch, sock: object) -> None:
+        """The fetch reads from ``sock`` from now on (the socket itself, not its connection: http.client lets go of
+        a connection's socket once the headers say it closes after the body); shut down at once if the deadline
+        has passed. Anything but a socket, or a TLS tunnel holding one in ``socket``, is passed over."""
         with self._lock:
             if watch.expired:
-                _shut(connection)
+                _shut(sock)
             elif not watch.done:
-                watch._connections.append(connection)
+                watch._sockets.append(sock)
 
     def detach_all(self, watch: Watch) -> None:
-        """The fetch's connections went back to their pool (a redirect's hop): not to be shut down for it."""
+        """The fetch's sockets went back to their pool (a redirect's hop): not to be shut down for it."""
         with self._lock:
-            watch._connections.clear()
+            watch._sockets.clear()
 
     def release(self, watch: Watch) -> None:
-        """The fetch is done: its connections are no longer watched."""
+        """The fetch is done: its sockets are no longer watched."""
         with self._lock:
             watch.done = True
-            watch._connections.clear()
+            watch._sockets.clear()
 
     def running(self) -> int:
         """Watches not yet released nor expired (for tests: every fetch releases its watch)."""
@@ -126,11 +119,11 @@ class Watchdog:
                     continue
                 watch = heapq.heappop(heap)[2]
                 watch.expired = True
-                for connection in watch._connections:
+                for sock in watch._sockets:
                     try:
-                        _shut(connection)
+                        _shut(sock)
                     except Exception:  # the thread serves every fetch of the process: it must outlive any one
-                        log.exception("could not shut down a connection past its fetch's deadline")
+                        log.exception("could not shut down a socket past its fetch's deadline")
 
 
 #: The process's watchdog: every real fetch of a client registers here.
