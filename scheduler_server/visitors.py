@@ -102,10 +102,14 @@ def mint_visitor(url: str, timeout_s: float = 10.0) -> dict[str, str]:
     for hours, one read per byte.
     """
     parts = urllib.parse.urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError as exc:
+        raise VisitorError(f"{url!r}: {exc}") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise VisitorError(f"{url!r} is not an http(s) URL")
     kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
-    connection = kind(parts.hostname, parts.port, timeout=timeout_s)
+    connection = kind(parts.hostname, port, timeout=timeout_s)
     watch = WATCHDOG.watch(timeout_s)
     try:
         connection.connect()

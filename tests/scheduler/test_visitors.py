@@ -164,6 +164,13 @@ def test_a_passport_that_drips_its_answer_fails_the_mint_after_the_timeout(
     assert dripping_passport.sent < 500, f"the mint waited for {dripping_passport.sent} bytes of the drip"  # type: ignore[attr-defined]
 
 
+@pytest.mark.parametrize("url", ["http://127.0.0.1:notaport/visitor", "ftp://127.0.0.1/visitor", "http:///visitor"])
+def test_a_mint_from_a_url_it_cannot_call_is_a_visitor_error(url: str) -> None:
+    with pytest.raises(VisitorError) as refused:
+        mint_visitor(url, timeout_s=1.0)
+    assert url in str(refused.value)
+
+
 def core_with_visitors(clocks: ManualClocks, passport: Passport, **settings: object) -> SchedulerCore:
     core = SchedulerCore.from_settings(
         make_settings(scheduler__host_block_s=600.0, **settings), MemoryQueueStore(), clocks
