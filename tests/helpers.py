@@ -1,14 +1,17 @@
 """Helpers shared by the tests, in one module: the one bounded wait (``wait_for``, on the harness's
-``poll_until``) and the checks of the end-to-end tests on top of ``icecrawler_local.stack`` (what the sandbox published
-vs what storage holds, judged by ``icecrawler_local.oracle``; restarting a server)."""
+``poll_until``), a server that drips its answer (``drip``), and the checks of the end-to-end tests on top of
+``icecrawler_local.stack`` (what the sandbox published vs what storage holds, judged by ``icecrawler_local.oracle``;
+restarting a server)."""
 
 from __future__ import annotations
 
 import collections
+import io
 import os
 import signal
 import sqlite3
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,6 +28,7 @@ __all__ = [
     "child_pids",
     "client_logs",
     "disk_space",
+    "drip",
     "expected_keys",
     "interrupt_when_ready",
     "process_gone",
@@ -34,6 +38,22 @@ __all__ = [
 ]
 
 Keys = collections.Counter[ItemKey]
+
+
+def drip(
+    out: io.BufferedIOBase, answer: bytes, every_s: float, stop: threading.Event, sent: Callable[[], object]
+) -> None:
+    """Write ``answer`` one byte every ``every_s`` (a tarpit: each byte well within any read timeout), calling
+    ``sent`` after each, until the answer ends, ``stop`` is set or the reader hangs up."""
+    for byte in answer:
+        if stop.wait(every_s):
+            return
+        try:
+            out.write(bytes([byte]))
+            out.flush()
+        except OSError:  # the reader gave up and closed the connection
+            return
+        sent()
 
 
 def process_gone(pid: int) -> bool:

@@ -6,11 +6,9 @@ login redirect, form POSTs, redirect loops, bad URLs and refused connections."""
 from __future__ import annotations
 
 import contextlib
-import datetime
 import functools
 import gzip
 import http.server
-import ipaddress
 import json
 import os
 import random
@@ -26,10 +24,6 @@ from pathlib import Path
 import pytest
 import urllib3
 import urllib3.exceptions
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from crawler_client.cookie_blob import AccountBlob, parse_cookie_blob
 from crawler_client.http import (
@@ -48,6 +42,8 @@ from crawler_client.sources.base import PageRequest
 from icecrawler.deadline import Watchdog
 from icecrawler.errors import FetchError
 from icecrawler.models import Account
+from icecrawler.tls import CA_CERT, init_ca, issue
+from tests.helpers import drip
 
 POLICY = FetchPolicy(
     timeout_s=2.0, total_timeout_s=5.0, retries=2, backoff_s=0.5, max_body_bytes=1000, user_agent="test-agent"
@@ -451,15 +447,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 self.send_header("Connection", "close")
             self.end_headers()
             answer = b"z" * 2000
-        for byte in answer:
-            if self.server.release.wait(0.05):  # type: ignore[attr-defined]
-                return
-            try:
-                self.wfile.write(bytes([byte]))
-                self.wfile.flush()
-            except OSError:  # the client gave up and closed the connection
-                return
-            dripped[self.path] = dripped.get(self.path, 0) + 1
+        release: threading.Event = self.server.release  # type: ignore[attr-defined]
+        drip(self.wfile, answer, 0.05, release, lambda: dripped.__setitem__(self.path, dripped.get(self.path, 0) + 1))
 
     def log_message(self, *args: object) -> None:
         pass
@@ -752,29 +741,12 @@ def test_a_drip_that_passes_every_read_timeout_ends_at_the_total_timeout(local_s
 
 @pytest.fixture()
 def tls_server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
-    """The local server over TLS, with a certificate for 127.0.0.1 that it signs itself: (URL, that certificate)."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
-    now = datetime.datetime.now(datetime.UTC)
-    certificate = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
-        .sign(key, hashes.SHA256())
-    )
-    cert_file, key_file = tmp_path / "cert.pem", tmp_path / "key.pem"
-    cert_file.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
-    key_file.write_bytes(
-        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    )
+    """The local server over TLS, with a certificate for 127.0.0.1 from a private CA (``icecrawler certs``' own
+    code): (URL, the CA's certificate)."""
+    init_ca(tmp_path)
+    node = issue(tmp_path, "sandbox", ips=["127.0.0.1"])
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(cert_file, key_file)
+    context.load_cert_chain(node.cert, node.key)
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
     server.daemon_threads = True
     server.release = threading.Event()  # type: ignore[attr-defined]
@@ -784,7 +756,7 @@ def tls_server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     thread.start()
     url = f"https://127.0.0.1:{server.server_address[1]}"
     LOCAL_SERVERS[url] = server
-    yield url, cert_file
+    yield url, tmp_path / CA_CERT
     LOCAL_SERVERS.pop(url)
     server.release.set()  # type: ignore[attr-defined]
     server.shutdown()
@@ -801,7 +773,7 @@ def test_a_drip_over_tls_ends_at_the_total_timeout(tls_server: tuple[str, Path])
     )
     watchdog, cache = Watchdog(), SessionCache()
     session = cache.session("jd", Account("a", ""))
-    session.pool.connection_pool_kw["ca_certs"] = str(certificate)  # verified, against our own certificate
+    session.pool.connection_pool_kw["ca_certs"] = str(certificate)  # verified, against our own CA
     fetcher = Fetcher(Urllib3Transport(session, watchdog), policy)
     assert fetcher.fetch(PageRequest(url=f"{url}/home")).body.startswith(b"GET /home")
     with pytest.raises(FetchError) as dripped:

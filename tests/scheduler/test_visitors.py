@@ -19,6 +19,7 @@ from icecrawler.models import Outcome, Report, TaskKind
 from scheduler_server.core import SchedulerCore
 from scheduler_server.store import MemoryQueueStore
 from scheduler_server.visitors import VisitorError, VisitorSessions, mint_visitor, parse_visitor_answer, session_ended
+from tests.helpers import drip
 from tests.scheduler.conftest import ManualClocks, make_settings
 
 ANSWER = (
@@ -123,15 +124,8 @@ class _DrippingPassport(http.server.BaseHTTPRequestHandler):
             self.send_header("Content-Length", "1000")
             self.end_headers()
             answer = b" " * 1000
-        for byte in answer:
-            if self.server.stop.wait(0.1):  # type: ignore[attr-defined]
-                return
-            try:
-                self.wfile.write(bytes([byte]))
-                self.wfile.flush()
-            except OSError:  # the mint gave up and closed the connection
-                return
-            self.server.sent += 1  # type: ignore[attr-defined]
+        server = self.server
+        drip(self.wfile, answer, 0.1, server.stop, lambda: setattr(server, "sent", server.sent + 1))  # type: ignore[attr-defined]
 
     def log_message(self, *args: object) -> None:
         pass
