@@ -253,17 +253,17 @@ class Urllib3Transport:
         _SENDING.watch, _SENDING.watchdog = watch, self.watchdog
         try:
             response = self._send(request, headers, timeout_s, watch)
-            if watch.expired:  # headers cut by the shutdown end as if they were complete
-                response.close()
-                raise TotalTimeout(f"no complete answer within {total_timeout_s:g}s")
-            return response
         except BaseException as exc:
             self.watchdog.release(watch)
-            if watch.expired and isinstance(exc, TRANSPORT_ERRORS) and not isinstance(exc, TotalTimeout):
+            if watch.expired and isinstance(exc, TRANSPORT_ERRORS):
                 raise TotalTimeout(f"no complete answer within {total_timeout_s:g}s") from exc
             raise
         finally:
             _SENDING.watch = None
+        if watch.expired:  # headers cut by the shutdown end as if they were complete
+            response.close()  # releases the watch too
+            raise TotalTimeout(f"no complete answer within {total_timeout_s:g}s")
+        return response
 
     def _send(self, request: PageRequest, headers: Mapping[str, str], timeout_s: float, watch: Watch) -> RawResponse:
         url = request.url

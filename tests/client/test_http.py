@@ -5,6 +5,7 @@ login redirect, form POSTs, redirect loops, bad URLs and refused connections."""
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import gzip
@@ -437,7 +438,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def _drip(self, headers: bool) -> None:
-        dripped: dict[str, int] = self.server.dripped  # type: ignore[attr-defined]
+        dripped: collections.Counter[str] = self.server.dripped  # type: ignore[attr-defined]
         if headers:
             answer = b"HTTP/1.1 200 OK\r\nX-Slow: " + b"y" * 2000 + b"\r\nContent-Length: 2\r\n\r\nok"
         else:
@@ -448,7 +449,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.end_headers()
             answer = b"z" * 2000
         release: threading.Event = self.server.release  # type: ignore[attr-defined]
-        drip(self.wfile, answer, 0.05, release, lambda: dripped.__setitem__(self.path, dripped.get(self.path, 0) + 1))
+        drip(self.wfile, answer, 0.05, release, lambda: dripped.update([self.path]))
 
     def log_message(self, *args: object) -> None:
         pass
@@ -472,7 +473,7 @@ def local_server() -> Iterator[str]:
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
     server.daemon_threads = True
     server.release = threading.Event()  # type: ignore[attr-defined]
-    server.dripped = {}  # type: ignore[attr-defined]  # path -> bytes of a drip sent
+    server.dripped = collections.Counter()  # type: ignore[attr-defined]  # path -> bytes of a drip sent
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     LOCAL_SERVERS[f"http://127.0.0.1:{server.server_address[1]}"] = server
@@ -750,7 +751,7 @@ def tls_server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
     server.daemon_threads = True
     server.release = threading.Event()  # type: ignore[attr-defined]
-    server.dripped = {}  # type: ignore[attr-defined]
+    server.dripped = collections.Counter()  # type: ignore[attr-defined]
     server.socket = context.wrap_socket(server.socket, server_side=True)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
