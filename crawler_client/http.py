@@ -4,8 +4,10 @@ fetches, and the translation of every transport failure into a classified ``Fetc
 What a fetch guarantees (and why):
 
 * **Bounded in time.** ``client.timeout_s`` caps the connect and every read; ``client.total_timeout_s`` caps
-  the whole fetch, headers and body, on the socket itself (``icecrawler.deadline``): a server that drips one
-  byte per second passes every read timeout and still cannot hold a worker longer.
+  the whole fetch on the socket itself (``icecrawler.deadline``), from the TCP connect on: a proxy's answer to
+  CONNECT, the TLS handshake, the headers and the body. A server or proxy that drips one byte per second passes
+  every read timeout and still cannot hold a worker longer. Only the name lookup is outside it (the resolver's own
+  timeouts bound it).
 * **Bounded in size.** The body is streamed and cut at ``client.max_body_bytes`` → ``FetchError(TooLarge)``:
   a runaway page never fills the client's memory. The limit counts decoded bytes, and urllib3 (from 2.8, our
   floor) inflates a compressed body only as far as each read asks, so a compression bomb is cut at the limit
@@ -33,6 +35,7 @@ from __future__ import annotations
 import email.utils
 import logging
 import random
+import socket
 import threading
 import time
 import urllib.parse
@@ -179,7 +182,31 @@ _SENDING = threading.local()
 
 
 class _WatchedRequests:
-    """A urllib3 connection that puts its socket under the current fetch's watch before it waits for the answer."""
+    """A urllib3 connection under the current fetch's watch: while it sets up (a proxy's CONNECT, the TLS
+    handshake) and while it waits for the answer."""
+
+    _setup_over: Callable[[], None] | None = None
+
+    def _new_conn(self) -> socket.socket:
+        sock: socket.socket = super()._new_conn()  # type: ignore[misc]
+        watch: Watch | None = getattr(_SENDING, "watch", None)
+        if watch is not None:
+            self._setup_over = _SENDING.watchdog.attach_setup(watch, sock)
+        return sock
+
+    def connect(self) -> None:
+        try:
+            super().connect()  # type: ignore[misc]
+        finally:
+            setup_over, self._setup_over = self._setup_over, None
+            if setup_over is not None:
+                setup_over()
+
+    def _tunnel(self) -> None:
+        super()._tunnel()  # type: ignore[misc]
+        watch: Watch | None = getattr(_SENDING, "watch", None)
+        if watch is not None and watch.expired:  # a CONNECT answer cut by the shutdown ends as if it were complete
+            raise TotalTimeout("the proxy's CONNECT answer was not complete within the fetch's total timeout")
 
     def getresponse(self, *args: Any, **kwargs: Any) -> Any:
         watch: Watch | None = getattr(_SENDING, "watch", None)

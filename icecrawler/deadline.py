@@ -8,6 +8,13 @@ between reads cannot help while the read itself does not return. So every fetch 
 with one watchdog thread; when a deadline passes before its fetch is done, the watchdog shuts down the sockets the
 fetch is using, the blocked read returns at once, and the fetch ends as a Timeout (``Watch.expired`` says why).
 
+A connection is watched from its TCP connect on. A proxy's answer to CONNECT is read a line at a time, like headers,
+so it can be dripped too (a TLS handshake cannot hold a fetch past the read timeout: CPython bounds the whole
+handshake by it). A TLS layer takes its socket's descriptor over and leaves the socket object without one, so while a
+connection is being set up the watch holds a duplicate of the descriptor (``attach_setup``): shutting that down ends
+the connection under every layer. What the deadline does not cover: the name lookup before the connect (no socket
+exists yet; the system resolver bounds it with its own timeouts and retries).
+
 The watchdog keeps the fetches in a heap by deadline. A fetch that ends is only marked: it leaves the heap when it
 reaches the top, so registering costs one push and ending costs nothing, and the thread wakes only for the
 earliest deadline still running.
@@ -87,6 +94,21 @@ class Watchdog:
                 _shut(sock)
             elif not watch.done:
                 watch._sockets.append(sock)
+
+    def attach_setup(self, watch: Watch, sock: socket.socket) -> Callable[[], None]:
+        """Watch the connection of ``sock`` while a TLS layer or a proxy tunnel is set up on it (see the module
+        docstring), and return the call that ends that. The watch holds a duplicate descriptor, which keeps the
+        connection open until closed: call what this returns once the setup is over, whatever its outcome."""
+        copy = sock.dup()
+        self.attach(watch, copy)
+
+        def setup_over() -> None:
+            with self._lock:
+                if copy in watch._sockets:
+                    watch._sockets.remove(copy)
+            copy.close()
+
+        return setup_over
 
     def detach_all(self, watch: Watch) -> None:
         """The fetch's sockets went back to their pool (a redirect's hop): not to be shut down for it."""

@@ -1,19 +1,21 @@
 """Helpers shared by the tests, in one module: the one bounded wait (``wait_for``, on the harness's
-``poll_until``), a server that drips its answer (``drip``), and the checks of the end-to-end tests on top of
-``icecrawler_local.stack`` (what the sandbox published vs what storage holds, judged by ``icecrawler_local.oracle``;
+``poll_until``), servers that drip their answer (``drip``, ``tarpit``), and the checks of the end-to-end tests on top
+of ``icecrawler_local.stack`` (what the sandbox published vs what storage holds, judged by ``icecrawler_local.oracle``;
 restarting a server)."""
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import io
 import os
 import signal
+import socketserver
 import sqlite3
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +35,7 @@ __all__ = [
     "interrupt_when_ready",
     "process_gone",
     "restart",
+    "tarpit",
     "truncated_posts",
     "wait_for",
 ]
@@ -54,6 +57,30 @@ def drip(
         except OSError:  # the reader gave up and closed the connection
             return
         sent()
+
+
+@contextlib.contextmanager
+def tarpit(answer: bytes, every_s: float = 0.05) -> Iterator[tuple[int, Callable[[], int]]]:
+    """A loopback TCP server that drips ``answer`` (``drip``) to every connection, whatever it is sent (a proxy's
+    answer to CONNECT, as a tarpit would serve it). Yields (port, bytes dripped so far)."""
+    sent = collections.Counter[str]()
+    stop = threading.Event()
+
+    class Handler(socketserver.StreamRequestHandler):
+        def handle(self) -> None:
+            drip(self.wfile, answer, every_s, stop, lambda: sent.update(["bytes"]))  # type: ignore[arg-type]
+
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1], lambda: sent["bytes"]
+    finally:
+        stop.set()
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
 
 
 def process_gone(pid: int) -> bool:

@@ -44,7 +44,7 @@ from icecrawler.deadline import Watchdog
 from icecrawler.errors import FetchError
 from icecrawler.models import Account
 from icecrawler.tls import CA_CERT, init_ca, issue
-from tests.helpers import drip
+from tests.helpers import drip, tarpit
 
 POLICY = FetchPolicy(
     timeout_s=2.0, total_timeout_s=5.0, retries=2, backoff_s=0.5, max_body_bytes=1000, user_agent="test-agent"
@@ -786,6 +786,31 @@ def test_a_drip_over_tls_ends_at_the_total_timeout(tls_server: tuple[str, Path])
     cache.close()
 
 
+def test_a_proxy_that_drips_its_connect_answer_ends_the_fetch_at_the_total_timeout() -> None:
+    """The deadline runs from the TCP connect: a proxy's answer to CONNECT is read a line at a time, like headers, and
+    one dripped a byte every 0.05 s ends the fetch after its 1 s, not after the 100 s of the drip. The drip stops in
+    a header, so the cut answer looks complete: no TLS is built on the shut socket."""
+    policy = FetchPolicy(
+        timeout_s=2.0, total_timeout_s=1.0, retries=0, backoff_s=0.01, max_body_bytes=10_000, user_agent="t"
+    )
+    with tarpit(b"HTTP/1.1 200 OK\r\nX-Slow: " + b"y" * 1980) as (port, sent):
+        watchdog = Watchdog()
+        session = HttpSession(f"http://127.0.0.1:{port}")
+        fetcher = Fetcher(Urllib3Transport(session, watchdog), policy)
+        with pytest.raises(FetchError) as dripped:
+            fetcher.fetch(PageRequest(url="https://127.0.0.1:9/"))  # never reached: the proxy holds the tunnel
+        assert (dripped.value.outcome, dripped.value.error_class) == ("Timeout", "TotalTimeout")
+        assert sent() < 1000, f"the fetch waited for {sent()} bytes of the drip"
+        causes: list[BaseException] = []
+        cause: BaseException | None = dripped.value
+        while cause is not None:
+            causes.append(cause)
+            cause = cause.__cause__ or cause.__context__
+        assert any("CONNECT answer" in str(c) for c in causes), f"TLS was tried on the cut tunnel: {causes}"
+        assert watchdog.running() == 0
+        session.close()
+
+
 def test_every_fetch_releases_its_deadline_and_a_kept_connection_outlives_it(local_server: str) -> None:
     """Whatever the ending (an answer, a redirect, a cut, an undecodable body, a loop), no watch stays running, and a
     keep-alive connection used by a finished fetch is not shut down when that fetch's deadline passes later."""
@@ -849,3 +874,36 @@ def test_the_watchdog_wakes_a_blocked_read_and_only_for_a_running_watch() -> Non
         watchdog.attach(through, Tunnel(tunnelled))
         assert tunnelled.recv(1) == b""
         assert strange.expired and through.expired
+
+
+def test_a_connection_being_set_up_is_watched_through_a_duplicate_that_ends_with_the_setup() -> None:
+    """A TLS layer takes its socket's descriptor over and leaves the socket object without one: the watch holds a
+    duplicate descriptor, shuts the connection down through it, and closes it once the setup is over (a duplicate
+    left open would keep the connection up after the pool closed it)."""
+    watchdog = Watchdog()
+    with contextlib.ExitStack() as sockets:
+        (raw, _), (kept, kept_peer), (other, _) = pairs = [socket.socketpair() for _ in range(3)]
+        for pair in pairs:
+            for sock in pair:
+                sockets.callback(sock.close)
+                sock.settimeout(30)  # a failure is an exception, not a hang
+
+        watch = watchdog.watch(0.1)
+        setup_over = watchdog.attach_setup(watch, raw)
+        layer = socket.socket(fileno=raw.detach())  # what a TLS layer does to the socket it is built on
+        sockets.callback(layer.close)
+        layer.settimeout(30)
+        assert layer.recv(1) == b""  # the handshake's read, woken through the duplicate
+        assert watch.expired
+        setup_over()
+
+        in_time = watchdog.watch(0.1)
+        watchdog.attach_setup(in_time, kept)()  # set up before the deadline
+        expiring = watchdog.watch(0.2)  # a later deadline: once it passes, the thread has passed the first
+        watchdog.attach(expiring, other)
+        assert other.recv(1) == b""
+        assert in_time.expired
+        kept_peer.sendall(b"x")
+        assert kept.recv(1) == b"x"  # not shut down: it left the watch with its setup
+        kept.close()
+        assert kept_peer.recv(1) == b"", "the duplicate outlived the setup and kept the connection up"
