@@ -44,12 +44,12 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import requests.cookies
 import urllib3
 import urllib3.connection
 import urllib3.exceptions
 
 from crawler_client.cookie_blob import parse_cookie_blob
+from crawler_client.cookie_jar import BoundedCookieJar
 from crawler_client.headers import FALLBACK_USER_AGENT
 from crawler_client.sources.base import FetchedPage, PageRequest
 from icecrawler.deadline import WATCHDOG, Watch, Watchdog
@@ -245,7 +245,8 @@ class _SetCookieSource:
 
 
 class HttpSession:
-    """One account's HTTP state: its cookie jar (the login) and keep-alive connections per origin.
+    """One account's HTTP state: its cookie jar (the login; bounded as browsers bound theirs, ``cookie_jar``) and
+    keep-alive connections per origin.
 
     Built on urllib3 directly: ``requests`` spent a large share of a client's CPU per page merging settings,
     preparing and adapting the request; ``icecrawler bench client`` and ``bench scale`` measure the client's CPU
@@ -253,7 +254,7 @@ class HttpSession:
     """
 
     def __init__(self, proxy_url: str = "") -> None:
-        self.cookies = requests.cookies.RequestsCookieJar()
+        self.cookies = BoundedCookieJar()
         self.pool: urllib3.PoolManager = (
             urllib3.ProxyManager(proxy_url, num_pools=POOLS) if proxy_url else urllib3.PoolManager(num_pools=POOLS)
         )

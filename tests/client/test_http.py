@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import functools
 import gzip
 import http.server
+import itertools
 import json
 import os
 import random
@@ -27,6 +29,7 @@ import urllib3
 import urllib3.exceptions
 
 from crawler_client.cookie_blob import AccountBlob, parse_cookie_blob
+from crawler_client.cookie_jar import MAX_COOKIE_BYTES, MAX_COOKIES, MAX_COOKIES_PER_DOMAIN, BoundedCookieJar
 from crawler_client.http import (
     SESSION_IDLE_S,
     Fetcher,
@@ -414,6 +417,15 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.end_headers()
             self.wfile.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body))  # one chunk: stream end and trailer
             return
+        if self.path.startswith("/cookie-churn"):  # 90 cookie names never set before, and one of 5 000 characters
+            churned = self.server.churned  # type: ignore[attr-defined]
+            self.send_response(200)
+            for _ in range(90):
+                self.send_header("Set-Cookie", f"churn{next(churned)}=v; Path=/")
+            self.send_header("Set-Cookie", f"huge={'h' * 5000}; Path=/")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         if self.path.startswith("/drip-"):  # one byte every 0.05 s, 100 s in all: of the headers, or of the body
             self._drip(headers=self.path.startswith("/drip-headers"))
             return
@@ -474,6 +486,7 @@ def local_server() -> Iterator[str]:
     server.daemon_threads = True
     server.release = threading.Event()  # type: ignore[attr-defined]
     server.dripped = collections.Counter()  # type: ignore[attr-defined]  # path -> bytes of a drip sent
+    server.churned = itertools.count()  # type: ignore[attr-defined]
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     LOCAL_SERVERS[f"http://127.0.0.1:{server.server_address[1]}"] = server
@@ -640,6 +653,44 @@ def test_source_headers_and_cookie_headers_reach_the_site(local_server: str) -> 
     assert seen["X-Requested-With"] == "XMLHttpRequest" and seen["Referer"] == "https://weibo.com/u/1"
     assert seen["X-XSRF-TOKEN"] == "tok" and "X-Absent" not in seen
     assert seen["User-Agent"].startswith("icecrawler/0.1")  # no client.user_agent, no source UA: the fallback
+    cache.close()
+
+
+# --- a bounded cookie jar ------------------------------------------------------------------------------------
+
+
+def test_the_cookie_jar_keeps_to_browser_bounds_and_keeps_the_login() -> None:
+    jar = BoundedCookieJar()
+    jar.set("SUB", "login", domain=".weibo.com")
+    for n in range(MAX_COOKIES_PER_DOMAIN + 20):
+        jar.set(f"c{n}", "v", domain=".weibo.com")
+    assert len(jar) == MAX_COOKIES_PER_DOMAIN and jar.refused == 21
+    assert jar.get("SUB", domain=".weibo.com") == "login"
+    jar.set("SUB", "renewed", domain=".weibo.com")  # a cookie the jar holds: a new value is always taken
+    assert jar.get("SUB", domain=".weibo.com") == "renewed"
+    jar.set("huge", "h" * MAX_COOKIE_BYTES, domain="shop.example")
+    assert jar.get("huge", domain="shop.example") is None
+    for domain in range(MAX_COOKIES // MAX_COOKIES_PER_DOMAIN + 2):
+        for n in range(MAX_COOKIES_PER_DOMAIN):
+            jar.set(f"n{n}", "v", domain=f"d{domain}.example")
+    assert len(jar) == MAX_COOKIES
+    assert jar.get("SUB", domain=".weibo.com") == "renewed"
+
+
+def test_a_site_that_sets_ever_new_cookies_cannot_grow_the_session(local_server: str) -> None:
+    """Three answers of 90 new cookie names and one huge cookie each, after a form login: the jar keeps the login and
+    180 cookies of the site, and the Cookie header sent back carries no more."""
+    cache = SessionCache()
+    session = cache.session("ecshop", Account("a", ""))
+    fetcher = Fetcher(Urllib3Transport(session), dataclasses.replace(POLICY, max_body_bytes=100_000))
+    fetcher.fetch(PageRequest(url=f"{local_server}/login", method="POST", data={"user": "li"}))
+    for _ in range(3):
+        assert fetcher.fetch(PageRequest(url=f"{local_server}/cookie-churn")).status == 200
+    assert len(session.cookies) == MAX_COOKIES_PER_DOMAIN
+    assert session.cookies.refused == 3 * 91 - (MAX_COOKIES_PER_DOMAIN - 1)
+    sent = fetcher.fetch(PageRequest(url=f"{local_server}/home")).body.decode().partition("cookie=")[2].split("; ")
+    assert len(sent) == MAX_COOKIES_PER_DOMAIN and "member=li" in sent
+    assert not any(cookie.startswith("huge=") for cookie in sent)
     cache.close()
 
 
