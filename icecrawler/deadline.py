@@ -17,7 +17,7 @@ exists yet; the system resolver bounds it with its own timeouts and retries).
 
 The watchdog keeps the fetches in a heap by deadline. A fetch that ends is only marked: it leaves the heap when it
 reaches the top, so registering costs one push and ending costs nothing, and the thread wakes only for the
-earliest deadline still running.
+earliest deadline still running. A process forked from one whose watchdog runs starts a thread of its own.
 """
 
 from __future__ import annotations
@@ -25,9 +25,11 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
+import os
 import socket
 import threading
 import time
+import weakref
 from collections.abc import Callable
 
 __all__ = ["WATCHDOG", "Watch", "Watchdog"]
@@ -72,6 +74,15 @@ class Watchdog:
         self._heap: list[tuple[float, int, Watch]] = []
         self._order = itertools.count()  # ties broken by arrival: a Watch does not compare
         self._thread: threading.Thread | None = None
+        me = weakref.WeakMethod(self._forget_after_fork)
+        os.register_at_fork(after_in_child=lambda: (forget := me()) is not None and forget())
+
+    def _forget_after_fork(self) -> None:
+        """In a forked child: the parent's watchdog thread did not come along, nor did the fetches it watched (and
+        its lock may have been held by a parent thread at the fork). The child's first watch starts a thread."""
+        self._lock = threading.Condition()
+        self._heap = []
+        self._thread = None
 
     def watch(self, seconds: float) -> Watch:
         """A watch that expires ``seconds`` from now unless ``release``d first."""

@@ -15,10 +15,12 @@ import itertools
 import json
 import os
 import random
+import signal
 import socket
 import ssl
 import threading
 import tracemalloc
+import warnings
 import zlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -47,7 +49,7 @@ from icecrawler.deadline import Watchdog
 from icecrawler.errors import FetchError
 from icecrawler.models import Account
 from icecrawler.tls import CA_CERT, init_ca, issue
-from tests.helpers import drip, tarpit
+from tests.helpers import drip, tarpit, wait_for
 
 POLICY = FetchPolicy(
     timeout_s=2.0, total_timeout_s=5.0, retries=2, backoff_s=0.5, max_body_bytes=1000, user_agent="test-agent"
@@ -958,3 +960,38 @@ def test_a_connection_being_set_up_is_watched_through_a_duplicate_that_ends_with
         assert kept.recv(1) == b"x"  # not shut down: it left the watch with its setup
         kept.close()
         assert kept_peer.recv(1) == b"", "the duplicate outlived the setup and kept the connection up"
+
+
+def test_a_forked_child_has_a_watchdog_of_its_own() -> None:
+    """A fork copies the watchdog's state but not its thread, nor the thread's hold on its lock (a child that
+    forked just as the thread started would wait for that lock forever): the child's first watch starts a thread."""
+    watchdog = Watchdog()
+    watchdog.watch(60)  # the parent's thread runs
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # a fork of a process with threads (pytest's, ours)
+        pid = os.fork()
+    if pid == 0:  # the child: an exit code is all it can tell
+        code = 1
+        try:
+            ours, _ = socket.socketpair()
+            ours.settimeout(30)
+            watch = watchdog.watch(0.1)
+            watchdog.attach(watch, ours)
+            code = 0 if ours.recv(1) == b"" and watch.expired else 2
+        finally:
+            os._exit(code)
+    statuses: list[int] = []
+
+    def child_ended() -> bool:
+        ended, status = os.waitpid(pid, os.WNOHANG)
+        if ended:
+            statuses.append(status)
+        return bool(ended)
+
+    try:
+        wait_for(child_ended, "the forked child hangs (a lock held at the fork?)", timeout_s=60, interval_s=0.05)
+    finally:
+        if not statuses:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(statuses[0]) == 0, "the child's blocked read was not woken at its deadline"
