@@ -1,4 +1,4 @@
-"""One deadline for a whole fetch, enforced on the socket: ``client.total_timeout_s`` from the request to the body's
+"""One deadline for a whole fetch, enforced on the socket: ``client.total_timeout_s`` from the connect to the body's
 last byte.
 
 A socket timeout bounds one read, not a response. A server (or a tarpit in front of it) that sends one byte a little
