@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import http.cookiejar
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import requests.cookies
@@ -31,11 +32,12 @@ log = logging.getLogger(__name__)
 
 class BoundedCookieJar(requests.cookies.RequestsCookieJar):
     """A ``RequestsCookieJar`` that refuses a cookie past the bounds above (see the module docstring); ``refused``
-    counts them."""
+    counts them, and ``on_refused`` is told of each (the client's metrics)."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, on_refused: Callable[[], object] | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.refused = 0
+        self.on_refused = on_refused
         self._logged: set[str] = set()
 
     def set_cookie(self, cookie: http.cookiejar.Cookie, *args: Any, **kwargs: Any) -> None:
@@ -44,6 +46,8 @@ class BoundedCookieJar(requests.cookies.RequestsCookieJar):
             super().set_cookie(cookie, *args, **kwargs)
             return
         self.refused += 1
+        if self.on_refused is not None:
+            self.on_refused()
         bound, why = refusal
         if bound not in self._logged:  # once per bound and jar: a churning site would otherwise log every answer
             self._logged.add(bound)

@@ -51,6 +51,7 @@ import urllib3.exceptions
 from crawler_client.cookie_blob import parse_cookie_blob
 from crawler_client.cookie_jar import BoundedCookieJar
 from crawler_client.headers import FALLBACK_USER_AGENT
+from crawler_client.observer import current as current_observer
 from crawler_client.sources.base import FetchedPage, PageRequest
 from icecrawler.deadline import WATCHDOG, Watch, Watchdog
 from icecrawler.errors import FetchError
@@ -253,8 +254,8 @@ class HttpSession:
     per page (docs/BENCHMARKS.md).
     """
 
-    def __init__(self, proxy_url: str = "") -> None:
-        self.cookies = BoundedCookieJar()
+    def __init__(self, proxy_url: str = "", on_cookie_refused: Callable[[], object] | None = None) -> None:
+        self.cookies = BoundedCookieJar(on_refused=on_cookie_refused)
         self.pool: urllib3.PoolManager = (
             urllib3.ProxyManager(proxy_url, num_pools=POOLS) if proxy_url else urllib3.PoolManager(num_pools=POOLS)
         )
@@ -585,7 +586,8 @@ class SessionCache:
         if cached is None:
             if len(self._sessions) >= self._max:
                 self._sessions.pop(next(iter(self._sessions))).session.close()
-            cached = self._sessions[key] = _CachedSession("", HttpSession(self._proxy_url), now)
+            session = HttpSession(self._proxy_url, lambda: current_observer().cookie_refused(source))
+            cached = self._sessions[key] = _CachedSession("", session, now)
         cached.session.cookies.clear()
         for name, value in blob.cookies.items():
             cached.session.cookies.set(name, value)

@@ -58,6 +58,11 @@ class ClientMetrics:
         self.renewals = Tally(
             p + "session_renewals", "Sessions renewed (form logins, visitor cookies), by source.", ["source"]
         )
+        self.cookies_refused = Tally(
+            p + "cookies_refused",
+            "Cookies a session's jar refused past its bounds (a site churning cookie names), by source.",
+            ["source"],
+        )
         self.fetch_latency = Buckets(
             p + "fetch_duration_seconds",
             "Time of one HTTP request, to the end of its body, by source.",
@@ -75,7 +80,7 @@ class ClientMetrics:
         )
         sources = [(source,) for source in SOURCES]
         self.crawls.ensure((source, outcome.value) for source in SOURCES for outcome in Outcome)
-        for tally in (self.bytes, self.new_items, self.renewals):
+        for tally in (self.bytes, self.new_items, self.renewals, self.cookies_refused):
             tally.ensure(sources)
         self.waits.ensure((reason,) for reason in WAIT_REASONS)
 
@@ -104,6 +109,9 @@ class ClientMetrics:
 
     def session_renewed(self, source: str) -> None:
         self.renewals.add((source,))
+
+    def cookie_refused(self, source: str) -> None:
+        self.cookies_refused.add((source,))
 
     # --- scrape time --------------------------------------------------------------------------------------------
 
@@ -136,6 +144,7 @@ class ClientMetrics:
             self.new_items,
             self.waits,
             self.renewals,
+            self.cookies_refused,
             self.fetch_latency,
             self.parse_latency,
             self.crawl_latency,

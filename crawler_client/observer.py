@@ -31,6 +31,9 @@ class ClientObserver(Protocol):
     def session_renewed(self, source: str) -> None:
         """A session was renewed: a form login after a login wall, a new visitor cookie."""
 
+    def cookie_refused(self, source: str) -> None:
+        """A session's cookie jar refused a cookie past its bounds (``crawler_client.cookie_jar``)."""
+
 
 class NullObserver:
     """Observes nothing (metrics off)."""
@@ -48,6 +51,9 @@ class NullObserver:
         pass
 
     def session_renewed(self, source: str) -> None:
+        pass
+
+    def cookie_refused(self, source: str) -> None:
         pass
 
 

@@ -30,6 +30,7 @@ import pytest
 import urllib3
 import urllib3.exceptions
 
+from crawler_client import observer
 from crawler_client.cookie_blob import AccountBlob, parse_cookie_blob
 from crawler_client.cookie_jar import MAX_COOKIE_BYTES, MAX_COOKIES, MAX_COOKIES_PER_DOMAIN, BoundedCookieJar
 from crawler_client.http import (
@@ -681,7 +682,26 @@ def test_the_cookie_jar_keeps_to_browser_bounds_and_keeps_the_login() -> None:
 
 def test_a_site_that_sets_ever_new_cookies_cannot_grow_the_session(local_server: str) -> None:
     """Three answers of 90 new cookie names and one huge cookie each, after a form login: the jar keeps the login and
-    180 cookies of the site, and the Cookie header sent back carries no more."""
+    180 cookies of the site, the Cookie header sent back carries no more, and the client's metrics count each
+    refusal under the session's source."""
+
+    class Refusals(observer.NullObserver):
+        def __init__(self) -> None:
+            self.sources: collections.Counter[str] = collections.Counter()
+
+        def cookie_refused(self, source: str) -> None:
+            self.sources[source] += 1
+
+    refusals = Refusals()
+    observer.install(refusals)
+    try:
+        _churn_cookies(local_server)
+    finally:
+        observer.install(observer.NullObserver())
+    assert refusals.sources == {"ecshop": 3 * 91 - (MAX_COOKIES_PER_DOMAIN - 1)}
+
+
+def _churn_cookies(local_server: str) -> None:
     cache = SessionCache()
     session = cache.session("ecshop", Account("a", ""))
     fetcher = Fetcher(Urllib3Transport(session), dataclasses.replace(POLICY, max_body_bytes=100_000))

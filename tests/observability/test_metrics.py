@@ -497,6 +497,7 @@ def test_client_metrics_count_the_daemons_crawls_and_state() -> None:
         try:
             assert poll_until(lambda: len(scheduler.reports) == 10, 20, 0.02)
             observer.current().session_renewed("ecshop")
+            observer.current().cookie_refused("jd")
             observer.current().fetched("jd", 0, 0, 0.2)
         finally:
             daemon.stop()
@@ -508,6 +509,8 @@ def test_client_metrics_count_the_daemons_crawls_and_state() -> None:
     assert 'icecrawler_client_crawls_total{outcome="Ok",source="weibo_mobile"} 10.0' in text
     assert 'icecrawler_client_new_items_total{source="weibo_mobile"} 10.0' in text
     assert 'icecrawler_client_session_renewals_total{source="ecshop"} 1.0' in text
+    assert 'icecrawler_client_cookies_refused_total{source="jd"} 1.0' in text
+    assert 'icecrawler_client_cookies_refused_total{source="ecshop"} 0.0' in text  # every source shown from the start
     assert 'icecrawler_client_fetches_total{source="jd",status_class="none"} 1.0' in text
     assert "icecrawler_client_tasks_reported_total 10.0" in text
     assert "icecrawler_client_busy_workers 0.0" in text and "icecrawler_client_workers 2.0" in text
