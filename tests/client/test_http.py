@@ -390,6 +390,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if self.path.startswith("/loop"):
             self._answer(302, b"", {"Location": "/loop"})
             return
+        if self.path.startswith("/to-ftp"):
+            self._answer(302, b"", {"Location": "ftp://127.0.0.1/x"})
+            return
         if self.path.startswith("/headers"):
             self._answer(200, json.dumps(dict(self.headers.items())).encode())
             return
@@ -551,10 +554,10 @@ def test_real_transport_classifies_loops_bad_urls_and_refused_connections(local_
     with pytest.raises(FetchError) as loop:
         fetcher.fetch(PageRequest(url=f"{local_server}/loop"))
     assert (loop.value.outcome, loop.value.error_class) == ("HttpError", "TooManyRedirects")
-    for bad in ("ftp://127.0.0.1/x", "127.0.0.1/no-scheme", "http:///no-host"):
+    for bad in ("ftp://127.0.0.1/x", "127.0.0.1/no-scheme", "http:///no-host", f"{local_server}/to-ftp"):
         with pytest.raises(FetchError) as invalid:
             fetcher.fetch(PageRequest(url=bad))
-        assert (invalid.value.outcome, invalid.value.error_class) == ("ConnectionError", "InvalidURL")
+        assert (invalid.value.outcome, invalid.value.error_class) == ("ConnectionError", "InvalidURL"), bad
     with socket.socket() as unused:  # a port nobody listens on: bind it, never listen, close it at the end
         unused.bind(("127.0.0.1", 0))
         port = unused.getsockname()[1]
