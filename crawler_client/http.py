@@ -182,6 +182,12 @@ class _Urllib3Response:
 _SENDING = threading.local()
 
 
+def _sending() -> tuple[Watch, Watchdog] | None:
+    """The watch of the fetch this thread is sending and its watchdog; None outside a fetch."""
+    watch: Watch | None = getattr(_SENDING, "watch", None)
+    return None if watch is None else (watch, _SENDING.watchdog)
+
+
 class _WatchedRequests:
     """A urllib3 connection under the current fetch's watch: while it sets up (a proxy's CONNECT, the TLS
     handshake) and while it waits for the answer."""
@@ -190,9 +196,9 @@ class _WatchedRequests:
 
     def _new_conn(self) -> socket.socket:
         sock: socket.socket = super()._new_conn()  # type: ignore[misc]
-        watch: Watch | None = getattr(_SENDING, "watch", None)
-        if watch is not None:
-            self._setup_over = _SENDING.watchdog.attach_setup(watch, sock)
+        if sending := _sending():
+            watch, watchdog = sending
+            self._setup_over = watchdog.attach_setup(watch, sock)
         return sock
 
     def connect(self) -> None:
@@ -205,14 +211,14 @@ class _WatchedRequests:
 
     def _tunnel(self) -> None:
         super()._tunnel()  # type: ignore[misc]
-        watch: Watch | None = getattr(_SENDING, "watch", None)
-        if watch is not None and watch.expired:  # a CONNECT answer cut by the shutdown ends as if it were complete
+        sending = _sending()
+        if sending and sending[0].expired:  # a CONNECT answer cut by the shutdown ends as if it were complete
             raise TotalTimeout("the proxy's CONNECT answer was not complete within the fetch's total timeout")
 
     def getresponse(self, *args: Any, **kwargs: Any) -> Any:
-        watch: Watch | None = getattr(_SENDING, "watch", None)
-        if watch is not None:
-            _SENDING.watchdog.attach(watch, self.sock)  # type: ignore[attr-defined]
+        if sending := _sending():
+            watch, watchdog = sending
+            watchdog.attach(watch, self.sock)  # type: ignore[attr-defined]
         return super().getresponse(*args, **kwargs)  # type: ignore[misc]
 
 

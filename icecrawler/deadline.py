@@ -65,6 +65,10 @@ def _shut(sock: object) -> None:
         pass
 
 
+#: Every watchdog of the process, for the one fork hook below.
+_WATCHDOGS: weakref.WeakSet[Watchdog] = weakref.WeakSet()
+
+
 class Watchdog:
     """Shuts down the sockets of fetches that outlive their deadline (see the module docstring)."""
 
@@ -74,8 +78,7 @@ class Watchdog:
         self._heap: list[tuple[float, int, Watch]] = []
         self._order = itertools.count()  # ties broken by arrival: a Watch does not compare
         self._thread: threading.Thread | None = None
-        me = weakref.WeakMethod(self._forget_after_fork)
-        os.register_at_fork(after_in_child=lambda: (forget := me()) is not None and forget())
+        _WATCHDOGS.add(self)
 
     def _forget_after_fork(self) -> None:
         """In a forked child: the parent's watchdog thread did not come along, nor did the fetches it watched (and
@@ -158,6 +161,13 @@ class Watchdog:
                     except Exception:  # the thread serves every fetch of the process: it must outlive any one
                         log.exception("could not shut down a socket past its fetch's deadline")
 
+
+def _forget_after_fork() -> None:
+    for watchdog in list(_WATCHDOGS):
+        watchdog._forget_after_fork()
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
 
 #: The process's watchdog: every real fetch of a client registers here.
 WATCHDOG = Watchdog()
