@@ -6,8 +6,8 @@ What a fetch guarantees (and why):
 * **Bounded in time.** ``client.timeout_s`` caps the connect and every read; ``client.total_timeout_s`` caps
   the whole fetch on the socket itself (``icecrawler.deadline``), from the TCP connect on: a proxy's answer to
   CONNECT, the TLS handshake, the headers and the body. A server or proxy that drips one byte per second passes
-  every read timeout and still cannot hold a worker longer. Only the name lookup is outside it (the resolver's own
-  timeouts bound it).
+  every read timeout and still cannot hold a worker longer, and neither can slow name servers: a new connection's
+  name lookup is waited for no longer than the deadline either.
 * **Bounded in size.** The body is streamed and cut at ``client.max_body_bytes`` → ``FetchError(TooLarge)``:
   a runaway page never fills the client's memory. The limit counts decoded bytes, and urllib3 (from 2.8, our
   floor) inflates a compressed body only as far as each read asks, so a compression bomb is cut at the limit
@@ -53,7 +53,7 @@ from crawler_client.cookie_jar import BoundedCookieJar
 from crawler_client.headers import FALLBACK_USER_AGENT
 from crawler_client.observer import current as current_observer
 from crawler_client.sources.base import FetchedPage, PageRequest
-from icecrawler.deadline import WATCHDOG, Watch, Watchdog
+from icecrawler.deadline import WATCHDOG, DeadlinePassed, Watch, Watchdog
 from icecrawler.errors import FetchError
 from icecrawler.models import Account, Outcome, account_lineage
 from icecrawler.settings import Settings
@@ -195,10 +195,16 @@ class _WatchedRequests:
     _setup_over: Callable[[], None] | None = None
 
     def _new_conn(self) -> socket.socket:
-        sock: socket.socket = super()._new_conn()  # type: ignore[misc]
-        if sending := _sending():
-            watch, watchdog = sending
-            self._setup_over = watchdog.attach_setup(watch, sock)
+        new_conn: Callable[[], socket.socket] = super()._new_conn  # type: ignore[misc]
+        sending = _sending()
+        if sending is None:
+            return new_conn()
+        watch, watchdog = sending
+        try:  # the name lookup has no socket to shut down: waited for on the side (icecrawler.deadline)
+            sock = watchdog.call_within(watch, new_conn, discard=socket.socket.close)
+        except DeadlinePassed as exc:
+            raise TotalTimeout(f"no connection to {self.host} within the fetch's total timeout") from exc  # type: ignore[attr-defined]
+        self._setup_over = watchdog.attach_setup(watch, sock)
         return sock
 
     def connect(self) -> None:
@@ -386,6 +392,8 @@ TRANSPORT_ERRORS: tuple[type[Exception], ...] = (urllib3.exceptions.HTTPError, O
 
 def _classify_exception(exc: Exception) -> tuple[Outcome, str]:
     """(Outcome, error class) of a transport exception: the most specific class we can find."""
+    if isinstance(exc, urllib3.exceptions.NameResolutionError):  # a NewConnectionError: no address, none refused
+        return Outcome.ConnectionError, "NameResolution"
     if isinstance(exc, urllib3.exceptions.NewConnectionError):  # a ConnectTimeoutError subclass in urllib3 2
         return Outcome.ConnectionError, "ConnectionRefused"
     if isinstance(exc, urllib3.exceptions.ConnectTimeoutError):

@@ -12,8 +12,13 @@ A connection is watched from its TCP connect on. A proxy's answer to CONNECT is 
 so it can be dripped too (a TLS handshake cannot hold a fetch past the read timeout: CPython bounds the whole
 handshake by it). A TLS layer takes its socket's descriptor over and leaves the socket object without one, so while a
 connection is being set up the watch holds a duplicate of the descriptor (``attach_setup``): shutting that down ends
-the connection under every layer. What the deadline does not cover: the name lookup before the connect (no socket
-exists yet; the system resolver bounds it with its own timeouts and retries).
+the connection under every layer.
+
+Before the connect there is no socket to shut down: the name lookup blocks inside the C library, which a site's slow
+name servers can hold for the resolver's timeout times its attempts and servers (10 s or more by default). So a new
+connection's lookup and TCP connect run on a helper thread the fetch waits for no longer than its deadline
+(``call_within``); a socket that arrives after the fetch gave up is closed. The helper itself ends when the resolver
+gives up.
 
 The watchdog keeps the fetches in a heap by deadline. A fetch that ends is only marked: it leaves the heap when it
 reaches the top, so registering costs one push and ending costs nothing, and the thread wakes only for the
@@ -32,7 +37,7 @@ import time
 import weakref
 from collections.abc import Callable
 
-__all__ = ["WATCHDOG", "Watch", "Watchdog"]
+__all__ = ["WATCHDOG", "DeadlinePassed", "Watch", "Watchdog"]
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +54,48 @@ class Watch:
         self.expired = False
         self.done = False
         self._sockets: list[object] = []
+
+
+class DeadlinePassed(TimeoutError):
+    """A step run by ``Watchdog.call_within`` had not finished when its fetch's deadline passed."""
+
+
+class _Abandonable[T]:
+    """The outcome of one ``call_within`` step, handed over under a lock so that exactly one side owns the result:
+    the waiting fetch, or (once the fetch has given up) ``discard``."""
+
+    def __init__(self, discard: Callable[[T], object]) -> None:
+        self._lock = threading.Lock()
+        self._finished = threading.Event()
+        self._discard = discard
+        self._abandoned = False
+        self.value: T | None = None
+        self.error: BaseException | None = None
+
+    def run(self, call: Callable[[], T]) -> None:
+        try:
+            value = call()
+        except BaseException as exc:  # handed to the waiting fetch, which raises it
+            with self._lock:
+                self.error = exc
+                self._finished.set()
+            return
+        with self._lock:
+            if not self._abandoned:
+                self.value = value
+                self._finished.set()
+                return
+        try:
+            self._discard(value)
+        except Exception:
+            log.exception("could not discard what a step finished after its fetch's deadline")
+
+    def wait(self, seconds: float) -> bool:
+        """True once the step finished within ``seconds``; False, and the result is abandoned, otherwise."""
+        self._finished.wait(max(0.0, seconds))
+        with self._lock:
+            self._abandoned = not self._finished.is_set()
+            return not self._abandoned
 
 
 def _shut(sock: object) -> None:
@@ -123,6 +170,20 @@ class Watchdog:
             copy.close()
 
         return setup_over
+
+    def call_within[T](self, watch: Watch, call: Callable[[], T], discard: Callable[[T], object]) -> T:
+        """``call()``, a step with no socket yet to shut down (a new connection's name lookup and TCP connect), on a
+        helper thread, waited for no longer than the watch's deadline; its exception is raised here. Past the deadline
+        the watch is expired, DeadlinePassed is raised, and whatever ``call`` returns later goes to ``discard``."""
+        step = _Abandonable[T](discard)
+        threading.Thread(target=step.run, args=(call,), name="fetch-connect", daemon=True).start()
+        if not step.wait(watch.deadline - self._clock()):
+            with self._lock:
+                watch.expired = True
+            raise DeadlinePassed("the connection was not set up within the fetch's deadline (name lookup, connect)")
+        if step.error is not None:
+            raise step.error
+        return step.value  # type: ignore[return-value]
 
     def detach_all(self, watch: Watch) -> None:
         """The fetch's sockets went back to their pool (a redirect's hop): not to be shut down for it."""

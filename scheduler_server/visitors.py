@@ -97,9 +97,9 @@ def mint_visitor(url: str, timeout_s: float = 10.0) -> dict[str, str]:
     """One genvisitor2 call: the visitor cookies, or VisitorError. Direct (proxies in the environment are not
     used), and no redirect is followed: the passport answers in place.
 
-    ``timeout_s`` bounds the whole call, headers and body (``icecrawler.deadline``), not only each socket read: a
-    passport (or a proxy before it) that sends one byte at a time would otherwise keep the source without a session
-    for hours, one read per byte.
+    ``timeout_s`` bounds the whole call, name lookup, headers and body (``icecrawler.deadline``), not only each socket
+    read: a passport (or a proxy before it) that sends one byte at a time would otherwise keep the source without a
+    session for hours, one read per byte.
     """
     parts = urllib.parse.urlsplit(url)
     try:
@@ -111,8 +111,8 @@ def mint_visitor(url: str, timeout_s: float = 10.0) -> dict[str, str]:
     kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
     connection = kind(parts.hostname, port, timeout=timeout_s)
     watch = WATCHDOG.watch(timeout_s)
-    try:
-        connection.connect()
+    try:  # the name lookup has no socket to shut down: waited for on the side (icecrawler.deadline)
+        WATCHDOG.call_within(watch, connection.connect, discard=lambda _: connection.close())
         WATCHDOG.attach(watch, connection.sock)
         connection.request(
             "POST",

@@ -13,6 +13,7 @@ import signal
 import socketserver
 import sqlite3
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -24,6 +25,8 @@ import pytest
 from icecrawler.processes import ManagedProcess, poll_until, wait_for_port
 from icecrawler_local.oracle import ItemKey, stored_index, truth_index
 from icecrawler_local.stack import Stack
+from tests.requirements import skip_or_fail
+from tests.scaleout.netlab import NetLab
 
 __all__ = [
     "caught_up",
@@ -35,6 +38,7 @@ __all__ = [
     "interrupt_when_ready",
     "process_gone",
     "restart",
+    "silent_name_server",
     "tarpit",
     "truncated_posts",
     "wait_for",
@@ -81,6 +85,84 @@ def tarpit(answer: bytes, every_s: float = 0.05) -> Iterator[tuple[int, Callable
         server.shutdown()
         server.server_close()
         thread.join(5)
+
+
+#: Reads every DNS query sent to 127.0.0.1:53 and answers none; prints a line per query.
+_SILENT_NAME_SERVER = """
+import socket, sys
+server = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+server.bind(("127.0.0.1", 53))
+print("listening", flush=True)
+while True:
+    server.recv(4096)
+    print("query", flush=True)
+"""
+
+
+@dataclass
+class SilentNameServer:
+    """A network namespace whose resolver asks only a name server that never answers (a site's slow name servers,
+    as a client sees them); ``run`` runs Python code inside it."""
+
+    netns: str
+    queries: Callable[[], int]
+
+    def run(self, code: str, timeout_s: float = 60.0) -> subprocess.CompletedProcess[str]:
+        """``python -c code`` in the namespace, from the repository root, bounded at ``timeout_s``."""
+        return subprocess.run(
+            ["ip", "netns", "exec", self.netns, sys.executable, "-c", code],
+            cwd=Path(__file__).resolve().parent.parent,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+        )
+
+
+@contextlib.contextmanager
+def silent_name_server(resolver_timeout_s: int = 20) -> Iterator[SilentNameServer]:
+    """A namespace with its own loopback and its own resolv.conf (``ip netns exec`` mounts /etc/netns/NAME/ over
+    /etc), the resolver waiting ``resolver_timeout_s`` for one attempt. Needs root, like ``NetLab``."""
+    reason = NetLab.available()
+    if reason is not None:
+        skip_or_fail(f"NETWORK NAMESPACES UNAVAILABLE, the name-lookup test is not run: {reason}")
+    netns = f"icx-dns-{os.getpid()}-{threading.get_ident() % 10_000}"
+    etc = Path("/etc/netns") / netns
+    subprocess.run(["ip", "netns", "add", netns], check=True, timeout=20)
+    server: subprocess.Popen[str] | None = None
+    counter: threading.Thread | None = None
+    try:
+        subprocess.run(["ip", "-n", netns, "link", "set", "lo", "up"], check=True, timeout=20)
+        etc.mkdir(parents=True)
+        (etc / "resolv.conf").write_text(f"nameserver 127.0.0.1\noptions timeout:{resolver_timeout_s} attempts:1\n")
+        server = subprocess.Popen(
+            ["ip", "netns", "exec", netns, sys.executable, "-c", _SILENT_NAME_SERVER],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert server.stdout is not None
+        assert server.stdout.readline().strip() == "listening", "the silent name server did not start"
+        seen = collections.Counter[str]()
+        output = server.stdout
+
+        def count() -> None:
+            for line in output:
+                seen.update([line.strip()])
+
+        counter = threading.Thread(target=count, daemon=True)
+        counter.start()
+        yield SilentNameServer(netns, lambda: seen["query"])
+    finally:
+        if server is not None:
+            server.kill()
+            server.wait(10)
+            if counter is not None:
+                counter.join(10)  # the pipe's end: the counter stops reading it
+            server.stdout.close()  # type: ignore[union-attr]
+        subprocess.run(["ip", "netns", "del", netns], check=False, timeout=20)
+        if etc.exists():
+            for path in etc.iterdir():
+                path.unlink()
+            etc.rmdir()
 
 
 def process_gone(pid: int) -> bool:

@@ -46,11 +46,11 @@ from crawler_client.http import (
     parse_retry_after,
 )
 from crawler_client.sources.base import PageRequest
-from icecrawler.deadline import Watchdog
+from icecrawler.deadline import DeadlinePassed, Watchdog
 from icecrawler.errors import FetchError
 from icecrawler.models import Account
 from icecrawler.tls import CA_CERT, init_ca, issue
-from tests.helpers import drip, tarpit, wait_for
+from tests.helpers import drip, silent_name_server, tarpit, wait_for
 
 POLICY = FetchPolicy(
     timeout_s=2.0, total_timeout_s=5.0, retries=2, backoff_s=0.5, max_body_bytes=1000, user_agent="test-agent"
@@ -1018,3 +1018,66 @@ def test_a_forked_child_has_a_watchdog_of_its_own() -> None:
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(statuses[0]) == 0, "the child's blocked read was not woken at its deadline"
+
+
+def test_a_step_without_a_socket_is_waited_for_no_longer_than_the_deadline() -> None:
+    """``call_within``: a quick step's value, or its exception; a step still blocked at the deadline expires the
+    watch and raises DeadlinePassed, and what it returns later goes to ``discard`` (a late socket is closed)."""
+    watchdog = Watchdog()
+    discarded: list[str] = []
+    assert watchdog.call_within(watchdog.watch(30), lambda: "quick", discarded.append) == "quick"
+
+    def no_such_name() -> str:
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    with pytest.raises(socket.gaierror):
+        watchdog.call_within(watchdog.watch(30), no_such_name, discarded.append)
+    answer = threading.Event()
+
+    def slow_lookup() -> str:
+        answer.wait(30)
+        return "late"
+
+    watch = watchdog.watch(0.2)
+    with pytest.raises(DeadlinePassed):
+        watchdog.call_within(watch, slow_lookup, discarded.append)
+    assert watch.expired and discarded == []
+    answer.set()
+    wait_for(lambda: discarded == ["late"], "a step that finished after the deadline was not discarded", 10, 0.05)
+
+
+_FETCH_BEHIND_SILENT_NAME_SERVERS = """
+import json, time
+from crawler_client.http import FetchPolicy, Fetcher, HttpSession, Urllib3Transport
+from crawler_client.sources.base import PageRequest
+from icecrawler.errors import FetchError
+
+def fetch(total_timeout_s):
+    policy = FetchPolicy(
+        timeout_s=2.0, total_timeout_s=total_timeout_s, retries=0, backoff_s=0.01, max_body_bytes=10_000, user_agent="t"
+    )
+    started = time.monotonic()
+    try:
+        Fetcher(Urllib3Transport(HttpSession()), policy).fetch(PageRequest(url="http://slow-name-servers.test/"))
+        return {"error_class": None}
+    except FetchError as exc:
+        return {"outcome": str(exc.outcome), "error_class": exc.error_class, "seconds": time.monotonic() - started}
+
+print(json.dumps([fetch(1.0), fetch(30.0)]))
+"""
+
+
+def test_slow_name_servers_end_the_fetch_at_the_total_timeout() -> None:
+    """The name lookup has no socket for the watchdog to shut down: a site whose name servers do not answer held a
+    fetch with a 1 s deadline for the resolver's 4 s, then failed as a name error. The lookup is now waited for on
+    the side, so the fetch ends at its deadline, as a Timeout (retried like one). With a deadline longer than the
+    resolver's wait, the fetch ends as the resolver does: a name error, not a refused connection."""
+    with silent_name_server(resolver_timeout_s=4) as names:
+        done = names.run(_FETCH_BEHIND_SILENT_NAME_SERVERS)
+        assert done.returncode == 0, done.stderr
+        queries = names.queries()
+    short, long = json.loads(done.stdout)
+    assert queries >= 2, "the lookups never asked the silent name server: the test proves nothing"
+    assert (short["outcome"], short["error_class"]) == ("Timeout", "TotalTimeout"), short
+    assert short["seconds"] < 3, f"the fetch waited {short['seconds']:.1f}s for the resolver"
+    assert (long["outcome"], long["error_class"]) == ("ConnectionError", "NameResolution"), long

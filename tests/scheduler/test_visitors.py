@@ -1,7 +1,8 @@
 """Visitor sessions: the passport answer's parsing, minting and renewal (once, rate-limited, stale reports
 ignored), and the scheduler core leasing them like accounts, renewing on a 432 instead of blocking the host.
 
-The mint itself is a scripted function here (pure logic), except for one loopback passport that drips its answer;
+The mint itself is a scripted function here (pure logic), except for one loopback passport that drips its answer
+and one passport whose name servers never answer;
 tests/sandbox/test_weibo_web.py mints from the sandbox's passport over HTTP and tests/e2e/test_visitor_sessions.py
 runs the whole flow across processes."""
 
@@ -19,7 +20,7 @@ from icecrawler.models import Outcome, Report, TaskKind
 from scheduler_server.core import SchedulerCore
 from scheduler_server.store import MemoryQueueStore
 from scheduler_server.visitors import VisitorError, VisitorSessions, mint_visitor, parse_visitor_answer, session_ended
-from tests.helpers import drip
+from tests.helpers import drip, silent_name_server
 from tests.scheduler.conftest import ManualClocks, make_settings
 
 ANSWER = (
@@ -156,6 +157,28 @@ def test_a_passport_that_drips_its_answer_fails_the_mint_after_the_timeout(
     with pytest.raises(VisitorError, match=r"not complete after 1s"):
         mint_visitor(url, timeout_s=1.0)
     assert dripping_passport.sent < 500, f"the mint waited for {dripping_passport.sent} bytes of the drip"  # type: ignore[attr-defined]
+
+
+_MINT_BEHIND_SILENT_NAME_SERVERS = """
+import time
+from scheduler_server.visitors import VisitorError, mint_visitor
+started = time.monotonic()
+try:
+    mint_visitor("https://passport.slow-name-servers.test/visitor/genvisitor2", timeout_s=1.0)
+except VisitorError as exc:
+    print(f"{time.monotonic() - started:.2f} {exc}")
+"""
+
+
+def test_a_passport_whose_name_servers_do_not_answer_fails_the_mint_after_the_timeout() -> None:
+    """The name lookup has no socket to shut down; it held the mint for the resolver's 4 s past its 1 s bound."""
+    with silent_name_server(resolver_timeout_s=4) as names:
+        done = names.run(_MINT_BEHIND_SILENT_NAME_SERVERS)
+        assert done.returncode == 0, done.stderr
+        assert names.queries() >= 1, "the lookup never asked the silent name server: the test proves nothing"
+    seconds, message = done.stdout.split(" ", 1)
+    assert "not complete after 1s" in message
+    assert float(seconds) < 3, f"the mint waited {seconds}s for the resolver"
 
 
 @pytest.mark.parametrize("url", ["http://127.0.0.1:notaport/visitor", "ftp://127.0.0.1/visitor", "http:///visitor"])
