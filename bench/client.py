@@ -11,6 +11,11 @@
    baseline in the same run: a bare ``requests`` loop with the same number of threads fetching the same URLs
    (no parsing, no Ice, no storage). Target: ≥ 90 % of the ceiling. Best of ``--runs`` runs, each listed in
    the JSON with the machine's load average (other processes on a shared machine only ever slow a run).
+3. **A new connection under the fetch deadline**: microseconds per new loopback TCP connection made through the
+   deadline's helper thread (``Watchdog.call_within``, which bounds the name lookup), against the same connection
+   made directly, alternating in rounds; and, for scale, one whole fetch through the real transport on a new
+   connection each time (a loopback server that closes every connection). ``--only-connect`` runs this part alone
+   and merges its keys into the JSON.
 
 Writes docs/bench/client.json.
 """
@@ -19,8 +24,11 @@ from __future__ import annotations
 
 import argparse
 import functools
+import http.server
 import json
 import os
+import socket
+import statistics
 import tempfile
 import threading
 import time
@@ -33,8 +41,11 @@ import requests
 from bench._pages import BenchCase, bench_cases
 from bench._scrape import Scraper
 from crawler_client.crawl import item_text
+from crawler_client.http import Fetcher, FetchPolicy, HttpSession, Urllib3Transport
 from crawler_client.sources import get_source
 from crawler_client.sources._decode import decode_body, make_soup, strip_jsonp
+from crawler_client.sources.base import PageRequest
+from icecrawler.deadline import Watchdog
 from icecrawler.settings.default_settings import DEFAULTS
 from shhd.fingerprint import clear_token_cache, fingerprint_texts
 
@@ -242,9 +253,103 @@ def throughput(
     }
 
 
+# --- 3. A new connection under the fetch deadline -------------------------------------------------------------
+
+
+class _ClosingHandler(http.server.BaseHTTPRequestHandler):
+    """Answers every GET with a small page and closes the connection: each fetch needs a new one."""
+
+    def do_GET(self) -> None:
+        body = b"ok"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+def connection_setup(rounds: int, per_round: int) -> dict[str, float]:
+    """Median over ``rounds`` of the mean microseconds per new connection, direct and under the deadline (ABAB,
+    so the machine's drift lands on both), and per whole fetch on a new connection."""
+    listener = socket.create_server(("127.0.0.1", 0), backlog=4096)
+    address = listener.getsockname()
+    watchdog = Watchdog()
+    accepted = threading.Event()
+
+    def accept_all() -> None:
+        while not accepted.is_set():
+            try:
+                listener.accept()[0].close()
+            except OSError:
+                return
+
+    acceptor = threading.Thread(target=accept_all, daemon=True)
+    acceptor.start()
+
+    def connect() -> socket.socket:
+        return socket.create_connection(address, timeout=5)
+
+    def direct() -> None:
+        connect().close()
+
+    def under_deadline() -> None:
+        watch = watchdog.watch(5)
+        watchdog.call_within(watch, connect, socket.socket.close).close()
+        watchdog.release(watch)
+
+    samples: dict[str, list[float]] = {"direct": [], "under_deadline": []}
+    for _ in range(rounds):
+        for name, step in (("direct", direct), ("under_deadline", under_deadline)):
+            started = time.perf_counter()
+            for _ in range(per_round):
+                step()
+            samples[name].append((time.perf_counter() - started) / per_round * 1e6)
+    accepted.set()
+    listener.close()
+    acceptor.join(5)
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _ClosingHandler)
+    serving = threading.Thread(target=server.serve_forever, daemon=True)
+    serving.start()
+    policy = FetchPolicy(
+        timeout_s=5, total_timeout_s=10, retries=0, backoff_s=0.01, max_body_bytes=10_000, user_agent="b"
+    )
+    session = HttpSession()
+    fetcher = Fetcher(Urllib3Transport(session, watchdog), policy)
+    request = PageRequest(url=f"http://127.0.0.1:{server.server_address[1]}/")
+    fetches: list[float] = []
+    for _ in range(rounds):
+        started = time.perf_counter()
+        for _ in range(per_round):
+            fetcher.fetch(request)
+        fetches.append((time.perf_counter() - started) / per_round * 1e6)
+    session.close()
+    server.shutdown()
+    server.server_close()
+    direct_us, deadline_us = statistics.median(samples["direct"]), statistics.median(samples["under_deadline"])
+    return {
+        "new_connection_direct_us": round(direct_us, 1),
+        "new_connection_under_deadline_us": round(deadline_us, 1),
+        "new_connection_deadline_cost_us": round(deadline_us - direct_us, 1),
+        "fetch_on_new_connection_us": round(statistics.median(fetches), 1),
+    }
+
+
+def _print_connection_setup(figures: dict[str, float]) -> None:
+    print()
+    print("a new loopback connection (median of rounds, microseconds)")
+    print(f"{'baseline: direct connect':44s} {figures['new_connection_direct_us']:9.1f}")
+    print(f"{'through the deadline helper (call_within)':44s} {figures['new_connection_under_deadline_us']:9.1f}")
+    print(f"{'cost of the helper':44s} {figures['new_connection_deadline_cost_us']:9.1f}")
+    print(f"{'for scale: one whole fetch on a new connection':44s} {figures['fetch_on_new_connection_us']:9.1f}")
+
+
 def headline(result: dict[str, Any]) -> dict[str, Any]:
     """The flat figures for docs/bench/client.json: one key per number, units in the key names."""
-    flat: dict[str, Any] = {}
+    flat: dict[str, Any] = dict(result.get("connection_setup", {}))
     for row in result["cpu_per_page"]:
         page = row["page"].split(" ")[0].replace("/", "_")
         flat[f"{page}_items"] = row["items"]
@@ -303,8 +408,23 @@ def main(argv: list[str]) -> int:
         help="throughput runs with the client's /metrics off and/or "
         "on (scraped every second), alternating, comma-separated (default: off,on)",
     )
+    parser.add_argument(
+        "--only-connect",
+        action="store_true",
+        help="only the new-connection part; its keys are merged into docs/bench/client.json",
+    )
+    parser.add_argument("--connect-rounds", type=int, default=9, help="alternating rounds (default 9)")
+    parser.add_argument("--connect-per-round", type=int, default=1000, help="connections per round (default 1000)")
     parser.add_argument("--no-write", action="store_true", help="print only")
     args = parser.parse_args(argv)
+
+    connect = connection_setup(args.connect_rounds, args.connect_per_round)
+    _print_connection_setup(connect)
+    if args.only_connect:
+        if not args.no_write:
+            merged = {**json.loads(OUT.read_text(encoding="utf-8")), **connect}
+            OUT.write_text(json.dumps(merged, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+        return 0
 
     rows = cpu_per_page(args.repeat)
     print(
@@ -317,7 +437,7 @@ def main(argv: list[str]) -> int:
             f"{row['fingerprint_ms']:7.2f} {row['total_ms']:9.2f} {row['baseline_decode_ms']:25.2f} "
             f"{row['fingerprint_recrawl_ms']:15.2f}"
         )
-    result: dict[str, Any] = {"cpu_per_page": rows}
+    result: dict[str, Any] = {"cpu_per_page": rows, "connection_setup": connect}
     result["throughput"] = []
     for workers in [] if args.skip_throughput else args.workers:
         # Best of --runs: on a shared machine the other tenants' load only ever slows a run down.

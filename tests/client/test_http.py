@@ -990,6 +990,8 @@ def test_a_forked_child_has_a_watchdog_of_its_own() -> None:
     forked just as the thread started would wait for that lock forever): the child's first watch starts a thread."""
     watchdog = Watchdog()
     watchdog.watch(60)  # the parent's thread runs
+    assert watchdog.call_within(watchdog.watch(60), lambda: "set up", print) == "set up"  # and a helper is idle
+    wait_for(lambda: watchdog._helpers._idle == 1, "the parent's helper did not go idle", 10, 0.01)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)  # a fork of a process with threads (pytest's, ours)
         pid = os.fork()
@@ -1000,7 +1002,11 @@ def test_a_forked_child_has_a_watchdog_of_its_own() -> None:
             ours.settimeout(30)
             watch = watchdog.watch(0.1)
             watchdog.attach(watch, ours)
-            code = 0 if ours.recv(1) == b"" and watch.expired else 2
+            if ours.recv(1) == b"" and watch.expired:
+                code = 3  # the parent's idle helper did not come along either: a step gets a helper of its own
+                code = 0 if watchdog.call_within(watchdog.watch(5), lambda: "child", print) == "child" else 3
+            else:
+                code = 2
         finally:
             os._exit(code)
     statuses: list[int] = []
@@ -1017,15 +1023,25 @@ def test_a_forked_child_has_a_watchdog_of_its_own() -> None:
         if not statuses:
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(statuses[0]) == 0, "the child's blocked read was not woken at its deadline"
+    failures = {2: "the child's blocked read was not woken at its deadline", 3: "the child's step got no helper"}
+    code = os.waitstatus_to_exitcode(statuses[0])
+    assert code == 0, failures.get(code, f"the child ended with status {code}")
+
+
+def _helpers_running() -> int:
+    return sum(1 for thread in threading.enumerate() if thread.name == "fetch-connect")
 
 
 def test_a_step_without_a_socket_is_waited_for_no_longer_than_the_deadline() -> None:
     """``call_within``: a quick step's value, or its exception; a step still blocked at the deadline expires the
-    watch and raises DeadlinePassed, and what it returns later goes to ``discard`` (a late socket is closed)."""
+    watch and raises DeadlinePassed, and what it returns later goes to ``discard`` (a late socket is closed). Steps
+    reuse an idle helper thread, and never wait for a busy one (a stuck lookup must not hold other fetches)."""
     watchdog = Watchdog()
     discarded: list[str] = []
-    assert watchdog.call_within(watchdog.watch(30), lambda: "quick", discarded.append) == "quick"
+    helpers_before = _helpers_running()
+    for _ in range(20):
+        assert watchdog.call_within(watchdog.watch(30), lambda: "quick", discarded.append) == "quick"
+    assert _helpers_running() <= helpers_before + 1, "each step started a thread of its own"
 
     def no_such_name() -> str:
         raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
@@ -1042,6 +1058,7 @@ def test_a_step_without_a_socket_is_waited_for_no_longer_than_the_deadline() -> 
     with pytest.raises(DeadlinePassed):
         watchdog.call_within(watch, slow_lookup, discarded.append)
     assert watch.expired and discarded == []
+    assert watchdog.call_within(watchdog.watch(5), lambda: "beside", discarded.append) == "beside"
     answer.set()
     wait_for(lambda: discarded == ["late"], "a step that finished after the deadline was not discarded", 10, 0.05)
 
