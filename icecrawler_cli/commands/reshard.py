@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import json
+import secrets
 import shutil
 import time
 from contextlib import ExitStack
@@ -15,6 +17,9 @@ from icecrawler_cli.commands import BaseCommand
 
 #: Where a new shard's database is built before it is renamed into place.
 PARTIAL_SUFFIX = ".partial"
+#: Written into each new shard's database before any is renamed into place: which run made it, which shard of how
+#: many, from which databases. A run stopped while it renamed is finished by the next run with the same paths.
+RUN_FILE = "reshard.json"
 
 
 class Command(BaseCommand):
@@ -24,8 +29,9 @@ class Command(BaseCommand):
         "block, from the scheduler databases of one layout (one unsharded scheduler, or all N shards) into new\n"
         "databases for M shards: task and host go to the shard crc32(host) % M, as the running shards place\n"
         "them. Stop every scheduler first (each database is locked while it is read). The old databases are\n"
-        "not changed, so going back is starting the old schedulers again. Run it with the settings the\n"
-        "schedulers run with: the sources' base_url settings decide each task's shard.\n\n"
+        "not changed, so going back is starting the old schedulers again; a run killed while it renamed the new\n"
+        "ones into place is finished by the same command again. Run it with the settings the schedulers run\n"
+        "with: the sources' base_url settings decide each task's shard.\n\n"
         "  icecrawler reshard --from /srv/icecrawler/db --to /srv/icecrawler/shard0 /srv/icecrawler/shard1\n"
         "  ... --dry-run    # only how many tasks of which hosts each new shard would get\n\n"
         "Then start shard K with --set scheduler.shards=M --set scheduler.shard=K and its new db_dir, and list\n"
@@ -52,6 +58,13 @@ class Command(BaseCommand):
 
         sources = [Path(path).resolve() for path in args.sources]
         targets = [Path(path).resolve() for path in args.targets]
+        if not args.dry_run and (stopped := _stopped_while_publishing(sources, targets)) is not None:
+            _publish(stopped)
+            print(
+                f"finished the reshard into {len(targets)} shard(s) that was stopped while it renamed its databases "
+                f"into place ({len(stopped)} left to rename); its copies were complete and checked"
+            )
+            return 0
         _check_paths(sources, targets)
         durable = settings.get_bool("scheduler.durable_commits")
         started = time.monotonic()
@@ -68,7 +81,7 @@ class Command(BaseCommand):
                     placed = ", ".join(f"{host} {count}" for host, count in sorted(hosts.items())) or "no tasks"
                     print(f"shard {shard} of {len(targets)}: {sum(hosts.values())} tasks ({placed})")
                 return 0
-            partials = [path.with_name(path.name + PARTIAL_SUFFIX) for path in targets]
+            partials = [_partial(path) for path in targets]
             new = []
             for partial in partials:
                 if partial.exists():  # left by a reshard that did not finish: ours to replace
@@ -77,13 +90,12 @@ class Command(BaseCommand):
                 stack.callback(store.close)
                 new.append(store)
             result = reshard(old, new, source_hosts(settings), progress=print)
-        for partial in partials:
+        run = {"run": secrets.token_hex(8), "shards": len(targets), "from": sorted(map(str, sources))}
+        for shard, partial in enumerate(partials):
             (partial / MARKER).write_text(time.strftime("%Y-%m-%dT%H:%M:%S%z") + " (reshard)\n")
+            (partial / RUN_FILE).write_text(json.dumps({**run, "shard": shard}) + "\n")
             open_checked(partial, durable=durable).close()  # the start-up checks, before it is published
-        for partial, target in zip(partials, targets, strict=True):
-            if target.exists():
-                target.rmdir()  # an empty folder (checked above): the finished database takes its place
-            partial.rename(target)
+        _publish(list(zip(partials, targets, strict=True)))
         print(f"{result.was_shards} shard(s) -> {result.shards} shard(s) in {time.monotonic() - started:.1f} s:")
         for shard, (target, entries) in enumerate(zip(targets, result.entries, strict=True)):
             counts = ", ".join(f"{table} {entries[table]}" for table in ("tasks", "pending", "inflight", "done"))
@@ -93,6 +105,46 @@ class Command(BaseCommand):
             "list every shard, in order, in the clients' Scheduler.Proxies"
         )
         return 0
+
+
+def _partial(target: Path) -> Path:
+    return target.with_name(target.name + PARTIAL_SUFFIX)
+
+
+def _publish(renames: list[tuple[Path, Path]]) -> None:
+    """Rename each finished database into place (the last step: until it, the --to paths are untouched)."""
+    for partial, target in renames:
+        if target.exists():
+            target.rmdir()  # an empty folder (checked before): the finished database takes its place
+        partial.rename(target)
+
+
+def _run_of(path: Path) -> dict[str, object] | None:
+    try:
+        run = json.loads((path / RUN_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return run if isinstance(run, dict) else None
+
+
+def _stopped_while_publishing(sources: list[Path], targets: list[Path]) -> list[tuple[Path, Path]] | None:
+    """(new database, --to path) for each rename left, when a run with these paths was stopped while it renamed its
+    databases into place (every copy was complete and checked by then); None when the --to paths show no such run."""
+    placed = [_run_of(target) for target in targets]
+    waiting = [_run_of(_partial(target)) for target in targets]
+    if not any(placed) or not any(waiting):
+        return None
+    runs = [done or left for done, left in zip(placed, waiting, strict=True)]
+    first = runs[0]
+    if first is None:
+        return None
+    expected = {"shards": len(targets), "from": sorted(map(str, sources))}
+    if any(run != {**first, **expected, "shard": shard} for shard, run in enumerate(runs)):
+        return None  # another run's, or other paths': left to _check_paths to refuse
+    left = [(_partial(target), target) for target, run in zip(targets, waiting, strict=True) if run is not None]
+    if any(target.exists() and (not target.is_dir() or any(target.iterdir())) for _, target in left):
+        return None
+    return left
 
 
 def _check_paths(sources: list[Path], targets: list[Path]) -> None:
@@ -105,9 +157,9 @@ def _check_paths(sources: list[Path], targets: list[Path]) -> None:
     for path in targets:
         if path.exists() and (not path.is_dir() or any(path.iterdir())):
             raise ConfigError(
-                f"--to {path}: already exists and is not empty; reshard writes only new databases (one stopped "
-                "while it renamed its databases into place leaves some: delete every --to directory and run it "
-                "again, the old databases are unchanged)"
+                f"--to {path}: already exists and is not empty; reshard writes only new databases (a run stopped "
+                "while it renamed its databases into place is finished by running it again with the same --from "
+                "and --to)"
             )
     if len(set(targets)) != len(targets) or set(sources) & set(targets):
         raise ConfigError("--from and --to must name different directories, each once")

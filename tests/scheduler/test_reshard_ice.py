@@ -5,7 +5,9 @@ running scheduler's database is refused."""
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
+import sys
 import time
 from contextlib import ExitStack
 from pathlib import Path
@@ -151,3 +153,54 @@ def test_a_dry_run_reads_a_running_schedulers_newest_backup(tmp_path: Path) -> N
         with scheduler_proxy(single) as proxy:
             assert proxy.stats().tasks == 8  # the running scheduler served on
     assert not (tmp_path / "s0").exists() and not (tmp_path / "s1").exists()
+
+
+#: ``icecrawler reshard`` that kills itself (SIGKILL) right after it renamed its first new database into place.
+_KILLED_BETWEEN_RENAMES = """
+import os, pathlib, runpy, signal, sys
+rename = pathlib.Path.rename
+def rename_then_die(self, target):
+    moved = rename(self, target)
+    if self.name.endswith(".partial"):
+        os.kill(os.getpid(), signal.SIGKILL)
+    return moved
+pathlib.Path.rename = rename_then_die
+sys.argv = ["icecrawler", *sys.argv[1:]]
+runpy.run_module("icecrawler_cli", run_name="__main__")
+"""
+
+
+def test_a_reshard_killed_between_its_renames_is_finished_by_running_it_again(tmp_path: Path) -> None:
+    """kill -9 after the first new shard was renamed into place: one --to path holds a shard, the other's copy
+    waits beside it. The same command again renames what is left (each copy was complete and checked before any
+    rename), and the shards serve every task; other paths are refused as before."""
+    (tmp_path / "single").mkdir()
+    with scheduler_daemon(tmp_path / "single", **SETTINGS) as single, scheduler_proxy(single) as proxy:
+        proxy.addUsers(
+            [f"jd:{n}" for n in range(6)] + [f"ecshop:{n}" for n in range(4)], rpc.crawler().TaskKind.ProductReviews
+        )
+        assert single.stop() == 0
+    targets = [str(tmp_path / "s0" / "db"), str(tmp_path / "s1" / "db")]
+    args = ["reshard", "--from", str(single.db_dir), "--to", *targets, *SETS]
+    killed = subprocess.run(
+        [sys.executable, "-c", _KILLED_BETWEEN_RENAMES, *args], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert Path(targets[0]).is_dir() and not Path(targets[1]).exists()
+    assert (tmp_path / "s1" / "db.partial").is_dir()
+
+    other = reshard("--from", str(single.db_dir), "--to", targets[0], str(tmp_path / "s1" / "elsewhere"))
+    assert other.returncode != 0 and "already exists and is not empty" in other.stderr
+    again = reshard("--from", str(single.db_dir), "--to", *targets)
+    assert again.returncode == 0, again.stderr
+    assert "finished the reshard into 2 shard(s)" in again.stdout and "1 left to rename" in again.stdout
+    assert not list(tmp_path.glob("**/*.partial"))
+    done = reshard("--from", str(single.db_dir), "--to", *targets)
+    assert done.returncode != 0 and "already exists and is not empty" in done.stderr  # finished: nothing to redo
+    with ExitStack() as stack:
+        for shard, count in ((0, 6), (1, 4)):
+            settings = {**SETTINGS, "scheduler__shards": 2, "scheduler__shard": shard}
+            daemon = stack.enter_context(scheduler_daemon(tmp_path / f"s{shard}", **settings))
+            with scheduler_proxy(daemon) as shard_proxy:
+                stats = shard_proxy.stats()
+                assert (stats.tasks, stats.pending) == (count, count)
