@@ -1,5 +1,6 @@
 """Helpers shared by the tests, in one module: the one bounded wait (``wait_for``, on the harness's
-``poll_until``), servers that drip their answer (``drip``, ``tarpit``), and the checks of the end-to-end tests on top
+``poll_until``), servers that drip their answer (``drip``, ``tarpit``) or never answer (``silent_name_server``), and
+the checks of the end-to-end tests on top
 of ``icecrawler_local.stack`` (what the sandbox published vs what storage holds, judged by ``icecrawler_local.oracle``;
 restarting a server)."""
 

@@ -155,6 +155,12 @@ def _check_paths(sources: list[Path], targets: list[Path]) -> None:
         if not (path / "tasks.db").is_file():  # opened anyway, it would become a new, empty database
             raise ConfigError(f"--from {path}: holds no scheduler database (no tasks.db); give each shard's db_dir")
     for path in targets:
+        if (run := _run_of(path)) is not None:
+            raise ConfigError(
+                f"--to {path}: already holds shard {run.get('shard')} of {run.get('shards')} made by an earlier "
+                "reshard; reshard writes only new databases (one killed while it renamed its databases into place "
+                "is finished by the same command: the same --from and --to)"
+            )
         if path.exists() and (not path.is_dir() or any(path.iterdir())):
             raise ConfigError(
                 f"--to {path}: already exists and is not empty; reshard writes only new databases (a run stopped "

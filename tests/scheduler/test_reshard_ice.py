@@ -190,13 +190,13 @@ def test_a_reshard_killed_between_its_renames_is_finished_by_running_it_again(tm
     assert (tmp_path / "s1" / "db.partial").is_dir()
 
     other = reshard("--from", str(single.db_dir), "--to", targets[0], str(tmp_path / "s1" / "elsewhere"))
-    assert other.returncode != 0 and "already exists and is not empty" in other.stderr
+    assert other.returncode != 0 and "already holds shard 0 of 2 made by an earlier reshard" in other.stderr
     again = reshard("--from", str(single.db_dir), "--to", *targets)
     assert again.returncode == 0, again.stderr
     assert "finished the reshard into 2 shard(s)" in again.stdout and "1 left to rename" in again.stdout
     assert not list(tmp_path.glob("**/*.partial"))
     done = reshard("--from", str(single.db_dir), "--to", *targets)
-    assert done.returncode != 0 and "already exists and is not empty" in done.stderr  # finished: nothing to redo
+    assert done.returncode != 0 and "already holds shard 0 of 2 made by an earlier reshard" in done.stderr
     with ExitStack() as stack:
         for shard, count in ((0, 6), (1, 4)):
             settings = {**SETTINGS, "scheduler__shards": 2, "scheduler__shard": shard}
