@@ -4,7 +4,7 @@ fetches, and the translation of every transport failure into a classified ``Fetc
 What a fetch guarantees (and why):
 
 * **Bounded in time.** ``client.timeout_s`` caps the connect and every read; ``client.total_timeout_s`` caps
-  the whole fetch on the socket itself (``icecrawler.deadline``), from the TCP connect on: a proxy's answer to
+  the whole fetch on the socket itself (``icecrawler.deadline``), from the name lookup on: a proxy's answer to
   CONNECT, the TLS handshake, the headers and the body. A server or proxy that drips one byte per second passes
   every read timeout and still cannot hold a worker longer, and neither can slow name servers: a new connection's
   name lookup is waited for no longer than the deadline either.

@@ -1,5 +1,5 @@
-"""One deadline for a whole fetch, enforced on the socket: ``client.total_timeout_s`` from the connect to the body's
-last byte.
+"""One deadline for a whole fetch, enforced on the socket: ``client.total_timeout_s`` from the name lookup to the
+body's last byte.
 
 A socket timeout bounds one read, not a response. A server (or a tarpit in front of it) that sends one byte a little
 faster than ``client.timeout_s`` passes every read: http.client reads the status line and headers a line at a time
