@@ -1,11 +1,15 @@
 """The systemd units in deploy/systemd start this version's daemons: each unit's ExecStart is run as written, with
 only the install paths moved under a temporary root (/opt/icecrawler, /etc/icecrawler, /var/lib/icecrawler) and the
 shipped Ice property files given free loopback ports. A renamed option or setting breaks a unit silently on a real
-machine; here it fails a test. Real daemons, real Ice, real Berkeley DB."""
+machine; here it fails a test. Real daemons, real Ice, real Berkeley DB; for the IceGrid units, Debian's real
+registry and node."""
 
 from __future__ import annotations
 
 import shlex
+import shutil
+import socket
+import subprocess
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -16,6 +20,8 @@ import pytest
 
 from icecrawler import rpc
 from icecrawler.processes import ManagedProcess, ProcessGroup, free_port, icecrawler_argv, wait_for_port
+from tests.helpers import wait_for
+from tests.requirements import skip_or_fail
 from tests.scheduler.daemon import REPO
 from tests.scheduler.test_shards import TWO_HOSTS
 
@@ -33,8 +39,9 @@ class Install:
     def __init__(self, root: Path, settings: str) -> None:
         self.etc = root / "etc" / "icecrawler"
         self.var = root / "var" / "lib" / "icecrawler"
-        self.etc.mkdir(parents=True)
-        self.var.mkdir(parents=True)
+        self.log = root / "var" / "log" / "icecrawler"
+        for folder in (self.etc, self.var, self.log):  # DEPLOY.md's `install -d`
+            folder.mkdir(parents=True)
         (self.etc / "icecrawler.toml").write_text(settings)
 
     def ice_config(self, name: str, shipped: str, ports: dict[str, int]) -> None:
@@ -44,15 +51,30 @@ class Install:
             text = text.replace(f"-p {fixed}", f"-p {port}")
         (self.etc / name).write_text(text)
 
+    def moved(self, text: str) -> str:
+        """``text`` with the install paths moved under this root."""
+        return (
+            text.replace("/etc/icecrawler", str(self.etc))
+            .replace("/var/lib/icecrawler", str(self.var))
+            .replace("/var/log/icecrawler", str(self.log))
+        )
+
+    def command(self, unit: str, instance: str = "") -> list[str]:
+        """The unit's ExecStart, as systemd would run it for ``instance``, with the install paths moved here; the
+        unit's ``StateDirectory=`` folders made first, as systemd makes them under /var/lib."""
+        lines = [line.replace("%i", instance) for line in (UNITS / unit).read_text().splitlines()]
+        for line in lines:
+            if line.startswith("StateDirectory="):
+                for folder in line.removeprefix("StateDirectory=").split():
+                    (self.var.parent / folder).mkdir(parents=True, exist_ok=True)
+        line = next(line for line in lines if line.startswith("ExecStart="))
+        return [self.moved(word) for word in shlex.split(line.removeprefix("ExecStart="))]
+
     def argv(self, unit: str, instance: str = "") -> list[str]:
-        """The unit's ExecStart, as systemd would run it for ``instance``, with the install paths moved here."""
-        line = next(line for line in (UNITS / unit).read_text().splitlines() if line.startswith("ExecStart="))
-        words = shlex.split(line.removeprefix("ExecStart=").replace("%i", instance))
+        """An icecrawler unit's ExecStart, run by this interpreter."""
+        words = self.command(unit, instance)
         assert words[0] == BINARY, words
-        moved = [
-            w.replace("/etc/icecrawler", str(self.etc)).replace("/var/lib/icecrawler", str(self.var)) for w in words
-        ]
-        return icecrawler_argv(*moved[1:])
+        return icecrawler_argv(*words[1:])
 
 
 @contextmanager
@@ -78,6 +100,11 @@ def test_every_unit_that_runs_icecrawler_is_started_below() -> None:
     }
     # What ``started`` runs them from, and where their relative default paths (var/...) land.
     assert all("\nWorkingDirectory=/var/lib/icecrawler\n" in unit.read_text() for unit in ours)
+    # The rest run Debian's IceGrid, started by the last test below.
+    assert {unit.name for unit in units} - {unit.name for unit in ours} == {
+        "icecrawler-icegridregistry.service",
+        "icecrawler-icegridnode.service",
+    }
 
 
 def test_the_scheduler_storage_and_client_units_start_and_stop_cleanly(tmp_path: Path) -> None:
@@ -135,3 +162,39 @@ def test_the_shard_template_runs_each_shard_on_its_own_database_and_endpoint(tmp
             assert [shard.stats().tasks for shard in shards] == [2, 1]
     for shard in (0, 1):
         assert (install.var / f"shard{shard}" / "tasks.db").is_file()
+
+
+def test_the_icegrid_units_run_a_registry_and_a_node_that_joins_it(tmp_path: Path) -> None:
+    """The IceGrid units run Debian's icegridregistry and icegridnode on the shipped deploy/icegrid files (the
+    registry's host and port and the install paths moved): the node, named after the machine as its unit names it,
+    registers with the registry, icegridadmin sees it, and both stop cleanly on SIGTERM."""
+    missing = [tool for tool in ("icegridregistry", "icegridnode", "icegridadmin") if shutil.which(tool) is None]
+    if missing:
+        skip_or_fail(f"ICEGRID NOT INSTALLED ({', '.join(missing)}): the IceGrid units are not run")
+    port = free_port()
+    install = Install(tmp_path, "")
+    icegrid = install.etc / "icegrid"
+    icegrid.mkdir()
+    for name in ("registry.conf", "node.conf", "admin.conf"):
+        text = (REPO / "deploy" / "icegrid" / name).read_text()
+        text = text.replace("-h registry.example", "-h 127.0.0.1").replace("-p 4061", f"-p {port}")
+        (icegrid / name).write_text(install.moved(text))
+    node_name = socket.gethostname().split(".")[0]  # what `hostname -s` gives the node unit
+
+    def nodes() -> str:
+        admin = [shutil.which("icegridadmin") or "", f"--Ice.Config={icegrid / 'admin.conf'}", "-e", "node list"]
+        return subprocess.run(admin, capture_output=True, text=True, timeout=30, check=False).stdout
+
+    with ProcessGroup(tmp_path / "logs") as group:
+        registry = install.command("icecrawler-icegridregistry.service")
+        node_command = install.command("icecrawler-icegridnode.service")
+        with (
+            started(group, install, "registry", registry, port),
+            started(group, install, "node", node_command, None) as node,
+        ):
+            wait_for(
+                lambda: node_name in nodes().split(),
+                lambda: f"node {node_name} never joined the registry: {node.log_path.read_text()[-3000:]}",
+                timeout_s=60,
+            )
+    assert (install.var / "registry").is_dir() and (install.var / "node").is_dir()
