@@ -277,10 +277,10 @@ def connection_setup(rounds: int, per_round: int) -> dict[str, float]:
     listener = socket.create_server(("127.0.0.1", 0), backlog=4096)
     address = listener.getsockname()
     watchdog = Watchdog()
-    accepted = threading.Event()
+    done = threading.Event()  # the rounds are over: stop accepting
 
     def accept_all() -> None:
-        while not accepted.is_set():
+        while not done.is_set():
             try:
                 listener.accept()[0].close()
             except OSError:
@@ -307,9 +307,10 @@ def connection_setup(rounds: int, per_round: int) -> dict[str, float]:
             for _ in range(per_round):
                 step()
             samples[name].append((time.perf_counter() - started) / per_round * 1e6)
-    accepted.set()
-    listener.close()
+    done.set()
+    socket.create_connection(address, timeout=5).close()  # wakes the acceptor's accept(): it sees the rounds are over
     acceptor.join(5)
+    listener.close()
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _ClosingHandler)
     serving = threading.Thread(target=server.serve_forever, daemon=True)
