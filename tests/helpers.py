@@ -1,8 +1,7 @@
 """Helpers shared by the tests, in one module: the one bounded wait (``wait_for``, on the harness's
 ``poll_until``), servers that drip their answer (``drip``, ``tarpit``) or never answer (``silent_name_server``), and
-the checks of the end-to-end tests on top
-of ``icecrawler_local.stack`` (what the sandbox published vs what storage holds, judged by ``icecrawler_local.oracle``;
-restarting a server)."""
+the checks of the end-to-end tests on top of ``icecrawler_local.stack`` (what the sandbox published vs what storage
+holds, judged by ``icecrawler_local.oracle``; restarting a server)."""
 
 from __future__ import annotations
 
@@ -10,6 +9,7 @@ import collections
 import contextlib
 import io
 import os
+import shutil
 import signal
 import socketserver
 import sqlite3
@@ -90,7 +90,7 @@ def tarpit(answer: bytes, every_s: float = 0.05) -> Iterator[tuple[int, Callable
 
 #: Reads every DNS query sent to 127.0.0.1:53 and answers none; prints a line per query.
 _SILENT_NAME_SERVER = """
-import socket, sys
+import socket
 server = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 server.bind(("127.0.0.1", 53))
 print("listening", flush=True)
@@ -160,10 +160,7 @@ def silent_name_server(resolver_timeout_s: int = 20) -> Iterator[SilentNameServe
                 counter.join(10)  # the pipe's end: the counter stops reading it
             server.stdout.close()  # type: ignore[union-attr]
         subprocess.run(["ip", "netns", "del", netns], check=False, timeout=20)
-        if etc.exists():
-            for path in etc.iterdir():
-                path.unlink()
-            etc.rmdir()
+        shutil.rmtree(etc, ignore_errors=True)
 
 
 def process_gone(pid: int) -> bool:

@@ -182,7 +182,7 @@ def test_the_icegrid_units_run_a_registry_and_a_node_that_joins_it(tmp_path: Pat
     node_name = socket.gethostname().split(".")[0]  # what `hostname -s` gives the node unit
 
     def nodes() -> str:
-        admin = [shutil.which("icegridadmin") or "", f"--Ice.Config={icegrid / 'admin.conf'}", "-e", "node list"]
+        admin = ["icegridadmin", f"--Ice.Config={icegrid / 'admin.conf'}", "-e", "node list"]
         return subprocess.run(admin, capture_output=True, text=True, timeout=30, check=False).stdout
 
     with ProcessGroup(tmp_path / "logs") as group:
