@@ -12,7 +12,6 @@ daemon that restarts often still backs up once per interval.
 from __future__ import annotations
 
 import logging
-import os
 import shutil
 import threading
 import time
@@ -21,6 +20,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from icecrawler.durable import publish, sync_tree
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -93,33 +94,12 @@ class BackupPlan:
         except BaseException:
             shutil.rmtree(partial, ignore_errors=True)
             raise
-        _sync_tree(partial)
-        partial.rename(final)
-        _sync_dir(self.directory)
+        sync_tree(partial)
+        publish([(partial, final)])
         for _, old in self.complete()[: -self.keep]:
             shutil.rmtree(old, ignore_errors=True)
             log.info("removed old backup %s (keeping the newest %d)", old, self.keep)
         return final
-
-
-def _sync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _sync_tree(root: Path) -> None:
-    """fsync every file and directory under ``root``: a backup is published (renamed) only once it is on disk,
-    so a power cut right after cannot leave a published backup with missing pages."""
-    for path in sorted(root.rglob("*")):
-        if path.is_file():
-            with path.open("rb") as file:
-                os.fsync(file.fileno())
-        elif path.is_dir():
-            _sync_dir(path)
-    _sync_dir(root)
 
 
 class PeriodicBackups(threading.Thread):

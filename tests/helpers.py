@@ -163,6 +163,25 @@ def silent_name_server(resolver_timeout_s: int = 20) -> Iterator[SilentNameServe
         shutil.rmtree(etc, ignore_errors=True)
 
 
+def record_fsyncs_and_renames(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, Path]]:
+    """From now on, ("fsync", path) and ("rename", source) in the order they happen; the real calls still run.
+    For tests of what reaches the disk before a folder is published."""
+    events: list[tuple[str, Path]] = []
+    fsync, rename = os.fsync, Path.rename
+
+    def recording_fsync(fd: int) -> None:
+        events.append(("fsync", Path(os.readlink(f"/proc/self/fd/{fd}"))))
+        fsync(fd)
+
+    def recording_rename(self: Path, target: str | Path) -> Path:
+        events.append(("rename", Path(self)))
+        return rename(self, target)
+
+    monkeypatch.setattr(os, "fsync", recording_fsync)
+    monkeypatch.setattr(Path, "rename", recording_rename)
+    return events
+
+
 def process_gone(pid: int) -> bool:
     """The process no longer runs (it is absent, or a zombie nobody has reaped yet)."""
     try:

@@ -11,6 +11,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from icecrawler.datalock import DataLock
+from icecrawler.durable import publish, sync_tree
 from icecrawler.errors import ConfigError
 from icecrawler.settings import Settings
 from icecrawler_cli.commands import BaseCommand
@@ -59,7 +60,7 @@ class Command(BaseCommand):
         sources = [Path(path).resolve() for path in args.sources]
         targets = [Path(path).resolve() for path in args.targets]
         if not args.dry_run and (stopped := _stopped_while_publishing(sources, targets)) is not None:
-            _publish(stopped)
+            publish(stopped)
             print(
                 f"finished the reshard into {len(targets)} shard(s) that was stopped while it renamed its databases "
                 f"into place ({len(stopped)} left to rename); its copies were complete and checked"
@@ -95,7 +96,8 @@ class Command(BaseCommand):
             (partial / MARKER).write_text(time.strftime("%Y-%m-%dT%H:%M:%S%z") + " (reshard)\n")
             (partial / RUN_FILE).write_text(json.dumps({**run, "shard": shard}) + "\n")
             open_checked(partial, durable=durable).close()  # the start-up checks, before it is published
-        _publish(list(zip(partials, targets, strict=True)))
+            sync_tree(partial)  # every new database is on disk, its run file included, before the first rename
+        publish(list(zip(partials, targets, strict=True)))
         print(f"{result.was_shards} shard(s) -> {result.shards} shard(s) in {time.monotonic() - started:.1f} s:")
         for shard, (target, entries) in enumerate(zip(targets, result.entries, strict=True)):
             counts = ", ".join(f"{table} {entries[table]}" for table in ("tasks", "pending", "inflight", "done"))
@@ -109,14 +111,6 @@ class Command(BaseCommand):
 
 def _partial(target: Path) -> Path:
     return target.with_name(target.name + PARTIAL_SUFFIX)
-
-
-def _publish(renames: list[tuple[Path, Path]]) -> None:
-    """Rename each finished database into place (the last step: until it, the --to paths are untouched)."""
-    for partial, target in renames:
-        if target.exists():
-            target.rmdir()  # an empty folder (checked before): the finished database takes its place
-        partial.rename(target)
 
 
 def _run_of(path: Path) -> dict[str, object] | None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from icecrawler.backups import PARTIAL_SUFFIX, BackupPlan, PeriodicBackups
-from tests.helpers import wait_for
+from tests.helpers import record_fsyncs_and_renames, wait_for
 
 DAY = 86400.0
 NOON = 1_796_126_400.0  # 2026-12-01 12:00:00 UTC
@@ -132,3 +132,22 @@ def test_metrics_show_the_newest_backups_age_and_the_counts(tmp_path: Path) -> N
     assert shown["icecrawler_scheduler_backup_interval_seconds"] == DAY
     assert shown["icecrawler_scheduler_backups_total"] == 1
     assert shown["icecrawler_scheduler_backup_failures_total"] == 2
+
+
+def test_a_backup_is_on_disk_before_it_is_renamed_into_place(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every file and folder of the copy is fsynced before the rename, and the backup folder after it: a power
+    cut never leaves a published backup with pages missing, nor loses the rename of one reported as taken."""
+
+    def write_two(target: Path) -> None:
+        write_one(target)
+        (target / "logs").mkdir()
+        (target / "logs" / "log.0000000001").write_text("log")
+
+    events = record_fsyncs_and_renames(monkeypatch)
+    final = BackupPlan(tmp_path, "scheduler", interval_s=DAY, keep=2).take(write_two, now=NOON)
+    partial = final.with_name(final.name + PARTIAL_SUFFIX)
+    assert [event for event in events if event[0] == "rename"] == [("rename", partial)]
+    rename_at = events.index(("rename", partial))
+    written = {partial / path.relative_to(final) for path in final.rglob("*")} | {partial}
+    assert written <= {path for kind, path in events[:rename_at] if kind == "fsync"}
+    assert ("fsync", tmp_path) in events[rename_at:]

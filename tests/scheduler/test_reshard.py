@@ -1,7 +1,7 @@
 """Changing the shard count (``scheduler_server.reshard``): every entry lands on the shard that owns it, the new
 shards start on what they got and serve it, going back gives the old tables, and bad inputs are refused before
-anything is written. Core-level, over the memory store and a real Berkeley DB; the command against real daemons
-is in test_reshard_ice.py."""
+anything is written. Core-level, over the memory store and a real Berkeley DB, and the command's order of fsyncs
+and renames; the command against real daemons is in test_reshard_ice.py."""
 
 from __future__ import annotations
 
@@ -14,10 +14,14 @@ import pytest
 from icecrawler.errors import ConfigError, LeaseLostError, ServiceError
 from icecrawler.models import Outcome, Report, Task, TaskKind
 from icecrawler.shards import ShardMap, source_hosts
+from icecrawler_cli.cli import main
+from icecrawler_cli.commands.reshard import RUN_FILE
 from scheduler_server.core import SchedulerCore
+from scheduler_server.integrity import open_checked
 from scheduler_server.reshard import EVERY_SHARD, entry_owner, plan, read_layout, reshard
 from scheduler_server.startup import CALIBRATION_KEY, GAP_KEY, GAP_VALUE, LAYOUT_KEY
 from scheduler_server.store import TABLES, BdbQueueStore, MemoryQueueStore, QueueStore
+from tests.helpers import record_fsyncs_and_renames
 from tests.scheduler.conftest import ManualClocks, make_settings
 from tests.scheduler.test_shards import TWO_HOSTS, shard_settings
 
@@ -185,3 +189,30 @@ def test_over_real_berkeley_db_a_database_that_never_ran_sharded_is_shard_0_of_1
     finally:
         for store in (old, *new):
             store.close()
+
+
+@pytest.mark.bdb
+def test_the_command_puts_every_new_database_on_disk_before_its_first_rename(
+    tmp_path: Path, clocks: ManualClocks, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A power cut must not leave a renamed shard whose pages, or whose run file, never reached the disk: every
+    file and folder of every new database is fsynced before the first rename, and the folders holding the new names
+    after the last one. (The real fsync and rename run; the test only records their order.)"""
+    old = open_checked(tmp_path / "old")
+    busy_shard(old, clocks)
+    old.close()
+    events = record_fsyncs_and_renames(monkeypatch)
+    targets = [tmp_path / "s0" / "db", tmp_path / "s1" / "db"]
+    sets = [f"--set={key.replace('__', '.')}={value}" for key, value in TWO_HOSTS.items()]
+    assert main(["reshard", "--from", str(tmp_path / "old"), "--to", *map(str, targets), *sets]) == 0
+    assert "shard 1: " in capsys.readouterr().out
+
+    renames = [index for index, (kind, _) in enumerate(events) if kind == "rename"]
+    assert [events[index][1] for index in renames] == [target.with_name("db.partial") for target in targets]
+    synced_before = {path for kind, path in events[: renames[0]] if kind == "fsync"}
+    for target in targets:
+        written = {target.with_name("db.partial") / path.relative_to(target) for path in target.rglob("*")}
+        assert {RUN_FILE, "tasks.db"} <= {path.name for path in written}
+        assert written | {target.with_name("db.partial")} <= synced_before
+    synced_after = {path for kind, path in events[renames[-1] :] if kind == "fsync"}
+    assert {target.parent for target in targets} <= synced_after
