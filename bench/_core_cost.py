@@ -47,6 +47,9 @@ class _Recorder:
     def synced(self, seconds: float) -> None:
         pass
 
+    def clock_stepped(self, seconds: float) -> None:
+        pass
+
 
 def _cycle(core: SchedulerCore, batch: int) -> int:
     """Lease up to ``batch`` due tasks and report them all Ok; how many."""

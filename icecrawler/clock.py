@@ -11,6 +11,9 @@ the scheduler and the clients must agree on simulated time, so all of them read 
 ``--speed 0``; never from settings), and ``advance`` jumps this process's simulated time forward. The wall-clock
 source is injected so unit tests never sleep.
 
+``StepWatch`` notices the wall clock jumping under a long-running daemon, which a daemon that keeps wall-clock
+deadlines (leases, holds) must at least say.
+
 ``BEIJING`` is the one Beijing time zone (UTC+8, no daylight saving): the sites print their times in it.
 """
 
@@ -24,7 +27,7 @@ from datetime import timedelta, timezone
 from icecrawler.errors import ConfigError
 from icecrawler.settings import Settings
 
-__all__ = ["BEIJING", "Clock"]
+__all__ = ["BEIJING", "Clock", "StepWatch"]
 
 #: China Standard Time, which every crawled site shows (often without an offset).
 BEIJING = timezone(timedelta(hours=8))
@@ -111,3 +114,31 @@ class Clock:
         with self._lock:
             self._advanced_s += seconds
         return self.now_ms()
+
+
+class StepWatch:
+    """Notices the wall clock jumping: set by hand, stepped by NTP, or a machine resumed from suspend (the
+    monotonic clock stops while suspended). Each ``check`` compares how far the wall moved since the last one with
+    how far the monotonic clock moved. NTP slews the wall by at most 500 ppm, so a difference above
+    ``threshold_s`` (or 0.1 % of the time between checks, if more) is a jump, never a slew."""
+
+    def __init__(
+        self,
+        threshold_s: float = 1.0,
+        wall: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.threshold_s = threshold_s
+        self._wall = wall
+        self._monotonic = monotonic
+        self._at = monotonic()
+        self._offset = wall() - self._at
+
+    def check(self) -> float:
+        """Seconds the wall clock jumped since the last check (> 0 forward, < 0 back), or 0.0."""
+        at = self._monotonic()
+        offset = self._wall() - at
+        jump = offset - self._offset
+        allowed = max(self.threshold_s, (at - self._at) * 0.001)
+        self._at, self._offset = at, offset
+        return jump if abs(jump) > allowed else 0.0

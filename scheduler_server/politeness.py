@@ -93,6 +93,9 @@ class HostGate:
         if self.spacing_s > 0:
             if state.inflight > 0:
                 return float("inf")
+            # A last lease or end "in the future" means the wall clock was set back: count it as now, or the host
+            # would wait out the jump on top of its spacing.
+            state.last_lease, state.last_end = min(state.last_lease, now), min(state.last_end, now)
             wait = max(wait, state.last_lease + self.spacing_s - now, state.last_end + self.spacing_s - now)
         return wait
 

@@ -18,6 +18,7 @@ import Ice
 
 from icecrawler import limits, rpc
 from icecrawler.backups import PeriodicBackups, backup_dir_keys, start_backups
+from icecrawler.clock import StepWatch
 from icecrawler.datalock import DataLock
 from icecrawler.errors import ConfigError, InvalidArgumentError, StorageUnavailableError
 from icecrawler.metrics import MetricsConfig, MetricsEndpoint, ScrapeCollector, disk_space_families, serve
@@ -166,18 +167,24 @@ def _task_without_cookies(task: Any) -> Any:
 
 class Maintenance(threading.Thread):
     """Reaps expired leases, prunes the completion log, re-spreads the global fetch budget and checkpoints,
-    every few seconds, until stopped."""
+    every few seconds, until stopped. It also says when the wall clock jumped: leases, holds, bans and due times
+    are wall-clock times, so a jump changes them all at once (see ``clock_jumped``)."""
 
-    def __init__(self, core: SchedulerCore, interval_s: float, checkpoint_s: float) -> None:
+    def __init__(
+        self, core: SchedulerCore, interval_s: float, checkpoint_s: float, steps: StepWatch | None = None
+    ) -> None:
         super().__init__(name="scheduler-maintenance", daemon=True)
         self.core = core
         self.interval_s = interval_s
         self.checkpoint_s = checkpoint_s
+        self.steps = steps or StepWatch()
         self.stopped = threading.Event()
 
     def run(self) -> None:
         last_checkpoint = time.monotonic()
         while not self.stopped.wait(self.interval_s):
+            if jump := self.steps.check():
+                clock_jumped(self.core, jump)
             try:
                 expired = self.core.reap()
                 if expired:
@@ -197,6 +204,28 @@ class Maintenance(threading.Thread):
     def stop(self) -> None:
         self.stopped.set()
         self.join(timeout=10)
+
+
+def clock_jumped(core: SchedulerCore, seconds: float) -> None:
+    """Say what a jump of the wall clock does to the crawl (logged, and counted by the metrics). Nothing is lost
+    either way; run the machine's clock slewed, not stepped (DEPLOY.md, "Clocks")."""
+    if seconds > 0:
+        log.warning(
+            "the wall clock jumped forward %.0f s (set by hand, an NTP step, or a resume from suspend): leases "
+            "granted before it may end early, their tasks are leased again and a late report is told StaleLease; "
+            "tasks due in that span come due at once",
+            seconds,
+        )
+    else:
+        log.warning(
+            "the wall clock jumped back %.0f s (set by hand or an NTP step): tasks due in the last %.0f s wait that "
+            "much longer, and so do leases, holds and ban blocks; a host's spacing is never waited longer than "
+            "itself",
+            -seconds,
+            -seconds,
+        )
+    if core.observer is not None:
+        core.observer.clock_stepped(seconds)
 
 
 def data_dirs(settings: Settings) -> dict[str, Path]:

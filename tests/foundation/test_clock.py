@@ -1,10 +1,11 @@
-"""The one clock type: the accelerated formula every process shares, and what only a test harness uses."""
+"""The one clock type: the accelerated formula every process shares, what only a test harness uses, and how a
+jump of the wall clock is noticed."""
 
 from __future__ import annotations
 
 import pytest
 
-from icecrawler.clock import Clock
+from icecrawler.clock import Clock, StepWatch
 from icecrawler.errors import ConfigError
 from icecrawler.settings import Settings
 
@@ -51,3 +52,24 @@ def test_bad_speeds_are_refused_and_settings_never_freeze_a_crawl() -> None:
     settings.set("clock.speed", "30")
     clock = Clock.from_settings(settings)
     assert clock.speed == 30 and clock.origin > 0  # origin 0: "now"
+
+
+def test_a_jump_of_the_wall_clock_is_told_from_a_slew_and_from_time_passing() -> None:
+    wall, monotonic = Wall(1_800_000_000.0), Wall(5_000.0)
+    watch = StepWatch(threshold_s=1.0, wall=wall, monotonic=monotonic)
+    wall.now += 3600
+    monotonic.now += 3600
+    assert watch.check() == 0.0  # an hour passed on both clocks
+    wall.now += 600 + 0.3  # NTP slewing at 500 ppm over 10 minutes moves the wall 0.3 s
+    monotonic.now += 600
+    assert watch.check() == 0.0
+    wall.now += 5 + 30
+    monotonic.now += 5
+    assert watch.check() == pytest.approx(30)  # stepped forward (or the machine was suspended for 30 s)
+    assert watch.check() == 0.0  # told once
+    wall.now -= 3600 - 5
+    monotonic.now += 5
+    assert watch.check() == pytest.approx(-3600)
+    wall.now += 86400 * 30 + 60  # a month between checks: 60 s is within 0.1 %, a slew that long could do it
+    monotonic.now += 86400 * 30
+    assert watch.check() == 0.0

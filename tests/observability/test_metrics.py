@@ -5,6 +5,7 @@ observers count what the scheduler core, the storage service and the client's fe
 
 from __future__ import annotations
 
+import logging
 import socket
 import threading
 import time
@@ -18,6 +19,7 @@ from prometheus_client.metrics_core import Metric
 
 from crawler_client.http import Fetcher, FetchPolicy, RawResponse
 from crawler_client.sources.base import PageRequest
+from icecrawler.clock import StepWatch
 from icecrawler.errors import ConfigError
 from icecrawler.metrics import FOLD_AT, Buckets, MetricsConfig, ScrapeCollector, Tally, serve, status_class
 from icecrawler.models import Outcome, Report, Task, TaskKind
@@ -26,11 +28,13 @@ from icecrawler.targets import PROBE_TIMEOUT_S, candidate_ports, discover, write
 from scheduler_server.codec import TaskRecord
 from scheduler_server.core import SchedulerCore
 from scheduler_server.metrics import SMALL_BATCH, SchedulerMetrics
+from scheduler_server.server import Maintenance
 from scheduler_server.store import MemoryQueueStore
 from storage_server.metrics import StorageMetrics
 from storage_server.service import StorageService
 from storage_server.spool import MemorySpool
 from storage_server.stores import MemoryStore
+from tests.helpers import wait_for
 from tests.observability.prom import consecutive_free_ports, promtool_check
 from tests.scheduler.conftest import ManualClocks, make_settings
 from tests.storage.conftest import make_post
@@ -302,6 +306,39 @@ def test_scheduler_metrics_show_what_the_rate_policy_steers_by() -> None:
     assert "icecrawler_scheduler_rate_" not in render(fixed)
 
 
+def test_a_jump_of_the_wall_clock_is_logged_and_counted_by_the_maintenance_thread(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The scheduler's maintenance thread watches the wall clock against the monotonic one (here both are the
+    test's): a jump back and one forward are each logged with what they do, and counted by direction."""
+    clocks = ManualClocks()
+    core = SchedulerCore.from_settings(make_settings(), MemoryQueueStore(), clocks)
+    metrics = SchedulerMetrics(core)
+    core.observer = metrics
+    registry = CollectorRegistry()
+    metrics.register(registry)
+    # The monotonic clock stands still, so each change of the wall is a jump (one value changes per jump: no
+    # check can see half of one).
+    maintenance = Maintenance(core, 0.01, 3600.0, StepWatch(wall=clocks.wall, monotonic=lambda: 1000.0))
+    with caplog.at_level(logging.WARNING, logger="scheduler_server.server"):
+        maintenance.start()
+        try:
+            clocks.wall_s -= 3600
+            wait_for(lambda: 'direction="back"} 1.0' in render(registry), "the jump back not counted", 5, 0.01)
+            clocks.wall_s += 7200
+            wait_for(lambda: 'direction="forward"} 1.0' in render(registry), "the jump forward not counted", 5, 0.01)
+        finally:
+            maintenance.stop()
+    text = render(registry)
+    assert 'icecrawler_scheduler_clock_steps_total{direction="back"} 1.0' in text
+    assert 'icecrawler_scheduler_clock_steps_total{direction="forward"} 1.0' in text
+    warnings = [record.getMessage() for record in caplog.records]
+    assert any("jumped back 3600 s" in line and "wait that much longer" in line for line in warnings)
+    assert any("jumped forward 7200 s" in line and "StaleLease" in line for line in warnings)
+    assert len(warnings) == 2
+    promtool_check(text)
+
+
 class _Tee:
     """Passes every observation on to ``metrics`` and keeps the leases and reports it saw."""
 
@@ -326,6 +363,9 @@ class _Tee:
 
     def synced(self, seconds: float) -> None:
         self.metrics.synced(seconds)
+
+    def clock_stepped(self, seconds: float) -> None:
+        self.metrics.clock_stepped(seconds)
 
 
 def test_a_large_batch_of_mixed_sources_and_outcomes_counts_as_its_tasks_one_by_one() -> None:

@@ -281,6 +281,24 @@ def test_host_spacing_one_task_in_flight_per_host(store: QueueStore, clocks: Man
     assert len(core.lease("w", 3)) == 1
 
 
+def test_a_wall_clock_set_back_never_stalls_a_spaced_host_longer_than_the_spacing(
+    store: QueueStore, clocks: ManualClocks
+) -> None:
+    """The host's last lease and end are wall times; after the clock is set back an hour they lie in the future,
+    and the host must not wait out the hour on top of its spacing."""
+    core = SchedulerCore.from_settings(make_settings(scheduler__host_spacing_s=2.0), store, clocks)
+    core.add(["jd:1"], TaskKind.ProductReviews)
+    first = core.lease("w", 1)[0]
+    core.report([ok(first.id, first.lease_token)])
+    clocks.wall_s -= 3600
+    core.add(["jd:2"], TaskKind.ProductReviews)  # due at the new "now"
+    with pytest.raises(NoWorkError) as caught:
+        core.lease("w", 1)
+    assert caught.value.next_due_in_ms == 2000
+    clocks.advance(2)
+    assert [task.id for task in core.lease("w", 1)] == ["reviews:jd:2"]
+
+
 def test_ban_blocks_the_host_until_retry_after(store: QueueStore, clocks: ManualClocks) -> None:
     core = SchedulerCore.from_settings(make_settings(), store, clocks)
     core.add(["jd:1", "jd:2"], TaskKind.ProductReviews)
