@@ -11,7 +11,9 @@ core types; Slice types and Ice exceptions stop here. Errors a caller must handl
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Protocol
@@ -40,6 +42,13 @@ __all__ = [
     "TargetsGateway",
     "scheduler_gateway",
 ]
+
+log = logging.getLogger(__name__)
+
+#: This machine's clock and the scheduler's may disagree by this much (s) before the client says so, and it says so
+#: at most this often: the estimate is a bound from one call, so a slow call alone never warns.
+CLOCK_WARN_S = 5.0
+CLOCK_WARN_EVERY_S = 600.0
 
 #: Most entries ShardedScheduler keeps in each of its memories (a bound, not a size anyone should reach).
 _MEMORY_CAP = 100_000
@@ -113,10 +122,35 @@ class IceScheduler(_IceGateway):
         except StorageUnavailableError as exc:
             raise ServiceError(f"the scheduler cannot take changes now ({operation}): {exc}") from exc
 
+    def __init__(self, proxy: Any) -> None:
+        super().__init__(proxy)
+        self._clock_warned_s = float("-inf")
+
     def lease(self, worker_id: str, count: int) -> list[Task]:
+        """Leased tasks, their deadlines on this machine's clock (``Task.on_local_clock``)."""
+        sent_s = time.time()
         if count <= 1:
-            return [rpc.task_from_slice(self._invoke("getUser", worker_id))]
-        return [rpc.task_from_slice(task) for task in self._invoke("getUsers", worker_id, count)]
+            tasks = [rpc.task_from_slice(self._invoke("getUser", worker_id))]
+        else:
+            tasks = [rpc.task_from_slice(task) for task in self._invoke("getUsers", worker_id, count)]
+        if tasks:
+            self._check_clock(tasks[0].clock_ahead_s(sent_s, time.time()))
+        return [task.on_local_clock(sent_s) for task in tasks]
+
+    def _check_clock(self, ahead_s: float) -> None:
+        """Warn, at most every ``CLOCK_WARN_EVERY_S``, when this machine's clock and the scheduler's disagree by
+        more than ``CLOCK_WARN_S``: leases are safe (timed here), but item times a site gives relative to now
+        ("5 minutes ago") are off by as much."""
+        now = time.monotonic()
+        if abs(ahead_s) <= CLOCK_WARN_S or now - self._clock_warned_s < CLOCK_WARN_EVERY_S:
+            return
+        self._clock_warned_s = now
+        log.warning(
+            "this machine's clock is at least %.0f s %s the scheduler's: leases are timed on this clock, but times "
+            'a site gives relative to now are off by as much; run time sync on both (DEPLOY.md, "Clocks")',
+            abs(ahead_s),
+            "ahead of" if ahead_s > 0 else "behind",
+        )
 
     def report(self, reports: Sequence[Report]) -> None:
         self._invoke("putUsers", [rpc.report_to_slice(report) for report in reports])

@@ -7,7 +7,7 @@ from __future__ import annotations
 import enum
 import re
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from icecrawler.errors import InvalidArgumentError, quote
@@ -143,11 +143,34 @@ class Task:
     target: str
     params: dict[str, str] = field(default_factory=dict)
     lease_token: str = ""
+    #: When the lease ends (wall ms): the scheduler's clock as leased, this machine's once ``on_local_clock``.
     lease_deadline_ms: int = 0
+    #: How long the lease lasts (s); 0 from a scheduler that does not say.
+    lease_s: float = 0.0
     period_s: float = 0.0
     cursor: str = ""
     attempts: int = 0
     account: Account = field(default_factory=Account)
+
+    def on_local_clock(self, sent_s: float) -> Task:
+        """This task with its lease deadline on this machine's wall clock. The lease began after ``sent_s`` (this
+        machine's time when the call that leased it was sent), so here it ends at ``sent_s + lease_s`` at the latest,
+        however far the two machines' clocks disagree. A clock 2 minutes ahead of the scheduler's would otherwise
+        see every lease as over before its first fetch."""
+        if self.lease_s <= 0:
+            return self
+        return replace(self, lease_deadline_ms=int((sent_s + self.lease_s) * 1000))
+
+    def clock_ahead_s(self, sent_s: float, received_s: float) -> float:
+        """How far this machine's clock is at least ahead of the scheduler's (< 0: behind), from a lease asked
+        for at ``sent_s`` and answered at ``received_s`` here: the scheduler granted it between the two. 0 when
+        the two agree within the call's time, or the scheduler does not give the lease's length."""
+        if self.lease_s <= 0 or not self.lease_deadline_ms:
+            return 0.0
+        granted_s = self.lease_deadline_ms / 1000 - self.lease_s
+        if granted_s < sent_s:
+            return sent_s - granted_s
+        return min(0.0, received_s - granted_s)
 
 
 #: Item times one report may carry: a visit's page budget holds far fewer items, and the scheduler keeps only

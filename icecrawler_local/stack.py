@@ -25,7 +25,7 @@ import Ice
 from icecrawler import rpc
 from icecrawler.processes import ManagedProcess, ProcessGroup, free_port
 from icecrawler_local import oracle
-from icecrawler_local.launcher import Cluster
+from icecrawler_local.launcher import Cluster, Wrap
 from sandbox.launch import SandboxProcess
 from sandbox.scenario import Scenario, default_scenario
 from sandbox.sources import SITE_OF_SOURCE
@@ -86,8 +86,11 @@ class Stack:
 
     # --- processes ----------------------------------------------------------------------------------------
 
-    def start_client(self, name: str, settings: Mapping[str, Any] | None = None) -> ManagedProcess:
-        """Start one more ``icecrawler client`` (it picks up work at once; no server is told about it)."""
+    def start_client(
+        self, name: str, settings: Mapping[str, Any] | None = None, wrap: Wrap | None = None
+    ) -> ManagedProcess:
+        """Start one more ``icecrawler client`` (it picks up work at once; no server is told about it); ``wrap``
+        changes its command line (``Cluster.start_client``)."""
         merged = {
             "metrics.client.port": str(free_port()),
             "metrics.client.port_span": "1",
@@ -96,7 +99,7 @@ class Stack:
         }
         self.metrics_ports[name] = int(merged["metrics.client.port"])
         process = self.cluster.start_client(
-            name, self.scheduler_proxy, self.storage_proxy, (_HOST, self.sandbox.port), settings=merged
+            name, self.scheduler_proxy, self.storage_proxy, (_HOST, self.sandbox.port), wrap=wrap, settings=merged
         )
         self.clients[name] = process
         return process

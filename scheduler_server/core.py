@@ -421,6 +421,7 @@ class SchedulerCore:
                     params=dict(record.params),
                     lease_token=token,
                     lease_deadline_ms=deadline_ms,
+                    lease_s=self.config.lease_s,
                     period_s=record.period_s,
                     cursor=record.cursor,
                     attempts=record.attempts,

@@ -82,10 +82,14 @@ def test_task_and_report_survive_the_slice_round_trip() -> None:
         params={"domain": "100505"},
         lease_token="tok",
         lease_deadline_ms=2**41,
+        lease_s=120.0,
         period_s=600.5,
         cursor="4102647604266970",
         attempts=2,
         account=Account("acc", "{}"),
+    )
+    assert all(
+        getattr(task, f.name) != f.default for f in dataclasses.fields(Task) if f.name not in ("params", "account")
     )
     assert rpc.task_from_slice(rpc.task_to_slice(task)) == task
     report = Report(
@@ -107,6 +111,27 @@ def test_task_and_report_survive_the_slice_round_trip() -> None:
     # every field is set off its default, so a field the conversion forgets fails here
     assert all(getattr(report, f.name) != f.default for f in dataclasses.fields(Report))
     assert rpc.report_from_slice(rpc.report_to_slice(report)) == report
+
+
+def test_a_lease_is_timed_on_this_machines_clock_from_when_it_was_asked_for() -> None:
+    """The scheduler's deadline is its own wall clock; a client whose clock runs 10 minutes ahead (or behind)
+    times the lease from when it sent the call, and learns at least how far the clocks disagree."""
+    scheduler_now = 1_800_000_000.0
+    leased = Task(
+        "reviews:jd:1", TaskKind.ProductReviews, "jd", "1", lease_deadline_ms=int((scheduler_now + 120) * 1000)
+    )
+    with_length = dataclasses.replace(leased, lease_s=120.0)
+    for skew in (600.0, -600.0, 0.0):
+        sent, received = scheduler_now + skew - 0.01, scheduler_now + skew + 0.02
+        local = with_length.on_local_clock(sent)
+        assert local.lease_deadline_ms == int((sent + 120) * 1000)
+        assert local.lease_s == 120.0 and local.lease_token == with_length.lease_token
+        assert with_length.clock_ahead_s(sent, received) == pytest.approx(
+            skew - 0.01 if skew > 0 else skew + 0.02 if skew < 0 else 0.0
+        )
+    # a scheduler that does not give the lease's length: its deadline is kept, and nothing is known of the clocks
+    assert leased.on_local_clock(scheduler_now + 600) is leased
+    assert leased.clock_ahead_s(scheduler_now + 600, scheduler_now + 601) == 0.0
 
 
 def test_records_survive_the_slice_round_trip() -> None:

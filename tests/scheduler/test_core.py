@@ -41,6 +41,7 @@ def test_lease_hands_out_each_due_task_once(core: SchedulerCore, store: QueueSto
     assert len(first) == 2 and len(second) == 1
     assert len({task.id for task in first + second}) == 3
     assert all(task.lease_token and task.lease_deadline_ms > 0 for task in first + second)
+    assert {task.lease_s for task in first + second} == {30.0}  # make_settings' lease_s: a client times it itself
     with pytest.raises(NoWorkError) as caught:
         core.lease("w3", 1)
     assert caught.value.next_due_in_ms == -1
