@@ -369,6 +369,19 @@ def remote_calls(what: str) -> Iterator[None]:
         with core_errors():
             yield
     except Ice.DispatchException as exc:  # it answered: the call failed there (a bug, a missing object)
-        raise ServiceError(f"the {what} is reachable but failed the call: {one_line(exc)}") from exc
+        hint = _OTHER_CONTRACT if "MarshalException" in str(exc) else ""
+        raise ServiceError(f"the {what} is reachable but failed the call: {one_line(exc)}{hint}") from exc
+    except Ice.MarshalException as exc:  # it answered, with types other than ours
+        raise ServiceError(
+            f"the {what} answered, but not in this program's contract: {one_line(exc)}{_OTHER_CONTRACT}"
+        ) from exc
     except Ice.LocalException as exc:
         raise ServiceError(f"cannot reach the {what}: {one_line(exc)}") from exc
+
+
+#: Ice encodes structs without tags, so two versions of ``crawler.ice`` that differ in a struct cannot read each
+#: other: the reader runs off the end of the data or past a field.
+_OTHER_CONTRACT = (
+    "; the two sides run versions of icecrawler whose Slice contracts differ: run one version on every role "
+    "(CHANGELOG.md says which versions changed the contract)"
+)
