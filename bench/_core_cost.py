@@ -47,7 +47,7 @@ class _Recorder:
     def synced(self, seconds: float) -> None:
         pass
 
-    def clock_stepped(self, seconds: float) -> None:
+    def clock_jumped(self, seconds: float) -> None:
         pass
 
 

@@ -11,7 +11,7 @@ the scheduler and the clients must agree on simulated time, so all of them read 
 ``--speed 0``; never from settings), and ``advance`` jumps this process's simulated time forward. The wall-clock
 source is injected so unit tests never sleep.
 
-``StepWatch`` notices the wall clock jumping under a long-running daemon, which a daemon that keeps wall-clock
+``ClockJumpWatch`` notices the wall clock jumping under a long-running daemon, which a daemon that keeps wall-clock
 deadlines (leases, holds) must at least say.
 
 ``BEIJING`` is the one Beijing time zone (UTC+8, no daylight saving): the sites print their times in it.
@@ -27,7 +27,7 @@ from datetime import timedelta, timezone
 from icecrawler.errors import ConfigError
 from icecrawler.settings import Settings
 
-__all__ = ["BEIJING", "Clock", "StepWatch"]
+__all__ = ["BEIJING", "Clock", "ClockJumpWatch"]
 
 #: China Standard Time, which every crawled site shows (often without an offset).
 BEIJING = timezone(timedelta(hours=8))
@@ -116,7 +116,7 @@ class Clock:
         return self.now_ms()
 
 
-class StepWatch:
+class ClockJumpWatch:
     """Notices the wall clock jumping: set by hand, stepped by NTP, or a machine resumed from suspend (the
     monotonic clock stops while suspended). Each ``check`` compares how far the wall moved since the last one with
     how far the monotonic clock moved. NTP slews the wall by at most 500 ppm, so a difference above

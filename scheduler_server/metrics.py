@@ -92,13 +92,13 @@ class SchedulerMetrics:
         self.fsyncs = Buckets(
             p + "fsync_duration_seconds", "Time of one durable sync of the Berkeley DB log.", [], LATENCY_BUCKETS_S
         )
-        self.clock_steps = Tally(
-            p + "clock_steps",
+        self.clock_jumps = Tally(
+            p + "clock_jumps",
             "Jumps of the wall clock under the running scheduler (forward or back), which move every lease, hold and "
             "due time at once.",
             ["direction"],
         )
-        self.clock_steps.ensure([("forward",), ("back",)])
+        self.clock_jumps.ensure([("forward",), ("back",)])
         self.expiries.ensure((source,) for source in SOURCES)
         # Each call's timer and each group's two observations go straight to their row: no label lookup per call.
         self._latency_rows = {operation: self.latency.row((operation,)) for operation in OPERATIONS}
@@ -187,8 +187,8 @@ class SchedulerMetrics:
     def expired(self, records: Sequence[TaskRecord]) -> None:
         self.expiries.add_all((record.source,) for record in records)
 
-    def clock_stepped(self, seconds: float) -> None:
-        self.clock_steps.add(("forward" if seconds > 0 else "back",))
+    def clock_jumped(self, seconds: float) -> None:
+        self.clock_jumps.add(("forward" if seconds > 0 else "back",))
 
     @property
     def queued(self) -> int:
@@ -308,7 +308,7 @@ class SchedulerMetrics:
             PERIOD_BUCKETS_S,
             {(source,): list(row) for source, row in dict(self._periods).items()},
         )
-        for metric in (self.expiries, self.clock_steps, self.latency, self.groups, self.fsyncs):
+        for metric in (self.expiries, self.clock_jumps, self.latency, self.groups, self.fsyncs):
             yield metric.family()
 
 

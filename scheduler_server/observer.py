@@ -31,5 +31,6 @@ class CoreObserver(Protocol):
     def synced(self, seconds: float) -> None:
         """One ``store.sync()`` (the fsync of a group's durable commit) took ``seconds``."""
 
-    def clock_stepped(self, seconds: float) -> None:
-        """The wall clock jumped ``seconds`` (> 0 forward, < 0 back) under the running daemon."""
+    def clock_jumped(self, seconds: float) -> None:
+        """The wall clock jumped ``seconds`` (> 0 forward, < 0 back) under the running daemon. Called by the
+        maintenance thread, not under the core's lock: implementations must be thread-safe."""

@@ -18,7 +18,7 @@ import Ice
 
 from icecrawler import limits, rpc
 from icecrawler.backups import PeriodicBackups, backup_dir_keys, start_backups
-from icecrawler.clock import StepWatch
+from icecrawler.clock import ClockJumpWatch
 from icecrawler.datalock import DataLock
 from icecrawler.errors import ConfigError, InvalidArgumentError, StorageUnavailableError
 from icecrawler.metrics import MetricsConfig, MetricsEndpoint, ScrapeCollector, disk_space_families, serve
@@ -168,23 +168,23 @@ def _task_without_cookies(task: Any) -> Any:
 class Maintenance(threading.Thread):
     """Reaps expired leases, prunes the completion log, re-spreads the global fetch budget and checkpoints,
     every few seconds, until stopped. It also says when the wall clock jumped: leases, holds, bans and due times
-    are wall-clock times, so a jump changes them all at once (see ``clock_jumped``)."""
+    are wall-clock times, so a jump changes them all at once (see ``report_clock_jump``)."""
 
     def __init__(
-        self, core: SchedulerCore, interval_s: float, checkpoint_s: float, steps: StepWatch | None = None
+        self, core: SchedulerCore, interval_s: float, checkpoint_s: float, jumps: ClockJumpWatch | None = None
     ) -> None:
         super().__init__(name="scheduler-maintenance", daemon=True)
         self.core = core
         self.interval_s = interval_s
         self.checkpoint_s = checkpoint_s
-        self.steps = steps or StepWatch()
+        self.jumps = jumps or ClockJumpWatch()
         self.stopped = threading.Event()
 
     def run(self) -> None:
         last_checkpoint = time.monotonic()
         while not self.stopped.wait(self.interval_s):
-            if jump := self.steps.check():
-                clock_jumped(self.core, jump)
+            if jump := self.jumps.check():
+                report_clock_jump(self.core, jump)
             try:
                 expired = self.core.reap()
                 if expired:
@@ -206,7 +206,7 @@ class Maintenance(threading.Thread):
         self.join(timeout=10)
 
 
-def clock_jumped(core: SchedulerCore, seconds: float) -> None:
+def report_clock_jump(core: SchedulerCore, seconds: float) -> None:
     """Say what a jump of the wall clock does to the crawl (logged, and counted by the metrics). Nothing is lost
     either way; run the machine's clock slewed, not stepped (DEPLOY.md, "Clocks")."""
     if seconds > 0:
@@ -225,7 +225,7 @@ def clock_jumped(core: SchedulerCore, seconds: float) -> None:
             -seconds,
         )
     if core.observer is not None:
-        core.observer.clock_stepped(seconds)
+        core.observer.clock_jumped(seconds)
 
 
 def data_dirs(settings: Settings) -> dict[str, Path]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from icecrawler.clock import Clock, StepWatch
+from icecrawler.clock import Clock, ClockJumpWatch
 from icecrawler.errors import ConfigError
 from icecrawler.settings import Settings
 
@@ -56,7 +56,7 @@ def test_bad_speeds_are_refused_and_settings_never_freeze_a_crawl() -> None:
 
 def test_a_jump_of_the_wall_clock_is_told_from_a_slew_and_from_time_passing() -> None:
     wall, monotonic = Wall(1_800_000_000.0), Wall(5_000.0)
-    watch = StepWatch(threshold_s=1.0, wall=wall, monotonic=monotonic)
+    watch = ClockJumpWatch(threshold_s=1.0, wall=wall, monotonic=monotonic)
     wall.now += 3600
     monotonic.now += 3600
     assert watch.check() == 0.0  # an hour passed on both clocks

@@ -19,7 +19,7 @@ from prometheus_client.metrics_core import Metric
 
 from crawler_client.http import Fetcher, FetchPolicy, RawResponse
 from crawler_client.sources.base import PageRequest
-from icecrawler.clock import StepWatch
+from icecrawler.clock import ClockJumpWatch
 from icecrawler.errors import ConfigError
 from icecrawler.metrics import FOLD_AT, Buckets, MetricsConfig, ScrapeCollector, Tally, serve, status_class
 from icecrawler.models import Outcome, Report, Task, TaskKind
@@ -319,7 +319,7 @@ def test_a_jump_of_the_wall_clock_is_logged_and_counted_by_the_maintenance_threa
     metrics.register(registry)
     # The monotonic clock stands still, so each change of the wall is a jump (one value changes per jump: no
     # check can see half of one).
-    maintenance = Maintenance(core, 0.01, 3600.0, StepWatch(wall=clocks.wall, monotonic=lambda: 1000.0))
+    maintenance = Maintenance(core, 0.01, 3600.0, ClockJumpWatch(wall=clocks.wall, monotonic=lambda: 1000.0))
     with caplog.at_level(logging.WARNING, logger="scheduler_server.server"):
         maintenance.start()
         try:
@@ -330,8 +330,8 @@ def test_a_jump_of_the_wall_clock_is_logged_and_counted_by_the_maintenance_threa
         finally:
             maintenance.stop()
     text = render(registry)
-    assert 'icecrawler_scheduler_clock_steps_total{direction="back"} 1.0' in text
-    assert 'icecrawler_scheduler_clock_steps_total{direction="forward"} 1.0' in text
+    assert 'icecrawler_scheduler_clock_jumps_total{direction="back"} 1.0' in text
+    assert 'icecrawler_scheduler_clock_jumps_total{direction="forward"} 1.0' in text
     warnings = [record.getMessage() for record in caplog.records]
     assert any("jumped back 3600 s" in line and "wait that much longer" in line for line in warnings)
     assert any("jumped forward 7200 s" in line and "StaleLease" in line for line in warnings)
@@ -364,8 +364,8 @@ class _Tee:
     def synced(self, seconds: float) -> None:
         self.metrics.synced(seconds)
 
-    def clock_stepped(self, seconds: float) -> None:
-        self.metrics.clock_stepped(seconds)
+    def clock_jumped(self, seconds: float) -> None:
+        self.metrics.clock_jumped(seconds)
 
 
 def test_a_large_batch_of_mixed_sources_and_outcomes_counts_as_its_tasks_one_by_one() -> None:
