@@ -4,14 +4,20 @@ Several commands build a folder under a temporary name and rename it into place 
 reshard's new shard databases). A rename alone says nothing about a power cut: the kernel may have written the
 rename but not the files' pages, or the files but not the rename. So the folder's files and folders are fsynced
 before the rename, and the parent folder after it; only then is the new name, and all that is under it, durable.
+
+A job of several steps that must not be left half done by a crash (``--recover`` moving a damaged database aside and
+copying what it can into a new one) keeps a journal: a small JSON file saying how far it got, replaced atomically
+and on disk before each step, removed when the job is done. The next start finds it and finishes the job.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
+from typing import Any
 
-__all__ = ["publish", "sync_dir", "sync_tree"]
+__all__ = ["publish", "read_journal", "remove_journal", "sync_dir", "sync_tree", "write_journal"]
 
 
 def sync_dir(path: Path) -> None:
@@ -45,3 +51,34 @@ def publish(renames: list[tuple[Path, Path]]) -> None:
         partial.rename(final)
     for parent in sorted({final.parent for _, final in renames} | {partial.parent for partial, _ in renames}):
         sync_dir(parent)
+
+
+def write_journal(path: Path, state: dict[str, Any]) -> None:
+    """Replace the journal at ``path`` with ``state``, on disk before this returns (never half written)."""
+    partial = path.with_name(path.name + ".tmp")
+    with partial.open("w") as file:
+        json.dump(state, file)
+        file.flush()
+        os.fsync(file.fileno())
+    os.replace(partial, path)
+    sync_dir(path.parent)
+
+
+def read_journal(path: Path) -> dict[str, Any] | None:
+    """The journal's state, or None when there is none (the job finished, or never started). One that cannot be
+    read is an error: it is only ever replaced whole, so that is damage the caller must report."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return None
+    state = json.loads(text)
+    if not isinstance(state, dict):
+        raise ValueError(f"{path} holds {type(state).__name__}, not a JSON object")
+    return state
+
+
+def remove_journal(path: Path) -> None:
+    """The job is done: remove its journal, on disk before this returns."""
+    path.unlink(missing_ok=True)
+    path.with_name(path.name + ".tmp").unlink(missing_ok=True)
+    sync_dir(path.parent)

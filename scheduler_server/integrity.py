@@ -12,23 +12,26 @@ and a corrupt page was only found by the call that read it. ``open_checked`` run
 A failure is one line naming the directory, what is wrong, and what ``--recover`` (setting ``scheduler.recover``)
 would do: move the directory aside (never delete it), open a new one, copy every record still readable from the
 old table files, and rebuild the pending queue from the task records (leases held then are dropped, so those
-tasks are simply due again).
+tasks are simply due again). That salvage keeps a journal (``SALVAGE_JOURNAL``): one stopped midway is refused at the
+next start and finished by the next ``--recover``.
 """
 
 from __future__ import annotations
 
 import logging
+import shutil
 import time
 from pathlib import Path
 from typing import Any
 
 from berkeleydb import db
 
+from icecrawler.durable import read_journal, remove_journal, sync_dir, sync_tree, write_journal
 from icecrawler.errors import ServiceError
 from scheduler_server.codec import TaskRecord, time_key
 from scheduler_server.store import TABLES, BdbQueueStore, QueueStore
 
-__all__ = ["LOCK_FILE", "MARKER", "backup_checked", "open_checked", "salvage"]
+__all__ = ["LOCK_FILE", "MARKER", "SALVAGE_JOURNAL", "backup_checked", "open_checked", "salvage"]
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +39,9 @@ log = logging.getLogger(__name__)
 MARKER = "scheduler.created"
 #: The daemon's lock file in the directory (``scheduler_server.server.data_lock``).
 LOCK_FILE = "scheduler.lock"
+#: The journal of a ``--recover`` under way (``icecrawler.durable``), in the directory it rebuilds: where the damaged
+#: files go, and whether they are still being moved there ("moving") or the new database is being built ("copying").
+SALVAGE_JOURNAL = "scheduler.salvaging"
 #: Records copied per transaction while salvaging.
 _CHUNK = 1000
 
@@ -129,12 +135,28 @@ def _rebuild_queues(store: BdbQueueStore) -> int:
 
 
 def salvage(path: Path, durable: bool) -> Path:
-    """Move ``path`` aside and build a new queue database there from what can be read; returns the old one."""
-    aside = path.with_name(f"{path.name}.damaged-{time.strftime('%Y%m%dT%H%M%S')}")
-    aside.mkdir()
-    for entry in path.iterdir():
-        if entry.name != LOCK_FILE:  # the running daemon holds it: it stays where the next daemon looks
+    """Move ``path``'s files aside and build a new queue database there from what can be read; returns where the old
+    files went. A journal in the directory (``SALVAGE_JOURNAL``) says how far it got, so a salvage stopped at any
+    point (kill -9, a power cut) is finished by the next ``--recover``, and until then the directory is refused:
+    without it, a stop while copying left a new database holding part of the tasks, which the next start took for
+    the whole queue."""
+    journal = path / SALVAGE_JOURNAL
+    state = read_journal(journal)
+    if state is None:
+        aside = path.with_name(f"{path.name}.damaged-{time.strftime('%Y%m%dT%H%M%S')}")
+        aside.mkdir()
+        state = {"aside": aside.name, "stage": "moving"}
+        write_journal(journal, state)
+    aside = path.with_name(str(state["aside"]))
+    if state["stage"] == "moving":  # nothing new is written before every old file is aside
+        for entry in _rebuilt_entries(path):
             entry.rename(aside / entry.name)
+        sync_dir(aside)
+        state = {**state, "stage": "copying"}
+        write_journal(journal, state)
+    else:  # what a stopped salvage had begun to build: built again from the start
+        for entry in _rebuilt_entries(path):
+            shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
     store = BdbQueueStore(path, durable=durable)
     try:
         copied = {
@@ -145,6 +167,9 @@ def salvage(path: Path, durable: bool) -> Path:
         tasks = _rebuild_queues(store)
     finally:
         store.close()
+    (path / MARKER).write_text(time.strftime("%Y-%m-%dT%H:%M:%S%z") + " (--recover)\n")
+    sync_tree(path)
+    remove_journal(journal)
     log.warning(
         "--recover: moved the damaged queue database to %s; copied %s; %d task(s) queued again",
         aside,
@@ -152,6 +177,13 @@ def salvage(path: Path, durable: bool) -> Path:
         tasks,
     )
     return aside
+
+
+def _rebuilt_entries(path: Path) -> list[Path]:
+    """The directory's entries that a salvage moves aside or rebuilds: all but the running daemon's lock (it stays
+    where the next daemon looks) and the salvage's own journal."""
+    kept = {LOCK_FILE, SALVAGE_JOURNAL, SALVAGE_JOURNAL + ".tmp"}
+    return [entry for entry in path.iterdir() if entry.name not in kept]
 
 
 def backup_checked(store: QueueStore, target: Path) -> None:
@@ -165,19 +197,36 @@ def backup_checked(store: QueueStore, target: Path) -> None:
         raise ServiceError(f"the backup in {target} fails its check: {problem}")
 
 
-def open_checked(path: str | Path, *, durable: bool = True, recover: bool = False, **options: Any) -> BdbQueueStore:
-    """The queue database in ``path``, checked (see the module docstring); raises ServiceError instead of
-    opening a damaged one, unless ``recover``."""
-    path = Path(path)
+def _problem(path: Path, durable: bool, options: dict[str, Any]) -> str:
+    """What is wrong with the queue database in ``path`` ("" if nothing): missing files, a failed recovery, a table
+    that fails verification."""
     problem = _missing_files(path)
     if not problem:
         try:
             BdbQueueStore(path, durable=durable, **options).close()
         except ServiceError as exc:
             problem = str(exc)
-    if not problem:
-        problem = _verify(path)
-    if problem:
+    return problem or _verify(path)
+
+
+def open_checked(path: str | Path, *, durable: bool = True, recover: bool = False, **options: Any) -> BdbQueueStore:
+    """The queue database in ``path``, checked (see the module docstring); raises ServiceError instead of
+    opening a damaged one, or one that a stopped ``--recover`` left half rebuilt, unless ``recover``."""
+    path = Path(path)
+    try:
+        salvaging = read_journal(path / SALVAGE_JOURNAL)
+    except (OSError, ValueError) as exc:
+        raise ServiceError(f"the scheduler database in {path} has an unreadable {SALVAGE_JOURNAL}: {exc}") from exc
+    if salvaging is not None:
+        if not recover:
+            raise ServiceError(
+                f"the scheduler database in {path} is half rebuilt: a --recover was stopped before it finished "
+                f"(the damaged files are in {salvaging.get('aside')}). Not starting on it: start with --recover "
+                "again to finish it"
+            )
+        log.warning("--recover: finishing the rebuild of %s that was stopped (%s)", path, salvaging.get("stage"))
+        salvage(path, durable)
+    elif problem := _problem(path, durable, options):
         if not recover:
             raise ServiceError(
                 f"the scheduler database in {path} is damaged: {problem}. Not starting on it: restore "

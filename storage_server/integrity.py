@@ -10,7 +10,8 @@ emptied or deleted store file started as a new empty store without a word. At st
 
 Each refusal is one line naming the file, what is wrong, and what ``--recover`` (setting ``storage.recover``)
 would do instead: move the damaged file aside (never delete it) and start a new one, copying over every row
-that can still be read.
+that can still be read. That salvage keeps a journal beside the file (``<file>.salvaging``): one stopped midway is
+refused at the next start and finished by the next ``--recover``.
 """
 
 from __future__ import annotations
@@ -21,14 +22,17 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from icecrawler.durable import read_journal, remove_journal, sync_dir, write_journal
 from icecrawler.errors import ServiceError
 
-__all__ = ["backup_files", "check_sqlite_file", "check_store_file", "mark_created", "marker_of"]
+__all__ = ["backup_files", "check_sqlite_file", "check_store_file", "journal_of", "mark_created", "marker_of"]
 
 log = logging.getLogger(__name__)
 
 #: Rows copied per transaction when salvaging a damaged file.
 _SALVAGE_CHUNK = 1000
+#: A SQLite file and the WAL files that belong to it.
+_SQLITE_SUFFIXES = ("", "-wal", "-shm")
 #: Unreadable stretches a salvage skips before it gives up on a table.
 _MAX_SKIPS = 200
 
@@ -89,14 +93,51 @@ def _aside(path: Path) -> Path:
     return path.with_name(f"{path.name}.damaged-{time.strftime('%Y%m%dT%H%M%S')}")
 
 
-def _move_aside(path: Path) -> Path:
-    """Move ``path`` and its WAL files out of the way; returns where the main file went."""
-    target = _aside(path)
-    for suffix in ("", "-wal", "-shm"):
+def _move_aside(path: Path, target: Path | None = None) -> Path:
+    """Move ``path`` and its WAL files (those still there) to ``target`` (default: a new ``.damaged-`` name);
+    returns where the main file went."""
+    target = target or _aside(path)
+    for suffix in _SQLITE_SUFFIXES:
         source = path.with_name(path.name + suffix)
         if source.exists():
             source.rename(target.with_name(target.name + suffix))
+    sync_dir(path.parent)
     return target
+
+
+def journal_of(path: Path) -> Path:
+    """The journal of a ``--recover`` of ``path`` under way (``icecrawler.durable``): where the damaged file goes,
+    and whether it is still being moved there ("moving") or the new file is being filled ("copying")."""
+    return path.with_name(path.name + ".salvaging")
+
+
+def _salvage_journaled(path: Path, what: str, problem: str) -> None:
+    """Move the damaged file aside and copy its readable rows into a new one at ``path``, under a journal: a
+    salvage stopped at any point is refused at the next start and finished by the next ``--recover``. Without it,
+    a stop while copying left a new file holding part of the rows, which the next start served as the whole."""
+    journal = journal_of(path)
+    state = read_journal(journal)
+    if state is None:
+        state = {"aside": _aside(path).name, "stage": "moving"}
+        write_journal(journal, state)
+    damaged = path.with_name(str(state["aside"]))
+    if state["stage"] == "moving":
+        _move_aside(path, damaged)
+        write_journal(journal, {**state, "stage": "copying"})
+    else:  # what a stopped salvage had begun to fill: filled again from the start
+        for suffix in _SQLITE_SUFFIXES:
+            path.with_name(path.name + suffix).unlink(missing_ok=True)
+    copied = _salvage(damaged, path)  # each chunk a committed transaction (synchronous=FULL: on disk)
+    remove_journal(journal)
+    log.warning(
+        "--recover: %s %s was damaged (%s): moved to %s, %s row(s) salvaged into a new file (%s)",
+        what,
+        path,
+        problem,
+        damaged,
+        sum(copied.values()),
+        ", ".join(f"{k} {v}" for k, v in copied.items()),
+    )
 
 
 def _salvage(damaged: Path, path: Path) -> dict[str, int]:
@@ -170,21 +211,24 @@ def check_sqlite_file(path: Path, what: str, recover: bool) -> None:
             f"or start with --recover to move it to {_aside(path).name} and copy every readable row "
             "into a new file"
         )
-    damaged = _move_aside(path)
-    copied = _salvage(damaged, path)
-    log.warning(
-        "--recover: %s %s was damaged (%s): moved to %s, %s row(s) salvaged into a new file (%s)",
-        what,
-        path,
-        problem,
-        damaged,
-        sum(copied.values()),
-        ", ".join(f"{k} {v}" for k, v in copied.items()),
-    )
+    _salvage_journaled(path, what, problem)
 
 
 def check_store_file(path: Path, recover: bool, what: str = "the embedded store") -> None:
-    """A store (or the spool): vanished or emptied after it was created, or damaged (see the module docstring)."""
+    """A store (or the spool): vanished or emptied after it was created, damaged, or left half rebuilt by a stopped
+    ``--recover`` (see the module docstring)."""
+    try:
+        salvaging = read_journal(journal_of(path))
+    except (OSError, ValueError) as exc:
+        raise ServiceError(f"{what} {path} has an unreadable {journal_of(path).name}: {exc}") from exc
+    if salvaging is not None:
+        if not recover:
+            raise ServiceError(
+                f"{what} {path} is half rebuilt: a --recover was stopped before it finished (the damaged file is "
+                f"{salvaging.get('aside')}). Not starting on it: start with --recover again to finish it"
+            )
+        _salvage_journaled(path, what, f"a --recover stopped while {salvaging.get('stage')}")
+        return
     marker = marker_of(path)
     gone = not path.exists() or path.stat().st_size == 0
     if gone and marker.exists():

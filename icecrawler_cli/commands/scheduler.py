@@ -20,7 +20,7 @@ class Command(DaemonCommand):
     default_port = 10000
     recover_help = (
         "start on a queue database whose logs are missing or that fails its check: move it aside and copy every "
-        "readable record into a new one"
+        "readable record into a new one; finish such a rebuild that was stopped"
     )
 
     def serve(self, settings: Settings, ice_args: list[str], listen: str) -> int:

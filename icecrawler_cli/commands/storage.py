@@ -22,7 +22,7 @@ class Command(DaemonCommand):
     default_port = 10001
     recover_help = (
         "start on a damaged, emptied or vanished store or spool: move a damaged file aside and copy its readable "
-        "rows into a new one; begin a vanished store anew"
+        "rows into a new one (finishing such a rebuild that was stopped); begin a vanished store anew"
     )
 
     def serve(self, settings: Settings, ice_args: list[str], listen: str) -> int:

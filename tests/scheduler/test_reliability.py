@@ -5,6 +5,7 @@ acknowledged is lost."""
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +19,7 @@ from icecrawler.errors import ServiceError
 from icecrawler.models import TaskKind
 from icecrawler.processes import icecrawler_argv
 from scheduler_server.core import SchedulerCore
-from scheduler_server.integrity import open_checked
+from scheduler_server.integrity import SALVAGE_JOURNAL, open_checked
 from scheduler_server.store import BdbQueueStore
 from tests.scheduler.conftest import ManualClocks, make_settings
 from tests.scheduler.daemon import REPO, scheduler_daemon, scheduler_proxy
@@ -136,6 +137,67 @@ def test_a_damaged_queue_database_refuses_to_start_and_recover_salvages_it(
         core.close()
     assert list(tmp_path.glob("db.damaged-*")), "the damaged directory is kept aside, never deleted"
     open_checked(path).close()  # and the new one passes the checks from now on
+
+
+#: ``open_checked(db, recover=True)`` that SIGKILLs itself at one point of the salvage (argv: db, repo, point).
+_STOPPED_SALVAGE = """
+import os, pathlib, signal, sys
+sys.path.insert(0, sys.argv[2])
+from scheduler_server import integrity
+point = sys.argv[3]
+if point == "moving":  # after the first file went aside
+    rename = pathlib.Path.rename
+    def rename_then_die(self, target):
+        moved = rename(self, target)
+        if ".damaged-" in str(target):
+            os.kill(os.getpid(), signal.SIGKILL)
+        return moved
+    pathlib.Path.rename = rename_then_die
+else:  # after the first table was copied into the new database
+    copy = integrity._copy_table
+    def copy_then_die(*args):
+        copy(*args)
+        os.kill(os.getpid(), signal.SIGKILL)
+    integrity._copy_table = copy_then_die
+integrity.open_checked(sys.argv[1], recover=True)
+"""
+
+
+@pytest.mark.parametrize("point", ["moving", "copying"])
+def test_a_recover_killed_midway_is_refused_until_the_next_recover_finishes_it(tmp_path: Path, point: str) -> None:
+    """kill -9 while --recover moves the damaged files aside, or while it copies them into the new database: the
+    next start refuses the half-rebuilt directory in one line, and the next --recover finishes the job, every task
+    kept (the table files were intact; only the logs were gone). Before, a stop while copying left a new database
+    with part of the tasks and no sign of it, which the next start served as the whole queue."""
+    path = tmp_path / "db"
+    seeded_db(path, 300)
+    damage_logs(path)
+    killed = subprocess.run(
+        [sys.executable, "-c", _STOPPED_SALVAGE, str(path), str(REPO), point],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    with pytest.raises(ServiceError) as refused:
+        open_checked(path)
+    text = str(refused.value)
+    assert "half rebuilt" in text and "start with --recover again" in text and "\n" not in text
+    open_checked(path, recover=True).close()
+    assert task_count(path) == 300
+    store = open_checked(path)  # a finished rebuild passes the checks from now on, and serves every task
+    core = SchedulerCore.from_settings(make_settings(), store, ManualClocks())
+    try:
+        assert core.stats()["pending"] == 300
+    finally:
+        core.close()
+    aside = list(tmp_path.glob("db.damaged-*"))
+    assert len(aside) == 1 and (aside[0] / "tasks.db").exists() and (aside[0] / "scheduler.created").exists()
+    assert not (path / SALVAGE_JOURNAL).exists()
+    (path / SALVAGE_JOURNAL).write_text("{half")  # damage that no salvage writes: named, never taken as done
+    with pytest.raises(ServiceError, match=r"unreadable scheduler\.salvaging"):
+        open_checked(path, recover=True)
 
 
 def test_a_clean_database_and_one_left_by_a_crash_both_pass_the_checks(tmp_path: Path) -> None:

@@ -5,8 +5,10 @@ and one bad record in a batch rejected alone."""
 
 from __future__ import annotations
 
+import signal
 import sqlite3
 import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,7 +19,7 @@ from icecrawler import rpc
 from icecrawler.errors import InvalidRecordsError, ServiceError
 from icecrawler.processes import icecrawler_argv
 from storage_server import schema
-from storage_server.integrity import check_sqlite_file, check_store_file, mark_created
+from storage_server.integrity import check_sqlite_file, check_store_file, journal_of, mark_created
 from storage_server.service import StorageService
 from storage_server.spool import MemorySpool
 from storage_server.stores import MemoryStore, SqliteStore
@@ -25,6 +27,7 @@ from tests.storage.conftest import StorageServerRunner, make_post, make_review
 from tests.tmpfs import fill, small_tmpfs
 
 ROWS = 3000
+REPO = Path(__file__).resolve().parents[2]
 
 
 def filled_store(path: Path, rows: int = ROWS) -> None:
@@ -103,6 +106,66 @@ def test_a_store_with_a_corrupt_page_refuses_and_recover_salvages_it_aside(tmp_p
     finally:
         salvaged.close()
     check_store_file(path, recover=False)
+
+
+#: ``check_store_file(store, recover=True)`` that SIGKILLs itself at one point of the salvage (argv: store, repo,
+#: point).
+_STOPPED_SALVAGE = """
+import os, pathlib, signal, sys
+sys.path.insert(0, sys.argv[2])
+from storage_server import integrity
+if sys.argv[3] == "moving":  # after the damaged file went aside
+    rename = pathlib.Path.rename
+    def rename_then_die(self, target):
+        moved = rename(self, target)
+        os.kill(os.getpid(), signal.SIGKILL)
+    pathlib.Path.rename = rename_then_die
+else:  # after the first table was copied into the new file
+    copy = integrity._salvage_table
+    def copy_then_die(*args):
+        copy(*args)
+        os.kill(os.getpid(), signal.SIGKILL)
+    integrity._salvage_table = copy_then_die
+integrity.check_store_file(pathlib.Path(sys.argv[1]), recover=True)
+"""
+
+
+@pytest.mark.parametrize("point", ["moving", "copying"])
+def test_a_recover_killed_midway_is_refused_until_the_next_recover_finishes_it(tmp_path: Path, point: str) -> None:
+    """kill -9 while --recover moves a damaged store aside, or while it copies the rows into the new file: the next
+    start refuses in one line, and the next --recover finishes the job with every row a whole salvage keeps.
+    Before, a stop while copying left a new file with part of the rows, which passed the checks and was served."""
+    path = tmp_path / "store.sqlite3"
+    filled_store(path)
+    corrupt_middle_page(path)
+    reference = tmp_path / "reference" / "store.sqlite3"
+    reference.parent.mkdir()
+    reference.write_bytes(path.read_bytes())
+    check_store_file(reference, recover=True)  # the same salvage, never stopped
+    killed = subprocess.run(
+        [sys.executable, "-c", _STOPPED_SALVAGE, str(path), str(REPO), point],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    with pytest.raises(ServiceError) as refused:
+        check_store_file(path, recover=False)
+    text = str(refused.value)
+    assert "half rebuilt" in text and "start with --recover again" in text and "\n" not in text
+    check_store_file(path, recover=True)
+    check_store_file(path, recover=False)  # finished: it passes from now on
+    counts = []
+    for store_path in (path, reference):
+        store = SqliteStore(store_path)
+        try:
+            counts.append(store.count(schema.REVIEW))
+        finally:
+            store.close()
+    assert 0 < counts[0] == counts[1] < ROWS
+    assert len(list(tmp_path.glob("store.sqlite3.damaged-????????T??????"))) == 1
+    assert not journal_of(path).exists()
 
 
 @pytest.mark.parametrize("how", ["emptied", "deleted"])
