@@ -17,7 +17,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-__all__ = ["publish", "read_journal", "remove_journal", "sync_dir", "sync_tree", "write_journal"]
+from icecrawler.errors import ServiceError
+
+__all__ = ["publish", "read_journal", "remove_journal", "stopped_salvage", "sync_dir", "sync_tree", "write_journal"]
 
 
 def sync_dir(path: Path) -> None:
@@ -82,3 +84,19 @@ def remove_journal(path: Path) -> None:
     path.unlink(missing_ok=True)
     path.with_name(path.name + ".tmp").unlink(missing_ok=True)
     sync_dir(path.parent)
+
+
+def stopped_salvage(journal: Path, what: str, recover: bool) -> dict[str, Any] | None:
+    """What a ``--recover`` stopped midway left in its ``journal`` (None: there is none), for the caller to finish.
+    Without ``recover``, a ServiceError naming ``what`` (the database or file) and how to finish the job: a half
+    rebuilt database must never be served as a whole one."""
+    try:
+        state = read_journal(journal)
+    except (OSError, ValueError) as exc:
+        raise ServiceError(f"{what} has an unreadable {journal.name}: {exc}") from exc
+    if state is not None and not recover:
+        raise ServiceError(
+            f"{what} is half rebuilt: a --recover was stopped before it finished (the damaged files are in "
+            f"{state.get('aside')}). Not starting on it: start with --recover again to finish it"
+        )
+    return state

@@ -26,7 +26,7 @@ from typing import Any
 
 from berkeleydb import db
 
-from icecrawler.durable import read_journal, remove_journal, sync_dir, sync_tree, write_journal
+from icecrawler.durable import read_journal, remove_journal, stopped_salvage, sync_dir, sync_tree, write_journal
 from icecrawler.errors import ServiceError
 from scheduler_server.codec import TaskRecord, time_key
 from scheduler_server.store import TABLES, BdbQueueStore, QueueStore
@@ -213,17 +213,7 @@ def open_checked(path: str | Path, *, durable: bool = True, recover: bool = Fals
     """The queue database in ``path``, checked (see the module docstring); raises ServiceError instead of
     opening a damaged one, or one that a stopped ``--recover`` left half rebuilt, unless ``recover``."""
     path = Path(path)
-    try:
-        salvaging = read_journal(path / SALVAGE_JOURNAL)
-    except (OSError, ValueError) as exc:
-        raise ServiceError(f"the scheduler database in {path} has an unreadable {SALVAGE_JOURNAL}: {exc}") from exc
-    if salvaging is not None:
-        if not recover:
-            raise ServiceError(
-                f"the scheduler database in {path} is half rebuilt: a --recover was stopped before it finished "
-                f"(the damaged files are in {salvaging.get('aside')}). Not starting on it: start with --recover "
-                "again to finish it"
-            )
+    if (salvaging := stopped_salvage(path / SALVAGE_JOURNAL, f"the scheduler database in {path}", recover)) is not None:
         log.warning("--recover: finishing the rebuild of %s that was stopped (%s)", path, salvaging.get("stage"))
         salvage(path, durable)
     elif problem := _problem(path, durable, options):

@@ -22,7 +22,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from icecrawler.durable import read_journal, remove_journal, sync_dir, write_journal
+from icecrawler.durable import read_journal, remove_journal, stopped_salvage, sync_dir, write_journal
 from icecrawler.errors import ServiceError
 
 __all__ = ["backup_files", "check_sqlite_file", "check_store_file", "journal_of", "mark_created", "marker_of"]
@@ -217,16 +217,7 @@ def check_sqlite_file(path: Path, what: str, recover: bool) -> None:
 def check_store_file(path: Path, recover: bool, what: str = "the embedded store") -> None:
     """A store (or the spool): vanished or emptied after it was created, damaged, or left half rebuilt by a stopped
     ``--recover`` (see the module docstring)."""
-    try:
-        salvaging = read_journal(journal_of(path))
-    except (OSError, ValueError) as exc:
-        raise ServiceError(f"{what} {path} has an unreadable {journal_of(path).name}: {exc}") from exc
-    if salvaging is not None:
-        if not recover:
-            raise ServiceError(
-                f"{what} {path} is half rebuilt: a --recover was stopped before it finished (the damaged file is "
-                f"{salvaging.get('aside')}). Not starting on it: start with --recover again to finish it"
-            )
+    if (salvaging := stopped_salvage(journal_of(path), f"{what} {path}", recover)) is not None:
         _salvage_journaled(path, what, f"a --recover stopped while {salvaging.get('stage')}")
         return
     marker = marker_of(path)

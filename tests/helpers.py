@@ -182,6 +182,52 @@ def record_fsyncs_and_renames(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str
     return events
 
 
+def salvage_killed_at(point: str, module: str, copy: str, run: str) -> str:
+    """A script (argv: the path to recover, the repository) that runs ``run`` with ``module`` imported as
+    ``integrity`` and SIGKILLs itself at ``point`` of its salvage: "moving", right after the first file went aside
+    (renamed to a ``.damaged-`` name), or "copying", right after ``integrity.<copy>`` first returned."""
+    return f"""
+import os, pathlib, signal, sys
+sys.path.insert(0, sys.argv[2])
+import {module} as integrity
+def die():
+    os.kill(os.getpid(), signal.SIGKILL)
+if {point!r} == "moving":
+    rename = pathlib.Path.rename
+    def rename_then_die(self, target):
+        moved = rename(self, target)
+        if ".damaged-" in str(target):
+            die()
+        return moved
+    pathlib.Path.rename = rename_then_die
+else:
+    copy = integrity.{copy}
+    def copy_then_die(*args):
+        copy(*args)
+        die()
+    integrity.{copy} = copy_then_die
+{run}
+"""
+
+
+def killed_midway(script: str, *args: str) -> None:
+    """Run ``python -c script *args``, a job that SIGKILLs itself at some step (bounded); fail unless it did."""
+    killed = subprocess.run(
+        [sys.executable, "-c", script, *args], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+
+
+def refused_as_half_rebuilt(start: Callable[[], object]) -> None:
+    """``start()`` (a daemon's start-up checks) refuses, in one line, a database a stopped --recover left behind."""
+    from icecrawler.errors import ServiceError
+
+    with pytest.raises(ServiceError) as refused:
+        start()
+    text = str(refused.value)
+    assert "half rebuilt" in text and "start with --recover again" in text and "\n" not in text, text
+
+
 def process_gone(pid: int) -> bool:
     """The process no longer runs (it is absent, or a zombie nobody has reaped yet)."""
     try:

@@ -5,7 +5,6 @@ acknowledged is lost."""
 
 from __future__ import annotations
 
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +20,7 @@ from icecrawler.processes import icecrawler_argv
 from scheduler_server.core import SchedulerCore
 from scheduler_server.integrity import SALVAGE_JOURNAL, open_checked
 from scheduler_server.store import BdbQueueStore
+from tests.helpers import killed_midway, refused_as_half_rebuilt, salvage_killed_at
 from tests.scheduler.conftest import ManualClocks, make_settings
 from tests.scheduler.daemon import REPO, scheduler_daemon, scheduler_proxy
 from tests.tmpfs import fill, small_tmpfs
@@ -139,30 +139,6 @@ def test_a_damaged_queue_database_refuses_to_start_and_recover_salvages_it(
     open_checked(path).close()  # and the new one passes the checks from now on
 
 
-#: ``open_checked(db, recover=True)`` that SIGKILLs itself at one point of the salvage (argv: db, repo, point).
-_STOPPED_SALVAGE = """
-import os, pathlib, signal, sys
-sys.path.insert(0, sys.argv[2])
-from scheduler_server import integrity
-point = sys.argv[3]
-if point == "moving":  # after the first file went aside
-    rename = pathlib.Path.rename
-    def rename_then_die(self, target):
-        moved = rename(self, target)
-        if ".damaged-" in str(target):
-            os.kill(os.getpid(), signal.SIGKILL)
-        return moved
-    pathlib.Path.rename = rename_then_die
-else:  # after the first table was copied into the new database
-    copy = integrity._copy_table
-    def copy_then_die(*args):
-        copy(*args)
-        os.kill(os.getpid(), signal.SIGKILL)
-    integrity._copy_table = copy_then_die
-integrity.open_checked(sys.argv[1], recover=True)
-"""
-
-
 @pytest.mark.parametrize("point", ["moving", "copying"])
 def test_a_recover_killed_midway_is_refused_until_the_next_recover_finishes_it(tmp_path: Path, point: str) -> None:
     """kill -9 while --recover moves the damaged files aside, or while it copies them into the new database: the
@@ -172,18 +148,11 @@ def test_a_recover_killed_midway_is_refused_until_the_next_recover_finishes_it(t
     path = tmp_path / "db"
     seeded_db(path, 300)
     damage_logs(path)
-    killed = subprocess.run(
-        [sys.executable, "-c", _STOPPED_SALVAGE, str(path), str(REPO), point],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
+    script = salvage_killed_at(
+        point, "scheduler_server.integrity", "_copy_table", "integrity.open_checked(sys.argv[1], recover=True)"
     )
-    assert killed.returncode == -signal.SIGKILL, killed.stderr
-    with pytest.raises(ServiceError) as refused:
-        open_checked(path)
-    text = str(refused.value)
-    assert "half rebuilt" in text and "start with --recover again" in text and "\n" not in text
+    killed_midway(script, str(path), str(REPO))
+    refused_as_half_rebuilt(lambda: open_checked(path))
     open_checked(path, recover=True).close()
     assert task_count(path) == 300
     store = open_checked(path)  # a finished rebuild passes the checks from now on, and serves every task

@@ -5,10 +5,8 @@ and one bad record in a batch rejected alone."""
 
 from __future__ import annotations
 
-import signal
 import sqlite3
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -23,6 +21,7 @@ from storage_server.integrity import check_sqlite_file, check_store_file, journa
 from storage_server.service import StorageService
 from storage_server.spool import MemorySpool
 from storage_server.stores import MemoryStore, SqliteStore
+from tests.helpers import killed_midway, refused_as_half_rebuilt, salvage_killed_at
 from tests.storage.conftest import StorageServerRunner, make_post, make_review
 from tests.tmpfs import fill, small_tmpfs
 
@@ -108,28 +107,6 @@ def test_a_store_with_a_corrupt_page_refuses_and_recover_salvages_it_aside(tmp_p
     check_store_file(path, recover=False)
 
 
-#: ``check_store_file(store, recover=True)`` that SIGKILLs itself at one point of the salvage (argv: store, repo,
-#: point).
-_STOPPED_SALVAGE = """
-import os, pathlib, signal, sys
-sys.path.insert(0, sys.argv[2])
-from storage_server import integrity
-if sys.argv[3] == "moving":  # after the damaged file went aside
-    rename = pathlib.Path.rename
-    def rename_then_die(self, target):
-        moved = rename(self, target)
-        os.kill(os.getpid(), signal.SIGKILL)
-    pathlib.Path.rename = rename_then_die
-else:  # after the first table was copied into the new file
-    copy = integrity._salvage_table
-    def copy_then_die(*args):
-        copy(*args)
-        os.kill(os.getpid(), signal.SIGKILL)
-    integrity._salvage_table = copy_then_die
-integrity.check_store_file(pathlib.Path(sys.argv[1]), recover=True)
-"""
-
-
 @pytest.mark.parametrize("point", ["moving", "copying"])
 def test_a_recover_killed_midway_is_refused_until_the_next_recover_finishes_it(tmp_path: Path, point: str) -> None:
     """kill -9 while --recover moves a damaged store aside, or while it copies the rows into the new file: the next
@@ -142,18 +119,14 @@ def test_a_recover_killed_midway_is_refused_until_the_next_recover_finishes_it(t
     reference.parent.mkdir()
     reference.write_bytes(path.read_bytes())
     check_store_file(reference, recover=True)  # the same salvage, never stopped
-    killed = subprocess.run(
-        [sys.executable, "-c", _STOPPED_SALVAGE, str(path), str(REPO), point],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
+    script = salvage_killed_at(
+        point,
+        "storage_server.integrity",
+        "_salvage_table",
+        "integrity.check_store_file(pathlib.Path(sys.argv[1]), True)",
     )
-    assert killed.returncode == -signal.SIGKILL, killed.stderr
-    with pytest.raises(ServiceError) as refused:
-        check_store_file(path, recover=False)
-    text = str(refused.value)
-    assert "half rebuilt" in text and "start with --recover again" in text and "\n" not in text
+    killed_midway(script, str(path), str(REPO))
+    refused_as_half_rebuilt(lambda: check_store_file(path, recover=False))
     check_store_file(path, recover=True)
     check_store_file(path, recover=False)  # finished: it passes from now on
     counts = []
