@@ -14,12 +14,24 @@ from __future__ import annotations
 
 import json
 import os
+import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from icecrawler.errors import ServiceError
 
-__all__ = ["publish", "read_journal", "remove_journal", "stopped_salvage", "sync_dir", "sync_tree", "write_journal"]
+__all__ = [
+    "publish",
+    "read_journal",
+    "remove_journal",
+    "replaced_whole",
+    "stopped_salvage",
+    "sync_dir",
+    "sync_tree",
+    "write_journal",
+]
 
 
 def sync_dir(path: Path) -> None:
@@ -100,3 +112,26 @@ def stopped_salvage(journal: Path, what: str, recover: bool) -> dict[str, Any] |
             f"{state.get('aside')}). Not starting on it: start with --recover again to finish it"
         )
     return state
+
+
+@contextmanager
+def replaced_whole(path: Path) -> Iterator[TextIO]:
+    """A text file (UTF-8) to write ``path`` through, so that ``path`` only ever holds a whole file: it is written
+    as ``<path>.partial``, fsynced and renamed over ``path`` when the block ends, and removed if the block raises.
+    A run killed midway leaves ``path`` as it was (an older whole file, or nothing) and a ``.partial`` that the
+    next run replaces. A path that exists and is not a regular file (``/dev/null``, a pipe) is written directly."""
+    if path.exists() and not stat.S_ISREG(path.stat().st_mode):
+        with path.open("w", encoding="utf-8", newline="") as out:
+            yield out
+        return
+    partial = path.with_name(path.name + ".partial")
+    try:
+        with partial.open("w", encoding="utf-8", newline="") as out:
+            yield out
+            out.flush()
+            os.fsync(out.fileno())
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+    os.replace(partial, path)
+    sync_dir(path.parent)

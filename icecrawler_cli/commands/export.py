@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
+from icecrawler.durable import replaced_whole
 from icecrawler.errors import ConfigError
 from icecrawler.settings import Settings
 from icecrawler_cli.commands import BaseCommand
@@ -33,7 +34,13 @@ class Command(BaseCommand):
         parser.add_argument(
             "--since", default="", metavar="TIME", help="only records fetched at or after TIME (ISO 8601 with offset)"
         )
-        parser.add_argument("-o", "--output", default="-", help="output file (default: stdout)")
+        parser.add_argument(
+            "-o",
+            "--output",
+            default="-",
+            help="output file (default: stdout); written as FILE.partial and renamed over FILE when complete, so "
+            "FILE never holds part of an export",
+        )
         parser.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
 
     def run(self, args: argparse.Namespace, settings: Settings, ice_args: list[str]) -> int:
@@ -45,7 +52,7 @@ class Command(BaseCommand):
             if args.output == "-":
                 count = export(store, args.table, sys.stdout, args.fmt, args.since, progress.update, args.owner)
             else:
-                with open(args.output, "w", encoding="utf-8", newline="") as out:
+                with replaced_whole(Path(args.output)) as out:
                     count = export(store, args.table, out, args.fmt, args.since, progress.update, args.owner)
         finally:
             store.close()

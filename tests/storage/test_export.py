@@ -14,6 +14,7 @@ from icecrawler_cli.cli import main
 from storage_server import schema
 from storage_server.export import export
 from storage_server.stores import MemoryStore, SqliteStore
+from tests.helpers import killed_midway
 from tests.storage.conftest import BIG_ID, make_post, make_review
 
 
@@ -82,3 +83,44 @@ def test_owner_exports_one_users_posts_or_one_products_reviews(make: str, tmp_pa
     with pytest.raises(ConfigError, match="a weibo owner is a user id"):
         export(store, schema.WEIBO, io.StringIO(), owner="p1")
     store.close()
+
+
+#: ``icecrawler export ...`` that SIGKILLs itself at its first progress report (after 1000 records were written).
+_KILLED_MIDWAY = """
+import os, runpy, signal, sys
+from icecrawler_cli.commands import export
+def die(self, count):
+    os.kill(os.getpid(), signal.SIGKILL)
+export.Progress.update = die
+sys.argv = ["icecrawler", *sys.argv[1:]]
+runpy.run_module("icecrawler_cli", run_name="__main__")
+"""
+
+
+def test_an_export_file_is_only_ever_whole(tmp_path: Path) -> None:
+    """-o FILE is written as FILE.partial and renamed when complete: an export killed midway, or one that fails,
+    leaves the previous export whole where it was; a device such as /dev/null is written directly."""
+    db = tmp_path / "store.sqlite3"
+    store = SqliteStore(db)
+    store.put(schema.WEIBO, [schema.post_row(make_post(n, minute=n % 60)) for n in range(1, 2501)])
+    store.close()
+    out = tmp_path / "weibo.jsonl"
+    args = ["export", "--table", "weibo", "--set", f"storage.embedded.path={db}", "-o", str(out)]
+    assert main([*args, "--no-progress"]) == 0
+    previous = out.read_text(encoding="utf-8")
+    assert len(previous.splitlines()) == 2500 and not (tmp_path / "weibo.jsonl.partial").exists()
+
+    store = SqliteStore(db)
+    store.put(schema.WEIBO, [schema.post_row(make_post(n, minute=n % 60)) for n in range(2501, 3001)])
+    store.close()
+    killed_midway(_KILLED_MIDWAY, *args)
+    assert out.read_text(encoding="utf-8") == previous  # not the 1000-odd lines the killed run had written
+    assert (tmp_path / "weibo.jsonl.partial").stat().st_size > 0
+
+    assert main([*args, "--since", "last week"]) != 0  # a one-line error, raised inside the export
+    assert out.read_text(encoding="utf-8") == previous and not (tmp_path / "weibo.jsonl.partial").exists()
+
+    assert main([*args, "--no-progress"]) == 0
+    assert len(out.read_text(encoding="utf-8").splitlines()) == 3000
+    assert not (tmp_path / "weibo.jsonl.partial").exists()
+    assert main([*args[:-1], "/dev/null", "--no-progress"]) == 0
