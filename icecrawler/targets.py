@@ -10,13 +10,13 @@ use on each given host, keeps those whose ``/metrics`` answers with that role's 
 from __future__ import annotations
 
 import json
-import os
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from icecrawler.durable import replaced_whole
 from icecrawler.metrics import MetricsConfig
 from icecrawler.settings import Settings
 
@@ -66,8 +66,7 @@ def write_targets(directory: Path, found: dict[str, list[str]]) -> list[Path]:
     written = []
     for role, targets in found.items():
         path = directory / f"{role}.json"
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps([{"targets": targets, "labels": {"role": role}}], indent=1) + "\n")
-        os.replace(tmp, path)
+        with replaced_whole(path) as out:
+            out.write(json.dumps([{"targets": targets, "labels": {"role": role}}], indent=1) + "\n")
         written.append(path)
     return written

@@ -195,7 +195,7 @@ def test_targets_finds_only_answering_daemons_of_each_role(tmp_path: Path, taken
     paths = write_targets(tmp_path / "targets", found)
     assert sorted(path.name for path in paths) == ["client.json", "scheduler.json", "storage.json"]
     assert '"127.0.0.1:' in (tmp_path / "targets" / "client.json").read_text()
-    assert not list((tmp_path / "targets").glob("*.tmp"))
+    assert not list((tmp_path / "targets").glob("*.partial"))
 
 
 def test_targets_waits_for_a_slow_daemon_and_says_how_long(tmp_path: Path, taken_port: int) -> None:
