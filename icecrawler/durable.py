@@ -1,4 +1,5 @@
-"""Folders that are published only once they are on disk.
+"""What must be on disk before it counts: folders published by a rename, files that are only ever whole, and the
+journal of a job of several steps.
 
 Several commands build a folder under a temporary name and rename it into place when it is complete (a backup, a
 reshard's new shard databases). A rename alone says nothing about a power cut: the kernel may have written the
@@ -8,6 +9,9 @@ before the rename, and the parent folder after it; only then is the new name, an
 A job of several steps that must not be left half done by a crash (``--recover`` moving a damaged database aside and
 copying what it can into a new one) keeps a journal: a small JSON file saying how far it got, replaced atomically
 and on disk before each step, removed when the job is done. The next start finds it and finishes the job.
+
+A file that another program reads (an export, Prometheus's target lists) is written beside its name and renamed over
+it when complete (``replaced_whole``), so a reader never sees part of one.
 """
 
 from __future__ import annotations
