@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -27,6 +28,7 @@ from typing import Any, TextIO
 from icecrawler.errors import ServiceError
 
 __all__ = [
+    "aside_path",
     "publish",
     "read_journal",
     "remove_journal",
@@ -139,3 +141,14 @@ def replaced_whole(path: Path) -> Iterator[TextIO]:
         raise
     os.replace(partial, path)
     sync_dir(path.parent)
+
+
+def aside_path(path: Path) -> Path:
+    """Where to move a damaged ``path`` (never deleted): ``<name>.damaged-<UTC time>``, with ``-2``, ``-3``... when
+    that name (or a WAL file of it) is taken, so that a second salvage never replaces the first one's copy."""
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+    for attempt in range(1, 1000):
+        candidate = path.with_name(f"{path.name}.damaged-{stamp}" + (f"-{attempt}" if attempt > 1 else ""))
+        if not any(candidate.parent.glob(candidate.name + "*")):
+            return candidate
+    raise FileExistsError(f"no free name beside {path} for its damaged copy")

@@ -26,7 +26,15 @@ from typing import Any
 
 from berkeleydb import db
 
-from icecrawler.durable import read_journal, remove_journal, stopped_salvage, sync_dir, sync_tree, write_journal
+from icecrawler.durable import (
+    aside_path,
+    read_journal,
+    remove_journal,
+    stopped_salvage,
+    sync_dir,
+    sync_tree,
+    write_journal,
+)
 from icecrawler.errors import ServiceError
 from scheduler_server.codec import TaskRecord, time_key
 from scheduler_server.store import TABLES, BdbQueueStore, QueueStore
@@ -143,7 +151,7 @@ def salvage(path: Path, durable: bool) -> Path:
     journal = path / SALVAGE_JOURNAL
     state = read_journal(journal)
     if state is None:
-        aside = path.with_name(f"{path.name}.damaged-{time.strftime('%Y%m%dT%H%M%S')}")
+        aside = aside_path(path)
         aside.mkdir()
         state = {"aside": aside.name, "stage": "moving"}
         write_journal(journal, state)

@@ -22,7 +22,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from icecrawler.durable import read_journal, remove_journal, stopped_salvage, sync_dir, write_journal
+from icecrawler.durable import aside_path, read_journal, remove_journal, stopped_salvage, sync_dir, write_journal
 from icecrawler.errors import ServiceError
 
 __all__ = ["backup_files", "check_sqlite_file", "check_store_file", "journal_of", "mark_created", "marker_of"]
@@ -89,14 +89,10 @@ def backup_files(files: Sequence[Path], target: Path) -> None:
             raise ServiceError(f"the backup of {path} fails its check: {problem}")
 
 
-def _aside(path: Path) -> Path:
-    return path.with_name(f"{path.name}.damaged-{time.strftime('%Y%m%dT%H%M%S')}")
-
-
 def _move_aside(path: Path, target: Path | None = None) -> Path:
     """Move ``path`` and its WAL files (those still there) to ``target`` (default: a new ``.damaged-`` name);
     returns where the main file went."""
-    target = target or _aside(path)
+    target = target or aside_path(path)
     for suffix in _SQLITE_SUFFIXES:
         source = path.with_name(path.name + suffix)
         if source.exists():
@@ -118,7 +114,7 @@ def _salvage_journaled(path: Path, what: str, problem: str) -> None:
     journal = journal_of(path)
     state = read_journal(journal)
     if state is None:
-        state = {"aside": _aside(path).name, "stage": "moving"}
+        state = {"aside": aside_path(path).name, "stage": "moving"}
         write_journal(journal, state)
     damaged = path.with_name(str(state["aside"]))
     if state["stage"] == "moving":
@@ -208,7 +204,7 @@ def check_sqlite_file(path: Path, what: str, recover: bool) -> None:
     if not recover:
         raise ServiceError(
             f"{what} {path} is damaged ({problem}); not starting on it: restore it from a backup, "
-            f"or start with --recover to move it to {_aside(path).name} and copy every readable row "
+            f"or start with --recover to move it to {aside_path(path).name} and copy every readable row "
             "into a new file"
         )
     _salvage_journaled(path, what, problem)

@@ -1,4 +1,5 @@
-"""The journal of a job of several steps (``icecrawler.durable``): replaced whole, read back, gone when done."""
+"""``icecrawler.durable``: the journal of a job of several steps (replaced whole, read back, gone when done), and
+the names of damaged copies."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from icecrawler.durable import read_journal, remove_journal, write_journal
+from icecrawler import durable
+from icecrawler.durable import aside_path, read_journal, remove_journal, write_journal
 
 
 def test_a_journal_is_replaced_whole_read_back_and_removed(tmp_path: Path) -> None:
@@ -28,3 +30,16 @@ def test_a_journal_that_is_not_a_json_object_is_an_error_not_a_finished_job(tmp_
     journal.write_text(text)
     with pytest.raises(ValueError):
         read_journal(journal)
+
+
+def test_a_damaged_copy_never_takes_the_name_of_another(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two salvages within one second: the second copy gets ``-2``, and a WAL file left by a copy counts too."""
+    monkeypatch.setattr(durable.time, "strftime", lambda _format, _when: "20261206T083000")
+    store = tmp_path / "store.sqlite3"
+    first = aside_path(store)
+    assert first.name == "store.sqlite3.damaged-20261206T083000"
+    first.with_name(first.name + "-wal").write_text("")  # only the WAL file of the first copy is there
+    second = aside_path(store)
+    assert second.name == "store.sqlite3.damaged-20261206T083000-2"
+    second.mkdir()
+    assert aside_path(store).name == "store.sqlite3.damaged-20261206T083000-3"
