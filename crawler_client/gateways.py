@@ -114,6 +114,10 @@ class IceScheduler(_IceGateway):
 
     role = "scheduler"
 
+    def __init__(self, proxy: Any) -> None:
+        super().__init__(proxy)
+        self._clock_warned_s = float("-inf")
+
     def _invoke(self, operation: str, *args: Any) -> Any:
         """The scheduler's StorageUnavailable (its database cannot take changes now: a full disk) is, to a
         client, the scheduler being unavailable: keep the work and retry later."""
@@ -121,10 +125,6 @@ class IceScheduler(_IceGateway):
             return super()._invoke(operation, *args)
         except StorageUnavailableError as exc:
             raise ServiceError(f"the scheduler cannot take changes now ({operation}): {exc}") from exc
-
-    def __init__(self, proxy: Any) -> None:
-        super().__init__(proxy)
-        self._clock_warned_s = float("-inf")
 
     def lease(self, worker_id: str, count: int) -> list[Task]:
         """Leased tasks, their deadlines on this machine's clock (``Task.on_local_clock``)."""

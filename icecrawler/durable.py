@@ -20,7 +20,7 @@ import json
 import os
 import stat
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TextIO
@@ -29,10 +29,12 @@ from icecrawler.errors import ServiceError
 
 __all__ = [
     "aside_path",
+    "journal_files",
     "publish",
     "read_journal",
     "remove_journal",
     "replaced_whole",
+    "salvage_aside",
     "stopped_salvage",
     "sync_dir",
     "sync_tree",
@@ -75,7 +77,7 @@ def publish(renames: list[tuple[Path, Path]]) -> None:
 
 def write_journal(path: Path, state: dict[str, Any]) -> None:
     """Replace the journal at ``path`` with ``state``, on disk before this returns (never half written)."""
-    partial = path.with_name(path.name + ".tmp")
+    partial = _journal_partial(path)
     with partial.open("w") as file:
         json.dump(state, file)
         file.flush()
@@ -100,8 +102,43 @@ def read_journal(path: Path) -> dict[str, Any] | None:
 def remove_journal(path: Path) -> None:
     """The job is done: remove its journal, on disk before this returns."""
     path.unlink(missing_ok=True)
-    path.with_name(path.name + ".tmp").unlink(missing_ok=True)
+    _journal_partial(path).unlink(missing_ok=True)
     sync_dir(path.parent)
+
+
+def journal_files(path: Path) -> set[str]:
+    """The names the journal at ``path`` may use in its folder (itself, and the copy a write in progress left)."""
+    return {path.name, _journal_partial(path).name}
+
+
+def _journal_partial(path: Path) -> Path:
+    return path.with_name(path.name + ".tmp")
+
+
+def salvage_aside(
+    damaged: Path,
+    journal: Path,
+    new_aside: Callable[[], Path],
+    move_aside: Callable[[Path], object],
+    clear: Callable[[], None],
+) -> Path:
+    """The first steps of a ``--recover`` salvage of ``damaged`` (a file or folder), under its ``journal``; returns
+    where the damaged files are, beside ``damaged``, for the caller to copy what it can read from them and then
+    ``remove_journal``. A fresh salvage names its aside copy (``new_aside``) and records it (stage "moving"), moves
+    the damaged files there (``move_aside``; after a stop, it moves those still in place), then records stage
+    "copying". A salvage stopped while copying instead ``clear``s the new database it had begun, to be copied again
+    from the start: nothing new is written before every damaged file is aside, so the stage tells the two apart."""
+    state = read_journal(journal)
+    if state is None:
+        state = {"aside": new_aside().name, "stage": "moving"}
+        write_journal(journal, state)
+    aside = damaged.with_name(str(state["aside"]))
+    if state["stage"] == "moving":
+        move_aside(aside)
+        write_journal(journal, {**state, "stage": "copying"})
+    else:
+        clear()
+    return aside
 
 
 def stopped_salvage(journal: Path, what: str, recover: bool) -> dict[str, Any] | None:

@@ -28,12 +28,12 @@ from berkeleydb import db
 
 from icecrawler.durable import (
     aside_path,
-    read_journal,
+    journal_files,
     remove_journal,
+    salvage_aside,
     stopped_salvage,
     sync_dir,
     sync_tree,
-    write_journal,
 )
 from icecrawler.errors import ServiceError
 from scheduler_server.codec import TaskRecord, time_key
@@ -149,22 +149,22 @@ def salvage(path: Path, durable: bool) -> Path:
     without it, a stop while copying left a new database holding part of the tasks, which the next start took for
     the whole queue."""
     journal = path / SALVAGE_JOURNAL
-    state = read_journal(journal)
-    if state is None:
+
+    def new_aside() -> Path:
         aside = aside_path(path)
         aside.mkdir()
-        state = {"aside": aside.name, "stage": "moving"}
-        write_journal(journal, state)
-    aside = path.with_name(str(state["aside"]))
-    if state["stage"] == "moving":  # nothing new is written before every old file is aside
+        return aside
+
+    def move_aside(aside: Path) -> None:
         for entry in _rebuilt_entries(path):
             entry.rename(aside / entry.name)
         sync_dir(aside)
-        state = {**state, "stage": "copying"}
-        write_journal(journal, state)
-    else:  # what a stopped salvage had begun to build: built again from the start
+
+    def clear() -> None:
         for entry in _rebuilt_entries(path):
             shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+
+    aside = salvage_aside(path, journal, new_aside, move_aside, clear)
     store = BdbQueueStore(path, durable=durable)
     try:
         copied = {
@@ -190,7 +190,7 @@ def salvage(path: Path, durable: bool) -> Path:
 def _rebuilt_entries(path: Path) -> list[Path]:
     """The directory's entries that a salvage moves aside or rebuilds: all but the running daemon's lock (it stays
     where the next daemon looks) and the salvage's own journal."""
-    kept = {LOCK_FILE, SALVAGE_JOURNAL, SALVAGE_JOURNAL + ".tmp"}
+    kept = {LOCK_FILE, *journal_files(path / SALVAGE_JOURNAL)}
     return [entry for entry in path.iterdir() if entry.name not in kept]
 
 

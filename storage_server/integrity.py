@@ -22,7 +22,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from icecrawler.durable import aside_path, read_journal, remove_journal, stopped_salvage, sync_dir, write_journal
+from icecrawler.durable import aside_path, remove_journal, salvage_aside, stopped_salvage, sync_dir
 from icecrawler.errors import ServiceError
 
 __all__ = ["backup_files", "check_sqlite_file", "check_store_file", "journal_of", "mark_created", "marker_of"]
@@ -112,17 +112,12 @@ def _salvage_journaled(path: Path, what: str, problem: str) -> None:
     salvage stopped at any point is refused at the next start and finished by the next ``--recover``. Without it,
     a stop while copying left a new file holding part of the rows, which the next start served as the whole."""
     journal = journal_of(path)
-    state = read_journal(journal)
-    if state is None:
-        state = {"aside": aside_path(path).name, "stage": "moving"}
-        write_journal(journal, state)
-    damaged = path.with_name(str(state["aside"]))
-    if state["stage"] == "moving":
-        _move_aside(path, damaged)
-        write_journal(journal, {**state, "stage": "copying"})
-    else:  # what a stopped salvage had begun to fill: filled again from the start
+
+    def clear() -> None:
         for suffix in _SQLITE_SUFFIXES:
             path.with_name(path.name + suffix).unlink(missing_ok=True)
+
+    damaged = salvage_aside(path, journal, lambda: aside_path(path), lambda aside: _move_aside(path, aside), clear)
     copied = _salvage(damaged, path)  # each chunk a committed transaction (synchronous=FULL: on disk)
     remove_journal(journal)
     log.warning(
