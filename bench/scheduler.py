@@ -11,6 +11,7 @@ of a metrics-on daemon's work in metrics code).
     icecrawler bench scheduler [--seconds 4] [--clients 1,8] [--shards 1,2] [--tasks 20000]
                                [--json docs/bench/scheduler.json]
     icecrawler bench scheduler --only-metrics [--metrics-control] [--metrics-profile]
+    icecrawler bench scheduler --metrics-pairs 0      # the matrix alone; the JSON's metrics figures stay
 """
 
 from __future__ import annotations
@@ -303,6 +304,16 @@ def start_echo(group: ProcessGroup, threads: int) -> tuple[str, int]:
     return f"echo:tcp -h 127.0.0.1 -p {echo_port}", echo.pid
 
 
+METRICS_PREFIXES = ("metrics_", "core_metrics_")
+
+
+def _metrics_figures_of(path: Path) -> dict[str, Any]:
+    """The metrics cost figures of an earlier run, kept when this run measures only the matrix."""
+    if not path.exists():
+        return {}
+    return {key: value for key, value in json.loads(path.read_text()).items() if key.startswith(METRICS_PREFIXES)}
+
+
 def main(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="icecrawler bench scheduler", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -321,7 +332,10 @@ def main(argv: Sequence[str]) -> int:
         help="dispatch threads of the scheduler and of the echo server (default: the daemon's)",
     )
     parser.add_argument(
-        "--metrics-pairs", type=int, default=10, help="off/on window pairs of the metrics cost runs (0: skip them)"
+        "--metrics-pairs",
+        type=int,
+        default=10,
+        help="off/on window pairs of the metrics cost runs (0: skip them and keep the --json's metrics figures)",
     )
     parser.add_argument("--metrics-window-s", type=float, default=1.0, help="length of one metrics cost window")
     parser.add_argument(
@@ -387,7 +401,7 @@ def main(argv: Sequence[str]) -> int:
             shard_counts = []
             old = Path(args.json)
             kept = json.loads(old.read_text()) if old.exists() else {}
-            kept = {key: value for key, value in kept.items() if not key.startswith(("metrics_", "core_metrics_"))}
+            kept = {key: value for key, value in kept.items() if not key.startswith(METRICS_PREFIXES)}
             figures = {**kept, **ab_figures}  # the other figures stay; every metrics figure is this run's
         echo_proxy, echo_pid = start_echo(group, args.server_threads) if shard_counts else ("", 0)
         for shards in shard_counts:
@@ -425,6 +439,11 @@ def main(argv: Sequence[str]) -> int:
             else "\n/metrics cost"
         )
         print("\n".join(ab_lines))
+    if args.metrics_pairs <= 0 and not args.only_metrics:
+        kept = _metrics_figures_of(Path(args.json))  # not measured by this run: the last measured ones stay
+        figures.update(kept)
+        if kept:
+            print(f"kept the {len(kept)} metrics figures already in {args.json} (--metrics-pairs 0 measures none)")
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(figures, indent=2, sort_keys=True) + "\n")
     print(f"wrote {args.json}")

@@ -1,5 +1,6 @@
 """The pure logic of the /metrics cost benchmark (``bench scheduler --only-metrics``): the ABBA window order, the
-per-pair comparison, and the reading of a py-spy profile (what counts as metrics code, what is left out)."""
+per-pair comparison, the reading of a py-spy profile (what counts as metrics code, what is left out), and which
+figures a run of the matrix alone keeps."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 
 from bench._metrics_ab import _compare, schedule
 from bench._metrics_profile import metrics_code_share
+from bench.scheduler import _metrics_figures_of
 from scheduler_server.core import SchedulerCore
 
 
@@ -32,6 +34,16 @@ def test_each_pair_compares_its_on_window_with_its_off_window() -> None:
     assert result["cpu_pct"] == pytest.approx(10.0)
     assert result["throughput_pct"] == pytest.approx(10.0)
     assert result["off_cpu_us"] == 10.0 and result["on_cpu_us"] == 11.0
+
+
+def test_a_matrix_only_run_keeps_the_metrics_figures_of_the_last_metrics_run(tmp_path: Path) -> None:
+    earlier = tmp_path / "scheduler.json"
+    earlier.write_text(
+        '{"batched_cycles_per_s": 9000.0, "metrics_cost_single_1c_server_cpu_pct": 5.99,'
+        ' "core_metrics_blocks": 24, "echo_batched_1c_cycles_per_s": 44600.0}'
+    )
+    assert _metrics_figures_of(earlier) == {"metrics_cost_single_1c_server_cpu_pct": 5.99, "core_metrics_blocks": 24}
+    assert _metrics_figures_of(tmp_path / "never-written.json") == {}
 
 
 def test_the_profile_counts_metrics_code_but_not_what_it_wraps_nor_start_up() -> None:
