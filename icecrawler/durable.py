@@ -10,8 +10,8 @@ A job of several steps that must not be left half done by a crash (``--recover``
 copying what it can into a new one) keeps a journal: a small JSON file saying how far it got, replaced atomically
 and on disk before each step, removed when the job is done. The next start finds it and finishes the job.
 
-A file that another program reads (an export, Prometheus's target lists) is written beside its name and renamed over
-it when complete (``replaced_whole``), so a reader never sees part of one.
+A file that another program reads (an export, Prometheus's target lists, a TLS key and certificate) is written beside
+its name and renamed over it when complete (``replaced_whole``, ``write_whole``), so a reader never sees part of one.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ __all__ = [
     "sync_dir",
     "sync_tree",
     "write_journal",
+    "write_whole",
 ]
 
 
@@ -75,15 +76,32 @@ def publish(renames: list[tuple[Path, Path]]) -> None:
         sync_dir(parent)
 
 
-def write_journal(path: Path, state: dict[str, Any]) -> None:
-    """Replace the journal at ``path`` with ``state``, on disk before this returns (never half written)."""
-    partial = _journal_partial(path)
-    with partial.open("w") as file:
-        json.dump(state, file)
-        file.flush()
-        os.fsync(file.fileno())
+def write_whole(path: Path, data: bytes, *, mode: int | None = None) -> None:
+    """Replace ``path`` with ``data``, on disk before this returns: a run killed midway leaves the old file (or none)
+    and a ``<path>.partial``. ``mode`` (0o600 for a secret) is set before the first byte is written; without it the
+    file gets the usual mode (0o666 less the umask)."""
+    _write_through(path, path.with_name(path.name + ".partial"), data, mode)
+
+
+def _write_through(path: Path, partial: Path, data: bytes, mode: int | None) -> None:
+    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666 if mode is None else mode)
+    try:
+        with os.fdopen(fd, "wb") as file:
+            if mode is not None:
+                os.fchmod(file.fileno(), mode)  # a .partial left by an earlier run kept the mode it was made with
+            file.write(data)
+            file.flush()
+            os.fsync(file.fileno())
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
     os.replace(partial, path)
     sync_dir(path.parent)
+
+
+def write_journal(path: Path, state: dict[str, Any]) -> None:
+    """Replace the journal at ``path`` with ``state``, on disk before this returns (never half written)."""
+    _write_through(path, _journal_partial(path), json.dumps(state).encode(), None)
 
 
 def read_journal(path: Path) -> dict[str, Any] | None:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
-import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from icecrawler import durable
 from icecrawler.errors import ConfigError
 
 #: The roles ``issue`` may write (what each allows: ``icecrawler.security.PERMISSIONS``).
@@ -70,12 +70,12 @@ def _now() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC)
 
 
-def _write_private(path: Path, data: bytes) -> None:
-    """Write a secret with mode 0600 from the start (never world-readable, not even briefly)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(data)
-    os.chmod(path, 0o600)
+def _write_pair(key_path: Path, key: ec.EllipticCurvePrivateKey, cert_path: Path, cert: x509.Certificate) -> None:
+    """Write a key (mode 0600 from its first byte: never world-readable, not even briefly) and its certificate, each
+    whole (``durable.write_whole``): a run killed midway leaves whole files, at worst the new key beside the old
+    certificate, which ``_load_ca`` names as a pair that does not match."""
+    durable.write_whole(key_path, _key_pem(key), mode=0o600)
+    durable.write_whole(cert_path, cert.public_bytes(serialization.Encoding.PEM))
 
 
 def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
@@ -99,8 +99,10 @@ def init_ca(directory: Path, *, name: str = "icecrawler CA", days: int = 3650, f
         raise ConfigError(f"--days must be at least 1, got {days}")
     directory.mkdir(parents=True, exist_ok=True)
     cert_path, key_path = directory / CA_CERT, directory / CA_KEY
-    if (cert_path.exists() or key_path.exists()) and not force:
+    if cert_path.exists() and key_path.exists() and not force:
         raise ConfigError(f"a CA already exists in {directory} (use --force to replace it and re-issue every node)")
+    if (cert_path.exists() or key_path.exists()) and not force:
+        raise _half_a_ca(directory)
     key = ec.generate_private_key(ec.SECP256R1())
     subject = x509.Name(
         [x509.NameAttribute(NameOID.COMMON_NAME, name), x509.NameAttribute(NameOID.ORGANIZATION_NAME, ORGANIZATION)]
@@ -132,20 +134,47 @@ def init_ca(directory: Path, *, name: str = "icecrawler CA", days: int = 3650, f
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
         .sign(key, hashes.SHA256())
     )
-    _write_private(key_path, _key_pem(key))
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    _write_pair(key_path, key, cert_path, cert)
     return cert_path
 
 
 def _load_ca(directory: Path) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
     cert_path, key_path = directory / CA_CERT, directory / CA_KEY
-    if not cert_path.exists() or not key_path.exists():
+    if not cert_path.exists() and not key_path.exists():
         raise ConfigError(f"no CA in {directory}: run `icecrawler certs init --dir {directory}` first")
-    cert = x509.load_pem_x509_certificate(cert_path.read_bytes())
-    key = serialization.load_pem_private_key(key_path.read_bytes(), password=None)
+    if not cert_path.exists() or not key_path.exists():
+        raise _half_a_ca(directory)
+    try:
+        cert = x509.load_pem_x509_certificate(cert_path.read_bytes())
+    except ValueError as exc:
+        reason = _first_line(exc)
+        raise ConfigError(f"{cert_path} is not a PEM certificate ({reason}): damaged, or another file") from exc
+    try:
+        key = serialization.load_pem_private_key(key_path.read_bytes(), password=None)
+    except (ValueError, TypeError) as exc:  # TypeError: a key that needs a password
+        raise ConfigError(f"{key_path} is not a PEM key without a password ({_first_line(exc)})") from exc
     if not isinstance(key, ec.EllipticCurvePrivateKey):
         raise ConfigError(f"{key_path} is not an EC key written by `icecrawler certs init`")
+    if key.public_key() != cert.public_key():
+        raise ConfigError(
+            f"{key_path} is not the key of {cert_path} (files of two CAs, or a `certs init --force` stopped midway): "
+            f"put the pair back from your copy, or run `icecrawler certs init --dir {directory} --force` and re-issue "
+            "every node"
+        )
     return cert, key
+
+
+def _half_a_ca(directory: Path) -> ConfigError:
+    there, missing = (CA_CERT, CA_KEY) if (directory / CA_CERT).exists() else (CA_KEY, CA_CERT)
+    return ConfigError(
+        f"{directory} holds {there} but no {missing} (a `certs init` stopped midway, or a file removed): put it back "
+        f"from your copy, or run `icecrawler certs init --dir {directory} --force` and re-issue every node"
+    )
+
+
+def _first_line(exc: Exception) -> str:
+    """cryptography's message without its link to the FAQ."""
+    return str(exc).split(". See ", 1)[0].splitlines()[0][:200] if str(exc) else type(exc).__name__
 
 
 def issue(
@@ -224,8 +253,7 @@ def issue(
         .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
         .sign(ca_key, hashes.SHA256())
     )
-    _write_private(files.key, _key_pem(key))
-    files.cert.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    _write_pair(files.key, key, files.cert, cert)
     write_properties(files.properties, install_dir or directory, node, trust=trust)
     return files
 
@@ -258,5 +286,5 @@ def write_properties(path: Path, directory: Path, node: str, *, trust: Sequence[
         "",
     ]
     lines += [f"{key}={value}" for key, value in ssl_properties(directory, node, trust=trust).items()]
-    path.write_text("\n".join(lines) + "\n")
+    durable.write_whole(path, ("\n".join(lines) + "\n").encode())
     return path

@@ -1,8 +1,9 @@
-"""``icecrawler.durable``: the journal of a job of several steps (replaced whole, read back, gone when done), and
-the names of damaged copies."""
+"""``icecrawler.durable``: the journal of a job of several steps (replaced whole, read back, gone when done), the
+names of damaged copies, and files written whole with the mode asked for."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -43,3 +44,20 @@ def test_a_damaged_copy_never_takes_the_name_of_another(tmp_path: Path, monkeypa
     assert second.name == "store.sqlite3.damaged-20261206T083000-2"
     second.mkdir()
     assert aside_path(store).name == "store.sqlite3.damaged-20261206T083000-3"
+
+
+def test_a_whole_file_replaces_the_old_one_with_the_mode_asked_for(tmp_path: Path) -> None:
+    secret = tmp_path / "node-key.pem"
+    secret.write_bytes(b"old")
+    secret.chmod(0o644)
+    durable.write_whole(secret, b"new", mode=0o600)
+    assert secret.read_bytes() == b"new" and secret.stat().st_mode & 0o777 == 0o600
+    durable.write_whole(tmp_path / "node-ssl.conf", b"plain")  # no mode asked: the usual one, less the umask
+    assert (tmp_path / "node-ssl.conf").stat().st_mode & 0o777 == 0o666 & ~_umask()
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["node-key.pem", "node-ssl.conf"]
+
+
+def _umask() -> int:
+    current = os.umask(0)
+    os.umask(current)
+    return current
