@@ -1,8 +1,11 @@
 """Every ``created_at`` form the sites show, resolved to ISO 8601 in China Standard Time (+08:00).
 
-Weibo renders relative times ("刚刚", "5分钟前", "昨天 12:25", "06-27") against the server clock, so they are
-resolved against ``now_ms`` (the fetch time the runtime passes in), never against our own clock. China has had
-no daylight saving since 1991, so a fixed +08:00 offset is exact and needs no tz database.
+Weibo renders relative times ("刚刚", "5分钟前", "昨天 12:25", "06-27") against its server's clock; they are resolved
+against ``now_ms``, the fetch time the runtime passes in, which is the client's clock: a client clock that is off
+shifts them by as much (the client warns when its clock and the scheduler's differ by over 5 s). Today's sites mostly
+send absolute times (weibo.com and m.weibo.cn an RFC 2822 form, the legacy feed a ``date`` attribute in ms), so the
+relative forms are a fallback. China has had no daylight saving since 1991, so a fixed +08:00 offset is exact and
+needs no tz database.
 """
 
 from __future__ import annotations
