@@ -1,7 +1,7 @@
 """IceGrid deployment: a real registry and nodes (Debian zeroc-icegrid 3.7.8) run the committed descriptor
 ``deploy/icegrid/icecrawler.xml`` through ``deploy/icegrid/grid.sh``; a crawl runs against the sandbox, a third
-node joins mid-crawl and gets a client with one ``server template instantiate``, and at the end every sandbox
-item is stored exactly once.
+node joins mid-crawl and gets a client with one ``server template instantiate`` (or the servers are killed with
+SIGKILL mid-crawl and their nodes start them again), and at the end every sandbox item is stored exactly once.
 
 Why: growing must mean adding nodes, never changing code or client configuration. The clients here know only
 the locator and the well-known names ``scheduler``/``storage`` (the scheduler listens on a port the OS picks),
@@ -92,55 +92,57 @@ def _active(grid: Grid, server: str) -> bool:
         return False
 
 
+def _crawl_under_way(grid: Grid, group: ProcessGroup, tmp_path: Path, workload: Workload) -> tuple[Cluster, list[str]]:
+    """The descriptor deployed on the grid's two nodes, the workload seeded through the locator, and some (not all)
+    of its items stored; returns the cluster (the oracle's view of the grid's store) and the locator option to
+    probe the scheduler with."""
+    cluster = Cluster(tmp_path / "work", group, workload)
+    sandbox_port = free_port()
+    # Slow pages and one fetch thread per client, so the crawl (about 120 requests) still runs ~30 s after
+    # the first item is stored: long enough for what each test does mid-crawl.
+    cluster.start_sandbox("127.0.0.1", sandbox_port, latency_ms=500)
+    workdir = grid.directory / "work"
+    workdir.mkdir(parents=True, exist_ok=True)
+    # Every server reads ./icecrawler.toml in the descriptor's workdir; nothing in it names a server address.
+    settings = {
+        **cluster.sandbox_settings("127.0.0.1", sandbox_port),
+        "client.progress_log_s": 2.0,
+        "client.workers": 1,
+        "client.batch": 1,
+    }
+    (workdir / "icecrawler.toml").write_text(
+        "".join(f"{key} = {json.dumps(value)}\n" for key, value in settings.items())
+    )
+    grid.run("deploy", "scheduler_port=0")
+    assert poll_until(lambda: _active(grid, "Scheduler"), 40), grid.admin("server list")
+    assert poll_until(lambda: _active(grid, "Storage-1"), 40)
+
+    # Clients, seed and probe only know the locator and the well-known object names.
+    seed_conf = cluster.ice_config("seed", {"Scheduler.Proxy": "scheduler", "Ice.Default.Locator": grid.locator})
+    seeded = subprocess.run(
+        [sys.executable, "-m", "icecrawler_cli", "seed", *workload.seed_ids(), f"--Ice.Config={seed_conf}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert seeded.returncode == 0, seeded.stderr
+    cluster.db_path = workdir / "var" / "storage" / "Storage-1.sqlite3"
+    assert poll_until(lambda: cluster.stored_items() > 0, 60), grid.admin("server list")
+    assert cluster.stored_items() < workload.items, "crawl finished before the test acted: make it slower"
+    return cluster, ["--Ice.Default.Locator=" + grid.locator]
+
+
 def test_icegrid_crawl_with_a_node_added_mid_crawl(grid: Grid, tmp_path: Path) -> None:
     workload = Workload(jd_products=25, reviews_per_product=30, weibo_users=10, posts_per_user=20)
-    work = tmp_path / "work"
     with ProcessGroup(tmp_path / "logs") as group:
-        cluster = Cluster(work, group, workload)
-        sandbox_port = free_port()
-        # Slow pages and one fetch thread per client, so the crawl (about 120 requests) still runs ~30 s after
-        # the first item is stored: long enough for node3's client to start (Python start-up) and take part.
-        cluster.start_sandbox("127.0.0.1", sandbox_port, latency_ms=500)
-        workdir = grid.directory / "work"
-        workdir.mkdir(parents=True, exist_ok=True)
-        # Every server reads ./icecrawler.toml in the descriptor's workdir; nothing in it names a server address.
-        settings = {
-            **cluster.sandbox_settings("127.0.0.1", sandbox_port),
-            "client.progress_log_s": 2.0,
-            "client.workers": 1,
-            "client.batch": 1,
-        }
-        (workdir / "icecrawler.toml").write_text(
-            "".join(f"{key} = {json.dumps(value)}\n" for key, value in settings.items())
-        )
-        grid.run("deploy", "scheduler_port=0")
-        assert poll_until(lambda: _active(grid, "Scheduler"), 40), grid.admin("server list")
-        assert poll_until(lambda: _active(grid, "Storage-1"), 40)
-
-        # Clients, seed and probe only know the locator and the well-known object names.
-        locator_props = {"Ice.Default.Locator": grid.locator}
-        scheduler = "scheduler"
-        seed_conf = cluster.ice_config("seed", {"Scheduler.Proxy": scheduler, **locator_props})
-        seeded = subprocess.run(
-            [sys.executable, "-m", "icecrawler_cli", "seed", *workload.seed_ids(), f"--Ice.Config={seed_conf}"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        assert seeded.returncode == 0, seeded.stderr
-        probe = ["--Ice.Default.Locator=" + grid.locator]
-
+        cluster, probe = _crawl_under_way(grid, group, tmp_path, workload)
         # The crawl is under way (some, not all, items stored) when node3 joins.
-        db = workdir / "var" / "storage" / "Storage-1.sqlite3"
-        cluster.db_path = db
-        assert poll_until(lambda: cluster.stored_items() > 0, 60), grid.admin("server list")
-        assert cluster.stored_items() < workload.items, "crawl finished before node3 joined: make it slower"
         grid.run("node", "node3")
         grid.admin("server template instantiate icecrawler node3 CrawlerClient index=3")
         assert poll_until(lambda: _active(grid, "CrawlerClient-3"), 40)
 
         assert poll_until(lambda: not cluster.problems(), 80, 1.0), cluster.problems()
-        info = cluster.probe(scheduler, extra=probe)
+        info = cluster.probe("scheduler", extra=probe)
         assert info["stats"]["inflight"] == 0
         assert all(task["crawls"] >= 1 for task in info["tasks"].values())
         workers = {task["worker"] for task in info["tasks"].values()}
@@ -153,6 +155,31 @@ def test_icegrid_crawl_with_a_node_added_mid_crawl(grid: Grid, tmp_path: Path) -
             "Scheduler",
             "Storage-1",
         ]
+
+
+def test_icegrid_restarts_servers_killed_mid_crawl_and_the_crawl_loses_nothing(grid: Grid, tmp_path: Path) -> None:
+    """kill -9 of the scheduler, the storage server and a client at once, under their nodes: ``activation="always"``
+    starts each again (the scheduler on another port the OS picks), the clients find the new ones through the
+    registry, and every item is still stored exactly once."""
+    workload = Workload(jd_products=25, reviews_per_product=30, weibo_users=10, posts_per_user=20)
+    with ProcessGroup(tmp_path / "logs") as group:
+        cluster, probe = _crawl_under_way(grid, group, tmp_path, workload)
+        victims = ("Scheduler", "Storage-1", "CrawlerClient-1")
+        killed = {server: int(grid.admin(f"server pid {server}")) for server in victims}
+        for pid in killed.values():
+            os.kill(pid, signal.SIGKILL)
+
+        def started_again(server: str) -> bool:
+            try:
+                return _active(grid, server) and int(grid.admin(f"server pid {server}")) != killed[server]
+            except (AssertionError, ValueError):
+                return False
+
+        assert poll_until(lambda: all(started_again(server) for server in victims), 60), grid.admin("server list")
+        assert poll_until(lambda: not cluster.problems(), 120, 1.0), cluster.problems()
+        info = cluster.probe("scheduler", extra=probe)
+        assert info["stats"]["inflight"] == 0
+        assert all(task["crawls"] >= 1 for task in info["tasks"].values())
 
 
 def test_icegrid_all_endpoints_over_tls(tmp_path: Path) -> None:
