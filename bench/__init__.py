@@ -6,6 +6,9 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
+
+from icecrawler import durable
 
 __all__ = ["ROOT", "table_head", "write_figures"]
 
@@ -23,9 +26,13 @@ def table_head(command: str, caption: str, columns: Sequence[str]) -> list[str]:
     ]
 
 
-def write_figures(name: str, figures: Mapping[str, float]) -> Path:
-    """Write ``docs/bench/NAME.json`` and say so."""
-    path = ROOT / "docs" / "bench" / f"{name}.json"
-    path.write_text(json.dumps(dict(figures), indent=1, sort_keys=True) + "\n", encoding="utf-8")
-    print(f"wrote {path.relative_to(ROOT)}")
+def write_figures(where: str | Path, figures: Mapping[str, Any]) -> Path:
+    """Write the figures file, ``docs/bench/NAME.json`` for a name or the path given, and say so. Keys sorted, so
+    that two runs' files compare line by line; written whole (``durable.write_whole``), so a run stopped while
+    writing leaves the last run's file, never half of one."""
+    path = where if isinstance(where, Path) else ROOT / "docs" / "bench" / f"{where}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(dict(figures), indent=1, sort_keys=True, ensure_ascii=False) + "\n"
+    durable.write_whole(path, text.encode("utf-8"))
+    print(f"wrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
     return path

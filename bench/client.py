@@ -38,6 +38,7 @@ from typing import Any
 
 import requests
 
+from bench import ROOT, write_figures
 from bench._pages import BenchCase, bench_cases
 from bench._scrape import Scraper
 from crawler_client.crawl import item_text
@@ -49,7 +50,6 @@ from icecrawler.deadline import Watchdog
 from icecrawler.settings.default_settings import DEFAULTS
 from shhd.fingerprint import clear_token_cache, fingerprint_texts
 
-ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "docs" / "bench" / "client.json"
 
 
@@ -423,8 +423,7 @@ def main(argv: list[str]) -> int:
     _print_connection_setup(connect)
     if args.only_connect:
         if not args.no_write:
-            merged = {**json.loads(OUT.read_text(encoding="utf-8")), **connect}
-            OUT.write_text(json.dumps(merged, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+            write_figures(OUT, {**json.loads(OUT.read_text(encoding="utf-8")), **connect})
         return 0
 
     rows = cpu_per_page(args.repeat)
@@ -496,6 +495,5 @@ def main(argv: list[str]) -> int:
             f"Ice); machine load average {tp['machine_load_avg_1min']} on {tp['cpu_cores']} cores"
         )
     if not args.no_write:
-        OUT.parent.mkdir(parents=True, exist_ok=True)
-        OUT.write_text(json.dumps(headline(result), indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+        write_figures(OUT, headline(result))
     return 0

@@ -6,18 +6,16 @@ Writes docs/bench/fingerprint.json."""
 from __future__ import annotations
 
 import argparse
-import json
 import time
 import timeit
 from collections import Counter
 from collections.abc import Callable
-from pathlib import Path
 
+from bench import write_figures
 from bench.revisit.content import ContentModel
 from shhd.fingerprint import clear_token_cache, fingerprint_texts, fingerprint_tokens, token_hash, tokenize
 from shhd.segment import cut
 
-ROOT = Path(__file__).resolve().parents[1]
 WINDOW = 45
 
 
@@ -111,6 +109,5 @@ def main(argv: list[str]) -> int:
         "speedup_vs_pure_python_x": round(t_py / t_hash, 2),
     }
     if not args.no_write:
-        (ROOT / "docs" / "bench").mkdir(parents=True, exist_ok=True)
-        (ROOT / "docs" / "bench" / "fingerprint.json").write_text(json.dumps(head, indent=1) + "\n", encoding="utf-8")
+        write_figures("fingerprint", head)
     return 0

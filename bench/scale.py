@@ -21,7 +21,6 @@ Writes docs/bench/scale.json (flat keys with units).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import shutil
@@ -30,13 +29,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench import ROOT, write_figures
 from crawler_client.gateways import IceScheduler
 from icecrawler import rpc
 from icecrawler.processes import ManagedProcess, ProcessGroup, cpu_seconds, free_port, poll_until
 from icecrawler_cli.commands.seed import group_by_kind, per_kind
 from icecrawler_local.launcher import Cluster, Workload
 
-ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "docs" / "bench" / "scale.json"
 TARGET = 0.9
 #: Seconds between checks of the stored-item count: the end of a run is known to within this.
@@ -291,9 +290,7 @@ def main(argv: list[str]) -> int:
     for role, limit in ceilings(rows[-1]).items():
         summary[f"ceiling_{role}_items_per_s"] = round(limit, 0)
     if not args.no_write:
-        OUT.parent.mkdir(parents=True, exist_ok=True)
-        OUT.write_text(json.dumps(summary, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-        print(f"wrote {OUT.relative_to(ROOT)}")
+        write_figures(OUT, summary)
     return 0
 
 

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from bench import write_figures
 from bench._echo import echo_module
 from bench._metrics_ab import metrics_ab
 from bench._metrics_profile import metrics_profile
@@ -444,9 +445,7 @@ def main(argv: Sequence[str]) -> int:
         figures.update(kept)
         if kept:
             print(f"kept the {len(kept)} metrics figures already in {args.json} (--metrics-pairs 0 measures none)")
-    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.json).write_text(json.dumps(figures, indent=2, sort_keys=True) + "\n")
-    print(f"wrote {args.json}")
+    write_figures(Path(args.json), figures)
     return 0
 
 

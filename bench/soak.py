@@ -21,7 +21,6 @@ Writes docs/bench/soak.json (flat keys with units).
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import tempfile
 import time
@@ -31,12 +30,12 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from bench import ROOT, write_figures
 from bench.revisit.publish import table
 from icecrawler_local.demo import DEMO_CLIENT, DEMO_SCHEDULER, seed_ids
 from icecrawler_local.stack import Stack, running_stack
 from sandbox.scenario import default_scenario
 
-ROOT = Path(__file__).resolve().parents[1]
 ROLES = ("scheduler", "storage", "clients")
 OUT = ROOT / "docs" / "bench" / "soak.json"
 DAY_S = 86_400.0
@@ -242,6 +241,5 @@ def main(argv: list[str]) -> int:
     header = ["measure", "after warm-up", "end", "largest", "per sim-day", "per sim-day, 2nd half", "per 1000 reports"]
     print(table(header, rows))
     if not args.no_write:
-        OUT.parent.mkdir(parents=True, exist_ok=True)
-        OUT.write_text(json.dumps(head, indent=1) + "\n", encoding="utf-8")
+        write_figures(OUT, head)
     return 0

@@ -27,7 +27,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+from bench import ROOT, write_figures
+
 OUT = ROOT / "docs" / "bench" / "storage.json"
 
 # ~1 KB of UTF-8 per record: 200 CJK chars of text (600 B), html around it, the rest of the fields.
@@ -289,9 +290,7 @@ def main(argv: list[str]) -> int:
             summary.update(kept)
             summary["hbase_from_an_earlier_run"] = True
     if not args.no_write:
-        OUT.parent.mkdir(parents=True, exist_ok=True)
-        OUT.write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
-        print(f"wrote {OUT.relative_to(ROOT)}")
+        write_figures(OUT, summary)
     return 0
 
 

@@ -8,6 +8,8 @@ import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from bench import write_figures
+
 __all__ = ["fmt", "merge_json", "table", "write_block"]
 
 
@@ -25,9 +27,7 @@ def write_block(path: Path, block: str, name: str = "revisit-results") -> None:
 def merge_json(path: Path, head: dict[str, float], owns: Callable[[str], bool]) -> None:
     """Write ``head`` into the JSON object at ``path``, first dropping the keys this run owns (``owns(key)``)."""
     old = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
-    merged = {k: v for k, v in old.items() if not owns(k)} | head
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(merged, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    write_figures(path, {k: v for k, v in old.items() if not owns(k)} | head)
 
 
 def fmt(mean: float, hw: float, digits: int = 2) -> str:

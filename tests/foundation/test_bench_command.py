@@ -1,8 +1,10 @@
-"""``icecrawler bench``: ``list``, one benchmark, and ``all`` (what ``make bench`` runs)."""
+"""``icecrawler bench``: ``list``, one benchmark, ``all`` (what ``make bench`` runs), and each one's figures file."""
 
 from __future__ import annotations
 
 import importlib
+import json
+from pathlib import Path
 from types import ModuleType, SimpleNamespace
 
 import pytest
@@ -60,3 +62,14 @@ def test_list_names_the_real_benchmarks(capsys: pytest.CaptureFixture[str]) -> N
     listed = capsys.readouterr().out.split()
     assert {"scheduler", "storage", "client", "fingerprint", "scale", "revisit", "policy", "soak"} <= set(listed)
     assert not [name for name in listed if name.startswith("_")]
+
+
+def test_every_benchmark_writes_its_figures_whole_sorted_and_in_utf_8(tmp_path: Path) -> None:
+    from bench import write_figures
+
+    figures = tmp_path / "figures.json"
+    figures.write_text('{"old": 1}\n')
+    assert write_figures(figures, {"z_items_per_s": 2.5, "a_page": "西湖 goods.php"}) == figures
+    assert figures.read_text(encoding="utf-8") == '{\n "a_page": "西湖 goods.php",\n "z_items_per_s": 2.5\n}\n'
+    assert [path.name for path in tmp_path.iterdir()] == ["figures.json"]  # no .partial left
+    assert json.loads(figures.read_text(encoding="utf-8")) == {"z_items_per_s": 2.5, "a_page": "西湖 goods.php"}
