@@ -124,7 +124,18 @@ def communicator(args: Sequence[str] = (), properties: dict[str, str] | None = N
         init.threadStop = _drop_thread_state
         return Ice.Communicator(initData=init)
     except Ice.LocalException as exc:  # a missing --Ice.Config file, an unknown or malformed Ice property
-        raise ConfigError(f"Ice properties: {one_line(exc)}") from exc
+        raise ConfigError(f"Ice properties: {one_line(exc).rstrip(':')}{_tls_files_hint(exc)}") from exc
+
+
+def _tls_files_hint(exc: Exception) -> str:
+    """What to check when IceSSL cannot load this node's files: OpenSSL often says only which file it was."""
+    text = str(exc)
+    if "IceSSL" in text and ("private key" in text or "certificate" in text):
+        return (
+            " (IceSSL.CertFile and IceSSL.KeyFile must be one pair, written together by `icecrawler certs issue`, "
+            "and readable by this user)"
+        )
+    return ""
 
 
 # Ice calls into Python from its own threads (dispatch, AMD replies, callbacks). Each such call takes the GIL

@@ -3,7 +3,8 @@ errors included. One subprocess per case, each case a row of ``CASES``.
 
 Why these rows: each is a start-up that once printed a traceback, hung (the storage daemon on a port in use),
 or started and failed later (``scheduler.lease_s=nan`` made every lease an UnknownException,
-``maintenance_interval_s=0`` spun a core) or made something useless (``certs init --days 0``).
+``maintenance_interval_s=0`` spun a core) or made something useless (``certs init --days 0``), or named a file
+without saying what to check (IceSSL's "error loading SSL private key").
 """
 
 from __future__ import annotations
@@ -113,6 +114,10 @@ CASES: dict[str, Case] = {
         lambda w, p: ["export", "--table", "weibo", "--set", f"storage.embedded.path={w / 'typo.sqlite3'}"],
         "no store at",
     ),
+    "a node key that is not its certificate's": (
+        lambda w, p: [*_sched()(w, p), f"--Ice.Config={w / 'pki' / 'mismatched.conf'}"],
+        "written together by `icecrawler certs issue`",
+    ),
     "certs init --days 0": (lambda w, p: ["certs", "init", "--dir", str(w / "ca"), "--days", "0"], "--days"),
     "certs issue --days 0": (lambda w, p: ["certs", "issue", "n1", "--dir", str(w / "ca"), "--days", "0"], "--days"),
 }
@@ -127,7 +132,22 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (base / "a-file").write_text("x")
     (base / "garbage.conf").write_text("SchedulerAdapter.Endpoints=tcp -h 127.0.0.1 -p notaport -x\n")
     SqliteStore(str(base / "store.sqlite3")).close()
+    _mismatched_pki(base / "pki")
     return base
+
+
+def _mismatched_pki(pki: Path) -> None:
+    """A scheduler's TLS files with another node's key in place of its own (a re-issue stopped midway, a copy gone
+    wrong): ``mismatched.conf`` starts it on an ssl endpoint with them."""
+    from icecrawler import tls
+
+    tls.init_ca(pki)
+    files = tls.issue(pki, "sched")
+    other = tls.issue(pki, "other")
+    files.key.write_bytes(other.key.read_bytes())
+    (pki / "mismatched.conf").write_text(
+        files.properties.read_text() + "SchedulerAdapter.Endpoints=ssl -h 127.0.0.1 -p 0\n"
+    )
 
 
 @pytest.fixture(scope="module")
