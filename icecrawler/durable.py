@@ -16,6 +16,7 @@ its name and renamed over it when complete (``replaced_whole``, ``write_whole``)
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import stat
@@ -23,7 +24,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, BinaryIO, TextIO
 
 from icecrawler.errors import ServiceError
 
@@ -80,16 +81,20 @@ def write_whole(path: Path, data: bytes, *, mode: int | None = None) -> None:
     """Replace ``path`` with ``data``, on disk before this returns: a run killed midway leaves the old file (or none)
     and a ``<path>.partial``. ``mode`` (0o600 for a secret) is set before the first byte is written; without it the
     file gets the usual mode (0o666 less the umask)."""
-    _write_through(path, path.with_name(path.name + ".partial"), data, mode)
+    with _through_partial(path, path.with_name(path.name + ".partial"), mode) as file:
+        file.write(data)
 
 
-def _write_through(path: Path, partial: Path, data: bytes, mode: int | None) -> None:
+@contextmanager
+def _through_partial(path: Path, partial: Path, mode: int | None) -> Iterator[BinaryIO]:
+    """``partial`` opened for writing; when the block ends it is fsynced and renamed over ``path`` (and the folder
+    fsynced), and when the block raises it is removed: the one mechanism of every whole-file write here."""
     fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666 if mode is None else mode)
     try:
         with os.fdopen(fd, "wb") as file:
             if mode is not None:
                 os.fchmod(file.fileno(), mode)  # a .partial left by an earlier run kept the mode it was made with
-            file.write(data)
+            yield file
             file.flush()
             os.fsync(file.fileno())
     except BaseException:
@@ -101,7 +106,8 @@ def _write_through(path: Path, partial: Path, data: bytes, mode: int | None) -> 
 
 def write_journal(path: Path, state: dict[str, Any]) -> None:
     """Replace the journal at ``path`` with ``state``, on disk before this returns (never half written)."""
-    _write_through(path, _journal_partial(path), json.dumps(state).encode(), None)
+    with _through_partial(path, _journal_partial(path), None) as file:
+        file.write(json.dumps(state).encode())
 
 
 def read_journal(path: Path) -> dict[str, Any] | None:
@@ -185,17 +191,12 @@ def replaced_whole(path: Path) -> Iterator[TextIO]:
         with path.open("w", encoding="utf-8", newline="") as out:
             yield out
         return
-    partial = path.with_name(path.name + ".partial")
-    try:
-        with partial.open("w", encoding="utf-8", newline="") as out:
+    with _through_partial(path, path.with_name(path.name + ".partial"), None) as raw:
+        out = io.TextIOWrapper(raw, encoding="utf-8", newline="")
+        try:
             yield out
-            out.flush()
-            os.fsync(out.fileno())
-    except BaseException:
-        partial.unlink(missing_ok=True)
-        raise
-    os.replace(partial, path)
-    sync_dir(path.parent)
+        finally:
+            out.detach()  # flushed; the file itself stays open for its fsync (or its removal)
 
 
 def aside_path(path: Path) -> Path:
