@@ -386,7 +386,7 @@ def e0_real(traces: Sequence[Trace], windowing: Windowing) -> tuple[Trace, Page,
     """Every E0 policy alone on one real target (the report half's busiest Weibo user, else its busiest target):
     summaries and period trajectories."""
     pages = window_pages(traces, windowing)
-    weibo = [k for k, t in enumerate(traces) if t.source == "weibo"] or list(range(len(traces)))
+    weibo = [k for k, t in enumerate(traces) if t.source.lower().startswith("weibo")] or list(range(len(traces)))
     k = max(weibo, key=lambda j: (pages[j].arrivals.size, traces[j].target))
     out: dict[str, Any] = {}
     for label, detector in E0_POLICIES:

@@ -125,6 +125,8 @@ def _parse_line(text: str, where: str) -> Trace:
     if missing:
         raise TraceError(f"{where}: missing {', '.join(missing)}")
     target, source, times = obj["target"], obj["source"], obj["times"]
+    if isinstance(target, int) and not isinstance(target, bool):
+        target = str(target)  # a numeric user or product id is an id like any other
     if not isinstance(target, str) or not target or not isinstance(source, str) or not source:
         raise TraceError(f"{where}: target and source must be non-empty strings")
     if not isinstance(times, list) or not times:
@@ -140,20 +142,22 @@ def _parse_line(text: str, where: str) -> Trace:
 
 
 def load_traces(path: Path) -> list[Trace]:
-    """All traces of a JSONL file, in file order; the first bad line (or a repeated target) raises TraceError."""
+    """All traces of a JSONL file, in file order; the first bad line (or a target repeated within its source)
+    raises TraceError. Two sources may use the same id for different targets (a user id and a product id)."""
     try:
         lines = path.read_text(encoding="utf-8-sig").splitlines()
     except (OSError, UnicodeDecodeError) as exc:
         raise TraceError(f"{path}: cannot read ({exc})") from None
     traces: list[Trace] = []
-    seen: dict[str, int] = {}
+    seen: dict[tuple[str, str], int] = {}
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
         trace = _parse_line(line, f"{path}:{number}")
-        if trace.target in seen:
-            raise TraceError(f"{path}:{number}: target {trace.target!r} repeats line {seen[trace.target]}")
-        seen[trace.target] = number
+        key = (trace.source, trace.target)
+        if key in seen:
+            raise TraceError(f"{path}:{number}: target {trace.target!r} of {trace.source} repeats line {seen[key]}")
+        seen[key] = number
         traces.append(trace)
     if not traces:
         raise TraceError(f"{path}: no traces")

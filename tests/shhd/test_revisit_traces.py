@@ -62,6 +62,8 @@ def test_a_file_saved_with_a_byte_order_mark_and_crlf_line_ends_loads(tmp_path: 
         ("[1, 2]", "expected an object"),
         (json.dumps({"target": "x", "times": [1]}), "missing source"),
         (json.dumps(dict(GOOD, target="")), "non-empty strings"),
+        (json.dumps(dict(GOOD, target=True)), "non-empty strings"),
+        (json.dumps(dict(GOOD, target=1.5)), "non-empty strings"),
         (json.dumps(dict(GOOD, source=7)), "non-empty strings"),
         (json.dumps(dict(GOOD, times=[])), "non-empty list"),
         (json.dumps(dict(GOOD, times="1700000000")), "non-empty list"),
@@ -79,8 +81,14 @@ def test_a_bad_line_names_file_line_and_fault(tmp_path: Path, line: str, message
     assert f"{path}:2:" in str(err.value)
 
 
+def test_a_numeric_id_is_an_id_and_two_sources_may_share_one(tmp_path: Path) -> None:
+    lines = [json.dumps(dict(GOOD, target=1669879400)), json.dumps(dict(GOOD, target="1669879400", source="jd"))]
+    traces = load_traces(write(tmp_path, lines))
+    assert [(t.source, t.target) for t in traces] == [("weibo", "1669879400"), ("jd", "1669879400")]
+
+
 def test_a_repeated_target_an_empty_file_and_a_missing_file_are_errors(tmp_path: Path) -> None:
-    with pytest.raises(TraceError, match="repeats line 1"):
+    with pytest.raises(TraceError, match="of weibo repeats line 1"):
         load_traces(write(tmp_path, [json.dumps(GOOD), json.dumps(GOOD)]))
     with pytest.raises(TraceError, match="no traces"):
         load_traces(write(tmp_path, ["", "  "]))
