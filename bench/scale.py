@@ -30,10 +30,10 @@ from pathlib import Path
 from typing import Any
 
 from bench import ROOT, write_figures
-from crawler_client.gateways import IceScheduler
+from crawler_client.gateways import IceScheduler, per_kind
 from icecrawler import rpc
 from icecrawler.processes import ManagedProcess, ProcessGroup, cpu_seconds, free_port, poll_until
-from icecrawler_cli.commands.seed import group_by_kind, per_kind
+from icecrawler.sourcespec import group_by_kind
 from icecrawler_local.launcher import Cluster, Workload
 
 OUT = ROOT / "docs" / "bench" / "scale.json"

@@ -40,6 +40,7 @@ __all__ = [
     "ShardedScheduler",
     "StorageGateway",
     "TargetsGateway",
+    "per_kind",
     "scheduler_gateway",
 ]
 
@@ -85,6 +86,17 @@ class TargetsGateway(SchedulerGateway, Protocol):
     def hold_host(self, host: str, seconds: float, reason: str) -> float:
         """Hold ``host`` for ``seconds`` (0: lift); returns how long it is held now."""
         ...
+
+
+def per_kind(
+    call: Callable[[Sequence[str], TaskKind], int], groups: dict[TaskKind, list[str]], batch: int
+) -> dict[TaskKind, int]:
+    """``call`` (a ``TargetsGateway``'s ``add_targets`` or ``remove_targets``, which route ids to their shards) with
+    each kind's ids (``icecrawler.sourcespec.group_by_kind``), in calls of at most ``batch``; the sum of its counts
+    per kind."""
+    return {
+        kind: sum(call(ids[i : i + batch], kind) for i in range(0, len(ids), batch)) for kind, ids in groups.items()
+    }
 
 
 class StorageGateway(Protocol):

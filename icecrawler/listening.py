@@ -1,7 +1,9 @@
-"""How a daemon starts listening: its endpoints (command line, property file, default), the listening policy
-and a port probe before it opens its data, then the adapter itself (``rpc.serve`` activates it).
+"""How a daemon starts listening, before it opens its data: its endpoints (command line, property file, default),
+the listening policy (``icecrawler.security``) and a port probe, and the gate its servants check callers with. The
+adapter itself is created later by ``rpc.serve``.
 
-Kept apart from ``rpc`` so that the policy (``icecrawler.security``) is loaded only by the daemons.
+Only the daemons import this module, so a client never loads the certificate code the policy needs; ``rpc``
+holds the mechanism both use (``listen_endpoints``, ``create_adapter``, ``one_line``).
 """
 
 from __future__ import annotations
@@ -10,11 +12,36 @@ import logging
 
 import Ice
 
-from icecrawler.errors import ServiceError
+from icecrawler.rpc import listen_endpoints
+from icecrawler.security import Gate, check_listen_endpoints, check_ports_free, has_secure_endpoint
+from icecrawler.settings import Settings
 
-__all__ = ["create_adapter", "listen_endpoints", "one_line", "prepare_adapter"]
+__all__ = ["guarded_listening", "prepare_adapter"]
 
 log = logging.getLogger(__name__)
+
+
+def guarded_listening(
+    comm: Ice.Communicator,
+    settings: Settings,
+    adapter_name: str,
+    default_endpoints: str,
+    *,
+    listen: str,
+    message_size_max_kib: int,
+) -> Gate:
+    """A daemon's listening set-up before it opens its data (``prepare_adapter``: bad endpoints, plain
+    TCP off loopback without ``security.allow_insecure``, a port in use), and the gate its servants check callers
+    with: certificate roles when an endpoint is TLS, ``security.revoked`` refused."""
+    endpoints = prepare_adapter(
+        comm,
+        adapter_name,
+        default_endpoints,
+        endpoints=listen,
+        allow_insecure=settings.get_bool("security.allow_insecure"),
+        message_size_max_kib=message_size_max_kib,
+    )
+    return Gate.from_setting(settings.get_str("security.revoked"), tls=has_secure_endpoint(comm, endpoints))
 
 
 def prepare_adapter(
@@ -36,8 +63,6 @@ def prepare_adapter(
     unless that is set (``icecrawler.limits``). The port is only probed here; ``create_adapter`` binds it once
     the daemon is ready, so that a port that accepts connections means a daemon that answers them.
     """
-    from icecrawler.security import check_listen_endpoints, check_ports_free
-
     props = comm.getProperties()
     listen = listen_endpoints(comm, adapter_name, default_endpoints, endpoints)
     for warning in check_listen_endpoints(comm, listen, allow_insecure):
@@ -46,40 +71,3 @@ def prepare_adapter(
     if message_size_max_kib > 0 and not props.getProperty(f"{adapter_name}.MessageSizeMax"):
         props.setProperty(f"{adapter_name}.MessageSizeMax", str(message_size_max_kib))
     return listen
-
-
-def create_adapter(comm: Ice.Communicator, adapter_name: str) -> Ice.ObjectAdapter:
-    """Create (and bind) ``adapter_name``; a failure is a one-line ServiceError.
-
-    An adapter's own thread pool (``<adapter_name>.ThreadPool.*``) becomes the communicator's server pool (the
-    same thing for a daemon's one adapter): when binding fails, Ice joins an adapter's own pool threads inside
-    ``createObjectAdapter``, which holds the GIL, while each thread waits for the GIL in our thread hooks, so
-    the daemon hung forever on a port in use.
-    """
-    props = comm.getProperties()
-    for key, value in props.getPropertiesForPrefix(f"{adapter_name}.ThreadPool.").items():
-        props.setProperty("Ice.ThreadPool.Server." + key.rsplit(".", 1)[1], value)
-        props.setProperty(key, "")
-    try:
-        return comm.createObjectAdapter(adapter_name)
-    except Ice.LocalException as exc:
-        listen = props.getProperty(f"{adapter_name}.Endpoints")
-        raise ServiceError(f"{adapter_name} cannot listen on {listen}: {one_line(exc)}") from exc
-
-
-def listen_endpoints(comm: Ice.Communicator, adapter_name: str, default_endpoints: str, endpoints: str = "") -> str:
-    """The endpoints ``adapter_name`` will listen on (``endpoints`` if given, else its property, else the default),
-    set as its ``Endpoints`` property."""
-    props = comm.getProperties()
-    key = f"{adapter_name}.Endpoints"
-    if endpoints:
-        props.setProperty(key, endpoints)
-    elif not props.getProperty(key):
-        props.setProperty(key, default_endpoints)
-    return props.getProperty(key)
-
-
-def one_line(exc: BaseException) -> str:
-    """An exception as one short line: its class and the first line of its text (Ice's can span several)."""
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    return f"{type(exc).__name__}: {lines[0][:300]}" if lines else type(exc).__name__

@@ -4,14 +4,13 @@
 
 from __future__ import annotations
 
-import enum
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from icecrawler.errors import InvalidArgumentError, quote
 from icecrawler.outcomes import Outcome
+from icecrawler.sourcespec import TaskKind, registry
 
 __all__ = [
     "MAX_DISCOVERED_IDS",
@@ -34,35 +33,21 @@ __all__ = [
 ]
 
 
-class TaskKind(enum.StrEnum):
-    """What a task crawls; the value is the task-id prefix."""
-
-    WeiboUser = "user"
-    ProductReviews = "reviews"
-    Listing = "listing"
-
-
 class _SourceKinds(Mapping[str, frozenset[TaskKind]]):
-    """Source name → the task kinds it crawls, read from the source registry (``icecrawler.sourcespec``) on
-    first use: each source declares its kinds next to its parser, nothing here lists them."""
-
-    @staticmethod
-    def _registry() -> Mapping[str, Any]:
-        from icecrawler.sourcespec import registry
-
-        return registry
+    """Source name → the task kinds it crawls, read from the source registry (``icecrawler.sourcespec``), which
+    finds the sources on first use: each source declares its kinds next to its parser, nothing here lists them."""
 
     def __getitem__(self, name: str) -> frozenset[TaskKind]:
-        return frozenset(self._registry()[name].kinds)
+        return frozenset(registry[name].kinds)
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._registry())
+        return iter(registry)
 
     def __len__(self) -> int:
-        return len(self._registry())
+        return len(registry)
 
     def __contains__(self, name: object) -> bool:
-        return name in self._registry()
+        return name in registry
 
 
 #: Which task kinds each source can crawl.

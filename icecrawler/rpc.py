@@ -2,7 +2,9 @@
 exceptions and back. Two parts live in modules of their own and are re-exported here, so callers import only
 ``rpc``: loading the Slice contract (``icecrawler.contract``: ``crawler()``, ``load_slice``, ``SLICE_FILE``) and
 converting between the Slice types and the plain core types of ``icecrawler.models`` (``icecrawler.convert``).
-``stop_on_signals`` (``icecrawler.stopsignals``, which imports no Ice) is re-exported too.
+``stop_on_signals`` (``icecrawler.stopsignals``, which imports no Ice) is re-exported too. A daemon's listening
+set-up (the listening policy, the port probe, the gate its servants check) is ``icecrawler.listening``, which only
+the daemons import.
 """
 
 from __future__ import annotations
@@ -39,7 +41,6 @@ from icecrawler.errors import (
     ServiceError,
     StorageUnavailableError,
 )
-from icecrawler.listening import create_adapter, listen_endpoints, one_line, prepare_adapter
 from icecrawler.stopsignals import stop_on_signals
 
 __all__ = [
@@ -64,7 +65,6 @@ __all__ = [
     "one_line",
     "post_from_slice",
     "post_to_slice",
-    "prepare_adapter",
     "remote_calls",
     "report_from_slice",
     "report_to_slice",
@@ -208,8 +208,8 @@ def serve(
     """Activate ``servants`` on one adapter and block until SIGTERM/SIGINT or ``shutdown()``; SIGHUP runs
     ``on_reload`` when one is given (``stop_on_signals``).
 
-    Call ``prepare_adapter`` first (a daemon does, before it opens its data); without it the endpoints are those
-    of ``<adapter_name>.Endpoints`` or ``default_endpoints``. ``on_stop_requested`` runs as soon as the
+    Call ``listening.guarded_listening`` first (a daemon does, before it opens its data); without it the endpoints
+    are those of ``<adapter_name>.Endpoints`` or ``default_endpoints``. ``on_stop_requested`` runs as soon as the
     stop is requested, before the adapter drains its dispatches (e.g. to refuse new work with a typed error);
     ``on_shutdown`` runs after the adapter is deactivated, and also when serving could not start, so a daemon's
     own threads never keep a failed start-up alive.
@@ -250,6 +250,43 @@ def serve(
 # --- errors -----------------------------------------------------------------------------------------------
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+def create_adapter(comm: Ice.Communicator, adapter_name: str) -> Ice.ObjectAdapter:
+    """Create (and bind) ``adapter_name``; a failure is a one-line ServiceError.
+
+    An adapter's own thread pool (``<adapter_name>.ThreadPool.*``) becomes the communicator's server pool (the
+    same thing for a daemon's one adapter): when binding fails, Ice joins an adapter's own pool threads inside
+    ``createObjectAdapter``, which holds the GIL, while each thread waits for the GIL in our thread hooks, so
+    the daemon hung forever on a port in use.
+    """
+    props = comm.getProperties()
+    for key, value in props.getPropertiesForPrefix(f"{adapter_name}.ThreadPool.").items():
+        props.setProperty("Ice.ThreadPool.Server." + key.rsplit(".", 1)[1], value)
+        props.setProperty(key, "")
+    try:
+        return comm.createObjectAdapter(adapter_name)
+    except Ice.LocalException as exc:
+        listen = props.getProperty(f"{adapter_name}.Endpoints")
+        raise ServiceError(f"{adapter_name} cannot listen on {listen}: {one_line(exc)}") from exc
+
+
+def listen_endpoints(comm: Ice.Communicator, adapter_name: str, default_endpoints: str, endpoints: str = "") -> str:
+    """The endpoints ``adapter_name`` will listen on (``endpoints`` if given, else its property, else the default),
+    set as its ``Endpoints`` property."""
+    props = comm.getProperties()
+    key = f"{adapter_name}.Endpoints"
+    if endpoints:
+        props.setProperty(key, endpoints)
+    elif not props.getProperty(key):
+        props.setProperty(key, default_endpoints)
+    return props.getProperty(key)
+
+
+def one_line(exc: BaseException) -> str:
+    """An exception as one short line: its class and the first line of its text (Ice's can span several)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return f"{type(exc).__name__}: {lines[0][:300]}" if lines else type(exc).__name__
 
 
 def to_slice_error(exc: Exception) -> Exception:

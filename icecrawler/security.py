@@ -29,7 +29,6 @@ from cryptography import x509
 from cryptography.x509.oid import NameOID
 
 from icecrawler.errors import ConfigError, NotAuthorizedError, ServiceError
-from icecrawler.settings import Settings
 from icecrawler.tls import ROLE_URI_PREFIX, ROLES
 
 __all__ = [
@@ -41,7 +40,6 @@ __all__ = [
     "check_listen_endpoints",
     "check_ports_free",
     "guarded",
-    "guarded_listening",
     "has_secure_endpoint",
     "is_loopback_host",
     "role_of_certificate",
@@ -236,28 +234,3 @@ def check_ports_free(comm: Ice.Communicator, endpoints: str) -> None:
 def has_secure_endpoint(comm: Ice.Communicator, endpoints: str) -> bool:
     """Whether any endpoint of ``endpoints`` is TLS (then the servants check certificates)."""
     return any(endpoint.getInfo().secure() for endpoint in _parse(comm, endpoints))
-
-
-def guarded_listening(
-    comm: Ice.Communicator,
-    settings: Settings,
-    adapter_name: str,
-    default_endpoints: str,
-    *,
-    listen: str,
-    message_size_max_kib: int,
-) -> Gate:
-    """A daemon's listening set-up before it opens its data (``listening.prepare_adapter``: bad endpoints, plain
-    TCP off loopback without ``security.allow_insecure``, a port in use), and the gate its servants check callers
-    with: certificate roles when an endpoint is TLS, ``security.revoked`` refused."""
-    from icecrawler.listening import prepare_adapter
-
-    endpoints = prepare_adapter(
-        comm,
-        adapter_name,
-        default_endpoints,
-        endpoints=listen,
-        allow_insecure=settings.get_bool("security.allow_insecure"),
-        message_size_max_kib=message_size_max_kib,
-    )
-    return Gate.from_setting(settings.get_str("security.revoked"), tls=has_secure_endpoint(comm, endpoints))

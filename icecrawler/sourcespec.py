@@ -13,18 +13,27 @@ statically, and a role that never asks (most of the CLI) never pays for loading 
 
 from __future__ import annotations
 
+import enum
 import importlib
 import os
 import pkgutil
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from icecrawler.errors import ConfigError
-from icecrawler.models import TaskKind
 
-__all__ = ["ENV_MODULES", "SOURCE_PACKAGE", "TABLES", "SourceSpec", "registry"]
+__all__ = [
+    "ENV_MODULES",
+    "KIND_NAMES",
+    "SOURCE_PACKAGE",
+    "TABLES",
+    "SourceSpec",
+    "TaskKind",
+    "group_by_kind",
+    "registry",
+]
 
 #: The package searched for built-in sources.
 SOURCE_PACKAGE = "crawler_client.sources"
@@ -38,6 +47,19 @@ TABLES = {
 #: Ways a source logs in: "" none, "form" (a member login form the client posts, credentials from
 #: ``sources.<name>.username/password``), "visitor" (sessions the scheduler mints at ``sources.<name>.visitor_url``).
 LOGINS = ("", "form", "visitor")
+
+
+class TaskKind(enum.StrEnum):
+    """What a task crawls; the value is the task-id prefix. Defined here, with the specs that declare which kinds
+    each source crawls; ``icecrawler.models`` hands it on with the other core types."""
+
+    WeiboUser = "user"
+    ProductReviews = "reviews"
+    Listing = "listing"
+
+
+#: A kind by its task-id prefix ("user", "reviews", "listing"), as ``icecrawler seed --kind`` takes it.
+KIND_NAMES = {kind.value: kind for kind in TaskKind}
 
 
 @dataclass(frozen=True)
@@ -182,3 +204,22 @@ class Registry(Mapping[str, SourceSpec]):
 
 #: The process's one registry.
 registry = Registry()
+
+
+def group_by_kind(ids: Iterable[str], kind: TaskKind | None) -> dict[TaskKind, list[str]]:
+    """``<source>:<target>`` ids by task kind: ``kind`` if given, else what the source declares
+    (``SourceSpec.default_kind``). A task id as ``icecrawler tasks`` prints it (``<kind>:<source>:<target>``) names
+    its own kind. How ``icecrawler seed`` and ``remove`` read their ids, and how a benchmark seeds."""
+    groups: dict[TaskKind, list[str]] = {}
+    for text in ids:
+        own_kind, _, rest = text.partition(":")
+        if own_kind in KIND_NAMES and rest:
+            if kind is not None and KIND_NAMES[own_kind] is not kind:
+                raise ConfigError(f"{text!r} is a {own_kind} task, but --kind says {kind.value}")
+            groups.setdefault(KIND_NAMES[own_kind], []).append(rest)
+            continue
+        source = own_kind
+        if kind is None and source not in registry:
+            raise ConfigError(f"{text!r}: unknown source {source!r} (known: {', '.join(sorted(registry))})")
+        groups.setdefault(kind or registry.spec(source).default_kind, []).append(text)
+    return groups

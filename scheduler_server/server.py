@@ -21,9 +21,10 @@ from icecrawler.backups import PeriodicBackups, backup_dir_keys, start_backups
 from icecrawler.clock import ClockJumpWatch
 from icecrawler.datalock import DataLock
 from icecrawler.errors import ConfigError, InvalidArgumentError, StorageUnavailableError
+from icecrawler.listening import guarded_listening
 from icecrawler.metrics import MetricsConfig, MetricsEndpoint, ScrapeCollector, disk_space_families, serve
 from icecrawler.models import TaskKind
-from icecrawler.security import Gate, guarded, guarded_listening
+from icecrawler.security import Gate, guarded
 from icecrawler.settings import Settings
 from icecrawler.settings.validation import check_paths, validate_values
 from scheduler_server.config import configured_accounts

@@ -10,8 +10,8 @@ from icecrawler import limits, rpc
 from icecrawler.backups import PeriodicBackups, backup_dir_keys, start_backups
 from icecrawler.datalock import DataLock
 from icecrawler.errors import StorageUnavailableError
+from icecrawler.listening import guarded_listening
 from icecrawler.metrics import MetricsConfig, MetricsEndpoint, ScrapeCollector, disk_space_families, serve
-from icecrawler.security import guarded_listening
 from icecrawler.settings import Settings
 from icecrawler.settings.validation import check_paths, validate_values
 from storage_server.integrity import backup_files, check_store_file, mark_created

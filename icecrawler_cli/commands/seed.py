@@ -5,25 +5,15 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import ClassVar
 
 from icecrawler import rpc
 from icecrawler.errors import ConfigError
-from icecrawler.models import SOURCES, TaskKind
+from icecrawler.models import TaskKind
 from icecrawler.settings import Settings
-from icecrawler.sourcespec import registry
+from icecrawler.sourcespec import KIND_NAMES, group_by_kind
 from icecrawler_cli.commands import BaseCommand
-
-
-def default_kind(source: str) -> TaskKind:
-    """The kind a bare "<source>:<target>" means when --kind is not given: what the source declares (reviews
-    for a source that also has listings: --listing adds those)."""
-    return registry.spec(source).default_kind
-
-
-KIND_NAMES = {kind.value: kind for kind in TaskKind}
 
 
 def read_ids(values: list[str], file: str | None) -> list[str]:
@@ -38,35 +28,6 @@ def read_ids(values: list[str], file: str | None) -> list[str]:
         lines = text.splitlines()
         ids += [line.split("#", 1)[0].strip() for line in lines if line.split("#", 1)[0].strip()]
     return ids
-
-
-def group_by_kind(ids: list[str], kind: TaskKind | None) -> dict[TaskKind, list[str]]:
-    """``<source>:<target>`` ids by task kind: ``kind`` if given, else the source's default. A task id as
-    ``icecrawler tasks`` prints it (``<kind>:<source>:<target>``) names its own kind."""
-    groups: dict[TaskKind, list[str]] = {}
-    for text in ids:
-        own_kind, _, rest = text.partition(":")
-        if own_kind in KIND_NAMES and rest:
-            if kind is not None and KIND_NAMES[own_kind] is not kind:
-                raise ConfigError(f"{text!r} is a {own_kind} task, but --kind says {kind.value}")
-            groups.setdefault(KIND_NAMES[own_kind], []).append(rest)
-            continue
-        source = own_kind
-        if kind is None and source not in SOURCES:
-            raise ConfigError(f"{text!r}: unknown source {source!r} (known: {', '.join(sorted(SOURCES))})")
-        groups.setdefault(kind or default_kind(source), []).append(text)
-    return groups
-
-
-def per_kind(
-    call: Callable[[Sequence[str], TaskKind], int], groups: dict[TaskKind, list[str]], batch: int
-) -> dict[TaskKind, int]:
-    """``call`` (a ``crawler_client.gateways.TargetsGateway``'s ``add_targets`` or ``remove_targets``, which
-    route ids to their shards) with each kind's ids, in calls of at most ``batch``; the sum of its counts per
-    kind."""
-    return {
-        kind: sum(call(ids[i : i + batch], kind) for i in range(0, len(ids), batch)) for kind, ids in groups.items()
-    }
 
 
 class Command(BaseCommand):
@@ -98,7 +59,7 @@ class Command(BaseCommand):
             groups.setdefault(TaskKind.Listing, []).extend(args.listing)
         if not groups:
             raise ConfigError(f"nothing to {args.command}: give ids, --file or --listing")
-        from crawler_client.gateways import scheduler_gateway
+        from crawler_client.gateways import per_kind, scheduler_gateway
 
         with rpc.communicator(ice_args) as comm:
             call = getattr(scheduler_gateway(comm, settings), self.call)

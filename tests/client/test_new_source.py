@@ -23,7 +23,7 @@ from crawler_client.sources._dates import iso_of_ms
 from crawler_client.sources.base import FetchedPage, Item, PageRequest, ParsedPage, SavedPages, SourceSpec
 from icecrawler.errors import FetchError, ParseError
 from icecrawler.models import SOURCES, Outcome, Review, Task, TaskKind
-from icecrawler.sourcespec import ENV_MODULES, registry
+from icecrawler.sourcespec import ENV_MODULES, group_by_kind, registry
 from sandbox.sites import SiteContext
 from sandbox.web import SimRequest, SimResponse, page_count, page_slice
 
@@ -149,12 +149,11 @@ def toyshop(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 def test_the_registry_knows_everything_the_source_declares() -> None:
     from crawler_client.runner import form_logins
     from icecrawler.settings import load_settings
-    from icecrawler_cli.commands.seed import default_kind
     from sandbox.misbehave import MisbehaviourRule
     from sandbox.sources import source_settings
 
     assert SOURCES["toyshop"] == frozenset({TaskKind.ProductReviews})
-    assert default_kind("toyshop") is TaskKind.ProductReviews
+    assert group_by_kind(["toyshop:1"], None) == {TaskKind.ProductReviews: ["toyshop:1"]}
     settings = load_settings(environ={}, assignments=["sources.toyshop.base_url=http://127.0.0.1:1/toy"])
     assert settings.with_prefix("sources.toyshop") == {"base_url": "http://127.0.0.1:1/toy", "headers": ""}
     assert "toyshop" not in form_logins()

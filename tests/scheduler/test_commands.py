@@ -13,7 +13,8 @@ import pytest
 from icecrawler.errors import ConfigError
 from icecrawler.models import TaskKind
 from icecrawler.processes import icecrawler_argv
-from icecrawler_cli.commands.seed import group_by_kind, read_ids
+from icecrawler.sourcespec import group_by_kind
+from icecrawler_cli.commands.seed import read_ids
 from tests.scheduler.daemon import SchedulerDaemon, scheduler_daemon
 
 pytestmark = [pytest.mark.ice, pytest.mark.bdb]
