@@ -36,7 +36,7 @@ def rebalance_budget(core: SchedulerCore) -> float | None:
     views: list[BudgetView] = []
     start = b""
     while True:
-        with core._lock, core.store.transaction() as txn:
+        with core.lock, core.store.transaction() as txn:
             chunk = txn.scan("tasks", start, limit=_SCAN_CHUNK)
         if not chunk:
             break

@@ -158,17 +158,17 @@ class SchedulerCore:
         self.accounts = accounts
         self.gate = HostGate(config.host_spacing_s)
         self.shard_map = ShardMap(config.hosts, config.shards)
-        #: Serialises the groups with maintenance and status. It, the counters (``_counts``), the rate windows and
-        #: ``_stopping`` are also read by the core's helper modules (``startup``, ``status``, ``budget``,
-        #: ``listing``), which hold no state of their own.
-        self._lock = threading.RLock()
+        #: Serialises the groups with maintenance and status. It, the counters (``counts``), the rate windows and
+        #: ``stopping`` are public because the core's helper modules (``startup``, ``status``, ``budget``,
+        #: ``listing``) read them: those hold no state of their own.
+        self.lock = threading.RLock()
         self._runner = GroupRunner(self._run_group, self._sync)
         #: Told about every committed change (the daemon's metrics, ``scheduler_server.metrics``); None = nobody.
         self.observer: CoreObserver | None = None
-        self._stopping = False
-        self._leases = RateWindow()
-        self._reports = RateWindow()
-        self._counts: dict[str, int] = {}
+        self.stopping = False
+        self.lease_rate = RateWindow()
+        self.report_rate = RateWindow()
+        self.counts: dict[str, int] = {}
         self.queues = TaskQueues()
         #: Decoded records exactly as last committed (with the current lease, if any), so that a lease, report,
         #: release or expiry need not read and decode its record again. An entry is taken out before its record
@@ -229,7 +229,7 @@ class SchedulerCore:
         the commit. Each call still changes state all or nothing: a caller error comes before its call changed
         anything (a group of rejected calls is rolled back, so it changes nothing at all), and if the
         transaction fails, every call of the group is run again alone, so a failure is only its own caller's."""
-        with self._lock:
+        with self.lock:
             group = _Group(int(self.clocks.now() * 1000), self.clocks.wall())
             finishers: list[tuple[GroupCall, _Finish]] = []
             try:
@@ -290,8 +290,8 @@ class SchedulerCore:
     def _added(self, records: list[TaskRecord]) -> None:
         """After the commit: new tasks (added, or discovered by a listing report) are counted and cached."""
         self.records.keep(records)
-        self._counts["tasks"] += len(records)
-        self._counts["pending"] += len(records)
+        self.counts["tasks"] += len(records)
+        self.counts["pending"] += len(records)
 
     # --- removing tasks -------------------------------------------------------------------------------------
 
@@ -334,10 +334,10 @@ class SchedulerCore:
                 # copy of a deleted record, which a late report of that lease would write back.
                 self.records.take(record.id)
                 self.open_gaps.discard(record.id)
-            self._counts["tasks"] -= len(removed)
-            self._counts["inflight"] -= len(leased)
-            self._counts["pending"] -= len(removed) - len(leased)
-            self._counts["done"] += len(leased)  # the completion log's Removed entries
+            self.counts["tasks"] -= len(removed)
+            self.counts["inflight"] -= len(leased)
+            self.counts["pending"] -= len(removed) - len(leased)
+            self.counts["done"] += len(leased)  # the completion log's Removed entries
             return len(removed)
 
         return finish
@@ -355,7 +355,7 @@ class SchedulerCore:
         return self._call(lambda txn, group: self._lease_in(txn, group, worker_id, max_tasks), durable=False)
 
     def _lease_in(self, txn: Txn, group: _Group, worker_id: str, max_tasks: int) -> _Finish:
-        if self._stopping:
+        if self.stopping:
             raise NoWorkError("the scheduler is shutting down", code="ShuttingDown")
         records: list[TaskRecord] = []
         tasks, waits = self._lease_due(txn, group, worker_id, max_tasks, records)
@@ -369,9 +369,9 @@ class SchedulerCore:
             self.records.keep(records)
             for task in tasks:
                 self.gate.leased(self.config.hosts[task.source], group.wall)
-            self._counts["pending"] -= len(tasks)
-            self._counts["inflight"] += len(tasks)
-            self._leases.add(group.wall, len(tasks))
+            self.counts["pending"] -= len(tasks)
+            self.counts["inflight"] += len(tasks)
+            self.lease_rate.add(group.wall, len(tasks))
             if self.observer is not None:
                 self.observer.leased(tasks)
             return tasks
@@ -480,10 +480,10 @@ class SchedulerCore:
                     self.accounts.freeze(hold.name, hold.until, hold.reason)
                 if effect.renew_visitor:
                     self.accounts.visitors.renew(effect.renew_visitor, wall)
-            self._counts["inflight"] -= len(reports)
-            self._counts["pending"] += len(reports)
-            self._counts["done"] += len(reports)
-            self._reports.add(wall, len(reports))
+            self.counts["inflight"] -= len(reports)
+            self.counts["pending"] += len(reports)
+            self.counts["done"] += len(reports)
+            self.report_rate.add(wall, len(reports))
             if self.observer is not None:
                 self.observer.reported(records, reports)
 
@@ -595,8 +595,8 @@ class SchedulerCore:
             self.records.keep(records)
             for task_id, _ in leases:
                 self.gate.ended(self._host(task_id), group.wall)
-            self._counts["inflight"] -= len(leases)
-            self._counts["pending"] += len(leases)
+            self.counts["inflight"] -= len(leases)
+            self.counts["pending"] += len(leases)
 
         return finish
 
@@ -633,7 +633,7 @@ class SchedulerCore:
         """Serve ``accounts`` from now on (``AccountPool.replace``; the daemon reads them again on SIGHUP). The
         persisted freezes of renewed and removed accounts are deleted first, durably, so that a restart does not
         freeze new cookies again; if that fails (StorageUnavailableError), nothing changed."""
-        with self._lock:
+        with self.lock:
             changes = account_changes(self.accounts.by_id, accounts)
             if changes.renewed or changes.removed:
                 with self.store.transaction() as txn:
@@ -648,7 +648,7 @@ class SchedulerCore:
         """Return expired leases to pending, counting an attempt each. Returns how many expired. Run by the
         maintenance thread every tick, it also runs the group queue if a handed-off call left it stalled."""
         self._runner.rescue()
-        with self._lock:
+        with self.lock:
             wall = self.clocks.wall()
             with self._transaction() as txn:
                 expired = self.moves.expire_leases(txn, int(self.clocks.now() * 1000), wall, limit)
@@ -661,9 +661,9 @@ class SchedulerCore:
         self.records.keep(records)
         for record in records:
             self.gate.ended(self.config.hosts[record.source], wall)
-        self._counts["inflight"] -= len(records)
-        self._counts["pending"] += len(records)
-        self._counts["done"] += len(records)
+        self.counts["inflight"] -= len(records)
+        self.counts["pending"] += len(records)
+        self.counts["done"] += len(records)
         if records and self.observer is not None:
             self.observer.expired(records)
 
@@ -674,7 +674,7 @@ class SchedulerCore:
 
     def prune_done(self, limit: int = 10_000) -> int:
         """Drop completion-log entries older than ``scheduler.done_retention_s``."""
-        with self._lock:
+        with self.lock:
             cutoff = int((self.clocks.now() - self.config.done_retention_s) * 1000)
             with self.store.transaction() as txn:
                 old = txn.scan("done", b"", time_key(cutoff), limit)
@@ -685,24 +685,24 @@ class SchedulerCore:
                     task_id, token = removed_lease_of(key)
                     txn.delete("meta", key)
                     txn.delete("meta", removed_lease_key(task_id, token))
-            self._counts["done"] -= len(old)
+            self.counts["done"] -= len(old)
         self.store.sync()
         return len(old)
 
     def checkpoint(self) -> None:
-        with self._lock:
+        with self.lock:
             self.store.checkpoint()
 
     def stop_leasing(self) -> None:
         """From now on getUser(s) raise NoWork(ShuttingDown); reports are still accepted."""
-        with self._lock:
-            self._stopping = True
+        with self.lock:
+            self.stopping = True
 
     def close(self) -> None:
         """Run the calls already queued (leases now raise ShuttingDown), then close the store."""
         self.stop_leasing()
         self._runner.close()
-        with self._lock:
+        with self.lock:
             self.store.close()
 
     # --- introspection (``status``) ------------------------------------------------------------------------------

@@ -32,7 +32,7 @@ def list_tasks(core: SchedulerCore, prefix: str, after: str, max_tasks: int) -> 
         raise InvalidArgumentError(f"prefix/after too long: {quote(prefix)} {quote(after)}", field="prefix")
     start = max(prefix.encode(), after.encode() + b"\x00")
     rows: list[dict[str, Any]] = []
-    with core._lock:
+    with core.lock:
         now_ms = core.clocks.now() * 1000
         wall_ms = core.clocks.wall() * 1000
         with core.store.transaction() as txn:

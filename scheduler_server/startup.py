@@ -77,7 +77,7 @@ def restore_state(core: SchedulerCore) -> None:
     """Fill a new core's counters, politeness state, open gaps and in-memory queues from its store."""
     wall = core.clocks.wall()
     with core.store.transaction() as txn:
-        core._counts = {name: txn.count(name) for name in ("tasks", "pending", "inflight", "done")}
+        core.counts = {name: txn.count(name) for name in ("tasks", "pending", "inflight", "done")}
         check_layout(txn, core.config.shard, core.config.shards)
         for key, value in txn.scan("meta", limit=1_000_000):
             if key == LAYOUT_KEY:

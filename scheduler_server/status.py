@@ -23,7 +23,7 @@ DUE_SOON_CAP = 100_000
 
 def stats(core: SchedulerCore) -> dict[str, Any]:
     """Counts, rates over the last minute and per-host/account/listing detail (never cookies)."""
-    with core._lock:
+    with core.lock:
         wall = core.clocks.wall()
         now_ms = int(core.clocks.now() * 1000)
         due_soon = core.queues.due_before(now_ms + 60_000, DUE_SOON_CAP)
@@ -33,10 +33,10 @@ def stats(core: SchedulerCore) -> dict[str, Any]:
                 for key, value in txn.scan("tasks", b"listing:", b"listing;", 1000)
             }
         return {
-            **core._counts,
+            **core.counts,
             "due_soon": due_soon,
-            "leases_per_min": core._leases.total(wall),
-            "reports_per_min": core._reports.total(wall),
+            "leases_per_min": core.lease_rate.total(wall),
+            "reports_per_min": core.report_rate.total(wall),
             "detail": {
                 "hosts": core.gate.describe(wall),
                 "accounts": core.accounts.describe(wall),
@@ -46,7 +46,7 @@ def stats(core: SchedulerCore) -> dict[str, Any]:
                 "batch_limit": core.config.batch_limit,
                 "shard": core.config.shard,
                 "shards": core.config.shards,
-                "shutting_down": core._stopping,
+                "shutting_down": core.stopping,
                 # Tasks with an open page-cap gap (icecrawler.resume): a gauge, 0 once the crawl caught up.
                 "open_gaps": len(core.open_gaps),
                 # The rate policy's budget constant, daily anchor and calibration; {} with another policy.
@@ -65,7 +65,7 @@ def gauges(core: SchedulerCore) -> dict[str, Any]:
     now, and how long the most overdue one has waited, simulated seconds), blocked hosts, accounts by state,
     open page-cap gaps, visitor sessions minted and renewed per source, and what the ``rate`` policy steers by
     (``RatePolicy.describe``; {} with another policy)."""
-    with core._lock:
+    with core.lock:
         wall = core.clocks.wall()
         now_ms = int(core.clocks.now() * 1000)
         # A copy of the due times (one C-level copy) rather than a count under the lock: a scrape then holds the
@@ -74,7 +74,7 @@ def gauges(core: SchedulerCore) -> dict[str, Any]:
         first_ms = core.queues.first_due_ms()
         hosts = core.gate.describe(wall)
         accounts = core.accounts.describe(wall)
-        counts = dict(core._counts)
+        counts = dict(core.counts)
         open_gaps = len(core.open_gaps)
         rate = _revisit(core)
     due = min(sum(1 for due_ms in due_times if due_ms <= now_ms), DUE_SOON_CAP)
@@ -100,7 +100,7 @@ def gauges(core: SchedulerCore) -> dict[str, Any]:
 def task_info(core: SchedulerCore, task_id: str) -> dict[str, Any]:
     """One task's metadata and recent period/distance history."""
     check_task_id(task_id, "taskId", -1)
-    with core._lock:
+    with core.lock:
         with core.store.transaction() as txn:
             record = core.moves.stored(txn, task_id)
         if record is None:

@@ -64,7 +64,7 @@ def core(store: QueueStore, clocks: ManualClocks) -> SchedulerCore:
 def queued_together(core: SchedulerCore) -> Iterator[None]:
     """Calls made with the ``*_async`` methods inside the block are queued, then run as ONE group after it (while
     a first call, an add of a known id that changes nothing, holds the runner)."""
-    with core._lock:
+    with core.lock:
         opener = threading.Thread(target=core.add, args=(["weibo_pc:1"], TaskKind.WeiboUser))
         opener.start()
         deadline = time.monotonic() + 10
