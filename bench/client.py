@@ -42,10 +42,11 @@ from bench import ROOT, write_figures
 from bench._pages import BenchCase, bench_cases
 from bench._scrape import Scraper
 from crawler_client.crawl import item_text
-from crawler_client.http import Fetcher, FetchPolicy, HttpSession, Urllib3Transport
+from crawler_client.http import Fetcher, FetchPolicy
 from crawler_client.sources import get_source
 from crawler_client.sources._decode import decode_body, make_soup, strip_jsonp
 from crawler_client.sources.base import PageRequest
+from crawler_client.transport import HttpSession, Urllib3Transport
 from icecrawler.deadline import Watchdog
 from icecrawler.settings.default_settings import DEFAULTS
 from shhd.fingerprint import clear_token_cache, fingerprint_texts

@@ -1,5 +1,5 @@
 """The cookie blob of a leased account (``Task.account.cookie_blob``, opaque to everyone but the client's HTTP
-layer): pure parsing, apart from the sessions that use it (``crawler_client.http``).
+layer): pure parsing, apart from the sessions that use it (``crawler_client.transport``).
 
 A blob is any of:
 

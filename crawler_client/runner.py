@@ -1,7 +1,7 @@
 """One worker's crawl of one task: pick the source, the account's HTTP session, fetch, (re-)login, crawl.
 
 A ``TaskRunner`` belongs to ONE worker thread: it owns that worker's HTTP sessions (one per account,
-see ``crawler_client.http.SessionCache``), so no session is ever shared between threads.
+see ``crawler_client.transport.SessionCache``), so no session is ever shared between threads.
 
 Form login (sources whose spec says ``login="form"``, i.e. ECSHOP's ``user.php``): when a page turns out to be
 a login wall, the runner logs in once with the account blob's ``username``/``password`` (or the settings
@@ -20,11 +20,12 @@ from dataclasses import dataclass, field
 from crawler_client.cookie_blob import parse_cookie_blob
 from crawler_client.crawl import CrawlResult, crawl_task, error_report, failure_report
 from crawler_client.headers import source_headers
-from crawler_client.http import Fetcher, FetchPolicy, SessionCache, Urllib3Transport
+from crawler_client.http import Fetcher, FetchPolicy
 from crawler_client.observer import ClientObserver
 from crawler_client.observer import current as current_observer
 from crawler_client.sources import SOURCES, get_source, registry, source_options
 from crawler_client.sources.base import FormLogin, Source
+from crawler_client.transport import SessionCache, Urllib3Transport
 from icecrawler.clock import Clock
 from icecrawler.errors import FetchError
 from icecrawler.models import Outcome, Task

@@ -33,19 +33,17 @@ import urllib3.exceptions
 from crawler_client import observer
 from crawler_client.cookie_blob import AccountBlob, parse_cookie_blob
 from crawler_client.cookie_jar import MAX_COOKIE_BYTES, MAX_COOKIES, MAX_COOKIES_PER_DOMAIN, BoundedCookieJar
-from crawler_client.http import (
+from crawler_client.http import Fetcher, FetchPolicy, parse_retry_after
+from crawler_client.sources.base import PageRequest
+from crawler_client.transport import (
     SESSION_IDLE_S,
-    Fetcher,
-    FetchPolicy,
     HttpSession,
     InvalidURL,
     RawResponse,
     SessionCache,
     TooManyRedirects,
     Urllib3Transport,
-    parse_retry_after,
 )
-from crawler_client.sources.base import PageRequest
 from icecrawler.deadline import DeadlinePassed, Watchdog
 from icecrawler.errors import FetchError
 from icecrawler.models import Account
@@ -1065,7 +1063,8 @@ def test_a_step_without_a_socket_is_waited_for_no_longer_than_the_deadline() -> 
 
 _FETCH_BEHIND_SILENT_NAME_SERVERS = """
 import json, time
-from crawler_client.http import FetchPolicy, Fetcher, HttpSession, Urllib3Transport
+from crawler_client.http import FetchPolicy, Fetcher
+from crawler_client.transport import HttpSession, Urllib3Transport
 from crawler_client.sources.base import PageRequest
 from icecrawler.errors import FetchError
 

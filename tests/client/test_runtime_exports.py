@@ -8,6 +8,7 @@ import pytest
 
 MODULES = [
     "crawler_client.http",
+    "crawler_client.transport",
     "crawler_client.cookie_blob",
     "crawler_client.crawl",
     "crawler_client.sink",

@@ -17,8 +17,9 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.metrics_core import Metric
 
-from crawler_client.http import Fetcher, FetchPolicy, RawResponse
+from crawler_client.http import Fetcher, FetchPolicy
 from crawler_client.sources.base import PageRequest
+from crawler_client.transport import RawResponse
 from icecrawler.clock import ClockJumpWatch
 from icecrawler.errors import ConfigError
 from icecrawler.metrics import FOLD_AT, Buckets, MetricsConfig, ScrapeCollector, Tally, serve, status_class
