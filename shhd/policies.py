@@ -42,11 +42,12 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from shhd.allocation import BudgetView, allocate_periods, budget_plan, budget_scale
 from shhd.calibration import RateCalibration
 from shhd.fingerprint import BITS, hamming
 from shhd.observation import Decision, Observation, clamp
 from shhd.period import SHHDController, ShhdState
-from shhd.rate import RATE_CALIBRATE, BudgetView, RatePolicy, allocate_periods, budget_plan, budget_scale
+from shhd.rate import RATE_CALIBRATE, RatePolicy
 
 _clamp = clamp
 

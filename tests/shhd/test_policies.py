@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 import shhd.policies as policies
+from shhd.allocation import BudgetView, budget_plan, phase_agreement
 from shhd.policies import (
     POLICY_NAMES,
     ChoPolicy,
@@ -27,7 +28,7 @@ from shhd.policies import (
     cho_rate_mle,
     make_policy,
 )
-from shhd.rate import BatchTime, BudgetView, budget_plan, phase_agreement
+from shhd.rate import BatchTime
 
 
 def test_exports_exist_and_names_are_complete() -> None:

@@ -29,8 +29,8 @@ from bench.revisit.replay import (
     window_pages,
 )
 from bench.revisit.traces import DAY
+from shhd.allocation import budget_max_period
 from shhd.policies import RatePolicy, budget_plan, budget_scale
-from shhd.rate import budget_max_period
 
 GOOD = {"target": "a1", "source": "weibo", "times": [1_700_000_000, 1_700_000_600.5, 1_700_003_000]}
 
