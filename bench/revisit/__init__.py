@@ -9,7 +9,8 @@ The full run writes docs/bench/revisit.json, docs/revisit/*.png and the results 
 ``--quick`` (fewer seeds and pages) only prints, unless ``--write`` is given, and so does a full run with
 ``--no-write``; ``--ablation`` prints what each forecast of the rate policy is worth, on the development seeds
 ABLATION_SEEDS (never the reported ones); ``--traces FILE --phases N`` is the development harness on real traces
-(``phases``), which prints only.
+(``phases``), which prints only; with ``--rate KEY=VALUE`` it measures the default policy with one of its knobs
+changed (a ``RatePolicy`` field), so a round can try a setting without editing the code.
 
 This module is the command line only: the contenders and run sizes are in ``contenders``, the synthetic experiments
 in ``synthetic``, their tables and plots in ``synthetic_report``, the real-trace run (``--traces``) in ``real``, its
@@ -20,12 +21,14 @@ Both runs say how far they are on stderr (``progress``); stdout carries the repo
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import multiprocessing
 import sys
 import time
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
+from typing import Any
 
 from bench.revisit.contenders import FULL, MAX_DEFAULT_WORKERS, QUICK, REPORT_BASE, ROOT, usable_cpus
 from bench.revisit.progress import Progress, starmap_with_progress
@@ -63,6 +66,7 @@ def _main_traces(args: argparse.Namespace, command: str) -> int:
         workers=args.workers or usable_cpus(),
         window_days=args.window_days,
         warmup_days=args.warmup_days,
+        rate_knobs=dict(args.rate),
     )
     _warm_up()
     try:
@@ -75,6 +79,40 @@ def _main_traces(args: argparse.Namespace, command: str) -> int:
         print(f"icecrawler bench revisit: {exc}", file=sys.stderr)
         return 2
     return 0
+
+
+#: RatePolicy fields that are not knobs: the run sets the period bounds, and the budget thread the scale, the longest
+#: period and the shared-clock state.
+RATE_KNOBS_SET_BY_THE_RUN = frozenset(
+    {
+        "min_period_s",
+        "max_period_s",
+        "initial_period_s",
+        "scale",
+        "budget_max_s",
+        "shared_clock",
+        "clock_checked_s",
+        "name",
+    }
+)
+
+
+def _rate_knob(text: str) -> tuple[str, Any]:
+    """``KEY=VALUE`` of ``--rate``: a field of ``RatePolicy`` (not its period bounds, which the run sets) and a JSON
+    value."""
+    from shhd.policies import RatePolicy
+
+    key, sep, value = text.partition("=")
+    known = sorted(f.name for f in fields(RatePolicy) if f.init and f.name not in RATE_KNOBS_SET_BY_THE_RUN)
+    if not sep or key not in known:
+        raise argparse.ArgumentTypeError(f"{text!r}: give KEY=VALUE with KEY one of {', '.join(known)}")
+    try:
+        parsed = json.loads(value)
+    except json.JSONDecodeError:
+        raise argparse.ArgumentTypeError(f"{text!r}: VALUE must be JSON (a number, true, false, null)") from None
+    if key == "calibration" and parsed is not None:
+        raise argparse.ArgumentTypeError(f"{text!r}: calibration takes null only (no population calibration)")
+    return key, parsed
 
 
 def _positive(text: str) -> int:
@@ -137,6 +175,15 @@ def main(argv: list[str]) -> int:
         "resampling), this many fetch phases, rate ÷ the best of every baseline setting per phase; prints only",
     )
     parser.add_argument(
+        "--rate",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        type=_rate_knob,
+        help="with --phases: run the default policy with this RatePolicy field changed (repeatable; VALUE is JSON: "
+        "diurnal=false, burst_fade_s=null, half_life_s=172800)",
+    )
+    parser.add_argument(
         "--targets",
         type=_positive,
         help="with --traces: targets per seed, a bootstrap resample (default: all of the half); with --phases one "
@@ -158,6 +205,8 @@ def main(argv: list[str]) -> int:
         parser.error("--phases and --half need --traces")
     if args.phases and (args.seeds or args.quick or args.write):
         parser.error("--phases runs its own phases and prints only: drop --seeds, --quick and --write")
+    if args.rate and not args.phases:
+        parser.error("--rate changes the default policy in the development harness only: add --phases N")
     if args.traces is not None:
         return _main_traces(args, "icecrawler bench revisit " + " ".join(argv))
     cfg = QUICK if args.quick else FULL

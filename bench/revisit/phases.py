@@ -13,6 +13,7 @@ scratch change can be measured without touching them.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -47,7 +48,7 @@ def phase_job(traces: Sequence[Trace], cfg: RealConfig, phase: int, mult: float)
     horizon = windowing.horizon()
     content = ContentModel(phase, window=10)
     out = {}
-    for label, c, knob in [("rate", contender("rate"), {}), *baseline_settings()]:
+    for label, c, knob in [("rate", contender("rate"), dict(cfg.rate_knobs)), *baseline_settings()]:
         out[label] = run_one(pages, horizon, c, knob, phase, mult, content)[0]["lag_mean_min"]
     budget = mult * sum(p.rate for p in pages)
     out["sqrt bound"] = sqrt_bound([p.rate for p in pages], budget) / 60
@@ -96,7 +97,12 @@ def run_phases(cfg: RealConfig, pool: Any, phases: int, command: str) -> str:
             f"Command: `{command}`; {cfg.half} half, every target ({len(chosen)}), no resampling; phases "
             f"0..{phases - 1}; best of {len(settings)} baseline settings per phase; window "
             f"{windowing.window_days:g} days, warm-up {windowing.warmup_days:g}; "
-            f"{time.monotonic() - started:.0f} s. Ratios: mean over phases (sd; min .. max).",
+            + (
+                f"the default policy with {', '.join(f'{k}={json.dumps(v)}' for k, v in cfg.rate_knobs.items())}; "
+                if cfg.rate_knobs
+                else ""
+            )
+            + f"{time.monotonic() - started:.0f} s. Ratios: mean over phases (sd; min .. max).",
             "",
             table([*header, "best setting (most phases)"], rows),
             "",

@@ -89,6 +89,9 @@ class RealConfig:
     #: whole file once, and both runs hand them to their jobs.
     window_days: float | None = None
     warmup_days: float | None = None
+    #: The default policy's knobs changed for the development harness (``--rate KEY=VALUE``); the recorded run
+    #: always runs the defaults.
+    rate_knobs: dict[str, Any] = field(default_factory=dict)
 
 
 def _windowing(cfg: RealConfig, traces: Sequence[Trace]) -> Windowing:

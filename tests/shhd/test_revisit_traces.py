@@ -173,6 +173,33 @@ def test_the_development_harness_prints_the_best_of_every_baseline_setting_and_w
     assert "--phases runs its own phases and prints only" in capsys.readouterr().err
 
 
+def test_the_development_harness_measures_a_changed_knob_of_the_default_policy(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _small_file(tmp_path)
+    argv = ["--traces", str(path), "--phases", "1", "--workers", "1"]
+    assert revisit.main([*argv, "--rate", "half_life_s=3600", "--rate", "burst_fade_s=null"]) == 0
+    assert "the default policy with half_life_s=3600, burst_fade_s=null;" in capsys.readouterr().out
+    traces = load_traces(path)
+    default = phase_job(traces, RealConfig(path), 0, 0.5)
+    changed = phase_job(traces, RealConfig(path, rate_knobs={"half_life_s": 3600.0}), 0, 0.5)
+    assert changed["rate"] != default["rate"]
+    assert {k: v for k, v in changed.items() if k != "rate"} == {k: v for k, v in default.items() if k != "rate"}
+    for bad, message in [
+        ("bogus=1", "KEY one of"),
+        ("max_period_s=60", "KEY one of"),
+        ("diurnal", "KEY one of"),
+        ("diurnal=False", "VALUE must be JSON"),
+        ("calibration=1", "null only"),
+    ]:
+        with pytest.raises(SystemExit):
+            revisit.main([*argv, "--rate", bad])
+        assert message in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        revisit.main(["--traces", str(path), "--quick", "--rate", "diurnal=false"])
+    assert "--rate changes the default policy in the development harness only" in capsys.readouterr().err
+
+
 def test_the_figures_do_not_depend_on_how_many_worker_processes_run_them(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
