@@ -24,6 +24,8 @@ import argparse
 import json
 import math
 import multiprocessing
+import multiprocessing.pool
+import signal
 import sys
 import time
 from dataclasses import fields, replace
@@ -39,6 +41,18 @@ from bench.revisit.synthetic_report import plots, report
 from shhd.fingerprint import tokenize
 
 __all__ = ["main"]
+
+
+def _pool(workers: int) -> multiprocessing.pool.Pool:
+    """Forked workers (they share the parent's jieba dictionary and traces) that leave Ctrl-C and SIGTERM to the
+    parent: a Ctrl-C reaches every process of the terminal's group, and a worker that kept the command's handler
+    (``interrupts_once``) printed a KeyboardInterrupt traceback for each, there and when the pool terminated them."""
+    return multiprocessing.get_context("fork").Pool(workers, initializer=_leave_signals_to_the_parent)
+
+
+def _leave_signals_to_the_parent() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _warm_up() -> None:
@@ -70,7 +84,7 @@ def _main_traces(args: argparse.Namespace, command: str) -> int:
     )
     _warm_up()
     try:
-        with multiprocessing.get_context("fork").Pool(cfg.workers) as pool:
+        with _pool(cfg.workers) as pool:
             if args.phases:
                 print(run_phases(cfg, pool, args.phases, command.strip()))
             else:
@@ -221,13 +235,12 @@ def main(argv: list[str]) -> int:
     command = "icecrawler bench revisit " + " ".join(argv)
     started = time.monotonic()
     _warm_up()
-    ctx = multiprocessing.get_context("fork")
     if args.ablation:
-        with ctx.Pool(cfg.workers) as pool:
+        with _pool(cfg.workers) as pool:
             print(ablation(cfg, pool))
         return 0
     progress = Progress()
-    with ctx.Pool(cfg.workers) as pool:
+    with _pool(cfg.workers) as pool:
         knobs = tune(cfg, pool, progress) if cfg.tune else {}
         seeds = [REPORT_BASE + k for k in range(cfg.seeds)]
         e0 = starmap_with_progress(pool, e0_seed, [(s, cfg) for s in seeds], progress, "E0 seeds")

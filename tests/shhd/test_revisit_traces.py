@@ -7,6 +7,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -466,3 +470,33 @@ def test_the_builder_refuses_a_bad_keep_rule(args: list[str], message: str, caps
         build_traces_main([*args, "/nonexistent/repo"])
     assert exit_info.value.code == 2
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_or_sigterm_stops_the_run_and_its_workers_without_a_traceback(tmp_path: Path, signum: int) -> None:
+    """Ctrl-C reaches every process of the terminal's group (so it goes to the group here); SIGTERM only the
+    command. The workers leave both to the command, which stops the pool and says so."""
+    path = _small_file(tmp_path)
+    command = [sys.executable, "-m", "icecrawler_cli", "bench", "revisit", "--traces", str(path), "--phases", "100000"]
+    with subprocess.Popen(
+        [*command, "--workers", "2"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    ) as run:
+        assert run.stderr is not None
+        for line in run.stderr:  # progress lines; the pool is at work once the phase runs are announced
+            if "targets of the dev half" in line:
+                break
+        time.sleep(1.0)
+        if signum == signal.SIGINT:
+            os.killpg(run.pid, signum)
+        else:
+            run.send_signal(signum)
+        out, err = run.communicate(timeout=60)
+    assert run.returncode == 130
+    assert "interrupted" in out
+    assert "Traceback" not in err, err
