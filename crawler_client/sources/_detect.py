@@ -157,6 +157,7 @@ WEIBO_MARKERS: tuple[Marker, ...] = (
     Marker("help.weibo.com/appeal", Outcome.AccountFrozen, "account-frozen"),
     Marker("访问过于频繁", Outcome.RateLimited, "too-frequent"),
     Marker("操作过于频繁", Outcome.RateLimited, "too-frequent"),
+    Marker("请求过于频繁", Outcome.RateLimited, "too-frequent"),
     Marker("网络繁忙", Outcome.Busy, "busy"),
     Marker("bpType']='sorry'", Outcome.Busy, "busy"),
     Marker("B_weibo404", Outcome.Busy, "busy"),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from crawler_client.sources.base import PageRequest
@@ -103,6 +105,18 @@ def test_html_ban_pages_and_teapot() -> None:
     with pytest.raises(FetchError) as info:
         parse("weibo_mobile", TASK, request, b"", status=418)
     assert info.value.outcome == "Banned" and info.value.http_status == 418
+
+
+@pytest.mark.parametrize("page", ["1", "3"])
+def test_an_ok0_saying_requests_are_too_frequent_is_a_rate_limit_not_the_end(page: str) -> None:
+    """On a later page ``ok:0`` ends the walk; one that says "too many requests" must not, or the posts the walk
+    had not reached yet would fall behind the new cursor."""
+    request = dataclasses.replace(timeline(), params={**timeline().params, "page": page})
+    escaped = rb'{"ok":0,"msg":"\u8bf7\u6c42\u8fc7\u4e8e\u9891\u7e41"}'  # 请求过于频繁, as JSON escapes it
+    for body in ('{"ok":0,"msg":"请求过于频繁，歇歇吧"}'.encode(), escaped):
+        with pytest.raises(FetchError) as info:
+            parse("weibo_mobile", TASK, request, body)
+        assert (info.value.outcome, info.value.error_class) == ("RateLimited", "too-frequent")
 
 
 def test_long_text_extend() -> None:
