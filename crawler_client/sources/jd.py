@@ -15,7 +15,8 @@ from ``getLegoWareDetailComment``, whose ``commentInfoList[]`` rows (``commentId
 Refusals: an empty body, ``{}`` or an object without comments is LoginRequired ("blocked", what JD answers
 without a logged-in cookie since ≈2023). Risk control is Banned with its own ``error_class``: HTTP 403
 (``jd-risk-403``), an ``x-rp-content`` header or body carrying code 605 (``jd-risk-605``), a "系统繁忙"
-answer (``jd-system-busy``), or a redirect to the ``risk_handler`` page (``jd-risk-redirect``). A login page
+answer (``jd-system-busy``), or a redirect to the ``risk_handler`` page, by HTTP or by a page's script
+(``jd-risk-redirect``). A login page
 served in place of the answer is LoginRequired (``jd-login-page``). Cursor semantics: ``ReviewOrder``.
 """
 
@@ -154,6 +155,13 @@ class JdSource(ReviewOrder, SavedPages):
         if not text.startswith("{"):
             if any(busy in text for busy in _BUSY):
                 raise _busy(page.status)
+            if text.startswith("<") and "risk_handler" in text:  # a page whose script sends the browser there
+                raise fail(
+                    Outcome.Banned,
+                    "JD risk control: a page that sends to risk_handler",
+                    error_class="jd-risk-redirect",
+                    http_status=page.status,
+                )
             if text.startswith("<") and any(mark in text for mark in _LOGIN_PAGE):
                 raise fail(
                     Outcome.LoginRequired,

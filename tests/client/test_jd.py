@@ -173,3 +173,7 @@ def test_nested_and_wrapped_comment_rows_login_page_and_risk_redirect() -> None:
             final_url="https://cfe.m.jd.com/privatedomain/risk_handler/03101900/?returnurl=x",
         )
     assert (info.value.outcome, info.value.error_class) == ("Banned", "jd-risk-redirect")
+    script = '<html><script>location.href="https://cfe.m.jd.com/privatedomain/risk_handler/03101900/"</script></html>'
+    with pytest.raises(FetchError) as info:
+        parse("jd", TASK, SOURCE.first_request(TASK, BASE), script.encode())
+    assert (info.value.outcome, info.value.error_class) == ("Banned", "jd-risk-redirect")
