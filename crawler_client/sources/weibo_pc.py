@@ -40,7 +40,7 @@ from crawler_client.sources._detect import (
     unparsable,
 )
 from crawler_client.sources._headers import DESKTOP_UA
-from crawler_client.sources._weibo import wall_of
+from crawler_client.sources._weibo import message_error, wall_of
 from crawler_client.sources.base import FetchedPage, Item, PageRequest, ParsedPage, SavedPages, SourceSpec
 from icecrawler.errors import FetchError
 from icecrawler.models import Outcome, Post, Task, TaskKind
@@ -246,8 +246,8 @@ def _all(node: Tag, attr: str, value: str, name: str | None = None) -> list[Tag]
 
 def _envelope_data(page: FetchedPage, what: str, bad_code: Outcome) -> Any:
     """``data`` of a ``{"code":"100000","msg":"","data":...}`` envelope. A profile page answers with its
-    FM.view feed html; other HTML is a ban/login page (docs/SITE_RESPONSES.md §1.4); another code raises
-    ``bad_code``."""
+    FM.view feed html; other HTML is a ban/login page (docs/SITE_RESPONSES.md §1.4); another code raises what its
+    ``msg`` names (请先登录, 请求过于频繁…), else ``bad_code``."""
     text = decode_body(page.body).strip()
     if not text.startswith("{"):
         fragment = _profile_feed(text)
@@ -277,6 +277,9 @@ def _envelope_data(page: FetchedPage, what: str, bad_code: Outcome) -> Any:
         raise unparsable(page.body, WEIBO_MARKERS, page.status, f"{what}: not a code/msg/data envelope")
     code = str(doc["code"])
     if code != OK_CODE:
+        said = message_error(doc, page.status)  # a msg that names a login, a rate limit or a frozen account
+        if said is not None:
+            raise said
         raise fail(
             bad_code,
             f"{what} code {code[:20]!r}: {str(doc.get('msg', ''))[:60]!r}",

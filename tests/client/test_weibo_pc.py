@@ -142,6 +142,13 @@ def test_other_html_and_error_codes_are_login_or_ban_signals() -> None:
     with pytest.raises(FetchError) as info:
         parse("weibo_pc", TASK, request, fixture("weibo_pc_code_error.json"))
     assert info.value.outcome == "Banned" and info.value.error_class == "weibo-code-100001"
+    for body, outcome, error_class in [
+        ('{"code":"100002","msg":"请先登录","data":""}', "LoginRequired", "login"),
+        ('{"code":"100005","msg":"请求过于频繁","data":""}', "RateLimited", "too-frequent"),
+    ]:
+        with pytest.raises(FetchError) as info:
+            parse("weibo_pc", TASK, request, body.encode())
+        assert (info.value.outcome, info.value.error_class) == (outcome, error_class)
     with pytest.raises(FetchError) as info:
         parse("weibo_pc", TASK, request, b"{}", final_url="https://passport.weibo.com/visitor/visitor?a=enter")
     assert info.value.outcome == "LoginRequired" and info.value.error_class == "visitor"
