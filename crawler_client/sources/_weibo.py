@@ -17,7 +17,22 @@ from crawler_client.sources.base import FetchedPage
 from icecrawler.errors import FetchError
 from icecrawler.models import Outcome
 
-__all__ = ["as_dict", "https_url", "is_pinned", "json_envelope", "mblog_id", "message_error", "truthy", "wall_of"]
+__all__ = [
+    "NOTHING_MORE",
+    "as_dict",
+    "check_end_of_list",
+    "https_url",
+    "is_pinned",
+    "json_envelope",
+    "mblog_id",
+    "message_error",
+    "truthy",
+    "wall_of",
+]
+
+#: What the Weibo JSON APIs say with ``ok:0`` when there is nothing (more) to show: m.weibo.cn past the last page,
+#: or a user without posts.
+NOTHING_MORE = ("这里还没有内容", "没有更多")
 
 
 def as_dict(value: object) -> dict[str, Any]:
@@ -62,6 +77,22 @@ def message_error(doc: dict[str, Any], http_status: int) -> FetchError | None:
         marker.outcome,
         f"{marker.error_class}: {message[:80]!r}",
         error_class=marker.error_class,
+        http_status=http_status,
+    )
+
+
+def check_end_of_list(doc: dict[str, Any], http_status: int) -> None:
+    """An ``ok:0`` after the first page ends the walk when it says nothing, or that there is nothing more
+    (``NOTHING_MORE``). Any other message (a user gone mid-walk, a limit we have no marker for) fails the crawl as
+    Busy: taken for the end, the crawl would succeed and its new cursor would pass over the posts it had not
+    reached yet; failed, it keeps the cursor, stores what it saw, and the next attempt walks again."""
+    message = doc.get("msg")
+    if not isinstance(message, str) or not message.strip() or any(text in message for text in NOTHING_MORE):
+        return
+    raise fail(
+        Outcome.Busy,
+        f"ok:0 {message[:60]!r} in the middle of a walk (not an end-of-list answer)",
+        error_class="unexpected-ok0",
         http_status=http_status,
     )
 

@@ -43,7 +43,7 @@ from crawler_client.sources._decode import (
 )
 from crawler_client.sources._detect import WEIBO_MARKERS, check_final_url, check_http, fail, unparsable
 from crawler_client.sources._headers import MOBILE_UA, XHR_JSON
-from crawler_client.sources._weibo import as_dict, https_url, is_pinned, json_envelope
+from crawler_client.sources._weibo import as_dict, check_end_of_list, https_url, is_pinned, json_envelope
 from crawler_client.sources.base import FetchedPage, Item, PageRequest, ParsedPage, SavedPages, SourceSpec, sniff
 from icecrawler.errors import FetchError
 from icecrawler.models import Outcome, Post, Task, TaskKind
@@ -56,8 +56,6 @@ TIMELINE_PREFIX = "107603"
 SECOND_PROFILE = "230413{uid}_-_WEIBO_SECOND_PROFILE_WEIBO"
 GET_INDEX = "/api/container/getIndex"
 _RENDER_DATA_RE = re.compile(r"\$render_data\s*=\s*(\[.*\])\s*\[0\]", re.DOTALL)
-#: What m.weibo.cn says for no such user / no posts / past the end (``ok:0``).
-NO_CONTENT = "这里还没有内容"
 
 # Kept as names for the code that imported them from here.
 _as_dict = as_dict
@@ -193,6 +191,7 @@ class WeiboMobileSource(PostOrder, SavedPages):
         if doc.get("ok") in (0, "0"):
             if first:
                 return self._empty_tab(task, request, doc, page.status)
+            check_end_of_list(doc, page.status)
             return ParsedPage(items=[], info={"end": "ok:0"})
         if doc.get("ok") in (1, "1", None) and not isinstance(cards, list):
             if isinstance(data.get("userInfo"), dict):

@@ -34,7 +34,15 @@ from crawler_client.sources._dates import iso_of_ms, resolve_created_at
 from crawler_client.sources._decode import decode_body, html_texts, strip_jsonp, with_html
 from crawler_client.sources._detect import WEIBO_MARKERS, check_final_url, check_http, fail, unparsable
 from crawler_client.sources._headers import DESKTOP_UA, XHR_JSON
-from crawler_client.sources._weibo import as_dict, https_url, is_pinned, json_envelope, mblog_id, truthy
+from crawler_client.sources._weibo import (
+    as_dict,
+    check_end_of_list,
+    https_url,
+    is_pinned,
+    json_envelope,
+    mblog_id,
+    truthy,
+)
 from crawler_client.sources.base import FetchedPage, Item, PageRequest, ParsedPage, SavedPages, SourceSpec
 from icecrawler.models import Outcome, Post, Task, TaskKind
 
@@ -113,7 +121,8 @@ class WeiboWebSource(PostOrder, SavedPages):
 
     # --- parsing ----------------------------------------------------------------------------------------
     def parse(self, task: Task, request: PageRequest, page: FetchedPage, now_ms: int) -> ParsedPage:
-        """Walls raise; ``ok:0`` is NotFound on page 1 and the end later; ``data.list`` becomes posts."""
+        """Walls raise; ``ok:0`` is NotFound on page 1 and later the end, if it says so (``check_end_of_list``);
+        ``data.list`` becomes posts."""
         doc = self._envelope(request, page, now_ms, TIMELINE_PATH)
         first = request.params.get("page", "1") in ("", "1") and not request.params.get("since_id")
         if doc.get("ok") in (0, "0"):
@@ -124,6 +133,7 @@ class WeiboWebSource(PostOrder, SavedPages):
                     error_class="no-content",
                     http_status=page.status,
                 )
+            check_end_of_list(doc, page.status)
             return ParsedPage(items=[], info={"end": "ok:0"})
         if doc.get("ok") not in (1, "1"):
             raise unparsable(

@@ -119,6 +119,15 @@ def test_an_ok0_saying_requests_are_too_frequent_is_a_rate_limit_not_the_end(pag
         assert (info.value.outcome, info.value.error_class) == ("RateLimited", "too-frequent")
 
 
+def test_an_ok0_on_a_later_page_ends_the_walk_only_if_it_says_there_is_nothing_more() -> None:
+    request = dataclasses.replace(timeline(), params={**timeline().params, "page": "3"})
+    assert parse("weibo_mobile", TASK, request, fixture("weibo_mobile_ok0.json")).info == {"end": "ok:0"}
+    assert parse("weibo_mobile", TASK, request, b'{"ok":0}').info == {"end": "ok:0"}
+    with pytest.raises(FetchError) as info:
+        parse("weibo_mobile", TASK, request, '{"ok":0,"msg":"用户不存在"}'.encode())
+    assert (info.value.outcome, info.value.error_class) == ("Busy", "unexpected-ok0")
+
+
 def test_long_text_extend() -> None:
     request = SOURCE.extend_request(BASE, 4700000000007000)
     assert request.url == f"{BASE}/statuses/extend" and request.params == {"id": "4700000000007000"}

@@ -124,9 +124,15 @@ def test_visitor_redirect_is_login_required() -> None:
     assert (info.value.outcome, info.value.error_class) == ("LoginRequired", "visitor")
 
 
-def test_ok0_after_the_first_page_ends_and_garbage_is_a_parse_error() -> None:
+def test_ok0_after_the_first_page_ends_only_if_it_says_so_and_garbage_is_a_parse_error() -> None:
+    """Taken for the end, an ``ok:0`` that says something else (the user gone mid-walk) would let the crawl succeed
+    with a cursor past the posts it had not reached; it fails the crawl instead (Busy: retried, cursor kept)."""
     later = SOURCE.page_request(BASE, "5612345678", 3)
-    assert parse("weibo_web", TASK, later, fixture("weibo_web_no_user.json")).info == {"end": "ok:0"}
+    for end in (b'{"ok":0}', b'{"ok":0,"msg":""}', '{"ok":0,"msg":"这里还没有内容"}'.encode()):
+        assert parse("weibo_web", TASK, later, end).info == {"end": "ok:0"}
+    with pytest.raises(FetchError) as info:
+        parse("weibo_web", TASK, later, fixture("weibo_web_no_user.json"))  # 用户不存在
+    assert (info.value.outcome, info.value.error_class) == ("Busy", "unexpected-ok0")
     with pytest.raises(ParseError):
         parse("weibo_web", TASK, SOURCE.first_request(TASK, BASE), b'{"ok":1,"data":{"cards":[]}}')
     with pytest.raises(ParseError):
