@@ -191,10 +191,22 @@ class JdSource(ReviewOrder, SavedPages):
             or None
         )
         page0 = _page0(request)
+        known_pages = max_page or parse_count(request.state.get("max_page", "")) or None
+        if not items and page0 > 0 and known_pages is not None and page0 + 1 < known_pages:
+            # Pages after this one exist, so an empty one is a throttled answer: taken for the end, the walk would
+            # report success and its cursor would pass over the reviews it had not reached.
+            raise fail(
+                Outcome.Busy,
+                f"JD: page {page0} of {known_pages} has no comments (a throttled answer, not the end)",
+                error_class="jd-empty-page",
+                http_status=page.status,
+            )
         result = ParsedPage(items=items, total_pages=max_page, info=_summary(doc))
         more = holder.get("hasMore") in (True, 1, "1", "true")
         if items and ((max_page is not None and page0 + 1 < max_page) or (max_page is None and more)):
             result.next_request = self.page_request(task, request.url, page0 + 1)
+            if known_pages is not None:
+                result.next_request.state["max_page"] = str(known_pages)
             if self.endpoint == "club" and "body" not in request.params:
                 result.next_request.params.update({k: v for k, v in request.params.items() if k != "page"})
         return result

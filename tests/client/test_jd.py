@@ -62,6 +62,24 @@ def test_empty_comments_list_ends_without_blocking() -> None:
     assert page.items == [] and page.next_request is None
 
 
+def test_an_empty_page_before_the_last_is_a_throttled_answer_not_the_end() -> None:
+    """JD's list has ``maxPage`` pages (this answer's, else the one the walk learnt on the page before): an empty
+    page with more after it cannot be the end, and taken for it the new cursor would pass over the reviews not yet
+    reached. The last page, or the first of a product without reviews, may be empty."""
+    url = f"{BASE}/comment/productPageComments.action"
+    first = parse("jd", TASK, SOURCE.first_request(TASK, BASE), jd_comments(max_page=5))
+    assert first.next_request is not None and first.next_request.state["max_page"] == "5"
+    for request, body in [
+        (first.next_request, jd_comments(comments=0, page=1, max_page=0)),  # the soft answer, no maxPage
+        (SOURCE.page_request(TASK, url, 2), jd_comments(comments=0, page=2, max_page=5)),
+    ]:
+        with pytest.raises(FetchError) as info:
+            parse("jd", TASK, request, body)
+        assert (info.value.outcome, info.value.error_class) == ("Busy", "jd-empty-page")
+    last = parse("jd", TASK, SOURCE.page_request(TASK, url, 4), jd_comments(comments=0, page=4, max_page=5))
+    assert last.items == [] and last.next_request is None
+
+
 @pytest.mark.parametrize("name", ["jd_empty_object.jsonp", "jd_no_comments.json", "jd_empty_body.txt"])
 def test_blocked_answers_need_login(name: str) -> None:
     with pytest.raises(FetchError) as info:
