@@ -24,6 +24,7 @@ __all__ = [
     "Marker",
     "check_final_url",
     "check_http",
+    "check_not_cut_short",
     "fail",
     "header",
     "redirect_target",
@@ -52,6 +53,21 @@ class Marker:
         except UnicodeEncodeError:
             pass
         return tuple(forms)
+
+
+def check_not_cut_short(items: int, page: int, pages: int | None, *, site: str, http_status: int) -> None:
+    """An empty page (1-based ``page``) of a list that has ``pages`` pages is a throttled answer when more pages
+    follow it: taken for the end of the list, the crawl would succeed and its new cursor would pass over the items
+    it had not reached. Busy fails the crawl instead (retried with the task's backoff, cursor kept). The first page
+    (an item without reviews) and the last may be empty."""
+    if items or page <= 1 or pages is None or page >= pages:
+        return
+    raise fail(
+        Outcome.Busy,
+        f"{site}: page {page} of {pages} is empty (a throttled answer, not the end of the list)",
+        error_class=f"{site.lower()}-empty-page",
+        http_status=http_status,
+    )
 
 
 def fail(

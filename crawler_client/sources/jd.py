@@ -31,7 +31,14 @@ from crawler_client.sources._counts import parse_count
 from crawler_client.sources._cursor import ReviewOrder
 from crawler_client.sources._dates import iso_of_ms, resolve_created_at
 from crawler_client.sources._decode import decode_body, load_json, strip_jsonp
-from crawler_client.sources._detect import check_final_url, check_http, fail, header, redirect_target
+from crawler_client.sources._detect import (
+    check_final_url,
+    check_http,
+    check_not_cut_short,
+    fail,
+    header,
+    redirect_target,
+)
 from crawler_client.sources._headers import DESKTOP_UA
 from crawler_client.sources.base import FetchedPage, Item, PageRequest, ParsedPage, SavedPages, SourceSpec
 from icecrawler.errors import ConfigError, FetchError, ParseError
@@ -191,16 +198,9 @@ class JdSource(ReviewOrder, SavedPages):
             or None
         )
         page0 = _page0(request)
+        # This answer's page count, else the one the page before gave (a throttled answer may say maxPage 0).
         known_pages = max_page or parse_count(request.state.get("max_page", "")) or None
-        if not items and page0 > 0 and known_pages is not None and page0 + 1 < known_pages:
-            # Pages after this one exist, so an empty one is a throttled answer: taken for the end, the walk would
-            # report success and its cursor would pass over the reviews it had not reached.
-            raise fail(
-                Outcome.Busy,
-                f"JD: page {page0} of {known_pages} has no comments (a throttled answer, not the end)",
-                error_class="jd-empty-page",
-                http_status=page.status,
-            )
+        check_not_cut_short(len(items), page0 + 1, known_pages, site="JD", http_status=page.status)
         result = ParsedPage(items=items, total_pages=max_page, info=_summary(doc))
         more = holder.get("hasMore") in (True, 1, "1", "true")
         if items and ((max_page is not None and page0 + 1 < max_page) or (max_page is None and more)):

@@ -75,6 +75,15 @@ def test_empty_comment_list() -> None:
     assert page.items == [] and page.next_request is None and page.info["record_count"] == "0"
 
 
+def test_an_empty_comment_page_before_the_last_is_a_throttled_answer_not_the_end() -> None:
+    task = make_task("ecshop", "42", TaskKind.ProductReviews)
+    with pytest.raises(FetchError) as info:
+        parse("ecshop", task, SOURCE.comment_page_request(BASE, "42", 2, 1), ecshop_comment_json(42, 2, comments=0))
+    assert (info.value.outcome, info.value.error_class) == ("Busy", "ecshop-empty-page")
+    last = parse("ecshop", task, SOURCE.comment_page_request(BASE, "42", 5, 1), ecshop_comment_json(42, 5, comments=0))
+    assert last.items == [] and last.next_request is None
+
+
 def test_missing_goods_and_error_envelopes() -> None:
     request = SOURCE.first_request(REVIEWS, BASE)
     with pytest.raises(FetchError) as info:
