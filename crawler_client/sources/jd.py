@@ -200,7 +200,7 @@ class JdSource(ReviewOrder, SavedPages):
         page0 = _page0(request)
         # This answer's page count, else the one the page before gave (a throttled answer may say maxPage 0).
         known_pages = max_page or parse_count(request.state.get("max_page", "")) or None
-        check_not_cut_short(len(items), page0 + 1, known_pages, site="JD", http_status=page.status)
+        check_not_cut_short(len(rows), page0 + 1, known_pages, site="JD", http_status=page.status)
         result = ParsedPage(items=items, total_pages=max_page, info=_summary(doc))
         more = holder.get("hasMore") in (True, 1, "1", "true")
         if items and ((max_page is not None and page0 + 1 < max_page) or (max_page is None and more)):
