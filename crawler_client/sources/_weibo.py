@@ -32,7 +32,7 @@ __all__ = [
 
 #: What the Weibo JSON APIs say with ``ok:0`` when there is nothing (more) to show: m.weibo.cn past the last page,
 #: or a user without posts.
-NOTHING_MORE = ("这里还没有内容", "没有更多")
+NOTHING_MORE = ("这里还没有内容", "没有更多", "暂无数据", "暂无内容", "暂无微博")
 
 
 def as_dict(value: object) -> dict[str, Any]:

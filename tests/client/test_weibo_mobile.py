@@ -123,6 +123,7 @@ def test_an_ok0_on_a_later_page_ends_the_walk_only_if_it_says_there_is_nothing_m
     request = dataclasses.replace(timeline(), params={**timeline().params, "page": "3"})
     assert parse("weibo_mobile", TASK, request, fixture("weibo_mobile_ok0.json")).info == {"end": "ok:0"}
     assert parse("weibo_mobile", TASK, request, b'{"ok":0}').info == {"end": "ok:0"}
+    assert parse("weibo_mobile", TASK, request, '{"ok":0,"msg":"暂无数据"}'.encode()).info == {"end": "ok:0"}
     with pytest.raises(FetchError) as info:
         parse("weibo_mobile", TASK, request, '{"ok":0,"msg":"用户不存在"}'.encode())
     assert (info.value.outcome, info.value.error_class) == ("Busy", "unexpected-ok0")
