@@ -341,14 +341,17 @@ class WeiboMobileSource(PostOrder, SavedPages):
 
     @staticmethod
     def _next(request: PageRequest, info: dict[str, Any], had_cards: bool) -> PageRequest | None:
-        """Follow the response's own cursor: ``since_id`` first, then ``page``."""
-        if not had_cards:
+        """Follow the response's own cursor: ``since_id`` first, then ``page``. An empty page ends the walk unless
+        it names a new ``since_id`` (a page whose posts were all filtered out: ending there would put the rest
+        behind the new cursor)."""
+        since_id = info.get("since_id")
+        cursor = isinstance(since_id, (int, str)) and not isinstance(since_id, bool) and str(since_id) not in ("", "0")
+        if not had_cards and not cursor:
             return None
         params = {key: value for key, value in request.params.items() if key not in ("page", "since_id")}
         if not params.get("containerid") and isinstance(info.get("containerid"), str) and info["containerid"]:
             params["containerid"] = info["containerid"][:100]
-        since_id = info.get("since_id")
-        if isinstance(since_id, (int, str)) and not isinstance(since_id, bool) and str(since_id) not in ("", "0"):
+        if cursor:
             if str(since_id) == request.params.get("since_id"):
                 return None  # the site repeated our cursor: following it would loop
             params["since_id"] = str(since_id)

@@ -253,9 +253,9 @@ class WeiboWebSource(PostOrder, SavedPages):
         return json_envelope(page, strip_jsonp(decode_body(page.body)), what)
 
     def _next(self, request: PageRequest, data: dict[str, Any], had_posts: bool) -> PageRequest | None:
-        """``since_id`` when the answer gives one, else ``page`` + 1; nothing after an empty page."""
-        if not had_posts:
-            return None
+        """``since_id`` when the answer gives one, else ``page`` + 1. An empty page ends the walk unless it names a
+        new ``since_id`` (a page whose posts were all filtered out: ending there would put the rest behind the new
+        cursor)."""
         page = parse_id(request.params.get("page", "1")) or 1
         base = request.url[: -len(TIMELINE_PATH)] if request.url.endswith(TIMELINE_PATH) else request.url
         uid = request.params.get("uid", "")
@@ -265,6 +265,8 @@ class WeiboWebSource(PostOrder, SavedPages):
             if text in ("", "0") or text == request.params.get("since_id"):
                 return None  # the end, or the site repeated our cursor (following it would loop)
             return self.page_request(base, uid, page + 1, text[:64])
+        if not had_posts:
+            return None
         return self.page_request(base, uid, page + 1)
 
 

@@ -129,6 +129,15 @@ def test_an_ok0_on_a_later_page_ends_the_walk_only_if_it_says_there_is_nothing_m
     assert (info.value.outcome, info.value.error_class) == ("Busy", "unexpected-ok0")
 
 
+def test_an_empty_page_that_names_a_new_since_id_is_followed_not_taken_for_the_end() -> None:
+    request = timeline()
+    body = b'{"ok":1,"data":{"cardlistInfo":{"since_id":"4912345678900000"},"cards":[]}}'
+    page = parse("weibo_mobile", TASK, request, body)
+    assert page.items == [] and page.next_request is not None
+    assert page.next_request.params["since_id"] == "4912345678900000"
+    assert parse("weibo_mobile", TASK, request, b'{"ok":1,"data":{"cardlistInfo":{},"cards":[]}}').next_request is None
+
+
 def test_long_text_extend() -> None:
     request = SOURCE.extend_request(BASE, 4700000000007000)
     assert request.url == f"{BASE}/statuses/extend" and request.params == {"id": "4700000000007000"}

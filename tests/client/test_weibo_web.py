@@ -139,6 +139,18 @@ def test_ok0_after_the_first_page_ends_only_if_it_says_so_and_garbage_is_a_parse
         parse("weibo_web", TASK, SOURCE.first_request(TASK, BASE), b'{"ok":1,"data":{"list":[')
 
 
+def test_an_empty_page_that_names_a_new_since_id_is_followed_not_taken_for_the_end() -> None:
+    later = SOURCE.page_request(BASE, "5612345678", 2, "4912345678901234kp2")
+    body = b'{"ok":1,"data":{"since_id":"4912345678900000kp3","list":[],"total":120}}'
+    page = parse("weibo_web", TASK, later, body)
+    assert page.items == [] and page.next_request is not None
+    assert page.next_request.params["since_id"] == "4912345678900000kp3"
+    for end in (b'{"ok":1,"data":{"since_id":"","list":[]}}', b'{"ok":1,"data":{"list":[]}}'):
+        assert parse("weibo_web", TASK, later, end).next_request is None
+    repeated = b'{"ok":1,"data":{"since_id":"4912345678901234kp2","list":[]}}'
+    assert parse("weibo_web", TASK, later, repeated).next_request is None
+
+
 def test_bom_jsonp_and_generated_pages() -> None:
     assert len(posts_of(b"\xef\xbb\xbf" + fixture("weibo_web_page1.json"))) == 5
     assert len(posts_of(b"cb(" + fixture("weibo_web_page1.json") + b");")) == 5
