@@ -26,6 +26,7 @@ __all__ = [
     "json_envelope",
     "mblog_id",
     "message_error",
+    "since_id_of",
     "truthy",
     "wall_of",
 ]
@@ -79,6 +80,14 @@ def message_error(doc: dict[str, Any], http_status: int) -> FetchError | None:
         error_class=marker.error_class,
         http_status=http_status,
     )
+
+
+def since_id_of(value: object) -> str:
+    """An answer's ``since_id`` (the next page's cursor) as text; "" when it names none (missing, empty, 0, or not
+    a number or string)."""
+    if not isinstance(value, (int, str)) or isinstance(value, bool) or str(value) in ("", "0"):
+        return ""
+    return str(value)
 
 
 def check_end_of_list(doc: dict[str, Any], http_status: int) -> None:

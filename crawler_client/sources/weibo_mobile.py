@@ -43,7 +43,7 @@ from crawler_client.sources._decode import (
 )
 from crawler_client.sources._detect import WEIBO_MARKERS, check_final_url, check_http, fail, unparsable
 from crawler_client.sources._headers import MOBILE_UA, XHR_JSON
-from crawler_client.sources._weibo import as_dict, check_end_of_list, https_url, is_pinned, json_envelope
+from crawler_client.sources._weibo import as_dict, check_end_of_list, https_url, is_pinned, json_envelope, since_id_of
 from crawler_client.sources.base import FetchedPage, Item, PageRequest, ParsedPage, SavedPages, SourceSpec, sniff
 from icecrawler.errors import FetchError
 from icecrawler.models import Outcome, Post, Task, TaskKind
@@ -344,17 +344,16 @@ class WeiboMobileSource(PostOrder, SavedPages):
         """Follow the response's own cursor: ``since_id`` first, then ``page``. An empty page ends the walk unless
         it names a new ``since_id`` (a page whose posts were all filtered out: ending there would put the rest
         behind the new cursor)."""
-        since_id = info.get("since_id")
-        cursor = isinstance(since_id, (int, str)) and not isinstance(since_id, bool) and str(since_id) not in ("", "0")
-        if not had_cards and not cursor:
+        since_id = since_id_of(info.get("since_id"))
+        if not had_cards and not since_id:
             return None
         params = {key: value for key, value in request.params.items() if key not in ("page", "since_id")}
         if not params.get("containerid") and isinstance(info.get("containerid"), str) and info["containerid"]:
             params["containerid"] = info["containerid"][:100]
-        if cursor:
-            if str(since_id) == request.params.get("since_id"):
+        if since_id:
+            if since_id == request.params.get("since_id"):
                 return None  # the site repeated our cursor: following it would loop
-            params["since_id"] = str(since_id)
+            params["since_id"] = since_id
         else:
             next_page = parse_id(info.get("page"))
             if next_page <= parse_id(request.params.get("page", "1")) or next_page == 0:

@@ -41,6 +41,7 @@ from crawler_client.sources._weibo import (
     is_pinned,
     json_envelope,
     mblog_id,
+    since_id_of,
     truthy,
 )
 from crawler_client.sources.base import FetchedPage, Item, PageRequest, ParsedPage, SavedPages, SourceSpec
@@ -260,11 +261,10 @@ class WeiboWebSource(PostOrder, SavedPages):
         base = request.url[: -len(TIMELINE_PATH)] if request.url.endswith(TIMELINE_PATH) else request.url
         uid = request.params.get("uid", "")
         if "since_id" in data:
-            since_id = data["since_id"]
-            text = str(since_id) if isinstance(since_id, (int, str)) and not isinstance(since_id, bool) else ""
-            if text in ("", "0") or text == request.params.get("since_id"):
+            since_id = since_id_of(data["since_id"])
+            if not since_id or since_id == request.params.get("since_id"):
                 return None  # the end, or the site repeated our cursor (following it would loop)
-            return self.page_request(base, uid, page + 1, text[:64])
+            return self.page_request(base, uid, page + 1, since_id[:64])
         if not had_posts:
             return None
         return self.page_request(base, uid, page + 1)
