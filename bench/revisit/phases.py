@@ -92,17 +92,14 @@ def run_phases(cfg: RealConfig, pool: Any, phases: int, command: str) -> str:
             ]
         )
     header = ["budget (× item rate)", "rate mean lag (min)", "rate ÷ best baseline setting", "rate ÷ sqrt bound"]
+    knobs = ", ".join(f"{key}={json.dumps(value)}" for key, value in cfg.rate_knobs.items())
+    changed = f"the default policy with {knobs}; " if knobs else ""
     return "\n".join(
         [
             f"Command: `{command}`; {cfg.half} half, every target ({len(chosen)}), no resampling; phases "
             f"0..{phases - 1}; best of {len(settings)} baseline settings per phase; window "
-            f"{windowing.window_days:g} days, warm-up {windowing.warmup_days:g}; "
-            + (
-                f"the default policy with {', '.join(f'{k}={json.dumps(v)}' for k, v in cfg.rate_knobs.items())}; "
-                if cfg.rate_knobs
-                else ""
-            )
-            + f"{time.monotonic() - started:.0f} s. Ratios: mean over phases (sd; min .. max).",
+            f"{windowing.window_days:g} days, warm-up {windowing.warmup_days:g}; {changed}"
+            f"{time.monotonic() - started:.0f} s. Ratios: mean over phases (sd; min .. max).",
             "",
             table([*header, "best setting (most phases)"], rows),
             "",
