@@ -7,10 +7,11 @@
   calls (``h5st``); we do not sign (out of scope, docs/SOURCES.md), so an unsigned call may be refused.
 
 Requests ask for ``sortType=6`` (time order) from ``page=0`` (0-based; ``PageRequest.page`` stays 1-based)
-and follow pages while the response has comments and ``page + 1 < maxPage``. Ids are int64 (kept as decimal
-strings), counts may be strings ("100万+"), ``content`` carries HTML entities. Newer item pages read reviews
-from ``getLegoWareDetailComment``, whose ``commentInfoList[]`` rows (``commentId``, ``userNickName``,
-``commentData``, ``commentDate``, ``commentScore``) parse too.
+and follow pages while the response has comments and ``page + 1 < maxPage`` (or ``hasMore``; an answer that
+gives no page count at all, like the older ``productpage`` form, is followed while its pages are full). Ids are
+int64 (kept as decimal strings), counts may be strings ("100万+"), ``content`` carries HTML entities. Newer item
+pages read reviews from ``getLegoWareDetailComment``, whose ``commentInfoList[]`` rows (``commentId``,
+``userNickName``, ``commentData``, ``commentDate``, ``commentScore``) parse too.
 
 Refusals: an empty body, ``{}`` or an object without comments is LoginRequired ("blocked", what JD answers
 without a logged-in cookie since ≈2023). Risk control is Banned with its own ``error_class``: HTTP 403
@@ -51,6 +52,10 @@ CALLBACK = "fetchJSON_comment98"
 #: Bodies shorter than this cannot hold a comment page: the "blocked" answer.
 MIN_BODY = 8
 CLUB_PATH = "/comment/productPageComments.action"
+#: Comments per page we ask for; a full page of an answer without a page count may have more after it.
+PAGE_SIZE = 10
+#: The keys by which an answer says how many pages there are.
+_PAGING_KEYS = ("maxPage", "totalPage", "hasMore")
 #: ``sources.jd.endpoint`` values.
 ENDPOINTS = ("club", "api")
 #: The keys comment rows sit under in the answers we know (``getLegoWareDetailComment`` nests them).
@@ -126,7 +131,7 @@ class JdSource(ReviewOrder, SavedPages):
             "score": task.params.get("score", "0"),
             "sortType": task.params.get("sortType", "6"),
             "page": str(page0),
-            "pageSize": "10",
+            "pageSize": str(PAGE_SIZE),
             "isShadowSku": "0",
             "rid": "0",
             "fold": "1",
@@ -202,7 +207,9 @@ class JdSource(ReviewOrder, SavedPages):
         known_pages = max_page or parse_count(request.state.get("max_page", "")) or None
         check_not_cut_short(len(rows), page0 + 1, known_pages, site="JD", http_status=page.status)
         result = ParsedPage(items=items, total_pages=max_page, info=_summary(doc))
-        more = holder.get("hasMore") in (True, 1, "1", "true")
+        more = holder.get("hasMore") in (True, 1, "1", "true") or (
+            len(rows) >= PAGE_SIZE and not any(key in holder or key in doc for key in _PAGING_KEYS)
+        )
         if items and ((max_page is not None and page0 + 1 < max_page) or (max_page is None and more)):
             result.next_request = self.page_request(task, request.url, page0 + 1)
             if known_pages is not None:

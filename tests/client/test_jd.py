@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from crawler_client.sources.jd import JdSource
@@ -78,6 +80,28 @@ def test_an_empty_page_before_the_last_is_a_throttled_answer_not_the_end() -> No
         assert (info.value.outcome, info.value.error_class) == ("Busy", "jd-empty-page")
     last = parse("jd", TASK, SOURCE.page_request(TASK, url, 4), jd_comments(comments=0, page=4, max_page=5))
     assert last.items == [] and last.next_request is None
+
+
+def _without_page_count(body: bytes) -> bytes:
+    """The same answer as the older ``productpage`` form gives it: no ``maxPage``, ``totalPage`` or ``hasMore``."""
+    doc = json.loads(body)
+    del doc["maxPage"]
+    return json.dumps(doc, ensure_ascii=False).encode()
+
+
+def test_an_answer_without_a_page_count_is_followed_while_its_pages_are_full() -> None:
+    """Stopping after the first page of such an answer reported the product crawled while its older reviews were
+    never reached; a full page may have more after it, a short or empty one is the end."""
+    full = parse("jd", TASK, SOURCE.first_request(TASK, BASE), _without_page_count(jd_comments(jsonp=False)))
+    assert len(full.items) == 10 and full.total_pages is None
+    assert full.next_request is not None and full.next_request.params["page"] == "1"
+    url = f"{BASE}/comment/productPageComments.action"
+    for count in (3, 0):
+        body = _without_page_count(jd_comments(comments=count, page=1, jsonp=False))
+        last = parse("jd", TASK, SOURCE.page_request(TASK, url, 1), body)
+        assert len(last.items) == count and last.next_request is None
+    # An answer that gives a page count is paged by it, full page or not.
+    assert parse("jd", TASK, SOURCE.page_request(TASK, url, 4), jd_comments(page=4, max_page=5)).next_request is None
 
 
 @pytest.mark.parametrize("name", ["jd_empty_object.jsonp", "jd_no_comments.json", "jd_empty_body.txt"])
