@@ -70,6 +70,10 @@ def is_tag(node: object) -> TypeGuard[Tag]:
     return isinstance(node, Tag)
 
 
+#: Invisible filler Weibo puts after posts' text; joiners (U+200C/U+200D) are kept, emoji sequences need them.
+ZERO_WIDTH_SPACE = "\u200b"
+
+
 def html_text(node: Tag) -> str:
     """Visible text of an HTML fragment: ``<br>`` → newline, emoticon ``<img alt="[doge]">`` → its alt."""
     parts: list[str] = []
@@ -82,7 +86,8 @@ def html_text(node: Tag) -> str:
                 if isinstance(alt, str):
                     parts.append(alt)
         elif type(element).__name__ == "NavigableString":
-            parts.append(" ".join(str(element).split("\n")))  # source newlines are whitespace in HTML
+            # Source newlines are whitespace in HTML; zero-width spaces (Weibo pads posts with them) are nothing.
+            parts.append(" ".join(str(element).replace(ZERO_WIDTH_SPACE, "").split("\n")))
     lines = (" ".join(line.split()) for line in "".join(parts).split("\n"))
     return "\n".join(lines).strip()
 

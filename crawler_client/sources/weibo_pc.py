@@ -24,6 +24,7 @@ signatures as weibo_mobile's ``statuses/extend`` helpers. Cursor semantics:
 from __future__ import annotations
 
 import re
+from collections import Counter
 from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import parse_qs, urlsplit
 
@@ -41,8 +42,8 @@ from crawler_client.sources._detect import (
 )
 from crawler_client.sources._headers import DESKTOP_UA
 from crawler_client.sources._weibo import message_error, wall_of
-from crawler_client.sources.base import FetchedPage, Item, PageRequest, ParsedPage, SavedPages, SourceSpec
-from icecrawler.errors import FetchError
+from crawler_client.sources.base import FetchedPage, Item, PageRequest, ParsedPage, SavedPages, SourceSpec, sniff
+from icecrawler.errors import FetchError, ParseError
 from icecrawler.models import Outcome, Post, Task, TaskKind
 
 if TYPE_CHECKING:
@@ -60,6 +61,9 @@ CHUNKS: tuple[tuple[int, int], ...] = ((-1, 0), (0, 0), (0, 1))
 _COUNT_PAGE_RE = re.compile(r"countPage=(\d+)")
 _PAGE_LINK_RE = re.compile(r"[?&]page=(\d+)")
 _FM_VIEW_RE = re.compile(r"FM\.view\((\{.*?\})\)\s*;?\s*</script>", re.DOTALL)
+#: A weibo.com page rendered for a logged-in session says so in its ``$CONFIG``, and which page it is.
+_LOGGED_IN_RE = re.compile(r"\$CONFIG\['islogin'\]\s*=\s*'1'")
+_LOCATION_RE = re.compile(r"\$CONFIG\['location'\]\s*=\s*'([\w-]{1,60})'")
 _COUNT_ACTIONS = (("reposts", "fl_forward"), ("comments", "fl_comment"), ("likes", "fl_like"))
 
 
@@ -80,6 +84,8 @@ SPEC = SourceSpec(
 )
 #: The feed's ``ouid=`` names the timeline's owner.
 _OUID_RE = re.compile(rb"ouid=(\d{1,20})")
+#: The pager's ``action-data`` names the visible page a saved chunk belongs to.
+_CURRENT_PAGE_RE = re.compile(rb"currentPage=(\d{1,6})")
 
 
 class WeiboPcSource(PostOrder, SavedPages):
@@ -95,13 +101,19 @@ class WeiboPcSource(PostOrder, SavedPages):
         "User-Agent": DESKTOP_UA,
     }
 
+    def saved_target(self, kind: TaskKind, body: bytes) -> str:
+        """The owner most feed items name: the feed may show another account's post (a liked one) first."""
+        owners = Counter(_OUID_RE.findall(body[: 1 << 20]))
+        return owners.most_common(1)[0][0].decode("ascii") if owners else ""
+
     def first_request(self, task: Task, base_url: str) -> PageRequest:
         """Chunk 0 of page 1."""
         return self.chunk_request(task, base_url.rstrip("/") + "/p/aj/v6/mblog/mbloglist", 1, 0, task.lease_deadline_ms)
 
     def saved_request(self, task: Task, base_url: str, body: bytes, page: int, chunk: int | None) -> PageRequest:
-        """Chunk ``chunk`` of ``page``; without one, the chunk with the pager (``countPage``) is the last."""
-        page = page or 1
+        """Chunk ``chunk`` of ``page`` (without one, the page its pager names, else 1); without a chunk, the one with
+        the pager (``countPage``) is the last."""
+        page = page or parse_id(sniff((_CURRENT_PAGE_RE,), body)) or 1
         request = self.first_request(task, base_url)
         chunk = chunk if chunk is not None else (2 if b"countPage" in body else 0)
         request.state["chunk"] = str(chunk)
@@ -142,7 +154,8 @@ class WeiboPcSource(PostOrder, SavedPages):
         fetched_at = iso_of_ms(now_ms)
         items: list[Item] = []
         long_ids: list[str] = []
-        for node in _all(soup, "action-type", "feed_list_item", "div"):
+        nodes = _all(soup, "action-type", "feed_list_item", "div")
+        for node in nodes:
             truncated = _by(node, "action-type", "fl_unfold") is not None  # post_of removes the link
             post = self.post_of(node, task, now_ms, fetched_at)
             if post is not None:
@@ -153,7 +166,10 @@ class WeiboPcSource(PostOrder, SavedPages):
         result = ParsedPage(items=items, total_pages=total_pages, info={"chunk": str(chunk)})
         if long_ids:
             result.info["long_text_ids"] = ",".join(long_ids)
-        if items and chunk < 2:
+        others = sum(1 for node in nodes if _by_another_account(node, task))
+        if others:
+            result.info["other_accounts"] = str(others)
+        if nodes and chunk < 2:  # a chunk of only another account's posts is not the end of the feed
             result.next_request = self.chunk_request(task, request.url, request.page, chunk + 1, now_ms)
         elif chunk >= 2 and total_pages is not None and request.page < total_pages:
             result.next_request = self.chunk_request(task, request.url, request.page + 1, 0, now_ms)
@@ -197,9 +213,10 @@ class WeiboPcSource(PostOrder, SavedPages):
         return with_html(post, html)
 
     def post_of(self, node: Tag, task: Task, now_ms: int, fetched_at: str) -> Post | None:
-        """One ``feed_list_item`` as a Post; None without a numeric ``mid``."""
+        """One ``feed_list_item`` as a Post; None without a numeric ``mid``, or for another account's post that the
+        feed shows (see ``_by_another_account``)."""
         post_id = parse_id(_attr(node, "mid"))
-        if not post_id:
+        if not post_id or _by_another_account(node, task):
             return None
         forward = _by(node, "node-type", "feed_list_forwardContent")
         retweeted_id = parse_id(_attr(node, "omid"))
@@ -213,6 +230,12 @@ class WeiboPcSource(PostOrder, SavedPages):
         content = _by(node, "node-type", "feed_list_content")
         for unfold in _all(content, "action-type", "fl_unfold") if content is not None else []:
             unfold.extract()
+        pinned = _is_pinned(node)  # before its badge leaves the text
+        for badge in content.find_all(class_="W_icon_feedpin") if content is not None else []:
+            holder = badge.parent
+            if is_tag(holder) and holder.name == "a" and holder.get_text() == badge.get_text():
+                badge = holder  # the badge's own link goes with it
+            badge.extract()
         date = _by(node, "node-type", "feed_list_item_date")
         return Post(
             id=post_id,
@@ -221,7 +244,7 @@ class WeiboPcSource(PostOrder, SavedPages):
             text=html_text(content) if content is not None else "",
             html=content.decode_contents().strip() if content is not None else "",
             created_at=_created_at(date, now_ms),
-            pinned=_is_pinned(node),
+            pinned=pinned,
             retweeted_id=retweeted_id,
             pictures=_pictures(node),
             permalink=_permalink(_attr(date, "href")),
@@ -254,6 +277,14 @@ def _envelope_data(page: FetchedPage, what: str, bad_code: Outcome) -> Any:
         if fragment is not None:
             return fragment
         if scan_markers(page.body, WEIBO_MARKERS) is None and text.startswith("<"):
+            if _LOGGED_IN_RE.search(text):  # the session works: another page of the site (a profile's info tab)
+                location = _LOCATION_RE.search(text)
+                raise ParseError(
+                    f"{what}: a weibo.com page with no feed ({location[1] if location else 'unnamed'}), "
+                    "rendered for a logged-in session",
+                    error_class="page-without-feed",
+                    http_status=page.status,
+                )
             raise fail(
                 Outcome.LoginRequired,
                 f"{what}: HTML instead of JSON",
@@ -330,6 +361,15 @@ def _created_at(date: Tag | None, now_ms: int) -> str:
         if resolved:
             return resolved
     return resolve_created_at(_attr(date, "title"), now_ms) or resolve_created_at(date.get_text(), now_ms)
+
+
+def _by_another_account(node: Tag, task: Task) -> bool:
+    """A feed item whose ``tbinfo`` names another owner (``ouid``) than the timeline's: weibo.com shows posts the
+    account liked ("她5小时前赞过的微博") among its own. They are not its posts, and they are as old as they like
+    and out of date order, so taken for its posts one could end the incremental walk early."""
+    owner = parse_id(task.target)
+    author = parse_id((parse_qs(_attr(node, "tbinfo")).get("ouid") or [""])[0])
+    return bool(owner and author and author != owner)
 
 
 def _is_pinned(node: Tag) -> bool:

@@ -31,7 +31,7 @@ from typing import Any, ClassVar
 from crawler_client.sources._counts import parse_count, parse_id
 from crawler_client.sources._cursor import PostOrder
 from crawler_client.sources._dates import iso_of_ms, resolve_created_at
-from crawler_client.sources._decode import decode_body, html_texts, strip_jsonp, with_html
+from crawler_client.sources._decode import ZERO_WIDTH_SPACE, decode_body, html_texts, strip_jsonp, with_html
 from crawler_client.sources._detect import WEIBO_MARKERS, check_final_url, check_http, fail, unparsable
 from crawler_client.sources._headers import DESKTOP_UA, XHR_JSON
 from crawler_client.sources._weibo import (
@@ -137,8 +137,12 @@ class WeiboWebSource(PostOrder, SavedPages):
             check_end_of_list(doc, page.status)
             return ParsedPage(items=[], info={"end": "ok:0"})
         if doc.get("ok") not in (1, "1"):
+            hint = " (a v6 mbloglist answer: use weibo_pc)" if "code" in doc and "data" in doc else ""
             raise unparsable(
-                page.body, WEIBO_MARKERS, page.status, f"mymblog: unexpected envelope ok={str(doc.get('ok'))[:20]!r}"
+                page.body,
+                WEIBO_MARKERS,
+                page.status,
+                f"mymblog: unexpected envelope ok={str(doc.get('ok'))[:20]!r}{hint}",
             )
         data = doc.get("data")
         if data is None and mblog_id(doc) and ("mblogid" in doc or "text_raw" in doc):
@@ -198,7 +202,7 @@ class WeiboWebSource(PostOrder, SavedPages):
         body = raw_html if isinstance(raw_html, str) else ""
         raw_text = mblog.get("text_raw")
         if isinstance(raw_text, str):
-            plain = raw_text.replace("\u200b", "").strip()
+            plain = raw_text.replace(ZERO_WIDTH_SPACE, "").strip()
         else:
             plain = text if text is not None else (html_texts([body])[0] if body else "")
         retweeted = as_dict(mblog.get("retweeted_status"))

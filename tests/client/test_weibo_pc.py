@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from crawler_client.sources.base import PageRequest
 from crawler_client.sources.weibo_pc import WeiboPcSource
 from icecrawler.errors import FetchError, ParseError
 from icecrawler.models import Post
@@ -15,7 +16,7 @@ SOURCE = WeiboPcSource()
 TASK = make_task("weibo_pc", "2803301701", domain="100206")
 
 
-def first() -> object:
+def first() -> PageRequest:
     return SOURCE.first_request(TASK, BASE)
 
 
@@ -110,7 +111,8 @@ def test_profile_page_fm_view_is_parsed_like_chunk_0() -> None:
         f'<html><script>FM.view({{"ns":"pl.nav","html":"<div class=\\"fl_menu\\"></div>"}})</script>'
         f"<script>FM.view({view})</script></html>"
     ).encode()
-    page = parse("weibo_pc", TASK, SOURCE.first_request(TASK, BASE), body)
+    task = make_task("weibo_pc", "1163218074")
+    page = parse("weibo_pc", task, SOURCE.first_request(task, BASE), body)
     assert len(page.items) == 2
 
 
@@ -156,6 +158,21 @@ def test_other_html_and_error_codes_are_login_or_ban_signals() -> None:
         parse("weibo_pc", TASK, request, b"\x00\x01garbage")
 
 
+def test_a_logged_in_page_without_a_feed_is_not_a_lost_session() -> None:
+    """A page the site rendered for a logged-in session (here a profile's info tab) proves the session works:
+    calling it LoginRequired would have sent a working account to log in again."""
+    page = (
+        "<!doctype html><html><head><script>var $CONFIG = {}; $CONFIG['islogin']='1'; "
+        "$CONFIG['location']='page_100505_info';</script></head><body><div class=\"WB_frame\"></div></body></html>"
+    )
+    with pytest.raises(ParseError, match="page_100505_info") as info:
+        parse("weibo_pc", TASK, SOURCE.first_request(TASK, BASE), page.encode())
+    assert info.value.error_class == "page-without-feed"
+    with pytest.raises(FetchError) as login:  # the same page for a visitor is a lost session
+        parse("weibo_pc", TASK, SOURCE.first_request(TASK, BASE), page.replace("'1'", "'0'").encode())
+    assert login.value.outcome == "LoginRequired"
+
+
 def test_long_text_getlongtext() -> None:
     from sandbox.web import php_json
     from tests.client._util import NOW_MS, fetched
@@ -192,7 +209,8 @@ def test_video_covers_are_not_pictures() -> None:
     from sandbox.web import php_json
 
     item = (
-        '<div class="WB_cardwrap WB_feed_type" tbinfo="ouid=1" mid="4000000000000001" action-type="feed_list_item">'
+        '<div class="WB_cardwrap WB_feed_type" tbinfo="ouid=2803301701" mid="4000000000000001" '
+        'action-type="feed_list_item">'
         '<div class="WB_text" node-type="feed_list_content">视频</div><ul node-type="feed_list_media_prev">'
         '<li class="WB_video" video_src="//f.video.weibocdn.com/x.mp4"><div><img src="//wx1.sinaimg.cn/cover.jpg">'
         '</div></li><li><img src="//wx1.sinaimg.cn/pic.jpg"></li></ul></div>'
@@ -202,4 +220,69 @@ def test_video_covers_are_not_pictures() -> None:
     )
     (post,) = page.items
     assert isinstance(post, Post) and post.pictures == ["https://wx1.sinaimg.cn/pic.jpg"]
-    assert post.user_id == 1 and post.created_at == "" and post.permalink == ""
+    assert post.user_id == 2803301701 and post.created_at == "" and post.permalink == ""
+
+
+def _feed_item(mid: int, ouid: int, content: str, title: str = "") -> str:
+    """One ``feed_list_item`` as weibo.com renders it: an optional card title above the post, then its text."""
+    return (
+        f'<div class="WB_cardwrap WB_feed_type" tbinfo="ouid={ouid}" mid="{mid}" action-type="feed_list_item">'
+        f'{title}<div class="WB_text" node-type="feed_list_content">{content}</div></div>'
+    )
+
+
+def _chunk(*items: str) -> bytes:
+    from sandbox.web import php_json
+
+    return php_json({"code": "100000", "data": "".join(items)}).encode()
+
+
+LIKED_TITLE = (
+    '<div class="WB_cardtitle_b S_line2"><h4 class="obj_name S_txt2"><span class="main_title">'
+    '<i class="W_ficon ficon_praised S_ficon">ñ</i></span><span class="subtitle">'
+    '<a href="https://weibo.com/2803301701/like">她5小时前赞过的微博</a></span></h4></div>'
+)
+
+
+def test_a_post_the_account_liked_is_not_its_post_and_does_not_end_the_chunk_walk() -> None:
+    """weibo.com shows posts the account liked among its own, marked by another ``ouid``: stored as its posts they
+    were misattributed, and an old one near the top could end the incremental walk before newer posts."""
+    body = _chunk(
+        _feed_item(4100000000000003, 2803301701, "自己的新微博"),
+        _feed_item(3900000000000001, 1286891293, "别人的旧微博", title=LIKED_TITLE),
+        _feed_item(4100000000000002, 2803301701, "自己的微博"),
+    )
+    page = parse("weibo_pc", TASK, first(), body)
+    assert [item.id for item in page.items if isinstance(item, Post)] == [4100000000000003, 4100000000000002]
+    assert page.info["other_accounts"] == "1"
+    only_liked = parse("weibo_pc", TASK, first(), _chunk(_feed_item(3900000000000001, 1, "x", title=LIKED_TITLE)))
+    assert only_liked.items == [] and only_liked.next_request is not None  # not the end of the feed
+    assert only_liked.next_request.state == {"chunk": "1"}
+
+
+def test_the_pinned_badge_marks_the_post_but_is_not_its_text() -> None:
+    """The 置顶 badge sits inside the text block; kept, the same post's text changed when it was unpinned."""
+    badge = (
+        '<a ignore="ignore" href="javascript:void(0);"><span class="W_icon_feedpin">'
+        '<i class="W_icon icon_feedpin_lite" title="微博会员特权"></i>置顶</span></a>'
+    )
+    item = _feed_item(4100000000000001, 2803301701, f"{badge} 正文\u200b\u200b")
+    page = parse("weibo_pc", TASK, first(), _chunk(item))
+    (post,) = page.items
+    assert isinstance(post, Post) and post.pinned
+    assert post.text == "正文" and "置顶" not in post.html  # zero-width padding dropped too
+
+
+def test_a_saved_chunk_names_its_page_and_owner_for_icecrawler_parse() -> None:
+    """``icecrawler parse`` without ``--page`` reads the page from the pager (it took page 1 and printed a next
+    request for page 2 after a page-2 chunk), and the owner from most items, not the first (a liked post)."""
+    body = mbloglist_chunk(page=2, chunk=2, posts=2)
+    request = SOURCE.saved_request(TASK, BASE, body, 0, None)
+    assert request.page == 2 and request.state == {"chunk": "2"} and request.params["pre_page"] == "2"
+    assert SOURCE.saved_request(TASK, BASE, body, 3, None).page == 3  # a page given wins
+    liked_first = _chunk(
+        _feed_item(3900000000000001, 1286891293, "x", title=LIKED_TITLE),
+        _feed_item(4100000000000003, 2803301701, "a"),
+        _feed_item(4100000000000002, 2803301701, "b"),
+    )
+    assert SOURCE.saved_target(SOURCE.spec.default_kind, liked_first) == "2803301701"

@@ -133,8 +133,10 @@ def test_ok0_after_the_first_page_ends_only_if_it_says_so_and_garbage_is_a_parse
     with pytest.raises(FetchError) as info:
         parse("weibo_web", TASK, later, fixture("weibo_web_no_user.json"))  # 用户不存在
     assert (info.value.outcome, info.value.error_class) == ("Busy", "unexpected-ok0")
-    with pytest.raises(ParseError):
+    with pytest.raises(ParseError, match="use weibo_mobile"):
         parse("weibo_web", TASK, SOURCE.first_request(TASK, BASE), b'{"ok":1,"data":{"cards":[]}}')
+    with pytest.raises(ParseError, match="use weibo_pc"):  # the legacy feed's envelope
+        parse("weibo_web", TASK, SOURCE.first_request(TASK, BASE), b'{"code":"100000","msg":"","data":"<div></div>"}')
     with pytest.raises(ParseError):
         parse("weibo_web", TASK, SOURCE.first_request(TASK, BASE), b'{"ok":1,"data":{"list":[')
 
