@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from crawler_client.sources.base import PageRequest
+from crawler_client.crawl import crawl_task
+from crawler_client.sources.base import FetchedPage, PageRequest
 from crawler_client.sources.weibo_pc import WeiboPcSource
 from icecrawler.errors import FetchError, ParseError
 from icecrawler.models import Post
 from sandbox.pages import interstitial, passport_page
 from sandbox.samples import SAMPLE_NOW_MS, mbloglist_chunk, mbloglist_page
-from tests.client._util import BASE, fixture, make_task, parse
+from tests.client._util import BASE, NOW_MS, fetched, fixture, make_task, parse
 
 SOURCE = WeiboPcSource()
 TASK = make_task("weibo_pc", "2803301701", domain="100206")
@@ -175,7 +176,6 @@ def test_a_logged_in_page_without_a_feed_is_not_a_lost_session() -> None:
 
 def test_long_text_getlongtext() -> None:
     from sandbox.web import php_json
-    from tests.client._util import NOW_MS, fetched
 
     request = SOURCE.extend_request(BASE, 4371860000000002)
     assert request.url == f"{BASE}/p/aj/mblog/getlongtext"
@@ -286,3 +286,35 @@ def test_a_saved_chunk_names_its_page_and_owner_for_icecrawler_parse() -> None:
         _feed_item(4100000000000002, 2803301701, "b"),
     )
     assert SOURCE.saved_target(SOURCE.spec.default_kind, liked_first) == "2803301701"
+
+
+class _ChunkFetch:
+    """Serves chunk N of page 1 from ``chunks`` (what the crawl loop's fetcher hands the parser)."""
+
+    def __init__(self, chunks: list[bytes]) -> None:
+        self.chunks = chunks
+        self.requests_made = 0
+
+    def fetch(self, request: PageRequest) -> FetchedPage:
+        self.requests_made += 1
+        body = self.chunks[int(request.state["chunk"])] if request.page == 1 else _chunk()
+        return fetched(body, request)
+
+
+def test_an_old_liked_post_does_not_stop_the_incremental_walk_before_newer_posts() -> None:
+    """Through the crawl loop: the liked post is older than the cursor; counted as the account's, it made chunk 0
+    the page holding the cursor, and the new post in chunk 1 was never reached."""
+    chunks = [
+        _chunk(
+            _feed_item(4100000000000030, 2803301701, "新1"),
+            _feed_item(3900000000000001, 1286891293, "别人的旧微博", title=LIKED_TITLE),
+            _feed_item(4100000000000029, 2803301701, "新2"),
+        ),
+        _chunk(_feed_item(4100000000000028, 2803301701, "新3"), _feed_item(4100000000000020, 2803301701, "旧")),
+        _chunk(),
+    ]
+    task = make_task("weibo_pc", "2803301701", domain="100206")
+    task.cursor = "4100000000000020"
+    result = crawl_task(task, SOURCE, _ChunkFetch(chunks), base_url=BASE, max_pages=10, now_ms=lambda: NOW_MS)
+    assert result.report.outcome == "Ok"
+    assert [post.id for post in result.posts] == [4100000000000030, 4100000000000029, 4100000000000028]
