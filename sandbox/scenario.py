@@ -9,6 +9,7 @@ A scenario is a TOML or JSON file with the same structure (see docs/SANDBOX.md):
     sites = ["pc", "m", "web"]      # any of: desktop v6 feed (pc), m.weibo.cn (m), weibo.com's JSON API (web)
     cursor = "since_id"             # mobile next-page cursor the responses carry: "since_id" or "page"
     pinned = true                   # an old post pinned on top of the mobile timeline
+    shows_likes = true              # pc: page 1 shows another user's old post this one liked (not its own)
     long_text_every = 4             # every 4th post is isLongText (0 = never)
     retweet_every = 5               # every 5th post reposts someone (0 = never)
     backlog = 60                    # posts published before the run starts
@@ -118,6 +119,7 @@ class WeiboUser:
     sites: tuple[str, ...] = WEIBO_SITES
     cursor: str = "since_id"
     pinned: bool = True
+    shows_likes: bool = True
     long_text_every: int = 4
     retweet_every: int = 5
     backlog: int = 30

@@ -28,6 +28,7 @@ __all__ = [
     "WeiboPcSite",
     "chunk_html",
     "display_time",
+    "liked_title",
     "make_site",
     "mbloglist_body",
     "pager_html",
@@ -130,7 +131,22 @@ class WeiboPcSite:
         start = ((page - 1) * CHUNKS_PER_PAGE + chunk) * CHUNK_SIZE
         pages = page_count(len(posts), CHUNK_SIZE * CHUNKS_PER_PAGE)
         shown = posts[start : start + CHUNK_SIZE]
-        return chunk_html(shown, uid=user.uid, domain=user.domain, page=page, chunk=chunk, pages=pages, now_ms=now_ms)
+        liked = self._liked(user, now_ms) if page == 1 and chunk == 0 and shown else None
+        return chunk_html(
+            shown, uid=user.uid, domain=user.domain, page=page, chunk=chunk, pages=pages, now_ms=now_ms, liked=liked
+        )
+
+    def _liked(self, user: WeiboUser, now_ms: int) -> SimPost | None:
+        """The post ``user`` liked, as the real feed shows one among its own: the oldest of the next desktop user
+        (older than anything a crawl's cursor holds, so a crawler that took it for the user's post would stop)."""
+        if not user.shows_likes:
+            return None
+        others = sorted(uid for uid, state in self.world.users.items() if uid != user.uid and "pc" in state.spec.sites)
+        if not others:
+            return None
+        later = [uid for uid in others if uid > user.uid]
+        timeline = self.world.timeline((later or others)[0], now_ms) or []
+        return timeline[-1] if timeline else None
 
     def _profile(self, request: SimRequest) -> SimResponse:
         user = self._user(self.target_of(request))
@@ -190,8 +206,8 @@ def _forward(original: SimPost, now_ms: int) -> str:
     )
 
 
-def post_html(post: SimPost, now_ms: int) -> str:
-    """One ``feed_list_item`` card of the v6 profile feed (docs/SITE_RESPONSES.md §1.3)."""
+def post_html(post: SimPost, now_ms: int, *, title: str = "") -> str:
+    """One ``feed_list_item`` card of the v6 profile feed (docs/SITE_RESPONSES.md §1.3), ``title`` above it."""
     name = html.escape(post.user_name)
     tbinfo = f"ouid={post.uid}"
     extra = ""
@@ -222,7 +238,7 @@ def post_html(post: SimPost, now_ms: int) -> str:
     )
     return (
         f'<div class="WB_cardwrap WB_feed_type S_bg2 WB_feed_like" tbinfo="{html.escape(tbinfo)}"{extra} '
-        f'action-type="feed_list_item" diss-data="" mid="{post.mid}">'
+        f'action-type="feed_list_item" diss-data="" mid="{post.mid}">{title}'
         f'<div class="WB_feed_detail clearfix" node-type="feed_content">'
         f'<div class="WB_face W_fl"><div class="face"><a target="_blank" class="W_face_radius" '
         f'href="/u/{post.uid}?refer_flag=1005055013_" title="{name}"><img usercard="id={post.uid}" title="{name}"'
@@ -270,14 +286,35 @@ def pager_html(uid: int, domain: str, page: int, pages: int) -> str:
     )
 
 
+def liked_title(uid: int) -> str:
+    """The card title over a post the account liked, linking to its likes page."""
+    return (
+        f'<div class="WB_cardtitle_b S_line2"><h4 class="obj_name S_txt2"><span class="main_title">'
+        f'<i class="W_ficon ficon_praised S_ficon">ñ</i></span><span class="subtitle"><a target="_blank" '
+        f'href="/{uid}/like?from=page_100505_profile&wvr=6&mod=like#status">TA赞过的微博</a></span></h4></div>'
+    )
+
+
 def chunk_html(
-    shown: Sequence[SimPost], *, uid: int, domain: str, page: int, chunk: int, pages: int, now_ms: int
+    shown: Sequence[SimPost],
+    *,
+    uid: int,
+    domain: str,
+    page: int,
+    chunk: int,
+    pages: int,
+    now_ms: int,
+    liked: SimPost | None = None,
 ) -> str:
-    """Chunk ``chunk`` (0-2) of visible page ``page`` showing ``shown``: the posts, then the lazy-load
-    placeholder (chunks 0 and 1) or the pager of ``pages`` pages (chunk 2); "" for an empty early chunk."""
+    """Chunk ``chunk`` (0-2) of visible page ``page`` showing ``shown``: the posts (``liked``, another account's
+    post, after the first), then the lazy-load placeholder (chunks 0 and 1) or the pager of ``pages`` pages
+    (chunk 2); "" for an empty early chunk."""
     if not shown and chunk < CHUNKS_PER_PAGE - 1:
         return ""
-    feed = "".join(post_html(post, now_ms) for post in shown)
+    cards = [post_html(post, now_ms) for post in shown]
+    if liked is not None:
+        cards.insert(1, post_html(liked, now_ms, title=liked_title(uid)))
+    feed = "".join(cards)
     if chunk < CHUNKS_PER_PAGE - 1:
         return feed + _LAZYLOAD
     return feed + (pager_html(uid, domain, page, pages) if pages else "")

@@ -107,13 +107,15 @@ def test_pc_chunks_pager_and_round_trip(server: SandboxServer) -> None:
         doc = json.loads(response.content)
         assert doc["code"] == "100000" and b"\\/" in response.content
         chunks.append(doc["data"])
-    assert [chunk.count('action-type="feed_list_item"') for chunk in chunks] == [15, 15, 15]
+    # 15 posts a chunk, and on page 1 another user's old post this one liked (a titled card, not its post)
+    assert [chunk.count('action-type="feed_list_item"') for chunk in chunks] == [16, 15, 15]
+    assert chunks[0].count("赞过的微博") == 1
     assert 'node-type="lazyload"' in chunks[0] and "countPage" not in chunks[0]
     assert "currentPage=1&countPage=2" in chunks[2]  # 53 posts -> 2 visible pages
     assert 'date="' in chunks[0] and 'node-type="feed_list_item_date"' in chunks[0]
     assert 'action-type="fl_unfold"' in "".join(chunks) and 'isforward="1"' in "".join(chunks)
     mids = [part.split('"', 1)[0] for part in "".join(chunks).split(' mid="')[1:]]
-    assert len(set(mids)) == 45
+    assert len(set(mids)) == 46
 
     result = crawl(server, "weibo_pc", UID)
     posts = [item for item in result.items if isinstance(item, Post)]
