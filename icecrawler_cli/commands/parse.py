@@ -68,6 +68,14 @@ class Command(BaseCommand):
             metavar="'NAME: VALUE'",
             help="a response header it came with (repeatable), e.g. 'x-rp-content: ...'",
         )
+        parser.add_argument(
+            "--param",
+            action="append",
+            default=[],
+            metavar="KEY=VALUE",
+            help="a task parameter the crawl would carry (repeatable), e.g. domain=100206 for a weibo_pc company "
+            "page (its next requests use it), score=3 for jd",
+        )
 
     def run(self, args: argparse.Namespace, settings: Settings, ice_args: list[str]) -> int:
         try:
@@ -77,7 +85,15 @@ class Command(BaseCommand):
         except (ConfigError, OSError, ValueError) as exc:
             print(f"icecrawler parse: {exc}", file=sys.stderr)
             return 2
+        params: dict[str, str] = {}
+        for pair in args.param:
+            key, sep, value = pair.partition("=")
+            if not sep or not key.strip():
+                print(f"icecrawler parse: --param {pair!r}: expected KEY=VALUE", file=sys.stderr)
+                return 2
+            params[key.strip()] = value.strip()
         task = _task(source, args, body)
+        task.params.update(params)
         request = _request(source, task, args, body)
         headers = {"Retry-After": args.retry_after} if args.retry_after else {}
         for line in args.header:

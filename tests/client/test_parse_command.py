@@ -63,6 +63,18 @@ def test_sniffing_weibo_uid_and_pc_last_chunk(capsys: pytest.CaptureFixture[str]
     assert code == 0 and lines[-1]["total_pages"] == 18 and "page=2" in str(lines[-1]["next"])
 
 
+def test_weibo_pc_page_from_the_pager_and_task_params(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """A company page's chunk (domain 100206) of page 2: the page is read from its pager, the domain comes from
+    ``--param`` (the next request is built from the task's), and a malformed ``--param`` is refused."""
+    (tmp_path / "pc.json").write_bytes(mbloglist_chunk(1163218074, 2, 2, count_page=18, domain="100206"))
+    code, lines, _ = run(capsys, "--source", "weibo_pc", str(tmp_path / "pc.json"), "--param", "domain=100206")
+    assert code == 0 and lines[-1]["total_pages"] == 18
+    next_url = str(lines[-1]["next"])
+    assert "domain=100206" in next_url and "id=1002061163218074&page=3&pre_page=2" in next_url
+    code, lines, err = run(capsys, "--source", "weibo_pc", str(tmp_path / "pc.json"), "--param", "domain")
+    assert code == 2 and lines == [] and "--param 'domain': expected KEY=VALUE" in err
+
+
 def test_ecshop_kinds_are_sniffed(capsys: pytest.CaptureFixture[str]) -> None:
     code, lines, _ = run(capsys, "--source", "ecshop", str(FIXTURES / "ecshop_category3_p1.html"))
     assert code == 0 and lines[-1]["task"] == "listing:ecshop:3" and lines[0] == {"product_id": "20"}
