@@ -82,26 +82,15 @@ class Command(BaseCommand):
             source = get_source(args.source, source_options(settings, args.source))
             body = Path(args.file).read_bytes()
             now_ms = _now_ms(args.now)
+            params = _pairs(args.param, "=", "--param", "KEY=VALUE")
+            headers = {"Retry-After": args.retry_after} if args.retry_after else {}
+            headers.update(_pairs(args.header, ":", "--header", "'NAME: VALUE'"))
         except (ConfigError, OSError, ValueError) as exc:
             print(f"icecrawler parse: {exc}", file=sys.stderr)
             return 2
-        params: dict[str, str] = {}
-        for pair in args.param:
-            key, sep, value = pair.partition("=")
-            if not sep or not key.strip():
-                print(f"icecrawler parse: --param {pair!r}: expected KEY=VALUE", file=sys.stderr)
-                return 2
-            params[key.strip()] = value.strip()
         task = _task(source, args, body)
         task.params.update(params)
         request = _request(source, task, args, body)
-        headers = {"Retry-After": args.retry_after} if args.retry_after else {}
-        for line in args.header:
-            name, sep, value = line.partition(":")
-            if not sep or not name.strip():
-                print(f"icecrawler parse: --header {line!r}: expected 'NAME: VALUE'", file=sys.stderr)
-                return 2
-            headers[name.strip()] = value.strip()
         fetched = FetchedPage(url=request.url, status=args.status, headers=headers, body=body, final_url=args.final_url)
         try:
             parsed = source.parse(task, request, fetched, now_ms)
@@ -129,6 +118,17 @@ class Command(BaseCommand):
 
 def _print(obj: dict[str, object]) -> None:
     print(json.dumps(obj, ensure_ascii=False, sort_keys=False))
+
+
+def _pairs(texts: list[str], separator: str, flag: str, form: str) -> dict[str, str]:
+    """Repeated ``NAME<separator>VALUE`` flags as a dict; a ValueError names the first malformed one."""
+    pairs: dict[str, str] = {}
+    for text in texts:
+        name, sep, value = text.partition(separator)
+        if not sep or not name.strip():
+            raise ValueError(f"{flag} {text!r}: expected {form}")
+        pairs[name.strip()] = value.strip()
+    return pairs
 
 
 def _now_ms(text: str | None) -> int:

@@ -73,6 +73,8 @@ def test_weibo_pc_page_from_the_pager_and_task_params(capsys: pytest.CaptureFixt
     assert "domain=100206" in next_url and "id=1002061163218074&page=3&pre_page=2" in next_url
     code, lines, err = run(capsys, "--source", "weibo_pc", str(tmp_path / "pc.json"), "--param", "domain")
     assert code == 2 and lines == [] and "--param 'domain': expected KEY=VALUE" in err
+    code, lines, err = run(capsys, "--source", "weibo_pc", str(tmp_path / "pc.json"), "--header", "no colon")
+    assert code == 2 and lines == [] and "--header 'no colon': expected 'NAME: VALUE'" in err
 
 
 def test_ecshop_kinds_are_sniffed(capsys: pytest.CaptureFixture[str]) -> None:
