@@ -70,12 +70,15 @@ def is_tag(node: object) -> TypeGuard[Tag]:
     return isinstance(node, Tag)
 
 
-#: Invisible filler Weibo puts after posts' text; joiners (U+200C/U+200D) are kept, emoji sequences need them.
+#: Invisible filler (Weibo pads posts with it) that ``html_text`` drops; joiners (U+200C/U+200D) are kept, emoji
+#: sequences need them.
 ZERO_WIDTH_SPACE = "\u200b"
 
 
-def html_text(node: Tag) -> str:
-    """Visible text of an HTML fragment: ``<br>`` → newline, emoticon ``<img alt="[doge]">`` → its alt."""
+def html_text(node: Tag, *, keep_zero_width: bool = False) -> str:
+    """Visible text of an HTML fragment: ``<br>`` → newline, emoticon ``<img alt="[doge]">`` → its alt, zero-width
+    spaces gone (``keep_zero_width``: the text as it was read before they were dropped, for ids derived from it)."""
+    dropped = "" if keep_zero_width else ZERO_WIDTH_SPACE
     parts: list[str] = []
     for element in node.descendants:
         if is_tag(element):
@@ -86,8 +89,8 @@ def html_text(node: Tag) -> str:
                 if isinstance(alt, str):
                     parts.append(alt)
         elif type(element).__name__ == "NavigableString":
-            # Source newlines are whitespace in HTML; zero-width spaces (Weibo pads posts with them) are nothing.
-            parts.append(" ".join(str(element).replace(ZERO_WIDTH_SPACE, "").split("\n")))
+            text = str(element).replace(dropped, "") if dropped else str(element)
+            parts.append(" ".join(text.split("\n")))  # source newlines are whitespace in HTML
     lines = (" ".join(line.split()) for line in "".join(parts).split("\n"))
     return "\n".join(lines).strip()
 

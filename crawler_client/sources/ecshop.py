@@ -230,7 +230,10 @@ class EcshopSource(ReviewOrder, SavedPages):
         shown_time = time_node.get_text(" ", strip=True).strip("()（） ") if time_node is not None else ""
         paragraphs = [p for p in li.select("p") if ADMIN_REPLY not in (p.select_one("font.f1") or p).get_text()[:8]]
         content = html_text(paragraphs[0]) if paragraphs else ""
-        digest = hashlib.sha1("\x1f".join((goods_id, user, shown_time, content)).encode("utf-8")).hexdigest()
+        # The id hashes the text with its zero-width spaces, as ids were made before they were dropped from the
+        # text: a review stored then keeps its id (and its one row) when crawled again.
+        hashed = html_text(paragraphs[0], keep_zero_width=True) if paragraphs else ""
+        digest = hashlib.sha1("\x1f".join((goods_id, user, shown_time, hashed)).encode("utf-8")).hexdigest()
         return Review(
             id=digest[:20],
             product_id=goods_id,

@@ -8,7 +8,7 @@
 
 Requests ask for ``sortType=6`` (time order) from ``page=0`` (0-based; ``PageRequest.page`` stays 1-based)
 and follow pages while the response has comments and ``page + 1 < maxPage`` (or ``hasMore``; an answer that
-gives no page count at all, like the older ``productpage`` form, is followed while its pages are full). Ids are
+gives no page count, like the older ``productpage`` form, by its comment total, else while its pages are full). Ids are
 int64 (kept as decimal strings), counts may be strings ("100万+"), ``content`` carries HTML entities. Newer item
 pages read reviews from ``getLegoWareDetailComment``, whose ``commentInfoList[]`` rows (``commentId``,
 ``userNickName``, ``commentData``, ``commentDate``, ``commentScore``) parse too.
@@ -54,6 +54,8 @@ MIN_BODY = 8
 CLUB_PATH = "/comment/productPageComments.action"
 #: Comments per page we ask for; a full page of an answer without a page count may have more after it.
 PAGE_SIZE = 10
+#: The most pages JD serves of one product's comments (``maxPage`` is at most this).
+MAX_PAGES = 100
 #: The keys by which an answer says how many pages there are.
 _PAGING_KEYS = ("maxPage", "totalPage", "hasMore")
 #: ``sources.jd.endpoint`` values.
@@ -202,15 +204,20 @@ class JdSource(ReviewOrder, SavedPages):
             or parse_count(doc.get("maxPage"))
             or None
         )
+        says_pages = any(key in holder or key in doc for key in _PAGING_KEYS)
+        counted = None if says_pages else _pages_by_count(doc)  # older answers give only the comment count
         page0 = _page0(request)
         # This answer's page count, else the one the page before gave (a throttled answer may say maxPage 0).
-        known_pages = max_page or parse_count(request.state.get("max_page", "")) or None
+        known_pages = max_page or parse_count(request.state.get("max_page", "")) or counted or None
         check_not_cut_short(len(rows), page0 + 1, known_pages, site="JD", http_status=page.status)
-        result = ParsedPage(items=items, total_pages=max_page, info=_summary(doc))
-        more = holder.get("hasMore") in (True, 1, "1", "true") or (
-            len(rows) >= PAGE_SIZE and not any(key in holder or key in doc for key in _PAGING_KEYS)
-        )
-        if items and ((max_page is not None and page0 + 1 < max_page) or (max_page is None and more)):
+        result = ParsedPage(items=items, total_pages=max_page or counted, info=_summary(doc))
+        if max_page is None and "hasMore" in holder:
+            more = holder.get("hasMore") in (True, 1, "1", "true")
+        elif known_pages is not None:
+            more = page0 + 1 < known_pages
+        else:  # nothing says how many pages there are: a full page may have more after it
+            more = not says_pages and len(rows) >= PAGE_SIZE
+        if items and more:
             result.next_request = self.page_request(task, request.url, page0 + 1)
             if known_pages is not None:
                 result.next_request.state["max_page"] = str(known_pages)
@@ -325,14 +332,26 @@ def _page0(request: PageRequest) -> int:
     return parse_count(request.params.get("page", "0"))
 
 
+def _comment_count(doc: dict[str, Any]) -> int:
+    """The summary's comment total: ``commentCountStr`` ("100万+") wins over ``commentCount`` (zeroed today)."""
+    summary = doc.get("productCommentSummary")
+    if not isinstance(summary, dict):
+        return 0
+    return parse_count(summary.get("commentCountStr")) or parse_count(summary.get("commentCount"))
+
+
+def _pages_by_count(doc: dict[str, Any]) -> int | None:
+    """Pages an answer without a page count holds by its comment total (JD serves at most ``MAX_PAGES``)."""
+    count = _comment_count(doc)
+    return min(-(-count // PAGE_SIZE), MAX_PAGES) if count else None
+
+
 def _summary(doc: dict[str, Any]) -> dict[str, str]:
     """Comment totals worth printing: ``commentCountStr`` ("100万+") wins over the zeroed ``commentCount``."""
-    summary = doc.get("productCommentSummary")
     info: dict[str, str] = {}
-    if isinstance(summary, dict):
-        count = parse_count(summary.get("commentCountStr")) or parse_count(summary.get("commentCount"))
-        if count:
-            info["comment_count"] = str(count)
+    count = _comment_count(doc)
+    if count:
+        info["comment_count"] = str(count)
     if "maxPage" in doc:
         info["max_page"] = str(doc["maxPage"])[:20]
     return info

@@ -82,8 +82,11 @@ SPEC = SourceSpec(
     base_url="http://127.0.0.1:8800/pc",
     sandbox_site="pc",
 )
-#: The feed's ``ouid=`` names the timeline's owner.
-_OUID_RE = re.compile(rb"ouid=(\d{1,20})")
+#: A feed item's ``tbinfo="ouid=…"`` names its author: the timeline's owner, or an account whose post it liked
+#: (``rouid=``, a repost's original author, is not matched).
+_OUID_RE = re.compile(rb"(?<![A-Za-z])ouid=(\d{1,20})")
+#: A chunk whose every item (at least this many) is one other account's is that account's feed, not the target's.
+_FOREIGN_FEED_MIN = 3
 #: The pager's ``action-data`` names the visible page a saved chunk belongs to.
 _CURRENT_PAGE_RE = re.compile(rb"currentPage=(\d{1,6})")
 
@@ -155,7 +158,13 @@ class WeiboPcSource(PostOrder, SavedPages):
         items: list[Item] = []
         long_ids: list[str] = []
         nodes = _all(soup, "action-type", "feed_list_item", "div")
-        for node in nodes:
+        authors = [_author(node) for node in nodes]
+        owner = parse_id(task.target) or _most_named(authors)
+        others = [author for author in authors if author not in (0, owner)]  # posts the account liked
+        _check_owner(task, len(nodes), others, page.status)
+        for node, author in zip(nodes, authors, strict=True):
+            if author not in (0, owner):
+                continue
             truncated = _by(node, "action-type", "fl_unfold") is not None  # post_of removes the link
             post = self.post_of(node, task, now_ms, fetched_at)
             if post is not None:
@@ -166,9 +175,8 @@ class WeiboPcSource(PostOrder, SavedPages):
         result = ParsedPage(items=items, total_pages=total_pages, info={"chunk": str(chunk)})
         if long_ids:
             result.info["long_text_ids"] = ",".join(long_ids)
-        others = sum(1 for node in nodes if _by_another_account(node, task))
         if others:
-            result.info["other_accounts"] = str(others)
+            result.info["other_accounts"] = str(len(others))
         if nodes and chunk < 2:  # a chunk of only another account's posts is not the end of the feed
             result.next_request = self.chunk_request(task, request.url, request.page, chunk + 1, now_ms)
         elif chunk >= 2 and total_pages is not None and request.page < total_pages:
@@ -213,10 +221,10 @@ class WeiboPcSource(PostOrder, SavedPages):
         return with_html(post, html)
 
     def post_of(self, node: Tag, task: Task, now_ms: int, fetched_at: str) -> Post | None:
-        """One ``feed_list_item`` as a Post; None without a numeric ``mid``, or for another account's post that the
-        feed shows (see ``_by_another_account``)."""
+        """One ``feed_list_item`` as a Post; None without a numeric ``mid``. (Whether the item is the timeline
+        owner's post or one it liked is the feed's question: ``parse`` asks it.)"""
         post_id = parse_id(_attr(node, "mid"))
-        if not post_id or _by_another_account(node, task):
+        if not post_id:
             return None
         forward = _by(node, "node-type", "feed_list_forwardContent")
         retweeted_id = parse_id(_attr(node, "omid"))
@@ -233,7 +241,7 @@ class WeiboPcSource(PostOrder, SavedPages):
         pinned = _is_pinned(node)  # before its badge leaves the text
         for badge in content.find_all(class_="W_icon_feedpin") if content is not None else []:
             holder = badge.parent
-            if is_tag(holder) and holder.name == "a" and holder.get_text() == badge.get_text():
+            if is_tag(holder) and holder.name == "a" and holder.get_text(strip=True) == badge.get_text(strip=True):
                 badge = holder  # the badge's own link goes with it
             badge.extract()
         date = _by(node, "node-type", "feed_list_item_date")
@@ -363,13 +371,30 @@ def _created_at(date: Tag | None, now_ms: int) -> str:
     return resolve_created_at(_attr(date, "title"), now_ms) or resolve_created_at(date.get_text(), now_ms)
 
 
-def _by_another_account(node: Tag, task: Task) -> bool:
-    """A feed item whose ``tbinfo`` names another owner (``ouid``) than the timeline's: weibo.com shows posts the
-    account liked ("她5小时前赞过的微博") among its own. They are not its posts, and they are as old as they like
-    and out of date order, so taken for its posts one could end the incremental walk early."""
-    owner = parse_id(task.target)
-    author = parse_id((parse_qs(_attr(node, "tbinfo")).get("ouid") or [""])[0])
-    return bool(owner and author and author != owner)
+def _author(node: Tag) -> int:
+    """The ``ouid`` a feed item's ``tbinfo`` names (0 when it names none).
+
+    weibo.com shows posts the account liked ("她5小时前赞过的微博") among its own, with their author's ``ouid``.
+    They are not its posts, and they are as old as they like and out of date order, so taken for its posts one
+    could end the incremental walk early."""
+    return parse_id((parse_qs(_attr(node, "tbinfo")).get("ouid") or [""])[0])
+
+
+def _most_named(authors: list[int]) -> int:
+    """The owner of a feed whose task names no numeric uid: the author most of its items name."""
+    counts = Counter(author for author in authors if author)
+    return counts.most_common(1)[0][0] if counts else 0
+
+
+def _check_owner(task: Task, items: int, others: list[int], http_status: int) -> None:
+    """A chunk of several items, all one other account's, is that account's feed: the uid moved or was merged, or
+    the site answered for someone else. Skipped item by item, it would crawl "nothing new" on every visit."""
+    if len(others) == items >= _FOREIGN_FEED_MIN and len(set(others)) == 1:
+        raise ParseError(
+            f"mbloglist: the feed is account {others[0]}'s, not {task.target}'s",
+            error_class="feed-of-another-account",
+            http_status=http_status,
+        )
 
 
 def _is_pinned(node: Tag) -> bool:

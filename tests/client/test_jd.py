@@ -82,26 +82,57 @@ def test_an_empty_page_before_the_last_is_a_throttled_answer_not_the_end() -> No
     assert last.items == [] and last.next_request is None
 
 
-def _without_page_count(body: bytes) -> bytes:
-    """The same answer as the older ``productpage`` form gives it: no ``maxPage``, ``totalPage`` or ``hasMore``."""
+def _old_form(body: bytes, comment_count: int | None) -> bytes:
+    """The same answer as the older ``productpage`` form gives it: no ``maxPage``, ``totalPage`` or ``hasMore``; its
+    summary's ``commentCount`` is a real total (or, with None, there is no summary at all)."""
     doc = json.loads(body)
     del doc["maxPage"]
+    if comment_count is None:
+        del doc["productCommentSummary"]
+    else:
+        doc["productCommentSummary"] = {"commentCount": comment_count, "goodRateShow": 92}
     return json.dumps(doc, ensure_ascii=False).encode()
 
 
-def test_an_answer_without_a_page_count_is_followed_while_its_pages_are_full() -> None:
+def test_an_answer_without_a_page_count_is_paged_by_its_comment_total() -> None:
     """Stopping after the first page of such an answer reported the product crawled while its older reviews were
-    never reached; a full page may have more after it, a short or empty one is the end."""
-    full = parse("jd", TASK, SOURCE.first_request(TASK, BASE), _without_page_count(jd_comments(jsonp=False)))
+    never reached. Its comment total gives the pages (53 → 6), so an empty page before the last is still a throttled
+    answer and the last full page asks for no page past the end."""
+    url = f"{BASE}/comment/productPageComments.action"
+    first = parse("jd", TASK, SOURCE.first_request(TASK, BASE), _old_form(jd_comments(jsonp=False), 53))
+    assert len(first.items) == 10 and first.total_pages == 6
+    assert first.next_request is not None and first.next_request.params["page"] == "1"
+    with pytest.raises(FetchError) as info:
+        parse(
+            "jd", TASK, SOURCE.page_request(TASK, url, 2), _old_form(jd_comments(comments=0, page=2, jsonp=False), 53)
+        )
+    assert (info.value.outcome, info.value.error_class) == ("Busy", "jd-empty-page")
+    last = parse(
+        "jd", TASK, SOURCE.page_request(TASK, url, 5), _old_form(jd_comments(comments=10, page=5, jsonp=False), 53)
+    )
+    assert len(last.items) == 10 and last.next_request is None
+
+
+def test_an_answer_without_a_page_count_or_total_is_followed_while_its_pages_are_full() -> None:
+    """With nothing to say how many pages there are, a full page may have more after it; a short or empty one ends."""
+    full = parse("jd", TASK, SOURCE.first_request(TASK, BASE), _old_form(jd_comments(jsonp=False), None))
     assert len(full.items) == 10 and full.total_pages is None
     assert full.next_request is not None and full.next_request.params["page"] == "1"
     url = f"{BASE}/comment/productPageComments.action"
     for count in (3, 0):
-        body = _without_page_count(jd_comments(comments=count, page=1, jsonp=False))
+        body = _old_form(jd_comments(comments=count, page=1, jsonp=False), None)
         last = parse("jd", TASK, SOURCE.page_request(TASK, url, 1), body)
         assert len(last.items) == count and last.next_request is None
     # An answer that gives a page count is paged by it, full page or not.
     assert parse("jd", TASK, SOURCE.page_request(TASK, url, 4), jd_comments(page=4, max_page=5)).next_request is None
+
+
+def test_a_full_page_that_says_max_page_0_mid_walk_is_paged_by_the_count_the_walk_learnt() -> None:
+    """The walk carries the page count the first page gave; a later answer saying ``maxPage: 0`` no longer ends it."""
+    first = parse("jd", TASK, SOURCE.first_request(TASK, BASE), jd_comments(max_page=5))
+    assert first.next_request is not None
+    second = parse("jd", TASK, first.next_request, jd_comments(comments=10, page=1, max_page=0))
+    assert second.next_request is not None and second.next_request.params["page"] == "2"
 
 
 @pytest.mark.parametrize("name", ["jd_empty_object.jsonp", "jd_no_comments.json", "jd_empty_body.txt"])

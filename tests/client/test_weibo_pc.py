@@ -318,3 +318,39 @@ def test_an_old_liked_post_does_not_stop_the_incremental_walk_before_newer_posts
     result = crawl_task(task, SOURCE, _ChunkFetch(chunks), base_url=BASE, max_pages=10, now_ms=lambda: NOW_MS)
     assert result.report.outcome == "Ok"
     assert [post.id for post in result.posts] == [4100000000000030, 4100000000000029, 4100000000000028]
+
+
+def test_the_owner_of_a_feed_whose_target_is_not_a_uid_is_the_author_most_items_name() -> None:
+    """A task may name the account by its domain-style name; the owner is then read from the feed itself."""
+    named = make_task("weibo_pc", "rmrb")
+    body = _chunk(
+        _feed_item(4100000000000003, 2803301701, "a"),
+        _feed_item(3900000000000001, 1286891293, "x", title=LIKED_TITLE),
+        _feed_item(4100000000000002, 2803301701, "b"),
+    )
+    page = parse("weibo_pc", named, SOURCE.first_request(named, BASE), body)
+    assert [item.id for item in page.items if isinstance(item, Post)] == [4100000000000003, 4100000000000002]
+    assert page.info["other_accounts"] == "1"
+
+
+def test_a_chunk_that_is_all_one_other_accounts_feed_is_a_clear_error() -> None:
+    """Skipped item by item, a moved or merged uid would crawl "nothing new" on every visit without a word."""
+    body = _chunk(*(_feed_item(4100000000000000 + k, 1286891293, f"p{k}") for k in range(3)))
+    with pytest.raises(ParseError, match="the feed is account 1286891293's, not 2803301701's") as info:
+        parse("weibo_pc", TASK, first(), body)
+    assert info.value.error_class == "feed-of-another-account"
+    two_liked = _chunk(*(_feed_item(3900000000000000 + k, 1286891293, "x", title=LIKED_TITLE) for k in range(2)))
+    assert parse("weibo_pc", TASK, first(), two_liked).items == []  # a chunk of two liked posts is just that
+
+
+def test_a_reposts_original_author_does_not_count_as_an_owner() -> None:
+    """``tbinfo="ouid=OWNER&rouid=ORIGINAL"``: the sniffer reads ``ouid``, never ``rouid``."""
+    repost = (
+        '<div class="WB_cardwrap WB_feed_type" tbinfo="ouid=2803301701&amp;rouid=5555555555" mid="4100000000000005" '
+        'action-type="feed_list_item" isforward="1" omid="4000000000000001">'
+        '<div class="WB_text" node-type="feed_list_content">转发</div></div>'
+    )
+    body = _chunk(repost, repost.replace("4100000000000005", "4100000000000004"))
+    assert SOURCE.saved_target(SOURCE.spec.default_kind, body) == "2803301701"
+    page = parse("weibo_pc", TASK, first(), body)
+    assert len(page.items) == 2 and "other_accounts" not in page.info
