@@ -129,6 +129,13 @@ def test_html_text_keeps_emoticon_alts_and_line_breaks() -> None:
     assert html_text(soup) == "a\nb [doge] c"
 
 
+def test_html_text_drops_zero_width_spaces_unless_asked_to_keep_them() -> None:
+    """Weibo pads posts with U+200B; kept, one post's text differed between sources. Joiners stay (emoji need them)."""
+    soup = make_soup("<p>你好\u200b\u200b <b>世界</b>\u200b 👨\u200d👩</p>")
+    assert html_text(soup) == "你好 世界 👨\u200d👩"
+    assert html_text(soup, keep_zero_width=True) == "你好\u200b\u200b 世界\u200b 👨\u200d👩"
+
+
 def test_make_soup_is_quiet_on_url_and_xml_like_markup() -> None:
     for markup in ("http://example.com/", "file.html", '<?xml version="1.0"?><rss></rss>', ""):
         make_soup(markup)  # filterwarnings=error turns any bs4 warning into a failure
