@@ -1,5 +1,6 @@
-"""What the JSON Weibo sources (m.weibo.cn's getIndex, weibo.com's ``/ajax`` API) share: tolerant field access,
-the post markers both APIs use, and the session signals of Weibo's JSON envelopes.
+"""What the Weibo sources share: for the JSON APIs (m.weibo.cn's getIndex, weibo.com's ``/ajax`` API) tolerant field
+access, the post markers both use and the session signals of their envelopes; for all three, whose posts a timeline
+page holds (``others_posts``).
 
 Both APIs wrap answers in ``{"ok": 1, "data": ...}``; ``ok: -100`` (with a login ``url``) is a login wall, a
 top-level ``url`` without ``data`` a verification wall, and ``ok: 0`` "nothing here" (no such user, or past the
@@ -8,13 +9,15 @@ end). Fields may be missing or have the wrong type in any answer, so every acces
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
 from crawler_client.sources._counts import parse_id
 from crawler_client.sources._decode import load_json
 from crawler_client.sources._detect import WEIBO_MARKERS, fail, scan_markers, unparsable
 from crawler_client.sources.base import FetchedPage
-from icecrawler.errors import FetchError
+from icecrawler.errors import FetchError, ParseError
 from icecrawler.models import Outcome
 
 __all__ = [
@@ -26,6 +29,7 @@ __all__ = [
     "json_envelope",
     "mblog_id",
     "message_error",
+    "others_posts",
     "since_id_of",
     "truthy",
     "wall_of",
@@ -34,6 +38,31 @@ __all__ = [
 #: What the Weibo JSON APIs say with ``ok:0`` when there is nothing (more) to show: m.weibo.cn past the last page,
 #: or a user without posts.
 NOTHING_MORE = ("这里还没有内容", "没有更多", "暂无数据", "暂无内容", "暂无微博")
+
+
+#: A timeline page of at least this many posts, all one other account's, is that account's timeline.
+FOREIGN_TIMELINE_MIN = 3
+
+
+def others_posts(target: str, authors: Sequence[int], http_status: int) -> list[bool]:
+    """Which posts of a timeline page are another account's, given each post's author uid (0 when it names none).
+
+    Weibo shows posts the account liked, or quick-reposted (快转), among its own, under their own authors. They are
+    not its posts, and they are as old as they like and out of date order: taken for its posts, an old one near the
+    top would end the incremental walk before newer posts. The owner is the task's uid, or, for a target that is not
+    a number, the author most posts name. A page of several posts that are all one other account's is that
+    account's timeline (a moved or merged uid): a ParseError, instead of a quiet "nothing new" on every visit."""
+    counts = Counter(author for author in authors if author)
+    owner = parse_id(target) or (counts.most_common(1)[0][0] if counts else 0)
+    foreign = [author not in (0, owner) for author in authors]
+    strangers = {author for author, other in zip(authors, foreign, strict=True) if other}
+    if len(authors) >= FOREIGN_TIMELINE_MIN and all(foreign) and len(strangers) == 1:
+        raise ParseError(
+            f"the timeline is account {strangers.pop()}'s, not {target}'s",
+            error_class="feed-of-another-account",
+            http_status=http_status,
+        )
+    return foreign
 
 
 def as_dict(value: object) -> dict[str, Any]:

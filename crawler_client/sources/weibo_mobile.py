@@ -43,7 +43,15 @@ from crawler_client.sources._decode import (
 )
 from crawler_client.sources._detect import WEIBO_MARKERS, check_final_url, check_http, fail, unparsable
 from crawler_client.sources._headers import MOBILE_UA, XHR_JSON
-from crawler_client.sources._weibo import as_dict, check_end_of_list, https_url, is_pinned, json_envelope, since_id_of
+from crawler_client.sources._weibo import (
+    as_dict,
+    check_end_of_list,
+    https_url,
+    is_pinned,
+    json_envelope,
+    others_posts,
+    since_id_of,
+)
 from crawler_client.sources.base import FetchedPage, Item, PageRequest, ParsedPage, SavedPages, SourceSpec, sniff
 from icecrawler.errors import FetchError
 from icecrawler.models import Outcome, Post, Task, TaskKind
@@ -217,7 +225,9 @@ class WeiboMobileSource(PostOrder, SavedPages):
         items: list[Item] = []
         long_ids: list[str] = []
         skipped = 0
-        mblogs = _mblogs(cards)
+        every = _mblogs(cards)
+        others = others_posts(task.target, [parse_id(_as_dict(m.get("user")).get("id")) for m in every], page.status)
+        mblogs = [mblog for mblog, other in zip(every, others, strict=True) if not other]
         texts = html_texts([mblog["text"] if isinstance(mblog.get("text"), str) else "" for mblog in mblogs])
         for mblog, text in zip(mblogs, texts, strict=True):
             post = self.post_of(mblog, task, now_ms, fetched_at, text=text)
@@ -237,6 +247,8 @@ class WeiboMobileSource(PostOrder, SavedPages):
             result.info["long_text_ids"] = ",".join(long_ids)
         if skipped:
             result.info["skipped"] = str(skipped)
+        if any(others):  # posts of other accounts shown in this one's timeline (快转, liked)
+            result.info["other_accounts"] = str(sum(others))
         return result
 
     def parse_extend(self, request: PageRequest, page: FetchedPage, now_ms: int) -> str:

@@ -41,7 +41,7 @@ from crawler_client.sources._detect import (
     unparsable,
 )
 from crawler_client.sources._headers import DESKTOP_UA
-from crawler_client.sources._weibo import message_error, wall_of
+from crawler_client.sources._weibo import message_error, others_posts, wall_of
 from crawler_client.sources.base import FetchedPage, Item, PageRequest, ParsedPage, SavedPages, SourceSpec, sniff
 from icecrawler.errors import FetchError, ParseError
 from icecrawler.models import Outcome, Post, Task, TaskKind
@@ -85,8 +85,6 @@ SPEC = SourceSpec(
 #: A feed item's ``tbinfo="ouid=…"`` names its author: the timeline's owner, or an account whose post it liked
 #: (``rouid=``, a repost's original author, is not matched).
 _OUID_RE = re.compile(rb"(?<![A-Za-z])ouid=(\d{1,20})")
-#: A chunk whose every item (at least this many) is one other account's is that account's feed, not the target's.
-_FOREIGN_FEED_MIN = 3
 #: The pager's ``action-data`` names the visible page a saved chunk belongs to.
 _CURRENT_PAGE_RE = re.compile(rb"currentPage=(\d{1,6})")
 
@@ -158,12 +156,9 @@ class WeiboPcSource(PostOrder, SavedPages):
         items: list[Item] = []
         long_ids: list[str] = []
         nodes = _all(soup, "action-type", "feed_list_item", "div")
-        authors = [_author(node) for node in nodes]
-        owner = parse_id(task.target) or _most_named(authors)
-        others = [author for author in authors if author not in (0, owner)]  # posts the account liked
-        _check_owner(task, len(nodes), others, page.status)
-        for node, author in zip(nodes, authors, strict=True):
-            if author not in (0, owner):
+        others = others_posts(task.target, [_author(node) for node in nodes], page.status)
+        for node, other in zip(nodes, others, strict=True):
+            if other:  # a post the account liked
                 continue
             truncated = _by(node, "action-type", "fl_unfold") is not None  # post_of removes the link
             post = self.post_of(node, task, now_ms, fetched_at)
@@ -175,8 +170,8 @@ class WeiboPcSource(PostOrder, SavedPages):
         result = ParsedPage(items=items, total_pages=total_pages, info={"chunk": str(chunk)})
         if long_ids:
             result.info["long_text_ids"] = ",".join(long_ids)
-        if others:
-            result.info["other_accounts"] = str(len(others))
+        if any(others):
+            result.info["other_accounts"] = str(sum(others))
         if nodes and chunk < 2:  # a chunk of only another account's posts is not the end of the feed
             result.next_request = self.chunk_request(task, request.url, request.page, chunk + 1, now_ms)
         elif chunk >= 2 and total_pages is not None and request.page < total_pages:
@@ -372,29 +367,9 @@ def _created_at(date: Tag | None, now_ms: int) -> str:
 
 
 def _author(node: Tag) -> int:
-    """The ``ouid`` a feed item's ``tbinfo`` names (0 when it names none).
-
-    weibo.com shows posts the account liked ("她5小时前赞过的微博") among its own, with their author's ``ouid``.
-    They are not its posts, and they are as old as they like and out of date order, so taken for its posts one
-    could end the incremental walk early."""
+    """The ``ouid`` a feed item's ``tbinfo`` names (0 when it names none): the owner's, or, for a post the account
+    liked ("她5小时前赞过的微博"), its author's."""
     return parse_id((parse_qs(_attr(node, "tbinfo")).get("ouid") or [""])[0])
-
-
-def _most_named(authors: list[int]) -> int:
-    """The owner of a feed whose task names no numeric uid: the author most of its items name."""
-    counts = Counter(author for author in authors if author)
-    return counts.most_common(1)[0][0] if counts else 0
-
-
-def _check_owner(task: Task, items: int, others: list[int], http_status: int) -> None:
-    """A chunk of several items, all one other account's, is that account's feed: the uid moved or was merged, or
-    the site answered for someone else. Skipped item by item, it would crawl "nothing new" on every visit."""
-    if len(others) == items >= _FOREIGN_FEED_MIN and len(set(others)) == 1:
-        raise ParseError(
-            f"mbloglist: the feed is account {others[0]}'s, not {task.target}'s",
-            error_class="feed-of-another-account",
-            http_status=http_status,
-        )
 
 
 def _is_pinned(node: Tag) -> bool:

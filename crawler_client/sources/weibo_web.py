@@ -41,6 +41,7 @@ from crawler_client.sources._weibo import (
     is_pinned,
     json_envelope,
     mblog_id,
+    others_posts,
     since_id_of,
     truthy,
 )
@@ -158,19 +159,24 @@ class WeiboWebSource(PostOrder, SavedPages):
                 return _profile_page(as_dict(data["user"]))
             hint = " (an m.weibo.cn getIndex answer: use weibo_mobile)" if "cards" in data else ""
             raise unparsable(page.body, WEIBO_MARKERS, page.status, f"mymblog: data has no list{hint}")
-        items, long_ids, skipped = self._posts(posts, task, now_ms)
+        mblogs = [mblog for mblog in posts if isinstance(mblog, dict)]
+        others = others_posts(task.target, [_author(mblog) for mblog in mblogs], page.status)
+        owned = [mblog for mblog, other in zip(mblogs, others, strict=True) if not other]
+        items, long_ids = self._posts(owned, task, now_ms)
         result = ParsedPage(items=items, next_request=self._next(request, data, bool(posts)))
         result.info = {key: str(data[key])[:40] for key in ("since_id", "total") if key in data}
         if long_ids:
             result.info["long_text_ids"] = ",".join(long_ids)
+        skipped = (len(posts) - len(mblogs)) + (len(owned) - len(items))  # not an object, or without a usable id
         if skipped:
             result.info["skipped"] = str(skipped)
+        if any(others):  # posts of other accounts shown in this one's timeline (快转, liked)
+            result.info["other_accounts"] = str(sum(others))
         return result
 
-    def _posts(self, raw: list[Any], task: Task, now_ms: int) -> tuple[list[Item], list[str], int]:
-        """Posts of a ``list``, the ids of the truncated ones, and how many entries had no usable id."""
+    def _posts(self, mblogs: list[dict[str, Any]], task: Task, now_ms: int) -> tuple[list[Item], list[str]]:
+        """Posts of the ``list`` entries, and the ids of the truncated ones (entries without a usable id are left)."""
         fetched_at = iso_of_ms(now_ms)
-        mblogs = [mblog for mblog in raw if isinstance(mblog, dict)]
         need_html = [i for i, mblog in enumerate(mblogs) if not isinstance(mblog.get("text_raw"), str)]
         texts = html_texts([str(mblogs[i].get("text") or "") for i in need_html])
         html_of = dict(zip(need_html, texts, strict=True))
@@ -186,7 +192,7 @@ class WeiboWebSource(PostOrder, SavedPages):
                 long_ids.append(str(post.id))
                 if isinstance(mblogid, str) and mblogid:
                     self._mblogids[post.id] = mblogid
-        return items, long_ids, len(raw) - len(items)
+        return items, long_ids
 
     def post_of(
         self, mblog: dict[str, Any], task: Task, now_ms: int, fetched_at: str, text: str | None = None
@@ -258,20 +264,27 @@ class WeiboWebSource(PostOrder, SavedPages):
         return json_envelope(page, strip_jsonp(decode_body(page.body)), what)
 
     def _next(self, request: PageRequest, data: dict[str, Any], had_posts: bool) -> PageRequest | None:
-        """``since_id`` when the answer gives one, else ``page`` + 1. An empty page ends the walk unless it names a
-        new ``since_id`` (a page whose posts were all filtered out: ending there would put the rest behind the new
-        cursor)."""
+        """``since_id`` when the answer gives one, else ``page`` + 1 (also after an empty ``since_id``). An empty
+        page ends the walk unless it names a new ``since_id`` (a page whose posts were all filtered out: ending there
+        would put the rest behind the new cursor)."""
         page = parse_id(request.params.get("page", "1")) or 1
         base = request.url[: -len(TIMELINE_PATH)] if request.url.endswith(TIMELINE_PATH) else request.url
         uid = request.params.get("uid", "")
-        if "since_id" in data:
-            since_id = since_id_of(data["since_id"])
-            if not since_id or since_id == request.params.get("since_id"):
-                return None  # the end, or the site repeated our cursor (following it would loop)
+        since_id = since_id_of(data.get("since_id"))
+        if since_id:
+            if since_id == request.params.get("since_id"):
+                return None  # the site repeated our cursor (following it would loop)
             return self.page_request(base, uid, page + 1, since_id[:64])
+        # No since_id, or an empty one: real first pages give "" with many pages still to come; page on by number.
         if not had_posts:
             return None
         return self.page_request(base, uid, page + 1)
+
+
+def _author(mblog: dict[str, Any]) -> int:
+    """The uid of a post's author (0 when the answer names none)."""
+    user = as_dict(mblog.get("user"))
+    return parse_id(user.get("id")) or parse_id(user.get("idstr"))
 
 
 def pictures(mblog: dict[str, Any]) -> list[str]:

@@ -8,7 +8,8 @@ client holds it every API call must echo it in ``X-XSRF-TOKEN`` (403 otherwise).
 
 Paging: 20 posts a page, the pinned post on top of page 1 (``isTop``, ``mblogtype`` 2, title "置顶"). Users whose
 ``cursor`` is "since_id" get ``data.since_id`` (``{mid}kp{page}``, opaque to clients; "" on the last page); the
-others get no ``since_id`` key and are paged by ``page``. Past the end the answer is ``{"ok":1}`` (no data).
+others get ``since_id: ""`` on every page, as saved weibo.com answers of 2022-2023 show with many pages still to
+come, and are paged by ``page``. Past the end the answer is ``{"ok":1}`` (no data).
 """
 
 from __future__ import annotations
@@ -144,7 +145,7 @@ class WeiboWebSite:
         if not chunk:
             return SimResponse.json({"ok": 1})
         shown = (pinned if start == 0 else []) + chunk
-        since_id = None
+        since_id = ""  # page-cursor users: an empty since_id on every page, the next one asked for by number
         if user.cursor == "since_id":
             following = start + PAGE_SIZE
             since_id = f"{dated[following].mid}kp{page + 1}" if following < len(dated) else ""

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 
 from crawler_client.sources.base import PageRequest
 from crawler_client.sources.weibo_mobile import ContainerMemo, WeiboMobileSource
-from icecrawler.errors import FetchError
+from icecrawler.errors import FetchError, ParseError
 from icecrawler.models import Post
 from sandbox.samples import mobile_timeline
 from tests.client._util import BASE, NOW_MS, fetched, fixture, make_task, parse
@@ -284,3 +285,19 @@ def test_detail_page_render_data_and_extend_answer() -> None:
     assert post.permalink == "https://weibo.com/5612345678/Lxyz" and page.next_request is None
     extend = parse("weibo_mobile", TASK, timeline(), fixture("weibo_mobile_extend.json"))
     assert extend.items == [] and extend.info["long_text"].startswith("长文开头")
+
+
+def test_posts_of_other_accounts_in_the_timeline_are_left_out() -> None:
+    """The same owner rule as weibo.com's (``_weibo.others_posts``): another author's post is not this timeline's,
+    and a page that is all one other account's is that account's timeline."""
+    doc = json.loads(mobile_timeline(5612345678))
+    cards = doc["data"]["cards"]
+    cards[1]["mblog"]["user"] = {"id": 6423651199, "screen_name": "别人"}
+    page = parse("weibo_mobile", TASK, SOURCE.first_request(TASK, BASE), json.dumps(doc).encode())
+    ids = [item.id for item in page.items if isinstance(item, Post)]
+    assert len(ids) == len(cards) - 1 and int(cards[1]["mblog"]["id"]) not in ids
+    assert page.info["other_accounts"] == "1" and page.next_request is not None
+    for card in cards:
+        card["mblog"]["user"] = {"id": 6423651199}
+    with pytest.raises(ParseError, match="the timeline is account 6423651199's"):
+        parse("weibo_mobile", TASK, SOURCE.first_request(TASK, BASE), json.dumps(doc).encode())

@@ -336,7 +336,7 @@ def test_the_owner_of_a_feed_whose_target_is_not_a_uid_is_the_author_most_items_
 def test_a_chunk_that_is_all_one_other_accounts_feed_is_a_clear_error() -> None:
     """Skipped item by item, a moved or merged uid would crawl "nothing new" on every visit without a word."""
     body = _chunk(*(_feed_item(4100000000000000 + k, 1286891293, f"p{k}") for k in range(3)))
-    with pytest.raises(ParseError, match="the feed is account 1286891293's, not 2803301701's") as info:
+    with pytest.raises(ParseError, match="the timeline is account 1286891293's, not 2803301701's") as info:
         parse("weibo_pc", TASK, first(), body)
     assert info.value.error_class == "feed-of-another-account"
     two_liked = _chunk(*(_feed_item(3900000000000000 + k, 1286891293, "x", title=LIKED_TITLE) for k in range(2)))

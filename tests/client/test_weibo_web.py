@@ -3,6 +3,8 @@ pic_infos, the longtext endpoint, session walls, and the storage identity shared
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from crawler_client.sources.weibo_mobile import WeiboMobileSource
@@ -67,14 +69,46 @@ def test_paging_by_page_when_there_is_no_since_id_and_the_ends() -> None:
     page = parse("weibo_web", TASK, SOURCE.first_request(TASK, BASE), fixture("weibo_web_paged.json"))
     assert len(page.items) == 2 and page.next_request is not None
     assert page.next_request.params == {"uid": "5612345678", "page": "2", "feature": "0"}
+    # since_id "" with posts is not the end: real first pages say "" with a thousand posts to come (total 1633)
     last = parse("weibo_web", TASK, page.next_request, fixture("weibo_web_last.json"))
-    assert len(last.items) == 1 and last.next_request is None  # since_id "" = the end
+    assert len(last.items) == 1 and last.next_request is not None
+    assert last.next_request.params == {"uid": "5612345678", "page": "3", "feature": "0"}
     end = parse("weibo_web", TASK, page.next_request, fixture("weibo_web_end.json"))  # {"ok":1}
     assert end.items == [] and end.next_request is None and end.info == {"end": "no data"}
     empty = parse("weibo_web", TASK, page.next_request, b'{"ok":1,"data":{}}')
     assert empty.items == [] and empty.next_request is None
     repeated = SOURCE.page_request(BASE, "5612345678", 2, "4700000000005000kp2")
     assert parse("weibo_web", TASK, repeated, fixture("weibo_web_page1.json")).next_request is None
+
+
+def test_a_first_page_with_an_empty_since_id_is_followed_by_page_number() -> None:
+    """Saved first pages of weibo.com (2022-2023) say ``since_id: ""`` while the account has many more posts, and
+    the page after is asked for by number; taken for the end, a crawl read one page of each timeline."""
+    doc = json.loads(fixture("weibo_web_page1.json"))
+    doc["data"]["since_id"] = ""
+    page = parse("weibo_web", TASK, SOURCE.first_request(TASK, BASE), json.dumps(doc).encode())
+    assert page.items and page.next_request is not None
+    assert page.next_request.params == {"uid": "5612345678", "page": "2", "feature": "0"}
+    doc["data"]["list"] = []
+    assert parse("weibo_web", TASK, page.next_request, json.dumps(doc).encode()).next_request is None
+
+
+def test_posts_of_other_accounts_in_the_timeline_are_left_out() -> None:
+    """A post another account wrote (a quick repost, 快转, shows the original under its author) is not this one's,
+    and an old one near the top would have ended the incremental walk early; a page that is all one other
+    account's is that account's timeline, a clear error."""
+    doc = json.loads(fixture("weibo_web_page1.json"))
+    posts = doc["data"]["list"]
+    posts[1]["user"] = {"id": 6423651199, "idstr": "6423651199", "screen_name": "别人"}
+    page = parse("weibo_web", TASK, SOURCE.first_request(TASK, BASE), json.dumps(doc).encode())
+    ids = [item.id for item in page.items if isinstance(item, Post)]
+    assert posts[1]["id"] not in ids and len(ids) == len(posts) - 2  # one other account's, one without an id
+    assert page.info["other_accounts"] == "1" and page.info["skipped"] == "1"
+    for post in posts:
+        post["user"] = {"id": 6423651199}
+    with pytest.raises(ParseError, match="the timeline is account 6423651199's") as info:
+        parse("weibo_web", TASK, SOURCE.first_request(TASK, BASE), json.dumps(doc).encode())
+    assert info.value.error_class == "feed-of-another-account"
 
 
 def test_long_text_through_the_longtext_endpoint() -> None:
