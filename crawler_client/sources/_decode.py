@@ -47,12 +47,15 @@ def strip_jsonp(text: str) -> str:
     return stripped[open_at + 1 : close_at].strip()
 
 
-def load_json(text: str, *, what: str) -> Any:
-    """``json.loads`` with every failure (syntax, nesting depth, huge ints) as a ``ParseError``."""
+def load_json(text: str, *, what: str, http_status: int = 0) -> Any:
+    """``json.loads`` with every failure (syntax, nesting depth, huge ints) as a ``ParseError`` (carrying the
+    answer's HTTP status, like every other refusal of it)."""
     try:
         return json.loads(text)
     except (ValueError, RecursionError) as exc:
-        raise ParseError(f"{what}: not JSON ({type(exc).__name__}: {str(exc)[:80]})", error_class="bad-json") from exc
+        raise ParseError(
+            f"{what}: not JSON ({type(exc).__name__}: {str(exc)[:80]})", error_class="bad-json", http_status=http_status
+        ) from exc
 
 
 def make_soup(markup: str) -> BeautifulSoup:

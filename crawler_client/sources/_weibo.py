@@ -165,7 +165,7 @@ def json_envelope(page: FetchedPage, text: str, what: str) -> dict[str, Any]:
                 http_status=page.status,
             )
         raise unparsable(page.body, WEIBO_MARKERS, page.status, f"{what}: not a JSON object")
-    doc = load_json(text, what=what)
+    doc = load_json(text, what=what, http_status=page.status)
     if not isinstance(doc, dict):
         raise unparsable(page.body, WEIBO_MARKERS, page.status, f"{what}: not a JSON object")
     wall = wall_of(doc, page.status)

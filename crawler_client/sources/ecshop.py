@@ -188,7 +188,7 @@ class EcshopSource(ReviewOrder, SavedPages):
         """A goods page or a ``comment.php`` envelope: the same comment list either way."""
         text = decode_body(page.body).strip()
         if text.startswith("{"):
-            fragment = _envelope_content(load_json(text, what="comment.php"), page)
+            fragment = _envelope_content(load_json(text, what="comment.php", http_status=page.status), page)
         else:
             if _redirected_away(page, "goods.php"):
                 raise fail(

@@ -184,7 +184,7 @@ class JdSource(ReviewOrder, SavedPages):
                     http_status=page.status,
                 )
             raise ParseError("JD: not a JSON object", error_class="unexpected-format", http_status=page.status)
-        doc = load_json(text, what="JD comments")
+        doc = load_json(text, what="JD comments", http_status=page.status)
         if not isinstance(doc, dict):
             raise ParseError("JD: not a JSON object", error_class="unexpected-format", http_status=page.status)
         _check_risk_body(doc, page.status)

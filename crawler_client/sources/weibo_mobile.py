@@ -49,6 +49,7 @@ from crawler_client.sources._weibo import (
     https_url,
     is_pinned,
     json_envelope,
+    mblog_id,
     others_posts,
     since_id_of,
 )
@@ -207,17 +208,16 @@ class WeiboMobileSource(PostOrder, SavedPages):
             if isinstance(data.get("longTextContent"), str):  # a statuses/extend answer given to parse
                 return ParsedPage(items=[], info={"long_text": html_text(make_soup(data["longTextContent"]))})
         if doc.get("ok") not in (1, "1", None) or not isinstance(cards, list):
-            hint = (
-                " (a weibo.com /ajax answer: parse it with the weibo_web source)"
-                if isinstance(data.get("list"), list)
-                else ""
+            if isinstance(data.get("list"), list):
+                hint = " (a weibo.com /ajax answer: parse it with the weibo_web source)"
+            elif mblog_id(data):
+                hint = " (one post, as statuses/show answers: not a timeline page)"
+            else:
+                hint = ""
+            said = (
+                "no cards" if doc.get("ok") in (1, "1", None) else f"unexpected envelope ok={str(doc.get('ok'))[:20]!r}"
             )
-            raise unparsable(
-                page.body,
-                WEIBO_MARKERS,
-                page.status,
-                f"getIndex: unexpected envelope ok={str(doc.get('ok'))[:20]!r}{hint}",
-            )
+            raise unparsable(page.body, WEIBO_MARKERS, page.status, f"getIndex: {said}{hint}")
         containerid = request.params.get("containerid", "")
         if first and cards and containerid and not request.state.get("remembered"):
             self.memo.put(task.id, containerid)

@@ -295,7 +295,7 @@ def _envelope_data(page: FetchedPage, what: str, bad_code: Outcome) -> Any:
                 http_status=page.status,
             )
         raise unparsable(page.body, WEIBO_MARKERS, page.status, f"{what}: not JSON")
-    doc = load_json(text, what=what)
+    doc = load_json(text, what=what, http_status=page.status)
     if isinstance(doc, dict) and "code" not in doc and "ok" in doc:
         wall = wall_of(doc, page.status)
         if wall is not None:

@@ -301,3 +301,15 @@ def test_posts_of_other_accounts_in_the_timeline_are_left_out() -> None:
         card["mblog"]["user"] = {"id": 6423651199}
     with pytest.raises(ParseError, match="the timeline is account 6423651199's"):
         parse("weibo_mobile", TASK, SOURCE.first_request(TASK, BASE), json.dumps(doc).encode())
+
+
+def test_answers_of_other_endpoints_say_what_they_are() -> None:
+    """A single post (m.weibo.cn ``statuses/show``) or a weibo.com list given to this source is refused with a
+    message that says what it is, not "unexpected envelope ok='1'"."""
+    show = b'{"ok":1,"data":{"id":"4700000000000001","mid":"4700000000000001","text":"x","user":{"id":5612345678}}}'
+    with pytest.raises(ParseError, match="getIndex: no cards \\(one post, as statuses/show answers"):
+        parse("weibo_mobile", TASK, SOURCE.first_request(TASK, BASE), show)
+    with pytest.raises(ParseError, match="parse it with the weibo_web source"):
+        parse("weibo_mobile", TASK, SOURCE.first_request(TASK, BASE), b'{"ok":1,"data":{"list":[]}}')
+    with pytest.raises(ParseError, match="unexpected envelope ok='7'"):
+        parse("weibo_mobile", TASK, SOURCE.first_request(TASK, BASE), b'{"ok":7,"data":{}}')

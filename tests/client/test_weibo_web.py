@@ -171,8 +171,9 @@ def test_ok0_after_the_first_page_ends_only_if_it_says_so_and_garbage_is_a_parse
         parse("weibo_web", TASK, SOURCE.first_request(TASK, BASE), b'{"ok":1,"data":{"cards":[]}}')
     with pytest.raises(ParseError, match="use weibo_pc"):  # the legacy feed's envelope
         parse("weibo_web", TASK, SOURCE.first_request(TASK, BASE), b'{"code":"100000","msg":"","data":"<div></div>"}')
-    with pytest.raises(ParseError):
-        parse("weibo_web", TASK, SOURCE.first_request(TASK, BASE), b'{"ok":1,"data":{"list":[')
+    with pytest.raises(ParseError) as bad:
+        parse("weibo_web", TASK, SOURCE.first_request(TASK, BASE), b'{"ok":1,"data":{"list":[', status=200)
+    assert (bad.value.error_class, bad.value.http_status) == ("bad-json", 200)  # the status, as every refusal has
 
 
 def test_an_empty_page_that_names_a_new_since_id_is_followed_not_taken_for_the_end() -> None:
