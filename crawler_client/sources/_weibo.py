@@ -23,6 +23,7 @@ from icecrawler.models import Outcome
 __all__ = [
     "NOTHING_MORE",
     "as_dict",
+    "author_id",
     "check_end_of_list",
     "https_url",
     "is_pinned",
@@ -78,6 +79,12 @@ def https_url(url: str) -> str:
 def truthy(value: object) -> bool:
     """JSON flags come as true, 1, "1" or "true"."""
     return value in (True, 1, "1", "true")
+
+
+def author_id(mblog: dict[str, Any]) -> int:
+    """The uid of a post's author: ``user.id``, else ``user.idstr`` (0 when the answer names none)."""
+    user = as_dict(mblog.get("user"))
+    return parse_id(user.get("id")) or parse_id(user.get("idstr"))
 
 
 def mblog_id(mblog: dict[str, Any]) -> int:

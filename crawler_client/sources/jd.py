@@ -347,7 +347,7 @@ def _pages_by_count(doc: dict[str, Any]) -> int | None:
 
 
 def _summary(doc: dict[str, Any]) -> dict[str, str]:
-    """Comment totals worth printing: ``commentCountStr`` ("100万+") wins over the zeroed ``commentCount``."""
+    """What ``icecrawler parse`` prints of the answer's totals: the comment total and ``maxPage``."""
     info: dict[str, str] = {}
     count = _comment_count(doc)
     if count:

@@ -45,6 +45,7 @@ from crawler_client.sources._detect import WEIBO_MARKERS, check_final_url, check
 from crawler_client.sources._headers import MOBILE_UA, XHR_JSON
 from crawler_client.sources._weibo import (
     as_dict,
+    author_id,
     check_end_of_list,
     https_url,
     is_pinned,
@@ -226,7 +227,7 @@ class WeiboMobileSource(PostOrder, SavedPages):
         long_ids: list[str] = []
         skipped = 0
         every = _mblogs(cards)
-        others = others_posts(task.target, [parse_id(_as_dict(m.get("user")).get("id")) for m in every], page.status)
+        others = others_posts(task.target, [author_id(mblog) for mblog in every], page.status)
         mblogs = [mblog for mblog, other in zip(every, others, strict=True) if not other]
         texts = html_texts([mblog["text"] if isinstance(mblog.get("text"), str) else "" for mblog in mblogs])
         for mblog, text in zip(mblogs, texts, strict=True):
@@ -274,7 +275,7 @@ class WeiboMobileSource(PostOrder, SavedPages):
         if not post_id:
             return None
         user = _as_dict(mblog.get("user"))
-        user_id = parse_id(user.get("id")) or parse_id(task.target)
+        user_id = author_id(mblog) or parse_id(task.target)
         raw_text = mblog.get("text")
         html = raw_text if isinstance(raw_text, str) else ""
         retweeted = _as_dict(mblog.get("retweeted_status"))

@@ -228,8 +228,7 @@ class WeiboPcSource(PostOrder, SavedPages):
                 inner = _by(forward, "mid", True) or _by(forward, "node-type", "feed_list_item_date")
                 retweeted_id = parse_id(_attr(inner, "mid") or _attr(inner, "name"))
             forward.extract()  # the original's author, text and counts are not this post's
-        tbinfo = parse_qs(_attr(node, "tbinfo"))
-        user_id = parse_id((tbinfo.get("ouid") or [""])[0]) or parse_id(task.target)
+        user_id = _author(node) or parse_id(task.target)
         content = _by(node, "node-type", "feed_list_content")
         for unfold in _all(content, "action-type", "fl_unfold") if content is not None else []:
             unfold.extract()

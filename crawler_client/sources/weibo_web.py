@@ -36,6 +36,7 @@ from crawler_client.sources._detect import WEIBO_MARKERS, check_final_url, check
 from crawler_client.sources._headers import DESKTOP_UA, XHR_JSON
 from crawler_client.sources._weibo import (
     as_dict,
+    author_id,
     check_end_of_list,
     https_url,
     is_pinned,
@@ -160,7 +161,7 @@ class WeiboWebSource(PostOrder, SavedPages):
             hint = " (an m.weibo.cn getIndex answer: use weibo_mobile)" if "cards" in data else ""
             raise unparsable(page.body, WEIBO_MARKERS, page.status, f"mymblog: data has no list{hint}")
         mblogs = [mblog for mblog in posts if isinstance(mblog, dict)]
-        others = others_posts(task.target, [_author(mblog) for mblog in mblogs], page.status)
+        others = others_posts(task.target, [author_id(mblog) for mblog in mblogs], page.status)
         owned = [mblog for mblog, other in zip(mblogs, others, strict=True) if not other]
         items, long_ids = self._posts(owned, task, now_ms)
         result = ParsedPage(items=items, next_request=self._next(request, data, bool(posts)))
@@ -203,7 +204,7 @@ class WeiboWebSource(PostOrder, SavedPages):
         if not post_id:
             return None
         user = as_dict(mblog.get("user"))
-        user_id = parse_id(user.get("id")) or parse_id(user.get("idstr")) or parse_id(task.target)
+        user_id = author_id(mblog) or parse_id(task.target)
         raw_html = mblog.get("text")
         body = raw_html if isinstance(raw_html, str) else ""
         raw_text = mblog.get("text_raw")
@@ -279,12 +280,6 @@ class WeiboWebSource(PostOrder, SavedPages):
         if not had_posts:
             return None
         return self.page_request(base, uid, page + 1)
-
-
-def _author(mblog: dict[str, Any]) -> int:
-    """The uid of a post's author (0 when the answer names none)."""
-    user = as_dict(mblog.get("user"))
-    return parse_id(user.get("id")) or parse_id(user.get("idstr"))
 
 
 def pictures(mblog: dict[str, Any]) -> list[str]:
