@@ -78,12 +78,17 @@ class SourceSpec:
     base_url: str
     #: How it logs in (one of ``LOGINS``).
     login: str = ""
-    #: The sandbox site prefix serving it (``""``: the sandbox has no such site), found by name in
-    #: ``sandbox.sites`` or in the module that declared the source (``SANDBOX_SITE``).
+    #: The sandbox site prefix serving it (``""``: the sandbox has no such site), built by ``make_site(context)``
+    #: in ``sandbox.sites.<name>`` or by ``make_sandbox_site(context)`` in the module that declared the source.
     sandbox_site: str = ""
     #: More ``sources.<name>.*`` settings and their defaults (e.g. JD's ``endpoint``); ``base_url`` and
     #: ``headers`` are always there, ``username``/``password`` for a form login, ``visitor_url`` for visitors.
+    #: Every role may read them (the scheduler reads ``visitor_url``); the parser's constructor receives only
+    #: those its class lists in ``OPTIONS``.
     options: Mapping[str, Any] = field(default_factory=dict)
+    #: Whether the site's pages show each item's id. False (ECSHOP): the parser makes one from what the item
+    #: shows, and a judge of a crawl can only match items by time and text.
+    shows_item_ids: bool = True
 
     def __post_init__(self) -> None:
         if self.default_kind not in self.kinds:

@@ -152,6 +152,8 @@ def render_table(result: DemoResult, speed: float) -> str:
     )
     lines = [header, "-" * len(header)]
     for summary in result.sources.values():
+        if not (summary.published or summary.stored or summary.fetches):
+            continue  # a source the scenario gives nothing to (a newly added one, until it lists its products)
         lag = summary.mean_lag_s
         lag_text = f"{lag / 60:.1f} sim-min" if lag is not None else "-"
         lines.append(

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from icecrawler.sourcespec import registry
 from sandbox.content import SimPost, SimReview, beijing, item_rng, make_post, make_review
 from sandbox.scenario import Category, Product, Scenario, WeiboUser
 from sandbox.schedules import arrivals, backlog_times
@@ -176,9 +177,10 @@ class World:
         backlog = backlog_times(spec.backlog, spec.backlog_gap_s, rng, appear_ms)
 
         content_rng = item_rng(self.seed, "reviews", spec.source, spec.id)
+        with_ids = registry.spec(spec.source).shows_item_ids
 
         def make(seq: int, ms: int) -> SimReview:
-            return make_review(content_rng, spec.id, slot, seq, ms, with_id=spec.source != "ecshop")
+            return make_review(content_rng, spec.id, slot, seq, ms, with_id=with_ids)
 
         state = ProductState(spec, slot, appear_ms, _Feed(backlog, arrivals(spec.schedule, rng, appear_ms), make))
         self.products[(spec.source, spec.id)] = state

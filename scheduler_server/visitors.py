@@ -186,7 +186,7 @@ class VisitorSessions:
         urls: dict[str, str] = {}
         for source in SOURCES:
             key = f"sources.{source}.visitor_url"
-            url = settings.get_str(key) if key in settings.as_dict() else ""
+            url = settings.get_str(key) if key in settings else ""  # only visitor sources declare one
             if url and urllib.parse.urlsplit(url).scheme not in ("http", "https"):
                 raise ConfigError(f"{key}: {url!r} is not an http(s) URL")
             urls[source] = url

@@ -26,27 +26,17 @@ from collections.abc import Iterator, Mapping
 from typing import cast
 
 from crawler_client.sources.base import DeclaredSource, FetchedPage, Item, PageRequest, ParsedPage, Source
-from crawler_client.sources.ecshop import EcshopSource
-from crawler_client.sources.jd import JdSource
-from crawler_client.sources.weibo_mobile import WeiboMobileSource
-from crawler_client.sources.weibo_pc import WeiboPcSource
-from crawler_client.sources.weibo_web import WeiboWebSource
 from icecrawler.settings import Settings
 from icecrawler.sourcespec import registry
 
 __all__ = [
     "SOURCES",
     "DeclaredSource",
-    "EcshopSource",
     "FetchedPage",
     "Item",
-    "JdSource",
     "PageRequest",
     "ParsedPage",
     "Source",
-    "WeiboMobileSource",
-    "WeiboPcSource",
-    "WeiboWebSource",
     "get_source",
     "registry",
     "source_options",

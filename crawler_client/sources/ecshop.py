@@ -109,6 +109,7 @@ SPEC = SourceSpec(
     base_url="http://127.0.0.1:8800/ecshop",
     login="form",
     sandbox_site="ecshop",
+    shows_item_ids=False,
 )
 #: Saved answers: a goods page or comment pager names its goods id, a listing its category.
 _GOODS_ID_RE = re.compile(rb"(?:goods\.php\?id=|gotoPage\(\d+,\s*)(\d{1,18})")

@@ -1,7 +1,9 @@
 """Layered settings: defaults < config file < environment < command line.
 
-Every key must exist in ``default_settings.DEFAULTS``; an unknown key is an error (a typo fails at start-up,
-not at run time). Values from text (environment, ``--set``) are converted to the default's type.
+Every key must exist in ``default_settings.DEFAULTS`` or be a ``sources.<name>.*`` setting the named source
+declares (``icecrawler.sourcespec``: a source brings its own, so adding one edits no defaults); an unknown key is
+an error (a typo fails at start-up, not at run time). Values from text (environment, ``--set``) are converted to
+the default's type.
 """
 
 from __future__ import annotations
@@ -110,6 +112,18 @@ class Settings:
         for name, value in overrides.items():
             clone.set(name.replace("__", "."), value)
         return clone
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and self._know(key)
+
+    def include_sources(self) -> Settings:
+        """Know every registered source's settings now (they are otherwise added when first asked for): what
+        ``icecrawler settings`` lists. Loads the source registry, so roles that never crawl do not call it."""
+        from icecrawler.sourcespec import registry
+
+        for name in registry:
+            self._know(f"sources.{name}.base_url")
+        return self
 
     def __getitem__(self, key: str) -> Any:
         if not self._know(key):

@@ -183,29 +183,11 @@ DEFAULTS: dict[str, Any] = {
     # Certificates of our CA that the servants refuse anyway: comma-separated serial numbers (hex, as
     # `openssl x509 -noout -serial` prints them) or common names.
     "security.revoked": "",
-    # --- sources: where each source's site lives (the same paths as the real site under this base) ------
-    # (docs/SOURCES.md: each source's endpoints, headers, sessions and the signals it classifies.)
-    "sources.ecshop.base_url": "http://127.0.0.1:8800/ecshop",
-    "sources.ecshop.username": "",
-    "sources.ecshop.password": "",
-    "sources.jd.base_url": "http://127.0.0.1:8800/jd",
-    # "club" (productPageComments.action JSONP) or "api" (api.m.jd.com pc_club_productPageComments; base_url is
-    # then the API host). Requests are not signed either way.
-    "sources.jd.endpoint": "club",
-    "sources.weibo_mobile.base_url": "http://127.0.0.1:8800/m",
-    "sources.weibo_pc.base_url": "http://127.0.0.1:8800/pc",
-    "sources.weibo_web.base_url": "http://127.0.0.1:8800/web",
-    # Request headers changed per source: a JSON object ({"Name": "value", "Removed": null}) or "Name: value"
-    # lines. Empty = what the site's own web client sends (docs/SOURCES.md).
-    "sources.ecshop.headers": "",
-    "sources.jd.headers": "",
-    "sources.weibo_mobile.headers": "",
-    "sources.weibo_pc.headers": "",
-    "sources.weibo_web.headers": "",
-    # Passport visitor flow (genvisitor2) of sources that serve visitors: when no logged-in account serves such
-    # a source, the scheduler mints visitor sessions there and leases them like accounts. Empty = none.
-    "sources.weibo_mobile.visitor_url": "",
-    "sources.weibo_web.visitor_url": "http://127.0.0.1:8800/passport/visitor/genvisitor2",
+    # --- sources: not listed here. Each source declares its own sources.<name>.* settings and their defaults
+    # next to its parser (SourceSpec: base_url, headers, username/password for a form login, visitor_url for
+    # visitors, and its options, such as sources.jd.endpoint); `icecrawler settings` lists them with the rest.
+    # headers: a JSON object ({"Name": "value", "Removed": null}) or "Name: value" lines; empty = what the
+    # site's own web client sends. docs/SOURCES.md has each source's endpoints, headers and sessions.
     # --- storage: the record store ---------------------------------------------------------------------------
     # Backups of the storage server's own files while it serves (the spool, and the embedded store when it is
     # the backend; HBase has its own snapshots): a directory ("" = none), how often, how many to keep. Each is

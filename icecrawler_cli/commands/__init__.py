@@ -33,6 +33,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "hbase",
     "certs",
     "settings",
+    "sources",
     "sandbox",
     "targets",
 )

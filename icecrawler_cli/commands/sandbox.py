@@ -1,4 +1,4 @@
-"""``icecrawler sandbox``: the local stand-in sites (Weibo desktop + mobile, ECSHOP, JD) on one port."""
+"""``icecrawler sandbox``: the local stand-in site of every registered source, and the passport, on one port."""
 
 from __future__ import annotations
 
@@ -9,11 +9,13 @@ from icecrawler_cli.commands import BaseCommand
 
 
 class Command(BaseCommand):
-    summary = "serve the sandbox sites (mock Weibo PC/mobile, ECSHOP, JD) publishing items on a schedule"
+    summary = "serve the sandbox sites (stand-ins for every source's site) publishing items on a schedule"
     description = (
-        "Serve every sandbox site on one port: /pc (weibo.com mbloglist), /m (m.weibo.cn getIndex), "
-        "/ecshop (goods/comment/category/user.php) and /jd (productPageComments), with a scalable "
-        "clock, misbehaviour switches and the ground truth under /__sandbox/. See docs/SANDBOX.md."
+        "Serve every registered source's stand-in site on one port, under the prefix the source declares "
+        "(`icecrawler sources` lists them; built in: /pc weibo.com's mbloglist, /web weibo.com's ajax "
+        "timeline, /m m.weibo.cn's getIndex, /ecshop goods/comment/category/user.php, /jd productPageComments), "
+        "and /passport (visitor sessions), with a scalable clock, misbehaviour switches and the ground truth "
+        "under /__sandbox/. See docs/SANDBOX.md."
     )
 
     def add_options(self, parser: argparse.ArgumentParser) -> None:

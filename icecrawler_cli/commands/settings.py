@@ -16,7 +16,7 @@ class Command(BaseCommand):
         parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
 
     def run(self, args: argparse.Namespace, settings: Settings, ice_args: list[str]) -> int:
-        values = settings.as_dict()
+        values = settings.include_sources().as_dict()
         if args.json:
             print(json.dumps(values, indent=2, sort_keys=True))
             return 0

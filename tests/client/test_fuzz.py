@@ -1,5 +1,9 @@
 """Every parser, fed garbage, truncated, mis-encoded, structurally wrong and huge inputs, ends as a ParsedPage
-or a classified FetchError/ParseError — never any other exception (and never a bs4 warning)."""
+or a classified FetchError/ParseError — never any other exception (and never a bs4 warning).
+
+A parser is fuzzed through its entries in ``CASES`` (a valid page to mutate, from ``sandbox.samples``); a source
+added to ``crawler_client/sources`` without one fails ``test_every_source_has_a_case``, which says what to add.
+``json_values`` builds wrong JSON from the keys the known formats use: add a new format's keys there."""
 
 from __future__ import annotations
 
@@ -16,6 +20,7 @@ from crawler_client.sources.weibo_mobile import WeiboMobileSource
 from crawler_client.sources.weibo_pc import WeiboPcSource
 from icecrawler.errors import FetchError
 from icecrawler.models import Post, Task, TaskKind
+from icecrawler.sourcespec import SOURCE_PACKAGE, registry
 from sandbox.samples import (
     ecshop_comment_json,
     ecshop_goods_page,
@@ -42,6 +47,14 @@ CASES: list[tuple[str, TaskKind, str, Callable[[], bytes]]] = [
     ("jd", TaskKind.ProductReviews, "100012043978", lambda: jd_comments(comments=3)),
 ]
 IDS = [f"{source}-{kind.value}-{i}" for i, (source, kind, _, _) in enumerate(CASES)]
+
+
+def test_every_source_has_a_case() -> None:
+    built_in = {name for name in registry if registry.module(name).__name__.startswith(SOURCE_PACKAGE + ".")}
+    missing = sorted(built_in - {source for source, _, _, _ in CASES})
+    assert not missing, (
+        f"add an entry to CASES in tests/client/test_fuzz.py for {missing}: (source, kind, target, page)"
+    )
 
 
 def _request(source: str, task: Task, body: bytes) -> PageRequest:

@@ -7,7 +7,8 @@ import pytest
 
 from crawler_client.headers import FALLBACK_USER_AGENT, parse_header_setting, source_headers
 from crawler_client.runner import RunnerConfig
-from crawler_client.sources import WeiboMobileSource, WeiboWebSource
+from crawler_client.sources.weibo_mobile import WeiboMobileSource
+from crawler_client.sources.weibo_web import WeiboWebSource
 from icecrawler.errors import ConfigError
 from icecrawler.settings import Settings
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from crawler_client.sources import SOURCES, get_source
@@ -228,7 +230,7 @@ def test_registry_covers_every_model_source_and_rejects_unknown_names() -> None:
     for name, kinds in MODEL_SOURCES.items():
         source = get_source(name)
         assert source.name == name and source.kinds == kinds
-    with pytest.raises(ConfigError, match=r"unknown source 'weibo'.*known: ecshop, jd"):
+    with pytest.raises(ConfigError, match=re.escape(f"unknown source 'weibo' (known: {', '.join(sorted(SOURCES))})")):
         get_source("weibo")
 
 
@@ -238,7 +240,8 @@ def test_public_names_are_exported_sorted() -> None:
     assert all(hasattr(package, name) for name in package.__all__)
     core = {"SOURCES", "get_source", "Source", "PageRequest", "ParsedPage", "FetchedPage", "Item"}
     assert core <= set(package.__all__)
-    assert {cls.__name__ for cls in package.SOURCES.values()} <= set(package.__all__)
+    # The source classes are reached through the registry, not imported here: a new source edits no package file.
+    assert not {cls.__name__ for cls in package.SOURCES.values()} & set(package.__all__)
     # isort order, as ruff keeps it: CONSTANTS, then Classes, then functions
     assert package.__all__ == sorted(package.__all__, key=lambda n: (not n.isupper(), not n[0].isupper(), n))
 

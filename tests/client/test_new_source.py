@@ -7,6 +7,7 @@ CONTRIBUTING.md ("Adding a source") as a test."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
@@ -20,6 +21,8 @@ import pytest
 
 from crawler_client.sources._cursor import ReviewOrder
 from crawler_client.sources._dates import iso_of_ms
+from crawler_client.sources._decode import decode_body, load_json
+from crawler_client.sources._detect import check_http
 from crawler_client.sources.base import FetchedPage, Item, PageRequest, ParsedPage, SavedPages, SourceSpec
 from icecrawler.errors import FetchError, ParseError
 from icecrawler.models import SOURCES, Outcome, Review, Task, TaskKind
@@ -52,27 +55,28 @@ class ToyShopSource(ReviewOrder, SavedPages):
         return PageRequest(url=f"{base_url.rstrip('/')}/reviews/{task.target}.json", params={"page": "1"})
 
     def parse(self, task: Task, request: PageRequest, page: FetchedPage, now_ms: int) -> ParsedPage:
-        if page.status == 404:
-            raise FetchError(f"no product {task.target}", outcome=Outcome.NotFound, http_status=404)
+        # The shared checks first: a 404 is NotFound, 418/403 Banned, 429 RateLimited (check_http), bad JSON a
+        # ParseError carrying the status (load_json). Then every read of the answer's shape sits inside one
+        # try, so a missing key, a wrong type or an absurd number is a ParseError too, never a crash.
+        check_http(page, now_ms)
+        doc = load_json(decode_body(page.body), what="toyshop review page", http_status=page.status)
         try:
-            doc = json.loads(page.body)
-            rows = doc["reviews"]
             number, pages = int(doc["page"]), int(doc["pages"])
-        except (ValueError, KeyError, TypeError) as exc:
-            raise ParseError(f"toyshop: not a review page ({exc})", http_status=page.status) from exc
-        items: list[Item] = [
-            Review(
-                id=str(row["id"]),
-                product_id=task.target,
-                source=self.name,
-                user=row["user"],
-                content=row["text"],
-                score=int(row["score"]),
-                created_at=iso_of_ms(int(row["ms"])),
-                fetched_at=iso_of_ms(now_ms),
-            )
-            for row in rows
-        ]
+            items: list[Item] = [
+                Review(
+                    id=str(row["id"]),
+                    product_id=task.target,
+                    source=self.name,
+                    user=str(row["user"]),
+                    content=str(row["text"]),
+                    score=int(row["score"]),
+                    created_at=iso_of_ms(int(row["ms"])),
+                    fetched_at=iso_of_ms(now_ms),
+                )
+                for row in doc["reviews"]
+            ]
+        except (ValueError, KeyError, TypeError, OverflowError) as exc:
+            raise ParseError(f"toyshop: not a review page ({exc!r})", http_status=page.status) from exc
         following = None
         if number < pages:
             following = PageRequest(url=request.url, params={"page": str(number + 1)}, page=request.page + 1)
@@ -161,6 +165,51 @@ def test_the_registry_knows_everything_the_source_declares() -> None:
     assert MisbehaviourRule("toy").site == "toy"  # its sandbox site takes misbehaviour rules like the others
 
 
+@pytest.mark.usefixtures("toyshop")
+def test_icecrawler_sources_lists_a_new_source(capsys: pytest.CaptureFixture[str]) -> None:
+    from icecrawler_cli.cli import main
+
+    assert main(["sources", "--json", "--set", "sources.toyshop.base_url=http://127.0.0.1:1/toy"]) == 0
+    rows = {row["source"]: row for row in map(json.loads, capsys.readouterr().out.splitlines())}
+    assert set(rows) >= {"ecshop", "jd", "weibo_mobile", "weibo_pc", "weibo_web", "toyshop"}
+    assert rows["toyshop"] == {
+        "source": "toyshop",
+        "kinds": ["reviews"],
+        "table": "review",
+        "login": "none",
+        "base_url": "http://127.0.0.1:1/toy",
+        "sandbox_site": "toy",
+        "module": __name__,
+    }
+    assert rows["ecshop"]["kinds"] == ["reviews", "listing"] and rows["ecshop"]["login"] == "form"
+    assert main(["sources"]) == 0
+    assert "toyshop" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "outcome"),
+    [
+        (200, b'{"page": 1, "pages": 1, "reviews": [{"id": 1}]}', Outcome.ParseError),  # a row missing fields
+        (200, b'{"page": Infinity, "pages": 1, "reviews": []}', Outcome.ParseError),
+        (200, b'{"page": 1, "pages": 1, "reviews": 7}', Outcome.ParseError),
+        (200, b"<html>busy</html>", Outcome.ParseError),
+        (404, b"", Outcome.NotFound),
+        (418, b"", Outcome.Banned),
+        (429, b"", Outcome.RateLimited),
+    ],
+)
+def test_the_walk_through_source_refuses_what_the_contract_says(status: int, body: bytes, outcome: Outcome) -> None:
+    """The source a newcomer copies keeps the parser contract: a refusal is a classified FetchError, garbage a
+    ParseError, and nothing else escapes."""
+    source = ToyShopSource()
+    task = Task(id="reviews:toyshop:7", kind=TaskKind.ProductReviews, source="toyshop", target="7", params={})
+    request = source.first_request(task, "http://127.0.0.1:9/toy")
+    page = FetchedPage(url=request.url, status=status, headers={}, body=body)
+    with pytest.raises(FetchError) as info:
+        source.parse(task, request, page, 1_700_000_000_000)
+    assert info.value.outcome == outcome
+
+
 @pytest.mark.e2e
 @pytest.mark.ice
 @pytest.mark.bdb
@@ -197,18 +246,23 @@ def test_a_source_declared_in_one_module_is_crawled_end_to_end(tmp_path: Path) -
     assert set(stored) <= set(everything), "storage holds a review the sandbox never published"
 
 
-def test_the_built_in_sources_declare_what_the_default_settings_list() -> None:
-    """The ``sources.*`` defaults in ``default_settings`` (kept for ``icecrawler settings``) are exactly what the
-    built-in sources declare: the two cannot drift apart."""
+@pytest.mark.usefixtures("toyshop")
+def test_icecrawler_settings_lists_every_source_s_settings(capsys: pytest.CaptureFixture[str]) -> None:
+    """Source settings have one home, the spec: ``icecrawler settings`` lists every registered source's (a new
+    one's too), with its origin, although no defaults file names them."""
+    from icecrawler.settings import load_settings
     from icecrawler.settings.default_settings import DEFAULTS
+    from icecrawler_cli.commands.settings import Command
 
-    listed = {key: value for key, value in DEFAULTS.items() if key.startswith("sources.")}
-    declared = {
-        key: value
-        for name in ("ecshop", "jd", "weibo_mobile", "weibo_pc", "weibo_web")
-        for key, value in registry.spec(name).settings().items()
-    }
-    assert declared == listed
+    assert not [key for key in DEFAULTS if key.startswith("sources.")]
+    settings = load_settings(environ={}, assignments=["sources.jd.endpoint=api"])
+    assert Command().run(argparse.Namespace(json=True), settings, []) == 0
+    listed = json.loads(capsys.readouterr().out)
+    declared = {key: value for name in registry for key, value in registry.spec(name).settings().items()}
+    assert set(declared) <= set(listed) and "sources.toyshop.base_url" in listed
+    assert listed["sources.jd.endpoint"] == "api" and settings.source_of("sources.jd.endpoint") == "cmdline"
+    assert listed["sources.weibo_web.visitor_url"].endswith("/passport/visitor/genvisitor2")
+    assert settings.source_of("sources.toyshop.headers") == "default"
 
 
 def test_a_bad_declaration_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -186,10 +186,12 @@ FILE_SUFFIXES = ("conf", "toml", "json", "py", "md", "pem", "service", "xml", "e
 
 
 def test_every_setting_the_docs_name_exists(files: list[Path]) -> None:
-    """A setting named in the Markdown docs is a key of ``default_settings`` (or the start of some keys)."""
-    from icecrawler.settings.default_settings import DEFAULTS
+    """A setting named in the Markdown docs is a key of ``default_settings`` or one a source declares (or the
+    start of some keys)."""
+    from icecrawler.settings import Settings
 
-    prefixes = {key.split(".", 1)[0] for key in DEFAULTS}
+    known = Settings().include_sources().as_dict()
+    prefixes = {key.split(".", 1)[0] for key in known}
     found = []
     for path in files:
         if path.suffix != ".md":
@@ -198,7 +200,7 @@ def test_every_setting_the_docs_name_exists(files: list[Path]) -> None:
             name = match.group(1).rstrip(".")
             if name.split(".", 1)[0] not in prefixes or name.rsplit(".", 1)[-1] in FILE_SUFFIXES:
                 continue
-            if name not in DEFAULTS and not any(key.startswith(name + ".") for key in DEFAULTS):
+            if name not in known and not any(key.startswith(name + ".") for key in known):
                 found.append(f"{path.relative_to(REPO).as_posix()}: {name}")
     assert found == [], "settings the docs name that do not exist:\n" + "\n".join(found)
 

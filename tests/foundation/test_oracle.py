@@ -119,3 +119,11 @@ def test_problems_name_what_is_missing_extra_or_stored_twice() -> None:
         f"review: 1 items stored more than once, e.g. [({keys[3]!r}, 2)]",
     ]
     assert oracle.problems(PUBLISHED, [oracle.StoredItem(key, 0) for key in set(keys)]) == []
+
+
+def test_the_demo_table_leaves_out_a_source_the_scenario_gives_nothing() -> None:
+    from icecrawler_local.demo import DemoResult, SourceSummary, render_table
+
+    result = DemoResult({"jd": SourceSummary("jd", published=3, stored=3, fetches=2), "toy": SourceSummary("toy")})
+    rows = [line.split()[0] for line in render_table(result, 60).splitlines()[2:-1]]
+    assert rows == ["jd"] and result.ok
