@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
-__all__ = ["SimRequest", "SimResponse", "Site", "page_count", "page_slice", "php_json"]
+__all__ = ["OpenSite", "SimRequest", "SimResponse", "Site", "page_count", "page_slice", "php_json"]
 
 
 @dataclass
@@ -92,3 +92,17 @@ class Site(Protocol):
         ...
 
     def handle(self, request: SimRequest) -> SimResponse: ...
+
+
+class OpenSite:
+    """The ``Site`` methods of a site without logins or per-target misbehaviour: inherit it and write ``prefix``
+    and ``handle`` (override ``target_of`` to let misbehaviour rules pick targets)."""
+
+    def target_of(self, request: SimRequest) -> str:
+        return ""
+
+    def logged_in(self, request: SimRequest) -> bool:
+        return True
+
+    def login_wall(self, request: SimRequest) -> SimResponse | None:
+        return None

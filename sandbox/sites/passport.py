@@ -13,7 +13,7 @@ import secrets
 import threading
 from typing import ClassVar
 
-from sandbox.web import SimRequest, SimResponse, php_json
+from sandbox.web import OpenSite, SimRequest, SimResponse, php_json
 
 __all__ = ["GENVISITOR_PATH", "PassportSite", "VisitorRegistry", "visitor_page"]
 
@@ -71,20 +71,11 @@ def visitor_page() -> bytes:
     )
 
 
-class PassportSite:
+class PassportSite(OpenSite):
     prefix: ClassVar[str] = "passport"
 
     def __init__(self, registry: VisitorRegistry) -> None:
         self.registry = registry
-
-    def target_of(self, request: SimRequest) -> str:
-        return ""
-
-    def logged_in(self, request: SimRequest) -> bool:
-        return True
-
-    def login_wall(self, request: SimRequest) -> SimResponse | None:
-        return None
 
     def handle(self, request: SimRequest) -> SimResponse:
         if request.path == GENVISITOR_PATH and request.method == "POST":

@@ -28,7 +28,7 @@ from icecrawler.errors import FetchError, ParseError
 from icecrawler.models import SOURCES, Outcome, Review, Task, TaskKind
 from icecrawler.sourcespec import ENV_MODULES, group_by_kind, registry
 from sandbox.sites import SiteContext
-from sandbox.web import SimRequest, SimResponse, page_count, page_slice
+from sandbox.web import OpenSite, SimRequest, SimResponse, page_count, page_slice
 
 # --- the source: everything the system needs to know about the site, in one place -----------------------------
 
@@ -90,7 +90,9 @@ SOURCE = ToyShopSource
 # --- its sandbox site: the world's reviews of "toyshop" products, rendered as the source expects -------------
 
 
-class ToyShopSite:
+class ToyShopSite(OpenSite):
+    """No login (``OpenSite``); ``target_of`` lets misbehaviour rules pick a product."""
+
     prefix: ClassVar[str] = "toy"
     _PATH = re.compile(r"^/reviews/(\w{1,64})\.json$")
 
@@ -100,12 +102,6 @@ class ToyShopSite:
     def target_of(self, request: SimRequest) -> str:
         match = self._PATH.match(request.path)
         return match[1] if match else ""
-
-    def logged_in(self, request: SimRequest) -> bool:
-        return True
-
-    def login_wall(self, request: SimRequest) -> SimResponse | None:
-        return None
 
     def handle(self, request: SimRequest) -> SimResponse:
         product = self.target_of(request)
