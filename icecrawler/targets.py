@@ -5,6 +5,10 @@ Clients come and go, and several share a machine (each takes the first free port
 use on each given host, keeps those whose ``/metrics`` answers with that role's metrics, and writes one
 ``<role>.json`` per role in Prometheus' file-SD format. Prometheus re-reads the files when they change
 (``deploy/prometheus/prometheus.yml``); run it from cron or with ``--every``.
+
+Schedulers and storage servers stay listed once seen (``STICKY_ROLES``): a dead one must stay a target whose ``up``
+is 0, or its alerts go quiet as it dies (``IcecrawlerTargetDown`` needs a target to be down). ``forget`` drops one
+taken out of service. Clients come and go with the work, so their list is only what answers now.
 """
 
 from __future__ import annotations
@@ -20,9 +24,21 @@ from icecrawler.durable import replaced_whole
 from icecrawler.metrics import MetricsConfig
 from icecrawler.settings import Settings
 
-__all__ = ["PROBE_TIMEOUT_S", "ROLES", "candidate_ports", "discover", "probe", "write_targets"]
+__all__ = [
+    "PROBE_TIMEOUT_S",
+    "ROLES",
+    "STICKY_ROLES",
+    "candidate_ports",
+    "discover",
+    "keep_listed",
+    "listed",
+    "probe",
+    "write_targets",
+]
 
 ROLES = ("scheduler", "storage", "client")
+#: Roles whose daemons stay in the lists once seen, answering or not (see the module docstring).
+STICKY_ROLES = frozenset({"scheduler", "storage"})
 #: How long a probe waits for ``/metrics`` to answer. A daemon left out of the lists is a target Prometheus stops
 #: scraping, so its alerts go quiet instead of firing: a busy daemon (a client loading its tokenizer, a scheduler in
 #: a rebalance) must not drop out for a slow second. Closed ports answer at once, so the wait costs only on
@@ -70,3 +86,29 @@ def write_targets(directory: Path, found: dict[str, list[str]]) -> list[Path]:
             out.write(json.dumps([{"targets": targets, "labels": {"role": role}}], indent=1) + "\n")
         written.append(path)
     return written
+
+
+def listed(directory: Path, role: str) -> list[str]:
+    """The targets ``<role>.json`` lists now ([] if there is no such file or it is not a list we wrote)."""
+    try:
+        groups = json.loads((directory / f"{role}.json").read_text(encoding="utf-8"))
+        return [str(target) for group in groups for target in group["targets"]]
+    except (OSError, ValueError, TypeError, KeyError):
+        return []
+
+
+def keep_listed(
+    directory: Path, found: dict[str, list[str]], forget: Sequence[str] = ()
+) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+    """(what to write, the listed daemons of sticky roles that did not answer): ``found``, plus for
+    ``STICKY_ROLES`` every target already listed in ``directory`` that is not in ``forget``."""
+    dropped = set(forget)
+    lists: dict[str, list[str]] = {}
+    silent: dict[str, list[str]] = {}
+    for role, targets in found.items():
+        kept = [t for t in listed(directory, role) if t not in targets and t not in dropped]
+        if role not in STICKY_ROLES:
+            kept = []
+        lists[role] = sorted(set(targets) - dropped) + kept
+        silent[role] = kept
+    return lists, silent

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from icecrawler import rpc
 from icecrawler.settings import Settings
-from icecrawler.targets import PROBE_TIMEOUT_S, discover, write_targets
+from icecrawler.targets import PROBE_TIMEOUT_S, discover, keep_listed, write_targets
 from icecrawler_cli.commands import BaseCommand
 
 
@@ -18,17 +18,30 @@ class Command(BaseCommand):
     description = (
         "Probe every port the metrics.<role>.port / port_span settings allow (scheduler shards: port + shard) on "
         "each --hosts entry, and write <dir>/scheduler.json, storage.json and client.json in Prometheus' file-SD "
-        "format with the daemons that answered. deploy/prometheus/prometheus.yml reads them; Prometheus picks up "
-        "changes by itself. With --every it probes again every so many seconds until SIGTERM/SIGINT."
+        "format with the daemons that answered. A scheduler or storage server once listed stays listed when it "
+        "stops answering (so that Prometheus sees it down and IcecrawlerTargetDown fires); --forget HOST:PORT "
+        "drops one taken out of service. Clients are listed only while they answer. "
+        "deploy/prometheus/prometheus.yml reads the files; Prometheus picks up changes by itself. With --every "
+        "it probes again every so many seconds until SIGTERM/SIGINT."
     )
 
     def add_options(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--hosts", default="127.0.0.1", help="comma-separated hosts to probe")
+        parser.add_argument(
+            "--hosts", default="127.0.0.1", help="comma-separated hosts to probe (default: %(default)s)"
+        )
         parser.add_argument(
             "--dir",
             default="deploy/prometheus/targets",
             type=Path,
-            help="where the <role>.json files go (default: %(default)s)",
+            help="where the <role>.json files go (default: %(default)s, relative to the current directory; give the "
+            "targets/ folder next to your prometheus.yml)",
+        )
+        parser.add_argument(
+            "--forget",
+            action="append",
+            default=[],
+            metavar="HOST:PORT",
+            help="drop this scheduler or storage server from the lists (taken out of service); repeatable",
         )
         parser.add_argument(
             "--every", type=float, default=0.0, metavar="SECONDS", help="probe again every SECONDS (0: once)"
@@ -51,8 +64,13 @@ class Command(BaseCommand):
         with rpc.stop_on_signals(stop):
             while True:
                 found = discover(settings, hosts, args.timeout)
-                write_targets(args.dir, found)
-                print(" ".join(f"{role}={len(targets)}" for role, targets in found.items()), flush=True)
+                lists, silent = keep_listed(args.dir, found, args.forget)
+                write_targets(args.dir, lists)
+                line = " ".join(f"{role}={len(targets)}" for role, targets in found.items())
+                down = [f"{role} {target}" for role, targets in silent.items() for target in targets]
+                if down:
+                    line += f"; listed but not answering: {', '.join(down)} (--forget HOST:PORT if retired)"
+                print(line, flush=True)
                 if args.every <= 0 or stop.wait(args.every):
                     return 0
 

@@ -25,7 +25,7 @@ from icecrawler.errors import ConfigError
 from icecrawler.metrics import FOLD_AT, Buckets, MetricsConfig, ScrapeCollector, Tally, serve, status_class
 from icecrawler.models import Outcome, Report, Task, TaskKind
 from icecrawler.settings import Settings
-from icecrawler.targets import PROBE_TIMEOUT_S, candidate_ports, discover, write_targets
+from icecrawler.targets import PROBE_TIMEOUT_S, candidate_ports, discover, keep_listed, listed, write_targets
 from scheduler_server.codec import TaskRecord
 from scheduler_server.core import SchedulerCore
 from scheduler_server.metrics import SMALL_BATCH, SchedulerMetrics
@@ -197,6 +197,31 @@ def test_targets_finds_only_answering_daemons_of_each_role(tmp_path: Path, taken
     assert sorted(path.name for path in paths) == ["client.json", "scheduler.json", "storage.json"]
     assert '"127.0.0.1:' in (tmp_path / "targets" / "client.json").read_text()
     assert not list((tmp_path / "targets").glob("*.partial"))
+
+
+def test_targets_keep_a_silent_scheduler_or_storage_listed_until_forgotten(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A dead scheduler or storage server must stay a target, or Prometheus stops scraping it and no alert says it
+    died; a client that stops answering is dropped (clients come and go with the work)."""
+    directory = tmp_path / "targets"
+    write_targets(directory, {"scheduler": ["h:9410"], "storage": ["h:9420", "h:9421"], "client": ["h:9430"]})
+    assert listed(directory, "storage") == ["h:9420", "h:9421"]
+    lists, silent = keep_listed(directory, {"scheduler": [], "storage": ["h:9421"], "client": ["h:9431"]})
+    assert lists == {"scheduler": ["h:9410"], "storage": ["h:9421", "h:9420"], "client": ["h:9431"]}
+    assert silent == {"scheduler": ["h:9410"], "storage": ["h:9420"], "client": []}
+    lists, silent = keep_listed(directory, {"scheduler": [], "storage": [], "client": []}, forget=["h:9420"])
+    assert lists["storage"] == ["h:9421"] and silent["storage"] == ["h:9421"]
+    (directory / "client.json").write_text("not json", encoding="utf-8")
+    assert listed(directory, "client") == [] and listed(tmp_path / "nowhere", "storage") == []
+
+    from icecrawler_cli.cli import main
+
+    nothing = ["--set=metrics.scheduler.port=0", "--set=metrics.storage.port=0", "--set=metrics.client.port=0"]
+    assert main(["targets", "--dir", str(directory), "--forget", "h:9421", *nothing]) == 0
+    out = capsys.readouterr().out
+    assert "scheduler=0 storage=0 client=0; listed but not answering: scheduler h:9410, storage h:9420" in out
+    assert listed(directory, "storage") == ["h:9420"] and listed(directory, "client") == []
 
 
 def test_targets_waits_for_a_slow_daemon_and_says_how_long(tmp_path: Path, taken_port: int) -> None:

@@ -196,3 +196,33 @@ def test_prometheus_sees_the_crawl_the_outage_and_every_dashboard_panel(tmp_path
         ]
         assert not empty, f"panels without data: {empty}"
         assert len(dashboard["panels"]) >= 20
+
+        # A storage server killed with -9 stays a target (icecrawler targets keeps the schedulers and storage servers
+        # it has seen): Prometheus sees it down and IcecrawlerTargetDown fires. A killed client is dropped.
+        stack.storage.kill9()
+        stack.kill_client("client-b")
+        again = subprocess.run(
+            icecrawler_argv(
+                "targets",
+                "--hosts",
+                "127.0.0.1",
+                "--dir",
+                str(tmp_path / "prom" / "targets"),
+                f"--set=metrics.scheduler.port={stack.metrics_ports['scheduler']}",
+                f"--set=metrics.storage.port={stack.metrics_ports['storage']}",
+                "--set=metrics.storage.port_span=1",
+                f"--set=metrics.client.port={client_port}",
+                "--set=metrics.client.port_span=2",
+                "--timeout=2",
+            ),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert again.returncode == 0, again.stderr
+        assert "scheduler=1 storage=0 client=1; listed but not answering: storage 127.0.0.1:" in again.stdout
+        wait_for(
+            lambda: "firing" in prometheus.alert_states().get("IcecrawlerTargetDown", set()),
+            "IcecrawlerTargetDown never fired for the killed storage server",
+        )
+        assert prometheus.value('up{job="icecrawler-storage"}') == 0
