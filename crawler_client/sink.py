@@ -56,7 +56,8 @@ log = logging.getLogger(__name__)
 
 
 class Backoff:
-    """Jittered exponential backoff for one remote peer: ``base`` × 2^failures × U(0.5, 1.5), capped."""
+    """Jittered exponential backoff for one remote peer: ``base`` × 2^failures × U(0.5, 1.5), never over the cap;
+    at the cap, U(0.75, 1) × cap, so that clients waiting out a long outage do not all retry at once."""
 
     def __init__(self, base_s: float, cap_s: float, rng: random.Random | None = None) -> None:
         self.base_s = base_s
@@ -70,7 +71,9 @@ class Backoff:
 
     def failed(self, now: float) -> float:
         """Record a failure at ``now``; returns the delay until the next try."""
-        delay = min(self.cap_s, self.base_s * 2 ** min(self.failures, 30)) * self._rng.uniform(0.5, 1.5)
+        delay = self.base_s * 2 ** min(self.failures, 30) * self._rng.uniform(0.5, 1.5)
+        if delay >= self.cap_s:
+            delay = self.cap_s * self._rng.uniform(0.75, 1.0)
         self.failures += 1
         self.retry_at = now + delay
         return delay

@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import importlib
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
@@ -142,6 +143,12 @@ def _run(named: str | None, rest: list[str], ice_args: list[str]) -> int:
             raise error from exc
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader went away (`icecrawler tasks | head`): what it wanted was printed. Point stdout at /dev/null so
+        # that the interpreter's own flush at exit does not fail again, and end as a pipe's writer does.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
     except Exception as exc:
         message = failure_line(exc)
         if message is None:

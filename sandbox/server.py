@@ -353,6 +353,10 @@ class SandboxServer:
                 429, b"Too Many Requests", "text/plain; charset=utf-8", {"Retry-After": str(action.retry_after_s)}
             )
         if action.ban_page:
+            # A site's own refusal when it has one (JD, ECSHOP); Weibo's interstitial otherwise.
+            own = getattr(site, "ban_answer", None)
+            if own is not None:
+                return own(action.ban_page, request.now_ms // 1000)  # type: ignore[no-any-return]
             return SimResponse(200, interstitial(action.ban_page, request.now_ms // 1000))
         if action.login_wall and not site.logged_in(request):
             wall = site.login_wall(request)

@@ -93,6 +93,9 @@ class Site(Protocol):
 
     def handle(self, request: SimRequest) -> SimResponse: ...
 
+    # Optional: ``ban_answer(kind, now_s) -> SimResponse``, the site's own refusal for the ``ban_rate``
+    # misbehaviour (``kind``: "busy" or "frozen"); a site without one answers with Weibo's interstitial.
+
 
 class OpenSite:
     """The ``Site`` methods of a site without logins or per-target misbehaviour: inherit it and write ``prefix``

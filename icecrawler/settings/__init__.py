@@ -192,6 +192,8 @@ def load_settings(
             key = name[len(ENV_PREFIX) :].lower().replace("__", ".")
             if settings._know(key):
                 settings.set(key, value, "env")
+            elif "__" in name:  # shaped like a setting (ICECRAWLER_SECTION__KEY): a typo fails like one in the file
+                raise ConfigError(f"environment variable {name}: unknown setting {key!r}")
     settings.update(parse_assignments(assignments), "cmdline")
     validate_values(settings.as_dict())
     return settings

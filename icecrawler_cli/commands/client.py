@@ -35,7 +35,9 @@ class Command(BaseCommand):
         "client.progress_log_s seconds.\n\n"
         "Useful settings (--set KEY=VALUE): client.workers, client.batch, client.max_pages, client.timeout_s, "
         "client.retries, client.max_body_bytes, sources.<name>.base_url, sources.ecshop.username/password; "
-        "`icecrawler settings` lists them all with their documentation."
+        "`icecrawler settings` lists every setting with its value and where it came from (each one is described "
+        "in icecrawler/settings/default_settings.py, a source's in docs/SOURCES.md). Give the client the same "
+        "--config file as the scheduler: its sources.* values must match (docs/DEPLOY.md)."
     )
     takes_ice_args = True
 

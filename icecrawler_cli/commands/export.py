@@ -62,8 +62,23 @@ class Command(BaseCommand):
 
 def add_table_and_owner(parser: argparse.ArgumentParser, owner_help: str, owner_required: bool = False) -> None:
     """``--table`` and ``--owner``, as ``export`` and ``purge`` take them."""
-    parser.add_argument("--table", required=True, choices=["weibo", "review"])
+    parser.add_argument(
+        "--table",
+        required=True,
+        type=_table_name,
+        choices=["weibo", "review"],
+        help="weibo (posts of every Weibo source) or review (reviews of every shop); "
+        "the task kinds' names user/reviews are taken too",
+    )
     parser.add_argument("--owner", default="", required=owner_required, metavar="ID", help=owner_help)
+
+
+#: Task-kind names (what seed, tasks and status print) for the table their items go to.
+_TABLE_OF_KIND = {"reviews": "review", "user": "weibo", "posts": "weibo"}
+
+
+def _table_name(text: str) -> str:
+    return _TABLE_OF_KIND.get(text, text)
 
 
 def open_existing_store(settings: Settings, doing: str) -> RecordStore:

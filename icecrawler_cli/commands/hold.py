@@ -47,7 +47,8 @@ class Command(BaseCommand):
 
         with rpc.communicator(ice_args) as comm:
             held = scheduler_gateway(comm, settings).hold_host(args.host, seconds, args.reason)
-        print(
-            f"{args.host}: held for {held:.0f} s more" if held > 0 else f"{args.host}: not held, its tasks are leased"
-        )
+        if args.lift:
+            print(f"{args.host}: lifted (any hold or ban's block on it has ended); its tasks are leased again")
+        else:
+            print(f"{args.host}: held for {held:.0f} s more")
         return 0

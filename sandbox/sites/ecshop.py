@@ -58,6 +58,11 @@ def _crumbs(category_id: int, category_name: str, here: str = "") -> str:
     )
 
 
+def closed_page() -> bytes:
+    """The notice a closed shop shows in place of its pages (ECSHOP's ``shop_closed`` setting)."""
+    return "<html><body><div>网站暂时关闭，请稍后再来。</div></body></html>".encode()
+
+
 class EcshopSite:
     prefix: ClassVar[str] = "ecshop"
 
@@ -66,6 +71,11 @@ class EcshopSite:
         self.accounts = accounts
         self._sessions: dict[str, str] = {}
         self._lock = threading.Lock()
+
+    def ban_answer(self, kind: str, now_s: int) -> SimResponse:
+        """An ECSHOP shop has no ban page of its own; what it shows in place of every page when the owner closes
+        it (网站暂时关闭) stands for the ``ban_rate`` misbehaviour, whatever its ``ban_page``."""
+        return SimResponse(200, closed_page(), "text/html; charset=utf-8")
 
     def target_of(self, request: SimRequest) -> str:
         value = request.query.get("id", "")

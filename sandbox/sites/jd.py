@@ -127,6 +127,14 @@ class JdSite:
     def login_wall(self, request: SimRequest) -> SimResponse | None:
         return SimResponse(200, b"", "text/html;charset=utf-8")
 
+    def ban_answer(self, kind: str, now_s: int) -> SimResponse:
+        """JD's own refusals for the ``ban_rate`` misbehaviour: "busy" is the 系统繁忙 answer in place of the comments,
+        "frozen" risk control's code 605 (in the ``x-rp-content`` header and the body), both with HTTP 200."""
+        if kind == "busy":
+            return SimResponse(200, busy_json(), "application/json;charset=utf-8")
+        body = json.dumps({"code": "605", "msg": "risk"}).encode()
+        return SimResponse(200, body, "application/json;charset=utf-8", {"x-rp-content": '{"code":"605"}'})
+
     def handle(self, request: SimRequest) -> SimResponse:
         if request.path == "/" and request.query.get("functionId") == API_FUNCTION:
             # api.m.jd.com's form: the same query as a JSON ``body`` parameter, the same answer
@@ -232,6 +240,11 @@ def comments_json(
     return json.dumps(body, ensure_ascii=False, separators=(",", ":")).replace(
         '"comments":[]', '"comments":[' + ",".join(_comment_json(r, product_id) for r in shown) + "]", 1
     )
+
+
+def busy_json() -> bytes:
+    """The "system busy" answer risk control gives in place of a comment page (docs/SOURCES.md, JD's refusals)."""
+    return json.dumps({"code": "0", "message": "系统繁忙，请稍后再试"}, ensure_ascii=False).encode()
 
 
 def jsonp(callback: str, text: str) -> bytes:

@@ -63,3 +63,17 @@ def test_log_json_emits_one_object_per_line() -> None:
 
     event = json.loads(result.stderr.strip())
     assert event["msg"] == "hello world" and event["task"] == "t1" and event["level"] == "INFO"
+
+
+@pytest.mark.parametrize("command", ["settings", "sources"])
+def test_a_reader_that_goes_away_ends_the_command_quietly(command: str) -> None:
+    """``icecrawler settings | head -1``: the pipe closes before the output is written; no "error: Broken pipe"
+    and no traceback, and the exit status a pipe's writer has (128 + SIGPIPE)."""
+    child = subprocess.Popen(
+        [sys.executable, "-m", "icecrawler_cli", command], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    assert child.stdout is not None
+    child.stdout.close()
+    _, err = child.communicate(timeout=120)
+    assert child.returncode == 141, err.decode()
+    assert err == b""

@@ -74,3 +74,11 @@ def test_with_prefix_strips_the_prefix() -> None:
     settings = load_settings(None, environ={})
     hbase = settings.with_prefix("storage.hbase")
     assert hbase["port"] == DEFAULTS["storage.hbase.port"]
+
+
+def test_a_misspelt_environment_setting_is_refused_like_a_misspelt_file_key() -> None:
+    with pytest.raises(ConfigError, match=r"ICECRAWLER_CLIENT__WROKERS: unknown setting 'client.wrokers'"):
+        load_settings(None, environ={"ICECRAWLER_CLIENT__WROKERS": "8"})
+    # Variables that are not shaped like a setting are other tools' (ICECRAWLER_SOURCE_MODULES, the bootstrap's).
+    settings = load_settings(None, environ={"ICECRAWLER_SETUP": "dev", "ICECRAWLER_SOURCES__JD__ENDPOINT": "api"})
+    assert settings["sources.jd.endpoint"] == "api" and settings.source_of("sources.jd.endpoint") == "env"

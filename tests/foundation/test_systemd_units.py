@@ -198,3 +198,18 @@ def test_the_icegrid_units_run_a_registry_and_a_node_that_joins_it(tmp_path: Pat
                 timeout_s=60,
             )
     assert (install.var / "registry").is_dir() and (install.var / "node").is_dir()
+
+
+def test_the_shipped_settings_file_loads_and_pairs_the_backups() -> None:
+    """deploy/icecrawler.toml, what every unit's --config names, is valid as shipped: it points the sources at the
+    real sites and gives the scheduler and storage the same backup interval (a restore needs a matching pair)."""
+    from icecrawler.settings import load_settings
+
+    settings = load_settings(REPO / "deploy" / "icecrawler.toml", environ={})
+    assert settings.source_of("scheduler.db_dir") == "file"
+    assert settings.get_float("scheduler.backup_interval_s") == settings.get_float("storage.backup_interval_s")
+    assert settings.get_int("scheduler.backup_keep") >= 2
+    urls = {key: value for key, value in settings.include_sources().as_dict().items() if key.endswith(".base_url")}
+    assert urls and all(url.startswith("https://") for url in urls.values()), urls
+    for unit in ("icecrawler-scheduler.service", "icecrawler-storage.service", "icecrawler-client@.service"):
+        assert "--config /etc/icecrawler/icecrawler.toml" in (UNITS / unit).read_text()

@@ -16,6 +16,7 @@ exactly.
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 import subprocess
 import urllib.request
@@ -51,6 +52,17 @@ def scenario() -> Scenario:
             Product("jd", "100008348542", backlog=15, schedule=static),
         ),
     )
+
+
+def documented(series: str, doc: str) -> bool:
+    """Whether DEPLOY.md names a series: without ``icecrawler_<role>_``, a histogram's ``_bucket``/``_count``/``_sum``
+    or a ``_created`` series (a counter's or histogram's start time), followed by a backtick or its labels."""
+    name = series.split("_", 2)[2]
+    stems = {name}
+    for suffix in ("_bucket", "_count", "_sum", "_created"):
+        if name.endswith(suffix):
+            stems |= {name[: -len(suffix)], name[: -len(suffix)] + "_total"}
+    return any(re.search(rf"`{re.escape(stem)}[`{{]", doc) for stem in stems)
 
 
 def published(stack: Stack, seeded: tuple[str, ...]) -> int:
@@ -144,6 +156,12 @@ def test_prometheus_sees_the_crawl_the_outage_and_every_dashboard_panel(tmp_path
 
         for url in stack.metrics_urls().values():
             check_metrics_text(url)
+
+        # Every series the daemons export is named in DEPLOY.md's list ("What is exported").
+        deploy_doc = (DEPLOY.parent / "docs" / "DEPLOY.md").read_text(encoding="utf-8")
+        exported = [name for name in prometheus.api("label/__name__/values") if name.startswith("icecrawler_")]
+        undocumented = sorted(name for name in exported if not documented(name, deploy_doc))
+        assert not undocumented, f"metrics DEPLOY.md does not list: {undocumented}"
 
         # A backend outage: the store's write lock is held; writes are spooled, the spool alerts fire.
         lock = sqlite3.connect(stack.sqlite_path, timeout=30, isolation_level=None)

@@ -80,6 +80,25 @@ def test_gbk_ban_pages_that_claim_utf8(server: SandboxServer, page: str, outcome
     assert error.value.outcome == outcome
 
 
+@pytest.mark.parametrize(
+    ("site", "source", "target", "page", "outcome", "error_class"),
+    [
+        ("jd", "jd", JD_PRODUCT, "busy", "Banned", "jd-system-busy"),
+        ("jd", "jd", JD_PRODUCT, "frozen", "Banned", "jd-risk-605"),
+        ("ecshop", "ecshop", "12", "busy", "Busy", "shop-closed"),
+    ],
+)
+def test_shops_refuse_in_their_own_way(
+    server: SandboxServer, site: str, source: str, target: str, page: str, outcome: str, error_class: str
+) -> None:
+    """``ban_rate`` on a shop serves that shop's own refusal (a Weibo interstitial on JD was a parse error), and its
+    parser classifies it: the scheduler blocks the host, and the ban alerts count it."""
+    _switch(server, {"site": site, "set": {"ban_rate": 1, "ban_page": page}})
+    with pytest.raises(FetchError) as error:
+        crawl(server, source, target, TaskKind.ProductReviews)
+    assert (error.value.outcome, error.value.error_class) == (outcome, error_class)
+
+
 def test_truncated_bodies(server: SandboxServer) -> None:
     full = requests.get(
         f"{server.base_url('jd')}/comment/productPageComments.action", params={"productId": JD_PRODUCT}, timeout=10

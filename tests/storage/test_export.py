@@ -49,6 +49,15 @@ def test_cli_exports_jsonl_from_the_embedded_store(tmp_path: Path, capsys: pytes
         == 0
     )
     assert [json.loads(line)["id"] for line in out.read_text(encoding="utf-8").splitlines()] == [5]
+    # The task kind's name (what seed and tasks print) names the same table; anything else is refused (exit 2).
+    assert (
+        main(["export", "--table", "user", "--set", f"storage.embedded.path={db}", "-o", str(out), "--no-progress"])
+        == 0
+    )
+    assert len(out.read_text(encoding="utf-8").splitlines()) == 2
+    with pytest.raises(SystemExit) as refused:
+        main(["export", "--table", "posts_and_reviews", "--set", f"storage.embedded.path={db}"])
+    assert refused.value.code == 2
 
 
 def test_csv_has_a_header_and_one_row_per_review() -> None:
