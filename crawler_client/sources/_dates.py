@@ -29,6 +29,8 @@ _RFC_RE = re.compile(r"^[A-Za-z]{3} ([A-Za-z]{3}) (\d{1,2}) (\d{1,2}):(\d{2}):(\
 _AGO_RE = re.compile(r"^(\d+)\s*(秒|分钟|小时|天)前$")
 _DAY_RE = re.compile(r"^(今天|昨天|前天)\s*(\d{1,2}):(\d{2})$")
 _FULL_RE = re.compile(r"^(\d{4})[-/年](\d{1,2})[-/月](\d{1,2})日?(?:[ T]+(\d{1,2}):(\d{2})(?::(\d{2}))?)?$")
+#: ISO 8601 with an offset (``2026-07-25T10:00:00+08:00``, ``...Z``), as some JSON answers carry a time.
+_ISO_OFFSET_RE = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(?::\d{2}(?:\.\d{1,6})?)?(?:Z|[+-]\d{2}:?\d{2})$")
 _MONTH_DAY_RE = re.compile(r"^(\d{1,2})[-月](\d{1,2})日?(?:\s*(\d{1,2}):(\d{2}))?$")
 _AGO_UNITS = {"秒": 1, "分钟": 60, "小时": 3600, "天": 86400}
 _DAY_OFFSETS = {"今天": 0, "昨天": 1, "前天": 2}
@@ -70,6 +72,8 @@ def _resolve(text: str, now: datetime) -> str:
         return iso_of(now)
     if match := _RFC_RE.match(text):
         return _rfc(match)
+    if _ISO_OFFSET_RE.match(text):
+        return iso_of(datetime.fromisoformat(text))
     if match := _AGO_RE.match(text):
         return iso_of(now - timedelta(seconds=int(match[1]) * _AGO_UNITS[match[2]]))
     if match := _DAY_RE.match(text):

@@ -15,16 +15,19 @@ from typing import Any
 
 from crawler_client.sources._counts import parse_id
 from crawler_client.sources._decode import load_json
-from crawler_client.sources._detect import WEIBO_MARKERS, fail, scan_markers, unparsable
+from crawler_client.sources._detect import WEIBO_MARKERS, Marker, fail, scan_markers, unparsable
 from crawler_client.sources.base import FetchedPage
 from icecrawler.errors import FetchError, ParseError
 from icecrawler.models import Outcome
 
 __all__ = [
+    "GONE",
+    "MESSAGE_WORDS",
     "NOTHING_MORE",
     "as_dict",
     "author_id",
     "check_end_of_list",
+    "first_page_ok0",
     "https_url",
     "is_pinned",
     "json_envelope",
@@ -39,6 +42,8 @@ __all__ = [
 #: What the Weibo JSON APIs say with ``ok:0`` when there is nothing (more) to show: m.weibo.cn past the last page,
 #: or a user without posts.
 NOTHING_MORE = ("这里还没有内容", "没有更多", "暂无数据", "暂无内容", "暂无微博")
+#: What they say with ``ok:0`` for a target that does not exist (用户不存在, 该用户不存在).
+GONE = ("不存在",)
 
 
 #: A timeline page of at least this many posts, all one other account's, is that account's timeline.
@@ -101,13 +106,26 @@ def is_pinned(mblog: dict[str, Any]) -> bool:
     )
 
 
+#: Words of a refusal's ``msg`` (not of a page: only an envelope's message is searched for them) beyond the byte
+#: markers: the wordings public clients of 2024–2026 classify (访问频次过高, 请登录后查看, 操作太快…).
+MESSAGE_WORDS: tuple[Marker, ...] = (
+    Marker("频次", Outcome.RateLimited, "too-frequent"),
+    Marker("频繁", Outcome.RateLimited, "too-frequent"),
+    Marker("太快", Outcome.RateLimited, "too-frequent"),
+    Marker("未登录", Outcome.LoginRequired, "login"),
+    Marker("登录后", Outcome.LoginRequired, "login"),
+    Marker("请登录", Outcome.LoginRequired, "login"),
+    Marker("重新登录", Outcome.LoginRequired, "login"),
+)
+
+
 def message_error(doc: dict[str, Any], http_status: int) -> FetchError | None:
-    """The classified error an envelope's ``msg`` names (访问过于频繁, 帐号存在异常, 请先登录…), else None: in
-    escaped JSON the body's byte markers cannot be seen, the decoded message can."""
+    """The classified error an envelope's ``msg`` names (访问过于频繁, 帐号存在异常, 请先登录, 访问频次过高…),
+    else None: in escaped JSON the body's byte markers cannot be seen, the decoded message can."""
     message = doc.get("msg")
     if not isinstance(message, str) or not message:
         return None
-    marker = next((m for m in WEIBO_MARKERS if m.text in message), None)
+    marker = next((m for m in (*WEIBO_MARKERS, *MESSAGE_WORDS) if m.text in message), None)
     if marker is None:
         return None
     return fail(
@@ -137,6 +155,27 @@ def check_end_of_list(doc: dict[str, Any], http_status: int) -> None:
     raise fail(
         Outcome.Busy,
         f"ok:0 {message[:60]!r} in the middle of a walk (not an end-of-list answer)",
+        error_class="unexpected-ok0",
+        http_status=http_status,
+    )
+
+
+def first_page_ok0(doc: dict[str, Any], http_status: int) -> FetchError:
+    """The error for ``ok:0`` on a timeline's first page. Saying nothing, that there is nothing (``NOTHING_MORE``:
+    这里还没有内容) or that the user does not exist (``GONE``), it is NotFound. Any other message (a limit or a
+    login wall in words we have no marker for) is Busy, retried soon: taken for NotFound, the target would wait its
+    longest period and the host would never be backed off."""
+    message = str(doc.get("msg", "") or "")
+    if not message.strip() or any(text in message for text in (*NOTHING_MORE, *GONE)):
+        return fail(
+            Outcome.NotFound,
+            f"ok:0 {message[:60]!r} on the first page",
+            error_class="no-content",
+            http_status=http_status,
+        )
+    return fail(
+        Outcome.Busy,
+        f"ok:0 {message[:60]!r} on the first page (not a known answer)",
         error_class="unexpected-ok0",
         http_status=http_status,
     )

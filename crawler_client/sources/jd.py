@@ -23,6 +23,8 @@ served in place of the answer is LoginRequired (``jd-login-page``). Cursor seman
 
 from __future__ import annotations
 
+import base64
+import binascii
 import html
 import json
 import re
@@ -251,7 +253,8 @@ def _busy(status: int) -> FetchError:
 
 
 def _check_risk(page: FetchedPage, now_ms: int) -> None:
-    """Risk control before anything else: 403, or an ``x-rp-content`` header carrying code 605."""
+    """Risk control before anything else: 403, a redirect to the risk page, or an ``x-rp-content`` header (what
+    risk control adds to a refused answer, usually with HTTP 200 and an empty body; code 605 most often)."""
     if page.status == 403:
         raise fail(
             Outcome.Banned,
@@ -267,14 +270,31 @@ def _check_risk(page: FetchedPage, now_ms: int) -> None:
             http_status=page.status,
         )
     risk = header(page.headers, "x-rp-content")
-    if risk and "605" in risk:
+    if risk:
+        code = _risk_code(risk)
         raise fail(
             Outcome.Banned,
-            f"JD risk control: x-rp-content {risk[:80]!r}",
-            error_class="jd-risk-605",
+            f"JD risk control: x-rp-content code {code or '?'} ({risk[:60]!r})",
+            error_class="jd-risk-605" if code == "605" else "jd-risk-header",
             http_status=page.status,
         )
     check_http(page, now_ms)
+
+
+def _risk_code(header_value: str) -> str:
+    """The ``code`` an ``x-rp-content`` header carries: JSON as it is, or (as JD sends it since 2024) base64url of
+    the JSON; "" when neither reads."""
+    text = header_value.strip()
+    if not text.startswith("{"):
+        try:
+            text = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)).decode("utf-8", "replace")
+        except (ValueError, binascii.Error):
+            return ""
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return "605" if '"605"' in text else ""
+    return str(doc.get("code", "")) if isinstance(doc, dict) else ""
 
 
 def _check_risk_body(doc: dict[str, Any], status: int) -> None:

@@ -41,12 +41,13 @@ from crawler_client.sources._decode import (
     strip_jsonp,
     with_html,
 )
-from crawler_client.sources._detect import WEIBO_MARKERS, check_final_url, check_http, fail, unparsable
+from crawler_client.sources._detect import WEIBO_MARKERS, check_final_url, check_http, unparsable
 from crawler_client.sources._headers import MOBILE_UA, XHR_JSON
 from crawler_client.sources._weibo import (
     as_dict,
     author_id,
     check_end_of_list,
+    first_page_ok0,
     https_url,
     is_pinned,
     json_envelope,
@@ -56,7 +57,7 @@ from crawler_client.sources._weibo import (
 )
 from crawler_client.sources.base import FetchedPage, Item, PageRequest, ParsedPage, SavedPages, SourceSpec, sniff
 from icecrawler.errors import FetchError
-from icecrawler.models import Outcome, Post, Task, TaskKind
+from icecrawler.models import Post, Task, TaskKind
 
 __all__ = ["CONTAINERS", "SOURCE", "SPEC", "ContainerMemo", "WeiboMobileSource"]
 
@@ -65,6 +66,8 @@ TIMELINE_PREFIX = "107603"
 #: The profile tab's "all posts" list, the empty-tab fallback some crawlers use.
 SECOND_PROFILE = "230413{uid}_-_WEIBO_SECOND_PROFILE_WEIBO"
 GET_INDEX = "/api/container/getIndex"
+#: The ``profile_type_id`` prefix of the card that holds a profile's pinned post.
+PINNED_CARD = "proweibotop"
 _RENDER_DATA_RE = re.compile(r"\$render_data\s*=\s*(\[.*\])\s*\[0\]", re.DOTALL)
 
 # Kept as names for the code that imported them from here.
@@ -318,7 +321,7 @@ class WeiboMobileSource(PostOrder, SavedPages):
 
     def _empty_tab(self, task: Task, request: PageRequest, doc: dict[str, Any], status: int) -> ParsedPage:
         """``ok:0`` on the first page: the next candidate tab, the profile again (a remembered tab went
-        empty: the account's tabs changed), or NotFound (no such user, or no posts anywhere)."""
+        empty: the account's tabs changed), or NotFound (no such user, or no posts anywhere; ``first_page_ok0``)."""
         base = request.url[: -len(GET_INDEX)] if request.url.endswith(GET_INDEX) else request.url
         empty = request.params.get("containerid", "")
         if request.state.get("remembered"):
@@ -327,12 +330,7 @@ class WeiboMobileSource(PostOrder, SavedPages):
         following = self._fallback(request, base, task.target)
         if following is not None:
             return ParsedPage(items=[], next_request=following, info={"empty_tab": empty})
-        raise fail(
-            Outcome.NotFound,
-            f"ok:0 {str(doc.get('msg', ''))[:60]!r} on the first page",
-            error_class="no-content",
-            http_status=status,
-        )
+        raise first_page_ok0(doc, status)
 
     def _fallback(self, request: PageRequest, base: str, uid: str) -> PageRequest | None:
         """Page 1 of the next candidate tab this request carried, if any."""
@@ -426,12 +424,16 @@ def _candidates(uid: str, named: str) -> tuple[str, ...]:
 
 
 def _mblogs(cards: list[Any]) -> list[dict[str, Any]]:
-    """Every ``mblog`` in the cards, including those nested in ``card_group``s; other cards are skipped."""
+    """Every ``mblog`` in the cards, including those nested in ``card_group``s; other cards are skipped. A card whose
+    ``profile_type_id`` starts with ``proweibotop`` holds the pinned post, even when its mblog does not say so."""
     found: list[dict[str, Any]] = []
     for card in cards:
         card = _as_dict(card)
         if isinstance(card.get("mblog"), dict):
-            found.append(card["mblog"])
+            mblog = card["mblog"]
+            if str(card.get("profile_type_id", "")).startswith(PINNED_CARD) and not is_pinned(mblog):
+                mblog = {**mblog, "isTop": 1}  # pinned by its card alone: left out of the date order like the rest
+            found.append(mblog)
         elif isinstance(card.get("card_group"), list):
             found.extend(_as_dict(c)["mblog"] for c in card["card_group"] if isinstance(_as_dict(c).get("mblog"), dict))
     return found
@@ -441,6 +443,8 @@ def _pictures(mblog: dict[str, Any]) -> list[str]:
     """Large picture URLs (``pics[].large.url``, else ``pics[].url``, else ``original_pic``)."""
     urls: list[str] = []
     pics = mblog.get("pics")
+    if isinstance(pics, dict):  # also sent as {"0": {...}, "1": {...}}
+        pics = [pics[key] for key in sorted(pics, key=lambda k: (len(str(k)), str(k)))]
     for pic in pics if isinstance(pics, list) else []:
         pic = _as_dict(pic)
         url = _as_dict(pic.get("large")).get("url") or pic.get("url")

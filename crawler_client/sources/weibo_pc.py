@@ -313,6 +313,13 @@ def _envelope_data(page: FetchedPage, what: str, bad_code: Outcome) -> Any:
         said = message_error(doc, page.status)  # a msg that names a login, a rate limit or a frozen account
         if said is not None:
             raise said
+        if "pagenotfound" in str(doc.get("data", ""))[:300]:  # data: "https://weibo.com/sorry?pagenotfound&"
+            raise fail(
+                Outcome.NotFound,
+                f"{what} code {code[:20]!r}: the site's page-not-found",
+                error_class="page-not-found",
+                http_status=page.status,
+            )
         raise fail(
             bad_code,
             f"{what} code {code[:20]!r}: {str(doc.get('msg', ''))[:60]!r}",

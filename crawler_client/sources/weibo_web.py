@@ -32,12 +32,13 @@ from crawler_client.sources._counts import parse_count, parse_id
 from crawler_client.sources._cursor import PostOrder
 from crawler_client.sources._dates import iso_of_ms, resolve_created_at
 from crawler_client.sources._decode import ZERO_WIDTH_SPACE, decode_body, html_texts, strip_jsonp, with_html
-from crawler_client.sources._detect import WEIBO_MARKERS, check_final_url, check_http, fail, unparsable
+from crawler_client.sources._detect import WEIBO_MARKERS, check_final_url, check_http, unparsable
 from crawler_client.sources._headers import DESKTOP_UA, XHR_JSON
 from crawler_client.sources._weibo import (
     as_dict,
     author_id,
     check_end_of_list,
+    first_page_ok0,
     https_url,
     is_pinned,
     json_envelope,
@@ -47,7 +48,7 @@ from crawler_client.sources._weibo import (
     truthy,
 )
 from crawler_client.sources.base import FetchedPage, Item, PageRequest, ParsedPage, SavedPages, SourceSpec
-from icecrawler.models import Outcome, Post, Task, TaskKind
+from icecrawler.models import Post, Task, TaskKind
 
 __all__ = ["LONGTEXT_PATH", "SOURCE", "SPEC", "TIMELINE_PATH", "WeiboWebSource"]
 
@@ -124,18 +125,14 @@ class WeiboWebSource(PostOrder, SavedPages):
 
     # --- parsing ----------------------------------------------------------------------------------------
     def parse(self, task: Task, request: PageRequest, page: FetchedPage, now_ms: int) -> ParsedPage:
-        """Walls raise; ``ok:0`` is NotFound on page 1 and later the end, if it says so (``check_end_of_list``);
+        """Walls raise; ``ok:0`` is NotFound on page 1 and later the end, if it says so (``first_page_ok0``,
+        ``check_end_of_list``);
         ``data.list`` becomes posts."""
         doc = self._envelope(request, page, now_ms, TIMELINE_PATH)
         first = request.params.get("page", "1") in ("", "1") and not request.params.get("since_id")
         if doc.get("ok") in (0, "0"):
             if first:
-                raise fail(
-                    Outcome.NotFound,
-                    f"ok:0 {str(doc.get('msg', ''))[:60]!r} on the first page",
-                    error_class="no-content",
-                    http_status=page.status,
-                )
+                raise first_page_ok0(doc, page.status)
             check_end_of_list(doc, page.status)
             return ParsedPage(items=[], info={"end": "ok:0"})
         if doc.get("ok") not in (1, "1"):

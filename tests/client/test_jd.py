@@ -198,6 +198,10 @@ def test_comment_info_list_shape() -> None:
     [
         (b"", 403, {}, "jd-risk-403"),
         (jd_comments(), 200, {"x-rp-content": '{"code":"605","msg":"risk"}'}, "jd-risk-605"),
+        # Since 2024 the header is base64url JSON, with an empty body: not the "blocked" login wall.
+        (b"", 200, {"x-rp-content": "eyJjb2RlIjogIjYwNSIsICJkaXNwb3NhbCI6IHsiZXZDb250ZW50IjogIngifX0"}, "jd-risk-605"),
+        (b"", 200, {"x-rp-content": "eyJjb2RlIjogIjYwMSJ9"}, "jd-risk-header"),
+        (b"", 200, {"x-rp-content": "not-base64!"}, "jd-risk-header"),
         (fixture("jd_risk_605.json"), 200, {}, "jd-risk-605"),
         (fixture("jd_system_busy_gbk.html"), 200, {}, "jd-system-busy"),
         (b'{"code":"3","msg":"\\u7cfb\\u7edf\\u7e41\\u5fd9"}', 200, {}, "jd-system-busy"),

@@ -313,3 +313,60 @@ def test_answers_of_other_endpoints_say_what_they_are() -> None:
         parse("weibo_mobile", TASK, SOURCE.first_request(TASK, BASE), b'{"ok":1,"data":{"list":[]}}')
     with pytest.raises(ParseError, match="unexpected envelope ok='7'"):
         parse("weibo_mobile", TASK, SOURCE.first_request(TASK, BASE), b'{"ok":7,"data":{}}')
+
+
+def test_a_post_pinned_by_its_card_alone_and_pictures_sent_as_an_object() -> None:
+    """Forms public clients of 2024–2026 handle: the pinned post marked only on its card (``profile_type_id``
+    ``proweibotop``), and ``pics`` as ``{"0": ..., "1": ...}``. An old pinned post taken for a dated one would
+    end every incremental walk at the top of the page."""
+    pinned_mblog = {
+        "id": "4500000000000001",
+        "created_at": "Mon Jan 04 10:00:00 +0800 2021",
+        "text": "置顶的旧微博",
+        "user": {"id": 5612345678, "screen_name": "甲"},
+        "pics": {
+            "1": {"url": "https://wx1.sinaimg.cn/orj360/b.jpg", "large": {"url": "https://wx1.sinaimg.cn/large/b.jpg"}},
+            "0": {"url": "https://wx1.sinaimg.cn/orj360/a.jpg", "large": {"url": "https://wx1.sinaimg.cn/large/a.jpg"}},
+        },
+    }
+    fresh_mblog = {
+        "id": "4900000000000001",
+        "created_at": "Tue Jul 06 11:00:00 +0800 2021",
+        "text": "新的",
+        "user": {"id": 5612345678, "screen_name": "甲"},
+    }
+    doc = {
+        "ok": 1,
+        "data": {
+            "cardlistInfo": {"since_id": ""},
+            "cards": [
+                {"card_type": 9, "profile_type_id": "proweibotop_", "mblog": pinned_mblog},
+                {"card_type": 9, "profile_type_id": "proweibo_", "mblog": fresh_mblog},
+            ],
+        },
+    }
+    page = parse("weibo_mobile", TASK, timeline(), json.dumps(doc, ensure_ascii=False).encode())
+    pinned, fresh = page.items
+    assert isinstance(pinned, Post) and isinstance(fresh, Post)
+    assert pinned.pinned and not fresh.pinned
+    assert pinned.pictures == ["https://wx1.sinaimg.cn/large/a.jpg", "https://wx1.sinaimg.cn/large/b.jpg"]
+    assert not SOURCE.is_older_or_equal(pinned, "4800000000000000")  # the walk goes on past the pinned post
+    assert SOURCE.newest_cursor(page.items) == "4900000000000001"
+
+
+@pytest.mark.parametrize(
+    ("message", "outcome", "error_class"),
+    [
+        ("访问频次过高", "RateLimited", "too-frequent"),
+        ("请登录后查看", "LoginRequired", "login"),
+        ("该用户不存在", "NotFound", "no-content"),
+        ("服务暂不可用", "Busy", "unexpected-ok0"),
+    ],
+)
+def test_an_ok0_on_the_first_page_is_not_found_only_when_it_says_there_is_nothing(
+    message: str, outcome: str, error_class: str
+) -> None:
+    body = json.dumps({"ok": 0, "msg": message, "data": {"cards": []}}).encode()
+    with pytest.raises(FetchError) as info:
+        parse("weibo_mobile", TASK, timeline(), body)
+    assert (info.value.outcome, info.value.error_class) == (outcome, error_class)

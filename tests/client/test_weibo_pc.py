@@ -148,6 +148,12 @@ def test_other_html_and_error_codes_are_login_or_ban_signals() -> None:
     for body, outcome, error_class in [
         ('{"code":"100002","msg":"请先登录","data":""}', "LoginRequired", "login"),
         ('{"code":"100005","msg":"请求过于频繁","data":""}', "RateLimited", "too-frequent"),
+        # The site's page-not-found (a user gone, a wrong page id), not a ban.
+        (
+            '{"code":"100006","msg":"","data":"https:\\/\\/weibo.com\\/sorry?pagenotfound&"}',
+            "NotFound",
+            "page-not-found",
+        ),
     ]:
         with pytest.raises(FetchError) as info:
             parse("weibo_pc", TASK, request, body.encode())

@@ -138,6 +138,14 @@ def test_long_text_through_the_longtext_endpoint() -> None:
         ("<html><body>访问过于频繁</body></html>".encode("gbk"), 200, "RateLimited", "too-frequent"),
         (fixture("weibo_pc_busy_gbk.html"), 200, "Busy", "busy"),
         (fixture("weibo_web_no_user.json"), 200, "NotFound", "no-content"),
+        # ok:0 messages in the words public clients of 2024–2026 classify; an unknown one is retried, not NotFound.
+        ('{"ok":0,"msg":"访问频次过高"}'.encode(), 200, "RateLimited", "too-frequent"),
+        ('{"ok":0,"msg":"请登录后查看"}'.encode(), 200, "LoginRequired", "login"),
+        ('{"ok":0,"msg":"用户未登录"}'.encode(), 200, "LoginRequired", "login"),
+        ('{"ok":0,"msg":"这里还没有内容"}'.encode(), 200, "NotFound", "no-content"),
+        ('{"ok":0,"msg":"该用户不存在"}'.encode(), 200, "NotFound", "no-content"),
+        (b'{"ok":0}', 200, "NotFound", "no-content"),
+        ('{"ok":0,"msg":"服务暂不可用"}'.encode(), 200, "Busy", "unexpected-ok0"),
     ],
 )
 def test_session_and_ban_answers(body: bytes, status: int, outcome: str, error_class: str) -> None:
