@@ -106,8 +106,10 @@ def test_prometheus_sees_the_crawl_the_outage_and_every_dashboard_panel(tmp_path
             wait_for_port("127.0.0.1", client_port + index, 60, alive=client.alive)
         # File-based discovery: the helper probes what the settings allow and finds all four daemons.
         config = prometheus_config(tmp_path / "prom")
-        found = subprocess.run(
-            icecrawler_argv(
+
+        def targets(*extra: str) -> subprocess.CompletedProcess[str]:
+            """``icecrawler targets`` over the ports these daemons may use, writing the lists Prometheus reads."""
+            argv = icecrawler_argv(
                 "targets",
                 "--hosts",
                 "127.0.0.1",
@@ -118,11 +120,11 @@ def test_prometheus_sees_the_crawl_the_outage_and_every_dashboard_panel(tmp_path
                 "--set=metrics.storage.port_span=1",
                 f"--set=metrics.client.port={client_port}",
                 "--set=metrics.client.port_span=2",
-            ),
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+                *extra,
+            )
+            return subprocess.run(argv, capture_output=True, text=True, timeout=60)
+
+        found = targets()
         assert found.returncode == 0, found.stderr
         assert "scheduler=1 storage=1 client=2" in found.stdout, found.stdout + found.stderr
         prometheus = Prometheus(stack.group, config, tmp_path / "prom" / "data")
@@ -219,24 +221,7 @@ def test_prometheus_sees_the_crawl_the_outage_and_every_dashboard_panel(tmp_path
         # it has seen): Prometheus sees it down and IcecrawlerTargetDown fires. A killed client is dropped.
         stack.storage.kill9()
         stack.kill_client("client-b")
-        again = subprocess.run(
-            icecrawler_argv(
-                "targets",
-                "--hosts",
-                "127.0.0.1",
-                "--dir",
-                str(tmp_path / "prom" / "targets"),
-                f"--set=metrics.scheduler.port={stack.metrics_ports['scheduler']}",
-                f"--set=metrics.storage.port={stack.metrics_ports['storage']}",
-                "--set=metrics.storage.port_span=1",
-                f"--set=metrics.client.port={client_port}",
-                "--set=metrics.client.port_span=2",
-                "--timeout=2",
-            ),
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        again = targets("--timeout=2")
         assert again.returncode == 0, again.stderr
         assert "scheduler=1 storage=0 client=1; listed but not answering: storage 127.0.0.1:" in again.stdout
         wait_for(
