@@ -23,6 +23,7 @@ import re
 import threading
 import time
 import urllib.parse
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from http.cookies import CookieError, SimpleCookie
@@ -33,14 +34,31 @@ from icecrawler.errors import ConfigError
 from icecrawler.models import SOURCES, Account, Outcome, is_visitor, visitor_account_id
 from icecrawler.settings import Settings
 
-__all__ = ["VisitorError", "VisitorSessions", "mint_visitor", "parse_visitor_answer", "session_ended"]
+__all__ = [
+    "GENVISITOR_FORM",
+    "VisitorError",
+    "VisitorSessions",
+    "genvisitor_form",
+    "mint_visitor",
+    "parse_visitor_answer",
+    "session_ended",
+]
 
 log = logging.getLogger(__name__)
 
 #: The passport's success code.
 RETCODE_OK = 20000000
-#: What weibo.com's own page posts to genvisitor2.
-GENVISITOR_FORM = {"cb": "visitor_gray_callback", "tid": "", "from": "weibo"}
+#: What weibo.com's own page posts to genvisitor2. Since late 2025 its visitor page (served from
+#: ``visitor.passport.weibo.cn`` too) adds a form version, a fresh random ``request_id`` per call and
+#: ``webdriver=false``; the older passport ignores them (docs/SOURCES.md, weibo_web "Sessions").
+GENVISITOR_FORM = {"cb": "visitor_gray_callback", "tid": "", "from": "weibo", "ver": "20250916", "webdriver": "false"}
+
+
+def genvisitor_form() -> dict[str, str]:
+    """The form of one genvisitor2 call: ``GENVISITOR_FORM`` and a new ``request_id`` (32 hex digits)."""
+    return {**GENVISITOR_FORM, "request_id": uuid.uuid4().hex}
+
+
 #: error classes (crawler_client.sources._detect / weibo sources) that mean "the visitor session is gone".
 _ENDED_CLASSES = frozenset({"http-432", "visitor", "html-instead-of-json"})
 _CALL_RE = re.compile(r"\((\{.*\})\)\s*;?\s*$", re.DOTALL)
@@ -117,7 +135,7 @@ def mint_visitor(url: str, timeout_s: float = 10.0) -> dict[str, str]:
         connection.request(
             "POST",
             urllib.parse.urlunsplit(("", "", parts.path or "/", parts.query, "")),
-            body=urllib.parse.urlencode(GENVISITOR_FORM).encode(),
+            body=urllib.parse.urlencode(genvisitor_form()).encode(),
             headers={
                 "User-Agent": _USER_AGENT,
                 "Content-Type": "application/x-www-form-urlencoded",

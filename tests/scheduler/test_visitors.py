@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import http.server
 import json
+import re
 import threading
+import urllib.parse
 from collections.abc import Iterator
 
 import pytest
@@ -293,3 +295,44 @@ def test_status_text_shows_visitor_sessions_without_cookies(clocks: ManualClocks
     core.lease("w", 1)
     text = render_text({"scheduler": {"reachable": True, **core.stats(), **core.stats()["detail"]}})
     assert "visitor:weibo_web: ok visitor:weibo_web:1, 1 minted, 0 renewed" in text and "_2AkM" not in text
+
+
+def test_each_mint_posts_the_form_of_today_s_visitor_page_with_a_fresh_request_id() -> None:
+    """genvisitor2 as weibo.com's visitor page calls it since late 2025 (``ver``, ``request_id``, ``webdriver``)
+    plus the older fields; a loopback passport records two mints' forms."""
+    forms: list[dict[str, list[str]]] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            length = int(self.headers.get("Content-Length", "0"))
+            forms.append(urllib.parse.parse_qs(self.rfile.read(length).decode(), keep_blank_values=True))
+            self.send_response(200)
+            self.send_header("Set-Cookie", "SUB=_2AkMvisitor1; Path=/")
+            self.send_header("Set-Cookie", "SUBP=0033WrSXqPxfM72; Path=/")
+            self.send_header("Content-Length", str(len(ANSWER)))
+            self.end_headers()
+            self.wfile.write(ANSWER)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/visitor/genvisitor2"
+        for _ in range(2):
+            assert mint_visitor(url, timeout_s=5.0)["SUB"] == "_2AkMvisitor1"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+    first, second = ({key: values[0] for key, values in form.items()} for form in forms)
+    assert {k: first[k] for k in ("cb", "tid", "from", "ver", "webdriver")} == {
+        "cb": "visitor_gray_callback",
+        "tid": "",
+        "from": "weibo",
+        "ver": "20250916",
+        "webdriver": "false",
+    }
+    assert re.fullmatch(r"[0-9a-f]{32}", first["request_id"]) and first["request_id"] != second["request_id"]
