@@ -98,17 +98,21 @@ def listed(directory: Path, role: str) -> list[str]:
 
 
 def keep_listed(
-    directory: Path, found: dict[str, list[str]], forget: Sequence[str] = ()
-) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
-    """(what to write, the listed daemons of sticky roles that did not answer): ``found``, plus for
-    ``STICKY_ROLES`` every target already listed in ``directory`` that is not in ``forget``."""
+    directory: Path, found: dict[str, list[str]], hosts: Sequence[str], forget: Sequence[str] = ()
+) -> tuple[dict[str, list[str]], dict[str, list[str]], dict[str, list[str]]]:
+    """(what to write, listed daemons that did not answer, listed daemons not probed): ``found``, plus for
+    ``STICKY_ROLES`` every target already listed in ``directory`` that is not in ``forget``: silent when its host
+    is one of ``hosts`` (probed, no answer), not probed when it is not (another run's hosts; kept as they were)."""
     dropped = set(forget)
+    probed = set(hosts)
     lists: dict[str, list[str]] = {}
     silent: dict[str, list[str]] = {}
+    unprobed: dict[str, list[str]] = {}
     for role, targets in found.items():
         kept = [t for t in listed(directory, role) if t not in targets and t not in dropped]
         if role not in STICKY_ROLES:
             kept = []
         lists[role] = sorted(set(targets) - dropped) + kept
-        silent[role] = kept
-    return lists, silent
+        silent[role] = [t for t in kept if t.rpartition(":")[0] in probed]
+        unprobed[role] = [t for t in kept if t.rpartition(":")[0] not in probed]
+    return lists, silent, unprobed

@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import io
 import logging
 import os
+import select
 import sys
 from collections.abc import Sequence
 
@@ -143,19 +145,30 @@ def _run(named: str | None, rest: list[str], ice_args: list[str]) -> int:
             raise error from exc
     except KeyboardInterrupt:
         return 130
-    except BrokenPipeError:
-        # The reader went away (`icecrawler tasks | head`): what it wanted was printed. Point stdout at /dev/null so
-        # that the interpreter's own flush at exit does not fail again, and end as a pipe's writer does.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        return 141
     except Exception as exc:
+        if isinstance(exc, BrokenPipeError) and args.command not in SERVES_UNTIL_STOPPED and _stdout_reader_gone():
+            # The reader of our output went away (`icecrawler tasks | head`): what it wanted was printed. Point
+            # stdout at /dev/null so that the interpreter's flush at exit does not fail again, and end as a pipe's
+            # writer does. Any other broken pipe (a socket, a file given to -o) is an error like the rest.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 141
         message = failure_line(exc)
         if message is None:
             raise
         logging.getLogger("icecrawler").debug("command failed", exc_info=True)
         print(f"icecrawler {args.command}: error: {message}", file=sys.stderr)
         return 2
+
+
+def _stdout_reader_gone() -> bool:
+    """Whether standard output is a pipe whose reader has closed it (poll reports an error on its write end)."""
+    try:
+        fd = sys.stdout.fileno()
+    except (OSError, ValueError, io.UnsupportedOperation):
+        return False
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
 
 
 def failure_line(exc: BaseException) -> str | None:

@@ -9,7 +9,7 @@ from collections.abc import Iterator, Mapping
 from icecrawler.sourcespec import registry
 from sandbox.sites.passport import GENVISITOR_PATH
 
-__all__ = ["SITE_OF_SOURCE", "source_settings"]
+__all__ = ["SITE_OF_SOURCE", "source_settings", "visitor_sources"]
 
 
 class _SiteOfSource(Mapping[str, str]):
@@ -31,8 +31,12 @@ class _SiteOfSource(Mapping[str, str]):
 
 
 SITE_OF_SOURCE: Mapping[str, str] = _SiteOfSource()
-#: Sources whose visitor sessions the sandbox's passport mints (``sources.<name>.visitor_url``).
-VISITOR_SOURCES = ("weibo_web",)
+
+
+def visitor_sources() -> list[str]:
+    """Sources whose visitor sessions the sandbox's passport mints (``sources.<name>.visitor_url``): those that log
+    in as visitors and whose spec names a default visitor URL (weibo_web; m.weibo.cn's anonymous answers need none)."""
+    return [name for name, spec in registry.items() if spec.login == "visitor" and spec.options.get("visitor_url")]
 
 
 def source_settings(server_url: str) -> dict[str, str]:
@@ -40,6 +44,6 @@ def source_settings(server_url: str) -> dict[str, str]:
     base = server_url.rstrip("/")
     settings = {f"sources.{source}.base_url": f"{base}/{site}" for source, site in SITE_OF_SOURCE.items()}
     settings.update(
-        {f"sources.{source}.visitor_url": f"{base}/passport{GENVISITOR_PATH}" for source in VISITOR_SOURCES}
+        {f"sources.{source}.visitor_url": f"{base}/passport{GENVISITOR_PATH}" for source in visitor_sources()}
     )
     return settings

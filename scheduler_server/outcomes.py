@@ -15,7 +15,9 @@ Outcomes:
 - ``LoginRequired``/``AccountFrozen``/``Banned``: the logged-in account is frozen for the longer of the
   Retry-After and ``account_freeze_s``;
 - except that a visitor session the site ended (``visitors.session_ended``) is renewed instead: no host block,
-  no freeze (visitor sessions are never frozen).
+  no freeze (visitor sessions are never frozen);
+- ``LoginRequired``/``AccountFrozen`` with no account to freeze (an anonymous crawl) or on a visitor session that
+  did not end (the content needs a real login): a failed attempt, as for task failures, so the task backs off.
 Anything else (say ``Busy`` from a client) is due again at once.
 """
 
@@ -31,6 +33,7 @@ __all__ = [
     "ACCOUNT_FAILURES",
     "HOST_FAILURES",
     "TASK_FAILURES",
+    "WALLS",
     "Hold",
     "OutcomeEffects",
     "backoff_s",
@@ -45,6 +48,8 @@ TASK_FAILURES = frozenset(
 ACCOUNT_FAILURES = frozenset({Outcome.LoginRequired, Outcome.AccountFrozen, Outcome.Banned})
 #: Outcomes that block the host.
 HOST_FAILURES = frozenset({Outcome.Banned, Outcome.RateLimited})
+#: Login walls: they freeze the account, and back the task off where there is none (anonymous, visitor).
+WALLS = frozenset({Outcome.LoginRequired, Outcome.AccountFrozen})
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +107,11 @@ def outcome_effects(
     visitor = is_visitor(account_id)
     if visitor and session_ended(outcome, report.error_class, report.http_status):
         return OutcomeEffects(attempts=attempts, delay_s=delay_s, renew_visitor=account_id)
+    if outcome in WALLS and (not account_id or visitor):
+        # No account to freeze and no session to renew: the wall is the target's (its posts need a login).
+        # Counted as a failed attempt, so the task backs off instead of coming round at every host slot.
+        attempts += 1
+        delay_s = backoff_s(attempts, config)
     block = freeze = None
     if outcome in HOST_FAILURES:
         block = Hold(host, wall + (report.retry_after_s or config.host_block_s), outcome.value)

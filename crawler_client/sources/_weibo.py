@@ -42,8 +42,9 @@ __all__ = [
 #: What the Weibo JSON APIs say with ``ok:0`` when there is nothing (more) to show: m.weibo.cn past the last page,
 #: or a user without posts.
 NOTHING_MORE = ("这里还没有内容", "没有更多", "暂无数据", "暂无内容", "暂无微博")
-#: What they say with ``ok:0`` for a target that does not exist (用户不存在, 该用户不存在).
-GONE = ("不存在",)
+#: What they say with ``ok:0`` for a user that does not exist (该用户不存在 too). Whole phrases: "接口不存在" or
+#: "containerid不存在" say nothing about the user, and NotFound parks a target for its longest period.
+GONE = ("用户不存在", "账号不存在", "帐号不存在")
 
 
 #: A timeline page of at least this many posts, all one other account's, is that account's timeline.

@@ -162,7 +162,7 @@ class JdSource(ReviewOrder, SavedPages):
         check_final_url(page, request.url)
         text = strip_jsonp(decode_body(page.body))
         if len(text) < MIN_BODY and text.strip() in ("", "{}", "null", "[]", "()"):
-            raise fail(
+            raise _header_refusal(page) or fail(
                 Outcome.LoginRequired,
                 f"blocked: {len(page.body)}-byte body",
                 error_class="jd-blocked",
@@ -185,14 +185,16 @@ class JdSource(ReviewOrder, SavedPages):
                     error_class="jd-login-page",
                     http_status=page.status,
                 )
-            raise ParseError("JD: not a JSON object", error_class="unexpected-format", http_status=page.status)
+            raise _header_refusal(page) or ParseError(
+                "JD: not a JSON object", error_class="unexpected-format", http_status=page.status
+            )
         doc = load_json(text, what="JD comments", http_status=page.status)
         if not isinstance(doc, dict):
             raise ParseError("JD: not a JSON object", error_class="unexpected-format", http_status=page.status)
         _check_risk_body(doc, page.status)
         rows, holder = _rows(doc)
         if rows is None:
-            raise fail(
+            raise _header_refusal(page) or fail(
                 Outcome.LoginRequired, "blocked: no comments key", error_class="jd-blocked", http_status=page.status
             )
         fetched_at = iso_of_ms(now_ms)
@@ -253,8 +255,9 @@ def _busy(status: int) -> FetchError:
 
 
 def _check_risk(page: FetchedPage, now_ms: int) -> None:
-    """Risk control before anything else: 403, a redirect to the risk page, or an ``x-rp-content`` header (what
-    risk control adds to a refused answer, usually with HTTP 200 and an empty body; code 605 most often)."""
+    """Risk control before anything else: 403, a redirect to the risk page, or an ``x-rp-content`` header with code
+    605 (what risk control adds to a refused answer, usually with HTTP 200 and an empty body; the header with
+    another code counts only where the answer holds no comments: ``_header_refusal``)."""
     if page.status == 403:
         raise fail(
             Outcome.Banned,
@@ -270,15 +273,29 @@ def _check_risk(page: FetchedPage, now_ms: int) -> None:
             http_status=page.status,
         )
     risk = header(page.headers, "x-rp-content")
-    if risk:
-        code = _risk_code(risk)
+    if risk and _risk_code(risk) == "605":
         raise fail(
             Outcome.Banned,
-            f"JD risk control: x-rp-content code {code or '?'} ({risk[:60]!r})",
-            error_class="jd-risk-605" if code == "605" else "jd-risk-header",
+            f"JD risk control: x-rp-content code 605 ({risk[:60]!r})",
+            error_class="jd-risk-605",
             http_status=page.status,
         )
     check_http(page, now_ms)
+
+
+def _header_refusal(page: FetchedPage) -> FetchError | None:
+    """Risk control by an ``x-rp-content`` header with another (or no readable) code, for an answer that holds no
+    comments: Banned ``jd-risk-header`` rather than the "blocked" login wall. An answer with comments is used,
+    whatever the header says."""
+    risk = header(page.headers, "x-rp-content")
+    if not risk:
+        return None
+    return fail(
+        Outcome.Banned,
+        f"JD risk control: x-rp-content code {_risk_code(risk) or '?'} ({risk[:60]!r}) and no comments",
+        error_class="jd-risk-header",
+        http_status=page.status,
+    )
 
 
 def _risk_code(header_value: str) -> str:

@@ -81,9 +81,10 @@ class Settings:
         if key in self._defaults:
             return True
         for name, value in _declared(key).items():
-            self._defaults.setdefault(name, value)
+            # _defaults last: a reader in another thread that sees the key there finds its value and priority.
             self._values.setdefault(name, value)
             self._priority.setdefault(name, PRIORITIES["default"])
+            self._defaults.setdefault(name, value)
         return key in self._defaults
 
     def __init__(self) -> None:

@@ -73,7 +73,7 @@ def add_table_and_owner(parser: argparse.ArgumentParser, owner_help: str, owner_
     parser.add_argument("--owner", default="", required=owner_required, metavar="ID", help=owner_help)
 
 
-#: Task-kind names (what seed, tasks and status print) for the table their items go to.
+#: Task-kind names (what seed, tasks and status print) and the plural "posts", for the table their items go to.
 _TABLE_OF_KIND = {"reviews": "review", "user": "weibo", "posts": "weibo"}
 
 

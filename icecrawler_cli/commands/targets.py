@@ -9,7 +9,7 @@ from pathlib import Path
 
 from icecrawler import rpc
 from icecrawler.settings import Settings
-from icecrawler.targets import PROBE_TIMEOUT_S, discover, keep_listed, write_targets
+from icecrawler.targets import PROBE_TIMEOUT_S, STICKY_ROLES, discover, keep_listed, listed, write_targets
 from icecrawler_cli.commands import BaseCommand
 
 
@@ -64,12 +64,18 @@ class Command(BaseCommand):
         with rpc.stop_on_signals(stop):
             while True:
                 found = discover(settings, hosts, args.timeout)
-                lists, silent = keep_listed(args.dir, found, args.forget)
+                unknown = [t for t in args.forget if not any(t in listed(args.dir, role) for role in STICKY_ROLES)]
+                if unknown:
+                    print(f"icecrawler targets: --forget {', '.join(unknown)}: not in the lists", file=sys.stderr)
+                lists, silent, unprobed = keep_listed(args.dir, found, hosts, args.forget)
                 write_targets(args.dir, lists)
                 line = " ".join(f"{role}={len(targets)}" for role, targets in found.items())
                 down = [f"{role} {target}" for role, targets in silent.items() for target in targets]
                 if down:
                     line += f"; listed but not answering: {', '.join(down)} (--forget HOST:PORT if retired)"
+                other = [f"{role} {target}" for role, targets in unprobed.items() for target in targets]
+                if other:
+                    line += f"; kept, not on --hosts: {', '.join(other)}"
                 print(line, flush=True)
                 if args.every <= 0 or stop.wait(args.every):
                     return 0

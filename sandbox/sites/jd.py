@@ -10,6 +10,7 @@ empty 200 body, as JD does without a logged-in cookie.
 
 from __future__ import annotations
 
+import base64
 import functools
 import hashlib
 import json
@@ -129,11 +130,12 @@ class JdSite:
 
     def ban_answer(self, kind: str, now_s: int) -> SimResponse:
         """JD's own refusals for the ``ban_rate`` misbehaviour: "busy" is the 系统繁忙 answer in place of the comments,
-        "frozen" risk control's code 605 (in the ``x-rp-content`` header and the body), both with HTTP 200."""
+        "frozen" risk control's code 605 in the ``x-rp-content`` header of an empty answer, both with HTTP 200."""
         if kind == "busy":
             return SimResponse(200, busy_json(), "application/json;charset=utf-8")
-        body = json.dumps({"code": "605", "msg": "risk"}).encode()
-        return SimResponse(200, body, "application/json;charset=utf-8", {"x-rp-content": '{"code":"605"}'})
+        # The header as JD sends it since 2024: base64url of the JSON, no padding; the body empty.
+        risk = base64.urlsafe_b64encode(b'{"code":"605","disposal":{}}').decode().rstrip("=")
+        return SimResponse(200, b"", "application/json;charset=utf-8", {"x-rp-content": risk})
 
     def handle(self, request: SimRequest) -> SimResponse:
         if request.path == "/" and request.query.get("functionId") == API_FUNCTION:

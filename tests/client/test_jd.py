@@ -254,3 +254,16 @@ def test_nested_and_wrapped_comment_rows_login_page_and_risk_redirect() -> None:
     with pytest.raises(FetchError) as info:
         parse("jd", TASK, SOURCE.first_request(TASK, BASE), script.encode())
     assert (info.value.outcome, info.value.error_class) == ("Banned", "jd-risk-redirect")
+
+
+def test_a_risk_header_without_code_605_on_an_answer_with_comments_is_not_a_ban() -> None:
+    """Only code 605, or the header on an answer that holds no comments, is risk control: a page of comments is
+    used whatever else the header says (a ban would block the host for every product)."""
+    page = parse(
+        "jd",
+        TASK,
+        SOURCE.first_request(TASK, BASE),
+        jd_comments(comments=3),
+        headers={"x-rp-content": "eyJjb2RlIjogIjAifQ"},
+    )
+    assert len(page.items) == 3

@@ -150,7 +150,7 @@ def test_the_registry_knows_everything_the_source_declares() -> None:
     from crawler_client.runner import form_logins
     from icecrawler.settings import load_settings
     from sandbox.misbehave import MisbehaviourRule
-    from sandbox.sources import source_settings
+    from sandbox.sources import source_settings, visitor_sources
 
     assert SOURCES["toyshop"] == frozenset({TaskKind.ProductReviews})
     assert group_by_kind(["toyshop:1"], None) == {TaskKind.ProductReviews: ["toyshop:1"]}
@@ -158,6 +158,7 @@ def test_the_registry_knows_everything_the_source_declares() -> None:
     assert settings.with_prefix("sources.toyshop") == {"base_url": "http://127.0.0.1:1/toy", "headers": ""}
     assert "toyshop" not in form_logins()
     assert source_settings("http://127.0.0.1:9")["sources.toyshop.base_url"] == "http://127.0.0.1:9/toy"
+    assert "toyshop" not in visitor_sources() and "weibo_web" in visitor_sources()  # by login and visitor_url
     assert MisbehaviourRule("toy").site == "toy"  # its sandbox site takes misbehaviour rules like the others
 
 

@@ -77,3 +77,17 @@ def test_a_reader_that_goes_away_ends_the_command_quietly(command: str) -> None:
     _, err = child.communicate(timeout=120)
     assert child.returncode == 141, err.decode()
     assert err == b""
+
+
+def test_a_broken_pipe_that_is_not_our_output_is_an_error(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Only a closed standard output ends a command quietly; a broken socket or FIFO is reported like any error."""
+    from icecrawler_cli.commands import settings as settings_command
+
+    def broken(*args: object) -> int:
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(settings_command.Command, "run", broken)
+    assert main(["settings"]) == 2
+    assert "icecrawler settings: error: Broken pipe" in capsys.readouterr().err

@@ -207,21 +207,30 @@ def test_targets_keep_a_silent_scheduler_or_storage_listed_until_forgotten(
     directory = tmp_path / "targets"
     write_targets(directory, {"scheduler": ["h:9410"], "storage": ["h:9420", "h:9421"], "client": ["h:9430"]})
     assert listed(directory, "storage") == ["h:9420", "h:9421"]
-    lists, silent = keep_listed(directory, {"scheduler": [], "storage": ["h:9421"], "client": ["h:9431"]})
+    lists, silent, unprobed = keep_listed(
+        directory, {"scheduler": [], "storage": ["h:9421"], "client": ["h:9431"]}, ["h"]
+    )
     assert lists == {"scheduler": ["h:9410"], "storage": ["h:9421", "h:9420"], "client": ["h:9431"]}
     assert silent == {"scheduler": ["h:9410"], "storage": ["h:9420"], "client": []}
-    lists, silent = keep_listed(directory, {"scheduler": [], "storage": [], "client": []}, forget=["h:9420"])
+    assert unprobed == {"scheduler": [], "storage": [], "client": []}
+    lists, silent, _ = keep_listed(directory, {"scheduler": [], "storage": [], "client": []}, ["h"], forget=["h:9420"])
     assert lists["storage"] == ["h:9421"] and silent["storage"] == ["h:9421"]
+    # A run over other hosts keeps these as they are, and does not call them silent: it did not probe them.
+    lists, silent, unprobed = keep_listed(directory, {"scheduler": [], "storage": [], "client": []}, ["other"])
+    assert lists["storage"] == ["h:9420", "h:9421"] and silent["storage"] == []
+    assert unprobed["storage"] == ["h:9420", "h:9421"]
     (directory / "client.json").write_text("not json", encoding="utf-8")
     assert listed(directory, "client") == [] and listed(tmp_path / "nowhere", "storage") == []
 
     from icecrawler_cli.cli import main
 
     nothing = ["--set=metrics.scheduler.port=0", "--set=metrics.storage.port=0", "--set=metrics.client.port=0"]
-    assert main(["targets", "--dir", str(directory), "--forget", "h:9421", *nothing]) == 0
+    assert main(["targets", "--dir", str(directory), "--hosts", "h", "--forget", "h:9421", *nothing]) == 0
     out = capsys.readouterr().out
     assert "scheduler=0 storage=0 client=0; listed but not answering: scheduler h:9410, storage h:9420" in out
     assert listed(directory, "storage") == ["h:9420"] and listed(directory, "client") == []
+    assert main(["targets", "--dir", str(directory), "--hosts", "h", "--forget", "h:1", *nothing]) == 0
+    assert "--forget h:1: not in the lists" in capsys.readouterr().err
 
 
 def test_targets_waits_for_a_slow_daemon_and_says_how_long(tmp_path: Path, taken_port: int) -> None:

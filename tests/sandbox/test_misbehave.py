@@ -92,7 +92,7 @@ def test_shops_refuse_in_their_own_way(
     server: SandboxServer, site: str, source: str, target: str, page: str, outcome: str, error_class: str
 ) -> None:
     """``ban_rate`` on a shop serves that shop's own refusal (a Weibo interstitial on JD was a parse error), and its
-    parser classifies it: the scheduler blocks the host, and the ban alerts count it."""
+    parser classifies it: JD's as Banned (the scheduler blocks the host), ECSHOP's closed shop as Busy (retried)."""
     _switch(server, {"site": site, "set": {"ban_rate": 1, "ban_page": page}})
     with pytest.raises(FetchError) as error:
         crawl(server, source, target, TaskKind.ProductReviews)

@@ -71,8 +71,11 @@ def test_failures_back_off_from_the_limit_up_to_max_period() -> None:
     assert effects(Outcome.Timeout, attempts=0) == OutcomeEffects(attempts=1, delay_s=0.0)
 
 
-def test_no_account_means_nothing_to_freeze() -> None:
-    assert effects(Outcome.LoginRequired, account_id="") == OutcomeEffects(attempts=2)
+def test_no_account_means_nothing_to_freeze_and_a_login_wall_backs_the_task_off() -> None:
+    """Without an account, a login wall is the target's: the task backs off like a failed attempt (it used to be
+    due again at once, and came round at every host slot for ever)."""
+    assert effects(Outcome.LoginRequired, account_id="") == OutcomeEffects(attempts=3, delay_s=20.0)
+    assert effects(Outcome.AccountFrozen, account_id="", attempts=0) == OutcomeEffects(attempts=1, delay_s=0.0)
     assert effects(Outcome.Banned, account_id="") == OutcomeEffects(attempts=2, block_host=Hold("h", 1300.0, "Banned"))
 
 
@@ -86,7 +89,8 @@ def test_an_ended_visitor_session_is_renewed_instead_of_blocking_or_freezing() -
     assert effects(Outcome.Banned, visitor, http_status=418) == OutcomeEffects(
         attempts=2, block_host=Hold("h", 1300.0, "Banned")
     )
-    assert effects(Outcome.LoginRequired, visitor, error_class="login-page") == OutcomeEffects(attempts=2)
+    # A wall the visitor session did not end (ok:-100: the content needs a real login): the task backs off.
+    assert effects(Outcome.LoginRequired, visitor, error_class="login-wall") == OutcomeEffects(attempts=3, delay_s=20.0)
 
 
 class _FailingMetaStore(MemoryQueueStore):
