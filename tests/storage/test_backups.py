@@ -35,6 +35,17 @@ def post_ids(store: Path) -> set[int]:
         conn.close()
 
 
+def serves(directory: Path, client_comm: Any) -> tuple[int, int]:
+    """(posts, spool depth) a storage server started on the files in ``directory`` reports; stopped after."""
+    again = StorageServerRunner(directory, {})
+    again.start()
+    try:
+        stats = again.proxy(client_comm).ice_invocationTimeout(30000).stats()
+        return stats.posts, stats.spoolDepth
+    finally:
+        again.stop()
+
+
 def test_the_server_backs_up_its_files_while_writes_go_on_and_a_backup_restores(
     tmp_path: Path, storage_server: Callable[..., StorageServerRunner], client_comm: Any
 ) -> None:
@@ -85,13 +96,7 @@ def test_the_server_backs_up_its_files_while_writes_go_on_and_a_backup_restores(
     shutil.copy(newest / "store.sqlite3", restored / "store.sqlite3")
     (restored / "spool").mkdir()
     shutil.copy(newest / "spool.sqlite3", restored / "spool" / "spool.sqlite3")
-    again = StorageServerRunner(restored, {})
-    again.start()
-    try:
-        stats = again.proxy(client_comm).ice_invocationTimeout(30000).stats()
-        assert stats.posts == len(acked) and stats.spoolDepth == 0
-    finally:
-        again.stop()
+    assert serves(restored, client_comm) == (len(acked), 0)
 
 
 def test_a_copy_that_fails_its_check_is_not_a_backup(tmp_path: Path) -> None:
@@ -146,11 +151,5 @@ def test_a_restore_after_kill_9_holds_what_the_backup_holds_and_no_more(
     move_aside(spool)
     shutil.copy(backup / "store.sqlite3", store)
     shutil.copy(backup / "spool.sqlite3", spool)
-    again = StorageServerRunner(server.tmp, {})
-    again.start()
-    try:
-        stats = again.proxy(client_comm).ice_invocationTimeout(30000).stats()
-        assert stats.posts == len(held) and stats.spoolDepth == 0
-    finally:
-        again.stop()
+    assert serves(server.tmp, client_comm) == (len(held), 0)
     assert post_ids(store) == held
