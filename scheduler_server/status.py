@@ -46,6 +46,8 @@ def stats(core: SchedulerCore) -> dict[str, Any]:
                 "batch_limit": core.config.batch_limit,
                 "shard": core.config.shard,
                 "shards": core.config.shards,
+                # Each source's host as this scheduler assigns tasks by (a client compares its own: hostcheck).
+                "source_hosts": dict(core.config.hosts),
                 "shutting_down": core.stopping,
                 # Tasks with an open page-cap gap (icecrawler.resume): a gauge, 0 once the crawl caught up.
                 "open_gaps": len(core.open_gaps),

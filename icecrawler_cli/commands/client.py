@@ -52,6 +52,7 @@ class Command(BaseCommand):
     def run(self, args: argparse.Namespace, settings: Settings, ice_args: list[str]) -> int:
         from crawler_client.daemon import ClientDaemon, DaemonConfig
         from crawler_client.gateways import IceStorage, scheduler_gateway
+        from crawler_client.hostcheck import start_host_check
         from crawler_client.runner import RunnerConfig, TaskRunner
         from shhd.fingerprint import fingerprint_texts
 
@@ -71,6 +72,7 @@ class Command(BaseCommand):
 
         stop_requested = threading.Event()
         with rpc.stop_on_signals(stop_requested), rpc.communicator(ice_args) as comm:
+            start_host_check(rpc.scheduler_proxies(comm), settings, stop_requested)
             daemon = ClientDaemon(
                 scheduler_gateway(comm, settings),
                 IceStorage(rpc.storage_proxy(comm)),
