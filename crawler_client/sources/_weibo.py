@@ -10,7 +10,7 @@ end). Fields may be missing or have the wrong type in any answer, so every acces
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from crawler_client.sources._counts import parse_id
@@ -34,6 +34,7 @@ __all__ = [
     "mblog_id",
     "message_error",
     "others_posts",
+    "own_posts",
     "since_id_of",
     "truthy",
     "wall_of",
@@ -70,6 +71,13 @@ def others_posts(target: str, authors: Sequence[int], http_status: int) -> list[
             http_status=http_status,
         )
     return foreign
+
+
+def own_posts[T](target: str, posts: Sequence[T], author: Callable[[T], int], http_status: int) -> tuple[list[T], int]:
+    """The posts of a timeline page that are the account's own (``others_posts``, given how to read a post's
+    author), and how many were another account's: what every Weibo source reports as ``other_accounts``."""
+    others = others_posts(target, [author(post) for post in posts], http_status)
+    return [post for post, other in zip(posts, others, strict=True) if not other], sum(others)
 
 
 def as_dict(value: object) -> dict[str, Any]:

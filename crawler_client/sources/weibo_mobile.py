@@ -52,7 +52,7 @@ from crawler_client.sources._weibo import (
     is_pinned,
     json_envelope,
     mblog_id,
-    others_posts,
+    own_posts,
     since_id_of,
 )
 from crawler_client.sources.base import FetchedPage, Item, PageRequest, ParsedPage, SavedPages, SourceSpec, sniff
@@ -229,9 +229,7 @@ class WeiboMobileSource(PostOrder, SavedPages):
         items: list[Item] = []
         long_ids: list[str] = []
         skipped = 0
-        every = _mblogs(cards)
-        others = others_posts(task.target, [author_id(mblog) for mblog in every], page.status)
-        mblogs = [mblog for mblog, other in zip(every, others, strict=True) if not other]
+        mblogs, others = own_posts(task.target, _mblogs(cards), author_id, page.status)
         texts = html_texts([mblog["text"] if isinstance(mblog.get("text"), str) else "" for mblog in mblogs])
         for mblog, text in zip(mblogs, texts, strict=True):
             post = self.post_of(mblog, task, now_ms, fetched_at, text=text)
@@ -251,8 +249,8 @@ class WeiboMobileSource(PostOrder, SavedPages):
             result.info["long_text_ids"] = ",".join(long_ids)
         if skipped:
             result.info["skipped"] = str(skipped)
-        if any(others):  # posts of other accounts shown in this one's timeline (快转, liked)
-            result.info["other_accounts"] = str(sum(others))
+        if others:  # posts of other accounts shown in this one's timeline (快转, liked)
+            result.info["other_accounts"] = str(others)
         return result
 
     def parse_extend(self, request: PageRequest, page: FetchedPage, now_ms: int) -> str:

@@ -41,7 +41,7 @@ from crawler_client.sources._detect import (
     unparsable,
 )
 from crawler_client.sources._headers import DESKTOP_UA
-from crawler_client.sources._weibo import message_error, others_posts, wall_of
+from crawler_client.sources._weibo import message_error, own_posts, wall_of
 from crawler_client.sources.base import FetchedPage, Item, PageRequest, ParsedPage, SavedPages, SourceSpec, sniff
 from icecrawler.errors import FetchError, ParseError
 from icecrawler.models import Outcome, Post, Task, TaskKind
@@ -156,10 +156,8 @@ class WeiboPcSource(PostOrder, SavedPages):
         items: list[Item] = []
         long_ids: list[str] = []
         nodes = _all(soup, "action-type", "feed_list_item", "div")
-        others = others_posts(task.target, [_author(node) for node in nodes], page.status)
-        for node, other in zip(nodes, others, strict=True):
-            if other:  # a post the account liked
-                continue
+        owned, others = own_posts(task.target, nodes, _author, page.status)  # leaves out posts the account liked
+        for node in owned:
             truncated = _by(node, "action-type", "fl_unfold") is not None  # post_of removes the link
             post = self.post_of(node, task, now_ms, fetched_at)
             if post is not None:
@@ -170,8 +168,8 @@ class WeiboPcSource(PostOrder, SavedPages):
         result = ParsedPage(items=items, total_pages=total_pages, info={"chunk": str(chunk)})
         if long_ids:
             result.info["long_text_ids"] = ",".join(long_ids)
-        if any(others):
-            result.info["other_accounts"] = str(sum(others))
+        if others:
+            result.info["other_accounts"] = str(others)
         if nodes and chunk < 2:  # a chunk of only another account's posts is not the end of the feed
             result.next_request = self.chunk_request(task, request.url, request.page, chunk + 1, now_ms)
         elif chunk >= 2 and total_pages is not None and request.page < total_pages:

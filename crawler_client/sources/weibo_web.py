@@ -43,7 +43,7 @@ from crawler_client.sources._weibo import (
     is_pinned,
     json_envelope,
     mblog_id,
-    others_posts,
+    own_posts,
     since_id_of,
     truthy,
 )
@@ -158,8 +158,7 @@ class WeiboWebSource(PostOrder, SavedPages):
             hint = " (an m.weibo.cn getIndex answer: use weibo_mobile)" if "cards" in data else ""
             raise unparsable(page.body, WEIBO_MARKERS, page.status, f"mymblog: data has no list{hint}")
         mblogs = [mblog for mblog in posts if isinstance(mblog, dict)]
-        others = others_posts(task.target, [author_id(mblog) for mblog in mblogs], page.status)
-        owned = [mblog for mblog, other in zip(mblogs, others, strict=True) if not other]
+        owned, others = own_posts(task.target, mblogs, author_id, page.status)
         items, long_ids = self._posts(owned, task, now_ms)
         result = ParsedPage(items=items, next_request=self._next(request, data, bool(posts)))
         result.info = {key: str(data[key])[:40] for key in ("since_id", "total") if key in data}
@@ -168,8 +167,8 @@ class WeiboWebSource(PostOrder, SavedPages):
         skipped = (len(posts) - len(mblogs)) + (len(owned) - len(items))  # not an object, or without a usable id
         if skipped:
             result.info["skipped"] = str(skipped)
-        if any(others):  # posts of other accounts shown in this one's timeline (快转, liked)
-            result.info["other_accounts"] = str(sum(others))
+        if others:  # posts of other accounts shown in this one's timeline (快转, liked)
+            result.info["other_accounts"] = str(others)
         return result
 
     def _posts(self, mblogs: list[dict[str, Any]], task: Task, now_ms: int) -> tuple[list[Item], list[str]]:
