@@ -109,10 +109,9 @@ def keep_listed(
     silent: dict[str, list[str]] = {}
     unprobed: dict[str, list[str]] = {}
     for role, targets in found.items():
-        kept = [t for t in listed(directory, role) if t not in targets and t not in dropped]
-        if role not in STICKY_ROLES:
-            kept = []
+        before = listed(directory, role) if role in STICKY_ROLES else []
+        kept = [t for t in before if t not in targets and t not in dropped]
         lists[role] = sorted(set(targets) - dropped) + kept
         silent[role] = [t for t in kept if t.rpartition(":")[0] in probed]
-        unprobed[role] = [t for t in kept if t.rpartition(":")[0] not in probed]
+        unprobed[role] = [t for t in kept if t not in silent[role]]
     return lists, silent, unprobed

@@ -61,12 +61,14 @@ class Command(BaseCommand):
             print("icecrawler targets: --hosts names no host", file=sys.stderr)
             return 2
         stop = threading.Event()
+        # Checked once, against the lists as they were: after the first round a forgotten target is gone from them.
+        sticky = {target for role in STICKY_ROLES for target in listed(args.dir, role)}
+        unknown = [target for target in args.forget if target not in sticky]
+        if unknown:
+            print(f"icecrawler targets: --forget {', '.join(unknown)}: not in the lists", file=sys.stderr)
         with rpc.stop_on_signals(stop):
             while True:
                 found = discover(settings, hosts, args.timeout)
-                unknown = [t for t in args.forget if not any(t in listed(args.dir, role) for role in STICKY_ROLES)]
-                if unknown:
-                    print(f"icecrawler targets: --forget {', '.join(unknown)}: not in the lists", file=sys.stderr)
                 lists, silent, unprobed = keep_listed(args.dir, found, hosts, args.forget)
                 write_targets(args.dir, lists)
                 line = " ".join(f"{role}={len(targets)}" for role, targets in found.items())
