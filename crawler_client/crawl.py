@@ -274,14 +274,27 @@ def _discovered_ids(task: Task, ids: list[str]) -> tuple[str, ...]:
 def _fill_long_texts(
     source: Source, parsed: ParsedPage, fetcher: PageFetch, base_url: str, cursor: str, now_ms: Callable[[], int]
 ) -> None:
-    """Fetch the full text of truncated posts that are new (known posts were completed on an earlier visit)."""
+    """Fetch the full text of truncated posts that are new (known posts were completed on an earlier visit).
+
+    A post whose full text the site no longer has (NotFound: deleted since the timeline page was read) keeps its
+    truncated text: failing the crawl for it would fail every visit, and the timeline's new posts with it. Any other
+    refusal (a ban, a limit, a login wall, an answer we cannot read) fails the crawl as a page would."""
     ids = {part for part in parsed.info.get("long_text_ids", "").split(",") if part}
     if not ids or not isinstance(source, LongTextSource):
         return
     for item in parsed.items:
         if isinstance(item, Post) and str(item.id) in ids and not (cursor and source.is_older_or_equal(item, cursor)):
             request = source.extend_request(base_url, item.id)
-            source.with_long_text(item, source.parse_extend(request, fetcher.fetch(request), now_ms()))
+            try:
+                full = source.parse_extend(request, fetcher.fetch(request), now_ms())
+            except FetchError as exc:
+                if exc.outcome is not Outcome.NotFound:
+                    raise
+                log.warning(
+                    "post %s: no full text (%s: %s); its truncated text is stored", item.id, exc.error_class, exc
+                )
+                continue
+            source.with_long_text(item, full)
 
 
 def crawl_task(

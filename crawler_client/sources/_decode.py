@@ -177,7 +177,11 @@ def html_texts(fragments: Sequence[str]) -> list[str]:
 
 
 def with_html(post: Post, html: str) -> Post:
-    """Give ``post`` a new HTML body (a long text's full version) and the text derived from it, in place."""
+    """Give ``post`` a new HTML body (a long text's full version) and the text derived from it, in place. An empty
+    one leaves the post as it is: a site that answers a long-text request with nothing must not wipe the text it
+    showed on the timeline."""
+    if not html.strip():
+        return post
     post.html = html
     post.text = html_text(make_soup(html))
     return post

@@ -2,20 +2,23 @@
 access, the post markers both use and the session signals of their envelopes; for all three, whose posts a timeline
 page holds (``others_posts``).
 
-Both APIs wrap answers in ``{"ok": 1, "data": ...}``; ``ok: -100`` (with a login ``url``) is a login wall, a
-top-level ``url`` without ``data`` a verification wall, and ``ok: 0`` "nothing here" (no such user, or past the
-end). Fields may be missing or have the wrong type in any answer, so every access goes through ``as_dict``.
+Both APIs wrap answers in ``{"ok": 1, "data": ...}``; ``ok: -100`` (with a login ``url``) is a login wall (a
+captcha wall when that url is Weibo's captcha page), a top-level ``url`` without ``data`` a verification wall, an
+empty object ``{}`` what weibo.com's ``/ajax`` API answers a cookie it no longer accepts, and ``ok: 0`` "nothing
+here" (no such user, or past the end) unless its ``msg`` names a limit or a login. Fields may be missing or have the
+wrong type in any answer, so every access goes through ``as_dict``.
 """
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from crawler_client.sources._counts import parse_id
 from crawler_client.sources._decode import load_json
-from crawler_client.sources._detect import WEIBO_MARKERS, Marker, fail, scan_markers, unparsable
+from crawler_client.sources._detect import WEIBO_MARKERS, Marker, check_http, fail, scan_markers, unparsable
 from crawler_client.sources.base import FetchedPage
 from icecrawler.errors import FetchError, ParseError
 from icecrawler.models import Outcome
@@ -27,10 +30,12 @@ __all__ = [
     "as_dict",
     "author_id",
     "check_end_of_list",
+    "check_status",
     "first_page_ok0",
     "https_url",
     "is_pinned",
     "json_envelope",
+    "long_text_refused",
     "mblog_id",
     "message_error",
     "others_posts",
@@ -193,10 +198,12 @@ def first_page_ok0(doc: dict[str, Any], http_status: int) -> FetchError:
 def wall_of(doc: dict[str, Any], http_status: int) -> FetchError | None:
     """The LoginRequired error an envelope signals (``ok:-100``, a bare verification ``url``), else None."""
     if doc.get("ok") in (-100, "-100"):
+        captcha = "/captcha/" in str(doc.get("url", ""))
         return fail(
             Outcome.LoginRequired,
-            f"ok:-100 {str(doc.get('msg', ''))[:60]!r}",
-            error_class="login-wall",
+            f"ok:-100 {str(doc.get('msg', ''))[:60]!r}" + (" (a captcha to solve in a browser)" if captcha else ""),
+            # Not a logged-out cookie: someone must solve the captcha with this account (or wait it out).
+            error_class="captcha" if captcha else "login-wall",
             http_status=http_status,
         )
     url = doc.get("url")
@@ -205,6 +212,37 @@ def wall_of(doc: dict[str, Any], http_status: int) -> FetchError | None:
             Outcome.LoginRequired, f"verification wall: {url[:120]}", error_class="verify-wall", http_status=http_status
         )
     return None
+
+
+def check_status(page: FetchedPage, text: str, now_ms: int) -> None:
+    """``check_http``, except that a refused status (403 and the like) whose JSON body names a limit or a login
+    (``{"ok":0,"errno":"100005","msg":"请求过于频繁"}`` with HTTP 403) is what the body says: a rate limit must not
+    block the host as a ban and freeze the account."""
+    if page.status >= 400 and text.startswith("{"):
+        try:
+            doc = json.loads(text)
+        except ValueError:
+            doc = None
+        said = message_error(doc, page.status) if isinstance(doc, dict) else None
+        if said is not None:
+            raise said
+    check_http(page, now_ms)
+
+
+def long_text_refused(doc: dict[str, Any], http_status: int, what: str) -> FetchError:
+    """The error for a long-text answer that is not ``ok:1`` (its walls and named limits raised already): ``ok:0``
+    is a post whose full text is gone (deleted since the timeline was read), NotFound, so that the crawl keeps
+    the truncated text (``crawl``); anything else is unparsable."""
+    if doc.get("ok") in (0, "0"):
+        return fail(
+            Outcome.NotFound,
+            f"{what}: ok:0 {str(doc.get('msg', ''))[:60]!r}",
+            error_class="long-text-gone",
+            http_status=http_status,
+        )
+    return ParseError(
+        f"{what}: ok={str(doc.get('ok'))[:20]!r}", error_class="unexpected-format", http_status=http_status
+    )
 
 
 def json_envelope(page: FetchedPage, text: str, what: str) -> dict[str, Any]:
@@ -223,6 +261,13 @@ def json_envelope(page: FetchedPage, text: str, what: str) -> dict[str, Any]:
     doc = load_json(text, what=what, http_status=page.status)
     if not isinstance(doc, dict):
         raise unparsable(page.body, WEIBO_MARKERS, page.status, f"{what}: not a JSON object")
+    if not doc:
+        raise fail(
+            Outcome.LoginRequired,
+            f"{what}: an empty object (a cookie the site no longer accepts)",
+            error_class="empty-answer",
+            http_status=page.status,
+        )
     wall = wall_of(doc, page.status)
     if wall is not None:
         raise wall

@@ -7,11 +7,15 @@
   calls (``h5st``); we do not sign (out of scope, docs/SOURCES.md), so an unsigned call may be refused.
 
 Requests ask for ``sortType=6`` (time order) from ``page=0`` (0-based; ``PageRequest.page`` stays 1-based)
-and follow pages while the response has comments and ``page + 1 < maxPage`` (or ``hasMore``; an answer that
-gives no page count, like the older ``productpage`` form, by its comment total, else while its pages are full). Ids are
+and follow pages while the response has comments and ``page + 1 < maxPage`` (or ``hasMore``/``hasNextPage``; an
+answer that gives no page count, like the older ``productpage`` form, by its comment total, else while its pages are
+full). Ids are
 int64 (kept as decimal strings), counts may be strings ("100万+"), ``content`` carries HTML entities. Newer item
 pages read reviews from ``getLegoWareDetailComment``, whose ``commentInfoList[]`` rows (``commentId``,
-``userNickName``, ``commentData``, ``commentDate``, ``commentScore``) parse too.
+``userNickName``, ``commentData``, ``commentDate``, ``commentScore``) parse too, and so do the same rows of
+``getCommentListPage`` (the 2025 item page's signed call, which we do not make; a browser's saved answer checks with
+``icecrawler parse``): under ``result.floors[]`` (or their ``subFloors``), the floor whose ``mId`` is
+``commentlist-list`` holds them in ``data[]``, the pager is ``result.pageInfo.data`` (``hasNextPage``, ``maxPage``).
 
 Refusals: an empty body, ``{}`` or an object without comments is LoginRequired ("blocked", what JD answers
 without a logged-in cookie since ≈2023). Risk control is Banned with its own ``error_class``: HTTP 403
@@ -58,8 +62,10 @@ CLUB_PATH = "/comment/productPageComments.action"
 PAGE_SIZE = 10
 #: The most pages JD serves of one product's comments (``maxPage`` is at most this).
 MAX_PAGES = 100
-#: The keys by which an answer says how many pages there are.
-_PAGING_KEYS = ("maxPage", "totalPage", "hasMore")
+#: The keys by which an answer says how many pages there are (or whether one more follows).
+_PAGING_KEYS = ("maxPage", "totalPage", "hasMore", "hasNextPage")
+#: ``getCommentListPage``'s floor of comment rows (its ``data`` list).
+_LIST_FLOOR = "commentlist-list"
 #: ``sources.jd.endpoint`` values.
 ENDPOINTS = ("club", "api")
 #: The keys comment rows sit under in the answers we know (``getLegoWareDetailComment`` nests them).
@@ -193,6 +199,14 @@ class JdSource(ReviewOrder, SavedPages):
             raise ParseError("JD: not a JSON object", error_class="unexpected-format", http_status=page.status)
         _check_risk_body(doc, page.status)
         rows, holder = _rows(doc)
+        if rows is None and "echo" in doc and str(doc.get("code", "")) not in ("", "0"):
+            # The gateway refusing the call itself ("required string parameter 'functionId' is not present"): our
+            # request is wrong, which no login mends.
+            raise ParseError(
+                f"JD: the API refused the request: code {str(doc.get('code'))[:10]} {str(doc.get('echo'))[:80]!r}",
+                error_class="jd-bad-request",
+                http_status=page.status,
+            )
         if rows is None:
             raise _header_refusal(page) or fail(
                 Outcome.LoginRequired, "blocked: no comments key", error_class="jd-blocked", http_status=page.status
@@ -202,6 +216,7 @@ class JdSource(ReviewOrder, SavedPages):
         items: list[Item] = [
             review for raw in rows if (review := self._review(raw, product, now_ms, fetched_at)) is not None
         ]
+        holder = _pager(doc, holder)
         max_page = (
             parse_count(holder.get("maxPage"))
             or parse_count(holder.get("totalPage"))
@@ -215,8 +230,8 @@ class JdSource(ReviewOrder, SavedPages):
         known_pages = max_page or parse_count(request.state.get("max_page", "")) or counted or None
         check_not_cut_short(len(rows), page0 + 1, known_pages, site="JD", http_status=page.status)
         result = ParsedPage(items=items, total_pages=max_page or counted, info=_summary(doc))
-        if max_page is None and "hasMore" in holder:
-            more = holder.get("hasMore") in (True, 1, "1", "true")
+        if max_page is None and ("hasMore" in holder or "hasNextPage" in holder):
+            more = holder.get("hasMore", holder.get("hasNextPage")) in (True, 1, "1", "true")
         elif known_pages is not None:
             more = page0 + 1 < known_pages
         else:  # nothing says how many pages there are: a full page may have more after it
@@ -303,6 +318,9 @@ def _risk_code(header_value: str) -> str:
     the JSON; "" when neither reads."""
     text = header_value.strip()
     if not text.startswith("{"):
+        text = text.rstrip("=")
+        if len(text) % 4 == 1:  # a stray character past the last whole group (seen in 2026): no base64 ends so
+            text = text[:-1]
         try:
             text = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)).decode("utf-8", "replace")
         except (ValueError, binascii.Error):
@@ -340,6 +358,8 @@ def _rows(doc: dict[str, Any]) -> tuple[list[Any] | None, dict[str, Any]]:
             for key in _ROW_KEYS:
                 if isinstance(node.get(key), list):
                     return [_unwrap(row) for row in node[key]], node
+            if node.get("mId") == _LIST_FLOOR and isinstance(node.get("data"), list):
+                return [_unwrap(row) for row in node["data"]], node
             children: list[Any] = list(node.values())
         elif isinstance(node, list):
             children = node
@@ -348,6 +368,19 @@ def _rows(doc: dict[str, Any]) -> tuple[list[Any] | None, dict[str, Any]]:
         if depth < _MAX_DEPTH:
             queue.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
     return None, {}
+
+
+def _pager(doc: dict[str, Any], holder: dict[str, Any]) -> dict[str, Any]:
+    """Where the answer says how many pages there are: the object holding the rows, unless it says nothing and
+    ``result.pageInfo.data`` (``getCommentListPage``) does."""
+    if any(key in holder for key in _PAGING_KEYS):
+        return holder
+    info = _dict(_dict(_dict(doc.get("result")).get("pageInfo")).get("data"))
+    return info if any(key in info for key in _PAGING_KEYS) else holder
+
+
+def _dict(value: object) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
 
 
 def _unwrap(row: Any) -> Any:

@@ -41,16 +41,18 @@ from crawler_client.sources._decode import (
     strip_jsonp,
     with_html,
 )
-from crawler_client.sources._detect import WEIBO_MARKERS, check_final_url, check_http, unparsable
+from crawler_client.sources._detect import WEIBO_MARKERS, check_final_url, unparsable
 from crawler_client.sources._headers import MOBILE_UA, XHR_JSON
 from crawler_client.sources._weibo import (
     as_dict,
     author_id,
     check_end_of_list,
+    check_status,
     first_page_ok0,
     https_url,
     is_pinned,
     json_envelope,
+    long_text_refused,
     mblog_id,
     own_posts,
     since_id_of,
@@ -254,17 +256,20 @@ class WeiboMobileSource(PostOrder, SavedPages):
         return result
 
     def parse_extend(self, request: PageRequest, page: FetchedPage, now_ms: int) -> str:
-        """The ``longTextContent`` HTML of a ``statuses/extend`` response (bans raise like ``parse``)."""
+        """The ``longTextContent`` HTML of a ``statuses/extend`` response (bans raise like ``parse``; "" when the
+        site gives an empty one: the post keeps its truncated text)."""
         doc = self._envelope(request, page, now_ms)
-        data = _as_dict(doc.get("data"))
-        content = data.get("longTextContent")
-        if doc.get("ok") not in (1, "1") or not isinstance(content, str):
+        if doc.get("ok") not in (1, "1"):
+            raise long_text_refused(doc, page.status, "statuses/extend")
+        content = _as_dict(doc.get("data")).get("longTextContent")
+        if not isinstance(content, str):
             raise unparsable(page.body, WEIBO_MARKERS, page.status, "statuses/extend: no longTextContent")
         return content
 
     @staticmethod
     def with_long_text(post: Post, html: str) -> Post:
-        """``post`` with its full text from ``parse_extend`` (in place, returned for chaining)."""
+        """``post`` with its full text from ``parse_extend`` (in place, returned for chaining; unchanged for an
+        empty one)."""
         return with_html(post, html)
 
     def post_of(
@@ -339,9 +344,9 @@ class WeiboMobileSource(PostOrder, SavedPages):
     @staticmethod
     def _envelope(request: PageRequest, page: FetchedPage, now_ms: int) -> dict[str, Any]:
         """The JSON object, after HTTP/redirect checks; login walls (``ok:-100``, a top-level ``url``) raise."""
-        check_http(page, now_ms)
-        check_final_url(page, request.url)
         text = strip_jsonp(decode_body(page.body))
+        check_status(page, text, now_ms)
+        check_final_url(page, request.url)
         if not text.startswith("{"):
             status = _render_data_status(text)
             if status is not None:  # a /detail/{id} page: one post, shaped like a timeline card

@@ -32,16 +32,18 @@ from crawler_client.sources._counts import parse_count, parse_id
 from crawler_client.sources._cursor import PostOrder
 from crawler_client.sources._dates import iso_of_ms, resolve_created_at
 from crawler_client.sources._decode import ZERO_WIDTH_SPACE, decode_body, html_texts, strip_jsonp, with_html
-from crawler_client.sources._detect import WEIBO_MARKERS, check_final_url, check_http, unparsable
+from crawler_client.sources._detect import WEIBO_MARKERS, check_final_url, unparsable
 from crawler_client.sources._headers import DESKTOP_UA, XHR_JSON
 from crawler_client.sources._weibo import (
     as_dict,
     author_id,
     check_end_of_list,
+    check_status,
     first_page_ok0,
     https_url,
     is_pinned,
     json_envelope,
+    long_text_refused,
     mblog_id,
     own_posts,
     since_id_of,
@@ -238,7 +240,7 @@ class WeiboWebSource(PostOrder, SavedPages):
         truncated text rather than failing the crawl)."""
         doc = self._envelope(request, page, now_ms, LONGTEXT_PATH)
         if doc.get("ok") not in (1, "1"):
-            raise unparsable(page.body, WEIBO_MARKERS, page.status, f"longtext: ok={str(doc.get('ok'))[:20]!r}")
+            raise long_text_refused(doc, page.status, "longtext")
         content = as_dict(doc.get("data")).get("longTextContent")
         if not isinstance(content, str) or not content.strip():
             return ""
@@ -249,16 +251,17 @@ class WeiboWebSource(PostOrder, SavedPages):
     @staticmethod
     def with_long_text(post: Post, html_text: str) -> Post:
         """``post`` with its full text from ``parse_extend`` (unchanged for an empty one)."""
-        return with_html(post, html_text) if html_text else post
+        return with_html(post, html_text)
 
     # --- helpers ----------------------------------------------------------------------------------------
     @staticmethod
     def _envelope(request: PageRequest, page: FetchedPage, now_ms: int, what: str) -> dict[str, Any]:
         """The JSON object after HTTP/redirect checks. HTML is a login or visitor page (the session is
         gone), unless it is one of Weibo's busy/ban interstitials; ``ok:-100`` is a login wall."""
-        check_http(page, now_ms)
+        text = strip_jsonp(decode_body(page.body))
+        check_status(page, text, now_ms)
         check_final_url(page, request.url)
-        return json_envelope(page, strip_jsonp(decode_body(page.body)), what)
+        return json_envelope(page, text, what)
 
     def _next(self, request: PageRequest, data: dict[str, Any], had_posts: bool) -> PageRequest | None:
         """``since_id`` when the answer gives one, else ``page`` + 1 (also after an empty ``since_id``). An empty

@@ -202,6 +202,13 @@ def test_comment_info_list_shape() -> None:
         (b"", 200, {"x-rp-content": "eyJjb2RlIjogIjYwNSIsICJkaXNwb3NhbCI6IHsiZXZDb250ZW50IjogIngifX0"}, "jd-risk-605"),
         (b"", 200, {"x-rp-content": "eyJjb2RlIjogIjYwMSJ9"}, "jd-risk-header"),
         (b"", 200, {"x-rp-content": "not-base64!"}, "jd-risk-header"),
+        # A stray character past the last whole base64 group (seen in 2026): the code is still read.
+        (
+            b"",
+            200,
+            {"x-rp-content": "eyJjb2RlIjogIjYwNSIsICJkaXNwb3NhbCI6IHsiZXZDb250ZW50IjogInt9In19A"},
+            "jd-risk-605",
+        ),
         (fixture("jd_risk_605.json"), 200, {}, "jd-risk-605"),
         (fixture("jd_system_busy_gbk.html"), 200, {}, "jd-system-busy"),
         (b'{"code":"3","msg":"\\u7cfb\\u7edf\\u7e41\\u5fd9"}', 200, {}, "jd-system-busy"),
@@ -267,3 +274,54 @@ def test_a_risk_header_without_code_605_on_an_answer_with_comments_is_not_a_ban(
         headers={"x-rp-content": "eyJjb2RlIjogIjAifQ"},
     )
     assert len(page.items) == 3
+
+
+def _list_page(rows: int, start: int = 1, page_info: dict[str, object] | None = None, nested: bool = False) -> bytes:
+    """A ``getCommentListPage`` answer: comment rows in the ``commentlist-list`` floor's ``data`` (inside a
+    ``subFloors`` list when ``nested``), a label floor beside it, and optionally ``result.pageInfo.data``."""
+    data = [
+        {
+            "commentInfo": {
+                "commentId": str(19_000_000_000 + start + i),
+                "guid": f"g{start + i}",
+                "userNickName": f"j***{i}",
+                "commentData": f"评价 {start + i}",
+                "commentDate": "2025-06-02 10:00:00",
+                "commentScore": "5",
+            }
+        }
+        for i in range(rows)
+    ]
+    floor: dict[str, object] = {"mId": "commentlist-list", "data": data}
+    label = {"mId": "commentlist-commonlabel", "data": {"generalTagList": [{"identification": "ALL", "count": "2万+"}]}}
+    floors = [label, {"mId": "commentlist-wrap", "subFloors": [floor]}] if nested else [label, floor]
+    result: dict[str, object] = {"floors": floors}
+    if page_info is not None:
+        result["pageInfo"] = {"data": page_info}
+    return json.dumps({"code": "0", "result": result}).encode()
+
+
+@pytest.mark.parametrize("nested", [False, True])
+def test_get_comment_list_page_floors_parse_and_page(nested: bool) -> None:
+    """The 2025 item page's ``getCommentListPage`` answer (a browser's saved answer): its rows were taken for a
+    "blocked" login wall because they sit under ``data`` of a floor, not under a ``comments`` key."""
+    first = SOURCE.first_request(TASK, BASE)
+    page = parse("jd", TASK, first, _list_page(10, nested=nested))
+    reviews = [item for item in page.items if isinstance(item, Review)]
+    assert [review.id for review in reviews] == [str(19_000_000_001 + i) for i in range(10)]
+    assert (reviews[0].content, reviews[0].score) == ("评价 1", 5)
+    assert page.next_request is not None  # a full page and nothing that says it is the last
+    last = parse("jd", TASK, first, _list_page(10, page_info={"hasNextPage": False, "maxPage": 0}))
+    assert len(last.items) == 10 and last.next_request is None
+    more = parse("jd", TASK, first, _list_page(4, page_info={"hasNextPage": True}))
+    assert more.next_request is not None
+    empty = parse("jd", TASK, first, _list_page(0))
+    assert empty.items == [] and empty.next_request is None
+
+
+def test_a_gateway_refusing_the_request_is_a_parse_error_not_a_login_wall() -> None:
+    """``{"code":"1","echo":"required string parameter ..."}`` says our request is wrong: no login mends it."""
+    body = b'{"code":"1","echo":"required string parameter \'functionId\' is not present"}'
+    with pytest.raises(ParseError) as info:
+        parse("jd", TASK, SOURCE.first_request(TASK, BASE), body)
+    assert info.value.error_class == "jd-bad-request" and "functionId" in str(info.value)

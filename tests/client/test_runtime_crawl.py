@@ -253,6 +253,47 @@ def test_long_texts_are_fetched_for_new_truncated_posts_only() -> None:
     assert calls[0][0] == "the whole long text"
 
 
+class RefusedLongTextSource(LongTextPostSource):
+    """The long-text answer of post 30 is ``refusal``; the others are whole."""
+
+    def __init__(self, pages: list[Step], refusal: FetchError) -> None:
+        super().__init__(pages)
+        self.refusal = refusal
+
+    def parse_extend(self, request: PageRequest, page: FetchedPage, now_ms: int) -> str:
+        if request.url.endswith("/30"):
+            raise self.refusal
+        return super().parse_extend(request, page, now_ms)
+
+
+def test_a_post_whose_long_text_is_gone_keeps_its_truncated_text_and_the_crawl_succeeds() -> None:
+    """A post deleted between the timeline page and its long-text call (NotFound) must not fail the crawl: it
+    would fail on every visit, and the timeline's new posts with it."""
+    page1 = ParsedPage(items=[post(30), post(29)], info={"long_text_ids": "30,29"})
+    gone = FetchError("ok:0 '该微博不存在'", outcome=Outcome.NotFound, error_class="long-text-gone")
+    result, fetch, _ = run(RefusedLongTextSource([page1], gone), task())
+    assert result.report.outcome is Outcome.Ok and result.report.new_items == 2
+    assert [p.text for p in result.posts] == ["post 30", "the whole long text"]
+    assert fetch.urls[1:] == ["http://site/extend/30#99", "http://site/extend/29#99"]
+
+
+@pytest.mark.parametrize(
+    "refusal",
+    [
+        FetchError("limit", outcome=Outcome.RateLimited, error_class="too-frequent"),
+        FetchError("wall", outcome=Outcome.LoginRequired, error_class="login-wall"),
+        FetchError("ban", outcome=Outcome.Banned, error_class="http-418"),
+        ParseError("an answer we cannot read", error_class="unexpected-format"),
+    ],
+)
+def test_a_refused_long_text_call_still_fails_the_crawl(refusal: FetchError) -> None:
+    """Only NotFound is the post's own matter; a limit, a wall, a ban or an unreadable answer is the session's or
+    the site's, and fails the crawl with the cursor kept."""
+    page1 = ParsedPage(items=[post(30), post(29)], info={"long_text_ids": "30,29"})
+    result, _, _ = run(RefusedLongTextSource([page1], refusal), task(cursor="28"))
+    assert result.report.outcome is refusal.outcome and result.report.cursor == "28"
+
+
 # --- outcomes -------------------------------------------------------------------------------------------------
 
 

@@ -1,0 +1,69 @@
+"""Answers both Weibo JSON APIs (weibo.com's ``/ajax``, m.weibo.cn) give, as public clients of 2024–2026 record them:
+a captcha wall, a limit served with HTTP 403, the empty object of a cookie no longer accepted, and long-text answers
+that are empty or say the post is gone."""
+
+from __future__ import annotations
+
+import pytest
+
+from crawler_client.crawl import LongTextSource
+from crawler_client.sources import get_source
+from icecrawler.errors import FetchError, ParseError
+from icecrawler.models import Post
+from tests.client._util import BASE, NOW_MS, fetched, make_task, parse
+
+SOURCES = ("weibo_web", "weibo_mobile")
+
+
+def _refusal(name: str, body: bytes, status: int = 200) -> FetchError:
+    """The error the source's first timeline page raises for ``body``."""
+    task = make_task(name, "1669879400")
+    with pytest.raises(FetchError) as info:
+        parse(name, task, get_source(name).first_request(task, BASE), body, status=status)
+    return info.value
+
+
+@pytest.mark.parametrize("name", SOURCES)
+def test_a_captcha_wall_is_told_from_a_logged_out_cookie(name: str) -> None:
+    body = b'{"ok":-100,"errno":"-100","msg":"","url":"https://m.weibo.cn/captcha/show?backUrl=","extra":""}'
+    error = _refusal(name, body)
+    assert (error.outcome, error.error_class) == ("LoginRequired", "captcha")
+    login = _refusal(name, b'{"ok":-100,"url":"https://passport.weibo.com/sso/signin?entry=wapsso"}')
+    assert (login.outcome, login.error_class) == ("LoginRequired", "login-wall")
+
+
+@pytest.mark.parametrize("name", SOURCES)
+def test_a_limit_served_with_http_403_is_a_rate_limit_not_a_ban(name: str) -> None:
+    """HTTP 403 ``{"ok":0,"errno":"100005","msg":"请求过于频繁"}``: taken for a ban it blocked the host and froze the
+    account; a 403 whose body names nothing (or is not JSON) is still a ban."""
+    limit = _refusal(name, '{"ok":0,"errno":"100005","msg":"请求过于频繁"}'.encode(), status=403)
+    assert (limit.outcome, limit.error_class, limit.http_status) == ("RateLimited", "too-frequent", 403)
+    login = _refusal(name, '{"ok":0,"msg":"请先登录"}'.encode(), status=403)
+    assert login.outcome == "LoginRequired"
+    for body in (b'{"ok":0,"msg":"forbidden"}', b"<html>403</html>", b""):
+        ban = _refusal(name, body, status=403)
+        assert (ban.outcome, ban.error_class) == ("Banned", "http-403")
+
+
+@pytest.mark.parametrize("name", SOURCES)
+def test_an_empty_object_is_a_cookie_the_site_no_longer_accepts(name: str) -> None:
+    error = _refusal(name, b"{}")
+    assert (error.outcome, error.error_class) == ("LoginRequired", "empty-answer")
+    assert not isinstance(error, ParseError)
+
+
+@pytest.mark.parametrize("name", SOURCES)
+def test_long_text_answers_that_are_empty_or_gone(name: str) -> None:
+    source = get_source(name)
+    assert isinstance(source, LongTextSource)
+    request = source.extend_request(BASE, 4700000000007000)
+    post = Post(id=4700000000007000, user_id=1, text="长文开头 ...全文", html="长文开头 ...全文")
+    empty = source.parse_extend(request, fetched(b'{"ok":1,"data":{"ok":1,"longTextContent":""}}', request), NOW_MS)
+    assert source.with_long_text(post, empty).text == "长文开头 ...全文"
+    assert post.html == "长文开头 ...全文"
+    with pytest.raises(FetchError) as info:
+        source.parse_extend(request, fetched('{"ok":0,"msg":"该微博不存在"}'.encode(), request), NOW_MS)
+    assert (info.value.outcome, info.value.error_class) == ("NotFound", "long-text-gone")
+    with pytest.raises(FetchError) as info:  # a limit on the long-text call is still the session's
+        source.parse_extend(request, fetched('{"ok":0,"msg":"访问频次过高"}'.encode(), request), NOW_MS)
+    assert info.value.outcome == "RateLimited"
