@@ -77,16 +77,25 @@ class Install:
         return icecrawler_argv(*words[1:])
 
 
+def stop_timeout_s(unit: str) -> float:
+    """The unit's ``TimeoutStopSec``: how long systemd lets it stop before SIGKILL (its default, 90 s, if unset)."""
+    for line in (UNITS / unit).read_text().splitlines():
+        if line.startswith("TimeoutStopSec="):
+            return float(line.removeprefix("TimeoutStopSec="))
+    return 90.0
+
+
 @contextmanager
 def started(
-    group: ProcessGroup, install: Install, name: str, argv: list[str], port: int | None
+    group: ProcessGroup, install: Install, unit: str, name: str, argv: list[str], port: int | None
 ) -> Iterator[ManagedProcess]:
-    """One daemon, from the unit's working directory; stopped with SIGTERM (the units' KillSignal) on exit."""
+    """One daemon of ``unit``, from the unit's working directory; stopped with SIGTERM (the units' KillSignal) on
+    exit, and given the unit's own stop timeout (a loaded machine may need more than a few seconds)."""
     process = group.start(name, argv, cwd=install.var)
     if port is not None:
         wait_for_port("127.0.0.1", port, 60, alive=process.alive)
     yield process
-    assert process.stop() == 0, process.log_path.read_text()[-3000:]
+    assert process.stop(stop_timeout_s(unit)) == 0, process.log_path.read_text()[-3000:]
 
 
 def test_every_unit_that_runs_icecrawler_is_started_below() -> None:
@@ -121,10 +130,11 @@ def test_the_scheduler_storage_and_client_units_start_and_stop_cleanly(tmp_path:
         scheduler_argv = install.argv("icecrawler-scheduler.service")
         storage_argv = install.argv("icecrawler-storage.service")
         with (
-            started(group, install, "scheduler", scheduler_argv, ports["10000"]),
-            started(group, install, "storage", storage_argv, ports["10001"]),
+            started(group, install, "icecrawler-scheduler.service", "scheduler", scheduler_argv, ports["10000"]),
+            started(group, install, "icecrawler-storage.service", "storage", storage_argv, ports["10001"]),
         ):
-            with started(group, install, "client-1", install.argv("icecrawler-client@.service", "1"), None) as client:
+            client_unit = "icecrawler-client@.service"
+            with started(group, install, client_unit, "client-1", install.argv(client_unit, "1"), None) as client:
                 time.sleep(3.0)  # long enough to connect to both servers and ask for work
                 assert client.alive(), client.log_path.read_text()[-3000:]
                 for role, port in metrics.items():  # each role's /metrics, at the port its settings give
@@ -148,8 +158,8 @@ def test_the_shard_template_runs_each_shard_on_its_own_database_and_endpoint(tmp
     with ProcessGroup(tmp_path / "logs") as group:
         argvs = [install.argv("icecrawler-scheduler-shard@.service", str(shard)) for shard in (0, 1)]
         with (
-            started(group, install, "shard-0", argvs[0], ports[0]),
-            started(group, install, "shard-1", argvs[1], ports[1]),
+            started(group, install, "icecrawler-scheduler-shard@.service", "shard-0", argvs[0], ports[0]),
+            started(group, install, "icecrawler-scheduler-shard@.service", "shard-1", argvs[1], ports[1]),
             rpc.communicator() as communicator,
         ):
             shards = [C.SchedulerPrx(communicator, f"{rpc.SCHEDULER_IDENTITY}:tcp -h 127.0.0.1 -p {p}") for p in ports]
@@ -189,8 +199,8 @@ def test_the_icegrid_units_run_a_registry_and_a_node_that_joins_it(tmp_path: Pat
         registry = install.command("icecrawler-icegridregistry.service")
         node_command = install.command("icecrawler-icegridnode.service")
         with (
-            started(group, install, "registry", registry, port),
-            started(group, install, "node", node_command, None) as node,
+            started(group, install, "icecrawler-icegridregistry.service", "registry", registry, port),
+            started(group, install, "icecrawler-icegridnode.service", "node", node_command, None) as node,
         ):
             wait_for(
                 lambda: node_name in nodes().split(),
