@@ -4,7 +4,10 @@ A daemon that keeps state for months (the scheduler's queue database, the storag
 store) backs it up on a thread of its own (``PeriodicBackups``). The mechanism is the same whatever is copied, so it
 lives here and the daemon passes the function that writes one copy into a fresh directory. A copy is written under
 ``<name>.partial`` and renamed only once complete, so a crash or a full disk mid-backup never leaves something that
-looks like a backup; leftover partial copies are removed by the next one. Names carry the UTC time
+looks like a backup. An old backup is removed the same way round: renamed to ``<name>.removing`` first, then
+deleted, so a daemon killed while deleting one leaves no half-deleted folder under a backup's name (a restore would
+take it for one). Leftovers of both kinds, and backups past ``keep`` that a crash left, go when the backup thread
+starts and before each backup. Names carry the UTC time
 (``<prefix>-20261205T081500Z``), so they sort by age, and "due" is judged from the newest complete backup on disk: a
 daemon that restarts often still backs up once per interval.
 """
@@ -29,11 +32,13 @@ if TYPE_CHECKING:
 
     from icecrawler.settings import Settings
 
-__all__ = ["PARTIAL_SUFFIX", "BackupPlan", "PeriodicBackups", "backup_dir_keys", "start_backups"]
+__all__ = ["PARTIAL_SUFFIX", "REMOVING_SUFFIX", "BackupPlan", "PeriodicBackups", "backup_dir_keys", "start_backups"]
 
 log = logging.getLogger(__name__)
 
 PARTIAL_SUFFIX = ".partial"
+#: An old backup on its way out (renamed before it is deleted).
+REMOVING_SUFFIX = ".removing"
 _STAMP = "%Y%m%dT%H%M%SZ"
 
 
@@ -52,11 +57,10 @@ class BackupPlan:
         if not self.interval_s > 0 or self.keep < 1:
             raise ValueError(f"a backup needs interval_s > 0 and keep >= 1, not {self.interval_s}, {self.keep}")
 
-    def _ours(self, partial: bool) -> list[tuple[float, Path]]:
-        """This kind's backups (or partial copies), oldest first, with the unix time in their names. Anything
-        else in the directory, another kind's backups included (``scheduler-shard1-...`` beside ``scheduler-...``),
-        is never listed, so never removed."""
-        suffix = PARTIAL_SUFFIX if partial else ""
+    def _ours(self, suffix: str = "") -> list[tuple[float, Path]]:
+        """This kind's backups (with ``suffix``: partial copies, or old ones being removed), oldest first, with the
+        unix time in their names. Anything else in the directory, another kind's backups included
+        (``scheduler-shard1-...`` beside ``scheduler-...``), is never listed, so never removed."""
         found = []
         for path in self.directory.glob(f"{self.prefix}-*{suffix}"):
             stamp = path.name[len(self.prefix) + 1 : len(path.name) - len(suffix)]
@@ -70,7 +74,7 @@ class BackupPlan:
 
     def complete(self) -> list[tuple[float, Path]]:
         """The complete backups of this kind, oldest first, with the unix time in their names."""
-        return self._ours(partial=False)
+        return self._ours()
 
     def due(self, now: float) -> bool:
         """Whether the newest complete backup is ``interval_s`` old (or there is none)."""
@@ -85,8 +89,7 @@ class BackupPlan:
         final = self.directory / name
         partial = self.directory / (name + PARTIAL_SUFFIX)
         self.directory.mkdir(parents=True, exist_ok=True)
-        for _, stale in self._ours(partial=True):
-            shutil.rmtree(stale, ignore_errors=True)
+        self.tidy()
         if final.exists():
             raise FileExistsError(f"backup {final} already exists (two backups within one second?)")
         try:
@@ -96,10 +99,25 @@ class BackupPlan:
             raise
         sync_tree(partial)
         publish([(partial, final)])
-        for _, old in self.complete()[: -self.keep]:
-            shutil.rmtree(old, ignore_errors=True)
-            log.info("removed old backup %s (keeping the newest %d)", old, self.keep)
+        self._prune()
         return final
+
+    def tidy(self) -> None:
+        """Remove what a crash left: partial copies, old backups half removed, and backups past ``keep`` (a daemon
+        killed after publishing a backup and before pruning, again and again, would pile them up)."""
+        if not self.directory.is_dir():
+            return
+        for _, leftover in self._ours(PARTIAL_SUFFIX) + self._ours(REMOVING_SUFFIX):
+            shutil.rmtree(leftover, ignore_errors=True)
+        self._prune()
+
+    def _prune(self) -> None:
+        """Remove complete backups past the newest ``keep``: each renamed out of the backups' names first."""
+        for _, old in self.complete()[: -self.keep]:
+            going = old.with_name(old.name + REMOVING_SUFFIX)
+            old.rename(going)
+            shutil.rmtree(going, ignore_errors=True)
+            log.info("removed old backup %s (keeping the newest %d)", old, self.keep)
 
 
 class PeriodicBackups(threading.Thread):
@@ -123,6 +141,10 @@ class PeriodicBackups(threading.Thread):
         self.failed = 0
 
     def run(self) -> None:
+        try:
+            self.plan.tidy()
+        except OSError as exc:  # the backup below tries again, and says so if it fails
+            log.warning("%s backups: could not tidy %s: %s", self.what, self.plan.directory, exc)
         wait = 0.0
         while not self.stopped.wait(wait):
             wait = self.check_s

@@ -4,12 +4,16 @@ due, and that a failed or interrupted backup never looks like one."""
 from __future__ import annotations
 
 import logging
+import os
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from icecrawler.backups import PARTIAL_SUFFIX, BackupPlan, PeriodicBackups
+from icecrawler.backups import PARTIAL_SUFFIX, REMOVING_SUFFIX, BackupPlan, PeriodicBackups
 from tests.helpers import record_fsyncs_and_renames, wait_for
 
 DAY = 86400.0
@@ -151,3 +155,86 @@ def test_a_backup_is_on_disk_before_it_is_renamed_into_place(tmp_path: Path, mon
     written = {partial / path.relative_to(final) for path in final.rglob("*")} | {partial}
     assert written <= {path for kind, path in events[:rename_at] if kind == "fsync"}
     assert ("fsync", tmp_path) in events[rename_at:]
+
+
+#: A child that takes one backup in a directory whose one old backup (``keep=1``) is big, so that pruning it takes a
+#: while: the test kills it with -9 in the middle of that deletion.
+_PRUNE_CHILD = """
+import sys
+from pathlib import Path
+from icecrawler.backups import BackupPlan
+def write(target):
+    target.mkdir()
+    (target / "data").write_text("copy")
+print("ready", flush=True)
+BackupPlan(Path(sys.argv[1]), "storage", interval_s=86400.0, keep=1).take(write, now=float(sys.argv[2]))
+"""
+_FOLDERS = 60
+_FILES = 60
+
+
+def _whole(backup: Path) -> bool:
+    """Whether an old backup of the kill test still holds every file it was written with."""
+    return all(len(list((backup / f"part{folder:03d}").iterdir())) == _FILES for folder in range(_FOLDERS))
+
+
+def test_a_kill_9_while_an_old_backup_is_deleted_leaves_no_broken_backup(tmp_path: Path) -> None:
+    """A daemon killed while it deleted an old backup left a half-deleted folder under the backup's own name (a
+    kill -9 harness found an empty ``storage-...`` folder and a scheduler backup without its logs): a restore, which
+    reaches for an older backup, would take it for one. It is renamed out of the backups' names first; the next
+    start removes what is left."""
+    old = tmp_path / "storage-20261201T120000Z"
+    for folder in range(_FOLDERS):
+        (old / f"part{folder:03d}").mkdir(parents=True)
+        for name in range(_FILES):
+            (old / f"part{folder:03d}" / f"f{name}").write_bytes(b"x" * 64)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    child = subprocess.Popen(
+        [sys.executable, "-c", _PRUNE_CHILD, str(tmp_path), str(NOON + DAY)], env=env, stdout=subprocess.PIPE
+    )
+    killed_mid_delete = False
+    try:
+        assert child.stdout is not None and child.stdout.readline() == b"ready\n"
+        deadline = time.monotonic() + 60
+        while child.poll() is None and time.monotonic() < deadline:
+            # Deleting has begun (the first part is gone), wherever the folder is now, and has not finished.
+            places = [old, old.with_name(old.name + REMOVING_SUFFIX)]
+            if any(place.exists() and not (place / "part000").exists() for place in places):
+                os.kill(child.pid, signal.SIGKILL)
+                killed_mid_delete = True
+                break
+    finally:
+        if child.poll() is None:
+            child.kill()
+        child.wait(timeout=30)
+        if child.stdout is not None:
+            child.stdout.close()
+    if not killed_mid_delete:
+        pytest.fail("the child finished before the kill: make the old backup bigger")
+    plan = BackupPlan(tmp_path, "storage", interval_s=DAY, keep=1)
+    listed = [path for _, path in plan.complete()]
+    assert listed == [tmp_path / "storage-20261202T120000Z"], listed  # only the new one looks like a backup
+    assert (listed[0] / "data").read_text() == "copy"
+    assert all(_whole(path) for path in listed if path.name.endswith("20261201T120000Z"))
+    plan.tidy()  # what the backup thread does when the daemon starts again
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["storage-20261202T120000Z"]
+
+
+def test_backups_past_keep_that_crashes_left_go_at_the_next_start(tmp_path: Path) -> None:
+    """A daemon killed after each publish and before its prune, again and again, piled up backups past ``keep`` (a
+    harness found 35 with keep=2): the thread's start removes them, and the leftovers of a copy or a removal."""
+    for n in range(5):
+        write_one(tmp_path / f"scheduler-2026120{n + 1}T120000Z")
+    write_one(tmp_path / f"scheduler-20261206T120000Z{PARTIAL_SUFFIX}")
+    write_one(tmp_path / f"scheduler-20261130T120000Z{REMOVING_SUFFIX}")
+    plan = BackupPlan(tmp_path, "scheduler", interval_s=3650 * DAY, keep=2)  # none due: only the tidying runs
+    backups = PeriodicBackups(plan, write_one, "test state", check_s=3600.0)
+    backups.start()
+    try:
+        wait_for(lambda: len(list(tmp_path.iterdir())) == 2, "the start never tidied the directory", timeout_s=30)
+    finally:
+        backups.stop()
+    assert sorted(path.name for path in tmp_path.iterdir()) == [
+        "scheduler-20261204T120000Z",
+        "scheduler-20261205T120000Z",
+    ]
