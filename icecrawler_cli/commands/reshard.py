@@ -11,7 +11,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from icecrawler.datalock import DataLock
-from icecrawler.durable import publish, sync_tree
+from icecrawler.durable import publish, sync_dir, sync_tree
 from icecrawler.errors import ConfigError
 from icecrawler.settings import Settings
 from icecrawler_cli.commands import BaseCommand
@@ -61,10 +61,18 @@ class Command(BaseCommand):
         targets = [Path(path).resolve() for path in args.targets]
         if not args.dry_run and (stopped := _stopped_while_publishing(sources, targets)) is not None:
             publish(stopped)
-            print(
-                f"finished the reshard into {len(targets)} shard(s) that was stopped while it renamed its databases "
-                f"into place ({len(stopped)} left to rename); its copies were complete and checked"
-            )
+            for parent in sorted({target.parent for target in targets}):  # a run killed before it synced its renames
+                sync_dir(parent)
+            if stopped:
+                print(
+                    f"finished the reshard into {len(targets)} shard(s) that was stopped while it renamed its "
+                    f"databases into place ({len(stopped)} left to rename); its copies were complete and checked"
+                )
+            else:
+                print(
+                    f"nothing to do: the --to directories already hold this reshard's {len(targets)} shard(s), every "
+                    "one renamed into place (a run killed after its last rename, or run twice)"
+                )
             return 0
         _check_paths(sources, targets)
         durable = settings.get_bool("scheduler.durable_commits")
@@ -123,10 +131,11 @@ def _run_of(path: Path) -> dict[str, object] | None:
 
 def _stopped_while_publishing(sources: list[Path], targets: list[Path]) -> list[tuple[Path, Path]] | None:
     """(new database, --to path) for each rename left, when a run with these paths was stopped while it renamed its
-    databases into place (every copy was complete and checked by then); None when the --to paths show no such run."""
+    databases into place (every copy was complete and checked by then), [] when such a run renamed them all; None
+    when the --to paths show no such run."""
     placed = [_run_of(target) for target in targets]
     waiting = [_run_of(_partial(target)) for target in targets]
-    if not any(placed) or not any(waiting):
+    if not any(placed):
         return None
     runs = [done or left for done, left in zip(placed, waiting, strict=True)]
     first = runs[0]

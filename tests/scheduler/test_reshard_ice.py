@@ -5,6 +5,7 @@ running scheduler's database is refused."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -155,14 +156,18 @@ def test_a_dry_run_reads_a_running_schedulers_newest_backup(tmp_path: Path) -> N
     assert not (tmp_path / "s0").exists() and not (tmp_path / "s1").exists()
 
 
-#: ``icecrawler reshard`` that kills itself (SIGKILL) right after it renamed its first new database into place.
+#: ``icecrawler reshard`` that kills itself (SIGKILL) right after it renamed its Nth new database into place (N in
+#: ``DIE_AFTER_RENAME``).
 _KILLED_BETWEEN_RENAMES = """
 import os, pathlib, runpy, signal, sys
 rename = pathlib.Path.rename
+renamed = []
 def rename_then_die(self, target):
     moved = rename(self, target)
     if self.name.endswith(".partial"):
-        os.kill(os.getpid(), signal.SIGKILL)
+        renamed.append(target)
+        if len(renamed) == int(os.environ["DIE_AFTER_RENAME"]):
+            os.kill(os.getpid(), signal.SIGKILL)
     return moved
 pathlib.Path.rename = rename_then_die
 sys.argv = ["icecrawler", *sys.argv[1:]]
@@ -170,10 +175,9 @@ runpy.run_module("icecrawler_cli", run_name="__main__")
 """
 
 
-def test_a_reshard_killed_between_its_renames_is_finished_by_running_it_again(tmp_path: Path) -> None:
-    """kill -9 after the first new shard was renamed into place: one --to path holds a shard, the other's copy
-    waits beside it. The same command again renames what is left (each copy was complete and checked before any
-    rename), and the shards serve every task; other paths are refused as before."""
+def _reshard_killed_after_rename(tmp_path: Path, renames: int) -> tuple[Path, list[str]]:
+    """A scheduler of 10 tasks (6 on shard 0's host, 4 on shard 1's), stopped, and a reshard of it into two shards
+    killed with -9 right after its ``renames``-th rename; (its db_dir, the --to paths)."""
     (tmp_path / "single").mkdir()
     with scheduler_daemon(tmp_path / "single", **SETTINGS) as single, scheduler_proxy(single) as proxy:
         proxy.addUsers(
@@ -183,20 +187,19 @@ def test_a_reshard_killed_between_its_renames_is_finished_by_running_it_again(tm
     targets = [str(tmp_path / "s0" / "db"), str(tmp_path / "s1" / "db")]
     args = ["reshard", "--from", str(single.db_dir), "--to", *targets, *SETS]
     killed = subprocess.run(
-        [sys.executable, "-c", _KILLED_BETWEEN_RENAMES, *args], cwd=REPO, capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", _KILLED_BETWEEN_RENAMES, *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "DIE_AFTER_RENAME": str(renames)},
     )
     assert killed.returncode == -signal.SIGKILL, killed.stderr
-    assert Path(targets[0]).is_dir() and not Path(targets[1]).exists()
-    assert (tmp_path / "s1" / "db.partial").is_dir()
+    return single.db_dir, targets
 
-    other = reshard("--from", str(single.db_dir), "--to", targets[0], str(tmp_path / "s1" / "elsewhere"))
-    assert other.returncode != 0 and "already holds shard 0 of 2 made by an earlier reshard" in other.stderr
-    again = reshard("--from", str(single.db_dir), "--to", *targets)
-    assert again.returncode == 0, again.stderr
-    assert "finished the reshard into 2 shard(s)" in again.stdout and "1 left to rename" in again.stdout
-    assert not list(tmp_path.glob("**/*.partial"))
-    done = reshard("--from", str(single.db_dir), "--to", *targets)
-    assert done.returncode != 0 and "already holds shard 0 of 2 made by an earlier reshard" in done.stderr
+
+def _serve_their_tasks(tmp_path: Path) -> None:
+    """Each new shard starts on its database and holds its host's tasks, all pending."""
     with ExitStack() as stack:
         for shard, count in ((0, 6), (1, 4)):
             settings = {**SETTINGS, "scheduler__shards": 2, "scheduler__shard": shard}
@@ -204,3 +207,34 @@ def test_a_reshard_killed_between_its_renames_is_finished_by_running_it_again(tm
             with scheduler_proxy(daemon) as shard_proxy:
                 stats = shard_proxy.stats()
                 assert (stats.tasks, stats.pending) == (count, count)
+
+
+def test_a_reshard_killed_between_its_renames_is_finished_by_running_it_again(tmp_path: Path) -> None:
+    """kill -9 after the first new shard was renamed into place: one --to path holds a shard, the other's copy
+    waits beside it. The same command again renames what is left (each copy was complete and checked before any
+    rename), and the shards serve every task; other paths are refused as before."""
+    db_dir, targets = _reshard_killed_after_rename(tmp_path, 1)
+    assert Path(targets[0]).is_dir() and not Path(targets[1]).exists()
+    assert (tmp_path / "s1" / "db.partial").is_dir()
+
+    other = reshard("--from", str(db_dir), "--to", targets[0], str(tmp_path / "s1" / "elsewhere"))
+    assert other.returncode != 0 and "already holds shard 0 of 2 made by an earlier reshard" in other.stderr
+    again = reshard("--from", str(db_dir), "--to", *targets)
+    assert again.returncode == 0, again.stderr
+    assert "finished the reshard into 2 shard(s)" in again.stdout and "1 left to rename" in again.stdout
+    assert not list(tmp_path.glob("**/*.partial"))
+    # Once more (a script that reruns until it succeeds): nothing left to do, and it says so.
+    done = reshard("--from", str(db_dir), "--to", *targets)
+    assert done.returncode == 0 and "nothing to do" in done.stdout, done.stderr
+    _serve_their_tasks(tmp_path)
+
+
+def test_a_reshard_killed_after_its_last_rename_is_done_and_a_rerun_says_so(tmp_path: Path) -> None:
+    """kill -9 after the last rename, before the folders were synced and the summary printed: every shard is in
+    place, and the same command (what an operator runs when unsure) succeeds and says there is nothing to do,
+    where it used to refuse with "finished by the same command" (a kill -9 harness found it)."""
+    db_dir, targets = _reshard_killed_after_rename(tmp_path, 2)
+    assert all(Path(target).is_dir() for target in targets) and not list(tmp_path.glob("**/*.partial"))
+    again = reshard("--from", str(db_dir), "--to", *targets)
+    assert again.returncode == 0 and "nothing to do" in again.stdout, again.stderr
+    _serve_their_tasks(tmp_path)
