@@ -67,8 +67,12 @@ def run_phases(cfg: RealConfig, pool: Any, phases: int, command: str) -> str:
     progress = Progress()
     *_, chosen, windowing, cfg = open_traces(cfg)
     check_half(cfg, chosen)
+    whole = len(chosen)
     if cfg.targets is not None:
         chosen = sample_targets(chosen, 0, cfg.targets, bootstrap=False)
+    population = (
+        f"every target ({whole})" if len(chosen) == whole else f"one subsample of {len(chosen)} of its {whole} targets"
+    )
     progress.say(
         f"{len(chosen)} targets of the {cfg.half} half, {phases} phases, {len(cfg.budgets)} budgets; window "
         f"{windowing.window_days:g} days, warm-up {windowing.warmup_days:g}"
@@ -96,7 +100,7 @@ def run_phases(cfg: RealConfig, pool: Any, phases: int, command: str) -> str:
     changed = f"the default policy with {knobs}; " if knobs else ""
     return "\n".join(
         [
-            f"Command: `{command}`; {cfg.half} half, every target ({len(chosen)}), no resampling; phases "
+            f"Command: `{command}`; {cfg.half} half, {population}, no resampling; phases "
             f"0..{phases - 1}; best of {len(settings)} baseline settings per phase; window "
             f"{windowing.window_days:g} days, warm-up {windowing.warmup_days:g}; {changed}"
             f"{time.monotonic() - started:.0f} s. Ratios: mean over phases (sd; min .. max).",

@@ -5,12 +5,13 @@ both files)."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from bench import write_figures
 
-__all__ = ["fmt", "merge_json", "table", "write_block"]
+__all__ = ["code_span", "fmt", "merge_json", "table", "write_block"]
 
 
 def write_block(path: Path, block: str, name: str = "revisit-results") -> None:
@@ -36,7 +37,18 @@ def fmt(mean: float, hw: float, digits: int = 2) -> str:
 
 
 def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """A markdown table."""
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(lines)
+    """A markdown table. A ``|`` in a cell (a source named ``jd|reviews`` in a trace file) is escaped, so that it
+    does not split the row."""
+
+    def line(cells: Sequence[str]) -> str:
+        return "| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |"
+
+    return "\n".join([line(header), "|" + "|".join("---" for _ in header) + "|", *(line(r) for r in rows)])
+
+
+def code_span(text: str) -> str:
+    """``text`` as inline code, fenced by more backticks than it holds in a row (a target id may hold some)."""
+    longest = max((len(run) for run in re.findall("`+", text)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"

@@ -33,7 +33,7 @@ from bench.revisit.contenders import (
 from bench.revisit.content import ContentModel
 from bench.revisit.oracle import offline_lag, sqrt_bound
 from bench.revisit.progress import Progress, starmap_with_progress
-from bench.revisit.publish import fmt, merge_json, table, write_block
+from bench.revisit.publish import code_span, fmt, merge_json, table, write_block
 from bench.revisit.replay import (
     FITTED_WINDOW_RULE,
     Trace,
@@ -171,40 +171,45 @@ def seed_job(
     traces: Sequence[Trace], cfg: RealConfig, knobs: dict[tuple[str, float], dict[str, Any]], seed: int
 ) -> dict[str, Any]:
     """Every contender at every budget on one bootstrap population; per-policy summaries and per-source lags."""
+    return {str(mult): budget_job(traces, cfg, knobs, seed, mult) for mult in cfg.budgets}
+
+
+def budget_job(
+    traces: Sequence[Trace], cfg: RealConfig, knobs: dict[tuple[str, float], dict[str, Any]], seed: int, mult: float
+) -> dict[str, Any]:
+    """Every contender at one budget on seed ``seed``'s bootstrap population: one job of the run, so that a long run
+    reports its progress budget by budget (the population, fetch phase and item texts follow from the seed alone)."""
     population = sample_targets(traces, seed, cfg.targets, bootstrap=True)
     windowing = _windowing(cfg, traces)
     pages = window_pages(population, windowing)
     horizon = windowing.horizon()
     sources = [t.source for t in population]
     content = ContentModel(seed, window=10)
-    out: dict[str, Any] = {}
-    for mult in cfg.budgets:
-        row: dict[str, Any] = {}
-        for c in _contenders():
-            variants: list[tuple[str, dict[str, Any]]] = [(c.label, {})]
-            if (c.slug, mult) in knobs:
-                variants.append((f"{c.label}, tuned", knobs[(c.slug, mult)]))
-            for label, knob in variants:
-                summary, lag_s, caught = run_one(pages, horizon, c, knob, seed, mult, content)
-                cell: dict[str, Any] = dict(summary)
-                cell["by_source"] = {
-                    s: [
-                        sum(x for x, z in zip(lag_s, sources, strict=True) if z == s),
-                        sum(x for x, z in zip(caught, sources, strict=True) if z == s),
-                    ]
-                    for s in sorted(set(sources))
-                }
-                row[label] = cell
-        budget = mult * sum(p.rate for p in pages)
-        row[SQRT_LABEL] = {"lag_mean_min": sqrt_bound([p.rate for p in pages], budget) / 60}
-        if cfg.oracle:
-            scored = [p.arrivals[(p.arrivals >= horizon.warmup_s) & (p.arrivals < horizon.end_s)] for p in pages]
-            k = int(budget * (horizon.end_s + horizon.drain_s - horizon.warmup_s))
-            end = horizon.end_s + horizon.drain_s
-            total = offline_lag([s.tolist() for s in scored], k, end, iterations=30)
-            row[ORACLE_LABEL] = {"lag_mean_min": total / max(sum(s.size for s in scored), 1) / 60}
-        out[str(mult)] = row
-    return out
+    row: dict[str, Any] = {}
+    for c in _contenders():
+        variants: list[tuple[str, dict[str, Any]]] = [(c.label, {})]
+        if (c.slug, mult) in knobs:
+            variants.append((f"{c.label}, tuned", knobs[(c.slug, mult)]))
+        for label, knob in variants:
+            summary, lag_s, caught = run_one(pages, horizon, c, knob, seed, mult, content)
+            cell: dict[str, Any] = dict(summary)
+            cell["by_source"] = {
+                s: [
+                    sum(x for x, z in zip(lag_s, sources, strict=True) if z == s),
+                    sum(x for x, z in zip(caught, sources, strict=True) if z == s),
+                ]
+                for s in sorted(set(sources))
+            }
+            row[label] = cell
+    budget = mult * sum(p.rate for p in pages)
+    row[SQRT_LABEL] = {"lag_mean_min": sqrt_bound([p.rate for p in pages], budget) / 60}
+    if cfg.oracle:
+        scored = [p.arrivals[(p.arrivals >= horizon.warmup_s) & (p.arrivals < horizon.end_s)] for p in pages]
+        k = int(budget * (horizon.end_s + horizon.drain_s - horizon.warmup_s))
+        end = horizon.end_s + horizon.drain_s
+        total = offline_lag([s.tolist() for s in scored], k, end, iterations=30)
+        row[ORACLE_LABEL] = {"lag_mean_min": total / max(sum(s.size for s in scored), 1) / 60}
+    return row
 
 
 def _labels(knobs: dict[tuple[str, float], dict[str, Any]], mult: float) -> list[tuple[str, str]]:
@@ -242,8 +247,14 @@ def report(
     md = [
         f"Command: `{command}`; {cfg.half} half: {sum(n_targets.values())} targets "
         f"({', '.join(f'{k} {v}' for k, v in sorted(n_targets.items()))}); {cfg.seeds} report seeds "
-        f"({REPORT_BASE}..{REPORT_BASE + cfg.seeds - 1}), each a bootstrap resample of the targets; baselines' "
-        f"knobs tuned per budget on the development half (seeds {list(TUNING_SEEDS)}); window "
+        f"({REPORT_BASE}..{REPORT_BASE + cfg.seeds - 1}), each a bootstrap resample of the targets; "
+        + (
+            f"baselines' knobs tuned per budget on the development half (seeds {list(TUNING_SEEDS)})"
+            if cfg.tune
+            else "baselines at their default knobs (no tuning)"
+        )
+        + ("; no offline oracle" if not cfg.oracle else "")
+        + f"; window "
         f"{w.window_days:g} days ({how}), warm-up {w.warmup_days:g} days, drain {w.drain_days:g} day; period bounds "
         f"{_MIN_S / 60:g} min .. {_MAX_S / 3600:g} h; run time {seconds:.0f} s. Means ± 95% CI over seeds; lags "
         "in minutes.",
@@ -414,7 +425,7 @@ def e0_table(trace: Trace, page: Page, e0: dict[str, Any], windowing: Windowing)
         for label, r in e0.items()
     ]
     return (
-        f"#### E0 on one real target ({trace.source} `{trace.target}`, {scored} scored items; each policy "
+        f"#### E0 on one real target ({trace.source} {code_span(trace.target)}, {scored} scored items; each policy "
         "fetches whenever it asks, no budget, so fetch counts differ)\n\n"
         + table(["policy", "fetches", "hit rate", "mean lag", "p95 lag"], rows)
         + "\n\n![E0 on a real target](revisit/real_e0_period_trajectory.png)"
@@ -451,13 +462,25 @@ def plot_e0(page: Page, e0: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
+#: The fewest targets a run compares policies on: under a global budget one target is fetched at every slot,
+#: whatever the policy, and every row of the tables would be the same.
+MIN_TARGETS = 2
+
+
 def check_half(cfg: RealConfig, chosen: Sequence[Trace]) -> None:
-    """An empty half is a TraceError that says how to get one. (Every trace has at least one scored item: its
-    window ends at its last item, inside the scored span.)"""
+    """An empty half, or one a global budget cannot tell policies apart on, is a TraceError that says how to get a
+    usable one. (Every trace has at least one scored item: its window ends at its last item, inside the scored
+    span.)"""
     if not chosen:
         raise TraceError(
             f"{cfg.path}: the {cfg.half} half is empty (a source with one trace puts it in the development half): "
             "give at least two traces per source, or --half all"
+        )
+    if len(chosen) < MIN_TARGETS or (cfg.targets is not None and cfg.targets < MIN_TARGETS):
+        raise TraceError(
+            f"{cfg.path}: the {cfg.half} half runs {min(len(chosen), cfg.targets or len(chosen))} target: under a "
+            "global budget one target is fetched at every slot whatever the policy, so there is nothing to compare; "
+            f"give at least {MIN_TARGETS} (more traces, --half all, or a larger --targets)"
         )
 
 
@@ -491,14 +514,17 @@ def run_traces(cfg: RealConfig, pool: Any, command: str, write: bool) -> str:
     progress = Progress()
     window_given = cfg.window_days is not None
     traces, dev, rep, chosen, windowing, cfg = open_traces(cfg)
-    progress.say(
-        f"{len(traces)} traces: {len(dev)} development, {len(rep)} report; running the {cfg.half} half; window "
-        f"{windowing.window_days:g} days, warm-up {windowing.warmup_days:g}"
-    )
     check_half(cfg, chosen)
+    items = sum(page.arrivals.size for page in window_pages(chosen, windowing))
+    progress.say(
+        f"{len(traces)} traces: {len(dev)} development, {len(rep)} report; running the {cfg.half} half ({items} items "
+        f"in its windows, each replayed by every policy at every budget); window {windowing.window_days:g} days, "
+        f"warm-up {windowing.warmup_days:g}"
+    )
     knobs = tune(dev, cfg, pool, progress) if cfg.tune else {}
-    seeds = [(chosen, cfg, knobs, REPORT_BASE + k) for k in range(cfg.seeds)]
-    per_seed = starmap_with_progress(pool, seed_job, seeds, progress, "report seeds")
+    jobs = [(chosen, cfg, knobs, REPORT_BASE + k, mult) for k in range(cfg.seeds) for mult in cfg.budgets]
+    rows = iter(starmap_with_progress(pool, budget_job, jobs, progress, "report runs (seeds × budgets)"))
+    per_seed = [{str(mult): next(rows) for mult in cfg.budgets} for _ in range(cfg.seeds)]
     counts: dict[str, int] = {}
     for t in chosen if cfg.targets is None else sample_targets(chosen, REPORT_BASE, cfg.targets, bootstrap=True):
         counts[t.source] = counts.get(t.source, 0) + 1

@@ -112,6 +112,18 @@ def fit_windowing(
 
 #: A time later than this (about the year 5000) is taken for milliseconds, not seconds.
 LATEST_PLAUSIBLE_S = 1e11
+#: A time earlier than this (1990-01-01, before the web) is taken for minutes or hours since 1970, not seconds.
+EARLIEST_PLAUSIBLE_S = 631_152_000.0
+
+
+def _finite(value: object) -> bool:
+    """A JSON number that is a finite float (a bool is not one; an int past a float's range is not finite)."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 def _parse_line(text: str, where: str) -> Trace:
@@ -119,6 +131,8 @@ def _parse_line(text: str, where: str) -> Trace:
         obj = json.loads(text)
     except json.JSONDecodeError as exc:
         raise TraceError(f"{where}: not JSON ({exc.msg})") from None
+    except (ValueError, RecursionError) as exc:  # a number of thousands of digits, a line nested too deep
+        raise TraceError(f"{where}: not JSON we can read ({str(exc)[:80]})") from None
     if not isinstance(obj, dict):
         raise TraceError(f"{where}: expected an object with target, source, times")
     missing = [k for k in ("target", "source", "times") if k not in obj]
@@ -131,13 +145,19 @@ def _parse_line(text: str, where: str) -> Trace:
         raise TraceError(f"{where}: target and source must be non-empty strings")
     if not isinstance(times, list) or not times:
         raise TraceError(f"{where}: times must be a non-empty list of unix seconds")
-    if not all(isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t) for t in times):
+    if not all(_finite(t) for t in times):
         raise TraceError(f"{where}: times must be finite numbers (unix seconds)")
     if any(b < a for a, b in itertools.pairwise(times)):
         raise TraceError(f"{where}: times are not sorted ascending")
     if times[-1] > LATEST_PLAUSIBLE_S:
         # Milliseconds read as seconds would put a 28-day window inside 40 minutes and run without a complaint.
         raise TraceError(f"{where}: times reach {times[-1]:.0f}, past the year 5000: milliseconds? give unix seconds")
+    if times[0] < EARLIEST_PLAUSIBLE_S:
+        # Minutes or hours since 1970 read as seconds would squeeze a month into a day and print a "win" of 5x.
+        raise TraceError(
+            f"{where}: times start at {times[0]:.0f}, before 1990 (no web page is that old): minutes or hours? "
+            "give unix seconds"
+        )
     return Trace(target, source, tuple(float(t) for t in times))
 
 

@@ -27,6 +27,14 @@ ALLOCATION_EPOCH_S = 3600.0
 _HARMONIC = np.concatenate([[0.0], np.cumsum(1.0 / np.arange(1, 200_001))])
 
 
+def _harmonic(count: int) -> np.ndarray:
+    """H(1) .. H(count): the table, or computed for a fetch that catches more items (a bulk import dated at one
+    instant can hold any number)."""
+    if count < _HARMONIC.size:
+        return _HARMONIC[1 : count + 1]
+    return np.cumsum(1.0 / np.arange(1, count + 1))
+
+
 @dataclass(frozen=True)
 class Horizon:
     warmup_s: float
@@ -153,7 +161,7 @@ class _Crawl:
         self.res.page_items[i] += int(items.size)
         self.res.stale_s += at - float(items[0])
         gaps = np.diff(np.append(items, at))
-        self.res.harmonic_s += float((_HARMONIC[1 : items.size + 1] * gaps).sum())
+        self.res.harmonic_s += float((_harmonic(items.size) * gaps).sum())
 
 
 def run_single(

@@ -27,6 +27,15 @@ def test_items_left_uncaught_count_in_the_mean_lag_censored_at_the_end() -> None
     assert res.page_items == [3] and res.page_lag_s == [pytest.approx(350 + 250 + 150)]
 
 
+def test_one_fetch_may_catch_any_number_of_items() -> None:
+    """A bulk import dated at one instant (a product's 250 000 reviews stamped with one day) is caught by one fetch;
+    the harmonic staleness used a table of 200 000 entries and crashed the run."""
+    horizon = Horizon(warmup_s=0.0, end_s=1000.0, drain_s=100.0)
+    page = Page("t", 250.0, np.full(250_000, 500.0))
+    summary = run_single(page, FixedPolicy(600.0, 600.0, 600.0), Detector("exact"), horizon).summary()
+    assert summary["items"] == 250_000 and summary["lag_mean_min"] == pytest.approx(100 / 60)
+
+
 def test_a_budgeted_run_reads_each_daily_profile_again_only_after_a_fetch() -> None:
     """The hourly rebalance needs every page's daily profile, which depends on the page's state alone; the simulator
     reads it again only when a fetch has replaced that state, so a long run does not spend its time re-reading

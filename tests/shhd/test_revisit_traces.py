@@ -22,6 +22,7 @@ from bench.revisit.build_traces import main as build_traces_main
 from bench.revisit.contenders import MAX_DEFAULT_WORKERS, ROOT, usable_cpus
 from bench.revisit.phases import baseline_settings, phase_job
 from bench.revisit.progress import Progress
+from bench.revisit.publish import code_span, table
 from bench.revisit.real import RealConfig, seed_job
 from bench.revisit.replay import (
     Trace,
@@ -76,6 +77,13 @@ def test_a_file_saved_with_a_byte_order_mark_and_crlf_line_ends_loads(tmp_path: 
         ('{"target": "x", "source": "s", "times": [1, NaN]}', "finite numbers"),
         (json.dumps(dict(GOOD, times=[5, 3])), "not sorted"),
         (json.dumps(dict(GOOD, times=[1_700_000_000_000, 1_700_000_600_000])), "milliseconds"),
+        # Minutes since 1970 (28 333 333 is 2023-11) would squeeze the window into a day and print a false "win".
+        (json.dumps(dict(GOOD, times=[28_333_333, 28_333_343])), "before 1990"),
+        (json.dumps(dict(GOOD, times=[-5, 1_700_000_000])), "before 1990"),
+        # Numbers JSON allows and Python cannot take as a time or an id: an error naming the line, not a traceback.
+        (json.dumps(dict(GOOD, times=[1_700_000_000, 10**400])), "finite numbers"),
+        ('{"target": "' + "x" + '", "source": "s", "times": [' + "9" * 5000 + "]}", "not JSON we can read"),
+        ("[" * 100_000 + "]" * 100_000, "not JSON"),
     ],
 )
 def test_a_bad_line_names_file_line_and_fault(tmp_path: Path, line: str, message: str) -> None:
@@ -116,6 +124,13 @@ def test_an_empty_report_half_and_a_bad_target_count_are_clear_errors(
     assert "the report half is empty" in capsys.readouterr().err
     assert revisit.main(["--traces", str(path), "--quick", "--workers", "1", "--half", "all", "--seeds", "2"]) == 0
     assert "#### Summary" in capsys.readouterr().out
+    # One target: a global budget fetches it at every slot whatever the policy; nothing to compare.
+    assert revisit.main(["--traces", str(path), "--quick", "--workers", "1", "--half", "all", "--targets", "1"]) == 2
+    assert "nothing to compare" in capsys.readouterr().err
+    one = tmp_path / "one.jsonl"
+    one.write_text(json.dumps(GOOD) + "\n", encoding="utf-8")
+    assert revisit.main(["--traces", str(one), "--quick", "--workers", "1", "--half", "all"]) == 2
+    assert "runs 1 target" in capsys.readouterr().err
     for flag in ("--targets", "--seeds", "--workers", "--pages"):
         with pytest.raises(SystemExit) as exit_:
             revisit.main(["--traces", str(path), flag, "0"])
@@ -130,8 +145,12 @@ def test_the_command_runs_a_small_file_with_progress_on_stderr(
     assert revisit.main(["--traces", str(path), "--quick", "--workers", "1", "--seeds", "2"]) == 0
     out, err = capsys.readouterr()
     assert "#### Summary: the default policy against the best baseline" in out
-    assert "8 traces: 4 development, 4 report; running the report half; window 28 days, warm-up 7" in err
-    assert "report seeds 2/2" in err and "[revisit " not in out  # progress goes to stderr only
+    assert "8 traces: 4 development, 4 report; running the report half (" in err
+    assert "items in its windows, each replayed by every policy at every budget); window 28 days, warm-up 7" in err
+    # One job per seed and budget: a long run says how far it is every few minutes, not once a seed.
+    assert "report runs (seeds × budgets) 8/8" in err and "[revisit " not in out  # progress goes to stderr only
+    # --quick neither tunes nor runs the oracle, and its header says so.
+    assert "baselines at their default knobs (no tuning); no offline oracle; window 28 days" in out
 
 
 def _small_file(tmp_path: Path) -> Path:
@@ -159,6 +178,8 @@ def test_the_development_harness_prints_the_best_of_every_baseline_setting_and_w
     out, err = capsys.readouterr()
     assert "4 targets of the dev half, 2 phases, 4 budgets" in err
     assert "dev half, every target (4), no resampling; phases 0..1; best of 8 baseline settings per phase" in out
+    assert revisit.main(["--traces", str(path), "--phases", "1", "--workers", "1", "--targets", "3"]) == 0
+    assert "dev half, one subsample of 3 of its 4 targets, no resampling" in capsys.readouterr().out
     rows = [line.split(" | ") for line in out.splitlines() if line[:3] in ("| 0", "| 1", "| 2")]
     assert [row[0] for row in rows] == ["| 0.25", "| 0.5", "| 1", "| 2"]
     assert all(" (sd " in row[2] and " (sd " in row[3] for row in rows)
@@ -500,3 +521,11 @@ def test_ctrl_c_or_sigterm_stops_the_run_and_its_workers_without_a_traceback(tmp
     assert run.returncode == 130
     assert "interrupted" in out
     assert "Traceback" not in err, err
+
+
+def test_names_from_a_trace_file_cannot_break_the_written_markdown() -> None:
+    """Source and target names come from the file: a ``|`` would split a table row and a backtick end a code span
+    in the block a full run writes into docs/REVISIT.md."""
+    assert table(["source", "lag"], [["jd|reviews", "1.0"]]).splitlines()[2] == "| jd\\|reviews | 1.0 |"
+    assert code_span("8b06") == "`8b06`"
+    assert code_span("we`ibo") == "``we`ibo``" and code_span("`x") == "`` `x ``"
