@@ -19,7 +19,10 @@ them for good. Everything in between is buffered here, in memory, bounded:
   a task an operator removed, is dropped with a warning instead);
 * a result whose lease deadline passed before it could be reported is dropped with a warning: the scheduler
   has re-queued the task, whose cursor did not move, so the next crawl fetches the same items again;
-* aborted crawls (shutdown) give their leases back with ``releaseUsers``.
+* aborted crawls (shutdown) give their leases back with ``releaseUsers``;
+* a result kept through a scheduler outage while its task was leased to this client again (a report the scheduler
+  committed just before it was killed, whose answer never came) is superseded by the newer crawl's: only the newer
+  lease is alive, and one batch naming a task twice is refused, which used to drop the newer report.
 
 A listing crawl's discovered product ids travel inside its report (``Report.discovered_ids``): the scheduler adds
 them in the report's own transaction and counts the new ones, so the sink has nothing to add or rewrite. Reports
@@ -169,12 +172,13 @@ class Sink:
             batch, self._pending = self._pending, []
             self._working = batch
         try:
-            batch = self._expire(batch)
+            batch = self._supersede(self._expire(batch))
             for item in batch:
                 fingerprint_result(item.result, self._fingerprint)
             now = self._monotonic()
             if self.storage_backoff.ready(now):
                 self._store(batch)
+            batch = [item for item in batch if not (item.superseded and item.stored)]  # nothing left to do for them
             if self.scheduler_backoff.ready(now):
                 batch = self._report(batch)
                 batch = self._release(batch)
@@ -190,6 +194,7 @@ class Sink:
         with self._lock:
             batch, self._pending = self._pending, []
             self._working = batch
+        batch = self._supersede(batch)
         for item in batch:
             item.result.aborted = True
         left = self._release(batch)
@@ -216,6 +221,27 @@ class Sink:
                 keep.append(item)
         return keep
 
+    def _supersede(self, batch: list[Pending]) -> list[Pending]:
+        """Mark every result of a task that has a newer result in the sink (the list is oldest first) as superseded,
+        and drop those whose records are stored: the scheduler leased the task again, so their leases are dead and
+        their reports would be refused (and, in one batch with the newer report, make it refused too)."""
+        newest = {item.result.task.id: item for item in batch}
+        keep = []
+        for item in batch:
+            newer = newest[item.result.task.id]
+            if newer is not item and not item.superseded:
+                item.superseded = True
+                log.info(
+                    "task %s: a newer crawl of it (leased again, lease %s) replaces the report of lease %s",
+                    item.result.task.id,
+                    newer.result.task.lease_token,
+                    item.result.task.lease_token,
+                )
+                self.stats.add(reports_lost=1)
+            if not (item.superseded and item.stored):
+                keep.append(item)
+        return keep
+
     def _store(self, batch: list[Pending]) -> None:
         try:
             self.writer.write_kind([item for item in batch if not item.posts_done], "posts")
@@ -232,7 +258,7 @@ class Sink:
             self.storage_backoff.succeeded()
 
     def _report(self, batch: list[Pending]) -> list[Pending]:
-        ready = [item for item in batch if item.stored and not item.result.aborted]
+        ready = [item for item in batch if item.stored and not item.result.aborted and not item.superseded]
         if not ready:
             return batch
         for item in ready:
@@ -266,7 +292,7 @@ class Sink:
         return [item for item in batch if id(item) not in done]
 
     def _release(self, batch: list[Pending]) -> list[Pending]:
-        aborted = [item for item in batch if item.result.aborted]
+        aborted = [item for item in batch if item.result.aborted and not item.superseded]
         if not aborted:
             return batch
         try:

@@ -72,6 +72,9 @@ class Pending:
     #: Records of this result that could not be stored for a reason other than being invalid themselves: the
     #: task is then reported as failed (its cursor stays), so a later visit fetches them again.
     unstored: int = 0
+    #: A newer crawl of the same task is in the sink (the task was leased again: this lease is dead), so this
+    #: result's report is never sent; its records still are (``Sink._supersede``).
+    superseded: bool = False
 
     @property
     def stored(self) -> bool:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Sequence
+from dataclasses import replace
 
 import pytest
 
@@ -42,6 +43,11 @@ class MemoryScheduler:
         self.calls += 1
         if self.down:
             raise ServiceError("scheduler: ConnectionRefusedException")
+        for index, task_id in enumerate(ids):  # as scheduler_server.checks: the later of two is named
+            if task_id in ids[:index]:
+                raise InvalidArgumentError(
+                    f"task {task_id} reported twice in one batch", field=f"reports[{index}].taskId", index=index
+                )
         for index, task_id in enumerate(ids):
             if task_id in self.lost:
                 raise LeaseLostError("expired", task_id=task_id, index=index)
@@ -461,3 +467,61 @@ def test_records_being_written_still_count_against_the_buffer_bound() -> None:
         flusher.join(10)
     assert sink.buffered_records() == 0 and sink.has_room()
     assert len(scheduler.reports) == 1
+
+
+def _leased_again(name: str, token: str, posts: int = 0) -> CrawlResult:
+    """A new crawl of ``result(name)``'s task under another lease."""
+    again = result(name, posts=posts)
+    again.task = replace(again.task, lease_token=token)
+    again.report = replace(again.report, lease_token=token)
+    return again
+
+
+def test_a_kept_report_of_a_task_leased_again_gives_way_to_the_newer_one(caplog: pytest.LogCaptureFixture) -> None:
+    """A report the scheduler committed just before a kill -9 (its answer lost, so the client kept it) and the crawl
+    of the same task leased again after the restart went out in one batch: the scheduler refuses a task named twice
+    and names the later entry, the live lease, which was dropped as a client bug (a kill -9 harness found it). The
+    older report gives way; its records are still stored."""
+    sink, scheduler, storage, clock = make(report_batch=10)
+    sink.add(result("t", posts=1))
+    scheduler.down = True
+    assert sink.flush() is False  # kept: the answer never came
+    scheduler.down = False
+    scheduler.lost = set()
+    sink.add(_leased_again("t", "tok-new", posts=1))
+    sink.add(result("u"))
+    clock.mono += 100  # past the backoff
+    assert sink.flush() is True
+    assert [(r.task_id, r.lease_token) for r in scheduler.reports] == [
+        ("user:weibo_mobile:t", "tok-new"),
+        ("user:weibo_mobile:u", "tok-u"),
+    ]
+    assert len(storage.posts) == 2  # both crawls' records
+    assert "ERROR" not in [record.levelname for record in caplog.records]
+    assert sink.stats.snapshot()["reports_lost"] == 1
+
+
+def test_a_superseded_result_still_stores_its_records_before_it_goes(caplog: pytest.LogCaptureFixture) -> None:
+    sink, scheduler, storage, clock = make(report_batch=10)
+    storage.unavailable = 1
+    sink.add(result("t", posts=2))
+    sink.add(_leased_again("t", "tok-new"))
+    assert sink.flush() is False  # storage down: the newer crawl (no records) is reported, the older one waits
+    assert storage.posts == [] and [r.lease_token for r in scheduler.reports] == ["tok-new"]
+    clock.mono += 100
+    assert sink.flush() is True  # stored, then gone without a report
+    assert len(storage.posts) == 2 and [r.lease_token for r in scheduler.reports] == ["tok-new"]
+    assert sink.pending_count() == 0
+
+
+def test_shutdown_gives_back_only_the_newest_lease_of_a_task() -> None:
+    """Releasing two leases of one task in one batch is refused as a whole (no entry named): every lease in it
+    would wait out its time."""
+    sink, scheduler, _, _ = make()
+    scheduler.down = True
+    sink.add(result("t", posts=1))
+    sink.add(_leased_again("t", "tok-new", posts=1))
+    assert sink.flush() is False
+    scheduler.down = False
+    assert sink.give_back() == 1
+    assert scheduler.released == [("user:weibo_mobile:t", "tok-new")]
