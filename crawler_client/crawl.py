@@ -36,7 +36,7 @@ from datetime import datetime
 from typing import Protocol, runtime_checkable
 
 from crawler_client import gaps
-from crawler_client.sources.base import FetchedPage, Item, PageRequest, ParsedPage, Source
+from crawler_client.sources.base import LONG_TEXT_GONE, FetchedPage, Item, PageRequest, ParsedPage, Source
 from icecrawler.clock import BEIJING
 from icecrawler.errors import FetchError, quote
 from icecrawler.models import (
@@ -276,9 +276,10 @@ def _fill_long_texts(
 ) -> None:
     """Fetch the full text of truncated posts that are new (known posts were completed on an earlier visit).
 
-    A post whose full text the site no longer has (NotFound: deleted since the timeline page was read) keeps its
-    truncated text: failing the crawl for it would fail every visit, and the timeline's new posts with it. Any other
-    refusal (a ban, a limit, a login wall, an answer we cannot read) fails the crawl as a page would."""
+    A post whose full text the site says is gone (``LONG_TEXT_GONE``: deleted since the timeline page was read)
+    keeps its truncated text: failing the crawl for it would fail every visit, and the timeline's new posts with it.
+    Any other refusal (a ban, a limit, a login wall, an HTTP 404, an answer we cannot read) fails the crawl as a page
+    would, cursor kept."""
     ids = {part for part in parsed.info.get("long_text_ids", "").split(",") if part}
     if not ids or not isinstance(source, LongTextSource):
         return
@@ -288,7 +289,7 @@ def _fill_long_texts(
             try:
                 full = source.parse_extend(request, fetcher.fetch(request), now_ms())
             except FetchError as exc:
-                if exc.outcome is not Outcome.NotFound:
+                if exc.error_class != LONG_TEXT_GONE:
                     raise
                 log.warning(
                     "post %s: no full text (%s: %s); its truncated text is stored", item.id, exc.error_class, exc

@@ -131,7 +131,10 @@ class ClientMetrics:
             ("tasks_reported", "Tasks reported to the scheduler."),
             ("items_stored", "Records storage acknowledged (stored or spooled)."),
             ("records_rejected", "Records storage rejected as invalid."),
-            ("reports_lost", "Reports the scheduler refused (lease lost)."),
+            (
+                "reports_lost",
+                "Reports the scheduler refused (lease lost), or not sent: a newer lease of the task came.",
+            ),
             ("leases_released", "Leases given back unused (shutdown)."),
         ):
             yield counter(p + name, documentation, float(snap[name]))  # type: ignore[arg-type]

@@ -194,7 +194,7 @@ class Sink:
         with self._lock:
             batch, self._pending = self._pending, []
             self._working = batch
-        batch = self._supersede(batch)
+        batch = [item for item in self._supersede(batch) if not item.superseded]  # their leases are dead
         for item in batch:
             item.result.aborted = True
         left = self._release(batch)

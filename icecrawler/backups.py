@@ -112,11 +112,16 @@ class BackupPlan:
         self._prune()
 
     def _prune(self) -> None:
-        """Remove complete backups past the newest ``keep``: each renamed out of the backups' names first."""
+        """Remove complete backups past the newest ``keep``: each renamed out of the backups' names first. One that
+        cannot be removed is a warning, never a failed backup: the new one is taken, and the next prune tries again."""
         for _, old in self.complete()[: -self.keep]:
             going = old.with_name(old.name + REMOVING_SUFFIX)
-            old.rename(going)
-            shutil.rmtree(going, ignore_errors=True)
+            try:
+                old.rename(going)
+                shutil.rmtree(going)
+            except OSError as exc:
+                log.warning("could not remove old backup %s (keeping the newest %d): %s", old, self.keep, exc)
+                continue
             log.info("removed old backup %s (keeping the newest %d)", old, self.keep)
 
 

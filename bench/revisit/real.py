@@ -167,13 +167,6 @@ def tune(
     return chosen
 
 
-def seed_job(
-    traces: Sequence[Trace], cfg: RealConfig, knobs: dict[tuple[str, float], dict[str, Any]], seed: int
-) -> dict[str, Any]:
-    """Every contender at every budget on one bootstrap population; per-policy summaries and per-source lags."""
-    return {str(mult): budget_job(traces, cfg, knobs, seed, mult) for mult in cfg.budgets}
-
-
 def budget_job(
     traces: Sequence[Trace], cfg: RealConfig, knobs: dict[tuple[str, float], dict[str, Any]], seed: int, mult: float
 ) -> dict[str, Any]:
@@ -518,7 +511,7 @@ def run_traces(cfg: RealConfig, pool: Any, command: str, write: bool) -> str:
     items = sum(page.arrivals.size for page in window_pages(chosen, windowing))
     progress.say(
         f"{len(traces)} traces: {len(dev)} development, {len(rep)} report; running the {cfg.half} half ({items} items "
-        f"in its windows, each replayed by every policy at every budget); window {windowing.window_days:g} days, "
+        f"in the windows of its targets; the run time grows with them); window {windowing.window_days:g} days, "
         f"warm-up {windowing.warmup_days:g}"
     )
     knobs = tune(dev, cfg, pool, progress) if cfg.tune else {}

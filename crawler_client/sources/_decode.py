@@ -18,7 +18,17 @@ if TYPE_CHECKING:
 from icecrawler.errors import ParseError
 from icecrawler.models import Post
 
-__all__ = ["decode_body", "html_text", "html_texts", "is_tag", "load_json", "make_soup", "strip_jsonp", "with_html"]
+__all__ = [
+    "as_dict",
+    "decode_body",
+    "html_text",
+    "html_texts",
+    "is_tag",
+    "load_json",
+    "make_soup",
+    "strip_jsonp",
+    "with_html",
+]
 
 
 def decode_body(body: bytes) -> str:
@@ -45,6 +55,11 @@ def strip_jsonp(text: str) -> str:
     if tail not in ("", ";"):
         return stripped
     return stripped[open_at + 1 : close_at].strip()
+
+
+def as_dict(value: object) -> dict[str, Any]:
+    """``value`` if it is a JSON object, else {} (every field of an answer may have the wrong type)."""
+    return value if isinstance(value, dict) else {}
 
 
 def load_json(text: str, *, what: str, http_status: int = 0) -> Any:

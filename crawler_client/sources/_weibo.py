@@ -3,23 +3,29 @@ access, the post markers both use and the session signals of their envelopes; fo
 page holds (``others_posts``).
 
 Both APIs wrap answers in ``{"ok": 1, "data": ...}``; ``ok: -100`` (with a login ``url``) is a login wall (a
-captcha wall when that url is Weibo's captcha page), a top-level ``url`` without ``data`` a verification wall, an
-empty object ``{}`` what weibo.com's ``/ajax`` API answers a cookie it no longer accepts, and ``ok: 0`` "nothing
-here" (no such user, or past the end) unless its ``msg`` names a limit or a login. Fields may be missing or have the
-wrong type in any answer, so every access goes through ``as_dict``.
+captcha wall when that url is Weibo's captcha page), a top-level ``url`` without ``data`` a verification wall, and
+``ok: 0`` "nothing here" (no such user, or past the end) unless its ``msg`` names a limit or a login. Fields may be
+missing or have the wrong type in any answer, so every access goes through ``as_dict``.
 """
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from crawler_client.sources._counts import parse_id
-from crawler_client.sources._decode import load_json
-from crawler_client.sources._detect import WEIBO_MARKERS, Marker, check_http, fail, scan_markers, unparsable
-from crawler_client.sources.base import FetchedPage
+from crawler_client.sources._decode import as_dict, decode_body, load_json, strip_jsonp
+from crawler_client.sources._detect import (
+    WEIBO_MARKERS,
+    Marker,
+    check_final_url,
+    check_http,
+    fail,
+    scan_markers,
+    unparsable,
+)
+from crawler_client.sources.base import LONG_TEXT_GONE, FetchedPage, PageRequest
 from icecrawler.errors import FetchError, ParseError
 from icecrawler.models import Outcome
 
@@ -30,11 +36,12 @@ __all__ = [
     "as_dict",
     "author_id",
     "check_end_of_list",
-    "check_status",
+    "checked_text",
     "first_page_ok0",
     "https_url",
     "is_pinned",
     "json_envelope",
+    "long_text_content",
     "long_text_refused",
     "mblog_id",
     "message_error",
@@ -83,11 +90,6 @@ def own_posts[T](target: str, posts: Sequence[T], author: Callable[[T], int], ht
     author), and how many were another account's: what every Weibo source reports as ``other_accounts``."""
     others = others_posts(target, [author(post) for post in posts], http_status)
     return [post for post, other in zip(posts, others, strict=True) if not other], sum(others)
-
-
-def as_dict(value: object) -> dict[str, Any]:
-    """``value`` if it is a JSON object, else {} (every field may have the wrong type)."""
-    return value if isinstance(value, dict) else {}
 
 
 def https_url(url: str) -> str:
@@ -214,35 +216,53 @@ def wall_of(doc: dict[str, Any], http_status: int) -> FetchError | None:
     return None
 
 
-def check_status(page: FetchedPage, text: str, now_ms: int) -> None:
-    """``check_http``, except that a refused status (403 and the like) whose JSON body names a limit or a login
-    (``{"ok":0,"errno":"100005","msg":"请求过于频繁"}`` with HTTP 403) is what the body says: a rate limit must not
-    block the host as a ban and freeze the account."""
-    if page.status >= 400 and text.startswith("{"):
+def checked_text(request: PageRequest, page: FetchedPage, now_ms: int) -> str:
+    """The decoded body (JSONP wrapper removed) after the HTTP status and redirect checks both JSON APIs make. A 403
+    whose JSON body names a limit or a login (``{"ok":0,"errno":"100005","msg":"请求过于频繁"}``) is what the body
+    says: a rate limit must not block the host as a ban and freeze the account. Other statuses mean what they say
+    (432 ends a visitor session, 418 is an IP ban, 429 carries its Retry-After), whatever their body."""
+    text = strip_jsonp(decode_body(page.body))
+    if page.status == 403 and text.startswith("{"):
         try:
-            doc = json.loads(text)
-        except ValueError:
+            doc = load_json(text, what="a 403 answer", http_status=page.status)
+        except ParseError:
             doc = None
         said = message_error(doc, page.status) if isinstance(doc, dict) else None
         if said is not None:
             raise said
     check_http(page, now_ms)
+    check_final_url(page, request.url)
+    return text
 
 
-def long_text_refused(doc: dict[str, Any], http_status: int, what: str) -> FetchError:
-    """The error for a long-text answer that is not ``ok:1`` (its walls and named limits raised already): ``ok:0``
-    is a post whose full text is gone (deleted since the timeline was read), NotFound, so that the crawl keeps
-    the truncated text (``crawl``); anything else is unparsable."""
-    if doc.get("ok") in (0, "0"):
-        return fail(
-            Outcome.NotFound,
-            f"{what}: ok:0 {str(doc.get('msg', ''))[:60]!r}",
-            error_class="long-text-gone",
-            http_status=http_status,
-        )
-    return ParseError(
-        f"{what}: ok={str(doc.get('ok'))[:20]!r}", error_class="unexpected-format", http_status=http_status
+#: What a long-text answer says of a post that is gone (该微博不存在, 已被删除).
+POST_GONE = ("不存在", "删除")
+
+
+def long_text_refused(message: str, http_status: int, what: str) -> FetchError:
+    """The error for a long-text answer that gives no text (its walls and named limits raised already). Saying
+    nothing, or that the post is gone (``POST_GONE``), it is NotFound ``long-text-gone``: the crawl keeps the
+    truncated text, for a post deleted since its timeline page was read. Any other message is Busy, as on a
+    timeline page: a limit in words we have no marker for must fail the crawl (cursor kept), not pass the posts."""
+    if not message.strip() or any(word in message for word in POST_GONE):
+        return fail(Outcome.NotFound, f"{what}: {message[:60]!r}", error_class=LONG_TEXT_GONE, http_status=http_status)
+    return fail(
+        Outcome.Busy,
+        f"{what}: {message[:60]!r} (not a known answer)",
+        error_class="unexpected-long-text-answer",
+        http_status=http_status,
     )
+
+
+def long_text_content(doc: dict[str, Any], page: FetchedPage, what: str) -> str:
+    """``data.longTextContent`` of a long-text envelope; "" when the answer holds none (the post keeps its truncated
+    text). An ``ok:0`` answer raises ``long_text_refused``, another ``ok`` is unparsable."""
+    if doc.get("ok") in (0, "0"):
+        raise long_text_refused(str(doc.get("msg", "") or ""), page.status, what)
+    if doc.get("ok") not in (1, "1"):
+        raise unparsable(page.body, WEIBO_MARKERS, page.status, f"{what}: ok={str(doc.get('ok'))[:20]!r}")
+    content = as_dict(doc.get("data")).get("longTextContent")
+    return content if isinstance(content, str) else ""
 
 
 def json_envelope(page: FetchedPage, text: str, what: str) -> dict[str, Any]:
@@ -261,13 +281,6 @@ def json_envelope(page: FetchedPage, text: str, what: str) -> dict[str, Any]:
     doc = load_json(text, what=what, http_status=page.status)
     if not isinstance(doc, dict):
         raise unparsable(page.body, WEIBO_MARKERS, page.status, f"{what}: not a JSON object")
-    if not doc:
-        raise fail(
-            Outcome.LoginRequired,
-            f"{what}: an empty object (a cookie the site no longer accepts)",
-            error_class="empty-answer",
-            http_status=page.status,
-        )
     wall = wall_of(doc, page.status)
     if wall is not None:
         raise wall

@@ -22,6 +22,7 @@ from icecrawler.models import Post, Review, Task, TaskKind
 from icecrawler.sourcespec import SourceSpec
 
 __all__ = [
+    "LONG_TEXT_GONE",
     "DeclaredSource",
     "FetchedPage",
     "FormLogin",
@@ -33,6 +34,10 @@ __all__ = [
     "SourceSpec",
     "sniff",
 ]
+
+#: The ``error_class`` of a long-text answer saying the post is gone (deleted since its timeline page was read):
+#: the crawl keeps the post's truncated text instead of failing (``crawler_client.crawl``).
+LONG_TEXT_GONE = "long-text-gone"
 
 #: What a page yields: posts (Weibo), reviews (ECSHOP, JD) or discovered product ids (listing pages).
 Item = Post | Review | str

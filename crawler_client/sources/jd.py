@@ -37,7 +37,7 @@ from typing import Any, ClassVar
 from crawler_client.sources._counts import parse_count
 from crawler_client.sources._cursor import ReviewOrder
 from crawler_client.sources._dates import iso_of_ms, resolve_created_at
-from crawler_client.sources._decode import decode_body, load_json, strip_jsonp
+from crawler_client.sources._decode import as_dict, decode_body, load_json, strip_jsonp
 from crawler_client.sources._detect import (
     check_final_url,
     check_http,
@@ -375,12 +375,8 @@ def _pager(doc: dict[str, Any], holder: dict[str, Any]) -> dict[str, Any]:
     ``result.pageInfo.data`` (``getCommentListPage``) does."""
     if any(key in holder for key in _PAGING_KEYS):
         return holder
-    info = _dict(_dict(_dict(doc.get("result")).get("pageInfo")).get("data"))
+    info = as_dict(as_dict(as_dict(doc.get("result")).get("pageInfo")).get("data"))
     return info if any(key in info for key in _PAGING_KEYS) else holder
-
-
-def _dict(value: object) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
 
 
 def _unwrap(row: Any) -> Any:

@@ -33,26 +33,24 @@ from crawler_client.sources._counts import parse_count, parse_id
 from crawler_client.sources._cursor import PostOrder
 from crawler_client.sources._dates import iso_of_ms, resolve_created_at
 from crawler_client.sources._decode import (
-    decode_body,
     html_text,
     html_texts,
     load_json,
     make_soup,
-    strip_jsonp,
     with_html,
 )
-from crawler_client.sources._detect import WEIBO_MARKERS, check_final_url, unparsable
+from crawler_client.sources._detect import WEIBO_MARKERS, unparsable
 from crawler_client.sources._headers import MOBILE_UA, XHR_JSON
 from crawler_client.sources._weibo import (
     as_dict,
     author_id,
     check_end_of_list,
-    check_status,
+    checked_text,
     first_page_ok0,
     https_url,
     is_pinned,
     json_envelope,
-    long_text_refused,
+    long_text_content,
     mblog_id,
     own_posts,
     since_id_of,
@@ -258,13 +256,7 @@ class WeiboMobileSource(PostOrder, SavedPages):
     def parse_extend(self, request: PageRequest, page: FetchedPage, now_ms: int) -> str:
         """The ``longTextContent`` HTML of a ``statuses/extend`` response (bans raise like ``parse``; "" when the
         site gives an empty one: the post keeps its truncated text)."""
-        doc = self._envelope(request, page, now_ms)
-        if doc.get("ok") not in (1, "1"):
-            raise long_text_refused(doc, page.status, "statuses/extend")
-        content = _as_dict(doc.get("data")).get("longTextContent")
-        if not isinstance(content, str):
-            raise unparsable(page.body, WEIBO_MARKERS, page.status, "statuses/extend: no longTextContent")
-        return content
+        return long_text_content(self._envelope(request, page, now_ms), page, "statuses/extend")
 
     @staticmethod
     def with_long_text(post: Post, html: str) -> Post:
@@ -344,9 +336,7 @@ class WeiboMobileSource(PostOrder, SavedPages):
     @staticmethod
     def _envelope(request: PageRequest, page: FetchedPage, now_ms: int) -> dict[str, Any]:
         """The JSON object, after HTTP/redirect checks; login walls (``ok:-100``, a top-level ``url``) raise."""
-        text = strip_jsonp(decode_body(page.body))
-        check_status(page, text, now_ms)
-        check_final_url(page, request.url)
+        text = checked_text(request, page, now_ms)
         if not text.startswith("{"):
             status = _render_data_status(text)
             if status is not None:  # a /detail/{id} page: one post, shaped like a timeline card

@@ -41,7 +41,7 @@ from crawler_client.sources._detect import (
     unparsable,
 )
 from crawler_client.sources._headers import DESKTOP_UA
-from crawler_client.sources._weibo import message_error, own_posts, wall_of
+from crawler_client.sources._weibo import long_text_refused, message_error, own_posts, wall_of
 from crawler_client.sources.base import FetchedPage, Item, PageRequest, ParsedPage, SavedPages, SourceSpec, sniff
 from icecrawler.errors import FetchError, ParseError
 from icecrawler.models import Outcome, Post, Task, TaskKind
@@ -202,7 +202,7 @@ class WeiboPcSource(PostOrder, SavedPages):
         """``data.html`` of a getlongtext envelope; an unknown mid (code ≠ 100000) is NotFound."""
         check_http(page, now_ms)
         check_final_url(page, request.url)
-        data = _envelope_data(page, "getlongtext", Outcome.NotFound)
+        data = _envelope_data(page, "getlongtext", None)
         html = data.get("html") if isinstance(data, dict) else None
         if not isinstance(html, str):
             raise unparsable(page.body, WEIBO_MARKERS, page.status, "getlongtext: no data.html")
@@ -267,10 +267,10 @@ def _all(node: Tag, attr: str, value: str, name: str | None = None) -> list[Tag]
     return [tag for tag in node.find_all(name, attrs) if is_tag(tag)]
 
 
-def _envelope_data(page: FetchedPage, what: str, bad_code: Outcome) -> Any:
+def _envelope_data(page: FetchedPage, what: str, bad_code: Outcome | None) -> Any:
     """``data`` of a ``{"code":"100000","msg":"","data":...}`` envelope. A profile page answers with its
     FM.view feed html; other HTML is a ban/login page (docs/SITE_RESPONSES.md §1.4); another code raises what its
-    ``msg`` names (请先登录, 请求过于频繁…), else ``bad_code``."""
+    ``msg`` names (请先登录, 请求过于频繁…), else ``bad_code`` (None: a long-text answer, ``long_text_refused``)."""
     text = decode_body(page.body).strip()
     if not text.startswith("{"):
         fragment = _profile_feed(text)
@@ -318,6 +318,8 @@ def _envelope_data(page: FetchedPage, what: str, bad_code: Outcome) -> Any:
                 error_class="page-not-found",
                 http_status=page.status,
             )
+        if bad_code is None:
+            raise long_text_refused(str(doc.get("msg", "") or ""), page.status, f"{what} code {code[:20]!r}")
         raise fail(
             bad_code,
             f"{what} code {code[:20]!r}: {str(doc.get('msg', ''))[:60]!r}",

@@ -31,26 +31,26 @@ from typing import Any, ClassVar
 from crawler_client.sources._counts import parse_count, parse_id
 from crawler_client.sources._cursor import PostOrder
 from crawler_client.sources._dates import iso_of_ms, resolve_created_at
-from crawler_client.sources._decode import ZERO_WIDTH_SPACE, decode_body, html_texts, strip_jsonp, with_html
-from crawler_client.sources._detect import WEIBO_MARKERS, check_final_url, unparsable
+from crawler_client.sources._decode import ZERO_WIDTH_SPACE, html_texts, with_html
+from crawler_client.sources._detect import WEIBO_MARKERS, fail, unparsable
 from crawler_client.sources._headers import DESKTOP_UA, XHR_JSON
 from crawler_client.sources._weibo import (
     as_dict,
     author_id,
     check_end_of_list,
-    check_status,
+    checked_text,
     first_page_ok0,
     https_url,
     is_pinned,
     json_envelope,
-    long_text_refused,
+    long_text_content,
     mblog_id,
     own_posts,
     since_id_of,
     truthy,
 )
 from crawler_client.sources.base import FetchedPage, Item, PageRequest, ParsedPage, SavedPages, SourceSpec
-from icecrawler.models import Post, Task, TaskKind
+from icecrawler.models import Outcome, Post, Task, TaskKind
 
 __all__ = ["LONGTEXT_PATH", "SOURCE", "SPEC", "TIMELINE_PATH", "WeiboWebSource"]
 
@@ -238,11 +238,8 @@ class WeiboWebSource(PostOrder, SavedPages):
     def parse_extend(self, request: PageRequest, page: FetchedPage, now_ms: int) -> str:
         """The full text of a ``longtext`` answer as HTML ("" when the site has none: the post keeps its
         truncated text rather than failing the crawl)."""
-        doc = self._envelope(request, page, now_ms, LONGTEXT_PATH)
-        if doc.get("ok") not in (1, "1"):
-            raise long_text_refused(doc, page.status, "longtext")
-        content = as_dict(doc.get("data")).get("longTextContent")
-        if not isinstance(content, str) or not content.strip():
+        content = long_text_content(self._envelope(request, page, now_ms, LONGTEXT_PATH), page, "longtext")
+        if not content.strip():
             return ""
         if _MARKUP_RE.search(content):
             return content
@@ -257,11 +254,17 @@ class WeiboWebSource(PostOrder, SavedPages):
     @staticmethod
     def _envelope(request: PageRequest, page: FetchedPage, now_ms: int, what: str) -> dict[str, Any]:
         """The JSON object after HTTP/redirect checks. HTML is a login or visitor page (the session is
-        gone), unless it is one of Weibo's busy/ban interstitials; ``ok:-100`` is a login wall."""
-        text = strip_jsonp(decode_body(page.body))
-        check_status(page, text, now_ms)
-        check_final_url(page, request.url)
-        return json_envelope(page, text, what)
+        gone), unless it is one of Weibo's busy/ban interstitials; ``ok:-100`` is a login wall, and so is an empty
+        object ``{}``: what this API answers a cookie it no longer accepts (2025–2026 clients record it)."""
+        doc = json_envelope(page, checked_text(request, page, now_ms), what)
+        if not doc:
+            raise fail(
+                Outcome.LoginRequired,
+                f"{what}: an empty object (a cookie the site no longer accepts)",
+                error_class="empty-answer",
+                http_status=page.status,
+            )
+        return doc
 
     def _next(self, request: PageRequest, data: dict[str, Any], had_posts: bool) -> PageRequest | None:
         """``since_id`` when the answer gives one, else ``page`` + 1 (also after an empty ``since_id``). An empty

@@ -59,21 +59,26 @@ class Command(BaseCommand):
 
         sources = [Path(path).resolve() for path in args.sources]
         targets = [Path(path).resolve() for path in args.targets]
-        if not args.dry_run and (stopped := _stopped_while_publishing(sources, targets)) is not None:
-            publish(stopped)
-            for parent in sorted({target.parent for target in targets}):  # a run killed before it synced its renames
-                sync_dir(parent)
-            if stopped:
-                print(
-                    f"finished the reshard into {len(targets)} shard(s) that was stopped while it renamed its "
-                    f"databases into place ({len(stopped)} left to rename); its copies were complete and checked"
-                )
-            else:
-                print(
-                    f"nothing to do: the --to directories already hold this reshard's {len(targets)} shard(s), every "
-                    "one renamed into place (a run killed after its last rename, or run twice)"
-                )
-            return 0
+        with ExitStack() as locks:  # a scheduler running on --from is refused, with its pid, before anything else
+            for path in sources:
+                if path.is_dir():
+                    locks.enter_context(DataLock(path / LOCK_FILE, "reshard"))
+            stopped = None if args.dry_run else _stopped_while_publishing(sources, targets, LOCK_FILE)
+            if stopped is not None:
+                publish(stopped)
+                for parent in sorted({target.parent for target in targets}):  # renames a killed run never synced
+                    sync_dir(parent)
+                if stopped:
+                    print(
+                        f"finished the reshard into {len(targets)} shard(s) that was stopped while it renamed its "
+                        f"databases into place ({len(stopped)} left to rename); its copies were complete and checked"
+                    )
+                else:
+                    print(
+                        f"nothing to do: the --to directories already hold this reshard's {len(targets)} shard(s), "
+                        "every one renamed into place (a run killed after its last rename, or run twice)"
+                    )
+                return 0
         _check_paths(sources, targets)
         durable = settings.get_bool("scheduler.durable_commits")
         started = time.monotonic()
@@ -99,7 +104,12 @@ class Command(BaseCommand):
                 stack.callback(store.close)
                 new.append(store)
             result = reshard(old, new, source_hosts(settings), progress=print)
-        run = {"run": secrets.token_hex(8), "shards": len(targets), "from": sorted(map(str, sources))}
+        run = {
+            "run": secrets.token_hex(8),
+            "shards": len(targets),
+            "from": sorted(map(str, sources)),
+            "from_state": _source_state(sources, LOCK_FILE),
+        }
         for shard, partial in enumerate(partials):
             (partial / MARKER).write_text(time.strftime("%Y-%m-%dT%H:%M:%S%z") + " (reshard)\n")
             (partial / RUN_FILE).write_text(json.dumps({**run, "shard": shard}) + "\n")
@@ -129,10 +139,23 @@ def _run_of(path: Path) -> dict[str, object] | None:
     return run if isinstance(run, dict) else None
 
 
-def _stopped_while_publishing(sources: list[Path], targets: list[Path]) -> list[tuple[Path, Path]] | None:
+def _source_state(sources: list[Path], lock_file: str) -> dict[str, list[list[object]]]:
+    """Name, size and modification time of every file of each old database, as the reshard left them: a scheduler
+    started on them since changes them (its recovery and checkpoints write), and the new shards are then older."""
+    state: dict[str, list[list[object]]] = {}
+    for source in sources:
+        files = sorted(path for path in source.iterdir() if path.is_file() and path.name != lock_file)
+        state[str(source)] = [[path.name, path.stat().st_size, path.stat().st_mtime_ns] for path in files]
+    return state
+
+
+def _stopped_while_publishing(
+    sources: list[Path], targets: list[Path], lock_file: str
+) -> list[tuple[Path, Path]] | None:
     """(new database, --to path) for each rename left, when a run with these paths was stopped while it renamed its
     databases into place (every copy was complete and checked by then), [] when such a run renamed them all; None
-    when the --to paths show no such run."""
+    when the --to paths show no such run. Refused when the old databases changed since that run (a scheduler ran
+    on them: going back to the old layout): its shards are older than they are."""
     placed = [_run_of(target) for target in targets]
     waiting = [_run_of(_partial(target)) for target in targets]
     if not any(placed):
@@ -144,6 +167,11 @@ def _stopped_while_publishing(sources: list[Path], targets: list[Path]) -> list[
     expected = {"shards": len(targets), "from": sorted(map(str, sources))}
     if any(run != {**first, **expected, "shard": shard} for shard, run in enumerate(runs)):
         return None  # another run's, or other paths': left to _check_paths to refuse
+    if "from_state" in first and first["from_state"] != _source_state(sources, lock_file):
+        raise ConfigError(
+            "--to holds the shards of a reshard of these --from databases, but they changed since (a scheduler ran "
+            "on them after it?): the shards are older than them. Reshard again into new, empty --to directories"
+        )
     left = [(_partial(target), target) for target, run in zip(targets, waiting, strict=True) if run is not None]
     if any(target.exists() and (not target.is_dir() or any(target.iterdir())) for _, target in left):
         return None

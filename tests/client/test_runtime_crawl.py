@@ -284,6 +284,7 @@ def test_a_post_whose_long_text_is_gone_keeps_its_truncated_text_and_the_crawl_s
         FetchError("wall", outcome=Outcome.LoginRequired, error_class="login-wall"),
         FetchError("ban", outcome=Outcome.Banned, error_class="http-418"),
         ParseError("an answer we cannot read", error_class="unexpected-format"),
+        FetchError("HTTP 404", outcome=Outcome.NotFound, error_class="http-404"),  # a moved endpoint, not a post
     ],
 )
 def test_a_refused_long_text_call_still_fails_the_crawl(refusal: FetchError) -> None:

@@ -35,21 +35,38 @@ def test_a_captcha_wall_is_told_from_a_logged_out_cookie(name: str) -> None:
 @pytest.mark.parametrize("name", SOURCES)
 def test_a_limit_served_with_http_403_is_a_rate_limit_not_a_ban(name: str) -> None:
     """HTTP 403 ``{"ok":0,"errno":"100005","msg":"请求过于频繁"}``: taken for a ban it blocked the host and froze the
-    account; a 403 whose body names nothing (or is not JSON) is still a ban."""
+    account; a 403 whose body names nothing (or is not JSON, or nests too deep to read) is still a ban. Only 403:
+    432 still ends a visitor session, 418 is still an IP ban and 429 keeps its Retry-After, whatever their body."""
     limit = _refusal(name, '{"ok":0,"errno":"100005","msg":"请求过于频繁"}'.encode(), status=403)
     assert (limit.outcome, limit.error_class, limit.http_status) == ("RateLimited", "too-frequent", 403)
     login = _refusal(name, '{"ok":0,"msg":"请先登录"}'.encode(), status=403)
     assert login.outcome == "LoginRequired"
-    for body in (b'{"ok":0,"msg":"forbidden"}', b"<html>403</html>", b""):
+    for body in (b'{"ok":0,"msg":"forbidden"}', b"<html>403</html>", b"", b"{" + b'"a":[' * 5000):
         ban = _refusal(name, body, status=403)
         assert (ban.outcome, ban.error_class) == ("Banned", "http-403")
+    said = '{"ok":0,"msg":"请先登录"}'.encode()
+    assert _refusal(name, said, status=432).error_class == "http-432"
+    assert _refusal(name, said, status=418).error_class == "http-418"
+    task = make_task(name, "1669879400")
+    with pytest.raises(FetchError) as info:
+        parse(
+            name,
+            task,
+            get_source(name).first_request(task, BASE),
+            '{"ok":0,"msg":"请求过于频繁"}'.encode(),
+            status=429,
+            headers={"Retry-After": "600"},
+        )
+    assert (info.value.outcome, info.value.retry_after_s) == ("RateLimited", 600.0)
 
 
-@pytest.mark.parametrize("name", SOURCES)
-def test_an_empty_object_is_a_cookie_the_site_no_longer_accepts(name: str) -> None:
-    error = _refusal(name, b"{}")
+def test_an_empty_object_from_the_ajax_api_is_a_cookie_it_no_longer_accepts() -> None:
+    """What 2025–2026 clients record for weibo.com's ``/ajax`` API; m.weibo.cn's ``{}`` has no such record and
+    stays unparsable."""
+    error = _refusal("weibo_web", b"{}")
     assert (error.outcome, error.error_class) == ("LoginRequired", "empty-answer")
     assert not isinstance(error, ParseError)
+    assert isinstance(_refusal("weibo_mobile", b"{}"), ParseError)
 
 
 @pytest.mark.parametrize("name", SOURCES)
@@ -61,9 +78,15 @@ def test_long_text_answers_that_are_empty_or_gone(name: str) -> None:
     empty = source.parse_extend(request, fetched(b'{"ok":1,"data":{"ok":1,"longTextContent":""}}', request), NOW_MS)
     assert source.with_long_text(post, empty).text == "长文开头 ...全文"
     assert post.html == "长文开头 ...全文"
-    with pytest.raises(FetchError) as info:
-        source.parse_extend(request, fetched('{"ok":0,"msg":"该微博不存在"}'.encode(), request), NOW_MS)
-    assert (info.value.outcome, info.value.error_class) == ("NotFound", "long-text-gone")
+    for gone in ('{"ok":0,"msg":"该微博不存在"}', '{"ok":0,"msg":"该微博已被删除"}', '{"ok":0}'):
+        with pytest.raises(FetchError) as info:
+            source.parse_extend(request, fetched(gone.encode(), request), NOW_MS)
+        assert (info.value.outcome, info.value.error_class) == ("NotFound", "long-text-gone")
+    with pytest.raises(FetchError) as info:  # any other message is not taken for a deleted post
+        source.parse_extend(request, fetched('{"ok":0,"msg":"系统繁忙，请稍后再试"}'.encode(), request), NOW_MS)
+    assert (info.value.outcome, info.value.error_class) == ("Busy", "unexpected-long-text-answer")
+    missing = source.parse_extend(request, fetched(b'{"ok":1,"data":{}}', request), NOW_MS)
+    assert missing == ""  # no longTextContent at all: the post keeps its truncated text, on both sources
     with pytest.raises(FetchError) as info:  # a limit on the long-text call is still the session's
         source.parse_extend(request, fetched('{"ok":0,"msg":"访问频次过高"}'.encode(), request), NOW_MS)
     assert info.value.outcome == "RateLimited"

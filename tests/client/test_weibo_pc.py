@@ -194,7 +194,12 @@ def test_long_text_getlongtext() -> None:
         SOURCE.parse_extend(
             request, fetched(php_json({"code": "100001", "msg": "", "data": {}}).encode(), request), NOW_MS
         )
-    assert info.value.outcome == "NotFound"
+    assert (info.value.outcome, info.value.error_class) == ("NotFound", "long-text-gone")  # the crawl keeps the text
+    with pytest.raises(FetchError) as info:  # a message we do not know is not taken for a deleted post
+        SOURCE.parse_extend(
+            request, fetched(php_json({"code": "100001", "msg": "系统繁忙，请稍后再试"}).encode(), request), NOW_MS
+        )
+    assert (info.value.outcome, info.value.error_class) == ("Busy", "unexpected-long-text-answer")
     with pytest.raises(FetchError) as info:
         SOURCE.parse_extend(request, fetched(fixture("weibo_pc_busy_gbk.html"), request), NOW_MS)
     assert info.value.outcome == "Busy"

@@ -238,3 +238,16 @@ def test_a_reshard_killed_after_its_last_rename_is_done_and_a_rerun_says_so(tmp_
     again = reshard("--from", str(db_dir), "--to", *targets)
     assert again.returncode == 0 and "nothing to do" in again.stdout, again.stderr
     _serve_their_tasks(tmp_path)
+
+
+def test_a_finished_reshard_is_not_taken_as_current_once_the_old_scheduler_ran_again(tmp_path: Path) -> None:
+    """Going back is starting the old scheduler again; its database then moves on, and the shards of the earlier
+    reshard are older than it. The same command must not call them done (nor run while that scheduler holds the
+    database)."""
+    db_dir, targets = _reshard_killed_after_rename(tmp_path, 2)
+    with scheduler_daemon(tmp_path / "single", **SETTINGS) as single:
+        busy = reshard("--from", str(db_dir), "--to", *targets)
+        assert busy.returncode != 0 and "is in use by scheduler pid" in busy.stderr
+        assert single.stop() == 0
+    stale = reshard("--from", str(db_dir), "--to", *targets)
+    assert stale.returncode != 0 and "changed since" in stale.stderr, stale.stdout

@@ -23,7 +23,7 @@ from bench.revisit.contenders import MAX_DEFAULT_WORKERS, ROOT, usable_cpus
 from bench.revisit.phases import baseline_settings, phase_job
 from bench.revisit.progress import Progress
 from bench.revisit.publish import code_span, table
-from bench.revisit.real import RealConfig, seed_job
+from bench.revisit.real import RealConfig, budget_job
 from bench.revisit.replay import (
     Trace,
     TraceError,
@@ -146,7 +146,7 @@ def test_the_command_runs_a_small_file_with_progress_on_stderr(
     out, err = capsys.readouterr()
     assert "#### Summary: the default policy against the best baseline" in out
     assert "8 traces: 4 development, 4 report; running the report half (" in err
-    assert "items in its windows, each replayed by every policy at every budget); window 28 days, warm-up 7" in err
+    assert "items in the windows of its targets; the run time grows with them); window 28 days, warm-up 7" in err
     # One job per seed and budget: a long run says how far it is every few minutes, not once a seed.
     assert "report runs (seeds × budgets) 8/8" in err and "[revisit " not in out  # progress goes to stderr only
     # --quick neither tunes nor runs the oracle, and its header says so.
@@ -385,7 +385,7 @@ def test_every_policy_spends_the_same_fetches_on_real_traces() -> None:
         for k in range(5)
     ]
     cfg = RealConfig(Path("unused"), seeds=1, budgets=(1.0,), tune=False, oracle=False, workers=1)
-    row = seed_job(traces, cfg, {("nutch", 1.0): {"inc_rate": 0.2}}, seed=1000)["1.0"]
+    row = budget_job(traces, cfg, {("nutch", 1.0): {"inc_rate": 0.2}}, seed=1000, mult=1.0)
     fetches = {label: cell["fetches"] for label, cell in row.items() if "fetches" in cell}
     assert {
         "rate (ours)",
@@ -413,7 +413,7 @@ def test_rate_catches_day_stamped_items_sooner_than_every_baseline() -> None:
         times = [start + d * DAY + 16 * 3600.0 for d in range(30) for _ in range(per_day[d])]
         traces.append(Trace(f"d{k}", "reviews", tuple(times)))
     cfg = RealConfig(Path("unused"), seeds=1, budgets=(1.0,), tune=False, oracle=False, workers=1)
-    row = seed_job(traces, cfg, {("nutch", 1.0): {"inc_rate": 0.2}}, seed=1000)["1.0"]
+    row = budget_job(traces, cfg, {("nutch", 1.0): {"inc_rate": 0.2}}, seed=1000, mult=1.0)
     lags = {label: cell["lag_mean_min"] for label, cell in row.items() if "fetches" in cell}
     ours = lags.pop("rate (ours)")
     assert set(lags) >= {"fixed (uniform)", "shhd (paper, simhash)", "nutch (xml defaults)", "cho (irregular MLE)"}
