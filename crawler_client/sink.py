@@ -172,7 +172,8 @@ class Sink:
             batch, self._pending = self._pending, []
             self._working = batch
         try:
-            batch = self._supersede(self._expire(batch))
+            batch = self._expire(batch)
+            self._supersede(batch)
             for item in batch:
                 fingerprint_result(item.result, self._fingerprint)
             now = self._monotonic()
@@ -194,7 +195,8 @@ class Sink:
         with self._lock:
             batch, self._pending = self._pending, []
             self._working = batch
-        batch = [item for item in self._supersede(batch) if not item.superseded]  # their leases are dead
+        self._supersede(batch)
+        batch = [item for item in batch if not item.superseded]  # their leases are dead
         for item in batch:
             item.result.aborted = True
         left = self._release(batch)
@@ -221,12 +223,11 @@ class Sink:
                 keep.append(item)
         return keep
 
-    def _supersede(self, batch: list[Pending]) -> list[Pending]:
-        """Mark every result of a task that has a newer result in the sink (the list is oldest first) as superseded,
-        and drop those whose records are stored: the scheduler leased the task again, so their leases are dead and
-        their reports would be refused (and, in one batch with the newer report, make it refused too)."""
+    def _supersede(self, batch: list[Pending]) -> None:
+        """Mark every result of a task that has a newer result in the sink (the list is oldest first) as superseded:
+        the scheduler leased the task again, so its lease is dead and its report would be refused (and, in one batch
+        with the newer report, make that one refused too). Its records are still stored; ``flush`` then lets it go."""
         newest = {item.result.task.id: item for item in batch}
-        keep = []
         for item in batch:
             newer = newest[item.result.task.id]
             if newer is not item and not item.superseded:
@@ -238,9 +239,6 @@ class Sink:
                     item.result.task.lease_token,
                 )
                 self.stats.add(reports_lost=1)
-            if not (item.superseded and item.stored):
-                keep.append(item)
-        return keep
 
     def _store(self, batch: list[Pending]) -> None:
         try:

@@ -144,8 +144,10 @@ def _source_state(sources: list[Path], lock_file: str) -> dict[str, list[list[ob
     started on them since changes them (its recovery and checkpoints write), and the new shards are then older."""
     state: dict[str, list[list[object]]] = {}
     for source in sources:
-        files = sorted(path for path in source.iterdir() if path.is_file() and path.name != lock_file)
-        state[str(source)] = [[path.name, path.stat().st_size, path.stat().st_mtime_ns] for path in files]
+        stats = sorted(
+            (path.name, path.stat()) for path in source.iterdir() if path.is_file() and path.name != lock_file
+        )
+        state[str(source)] = [[name, stat.st_size, stat.st_mtime_ns] for name, stat in stats]
     return state
 
 
