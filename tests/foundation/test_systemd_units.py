@@ -10,7 +10,6 @@ import shlex
 import shutil
 import socket
 import subprocess
-import time
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -135,11 +134,12 @@ def test_the_scheduler_storage_and_client_units_start_and_stop_cleanly(tmp_path:
         ):
             client_unit = "icecrawler-client@.service"
             with started(group, install, client_unit, "client-1", install.argv(client_unit, "1"), None) as client:
-                time.sleep(3.0)  # long enough to connect to both servers and ask for work
-                assert client.alive(), client.log_path.read_text()[-3000:]
                 for role, port in metrics.items():  # each role's /metrics, at the port its settings give
+                    # Bounded wait, not a fixed sleep: a loaded machine takes seconds to import and connect.
+                    wait_for_port("127.0.0.1", port, 60, alive=client.alive if role == "client" else None)
                     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
                         assert f"icecrawler_{role}_" in answer.read().decode(), role
+                assert client.alive(), client.log_path.read_text()[-3000:]
             client_log = client.log_path.read_text()
     # The relative default paths land under the units' working directory.
     assert (install.var / "var" / "scheduler" / "tasks.db").is_file()
