@@ -27,6 +27,7 @@ __all__ = [
     "load_json",
     "make_soup",
     "strip_jsonp",
+    "strip_php_notices",
     "with_html",
 ]
 
@@ -55,6 +56,36 @@ def strip_jsonp(text: str) -> str:
     if tail not in ("", ";"):
         return stripped
     return stripped[open_at + 1 : close_at].strip()
+
+
+#: One diagnostic a PHP site running with ``display_errors`` prints into its answer: with ``html_errors``
+#: ``<br />\n<b>Deprecated</b>:  preg_replace(): ... in <b>/x/y.php</b> on line <b>300</b><br />``, else the same
+#: words plainly. Errors that stop the script (``Fatal error``) are not in it: no answer follows them.
+_PHP_NOTICE_RE = re.compile(
+    r"\s*(?:<br\s*/?>\s*)?(?:<b>)?(?:PHP )?(?:Notice|Warning|Deprecated|Strict Standards)(?:</b>)?:"
+    r"[^\n]{0,2000}? on line (?:<b>)?\d{1,9}(?:</b>)?(?:\s*<br\s*/?>)?\s*"
+)
+
+
+def strip_php_notices(text: str) -> str:
+    """``text`` without the PHP notices printed before it, nor (when what is left is a JSON object) after it: a shop
+    on a newer PHP than its code was written for prints them into its JSON answers too."""
+    start = 0
+    while match := _PHP_NOTICE_RE.match(text, start):
+        if match.end() == start:
+            break
+        start = match.end()
+    text = text[start:].strip()
+    end = text.rfind("}") + 1
+    if text.startswith("{") and 0 < end < len(text):
+        tail, at = text[end:], 0
+        while match := _PHP_NOTICE_RE.match(tail, at):
+            if match.end() == at:
+                break
+            at = match.end()
+        if at == len(tail):
+            return text[:end]
+    return text
 
 
 def as_dict(value: object) -> dict[str, Any]:

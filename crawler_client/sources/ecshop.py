@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 
 from crawler_client.sources._cursor import ReviewOrder
 from crawler_client.sources._dates import iso_of_ms, resolve_created_at
-from crawler_client.sources._decode import decode_body, html_text, load_json, make_soup
+from crawler_client.sources._decode import decode_body, html_text, load_json, make_soup, strip_php_notices
 from crawler_client.sources._detect import (
     ECSHOP_MARKERS,
     check_final_url,
@@ -187,7 +187,8 @@ class EcshopSource(ReviewOrder, SavedPages):
     # --- reviews ----------------------------------------------------------------------------------------
     def _parse_reviews(self, task: Task, request: PageRequest, page: FetchedPage, now_ms: int) -> ParsedPage:
         """A goods page or a ``comment.php`` envelope: the same comment list either way."""
-        text = decode_body(page.body).strip()
+        # A shop running with display_errors on prints PHP notices into its answers, around the JSON too.
+        text = strip_php_notices(decode_body(page.body))
         if text.startswith("{"):
             fragment = _envelope_content(load_json(text, what="comment.php", http_status=page.status), page)
         else:

@@ -173,3 +173,27 @@ def test_a_review_keeps_its_id_when_its_zero_width_spaces_leave_the_text() -> No
         "\x1f".join(("7", "张三", "2024-03-05 21:04:11", "质量很好<真的>，\n物流也快\u200b\u200b")).encode()
     )
     assert padded.id == old_rule.hexdigest()[:20] != plain.id
+
+
+def test_php_notices_printed_around_a_comment_envelope_are_not_part_of_it() -> None:
+    """A shop on a PHP newer than ECSHOP was written for, with ``display_errors`` on, prints its notices (``Deprecated``
+    for the template engine's ``preg_replace /e``, ``Strict Standards``, ``Warning``) into the answer, before the JSON
+    and sometimes after it (a shutdown warning). Read as a goods page, the envelope was a ParseError on every page
+    after the first."""
+    task = make_task("ecshop", "42", TaskKind.ProductReviews)
+    request = SOURCE.comment_page_request(BASE, "42", 2, 1)
+    envelope = ecshop_comment_json(42, 2, comments=3, page_count=4)
+    before = (
+        b"<br />\n<b>Deprecated</b>:  preg_replace(): The /e modifier is deprecated in "
+        b"<b>/srv/shop/includes/cls_template.php</b> on line <b>288</b><br />\n"
+        b"\n<b>Strict Standards</b>: Only variables should be passed by reference in "
+        b"<b>/srv/shop/includes/lib_main.php</b> on line <b>1312</b><br />\n"
+    )
+    after = b"\nWarning: Unknown: write failed: No space left on device (28) in Unknown on line 0\n"
+    for body in (before + envelope, envelope + after, before + envelope + after):
+        page = parse("ecshop", task, request, body)
+        assert len(page.items) == 3 and page.total_pages == 4
+        assert page.next_request is not None and "page=3&id=42" in page.next_request.url
+    # A notice with nothing after it is still no comment page.
+    with pytest.raises(ParseError):
+        parse("ecshop", task, request, before)
