@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
+from urllib.parse import unquote
 
 from crawler_client.sources._counts import parse_id
 from crawler_client.sources._decode import as_dict, decode_body, load_json, strip_jsonp
@@ -33,6 +34,7 @@ __all__ = [
     "GONE",
     "MESSAGE_WORDS",
     "NOTHING_MORE",
+    "UNAVAILABLE",
     "as_dict",
     "author_id",
     "check_end_of_list",
@@ -58,6 +60,10 @@ NOTHING_MORE = ("这里还没有内容", "没有更多", "暂无数据", "暂无
 #: What they say with ``ok:0`` for a user that does not exist (该用户不存在 too). Whole phrases: "接口不存在" or
 #: "containerid不存在" say nothing about the user, and NotFound parks a target for its longest period.
 GONE = ("用户不存在", "账号不存在", "帐号不存在")
+#: What they say of an account that can no longer be viewed: closed by its owner (…自行申请关闭，现已无法查看), after
+#: complaints (因被投诉违反…现已无法查看), or held until its owner passes a verification (用户验证之前暂时不能查看).
+#: Said in an ``ok:0``'s ``msg``, or percent-encoded in the ``url`` of an ``error_type: "link"`` answer.
+UNAVAILABLE = ("现已无法查看", "现无法查看", "用户验证之前暂时不能查看")
 
 
 #: A timeline page of at least this many posts, all one other account's, is that account's timeline.
@@ -182,6 +188,9 @@ def first_page_ok0(doc: dict[str, Any], http_status: int) -> FetchError:
     login wall in words we have no marker for) is Busy, retried soon: taken for NotFound, the target would wait its
     longest period and the host would never be backed off."""
     message = str(doc.get("msg", "") or "")
+    unavailable = unavailable_account(message, http_status)
+    if unavailable is not None:
+        return unavailable
     if not message.strip() or any(text in message for text in (*NOTHING_MORE, *GONE)):
         return fail(
             Outcome.NotFound,
@@ -197,8 +206,24 @@ def first_page_ok0(doc: dict[str, Any], http_status: int) -> FetchError:
     )
 
 
+def unavailable_account(said: str, http_status: int) -> FetchError | None:
+    """NotFound ``account-unavailable`` when ``said`` (a message, or a url the reason is percent-encoded in) says the
+    account can no longer be viewed (``UNAVAILABLE``), else None. The target is gone, not our session: a login wall
+    would freeze the account that asked, once per visit of the target."""
+    text = unquote(said)
+    if not any(phrase in text for phrase in UNAVAILABLE):
+        return None
+    return fail(
+        Outcome.NotFound,
+        f"the account cannot be viewed: {text[:80]!r}",
+        error_class="account-unavailable",
+        http_status=http_status,
+    )
+
+
 def wall_of(doc: dict[str, Any], http_status: int) -> FetchError | None:
-    """The LoginRequired error an envelope signals (``ok:-100``, a bare verification ``url``), else None."""
+    """The LoginRequired error an envelope signals (``ok:-100``, a bare verification ``url``), else None; a ``url``
+    that says the account cannot be viewed (``unavailable_account``) is NotFound instead."""
     if doc.get("ok") in (-100, "-100"):
         captcha = "/captcha/" in str(doc.get("url", ""))
         return fail(
@@ -210,6 +235,9 @@ def wall_of(doc: dict[str, Any], http_status: int) -> FetchError | None:
         )
     url = doc.get("url")
     if isinstance(url, str) and url and not doc.get("data"):
+        unavailable = unavailable_account(f"{url} {doc.get('msg') or ''}", http_status)
+        if unavailable is not None:
+            return unavailable
         return fail(
             Outcome.LoginRequired, f"verification wall: {url[:120]}", error_class="verify-wall", http_status=http_status
         )

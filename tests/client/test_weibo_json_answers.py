@@ -4,6 +4,8 @@ that are empty or say the post is gone."""
 
 from __future__ import annotations
 
+from urllib.parse import quote
+
 import pytest
 
 from crawler_client.crawl import LongTextSource
@@ -90,3 +92,30 @@ def test_long_text_answers_that_are_empty_or_gone(name: str) -> None:
     with pytest.raises(FetchError) as info:  # a limit on the long-text call is still the session's
         source.parse_extend(request, fetched('{"ok":0,"msg":"访问频次过高"}'.encode(), request), NOW_MS)
     assert info.value.outcome == "RateLimited"
+
+
+#: What the ``/ajax`` API and m.weibo.cn say of an account that can no longer be viewed: closed by its owner, closed
+#: after complaints, or held until its owner passes a verification (made-up wordings of the same kind).
+_UNAVAILABLE = (
+    "该账号因用户自行申请关闭，现已无法查看。",
+    "该账号因被投诉违反《微博社区公约》的相关规定，现已无法查看。",
+    "该账号已关闭，现无法查看。",
+    "该账号行为异常，存在安全风险，用户验证之前暂时不能查看。",
+)
+
+
+@pytest.mark.parametrize("name", SOURCES)
+@pytest.mark.parametrize("reason", _UNAVAILABLE, ids=["closed-by-owner", "banned", "closed", "held"])
+def test_an_account_that_cannot_be_viewed_is_not_a_login_wall(name: str, reason: str) -> None:
+    """A closed, banned or held account's answer is ``{"ok":0,"error_type":"link","url":…}`` (the reason is in the
+    url, percent-encoded) or a ``toast`` with the reason as its ``msg``. Read as a verification wall (LoginRequired)
+    it froze the logged-in account that asked, once per visit of the target; read as an unknown ``ok:0`` it was
+    retried soon, forever. It is the target that is gone: NotFound, as for a user that does not exist."""
+    link = f'{{"ok":0,"error_type":"link","url":"https://weibo.com/u/page/notice?reason={quote(reason)}"}}'
+    toast = f'{{"ok":0,"error_type":"toast","msg":"{reason}"}}'
+    for body in (link, toast):
+        error = _refusal(name, body.encode())
+        assert (error.outcome, error.error_class) == ("NotFound", "account-unavailable"), body
+    # A url that says nothing of the account is still a verification wall.
+    wall = _refusal(name, b'{"ok":0,"error_type":"link","url":"https://weibo.com/u/page/notice?from=ajax"}')
+    assert (wall.outcome, wall.error_class) == ("LoginRequired", "verify-wall")
