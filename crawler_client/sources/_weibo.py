@@ -51,6 +51,7 @@ __all__ = [
     "own_posts",
     "since_id_of",
     "truthy",
+    "unavailable_account",
     "wall_of",
 ]
 

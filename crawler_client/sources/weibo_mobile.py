@@ -54,6 +54,7 @@ from crawler_client.sources._weibo import (
     mblog_id,
     own_posts,
     since_id_of,
+    unavailable_account,
 )
 from crawler_client.sources.base import FetchedPage, Item, PageRequest, ParsedPage, SavedPages, SourceSpec, sniff
 from icecrawler.errors import FetchError
@@ -319,6 +320,9 @@ class WeiboMobileSource(PostOrder, SavedPages):
         empty: the account's tabs changed), or NotFound (no such user, or no posts anywhere; ``first_page_ok0``)."""
         base = request.url[: -len(GET_INDEX)] if request.url.endswith(GET_INDEX) else request.url
         empty = request.params.get("containerid", "")
+        unavailable = unavailable_account(str(doc.get("msg", "") or ""), status)
+        if unavailable is not None:  # the account, not this tab: no other tab would answer
+            raise unavailable
         if request.state.get("remembered"):
             self.memo.forget(task.id)
             return ParsedPage(items=[], next_request=self.profile_request(base, task.target), info={"empty_tab": empty})

@@ -10,6 +10,7 @@ import pytest
 
 from crawler_client.crawl import LongTextSource
 from crawler_client.sources import get_source
+from crawler_client.sources.weibo_mobile import WeiboMobileSource
 from icecrawler.errors import FetchError, ParseError
 from icecrawler.models import Post
 from tests.client._util import BASE, NOW_MS, fetched, make_task, parse
@@ -119,3 +120,18 @@ def test_an_account_that_cannot_be_viewed_is_not_a_login_wall(name: str, reason:
     # A url that says nothing of the account is still a verification wall.
     wall = _refusal(name, b'{"ok":0,"error_type":"link","url":"https://weibo.com/u/page/notice?from=ajax"}')
     assert (wall.outcome, wall.error_class) == ("LoginRequired", "verify-wall")
+
+
+def test_an_account_that_cannot_be_viewed_ends_the_mobile_walk_at_once() -> None:
+    """The reason names the account, not the tab: m.weibo.cn tries no other candidate tab, and a remembered tab is
+    not sent back to the profile."""
+    source = WeiboMobileSource()
+    task = make_task("weibo_mobile", "1669879400")
+    request = source.timeline_request(BASE, "1669879400", "1076031669879400", ("2304131669879400_-_WEIBO_SECOND",))
+    remembered = source.timeline_request(BASE, "1669879400", "1076031669879400")
+    remembered.state["remembered"] = "1"
+    body = f'{{"ok":0,"msg":"{_UNAVAILABLE[0]}"}}'.encode()
+    for asked in (request, remembered):
+        with pytest.raises(FetchError) as info:
+            parse("weibo_mobile", task, asked, body)
+        assert (info.value.outcome, info.value.error_class) == ("NotFound", "account-unavailable")
