@@ -189,11 +189,14 @@ WEIBO_MARKERS: tuple[Marker, ...] = (
     Marker("请输入验证码", Outcome.LoginRequired, "captcha"),
 )
 
-#: ECSHOP's login form (user.php, shown when a shop requires members to log in) and a closed shop.
+#: ECSHOP's login form (user.php, shown when a shop requires members to log in), a closed shop, and the report its
+#: database layer prints (HTTP 200) in place of any page when MySQL fails it: a failed query, a failed connect.
 ECSHOP_MARKERS: tuple[Marker, ...] = (
     Marker('name="formLogin"', Outcome.LoginRequired, "login-form"),
     Marker("act_login", Outcome.LoginRequired, "login-form"),
     Marker("网站暂时关闭", Outcome.Busy, "shop-closed"),
+    Marker("MySQL server error report", Outcome.Busy, "shop-db-error"),
+    Marker("Can't Connect MySQL Server", Outcome.Busy, "shop-db-error"),
 )
 
 _MARKER_CACHE: dict[tuple[Marker, ...], tuple[tuple[bytes, Marker], ...]] = {}

@@ -197,3 +197,36 @@ def test_php_notices_printed_around_a_comment_envelope_are_not_part_of_it() -> N
     # A notice with nothing after it is still no comment page.
     with pytest.raises(ParseError):
         parse("ecshop", task, request, before)
+
+
+#: What a shop's database layer prints (HTTP 200) when MySQL refuses it, in ECSHOP's two wordings: a failed query (here
+#: "Too many connections") and a failed connect. Made-up values.
+_DB_ERRORS = (
+    b"<b>MySQL server error report:Array\n(\n    [0] => Array\n        (\n            [message] => MySQL Query Error\n"
+    b"        )\n\n    [1] => Array\n        (\n            [sql] => SELECT * FROM `demo`.`ecs_category` WHERE 1\n"
+    b"        )\n\n    [2] => Array\n        (\n            [error] => Too many connections\n        )\n\n"
+    b"    [3] => Array\n        (\n            [errno] => 1040\n        )\n\n)\n",
+    b"<b>MySQL info</b>: Can't Connect MySQL Server(db.internal:3306)!\n\n<br /><br />",
+)
+
+
+@pytest.mark.parametrize("body", _DB_ERRORS, ids=["query", "connect"])
+def test_a_database_error_page_is_a_busy_shop_not_a_missing_category(body: bytes) -> None:
+    """A shop whose MySQL is overloaded answers every page with its database error report. On a listing that page
+    was taken for the shop index served in place of a missing category (NotFound, parked for the longest period);
+    on a goods page or a comment page it was a ParseError. It is the shop failing for a while: Busy."""
+    listing = make_task("ecshop", "5", TaskKind.Listing)
+    requests = [
+        (listing, SOURCE.first_request(listing, BASE)),
+        (REVIEWS, SOURCE.first_request(REVIEWS, BASE)),
+        (REVIEWS, SOURCE.comment_page_request(BASE, "7", 2, 1)),
+    ]
+    for task, request in requests:
+        with pytest.raises(FetchError) as info:
+            parse("ecshop", task, request, body)
+        assert (info.value.outcome, info.value.error_class) == ("Busy", "shop-db-error"), request.url
+    # A closed shop is Busy on a listing too, not a missing category.
+    closed = '<div style="margin: 150px"><p>本网站暂时关闭</p><p>系统维护中</p></div>'.encode()
+    with pytest.raises(FetchError) as info:
+        parse("ecshop", listing, SOURCE.first_request(listing, BASE), closed)
+    assert (info.value.outcome, info.value.error_class) == ("Busy", "shop-closed")
