@@ -273,9 +273,10 @@ class EcshopSource(ReviewOrder, SavedPages):
                 ids.append(match[1])
         pager = soup.select_one("#pager") or soup.select_one(".pagebar")
         if scope is soup and not _mentions_category(html, task.target):
-            if scan_markers(page.body, ECSHOP_MARKERS) is not None:  # a closed shop, a database error: not gone
+            if not ids or scan_markers(page.body, ECSHOP_MARKERS) is not None:
+                # Not the shop at all (a closed shop, a database error, a firewall's notice): no word on the category.
                 raise unparsable(page.body, ECSHOP_MARKERS, page.status, f"category {task.target}: no goods list")
-            # Not a category page (e.g. the shop index served without a visible redirect).
+            # The shop, but not this category (its index served without a visible redirect).
             raise fail(
                 Outcome.NotFound,
                 f"category {task.target}: no goods list form and no self-link",
