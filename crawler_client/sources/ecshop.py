@@ -311,9 +311,14 @@ def _envelope_content(doc: Any, page: FetchedPage) -> str:
 
 
 def _redirected_away(page: FetchedPage, script: str) -> bool:
-    """ECSHOP answers an unknown goods/category id with ``Location: ./`` (the shop index)."""
+    """ECSHOP answers an unknown goods/category id with ``Location: ./``: a redirect away from ``script`` to the shop
+    index (a path ending in ``/`` or ``index.php``, without a query). A redirect anywhere else (a firewall's
+    verification page) is no proof the target is gone: the page it leads to is read like any other."""
     target = redirect_target(page)
-    return bool(target) and script not in target
+    if not target or script in target:
+        return False
+    parts = urlsplit(target)
+    return not parts.query and (parts.path.endswith("/") or parts.path.endswith("index.php") or parts.path in ("", "."))
 
 
 def _current_page(request: PageRequest) -> int:

@@ -245,3 +245,18 @@ def test_a_page_that_is_not_the_shop_is_no_proof_the_category_is_gone() -> None:
     with pytest.raises(ParseError) as info:
         parse("ecshop", task, SOURCE.first_request(task, BASE), interception)
     assert info.value.error_class == "unexpected-format"
+
+
+def test_only_a_redirect_to_the_shop_index_says_the_goods_or_category_is_gone() -> None:
+    """ECSHOP sends an unknown goods or category id to its index (``Location: ./``). A redirect anywhere else — a
+    firewall's verification page, another host — is no proof the target is gone, and must not park it as NotFound."""
+    for target in ("./", "/", "index.php", "http://shop.example.org/mall/"):
+        for task in (REVIEWS, LISTING):
+            with pytest.raises(FetchError) as info:
+                parse("ecshop", task, SOURCE.first_request(task, BASE), b"", status=302, headers={"Location": target})
+            assert info.value.outcome == "NotFound", (target, task.kind)
+    for target in ("https://verify.example.net/check?from=shop", "/waf/challenge.html?token=3f2a"):
+        for task in (REVIEWS, LISTING):
+            with pytest.raises((FetchError, ParseError)) as failed:
+                parse("ecshop", task, SOURCE.first_request(task, BASE), b"", status=302, headers={"Location": target})
+            assert getattr(failed.value, "outcome", "") != "NotFound", (target, task.kind)
