@@ -264,8 +264,9 @@ def checked_text(request: PageRequest, page: FetchedPage, now_ms: int) -> str:
     return text
 
 
-#: What a long-text answer says of a post that is gone (该微博不存在, 已被删除).
-POST_GONE = ("不存在", "删除")
+#: What a long-text answer says of a post that is gone (该微博不存在, 已被删除) or that its author has since hidden from
+#: this reader (暂无查看权限, 没有这条微博的查看权限, 此微博已不可见).
+POST_GONE = ("不存在", "删除", "查看权限", "不可见")
 
 
 def long_text_refused(message: str, http_status: int, what: str) -> FetchError:

@@ -96,7 +96,8 @@ def test_long_text_answers_that_are_empty_or_gone(name: str) -> None:
 
 
 #: What the ``/ajax`` API and m.weibo.cn say of an account that can no longer be viewed: closed by its owner, closed
-#: after complaints, or held until its owner passes a verification (made-up wordings of the same kind).
+#: after complaints, or held until its owner passes a verification (Weibo's fixed phrases; the answers around them,
+#: urls included, are ours).
 _UNAVAILABLE = (
     "该账号因用户自行申请关闭，现已无法查看。",
     "该账号因被投诉违反《微博社区公约》的相关规定，现已无法查看。",
@@ -135,3 +136,23 @@ def test_an_account_that_cannot_be_viewed_ends_the_mobile_walk_at_once() -> None
         with pytest.raises(FetchError) as info:
             parse("weibo_mobile", task, asked, body)
         assert (info.value.outcome, info.value.error_class) == ("NotFound", "account-unavailable")
+
+
+@pytest.mark.parametrize("name", SOURCES)
+def test_a_long_text_the_reader_may_no_longer_see_is_gone_not_a_failed_crawl(name: str) -> None:
+    """A post whose author restricted it after its timeline page was read (to fans, to the last half year): its long
+    text is refused in the words Weibo uses for a post that cannot be seen (暂无查看权限, 没有这条微博的查看权限, 此微博
+    已不可见). Taken for an unknown answer (Busy) it failed the whole crawl at that post on every visit; it is the post
+    that is gone, and the crawl keeps its truncated text as for a deleted one."""
+    source = get_source(name)
+    assert isinstance(source, LongTextSource)
+    request = source.extend_request(BASE, 4700000000007001)
+    for refused in (
+        '{"ok":0,"msg":"微博不存在或暂无查看权限!"}',
+        '{"ok":0,"msg":"暂无查看权限"}',
+        '{"ok":0,"msg":"抱歉，由于作者设置，你暂时没有这条微博的查看权限哦。"}',
+        '{"ok":0,"msg":"抱歉，作者已设置仅展示半年内微博，此微博已不可见。"}',
+    ):
+        with pytest.raises(FetchError) as info:
+            source.parse_extend(request, fetched(refused.encode(), request), NOW_MS)
+        assert (info.value.outcome, info.value.error_class) == ("NotFound", "long-text-gone"), refused
