@@ -59,6 +59,7 @@ def request_from_dict(data: dict[str, Any], base_url: str) -> PageRequest:
         headers=dict(data.get("headers") or {}),
         page=int(data.get("page", 1)),
         state=dict(data.get("state") or {}),
+        cookie_headers=dict(data.get("cookie_headers") or {}),
     )
 
 

@@ -236,6 +236,7 @@ def test_request_round_trip_keeps_every_field_and_a_relative_url() -> None:
         headers={"X": "y"},
         page=4,
         state={"chunk": "2"},
+        cookie_headers={"X-XSRF-TOKEN": "XSRF-TOKEN"},
     )
     data = gaps.request_to_dict(request, "http://site/")
     assert data["url"] == "/api/x"
@@ -247,6 +248,7 @@ def test_request_round_trip_keeps_every_field_and_a_relative_url() -> None:
         headers={"X": "y"},
         page=4,
         state={"chunk": "2"},
+        cookie_headers={"X-XSRF-TOKEN": "XSRF-TOKEN"},
     )
 
 
