@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import logging
+import re
 from contextlib import ExitStack
 from pathlib import Path
 
 from icecrawler import limits, rpc
 from icecrawler.backups import PeriodicBackups, backup_dir_keys, start_backups
 from icecrawler.datalock import DataLock
-from icecrawler.errors import StorageUnavailableError
+from icecrawler.errors import ConfigError, StorageUnavailableError
 from icecrawler.listening import guarded_listening
 from icecrawler.metrics import MetricsConfig, MetricsEndpoint, ScrapeCollector, disk_space_families, serve
 from icecrawler.settings import Settings
@@ -48,6 +49,18 @@ def data_files(settings: Settings) -> list[tuple[Path, str]]:
     return files
 
 
+#: A backup name: a plain file name, as the server ids IceGrid gives (``Storage-1``).
+BACKUP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+
+def check_backup_name(name: str) -> None:
+    """``storage.backup_name`` starts the backups' directory names: a plain name, or a one-line start-up error."""
+    if not BACKUP_NAME.fullmatch(name):
+        raise ConfigError(
+            f"setting storage.backup_name={name!r}: must be a plain name (letters, digits, '.', '_', '-'; at most 64)"
+        )
+
+
 def open_service(settings: Settings) -> StorageService:
     """Check the files (``integrity``), then open the service on them (the caller holds ``data_locks``)."""
     recover = settings.get_bool("storage.recover")
@@ -68,6 +81,7 @@ def run(settings: Settings, ice_args: list[str], listen: str = "") -> int:
     (``data_locks``); their files are checked before they are opened (``integrity``).
     """
     validate_values(settings.as_dict())
+    check_backup_name(settings.get_str("storage.backup_name"))
     embedded = settings.get_str("storage.backend") == "embedded"
     check_paths(
         settings.as_dict(),
@@ -108,7 +122,13 @@ def run(settings: Settings, ice_args: list[str], listen: str = "") -> int:
             except StorageUnavailableError as exc:  # the server starts anyway: writes spool until the backend is back
                 log.warning("backend not reachable at start: %s", exc)
             files = [path for path, _ in data_files(settings)]
-            backups = start_backups(settings, "storage", lambda target: backup_files(files, target), "storage files")
+            backups = start_backups(
+                settings,
+                "storage",
+                lambda target: backup_files(files, target),
+                "storage files",
+                name=settings.get_str("storage.backup_name"),
+            )
             endpoint = _start_metrics(metrics_config, service, backups, data_dirs(settings))
         except BaseException:
             shutdown()  # its replay and backup threads must not keep a failed start-up alive

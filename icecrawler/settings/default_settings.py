@@ -191,10 +191,13 @@ DEFAULTS: dict[str, Any] = {
     # --- storage: the record store ---------------------------------------------------------------------------
     # Backups of the storage server's own files while it serves (the spool, and the embedded store when it is
     # the backend; HBase has its own snapshots): a directory ("" = none), how often, how many to keep. Each is
-    # <backup_dir>/storage-<UTC time> with a checked copy of each file; docs/DEPLOY.md, "Backups".
+    # <backup_dir>/<backup_name>-<UTC time> with a checked copy of each file; docs/DEPLOY.md, "Backups".
     "storage.backup_dir": "",
     "storage.backup_interval_s": 86400.0,
     "storage.backup_keep": 7,
+    # What the backups' names start with (<backup_dir>/<backup_name>-<UTC time>): give each storage server that
+    # shares a backup_dir its own (the IceGrid descriptor uses the server id), or they prune and overwrite each other's.
+    "storage.backup_name": "storage",
     # "embedded" (SQLite, no server) or "hbase" (through its Thrift server).
     "storage.backend": "embedded",
     # Most records in one writeWB/writeReviews call.

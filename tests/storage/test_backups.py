@@ -4,10 +4,12 @@ before it was taken. Real server over Ice, real SQLite files."""
 
 from __future__ import annotations
 
+import itertools
 import shutil
 import sqlite3
 import time
 import urllib.request
+import xml.etree.ElementTree as ElementTree
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,6 +22,7 @@ from icecrawler.errors import ServiceError
 from icecrawler.processes import free_port
 from storage_server.integrity import backup_files
 from tests.helpers import disk_space, wait_for
+from tests.scheduler.daemon import REPO
 from tests.storage.conftest import BIG_ID, StorageServerRunner, make_post
 
 pytestmark = [pytest.mark.ice, pytest.mark.slow]
@@ -153,3 +156,58 @@ def test_a_restore_after_kill_9_holds_what_the_backup_holds_and_no_more(
     shutil.copy(backup / "spool.sqlite3", spool)
     assert serves(server.tmp, client_comm) == (len(held), 0)
     assert post_ids(store) == held
+
+
+def descriptor_storage_settings(server_id: str, workdir: Path) -> dict[str, str]:
+    """The ``--set`` options deploy/icegrid/icecrawler.xml gives a ``Storage`` instance, ``${server}`` filled in and
+    its relative paths under ``workdir`` (the descriptor's ``pwd``)."""
+    root = ElementTree.parse(REPO / "deploy" / "icegrid" / "icecrawler.xml").getroot()
+    template = next(t for t in root.iter("server-template") if t.get("id") == "Storage")
+    options = [str(option.text) for option in template.iter("option")]
+    settings: dict[str, str] = {}
+    for flag, value in itertools.pairwise(options):
+        if flag == "--set":
+            key, _, text = value.replace("${server}", server_id).partition("=")
+            if key in ("storage.embedded.path", "storage.spool_dir"):
+                text = str(workdir / text)
+            if "${" not in text:  # the application's variables (insecure=...) are no part of this
+                settings[key] = text
+    return settings
+
+
+def test_replicas_sharing_a_backup_dir_under_icegrid_each_keep_their_own_backups(
+    tmp_path: Path, storage_server: Callable[..., StorageServerRunner]
+) -> None:
+    """Two ``Storage`` replicas of the IceGrid descriptor on one node read one icecrawler.toml, so one backup_dir.
+    Before each server named its backups, both wrote ``storage-<time>``: each took the other's newest backup for
+    its own (so skipped its own), pruned it, and deleted the other's copy under way (most backups failed)."""
+    backup_dir, workdir = tmp_path / "backups", tmp_path / "work"
+    ports: dict[str, int] = {}
+    for server_id in ("Storage-1", "Storage-2"):
+        ports[server_id] = free_port()
+        storage_server(
+            **descriptor_storage_settings(server_id, workdir),
+            **{
+                "storage.backup_dir": str(backup_dir),
+                "storage.backup_interval_s": "1",
+                "storage.backup_keep": "2",
+                "metrics.storage.port": str(ports[server_id]),
+                "metrics.storage.port_span": "1",
+            },
+        )
+
+    def counter(server_id: str, name: str) -> float:
+        with urllib.request.urlopen(f"http://127.0.0.1:{ports[server_id]}/metrics", timeout=10) as answer:
+            text = answer.read().decode()
+        return float(next(line.split()[-1] for line in text.splitlines() if line.startswith(name + " ")))
+
+    def both_backed_up_twice() -> bool:
+        return all(counter(server_id, "icecrawler_storage_backups_total") >= 2 for server_id in ports)
+
+    wait_for(both_backed_up_twice, "each replica should have taken two backups", 60)
+    for server_id in ports:
+        assert counter(server_id, "icecrawler_storage_backup_failures_total") == 0, server_id
+        own = BackupPlan(backup_dir, server_id, interval_s=1, keep=2).complete()
+        assert own, f"no backup named after {server_id}: {sorted(p.name for p in backup_dir.iterdir())}"
+        for _, backup in own:
+            assert sorted(p.name for p in backup.iterdir()) == sorted([f"{server_id}.sqlite3", "spool.sqlite3"])
