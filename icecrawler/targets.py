@@ -102,7 +102,9 @@ def keep_listed(
 ) -> tuple[dict[str, list[str]], dict[str, list[str]], dict[str, list[str]]]:
     """(what to write, listed daemons that did not answer, listed daemons not probed): ``found``, plus for
     ``STICKY_ROLES`` every target already listed in ``directory`` that is not in ``forget``: silent when its host
-    is one of ``hosts`` (probed, no answer), not probed when it is not (another run's hosts; kept as they were)."""
+    is one of ``hosts`` (probed, no answer), not probed when it is not (another run's hosts; kept as they were).
+    ``forget`` drops only listed daemons that did not answer: one that answers is written like any other (taking a
+    live daemon out of the lists would stop Prometheus scraping it)."""
     dropped = set(forget)
     probed = set(hosts)
     lists: dict[str, list[str]] = {}
@@ -111,7 +113,7 @@ def keep_listed(
     for role, targets in found.items():
         before = listed(directory, role) if role in STICKY_ROLES else []
         kept = [t for t in before if t not in targets and t not in dropped]
-        lists[role] = sorted(set(targets) - dropped) + kept
+        lists[role] = sorted(set(targets)) + kept
         silent[role] = [t for t in kept if t.rpartition(":")[0] in probed]
         unprobed[role] = [t for t in kept if t not in silent[role]]
     return lists, silent, unprobed

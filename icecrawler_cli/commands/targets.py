@@ -69,6 +69,13 @@ class Command(BaseCommand):
         with rpc.stop_on_signals(stop):
             while True:
                 found = discover(settings, hosts, args.timeout)
+                answering = [target for target in args.forget if any(target in found[role] for role in STICKY_ROLES)]
+                if answering:
+                    print(
+                        f"icecrawler targets: --forget {', '.join(answering)}: it answers /metrics, so it stays listed "
+                        "(stop the daemon first; --forget is for one taken out of service)",
+                        file=sys.stderr,
+                    )
                 lists, silent, unprobed = keep_listed(args.dir, found, hosts, args.forget)
                 write_targets(args.dir, lists)
                 line = " ".join(f"{role}={len(targets)}" for role, targets in found.items())

@@ -24,6 +24,7 @@ from icecrawler.clock import ClockJumpWatch
 from icecrawler.errors import ConfigError
 from icecrawler.metrics import FOLD_AT, Buckets, MetricsConfig, ScrapeCollector, Tally, serve, status_class
 from icecrawler.models import Outcome, Report, Task, TaskKind
+from icecrawler.processes import free_port
 from icecrawler.settings import Settings
 from icecrawler.targets import PROBE_TIMEOUT_S, candidate_ports, discover, keep_listed, listed, write_targets
 from scheduler_server.codec import TaskRecord
@@ -691,3 +692,37 @@ def test_disk_space_shows_each_directory_and_leaves_out_one_it_cannot_read(tmp_p
     free, size = shown["db"]
     assert size == shutil.disk_usage(tmp_path).total and 0 < free <= size
     promtool_check(text)
+
+
+def test_targets_forget_leaves_a_daemon_that_still_answers_listed_and_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--forget`` is for a retired scheduler or storage server. Given one that still answers (the wrong address, or
+    a server started again there), the run used to write it out of the lists while printing ``storage=1``: Prometheus
+    stopped scraping a live server, and with no other storage target ``IcecrawlerDaemonAbsent`` fired 10 minutes
+    later (an operator run did exactly that)."""
+    registry = CollectorRegistry()
+    tally = Tally("icecrawler_storage_demo", "Demo.", [])
+    registry.register(ScrapeCollector(lambda: [tally.family()]))
+    endpoint = serve(MetricsConfig("storage", "127.0.0.1", free_port(), 1), registry)
+    assert endpoint is not None
+    live = f"127.0.0.1:{endpoint.port}"
+    directory = tmp_path / "targets"
+    write_targets(directory, {"scheduler": [], "storage": [live], "client": []})
+    from icecrawler_cli.cli import main
+
+    only_storage = [
+        "--set=metrics.scheduler.port=0",
+        "--set=metrics.client.port=0",
+        f"--set=metrics.storage.port={endpoint.port}",
+        "--set=metrics.storage.port_span=1",
+    ]
+    try:
+        code = main(["targets", "--dir", str(directory), "--hosts", "127.0.0.1", "--forget", live, *only_storage])
+    finally:
+        endpoint.close()
+    assert code == 0
+    assert listed(directory, "storage") == [live]
+    captured = capsys.readouterr()
+    assert "storage=1" in captured.out
+    assert f"--forget {live}: it answers /metrics, so it stays listed" in captured.err
