@@ -460,6 +460,9 @@ class SchedulerCore:
             self.moves.take_leased(txn, item.task_id, item.lease_token, index, "reports")
             for index, item in enumerate(reports)
         ]
+        # When each lease was handed out (wall s), read before the reports change the records: a visitor session
+        # reported ended counts only for a lease handed out since that session was minted (``VisitorSessions.renew``).
+        leased_at = [record.lease_deadline_ms / 1000 - self.config.lease_s for record in records]
         if self.calibration is not None and group.learnt_before is None:
             group.learnt_before = self.calibration.to_dict()
         reports, found = add_discoveries(txn, self.moves, records, reports, group.now_ms, self.policy.initial_state)
@@ -469,7 +472,7 @@ class SchedulerCore:
             self._added(found)
             self.records.keep(records)
             wall = group.wall
-            for record, item, effect in zip(records, reports, effects, strict=True):
+            for record, item, effect, lease_start in zip(records, reports, effects, leased_at, strict=True):
                 (self.open_gaps.add if is_gap(record.cursor) else self.open_gaps.discard)(record.id)
                 self.gate.ended(self.config.hosts[record.source], wall)
                 self.accounts.charge(record.account_id, max(1, item.fetches) - 1, wall)
@@ -479,7 +482,7 @@ class SchedulerCore:
                     hold = effect.freeze_account
                     self.accounts.freeze(hold.name, hold.until, hold.reason)
                 if effect.renew_visitor:
-                    self.accounts.visitors.renew(effect.renew_visitor, wall)
+                    self.accounts.visitors.renew(effect.renew_visitor, wall, leased_at=lease_start)
             self.counts["inflight"] -= len(reports)
             self.counts["pending"] += len(reports)
             self.counts["done"] += len(reports)

@@ -68,6 +68,11 @@ _USER_AGENT = (
 )
 
 
+#: Lease times are whole wall milliseconds: a lease handed out the instant its session's mint began may read as up to
+#: a millisecond before it.
+_LEASE_MS_ROUNDING_S = 0.001
+
+
 class VisitorError(Exception):
     """The passport did not hand out a visitor session (message says why; never contains cookies)."""
 
@@ -225,9 +230,13 @@ class VisitorSessions:
                 self._start_mint(source, session, now)
             return session.account
 
-    def renew(self, account_id: str, now: float) -> bool:
+    def renew(self, account_id: str, now: float, leased_at: float | None = None) -> bool:
         """The session ``account_id`` was ended by the site: renew it unless another report already did.
-        True when ``account_id`` is a visitor account (whatever its generation)."""
+        True when ``account_id`` is a visitor account (whatever its generation).
+
+        ``leased_at`` (wall s): when the crawl that says so was leased. One leased before the current session's
+        mint began was not crawled with it, whatever its id says: a restarted scheduler numbers its sessions from 1
+        again, and clients send the reports they kept through its outage when it is back. Such a report is ignored."""
         if not is_visitor(account_id):
             return False
         _, source, generation = [*account_id.split(":"), "", ""][:3]
@@ -235,6 +244,8 @@ class VisitorSessions:
         if session is None:
             return True
         with self._lock:
+            if leased_at is not None and leased_at < session.last_mint - _LEASE_MS_ROUNDING_S:
+                return True
             if session.account is not None and session.account.id == account_id:
                 session.account = None
                 session.renewals += 1

@@ -338,3 +338,38 @@ def test_each_mint_posts_the_form_of_today_s_visitor_page_with_a_fresh_request_i
         "webdriver": "false",
     }
     assert re.fullmatch(r"[0-9a-f]{32}", first["request_id"]) and first["request_id"] != second["request_id"]
+
+
+def test_a_432_for_a_lease_from_before_a_restart_leaves_the_new_session_alone(clocks: ManualClocks) -> None:
+    """A restarted scheduler numbers its visitor sessions from 1 again, so a client's late report of a crawl leased
+    before the restart can name the same account id as the session minted since. Clients keep such reports through
+    a scheduler outage and send them when it is back; one that says the old session ended must not end the new one
+    (before, it did: one more mint at the passport, and the source leased nothing until the rate limit allowed it)."""
+    passport = Passport()
+    store = MemoryQueueStore()
+    settings = make_settings(scheduler__host_block_s=600.0)
+    before = SchedulerCore.from_settings(settings, store, clocks)
+    before.accounts.visitors = sessions(passport, renew_s=5.0)
+    before.add(["weibo_web:1", "weibo_web:2"], TaskKind.WeiboUser)
+    old = before.lease("w1", 1)[0]
+    before.close()
+    clocks.advance(10)
+    after = SchedulerCore.from_settings(settings, store, clocks)  # the same queue database: a restart
+    after.accounts.visitors = sessions(passport, renew_s=5.0)
+    fresh = after.lease("w2", 1)[0]
+    assert fresh.account.id == old.account.id == "visitor:weibo_web:1"
+    assert fresh.account.cookie_blob != old.account.cookie_blob and passport.calls == 2
+    after.report(
+        [
+            Report(
+                task_id=old.id,
+                lease_token=old.lease_token,
+                outcome=Outcome.Banned,
+                http_status=432,
+                error_class="http-432",
+            )
+        ]
+    )
+    state = after.stats()["detail"]["accounts"]["visitor:weibo_web"]
+    assert (state["state"], state["account"], state["renewals"], passport.calls) == ("ok", "visitor:weibo_web:1", 0, 2)
+    assert after.lease("w2", 1)[0].account.cookie_blob == fresh.account.cookie_blob  # the task is due again at once
