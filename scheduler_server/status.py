@@ -79,7 +79,9 @@ def gauges(core: SchedulerCore) -> dict[str, Any]:
         counts = dict(core.counts)
         open_gaps = len(core.open_gaps)
         rate = _revisit(core)
-    due = min(sum(1 for due_ms in due_times if due_ms <= now_ms), DUE_SOON_CAP)
+    # Counted whole: a capped count stays flat once the backlog passes the cap, and IcecrawlerBacklogGrowing (a
+    # derivative) would go quiet while it grows.
+    due = sum(1 for due_ms in due_times if due_ms <= now_ms)
     block_reasons = [str(host["block"]["reason"]) for host in hosts.values() if host["block"]["reason"]]
     visitors = core.accounts.visitors.describe(wall)
     states: dict[str, int] = {"ok": 0, "frozen": 0}

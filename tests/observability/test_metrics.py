@@ -726,3 +726,19 @@ def test_targets_forget_leaves_a_daemon_that_still_answers_listed_and_says_so(
     captured = capsys.readouterr()
     assert "storage=1" in captured.out
     assert f"--forget {live}: it answers /metrics, so it stays listed" in captured.err
+
+
+def test_the_due_backlog_is_counted_whole_so_a_backlog_past_100_000_still_grows() -> None:
+    """``due_backlog_tasks`` stopped at 100 000 (the cap of status's due-soon scan), so a large crawl whose backlog
+    passed it showed a flat line: ``deriv`` went to 0 and ``IcecrawlerBacklogGrowing`` resolved while the backlog kept
+    growing, the moment it mattered most."""
+    clocks = ManualClocks()
+    settings = make_settings(scheduler__batch_limit=1000)
+    core = SchedulerCore.from_settings(settings, MemoryQueueStore(), clocks)
+    registry = CollectorRegistry()
+    SchedulerMetrics(core).register(registry)
+    ids = [f"jd:{100_000_000 + n}" for n in range(100_010)]
+    for start in range(0, len(ids), 1000):
+        core.add(ids[start : start + 1000], TaskKind.ProductReviews)
+    clocks.advance(3600)  # every task due
+    assert "icecrawler_scheduler_due_backlog_tasks 100010.0" in render(registry)
