@@ -69,7 +69,8 @@ def decode_cursor(cursor: str) -> tuple[str, Gap | None]:
             request=dict(body.get("req") or {}),
             visits=int(body.get("visits", 1)),
         )
-    except (ValueError, KeyError, TypeError, AttributeError):
+    except (ValueError, KeyError, TypeError, AttributeError, OverflowError, RecursionError):
+        # OverflowError: "visits": Infinity (json reads it as a float); RecursionError: JSON nested too deep
         return "", None
     return gap.base, gap
 

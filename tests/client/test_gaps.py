@@ -227,6 +227,20 @@ def test_an_unreadable_gap_cursor_restarts_from_the_top_rather_than_skipping() -
     assert site.fetched_pages[0] == 1 and len(ids(result)) == 12 and not is_gap(result.report.cursor)
 
 
+@pytest.mark.parametrize(
+    "cursor",
+    [
+        'gap1:{"base":"1","top":"2","visits":Infinity}',
+        'gap1:{"base":"1","top":"2","visits":-1e999}',
+        "gap1:" + "[" * 4000,
+        'gap1:{"base":"1","top":"2","req":' + "[" * 3000 + "}",
+    ],
+)
+def test_a_gap_cursor_json_cannot_hold_is_unreadable_not_a_crash(cursor: str) -> None:
+    assert decode_cursor(cursor) == ("", None)
+    assert describe(cursor) is None
+
+
 def test_request_round_trip_keeps_every_field_and_a_relative_url() -> None:
     request = PageRequest(
         url="http://site/api/x",
