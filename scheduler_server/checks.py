@@ -21,6 +21,7 @@ from icecrawler.models import (
     make_task_id,
     split_task_id,
 )
+from icecrawler.resume import GAP_PREFIX, decode_cursor, is_gap
 from icecrawler.shards import ShardMap, shard_of_host
 from scheduler_server.config import SchedulerConfig
 
@@ -159,6 +160,14 @@ def check_report(item: Report, index: int, max_period_s: float) -> None:
         raise invalid_field("leaseToken must be 1-256 characters", f"{where}.leaseToken", index)
     if not isinstance(item.outcome, Outcome):
         raise invalid_field(f"unknown outcome {item.outcome!r}", f"{where}.outcome", index)
+    # A gap cursor is read back by status --task and by the client's walk: only one that reads is kept (an
+    # over-long one is refused for its length below).
+    if is_gap(item.cursor) and len(item.cursor) <= MAX_CURSOR and decode_cursor(item.cursor)[1] is None:
+        raise invalid_field(
+            f"cursor {quote(item.cursor)} starts like a page-cap gap ({GAP_PREFIX}) but does not read as one",
+            f"{where}.cursor",
+            index,
+        )
     # The common case in one expression (plain ints in range, no retry hint); anything else takes the
     # field-by-field checks below, which accept the same values and name the first bad field.
     new, window, fetches, status, newest, fingerprint, retry = _report_numbers(item)

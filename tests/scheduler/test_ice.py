@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from collections.abc import Iterator
@@ -173,6 +174,27 @@ def test_bad_reports_get_their_declared_exceptions(prx: Any) -> None:
     assert state(prx, *ids) == after_release
     prx.putUser(good)
     prx.releaseUsers([C.LeaseRef(taskId=t.id, leaseToken=t.leaseToken) for t in tasks if t.id not in ids])
+
+
+def test_a_report_whose_gap_cursor_does_not_read_is_refused_and_task_info_still_answers(prx: Any) -> None:
+    prx.addUsers(["jd:7101"], C.TaskKind.ProductReviews)
+    tasks = prx.getUsers("gaps", 20)
+    task = next(t for t in tasks if t.id == "reviews:jd:7101")
+    before = state(prx, task.id)
+    for cursor in (
+        'gap1:{"base":"1","top":"2","visits":Infinity}',  # Python's json reads it; int() of it overflows
+        "gap1:" + "[" * 3000,  # nested deeper than json reads
+        "gap1:not json",
+    ):
+        report = C.Report(taskId=task.id, leaseToken=task.leaseToken, cursor=cursor)
+        error = ice_error(functools.partial(prx.putUser, report))
+        assert isinstance(error, C.InvalidArgument), error
+        assert (error.code, error.field, error.index) == (C.ErrorCode.InvalidField, "reports[0].cursor", 0)
+        assert "gap" in error.message
+        assert state(prx, task.id) == before
+    prx.putUser(C.Report(taskId=task.id, leaseToken=task.leaseToken, cursor="2024-05-01T12:00:00+08:00|r1"))
+    assert json.loads(prx.taskInfo(task.id))["gap"] is None
+    prx.releaseUsers([C.LeaseRef(taskId=t.id, leaseToken=t.leaseToken) for t in tasks if t.id != task.id])
 
 
 def test_remove_users_ends_the_tasks_and_their_leases(prx: Any) -> None:
