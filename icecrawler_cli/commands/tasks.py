@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from icecrawler import rpc
+from icecrawler.errors import InvalidArgumentError
 from icecrawler.outcomes import Outcome
 from icecrawler.settings import Settings
 from icecrawler_cli.commands import BaseCommand
@@ -20,12 +21,19 @@ OUTCOME_NAMES = [outcome.value for outcome in Outcome]
 
 
 def pages(proxy: Any, prefix: str, limit: int, page: int = PAGE) -> Iterator[dict[str, Any]]:
-    """Up to ``limit`` tasks of one scheduler (shard) with ids starting with ``prefix``, in id order."""
+    """Up to ``limit`` tasks of one scheduler (shard) with ids starting with ``prefix``, in id order. A scheduler
+    whose ``scheduler.batch_limit`` is below ``page`` refuses the page (BatchTooLarge): it is halved until taken."""
     after = ""
     left = limit
     while left > 0:
-        with rpc.remote_calls("scheduler"):
-            rows = json.loads(proxy.listTasks(prefix, after, min(page, left)))
+        try:
+            with rpc.remote_calls("scheduler"):
+                rows = json.loads(proxy.listTasks(prefix, after, min(page, left)))
+        except InvalidArgumentError as exc:
+            if exc.code != "BatchTooLarge" or min(page, left) == 1:
+                raise
+            page = min(page, left) // 2
+            continue
         yield from rows
         if len(rows) < min(page, left):
             return

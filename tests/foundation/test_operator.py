@@ -66,6 +66,31 @@ def test_tasks_lists_every_task_with_its_state(scheduler: str, tmp_path: Path) -
     assert {json.loads(line)["id"] for line in as_json.stdout.splitlines()} >= {f"reviews:{i}" for i in ids}
 
 
+def test_tasks_lists_a_scheduler_whose_batch_limit_is_below_the_page(tmp_path: Path) -> None:
+    port = free_port()
+    with ProcessGroup(tmp_path / "logs") as group:
+        process = group.start(
+            "scheduler",
+            icecrawler_argv(
+                "scheduler",
+                "--listen",
+                f"tcp -h 127.0.0.1 -p {port}",
+                "--set",
+                f"scheduler.db_dir={tmp_path / 'db'}",
+                "--set",
+                "scheduler.batch_limit=20",
+            ),
+        )
+        wait_for_port("127.0.0.1", port, 30, alive=process.alive)
+        proxy = f"scheduler:tcp -h 127.0.0.1 -p {port}"
+        with rpc.communicator() as comm:
+            C = rpc.crawler()
+            C.SchedulerPrx(comm, proxy).addUsers([f"jd:{n}" for n in range(20)], C.TaskKind.ProductReviews)
+        listed = _cli("tasks", "--ids", proxy=proxy, tmp=tmp_path)
+        assert listed.returncode == 0, listed.stderr
+        assert sorted(listed.stdout.split()) == sorted(f"reviews:jd:{n}" for n in range(20))
+
+
 def test_targets_found_gone_are_listed_and_removed_in_one_pipe(scheduler: str, tmp_path: Path) -> None:
     C = rpc.crawler()
     mine = [f"reviews:ecshop:{n}" for n in (901, 902, 903)]
