@@ -21,6 +21,7 @@ understand a gap cursor: upgrade the clients with (or before) the scheduler.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,6 +55,19 @@ def encode_cursor(gap: Gap) -> str:
     return GAP_PREFIX + json.dumps(body, separators=(",", ":"), sort_keys=True)
 
 
+def _not_json(name: str) -> Any:
+    """``NaN`` and ``Infinity``, which Python's json reads by default, are not JSON (``encode_cursor`` never writes
+    them): ``status --task`` would echo them into its JSON, and the client's walk cannot page by them."""
+    raise ValueError(f"{name} is not JSON")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e999
+        raise ValueError(f"{text[:40]} is not a finite number")
+    return value
+
+
 def decode_cursor(cursor: str) -> tuple[str, Gap | None]:
     """``(cursor to stop at, open gap or None)``. A plain cursor is returned as it is; a gap cursor that cannot
     be read (it never should) is treated as its base if that can be found, else as no cursor at all: the walk
@@ -61,7 +75,7 @@ def decode_cursor(cursor: str) -> tuple[str, Gap | None]:
     if not is_gap(cursor):
         return cursor, None
     try:
-        body = json.loads(cursor[len(GAP_PREFIX) :])
+        body = json.loads(cursor[len(GAP_PREFIX) :], parse_constant=_not_json, parse_float=_finite)
         gap = Gap(
             base=str(body["base"]),
             top=str(body["top"]),
@@ -70,7 +84,7 @@ def decode_cursor(cursor: str) -> tuple[str, Gap | None]:
             visits=int(body.get("visits", 1)),
         )
     except (ValueError, KeyError, TypeError, AttributeError, OverflowError, RecursionError):
-        # OverflowError: "visits": Infinity (json reads it as a float); RecursionError: JSON nested too deep
+        # RecursionError: JSON nested deeper than json reads (NaN, Infinity and 1e999 are refused while parsing)
         return "", None
     return gap.base, gap
 

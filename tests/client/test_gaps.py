@@ -232,6 +232,8 @@ def test_an_unreadable_gap_cursor_restarts_from_the_top_rather_than_skipping() -
     [
         'gap1:{"base":"1","top":"2","visits":Infinity}',
         'gap1:{"base":"1","top":"2","visits":-1e999}',
+        'gap1:{"base":"1","top":"2","req":{"page":NaN}}',  # the walk cannot page by it
+        'gap1:{"base":"1","top":"2","req":{"url":"/c","page":1e999}}',
         "gap1:" + "[" * 4000,
         'gap1:{"base":"1","top":"2","req":' + "[" * 3000 + "}",
     ],

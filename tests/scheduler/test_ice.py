@@ -184,6 +184,7 @@ def test_a_report_whose_gap_cursor_does_not_read_is_refused_and_task_info_still_
     for cursor in (
         'gap1:{"base":"1","top":"2","visits":Infinity}',  # Python's json reads it; int() of it overflows
         "gap1:" + "[" * 3000,  # nested deeper than json reads
+        'gap1:{"base":"1","top":"2","req":{"page":NaN}}',  # taskInfo would answer it as "resume_page": NaN, not JSON
         "gap1:not json",
     ):
         report = C.Report(taskId=task.id, leaseToken=task.leaseToken, cursor=cursor)
