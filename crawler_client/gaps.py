@@ -103,7 +103,11 @@ def plan_walk(task_cursor: str, first_request: Callable[[], PageRequest], base_u
     stop_at, gap = decode_cursor(task_cursor)
     if gap is None or not gap.request:
         return WalkPlan(first_request(), stop_at, None)
-    return WalkPlan(request_from_dict(gap.request, base_url), stop_at, gap)
+    try:
+        resume = request_from_dict(gap.request, base_url)
+    except (ValueError, TypeError):  # e.g. {"page": "x"}: from the top down to the gap's base, as for an unreadable gap
+        return WalkPlan(first_request(), stop_at, None)
+    return WalkPlan(resume, stop_at, gap)
 
 
 def closed_cursor(

@@ -243,6 +243,14 @@ def test_a_gap_cursor_json_cannot_hold_is_unreadable_not_a_crash(cursor: str) ->
     assert describe(cursor) is None
 
 
+@pytest.mark.parametrize("request_json", ['{"page":"x"}', '{"url":"/c","params":[1]}', '{"headers":"ab"}'])
+def test_a_resume_request_that_cannot_be_rebuilt_restarts_from_the_top(request_json: str) -> None:
+    site = PostSite()
+    site.publish(12)
+    result = visit(site, 'gap1:{"base":"","top":"","req":' + request_json + "}")
+    assert site.fetched_pages[0] == 1 and len(ids(result)) == 12 and not is_gap(result.report.cursor)
+
+
 def test_request_round_trip_keeps_every_field_and_a_relative_url() -> None:
     request = PageRequest(
         url="http://site/api/x",
