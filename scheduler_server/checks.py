@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import operator
+import unicodedata
 from collections.abc import Sequence
 from typing import Any
 
@@ -33,9 +34,11 @@ __all__ = [
     "check_discovered",
     "check_hold_args",
     "check_lease_args",
+    "check_printable",
     "check_release_args",
     "check_reports",
     "check_task_id",
+    "control_char_at",
     "invalid_field",
     "parse_target_ids",
 ]
@@ -115,6 +118,7 @@ def check_hold_args(host: str, seconds: float, reason: str, config: SchedulerCon
     check_range(seconds, 0.0, MAX_HOLD_S, "seconds", -1)
     if len(reason) > MAX_TEXT:
         raise invalid_field(f"reason is longer than {MAX_TEXT} characters", "reason")
+    check_printable(reason, "reason")
     if config.shards > 1 and shard_of_host(host, config.shards) != config.shard:
         raise invalid_field(
             f"{quote(host)} belongs to scheduler shard {shard_of_host(host, config.shards)} of {config.shards}, "
@@ -124,9 +128,24 @@ def check_hold_args(host: str, seconds: float, reason: str, config: SchedulerCon
         )
 
 
+def control_char_at(text: str) -> int | None:
+    """The offset of the first control character (Unicode category Cc: NUL, tab, newline, ESC, DEL, C1) in
+    ``text``, or None. A name or reason with one would be stored, and printed by ``icecrawler status``, as it is."""
+    if text.isprintable():  # in C; printable text has no control character
+        return None
+    return next((at for at, char in enumerate(text) if unicodedata.category(char) == "Cc"), None)
+
+
+def check_printable(text: str, field_name: str) -> None:
+    at = control_char_at(text)
+    if at is not None:
+        raise invalid_field(f"{field_name} holds a control character ({text[at]!r} at offset {at})", field_name)
+
+
 def check_lease_args(worker_id: str, max_tasks: int, batch_limit: int) -> None:
     if not worker_id or len(worker_id) > MAX_TEXT:
         raise invalid_field(f"workerId must be 1-{MAX_TEXT} characters", "workerId")
+    check_printable(worker_id, "workerId")
     if max_tasks < 1:
         raise invalid_field(f"max must be >= 1, got {max_tasks}", "max")
     if max_tasks > batch_limit:

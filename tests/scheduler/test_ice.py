@@ -198,6 +198,24 @@ def test_a_report_whose_gap_cursor_does_not_read_is_refused_and_task_info_still_
     prx.releaseUsers([C.LeaseRef(taskId=t.id, leaseToken=t.leaseToken) for t in tasks if t.id != task.id])
 
 
+def test_a_worker_id_or_hold_reason_with_a_control_character_is_refused(prx: Any) -> None:
+    prx.addUsers(["jd:7201"], C.TaskKind.ProductReviews)
+    host = json.loads(prx.stats().detailJson)["source_hosts"]["jd"]
+    before = state(prx, "reviews:jd:7201")
+    for worker in ("w\x00", "w\n1", "\x1b[2Jw"):
+        error = ice_error(functools.partial(prx.getUsers, worker, 20))
+        assert isinstance(error, C.InvalidArgument), error
+        assert (error.code, error.field) == (C.ErrorCode.InvalidField, "workerId")
+        assert "control character" in error.message
+    error = ice_error(lambda: prx.holdHost(host, 60, "maintenance\nheld by: nobody"))
+    assert isinstance(error, C.InvalidArgument) and error.field == "reason", error
+    assert state(prx, "reviews:jd:7201") == before
+    assert not json.loads(prx.stats().detailJson)["hosts"].get(host, {}).get("block", {}).get("reason")
+    assert prx.holdHost(host, 0, "lifted: 维护结束") == 0.0  # printable text of any script is fine
+    leased = prx.getUsers("host-1:4242 工作者", 20)
+    prx.releaseUsers([C.LeaseRef(taskId=t.id, leaseToken=t.leaseToken) for t in leased])
+
+
 def test_remove_users_ends_the_tasks_and_their_leases(prx: Any) -> None:
     ids = ["jd:880001", "jd:880002"]
     assert prx.addUsers(ids, C.TaskKind.ProductReviews) == 2
