@@ -28,8 +28,9 @@ def list_tasks(core: SchedulerCore, prefix: str, after: str, max_tasks: int) -> 
             field="max",
             code="BatchTooLarge" if max_tasks > limit else "InvalidField",
         )
-    if len(prefix) > 200 or len(after) > 200:
-        raise InvalidArgumentError(f"prefix/after too long: {quote(prefix)} {quote(after)}", field="prefix")
+    for name, text in (("prefix", prefix), ("after", after)):
+        if len(text) > 200:
+            raise InvalidArgumentError(f"{name} is longer than 200 characters: {quote(text)}", field=name)
     start = max(prefix.encode(), after.encode() + b"\x00")
     rows: list[dict[str, Any]] = []
     with core.lock:

@@ -160,6 +160,7 @@ def test_bad_reports_get_their_declared_exceptions(prx: Any) -> None:
             1,
         ),
         (lambda: prx.taskInfo("nonsense"), C.InvalidArgument, C.ErrorCode.InvalidId, -1),
+        (lambda: prx.listTasks("", "", 21), C.InvalidArgument, C.ErrorCode.BatchTooLarge, -1),
     ]
     for call, kind, code, index in cases:
         error = ice_error(call)
@@ -214,6 +215,13 @@ def test_a_worker_id_or_hold_reason_with_a_control_character_is_refused(prx: Any
     assert prx.holdHost(host, 0, "lifted: 维护结束") == 0.0  # printable text of any script is fine
     leased = prx.getUsers("host-1:4242 工作者", 20)
     prx.releaseUsers([C.LeaseRef(taskId=t.id, leaseToken=t.leaseToken) for t in leased])
+
+
+def test_list_tasks_names_the_argument_that_is_too_long(prx: Any) -> None:
+    for prefix, after, field in (("x" * 201, "", "prefix"), ("", "x" * 201, "after")):
+        error = ice_error(functools.partial(prx.listTasks, prefix, after, 5))
+        assert isinstance(error, C.InvalidArgument) and error.field == field, error
+        assert f"{field} is longer than 200 characters" in error.message
 
 
 def test_remove_users_ends_the_tasks_and_their_leases(prx: Any) -> None:
