@@ -18,7 +18,7 @@ from collections.abc import Iterator
 import pytest
 
 from icecrawler.errors import ConfigError, NoWorkError
-from icecrawler.models import Outcome, Report, TaskKind
+from icecrawler.models import Outcome, Report, Task, TaskKind
 from scheduler_server.core import SchedulerCore
 from scheduler_server.store import MemoryQueueStore
 from scheduler_server.visitors import VisitorError, VisitorSessions, mint_visitor, parse_visitor_answer, session_ended
@@ -192,6 +192,20 @@ def test_a_mint_from_a_url_it_cannot_call_is_a_visitor_error(url: str) -> None:
     assert url in str(refused.value)
 
 
+def ended_by_432(task: Task, fetches: int = 0) -> list[Report]:
+    """The report of a crawl that met Weibo's 432 (the visitor session ended)."""
+    return [
+        Report(
+            task_id=task.id,
+            lease_token=task.lease_token,
+            outcome=Outcome.Banned,
+            http_status=432,
+            error_class="http-432",
+            fetches=fetches,
+        )
+    ]
+
+
 def core_with_visitors(clocks: ManualClocks, passport: Passport, **settings: object) -> SchedulerCore:
     core = SchedulerCore.from_settings(
         make_settings(scheduler__host_block_s=600.0, **settings), MemoryQueueStore(), clocks
@@ -210,30 +224,9 @@ def test_core_leases_visitor_sessions_and_a_432_renews_instead_of_blocking_the_h
     one, two = leased["user:weibo_web:1"], leased["user:weibo_web:2"]
     assert one.account.id == two.account.id == "visitor:weibo_web:1"
     # both crawls hit the expired session (two clients): one renewal, no host block, no freeze
-    core.report(
-        [
-            Report(
-                task_id=one.id,
-                lease_token=one.lease_token,
-                outcome=Outcome.Banned,
-                http_status=432,
-                error_class="http-432",
-                fetches=2,
-            )
-        ]
-    )
+    core.report(ended_by_432(one, fetches=2))
     clocks.advance(1)
-    core.report(
-        [
-            Report(
-                task_id=two.id,
-                lease_token=two.lease_token,
-                outcome=Outcome.Banned,
-                http_status=432,
-                error_class="http-432",
-            )
-        ]
-    )
+    core.report(ended_by_432(two))
     stats = core.stats()["detail"]
     assert stats["accounts"]["visitor:weibo_web"]["renewals"] == 1 and passport.calls == 1
     with pytest.raises(NoWorkError):
@@ -359,17 +352,7 @@ def test_a_432_for_a_lease_from_before_a_restart_leaves_the_new_session_alone(cl
     fresh = after.lease("w2", 1)[0]
     assert fresh.account.id == old.account.id == "visitor:weibo_web:1"
     assert fresh.account.cookie_blob != old.account.cookie_blob and passport.calls == 2
-    after.report(
-        [
-            Report(
-                task_id=old.id,
-                lease_token=old.lease_token,
-                outcome=Outcome.Banned,
-                http_status=432,
-                error_class="http-432",
-            )
-        ]
-    )
+    after.report(ended_by_432(old))
     state = after.stats()["detail"]["accounts"]["visitor:weibo_web"]
     assert (state["state"], state["account"], state["renewals"], passport.calls) == ("ok", "visitor:weibo_web:1", 0, 2)
     assert after.lease("w2", 1)[0].account.cookie_blob == fresh.account.cookie_blob  # the task is due again at once
