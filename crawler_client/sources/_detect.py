@@ -138,7 +138,7 @@ def check_http(page: FetchedPage, now_ms: int) -> None:
 #: Final-URL fragments that mean we were bounced to a login or visitor wall.
 _LOGIN_URL_RE = re.compile(
     r"passport\.weibo\.(?:com|cn)|login\.sina\.com\.cn|weibo\.com/login\.php|/sso/signin|ajaxlogin\.php"
-    r"|visit\.sina\.cn|/visitor/visitor\b|passport\.jd\.com|[?&/]user\.php\?act=login|user\.php$",
+    r"|visit\.sina\.cn|/visitor/visitor\b|(?:passport|plogin)(?:\.m)?\.jd\.com|[?&/]user\.php\?act=login|user\.php$",
     re.IGNORECASE,
 )
 

@@ -325,3 +325,27 @@ def test_a_gateway_refusing_the_request_is_a_parse_error_not_a_login_wall() -> N
     with pytest.raises(ParseError) as info:
         parse("jd", TASK, SOURCE.first_request(TASK, BASE), body)
     assert info.value.error_class == "jd-bad-request" and "functionId" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "login_url",
+    [
+        "https://plogin.m.jd.com/login/login?appid=300&returnurl=https%3A%2F%2Fitem.m.jd.com%2F",
+        "https://passport.m.jd.com/user/login.action?returnurl=https%3A%2F%2Fitem.m.jd.com%2F",
+    ],
+)
+def test_a_redirect_to_jds_mobile_login_page_is_a_login_wall_whatever_the_page_holds(login_url: str) -> None:
+    """``plogin.m.jd.com`` (and ``passport.m.jd.com``, which sends on to it) is JD's login page on its mobile and API
+    hosts: a crawl sent there (followed, so only the final URL says so, the page itself a script shell) is
+    LoginRequired, not an unreadable answer."""
+    shell = b"<!DOCTYPE html><html><head><title>JD</title></head><body><div id='app'></div></body></html>"
+    with pytest.raises(FetchError) as info:
+        parse(
+            "jd",
+            TASK,
+            SOURCE.first_request(TASK, BASE),
+            shell,
+            final_url=login_url,
+        )
+    assert (info.value.outcome, info.value.error_class) == ("LoginRequired", "login-redirect")
+    assert not isinstance(info.value, ParseError)
