@@ -6,7 +6,8 @@ cookie (Firefox's ``network.cookie.maxPerHost`` and ``network.cookie.maxNumber``
 store at least that much, so a site that needs more does not work in a browser either). This jar keeps the same
 bounds. Where a browser then evicts its least recently used cookies, this jar refuses the new one: a session's
 first cookies are its login (an account's blob, a form login's answer), and a site's churn must not push them out.
-A new value for a cookie the jar already holds is always taken.
+A new value for a cookie the jar already holds is always taken, and so is a site's value for a cookie the blob gave:
+the blob's copy (set for no domain) is dropped, so the stale value is neither sent beside the new one nor echoed.
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ class BoundedCookieJar(requests.cookies.RequestsCookieJar):
     def set_cookie(self, cookie: http.cookiejar.Cookie, *args: Any, **kwargs: Any) -> None:
         refusal = self._refusal(cookie)
         if refusal is None:
+            if cookie.domain:
+                self._drop_unscoped(cookie.name)
             super().set_cookie(cookie, *args, **kwargs)
             return
         self.refused += 1
@@ -52,6 +55,19 @@ class BoundedCookieJar(requests.cookies.RequestsCookieJar):
         if bound not in self._logged:  # once per bound and jar: a churning site would otherwise log every answer
             self._logged.add(bound)
             log.warning("cookie jar: %s; refusing such cookies (the first: %r)", why, cookie.name[:64])
+
+    def _drop_unscoped(self, name: str) -> None:
+        """Forget the cookie ``name`` that an account's blob gave (set for no domain, so sent to every host): a site
+        setting that cookie gives its new value, which must replace the blob's, not be sent beside it (the stale value
+        first, and echoed in a header such as weibo.com's ``X-XSRF-TOKEN``)."""
+        domains: dict[str, dict[str, dict[str, Any]]] = self._cookies  # type: ignore[attr-defined]
+        unscoped = domains.get("", {})
+        for path in [path for path, names in unscoped.items() if name in names]:
+            del unscoped[path][name]
+            if not unscoped[path]:
+                del unscoped[path]
+        if "" in domains and not unscoped:
+            del domains[""]
 
     def _refusal(self, cookie: http.cookiejar.Cookie) -> tuple[str, str] | None:
         """(the bound, why) when ``cookie`` may not be kept; None when it may."""

@@ -20,6 +20,7 @@ import socket
 import ssl
 import threading
 import tracemalloc
+import urllib.request
 import warnings
 import zlib
 from collections.abc import Iterator, Mapping
@@ -43,6 +44,7 @@ from crawler_client.transport import (
     SessionCache,
     TooManyRedirects,
     Urllib3Transport,
+    _SetCookieSource,
 )
 from icecrawler.deadline import DeadlinePassed, Watchdog
 from icecrawler.errors import FetchError
@@ -679,6 +681,22 @@ def test_the_cookie_jar_keeps_to_browser_bounds_and_keeps_the_login() -> None:
             jar.set(f"n{n}", "v", domain=f"d{domain}.example")
     assert len(jar) == MAX_COOKIES
     assert jar.get("SUB", domain=".weibo.com") == "renewed"
+
+
+def test_a_cookie_the_site_sets_replaces_the_blobs_cookie_of_that_name_and_its_echo() -> None:
+    """A pasted blob carries weibo.com's ``XSRF-TOKEN``; the site answers with a fresh one. The session then sends the
+    site's value alone, and echoes it in ``X-XSRF-TOKEN``: not both cookies, with the stale blob value echoed."""
+    cache = SessionCache()
+    session = cache.session("weibo_web", Account("a", "SUB=s; XSRF-TOKEN=pasted"))
+    answered = urllib.request.Request("https://weibo.com/ajax/statuses/mymblog?uid=1&page=1")
+    fresh = urllib3.HTTPHeaderDict({"Set-Cookie": "XSRF-TOKEN=fresh; path=/"})
+    session.cookies.extract_cookies(_SetCookieSource(fresh), answered)  # type: ignore[arg-type]
+    sent = urllib.request.Request("https://weibo.com/ajax/statuses/mymblog?uid=1&page=2")
+    session.cookies.add_cookie_header(sent)
+    assert sent.get_header("Cookie") == "SUB=s; XSRF-TOKEN=fresh"
+    request = PageRequest(url=sent.full_url, cookie_headers={"X-XSRF-TOKEN": "XSRF-TOKEN"})
+    assert Urllib3Transport(session)._cookie_headers(request) == {"X-XSRF-TOKEN": "fresh"}
+    cache.close()
 
 
 def test_a_site_that_sets_ever_new_cookies_cannot_grow_the_session(local_server: str) -> None:
