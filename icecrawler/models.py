@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, replace
 
 from icecrawler.errors import InvalidArgumentError, quote
 from icecrawler.outcomes import Outcome
-from icecrawler.sourcespec import TaskKind, registry
+from icecrawler.sourcespec import TaskKind, registry, unknown_source
 
 __all__ = [
     "MAX_DISCOVERED_IDS",
@@ -64,9 +64,7 @@ def valid_target(target: str) -> bool:
 def make_task_id(kind: TaskKind, source: str, target: str) -> str:
     """Validate and build ``<kind>:<source>:<target>``."""
     if source not in SOURCES:
-        raise InvalidArgumentError(
-            f"unknown source {quote(source)} (known: {', '.join(sorted(SOURCES))})", code="InvalidId", field="source"
-        )
+        raise InvalidArgumentError(unknown_source(quote(source), SOURCES), code="InvalidId", field="source")
     if kind not in SOURCES[source]:
         raise InvalidArgumentError(f"source {source} cannot crawl {kind.name} tasks", code="InvalidId", field="kind")
     if not valid_target(target):

@@ -33,6 +33,7 @@ __all__ = [
     "TaskKind",
     "group_by_kind",
     "registry",
+    "unknown_source",
 ]
 
 #: The package searched for built-in sources.
@@ -109,6 +110,26 @@ class SourceSpec:
         return {f"sources.{self.name}.{key}": value for key, value in values.items()}
 
 
+def unknown_source(quoted: str, known: Iterable[str]) -> str:
+    """The one message for a source name no registered source has (``quoted``: the name as the caller quotes it),
+    with the likeliest cause of one that exists: a process started without the module that declares it."""
+    return (
+        f"unknown source {quoted} (known: {', '.join(sorted(known))}); a source declared outside {SOURCE_PACKAGE} "
+        f"is known only to a process whose {ENV_MODULES} names its module"
+    )
+
+
+def _not_found_hint(module_name: str, exc: ImportError) -> str:
+    """What to do when the module named in ``ENV_MODULES`` itself is not found (not one it imports)."""
+    missing = exc.name if isinstance(exc, ModuleNotFoundError) else None
+    if not missing or not (module_name == missing or module_name.startswith(missing + ".")):
+        return ""
+    return (
+        f" ({ENV_MODULES} names modules on the Python path, not files: for /some/dir/mysource.py, put /some/dir "
+        "on PYTHONPATH and name mysource)"
+    )
+
+
 class Registry(Mapping[str, SourceSpec]):
     """Source name → spec, loaded once (thread-safe) on first use; also the source classes and modules."""
 
@@ -138,7 +159,9 @@ class Registry(Mapping[str, SourceSpec]):
                     try:
                         module = importlib.import_module(module_name)
                     except ImportError as exc:
-                        raise ConfigError(f"{ENV_MODULES}: cannot import {module_name!r}: {exc}") from exc
+                        raise ConfigError(
+                            f"{ENV_MODULES}: cannot import {module_name!r}: {exc}{_not_found_hint(module_name, exc)}"
+                        ) from exc
                     if self._add(module, found) is None:
                         raise ConfigError(f"{ENV_MODULES}: {module_name!r} declares no source (no SOURCE)")
                 self._specs = found
@@ -192,7 +215,7 @@ class Registry(Mapping[str, SourceSpec]):
         try:
             return specs[name]
         except KeyError:
-            raise ConfigError(f"unknown source {name!r} (known: {', '.join(sorted(specs))})") from None
+            raise ConfigError(unknown_source(repr(name), specs)) from None
 
     def __getitem__(self, name: str) -> SourceSpec:
         return self._load()[name]
@@ -225,6 +248,6 @@ def group_by_kind(ids: Iterable[str], kind: TaskKind | None) -> dict[TaskKind, l
             continue
         source = own_kind
         if kind is None and source not in registry:
-            raise ConfigError(f"{text!r}: unknown source {source!r} (known: {', '.join(sorted(registry))})")
+            raise ConfigError(f"{text!r}: {unknown_source(repr(source), registry)}")
         groups.setdefault(kind or registry.spec(source).default_kind, []).append(text)
     return groups

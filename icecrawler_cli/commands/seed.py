@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from icecrawler import rpc
-from icecrawler.errors import ConfigError
+from icecrawler.errors import ConfigError, InvalidArgumentError
 from icecrawler.models import TaskKind
 from icecrawler.settings import Settings
 from icecrawler.sourcespec import KIND_NAMES, group_by_kind
@@ -63,7 +63,13 @@ class Command(BaseCommand):
 
         with rpc.communicator(ice_args) as comm:
             call = getattr(scheduler_gateway(comm, settings), self.call)
-            counts = per_kind(call, groups, settings.get_int("scheduler.batch_limit"))
+            try:
+                counts = per_kind(call, groups, settings.get_int("scheduler.batch_limit"))
+            except InvalidArgumentError as exc:
+                if not exc.field.startswith("ids["):
+                    raise
+                # Said by the scheduler's process, which may lack a source this one has (ICECRAWLER_SOURCE_MODULES).
+                raise ConfigError(f"the scheduler refused the ids: {exc}") from exc
         for kind, ids in groups.items():
             print(f"{kind.value}: {counts[kind]} {self.counted} of {len(ids)}")
         return 0

@@ -24,7 +24,7 @@ from crawler_client.sources._dates import iso_of_ms
 from crawler_client.sources._decode import decode_body, load_json
 from crawler_client.sources._detect import check_http
 from crawler_client.sources.base import FetchedPage, Item, PageRequest, ParsedPage, SavedPages, SourceSpec
-from icecrawler.errors import FetchError, ParseError
+from icecrawler.errors import ConfigError, FetchError, ParseError
 from icecrawler.models import SOURCES, Outcome, Review, Task, TaskKind
 from icecrawler.sourcespec import ENV_MODULES, group_by_kind, registry
 from sandbox.sites import SiteContext
@@ -181,6 +181,38 @@ def test_icecrawler_sources_lists_a_new_source(capsys: pytest.CaptureFixture[str
     assert rows["ecshop"]["kinds"] == ["reviews", "listing"] and rows["ecshop"]["login"] == "form"
     assert main(["sources"]) == 0
     assert "toyshop" in capsys.readouterr().out
+
+
+def test_an_unknown_source_says_where_sources_outside_the_tree_come_from() -> None:
+    """A process started without the module of a source another process knows says what it lacks."""
+    from icecrawler.errors import InvalidArgumentError
+    from icecrawler.models import make_task_id
+
+    with pytest.raises(ConfigError, match=f"unknown source 'nowhere' .*{ENV_MODULES} names its module"):
+        registry.spec("nowhere")
+    with pytest.raises(ConfigError, match=f"unknown source 'nowhere' .*{ENV_MODULES}"):
+        group_by_kind(["nowhere:1"], None)
+    with pytest.raises(InvalidArgumentError, match=f"unknown source 'nowhere' .*{ENV_MODULES}"):
+        make_task_id(TaskKind.ProductReviews, "nowhere", "1")
+
+
+def test_a_source_module_named_by_its_file_is_told_how_to_name_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """``ICECRAWLER_SOURCE_MODULES`` takes module names on the Python path: a file path, or a module whose folder
+    is not on the path, is told so; a module that is found but fails on an import of its own is not."""
+    from icecrawler.sourcespec import Registry
+
+    for value in ("/tmp/newsrc/mysource.py", "mysource_not_on_the_path"):
+        monkeypatch.setenv(ENV_MODULES, value)
+        with pytest.raises(ConfigError, match=r"names modules on the Python path, not files: .* PYTHONPATH"):
+            len(Registry())
+    (tmp_path / "broken_source_module.py").write_text("import no_such_dependency_here\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv(ENV_MODULES, "broken_source_module")
+    with pytest.raises(ConfigError, match="no_such_dependency_here") as info:
+        len(Registry())
+    assert "PYTHONPATH" not in str(info.value)
 
 
 @pytest.mark.parametrize(

@@ -124,3 +124,13 @@ def test_seed_kind_inference() -> None:
 def test_ids_from_standard_input(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("sys.stdin", io.StringIO("reviews:jd:1\n\n# a comment\nweibo_pc:2  # a user\n"))
     assert read_ids(["jd:0"], "-") == ["jd:0", "reviews:jd:1", "weibo_pc:2"]
+
+
+def test_a_source_the_scheduler_does_not_know_is_named_as_the_scheduler_s(daemon: SchedulerDaemon) -> None:
+    """An id the command let through (``--kind`` skips its own source check, as a source added through
+    ICECRAWLER_SOURCE_MODULES in this shell but not in the scheduler's would) and the scheduler refused: the line
+    says who refused and what the scheduler's process lacks."""
+    refused = cli(daemon, "seed", "--kind", "reviews", "nowhere:1")
+    assert refused.returncode == 2, refused.stderr
+    assert "the scheduler refused the ids: unknown source 'nowhere'" in refused.stderr
+    assert "ICECRAWLER_SOURCE_MODULES" in refused.stderr
