@@ -117,9 +117,8 @@ def render_text(report: dict[str, Any]) -> str:
     for account, a in s.get("accounts", {}).items():
         if "mints" in a:  # a visitor session (scheduler_server.visitors)
             error = f", last error: {a['last_error']}" if a.get("last_error") else ""
-            lines.append(
-                f"  {account}: {a['state']} {a['account']}, {a['mints']} minted, {a['renewals']} renewed{error}"
-            )
+            session = " ".join(part for part in (a["state"], a["account"]) if part)  # no account before a mint
+            lines.append(f"  {account}: {session}, {a['mints']} minted, {a['renewals']} renewed{error}")
             continue
         frozen = f" for {a['frozen']['held_for_s']:.0f}s ({a['frozen']['reason']})" if a["state"] == "frozen" else ""
         lines.append(

@@ -287,6 +287,8 @@ def test_status_text_shows_visitor_sessions_without_cookies(clocks: ManualClocks
     passport = Passport()
     core = core_with_visitors(clocks, passport)
     core.add(["weibo_web:1"], TaskKind.WeiboUser)
+    before = render_text({"scheduler": {"reachable": True, **core.stats(), **core.stats()["detail"]}})
+    assert "visitor:weibo_web: none, 0 minted, 0 renewed" in before  # nothing minted yet: no stray space
     core.lease("w", 1)
     text = render_text({"scheduler": {"reachable": True, **core.stats(), **core.stats()["detail"]}})
     assert "visitor:weibo_web: ok visitor:weibo_web:1, 1 minted, 0 renewed" in text and "_2AkM" not in text
