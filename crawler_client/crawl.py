@@ -308,13 +308,13 @@ def crawl_task(
     now_ms: Callable[[], int],
     cancelled: Callable[[], bool] = lambda: False,
     relogin: Callable[[], None] | None = None,
-    on_parse: Callable[[float], object] | None = None,
+    on_parse: Callable[[float, int], object] | None = None,
 ) -> CrawlResult:
     """Crawl ``task`` incrementally and classify the result. Never raises for anything a site can do.
 
     ``relogin`` (form-login sources) is called at most once, on the first login wall; it raises FetchError
     when the login fails, else the walled page is fetched again. A second wall ends the crawl. ``on_parse`` is
-    told how long each ``source.parse`` took (the client's metrics).
+    told how long each ``source.parse`` took and how many items it gave, 0 when it raised (the client's metrics).
     """
     walk = _Walk()
     fetches_before = fetcher.requests_made
@@ -340,8 +340,10 @@ def crawl_task(
             page = fetcher.fetch(request)
             last_status = page.status
             parse_started = time.perf_counter()
+            items_read = 0
             try:
                 parsed = source.parse(task, request, page, now_ms())
+                items_read = len(parsed.items)
             except FetchError as exc:
                 if exc.outcome is not Outcome.LoginRequired or relogin is None:
                     raise
@@ -350,7 +352,7 @@ def crawl_task(
                 continue
             finally:
                 if on_parse is not None:
-                    on_parse(time.perf_counter() - parse_started)
+                    on_parse(time.perf_counter() - parse_started, items_read)
             _fill_long_texts(source, parsed, fetcher, base_url, plan.stop_at, now_ms)
             walk.add_page(source, parsed.items, plan.stop_at, plan)
             pages += 1

@@ -49,6 +49,12 @@ class ClientMetrics:
         )
         self.bytes = Tally(p + "response_bytes", "Response body bytes read, by source.", ["source"])
         self.new_items = Tally(p + "new_items", "New items found by successful crawls, by source.", ["source"])
+        self.items_read = Tally(
+            p + "items_read",
+            "Items the parser read off pages, new or already stored, by source (new_items over it: the share of "
+            "what was read that was new).",
+            ["source"],
+        )
         self.waits = Tally(
             p + "wait_seconds",
             "Seconds spent in deliberate waits, by reason (no_work: nothing "
@@ -80,7 +86,7 @@ class ClientMetrics:
         )
         sources = [(source,) for source in SOURCES]
         self.crawls.ensure((source, outcome.value) for source in SOURCES for outcome in Outcome)
-        for tally in (self.bytes, self.new_items, self.renewals, self.cookies_refused):
+        for tally in (self.bytes, self.new_items, self.items_read, self.renewals, self.cookies_refused):
             tally.ensure(sources)
         self.waits.ensure((reason,) for reason in WAIT_REASONS)
 
@@ -101,8 +107,10 @@ class ClientMetrics:
             self.bytes.add((source,), size)
         self.fetch_latency.observe((source,), seconds)
 
-    def parsed(self, source: str, seconds: float) -> None:
+    def parsed(self, source: str, seconds: float, items: int) -> None:
         self.parse_latency.observe((source,), seconds)
+        if items:
+            self.items_read.add((source,), items)
 
     def waited(self, reason: str, seconds: float) -> None:
         self.waits.add((reason,), seconds)
@@ -145,6 +153,7 @@ class ClientMetrics:
             self.fetches,
             self.bytes,
             self.new_items,
+            self.items_read,
             self.waits,
             self.renewals,
             self.cookies_refused,

@@ -21,8 +21,8 @@ class ClientObserver(Protocol):
     def fetched(self, source: str, status: int, size: int, seconds: float) -> None:
         """One HTTP request: its status (0 when no answer came), body bytes read, time to the end of the body."""
 
-    def parsed(self, source: str, seconds: float) -> None:
-        """One page parsed."""
+    def parsed(self, source: str, seconds: float, items: int) -> None:
+        """One page parsed: its time, and the items it gave (new or already stored; 0 when the parser raised)."""
 
     def waited(self, reason: str, seconds: float) -> None:
         """A deliberate wait: ``no_work`` (nothing due, or due tasks held back by politeness), ``backoff`` (the
@@ -44,7 +44,7 @@ class NullObserver:
     def fetched(self, source: str, status: int, size: int, seconds: float) -> None:
         pass
 
-    def parsed(self, source: str, seconds: float) -> None:
+    def parsed(self, source: str, seconds: float, items: int) -> None:
         pass
 
     def waited(self, reason: str, seconds: float) -> None:

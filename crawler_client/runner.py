@@ -139,7 +139,7 @@ class TaskRunner:
             now_ms=self.clock.now_ms,
             cancelled=self._cancelled(task),
             relogin=relogin,
-            on_parse=lambda seconds: observer.parsed(task.source, seconds),
+            on_parse=lambda seconds, items: observer.parsed(task.source, seconds, items),
         )
 
     def _retry_wait(self, observer: ClientObserver) -> Callable[[float], object]:

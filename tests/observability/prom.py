@@ -24,6 +24,7 @@ __all__ = [
     "DEPLOY",
     "Prometheus",
     "consecutive_free_ports",
+    "documented",
     "prometheus_binary",
     "prometheus_config",
     "promtool",
@@ -32,6 +33,17 @@ __all__ = [
 ]
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+
+
+def documented(series: str, doc: str) -> bool:
+    """Whether DEPLOY.md names a series: without ``icecrawler_<role>_``, a histogram's ``_bucket``/``_count``/``_sum``
+    or a ``_created`` series (a counter's or histogram's start time), followed by a backtick or its labels."""
+    name = series.split("_", 2)[2]
+    stems = {name}
+    for suffix in ("_bucket", "_count", "_sum", "_created"):
+        if name.endswith(suffix):
+            stems |= {name[: -len(suffix)], name[: -len(suffix)] + "_total"}
+    return any(re.search(rf"`{re.escape(stem)}[`{{]", doc) for stem in stems)
 
 
 def _binary(name: str) -> str:

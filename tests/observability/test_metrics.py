@@ -37,7 +37,7 @@ from storage_server.service import StorageService
 from storage_server.spool import MemorySpool
 from storage_server.stores import MemoryStore
 from tests.helpers import wait_for
-from tests.observability.prom import consecutive_free_ports, promtool_check
+from tests.observability.prom import DEPLOY, consecutive_free_ports, documented, promtool_check
 from tests.scheduler.conftest import ManualClocks, make_settings
 from tests.storage.conftest import make_post
 
@@ -575,6 +575,8 @@ def test_client_metrics_count_the_daemons_crawls_and_state() -> None:
             observer.current().session_renewed("ecshop")
             observer.current().cookie_refused("jd")
             observer.current().fetched("jd", 0, 0, 0.2)
+            observer.current().parsed("jd", 0.01, 7)
+            observer.current().parsed("jd", 0.01, 0)  # a page the parser refused
         finally:
             daemon.stop()
     finally:
@@ -588,9 +590,15 @@ def test_client_metrics_count_the_daemons_crawls_and_state() -> None:
     assert 'icecrawler_client_cookies_refused_total{source="jd"} 1.0' in text
     assert 'icecrawler_client_cookies_refused_total{source="ecshop"} 0.0' in text  # every source shown from the start
     assert 'icecrawler_client_fetches_total{source="jd",status_class="none"} 1.0' in text
+    assert 'icecrawler_client_items_read_total{source="jd"} 7.0' in text
+    assert 'icecrawler_client_items_read_total{source="ecshop"} 0.0' in text
     assert "icecrawler_client_tasks_reported_total 10.0" in text
     assert "icecrawler_client_busy_workers 0.0" in text and "icecrawler_client_workers 2.0" in text
     assert "icecrawler_client_cache_entries" not in text  # no caches given: none shown
+    # Every series is in DEPLOY.md's list ("What is exported"): a new metric is documented in the same change.
+    deploy_doc = (DEPLOY.parent / "docs" / "DEPLOY.md").read_text(encoding="utf-8")
+    names = {line.split("{")[0].split(" ")[0] for line in text.splitlines() if line.startswith("icecrawler_")}
+    assert not sorted(name for name in names if not documented(name, deploy_doc))
     promtool_check(text)
 
 
@@ -662,7 +670,7 @@ def test_crawl_task_times_every_parse_for_the_metrics_and_keeps_long_texts() -> 
     from icecrawler.errors import FetchError
     from tests.client.test_runtime_crawl import LongTextPostSource, ScriptedFetch, post, task
 
-    timings: list[float] = []
+    timings: list[tuple[float, int]] = []
     page1 = ParsedPage(
         items=[post(30), post(29)],
         next_request=PageRequest(url="http://site/list", page=2),
@@ -670,9 +678,16 @@ def test_crawl_task_times_every_parse_for_the_metrics_and_keeps_long_texts() -> 
     )
     source = LongTextPostSource([page1, [post(28)], FetchError("broken page", outcome=Outcome.ParseError)])
     result = crawl_task(
-        task(), source, ScriptedFetch(), base_url="http://site", max_pages=10, now_ms=lambda: 0, on_parse=timings.append
+        task(),
+        source,
+        ScriptedFetch(),
+        base_url="http://site",
+        max_pages=10,
+        now_ms=lambda: 0,
+        on_parse=lambda seconds, items: timings.append((seconds, items)),
     )
-    assert len(timings) == 3 and all(seconds >= 0 for seconds in timings)  # the page that raised is timed too
+    assert len(timings) == 3 and all(seconds >= 0 for seconds, _ in timings)  # the page that raised is timed too
+    assert [items for _, items in timings] == [2, 1, 0]  # the items each page gave; none from the page that raised
     assert result.report.outcome is Outcome.ParseError
     assert result.posts[0].text == "the whole long text"  # the hook does not hide the source's long-text support
 

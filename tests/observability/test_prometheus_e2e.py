@@ -16,7 +16,6 @@ exactly.
 from __future__ import annotations
 
 import json
-import re
 import sqlite3
 import subprocess
 import urllib.request
@@ -30,7 +29,14 @@ from icecrawler_local.stack import Stack, running_stack
 from sandbox.scenario import Product, Scenario, WeiboUser
 from sandbox.schedules import Schedule
 from tests.helpers import truncated_posts, wait_for
-from tests.observability.prom import DEPLOY, Prometheus, consecutive_free_ports, prometheus_config, promtool_check
+from tests.observability.prom import (
+    DEPLOY,
+    Prometheus,
+    consecutive_free_ports,
+    documented,
+    prometheus_config,
+    promtool_check,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.ice, pytest.mark.bdb, pytest.mark.slow]
 
@@ -52,17 +58,6 @@ def scenario() -> Scenario:
             Product("jd", "100008348542", backlog=15, schedule=static),
         ),
     )
-
-
-def documented(series: str, doc: str) -> bool:
-    """Whether DEPLOY.md names a series: without ``icecrawler_<role>_``, a histogram's ``_bucket``/``_count``/``_sum``
-    or a ``_created`` series (a counter's or histogram's start time), followed by a backtick or its labels."""
-    name = series.split("_", 2)[2]
-    stems = {name}
-    for suffix in ("_bucket", "_count", "_sum", "_created"):
-        if name.endswith(suffix):
-            stems |= {name[: -len(suffix)], name[: -len(suffix)] + "_total"}
-    return any(re.search(rf"`{re.escape(stem)}[`{{]", doc) for stem in stems)
 
 
 def published(stack: Stack, seeded: tuple[str, ...]) -> int:
