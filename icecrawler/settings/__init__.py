@@ -73,6 +73,18 @@ def _declared(key: str) -> dict[str, Any]:
     return registry[parts[1]].settings() if parts[1] in registry else {}
 
 
+def _unknown_setting(key: str) -> str:
+    """What an error says of a key that is no setting: for ``sources.<name>.*`` of a source this process does not
+    know, why (a source from ``ICECRAWLER_SOURCE_MODULES`` is known only where that variable names it)."""
+    parts = key.split(".")
+    if len(parts) >= 3 and parts[0] == "sources":
+        from icecrawler.sourcespec import registry, unknown_source
+
+        if parts[1] not in registry:
+            return f"unknown setting {key!r}: {unknown_source(repr(parts[1]), registry)}"
+    return f"unknown setting {key!r}"
+
+
 class Settings:
     """Read-only view of the merged settings, with the priority each value came from."""
 
@@ -94,7 +106,7 @@ class Settings:
 
     def set(self, key: str, value: Any, priority: str = "cmdline") -> None:
         if not self._know(key):
-            raise ConfigError(f"unknown setting {key!r} (see `icecrawler settings` for the list)")
+            raise ConfigError(f"{_unknown_setting(key)} (see `icecrawler settings` for the list)")
         level = PRIORITIES[priority]
         if level >= self._priority[key]:
             self._values[key] = _coerce(key, value, self._defaults[key])
@@ -128,7 +140,7 @@ class Settings:
 
     def __getitem__(self, key: str) -> Any:
         if not self._know(key):
-            raise ConfigError(f"unknown setting {key!r}")
+            raise ConfigError(_unknown_setting(key))
         return self._values[key]
 
     def get_str(self, key: str) -> str:
@@ -194,7 +206,7 @@ def load_settings(
             if settings._know(key):
                 settings.set(key, value, "env")
             elif "__" in name:  # shaped like a setting (ICECRAWLER_SECTION__KEY): a typo fails like one in the file
-                raise ConfigError(f"environment variable {name}: unknown setting {key!r}")
+                raise ConfigError(f"environment variable {name}: {_unknown_setting(key)}")
     settings.update(parse_assignments(assignments), "cmdline")
     validate_values(settings.as_dict())
     return settings

@@ -82,3 +82,15 @@ def test_a_misspelt_environment_setting_is_refused_like_a_misspelt_file_key() ->
     # Variables that are not shaped like a setting are other tools' (ICECRAWLER_SOURCE_MODULES, the bootstrap's).
     settings = load_settings(None, environ={"ICECRAWLER_SETUP": "dev", "ICECRAWLER_SOURCES__JD__ENDPOINT": "api"})
     assert settings["sources.jd.endpoint"] == "api" and settings.source_of("sources.jd.endpoint") == "env"
+
+
+def test_a_setting_of_a_source_this_process_does_not_know_says_why() -> None:
+    """``[sources.bookrev]`` in a file read by a process started without the module that declares ``bookrev``:
+    the error names ICECRAWLER_SOURCE_MODULES; an unknown key of a known source stays a plain typo."""
+    with pytest.raises(ConfigError, match=r"setting 'sources\.bookrev\.base_url': .*ICECRAWLER_SOURCE_MODULES"):
+        load_settings(None, environ={}, assignments=["sources.bookrev.base_url=http://127.0.0.1:1"])
+    with pytest.raises(ConfigError, match=r"ICECRAWLER_SOURCES__BOOKREV__BASE_URL: .*ICECRAWLER_SOURCE_MODULES"):
+        load_settings(None, environ={"ICECRAWLER_SOURCES__BOOKREV__BASE_URL": "http://127.0.0.1:1"})
+    with pytest.raises(ConfigError, match=r"unknown setting 'sources\.jd\.nope'") as typo:
+        load_settings(None, environ={}, assignments=["sources.jd.nope=1"])
+    assert "ICECRAWLER_SOURCE_MODULES" not in str(typo.value)
