@@ -4,11 +4,13 @@ the benchmarks, so all of them clean up the same way (SIGTERM, then SIGKILL afte
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -20,6 +22,7 @@ __all__ = [
     "ManagedProcess",
     "ProcessGroup",
     "cpu_seconds",
+    "die_with_parent",
     "free_port",
     "icecrawler_argv",
     "interrupts_once",
@@ -59,6 +62,41 @@ def poll_until(predicate: Callable[[], bool], timeout_s: float, interval_s: floa
         time.sleep(interval_s)
 
 
+#: Set by ``ManagedProcess`` in its child's environment: the pid of the process that started it (``die_with_parent``).
+PARENT_PID_ENV = "ICECRAWLER_PARENT_PID"
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    """Called first thing by every ``icecrawler`` command: if a ``ManagedProcess`` started this one, have Linux send
+    it SIGTERM (an orderly stop, as from ``ProcessGroup.stop_all``) when that parent dies, also by ``kill -9``.
+    Otherwise the daemons of a demo, a benchmark or a test killed that way would run on forever, each in a session
+    of its own. The variable is taken out of the environment, so a process this one starts does not inherit it."""
+    expected = os.environ.pop(PARENT_PID_ENV, "")
+    if not expected.isdigit() or not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0) != 0:
+            return
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != int(expected) and not _exists(int(expected)):  # it died before the request was made
+        os.kill(os.getpid(), signal.SIGTERM)
+    # (A parent other than ``expected`` that still runs is a wrapper between them, such as ``ip netns exec`` or
+    # ``timeout``: this process then stops when the wrapper ends.)
+
+
+def _exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU seconds of one process so far, from /proc (0.0 once it is gone)."""
     try:
@@ -85,12 +123,15 @@ class ManagedProcess:
         self.log_path = log_path
         log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = log_path.open("ab")
+        # Linux signals a child when the *thread* that started it ends: only the main thread's children are asked to
+        # die with it (die_with_parent).
+        parent = {PARENT_PID_ENV: str(os.getpid())} if threading.current_thread() is threading.main_thread() else {}
         self.popen = subprocess.Popen(
             self.argv,
             stdout=self._log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            env={**os.environ, **(env or {})},
+            env={**os.environ, **parent, **(env or {})},
             cwd=cwd,
             start_new_session=True,
         )

@@ -16,6 +16,7 @@ from icecrawler import __version__
 from icecrawler.errors import IcecrawlerError
 from icecrawler.logs import configure_logging
 from icecrawler.optional import explain_missing, use_source_checkout
+from icecrawler.processes import die_with_parent
 from icecrawler.settings import load_settings
 from icecrawler.stopsignals import holding_stop_signals
 from icecrawler_cli.commands import COMMAND_MODULES, SERVES_UNTIL_STOPPED, BaseCommand, Unavailable
@@ -109,6 +110,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     named = next((arg for arg in rest if not arg.startswith("-")), None)
     # From before the imports: a stop during a daemon's start-up is kept for it, not fatal (icecrawler.stopsignals).
     with holding_stop_signals() if named in SERVES_UNTIL_STOPPED else contextlib.nullcontext():
+        die_with_parent()  # a child of the demo, a benchmark or a test stops when its parent dies, even by kill -9
         return _run(named, rest, ice_args)
 
 

@@ -63,3 +63,16 @@ def test_ctrl_c_stops_every_process_the_demo_started(tmp_path: Path) -> None:
     assert run.left == [], run.output[-3000:]
     assert run.returncode == 130, run.output[-3000:]
     assert "interrupted: every process the demo started has been stopped" in run.output
+
+
+def test_kill_9_of_the_demo_leaves_no_process_behind(tmp_path: Path) -> None:
+    # kill -9 gives the demo no chance to stop its children, each in a session of its own: they must notice that
+    # their parent died (icecrawler.processes.die_with_parent) and stop, rather than crawl on forever.
+    run = interrupt_when_ready(_demo_argv(tmp_path, "--duration", "120", "--every", "2"), "[crawl", signal.SIGKILL)
+    assert len(run.children) == 5, run.output  # sandbox, storage, scheduler, two clients
+    assert run.left == [], run.output[-3000:]
+    assert run.returncode == -signal.SIGKILL
+    paths = sorted((tmp_path / "var" / "logs").glob("*.log"))
+    assert len(paths) >= 5, paths
+    logs = "\n".join(path.read_text(errors="replace") for path in paths)
+    assert "Traceback" not in logs, logs[-4000:]
