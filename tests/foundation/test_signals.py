@@ -3,6 +3,7 @@ it serves, and while it is still starting."""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -14,7 +15,7 @@ import pytest
 from icecrawler.processes import free_port, icecrawler_argv
 from icecrawler_cli.cli import main
 from tests.foundation.test_docs import REPO
-from tests.helpers import poll_until
+from tests.helpers import poll_until, process_gone
 
 #: The child: its main thread holds the stop event's own lock (as it does inside ``stop.wait()``) when SIGTERM
 #: comes, then waits for the event as a daemon's main loop does. A handler that set the event itself would wait
@@ -100,3 +101,55 @@ def test_a_daemon_command_run_in_process_leaves_the_signal_handlers_as_they_were
         main(["client", "--help"])
     assert main(["targets", "--hosts", ""]) == 2
     assert {sig: signal.getsignal(sig) for sig in before} == before
+
+
+#: The parent: starts a client through ``ProcessGroup`` (as the demo, the benchmarks and the tests do), prints its
+#: pid, then waits to be killed.
+PARENT = textwrap.dedent(
+    """
+    import sys, time
+    from pathlib import Path
+    from icecrawler.processes import ProcessGroup, icecrawler_argv
+
+    group = ProcessGroup(Path(sys.argv[1]))
+    client = group.start("client", icecrawler_argv("client", "--set", "metrics.client.port=0", sys.argv[2]))
+    print(client.pid, flush=True)
+    time.sleep(120)
+    """
+)
+
+
+def test_a_daemon_whose_parent_is_killed_stops_in_order(tmp_path: Path) -> None:
+    """kill -9 of whatever started a daemon through ``icecrawler.processes`` (the demo, a benchmark, a test): the
+    daemon, in a session of its own, gets SIGTERM from the kernel and stops as from any SIGTERM. Before, it ran on
+    for good."""
+    conf = tmp_path / "client.conf"
+    conf.write_text(
+        f"Scheduler.Proxy=scheduler:tcp -h 127.0.0.1 -p {free_port()}\n"
+        f"Storage.Proxy=storage:tcp -h 127.0.0.1 -p {free_port()}\n"
+    )
+    parent = subprocess.Popen(
+        [sys.executable, "-c", PARENT, str(tmp_path / "logs"), f"--Ice.Config={conf}"],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert parent.stdout is not None
+    child = int(parent.stdout.readline())
+    log = tmp_path / "logs" / "client.log"
+    try:
+        assert poll_until(lambda: log.exists() and "started:" in log.read_text(), 60, 0.1), "the client never started"
+        parent.kill()
+        parent.wait(timeout=30)
+        stopped = poll_until(lambda: process_gone(child), 30, 0.1)
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
+        parent.stdout.close()
+        if not process_gone(child):
+            os.kill(child, signal.SIGKILL)
+    text = log.read_text()
+    assert stopped, f"the client outlived its parent:\n{text[-3000:]}"
+    assert "signal 15: shutting down" in text and f":{child} stopped" in text, text[-3000:]
+    assert "Traceback" not in text, text[-3000:]
