@@ -313,13 +313,18 @@ class ClientDaemon:
         while True:
             self._wake_sink.wait(POLL_S)
             self._wake_sink.clear()
+            # Read before the pass: stop() hands the sink its last results before it sets _sink_done, so only a
+            # pass that began after it saw _sink_done has them all. (A pass already under way, say one slow
+            # storage write, returned "empty" for what it had taken, and a result that came meanwhile was given
+            # back at shutdown instead of reported.)
+            finishing = self._sink_done.is_set()
             try:
                 empty = self.sink.flush()
             except Exception:  # a bug must not stop storing and reporting for good
                 log.exception("sink pass failed; retrying")
                 empty = False
                 time.sleep(POLL_S)
-            if self._sink_done.is_set():
+            if finishing:
                 if empty or time.monotonic() >= self._sink_deadline:
                     return
                 time.sleep(POLL_S / 4)

@@ -209,3 +209,54 @@ def test_bad_client_settings_are_a_clear_error_before_anything_starts(capsys: py
     assert "client.workers" in err and "must be >= 1" in err
     assert main(["client", "--set", "client.batch=many"]) == 2
     assert "client.batch" in capsys.readouterr().err
+
+
+def test_a_result_that_comes_during_the_sinks_last_pass_is_reported_not_given_back() -> None:
+    """SIGTERM while a storage write is slow: the sink's pass has taken the first result when the second crawl
+    ends and stop() tells the sink to finish. That pass returned "nothing left" (of what it had taken) and the sink
+    ended, so the second result was given back at shutdown ("could not be reported in time") and crawled again,
+    though nothing stopped its report."""
+    scheduler = Scheduler(tasks=2)
+    writing, storage_gate, second_started, second_gate = (threading.Event() for _ in range(4))
+
+    class SlowStorage(Storage):
+        def write_posts(self, posts: Sequence[Post]) -> int:
+            writing.set()
+            assert storage_gate.wait(30)
+            return super().write_posts(posts)
+
+    class GatedRunner(Runner):
+        def run(self, task: Task) -> CrawlResult:
+            if task.target == "1":
+                second_started.set()
+                assert second_gate.wait(30)
+            return super().run(task)
+
+    storage = SlowStorage()
+    daemon = ClientDaemon(
+        scheduler,
+        storage,
+        config(workers=1, batch=2, shutdown_grace_s=10.0),
+        lambda cancel: GatedRunner(cancel, threading.Event(), frozenset()),  # type: ignore[arg-type,return-value]
+        clock=Clock(),  # type: ignore[arg-type]
+        fingerprint=lambda texts: 1,
+        worker_id="test",
+    )
+    daemon.start()
+    stopper = threading.Thread(target=daemon.stop)
+    try:
+        assert writing.wait(20) and second_started.wait(20)  # the sink is storing the first; the second is crawled
+        stopper.start()
+        assert poll_until(daemon._stopping.is_set, 20, 0.01)
+        second_gate.set()  # the second result reaches the sink while its pass still writes the first
+        assert poll_until(daemon._sink_done.is_set, 20, 0.01)
+        storage_gate.set()
+        stopper.join(30)
+    finally:
+        second_gate.set()
+        storage_gate.set()
+        if stopper.is_alive():
+            stopper.join(30)
+    assert sorted(r.task_id for r in scheduler.reports) == ["user:weibo_mobile:0", "user:weibo_mobile:1"]
+    assert scheduler.released == []
+    assert len(storage.posts) == 2
