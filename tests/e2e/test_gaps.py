@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from icecrawler_local.stack import running_stack
-from sandbox.scenario import Product, Scenario
+from sandbox.scenario import Product, Scenario, WeiboUser
 from sandbox.schedules import Schedule
 from tests.helpers import caught_up, client_logs, wait_for
 
@@ -83,3 +83,39 @@ def test_a_burst_longer_than_the_page_cap_survives_a_kill_9_mid_gap_and_is_store
     assert len(expected) > 5 + 10 * MAX_PAGES, "the burst was not longer than the page cap"
     assert codes == [0], logs[-3000:]
     assert "Traceback" not in logs, logs[-4000:]
+
+
+def test_a_weibo_com_timeline_longer_than_the_page_cap_resumes_with_its_xsrf_header(tmp_path: Path) -> None:
+    """weibo.com's API wants the XSRF-TOKEN cookie echoed in X-XSRF-TOKEN once a session holds it. A resumed visit
+    is rebuilt from the gap cursor, which dropped the request's cookie headers: the second visit on the same session
+    was answered 403, reported as Banned, and the ban held every task of the host."""
+    uid = 1907518591
+    world = Scenario(
+        seed=7, users=(WeiboUser(uid=uid, sites=("web",), backlog=90, schedule=Schedule("static"), pinned=False),)
+    )
+    scheduler_settings = {
+        "scheduler.initial_period_s": 30,
+        "scheduler.min_period_s": 30,
+        "scheduler.max_period_s": 60,
+    }
+    client_settings = {"client.workers": 1, "client.batch": 1, "client.max_pages": 1, "client.idle_sleep_s": 0.2}
+    task = f"user:weibo_web:{uid}"
+    with running_stack(
+        tmp_path, world, speed=SPEED, scheduler_settings=scheduler_settings, client_settings=client_settings
+    ) as stack:
+        stack.seed([f"weibo_web:{uid}"])
+        client = stack.start_client("client-1")  # one worker: every visit on the same session, cookie and all
+        wait_for(
+            lambda: bool(stack.task_info(task)["cursor"]) and stack.task_info(task).get("gap") is None,
+            lambda: f"the first crawl never finished:\n{client.log_tail(10)}",
+            timeout_s=90,
+        )
+        expected, stored, _ = caught_up(stack, CATCH_UP_S, timeout_s=30)
+        codes = [client.stop(timeout_s=20)]
+        logs = client_logs([client])
+
+    assert "Banned" not in logs, logs[-3000:]
+    assert "gap kept open" in logs, "the timeline was not longer than the page cap"
+    missing = expected - stored
+    assert not missing, f"{sum(missing.values())} published post(s) never stored, e.g. {list(missing)[:5]}"
+    assert codes == [0], logs[-3000:]
