@@ -6,14 +6,18 @@ cookie (Firefox's ``network.cookie.maxPerHost`` and ``network.cookie.maxNumber``
 store at least that much, so a site that needs more does not work in a browser either). This jar keeps the same
 bounds. Where a browser then evicts its least recently used cookies, this jar refuses the new one: a session's
 first cookies are its login (an account's blob, a form login's answer), and a site's churn must not push them out.
-A new value for a cookie the jar already holds is always taken, and so is a site's value for a cookie the blob gave:
-the blob's copy (set for no domain) is dropped, so the stale value is neither sent beside the new one nor echoed.
+A new value for a cookie the jar already holds is always taken. An account's blob gives its cookies for no domain
+(sent to every host); where a site has since set a cookie of the same name for the host asked, the site's value is
+sent and echoed alone (the blob's is stale there), while every other host still gets the blob's: a cookie set by a
+passport or login host, or for a narrower path, must not take the login away from the site's own pages.
 """
 
 from __future__ import annotations
 
 import http.cookiejar
 import logging
+import time
+import urllib.request
 from collections.abc import Callable
 from typing import Any
 
@@ -44,8 +48,6 @@ class BoundedCookieJar(requests.cookies.RequestsCookieJar):
     def set_cookie(self, cookie: http.cookiejar.Cookie, *args: Any, **kwargs: Any) -> None:
         refusal = self._refusal(cookie)
         if refusal is None:
-            if cookie.domain:
-                self._drop_unscoped(cookie.name)
             super().set_cookie(cookie, *args, **kwargs)
             return
         self.refused += 1
@@ -56,18 +58,21 @@ class BoundedCookieJar(requests.cookies.RequestsCookieJar):
             self._logged.add(bound)
             log.warning("cookie jar: %s; refusing such cookies (the first: %r)", why, cookie.name[:64])
 
-    def _drop_unscoped(self, name: str) -> None:
-        """Forget the cookie ``name`` that an account's blob gave (set for no domain, so sent to every host): a site
-        setting that cookie gives its new value, which must replace the blob's, not be sent beside it (the stale value
-        first, and echoed in a header such as weibo.com's ``X-XSRF-TOKEN``)."""
-        domains: dict[str, dict[str, dict[str, Any]]] = self._cookies  # type: ignore[attr-defined]
-        unscoped = domains.get("", {})
-        for path in [path for path, names in unscoped.items() if name in names]:
-            del unscoped[path][name]
-            if not unscoped[path]:
-                del unscoped[path]
-        if "" in domains and not unscoped:
-            del domains[""]
+    def _cookies_for_request(self, request: Any) -> list[http.cookiejar.Cookie]:
+        """The cookies ``request`` gets (what ``add_cookie_header`` sends), without a blob's cookie (no domain) whose
+        name a cookie set by the site for this host also has: the site's value is the newer one."""
+        cookies: list[http.cookiejar.Cookie] = super()._cookies_for_request(request)  # type: ignore[misc]
+        scoped = {cookie.name for cookie in cookies if cookie.domain}
+        return [cookie for cookie in cookies if cookie.domain or cookie.name not in scoped]
+
+    def value_for(self, url: str, name: str) -> str | None:
+        """The value of the cookie ``name`` that a request to ``url`` would send, or None (for a header that echoes
+        a cookie, such as weibo.com's ``X-XSRF-TOKEN``: the value sent, not another host's)."""
+        request = urllib.request.Request(url)
+        with self._cookies_lock:  # type: ignore[attr-defined]
+            self._policy._now = self._now = int(time.time())  # type: ignore[attr-defined]
+            cookies = self._cookies_for_request(request)
+        return next((cookie.value for cookie in cookies if cookie.name == name and cookie.value), None)
 
     def _refusal(self, cookie: http.cookiejar.Cookie) -> tuple[str, str] | None:
         """(the bound, why) when ``cookie`` may not be kept; None when it may."""

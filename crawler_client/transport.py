@@ -273,7 +273,7 @@ class Urllib3Transport:
             cookie = cookie_request.get_header("Cookie")
             if cookie:
                 sent["Cookie"] = cookie
-                sent.update(self._cookie_headers(request))
+                sent.update(self._cookie_headers(request, url))
             response = self.session.pool.urlopen(
                 method,
                 url,
@@ -297,11 +297,12 @@ class Urllib3Transport:
                 method, body = ("GET" if method != "HEAD" else method), None  # what browsers (and requests) do
         raise TooManyRedirects(f"more than {MAX_REDIRECTS} redirects")
 
-    def _cookie_headers(self, request: PageRequest) -> dict[str, str]:
-        """``request.cookie_headers`` filled from the jar (a header whose cookie it lacks is not sent)."""
+    def _cookie_headers(self, request: PageRequest, url: str) -> dict[str, str]:
+        """``request.cookie_headers`` filled with the values the jar sends to ``url`` (a header whose cookie is not
+        sent there is not sent either)."""
         found: dict[str, str] = {}
         for header_name, cookie_name in request.cookie_headers.items():
-            value = next((c.value for c in self.session.cookies if c.name == cookie_name and c.value), None)
+            value = self.session.cookies.value_for(url, cookie_name)
             if value:
                 found[header_name] = value
         return found

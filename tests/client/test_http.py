@@ -695,7 +695,29 @@ def test_a_cookie_the_site_sets_replaces_the_blobs_cookie_of_that_name_and_its_e
     session.cookies.add_cookie_header(sent)
     assert sent.get_header("Cookie") == "SUB=s; XSRF-TOKEN=fresh"
     request = PageRequest(url=sent.full_url, cookie_headers={"X-XSRF-TOKEN": "XSRF-TOKEN"})
-    assert Urllib3Transport(session)._cookie_headers(request) == {"X-XSRF-TOKEN": "fresh"}
+    assert Urllib3Transport(session)._cookie_headers(request, sent.full_url) == {"X-XSRF-TOKEN": "fresh"}
+    cache.close()
+
+
+def test_a_cookie_another_host_sets_leaves_the_blobs_login_on_the_sites_pages() -> None:
+    """A hop through Weibo's passport sets ``SUB`` for its own host and path: weibo.com's pages must still get the
+    blob's login (dropped, the crawl would meet a login wall and freeze the account), and the echo of ``XSRF-TOKEN``
+    is the value sent to the host asked, not another host's."""
+    cache = SessionCache()
+    session = cache.session("weibo_web", Account("a", "SUB=login; XSRF-TOKEN=pasted"))
+    passport = urllib.request.Request("https://passport.weibo.com/visitor/visitor?entry=miniblog")
+    answer = urllib3.HTTPHeaderDict()
+    answer.add("Set-Cookie", "SUB=visitor; path=/visitor")
+    answer.add("Set-Cookie", "XSRF-TOKEN=passport; path=/")
+    session.cookies.extract_cookies(_SetCookieSource(answer), passport)  # type: ignore[arg-type]
+    page = urllib.request.Request("https://weibo.com/ajax/statuses/mymblog?uid=1&page=1")
+    session.cookies.add_cookie_header(page)
+    assert page.get_header("Cookie") == "SUB=login; XSRF-TOKEN=pasted"
+    request = PageRequest(url=page.full_url, cookie_headers={"X-XSRF-TOKEN": "XSRF-TOKEN"})
+    assert Urllib3Transport(session)._cookie_headers(request, page.full_url) == {"X-XSRF-TOKEN": "pasted"}
+    again = urllib.request.Request("https://passport.weibo.com/visitor/genvisitor2")
+    session.cookies.add_cookie_header(again)
+    assert again.get_header("Cookie") == "SUB=visitor; XSRF-TOKEN=passport"
     cache.close()
 
 
