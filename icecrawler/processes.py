@@ -131,7 +131,7 @@ class ManagedProcess:
             stdout=self._log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            env={**os.environ, **parent, **(env or {})},
+            env={**{k: v for k, v in os.environ.items() if k != PARENT_PID_ENV}, **parent, **(env or {})},
             cwd=cwd,
             start_new_session=True,
         )

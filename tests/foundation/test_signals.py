@@ -8,11 +8,12 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import pytest
 
-from icecrawler.processes import free_port, icecrawler_argv
+from icecrawler.processes import PARENT_PID_ENV, ManagedProcess, free_port, icecrawler_argv
 from icecrawler_cli.cli import main
 from tests.foundation.test_docs import REPO
 from tests.helpers import poll_until, process_gone
@@ -153,3 +154,22 @@ def test_a_daemon_whose_parent_is_killed_stops_in_order(tmp_path: Path) -> None:
     assert stopped, f"the client outlived its parent:\n{text[-3000:]}"
     assert "signal 15: shutting down" in text and f":{child} stopped" in text, text[-3000:]
     assert "Traceback" not in text, text[-3000:]
+
+
+def test_a_child_started_off_the_main_thread_inherits_no_parent_pid(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process that was itself started by a ManagedProcess but is no icecrawler command (so nothing popped the
+    variable: a script, a test run) and starts a child from a worker thread must not hand that child its own
+    parent's pid: the child would arm PDEATHSIG, and get SIGTERM when that worker thread ends."""
+    monkeypatch.setenv(PARENT_PID_ENV, "1")
+    started: list[ManagedProcess] = []
+    code = f"import os; print(os.environ.get({PARENT_PID_ENV!r}, 'unset'))"
+    thread = threading.Thread(
+        target=lambda: started.append(ManagedProcess("env", [sys.executable, "-c", code], tmp_path / "env.log"))
+    )
+    thread.start()
+    thread.join()
+    assert started[0].popen.wait(30) == 0
+    started[0].stop()
+    assert (tmp_path / "env.log").read_text().split() == ["unset"]
