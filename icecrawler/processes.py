@@ -81,10 +81,14 @@ def die_with_parent() -> None:
             return
     except (OSError, AttributeError):
         return
-    if os.getppid() != int(expected) and not _exists(int(expected)):  # it died before the request was made
+    if os.getppid() == int(expected):
+        return
+    if not _exists(int(expected)):  # it died before the request was made (this process has a new parent already)
         os.kill(os.getpid(), signal.SIGTERM)
-    # (A parent other than ``expected`` that still runs is a wrapper between them, such as ``ip netns exec`` or
-    # ``timeout``: this process then stops when the wrapper ends.)
+        return
+    # Another process stands between them (``timeout``, a node that starts servers from its threads): Linux would
+    # signal this one when the *thread* of that process that started it ends, which says nothing of ``expected``.
+    libc.prctl(_PR_SET_PDEATHSIG, 0, 0, 0, 0)
 
 
 def _exists(pid: int) -> bool:

@@ -173,3 +173,64 @@ def test_a_child_started_off_the_main_thread_inherits_no_parent_pid(
     assert started[0].popen.wait(30) == 0
     started[0].stop()
     assert (tmp_path / "env.log").read_text().split() == ["unset"]
+
+
+#: A process between the test and a daemon (as an IceGrid node is): it passes its environment on, starts the
+#: daemon from a worker thread, prints its pid, and lets that thread end once the daemon is up.
+INTERMEDIARY = textwrap.dedent(
+    """
+    import subprocess, sys, threading, time
+    from pathlib import Path
+
+    log = Path(sys.argv[1])
+
+    def start() -> None:
+        with log.open("ab") as out:
+            child = subprocess.Popen(sys.argv[2:], stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        print(child.pid, flush=True)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and b"started:" not in log.read_bytes():
+            time.sleep(0.1)
+
+    thread = threading.Thread(target=start)
+    thread.start()
+    thread.join()
+    print("thread ended", flush=True)
+    time.sleep(120)
+    """
+)
+
+
+def test_a_daemon_started_by_a_thread_of_a_process_in_between_outlives_that_thread(tmp_path: Path) -> None:
+    """Linux sends the parent-death signal when the *thread* that started a process ends. A daemon that a process in
+    between started from one of its threads (with the variable in the environment it passed on) must not arm it:
+    it got SIGTERM as soon as that thread ended, its parent still running."""
+    conf = tmp_path / "client.conf"
+    conf.write_text(
+        f"Scheduler.Proxy=scheduler:tcp -h 127.0.0.1 -p {free_port()}\n"
+        f"Storage.Proxy=storage:tcp -h 127.0.0.1 -p {free_port()}\n"
+    )
+    log = tmp_path / "client.log"
+    argv = icecrawler_argv("client", "--set", "metrics.client.port=0", f"--Ice.Config={conf}")
+    middle = subprocess.Popen(
+        [sys.executable, "-c", INTERMEDIARY, str(log), *argv],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, PARENT_PID_ENV: str(os.getpid())},
+    )
+    assert middle.stdout is not None
+    child = int(middle.stdout.readline())
+    try:
+        assert middle.stdout.readline().strip() == "thread ended"
+        assert "started:" in log.read_text(), log.read_text()[-3000:]
+        died = poll_until(lambda: process_gone(child), 5, 0.1)
+    finally:
+        middle.kill()
+        middle.wait()
+        middle.stdout.close()
+        if not process_gone(child):
+            os.kill(child, signal.SIGKILL)
+    text = log.read_text()
+    assert not died, f"the daemon stopped when the thread that started it ended:\n{text[-3000:]}"
+    assert "signal 15" not in text, text[-3000:]
