@@ -180,8 +180,14 @@ def check_report(item: Report, index: int, max_period_s: float) -> None:
     if not isinstance(item.outcome, Outcome):
         raise invalid_field(f"unknown outcome {item.outcome!r}", f"{where}.outcome", index)
     # A gap cursor is read back by status --task and by the client's walk: only one that reads is kept (an
-    # over-long one is refused for its length below).
-    if is_gap(item.cursor) and len(item.cursor) <= MAX_CURSOR and decode_cursor(item.cursor)[1] is None:
+    # over-long one is refused for its length below). Only an Ok report's cursor is kept; a failed crawl echoes the
+    # task's stored one, which an older scheduler may have taken unread: refused, the failure would never count.
+    if (
+        item.outcome is Outcome.Ok
+        and is_gap(item.cursor)
+        and len(item.cursor) <= MAX_CURSOR
+        and decode_cursor(item.cursor)[1] is None
+    ):
         raise invalid_field(
             f"cursor {quote(item.cursor)} starts like a page-cap gap ({GAP_PREFIX}) but does not read as one",
             f"{where}.cursor",

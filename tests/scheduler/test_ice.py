@@ -196,7 +196,25 @@ def test_a_report_whose_gap_cursor_does_not_read_is_refused_and_task_info_still_
         assert state(prx, task.id) == before
     prx.putUser(C.Report(taskId=task.id, leaseToken=task.leaseToken, cursor="2024-05-01T12:00:00+08:00|r1"))
     assert json.loads(prx.taskInfo(task.id))["gap"] is None
-    prx.releaseUsers([C.LeaseRef(taskId=t.id, leaseToken=t.leaseToken) for t in tasks if t.id != task.id])
+    others = [C.LeaseRef(taskId=t.id, leaseToken=t.leaseToken) for t in tasks if t.id != task.id]
+    if others:  # tasks earlier tests added, leased here too
+        prx.releaseUsers(others)
+
+
+def test_a_failed_crawl_echoing_an_unreadable_stored_gap_cursor_is_taken(prx: Any) -> None:
+    """A failed crawl's report echoes the task's stored cursor, which an older scheduler may have taken unread. Only
+    an Ok report's cursor is kept, so the failure counts (backoff, host block) and the stored cursor stays."""
+    prx.addUsers(["jd:7102"], C.TaskKind.ProductReviews)
+    tasks = prx.getUsers("gaps", 20)
+    task = next(t for t in tasks if t.id == "reviews:jd:7102")
+    unreadable = 'gap1:{"base":"1","top":"2","req":{"page":NaN}}'
+    failed = C.Report(taskId=task.id, leaseToken=task.leaseToken, cursor=unreadable, outcome=C.Outcome.Busy)
+    prx.putUser(failed)
+    info = json.loads(prx.taskInfo(task.id))
+    assert info["last_outcome"] == "Busy" and info["gap"] is None, info
+    others = [C.LeaseRef(taskId=t.id, leaseToken=t.leaseToken) for t in tasks if t.id != task.id]
+    if others:  # tasks earlier tests added, leased here too
+        prx.releaseUsers(others)
 
 
 def test_a_worker_id_or_hold_reason_with_a_control_character_is_refused(prx: Any) -> None:
