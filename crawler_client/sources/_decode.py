@@ -67,6 +67,9 @@ _PHP_NOTICE_RE = re.compile(
 )
 
 
+_JSON = json.JSONDecoder()
+
+
 def strip_php_notices(text: str) -> str:
     """``text`` without the PHP notices printed before it, nor (when what is left is a JSON object) after it: a shop
     on a newer PHP than its code was written for prints them into its JSON answers too."""
@@ -76,8 +79,13 @@ def strip_php_notices(text: str) -> str:
             break
         start = match.end()
     text = text[start:].strip()
-    end = text.rfind("}") + 1
-    if text.startswith("{") and 0 < end < len(text):
+    if not text.startswith("{"):
+        return text
+    try:
+        end = _JSON.raw_decode(text)[1]  # where the object ends: a notice after it may hold "}" ({closure}())
+    except (ValueError, RecursionError):
+        return text  # truncated or not JSON: left for the caller's error
+    if end < len(text):
         tail, at = text[end:], 0
         while match := _PHP_NOTICE_RE.match(tail, at):
             if match.end() == at:

@@ -190,7 +190,8 @@ def test_php_notices_printed_around_a_comment_envelope_are_not_part_of_it() -> N
         b"<b>/srv/shop/includes/lib_main.php</b> on line <b>1312</b><br />\n"
     )
     after = b"\nWarning: Unknown: write failed: No space left on device (28) in Unknown on line 0\n"
-    for body in (before + envelope, envelope + after, before + envelope + after):
+    closure = b"<br />\n<b>Warning</b>:  {closure}(): Node no longer exists in <b>/srv/shop/x.php</b> on line <b>2</b>"
+    for body in (before + envelope, envelope + after, before + envelope + after, envelope + closure):
         page = parse("ecshop", task, request, body)
         assert len(page.items) == 3 and page.total_pages == 4
         assert page.next_request is not None and "page=3&id=42" in page.next_request.url
