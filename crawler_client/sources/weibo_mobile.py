@@ -422,18 +422,24 @@ def _candidates(uid: str, named: str) -> tuple[str, ...]:
 
 def _mblogs(cards: list[Any]) -> list[dict[str, Any]]:
     """Every ``mblog`` in the cards, including those nested in ``card_group``s; other cards are skipped. A card whose
-    ``profile_type_id`` starts with ``proweibotop`` holds the pinned post, even when its mblog does not say so."""
+    ``profile_type_id`` starts with ``proweibotop`` holds the pinned post, even when its mblog does not say so; at the
+    top level or inside a group (page 1 may open with a ``card_type`` 11 whose one grouped card is the pinned post)."""
     found: list[dict[str, Any]] = []
     for card in cards:
         card = _as_dict(card)
         if isinstance(card.get("mblog"), dict):
-            mblog = card["mblog"]
-            if str(card.get("profile_type_id", "")).startswith(PINNED_CARD) and not is_pinned(mblog):
-                mblog = {**mblog, "isTop": 1}  # pinned by its card alone: left out of the date order like the rest
-            found.append(mblog)
+            found.append(_card_mblog(card))
         elif isinstance(card.get("card_group"), list):
-            found.extend(_as_dict(c)["mblog"] for c in card["card_group"] if isinstance(_as_dict(c).get("mblog"), dict))
+            found.extend(_card_mblog(c) for c in map(_as_dict, card["card_group"]) if isinstance(c.get("mblog"), dict))
     return found
+
+
+def _card_mblog(card: dict[str, Any]) -> dict[str, Any]:
+    """A card's ``mblog``, marked pinned when only its card says so (left out of the date order like the rest)."""
+    mblog: dict[str, Any] = card["mblog"]
+    if str(card.get("profile_type_id", "")).startswith(PINNED_CARD) and not is_pinned(mblog):
+        return {**mblog, "isTop": 1}
+    return mblog
 
 
 def _pictures(mblog: dict[str, Any]) -> list[str]:

@@ -354,6 +354,48 @@ def test_a_post_pinned_by_its_card_alone_and_pictures_sent_as_an_object() -> Non
     assert SOURCE.newest_cursor(page.items) == "4900000000000001"
 
 
+def test_a_pinned_post_inside_a_card_group_is_pinned_by_its_card() -> None:
+    """Page 1 of a timeline may open with a ``card_type`` 11 whose ``card_group`` holds one card: the pinned post
+    (its ``profile_type_id`` ``proweibotop…``, the mblog unmarked) or, without one, the newest post. Nested, the
+    card's mark counts as on a top-level card: an old pinned post taken for a dated one ends the walk at once."""
+    pinned_mblog = {
+        "id": "4500000000000002",
+        "created_at": "Mon Jan 04 10:00:00 +0800 2021",
+        "text": "组里置顶的旧微博",
+        "user": {"id": 5612345678, "screen_name": "甲"},
+    }
+    fresh_mblog = {
+        "id": "4900000000000002",
+        "created_at": "Tue Jul 06 11:00:00 +0800 2021",
+        "text": "组外新的",
+        "user": {"id": 5612345678, "screen_name": "甲"},
+    }
+    grouped_fresh = {**fresh_mblog, "id": "4900000000000003", "text": "组里最新的"}
+    doc = {
+        "ok": 1,
+        "data": {
+            "cardlistInfo": {"since_id": ""},
+            "cards": [
+                {
+                    "card_type": 11,
+                    "card_group": [{"card_type": 9, "profile_type_id": "proweibotop_", "mblog": pinned_mblog}],
+                },
+                {
+                    "card_type": 11,
+                    "card_group": [{"card_type": 9, "profile_type_id": "proweibo_", "mblog": grouped_fresh}],
+                },
+                {"card_type": 9, "profile_type_id": "proweibo_", "mblog": fresh_mblog},
+            ],
+        },
+    }
+    page = parse("weibo_mobile", TASK, timeline(), json.dumps(doc, ensure_ascii=False).encode())
+    pinned, grouped, fresh = page.items
+    assert isinstance(pinned, Post) and isinstance(grouped, Post) and isinstance(fresh, Post)
+    assert pinned.pinned and not grouped.pinned and not fresh.pinned
+    assert not SOURCE.is_older_or_equal(pinned, "4800000000000000")  # the walk goes on past the pinned post
+    assert SOURCE.newest_cursor(page.items) == "4900000000000003"
+
+
 @pytest.mark.parametrize(
     ("message", "outcome", "error_class"),
     [
