@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import logging
 import os
 import signal
 import socket
@@ -65,13 +66,18 @@ def poll_until(predicate: Callable[[], bool], timeout_s: float, interval_s: floa
 #: Set by ``ManagedProcess`` in its child's environment: the pid of the process that started it (``die_with_parent``).
 PARENT_PID_ENV = "ICECRAWLER_PARENT_PID"
 _PR_SET_PDEATHSIG = 1
+#: Set to 1 by the IceGrid descriptor: stop when the node that started this server dies (``die_with_parent``).
+STOP_WITH_PARENT_ENV = "ICECRAWLER_STOP_WITH_PARENT"
 
 
 def die_with_parent() -> None:
     """Called first thing by every ``icecrawler`` command: if a ``ManagedProcess`` started this one, have Linux send
-    it SIGTERM (an orderly stop, as from ``ProcessGroup.stop_all``) when that parent dies, also by ``kill -9``.
+    it SIGTERM (an orderly stop, as from ``ProcessGroup.stop_all``) when that parent dies, also by ``kill -9``; with
+    ``ICECRAWLER_STOP_WITH_PARENT=1`` (IceGrid servers) whatever started it (``_watch_parent``).
     Otherwise the daemons of a demo, a benchmark or a test killed that way would run on forever, each in a session
     of its own. The variable is taken out of the environment, so a process this one starts does not inherit it."""
+    if os.environ.pop(STOP_WITH_PARENT_ENV, "") == "1":
+        _watch_parent()
     expected = os.environ.pop(PARENT_PID_ENV, "")
     if not expected.isdigit() or not sys.platform.startswith("linux"):
         return
@@ -89,6 +95,25 @@ def die_with_parent() -> None:
     # Another process stands between them (``timeout``, a node that starts servers from its threads): Linux would
     # signal this one when the *thread* of that process that started it ends, which says nothing of ``expected``.
     libc.prctl(_PR_SET_PDEATHSIG, 0, 0, 0, 0)
+
+
+def _watch_parent() -> None:
+    """Stop this process (SIGTERM, its orderly stop) once the process that started it is gone: a thread polls the
+    parent pid, which changes when the parent dies. For servers an ``icegridnode`` starts (the descriptor sets
+    ``ICECRAWLER_STOP_WITH_PARENT=1``): the node starts them from a thread, so PR_SET_PDEATHSIG cannot tell when the
+    node dies, and one killed with -9 would leave them running unsupervised, holding the data locks the servers that
+    the next node starts need."""
+    parent = os.getppid()
+    if parent <= 1:
+        return
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        logging.getLogger(__name__).warning("the process that started this one (pid %d) is gone: stopping", parent)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
 def _exists(pid: int) -> bool:

@@ -279,3 +279,33 @@ def test_icegrid_scheduler_shards_found_by_their_adapters(grid: Grid, tmp_path: 
     assert poll_until(lambda: all(s["done"] > 0 for s, n in zip(by_shard(), expected, strict=True) if n), 60), (
         by_shard()
     )
+
+
+def test_icegrid_servers_stop_with_a_killed_node_and_start_again_under_the_next(grid: Grid, tmp_path: Path) -> None:
+    """kill -9 of an ``icegridnode``: its servers stop too (nothing would supervise them any more), so the node
+    started again in its place starts them afresh, instead of finding their data locked by orphans of the old one
+    and disabling them (an orphan then runs unsupervised, and outlives ``grid.sh down``)."""
+    workdir = grid.directory / "work"
+    workdir.mkdir(parents=True, exist_ok=True)
+    grid.run("deploy", "scheduler_port=0")
+    servers = ("Scheduler", "Storage-1")
+    assert poll_until(lambda: all(_active(grid, server) for server in servers), 60), grid.admin("server list")
+    old = {server: int(grid.admin(f"server pid {server}")) for server in servers}
+    try:
+        os.kill(int((grid.directory / "node1.pid").read_text()), signal.SIGKILL)
+        assert poll_until(lambda: not any(Path(f"/proc/{pid}").exists() for pid in old.values()), 20), (
+            "servers of the killed node still run"
+        )
+        grid.run("node", "node1")
+
+        def started_again(server: str) -> bool:
+            try:
+                return _active(grid, server) and int(grid.admin(f"server pid {server}")) != old[server]
+            except (AssertionError, ValueError):
+                return False
+
+        assert poll_until(lambda: all(started_again(server) for server in servers), 60), grid.admin("server list")
+    finally:
+        for pid in old.values():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
