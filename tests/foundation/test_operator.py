@@ -17,11 +17,18 @@ import pytest
 
 from icecrawler import rpc
 from icecrawler.models import Post
-from icecrawler.processes import ProcessGroup, free_port, icecrawler_argv, wait_for_port
+from icecrawler.processes import ManagedProcess, ProcessGroup, free_port, icecrawler_argv, wait_for_port
 from icecrawler_cli.commands.export import Progress
 from icecrawler_cli.commands.tasks import pages
 
 pytestmark = [pytest.mark.ice]
+
+
+def listening(group: ProcessGroup, role: str, port: int, *args: str, host: str = "127.0.0.1") -> ManagedProcess:
+    """``icecrawler ROLE --listen tcp -h HOST -p PORT ARGS...`` started in ``group``, once its port answers."""
+    process = group.start(role, icecrawler_argv(role, "--listen", f"tcp -h {host} -p {port}", *args))
+    wait_for_port("127.0.0.1", port, 30, alive=process.alive)
+    return process
 
 
 @pytest.fixture(scope="module")
@@ -30,13 +37,7 @@ def scheduler(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     work = tmp_path_factory.mktemp("operator")
     port = free_port()
     with ProcessGroup(work / "logs") as group:
-        process = group.start(
-            "scheduler",
-            icecrawler_argv(
-                "scheduler", "--listen", f"tcp -h 127.0.0.1 -p {port}", "--set", f"scheduler.db_dir={work / 'db'}"
-            ),
-        )
-        wait_for_port("127.0.0.1", port, 30, alive=process.alive)
+        process = listening(group, "scheduler", port, "--set", f"scheduler.db_dir={work / 'db'}")
         yield f"scheduler:tcp -h 127.0.0.1 -p {port}"
         assert process.alive(), process.log_tail()
 
@@ -69,19 +70,15 @@ def test_tasks_lists_every_task_with_its_state(scheduler: str, tmp_path: Path) -
 def test_tasks_lists_a_scheduler_whose_batch_limit_is_below_the_page(tmp_path: Path) -> None:
     port = free_port()
     with ProcessGroup(tmp_path / "logs") as group:
-        process = group.start(
+        listening(
+            group,
             "scheduler",
-            icecrawler_argv(
-                "scheduler",
-                "--listen",
-                f"tcp -h 127.0.0.1 -p {port}",
-                "--set",
-                f"scheduler.db_dir={tmp_path / 'db'}",
-                "--set",
-                "scheduler.batch_limit=20",
-            ),
+            port,
+            "--set",
+            f"scheduler.db_dir={tmp_path / 'db'}",
+            "--set",
+            "scheduler.batch_limit=20",
         )
-        wait_for_port("127.0.0.1", port, 30, alive=process.alive)
         proxy = f"scheduler:tcp -h 127.0.0.1 -p {port}"
         with rpc.communicator() as comm:
             C = rpc.crawler()
@@ -209,20 +206,16 @@ def test_listen_on_the_command_line_wins_over_the_property_file(tmp_path: Path) 
     conf = tmp_path / "storage.conf"
     conf.write_text(f"StorageAdapter.Endpoints=tcp -h 127.0.0.1 -p {other}\n")
     with ProcessGroup(tmp_path / "logs") as group:
-        process = group.start(
+        listening(
+            group,
             "storage",
-            icecrawler_argv(
-                "storage",
-                "--listen",
-                f"tcp -h 127.0.0.1 -p {port}",
-                f"--Ice.Config={conf}",
-                "--set",
-                f"storage.embedded.path={tmp_path / 's.sqlite3'}",
-                "--set",
-                f"storage.spool_dir={tmp_path / 'spool'}",
-            ),
+            port,
+            f"--Ice.Config={conf}",
+            "--set",
+            f"storage.embedded.path={tmp_path / 's.sqlite3'}",
+            "--set",
+            f"storage.spool_dir={tmp_path / 'spool'}",
         )
-        wait_for_port("127.0.0.1", port, 30, alive=process.alive)
         with rpc.communicator() as comm:
             assert rpc.crawler().StoragePrx(comm, f"storage:tcp -h 127.0.0.1 -p {port}").stats().backend
 
@@ -230,17 +223,14 @@ def test_listen_on_the_command_line_wins_over_the_property_file(tmp_path: Path) 
 def test_insecure_endpoint_starts_only_when_allowed_and_then_warns(tmp_path: Path) -> None:
     port = free_port("0.0.0.0")
     with ProcessGroup(tmp_path / "logs") as group:
-        process = group.start(
+        process = listening(
+            group,
             "scheduler",
-            icecrawler_argv(
-                "scheduler",
-                "--listen",
-                f"tcp -h 0.0.0.0 -p {port}",
-                "--set",
-                f"scheduler.db_dir={tmp_path / 'db'}",
-                "--set",
-                "security.allow_insecure=true",
-            ),
+            port,
+            "--set",
+            f"scheduler.db_dir={tmp_path / 'db'}",
+            "--set",
+            "security.allow_insecure=true",
+            host="0.0.0.0",
         )
-        wait_for_port("127.0.0.1", port, 30, alive=process.alive)
         assert "INSECURE" in process.log_tail(50)

@@ -42,6 +42,17 @@ CHILD = textwrap.dedent(
 )
 
 
+def nowhere_conf(tmp_path: Path) -> Path:
+    """A client's Ice file naming a scheduler and a storage server that nothing listens for (free loopback ports):
+    the client starts and keeps asking, which is all these tests need of it."""
+    conf = tmp_path / "client.conf"
+    conf.write_text(
+        f"Scheduler.Proxy=scheduler:tcp -h 127.0.0.1 -p {free_port()}\n"
+        f"Storage.Proxy=storage:tcp -h 127.0.0.1 -p {free_port()}\n"
+    )
+    return conf
+
+
 def test_a_signal_sets_stop_even_while_the_main_thread_holds_the_events_lock() -> None:
     try:
         done = subprocess.run(
@@ -68,11 +79,7 @@ def holds_sigterm_while_starting(pid: int) -> bool:
 def test_sigterm_during_a_daemons_start_up_stops_it_in_order(tmp_path: Path) -> None:
     """A client stopped while it is still starting (imports, jieba's dictionary): the signal is held until it
     serves, then it stops as from any SIGTERM, exit status 0; without the hold it died of the signal (-15)."""
-    conf = tmp_path / "client.conf"
-    conf.write_text(
-        f"Scheduler.Proxy=scheduler:tcp -h 127.0.0.1 -p {free_port()}\n"
-        f"Storage.Proxy=storage:tcp -h 127.0.0.1 -p {free_port()}\n"
-    )
+    conf = nowhere_conf(tmp_path)
     log = tmp_path / "client.log"
     with log.open("wb") as out:
         child = subprocess.Popen(
@@ -124,11 +131,7 @@ def test_a_daemon_whose_parent_is_killed_stops_in_order(tmp_path: Path) -> None:
     """kill -9 of whatever started a daemon through ``icecrawler.processes`` (the demo, a benchmark, a test): the
     daemon, in a session of its own, gets SIGTERM from the kernel and stops as from any SIGTERM. Before, it ran on
     for good."""
-    conf = tmp_path / "client.conf"
-    conf.write_text(
-        f"Scheduler.Proxy=scheduler:tcp -h 127.0.0.1 -p {free_port()}\n"
-        f"Storage.Proxy=storage:tcp -h 127.0.0.1 -p {free_port()}\n"
-    )
+    conf = nowhere_conf(tmp_path)
     parent = subprocess.Popen(
         [sys.executable, "-c", PARENT, str(tmp_path / "logs"), f"--Ice.Config={conf}"],
         cwd=REPO,
@@ -205,11 +208,7 @@ def test_a_daemon_started_by_a_thread_of_a_process_in_between_outlives_that_thre
     """Linux sends the parent-death signal when the *thread* that started a process ends. A daemon that a process in
     between started from one of its threads (with the variable in the environment it passed on) must not arm it:
     it got SIGTERM as soon as that thread ended, its parent still running."""
-    conf = tmp_path / "client.conf"
-    conf.write_text(
-        f"Scheduler.Proxy=scheduler:tcp -h 127.0.0.1 -p {free_port()}\n"
-        f"Storage.Proxy=storage:tcp -h 127.0.0.1 -p {free_port()}\n"
-    )
+    conf = nowhere_conf(tmp_path)
     log = tmp_path / "client.log"
     argv = icecrawler_argv("client", "--set", "metrics.client.port=0", f"--Ice.Config={conf}")
     middle = subprocess.Popen(
