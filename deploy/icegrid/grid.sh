@@ -105,7 +105,7 @@ start_node() {
         "--IceGrid.Node.Data=$DIR/$name/data" \
         "--IceGrid.Node.Output=$DIR/$name/output" \
         --IceGrid.Node.CollocateRegistry=0 \
-        </dev/null >"$DIR/$name.log" 2>&1 &
+        </dev/null >>"$DIR/$name.log" 2>&1 &
     echo $! >"$DIR/$name.pid"
     echo "$name" >>"$DIR/nodes"
     wait_admin "node ping $name" 30 || die "node $name did not register with the registry (see $DIR/$name.log)"
@@ -129,7 +129,7 @@ case "$ACTION" in
             "--IceGrid.Registry.Internal.Endpoints=$PROTO -h 127.0.0.1" \
             "--IceGrid.Registry.LMDB.Path=$DIR/registry" \
             --IceGrid.Registry.LMDB.MapSize=64 \
-            </dev/null >"$DIR/registry.log" 2>&1 &
+            </dev/null >>"$DIR/registry.log" 2>&1 &
         echo $! >"$DIR/registry.pid"
         wait_admin "registry ping Master" 30 || die "registry did not answer on port $PORT (see $DIR/registry.log)"
         echo "registry up on $PROTO 127.0.0.1:$PORT (pid $(cat "$DIR/registry.pid"))"
