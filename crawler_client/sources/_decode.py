@@ -70,30 +70,24 @@ _PHP_NOTICE_RE = re.compile(
 _JSON = json.JSONDecoder()
 
 
+def _after_notices(text: str, at: int = 0) -> int:
+    """Where the run of PHP notices starting at ``at`` in ``text`` ends (``at`` itself when none starts there)."""
+    while (match := _PHP_NOTICE_RE.match(text, at)) and match.end() > at:
+        at = match.end()
+    return at
+
+
 def strip_php_notices(text: str) -> str:
     """``text`` without the PHP notices printed before it, nor (when what is left is a JSON object) after it: a shop
     on a newer PHP than its code was written for prints them into its JSON answers too."""
-    start = 0
-    while match := _PHP_NOTICE_RE.match(text, start):
-        if match.end() == start:
-            break
-        start = match.end()
-    text = text[start:].strip()
-    if not text.startswith("{"):
-        return text
+    text = text[_after_notices(text) :].strip()
+    if not text.startswith("{") or text.endswith("}"):
+        return text  # nothing after the object: no need to find where it ends (the caller parses it once)
     try:
         end = _JSON.raw_decode(text)[1]  # where the object ends: a notice after it may hold "}" ({closure}())
     except (ValueError, RecursionError):
         return text  # truncated or not JSON: left for the caller's error
-    if end < len(text):
-        tail, at = text[end:], 0
-        while match := _PHP_NOTICE_RE.match(tail, at):
-            if match.end() == at:
-                break
-            at = match.end()
-        if at == len(tail):
-            return text[:end]
-    return text
+    return text[:end] if _after_notices(text, end) == len(text) else text
 
 
 def as_dict(value: object) -> dict[str, Any]:
