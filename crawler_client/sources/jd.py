@@ -12,9 +12,9 @@ answer that gives no page count, like the older ``productpage`` form, by its com
 full). Ids are
 int64 (kept as decimal strings), counts may be strings ("100万+"), ``content`` carries HTML entities. Newer item
 pages read reviews from ``getLegoWareDetailComment``, whose ``commentInfoList[]`` rows (``commentId``,
-``userNickName``, ``commentData``, ``commentDate``, ``commentScore``) parse too, and so do the same rows of
-``getCommentListPage`` (the 2025 item page's signed call, which we do not make; a browser's saved answer checks with
-``icecrawler parse``): under ``result.floors[]`` (or their ``subFloors``), the floor whose ``mId`` is
+``userNickName``, ``commentData`` or ``tagCommentContent``, ``commentDate``, ``commentScore``) parse too, and so do
+the same rows of ``getCommentListPage`` (the 2025 item page's signed call, which we do not make; a browser's saved
+answer checks with ``icecrawler parse``): under ``result.floors[]`` (or their ``subFloors``), the floor whose ``mId`` is
 ``commentlist-list`` holds them in ``data[]``, the pager is ``result.pageInfo.data`` (``hasNextPage``, ``maxPage``).
 
 Refusals: an empty body, ``{}`` or an object without comments is LoginRequired ("blocked", what JD answers
@@ -70,6 +70,9 @@ _LIST_FLOOR = "commentlist-list"
 ENDPOINTS = ("club", "api")
 #: The keys comment rows sit under in the answers we know (``getLegoWareDetailComment`` nests them).
 _ROW_KEYS = ("comments", "commentInfoList")
+#: Where a row's text is, first found first: ``content`` (club), ``commentData`` (the item page's rows), and
+#: ``tagCommentContent``, which 2025–2026 item-page rows fill instead when ``commentData`` is empty.
+_TEXT_KEYS = ("content", "commentData", "tagCommentContent")
 #: How deep and how many JSON nodes ``_rows`` looks through for them.
 _MAX_DEPTH = 5
 _MAX_NODES = 2000
@@ -251,14 +254,14 @@ class JdSource(ReviewOrder, SavedPages):
         review_id = _as_str_id(raw.get("id")) or _as_str_id(raw.get("commentId")) or str(raw.get("guid") or "")
         if not review_id:
             return None
-        content = raw.get("content", raw.get("commentData"))
+        content = next((text for key in _TEXT_KEYS if isinstance(text := raw.get(key), str) and text.strip()), "")
         created = raw.get("creationTime", raw.get("commentDate"))
         return Review(
             id=review_id,
             product_id=product,
             source=self.name,
             user=str(raw.get("nickname") or raw.get("userNickName") or ""),
-            content=html.unescape(content).strip() if isinstance(content, str) else "",
+            content=html.unescape(content).strip(),
             score=min(parse_count(raw.get("score", raw.get("commentScore"))), 5),
             created_at=resolve_created_at(created, now_ms) if isinstance(created, str) else "",
             fetched_at=fetched_at,

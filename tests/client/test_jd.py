@@ -349,3 +349,17 @@ def test_a_redirect_to_jds_mobile_login_page_is_a_login_wall_whatever_the_page_h
         )
     assert (info.value.outcome, info.value.error_class) == ("LoginRequired", "login-redirect")
     assert not isinstance(info.value, ParseError)
+
+
+def test_a_row_whose_text_is_only_its_tag_comment_keeps_that_text() -> None:
+    """2025–2026 item-page rows may leave ``commentData`` empty (or out) and carry what the buyer wrote as
+    ``tagCommentContent``: such a review was stored with no text at all. Free text, when there is some, wins."""
+    page = parse("jd", TASK, SOURCE.first_request(TASK, BASE), fixture("jd_tag_comment_rows.json"))
+    reviews = [item for item in page.items if isinstance(item, Review)]
+    assert [(review.content, review.score) for review in reviews] == [
+        ("外观好看，声音清楚", 5),
+        ("续航一般", 3),
+        ("自己写的话", 4),
+    ]
+    assert reviews[0].created_at == "2025-07-01T09:30:00+08:00"
+    assert page.next_request is None
