@@ -69,6 +69,8 @@ SECOND_PROFILE = "230413{uid}_-_WEIBO_SECOND_PROFILE_WEIBO"
 GET_INDEX = "/api/container/getIndex"
 #: The ``profile_type_id`` prefix of the card that holds a profile's pinned post.
 PINNED_CARD = "proweibotop"
+#: The base62 post id a card's ``scheme`` link names (``…/status/X?mblogid=X&…``).
+_SCHEME_MBLOGID_RE = re.compile(r"[?&]mblogid=([0-9A-Za-z]{1,20})(?![0-9A-Za-z])")
 _RENDER_DATA_RE = re.compile(r"\$render_data\s*=\s*(\[.*\])\s*\[0\]", re.DOTALL)
 
 # Kept as names for the code that imported them from here.
@@ -435,10 +437,15 @@ def _mblogs(cards: list[Any]) -> list[dict[str, Any]]:
 
 
 def _card_mblog(card: dict[str, Any]) -> dict[str, Any]:
-    """A card's ``mblog``, marked pinned when only its card says so (left out of the date order like the rest)."""
+    """A card's ``mblog``, marked pinned when only its card says so (left out of the date order like the rest), and
+    given the base62 id its card's ``scheme`` names (``?mblogid=…``) when its own ``bid`` is empty."""
     mblog: dict[str, Any] = card["mblog"]
     if str(card.get("profile_type_id", "")).startswith(PINNED_CARD) and not is_pinned(mblog):
-        return {**mblog, "isTop": 1}
+        mblog = {**mblog, "isTop": 1}
+    if not (isinstance(mblog.get("bid"), str) and mblog["bid"]) and isinstance(card.get("scheme"), str):
+        match = _SCHEME_MBLOGID_RE.search(card["scheme"])
+        if match:
+            mblog = {**mblog, "bid": match[1]}
     return mblog
 
 

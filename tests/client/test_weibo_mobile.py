@@ -412,3 +412,16 @@ def test_an_ok0_on_the_first_page_is_not_found_only_when_it_says_there_is_nothin
     with pytest.raises(FetchError) as info:
         parse("weibo_mobile", TASK, timeline(), body)
     assert (info.value.outcome, info.value.error_class) == (outcome, error_class)
+
+
+def test_an_empty_bid_is_read_from_the_cards_scheme() -> None:
+    """m.weibo.cn sends some cards with ``mblog.bid`` empty while the card's ``scheme`` still names the post's base62
+    id (``?mblogid=…``); public clients of 2024–2026 read it there. The permalink was the m.weibo.cn form, not the
+    weibo.com one that weibo_web and the other cards store for the same row. A scheme without it changes nothing."""
+    page = parse("weibo_mobile", TASK, timeline(), fixture("weibo_mobile_empty_bid.json"))
+    posts = [item for item in page.items if isinstance(item, Post)]
+    assert [post.permalink for post in posts] == [
+        "https://weibo.com/5612345678/Qa1Bc2De3",
+        "https://m.weibo.cn/status/4900000000000002",
+    ]
+    assert [post.id for post in posts] == [4900000000000003, 4900000000000002]
