@@ -20,8 +20,8 @@ answer checks with ``icecrawler parse``): under ``result.floors[]`` (or their ``
 Refusals: an empty body, ``{}`` or an object without comments is LoginRequired ("blocked", what JD answers
 without a logged-in cookie since ≈2023). Risk control is Banned with its own ``error_class``: HTTP 403
 (``jd-risk-403``), an ``x-rp-content`` header or body carrying code 605 (``jd-risk-605``), a "系统繁忙"
-answer (``jd-system-busy``), or a redirect to the ``risk_handler`` page, by HTTP or by a page's script
-(``jd-risk-redirect``). A login page
+answer (``jd-system-busy``), or a redirect to the ``risk_handler`` page (``jd-risk-redirect``) or to the
+``pc-frequent-pro.pf.jd.com`` rate-limit page (``jd-frequent-redirect``), by HTTP or by a page's script. A login page
 served in place of the answer is LoginRequired (``jd-login-page``). Cursor semantics: ``ReviewOrder``.
 """
 
@@ -79,6 +79,14 @@ _MAX_NODES = 2000
 _BUSY = ("系统繁忙", "系統繁忙")
 #: What JD's login page carries (served in place of the answer, without a redirect).
 _LOGIN_PAGE = ("passport.jd.com", "plogin.m.jd.com", "欢迎登录")
+#: The pages JD sends a client it refuses to, by their address (an HTTP redirect's target, or a page's script):
+#: risk control's verification page (``cfe.m.jd.com/privatedomain/risk_handler/...``) and, seen from item pages in
+#: 2025–2026, the rate-limit page on ``pc-frequent-pro.pf.jd.com`` (``?from=pc_item&reason=403``). Both are Banned:
+#: the host is held off and the logged-in account rests, whose block public reports say follows it.
+_REFUSAL_PAGES: tuple[tuple[re.Pattern[str], str, str], ...] = (
+    (re.compile(r"/risk_handler\b"), "jd-risk-redirect", "risk control"),
+    (re.compile(r"[\w-]*frequent[\w-]*\.pf\.jd\.com", re.IGNORECASE), "jd-frequent-redirect", "the rate-limit page"),
+)
 
 
 def _as_str_id(value: object) -> str:
@@ -180,13 +188,9 @@ class JdSource(ReviewOrder, SavedPages):
         if not text.startswith("{"):
             if any(busy in text for busy in _BUSY):
                 raise _busy(page.status)
-            if text.startswith("<") and "risk_handler" in text:  # a page whose script sends the browser there
-                raise fail(
-                    Outcome.Banned,
-                    "JD risk control: a page that sends to risk_handler",
-                    error_class="jd-risk-redirect",
-                    http_status=page.status,
-                )
+            refused = _refusal_page(text, page.status, "a page whose script sends to") if text.startswith("<") else None
+            if refused is not None:
+                raise refused
             if text.startswith("<") and any(mark in text for mark in _LOGIN_PAGE):
                 raise fail(
                     Outcome.LoginRequired,
@@ -273,7 +277,7 @@ def _busy(status: int) -> FetchError:
 
 
 def _check_risk(page: FetchedPage, now_ms: int) -> None:
-    """Risk control before anything else: 403, a redirect to the risk page, or an ``x-rp-content`` header with code
+    """Risk control before anything else: 403, a redirect to a refusal page, or an ``x-rp-content`` header with code
     605 (what risk control adds to a refused answer, usually with HTTP 200 and an empty body; the header with
     another code counts only where the answer holds no comments: ``_header_refusal``)."""
     if page.status == 403:
@@ -283,13 +287,9 @@ def _check_risk(page: FetchedPage, now_ms: int) -> None:
             error_class="jd-risk-403",
             http_status=403,
         )
-    if "risk_handler" in redirect_target(page):
-        raise fail(
-            Outcome.Banned,
-            f"JD risk control: sent to {redirect_target(page)[:120]}",
-            error_class="jd-risk-redirect",
-            http_status=page.status,
-        )
+    refused = _refusal_page(redirect_target(page), page.status, "sent to")
+    if refused is not None:
+        raise refused
     risk = header(page.headers, "x-rp-content")
     if risk and _risk_code(risk) == "605":
         raise fail(
@@ -299,6 +299,20 @@ def _check_risk(page: FetchedPage, now_ms: int) -> None:
             http_status=page.status,
         )
     check_http(page, now_ms)
+
+
+def _refusal_page(text: str, status: int, how: str) -> FetchError | None:
+    """Banned when ``text`` (a redirect's target, or an HTML page) names one of JD's refusal pages, else None."""
+    for pattern, error_class, what in _REFUSAL_PAGES:
+        if match := pattern.search(text):
+            start = max(0, match.start() - 60) if text.startswith("<") else 0
+            return fail(
+                Outcome.Banned,
+                f"JD {what}: {how} {text[start : match.end() + 60]!r}",
+                error_class=error_class,
+                http_status=status,
+            )
+    return None
 
 
 def _header_refusal(page: FetchedPage) -> FetchError | None:
