@@ -27,6 +27,7 @@ __all__ = [
     "check_not_cut_short",
     "fail",
     "header",
+    "landing_error",
     "redirect_target",
     "retry_after_seconds",
     "scan_markers",
@@ -143,6 +144,27 @@ _LOGIN_URL_RE = re.compile(
 )
 
 
+#: Where a site sends a request it will not answer, other than its login pages, by address (checked first, so a
+#: login wall's pattern cannot claim them): Weibo's account check on ``security.weibo.com`` (a captcha or phone check
+#: a person must pass with that account: the account rests, as for a login wall) and its ``sorry`` page for an
+#: account that is gone (``usernotexists``: closed, or banned by Weibo; the target is gone, not our session).
+_LANDINGS: tuple[tuple[re.Pattern[str], Outcome, str], ...] = (
+    (re.compile(r"//security\.weibo\.c(?:om|n)/", re.IGNORECASE), Outcome.AccountFrozen, "account-verify"),
+    (re.compile(r"weibo\.c(?:om|n)/sorry\?[^#\s]*usernotexists", re.IGNORECASE), Outcome.NotFound, "user-not-exists"),
+)
+
+
+def landing_error(url: str, http_status: int) -> FetchError | None:
+    """The error for a request sent to one of the ``_LANDINGS`` (a redirect's target, or a url an answer names),
+    else None."""
+    for pattern, outcome, error_class in _LANDINGS:
+        if pattern.search(url):
+            return fail(
+                outcome, f"sent to {url[:200]} ({error_class})", error_class=error_class, http_status=http_status
+            )
+    return None
+
+
 def redirect_target(page: FetchedPage) -> str:
     """Where the response sent us: ``Location`` of an unfollowed 3xx, else the final URL ("" if none)."""
     if 300 <= page.status < 400:
@@ -151,11 +173,14 @@ def redirect_target(page: FetchedPage) -> str:
 
 
 def check_final_url(page: FetchedPage, request_url: str = "") -> None:
-    """A redirect to a passport/visitor/login URL is a login wall, whatever the body says (the final URL of a
-    followed redirect, or the ``Location`` of one the runtime did not follow)."""
+    """A redirect to a passport/visitor/login URL is a login wall, and one to a ``_LANDINGS`` page what that page
+    means, whatever the body says (the final URL of a followed redirect, or the ``Location`` of one the runtime did
+    not follow)."""
     final = redirect_target(page)
     if not final or final == request_url:
         return
+    if (landed := landing_error(final, page.status)) is not None:
+        raise landed
     if match := _LOGIN_URL_RE.search(final):
         kind = "visitor" if "visitor" in final or "visit.sina" in final else "login-redirect"
         raise fail(

@@ -23,6 +23,7 @@ from crawler_client.sources._detect import (
     check_final_url,
     check_http,
     fail,
+    landing_error,
     scan_markers,
     unparsable,
 )
@@ -37,6 +38,7 @@ __all__ = [
     "UNAVAILABLE",
     "as_dict",
     "author_id",
+    "check_403_said",
     "check_end_of_list",
     "checked_text",
     "first_page_ok0",
@@ -236,7 +238,9 @@ def wall_of(doc: dict[str, Any], http_status: int) -> FetchError | None:
         )
     url = doc.get("url")
     if isinstance(url, str) and url and not doc.get("data"):
-        unavailable = unavailable_account(f"{url} {doc.get('msg') or ''}", http_status)
+        unavailable = unavailable_account(f"{url} {doc.get('msg') or ''}", http_status) or landing_error(
+            url, http_status
+        )
         if unavailable is not None:
             return unavailable
         return fail(
@@ -250,18 +254,27 @@ def checked_text(request: PageRequest, page: FetchedPage, now_ms: int) -> str:
     whose JSON body names a limit or a login (``{"ok":0,"errno":"100005","msg":"请求过于频繁"}``) is what the body
     says: a rate limit must not block the host as a ban and freeze the account. Other statuses mean what they say
     (432 ends a visitor session, 418 is an IP ban, 429 carries its Retry-After), whatever their body."""
-    text = strip_jsonp(decode_body(page.body))
-    if page.status == 403 and text.startswith("{"):
-        try:
-            doc = load_json(text, what="a 403 answer", http_status=page.status)
-        except ParseError:
-            doc = None
-        said = message_error(doc, page.status) if isinstance(doc, dict) else None
-        if said is not None:
-            raise said
+    check_403_said(page)
     check_http(page, now_ms)
     check_final_url(page, request.url)
-    return text
+    return strip_jsonp(decode_body(page.body))
+
+
+def check_403_said(page: FetchedPage) -> None:
+    """Raise what a 403's JSON body names (a limit, a login), if it names one: weibo.com and m.weibo.cn throttle with
+    ``{"ok":0,"errno":"100005","msg":"请求过于频繁"}`` and HTTP 403, which taken for a ban would freeze the account."""
+    if page.status != 403:
+        return
+    text = strip_jsonp(decode_body(page.body))
+    if not text.startswith("{"):
+        return
+    try:
+        doc = load_json(text, what="a 403 answer", http_status=page.status)
+    except ParseError:
+        return
+    said = message_error(doc, page.status) if isinstance(doc, dict) else None
+    if said is not None:
+        raise said
 
 
 #: What a long-text answer says of a post that is gone (该微博不存在, 已被删除) or that its author has since hidden from

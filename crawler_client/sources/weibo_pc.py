@@ -41,7 +41,7 @@ from crawler_client.sources._detect import (
     unparsable,
 )
 from crawler_client.sources._headers import DESKTOP_UA
-from crawler_client.sources._weibo import long_text_refused, message_error, own_posts, wall_of
+from crawler_client.sources._weibo import check_403_said, long_text_refused, message_error, own_posts, wall_of
 from crawler_client.sources.base import FetchedPage, Item, PageRequest, ParsedPage, SavedPages, SourceSpec, sniff
 from icecrawler.errors import FetchError, ParseError
 from icecrawler.models import Outcome, Post, Task, TaskKind
@@ -147,6 +147,7 @@ class WeiboPcSource(PostOrder, SavedPages):
 
     def parse(self, task: Task, request: PageRequest, page: FetchedPage, now_ms: int) -> ParsedPage:
         """Feed items of one chunk; the next request walks chunk 0→1→2, then page N+1 while N < countPage."""
+        check_403_said(page)
         check_http(page, now_ms)
         check_final_url(page, request.url)
         html = self._fragment(page)
@@ -200,6 +201,7 @@ class WeiboPcSource(PostOrder, SavedPages):
 
     def parse_extend(self, request: PageRequest, page: FetchedPage, now_ms: int) -> str:
         """``data.html`` of a getlongtext envelope; an unknown mid (code ≠ 100000) is NotFound."""
+        check_403_said(page)
         check_http(page, now_ms)
         check_final_url(page, request.url)
         data = _envelope_data(page, "getlongtext", None)

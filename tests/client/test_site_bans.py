@@ -33,7 +33,9 @@ Answer = tuple[int, dict[str, str], bytes]
 #: What the stand-in answers for a request: (host, path, query) -> Answer.
 Site = Callable[[str, str, dict[str, str]], Answer]
 
-POLICY = FetchPolicy(timeout_s=5.0, total_timeout_s=10.0, retries=0, backoff_s=0.01, max_body_bytes=1 << 20, user_agent="t")
+POLICY = FetchPolicy(
+    timeout_s=5.0, total_timeout_s=10.0, retries=0, backoff_s=0.01, max_body_bytes=1 << 20, user_agent="t"
+)
 CONFIG = SchedulerConfig.from_settings(make_settings(scheduler__host_block_s=300.0, scheduler__account_freeze_s=600.0))
 SKU = "100012043978"
 #: Where JD sends a client it rate-limits (the item page's landing in 2026 public tools: ``reason=403``).
@@ -42,7 +44,8 @@ JD_FREQUENT = "http://pc-frequent-pro.pf.jd.com/?from=pc_item&reason=403"
 
 def page_html(title: str, extra: str = "") -> bytes:
     """A minimal HTML page of our own, with ``title`` and ``extra`` in its body."""
-    return f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{title}</title></head><body>{extra}</body></html>".encode()
+    head = f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{title}</title></head>"
+    return f"{head}<body>{extra}</body></html>".encode()
 
 
 @contextmanager
@@ -147,7 +150,10 @@ def test_a_jd_page_whose_script_sends_to_the_rate_limit_host_is_banned() -> None
     ("page1", "expected"),
     [
         (redirect("http://cfe.m.jd.com/privatedomain/risk_handler/03101900/?returnurl=x"), "jd-risk-redirect"),
-        (redirect("http://passport.jd.com/new/login.aspx?ReturnUrl=http%3A%2F%2Fitem.jd.com%2F1.html"), "login-redirect"),
+        (
+            redirect("http://passport.jd.com/new/login.aspx?ReturnUrl=http%3A%2F%2Fitem.jd.com%2F1.html"),
+            "login-redirect",
+        ),
         ((403, {}, b""), "jd-risk-403"),
         ((200, {"Content-Type": "application/json"}, b'{"code":"605","msg":"x"}'), "jd-risk-605"),
     ],
@@ -159,3 +165,93 @@ def test_jds_other_refusals_over_http_were_already_classified(page1: Answer, exp
     assert done.report.error_class == expected
     assert done.report.outcome in (Outcome.Banned, Outcome.LoginRequired)
     assert len(done.reviews) == 10
+
+
+# --- Weibo -----------------------------------------------------------------------------------------------------------
+
+#: Each Weibo source with the host its calls go to.
+WEIBO = [("weibo_mobile", "http://m.weibo.cn"), ("weibo_web", "http://weibo.com"), ("weibo_pc", "http://weibo.com")]
+UID = "1669879400"
+
+
+def weibo_site(first: Answer) -> Site:
+    """Weibo: the source's first call answers ``first``; the pages it may be sent to answer a page of their own."""
+
+    def answer(host: str, path: str, query: dict[str, str]) -> Answer:
+        if host.startswith(("security.", "passport.", "login.")) or path.startswith("/sorry"):
+            return 200, {"Content-Type": "text/html"}, page_html("微博", "<div id='app'></div>")
+        return first
+
+    return answer
+
+
+def weibo_crawl(source: str, base_url: str, first: Answer) -> Report:
+    return crawl(weibo_site(first), make_task(source, UID, domain="100505"), base_url).report
+
+
+@pytest.mark.parametrize(("source", "base_url"), WEIBO)
+def test_a_weibo_call_sent_to_the_user_not_exists_page_is_not_found_not_a_login_wall(
+    source: str, base_url: str
+) -> None:
+    """Weibo sends a request for an account that is gone (closed, or banned by Weibo) to
+    ``weibo.com/sorry?usernotexists``; the page there is HTML, which the JSON sources took for a login page
+    (LoginRequired: the asking account frozen, a visitor session renewed, on every visit of the target). It is the
+    target that is gone: NotFound ``user-not-exists``."""
+    report = weibo_crawl(source, base_url, redirect("http://weibo.com/sorry?usernotexists&code=20003"))
+    assert (report.outcome, report.error_class) == (Outcome.NotFound, "user-not-exists")
+    assert effects(report, account="acct")[:2] == (False, False)
+
+
+@pytest.mark.parametrize(("source", "base_url"), WEIBO)
+def test_a_weibo_call_sent_to_security_weibo_com_is_an_account_to_verify(source: str, base_url: str) -> None:
+    """``security.weibo.com`` (a geetest captcha, a phone check) is where Weibo sends a logged-in account it wants a
+    person to verify; its HTML was taken for a login page. AccountFrozen ``account-verify``: the account rests (the
+    same freeze as a login wall), and the report says what a person must do."""
+    report = weibo_crawl(source, base_url, redirect("http://security.weibo.com/captcha/geetest?type=1"))
+    assert (report.outcome, report.error_class) == (Outcome.AccountFrozen, "account-verify")
+    assert effects(report, account="acct")[:2] == (False, True)
+
+
+@pytest.mark.parametrize(("source", "base_url"), WEIBO[:2])
+def test_an_answer_that_names_the_user_not_exists_page_is_not_found(source: str, base_url: str) -> None:
+    """The same page named in a JSON answer's ``url`` (``{"ok":0,"url":"…/sorry?usernotexists…"}``, as a 2025 public
+    client's tests have it) rather than reached by a redirect: NotFound, not the verification wall a bare ``url`` is."""
+    body = b'{"ok":0,"error_type":"link","url":"https://weibo.com/sorry?usernotexists&msg=x"}'
+    report = weibo_crawl(source, base_url, (200, {"Content-Type": "application/json"}, body))
+    assert (report.outcome, report.error_class) == (Outcome.NotFound, "user-not-exists")
+
+
+def test_a_403_that_says_too_frequent_is_a_rate_limit_on_weibo_pc_as_on_the_json_sources() -> None:
+    """weibo.com answers ``{"ok":0,"errno":"100005","msg":"请求过于频繁"}`` with HTTP 403 when it throttles a client.
+    weibo_mobile and weibo_web read it as the rate limit it names; weibo_pc (the same host) took the 403 for a ban,
+    freezing the account for a limit."""
+    body = '{"ok":0,"errno":"100005","msg":"请求过于频繁"}'.encode()
+    report = weibo_crawl("weibo_pc", "http://weibo.com", (403, {"Content-Type": "application/json"}, body))
+    assert (report.outcome, report.error_class) == (Outcome.RateLimited, "too-frequent")
+    assert effects(report, account="acct")[:2] == (True, False)
+
+
+@pytest.mark.parametrize(("source", "base_url"), WEIBO)
+@pytest.mark.parametrize(
+    ("first", "expected"),
+    [
+        ((418, {}, b""), (Outcome.Banned, "http-418")),
+        ((432, {}, b""), (Outcome.Banned, "http-432")),
+        (redirect("http://passport.weibo.com/visitor/visitor?entry=miniblog"), (Outcome.LoginRequired, "visitor")),
+        (redirect("http://login.sina.com.cn/sso/login.php?url=x"), (Outcome.LoginRequired, "login-redirect")),
+        (
+            (
+                200,
+                {"Content-Type": "application/json"},
+                b'{"ok":-100,"url":"https://passport.weibo.cn/signin/welcome"}',
+            ),
+            (Outcome.LoginRequired, "login-wall"),
+        ),
+    ],
+    ids=["418", "432", "visitor", "sso", "ok-100"],
+)
+def test_weibos_other_refusals_over_http_were_already_classified(
+    source: str, base_url: str, first: Answer, expected: tuple[Outcome, str]
+) -> None:
+    report = weibo_crawl(source, base_url, first)
+    assert (report.outcome, report.error_class) == expected
