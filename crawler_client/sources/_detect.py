@@ -111,6 +111,15 @@ def header(headers: Mapping[str, str], name: str) -> str:
 def check_http(page: FetchedPage, now_ms: int) -> None:
     """Raise the Outcome the HTTP status (and Retry-After) implies; return for a usable 2xx/3xx answer."""
     status = page.status
+    if header(page.headers, "cf-mitigated").strip().lower() == "challenge":
+        # Cloudflare's bot check (any status: 403, 503, even 200): a browser passes it by running its script, we
+        # cannot, and every page of the host gets it. The header is Cloudflare's own, never a page's content.
+        raise fail(
+            Outcome.Banned,
+            f"HTTP {status}: Cloudflare's challenge (cf-mitigated: challenge)",
+            error_class="cf-challenge",
+            http_status=status,
+        )
     retry = header(page.headers, "retry-after")
     retry_s = retry_after_seconds(retry, now_ms) if retry else 0.0
     if status == 429 or (retry and status >= 400):
@@ -214,14 +223,24 @@ WEIBO_MARKERS: tuple[Marker, ...] = (
     Marker("请输入验证码", Outcome.LoginRequired, "captcha"),
 )
 
-#: ECSHOP's login form (user.php, shown when a shop requires members to log in), a closed shop, and the report its
-#: database layer prints (HTTP 200) in place of any page when MySQL fails it: a failed query, a failed connect.
+#: ECSHOP's login form (user.php, shown when a shop requires members to log in), a closed shop, the report its
+#: database layer prints (HTTP 200) in place of any page when MySQL fails it (a failed query, a failed connect), and
+#: the web firewalls that front such shops, answering in place of the page (often with HTTP 200): the interception
+#: notice of 宝塔's btwaf, 安全狗 and the ngx_lua_waf family, 云锁's script check (it sets a cookie from the screen
+#: size, then reloads with ``security_verify_data``), and Cloudflare's challenge page (``_cf_chl_opt``, when its
+#: ``cf-mitigated`` header, ``check_http``, did not come through). The firewalls refuse this client, not the page:
+#: Banned, so the host is held off rather than every task of the shop retried at once.
 ECSHOP_MARKERS: tuple[Marker, ...] = (
     Marker('name="formLogin"', Outcome.LoginRequired, "login-form"),
     Marker("act_login", Outcome.LoginRequired, "login-form"),
     Marker("网站暂时关闭", Outcome.Busy, "shop-closed"),
     Marker("MySQL server error report", Outcome.Busy, "shop-db-error"),
     Marker("Can't Connect MySQL Server", Outcome.Busy, "shop-db-error"),
+    Marker("您的请求带有不合法参数", Outcome.Banned, "waf-block"),
+    Marker("已被网站管理员设置拦截", Outcome.Banned, "waf-block"),
+    Marker("请登录安全狗", Outcome.Banned, "waf-block"),
+    Marker("security_verify_data", Outcome.Banned, "waf-challenge"),
+    Marker("_cf_chl_opt", Outcome.Banned, "cf-challenge"),
 )
 
 _MARKER_CACHE: dict[tuple[Marker, ...], tuple[tuple[bytes, Marker], ...]] = {}

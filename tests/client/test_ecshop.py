@@ -237,14 +237,19 @@ def test_a_page_that_is_not_the_shop_is_no_proof_the_category_is_gone() -> None:
     """A missing category is answered with the shop index (redirected there, visibly or not), which lists the shop's
     goods. A page with no goods at all and no link to the category — a web firewall's interception notice in front of
     the shop, an error page we have no marker for — says nothing about the category: it is not parked as NotFound for
-    the longest period but fails the crawl as a page we cannot read (retried with the task's backoff)."""
+    the longest period. The firewall's notice is the shop refusing this client (Banned ``waf-block``, the host held
+    off); a page we have no marker for fails the crawl as a page we cannot read (retried with the task's backoff)."""
     task = make_task("ecshop", "5", TaskKind.Listing)
     interception = (
         "<html><head><title>网站防火墙</title></head><body><h3>您的请求带有不合法参数，已被网站管理员设置拦截！</h3>"
         "<p>可能原因：您提交的内容包含危险的攻击请求</p><p>规则编号：demo-1024</p></body></html>"
     ).encode()
-    with pytest.raises(ParseError) as info:
+    with pytest.raises(FetchError) as blocked:
         parse("ecshop", task, SOURCE.first_request(task, BASE), interception)
+    assert (blocked.value.outcome, blocked.value.error_class) == ("Banned", "waf-block")
+    unknown = b"<html><head><title>Error</title></head><body><h3>Something went wrong.</h3></body></html>"
+    with pytest.raises(ParseError) as info:
+        parse("ecshop", task, SOURCE.first_request(task, BASE), unknown)
     assert info.value.error_class == "unexpected-format"
 
 

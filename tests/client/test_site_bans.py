@@ -21,7 +21,7 @@ from crawler_client.crawl import CrawlResult, crawl_task
 from crawler_client.http import Fetcher, FetchPolicy
 from crawler_client.sources import get_source
 from crawler_client.transport import HttpSession, Urllib3Transport
-from icecrawler.models import Outcome, Report, Task
+from icecrawler.models import Outcome, Report, Task, TaskKind
 from sandbox.samples import jd_comments
 from scheduler_server.config import SchedulerConfig
 from scheduler_server.outcomes import outcome_effects
@@ -255,3 +255,58 @@ def test_weibos_other_refusals_over_http_were_already_classified(
 ) -> None:
     report = weibo_crawl(source, base_url, first)
     assert (report.outcome, report.error_class) == expected
+
+
+# --- ECSHOP behind web firewalls ---------------------------------------------------------------------------------------
+
+SHOP = "http://shop.example.cn"
+#: What the firewalls that front Chinese PHP shops answer in place of the page (our own minimal stand-ins of them).
+WAF_BLOCK = page_html(
+    "网站防火墙", "<p>您的请求带有不合法参数，已被网站管理员设置拦截！</p>"
+)  # 宝塔 (btwaf), ngx_lua_waf
+SAFEDOG = page_html("网站防火墙", "<span>如果您是网站管理员，请登录安全狗</span>")
+YUNSUO_CHECK = b"<html><script>location.href='/goods.php?id=7&security_verify_data=313932302c31303830'</script></html>"
+CF_PAGE = page_html("Just a moment...", "<script>window._cf_chl_opt={cType:'managed'};</script>")
+
+
+def shop_site(answer: Answer) -> Site:
+    return lambda host, path, query: answer
+
+
+@pytest.mark.parametrize("kind", [TaskKind.ProductReviews, TaskKind.Listing], ids=["goods", "category"])
+@pytest.mark.parametrize(
+    ("answer", "expected"),
+    [
+        ((200, {"Content-Type": "text/html"}, WAF_BLOCK), "waf-block"),
+        ((200, {"Content-Type": "text/html"}, SAFEDOG), "waf-block"),
+        ((200, {"Content-Type": "text/html"}, YUNSUO_CHECK), "waf-challenge"),
+        ((200, {"Content-Type": "text/html"}, CF_PAGE), "cf-challenge"),
+        ((503, {"Content-Type": "text/html", "cf-mitigated": "challenge"}, CF_PAGE), "cf-challenge"),
+        ((403, {"Content-Type": "text/html", "cf-mitigated": "challenge"}, CF_PAGE), "cf-challenge"),
+    ],
+    ids=["btwaf", "safedog", "yunsuo-script", "cloudflare-200", "cloudflare-503", "cloudflare-403"],
+)
+def test_a_firewalls_answer_in_place_of_a_shop_page_is_banned(kind: TaskKind, answer: Answer, expected: str) -> None:
+    """A shop's web firewall answers in place of its page: an interception notice (宝塔/btwaf, 安全狗, ngx_lua_waf), a
+    script check we cannot pass (云锁's ``security_verify_data``), or Cloudflare's challenge (``cf-mitigated:
+    challenge``). They were ParseErrors (a task failure, retried at once by every task of the shop) or, on a 503, an
+    HttpError: it is the shop refusing this client, Banned, so the whole host is held off."""
+    report = crawl(shop_site(answer), make_task("ecshop", "7", kind), SHOP).report
+    assert (report.outcome, report.error_class) == (Outcome.Banned, expected)
+    assert effects(report) == (True, False, 0.0)
+
+
+@pytest.mark.parametrize(
+    ("answer", "expected"),
+    [
+        ((503, {"Retry-After": "120"}, page_html("Service Unavailable")), (Outcome.RateLimited, "http-503")),
+        ((403, {}, page_html("403 Forbidden")), (Outcome.Banned, "http-403")),
+    ],
+    ids=["503-retry-after", "403"],
+)
+def test_a_shops_503_with_retry_after_and_its_403_were_already_classified(
+    answer: Answer, expected: tuple[Outcome, str]
+) -> None:
+    report = crawl(shop_site(answer), make_task("ecshop", "7", TaskKind.ProductReviews), SHOP).report
+    assert (report.outcome, report.error_class) == expected
+    assert report.retry_after_s == (120.0 if report.outcome is Outcome.RateLimited else 0.0)
