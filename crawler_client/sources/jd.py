@@ -19,7 +19,8 @@ answer checks with ``icecrawler parse``): under ``result.floors[]`` (or their ``
 
 Refusals: an empty body, ``{}`` or an object without comments is LoginRequired ("blocked", what JD answers
 without a logged-in cookie since ≈2023). Risk control is Banned with its own ``error_class``: HTTP 403
-(``jd-risk-403``), an ``x-rp-content`` header or body carrying code 605 (``jd-risk-605``), a "系统繁忙"
+(``jd-risk-403``), an ``x-rp-content`` header or body carrying code 605 (``jd-risk-605``; the API gateway's queue,
+code 601, is RateLimited ``jd-queuing`` for the ``wait`` it names), a "系统繁忙"
 answer (``jd-system-busy``), or a redirect to the ``risk_handler`` page (``jd-risk-redirect``) or to the
 ``pc-frequent-pro.pf.jd.com`` rate-limit page (``jd-frequent-redirect``), by HTTP or by a page's script. A login page
 served in place of the answer is LoginRequired (``jd-login-page``). Cursor semantics: ``ReviewOrder``.
@@ -350,7 +351,8 @@ def _risk_code(header_value: str) -> str:
 
 
 def _check_risk_body(doc: dict[str, Any], status: int) -> None:
-    """A JSON refusal: ``{"code": "605", ...}`` or a "系统繁忙" message instead of comments."""
+    """A JSON refusal instead of comments: ``{"code": "605", ...}`` (risk control), ``{"code": "601", ...}`` (the API
+    gateway's queue, a rate limit) or a "系统繁忙" message."""
     if any(key in doc for key in _ROW_KEYS):
         return
     code = str(doc.get("code", ""))
@@ -358,6 +360,16 @@ def _check_risk_body(doc: dict[str, Any], status: int) -> None:
     if code == "605":
         raise fail(
             Outcome.Banned, f"JD risk control: code 605 {message[:60]!r}", error_class="jd-risk-605", http_status=status
+        )
+    if code == "601":
+        # The API gateway's queue: {"code":"601","echo":"Queuing","tips":"…","wait":"5"}, seconds to wait in ``wait``.
+        wait = parse_count(doc.get("wait"))
+        raise fail(
+            Outcome.RateLimited,
+            f"JD API queue: code 601 {message[:30]!r} {str(doc.get('tips', ''))[:60]!r}, wait {wait or '-'} s",
+            error_class="jd-queuing",
+            http_status=status,
+            retry_after_s=float(wait),
         )
     if any(busy in message for busy in _BUSY):
         raise _busy(status)

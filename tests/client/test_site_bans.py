@@ -146,6 +146,24 @@ def test_a_jd_page_whose_script_sends_to_the_rate_limit_host_is_banned() -> None
     assert len(done.reviews) == 10
 
 
+def test_the_api_gateways_queue_answer_is_a_rate_limit_for_the_wait_it_names() -> None:
+    """``api.m.jd.com`` throttles with ``{"code":"601","echo":"Queuing","tips":…,"wait":"5"}`` (HTTP 200; a 2023 issue
+    quotes it, a 2026 script counts code 601 as risk control). Having an ``echo`` and a non-zero code, it was taken
+    for the gateway refusing a malformed call (ParseError ``jd-bad-request``). It is a rate limit: RateLimited
+    ``jd-queuing`` for the ``wait`` it names, page 0 kept."""
+    body = '{"code":"601","echo":"Queuing","tips":"人太多了，请稍候","wait":"5"}'.encode()
+    done = crawl(
+        jd_site((200, {"Content-Type": "application/json"}, body)),
+        make_task("jd", SKU),
+        "http://api.m.jd.com",
+        endpoint="api",
+    )
+    assert (done.report.outcome, done.report.error_class) == (Outcome.RateLimited, "jd-queuing")
+    assert done.report.retry_after_s == 5.0
+    assert len(done.reviews) == 10
+    assert effects(done.report, account="acct") == (True, False, 0.0)
+
+
 @pytest.mark.parametrize(
     ("page1", "expected"),
     [
@@ -257,7 +275,7 @@ def test_weibos_other_refusals_over_http_were_already_classified(
     assert (report.outcome, report.error_class) == expected
 
 
-# --- ECSHOP behind web firewalls ---------------------------------------------------------------------------------------
+# --- ECSHOP behind web firewalls --------------------------------------------------------------------------------------
 
 SHOP = "http://shop.example.cn"
 #: What the firewalls that front Chinese PHP shops answer in place of the page (our own minimal stand-ins of them).
