@@ -144,10 +144,23 @@ MESSAGE_WORDS: tuple[Marker, ...] = (
 )
 
 
+#: Weibo's error number for "too frequent" (``{"ok":0,"errno":"100005","msg":"请求过于频繁"}``): the limit, whatever
+#: wording (or none) its ``msg`` has.
+ERRNO_TOO_FREQUENT = "100005"
+
+
 def message_error(doc: dict[str, Any], http_status: int) -> FetchError | None:
-    """The classified error an envelope's ``msg`` names (访问过于频繁, 帐号存在异常, 请先登录, 访问频次过高…),
-    else None: in escaped JSON the body's byte markers cannot be seen, the decoded message can."""
+    """The classified error an envelope's ``errno`` (100005, too frequent) or ``msg`` names (访问过于频繁,
+    帐号存在异常, 请先登录, 访问频次过高…), else None: in escaped JSON the body's byte markers cannot be seen, the
+    decoded message can."""
     message = doc.get("msg")
+    if str(doc.get("errno", "")) == ERRNO_TOO_FREQUENT:
+        return fail(
+            Outcome.RateLimited,
+            f"too-frequent: errno {ERRNO_TOO_FREQUENT} {str(message or '')[:60]!r}",
+            error_class="too-frequent",
+            http_status=http_status,
+        )
     if not isinstance(message, str) or not message:
         return None
     marker = next((m for m in (*WEIBO_MARKERS, *MESSAGE_WORDS) if m.text in message), None)

@@ -296,7 +296,7 @@ def _envelope_data(page: FetchedPage, what: str, bad_code: Outcome | None) -> An
         raise unparsable(page.body, WEIBO_MARKERS, page.status, f"{what}: not JSON")
     doc = load_json(text, what=what, http_status=page.status)
     if isinstance(doc, dict) and "code" not in doc and "ok" in doc:
-        wall = wall_of(doc, page.status)
+        wall = wall_of(doc, page.status) or message_error(doc, page.status)
         if wall is not None:
             raise wall
         raise unparsable(

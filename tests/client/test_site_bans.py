@@ -250,6 +250,16 @@ def test_a_403_that_says_too_frequent_is_a_rate_limit_on_weibo_pc_as_on_the_json
 
 
 @pytest.mark.parametrize(("source", "base_url"), WEIBO)
+@pytest.mark.parametrize("status", [200, 403])
+def test_errno_100005_is_a_rate_limit_whatever_its_message_says(source: str, base_url: str, status: int) -> None:
+    """``errno`` 100005 is Weibo's code for "too frequent"; an answer that gives the code with an empty or reworded
+    ``msg`` was an empty first page (NotFound, parked for the longest period) or, on a 403, a ban."""
+    body = b'{"ok":0,"errno":"100005","msg":""}'
+    report = weibo_crawl(source, base_url, (status, {"Content-Type": "application/json"}, body))
+    assert (report.outcome, report.error_class) == (Outcome.RateLimited, "too-frequent")
+
+
+@pytest.mark.parametrize(("source", "base_url"), WEIBO)
 @pytest.mark.parametrize(
     ("first", "expected"),
     [
