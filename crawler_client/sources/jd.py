@@ -281,6 +281,9 @@ def _check_risk(page: FetchedPage, now_ms: int) -> None:
     """Risk control before anything else: 403, a redirect to a refusal page, or an ``x-rp-content`` header with code
     605 (what risk control adds to a refused answer, usually with HTTP 200 and an empty body; the header with
     another code counts only where the answer holds no comments: ``_header_refusal``)."""
+    refused = _refusal_page(redirect_target(page), page.status, "sent to")  # first: the page says more than a 403
+    if refused is not None:
+        raise refused
     if page.status == 403:
         raise fail(
             Outcome.Banned,
@@ -288,9 +291,6 @@ def _check_risk(page: FetchedPage, now_ms: int) -> None:
             error_class="jd-risk-403",
             http_status=403,
         )
-    refused = _refusal_page(redirect_target(page), page.status, "sent to")
-    if refused is not None:
-        raise refused
     risk = header(page.headers, "x-rp-content")
     if risk and _risk_code(risk) == "605":
         raise fail(

@@ -138,6 +138,14 @@ def test_a_jd_call_sent_to_the_rate_limit_host_is_banned_keeps_page_one_and_bloc
     assert effects(report, account="acct")[:2] == (True, True)  # JD's block follows the logged-in account
 
 
+def test_the_rate_limit_page_answering_403_is_named_as_that_page() -> None:
+    """The landing page may itself answer HTTP 403 (its address says ``reason=403``): still ``jd-frequent-redirect``,
+    so the report says where JD sent the call rather than only that something answered 403."""
+    site = jd_site(redirect(JD_FREQUENT), frequent=(403, {"Content-Type": "text/html"}, page_html("京东")))
+    done = crawl(site, make_task("jd", SKU), "http://club.jd.com")
+    assert (done.report.outcome, done.report.error_class) == (Outcome.Banned, "jd-frequent-redirect")
+
+
 def test_a_jd_page_whose_script_sends_to_the_rate_limit_host_is_banned() -> None:
     """The same page reached by a script (``location.href``) rather than an HTTP redirect."""
     script = page_html("京东", f"<script>window.location.href='{JD_FREQUENT}'</script>")
