@@ -86,7 +86,7 @@ _LOGIN_PAGE = ("passport.jd.com", "plogin.m.jd.com", "欢迎登录")
 #: the host is held off and the logged-in account rests, whose block public reports say follows it.
 _REFUSAL_PAGES: tuple[tuple[re.Pattern[str], str, str], ...] = (
     (re.compile(r"/risk_handler\b"), "jd-risk-redirect", "risk control"),
-    (re.compile(r"[\w-]*frequent[\w-]*\.pf\.jd\.com", re.IGNORECASE), "jd-frequent-redirect", "the rate-limit page"),
+    (re.compile(r"[\w-]*frequent[\w-]*\.pf\.jd\.com", re.IGNORECASE), "jd-frequent-redirect", "rate-limit page"),
 )
 
 
