@@ -181,8 +181,11 @@ def test_relative_markdown_links_resolve(files: list[Path]) -> None:
 
 #: A dotted name in backticks: a setting (``scheduler.record_cache``) when its prefix is a settings prefix.
 DOTTED = re.compile(r"`{1,2}([a-z]+\.[a-z_][a-z0-9_.]*)`{1,2}")
-#: File names that look like settings (``client.conf``, ``scheduler.json``).
-FILE_SUFFIXES = ("conf", "toml", "json", "py", "md", "pem", "service", "xml", "example", "sqlite3", "png", "ice")
+#: File and host names that look like settings (``client.conf``, ``scheduler.json``, ``security.weibo.com``).
+FILE_SUFFIXES = (
+    *("conf", "toml", "json", "py", "md", "pem", "service", "xml", "example", "sqlite3", "png", "ice"),
+    *("com", "cn", "net", "org"),
+)
 
 
 def test_every_setting_the_docs_name_exists(files: list[Path]) -> None:
