@@ -60,6 +60,13 @@ JDK17_FLAGS = (
 )
 MASTER_CLASS = "org.apache.hadoop.hbase.master.HMaster"
 THRIFT_CLASS = "org.apache.hadoop.hbase.thrift.ThriftServer"
+#: Runs "$@" (a JVM) in the background, detached, and writes its pid to "$PID_FILE" through a rename (a reader never
+#: sees half a pid) before it prints it: the shell runs in its own session, so it finishes this even when the
+#: ``icecrawler hbase start`` that called it is killed meanwhile.
+_SPAWN_SCRIPT = (
+    '"$@" >>"$LOG" 2>&1 </dev/null & pid=$!; '
+    'echo "$pid" >"$PID_FILE.partial" && mv -f "$PID_FILE.partial" "$PID_FILE" && echo "$pid"'
+)
 _JDK17_CANDIDATES = (
     "/usr/lib/jvm/java-17-openjdk-amd64",
     "/usr/lib/jvm/java-17-openjdk-arm64",
@@ -202,30 +209,39 @@ class LocalHBase:
     # --- processes ---------------------------------------------------------------------------------------------
 
     def _pid(self, name: str) -> int | None:
-        """The pid of a running daemon we started (None if the pid file is missing or stale)."""
+        """The pid of a running daemon we started (None if the pid file is missing or stale). A pid file outlives a
+        JVM killed with ``kill -9``, and the kernel may give its pid to another process since: only a process whose
+        command line names the daemon's main class is ours, so ``stop`` never signals a stranger."""
         try:
             pid = int(self._pid_file(name).read_text().strip())
         except (OSError, ValueError):
             return None
-        return pid if _alive(pid) else None
+        main_class = {daemon.name: daemon.main_class for daemon in self._daemons()}[name]
+        return pid if _alive(pid) and main_class in _cmdline(pid) else None
 
     def _spawn(self, daemon: _Daemon) -> int:
-        """Start a JVM detached from us (reparented to init), so it outlives this command and is nobody's zombie."""
+        """Start a JVM detached from us (reparented to init), so it outlives this command and is nobody's zombie.
+        The detached shell writes the pid file itself, whole (renamed into place), before it returns: this command
+        killed at any instant after the JVM started still leaves its pid where ``stop`` and ``start`` look."""
         self.log_dir.mkdir(parents=True, exist_ok=True)
         log = self.log_dir / f"{daemon.name}.log"
+        pid_file = self._pid_file(daemon.name)
         done = subprocess.run(
-            ["sh", "-c", '"$@" >>"$LOG" 2>&1 </dev/null & echo $!', "sh", *self._argv(daemon)],
+            ["sh", "-c", _SPAWN_SCRIPT, "sh", *self._argv(daemon)],
             cwd=self.root,
             capture_output=True,
             text=True,
             timeout=30,
             check=True,
             start_new_session=True,
-            env={**os.environ, "LOG": str(log), "HADOOP_USER_NAME": os.environ.get("USER", "icecrawler")},
+            env={
+                **os.environ,
+                "LOG": str(log),
+                "PID_FILE": str(pid_file),
+                "HADOOP_USER_NAME": os.environ.get("USER", "icecrawler"),
+            },
         )
-        pid = int(done.stdout.strip())
-        self._pid_file(daemon.name).write_text(str(pid))
-        return pid
+        return int(done.stdout.strip())
 
     def answering(self, timeout_s: float = 5.0) -> bool:
         """Whether a table call works through Thrift right now."""
@@ -328,6 +344,14 @@ class LocalHBase:
             "thrift": f"127.0.0.1:{self.thrift_port}",
             "answering": self.answering(),
         }
+
+
+def _cmdline(pid: int) -> str:
+    """The command line of ``pid``, arguments joined by spaces ("" when it is gone)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
 
 
 def _alive(pid: int) -> bool:

@@ -1,7 +1,11 @@
-"""`icecrawler hbase start|stop|status`: idempotent start, and a clear bounded failure with the log tail."""
+"""`icecrawler hbase start|stop|status`: idempotent start, a clear bounded failure with the log tail, and pid files
+that survive a `kill -9` of the command and never name a stranger."""
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -10,6 +14,95 @@ import pytest
 from icecrawler.errors import ServiceError
 from icecrawler.processes import free_port
 from icecrawler_local.hbase_local import LocalHBase
+from tests.helpers import killed_midway, process_gone
+
+REPO = Path(__file__).resolve().parents[2]
+
+# Runs LocalHBase(argv[2], java=argv[3]).start() and SIGKILLs itself as soon as the first JVM is started: the instant
+# between starting a detached daemon and recording its pid.
+KILLED_AFTER_SPAWN = """
+import os, signal, subprocess, sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+from icecrawler.processes import free_port
+from icecrawler_local.hbase_local import LocalHBase
+run = subprocess.run
+def run_then_die(argv, *args, **kwargs):
+    done = run(argv, *args, **kwargs)
+    if argv[0] == "sh":
+        os.kill(os.getpid(), signal.SIGKILL)
+    return done
+subprocess.run = run_then_die
+ports = {name: free_port() for name in ("thrift_port", "zookeeper_port", "master_port", "regionserver_port")}
+LocalHBase(Path(sys.argv[2]), heap_mb=256, start_timeout_s=30.0, java=sys.argv[3], **ports).start()
+"""
+
+
+def _fake_hbase(root: Path, jvm: str) -> tuple[LocalHBase, Path]:
+    """A LocalHBase under ``root`` whose jars are "present" (no Maven run) and whose java is the script ``jvm``."""
+    lib = root / "lib"
+    lib.mkdir(parents=True)
+    for jar in ("hbase-server-0.jar", "hbase-thrift-0.jar"):
+        (lib / jar).write_bytes(b"")
+    java = root / "java"
+    java.write_text(jvm)
+    java.chmod(0o755)
+    hbase = LocalHBase(
+        root,
+        thrift_port=free_port(),
+        zookeeper_port=free_port(),
+        master_port=free_port(),
+        regionserver_port=free_port(),
+        heap_mb=256,
+        start_timeout_s=30.0,
+        java=str(java),
+    )
+    return hbase, java
+
+
+def _ours(pid: int | None) -> None:
+    """Stop a leftover fake JVM (a failed test must not leave it running)."""
+    if pid is not None and not process_gone(pid):
+        subprocess.run(["kill", "-9", str(pid)], check=False)
+
+
+def test_a_start_killed_after_the_jvm_started_leaves_its_pid_for_stop(tmp_path: Path) -> None:
+    """`icecrawler hbase start` killed -9 right after it started the master JVM: the JVM runs on, detached, and
+    the next `status`/`stop` must find it (else it holds the ports forever and every later start fails)."""
+    root = tmp_path / "hbase"
+    # A "JVM" that runs until stopped and writes its pid where the test can find it, whatever the pid file says.
+    hbase, java = _fake_hbase(
+        root,
+        f"#!{sys.executable}\nimport os, sys, time\n"
+        f"open({str(tmp_path / 'jvm.pid')!r}, 'w').write(str(os.getpid()))\ntime.sleep(300)\n",
+    )
+    killed_midway(KILLED_AFTER_SPAWN, str(REPO), str(root), str(java))
+    jvm = tmp_path / "jvm.pid"
+    deadline = time.monotonic() + 30
+    while not jvm.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    pid = int(jvm.read_text())
+    try:
+        assert hbase.status()["master_pid"] == pid
+        assert hbase.stop(timeout_s=30.0) == "stopped master"
+        assert process_gone(pid)
+    finally:
+        _ours(pid)
+
+
+def test_a_stale_pid_file_never_makes_stop_signal_another_process(tmp_path: Path) -> None:
+    """A JVM killed -9 leaves its pid file; the kernel may give that pid to any process later. stop and status must
+    not take that process for the JVM (stop would SIGTERM it)."""
+    hbase, _ = _fake_hbase(tmp_path, "#!/bin/sh\nexit 1\n")
+    stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+    try:
+        (tmp_path / "master.pid").write_text(str(stranger.pid))
+        assert hbase.status()["master_pid"] is None
+        assert hbase.stop(timeout_s=5.0) == "HBase was not running"
+        assert stranger.poll() is None
+    finally:
+        stranger.send_signal(signal.SIGKILL)
+        stranger.wait(timeout=30)
 
 
 @pytest.mark.hbase
