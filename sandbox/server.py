@@ -251,9 +251,13 @@ class SandboxServer:
         }
 
     def _open_truth(self) -> None:
+        """Open the truth file for appending. A sandbox killed while it wrote a line left that line without its end:
+        it is ended first, so the torn line stays alone (readers skip it) instead of swallowing our first record."""
         if self._truth_path is not None and self._truth_file is None:
             self._truth_path.parent.mkdir(parents=True, exist_ok=True)
             self._truth_file = self._truth_path.open("a", encoding="utf-8")
+            if self._truth_file.tell() > 0 and not _ends_a_line(self._truth_path):
+                self._truth_file.write("\n")
 
     def _truth_loop(self) -> None:
         while not self._stopping.wait(0.25):
@@ -461,3 +465,12 @@ def _build_request(handler: _Handler, path: str, query: str, body: bytes, now_ms
         form = {k: v[0] for k, v in parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True).items()}
     params = {k: v[0] for k, v in parse_qs(query, keep_blank_values=True).items()}
     return SimRequest(handler.command, path, params, dict(handler.headers.items()), cookies, form, now_ms)
+
+
+def _ends_a_line(path: Path) -> bool:
+    """Whether the file at ``path`` ends with a newline (an empty one counts as ended)."""
+    with path.open("rb") as file:
+        if file.seek(0, 2) == 0:
+            return True
+        file.seek(-1, 2)
+        return file.read(1) == b"\n"

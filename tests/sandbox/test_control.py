@@ -23,6 +23,7 @@ from sandbox import (
     load_scenario,
     sandbox_process,
 )
+from tests.helpers import killed_midway
 from tests.sandbox.conftest import small_scenario
 
 UID = "1000000001"
@@ -144,6 +145,47 @@ def test_truth_file_is_jsonl(tmp_path: Path) -> None:
         (i["source"], i["target"], i["id"], i["text"]) for i in expected["items"]
     )
     assert {p["product"] for p in products} == {"12", "13", "14", "100", "101"}
+
+
+# Serves small_scenario() with its truth file at argv[2] and SIGKILLs itself half way through writing the first line.
+KILLED_MID_LINE = """
+import os, signal, sys
+sys.path.insert(0, sys.argv[1])
+from sandbox import SandboxServer
+from tests.sandbox.conftest import small_scenario
+class TornFile:
+    def __init__(self, file):
+        self.file = file
+    def write(self, text):
+        self.file.write(text[: len(text) // 2])
+        self.file.flush()
+        os.kill(os.getpid(), signal.SIGKILL)
+server = SandboxServer(small_scenario(), speed=0, port=0, truth_file=sys.argv[2])
+server._open_truth()
+server._truth_file = TornFile(server._truth_file)
+server.start()
+server.clock.advance(3600)
+server._write_truth()
+"""
+
+
+def test_a_truth_file_torn_by_kill_9_loses_nothing_the_next_sandbox_appends(tmp_path: Path) -> None:
+    """A sandbox killed while it wrote a truth line leaves half a line; the next one appending to the file must not
+    glue its first record onto it (the oracle would never see that record, and call a stored item unknown)."""
+    path = tmp_path / "truth.jsonl"
+    killed_midway(KILLED_MID_LINE, str(Path(__file__).resolve().parents[2]), str(path))
+    torn = path.read_text(encoding="utf-8")
+    assert torn and not torn.endswith("\n")
+    with SandboxServer(small_scenario(), speed=0, port=0, truth_file=path) as server:
+        server.clock.advance(3600)
+        expected = server.truth()
+    lines = path.read_text(encoding="utf-8").splitlines()
+    assert lines[0] == torn
+    records = [json.loads(line) for line in lines[1:]]
+    assert len(records) == len(expected["items"]) + len(expected["products"])
+    assert sorted((i["source"], i["target"], i["id"]) for i in records if i["kind"] == "item") == sorted(
+        (i["source"], i["target"], i["id"]) for i in expected["items"]
+    )
 
 
 def test_scenario_files(tmp_path: Path) -> None:
