@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from bench._core_cost import core_cycle_cost
-from icecrawler import rpc
+from icecrawler import durable, rpc
 from icecrawler.processes import ManagedProcess, ProcessGroup, cpu_seconds, free_port
 
 __all__ = ["CASES", "StartScheduler", "metrics_ab", "schedule", "scrape"]
@@ -95,7 +95,7 @@ def run_worker(args: argparse.Namespace) -> int:
                     scheduler.putUsers(reports[: len(tasks)])
                 cycles += len(tasks)
             counts.append(cycles)
-    Path(args.out).write_text(json.dumps(counts))
+    durable.write_whole(Path(args.out), json.dumps(counts).encode())
     return 0
 
 

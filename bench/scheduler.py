@@ -33,7 +33,7 @@ from bench._echo import echo_module
 from bench._metrics_ab import metrics_ab
 from bench._metrics_profile import metrics_profile
 from crawler_client.gateways import IceScheduler, ShardedScheduler
-from icecrawler import rpc
+from icecrawler import durable, rpc
 from icecrawler.models import TaskKind
 from icecrawler.processes import ManagedProcess, ProcessGroup, cpu_seconds, free_port, icecrawler_argv, wait_for_port
 from icecrawler.shards import ShardMap, shard_of_host
@@ -148,7 +148,9 @@ def run_worker(args: argparse.Namespace) -> int:
             cycles += len(tasks)
     if len(latencies) > SAMPLES:
         latencies = random.Random(0).sample(latencies, SAMPLES)
-    Path(args.out).write_text(json.dumps({"cycles": cycles, "latencies_s": latencies, "late_s": late}))
+    durable.write_whole(
+        Path(args.out), json.dumps({"cycles": cycles, "latencies_s": latencies, "late_s": late}).encode()
+    )
     return 0
 
 

@@ -10,8 +10,10 @@ A job of several steps that must not be left half done by a crash (``--recover``
 copying what it can into a new one) keeps a journal: a small JSON file saying how far it got, replaced atomically
 and on disk before each step, removed when the job is done. The next start finds it and finishes the job.
 
-A file that another program reads (an export, Prometheus's target lists, a TLS key and certificate) is written beside
-its name and renamed over it when complete (``replaced_whole``, ``write_whole``), so a reader never sees part of one.
+A file that another program reads (an export, Prometheus's target lists, a TLS key and certificate, the demo's and the
+benchmarks' results and figures) is written beside its name and renamed over it when complete (``replaced_whole``,
+``write_whole``, ``write_whole_with``), so a reader never sees part of one, and a run killed while it writes one
+leaves the last run's file as it was.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ __all__ = [
     "sync_tree",
     "write_journal",
     "write_whole",
+    "write_whole_with",
 ]
 
 
@@ -83,6 +86,13 @@ def write_whole(path: Path, data: bytes, *, mode: int | None = None) -> None:
     file gets the usual mode (0o666 less the umask)."""
     with _through_partial(path, path.with_name(path.name + ".partial"), mode) as file:
         file.write(data)
+
+
+def write_whole_with(path: Path, write: Callable[[BinaryIO], object]) -> None:
+    """``write_whole`` for a writer that wants a binary file rather than bytes (a figure's ``savefig``): ``path`` is
+    replaced by what ``write(file)`` wrote, whole, or left as it was if ``write`` raises or the run is killed."""
+    with _through_partial(path, path.with_name(path.name + ".partial"), None) as file:
+        write(file)
 
 
 @contextmanager

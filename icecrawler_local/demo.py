@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from icecrawler import durable
 from icecrawler.processes import interrupts_once
 from icecrawler_local.oracle import stored_index, truth_index
 from icecrawler_local.stack import SITE_PREFIX, Stack, running_stack
@@ -113,6 +114,22 @@ class DemoResult:
     @property
     def ok(self) -> bool:
         return all(summary.complete for summary in self.sources.values())
+
+
+def write_summary(path: Path, result: DemoResult) -> None:
+    """The per-source figures as JSON, written whole: a demo killed while writing leaves the last run's file."""
+    summary = {
+        source: {
+            "published": s.published,
+            "stored": s.stored,
+            "duplicates": s.duplicates,
+            "after_cutoff": s.after_cutoff,
+            "mean_lag_s": s.mean_lag_s,
+            "fetches": s.fetches,
+        }
+        for source, s in result.sources.items()
+    }
+    durable.write_whole(path, json.dumps(summary, indent=1).encode())
 
 
 def summarize(stack: Stack, cutoff_wall_ms: int, with_fetches: bool = True) -> DemoResult:
@@ -220,7 +237,7 @@ class PeriodTracker:
         fig.suptitle("Re-crawl period of each task over time vs its true update interval")
         fig.tight_layout()
         path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=90)
+        durable.write_whole_with(path, lambda out: fig.savefig(out, format="png", dpi=90))
         plt.close(fig)
         return path
 
@@ -369,22 +386,7 @@ class Demo:
         print("every process stopped")
         print(render_table(result, args.speed))
         output_dir.mkdir(parents=True, exist_ok=True)
-        (output_dir / "summary.json").write_text(
-            json.dumps(
-                {
-                    source: {
-                        "published": s.published,
-                        "stored": s.stored,
-                        "duplicates": s.duplicates,
-                        "after_cutoff": s.after_cutoff,
-                        "mean_lag_s": s.mean_lag_s,
-                        "fetches": s.fetches,
-                    }
-                    for source, s in result.sources.items()
-                },
-                indent=1,
-            )
-        )
+        write_summary(output_dir / "summary.json", result)
         if not args.no_plot:
             path = tracker.plot(output_dir / "periods.png", origin)
             print(f"period plot: {path.resolve()}")

@@ -210,6 +210,36 @@ else:
 """
 
 
+#: Put before a script run by ``killed_midway(script, REPO, NAME, ...)``: the process SIGKILLs itself half way through
+#: its first write to a file whose name starts with NAME (the file itself, or the ``.partial`` a whole-file write goes
+#: through), once that half is in the file: a run killed while it writes that file.
+DIE_MID_WRITE = """
+import io, os, signal, sys
+sys.path.insert(0, sys.argv[1])
+_open = io.open
+class _Torn:
+    def __init__(self, file):
+        self._file = file
+    def write(self, data):
+        self._file.write(data[: max(1, len(data) // 2)])
+        self._file.flush()
+        os.kill(os.getpid(), signal.SIGKILL)
+    def __getattr__(self, name):
+        return getattr(self._file, name)
+    def __enter__(self):
+        return self
+    def __exit__(self, *exc):
+        return self._file.__exit__(*exc)
+def _open_torn(file, mode="r", *args, **kwargs):
+    handle = _open(file, mode, *args, **kwargs)
+    path = os.readlink(f"/proc/self/fd/{file}") if isinstance(file, int) else os.fspath(file)
+    if any(flag in mode for flag in "wax+") and os.path.basename(path).startswith(sys.argv[2]):
+        return _Torn(handle)
+    return handle
+io.open = _open_torn
+"""
+
+
 def killed_midway(script: str, *args: str) -> None:
     """Run ``python -c script *args``, a job that SIGKILLs itself at some step (bounded); fail unless it did."""
     killed = subprocess.run(

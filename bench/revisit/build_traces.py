@@ -33,6 +33,8 @@ from io import BytesIO
 from pathlib import Path
 from xml.etree import ElementTree
 
+from icecrawler import durable
+
 DAY = 86400
 #: Window, fewest items and least spread of a kept target.
 WINDOW_S = 28 * DAY
@@ -217,9 +219,10 @@ def main(argv: list[str]) -> int:
         )
     records, provenance = build(args.gitdirs, args.window_days * DAY, args.min_items, args.min_spread_days * DAY)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records), encoding="utf-8")
-    args.out.with_name(args.out.stem + ".provenance.json").write_text(
-        json.dumps(provenance, indent=1) + "\n", encoding="utf-8"
+    # Whole files: a run killed midway leaves the last traces, never a file cut at a line that reads as fewer targets.
+    durable.write_whole(args.out, "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records).encode())
+    durable.write_whole(
+        args.out.with_name(args.out.stem + ".provenance.json"), (json.dumps(provenance, indent=1) + "\n").encode()
     )
     print(f"{len(records)} targets -> {args.out}", file=sys.stderr)
     for p in provenance:

@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from bench import write_figures
+from icecrawler import durable
 
 __all__ = ["code_span", "fmt", "merge_json", "table", "write_block"]
 
@@ -22,7 +23,7 @@ def write_block(path: Path, block: str, name: str = "revisit-results") -> None:
         text = text[: text.index(start)] + start + "\n" + block + "\n" + text[text.index(end) :]
     else:
         text += f"\n{start}\n{block}\n{end}\n"
-    path.write_text(text, encoding="utf-8")
+    durable.write_whole(path, text.encode("utf-8"))  # a run killed midway never leaves half of the document
 
 
 def merge_json(path: Path, head: dict[str, float], owns: Callable[[str], bool]) -> None:

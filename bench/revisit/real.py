@@ -46,6 +46,7 @@ from bench.revisit.replay import (
 )
 from bench.revisit.sim import Detector, Horizon, mean_ci, run_single
 from bench.revisit.traces import DAY, Page
+from icecrawler import durable
 from shhd.policies import ChoPolicy, NutchPolicy, RatePolicy, RevisitPolicy, ShhdPolicy
 
 __all__ = [
@@ -451,7 +452,7 @@ def plot_e0(page: Page, e0: dict[str, Any], path: Path) -> None:
     ax.legend(fontsize=7)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    durable.write_whole_with(path, lambda out: fig.savefig(out, format="png", dpi=110))
     plt.close(fig)
 
 

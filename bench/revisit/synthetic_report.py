@@ -10,6 +10,7 @@ from bench.revisit.contenders import REPORT_BASE, TUNING_BUDGET, TUNING_SEEDS, C
 from bench.revisit.publish import fmt, table
 from bench.revisit.sim import mean_ci
 from bench.revisit.synthetic import E0_VARIANTS, variants
+from icecrawler import durable
 
 __all__ = ["plots", "report"]
 
@@ -189,7 +190,7 @@ def plots(
     ax.set_title(f"E3: {cfg.pages}-page mixture, {cfg.seeds} seeds")
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(outdir / "e3_lag_vs_budget.png", dpi=110)
+    durable.write_whole_with(outdir / "e3_lag_vs_budget.png", lambda out: fig.savefig(out, format="png", dpi=110))
     plt.close(fig)
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for v in E0_VARIANTS[:5]:
@@ -202,5 +203,5 @@ def plots(
     ax.set_title("E0: SHHD period trajectory, one review every 10 min")
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(outdir / "e0_period_trajectory.png", dpi=110)
+    durable.write_whole_with(outdir / "e0_period_trajectory.png", lambda out: fig.savefig(out, format="png", dpi=110))
     plt.close(fig)
