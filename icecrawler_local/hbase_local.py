@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -23,6 +24,7 @@ from pathlib import Path
 
 import happybase
 
+from icecrawler import durable
 from icecrawler.errors import ServiceError
 from icecrawler.settings import Settings
 
@@ -152,10 +154,15 @@ class LocalHBase:
     # --- assembly ----------------------------------------------------------------------------------------------
 
     def ensure_jars(self) -> None:
-        """Copy the jars from Maven (Central, through ~/.m2) into lib/ unless they are there already."""
+        """Copy the jars from Maven (Central, through ~/.m2) into lib/ unless they are there already. Maven fills
+        ``lib.partial``, renamed to lib/ once every jar is in it (and on disk): a copy that failed or was killed
+        half way (a dropped download, ``kill -9``) is never taken for a complete lib/ at the next start, which would
+        start JVMs that die on a missing class; it is copied again from the start."""
         if any(self.lib_dir.glob("hbase-server-*.jar")) and any(self.lib_dir.glob("hbase-thrift-*.jar")):
             return
         self.root.mkdir(parents=True, exist_ok=True)
+        partial = self.lib_dir.with_name(self.lib_dir.name + ".partial")
+        shutil.rmtree(partial, ignore_errors=True)  # what a stopped copy left
         argv = [
             "mvn",
             "-q",
@@ -163,7 +170,7 @@ class LocalHBase:
             "-f",
             str(DEPLOY_DIR / "pom.xml"),
             "dependency:copy-dependencies",
-            f"-DoutputDirectory={self.lib_dir}",
+            f"-DoutputDirectory={partial}",
             "-DincludeScope=runtime",
         ]
         try:
@@ -172,6 +179,11 @@ class LocalHBase:
             raise ServiceError(f"cannot fetch the HBase jars with Maven: {exc}") from exc
         if done.returncode != 0:
             raise ServiceError(f"Maven failed to fetch the HBase jars:\n{(done.stdout + done.stderr)[-3000:]}")
+        if not partial.is_dir():
+            raise ServiceError(f"Maven reported success but copied no jars into {partial}")
+        shutil.rmtree(self.lib_dir, ignore_errors=True)  # a lib/ without the HBase jars: not ours to keep
+        durable.sync_tree(partial)
+        durable.publish([(partial, self.lib_dir)])
 
     def write_conf(self) -> None:
         """hbase-site.xml from the template, plus the logging config."""

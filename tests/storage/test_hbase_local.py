@@ -139,3 +139,51 @@ def test_a_daemon_that_dies_fails_start_with_its_log_tail(tmp_path: Path) -> Non
     assert "could not start the fake JVM" in str(caught.value)
     assert (tmp_path / "conf" / "hbase-site.xml").read_text().count("127.0.0.1") >= 5
     assert "HBase was not running" in hbase.stop()
+
+
+# A stand-in for Maven: copies the jars named in $JARS into -DoutputDirectory, one by one; with $DIE_AFTER set it is
+# killed (kill -9) after copying that many, as a `kill -9` of the process group or a dropped download would stop it.
+FAKE_MVN = """#!/bin/sh
+for arg; do case "$arg" in -DoutputDirectory=*) out="${arg#-DoutputDirectory=}";; esac; done
+mkdir -p "$out"
+n=0
+for jar in $JARS; do
+    printf 'jar' >"$out/$jar"
+    n=$((n + 1))
+    if [ "$n" = "${DIE_AFTER:-}" ]; then kill -9 $$; fi
+done
+"""
+
+
+def test_a_jar_copy_killed_half_way_is_done_again_at_the_next_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Maven killed after it copied the HBase jars but not their dependencies: the next start must copy them all
+    again, not take the half-filled lib/ for a complete one (its JVMs would die on a missing class)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "mvn").write_text(FAKE_MVN)
+    (bin_dir / "mvn").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{Path('/usr/bin')}:{Path('/bin')}")
+    monkeypatch.setenv("JARS", "hbase-server-1.jar hbase-thrift-1.jar hbase-common-1.jar")
+    hbase = LocalHBase(
+        tmp_path / "hbase",
+        thrift_port=free_port(),
+        zookeeper_port=free_port(),
+        master_port=free_port(),
+        regionserver_port=free_port(),
+        heap_mb=256,
+        start_timeout_s=30.0,
+        java="/bin/false",
+    )
+    monkeypatch.setenv("DIE_AFTER", "2")
+    with pytest.raises(ServiceError, match="Maven failed"):
+        hbase.ensure_jars()
+    monkeypatch.delenv("DIE_AFTER")
+    hbase.ensure_jars()
+    assert sorted(jar.name for jar in hbase.lib_dir.iterdir()) == [
+        "hbase-common-1.jar",
+        "hbase-server-1.jar",
+        "hbase-thrift-1.jar",
+    ]
+    assert sorted(path.name for path in hbase.root.iterdir()) == ["lib"]
