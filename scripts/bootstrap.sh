@@ -78,7 +78,13 @@ install_ice() {
     CFLAGS="$ICE_FLAGS" CXXFLAGS="$ICE_FLAGS" .venv/bin/python scripts/build_ice_wheel.py --jobs "$jobs" \
       "$src/zeroc_ice-$ICE_VERSION" "$src/wheel"
     mkdir -p "$ICE_WHEELS"
-    mv "$src"/wheel/zeroc_ice-*.whl "$ICE_WHEELS"/
+    # Copied beside its name and renamed within the cache (the build folder may be on another file system): a
+    # bootstrap killed mid-copy leaves a .partial that the check above never takes for a built wheel.
+    local wheel
+    for wheel in "$src"/wheel/zeroc_ice-*.whl; do
+      cp "$wheel" "$ICE_WHEELS/${wheel##*/}.partial" && sync "$ICE_WHEELS/${wheel##*/}.partial"
+      mv -f "$ICE_WHEELS/${wheel##*/}.partial" "$ICE_WHEELS/${wheel##*/}"
+    done
     rm -rf "$src"
   fi
   .venv/bin/python -m pip install -q --force-reinstall --no-deps "$ICE_WHEELS"/zeroc_ice-*.whl
