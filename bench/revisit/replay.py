@@ -1,9 +1,12 @@
 """Real publication traces for the revisit benchmark: load a JSONL file, window each trace onto the simulated
 clock, split targets into a development and a report half. Pure apart from ``load_traces`` reading the file.
 
-File format, one JSON object per line (blank lines are allowed)::
+File format, one JSON object per line (blank lines are allowed; the file may be gzip-compressed)::
 
-    {"target": "<opaque id>", "source": "<label>", "times": [unix seconds, sorted ascending]}
+    {"target": "<opaque id>", "source": "<label>", "times": [unix seconds]}
+
+Times out of order are sorted (with a warning: a feed listed newest first is common, and the order of publication
+times carries nothing); any other fault stops the load with the file and line (``TraceError``).
 
 Windowing (docs/REVISIT.md, "Real traces"): the window is as long as the traces are (``fit_windowing``: the median
 span they cover, at most a year, less for busy traces). Each trace keeps the items of its last ``window_days``
@@ -15,11 +18,13 @@ stop at ``window_days + 1`` days and fetching goes on for ``drain_days`` more.
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import itertools
 import json
 import math
-from collections.abc import Sequence
+import sys
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,6 +41,7 @@ __all__ = [
     "fit_windowing",
     "load_traces",
     "split_halves",
+    "warn_on_stderr",
     "window_pages",
 ]
 
@@ -110,8 +116,9 @@ def fit_windowing(
     return Windowing(window_days, warmup_days)
 
 
-#: A time later than this (about the year 5000) is taken for milliseconds, not seconds.
-LATEST_PLAUSIBLE_S = 1e11
+#: A time from 2100 on (4 102 444 800) is taken for deciseconds, milliseconds or microseconds, not seconds: even
+#: deciseconds of 1990 are past it, and a publication time cannot be in the future.
+LATEST_PLAUSIBLE_S = 4_102_444_800.0
 #: A time earlier than this (1990-01-01, before the web) is taken for minutes or hours since 1970, not seconds.
 EARLIEST_PLAUSIBLE_S = 631_152_000.0
 
@@ -126,54 +133,88 @@ def _finite(value: object) -> bool:
         return False
 
 
-def _parse_line(text: str, where: str) -> Trace:
+#: What a line must look like, for the error about a line that does not.
+LINE_FORMAT = 'each line must be one JSON object {"target": "...", "source": "...", "times": [unix seconds]}'
+
+
+def _parse_line(text: str, where: str) -> tuple[Trace, bool]:
+    """The trace on one line, and whether its times had to be sorted."""
     try:
         obj = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise TraceError(f"{where}: not JSON ({exc.msg})") from None
+        raise TraceError(f"{where}: not JSON ({exc.msg}); {LINE_FORMAT}") from None
     except (ValueError, RecursionError) as exc:  # a number of thousands of digits, a line nested too deep
         raise TraceError(f"{where}: not JSON we can read ({str(exc)[:80]})") from None
     if not isinstance(obj, dict):
-        raise TraceError(f"{where}: expected an object with target, source, times")
+        raise TraceError(f"{where}: expected an object with target, source, times; {LINE_FORMAT}")
     missing = [k for k in ("target", "source", "times") if k not in obj]
     if missing:
         raise TraceError(f"{where}: missing {', '.join(missing)}")
     target, source, times = obj["target"], obj["source"], obj["times"]
     if isinstance(target, int) and not isinstance(target, bool):
         target = str(target)  # a numeric user or product id is an id like any other
-    if not isinstance(target, str) or not target or not isinstance(source, str) or not source:
+    if not isinstance(target, str) or not target.strip() or not isinstance(source, str) or not source.strip():
         raise TraceError(f"{where}: target and source must be non-empty strings")
     if not isinstance(times, list) or not times:
         raise TraceError(f"{where}: times must be a non-empty list of unix seconds")
-    if not all(_finite(t) for t in times):
-        raise TraceError(f"{where}: times must be finite numbers (unix seconds)")
-    if any(b < a for a, b in itertools.pairwise(times)):
-        raise TraceError(f"{where}: times are not sorted ascending")
-    if times[-1] > LATEST_PLAUSIBLE_S:
-        # Milliseconds read as seconds would put a 28-day window inside 40 minutes and run without a complaint.
-        raise TraceError(f"{where}: times reach {times[-1]:.0f}, past the year 5000: milliseconds? give unix seconds")
+    bad = next((k for k, t in enumerate(times) if not _finite(t)), None)
+    if bad is not None:
+        # Name the item: a time quoted as a string ("1700000000") and a NaN call for different fixes.
+        shown = json.dumps(times[bad])
+        raise TraceError(
+            f"{where}: times must be finite numbers (unix seconds); item {bad + 1} of {len(times)} is "
+            + (shown if len(shown) <= 40 else shown[:37] + "...")
+        )
+    unsorted = any(b < a for a, b in itertools.pairwise(times))
+    if unsorted:
+        times = sorted(times)
+    if times[-1] >= LATEST_PLAUSIBLE_S:
+        # Milliseconds read as seconds would put a 28-day window inside 40 minutes and run without a complaint, and
+        # deciseconds would stretch it tenfold.
+        raise TraceError(
+            f"{where}: times reach {times[-1]:.0f}, after 2100: deciseconds, milliseconds or microseconds? "
+            "give unix seconds"
+        )
     if times[0] < EARLIEST_PLAUSIBLE_S:
         # Minutes or hours since 1970 read as seconds would squeeze a month into a day and print a "win" of 5x.
         raise TraceError(
             f"{where}: times start at {times[0]:.0f}, before 1990 (no web page is that old): minutes or hours? "
             "give unix seconds"
         )
-    return Trace(target, source, tuple(float(t) for t in times))
+    return Trace(target, source, tuple(float(t) for t in times)), unsorted
 
 
-def load_traces(path: Path) -> list[Trace]:
-    """All traces of a JSONL file, in file order; the first bad line (or a target repeated within its source)
-    raises TraceError. Two sources may use the same id for different targets (a user id and a product id)."""
+def warn_on_stderr(message: str) -> None:
+    """How the loader and the run warn about a file they can use but the user should know about."""
+    print(f"warning: {message}", file=sys.stderr, flush=True)
+
+
+def _read_text(path: Path) -> str:
+    """The file's text: UTF-8 (a byte order mark is dropped), gunzipped first if it starts with gzip's magic bytes
+    (a .jsonl.gz, whatever its name)."""
     try:
-        lines = path.read_text(encoding="utf-8-sig").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
+        data = path.read_bytes()
+        if data[:2] == b"\x1f\x8b":
+            data = gzip.decompress(data)
+        return data.decode("utf-8-sig")
+    except (OSError, EOFError, UnicodeDecodeError) as exc:  # gzip.BadGzipFile is an OSError
         raise TraceError(f"{path}: cannot read ({exc})") from None
+
+
+def load_traces(path: Path, warn: Callable[[str], None] = warn_on_stderr) -> list[Trace]:
+    """All traces of a JSONL file (gzip-compressed or not), in file order; the first bad line (or a target repeated
+    within its source) raises TraceError. Two sources may use the same id for different targets (a user id and a
+    product id). Times out of order are sorted, and ``warn`` is told once how many traces were."""
+    lines = _read_text(path).splitlines()
     traces: list[Trace] = []
     seen: dict[tuple[str, str], int] = {}
+    sorted_lines: list[int] = []
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
-        trace = _parse_line(line, f"{path}:{number}")
+        trace, unsorted = _parse_line(line, f"{path}:{number}")
+        if unsorted:
+            sorted_lines.append(number)
         key = (trace.source, trace.target)
         if key in seen:
             raise TraceError(f"{path}:{number}: target {trace.target!r} of {trace.source} repeats line {seen[key]}")
@@ -181,6 +222,11 @@ def load_traces(path: Path) -> list[Trace]:
         traces.append(trace)
     if not traces:
         raise TraceError(f"{path}: no traces")
+    if sorted_lines:
+        warn(
+            f"{path}: the times of {len(sorted_lines)} of {len(traces)} traces were out of order (first on line "
+            f"{sorted_lines[0]}); sorted them"
+        )
     return traces
 
 

@@ -4,6 +4,7 @@ pure parts (Weibo mid -> time, densest window)."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import re
@@ -71,12 +72,19 @@ def test_a_file_saved_with_a_byte_order_mark_and_crlf_line_ends_loads(tmp_path: 
         (json.dumps(dict(GOOD, target=1.5)), "non-empty strings"),
         (json.dumps(dict(GOOD, source=7)), "non-empty strings"),
         (json.dumps(dict(GOOD, times=[])), "non-empty list"),
+        (json.dumps(dict(GOOD, source="  ")), "non-empty strings"),
         (json.dumps(dict(GOOD, times="1700000000")), "non-empty list"),
-        (json.dumps(dict(GOOD, times=[1, "2"])), "finite numbers"),
-        (json.dumps(dict(GOOD, times=[1, True])), "finite numbers"),
-        ('{"target": "x", "source": "s", "times": [1, NaN]}', "finite numbers"),
-        (json.dumps(dict(GOOD, times=[5, 3])), "not sorted"),
+        # The item that is not a time is named: a quoted time and a NaN call for different fixes.
+        (json.dumps(dict(GOOD, times=[1_700_000_000, "1700000060"])), 'numbers .unix seconds.; item 2 of 2 is "17'),
+        (json.dumps(dict(GOOD, times=[1, True])), "finite numbers .unix seconds.; item 2 of 2 is true"),
+        ('{"target": "x", "source": "s", "times": [1, NaN]}', "finite numbers .unix seconds.; item 2 of 2 is NaN"),
         (json.dumps(dict(GOOD, times=[1_700_000_000_000, 1_700_000_600_000])), "milliseconds"),
+        (json.dumps(dict(GOOD, times=[1_700_000_000_000_000])), "microseconds"),
+        # Deciseconds (year 2508 read as seconds) would stretch every trace tenfold without a complaint.
+        (json.dumps(dict(GOOD, times=[17_000_000_000, 17_000_006_000])), "after 2100: deciseconds"),
+        # A comment or a JSON document spread over lines: the error says what a line must be.
+        ("# exported 2026-12-01", 'not JSON .Expecting value.; each line must be one JSON object {"target"'),
+        (json.dumps(GOOD) + " trailing", "not JSON .Extra data.; each line must be one JSON object"),
         # Minutes since 1970 (28 333 333 is 2023-11) would squeeze the window into a day and print a false "win".
         (json.dumps(dict(GOOD, times=[28_333_333, 28_333_343])), "before 1990"),
         (json.dumps(dict(GOOD, times=[-5, 1_700_000_000])), "before 1990"),
@@ -91,6 +99,31 @@ def test_a_bad_line_names_file_line_and_fault(tmp_path: Path, line: str, message
     with pytest.raises(TraceError, match=message) as err:
         load_traces(path)
     assert f"{path}:2:" in str(err.value)
+
+
+def test_times_out_of_order_are_sorted_with_one_warning(tmp_path: Path) -> None:
+    # A feed listed newest first is common; the order of publication times carries nothing, so sorting loses nothing.
+    newest_first = dict(GOOD, times=list(reversed(GOOD["times"])))
+    warnings: list[str] = []
+    lines = [json.dumps(GOOD), json.dumps(dict(newest_first, target="b")), json.dumps(dict(newest_first, target="c"))]
+    path = write(tmp_path, lines)
+    traces = load_traces(path, warn=warnings.append)
+    assert [t.times for t in traces] == [traces[0].times] * 3 and list(traces[0].times) == sorted(traces[0].times)
+    assert warnings == [f"{path}: the times of 2 of 3 traces were out of order (first on line 2); sorted them"]
+    load_traces(write(tmp_path, [json.dumps(GOOD)]), warn=warnings.append)
+    assert len(warnings) == 1  # a sorted file: no warning
+    # Sorted first, so a time in milliseconds is caught wherever it stands.
+    with pytest.raises(TraceError, match=":1: times reach 1700000000000, after 2100"):
+        load_traces(write(tmp_path, [json.dumps(dict(GOOD, times=[1_700_000_000_000, 1_700_000_000]))]))
+
+
+def test_a_gzip_compressed_file_loads_and_a_broken_one_is_a_clear_error(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl.gz"
+    path.write_bytes(gzip.compress(b"\xef\xbb\xbf" + (json.dumps(GOOD) + "\r\n").encode()))
+    assert load_traces(path) == [Trace("a1", "weibo", (1_700_000_000.0, 1_700_000_600.5, 1_700_003_000.0))]
+    path.write_bytes(gzip.compress(json.dumps(GOOD).encode())[:-12])  # cut short: no end of stream
+    with pytest.raises(TraceError, match=f"{path}: cannot read"):
+        load_traces(path)
 
 
 def test_a_numeric_id_is_an_id_and_two_sources_may_share_one(tmp_path: Path) -> None:
@@ -112,7 +145,7 @@ def test_the_command_reports_a_bad_file_and_exits_2(tmp_path: Path, capsys: pyte
     path = write(tmp_path, [json.dumps(dict(GOOD, times=[5, 3]))])
     assert revisit.main(["--traces", str(path), "--quick", "--workers", "1"]) == 2
     err = capsys.readouterr().err
-    assert f"{path}:1: times are not sorted ascending" in err
+    assert f"{path}:1: times start at 3, before 1990" in err
 
 
 def test_an_empty_report_half_and_a_bad_target_count_are_clear_errors(
