@@ -183,9 +183,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--traces",
         type=Path,
-        help="E3 on real traces instead (JSONL; see bench/revisit/real.py); like the synthetic run it rewrites the "
-        "real_* keys of docs/bench/revisit.json, the real-trace block of docs/REVISIT.md and its E0 plot, whatever "
-        "the file (--quick or --no-write: prints only)",
+        help="E3 on real traces instead: a JSONL file (gzip-compressed or not), one object per line, "
+        '{"target": "ID", "source": "NAME", "times": [unix seconds of each item\'s publication]} (times out of '
+        "order are sorted, with a warning; milliseconds are refused); each trace is replayed over its last window "
+        '(see --window-days), lags in minutes (docs/REVISIT.md, "Real publication traces"); like the synthetic '
+        "run it rewrites the real_* keys of docs/bench/revisit.json, the real-trace block of docs/REVISIT.md and its "
+        "E0 plot, whatever the file (--quick or --no-write: prints only)",
     )
     parser.add_argument(
         "--half",
@@ -216,7 +219,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--window-days",
         type=_days,
-        help=f"with --traces: days of each trace to replay (default: {FITTED_WINDOW_RULE})",
+        help=f"with --traces: days of each trace to replay, ending at its last item, all traces aligned to start "
+        f"within the first simulated day, times of day kept (default: {FITTED_WINDOW_RULE})",
     )
     parser.add_argument(
         "--warmup-days",

@@ -22,12 +22,25 @@ class Progress:
         print(f"[{self.name} {time.monotonic() - self.started:.0f}s] {what}", file=sys.stderr, flush=True)
 
     def count[T](self, what: str, results: Iterable[T], total: int) -> Iterator[T]:
-        """Yield ``results`` and say ``what k/total`` about ten times on the way (and at the end)."""
+        """Yield ``results`` and say ``what k/total`` after the first, about ten times on the way and at the end,
+        with the time left at the pace so far: a run on a large trace file can take hours, and its user should
+        know after one job, not at the end, whether to cut it (``--targets``, ``--quick``)."""
         step = max(1, total // 10)
+        started = time.monotonic()
         for done, result in enumerate(results, 1):
-            if done % step == 0 or done == total:
-                self.say(f"{what} {done}/{total}")
+            if done == 1 or done % step == 0 or done == total:
+                left = (time.monotonic() - started) / done * (total - done)
+                self.say(f"{what} {done}/{total}" + (f", about {_duration(left)} left" if done < total else ""))
             yield result
+
+
+def _duration(seconds: float) -> str:
+    """``40 s``, ``12 min``, ``3.5 h``: a time left, as precise as a guess from a few jobs deserves."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
 
 
 def _star(job: tuple[Callable[..., Any], Sequence[Any]]) -> Any:

@@ -42,6 +42,7 @@ from bench.revisit.replay import (
     fit_windowing,
     load_traces,
     split_halves,
+    warn_on_stderr,
     window_pages,
 )
 from bench.revisit.sim import Detector, Horizon, mean_ci, run_single
@@ -491,11 +492,23 @@ class OpenedTraces(NamedTuple):
     cfg: RealConfig
 
 
+#: A fitted window shorter than this (traces of a few days or hours) gets a warning (``open_traces``).
+SHORT_FILE_WINDOW_DAYS = 7.0
+
+
 def open_traces(cfg: RealConfig) -> OpenedTraces:
     """Load ``cfg.path``, split it into halves and pick ``cfg.half``. The window and warm-up are fitted to the whole
-    file, not to the half that runs, and handed to every job through the returned config."""
+    file, not to the half that runs, and handed to every job through the returned config. A file of traces
+    shorter than a week runs, with a warning: its window leaves a policy a few days at most to learn in."""
     traces = load_traces(cfg.path)
     windowing = fit_windowing(traces, cfg.window_days, cfg.warmup_days)
+    if cfg.window_days is None and windowing.window_days < SHORT_FILE_WINDOW_DAYS:
+        warn_on_stderr(
+            f"{cfg.path}: the traces cover a median of under {windowing.window_days + 0.5:g} days, so the window is "
+            f"{windowing.window_days:g} days with {windowing.warmup_days:g} of warm-up: a policy whose longest period "
+            f"is {_MAX_S / 3600:g} h fetches a quiet target a few times in it, and the figures say little about "
+            "crawling for weeks"
+        )
     cfg = replace(cfg, window_days=windowing.window_days, warmup_days=windowing.warmup_days)
     dev, rep = split_halves(traces)
     chosen = {"report": rep, "dev": dev, "all": traces}[cfg.half]
@@ -510,9 +523,10 @@ def run_traces(cfg: RealConfig, pool: Any, command: str, write: bool) -> str:
     traces, dev, rep, chosen, windowing, cfg = open_traces(cfg)
     check_half(cfg, chosen)
     items = sum(page.arrivals.size for page in window_pages(chosen, windowing))
+    cut = "" if cfg.targets is not None else ": --targets N or --quick cut it"
     progress.say(
         f"{len(traces)} traces: {len(dev)} development, {len(rep)} report; running the {cfg.half} half ({items} items "
-        f"in the windows of its targets; the run time grows with them); window {windowing.window_days:g} days, "
+        f"in the windows of its targets; the run time grows with them{cut}); window {windowing.window_days:g} days, "
         f"warm-up {windowing.warmup_days:g}"
     )
     knobs = tune(dev, cfg, pool, progress) if cfg.tune else {}

@@ -24,7 +24,7 @@ from bench.revisit.contenders import MAX_DEFAULT_WORKERS, ROOT, usable_cpus
 from bench.revisit.phases import baseline_settings, phase_job
 from bench.revisit.progress import Progress
 from bench.revisit.publish import code_span, table
-from bench.revisit.real import RealConfig, budget_job
+from bench.revisit.real import RealConfig, budget_job, open_traces
 from bench.revisit.replay import (
     Trace,
     TraceError,
@@ -287,8 +287,11 @@ def test_a_full_run_with_no_write_leaves_the_recorded_results_alone(
     before = _recorded_files()
     argv = ["--traces", str(path), "--no-write", "--workers", "1", "--seeds", "2"]
     assert revisit.main(argv) == 0
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()
     assert "#### Summary" in out and "O1 offline oracle" in out  # the full run: tuned baselines and the oracle
+    # A full run says up front how to cut it, and after its first job how long is left at the pace so far.
+    assert "the run time grows with them: --targets N or --quick cut it); window 28 days" in err
+    assert re.search(r"tuning runs \(development half\) 1/\d+, about \d+ (s|min) left", err)
     assert _recorded_files() == before
     with pytest.raises(SystemExit):
         revisit.main([*argv, "--write"])
@@ -299,9 +302,11 @@ def test_progress_counts_every_result_and_says_about_ten_times(capsys: pytest.Ca
     progress = Progress("t")
     assert list(progress.count("jobs", iter(range(25)), 25)) == list(range(25))
     lines = capsys.readouterr().err.splitlines()
-    assert [line.split("] ")[1] for line in lines] == [
-        f"jobs {k}/25" for k in (2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 25)
-    ]
+    said = [line.split("] ")[1] for line in lines]
+    # The first result too, so a long run says after one job how long the rest will take.
+    assert [x.split(",")[0] for x in said] == [f"jobs {k}/25" for k in (1, *range(2, 25, 2), 25)]
+    assert all(re.fullmatch(r"jobs \d+/25, about \d+ (s|min|h) left", x) for x in said[:-1])
+    assert said[-1] == "jobs 25/25"
     assert all(line.startswith("[t ") for line in lines)
 
 
@@ -376,6 +381,30 @@ def test_a_long_busy_file_gets_the_window_its_median_trace_needs_for_150_items()
     assert fit_windowing([year(2, "a"), year(2, "b")]).window_days == 75  # 150 items at 2 a day
     assert fit_windowing([year(10, "a"), year(10, "b")]) == Windowing(28, 7)  # never shorter than 28 days
     assert fit_windowing([year(10, "a")], window_days=365).window_days == 365  # unless asked for
+
+
+def test_traces_of_a_few_hours_run_with_a_warning_that_the_window_is_short(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    times = [1_700_000_000 + 600 * j for j in range(20)]  # an item every 10 min for three hours
+    path = write(tmp_path, [json.dumps({"target": f"t{k}", "source": "s", "times": times}) for k in range(4)])
+    opened = open_traces(RealConfig(path, half="all"))
+    assert opened.windowing == Windowing(1, 0.5)
+    err = capsys.readouterr().err
+    assert f"warning: {path}: the traces cover a median of under 1.5 days, so the window is 1 days" in err
+    open_traces(RealConfig(path, half="all", window_days=1, warmup_days=0.5))
+    assert capsys.readouterr().err == ""  # a window given on the command line is what the user asked for
+    open_traces(RealConfig(_small_file(tmp_path)))
+    assert capsys.readouterr().err == ""  # four-week traces: no warning
+
+
+def test_the_help_says_the_file_format_its_units_and_the_windowing(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        revisit.main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert '{"target": "ID", "source": "NAME", "times": [unix seconds of each item\'s publication]}' in text
+    assert "compressed or not" in text and "lags in minutes" in text
+    assert "days of each trace to replay, ending at its last item" in text
 
 
 def test_the_command_fits_the_window_and_takes_overrides(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
