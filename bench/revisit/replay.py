@@ -24,6 +24,7 @@ import itertools
 import json
 import math
 import sys
+import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -133,6 +134,11 @@ def _finite(value: object) -> bool:
         return False
 
 
+def _printable(name: str) -> bool:
+    """A name the Markdown report can hold: no control character, no HTML comment mark."""
+    return not any(unicodedata.category(c) == "Cc" for c in name) and "<!--" not in name and "-->" not in name
+
+
 #: What a line must look like, for the error about a line that does not.
 LINE_FORMAT = 'each line must be one JSON object {"target": "...", "source": "...", "times": [unix seconds]}'
 
@@ -155,6 +161,13 @@ def _parse_line(text: str, where: str) -> tuple[Trace, bool]:
         target = str(target)  # a numeric user or product id is an id like any other
     if not isinstance(target, str) or not target.strip() or not isinstance(source, str) or not source.strip():
         raise TraceError(f"{where}: target and source must be non-empty strings")
+    if not _printable(target) or not _printable(source):
+        # A newline splits a row of the report's tables, and a comment mark ends the block a full run rewrites in
+        # docs/REVISIT.md early, so the next run would leave the rest of the old block behind.
+        raise TraceError(
+            f"{where}: target and source must not hold control characters (a newline, a tab) or HTML comment "
+            "marks (<!--, -->): the report that names them is Markdown"
+        )
     if not isinstance(times, list) or not times:
         raise TraceError(f"{where}: times must be a non-empty list of unix seconds")
     bad = next((k for k, t in enumerate(times) if not _finite(t)), None)

@@ -73,6 +73,10 @@ def test_a_file_saved_with_a_byte_order_mark_and_crlf_line_ends_loads(tmp_path: 
         (json.dumps(dict(GOOD, source=7)), "non-empty strings"),
         (json.dumps(dict(GOOD, times=[])), "non-empty list"),
         (json.dumps(dict(GOOD, source="  ")), "non-empty strings"),
+        # A newline would split a row of the report's tables, a comment mark end the block a full run rewrites.
+        (json.dumps(dict(GOOD, source="we\nibo")), "must not hold control characters"),
+        (json.dumps(dict(GOOD, target="a\tb")), "must not hold control characters"),
+        (json.dumps(dict(GOOD, target="x <!-- revisit-real:end -->")), "or HTML comment marks"),
         (json.dumps(dict(GOOD, times="1700000000")), "non-empty list"),
         # The item that is not a time is named: a quoted time and a NaN call for different fixes.
         (json.dumps(dict(GOOD, times=[1_700_000_000, "1700000060"])), 'numbers .unix seconds.; item 2 of 2 is "17'),
@@ -130,6 +134,10 @@ def test_a_numeric_id_is_an_id_and_two_sources_may_share_one(tmp_path: Path) -> 
     lines = [json.dumps(dict(GOOD, target=1669879400)), json.dumps(dict(GOOD, target="1669879400", source="jd"))]
     traces = load_traces(write(tmp_path, lines))
     assert [(t.source, t.target) for t in traces] == [("weibo", "1669879400"), ("jd", "1669879400")]
+    # Any printable name is a source: ones we never heard of, non-Latin ones, a pipe (escaped in the tables).
+    names = ["twitter", "微博", "jd|reviews", "Ｘ 🙂"]
+    lines = [json.dumps(dict(GOOD, source=name, target="é")) for name in names]
+    assert [t.source for t in load_traces(write(tmp_path, lines))] == names
 
 
 def test_a_repeated_target_an_empty_file_and_a_missing_file_are_errors(tmp_path: Path) -> None:
