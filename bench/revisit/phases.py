@@ -73,9 +73,12 @@ def run_phases(cfg: RealConfig, pool: Any, phases: int, command: str) -> str:
     population = (
         f"every target ({whole})" if len(chosen) == whole else f"one subsample of {len(chosen)} of its {whole} targets"
     )
+    items = sum(page.arrivals.size for page in window_pages(chosen, windowing))
+    cut = ": --targets N cuts it" if cfg.targets is None else ""
     progress.say(
-        f"{len(chosen)} targets of the {cfg.half} half, {phases} phases, {len(cfg.budgets)} budgets; window "
-        f"{windowing.window_days:g} days, warm-up {windowing.warmup_days:g}"
+        f"{len(chosen)} targets of the {cfg.half} half, {phases} phases, {len(cfg.budgets)} budgets ({items} items "
+        f"in their windows; the run time grows with them{cut}); window {windowing.window_days:g} days, warm-up "
+        f"{windowing.warmup_days:g}"
     )
     jobs = [(chosen, cfg, p, m) for p in range(phases) for m in cfg.budgets]
     lags = starmap_with_progress(pool, phase_job, jobs, progress, "phase runs")

@@ -142,11 +142,9 @@ def _tune_job(
     return slug, index, mult, summary["lag_mean_min"]
 
 
-def tune(
-    dev: Sequence[Trace], cfg: RealConfig, pool: Any, progress: Progress | None = None
-) -> dict[tuple[str, float], dict[str, Any]]:
-    """Each knobbed baseline's knob per budget, by mean lag on the development half (TUNING_SEEDS)."""
-    jobs = [
+def _tune_jobs(dev: Sequence[Trace], cfg: RealConfig) -> list[tuple[Any, ...]]:
+    """The runs of ``tune``: every knob of every knobbed baseline, per tuning seed and budget."""
+    return [
         (dev, cfg, c.slug, i, s, m)
         for c in _contenders()
         if len(c.knobs) > 1 and c.slug in BASELINES
@@ -154,6 +152,13 @@ def tune(
         for s in TUNING_SEEDS
         for m in cfg.budgets
     ]
+
+
+def tune(
+    dev: Sequence[Trace], cfg: RealConfig, pool: Any, progress: Progress | None = None
+) -> dict[tuple[str, float], dict[str, Any]]:
+    """Each knobbed baseline's knob per budget, by mean lag on the development half (TUNING_SEEDS)."""
+    jobs = _tune_jobs(dev, cfg)
     scores: dict[tuple[str, int, float], list[float]] = {}
     done = starmap_with_progress(pool, _tune_job, jobs, progress or Progress(), "tuning runs (development half)")
     for slug, i, m, lag in done:
@@ -524,10 +529,13 @@ def run_traces(cfg: RealConfig, pool: Any, command: str, write: bool) -> str:
     check_half(cfg, chosen)
     items = sum(page.arrivals.size for page in window_pages(chosen, windowing))
     cut = "" if cfg.targets is not None else ": --targets N or --quick cut it"
+    runs = (f"{len(_tune_jobs(dev, cfg))} tuning runs, then " if cfg.tune else "") + (
+        f"{cfg.seeds * len(cfg.budgets)} report runs"
+    )
     progress.say(
         f"{len(traces)} traces: {len(dev)} development, {len(rep)} report; running the {cfg.half} half ({items} items "
-        f"in the windows of its targets; the run time grows with them{cut}); window {windowing.window_days:g} days, "
-        f"warm-up {windowing.warmup_days:g}"
+        f"in the windows of its targets; the run time grows with them{cut}); {runs}; window "
+        f"{windowing.window_days:g} days, warm-up {windowing.warmup_days:g}"
     )
     knobs = tune(dev, cfg, pool, progress) if cfg.tune else {}
     jobs = [(chosen, cfg, knobs, REPORT_BASE + k, mult) for k in range(cfg.seeds) for mult in cfg.budgets]

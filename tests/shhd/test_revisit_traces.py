@@ -187,7 +187,7 @@ def test_the_command_runs_a_small_file_with_progress_on_stderr(
     out, err = capsys.readouterr()
     assert "#### Summary: the default policy against the best baseline" in out
     assert "8 traces: 4 development, 4 report; running the report half (" in err
-    assert "items in the windows of its targets; the run time grows with them); window 28 days, warm-up 7" in err
+    assert "items in the windows of its targets; the run time grows with them); 8 report runs; window 28 days" in err
     # One job per seed and budget: a long run says how far it is every few minutes, not once a seed.
     assert "report runs (seeds × budgets) 8/8" in err and "[revisit " not in out  # progress goes to stderr only
     # --quick neither tunes nor runs the oracle, and its header says so.
@@ -217,7 +217,8 @@ def test_the_development_harness_prints_the_best_of_every_baseline_setting_and_w
     before = _recorded_files()
     assert revisit.main(["--traces", str(path), "--phases", "2", "--workers", "1"]) == 0
     out, err = capsys.readouterr()
-    assert "4 targets of the dev half, 2 phases, 4 budgets" in err
+    assert "4 targets of the dev half, 2 phases, 4 budgets (" in err
+    assert " items in their windows; the run time grows with them: --targets N cuts it); window 28 days" in err
     assert "dev half, every target (4), no resampling; phases 0..1; best of 8 baseline settings per phase" in out
     assert revisit.main(["--traces", str(path), "--phases", "1", "--workers", "1", "--targets", "3"]) == 0
     assert "dev half, one subsample of 3 of its 4 targets, no resampling" in capsys.readouterr().out
@@ -298,7 +299,7 @@ def test_a_full_run_with_no_write_leaves_the_recorded_results_alone(
     out, err = capsys.readouterr()
     assert "#### Summary" in out and "O1 offline oracle" in out  # the full run: tuned baselines and the oracle
     # A full run says up front how to cut it, and after its first job how long is left at the pace so far.
-    assert "the run time grows with them: --targets N or --quick cut it); window 28 days" in err
+    assert "the run time grows with them: --targets N or --quick cut it); 64 tuning runs, then 8 report runs" in err
     assert re.search(r"tuning runs \(development half\) 1/\d+, about \d+ (s|min) left", err)
     assert _recorded_files() == before
     with pytest.raises(SystemExit):
