@@ -24,7 +24,7 @@ from bench.revisit.contenders import MAX_DEFAULT_WORKERS, ROOT, usable_cpus
 from bench.revisit.phases import baseline_settings, phase_job
 from bench.revisit.progress import Progress
 from bench.revisit.publish import code_span, table
-from bench.revisit.real import RealConfig, budget_job, open_traces
+from bench.revisit.real import E0_POLICIES, RealConfig, budget_job, e0_real, open_traces
 from bench.revisit.replay import (
     Trace,
     TraceError,
@@ -405,6 +405,23 @@ def test_traces_of_a_few_hours_run_with_a_warning_that_the_window_is_short(
     assert capsys.readouterr().err == ""  # a window given on the command line is what the user asked for
     open_traces(RealConfig(_small_file(tmp_path)))
     assert capsys.readouterr().err == ""  # four-week traces: no warning
+
+
+def test_the_e0_target_is_the_busiest_weibo_user_else_the_busiest_target_of_any_source() -> None:
+    """The real-target E0 runs on whatever file is given: sources we never heard of, one item, one second."""
+
+    def trace(target: str, source: str, items: int) -> Trace:
+        return Trace(target, source, tuple(1_700_000_000.0 + k * 3 * 3600 for k in range(items)))
+
+    w = Windowing(14, 7)
+    mixed = [trace("a", "twitter", 60), trace("b", "Weibo-users", 20), trace("c", "weibo", 30), trace("d", "微博", 40)]
+    chosen, page, runs = e0_real(mixed, w)
+    assert (chosen.target, page.arrivals.size) == ("c", 30) and list(runs) == [label for label, _ in E0_POLICIES]
+    assert all(run["summary"]["fetches"] > 0 and run["trace"] for run in runs.values())
+    # No Weibo user: the busiest target (ties go to the larger id), even with a single item or all in one second.
+    assert e0_real([trace("x", "reddit", 1), trace("y", "twitter", 1)], w)[0].target == "y"
+    same_second = Trace("z", "jd", (1_700_000_000.0,) * 5)
+    assert e0_real([same_second, trace("w", "reddit", 3)], w)[1].arrivals.size == 5
 
 
 def test_the_help_says_the_file_format_its_units_and_the_windowing(capsys: pytest.CaptureFixture[str]) -> None:
