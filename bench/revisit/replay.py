@@ -18,6 +18,7 @@ stop at ``window_days + 1`` days and fetching goes on for ``drain_days`` more.
 
 from __future__ import annotations
 
+import codecs
 import gzip
 import hashlib
 import itertools
@@ -25,9 +26,11 @@ import json
 import math
 import sys
 import unicodedata
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 import numpy as np
 
@@ -202,37 +205,65 @@ def warn_on_stderr(message: str) -> None:
     print(f"warning: {message}", file=sys.stderr, flush=True)
 
 
-def _read_text(path: Path) -> str:
-    """The file's text: UTF-8 (a byte order mark is dropped), gunzipped first if it starts with gzip's magic bytes
-    (a .jsonl.gz, whatever its name)."""
+@contextmanager
+def _opened(path: Path) -> Iterator[Iterator[tuple[int, str]]]:
+    """The file's numbered lines (``_numbered``), gunzipped on the way if the file starts with gzip's magic bytes (a
+    .jsonl.gz, whatever its name). Read as a stream, so a file of gigabytes never sits in memory whole."""
     try:
-        data = path.read_bytes()
-        if data[:2] == b"\x1f\x8b":
-            data = gzip.decompress(data)
-        return data.decode("utf-8-sig")
-    except (OSError, EOFError, UnicodeDecodeError) as exc:  # gzip.BadGzipFile is an OSError
-        raise TraceError(f"{path}: cannot read ({exc})") from None
+        raw = path.open("rb")
+    except OSError as exc:
+        raise TraceError(f"{path}: cannot read it ({exc})") from None
+    with raw:
+        gzipped = raw.read(2) == b"\x1f\x8b"
+        raw.seek(0)
+        if gzipped:
+            with gzip.GzipFile(fileobj=raw) as unzipped:
+                yield _numbered(path, unzipped)
+        else:
+            yield _numbered(path, raw)
+
+
+def _numbered(path: Path, stream: IO[bytes]) -> Iterator[tuple[int, str]]:
+    """(number, text) of each line: UTF-8, a byte order mark dropped, split at line ends only (LF, CRLF, CR):
+    ``str.splitlines`` also splits at U+2028, which JSON allows raw inside a string (a name). Each line is decoded
+    on its own, so a byte that is not UTF-8 is an error naming its line."""
+    number = 0
+    while True:
+        try:
+            chunk = stream.readline()
+        except (OSError, EOFError) as exc:  # gzip.BadGzipFile is an OSError; EOFError: a gzip stream cut short
+            raise TraceError(f"{path}: cannot read {f'past line {number}' if number else 'it'} ({exc})") from None
+        if not chunk:
+            return
+        try:
+            text = chunk.removeprefix(codecs.BOM_UTF8 if number == 0 else b"").decode("utf-8")
+        except UnicodeDecodeError as exc:
+            hint = "; a compressed file must be gzip" if number == 0 else ""
+            raise TraceError(f"{path}:{number + 1}: not UTF-8 text ({exc.reason}){hint}") from None
+        for line in text.removesuffix("\n").removesuffix("\r").split("\r"):
+            number += 1
+            yield number, line
 
 
 def load_traces(path: Path, warn: Callable[[str], None] = warn_on_stderr) -> list[Trace]:
     """All traces of a JSONL file (gzip-compressed or not), in file order; the first bad line (or a target repeated
     within its source) raises TraceError. Two sources may use the same id for different targets (a user id and a
     product id). Times out of order are sorted, and ``warn`` is told once how many traces were."""
-    lines = _read_text(path).splitlines()
     traces: list[Trace] = []
     seen: dict[tuple[str, str], int] = {}
     sorted_lines: list[int] = []
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        trace, unsorted = _parse_line(line, f"{path}:{number}")
-        if unsorted:
-            sorted_lines.append(number)
-        key = (trace.source, trace.target)
-        if key in seen:
-            raise TraceError(f"{path}:{number}: target {trace.target!r} of {trace.source} repeats line {seen[key]}")
-        seen[key] = number
-        traces.append(trace)
+    with _opened(path) as lines:
+        for number, line in lines:
+            if not line.strip():
+                continue
+            trace, unsorted = _parse_line(line, f"{path}:{number}")
+            if unsorted:
+                sorted_lines.append(number)
+            key = (trace.source, trace.target)
+            if key in seen:
+                raise TraceError(f"{path}:{number}: target {trace.target!r} of {trace.source} repeats line {seen[key]}")
+            seen[key] = number
+            traces.append(trace)
     if not traces:
         raise TraceError(f"{path}: no traces")
     if sorted_lines:

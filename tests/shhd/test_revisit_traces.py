@@ -128,6 +128,23 @@ def test_a_gzip_compressed_file_loads_and_a_broken_one_is_a_clear_error(tmp_path
     path.write_bytes(gzip.compress(json.dumps(GOOD).encode())[:-12])  # cut short: no end of stream
     with pytest.raises(TraceError, match=f"{path}: cannot read"):
         load_traces(path)
+    # Another compression is not text: the error says so, and which one is read.
+    path.write_bytes(b"\xfd7zXZ\x00" + bytes(range(256)))
+    with pytest.raises(TraceError, match=f"{path}:1: not UTF-8 text .* a compressed file must be gzip"):
+        load_traces(path)
+    # A bad byte deep in a file (a name in Latin-1): the error names its line.
+    lines = [json.dumps(dict(GOOD, target=f"t{k}")).encode() for k in range(3)] + [b'{"target": "caf\xe9"}']
+    path.write_bytes(b"\n".join(lines))
+    with pytest.raises(TraceError, match=f"{path}:4: not UTF-8 text .invalid continuation byte.$"):
+        load_traces(path)
+
+
+def test_a_line_separator_inside_a_name_does_not_end_the_line(tmp_path: Path) -> None:
+    # JSON allows U+2028 raw in a string (json.dumps with ensure_ascii=False writes it so); only \n, \r\n, \r end
+    # a line of the file.
+    path = tmp_path / "t.jsonl"
+    path.write_text(json.dumps(dict(GOOD, target="a\u2028b"), ensure_ascii=False) + "\r" + json.dumps(GOOD))
+    assert [t.target for t in load_traces(path)] == ["a\u2028b", "a1"]
 
 
 def test_a_numeric_id_is_an_id_and_two_sources_may_share_one(tmp_path: Path) -> None:
