@@ -193,9 +193,11 @@ def _parse_line(text: str, where: str) -> tuple[Trace, bool]:
         )
     if times[0] < EARLIEST_PLAUSIBLE_S:
         # Minutes or hours since 1970 read as seconds would squeeze a month into a day and print a "win" of 5x.
+        # A 0 or a few seconds after it is a missing date written as the epoch (1970-01-01), common in exports.
+        placeholder = ", or a missing date written as 0 (drop those items)" if times[0] < DAY else ""
         raise TraceError(
-            f"{where}: times start at {times[0]:.0f}, before 1990 (no web page is that old): minutes or hours? "
-            "give unix seconds"
+            f"{where}: times start at {times[0]:.0f}, before 1990 (no web page is that old): minutes or hours since "
+            f"1970{placeholder}? give unix seconds"
         )
     return Trace(target, source, tuple(float(t) for t in times)), unsorted
 

@@ -92,6 +92,8 @@ def test_a_file_saved_with_a_byte_order_mark_and_crlf_line_ends_loads(tmp_path: 
         # Minutes since 1970 (28 333 333 is 2023-11) would squeeze the window into a day and print a false "win".
         (json.dumps(dict(GOOD, times=[28_333_333, 28_333_343])), "before 1990"),
         (json.dumps(dict(GOOD, times=[-5, 1_700_000_000])), "before 1990"),
+        # An export's "no date" is often the epoch: the error says so.
+        (json.dumps(dict(GOOD, times=[0, 1_700_000_000])), "start at 0, before 1990 .*a missing date written as 0"),
         # Numbers JSON allows and Python cannot take as a time or an id: an error naming the line, not a traceback.
         (json.dumps(dict(GOOD, times=[1_700_000_000, 10**400])), "finite numbers"),
         ('{"target": "' + "x" + '", "source": "s", "times": [' + "9" * 5000 + "]}", "not JSON we can read"),
@@ -170,7 +172,7 @@ def test_the_command_reports_a_bad_file_and_exits_2(tmp_path: Path, capsys: pyte
     path = write(tmp_path, [json.dumps(dict(GOOD, times=[5, 3]))])
     assert revisit.main(["--traces", str(path), "--quick", "--workers", "1"]) == 2
     err = capsys.readouterr().err
-    assert f"{path}:1: times start at 3, before 1990" in err
+    assert f"{path}:1: times start at 3, before 1990 (no web page is that old): minutes or hours since 1970" in err
 
 
 def test_an_empty_report_half_and_a_bad_target_count_are_clear_errors(
