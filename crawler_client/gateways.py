@@ -117,7 +117,7 @@ class _IceGateway:
         self.proxy = proxy
 
     def _invoke(self, operation: str, *args: Any) -> Any:
-        with rpc.remote_calls(f"{self.role} ({operation})"):
+        with rpc.remote_calls(f"{self.role} ({operation})", self.proxy):
             return getattr(self.proxy, operation)(*args)
 
 

@@ -408,23 +408,32 @@ def core_errors() -> Iterator[None]:
 
 
 @contextmanager
-def remote_calls(what: str) -> Iterator[None]:
+def remote_calls(what: str, proxy: Any = None) -> Iterator[None]:
     """Client side: Slice exceptions become core errors, and Ice's own failures become ServiceError naming
-    ``what``, so a command prints one clear line instead of a traceback: "cannot reach" when there was no answer
-    (refused, timed out, connection lost), "reachable but failed" when the server answered with an Ice error
-    (UnknownException: a bug there; ObjectNotExist: the wrong server)."""
+    ``what`` (and ``proxy``, the proxy tried, so that a wrong port in a property file shows), so a command prints
+    one clear line instead of a traceback: "cannot reach" when there was no answer (refused, timed out,
+    connection lost), "reachable but failed" when the server answered with an Ice error (UnknownException: a bug
+    there; ObjectNotExist: the wrong server)."""
+    where = f"{what} at {proxy}" if proxy is not None else what
     try:
         with core_errors():
             yield
     except Ice.DispatchException as exc:  # it answered: the call failed there (a bug, a missing object)
         hint = _OTHER_CONTRACT if "MarshalException" in str(exc) else ""
-        raise ServiceError(f"the {what} is reachable but failed the call: {one_line(exc)}{hint}") from exc
+        if isinstance(exc, Ice.ObjectNotExistException):
+            hint = _NO_SUCH_OBJECT
+        raise ServiceError(f"the {where} is reachable but failed the call: {one_line(exc)}{hint}") from exc
     except Ice.MarshalException as exc:  # it answered, with types other than ours
         raise ServiceError(
-            f"the {what} answered, but not in this program's contract: {one_line(exc)}{_OTHER_CONTRACT}"
+            f"the {where} answered, but not in this program's contract: {one_line(exc)}{_OTHER_CONTRACT}"
         ) from exc
     except Ice.LocalException as exc:
-        raise ServiceError(f"cannot reach the {what}: {one_line(exc)}") from exc
+        raise ServiceError(f"cannot reach the {where}: {one_line(exc)}") from exc
+
+
+#: An endpoint that answers without the object asked for is another daemon's (the storage server's port given
+#: for the scheduler's, or the other way round).
+_NO_SUCH_OBJECT = "; that endpoint serves no such object: is it another daemon's (the scheduler's or storage's)?"
 
 
 #: Ice encodes structs without tags, so two versions of ``crawler.ice`` that differ in a struct cannot read each

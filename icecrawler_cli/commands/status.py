@@ -28,7 +28,7 @@ _MERGED = ("hosts", "accounts", "listings")
 
 
 def shard_stats(proxy: Any, what: str = "scheduler") -> dict[str, Any]:
-    with rpc.remote_calls(what):
+    with rpc.remote_calls(what, proxy):
         stats = proxy.ice_invocationTimeout(STATUS_TIMEOUT_MS).stats()
     return {
         "tasks": stats.tasks,
@@ -47,7 +47,7 @@ def scheduler_section(comm: Ice.Communicator) -> dict[str, Any]:
     hosts, accounts and listings together, and each shard's own stats under ``by_shard``."""
     proxies = rpc.scheduler_proxies(comm)
     shards = [
-        shard_stats(proxy, "scheduler" if len(proxies) == 1 else f"scheduler shard {shard} ({proxy})")
+        shard_stats(proxy, "scheduler" if len(proxies) == 1 else f"scheduler shard {shard}")
         for shard, proxy in enumerate(proxies)
     ]
     if len(shards) == 1:
@@ -63,13 +63,15 @@ def scheduler_section(comm: Ice.Communicator) -> dict[str, Any]:
 
 
 def storage_section(comm: Ice.Communicator) -> dict[str, Any]:
-    """The storage server's stats, or ``{"reachable": False}``: status works with the scheduler alone."""
+    """The storage server's stats, or ``{"reachable": False}`` with the proxy tried: status works with the
+    scheduler alone."""
+    proxy = rpc.storage_proxy(comm)
     try:
-        stats = rpc.storage_proxy(comm).ice_invocationTimeout(STATUS_TIMEOUT_MS).stats()
+        stats = proxy.ice_invocationTimeout(STATUS_TIMEOUT_MS).stats()
     except (Ice.DispatchException, Ice.UserException) as exc:  # it answered, with an error
-        return {"reachable": True, "failed": rpc.one_line(exc)}
+        return {"reachable": True, "failed": rpc.one_line(exc), "proxy": str(proxy)}
     except Ice.Exception as exc:
-        return {"reachable": False, "error": type(exc).__name__}
+        return {"reachable": False, "error": type(exc).__name__, "proxy": str(proxy)}
     return {
         "reachable": True,
         "backend": stats.backend,
@@ -129,14 +131,15 @@ def render_text(report: dict[str, Any]) -> str:
         lines.append(f"  {listing}: {discovered} products discovered")
     storage = report.get("storage", {})
     if storage.get("failed"):
-        lines.append(f"storage: reachable but failed: {storage['failed']}")
+        lines.append(f"storage at {storage.get('proxy', '?')}: reachable but failed: {storage['failed']}")
     elif storage.get("reachable"):
         lines.append(
             f"storage ({storage['backend']}): {storage['posts']} posts, {storage['reviews']} reviews, "
             f"spool depth {storage['spool_depth']}"
         )
     else:
-        lines.append("storage: not reachable")
+        tried = f" at {storage['proxy']} ({storage.get('error', 'no answer')})" if storage.get("proxy") else ""
+        lines.append(f"storage: not reachable{tried}")
     return "\n".join(lines)
 
 
@@ -159,7 +162,7 @@ class Command(BaseCommand):
             if args.task:
                 proxies = rpc.scheduler_proxies(comm)
                 owner = ShardMap.from_settings(settings, len(proxies)).of_task(args.task)
-                with rpc.remote_calls("scheduler"):
+                with rpc.remote_calls("scheduler", proxies[owner]):
                     info = json.loads(proxies[owner].taskInfo(args.task))
                 print(json.dumps(info, indent=2 if not args.json else None, ensure_ascii=False))
                 return 0

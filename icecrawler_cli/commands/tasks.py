@@ -27,7 +27,7 @@ def pages(proxy: Any, prefix: str, limit: int, page: int = PAGE) -> Iterator[dic
     left = limit
     while left > 0:
         try:
-            with rpc.remote_calls("scheduler"):
+            with rpc.remote_calls("scheduler", proxy):
                 rows = json.loads(proxy.listTasks(prefix, after, min(page, left)))
         except InvalidArgumentError as exc:
             if exc.code != "BatchTooLarge" or min(page, left) == 1:

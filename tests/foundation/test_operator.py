@@ -234,3 +234,20 @@ def test_insecure_endpoint_starts_only_when_allowed_and_then_warns(tmp_path: Pat
             host="0.0.0.0",
         )
         assert "INSECURE" in process.log_tail(50)
+
+
+def test_an_unreachable_server_is_named_by_the_proxy_that_was_tried(scheduler: str, tmp_path: Path) -> None:
+    """A wrong port or a daemon that is not running: the one line says which proxy was tried, so the operator can
+    tell a typo in the property file from a daemon that is down (before, only "connection refused")."""
+    gone = f"scheduler:tcp -h 127.0.0.1 -p {free_port()}"
+    for args in (("status",), ("tasks",), ("seed", "jd:100012043978"), ("hold", "club.jd.com", "--lift")):
+        result = _cli(*args, proxy=gone, tmp=tmp_path)
+        assert result.returncode == 2, (args, result.stderr)
+        assert "cannot reach the scheduler" in result.stderr and gone in result.stderr, (args, result.stderr)
+    # The scheduler answers, the storage server does not: status says where it looked for storage.
+    result = _cli("status", "--json", proxy=scheduler, tmp=tmp_path)
+    assert result.returncode == 0, result.stderr
+    storage = json.loads(result.stdout)["storage"]
+    assert storage["reachable"] is False and storage["proxy"].startswith("storage:tcp -h 127.0.0.1 -p ")
+    text = _cli("status", proxy=scheduler, tmp=tmp_path)
+    assert "storage: not reachable at storage:tcp -h 127.0.0.1 -p " in text.stdout, text.stdout
