@@ -108,10 +108,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     ice_args = [arg for arg in argv if arg.startswith(ICE_PREFIXES)]
     rest = [arg for arg in argv if not arg.startswith(ICE_PREFIXES)]
     named = next((arg for arg in rest if not arg.startswith("-")), None)
+    if "--Ice.Config" in argv:
+        command = f" {named}" if named in COMMAND_MODULES else ""
+        print(f"icecrawler{command}: error: {_ice_config_spelling(argv)}", file=sys.stderr)
+        return 2
     # From before the imports: a stop during a daemon's start-up is kept for it, not fatal (icecrawler.stopsignals).
     with holding_stop_signals() if named in SERVES_UNTIL_STOPPED else contextlib.nullcontext():
         die_with_parent()  # a child of the demo, a benchmark or a test stops when its parent dies, even by kill -9
         return _run(named, rest, ice_args)
+
+
+def _ice_config_spelling(argv: list[str]) -> str:
+    """What to write instead of a bare ``--Ice.Config``: Ice takes a property's value only after ``=`` and reads
+    the bare option as ``--Ice.Config=1``, so the file name after it would be taken for an argument (an id, for
+    ``seed``)."""
+    after = argv.index("--Ice.Config") + 1
+    value = argv[after] if after < len(argv) and not argv[after].startswith("-") else "FILE"
+    return f"--Ice.Config takes its value after '=': write --Ice.Config={value}"
 
 
 def _run(named: str | None, rest: list[str], ice_args: list[str]) -> int:

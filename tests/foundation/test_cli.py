@@ -47,6 +47,25 @@ def test_ice_options_are_refused_where_meaningless(capsys: pytest.CaptureFixture
     assert "takes no Ice options" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("args", "hint"),
+    [
+        (["seed", "jd:100012043978", "--Ice.Config", "client.conf"], "--Ice.Config=client.conf"),
+        (["scheduler", "--Ice.Config", "scheduler.conf"], "--Ice.Config=scheduler.conf"),
+        (["status", "--Ice.Config"], "--Ice.Config=FILE"),
+    ],
+)
+def test_an_ice_config_without_equals_says_how_to_write_it(
+    args: list[str], hint: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Ice reads only ``--Ice.Config=FILE``: a space instead of ``=`` made the file name an id for ``seed`` ("unknown
+    source 'client.conf'"), an unrecognised argument for the rest, and a bare ``--Ice.Config`` the file '1'."""
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "--Ice.Config takes its value after '='" in err and hint in err, err
+    assert "unknown source" not in err and "'1'" not in err
+
+
 def test_settings_command_shows_origin(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["settings", "--set", "client.workers=3"]) == 0
     line = next(row for row in capsys.readouterr().out.splitlines() if row.startswith("client.workers "))
