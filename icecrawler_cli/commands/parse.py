@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import sys
 import time
 from datetime import datetime
 from pathlib import Path
@@ -78,16 +77,13 @@ class Command(BaseCommand):
         )
 
     def run(self, args: argparse.Namespace, settings: Settings, ice_args: list[str]) -> int:
-        try:
-            source = get_source(args.source, source_options(settings, args.source))
-            body = Path(args.file).read_bytes()
-            now_ms = _now_ms(args.now)
-            params = _pairs(args.param, "=", "--param", "KEY=VALUE")
-            headers = {"Retry-After": args.retry_after} if args.retry_after else {}
-            headers.update(_pairs(args.header, ":", "--header", "'NAME: VALUE'"))
-        except (ConfigError, OSError, ValueError) as exc:
-            print(f"icecrawler parse: {exc}", file=sys.stderr)
-            return 2
+        # A ConfigError or OSError (a missing file) goes to the CLI's one error line, as in every command.
+        source = get_source(args.source, source_options(settings, args.source))
+        body = Path(args.file).read_bytes()
+        now_ms = _now_ms(args.now)
+        params = _pairs(args.param, "=", "--param", "KEY=VALUE")
+        headers = {"Retry-After": args.retry_after} if args.retry_after else {}
+        headers.update(_pairs(args.header, ":", "--header", "'NAME: VALUE'"))
         task = _task(source, args, body)
         task.params.update(params)
         request = _request(source, task, args, body)
@@ -126,7 +122,7 @@ def _pairs(texts: list[str], separator: str, flag: str, form: str) -> dict[str, 
     for text in texts:
         name, sep, value = text.partition(separator)
         if not sep or not name.strip():
-            raise ValueError(f"{flag} {text!r}: expected {form}")
+            raise ConfigError(f"{flag} {text!r}: expected {form}")
         pairs[name.strip()] = value.strip()
     return pairs
 
@@ -134,7 +130,10 @@ def _pairs(texts: list[str], separator: str, flag: str, form: str) -> dict[str, 
 def _now_ms(text: str | None) -> int:
     if not text:
         return int(time.time() * 1000)
-    moment = datetime.fromisoformat(text)
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise ConfigError(f"--now {text!r}: expected ISO 8601, e.g. 2024-12-03T08:00:00+08:00 ({exc})") from exc
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=BEIJING)
     return int(moment.timestamp() * 1000)

@@ -90,9 +90,13 @@ def test_ecshop_kinds_are_sniffed(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_unknown_source_and_missing_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     code, lines, err = run(capsys, "--source", "weibo", str(FIXTURES / "jd_page0.jsonp"))
-    assert code == 2 and lines == [] and "unknown source 'weibo'" in err
+    assert code == 2 and lines == [] and err.startswith("icecrawler parse: error: unknown source 'weibo'"), err
     code, lines, err = run(capsys, "--source", "jd", str(tmp_path / "nope.json"))
     assert code == 2 and lines == [] and "nope.json" in err
+    # One line in the form every other command uses, without Python's "[Errno 2]".
+    assert err.startswith("icecrawler parse: error: No such file or directory: ") and "Errno" not in err, err
+    code, lines, err = run(capsys, "--source", "jd", str(FIXTURES / "jd_page0.jsonp"), "--now", "yesterday")
+    assert code == 2 and lines == [] and err.startswith("icecrawler parse: error: --now 'yesterday': expected ISO 8601")
 
 
 def test_weibo_web_pages_walls_and_longtext(capsys: pytest.CaptureFixture[str]) -> None:
