@@ -1,12 +1,19 @@
 """The alert rules and the Prometheus example config pass promtool: syntax, and the rules' unit tests
 (deploy/prometheus/icecrawler-rules.test.yml: each alert fires on a made-up history and stays quiet on a
-healthy one)."""
+healthy one), and every series the rules, their unit tests and the Grafana dashboard read is one the real daemons
+export."""
 
 from __future__ import annotations
 
+import re
 import subprocess
+import urllib.request
 from pathlib import Path
 
+import pytest
+
+from icecrawler.processes import wait_for_port
+from icecrawler_local.stack import running_stack
 from tests.observability.prom import DEPLOY, promtool, short_rules
 
 
@@ -44,3 +51,59 @@ def test_a_broken_rule_is_caught(tmp_path: Path) -> None:
     )
     assert done.returncode != 0
     assert "FAILED" in done.stdout + done.stderr
+
+
+#: A metric name in a rule, a panel or a made-up history; ``icecrawler_(scheduler|storage)_x`` (a panel's
+#: ``__name__`` regex) is read as both names.
+SERIES_NAME = re.compile(r"\b(?:icecrawler_(?:\(([a-z|]+)\)|[a-z]+)_[a-z0-9_]*[a-z0-9]|process_[a-z_]+[a-z])\b")
+
+
+def series_names(text: str) -> set[str]:
+    """Every metric name ``text`` reads, without a histogram's ``_bucket``/``_count``/``_sum``."""
+    names = set()
+    for match in SERIES_NAME.finditer(text):
+        whole, roles = match.group(0), match.group(1)
+        for name in [whole.replace(f"({roles})", role) for role in roles.split("|")] if roles else [whole]:
+            names.add(re.sub(r"_(bucket|count|sum)$", "", name))
+    return names
+
+
+def exported_names(url: str) -> set[str]:
+    """The metric families an endpoint declares (``# TYPE`` lines: a family is declared before its first sample)."""
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        text = answer.read().decode()
+    return {line.split()[2] for line in text.splitlines() if line.startswith("# TYPE ")}
+
+
+def test_series_names_reads_plain_names_and_role_alternatives() -> None:
+    text = 'rate(icecrawler_client_fetch_duration_seconds_bucket[5m]) {__name__=~"icecrawler_(scheduler|storage)_x_y"}'
+    assert series_names(text + " process_open_fds") == {
+        "icecrawler_client_fetch_duration_seconds",
+        "icecrawler_scheduler_x_y",
+        "icecrawler_storage_x_y",
+        "process_open_fds",
+    }
+
+
+@pytest.mark.ice
+@pytest.mark.bdb
+@pytest.mark.slow
+def test_every_series_the_rules_the_dashboard_and_the_rule_tests_read_is_exported(tmp_path: Path) -> None:
+    """An alert on a metric no daemon exports never fires, a panel on one stays empty, and a rule's unit test on a
+    made-up series proves nothing: every name they read is one the real daemons declare (backups on, so that the
+    backup series are there)."""
+    backups = {"backup_dir": str(tmp_path / "backups")}
+    with running_stack(
+        tmp_path / "stack",
+        speed=60,
+        scheduler_settings={f"scheduler.{key}": value for key, value in backups.items()},
+        storage_settings={f"storage.{key}": value for key, value in backups.items()},
+    ) as stack:
+        client = stack.start_client("client", {})
+        wait_for_port("127.0.0.1", stack.metrics_ports["client"], 60, alive=client.alive)
+        exported = set().union(*(exported_names(url) for url in stack.metrics_urls().values()))
+    assert {"icecrawler_scheduler_tasks", "icecrawler_storage_backup_age_seconds", "process_open_fds"} <= exported
+    for path in ("prometheus/icecrawler-rules.yml", "prometheus/icecrawler-rules.test.yml", "grafana/icecrawler.json"):
+        read = series_names((DEPLOY / path).read_text(encoding="utf-8"))
+        assert read, path
+        assert sorted(read - exported) == [], f"{path} reads series no daemon exports"
