@@ -40,26 +40,28 @@ def _flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def _coerce(key: str, value: Any, like: Any) -> Any:
-    """Convert ``value`` to the type of the default ``like``; text comes from env and ``--set``."""
-    try:
-        if isinstance(like, bool):
-            if isinstance(value, bool):
-                return value
-            text = str(value).strip().lower()
-            if text in {"1", "true", "yes", "on"}:
-                return True
-            if text in {"0", "false", "no", "off"}:
-                return False
-            raise ValueError(f"not a boolean: {value!r}")
-        if isinstance(like, int):
-            if isinstance(value, float) and not value.is_integer():
-                raise ValueError(f"not an integer: {value!r}")
-            return int(value)
-        if isinstance(like, float):
-            return float(value)
+    """Convert ``value`` to the type of the default ``like``; text comes from env and ``--set``. A value that does
+    not convert is named with the type expected, in the operator's words rather than Python's."""
+    if isinstance(like, bool):
+        if isinstance(value, bool):
+            return value
+        text = str(value).strip().lower()
+        if text in {"1", "true", "yes", "on"}:
+            return True
+        if text in {"0", "false", "no", "off"}:
+            return False
+        raise ConfigError(f"setting {key}: not a boolean: {value!r}")
+    expected = "an integer" if isinstance(like, int) else "a number" if isinstance(like, float) else ""
+    if not expected:
         return str(value)
+    try:
+        if isinstance(like, int):
+            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+                raise ValueError(value)
+            return int(value)
+        return float(value)
     except (TypeError, ValueError) as exc:
-        raise ConfigError(f"setting {key}: {exc}") from exc
+        raise ConfigError(f"setting {key}: expected {expected}, got {value!r}") from exc
 
 
 def _declared(key: str) -> dict[str, Any]:
@@ -188,15 +190,22 @@ def load_settings(
     """Merge defaults, the TOML file, ``ICECRAWLER_SECTION__KEY`` variables and ``--set`` pairs, then check every
     value's range (``validation``)."""
     settings = Settings()
+    #: Where each value that is not a default came from (the last layer that set it), for the range check's error.
+    origins: dict[str, str] = {}
     path = Path(config_file) if config_file else Path(DEFAULT_CONFIG_FILE)
     if path.exists():
         try:
             with path.open("rb") as handle:
-                settings.update(_flatten(tomllib.load(handle)), "file")
+                table = _flatten(tomllib.load(handle))
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise ConfigError(f"{path}: invalid TOML: {str(exc)[:200]}") from exc
         except OSError as exc:
             raise ConfigError(f"config file {path}: {exc.strerror or exc}") from exc
+        try:  # the file may be ./icecrawler.toml, read without -c: the error names it
+            settings.update(table, "file")
+        except ConfigError as exc:
+            raise ConfigError(f"{path}: {exc}") from exc
+        origins.update(dict.fromkeys(table, str(path)))
     elif config_file:
         raise ConfigError(f"config file not found: {path}")
     env = os.environ if environ is None else environ
@@ -204,9 +213,15 @@ def load_settings(
         if name.startswith(ENV_PREFIX):
             key = name[len(ENV_PREFIX) :].lower().replace("__", ".")
             if settings._know(key):
-                settings.set(key, value, "env")
+                try:
+                    settings.set(key, value, "env")
+                except ConfigError as exc:
+                    raise ConfigError(f"environment variable {name}: {exc}") from exc
+                origins[key] = f"environment variable {name}"
             elif "__" in name:  # shaped like a setting (ICECRAWLER_SECTION__KEY): a typo fails like one in the file
                 raise ConfigError(f"environment variable {name}: {_unknown_setting(key)}")
-    settings.update(parse_assignments(assignments), "cmdline")
-    validate_values(settings.as_dict())
+    assigned = parse_assignments(assignments)
+    settings.update(assigned, "cmdline")
+    origins.update(dict.fromkeys(assigned, "--set"))
+    validate_values(settings.as_dict(), origins=origins)
     return settings

@@ -111,19 +111,22 @@ RULES: dict[str, Bound] = {
 }
 
 
-def validate_values(values: Mapping[str, Any], rules: Mapping[str, Bound] = RULES) -> None:
-    """Raise ConfigError naming the first setting whose value is out of range (or not finite)."""
+def validate_values(
+    values: Mapping[str, Any], rules: Mapping[str, Bound] = RULES, origins: Mapping[str, str] | None = None
+) -> None:
+    """Raise ConfigError naming the first setting whose value is out of range (or not finite), and where that value
+    came from when ``origins`` says (a file, an environment variable, ``--set``): the one to fix."""
     for key, value in values.items():
+        problem = None
         if isinstance(value, float) and not math.isfinite(value):
-            raise ConfigError(f"setting {key}={value!r}: must be a finite number")
+            problem = "must be a finite number"
         rule = rules.get(key)
-        if rule is None or isinstance(value, bool):
-            continue
-        if not rule.choices and not isinstance(value, (int, float)):
-            continue
-        problem = rule.problem(value)
+        checked = rule is not None and not isinstance(value, bool) and (rule.choices or isinstance(value, (int, float)))
+        if problem is None and rule is not None and checked:
+            problem = rule.problem(value)
         if problem is not None:
-            raise ConfigError(f"setting {key}={value!r}: {problem}")
+            origin = f" (from {origins[key]})" if origins and key in origins else ""
+            raise ConfigError(f"setting {key}={value!r}: {problem}{origin}")
 
 
 def _existing_ancestor(path: Path) -> Path:

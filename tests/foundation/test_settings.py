@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -94,3 +95,34 @@ def test_a_setting_of_a_source_this_process_does_not_know_says_why() -> None:
     with pytest.raises(ConfigError, match=r"unknown setting 'sources\.jd\.nope'") as typo:
         load_settings(None, environ={}, assignments=["sources.jd.nope=1"])
     assert "ICECRAWLER_SOURCE_MODULES" not in str(typo.value)
+
+
+@pytest.mark.parametrize(
+    ("toml", "environ", "assignment", "expected"),
+    [
+        # A typo or a bad value in the file (maybe ./icecrawler.toml, read without -c): the file is named.
+        ("[scheduler]\nlease = 3\n", {}, None, r"^{file}: unknown setting 'scheduler\.lease'"),
+        (
+            '[scheduler]\nlease_s = "abc"\n',
+            {},
+            None,
+            r"^{file}: setting scheduler\.lease_s: expected a number, got 'abc'$",
+        ),
+        ("[client]\nworkers = 2.5\n", {}, None, r"^{file}: setting client\.workers: expected an integer, got 2\.5$"),
+        ("[scheduler]\nlease_s = -1\n", {}, None, r"^setting scheduler\.lease_s=-1\.0: must be > 0 \(from {file}\)$"),
+        # The same mistakes in the environment name the variable, on the command line the --set.
+        ("", {"ICECRAWLER_SCHEDULER__LEASE_S": "abc"}, None, r"^environment variable ICECRAWLER_SCHEDULER__LEASE_S: "),
+        ("", {"ICECRAWLER_SCHEDULER__LEASE_S": "0"}, None, r"must be > 0 \(from environment variable ICECRAWLER_SCH"),
+        ("", {}, "client.workers=2.5", r"^setting client\.workers: expected an integer, got '2\.5'$"),
+        ("", {}, "scheduler.lease_s=0", r"^setting scheduler\.lease_s=0\.0: must be > 0 \(from --set\)$"),
+    ],
+)
+def test_a_bad_setting_says_where_it_came_from(
+    tmp_path: Path, toml: str, environ: dict[str, str], assignment: str | None, expected: str
+) -> None:
+    """An operator with a config file, environment variables and --set needs to know which one to fix."""
+    config = tmp_path / "icecrawler.toml"
+    config.write_text(toml, encoding="utf-8")
+    with pytest.raises(ConfigError) as refused:
+        load_settings(config, [assignment] if assignment else [], environ=environ)
+    assert re.search(expected.replace("{file}", re.escape(str(config))), str(refused.value)), str(refused.value)
