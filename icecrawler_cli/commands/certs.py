@@ -64,7 +64,9 @@ class Command(BaseCommand):
             help="issue: what the holder may call: client (lease, report, write), admin (also add "
             "tasks; no account cookies), reader (status); default none",
         )
-        parser.add_argument("--ca-name", default="icecrawler CA", help="CN of the CA certificate (init)")
+        parser.add_argument(
+            "--ca-name", default="icecrawler CA", help="CN of the CA certificate (init; default: %(default)s)"
+        )
         parser.add_argument("--force", action="store_true", help="overwrite an existing CA or node certificate")
 
     def run(self, args: argparse.Namespace, settings: Settings, ice_args: list[str]) -> int:

@@ -30,7 +30,13 @@ class Command(BaseCommand):
 
     def add_options(self, parser: argparse.ArgumentParser) -> None:
         add_table_and_owner(parser, "only one user's posts (weibo: the uid) or one product's reviews (review: the id)")
-        parser.add_argument("--format", default="jsonl", choices=["jsonl", "csv"], dest="fmt")
+        parser.add_argument(
+            "--format",
+            default="jsonl",
+            choices=["jsonl", "csv"],
+            dest="fmt",
+            help="jsonl: one JSON object per record; csv: a header row, then one row per record (default: %(default)s)",
+        )
         parser.add_argument(
             "--since", default="", metavar="TIME", help="only records fetched at or after TIME (ISO 8601 with offset)"
         )

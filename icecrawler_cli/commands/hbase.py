@@ -23,7 +23,12 @@ class Command(BaseCommand):
     )
 
     def add_options(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("action", choices=["start", "stop", "status"])
+        parser.add_argument(
+            "action",
+            choices=["start", "stop", "status"],
+            help="start (assemble on first use, then wait until a table call works), stop, or status (pids, and "
+            "whether a table call works through Thrift)",
+        )
 
     def run(self, args: argparse.Namespace, settings: Settings, ice_args: list[str]) -> int:
         hbase = LocalHBase.from_settings(settings)

@@ -48,7 +48,13 @@ class Command(BaseCommand):
     listing_help: ClassVar[str] = "add a listing task (repeatable)"
 
     def add_options(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("ids", nargs="*", metavar="SOURCE:TARGET")
+        parser.add_argument(
+            "ids",
+            nargs="*",
+            metavar="SOURCE:TARGET",
+            help="target ids, e.g. weibo_web:1669879400 jd:100012043978, or task ids as icecrawler tasks prints them "
+            "(reviews:jd:100012043978); `icecrawler sources` lists the sources",
+        )
         parser.add_argument("--kind", choices=sorted(KIND_NAMES), help="task kind for every id")
         parser.add_argument("--file", help="read more ids from FILE (- for standard input), one per line")
         parser.add_argument("--listing", action="append", default=[], metavar="SOURCE:CATEGORY", help=self.listing_help)

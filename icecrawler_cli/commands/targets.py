@@ -44,7 +44,11 @@ class Command(BaseCommand):
             help="drop this scheduler or storage server from the lists (taken out of service); repeatable",
         )
         parser.add_argument(
-            "--every", type=float, default=0.0, metavar="SECONDS", help="probe again every SECONDS (0: once)"
+            "--every",
+            type=float,
+            default=0.0,
+            metavar="SECONDS",
+            help="probe again every SECONDS (default 0: probe once and exit)",
         )
         parser.add_argument(
             "--timeout",

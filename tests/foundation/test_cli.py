@@ -110,3 +110,30 @@ def test_a_broken_pipe_that_is_not_our_output_is_an_error(
     monkeypatch.setattr(settings_command.Command, "run", broken)
     assert main(["settings"]) == 2
     assert "icecrawler settings: error: Broken pipe" in capsys.readouterr().err
+
+
+def test_every_argument_of_every_subcommand_says_what_it_is_and_its_default() -> None:
+    """``--help`` is the operator's reference: no option or positional without a help text, and an option with a
+    default other than empty or off says it (``%(default)s`` or the value in words)."""
+    import argparse
+
+    from icecrawler_cli.cli import _load_commands, build_parser
+
+    parser = build_parser(_load_commands())
+    commands = next(action for action in parser._actions if isinstance(action, argparse._SubParsersAction))
+    bare, undefaulted = [], []
+    for name, sub in commands.choices.items():
+        for action in sub._actions:
+            if isinstance(action, argparse._HelpAction):
+                continue
+            label = f"{name} {'/'.join(action.option_strings) or action.dest}"
+            if not action.help:
+                bare.append(label)
+            elif (
+                action.option_strings
+                and action.default not in (None, False, "", [], 0)
+                and "default" not in action.help
+            ):
+                undefaulted.append(label)
+    assert bare == [], f"arguments without a help text: {bare}"
+    assert undefaulted == [], f"options whose help does not give their default: {undefaulted}"
