@@ -25,9 +25,14 @@ __all__ = ["DataLock"]
 class DataLock:
     """An exclusive lock on ``path`` (created if missing), taken by ``acquire`` and dropped by ``release``."""
 
-    def __init__(self, path: str | Path, role: str) -> None:
+    def __init__(self, path: str | Path, role: str, advice: str = "") -> None:
+        """``advice``: what to do when the lock is held, for a taker that is not a daemon of its own (a tool that
+        must read the directory cannot be given another one)."""
         self.path = Path(path)
         self.role = role
+        self.advice = advice or (
+            f"one data directory serves one {role}; stop that one first, or give this one its own directory"
+        )
         self._fd: int | None = None
 
     def acquire(self) -> DataLock:
@@ -42,10 +47,7 @@ class DataLock:
         except OSError as exc:
             holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another process"
             os.close(fd)
-            raise ServiceError(
-                f"{self.path.parent} is in use by {holder}: one data directory serves one "
-                f"{self.role}; stop that one first, or give this one its own directory"
-            ) from exc
+            raise ServiceError(f"{self.path.parent} is in use by {holder}: {self.advice}") from exc
         try:
             os.ftruncate(fd, 0)
             os.pwrite(

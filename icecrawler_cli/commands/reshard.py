@@ -23,6 +23,13 @@ PARTIAL_SUFFIX = ".partial"
 RUN_FILE = "reshard.json"
 
 
+#: What to do when a --from database is held: reshard reads databases no scheduler serves (docs/DEPLOY.md).
+IN_USE = (
+    "reshard reads only databases no scheduler holds: stop the scheduler first; for a --dry-run of a crawl that "
+    "runs, give --from its newest hot backup instead (scheduler.backup_dir)"
+)
+
+
 class Command(BaseCommand):
     summary = "copy the scheduler's databases into another number of shards (daemons stopped)"
     description = (
@@ -62,7 +69,7 @@ class Command(BaseCommand):
         with ExitStack() as locks:  # a scheduler running on --from is refused, with its pid, before anything else
             for path in sources:
                 if path.is_dir():
-                    locks.enter_context(DataLock(path / LOCK_FILE, "reshard"))
+                    locks.enter_context(DataLock(path / LOCK_FILE, "reshard", IN_USE))
             stopped = None if args.dry_run else _stopped_while_publishing(sources, targets, LOCK_FILE)
             if stopped is not None:
                 publish(stopped)
@@ -84,7 +91,7 @@ class Command(BaseCommand):
         started = time.monotonic()
         with ExitStack() as stack:
             for path in sources:  # a running scheduler holds it: refused with its pid, before anything is opened
-                stack.enter_context(DataLock(path / LOCK_FILE, "reshard"))
+                stack.enter_context(DataLock(path / LOCK_FILE, "reshard", IN_USE))
             old = []
             for path in sources:
                 store = open_checked(path, durable=durable)  # recovered and verified, as a scheduler opens it

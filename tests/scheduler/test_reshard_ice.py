@@ -107,6 +107,9 @@ def test_a_running_schedulers_database_is_refused_and_bad_paths_are_one_line_err
         result = reshard("--from", str(single.db_dir), "--to", str(tmp_path / "s0"), str(tmp_path / "s1"))
         assert result.returncode != 0
         assert "is in use by scheduler pid" in result.stderr
+        # What to do about it, for a reshard: not a daemon's "give this one its own directory".
+        assert "stop the scheduler first" in result.stderr and "scheduler.backup_dir" in result.stderr
+        assert "its own directory" not in result.stderr
         assert not (tmp_path / "s0").exists() and not (tmp_path / "s0.partial").exists()
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "x").write_text("")
