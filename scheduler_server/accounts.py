@@ -60,13 +60,17 @@ def load_accounts(directory: str | Path, default_sources: frozenset[str]) -> lis
         raise ConfigError(f"scheduler.accounts_dir {path} is not a directory")
     accounts: list[PooledAccount] = []
     seen: set[str] = set()
+    skipped = sorted(file.name for file in path.iterdir() if file.suffix != ".toml" and not file.name.startswith("."))
+    if skipped:  # an account written as JSON, or a file saved under another name, would serve nothing unsaid
+        log.warning("%s: only *.toml files hold accounts; not read: %s", path, ", ".join(skipped))
     for file in sorted(path.glob("*.toml")):
         if file.stat().st_mode & 0o077:
             log.warning("%s is readable by other users; account cookies should be readable by the scheduler only", file)
         try:
-            entries = tomllib.loads(file.read_text(encoding="utf-8")).get("account", [])
+            table = tomllib.loads(file.read_text(encoding="utf-8"))
         except (OSError, tomllib.TOMLDecodeError) as exc:
             raise ConfigError(f"{file}: cannot read accounts: {exc}") from exc
+        entries = _account_tables(file, table)
         for number, entry in enumerate(entries):
             where = f"{file.name} account #{number}"
             account_id, cookies = entry.get("id"), entry.get("cookies")
@@ -74,13 +78,28 @@ def load_accounts(directory: str | Path, default_sources: frozenset[str]) -> lis
                 raise ConfigError(f"{where}: needs a string id and a string cookies")
             if account_id in seen:
                 raise ConfigError(f"{where}: duplicate account id {account_id!r}")
-            sources = frozenset(entry.get("sources", default_sources))
+            listed = entry.get("sources", default_sources)
+            if isinstance(listed, str) or not all(isinstance(source, str) for source in listed):
+                raise ConfigError(f'{where}: sources is a list of source names, e.g. ["weibo_pc"]')
+            sources = frozenset(listed)
             unknown = sources - set(SOURCES)
             if unknown:
                 raise ConfigError(f"{where}: unknown sources {sorted(unknown)}")
             seen.add(account_id)
             accounts.append(PooledAccount(Account(account_id, cookies), sources))
     return accounts
+
+
+def _account_tables(file: Path, table: dict[str, Any]) -> list[dict[str, Any]]:
+    """The ``[[account]]`` tables of one file; a file of another shape (``[account]``, ``[[accounts]]``) is refused
+    by name rather than read as no accounts."""
+    unknown = sorted(set(table) - {"account"})
+    if unknown:
+        raise ConfigError(f"{file}: unknown key {unknown[0]!r}; accounts are [[account]] tables")
+    entries = table.get("account", [])
+    if not isinstance(entries, list) or not all(isinstance(entry, dict) for entry in entries):
+        raise ConfigError(f"{file}: accounts are [[account]] tables (an array of tables), one per account")
+    return entries
 
 
 def login_digest(cookie_blob: str) -> str:

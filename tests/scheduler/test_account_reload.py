@@ -200,3 +200,41 @@ def test_sighup_reloads_the_accounts_of_a_running_scheduler(tmp_path: Path) -> N
         assert detail["accounts"]["a1"]["state"] == "ok" and "SUB=" not in json.dumps(detail)
         assert daemon.stop() == 0
     assert "Traceback" not in process.log_path.read_text()
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "message"),
+    [
+        # A single table where an array of tables is meant: was a traceback (a string has no .get).
+        ("a.toml", '[account]\nid = "a1"\ncookies = "SUB=x"\n', r"a\.toml: accounts are \[\[account\]\] tables"),
+        # A misspelt table name: was read as a file of no accounts.
+        ("a.toml", '[[accounts]]\nid = "a1"\ncookies = "SUB=x"\n', r"a\.toml: unknown key 'accounts'"),
+        # One source as a string: was read letter by letter ("unknown sources ['_', 'b', ...]").
+        ("a.toml", '[[account]]\nid = "a1"\ncookies = "SUB=x"\nsources = "weibo_pc"\n', r"sources is a list of source"),
+    ],
+)
+def test_an_accounts_file_of_another_shape_is_refused_by_name(
+    tmp_path: Path, name: str, text: str, message: str
+) -> None:
+    from icecrawler.errors import ConfigError
+    from scheduler_server.accounts import load_accounts
+
+    (tmp_path / name).write_text(text)
+    (tmp_path / name).chmod(0o600)
+    with pytest.raises(ConfigError, match=message):
+        load_accounts(tmp_path, frozenset({"weibo_pc"}))
+
+
+def test_files_the_accounts_directory_does_not_read_are_named_in_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An account written as JSON (as the shipped settings file once said) was skipped without a word."""
+    from scheduler_server.accounts import load_accounts
+
+    (tmp_path / "acct-01.json").write_text(json.dumps({"id": "a1", "cookies": "SUB=x"}))
+    (tmp_path / "acct-02.toml").write_text('[[account]]\nid = "a2"\ncookies = "SUB=y"\n')
+    (tmp_path / "acct-02.toml").chmod(0o600)
+    with caplog.at_level("WARNING", logger="scheduler_server.accounts"):
+        accounts = load_accounts(tmp_path, frozenset({"weibo_pc"}))
+    assert [pooled.account.id for pooled in accounts] == ["a2"]
+    assert "acct-01.json" in caplog.text and "*.toml" in caplog.text
