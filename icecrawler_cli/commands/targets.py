@@ -45,7 +45,7 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--every",
-            type=float,
+            type=_interval_seconds,
             default=0.0,
             metavar="SECONDS",
             help="probe again every SECONDS (default 0: probe once and exit)",
@@ -94,12 +94,27 @@ class Command(BaseCommand):
                     return 0
 
 
-def _positive_seconds(text: str) -> float:
-    """An argparse type for a probe timeout: a bad value exits 2 with the reason."""
+def _seconds(text: str, zero: str = "") -> float:
+    """A finite number of seconds above 0 (or 0 itself when ``zero`` says what it means); a bad value exits 2 with
+    the reason."""
     try:
         seconds = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if zero and seconds == 0:
+        return seconds
     if not seconds > 0 or seconds == float("inf"):
-        raise argparse.ArgumentTypeError(f"{text} seconds: give a finite time above 0")
+        raise argparse.ArgumentTypeError(
+            f"{text} seconds: give {f'0 ({zero}) or ' if zero else ''}a finite time above 0"
+        )
     return seconds
+
+
+def _positive_seconds(text: str) -> float:
+    """An argparse type for a probe timeout."""
+    return _seconds(text)
+
+
+def _interval_seconds(text: str) -> float:
+    """An argparse type for ``--every``: 0 is one round."""
+    return _seconds(text, zero="once")

@@ -277,6 +277,20 @@ def test_targets_refuses_a_bad_timeout(
     assert not (tmp_path / "t").exists()
 
 
+@pytest.mark.parametrize(("value", "message"), [("-1", "-1 seconds: give 0 (once) or a finite time"), ("nan", "nan")])
+def test_targets_refuses_a_bad_interval(
+    value: str, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A negative --every probed once and exited as if it were 0; nan or inf never came back."""
+    from icecrawler_cli.cli import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["targets", "--every", value, "--dir", str(tmp_path / "t")])
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "t").exists()
+
+
 def test_scheduler_metrics_count_leases_reports_expiries_and_groups() -> None:
     clocks = ManualClocks()
     core = SchedulerCore.from_settings(make_settings(), MemoryQueueStore(), clocks)
