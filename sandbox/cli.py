@@ -29,7 +29,7 @@ log = logging.getLogger("sandbox")
 def add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", help="address to bind (default: setting sandbox.host, 127.0.0.1)")
     parser.add_argument(
-        "--port", type=int, help="port shared by all sites (default: setting sandbox.port, 8800; 0 = any free port)"
+        "--port", type=_port, help="port shared by all sites (default: setting sandbox.port, 8800; 0 = any free port)"
     )
     parser.add_argument("--scenario", metavar="FILE", help="scenario file, .toml or .json (default: built-in demo)")
     parser.add_argument(
@@ -61,6 +61,17 @@ def add_options(parser: argparse.ArgumentParser) -> None:
         help="switch a misbehaviour on at start (repeatable); sites: pc, m, web, ecshop, jd, *",
     )
     parser.add_argument("--print-scenario", action="store_true", help="print the scenario as JSON and exit")
+
+
+def _port(text: str) -> int:
+    """An argparse type for ``--port``: the range the setting ``sandbox.port`` allows, checked before any bind."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}: give a port from 0 to 65535") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port}: give a port from 0 to 65535 (0 = any free port)")
+    return port
 
 
 def parse_misbehave(specs: Sequence[str]) -> list[MisbehaviourRule]:

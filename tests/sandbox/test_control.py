@@ -258,3 +258,14 @@ def test_lifecycle_is_bounded() -> None:
         requests.get(f"{url}/__sandbox/health", timeout=10)
     with pytest.raises(ConfigError):
         server.start()
+
+
+@pytest.mark.parametrize("port", ["99999", "-1", "http"])
+def test_a_port_out_of_range_is_a_one_line_error(port: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--port 99999`` was a traceback from bind() (the setting sandbox.port is range-checked; the flag was not)."""
+    from icecrawler_cli.cli import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["sandbox", f"--port={port}"])
+    assert exit_info.value.code == 2
+    assert "--port" in (err := capsys.readouterr().err) and "0 to 65535" in err and "Traceback" not in err
