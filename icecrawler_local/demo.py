@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import shutil
 import sys
 import time
@@ -30,7 +31,7 @@ from sandbox.scenario import Scenario, default_scenario, load_scenario
 from sandbox.schedules import Schedule
 from sandbox.world import WEIBO_SOURCES
 
-__all__ = ["Demo", "DemoResult", "SourceSummary", "mean_interval_s", "seed_ids", "summarize"]
+__all__ = ["Demo", "DemoResult", "SourceSummary", "bad_numbers", "mean_interval_s", "seed_ids", "summarize"]
 
 #: Scheduler settings of the demo crawl. The first period is the paper's one minute; the longest period is
 #: capped at 20 simulated minutes so that the drain after the cut-off is bounded (about one longest period).
@@ -85,6 +86,18 @@ def seed_ids(scenario: Scenario) -> tuple[list[str], list[str], dict[str, float 
     for category in scenario.categories:
         truth[f"listing:ecshop:{category.id}"] = mean_interval_s(category.arrivals)
     return ids, listings, truth
+
+
+def bad_numbers(args: argparse.Namespace) -> str:
+    """What is wrong with the demo's numeric options, or "": a time or speed must be finite and above 0 (``nan``
+    passes a ``<= 0`` check), and one client at least must crawl."""
+    timed = {"--duration": args.duration, "--speed": args.speed, "--every": args.every}
+    if args.drain_timeout is not None:
+        timed["--drain-timeout"] = args.drain_timeout
+    for flag, value in timed.items():
+        if not (math.isfinite(value) and value > 0):
+            return f"{flag} {value}: give a finite number above 0"
+    return f"--clients {args.clients}: give 1 or more" if args.clients < 1 else ""
 
 
 @dataclass
@@ -312,8 +325,9 @@ class Demo:
         parser.add_argument("--no-plot", action="store_true", help="skip the period plot")
 
     def run(self, args: argparse.Namespace) -> int:
-        if args.duration <= 0 or args.speed <= 0 or args.clients < 1 or args.every <= 0:
-            print("icecrawler demo: --duration, --speed, --every must be > 0 and --clients >= 1", file=sys.stderr)
+        problem = bad_numbers(args)
+        if problem:
+            print(f"icecrawler demo: error: {problem}", file=sys.stderr)
             return 2
         scenario = load_scenario(args.scenario) if args.scenario else default_scenario()
         var_dir, output_dir = Path(args.var_dir), Path(args.output_dir)

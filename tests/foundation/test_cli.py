@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -137,3 +138,21 @@ def test_every_argument_of_every_subcommand_says_what_it_is_and_its_default() ->
                 undefaulted.append(label)
     assert bare == [], f"arguments without a help text: {bare}"
     assert undefaulted == [], f"options whose help does not give their default: {undefaulted}"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--duration", "nan"], "--duration nan: give a finite number above 0"),
+        (["--speed", "inf"], "--speed inf: give a finite number above 0"),
+        (["--drain-timeout", "-1"], "--drain-timeout -1.0: give a finite number above 0"),
+        (["--clients", "0"], "--clients 0: give 1 or more"),
+    ],
+)
+def test_demo_refuses_a_bad_number_before_starting_anything(
+    args: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--duration nan`` passed the ``<= 0`` check and ran a whole demo; ``--drain-timeout`` was not checked."""
+    assert main(["demo", *args, "--var-dir", str(tmp_path / "var"), "--output-dir", str(tmp_path / "out")]) == 2
+    assert f"icecrawler demo: error: {message}" in capsys.readouterr().err
+    assert not (tmp_path / "var").exists() and not (tmp_path / "out").exists()
