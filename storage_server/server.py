@@ -17,9 +17,9 @@ from icecrawler.settings import Settings
 from icecrawler.settings.validation import check_paths, validate_values
 from storage_server.integrity import backup_files, check_store_file, mark_created
 from storage_server.servant import StorageServant
-from storage_server.service import StorageService
+from storage_server.service import COUNT_BUDGET_S, StorageService
 
-__all__ = ["SERVER_PROPERTIES", "data_locks", "open_service", "run"]
+__all__ = ["SERVER_PROPERTIES", "backend_address", "data_locks", "open_service", "run"]
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +73,13 @@ def open_service(settings: Settings) -> StorageService:
     return service
 
 
+def backend_address(settings: Settings) -> str:
+    """Where ``storage.backend`` is, for a log line an operator can check against the settings."""
+    if settings.get_str("storage.backend") == "hbase":
+        return f"{settings.get_str('storage.hbase.host')}:{settings.get_int('storage.hbase.port')} (Thrift)"
+    return settings.get_str("storage.embedded.path")
+
+
 def run(settings: Settings, ice_args: list[str], listen: str = "") -> int:
     """Serve until SIGTERM/SIGINT. Spooled records left from an earlier run are replayed at once.
 
@@ -119,6 +126,15 @@ def run(settings: Settings, ice_args: list[str], listen: str = "") -> int:
                     counts.reviews,
                     counts.spool_depth,
                 )
+                if counts.posts < 0:  # the backend did not answer the count (failed, or not within its budget)
+                    log.warning(
+                        "backend %s at %s did not answer a row count within %.1f s at start (down, or slow): while "
+                        "it does not take writes, they are spooled in %s",
+                        counts.backend,
+                        backend_address(settings),
+                        COUNT_BUDGET_S,
+                        settings.get_str("storage.spool_dir"),
+                    )
             except StorageUnavailableError as exc:  # the server starts anyway: writes spool until the backend is back
                 log.warning("backend not reachable at start: %s", exc)
             files = [path for path, _ in data_files(settings)]

@@ -37,7 +37,7 @@ from storage_server.observer import StorageObserver
 from storage_server.spool import SpoolQueue, SqliteSpool
 from storage_server.stores import RecordStore, SqliteStore
 
-__all__ = ["StorageService", "StorageStatsData", "WriteResult", "build_store"]
+__all__ = ["COUNT_BUDGET_S", "StorageService", "StorageStatsData", "WriteResult", "build_store"]
 
 log = logging.getLogger(__name__)
 
