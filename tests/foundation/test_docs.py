@@ -231,3 +231,17 @@ def test_the_checks_catch_what_they_look_for() -> None:
     assert not flags("a guide.md in lower case") and not flags("RATE_DAY_ANCHOR and MAX_ITEMS")
     assert MD_LINK.findall("[a](docs/A.md#x) and [b](https://x.org)") == ["docs/A.md#x", "https://x.org"]
     assert DOTTED.findall("`scheduler.record_cache` in ``client.conf``") == ["scheduler.record_cache", "client.conf"]
+
+
+def test_the_metrics_endpoint_table_gives_the_settings_defaults() -> None:
+    """docs/DEPLOY.md's table of each role's /metrics address, port and span is what ``default_settings`` says."""
+    from icecrawler.settings.default_settings import DEFAULTS
+
+    doc = (REPO / "docs" / "DEPLOY.md").read_text(encoding="utf-8")
+    rows = re.findall(
+        r"^\| (\w+) \| `metrics\.\1\.address`, `\.port`, `\.port_span` \| `([\d.]+):(\d+)`, span (\d+) \|", doc, re.M
+    )
+    assert {role for role, *_ in rows} == {"scheduler", "storage", "client"}, rows
+    for role, address, port, span in rows:
+        settings = (DEFAULTS[f"metrics.{role}.{key}"] for key in ("address", "port", "port_span"))
+        assert (address, int(port), int(span)) == tuple(settings), role
