@@ -108,14 +108,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     ice_args = [arg for arg in argv if arg.startswith(ICE_PREFIXES)]
     rest = [arg for arg in argv if not arg.startswith(ICE_PREFIXES)]
     named = next((arg for arg in rest if not arg.startswith("-")), None)
-    if "--Ice.Config" in argv:
+    misplaced = _misplaced_ice_argument(argv)
+    if misplaced:
         command = f" {named}" if named in COMMAND_MODULES else ""
-        print(f"icecrawler{command}: error: {_ice_config_spelling(argv)}", file=sys.stderr)
+        print(f"icecrawler{command}: error: {misplaced}", file=sys.stderr)
         return 2
     # From before the imports: a stop during a daemon's start-up is kept for it, not fatal (icecrawler.stopsignals).
     with holding_stop_signals() if named in SERVES_UNTIL_STOPPED else contextlib.nullcontext():
         die_with_parent()  # a child of the demo, a benchmark or a test stops when its parent dies, even by kill -9
         return _run(named, rest, ice_args)
+
+
+#: Properties of ours that a property file holds (docs/ICE.md, section 1): Ice takes only its reserved prefixes from
+#: the command line.
+OWN_PROPERTY_PREFIXES = ("--Scheduler.", "--Storage.")
+
+
+def _misplaced_ice_argument(argv: list[str]) -> str:
+    """What is wrong with an Ice argument that would otherwise be taken for something else, or "": a bare
+    ``--Ice.Config`` (its file name then read as an id or an unknown argument), or one of our own properties, which
+    Ice reads from a property file only."""
+    if "--Ice.Config" in argv:
+        return _ice_config_spelling(argv)
+    own = next((arg for arg in argv if arg.startswith(OWN_PROPERTY_PREFIXES)), None)
+    if own is None:
+        return ""
+    name = own[2:].split("=", 1)[0]
+    return (
+        f"{own.split('=', 1)[0]}: {name} is read from the Ice property file only: put a line {name}=... in it and "
+        "give it with --Ice.Config=FILE (deploy/client.conf shows one)"
+    )
 
 
 def _ice_config_spelling(argv: list[str]) -> str:

@@ -156,3 +156,15 @@ def test_demo_refuses_a_bad_number_before_starting_anything(
     assert main(["demo", *args, "--var-dir", str(tmp_path / "var"), "--output-dir", str(tmp_path / "out")]) == 2
     assert f"icecrawler demo: error: {message}" in capsys.readouterr().err
     assert not (tmp_path / "var").exists() and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("command", ["status", "seed"])
+def test_a_proxy_property_on_the_command_line_says_where_it_goes(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--Scheduler.Proxy=...`` is not an Ice option (docs/ICE.md): ``seed`` took it for an id ("unknown source
+    '--Scheduler.Proxy=scheduler'"), the others for an unknown argument. Now both say to put it in the file."""
+    proxy = "--Scheduler.Proxy=scheduler:tcp -h 127.0.0.1 -p 10000"
+    assert main([command, proxy, *(["jd:100012043978"] if command == "seed" else [])]) == 2
+    err = capsys.readouterr().err
+    assert "unknown source" not in err and "property file" in err and "--Ice.Config=FILE" in err, err
