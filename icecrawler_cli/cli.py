@@ -130,6 +130,13 @@ def _misplaced_ice_argument(argv: list[str]) -> str:
     Ice reads from a property file only."""
     if "--Ice.Config" in argv:
         return _ice_config_spelling(argv)
+    for arg in argv:
+        toml = [path for path in arg.removeprefix("--Ice.Config=").split(",") if path.endswith(".toml")]
+        if arg.startswith("--Ice.Config=") and toml:
+            return (
+                f"--Ice.Config={toml[0]} is a settings file (TOML): give it with -c {toml[0]}; --Ice.Config takes an "
+                "Ice property file (deploy/*.conf)"
+            )
     own = next((arg for arg in argv if arg.startswith(OWN_PROPERTY_PREFIXES)), None)
     if own is None:
         return ""

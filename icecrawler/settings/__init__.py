@@ -198,7 +198,9 @@ def load_settings(
             with path.open("rb") as handle:
                 table = _flatten(tomllib.load(handle))
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"{path}: invalid TOML: {str(exc)[:200]}") from exc
+            # A property file given where the settings go (-c client.conf) reads as broken TOML: say which flag.
+            hint = "" if path.suffix == ".toml" else f"; an Ice property file goes with --Ice.Config={path}"
+            raise ConfigError(f"{path}: invalid TOML: {str(exc)[:200]}{hint}") from exc
         except OSError as exc:
             raise ConfigError(f"config file {path}: {exc.strerror or exc}") from exc
         try:  # the file may be ./icecrawler.toml, read without -c: the error names it

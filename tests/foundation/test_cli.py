@@ -168,3 +168,19 @@ def test_a_proxy_property_on_the_command_line_says_where_it_goes(
     assert main([command, proxy, *(["jd:100012043978"] if command == "seed" else [])]) == 2
     err = capsys.readouterr().err
     assert "unknown source" not in err and "property file" in err and "--Ice.Config=FILE" in err, err
+
+
+def test_the_two_config_files_given_the_wrong_way_round_say_which_flag_takes_which(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The settings (TOML, ``-c``) and the Ice properties (``--Ice.Config=``) swapped: the TOML was read as Ice
+    properties (a warning per table, then the default endpoints), the property file as invalid TOML."""
+    settings, properties = tmp_path / "icecrawler.toml", tmp_path / "client.conf"
+    settings.write_text('[scheduler]\ndb_dir = "var/scheduler"\n')
+    properties.write_text("Scheduler.Proxy=scheduler:tcp -h 127.0.0.1 -p 10000\n")
+    assert main(["status", f"--Ice.Config={settings}"]) == 2
+    err = capsys.readouterr().err
+    assert "settings file" in err and f"-c {settings}" in err and "invalid config file entry" not in err, err
+    assert main(["status", "-c", str(properties)]) == 2
+    err = capsys.readouterr().err
+    assert "invalid TOML" in err and f"--Ice.Config={properties}" in err, err
