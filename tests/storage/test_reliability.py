@@ -300,7 +300,8 @@ def test_an_hbase_backend_that_does_not_answer_at_start_is_a_warning_naming_wher
     server = storage_server(
         **{"storage.backend": "hbase", "storage.hbase.port": str(port), "metrics.storage.port": "0"}
     )
-    assert server.process is not None
-    assert poll_until(lambda: "WARNING" in server.process.log_tail(50), 30, 0.1), server.process.log_tail(50)
-    warning = next(line for line in server.process.log_tail(50).splitlines() if "WARNING" in line)
+    process = server.process
+    assert process is not None
+    assert poll_until(lambda: "WARNING" in process.log_tail(50), 30, 0.1), process.log_tail(50)
+    warning = next(line for line in process.log_tail(50).splitlines() if "WARNING" in line)
     assert f"127.0.0.1:{port}" in warning and "spool" in warning, warning
