@@ -225,7 +225,7 @@ def _opened(path: Path) -> Iterator[Iterator[tuple[int, str]]]:
             yield _numbered(path, raw)
 
 
-def _numbered(path: Path, stream: IO[bytes]) -> Iterator[tuple[int, str]]:
+def _numbered(path: Path, stream: IO[bytes] | gzip.GzipFile) -> Iterator[tuple[int, str]]:
     """(number, text) of each line: UTF-8, a byte order mark dropped, split at line ends only (LF, CRLF, CR):
     ``str.splitlines`` also splits at U+2028, which JSON allows raw inside a string (a name). Each line is decoded
     on its own, so a byte that is not UTF-8 is an error naming its line."""
