@@ -10,7 +10,9 @@ Thrift and socket errors are translated here into ``StorageUnavailableError``: t
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import socket
 import threading
 from collections.abc import Iterator, Sequence
@@ -23,7 +25,9 @@ from icecrawler.errors import StorageUnavailableError
 from icecrawler.settings import Settings
 from storage_server.schema import COLUMNS, TABLES, Column, Row
 
-__all__ = ["FAMILY", "RECORD_QUALIFIER", "HBaseStore", "decode_columns", "encode_columns"]
+__all__ = ["FAMILY", "RECORD_QUALIFIER", "HBaseStore", "decode_columns", "describe_error", "encode_columns"]
+
+log = logging.getLogger(__name__)
 
 FAMILY = "d"
 #: The one cell per record. One cell instead of one qualifier per field: a put of ~1 KB records runs several
@@ -32,6 +36,22 @@ RECORD_QUALIFIER = FAMILY.encode() + b":j"
 _JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 #: What can go wrong below happybase: Thrift protocol/transport errors, sockets, an exhausted pool.
 _BACKEND_ERRORS = (TException, OSError, socket.timeout, happybase.pool.NoConnectionsAvailable)
+#: The longest backend error text kept for the log and ``stats()`` (one line, not a Java stack trace).
+MAX_ERROR_CHARS = 300
+
+
+def describe_error(exc: BaseException) -> str:
+    """One short line for a backend error. HBase's Thrift ``IOError`` carries the server's whole Java stack trace
+    (kilobytes) in its message; its first line names the cause, and only that belongs in a log line or in
+    ``icecrawler status``."""
+    message = getattr(exc, "message", None)
+    if isinstance(message, bytes):
+        message = message.decode("utf-8", "replace")
+    text = message if isinstance(message, str) and message.strip() else str(exc)
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    if len(first) > MAX_ERROR_CHARS:
+        first = first[:MAX_ERROR_CHARS] + "..."
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
 
 
 def encode_columns(columns: dict[str, Column]) -> dict[bytes, bytes]:
@@ -68,8 +88,12 @@ class HBaseStore:
             "transport": "buffered",
             "protocol": "binary",
         }
+        self.table_prefix = table_prefix
         self._pool_instance: happybase.ConnectionPool | None = None
+        #: Whether both tables were seen with family ``d``; reset by a failed put, so that a table dropped or
+        #: altered while the server runs is checked (and re-created) again instead of failing every replay.
         self._ready = False
+        self._was_ready = False
         self._ready_lock = threading.Lock()
 
     @classmethod
@@ -90,10 +114,26 @@ class HBaseStore:
                 self._pool_instance = happybase.ConnectionPool(**self._pool_args)
             return self._pool_instance
 
+    @contextlib.contextmanager
+    def _connection(self) -> Iterator[Any]:
+        """A pooled connection whose socket is closed when a call on it fails: happybase then gives the connection
+        a new socket without closing the old one, which would stay open until the garbage collector finds it."""
+        with self._pool.connection(timeout=self.timeout_s) as connection:
+            try:
+                yield connection
+            except _BACKEND_ERRORS:
+                with contextlib.suppress(*_BACKEND_ERRORS):
+                    connection.transport.close()
+                raise
+
     def _fail(self, what: str, exc: BaseException) -> StorageUnavailableError:
-        return StorageUnavailableError(f"HBase at {self.host}:{self.port}: {what} failed: {type(exc).__name__}: {exc}")
+        return StorageUnavailableError(f"HBase at {self.host}:{self.port}: {what} failed: {describe_error(exc)}")
+
+    def _full_name(self, table: str) -> str:
+        return f"{self.table_prefix}_{table}" if self.table_prefix else table
 
     def _ensure_tables(self, connection: Any) -> None:
+        """Create a missing table; refuse one without family ``d`` (every put to it would fail) with one line."""
         if self._ready:
             return
         with self._ready_lock:
@@ -101,32 +141,49 @@ class HBaseStore:
                 return
             existing = {name.decode() for name in connection.tables()}
             for table in TABLES:
-                if table not in existing:
-                    try:
-                        connection.create_table(table, {FAMILY: {"max_versions": 1}})
-                    except TException as exc:  # another server created it meanwhile
-                        if "exist" not in str(exc).lower():
-                            raise
-            self._ready = True
+                if table in existing:
+                    self._check_families(table, connection.table(table).families())
+                    continue
+                try:
+                    connection.create_table(table, {FAMILY: {"max_versions": 1}})
+                except TException as exc:  # another server created it meanwhile
+                    if "exist" not in str(exc).lower():
+                        raise
+                (log.warning if self._was_ready else log.info)(
+                    "HBase table %s %s; created it",
+                    self._full_name(table),
+                    "vanished while the server ran" if self._was_ready else "did not exist",
+                )
+            self._ready = self._was_ready = True
+
+    def _check_families(self, table: str, families: dict[bytes, Any]) -> None:
+        if FAMILY.encode() not in families:
+            names = ", ".join(sorted(name.decode(errors="replace") for name in families)) or "none"
+            raise StorageUnavailableError(
+                f"HBase at {self.host}:{self.port}: table {self._full_name(table)} has column families [{names}], "
+                f"not {FAMILY!r}: add family {FAMILY!r} (one version) or drop the table; writes are spooled "
+                f"meanwhile"
+            )
 
     def put(self, table: str, rows: Sequence[Row]) -> None:
         if table not in TABLES:
             raise ValueError(f"unknown table {table!r}")
         try:
-            with self._pool.connection(timeout=self.timeout_s) as connection:
+            with self._connection() as connection:
                 self._ensure_tables(connection)
                 # No batch_size: the whole call is one mutateRows RPC, i.e. one multi-row put on the server.
                 with connection.table(table).batch() as batch:
                     for row in rows:
                         batch.put(row.key, encode_columns(row.columns))
         except _BACKEND_ERRORS as exc:
+            self._ready = False  # the table may be gone or altered: check it again before the next put
             raise self._fail("put", exc) from exc
 
     def scan(self, table: str, prefix: bytes = b"") -> Iterator[Row]:
         if table not in TABLES:
             raise ValueError(f"unknown table {table!r}")
         try:
-            with self._pool.connection(timeout=self.timeout_s) as connection:
+            with self._connection() as connection:
                 self._ensure_tables(connection)
                 for key, cells in connection.table(table).scan(row_prefix=prefix or None, batch_size=500):
                     yield Row(key, decode_columns(table, cells))
@@ -137,7 +194,7 @@ class HBaseStore:
         if table not in TABLES:
             raise ValueError(f"unknown table {table!r}")
         try:
-            with self._pool.connection(timeout=self.timeout_s) as connection:
+            with self._connection() as connection:
                 self._ensure_tables(connection)
                 scanner = connection.table(table).scan(
                     filter=b"FirstKeyOnlyFilter() AND KeyOnlyFilter()", batch_size=5000
@@ -151,7 +208,7 @@ class HBaseStore:
             raise ValueError(f"unknown table {table!r}")
         deleted = 0
         try:
-            with self._pool.connection(timeout=self.timeout_s) as connection:
+            with self._connection() as connection:
                 self._ensure_tables(connection)
                 handle = connection.table(table)
                 keys = handle.scan(row_prefix=prefix or None, filter=b"KeyOnlyFilter()", batch_size=5000)
@@ -166,12 +223,12 @@ class HBaseStore:
     def drop_tables(self) -> None:
         """Delete this store's tables (tests use a per-run table prefix and clean up with this)."""
         try:
-            with self._pool.connection(timeout=self.timeout_s) as connection:
+            with self._connection() as connection:
                 existing = {name.decode() for name in connection.tables()}
                 for table in TABLES:
                     if table in existing:
                         connection.delete_table(table, disable=True)
-            self._ready = False
+            self._ready = self._was_ready = False
         except _BACKEND_ERRORS as exc:
             raise self._fail("drop tables", exc) from exc
 

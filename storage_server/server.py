@@ -128,11 +128,12 @@ def run(settings: Settings, ice_args: list[str], listen: str = "") -> int:
                 )
                 if counts.posts < 0:  # the backend did not answer the count (failed, or not within its budget)
                     log.warning(
-                        "backend %s at %s did not answer a row count within %.1f s at start (down, or slow): while "
+                        "backend %s at %s did not answer a row count within %.1f s at start (%s): while "
                         "it does not take writes, they are spooled in %s",
                         counts.backend,
                         backend_address(settings),
                         COUNT_BUDGET_S,
+                        service.count_error or "down, or slow",
                         settings.get_str("storage.spool_dir"),
                     )
             except StorageUnavailableError as exc:  # the server starts anyway: writes spool until the backend is back

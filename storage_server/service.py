@@ -114,6 +114,8 @@ class StorageService:
         self._count_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store-count")
         self._count_future: Future[tuple[int, int]] | None = None
         self._last_counts = (-1, -1)
+        #: Why the last count failed ("" after one succeeded): the start-up line says why the backend is not there.
+        self.count_error = ""
         self._replayer = threading.Thread(target=self._replay_loop, name="spool-replay", daemon=True)
         self._replayer.start()
 
@@ -238,9 +240,11 @@ class StorageService:
             counts = future.result(timeout=COUNT_BUDGET_S)
         except FutureTimeout:
             return self._last_counts
-        except StorageUnavailableError:
+        except StorageUnavailableError as exc:
+            self.count_error = str(exc)
             return (-1, -1)
         self._last_counts = counts
+        self.count_error = ""
         return counts
 
     def spool_age_s(self) -> float:

@@ -12,7 +12,7 @@ import pytest
 from icecrawler import rpc
 from icecrawler.models import Post, Review
 from icecrawler.processes import ManagedProcess, free_port, icecrawler_argv, wait_for_port
-from icecrawler.settings import Settings
+from icecrawler.settings import load_settings
 from icecrawler_local.hbase_local import LocalHBase
 from tests.requirements import skip_or_fail
 
@@ -59,8 +59,9 @@ def make_review(review_id: str, product_id: str = "100012043978", minute: int = 
 
 @pytest.fixture(scope="session")
 def local_hbase() -> LocalHBase:
-    """The local HBase that `icecrawler hbase start` runs (make test starts it before pytest)."""
-    hbase = LocalHBase.from_settings(Settings())
+    """The local HBase that `icecrawler hbase start` runs (make test starts it before pytest), on the ports that
+    command reads, ``ICECRAWLER_HBASE__*`` variables included (an HBase of one's own beside another's)."""
+    hbase = LocalHBase.from_settings(load_settings())
     if not hbase.answering(timeout_s=10.0):
         message = (
             f"HBase Thrift is not answering on 127.0.0.1:{hbase.thrift_port}; "

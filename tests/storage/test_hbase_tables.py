@@ -1,0 +1,99 @@
+"""The HBase tables as a hostile operator or harness leaves them: created with another column family, dropped while
+the server runs; and HBase not there at all when the storage server starts. Nothing acknowledged may be lost, the
+error must be one readable line (not HBase's Java stack trace), and once the table is right the spool drains by
+itself. Real HBase through its Thrift server, real storage server processes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import happybase
+import pytest
+
+from icecrawler import rpc
+from icecrawler.processes import free_port
+from icecrawler_local.hbase_local import LocalHBase
+from storage_server import schema
+from storage_server.hbase_store import MAX_ERROR_CHARS, HBaseStore
+from storage_server.service import StorageService
+from storage_server.spool import SqliteSpool
+from tests.helpers import wait_for
+from tests.storage.conftest import StorageServerRunner, make_post
+
+#: Longest a line about the backend may be: the summary, the host and what failed.
+LINE_LIMIT = MAX_ERROR_CHARS + 200
+
+
+@pytest.fixture
+def hbase(local_hbase: LocalHBase, table_prefix: str) -> Iterator[happybase.Connection]:
+    """A plain happybase connection in the test's table namespace (the "operator"); drops the tables after."""
+    connection = happybase.Connection("127.0.0.1", local_hbase.thrift_port, table_prefix=table_prefix, timeout=60000)
+    yield connection
+    for name in connection.tables():
+        connection.delete_table(name, disable=True)
+    connection.close()
+
+
+@pytest.fixture
+def service(local_hbase: LocalHBase, table_prefix: str, tmp_path: Path) -> Iterator[StorageService]:
+    store = HBaseStore("127.0.0.1", local_hbase.thrift_port, pool_size=2, timeout_s=30.0, table_prefix=table_prefix)
+    service = StorageService(
+        store, SqliteSpool(str(tmp_path / "spool")), max_text_chars=1000, batch_limit=100, write_timeout_s=30.0
+    )
+    yield service
+    service.close()
+
+
+def stored_ids(service: StorageService) -> list[int]:
+    return [int(row.columns["id"]) for row in service.store.scan(schema.WEIBO)]
+
+
+@pytest.mark.hbase
+def test_a_table_without_family_d_spools_with_one_clear_line_and_drains_once_the_table_is_fixed(
+    hbase: happybase.Connection, service: StorageService, table_prefix: str
+) -> None:
+    hbase.create_table("weibo", {"x": {}})
+    result = service.write_posts([make_post(1), make_post(2)])
+    assert (result.stored, result.spooled) == (0, 2)  # acknowledged, durably, though HBase refused it
+    error = service.stats().detail["last_backend_error"]
+    assert f"table {table_prefix}_weibo has column families [x], not 'd'" in error, error
+    assert "\n" not in error and len(error) < LINE_LIMIT, error
+    assert service.spool.depth() == 2  # records, not batches
+
+    hbase.delete_table("weibo", disable=True)  # the operator's fix: the server creates the table as it needs it
+    assert service.wait_drained(120.0), service.stats().detail["last_backend_error"]
+    assert sorted(stored_ids(service)) == [1, 2]
+    assert service.stats().detail["backend_up"] is True
+
+
+@pytest.mark.hbase
+def test_a_table_dropped_while_the_server_runs_is_created_again_and_nothing_is_lost(
+    hbase: happybase.Connection, service: StorageService
+) -> None:
+    assert service.write_posts([make_post(1)]).stored == 1
+    hbase.delete_table("weibo", disable=True)
+    result = service.write_posts([make_post(2)])  # HBase refuses the put: spooled, then replayed into a new table
+    assert result.stored + result.spooled == 1
+    assert service.wait_drained(120.0), service.stats().detail["last_backend_error"]
+    error = service.stats().detail["last_backend_error"]
+    assert "\n" not in error and len(error) < LINE_LIMIT, error
+    assert stored_ids(service) == [2]  # the dropped row is gone with its table; the acknowledged one is there
+    assert service.write_posts([make_post(3)]).stored == 1
+
+
+@pytest.mark.ice
+def test_a_storage_server_started_while_hbase_is_down_says_so_and_spools(
+    storage_server: Callable[..., StorageServerRunner], client_comm: Any
+) -> None:
+    closed = free_port()  # nothing listens there: HBase's Thrift server is down
+    server = storage_server(**{"storage.backend": "hbase", "storage.hbase.port": closed, "storage.hbase.timeout_s": 2})
+    process = server.process
+    assert process is not None
+    wait_for(lambda: "not answering at start" in process.log_tail(200), lambda: process.log_tail(200), 30.0)
+    lines = [line for line in process.log_tail(200).splitlines() if "not answering at start" in line]
+    assert len(lines) == 1, process.log_tail(200)
+    assert f"127.0.0.1:{closed}" in lines[0] and "Could not connect" in lines[0], lines[0]
+    ack = server.proxy(client_comm).writeWB([rpc.post_to_slice(make_post(1))])
+    assert (ack.stored, ack.spooled) == (0, 1)
