@@ -313,11 +313,12 @@ class LocalHBase:
                 stopped.append(self._terminate(name, pid, timeout_s))
         return f"stopped {', '.join(stopped)}" if stopped else "HBase was not running"
 
-    def kill9(self) -> str:
-        """SIGKILL Thrift and the master at once: a crash, with no flush. The next ``start`` replays the write-ahead
-        log, so every put HBase acknowledged is there again (what the storage server's acknowledgement relies on)."""
+    def kill9(self, names: tuple[str, ...] = ("thrift", "master")) -> str:
+        """SIGKILL Thrift and the master at once (or only the daemons in ``names``): a crash, with no flush. The next
+        ``start`` replays the write-ahead log, so every put HBase acknowledged is there again (what the storage
+        server's acknowledgement relies on), and starts only what is not running."""
         killed: dict[str, int] = {}
-        for name in ("thrift", "master"):
+        for name in names:
             pid = self._pid(name)
             if pid is not None:
                 with contextlib.suppress(ProcessLookupError):

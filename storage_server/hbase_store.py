@@ -20,6 +20,7 @@ from typing import Any
 
 import happybase
 from thriftpy2.thrift import TException
+from thriftpy2.transport import TTransportException
 
 from icecrawler.errors import StorageUnavailableError
 from icecrawler.settings import Settings
@@ -52,6 +53,13 @@ def describe_error(exc: BaseException) -> str:
     if len(first) > MAX_ERROR_CHARS:
         first = first[:MAX_ERROR_CHARS] + "..."
     return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+
+
+def _dropped(exc: BaseException) -> bool:
+    """Whether ``exc`` says the server closed a connection that was open (not: refused one, or timed out)."""
+    if isinstance(exc, TTransportException):
+        return exc.type == TTransportException.END_OF_FILE
+    return isinstance(exc, (BrokenPipeError, ConnectionResetError))
 
 
 def encode_columns(columns: dict[str, Column]) -> dict[bytes, bytes]:
@@ -166,18 +174,27 @@ class HBaseStore:
             )
 
     def put(self, table: str, rows: Sequence[Row]) -> None:
+        """One multi-row put. Tried once more, on a fresh connection, when the Thrift server had dropped the pooled
+        one (it restarted since the connection was last used): HBase is up, and the put is idempotent."""
         if table not in TABLES:
             raise ValueError(f"unknown table {table!r}")
-        try:
-            with self._connection() as connection:
-                self._ensure_tables(connection)
-                # No batch_size: the whole call is one mutateRows RPC, i.e. one multi-row put on the server.
-                with connection.table(table).batch() as batch:
-                    for row in rows:
-                        batch.put(row.key, encode_columns(row.columns))
-        except _BACKEND_ERRORS as exc:
-            self._ready = False  # the table may be gone or altered: check it again before the next put
-            raise self._fail("put", exc) from exc
+        for attempt in (1, 2):
+            try:
+                with self._connection() as connection:
+                    self._ensure_tables(connection)
+                    # No batch_size: the whole call is one mutateRows RPC, i.e. one multi-row put on the server.
+                    with connection.table(table).batch() as batch:
+                        for row in rows:
+                            batch.put(row.key, encode_columns(row.columns))
+                return
+            except _BACKEND_ERRORS as exc:
+                self._ready = False  # the table may be gone or altered: check it again before the next put
+                if attempt == 1 and _dropped(exc):
+                    log.info(
+                        "HBase at %s:%d dropped a pooled connection; putting again on a new one", self.host, self.port
+                    )
+                    continue
+                raise self._fail("put", exc) from exc
 
     def scan(self, table: str, prefix: bytes = b"") -> Iterator[Row]:
         if table not in TABLES:
