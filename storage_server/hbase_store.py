@@ -62,6 +62,13 @@ def _dropped(exc: BaseException) -> bool:
     return isinstance(exc, (BrokenPipeError, ConnectionResetError))
 
 
+def _timed_out(exc: BaseException) -> bool:
+    """Whether ``exc`` is a socket timeout: the Thrift server took the call but HBase behind it did not answer."""
+    if isinstance(exc, TTransportException):
+        return exc.type == TTransportException.TIMED_OUT
+    return isinstance(exc, TimeoutError)
+
+
 def encode_columns(columns: dict[str, Column]) -> dict[bytes, bytes]:
     """Plain columns -> the record's one HBase cell ``d:j`` (its fields as a UTF-8 JSON object)."""
     return {RECORD_QUALIFIER: _JSON.encode(columns).encode()}
@@ -135,7 +142,12 @@ class HBaseStore:
                 raise
 
     def _fail(self, what: str, exc: BaseException) -> StorageUnavailableError:
-        return StorageUnavailableError(f"HBase at {self.host}:{self.port}: {what} failed: {describe_error(exc)}")
+        detail = (
+            f"no answer within storage.hbase.timeout_s={self.timeout_s:g}s (HBase still starting, or its master down?)"
+            if _timed_out(exc)
+            else describe_error(exc)
+        )
+        return StorageUnavailableError(f"HBase at {self.host}:{self.port}: {what} failed: {detail}")
 
     def _full_name(self, table: str) -> str:
         return f"{self.table_prefix}_{table}" if self.table_prefix else table

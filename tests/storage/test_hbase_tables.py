@@ -5,6 +5,7 @@ itself. Real HBase through its Thrift server, real storage server processes."""
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ import happybase
 import pytest
 
 from icecrawler import rpc
+from icecrawler.errors import StorageUnavailableError
 from icecrawler.processes import free_port
 from icecrawler_local.hbase_local import LocalHBase
 from storage_server import schema
@@ -97,3 +99,14 @@ def test_a_storage_server_started_while_hbase_is_down_says_so_and_spools(
     assert f"127.0.0.1:{closed}" in lines[0] and "Could not connect" in lines[0], lines[0]
     ack = server.proxy(client_comm).writeWB([rpc.post_to_slice(make_post(1))])
     assert (ack.stored, ack.spooled) == (0, 1)
+
+
+def test_a_thrift_port_that_takes_connections_but_never_answers_fails_with_the_setting_that_bounds_it() -> None:
+    """HBase slow to come up, or its master killed under a running Thrift server: the call hangs, bounded."""
+    with socket.create_server(("127.0.0.1", 0)) as silent:  # the kernel accepts connections; nobody answers
+        store = HBaseStore("127.0.0.1", silent.getsockname()[1], pool_size=1, timeout_s=1.0)
+        try:
+            with pytest.raises(StorageUnavailableError, match=r"no answer within storage\.hbase\.timeout_s=1s"):
+                store.put(schema.WEIBO, [schema.post_row(make_post(1))])
+        finally:
+            store.close()
