@@ -147,6 +147,11 @@ class HBaseStore:
             if _timed_out(exc)
             else describe_error(exc)
         )
+        if _dropped(exc):
+            detail += (
+                " (the Thrift server closed the connection: restarted, or not HBase's Thrift1 server with buffered"
+                " transport and binary protocol, e.g. started with -framed or -compact)"
+            )
         return StorageUnavailableError(f"HBase at {self.host}:{self.port}: {what} failed: {detail}")
 
     def _full_name(self, table: str) -> str:

@@ -5,7 +5,9 @@ itself. Real HBase through its Thrift server, real storage server processes."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -110,3 +112,30 @@ def test_a_thrift_port_that_takes_connections_but_never_answers_fails_with_the_s
                 store.put(schema.WEIBO, [schema.post_row(make_post(1))])
         finally:
             store.close()
+
+
+def test_a_thrift_server_that_hangs_up_on_every_request_is_named_as_a_transport_or_protocol_mismatch() -> None:
+    """What an HBase Thrift server started with -framed or -compact does with happybase's buffered binary call."""
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        stop = threading.Event()
+
+        def hang_up() -> None:
+            server.settimeout(0.2)
+            while not stop.is_set():
+                with contextlib.suppress(TimeoutError):
+                    connection, _ = server.accept()
+                    with connection:
+                        connection.settimeout(5.0)
+                        with contextlib.suppress(OSError):
+                            connection.recv(4)
+
+        thread = threading.Thread(target=hang_up, daemon=True)
+        thread.start()
+        store = HBaseStore("127.0.0.1", server.getsockname()[1], pool_size=1, timeout_s=10.0)
+        try:
+            with pytest.raises(StorageUnavailableError, match=r"buffered transport and binary protocol"):
+                store.put(schema.WEIBO, [schema.post_row(make_post(1))])
+        finally:
+            store.close()
+            stop.set()
+            thread.join(timeout=5.0)
