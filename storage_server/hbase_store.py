@@ -39,6 +39,8 @@ _JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 _BACKEND_ERRORS = (TException, OSError, socket.timeout, happybase.pool.NoConnectionsAvailable)
 #: The longest backend error text kept for the log and ``stats()`` (one line, not a Java stack trace).
 MAX_ERROR_CHARS = 300
+#: Unreadable rows named one by one in a scan's warnings; the rest are only counted.
+MAX_SKIP_WARNINGS = 10
 
 
 def describe_error(exc: BaseException) -> str:
@@ -75,12 +77,27 @@ def encode_columns(columns: dict[str, Column]) -> dict[bytes, bytes]:
 
 
 def decode_columns(table: str, cells: dict[bytes, bytes]) -> dict[str, Column]:
-    """The record cell -> plain columns, typed by the table schema (a missing field reads as 0 / "")."""
-    data = json.loads(cells.get(RECORD_QUALIFIER, b"{}"))
+    """The record cell -> plain columns, typed by the table schema (a missing field reads as 0 / "").
+
+    ``ValueError`` for a row that holds no readable record (no ``d:j`` cell, or one that is not a JSON object of
+    the schema's types: written by hand, or half written by something else); ``scan`` skips such rows."""
+    raw = cells.get(RECORD_QUALIFIER)
+    if raw is None:
+        names = ", ".join(sorted(name.decode(errors="replace") for name in cells)) or "none"
+        raise ValueError(f"no {RECORD_QUALIFIER.decode()} cell (cells: {names})")
+    try:
+        data = json.loads(raw)
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
+        raise ValueError(f"{RECORD_QUALIFIER.decode()} is not JSON ({exc})") from exc
+    if not isinstance(data, dict):
+        raise ValueError(f"{RECORD_QUALIFIER.decode()} is JSON but not an object")
     columns: dict[str, Column] = {}
     for name, kind in COLUMNS[table]:
         value = data.get(name)
-        columns[name] = int(value or 0) if kind is int else str(value if value is not None else "")
+        try:
+            columns[name] = int(value or 0) if kind is int else str(value if value is not None else "")
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"field {name!r} is not an integer: {value!r:.40}") from exc
     return columns
 
 
@@ -214,15 +231,31 @@ class HBaseStore:
                 raise self._fail("put", exc) from exc
 
     def scan(self, table: str, prefix: bytes = b"") -> Iterator[Row]:
+        """Rows in key order; a row with no readable record (``decode_columns``) is skipped with a warning, so one
+        bad row neither stops an export nor becomes a record of zeros."""
         if table not in TABLES:
             raise ValueError(f"unknown table {table!r}")
+        skipped = 0
         try:
             with self._connection() as connection:
                 self._ensure_tables(connection)
                 for key, cells in connection.table(table).scan(row_prefix=prefix or None, batch_size=500):
-                    yield Row(key, decode_columns(table, cells))
+                    try:
+                        columns = decode_columns(table, cells)
+                    except ValueError as exc:
+                        skipped += 1
+                        if skipped <= MAX_SKIP_WARNINGS:
+                            log.warning("HBase table %s: row %s skipped: %s", self._full_name(table), key.hex(), exc)
+                        continue
+                    yield Row(key, columns)
         except _BACKEND_ERRORS as exc:
             raise self._fail("scan", exc) from exc
+        if skipped:
+            log.warning(
+                "HBase table %s: %d unreadable row(s) skipped (left as they are in HBase)",
+                self._full_name(table),
+                skipped,
+            )
 
     def count(self, table: str) -> int:
         if table not in TABLES:

@@ -6,6 +6,9 @@ itself. Real HBase through its Thrift server, real storage server processes."""
 from __future__ import annotations
 
 import contextlib
+import io
+import json
+import logging
 import socket
 import threading
 from collections.abc import Callable, Iterator
@@ -20,6 +23,7 @@ from icecrawler.errors import StorageUnavailableError
 from icecrawler.processes import free_port
 from icecrawler_local.hbase_local import LocalHBase
 from storage_server import schema
+from storage_server.export import export
 from storage_server.hbase_store import MAX_ERROR_CHARS, HBaseStore
 from storage_server.service import StorageService
 from storage_server.spool import SqliteSpool
@@ -101,6 +105,27 @@ def test_a_storage_server_started_while_hbase_is_down_says_so_and_spools(
     assert f"127.0.0.1:{closed}" in lines[0] and "Could not connect" in lines[0], lines[0]
     ack = server.proxy(client_comm).writeWB([rpc.post_to_slice(make_post(1))])
     assert (ack.stored, ack.spooled) == (0, 1)
+
+
+@pytest.mark.hbase
+def test_half_written_and_foreign_rows_are_skipped_with_a_warning_and_the_export_goes_on(
+    hbase: happybase.Connection, service: StorageService, table_prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    assert service.write_posts([make_post(1), make_post(2)]).stored == 2
+    table = hbase.table("weibo")
+    table.put(b"\x00half", {b"d:j": b'{"id": 3, "te'})  # a record cell cut short
+    table.put(b"\x00list", {b"d:j": b"[3]"})
+    table.put(b"\x00word", {b"d:j": b'{"id": "three"}'})
+    table.put(b"\x00bare", {b"d:x": b"1"})  # no record cell at all: not a record of zeros
+    out = io.StringIO()
+    with caplog.at_level(logging.WARNING, logger="storage_server.hbase_store"):
+        assert export(service.store, "weibo", out) == 2
+    assert sorted(json.loads(line)["id"] for line in out.getvalue().splitlines()) == [1, 2]
+    warnings = [record.getMessage() for record in caplog.records]
+    assert any(b"\x00half".hex() in line and "is not JSON" in line for line in warnings), warnings
+    assert any(b"\x00bare".hex() in line and "no d:j cell" in line for line in warnings), warnings
+    assert f"HBase table {table_prefix}_weibo: 4 unreadable row(s) skipped (left as they are in HBase)" in warnings
+    assert len(list(table.scan())) == 6  # nothing deleted
 
 
 def test_a_thrift_port_that_takes_connections_but_never_answers_fails_with_the_setting_that_bounds_it() -> None:
