@@ -203,8 +203,8 @@ class HBaseStore:
             names = ", ".join(sorted(name.decode(errors="replace") for name in families)) or "none"
             raise StorageUnavailableError(
                 f"HBase at {self.host}:{self.port}: table {self._full_name(table)} has column families [{names}], "
-                f"not {FAMILY!r}: add family {FAMILY!r} (one version) or drop the table; writes are spooled "
-                f"meanwhile"
+                f"not {FAMILY!r}: add family {FAMILY!r} (one version) or drop the table (the storage server "
+                f"spools writes until then)"
             )
 
     def put(self, table: str, rows: Sequence[Row]) -> None:
