@@ -7,6 +7,8 @@ One HBase crash/start cycle (slow on two cores); it restarts the shared HBase th
 
 from __future__ import annotations
 
+import random
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -108,3 +110,55 @@ def test_hbase_outage_and_storage_kill9_lose_nothing(
             happybase_connection.delete_table(table, disable=True)
     finally:
         happybase_connection.close()
+
+
+#: Trials of the mid-write kill, and the largest batch the server takes (its put to HBase takes a moment).
+MID_WRITE_TRIALS = 4
+BIG_BATCH = 5000
+
+
+def test_storage_killed_mid_write_then_the_batch_resent_leaves_every_row_once(
+    local_hbase: LocalHBase, table_prefix: str, storage_server: Callable[..., StorageServerRunner], client_comm: Any
+) -> None:
+    """kill -9 of the storage server while a big writeWB is on its way into HBase (some rows put, some not: HBase's
+    multi-row put is atomic per row only), at a few seeded moments; the client's rule then applies (a batch
+    without an acknowledgement is sent again) and every record is in HBase once, none twice, none half."""
+    rng = random.Random(20261207)
+    server = storage_server(
+        **{
+            "storage.backend": "hbase",
+            "storage.hbase.port": str(local_hbase.thrift_port),
+            "storage.hbase.table_prefix": table_prefix,
+            "storage.write_timeout_s": "60",
+        }
+    )
+    sent: set[int] = set()
+    interrupted = 0
+    for trial in range(MID_WRITE_TRIALS):
+        batch = [
+            rpc.post_to_slice(make_post(BIG_ID - trial * BIG_BATCH - i, user_id=1000 + i % USERS, minute=i % 60))
+            for i in range(BIG_BATCH)
+        ]
+        proxy = server.proxy(client_comm).ice_invocationTimeout(120000)
+        proxy.ice_ping()  # connected: the kill below lands in the call, not before it
+        killer = threading.Timer(rng.uniform(0.02, 0.2), server.kill9)
+        killer.start()
+        try:
+            proxy.writeWB(batch)
+        except Exception:  # the kill beat the acknowledgement: what a client sees, and why it resends
+            interrupted += 1
+        killer.join()
+        server.start()
+        ack = server.proxy(client_comm).ice_invocationTimeout(120000).writeWB(batch)
+        assert ack.stored + ack.spooled == BIG_BATCH
+        sent.update(post.id for post in batch)
+    proxy = server.proxy(client_comm).ice_invocationTimeout(60000)
+    wait_for(lambda: proxy.stats().spoolDepth == 0, "the spool never drained into HBase", 120.0)
+    ids = stored_ids(local_hbase.thrift_port, table_prefix)
+    assert len(ids) == len(set(ids)) == len(sent), f"{interrupted} of {MID_WRITE_TRIALS} writes interrupted"
+    assert set(ids) == sent
+    logs = "\n".join(path.read_text(errors="replace") for path in server.tmp.glob("storage-*.log"))
+    assert "Traceback" not in logs, logs[-3000:]
+    store = HBaseStore("127.0.0.1", local_hbase.thrift_port, pool_size=1, timeout_s=60, table_prefix=table_prefix)
+    store.drop_tables()
+    store.close()
