@@ -160,7 +160,8 @@ class HBaseStore:
 
     def _fail(self, what: str, exc: BaseException) -> StorageUnavailableError:
         detail = (
-            f"no answer within storage.hbase.timeout_s={self.timeout_s:g}s (HBase still starting, or its master down?)"
+            f"no answer within storage.hbase.timeout_s={self.timeout_s:g}s"
+            " (HBase still starting, its master down, or the table disabled?)"
             if _timed_out(exc)
             else describe_error(exc)
         )
