@@ -92,17 +92,17 @@ def test_a_table_dropped_while_the_server_runs_is_created_again_and_nothing_is_l
 
 
 @pytest.mark.ice
-def test_a_storage_server_started_while_hbase_is_down_says_so_and_spools(
+def test_a_storage_server_started_while_hbase_is_down_names_the_cause(
     storage_server: Callable[..., StorageServerRunner], client_comm: Any
 ) -> None:
     closed = free_port()  # nothing listens there: HBase's Thrift server is down
     server = storage_server(**{"storage.backend": "hbase", "storage.hbase.port": closed, "storage.hbase.timeout_s": 2})
     process = server.process
     assert process is not None
-    wait_for(lambda: "not answering at start" in process.log_tail(200), lambda: process.log_tail(200), 30.0)
-    lines = [line for line in process.log_tail(200).splitlines() if "not answering at start" in line]
+    wait_for(lambda: "did not answer a row count" in process.log_tail(200), lambda: process.log_tail(200), 30.0)
+    lines = [line for line in process.log_tail(200).splitlines() if "did not answer a row count" in line]
     assert len(lines) == 1, process.log_tail(200)
-    assert f"127.0.0.1:{closed}" in lines[0] and "Could not connect" in lines[0], lines[0]
+    assert f"Could not connect to ('127.0.0.1', {closed})" in lines[0], lines[0]  # why, not only "down, or slow"
     ack = server.proxy(client_comm).writeWB([rpc.post_to_slice(make_post(1))])
     assert (ack.stored, ack.spooled) == (0, 1)
 
