@@ -216,9 +216,8 @@ def _opened(path: Path) -> Iterator[Iterator[tuple[int, str]]]:
     except OSError as exc:
         raise TraceError(f"{path}: cannot read it ({exc})") from None
     with raw:
-        gzipped = raw.read(2) == b"\x1f\x8b"
-        raw.seek(0)
-        if gzipped:
+        # Peeked, not read and sought back: a pipe (``--traces <(zcat ...)``, /dev/stdin) cannot seek.
+        if raw.peek(2)[:2] == b"\x1f\x8b":
             with gzip.GzipFile(fileobj=raw) as unzipped:
                 yield _numbered(path, unzipped)
         else:

@@ -4,6 +4,7 @@ pure parts (Weibo mid -> time, densest window)."""
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import os
@@ -11,6 +12,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -139,6 +141,29 @@ def test_a_gzip_compressed_file_loads_and_a_broken_one_is_a_clear_error(tmp_path
     path.write_bytes(b"\n".join(lines))
     with pytest.raises(TraceError, match=f"{path}:4: not UTF-8 text .invalid continuation byte.$"):
         load_traces(path)
+
+
+@pytest.mark.parametrize("compress", [False, True], ids=["plain", "gzip"])
+def test_a_pipe_loads_like_a_file(tmp_path: Path, compress: bool) -> None:
+    """``--traces <(zcat feed.gz)`` or ``--traces /dev/stdin``: a pipe cannot seek, so the gzip check must not."""
+    data = (json.dumps(GOOD) + "\n").encode()
+    fifo = tmp_path / "traces.fifo"
+    os.mkfifo(fifo)
+
+    def feed() -> None:
+        with fifo.open("wb") as pipe:
+            pipe.write(gzip.compress(data) if compress else data)
+
+    writer = threading.Thread(target=feed, daemon=True)
+    writer.start()
+    try:
+        assert load_traces(fifo) == [Trace("a1", "weibo", (1_700_000_000.0, 1_700_000_600.5, 1_700_003_000.0))]
+    finally:
+        if writer.is_alive():  # the loader failed before reading: open the read end so that the writer ends
+            with contextlib.suppress(OSError), fifo.open("rb") as reader:
+                reader.read()
+        writer.join(timeout=10)
+    assert not writer.is_alive()
 
 
 def test_a_line_separator_inside_a_name_does_not_end_the_line(tmp_path: Path) -> None:
