@@ -78,8 +78,9 @@ def load_accounts(directory: str | Path, default_sources: frozenset[str]) -> lis
                 raise ConfigError(f"{where}: needs a string id and a string cookies")
             if account_id in seen:
                 raise ConfigError(f"{where}: duplicate account id {account_id!r}")
-            listed = entry.get("sources", default_sources)
-            if isinstance(listed, str) or not all(isinstance(source, str) for source in listed):
+            listed = entry.get("sources", list(default_sources))
+            if not isinstance(listed, list) or not all(isinstance(source, str) for source in listed):
+                # Only a TOML array: a string iterates by letter, a table by key, a number not at all (a TypeError).
                 raise ConfigError(f'{where}: sources is a list of source names, e.g. ["weibo_pc"]')
             sources = frozenset(listed)
             unknown = sources - set(SOURCES)

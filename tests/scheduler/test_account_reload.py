@@ -211,6 +211,11 @@ def test_sighup_reloads_the_accounts_of_a_running_scheduler(tmp_path: Path) -> N
         ("a.toml", '[[accounts]]\nid = "a1"\ncookies = "SUB=x"\n', r"a\.toml: unknown key 'accounts'"),
         # One source as a string: was read letter by letter ("unknown sources ['_', 'b', ...]").
         ("a.toml", '[[account]]\nid = "a1"\ncookies = "SUB=x"\nsources = "weibo_pc"\n', r"sources is a list of source"),
+        # Not a list at all (a number, a boolean, a table): was a TypeError traceback, and on SIGHUP escaped the
+        # reload's error handling.
+        ("a.toml", '[[account]]\nid = "a1"\ncookies = "SUB=x"\nsources = 5\n', r"sources is a list of source"),
+        ("a.toml", '[[account]]\nid = "a1"\ncookies = "SUB=x"\nsources = true\n', r"sources is a list of source"),
+        ("a.toml", '[[account]]\nid = "a1"\ncookies = "SUB=x"\nsources = {weibo_pc = 1}\n', r"sources is a list"),
     ],
 )
 def test_an_accounts_file_of_another_shape_is_refused_by_name(
