@@ -55,8 +55,10 @@ def _coerce(key: str, value: Any, like: Any) -> Any:
     if not expected:
         return str(value)
     try:
+        if isinstance(value, bool):  # a TOML true is no number: int()/float() would read it as 1
+            raise ValueError(value)
         if isinstance(like, int):
-            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+            if isinstance(value, float) and not value.is_integer():
                 raise ValueError(value)
             return int(value)
         return float(value)

@@ -109,6 +109,13 @@ def test_a_setting_of_a_source_this_process_does_not_know_says_why() -> None:
             r"^{file}: setting scheduler\.lease_s: expected a number, got 'abc'$",
         ),
         ("[client]\nworkers = 2.5\n", {}, None, r"^{file}: setting client\.workers: expected an integer, got 2\.5$"),
+        # A boolean is no number (Python's float(True) would read it as 1 second).
+        (
+            "[scheduler]\nlease_s = true\n",
+            {},
+            None,
+            r"^{file}: setting scheduler\.lease_s: expected a number, got True$",
+        ),
         ("[scheduler]\nlease_s = -1\n", {}, None, r"^setting scheduler\.lease_s=-1\.0: must be > 0 \(from {file}\)$"),
         # The same mistakes in the environment name the variable, on the command line the --set.
         ("", {"ICECRAWLER_SCHEDULER__LEASE_S": "abc"}, None, r"^environment variable ICECRAWLER_SCHEDULER__LEASE_S: "),
