@@ -79,7 +79,7 @@ def test_a_start_killed_after_the_jvm_started_leaves_its_pid_for_stop(tmp_path: 
     killed_midway(KILLED_AFTER_SPAWN, str(REPO), str(root), str(java))
     jvm = tmp_path / "jvm.pid"
     deadline = time.monotonic() + 30
-    while not jvm.exists() and time.monotonic() < deadline:
+    while not (jvm.exists() and jvm.read_text()) and time.monotonic() < deadline:  # created before it is written
         time.sleep(0.05)
     pid = int(jvm.read_text())
     try:
@@ -116,23 +116,7 @@ def test_start_is_idempotent_and_status_reports_it(local_hbase: LocalHBase) -> N
 
 
 def test_a_daemon_that_dies_fails_start_with_its_log_tail(tmp_path: Path) -> None:
-    lib = tmp_path / "lib"
-    lib.mkdir()
-    for jar in ("hbase-server-0.jar", "hbase-thrift-0.jar"):  # jars "present": no Maven run
-        (lib / jar).write_bytes(b"")
-    java = tmp_path / "java"
-    java.write_text("#!/bin/sh\necho 'Error: could not start the fake JVM' >&2\nexit 1\n")
-    java.chmod(0o755)
-    hbase = LocalHBase(
-        tmp_path,
-        thrift_port=free_port(),
-        zookeeper_port=free_port(),
-        master_port=free_port(),
-        regionserver_port=free_port(),
-        heap_mb=256,
-        start_timeout_s=30.0,
-        java=str(java),
-    )
+    hbase, _ = _fake_hbase(tmp_path, "#!/bin/sh\necho 'Error: could not start the fake JVM' >&2\nexit 1\n")
     with pytest.raises(ServiceError) as caught:
         hbase.start()
     assert "exited during start-up" in str(caught.value)
