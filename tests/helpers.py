@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import http.server
 import io
 import os
 import shutil
@@ -117,6 +118,21 @@ class SilentNameServer:
             text=True,
             timeout=timeout_s,
         )
+
+
+@contextlib.contextmanager
+def serving_http(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[str]:
+    """A threaded HTTP server on 127.0.0.1 answering with ``handler``: its base URL while the block runs, then
+    shut down and its thread joined (bounded)."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
 
 
 @contextlib.contextmanager

@@ -9,11 +9,10 @@ minimal stand-ins (docs/SITE_RESPONSES.md says what each signal is and where it 
 from __future__ import annotations
 
 import logging
-import threading
 import urllib.parse
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 
@@ -26,6 +25,7 @@ from sandbox.samples import jd_comments
 from scheduler_server.config import SchedulerConfig
 from scheduler_server.outcomes import outcome_effects
 from tests.client._util import NOW_MS, make_task
+from tests.helpers import serving_http
 from tests.scheduler.conftest import make_settings
 
 #: One answer: status, headers, body.
@@ -66,15 +66,8 @@ def stand_in(site: Site) -> Iterator[str]:
         def log_message(self, format: str, *args: object) -> None:
             """Quiet."""
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
+    with serving_http(Handler) as url:
+        yield url
 
 
 def crawl(site: Site, task: Task, base_url: str, **options: str) -> CrawlResult:

@@ -8,12 +8,13 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
 
 from icecrawler import rpc
+from tests.helpers import serving_http
 from tests.scheduler.daemon import scheduler_daemon, scheduler_proxy
 
 pytestmark = [pytest.mark.ice, pytest.mark.bdb, pytest.mark.e2e, pytest.mark.slow]
@@ -42,15 +43,8 @@ def recording_site() -> Iterator[tuple[str, list[float]]]:
         def log_message(self, format: str, *args: object) -> None:
             """Quiet."""
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/jd", arrivals
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
+    with serving_http(Handler) as url:
+        yield f"{url}/jd", arrivals
 
 
 def test_four_clients_never_fetch_one_host_closer_than_the_spacing(tmp_path: Path) -> None:
