@@ -262,30 +262,23 @@ def test_targets_waits_for_a_slow_daemon_and_says_how_long(tmp_path: Path, taken
 
 
 @pytest.mark.parametrize(
-    ("value", "message"),
-    [("0", "0 seconds: give a finite time above 0"), ("nan", "nan seconds"), ("soon", "not a number of seconds")],
+    ("flag", "value", "message"),
+    [
+        ("--timeout", "0", "0 seconds: give a finite time above 0"),
+        ("--timeout", "nan", "nan seconds"),
+        ("--timeout", "soon", "not a number of seconds"),
+        # A negative --every probed once and exited as if it were 0; nan or inf never came back.
+        ("--every", "-1", "-1 seconds: give 0 (once) or a finite time"),
+        ("--every", "nan", "nan"),
+    ],
 )
-def test_targets_refuses_a_bad_timeout(
-    value: str, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+def test_targets_refuses_a_bad_timeout_or_interval(
+    flag: str, value: str, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from icecrawler_cli.cli import main
 
     with pytest.raises(SystemExit) as exit_info:
-        main(["targets", "--timeout", value, "--dir", str(tmp_path / "t")])
-    assert exit_info.value.code == 2
-    assert message in capsys.readouterr().err
-    assert not (tmp_path / "t").exists()
-
-
-@pytest.mark.parametrize(("value", "message"), [("-1", "-1 seconds: give 0 (once) or a finite time"), ("nan", "nan")])
-def test_targets_refuses_a_bad_interval(
-    value: str, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """A negative --every probed once and exited as if it were 0; nan or inf never came back."""
-    from icecrawler_cli.cli import main
-
-    with pytest.raises(SystemExit) as exit_info:
-        main(["targets", "--every", value, "--dir", str(tmp_path / "t")])
+        main(["targets", flag, value, "--dir", str(tmp_path / "t")])
     assert exit_info.value.code == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "t").exists()
