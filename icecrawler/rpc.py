@@ -76,6 +76,7 @@ __all__ = [
     "settle_server_heap",
     "stop_on_signals",
     "storage_proxy",
+    "storage_proxy_text",
     "task_from_slice",
     "task_to_slice",
     "then",
@@ -176,10 +177,14 @@ def scheduler_proxies(comm: Ice.Communicator) -> list[Any]:
     return [crawler().SchedulerPrx(comm, part.strip()) for part in text.split(";") if part.strip()]
 
 
+def storage_proxy_text(comm: Ice.Communicator) -> str:
+    """The ``Storage.Proxy`` property as written (default: the local storage server), for naming what was tried."""
+    return comm.getProperties().getPropertyWithDefault("Storage.Proxy", f"{STORAGE_IDENTITY}:{STORAGE_ENDPOINTS}")
+
+
 def storage_proxy(comm: Ice.Communicator) -> Any:
-    """Typed Storage proxy from the ``Storage.Proxy`` property (default: the local storage server)."""
-    text = comm.getProperties().getPropertyWithDefault("Storage.Proxy", f"{STORAGE_IDENTITY}:{STORAGE_ENDPOINTS}")
-    return crawler().StoragePrx(comm, text)
+    """Typed Storage proxy from the ``Storage.Proxy`` property (``storage_proxy_text``)."""
+    return crawler().StoragePrx(comm, storage_proxy_text(comm))
 
 
 #: The daemons' garbage-collector thresholds (Python's default is (700, 10, 10)). Every call unmarshals Slice

@@ -64,14 +64,16 @@ def scheduler_section(comm: Ice.Communicator) -> dict[str, Any]:
 
 def storage_section(comm: Ice.Communicator) -> dict[str, Any]:
     """The storage server's stats, or ``{"reachable": False}`` with the proxy tried: status works with the
-    scheduler alone."""
-    proxy = rpc.storage_proxy(comm)
+    scheduler alone (a Storage.Proxy that does not parse is one not reached, named as written)."""
+    tried = rpc.storage_proxy_text(comm)
     try:
+        proxy = rpc.storage_proxy(comm)
+        tried = str(proxy)
         stats = proxy.ice_invocationTimeout(STATUS_TIMEOUT_MS).stats()
     except (Ice.DispatchException, Ice.UserException) as exc:  # it answered, with an error
-        return {"reachable": True, "failed": rpc.one_line(exc), "proxy": str(proxy)}
+        return {"reachable": True, "failed": rpc.one_line(exc), "proxy": tried}
     except Ice.Exception as exc:
-        return {"reachable": False, "error": type(exc).__name__, "proxy": str(proxy)}
+        return {"reachable": False, "error": type(exc).__name__, "proxy": tried}
     return {
         "reachable": True,
         "backend": stats.backend,

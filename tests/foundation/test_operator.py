@@ -251,3 +251,18 @@ def test_an_unreachable_server_is_named_by_the_proxy_that_was_tried(scheduler: s
     assert storage["reachable"] is False and storage["proxy"].startswith("storage:tcp -h 127.0.0.1 -p ")
     text = _cli("status", proxy=scheduler, tmp=tmp_path)
     assert "storage: not reachable at storage:tcp -h 127.0.0.1 -p " in text.stdout, text.stdout
+
+
+def test_status_with_a_malformed_storage_proxy_still_reports_the_scheduler(scheduler: str, tmp_path: Path) -> None:
+    """``status`` works with the scheduler alone: a Storage.Proxy that does not parse (a typo in the property file)
+    is a storage server not reached, named with the text tried, not an error that hides the scheduler's state."""
+    conf = tmp_path / "client.conf"
+    conf.write_text(f"Scheduler.Proxy={scheduler}\nStorage.Proxy=storage:tcp -h 127.0.0.1 -p\n")
+    result = subprocess.run(
+        icecrawler_argv("status", "--json", f"--Ice.Config={conf}"), capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert "tasks" in report["scheduler"]
+    assert report["storage"]["reachable"] is False
+    assert report["storage"]["proxy"] == "storage:tcp -h 127.0.0.1 -p"
