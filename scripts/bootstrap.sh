@@ -79,10 +79,12 @@ install_ice() {
       "$src/zeroc_ice-$ICE_VERSION" "$src/wheel"
     mkdir -p "$ICE_WHEELS"
     # Copied beside its name and renamed within the cache (the build folder may be on another file system): a
-    # bootstrap killed mid-copy leaves a .partial that the check above never takes for a built wheel.
+    # bootstrap killed mid-copy leaves a .partial that the check above never takes for a built wheel. One command a
+    # line: set -e stops at a failed cp (a full disk) only where it is not the left of an &&.
     local wheel
     for wheel in "$src"/wheel/zeroc_ice-*.whl; do
-      cp "$wheel" "$ICE_WHEELS/${wheel##*/}.partial" && sync "$ICE_WHEELS/${wheel##*/}.partial"
+      cp "$wheel" "$ICE_WHEELS/${wheel##*/}.partial"
+      sync "$ICE_WHEELS/${wheel##*/}.partial"
       mv -f "$ICE_WHEELS/${wheel##*/}.partial" "$ICE_WHEELS/${wheel##*/}"
     done
     rm -rf "$src"

@@ -150,3 +150,32 @@ def test_the_virtualenv_holds_exactly_the_pinned_set() -> None:
     installed = {name: importlib.metadata.version(name) for name in needed}
     drift = {name: (pinned[name], installed[name]) for name in needed if pinned[name] != installed[name]}
     assert drift == {}, f"(pinned, installed) differ: run `make setup`, or `make constraints` to move the pins: {drift}"
+
+
+def test_a_failed_copy_of_the_built_ice_wheel_never_reaches_the_cache(tmp_path: Path) -> None:
+    """The wheel goes to the cache through a .partial so that a cut copy is never taken for a built wheel: a copy
+    that fails (a full disk) must stop bootstrap, not be renamed into place. The loop is bootstrap.sh's own text,
+    run under its ``set -euo pipefail`` with a ``cp`` that writes half the file and fails."""
+    loop = re.search(
+        r"^ +for wheel in \"\$src\"/wheel/.*?^ +done$", (REPO / "scripts" / "bootstrap.sh").read_text(), re.M | re.S
+    )
+    assert loop, "bootstrap.sh no longer copies the wheel in a `for wheel in` loop: update this test"
+    (tmp_path / "src" / "wheel").mkdir(parents=True)
+    (tmp_path / "src" / "wheel" / "zeroc_ice-3.8.3-cp312-linux_x86_64.whl").write_bytes(b"PK" * 1000)
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    shims = tmp_path / "bin"
+    shims.mkdir()
+    (shims / "cp").write_text(
+        '#!/bin/sh\nhead -c 1000 "$1" >"$2"\necho "cp: error writing: No space left" >&2\nexit 1\n'
+    )
+    (shims / "cp").chmod(0o755)
+    done = subprocess.run(
+        ["bash", "-c", f"set -euo pipefail\nsrc={tmp_path / 'src'}\nICE_WHEELS={cache}\n{loop[0]}\n"],
+        env={"PATH": f"{shims}:/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode != 0, done.stderr
+    assert not list(cache.glob("*.whl")), "a truncated wheel was published to the cache"
