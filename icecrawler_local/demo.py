@@ -90,13 +90,15 @@ def seed_ids(scenario: Scenario) -> tuple[list[str], list[str], dict[str, float 
 
 def bad_numbers(args: argparse.Namespace) -> str:
     """What is wrong with the demo's numeric options, or "": a time or speed must be finite and above 0 (``nan``
-    passes a ``<= 0`` check), and one client at least must crawl."""
+    passes a ``<= 0`` check), the drain finite and 0 (no drain: the table at the cut-off) or more, and one client at
+    least must crawl."""
     timed = {"--duration": args.duration, "--speed": args.speed, "--every": args.every}
-    if args.drain_timeout is not None:
-        timed["--drain-timeout"] = args.drain_timeout
     for flag, value in timed.items():
         if not (math.isfinite(value) and value > 0):
             return f"{flag} {value}: give a finite number above 0"
+    drain = args.drain_timeout
+    if drain is not None and not (math.isfinite(drain) and drain >= 0):
+        return f"--drain-timeout {drain}: give a finite number of 0 or more"
     return f"--clients {args.clients}: give 1 or more" if args.clients < 1 else ""
 
 

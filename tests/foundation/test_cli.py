@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
 from pathlib import Path
@@ -145,7 +146,7 @@ def test_every_argument_of_every_subcommand_says_what_it_is_and_its_default() ->
     [
         (["--duration", "nan"], "--duration nan: give a finite number above 0"),
         (["--speed", "inf"], "--speed inf: give a finite number above 0"),
-        (["--drain-timeout", "-1"], "--drain-timeout -1.0: give a finite number above 0"),
+        (["--drain-timeout", "-1"], "--drain-timeout -1.0: give a finite number of 0 or more"),
         (["--clients", "0"], "--clients 0: give 1 or more"),
     ],
 )
@@ -156,6 +157,17 @@ def test_demo_refuses_a_bad_number_before_starting_anything(
     assert main(["demo", *args, "--var-dir", str(tmp_path / "var"), "--output-dir", str(tmp_path / "out")]) == 2
     assert f"icecrawler demo: error: {message}" in capsys.readouterr().err
     assert not (tmp_path / "var").exists() and not (tmp_path / "out").exists()
+
+
+def test_demo_takes_a_drain_timeout_of_0() -> None:
+    """``--drain-timeout 0`` (summarize at the cut-off, no drain) ran before the numeric options were checked."""
+    from icecrawler_local.demo import bad_numbers
+
+    good = argparse.Namespace(duration=60.0, speed=60.0, every=5.0, clients=1, drain_timeout=0.0)
+    assert bad_numbers(good) == ""
+    assert "give a finite number of 0 or more" in bad_numbers(
+        argparse.Namespace(**{**vars(good), "drain_timeout": -1.0})
+    )
 
 
 @pytest.mark.parametrize("command", ["status", "seed"])
