@@ -103,6 +103,7 @@ def test_a_storage_server_started_while_hbase_is_down_names_the_cause(
     lines = [line for line in process.log_tail(200).splitlines() if "did not answer a row count" in line]
     assert len(lines) == 1, process.log_tail(200)
     assert f"Could not connect to ('127.0.0.1', {closed})" in lines[0], lines[0]  # why, not only "down, or slow"
+    assert f"at 127.0.0.1:{closed} (Thrift)" in lines[0] and "spooled in" in lines[0], lines[0]  # where, and the spool
     ack = server.proxy(client_comm).writeWB([rpc.post_to_slice(make_post(1))])
     assert (ack.stored, ack.spooled) == (0, 1)
 

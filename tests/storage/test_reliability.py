@@ -286,22 +286,3 @@ def test_a_review_with_a_lone_surrogate_is_rejected_alone() -> None:
         assert service.store.count(schema.REVIEW) == 2
     finally:
         service.close()
-
-
-@pytest.mark.ice
-def test_an_hbase_backend_that_does_not_answer_at_start_is_a_warning_naming_where(
-    storage_server: Callable[..., StorageServerRunner],
-) -> None:
-    """A wrong ``storage.hbase.port`` (or HBase not started): the server starts and spools, as documented, and says
-    so at once. Before, its only word was ``storage backend hbase: -1 posts, -1 reviews``."""
-    from icecrawler.processes import free_port, poll_until
-
-    port = free_port()  # nothing listens there
-    server = storage_server(
-        **{"storage.backend": "hbase", "storage.hbase.port": str(port), "metrics.storage.port": "0"}
-    )
-    process = server.process
-    assert process is not None
-    assert poll_until(lambda: "WARNING" in process.log_tail(50), 30, 0.1), process.log_tail(50)
-    warning = next(line for line in process.log_tail(50).splitlines() if "WARNING" in line)
-    assert f"127.0.0.1:{port}" in warning and "spool" in warning, warning
