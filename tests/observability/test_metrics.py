@@ -265,11 +265,11 @@ def test_targets_waits_for_a_slow_daemon_and_says_how_long(tmp_path: Path, taken
     ("flag", "value", "message"),
     [
         ("--timeout", "0", "0 seconds: give a finite time above 0"),
-        ("--timeout", "nan", "nan seconds"),
+        ("--timeout", "nan", "nan seconds: give a finite time above 0"),
         ("--timeout", "soon", "not a number of seconds"),
         # A negative --every probed once and exited as if it were 0; nan or inf never came back.
         ("--every", "-1", "-1 seconds: give 0 (once) or a finite time"),
-        ("--every", "nan", "nan"),
+        ("--every", "nan", "nan seconds: give 0 (once) or a finite time above 0"),
     ],
 )
 def test_targets_refuses_a_bad_timeout_or_interval(
