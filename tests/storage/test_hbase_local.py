@@ -47,7 +47,12 @@ def _fake_hbase(root: Path, jvm: str) -> tuple[LocalHBase, Path]:
     java = root / "java"
     java.write_text(jvm)
     java.chmod(0o755)
-    hbase = LocalHBase(
+    return _hbase_at(root, str(java)), java
+
+
+def _hbase_at(root: Path, java: str) -> LocalHBase:
+    """A LocalHBase under ``root`` on free ports, started with ``java``."""
+    return LocalHBase(
         root,
         thrift_port=free_port(),
         zookeeper_port=free_port(),
@@ -55,9 +60,8 @@ def _fake_hbase(root: Path, jvm: str) -> tuple[LocalHBase, Path]:
         regionserver_port=free_port(),
         heap_mb=256,
         start_timeout_s=30.0,
-        java=str(java),
+        java=java,
     )
-    return hbase, java
 
 
 def _ours(pid: int | None) -> None:
@@ -150,16 +154,7 @@ def test_a_jar_copy_killed_half_way_is_done_again_at_the_next_start(
     (bin_dir / "mvn").chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}:{Path('/usr/bin')}:{Path('/bin')}")
     monkeypatch.setenv("JARS", "hbase-server-1.jar hbase-thrift-1.jar hbase-common-1.jar")
-    hbase = LocalHBase(
-        tmp_path / "hbase",
-        thrift_port=free_port(),
-        zookeeper_port=free_port(),
-        master_port=free_port(),
-        regionserver_port=free_port(),
-        heap_mb=256,
-        start_timeout_s=30.0,
-        java="/bin/false",
-    )
+    hbase = _hbase_at(tmp_path / "hbase", "/bin/false")
     monkeypatch.setenv("DIE_AFTER", "2")
     with pytest.raises(ServiceError, match="Maven failed"):
         hbase.ensure_jars()
