@@ -173,6 +173,7 @@ class HBaseStore:
         return StorageUnavailableError(f"HBase at {self.host}:{self.port}: {what} failed: {detail}")
 
     def _full_name(self, table: str) -> str:
+        """The table's name in HBase (happybase adds the prefix): what an operator looks for in the shell."""
         return f"{self.table_prefix}_{table}" if self.table_prefix else table
 
     def _ensure_tables(self, connection: Any) -> None:
@@ -200,6 +201,7 @@ class HBaseStore:
             self._ready = self._was_ready = True
 
     def _check_families(self, table: str, families: dict[bytes, Any]) -> None:
+        """Refuse a table without family ``d``: every put to it would fail with a Java stack trace."""
         if FAMILY.encode() not in families:
             names = ", ".join(sorted(name.decode(errors="replace") for name in families)) or "none"
             raise StorageUnavailableError(
