@@ -30,7 +30,6 @@ keep-alive pool) per leased account.
 
 from __future__ import annotations
 
-import email.utils
 import logging
 import random
 import time
@@ -40,6 +39,7 @@ from dataclasses import dataclass
 import urllib3.exceptions
 
 from crawler_client.headers import FALLBACK_USER_AGENT
+from crawler_client.sources._detect import retry_after_seconds
 from crawler_client.sources.base import FetchedPage, PageRequest
 from crawler_client.transport import TRANSPORT_ERRORS, RawResponse, TooManyRedirects, TotalTimeout, Transport
 from icecrawler.errors import FetchError
@@ -82,19 +82,9 @@ class FetchPolicy:
 
 
 def parse_retry_after(value: str | None, now_s: float) -> float:
-    """Seconds to wait from a ``Retry-After`` header (delta-seconds or an HTTP date); 0 when absent or bad."""
-    if not value:
-        return 0.0
-    text = value.strip()
-    try:
-        return max(0.0, float(text))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(text)
-    except (TypeError, ValueError, IndexError):
-        return 0.0
-    return max(0.0, when.timestamp() - now_s)
+    """Seconds to wait from a ``Retry-After`` header (delta-seconds or an HTTP date); 0 when absent or bad. The
+    sources read the header the same way (``retry_after_seconds``): one reading for a 429 and a refusal page."""
+    return retry_after_seconds(value, round(now_s * 1000)) if value else 0.0
 
 
 def _classify_exception(exc: Exception) -> tuple[Outcome, str]:

@@ -166,13 +166,13 @@ def check_reports(reports: Sequence[Report], config: SchedulerConfig) -> None:
     check_batch(reports, "reports", config.batch_limit)
     seen: set[str] = set()
     for index, item in enumerate(reports):
-        check_report(item, index, config.max_period_s)
+        check_report(item, index)
         if item.task_id in seen:
             raise invalid_field(f"task {item.task_id} reported twice in one batch", f"reports[{index}].taskId", index)
         seen.add(item.task_id)
 
 
-def check_report(item: Report, index: int, max_period_s: float) -> None:
+def check_report(item: Report, index: int) -> None:
     where = f"reports[{index}]"
     check_task_id(item.task_id, f"{where}.taskId", index)
     if not item.lease_token or len(item.lease_token) > MAX_TEXT:
@@ -210,7 +210,7 @@ def check_report(item: Report, index: int, max_period_s: float) -> None:
         and 0 <= newest <= 2**62
         and 0 <= fingerprint <= 2**64 - 1
         and (type(retry) is float or type(retry) is int)
-        and 0 <= retry <= max_period_s
+        and 0 <= retry < math.inf
         and len(item.cursor) <= MAX_CURSOR
         and len(item.error_class) <= MAX_TEXT
         and not item.new_item_times_ms
@@ -224,7 +224,9 @@ def check_report(item: Report, index: int, max_period_s: float) -> None:
         ("httpStatus", item.http_status, 999),
         ("newestItemMs", item.newest_item_ms, 2**62),
         ("fingerprint", item.fingerprint, 2**64 - 1),
-        ("retryAfterS", item.retry_after_s, max_period_s),
+        # A site's wait, any finite number of seconds: the hold it sets is cut to scheduler.max_period_s
+        # (``outcomes``), and refusing it would refuse every other report of the batch with it.
+        ("retryAfterS", item.retry_after_s, math.inf),
     ):
         check_range(value, 0, high, f"{where}.{name}", index)
     for name, text, limit in (("cursor", item.cursor, MAX_CURSOR), ("errorClass", item.error_class, MAX_TEXT)):

@@ -113,8 +113,9 @@ def outcome_effects(
         attempts += 1
         delay_s = backoff_s(attempts, config)
     block = freeze = None
+    wait_s = min(report.retry_after_s, config.max_period_s)  # a site's wait, at most the longest period
     if outcome in HOST_FAILURES:
-        block = Hold(host, wall + (report.retry_after_s or config.host_block_s), outcome.value)
+        block = Hold(host, wall + (wait_s or config.host_block_s), outcome.value)
     if outcome in ACCOUNT_FAILURES and account_id and not visitor:
-        freeze = Hold(account_id, wall + max(report.retry_after_s, config.account_freeze_s), outcome.value)
+        freeze = Hold(account_id, wall + max(wait_s, config.account_freeze_s), outcome.value)
     return OutcomeEffects(attempts=attempts, delay_s=delay_s, block_host=block, freeze_account=freeze)

@@ -85,9 +85,10 @@ def fail(
 
 
 def retry_after_seconds(value: str, now_ms: int) -> float:
-    """``Retry-After`` as seconds: delta-seconds or an HTTP-date (resolved against ``now_ms``); 0 if junk."""
+    """``Retry-After`` as seconds: delta-seconds (digits only, as HTTP defines them: no ``inf``, ``1e9`` or
+    ``-3``) or an HTTP-date (resolved against ``now_ms``); 0 if junk."""
     value = value.strip()
-    if value.isdigit():
+    if value.isascii() and value.isdigit():
         return float(value)
     from email.utils import parsedate_to_datetime  # rarely needed; email.utils is slow to import
 

@@ -249,6 +249,11 @@ def test_429_without_retry_after_is_rate_limited_with_zero() -> None:
         ("-3", 0.0),
         ("soon", 0.0),
         ("Thu, 01 Jan 1970 00:00:10 GMT", 0.0),
+        ("Thu, 01 Jan 1970 00:02:00 GMT", 20.0),
+        ("inf", 0.0),
+        ("nan", 0.0),
+        ("1e9", 0.0),
+        ("٣", 0.0),  # a digit, but not one HTTP knows
     ],
 )
 def test_parse_retry_after(value: str | None, expected: float) -> None:
