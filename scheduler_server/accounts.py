@@ -51,6 +51,10 @@ class PooledAccount:
     used: RateWindow = field(default_factory=RateWindow)
 
 
+#: The keys of one ``[[account]]`` table.
+ACCOUNT_KEYS = frozenset({"id", "cookies", "sources"})
+
+
 def load_accounts(directory: str | Path, default_sources: frozenset[str]) -> list[PooledAccount]:
     """Every ``[[account]]`` of every ``*.toml`` in ``directory`` (sorted by file name). Bad files fail loudly."""
     if not str(directory):
@@ -78,6 +82,9 @@ def load_accounts(directory: str | Path, default_sources: frozenset[str]) -> lis
                 raise ConfigError(f"{where}: needs a string id and a string cookies")
             if account_id in seen:
                 raise ConfigError(f"{where}: duplicate account id {account_id!r}")
+            extra = sorted(set(entry) - ACCOUNT_KEYS)
+            if extra:  # a typo (``source``) would otherwise serve the default sources without a word
+                log.warning("%s: keys %s ignored; an account has %s", where, extra, ", ".join(sorted(ACCOUNT_KEYS)))
             listed = entry.get("sources", list(default_sources))
             if not isinstance(listed, list) or not all(isinstance(source, str) for source in listed):
                 # Only a TOML array: a string iterates by letter, a table by key, a number not at all (a TypeError).

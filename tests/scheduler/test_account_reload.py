@@ -243,3 +243,15 @@ def test_files_the_accounts_directory_does_not_read_are_named_in_a_warning(
         accounts = load_accounts(tmp_path, frozenset({"weibo_pc"}))
     assert [pooled.account.id for pooled in accounts] == ["a2"]
     assert "acct-01.json" in caplog.text and "*.toml" in caplog.text
+
+
+def test_a_key_an_account_does_not_know_is_named_in_a_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """``source = [...]`` (for ``sources``) was dropped without a word, and the account served every source."""
+    from scheduler_server.accounts import load_accounts
+
+    (tmp_path / "a.toml").write_text('[[account]]\nid = "a1"\ncookies = "SUB=x"\nsource = ["jd"]\n')
+    (tmp_path / "a.toml").chmod(0o600)
+    with caplog.at_level("WARNING", logger="scheduler_server.accounts"):
+        accounts = load_accounts(tmp_path, frozenset({"weibo_pc"}))
+    assert [pooled.account.id for pooled in accounts] == ["a1"]
+    assert "'source'" in caplog.text and "a.toml account #0" in caplog.text and "sources" in caplog.text
