@@ -30,6 +30,7 @@ __all__ = [
     "promtool",
     "promtool_check",
     "short_rules",
+    "static_targets",
 ]
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
@@ -61,11 +62,11 @@ def promtool() -> str:
     return _binary("promtool")
 
 
-def short_rules(text: str, hold_s: int = 2, window_s: int = 20) -> str:
-    """The alert rules with test-sized durations: every ``for:`` becomes ``hold_s`` and every range window
-    ``window_s`` (the expressions are otherwise the deployed ones)."""
+def short_rules(text: str, hold_s: int = 2, window_s: int | None = 20) -> str:
+    """The alert rules with test-sized durations: every ``for:`` becomes ``hold_s`` and, unless ``window_s`` is
+    None, every range window ``window_s`` (the expressions are otherwise the deployed ones)."""
     text = re.sub(r"for: \d+[smh]", f"for: {hold_s}s", text)
-    return re.sub(r"\[\d+[smh]\]", f"[{window_s}s]", text)
+    return text if window_s is None else re.sub(r"\[\d+[smh]\]", f"[{window_s}s]", text)
 
 
 def promtool_check(text: str) -> None:
@@ -88,14 +89,15 @@ def consecutive_free_ports(count: int) -> int:
     raise AssertionError("no run of free ports")
 
 
-def prometheus_config(directory: Path, scrape_interval_s: int = 1) -> Path:
-    """deploy/prometheus/prometheus.yml with test intervals and short-duration rules, in ``directory``."""
+def prometheus_config(directory: Path, scrape_interval_s: int = 1, window_s: int | None = 20) -> Path:
+    """deploy/prometheus/prometheus.yml with test intervals and short-duration rules, in ``directory``
+    (``window_s``: as ``short_rules``; None keeps the deployed expressions whole)."""
     directory.mkdir(parents=True, exist_ok=True)
     config = (DEPLOY / "prometheus" / "prometheus.yml").read_text()
     config = re.sub(r"(scrape|evaluation)_interval: \d+s", rf"\1_interval: {scrape_interval_s}s", config)
     (directory / "prometheus.yml").write_text(config)
     (directory / "icecrawler-rules.yml").write_text(
-        short_rules((DEPLOY / "prometheus" / "icecrawler-rules.yml").read_text())
+        short_rules((DEPLOY / "prometheus" / "icecrawler-rules.yml").read_text(), window_s=window_s)
     )
     return directory / "prometheus.yml"
 
@@ -160,3 +162,11 @@ class Prometheus:
             if target["health"] == "up":
                 counts[target["labels"]["job"]] = counts.get(target["labels"]["job"], 0) + 1
         return counts
+
+
+def static_targets(directory: Path, role: str, ports: list[int]) -> None:
+    """The file-based discovery list ``targets/<role>.json`` that ``prometheus_config``'s config reads, naming
+    these loopback ports (what ``icecrawler targets`` writes, without probing)."""
+    (directory / "targets").mkdir(parents=True, exist_ok=True)
+    targets = [{"targets": [f"127.0.0.1:{port}" for port in ports]}]
+    (directory / "targets" / f"{role}.json").write_text(json.dumps(targets))
