@@ -4,7 +4,9 @@ scrapes a real loopback crawl, fire on the failures they are written for:
 * IcecrawlerNoProgress: tasks are due and no client runs; it resolves once a client reports;
 * IcecrawlerLeaseExpiries: every crawl of one source outlives ``scheduler.lease_s`` (a site slower than the lease),
   in a crawl too small for a fixed number of expiries per second ever to be reached; the healthy source stays
-  quiet.
+  quiet;
+* IcecrawlerSiteFailing: a site answers every crawl with its "busy" page (HTTP 200, the client reports Busy),
+  which no other alert counts.
 
 The rule windows stay the deployed ones (15 minutes), so rates are read from a Prometheus only minutes old, as
 after a fresh deploy.
@@ -27,13 +29,17 @@ pytestmark = [pytest.mark.e2e, pytest.mark.ice, pytest.mark.bdb, pytest.mark.slo
 
 HEALTHY = "weibo_mobile:1907518591"
 SLOW = "jd:100012043978"
+BUSY = "weibo_pc:2803301701"
 
 
 def scenario() -> Scenario:
     static = Schedule("static")
     return Scenario(
         seed=7,
-        users=(WeiboUser(uid=1907518591, sites=("m",), backlog=5, schedule=static),),
+        users=(
+            WeiboUser(uid=1907518591, sites=("m",), backlog=5, schedule=static),
+            WeiboUser(uid=2803301701, sites=("pc",), backlog=5, schedule=static),
+        ),
         products=(Product("jd", "100012043978", backlog=5, schedule=static),),
     )
 
@@ -47,7 +53,7 @@ def firing_sources(prometheus: Prometheus, alert: str) -> set[str]:
     }
 
 
-def test_no_progress_and_lease_expiries_fire_on_their_real_conditions(tmp_path: Path) -> None:
+def test_no_progress_lease_expiries_and_site_failing_fire_on_their_real_conditions(tmp_path: Path) -> None:
     with running_stack(
         tmp_path / "stack",
         scenario(),
@@ -66,7 +72,7 @@ def test_no_progress_and_lease_expiries_fire_on_their_real_conditions(tmp_path: 
         prometheus = Prometheus(stack.group, config, tmp_path / "prom" / "data")
 
         # Tasks are due and no client runs.
-        stack.seed([HEALTHY, SLOW])
+        stack.seed([HEALTHY, SLOW, BUSY])
         wait_for(
             lambda: "firing" in prometheus.alert_states().get("IcecrawlerNoProgress", set()),
             lambda: f"IcecrawlerNoProgress never fired: {prometheus.alert_states()}",
@@ -75,6 +81,8 @@ def test_no_progress_and_lease_expiries_fire_on_their_real_conditions(tmp_path: 
 
         # Every jd page now takes longer than a lease: each jd crawl's lease runs out before its report.
         stack.misbehave({"site": "jd", "set": {"slow_rate": 1.0, "slow_ms": 6000}})
+        # Every Weibo PC page is the site's busy interstitial.
+        stack.misbehave({"site": "pc", "set": {"ban_rate": 1.0, "ban_page": "busy"}})
         stack.start_client("client-a")
         wait_for_port("127.0.0.1", stack.metrics_ports["client-a"], 60, alive=stack.clients["client-a"].alive)
         static_targets(config.parent, "client", [stack.metrics_ports["client-a"]])
@@ -92,5 +100,14 @@ def test_no_progress_and_lease_expiries_fire_on_their_real_conditions(tmp_path: 
             timeout_s=120,
         )
         assert "weibo_mobile" not in firing_sources(prometheus, "IcecrawlerLeaseExpiries")
+        wait_for(
+            lambda: "weibo_pc" in firing_sources(prometheus, "IcecrawlerSiteFailing"),
+            lambda: (
+                f"IcecrawlerSiteFailing never fired for weibo_pc: {prometheus.alert_states()}, reports "
+                f"{prometheus.query('icecrawler_scheduler_reports_total > 0')}"
+            ),
+            timeout_s=90,
+        )
+        assert firing_sources(prometheus, "IcecrawlerSiteFailing") == {"weibo_pc"}
         healthy_ok = 'sum(icecrawler_scheduler_reports_total{source="weibo_mobile",outcome="Ok"})'
         assert (prometheus.value(healthy_ok) or 0) > 0

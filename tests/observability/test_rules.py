@@ -24,7 +24,7 @@ def _promtool(*args: str, cwd: Path = DEPLOY / "prometheus") -> str:
 
 
 def test_rules_are_valid() -> None:
-    assert "SUCCESS: 16 rules found" in _promtool("check", "rules", "icecrawler-rules.yml")
+    assert "SUCCESS: 17 rules found" in _promtool("check", "rules", "icecrawler-rules.yml")
 
 
 def test_rules_unit_tests_pass() -> None:
@@ -38,7 +38,7 @@ def test_example_config_is_valid() -> None:
 def test_short_rules_keep_every_alert_and_stay_valid(tmp_path: Path) -> None:
     text = (DEPLOY / "prometheus" / "icecrawler-rules.yml").read_text()
     short = short_rules(text)
-    assert short.count("alert:") == text.count("alert:") == 16
+    assert short.count("alert:") == text.count("alert:") == 17
     assert "for: 2s" in short and "[20s]" in short and "for: 10m" not in short
     (tmp_path / "rules.yml").write_text(short)
     assert "SUCCESS" in _promtool("check", "rules", "rules.yml", cwd=tmp_path)
