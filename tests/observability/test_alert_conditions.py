@@ -53,6 +53,15 @@ def firing_sources(prometheus: Prometheus, alert: str) -> set[str]:
     }
 
 
+def wait_until_firing(prometheus: Prometheus, alert: str, source: str, series: str, timeout_s: float) -> None:
+    """Wait (bounded) for ``alert`` to fire for ``source``; on a timeout the message shows ``series`` too."""
+    wait_for(
+        lambda: source in firing_sources(prometheus, alert),
+        lambda: f"{alert} never fired for {source}: {prometheus.alert_states()}, {prometheus.query(series)}",
+        timeout_s=timeout_s,
+    )
+
+
 def test_no_progress_lease_expiries_and_site_failing_fire_on_their_real_conditions(tmp_path: Path) -> None:
     with running_stack(
         tmp_path / "stack",
@@ -91,23 +100,11 @@ def test_no_progress_lease_expiries_and_site_failing_fire_on_their_real_conditio
             lambda: f"IcecrawlerNoProgress never resolved: {prometheus.alert_states()}",
             timeout_s=90,
         )
-        wait_for(
-            lambda: "jd" in firing_sources(prometheus, "IcecrawlerLeaseExpiries"),
-            lambda: (
-                f"IcecrawlerLeaseExpiries never fired for jd: {prometheus.alert_states()}, expiries "
-                f"{prometheus.query('icecrawler_scheduler_lease_expiries_total > 0')}"
-            ),
-            timeout_s=120,
+        wait_until_firing(
+            prometheus, "IcecrawlerLeaseExpiries", "jd", "icecrawler_scheduler_lease_expiries_total > 0", 120
         )
         assert "weibo_mobile" not in firing_sources(prometheus, "IcecrawlerLeaseExpiries")
-        wait_for(
-            lambda: "weibo_pc" in firing_sources(prometheus, "IcecrawlerSiteFailing"),
-            lambda: (
-                f"IcecrawlerSiteFailing never fired for weibo_pc: {prometheus.alert_states()}, reports "
-                f"{prometheus.query('icecrawler_scheduler_reports_total > 0')}"
-            ),
-            timeout_s=90,
-        )
+        wait_until_firing(prometheus, "IcecrawlerSiteFailing", "weibo_pc", "icecrawler_scheduler_reports_total > 0", 90)
         assert firing_sources(prometheus, "IcecrawlerSiteFailing") == {"weibo_pc"}
         healthy_ok = 'sum(icecrawler_scheduler_reports_total{source="weibo_mobile",outcome="Ok"})'
         assert (prometheus.value(healthy_ok) or 0) > 0

@@ -129,15 +129,20 @@ def test_half_written_and_foreign_rows_are_skipped_with_a_warning_and_the_export
     assert len(list(table.scan())) == 6  # nothing deleted
 
 
+def assert_put_fails(port: int, timeout_s: float, message: str) -> None:
+    """A put to a Thrift stand-in on ``port`` fails with a StorageUnavailableError matching ``message``."""
+    store = HBaseStore("127.0.0.1", port, pool_size=1, timeout_s=timeout_s)
+    try:
+        with pytest.raises(StorageUnavailableError, match=message):
+            store.put(schema.WEIBO, [schema.post_row(make_post(1))])
+    finally:
+        store.close()
+
+
 def test_a_thrift_port_that_takes_connections_but_never_answers_fails_with_the_setting_that_bounds_it() -> None:
     """HBase slow to come up, or its master killed under a running Thrift server: the call hangs, bounded."""
     with socket.create_server(("127.0.0.1", 0)) as silent:  # the kernel accepts connections; nobody answers
-        store = HBaseStore("127.0.0.1", silent.getsockname()[1], pool_size=1, timeout_s=1.0)
-        try:
-            with pytest.raises(StorageUnavailableError, match=r"no answer within storage\.hbase\.timeout_s=1s"):
-                store.put(schema.WEIBO, [schema.post_row(make_post(1))])
-        finally:
-            store.close()
+        assert_put_fails(silent.getsockname()[1], 1.0, r"no answer within storage\.hbase\.timeout_s=1s")
 
 
 def test_a_thrift_server_that_hangs_up_on_every_request_is_named_as_a_transport_or_protocol_mismatch() -> None:
@@ -157,11 +162,8 @@ def test_a_thrift_server_that_hangs_up_on_every_request_is_named_as_a_transport_
 
         thread = threading.Thread(target=hang_up, daemon=True)
         thread.start()
-        store = HBaseStore("127.0.0.1", server.getsockname()[1], pool_size=1, timeout_s=10.0)
         try:
-            with pytest.raises(StorageUnavailableError, match=r"buffered transport and binary protocol"):
-                store.put(schema.WEIBO, [schema.post_row(make_post(1))])
+            assert_put_fails(server.getsockname()[1], 10.0, r"buffered transport and binary protocol")
         finally:
-            store.close()
             stop.set()
             thread.join(timeout=5.0)
