@@ -20,6 +20,7 @@ from icecrawler.models import Outcome
 __all__ = [
     "BANNED_STATUSES",
     "ECSHOP_MARKERS",
+    "LONGEST_RETRY_AFTER_S",
     "WEIBO_MARKERS",
     "Marker",
     "check_final_url",
@@ -84,12 +85,18 @@ def fail(
     )
 
 
+#: The longest wait a ``Retry-After`` is read as: 2**31 seconds, what HTTP caches take a delta-seconds too large to
+#: hold for (RFC 9111, 1.2.2). 400 digits read as ``inf``, which the scheduler refuses (``retryAfterS`` must be
+#: finite): the report was dropped and the host never held. The scheduler cuts the hold to its longest period.
+LONGEST_RETRY_AFTER_S = 2.0**31
+
+
 def retry_after_seconds(value: str, now_ms: int) -> float:
     """``Retry-After`` as seconds: delta-seconds (digits only, as HTTP defines them: no ``inf``, ``1e9`` or
-    ``-3``) or an HTTP-date (resolved against ``now_ms``); 0 if junk."""
+    ``-3``) or an HTTP-date (resolved against ``now_ms``); 0 if junk, at most ``LONGEST_RETRY_AFTER_S``."""
     value = value.strip()
     if value.isascii() and value.isdigit():
-        return float(value)
+        return min(float(value), LONGEST_RETRY_AFTER_S)
     from email.utils import parsedate_to_datetime  # rarely needed; email.utils is slow to import
 
     try:
@@ -98,7 +105,7 @@ def retry_after_seconds(value: str, now_ms: int) -> float:
         return 0.0
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
-    return max(0.0, when.timestamp() - now_ms / 1000)
+    return min(max(0.0, when.timestamp() - now_ms / 1000), LONGEST_RETRY_AFTER_S)
 
 
 def header(headers: Mapping[str, str], name: str) -> str:

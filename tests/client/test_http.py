@@ -254,6 +254,8 @@ def test_429_without_retry_after_is_rate_limited_with_zero() -> None:
         ("nan", 0.0),
         ("1e9", 0.0),
         ("٣", 0.0),  # a digit, but not one HTTP knows
+        ("9" * 400, 2.0**31),  # more seconds than a float holds: the longest wait, not inf
+        ("Fri, 31 Dec 9999 23:59:59 GMT", 2.0**31),
     ],
 )
 def test_parse_retry_after(value: str | None, expected: float) -> None:

@@ -22,6 +22,8 @@ from sandbox.server import SandboxServer
 from shhd.fingerprint import fingerprint_texts
 
 LIMITED = "100008348542"
+#: A product whose 429 asks for a wait of 400 digits: more seconds than a float holds.
+ENDLESS = "100008348543"
 
 
 @pytest.fixture(scope="module")
@@ -32,11 +34,13 @@ def sandbox() -> Iterator[SandboxServer]:
             Product("ecshop", "12", backlog=12, schedule=Schedule("static")),
             Product("jd", "100012043978", backlog=25, schedule=Schedule("static")),
             Product("jd", LIMITED, backlog=3, schedule=Schedule("static")),
+            Product("jd", ENDLESS, backlog=3, schedule=Schedule("static")),
         ),
         accounts=(("member", "s3cret"),),
         misbehave=(
             MisbehaviourRule("ecshop", "", Misbehaviour(login_wall=True)),
             MisbehaviourRule("jd", LIMITED, Misbehaviour(retry_after_rate=1.0, retry_after_s=90)),
+            MisbehaviourRule("jd", ENDLESS, Misbehaviour(retry_after_rate=1.0, retry_after_s=10**399)),
         ),
     )
     with SandboxServer(scenario) as server:
@@ -106,6 +110,19 @@ def test_429_with_retry_after_is_reported_rate_limited(sandbox: SandboxServer) -
     assert (result.report.http_status, result.report.retry_after_s) == (429, 90.0)
     assert result.report.fetches == 1
     worker.close()
+
+
+def test_a_retry_after_past_what_a_float_holds_is_a_wait_the_scheduler_takes(sandbox: SandboxServer) -> None:
+    """``Retry-After`` of 400 digits read as ``inf``: the scheduler refuses a wait that is not finite, so the report
+    was dropped (logged as a bug), the host never held and the task waited for its lease to run out. It is read as
+    2**31 seconds now, which the scheduler takes and cuts to ``scheduler.max_period_s``."""
+    from scheduler_server.checks import check_report
+
+    worker = runner(sandbox)
+    report = worker.run(task("jd", ENDLESS)).report
+    worker.close()
+    assert (report.outcome, report.http_status, report.retry_after_s) == (Outcome.RateLimited, 429, 2.0**31)
+    check_report(report, 0)
 
 
 def test_unreadable_cookie_blob_and_unknown_source_are_classified(sandbox: SandboxServer) -> None:
