@@ -14,6 +14,8 @@ Outcomes:
 - ``Banned``/``RateLimited``: the host is blocked for the report's Retry-After, else ``host_block_s``;
 - ``LoginRequired``/``AccountFrozen``/``Banned``: the logged-in account is frozen for the longer of the
   Retry-After and ``account_freeze_s``;
+- a Retry-After is cut to ``max_period_s`` (a site may ask for any finite wait), never below what the outcome sets
+  without one: the block to the longer of ``max_period_s`` and ``host_block_s``;
 - except that a visitor session the site ended (``visitors.session_ended``) is renewed instead: no host block,
   no freeze (visitor sessions are never frozen);
 - ``LoginRequired``/``AccountFrozen`` with no account to freeze (an anonymous crawl) or on a visitor session that
@@ -113,9 +115,11 @@ def outcome_effects(
         attempts += 1
         delay_s = backoff_s(attempts, config)
     block = freeze = None
-    wait_s = min(report.retry_after_s, config.max_period_s)  # a site's wait, at most the longest period
+    wait_s = report.retry_after_s  # a site's wait, any finite number of seconds (``checks``); cut below
     if outcome in HOST_FAILURES:
-        block = Hold(host, wall + (wait_s or config.host_block_s), outcome.value)
+        block_s = min(wait_s, max(config.max_period_s, config.host_block_s)) or config.host_block_s
+        block = Hold(host, wall + block_s, outcome.value)
     if outcome in ACCOUNT_FAILURES and account_id and not visitor:
-        freeze = Hold(account_id, wall + max(wait_s, config.account_freeze_s), outcome.value)
+        freeze_s = max(min(wait_s, config.max_period_s), config.account_freeze_s)
+        freeze = Hold(account_id, wall + freeze_s, outcome.value)
     return OutcomeEffects(attempts=attempts, delay_s=delay_s, block_host=block, freeze_account=freeze)

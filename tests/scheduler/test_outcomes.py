@@ -66,6 +66,19 @@ def test_retry_after_sets_the_block_and_lengthens_the_freeze() -> None:
     assert effects(Outcome.LoginRequired, retry_after_s=900.0).freeze_account == Hold("a1", 1900.0, "LoginRequired")
 
 
+def test_a_sites_wait_past_every_limit_holds_as_long_as_the_longest_of_them() -> None:
+    """A wait is cut to ``max_period_s``, but never below the block or freeze the outcome sets without one: a site
+    asking for a day, with ``host_block_s`` longer than ``max_period_s``, held its host less than one saying nothing."""
+    config = SchedulerConfig.from_settings(
+        make_settings(scheduler__max_period_s=600.0, scheduler__host_block_s=900.0, scheduler__account_freeze_s=1200.0)
+    )
+    report = Report(task_id="user:weibo_pc:1", lease_token="t", outcome=Outcome.Banned, retry_after_s=86400.0)
+    held = outcome_effects(report, attempts=0, account_id="a1", host="h", wall=WALL, config=config)
+    assert (held.block_host, held.freeze_account) == (Hold("h", 1900.0, "Banned"), Hold("a1", 2200.0, "Banned"))
+    held = effects(Outcome.Banned, retry_after_s=86400.0)  # max_period_s 3600 over both: cut to it
+    assert (held.block_host, held.freeze_account) == (Hold("h", 4600.0, "Banned"), Hold("a1", 4600.0, "Banned"))
+
+
 def test_failures_back_off_from_the_limit_up_to_max_period() -> None:
     assert [backoff_s(attempts, CONFIG) for attempts in (1, 2, 3, 4, 100)] == [0.0, 10.0, 20.0, 40.0, 3600.0]
     assert effects(Outcome.Timeout, attempts=0) == OutcomeEffects(attempts=1, delay_s=0.0)
