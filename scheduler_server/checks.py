@@ -76,7 +76,8 @@ def check_task_id(task_id: str, field_name: str, index: int) -> None:
 
 def check_range(value: float, low: float, high: float, field_name: str, index: int) -> None:
     if not (isinstance(value, (int, float)) and math.isfinite(value) and low <= value <= high):
-        raise invalid_field(f"{field_name}={value!r} is outside [{low}, {high}]", field_name, index)
+        bounds = f"is not a finite number >= {low}" if high == math.inf else f"is outside [{low}, {high}]"
+        raise invalid_field(f"{field_name}={value!r} {bounds}", field_name, index)
 
 
 def parse_target_ids(
