@@ -102,7 +102,8 @@ DEFAULTS: dict[str, Any] = {
     # Requests one account may make per minute, across all clients (a lease counts one, a report adds the
     # rest of its fetches).
     "scheduler.account_budget_per_min": 60,
-    # How long a frozen account stays frozen after a ban/AccountFrozen report.
+    # How long a frozen account stays frozen after a ban/AccountFrozen report (longer if the site's Retry-After is,
+    # up to max_period_s).
     "scheduler.account_freeze_s": 3600.0,
     # Comma-separated sources whose tasks are leased only with an account (e.g. "weibo_pc,weibo_mobile" for
     # the real sites); with no usable account those tasks wait, they are never dropped.
@@ -135,7 +136,8 @@ DEFAULTS: dict[str, Any] = {
     # Start on a queue database whose logs are missing or that fails its check by salvaging it (`scheduler
     # --recover`): the damaged directory is moved aside and every readable record copied into a new one.
     "scheduler.recover": False,
-    # How long a ban report blocks a host when the client gave no Retry-After.
+    # How long a ban report blocks a host when the client gave no Retry-After (a Retry-After blocks it that long, at
+    # most the longer of this and max_period_s).
     "scheduler.host_block_s": 300.0,
     # Task records kept decoded in memory, the most recently changed ones (about 3 KB each): a task leased or
     # reported while its record is cached reads no B-tree. 0 = read every record from the store.
