@@ -25,6 +25,7 @@ import Ice
 import pytest
 
 from icecrawler.processes import ProcessGroup, free_port, poll_until
+from icecrawler.settings import Settings
 from icecrawler_local.launcher import Cluster, Workload
 from tests.requirements import skip_or_fail
 
@@ -176,7 +177,10 @@ def test_icegrid_restarts_servers_killed_mid_crawl_and_the_crawl_loses_nothing(g
                 return False
 
         assert poll_until(lambda: all(started_again(server) for server in victims), 60), grid.admin("server list")
-        assert poll_until(lambda: not cluster.problems(), 120, 1.0), cluster.problems()
+        # The killed client's tasks are crawled again only once its leases run out (scheduler.lease_s after they
+        # were taken, up to the moment of the kill): the wait must outlast a lease, with room for the crawl after.
+        lease_s = Settings().get_float("scheduler.lease_s")
+        assert poll_until(lambda: not cluster.problems(), lease_s + 90, 1.0), cluster.problems()
         info = cluster.probe("scheduler", extra=probe)
         assert info["stats"]["inflight"] == 0
         assert all(task["crawls"] >= 1 for task in info["tasks"].values())
