@@ -39,6 +39,7 @@ __all__ = [
     "as_dict",
     "author_id",
     "check_403_said",
+    "check_answer",
     "check_end_of_list",
     "checked_text",
     "first_page_ok0",
@@ -267,10 +268,16 @@ def checked_text(request: PageRequest, page: FetchedPage, now_ms: int) -> str:
     whose JSON body names a limit or a login (``{"ok":0,"errno":"100005","msg":"请求过于频繁"}``) is what the body
     says: a rate limit must not block the host as a ban and freeze the account. Other statuses mean what they say
     (432 ends a visitor session, 418 is an IP ban, 429 carries its Retry-After), whatever their body."""
+    check_answer(request, page, now_ms)
+    return strip_jsonp(decode_body(page.body))
+
+
+def check_answer(request: PageRequest, page: FetchedPage, now_ms: int) -> None:
+    """The checks every Weibo answer gets before its body is read, in order: what a 403's JSON says, the HTTP
+    status, and where a redirect went (``checked_text``'s reasons)."""
     check_403_said(page)
     check_http(page, now_ms)
     check_final_url(page, request.url)
-    return strip_jsonp(decode_body(page.body))
 
 
 def check_403_said(page: FetchedPage) -> None:

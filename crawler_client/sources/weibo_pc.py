@@ -34,14 +34,12 @@ from crawler_client.sources._dates import iso_of_ms, resolve_created_at
 from crawler_client.sources._decode import decode_body, html_text, is_tag, load_json, make_soup, with_html
 from crawler_client.sources._detect import (
     WEIBO_MARKERS,
-    check_final_url,
-    check_http,
     fail,
     scan_markers,
     unparsable,
 )
 from crawler_client.sources._headers import DESKTOP_UA
-from crawler_client.sources._weibo import check_403_said, long_text_refused, message_error, own_posts, wall_of
+from crawler_client.sources._weibo import check_answer, long_text_refused, message_error, own_posts, wall_of
 from crawler_client.sources.base import FetchedPage, Item, PageRequest, ParsedPage, SavedPages, SourceSpec, sniff
 from icecrawler.errors import FetchError, ParseError
 from icecrawler.models import Outcome, Post, Task, TaskKind
@@ -147,9 +145,7 @@ class WeiboPcSource(PostOrder, SavedPages):
 
     def parse(self, task: Task, request: PageRequest, page: FetchedPage, now_ms: int) -> ParsedPage:
         """Feed items of one chunk; the next request walks chunk 0→1→2, then page N+1 while N < countPage."""
-        check_403_said(page)
-        check_http(page, now_ms)
-        check_final_url(page, request.url)
+        check_answer(request, page, now_ms)
         html = self._fragment(page)
         chunk = parse_id(request.state.get("chunk", "0"))
         soup = make_soup(html)
@@ -201,9 +197,7 @@ class WeiboPcSource(PostOrder, SavedPages):
 
     def parse_extend(self, request: PageRequest, page: FetchedPage, now_ms: int) -> str:
         """``data.html`` of a getlongtext envelope; an unknown mid (code ≠ 100000) is NotFound."""
-        check_403_said(page)
-        check_http(page, now_ms)
-        check_final_url(page, request.url)
+        check_answer(request, page, now_ms)
         data = _envelope_data(page, "getlongtext", None)
         html = data.get("html") if isinstance(data, dict) else None
         if not isinstance(html, str):
