@@ -133,6 +133,16 @@ def _crawl_under_way(grid: Grid, group: ProcessGroup, tmp_path: Path, workload: 
     return cluster, ["--Ice.Default.Locator=" + grid.locator]
 
 
+def _all_started_again(grid: Grid, killed: dict[str, int]) -> bool:
+    """Whether every server of ``killed`` (server id -> the pid it had) is active again under another pid."""
+    try:
+        return all(
+            _active(grid, server) and int(grid.admin(f"server pid {server}")) != pid for server, pid in killed.items()
+        )
+    except (AssertionError, ValueError):  # not started yet: no pid to read
+        return False
+
+
 def test_icegrid_crawl_with_a_node_added_mid_crawl(grid: Grid, tmp_path: Path) -> None:
     workload = Workload(jd_products=25, reviews_per_product=30, weibo_users=10, posts_per_user=20)
     with ProcessGroup(tmp_path / "logs") as group:
@@ -170,13 +180,7 @@ def test_icegrid_restarts_servers_killed_mid_crawl_and_the_crawl_loses_nothing(g
         for pid in killed.values():
             os.kill(pid, signal.SIGKILL)
 
-        def started_again(server: str) -> bool:
-            try:
-                return _active(grid, server) and int(grid.admin(f"server pid {server}")) != killed[server]
-            except (AssertionError, ValueError):
-                return False
-
-        assert poll_until(lambda: all(started_again(server) for server in victims), 60), grid.admin("server list")
+        assert poll_until(lambda: _all_started_again(grid, killed), 60), grid.admin("server list")
         # The killed client's tasks are crawled again only once its leases run out (scheduler.lease_s after they
         # were taken, up to the moment of the kill): the wait must outlast a lease, with room for the crawl after.
         lease_s = Settings().get_float("scheduler.lease_s")
@@ -302,13 +306,7 @@ def test_icegrid_servers_stop_with_a_killed_node_and_start_again_under_the_next(
         )
         grid.run("node", "node1")
 
-        def started_again(server: str) -> bool:
-            try:
-                return _active(grid, server) and int(grid.admin(f"server pid {server}")) != old[server]
-            except (AssertionError, ValueError):
-                return False
-
-        assert poll_until(lambda: all(started_again(server) for server in servers), 60), grid.admin("server list")
+        assert poll_until(lambda: _all_started_again(grid, old), 60), grid.admin("server list")
     finally:
         for pid in old.values():
             with contextlib.suppress(ProcessLookupError):
