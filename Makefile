@@ -6,7 +6,7 @@
 VENV := .venv
 BIN := $(VENV)/bin
 
-# The tests `make check` runs: no HBase, no JDK, no multi-process end-to-end runs, no wheel build (1 639 tests on
+# The tests `make check` runs: no HBase, no JDK, no multi-process end-to-end runs, no wheel build (1 643 tests on
 # 2026-12-07). On the 2-vCPU development VM, idle, the whole `make check` (set-up check, ruff, the format check,
 # lint-imports, a cold mypy, pytest) took 1 min 50 s of wall time, pytest 1 min 39 s of it. A busy machine takes much
 # more (2.5-4 minutes at load average 5-9).
