@@ -150,6 +150,7 @@ def crawl(work: Path, args: argparse.Namespace) -> list[Sample]:
         stack.seed(ids, listings)
         for number in range(1, args.clients + 1):
             stack.start_client(f"client-{number}")
+        stack.wait_metrics()  # the first reading scrapes every daemon
         started = time.monotonic()
         while True:
             time.sleep(args.every)

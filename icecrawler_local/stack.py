@@ -108,6 +108,14 @@ class Stack:
         """Each daemon's /metrics URL by process name (port 0: off, not listed)."""
         return {name: f"http://{_HOST}:{port}/metrics" for name, port in self.metrics_ports.items() if port}
 
+    def wait_metrics(self, timeout_s: float = 40.0) -> None:
+        """Wait until every daemon's /metrics port accepts connections: nothing else waits for a client's (it has
+        no Ice port), so a scrape right after ``start_client`` on a loaded machine can be refused."""
+        processes = {"scheduler": self.scheduler, "storage": self.storage, **self.clients}
+        for name, port in self.metrics_ports.items():
+            if port and name in processes:
+                self.cluster.wait_listening(processes[name], _HOST, port, timeout_s=timeout_s)
+
     def kill_client(self, name: str) -> None:
         """``kill -9`` one client: its leases are not given back and must expire."""
         self.clients[name].kill9()

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from icecrawler.processes import wait_for_port
 from icecrawler_local.stack import running_stack
 from tests.observability.prom import DEPLOY, promtool, short_rules
 
@@ -99,8 +98,8 @@ def test_every_series_the_rules_the_dashboard_and_the_rule_tests_read_is_exporte
         scheduler_settings={f"scheduler.{key}": value for key, value in backups.items()},
         storage_settings={f"storage.{key}": value for key, value in backups.items()},
     ) as stack:
-        client = stack.start_client("client", {})
-        wait_for_port("127.0.0.1", stack.metrics_ports["client"], 60, alive=client.alive)
+        stack.start_client("client", {})
+        stack.wait_metrics(60)
         exported = set().union(*(exported_names(url) for url in stack.metrics_urls().values()))
     assert {"icecrawler_scheduler_tasks", "icecrawler_storage_backup_age_seconds", "process_open_fds"} <= exported
     for path in ("prometheus/icecrawler-rules.yml", "prometheus/icecrawler-rules.test.yml", "grafana/icecrawler.json"):
