@@ -59,8 +59,12 @@ def _crumbs(category_id: int, category_name: str, here: str = "") -> str:
 
 
 def closed_page() -> bytes:
-    """The notice a closed shop shows in place of its pages (ECSHOP's ``shop_closed`` setting)."""
-    return "<html><body><div>网站暂时关闭，请稍后再来。</div></body></html>".encode()
+    """The notice a closed shop shows in place of its pages (ECSHOP's ``shop_closed`` setting): ``init.php`` prints its
+    ``shop_closed`` line, then the owner's ``close_comment`` (ours), and stops."""
+    return (
+        '<div style="margin: 150px; text-align: center; font-size: 14px"><p>本店盘点中，请您稍后再来...</p>'
+        "<p>系统维护，稍后开放</p></div>"
+    ).encode()
 
 
 class EcshopSite:
@@ -74,7 +78,7 @@ class EcshopSite:
 
     def ban_answer(self, kind: str, now_s: int) -> SimResponse:
         """An ECSHOP shop has no ban page of its own; what it shows in place of every page when the owner closes
-        it (网站暂时关闭) stands for the ``ban_rate`` misbehaviour, whatever its ``ban_page``."""
+        it (本店盘点中…) stands for the ``ban_rate`` misbehaviour, whatever its ``ban_page``."""
         return SimResponse(200, closed_page(), "text/html; charset=utf-8")
 
     def target_of(self, request: SimRequest) -> str:

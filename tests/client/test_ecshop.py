@@ -266,3 +266,32 @@ def test_only_a_redirect_to_the_shop_index_says_the_goods_or_category_is_gone() 
             with pytest.raises((FetchError, ParseError)) as failed:
                 parse("ecshop", task, SOURCE.first_request(task, BASE), b"", status=302, headers={"Location": target})
             assert getattr(failed.value, "outcome", "") != "NotFound", (target, task.kind)
+
+
+#: ECSHOP's own closed-shop notice: ``init.php`` dies with its ``shop_closed`` line and the owner's ``close_comment``
+#: (our own wording for the latter), in the zh_cn pack and in the en_us one.
+_CLOSED_NOTICES = (
+    '<div style="margin: 150px; text-align: center; font-size: 14px"><p>本店盘点中，请您稍后再来...</p>'
+    "<p>店铺装修，明日见</p></div>",
+    '<div style="margin: 150px; text-align: center; font-size: 14px"><p>Our shop on stock counting，please revisit'
+    " shortly...</p><p></p></div>",
+)
+
+
+@pytest.mark.parametrize("notice", _CLOSED_NOTICES, ids=["zh_cn", "en_us"])
+@pytest.mark.parametrize("charset", ["utf-8", "gbk"])
+def test_the_notice_ecshop_itself_prints_for_a_closed_shop_is_busy(notice: str, charset: str) -> None:
+    """A shop whose owner set ``shop_closed`` answers every page with ECSHOP's notice (本店盘点中，请您稍后再来...), in
+    the shop's charset. Only a wording no ECSHOP prints (网站暂时关闭) was known, so the real notice was a ParseError
+    on a goods or comment page and, on a listing, not the shop at all: it is the shop closed for a while, Busy."""
+    body = notice.encode(charset)
+    listing = make_task("ecshop", "5", TaskKind.Listing)
+    requests = [
+        (listing, SOURCE.first_request(listing, BASE)),
+        (REVIEWS, SOURCE.first_request(REVIEWS, BASE)),
+        (REVIEWS, SOURCE.comment_page_request(BASE, "7", 2, 1)),
+    ]
+    for task, request in requests:
+        with pytest.raises(FetchError) as info:
+            parse("ecshop", task, request, body)
+        assert (info.value.outcome, info.value.error_class) == ("Busy", "shop-closed"), request.url

@@ -339,3 +339,19 @@ def test_a_shops_503_with_retry_after_and_its_403_were_already_classified(
     report = crawl(shop_site(answer), make_task("ecshop", "7", TaskKind.ProductReviews), SHOP).report
     assert (report.outcome, report.error_class) == expected
     assert report.retry_after_s == (120.0 if report.outcome is Outcome.RateLimited else 0.0)
+
+
+@pytest.mark.parametrize("kind", [TaskKind.ProductReviews, TaskKind.Listing], ids=["goods", "category"])
+@pytest.mark.parametrize("charset", ["utf-8", "gbk"])
+def test_a_shop_its_owner_closed_is_busy_over_http(kind: TaskKind, charset: str) -> None:
+    """ECSHOP's ``init.php`` answers every page of a shop its owner closed with its own notice (本店盘点中，请您稍后
+    再来..., then the owner's words; HTTP 200, in the shop's charset). It was a ParseError (a task failure) on a goods
+    page and, on a listing, a page that is not the shop: it is the shop closed for a while, Busy, nobody held off."""
+    notice = (
+        '<div style="margin: 150px; text-align: center; font-size: 14px"><p>本店盘点中，请您稍后再来...</p>'
+        "<p>装修中</p></div>"
+    ).encode(charset)
+    answer = (200, {"Content-Type": f"text/html; charset={charset}"}, notice)
+    report = crawl(shop_site(answer), make_task("ecshop", "7", kind), SHOP).report
+    assert (report.outcome, report.error_class) == (Outcome.Busy, "shop-closed")
+    assert effects(report)[:2] == (False, False)
