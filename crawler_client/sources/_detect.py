@@ -232,14 +232,14 @@ WEIBO_MARKERS: tuple[Marker, ...] = (
 )
 
 #: ECSHOP's login form (user.php, shown when a shop requires members to log in), a closed shop (the notice ECSHOP's
-#: ``init.php`` prints in place of every page when the owner sets ``shop_closed``: its ``shop_closed`` line in the zh_cn or
-#: en_us pack, then the owner's ``close_comment``; and 网站暂时关闭, a wording of other PHP shops), the report its
-#: database layer prints (HTTP 200) in place of any page when MySQL fails it (a failed query, a failed connect), and
-#: the web firewalls that front such shops, answering in place of the page (often with HTTP 200): the interception
-#: notice of 宝塔's btwaf, 安全狗 and the ngx_lua_waf family, 云锁's script check (it sets a cookie from the screen
-#: size, then reloads with ``security_verify_data``), and Cloudflare's challenge page (``_cf_chl_opt``, when its
-#: ``cf-mitigated`` header, ``check_http``, did not come through). The firewalls refuse this client, not the page:
-#: Banned, so the host is held off rather than every task of the shop retried at once.
+#: ``init.php`` prints in place of every page when the owner sets ``shop_closed``: its ``shop_closed`` line in the
+#: zh_cn or en_us pack, then the owner's ``close_comment``; and 网站暂时关闭, a wording of other PHP shops), the
+#: report its database layer prints (HTTP 200) in place of any page when MySQL fails it (a failed query, a failed
+#: connect), and the web firewalls that front such shops, answering in place of the page (often with HTTP 200): the
+#: interception notice of 宝塔's btwaf, 安全狗 and the ngx_lua_waf family, 云锁's script check (it sets a cookie from
+#: the screen size, then reloads with ``security_verify_data``), and Cloudflare's challenge page (``_cf_chl_opt``,
+#: when its ``cf-mitigated`` header, ``check_http``, did not come through). The firewalls refuse this client, not the
+#: page: Banned, so the host is held off rather than every task of the shop retried at once.
 ECSHOP_MARKERS: tuple[Marker, ...] = (
     Marker('name="formLogin"', Outcome.LoginRequired, "login-form"),
     Marker("act_login", Outcome.LoginRequired, "login-form"),
