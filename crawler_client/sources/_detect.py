@@ -233,7 +233,7 @@ WEIBO_MARKERS: tuple[Marker, ...] = (
 
 #: ECSHOP's login form (user.php, shown when a shop requires members to log in), a closed shop (the notice ECSHOP's
 #: ``init.php`` prints in place of every page when the owner sets ``shop_closed``: its ``shop_closed`` line in the
-#: zh_cn or en_us pack, then the owner's ``close_comment``; and 网站暂时关闭, a wording of other PHP shops), the
+#: zh_cn, zh_tw or en_us pack, then the owner's ``close_comment``; and 网站暂时关闭, a wording of other PHP shops), the
 #: report its database layer prints (HTTP 200) in place of any page when MySQL fails it (a failed query, a failed
 #: connect), and the web firewalls that front such shops, answering in place of the page (often with HTTP 200): the
 #: interception notice of 宝塔's btwaf, 安全狗 and the ngx_lua_waf family, 云锁's script check (it sets a cookie from
@@ -244,6 +244,7 @@ ECSHOP_MARKERS: tuple[Marker, ...] = (
     Marker('name="formLogin"', Outcome.LoginRequired, "login-form"),
     Marker("act_login", Outcome.LoginRequired, "login-form"),
     Marker("本店盘点中", Outcome.Busy, "shop-closed"),
+    Marker("本店盤點中", Outcome.Busy, "shop-closed"),
     Marker("Our shop on stock counting", Outcome.Busy, "shop-closed"),
     Marker("网站暂时关闭", Outcome.Busy, "shop-closed"),
     Marker("MySQL server error report", Outcome.Busy, "shop-db-error"),

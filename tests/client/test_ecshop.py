@@ -269,16 +269,17 @@ def test_only_a_redirect_to_the_shop_index_says_the_goods_or_category_is_gone() 
 
 
 #: ECSHOP's own closed-shop notice: ``init.php`` dies with its ``shop_closed`` line and the owner's ``close_comment``
-#: (our own wording for the latter), in the zh_cn pack and in the en_us one.
+#: (our own wording for the latter), in the zh_cn, zh_tw and en_us packs.
 _CLOSED_NOTICES = (
     '<div style="margin: 150px; text-align: center; font-size: 14px"><p>本店盘点中，请您稍后再来...</p>'
     "<p>店铺装修，明日见</p></div>",
+    '<div style="margin: 150px; text-align: center; font-size: 14px"><p>本店盤點中，請您稍後再來...</p><p></p></div>',
     '<div style="margin: 150px; text-align: center; font-size: 14px"><p>Our shop on stock counting，please revisit'
     " shortly...</p><p></p></div>",
 )
 
 
-@pytest.mark.parametrize("notice", _CLOSED_NOTICES, ids=["zh_cn", "en_us"])
+@pytest.mark.parametrize("notice", _CLOSED_NOTICES, ids=["zh_cn", "zh_tw", "en_us"])
 @pytest.mark.parametrize("charset", ["utf-8", "gbk"])
 def test_the_notice_ecshop_itself_prints_for_a_closed_shop_is_busy(notice: str, charset: str) -> None:
     """A shop whose owner set ``shop_closed`` answers every page with ECSHOP's notice (本店盘点中，请您稍后再来...), in
