@@ -296,3 +296,57 @@ def test_the_notice_ecshop_itself_prints_for_a_closed_shop_is_busy(notice: str, 
         with pytest.raises(FetchError) as info:
             parse("ecshop", task, request, body)
         assert (info.value.outcome, info.value.error_class) == ("Busy", "shop-closed"), request.url
+
+
+def _comment_box(time_shown: str, page: int, pages: int) -> str:
+    """``comments_list.lbi`` as the default theme renders it: one review, the default pager (ECSHOP's comment pager
+    is always the simple one: ``assign_comment`` leaves ``styleid`` unset), the comment form with its star images."""
+    nxt = f"javascript:gotoPage({page + 1},7,0)" if page < pages else "javascript:;"
+    return (
+        '<meta http-equiv="Content-Type" content="text/html; charset=utf-8">\n<div class="box"><div class="box_1">'
+        '<h3><span class="text">用户评论</span>(共<font class="f1">6</font>条评论)</h3><ul class="comments">'
+        f'<li class="word"><font class="f2">甲</font> <font class="f3">( {time_shown} )</font><br />\n'
+        '<img src="../images/stars4.gif" alt="4" />\n<p>好用<br />\n再买</p></li></ul><div id="pagebar" class="f_r">'
+        f'<form name="selectPageForm" action="/goods.php" method="get"><div id="pager">总计 6 个记录，共 {pages} 页。'
+        f' <span> <a href="javascript:gotoPage(1,7,0)">第一页</a> <a href="{nxt}">下一页</a> </span></div></form>'
+        '</div><div class="commentsList"><form action="javascript:;" name="commentForm" id="commentForm">'
+        '<img src="../images/stars1.gif" /><img src="../images/stars5.gif" /></form></div></div></div>'
+    )
+
+
+@pytest.mark.parametrize(
+    ("body", "page"),
+    [
+        # A GBK edition's goods page (its meta names gbk).
+        (
+            (
+                '<html><head><meta http-equiv="Content-Type" content="text/html; charset=gbk" /></head><body>'
+                f'<div id="ECS_COMMENT">{_comment_box("2024-03-05 21:04", 1, 2)}</div></body></html>'
+            ).encode("gbk"),
+            1,
+        ),
+        # A fork's comment.php adds its own keys (page, totalPages) and a BOM before the envelope.
+        (
+            b"\xef\xbb\xbf"
+            + json.dumps(
+                {
+                    "error": 0,
+                    "message": "",
+                    "content": _comment_box("2024-03-05 21:04", 2, 2),
+                    "page": 2,
+                    "totalPages": 2,
+                }
+            ).encode(),
+            2,
+        ),
+    ],
+    ids=["gbk-goods-page", "fork-envelope-with-bom"],
+)
+def test_comment_list_shapes_of_shops_today(body: bytes, page: int) -> None:
+    """A shop whose ``time_format`` drops the seconds, in either answer: the review, its time and the pager read."""
+    request = SOURCE.first_request(REVIEWS, BASE) if page == 1 else SOURCE.comment_page_request(BASE, "7", page, 1)
+    parsed = parse("ecshop", REVIEWS, request, body)
+    (review,) = reviews(parsed.items)
+    assert (review.user, review.content, review.score) == ("甲", "好用\n再买", 4)
+    assert review.created_at == "2024-03-05T21:04:00+08:00"
+    assert parsed.total_pages == 2 and (parsed.next_request is None) == (page == 2)

@@ -363,3 +363,73 @@ def test_a_row_whose_text_is_only_its_tag_comment_keeps_that_text() -> None:
     ]
     assert reviews[0].created_at == "2025-07-01T09:30:00+08:00"
     assert page.next_request is None
+
+
+def _row(**fields: object) -> dict[str, object]:
+    """One club comment row of our own making; ``fields`` replace its defaults."""
+    row: dict[str, object] = {"id": 21739216801, "content": "不错", "creationTime": "2024-12-02 10:11:12", "score": 5}
+    row.update(fields)
+    return row
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        # The club JSONP in GBK bytes (its old charset), the callback after blank lines.
+        (
+            b"\r\n\r\nfetchJSON_comment98("
+            + json.dumps({"comments": [_row(nickname="匿***名")], "maxPage": 1}, ensure_ascii=False).encode("gbk")
+            + b");\n",
+            ("不错", "2024-12-02T10:11:12+08:00", 5, "匿***名"),
+        ),
+        # A time without seconds, another with slashes; a score as a string.
+        (
+            json.dumps({"comments": [_row(creationTime="2024-12-02 10:11", score="4")], "maxPage": 1}).encode(),
+            ("不错", "2024-12-02T10:11:00+08:00", 4, ""),
+        ),
+        (
+            json.dumps({"comments": [_row(creationTime="2024/12/2 10:11:12")], "maxPage": 1}).encode(),
+            ("不错", "2024-12-02T10:11:12+08:00", 5, ""),
+        ),
+        # The line JD shows for a buyer who wrote nothing is the review's text, kept as it is.
+        (
+            json.dumps({"comments": [_row(content="此用户未填写评价内容")], "maxPage": 1}, ensure_ascii=False).encode(),
+            ("此用户未填写评价内容", "2024-12-02T10:11:12+08:00", 5, ""),
+        ),
+        # A follow-up (afterUserComment) and the shop's replies belong to the review; they are not reviews.
+        (
+            json.dumps(
+                {
+                    "comments": [
+                        _row(afterUserComment={"id": 9, "content": "追加"}, replies=[{"id": 8, "content": "谢"}])
+                    ],
+                    "maxPage": 1,
+                },
+                ensure_ascii=False,
+            ).encode(),
+            ("不错", "2024-12-02T10:11:12+08:00", 5, ""),
+        ),
+    ],
+    ids=["gbk-jsonp", "no-seconds", "slashes", "empty-text-line", "follow-up"],
+)
+def test_comment_shapes_of_2024_2026_answers(body: bytes, expected: tuple[str, str, int, str]) -> None:
+    """Shapes the club and API answers take in 2024–2026 tools' saved answers, each read as one review."""
+    (review,) = parse("jd", TASK, SOURCE.first_request(TASK, BASE), body).items
+    assert isinstance(review, Review) and review.id == "21739216801"
+    assert (review.content, review.created_at, review.score, review.user) == expected
+
+
+@pytest.mark.parametrize(
+    ("doc", "expected"),
+    [
+        ({"code": 605, "msg": "risk"}, ("Banned", "jd-risk-605")),
+        ({"code": 601, "echo": "Queuing", "wait": 5}, ("RateLimited", "jd-queuing")),
+    ],
+    ids=["605-int", "601-int"],
+)
+def test_gateway_codes_sent_as_numbers_are_read_as_their_strings(
+    doc: dict[str, object], expected: tuple[str, str]
+) -> None:
+    with pytest.raises(FetchError) as info:
+        parse("jd", TASK, SOURCE.first_request(TASK, BASE), json.dumps(doc).encode())
+    assert (info.value.outcome, info.value.error_class) == expected
