@@ -24,6 +24,8 @@ __all__ = [
     "html_text",
     "html_texts",
     "is_tag",
+    "is_utf8",
+    "load_bytewise_json",
     "load_json",
     "make_soup",
     "strip_jsonp",
@@ -104,6 +106,46 @@ def load_json(text: str, *, what: str, http_status: int = 0) -> Any:
         raise ParseError(
             f"{what}: not JSON ({type(exc).__name__}: {str(exc)[:80]})", error_class="bad-json", http_status=http_status
         ) from exc
+
+
+#: How deep ``load_bytewise_json`` decodes strings inside nested objects (the answers it reads are flat).
+_TRANSCODE_DEPTH = 32
+
+
+def is_utf8(body: bytes) -> bool:
+    """Whether ``body`` is valid UTF-8 (a BOM allowed)."""
+    try:
+        body.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def load_bytewise_json(body: bytes, *, what: str, http_status: int = 0, charset: str = "gb18030") -> Any:
+    """JSON that a PHP site on a legacy charset wrote byte by byte (ECSHOP's ``cls_json`` for its GBK editions, which
+    escapes backslashes, quotes and control bytes wherever they occur): parsed on its bytes, each string then decoded
+    from ``charset``. Decoded as text first, a GBK character whose second byte is 0x5C (誠, 運, 淺… 118 of them) stands
+    beside the backslash the encoder doubled: an invalid escape, or one that swallows the closing quote. PHP notices
+    around it are dropped as ``strip_php_notices`` does."""
+    text = strip_php_notices(body.decode("latin-1"))  # one character per byte: the encoder's own view
+    return _transcode(load_json(text, what=what, http_status=http_status), charset, _TRANSCODE_DEPTH)
+
+
+def _transcode(value: Any, charset: str, depth: int) -> Any:
+    """``value`` with every string (keys too) read back as bytes and decoded from ``charset``; a string holding a
+    ``\\u`` escape beyond latin-1 is text already and stays as it is."""
+    if isinstance(value, str):
+        try:
+            return value.encode("latin-1").decode(charset, errors="replace")
+        except UnicodeEncodeError:
+            return value
+    if depth <= 0:
+        return value
+    if isinstance(value, dict):
+        return {_transcode(key, charset, 0): _transcode(item, charset, depth - 1) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_transcode(item, charset, depth - 1) for item in value]
+    return value
 
 
 def make_soup(markup: str) -> BeautifulSoup:

@@ -26,7 +26,15 @@ from urllib.parse import urlsplit
 
 from crawler_client.sources._cursor import ReviewOrder
 from crawler_client.sources._dates import iso_of_ms, resolve_created_at
-from crawler_client.sources._decode import decode_body, html_text, load_json, make_soup, strip_php_notices
+from crawler_client.sources._decode import (
+    decode_body,
+    html_text,
+    is_utf8,
+    load_bytewise_json,
+    load_json,
+    make_soup,
+    strip_php_notices,
+)
 from crawler_client.sources._detect import (
     ECSHOP_MARKERS,
     check_final_url,
@@ -190,7 +198,7 @@ class EcshopSource(ReviewOrder, SavedPages):
         # A shop running with display_errors on prints PHP notices into its answers, around the JSON too.
         text = strip_php_notices(decode_body(page.body))
         if text.startswith("{"):
-            fragment = _envelope_content(load_json(text, what="comment.php", http_status=page.status), page)
+            fragment = _envelope_content(_load_envelope(page.body, text, page.status), page)
         else:
             if _redirected_away(page, "goods.php"):
                 raise fail(
@@ -308,6 +316,17 @@ def _envelope_content(doc: Any, page: FetchedPage) -> str:
         )
     content: str = doc["content"]
     return content
+
+
+def _load_envelope(body: bytes, text: str, status: int) -> Any:
+    """The ``comment.php`` envelope: a GBK shop's (not UTF-8) as ``cls_json`` wrote it, byte by byte
+    (``load_bytewise_json``), else as text; a GBK answer that does not parse on its bytes gets the text's verdict."""
+    if not is_utf8(body):
+        try:
+            return load_bytewise_json(body, what="comment.php", http_status=status)
+        except ParseError:
+            pass
+    return load_json(text, what="comment.php", http_status=status)
 
 
 def _redirected_away(page: FetchedPage, script: str) -> bool:

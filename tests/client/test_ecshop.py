@@ -350,3 +350,38 @@ def test_comment_list_shapes_of_shops_today(body: bytes, page: int) -> None:
     assert (review.user, review.content, review.score) == ("甲", "好用\n再买", 4)
     assert review.created_at == "2024-03-05T21:04:00+08:00"
     assert parsed.total_pages == 2 and (parsed.next_request is None) == (page == 2)
+
+
+def cls_json_gbk(obj: dict[str, object]) -> bytes:
+    """A flat object as ECSHOP's ``cls_json::encode`` writes it for a GBK shop (no ``json_encode``): each string's GBK
+    bytes as they are, byte by byte escaping backslashes, quotes and control characters; numbers bare."""
+    escapes = {0x5C: b"\\\\", 0x22: b'\\"', 0x0A: b"\\n", 0x0D: b"\\r", 0x09: b"\\t"}
+
+    def value(item: object) -> bytes:
+        if isinstance(item, int):
+            return str(item).encode()
+        raw = str(item).encode("gbk")
+        return b'"' + b"".join(escapes.get(byte, bytes([byte])) for byte in raw) + b'"'
+
+    return b"{" + b",".join(value(key) + b":" + value(item) for key, item in obj.items()) + b"}"
+
+
+def test_a_gbk_shops_comment_page_whose_text_has_a_0x5c_byte_reads_right() -> None:
+    """A GBK shop's ``comment.php`` answer is written byte by byte: a character whose second GBK byte is 0x5C (誠, 運,
+    淺… 118 of them, traditional forms buyers do type) is followed by the backslash the encoder doubled. Decoded as
+    text first, that pair became an invalid escape, or swallowed the closing quote: the whole page, and the walk past
+    it, was a ParseError on every try. The envelope is read on its bytes now and each string decoded after."""
+    texts = ["誠意滿滿，很好運", '淺藍色"款"\\結尾是誠', "錦"]
+    items = "".join(
+        f'<li class="word"><font class="f2">買家{i}</font> <font class="f3">( 2024-03-0{i + 1} 10:00:00 )</font><br />'
+        f'<img src="../images/stars5.gif" /><p>{text.replace("<", "&lt;")}</p></li>'
+        for i, text in enumerate(texts)
+    )
+    content = f'<ul class="comments">{items}</ul><div id="pager">总计 6 个记录，共 2 页。</div>'
+    body = cls_json_gbk({"error": 0, "message": "", "content": content})
+    with pytest.raises(UnicodeDecodeError):
+        body.decode("utf-8")
+    page = parse("ecshop", REVIEWS, SOURCE.comment_page_request(BASE, "7", 2, 1), body)
+    assert [r.content for r in reviews(page.items)] == texts
+    assert [r.user for r in reviews(page.items)] == ["買家0", "買家1", "買家2"]
+    assert page.total_pages == 2 and page.next_request is None
