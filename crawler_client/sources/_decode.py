@@ -25,6 +25,7 @@ __all__ = [
     "html_texts",
     "is_tag",
     "is_utf8",
+    "legacy_charset",
     "load_bytewise_json",
     "load_json",
     "make_soup",
@@ -34,14 +35,33 @@ __all__ = [
 ]
 
 
-def decode_body(body: bytes) -> str:
-    """utf-8 (BOM stripped), else GB18030 — a superset of GBK that decodes any byte string."""
+def decode_body(body: bytes, legacy: str = "gb18030") -> str:
+    """utf-8 (BOM stripped), else ``legacy``: GB18030 unless told (a superset of GBK that decodes any byte string), or
+    what ``legacy_charset`` found a page declaring."""
     if body.startswith(b"\xef\xbb\xbf"):
         body = body[3:]
     try:
         return body.decode("utf-8")
     except UnicodeDecodeError:
-        return body.decode("gb18030", errors="replace")
+        return body.decode(legacy, errors="replace")
+
+
+#: A charset declaration (``Content-Type`` header, ``<meta>``), in bytes so that a page's own can be read undecoded.
+_CHARSET_RE = re.compile(rb"charset\s*=\s*[\"'\\]*\s*([A-Za-z0-9_-]{1,20})", re.IGNORECASE)
+#: The names a Big5 page declares itself by.
+_BIG5_NAMES = frozenset({b"big5", b"big-5", b"cp950", b"x-x-big5", b"big5-hkscs"})
+#: How far into a body ``legacy_charset`` looks for its declaration (a ``<head>``, a JSON envelope's first field).
+_DECLARATION_SPAN = 4096
+
+
+def legacy_charset(body: bytes, content_type: str = "") -> str:
+    """The codec for a body that is not UTF-8: Big5 (Python's ``big5hkscs``, a superset) when its ``Content-Type`` or
+    its first bytes (a ``<meta>``, the HTML inside a JSON envelope) declare Big5, as ECSHOP's Big5 edition does, else
+    GB18030. Only Big5 is taken at its word: pages that declare UTF-8 or nothing are GBK often enough (Weibo's)."""
+    declared = _CHARSET_RE.findall(content_type.encode("ascii", "replace")) + _CHARSET_RE.findall(
+        body[:_DECLARATION_SPAN]
+    )
+    return "big5hkscs" if any(name.lower() in _BIG5_NAMES for name in declared) else "gb18030"
 
 
 def strip_jsonp(text: str) -> str:

@@ -41,19 +41,21 @@ BANNED_STATUSES = frozenset({403, 414, 418, 432})
 
 @dataclass(frozen=True)
 class Marker:
-    """One byte marker: ``text`` is searched in the body as utf-8 and as GBK."""
+    """One byte marker: ``text`` is searched in the body as utf-8, as GBK and as Big5."""
 
     text: str
     outcome: Outcome
     error_class: str
 
     def variants(self) -> tuple[bytes, ...]:
-        """The marker's utf-8 and GBK bytes (one form when they coincide, e.g. ASCII)."""
+        """The marker's utf-8, GBK and Big5 bytes, where it has them (one form when they coincide, e.g. ASCII). Big5:
+        a traditional marker in a Big5 shop's page (ECSHOP's Big5 edition); simplified text has no Big5 form."""
         forms = {self.text.encode("utf-8")}
-        try:
-            forms.add(self.text.encode("gbk"))
-        except UnicodeEncodeError:
-            pass
+        for legacy in ("gbk", "big5"):
+            try:
+                forms.add(self.text.encode(legacy))
+            except UnicodeEncodeError:
+                pass
         return tuple(forms)
 
 

@@ -30,6 +30,7 @@ from crawler_client.sources._decode import (
     decode_body,
     html_text,
     is_utf8,
+    legacy_charset,
     load_bytewise_json,
     load_json,
     make_soup,
@@ -41,6 +42,7 @@ from crawler_client.sources._detect import (
     check_http,
     check_not_cut_short,
     fail,
+    header,
     redirect_target,
     scan_markers,
     unparsable,
@@ -196,9 +198,10 @@ class EcshopSource(ReviewOrder, SavedPages):
     def _parse_reviews(self, task: Task, request: PageRequest, page: FetchedPage, now_ms: int) -> ParsedPage:
         """A goods page or a ``comment.php`` envelope: the same comment list either way."""
         # A shop running with display_errors on prints PHP notices into its answers, around the JSON too.
-        text = strip_php_notices(decode_body(page.body))
+        legacy = _charset_of(page)
+        text = strip_php_notices(decode_body(page.body, legacy))
         if text.startswith("{"):
-            fragment = _envelope_content(_load_envelope(page.body, text, page.status), page)
+            fragment = _envelope_content(_load_envelope(page.body, text, page.status, legacy), page)
         else:
             if _redirected_away(page, "goods.php"):
                 raise fail(
@@ -265,7 +268,7 @@ class EcshopSource(ReviewOrder, SavedPages):
                 error_class="no-such-category",
                 http_status=page.status,
             )
-        html = decode_body(page.body)
+        html = decode_body(page.body, _charset_of(page))
         soup = make_soup(html)
         scope = (
             soup.select_one('form[name="compareForm"]')
@@ -318,12 +321,17 @@ def _envelope_content(doc: Any, page: FetchedPage) -> str:
     return content
 
 
-def _load_envelope(body: bytes, text: str, status: int) -> Any:
-    """The ``comment.php`` envelope: a GBK shop's (not UTF-8) as ``cls_json`` wrote it, byte by byte
-    (``load_bytewise_json``), else as text; a GBK answer that does not parse on its bytes gets the text's verdict."""
+def _charset_of(page: FetchedPage) -> str:
+    """The codec for a shop's non-UTF-8 answer: Big5 where the shop says so (ECSHOP's Big5 edition), else GB18030."""
+    return legacy_charset(page.body, header(page.headers, "content-type"))
+
+
+def _load_envelope(body: bytes, text: str, status: int, legacy: str) -> Any:
+    """The ``comment.php`` envelope: a GBK or Big5 shop's (not UTF-8) as ``cls_json`` wrote it, byte by byte
+    (``load_bytewise_json``), else as text; such an answer that does not parse on its bytes gets the text's verdict."""
     if not is_utf8(body):
         try:
-            return load_bytewise_json(body, what="comment.php", http_status=status)
+            return load_bytewise_json(body, what="comment.php", http_status=status, charset=legacy)
         except ParseError:
             pass
     return load_json(text, what="comment.php", http_status=status)

@@ -352,15 +352,15 @@ def test_comment_list_shapes_of_shops_today(body: bytes, page: int) -> None:
     assert parsed.total_pages == 2 and (parsed.next_request is None) == (page == 2)
 
 
-def cls_json_gbk(obj: dict[str, object]) -> bytes:
-    """A flat object as ECSHOP's ``cls_json::encode`` writes it for a GBK shop (no ``json_encode``): each string's GBK
-    bytes as they are, byte by byte escaping backslashes, quotes and control characters; numbers bare."""
+def cls_json(obj: dict[str, object], charset: str = "gbk") -> bytes:
+    """A flat object as ECSHOP's ``cls_json::encode`` writes it for a GBK or Big5 shop (no ``json_encode``): each
+    string's bytes as they are, byte by byte escaping backslashes, quotes and control characters; numbers bare."""
     escapes = {0x5C: b"\\\\", 0x22: b'\\"', 0x0A: b"\\n", 0x0D: b"\\r", 0x09: b"\\t"}
 
     def value(item: object) -> bytes:
         if isinstance(item, int):
             return str(item).encode()
-        raw = str(item).encode("gbk")
+        raw = str(item).encode(charset)
         return b'"' + b"".join(escapes.get(byte, bytes([byte])) for byte in raw) + b'"'
 
     return b"{" + b",".join(value(key) + b":" + value(item) for key, item in obj.items()) + b"}"
@@ -378,10 +378,49 @@ def test_a_gbk_shops_comment_page_whose_text_has_a_0x5c_byte_reads_right() -> No
         for i, text in enumerate(texts)
     )
     content = f'<ul class="comments">{items}</ul><div id="pager">总计 6 个记录，共 2 页。</div>'
-    body = cls_json_gbk({"error": 0, "message": "", "content": content})
+    body = cls_json({"error": 0, "message": "", "content": content})
     with pytest.raises(UnicodeDecodeError):
         body.decode("utf-8")
     page = parse("ecshop", REVIEWS, SOURCE.comment_page_request(BASE, "7", 2, 1), body)
     assert [r.content for r in reviews(page.items)] == texts
     assert [r.user for r in reviews(page.items)] == ["買家0", "買家1", "買家2"]
     assert page.total_pages == 2 and page.next_request is None
+
+
+def _big5_list(texts: Sequence[str], page: int, pages: int) -> str:
+    """``comments_list.lbi`` as a Big5 shop renders it: its meta names big5, the zh_tw pack's words."""
+    items = "".join(
+        f'<li class="word"><font class="f2">會員{i}</font> <font class="f3">( 2024-05-0{i + 1} 08:30:00 )</font><br />'
+        f'<img src="../images/stars3.gif" /><p>{text}</p></li>'
+        for i, text in enumerate(texts)
+    )
+    nxt = f"javascript:gotoPage({page + 1},7,0)" if page < pages else "javascript:;"
+    return (
+        '<meta http-equiv="Content-Type" content="text/html; charset=big5">'
+        f'<ul class="comments">{items}</ul><div id="pager">總計 4 個記錄，共 {pages} 頁。 <span>'
+        f'<a href="javascript:gotoPage(1,7,0)">第一頁</a> <a href="{nxt}">下一頁</a></span></div>'
+    )
+
+
+def test_a_big5_shops_pages_are_read_as_big5() -> None:
+    """ECSHOP installs as a Big5 edition too (``EC_CHARSET`` big5, the zh_tw pack): its pages are Big5 bytes that
+    say so (``charset=big5`` in the header and the page). Read as GB18030, as every non-UTF-8 page was, each review
+    was stored with other characters than the buyer wrote; and its ``comment.php`` answer, written byte by byte, has
+    a doubled backslash after every character whose second Big5 byte is 0x5C (許, 功, 蓋…, common ones)."""
+    first_texts, second_texts = ["許多功能都很好用", "餐具蓋子很緊"], ["價格實惠，會再買", "包裝完整"]
+    header = {"Content-Type": "text/html; charset=big5"}
+    goods = f'<html><body><div id="ECS_COMMENT">{_big5_list(first_texts, 1, 2)}</div></body></html>'.encode("big5")
+    first = parse("ecshop", REVIEWS, SOURCE.first_request(REVIEWS, BASE), goods, headers=header)
+    assert [r.content for r in reviews(first.items)] == first_texts
+    assert [r.user for r in reviews(first.items)] == ["會員0", "會員1"] and first.next_request is not None
+    body = cls_json({"error": 0, "message": "", "content": _big5_list(second_texts, 2, 2)}, "big5")
+    for headers in (header, {}):  # the page's own meta says big5 when a proxy dropped the header's charset
+        second = parse("ecshop", REVIEWS, first.next_request, body, headers=headers)
+        assert [r.content for r in reviews(second.items)] == second_texts and second.next_request is None
+
+
+def test_a_closed_big5_shop_is_busy() -> None:
+    notice = '<div style="margin: 150px; text-align: center; font-size: 14px"><p>本店盤點中，請您稍後再來...</p></div>'
+    with pytest.raises(FetchError) as info:
+        parse("ecshop", REVIEWS, SOURCE.first_request(REVIEWS, BASE), notice.encode("big5"))
+    assert (info.value.outcome, info.value.error_class) == ("Busy", "shop-closed")
