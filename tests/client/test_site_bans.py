@@ -341,17 +341,57 @@ def test_a_shops_503_with_retry_after_and_its_403_were_already_classified(
     assert report.retry_after_s == (120.0 if report.outcome is Outcome.RateLimited else 0.0)
 
 
+#: ECSHOP's closed-shop line in each charset's language pack: zh_cn for the UTF-8 and GBK editions, zh_tw for Big5.
+_CLOSED_LINES = {
+    "utf-8": "本店盘点中，请您稍后再来...",
+    "gbk": "本店盘点中，请您稍后再来...",
+    "big5": "本店盤點中，請您稍後再來...",
+}
+
+
 @pytest.mark.parametrize("kind", [TaskKind.ProductReviews, TaskKind.Listing], ids=["goods", "category"])
-@pytest.mark.parametrize("charset", ["utf-8", "gbk"])
+@pytest.mark.parametrize("charset", sorted(_CLOSED_LINES))
 def test_a_shop_its_owner_closed_is_busy_over_http(kind: TaskKind, charset: str) -> None:
     """ECSHOP's ``init.php`` answers every page of a shop its owner closed with its own notice (本店盘点中，请您稍后
     再来..., then the owner's words; HTTP 200, in the shop's charset). It was a ParseError (a task failure) on a goods
     page and, on a listing, a page that is not the shop: it is the shop closed for a while, Busy, nobody held off."""
     notice = (
-        '<div style="margin: 150px; text-align: center; font-size: 14px"><p>本店盘点中，请您稍后再来...</p>'
-        "<p>装修中</p></div>"
+        '<div style="margin: 150px; text-align: center; font-size: 14px">'
+        f"<p>{_CLOSED_LINES[charset]}</p><p>維護</p></div>"
     ).encode(charset)
     answer = (200, {"Content-Type": f"text/html; charset={charset}"}, notice)
     report = crawl(shop_site(answer), make_task("ecshop", "7", kind), SHOP).report
     assert (report.outcome, report.error_class) == (Outcome.Busy, "shop-closed")
     assert effects(report)[:2] == (False, False)
+
+
+def test_a_big5_shops_reviews_keep_their_characters_over_http() -> None:
+    """A shop installed as ECSHOP's Big5 edition says ``charset=big5`` in its ``Content-Type``; the goods page and the
+    ``comment.php`` answer (written byte by byte, 許 and 功 ending in a backslash byte) are read as Big5, through the
+    client's fetcher as it hands the header over. Both were read as GB18030: every review stored with other
+    characters, or the comment page a ParseError."""
+    texts = {1: "許多功能", 2: "蓋子很緊"}
+
+    def fragment(page: int) -> str:
+        nxt = "javascript:gotoPage(2,7,0)" if page == 1 else "javascript:;"
+        return (
+            f'<ul class="comments"><li class="word"><font class="f2">會員</font> <font class="f3">( 2024-05-0{page} '
+            f'08:30:00 )</font><br /><img src="../images/stars4.gif" /><p>{texts[page]}</p></li></ul><div id="pager">'
+            f'總計 2 個記錄，共 2 頁。 <a href="javascript:gotoPage(1,7,0)">第一頁</a> <a href="{nxt}">下一頁</a></div>'
+        )
+
+    def envelope(content: str) -> bytes:
+        escaped = content.encode("big5").replace(b"\\", b"\\\\").replace(b'"', b'\\"')
+        return b'{"error":0,"message":"","content":"' + escaped + b'"}'
+
+    big5 = {"Content-Type": "text/html; charset=big5"}
+
+    def answer(host: str, path: str, query: dict[str, str]) -> Answer:
+        if path.endswith("/comment.php"):
+            return 200, big5, envelope(fragment(2))
+        return 200, big5, f'<html><body><div id="ECS_COMMENT">{fragment(1)}</div></body></html>'.encode("big5")
+
+    done = crawl(answer, make_task("ecshop", "7", TaskKind.ProductReviews), SHOP)
+    assert done.report.outcome == Outcome.Ok, done.report
+    assert sorted(review.content for review in done.reviews) == sorted(texts.values())
+    assert {review.user for review in done.reviews} == {"會員"}
