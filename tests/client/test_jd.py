@@ -433,3 +433,20 @@ def test_gateway_codes_sent_as_numbers_are_read_as_their_strings(
     with pytest.raises(FetchError) as info:
         parse("jd", TASK, SOURCE.first_request(TASK, BASE), json.dumps(doc).encode())
     assert (info.value.outcome, info.value.error_class) == expected
+
+
+def test_cards_between_the_rows_of_get_comment_list_with_card_are_not_reviews() -> None:
+    """The app's ``getCommentListWithCard`` answer (saved by 2020s mitmproxy scripts) interleaves card entries without
+    ``commentInfo`` between the comment rows, beside ``tagStatisticsinfoList``: the rows are read, the cards skipped."""
+    info = {"commentId": "7", "userNickName": "a***b", "commentData": "好", "commentDate": "2025-03-01 10:00:00"}
+    doc = {
+        "commentInfoList": [
+            {"commentInfo": {**info, "commentScore": "5"}},
+            {"cardType": 3, "cardInfo": {"title": "卡"}},
+        ],
+        "maxPage": 3,
+        "tagStatisticsinfoList": [{"name": "质量好", "count": "10"}],
+    }
+    page = parse("jd", TASK, SOURCE.first_request(TASK, BASE), json.dumps(doc, ensure_ascii=False).encode())
+    assert [(r.id, r.content, r.score) for r in page.items if isinstance(r, Review)] == [("7", "好", 5)]
+    assert len(page.items) == 1 and page.total_pages == 3 and page.next_request is not None
