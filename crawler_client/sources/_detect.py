@@ -32,6 +32,7 @@ __all__ = [
     "redirect_target",
     "retry_after_seconds",
     "scan_markers",
+    "sent_to_error",
     "unparsable",
 ]
 
@@ -164,12 +165,20 @@ _LOGIN_URL_RE = re.compile(
 
 
 #: Where a site sends a request it will not answer, other than its login pages, by address (checked first, so a
-#: login wall's pattern cannot claim them): Weibo's account check on ``security.weibo.com`` (a captcha or phone check
-#: a person must pass with that account: the account rests, as for a login wall) and its ``sorry`` page for an
-#: account that is gone (``usernotexists``: closed, or banned by Weibo; the target is gone, not our session).
+#: login wall's pattern cannot claim them). Weibo's account check on ``security.weibo.com`` (a captcha or phone check
+#: a person must pass with that account: the account rests, as for a login wall); its ``sorry`` pages, the address
+#: saying which: an account that is gone (``usernotexists``: closed, or banned by Weibo; the target is gone, not our
+#: session), an account Weibo has blocked (``userblock``, ``&is_viewer`` when it is the one asking; public crawlers rest
+#: that account), the system busy (``sysbusy``: retried soon, no account or host held) and no such page
+#: (``pagenotfound``); and ``/unfreeze`` (also on ``sass.weibo.com``), where a frozen account is sent to be unlocked.
+#: weibo.com's v6 AJAX answers name the same pages in their ``data`` where a page load would be redirected.
 _LANDINGS: tuple[tuple[re.Pattern[str], Outcome, str], ...] = (
     (re.compile(r"//security\.weibo\.c(?:om|n)/", re.IGNORECASE), Outcome.AccountFrozen, "account-verify"),
     (re.compile(r"weibo\.c(?:om|n)/sorry\?[^#\s]*usernotexists", re.IGNORECASE), Outcome.NotFound, "user-not-exists"),
+    (re.compile(r"weibo\.c(?:om|n)/sorry\?[^#\s]*userblock", re.IGNORECASE), Outcome.AccountFrozen, "account-blocked"),
+    (re.compile(r"weibo\.c(?:om|n)/sorry\?[^#\s]*sysbusy", re.IGNORECASE), Outcome.Busy, "sysbusy"),
+    (re.compile(r"weibo\.c(?:om|n)/sorry\?[^#\s]*pagenotfound", re.IGNORECASE), Outcome.NotFound, "page-not-found"),
+    (re.compile(r"weibo\.c(?:om|n)/unfreeze\b", re.IGNORECASE), Outcome.AccountFrozen, "account-unfreeze"),
 )
 
 
@@ -198,16 +207,24 @@ def check_final_url(page: FetchedPage, request_url: str = "") -> None:
     final = redirect_target(page)
     if not final or final == request_url:
         return
-    if (landed := landing_error(final, page.status)) is not None:
-        raise landed
-    if match := _LOGIN_URL_RE.search(final):
-        kind = "visitor" if "visitor" in final or "visit.sina" in final else "login-redirect"
-        raise fail(
-            Outcome.LoginRequired,
-            f"redirected to {final[:200]} ({match[0]})",
-            error_class=kind,
-            http_status=page.status,
-        )
+    sent = sent_to_error(final, page.status)
+    if sent is not None:
+        raise sent
+
+
+def sent_to_error(url: str, http_status: int) -> FetchError | None:
+    """What being sent to ``url`` means (a ``_LANDINGS`` page, else a passport/visitor/login page), else None: for a
+    redirect's target, and for a page an answer tells its own script to go to (weibo.com's v6 ``data``)."""
+    landed = landing_error(url, http_status)
+    if landed is not None:
+        return landed
+    match = _LOGIN_URL_RE.search(url)
+    if match is None:
+        return None
+    kind = "visitor" if "visitor" in url or "visit.sina" in url else "login-redirect"
+    return fail(
+        Outcome.LoginRequired, f"redirected to {url[:200]} ({match[0]})", error_class=kind, http_status=http_status
+    )
 
 
 #: Weibo's interstitials, most specific first (the frozen page shares the busy page's skeleton).

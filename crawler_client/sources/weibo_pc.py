@@ -36,6 +36,7 @@ from crawler_client.sources._detect import (
     WEIBO_MARKERS,
     fail,
     scan_markers,
+    sent_to_error,
     unparsable,
 )
 from crawler_client.sources._headers import DESKTOP_UA
@@ -266,7 +267,9 @@ def _all(node: Tag, attr: str, value: str, name: str | None = None) -> list[Tag]
 def _envelope_data(page: FetchedPage, what: str, bad_code: Outcome | None) -> Any:
     """``data`` of a ``{"code":"100000","msg":"","data":...}`` envelope. A profile page answers with its
     FM.view feed html; other HTML is a ban/login page (docs/SITE_RESPONSES.md §1.4); another code raises what its
-    ``msg`` names (请先登录, 请求过于频繁…), else ``bad_code`` (None: a long-text answer, ``long_text_refused``)."""
+    ``msg`` names (请先登录, 请求过于频繁…), else what the page its ``data`` sends the browser to means (a login, a
+    ``sorry`` page, ``/unfreeze``: ``sent_to_error``), else ``bad_code`` (None: a long-text answer,
+    ``long_text_refused``)."""
     text = decode_body(page.body).strip()
     if not text.startswith("{"):
         fragment = _profile_feed(text)
@@ -307,13 +310,10 @@ def _envelope_data(page: FetchedPage, what: str, bad_code: Outcome | None) -> An
         said = message_error(doc, page.status)  # a msg that names a login, a rate limit or a frozen account
         if said is not None:
             raise said
-        if "pagenotfound" in str(doc.get("data", ""))[:300]:  # data: "https://weibo.com/sorry?pagenotfound&"
-            raise fail(
-                Outcome.NotFound,
-                f"{what} code {code[:20]!r}: the site's page-not-found",
-                error_class="page-not-found",
-                http_status=page.status,
-            )
+        data = doc.get("data")
+        sent = sent_to_error(data[:300], page.status) if isinstance(data, str) else None
+        if sent is not None:  # data: the page its script goes to ("https://weibo.com/sorry?pagenotfound&")
+            raise sent
         if bad_code is None:
             raise long_text_refused(str(doc.get("msg", "") or ""), page.status, f"{what} code {code[:20]!r}")
         raise fail(

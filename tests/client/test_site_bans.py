@@ -197,7 +197,7 @@ def weibo_site(first: Answer) -> Site:
     """Weibo: the source's first call answers ``first``; the pages it may be sent to answer a page of their own."""
 
     def answer(host: str, path: str, query: dict[str, str]) -> Answer:
-        if host.startswith(("security.", "passport.", "login.")) or path.startswith("/sorry"):
+        if host.startswith(("security.", "passport.", "login.")) or path.startswith(("/sorry", "/unfreeze")):
             return 200, {"Content-Type": "text/html"}, page_html("微博", "<div id='app'></div>")
         return first
 
@@ -238,6 +238,61 @@ def test_an_answer_that_names_the_user_not_exists_page_is_not_found(source: str,
     body = b'{"ok":0,"error_type":"link","url":"https://weibo.com/sorry?usernotexists&msg=x"}'
     report = weibo_crawl(source, base_url, (200, {"Content-Type": "application/json"}, body))
     assert (report.outcome, report.error_class) == (Outcome.NotFound, "user-not-exists")
+
+
+@pytest.mark.parametrize(("source", "base_url"), WEIBO)
+@pytest.mark.parametrize(
+    ("sent_to", "expected", "held"),
+    [
+        ("http://weibo.com/sorry?userblock&is_viewer&code=20003", (Outcome.AccountFrozen, "account-blocked"), True),
+        ("http://weibo.com/unfreeze", (Outcome.AccountFrozen, "account-unfreeze"), True),
+        ("http://weibo.com/sorry?sysbusy", (Outcome.Busy, "sysbusy"), False),
+    ],
+    ids=["userblock", "unfreeze", "sysbusy"],
+)
+def test_a_weibo_call_sent_to_a_blocked_account_or_busy_page_is_what_that_page_means(
+    source: str, base_url: str, sent_to: str, expected: tuple[Outcome, str], held: bool
+) -> None:
+    """weibo.com sends an account it has blocked to ``sorry?userblock`` (``is_viewer``: the account asking) and a frozen
+    one to ``/unfreeze``, where a person must unlock it; a moment the system is busy goes to ``sorry?sysbusy``.
+    Crawlers in public code rest the account for the first two and wait out the third. The HTML there was taken for
+    a login page (a busy moment froze the account). The blocked and frozen pages rest the account
+    (AccountFrozen), the busy one retries the task with the account untouched (Busy); neither blocks the host."""
+    report = weibo_crawl(source, base_url, redirect(sent_to))
+    assert (report.outcome, report.error_class) == expected
+    assert effects(report, account="acct")[:2] == (False, held)
+
+
+@pytest.mark.parametrize(
+    ("body", "expected", "held"),
+    [
+        (
+            b'{"code":"100003","msg":"","data":"http:\\/\\/weibo.com\\/sorry?userblock&code=20003"}',
+            (Outcome.AccountFrozen, "account-blocked"),
+            (False, True),
+        ),
+        (
+            b'{"code":"100005","msg":"","data":"https:\\/\\/weibo.com\\/sorry?sysbusy"}',
+            (Outcome.Busy, "sysbusy"),
+            (False, False),
+        ),
+        (
+            b'{"code":"100002","msg":"","data":"https:\\/\\/weibo.com\\/login.php?url=x"}',
+            (Outcome.LoginRequired, "login-redirect"),
+            (False, True),
+        ),
+    ],
+    ids=["userblock", "sysbusy", "login"],
+)
+def test_a_v6_answer_naming_where_to_go_is_what_that_page_means_not_a_ban(
+    body: bytes, expected: tuple[Outcome, str], held: tuple[bool, bool]
+) -> None:
+    """weibo.com's v6 AJAX calls (weibo_pc) are answered ``{"code":…,"msg":"","data":"<page>"}`` where a page load
+    would be redirected; weibo_pc read every such code but page-not-found as a ban, blocking the host for an account
+    blocked, a busy moment or a lost login."""
+    report = weibo_crawl("weibo_pc", "http://weibo.com", (200, {"Content-Type": "application/json"}, body))
+    assert (report.outcome, report.error_class) == expected
+    assert effects(report, account="acct")[:2] == held
 
 
 def test_a_403_that_says_too_frequent_is_a_rate_limit_on_weibo_pc_as_on_the_json_sources() -> None:

@@ -165,6 +165,32 @@ def test_other_html_and_error_codes_are_login_or_ban_signals() -> None:
         parse("weibo_pc", TASK, request, b"\x00\x01garbage")
 
 
+@pytest.mark.parametrize(
+    ("code", "sent_to", "outcome", "error_class"),
+    [
+        ("100002", "https://weibo.com/login.php?url=https%3A%2F%2Fweibo.com", "LoginRequired", "login-redirect"),
+        ("100003", "http://weibo.com/sorry?userblock&code=20003", "AccountFrozen", "account-blocked"),
+        ("100003", "https://weibo.com/sorry?userblock&is_viewer&code=20003", "AccountFrozen", "account-blocked"),
+        ("100006", "https://weibo.com/unfreeze", "AccountFrozen", "account-unfreeze"),
+        ("100004", "https://weibo.com/sorry?usernotexists&code=100001", "NotFound", "user-not-exists"),
+        ("100005", "https://weibo.com/sorry?sysbusy", "Busy", "sysbusy"),
+        ("100006", "https://weibo.com/sorry?pagenotfound", "NotFound", "page-not-found"),
+    ],
+    ids=["login", "userblock", "userblock-viewer", "unfreeze", "usernotexists", "sysbusy", "pagenotfound"],
+)
+def test_an_error_code_is_read_by_the_page_its_data_sends_the_browser_to(
+    code: str, sent_to: str, outcome: str, error_class: str
+) -> None:
+    """weibo.com's v6 AJAX answers a call it sends elsewhere with ``{"code":…,"msg":"","data":"<that page>"}`` (its
+    own script then goes to ``data``): a login, the ``sorry`` pages (a blocked account, a user gone, the system busy,
+    no such page) or the unfreeze page. Every code but the page-not-found one was a ban (the host blocked) whatever
+    page it named; each is what its page means."""
+    body = f'{{"code":"{code}","msg":"","data":"{sent_to.replace("/", chr(92) + "/")}"}}'.encode()
+    with pytest.raises(FetchError) as info:
+        parse("weibo_pc", TASK, first(), body)
+    assert (info.value.outcome, info.value.error_class) == (outcome, error_class)
+
+
 def test_a_logged_in_page_without_a_feed_is_not_a_lost_session() -> None:
     """A page the site rendered for a logged-in session (here a profile's info tab) proves the session works:
     calling it LoginRequired would have sent a working account to log in again."""
