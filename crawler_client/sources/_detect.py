@@ -236,6 +236,7 @@ WEIBO_MARKERS: tuple[Marker, ...] = (
     Marker("操作过于频繁", Outcome.RateLimited, "too-frequent"),
     Marker("请求过于频繁", Outcome.RateLimited, "too-frequent"),
     Marker("网络繁忙", Outcome.Busy, "busy"),
+    Marker("系统繁忙", Outcome.Busy, "busy"),
     Marker("bpType']='sorry'", Outcome.Busy, "busy"),
     Marker("B_weibo404", Outcome.Busy, "busy"),
     Marker("访问受限", Outcome.Banned, "access-denied"),

@@ -295,6 +295,17 @@ def test_a_v6_answer_naming_where_to_go_is_what_that_page_means_not_a_ban(
     assert effects(report, account="acct")[:2] == held
 
 
+@pytest.mark.parametrize(("source", "base_url"), WEIBO)
+def test_a_weibo_page_saying_the_system_is_busy_retries_the_task_and_holds_nothing(source: str, base_url: str) -> None:
+    """A GBK page saying 系统繁忙 in place of the answer (HTTP 200) was a login page: the account asking was frozen for
+    the site's busy moment (weibo_pc: a ban when a v6 answer's ``msg`` said it, the host blocked too). Busy: the task
+    is retried, neither the account nor the host is held."""
+    page = page_html("微博", "<p>系统繁忙，请稍后再试</p>").decode().encode("gbk")
+    report = weibo_crawl(source, base_url, (200, {"Content-Type": "text/html; charset=utf-8"}, page))
+    assert (report.outcome, report.error_class) == (Outcome.Busy, "busy")
+    assert effects(report, account="acct")[:2] == (False, False)
+
+
 def test_a_403_that_says_too_frequent_is_a_rate_limit_on_weibo_pc_as_on_the_json_sources() -> None:
     """weibo.com answers ``{"ok":0,"errno":"100005","msg":"请求过于频繁"}`` with HTTP 403 when it throttles a client.
     weibo_mobile and weibo_web read it as the rate limit it names; weibo_pc (the same host) took the 403 for a ban,

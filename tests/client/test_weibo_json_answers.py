@@ -63,6 +63,17 @@ def test_a_limit_served_with_http_403_is_a_rate_limit_not_a_ban(name: str) -> No
     assert (info.value.outcome, info.value.retry_after_s) == ("RateLimited", 600.0)
 
 
+@pytest.mark.parametrize("name", SOURCES)
+def test_system_busy_is_the_sites_busy_moment_not_a_login_page(name: str) -> None:
+    """A GBK page saying only 系统繁忙 ("the system is busy") in place of the JSON was a login page (the account frozen,
+    a visitor session renewed for nothing); said in an ``ok:0``'s ``msg`` it was an answer we did not know. Both are
+    the site's busy moment, as 网络繁忙 is: Busy ``busy``."""
+    page = "<html><head><meta charset='utf-8'><title>微博</title></head><body><p>系统繁忙，请稍后再试</p></body></html>"
+    for body in (page.encode("gbk"), '{"ok":0,"msg":"系统繁忙，请稍后再试"}'.encode()):
+        error = _refusal(name, body)
+        assert (error.outcome, error.error_class) == ("Busy", "busy")
+
+
 def test_an_empty_object_from_the_ajax_api_is_a_cookie_it_no_longer_accepts() -> None:
     """What 2025–2026 clients record for weibo.com's ``/ajax`` API; m.weibo.cn's ``{}`` has no such record and
     stays unparsable."""
@@ -86,7 +97,7 @@ def test_long_text_answers_that_are_empty_or_gone(name: str) -> None:
             source.parse_extend(request, fetched(gone.encode(), request), NOW_MS)
         assert (info.value.outcome, info.value.error_class) == ("NotFound", "long-text-gone")
     with pytest.raises(FetchError) as info:  # any other message is not taken for a deleted post
-        source.parse_extend(request, fetched('{"ok":0,"msg":"系统繁忙，请稍后再试"}'.encode(), request), NOW_MS)
+        source.parse_extend(request, fetched('{"ok":0,"msg":"参数错误"}'.encode(), request), NOW_MS)
     assert (info.value.outcome, info.value.error_class) == ("Busy", "unexpected-long-text-answer")
     missing = source.parse_extend(request, fetched(b'{"ok":1,"data":{}}', request), NOW_MS)
     assert missing == ""  # no longTextContent at all: the post keeps its truncated text, on both sources

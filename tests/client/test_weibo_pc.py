@@ -143,7 +143,7 @@ def test_other_html_and_error_codes_are_login_or_ban_signals() -> None:
         parse("weibo_pc", TASK, request, b"<html><body>please log in</body></html>")
     assert info.value.outcome == "LoginRequired" and info.value.error_class == "html-instead-of-json"
     with pytest.raises(FetchError) as info:
-        parse("weibo_pc", TASK, request, fixture("weibo_pc_code_error.json"))
+        parse("weibo_pc", TASK, request, b'{"code":"100001","msg":"","data":""}')
     assert info.value.outcome == "Banned" and info.value.error_class == "weibo-code-100001"
     for body, outcome, error_class in [
         ('{"code":"100002","msg":"请先登录","data":""}', "LoginRequired", "login"),
@@ -191,6 +191,18 @@ def test_an_error_code_is_read_by_the_page_its_data_sends_the_browser_to(
     assert (info.value.outcome, info.value.error_class) == (outcome, error_class)
 
 
+def test_system_busy_is_busy_not_a_ban_or_a_lost_login() -> None:
+    """系统繁忙 ("the system is busy") in an error code's ``msg`` was a ban (the host blocked, the account frozen),
+    and a GBK page saying only that, in place of the JSON, a login page (the account frozen): it is the site's busy
+    moment, as 网络繁忙 is. Busy: the task is retried, nothing is held."""
+    request = SOURCE.first_request(TASK, BASE)
+    page = "<html><head><meta charset='utf-8'><title>微博</title></head><body><p>系统繁忙，请稍后再试</p></body></html>"
+    for body in (fixture("weibo_pc_code_error.json"), page.encode("gbk")):
+        with pytest.raises(FetchError) as info:
+            parse("weibo_pc", TASK, request, body)
+        assert (info.value.outcome, info.value.error_class) == ("Busy", "busy")
+
+
 def test_a_logged_in_page_without_a_feed_is_not_a_lost_session() -> None:
     """A page the site rendered for a logged-in session (here a profile's info tab) proves the session works:
     calling it LoginRequired would have sent a working account to log in again."""
@@ -222,9 +234,7 @@ def test_long_text_getlongtext() -> None:
         )
     assert (info.value.outcome, info.value.error_class) == ("NotFound", "long-text-gone")  # the crawl keeps the text
     with pytest.raises(FetchError) as info:  # a message we do not know is not taken for a deleted post
-        SOURCE.parse_extend(
-            request, fetched(php_json({"code": "100001", "msg": "系统繁忙，请稍后再试"}).encode(), request), NOW_MS
-        )
+        SOURCE.parse_extend(request, fetched(php_json({"code": "100001", "msg": "参数错误"}).encode(), request), NOW_MS)
     assert (info.value.outcome, info.value.error_class) == ("Busy", "unexpected-long-text-answer")
     with pytest.raises(FetchError) as info:
         SOURCE.parse_extend(request, fetched(fixture("weibo_pc_busy_gbk.html"), request), NOW_MS)
