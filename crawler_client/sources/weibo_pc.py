@@ -34,6 +34,7 @@ from crawler_client.sources._dates import iso_of_ms, resolve_created_at
 from crawler_client.sources._decode import decode_body, html_text, is_tag, load_json, make_soup, with_html
 from crawler_client.sources._detect import (
     WEIBO_MARKERS,
+    check_not_cut_short,
     fail,
     scan_markers,
     sent_to_error,
@@ -128,8 +129,12 @@ class WeiboPcSource(PostOrder, SavedPages):
         return request
 
     @staticmethod
-    def chunk_request(task: Task, url: str, page: int, chunk: int, rnd_ms: int) -> PageRequest:
-        """Chunk ``chunk`` (0-2) of visible page ``page``, exactly as the site's own AJAX call."""
+    def chunk_request(
+        task: Task, url: str, page: int, chunk: int, rnd_ms: int, pages: int | None = None
+    ) -> PageRequest:
+        """Chunk ``chunk`` (0-2) of visible page ``page``, exactly as the site's own AJAX call; ``pages``: the page
+        count the previous page's pager gave (kept in the request's state, so an empty chunk before the last page is
+        known for a throttled answer)."""
         domain = task.params.get("domain", DEFAULT_DOMAIN)
         pre_offset, pagebar = CHUNKS[chunk]
         params = {
@@ -142,7 +147,8 @@ class WeiboPcSource(PostOrder, SavedPages):
             "pre_page": str(page + pre_offset),
             "__rnd": str(rnd_ms),
         }
-        return PageRequest(url=url, params=params, page=page, state={"chunk": str(chunk)})
+        state = {"chunk": str(chunk)} | ({"pages": str(pages)} if pages else {})
+        return PageRequest(url=url, params=params, page=page, state=state)
 
     def parse(self, task: Task, request: PageRequest, page: FetchedPage, now_ms: int) -> ParsedPage:
         """Feed items of one chunk; the next request walks chunk 0→1→2, then page N+1 while N < countPage."""
@@ -154,6 +160,9 @@ class WeiboPcSource(PostOrder, SavedPages):
         items: list[Item] = []
         long_ids: list[str] = []
         nodes = _all(soup, "action-type", "feed_list_item", "div")
+        pages = parse_id(request.state.get("pages", "")) or None  # what the previous page's pager counted
+        if not nodes:  # an empty chunk of a page the pager promised is a throttled answer, not the end
+            check_not_cut_short(0, request.page, pages, site=self.name, http_status=page.status)
         owned, others = own_posts(task.target, nodes, _author, page.status)  # leaves out posts the account liked
         for node in owned:
             truncated = _by(node, "action-type", "fl_unfold") is not None  # post_of removes the link
@@ -169,9 +178,9 @@ class WeiboPcSource(PostOrder, SavedPages):
         if others:
             result.info["other_accounts"] = str(others)
         if nodes and chunk < 2:  # a chunk of only another account's posts is not the end of the feed
-            result.next_request = self.chunk_request(task, request.url, request.page, chunk + 1, now_ms)
+            result.next_request = self.chunk_request(task, request.url, request.page, chunk + 1, now_ms, pages)
         elif chunk >= 2 and total_pages is not None and request.page < total_pages:
-            result.next_request = self.chunk_request(task, request.url, request.page + 1, 0, now_ms)
+            result.next_request = self.chunk_request(task, request.url, request.page + 1, 0, now_ms, total_pages)
         return result
 
     def _fragment(self, page: FetchedPage) -> str:

@@ -8,6 +8,7 @@ minimal stand-ins (docs/SITE_RESPONSES.md says what each signal is and where it 
 
 from __future__ import annotations
 
+import json
 import logging
 import urllib.parse
 from collections.abc import Callable, Iterator
@@ -21,7 +22,7 @@ from crawler_client.http import Fetcher, FetchPolicy
 from crawler_client.sources import get_source
 from crawler_client.transport import HttpSession, Urllib3Transport
 from icecrawler.models import Outcome, Report, Task, TaskKind
-from sandbox.samples import jd_comments
+from sandbox.samples import jd_comments, mbloglist_page
 from scheduler_server.config import SchedulerConfig
 from scheduler_server.outcomes import outcome_effects
 from tests.client._util import NOW_MS, make_task
@@ -304,6 +305,27 @@ def test_a_weibo_page_saying_the_system_is_busy_retries_the_task_and_holds_nothi
     report = weibo_crawl(source, base_url, (200, {"Content-Type": "text/html; charset=utf-8"}, page))
     assert (report.outcome, report.error_class) == (Outcome.Busy, "busy")
     assert effects(report, account="acct")[:2] == (False, False)
+
+
+def test_weibo_pc_stops_at_an_empty_page_the_pager_promised_and_keeps_its_cursor() -> None:
+    """weibo.com answered page 2 of a three-page feed with its empty-feed placeholder ("暂时没有内容哦，稍后再来试试吧",
+    what public scrapers meet when it restricts an account mid-crawl). That was the end of the feed: the crawl
+    succeeded and its cursor passed over pages 2 and 3 for good. It fails Busy instead: the 45 posts of page 1 are
+    kept, the cursor stays, nothing is held, and the next visit walks on."""
+    placeholder = "<div class='WB_empty'><p class='text'>咦？暂时没有内容哦，稍后再来试试吧~</p></div>"
+    empty = json.dumps({"code": "100000", "msg": "", "data": placeholder}).encode()
+    chunks = iter([*mbloglist_page(int(UID), 1, count_page=3), empty])
+
+    def site(host: str, path: str, query: dict[str, str]) -> Answer:
+        if path.endswith("/getlongtext"):  # a truncated post's full text
+            return 200, {"Content-Type": "application/json"}, b'{"code":"100000","msg":"","data":{"html":"full"}}'
+        return 200, {"Content-Type": "application/json"}, next(chunks)
+
+    task = make_task("weibo_pc", UID, domain="100505")
+    done = crawl(site, task, "http://weibo.com")
+    assert (done.report.outcome, done.report.error_class) == (Outcome.Busy, "weibo_pc-empty-page")
+    assert len(done.posts) == 45 and done.report.cursor == task.cursor
+    assert effects(done.report, account="acct")[:2] == (False, False)
 
 
 def test_a_403_that_says_too_frequent_is_a_rate_limit_on_weibo_pc_as_on_the_json_sources() -> None:

@@ -81,7 +81,7 @@ def test_a_45_post_page_walks_three_chunks_then_the_next_page() -> None:
     assert len(seen) == 45 and len(set(seen)) == 45 and seen == sorted(seen, reverse=True)
     assert page.total_pages == 18
     assert (request.params["page"], request.params["pre_page"], request.params["pagebar"]) == ("2", "1", "0")
-    assert request.state == {"chunk": "0"} and request.page == 2
+    assert request.state == {"chunk": "0", "pages": "18"} and request.page == 2  # what the pager counted
 
 
 def test_last_page_pager_ends_the_crawl() -> None:
@@ -96,6 +96,39 @@ def test_count_page_from_page_links_when_action_data_is_missing() -> None:
     body = mbloglist_chunk(1163218074, 1, 2, count_page=7).replace(b"countPage", b"cntPage")
     request = SOURCE.chunk_request(task, f"{BASE}/p/aj/v6/mblog/mbloglist", 1, 2, 0)
     assert parse("weibo_pc", task, request, body).total_pages == 7
+
+
+#: The v6 feed's empty placeholder ("nothing here yet, try again later"), our own markup around its words.
+EMPTY_FEED = (
+    b'{"code":"100000","msg":"","data":"<div class=\\"WB_empty\\"><div class=\\"empty_con\\"><p class=\\"text\\">'
+    b"\\u54a6\\uff1f\\u6682\\u65f6\\u6ca1\\u6709\\u5185\\u5bb9\\u54e6\\uff0c\\u7a0d\\u540e\\u518d"
+    b'\\u6765\\u8bd5\\u8bd5\\u5427~<\\/p><\\/div><\\/div>"}'
+)
+
+
+@pytest.mark.parametrize("chunk", [0, 1, 2])
+def test_an_empty_chunk_of_a_page_the_pager_promised_is_a_throttled_answer_not_the_end(chunk: int) -> None:
+    """Past page 1 the crawl asks for page N only because page N-1's pager counted more pages. A chunk of page N
+    (not the last page) without a feed item, such as the feed's "咦？暂时没有内容哦，稍后再来试试吧~" placeholder that
+    public scrapers meet when weibo.com restricts an account mid-crawl, was the end of the feed: the crawl succeeded
+    and its cursor passed over every post it had not reached. It is Busy (retried, cursor kept); the last page and
+    page 1 may still end empty."""
+    task = make_task("weibo_pc", "1163218074")
+    request = SOURCE.first_request(task, BASE)
+    for body in mbloglist_page(1163218074, 1, count_page=3):
+        page = parse("weibo_pc", task, request, body, now_ms=SAMPLE_NOW_MS)
+        assert page.next_request is not None
+        request = page.next_request
+    for done in range(chunk):  # the chunks of page 2 before the empty one
+        page = parse("weibo_pc", task, request, mbloglist_chunk(1163218074, 2, done, count_page=3))
+        assert page.next_request is not None
+        request = page.next_request
+    assert (request.page, request.state["chunk"]) == (2, str(chunk))
+    with pytest.raises(FetchError) as info:
+        parse("weibo_pc", task, request, EMPTY_FEED)
+    assert (info.value.outcome, info.value.error_class) == ("Busy", "weibo_pc-empty-page")
+    last = SOURCE.chunk_request(task, f"{BASE}/p/aj/v6/mblog/mbloglist", 3, chunk, 0)
+    assert parse("weibo_pc", task, last, EMPTY_FEED).next_request is None  # an empty chunk on its own ends
 
 
 def test_empty_data_is_the_end_of_the_feed() -> None:
