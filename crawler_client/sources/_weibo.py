@@ -238,11 +238,17 @@ def unavailable_account(said: str, http_status: int) -> FetchError | None:
     )
 
 
+#: What the ``url`` of an ``ok:-100`` wall names when it is a captcha to solve in a browser: the captcha page
+#: (``/captcha/show``) or m.weibo.cn's geetest check (``/api/geetest?testType=1``, 2025).
+CAPTCHA_URL_PARTS = ("/captcha/", "geetest")
+
+
 def wall_of(doc: dict[str, Any], http_status: int) -> FetchError | None:
     """The LoginRequired error an envelope signals (``ok:-100``, a bare verification ``url``), else None; a ``url``
     that says the account cannot be viewed (``unavailable_account``) is NotFound instead."""
     if doc.get("ok") in (-100, "-100"):
-        captcha = "/captcha/" in str(doc.get("url", ""))
+        sent_to = str(doc.get("url", ""))
+        captcha = any(part in sent_to for part in CAPTCHA_URL_PARTS)
         return fail(
             Outcome.LoginRequired,
             f"ok:-100 {str(doc.get('msg', ''))[:60]!r}" + (" (a captcha to solve in a browser)" if captcha else ""),

@@ -36,6 +36,16 @@ def test_a_captcha_wall_is_told_from_a_logged_out_cookie(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", SOURCES)
+def test_a_geetest_captcha_wall_is_a_captcha_too(name: str) -> None:
+    """m.weibo.cn also walls a session with ``{"ok":-100,…,"url":"https://m.weibo.cn/api/geetest?testType=1&backUrl=/"}``
+    (a 2025 weibo-crawler issue: a fresh cookie did not help). It was a ``login-wall``, which tells the operator to
+    replace the cookie; it is a captcha someone must solve in a browser, as ``/captcha/show`` is."""
+    body = b'{"ok":-100,"errno":"-100","msg":"","url":"https://m.weibo.cn/api/geetest?testType=1&backUrl=/","extra":""}'
+    error = _refusal(name, body)
+    assert (error.outcome, error.error_class) == ("LoginRequired", "captcha")
+
+
+@pytest.mark.parametrize("name", SOURCES)
 def test_a_limit_served_with_http_403_is_a_rate_limit_not_a_ban(name: str) -> None:
     """HTTP 403 ``{"ok":0,"errno":"100005","msg":"请求过于频繁"}``: taken for a ban it blocked the host and froze the
     account; a 403 whose body names nothing (or is not JSON, or nests too deep to read) is still a ban. Only 403:
