@@ -169,15 +169,15 @@ _LOGIN_URL_RE = re.compile(
 #: a person must pass with that account: the account rests, as for a login wall); its ``sorry`` pages, the address
 #: saying which: an account that is gone (``usernotexists``: closed, or banned by Weibo; the target is gone, not our
 #: session), an account Weibo has blocked (``userblock``, ``&is_viewer`` when it is the one asking; public crawlers rest
-#: that account), the system busy (``sysbusy``: retried soon, no account or host held) and no such page
-#: (``pagenotfound``); and ``/unfreeze`` (also on ``sass.weibo.com``), where a frozen account is sent to be unlocked.
-#: weibo.com's v6 AJAX answers name the same pages in their ``data`` where a page load would be redirected.
+#: that account) and the system busy (``sysbusy``: retried soon, no account or host held); and ``/unfreeze`` (also on
+#: ``sass.weibo.com``), where a frozen account is sent to be unlocked. weibo.com's v6 AJAX answers name the same pages
+#: in their ``data`` where a page load would be redirected. (Not ``sorry?pagenotfound``: scrapers retry a redirect
+#: there, so it says nothing sure about the target; its page's markers make it Busy.)
 _LANDINGS: tuple[tuple[re.Pattern[str], Outcome, str], ...] = (
     (re.compile(r"//security\.weibo\.c(?:om|n)/", re.IGNORECASE), Outcome.AccountFrozen, "account-verify"),
     (re.compile(r"weibo\.c(?:om|n)/sorry\?[^#\s]*usernotexists", re.IGNORECASE), Outcome.NotFound, "user-not-exists"),
     (re.compile(r"weibo\.c(?:om|n)/sorry\?[^#\s]*userblock", re.IGNORECASE), Outcome.AccountFrozen, "account-blocked"),
     (re.compile(r"weibo\.c(?:om|n)/sorry\?[^#\s]*sysbusy", re.IGNORECASE), Outcome.Busy, "sysbusy"),
-    (re.compile(r"weibo\.c(?:om|n)/sorry\?[^#\s]*pagenotfound", re.IGNORECASE), Outcome.NotFound, "page-not-found"),
     (re.compile(r"weibo\.c(?:om|n)/unfreeze\b", re.IGNORECASE), Outcome.AccountFrozen, "account-unfreeze"),
 )
 

@@ -321,8 +321,15 @@ def _envelope_data(page: FetchedPage, what: str, bad_code: Outcome | None) -> An
             raise said
         data = doc.get("data")
         sent = sent_to_error(data[:300], page.status) if isinstance(data, str) else None
-        if sent is not None:  # data: the page its script goes to ("https://weibo.com/sorry?pagenotfound&")
+        if sent is not None:  # data: the page its script goes to ("https://weibo.com/sorry?sysbusy")
             raise sent
+        if "pagenotfound" in str(data)[:300]:  # data: "https://weibo.com/sorry?pagenotfound&"
+            raise fail(
+                Outcome.NotFound,
+                f"{what} code {code[:20]!r}: the site's page-not-found",
+                error_class="page-not-found",
+                http_status=page.status,
+            )
         if bad_code is None:
             raise long_text_refused(str(doc.get("msg", "") or ""), page.status, f"{what} code {code[:20]!r}")
         raise fail(
