@@ -7,13 +7,14 @@ found, and named by its key, before a database is opened."""
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Protocol
 
 from icecrawler.clock import Clock
 from icecrawler.errors import ConfigError
 from icecrawler.models import SOURCES
 from icecrawler.settings import Settings
+from icecrawler.settings.validation import RULES, validate_values
 from icecrawler.shards import ShardMap, source_hosts
 from scheduler_server.accounts import AccountPool, PooledAccount, load_accounts
 from scheduler_server.visitors import VisitorSessions
@@ -97,16 +98,11 @@ class SchedulerConfig:
         return config
 
     def validate(self) -> None:
-        if self.record_cache < 0:
-            raise ConfigError("scheduler.record_cache must be >= 0 (0 = no cache)")
-        if self.lease_s <= 0 or self.batch_limit < 1 or self.backoff_after_attempts < 1 or self.history_len < 1:
-            raise ConfigError("scheduler.lease_s, batch_limit, backoff_after_attempts and history_len must be > 0")
+        """What involves several fields, then each field by its setting's rule (``RULES`` of
+        ``icecrawler.settings.validation``, which ``load_settings`` applies too: one place per bound, applied again here
+        for settings that did not come through it, such as a test's ``Settings.copy_with``)."""
         if not 0 < self.min_period_s <= self.initial_period_s <= self.max_period_s:
             raise ConfigError("need 0 < scheduler.min_period_s <= initial_period_s <= max_period_s")
-        if self.fetch_budget_per_s < 0:
-            raise ConfigError("scheduler.fetch_budget_per_s must be >= 0 (0 = no global budget)")
-        if self.host_spacing_s < 0 or self.host_block_s < 0 or self.account_freeze_s < 0:
-            raise ConfigError("scheduler.host_spacing_s, host_block_s and account_freeze_s must be >= 0")
         if not 0 <= self.shard < self.shards:
             raise ConfigError(f"need 0 <= scheduler.shard < scheduler.shards, got shard {self.shard} of {self.shards}")
         if self.shards > 1 and self.fetch_budget_per_s > 0:
@@ -114,6 +110,8 @@ class SchedulerConfig:
                 "scheduler.fetch_budget_per_s is spread over all tasks by one process; it cannot be "
                 "used with scheduler.shards > 1"
             )
+        ruled = {f"scheduler.{item.name}": getattr(self, item.name) for item in fields(self)}
+        validate_values({key: value for key, value in ruled.items() if key in RULES})
 
 
 def configured_accounts(settings: Settings, config: SchedulerConfig) -> list[PooledAccount]:

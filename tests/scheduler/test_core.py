@@ -4,6 +4,7 @@ Every test runs against the memory store and the Berkeley DB store (the ``store`
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -368,6 +369,38 @@ def test_bad_account_files_and_policies_fail_clearly(tmp_path: Path, clocks: Man
         SchedulerCore.from_settings(make_settings(scheduler__accounts_dir=str(tmp_path)), MemoryQueueStore(), clocks)
     with pytest.raises(ConfigError, match=r"scheduler\.policy"):
         SchedulerCore.from_settings(make_settings(scheduler__policy="no-such-policy"), MemoryQueueStore(), clocks)
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("lease_s", math.nan),  # passed "lease_s <= 0", then failed every lease
+        ("done_retention_s", -1.0),
+        ("account_budget_per_min", 0),
+        ("shards", 0),
+        ("min_period_s", math.inf),
+        ("record_cache", -1),
+    ],
+)
+def test_the_config_applies_every_rule_of_its_settings(key: str, value: float) -> None:
+    """``SchedulerConfig`` checks each field by its setting's rule (``RULES``, one place per bound), also for
+    settings that did not come through ``load_settings``, which applies the same rules."""
+    from icecrawler.settings import load_settings
+    from scheduler_server.config import SchedulerConfig
+
+    with pytest.raises(ConfigError, match=rf"scheduler\.{key}"):
+        SchedulerConfig.from_settings(make_settings(**{f"scheduler__{key}": value}))
+    with pytest.raises(ConfigError, match=rf"scheduler\.{key}"):
+        load_settings(environ={}, assignments=[f"scheduler.{key}={value}"])
+
+
+def test_the_config_refuses_periods_out_of_order() -> None:
+    from scheduler_server.config import SchedulerConfig
+
+    with pytest.raises(ConfigError, match="min_period_s <= initial_period_s <= max_period_s"):
+        SchedulerConfig.from_settings(make_settings(scheduler__initial_period_s=5.0))
+    with pytest.raises(ConfigError, match=r"scheduler\.shard < scheduler\.shards"):
+        SchedulerConfig.from_settings(make_settings(scheduler__shards=2, scheduler__shard=2))
 
 
 def test_shutting_down_refuses_new_leases(core: SchedulerCore) -> None:
