@@ -22,8 +22,36 @@ def _promtool(*args: str, cwd: Path = DEPLOY / "prometheus") -> str:
     return done.stdout
 
 
+#: An alert as the rules declare it, as their unit tests name it, and as docs/DEPLOY.md's table of alerts lists it.
+RULE_ALERT = re.compile(r"^\s*- alert: (\w+)", re.M)
+TESTED_ALERT = re.compile(r"^\s*(?:- )?alertname: (\w+)", re.M)
+DOC_ALERT = re.compile(r"^\| `(Icecrawler\w+)` \|", re.M)
+
+
+def rule_alerts() -> list[str]:
+    return RULE_ALERT.findall((DEPLOY / "prometheus" / "icecrawler-rules.yml").read_text(encoding="utf-8"))
+
+
 def test_rules_are_valid() -> None:
-    assert "SUCCESS: 17 rules found" in _promtool("check", "rules", "icecrawler-rules.yml")
+    assert f"SUCCESS: {len(rule_alerts())} rules found" in _promtool("check", "rules", "icecrawler-rules.yml")
+
+
+def test_every_alert_has_a_unit_test_a_row_in_the_docs_and_no_twin() -> None:
+    """An alert added to the rules is unit-tested (icecrawler-rules.test.yml) and listed in docs/DEPLOY.md's table
+    ("Metrics and alerts") in the same change, and the dashboard names only alerts that exist."""
+    alerts = rule_alerts()
+    assert len(alerts) >= 10 and len(set(alerts)) == len(alerts), alerts
+    tested = set(
+        TESTED_ALERT.findall((DEPLOY / "prometheus" / "icecrawler-rules.test.yml").read_text(encoding="utf-8"))
+    )
+    assert sorted(set(alerts) - tested) == [], "alerts without a case in icecrawler-rules.test.yml"
+    assert sorted(tested - set(alerts)) == [], "icecrawler-rules.test.yml tests alerts the rules do not have"
+    documented = DOC_ALERT.findall((DEPLOY.parent / "docs" / "DEPLOY.md").read_text(encoding="utf-8"))
+    assert sorted(set(alerts) ^ set(documented)) == [], "docs/DEPLOY.md's table of alerts differs from the rules"
+    named = set(
+        re.findall(r"\bIcecrawler[A-Z]\w*", (DEPLOY / "grafana" / "icecrawler.json").read_text(encoding="utf-8"))
+    )
+    assert sorted(named - set(alerts)) == [], "the dashboard names alerts the rules do not have"
 
 
 def test_rules_unit_tests_pass() -> None:
@@ -37,7 +65,7 @@ def test_example_config_is_valid() -> None:
 def test_short_rules_keep_every_alert_and_stay_valid(tmp_path: Path) -> None:
     text = (DEPLOY / "prometheus" / "icecrawler-rules.yml").read_text()
     short = short_rules(text)
-    assert short.count("alert:") == text.count("alert:") == 17
+    assert short.count("alert:") == text.count("alert:") == len(rule_alerts())
     assert "for: 2s" in short and "[20s]" in short and "for: 10m" not in short
     (tmp_path / "rules.yml").write_text(short)
     assert "SUCCESS" in _promtool("check", "rules", "rules.yml", cwd=tmp_path)
