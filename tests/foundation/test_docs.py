@@ -3,7 +3,9 @@
 Checked over every tracked text file: names of the developers' notes kept outside the repository
 (docs/ARCHITECTURE.md, "Where the facts live", says where their facts are written instead), numbered rules of a
 style guide the repository does not have, ``§`` section references whose document is missing, ``*.md`` names
-that match no tracked file, and relative Markdown links that do not resolve."""
+that match no tracked file, and relative Markdown links that do not resolve. And the step-by-step guides of
+CONTRIBUTING.md ("Adding a source", a setting, a metric, an operation) cite only files, modules, names, subcommands
+and make targets that exist."""
 
 from __future__ import annotations
 
@@ -231,6 +233,160 @@ def test_the_checks_catch_what_they_look_for() -> None:
     assert not flags("a guide.md in lower case") and not flags("RATE_DAY_ANCHOR and MAX_ITEMS")
     assert MD_LINK.findall("[a](docs/A.md#x) and [b](https://x.org)") == ["docs/A.md#x", "https://x.org"]
     assert DOTTED.findall("`scheduler.record_cache` in ``client.conf``") == ["scheduler.record_cache", "client.conf"]
+
+
+#: The step-by-step guides of CONTRIBUTING.md: a newcomer does what they say, to the letter.
+GUIDES = ("Adding a source", "Adding an operation to the contract", "Adding a setting", "Adding a metric")
+#: A fenced block (a shell session: not checked) and an inline code span.
+FENCE = re.compile(r"^```.*?^```", re.M | re.S)
+CODE_SPAN = re.compile(r"`([^`\n]+)`")
+#: A Python name, dotted or not (``_detect.check_http``, ``Review.id``, ``CASES``).
+PY_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
+#: Where a dotted name that starts with no top-level package is looked up: as a module of these packages ...
+NAME_PACKAGES = (
+    *("crawler_client.sources", "crawler_client", "scheduler_server", "storage_server"),
+    *("icecrawler", "sandbox", "icecrawler_local"),
+)
+#: ... or as a name these modules define (the classes the guides name bare: ``Review.id``, ``Tally.ensure``).
+NAME_MODULES = (
+    *("icecrawler.models", "icecrawler.metrics", "icecrawler.settings", "icecrawler.sourcespec"),
+    *("crawler_client.sources.base", "sandbox.web"),
+)
+#: File kinds a guide names without their folder (``checks.py``, ``icecrawler-rules.test.yml``).
+FILE_KINDS = (".py", ".yml", ".yaml", ".ice", ".json", ".md", ".toml")
+
+
+def guide_section(text: str, title: str) -> str:
+    """The ``## title`` section of a Markdown text (up to the next ``## ``), without its fenced blocks."""
+    match = re.search(rf"^## {re.escape(title)}\n(.*?)(?=^## |\Z)", text, re.M | re.S)
+    assert match, f"CONTRIBUTING.md has no section {title!r}"
+    return FENCE.sub("", match.group(1))
+
+
+#: What ``_member`` gives for a field declared without a value: it exists, and has no members of its own to look up.
+DECLARED = object()
+
+
+def _member(owner: object, name: str) -> object | None:
+    """``owner``'s (a module's or class's) ``name``: an attribute, a submodule, or ``DECLARED`` for a field or class
+    variable declared without a value (a dataclass's ``Review.id``, a protocol's ``name: ClassVar[str]``); None when
+    it has none."""
+    import importlib
+    import inspect
+
+    if hasattr(owner, name):
+        return getattr(owner, name)
+    if inspect.ismodule(owner):
+        try:
+            return importlib.import_module(f"{owner.__name__}.{name}")
+        except ModuleNotFoundError:
+            return None
+    declared = any(name in getattr(klass, "__annotations__", {}) for klass in getattr(owner, "__mro__", ()))
+    return DECLARED if declared else None
+
+
+def resolves(dotted: str) -> bool:
+    """Whether a dotted name of a guide names a module, class, function or field of the code."""
+    import importlib
+
+    first, *rest = dotted.split(".")
+    owners: list[object] = []
+    modules = [first] if (REPO / first).is_dir() or (REPO / f"{first}.py").is_file() else []
+    for name in [*modules, *(f"{package}.{first}" for package in NAME_PACKAGES)]:
+        try:
+            owners.append(importlib.import_module(name))
+        except ModuleNotFoundError:
+            continue
+    defining = [module for module in map(importlib.import_module, NAME_MODULES) if hasattr(module, first)]
+    owners += [getattr(module, first) for module in defining]
+    for owner in owners:
+        found: object | None = owner
+        for part in rest:
+            found = None if found is DECLARED else _member(found, part)
+            if found is None:
+                break
+        if found is not None:
+            return True
+    return False
+
+
+def guide_problem(token: str, tracked: Set[str], code: str, prefixes: Set[str]) -> str | None:
+    """Why one code span of a guide names nothing the repository holds, or None: a path (placeholders such as
+    ``<name>`` stand for any file of the folder before them), a file by its bare name, an ``icecrawler`` subcommand, a
+    ``make`` target, a dotted Python name (imported), or a bare one (it must occur in the code). Settings are left
+    to ``test_every_setting_the_docs_name_exists``; values and placeholders are no names."""
+    token = token.strip()
+    if token.startswith(("icecrawler ", "make ")):
+        command, word = token.split()[:2]
+        if command == "make":
+            makefile = (REPO / "Makefile").read_text(encoding="utf-8")
+            return None if re.search(rf"^{re.escape(word)}:", makefile, re.M) else f"no make target {word!r}"
+        module = REPO / "icecrawler_cli" / "commands" / f"{word}.py"
+        return None if module.is_file() else f"no icecrawler subcommand {word!r}"
+    if token.split(".", 1)[0] in prefixes or token.startswith("/"):
+        return None  # a setting, or a path outside the checkout
+    if "/" in token and not token.startswith("/") and ":" not in token:
+        stem = re.split(r"[<*]", token, maxsplit=1)[0]
+        if stem != token:  # a placeholder: the folder it stands in must exist
+            folder = REPO / stem if stem.endswith("/") else (REPO / stem).parent
+            return None if folder.is_dir() else f"no folder {folder.relative_to(REPO).as_posix()!r}"
+        return None if (REPO / token).exists() else f"no path {token!r}"
+    if token.endswith(FILE_KINDS) and " " not in token:
+        return None if token in tracked else f"no tracked file named {token!r}"
+    name = re.sub(r"\([^()]*\)", "", token).lstrip("@")
+    if not PY_NAME.fullmatch(name):
+        return None  # a value (``"form"``, ``100万+``), a header name, a placeholder
+    if "." in name:
+        return None if resolves(name) else f"{name!r} does not import"
+    if name.startswith("_") and resolves(name):
+        return None  # a private module of the sources (``_dates``)
+    pattern = rf"{'' if name.startswith('_') else '(?<![A-Za-z0-9_])'}{re.escape(name)}(?![A-Za-z0-9_])"
+    return None if re.search(pattern, code) else f"{name!r} occurs nowhere in the code"
+
+
+@pytest.fixture(scope="module")
+def code_text(files: list[Path]) -> str:
+    """Every tracked Python and Slice file, as one text (names are looked for in it)."""
+    return "\n".join(path.read_text(encoding="utf-8") for path in files if path.suffix in (".py", ".ice"))
+
+
+@pytest.mark.parametrize("title", GUIDES)
+def test_every_file_module_and_name_a_guide_cites_exists(files: list[Path], code_text: str, title: str) -> None:
+    """A guide that names a file that moved, a helper that was renamed or a module that went away sends the newcomer
+    who follows it astray: each code span of CONTRIBUTING.md's "Adding ..." sections must name something that is
+    there (see ``guide_problem``)."""
+    from icecrawler.settings import Settings
+
+    prefixes = {key.split(".", 1)[0] for key in Settings().include_sources().as_dict()}
+    tracked = {path.name for path in files}
+    text = guide_section((REPO / "CONTRIBUTING.md").read_text(encoding="utf-8"), title)
+    spans = CODE_SPAN.findall(text)
+    assert len(spans) >= 10, f"{title}: too few code spans found ({len(spans)})"
+    found = [f"`{span}`: {why}" for span in spans if (why := guide_problem(span, tracked, code_text, prefixes))]
+    assert found == [], f"CONTRIBUTING.md, {title!r}, cites what the repository lacks:\n" + "\n".join(found)
+
+
+def test_the_guide_check_flags_what_is_missing_and_passes_what_is_there() -> None:
+    tracked, prefixes = {"checks.py"}, {"sources", "scheduler"}
+    code = "def check_http(page): ...\ndef make_site(context): ...\nCASES = []\nname_total = 1\n"
+
+    def problem(token: str) -> str | None:
+        return guide_problem(token, tracked, code, prefixes)
+
+    for there in (
+        *("crawler_client/sources/", "sandbox/sites/<name>.py", "tests/client/test_<name>.py", "checks.py"),
+        *("_detect.check_http", "base.SavedPages", "Review.id", "Tally.ensure", "crawler_client.sources.base"),
+        *("sandbox.web.OpenSite", "_dates", "CASES", "check_http", "_total", "make_site(context)", "@rpc.map_errors"),
+        *("icecrawler parse --source <name> FILE", "make test", "sources.<name>.*", "/opt/x.py", '"form"'),
+        *("100万+", "Retry-After"),
+    ):
+        assert problem(there) is None, there
+    for missing in (
+        *("crawler_client/sources/gone.py", "sandbox/nowhere/<name>.py", "moved.py", "_detect.check_nothing"),
+        *("base.NoSuchClass", "Review.no_such_field", "nosuchpkg.x", "renamed_helper", "icecrawler nosuchcmd"),
+        "make nosuchtarget",
+    ):
+        assert problem(missing) is not None, missing
 
 
 def test_the_metrics_endpoint_table_gives_the_settings_defaults() -> None:
