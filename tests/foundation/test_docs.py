@@ -3,9 +3,9 @@
 Checked over every tracked text file: names of the developers' notes kept outside the repository
 (docs/ARCHITECTURE.md, "Where the facts live", says where their facts are written instead), numbered rules of a
 style guide the repository does not have, ``§`` section references whose document is missing, ``*.md`` names
-that match no tracked file, and relative Markdown links that do not resolve. And the step-by-step guides of
-CONTRIBUTING.md ("Adding a source", a setting, a metric, an operation) cite only files, modules, names, subcommands
-and make targets that exist."""
+that match no tracked file, and relative Markdown links that do not resolve. And the step-by-step guides
+(CONTRIBUTING.md's "Adding a source", a setting, a metric, an operation; docs/ARCHITECTURE.md's walk through the
+code) cite only files, modules, names, subcommands and make targets that exist."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import hashlib
 import re
 import subprocess
 from collections.abc import Iterator, Set
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -235,42 +236,84 @@ def test_the_checks_catch_what_they_look_for() -> None:
     assert DOTTED.findall("`scheduler.record_cache` in ``client.conf``") == ["scheduler.record_cache", "client.conf"]
 
 
-#: The step-by-step guides of CONTRIBUTING.md: a newcomer does what they say, to the letter.
-GUIDES = ("Adding a source", "Adding an operation to the contract", "Adding a setting", "Adding a metric")
+#: The step-by-step guides a newcomer follows to the letter: (document, section).
+GUIDES = (
+    ("CONTRIBUTING.md", "Adding a source"),
+    ("CONTRIBUTING.md", "Adding an operation to the contract"),
+    ("CONTRIBUTING.md", "Adding a setting"),
+    ("CONTRIBUTING.md", "Adding a metric"),
+    ("docs/ARCHITECTURE.md", "One task through the code"),
+)
 #: A fenced block (a shell session: not checked) and an inline code span.
 FENCE = re.compile(r"^```.*?^```", re.M | re.S)
 CODE_SPAN = re.compile(r"`([^`\n]+)`")
 #: A Python name, dotted or not (``_detect.check_http``, ``Review.id``, ``CASES``).
 PY_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
-#: Where a dotted name that starts with no top-level package is looked up: as a module of these packages ...
+#: A module named without its package is looked for in these (``_detect``, ``rpc``, ``moves``, ``gateways``).
 NAME_PACKAGES = (
     *("crawler_client.sources", "crawler_client", "scheduler_server", "storage_server"),
-    *("icecrawler", "sandbox", "icecrawler_local"),
+    *("icecrawler", "sandbox", "icecrawler_local", "shhd"),
 )
-#: ... or as a name these modules define (the classes the guides name bare: ``Review.id``, ``Tally.ensure``).
-NAME_MODULES = (
-    *("icecrawler.models", "icecrawler.metrics", "icecrawler.settings", "icecrawler.sourcespec"),
-    *("crawler_client.sources.base", "sandbox.web"),
-)
+#: A top-level definition: ``class X``, ``def x``, ``X = ...`` or ``X: T = ...``.
+DEFINITION = re.compile(r"^(?:class|def)\s+(\w+)|^(\w+)\s*[:=]", re.M)
 #: File kinds a guide names without their folder (``checks.py``, ``icecrawler-rules.test.yml``).
 FILE_KINDS = (".py", ".yml", ".yaml", ".ice", ".json", ".md", ".toml")
-
-
-def guide_section(text: str, title: str) -> str:
-    """The ``## title`` section of a Markdown text (up to the next ``## ``), without its fenced blocks."""
-    match = re.search(rf"^## {re.escape(title)}\n(.*?)(?=^## |\Z)", text, re.M | re.S)
-    assert match, f"CONTRIBUTING.md has no section {title!r}"
-    return FENCE.sub("", match.group(1))
-
-
 #: What ``_member`` gives for a field declared without a value: it exists, and has no members of its own to look up.
 DECLARED = object()
 
 
+@dataclass(frozen=True)
+class Checkout:
+    """What the names a guide cites are checked against."""
+
+    #: The base names of the tracked files.
+    file_names: frozenset[str]
+    #: Every tracked Python and Slice file, as one text.
+    code: str
+    #: The settings prefixes (``scheduler``, ``sources``...): a dotted name that starts with one is a setting.
+    prefixes: frozenset[str]
+    #: A top-level name -> the modules of the product packages (tests excluded) that define it.
+    defined: dict[str, tuple[str, ...]]
+
+
+def checkout_of(files: list[Path]) -> Checkout:
+    from icecrawler.settings import Settings
+
+    packages = {path.parts[0] for path in (p.relative_to(REPO) for p in files) if path.name == "__init__.py"}
+    defined: dict[str, tuple[str, ...]] = {}
+    texts = []
+    for path in files:
+        if path.suffix not in (".py", ".ice"):
+            continue
+        text = path.read_text(encoding="utf-8")
+        texts.append(text)
+        relative = path.relative_to(REPO).with_suffix("")
+        if path.suffix != ".py" or relative.parts[0] not in packages - {"tests"}:
+            continue
+        module = ".".join(relative.parts[:-1] if relative.name == "__init__" else relative.parts)
+        for match in DEFINITION.finditer(text):
+            name = match.group(1) or match.group(2)
+            defined[name] = (*defined.get(name, ()), module)
+    return Checkout(
+        file_names=frozenset(path.name for path in files),
+        code="\n".join(texts),
+        prefixes=frozenset(key.split(".", 1)[0] for key in Settings().include_sources().as_dict()),
+        defined=defined,
+    )
+
+
+def guide_section(document: str, title: str) -> str:
+    """The ``## title`` section of a Markdown document (up to the next ``## ``), without its fenced blocks."""
+    text = (REPO / document).read_text(encoding="utf-8")
+    match = re.search(rf"^## {re.escape(title)}\n(.*?)(?=^## |\Z)", text, re.M | re.S)
+    assert match, f"{document} has no section {title!r}"
+    return FENCE.sub("", match.group(1))
+
+
 def _member(owner: object, name: str) -> object | None:
-    """``owner``'s (a module's or class's) ``name``: an attribute, a submodule, or ``DECLARED`` for a field or class
-    variable declared without a value (a dataclass's ``Review.id``, a protocol's ``name: ClassVar[str]``); None when
-    it has none."""
+    """``owner``'s (a module's or class's) ``name``, or None: an attribute, a submodule, ``DECLARED`` for a field or
+    class variable declared without a value (a dataclass's ``Review.id``, a protocol's ``name: ClassVar[str]``), or
+    for a module a method of a class it defines (the walk-through's ``moves.end_lease``)."""
     import importlib
     import inspect
 
@@ -280,40 +323,40 @@ def _member(owner: object, name: str) -> object | None:
         try:
             return importlib.import_module(f"{owner.__name__}.{name}")
         except ModuleNotFoundError:
-            return None
+            classes = [value for value in vars(owner).values() if inspect.isclass(value)]
+            own = [klass for klass in classes if klass.__module__ == owner.__name__]
+            return next((getattr(klass, name) for klass in own if hasattr(klass, name)), None)
     declared = any(name in getattr(klass, "__annotations__", {}) for klass in getattr(owner, "__mro__", ()))
     return DECLARED if declared else None
 
 
-def resolves(dotted: str) -> bool:
-    """Whether a dotted name of a guide names a module, class, function or field of the code."""
+def resolves(dotted: str, defined: dict[str, tuple[str, ...]]) -> bool:
+    """Whether a dotted name of a guide names a module, class, function, method or field of the code: its first
+    part is a package, a module of ``NAME_PACKAGES`` or a name a product module defines (``SchedulerCore.lease``)."""
     import importlib
 
     first, *rest = dotted.split(".")
     owners: list[object] = []
-    modules = [first] if (REPO / first).is_dir() or (REPO / f"{first}.py").is_file() else []
-    for name in [*modules, *(f"{package}.{first}" for package in NAME_PACKAGES)]:
+    top = [first] if (REPO / first / "__init__.py").is_file() else []
+    for name in [*top, *(f"{package}.{first}" for package in NAME_PACKAGES)]:
         try:
             owners.append(importlib.import_module(name))
         except ModuleNotFoundError:
             continue
-    defining = [module for module in map(importlib.import_module, NAME_MODULES) if hasattr(module, first)]
-    owners += [getattr(module, first) for module in defining]
+    owners += [getattr(importlib.import_module(module), first, None) for module in defined.get(first, ())]
     for owner in owners:
         found: object | None = owner
         for part in rest:
-            found = None if found is DECLARED else _member(found, part)
-            if found is None:
-                break
+            found = None if found is None or found is DECLARED else _member(found, part)
         if found is not None:
             return True
     return False
 
 
-def guide_problem(token: str, tracked: Set[str], code: str, prefixes: Set[str]) -> str | None:
+def guide_problem(token: str, checkout: Checkout) -> str | None:
     """Why one code span of a guide names nothing the repository holds, or None: a path (placeholders such as
-    ``<name>`` stand for any file of the folder before them), a file by its bare name, an ``icecrawler`` subcommand, a
-    ``make`` target, a dotted Python name (imported), or a bare one (it must occur in the code). Settings are left
+    ``<name>`` stand for any file of the folder they are in), a file by its bare name, an ``icecrawler`` subcommand,
+    a ``make`` target, a dotted Python name (imported), or a bare one (it must occur in the code). Settings are left
     to ``test_every_setting_the_docs_name_exists``; values and placeholders are no names."""
     token = token.strip()
     if token.startswith(("icecrawler ", "make ")):
@@ -323,70 +366,58 @@ def guide_problem(token: str, tracked: Set[str], code: str, prefixes: Set[str]) 
             return None if re.search(rf"^{re.escape(word)}:", makefile, re.M) else f"no make target {word!r}"
         module = REPO / "icecrawler_cli" / "commands" / f"{word}.py"
         return None if module.is_file() else f"no icecrawler subcommand {word!r}"
-    if token.split(".", 1)[0] in prefixes or token.startswith("/"):
+    if token.split(".", 1)[0] in checkout.prefixes or token.startswith("/"):
         return None  # a setting, or a path outside the checkout
-    if "/" in token and not token.startswith("/") and ":" not in token:
+    if "/" in token and ":" not in token:
         stem = re.split(r"[<*]", token, maxsplit=1)[0]
         if stem != token:  # a placeholder: the folder it stands in must exist
             folder = REPO / stem if stem.endswith("/") else (REPO / stem).parent
             return None if folder.is_dir() else f"no folder {folder.relative_to(REPO).as_posix()!r}"
         return None if (REPO / token).exists() else f"no path {token!r}"
     if token.endswith(FILE_KINDS) and " " not in token:
-        return None if token in tracked else f"no tracked file named {token!r}"
+        return None if token in checkout.file_names else f"no tracked file named {token!r}"
     name = re.sub(r"\([^()]*\)", "", token).lstrip("@")
     if not PY_NAME.fullmatch(name):
         return None  # a value (``"form"``, ``100万+``), a header name, a placeholder
-    if "." in name:
-        return None if resolves(name) else f"{name!r} does not import"
-    if name.startswith("_") and resolves(name):
-        return None  # a private module of the sources (``_dates``)
+    if "." in name or (name.startswith("_") and resolves(name, checkout.defined)):  # ``_dates``: a sources module
+        return None if resolves(name, checkout.defined) else f"{name!r} does not import"
     pattern = rf"{'' if name.startswith('_') else '(?<![A-Za-z0-9_])'}{re.escape(name)}(?![A-Za-z0-9_])"
-    return None if re.search(pattern, code) else f"{name!r} occurs nowhere in the code"
+    return None if re.search(pattern, checkout.code) else f"{name!r} occurs nowhere in the code"
 
 
 @pytest.fixture(scope="module")
-def code_text(files: list[Path]) -> str:
-    """Every tracked Python and Slice file, as one text (names are looked for in it)."""
-    return "\n".join(path.read_text(encoding="utf-8") for path in files if path.suffix in (".py", ".ice"))
+def checkout(files: list[Path]) -> Checkout:
+    return checkout_of(files)
 
 
-@pytest.mark.parametrize("title", GUIDES)
-def test_every_file_module_and_name_a_guide_cites_exists(files: list[Path], code_text: str, title: str) -> None:
+@pytest.mark.parametrize(("document", "title"), GUIDES)
+def test_every_file_module_and_name_a_guide_cites_exists(checkout: Checkout, document: str, title: str) -> None:
     """A guide that names a file that moved, a helper that was renamed or a module that went away sends the newcomer
-    who follows it astray: each code span of CONTRIBUTING.md's "Adding ..." sections must name something that is
-    there (see ``guide_problem``)."""
-    from icecrawler.settings import Settings
-
-    prefixes = {key.split(".", 1)[0] for key in Settings().include_sources().as_dict()}
-    tracked = {path.name for path in files}
-    text = guide_section((REPO / "CONTRIBUTING.md").read_text(encoding="utf-8"), title)
-    spans = CODE_SPAN.findall(text)
+    who follows it astray: each code span of the guides must name something that is there (``guide_problem``)."""
+    spans = CODE_SPAN.findall(guide_section(document, title))
     assert len(spans) >= 10, f"{title}: too few code spans found ({len(spans)})"
-    found = [f"`{span}`: {why}" for span in spans if (why := guide_problem(span, tracked, code_text, prefixes))]
-    assert found == [], f"CONTRIBUTING.md, {title!r}, cites what the repository lacks:\n" + "\n".join(found)
+    found = [f"`{span}`: {why}" for span in spans if (why := guide_problem(span, checkout))]
+    assert found == [], f"{document}, {title!r}, cites what the repository lacks:\n" + "\n".join(found)
 
 
-def test_the_guide_check_flags_what_is_missing_and_passes_what_is_there() -> None:
-    tracked, prefixes = {"checks.py"}, {"sources", "scheduler"}
+def test_the_guide_check_flags_what_is_missing_and_passes_what_is_there(checkout: Checkout) -> None:
     code = "def check_http(page): ...\ndef make_site(context): ...\nCASES = []\nname_total = 1\n"
-
-    def problem(token: str) -> str | None:
-        return guide_problem(token, tracked, code, prefixes)
-
+    made_up = Checkout(frozenset({"checks.py"}), code, frozenset({"sources", "scheduler"}), checkout.defined)
     for there in (
         *("crawler_client/sources/", "sandbox/sites/<name>.py", "tests/client/test_<name>.py", "checks.py"),
         *("_detect.check_http", "base.SavedPages", "Review.id", "Tally.ensure", "crawler_client.sources.base"),
         *("sandbox.web.OpenSite", "_dates", "CASES", "check_http", "_total", "make_site(context)", "@rpc.map_errors"),
+        *("SchedulerCore.lease", "moves.end_lease", "daemon._work_loop", "shhd/fingerprint.py"),
         *("icecrawler parse --source <name> FILE", "make test", "sources.<name>.*", "/opt/x.py", '"form"'),
         *("100万+", "Retry-After"),
     ):
-        assert problem(there) is None, there
+        assert guide_problem(there, made_up) is None, there
     for missing in (
         *("crawler_client/sources/gone.py", "sandbox/nowhere/<name>.py", "moved.py", "_detect.check_nothing"),
         *("base.NoSuchClass", "Review.no_such_field", "nosuchpkg.x", "renamed_helper", "icecrawler nosuchcmd"),
-        "make nosuchtarget",
+        *("make nosuchtarget", "SchedulerCore.renamed", "moves.renamed_move", "_no_such_module"),
     ):
-        assert problem(missing) is not None, missing
+        assert guide_problem(missing, made_up) is not None, missing
 
 
 def test_the_metrics_endpoint_table_gives_the_settings_defaults() -> None:
