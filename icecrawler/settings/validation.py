@@ -78,6 +78,7 @@ RULES: dict[str, Bound] = {
     "sandbox.latency_ms": NON_NEGATIVE,
     "sandbox.max_hang_s": NON_NEGATIVE,
     "sandbox.port": Bound(0, 65535),
+    "sandbox.visitor_ttl_s": POSITIVE,
     "scheduler.account_budget_per_min": AT_LEAST_ONE,
     "scheduler.account_freeze_s": NON_NEGATIVE,
     "scheduler.backoff_after_attempts": AT_LEAST_ONE,
@@ -99,6 +100,7 @@ RULES: dict[str, Bound] = {
     "scheduler.initial_period_s": POSITIVE,
     "scheduler.fetch_budget_per_s": NON_NEGATIVE,
     "scheduler.rate_reference_period_s": POSITIVE,
+    "scheduler.visitor_renew_s": NON_NEGATIVE,
     "storage.backend": Bound(choices=("embedded", "hbase")),
     "storage.backup_interval_s": AT_LEAST_ONE,  # backups are named to the second
     "storage.backup_keep": AT_LEAST_ONE,

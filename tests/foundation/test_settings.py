@@ -133,3 +133,38 @@ def test_a_bad_setting_says_where_it_came_from(
     with pytest.raises(ConfigError) as refused:
         load_settings(config, [assignment] if assignment else [], environ=environ)
     assert re.search(expected.replace("{file}", re.escape(str(config))), str(refused.value)), str(refused.value)
+
+
+#: Numeric settings without a range in ``RULES``, and why: checked where they are used, or any value will do.
+UNBOUNDED = {
+    **{
+        f"metrics.{role}.{key}": "checked by icecrawler.metrics when a daemon serves /metrics (port 0 turns it off)"
+        for role in ("scheduler", "storage", "client")
+        for key in ("port", "port_span")
+    },
+    "sandbox.seed": "any integer seeds the sandbox's world",
+}
+
+
+def test_every_numeric_setting_has_a_range_or_says_why_not() -> None:
+    """A number a setting takes is range-checked by ``load_settings`` (CONTRIBUTING.md, "Adding a setting", step 2):
+    a new one without a rule would be read as given, negative or zero, far from where it went wrong. A rule for a
+    key that does not exist (a typo) would never apply."""
+    from icecrawler.settings.validation import RULES
+
+    numeric = {
+        key for key, value in DEFAULTS.items() if isinstance(value, (int, float)) and not isinstance(value, bool)
+    }
+    assert sorted(numeric - set(RULES) - set(UNBOUNDED)) == []
+    assert sorted(set(RULES) - set(DEFAULTS)) == [] and set(UNBOUNDED) <= numeric
+
+
+@pytest.mark.parametrize(
+    ("assignment", "bound"),
+    [("scheduler.visitor_renew_s=-1", ">= 0"), ("sandbox.visitor_ttl_s=-5", "> 0"), ("sandbox.visitor_ttl_s=0", "> 0")],
+)
+def test_a_bad_visitor_time_is_refused_where_the_settings_are_read(assignment: str, bound: str) -> None:
+    """A visitor session of no lifetime is minted expired (every weibo.com call of the crawl gets 432)."""
+    key = re.escape(assignment.split("=")[0])
+    with pytest.raises(ConfigError, match=rf"{key}.*must be {bound} \(from --set\)"):
+        load_settings(None, [assignment], environ={})
