@@ -2,8 +2,8 @@
 
 A rule is a scope (``site``: ``pc``, ``m``, ``web``, ``ecshop``, ``jd``, ``*`` or another registered source's
 ``sandbox_site``; optional ``target``: a uid or product id) plus a ``Misbehaviour``. For one request the most
-specific rule wins: (site, target), then (site, any), then (``*``, any). Rates are per-request probabilities
-drawn from one seeded RNG (1.0 = every request).
+specific rule wins: (site, target), then (site, any), then (``*``, target), then (``*``, any). Rates are
+per-request probabilities drawn from one seeded RNG (1.0 = every request).
 
 Decisions only: this module picks what to do; ``sandbox.server`` does it (sleeps, status codes, truncation)
 and each site renders its own login wall.
