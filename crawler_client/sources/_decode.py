@@ -55,13 +55,15 @@ _DECLARATION_SPAN = 4096
 
 
 def legacy_charset(body: bytes, content_type: str = "") -> str:
-    """The codec for a body that is not UTF-8: Big5 (Python's ``big5hkscs``, a superset) when its ``Content-Type`` or
-    its first bytes (a ``<meta>``, the HTML inside a JSON envelope) declare Big5, as ECSHOP's Big5 edition does, else
-    GB18030. Only Big5 is taken at its word: pages that declare UTF-8 or nothing are GBK often enough (Weibo's)."""
-    declared = _CHARSET_RE.findall(content_type.encode("ascii", "replace")) + _CHARSET_RE.findall(
+    """The codec for a body that is not UTF-8: Big5 (Python's ``big5hkscs``, a superset) when the body's declaration
+    says Big5, as ECSHOP's Big5 edition does, else GB18030. The declaration is the ``Content-Type`` header's, else the
+    first one in the body's first bytes (a ``<meta>``, the HTML inside a JSON envelope), as browsers take it: a later
+    ``charset=big5`` (a buyer's review quoting one) is text, not the page's. Only Big5 is taken at its word: pages that
+    declare UTF-8 or nothing are GBK often enough (Weibo's)."""
+    declared = _CHARSET_RE.search(content_type.encode("ascii", "replace")) or _CHARSET_RE.search(
         body[:_DECLARATION_SPAN]
     )
-    return "big5hkscs" if any(name.lower() in _BIG5_NAMES for name in declared) else "gb18030"
+    return "big5hkscs" if declared is not None and declared[1].lower() in _BIG5_NAMES else "gb18030"
 
 
 def strip_jsonp(text: str) -> str:

@@ -424,3 +424,26 @@ def test_a_closed_big5_shop_is_busy() -> None:
     with pytest.raises(FetchError) as info:
         parse("ecshop", REVIEWS, SOURCE.first_request(REVIEWS, BASE), notice.encode("big5"))
     assert (info.value.outcome, info.value.error_class) == ("Busy", "shop-closed")
+
+
+@pytest.mark.parametrize(
+    "headers", [{"Content-Type": "text/html; charset=gbk"}, {}], ids=["header-says-gbk", "meta-says-gbk"]
+)
+def test_a_gbk_page_that_mentions_big5_after_its_own_declaration_stays_gbk(headers: dict[str, str]) -> None:
+    """Any ``charset=big5`` in a page's first 4 KiB made the whole page Big5, even after the header or the page's own
+    ``<meta>`` had said GBK: a buyer's review quoting one (or a theme's link to a Big5 mirror) turned every review of
+    a GBK shop into other characters. The header's declaration decides, else the page's first."""
+    texts = ["网页显示乱码，charset=big5 也试过", "质量很好"]
+    items = "".join(
+        f'<li class="word"><font class="f2">买家{i}</font> <font class="f3">( 2024-03-0{i + 1} 10:00:00 )</font><br />'
+        f'<img src="../images/stars5.gif" /><p>{text}</p></li>'
+        for i, text in enumerate(texts)
+    )
+    goods = (
+        '<html><head><meta http-equiv="Content-Type" content="text/html; charset=gbk" /></head><body>'
+        f'<div id="ECS_COMMENT"><ul class="comments">{items}</ul><div id="pager">总计 2 个记录，共 1 页。</div></div>'
+        "</body></html>"
+    ).encode("gbk")
+    page = parse("ecshop", REVIEWS, SOURCE.first_request(REVIEWS, BASE), goods, headers=headers)
+    assert [r.content for r in reviews(page.items)] == texts
+    assert [r.user for r in reviews(page.items)] == ["买家0", "买家1"]
