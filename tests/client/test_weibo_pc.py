@@ -6,7 +6,7 @@ import pytest
 
 from crawler_client.crawl import crawl_task
 from crawler_client.sources.base import FetchedPage, PageRequest
-from crawler_client.sources.weibo_pc import WeiboPcSource
+from crawler_client.sources.weibo_pc import EMPTY_PAGE_RETRIES, WeiboPcSource
 from icecrawler.errors import FetchError, ParseError
 from icecrawler.models import Post
 from sandbox.pages import interstitial, passport_page
@@ -434,3 +434,40 @@ def test_a_reposts_original_author_does_not_count_as_an_owner() -> None:
     assert SOURCE.saved_target(SOURCE.spec.default_kind, body) == "2803301701"
     page = parse("weibo_pc", TASK, first(), body)
     assert len(page.items) == 2 and "other_accounts" not in page.info
+
+
+class _ShortFeedFetch:
+    """An account whose feed ends after page 1 while the pager counts more pages (weibo.com counts every post, but
+    shows others only the last half year when the account asks it to, and never its hidden posts)."""
+
+    def __init__(self, uid: int, count_page: int) -> None:
+        self.first_page = mbloglist_page(uid, 1, count_page=count_page)
+        self.requests_made = 0
+
+    def fetch(self, request: PageRequest) -> FetchedPage:
+        self.requests_made += 1
+        if "extend" in request.state:  # a truncated post's full text
+            return fetched(b'{"code":"100000","msg":"","data":{"html":"full text"}}', request)
+        body = self.first_page[int(request.state["chunk"])] if request.page == 1 else EMPTY_FEED
+        return fetched(body, request)
+
+
+def test_a_feed_shorter_than_its_pager_is_not_busy_forever() -> None:
+    """An empty chunk before the pager's last page is Busy (a throttled answer), but an account that shows only its
+    last half year, or hides posts the pager still counts, answers page 2 with the same empty placeholder on every
+    visit: each crawl failed Busy, kept the empty cursor and walked the whole feed again, for ever. After
+    ``EMPTY_PAGE_RETRIES`` failed visits in a row the empty chunk is the end of what the site shows: the crawl
+    succeeds with the posts it read and its cursor moves on."""
+    task = make_task("weibo_pc", "1163218074")
+    outcomes: list[str] = []
+    for attempts in range(EMPTY_PAGE_RETRIES + 3):  # bounded: the fixed source needs EMPTY_PAGE_RETRIES + 1 visits
+        task.attempts = attempts
+        fetch = _ShortFeedFetch(1163218074, count_page=3)
+        result = crawl_task(task, SOURCE, fetch, base_url=BASE, max_pages=10, now_ms=lambda: SAMPLE_NOW_MS)
+        outcomes.append(result.report.outcome)
+        assert len(result.posts) == 45  # every visit keeps what it read
+        if result.report.outcome == "Ok":
+            break
+        assert (result.report.error_class, result.report.cursor) == ("weibo_pc-empty-page", "")
+    assert outcomes == ["Busy"] * EMPTY_PAGE_RETRIES + ["Ok"]
+    assert result.report.cursor == str(max(post.id for post in result.posts))
