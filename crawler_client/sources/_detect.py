@@ -60,12 +60,22 @@ class Marker:
         return tuple(forms)
 
 
-def check_not_cut_short(items: int, page: int, pages: int | None, *, site: str, http_status: int) -> None:
+#: Failed visits in a row after which an empty page before the pager's last is the end of what the site shows, not
+#: a throttled answer: a pager may count items nobody is shown (Weibo's posts of an account that shows only its last
+#: half year or hides some, JD's folded reviews past the pages it serves), and every visit then meets the same empty
+#: page; Busy for ever would fail each crawl, keep its cursor and walk the whole list again.
+EMPTY_PAGE_RETRIES = 3
+
+
+def check_not_cut_short(
+    items: int, page: int, pages: int | None, *, attempts: int, site: str, http_status: int
+) -> None:
     """An empty page (1-based ``page``) of a list that has ``pages`` pages is a throttled answer when more pages
     follow it: taken for the end of the list, the crawl would succeed and its new cursor would pass over the items
-    it had not reached. Busy fails the crawl instead (retried with the task's backoff, cursor kept). The first page
-    (an item without reviews) and the last may be empty."""
-    if items or page <= 1 or pages is None or page >= pages:
+    it had not reached. Busy fails the crawl instead (retried with the task's backoff, cursor kept), for
+    ``EMPTY_PAGE_RETRIES`` failed visits in a row (the task's ``attempts``); then the page is the end. The first
+    page (an item without reviews) and the last may be empty."""
+    if items or page <= 1 or pages is None or page >= pages or attempts >= EMPTY_PAGE_RETRIES:
         return
     raise fail(
         Outcome.Busy,

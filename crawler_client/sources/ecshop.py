@@ -225,7 +225,9 @@ class EcshopSource(ReviewOrder, SavedPages):
         pager_text = (box.select_one("#pager") or box).get_text(" ")
         record_count, page_count = _pager_counts(pager_text, box)
         current = _current_page(request)
-        check_not_cut_short(len(items), current, page_count, site="ECSHOP", http_status=page.status)
+        check_not_cut_short(
+            len(items), current, page_count, attempts=task.attempts, site="ECSHOP", http_status=page.status
+        )
         result = ParsedPage(items=items, total_pages=page_count, info={"page": str(current)})
         if record_count is not None:
             result.info["record_count"] = str(record_count)

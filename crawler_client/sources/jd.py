@@ -236,7 +236,9 @@ class JdSource(ReviewOrder, SavedPages):
         page0 = _page0(request)
         # This answer's page count, else the one the page before gave (a throttled answer may say maxPage 0).
         known_pages = max_page or parse_count(request.state.get("max_page", "")) or counted or None
-        check_not_cut_short(len(rows), page0 + 1, known_pages, site="JD", http_status=page.status)
+        check_not_cut_short(
+            len(rows), page0 + 1, known_pages, attempts=task.attempts, site="JD", http_status=page.status
+        )
         result = ParsedPage(items=items, total_pages=max_page or counted, info=_summary(doc))
         if max_page is None and ("hasMore" in holder or "hasNextPage" in holder):
             more = holder.get("hasMore", holder.get("hasNextPage")) in (True, 1, "1", "true")

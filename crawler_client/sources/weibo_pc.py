@@ -49,16 +49,12 @@ from icecrawler.models import Outcome, Post, Task, TaskKind
 if TYPE_CHECKING:
     from bs4 import Tag
 
-__all__ = ["EMPTY_PAGE_RETRIES", "SOURCE", "SPEC", "WeiboPcSource"]
+__all__ = ["SOURCE", "SPEC", "WeiboPcSource"]
 
 #: ``$CONFIG['domain']`` of a personal profile; enterprise pages use 100206.
 DEFAULT_DOMAIN = "100505"
 #: The envelope's success code (a string).
 OK_CODE = "100000"
-#: Failed visits in a row after which an empty chunk before the pager's last page is the end of the feed, not a
-#: throttled answer: the pager counts every post, but an account that shows others only its last half year (or hides
-#: posts) answers the pages past them with the empty placeholder on every visit, and Busy would then fail each crawl.
-EMPTY_PAGE_RETRIES = 3
 #: (pre_page offset, pagebar) of the three chunks of a visible page.
 CHUNKS: tuple[tuple[int, int], ...] = ((-1, 0), (0, 0), (0, 1))
 
@@ -165,8 +161,8 @@ class WeiboPcSource(PostOrder, SavedPages):
         long_ids: list[str] = []
         nodes = _all(soup, "action-type", "feed_list_item", "div")
         pages = parse_id(request.state.get("pages", "")) or None  # what the previous page's pager counted
-        if not nodes and task.attempts < EMPTY_PAGE_RETRIES:  # a page the pager promised: throttled, not the end
-            check_not_cut_short(0, request.page, pages, site=self.name, http_status=page.status)
+        if not nodes:  # an empty chunk of a page the pager promised is a throttled answer, not the end
+            check_not_cut_short(0, request.page, pages, attempts=task.attempts, site=self.name, http_status=page.status)
         owned, others = own_posts(task.target, nodes, _author, page.status)  # leaves out posts the account liked
         for node in owned:
             truncated = _by(node, "action-type", "fl_unfold") is not None  # post_of removes the link

@@ -21,9 +21,17 @@ def fixture(name: str) -> bytes:
     return (FIXTURES / name).read_bytes()
 
 
-def make_task(source: str, target: str, kind: TaskKind | None = None, **params: str) -> Task:
+def make_task(source: str, target: str, kind: TaskKind | None = None, *, attempts: int = 0, **params: str) -> Task:
+    """A task as the scheduler leases it; ``attempts``: the failed visits in a row before this one."""
     kind = kind or next(iter(get_source(source).kinds))
-    return Task(id=f"{kind.value}:{source}:{target}", kind=kind, source=source, target=target, params=dict(params))
+    return Task(
+        id=f"{kind.value}:{source}:{target}",
+        kind=kind,
+        source=source,
+        target=target,
+        params=dict(params),
+        attempts=attempts,
+    )
 
 
 def fetched(

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 import pytest
 
+from crawler_client.sources._detect import EMPTY_PAGE_RETRIES
 from crawler_client.sources.ecshop import EcshopSource, is_logged_in, login_request, shows_login_wall
 from icecrawler.errors import FetchError, ParseError
 from icecrawler.models import Review, TaskKind
@@ -83,6 +84,19 @@ def test_an_empty_comment_page_before_the_last_is_a_throttled_answer_not_the_end
     assert (info.value.outcome, info.value.error_class) == ("Busy", "ecshop-empty-page")
     last = parse("ecshop", task, SOURCE.comment_page_request(BASE, "42", 5, 1), ecshop_comment_json(42, 5, comments=0))
     assert last.items == [] and last.next_request is None
+
+
+def test_an_empty_comment_page_before_the_last_is_the_end_after_as_many_failed_visits_as_the_retries() -> None:
+    """A pager that counts comments the shop no longer shows would make every visit Busy for ever (cursor kept, the
+    list walked again each time): after ``EMPTY_PAGE_RETRIES`` failed visits in a row the empty page is the end."""
+    request, body = SOURCE.comment_page_request(BASE, "42", 2, 1), ecshop_comment_json(42, 2, comments=0)
+    for attempts in range(EMPTY_PAGE_RETRIES):
+        with pytest.raises(FetchError) as info:
+            parse("ecshop", make_task("ecshop", "42", TaskKind.ProductReviews, attempts=attempts), request, body)
+        assert info.value.error_class == "ecshop-empty-page"
+    retried = make_task("ecshop", "42", TaskKind.ProductReviews, attempts=EMPTY_PAGE_RETRIES)
+    page = parse("ecshop", retried, request, body)
+    assert page.items == [] and page.next_request is None
 
 
 def test_missing_goods_and_error_envelopes() -> None:

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from crawler_client.sources._detect import EMPTY_PAGE_RETRIES
 from crawler_client.sources.jd import JdSource
 from icecrawler.errors import ConfigError, FetchError, ParseError
 from icecrawler.models import Review
@@ -80,6 +81,20 @@ def test_an_empty_page_before_the_last_is_a_throttled_answer_not_the_end() -> No
         assert (info.value.outcome, info.value.error_class) == ("Busy", "jd-empty-page")
     last = parse("jd", TASK, SOURCE.page_request(TASK, url, 4), jd_comments(comments=0, page=4, max_page=5))
     assert last.items == [] and last.next_request is None
+
+
+def test_an_empty_page_before_the_last_is_the_end_after_as_many_failed_visits_as_the_retries() -> None:
+    """JD's ``maxPage`` may count reviews it does not serve (folded ones, those past the pages it shows), and every
+    visit then meets the same empty page: Busy for ever would keep the cursor and walk the list again each time.
+    After ``EMPTY_PAGE_RETRIES`` failed visits in a row the empty page is the end."""
+    url = f"{BASE}/comment/productPageComments.action"
+    request, body = SOURCE.page_request(TASK, url, 2), jd_comments(comments=0, page=2, max_page=5)
+    for attempts in range(EMPTY_PAGE_RETRIES):
+        with pytest.raises(FetchError) as info:
+            parse("jd", make_task("jd", TASK.target, attempts=attempts), request, body)
+        assert info.value.error_class == "jd-empty-page"
+    page = parse("jd", make_task("jd", TASK.target, attempts=EMPTY_PAGE_RETRIES), request, body)
+    assert page.items == [] and page.next_request is None
 
 
 def _old_form(body: bytes, comment_count: int | None) -> bytes:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from crawler_client.crawl import crawl_task
+from crawler_client.sources._detect import EMPTY_PAGE_RETRIES
 from crawler_client.sources.base import FetchedPage, PageRequest
-from crawler_client.sources.weibo_pc import EMPTY_PAGE_RETRIES, WeiboPcSource
+from crawler_client.sources.weibo_pc import WeiboPcSource
 from icecrawler.errors import FetchError, ParseError
 from icecrawler.models import Post
 from sandbox.pages import interstitial, passport_page
