@@ -225,11 +225,8 @@ _DB_ERRORS = (
 )
 
 
-@pytest.mark.parametrize("body", _DB_ERRORS, ids=["query", "connect"])
-def test_a_database_error_page_is_a_busy_shop_not_a_missing_category(body: bytes) -> None:
-    """A shop whose MySQL is overloaded answers every page with its database error report. On a listing that page
-    was taken for the shop index served in place of a missing category (NotFound, parked for the longest period);
-    on a goods page or a comment page it was a ParseError. It is the shop failing for a while: Busy."""
+def assert_every_page_kind_fails(body: bytes, outcome: str, error_class: str) -> None:
+    """``body`` served for a listing, a goods page and a comment page fails each crawl with this outcome and class."""
     listing = make_task("ecshop", "5", TaskKind.Listing)
     requests = [
         (listing, SOURCE.first_request(listing, BASE)),
@@ -239,8 +236,17 @@ def test_a_database_error_page_is_a_busy_shop_not_a_missing_category(body: bytes
     for task, request in requests:
         with pytest.raises(FetchError) as info:
             parse("ecshop", task, request, body)
-        assert (info.value.outcome, info.value.error_class) == ("Busy", "shop-db-error"), request.url
+        assert (info.value.outcome, info.value.error_class) == (outcome, error_class), request.url
+
+
+@pytest.mark.parametrize("body", _DB_ERRORS, ids=["query", "connect"])
+def test_a_database_error_page_is_a_busy_shop_not_a_missing_category(body: bytes) -> None:
+    """A shop whose MySQL is overloaded answers every page with its database error report. On a listing that page
+    was taken for the shop index served in place of a missing category (NotFound, parked for the longest period);
+    on a goods page or a comment page it was a ParseError. It is the shop failing for a while: Busy."""
+    assert_every_page_kind_fails(body, "Busy", "shop-db-error")
     # A closed shop is Busy on a listing too, not a missing category.
+    listing = make_task("ecshop", "5", TaskKind.Listing)
     closed = '<div style="margin: 150px"><p>本网站暂时关闭</p><p>系统维护中</p></div>'.encode()
     with pytest.raises(FetchError) as info:
         parse("ecshop", listing, SOURCE.first_request(listing, BASE), closed)
@@ -299,17 +305,7 @@ def test_the_notice_ecshop_itself_prints_for_a_closed_shop_is_busy(notice: str, 
     """A shop whose owner set ``shop_closed`` answers every page with ECSHOP's notice (本店盘点中，请您稍后再来...), in
     the shop's charset. Only a wording no ECSHOP prints (网站暂时关闭) was known, so the real notice was a ParseError
     on a goods or comment page and, on a listing, not the shop at all: it is the shop closed for a while, Busy."""
-    body = notice.encode(charset)
-    listing = make_task("ecshop", "5", TaskKind.Listing)
-    requests = [
-        (listing, SOURCE.first_request(listing, BASE)),
-        (REVIEWS, SOURCE.first_request(REVIEWS, BASE)),
-        (REVIEWS, SOURCE.comment_page_request(BASE, "7", 2, 1)),
-    ]
-    for task, request in requests:
-        with pytest.raises(FetchError) as info:
-            parse("ecshop", task, request, body)
-        assert (info.value.outcome, info.value.error_class) == ("Busy", "shop-closed"), request.url
+    assert_every_page_kind_fails(notice.encode(charset), "Busy", "shop-closed")
 
 
 def _comment_box(time_shown: str, page: int, pages: int) -> str:
