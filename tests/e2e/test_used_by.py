@@ -25,9 +25,11 @@ from __future__ import annotations
 import collections
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from icecrawler.sourcespec import group_by_kind
 from icecrawler_local.oracle import leases_by_task, overlapping_leases, stored_index, truth_index
 from icecrawler_local.stack import Stack, running_stack
 from sandbox.scenario import Category, Product, Scenario, WeiboUser
@@ -69,6 +71,8 @@ SEEDS = [
     "jd:100012043978",
     "jd:100008348542",
 ]
+#: The task ids the seeds make (``<kind>:<source>:<target>``).
+TASKS = [f"{kind.value}:{seed}" for kind, seeds in group_by_kind(SEEDS, None).items() for seed in seeds]
 
 
 def scenario() -> Scenario:
@@ -94,6 +98,16 @@ def agent(name: str) -> str:
 def first_request_ms(stack: Stack, name: str) -> int | None:
     times = [r["wall_ms"] for r in stack.requests() if r.get("agent") == agent(name)]
     return min(times) if times else None
+
+
+def task_infos(stack: Stack) -> dict[str, dict[str, Any]]:
+    """Every seeded task's ``status --task`` record."""
+    return {task: stack.task_info(task) for task in TASKS}
+
+
+def is_held(info: dict[str, Any], worker: str) -> bool:
+    """The task is leased to ``worker`` now."""
+    return bool(info["state"] == "inflight" and info["worker"] == worker)
 
 
 def missing_items(stack: Stack) -> int:
@@ -146,10 +160,17 @@ def test_clients_join_and_die_while_the_crawl_runs(tmp_path: Path) -> None:
             time.sleep(0.05)
         stack.kill_client(victim)
         killed_ms = int(time.time() * 1000)
+        # The leases the dead client held (crawls included whose results it had not reported): each must expire, and
+        # another client must then crawl that task. Its successful crawls count up only once that happened.
+        held = {task: info["crawls"] for task, info in task_infos(stack).items() if is_held(info, victim)}
         for site in ("jd", "ecshop"):
             stack.misbehave({"site": site, "clear": True})
         # The crawl goes on with three clients: past the dead client's lease deadlines, until caught up.
-        time.sleep(LEASE_S + 2)
+        wait_for(
+            lambda: all(stack.task_info(task)["crawls"] > crawls for task, crawls in held.items()),
+            lambda: f"the dead client's tasks were not crawled again after its leases expired: {held}",
+            90,
+        )
         wait_for(lambda: missing_items(stack) == 0, "published items are still missing from storage", 90)
         end_ms = int((time.time() - CATCH_UP_S) * 1000)
         items = stack.truth()["items"]
