@@ -58,6 +58,9 @@ class Misbehaviour:
     #: No answer for ``hang_s`` (capped by the server's max hang), then the connection closes.
     hang_rate: float = 0.0
     hang_s: float = 30.0
+    #: Every request waits unanswered while this rule holds it (until the rule is cleared or ``hold`` set false,
+    #: capped by the server's max hang), then gets its answer: a test's way to act while a crawl is surely mid-way.
+    hold: bool = False
 
     def __post_init__(self) -> None:
         for name in ("teapot_rate", "retry_after_rate", "ban_rate", "truncate_rate", "slow_rate", "hang_rate"):
@@ -123,6 +126,7 @@ class Action:
 
     login_wall: bool = False
     hang_s: float = 0.0
+    hold: bool = False
     delay_ms: int = 0
     status: int = 0  # 418 or 429; 0 = serve normally
     retry_after_s: int = 0
@@ -136,6 +140,8 @@ class Action:
         labels = []
         if self.hang_s:
             labels.append("hang")
+        if self.hold:
+            labels.append("hold")
         if self.delay_ms:
             labels.append("slow")
         if self.status:
@@ -193,6 +199,12 @@ class MisbehaviourTable:
                 return key, behaviour
         return None
 
+    def holds(self, site: str, target: str) -> bool:
+        """Whether the rule for this request (the most specific one) holds its answer back now."""
+        with self._lock:
+            found = self._lookup(site, target)
+            return found is not None and found[1].hold
+
     def decide(self, site: str, target: str, max_hang_s: float) -> Action:
         """Draw this request's misbehaviour."""
         with self._lock:
@@ -204,6 +216,7 @@ class MisbehaviourTable:
             action = Action(login_wall=rule.login_wall, rule=f"{key[0]}:{key[1] or '*'}")
             if rule.hang_rate and draw() < rule.hang_rate:
                 return replace(action, hang_s=min(rule.hang_s, max_hang_s))
+            action = replace(action, hold=rule.hold)
             if rule.slow_rate and draw() < rule.slow_rate:
                 action = replace(action, delay_ms=rule.slow_ms)
             remaining = self._bursts.get(key, 0)

@@ -24,6 +24,7 @@ import json
 import logging
 import socket
 import threading
+import time
 from collections.abc import Iterable
 from dataclasses import replace
 from http.cookies import CookieError, SimpleCookie
@@ -50,6 +51,8 @@ log = logging.getLogger("sandbox")
 CONTROL_PREFIX = "/__sandbox"
 #: Most requests kept in the log (the oldest are dropped; ``seq`` keeps counting).
 LOG_LIMIT = 200_000
+#: How often a held request looks whether its rule still holds it (``_hold``).
+_HOLD_POLL_S = 0.05
 
 
 class _HttpServer(ThreadingHTTPServer):
@@ -342,12 +345,22 @@ class SandboxServer:
             handler.close_connection = True
             entry["status"] = -1
             return
+        if action.hold:
+            self._hold(prefix, target)
         if action.delay_ms:
             self._stopping.wait(action.delay_ms / 1000)
         response = self._respond(site, request, action)
         entry["status"] = response.status
         entry["bytes"] = len(response.body)
         self._send(handler, response, action.truncate)
+
+    def _hold(self, site: str, target: str) -> None:
+        """Keep a held request waiting while its rule still holds it: at most ``max_hang_s``, and ``stop()`` ends
+        the wait (``Misbehaviour.hold``)."""
+        deadline = time.monotonic() + self.max_hang_s
+        while self.misbehaviour.holds(site, target) and time.monotonic() < deadline:
+            if self._stopping.wait(min(_HOLD_POLL_S, max(0.0, deadline - time.monotonic()))):
+                return
 
     def _respond(self, site: Site, request: SimRequest, action: Action) -> SimResponse:
         if action.status == 418:

@@ -3,6 +3,7 @@ and what the real parsers make of it."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import threading
 from typing import Any
@@ -147,6 +148,48 @@ def test_hangs_are_bounded_and_end_at_stop() -> None:
         server.stop()
         caller.join(30)
         assert not caller.is_alive() and errors
+
+
+def test_a_held_request_is_answered_only_once_its_rule_is_cleared(server: SandboxServer) -> None:
+    """``hold`` keeps every request of its scope waiting, logged with status 0, until the rule stops holding it;
+    then the request gets its normal answer. Other targets of the site are not held."""
+    _switch(server, {"site": "m", "target": UID, "set": {"hold": True}})
+    answers: list[requests.Response] = []
+    caller = threading.Thread(target=lambda: answers.append(_mobile(server)), daemon=True)
+    caller.start()
+    for _ in range(1000):  # bounded: until the request is in the log (a held one has no status yet)
+        held = [r for r in server.requests(site="m")["requests"] if r["target"] == UID]
+        if held:
+            break
+        caller.join(0.01)
+    assert held and held[-1]["misbehaviour"] == ["hold"] and held[-1]["status"] == 0, held
+    assert _mobile(server, uid="1000000002").status_code == 200  # another target answers meanwhile
+    assert caller.is_alive() and not answers
+    _switch(server, {"site": "m", "target": UID, "clear": True})
+    caller.join(30)
+    assert not caller.is_alive() and answers[0].status_code == 200
+    logged = [r for r in server.requests(site="m")["requests"] if r["seq"] == held[-1]["seq"]]
+    assert logged[0]["status"] == 200, logged
+
+
+def test_a_hold_ends_at_the_max_hang_and_at_stop() -> None:
+    with SandboxServer(small_scenario(), speed=0, port=0, max_hang_s=0.2) as server:
+        server.misbehaviour.update("m", "", {"hold": True})
+        assert _mobile(server).status_code == 200  # answered once the (capped) hold ends
+    with SandboxServer(small_scenario(), speed=0, port=0, max_hang_s=3600) as server:
+        server.misbehaviour.update("m", "", {"hold": True})
+
+        def call() -> None:
+            with contextlib.suppress(requests.exceptions.RequestException):  # stop() may close it unanswered
+                _mobile(server)
+
+        caller = threading.Thread(target=call, daemon=True)
+        caller.start()
+        while not server.requests(site="m")["requests"]:
+            caller.join(0.01)
+        server.stop()
+        caller.join(30)
+        assert not caller.is_alive()
 
 
 def test_login_walls_per_site(server: SandboxServer) -> None:
