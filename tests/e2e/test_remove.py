@@ -1,6 +1,7 @@
-"""``icecrawler remove`` while the crawl runs, as separate OS processes: a product being crawled (its pages answer
-slowly, and the removal comes while the request log shows the client waiting for one) and a Weibo user (waiting
-in the queue or being crawled by the client's other worker) are removed with one command.
+"""``icecrawler remove`` while the crawl runs, as separate OS processes: a product being crawled (the sandbox holds its
+pages unanswered, and the removal comes while the request log shows the client waiting for one, which is answered
+only after the removal) and a Weibo user (waiting in the queue or being crawled by the client's other worker) are
+removed with one command.
 
 Checked: the command counts both; the client's report of the crawl it had under way is refused (LeaseLost,
 TaskRemoved) and the client goes on crawling the target that is left, then exits 0 on SIGTERM with no traceback;
@@ -51,23 +52,23 @@ def test_targets_removed_while_one_is_being_crawled(tmp_path: Path) -> None:
         stack.seed([f"jd:{REMOVED_PRODUCT}", f"jd:{KEPT_PRODUCT}", f"weibo_mobile:{REMOVED_USER}"])
         client = stack.start_client("c1")
         wait_for(lambda: stack.scheduler_stats()["done"] >= 3, "the first crawls were never reported", 90)
-        stack.misbehave({"site": "jd", "set": {"slow_rate": 1.0, "slow_ms": 3000}})
-        # The removal must find the product in flight: wait until a request for it is being slowed down now.
+        held = {"site": "jd", "target": REMOVED_PRODUCT}
+        stack.misbehave({**held, "set": {"hold": True}})
+        # The removal must find the product in flight: wait until a request for it is held unanswered. It stays so
+        # until the rule is cleared below (or the client's own read timeout, client.timeout_s, ends its wait).
         wait_for(
             lambda: any(
-                r["target"] == REMOVED_PRODUCT
-                and "slow" in r["misbehaviour"]
-                and r["wall_ms"] > (time.time() - 2.0) * 1000
+                r["target"] == REMOVED_PRODUCT and "hold" in r["misbehaviour"] and r["status"] == 0
                 for r in stack.requests(site="jd")
             ),
-            "the product was never crawled while its pages were slow",
+            "the product was never crawled while its pages were held",
             90,
             interval_s=0.05,
         )
         assert stack.task_info(f"reviews:jd:{REMOVED_PRODUCT}")["state"] == "inflight"
         output = stack.icecrawler("remove", f"jd:{REMOVED_PRODUCT}", f"weibo_mobile:{REMOVED_USER}")
         removed_ms = int(time.time() * 1000)  # the removal is durable once the command returns
-        stack.misbehave({"site": "jd", "clear": True})
+        stack.misbehave({**held, "clear": True})
         assert output.splitlines()[:2] == ["reviews: 1 removed of 1", "user: 1 removed of 1"], output
         assert stack.scheduler_stats()["tasks"] == 1
         wait_for(
