@@ -4,9 +4,9 @@ two clients crawl them at the same time. New goods appear in the sub-categories 
 
 Checked against the sandbox's ground truth and the scheduler's records:
 
-- every product that appeared is discovered: its reviews task exists, created within two periods of its own
-  category's listing (the period in effect when the product appeared) after the product appeared (or after
-  the listing was seeded, for a product that was there before);
+- every product that appeared is discovered: its reviews task exists, created by the first or second crawl of its
+  own category's listing reported after the product appeared (or after the listing was seeded, for a product that
+  was there before): counted in crawls, since a loaded machine stretches a crawl's wall time;
 - no product is queued twice: the listings' discovered counts (the scheduler counts only the ids of a report
   that were new) add up to the number of product tasks, and the scheduler holds exactly listings + products tasks;
 - two different clients did crawl overlapping listings at the same time (completion-log lease intervals), and
@@ -151,14 +151,18 @@ def test_listings_discover_new_products_once_and_their_reviews_are_crawled(tmp_p
         listing = listing_info[f"listing:ecshop:{product['category']}"]
         # A product there before the listing was seeded counts from the seeding.
         since_ms = max(int(product["appeared_ms"]), int(listing["created_ms"]))
-        bound = 2 * period_at(listing, since_ms)
         delay = (found["created_ms"] - since_ms) / 1000
-        delays[product["product"]] = (round(delay), bound)
-        assert delay <= bound, (
-            f"product {product['product']} discovered {delay:.0f}s after it appeared "
-            f"(> 2 listing periods = {bound:.0f}s)"
+        delays[product["product"]] = (round(delay), 2 * period_at(listing, since_ms))
+        # Counted in its listing's crawls, not in simulated seconds: a loaded machine stretches a crawl's wall time,
+        # and at this speed two periods are two wall seconds. A crawl reported after the product appeared may have
+        # read the page before it did, so the second such crawl is the last that may miss it.
+        crawls_after = [int(e["time_ms"]) for e in listing["history"] if int(e["time_ms"]) > since_ms]
+        assert len(crawls_after) >= 2, f"{product['category']}: its listing was not crawled twice after {since_ms}"
+        assert found["created_ms"] <= crawls_after[1], (
+            f"product {product['product']} discovered {delay:.0f}s after it appeared, after its listing's second "
+            f"crawl since then (periods {delays[product['product']][1] / 2:.0f}s)"
         )
-    print("discovery delay vs bound (simulated s):", delays)
+    print("discovery delay vs two listing periods (simulated s):", delays)
 
     discovered = {task: int(count) for task, count in stats["listings"].items()}
     print("discovered per listing:", discovered)
