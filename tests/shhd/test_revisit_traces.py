@@ -4,7 +4,6 @@ pure parts (Weibo mid -> time, densest window)."""
 
 from __future__ import annotations
 
-import contextlib
 import gzip
 import json
 import os
@@ -159,10 +158,17 @@ def test_a_pipe_loads_like_a_file(tmp_path: Path, compress: bool) -> None:
     try:
         assert load_traces(fifo) == [Trace("a1", "weibo", (1_700_000_000.0, 1_700_000_600.5, 1_700_003_000.0))]
     finally:
-        if writer.is_alive():  # the loader failed before reading: open the read end so that the writer ends
-            with contextlib.suppress(OSError), fifo.open("rb") as reader:
-                reader.read()
+        # The writer ends by itself once the loader has read to the end (it may still be alive for a moment after its
+        # close: a blocking open of the read end then waited for a writer that never came). Only a loader that failed
+        # before opening leaves it blocked in its open: a read end opened without blocking releases it, and its few
+        # bytes fit in the pipe's buffer.
         writer.join(timeout=10)
+        if writer.is_alive():
+            read_end = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+            try:
+                writer.join(timeout=10)
+            finally:
+                os.close(read_end)
     assert not writer.is_alive()
 
 
