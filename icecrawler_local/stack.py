@@ -221,9 +221,11 @@ def running_stack(
     storage_settings: Mapping[str, Any] | None = None,
     latency_ms: int = 0,
     start_timeout_s: float = 60.0,
+    scheduler_wrap: Wrap | None = None,
 ) -> Iterator[Stack]:
     """Sandbox, storage and scheduler running as child processes under ``root``; the caller seeds and starts
-    clients. Every process (clients included) is stopped when the block ends, however it ends."""
+    clients. Every process (clients included) is stopped when the block ends, however it ends. ``scheduler_wrap``
+    changes the scheduler's command line (``Cluster.start_server``: e.g. to run it under a faked wall clock)."""
     scenario = scenario if scenario is not None else default_scenario()
     # One origin for every process: simulated time starts now, in all of them.
     origin = time.time()
@@ -248,7 +250,9 @@ def running_stack(
             "metrics.scheduler.port": str(free_port()),
             **{k: str(v) for k, v in (scheduler_settings or {}).items()},
         }
-        scheduler = cluster.start_server("scheduler", _HOST, scheduler_port, settings=scheduler_sets, wait=False)
+        scheduler = cluster.start_server(
+            "scheduler", _HOST, scheduler_port, wrap=scheduler_wrap, settings=scheduler_sets, wait=False
+        )
         for process, port in ((storage, storage_port), (scheduler, scheduler_port)):
             cluster.wait_listening(process, _HOST, port, timeout_s=start_timeout_s)
         stack = Stack(
