@@ -5,6 +5,7 @@ the same condition fails instead (``tests.requirements``)."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -12,7 +13,7 @@ from pathlib import Path
 
 from tests.requirements import skip_or_fail
 
-__all__ = ["fill", "small_tmpfs"]
+__all__ = ["fill", "fill_to", "small_tmpfs"]
 
 
 @contextmanager
@@ -48,4 +49,16 @@ def fill(directory: Path) -> Path:
                 out.write(b"\0" * 512)
         except OSError:
             pass
+    return filler
+
+
+def fill_to(directory: Path, free_bytes: int) -> Path:
+    """Write a file in ``directory`` until about ``free_bytes`` are left on its file system; returns it (delete it
+    to free the space)."""
+    filler = directory / "filler"
+    left = shutil.disk_usage(directory).free - free_bytes
+    chunk = b"\0" * (1 << 16)
+    with filler.open("wb") as out:
+        while left > 0:
+            left -= out.write(chunk[: min(left, len(chunk))])
     return filler

@@ -6,7 +6,11 @@ scrapes a real loopback crawl, fire on the failures they are written for:
   in a crawl too small for a fixed number of expiries per second ever to be reached; the healthy source stays
   quiet;
 * IcecrawlerSiteFailing: a site answers every crawl with its "busy" page (HTTP 200, the client reports Busy),
-  which no other alert counts.
+  which no other alert counts;
+* IcecrawlerDiskFilling: the scheduler's database sits on a small real file system (a tmpfs) that a filler file
+  takes past 95 %; it fires for that daemon and directory only, and resolves once the filler is gone;
+* IcecrawlerClockJumped: the scheduler's wall clock is stepped forward, then back, from outside the process
+  (libfaketime, ``tests.faketime``); it fires for each direction, and not before.
 
 The rule windows stay the deployed ones (15 minutes), so rates are read from a Prometheus only minutes old, as
 after a fresh deploy.
@@ -14,16 +18,24 @@ after a fresh deploy.
 
 from __future__ import annotations
 
+import shutil
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from icecrawler.processes import wait_for_port
-from icecrawler_local.stack import running_stack
+from icecrawler_local.stack import Stack, running_stack
 from sandbox.scenario import Product, Scenario, WeiboUser
 from sandbox.schedules import Schedule
+from tests.faketime import FakedWallClock
 from tests.helpers import wait_for
 from tests.observability.prom import Prometheus, prometheus_config, static_targets
+from tests.tmpfs import fill_to, small_tmpfs
 
 pytestmark = [pytest.mark.e2e, pytest.mark.ice, pytest.mark.bdb, pytest.mark.slow]
 
@@ -44,13 +56,57 @@ def scenario() -> Scenario:
     )
 
 
-def firing_sources(prometheus: Prometheus, alert: str) -> set[str]:
-    """The ``source`` labels of ``alert``'s firing instances."""
+@contextmanager
+def watched_stack(tmp_path: Path, **options: Any) -> Iterator[tuple[Stack, Prometheus]]:
+    """A loopback crawl of ``scenario()`` (``options`` as ``running_stack``'s) and a Prometheus, started after it,
+    that scrapes its scheduler and storage server with the deployed rules (only their ``for:`` shortened)."""
+    with running_stack(tmp_path / "stack", scenario(), speed=60, **options) as stack:
+        config = prometheus_config(tmp_path / "prom", window_s=None)
+        static_targets(config.parent, "scheduler", [stack.metrics_ports["scheduler"]])
+        static_targets(config.parent, "storage", [stack.metrics_ports["storage"]])
+        yield stack, Prometheus(stack.group, config, tmp_path / "prom" / "data")
+
+
+def firing(prometheus: Prometheus, alert: str, *labels: str) -> set[tuple[str, ...]]:
+    """These labels of ``alert``'s firing instances."""
     return {
-        item["labels"].get("source", "")
+        tuple(item["labels"].get(label, "") for label in labels)
         for item in prometheus.api("alerts")["alerts"]
         if item["labels"]["alertname"] == alert and item["state"] == "firing"
     }
+
+
+def firing_sources(prometheus: Prometheus, alert: str) -> set[str]:
+    """The ``source`` labels of ``alert``'s firing instances."""
+    return {source for (source,) in firing(prometheus, alert, "source")}
+
+
+def active_jobs(prometheus: Prometheus, alert: str) -> set[str]:
+    """The ``job`` labels of ``alert``'s pending or firing instances."""
+    return {
+        item["labels"].get("job", "")
+        for item in prometheus.api("alerts")["alerts"]
+        if item["labels"]["alertname"] == alert
+    }
+
+
+def quiet_after_samples(prometheus: Prometheus, alert: str, job: str, series: str, samples: int = 5) -> None:
+    """Wait (bounded) until Prometheus holds ``samples`` scrapes of every ``series`` ``alert`` reads and has
+    evaluated ``alert`` since; then it must be neither pending nor firing for ``job`` (a healthy daemon)."""
+    wait_for(
+        lambda: bool(prometheus.query(series)) and not prometheus.query(f"count_over_time({series}[10m]) < {samples}"),
+        lambda: f"fewer than {samples} scrapes of {series}: {prometheus.query(series)}",
+        timeout_s=60,
+    )
+    since = time.time()
+
+    def evaluated() -> bool:
+        rules = [rule for group in prometheus.api("rules")["groups"] for rule in group["rules"]]
+        (rule,) = [rule for rule in rules if rule.get("name") == alert]
+        return datetime.fromisoformat(rule["lastEvaluation"]).timestamp() > since
+
+    wait_for(evaluated, f"{alert} was not evaluated again", timeout_s=30)
+    assert job not in active_jobs(prometheus, alert), (prometheus.api("alerts"), prometheus.query(series))
 
 
 def wait_until_firing(prometheus: Prometheus, alert: str, source: str, series: str, timeout_s: float) -> None:
@@ -63,10 +119,8 @@ def wait_until_firing(prometheus: Prometheus, alert: str, source: str, series: s
 
 
 def test_no_progress_lease_expiries_and_site_failing_fire_on_their_real_conditions(tmp_path: Path) -> None:
-    with running_stack(
-        tmp_path / "stack",
-        scenario(),
-        speed=60,
+    with watched_stack(
+        tmp_path,
         scheduler_settings={
             "scheduler.lease_s": 3,
             "scheduler.initial_period_s": 600,
@@ -74,12 +128,7 @@ def test_no_progress_lease_expiries_and_site_failing_fire_on_their_real_conditio
             "scheduler.max_period_s": 1200,
         },
         client_settings={"client.workers": 2, "client.batch": 1, "client.idle_sleep_s": 0.3},
-    ) as stack:
-        config = prometheus_config(tmp_path / "prom", window_s=None)
-        static_targets(config.parent, "scheduler", [stack.metrics_ports["scheduler"]])
-        static_targets(config.parent, "storage", [stack.metrics_ports["storage"]])
-        prometheus = Prometheus(stack.group, config, tmp_path / "prom" / "data")
-
+    ) as (stack, prometheus):
         # Tasks are due and no client runs.
         stack.seed([HEALTHY, SLOW, BUSY])
         wait_for(
@@ -94,7 +143,7 @@ def test_no_progress_lease_expiries_and_site_failing_fire_on_their_real_conditio
         stack.misbehave({"site": "pc", "set": {"ban_rate": 1.0, "ban_page": "busy"}})
         stack.start_client("client-a")
         wait_for_port("127.0.0.1", stack.metrics_ports["client-a"], 60, alive=stack.clients["client-a"].alive)
-        static_targets(config.parent, "client", [stack.metrics_ports["client-a"]])
+        static_targets(tmp_path / "prom", "client", [stack.metrics_ports["client-a"]])
         wait_for(
             lambda: "IcecrawlerNoProgress" not in prometheus.alert_states(),
             lambda: f"IcecrawlerNoProgress never resolved: {prometheus.alert_states()}",
@@ -108,3 +157,63 @@ def test_no_progress_lease_expiries_and_site_failing_fire_on_their_real_conditio
         assert firing_sources(prometheus, "IcecrawlerSiteFailing") == {"weibo_pc"}
         healthy_ok = 'sum(icecrawler_scheduler_reports_total{source="weibo_mobile",outcome="Ok"})'
         assert (prometheus.value(healthy_ok) or 0) > 0
+
+
+def test_disk_filling_fires_for_the_full_directory_and_resolves_once_there_is_room(tmp_path: Path) -> None:
+    with (
+        # Big enough that a healthy scheduler's writes, extrapolated a day ahead from seconds of history (the
+        # expression's trend branch), stay far from filling it.
+        small_tmpfs(tmp_path / "fs", 256) as fs,
+        watched_stack(tmp_path, scheduler_settings={"scheduler.db_dir": str(fs / "db")}) as (stack, prometheus),
+    ):
+        free = 'icecrawler_scheduler_disk_free_bytes{dir="db"}'
+        quiet_after_samples(prometheus, "IcecrawlerDiskFilling", "icecrawler-scheduler", free)
+
+        filler = fill_to(fs, shutil.disk_usage(fs).total * 3 // 100)  # 97 % used
+        scheduler_db = {("icecrawler-scheduler", "db")}
+        wait_for(
+            lambda: scheduler_db <= firing(prometheus, "IcecrawlerDiskFilling", "job", "dir"),
+            lambda: (
+                f"IcecrawlerDiskFilling never fired for the scheduler's db: {prometheus.alert_states()}, "
+                f"{prometheus.query(free)}"
+            ),
+            timeout_s=60,
+        )
+        stack.seed([HEALTHY, SLOW, BUSY])  # nearly full is not full: it still takes writes
+        assert stack.scheduler_stats()["tasks"] == 3
+
+        filler.unlink()
+        wait_for(
+            lambda: "icecrawler-scheduler" not in active_jobs(prometheus, "IcecrawlerDiskFilling"),
+            lambda: f"IcecrawlerDiskFilling never resolved: {prometheus.alert_states()}, {prometheus.query(free)}",
+            timeout_s=120,
+        )
+
+
+def test_clock_jumped_fires_for_each_direction_the_scheduler_clock_jumped(tmp_path: Path) -> None:
+    clock = FakedWallClock(tmp_path / "faketime")
+    with watched_stack(tmp_path, scheduler_wrap=clock.wrap) as (stack, prometheus):
+        jumps = "icecrawler_scheduler_clock_jumps_total"
+        quiet_after_samples(prometheus, "IcecrawlerClockJumped", "icecrawler-scheduler", jumps)
+
+        def fired_for(directions: set[str]) -> None:
+            wait_for(
+                lambda: {d for (d,) in firing(prometheus, "IcecrawlerClockJumped", "direction")} == directions,
+                lambda: (
+                    f"IcecrawlerClockJumped is not firing for {directions}: {prometheus.alert_states()}, "
+                    f"{prometheus.query(jumps)}"
+                ),
+                timeout_s=60,
+            )
+
+        clock.step_to(2 * 3600)  # an NTP step, or a clock set by hand
+        fired_for({"forward"})
+        assert prometheus.value(f'{jumps}{{direction="forward"}}') == 1
+        assert prometheus.value(f'{jumps}{{direction="back"}}') == 0
+        clock.step_to(0)
+        fired_for({"forward", "back"})
+        assert prometheus.value(f'{jumps}{{direction="back"}}') == 1
+        assert stack.scheduler_stats()["tasks"] == 0  # it serves on
+        stack.seed([HEALTHY])
+        assert stack.scheduler_stats()["tasks"] == 1
+        assert "Traceback" not in stack.scheduler.log_tail(400)
