@@ -29,6 +29,7 @@ __all__ = [
     "prometheus_config",
     "promtool",
     "promtool_check",
+    "scrape",
     "short_rules",
     "static_targets",
 ]
@@ -45,6 +46,12 @@ def documented(series: str, doc: str) -> bool:
         if name.endswith(suffix):
             stems |= {name[: -len(suffix)], name[: -len(suffix)] + "_total"}
     return any(re.search(rf"`{re.escape(stem)}[`{{]", doc) for stem in stems)
+
+
+def scrape(url: str) -> str:
+    """The exposition text a /metrics endpoint answers."""
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        return str(answer.read().decode())
 
 
 def _binary(name: str) -> str:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import sqlite3
 import subprocess
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -36,6 +35,7 @@ from tests.observability.prom import (
     documented,
     prometheus_config,
     promtool_check,
+    scrape,
 )
 
 pytestmark = [pytest.mark.e2e, pytest.mark.ice, pytest.mark.bdb, pytest.mark.slow]
@@ -67,8 +67,7 @@ def published(stack: Stack, seeded: tuple[str, ...]) -> int:
 
 
 def check_metrics_text(url: str) -> str:
-    with urllib.request.urlopen(url, timeout=10) as answer:
-        text = answer.read().decode()
+    text = scrape(url)
     promtool_check(text)
     return text
 

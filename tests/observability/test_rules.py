@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import re
 import subprocess
-import urllib.request
 from pathlib import Path
 
 import pytest
 
 from icecrawler_local.stack import running_stack
-from tests.observability.prom import DEPLOY, promtool, short_rules
+from tests.observability.prom import DEPLOY, promtool, scrape, short_rules
 
 
 def _promtool(*args: str, cwd: Path = DEPLOY / "prometheus") -> str:
@@ -97,8 +96,7 @@ def series_names(text: str) -> set[str]:
 
 def exported_names(url: str) -> set[str]:
     """The metric families an endpoint declares (``# TYPE`` lines: a family is declared before its first sample)."""
-    with urllib.request.urlopen(url, timeout=10) as answer:
-        text = answer.read().decode()
+    text = scrape(url)
     return {line.split()[2] for line in text.splitlines() if line.startswith("# TYPE ")}
 
 
