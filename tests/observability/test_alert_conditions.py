@@ -34,7 +34,7 @@ from sandbox.scenario import Product, Scenario, WeiboUser
 from sandbox.schedules import Schedule
 from tests.faketime import FakedWallClock
 from tests.helpers import wait_for
-from tests.observability.prom import Prometheus, prometheus_config, static_targets
+from tests.observability.prom import Prometheus, prometheus_config, scrape, static_targets
 from tests.tmpfs import fill_to, small_tmpfs
 
 pytestmark = [pytest.mark.e2e, pytest.mark.ice, pytest.mark.bdb, pytest.mark.slow]
@@ -58,13 +58,19 @@ def scenario() -> Scenario:
 
 @contextmanager
 def watched_stack(tmp_path: Path, **options: Any) -> Iterator[tuple[Stack, Prometheus]]:
-    """A loopback crawl of ``scenario()`` (``options`` as ``running_stack``'s) and a Prometheus, started after it,
-    that scrapes its scheduler and storage server with the deployed rules (only their ``for:`` shortened)."""
+    """A loopback crawl of ``scenario()`` (``options`` as ``running_stack``'s) and a Prometheus watching it
+    (``watch``), started after it."""
     with running_stack(tmp_path / "stack", scenario(), speed=60, **options) as stack:
-        config = prometheus_config(tmp_path / "prom", window_s=None)
-        static_targets(config.parent, "scheduler", [stack.metrics_ports["scheduler"]])
-        static_targets(config.parent, "storage", [stack.metrics_ports["storage"]])
-        yield stack, Prometheus(stack.group, config, tmp_path / "prom" / "data")
+        yield stack, watch(stack, tmp_path / "prom")
+
+
+def watch(stack: Stack, directory: Path) -> Prometheus:
+    """A Prometheus, stopped with ``stack``, that scrapes its scheduler and storage server with the deployed rules
+    (only their ``for:`` shortened)."""
+    config = prometheus_config(directory, window_s=None)
+    static_targets(directory, "scheduler", [stack.metrics_ports["scheduler"]])
+    static_targets(directory, "storage", [stack.metrics_ports["storage"]])
+    return Prometheus(stack.group, config, directory / "data")
 
 
 def firing(prometheus: Prometheus, alert: str, *labels: str) -> set[tuple[str, ...]]:
@@ -190,30 +196,47 @@ def test_disk_filling_fires_for_the_full_directory_and_resolves_once_there_is_ro
         )
 
 
+JUMPS = "icecrawler_scheduler_clock_jumps_total"
+
+
+def fired_for(prometheus: Prometheus, directions: set[str]) -> None:
+    """Wait (bounded) until IcecrawlerClockJumped fires for exactly these ``direction`` labels."""
+    wait_for(
+        lambda: {d for (d,) in firing(prometheus, "IcecrawlerClockJumped", "direction")} == directions,
+        lambda: (
+            f"IcecrawlerClockJumped is not firing for {directions}: {prometheus.alert_states()}, "
+            f"{prometheus.query(JUMPS)}"
+        ),
+        timeout_s=60,
+    )
+
+
 def test_clock_jumped_fires_for_each_direction_the_scheduler_clock_jumped(tmp_path: Path) -> None:
     clock = FakedWallClock(tmp_path / "faketime")
     with watched_stack(tmp_path, scheduler_wrap=clock.wrap) as (stack, prometheus):
-        jumps = "icecrawler_scheduler_clock_jumps_total"
+        jumps = JUMPS
         quiet_after_samples(prometheus, "IcecrawlerClockJumped", "icecrawler-scheduler", jumps)
 
-        def fired_for(directions: set[str]) -> None:
-            wait_for(
-                lambda: {d for (d,) in firing(prometheus, "IcecrawlerClockJumped", "direction")} == directions,
-                lambda: (
-                    f"IcecrawlerClockJumped is not firing for {directions}: {prometheus.alert_states()}, "
-                    f"{prometheus.query(jumps)}"
-                ),
-                timeout_s=60,
-            )
-
         clock.step_to(2 * 3600)  # an NTP step, or a clock set by hand
-        fired_for({"forward"})
+        fired_for(prometheus, {"forward"})
         assert prometheus.value(f'{jumps}{{direction="forward"}}') == 1
         assert prometheus.value(f'{jumps}{{direction="back"}}') == 0
         clock.step_to(0)
-        fired_for({"forward", "back"})
+        fired_for(prometheus, {"forward", "back"})
         assert prometheus.value(f'{jumps}{{direction="back"}}') == 1
         assert stack.scheduler_stats()["tasks"] == 0  # it serves on
         stack.seed([HEALTHY])
         assert stack.scheduler_stats()["tasks"] == 1
         assert "Traceback" not in stack.scheduler.log_tail(400)
+
+
+def test_clock_jumped_fires_when_prometheus_holds_no_sample_from_before_the_jump(tmp_path: Path) -> None:
+    """What Prometheus sees of a scheduler whose machine was suspended for over an hour: on resuming it counts the
+    jump at once, and every sample of the last hour says so (here: Prometheus starts after the jump)."""
+    clock = FakedWallClock(tmp_path / "faketime")
+    with running_stack(tmp_path / "stack", scenario(), speed=60, scheduler_wrap=clock.wrap) as stack:
+        clock.step_to(2 * 3600)
+        url = stack.metrics_urls()["scheduler"]
+        counted = f'{JUMPS}{{direction="forward"}} 1.0'
+        wait_for(lambda: counted in scrape(url), lambda: f"the jump was not counted: {scrape(url)}", timeout_s=30)
+        fired_for(watch(stack, tmp_path / "prom"), {"forward"})
