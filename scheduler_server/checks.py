@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import math
 import operator
-import unicodedata
 from collections.abc import Sequence
 from typing import Any
 
-from icecrawler.errors import InvalidArgumentError, quote
+from icecrawler.errors import InvalidArgumentError, is_control, quote
 from icecrawler.models import (
     MAX_DISCOVERED_IDS,
     MAX_ITEM_TIMES,
@@ -34,6 +33,7 @@ __all__ = [
     "check_discovered",
     "check_hold_args",
     "check_lease_args",
+    "check_lease_token",
     "check_printable",
     "check_release_args",
     "check_reports",
@@ -134,7 +134,7 @@ def control_char_at(text: str) -> int | None:
     ``text``, or None. A name or reason with one would be stored, and printed by ``icecrawler status``, as it is."""
     if text.isprintable():  # in C; printable text has no control character
         return None
-    return next((at for at, char in enumerate(text) if unicodedata.category(char) == "Cc"), None)
+    return next((at for at, char in enumerate(text) if is_control(char)), None)
 
 
 def check_printable(text: str, field_name: str) -> None:
@@ -153,14 +153,22 @@ def check_lease_args(worker_id: str, max_tasks: int, batch_limit: int) -> None:
         raise invalid_field(f"max={max_tasks} exceeds scheduler.batch_limit={batch_limit}", "max", code="BatchTooLarge")
 
 
+def check_lease_token(token: str, where: str, index: int) -> None:
+    """A report's or release's lease token: 1-256 characters (the scheduler's own are 16)."""
+    if not token or len(token) > MAX_TEXT:
+        raise invalid_field(f"leaseToken must be 1-{MAX_TEXT} characters", f"{where}.leaseToken", index)
+
+
 def check_release_args(leases: Sequence[tuple[str, str]], batch_limit: int) -> None:
+    """Checked as ``check_reports`` checks a batch of reports: each id and token, and no task named twice."""
     check_batch(leases, "leases", batch_limit)
+    seen: set[str] = set()
     for index, (task_id, token) in enumerate(leases):
         check_task_id(task_id, f"leases[{index}].taskId", index)
-        if not token:
-            raise invalid_field("leaseToken is empty", f"leases[{index}].leaseToken", index)
-    if len({task_id for task_id, _ in leases}) != len(leases):
-        raise invalid_field("a task is named twice", "leases")
+        check_lease_token(token, f"leases[{index}]", index)
+        if task_id in seen:
+            raise invalid_field(f"task {task_id} is named twice in one batch", f"leases[{index}].taskId", index)
+        seen.add(task_id)
 
 
 def check_reports(reports: Sequence[Report], config: SchedulerConfig) -> None:
@@ -176,8 +184,7 @@ def check_reports(reports: Sequence[Report], config: SchedulerConfig) -> None:
 def check_report(item: Report, index: int) -> None:
     where = f"reports[{index}]"
     check_task_id(item.task_id, f"{where}.taskId", index)
-    if not item.lease_token or len(item.lease_token) > MAX_TEXT:
-        raise invalid_field("leaseToken must be 1-256 characters", f"{where}.leaseToken", index)
+    check_lease_token(item.lease_token, where, index)
     if not isinstance(item.outcome, Outcome):
         raise invalid_field(f"unknown outcome {item.outcome!r}", f"{where}.outcome", index)
     # A gap cursor is read back by status --task and by the client's walk: only one that reads is kept (an

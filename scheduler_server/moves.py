@@ -110,7 +110,7 @@ class TaskMoves:
             stale = token in record.old_tokens
             raise LeaseLostError(
                 f"lease {quote(token)} of {quote(task_id)} "
-                + ("expired or was given back" if stale else "was never issued"),
+                + ("ended: it expired, was given back or was already reported" if stale else "was never issued"),
                 task_id=task_id,
                 index=index,
                 code="StaleLease" if stale else "UnknownLease",

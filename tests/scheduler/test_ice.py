@@ -150,6 +150,19 @@ def test_bad_reports_get_their_declared_exceptions(prx: Any) -> None:
             0,
         ),
         (lambda: prx.releaseUsers([]), C.InvalidArgument, C.ErrorCode.EmptyBatch, -1),
+        # a release's token is held to a report's bounds, and a task named twice is named by its position
+        (
+            lambda: prx.releaseUsers([C.LeaseRef(taskId=held[0].id, leaseToken="t" * 257)]),
+            C.InvalidArgument,
+            C.ErrorCode.InvalidField,
+            0,
+        ),
+        (
+            lambda: prx.releaseUsers([C.LeaseRef(taskId=t.id, leaseToken=t.leaseToken) for t in (held[0], held[0])]),
+            C.InvalidArgument,
+            C.ErrorCode.InvalidField,
+            1,
+        ),
         (lambda: prx.getUsers("bad", 21), C.InvalidArgument, C.ErrorCode.BatchTooLarge, -1),
         (lambda: prx.getUsers("bad", 0), C.InvalidArgument, C.ErrorCode.InvalidField, -1),
         (lambda: prx.addUsers([], C.TaskKind.WeiboUser), C.InvalidArgument, C.ErrorCode.EmptyBatch, -1),
@@ -174,6 +187,10 @@ def test_bad_reports_get_their_declared_exceptions(prx: Any) -> None:
     assert isinstance(error, C.LeaseLost) and error.code == C.ErrorCode.StaleLease and error.taskId == held[1].id
     assert state(prx, *ids) == after_release
     prx.putUser(good)
+    # the same report again: the lease ended with the first, and the error says that it may have been reported
+    error = ice_error(lambda: prx.putUser(good))
+    assert isinstance(error, C.LeaseLost) and error.code == C.ErrorCode.StaleLease
+    assert "already reported" in error.message
     prx.releaseUsers([C.LeaseRef(taskId=t.id, leaseToken=t.leaseToken) for t in tasks if t.id not in ids])
 
 
