@@ -125,12 +125,20 @@ _POST_KEY = struct.Struct(">BQQQ")
 # --- time ---------------------------------------------------------------------------------------------------
 
 
+def _iso_time(text: str) -> datetime:
+    """``datetime.fromisoformat``, except that a NUL is never part of a time: CPython's parser takes one NUL at the
+    end as the end of the text, so "...+08:00\\x00" would be stored as a time that is not ISO 8601."""
+    if "\x00" in text:
+        raise ValueError(f"Invalid isoformat string: {text[:40]!r}")
+    return datetime.fromisoformat(text)
+
+
 def parse_time_ms(text: str) -> int:
     """Epoch milliseconds of an ISO 8601 time with an explicit offset; ValueError otherwise.
 
     An offset is required: a naive time would put the same item at a different key on machines in other zones.
     """
-    moment = datetime.fromisoformat(text)
+    moment = _iso_time(text)
     if moment.tzinfo is None:
         raise ValueError(f"time {text[:40]!r} has no UTC offset (expected e.g. 2024-05-01T12:00:00+08:00)")
     return int(moment.timestamp() * 1000)
@@ -166,7 +174,7 @@ def _check_time(errors: list[str], name: str, value: Any, required: bool) -> Non
     if not value and not required:
         return
     try:
-        moment = datetime.fromisoformat(value)
+        moment = _iso_time(value)
     except ValueError:
         errors.append(f"{name}={value[:40]!r} is not ISO 8601")
         return
@@ -408,8 +416,8 @@ def checked_post_row(post: Any, max_text_chars: int, fmt: PostFormat = CORE_POST
         and (fmt is not CORE_POSTS or not any(map(_not_utf8, (user_name, text, html, permalink, source, *pictures))))
     ):
         try:
-            moment = datetime.fromisoformat(created)
-            fetched_ok = not fetched or datetime.fromisoformat(fetched).tzinfo is not None
+            moment = _iso_time(created)
+            fetched_ok = not fetched or _iso_time(fetched).tzinfo is not None
         except ValueError:
             fetched_ok = False
         else:

@@ -73,3 +73,39 @@ def test_empty_and_oversized_batches_raise_invalid_argument(storage_server: Serv
     assert big.value.code == C.ErrorCode.BatchTooLarge and "storage.batch_limit=10" in big.value.message
     assert not isinstance(big.value, C.InvalidRecords)
     assert proxy.stats().reviews == 0
+
+
+def test_a_time_ending_in_a_nul_is_not_iso_8601(storage_server: Server, client_comm: Any) -> None:
+    """Python's ``fromisoformat`` reads "...+08:00\\x00" as a time; the record must be refused, not stored with it."""
+    server = storage_server()
+    proxy = server.proxy(client_comm)
+    C = rpc.crawler()
+    nul = "2024-05-01T12:00:00+08:00\x00"
+    posts = [make_post(1), make_post(2, created_at=nul), make_post(3, fetched_at=nul)]
+    with pytest.raises(C.InvalidRecords) as caught:
+        proxy.writeWB([rpc.post_to_slice(post) for post in posts])
+    assert list(caught.value.rejectedIndexes) == [1, 2] and caught.value.stored == 1
+    assert "createdAt" in caught.value.reasons[0] and "fetchedAt" in caught.value.reasons[1]
+    reviews = [make_review("a", created_at=nul), make_review("b", fetched_at=nul), make_review("c")]
+    with pytest.raises(C.InvalidRecords) as refused:
+        proxy.writeReviews([rpc.review_to_slice(review) for review in reviews])
+    assert list(refused.value.rejectedIndexes) == [0, 1] and refused.value.stored == 1
+    with sqlite3.connect(server.assignments["storage.embedded.path"]) as conn:
+        query = "SELECT created_at, fetched_at FROM weibo UNION ALL SELECT created_at, fetched_at FROM review"
+        assert not any("\x00" in text for row in conn.execute(query).fetchall() for text in row)
+    stats = proxy.stats()
+    assert (stats.posts, stats.reviews, stats.recordsRejected) == (1, 1, 4)
+
+
+def test_a_record_twice_in_one_batch_keeps_the_later(storage_server: Server, client_comm: Any) -> None:
+    """Both copies are acknowledged (the batch is idempotent per row key); the row holds the later one."""
+    server = storage_server()
+    proxy = server.proxy(client_comm)
+    twice = [make_post(7, text="first", likes=1), make_post(7, text="second", likes=2)]
+    assert proxy.writeWB([rpc.post_to_slice(post) for post in twice]).stored == 2
+    reviews = [make_review("r", content="first"), make_review("r", content="second")]
+    assert proxy.writeReviews([rpc.review_to_slice(review) for review in reviews]).stored == 2
+    with sqlite3.connect(server.assignments["storage.embedded.path"]) as conn:
+        assert conn.execute("SELECT text, likes FROM weibo").fetchall() == [("second", 2)]
+        assert conn.execute("SELECT content FROM review").fetchall() == [("second",)]
+    assert (proxy.stats().posts, proxy.stats().reviews) == (1, 1)
