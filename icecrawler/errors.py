@@ -19,6 +19,7 @@ they cross into our code, with ``raise ... from exc``.
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Sequence
 
 from icecrawler.outcomes import Outcome
@@ -36,7 +37,9 @@ __all__ = [
     "ParseError",
     "ServiceError",
     "StorageUnavailableError",
+    "is_control",
     "quote",
+    "shown",
 ]
 
 
@@ -91,6 +94,20 @@ class LeaseLostError(IcecrawlerError):
 
 class StorageUnavailableError(IcecrawlerError):
     """Neither the backend nor the durable spool could take a write."""
+
+
+def is_control(char: str) -> bool:
+    """Whether ``char`` is a control character (Unicode category Cc: NUL, tab, newline, ESC, DEL, the C1 set)."""
+    return unicodedata.category(char) == "Cc"
+
+
+def shown(text: str) -> str:
+    """``text`` for a terminal line: each control character as its escape (``\\x1b``, ``\\n``), the rest as it is.
+    Text a peer sent (a report's error class, which may quote a site) then neither moves the cursor nor splits
+    the line it is printed on."""
+    if text.isprintable():  # in C; printable text has no control character
+        return text
+    return "".join(repr(char)[1:-1] if is_control(char) else char for char in text)
 
 
 def quote(value: object, limit: int = 60) -> str:

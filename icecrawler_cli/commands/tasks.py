@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from icecrawler import rpc
-from icecrawler.errors import InvalidArgumentError
+from icecrawler.errors import InvalidArgumentError, shown
 from icecrawler.outcomes import Outcome
 from icecrawler.settings import Settings
 from icecrawler_cli.commands import BaseCommand
@@ -49,7 +49,7 @@ def render(row: dict[str, Any]) -> str:
     )
     last = row.get("lastOutcome") or "never crawled"
     if row.get("lastError"):
-        last += f" ({row['lastError']})"
+        last += f" ({shown(row['lastError'])})"  # a report's error class: a client's text, maybe a site's
     return f"{row['id']}  {row['state']}  {when}  period {row['periodS']:.0f}s  attempts {row['attempts']}  last {last}"
 
 

@@ -10,12 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from icecrawler import rpc
 from icecrawler.errors import ConfigError
 from icecrawler.models import TaskKind
 from icecrawler.processes import icecrawler_argv
 from icecrawler.sourcespec import group_by_kind
 from icecrawler_cli.commands.seed import read_ids
-from tests.scheduler.daemon import SchedulerDaemon, scheduler_daemon
+from tests.scheduler.daemon import SchedulerDaemon, scheduler_daemon, scheduler_proxy
 
 pytestmark = [pytest.mark.ice, pytest.mark.bdb]
 
@@ -134,3 +135,25 @@ def test_a_source_the_scheduler_does_not_know_is_named_as_the_scheduler_s(daemon
     assert refused.returncode == 2, refused.stderr
     assert "the scheduler refused the ids: unknown source 'nowhere'" in refused.stderr
     assert "ICECRAWLER_SOURCE_MODULES" in refused.stderr
+
+
+def test_tasks_prints_a_reported_error_class_with_its_control_characters_escaped(daemon: SchedulerDaemon) -> None:
+    """A report's errorClass is a client's text, which may quote a site: stored as sent, but printed by
+    ``icecrawler tasks`` with ESC and newlines escaped, so it neither drives the terminal nor splits its line."""
+    C = rpc.crawler()
+    with scheduler_proxy(daemon) as prx:
+        assert prx.addUsers(["weibo_pc:77"], C.TaskKind.WeiboUser) == 1
+        leased = prx.getUsers("escapes", 20)
+        task = next(task for task in leased if task.id == "user:weibo_pc:77")
+        others = [C.LeaseRef(other.id, other.leaseToken) for other in leased if other is not task]
+        if others:
+            prx.releaseUsers(others)
+        error_class = "weibo-code-\x1b[2J\x1b[31mred\nforged line"
+        busy = C.Outcome.Busy
+        prx.putUser(C.Report(taskId=task.id, leaseToken=task.leaseToken, outcome=busy, errorClass=error_class))
+        assert json.loads(prx.taskInfo(task.id))["last_error"] == error_class  # kept as sent
+    listed = cli(daemon, "tasks", "--prefix", "user:weibo_pc:77")
+    assert listed.returncode == 0, listed.stderr
+    assert "\x1b" not in listed.stdout
+    line, summary = listed.stdout.splitlines()  # the task on one line, then the count
+    assert line.endswith("last Busy (weibo-code-\\x1b[2J\\x1b[31mred\\nforged line)") and summary == "1 task(s)"
