@@ -31,6 +31,7 @@ from scheduler_server.config import configured_accounts
 from scheduler_server.core import SchedulerCore
 from scheduler_server.integrity import LOCK_FILE, backup_checked, open_checked
 from scheduler_server.listing import list_tasks
+from scheduler_server.refusals import RefusalLog
 
 __all__ = ["Maintenance", "data_lock", "make_servant", "open_core", "run"]
 
@@ -72,6 +73,7 @@ def make_servant(core: SchedulerCore, gate: Gate | None = None, timed: Timed = _
     on, the same view timed (``SchedulerMetrics.timed``)."""
     C = rpc.crawler()
     limit = core.config.batch_limit
+    refusals = RefusalLog()  # a caller's mistake is logged too, at most once a minute per operation and code
 
     class SchedulerServant(C.Scheduler):  # type: ignore[misc,name-defined]
         # State changes are dispatched asynchronously: the servant returns the core's future (see
@@ -85,33 +87,39 @@ def make_servant(core: SchedulerCore, gate: Gate | None = None, timed: Timed = _
             keep_cookies = "cookies" in allowed
             return core.lease_async(workerId, max), (rpc.task_to_slice if keep_cookies else _task_without_cookies)
 
+        @refusals.noted
         @rpc.map_errors
         def getUser(self, workerId: str, current: Ice.Current) -> rpc.Converted[Any, Any]:
             future, convert = self._lease(workerId, 1, current)
             return timed("lease", future, lambda tasks: convert(tasks[0]))
 
+        @refusals.noted
         @rpc.map_errors
         def getUsers(self, workerId: str, max: int, current: Ice.Current) -> rpc.Converted[Any, list[Any]]:
             future, convert = self._lease(workerId, max, current)
             return timed("lease", future, lambda tasks: [convert(t) for t in tasks])
 
+        @refusals.noted
         @rpc.map_errors
         @guarded("report")
         def putUser(self, report: Any, current: Ice.Current) -> rpc.Converted[Any, None]:
             return timed("report", core.report_async([rpc.report_from_slice(report)]), _none)
 
+        @refusals.noted
         @rpc.map_errors
         @guarded("report")
         def putUsers(self, reports: Sequence[Any], current: Ice.Current) -> rpc.Converted[Any, None]:
             _check_count(reports, "reports", limit)
             return timed("report", core.report_async([rpc.report_from_slice(report) for report in reports]), _none)
 
+        @refusals.noted
         @rpc.map_errors
         @guarded("report")
         def releaseUsers(self, leases: Sequence[Any], current: Ice.Current) -> rpc.Converted[Any, None]:
             _check_count(leases, "leases", limit)
             return timed("release", core.release_async([(lease.taskId, lease.leaseToken) for lease in leases]), _none)
 
+        @refusals.noted
         @rpc.map_errors
         @guarded("add")
         def addUsers(self, ids: Sequence[str], kind: Any, current: Ice.Current) -> rpc.Converted[Any, int]:
@@ -120,12 +128,14 @@ def make_servant(core: SchedulerCore, gate: Gate | None = None, timed: Timed = _
             _check_count(ids, "ids", limit)
             return timed("add", core.add_async(list(ids), TaskKind[kind.name]), int)
 
+        @refusals.noted
         @rpc.map_errors
         @guarded("remove")
         def removeUsers(self, ids: Sequence[str], kind: Any, current: Ice.Current) -> rpc.Converted[Any, int]:
             _check_count(ids, "ids", limit)
             return timed("remove", core.remove_async(list(ids), TaskKind[kind.name]), int)
 
+        @refusals.noted
         @rpc.map_errors
         @guarded("hold")
         def holdHost(self, host: str, seconds: float, reason: str, current: Ice.Current) -> rpc.Converted[Any, float]:
@@ -146,11 +156,13 @@ def make_servant(core: SchedulerCore, gate: Gate | None = None, timed: Timed = _
                 detailJson=json.dumps(stats["detail"]),
             )
 
+        @refusals.noted
         @rpc.map_errors
         @guarded("status")
         def taskInfo(self, taskId: str, current: Ice.Current) -> str:
             return json.dumps(core.task_info(taskId))
 
+        @refusals.noted
         @rpc.map_errors
         @guarded("status")
         def listTasks(self, prefix: str, after: str, max: int, current: Ice.Current) -> str:

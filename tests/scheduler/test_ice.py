@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,6 +14,7 @@ from typing import Any
 import pytest
 
 from icecrawler import rpc
+from scheduler_server.refusals import RefusalLog
 from tests.scheduler.daemon import ICE_TEST_SETTINGS, SchedulerDaemon, ice_error, scheduler_daemon, scheduler_proxy
 
 pytestmark = [pytest.mark.ice, pytest.mark.bdb]
@@ -338,3 +340,44 @@ def test_sigterm_closes_the_environment_cleanly(tmp_path: Path) -> None:
         assert daemon.process is not None and "scheduler database closed" in daemon.process.log_tail()
         daemon.start()
         assert prx.getUser("after-restart").id == "user:weibo_pc:1"
+
+
+def test_refused_calls_are_logged_at_most_once_a_minute_per_operation_and_code(tmp_path: Path) -> None:
+    """A client that keeps sending bad calls shows in the scheduler's log, in one line per operation and error code,
+    not one per call; a lease that ran out and an empty queue are no one's mistake and are not logged."""
+    with scheduler_daemon(tmp_path, **ICE_TEST_SETTINGS) as daemon, scheduler_proxy(daemon) as prx:
+        prx.addUsers(["jd:8001"], C.TaskKind.ProductReviews)
+        task = prx.getUser("logs")
+        bad = C.Report(taskId=task.id, leaseToken=task.leaseToken, newItems=-1)
+        forged = [C.LeaseRef(taskId=task.id, leaseToken="forged")]
+        for _ in range(30):
+            assert isinstance(ice_error(lambda: prx.putUser(bad)), C.InvalidArgument)  # refused before it is queued
+            assert isinstance(ice_error(lambda: prx.releaseUsers(forged)), C.LeaseLost)  # refused in its group
+        good = C.Report(taskId=task.id, leaseToken=task.leaseToken)
+        prx.putUser(good)
+        stale = ice_error(lambda: prx.putUser(good))
+        assert isinstance(stale, C.LeaseLost) and stale.code == C.ErrorCode.StaleLease
+        assert isinstance(ice_error(lambda: prx.getUser("logs")), C.NoWork)
+        assert daemon.process is not None
+        logged = daemon.process.log_path.read_text().splitlines()
+    lines = [line for line in logged if "scheduler_server.refusals" in line]
+    assert len(lines) == 2, lines
+    assert "refused putUser: InvalidField at reports[0].newItems: reports[0].newItems=-1 is outside" in lines[0]
+    assert "refused releaseUsers: UnknownLease: lease 'forged' of 'reviews:jd:8001' was never issued" in lines[1]
+
+
+def test_a_refusal_logged_after_the_interval_counts_those_that_were_not(caplog: pytest.LogCaptureFixture) -> None:
+    now = [0.0]
+    refusals = RefusalLog(interval_s=60.0, clock=lambda: now[0])
+    error = C.InvalidArgument(code=C.ErrorCode.InvalidId, message="invalid task id 'x'", field="taskId", index=-1)
+    with caplog.at_level(logging.WARNING, logger="scheduler_server.refusals"):
+        for second in range(0, 121, 10):  # 13 refusals over two minutes
+            now[0] = float(second)
+            refusals.note("taskInfo", error)
+        refusals.note("listTasks", error)  # another operation has its own minute
+    assert [record.getMessage() for record in caplog.records] == [
+        "refused taskInfo: InvalidId at taskId: invalid task id 'x'",
+        "refused taskInfo: InvalidId at taskId: invalid task id 'x' (5 more refused so in the last 60 s)",
+        "refused taskInfo: InvalidId at taskId: invalid task id 'x' (5 more refused so in the last 60 s)",
+        "refused listTasks: InvalidId at taskId: invalid task id 'x'",
+    ]
