@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import sys
+import threading
 import time
+from collections.abc import Callable, Hashable
 from typing import Any
 
-__all__ = ["configure_logging"]
+__all__ = ["LogThrottle", "configure_logging"]
 
 TEXT_FORMAT = "%(asctime)s %(levelname)-7s %(name)s [%(process)d] %(message)s"
 
@@ -48,3 +51,31 @@ def configure_logging(level: str = "INFO", json_lines: bool = False) -> None:
         raise ConfigError(f"unknown log level {level!r}") from exc
     for noisy in ("jieba", "urllib3", "matplotlib", "PIL"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))
+
+
+class LogThrottle:
+    """At most one log line per key every ``interval_s``, so that a peer repeating one mistake cannot flood a
+    daemon's log: ``admit(key)`` is None for an event not to be logged, else ``(unlogged, since_s)``, how many
+    events of that key went unlogged since its last line and how long ago that was (the line says so)."""
+
+    def __init__(self, interval_s: float = 60.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.interval_s = interval_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._last: dict[Hashable, tuple[float, int]] = {}
+
+    def admit(self, key: Hashable) -> tuple[int, float] | None:
+        with self._lock:
+            now = self._clock()
+            last, unlogged = self._last.get(key, (-math.inf, 0))
+            if now - last < self.interval_s:
+                self._last[key] = (last, unlogged + 1)
+                return None
+            self._last[key] = (now, 0)
+        return unlogged, now - last
+
+    @staticmethod
+    def more(admitted: tuple[int, float], what: str) -> str:
+        """The end of an admitted line: " (N more <what> in the last S s)", or "" when none went unlogged."""
+        unlogged, since_s = admitted
+        return f" ({unlogged} more {what} in the last {since_s:.0f} s)" if unlogged else ""

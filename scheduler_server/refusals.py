@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import functools
 import logging
-import math
-import threading
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from icecrawler import rpc
+from icecrawler.logs import LogThrottle
 
 __all__ = ["LOG_INTERVAL_S", "RefusalLog"]
 
@@ -38,11 +37,7 @@ class RefusalLog:
     """Logs refused calls, each (operation, code) at most once per ``interval_s`` (see the module docstring)."""
 
     def __init__(self, interval_s: float = LOG_INTERVAL_S, clock: Callable[[], float] = time.monotonic) -> None:
-        self.interval_s = interval_s
-        self._clock = clock
-        self._lock = threading.Lock()
-        #: (operation, code) -> (when its last line was logged, refusals since that were not)
-        self._last: dict[tuple[str, str], tuple[float, int]] = {}
+        self._throttle = LogThrottle(interval_s, clock)  # keyed by (operation, code)
 
     def note(self, operation: str, error: Exception) -> None:
         """Log ``error``, the declared Slice exception a call of ``operation`` raised, unless it is not a caller's
@@ -53,16 +48,11 @@ class RefusalLog:
         code = error.code.name
         if code in _QUIET_CODES:
             return
-        key = (operation, code)
-        with self._lock:
-            now = self._clock()
-            last, unlogged = self._last.get(key, (-math.inf, 0))
-            if now - last < self.interval_s:
-                self._last[key] = (last, unlogged + 1)
-                return
-            self._last[key] = (now, 0)
+        admitted = self._throttle.admit((operation, code))
+        if admitted is None:
+            return
         where = f" at {error.field}" if isinstance(error, C.InvalidArgument) and error.field else ""
-        more = f" ({unlogged} more refused so in the last {now - last:.0f} s)" if unlogged else ""
+        more = LogThrottle.more(admitted, "refused so")
         log.warning("refused %s: %s%s: %s%s", operation, code, where, error.message[:_MESSAGE_CHARS], more)
 
     def noted(self, method: F) -> F:

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from icecrawler.errors import InvalidRecordsError, StorageUnavailableError
+from icecrawler.logs import LogThrottle
 from icecrawler.models import Review
 from icecrawler.settings import Settings
 from storage_server import schema
@@ -105,6 +106,8 @@ class StorageService:
         self._lock = threading.Lock()
         self._counters = {"accepted": 0, "rejected": 0, "stored": 0, "spooled": 0, "replayed": 0}
         self._last_error = ""
+        #: Batches with rejected records are logged at most once a minute per table (they are all counted).
+        self._rejections = LogThrottle()
         #: Wall time the spool last went from empty to non-empty (None while empty): the spool's age.
         self._spooled_since: float | None = time.time() if spool.depth() > 0 else None
         #: Told about writes, spooling and backend errors (the daemon's metrics, ``storage_server.metrics``).
@@ -155,7 +158,12 @@ class StorageService:
             self._counters["stored"] += result.stored
             self._counters["spooled"] += result.spooled
         if rejected:
-            log.warning("%s: rejected %d of %d records: %s", table, len(rejected), len(records), rejected[:3])
+            admitted = self._rejections.admit(table)
+            if admitted is not None:
+                more = LogThrottle.more(admitted, "batches with rejected records")
+                log.warning(
+                    "%s: rejected %d of %d records: %s%s", table, len(rejected), len(records), rejected[:3], more
+                )
             raise InvalidRecordsError(rejected, stored=len(valid))
         return result
 

@@ -109,3 +109,26 @@ def test_a_record_twice_in_one_batch_keeps_the_later(storage_server: Server, cli
         assert conn.execute("SELECT text, likes FROM weibo").fetchall() == [("second", 2)]
         assert conn.execute("SELECT content FROM review").fetchall() == [("second",)]
     assert (proxy.stats().posts, proxy.stats().reviews) == (1, 1)
+
+
+def test_batches_with_rejected_records_are_logged_once_a_minute_and_all_counted(
+    storage_server: Server, client_comm: Any
+) -> None:
+    """A client that sends a bad record in every batch must not flood the log: one line a minute per table, while
+    every rejected record is counted and every good one stored."""
+    server = storage_server()
+    proxy = server.proxy(client_comm)
+    C = rpc.crawler()
+    for batch in range(30):
+        posts = [make_post(100 + batch), make_post(-batch - 1)]
+        with pytest.raises(C.InvalidRecords) as caught:
+            proxy.writeWB([rpc.post_to_slice(post) for post in posts])
+        assert list(caught.value.rejectedIndexes) == [1] and caught.value.stored == 1
+    with pytest.raises(C.InvalidRecords):
+        proxy.writeReviews([rpc.review_to_slice(make_review(""))])
+    stats = proxy.stats()
+    assert (stats.posts, stats.recordsRejected) == (30, 31)
+    assert server.process is not None
+    lines = [line for line in server.process.log_path.read_text().splitlines() if ": rejected " in line]
+    assert len(lines) == 2, lines  # the first weibo batch and the first review batch
+    assert "weibo: rejected 1 of 2 records" in lines[0] and "review: rejected 1 of 1 records" in lines[1]
