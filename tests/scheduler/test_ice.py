@@ -193,7 +193,9 @@ def test_bad_reports_get_their_declared_exceptions(prx: Any) -> None:
     error = ice_error(lambda: prx.putUser(good))
     assert isinstance(error, C.LeaseLost) and error.code == C.ErrorCode.StaleLease
     assert "already reported" in error.message
-    prx.releaseUsers([C.LeaseRef(taskId=t.id, leaseToken=t.leaseToken) for t in tasks if t.id not in ids])
+    others = [C.LeaseRef(taskId=t.id, leaseToken=t.leaseToken) for t in tasks if t.id not in ids]
+    if others:  # tasks the module's earlier tests added (none when this test runs alone)
+        prx.releaseUsers(others)
 
 
 def test_a_report_whose_gap_cursor_does_not_read_is_refused_and_task_info_still_answers(prx: Any) -> None:
