@@ -3,7 +3,6 @@ and what the real parsers make of it."""
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import threading
 from typing import Any
@@ -133,21 +132,30 @@ def test_hangs_are_bounded_and_end_at_stop() -> None:
         assert server.requests(site="m")["requests"][-1]["status"] == -1
     with SandboxServer(small_scenario(), speed=0, port=0, max_hang_s=3600) as server:
         server.misbehaviour.update("m", "", {"hang_rate": 1, "hang_s": 3600})
-        errors: list[BaseException] = []
+        assert _stop_while_a_request_waits(server)  # the hung request is closed unanswered
 
-        def call() -> None:
-            try:
-                _mobile(server)
-            except requests.exceptions.RequestException as exc:
-                errors.append(exc)
 
-        caller = threading.Thread(target=call, daemon=True)
-        caller.start()
-        while not server.requests(site="m")["requests"]:
-            caller.join(0.01)
-        server.stop()
-        caller.join(30)
-        assert not caller.is_alive() and errors
+def _stop_while_a_request_waits(server: SandboxServer) -> list[BaseException]:
+    """Stop ``server`` while a request to site m waits for its answer; the errors the caller got (its request
+    closed unanswered) once ``stop`` returned. The caller must have ended by then."""
+    errors: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            _mobile(server)
+        except requests.exceptions.RequestException as exc:
+            errors.append(exc)
+
+    caller = threading.Thread(target=call, daemon=True)
+    caller.start()
+    for _ in range(3000):  # bounded: until the request is in the log (it is logged before it waits)
+        if server.requests(site="m")["requests"]:
+            break
+        caller.join(0.01)
+    server.stop()
+    caller.join(30)
+    assert not caller.is_alive()
+    return errors
 
 
 def test_a_held_request_is_answered_only_once_its_rule_is_cleared(server: SandboxServer) -> None:
@@ -178,18 +186,7 @@ def test_a_hold_ends_at_the_max_hang_and_at_stop() -> None:
         assert _mobile(server).status_code == 200  # answered once the (capped) hold ends
     with SandboxServer(small_scenario(), speed=0, port=0, max_hang_s=3600) as server:
         server.misbehaviour.update("m", "", {"hold": True})
-
-        def call() -> None:
-            with contextlib.suppress(requests.exceptions.RequestException):  # stop() may close it unanswered
-                _mobile(server)
-
-        caller = threading.Thread(target=call, daemon=True)
-        caller.start()
-        while not server.requests(site="m")["requests"]:
-            caller.join(0.01)
-        server.stop()
-        caller.join(30)
-        assert not caller.is_alive()
+        _stop_while_a_request_waits(server)  # stop() may close it unanswered, or answer it: either way it ends
 
 
 def test_login_walls_per_site(server: SandboxServer) -> None:
