@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import hashlib
 import json
 import logging
 import socket
@@ -142,7 +143,14 @@ class SandboxServer:
         if latency_ms < 0 or max_hang_s < 0:
             raise ConfigError("latency_ms and max_hang_s must be >= 0")
         self.scenario = scenario
+        self._truth_path = Path(truth_file) if truth_file else None
+        recorded = read_run_record(self._truth_path) if self._truth_path is not None else None
+        if recorded is not None and clock is None and origin <= 0:
+            origin = float(recorded["origin"])  # the run the truth file holds goes on: same clock, same world
+            log.info("sandbox: continuing the run of %s (clock origin %s)", self._truth_path, origin)
         self.clock = clock if clock is not None else Clock(speed, origin)
+        if recorded is not None and self._truth_path is not None:
+            _check_same_run(self._truth_path, recorded, self._run_record())
         self.world = World(scenario, self.clock.origin_ms)
         self.latency_ms = latency_ms
         self.max_hang_s = max_hang_s
@@ -157,7 +165,6 @@ class SandboxServer:
         self._log_seq = 0
         self._log_lock = threading.Lock()
         self._stopping = threading.Event()
-        self._truth_path = Path(truth_file) if truth_file else None
         self._truth_file: IO[str] | None = None
         self._truth_written = (0, 0)
         self._httpd = _HttpServer((host, port), _Handler)
@@ -259,8 +266,20 @@ class SandboxServer:
         if self._truth_path is not None and self._truth_file is None:
             self._truth_path.parent.mkdir(parents=True, exist_ok=True)
             self._truth_file = self._truth_path.open("a", encoding="utf-8")
-            if self._truth_file.tell() > 0 and not _ends_a_line(self._truth_path):
+            if self._truth_file.tell() == 0:
+                self._truth_file.write(json.dumps(self._run_record()) + "\n")
+                self._truth_file.flush()
+            elif not _ends_a_line(self._truth_path):
                 self._truth_file.write("\n")
+
+    def _run_record(self) -> dict[str, Any]:
+        """The truth file's first line: what makes this world (clock and scenario), so that a sandbox started again
+        on the file (after ``kill -9``) continues it instead of appending another world's items."""
+        return {"kind": "run", "origin": self.clock.origin, "speed": self.clock.speed, "scenario": self._digest()}
+
+    def _digest(self) -> str:
+        text = json.dumps(self.scenario.to_dict(), sort_keys=True, ensure_ascii=False)
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
     def _truth_loop(self) -> None:
         while not self._stopping.wait(0.25):
@@ -478,6 +497,33 @@ def _build_request(handler: _Handler, path: str, query: str, body: bytes, now_ms
         form = {k: v[0] for k, v in parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True).items()}
     params = {k: v[0] for k, v in parse_qs(query, keep_blank_values=True).items()}
     return SimRequest(handler.command, path, params, dict(handler.headers.items()), cookies, form, now_ms)
+
+
+def read_run_record(path: Path) -> dict[str, Any] | None:
+    """The run a truth file records on its first line; None for a missing or empty file, or one written before
+    files recorded their run."""
+    try:
+        with path.open(encoding="utf-8") as file:
+            first = file.readline()
+    except FileNotFoundError:
+        return None
+    with contextlib.suppress(ValueError):
+        record = json.loads(first)
+        if isinstance(record, dict) and record.get("kind") == "run":
+            return record
+    return None
+
+
+def _check_same_run(path: Path, recorded: dict[str, Any], ours: dict[str, Any]) -> None:
+    """Refuse to append another world to a truth file: a judge reading it would see the first world's items as
+    published and never stored."""
+    differ = [key for key in ("origin", "speed", "scenario") if recorded.get(key) != ours[key]]
+    if differ:
+        raise ConfigError(
+            f"the truth file {path} holds another run ({', '.join(f'{k} {recorded.get(k)}' for k in differ)}; "
+            f"this sandbox: {', '.join(f'{k} {ours[k]}' for k in differ)}): give the same --clock-origin, --speed, "
+            "scenario and --seed to continue that run, or another --truth-file"
+        )
 
 
 def _ends_a_line(path: Path) -> bool:

@@ -174,14 +174,14 @@ def test_a_truth_file_torn_by_kill_9_loses_nothing_the_next_sandbox_appends(tmp_
     glue its first record onto it (the oracle would never see that record, and call a stored item unknown)."""
     path = tmp_path / "truth.jsonl"
     killed_midway(KILLED_MID_LINE, str(Path(__file__).resolve().parents[2]), str(path))
-    torn = path.read_text(encoding="utf-8")
-    assert torn and not torn.endswith("\n")
+    run, _, torn = path.read_text(encoding="utf-8").partition("\n")
+    assert json.loads(run)["kind"] == "run" and torn and not torn.endswith("\n")
     with SandboxServer(small_scenario(), speed=0, port=0, truth_file=path) as server:
         server.clock.advance(3600)
         expected = server.truth()
     lines = path.read_text(encoding="utf-8").splitlines()
-    assert lines[0] == torn
-    records = [json.loads(line) for line in lines[1:]]
+    assert lines[:2] == [run, torn]
+    records = [json.loads(line) for line in lines[2:]]
     assert len(records) == len(expected["items"]) + len(expected["products"])
     assert sorted((i["source"], i["target"], i["id"]) for i in records if i["kind"] == "item") == sorted(
         (i["source"], i["target"], i["id"]) for i in expected["items"]
