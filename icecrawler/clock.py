@@ -57,6 +57,21 @@ class Clock:
             raise ConfigError(f"clock.speed must be > 0, got {speed}")
         return cls(speed=speed, origin=settings.get_float("clock.origin"))
 
+    @classmethod
+    def check_shared_origin(cls, settings: Settings, role: str) -> None:
+        """A daemon on a sped-up clock must be given the run's ``clock.origin``: with 0 it would start simulated
+        time from its own start, and again from every restart (``kill -9`` and a supervisor's restart included), so
+        a restarted scheduler would find its due times, and a restarted client its sites' item times, that far off.
+        Refused at start with one line instead."""
+        speed = settings.get_float("clock.speed")
+        if speed != 1.0 and settings.get_float("clock.origin") <= 0:
+            raise ConfigError(
+                f"clock.speed={speed:g} needs clock.origin: the wall-clock epoch (seconds) that every process of "
+                f"this run shares, e.g. --set clock.origin=$(date +%s) once, given again to each process and to each "
+                f"restart (the sandbox prints its own); with 0 this {role} would start its simulated time again "
+                "from its own start"
+            )
+
     # --- reading ------------------------------------------------------------------------------------------
 
     def now(self) -> float:

@@ -18,7 +18,7 @@ import Ice
 
 from icecrawler import limits, rpc
 from icecrawler.backups import PeriodicBackups, backup_dir_keys, start_backups
-from icecrawler.clock import ClockJumpWatch
+from icecrawler.clock import Clock, ClockJumpWatch
 from icecrawler.datalock import DataLock
 from icecrawler.errors import ConfigError, InvalidArgumentError, StorageUnavailableError
 from icecrawler.listening import guarded_listening
@@ -326,6 +326,7 @@ def run(settings: Settings, ice_args: Sequence[str], listen: str = "") -> int:
     start-up fails at once with one line (``icecrawler_cli.cli``). ``listen`` overrides the adapter's endpoints.
     """
     validate_values(settings.as_dict())
+    Clock.check_shared_origin(settings, "scheduler")
     check_paths(settings.as_dict(), dirs=["scheduler.db_dir", *backup_dir_keys(settings, "scheduler")])
     metrics_config = MetricsConfig.from_settings(settings, "scheduler")  # a bad value fails before anything starts
     with rpc.communicator(ice_args, SCHEDULER_PROPERTIES) as comm:

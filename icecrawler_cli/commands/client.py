@@ -59,6 +59,7 @@ class Command(BaseCommand):
         config = DaemonConfig.from_settings(settings)
         metrics_config = MetricsConfig.from_settings(settings, "client")  # a bad value fails before anything starts
         runner_config = RunnerConfig.from_settings(settings)
+        Clock.check_shared_origin(settings, "client")
         clock = Clock.from_settings(settings)
         # jieba loads its dictionary on first use (about a second of CPU, GIL held): pay it before leasing, not
         # while the first leases tick.

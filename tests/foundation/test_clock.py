@@ -3,10 +3,14 @@ jump of the wall clock is noticed."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 
 from icecrawler.clock import Clock, ClockJumpWatch
 from icecrawler.errors import ConfigError
+from icecrawler.processes import ProcessGroup, free_port
 from icecrawler.settings import Settings
 
 
@@ -73,3 +77,39 @@ def test_a_jump_of_the_wall_clock_is_told_from_a_slew_and_from_time_passing() ->
     wall.now += 86400 * 30 + 60  # a month between checks: 60 s is within 0.1 %, a slew that long could do it
     monotonic.now += 86400 * 30
     assert watch.check() == 0.0
+
+
+@pytest.mark.parametrize("role", ["scheduler", "client"])
+def test_a_daemon_on_a_sped_up_clock_without_the_runs_origin_is_refused_at_start(role: str, tmp_path: Path) -> None:
+    """``clock.speed=60`` alone: each process took its own start as the origin, and took it again at every restart,
+    so a scheduler killed and started again by the same command found its due times as far in the future as it had
+    run (the crawl stalled that long), and a restarted client read its sites' item times hours off. Refused at
+    start with one line naming ``clock.origin``."""
+    port = free_port()
+    ice = tmp_path / "ice.conf"
+    ice.write_text(
+        f"SchedulerAdapter.Endpoints=tcp -h 127.0.0.1 -p {port}\n"
+        f"Scheduler.Proxy=scheduler:tcp -h 127.0.0.1 -p {port}\nStorage.Proxy=storage:tcp -h 127.0.0.1 -p {port}\n"
+    )
+    argv = [
+        sys.executable,
+        "-m",
+        "icecrawler_cli",
+        role,
+        "--set",
+        "clock.speed=60",
+        "--set",
+        f"scheduler.db_dir={tmp_path / 'db'}",
+        "--set",
+        "metrics.scheduler.port=0",
+        "--set",
+        "metrics.client.port=0",
+        f"--Ice.Config={ice}",
+    ]
+    with ProcessGroup(tmp_path) as group:
+        process = group.start(role, argv)
+        code = process.popen.wait(timeout=60)
+        log = process.log_tail()
+    assert code == 2, log
+    assert "clock.speed=60 needs clock.origin" in log and "Traceback" not in log, log
+    assert not (tmp_path / "db").exists(), "the scheduler opened its database before refusing"
