@@ -30,7 +30,7 @@ from http.cookies import CookieError, SimpleCookie
 from typing import Any
 
 from icecrawler.deadline import WATCHDOG
-from icecrawler.errors import ConfigError
+from icecrawler.errors import ConfigError, shown
 from icecrawler.models import SOURCES, Account, Outcome, is_visitor, visitor_account_id
 from icecrawler.settings import Settings
 
@@ -271,7 +271,7 @@ class VisitorSessions:
                 session.minting = False
                 session.failures += 1
                 session.last_error = str(exc)[:200]
-            log.warning("visitor session for %s: %s (next try in %.0fs)", source, exc, self._renew_s)
+            log.warning("visitor session for %s: %s (next try in %.0fs)", source, shown(str(exc)), self._renew_s)
             return
         except Exception as exc:  # a bug here must not leave the source without sessions for good
             with self._lock:

@@ -13,6 +13,7 @@ from typing import Any
 import Ice
 
 from icecrawler import rpc
+from icecrawler.errors import shown
 from icecrawler.settings import Settings
 from icecrawler.shards import ShardMap
 from icecrawler_cli.commands import BaseCommand
@@ -120,7 +121,8 @@ def render_text(report: dict[str, Any]) -> str:
         lines.append(f"  host {host}: {h['inflight']} in flight, {h['leases_last_min']:.0f} leases/min{block}")
     for account, a in s.get("accounts", {}).items():
         if "mints" in a:  # a visitor session (scheduler_server.visitors)
-            error = f", last error: {a['last_error']}" if a.get("last_error") else ""
+            # a failed mint's message may quote the passport's own text (a site's)
+            error = f", last error: {shown(a['last_error'])}" if a.get("last_error") else ""
             session = " ".join(part for part in (a["state"], a["account"]) if part)  # no account before a mint
             lines.append(f"  {account}: {session}, {a['mints']} minted, {a['renewals']} renewed{error}")
             continue

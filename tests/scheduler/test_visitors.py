@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import http.server
 import json
+import logging
 import re
 import threading
 import urllib.parse
@@ -358,3 +359,32 @@ def test_a_432_for_a_lease_from_before_a_restart_leaves_the_new_session_alone(cl
     state = after.stats()["detail"]["accounts"]["visitor:weibo_web"]
     assert (state["state"], state["account"], state["renewals"], passport.calls) == ("ok", "visitor:weibo_web:1", 0, 2)
     assert after.lease("w2", 1)[0].account.cookie_blob == fresh.account.cookie_blob  # the task is due again at once
+
+
+def test_status_text_and_log_escape_the_control_characters_of_a_passport_s_failure_message(
+    clocks: ManualClocks, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A failed mint's message quotes the passport's own ``msg`` (a site's text): ``icecrawler status`` prints it
+    with ESC and newlines escaped, as ``icecrawler tasks`` prints a report's error class, and so does the log."""
+    from icecrawler_cli.commands.status import render_text
+
+    answer = b'cb({"retcode":50111,"msg":"\\u001b[2J\\u001b[31mred\\nforged line"});'
+    passport = Passport()
+    core = core_with_visitors(clocks, passport)
+    core.accounts.visitors = VisitorSessions(
+        {"weibo_web": "http://passport.invalid/visitor/genvisitor2"},
+        renew_s=5.0,
+        mint=lambda url: parse_visitor_answer(answer, []),
+        spawn=lambda work: work(),
+    )
+    core.add(["weibo_web:1"], TaskKind.WeiboUser)
+    with caplog.at_level(logging.WARNING, logger="scheduler_server.visitors"), pytest.raises(NoWorkError):
+        core.lease("w", 1)
+    assert [r.getMessage() for r in caplog.records] == [
+        "visitor session for weibo_web: passport retcode 50111: \\x1b[2J\\x1b[31mred\\nforged line (next try in 5s)"
+    ]
+    assert "\x1b" in core.stats()["detail"]["accounts"]["visitor:weibo_web"]["last_error"]  # kept as it came
+    text = render_text({"scheduler": {"reachable": True, **core.stats(), **core.stats()["detail"]}})
+    assert "\x1b" not in text
+    line = next(line for line in text.splitlines() if "visitor:weibo_web" in line)
+    assert line.endswith("last error: passport retcode 50111: \\x1b[2J\\x1b[31mred\\nforged line"), line
