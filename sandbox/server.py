@@ -147,7 +147,7 @@ class SandboxServer:
         recorded = read_run_record(self._truth_path) if self._truth_path is not None else None
         if recorded is not None and clock is None and origin <= 0:
             origin = float(recorded["origin"])  # the run the truth file holds goes on: same clock, same world
-            log.info("sandbox: continuing the run of %s (clock origin %s)", self._truth_path, origin)
+            _say_run_continues(self._truth_path, origin, speed)
         self.clock = clock if clock is not None else Clock(speed, origin)
         if recorded is not None and self._truth_path is not None:
             _check_same_run(self._truth_path, recorded, self._run_record())
@@ -512,6 +512,27 @@ def read_run_record(path: Path) -> dict[str, Any] | None:
         if isinstance(record, dict) and record.get("kind") == "run":
             return record
     return None
+
+
+#: A run older than this, continued on its truth file, is said in a WARNING: more likely a file left from an
+#: earlier try than a restart after a crash, and its world has gone on all that time (at the run's speed).
+STALE_RUN_S = 3600.0
+
+
+def _say_run_continues(path: Path | None, origin: float, speed: float) -> None:
+    """Log that the sandbox continues the run ``path`` records; a WARNING with its age when that is long ago."""
+    age_s = time.time() - origin
+    if age_s <= STALE_RUN_S:
+        log.info("sandbox: continuing the run of %s (clock origin %s)", path, origin)
+        return
+    log.warning(
+        "sandbox: continuing the run of %s, started %.1f hours ago (clock origin %s): its world is %.1f simulated "
+        "days in, and everything published since then is served as backlog; give another --truth-file for a new run",
+        path,
+        age_s / 3600,
+        origin,
+        age_s * speed / 86_400,
+    )
 
 
 def _check_same_run(path: Path, recorded: dict[str, Any], ours: dict[str, Any]) -> None:

@@ -4,8 +4,10 @@ launcher."""
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -145,6 +147,29 @@ def test_truth_file_is_jsonl(tmp_path: Path) -> None:
         (i["source"], i["target"], i["id"], i["text"]) for i in expected["items"]
     )
     assert {p["product"] for p in products} == {"12", "13", "14", "100", "101"}
+
+
+def test_a_run_continued_long_after_it_started_is_said_in_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``icecrawler sandbox --truth-file F`` run again the next day continues the run F records (its clock and world),
+    which is what a restart after ``kill -9`` needs but not what a new try wants: an old run is said in a WARNING
+    with its age and how to start a new one; a recent one only in an INFO line."""
+    for hours_ago, warned in ((2.0, True), (0.01, False)):
+        path = tmp_path / f"truth-{hours_ago}.jsonl"
+        with SandboxServer(small_scenario(), speed=2, port=0, truth_file=path, origin=time.time() - hours_ago * 3600):
+            pass  # writes the run line
+        caplog.clear()
+        with (
+            caplog.at_level(logging.INFO, logger="sandbox"),
+            SandboxServer(small_scenario(), speed=2, port=0, truth_file=path),
+        ):
+            pass
+        continuing = [r for r in caplog.records if "continuing the run" in r.getMessage()]
+        assert len(continuing) == 1, caplog.text
+        assert (continuing[0].levelno == logging.WARNING) is warned, caplog.text
+        if warned:
+            assert "2.0 hours ago" in continuing[0].getMessage() and "--truth-file" in continuing[0].getMessage()
 
 
 # Serves small_scenario() with its truth file at argv[2] and SIGKILLs itself half way through writing the first line.
