@@ -40,7 +40,7 @@ def add_options(parser: argparse.ArgumentParser) -> None:
         type=float,
         metavar="EPOCH_S",
         help="wall-clock epoch simulated time starts from; share it with the other processes of a "
-        "run (default: setting clock.origin, 0 = now)",
+        "run (default: setting clock.origin; 0 = the origin the --truth-file records, else now)",
     )
     parser.add_argument(
         "--latency-ms", type=int, help="delay added to every site request (default: setting sandbox.latency_ms)"

@@ -44,7 +44,8 @@ DEFAULTS: dict[str, Any] = {
     # Longest time one fetch may take in total, headers and body (a server that drips bytes is cut off as Timeout).
     "client.total_timeout_s": 30.0,
     # --- clock: simulated time shared by every process of a run (icecrawler.clock) --------------------------
-    # Wall-clock epoch that simulated time starts from; 0 = the process start. Give every process of one run
+    # Wall-clock epoch that simulated time starts from; 0 = the process start (for a sandbox with a truth file
+    # that records a run, that run's origin). Give every process of one run
     # the same value (the demo and the tests do), and give it again to a process started again mid-run: a
     # scheduler or client with clock.speed other than 1 refuses to start with 0.
     "clock.origin": 0.0,
