@@ -47,7 +47,7 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--seed", type=int, help="override the scenario's seed")
     parser.add_argument("--truth-file", metavar="FILE", help="append the ground truth to this JSONL file")
-    parser.add_argument("--max-hang-s", type=float, help="cap on a 'hang' misbehaviour (default 60)")
+    parser.add_argument("--max-hang-s", type=float, help="cap on a 'hang' or 'hold' misbehaviour (default 60)")
     parser.add_argument(
         "--visitor-ttl-s",
         type=float,

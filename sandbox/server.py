@@ -118,7 +118,7 @@ class SandboxServer:
     """Every site on one port, in this process (a daemon thread) or in the foreground.
 
     ``speed``/``origin`` follow ``icecrawler.clock`` (speed 0 freezes time; use ``advance``). ``latency_ms`` is
-    added to every site request. A hang never lasts longer than ``max_hang_s`` and ends at ``stop()``.
+    added to every site request. A hang or a hold never lasts longer than ``max_hang_s`` and ends at ``stop()``.
     """
 
     def __init__(

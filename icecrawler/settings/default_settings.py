@@ -86,7 +86,7 @@ DEFAULTS: dict[str, Any] = {
     "sandbox.host": "127.0.0.1",
     # Added to every site request (the client benchmark uses 100, the scale benchmark 50).
     "sandbox.latency_ms": 0,
-    # A "hang" misbehaviour never lasts longer than this.
+    # A "hang" or "hold" misbehaviour never lasts longer than this.
     "sandbox.max_hang_s": 60.0,
     # The port every site shares (sources.*.base_url point here).
     "sandbox.port": 8800,
