@@ -189,6 +189,9 @@ _LANDINGS: tuple[tuple[re.Pattern[str], Outcome, str], ...] = (
     (re.compile(r"weibo\.c(?:om|n)/sorry\?[^#\s]*userblock", re.IGNORECASE), Outcome.AccountFrozen, "account-blocked"),
     (re.compile(r"weibo\.c(?:om|n)/sorry\?[^#\s]*sysbusy", re.IGNORECASE), Outcome.Busy, "sysbusy"),
     (re.compile(r"weibo\.c(?:om|n)/unfreeze\b", re.IGNORECASE), Outcome.AccountFrozen, "account-unfreeze"),
+    # Any other ``sorry`` page (pagenotfound, a form not seen yet): the site's own "something went wrong" page, never
+    # a login, so the account is not rested for it; its HTML in place of the JSON read as a login page before.
+    (re.compile(r"weibo\.c(?:om|n)/sorry\b", re.IGNORECASE), Outcome.Busy, "sorry-page"),
 )
 
 

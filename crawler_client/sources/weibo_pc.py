@@ -320,9 +320,6 @@ def _envelope_data(page: FetchedPage, what: str, bad_code: Outcome | None) -> An
         if said is not None:
             raise said
         data = doc.get("data")
-        sent = sent_to_error(data[:300], page.status) if isinstance(data, str) else None
-        if sent is not None:  # data: the page its script goes to ("https://weibo.com/sorry?sysbusy")
-            raise sent
         if "pagenotfound" in str(data)[:300]:  # data: "https://weibo.com/sorry?pagenotfound&"
             raise fail(
                 Outcome.NotFound,
@@ -330,6 +327,9 @@ def _envelope_data(page: FetchedPage, what: str, bad_code: Outcome | None) -> An
                 error_class="page-not-found",
                 http_status=page.status,
             )
+        sent = sent_to_error(data[:300], page.status) if isinstance(data, str) else None
+        if sent is not None:  # data: the page its script goes to ("https://weibo.com/sorry?sysbusy")
+            raise sent
         if bad_code is None:
             raise long_text_refused(str(doc.get("msg", "") or ""), page.status, f"{what} code {code[:20]!r}")
         raise fail(

@@ -248,8 +248,10 @@ def test_an_answer_that_names_the_user_not_exists_page_is_not_found(source: str,
         ("http://weibo.com/sorry?userblock&is_viewer&code=20003", (Outcome.AccountFrozen, "account-blocked"), True),
         ("http://weibo.com/unfreeze", (Outcome.AccountFrozen, "account-unfreeze"), True),
         ("http://weibo.com/sorry?sysbusy", (Outcome.Busy, "sysbusy"), False),
+        ("http://weibo.com/sorry?pagenotfound&", (Outcome.Busy, "sorry-page"), False),
+        ("http://weibo.com/sorry?notseenyet&code=1", (Outcome.Busy, "sorry-page"), False),
     ],
-    ids=["userblock", "unfreeze", "sysbusy"],
+    ids=["userblock", "unfreeze", "sysbusy", "pagenotfound", "other-sorry"],
 )
 def test_a_weibo_call_sent_to_a_blocked_account_or_busy_page_is_what_that_page_means(
     source: str, base_url: str, sent_to: str, expected: tuple[Outcome, str], held: bool
@@ -258,7 +260,9 @@ def test_a_weibo_call_sent_to_a_blocked_account_or_busy_page_is_what_that_page_m
     one to ``/unfreeze``, where a person must unlock it; a moment the system is busy goes to ``sorry?sysbusy``.
     Crawlers in public code rest the account for the first two and wait out the third. The HTML there was taken for
     a login page (a busy moment froze the account). The blocked and frozen pages rest the account
-    (AccountFrozen), the busy one retries the task with the account untouched (Busy); neither blocks the host."""
+    (AccountFrozen), the busy one retries the task with the account untouched (Busy); neither blocks the host. Any
+    other ``sorry`` page (page-not-found as a redirect proves nothing about the target) is the site's error page:
+    Busy, whatever its HTML holds (a page without our markers was a login page that rested the account)."""
     report = weibo_crawl(source, base_url, redirect(sent_to))
     assert (report.outcome, report.error_class) == expected
     assert effects(report, account="acct")[:2] == (False, held)
