@@ -181,16 +181,15 @@ _LOGIN_URL_RE = re.compile(
 #: session), an account Weibo has blocked (``userblock``, ``&is_viewer`` when it is the one asking; public crawlers rest
 #: that account) and the system busy (``sysbusy``: retried soon, no account or host held); and ``/unfreeze`` (also on
 #: ``sass.weibo.com``), where a frozen account is sent to be unlocked. weibo.com's v6 AJAX answers name the same pages
-#: in their ``data`` where a page load would be redirected. (Not ``sorry?pagenotfound``: scrapers retry a redirect
-#: there, so it says nothing sure about the target; its page's markers make it Busy.)
+#: in their ``data`` where a page load would be redirected. Any other ``sorry`` page (``pagenotfound`` among them:
+#: scrapers retry a redirect there, so it says nothing sure about the target) is the site's error page: Busy.
 _LANDINGS: tuple[tuple[re.Pattern[str], Outcome, str], ...] = (
     (re.compile(r"//security\.weibo\.c(?:om|n)/", re.IGNORECASE), Outcome.AccountFrozen, "account-verify"),
     (re.compile(r"weibo\.c(?:om|n)/sorry\?[^#\s]*usernotexists", re.IGNORECASE), Outcome.NotFound, "user-not-exists"),
     (re.compile(r"weibo\.c(?:om|n)/sorry\?[^#\s]*userblock", re.IGNORECASE), Outcome.AccountFrozen, "account-blocked"),
     (re.compile(r"weibo\.c(?:om|n)/sorry\?[^#\s]*sysbusy", re.IGNORECASE), Outcome.Busy, "sysbusy"),
     (re.compile(r"weibo\.c(?:om|n)/unfreeze\b", re.IGNORECASE), Outcome.AccountFrozen, "account-unfreeze"),
-    # Any other ``sorry`` page (pagenotfound, a form not seen yet): the site's own "something went wrong" page, never
-    # a login, so the account is not rested for it; its HTML in place of the JSON read as a login page before.
+    # Never a login, so the account is not rested for it (its HTML in place of the JSON read as a login page before).
     (re.compile(r"weibo\.c(?:om|n)/sorry\b", re.IGNORECASE), Outcome.Busy, "sorry-page"),
 )
 

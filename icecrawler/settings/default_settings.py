@@ -45,9 +45,9 @@ DEFAULTS: dict[str, Any] = {
     "client.total_timeout_s": 30.0,
     # --- clock: simulated time shared by every process of a run (icecrawler.clock) --------------------------
     # Wall-clock epoch that simulated time starts from; 0 = the process start (for a sandbox with a truth file
-    # that records a run, that run's origin). Give every process of one run
-    # the same value (the demo and the tests do), and give it again to a process started again mid-run: a
-    # scheduler or client with clock.speed other than 1 refuses to start with 0.
+    # that records a run, that run's origin). Give every process of one run the same value (the demo and the
+    # tests do), and give it again to a process started again mid-run: a scheduler or client with clock.speed
+    # other than 1 refuses to start with 0.
     "clock.origin": 0.0,
     # Simulated seconds per wall second (60 = one minute per second). Periods, item times and relative dates
     # ("5分钟前") are all in simulated time.
