@@ -52,6 +52,7 @@ __all__ = [
     "message_error",
     "others_posts",
     "own_posts",
+    "said",
     "since_id_of",
     "truthy",
     "unavailable_account",
@@ -132,6 +133,16 @@ def is_pinned(mblog: dict[str, Any]) -> bool:
     )
 
 
+def said(doc: dict[str, Any]) -> str:
+    """What an envelope says: its ``msg`` (m.weibo.cn, and the older answers of both APIs), else its ``message``
+    (weibo.com's ``/ajax`` API words its ``ok:0`` answers so, beside an ``error_code``); "" when neither is text."""
+    for key in ("msg", "message"):
+        value = doc.get(key)
+        if isinstance(value, str) and value.strip():
+            return value
+    return ""
+
+
 #: Words of a refusal's ``msg`` (not of a page: only an envelope's message is searched for them) beyond the byte
 #: markers: the wordings public clients of 2024–2026 classify (访问频次过高, 请登录后查看, 操作太快…).
 MESSAGE_WORDS: tuple[Marker, ...] = (
@@ -154,15 +165,15 @@ def message_error(doc: dict[str, Any], http_status: int) -> FetchError | None:
     """The classified error an envelope's ``errno`` (100005, too frequent) or ``msg`` names (访问过于频繁,
     帐号存在异常, 请先登录, 访问频次过高…), else None: in escaped JSON the body's byte markers cannot be seen, the
     decoded message can."""
-    message = doc.get("msg")
+    message = said(doc)
     if str(doc.get("errno", "")) == ERRNO_TOO_FREQUENT:
         return fail(
             Outcome.RateLimited,
-            f"too-frequent: errno {ERRNO_TOO_FREQUENT} {str(message or '')[:60]!r}",
+            f"too-frequent: errno {ERRNO_TOO_FREQUENT} {message[:60]!r}",
             error_class="too-frequent",
             http_status=http_status,
         )
-    if not isinstance(message, str) or not message:
+    if not message:
         return None
     marker = next((m for m in (*WEIBO_MARKERS, *MESSAGE_WORDS) if m.text in message), None)
     if marker is None:
@@ -188,8 +199,8 @@ def check_end_of_list(doc: dict[str, Any], http_status: int) -> None:
     (``NOTHING_MORE``). Any other message (a user gone mid-walk, a limit we have no marker for) fails the crawl as
     Busy: taken for the end, the crawl would succeed and its new cursor would pass over the posts it had not
     reached yet; failed, it keeps the cursor, stores what it saw, and the next attempt walks again."""
-    message = doc.get("msg")
-    if not isinstance(message, str) or not message.strip() or any(text in message for text in NOTHING_MORE):
+    message = said(doc)
+    if not message or any(text in message for text in NOTHING_MORE):
         return
     raise fail(
         Outcome.Busy,
@@ -204,7 +215,7 @@ def first_page_ok0(doc: dict[str, Any], http_status: int) -> FetchError:
     这里还没有内容) or that the user does not exist (``GONE``), it is NotFound. Any other message (a limit or a
     login wall in words we have no marker for) is Busy, retried soon: taken for NotFound, the target would wait its
     longest period and the host would never be backed off."""
-    message = str(doc.get("msg", "") or "")
+    message = said(doc)
     unavailable = unavailable_account(message, http_status)
     if unavailable is not None:
         return unavailable
@@ -251,16 +262,14 @@ def wall_of(doc: dict[str, Any], http_status: int) -> FetchError | None:
         captcha = any(part in sent_to for part in CAPTCHA_URL_PARTS)
         return fail(
             Outcome.LoginRequired,
-            f"ok:-100 {str(doc.get('msg', ''))[:60]!r}" + (" (a captcha to solve in a browser)" if captcha else ""),
+            f"ok:-100 {said(doc)[:60]!r}" + (" (a captcha to solve in a browser)" if captcha else ""),
             # Not a logged-out cookie: someone must solve the captcha with this account (or wait it out).
             error_class="captcha" if captcha else "login-wall",
             http_status=http_status,
         )
     url = doc.get("url")
     if isinstance(url, str) and url and not doc.get("data"):
-        unavailable = unavailable_account(f"{url} {doc.get('msg') or ''}", http_status) or landing_error(
-            url, http_status
-        )
+        unavailable = unavailable_account(f"{url} {said(doc)}", http_status) or landing_error(url, http_status)
         if unavailable is not None:
             return unavailable
         return fail(
@@ -304,8 +313,11 @@ def check_403_said(page: FetchedPage) -> None:
 
 
 #: What a long-text answer says of a post that is gone (该微博不存在, 已被删除) or that its author has since hidden from
-#: this reader (暂无查看权限, 没有这条微博的查看权限, 此微博已不可见).
-POST_GONE = ("不存在", "删除", "查看权限", "不可见")
+#: this reader (暂无查看权限, 没有这条微博的查看权限, 此微博已不可见, 由于作者隐私设置，你没有权限查看此微博).
+POST_GONE = ("不存在", "删除", "查看权限", "不可见", "没有权限")
+#: Weibo's ``error_code`` for a post that does not exist (20101) and for one its author's privacy setting hides from
+#: this reader (20112), as weibo.com's ``/ajax`` answers name them beside their ``message``.
+POST_GONE_CODES = ("20101", "20112")
 
 
 def long_text_refused(message: str, http_status: int, what: str) -> FetchError:
@@ -325,9 +337,18 @@ def long_text_refused(message: str, http_status: int, what: str) -> FetchError:
 
 def long_text_content(doc: dict[str, Any], page: FetchedPage, what: str) -> str:
     """``data.longTextContent`` of a long-text envelope; "" when the answer holds none (the post keeps its truncated
-    text). An ``ok:0`` answer raises ``long_text_refused``, another ``ok`` is unparsable."""
+    text). An ``ok:0`` answer raises ``long_text_refused`` (NotFound at once for a ``POST_GONE_CODES`` error code),
+    another ``ok`` is unparsable."""
     if doc.get("ok") in (0, "0"):
-        raise long_text_refused(str(doc.get("msg", "") or ""), page.status, what)
+        code = str(doc.get("error_code", ""))
+        if code in POST_GONE_CODES:
+            raise fail(
+                Outcome.NotFound,
+                f"{what}: error_code {code} {said(doc)[:60]!r}",
+                error_class=LONG_TEXT_GONE,
+                http_status=page.status,
+            )
+        raise long_text_refused(said(doc), page.status, what)
     if doc.get("ok") not in (1, "1"):
         raise unparsable(page.body, WEIBO_MARKERS, page.status, f"{what}: ok={str(doc.get('ok'))[:20]!r}")
     content = as_dict(doc.get("data")).get("longTextContent")

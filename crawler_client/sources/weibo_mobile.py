@@ -53,6 +53,7 @@ from crawler_client.sources._weibo import (
     long_text_content,
     mblog_id,
     own_posts,
+    said,
     since_id_of,
     unavailable_account,
 )
@@ -322,7 +323,7 @@ class WeiboMobileSource(PostOrder, SavedPages):
         empty: the account's tabs changed), or NotFound (no such user, or no posts anywhere; ``first_page_ok0``)."""
         base = request.url[: -len(GET_INDEX)] if request.url.endswith(GET_INDEX) else request.url
         empty = request.params.get("containerid", "")
-        unavailable = unavailable_account(str(doc.get("msg", "") or ""), status)
+        unavailable = unavailable_account(said(doc), status)
         if unavailable is not None:  # the account, not this tab: no other tab would answer
             raise unavailable
         if request.state.get("remembered"):

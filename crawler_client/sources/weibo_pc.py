@@ -41,7 +41,7 @@ from crawler_client.sources._detect import (
     unparsable,
 )
 from crawler_client.sources._headers import DESKTOP_UA
-from crawler_client.sources._weibo import check_answer, long_text_refused, message_error, own_posts, wall_of
+from crawler_client.sources._weibo import check_answer, long_text_refused, message_error, own_posts, said, wall_of
 from crawler_client.sources.base import FetchedPage, Item, PageRequest, ParsedPage, SavedPages, SourceSpec, sniff
 from icecrawler.errors import FetchError, ParseError
 from icecrawler.models import Outcome, Post, Task, TaskKind
@@ -316,9 +316,9 @@ def _envelope_data(page: FetchedPage, what: str, bad_code: Outcome | None) -> An
         raise unparsable(page.body, WEIBO_MARKERS, page.status, f"{what}: not a code/msg/data envelope")
     code = str(doc["code"])
     if code != OK_CODE:
-        said = message_error(doc, page.status)  # a msg that names a login, a rate limit or a frozen account
-        if said is not None:
-            raise said
+        named = message_error(doc, page.status)  # a msg that names a login, a rate limit or a frozen account
+        if named is not None:
+            raise named
         data = doc.get("data")
         if "pagenotfound" in str(data)[:300]:  # data: "https://weibo.com/sorry?pagenotfound&"
             raise fail(
@@ -331,7 +331,7 @@ def _envelope_data(page: FetchedPage, what: str, bad_code: Outcome | None) -> An
         if sent is not None:  # data: the page its script goes to ("https://weibo.com/sorry?sysbusy")
             raise sent
         if bad_code is None:
-            raise long_text_refused(str(doc.get("msg", "") or ""), page.status, f"{what} code {code[:20]!r}")
+            raise long_text_refused(said(doc), page.status, f"{what} code {code[:20]!r}")
         raise fail(
             bad_code,
             f"{what} code {code[:20]!r}: {str(doc.get('msg', ''))[:60]!r}",

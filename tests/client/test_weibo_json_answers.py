@@ -177,3 +177,56 @@ def test_a_long_text_the_reader_may_no_longer_see_is_gone_not_a_failed_crawl(nam
         with pytest.raises(FetchError) as info:
             source.parse_extend(request, fetched(refused.encode(), request), NOW_MS)
         assert (info.value.outcome, info.value.error_class) == ("NotFound", "long-text-gone"), refused
+
+
+@pytest.mark.parametrize("name", SOURCES)
+def test_a_refusal_worded_in_message_rather_than_msg_is_read(name: str) -> None:
+    """weibo.com's ``/ajax`` API words its ``ok:0`` answers in ``message`` (beside an ``error_code``), not in ``msg``
+    as m.weibo.cn does: ``{"ok":0,"error_code":20101,"message":"该微博不存在"}`` (2025–2026 clients of
+    ``/ajax/statuses/show`` read it so). Read as saying nothing, a limit on the first page was a user without posts
+    (NotFound, the target parked for its longest period) and on a later page the end of the list (the cursor passed
+    over the posts not reached yet). Both keys are read, on both JSON sources."""
+    source = get_source(name)
+    task = make_task(name, "1669879400")
+    limit = _refusal(name, '{"ok":0,"error_code":10023,"message":"访问频次过高，请稍后再试"}'.encode())
+    assert (limit.outcome, limit.error_class) == ("RateLimited", "too-frequent")
+    login = _refusal(name, '{"ok":0,"message":"请先登录"}'.encode())
+    assert login.outcome == "LoginRequired"
+    unknown = _refusal(name, '{"ok":0,"message":"服务器开小差了"}'.encode())
+    assert (unknown.outcome, unknown.error_class) == ("Busy", "unexpected-ok0")
+    gone = _refusal(name, '{"ok":0,"message":"该账号已关闭，现无法查看。"}'.encode())
+    assert (gone.outcome, gone.error_class) == ("NotFound", "account-unavailable")
+    later = source.first_request(task, BASE)
+    later.params["page"] = "3"
+    later.params["since_id"] = "4700000000000001"
+    for body, outcome in (
+        ('{"ok":0,"message":"访问频次过高，请稍后再试"}', "RateLimited"),
+        ('{"ok":0,"message":"服务器开小差了"}', "Busy"),
+    ):
+        with pytest.raises(FetchError) as info:
+            parse(name, task, later, body.encode())
+        assert info.value.outcome == outcome, body
+    assert parse(name, task, later, '{"ok":0,"message":"暂无数据"}'.encode()).items == []  # the end, as before
+
+
+@pytest.mark.parametrize("name", SOURCES)
+def test_a_long_text_refused_by_weibo_error_code_or_privacy_wording_is_gone(name: str) -> None:
+    """A long post whose author's privacy setting hides it now: ``{"ok":0,"error_code":20112,"message":…}``
+    saying 由于作者隐私设置，你没有权限查看此微博, and a deleted one ``error_code`` 20101 (Weibo's codes for both,
+    read by 2025–2026 clients of weibo.com's ``/ajax``). The post is gone for this reader, whatever the wording:
+    NotFound ``long-text-gone``, the crawl keeps the truncated text. A limit in ``message`` is still the session's."""
+    source = get_source(name)
+    assert isinstance(source, LongTextSource)
+    request = source.extend_request(BASE, 4700000000007002)
+    for refused in (
+        '{"ok":0,"error_code":20112,"message":"由于作者隐私设置，你没有权限查看此微博"}',
+        '{"ok":0,"msg":"由于作者隐私设置，你没有权限查看此微博"}',
+        '{"ok":0,"error_code":20101,"message":"target weibo does not exist!"}',
+        '{"ok":0,"error_code":"20101"}',
+    ):
+        with pytest.raises(FetchError) as info:
+            source.parse_extend(request, fetched(refused.encode(), request), NOW_MS)
+        assert (info.value.outcome, info.value.error_class) == ("NotFound", "long-text-gone"), refused
+    with pytest.raises(FetchError) as info:
+        source.parse_extend(request, fetched('{"ok":0,"message":"访问频次过高"}'.encode(), request), NOW_MS)
+    assert info.value.outcome == "RateLimited"
