@@ -44,6 +44,7 @@ __all__ = [
     "checked_text",
     "first_page_ok0",
     "https_url",
+    "inline_long_text",
     "is_pinned",
     "json_envelope",
     "long_text_content",
@@ -122,6 +123,18 @@ def author_id(mblog: dict[str, Any]) -> int:
 def mblog_id(mblog: dict[str, Any]) -> int:
     """A post's numeric id: ``id``, else ``idstr``, else ``mid`` (0 when none is a usable number)."""
     return parse_id(mblog.get("id")) or parse_id(mblog.get("idstr")) or parse_id(mblog.get("mid"))
+
+
+def inline_long_text(mblog: dict[str, Any]) -> str:
+    """The full text a long post carries inline ("" when none): ``longText.longTextContent`` (m.weibo.cn's answers)
+    or ``longText.content`` (weibo.com's ``/ajax/statuses/show?…&isGetLongText=true``, plain text with newlines). A
+    post that has it needs no long-text call."""
+    inline = as_dict(mblog.get("longText"))
+    for key in ("longTextContent", "content"):
+        value = inline.get(key)
+        if isinstance(value, str) and value.strip():
+            return value
+    return ""
 
 
 def is_pinned(mblog: dict[str, Any]) -> bool:

@@ -48,6 +48,7 @@ from crawler_client.sources._weibo import (
     checked_text,
     first_page_ok0,
     https_url,
+    inline_long_text,
     is_pinned,
     json_envelope,
     long_text_content,
@@ -241,8 +242,8 @@ class WeiboMobileSource(PostOrder, SavedPages):
                 skipped += 1
                 continue
             items.append(post)
-            embedded = _as_dict(mblog.get("longText")).get("longTextContent")
-            if isinstance(embedded, str) and embedded:
+            embedded = inline_long_text(mblog)
+            if embedded:
                 with_html(post, embedded)  # some responses carry the full text inline
             elif mblog.get("isLongText") in (True, 1, "1", "true"):
                 long_ids.append(str(post.id))

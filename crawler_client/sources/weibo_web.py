@@ -41,6 +41,7 @@ from crawler_client.sources._weibo import (
     checked_text,
     first_page_ok0,
     https_url,
+    inline_long_text,
     is_pinned,
     json_envelope,
     long_text_content,
@@ -187,7 +188,10 @@ class WeiboWebSource(PostOrder, SavedPages):
                 continue
             items.append(post)
             mblogid = mblog.get("mblogid")
-            if truthy(mblog.get("isLongText")):
+            inline = inline_long_text(mblog)
+            if inline:  # ``/ajax/statuses/show?…&isGetLongText=true`` carries the full text: no longtext call
+                with_html(post, long_text_html(inline))
+            elif truthy(mblog.get("isLongText")):
                 long_ids.append(str(post.id))
                 if isinstance(mblogid, str) and mblogid:
                     self._mblogids[post.id] = mblogid
@@ -239,11 +243,7 @@ class WeiboWebSource(PostOrder, SavedPages):
         """The full text of a ``longtext`` answer as HTML ("" when the site has none: the post keeps its
         truncated text rather than failing the crawl)."""
         content = long_text_content(self._envelope(request, page, now_ms, LONGTEXT_PATH), page, "longtext")
-        if not content.strip():
-            return ""
-        if _MARKUP_RE.search(content):
-            return content
-        return html.escape(content, quote=False).replace("\n", "<br />")
+        return long_text_html(content) if content.strip() else ""
 
     @staticmethod
     def with_long_text(post: Post, html_text: str) -> Post:
@@ -282,6 +282,14 @@ class WeiboWebSource(PostOrder, SavedPages):
         if not had_posts:
             return None
         return self.page_request(base, uid, page + 1)
+
+
+def long_text_html(content: str) -> str:
+    """A long text as HTML: today's answers are plain text with newlines (escaped, newlines as ``<br />``); older
+    ones sent markup, kept as it is."""
+    if _MARKUP_RE.search(content):
+        return content
+    return html.escape(content, quote=False).replace("\n", "<br />")
 
 
 def pictures(mblog: dict[str, Any]) -> list[str]:

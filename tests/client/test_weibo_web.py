@@ -252,3 +252,33 @@ def test_a_statuses_show_answer_is_its_post() -> None:
     }
     (post,) = posts_of(json.dumps(mblog).encode())
     assert (post.id, post.text, post.permalink) == (4700000000009000, "单条", "https://weibo.com/5612345678/Kn7Aaaaaa")
+
+
+def test_a_full_text_carried_inline_as_long_text_content_is_used_without_a_longtext_call() -> None:
+    """``/ajax/statuses/show?id=…&isGetLongText=true`` (the call 2024–2026 clients make for one post) answers a long
+    post with its full text inline, ``"longText": {"content": "…"}`` (plain text with newlines), beside the
+    truncated ``text_raw``. The post takes that text, as m.weibo.cn's ``longText.longTextContent`` is taken, and is
+    not listed for a ``longtext`` call."""
+    mblog = {
+        "ok": 1,
+        "id": 4700000000009001,
+        "idstr": "4700000000009001",
+        "mblogid": "Kn7Abbbbb",
+        "created_at": "Tue Jul 06 11:59:00 +0800 2021",
+        "isLongText": True,
+        "text": '长文开头 ...<span class="expand">展开</span>',
+        "text_raw": "长文开头 ...展开",
+        "longText": {"content": "长文开头，完整的正文。\n第二段 <和符号> 结尾", "url_struct": []},
+        "user": {"id": 5612345678, "screen_name": "测试用户"},
+    }
+    page = parse("weibo_web", TASK, SOURCE.first_request(TASK, BASE), json.dumps(mblog).encode())
+    (post,) = page.items
+    assert isinstance(post, Post)
+    assert post.text == "长文开头，完整的正文。\n第二段 <和符号> 结尾"
+    assert "&lt;和符号&gt;" in post.html
+    assert "long_text_ids" not in page.info
+    # An empty inline text leaves the post to the longtext call, as before.
+    mblog["longText"] = {"content": ""}
+    page = parse("weibo_web", TASK, SOURCE.first_request(TASK, BASE), json.dumps(mblog).encode())
+    assert page.info["long_text_ids"] == "4700000000009001"
+    assert page.items[0].text == "长文开头 ...展开"
