@@ -46,6 +46,7 @@ __all__ = [
     "https_url",
     "inline_long_text",
     "is_pinned",
+    "is_quick_repost",
     "json_envelope",
     "long_text_content",
     "long_text_refused",
@@ -76,19 +77,25 @@ UNAVAILABLE = ("现已无法查看", "现无法查看", "用户验证之前暂�
 FOREIGN_TIMELINE_MIN = 3
 
 
-def others_posts(target: str, authors: Sequence[int], http_status: int) -> list[bool]:
+def others_posts(
+    target: str, authors: Sequence[int], http_status: int, quick: Sequence[bool] | None = None
+) -> list[bool]:
     """Which posts of a timeline page are another account's, given each post's author uid (0 when it names none).
 
     Weibo shows posts the account liked, or quick-reposted (快转), among its own, under their own authors. They are
     not its posts, and they are as old as they like and out of date order: taken for its posts, an old one near the
     top would end the incremental walk before newer posts. The owner is the task's uid, or, for a target that is not
     a number, the author most posts name. A page of several posts that are all one other account's is that
-    account's timeline (a moved or merged uid): a ParseError, instead of a quiet "nothing new" on every visit."""
+    account's timeline (a moved or merged uid): a ParseError, instead of a quiet "nothing new" on every visit. Posts
+    marked as this account's quick reposts (``quick``, by ``is_quick_repost``) are left out like the rest but are no
+    sign of that: a fan club's page of them, all one author's, is still its own timeline."""
     counts = Counter(author for author in authors if author)
     owner = parse_id(target) or (counts.most_common(1)[0][0] if counts else 0)
     foreign = [author not in (0, owner) for author in authors]
-    strangers = {author for author, other in zip(authors, foreign, strict=True) if other}
-    if len(authors) >= FOREIGN_TIMELINE_MIN and all(foreign) and len(strangers) == 1:
+    marked = quick if quick is not None else [False] * len(authors)
+    telling = [author for author, reposted in zip(authors, marked, strict=True) if not reposted]
+    strangers = {author for author in telling if author not in (0, owner)}
+    if len(telling) >= FOREIGN_TIMELINE_MIN and all(a not in (0, owner) for a in telling) and len(strangers) == 1:
         raise ParseError(
             f"the timeline is account {strangers.pop()}'s, not {target}'s",
             error_class="feed-of-another-account",
@@ -97,10 +104,18 @@ def others_posts(target: str, authors: Sequence[int], http_status: int) -> list[
     return foreign
 
 
-def own_posts[T](target: str, posts: Sequence[T], author: Callable[[T], int], http_status: int) -> tuple[list[T], int]:
+def own_posts[T](
+    target: str,
+    posts: Sequence[T],
+    author: Callable[[T], int],
+    http_status: int,
+    quick: Callable[[T], bool] | None = None,
+) -> tuple[list[T], int]:
     """The posts of a timeline page that are the account's own (``others_posts``, given how to read a post's
-    author), and how many were another account's: what every Weibo source reports as ``other_accounts``."""
-    others = others_posts(target, [author(post) for post in posts], http_status)
+    author and, where the answer marks them, which are quick reposts), and how many were another account's: what
+    every Weibo source reports as ``other_accounts``."""
+    marked = [quick(post) for post in posts] if quick is not None else None
+    others = others_posts(target, [author(post) for post in posts], http_status, marked)
     return [post for post, other in zip(posts, others, strict=True) if not other], sum(others)
 
 
@@ -123,6 +138,12 @@ def author_id(mblog: dict[str, Any]) -> int:
 def mblog_id(mblog: dict[str, Any]) -> int:
     """A post's numeric id: ``id``, else ``idstr``, else ``mid`` (0 when none is a usable number)."""
     return parse_id(mblog.get("id")) or parse_id(mblog.get("idstr")) or parse_id(mblog.get("mid"))
+
+
+def is_quick_repost(mblog: dict[str, Any]) -> bool:
+    """A quick repost (快转) as the JSON APIs mark it: an ``ori_mid`` naming the original (public clients of 2025–2026
+    skip, or undo, quick reposts by that key). The item shows the original under its author."""
+    return bool(parse_id(mblog.get("ori_mid")))
 
 
 def inline_long_text(mblog: dict[str, Any]) -> str:

@@ -50,6 +50,7 @@ from crawler_client.sources._weibo import (
     https_url,
     inline_long_text,
     is_pinned,
+    is_quick_repost,
     json_envelope,
     long_text_content,
     mblog_id,
@@ -234,7 +235,7 @@ class WeiboMobileSource(PostOrder, SavedPages):
         items: list[Item] = []
         long_ids: list[str] = []
         skipped = 0
-        mblogs, others = own_posts(task.target, _mblogs(cards), author_id, page.status)
+        mblogs, others = own_posts(task.target, _mblogs(cards), author_id, page.status, is_quick_repost)
         texts = html_texts([mblog["text"] if isinstance(mblog.get("text"), str) else "" for mblog in mblogs])
         for mblog, text in zip(mblogs, texts, strict=True):
             post = self.post_of(mblog, task, now_ms, fetched_at, text=text)

@@ -43,6 +43,7 @@ from crawler_client.sources._weibo import (
     https_url,
     inline_long_text,
     is_pinned,
+    is_quick_repost,
     json_envelope,
     long_text_content,
     mblog_id,
@@ -161,7 +162,7 @@ class WeiboWebSource(PostOrder, SavedPages):
             hint = " (an m.weibo.cn getIndex answer: use weibo_mobile)" if "cards" in data else ""
             raise unparsable(page.body, WEIBO_MARKERS, page.status, f"mymblog: data has no list{hint}")
         mblogs = [mblog for mblog in posts if isinstance(mblog, dict)]
-        owned, others = own_posts(task.target, mblogs, author_id, page.status)
+        owned, others = own_posts(task.target, mblogs, author_id, page.status, is_quick_repost)
         items, long_ids = self._posts(owned, task, now_ms)
         result = ParsedPage(items=items, next_request=self._next(request, data, bool(posts)))
         result.info = {key: str(data[key])[:40] for key in ("since_id", "total") if key in data}

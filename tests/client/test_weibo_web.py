@@ -282,3 +282,25 @@ def test_a_full_text_carried_inline_as_long_text_content_is_used_without_a_longt
     page = parse("weibo_web", TASK, SOURCE.first_request(TASK, BASE), json.dumps(mblog).encode())
     assert page.info["long_text_ids"] == "4700000000009001"
     assert page.items[0].text == "长文开头 ...展开"
+
+
+def test_a_page_of_quick_reposts_marked_ori_mid_is_not_another_accounts_timeline() -> None:
+    """A quick repost (快转) in mymblog shows the original under its author and names the original in ``ori_mid``
+    (public 2025–2026 clients skip, or undo, quick reposts by that key). A page of them all of one author (a fan
+    club's timeline) was taken for that author's timeline served by mistake, a ParseError on every visit. They are
+    still not this account's posts (left out, counted), but they say nothing against the timeline: the walk goes on."""
+    doc = json.loads(fixture("weibo_web_page1.json"))
+    posts = [post for post in doc["data"]["list"] if "id" in post]
+    for post in posts:
+        post["user"] = {"id": 6423651199, "screen_name": "原作者"}
+        post["ori_mid"] = str(post["id"])
+    doc["data"]["list"] = posts
+    page = parse("weibo_web", TASK, SOURCE.first_request(TASK, BASE), json.dumps(doc).encode())
+    assert page.items == [] and page.info["other_accounts"] == str(len(posts))
+    assert page.next_request is not None
+    # Without the mark, the same page is still that account's timeline.
+    for post in posts:
+        del post["ori_mid"]
+    with pytest.raises(ParseError) as info:
+        parse("weibo_web", TASK, SOURCE.first_request(TASK, BASE), json.dumps(doc).encode())
+    assert info.value.error_class == "feed-of-another-account"
