@@ -71,6 +71,8 @@ GONE = ("用户不存在", "账号不存在", "帐号不存在")
 #: complaints (因被投诉违反…现已无法查看), or held until its owner passes a verification (用户验证之前暂时不能查看).
 #: Said in an ``ok:0``'s ``msg``, or percent-encoded in the ``url`` of an ``error_type: "link"`` answer.
 UNAVAILABLE = ("现已无法查看", "现无法查看", "用户验证之前暂时不能查看")
+#: Weibo's ``error_code`` for a user that does not exist (its API words it 用户不存在, or "User does not exists!").
+USER_GONE_CODES = ("20003",)
 
 
 #: A timeline page of at least this many posts, all one other account's, is that account's timeline.
@@ -246,14 +248,15 @@ def check_end_of_list(doc: dict[str, Any], http_status: int) -> None:
 
 def first_page_ok0(doc: dict[str, Any], http_status: int) -> FetchError:
     """The error for ``ok:0`` on a timeline's first page. Saying nothing, that there is nothing (``NOTHING_MORE``:
-    这里还没有内容) or that the user does not exist (``GONE``), it is NotFound. Any other message (a limit or a
-    login wall in words we have no marker for) is Busy, retried soon: taken for NotFound, the target would wait its
-    longest period and the host would never be backed off."""
+    这里还没有内容) or that the user does not exist (``GONE``, or ``error_code`` 20003 in any words), it is NotFound.
+    Any other message (a limit or a login wall in words we have no marker for) is Busy, retried soon: taken for
+    NotFound, the target would wait its longest period and the host would never be backed off."""
     message = said(doc)
     unavailable = unavailable_account(message, http_status)
     if unavailable is not None:
         return unavailable
-    if not message.strip() or any(text in message for text in (*NOTHING_MORE, *GONE)):
+    gone = str(doc.get("error_code", "")) in USER_GONE_CODES
+    if gone or not message.strip() or any(text in message for text in (*NOTHING_MORE, *GONE)):
         return fail(
             Outcome.NotFound,
             f"ok:0 {message[:60]!r} on the first page",

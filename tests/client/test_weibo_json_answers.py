@@ -196,6 +196,9 @@ def test_a_refusal_worded_in_message_rather_than_msg_is_read(name: str) -> None:
     assert (unknown.outcome, unknown.error_class) == ("Busy", "unexpected-ok0")
     gone = _refusal(name, '{"ok":0,"message":"该账号已关闭，现无法查看。"}'.encode())
     assert (gone.outcome, gone.error_class) == ("NotFound", "account-unavailable")
+    # Weibo's error code for a user that does not exist, in whatever words (its API's English ones included).
+    missing = _refusal(name, b'{"ok":0,"error_code":20003,"message":"User does not exists!"}')
+    assert (missing.outcome, missing.error_class) == ("NotFound", "no-content")
     later = source.first_request(task, BASE)
     later.params["page"] = "3"
     later.params["since_id"] = "4700000000000001"
