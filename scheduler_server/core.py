@@ -675,22 +675,40 @@ class SchedulerCore:
         constant, or None when no budget applies."""
         return rebalance_budget(self)
 
-    def prune_done(self, limit: int = 10_000) -> int:
-        """Drop completion-log entries older than ``scheduler.done_retention_s``."""
+    def prune_done(self, chunk: int = 10_000) -> int:
+        """Drop every completion-log entry (and removed task's lease) older than ``scheduler.done_retention_s``;
+        returns how many log entries went. It deletes ``chunk`` entries per transaction, taking the lock for each
+        alone so that calls go on between them, until none older is left: a pass that stopped after one chunk kept
+        up with at most ``chunk`` completions per ``scheduler.maintenance_interval_s``, and past that the log grew
+        for good."""
         with self.lock:
             cutoff = int((self.clocks.now() - self.config.done_retention_s) * 1000)
+            # Entries are only ever added at ``now`` (past the cutoff), so this many chunks reach the end.
+            chunks = self.counts.get("done", 0) // chunk + 2
+        pruned = 0
+        for _ in range(chunks):
+            dropped, tombstones = self._prune_chunk(cutoff, chunk)
+            pruned += dropped
+            if dropped < chunk and tombstones < chunk:
+                break
+        return pruned
+
+    def _prune_chunk(self, cutoff: int, chunk: int) -> tuple[int, int]:
+        """One transaction of ``prune_done``: (log entries, removed leases) dropped, each at most ``chunk``."""
+        with self.lock:
             with self.store.transaction() as txn:
-                old = txn.scan("done", b"", time_key(cutoff), limit)
+                old = txn.scan("done", b"", time_key(cutoff), chunk)
                 for key, _ in old:
                     txn.delete("done", key)
-                for key, _ in txn.scan("meta", REMOVED_AT_KEY, REMOVED_AT_KEY + time_key(cutoff), limit):
+                removed = txn.scan("meta", REMOVED_AT_KEY, REMOVED_AT_KEY + time_key(cutoff), chunk)
+                for key, _ in removed:
                     # a removed task's lease goes with the log's entries of its age (``startup.REMOVED_KEY``)
                     task_id, token = removed_lease_of(key)
                     txn.delete("meta", key)
                     txn.delete("meta", removed_lease_key(task_id, token))
             self.counts["done"] -= len(old)
         self.store.sync()
-        return len(old)
+        return len(old), len(removed)
 
     def checkpoint(self) -> None:
         with self.lock:

@@ -424,6 +424,28 @@ def test_done_log_is_pruned_after_retention(store: QueueStore, clocks: ManualClo
     assert core.prune_done() == 3 and core.stats()["done"] == 0
 
 
+def test_one_prune_pass_clears_every_entry_past_retention_however_many(store: QueueStore, clocks: ManualClocks) -> None:
+    """The maintenance thread prunes once a pass (``scheduler.maintenance_interval_s``). A pass that dropped at most
+    10 000 entries could not keep up with a scheduler completing more than 10 000 leases a pass (one shard does about
+    that many a second; at maintenance_interval_s=10 a tenth of it), and the completion log then grew for good."""
+    core = SchedulerCore.from_settings(
+        make_settings(scheduler__done_retention_s=100.0, scheduler__batch_limit=1000), store, clocks
+    )
+    ids = [f"weibo_pc:{n}" for n in range(1, 1001)]
+    core.add(ids, TaskKind.WeiboUser)
+    rounds = 11  # 11 000 completions, all older than the retention below
+    for _ in range(rounds):
+        tasks = core.lease("w", 1000)
+        assert len(tasks) == 1000
+        core.report([ok(task.id, task.lease_token) for task in tasks])
+        clocks.advance(3600)  # past the longest period: every task is due again
+    assert core.stats()["done"] == rounds * 1000
+    assert core.prune_done() == rounds * 1000
+    assert core.stats()["done"] == 0
+    with store.transaction() as txn:
+        assert txn.count("done") == 0
+
+
 def test_the_new_items_times_reach_the_revisit_policy(store: QueueStore, clocks: ManualClocks) -> None:
     core = SchedulerCore.from_settings(make_settings(scheduler__policy="rate"), store, clocks)
     seen: list[Observation] = []
