@@ -8,6 +8,7 @@ commit), so a write acknowledged as spooled survives ``kill -9`` of the server. 
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import threading
 from collections import deque
@@ -20,6 +21,13 @@ __all__ = ["MemorySpool", "SpoolEntry", "SpoolQueue", "SqliteSpool"]
 
 #: (sequence number, blob, records in it)
 SpoolEntry = tuple[int, bytes, int]
+
+#: Free pages (4 KiB each) a drained spool file may keep; past that, emptying it gives the disk back (``VACUUM``).
+RECLAIM_FREE_PAGES = 256
+#: Bytes a checkpointed write-ahead log is cut back to (SQLite keeps it at its largest size otherwise).
+WAL_SIZE_LIMIT = 4 << 20
+
+log = logging.getLogger(__name__)
 
 
 class SpoolQueue(Protocol):
@@ -87,6 +95,7 @@ class SqliteSpool:
             self._conn = sqlite3.connect(self.path, timeout=30.0, check_same_thread=False, isolation_level=None)
             self._conn.execute("PRAGMA journal_mode=WAL")
             self._conn.execute("PRAGMA synchronous=FULL")
+            self._conn.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}")
             self._conn.execute(
                 "CREATE TABLE IF NOT EXISTS spool (seq INTEGER PRIMARY KEY AUTOINCREMENT, records INTEGER NOT NULL, "
                 "blob BLOB NOT NULL)"
@@ -94,6 +103,9 @@ class SqliteSpool:
             self._depth = int(self._conn.execute("SELECT coalesce(sum(records), 0) FROM spool").fetchone()[0])
         except (OSError, sqlite3.Error) as exc:
             raise StorageUnavailableError(f"cannot open the spool {self.path}: {exc}") from exc
+        if self._depth == 0:
+            with self._lock:
+                self._reclaim()  # a spool left large by an outage before this rule
 
     def append(self, blob: bytes, records: int) -> None:
         try:
@@ -113,6 +125,21 @@ class SqliteSpool:
             row = self._conn.execute("DELETE FROM spool WHERE seq = ? RETURNING records", (seq,)).fetchone()
             if row is not None:
                 self._depth -= int(row[0])
+                if self._depth == 0:
+                    self._reclaim()
+
+    def _reclaim(self) -> None:
+        """Give back the disk an emptied spool holds (under ``_lock``). SQLite keeps a file at its largest size, its
+        freed pages waiting for reuse, so a spool that once held a long outage's records kept that size for good,
+        and every storage backup copied it whole (free pages too), ``backup_keep`` times over. Once drained, the
+        file is rewritten (``VACUUM``, cheap with no rows left) and its write-ahead log cut back. A failure here
+        (a full disk) costs only the space: it is logged and tried again at the next drain."""
+        try:
+            if int(self._conn.execute("PRAGMA freelist_count").fetchone()[0]) >= RECLAIM_FREE_PAGES:
+                self._conn.execute("VACUUM")
+            self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        except sqlite3.Error as exc:
+            log.warning("the drained spool %s keeps its disk space for now: %s", self.path, exc)
 
     def depth(self) -> int:
         with self._lock:

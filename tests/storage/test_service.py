@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from icecrawler.errors import InvalidArgumentError, InvalidRecordsError, StorageUnavailableError
-from storage_server import schema
+from storage_server import integrity, schema
 from storage_server.service import StorageService
-from storage_server.spool import MemorySpool, SpoolQueue, SqliteSpool
+from storage_server.spool import WAL_SIZE_LIMIT, MemorySpool, SpoolQueue, SqliteSpool
 from storage_server.stores import MemoryStore
 from tests.storage.conftest import make_post, make_review
 
@@ -142,3 +142,31 @@ def test_sqlite_spool_survives_a_restart(tmp_path: Path, store: MemoryStore) -> 
         assert sorted(str(row.columns["id"]) for row in store.scan(schema.REVIEW)) == ["a", "b"]
     finally:
         reopened.close()
+
+
+def test_a_drained_spool_gives_its_disk_back(tmp_path: Path, store: MemoryStore) -> None:
+    """SQLite keeps a file at its largest size: a spool that held a long outage's records kept that size once
+    drained, for good, and each storage backup copied all of it. Once empty, it shrinks back to a few pages."""
+    spool_dir = tmp_path / "spool"
+    store.down = True
+    service = StorageService(store, SqliteSpool(spool_dir), max_text_chars=100_000, batch_limit=100, write_timeout_s=5)
+    try:
+        text = "评论" * 30_000  # 60 000 characters, about 180 KB as UTF-8
+        for batch in range(10):
+            service.write_reviews([make_review(f"r{batch}-{n}", content=text) for n in range(10)])
+        spool_file = spool_dir / "spool.sqlite3"
+        outage_size = spool_file.stat().st_size
+        assert outage_size > 10 << 20, outage_size
+        store.down = False
+        assert service.wait_drained(60.0)
+        assert store.count(schema.REVIEW) == 100
+        # While the server runs on: the file is back to a few pages, its write-ahead log at most WAL_SIZE_LIMIT.
+        assert spool_file.stat().st_size < 1 << 20
+        assert sum(path.stat().st_size for path in spool_dir.glob("*-wal")) <= WAL_SIZE_LIMIT
+    finally:
+        service.close()
+    kept = {path.name: path.stat().st_size for path in spool_dir.iterdir()}
+    assert sum(kept.values()) < 1 << 20, kept
+    backup = tmp_path / "backup"
+    integrity.backup_files([spool_file], backup)
+    assert (backup / spool_file.name).stat().st_size < 1 << 20
