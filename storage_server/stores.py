@@ -101,6 +101,11 @@ class MemoryStore:
 
 _SQL_TYPES = {int: "INTEGER", str: "TEXT"}
 
+#: Bytes the embedded store's write-ahead log is cut back to when a checkpoint lets it restart. It normally stays
+#: near 16 MiB (SQLite checkpoints every 1 000 pages of 16 KiB); writes made during a long read (an export, a backup,
+#: a count) grow it further, and without a limit SQLite kept it at the largest size it ever reached.
+WAL_SIZE_LIMIT = 64 << 20
+
 
 def _prefix_end(prefix: bytes) -> bytes | None:
     """The smallest key greater than every key starting with ``prefix`` (None: no upper bound)."""
@@ -149,6 +154,7 @@ class SqliteStore:
             conn.execute("PRAGMA page_size=16384")  # only takes effect on a new file; ~1 KB rows fit better
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}")
         except sqlite3.Error as exc:
             raise StorageUnavailableError(f"cannot open embedded store {self.path}: {exc}") from exc
         return conn

@@ -10,7 +10,7 @@ import pytest
 from icecrawler_local.hbase_local import LocalHBase
 from storage_server import schema
 from storage_server.hbase_store import HBaseStore
-from storage_server.stores import MemoryStore, RecordStore, SqliteStore
+from storage_server.stores import WAL_SIZE_LIMIT, MemoryStore, RecordStore, SqliteStore
 from tests.storage.conftest import BIG_ID, USER, make_post, make_review
 
 
@@ -90,6 +90,35 @@ class TestSqliteStore(StoreContract):
         likes = {int(row.columns["id"]): row.columns["likes"] for row in store.scan(schema.WEIBO)}
         assert store.count(schema.WEIBO) == size == len(likes)
         assert likes == {post.id: 77 if post.id % 3 == 1 and post.id > 2 else post.likes for post in posts}
+
+    def test_a_long_read_does_not_leave_the_write_ahead_log_large_for_good(self, store: SqliteStore) -> None:
+        """Writes made while a reader holds its snapshot (an export, a backup of a large store, a count) all land in
+        the write-ahead log, which no checkpoint can reset meanwhile; SQLite then kept the file at that size for as
+        long as the store lived. Once the reader is gone, it is cut back to ``WAL_SIZE_LIMIT``."""
+        import sqlite3
+
+        def write(prefix: str, batches: int) -> None:
+            for batch in range(batches):
+                reviews = [make_review(f"{prefix}{batch}-{n}", content="好" * 20_000) for n in range(100)]
+                store.put(schema.REVIEW, [schema.review_row(review) for review in reviews])
+
+        def wal_bytes() -> int:
+            wal = store.path.with_name(store.path.name + "-wal")
+            return wal.stat().st_size if wal.exists() else 0
+
+        write("a", 2)
+        reader = sqlite3.connect(store.path)
+        try:
+            reader.execute("BEGIN")
+            assert reader.execute("SELECT count(*) FROM review").fetchone()[0] == 200
+            write("b", 2 * WAL_SIZE_LIMIT // 6_000_000 + 1)  # 100 reviews are about 6 MB
+            grown = wal_bytes()
+            assert grown > 2 * WAL_SIZE_LIMIT, grown
+            reader.execute("COMMIT")
+        finally:
+            reader.close()
+        write("c", 2)  # the first batch's checkpoint completes; the next one restarts the log, cut back
+        assert wal_bytes() <= WAL_SIZE_LIMIT, (grown, wal_bytes())
 
 
 @pytest.mark.hbase
