@@ -178,13 +178,26 @@ def _task_without_cookies(task: Any) -> Any:
     return converted
 
 
+#: The most of the maintenance thread's time the global budget's rebalance may take. It reads every task record
+#: (about 9 µs each), so once a pass took it over a second, every pass did: a crawl that grew to a million tasks (a
+#: listing's discoveries add them for good) kept a core busy with it and reaped leases every few seconds instead
+#: of every ``maintenance_interval_s``. The constant follows slowly changing rates, so a later one loses nothing.
+BUDGET_SHARE = 0.1
+
+
 class Maintenance(threading.Thread):
     """Reaps expired leases, prunes the completion log, re-spreads the global fetch budget and checkpoints,
     every few seconds, until stopped. It also says when the wall clock jumped: leases, holds, bans and due times
-    are wall-clock times, so a jump changes them all at once (see ``report_clock_jump``)."""
+    are wall-clock times, so a jump changes them all at once (see ``report_clock_jump``). The budget's rebalance
+    waits, after each one, nine times as long as it took (``BUDGET_SHARE``)."""
 
     def __init__(
-        self, core: SchedulerCore, interval_s: float, checkpoint_s: float, jumps: ClockJumpWatch | None = None
+        self,
+        core: SchedulerCore,
+        interval_s: float,
+        checkpoint_s: float,
+        jumps: ClockJumpWatch | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         super().__init__(name="scheduler-maintenance", daemon=True)
         self.core = core
@@ -192,27 +205,39 @@ class Maintenance(threading.Thread):
         self.checkpoint_s = checkpoint_s
         self.jumps = jumps or ClockJumpWatch()
         self.stopped = threading.Event()
+        self._monotonic = monotonic
+        self._last_checkpoint = monotonic()
+        #: Monotonic time before which the next rebalance waits (``BUDGET_SHARE``).
+        self._rebalance_at = -float("inf")
 
     def run(self) -> None:
-        last_checkpoint = time.monotonic()
         while not self.stopped.wait(self.interval_s):
-            if jump := self.jumps.check():
-                report_clock_jump(self.core, jump)
             try:
-                expired = self.core.reap()
-                if expired:
-                    log.info("%d expired lease(s) returned to pending", expired)
-                self.core.prune_done()
-                self.core.rebalance_budget()
-                if time.monotonic() - last_checkpoint >= self.checkpoint_s:
-                    self.core.checkpoint()
-                    last_checkpoint = time.monotonic()
-            except StorageUnavailableError as exc:  # a full disk: one line; calls get the declared error
-                log.warning("scheduler maintenance skipped: %s", exc)
+                self.tick()
             except Exception:  # keep reaping after a transient error; it is logged with its traceback
                 if self.stopped.is_set():
                     return
                 log.exception("scheduler maintenance failed")
+
+    def tick(self) -> None:
+        """One pass: clock check, reap, prune, the budget when its turn came, a checkpoint when due."""
+        if jump := self.jumps.check():
+            report_clock_jump(self.core, jump)
+        try:
+            expired = self.core.reap()
+            if expired:
+                log.info("%d expired lease(s) returned to pending", expired)
+            self.core.prune_done()
+            if self._monotonic() >= self._rebalance_at:
+                started = self._monotonic()
+                self.core.rebalance_budget()
+                ended = self._monotonic()
+                self._rebalance_at = ended + (ended - started) * (1 / BUDGET_SHARE - 1)
+            if self._monotonic() - self._last_checkpoint >= self.checkpoint_s:
+                self.core.checkpoint()
+                self._last_checkpoint = self._monotonic()
+        except StorageUnavailableError as exc:  # a full disk: one line; calls get the declared error
+            log.warning("scheduler maintenance skipped: %s", exc)
 
     def stop(self) -> None:
         self.stopped.set()

@@ -162,3 +162,39 @@ def test_budget_turns_the_daily_anchor_off_while_the_tasks_keep_one_clock(
     core.rebalance_budget()
     assert core.policy.clock_checked_s == clocks.now()  # type: ignore[attr-defined]
     assert core.policy.shared_clock is one_clock  # type: ignore[attr-defined]
+
+
+def test_the_rebalance_takes_at_most_its_share_of_the_maintenance_thread(
+    store: QueueStore, clocks: ManualClocks, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rebalance reads every task record. Run on every maintenance pass, one that took longer than a pass (about
+    9 µs a task: past some 100 000 tasks) kept a core busy for good and reaping waited on it; it now waits nine times
+    its own length after each. The monotonic clock is the test's: each rebalance "takes" 2 s of it, each pass 1 s."""
+    from icecrawler.clock import ClockJumpWatch
+    from scheduler_server.server import BUDGET_SHARE, Maintenance
+
+    core = SchedulerCore.from_settings(
+        make_settings(**RATE_SETTINGS, scheduler__fetch_budget_per_s=0.01), store, clocks
+    )
+    core.add(["jd:1", "jd:2", "jd:3"], TaskKind.ProductReviews)
+    monotonic = [1000.0]
+    rebalanced: list[float | None] = []
+    real_rebalance = core.rebalance_budget
+
+    def slow_rebalance() -> float | None:
+        monotonic[0] += 2.0
+        rebalanced.append(real_rebalance())
+        return rebalanced[-1]
+
+    monkeypatch.setattr(core, "rebalance_budget", slow_rebalance)
+    maintenance = Maintenance(
+        core, 1.0, 3600.0, ClockJumpWatch(wall=clocks.wall, monotonic=lambda: monotonic[0]), lambda: monotonic[0]
+    )
+    passes = 200
+    for _ in range(passes):
+        maintenance.tick()
+        monotonic[0] += 1.0
+    assert rebalanced and all(scale is not None and scale > 0 for scale in rebalanced)
+    spent = 2.0 * len(rebalanced)
+    assert spent / (passes + spent) <= BUDGET_SHARE + 2.0 / passes, (len(rebalanced), passes)
+    assert len(rebalanced) < passes / 5
