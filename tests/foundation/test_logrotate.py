@@ -52,7 +52,7 @@ def test_the_shipped_logrotate_file_bounds_the_node_output_of_a_running_server(t
         text.replace("/var/log/icecrawler", str(out)).replace("su icecrawler icecrawler", f"su {user} {group}")
     )
     live = out / "Client-1.out"
-    with live.open("ab") as output:  # the node opens the file once and hands it to the server
+    with live.open("ab") as output:  # the server opens it once, for appending (its Ice runtime, from Ice.StdOut)
         writer = subprocess.Popen([sys.executable, "-c", WRITER], stdout=output, stderr=subprocess.STDOUT)
     try:
         for _ in range(kept + 3):

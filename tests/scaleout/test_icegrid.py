@@ -12,8 +12,10 @@ embedded SQLite backend gives each replica its own file (see docs/DEPLOY.md).
 from __future__ import annotations
 
 import contextlib
+import grp
 import json
 import os
+import pwd
 import shutil
 import signal
 import subprocess
@@ -311,3 +313,58 @@ def test_icegrid_servers_stop_with_a_killed_node_and_start_again_under_the_next(
         for pid in old.values():
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_icegrid_server_output_survives_the_shipped_logrotate(grid: Grid, tmp_path: Path) -> None:
+    """deploy/logrotate/icecrawler empties each ``<server-id>.out`` in place (copytruncate), which is only sound if
+    the server writes it in append mode: a writer at its own offset would leave a hole of NUL bytes as long as
+    everything it wrote before. Here the node of deploy/icegrid/node.conf starts the real scheduler (its Ice runtime
+    opens the file from the node's Ice.StdOut/StdErr), Debian's logrotate runs the shipped file on the node's output
+    directory, and the scheduler's next line lands at the start of the emptied file."""
+    logrotate = shutil.which("logrotate") or shutil.which("/usr/sbin/logrotate")
+    if logrotate is None:
+        skip_or_fail("logrotate is not installed (apt-get install logrotate)")
+    (grid.directory / "work").mkdir(parents=True, exist_ok=True)
+    grid.run("deploy", "scheduler_port=0")
+    assert poll_until(lambda: _active(grid, "Scheduler"), 60), grid.admin("server list")
+    pid = int(grid.admin("server pid Scheduler"))
+    output = grid.directory / "node1" / "output"
+    live = output / "Scheduler.out"
+    assert poll_until(lambda: live.exists() and b"scheduler:" in live.read_bytes(), 30), sorted(output.iterdir())
+    for fd in (1, 2):  # stdout and stderr (IceGrid.Node.RedirectErrToOut): the one file, opened for appending
+        assert os.readlink(f"/proc/{pid}/fd/{fd}") == str(live)
+        flags = int(Path(f"/proc/{pid}/fdinfo/{fd}").read_text().split("flags:")[1].split()[0], 8)
+        assert flags & os.O_APPEND, f"fd {fd} of the scheduler is not in append mode: {oct(flags)}"
+    before = live.read_bytes()
+
+    shipped = (REPO / "deploy" / "logrotate" / "icecrawler").read_text()
+    user, group = pwd.getpwuid(os.getuid()).pw_name, grp.getgrgid(os.getgid()).gr_name
+    config = tmp_path / "icecrawler.logrotate"
+    config.write_text(
+        shipped.replace("/var/log/icecrawler", str(output)).replace("su icecrawler icecrawler", f"su {user} {group}")
+    )
+    output.chmod(0o755)  # logrotate refuses a directory others may write to
+    done = subprocess.run(
+        [logrotate, "--force", "--state", str(tmp_path / "state"), str(config)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert (output / "Scheduler.out.1").read_bytes().startswith(before)
+
+    # A refused call makes the scheduler log a WARNING line (scheduler_server/refusals.py).
+    conf = tmp_path / "located.conf"
+    conf.write_text(f"Ice.Default.Locator={grid.locator}\nScheduler.Proxy=scheduler\n")
+    refused = subprocess.run(
+        [sys.executable, "-m", "icecrawler_cli", "hold", "no-such-host.example", "--for", "1h", f"--Ice.Config={conf}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert refused.returncode != 0 and "no-such-host.example" in refused.stderr, refused.stderr
+    assert poll_until(lambda: b"refused holdHost" in live.read_bytes(), 30), (refused.stderr, live.read_bytes()[-400:])
+    body = live.read_bytes()
+    assert b"\0" not in body, f"the scheduler went on writing at its old offset: {body[:80]!r}"
+    assert len(body) < len(before), "the live file was not emptied"
+    assert _active(grid, "Scheduler") and int(grid.admin("server pid Scheduler")) == pid
