@@ -4,6 +4,8 @@ restart, a lift also ends a ban's block early, a later ban only lengthens it, an
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from icecrawler.errors import InvalidArgumentError, NoWorkError
@@ -131,3 +133,30 @@ def test_a_sites_wait_past_the_longest_period_holds_the_host_that_long_and_keeps
     block = core.stats()["detail"]["hosts"]["club.jd.com"]["block"]
     assert block["held_for_s"] == pytest.approx(3600.0, abs=1.0)  # scheduler.max_period_s of make_settings
     assert core.task_info("user:weibo_pc:1")["state"] != "leased"
+
+
+@pytest.mark.bdb
+@pytest.mark.slow
+def test_a_hold_outlives_a_restart_behind_a_million_open_gaps(tmp_path: Path, clocks: ManualClocks) -> None:
+    """The start-up read of the ``meta`` table stopped at its first million entries, and the page-cap gap marks
+    (one per task with an open gap: a first crawl of every product with more reviews than ``client.max_pages``
+    opens one) sort before the host holds, the layout and the calibration: a restart behind that many dropped the
+    operator's holds and the bans' blocks without a word. It now reads the whole table, chunk by chunk."""
+    from scheduler_server.startup import GAP_KEY, GAP_VALUE
+    from scheduler_server.store import BdbQueueStore
+
+    store = BdbQueueStore(tmp_path / "db", durable=False)
+    try:
+        core = two_host_core(store, clocks)
+        core.hold_host("club.jd.com", 3600, "site maintenance")
+        gaps = 1_000_000
+        for start in range(0, gaps, 20_000):
+            with store.transaction() as txn:
+                for n in range(start, start + 20_000):
+                    txn.put("meta", GAP_KEY + f"reviews:jd:{n + 10}".encode(), GAP_VALUE)
+        again = SchedulerCore.from_settings(make_settings(**HOSTS), store, clocks)
+        assert leased(again) == ["user:weibo_pc:1"]
+        assert again.stats()["detail"]["hosts"]["club.jd.com"]["block"]["held_for_s"] == 3600.0
+        assert len(again.open_gaps) == gaps
+    finally:
+        store.close()
