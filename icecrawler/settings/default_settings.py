@@ -128,7 +128,8 @@ DEFAULTS: dict[str, Any] = {
     "scheduler.checkpoint_interval_s": 30.0,
     # Berkeley DB environment directory.
     "scheduler.db_dir": "var/scheduler",
-    # How long the completion log ("done" table) keeps entries (simulated seconds).
+    # How long the completion log ("done" table) keeps entries (simulated seconds): one of about 275 bytes per lease
+    # ended, so 170 MB per lease a second at 7 days (docs/DEPLOY.md, "Disk and memory over months").
     "scheduler.done_retention_s": 604800.0,
     # fsync the log on every commit (one commit per call, so a batch costs one fsync). false: commits reach
     # the OS but are not synced (DB_TXN_WRITE_NOSYNC): they survive a scheduler crash, not a machine crash.
