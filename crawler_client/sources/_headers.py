@@ -3,7 +3,7 @@ overrides or removes any of them, see ``crawler_client.runner``). Evidence and d
 
 from __future__ import annotations
 
-__all__ = ["DESKTOP_UA", "MOBILE_UA", "XHR_JSON"]
+__all__ = ["DESKTOP_UA", "MOBILE_UA", "WEIBO_COM_BUILD", "XHR_JSON"]
 
 #: A current desktop Chrome (weibo.com, JD's item pages).
 DESKTOP_UA = (
@@ -20,3 +20,7 @@ XHR_JSON = {
     "Accept-Language": "zh-CN,zh;q=0.9,en;q=0.8",
     "X-Requested-With": "XMLHttpRequest",
 }
+#: weibo.com's web client names its own build and the server build it was served with on every ``/ajax`` call
+#: (public clients of 2022-2026 copy both from the browser; one of 2026 notes that risk control may look at them).
+#: Both move every few weeks; a stale pair is what a browser that has not reloaded the page sends.
+WEIBO_COM_BUILD = {"client-version": "v2.47.129", "server-version": "v2025.10.02.1"}

@@ -7,7 +7,7 @@ task may also name it in ``task.params["containerid"]``); ``107603{uid}`` is onl
 profile names no 微博 tab. When the first page of a tab is empty (``ok:0``), the next candidate tab is tried
 (``230413{uid}_-_WEIBO_SECOND_PROFILE_WEIBO``, then ``107603{uid}``); a remembered containerid that turns up
 empty sends the crawl back to the profile. Headers: ``MWeibo-Pwa: 1``, ``X-Requested-With``, a Referer and
-``X-XSRF-TOKEN`` from the ``XSRF-TOKEN`` cookie when the session has one.
+``X-XSRF-TOKEN`` from the ``XSRF-TOKEN`` cookie when the session has one, on the long-text call too.
 
 Paging follows whatever cursor the response hands back (docs/SITE_RESPONSES.md §2.2): ``cardlistInfo.since_id``
 → the next request passes ``&since_id=`` (never computed by us: it can be smaller than the last mid), else
@@ -191,11 +191,16 @@ class WeiboMobileSource(PostOrder, SavedPages):
         state = {"fallbacks": ",".join(fallbacks)} if fallbacks else {}
         return self._request(base_url, uid, {"containerid": containerid or f"{TIMELINE_PREFIX}{uid}"}, state)
 
-    @staticmethod
-    def extend_request(base_url: str, post_id: int | str) -> PageRequest:
-        """The full text of an ``isLongText`` post: ``statuses/extend?id={id}``."""
+    def extend_request(self, base_url: str, post_id: int | str) -> PageRequest:
+        """The full text of an ``isLongText`` post: ``statuses/extend?id={id}``, asked as the web app asks it from
+        the post's page (its Referer, and the ``XSRF-TOKEN`` echo the app puts on every call)."""
+        root = base_url.rstrip("/")
         return PageRequest(
-            url=f"{base_url.rstrip('/')}/statuses/extend", params={"id": str(post_id)}, state={"extend": str(post_id)}
+            url=f"{root}/statuses/extend",
+            params={"id": str(post_id)},
+            state={"extend": str(post_id)},
+            headers={"Referer": f"{root}/detail/{post_id}"},
+            cookie_headers=dict(self.cookie_headers),
         )
 
     # --- parsing ----------------------------------------------------------------------------------------

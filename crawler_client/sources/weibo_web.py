@@ -33,7 +33,7 @@ from crawler_client.sources._cursor import PostOrder
 from crawler_client.sources._dates import iso_of_ms, resolve_created_at
 from crawler_client.sources._decode import ZERO_WIDTH_SPACE, html_texts, with_html
 from crawler_client.sources._detect import WEIBO_MARKERS, fail, unparsable
-from crawler_client.sources._headers import DESKTOP_UA, XHR_JSON
+from crawler_client.sources._headers import DESKTOP_UA, WEIBO_COM_BUILD, XHR_JSON
 from crawler_client.sources._weibo import (
     as_dict,
     author_id,
@@ -84,7 +84,7 @@ class WeiboWebSource(PostOrder, SavedPages):
 
     spec: ClassVar[SourceSpec] = SPEC
     sniffers: ClassVar[tuple[re.Pattern[bytes], ...]] = (_USER_ID_RE,)
-    default_headers: ClassVar[dict[str, str]] = {**XHR_JSON, "User-Agent": DESKTOP_UA}
+    default_headers: ClassVar[dict[str, str]] = {**XHR_JSON, **WEIBO_COM_BUILD, "User-Agent": DESKTOP_UA}
     #: weibo.com's client copies the XSRF-TOKEN cookie into this header on every API call.
     cookie_headers: ClassVar[dict[str, str]] = {"X-XSRF-TOKEN": "XSRF-TOKEN"}
 

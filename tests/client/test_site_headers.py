@@ -1,0 +1,127 @@
+"""What the client really puts on the wire for each site, checked on a local HTTP server over loopback: the
+sources' own requests (timeline pages, long texts, review pages) sent through the real Fetcher, transport and
+session cache with the headers the runner builds for them, against a stand-in that records every request's
+headers and answers as the site does (``XSRF-TOKEN`` set on the first answer, then refreshed mid-crawl).
+
+The expectations are those of weibo.com's, m.weibo.cn's and JD's own web clients as docs/SOURCES.md describes
+them ("Headers" and each source's "Headers" line)."""
+
+from __future__ import annotations
+
+import http.server
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from crawler_client.headers import source_headers
+from crawler_client.http import Fetcher, FetchPolicy
+from crawler_client.sources import get_source
+from crawler_client.sources.base import PageRequest
+from crawler_client.transport import SessionCache, Urllib3Transport
+from icecrawler.models import Account
+from tests.client._util import make_task
+from tests.helpers import serving_http
+
+POLICY = FetchPolicy(
+    timeout_s=2.0, total_timeout_s=5.0, retries=0, backoff_s=0.01, max_body_bytes=100_000, user_agent=""
+)
+
+
+class _Recorder(http.server.BaseHTTPRequestHandler):
+    """Records each request's path and headers (lower-cased names); answers ``{"ok":1}`` and sets the cookies
+    the test queued for the next answer."""
+
+    seen: list[tuple[str, dict[str, str]]] = []
+    set_cookies: list[str] = []
+    lock = threading.Lock()
+
+    def do_GET(self) -> None:
+        with self.lock:
+            self.seen.append((self.path, {name.lower(): value for name, value in self.headers.items()}))
+            cookies, self.set_cookies[:] = list(self.set_cookies), []
+        body = b'{"ok":1}'
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json; charset=utf-8")
+        self.send_header("Content-Length", str(len(body)))
+        for cookie in cookies:
+            self.send_header("Set-Cookie", cookie)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture()
+def site() -> Iterator[str]:
+    _Recorder.seen, _Recorder.set_cookies = [], []
+    with serving_http(_Recorder) as base:
+        yield base
+
+
+def _fetcher(source_name: str, blob: str) -> tuple[Fetcher, SessionCache]:
+    """A fetcher as ``TaskRunner.run`` builds it for one task of ``source_name`` leased with ``blob``."""
+    source = get_source(source_name)
+    cache = SessionCache()
+    session = cache.session(source_name, Account("acct", blob))
+    return Fetcher(Urllib3Transport(session), POLICY, headers=source_headers(source.default_headers, "", "")), cache
+
+
+def _sent(fetcher: Fetcher, request: PageRequest) -> dict[str, str]:
+    """The headers ``request`` reached the site with."""
+    before = len(_Recorder.seen)
+    fetcher.fetch(request)
+    assert len(_Recorder.seen) == before + 1
+    return _Recorder.seen[-1][1]
+
+
+def test_weibo_web_sends_what_weibo_com_s_own_client_sends_and_echoes_each_xsrf_token(site: str) -> None:
+    """weibo.com's web client puts its build (``client-version``) and the server build it was served with
+    (``server-version``) on every /ajax call beside ``X-Requested-With``, the JSON Accept and a desktop browser;
+    ``X-XSRF-TOKEN`` echoes the ``XSRF-TOKEN`` cookie the site set, and a value the site sets mid-crawl is echoed
+    from the next request on."""
+    source = get_source("weibo_web")
+    fetcher, cache = _fetcher("weibo_web", "SUB=login; SUBP=p")
+    first = source.first_request(make_task("weibo_web", "5612345678"), site)
+    _Recorder.set_cookies.append("XSRF-TOKEN=first; path=/")
+    sent = _sent(fetcher, first)
+    assert sent["x-requested-with"] == "XMLHttpRequest" and sent["accept"] == "application/json, text/plain, */*"
+    assert sent["referer"] == f"{site}/u/5612345678" and "Windows NT" in sent["user-agent"]
+    assert sent["client-version"].startswith("v2.") and sent["server-version"].startswith("v20")
+    assert "x-xsrf-token" not in sent  # the session held no XSRF-TOKEN yet
+    second = source.page_request(site, "5612345678", 2)  # type: ignore[attr-defined]
+    _Recorder.set_cookies.append("XSRF-TOKEN=refreshed; path=/")
+    sent = _sent(fetcher, second)
+    assert sent["x-xsrf-token"] == "first" and "XSRF-TOKEN=first" in sent["cookie"]
+    sent = _sent(fetcher, source.extend_request(site, 4700000000000001))  # type: ignore[attr-defined]
+    assert sent["x-xsrf-token"] == "refreshed" and sent["cookie"] == "SUB=login; SUBP=p; XSRF-TOKEN=refreshed"
+    assert sent["client-version"].startswith("v2.")
+    cache.close()
+
+
+def test_weibo_mobile_long_text_is_asked_as_the_web_app_asks_it(site: str) -> None:
+    """m.weibo.cn's app sends ``MWeibo-Pwa``, ``X-Requested-With`` and the ``XSRF-TOKEN`` echo on all its calls,
+    the long text of a post (``statuses/extend``) from that post's page included: a Referer naming the post."""
+    source = get_source("weibo_mobile")
+    fetcher, cache = _fetcher("weibo_mobile", "SUB=login; XSRF-TOKEN=m-token")
+    timeline = source.first_request(make_task("weibo_mobile", "5612345678"), site)
+    sent = _sent(fetcher, timeline)
+    assert sent["mweibo-pwa"] == "1" and sent["x-requested-with"] == "XMLHttpRequest"
+    assert sent["x-xsrf-token"] == "m-token" and sent["referer"] == f"{site}/u/5612345678"
+    assert "iPhone" in sent["user-agent"]
+    sent = _sent(fetcher, source.extend_request(site, 4700000000007000))  # type: ignore[attr-defined]
+    assert sent["mweibo-pwa"] == "1" and sent["x-requested-with"] == "XMLHttpRequest"
+    assert sent["x-xsrf-token"] == "m-token"
+    assert sent["referer"] == f"{site}/detail/4700000000007000"
+    cache.close()
+
+
+def test_jd_sends_an_item_page_referer_and_a_desktop_browser(site: str) -> None:
+    """JD's comment calls come from the item page: its Referer, a desktop browser, ``Accept: */*``."""
+    source = get_source("jd")
+    fetcher, cache = _fetcher("jd", "")
+    sent = _sent(fetcher, source.first_request(make_task("jd", "100012043978"), site))
+    assert sent["referer"] == "https://item.jd.com/100012043978.html"
+    assert sent["accept"] == "*/*" and "Windows NT" in sent["user-agent"] and "cookie" not in sent
+    cache.close()
