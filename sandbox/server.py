@@ -13,7 +13,8 @@ Control endpoints (JSON):
 - ``GET  /__sandbox/scenario``: the scenario in use.
 - ``GET  /__sandbox/visitors``: the passport's visitor sessions (``ttl_s``, ``minted``). ``POST`` with
   ``{"ttl_s": 30}`` changes the lifetime of sessions minted from now on, ``{"expire": true}`` ends every
-  visitor session at once (the next API call with one gets HTTP 432).
+  visitor session at once (the next API call with one gets HTTP 432), ``{"two_step": true}`` makes the passport
+  answer in its older two-step form (a visitor id, then ``/visitor/visitor?a=incarnate``).
 """
 
 from __future__ import annotations
@@ -460,6 +461,8 @@ class SandboxServer:
                         self.visitors.ttl_s = float(data["ttl_s"])
                     if data.get("expire"):
                         self.visitors.expire_all()
+                    if "two_step" in data:
+                        self.visitors.two_step = bool(data["two_step"])
                 return SimResponse.json(self.visitors.describe())
             if path == "/misbehave":
                 if method == "POST":

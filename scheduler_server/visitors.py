@@ -3,8 +3,9 @@ configured for them (``sources.<name>.visitor_url``, weibo.com's passport visito
 
 Weibo hands anonymous browsers a visitor session: ``POST passport.weibo.com/visitor/genvisitor2`` with
 ``cb=visitor_gray_callback&tid=&from=weibo`` answers ``window.cb && cb({"retcode":20000000,"data":{"sub":...,
-"subp":...}})`` and sets the ``SUB``/``SUBP`` cookies (the older form, ``genvisitor`` then
-``visitor?a=incarnate``, ends in the same two values). The scheduler mints one session per source, in the
+"subp":...}})`` and sets the ``SUB``/``SUBP`` cookies. The older form answers only a visitor id (``data.tid``) and
+needs a second call, ``visitor?a=incarnate&t=TID``, which ends in the same two values: ``mint_visitor`` makes it
+when the first answer asks for it (``incarnate_query``). The scheduler mints one session per source, in the
 background (a lease never waits on HTTP: tasks of that source wait, as for an exhausted account pool), and
 leases it like an account: ``Account(id="visitor:<source>:<generation>", cookie_blob={"cookies": {...}})``.
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 import http.client
 import json
 import logging
+import random
 import re
 import threading
 import time
@@ -29,7 +31,7 @@ from dataclasses import dataclass
 from http.cookies import CookieError, SimpleCookie
 from typing import Any
 
-from icecrawler.deadline import WATCHDOG
+from icecrawler.deadline import WATCHDOG, Watch
 from icecrawler.errors import ConfigError, shown
 from icecrawler.models import SOURCES, Account, Outcome, is_visitor, visitor_account_id
 from icecrawler.settings import Settings
@@ -39,6 +41,7 @@ __all__ = [
     "VisitorError",
     "VisitorSessions",
     "genvisitor_form",
+    "incarnate_query",
     "mint_visitor",
     "parse_visitor_answer",
     "session_ended",
@@ -84,6 +87,18 @@ def session_ended(outcome: Outcome, error_class: str, http_status: int) -> bool:
     return outcome is Outcome.LoginRequired and error_class in _ENDED_CLASSES
 
 
+def _answer_doc(body: bytes) -> dict[str, Any]:
+    """The JSON object of a passport answer (JSONP-wrapped or bare); {} when there is none."""
+    text = body.decode("utf-8", errors="replace").strip()
+    match = _CALL_RE.search(text)
+    raw = match[1] if match else text
+    try:
+        doc: Any = json.loads(raw) if raw.startswith("{") else {}
+    except ValueError:
+        doc = {}
+    return doc if isinstance(doc, dict) else {}
+
+
 def parse_visitor_answer(body: bytes, set_cookies: list[str]) -> dict[str, str]:
     """``SUB``/``SUBP`` from a genvisitor2 (or incarnate) answer: the JSONP body's ``data``, else the
     ``Set-Cookie`` headers. Pure; raises VisitorError when neither has a ``SUB``."""
@@ -94,15 +109,9 @@ def parse_visitor_answer(body: bytes, set_cookies: list[str]) -> dict[str, str]:
         except CookieError:
             continue
         cookies.update({name: morsel.value for name, morsel in jar.items() if name in ("SUB", "SUBP")})
-    text = body.decode("utf-8", errors="replace").strip()
-    match = _CALL_RE.search(text)
-    raw = match[1] if match else text
-    try:
-        doc: Any = json.loads(raw) if raw.startswith("{") else {}
-    except ValueError:
-        doc = {}
-    data = doc.get("data") if isinstance(doc, dict) else None
-    if isinstance(doc, dict) and doc.get("retcode") not in (None, RETCODE_OK, str(RETCODE_OK)) and not cookies:
+    doc = _answer_doc(body)
+    data = doc.get("data")
+    if doc.get("retcode") not in (None, RETCODE_OK, str(RETCODE_OK)) and not cookies:
         raise VisitorError(f"passport retcode {str(doc.get('retcode'))[:20]}: {str(doc.get('msg', ''))[:60]}")
     if isinstance(data, dict):
         for key, name in (("sub", "SUB"), ("subp", "SUBP")):
@@ -113,55 +122,94 @@ def parse_visitor_answer(body: bytes, set_cookies: list[str]) -> dict[str, str]:
     return cookies
 
 
+def incarnate_query(body: bytes, set_cookies: list[str], rand: float) -> dict[str, str] | None:
+    """The query of the ``visitor?a=incarnate`` call when a genvisitor answer names a visitor id (``data.tid``) but
+    no session (the passport's older two-step form); None when the answer needs no second step. Pure.
+
+    The fields are those the visitor page sends (as gallery-dl's weibo extractor sends them, 2025): ``w`` 3 for a new
+    id and 2 for a known one, ``c`` the answer's confidence as three digits (100 when it gives none)."""
+    if any(header.lstrip().startswith("SUB=") for header in set_cookies):
+        return None
+    doc = _answer_doc(body)
+    data = doc.get("data")
+    if doc.get("retcode") not in (RETCODE_OK, str(RETCODE_OK)) or not isinstance(data, dict):
+        return None
+    tid = data.get("tid")
+    if data.get("sub") or not isinstance(tid, str) or not tid:
+        return None
+    confidence = data.get("confidence")
+    return {
+        "a": "incarnate",
+        "t": tid,
+        "w": "3" if data.get("new_tid") else "2",
+        "c": f"{confidence if isinstance(confidence, int) and 0 < confidence <= 100 else 100:03d}",
+        "gc": "",
+        "cb": "cross_domain",
+        "from": "weibo",
+        "_rand": f"{rand:.16f}",
+    }
+
+
 #: The most of a passport answer read (the real one is well under 1 KiB).
 MAX_ANSWER_BYTES = 1 << 20
 
 
-def mint_visitor(url: str, timeout_s: float = 10.0) -> dict[str, str]:
-    """One genvisitor2 call: the visitor cookies, or VisitorError. Direct (proxies in the environment are not
-    used), and no redirect is followed: the passport answers in place.
+def _passport_call(
+    url: str, method: str, body: bytes | None, headers: dict[str, str], watch: Watch, timeout_s: float
+) -> tuple[bytes, list[str]]:
+    """One call to the passport under the mint's ``watch``: the answer's body and ``Set-Cookie`` headers. Raises
+    VisitorError for a status other than 200, OSError/HTTPException for the transport (the caller words them)."""
+    parts = urllib.parse.urlsplit(url)
+    kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+    connection = kind(parts.hostname or "", parts.port, timeout=timeout_s)
+    try:  # the name lookup has no socket to shut down: waited for on the side (icecrawler.deadline)
+        WATCHDOG.call_within(watch, connection.connect, discard=lambda _: connection.close())
+        WATCHDOG.attach(watch, connection.sock)
+        target = urllib.parse.urlunsplit(("", "", parts.path or "/", parts.query, ""))
+        connection.request(method, target, body=body, headers={"User-Agent": _USER_AGENT, **headers})
+        response = connection.getresponse()
+        answer = response.read(MAX_ANSWER_BYTES)
+        if watch.expired:  # an answer cut by the watchdog can look complete
+            raise TimeoutError("cut at the deadline")
+        if response.status != 200:
+            raise VisitorError(f"{url.split('?')[0]}: HTTPError: {response.status} {response.reason}")
+        return answer, response.headers.get_all("Set-Cookie") or []
+    finally:
+        connection.close()
 
-    ``timeout_s`` bounds the whole call, name lookup, headers and body (``icecrawler.deadline``), not only each socket
-    read: a passport (or a proxy before it) that sends one byte at a time would otherwise keep the source without a
-    session for hours, one read per byte.
+
+def mint_visitor(url: str, timeout_s: float = 10.0) -> dict[str, str]:
+    """One genvisitor2 call, and the ``incarnate`` call after it when the passport answers a visitor id only (its
+    older two-step form): the visitor cookies, or VisitorError. Direct (proxies in the environment are not used), and
+    no redirect is followed: the passport answers in place.
+
+    ``timeout_s`` bounds the whole mint, name lookups, headers and bodies of both calls (``icecrawler.deadline``), not
+    only each socket read: a passport (or a proxy before it) that sends one byte at a time would otherwise keep the
+    source without a session for hours, one read per byte.
     """
     parts = urllib.parse.urlsplit(url)
     try:
-        port = parts.port
+        parts.port
     except ValueError as exc:
         raise VisitorError(f"{url!r}: {exc}") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise VisitorError(f"{url!r} is not an http(s) URL")
-    kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
-    connection = kind(parts.hostname, port, timeout=timeout_s)
+    referer = urllib.parse.urljoin(url, "visitor?entry=miniblog&a=enter")
     watch = WATCHDOG.watch(timeout_s)
-    try:  # the name lookup has no socket to shut down: waited for on the side (icecrawler.deadline)
-        WATCHDOG.call_within(watch, connection.connect, discard=lambda _: connection.close())
-        WATCHDOG.attach(watch, connection.sock)
-        connection.request(
-            "POST",
-            urllib.parse.urlunsplit(("", "", parts.path or "/", parts.query, "")),
-            body=urllib.parse.urlencode(genvisitor_form()).encode(),
-            headers={
-                "User-Agent": _USER_AGENT,
-                "Content-Type": "application/x-www-form-urlencoded",
-                "Referer": urllib.parse.urljoin(url, "/visitor/visitor?entry=miniblog&a=enter"),
-            },
-        )
-        response = connection.getresponse()
-        body = response.read(MAX_ANSWER_BYTES)
-        if watch.expired:  # an answer cut by the watchdog can look complete
-            raise TimeoutError("cut at the deadline")
-        if response.status != 200:
-            raise VisitorError(f"{url}: HTTPError: {response.status} {response.reason}")
-        set_cookies = response.headers.get_all("Set-Cookie") or []
+    try:
+        form = urllib.parse.urlencode(genvisitor_form()).encode()
+        headers = {"Content-Type": "application/x-www-form-urlencoded", "Referer": referer}
+        body, set_cookies = _passport_call(url, "POST", form, headers, watch, timeout_s)
+        query = incarnate_query(body, set_cookies, random.random())
+        if query is not None:
+            incarnate = urllib.parse.urljoin(url, "visitor?" + urllib.parse.urlencode(query))
+            body, set_cookies = _passport_call(incarnate, "GET", None, {"Referer": referer}, watch, timeout_s)
     except (OSError, http.client.HTTPException) as exc:
         if watch.expired:
             raise VisitorError(f"{url}: the answer was not complete after {timeout_s:g}s") from exc
         raise VisitorError(f"{url}: {type(exc).__name__}: {exc}") from exc
     finally:
         WATCHDOG.release(watch)
-        connection.close()
     return parse_visitor_answer(body, set_cookies)
 
 

@@ -2,6 +2,11 @@
 (``SUB``/``SUBP`` cookies, also echoed in a JSONP body as the real one does) and ``/visitor/visitor`` is the
 "Sina Visitor System" page that sites redirect cookie-less browsers to.
 
+The passport can also answer in two steps, as its older form does (``VisitorRegistry.two_step``, set through
+``/__sandbox/visitors``): genvisitor2 then hands out only a visitor id (``data.tid``, ``new_tid``, ``confidence``)
+and no cookie, and ``GET /visitor/visitor?a=incarnate&t=TID`` turns an id it issued into the session, answering
+``window.cross_domain && cross_domain({"retcode":20000000,…,"data":{"sub":…,"subp":…}});`` with the two cookies.
+
 ``VisitorRegistry`` remembers every visitor ``SUB`` it minted and when it expires (simulated time), so the
 sites can tell a live visitor (served), an expired one (HTTP 432, as weibo.com answers) and a logged-in
 account (any other non-empty ``SUB``: never expires here).
@@ -31,6 +36,9 @@ class VisitorRegistry:
         self._expires: dict[str, int] = {}
         self._lock = threading.Lock()
         self.minted = 0
+        #: genvisitor2 answers a visitor id only; the session comes from the incarnate call (module docstring).
+        self.two_step = False
+        self._tids: set[str] = set()
 
     def mint(self, now_ms: int) -> tuple[str, str, int]:
         """A new (SUB, SUBP, expires_ms)."""
@@ -51,6 +59,21 @@ class VisitorRegistry:
             expires = self._expires.get(sub)
         return "visitor" if expires is not None and now_ms < expires else "expired"
 
+    def issue_tid(self) -> str:
+        """A visitor id for the incarnate step."""
+        tid = secrets.token_urlsafe(24)
+        with self._lock:
+            self._tids.add(tid)
+        return tid
+
+    def redeem_tid(self, tid: str) -> bool:
+        """Whether ``tid`` was issued and not yet used (each id incarnates once)."""
+        with self._lock:
+            if tid not in self._tids:
+                return False
+            self._tids.discard(tid)
+            return True
+
     def expire_all(self) -> int:
         """End every visitor session now (the sandbox control endpoint); returns how many there were."""
         with self._lock:
@@ -59,7 +82,7 @@ class VisitorRegistry:
         return count
 
     def describe(self) -> dict[str, float | int]:
-        return {"ttl_s": self.ttl_s, "minted": self.minted}
+        return {"ttl_s": self.ttl_s, "minted": self.minted, "two_step": self.two_step}
 
 
 def visitor_page() -> bytes:
@@ -80,22 +103,48 @@ class PassportSite(OpenSite):
     def handle(self, request: SimRequest) -> SimResponse:
         if request.path == GENVISITOR_PATH and request.method == "POST":
             return self._genvisitor(request)
+        if request.path == VISITOR_PAGE_PATH and request.query.get("a") == "incarnate":
+            return self._incarnate(request)
         if request.path == VISITOR_PAGE_PATH:
             return SimResponse(200, visitor_page())
         return SimResponse.not_found()
 
-    def _genvisitor(self, request: SimRequest) -> SimResponse:
-        """``window.<cb> && <cb>({"retcode":20000000,"msg":"succ","data":{"sub":...,"subp":...}});`` and the
-        same two values as cookies."""
+    def _session_answer(self, request: SimRequest, callback: str) -> SimResponse:
+        """A new visitor session: the JSONP answer naming it and its two cookies."""
         sub, subp, _ = self.registry.mint(request.now_ms)
-        callback = request.form.get("cb") or "visitor_gray_callback"
-        if not callback.replace("_", "a").isalnum():
-            callback = "visitor_gray_callback"
-        body = php_json(
-            {"retcode": 20000000, "msg": "succ", "data": {"sub": sub, "subp": subp, "tid": secrets.token_hex(16)}}
-        )
-        response = SimResponse(
-            200, f"window.{callback} && {callback}({body});".encode(), "application/javascript; charset=utf-8"
-        )
+        response = _jsonp(callback, {"retcode": 20000000, "msg": "succ", "data": {"sub": sub, "subp": subp}})
         response.headers["Set-Cookie"] = f"SUB={sub}; path=/; httponly"
         return response
+
+    def _incarnate(self, request: SimRequest) -> SimResponse:
+        """The second step of the two-step form: an issued visitor id becomes a session."""
+        callback = _callback(request.query.get("cb", ""), "cross_domain")
+        if not self.registry.redeem_tid(request.query.get("t", "")):
+            # Our own refusal (the real passport's wording for an unknown id is not known to us).
+            return _jsonp(callback, {"retcode": 50111299, "msg": "visitor id unknown", "data": {}})
+        return self._session_answer(request, callback)
+
+    def _genvisitor(self, request: SimRequest) -> SimResponse:
+        """``window.<cb> && <cb>({"retcode":20000000,"msg":"succ","data":{"sub":...,"subp":...}});`` and the
+        same two values as cookies; in the two-step form only a visitor id, and no cookie."""
+        callback = _callback(request.form.get("cb", ""), "visitor_gray_callback")
+        if self.registry.two_step:
+            tid = self.registry.issue_tid()
+            data = {"tid": tid, "new_tid": True, "confidence": 100}
+            return _jsonp(callback, {"retcode": 20000000, "msg": "succ", "data": data})
+        sub, subp, _ = self.registry.mint(request.now_ms)
+        data = {"sub": sub, "subp": subp, "tid": secrets.token_hex(16)}
+        response = _jsonp(callback, {"retcode": 20000000, "msg": "succ", "data": data})
+        response.headers["Set-Cookie"] = f"SUB={sub}; path=/; httponly"
+        return response
+
+
+def _callback(name: str, default: str) -> str:
+    """The JSONP callback the client named, when it is a plain identifier; else ``default``."""
+    return name if name and name.replace("_", "a").isalnum() else default
+
+
+def _jsonp(callback: str, doc: dict[str, object]) -> SimResponse:
+    """``window.<cb> && <cb>(<json>);``, as the passport wraps every answer."""
+    body = f"window.{callback} && {callback}({php_json(doc)});".encode()
+    return SimResponse(200, body, "application/javascript; charset=utf-8")

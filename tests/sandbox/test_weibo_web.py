@@ -90,6 +90,20 @@ def test_an_expired_visitor_session_gets_432_and_a_new_one_works(server: Sandbox
     assert get_source("weibo_web").name == "weibo_web"
 
 
+def test_a_passport_that_answers_a_visitor_id_only_still_gives_a_session(server: SandboxServer) -> None:
+    """The passport's older answer names a visitor id (``data.tid``) and sets no cookie; the session comes from the
+    ``incarnate`` call with that id (gallery-dl's weibo extractor takes that path in 2025). Read as "no SUB", the
+    mint failed on every try and the source had no session at all."""
+    control = requests.post(f"{server.url}/__sandbox/visitors", json={"two_step": True}, timeout=10)
+    assert control.json()["two_step"] is True
+    session = visitor_session(server)
+    assert str(session.cookies.get("SUB", "")).startswith("_2AkM") and session.cookies.get("SUBP")
+    assert crawl(server, "weibo_web", UID, session=session, max_requests=1).items
+    incarnations = server.requests(site="passport", path="/visitor/visitor")["requests"]
+    assert [row["query"].split("&")[0] for row in incarnations] == ["a=incarnate"]
+    assert "t=" in incarnations[0]["query"] and "t=&" not in incarnations[0]["query"]
+
+
 def test_visitor_ttl_from_the_flag_and_from_the_setting() -> None:
     import argparse
 

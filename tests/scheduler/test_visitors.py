@@ -22,7 +22,14 @@ from icecrawler.errors import ConfigError, NoWorkError
 from icecrawler.models import Outcome, Report, Task, TaskKind
 from scheduler_server.core import SchedulerCore
 from scheduler_server.store import MemoryQueueStore
-from scheduler_server.visitors import VisitorError, VisitorSessions, mint_visitor, parse_visitor_answer, session_ended
+from scheduler_server.visitors import (
+    VisitorError,
+    VisitorSessions,
+    incarnate_query,
+    mint_visitor,
+    parse_visitor_answer,
+    session_ended,
+)
 from tests.helpers import drip, silent_name_server
 from tests.scheduler.conftest import ManualClocks, make_settings
 
@@ -66,6 +73,28 @@ def test_parse_visitor_answer_forms() -> None:
     for garbage in (b"", b"<html>nope</html>", b'cb({"retcode":20000000,"data":{}});', b"cb({not json});"):
         with pytest.raises(VisitorError):
             parse_visitor_answer(garbage, [])
+
+
+def test_an_answer_with_a_visitor_id_only_asks_for_the_incarnate_step() -> None:
+    tid_only = b'window.gen_callback && gen_callback({"retcode":20000000,"msg":"succ","data":{"tid":"T+1/x=","new_tid":true,"confidence":95}});'
+    query = incarnate_query(tid_only, [], 0.25)
+    assert query is not None
+    assert {k: query[k] for k in ("a", "t", "w", "c", "gc", "cb", "from")} == {
+        "a": "incarnate",
+        "t": "T+1/x=",
+        "w": "3",
+        "c": "095",
+        "gc": "",
+        "cb": "cross_domain",
+        "from": "weibo",
+    }
+    known = incarnate_query(b'cb({"retcode":20000000,"data":{"tid":"T2","new_tid":false}});', [], 0.5)
+    assert known is not None and (known["w"], known["c"]) == ("2", "100")
+    # An answer that is already the session, a refusal or garbage needs no second step.
+    assert incarnate_query(ANSWER, [], 0.5) is None
+    assert incarnate_query(b'cb({"retcode":20000000,"data":{"tid":"T3"}});', ["SUB=_2AkMc; path=/"], 0.5) is None
+    for other in (b'cb({"retcode":50111,"data":{"tid":"T4"}});', b"<html></html>", b'cb({"retcode":20000000});'):
+        assert incarnate_query(other, [], 0.5) is None
 
 
 def test_session_ended_signals() -> None:
