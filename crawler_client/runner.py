@@ -115,7 +115,7 @@ class TaskRunner:
         try:
             source = self._get_source(task.source)
             base_url = self.config.base_urls[task.source]
-            session = self.sessions.session(task.source, task.account)
+            session = self.sessions.session(task.source, task.account, base_url)
         except FetchError as exc:
             return CrawlResult(task, error_report(task, exc, 0))
         except (KeyError, ValueError) as exc:  # unknown source name (ConfigError is a ValueError) / no base URL

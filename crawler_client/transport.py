@@ -25,7 +25,7 @@ import urllib3.connection
 import urllib3.exceptions
 
 from crawler_client.cookie_blob import parse_cookie_blob
-from crawler_client.cookie_jar import BoundedCookieJar
+from crawler_client.cookie_jar import BoundedCookieJar, site_domain
 from crawler_client.observer import current as current_observer
 from crawler_client.sources.base import PageRequest
 from icecrawler.deadline import WATCHDOG, DeadlinePassed, Watch, Watchdog
@@ -323,13 +323,16 @@ class _CachedSession:
     blob: str
     session: HttpSession
     used: float
+    #: The cookie domain the blob's cookies were loaded for (``site_domain`` of the source's base URL).
+    domain: str = ""
     #: The session has had a request since its sockets were last closed for idleness.
     connected: bool = True
 
 
 class SessionCache:
     """One ``HttpSession`` per (source, account), owned by ONE worker thread (sessions are not shared across
-    threads). A changed cookie blob for the same account replaces the session's cookies, and so does a renewed
+    threads). The blob's cookies are kept for the source's site only (``session``'s ``base_url``). A changed
+    cookie blob for the same account replaces the session's cookies, and so does a renewed
     visitor session (a new generation of the same ``account_lineage``). A session idle for ``idle_s`` (on the
     monotonic clock: sockets age in real time, whatever the crawl's clock) closes its sockets and keeps its cookies;
     past ``max_sessions`` the least recently used session goes."""
@@ -352,16 +355,19 @@ class SessionCache:
     def __len__(self) -> int:
         return len(self._sessions)
 
-    def session(self, source: str, account: Account) -> HttpSession:
-        """The session for ``account`` on ``source``; raises FetchError(LoginRequired) for a bad blob."""
+    def session(self, source: str, account: Account, base_url: str = "") -> HttpSession:
+        """The session for ``account`` on ``source``, whose site is at ``base_url``: the blob's cookies are sent to
+        that site only (``cookie_jar.site_domain``; to every host without one). Raises FetchError(LoginRequired) for
+        a bad blob."""
         now = self._clock()
         self._disconnect_idle(now)
         key = (source, account_lineage(account.id))
+        domain = site_domain(base_url)
         cached = self._sessions.pop(key, None)
         if cached is not None:
             self._sessions[key] = cached  # now the most recently used
             cached.used, cached.connected = now, True
-            if cached.blob == account.cookie_blob:
+            if cached.blob == account.cookie_blob and cached.domain == domain:
                 return cached.session
         blob = parse_cookie_blob(account.cookie_blob)
         if cached is None:
@@ -370,9 +376,8 @@ class SessionCache:
             session = HttpSession(self._proxy_url, lambda: current_observer().cookie_refused(source))
             cached = self._sessions[key] = _CachedSession("", session, now)
         cached.session.cookies.clear()
-        for name, value in blob.cookies.items():
-            cached.session.cookies.set(name, value)
-        cached.blob = account.cookie_blob
+        cached.session.cookies.load_blob(blob.cookies, domain)
+        cached.blob, cached.domain = account.cookie_blob, domain
         return cached.session
 
     def connected(self) -> int:

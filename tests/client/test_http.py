@@ -690,11 +690,12 @@ def test_the_cookie_jar_keeps_to_browser_bounds_and_keeps_the_login() -> None:
     assert jar.get("SUB", domain=".weibo.com") == "renewed"
 
 
-def test_a_cookie_the_site_sets_replaces_the_blobs_cookie_of_that_name_and_its_echo() -> None:
+@pytest.mark.parametrize("base_url", ["", "https://weibo.com"])  # the blob for every host, or for .weibo.com
+def test_a_cookie_the_site_sets_replaces_the_blobs_cookie_of_that_name_and_its_echo(base_url: str) -> None:
     """A pasted blob carries weibo.com's ``XSRF-TOKEN``; the site answers with a fresh one. The session then sends the
     site's value alone, and echoes it in ``X-XSRF-TOKEN``: not both cookies, with the stale blob value echoed."""
     cache = SessionCache()
-    session = cache.session("weibo_web", Account("a", "SUB=s; XSRF-TOKEN=pasted"))
+    session = cache.session("weibo_web", Account("a", "SUB=s; XSRF-TOKEN=pasted"), base_url)
     answered = urllib.request.Request("https://weibo.com/ajax/statuses/mymblog?uid=1&page=1")
     fresh = urllib3.HTTPHeaderDict({"Set-Cookie": "XSRF-TOKEN=fresh; path=/"})
     session.cookies.extract_cookies(_SetCookieSource(fresh), answered)  # type: ignore[arg-type]
@@ -706,12 +707,13 @@ def test_a_cookie_the_site_sets_replaces_the_blobs_cookie_of_that_name_and_its_e
     cache.close()
 
 
-def test_a_cookie_another_host_sets_leaves_the_blobs_login_on_the_sites_pages() -> None:
+@pytest.mark.parametrize("base_url", ["", "https://weibo.com"])  # the blob for every host, or for .weibo.com
+def test_a_cookie_another_host_sets_leaves_the_blobs_login_on_the_sites_pages(base_url: str) -> None:
     """A hop through Weibo's passport sets ``SUB`` for its own host and path: weibo.com's pages must still get the
     blob's login (dropped, the crawl would meet a login wall and freeze the account), and the echo of ``XSRF-TOKEN``
     is the value sent to the host asked, not another host's."""
     cache = SessionCache()
-    session = cache.session("weibo_web", Account("a", "SUB=login; XSRF-TOKEN=pasted"))
+    session = cache.session("weibo_web", Account("a", "SUB=login; XSRF-TOKEN=pasted"), base_url)
     passport = urllib.request.Request("https://passport.weibo.com/visitor/visitor?entry=miniblog")
     answer = urllib3.HTTPHeaderDict()
     answer.add("Set-Cookie", "SUB=visitor; path=/visitor")

@@ -8,6 +8,7 @@ them ("Headers" and each source's "Headers" line)."""
 
 from __future__ import annotations
 
+import dataclasses
 import http.server
 import threading
 from collections.abc import Iterator
@@ -16,9 +17,11 @@ import pytest
 
 from crawler_client.headers import source_headers
 from crawler_client.http import Fetcher, FetchPolicy
+from crawler_client.runner import RunnerConfig, TaskRunner
 from crawler_client.sources import get_source
 from crawler_client.sources.base import PageRequest
 from crawler_client.transport import SessionCache, Urllib3Transport
+from icecrawler.clock import Clock
 from icecrawler.models import Account
 from tests.client._util import make_task
 from tests.helpers import serving_http
@@ -34,6 +37,8 @@ class _Recorder(http.server.BaseHTTPRequestHandler):
 
     seen: list[tuple[str, dict[str, str]]] = []
     set_cookies: list[str] = []
+    #: Answer every request with a 302 to this URL when it is set.
+    redirect_to = ""
     lock = threading.Lock()
 
     def do_GET(self) -> None:
@@ -41,7 +46,11 @@ class _Recorder(http.server.BaseHTTPRequestHandler):
             self.seen.append((self.path, {name.lower(): value for name, value in self.headers.items()}))
             cookies, self.set_cookies[:] = list(self.set_cookies), []
         body = b'{"ok":1}'
-        self.send_response(200)
+        if self.redirect_to:
+            self.send_response(302)
+            self.send_header("Location", self.redirect_to)
+        else:
+            self.send_response(200)
         self.send_header("Content-Type", "application/json; charset=utf-8")
         self.send_header("Content-Length", str(len(body)))
         for cookie in cookies:
@@ -53,9 +62,25 @@ class _Recorder(http.server.BaseHTTPRequestHandler):
         pass
 
 
+class _Elsewhere(http.server.BaseHTTPRequestHandler):
+    """Another site: records the Cookie header of each request ("" when none)."""
+
+    cookies: list[str] = []
+
+    def do_GET(self) -> None:
+        self.cookies.append(self.headers.get("Cookie", ""))
+        self.send_response(200)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"{}")
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
 @pytest.fixture()
 def site() -> Iterator[str]:
-    _Recorder.seen, _Recorder.set_cookies = [], []
+    _Recorder.seen, _Recorder.set_cookies, _Recorder.redirect_to = [], [], ""
     with serving_http(_Recorder) as base:
         yield base
 
@@ -124,4 +149,65 @@ def test_jd_sends_an_item_page_referer_and_a_desktop_browser(site: str) -> None:
     sent = _sent(fetcher, source.first_request(make_task("jd", "100012043978"), site))
     assert sent["referer"] == "https://item.jd.com/100012043978.html"
     assert sent["accept"] == "*/*" and "Windows NT" in sent["user-agent"] and "cookie" not in sent
+    cache.close()
+
+
+def test_an_accounts_cookies_stay_on_the_site_they_were_given_for(site: str) -> None:
+    """An account's blob names no domain, as a browser's Cookie header does not; the client sent its cookies to
+    every host, so a redirect to another site (a shortener, a CDN, a partner's login page) carried the login along.
+    They belong to the site the source crawls, as the site scoped them (``.weibo.com``, ``.weibo.cn``,
+    ``.jd.com``): here the sandbox-like site on 127.0.0.1 redirects to ``localhost``, another host."""
+    _Elsewhere.cookies = []
+    with serving_http(_Elsewhere) as elsewhere:
+        other = elsewhere.replace("127.0.0.1", "localhost")
+        _Recorder.redirect_to = f"{other}/landing"
+        config = RunnerConfig(
+            policy=POLICY,
+            max_pages=1,
+            base_urls={"weibo_web": site},
+            headers={"weibo_web": source_headers(get_source("weibo_web").default_headers, "", "")},
+        )
+        runner = TaskRunner(config, get_source, clock=Clock(), cancel=threading.Event())
+        task = dataclasses.replace(make_task("weibo_web", "5612345678"), account=Account("acct", "SUB=login; SUBP=p"))
+        runner.run(task)
+        runner.close()
+    assert _Recorder.seen and _Recorder.seen[0][1]["cookie"] == "SUB=login; SUBP=p"
+    assert _Elsewhere.cookies == [""], "the account's login went to another site"
+
+
+@pytest.mark.parametrize(
+    ("base_url", "mine", "not_mine"),
+    [
+        (
+            "https://weibo.com",
+            ["https://weibo.com/ajax/x", "https://passport.weibo.com/visitor/visitor"],
+            ["https://m.weibo.cn/api/config", "https://weibo.com.example.org/", "https://notweibo.com/"],
+        ),
+        (
+            "https://m.weibo.cn",
+            ["https://m.weibo.cn/api/container/getIndex", "https://passport.weibo.cn/signin"],
+            ["https://weibo.com/ajax/x"],
+        ),
+        (
+            "https://club.jd.com",
+            ["https://club.jd.com/comment/x", "https://api.m.jd.com/", "https://item.jd.com/1.html"],
+            ["https://jd.example.com/"],
+        ),
+        (
+            "http://shop.example.com.cn/mall",
+            ["http://shop.example.com.cn/user.php", "http://img.example.com.cn/a"],
+            ["http://other.com.cn/"],
+        ),
+        (
+            "http://127.0.0.1:8800/x",
+            ["http://127.0.0.1:9/passport/visitor"],
+            ["http://localhost:8800/x", "http://127.0.0.2/"],
+        ),
+    ],
+)
+def test_which_hosts_an_accounts_cookies_go_to(base_url: str, mine: list[str], not_mine: list[str]) -> None:
+    cache = SessionCache()
+    jar = cache.session("weibo_web", Account("acct", "SUB=login"), base_url).cookies
+    assert [url for url in mine if jar.value_for(url, "SUB") != "login"] == []
+    assert [url for url in not_mine if jar.value_for(url, "SUB") is not None] == []
     cache.close()
