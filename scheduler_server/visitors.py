@@ -189,7 +189,7 @@ def mint_visitor(url: str, timeout_s: float = 10.0) -> dict[str, str]:
     """
     parts = urllib.parse.urlsplit(url)
     try:
-        parts.port
+        _ = parts.port  # a port that is not a number raises here, before any call
     except ValueError as exc:
         raise VisitorError(f"{url!r}: {exc}") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:

@@ -12,6 +12,7 @@ import dataclasses
 import http.server
 import threading
 from collections.abc import Iterator
+from typing import ClassVar
 
 import pytest
 
@@ -35,8 +36,8 @@ class _Recorder(http.server.BaseHTTPRequestHandler):
     """Records each request's path and headers (lower-cased names); answers ``{"ok":1}`` and sets the cookies
     the test queued for the next answer."""
 
-    seen: list[tuple[str, dict[str, str]]] = []
-    set_cookies: list[str] = []
+    seen: ClassVar[list[tuple[str, dict[str, str]]]] = []
+    set_cookies: ClassVar[list[str]] = []
     #: Answer every request with a 302 to this URL when it is set.
     redirect_to = ""
     lock = threading.Lock()
@@ -65,7 +66,7 @@ class _Recorder(http.server.BaseHTTPRequestHandler):
 class _Elsewhere(http.server.BaseHTTPRequestHandler):
     """Another site: records the Cookie header of each request ("" when none)."""
 
-    cookies: list[str] = []
+    cookies: ClassVar[list[str]] = []
 
     def do_GET(self) -> None:
         self.cookies.append(self.headers.get("Cookie", ""))

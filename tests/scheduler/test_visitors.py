@@ -76,7 +76,10 @@ def test_parse_visitor_answer_forms() -> None:
 
 
 def test_an_answer_with_a_visitor_id_only_asks_for_the_incarnate_step() -> None:
-    tid_only = b'window.gen_callback && gen_callback({"retcode":20000000,"msg":"succ","data":{"tid":"T+1/x=","new_tid":true,"confidence":95}});'
+    tid_only = (
+        b'window.gen_callback && gen_callback({"retcode":20000000,"msg":"succ",'
+        b'"data":{"tid":"T+1/x=","new_tid":true,"confidence":95}});'
+    )
     query = incarnate_query(tid_only, [], 0.25)
     assert query is not None
     assert {k: query[k] for k in ("a", "t", "w", "c", "gc", "cb", "from")} == {
