@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from icecrawler.errors import FetchError
 from icecrawler.models import Outcome
 
-__all__ = ["AccountBlob", "parse_cookie_blob"]
+__all__ = ["AccountBlob", "format_cookie_blob", "parse_cookie_blob"]
 
 
 @dataclass(frozen=True)
@@ -82,3 +82,12 @@ def parse_cookie_blob(blob: str) -> AccountBlob:
         raise FetchError(
             f"unreadable cookie blob: {exc}", outcome=Outcome.LoginRequired, error_class="bad-cookie-blob"
         ) from exc
+
+
+def format_cookie_blob(blob: AccountBlob) -> str:
+    """A blob ``parse_cookie_blob`` reads back as ``blob``: a ``Cookie`` header string, or the JSON object when it
+    carries form-login credentials."""
+    header = "; ".join(f"{name}={value}" for name, value in blob.cookies.items())
+    if not blob.username and not blob.password:
+        return header
+    return json.dumps({"cookies": header, "username": blob.username, "password": blob.password}, ensure_ascii=False)

@@ -118,6 +118,17 @@ class BoundedCookieJar(requests.cookies.RequestsCookieJar):
             cookies = self._cookies_for_request(request)
         return next((cookie.value for cookie in cookies if cookie.name == name and cookie.value), None)
 
+    def refreshed(self, cookies: Mapping[str, str], url: str) -> dict[str, str]:
+        """``cookies`` (an account's blob) with the values the site has since set for ``url`` to outlive the session:
+        a cookie with an expiry, as a login's are (a session cookie, such as weibo.com's ``XSRF-TOKEN``, dies with
+        the session in a browser too, and is left as the blob has it). Names the blob does not have are not added."""
+        request = urllib.request.Request(url)
+        with self._cookies_lock:  # type: ignore[attr-defined]
+            self._policy._now = self._now = int(time.time())  # type: ignore[attr-defined]
+            sent = self._cookies_for_request(request)
+        kept = {cookie.name: cookie.value for cookie in sent if not _from_blob(cookie) and not cookie.discard}
+        return {name: kept.get(name) or value for name, value in cookies.items()}
+
     def _refusal(self, cookie: http.cookiejar.Cookie) -> tuple[str, str] | None:
         """(the bound, why) when ``cookie`` may not be kept; None when it may."""
         size = len(cookie.name) + len(cookie.value or "")

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from crawler_client.cookie_blob import parse_cookie_blob
+from crawler_client.cookie_blob import AccountBlob, format_cookie_blob, parse_cookie_blob
 from crawler_client.crawl import CrawlResult, crawl_task, error_report, failure_report
 from crawler_client.headers import source_headers
 from crawler_client.http import Fetcher, FetchPolicy
@@ -25,10 +25,10 @@ from crawler_client.observer import ClientObserver
 from crawler_client.observer import current as current_observer
 from crawler_client.sources import SOURCES, get_source, registry, source_options
 from crawler_client.sources.base import FormLogin, Source
-from crawler_client.transport import SessionCache, Urllib3Transport
+from crawler_client.transport import HttpSession, SessionCache, Urllib3Transport
 from icecrawler.clock import Clock
 from icecrawler.errors import FetchError
-from icecrawler.models import Outcome, Task
+from icecrawler.models import Outcome, Task, is_visitor
 from icecrawler.settings import Settings
 
 __all__ = ["RunnerConfig", "TaskRunner", "form_logins"]
@@ -90,6 +90,20 @@ class RunnerConfig:
         return get_source(name, self.options.get(name))
 
 
+def _refreshed_blob(task: Task, session: HttpSession, base_url: str) -> str:
+    """The leased account's blob with the login cookies the site refreshed during the crawl (``Set-Cookie`` with an
+    expiry, ``BoundedCookieJar.refreshed``), for the report to carry to the scheduler; "" when nothing changed, for a
+    visitor session (renewed by the scheduler's mint) and for a source leased without an account."""
+    account = task.account
+    if not account.id or is_visitor(account.id) or not account.cookie_blob:
+        return ""
+    blob = parse_cookie_blob(account.cookie_blob)
+    fresh = session.cookies.refreshed(blob.cookies, base_url)
+    if fresh == blob.cookies:
+        return ""
+    return format_cookie_blob(AccountBlob(fresh, blob.username, blob.password))
+
+
 class TaskRunner:
     """Crawls tasks for one worker thread."""
 
@@ -130,7 +144,7 @@ class TaskRunner:
             on_response=lambda status, size, seconds: observer.fetched(task.source, status, size, seconds),
         )
         relogin = self._relogin_hook(task, base_url, fetcher)
-        return crawl_task(
+        result = crawl_task(
             task,
             source,
             fetcher,
@@ -141,6 +155,8 @@ class TaskRunner:
             relogin=relogin,
             on_parse=lambda seconds, items: observer.parsed(task.source, seconds, items),
         )
+        result.report.account_cookies = _refreshed_blob(task, session, base_url)
+        return result
 
     def _retry_wait(self, observer: ClientObserver) -> Callable[[float], object]:
         def wait(seconds: float) -> bool:

@@ -27,7 +27,7 @@ def record_wire_bytes(record: Post | Review) -> int:
 
 def report_wire_bytes(report: Report) -> int:
     """An upper estimate of a report in a ``putUsers``: its texts, 8 bytes an item time, its discovered ids."""
-    texts = (report.task_id, report.lease_token, report.error_class, report.cursor)
+    texts = (report.task_id, report.lease_token, report.error_class, report.cursor, report.account_cookies)
     return 76 + text_wire_bytes(texts) + 8 * len(report.new_item_times_ms) + text_wire_bytes(report.discovered_ids)
 
 

@@ -164,6 +164,9 @@ MAX_ITEM_TIMES = 1000
 #: at the next visit; more is a malformed report. With ids of at most 64 characters it bounds a report's
 #: discoveries to ~64 KiB on the wire (``icecrawler.limits``).
 MAX_DISCOVERED_IDS = 1000
+#: Characters of a report's ``account_cookies`` (an account's whole cookie blob, as the site last set it): a browser
+#: keeps at most 4096 per cookie, and a login is a handful of cookies (``crawler_client.cookie_jar``).
+MAX_ACCOUNT_COOKIES = 16_384
 
 
 @dataclass
@@ -186,6 +189,15 @@ class Report:
     #: ``MAX_DISCOVERED_IDS``. The scheduler adds them in the report's own transaction and sets ``new_items`` of a
     #: Listing report to how many were new (slice/crawler.ice, ``Report.discoveredIds``).
     discovered_ids: tuple[str, ...] = ()
+    #: The leased account's cookie blob with the values the site set during the crawl (``Set-Cookie`` refreshing the
+    #: login), when they differ from the lease's; "" otherwise. The scheduler leases the account with it from then
+    #: on (slice/crawler.ice, ``Report.accountCookies``). Never logged.
+    account_cookies: str = ""
+
+    def __repr__(self) -> str:  # cookies never reach logs
+        shown = {k: v for k, v in vars(self).items() if k != "account_cookies"}
+        cookies = f"<{len(self.account_cookies)} chars>" if self.account_cookies else "''"
+        return f"Report({', '.join(f'{k}={v!r}' for k, v in shown.items())}, account_cookies={cookies})"
 
 
 @dataclass

@@ -13,6 +13,13 @@ files again on SIGHUP (``AccountPool.replace``): an account whose cookies change
 at once, so an operator who replaces expired cookies need not restart the scheduler or wait out the freeze.
 Each account has a request budget per minute across all clients. An exhausted pool pauses the affected sources;
 it never drops tasks.
+
+A site refreshes a login as it is used (``Set-Cookie`` on its answers; a pasted login expires within days where
+the browser that kept its cookie jar stays logged in). A crawl report carries the account's cookies as the site
+last set them (``Report.account_cookies``), and the account is leased with them from then on (``refresh``), so a
+client's new session, any client's, starts from the live login rather than the pasted one. The file stays as the
+operator wrote it: freezes and SIGHUP's "renewed" are judged by the file's cookies (``configured``), and a
+refresh from a lease of the previous file cookies is not taken over new ones. A restart starts from the file.
 Cookies never appear in logs or status: only ids, states and counts do.
 
 Sources that serve visitors (``sources.<name>.visitor_url``) and have no configured account get visitor
@@ -39,6 +46,8 @@ __all__ = ["AccountChanges", "AccountPool", "PooledAccount", "account_changes", 
 
 #: What a source that needs no login is leased with (Account is frozen, so one instance serves every lease).
 _NO_ACCOUNT = Account()
+#: Lease times are whole wall milliseconds (as for visitor sessions, ``scheduler_server.visitors``).
+_LEASE_MS_ROUNDING_S = 0.001
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +58,14 @@ class PooledAccount:
     sources: frozenset[str]
     frozen: Hold = field(default_factory=Hold)
     used: RateWindow = field(default_factory=RateWindow)
+    #: The cookies the accounts file gives; ``account`` carries the site's refresh of them (``AccountPool.refresh``).
+    configured: str | None = None
+    #: When the pool took ``configured`` (wall s): a refresh reported for a lease from before then is of other cookies.
+    configured_at: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.configured is None:
+            self.configured = self.account.cookie_blob
 
 
 #: The keys of one ``[[account]]`` table.
@@ -135,11 +152,12 @@ class AccountChanges:
 
 
 def account_changes(old: Mapping[str, PooledAccount], new: list[PooledAccount]) -> AccountChanges:
-    """How the accounts ``new`` differ from ``old`` (by id): same cookies = kept, other cookies = renewed."""
+    """How the accounts ``new`` differ from ``old`` (by id): same cookies in the file = kept (whatever the site has
+    refreshed since), other cookies = renewed."""
     ids = {pooled.account.id: pooled for pooled in new}
     return AccountChanges(
-        kept=tuple(i for i in ids if i in old and old[i].account.cookie_blob == ids[i].account.cookie_blob),
-        renewed=tuple(i for i in ids if i in old and old[i].account.cookie_blob != ids[i].account.cookie_blob),
+        kept=tuple(i for i in ids if i in old and old[i].configured == ids[i].configured),
+        renewed=tuple(i for i in ids if i in old and old[i].configured != ids[i].configured),
         added=tuple(i for i in ids if i not in old),
         removed=tuple(i for i in old if i not in ids),
     )
@@ -175,24 +193,40 @@ class AccountPool:
         return self._accounts
 
     def login_of(self, account_id: str) -> str:
-        """``login_digest`` of a configured account's cookies; "" for any other id (a visitor session)."""
+        """``login_digest`` of a configured account's cookies (as its file gives them); "" for any other id (a
+        visitor session)."""
         pooled = self._accounts.get(account_id)
-        return login_digest(pooled.account.cookie_blob) if pooled is not None else ""
+        return login_digest(pooled.configured or "") if pooled is not None else ""
 
-    def replace(self, accounts: list[PooledAccount]) -> AccountChanges:
-        """Serve ``accounts`` from now on (the accounts files read again). An account that keeps its id keeps
-        its requests of the last minute (the site counts them against that login); one that also keeps its
-        cookies keeps its freeze, and one with new cookies is thawed. A lease already handed out with a removed
-        account runs on; its report charges and freezes nothing."""
+    def replace(self, accounts: list[PooledAccount], now: float = 0.0) -> AccountChanges:
+        """Serve ``accounts`` from now on (the accounts files read again; ``now``: wall s). An account that keeps its
+        id keeps its requests of the last minute (the site counts them against that login); one that also keeps its
+        cookies keeps its freeze and the site's refresh of them, and one with new cookies is thawed. A lease already
+        handed out with a removed account runs on; its report charges, freezes and refreshes nothing."""
         changes = account_changes(self._accounts, accounts)
         for pooled in accounts:
             before = self._accounts.get(pooled.account.id)
+            pooled.configured_at = now
             if before is not None:
                 pooled.used = before.used
                 if pooled.account.id in changes.kept:
                     pooled.frozen = before.frozen
+                    pooled.account, pooled.configured_at = before.account, before.configured_at
         self._take(accounts)
         return changes
+
+    def refresh(self, account_id: str, cookie_blob: str, leased_at: float) -> bool:
+        """Lease ``account_id`` with ``cookie_blob`` from now on: the login as the site refreshed it during a crawl
+        leased at ``leased_at`` (wall s). Not for a visitor session or an account no longer configured, nor from a
+        lease older than the file's cookies (a refresh of the login the operator has since replaced). True when
+        taken."""
+        pooled = self._accounts.get(account_id)
+        if pooled is None or not cookie_blob or leased_at < pooled.configured_at - _LEASE_MS_ROUNDING_S:
+            return False
+        if pooled.account.cookie_blob != cookie_blob:
+            pooled.account = Account(account_id, cookie_blob)
+            log.info("account %s: the site refreshed its cookies; leased with them from now on", account_id)
+        return True
 
     def uses_visitors(self, source: str) -> bool:
         """Whether ``source`` is leased with visitor sessions (it serves visitors, no account is configured)."""

@@ -13,6 +13,7 @@ from typing import Any
 
 from icecrawler.errors import InvalidArgumentError, is_control, quote
 from icecrawler.models import (
+    MAX_ACCOUNT_COOKIES,
     MAX_DISCOVERED_IDS,
     MAX_ITEM_TIMES,
     Outcome,
@@ -223,6 +224,7 @@ def check_report(item: Report, index: int) -> None:
         and len(item.error_class) <= MAX_TEXT
         and not item.new_item_times_ms
         and not item.discovered_ids
+        and not item.account_cookies
     ):
         return
     for name, value, high in (
@@ -250,6 +252,14 @@ def check_report(item: Report, index: int) -> None:
     for time_ms in times:
         check_range(time_ms, 1, 2**62, f"{where}.newItemTimesMs", index)
     check_discovered(item, where, index)
+    cookies = item.account_cookies
+    if len(cookies) > MAX_ACCOUNT_COOKIES or any(is_control(char) for char in cookies):
+        # The value is never quoted back: it is a login.
+        raise invalid_field(
+            f"accountCookies: {len(cookies)} characters (at most {MAX_ACCOUNT_COOKIES}, no control characters)",
+            f"{where}.accountCookies",
+            index,
+        )
 
 
 def check_discovered(item: Report, where: str, index: int) -> None:

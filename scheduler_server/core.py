@@ -55,7 +55,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from icecrawler.errors import InvalidArgumentError, LeaseLostError, NoWorkError, ServiceError
-from icecrawler.models import Report, Task, TaskKind
+from icecrawler.models import Outcome, Report, Task, TaskKind
 from icecrawler.resume import is_gap
 from icecrawler.settings import Settings
 from icecrawler.shards import ShardMap
@@ -100,6 +100,8 @@ __all__ = ["Clocks", "SchedulerConfig", "SchedulerCore", "check_consistency"]
 _TASK_KINDS = {kind.value: kind for kind in TaskKind}
 #: When a due task waits for an in-flight task of its host or for an account, idle clients retry after this.
 _RETRY_HINT_MS = 200
+#: Reports whose account cookies are not taken: the login they crawled with failed, whatever the site set.
+_LOGIN_FAILED = frozenset({Outcome.LoginRequired, Outcome.AccountFrozen, Outcome.Banned})
 
 #: Run after a call's transaction committed: applies its memory-only effects, returns its result (or raises a
 #: caller error such as NoWork).
@@ -476,6 +478,8 @@ class SchedulerCore:
                 (self.open_gaps.add if is_gap(record.cursor) else self.open_gaps.discard)(record.id)
                 self.gate.ended(self.config.hosts[record.source], wall)
                 self.accounts.charge(record.account_id, max(1, item.fetches) - 1, wall)
+                if item.account_cookies and item.outcome not in _LOGIN_FAILED:
+                    self.accounts.refresh(record.account_id, item.account_cookies, lease_start)
                 if effect.block_host is not None:
                     self.gate.block(effect.block_host.name, effect.block_host.until, effect.block_host.reason)
                 if effect.freeze_account is not None:
@@ -643,7 +647,7 @@ class SchedulerCore:
                     for account_id in changes.renewed + changes.removed:
                         txn.delete("meta", _hold_key("account", account_id))
                 self.store.sync()
-            return self.accounts.replace(accounts)
+            return self.accounts.replace(accounts, self.clocks.wall())
 
     # --- expiry and maintenance -------------------------------------------------------------------------------
 

@@ -23,7 +23,7 @@ from icecrawler.datalock import DataLock
 from icecrawler.errors import ConfigError, InvalidArgumentError, StorageUnavailableError
 from icecrawler.listening import guarded_listening
 from icecrawler.metrics import MetricsConfig, MetricsEndpoint, ScrapeCollector, disk_space_families, serve
-from icecrawler.models import TaskKind
+from icecrawler.models import Report, TaskKind
 from icecrawler.security import Gate, guarded
 from icecrawler.settings import Settings
 from icecrawler.settings.validation import check_paths, validate_values
@@ -99,18 +99,27 @@ def make_servant(core: SchedulerCore, gate: Gate | None = None, timed: Timed = _
             future, convert = self._lease(workerId, max, current)
             return timed("lease", future, lambda tasks: [convert(t) for t in tasks])
 
+        def _reports(self, reports: Sequence[Any], current: Ice.Current) -> list[Report]:
+            """The reports as the core takes them: the account cookies of a caller whose role is not given cookies
+            are dropped (it was never leased them, so it cannot be refreshing them)."""
+            converted = [rpc.report_from_slice(report) for report in reports]
+            if "cookies" not in self.gate.allowed(current):
+                for report in converted:
+                    report.account_cookies = ""
+            return converted
+
         @refusals.noted
         @rpc.map_errors
         @guarded("report")
         def putUser(self, report: Any, current: Ice.Current) -> rpc.Converted[Any, None]:
-            return timed("report", core.report_async([rpc.report_from_slice(report)]), _none)
+            return timed("report", core.report_async(self._reports([report], current)), _none)
 
         @refusals.noted
         @rpc.map_errors
         @guarded("report")
         def putUsers(self, reports: Sequence[Any], current: Ice.Current) -> rpc.Converted[Any, None]:
             _check_count(reports, "reports", limit)
-            return timed("report", core.report_async([rpc.report_from_slice(report) for report in reports]), _none)
+            return timed("report", core.report_async(self._reports(reports, current)), _none)
 
         @refusals.noted
         @rpc.map_errors

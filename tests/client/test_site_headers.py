@@ -212,3 +212,30 @@ def test_which_hosts_an_accounts_cookies_go_to(base_url: str, mine: list[str], n
     assert [url for url in mine if jar.value_for(url, "SUB") != "login"] == []
     assert [url for url in not_mine if jar.value_for(url, "SUB") is not None] == []
     cache.close()
+
+
+def test_a_login_the_site_refreshes_mid_crawl_is_used_at_once_and_reported(site: str) -> None:
+    """The site answers with a new ``SUB`` (with an expiry, as a login's is) and a session ``XSRF-TOKEN``: the next
+    request, and the next task on this worker, send the new login, and the report carries the account's blob with
+    it for the scheduler to lease from then on; the session token stays out of it (it dies with the session). A
+    visitor session reports nothing (the scheduler renews those itself)."""
+    config = RunnerConfig(
+        policy=POLICY,
+        max_pages=2,
+        base_urls={"weibo_web": site},
+        headers={"weibo_web": source_headers(get_source("weibo_web").default_headers, "", "")},
+    )
+    runner = TaskRunner(config, get_source, clock=Clock(), cancel=threading.Event())
+    blob = "SUB=pasted; SUBP=p; XSRF-TOKEN=old"
+    task = dataclasses.replace(make_task("weibo_web", "5612345678"), account=Account("acct", blob))
+    _Recorder.set_cookies.extend(["SUB=refreshed; Max-Age=2592000; Path=/", "XSRF-TOKEN=new; Path=/"])
+    first = runner.run(task)
+    assert first.report.account_cookies == "SUB=refreshed; SUBP=p; XSRF-TOKEN=old"
+    again = runner.run(task)  # the same lease blob: this worker's session keeps the site's cookies
+    assert _Recorder.seen[-1][1]["cookie"] == "SUB=refreshed; SUBP=p; XSRF-TOKEN=new"
+    assert again.report.account_cookies == "SUB=refreshed; SUBP=p; XSRF-TOKEN=old"
+    visitor = dataclasses.replace(task, account=Account("visitor:weibo_web:1", "SUB=v"))
+    _Recorder.set_cookies.append("SUB=v2; Max-Age=600; Path=/")
+    assert runner.run(visitor).report.account_cookies == ""
+    runner.close()
+    assert "refreshed" not in repr(first.report)

@@ -217,6 +217,37 @@ def test_account_cookies_go_to_clients_only(pki: dict[str, Path], daemons: dict[
         assert "secret" not in admin.stats().detailJson and "secret" not in admin.taskInfo(task_id)
 
 
+def test_only_a_client_refreshes_an_accounts_cookies(pki: dict[str, Path], daemons: dict[str, str]) -> None:
+    """A report may carry the account's cookies as the site refreshed them (``Report.accountCookies``): taken from a
+    client, whose role is given cookies; ignored from an admin, which is never leased them."""
+    C = rpc.crawler()
+
+    def lease(proxy: Any, target: str) -> Any:
+        """``target``'s task, leased by ``proxy`` (the other tasks it got are given back)."""
+        assert admin.addUsers([target], C.TaskKind.WeiboUser) == 1
+        tasks = proxy.getUsers("refresh-test", 1000)
+        others = [C.LeaseRef(taskId=t.id, leaseToken=t.leaseToken) for t in tasks if t.id != f"user:{target}"]
+        if others:
+            proxy.releaseUsers(others)
+        mine = [task for task in tasks if task.id == f"user:{target}"]
+        assert len(mine) == 1, [task.id for task in tasks]
+        return mine[0]
+
+    refreshed = f"{COOKIES}; ALF=refreshed"
+    with _comm(pki, "admin") as admin_comm, _comm(pki, "client") as client_comm:
+        admin = _proxy(admin_comm, daemons, "scheduler")
+        client = _proxy(client_comm, daemons, "scheduler")
+        planted = lease(admin, f"weibo_pc:{900_000 + next(_ids)}")
+        admin.putUsers([C.Report(taskId=planted.id, leaseToken=planted.leaseToken, accountCookies="SUB=planted")])
+        task = lease(client, f"weibo_pc:{900_000 + next(_ids)}")
+        assert task.account.cookieBlob == COOKIES
+        client.putUsers([C.Report(taskId=task.id, leaseToken=task.leaseToken, accountCookies=refreshed)])
+        task = lease(client, f"weibo_pc:{900_000 + next(_ids)}")
+        client.releaseUsers([C.LeaseRef(taskId=task.id, leaseToken=task.leaseToken)])
+        assert task.account.cookieBlob == refreshed
+        assert "refreshed" not in admin.stats().detailJson and "planted" not in admin.stats().detailJson
+
+
 @pytest.mark.parametrize("daemon", ["scheduler", "storage"])
 @pytest.mark.parametrize("who", ["no certificate", "certificate from another CA"])
 def test_other_peers_fail_the_handshake(who: str, daemon: str, pki: dict[str, Path], daemons: dict[str, str]) -> None:

@@ -151,6 +151,44 @@ def test_a_removed_account_is_no_longer_leased(store: QueueStore, clocks: Manual
     assert {task.account.id for task in core.lease("w", 2)} == {"a2"}
 
 
+def test_cookies_the_site_refreshed_are_what_the_account_is_leased_with(
+    store: QueueStore, clocks: ManualClocks, tmp_path: Path
+) -> None:
+    """A report carries the login as the site refreshed it (``Set-Cookie``): every later lease, whichever client
+    gets it, starts from it, not from the pasted cookies that expire within days. The accounts file stays as
+    written: reading it again unchanged keeps the refresh (it is no "renewed" login, and no freeze is lifted),
+    a report of a failed login refreshes nothing, and neither does one leased before the operator's new cookies."""
+    accounts = tmp_path / "accounts"
+    accounts.mkdir()
+    (accounts / "pool.toml").write_text(ONE.format(cookies="pasted"))
+    settings = make_settings(scheduler__accounts_dir=str(accounts), scheduler__account_sources="weibo_pc")
+    core = SchedulerCore.from_settings(settings, store, clocks)
+    core.add(["weibo_pc:1"], TaskKind.WeiboUser)
+
+    def crawl(outcome: Outcome = Outcome.Ok, cookies: str = "") -> str:
+        """Lease the task, report it with ``cookies``; the cookies it was leased with."""
+        task = core.lease("w", 1)[0]
+        core.report([Report(task.id, task.lease_token, outcome=outcome, account_cookies=cookies)])
+        clocks.advance(3600 * 24)
+        return task.account.cookie_blob
+
+    assert crawl(cookies="SUB=refreshed") == "SUB=pasted"
+    assert crawl() == "SUB=refreshed"
+    changes = core.reload_accounts(configured_accounts(settings, core.config))
+    assert changes.kept == ("a1",) and not changes.renewed
+    assert crawl(Outcome.LoginRequired, "SUB=broken") == "SUB=refreshed"
+    clocks.advance(3600 * 24)  # the freeze is over
+    held = core.lease("w", 1)[0]
+    assert held.account.cookie_blob == "SUB=refreshed"
+    clocks.advance(1)  # while that crawl runs, the operator pastes a new login
+    (accounts / "pool.toml").write_text(ONE.format(cookies="operator"))
+    assert core.reload_accounts(configured_accounts(settings, core.config)).renewed == ("a1",)
+    core.report([Report(held.id, held.lease_token, account_cookies="SUB=refreshed-again")])  # of the old login
+    clocks.advance(3600 * 24)
+    assert crawl() == "SUB=operator"
+    assert "refreshed" not in json.dumps(core.stats()) and "operator" not in json.dumps(core.stats())
+
+
 def leased_cookies(proxy: Any) -> str | None:
     """Lease the task and give it back: the cookies it came with, or None while no account can take it."""
     C = rpc.crawler()

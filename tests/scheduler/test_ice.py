@@ -222,6 +222,19 @@ def test_a_report_whose_gap_cursor_does_not_read_is_refused_and_task_info_still_
         prx.releaseUsers(others)
 
 
+def test_a_report_with_account_cookies_that_are_no_cookie_header_is_refused_without_echoing_them(prx: Any) -> None:
+    prx.addUsers(["jd:7102"], C.TaskKind.ProductReviews)
+    tasks = prx.getUsers("cookies", 20)
+    task = next(t for t in tasks if t.id == "reviews:jd:7102")
+    for cookies in ("SUB=secret\r\nX-Injected: 1", "SUB=" + "s" * 20_000):
+        report = C.Report(taskId=task.id, leaseToken=task.leaseToken, accountCookies=cookies)
+        error = ice_error(functools.partial(prx.putUser, report))
+        assert isinstance(error, C.InvalidArgument), error
+        assert (error.code, error.field) == (C.ErrorCode.InvalidField, "reports[0].accountCookies")
+        assert "secret" not in error.message and "sss" not in error.message
+    prx.releaseUsers([C.LeaseRef(taskId=t.id, leaseToken=t.leaseToken) for t in tasks])
+
+
 def test_a_failed_crawl_echoing_an_unreadable_stored_gap_cursor_is_taken(prx: Any) -> None:
     """A failed crawl's report echoes the task's stored cursor, which an older scheduler may have taken unread. Only
     an Ok report's cursor is kept, so the failure counts (backoff, host block) and the stored cursor stays."""
