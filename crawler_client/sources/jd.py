@@ -158,8 +158,19 @@ class JdSource(ReviewOrder, SavedPages):
             "rid": "0",
             "fold": "1",
         }
-        headers = {"Referer": f"https://item.jd.com/{task.target}.html"}
+        item_page = f"https://item.jd.com/{task.target}.html"
+        headers = {"Referer": item_page}
         if self.endpoint == "api":
+            # The item page's script calls the gateway across sites: the page's Origin, and the gateway's own
+            # headers naming the page and the client kind (docs/SOURCES.md, jd "Headers").
+            headers.update(
+                {
+                    "Accept": "application/json, text/plain, */*",
+                    "Origin": "https://item.jd.com",
+                    "x-referer-page": item_page,
+                    "x-rp-client": "h5_1.0.0",
+                }
+            )
             body = json.dumps(
                 {k: int(v) if v.isdigit() and k != "productId" else v for k, v in query.items()}, separators=(",", ":")
             )

@@ -188,7 +188,13 @@ def test_api_endpoint_sends_the_same_query_as_a_json_body_and_pages_the_same() -
         "rid": 0,
         "fold": 1,
     }
-    assert request.headers == {"Referer": "https://item.jd.com/100012043978.html"}
+    assert request.headers == {  # the item page's script calling the gateway (tests/client/test_site_headers.py)
+        "Referer": "https://item.jd.com/100012043978.html",
+        "Accept": "application/json, text/plain, */*",
+        "Origin": "https://item.jd.com",
+        "x-referer-page": "https://item.jd.com/100012043978.html",
+        "x-rp-client": "h5_1.0.0",
+    }
     page = source.parse(TASK, request, fetched(jd_comments(jsonp=False, max_page=3), request), NOW_MS)
     assert len(page.items) == 10 and page.next_request is not None
     assert json.loads(page.next_request.params["body"])["page"] == 1 and page.next_request.page == 2

@@ -144,12 +144,19 @@ def test_weibo_mobile_long_text_is_asked_as_the_web_app_asks_it(site: str) -> No
 
 
 def test_jd_sends_an_item_page_referer_and_a_desktop_browser(site: str) -> None:
-    """JD's comment calls come from the item page: its Referer, a desktop browser, ``Accept: */*``."""
-    source = get_source("jd")
+    """JD's comment calls come from the item page: its Referer and a desktop browser. The club endpoint is a JSONP
+    script the page loads (``Accept: */*``, no Origin); the API gateway (api.m.jd.com) is called by the page's script
+    across sites, with the page's Origin and the gateway's own ``x-referer-page`` and ``x-rp-client`` headers."""
     fetcher, cache = _fetcher("jd", "")
-    sent = _sent(fetcher, source.first_request(make_task("jd", "100012043978"), site))
+    task = make_task("jd", "100012043978")
+    sent = _sent(fetcher, get_source("jd").first_request(task, site))
     assert sent["referer"] == "https://item.jd.com/100012043978.html"
     assert sent["accept"] == "*/*" and "Windows NT" in sent["user-agent"] and "cookie" not in sent
+    assert "origin" not in sent and "x-rp-client" not in sent
+    sent = _sent(fetcher, get_source("jd", {"endpoint": "api"}).first_request(task, site))
+    assert sent["referer"] == sent["x-referer-page"] == "https://item.jd.com/100012043978.html"
+    assert sent["origin"] == "https://item.jd.com" and sent["x-rp-client"] == "h5_1.0.0"
+    assert sent["accept"] == "application/json, text/plain, */*"
     cache.close()
 
 
