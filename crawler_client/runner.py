@@ -28,7 +28,7 @@ from crawler_client.sources.base import FormLogin, Source
 from crawler_client.transport import HttpSession, SessionCache, Urllib3Transport
 from icecrawler.clock import Clock
 from icecrawler.errors import FetchError
-from icecrawler.models import Outcome, Task, is_visitor
+from icecrawler.models import Outcome, Task, account_cookies_fit, is_visitor
 from icecrawler.settings import Settings
 
 __all__ = ["RunnerConfig", "TaskRunner", "form_logins"]
@@ -101,7 +101,11 @@ def _refreshed_blob(task: Task, session: HttpSession, base_url: str) -> str:
     fresh = session.cookies.refreshed(blob.cookies, base_url)
     if fresh == blob.cookies:
         return ""
-    return format_cookie_blob(AccountBlob(fresh, blob.username, blob.password))
+    text = format_cookie_blob(AccountBlob(fresh, blob.username, blob.password))
+    if not account_cookies_fit(text):  # the scheduler would refuse the whole report for it
+        log.warning("task %s: the cookies %s set do not fit a report; not passed on", task.id, task.source)
+        return ""
+    return text
 
 
 class TaskRunner:

@@ -8,7 +8,7 @@ import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 
-from icecrawler.errors import InvalidArgumentError, quote
+from icecrawler.errors import InvalidArgumentError, is_control, quote
 from icecrawler.outcomes import Outcome
 from icecrawler.sourcespec import TaskKind, registry, unknown_source
 
@@ -167,6 +167,12 @@ MAX_DISCOVERED_IDS = 1000
 #: Characters of a report's ``account_cookies`` (an account's whole cookie blob, as the site last set it): a browser
 #: keeps at most 4096 per cookie, and a login is a handful of cookies (``crawler_client.cookie_jar``).
 MAX_ACCOUNT_COOKIES = 16_384
+
+
+def account_cookies_fit(text: str) -> bool:
+    """Whether ``text`` may travel as a report's ``account_cookies``: at most ``MAX_ACCOUNT_COOKIES`` characters and
+    no control character (the scheduler refuses a report otherwise; a client leaves such a refresh out)."""
+    return len(text) <= MAX_ACCOUNT_COOKIES and not any(is_control(char) for char in text)
 
 
 @dataclass

@@ -19,6 +19,7 @@ from icecrawler.models import (
     Outcome,
     Report,
     TaskKind,
+    account_cookies_fit,
     make_task_id,
     split_task_id,
 )
@@ -253,7 +254,7 @@ def check_report(item: Report, index: int) -> None:
         check_range(time_ms, 1, 2**62, f"{where}.newItemTimesMs", index)
     check_discovered(item, where, index)
     cookies = item.account_cookies
-    if len(cookies) > MAX_ACCOUNT_COOKIES or any(is_control(char) for char in cookies):
+    if not account_cookies_fit(cookies):
         # The value is never quoted back: it is a login.
         raise invalid_field(
             f"accountCookies: {len(cookies)} characters (at most {MAX_ACCOUNT_COOKIES}, no control characters)",

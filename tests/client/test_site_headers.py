@@ -246,3 +246,24 @@ def test_a_login_the_site_refreshes_mid_crawl_is_used_at_once_and_reported(site:
     assert runner.run(visitor).report.account_cookies == ""
     runner.close()
     assert "refreshed" not in repr(first.report)
+
+
+def test_a_refresh_the_report_cannot_carry_is_left_out_and_the_report_kept(site: str) -> None:
+    """Five refreshed cookies of 4000 characters are more than a report's ``accountCookies`` may hold: sent, the
+    scheduler would refuse the whole report (the crawl's outcome and cursor with it). The client leaves the refresh
+    out; the crawl itself is reported as ever."""
+    config = RunnerConfig(
+        policy=POLICY,
+        max_pages=1,
+        base_urls={"weibo_web": site},
+        headers={"weibo_web": source_headers(get_source("weibo_web").default_headers, "", "")},
+    )
+    runner = TaskRunner(config, get_source, clock=Clock(), cancel=threading.Event())
+    names = ["SUB", "SUBP", "ALF", "SCF", "SSOLoginState"]
+    blob = "; ".join(f"{name}=short" for name in names)
+    task = dataclasses.replace(make_task("weibo_web", "5612345678"), account=Account("acct", blob))
+    _Recorder.set_cookies.extend(f"{name}={'v' * 4000}; Max-Age=2592000; Path=/" for name in names)
+    result = runner.run(task)
+    runner.close()
+    assert result.report.account_cookies == "" and result.report.outcome == "Ok"
+    assert _Recorder.seen[-1][1]["cookie"] == blob  # the first request went out with the blob's cookies
