@@ -62,6 +62,8 @@ class PooledAccount:
     configured: str | None = None
     #: When the pool took ``configured`` (wall s): a refresh reported for a lease from before then is of other cookies.
     configured_at: float = 0.0
+    #: Times the site's refresh of the login was taken since ``configured`` (status shows it; never the cookies).
+    refreshes: int = 0
 
     def __post_init__(self) -> None:
         if self.configured is None:
@@ -212,6 +214,7 @@ class AccountPool:
                 if pooled.account.id in changes.kept:
                     pooled.frozen = before.frozen
                     pooled.account, pooled.configured_at = before.account, before.configured_at
+                    pooled.refreshes = before.refreshes
         self._take(accounts)
         return changes
 
@@ -225,6 +228,7 @@ class AccountPool:
             return False
         if pooled.account.cookie_blob != cookie_blob:
             pooled.account = Account(account_id, cookie_blob)
+            pooled.refreshes += 1
             log.info("account %s: the site refreshed its cookies; leased with them from now on", account_id)
         return True
 
@@ -278,6 +282,7 @@ class AccountPool:
                 "used_last_min": p.used.total(now),
                 "budget_per_min": self.budget_per_min,
                 "sources": sorted(p.sources),
+                "login_refreshes": p.refreshes,
             }
             for aid, p in sorted(self._accounts.items())
         }

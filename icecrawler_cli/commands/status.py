@@ -127,9 +127,10 @@ def render_text(report: dict[str, Any]) -> str:
             lines.append(f"  {account}: {session}, {a['mints']} minted, {a['renewals']} renewed{error}")
             continue
         frozen = f" for {a['frozen']['held_for_s']:.0f}s ({a['frozen']['reason']})" if a["state"] == "frozen" else ""
+        refreshed = f", login refreshed by the site {a['login_refreshes']}x" if a.get("login_refreshes") else ""
         lines.append(
             f"  account {account}: {a['state']}{frozen}, {a['used_last_min']:.0f}/{a['budget_per_min']} "
-            f"requests this minute"
+            f"requests this minute{refreshed}"
         )
     for listing, discovered in s.get("listings", {}).items():
         lines.append(f"  {listing}: {discovered} products discovered")

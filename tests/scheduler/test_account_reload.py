@@ -14,6 +14,7 @@ import pytest
 
 from icecrawler import rpc
 from icecrawler.models import Account, Outcome, Report, TaskKind
+from icecrawler_cli.commands.status import render_text
 from scheduler_server.accounts import AccountPool, PooledAccount, account_changes
 from scheduler_server.config import configured_accounts
 from scheduler_server.core import SchedulerCore
@@ -174,6 +175,9 @@ def test_cookies_the_site_refreshed_are_what_the_account_is_leased_with(
 
     assert crawl(cookies="SUB=refreshed") == "SUB=pasted"
     assert crawl() == "SUB=refreshed"
+    assert core.stats()["detail"]["accounts"]["a1"]["login_refreshes"] == 1
+    text = render_text({"scheduler": {"reachable": True, **core.stats(), **core.stats()["detail"]}})
+    assert "account a1: ok, " in text and "login refreshed by the site 1x" in text and "SUB=" not in text
     changes = core.reload_accounts(configured_accounts(settings, core.config))
     assert changes.kept == ("a1",) and not changes.renewed
     assert crawl(Outcome.LoginRequired, "SUB=broken") == "SUB=refreshed"
