@@ -4,19 +4,20 @@
 ``sources.<name>.headers`` is text, because settings are flat values: either a JSON object
 (``{"Referer": "https://m.weibo.cn/", "MWeibo-Pwa": null}``, where null removes a default) or one
 ``Name: value`` per line (an empty value removes a default). A malformed value is a ConfigError at start-up.
-Request-specific headers a source sets itself (a Referer naming the user, ``X-XSRF-TOKEN``) come on top.
+Request-specific headers a source sets itself (a Referer naming the user, ``X-XSRF-TOKEN``) come on top. Every
+layer replaces a header of the same name in any case (``merge_headers``): one header of each name goes out.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from icecrawler import __version__
 from icecrawler.errors import ConfigError
 
-__all__ = ["FALLBACK_USER_AGENT", "parse_header_setting", "source_headers"]
+__all__ = ["FALLBACK_USER_AGENT", "merge_headers", "parse_header_setting", "source_headers"]
 
 #: Sent by sources that name no User-Agent of their own when ``client.user_agent`` is empty.
 FALLBACK_USER_AGENT = f"icecrawler/{__version__} (+https://github.com/icecrawler/icecrawler)"
@@ -56,16 +57,28 @@ def parse_header_setting(text: str, key: str = "headers") -> dict[str, str | Non
     return parsed
 
 
+def merge_headers(*layers: Mapping[str, str | None] | Iterable[tuple[str, str | None]]) -> dict[str, str]:
+    """``layers`` of headers, each over the ones before: header names are case-insensitive, so a later ``accept``
+    replaces an earlier ``Accept`` (in the later one's spelling) instead of going out beside it; a None value
+    removes the header."""
+    merged: dict[str, str] = {}
+    spelling: dict[str, str] = {}  # lower-case name -> the name as merged holds it
+    for layer in layers:
+        for name, value in layer.items() if isinstance(layer, Mapping) else layer:
+            old = spelling.pop(name.lower(), None)
+            if old is not None:
+                del merged[old]
+            if value is not None:
+                merged[name] = value
+                spelling[name.lower()] = name
+    return merged
+
+
 def source_headers(defaults: Mapping[str, str], user_agent: str, setting: str, key: str = "headers") -> dict[str, str]:
     """The headers one source sends on every request (see the module docstring for the order)."""
-    headers = dict(defaults)
-    if user_agent:
-        headers["User-Agent"] = user_agent
-    for name, value in parse_header_setting(setting, key).items():
-        for existing in [k for k in headers if k.lower() == name.lower()]:
-            del headers[existing]
-        if value is not None:
-            headers[name] = value
+    headers = merge_headers(
+        defaults, {"User-Agent": user_agent} if user_agent else {}, parse_header_setting(setting, key)
+    )
     if not any(name.lower() == "user-agent" for name in headers):
         headers["User-Agent"] = FALLBACK_USER_AGENT
     return headers

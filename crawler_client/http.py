@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 import urllib3.exceptions
 
-from crawler_client.headers import FALLBACK_USER_AGENT
+from crawler_client.headers import FALLBACK_USER_AGENT, merge_headers
 from crawler_client.sources._detect import retry_after_seconds
 from crawler_client.sources.base import FetchedPage, PageRequest
 from crawler_client.transport import TRANSPORT_ERRORS, RawResponse, TooManyRedirects, TotalTimeout, Transport
@@ -175,7 +175,7 @@ class Fetcher:
         raise AssertionError("unreachable: the last attempt returns or raises")
 
     def _fetch_once(self, request: PageRequest) -> FetchedPage:
-        headers = {**self.headers, **request.headers}
+        headers = merge_headers(self.headers, request.headers)
         if not any(name.lower() == "user-agent" for name in headers):
             headers["User-Agent"] = self.policy.user_agent or FALLBACK_USER_AGENT
         self.requests_made += 1

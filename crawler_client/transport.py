@@ -26,6 +26,7 @@ import urllib3.exceptions
 
 from crawler_client.cookie_blob import parse_cookie_blob
 from crawler_client.cookie_jar import BoundedCookieJar, site_domain
+from crawler_client.headers import merge_headers
 from crawler_client.observer import current as current_observer
 from crawler_client.sources.base import PageRequest
 from icecrawler.deadline import WATCHDOG, DeadlinePassed, Watch, Watchdog
@@ -265,15 +266,13 @@ class Urllib3Transport:
         body: str | None = urllib.parse.urlencode(request.data) if request.data is not None else None
         timeout = urllib3.Timeout(connect=timeout_s, read=timeout_s)
         for _ in range(MAX_REDIRECTS + 1):
-            sent = {**DEFAULT_HEADERS, **headers}
-            if body is not None:
-                sent.setdefault("Content-Type", "application/x-www-form-urlencoded")
+            form = {"Content-Type": "application/x-www-form-urlencoded"} if body is not None else {}
+            sent = merge_headers(DEFAULT_HEADERS, form, headers)
             cookie_request = urllib.request.Request(url, method=method)
             self.session.cookies.add_cookie_header(cookie_request)
             cookie = cookie_request.get_header("Cookie")
             if cookie:
-                sent["Cookie"] = cookie
-                sent.update(self._cookie_headers(request, url))
+                sent = merge_headers(sent, {"Cookie": cookie}, self._cookie_headers(request, url))
             response = self.session.pool.urlopen(
                 method,
                 url,

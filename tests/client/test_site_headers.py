@@ -37,6 +37,8 @@ class _Recorder(http.server.BaseHTTPRequestHandler):
     the test queued for the next answer."""
 
     seen: ClassVar[list[tuple[str, dict[str, str]]]] = []
+    #: Each request's header lines as sent (a name sent twice is there twice).
+    raw: ClassVar[list[list[tuple[str, str]]]] = []
     set_cookies: ClassVar[list[str]] = []
     #: Answer every request with a 302 to this URL when it is set.
     redirect_to = ""
@@ -45,6 +47,7 @@ class _Recorder(http.server.BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         with self.lock:
             self.seen.append((self.path, {name.lower(): value for name, value in self.headers.items()}))
+            self.raw.append(list(self.headers.items()))
             cookies, self.set_cookies[:] = list(self.set_cookies), []
         body = b'{"ok":1}'
         if self.redirect_to:
@@ -81,7 +84,7 @@ class _Elsewhere(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture()
 def site() -> Iterator[str]:
-    _Recorder.seen, _Recorder.set_cookies, _Recorder.redirect_to = [], [], ""
+    _Recorder.seen, _Recorder.raw, _Recorder.set_cookies, _Recorder.redirect_to = [], [], [], ""
     with serving_http(_Recorder) as base:
         yield base
 
@@ -267,3 +270,22 @@ def test_a_refresh_the_report_cannot_carry_is_left_out_and_the_report_kept(site:
     runner.close()
     assert result.report.account_cookies == "" and result.report.outcome == "Ok"
     assert _Recorder.seen[-1][1]["cookie"] == blob  # the first request went out with the blob's cookies
+
+
+def test_headers_named_in_another_case_replace_rather_than_repeat(site: str) -> None:
+    """Header names are case-insensitive, and a browser's "copy as fetch" writes them in lower case: an operator who
+    pastes ``accept``, ``referer`` or ``x-xsrf-token`` into ``sources.<name>.headers`` overrides the default or is
+    overridden by the request's own, as the docs say; before, both went out (two Accepts, two Referers, and two
+    ``X-XSRF-TOKEN`` values the site reads as one token that matches no cookie)."""
+    source = get_source("weibo_web")
+    setting = "accept: text/html\nreferer: https://weibo.com/\nx-xsrf-token: pasted\naccept-encoding: gzip"
+    cache = SessionCache()
+    session = cache.session("weibo_web", Account("acct", "SUB=login; XSRF-TOKEN=live"), site)
+    fetcher = Fetcher(Urllib3Transport(session), POLICY, headers=source_headers(source.default_headers, "", setting))
+    fetcher.fetch(source.first_request(make_task("weibo_web", "5612345678"), site))
+    cache.close()
+    names = [name.lower() for name, _ in _Recorder.raw[-1]]
+    assert sorted(name for name in set(names) if names.count(name) > 1) == []
+    sent = _Recorder.seen[-1][1]
+    assert sent["accept"] == "text/html" and sent["accept-encoding"] == "gzip"  # the setting over the defaults
+    assert sent["referer"] == f"{site}/u/5612345678" and sent["x-xsrf-token"] == "live"  # the request's own on top
