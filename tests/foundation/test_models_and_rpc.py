@@ -107,6 +107,7 @@ def test_task_and_report_survive_the_slice_round_trip() -> None:
         fetches=4,
         new_item_times_ms=(1_700_000_000_000, 1_699_999_400_000, 1_699_998_800_000),
         discovered_ids=("101", "sku-7.b"),
+        account_cookies="SUB=refreshed; SUBP=p",
     )
     # every field is set off its default, so a field the conversion forgets fails here
     assert all(getattr(report, f.name) != f.default for f in dataclasses.fields(Report))
