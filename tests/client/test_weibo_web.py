@@ -281,7 +281,9 @@ def test_a_full_text_carried_inline_as_long_text_content_is_used_without_a_longt
     mblog["longText"] = {"content": ""}
     page = parse("weibo_web", TASK, SOURCE.first_request(TASK, BASE), json.dumps(mblog).encode())
     assert page.info["long_text_ids"] == "4700000000009001"
-    assert page.items[0].text == "长文开头 ...展开"
+    (post,) = page.items
+    assert isinstance(post, Post)
+    assert post.text == "长文开头 ...展开"
 
 
 def test_a_page_of_quick_reposts_marked_ori_mid_is_not_another_accounts_timeline() -> None:
