@@ -48,6 +48,10 @@ REPLAY_BACKOFF_S = (0.2, 5.0)
 COUNT_BUDGET_S = 1.5
 
 
+class _BackendFailed(Exception):
+    """The backend refused a replayed entry (as opposed to the spool failing under the replay)."""
+
+
 @dataclass(frozen=True)
 class WriteResult:
     """How many records of a call reached the backend, and how many were spooled for replay."""
@@ -106,6 +110,8 @@ class StorageService:
         self._lock = threading.Lock()
         self._counters = {"accepted": 0, "rejected": 0, "stored": 0, "spooled": 0, "replayed": 0}
         self._last_error = ""
+        #: Why the replay last could not read or shrink the spool ("" once it could): said once, not per retry.
+        self._spool_error = ""
         #: Batches with rejected records are logged at most once a minute per table (they are all counted).
         self._rejections = LogThrottle()
         #: Wall time the spool last went from empty to non-empty (None while empty): the spool's age.
@@ -196,33 +202,65 @@ class StorageService:
     # --- replay ------------------------------------------------------------------------------------------------
 
     def _replay_loop(self) -> None:
+        """Replay until stopped; nothing ends it early. A backend that is down, or a spool that cannot be read or
+        shrunk (a full disk: a delete writes to SQLite's WAL too), is tried again after a backoff, so the spool
+        drains once there is room again. An entry the backend took but the spool kept is replayed again later,
+        which only rewrites the same rows."""
         backoff = REPLAY_BACKOFF_S[0]
         while not self._stop.is_set():
-            entry = self.spool.oldest()
-            if entry is None:
+            try:
+                replayed = self._replay_oldest()
+            except _BackendFailed as exc:
+                self._note_error(str(exc))
+                replayed = False
+            except StorageUnavailableError as exc:
+                self._note_spool_error(str(exc))
+                replayed = False
+            except Exception:  # a bug must not end the replay for good: logged with its traceback, tried again
+                log.exception("spool replay failed")
+                replayed = False
+            if replayed is None:
                 self._wake.wait(timeout=1.0)
                 self._wake.clear()
-                continue
-            seq, blob, records = entry
-            table, rows = schema.decode_rows(blob)
-            try:
-                self.store.put(table, rows)
-            except StorageUnavailableError as exc:
-                self._note_error(str(exc))
+            elif replayed:
+                backoff = REPLAY_BACKOFF_S[0]
+            else:
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, REPLAY_BACKOFF_S[1])
-                continue
-            self.spool.remove(seq)
-            backoff = REPLAY_BACKOFF_S[0]
-            if self.observer is not None:
-                self.observer.replayed(table, records)
-            with self._lock:
-                self._counters["replayed"] += records
-                if self.spool.depth() == 0:
-                    self._spooled_since = None
-                if self.spool.depth() == 0 and self._last_error:
-                    log.info("spool drained; backend %s is back", self.store.name)
-                    self._last_error = ""
+
+    def _replay_oldest(self) -> bool | None:
+        """Move the oldest spooled entry to the backend: True once done, None when the spool is empty. Raises
+        ``_BackendFailed`` when the backend refused it, StorageUnavailableError when the spool failed."""
+        entry = self.spool.oldest()
+        if entry is None:
+            return None
+        seq, blob, records = entry
+        table, rows = schema.decode_rows(blob)
+        try:
+            self.store.put(table, rows)
+        except StorageUnavailableError as exc:
+            raise _BackendFailed(str(exc)) from exc
+        self.spool.remove(seq)
+        if self.observer is not None:
+            self.observer.replayed(table, records)
+        with self._lock:
+            self._counters["replayed"] += records
+            if self._spool_error:
+                log.info("spool writable again; replaying")
+                self._spool_error = ""
+            if self.spool.depth() == 0:
+                self._spooled_since = None
+            if self.spool.depth() == 0 and self._last_error:
+                log.info("spool drained; backend %s is back", self.store.name)
+                self._last_error = ""
+        return True
+
+    def _note_spool_error(self, message: str) -> None:
+        """The spool failed under the replay: said once (a warning), then the replay tries again quietly."""
+        with self._lock:
+            first = not self._spool_error
+            self._spool_error = message
+        (log.warning if first else log.debug)("spool replay held up, trying again: %s", message)
 
     def wait_drained(self, timeout_s: float) -> bool:
         """Block until the spool is empty (tests, benchmarks); False if it is not within ``timeout_s``."""

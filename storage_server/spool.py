@@ -37,11 +37,11 @@ class SpoolQueue(Protocol):
         """Durably add one entry; raise StorageUnavailableError if that is impossible (disk full, ...)."""
 
     def oldest(self) -> SpoolEntry | None:
-        """The oldest entry, left in place (None when empty)."""
+        """The oldest entry, left in place (None when empty); StorageUnavailableError if the spool cannot be read."""
         ...
 
     def remove(self, seq: int) -> None:
-        """Drop an entry once the backend has it."""
+        """Drop an entry once the backend has it; StorageUnavailableError (the entry stays) if that is impossible."""
 
     def depth(self) -> int:
         """Records waiting (not entries)."""
@@ -116,17 +116,24 @@ class SqliteSpool:
             raise StorageUnavailableError(f"cannot write the spool {self.path}: {exc}") from exc
 
     def oldest(self) -> SpoolEntry | None:
-        with self._lock:
-            row = self._conn.execute("SELECT seq, blob, records FROM spool ORDER BY seq LIMIT 1").fetchone()
+        try:
+            with self._lock:
+                row = self._conn.execute("SELECT seq, blob, records FROM spool ORDER BY seq LIMIT 1").fetchone()
+        except sqlite3.Error as exc:
+            raise StorageUnavailableError(f"cannot read the spool {self.path}: {exc}") from exc
         return None if row is None else (int(row[0]), bytes(row[1]), int(row[2]))
 
     def remove(self, seq: int) -> None:
-        with self._lock:
-            row = self._conn.execute("DELETE FROM spool WHERE seq = ? RETURNING records", (seq,)).fetchone()
-            if row is not None:
-                self._depth -= int(row[0])
-                if self._depth == 0:
-                    self._reclaim()
+        """A delete writes too (SQLite's WAL): on a full disk it fails like an append, and the entry stays."""
+        try:
+            with self._lock:
+                row = self._conn.execute("DELETE FROM spool WHERE seq = ? RETURNING records", (seq,)).fetchone()
+                if row is not None:
+                    self._depth -= int(row[0])
+                    if self._depth == 0:
+                        self._reclaim()
+        except sqlite3.Error as exc:
+            raise StorageUnavailableError(f"cannot remove a replayed entry from the spool {self.path}: {exc}") from exc
 
     def _reclaim(self) -> None:
         """Give back the disk an emptied spool holds (under ``_lock``). SQLite keeps a file at its largest size, its

@@ -21,7 +21,7 @@ from storage_server.integrity import check_sqlite_file, check_store_file, journa
 from storage_server.service import StorageService
 from storage_server.spool import MemorySpool
 from storage_server.stores import MemoryStore, SqliteStore
-from tests.helpers import killed_midway, refused_as_half_rebuilt, salvage_killed_at
+from tests.helpers import killed_midway, refused_as_half_rebuilt, salvage_killed_at, wait_for
 from tests.storage.conftest import StorageServerRunner, make_post, make_review
 from tests.tmpfs import fill, small_tmpfs
 
@@ -251,6 +251,56 @@ def test_a_full_disk_is_a_declared_error_the_server_survives_and_takes_writes_ag
             runner.stop()
         log = runner.process.log_tail(300) if runner.process else ""
         assert "Traceback" not in log
+
+
+@pytest.mark.ice
+def test_a_spool_on_a_full_disk_drains_once_there_is_room_again(tmp_path: Path) -> None:
+    """The spool on a file system of its own fills while it holds records the store has not taken. Once the store
+    takes them again, the replay cannot delete the entries it moved (a delete writes SQLite's WAL too): it says
+    so and keeps trying, and drains the spool once there is room, every acknowledged record stored once."""
+    with small_tmpfs(tmp_path / "store", 8) as store_fs, small_tmpfs(tmp_path / "spool", 8) as spool_fs:
+        runner = StorageServerRunner(
+            tmp_path / "server",
+            {"storage.embedded.path": str(store_fs / "store.sqlite3"), "storage.spool_dir": str(spool_fs / "spool")},
+        )
+        runner.start()
+        assert runner.process is not None
+        log = runner.process.log_tail
+        try:
+            with rpc.communicator() as comm:
+                proxy = runner.proxy(comm)
+                acknowledged = 0
+
+                def write(batch: int) -> Any:
+                    nonlocal acknowledged
+                    reviews = [
+                        rpc.review_to_slice(make_review(f"b{batch}-{n}", content="好" * 400)) for n in range(100)
+                    ]
+                    ack = proxy.writeReviews(reviews)
+                    acknowledged += ack.stored + ack.spooled
+                    return ack
+
+                assert write(0).stored == 100
+                store_filler = fill(store_fs)
+                assert all(write(batch).spooled == 100 for batch in range(1, 6))  # the store is full: spooled
+                spool_filler = fill(spool_fs)
+                store_filler.unlink()  # the store takes writes again; the spool is full
+                wait_for(
+                    lambda: "cannot remove a replayed entry" in log(400) or "Traceback" in log(400),
+                    lambda: f"the replay never reached the full spool:\n{log()}",
+                )
+                assert runner.process.alive()
+                spool_filler.unlink()
+                wait_for(
+                    lambda: proxy.stats().spoolDepth == 0,
+                    lambda: f"the spool never drained ({proxy.stats().spoolDepth} records left):\n{log()}",
+                )
+                assert proxy.stats().reviews == acknowledged == 600  # each acknowledged record, once
+                assert write(6).stored == 100  # straight to the store again
+        finally:
+            runner.stop()
+        assert "Traceback" not in log(400)
+        assert log(400).count("spool replay held up") == 1  # said once, not at every retry
 
 
 # --- one bad record ---------------------------------------------------------------------------------------------------
