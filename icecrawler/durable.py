@@ -21,6 +21,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
 import stat
 import time
 from collections.abc import Callable, Iterator
@@ -30,8 +31,15 @@ from typing import Any, BinaryIO, TextIO
 
 from icecrawler.errors import ServiceError
 
+#: Below this many free bytes, a data file that cannot be opened or checked is taken to be on a full disk, whatever
+#: the library calls the failure (SQLite says "disk I/O error" when it cannot size its shared-memory file).
+NEARLY_FULL_BYTES = 1 << 20
+#: How the libraries word a full disk (Berkeley DB passes on strerror(ENOSPC); SQLite has its own SQLITE_FULL text).
+_FULL_WORDS = ("No space left on device", "database or disk is full")
+
 __all__ = [
     "aside_path",
+    "full_disk",
     "journal_files",
     "publish",
     "read_journal",
@@ -218,3 +226,18 @@ def aside_path(path: Path) -> Path:
         if not any(candidate.parent.glob(candidate.name + "*")):
             return candidate
     raise FileExistsError(f"no free name beside {path} for its damaged copy")
+
+
+def full_disk(path: Path, failure: str) -> str:
+    """Why ``failure`` (opening or checking a data file at ``path``) is a full disk rather than a damaged file: a
+    phrase such as "the file system of /var/lib/x is full (0 bytes free)", or "" when it is not. A start-up check
+    asks before it calls a file damaged, so that nobody runs ``--recover`` (which needs space of its own) to cure a
+    full disk."""
+    directory = next((candidate for candidate in (path, *path.parents) if candidate.is_dir()), Path("."))
+    try:
+        free = shutil.disk_usage(directory).free
+    except OSError:
+        return ""
+    if free >= NEARLY_FULL_BYTES and not any(words in failure for words in _FULL_WORDS):
+        return ""
+    return f"the file system of {directory} is full ({free} bytes free)"

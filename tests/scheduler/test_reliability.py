@@ -28,12 +28,13 @@ from tests.tmpfs import fill, small_tmpfs
 pytestmark = [pytest.mark.bdb]
 
 
-def start_second(db_dir: Path, tmp: Path) -> subprocess.CompletedProcess[str]:
-    """``icecrawler scheduler`` on ``db_dir`` (another port); returns once it exits (it must)."""
+def start_second(db_dir: Path, tmp: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    """``icecrawler scheduler`` on ``db_dir`` (another port) with ``extra`` options; returns once it exits (it
+    must)."""
     conf = tmp / "second.conf"
     conf.write_text("SchedulerAdapter.Endpoints=tcp -h 127.0.0.1 -p 0\n")
     return subprocess.run(
-        icecrawler_argv("scheduler", f"--set=scheduler.db_dir={db_dir}", f"--Ice.Config={conf}"),
+        icecrawler_argv("scheduler", f"--set=scheduler.db_dir={db_dir}", f"--Ice.Config={conf}", *extra),
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -245,6 +246,26 @@ def test_a_full_disk_is_a_declared_error_the_daemon_survives_and_serves_again(tm
         daemon.start()
         assert prx.stats().tasks == len(acknowledged)  # every acknowledged add survived the crash
         assert "Traceback" not in (daemon.process.log_tail(400) if daemon.process else "")
+
+
+@pytest.mark.ice
+@pytest.mark.parametrize("recover", [False, True])
+def test_a_new_database_on_a_full_disk_is_refused_as_a_full_disk_not_as_damage(tmp_path: Path, recover: bool) -> None:
+    """A first start on a full disk cannot write the first log file: the refusal says the disk is full, not that
+    the database is damaged (whose cure, --recover, needs room for a second copy), and once there is space the
+    same directory starts."""
+    C = rpc.crawler()
+    with small_tmpfs(tmp_path / "fs", 16) as fs:
+        filler = fill(fs)
+        refused = start_second(fs / "db", tmp_path, *(["--recover"] if recover else []))
+        assert refused.returncode == 2
+        lines = refused.stderr.strip().splitlines()
+        assert len(lines) == 1 and "is full" in lines[0] and "Free some space" in lines[0], refused.stderr
+        assert "is damaged" not in lines[0]
+        assert not list(fs.glob("db.damaged-*"))  # nothing moved aside
+        filler.unlink()
+        with scheduler_daemon(tmp_path, scheduler__db_dir=fs / "db") as daemon, scheduler_proxy(daemon) as prx:
+            assert prx.addUsers(["jd:1", "jd:2"], C.TaskKind.ProductReviews) == 2
 
 
 def test_recover_keeps_the_lock_file_where_the_next_daemon_looks(tmp_path: Path) -> None:

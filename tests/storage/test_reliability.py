@@ -303,6 +303,34 @@ def test_a_spool_on_a_full_disk_drains_once_there_is_room_again(tmp_path: Path) 
         assert log(400).count("spool replay held up") == 1  # said once, not at every retry
 
 
+@pytest.mark.ice
+@pytest.mark.parametrize("recover", [False, True])
+def test_a_store_on_a_full_disk_at_start_is_refused_as_a_full_disk_not_as_damage(tmp_path: Path, recover: bool) -> None:
+    """SQLite cannot open a file in WAL mode without room for its shared-memory file, and calls that a "disk I/O
+    error": the refusal must say the disk is full (not that the store is damaged, whose cure, --recover, needs room
+    for a second copy), move nothing aside, and the server must start on the same files once there is space."""
+    with small_tmpfs(tmp_path / "fs", 16) as fs:
+        store, spool = fs / "store.sqlite3", fs / "spool"
+        filled_store(store)
+        filler = fill(fs)
+        refused = start_storage(tmp_path, store, spool, *(["--recover"] if recover else []))
+        assert refused.returncode == 2
+        errors = [line for line in refused.stderr.splitlines() if "error:" in line]
+        assert len(errors) == 1 and "is full" in errors[0] and "Free some space" in errors[0], refused.stderr
+        assert "is damaged" not in refused.stderr and "Traceback" not in refused.stderr
+        assert not list(fs.glob("store.sqlite3.damaged-*"))  # nothing moved aside
+        filler.unlink()
+        runner = StorageServerRunner(
+            tmp_path / "server", {"storage.embedded.path": str(store), "storage.spool_dir": str(spool)}
+        )
+        runner.start()
+        try:
+            with rpc.communicator() as comm:
+                assert runner.proxy(comm).stats().reviews == ROWS
+        finally:
+            runner.stop()
+
+
 # --- one bad record ---------------------------------------------------------------------------------------------------
 
 
