@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from icecrawler.durable import publish, sync_tree
+from icecrawler.durable import names_full_disk, publish, sync_tree
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -161,7 +161,13 @@ class PeriodicBackups(threading.Thread):
             except Exception as exc:  # one line, then the next try; the daemon runs on
                 self.failed += 1
                 log.error(
-                    "%s backup failed, next try in %.0fs: %s: %s", self.what, self.retry_s, type(exc).__name__, exc
+                    "%s backup failed, next try in %.0fs: %s: %s (backup directory %s%s)",
+                    self.what,
+                    self.retry_s,
+                    type(exc).__name__,
+                    exc,
+                    self.plan.directory,
+                    _room_left(self.plan.directory, str(exc)),
                 )
                 wait = self.retry_s
                 continue
@@ -194,6 +200,18 @@ class PeriodicBackups(threading.Thread):
         self.stopped.set()
         if self.is_alive():
             self.join()
+
+
+def _room_left(directory: Path, failure: str) -> str:
+    """For a failure that says a disk is full, the room left in the backup directory: the copying library's message
+    names only the files it copied, and the full disk may be theirs or the backups'."""
+    if not names_full_disk(failure):
+        return ""
+    try:
+        free = shutil.disk_usage(directory).free
+    except OSError:
+        return ""
+    return f": {free} bytes free there; a backup needs room for one copy more than backup_keep"
 
 
 def backup_dir_keys(settings: Settings, role: str) -> list[str]:

@@ -41,6 +41,7 @@ __all__ = [
     "aside_path",
     "full_disk",
     "journal_files",
+    "names_full_disk",
     "publish",
     "read_journal",
     "remove_journal",
@@ -238,6 +239,11 @@ def full_disk(path: Path, failure: str) -> str:
         free = shutil.disk_usage(directory).free
     except OSError:
         return ""
-    if free >= NEARLY_FULL_BYTES and not any(words in failure for words in _FULL_WORDS):
+    if free >= NEARLY_FULL_BYTES and not names_full_disk(failure):
         return ""
     return f"the file system of {directory} is full ({free} bytes free)"
+
+
+def names_full_disk(failure: str) -> bool:
+    """Whether a library's error message says that a disk is full (which disk, it may not say)."""
+    return any(words in failure for words in _FULL_WORDS)

@@ -18,6 +18,7 @@ from scheduler_server.integrity import MARKER, backup_checked, open_checked
 from scheduler_server.store import BdbQueueStore, MemoryQueueStore
 from tests.helpers import disk_space, wait_for
 from tests.scheduler.daemon import CHURN_SETTINGS, SchedulerDaemon, audit, scheduler_daemon, scheduler_proxy
+from tests.tmpfs import fill, small_tmpfs
 
 pytestmark = [pytest.mark.ice, pytest.mark.bdb, pytest.mark.slow]
 
@@ -134,3 +135,31 @@ def test_a_backup_that_fails_its_check_is_refused_and_a_checked_one_opens_like_t
     finally:
         store.close()
     open_checked(tmp_path / "good").close()  # what a restored scheduler runs first
+
+
+def test_a_full_backup_disk_is_named_in_the_log_and_backups_resume_once_there_is_room(tmp_path: Path) -> None:
+    """Berkeley DB's message names only the database being copied; the ERROR line must name the backup directory
+    and its room, so that nobody goes looking on the database's own disk. The daemon serves on, and takes the next
+    backup once there is room."""
+    with (
+        small_tmpfs(tmp_path / "backups", 48) as backup_dir,
+        scheduler_daemon(
+            tmp_path, scheduler__backup_dir=backup_dir, scheduler__backup_interval_s=1, scheduler__backup_keep=1
+        ) as daemon,
+        scheduler_proxy(daemon) as prx,
+    ):
+        assert daemon.process is not None
+        log = daemon.process.log_tail
+        wait_for(lambda: len(BackupPlan(backup_dir, "scheduler", 1, 1).complete()) == 1, "no first backup")
+        filler = fill(backup_dir)
+        wait_for(lambda: "backup failed" in log(50), lambda: f"no failed backup on the full disk:\n{log()}")
+        failed = next(line for line in log(50).splitlines() if "backup failed" in line)
+        assert f"(backup directory {backup_dir}: 0 bytes free there" in failed, failed
+        assert prx.addUsers(["jd:1"], C.TaskKind.ProductReviews) == 1  # serves on
+        newest = BackupPlan(backup_dir, "scheduler", 1, 1).complete()[-1]
+        filler.unlink()
+        wait_for(
+            lambda: BackupPlan(backup_dir, "scheduler", 1, 1).complete()[-1] != newest,
+            lambda: f"no backup once there was room:\n{log()}",
+        )
+        assert not list(backup_dir.glob("*.partial"))
