@@ -250,12 +250,23 @@ def test_a_full_disk_is_a_declared_error_the_daemon_survives_and_serves_again(tm
 
 @pytest.mark.ice
 @pytest.mark.parametrize("recover", [False, True])
-def test_a_new_database_on_a_full_disk_is_refused_as_a_full_disk_not_as_damage(tmp_path: Path, recover: bool) -> None:
-    """A first start on a full disk cannot write the first log file: the refusal says the disk is full, not that
-    the database is damaged (whose cure, --recover, needs room for a second copy), and once there is space the
-    same directory starts."""
+@pytest.mark.parametrize("state", ["new", "crashed"])
+def test_a_database_on_a_full_disk_at_start_is_refused_as_a_full_disk_not_as_damage(
+    tmp_path: Path, state: str, recover: bool
+) -> None:
+    """A first start on a full disk cannot write the first log file, and a database left by a crash cannot be
+    recovered without writing: the refusal says the disk is full, not that the database is damaged (whose cure,
+    --recover, needs room for a second copy), and once there is space the same directory starts with every task."""
     C = rpc.crawler()
-    with small_tmpfs(tmp_path / "fs", 16) as fs:
+    ids = [f"jd:{n}" for n in range(1, 201)] if state == "crashed" else []
+    with small_tmpfs(tmp_path / "fs", 48) as fs:
+        if ids:
+            with (
+                scheduler_daemon(tmp_path, scheduler__db_dir=fs / "db") as daemon,
+                scheduler_proxy(daemon) as prx,
+            ):
+                assert prx.addUsers(ids, C.TaskKind.ProductReviews) == len(ids)
+                daemon.kill9()
         filler = fill(fs)
         refused = start_second(fs / "db", tmp_path, *(["--recover"] if recover else []))
         assert refused.returncode == 2
@@ -265,7 +276,8 @@ def test_a_new_database_on_a_full_disk_is_refused_as_a_full_disk_not_as_damage(t
         assert not list(fs.glob("db.damaged-*"))  # nothing moved aside
         filler.unlink()
         with scheduler_daemon(tmp_path, scheduler__db_dir=fs / "db") as daemon, scheduler_proxy(daemon) as prx:
-            assert prx.addUsers(["jd:1", "jd:2"], C.TaskKind.ProductReviews) == 2
+            assert prx.stats().tasks == len(ids)
+            assert prx.addUsers(["jd:1", "jd:999"], C.TaskKind.ProductReviews) == (1 if ids else 2)
 
 
 def test_recover_keeps_the_lock_file_where_the_next_daemon_looks(tmp_path: Path) -> None:
