@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from icecrawler.durable import replaced_whole
-from icecrawler.errors import ConfigError
+from icecrawler.errors import ConfigError, ServiceError
 from icecrawler.settings import Settings
 from icecrawler_cli.commands import BaseCommand
 
@@ -60,6 +60,12 @@ class Command(BaseCommand):
             else:
                 with replaced_whole(Path(args.output)) as out:
                     count = export(store, args.table, out, args.fmt, args.since, progress.update, args.owner)
+        except OSError as exc:
+            if exc.filename or isinstance(exc, BrokenPipeError):  # named already; `| head` ends as a pipe's writer does
+                raise
+            # A failed write (a full disk) names no file: say which one, and what became of the previous export.
+            where = "standard output" if args.output == "-" else f"{args.output} (left as it was)"
+            raise ServiceError(f"cannot write the export to {where}: {exc.strerror or exc}") from exc
         finally:
             store.close()
         progress.done(count)

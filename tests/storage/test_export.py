@@ -16,6 +16,7 @@ from storage_server.export import export
 from storage_server.stores import MemoryStore, SqliteStore
 from tests.helpers import killed_midway
 from tests.storage.conftest import BIG_ID, make_post, make_review
+from tests.tmpfs import small_tmpfs
 
 
 def test_cli_exports_jsonl_from_the_embedded_store(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -133,3 +134,23 @@ def test_an_export_file_is_only_ever_whole(tmp_path: Path) -> None:
     assert len(out.read_text(encoding="utf-8").splitlines()) == 3000
     assert not (tmp_path / "weibo.jsonl.partial").exists()
     assert main([*args[:-1], "/dev/null", "--no-progress"]) == 0
+
+
+def test_an_export_onto_a_full_disk_names_where_it_could_not_write_and_keeps_the_previous_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A write that fails (no space) has no file name in it: the one-line error must name the output, and the
+    previous export stays whole, without a ``.partial`` beside it."""
+    db = tmp_path / "store.sqlite3"
+    store = SqliteStore(db)
+    store.put(schema.REVIEW, [schema.review_row(make_review(f"r{n}", minute=n % 60)) for n in range(12000)])
+    store.close()
+    with small_tmpfs(tmp_path / "fs", 1) as fs:
+        out = fs / "review.jsonl"
+        out.write_text("the previous export\n", encoding="utf-8")
+        args = ["export", "--table", "review", "--set", f"storage.embedded.path={db}", "--no-progress"]
+        assert main([*args, "-o", str(out)]) == 2
+        error = capsys.readouterr().err.strip().splitlines()
+        assert len(error) == 1 and str(out) in error[0] and "No space left on device" in error[0], error
+        assert out.read_text(encoding="utf-8") == "the previous export\n"
+        assert sorted(path.name for path in fs.iterdir()) == ["review.jsonl"]
