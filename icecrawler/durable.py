@@ -40,6 +40,7 @@ _FULL_WORDS = ("No space left on device", "database or disk is full")
 __all__ = [
     "aside_path",
     "full_disk",
+    "full_disk_note",
     "journal_files",
     "names_full_disk",
     "publish",
@@ -247,3 +248,9 @@ def full_disk(path: Path, failure: str) -> str:
 def names_full_disk(failure: str) -> bool:
     """Whether a library's error message says that a disk is full (which disk, it may not say)."""
     return any(words in failure for words in _FULL_WORDS)
+
+
+def full_disk_note(path: Path, failure: str) -> str:
+    """``full_disk`` as the end of an error message: " (the file system of ... is full (N bytes free))", or ""."""
+    full = full_disk(path, failure)
+    return f" ({full})" if full else ""

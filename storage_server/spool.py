@@ -15,6 +15,7 @@ from collections import deque
 from pathlib import Path
 from typing import Protocol
 
+from icecrawler.durable import full_disk_note
 from icecrawler.errors import StorageUnavailableError
 
 __all__ = ["MemorySpool", "SpoolEntry", "SpoolQueue", "SqliteSpool"]
@@ -102,7 +103,9 @@ class SqliteSpool:
             )
             self._depth = int(self._conn.execute("SELECT coalesce(sum(records), 0) FROM spool").fetchone()[0])
         except (OSError, sqlite3.Error) as exc:
-            raise StorageUnavailableError(f"cannot open the spool {self.path}: {exc}") from exc
+            raise StorageUnavailableError(
+                f"cannot open the spool {self.path}: {exc}{full_disk_note(self.path, str(exc))}"
+            ) from exc
         if self._depth == 0:
             with self._lock:
                 self._reclaim()  # a spool left large by an outage before this rule

@@ -15,6 +15,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Protocol
 
+from icecrawler.durable import full_disk_note
 from icecrawler.errors import StorageUnavailableError
 from storage_server.schema import COLUMNS, TABLES, Column, Row
 
@@ -156,7 +157,9 @@ class SqliteStore:
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}")
         except sqlite3.Error as exc:
-            raise StorageUnavailableError(f"cannot open embedded store {self.path}: {exc}") from exc
+            raise StorageUnavailableError(
+                f"cannot open embedded store {self.path}: {exc}{full_disk_note(self.path, str(exc))}"
+            ) from exc
         return conn
 
     def put(self, table: str, rows: Sequence[Row]) -> None:

@@ -13,6 +13,7 @@ from storage_server import schema
 from storage_server.spool import SqliteSpool
 from storage_server.stores import SqliteStore
 from tests.storage.conftest import USER, make_post, make_review
+from tests.tmpfs import fill, small_tmpfs
 
 
 def purge(tmp_path: Path, *args: str) -> list[str]:
@@ -26,13 +27,18 @@ def purge(tmp_path: Path, *args: str) -> list[str]:
     ]
 
 
-@pytest.fixture
-def stored(tmp_path: Path) -> Path:
+def stored_in(tmp_path: Path) -> Path:
+    """An embedded store in ``tmp_path`` with six posts of two users and one review."""
     store = SqliteStore(tmp_path / "store.sqlite3")
     store.put(schema.WEIBO, [schema.post_row(make_post(n, user_id=USER + n % 2, minute=n)) for n in range(1, 7)])
     store.put(schema.REVIEW, [schema.review_row(make_review("r1", product_id=str(USER + 1)))])
     store.close()
     return tmp_path / "store.sqlite3"
+
+
+@pytest.fixture
+def stored(tmp_path: Path) -> Path:
+    return stored_in(tmp_path)
 
 
 def users(path: Path) -> list[int]:
@@ -77,3 +83,21 @@ def test_bad_owner_and_missing_store_are_clear_errors(
     stored.unlink()
     assert main(purge(tmp_path, "--table", "review", "--owner", "p1", "--yes")) == 2
     assert "nothing to purge" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["purge", "export"])
+def test_a_store_on_a_full_disk_is_said_to_be_on_a_full_disk(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    """SQLite cannot open a store in WAL mode without room for its shared-memory file, and calls that a "disk I/O
+    error", which reads like failing hardware: the one-line error must say the disk is full, and nothing changes."""
+    with small_tmpfs(tmp_path / "fs", 8) as fs:
+        filled = stored_in(fs)
+        filler = fill(fs)
+        args = ["--table", "weibo", "--owner", str(USER)]
+        argv = purge(fs, *args, "--yes") if command == "purge" else ["export", *args, *purge(fs)[1:], "-o", "-"]
+        assert main(argv) == 2
+        error = capsys.readouterr().err.strip().splitlines()
+        assert len(error) == 1 and f"the file system of {fs} is full" in error[0], error
+        filler.unlink()
+        assert len(users(filled)) == 6  # nothing was deleted
