@@ -249,6 +249,57 @@ def test_a_full_disk_is_a_declared_error_the_daemon_survives_and_serves_again(tm
 
 
 @pytest.mark.ice
+def test_leases_and_reports_on_a_full_disk_are_refused_whole_and_a_refused_report_is_taken_later(
+    tmp_path: Path,
+) -> None:
+    """getUsers and putUsers on a full disk: each refused call is a declared error that changed nothing (no task
+    leased to nobody, no report half applied), and a client that keeps a refused report and sends it again with the
+    same lease once there is room has it taken; every acknowledged report survives a kill -9."""
+    C = rpc.crawler()
+    settings = {"scheduler__lease_s": 3600, "scheduler__policy": "fixed", "scheduler__initial_period_s": 3600}
+    with (
+        small_tmpfs(tmp_path / "fs", 48) as fs,
+        scheduler_daemon(tmp_path, scheduler__db_dir=fs / "db", **settings) as daemon,
+        scheduler_proxy(daemon) as prx,
+    ):
+        for start in range(0, 6000, 200):
+            prx.addUsers([f"jd:{n}" for n in range(start + 1, start + 201)], C.TaskKind.ProductReviews)
+        held = [task for _ in range(15) for task in prx.getUsers("w1", 200)]  # 3000 leased, 3000 pending
+        filler = fill(fs)
+        reported: list[Any] = []
+        refused: list[Any] = []
+        for start in range(0, len(held), 20):
+            reports = [
+                C.Report(taskId=t.id, leaseToken=t.leaseToken, newItems=1, windowItems=9, cursor="c" * 2000)
+                for t in held[start : start + 20]
+            ]
+            try:
+                prx.putUsers(reports)
+                reported += reports
+            except C.StorageUnavailable as exc:
+                assert "No space left on device" in exc.message and "nothing was changed" in exc.message
+                refused += reports
+                break
+        assert refused, "the disk never filled up"
+        with pytest.raises(C.StorageUnavailable, match="nothing was changed"):
+            prx.getUsers("w2", 20)
+        stats = prx.stats()
+        assert (stats.inflight, stats.done) == (len(held) - len(reported), len(reported))  # nothing half applied
+        assert daemon.process is not None and daemon.process.alive()
+        filler.unlink()
+        prx.putUsers(refused)  # kept by the client and sent again with the same lease: taken now
+        assert len(prx.getUsers("w2", 20)) == 20  # leasing again
+        daemon.kill9()
+        daemon.start()
+        stats = prx.stats()
+        assert (stats.tasks, stats.done, stats.inflight) == (
+            6000,
+            len(reported) + len(refused),
+            len(held) - len(reported) - len(refused) + 20,
+        )
+
+
+@pytest.mark.ice
 @pytest.mark.parametrize("recover", [False, True])
 @pytest.mark.parametrize("state", ["new", "crashed"])
 def test_a_database_on_a_full_disk_at_start_is_refused_as_a_full_disk_not_as_damage(
