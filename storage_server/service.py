@@ -112,6 +112,8 @@ class StorageService:
         self._last_error = ""
         #: Why the replay last could not read or shrink the spool ("" once it could): said once, not per retry.
         self._spool_error = ""
+        #: Replay failures that are no outage (a bug): logged with their traceback at most once a minute.
+        self._replay_failures = LogThrottle()
         #: Batches with rejected records are logged at most once a minute per table (they are all counted).
         self._rejections = LogThrottle()
         #: Wall time the spool last went from empty to non-empty (None while empty): the spool's age.
@@ -216,8 +218,9 @@ class StorageService:
             except StorageUnavailableError as exc:
                 self._note_spool_error(str(exc))
                 replayed = False
-            except Exception:  # a bug must not end the replay for good: logged with its traceback, tried again
-                log.exception("spool replay failed")
+            except Exception:  # a bug must not end the replay for good: logged (once a minute at most), tried again
+                if (admitted := self._replay_failures.admit("replay")) is not None:
+                    log.exception("spool replay failed%s", LogThrottle.more(admitted, "failures"))
                 replayed = False
             if replayed is None:
                 self._wake.wait(timeout=1.0)
