@@ -22,6 +22,7 @@ from icecrawler.clock import Clock, ClockJumpWatch
 from icecrawler.datalock import DataLock
 from icecrawler.errors import ConfigError, InvalidArgumentError, StorageUnavailableError
 from icecrawler.listening import guarded_listening
+from icecrawler.logs import LogThrottle
 from icecrawler.metrics import MetricsConfig, MetricsEndpoint, ScrapeCollector, disk_space_families, serve
 from icecrawler.models import Report, TaskKind
 from icecrawler.security import Gate, guarded
@@ -218,6 +219,9 @@ class Maintenance(threading.Thread):
         self._last_checkpoint = monotonic()
         #: Monotonic time before which the next rebalance waits (``BUDGET_SHARE``).
         self._rebalance_at = -float("inf")
+        #: Rounds skipped on a full disk are logged once a minute at most; ``_failing`` until a round succeeds.
+        self._skips = LogThrottle()
+        self._failing = False
 
     def run(self) -> None:
         while not self.stopped.wait(self.interval_s):
@@ -229,7 +233,9 @@ class Maintenance(threading.Thread):
                 log.exception("scheduler maintenance failed")
 
     def tick(self) -> None:
-        """One pass: clock check, reap, prune, the budget when its turn came, a checkpoint when due."""
+        """One pass: clock check, reap, prune, the budget when its turn came, a checkpoint when due. A full disk fails
+        every pass the same way: one WARNING a minute says so (``LogThrottle``), and one line says when a pass
+        succeeds again; calls get the declared error meanwhile."""
         if jump := self.jumps.check():
             report_clock_jump(self.core, jump)
         try:
@@ -245,8 +251,15 @@ class Maintenance(threading.Thread):
             if self._monotonic() - self._last_checkpoint >= self.checkpoint_s:
                 self.core.checkpoint()
                 self._last_checkpoint = self._monotonic()
-        except StorageUnavailableError as exc:  # a full disk: one line; calls get the declared error
-            log.warning("scheduler maintenance skipped: %s", exc)
+        except StorageUnavailableError as exc:
+            self._failing = True
+            if (admitted := self._skips.admit("skipped")) is not None:
+                log.warning("scheduler maintenance skipped%s: %s", LogThrottle.more(admitted, "rounds skipped"), exc)
+            return
+        if self._failing:
+            self._failing = False
+            self._skips = LogThrottle()
+            log.info("scheduler maintenance runs again (the database takes changes again)")
 
     def stop(self) -> None:
         self.stopped.set()

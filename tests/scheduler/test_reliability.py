@@ -5,6 +5,7 @@ acknowledged is lost."""
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
 from pathlib import Path
@@ -14,11 +15,12 @@ import pytest
 
 from icecrawler import rpc
 from icecrawler.datalock import DataLock
-from icecrawler.errors import ServiceError
+from icecrawler.errors import ServiceError, StorageUnavailableError
 from icecrawler.models import TaskKind
 from icecrawler.processes import icecrawler_argv
 from scheduler_server.core import SchedulerCore
 from scheduler_server.integrity import SALVAGE_JOURNAL, open_checked
+from scheduler_server.server import Maintenance
 from scheduler_server.store import BdbQueueStore
 from tests.helpers import killed_midway, refused_as_half_rebuilt, salvage_killed_at
 from tests.scheduler.conftest import ManualClocks, make_settings
@@ -246,6 +248,34 @@ def test_a_full_disk_is_a_declared_error_the_daemon_survives_and_serves_again(tm
         daemon.start()
         assert prx.stats().tasks == len(acknowledged)  # every acknowledged add survived the crash
         assert "Traceback" not in (daemon.process.log_tail(400) if daemon.process else "")
+
+
+def test_maintenance_on_a_full_disk_warns_once_a_minute_and_says_when_it_runs_again(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Maintenance runs every second; on a full disk each round fails the same way. One WARNING a minute says so
+    (with how many rounds failed since), not one a second for as long as the disk is full, and one line says when
+    it runs again."""
+    with small_tmpfs(tmp_path / "fs", 48) as fs:
+        store = open_checked(fs / "db")
+        core = SchedulerCore.from_settings(make_settings(), store, ManualClocks())
+        try:
+            filler = fill(fs)
+            with pytest.raises(StorageUnavailableError):
+                for start in range(0, 200_000, 50):  # the log file was allocated ahead: it fails when it must grow
+                    core.add([f"jd:{n}" for n in range(start + 1, start + 51)], TaskKind.ProductReviews)
+            maintenance = Maintenance(core, interval_s=1.0, checkpoint_s=0.0)
+            with caplog.at_level(logging.INFO, logger="scheduler_server.server"):
+                for _ in range(10):
+                    maintenance.tick()
+                skipped = [r for r in caplog.records if "maintenance skipped" in r.getMessage()]
+                assert len(skipped) == 1 and skipped[0].levelno == logging.WARNING
+                assert "No space left on device" in skipped[0].getMessage()
+                filler.unlink()
+                maintenance.tick()
+            assert "scheduler maintenance runs again" in caplog.text
+        finally:
+            core.close()
 
 
 @pytest.mark.ice
