@@ -114,6 +114,10 @@ class StorageService:
         self._spool_error = ""
         #: Replay failures that are no outage (a bug): logged with their traceback at most once a minute.
         self._replay_failures = LogThrottle()
+        #: Batches refused because neither the backend nor the spool took them: logged at most once a minute;
+        #: ``_refusing`` until a batch is taken again.
+        self._refusals = LogThrottle()
+        self._refusing = False
         #: Batches with rejected records are logged at most once a minute per table (they are all counted).
         self._rejections = LogThrottle()
         #: Wall time the spool last went from empty to non-empty (None while empty): the spool's age.
@@ -158,6 +162,11 @@ class StorageService:
             records, self.batch_limit, lambda record: checked_row(record, self.max_text_chars)
         )
         result = self._persist(table, valid) if valid else WriteResult(0, 0)
+        if self._refusing and valid:
+            with self._lock:
+                refused, self._refusing = self._refusing, False
+            if refused:
+                log.info("taking writes again (%s)", "stored" if result.stored else "spooled")
         if self.observer is not None:
             self.observer.wrote(table, result.stored, result.spooled, len(rejected), time.perf_counter() - started)
         with self._lock:
@@ -186,12 +195,30 @@ class StorageService:
                 self._note_error(f"backend slower than storage.write_timeout_s={self.write_timeout_s}s")
             except StorageUnavailableError as exc:
                 self._note_error(str(exc))
-        self.spool.append(schema.encode_rows(table, rows), len(rows))  # StorageUnavailableError: nothing acked
+        try:
+            self.spool.append(schema.encode_rows(table, rows), len(rows))
+        except StorageUnavailableError as exc:  # nothing acknowledged: the caller keeps the batch and retries
+            self._note_refusal(len(rows), str(exc))
+            raise
         with self._lock:
             if self._spooled_since is None:
                 self._spooled_since = time.time()
         self._wake.set()
         return WriteResult(0, len(rows))
+
+    def _note_refusal(self, records: int, message: str) -> None:
+        """A batch neither the backend nor the spool took: a WARNING at most once a minute, with how many since."""
+        with self._lock:
+            self._refusing = True
+        if (admitted := self._refusals.admit("refused")) is not None:
+            more = LogThrottle.more(admitted, "batches refused")
+            log.warning(
+                "refusing writes: the backend did not take a batch of %d records and the spool cannot (%s)%s; "
+                "the callers keep them and retry",
+                records,
+                message,
+                more,
+            )
 
     def _note_error(self, message: str) -> None:
         with self._lock:

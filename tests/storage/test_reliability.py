@@ -241,8 +241,15 @@ def test_a_full_disk_is_a_declared_error_the_server_survives_and_takes_writes_ag
                 assert refusal is not None, "the disk never filled up"
                 assert "full" in refusal.message or "space" in refusal.message
                 assert runner.process is not None and runner.process.alive()
+                for batch in range(200, 205):  # refused as long as the disk is full: said once, not per batch
+                    with pytest.raises(C.StorageUnavailable):
+                        write(batch)
+                tail = runner.process.log_tail
+                refusing = [line for line in tail(300).splitlines() if "refusing writes" in line]
+                assert len(refusing) == 1 and "disk is full" in refusing[0], tail()
                 filler.unlink()
                 write(1000)  # space is back
+                assert "taking writes again" in tail(300)
                 runner.kill9()
                 runner.start()
                 stats = proxy.stats()
