@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from icecrawler.durable import names_full_disk, publish, sync_tree
+from icecrawler.errors import ConfigError
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -32,7 +33,15 @@ if TYPE_CHECKING:
 
     from icecrawler.settings import Settings
 
-__all__ = ["PARTIAL_SUFFIX", "REMOVING_SUFFIX", "BackupPlan", "PeriodicBackups", "backup_dir_keys", "start_backups"]
+__all__ = [
+    "PARTIAL_SUFFIX",
+    "REMOVING_SUFFIX",
+    "BackupPlan",
+    "PeriodicBackups",
+    "backup_dir_keys",
+    "refuse_new_beside_backups",
+    "start_backups",
+]
 
 log = logging.getLogger(__name__)
 
@@ -218,6 +227,27 @@ def backup_dir_keys(settings: Settings, role: str) -> list[str]:
     """``[<role>.backup_dir]`` when backups are on, else ``[]``: what a daemon adds to its start-up path checks."""
     key = f"{role}.backup_dir"
     return [key] if settings.get_str(key) else []
+
+
+def refuse_new_beside_backups(settings: Settings, role: str, name: str, what: str) -> None:
+    """Raise ConfigError when a daemon is about to begin ``what`` (its data, found missing) anew while
+    ``<role>.backup_dir`` holds backups of it (``name``): the data was deleted, or its disk did not mount. A new,
+    empty one would serve nothing and, one backup per interval, replace every good backup within ``backup_keep``
+    intervals. A restore (a backup copied in place) or moving the backups away lets it start."""
+    directory = settings.get_str(f"{role}.backup_dir")
+    if not directory:
+        return
+    plan = BackupPlan(
+        Path(directory), name, settings.get_float(f"{role}.backup_interval_s"), settings.get_int(f"{role}.backup_keep")
+    )
+    backups = plan.complete()
+    if backups:
+        raise ConfigError(
+            f"{what} is missing, but {directory} holds {len(backups)} backup(s) of it (the newest "
+            f"{backups[-1][1].name}): it was deleted, or its disk is not mounted. Not beginning a new, empty one, "
+            "whose backups would replace those: restore the newest (docs/DEPLOY.md, 'Restoring'), or move the "
+            "backups away to begin anew"
+        )
 
 
 def start_backups(

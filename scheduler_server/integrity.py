@@ -40,7 +40,7 @@ from icecrawler.errors import ServiceError
 from scheduler_server.codec import TaskRecord, time_key
 from scheduler_server.store import TABLES, BdbQueueStore, QueueStore
 
-__all__ = ["LOCK_FILE", "MARKER", "SALVAGE_JOURNAL", "backup_checked", "open_checked", "salvage"]
+__all__ = ["LOCK_FILE", "MARKER", "SALVAGE_JOURNAL", "backup_checked", "holds_database", "open_checked", "salvage"]
 
 log = logging.getLogger(__name__)
 
@@ -216,6 +216,17 @@ def _problem(path: Path, durable: bool, options: dict[str, Any]) -> str:
         except ServiceError as exc:
             problem = str(exc)
     return problem or _verify(path)
+
+
+def holds_database(path: Path) -> bool:
+    """Whether ``path`` holds a queue database, or what is left of one (its marker, a table, a log, the journal of a
+    ``--recover`` under way): opening a directory that holds none begins a new, empty database."""
+    return (
+        any(path.glob("*.db"))
+        or any(path.glob("log.*"))
+        or (path / MARKER).exists()
+        or (path / SALVAGE_JOURNAL).exists()
+    )
 
 
 def open_checked(path: str | Path, *, durable: bool = True, recover: bool = False, **options: Any) -> BdbQueueStore:

@@ -17,7 +17,7 @@ from typing import Any
 import Ice
 
 from icecrawler import limits, rpc
-from icecrawler.backups import PeriodicBackups, backup_dir_keys, start_backups
+from icecrawler.backups import PeriodicBackups, backup_dir_keys, refuse_new_beside_backups, start_backups
 from icecrawler.clock import Clock, ClockJumpWatch
 from icecrawler.datalock import DataLock
 from icecrawler.errors import ConfigError, InvalidArgumentError, StorageUnavailableError
@@ -30,7 +30,7 @@ from icecrawler.settings import Settings
 from icecrawler.settings.validation import check_paths, validate_values
 from scheduler_server.config import configured_accounts
 from scheduler_server.core import SchedulerCore
-from scheduler_server.integrity import LOCK_FILE, backup_checked, open_checked
+from scheduler_server.integrity import LOCK_FILE, backup_checked, holds_database, open_checked
 from scheduler_server.listing import list_tasks
 from scheduler_server.refusals import RefusalLog
 
@@ -322,23 +322,31 @@ def _start_metrics(
     return metrics.timed, serve(config, registry, offset=core.config.shard)
 
 
+def _backup_name(settings: Settings) -> str:
+    """What this scheduler's backups are named after: ``scheduler``, or ``scheduler-shard<K>`` for a shard."""
+    shards, shard = settings.get_int("scheduler.shards"), settings.get_int("scheduler.shard")
+    return f"scheduler-shard{shard}" if shards > 1 else "scheduler"
+
+
 def _start_backups(settings: Settings, core: SchedulerCore) -> PeriodicBackups | None:
     """Hot backups of the queue database (``scheduler.backup_*``), or None when ``backup_dir`` is empty."""
-    shard = f"-shard{core.config.shard}" if core.config.shards > 1 else ""
     return start_backups(
         settings,
         "scheduler",
         lambda target: backup_checked(core.store, target),
         "scheduler database",
-        name=f"scheduler{shard}",
+        name=_backup_name(settings),
     )
 
 
 def open_core(settings: Settings) -> SchedulerCore:
     """The core over the Berkeley DB environment named by the settings (recovered and checked on open, see
     ``integrity``; the caller holds ``data_lock``)."""
+    db_dir = Path(settings.get_str("scheduler.db_dir"))
+    if not holds_database(db_dir):
+        refuse_new_beside_backups(settings, "scheduler", _backup_name(settings), f"the scheduler database in {db_dir}")
     store = open_checked(
-        settings.get_str("scheduler.db_dir"),
+        db_dir,
         durable=settings.get_bool("scheduler.durable_commits"),
         recover=settings.get_bool("scheduler.recover"),
     )

@@ -5,6 +5,7 @@ Berkeley DB, real Ice."""
 from __future__ import annotations
 
 import shutil
+import subprocess
 import urllib.request
 from pathlib import Path
 
@@ -13,7 +14,7 @@ import pytest
 from icecrawler import rpc
 from icecrawler.backups import BackupPlan
 from icecrawler.errors import ServiceError, StorageUnavailableError
-from icecrawler.processes import ProcessGroup, free_port
+from icecrawler.processes import ProcessGroup, free_port, icecrawler_argv
 from scheduler_server.integrity import MARKER, backup_checked, open_checked
 from scheduler_server.store import BdbQueueStore, MemoryQueueStore
 from tests.helpers import disk_space, wait_for
@@ -163,3 +164,37 @@ def test_a_full_backup_disk_is_named_in_the_log_and_backups_resume_once_there_is
             lambda: f"no backup once there was room:\n{log()}",
         )
         assert not list(backup_dir.glob("*.partial"))
+
+
+@pytest.mark.parametrize("how", ["deleted", "emptied"])
+def test_a_database_gone_while_its_backups_are_there_is_refused_not_begun_anew(tmp_path: Path, how: str) -> None:
+    """The database directory deleted (or a disk that did not mount, leaving an empty directory) while backups of it
+    are on disk: a new, empty database would serve no tasks and, one backup a day, replace every good backup within
+    backup_keep days. The daemon refuses in one line naming both; a restored backup starts; with the backups moved
+    away a new database starts."""
+    backup_dir, db_dir = tmp_path / "backups", tmp_path / "db"
+    settings = {"scheduler__backup_dir": backup_dir, "scheduler__backup_interval_s": 3600}
+    with scheduler_daemon(tmp_path) as daemon, scheduler_proxy(daemon) as prx:
+        assert prx.addUsers(["jd:1", "jd:2"], C.TaskKind.ProductReviews) == 2
+    with scheduler_daemon(tmp_path, **settings):  # backups on: the first one is taken at start
+        wait_for(lambda: len(BackupPlan(backup_dir, "scheduler", 3600, 7).complete()) == 1, "no backup")
+    shutil.rmtree(db_dir)
+    if how == "emptied":
+        db_dir.mkdir()
+    conf = tmp_path / "refused.conf"
+    conf.write_text("SchedulerAdapter.Endpoints=tcp -h 127.0.0.1 -p 0\n")
+    argv = [f"--set=scheduler.db_dir={db_dir}", f"--set=scheduler.backup_dir={backup_dir}", f"--Ice.Config={conf}"]
+    refused = subprocess.run(icecrawler_argv("scheduler", *argv), capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2
+    lines = refused.stderr.strip().splitlines()
+    assert len(lines) == 1 and str(db_dir) in lines[0] and str(backup_dir) in lines[0], refused.stderr
+    assert not (db_dir / MARKER).exists()  # nothing begun there
+    newest = BackupPlan(backup_dir, "scheduler", 3600, 7).complete()[-1][1]
+    shutil.rmtree(db_dir, ignore_errors=True)
+    shutil.copytree(newest, db_dir)  # the restore docs/DEPLOY.md describes
+    with scheduler_daemon(tmp_path, **settings) as daemon, scheduler_proxy(daemon) as prx:
+        assert prx.stats().tasks == 2
+    shutil.rmtree(db_dir)
+    backup_dir.rename(tmp_path / "old-backups")  # beginning anew on purpose
+    with scheduler_daemon(tmp_path, **settings) as daemon, scheduler_proxy(daemon) as prx:
+        assert prx.stats().tasks == 0
