@@ -229,18 +229,19 @@ def backup_dir_keys(settings: Settings, role: str) -> list[str]:
     return [key] if settings.get_str(key) else []
 
 
-def refuse_new_beside_backups(settings: Settings, role: str, name: str, what: str) -> None:
+def refuse_new_beside_backups(settings: Settings, role: str, name: str, what: str, holding: str = "") -> None:
     """Raise ConfigError when a daemon is about to begin ``what`` (its data, found missing) anew while
-    ``<role>.backup_dir`` holds backups of it (``name``): the data was deleted, or its disk did not mount. A new,
-    empty one would serve nothing and, one backup per interval, replace every good backup within ``backup_keep``
-    intervals. A restore (a backup copied in place) or moving the backups away lets it start."""
+    ``<role>.backup_dir`` holds backups of it (``name``; with ``holding``, only backups with a file of that name
+    count): the data was deleted, or its disk did not mount. A new, empty one would serve nothing and, one backup per
+    interval, replace every good backup within ``backup_keep`` intervals. A restore (a backup copied in place) or
+    moving the backups away lets it start."""
     directory = settings.get_str(f"{role}.backup_dir")
     if not directory:
         return
     plan = BackupPlan(
         Path(directory), name, settings.get_float(f"{role}.backup_interval_s"), settings.get_int(f"{role}.backup_keep")
     )
-    backups = plan.complete()
+    backups = [backup for backup in plan.complete() if not holding or (backup[1] / holding).exists()]
     if backups:
         raise ConfigError(
             f"{what} is missing, but {directory} holds {len(backups)} backup(s) of it (the newest "

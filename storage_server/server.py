@@ -8,14 +8,14 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from icecrawler import limits, rpc
-from icecrawler.backups import PeriodicBackups, backup_dir_keys, start_backups
+from icecrawler.backups import PeriodicBackups, backup_dir_keys, refuse_new_beside_backups, start_backups
 from icecrawler.datalock import DataLock
 from icecrawler.errors import ConfigError, StorageUnavailableError
 from icecrawler.listening import guarded_listening
 from icecrawler.metrics import MetricsConfig, MetricsEndpoint, ScrapeCollector, disk_space_families, serve
 from icecrawler.settings import Settings
 from icecrawler.settings.validation import check_paths, validate_values
-from storage_server.integrity import backup_files, check_store_file, mark_created
+from storage_server.integrity import backup_files, check_store_file, mark_created, marker_of
 from storage_server.servant import StorageServant
 from storage_server.service import COUNT_BUDGET_S, StorageService
 
@@ -66,6 +66,9 @@ def open_service(settings: Settings) -> StorageService:
     recover = settings.get_bool("storage.recover")
     files = data_files(settings)
     for path, what in files:
+        if not path.exists() and not marker_of(path).exists():  # to be begun anew: unless its backups are there
+            name = settings.get_str("storage.backup_name")
+            refuse_new_beside_backups(settings, "storage", name, f"{what} {path}", holding=path.name)
         check_store_file(path, recover, what)
     service = StorageService.from_settings(settings)
     for path, _ in files:

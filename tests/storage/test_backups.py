@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import shutil
 import sqlite3
+import subprocess
 import time
 import urllib.request
 import xml.etree.ElementTree as ElementTree
@@ -19,7 +20,7 @@ import pytest
 from icecrawler import rpc
 from icecrawler.backups import BackupPlan
 from icecrawler.errors import ServiceError
-from icecrawler.processes import free_port
+from icecrawler.processes import free_port, icecrawler_argv
 from storage_server.integrity import backup_files
 from tests.helpers import disk_space, wait_for
 from tests.scheduler.daemon import REPO
@@ -211,3 +212,49 @@ def test_replicas_sharing_a_backup_dir_under_icegrid_each_keep_their_own_backups
         assert own, f"no backup named after {server_id}: {sorted(p.name for p in backup_dir.iterdir())}"
         for _, backup in own:
             assert sorted(p.name for p in backup.iterdir()) == sorted([f"{server_id}.sqlite3", "spool.sqlite3"])
+
+
+def test_a_store_gone_while_its_backups_are_there_is_refused_not_begun_anew(tmp_path: Path) -> None:
+    """The store's directory deleted (or a disk that did not mount) while backups of the store are on disk: a new,
+    empty store would answer every export with nothing, and its backups would replace the good ones within
+    backup_keep intervals. The server refuses in one line naming both; with the store restored it serves its posts."""
+    data, backup_dir = tmp_path / "data", tmp_path / "backups"
+    files = {"storage.embedded.path": str(data / "store.sqlite3"), "storage.spool_dir": str(data / "spool")}
+    backups = {"storage.backup_dir": str(backup_dir), "storage.backup_interval_s": "3600"}
+    runner = StorageServerRunner(tmp_path / "first", files)
+    runner.start()
+    try:
+        with rpc.communicator() as comm:
+            assert runner.proxy(comm).writeWB([rpc.post_to_slice(make_post(n)) for n in range(1, 11)]).stored == 10
+    finally:
+        runner.stop()
+    runner = StorageServerRunner(tmp_path / "second", {**files, **backups})  # the first backup is taken at start
+    runner.start()
+    try:
+        wait_for(lambda: len(BackupPlan(backup_dir, "storage", 3600, 7).complete()) == 1, "no backup")
+    finally:
+        runner.stop()
+    shutil.rmtree(data)
+    conf = tmp_path / "refused.conf"
+    conf.write_text("StorageAdapter.Endpoints=tcp -h 127.0.0.1 -p 0\n")
+    sets = [arg for key, value in {**files, **backups}.items() for arg in ("--set", f"{key}={value}")]
+    refused = subprocess.run(
+        icecrawler_argv("storage", f"--Ice.Config={conf}", *sets), capture_output=True, text=True, timeout=60
+    )
+    assert refused.returncode == 2
+    errors = [line for line in refused.stderr.splitlines() if "error:" in line]
+    assert len(errors) == 1 and str(data) in errors[0] and str(backup_dir) in errors[0], refused.stderr
+    assert "is missing" in errors[0]
+    assert not (data / "store.sqlite3").exists()  # nothing begun there
+    newest = BackupPlan(backup_dir, "storage", 3600, 7).complete()[-1][1]
+    (data / "spool").mkdir(parents=True, exist_ok=True)
+    shutil.copy(newest / "store.sqlite3", data / "store.sqlite3")  # the restore docs/DEPLOY.md describes
+    shutil.copy(newest / "spool.sqlite3", data / "spool" / "spool.sqlite3")
+    assert post_ids(data / "store.sqlite3") == set(range(1, 11))
+    runner = StorageServerRunner(tmp_path / "restored", {**files, **backups})
+    runner.start()
+    try:
+        with rpc.communicator() as comm:
+            assert runner.proxy(comm).stats().posts == 10
+    finally:
+        runner.stop()
