@@ -18,7 +18,7 @@ from typing import Any
 from icecrawler.sourcespec import registry
 from sandbox.content import SimPost, SimReview, beijing, item_rng, make_post, make_review
 from sandbox.scenario import Category, Product, Scenario, WeiboUser
-from sandbox.schedules import arrivals, backlog_times
+from sandbox.schedules import arrivals, target_times
 
 __all__ = ["WEIBO_SOURCES", "ProductState", "TruthItem", "TruthProduct", "UserState", "World"]
 
@@ -152,8 +152,8 @@ class World:
 
     def _add_user(self, spec: WeiboUser, slot: int) -> None:
         rng = item_rng(self.seed, "user", spec.uid)
-        backlog = backlog_times(spec.backlog, spec.backlog_gap_s, rng, self.origin_ms)
-        pinned_seq = max(1, spec.backlog // 2) if spec.pinned and spec.backlog else 0
+        backlog, future = target_times(spec.schedule, spec.backlog, spec.backlog_gap_s, rng, self.origin_ms)
+        pinned_seq = max(1, len(backlog) // 2) if spec.pinned and backlog else 0
         content_rng = item_rng(self.seed, "posts", spec.uid)
 
         def make(seq: int, ms: int) -> SimPost:
@@ -166,7 +166,7 @@ class World:
                 post = SimPost(**{**post.__dict__, "pinned": True})
             return post
 
-        state = UserState(spec, slot, _Feed(backlog, arrivals(spec.schedule, rng, self.origin_ms), make), pinned_seq)
+        state = UserState(spec, slot, _Feed(backlog, future, make), pinned_seq)
         self.users[spec.uid] = state
         for post in state.feed.items:
             self._publish_post(state, post, backlog=True)
@@ -174,7 +174,7 @@ class World:
 
     def _add_product(self, spec: Product, slot: int, appear_ms: int) -> None:
         rng = item_rng(self.seed, "product", spec.source, spec.id)
-        backlog = backlog_times(spec.backlog, spec.backlog_gap_s, rng, appear_ms)
+        backlog, future = target_times(spec.schedule, spec.backlog, spec.backlog_gap_s, rng, appear_ms)
 
         content_rng = item_rng(self.seed, "reviews", spec.source, spec.id)
         with_ids = registry.spec(spec.source).shows_item_ids
@@ -182,7 +182,7 @@ class World:
         def make(seq: int, ms: int) -> SimReview:
             return make_review(content_rng, spec.id, slot, seq, ms, with_id=with_ids)
 
-        state = ProductState(spec, slot, appear_ms, _Feed(backlog, arrivals(spec.schedule, rng, appear_ms), make))
+        state = ProductState(spec, slot, appear_ms, _Feed(backlog, future, make))
         self.products[(spec.source, spec.id)] = state
         if appear_ms <= self.origin_ms:
             self._publish_product(state, backlog=True)

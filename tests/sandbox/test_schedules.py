@@ -10,7 +10,7 @@ import requests
 
 from icecrawler.errors import ConfigError
 from sandbox import Product, SandboxServer, Scenario, Schedule
-from sandbox.schedules import MIN_GAP_MS, arrivals, backlog_times
+from sandbox.schedules import MIN_GAP_MS, arrivals, backlog_times, target_times, trace_times
 
 START = 1_800_000_000_000
 
@@ -85,3 +85,77 @@ def test_same_seed_same_world() -> None:
             server.clock.advance(7200)
             worlds.append([(i["id"], i["text"]) for i in server.truth()["items"]])
     assert worlds[0] == worlds[1] and len(worlds[0]) > 3
+
+
+# --- trace: real publication times shifted onto the run's clock -----------------------------------------------------
+
+T0 = 1_700_000_000.0
+
+
+def test_a_trace_lands_its_first_item_on_the_start_and_keeps_its_gaps() -> None:
+    schedule = Schedule("trace", times=(T0, T0 + 60, T0 + 3600.5))
+    times = trace_times(schedule, START)
+    assert times.backlog == () and times.future == (START, START + 60_000, START + 3_600_500)
+    assert (times.spread, times.most_moved_ms) == (0, 0)
+    assert _first(schedule, 10) == list(times.future)
+    assert schedule.expected_count(START, START + 60_000) == 2
+    assert schedule.expected_count(START, START - 1) == 0
+
+
+def test_a_trace_started_later_turns_its_earlier_items_into_the_backlog() -> None:
+    schedule = Schedule("trace", times=(T0, T0 + 10, T0 + 100, T0 + 200), start_s=T0 + 100)
+    times = trace_times(schedule, START)
+    assert times.backlog == (START - 100_000, START - 90_000)
+    assert times.future == (START, START + 100_000)
+    backlog, future = target_times(schedule, backlog=30, backlog_gap_s=3600, rng=random.Random(1), start_ms=START)
+    assert backlog == list(times.backlog), "a trace's backlog is its own, whatever the synthetic count says"
+    assert list(future) == list(times.future)
+
+
+def test_equal_and_too_close_times_are_spread_and_counted_never_dropped() -> None:
+    schedule = Schedule("trace", times=(T0, T0, T0, T0 + 1.5))
+    times = trace_times(schedule, START)
+    assert times.future == (START, START + 1000, START + 2000, START + 3000)
+    assert (times.spread, times.most_moved_ms) == (3, 2000)
+    # Before the start the backlog is spread away from it, so that it stays before the start.
+    backlog = trace_times(Schedule("trace", times=(T0 - 0.5, T0 - 0.2, T0), start_s=T0), START)
+    assert backlog.backlog == (START - 2000, START - 1000) and backlog.future == (START,)
+    assert (backlog.spread, backlog.most_moved_ms) == (2, 1500)
+
+
+def test_a_spread_trace_keeps_every_item_the_gap_and_the_start() -> None:
+    rng = random.Random(7)
+    for _ in range(200):
+        times = sorted(T0 + rng.choice((0, 0.3, 1, 2, 86400)) * rng.randint(0, 5) for _ in range(rng.randint(1, 30)))
+        start_s = rng.choice((None, times[len(times) // 2], times[-1] + 5))
+        result = trace_times(Schedule("trace", times=tuple(times), start_s=start_s), START)
+        merged = result.backlog + result.future
+        assert len(merged) == len(times)
+        assert all(b - a >= MIN_GAP_MS for a, b in itertools.pairwise(merged)), merged
+        assert all(t < START for t in result.backlog) and all(t >= START for t in result.future)
+        assert len(result.backlog) == sum(t < (times[0] if start_s is None else start_s) for t in times)
+
+
+def test_a_trace_schedule_reads_and_writes_as_plain_data() -> None:
+    schedule = Schedule.from_dict({"kind": "trace", "times": [T0, T0 + 5], "start_s": T0})
+    assert schedule.times == (T0, T0 + 5.0)
+    assert Schedule.from_dict(schedule.to_dict()) == schedule
+    assert "times" not in Schedule("periodic").to_dict(), "the other kinds' documents (and digests) stay as they were"
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        {"kind": "trace"},
+        {"kind": "trace", "times": []},
+        {"kind": "trace", "times": "1700000000"},
+        {"kind": "trace", "times": [T0 + 5, T0]},
+        {"kind": "trace", "times": [T0, float("nan")]},
+        {"kind": "trace", "times": [T0, True]},
+        {"kind": "trace", "times": [T0, "1700000001"]},
+        {"kind": "trace", "times": [T0], "start_s": "soon"},
+    ],
+)
+def test_a_bad_trace_schedule_is_a_config_error(data: dict[str, object]) -> None:
+    with pytest.raises(ConfigError, match="schedule trace"):
+        Schedule.from_dict(data)
