@@ -1,7 +1,8 @@
 """The sandbox's command line, of ``icecrawler sandbox`` (which ``sandbox.launch`` starts as a child process).
 
 Flags override the ``sandbox.*`` and ``clock.*`` settings; ``--misbehave`` takes ``SITE[:TARGET].KEY=VALUE``
-(e.g. ``--misbehave m.teapot_rate=0.1 --misbehave ecshop:12.login_wall=true``).
+(e.g. ``--misbehave m.teapot_rate=0.1 --misbehave ecshop:12.login_wall=true``). ``--traces FILE`` makes the world
+from real publication traces instead of a scenario (``sandbox.tracescenario``).
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ from types import FrameType
 from icecrawler.errors import ConfigError
 from icecrawler.settings import Settings
 from sandbox.misbehave import MisbehaviourRule
-from sandbox.scenario import default_scenario, load_scenario
+from sandbox.scenario import WEIBO_SITES, Scenario, default_scenario, load_scenario
 from sandbox.server import SandboxServer
+from sandbox.tracescenario import TRACE_SHOPS, TraceMapping, load_trace_scenario, summarize
 
 __all__ = ["add_options", "parse_misbehave", "run"]
 
@@ -61,6 +63,33 @@ def add_options(parser: argparse.ArgumentParser) -> None:
         help="switch a misbehaviour on at start (repeatable); sites: pc, m, web, ecshop, jd, *",
     )
     parser.add_argument("--print-scenario", action="store_true", help="print the scenario as JSON and exit")
+    traces = parser.add_argument_group(
+        "real publication traces", "publish items at real times instead of a scenario's schedules (docs/SANDBOX.md)"
+    )
+    traces.add_argument(
+        "--traces",
+        metavar="FILE",
+        help="a trace file as `icecrawler bench revisit --traces` reads it (JSONL: target, source, times); each "
+        "trace becomes one target, replacing the scenario",
+    )
+    traces.add_argument("--traces-limit", type=int, metavar="N", help="use the first N traces of the file only")
+    traces.add_argument(
+        "--traces-weibo-site",
+        choices=WEIBO_SITES,
+        help="the Weibo front end of the users that replay Weibo traces (a source starting with 'weibo'; default m)",
+    )
+    traces.add_argument(
+        "--traces-shop",
+        choices=TRACE_SHOPS,
+        help="the shop whose products replay the other traces (default jd)",
+    )
+    traces.add_argument(
+        "--traces-backlog-days",
+        type=float,
+        metavar="DAYS",
+        help="start each trace this many days after its first item; its items of those days are the backlog "
+        "(default 0: the first item appears at the start)",
+    )
 
 
 def _port(text: str) -> int:
@@ -90,10 +119,38 @@ def parse_misbehave(specs: Sequence[str]) -> list[MisbehaviourRule]:
     ]
 
 
-def build_server(args: argparse.Namespace, settings: Settings) -> SandboxServer:
+def _scenario(args: argparse.Namespace, settings: Settings) -> Scenario:
+    """The world to serve: the trace file's (``--traces``), the scenario file's, or the built-in demo."""
+    trace_flags = [
+        flag
+        for flag, value in (
+            ("--traces-limit", args.traces_limit),
+            ("--traces-weibo-site", args.traces_weibo_site),
+            ("--traces-shop", args.traces_shop),
+            ("--traces-backlog-days", args.traces_backlog_days),
+        )
+        if value is not None
+    ]
+    if not args.traces:
+        if trace_flags:
+            raise ConfigError(f"{', '.join(trace_flags)}: give --traces FILE too (these options shape its world)")
+        scenario_path = args.scenario or settings.get_str("sandbox.scenario")
+        return load_scenario(scenario_path) if scenario_path else default_scenario()
+    if args.scenario:
+        raise ConfigError("give --traces or --scenario, not both: the traces make the whole world")
+    defaults = TraceMapping()
+    mapping = TraceMapping(
+        weibo_site=args.traces_weibo_site or defaults.weibo_site,
+        shop=args.traces_shop or defaults.shop,
+        backlog_days=args.traces_backlog_days if args.traces_backlog_days is not None else defaults.backlog_days,
+        limit=args.traces_limit,
+    )
+    return load_trace_scenario(args.traces, mapping)
+
+
+def build_server(args: argparse.Namespace, settings: Settings, scenario: Scenario | None = None) -> SandboxServer:
     """A SandboxServer from the flags, falling back to the settings."""
-    scenario_path = args.scenario or settings.get_str("sandbox.scenario")
-    scenario = load_scenario(scenario_path) if scenario_path else default_scenario()
+    scenario = scenario if scenario is not None else _scenario(args, settings)
     seed = args.seed if args.seed is not None else settings.get_int("sandbox.seed")
     return SandboxServer(
         scenario,
@@ -114,13 +171,15 @@ def build_server(args: argparse.Namespace, settings: Settings) -> SandboxServer:
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
     """Serve until SIGTERM/SIGINT. Prints one JSON line with the URL once listening."""
+    scenario = _scenario(args, settings)
+    if args.traces:
+        speed = args.speed if args.speed is not None else settings.get_float("clock.speed")
+        log.info("%s", summarize(scenario).line(args.traces, speed))
     if args.print_scenario:
-        scenario_path = args.scenario or settings.get_str("sandbox.scenario")
-        scenario = load_scenario(scenario_path) if scenario_path else default_scenario()
         print(json.dumps(scenario.to_dict(), ensure_ascii=False, indent=2))
         return 0
     try:
-        server = build_server(args, settings)
+        server = build_server(args, settings, scenario)
     except OSError as exc:
         raise ConfigError(f"sandbox: cannot listen: {exc}") from exc
     stop = threading.Event()

@@ -27,6 +27,9 @@ def sandbox_argv(
     truth_file: str | Path | None = None,
     misbehave: Sequence[str] = (),
     max_hang_s: float | None = None,
+    traces: str | Path | None = None,
+    traces_limit: int | None = None,
+    traces_backlog_days: float | None = None,
 ) -> list[str]:
     """argv for ``icecrawler sandbox`` with these options (None = the setting's default)."""
     argv = icecrawler_argv("sandbox", "--port", str(port))
@@ -38,6 +41,9 @@ def sandbox_argv(
         ("--seed", seed),
         ("--truth-file", truth_file),
         ("--max-hang-s", max_hang_s),
+        ("--traces", traces),
+        ("--traces-limit", traces_limit),
+        ("--traces-backlog-days", traces_backlog_days),
     ):
         if value is not None:
             argv += [flag, str(value)]

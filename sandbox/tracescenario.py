@@ -1,0 +1,184 @@
+"""A sandbox world from real publication traces (``icecrawler sandbox --traces FILE``): each trace becomes one target
+whose items appear at the trace's times, shifted onto the run's clock (the ``trace`` schedule,
+``sandbox.schedules.trace_times``). The file is read by ``sandbox.tracefile``, the reader the revisit benchmark uses.
+
+The mapping (docs/SANDBOX.md, "Real publication traces"), in file order:
+
+- a trace whose source starts with "weibo" (in any case, as the benchmark's E0 plot decides it) becomes a Weibo user
+  on one Weibo site (``weibo_site``: ``m`` by default), uid ``TRACE_UID_BASE + k``;
+- any other trace (reviews, a thread's replies, a repository's commits: a stream of items under one target) becomes
+  a product of one review shop (``shop``: ``jd`` by default, or ``ecshop``), id ``TRACE_PRODUCT_BASE + k``;
+
+where ``k`` is the trace's index among the traces used. A target's name is ``source:target`` of its trace, so the
+scenario (``--print-scenario``, ``/__sandbox/scenario``) shows which trace each target replays. Sites need numeric
+ids while a trace's target is any text, hence the numbering. Pure: the file is read by the caller.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from icecrawler.errors import ConfigError
+from sandbox.scenario import WEIBO_SITES, Product, Scenario, WeiboUser
+from sandbox.schedules import Schedule, trace_times
+from sandbox.tracefile import Trace, TraceError, load_traces, warn_on_stderr
+
+__all__ = [
+    "TRACE_PRODUCT_BASE",
+    "TRACE_SHOPS",
+    "TRACE_UID_BASE",
+    "TraceMapping",
+    "TraceSummary",
+    "is_weibo_trace",
+    "load_trace_scenario",
+    "summarize",
+    "trace_scenario",
+]
+
+#: The uid of the first Weibo trace (ten digits, like the real site's uids).
+TRACE_UID_BASE = 6_000_000_000
+#: The product id of the first other trace.
+TRACE_PRODUCT_BASE = 900_000_000_000
+#: The shops a non-Weibo trace may become a product of.
+TRACE_SHOPS = ("jd", "ecshop")
+#: JD shows at most this many reviews of a product (100 pages of 10, ``sandbox/sites/jd.py``), as the real site does.
+JD_VISIBLE = 1000
+DAY_S = 86400.0
+
+
+def is_weibo_trace(source: str) -> bool:
+    """A trace of a Weibo user: its source names Weibo (``weibo``, ``Weibo-mobile``)."""
+    return source.lower().startswith("weibo")
+
+
+@dataclass(frozen=True)
+class TraceMapping:
+    """How traces become targets (the ``--traces-*`` options)."""
+
+    #: The Weibo front end (``pc``, ``m``, ``web``) that shows every Weibo trace's user.
+    weibo_site: str = "m"
+    #: The shop whose products replay the other traces.
+    shop: str = "jd"
+    #: The run starts this many days after each trace's first item; the items of those days are its backlog.
+    backlog_days: float = 0.0
+    #: Use the first ``limit`` traces of the file only (None: all).
+    limit: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.weibo_site not in WEIBO_SITES:
+            raise ConfigError(f"traces: the Weibo site must be one of {list(WEIBO_SITES)}, not {self.weibo_site!r}")
+        if self.shop not in TRACE_SHOPS:
+            raise ConfigError(f"traces: the shop must be one of {list(TRACE_SHOPS)}, not {self.shop!r}")
+        if not 0 <= self.backlog_days < float("inf"):
+            raise ConfigError(f"traces: the backlog must be a number of days >= 0, not {self.backlog_days!r}")
+        if self.limit is not None and self.limit < 1:
+            raise ConfigError(f"traces: the limit must be at least 1 trace, not {self.limit}")
+
+
+def _schedule(trace: Trace, mapping: TraceMapping) -> Schedule:
+    return Schedule("trace", times=trace.times, start_s=trace.times[0] + mapping.backlog_days * DAY_S)
+
+
+def trace_scenario(traces: Sequence[Trace], mapping: TraceMapping, seed: int = 0) -> Scenario:
+    """The world of ``traces`` (the first ``mapping.limit``): one target per trace, as the module docstring maps
+    them. A user or product has no synthetic backlog (``backlog = 0``): a trace's backlog is its own items before
+    the start. Users show no pinned post (a trace does not say which post was pinned)."""
+    chosen = list(traces[: mapping.limit])
+    if not chosen:
+        raise ConfigError("traces: no traces to replay")
+    users: list[WeiboUser] = []
+    products: list[Product] = []
+    for trace in chosen:
+        name = f"{trace.source}:{trace.target}"
+        if is_weibo_trace(trace.source):
+            users.append(
+                WeiboUser(
+                    uid=TRACE_UID_BASE + len(users),
+                    name=name,
+                    sites=(mapping.weibo_site,),
+                    pinned=False,
+                    backlog=0,
+                    schedule=_schedule(trace, mapping),
+                )
+            )
+        else:
+            products.append(
+                Product(
+                    mapping.shop,
+                    str(TRACE_PRODUCT_BASE + len(products)),
+                    name=name,
+                    backlog=0,
+                    schedule=_schedule(trace, mapping),
+                )
+            )
+    return Scenario(seed=seed, users=tuple(users), products=tuple(products))
+
+
+def load_trace_scenario(path: str | Path, mapping: TraceMapping, seed: int = 0) -> Scenario:
+    """``trace_scenario`` of a trace file; a file the reader refuses is a ConfigError naming the file and line."""
+    try:
+        traces = load_traces(Path(path), warn=warn_on_stderr)
+    except TraceError as exc:
+        raise ConfigError(f"--traces: {exc}") from None
+    return trace_scenario(traces, mapping, seed)
+
+
+@dataclass(frozen=True)
+class TraceSummary:
+    """What a trace world will publish, for the line the sandbox prints at start."""
+
+    users: int
+    products: int
+    backlog: int
+    future: int
+    #: Simulated seconds from the start to the last item.
+    span_s: float
+    #: Items moved to keep one target's items MIN_GAP_MS apart, and the largest move (ms).
+    spread: int
+    most_moved_ms: int
+    #: Products on JD with more items than its pages show (the oldest stay out of reach, as on the real site).
+    over_jd_pages: int
+
+    def line(self, source: str, speed: float) -> str:
+        """One line: targets, items, span (and its wall time at ``speed``), spread items."""
+        wall = f", {self.span_s / speed / 3600:.1f} h of wall time at speed {speed:g}" if speed > 0 else ""
+        text = (
+            f"traces {source}: {self.users} Weibo user(s), {self.products} product(s); "
+            f"{self.backlog + self.future} items: {self.backlog} backlog, {self.future} over "
+            f"{self.span_s / DAY_S:.2f} simulated days from the start{wall}; "
+            f"{self.spread} item(s) moved (at most {self.most_moved_ms / 1000:g} s) to keep a target's items 1 s apart"
+        )
+        if self.over_jd_pages:
+            text += f"; {self.over_jd_pages} JD product(s) hold more than the {JD_VISIBLE} reviews JD's pages show"
+        return text
+
+
+def summarize(scenario: Scenario) -> TraceSummary:
+    """The counts of ``TraceSummary`` for the trace-scheduled targets of ``scenario`` (start at 0)."""
+    schedules = [(user.schedule, False) for user in scenario.users] + [
+        (product.schedule, product.source == "jd") for product in scenario.products
+    ]
+    backlog = future = spread = most = over = 0
+    span_ms = 0
+    for schedule, on_jd in schedules:
+        if schedule.kind != "trace":
+            continue
+        times = trace_times(schedule, 0)
+        backlog += len(times.backlog)
+        future += len(times.future)
+        spread += times.spread
+        most = max(most, times.most_moved_ms)
+        span_ms = max(span_ms, times.future[-1] if times.future else 0)
+        over += on_jd and len(times.backlog) + len(times.future) > JD_VISIBLE
+    return TraceSummary(
+        sum(u.schedule.kind == "trace" for u in scenario.users),
+        sum(p.schedule.kind == "trace" for p in scenario.products),
+        backlog,
+        future,
+        span_ms / 1000,
+        spread,
+        most,
+        over,
+    )

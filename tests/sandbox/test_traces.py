@@ -1,0 +1,191 @@
+"""The sandbox on real publication traces (``icecrawler sandbox --traces FILE``): the file is read by the revisit
+benchmark's reader, each trace becomes one target (Weibo traces users of one Weibo site, the others products of
+one shop), and the ground truth holds the trace's times shifted so that its start lands on the run's start, served
+over real HTTP through the real parsers."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from icecrawler.errors import ConfigError
+from icecrawler.models import TaskKind
+from sandbox import SandboxServer, sandbox_process
+from sandbox.content import beijing
+from sandbox.tracefile import Trace
+from sandbox.tracescenario import (
+    TRACE_PRODUCT_BASE,
+    TRACE_UID_BASE,
+    TraceMapping,
+    load_trace_scenario,
+    summarize,
+    trace_scenario,
+)
+from tests.helpers import wait_for
+from tests.sandbox.conftest import ORIGIN_S, crawl
+
+T0 = 1_700_000_000.0
+CREATED = "%Y-%m-%d %H:%M:%S"
+#: A Weibo user posting through two hours (two posts in one second among them), a review stream, a commit stream.
+TRACES = (
+    Trace("1669879400", "weibo", (T0, T0 + 300, T0 + 300, T0 + 1800.25, T0 + 7200)),
+    Trace("p-17", "reviews", (T0 - 3600, T0 + 60, T0 + 600, T0 + 5400)),
+    Trace("abc", "git-author", (T0 + 10, T0 + 20, T0 + 4000)),
+)
+
+
+#: Their targets in the truth: the Weibo user on m.weibo.cn, the two streams products of JD.
+TARGETS = (("weibo_mobile", str(TRACE_UID_BASE)), ("jd", str(TRACE_PRODUCT_BASE)), ("jd", str(TRACE_PRODUCT_BASE + 1)))
+#: Each item's time on the run's clock, ms after the start, when each trace starts at its first item: its gaps kept,
+#: the second post of one second moved 1 s later (MIN_GAP_MS).
+FROM_FIRST_MS = (
+    [0, 300_000, 301_000, 1_800_250, 7_200_000],
+    [0, 3_660_000, 4_200_000, 9_000_000],
+    [0, 10_000, 3_990_000],
+)
+#: ... and when each starts half an hour after its first item: what came before is the backlog, and the second post
+#: of one second is moved 1 s earlier, away from the start.
+FROM_HALF_AN_HOUR_MS = (
+    [-1_800_000, -1_501_000, -1_500_000, 250, 5_400_000],
+    [-1_800_000, 1_860_000, 2_400_000, 7_200_000],
+    [-1_800_000, -1_790_000, 2_190_000],
+)
+
+
+def write_traces(path: Path, traces: tuple[Trace, ...] = TRACES) -> Path:
+    lines = [json.dumps({"target": t.target, "source": t.source, "times": list(t.times)}) for t in traces]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def published(truth: dict[str, Any], source: str, target: str) -> list[tuple[int, str]]:
+    """(published_ms, created_at) of a target's items in the truth, oldest first."""
+    return [
+        (int(i["published_ms"]), str(i["created_at"]))
+        for i in truth["items"]
+        if i["source"] == source and i["target"] == target
+    ]
+
+
+def shifted(origin_ms: int, offsets: list[int], source: str) -> list[tuple[int, str]]:
+    """What the truth must say of items at ``offsets`` ms after the start: the item's time in ``created_at``; as
+    ``published_ms``, that time too, but a product's backlog counts as published when the product appeared (the
+    start), as for every sandbox product."""
+    return [
+        (origin_ms + (ms if source.startswith("weibo") else max(ms, 0)), beijing(origin_ms + ms).strftime(CREATED))
+        for ms in offsets
+    ]
+
+
+def test_each_trace_becomes_one_target_named_after_it() -> None:
+    scenario = trace_scenario(TRACES, TraceMapping(weibo_site="web", shop="ecshop"), seed=4)
+    assert [(u.uid, u.name, u.sites, u.schedule.times) for u in scenario.users] == [
+        (TRACE_UID_BASE, "weibo:1669879400", ("web",), TRACES[0].times)
+    ]
+    assert [(p.source, p.id, p.name) for p in scenario.products] == [
+        ("ecshop", str(TRACE_PRODUCT_BASE), "reviews:p-17"),
+        ("ecshop", str(TRACE_PRODUCT_BASE + 1), "git-author:abc"),
+    ]
+    assert scenario.seed == 4 and all(p.schedule.start_s == p.schedule.times[0] for p in scenario.products)
+    limited = trace_scenario(TRACES, TraceMapping(limit=2, backlog_days=1))
+    assert len(limited.users) == 1 and [p.source for p in limited.products] == ["jd"]
+    assert limited.products[0].schedule.start_s == T0 - 3600 + 86400
+
+
+def test_the_summary_counts_targets_items_backlog_span_and_spread() -> None:
+    summary = summarize(trace_scenario(TRACES, TraceMapping(backlog_days=600 / 86400)))
+    # Ten minutes in: Weibo 3 items before, 2 after (the last 6600 s after the start); reviews 1 and 3 (8400 s);
+    # commits 2 and 1. The two posts of one second are both backlog: one moves 1 s earlier.
+    assert (summary.users, summary.products, summary.backlog, summary.future) == (1, 2, 6, 6)
+    assert summary.span_s == 8400 and (summary.spread, summary.most_moved_ms) == (1, 1000)
+    line = summary.line("f.jsonl", speed=60)
+    assert "1 Weibo user(s), 2 product(s); 12 items: 6 backlog, 6 over 0.10 simulated days" in line, line
+    assert "1 item(s) moved (at most 1 s)" in line, line
+
+
+@pytest.mark.parametrize(
+    ("mapping", "message"),
+    [
+        ({"weibo_site": "weibo.com"}, "Weibo site must be one of"),
+        ({"shop": "taobao"}, "shop must be one of"),
+        ({"limit": 0}, "at least 1 trace"),
+        ({"backlog_days": -1.0}, "backlog must be a number of days"),
+    ],
+)
+def test_a_bad_mapping_is_a_config_error(mapping: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        TraceMapping(**mapping)
+
+
+def test_a_file_the_trace_reader_refuses_is_a_config_error_naming_file_and_line(tmp_path: Path) -> None:
+    path = tmp_path / "bad.jsonl"
+    path.write_text(json.dumps({"target": "a", "source": "weibo", "times": [T0]}) + "\n{not json\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=rf"--traces: {path}:2: not JSON"):
+        load_trace_scenario(path, TraceMapping())
+    path.write_text(json.dumps({"target": "a", "source": "weibo", "times": [T0 * 1000]}) + "\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match="after 2100"):
+        load_trace_scenario(path, TraceMapping())
+
+
+def test_the_sites_serve_the_traces_items_at_the_shifted_times(tmp_path: Path) -> None:
+    """In process, on a frozen clock: the truth holds every trace item at its shifted time (the backlog before the
+    start flagged as such), and the real parsers read the same ids from the sites' pages."""
+    scenario = load_trace_scenario(write_traces(tmp_path / "t.jsonl"), TraceMapping(backlog_days=0.5 / 24))
+    with SandboxServer(scenario, speed=0, port=0, origin=ORIGIN_S) as server:
+        server.clock.advance(3 * 3600)
+        truth = server.truth()
+        origin_ms = int(truth["origin_ms"])
+        for (source, target), trace, offsets in zip(TARGETS, TRACES, FROM_HALF_AN_HOUR_MS, strict=True):
+            assert published(truth, source, target) == shifted(origin_ms, offsets, source), target
+            backlog = [i["backlog"] for i in truth["items"] if i["target"] == target]
+            assert backlog == [t < trace.times[0] + 1800 for t in trace.times], target
+        uid, review_stream = TARGETS[0][1], TARGETS[1][1]
+        posts = crawl(server, "weibo_mobile", uid)
+        reviews = crawl(server, "jd", review_stream, kind=TaskKind.ProductReviews)
+        shown = {str(getattr(item, "id", "")) for item in posts.items + reviews.items}
+        assert shown >= {i["id"] for i in truth["items"] if i["target"] in (uid, review_stream)}
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_icecrawler_sandbox_traces_publishes_a_trace_file_over_http_on_a_fast_clock(tmp_path: Path) -> None:
+    """The command as a user runs it: ``icecrawler sandbox --traces FILE --speed 3600``. Every item of the file
+    appears in /__sandbox/truth at the trace's time shifted onto the run's clock (two simulated hours: two wall
+    seconds), the scenario names the trace each target replays, and the log has the start-up summary."""
+    path = write_traces(tmp_path / "t.jsonl")
+    total = sum(len(t.times) for t in TRACES)
+    with sandbox_process(tmp_path, speed=3600, traces=path) as sandbox:
+
+        def truth() -> dict[str, Any]:
+            return dict(sandbox.control("truth"))
+
+        wait_for(lambda: len(truth()["items"]) == total, lambda: f"not every item published: {truth()}", 60)
+        final = truth()
+        names = {u["name"] for u in sandbox.control("scenario")["users"]}
+        log = sandbox.process.log_tail(50)
+    origin_ms = int(final["origin_ms"])
+    for (source, target), offsets in zip(TARGETS, FROM_FIRST_MS, strict=True):
+        assert published(final, source, target) == shifted(origin_ms, offsets, source), target
+    assert not any(i["backlog"] for i in final["items"]), "a trace started at its first item has no backlog"
+    assert names == {"weibo:1669879400"}
+    assert "1 Weibo user(s), 2 product(s); 12 items: 0 backlog, 12 over" in log, log
+    assert "1 item(s) moved (at most 1 s)" in log, log
+
+
+def test_the_command_refuses_an_unusable_trace_file_with_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "empty.jsonl"
+    path.write_text("\n\n", encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, "-m", "icecrawler_cli", "sandbox", "--traces", str(path), "--print-scenario"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip() == f"icecrawler sandbox: error: --traces: {path}: no traces", done.stderr
+    assert done.stdout == ""
