@@ -9,6 +9,9 @@ Then it prints a table per source, draws every task's period over time next to i
 (the SHHD paper's period figure) and stops every process it started, on Ctrl-C too.
 
 Exit code 0 only if, for every source, every item published before the cut-off is stored exactly once.
+
+With ``--traces FILE`` the world is made from real publication traces instead (``sandbox.tracescenario``, the
+options of ``icecrawler sandbox --traces``): one Weibo user or product per trace, its items at the trace's times.
 """
 
 from __future__ import annotations
@@ -27,8 +30,10 @@ from icecrawler import durable
 from icecrawler.processes import interrupts_once
 from icecrawler_local.oracle import stored_index, truth_index
 from icecrawler_local.stack import SITE_PREFIX, Stack, running_stack
+from sandbox.cli import add_trace_options, trace_world
 from sandbox.scenario import Scenario, default_scenario, load_scenario
-from sandbox.schedules import Schedule
+from sandbox.schedules import Schedule, trace_times
+from sandbox.tracescenario import summarize as summarize_traces
 from sandbox.world import WEIBO_SOURCES
 
 __all__ = ["Demo", "DemoResult", "SourceSummary", "bad_numbers", "mean_interval_s", "seed_ids", "summarize"]
@@ -66,6 +71,9 @@ def mean_interval_s(schedule: Schedule) -> float | None:
         return 3600.0 / schedule.per_hour
     if schedule.kind == "bursty":
         return schedule.interval_s / schedule.burst_size
+    if schedule.kind == "trace":
+        future = trace_times(schedule, 0).future
+        return (future[-1] - future[0]) / (len(future) - 1) / 1000 if len(future) > 1 else None
     return None
 
 
@@ -325,13 +333,18 @@ class Demo:
         )
         parser.add_argument("--scenario", default="", help="sandbox scenario file (default: the built-in demo world)")
         parser.add_argument("--no-plot", action="store_true", help="skip the period plot")
+        add_trace_options(parser)
 
     def run(self, args: argparse.Namespace) -> int:
         problem = bad_numbers(args)
         if problem:
             print(f"icecrawler demo: error: {problem}", file=sys.stderr)
             return 2
-        scenario = load_scenario(args.scenario) if args.scenario else default_scenario()
+        scenario = trace_world(args, args.scenario)
+        if scenario is not None:
+            print(summarize_traces(scenario).line(args.traces, args.speed), flush=True)
+        else:
+            scenario = load_scenario(args.scenario) if args.scenario else default_scenario()
         var_dir, output_dir = Path(args.var_dir), Path(args.output_dir)
         shutil.rmtree(var_dir, ignore_errors=True)
         drain_timeout = (

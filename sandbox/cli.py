@@ -23,7 +23,7 @@ from sandbox.scenario import WEIBO_SITES, Scenario, default_scenario, load_scena
 from sandbox.server import SandboxServer
 from sandbox.tracescenario import TRACE_SHOPS, TraceMapping, load_trace_scenario, summarize
 
-__all__ = ["add_options", "parse_misbehave", "run"]
+__all__ = ["add_options", "add_trace_options", "parse_misbehave", "run", "trace_world"]
 
 log = logging.getLogger("sandbox")
 
@@ -63,6 +63,11 @@ def add_options(parser: argparse.ArgumentParser) -> None:
         help="switch a misbehaviour on at start (repeatable); sites: pc, m, web, ecshop, jd, *",
     )
     parser.add_argument("--print-scenario", action="store_true", help="print the scenario as JSON and exit")
+    add_trace_options(parser)
+
+
+def add_trace_options(parser: argparse.ArgumentParser) -> None:
+    """The ``--traces`` options, of ``icecrawler sandbox`` and ``icecrawler demo`` (``trace_world`` reads them)."""
     traces = parser.add_argument_group(
         "real publication traces", "publish items at real times instead of a scenario's schedules (docs/SANDBOX.md)"
     )
@@ -119,8 +124,9 @@ def parse_misbehave(specs: Sequence[str]) -> list[MisbehaviourRule]:
     ]
 
 
-def _scenario(args: argparse.Namespace, settings: Settings) -> Scenario:
-    """The world to serve: the trace file's (``--traces``), the scenario file's, or the built-in demo."""
+def trace_world(args: argparse.Namespace, scenario_flag: str | None) -> Scenario | None:
+    """The world of ``--traces FILE`` shaped by the other ``--traces-*`` options; None without ``--traces`` (then
+    those options are an error, as is ``scenario_flag``, a scenario file given with it)."""
     trace_flags = [
         flag
         for flag, value in (
@@ -134,9 +140,8 @@ def _scenario(args: argparse.Namespace, settings: Settings) -> Scenario:
     if not args.traces:
         if trace_flags:
             raise ConfigError(f"{', '.join(trace_flags)}: give --traces FILE too (these options shape its world)")
-        scenario_path = args.scenario or settings.get_str("sandbox.scenario")
-        return load_scenario(scenario_path) if scenario_path else default_scenario()
-    if args.scenario:
+        return None
+    if scenario_flag:
         raise ConfigError("give --traces or --scenario, not both: the traces make the whole world")
     defaults = TraceMapping()
     mapping = TraceMapping(
@@ -146,6 +151,15 @@ def _scenario(args: argparse.Namespace, settings: Settings) -> Scenario:
         limit=args.traces_limit,
     )
     return load_trace_scenario(args.traces, mapping)
+
+
+def _scenario(args: argparse.Namespace, settings: Settings) -> Scenario:
+    """The world to serve: the trace file's (``--traces``), the scenario file's, or the built-in demo."""
+    traced = trace_world(args, args.scenario)
+    if traced is not None:
+        return traced
+    scenario_path = args.scenario or settings.get_str("sandbox.scenario")
+    return load_scenario(scenario_path) if scenario_path else default_scenario()
 
 
 def build_server(args: argparse.Namespace, settings: Settings, scenario: Scenario | None = None) -> SandboxServer:

@@ -7,6 +7,9 @@ item, the backlog before the start and the items of one second included, must be
 from __future__ import annotations
 
 import json
+import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -52,12 +55,16 @@ SCHEDULER = {
 CLIENT = {"client.workers": 2, "client.batch": 1, "client.idle_sleep_s": 0.2, "client.timeout_s": 5}
 
 
-def test_every_item_of_a_trace_world_is_crawled_and_stored_exactly_once(tmp_path: Path) -> None:
-    path = tmp_path / "traces.jsonl"
+def write_traces(path: Path) -> Path:
     path.write_text(
         "".join(json.dumps({"target": t.target, "source": t.source, "times": list(t.times)}) + "\n" for t in TRACES),
         encoding="utf-8",
     )
+    return path
+
+
+def test_every_item_of_a_trace_world_is_crawled_and_stored_exactly_once(tmp_path: Path) -> None:
+    path = write_traces(tmp_path / "traces.jsonl")
     scenario = load_trace_scenario(path, TraceMapping(backlog_days=BACKLOG_DAYS))
     uid, product = str(TRACE_UID_BASE), str(TRACE_PRODUCT_BASE)
     with running_stack(tmp_path, scenario, speed=SPEED, scheduler_settings=SCHEDULER, client_settings=CLIENT) as stack:
@@ -86,3 +93,43 @@ def test_every_item_of_a_trace_world_is_crawled_and_stored_exactly_once(tmp_path
     assert all(count > 1 for count in crawls.values()), f"each target should be visited again: {crawls}"
     assert codes == [0], logs[-3000:]
     assert "Traceback" not in logs, logs[-4000:]
+
+
+def test_icecrawler_demo_crawls_a_trace_file_and_judges_it(tmp_path: Path) -> None:
+    """``icecrawler demo --traces FILE``: the demo's crawl, drain and judgement on the traces' world. Ten wall seconds
+    at speed 600 are 100 simulated minutes, past the traces' hour, so everything is published before the cut-off."""
+    path = write_traces(tmp_path / "traces.jsonl")
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "icecrawler_cli",
+            "demo",
+            "--traces",
+            str(path),
+            "--traces-backlog-days",
+            str(BACKLOG_DAYS),
+            "--duration",
+            "10",
+            "--speed",
+            "600",
+            "--every",
+            "5",
+            "--no-plot",
+            "--var-dir",
+            str(tmp_path / "var"),
+            "--output-dir",
+            str(tmp_path / "out"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=280,
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-4000:]
+    assert f"traces {path}: 1 Weibo user(s), 1 product(s); {TOTAL} items: 6 backlog" in output, output[-4000:]
+    assert "OK: stored == published for every source" in output
+    for source, trace in (("weibo_mobile", TRACES[0]), ("jd", TRACES[1])):
+        row = re.search(rf"^{source}\s+(\d+)\s+(\d+)\s+(\d+)\s", output, re.M)
+        assert row, f"no table row for {source}:\n{output[-3000:]}"
+        assert [int(x) for x in row.groups()] == [len(trace.times), len(trace.times), 0], row.group(0)

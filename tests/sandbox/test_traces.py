@@ -5,6 +5,7 @@ over real HTTP through the real parsers."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -16,6 +17,7 @@ import pytest
 from icecrawler.errors import ConfigError
 from icecrawler.models import TaskKind
 from sandbox import SandboxServer, sandbox_process
+from sandbox.cli import add_options, trace_world
 from sandbox.content import beijing
 from sandbox.tracefile import Trace
 from sandbox.tracescenario import (
@@ -189,3 +191,25 @@ def test_the_command_refuses_an_unusable_trace_file_with_one_line(tmp_path: Path
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip() == f"icecrawler sandbox: error: --traces: {path}: no traces", done.stderr
     assert done.stdout == ""
+
+
+def test_the_trace_options_need_a_trace_file_and_replace_the_scenario(tmp_path: Path) -> None:
+    parser = argparse.ArgumentParser()
+    add_options(parser)
+    path = str(write_traces(tmp_path / "t.jsonl"))
+    with pytest.raises(ConfigError, match="--traces-limit, --traces-shop: give --traces FILE too"):
+        trace_world(parser.parse_args(["--traces-limit", "2", "--traces-shop", "ecshop"]), None)
+    with pytest.raises(ConfigError, match="give --traces or --scenario, not both"):
+        trace_world(parser.parse_args(["--traces", path]), "my.toml")
+    assert trace_world(parser.parse_args([]), None) is None
+    world = trace_world(parser.parse_args(["--traces", path, "--traces-limit", "2", "--traces-shop", "ecshop"]), None)
+    assert world is not None and [p.source for p in world.products] == ["ecshop"] and len(world.users) == 1
+
+
+def test_the_demo_plots_a_trace_targets_true_interval_as_its_mean_gap_from_the_start() -> None:
+    from icecrawler_local.demo import mean_interval_s
+
+    scenario = trace_scenario(TRACES, TraceMapping())
+    # The Weibo trace: 5 items over 7200 s from its start, spread 1 s apart where two share a second.
+    assert mean_interval_s(scenario.users[0].schedule) == 7200 / 4
+    assert mean_interval_s(trace_scenario(TRACES, TraceMapping(backlog_days=1)).users[0].schedule) is None
