@@ -16,7 +16,9 @@ import pytest
 
 from icecrawler.errors import ConfigError
 from icecrawler.models import TaskKind
-from sandbox import SandboxServer, sandbox_process
+from icecrawler.processes import ProcessGroup, free_port, wait_for_port
+from icecrawler_local.oracle import read_truth_file
+from sandbox import SandboxServer, sandbox_argv, sandbox_process
 from sandbox.cli import add_options, trace_world
 from sandbox.content import beijing
 from sandbox.tracefile import Trace
@@ -213,3 +215,28 @@ def test_the_demo_plots_a_trace_targets_true_interval_as_its_mean_gap_from_the_s
     # The Weibo trace: 5 items over 7200 s from its start, spread 1 s apart where two share a second.
     assert mean_interval_s(scenario.users[0].schedule) == 7200 / 4
     assert mean_interval_s(trace_scenario(TRACES, TraceMapping(backlog_days=1)).users[0].schedule) is None
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_a_truth_file_records_the_trace_world_so_another_one_is_refused_on_it(tmp_path: Path) -> None:
+    """The trace times are part of the scenario whose digest the truth file's run line records: the same command
+    started again continues the run, and a world of other traces on that file is refused with one line."""
+    path = write_traces(tmp_path / "t.jsonl")
+    truth = tmp_path / "truth.jsonl"
+    port = free_port()
+    with ProcessGroup(tmp_path) as group:
+        first = group.start("first", sandbox_argv(port, speed=60, traces=path, truth_file=truth))
+        wait_for_port("127.0.0.1", port, 40.0, alive=first.alive)
+        wait_for(lambda: len(read_truth_file(truth)) > 0, "the sandbox wrote no truth", timeout_s=30)
+        first.stop()
+        again = group.start("again", sandbox_argv(port, speed=60, traces=path, truth_file=truth))
+        wait_for_port("127.0.0.1", port, 40.0, alive=again.alive)
+        again.stop()
+        before = truth.read_bytes()
+        other = group.start("other", sandbox_argv(free_port(), speed=60, traces=path, traces_limit=1, truth_file=truth))
+        code = other.popen.wait(timeout=60)
+        log = other.log_tail()
+    assert code != 0 and str(truth) in log and "another run" in log, log
+    assert "Traceback" not in log, log
+    assert truth.read_bytes() == before
