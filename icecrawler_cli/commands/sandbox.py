@@ -9,7 +9,7 @@ from icecrawler_cli.commands import BaseCommand
 
 
 class Command(BaseCommand):
-    summary = "serve the sandbox sites (stand-ins for every source's site) publishing items on a schedule"
+    summary = "serve the sandbox sites (stand-ins for every source's site) publishing items on a schedule or a trace"
     description = (
         "Serve every registered source's stand-in site on one port, under the prefix the source declares "
         "(`icecrawler sources` lists them; built in: /pc weibo.com's mbloglist, /web weibo.com's ajax "
