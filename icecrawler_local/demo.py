@@ -340,11 +340,12 @@ class Demo:
         if problem:
             print(f"icecrawler demo: error: {problem}", file=sys.stderr)
             return 2
-        scenario = trace_world(args, args.scenario)
-        if scenario is not None:
-            print(summarize_traces(scenario).line(args.traces, args.speed), flush=True)
-        else:
-            scenario = load_scenario(args.scenario) if args.scenario else default_scenario()
+        scenario = trace_world(args, args.scenario) or (
+            load_scenario(args.scenario) if args.scenario else default_scenario()
+        )
+        traced = summarize_traces(scenario)
+        if traced.users or traced.products:  # from --traces or the scenario file's [traces] table
+            print(traced.line(args.traces or args.scenario, args.speed), flush=True)
         var_dir, output_dir = Path(args.var_dir), Path(args.output_dir)
         shutil.rmtree(var_dir, ignore_errors=True)
         drain_timeout = (

@@ -186,9 +186,11 @@ def build_server(args: argparse.Namespace, settings: Settings, scenario: Scenari
 def run(args: argparse.Namespace, settings: Settings) -> int:
     """Serve until SIGTERM/SIGINT. Prints one JSON line with the URL once listening."""
     scenario = _scenario(args, settings)
-    if args.traces:
+    traced = summarize(scenario)
+    if traced.users or traced.products:  # from --traces or a scenario file's [traces] table
         speed = args.speed if args.speed is not None else settings.get_float("clock.speed")
-        log.info("%s", summarize(scenario).line(args.traces, speed))
+        source = args.traces or args.scenario or settings.get_str("sandbox.scenario")
+        log.info("%s", traced.line(source, speed))
     if args.print_scenario:
         print(json.dumps(scenario.to_dict(), ensure_ascii=False, indent=2))
         return 0

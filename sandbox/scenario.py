@@ -41,6 +41,10 @@ A scenario is a TOML or JSON file with the same structure (see docs/SANDBOX.md):
     site = "m"
     teapot_rate = 0.05
 
+    [traces]                        # one more target per trace of a trace file (sandbox.tracescenario)
+    file = "traces.jsonl"           # relative to this file
+    limit = 20                      # and weibo_site, shop, backlog_days: as the --traces-* options
+
 ``default_scenario()`` is the demo's built-in world.
 """
 
@@ -270,14 +274,23 @@ class Scenario:
 
 
 def load_scenario(path: str | Path) -> Scenario:
-    """Read a ``.toml`` or ``.json`` scenario file."""
+    """Read a ``.toml`` or ``.json`` scenario file; its ``[traces]`` table adds the targets of a trace file
+    (``sandbox.tracescenario.with_traces``)."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
         data = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
     except (OSError, ValueError) as exc:
         raise ConfigError(f"cannot read scenario {path}: {exc}") from exc
-    return Scenario.from_dict(data)
+    if not isinstance(data, dict):
+        return Scenario.from_dict(data)
+    traces = data.pop("traces", None)
+    scenario = Scenario.from_dict(data)
+    if traces is None:
+        return scenario
+    from sandbox.tracescenario import with_traces  # it builds on this module
+
+    return with_traces(scenario, traces, path)
 
 
 def default_scenario(seed: int = 0) -> Scenario:

@@ -16,9 +16,10 @@ ids while a trace's target is any text, hence the numbering. Pure: the file is r
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from icecrawler.errors import ConfigError
 from sandbox.scenario import WEIBO_SITES, Product, Scenario, WeiboUser
@@ -26,6 +27,7 @@ from sandbox.schedules import Schedule, trace_times
 from sandbox.tracefile import Trace, TraceError, load_traces, warn_on_stderr
 
 __all__ = [
+    "TABLE_KEYS",
     "TRACE_PRODUCT_BASE",
     "TRACE_SHOPS",
     "TRACE_UID_BASE",
@@ -35,6 +37,7 @@ __all__ = [
     "load_trace_scenario",
     "summarize",
     "trace_scenario",
+    "with_traces",
 ]
 
 #: The uid of the first Weibo trace (ten digits, like the real site's uids).
@@ -71,10 +74,12 @@ class TraceMapping:
             raise ConfigError(f"traces: the Weibo site must be one of {list(WEIBO_SITES)}, not {self.weibo_site!r}")
         if self.shop not in TRACE_SHOPS:
             raise ConfigError(f"traces: the shop must be one of {list(TRACE_SHOPS)}, not {self.shop!r}")
-        if not 0 <= self.backlog_days < float("inf"):
-            raise ConfigError(f"traces: the backlog must be a number of days >= 0, not {self.backlog_days!r}")
-        if self.limit is not None and self.limit < 1:
-            raise ConfigError(f"traces: the limit must be at least 1 trace, not {self.limit}")
+        days = self.backlog_days
+        if isinstance(days, bool) or not isinstance(days, int | float) or not 0 <= days < float("inf"):
+            raise ConfigError(f"traces: the backlog must be a number of days >= 0, not {days!r}")
+        limit = self.limit
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+            raise ConfigError(f"traces: the limit must be a whole number of traces, at least 1, not {limit!r}")
 
 
 def _schedule(trace: Trace, mapping: TraceMapping) -> Schedule:
@@ -116,12 +121,32 @@ def trace_scenario(traces: Sequence[Trace], mapping: TraceMapping, seed: int = 0
     return Scenario(seed=seed, users=tuple(users), products=tuple(products))
 
 
-def load_trace_scenario(path: str | Path, mapping: TraceMapping, seed: int = 0) -> Scenario:
-    """``trace_scenario`` of a trace file; a file the reader refuses is a ConfigError naming the file and line."""
+#: The keys of a scenario file's ``[traces]`` table: the file, and the fields of TraceMapping.
+TABLE_KEYS = ("file", "limit", "weibo_site", "shop", "backlog_days")
+
+
+def with_traces(scenario: Scenario, table: Mapping[str, Any], scenario_path: Path) -> Scenario:
+    """``scenario`` with the targets of its file's ``[traces]`` table added after its own (``file`` relative to the
+    scenario file's folder; the other keys as the ``--traces-*`` options). A trace target whose id the file's own
+    targets use is a duplicate, refused like any other."""
+    where = f"{scenario_path}: [traces]"
+    if not isinstance(table, Mapping):
+        raise ConfigError(f'{where} must be a table like {{file = "traces.jsonl"}}, got {table!r}')
+    unknown = sorted(set(table) - set(TABLE_KEYS))
+    if unknown or "file" not in table:
+        raise ConfigError(f"{where}: keys {list(TABLE_KEYS)}, file required; got {sorted(table)}")
+    mapping = TraceMapping(**{key: table[key] for key in TABLE_KEYS[1:] if key in table})
+    traced = load_trace_scenario(scenario_path.parent / str(table["file"]), mapping, scenario.seed, where)
+    return replace(scenario, users=scenario.users + traced.users, products=scenario.products + traced.products)
+
+
+def load_trace_scenario(path: str | Path, mapping: TraceMapping, seed: int = 0, where: str = "--traces") -> Scenario:
+    """``trace_scenario`` of a trace file; a file the reader refuses is a ConfigError naming the file and line (after
+    ``where``: the option or the table that named the file)."""
     try:
         traces = load_traces(Path(path), warn=warn_on_stderr)
     except TraceError as exc:
-        raise ConfigError(f"--traces: {exc}") from None
+        raise ConfigError(f"{where}: {exc}") from None
     return trace_scenario(traces, mapping, seed)
 
 

@@ -21,6 +21,7 @@ from icecrawler_local.oracle import read_truth_file
 from sandbox import SandboxServer, sandbox_argv, sandbox_process
 from sandbox.cli import add_options, trace_world
 from sandbox.content import beijing
+from sandbox.scenario import load_scenario
 from sandbox.tracefile import Trace
 from sandbox.tracescenario import (
     TRACE_PRODUCT_BASE,
@@ -117,7 +118,9 @@ def test_the_summary_counts_targets_items_backlog_span_and_spread() -> None:
     [
         ({"weibo_site": "weibo.com"}, "Weibo site must be one of"),
         ({"shop": "taobao"}, "shop must be one of"),
-        ({"limit": 0}, "at least 1 trace"),
+        ({"limit": 0}, "at least 1, not 0"),
+        ({"limit": "5"}, "whole number of traces"),
+        ({"backlog_days": "2"}, "backlog must be a number of days"),
         ({"backlog_days": -1.0}, "backlog must be a number of days"),
     ],
 )
@@ -240,3 +243,40 @@ def test_a_truth_file_records_the_trace_world_so_another_one_is_refused_on_it(tm
     assert code != 0 and str(truth) in log and "another run" in log, log
     assert "Traceback" not in log, log
     assert truth.read_bytes() == before
+
+
+def test_a_scenario_files_traces_table_adds_one_target_per_trace_to_its_own(tmp_path: Path) -> None:
+    write_traces(tmp_path / "t.jsonl")
+    path = tmp_path / "world.toml"
+    path.write_text(
+        'seed = 3\n[[users]]\nuid = 1907518591\n[[misbehave]]\nsite = "jd"\nteapot_rate = 0.5\n'
+        '[traces]\nfile = "t.jsonl"\nlimit = 2\nshop = "ecshop"\nbacklog_days = 0.5\n',
+        encoding="utf-8",
+    )
+    scenario = load_scenario(path)
+    assert [u.uid for u in scenario.users] == [1907518591, TRACE_UID_BASE]
+    assert [(p.source, p.id, p.name) for p in scenario.products] == [
+        ("ecshop", str(TRACE_PRODUCT_BASE), "reviews:p-17")
+    ]
+    assert scenario.seed == 3 and len(scenario.misbehave) == 1
+    assert scenario.users[1].schedule.start_s == T0 + 43200
+    assert "traces" not in scenario.to_dict(), "the world it serves holds the traces' targets themselves"
+
+
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        ("[traces]\nlimit = 2\n", r"file required"),
+        ('[traces]\nfile = "t.jsonl"\nstart = 3\n', r"file required; got \['file', 'start'\]"),
+        ('[traces]\nfile = "t.jsonl"\nlimit = "all"\n', "whole number of traces"),
+        ('[traces]\nfile = "missing.jsonl"\n', r"world.toml: \[traces\]: .*missing.jsonl: cannot read it"),
+        (f'[[users]]\nuid = {TRACE_UID_BASE}\n[traces]\nfile = "t.jsonl"\n', "duplicate Weibo uid"),
+        ('traces = "t.jsonl"\n', "must be a table"),
+    ],
+)
+def test_a_bad_traces_table_is_a_config_error(tmp_path: Path, table: str, message: str) -> None:
+    write_traces(tmp_path / "t.jsonl")
+    path = tmp_path / "world.toml"
+    path.write_text(table, encoding="utf-8")
+    with pytest.raises(ConfigError, match=message):
+        load_scenario(path)
