@@ -280,3 +280,10 @@ def test_a_bad_traces_table_is_a_config_error(tmp_path: Path, table: str, messag
     path.write_text(table, encoding="utf-8")
     with pytest.raises(ConfigError, match=message):
         load_scenario(path)
+
+
+def test_the_summary_counts_jd_products_with_more_reviews_than_jds_pages_show() -> None:
+    long = (Trace("big", "reviews", tuple(T0 + 10 * k for k in range(1001))), Trace("small", "reviews", (T0,)))
+    on_jd = summarize(trace_scenario(long, TraceMapping(shop="jd")))
+    assert on_jd.over_jd_pages == 1 and "1 JD product(s) hold more than the 1000 reviews" in on_jd.line("f", 60)
+    assert summarize(trace_scenario(long, TraceMapping(shop="ecshop"))).over_jd_pages == 0
