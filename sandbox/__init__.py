@@ -9,8 +9,9 @@ paths, parameters and formats after it (``docs/SITE_RESPONSES.md``):
 - ``/ecshop``: an ECSHOP mall, ``goods.php``, ``comment.php?act=gotopage``, ``category.php``, ``user.php``.
 - ``/jd``: ``/comment/productPageComments.action`` (JSONP or JSON).
 
-Items arrive on per-target schedules (periodic, Poisson, bursty, static) against a scalable clock shared with
-the rest of a run (``icecrawler.clock``); every published item goes into a ground-truth log. Misbehaviour
+Items arrive on per-target schedules (periodic, Poisson, bursty, static, or a real publication trace:
+``sandbox.tracescenario``) against a scalable clock shared with the rest of a run (``icecrawler.clock``); every
+published item goes into a ground-truth log. Misbehaviour
 (login walls, 418 bursts, 429 + Retry-After, GBK busy pages, truncated bodies, slow answers, bounded hangs)
 is switched per site or target, at start or at run time. Control and truth live under ``/__sandbox/``.
 

@@ -1,6 +1,7 @@
-"""A sandbox world from real publication traces (``icecrawler sandbox --traces FILE``): each trace becomes one target
-whose items appear at the trace's times, shifted onto the run's clock (the ``trace`` schedule,
-``sandbox.schedules.trace_times``). The file is read by ``sandbox.tracefile``, the reader the revisit benchmark uses.
+"""A sandbox world from real publication traces (``icecrawler sandbox --traces FILE``, or a scenario file's ``[traces]``
+table, ``with_traces``): each trace becomes one target whose items appear at the trace's times, shifted onto the
+run's clock (the ``trace`` schedule, ``sandbox.schedules.trace_times``). The file is read by ``sandbox.tracefile``,
+the reader the revisit benchmark uses.
 
 The mapping (docs/SANDBOX.md, "Real publication traces"), in file order:
 
