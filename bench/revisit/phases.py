@@ -25,7 +25,7 @@ from bench.revisit.content import ContentModel
 from bench.revisit.oracle import sqrt_bound
 from bench.revisit.progress import Progress, starmap_with_progress
 from bench.revisit.publish import table
-from bench.revisit.real import BASELINES, RealConfig, check_half, open_traces, run_one, sample_targets
+from bench.revisit.real import BASELINES, RealConfig, check_half, most_often, open_traces, run_one, sample_targets
 from bench.revisit.replay import Trace, fit_windowing, window_pages
 
 __all__ = ["baseline_settings", "phase_job", "run_phases"]
@@ -95,7 +95,7 @@ def run_phases(cfg: RealConfig, pool: Any, phases: int, command: str) -> str:
                 f"{np.mean([r['rate'] for r in per_phase]):.1f}",
                 _spread([r["rate"] / min(r[s] for s in settings) for r in per_phase]),
                 _spread([r["rate"] / r["sqrt bound"] for r in per_phase]),
-                max(set(best), key=best.count),
+                most_often(best, settings),
             ]
         )
     header = ["budget (× item rate)", "rate mean lag (min)", "rate ÷ best baseline setting", "rate ÷ sqrt bound"]

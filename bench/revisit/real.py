@@ -55,6 +55,7 @@ __all__ = [
     "OpenedTraces",
     "RealConfig",
     "check_half",
+    "most_often",
     "open_traces",
     "run_one",
     "run_traces",
@@ -340,14 +341,17 @@ def report(
 
 
 def _best_name(rows_b: Sequence[dict[str, Any]], labels: Sequence[tuple[str, str]]) -> str:
-    names = [
-        min(
-            (lb for lb, slug in labels if slug.removesuffix("_tuned") in BASELINES),
-            key=lambda lb: r[lb]["lag_mean_min"],
-        )
-        for r in rows_b
-    ]
-    return max(set(names), key=names.count)
+    """The baseline that was best in most seeds; a tie goes to the one listed first in the table (``most_often``)."""
+    baselines = [lb for lb, slug in labels if slug.removesuffix("_tuned") in BASELINES]
+    return most_often([min(baselines, key=lambda lb: r[lb]["lag_mean_min"]) for r in rows_b], baselines)
+
+
+def most_often(picks: Sequence[str], order: Sequence[str]) -> str:
+    """The name in ``picks`` that occurs most often, a tie broken by ``order``. The tie-break is what makes two runs
+    of the same file print the same table: ``max(set(picks), key=picks.count)`` broke it by the set's order, which
+    follows the string hashes Python seeds anew in each process, so two seeds with different best baselines named
+    either one, run by run."""
+    return max((name for name in order if name in picks), key=picks.count)
 
 
 def _by_source(cfg: RealConfig, per_seed: list[dict[str, Any]], knobs: dict[tuple[str, float], dict[str, Any]]) -> str:
@@ -515,6 +519,9 @@ def open_traces(cfg: RealConfig) -> OpenedTraces:
             "crawling for weeks"
         )
     cfg = replace(cfg, window_days=windowing.window_days, warmup_days=windowing.warmup_days)
+    # Every half in an order of its own, not the file's: the resamples pick targets by position, so the lines of one
+    # file in another order gave --half all other figures. Sorted by (source, target) as build_traces writes them.
+    traces = sorted(traces, key=lambda t: (t.source, t.target))
     dev, rep = split_halves(traces)
     chosen = {"report": rep, "dev": dev, "all": traces}[cfg.half]
     return OpenedTraces(traces, dev, rep, chosen, windowing, cfg)
