@@ -25,7 +25,16 @@ from bench.revisit.content import ContentModel
 from bench.revisit.oracle import sqrt_bound
 from bench.revisit.progress import Progress, starmap_with_progress
 from bench.revisit.publish import table
-from bench.revisit.real import BASELINES, RealConfig, check_half, most_often, open_traces, run_one, sample_targets
+from bench.revisit.real import (
+    BASELINES,
+    RealConfig,
+    check_half,
+    most_often,
+    open_traces,
+    run_one,
+    sample_targets,
+    window_items,
+)
 from bench.revisit.replay import Trace, fit_windowing, window_pages
 
 __all__ = ["baseline_settings", "phase_job", "run_phases"]
@@ -65,6 +74,7 @@ def run_phases(cfg: RealConfig, pool: Any, phases: int, command: str) -> str:
     """The harness; returns the markdown report (and says how far it is on stderr)."""
     started = time.monotonic()
     progress = Progress()
+    progress.say(f"reading {cfg.path}")  # a file of gigabytes takes a minute or more
     *_, chosen, windowing, cfg = open_traces(cfg)
     check_half(cfg, chosen)
     whole = len(chosen)
@@ -73,7 +83,7 @@ def run_phases(cfg: RealConfig, pool: Any, phases: int, command: str) -> str:
     population = (
         f"every target ({whole})" if len(chosen) == whole else f"one subsample of {len(chosen)} of its {whole} targets"
     )
-    items = sum(page.arrivals.size for page in window_pages(chosen, windowing))
+    items = window_items(cfg, chosen, windowing)
     cut = ": --targets N cuts it" if cfg.targets is None else ""
     progress.say(
         f"{len(chosen)} targets of the {cfg.half} half, {phases} phases, {len(cfg.budgets)} budgets ({items} items "

@@ -44,6 +44,7 @@ from bench.revisit.replay import (
     split_halves,
     warn_on_stderr,
     window_pages,
+    window_traces,
 )
 from bench.revisit.sim import Detector, Horizon, mean_ci, run_single
 from bench.revisit.traces import DAY, Page
@@ -60,6 +61,7 @@ __all__ = [
     "run_one",
     "run_traces",
     "sample_targets",
+    "window_items",
 ]
 
 MIN = 60.0
@@ -488,6 +490,26 @@ def check_half(cfg: RealConfig, chosen: Sequence[Trace]) -> None:
         )
 
 
+#: One target holding more than this share of the items a run replays gets a warning (``window_items``).
+DOMINANT_SHARE = 0.5
+
+
+def window_items(cfg: RealConfig, chosen: Sequence[Trace], windowing: Windowing) -> int:
+    """The items a run replays (its first progress line counts them), with a warning when one target holds over
+    DOMINANT_SHARE of them: every lag is a mean over items, so the tables then say how that one target was crawled,
+    and a burst of it (a thousand items in a minute) is one fetch's luck in every figure."""
+    sizes = [page.arrivals.size for page in window_pages(chosen, windowing)]
+    total = sum(sizes)
+    top = max(range(len(sizes)), key=sizes.__getitem__)
+    if sizes[top] > DOMINANT_SHARE * total:
+        warn_on_stderr(
+            f"{cfg.path}: target {chosen[top].target!r} of {chosen[top].source} holds {sizes[top]} of the {total} "
+            f"items in the windows of the {cfg.half} half ({sizes[top] / total:.0%}): every mean lag is mostly its "
+            "items' lag"
+        )
+    return total
+
+
 class OpenedTraces(NamedTuple):
     """A trace file as the recorded run and the development harness read it (``open_traces``)."""
 
@@ -503,15 +525,21 @@ class OpenedTraces(NamedTuple):
 
 #: A fitted window shorter than this (traces of a few days or hours) gets a warning (``open_traces``).
 SHORT_FILE_WINDOW_DAYS = 7.0
+#: Windows that keep less than this share of the file's items get a warning (``open_traces``): a year of a busy feed
+#: replayed as its last four weeks is the fitted rule at work, but its user should hear it before reading the tables.
+KEPT_SHARE_TO_WARN = 0.5
 
 
 def open_traces(cfg: RealConfig) -> OpenedTraces:
     """Load ``cfg.path``, split it into halves and pick ``cfg.half``. The window and warm-up are fitted to the whole
-    file, not to the half that runs, and handed to every job through the returned config. A file of traces
-    shorter than a week runs, with a warning: its window leaves a policy a few days at most to learn in."""
+    file, not to the half that runs, and handed to every job through the returned config; every trace keeps only the
+    items of its window (``window_traces``: what the jobs replay), with a warning when that leaves out over half of
+    the file. A file of traces shorter than a week runs, with a warning: its window leaves a policy a few days at
+    most to learn in."""
     traces = load_traces(cfg.path)
+    window_given = cfg.window_days is not None
     windowing = fit_windowing(traces, cfg.window_days, cfg.warmup_days)
-    if cfg.window_days is None and windowing.window_days < SHORT_FILE_WINDOW_DAYS:
+    if not window_given and windowing.window_days < SHORT_FILE_WINDOW_DAYS:
         warn_on_stderr(
             f"{cfg.path}: the traces cover a median of under {windowing.window_days + 0.5:g} days, so the window is "
             f"{windowing.window_days:g} days with {windowing.warmup_days:g} of warm-up: a policy whose longest period "
@@ -519,6 +547,16 @@ def open_traces(cfg: RealConfig) -> OpenedTraces:
             "crawling for weeks"
         )
     cfg = replace(cfg, window_days=windowing.window_days, warmup_days=windowing.warmup_days)
+    in_file = sum(len(t.times) for t in traces)
+    traces = window_traces(traces, windowing)
+    kept = sum(len(t.times) for t in traces)
+    if kept < in_file * KEPT_SHARE_TO_WARN:
+        warn_on_stderr(
+            f"{cfg.path}: the {windowing.window_days:g}-day window keeps {kept} of the file's {in_file} items (each "
+            f"trace's last {windowing.window_days:g} days; "
+            + ("given" if window_given else FITTED_WINDOW_RULE)
+            + "): the run replays those only; --window-days sets a longer window, and the run time grows with it"
+        )
     # Every half in an order of its own, not the file's: the resamples pick targets by position, so the lines of one
     # file in another order gave --half all other figures. Sorted by (source, target) as build_traces writes them.
     traces = sorted(traces, key=lambda t: (t.source, t.target))
@@ -532,9 +570,10 @@ def run_traces(cfg: RealConfig, pool: Any, command: str, write: bool) -> str:
     started = time.monotonic()
     progress = Progress()
     window_given = cfg.window_days is not None
+    progress.say(f"reading {cfg.path}")  # a file of gigabytes takes a minute or more
     traces, dev, rep, chosen, windowing, cfg = open_traces(cfg)
     check_half(cfg, chosen)
-    items = sum(page.arrivals.size for page in window_pages(chosen, windowing))
+    items = window_items(cfg, chosen, windowing)
     cut = "" if cfg.targets is not None else ": --targets N or --quick cut it"
     runs = (f"{len(_tune_jobs(dev, cfg))} tuning runs, then " if cfg.tune else "") + (
         f"{cfg.seeds * len(cfg.budgets)} report runs"

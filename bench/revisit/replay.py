@@ -19,6 +19,9 @@ stop at ``window_days + 1`` days and fetching goes on for ``drain_days`` more.
 
 from __future__ import annotations
 
+import bisect
+import codecs
+import gzip
 import hashlib
 import math
 from collections.abc import Sequence
@@ -40,6 +43,7 @@ __all__ = [
     "split_halves",
     "warn_on_stderr",
     "window_pages",
+    "window_traces",
 ]
 
 
@@ -116,6 +120,18 @@ def window_pages(traces: Sequence[Trace], windowing: Windowing) -> list[Page]:
         scored = np.count_nonzero((shifted >= h.warmup_s) & (shifted < h.end_s))
         pages.append(Page(trace.source, scored / (h.end_s - h.warmup_s), shifted))
     return pages
+
+
+def window_traces(traces: Sequence[Trace], windowing: Windowing) -> list[Trace]:
+    """Each trace with only the items ``window_pages`` replays (those of its last ``window_days``), so a run hands its
+    jobs the windows, not the file: every job gets its targets' times pickled, and a year of a 200 MB file made each
+    job unpickle half of it to replay four weeks (docs/REVISIT.md, "Run time")."""
+    span = windowing.window_days * DAY
+    out = []
+    for trace in traces:
+        start = bisect.bisect_right(trace.times, trace.times[-1] - span)
+        out.append(trace if start == 0 else Trace(trace.target, trace.source, trace.times[start:]))
+    return out
 
 
 def _rank_key(target: str) -> str:

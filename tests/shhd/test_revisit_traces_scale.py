@@ -17,8 +17,8 @@ import pytest
 import bench.revisit as revisit
 from bench.revisit.contenders import ROOT
 from bench.revisit.content import ITEM_WORDS, VOCAB, ContentModel
-from bench.revisit.real import RealConfig, open_traces
-from bench.revisit.replay import window_pages
+from bench.revisit.real import RealConfig, open_traces, window_items
+from bench.revisit.replay import load_traces, window_pages
 from bench.revisit.traces import DAY
 
 
@@ -84,3 +84,74 @@ def test_the_best_baseline_of_a_tie_is_the_same_in_every_process() -> None:
         for seed in range(8)
     }
     assert said == {"shhd (paper, simhash)\na\n"}
+
+
+def _year_file(tmp_path: Path) -> Path:
+    """Six feeds of a year each, one item every six hours or so."""
+    rng = np.random.default_rng(9)
+    lines = []
+    for k in range(6):
+        times = np.sort(1_600_000_000 + rng.uniform(0, 365 * DAY, 1400 + 10 * k)).round()
+        lines.append(json.dumps({"target": f"y{k}", "source": "feed", "times": times.tolist()}))
+    return _file(tmp_path, "year.jsonl", lines)
+
+
+def test_the_jobs_get_each_trace_cut_to_its_window_and_replay_the_same_items(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A run pickles its targets' times into every job: a year of a 200 MB file had each job unpickle half of it
+    (1.8 GB across a 2-worker --quick run) to replay four weeks."""
+    path = _year_file(tmp_path)
+    opened = open_traces(RealConfig(path, half="all", window_days=28.0))
+    assert all(t.times[-1] - t.times[0] <= 28 * DAY for t in opened.chosen)
+    assert sum(len(t.times) for t in opened.chosen) < 8550 // 10  # of the 8 550 in the file
+    # ... and the jobs replay exactly what they replayed from the whole traces.
+    whole = sorted(load_traces(path), key=lambda t: (t.source, t.target))
+    pages = zip(window_pages(opened.chosen, opened.windowing), window_pages(whole, opened.windowing), strict=True)
+    for cut, full in pages:
+        assert np.array_equal(cut.arrivals, full.arrivals) and cut.rate == full.rate
+    # Most of the file left out of the windows is said, with the way to a longer window.
+    warnings = capsys.readouterr().err.splitlines()
+    assert len(warnings) == 1 and warnings[0].startswith(f"warning: {path}: the 28-day window keeps ")
+    assert "of the file's 8550 items (each trace's last 28 days; given): the run replays those only" in warnings[0]
+    assert "--window-days sets a longer window" in warnings[0]
+    open_traces(RealConfig(path, half="all", window_days=300.0))
+    assert capsys.readouterr().err == ""
+
+
+def test_item_texts_are_the_words_numpy_choice_draws() -> None:
+    """``_text`` draws its words from a table built once instead of ``rng.choice(VOCAB, n, p=p)`` on every call (over
+    half of a text's time): the texts, and so every simhash figure, must stay the ones choice gave."""
+    model = ContentModel(1000)
+    _, p = model._vocab, model._p
+    for page in range(40):
+        for index in range(60):
+            rng = np.random.default_rng([model.seed, page, 0, index])
+            n = int(rng.integers(ITEM_WORDS[0], ITEM_WORDS[1] + 1))
+            parts = [model._vocab[k] for k in rng.choice(VOCAB, n, p=p)]
+            for cut in range(5, len(parts), 6):
+                parts[cut] += "，"
+            assert model.item_text(page, index) == "".join(parts) + "。"
+
+
+def test_a_target_that_holds_most_of_the_items_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A thousand items in a minute on one target of eight: every mean lag is then mostly how soon one fetch came
+    after that minute, and the tables gave no hint of it."""
+    lines = _lines()
+    burst = json.loads(lines[0])
+    burst["times"] = sorted(burst["times"] + [1_701_000_000 + k * 0.06 for k in range(1000)])
+    path = _file(tmp_path, "burst.jsonl", [json.dumps(burst), *lines[1:]])
+    opened = open_traces(RealConfig(path, half="all"))
+    assert window_items(opened.cfg, opened.chosen, opened.windowing) == 1000 + sum(30 + 5 * k for k in range(8))
+    said = capsys.readouterr().err
+    assert (
+        f"warning: {path}: target 't0' of shop holds 1030 of the 1380 items in the windows of the all half (75%)"
+        in (said)
+    )
+    assert "every mean lag is mostly its items' lag" in said
+    assert revisit.main(["--traces", str(path), "--phases", "1", "--workers", "1", "--half", "all"]) == 0
+    assert "target 't0' of shop holds 1030 of the 1380 items" in capsys.readouterr().err
+    # An ordinary file says nothing.
+    plain = open_traces(RealConfig(_file(tmp_path, "plain.jsonl", lines), half="all"))
+    window_items(plain.cfg, plain.chosen, plain.windowing)
+    assert capsys.readouterr().err == ""
