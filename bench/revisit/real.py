@@ -225,6 +225,11 @@ def _labels(knobs: dict[tuple[str, float], dict[str, Any]], mult: float) -> list
     return out
 
 
+def _by_name(counts: dict[str, int]) -> str:
+    """``120 targets (git-author 44, weibo 6)``: a count of targets and its split by source."""
+    return f"{sum(counts.values())} targets ({', '.join(f'{k} {v}' for k, v in sorted(counts.items()))})"
+
+
 def _best_baseline(row: dict[str, Any], labels: Sequence[tuple[str, str]]) -> float:
     return min(row[label]["lag_mean_min"] for label, slug in labels if slug.removesuffix("_tuned") in BASELINES)
 
@@ -238,8 +243,10 @@ def report(
     knobs: dict[tuple[str, float], dict[str, Any]],
     seconds: float,
     command: str,
+    in_half: dict[str, int],
 ) -> tuple[str, dict[str, float]]:
-    """Markdown tables and flat headline numbers (keys ``real_...``)."""
+    """Markdown tables and flat headline numbers (keys ``real_...``). ``n_targets``: the targets of the first report
+    seed per source; ``in_half``: those of the half it resamples."""
     head: dict[str, float] = {
         "real_targets_count": float(sum(n_targets.values())),
         "real_seeds_count": cfg.seeds,
@@ -248,9 +255,15 @@ def report(
     }
     how = "given" if window_given else FITTED_WINDOW_RULE
     md = [
-        f"Command: `{command}`; {cfg.half} half: {sum(n_targets.values())} targets "
-        f"({', '.join(f'{k} {v}' for k, v in sorted(n_targets.items()))}); {cfg.seeds} report seeds "
-        f"({REPORT_BASE}..{REPORT_BASE + cfg.seeds - 1}), each a bootstrap resample of the targets; "
+        f"Command: `{command}`; {cfg.half} half: {_by_name(in_half)}; {cfg.seeds} report seeds "
+        f"({REPORT_BASE}..{REPORT_BASE + cfg.seeds - 1}), each a bootstrap resample of "
+        + (
+            "the targets; "
+            if n_targets == in_half
+            # A resample smaller than the half: its makeup is the first seed's, not the half's (a --quick run of 60
+            # of 2 500 targets said "report half: 60 targets").
+            else f"{sum(n_targets.values())} of them (seed {REPORT_BASE}: {_by_name(n_targets)}); "
+        )
         + (
             f"baselines' knobs tuned per budget on the development half (seeds {list(TUNING_SEEDS)})"
             if cfg.tune
@@ -591,7 +604,11 @@ def run_traces(cfg: RealConfig, pool: Any, command: str, write: bool) -> str:
     for t in chosen if cfg.targets is None else sample_targets(chosen, REPORT_BASE, cfg.targets, bootstrap=True):
         counts[t.source] = counts.get(t.source, 0) + 1
     trace, page, e0 = e0_real(chosen, windowing)
-    md, head = report(cfg, windowing, window_given, counts, per_seed, knobs, time.monotonic() - started, command)
+    in_half: dict[str, int] = {}
+    for t in chosen:
+        in_half[t.source] = in_half.get(t.source, 0) + 1
+    seconds = time.monotonic() - started
+    md, head = report(cfg, windowing, window_given, counts, per_seed, knobs, seconds, command, in_half)
     md += "\n" + e0_table(trace, page, e0, windowing) + "\n"
     if write:
         merge_json(ROOT / "docs" / "bench" / "revisit.json", head, lambda k: k.startswith("real_"))

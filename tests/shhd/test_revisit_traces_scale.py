@@ -155,3 +155,24 @@ def test_a_target_that_holds_most_of_the_items_is_named(tmp_path: Path, capsys: 
     plain = open_traces(RealConfig(_file(tmp_path, "plain.jsonl", lines), half="all"))
     window_items(plain.cfg, plain.chosen, plain.windowing)
     assert capsys.readouterr().err == ""
+
+
+def test_the_header_counts_the_half_and_says_how_many_each_seed_resamples(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--quick`` resamples 60 targets a seed: on a file of 5 000 the header said "report half: 60 targets (...)",
+    the first seed's draw, as if the half held 60."""
+    path = _file(tmp_path, "twelve.jsonl", _lines(12))
+    argv = ["--traces", str(path), "--quick", "--seeds", "2", "--workers", "1"]
+    assert revisit.main([*argv, "--targets", "4"]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "; report half: 6 targets (forum 3, shop 3); 2 report seeds (1000..1001), each a bootstrap resample of 4 "
+        in (out)
+    )
+    assert re.search(r"resample of 4 of them \(seed 1000: 4 targets \((forum \d, shop \d|forum 4|shop 4)\)\); ", out)
+    assert revisit.main(argv) == 0  # every target of the half: as before
+    out = capsys.readouterr().out
+    assert "; report half: 6 targets (forum 3, shop 3); 2 report seeds (1000..1001), each a bootstrap resample of " in (
+        out
+    )
