@@ -20,8 +20,6 @@ stop at ``window_days + 1`` days and fetching goes on for ``drain_days`` more.
 from __future__ import annotations
 
 import bisect
-import codecs
-import gzip
 import hashlib
 import math
 from collections.abc import Sequence
