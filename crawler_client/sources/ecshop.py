@@ -180,7 +180,15 @@ class EcshopSource(ReviewOrder, SavedPages):
         )
 
     def parse(self, task: Task, request: PageRequest, page: FetchedPage, now_ms: int) -> ParsedPage:
-        """Login walls first (members-only shops redirect to ``user.php``), then by task kind."""
+        """A shop sent to its installer first (whatever that answers), login walls (members-only shops redirect to
+        ``user.php``), then by task kind."""
+        if _sent_to_installer(page, request.url):
+            raise fail(
+                Outcome.Busy,
+                f"ECSHOP sent us to its installer ({redirect_target(page)[:120]}): its install lock is missing",
+                error_class="shop-installer",
+                http_status=page.status,
+            )
         check_http(page, now_ms)
         check_final_url(page, request.url)
         if shows_login_wall(page):
@@ -348,6 +356,19 @@ def _redirected_away(page: FetchedPage, script: str) -> bool:
         return False
     parts = urlsplit(target)
     return not parts.query and (parts.path.endswith("/") or parts.path.endswith("index.php") or parts.path in ("", "."))
+
+
+#: The installer's address, where ECSHOP's ``init.php`` (and its forks') sends every request while the install lock
+#: file is missing: ``./install/index.php``, or the ``install/`` folder itself.
+_INSTALLER_PATH_RE = re.compile(r"(?:^|/)install/(?:index\.php)?$", re.IGNORECASE)
+
+
+def _sent_to_installer(page: FetchedPage, request_url: str) -> bool:
+    """The answer redirects (or was redirected) to the shop's installer: a shop out of order, not a gone goods or
+    category (that path also ends in ``index.php`` without a query, as the index does) and not the site refusing us.
+    Checked before the HTTP status: where the owner removed the installer, the redirect lands on a 404."""
+    target = redirect_target(page)
+    return bool(target) and target != request_url and _INSTALLER_PATH_RE.search(urlsplit(target).path) is not None
 
 
 def _current_page(request: PageRequest) -> int:

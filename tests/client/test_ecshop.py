@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
+from urllib.parse import urljoin
 
 import pytest
 
@@ -457,3 +458,26 @@ def test_a_gbk_page_that_mentions_big5_after_its_own_declaration_stays_gbk(heade
     page = parse("ecshop", REVIEWS, SOURCE.first_request(REVIEWS, BASE), goods, headers=headers)
     assert [r.content for r in reviews(page.items)] == texts
     assert [r.user for r in reviews(page.items)] == ["买家0", "买家1"]
+
+
+@pytest.mark.parametrize("target", ["./install/index.php", "http://127.0.0.1:8800/x/install/index.php", "install/"])
+@pytest.mark.parametrize("status", [302, 200, 404])
+def test_a_shop_that_sends_every_page_to_its_installer_is_busy_not_a_gone_target(target: str, status: int) -> None:
+    """ECSHOP's ``init.php`` (and its forks') sends every request to ``./install/index.php`` while its install lock
+    file is missing (a shop moved or restored without it). That path ends in ``index.php`` without a query, so the
+    redirect was read as ECSHOP's answer for an unknown goods or category and the target parked as NotFound; followed,
+    it lands on the installer (HTTP 200) or, where the owner removed it, on a 404: NotFound again. It is the shop out of
+    order for a while, whatever the target: Busy ``shop-installer``, on every page kind."""
+    for task, request in (
+        (REVIEWS, SOURCE.first_request(REVIEWS, BASE)),
+        (REVIEWS, SOURCE.comment_page_request(BASE, "7", 2, 1)),
+        (LISTING, SOURCE.first_request(LISTING, BASE)),
+    ):
+        if status == 302:
+            page_kw: dict[str, object] = {"status": 302, "headers": {"Location": target}}
+        else:
+            page_kw = {"status": status, "final_url": urljoin(request.url, target)}
+        installer = b"<html><head><title>ECSHOP installer</title></head><body>step 1</body></html>"
+        with pytest.raises(FetchError) as info:
+            parse("ecshop", task, request, installer if status == 200 else b"", **page_kw)  # type: ignore[arg-type]
+        assert (info.value.outcome, info.value.error_class) == ("Busy", "shop-installer"), (task.kind, request.url)
