@@ -21,6 +21,7 @@ from icecrawler.models import Post
 __all__ = [
     "as_dict",
     "decode_body",
+    "drop_leading_boms",
     "html_text",
     "html_texts",
     "is_tag",
@@ -36,10 +37,9 @@ __all__ = [
 
 
 def decode_body(body: bytes, legacy: str = "gb18030") -> str:
-    """utf-8 (BOM stripped), else ``legacy``: GB18030 unless told (a superset of GBK that decodes any byte string), or
-    what ``legacy_charset`` found a page declaring."""
-    if body.startswith(b"\xef\xbb\xbf"):
-        body = body[3:]
+    """utf-8 (leading BOMs dropped: ``drop_leading_boms``), else ``legacy``: GB18030 unless told (a superset of GBK that
+    decodes any byte string), or what ``legacy_charset`` found a page declaring."""
+    body = drop_leading_boms(body)
     try:
         return body.decode("utf-8")
     except UnicodeDecodeError:
@@ -92,6 +92,33 @@ _PHP_NOTICE_RE = re.compile(
 
 
 _JSON = json.JSONDecoder()
+
+#: UTF-8's byte order mark.
+_BOM = b"\xef\xbb\xbf"
+#: ``_PHP_NOTICE_RE`` and whitespace on undecoded bytes (both patterns are ASCII).
+_PHP_NOTICE_BYTES_RE = re.compile(_PHP_NOTICE_RE.pattern.encode("ascii"))
+_SPACE_BYTES_RE = re.compile(rb"\s+")
+
+
+def drop_leading_boms(body: bytes) -> bytes:
+    """``body`` without the UTF-8 byte order marks in its lead (the whitespace and PHP notices before the content).
+    Why: a PHP site prints the BOM of every file it includes that was saved "with BOM", so an answer can start with
+    several, between notices too; one dropped by the decoder leaves the next in the text, before the ``{`` of a JSON
+    answer. On bytes, so a GBK answer loses them too (decoded as GB18030 the BOM's bytes swallow the ``{``)."""
+    if _BOM not in body:
+        return body
+    kept: list[bytes] = []
+    at = 0
+    while at < len(body):  # every turn moves ``at`` on, or ends the loop
+        if body.startswith(_BOM, at):
+            at += len(_BOM)
+            continue
+        lead = _PHP_NOTICE_BYTES_RE.match(body, at) or _SPACE_BYTES_RE.match(body, at)
+        if lead is None or lead.end() == at:
+            break
+        kept.append(body[at : lead.end()])
+        at = lead.end()
+    return b"".join(kept) + body[at:] if at else body
 
 
 def _after_notices(text: str, at: int = 0) -> int:
@@ -149,7 +176,7 @@ def load_bytewise_json(body: bytes, *, what: str, http_status: int = 0, charset:
     from ``charset``. Decoded as text first, a GBK character whose second byte is 0x5C (誠, 運, 淺… 118 of them) stands
     beside the backslash the encoder doubled: an invalid escape, or one that swallows the closing quote. PHP notices
     around it are dropped as ``strip_php_notices`` does."""
-    text = strip_php_notices(body.decode("latin-1"))  # one character per byte: the encoder's own view
+    text = strip_php_notices(drop_leading_boms(body).decode("latin-1"))  # one character per byte: the encoder's view
     return _transcode(load_json(text, what=what, http_status=http_status), charset, _TRANSCODE_DEPTH)
 
 

@@ -481,3 +481,28 @@ def test_a_shop_that_sends_every_page_to_its_installer_is_busy_not_a_gone_target
         with pytest.raises(FetchError) as info:
             parse("ecshop", task, request, installer if status == 200 else b"", **page_kw)  # type: ignore[arg-type]
         assert (info.value.outcome, info.value.error_class) == ("Busy", "shop-installer"), (task.kind, request.url)
+
+
+_BOM = b"\xef\xbb\xbf"
+_NOTICE = b"<br />\n<b>Notice</b>:  Undefined index: id in <b>/srv/shop/comment.php</b> on line <b>40</b><br />\n"
+
+
+@pytest.mark.parametrize(
+    "prefix",
+    [_BOM * 2, b"\r\n" + _BOM, _BOM + _NOTICE + _BOM, _NOTICE + _BOM + b"\n" + _BOM],
+    ids=["two", "after-a-newline", "around-a-notice", "after-a-notice"],
+)
+def test_byte_order_marks_printed_before_a_comment_envelope_are_not_part_of_it(prefix: bytes) -> None:
+    """Every PHP file a shop saved as UTF-8 "with BOM" prints its three BOM bytes when included, so an answer may start
+    with several, between notices too (ECSHOP's own ``transport.js`` strips them from every answer before reading its
+    JSON). Only one leading BOM was dropped: the envelope was read as a goods page, a ParseError on every page after
+    the first. UTF-8 and GBK shops alike."""
+    task = make_task("ecshop", "42", TaskKind.ProductReviews)
+    request = SOURCE.comment_page_request(BASE, "42", 2, 1)
+    utf8 = ecshop_comment_json(42, 2, comments=3, page_count=4)
+    items = '<li class="word"><font class="f2">乙</font> <font class="f3">( 2024-03-05 21:04:11 )</font><p>誠</p></li>'
+    gbk = cls_json({"error": 0, "message": "", "content": f'<ul class="comments">{items}</ul>总计 9 个记录，共 4 页'})
+    for body, count in ((utf8, 3), (gbk, 1)):
+        page = parse("ecshop", task, request, prefix + body)
+        assert len(page.items) == count and page.total_pages == 4
+        assert page.next_request is not None and "page=3&id=42" in page.next_request.url
