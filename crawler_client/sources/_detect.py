@@ -21,6 +21,7 @@ __all__ = [
     "BANNED_STATUSES",
     "ECSHOP_MARKERS",
     "LONGEST_RETRY_AFTER_S",
+    "TOO_FREQUENT_MARKERS",
     "WEIBO_MARKERS",
     "Marker",
     "check_final_url",
@@ -239,14 +240,19 @@ def sent_to_error(url: str, http_status: int) -> FetchError | None:
     )
 
 
+#: How the Chinese sites word a rate limit ("you visit / act / ask too often"): Weibo's pages and messages, JD's answers.
+TOO_FREQUENT_MARKERS: tuple[Marker, ...] = (
+    Marker("访问过于频繁", Outcome.RateLimited, "too-frequent"),
+    Marker("操作过于频繁", Outcome.RateLimited, "too-frequent"),
+    Marker("请求过于频繁", Outcome.RateLimited, "too-frequent"),
+)
+
 #: Weibo's interstitials, most specific first (the frozen page shares the busy page's skeleton).
 WEIBO_MARKERS: tuple[Marker, ...] = (
     Marker("帐号存在异常", Outcome.AccountFrozen, "account-frozen"),
     Marker("账号存在异常", Outcome.AccountFrozen, "account-frozen"),
     Marker("help.weibo.com/appeal", Outcome.AccountFrozen, "account-frozen"),
-    Marker("访问过于频繁", Outcome.RateLimited, "too-frequent"),
-    Marker("操作过于频繁", Outcome.RateLimited, "too-frequent"),
-    Marker("请求过于频繁", Outcome.RateLimited, "too-frequent"),
+    *TOO_FREQUENT_MARKERS,
     Marker("网络繁忙", Outcome.Busy, "busy"),
     Marker("系统繁忙", Outcome.Busy, "busy"),
     Marker("bpType']='sorry'", Outcome.Busy, "busy"),

@@ -40,6 +40,7 @@ from crawler_client.sources._cursor import ReviewOrder
 from crawler_client.sources._dates import iso_of_ms, resolve_created_at
 from crawler_client.sources._decode import as_dict, decode_body, load_json, strip_jsonp
 from crawler_client.sources._detect import (
+    TOO_FREQUENT_MARKERS,
     check_final_url,
     check_http,
     check_not_cut_short,
@@ -198,11 +199,11 @@ class JdSource(ReviewOrder, SavedPages):
                 http_status=page.status,
             )
         if not text.startswith("{"):
-            if any(busy in text for busy in _BUSY):
-                raise _busy(page.status)
+            # A refusal page by its address first: its own words (a rate limit's) must not make it a lighter outcome.
             refused = _refusal_page(text, page.status, "a page whose script sends to") if text.startswith("<") else None
-            if refused is not None:
-                raise refused
+            said = refused or _said_refusal(text, page.status)
+            if said is not None:
+                raise said
             if text.startswith("<") and any(mark in text for mark in _LOGIN_PAGE):
                 raise fail(
                     Outcome.LoginRequired,
@@ -286,8 +287,18 @@ class JdSource(ReviewOrder, SavedPages):
         )
 
 
-def _busy(status: int) -> FetchError:
-    return fail(Outcome.Banned, "JD risk control: 系统繁忙", error_class="jd-system-busy", http_status=status)
+def _said_refusal(text: str, status: int) -> FetchError | None:
+    """The refusal an answer without comments words (its message, or the page itself): "系统繁忙" is risk control
+    (Banned ``jd-system-busy``), "…过于频繁" (``TOO_FREQUENT_MARKERS``) a rate limit on the host (RateLimited
+    ``jd-too-frequent``: no account rests, as one would for the login wall such an answer was taken for)."""
+    if any(busy in text for busy in _BUSY):
+        return fail(Outcome.Banned, "JD risk control: 系统繁忙", error_class="jd-system-busy", http_status=status)
+    frequent = next((marker.text for marker in TOO_FREQUENT_MARKERS if marker.text in text), None)
+    if frequent is not None:
+        return fail(
+            Outcome.RateLimited, f"JD: {frequent} (too frequent)", error_class="jd-too-frequent", http_status=status
+        )
+    return None
 
 
 def _check_risk(page: FetchedPage, now_ms: int) -> None:
@@ -384,8 +395,9 @@ def _check_risk_body(doc: dict[str, Any], status: int) -> None:
             http_status=status,
             retry_after_s=float(wait),
         )
-    if any(busy in message for busy in _BUSY):
-        raise _busy(status)
+    said = _said_refusal(message, status)
+    if said is not None:
+        raise said
 
 
 def _rows(doc: dict[str, Any]) -> tuple[list[Any] | None, dict[str, Any]]:

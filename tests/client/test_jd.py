@@ -471,3 +471,28 @@ def test_cards_between_the_rows_of_get_comment_list_with_card_are_not_reviews() 
     page = parse("jd", TASK, SOURCE.first_request(TASK, BASE), json.dumps(doc, ensure_ascii=False).encode())
     assert [(r.id, r.content, r.score) for r in page.items if isinstance(r, Review)] == [("7", "好", 5)]
     assert len(page.items) == 1 and page.total_pages == 3 and page.next_request is not None
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        json.dumps({"code": "0", "message": "请求过于频繁，请稍后再试"}, ensure_ascii=False).encode(),
+        ("fetchJSON_comment98(" + json.dumps({"msg": "访问过于频繁"}, ensure_ascii=False) + ");").encode("gbk"),
+        "<html><body><p>操作过于频繁，请稍后再试</p></body></html>".encode(),
+    ],
+    ids=["json-message", "gbk-jsonp-msg", "html"],
+)
+def test_an_answer_saying_too_frequent_is_a_rate_limit_not_a_login_wall(body: bytes) -> None:
+    """An answer without comments that says the client asks too often (过于频繁: a rate limit's wording, JD's and
+    Weibo's) was taken for JD's login wall ("blocked", LoginRequired), resting the logged-in account for a limit on the
+    host, or, as a page, for an unreadable answer. RateLimited: the host is held off, no account rests."""
+    with pytest.raises(FetchError) as info:
+        parse("jd", TASK, SOURCE.first_request(TASK, BASE), body)
+    assert (info.value.outcome, info.value.error_class) == ("RateLimited", "jd-too-frequent")
+
+
+def test_an_answer_with_comments_that_mentions_too_frequent_is_read() -> None:
+    """The wording counts only where the answer holds no comments: a review may well say 过于频繁."""
+    doc = {"comments": [_row(content="客服回复请求过于频繁")], "maxPage": 1}
+    (review,) = parse("jd", TASK, SOURCE.first_request(TASK, BASE), json.dumps(doc, ensure_ascii=False).encode()).items
+    assert isinstance(review, Review) and review.content == "客服回复请求过于频繁"
