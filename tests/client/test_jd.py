@@ -479,8 +479,9 @@ def test_cards_between_the_rows_of_get_comment_list_with_card_are_not_reviews() 
         json.dumps({"code": "0", "message": "请求过于频繁，请稍后再试"}, ensure_ascii=False).encode(),
         ("fetchJSON_comment98(" + json.dumps({"msg": "访问过于频繁"}, ensure_ascii=False) + ");").encode("gbk"),
         "<html><body><p>操作过于频繁，请稍后再试</p></body></html>".encode(),
+        json.dumps({"code": "0", "echo": "搜索过于频繁"}, ensure_ascii=False).encode(),
     ],
-    ids=["json-message", "gbk-jsonp-msg", "html"],
+    ids=["json-message", "gbk-jsonp-msg", "html", "other-wording"],
 )
 def test_an_answer_saying_too_frequent_is_a_rate_limit_not_a_login_wall(body: bytes) -> None:
     """An answer without comments that says the client asks too often (过于频繁: a rate limit's wording, JD's and
