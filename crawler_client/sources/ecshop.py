@@ -222,7 +222,17 @@ class EcshopSource(ReviewOrder, SavedPages):
         soup = make_soup(fragment)
         box = soup.select_one("#ECS_COMMENT") or soup
         comment_list = box.select_one("ul.comments")
+        base = request.url.split("/goods.php")[0].split("/comment.php")[0]
         if comment_list is None and NO_COMMENTS not in fragment and not box.select("li.word"):
+            if box is not soup and "/goods.php" in request.url and scan_markers(page.body, ECSHOP_MARKERS) is None:
+                # The goods page's comment box without its list: a theme that fills it by script, or a page cached
+                # whole with the ``insert`` placeholder left in it. Page 1 comes from comment.php, as such a script
+                # asks for it (a comment.php answer without a list is an error: no loop).
+                return ParsedPage(
+                    items=[],
+                    next_request=self.comment_page_request(base, task.target, 1, now_ms),
+                    info={"page": "1", "comments": "loaded by script"},
+                )
             raise unparsable(page.body, ECSHOP_MARKERS, page.status, "ECSHOP: no comment list in the response")
         fetched_at = iso_of_ms(now_ms)
         items: list[Item] = [
@@ -240,7 +250,6 @@ class EcshopSource(ReviewOrder, SavedPages):
         if record_count is not None:
             result.info["record_count"] = str(record_count)
         if items and page_count is not None and current < page_count:
-            base = request.url.split("/goods.php")[0].split("/comment.php")[0]
             result.next_request = self.comment_page_request(base, task.target, current + 1, now_ms)
         return result
 

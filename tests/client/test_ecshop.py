@@ -506,3 +506,33 @@ def test_byte_order_marks_printed_before_a_comment_envelope_are_not_part_of_it(p
         page = parse("ecshop", task, request, prefix + body)
         assert len(page.items) == count and page.total_pages == 4
         assert page.next_request is not None and "page=3&id=42" in page.next_request.url
+
+
+#: A goods page whose comment box holds no list: what ``{insert name='comments'}`` leaves in a page cached whole
+#: (ECSHOP's insert placeholder, our own hash), or an empty box a theme's script fills from ``comment.php``.
+_EMPTY_BOXES = (
+    '<div id="ECS_COMMENT"> 0123456789abcdef0123456789abcdefcomments|a:3:{s:4:"name";s:8:"comments";s:4:"type";i:0;'
+    's:2:"id";i:7;}0123456789abcdef0123456789abcdef</div>',
+    '<div id="ECS_COMMENT"></div><script type="text/javascript">loadComments(7, 0, 1);</script>',
+)
+
+
+@pytest.mark.parametrize("box", _EMPTY_BOXES, ids=["insert-placeholder", "script-filled"])
+def test_a_goods_page_whose_comment_box_is_filled_later_reads_page_1_from_comment_php(box: str) -> None:
+    """Some themes (and pages cached whole) leave ``#ECS_COMMENT`` without the rendered list and fill it from
+    ``comment.php?act=gotopage&page=1`` by script. The goods page was a ParseError on every visit, and the product's
+    reviews were never read; it is now followed to that page 1, which ECSHOP's core ``comment.php`` answers on every
+    install. A ``comment.php`` answer without a list is still an error (no loop)."""
+    request = SOURCE.first_request(REVIEWS, BASE)
+    html = f'<html><body><a href="goods.php?id=7">goods</a><div class="goods">{box}</div></body></html>'
+    page = parse("ecshop", REVIEWS, request, html.encode())
+    assert page.items == [] and page.next_request is not None
+    assert page.next_request.url == f"{BASE}/comment.php?act=gotopage&page=1&id=7&type=0&1625544000000"
+    first = parse("ecshop", REVIEWS, page.next_request, ecshop_comment_json(7, 1, comments=5, page_count=2))
+    assert len(first.items) == 5 and first.next_request is not None and "page=2&id=7" in first.next_request.url
+    with pytest.raises(ParseError):
+        parse("ecshop", REVIEWS, page.next_request, php_json({"error": 0, "message": "", "content": box}).encode())
+    # A firewall's or database's notice inside a goods page is still what it says, not a box to fill.
+    with pytest.raises(FetchError) as info:
+        parse("ecshop", REVIEWS, request, html.replace("</body>", _DB_ERRORS[1].decode() + "</body>").encode())
+    assert info.value.error_class == "shop-db-error"
