@@ -240,8 +240,8 @@ def sent_to_error(url: str, http_status: int) -> FetchError | None:
     )
 
 
-#: How the Chinese sites word a rate limit ("you visit / act / ask / search too often"): Weibo's pages and messages, JD's
-#: answers; the bare 过于频繁 last, for the wordings not named.
+#: How the Chinese sites word a rate limit ("you visit / act / ask / search too often"): Weibo's pages and messages,
+#: JD's answers; the bare 过于频繁 last, for the wordings not named.
 TOO_FREQUENT_MARKERS: tuple[Marker, ...] = (
     Marker("访问过于频繁", Outcome.RateLimited, "too-frequent"),
     Marker("操作过于频繁", Outcome.RateLimited, "too-frequent"),
