@@ -276,7 +276,8 @@ WEIBO_MARKERS: tuple[Marker, ...] = (
 #: zh_cn, zh_tw or en_us pack, then the owner's ``close_comment``; and 网站暂时关闭, a wording of other PHP shops), the
 #: report its database layer prints (HTTP 200) in place of any page when MySQL fails it (a failed query, a failed
 #: connect), and the web firewalls that front such shops, answering in place of the page (often with HTTP 200): the
-#: interception notice of 宝塔's btwaf, 安全狗 and the ngx_lua_waf family, 云锁's script check (it sets a cookie from
+#: interception notice of 宝塔's btwaf, 安全狗 and the ngx_lua_waf family (by its sentences, or by the family's page
+#: title where a configuration kept only that), 云锁's script check (it sets a cookie from
 #: the screen size, then reloads with ``security_verify_data``), and Cloudflare's challenge page (``_cf_chl_opt``,
 #: when its ``cf-mitigated`` header, ``check_http``, did not come through). The firewalls refuse this client, not the
 #: page: Banned, so the host is held off rather than every task of the shop retried at once.
@@ -292,6 +293,7 @@ ECSHOP_MARKERS: tuple[Marker, ...] = (
     Marker("您的请求带有不合法参数", Outcome.Banned, "waf-block"),
     Marker("已被网站管理员设置拦截", Outcome.Banned, "waf-block"),
     Marker("请登录安全狗", Outcome.Banned, "waf-block"),
+    Marker("<title>网站防火墙</title>", Outcome.Banned, "waf-block"),
     Marker("security_verify_data", Outcome.Banned, "waf-challenge"),
     Marker("_cf_chl_opt", Outcome.Banned, "cf-challenge"),
 )

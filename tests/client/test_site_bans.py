@@ -388,6 +388,8 @@ WAF_BLOCK = page_html(
 SAFEDOG = page_html("网站防火墙", "<span>如果您是网站管理员，请登录安全狗</span>")
 YUNSUO_CHECK = b"<html><script>location.href='/goods.php?id=7&security_verify_data=313932302c31303830'</script></html>"
 CF_PAGE = page_html("Just a moment...", "<script>window._cf_chl_opt={cType:'managed'};</script>")
+#: An ngx_lua_waf configuration whose interception page keeps only the family's title and a bare line.
+WAF_TITLE_ONLY = page_html("网站防火墙", " bad request ")
 
 
 def shop_site(answer: Answer) -> Site:
@@ -400,12 +402,13 @@ def shop_site(answer: Answer) -> Site:
     [
         ((200, {"Content-Type": "text/html"}, WAF_BLOCK), "waf-block"),
         ((200, {"Content-Type": "text/html"}, SAFEDOG), "waf-block"),
+        ((200, {"Content-Type": "text/html"}, WAF_TITLE_ONLY), "waf-block"),
         ((200, {"Content-Type": "text/html"}, YUNSUO_CHECK), "waf-challenge"),
         ((200, {"Content-Type": "text/html"}, CF_PAGE), "cf-challenge"),
         ((503, {"Content-Type": "text/html", "cf-mitigated": "challenge"}, CF_PAGE), "cf-challenge"),
         ((403, {"Content-Type": "text/html", "cf-mitigated": "challenge"}, CF_PAGE), "cf-challenge"),
     ],
-    ids=["btwaf", "safedog", "yunsuo-script", "cloudflare-200", "cloudflare-503", "cloudflare-403"],
+    ids=["btwaf", "safedog", "waf-title-only", "yunsuo-script", "cloudflare-200", "cloudflare-503", "cloudflare-403"],
 )
 def test_a_firewalls_answer_in_place_of_a_shop_page_is_banned(kind: TaskKind, answer: Answer, expected: str) -> None:
     """A shop's web firewall answers in place of its page: an interception notice (宝塔/btwaf, 安全狗, ngx_lua_waf), a
