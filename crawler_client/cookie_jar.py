@@ -9,27 +9,25 @@ first cookies are its login (an account's blob, a form login's answer), and a si
 A new value for a cookie the jar already holds is always taken.
 
 An account's blob names no domain (it is a browser's ``Cookie`` header); its cookies are kept for the site of the
-source's base URL, as the site scoped them itself (``site_domain``: ``.weibo.com``, ``.weibo.cn``, ``.jd.com``), so a
-redirect to another site never carries the login along. Where the site has since set a cookie of the same name for
-the host asked, the site's value is sent and echoed alone (the blob's is stale there), while every other host of the
-site still gets the blob's: a cookie set by a passport or login host, or for a narrower path, must not take the
-login away from the site's own pages.
+source's base URL, as the site scoped them itself (``icecrawler.cookie_blob.site_domain``: ``.weibo.com``,
+``.weibo.cn``, ``.jd.com``), so a redirect to another site never carries the login along. Where the site has since
+set a cookie of the same name for the host asked, the site's value is sent and echoed alone (the blob's is stale
+there), while every other host of the site still gets the blob's: a cookie set by a passport or login host, or for a
+narrower path, must not take the login away from the site's own pages.
 """
 
 from __future__ import annotations
 
 import http.cookiejar
-import ipaddress
 import logging
 import time
-import urllib.parse
 import urllib.request
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import requests.cookies
 
-__all__ = ["MAX_COOKIES", "MAX_COOKIES_PER_DOMAIN", "MAX_COOKIE_BYTES", "BoundedCookieJar", "site_domain"]
+__all__ = ["MAX_COOKIES", "MAX_COOKIES_PER_DOMAIN", "MAX_COOKIE_BYTES", "BoundedCookieJar"]
 
 #: Cookies kept per domain (as browsers do).
 MAX_COOKIES_PER_DOMAIN = 180
@@ -42,32 +40,6 @@ log = logging.getLogger(__name__)
 
 #: Marks a cookie that came from an account's blob, not from the site (a non-standard attribute: never sent).
 BLOB_MARK = "x-icecrawler-blob"
-#: Public suffixes of two labels a crawled site may be registered under (``shop.example.com.cn``); a site under
-#: another such suffix gets its blob scoped one label too wide, which is no wider than a blob without a domain.
-_TWO_LABEL_SUFFIXES = frozenset(
-    {"com.cn", "net.cn", "org.cn", "gov.cn", "edu.cn", "ac.cn", "com.hk", "com.tw", "org.tw", "co.uk", "org.uk"}
-    | {"co.jp", "ne.jp", "or.jp", "com.au", "net.au", "co.kr", "com.sg", "com.my", "co.nz", "com.br"}
-)
-
-
-def site_domain(url: str) -> str:
-    """The cookie domain of the site ``url`` is on, for an account's blob: its registrable domain with a leading dot
-    (``https://m.weibo.cn`` → ``.weibo.cn``), an IP address as it is, a host of one label as ``http.cookiejar`` names
-    it (``localhost.local``); "" when ``url`` names no host or an IPv6 one (the cookies then go to every host)."""
-    host = (urllib.parse.urlsplit(url).hostname or "").rstrip(".").lower()
-    if not host or ":" in host:
-        return ""
-    try:
-        ipaddress.IPv4Address(host)
-    except ValueError:
-        pass
-    else:
-        return host
-    labels = host.split(".")
-    if len(labels) == 1:
-        return f"{host}.local"
-    keep = 3 if len(labels) >= 3 and ".".join(labels[-2:]) in _TWO_LABEL_SUFFIXES else 2
-    return "." + ".".join(labels[-keep:])
 
 
 def _from_blob(cookie: http.cookiejar.Cookie) -> bool:

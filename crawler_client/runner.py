@@ -17,7 +17,6 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from crawler_client.cookie_blob import AccountBlob, format_cookie_blob, parse_cookie_blob
 from crawler_client.crawl import CrawlResult, crawl_task, error_report, failure_report
 from crawler_client.headers import source_headers
 from crawler_client.http import Fetcher, FetchPolicy
@@ -27,6 +26,7 @@ from crawler_client.sources import SOURCES, get_source, registry, source_options
 from crawler_client.sources.base import FormLogin, Source
 from crawler_client.transport import HttpSession, SessionCache, Urllib3Transport
 from icecrawler.clock import Clock
+from icecrawler.cookie_blob import AccountBlob, format_cookie_blob, parse_cookie_blob
 from icecrawler.errors import FetchError
 from icecrawler.models import Outcome, Task, account_cookies_fit, is_visitor
 from icecrawler.settings import Settings

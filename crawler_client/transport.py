@@ -6,7 +6,7 @@ here so that every hop's cookies land in the jar, and the cache that keeps one s
 (``TRANSPORT_ERRORS``, ``TotalTimeout``, ``TooManyRedirects``, ``InvalidURL``) into classified ``FetchError``s.
 ``Urllib3Transport`` ignores ``HTTP(S)_PROXY`` in the environment: a crawler's proxy is configuration
 (``client.proxy_url``), not an accident of the shell it was started from. The account's cookie blob is read by
-``crawler_client.cookie_blob`` (pure parsing, its forms listed there).
+``icecrawler.cookie_blob`` (pure parsing, its forms listed there).
 """
 
 from __future__ import annotations
@@ -24,11 +24,11 @@ import urllib3
 import urllib3.connection
 import urllib3.exceptions
 
-from crawler_client.cookie_blob import parse_cookie_blob
-from crawler_client.cookie_jar import BoundedCookieJar, site_domain
+from crawler_client.cookie_jar import BoundedCookieJar
 from crawler_client.headers import merge_headers
 from crawler_client.observer import current as current_observer
 from crawler_client.sources.base import PageRequest
+from icecrawler.cookie_blob import parse_cookie_blob, site_domain
 from icecrawler.deadline import WATCHDOG, DeadlinePassed, Watch, Watchdog
 from icecrawler.models import Account, account_lineage
 
@@ -356,8 +356,8 @@ class SessionCache:
 
     def session(self, source: str, account: Account, base_url: str = "") -> HttpSession:
         """The session for ``account`` on ``source``, whose site is at ``base_url``: the blob's cookies are sent to
-        that site only (``cookie_jar.site_domain``; to every host without one). Raises FetchError(LoginRequired) for
-        a bad blob."""
+        that site only (``icecrawler.cookie_blob.site_domain``; to every host without one). Raises
+        FetchError(LoginRequired) for a bad blob."""
         now = self._clock()
         self._disconnect_idle(now)
         key = (source, account_lineage(account.id))

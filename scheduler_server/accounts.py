@@ -16,10 +16,18 @@ it never drops tasks.
 
 A site refreshes a login as it is used (``Set-Cookie`` on its answers; a pasted login expires within days where
 the browser that kept its cookie jar stays logged in). A crawl report carries the account's cookies as the site
-last set them (``Report.account_cookies``), and the account is leased with them from then on (``refresh``), so a
-client's new session, any client's, starts from the live login rather than the pasted one. The file stays as the
-operator wrote it: freezes and SIGHUP's "renewed" are judged by the file's cookies (``configured``), and a
-refresh from a lease of the previous file cookies is not taken over new ones. A restart starts from the file.
+last set them (``Report.account_cookies``), and the account's leases for that site are made with them from then on
+(``ended``), so a client's new session, any client's, starts from the live login rather than the pasted one. A
+refresh is kept per account and site (``site_domain`` of the source's host: ``.weibo.com``, ``.weibo.cn``): what
+m.weibo.cn set is never leased to a weibo.com crawl. It is taken only as a compare-and-set: the pool remembers, in
+memory, a digest of the blob each lease was handed, and takes the lease's refresh only while that is still what the
+account is leased with for that site; so an older lease's refresh never overwrites a newer one, nor a login the
+operator has since put in the file (SIGHUP), and a lease from before a restart refreshes nothing (a restart starts
+from the file, by design). A refresh must also read as a cookie blob (``icecrawler.cookie_blob``), keep the file's
+form-login username and password, and name no cookie the file does not: another one is ignored and counted
+(status: ``login_refreshes_refused``). The file stays as the operator wrote it: freezes and SIGHUP's "renewed" are
+judged by the file's cookies (``PooledAccount.account``); an unchanged file read again keeps the refreshes, a
+changed login drops that account's, and a restart drops them all.
 Cookies never appear in logs or status: only ids, states and counts do.
 
 Sources that serve visitors (``sources.<name>.visitor_url``) and have no configured account get visitor
@@ -37,17 +45,30 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from icecrawler.errors import ConfigError
+from icecrawler.cookie_blob import parse_cookie_blob
+from icecrawler.errors import ConfigError, FetchError
+from icecrawler.logs import LogThrottle
 from icecrawler.models import SOURCES, Account
 from scheduler_server.politeness import Hold, RateWindow
 from scheduler_server.visitors import VisitorSessions
 
-__all__ = ["AccountChanges", "AccountPool", "PooledAccount", "account_changes", "load_accounts", "login_digest"]
+__all__ = [
+    "MAX_LENT",
+    "AccountChanges",
+    "AccountPool",
+    "PooledAccount",
+    "account_changes",
+    "load_accounts",
+    "login_digest",
+    "refresh_refusal",
+]
 
 #: What a source that needs no login is leased with (Account is frozen, so one instance serves every lease).
 _NO_ACCOUNT = Account()
-#: Lease times are whole wall milliseconds (as for visitor sessions, ``scheduler_server.visitors``).
-_LEASE_MS_ROUNDING_S = 0.001
+#: Leases whose blob the pool remembers for their refresh (``AccountPool.lent``): each one's entry goes when it
+#: ends (report, release, expiry); past this many (ends the pool never heard of), the oldest go and those leases
+#: refresh nothing, which is safe.
+MAX_LENT = 100_000
 
 log = logging.getLogger(__name__)
 
@@ -58,16 +79,17 @@ class PooledAccount:
     sources: frozenset[str]
     frozen: Hold = field(default_factory=Hold)
     used: RateWindow = field(default_factory=RateWindow)
-    #: The cookies the accounts file gives; ``account`` carries the site's refresh of them (``AccountPool.refresh``).
-    configured: str | None = None
-    #: When the pool took ``configured`` (wall s): a refresh reported for a lease from before then is of other cookies.
-    configured_at: float = 0.0
-    #: Times the site's refresh of the login was taken since ``configured`` (status shows it; never the cookies).
+    #: The login as the site refreshed it, by site (``site_domain``): what a lease of a source of that site gets
+    #: instead of ``account`` (the cookies the accounts file gives).
+    refreshed: dict[str, Account] = field(default_factory=dict)
+    #: Times a site's refresh of the login was taken since the file gave it (status shows it; never the cookies).
     refreshes: int = 0
+    #: Refreshes ignored as unreadable or of another login (``refresh_refusal``).
+    refused: int = 0
 
-    def __post_init__(self) -> None:
-        if self.configured is None:
-            self.configured = self.account.cookie_blob
+    def leased_with(self, site: str) -> Account:
+        """What a lease of this account for ``site`` is handed: the site's refresh, else the file's cookies."""
+        return self.refreshed.get(site, self.account)
 
 
 #: The keys of one ``[[account]]`` table.
@@ -129,6 +151,22 @@ def _account_tables(file: Path, table: dict[str, Any]) -> list[dict[str, Any]]:
     return entries
 
 
+def refresh_refusal(configured: str, refreshed: str) -> str | None:
+    """Why ``refreshed`` is not a refresh of the login ``configured`` (the file's blob) that the pool may lease, or
+    None: it must read as a blob (the client's own parser), keep the form login's username and password, and name
+    only cookies ``configured`` names (the client refreshes the values of those alone). Never quotes a cookie."""
+    try:
+        given, got = parse_cookie_blob(configured), parse_cookie_blob(refreshed)
+    except FetchError:
+        return "it is not a cookie blob the client can read (or the file's is not)"
+    if (got.username, got.password) != (given.username, given.password):
+        return "it names another form login"
+    extra = set(got.cookies) - set(given.cookies)
+    if extra:
+        return f"it names {len(extra)} cookie(s) the accounts file does not"
+    return None
+
+
 def login_digest(cookie_blob: str) -> str:
     """Which login a stored freeze was for, without the cookies: a restart with other cookies for the same account
     id does not bring the freeze back (``scheduler_server.startup``)."""
@@ -158,8 +196,8 @@ def account_changes(old: Mapping[str, PooledAccount], new: list[PooledAccount]) 
     refreshed since), other cookies = renewed."""
     ids = {pooled.account.id: pooled for pooled in new}
     return AccountChanges(
-        kept=tuple(i for i in ids if i in old and old[i].configured == ids[i].configured),
-        renewed=tuple(i for i in ids if i in old and old[i].configured != ids[i].configured),
+        kept=tuple(i for i in ids if i in old and old[i].account == ids[i].account),
+        renewed=tuple(i for i in ids if i in old and old[i].account != ids[i].account),
         added=tuple(i for i in ids if i not in old),
         removed=tuple(i for i in old if i not in ids),
     )
@@ -175,8 +213,14 @@ class AccountPool:
         budget_per_min: int,
         freeze_s: float,
         visitors: VisitorSessions | None = None,
+        sites: Mapping[str, str] | None = None,
     ) -> None:
         self.needs_account = needs_account
+        #: source -> the site its refreshes are kept for (``site_domain`` of its host); "" for a source not named.
+        self.sites = dict(sites or {})
+        #: lease token -> (account id, site, ``login_digest`` of the blob it was handed): see ``lent``.
+        self._lent: dict[str, tuple[str, str, str]] = {}
+        self._refusals = LogThrottle()
         self.budget_per_min = budget_per_min
         self.freeze_s = freeze_s
         self._next = 0
@@ -198,39 +242,78 @@ class AccountPool:
         """``login_digest`` of a configured account's cookies (as its file gives them); "" for any other id (a
         visitor session)."""
         pooled = self._accounts.get(account_id)
-        return login_digest(pooled.configured or "") if pooled is not None else ""
+        return login_digest(pooled.account.cookie_blob) if pooled is not None else ""
 
-    def replace(self, accounts: list[PooledAccount], now: float = 0.0) -> AccountChanges:
-        """Serve ``accounts`` from now on (the accounts files read again; ``now``: wall s). An account that keeps its
-        id keeps its requests of the last minute (the site counts them against that login); one that also keeps its
-        cookies keeps its freeze and the site's refresh of them, and one with new cookies is thawed. A lease already
-        handed out with a removed account runs on; its report charges, freezes and refreshes nothing."""
+    def replace(self, accounts: list[PooledAccount]) -> AccountChanges:
+        """Serve ``accounts`` from now on (the accounts files read again). An account that keeps its id keeps its
+        requests of the last minute (the site counts them against that login); one that also keeps its cookies
+        keeps its freeze and the sites' refreshes of them, and one with new cookies is thawed and leased with them
+        (a lease of the old login refreshes nothing: ``ended``). A lease already handed out with a removed account
+        runs on; its report charges, freezes and refreshes nothing."""
         changes = account_changes(self._accounts, accounts)
         for pooled in accounts:
             before = self._accounts.get(pooled.account.id)
-            pooled.configured_at = now
             if before is not None:
                 pooled.used = before.used
                 if pooled.account.id in changes.kept:
-                    pooled.frozen = before.frozen
-                    pooled.account, pooled.configured_at = before.account, before.configured_at
-                    pooled.refreshes = before.refreshes
+                    pooled.frozen, pooled.refreshed = before.frozen, before.refreshed
+                    pooled.refreshes, pooled.refused = before.refreshes, before.refused
         self._take(accounts)
         return changes
 
-    def refresh(self, account_id: str, cookie_blob: str, leased_at: float) -> bool:
-        """Lease ``account_id`` with ``cookie_blob`` from now on: the login as the site refreshed it during a crawl
-        leased at ``leased_at`` (wall s). Not for a visitor session or an account no longer configured, nor from a
-        lease older than the file's cookies (a refresh of the login the operator has since replaced). True when
-        taken."""
-        pooled = self._accounts.get(account_id)
-        if pooled is None or not cookie_blob or leased_at < pooled.configured_at - _LEASE_MS_ROUNDING_S:
+    def lent(self, token: str, source: str, account: Account) -> None:
+        """Remember that lease ``token`` (of ``source``) was handed ``account``: a digest of its blob, so that its
+        refresh is taken only while the account is still leased with that blob for the site (``ended``). Visitor
+        sessions and sources without an account are not remembered."""
+        pooled = self._accounts.get(account.id)
+        if pooled is None:
+            return
+        self._lent[token] = (account.id, self.sites.get(source, ""), login_digest(account.cookie_blob))
+        while len(self._lent) > MAX_LENT:
+            del self._lent[next(iter(self._lent))]
+
+    def ended(self, token: str, refreshed: str = "") -> bool:
+        """Lease ``token`` ended (reported, given back, expired); ``refreshed``: its login as the site refreshed it
+        ("" when it reports none, or its login failed). The refresh is taken, for that account and site, only if
+        the account is still leased there with the blob this lease was handed (a compare-and-set: not an older
+        lease's over a newer one's, nor the old login's over the operator's new one, nor a lease from before a
+        restart) and ``refresh_refusal`` finds nothing wrong with it. True when taken."""
+        entry = self._lent.pop(token, None)
+        if entry is None or not refreshed:
             return False
-        if pooled.account.cookie_blob != cookie_blob:
-            pooled.account = Account(account_id, cookie_blob)
+        account_id, site, digest = entry
+        pooled = self._accounts.get(account_id)
+        if pooled is None:
+            return False
+        current = pooled.leased_with(site)
+        if login_digest(current.cookie_blob) != digest:
+            log.debug("account %s: a refresh of cookies it is no longer leased with for %r, ignored", account_id, site)
+            return False
+        refusal = refresh_refusal(pooled.account.cookie_blob, refreshed)
+        if refusal is not None:
+            pooled.refused += 1
+            admitted = self._refusals.admit(account_id)
+            if admitted is not None:
+                log.warning(
+                    "account %s: a refreshed login reported for %r ignored: %s%s",
+                    account_id,
+                    site,
+                    refusal,
+                    LogThrottle.more(admitted, "ignored"),
+                )
+            return False
+        if current.cookie_blob != refreshed:
+            pooled.refreshed[site] = Account(account_id, refreshed)
             pooled.refreshes += 1
-            log.info("account %s: the site refreshed its cookies; leased with them from now on", account_id)
+            log.info(
+                "account %s: the site %r refreshed its cookies; leased with them there from now on", account_id, site
+            )
         return True
+
+    @property
+    def lent_count(self) -> int:
+        """Leases whose blob the pool remembers (bounded: ``MAX_LENT``)."""
+        return len(self._lent)
 
     def uses_visitors(self, source: str) -> bool:
         """Whether ``source`` is leased with visitor sessions (it serves visitors, no account is configured)."""
@@ -253,7 +336,7 @@ class AccountPool:
             ):
                 self._next = (self._next + step + 1) % len(self._order)
                 pooled.used.add(now)
-                return pooled.account
+                return pooled.leased_with(self.sites.get(source, ""))
         return None
 
     def charge(self, account_id: str, requests: int, now: float) -> None:
@@ -283,6 +366,7 @@ class AccountPool:
                 "budget_per_min": self.budget_per_min,
                 "sources": sorted(p.sources),
                 "login_refreshes": p.refreshes,
+                "login_refreshes_refused": p.refused,
             }
             for aid, p in sorted(self._accounts.items())
         }

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, fields
 from typing import Protocol
 
 from icecrawler.clock import Clock
+from icecrawler.cookie_blob import site_domain
 from icecrawler.errors import ConfigError
 from icecrawler.models import SOURCES
 from icecrawler.settings import Settings
@@ -153,6 +154,7 @@ def core_parts(
         config.account_budget_per_min,
         config.account_freeze_s,
         VisitorSessions.from_settings(settings),
+        sites={source: site_domain(host) for source, host in config.hosts.items()},
     )
     for source in sorted(config.account_sources - {s for a in accounts for s in a.sources}):
         if not pool.uses_visitors(source):

@@ -331,6 +331,7 @@ class SchedulerCore:
             leased = [record for record in removed if record.state == "inflight"]
             for record in leased:
                 self.gate.ended(self.config.hosts[record.source], group.wall)
+                self.accounts.ended(record.lease_token)
             for record in removed:
                 # A lease or report earlier in this group put the record back in the cache after the commit: a
                 # copy of a deleted record, which a late report of that lease would write back.
@@ -371,6 +372,7 @@ class SchedulerCore:
             self.records.keep(records)
             for task in tasks:
                 self.gate.leased(self.config.hosts[task.source], group.wall)
+                self.accounts.lent(task.lease_token, task.source, task.account)
             self.counts["pending"] -= len(tasks)
             self.counts["inflight"] += len(tasks)
             self.lease_rate.add(group.wall, len(tasks))
@@ -478,8 +480,7 @@ class SchedulerCore:
                 (self.open_gaps.add if is_gap(record.cursor) else self.open_gaps.discard)(record.id)
                 self.gate.ended(self.config.hosts[record.source], wall)
                 self.accounts.charge(record.account_id, max(1, item.fetches) - 1, wall)
-                if item.account_cookies and item.outcome not in _LOGIN_FAILED:
-                    self.accounts.refresh(record.account_id, item.account_cookies, lease_start)
+                self.accounts.ended(item.lease_token, item.account_cookies if item.outcome not in _LOGIN_FAILED else "")
                 if effect.block_host is not None:
                     self.gate.block(effect.block_host.name, effect.block_host.until, effect.block_host.reason)
                 if effect.freeze_account is not None:
@@ -600,8 +601,9 @@ class SchedulerCore:
 
         def finish() -> None:
             self.records.keep(records)
-            for task_id, _ in leases:
+            for task_id, token in leases:
                 self.gate.ended(self._host(task_id), group.wall)
+                self.accounts.ended(token)
             self.counts["inflight"] -= len(leases)
             self.counts["pending"] += len(leases)
 
@@ -647,7 +649,7 @@ class SchedulerCore:
                     for account_id in changes.renewed + changes.removed:
                         txn.delete("meta", _hold_key("account", account_id))
                 self.store.sync()
-            return self.accounts.replace(accounts, self.clocks.wall())
+            return self.accounts.replace(accounts)
 
     # --- expiry and maintenance -------------------------------------------------------------------------------
 
@@ -668,6 +670,7 @@ class SchedulerCore:
         self.records.keep(records)
         for record in records:
             self.gate.ended(self.config.hosts[record.source], wall)
+            self.accounts.ended(record.old_tokens[-1] if record.old_tokens else "")
         self.counts["inflight"] -= len(records)
         self.counts["pending"] += len(records)
         self.counts["done"] += len(records)

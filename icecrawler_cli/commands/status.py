@@ -128,6 +128,8 @@ def render_text(report: dict[str, Any]) -> str:
             continue
         frozen = f" for {a['frozen']['held_for_s']:.0f}s ({a['frozen']['reason']})" if a["state"] == "frozen" else ""
         refreshed = f", login refreshed by the site {a['login_refreshes']}x" if a.get("login_refreshes") else ""
+        if a.get("login_refreshes_refused"):  # unreadable, or of another login (scheduler_server.accounts)
+            refreshed += f", {a['login_refreshes_refused']} refreshed logins ignored"
         lines.append(
             f"  account {account}: {a['state']}{frozen}, {a['used_last_min']:.0f}/{a['budget_per_min']} "
             f"requests this minute{refreshed}"

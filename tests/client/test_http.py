@@ -32,7 +32,6 @@ import urllib3
 import urllib3.exceptions
 
 from crawler_client import observer
-from crawler_client.cookie_blob import AccountBlob, parse_cookie_blob
 from crawler_client.cookie_jar import MAX_COOKIE_BYTES, MAX_COOKIES, MAX_COOKIES_PER_DOMAIN, BoundedCookieJar
 from crawler_client.http import Fetcher, FetchPolicy, parse_retry_after
 from crawler_client.sources.base import PageRequest
@@ -46,6 +45,7 @@ from crawler_client.transport import (
     Urllib3Transport,
     _SetCookieSource,
 )
+from icecrawler.cookie_blob import AccountBlob, parse_cookie_blob
 from icecrawler.deadline import DeadlinePassed, Watchdog
 from icecrawler.errors import FetchError
 from icecrawler.models import Account

@@ -9,7 +9,7 @@ import pytest
 MODULES = [
     "crawler_client.http",
     "crawler_client.transport",
-    "crawler_client.cookie_blob",
+    "icecrawler.cookie_blob",
     "crawler_client.crawl",
     "crawler_client.sink",
     "crawler_client.writer",

@@ -15,6 +15,7 @@ import pytest
 from icecrawler import rpc
 from icecrawler.models import Account, Outcome, Report, TaskKind
 from icecrawler_cli.commands.status import render_text
+from scheduler_server import accounts as accounts_module
 from scheduler_server.accounts import AccountPool, PooledAccount, account_changes
 from scheduler_server.config import configured_accounts
 from scheduler_server.core import SchedulerCore
@@ -178,6 +179,9 @@ def test_cookies_the_site_refreshed_are_what_the_account_is_leased_with(
     assert core.stats()["detail"]["accounts"]["a1"]["login_refreshes"] == 1
     text = render_text({"scheduler": {"reachable": True, **core.stats(), **core.stats()["detail"]}})
     assert "account a1: ok, " in text and "login refreshed by the site 1x" in text and "SUB=" not in text
+    assert crawl(cookies="SUB=other; EXTRA=1") == "SUB=refreshed"  # names a cookie the file does not: ignored
+    text = render_text({"scheduler": {"reachable": True, **core.stats(), **core.stats()["detail"]}})
+    assert "1 refreshed logins ignored" in text and "EXTRA" not in text
     changes = core.reload_accounts(configured_accounts(settings, core.config))
     assert changes.kept == ("a1",) and not changes.renewed
     assert crawl(Outcome.LoginRequired, "SUB=broken") == "SUB=refreshed"
@@ -297,3 +301,129 @@ def test_a_key_an_account_does_not_know_is_named_in_a_warning(tmp_path: Path, ca
         accounts = load_accounts(tmp_path, frozenset({"weibo_pc"}))
     assert [pooled.account.id for pooled in accounts] == ["a1"]
     assert "'source'" in caplog.text and "a.toml account #0" in caplog.text and "sources" in caplog.text
+
+
+def refresh_core(store: QueueStore, clocks: ManualClocks, accounts: Path, cookies: str = "SUB=pasted") -> SchedulerCore:
+    """A core whose account a1 (``cookies``) serves weibo_pc on weibo.com and weibo_mobile on m.weibo.cn."""
+    (accounts / "pool.toml").write_text(f'[[account]]\nid = "a1"\ncookies = "{cookies}"\n')
+    settings = make_settings(
+        scheduler__accounts_dir=str(accounts),
+        scheduler__account_sources="weibo_pc,weibo_mobile",
+        sources__weibo_pc__base_url="https://weibo.com",
+        sources__weibo_mobile__base_url="https://m.weibo.cn",
+    )
+    return SchedulerCore.from_settings(settings, store, clocks)
+
+
+def test_a_sites_refresh_is_leased_to_that_site_only(store: QueueStore, clocks: ManualClocks, tmp_path: Path) -> None:
+    """m.weibo.cn's refresh of ``SUB`` is for .weibo.cn: a weibo.com lease of the same account still gets the file's
+    cookies (or weibo.com's own refresh), never the other site's."""
+    core = refresh_core(store, clocks, tmp_path)
+    core.add(["weibo_mobile:1"], TaskKind.WeiboUser)
+    mobile = core.lease("w", 1)[0]
+    core.report([Report(mobile.id, mobile.lease_token, account_cookies="SUB=for-weibo-cn")])
+    core.add(["weibo_pc:2"], TaskKind.WeiboUser)
+    clocks.advance(3600 * 24)
+    by_source = {task.source: task for task in core.lease("w", 5)}
+    assert by_source["weibo_pc"].account.cookie_blob == "SUB=pasted"
+    assert by_source["weibo_mobile"].account.cookie_blob == "SUB=for-weibo-cn"
+    pc = by_source["weibo_pc"]
+    core.report([Report(pc.id, pc.lease_token, account_cookies="SUB=for-weibo-com")])
+    core.release([(by_source["weibo_mobile"].id, by_source["weibo_mobile"].lease_token)])
+    clocks.advance(3600 * 24)
+    by_source = {task.source: task for task in core.lease("w", 5)}
+    assert by_source["weibo_pc"].account.cookie_blob == "SUB=for-weibo-com"
+    assert by_source["weibo_mobile"].account.cookie_blob == "SUB=for-weibo-cn"
+    assert core.stats()["detail"]["accounts"]["a1"]["login_refreshes"] == 2
+
+
+def test_an_older_leases_refresh_does_not_overwrite_a_newer_one(
+    store: QueueStore, clocks: ManualClocks, tmp_path: Path
+) -> None:
+    """Two leases of one account handed the same login: the first refresh reported is taken, and the other lease's,
+    of the login as it was before that refresh, is not laid over it, whichever reports last."""
+    core = refresh_core(store, clocks, tmp_path)
+    core.add(["weibo_pc:1", "weibo_pc:2"], TaskKind.WeiboUser)
+    older = core.lease("w", 1)[0]
+    clocks.advance(5)
+    newer = core.lease("w", 1)[0]
+    core.report([Report(newer.id, newer.lease_token, account_cookies="SUB=v3-newer")])
+    core.report([Report(older.id, older.lease_token, account_cookies="SUB=v2-older")])
+    clocks.advance(3600 * 24)
+    assert core.lease("w", 1)[0].account.cookie_blob == "SUB=v3-newer"
+
+
+@pytest.mark.bdb
+def test_a_lease_from_before_a_restart_refreshes_nothing(tmp_path: Path, clocks: ManualClocks) -> None:
+    """The operator pastes a new login and restarts the scheduler while a crawl of the old one runs: that crawl's
+    report lands, and its refresh of the old login is not leased over the new one. A restart starts from the
+    file."""
+    accounts = tmp_path / "accounts"
+    accounts.mkdir()
+    core = refresh_core(BdbQueueStore(tmp_path / "db"), clocks, accounts)
+    core.add(["weibo_pc:1"], TaskKind.WeiboUser)
+    held = core.lease("w", 1)[0]
+    core.close()
+    clocks.advance(5)
+    again = refresh_core(BdbQueueStore(tmp_path / "db"), clocks, accounts, cookies="SUB=operator")
+    try:
+        again.report([Report(held.id, held.lease_token, account_cookies="SUB=refreshed-of-old-login")])
+        clocks.advance(3600 * 24)
+        assert again.lease("w", 1)[0].account.cookie_blob == "SUB=operator"
+        assert again.stats()["detail"]["accounts"]["a1"]["login_refreshes"] == 0
+    finally:
+        again.close()
+
+
+def test_leases_are_forgotten_when_they_end(store: QueueStore, clocks: ManualClocks, tmp_path: Path) -> None:
+    """The pool remembers a lease's blob only while the lease runs: a report, a release and an expiry each drop it
+    (with or without a refresh), so the map stays as big as the leases in flight."""
+    core = refresh_core(store, clocks, tmp_path)
+    core.add(["weibo_pc:1", "weibo_pc:2", "weibo_pc:3"], TaskKind.WeiboUser)
+    reported, released, expired = core.lease("w", 3)
+    assert core.accounts.lent_count == 3
+    core.report([Report(reported.id, reported.lease_token, outcome=Outcome.LoginRequired, account_cookies="SUB=x")])
+    core.release([(released.id, released.lease_token)])
+    assert core.accounts.lent_count == 1
+    clocks.advance(core.config.lease_s + 1)
+    assert core.reap() == 1
+    assert core.accounts.lent_count == 0
+    assert expired.account.id == "a1"
+
+
+def test_the_pool_bounds_the_leases_it_remembers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past ``MAX_LENT`` leases never heard of again (a commit that failed after the pick), the oldest are
+    forgotten: their refresh is not taken, which is safe; a newer lease's still is."""
+    monkeypatch.setattr(accounts_module, "MAX_LENT", 2)
+    pool = AccountPool([pooled("a1", "SUB=x")], frozenset({"weibo_pc"}), 100, 60.0, sites={"weibo_pc": ".weibo.com"})
+    for token in ("t1", "t2", "t3"):
+        account = pool.pick("weibo_pc", 1000.0)
+        assert account is not None
+        pool.lent(token, "weibo_pc", account)
+    assert pool.lent_count == 2
+    assert not pool.ended("t1", "SUB=y")
+    assert pool.ended("t3", "SUB=y")
+
+
+def test_a_refresh_that_is_not_of_the_files_login_is_ignored_and_counted(caplog: pytest.LogCaptureFixture) -> None:
+    """A refresh must read as a blob, keep the form login's username and password and name only the file's
+    cookies; any other is ignored, counted for status and logged without its cookies."""
+    form = json.dumps({"cookies": "ECS_ID=a", "username": "shopper", "password": "pw"})
+    pool = AccountPool([PooledAccount(Account("a1", form), frozenset({"ecshop"}))], frozenset({"ecshop"}), 100, 60.0)
+    wrong = [
+        "{not json",
+        json.dumps({"cookies": "ECS_ID=b", "username": "someone-else", "password": "pw"}),
+        json.dumps({"cookies": "ECS_ID=b; EXTRA=1", "username": "shopper", "password": "pw"}),
+    ]
+    for number, blob in enumerate(wrong):
+        account = pool.pick("ecshop", 1000.0)
+        assert account is not None and account.cookie_blob == form
+        pool.lent(f"t{number}", "ecshop", account)
+        assert not pool.ended(f"t{number}", blob)
+    described = pool.describe(1000.0)["a1"]
+    assert (described["login_refreshes"], described["login_refreshes_refused"]) == (0, 3)
+    assert "someone-else" not in caplog.text and "ECS_ID" not in caplog.text and "ignored" in caplog.text
+    good = json.dumps({"cookies": "ECS_ID=b", "username": "shopper", "password": "pw"})
+    pool.lent("ok", "ecshop", pool.pick("ecshop", 1000.0) or Account())
+    assert pool.ended("ok", good)
+    assert pool.pick("ecshop", 1000.0) == Account("a1", good)

@@ -1,5 +1,7 @@
-"""The cookie blob of a leased account (``Task.account.cookie_blob``, opaque to everyone but the client's HTTP
-layer): pure parsing, apart from the sessions that use it (``crawler_client.transport``).
+"""The cookie blob of a leased account (``Task.account.cookie_blob``) and the site its cookies are for: pure
+parsing, shared by the client's sessions (``crawler_client.transport``), which send it, and the scheduler's account
+pool (``scheduler_server.accounts``), which checks a login the site refreshed before leasing it and keeps each
+site's refresh apart.
 
 A blob is any of:
 
@@ -12,13 +14,22 @@ A blob is any of:
 
 from __future__ import annotations
 
+import ipaddress
 import json
+import urllib.parse
 from dataclasses import dataclass, field
 
 from icecrawler.errors import FetchError
 from icecrawler.models import Outcome
 
-__all__ = ["AccountBlob", "format_cookie_blob", "parse_cookie_blob"]
+__all__ = ["AccountBlob", "format_cookie_blob", "parse_cookie_blob", "site_domain"]
+
+#: Public suffixes of two labels a crawled site may be registered under (``shop.example.com.cn``); a site under
+#: another such suffix gets its blob scoped one label too wide, which is no wider than a blob without a domain.
+_TWO_LABEL_SUFFIXES = frozenset(
+    {"com.cn", "net.cn", "org.cn", "gov.cn", "edu.cn", "ac.cn", "com.hk", "com.tw", "org.tw", "co.uk", "org.uk"}
+    | {"co.jp", "ne.jp", "or.jp", "com.au", "net.au", "co.kr", "com.sg", "com.my", "co.nz", "com.br"}
+)
 
 
 @dataclass(frozen=True)
@@ -91,3 +102,25 @@ def format_cookie_blob(blob: AccountBlob) -> str:
     if not blob.username and not blob.password:
         return header
     return json.dumps({"cookies": header, "username": blob.username, "password": blob.password}, ensure_ascii=False)
+
+
+def site_domain(url: str) -> str:
+    """The cookie domain of the site ``url`` is on, for an account's blob: its registrable domain with a leading dot
+    (``https://m.weibo.cn`` → ``.weibo.cn``), an IP address as it is, a host of one label as ``http.cookiejar`` names
+    it (``localhost.local``); "" when ``url`` names no host or an IPv6 one (the cookies then go to every host). A
+    bare ``host[:port]`` is read as ``//host[:port]``. The client scopes a blob's cookies to it; the scheduler keeps
+    a site's refresh of a login for that site alone."""
+    host = (urllib.parse.urlsplit(url if "//" in url else f"//{url}").hostname or "").rstrip(".").lower()
+    if not host or ":" in host:
+        return ""
+    try:
+        ipaddress.IPv4Address(host)
+    except ValueError:
+        pass
+    else:
+        return host
+    labels = host.split(".")
+    if len(labels) == 1:
+        return f"{host}.local"
+    keep = 3 if len(labels) >= 3 and ".".join(labels[-2:]) in _TWO_LABEL_SUFFIXES else 2
+    return "." + ".".join(labels[-keep:])
