@@ -265,6 +265,8 @@ class Sink:
                 item.result.report = failure_report(
                     item.result.task, Outcome.ParseError, "records-not-stored", fetches=report.fetches
                 )
+                # The crawl's login refresh is the site's, whatever became of the records: it still goes on.
+                item.result.report.account_cookies = report.account_cookies
         done: set[int] = set()
         start = 0
         while start < len(ready):

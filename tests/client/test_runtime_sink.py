@@ -362,11 +362,13 @@ def test_records_storage_can_never_take_are_not_retried_forever_and_the_task_is_
     crawled = result("a", posts=2)
     crawled.task.cursor = "41"
     crawled.report.cursor = "99"
+    crawled.report.account_cookies = "SUB=refreshed"
     sink.add(crawled)
     assert sink.flush() is True
     assert len(scheduler.reports) == 1
     report = scheduler.reports[0]
     assert report.outcome is Outcome.ParseError and report.error_class == "records-not-stored"
+    assert report.account_cookies == "SUB=refreshed"  # the site's refresh of the login is kept all the same
     assert report.cursor == "41"  # the old cursor: the next visit fetches the records again
     assert sink.stats.snapshot()["records_rejected"] == 2
     assert "could not be stored" in caplog.text
