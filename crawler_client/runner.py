@@ -28,12 +28,15 @@ from crawler_client.transport import HttpSession, SessionCache, Urllib3Transport
 from icecrawler.clock import Clock
 from icecrawler.cookie_blob import AccountBlob, format_cookie_blob, parse_cookie_blob
 from icecrawler.errors import FetchError
+from icecrawler.logs import LogThrottle
 from icecrawler.models import Outcome, Task, account_cookies_fit, is_visitor
 from icecrawler.settings import Settings
 
 __all__ = ["RunnerConfig", "TaskRunner", "form_logins"]
 
 log = logging.getLogger(__name__)
+#: A refresh too big for a report recurs at every crawl of that account and source: one line a minute says so.
+_UNFIT_REFRESHES = LogThrottle()
 
 
 def form_logins() -> dict[str, FormLogin]:
@@ -103,7 +106,14 @@ def _refreshed_blob(task: Task, session: HttpSession, base_url: str) -> str:
         return ""
     text = format_cookie_blob(AccountBlob(fresh, blob.username, blob.password))
     if not account_cookies_fit(text):  # the scheduler would refuse the whole report for it
-        log.warning("task %s: the cookies %s set do not fit a report; not passed on", task.id, task.source)
+        admitted = _UNFIT_REFRESHES.admit((task.source, account.id))
+        if admitted is not None:
+            log.warning(
+                "account %s: the cookies %s set do not fit a report; not passed on%s",
+                account.id,
+                task.source,
+                LogThrottle.more(admitted, "such crawls"),
+            )
         return ""
     return text
 
