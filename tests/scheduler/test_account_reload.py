@@ -427,3 +427,43 @@ def test_a_refresh_that_is_not_of_the_files_login_is_ignored_and_counted(caplog:
     pool.lent("ok", "ecshop", pool.pick("ecshop", 1000.0) or Account())
     assert pool.ended("ok", good)
     assert pool.pick("ecshop", 1000.0) == Account("a1", good)
+
+
+@pytest.mark.ice
+@pytest.mark.bdb
+def test_refreshes_over_ice_stay_with_their_site_and_do_not_outlive_a_restart(tmp_path: Path) -> None:
+    """The running daemon, over Ice and Berkeley DB: m.weibo.cn's refresh goes to the account's later m.weibo.cn
+    leases and not to its weibo.com ones; a weibo.com lease held across a restart with new cookies in the file
+    reports the old login's refresh, and the new login is what the account is leased with after it."""
+    C = rpc.crawler()
+    accounts = tmp_path / "accounts"
+    accounts.mkdir(mode=0o700)
+    pool = accounts / "pool.toml"
+    pool.write_text(ONE.format(cookies="pasted"))
+    pool.chmod(0o600)
+    settings = {
+        "scheduler__accounts_dir": str(accounts),
+        "scheduler__account_sources": "weibo_pc,weibo_mobile",
+        "sources__weibo_pc__base_url": "https://weibo.com",
+        "sources__weibo_mobile__base_url": "https://m.weibo.cn",
+    }
+
+    def lease(proxy: Any, source: str, number: int) -> Any:
+        proxy.addUsers([f"{source}:{number}"], C.TaskKind.WeiboUser)
+        return next(task for task in proxy.getUsers("ice-test", 5) if task.source == source)
+
+    with scheduler_daemon(tmp_path, **settings) as daemon:
+        with scheduler_proxy(daemon) as proxy:
+            mobile = lease(proxy, "weibo_mobile", 1)
+            proxy.putUser(C.Report(taskId=mobile.id, leaseToken=mobile.leaseToken, accountCookies="SUB=for-weibo-cn"))
+            assert lease(proxy, "weibo_mobile", 2).account.cookieBlob == "SUB=for-weibo-cn"
+            held = lease(proxy, "weibo_pc", 3)
+            assert held.account.cookieBlob == "SUB=pasted"
+        assert daemon.stop() == 0
+        pool.write_text(ONE.format(cookies="operator"))
+        daemon.start()
+        with scheduler_proxy(daemon) as proxy:
+            proxy.putUser(C.Report(taskId=held.id, leaseToken=held.leaseToken, accountCookies="SUB=old-login"))
+            assert lease(proxy, "weibo_pc", 4).account.cookieBlob == "SUB=operator"
+            assert json.loads(proxy.stats().detailJson)["accounts"]["a1"]["login_refreshes"] == 0
+        assert daemon.stop() == 0
