@@ -271,11 +271,11 @@ def first_page_ok0(doc: dict[str, Any], http_status: int) -> FetchError:
     )
 
 
-def unavailable_account(said: str, http_status: int) -> FetchError | None:
-    """NotFound ``account-unavailable`` when ``said`` (a message, or a url the reason is percent-encoded in) says the
+def unavailable_account(message: str, http_status: int) -> FetchError | None:
+    """NotFound ``account-unavailable`` when ``message`` (a message, or a url the reason is percent-encoded in) says the
     account can no longer be viewed (``UNAVAILABLE``), else None. The target is gone, not our session: a login wall
     would freeze the account that asked, once per visit of the target."""
-    text = unquote(said)
+    text = unquote(message)
     if not any(phrase in text for phrase in UNAVAILABLE):
         return None
     return fail(
@@ -344,9 +344,9 @@ def check_403_said(page: FetchedPage) -> None:
         doc = load_json(text, what="a 403 answer", http_status=page.status)
     except ParseError:
         return
-    said = message_error(doc, page.status) if isinstance(doc, dict) else None
-    if said is not None:
-        raise said
+    error = message_error(doc, page.status) if isinstance(doc, dict) else None
+    if error is not None:
+        raise error
 
 
 #: What a long-text answer says of a post that is gone (该微博不存在, 已被删除) or that its author has since hidden from
@@ -412,7 +412,7 @@ def json_envelope(page: FetchedPage, text: str, what: str) -> dict[str, Any]:
     if wall is not None:
         raise wall
     if doc.get("ok") not in (1, "1", None):
-        said = message_error(doc, page.status)
-        if said is not None:
-            raise said
+        error = message_error(doc, page.status)
+        if error is not None:
+            raise error
     return doc
