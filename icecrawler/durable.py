@@ -41,6 +41,7 @@ __all__ = [
     "aside_path",
     "full_disk",
     "full_disk_note",
+    "full_disk_refusal",
     "journal_files",
     "names_full_disk",
     "publish",
@@ -243,6 +244,19 @@ def full_disk(path: Path, failure: str) -> str:
     if free >= NEARLY_FULL_BYTES and not names_full_disk(failure):
         return ""
     return f"the file system of {directory} is full ({free} bytes free)"
+
+
+def full_disk_refusal(path: Path, failure: str, cannot: str) -> str:
+    """The start-up refusal when ``failure`` (checking or opening the data at ``path``) is a full disk, else "":
+    ``cannot`` says what could not be done ("the scheduler database in /x cannot be opened"), and the rest, the
+    same for every role, says what to do instead of ``--recover``."""
+    full = full_disk(path, failure)
+    if not full:
+        return ""
+    return (
+        f"{cannot}: {full} ({failure}). Free some space and start again; it is not known to be damaged, and "
+        "--recover would need room for a second copy"
+    )
 
 
 def names_full_disk(failure: str) -> bool:

@@ -28,7 +28,7 @@ from berkeleydb import db
 
 from icecrawler.durable import (
     aside_path,
-    full_disk,
+    full_disk_refusal,
     journal_files,
     remove_journal,
     salvage_aside,
@@ -237,11 +237,8 @@ def open_checked(path: str | Path, *, durable: bool = True, recover: bool = Fals
         log.warning("--recover: finishing the rebuild of %s that was stopped (%s)", path, salvaging.get("stage"))
         salvage(path, durable)
     elif problem := _problem(path, durable, options):
-        if full := full_disk(path, problem):
-            raise ServiceError(
-                f"the scheduler database in {path} cannot be opened: {full} ({problem}). Free some space and start "
-                "again; it is not known to be damaged, and --recover would need room for a second copy"
-            )
+        if refusal := full_disk_refusal(path, problem, f"the scheduler database in {path} cannot be opened"):
+            raise ServiceError(refusal)
         if not recover:
             raise ServiceError(
                 f"the scheduler database in {path} is damaged: {problem}. Not starting on it: restore "

@@ -22,7 +22,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from icecrawler.durable import aside_path, full_disk, remove_journal, salvage_aside, stopped_salvage, sync_dir
+from icecrawler.durable import aside_path, full_disk_refusal, remove_journal, salvage_aside, stopped_salvage, sync_dir
 from icecrawler.errors import ServiceError
 
 __all__ = ["backup_files", "check_sqlite_file", "check_store_file", "journal_of", "mark_created", "marker_of"]
@@ -196,11 +196,8 @@ def check_sqlite_file(path: Path, what: str, recover: bool) -> None:
     log.info("%s %s checked in %.1fs: %s", what, path, time.monotonic() - started, problem or "ok")
     if not problem:
         return
-    if full := full_disk(path, problem):
-        raise ServiceError(
-            f"{what} {path} cannot be checked: {full} ({problem}). Free some space and start again; the file is not "
-            "known to be damaged, and --recover would need room for a second copy"
-        )
+    if refusal := full_disk_refusal(path, problem, f"{what} {path} cannot be checked"):
+        raise ServiceError(refusal)
     if not recover:
         raise ServiceError(
             f"{what} {path} is damaged ({problem}); not starting on it: restore it from a backup, "
