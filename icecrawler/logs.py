@@ -9,9 +9,10 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Hashable
+from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["LogThrottle", "configure_logging"]
+__all__ = ["Failure", "FailureEpisode", "LogThrottle", "configure_logging"]
 
 TEXT_FORMAT = "%(asctime)s %(levelname)-7s %(name)s [%(process)d] %(message)s"
 
@@ -79,3 +80,74 @@ class LogThrottle:
         """The end of an admitted line: " (N more <what> in the last S s)", or "" when none went unlogged."""
         unlogged, since_s = admitted
         return f" ({unlogged} more {what} in the last {since_s:.0f} s)" if unlogged else ""
+
+
+@dataclass(frozen=True)
+class Failure:
+    """What ``FailureEpisode.failed`` makes of one failure: whether it began an episode, and whether to log it."""
+
+    #: The first failure since the last recovery (or ever).
+    first: bool
+    #: Log it as a WARNING: the first of an episode, then at most one per ``interval_s``.
+    logged: bool
+    #: Failures not logged since the last logged one, and how long ago that was.
+    unlogged: int = 0
+    since_s: float = 0.0
+
+    def more(self, what: str) -> str:
+        """The end of a logged line: " (N more <what> in the last S s)", or "" (``LogThrottle.more``)."""
+        return LogThrottle.more((self.unlogged, self.since_s), what)
+
+
+class FailureEpisode:
+    """A condition that fails for a while and then recovers (a full disk, a backend down), so that a daemon says so
+    without flooding its log: the first failure of an episode is logged, repeats at most once per ``interval_s``
+    with how many went unlogged (``math.inf``: once per episode), and the recovery once; the next failure begins a
+    new episode, logged at once and counted afresh.
+
+    Work that overlapped a failure proves no recovery: take ``mark()`` before it begins and pass it to
+    ``recovered``, which then says False if a failure was recorded meanwhile (a batch that was being written when
+    the disk filled up must not announce that writes are taken again)."""
+
+    def __init__(self, interval_s: float = 60.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.interval_s = interval_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._throttle = LogThrottle(interval_s, clock)
+        self._failures = 0
+        self._failing = False
+        #: The last failure's message ("" while not failing).
+        self.message = ""
+
+    @property
+    def failing(self) -> bool:
+        """From a failure until the recovery after it."""
+        return self._failing
+
+    def mark(self) -> int:
+        """A token for ``recovered``: how many failures were recorded so far."""
+        with self._lock:
+            return self._failures
+
+    def failed(self, message: str = "") -> Failure:
+        """Record one failure; its ``logged`` says whether to log it (with ``more`` at the end of the line)."""
+        with self._lock:
+            first = not self._failing
+            self._failing = True
+            self._failures += 1
+            self.message = message
+            admitted = self._throttle.admit(None)
+        if admitted is None:
+            return Failure(first, False)
+        return Failure(first, True, *admitted)
+
+    def recovered(self, mark: int | None = None) -> bool:
+        """Record a success: True once per episode, when it ends (log the recovery then), else False: while not
+        failing, or when a failure was recorded after ``mark`` was taken. The throttle starts afresh."""
+        with self._lock:
+            if not self._failing or (mark is not None and mark != self._failures):
+                return False
+            self._failing = False
+            self.message = ""
+            self._throttle = LogThrottle(self.interval_s, self._clock)
+        return True
