@@ -22,7 +22,7 @@ from icecrawler.clock import Clock, ClockJumpWatch
 from icecrawler.datalock import DataLock
 from icecrawler.errors import ConfigError, InvalidArgumentError, StorageUnavailableError
 from icecrawler.listening import guarded_listening
-from icecrawler.logs import LogThrottle
+from icecrawler.logs import FailureEpisode
 from icecrawler.metrics import MetricsConfig, MetricsEndpoint, ScrapeCollector, disk_space_families, serve
 from icecrawler.models import Report, TaskKind
 from icecrawler.security import Gate, guarded
@@ -219,9 +219,8 @@ class Maintenance(threading.Thread):
         self._last_checkpoint = monotonic()
         #: Monotonic time before which the next rebalance waits (``BUDGET_SHARE``).
         self._rebalance_at = -float("inf")
-        #: Rounds skipped on a full disk are logged once a minute at most; ``_failing`` until a round succeeds.
-        self._skips = LogThrottle()
-        self._failing = False
+        #: Rounds skipped on a full disk: logged once a minute at most, and once when a round succeeds again.
+        self._skips = FailureEpisode()
 
     def run(self) -> None:
         while not self.stopped.wait(self.interval_s):
@@ -234,8 +233,8 @@ class Maintenance(threading.Thread):
 
     def tick(self) -> None:
         """One pass: clock check, reap, prune, the budget when its turn came, a checkpoint when due. A full disk fails
-        every pass the same way: one WARNING a minute says so (``LogThrottle``), and one line says when a pass
-        succeeds again; calls get the declared error meanwhile."""
+        every pass the same way: one WARNING a minute says so, and one line says when a pass
+        succeeds again (``FailureEpisode``); calls get the declared error meanwhile."""
         if jump := self.jumps.check():
             report_clock_jump(self.core, jump)
         try:
@@ -252,13 +251,10 @@ class Maintenance(threading.Thread):
                 self.core.checkpoint()
                 self._last_checkpoint = self._monotonic()
         except StorageUnavailableError as exc:
-            self._failing = True
-            if (admitted := self._skips.admit("skipped")) is not None:
-                log.warning("scheduler maintenance skipped%s: %s", LogThrottle.more(admitted, "rounds skipped"), exc)
+            if (failure := self._skips.failed(str(exc))).logged:
+                log.warning("scheduler maintenance skipped%s: %s", failure.more("rounds skipped"), exc)
             return
-        if self._failing:
-            self._failing = False
-            self._skips = LogThrottle()
+        if self._skips.recovered():
             log.info("scheduler maintenance runs again (the database takes changes again)")
 
     def stop(self) -> None:

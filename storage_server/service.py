@@ -21,6 +21,7 @@ are keyed by identity, so that only rewrites the same row.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -30,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from icecrawler.errors import InvalidRecordsError, StorageUnavailableError
-from icecrawler.logs import LogThrottle
+from icecrawler.logs import FailureEpisode, LogThrottle
 from icecrawler.models import Review
 from icecrawler.settings import Settings
 from storage_server import schema
@@ -109,15 +110,16 @@ class StorageService:
         self._executor = ThreadPoolExecutor(max_workers=writers, thread_name_prefix="store-write")
         self._lock = threading.Lock()
         self._counters = {"accepted": 0, "rejected": 0, "stored": 0, "spooled": 0, "replayed": 0}
-        self._last_error = ""
-        #: Why the replay last could not read or shrink the spool ("" once it could): said once, not per retry.
-        self._spool_error = ""
+        #: Backend write failures: the outage is said once, and once more when the spool drained after it; its
+        #: ``message`` is the last error (``stats``).
+        self._backend = FailureEpisode(math.inf)
+        #: The replay could not read or shrink the spool: said once, not per retry, and once when it could again.
+        self._spool_held = FailureEpisode(math.inf)
         #: Replay failures that are no outage (a bug): logged with their traceback at most once a minute.
         self._replay_failures = LogThrottle()
-        #: Batches refused because neither the backend nor the spool took them: logged at most once a minute;
-        #: ``_refusing`` until a batch is taken again.
-        self._refusals = LogThrottle()
-        self._refusing = False
+        #: Batches refused because neither the backend nor the spool took them: logged at most once a minute, and
+        #: once when a batch begun after the last refusal is taken again.
+        self._refusals = FailureEpisode()
         #: Batches with rejected records are logged at most once a minute per table (they are all counted).
         self._rejections = LogThrottle()
         #: Wall time the spool last went from empty to non-empty (None while empty): the spool's age.
@@ -161,12 +163,10 @@ class StorageService:
         valid, rejected = schema.build_rows(
             records, self.batch_limit, lambda record: checked_row(record, self.max_text_chars)
         )
+        began = self._refusals.mark()
         result = self._persist(table, valid) if valid else WriteResult(0, 0)
-        if self._refusing and valid:
-            with self._lock:
-                refused, self._refusing = self._refusing, False
-            if refused:
-                log.info("taking writes again (%s)", "stored" if result.stored else "spooled")
+        if valid and self._refusals.failing and self._refusals.recovered(began):
+            log.info("taking writes again (%s)", "stored" if result.stored else "spooled")
         if self.observer is not None:
             self.observer.wrote(table, result.stored, result.spooled, len(rejected), time.perf_counter() - started)
         with self._lock:
@@ -208,25 +208,20 @@ class StorageService:
 
     def _note_refusal(self, records: int, message: str) -> None:
         """A batch neither the backend nor the spool took: a WARNING at most once a minute, with how many since."""
-        with self._lock:
-            self._refusing = True
-        if (admitted := self._refusals.admit("refused")) is not None:
-            more = LogThrottle.more(admitted, "batches refused")
+        if (failure := self._refusals.failed(message)).logged:
             log.warning(
                 "refusing writes: the backend did not take a batch of %d records and the spool cannot (%s)%s; "
                 "the callers keep them and retry",
                 records,
                 message,
-                more,
+                failure.more("batches refused"),
             )
 
     def _note_error(self, message: str) -> None:
-        with self._lock:
-            first = not self._last_error
-            self._last_error = message
+        failure = self._backend.failed(message)
         if self.observer is not None:
-            self.observer.backend_failed(outage_began=first)
-        (log.warning if first else log.debug)("backend write failed, spooling: %s", message)
+            self.observer.backend_failed(outage_began=failure.first)
+        (log.warning if failure.logged else log.debug)("backend write failed, spooling: %s", message)
 
     # --- replay ------------------------------------------------------------------------------------------------
 
@@ -266,6 +261,7 @@ class StorageService:
             return None
         seq, blob, records = entry
         table, rows = schema.decode_rows(blob)
+        began = self._backend.mark()
         try:
             self.store.put(table, rows)
         except StorageUnavailableError as exc:
@@ -275,22 +271,20 @@ class StorageService:
             self.observer.replayed(table, records)
         with self._lock:
             self._counters["replayed"] += records
-            if self._spool_error:
-                log.info("spool writable again; replaying")
-                self._spool_error = ""
             if self.spool.depth() == 0:
                 self._spooled_since = None
-            if self.spool.depth() == 0 and self._last_error:
-                log.info("spool drained; backend %s is back", self.store.name)
-                self._last_error = ""
+        if self._spool_held.recovered():
+            log.info("spool writable again; replaying")
+        # A failure since this entry's put began (a direct write that spooled) is a new outage, not over yet.
+        if self.spool.depth() == 0 and self._backend.recovered(began):
+            log.info("spool drained; backend %s is back", self.store.name)
         return True
 
     def _note_spool_error(self, message: str) -> None:
         """The spool failed under the replay: said once (a warning), then the replay tries again quietly."""
-        with self._lock:
-            first = not self._spool_error
-            self._spool_error = message
-        (log.warning if first else log.debug)("spool replay held up, trying again: %s", message)
+        (log.warning if self._spool_held.failed(message).logged else log.debug)(
+            "spool replay held up, trying again: %s", message
+        )
 
     def wait_drained(self, timeout_s: float) -> bool:
         """Block until the spool is empty (tests, benchmarks); False if it is not within ``timeout_s``."""
@@ -332,14 +326,13 @@ class StorageService:
 
     def backend_up(self) -> bool:
         """False from a failed backend write until the spool drained after it."""
-        with self._lock:
-            return not self._last_error
+        return not self._backend.failing
 
     def stats(self) -> StorageStatsData:
         posts, reviews = self._counts()
         with self._lock:
             counters = dict(self._counters)
-            last_error = self._last_error
+        last_error = self._backend.message
         return StorageStatsData(
             backend=self.store.name,
             posts=posts,

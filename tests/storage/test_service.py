@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -127,6 +128,80 @@ def test_no_backend_and_no_spool_means_unavailable_and_nothing_acknowledged(stor
             service.write_posts([make_post(1)])
         assert service.stats().records_accepted == 0
     finally:
+        service.close()
+
+
+class GatedStore(MemoryStore):
+    """A backend whose put fails at once while down, else waits until ``release`` (``entered`` says one waits)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def put(self, table: str, rows: Sequence[schema.Row]) -> None:
+        self._check_up()
+        self.entered.set()
+        if not self.release.wait(timeout=30.0):
+            raise StorageUnavailableError("never released")
+        super().put(table, rows)
+
+
+def lines(caplog: pytest.LogCaptureFixture, words: str) -> list[str]:
+    return [record.getMessage() for record in caplog.records if words in record.getMessage()]
+
+
+def test_a_new_refusal_after_a_recovery_is_logged_at_once_and_counted_afresh(
+    store: MemoryStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The refusals' throttle starts afresh once writes are taken again: a second full-disk episode within the
+    minute went unlogged, and its line's count included the first episode's batches."""
+    spool = MemorySpool()
+    service = service_on(store, spool)
+    try:
+        with caplog.at_level(logging.INFO, logger="storage_server.service"):
+            store.down = spool.broken = True
+            for _ in range(3):
+                with pytest.raises(StorageUnavailableError):
+                    service.write_posts([make_post(1)])
+            store.down = spool.broken = False
+            service.write_posts([make_post(2)])
+            store.down = spool.broken = True
+            with pytest.raises(StorageUnavailableError):
+                service.write_posts([make_post(3)])
+        refusing = lines(caplog, "refusing writes")
+        assert len(refusing) == 2, caplog.text
+        assert "more batches refused" not in refusing[1]
+        assert len(lines(caplog, "taking writes again")) == 1
+    finally:
+        service.close()
+
+
+def test_a_batch_begun_before_a_refusal_does_not_say_writes_are_taken_again(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A batch the backend was still writing when another one was refused proves nothing about the refusal: it must
+    not log "taking writes again" while the spool still cannot take a batch; the first batch begun after does."""
+    store, spool = GatedStore(), MemorySpool()
+    service = service_on(store, spool, timeout_s=30.0)
+    try:
+        with caplog.at_level(logging.INFO, logger="storage_server.service"):
+            earlier = threading.Thread(target=service.write_posts, args=([make_post(1)],))
+            earlier.start()
+            assert store.entered.wait(10.0)
+            store.down = spool.broken = True
+            with pytest.raises(StorageUnavailableError):
+                service.write_posts([make_post(2)])
+            store.down = False
+            store.release.set()
+            earlier.join(timeout=10.0)
+            assert not earlier.is_alive() and store.count(schema.WEIBO) == 1
+            assert lines(caplog, "taking writes again") == [], caplog.text
+            spool.broken = False
+            service.write_posts([make_post(3)])
+        assert len(lines(caplog, "taking writes again")) == 1
+    finally:
+        store.release.set()
         service.close()
 
 
