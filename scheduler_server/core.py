@@ -682,18 +682,21 @@ class SchedulerCore:
         constant, or None when no budget applies."""
         return rebalance_budget(self)
 
-    def prune_done(self, chunk: int = 10_000) -> int:
+    def prune_done(self, chunk: int = 10_000, stop: threading.Event | None = None) -> int:
         """Drop every completion-log entry (and removed task's lease) older than ``scheduler.done_retention_s``;
         returns how many log entries went. It deletes ``chunk`` entries per transaction, taking the lock for each
         alone so that calls go on between them, until none older is left: a pass that stopped after one chunk kept
         up with at most ``chunk`` completions per ``scheduler.maintenance_interval_s``, and past that the log grew
-        for good."""
+        for good. It ends early, between chunks, once ``stop`` is set (the maintenance thread stopping): the first
+        pass over a large log runs thousands of chunks, and the rest waits for the next pass or start."""
         with self.lock:
             cutoff = int((self.clocks.now() - self.config.done_retention_s) * 1000)
             # Entries are only ever added at ``now`` (past the cutoff), so this many chunks reach the end.
             chunks = self.counts.get("done", 0) // chunk + 2
         pruned = 0
         for _ in range(chunks):
+            if stop is not None and stop.is_set():
+                break
             dropped, tombstones = self._prune_chunk(cutoff, chunk)
             pruned += dropped
             if dropped < chunk and tombstones < chunk:

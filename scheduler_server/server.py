@@ -241,7 +241,7 @@ class Maintenance(threading.Thread):
             expired = self.core.reap()
             if expired:
                 log.info("%d expired lease(s) returned to pending", expired)
-            self.core.prune_done()
+            self.core.prune_done(stop=self.stopped)
             if self._monotonic() >= self._rebalance_at:
                 started = self._monotonic()
                 self.core.rebalance_budget()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ import pytest
 from icecrawler.errors import ConfigError, InvalidArgumentError, LeaseLostError, NoWorkError
 from icecrawler.models import Outcome, Report, TaskKind
 from scheduler_server.core import SchedulerCore, check_consistency
+from scheduler_server.server import Maintenance
 from scheduler_server.store import MemoryQueueStore, QueueStore
 from shhd.policies import Decision, Observation
 from tests.scheduler.conftest import ManualClocks, make_settings, queued_together
@@ -422,6 +424,45 @@ def test_done_log_is_pruned_after_retention(store: QueueStore, clocks: ManualClo
     assert core.stats()["done"] == 3
     clocks.advance(101)
     assert core.prune_done() == 3 and core.stats()["done"] == 0
+
+
+class StopAfter(threading.Event):
+    """A stop request that comes after ``checks`` looks at it (between two chunks of a prune)."""
+
+    def __init__(self, checks: int) -> None:
+        super().__init__()
+        self.checks = checks
+
+    def is_set(self) -> bool:
+        self.checks -= 1
+        return self.checks < 0 or super().is_set()
+
+
+def test_a_prune_pass_ends_between_chunks_once_stopped_and_the_next_pass_goes_on(
+    store: QueueStore, clocks: ManualClocks
+) -> None:
+    """The first pass over a large completion log runs thousands of chunk transactions: without a look at the stop
+    request between them, stopping the maintenance thread waited for all of them (and its 10 s join gave up)."""
+    core = SchedulerCore.from_settings(make_settings(scheduler__done_retention_s=100.0), store, clocks)
+    core.add(USERS, TaskKind.WeiboUser)
+    for task in core.lease("w", 3):
+        core.report([ok(task.id, task.lease_token)])
+    clocks.advance(101)
+    assert core.prune_done(chunk=1, stop=StopAfter(1)) == 1  # one chunk, then the stop request
+    assert core.stats()["done"] == 2
+    assert core.prune_done(chunk=1) == 2 and core.stats()["done"] == 0
+
+
+def test_a_stopped_maintenance_thread_prunes_nothing_more(store: QueueStore, clocks: ManualClocks) -> None:
+    core = SchedulerCore.from_settings(make_settings(scheduler__done_retention_s=100.0), store, clocks)
+    core.add(USERS, TaskKind.WeiboUser)
+    for task in core.lease("w", 3):
+        core.report([ok(task.id, task.lease_token)])
+    clocks.advance(101)
+    maintenance = Maintenance(core, interval_s=3600.0, checkpoint_s=3600.0)
+    maintenance.stopped.set()  # its own stop request reaches the prune
+    maintenance.tick()
+    assert core.stats()["done"] == 3
 
 
 def test_one_prune_pass_clears_every_entry_past_retention_however_many(store: QueueStore, clocks: ManualClocks) -> None:
