@@ -131,9 +131,11 @@ class SqliteStore:
 
     name = "embedded"
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, wal_size_limit: int = WAL_SIZE_LIMIT) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        #: ``WAL_SIZE_LIMIT``; a test cuts the log back to less, so as not to write hundreds of MB to see it.
+        self.wal_size_limit = wal_size_limit
         self._lock = threading.Lock()
         self._conn = self._connect()
         with self._lock, self._conn:
@@ -155,7 +157,7 @@ class SqliteStore:
             conn.execute("PRAGMA page_size=16384")  # only takes effect on a new file; ~1 KB rows fit better
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
-            conn.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}")
+            conn.execute(f"PRAGMA journal_size_limit={int(self.wal_size_limit)}")
         except sqlite3.Error as exc:
             raise StorageUnavailableError(
                 f"cannot open embedded store {self.path}: {exc}{full_disk_note(self.path, str(exc))}"
