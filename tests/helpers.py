@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import grp
 import http.server
 import io
 import os
+import pwd
 import shutil
 import signal
 import socketserver
@@ -24,13 +26,14 @@ from pathlib import Path
 
 import pytest
 
-from icecrawler.processes import ManagedProcess, poll_until, wait_for_port
+from icecrawler.processes import ManagedProcess, icecrawler_argv, poll_until, wait_for_port
 from icecrawler_local.oracle import ItemKey, stored_index, truth_index
 from icecrawler_local.stack import Stack
 from tests.requirements import skip_or_fail
 from tests.scaleout.netlab import NetLab
 
 __all__ = [
+    "ManualClock",
     "caught_up",
     "child_pids",
     "client_logs",
@@ -39,7 +42,9 @@ __all__ = [
     "expected_keys",
     "interrupt_when_ready",
     "process_gone",
+    "refused_start",
     "restart",
+    "shipped_logrotate",
     "silent_name_server",
     "tarpit",
     "truncated_posts",
@@ -47,6 +52,22 @@ __all__ = [
 ]
 
 Keys = collections.Counter[ItemKey]
+
+REPO = Path(__file__).resolve().parents[1]
+#: The logrotate file deploy/ ships for the IceGrid node's output directory.
+SHIPPED_LOGROTATE = REPO / "deploy" / "logrotate" / "icecrawler"
+#: The Ice object adapter of each daemon ``refused_start`` starts.
+_ADAPTERS = {"scheduler": "SchedulerAdapter", "storage": "StorageAdapter"}
+
+
+class ManualClock:
+    """A clock (seconds, as ``time.monotonic``) that moves only when a test sets ``now``: for pure logic."""
+
+    def __init__(self, now: float = 0.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
 
 
 def drip(
@@ -404,3 +425,49 @@ def truncated_posts(stack: Stack) -> list[str]:
         if str(item["id"]) in stored
         and len("".join(stored[str(item["id"])].split())) < len("".join(str(item["text"]).split()))
     ]
+
+
+def refused_start(role: str, tmp: Path, *args: str) -> str:
+    """``icecrawler <role> args`` (``scheduler`` or ``storage``, on a port of its own) that must refuse to start:
+    exit status 2, one ``error:`` line on stderr and no traceback. Returns that line."""
+    conf = tmp / f"refused-{role}.conf"
+    conf.write_text(f"{_ADAPTERS[role]}.Endpoints=tcp -h 127.0.0.1 -p 0\n")
+    done = subprocess.run(
+        icecrawler_argv(role, f"--Ice.Config={conf}", *args),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    errors = [line for line in done.stderr.splitlines() if "error:" in line]
+    assert done.returncode == 2 and len(errors) == 1 and "Traceback" not in done.stderr, done.stderr
+    return errors[0]
+
+
+def shipped_logrotate(log_dir: Path, work: Path) -> Callable[[], None]:
+    """Debian's real logrotate on the shipped file (``SHIPPED_LOGROTATE``), its paths moved to ``log_dir`` and its
+    user to this one (skipped where logrotate is not installed, failed on CI). Returns one forced rotation (its
+    state file in ``work``), which must succeed; ``log_dir`` need not exist before the first."""
+    logrotate = shutil.which("logrotate") or shutil.which("/usr/sbin/logrotate")
+    if logrotate is None:
+        skip_or_fail("logrotate is not installed (apt-get install logrotate)")
+    user, group = pwd.getpwuid(os.getuid()).pw_name, grp.getgrgid(os.getgid()).gr_name
+    config = work / "icecrawler.logrotate"
+    config.write_text(
+        SHIPPED_LOGROTATE.read_text()
+        .replace("/var/log/icecrawler", str(log_dir))
+        .replace("su icecrawler icecrawler", f"su {user} {group}")
+    )
+
+    def rotate() -> None:
+        log_dir.chmod(0o755)  # logrotate refuses a directory others may write to
+        done = subprocess.run(
+            [str(logrotate), "--force", "--state", str(work / "logrotate.state"), str(config)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0, done.stderr
+
+    return rotate

@@ -50,7 +50,7 @@ from icecrawler.deadline import DeadlinePassed, Watchdog
 from icecrawler.errors import FetchError
 from icecrawler.models import Account
 from icecrawler.tls import CA_CERT, init_ca, issue
-from tests.helpers import drip, silent_name_server, tarpit, wait_for
+from tests.helpers import ManualClock, drip, silent_name_server, tarpit, wait_for
 
 POLICY = FetchPolicy(
     timeout_s=2.0, total_timeout_s=5.0, retries=2, backoff_s=0.5, max_body_bytes=1000, user_agent="test-agent"
@@ -329,16 +329,8 @@ def test_session_cache_one_session_per_account_and_reloads_a_changed_blob() -> N
     cache.close()
 
 
-class _ManualClock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_session_cache_evicts_the_least_recently_used_and_disconnects_idle_sessions() -> None:
-    clock = _ManualClock()
+    clock = ManualClock()
     cache = SessionCache(max_sessions=2, idle_s=100.0, clock=clock)
     hot = cache.session("weibo_web", Account("a1", "SUB=1"))
     cold = cache.session("jd", Account("a", "SUB=a"))
@@ -631,7 +623,7 @@ def test_a_renewed_visitor_session_swaps_its_cookies_in_the_same_connection(loca
 def test_sessions_of_accounts_no_longer_used_close_their_sockets(local_server: str) -> None:
     """Accounts leave the pool (frozen, removed) and sources stop being crawled: their sessions are never asked for
     again, and their keep-alive sockets must not stay open until the cache is full."""
-    clock = _ManualClock()
+    clock = ManualClock()
     cache = SessionCache(clock=clock)
     port = int(local_server.rsplit(":", 1)[1])
     for number in range(30):

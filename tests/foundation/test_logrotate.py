@@ -8,21 +8,14 @@ files are kept than the file says."""
 
 from __future__ import annotations
 
-import grp
-import os
-import pwd
 import re
-import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from tests.helpers import wait_for
-from tests.requirements import skip_or_fail
-from tests.scheduler.daemon import REPO
+from tests.helpers import SHIPPED_LOGROTATE, shipped_logrotate, wait_for
 
-SHIPPED = REPO / "deploy" / "logrotate" / "icecrawler"
 #: A server's output: numbered lines, appended for as long as it runs.
 WRITER = (
     "import itertools, sys, time\n"
@@ -37,20 +30,13 @@ def lines_in(path: Path) -> int:
 
 
 def test_the_shipped_logrotate_file_bounds_the_node_output_of_a_running_server(tmp_path: Path) -> None:
-    assert SHIPPED.is_file(), "deploy/logrotate/icecrawler is missing: the IceGrid node's *.out files grow for good"
-    text = SHIPPED.read_text()
+    assert SHIPPED_LOGROTATE.is_file(), "deploy/logrotate/icecrawler is missing: the node's *.out files grow for good"
+    text = SHIPPED_LOGROTATE.read_text()
     assert "/var/log/icecrawler/*.out" in text and "copytruncate" in text
     kept = int(re.search(r"^\s*rotate\s+(\d+)", text, re.MULTILINE)[1])  # type: ignore[index]
-    logrotate = shutil.which("logrotate") or shutil.which("/usr/sbin/logrotate")
-    if logrotate is None:
-        skip_or_fail("logrotate is not installed (apt-get install logrotate)")
     out = tmp_path / "log"
-    out.mkdir(mode=0o755)
-    user, group = pwd.getpwuid(os.getuid()).pw_name, grp.getgrgid(os.getgid()).gr_name
-    config = tmp_path / "icecrawler.logrotate"
-    config.write_text(
-        text.replace("/var/log/icecrawler", str(out)).replace("su icecrawler icecrawler", f"su {user} {group}")
-    )
+    out.mkdir()
+    rotate = shipped_logrotate(out, tmp_path)
     live = out / "Client-1.out"
     with live.open("ab") as output:  # the server opens it once, for appending (its Ice runtime, from Ice.StdOut)
         writer = subprocess.Popen([sys.executable, "-c", WRITER], stdout=output, stderr=subprocess.STDOUT)
@@ -58,13 +44,7 @@ def test_the_shipped_logrotate_file_bounds_the_node_output_of_a_running_server(t
         for _ in range(kept + 3):
             wait_for(lambda: lines_in(live) >= 20, "the writer wrote nothing more", timeout_s=30, interval_s=0.05)
             before = live.stat().st_size
-            done = subprocess.run(
-                [logrotate, "--force", "--state", str(tmp_path / "state"), str(config)],
-                capture_output=True,
-                text=True,
-                timeout=60,
-            )
-            assert done.returncode == 0, done.stderr
+            rotate()
             # The copy holds everything written before the rotation; the live file was emptied in place (below: the
             # writer's lines go on at its start, after the copy's last one).
             assert (out / "Client-1.out.1").stat().st_size >= before

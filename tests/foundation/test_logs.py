@@ -5,20 +5,11 @@ from __future__ import annotations
 import math
 
 from icecrawler.logs import Failure, FailureEpisode, LogThrottle
-
-
-class Clock:
-    """A monotonic clock that moves only when told."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.helpers import ManualClock
 
 
 def test_a_throttle_admits_one_line_per_key_and_interval_and_counts_the_rest() -> None:
-    clock = Clock()
+    clock = ManualClock(1000.0)
     throttle = LogThrottle(60.0, clock)
     first = throttle.admit("a")
     assert first is not None and first[0] == 0 and LogThrottle.more(first, "x") == ""
@@ -30,7 +21,7 @@ def test_a_throttle_admits_one_line_per_key_and_interval_and_counts_the_rest() -
 
 
 def test_an_episode_logs_its_first_failure_then_one_a_minute_with_a_count() -> None:
-    clock = Clock()
+    clock = ManualClock(1000.0)
     episode = FailureEpisode(60.0, clock)
     assert not episode.failing and not episode.recovered()  # nothing to recover from
     first = episode.failed("disk full")
@@ -44,7 +35,7 @@ def test_an_episode_logs_its_first_failure_then_one_a_minute_with_a_count() -> N
 
 
 def test_a_recovery_is_said_once_and_the_next_episode_starts_afresh() -> None:
-    clock = Clock()
+    clock = ManualClock(1000.0)
     episode = FailureEpisode(60.0, clock)
     episode.failed()
     episode.failed()  # unlogged
@@ -56,7 +47,7 @@ def test_a_recovery_is_said_once_and_the_next_episode_starts_afresh() -> None:
 
 
 def test_work_that_overlapped_a_failure_proves_no_recovery() -> None:
-    episode = FailureEpisode(60.0, Clock())
+    episode = FailureEpisode(60.0, ManualClock(1000.0))
     began = episode.mark()  # a batch starts
     episode.failed()  # another batch is refused meanwhile
     assert episode.recovered(began) is False and episode.failing
@@ -65,7 +56,7 @@ def test_work_that_overlapped_a_failure_proves_no_recovery() -> None:
 
 
 def test_an_infinite_interval_logs_once_per_episode() -> None:
-    clock = Clock()
+    clock = ManualClock(1000.0)
     episode = FailureEpisode(math.inf, clock)
     assert episode.failed().logged
     clock.now += 1e9

@@ -7,7 +7,6 @@ from __future__ import annotations
 import itertools
 import shutil
 import sqlite3
-import subprocess
 import time
 import urllib.request
 import xml.etree.ElementTree as ElementTree
@@ -20,9 +19,9 @@ import pytest
 from icecrawler import rpc
 from icecrawler.backups import BackupPlan
 from icecrawler.errors import ServiceError
-from icecrawler.processes import free_port, icecrawler_argv
+from icecrawler.processes import free_port
 from storage_server.integrity import backup_files
-from tests.helpers import disk_space, wait_for
+from tests.helpers import disk_space, refused_start, wait_for
 from tests.scheduler.daemon import REPO
 from tests.storage.conftest import BIG_ID, StorageServerRunner, make_post
 
@@ -235,16 +234,9 @@ def test_a_store_gone_while_its_backups_are_there_is_refused_not_begun_anew(tmp_
     finally:
         runner.stop()
     shutil.rmtree(data)
-    conf = tmp_path / "refused.conf"
-    conf.write_text("StorageAdapter.Endpoints=tcp -h 127.0.0.1 -p 0\n")
     sets = [arg for key, value in {**files, **backups}.items() for arg in ("--set", f"{key}={value}")]
-    refused = subprocess.run(
-        icecrawler_argv("storage", f"--Ice.Config={conf}", *sets), capture_output=True, text=True, timeout=60
-    )
-    assert refused.returncode == 2
-    errors = [line for line in refused.stderr.splitlines() if "error:" in line]
-    assert len(errors) == 1 and str(data) in errors[0] and str(backup_dir) in errors[0], refused.stderr
-    assert "is missing" in errors[0]
+    refused = refused_start("storage", tmp_path, *sets)
+    assert str(data) in refused and str(backup_dir) in refused and "is missing" in refused, refused
     assert not (data / "store.sqlite3").exists()  # nothing begun there
     newest = BackupPlan(backup_dir, "storage", 3600, 7).complete()[-1][1]
     (data / "spool").mkdir(parents=True, exist_ok=True)

@@ -6,7 +6,6 @@ and one bad record in a batch rejected alone."""
 from __future__ import annotations
 
 import sqlite3
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,13 +14,12 @@ import pytest
 
 from icecrawler import rpc
 from icecrawler.errors import InvalidRecordsError, ServiceError
-from icecrawler.processes import icecrawler_argv
 from storage_server import schema
 from storage_server.integrity import check_sqlite_file, check_store_file, journal_of, mark_created
 from storage_server.service import StorageService
 from storage_server.spool import MemorySpool
 from storage_server.stores import MemoryStore, SqliteStore
-from tests.helpers import killed_midway, refused_as_half_rebuilt, salvage_killed_at, wait_for
+from tests.helpers import killed_midway, refused_as_half_rebuilt, refused_start, salvage_killed_at, wait_for
 from tests.storage.conftest import StorageServerRunner, make_post, make_review
 from tests.tmpfs import fill, small_tmpfs
 
@@ -47,20 +45,11 @@ def corrupt_middle_page(path: Path) -> None:
     path.write_bytes(bytes(data))
 
 
-def start_storage(tmp: Path, store: Path, spool: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    """``icecrawler storage`` that is expected to refuse to start (returns once it exited)."""
-    conf = tmp / "refused.conf"
-    conf.write_text("StorageAdapter.Endpoints=tcp -h 127.0.0.1 -p 0\n")
-    argv = icecrawler_argv(
-        "storage",
-        f"--Ice.Config={conf}",
-        "--set",
-        f"storage.embedded.path={store}",
-        "--set",
-        f"storage.spool_dir={spool}",
-        *extra,
+def start_storage(tmp: Path, store: Path, spool: Path, *extra: str) -> str:
+    """``icecrawler storage`` on these files, which must refuse to start: its one error line (``refused_start``)."""
+    return refused_start(
+        "storage", tmp, "--set", f"storage.embedded.path={store}", "--set", f"storage.spool_dir={spool}", *extra
     )
-    return subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
 
 
 # --- one store, one server ------------------------------------------------------------------------------------------
@@ -73,10 +62,9 @@ def test_a_second_storage_server_on_the_same_files_refuses_and_a_killed_ones_loc
     server = storage_server()
     store, spool = server.assignments["storage.embedded.path"], server.assignments["storage.spool_dir"]
     refused = start_storage(tmp_path, Path(store), Path(spool))
-    assert refused.returncode == 2 and "Traceback" not in refused.stderr
-    assert f"is in use by storage server pid {server.process.pid if server.process else 0}" in refused.stderr
+    assert f"is in use by storage server pid {server.process.pid if server.process else 0}" in refused
     other_spool = start_storage(tmp_path, Path(store), tmp_path / "other-spool")  # same store, own spool
-    assert other_spool.returncode == 2 and "in use by storage server" in other_spool.stderr
+    assert "in use by storage server" in other_spool
     proxy = server.proxy(client_comm)
     assert proxy.writeReviews([rpc.review_to_slice(make_review("a"))]).stored == 1  # the first one is unharmed
     server.kill9()
@@ -187,10 +175,7 @@ def test_the_server_refuses_a_corrupt_store_in_one_line_and_starts_with_recover(
     filled_store(store)
     corrupt_middle_page(store)
     refused = start_storage(tmp_path, store, spool)
-    assert refused.returncode == 2
-    errors = [line for line in refused.stderr.splitlines() if "error:" in line]
-    assert len(errors) == 1 and "is damaged" in errors[0] and "--recover" in errors[0]
-    assert "Traceback" not in refused.stderr
+    assert "is damaged" in refused and "--recover" in refused
     runner = StorageServerRunner(
         tmp_path / "recovered",
         {"storage.embedded.path": str(store), "storage.spool_dir": str(spool), "storage.recover": "true"},
@@ -321,10 +306,7 @@ def test_a_store_on_a_full_disk_at_start_is_refused_as_a_full_disk_not_as_damage
         filled_store(store)
         filler = fill(fs)
         refused = start_storage(tmp_path, store, spool, *(["--recover"] if recover else []))
-        assert refused.returncode == 2
-        errors = [line for line in refused.stderr.splitlines() if "error:" in line]
-        assert len(errors) == 1 and "is full" in errors[0] and "Free some space" in errors[0], refused.stderr
-        assert "is damaged" not in refused.stderr and "Traceback" not in refused.stderr
+        assert "is full" in refused and "Free some space" in refused and "is damaged" not in refused, refused
         assert not list(fs.glob("store.sqlite3.damaged-*"))  # nothing moved aside
         filler.unlink()
         runner = StorageServerRunner(
