@@ -186,9 +186,13 @@ class StorageService:
 
     def _persist(self, table: str, rows: list[schema.Row]) -> WriteResult:
         if self.spool.depth() == 0:
+            began = self._backend.mark()
             future: Future[None] = self._executor.submit(self.store.put, table, rows)
             try:
                 future.result(timeout=self.write_timeout_s)
+                # An outage whose batches were all refused spooled nothing, so no replay drains a spool after it.
+                if self._backend.failing and self._backend.recovered(began):
+                    log.info("backend %s is back (the spool is empty)", self.store.name)
                 return WriteResult(len(rows), 0)
             except FutureTimeout:
                 future.cancel()
@@ -325,14 +329,15 @@ class StorageService:
         return 0.0 if since is None or self.spool.depth() == 0 else max(0.0, time.time() - since)
 
     def backend_up(self) -> bool:
-        """False from a failed backend write until the spool drained after it."""
+        """False from a failed backend write until the spool drained after it (or, where nothing was spooled,
+        until a batch went straight to the backend again)."""
         return not self._backend.failing
 
     def stats(self) -> StorageStatsData:
         posts, reviews = self._counts()
         with self._lock:
             counters = dict(self._counters)
-        last_error = self._backend.message
+        backend_up, last_error = not self._backend.failing, self._backend.message
         return StorageStatsData(
             backend=self.store.name,
             posts=posts,
@@ -344,7 +349,7 @@ class StorageService:
                 "records_stored": counters["stored"],
                 "records_spooled": counters["spooled"],
                 "records_replayed": counters["replayed"],
-                "backend_up": not last_error,
+                "backend_up": backend_up,
                 "last_backend_error": last_error,
             },
         )

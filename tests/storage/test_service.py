@@ -205,6 +205,25 @@ def test_a_batch_begun_before_a_refusal_does_not_say_writes_are_taken_again(
         service.close()
 
 
+def test_a_backend_outage_that_spooled_nothing_ends_with_the_next_stored_batch(store: MemoryStore) -> None:
+    """The backend failed while the spool could not take the batch either: nothing was spooled, so no replay ever
+    drained a spool after it, and the server called its backend down (``backend_up``, the metric, ``stats``) for
+    good, though every batch since went straight to it."""
+    spool = MemorySpool()
+    service = service_on(store, spool)
+    try:
+        store.down = spool.broken = True
+        with pytest.raises(StorageUnavailableError):
+            service.write_posts([make_post(1)])
+        assert service.backend_up() is False
+        store.down = spool.broken = False
+        assert service.write_posts([make_post(2)]).stored == 1
+        assert service.backend_up() is True
+        assert service.stats().detail["last_backend_error"] == ""
+    finally:
+        service.close()
+
+
 def test_sqlite_spool_survives_a_restart(tmp_path: Path, store: MemoryStore) -> None:
     store.down = True
     service = service_on(store, SqliteSpool(tmp_path))
