@@ -33,6 +33,7 @@ from tests.requirements import skip_or_fail
 from tests.scaleout.netlab import NetLab
 
 __all__ = [
+    "SHIPPED_LOGROTATE",
     "ManualClock",
     "caught_up",
     "child_pids",
