@@ -163,6 +163,17 @@ def test_jd_sends_an_item_page_referer_and_a_desktop_browser(site: str) -> None:
     cache.close()
 
 
+def weibo_web_runner(site: str, max_pages: int) -> TaskRunner:
+    """A task runner crawling weibo_web at ``site`` with the source's own headers."""
+    config = RunnerConfig(
+        policy=POLICY,
+        max_pages=max_pages,
+        base_urls={"weibo_web": site},
+        headers={"weibo_web": source_headers(get_source("weibo_web").default_headers, "", "")},
+    )
+    return TaskRunner(config, get_source, clock=Clock(), cancel=threading.Event())
+
+
 def test_an_accounts_cookies_stay_on_the_site_they_were_given_for(site: str) -> None:
     """An account's blob names no domain, as a browser's Cookie header does not; the client sent its cookies to
     every host, so a redirect to another site (a shortener, a CDN, a partner's login page) carried the login along.
@@ -172,13 +183,7 @@ def test_an_accounts_cookies_stay_on_the_site_they_were_given_for(site: str) -> 
     with serving_http(_Elsewhere) as elsewhere:
         other = elsewhere.replace("127.0.0.1", "localhost")
         _Recorder.redirect_to = f"{other}/landing"
-        config = RunnerConfig(
-            policy=POLICY,
-            max_pages=1,
-            base_urls={"weibo_web": site},
-            headers={"weibo_web": source_headers(get_source("weibo_web").default_headers, "", "")},
-        )
-        runner = TaskRunner(config, get_source, clock=Clock(), cancel=threading.Event())
+        runner = weibo_web_runner(site, max_pages=1)
         task = dataclasses.replace(make_task("weibo_web", "5612345678"), account=Account("acct", "SUB=login; SUBP=p"))
         runner.run(task)
         runner.close()
@@ -229,13 +234,7 @@ def test_a_login_the_site_refreshes_mid_crawl_is_used_at_once_and_reported(site:
     request, and the next task on this worker, send the new login, and the report carries the account's blob with
     it for the scheduler to lease from then on; the session token stays out of it (it dies with the session). A
     visitor session reports nothing (the scheduler renews those itself)."""
-    config = RunnerConfig(
-        policy=POLICY,
-        max_pages=2,
-        base_urls={"weibo_web": site},
-        headers={"weibo_web": source_headers(get_source("weibo_web").default_headers, "", "")},
-    )
-    runner = TaskRunner(config, get_source, clock=Clock(), cancel=threading.Event())
+    runner = weibo_web_runner(site, max_pages=2)
     blob = "SUB=pasted; SUBP=p; XSRF-TOKEN=old"
     task = dataclasses.replace(make_task("weibo_web", "5612345678"), account=Account("acct", blob))
     _Recorder.set_cookies.extend(["SUB=refreshed; Max-Age=2592000; Path=/", "XSRF-TOKEN=new; Path=/"])
@@ -258,13 +257,7 @@ def test_a_refresh_the_report_cannot_carry_is_left_out_and_the_report_kept(
     scheduler would refuse the whole report (the crawl's outcome and cursor with it). The client leaves the refresh
     out; the crawl itself is reported as ever. Every later crawl of the account finds the same: one log line says
     so, not one per crawl."""
-    config = RunnerConfig(
-        policy=POLICY,
-        max_pages=1,
-        base_urls={"weibo_web": site},
-        headers={"weibo_web": source_headers(get_source("weibo_web").default_headers, "", "")},
-    )
-    runner = TaskRunner(config, get_source, clock=Clock(), cancel=threading.Event())
+    runner = weibo_web_runner(site, max_pages=1)
     names = ["SUB", "SUBP", "ALF", "SCF", "SSOLoginState"]
     blob = "; ".join(f"{name}=short" for name in names)
     task = dataclasses.replace(make_task("weibo_web", "5612345678"), account=Account("acct-unfit", blob))

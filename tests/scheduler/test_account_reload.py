@@ -58,6 +58,16 @@ def test_the_pool_keeps_freezes_and_budgets_by_login() -> None:
     assert set(pool.describe(now)) == {"a3"}
 
 
+def accounts_dir(tmp_path: Path, pool: str, private: bool = False) -> Path:
+    """An accounts directory holding ``pool.toml``; ``private``: modes 0700/0600, as the daemon wants them."""
+    accounts = tmp_path / "accounts"
+    accounts.mkdir(mode=0o700 if private else 0o777)
+    (accounts / "pool.toml").write_text(pool)
+    if private:
+        (accounts / "pool.toml").chmod(0o600)
+    return accounts
+
+
 def frozen_core(store: QueueStore, clocks: ManualClocks, accounts: Path) -> SchedulerCore:
     """A core whose only account a1 was frozen by a LoginRequired report."""
     settings = make_settings(
@@ -73,9 +83,7 @@ def frozen_core(store: QueueStore, clocks: ManualClocks, accounts: Path) -> Sche
 
 
 def test_new_cookies_thaw_an_account_now_and_after_a_restart(tmp_path: Path, clocks: ManualClocks) -> None:
-    accounts = tmp_path / "accounts"
-    accounts.mkdir()
-    (accounts / "pool.toml").write_text(ONE.format(cookies="old"))
+    accounts = accounts_dir(tmp_path, ONE.format(cookies="old"))
     core = frozen_core(BdbQueueStore(tmp_path / "db"), clocks, accounts)
     clocks.advance(120)  # the task is due again, the account still frozen
     assert core.stats()["detail"]["accounts"]["a1"]["state"] == "frozen"
@@ -102,9 +110,7 @@ def test_new_cookies_thaw_an_account_now_and_after_a_restart(tmp_path: Path, clo
 
 @pytest.mark.bdb
 def test_a_restart_keeps_the_freeze_of_the_same_cookies_only(tmp_path: Path, clocks: ManualClocks) -> None:
-    accounts = tmp_path / "accounts"
-    accounts.mkdir()
-    (accounts / "pool.toml").write_text(ONE.format(cookies="old"))
+    accounts = accounts_dir(tmp_path, ONE.format(cookies="old"))
     settings = make_settings(
         scheduler__accounts_dir=str(accounts),
         scheduler__account_sources="weibo_pc",
@@ -138,9 +144,7 @@ def test_a_restart_keeps_the_freeze_of_the_same_cookies_only(tmp_path: Path, clo
 
 
 def test_a_removed_account_is_no_longer_leased(store: QueueStore, clocks: ManualClocks, tmp_path: Path) -> None:
-    accounts = tmp_path / "accounts"
-    accounts.mkdir()
-    (accounts / "pool.toml").write_text(TWO.format(cookies="old"))
+    accounts = accounts_dir(tmp_path, TWO.format(cookies="old"))
     settings = make_settings(scheduler__accounts_dir=str(accounts), scheduler__account_sources="weibo_pc")
     core = SchedulerCore.from_settings(settings, store, clocks)
     core.add(["weibo_pc:1", "weibo_pc:2"], TaskKind.WeiboUser)
@@ -160,9 +164,7 @@ def test_cookies_the_site_refreshed_are_what_the_account_is_leased_with(
     gets it, starts from it, not from the pasted cookies that expire within days. The accounts file stays as
     written: reading it again unchanged keeps the refresh (it is no "renewed" login, and no freeze is lifted),
     a report of a failed login refreshes nothing, and neither does one leased before the operator's new cookies."""
-    accounts = tmp_path / "accounts"
-    accounts.mkdir()
-    (accounts / "pool.toml").write_text(ONE.format(cookies="pasted"))
+    accounts = accounts_dir(tmp_path, ONE.format(cookies="pasted"))
     settings = make_settings(scheduler__accounts_dir=str(accounts), scheduler__account_sources="weibo_pc")
     core = SchedulerCore.from_settings(settings, store, clocks)
     core.add(["weibo_pc:1"], TaskKind.WeiboUser)
@@ -212,11 +214,8 @@ def leased_cookies(proxy: Any) -> str | None:
 @pytest.mark.bdb
 def test_sighup_reloads_the_accounts_of_a_running_scheduler(tmp_path: Path) -> None:
     C = rpc.crawler()
-    accounts = tmp_path / "accounts"
-    accounts.mkdir(mode=0o700)
+    accounts = accounts_dir(tmp_path, ONE.format(cookies="old"), private=True)
     pool = accounts / "pool.toml"
-    pool.write_text(ONE.format(cookies="old"))
-    pool.chmod(0o600)
     settings = {
         "scheduler__accounts_dir": str(accounts),
         "scheduler__account_sources": "weibo_pc",
@@ -436,11 +435,8 @@ def test_refreshes_over_ice_stay_with_their_site_and_do_not_outlive_a_restart(tm
     leases and not to its weibo.com ones; a weibo.com lease held across a restart with new cookies in the file
     reports the old login's refresh, and the new login is what the account is leased with after it."""
     C = rpc.crawler()
-    accounts = tmp_path / "accounts"
-    accounts.mkdir(mode=0o700)
+    accounts = accounts_dir(tmp_path, ONE.format(cookies="pasted"), private=True)
     pool = accounts / "pool.toml"
-    pool.write_text(ONE.format(cookies="pasted"))
-    pool.chmod(0o600)
     settings = {
         "scheduler__accounts_dir": str(accounts),
         "scheduler__account_sources": "weibo_pc,weibo_mobile",

@@ -192,6 +192,21 @@ def test_the_server_refuses_a_corrupt_store_in_one_line_and_starts_with_recover(
 # --- a full disk ----------------------------------------------------------------------------------------------------
 
 
+class BigReviewWriter:
+    """Writes batches of 100 reviews of 1.2 KB each (a small tmpfs fills in a few dozen) and counts what the server
+    acknowledged, stored or spooled: after any outage, that many must be there."""
+
+    def __init__(self, proxy: Any) -> None:
+        self.proxy = proxy
+        self.acknowledged = 0
+
+    def write(self, batch: int) -> Any:
+        reviews = [rpc.review_to_slice(make_review(f"b{batch}-{n}", content="好" * 400)) for n in range(100)]
+        ack = self.proxy.writeReviews(reviews)
+        self.acknowledged += ack.stored + ack.spooled
+        return ack
+
+
 @pytest.mark.ice
 def test_a_full_disk_is_a_declared_error_the_server_survives_and_takes_writes_again(tmp_path: Path) -> None:
     C = rpc.crawler()
@@ -204,16 +219,8 @@ def test_a_full_disk_is_a_declared_error_the_server_survives_and_takes_writes_ag
         try:
             with rpc.communicator() as comm:
                 proxy = runner.proxy(comm)
-                acknowledged = 0
-
-                def write(batch: int) -> None:
-                    nonlocal acknowledged
-                    reviews = [
-                        rpc.review_to_slice(make_review(f"b{batch}-{n}", content="好" * 400)) for n in range(100)
-                    ]
-                    ack = proxy.writeReviews(reviews)
-                    acknowledged += ack.stored + ack.spooled
-
+                writer = BigReviewWriter(proxy)
+                write = writer.write
                 write(0)
                 filler = fill(fs)
                 refusal = None
@@ -238,7 +245,7 @@ def test_a_full_disk_is_a_declared_error_the_server_survives_and_takes_writes_ag
                 runner.kill9()
                 runner.start()
                 stats = proxy.stats()
-                assert stats.reviews + stats.spoolDepth == acknowledged  # nothing acknowledged was lost
+                assert stats.reviews + stats.spoolDepth == writer.acknowledged  # nothing acknowledged was lost
         finally:
             runner.stop()
         log = runner.process.log_tail(300) if runner.process else ""
@@ -261,17 +268,8 @@ def test_a_spool_on_a_full_disk_drains_once_there_is_room_again(tmp_path: Path) 
         try:
             with rpc.communicator() as comm:
                 proxy = runner.proxy(comm)
-                acknowledged = 0
-
-                def write(batch: int) -> Any:
-                    nonlocal acknowledged
-                    reviews = [
-                        rpc.review_to_slice(make_review(f"b{batch}-{n}", content="好" * 400)) for n in range(100)
-                    ]
-                    ack = proxy.writeReviews(reviews)
-                    acknowledged += ack.stored + ack.spooled
-                    return ack
-
+                writer = BigReviewWriter(proxy)
+                write = writer.write
                 assert write(0).stored == 100
                 store_filler = fill(store_fs)
                 assert all(write(batch).spooled == 100 for batch in range(1, 6))  # the store is full: spooled
@@ -287,7 +285,7 @@ def test_a_spool_on_a_full_disk_drains_once_there_is_room_again(tmp_path: Path) 
                     lambda: proxy.stats().spoolDepth == 0,
                     lambda: f"the spool never drained ({proxy.stats().spoolDepth} records left):\n{log()}",
                 )
-                assert proxy.stats().reviews == acknowledged == 600  # each acknowledged record, once
+                assert proxy.stats().reviews == writer.acknowledged == 600  # each acknowledged record, once
                 assert write(6).stored == 100  # straight to the store again
         finally:
             runner.stop()
