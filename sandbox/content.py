@@ -19,6 +19,7 @@ from icecrawler.clock import BEIJING
 
 __all__ = [
     "BEIJING",
+    "SLOTS",
     "SimPost",
     "SimReview",
     "beijing",
@@ -33,7 +34,10 @@ __all__ = [
 _MID_BASE = 9_100_000_000_000_000  # > 2**53 = 9_007_199_254_740_992, 16 digits
 _RETWEET_MID_BASE = 9_500_000_000_000_000  # originals of retweets: a separate id space
 _JD_BASE = 20_000_000_000  # > 2**31
-_SLOTS = 10_000
+#: Targets whose items' ids differ at one instant: an id is (time in 100 ms) * SLOTS + slot % SLOTS, so two targets
+#: whose slots are SLOTS apart publish the same id at the same instant (a trace world starts every trace at once).
+#: ``Scenario.validate`` refuses more users or more products than this.
+SLOTS = 10_000
 
 _WORDS = (
     "今天",
@@ -146,11 +150,11 @@ def item_rng(seed: int, *parts: object) -> random.Random:
 def weibo_mid(created_ms: int, slot: int, *, retweeted: bool = False) -> int:
     """A 16-digit mid above 2**53 that grows with time (100 ms resolution) and differs per target slot."""
     base = _RETWEET_MID_BASE if retweeted else _MID_BASE
-    return base + (created_ms // 100) * _SLOTS + slot % _SLOTS
+    return base + (created_ms // 100) * SLOTS + slot % SLOTS
 
 
 def jd_review_id(created_ms: int, slot: int) -> int:
-    return _JD_BASE + (created_ms // 100) * _SLOTS + slot % _SLOTS
+    return _JD_BASE + (created_ms // 100) * SLOTS + slot % SLOTS
 
 
 def mid_to_bid(mid: int) -> str:

@@ -59,6 +59,7 @@ from typing import Any
 
 from icecrawler.errors import ConfigError
 from icecrawler.sourcespec import registry
+from sandbox.content import SLOTS
 from sandbox.misbehave import MisbehaviourRule
 from sandbox.schedules import Schedule
 
@@ -191,6 +192,14 @@ class Category:
     def __post_init__(self) -> None:
         if self.per_page < 1:
             raise ConfigError(f"category {self.id}: per_page must be >= 1")
+        for key in ("arrivals", "arrival_reviews"):
+            if getattr(self, key).kind == "trace":
+                # arrivals: a trace's items before its start would be dropped (only future arrivals are read);
+                # arrival_reviews: every arriving product would replay the one trace.
+                raise ConfigError(
+                    f"category {self.id}: {key} cannot be a trace schedule (a trace is one target's items: give it "
+                    "to a product, or use a [traces] table)"
+                )
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Category:
@@ -229,6 +238,7 @@ class Scenario:
         self.validate()
 
     def validate(self) -> None:
+        self._check_slots()
         uids = [u.uid for u in self.users]
         if len(uids) != len(set(uids)):
             raise ConfigError("scenario: duplicate Weibo uid")
@@ -255,6 +265,20 @@ class Scenario:
                     f"overlap other ECSHOP goods"
                 )
             goods_ids |= arriving
+
+    def _check_slots(self) -> None:
+        """At most SLOTS users and SLOTS products (declared and arriving): past that, two targets' items get the same
+        id at the same instant (``sandbox.content.SLOTS``), which every trace world's first items share."""
+        arriving = sum(c.arrival_limit for c in self.categories if c.arrivals.kind != "static")
+        for what, count in (
+            ("Weibo users", len(self.users)),
+            ("products (declared and arriving)", len(self.products) + arriving),
+        ):
+            if count > SLOTS:
+                raise ConfigError(
+                    f"scenario: {count} {what}, more than the {SLOTS} whose item ids the sites keep apart; "
+                    "use fewer (of a trace file: --traces-limit, or limit in a [traces] table)"
+                )
 
     def to_dict(self) -> dict[str, Any]:
         """The scenario as plain data (what ``GET /__sandbox/scenario`` returns)."""

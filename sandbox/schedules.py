@@ -72,6 +72,9 @@ class Schedule:
     def __post_init__(self) -> None:
         if self.kind == "trace":
             self._check_trace()
+        elif self.times != () or self.start_s is not None:
+            # They would be ignored, yet written by to_dict into the scenario's digest.
+            raise ConfigError(f"schedule {self.kind}: times and start_s are for kind trace only")
         if self.kind not in KINDS:
             raise ConfigError(f"unknown schedule kind {self.kind!r} (known: {', '.join(KINDS)})")
         if self.kind in ("periodic", "bursty") and self.interval_s <= 0:

@@ -10,6 +10,8 @@ import requests
 
 from icecrawler.errors import ConfigError
 from sandbox import Product, SandboxServer, Scenario, Schedule
+from sandbox.content import SLOTS
+from sandbox.scenario import Category
 from sandbox.schedules import MIN_GAP_MS, arrivals, backlog_times, target_times, trace_times
 
 START = 1_800_000_000_000
@@ -159,3 +161,29 @@ def test_a_trace_schedule_reads_and_writes_as_plain_data() -> None:
 def test_a_bad_trace_schedule_is_a_config_error(data: dict[str, object]) -> None:
     with pytest.raises(ConfigError, match="schedule trace"):
         Schedule.from_dict(data)
+
+
+@pytest.mark.parametrize("data", [{"kind": "periodic", "times": [T0]}, {"kind": "static", "start_s": T0}])
+def test_trace_keys_on_another_kind_are_refused_not_ignored_into_the_digest(data: dict[str, object]) -> None:
+    with pytest.raises(ConfigError, match=f"schedule {data['kind']}: times and start_s are for kind trace only"):
+        Schedule.from_dict(data)
+
+
+@pytest.mark.parametrize("key", ["arrivals", "arrival_reviews"])
+def test_a_category_refuses_a_trace_for_its_arrivals_or_their_reviews(key: str) -> None:
+    """A trace is one target's items: as arrivals its items before the start were dropped without a word, and as
+    arrival_reviews every arriving product replayed the same trace."""
+    with pytest.raises(ConfigError, match=f"category 1: {key} cannot be a trace schedule"):
+        Category.from_dict({"id": 1, key: {"kind": "trace", "times": [T0, T0 + 60]}})
+
+
+def test_more_products_with_the_arriving_ones_than_the_sites_ids_keep_apart_are_refused() -> None:
+    """Arriving goods take item-id slots too (``sandbox.content.SLOTS``)."""
+    products = tuple(Product("jd", str(k)) for k in range(SLOTS - 5))
+    category = Category(1, arrivals=Schedule("periodic"), arrival_first_id=10**9, arrival_limit=5)
+    assert len(Scenario(products=products, categories=(category,)).products) == SLOTS - 5
+    with pytest.raises(ConfigError, match=rf"{SLOTS + 1} products .*--traces-limit"):
+        Scenario(
+            products=products,
+            categories=(Category(1, arrivals=Schedule("periodic"), arrival_first_id=10**9, arrival_limit=6),),
+        )

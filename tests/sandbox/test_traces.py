@@ -20,7 +20,7 @@ from icecrawler.processes import ProcessGroup, free_port, wait_for_port
 from icecrawler_local.oracle import read_truth_file
 from sandbox import SandboxServer, sandbox_argv, sandbox_process
 from sandbox.cli import add_options, trace_world
-from sandbox.content import beijing
+from sandbox.content import SLOTS, beijing
 from sandbox.scenario import load_scenario
 from sandbox.tracefile import Trace
 from sandbox.tracescenario import (
@@ -287,3 +287,14 @@ def test_the_summary_counts_jd_products_with_more_reviews_than_jds_pages_show() 
     on_jd = summarize(trace_scenario(long, TraceMapping(shop="jd")))
     assert on_jd.over_jd_pages == 1 and "1 JD product(s) hold more than the 1000 reviews" in on_jd.line("f", 60)
     assert summarize(trace_scenario(long, TraceMapping(shop="ecshop"))).over_jd_pages == 0
+
+
+@pytest.mark.parametrize("source", ["weibo", "reviews"])
+def test_more_traces_of_a_kind_than_the_sites_ids_keep_apart_are_refused_naming_the_limit(source: str) -> None:
+    """Every trace's first item lands on the start (no backlog), and an item id is (time, slot % SLOTS): the
+    SLOTS + 1st user (or product) would publish the first user's (product's) ids. Refused, pointing at the limit."""
+    traces = [Trace(f"t{k}", source, (T0,)) for k in range(SLOTS + 1)]
+    fits = trace_scenario(traces[:SLOTS], TraceMapping())
+    assert len(fits.users) + len(fits.products) == SLOTS
+    with pytest.raises(ConfigError, match=rf"{SLOTS + 1} .*more than the {SLOTS}.*--traces-limit"):
+        trace_scenario(traces, TraceMapping())
