@@ -30,10 +30,9 @@ from icecrawler import durable
 from icecrawler.processes import interrupts_once
 from icecrawler_local.oracle import stored_index, truth_index
 from icecrawler_local.stack import SITE_PREFIX, Stack, running_stack
-from sandbox.cli import add_trace_options, trace_world
+from sandbox.cli import add_trace_options, trace_options_scenario, traces_line
 from sandbox.scenario import Scenario, default_scenario, load_scenario
 from sandbox.schedules import Schedule, trace_times
-from sandbox.tracescenario import summarize as summarize_traces
 from sandbox.world import WEIBO_SOURCES
 
 __all__ = ["Demo", "DemoResult", "SourceSummary", "bad_numbers", "mean_interval_s", "seed_ids", "summarize"]
@@ -340,12 +339,12 @@ class Demo:
         if problem:
             print(f"icecrawler demo: error: {problem}", file=sys.stderr)
             return 2
-        scenario = trace_world(args, args.scenario) or (
+        scenario = trace_options_scenario(args, args.scenario) or (
             load_scenario(args.scenario) if args.scenario else default_scenario()
         )
-        traced = summarize_traces(scenario)
-        if traced.users or traced.products:  # from --traces or the scenario file's [traces] table
-            print(traced.line(args.traces or args.scenario, args.speed), flush=True)
+        line = traces_line(scenario, args, args.scenario, args.speed)
+        if line:  # from --traces or the scenario file's [traces] table
+            print(line, flush=True)
         var_dir, output_dir = Path(args.var_dir), Path(args.output_dir)
         shutil.rmtree(var_dir, ignore_errors=True)
         drain_timeout = (

@@ -14,6 +14,7 @@ import signal
 import sys
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 from types import FrameType
 
 from icecrawler.errors import ConfigError
@@ -21,9 +22,16 @@ from icecrawler.settings import Settings
 from sandbox.misbehave import MisbehaviourRule
 from sandbox.scenario import WEIBO_SITES, Scenario, default_scenario, load_scenario
 from sandbox.server import SandboxServer
-from sandbox.tracescenario import TRACE_SHOPS, TraceMapping, load_trace_scenario, summarize
+from sandbox.tracescenario import TRACE_SHOPS, TraceMapping, load_trace_scenario, summarize_traces, traces_table_file
 
-__all__ = ["add_options", "add_trace_options", "parse_misbehave", "run", "trace_world"]
+__all__ = [
+    "add_options",
+    "add_trace_options",
+    "parse_misbehave",
+    "run",
+    "trace_options_scenario",
+    "traces_line",
+]
 
 log = logging.getLogger("sandbox")
 
@@ -67,7 +75,8 @@ def add_options(parser: argparse.ArgumentParser) -> None:
 
 
 def add_trace_options(parser: argparse.ArgumentParser) -> None:
-    """The ``--traces`` options, of ``icecrawler sandbox`` and ``icecrawler demo`` (``trace_world`` reads them)."""
+    """The ``--traces`` options, of ``icecrawler sandbox`` and ``icecrawler demo`` (``trace_options_scenario``
+    reads them)."""
     traces = parser.add_argument_group(
         "real publication traces", "publish items at real times instead of a scenario's schedules (docs/SANDBOX.md)"
     )
@@ -124,7 +133,7 @@ def parse_misbehave(specs: Sequence[str]) -> list[MisbehaviourRule]:
     ]
 
 
-def trace_world(args: argparse.Namespace, scenario_flag: str | None) -> Scenario | None:
+def trace_options_scenario(args: argparse.Namespace, scenario_flag: str | None) -> Scenario | None:
     """The world of ``--traces FILE`` shaped by the other ``--traces-*`` options; None without ``--traces`` (then
     those options are an error, as is ``scenario_flag``, a scenario file given with it)."""
     trace_flags = [
@@ -153,9 +162,19 @@ def trace_world(args: argparse.Namespace, scenario_flag: str | None) -> Scenario
     return load_trace_scenario(args.traces, mapping)
 
 
+def traces_line(scenario: Scenario, args: argparse.Namespace, scenario_path: str | None, speed: float) -> str | None:
+    """The start-up line of a world with trace targets (None without any), naming their trace file: ``--traces``,
+    else the file of the scenario file's ``[traces]`` table."""
+    traced = summarize_traces(scenario)
+    if not (traced.users or traced.products):
+        return None
+    source = args.traces or (traces_table_file(Path(scenario_path)) if scenario_path else None) or scenario_path
+    return traced.line(str(source), speed)
+
+
 def _scenario(args: argparse.Namespace, settings: Settings) -> Scenario:
     """The world to serve: the trace file's (``--traces``), the scenario file's, or the built-in demo."""
-    traced = trace_world(args, args.scenario)
+    traced = trace_options_scenario(args, args.scenario)
     if traced is not None:
         return traced
     scenario_path = args.scenario or settings.get_str("sandbox.scenario")
@@ -186,11 +205,10 @@ def build_server(args: argparse.Namespace, settings: Settings, scenario: Scenari
 def run(args: argparse.Namespace, settings: Settings) -> int:
     """Serve until SIGTERM/SIGINT. Prints one JSON line with the URL once listening."""
     scenario = _scenario(args, settings)
-    traced = summarize(scenario)
-    if traced.users or traced.products:  # from --traces or a scenario file's [traces] table
-        speed = args.speed if args.speed is not None else settings.get_float("clock.speed")
-        source = args.traces or args.scenario or settings.get_str("sandbox.scenario")
-        log.info("%s", traced.line(source, speed))
+    speed = args.speed if args.speed is not None else settings.get_float("clock.speed")
+    line = traces_line(scenario, args, args.scenario or settings.get_str("sandbox.scenario"), speed)
+    if line:
+        log.info("%s", line)
     if args.print_scenario:
         print(json.dumps(scenario.to_dict(), ensure_ascii=False, indent=2))
         return 0

@@ -30,6 +30,8 @@ def sandbox_argv(
     traces: str | Path | None = None,
     traces_limit: int | None = None,
     traces_backlog_days: float | None = None,
+    traces_weibo_site: str | None = None,
+    traces_shop: str | None = None,
 ) -> list[str]:
     """argv for ``icecrawler sandbox`` with these options (None = the setting's default)."""
     argv = icecrawler_argv("sandbox", "--port", str(port))
@@ -44,6 +46,8 @@ def sandbox_argv(
         ("--traces", traces),
         ("--traces-limit", traces_limit),
         ("--traces-backlog-days", traces_backlog_days),
+        ("--traces-weibo-site", traces_weibo_site),
+        ("--traces-shop", traces_shop),
     ):
         if value is not None:
             argv += [flag, str(value)]

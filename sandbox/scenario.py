@@ -297,15 +297,20 @@ class Scenario:
         return dict(data)
 
 
+def read_scenario_data(path: Path) -> Any:
+    """A scenario file's plain data (TOML, or JSON by its suffix), before any check."""
+    try:
+        text = path.read_text(encoding="utf-8")
+        return json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"cannot read scenario {path}: {exc}") from exc
+
+
 def load_scenario(path: str | Path) -> Scenario:
     """Read a ``.toml`` or ``.json`` scenario file; its ``[traces]`` table adds the targets of a trace file
     (``sandbox.tracescenario.with_traces``)."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-        data = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"cannot read scenario {path}: {exc}") from exc
+    data = read_scenario_data(path)
     if not isinstance(data, dict):
         return Scenario.from_dict(data)
     traces = data.pop("traces", None)

@@ -34,24 +34,28 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from icecrawler.errors import ConfigError
+from sandbox.tracefile import DAY_S, finite
 
-__all__ = ["KINDS", "MIN_GAP_MS", "Schedule", "TraceTimes", "arrivals", "backlog_times", "target_times", "trace_times"]
+__all__ = [
+    "KINDS",
+    "MIN_GAP_MS",
+    "TRACE_MAX_DAYS",
+    "Schedule",
+    "TraceTimes",
+    "arrivals",
+    "backlog_times",
+    "target_times",
+    "trace_times",
+]
 
 #: Smallest gap between two items of one target (simulated ms).
 MIN_GAP_MS = 1000
+#: A trace (its items and its start) spans at most this many days: a century. Much more puts its items on the run's
+#: clock outside the years a date can show (``sandbox.content.beijing``: year 1 to 9999).
+TRACE_MAX_DAYS = 36_500
 
 ScheduleKind = Literal["periodic", "poisson", "bursty", "static", "trace"]
 KINDS: tuple[str, ...] = ("periodic", "poisson", "bursty", "static", "trace")
-
-
-def _finite(value: object) -> bool:
-    """A number (not a bool) that is a finite float; an int past a float's range is not."""
-    if not isinstance(value, int | float) or isinstance(value, bool):
-        return False
-    try:
-        return math.isfinite(value)
-    except OverflowError:
-        return False
 
 
 @dataclass(frozen=True)
@@ -88,15 +92,18 @@ class Schedule:
         """A trace's times: a non-empty list of finite numbers, ascending (a scenario file gives a list)."""
         if isinstance(self.times, str | bytes | Mapping) or not isinstance(self.times, tuple | list):
             raise ConfigError(f"schedule trace: times must be a list of unix seconds, got {self.times!r}")
-        bad = next((k for k, x in enumerate(self.times) if not _finite(x)), None)
+        bad = next((k for k, x in enumerate(self.times) if not finite(x)), None)
         if bad is not None or not self.times:
             shown = "none" if bad is None else f"item {bad + 1}: {self.times[bad]!r}"[:60]
             raise ConfigError(f"schedule trace: times must be finite numbers (unix seconds), at least one; got {shown}")
         values = tuple(float(x) for x in self.times)
         if any(b < a for a, b in itertools.pairwise(values)):
             raise ConfigError("schedule trace: times must be ascending")
-        if self.start_s is not None and not _finite(self.start_s):
+        if self.start_s is not None and not finite(self.start_s):
             raise ConfigError(f"schedule trace: start_s must be a finite number (unix seconds), got {self.start_s!r}")
+        start = values[0] if self.start_s is None else float(self.start_s)
+        if max(values[-1], start) - min(values[0], start) > TRACE_MAX_DAYS * DAY_S:
+            raise ConfigError(f"schedule trace: the times and start_s span more than {TRACE_MAX_DAYS} days")
         object.__setattr__(self, "times", values)
 
     @classmethod

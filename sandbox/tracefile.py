@@ -26,17 +26,20 @@ from pathlib import Path
 from typing import IO
 
 __all__ = [
+    "DAY_S",
     "EARLIEST_PLAUSIBLE_S",
     "LATEST_PLAUSIBLE_S",
     "LINE_FORMAT",
     "Trace",
     "TraceError",
+    "finite",
+    "is_weibo_trace",
     "load_traces",
     "warn_on_stderr",
 ]
 
-#: One day in seconds (a time within a day of 0 is perhaps an export's missing date).
-_DAY_S = 86400.0
+#: One day in seconds, of every trace module (a time within a day of 0 is perhaps an export's missing date).
+DAY_S = 86400.0
 
 
 class TraceError(ValueError):
@@ -58,14 +61,21 @@ LATEST_PLAUSIBLE_S = 4_102_444_800.0
 EARLIEST_PLAUSIBLE_S = 631_152_000.0
 
 
-def _finite(value: object) -> bool:
-    """A JSON number that is a finite float (a bool is not one; an int past a float's range is not finite)."""
+def finite(value: object) -> bool:
+    """A number that is a finite float: a bool is not one, nor an int past a float's range (what a trace file and a
+    scenario's trace schedule accept as a time)."""
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         return False
     try:
         return math.isfinite(value)
     except OverflowError:
         return False
+
+
+def is_weibo_trace(source: str) -> bool:
+    """A trace of a Weibo user: its source names Weibo (``weibo``, ``Weibo-mobile``). The sandbox makes it a Weibo
+    user, and the benchmark's E0 plot prefers it."""
+    return source.lower().startswith("weibo")
 
 
 def _printable(name: str) -> bool:
@@ -104,7 +114,7 @@ def _parse_line(text: str, where: str) -> tuple[Trace, bool]:
         )
     if not isinstance(times, list) or not times:
         raise TraceError(f"{where}: times must be a non-empty list of unix seconds")
-    bad = next((k for k, t in enumerate(times) if not _finite(t)), None)
+    bad = next((k for k, t in enumerate(times) if not finite(t)), None)
     if bad is not None:
         # Name the item: a time quoted as a string ("1700000000") and a NaN call for different fixes.
         shown = json.dumps(times[bad])
@@ -125,7 +135,7 @@ def _parse_line(text: str, where: str) -> tuple[Trace, bool]:
     if times[0] < EARLIEST_PLAUSIBLE_S:
         # Minutes or hours since 1970 read as seconds would squeeze a month into a day and print a "win" of 5x.
         # A 0 or a few seconds after it is a missing date written as the epoch (1970-01-01), common in exports.
-        placeholder = ", or a missing date written as 0 (drop those items)" if times[0] < _DAY_S else ""
+        placeholder = ", or a missing date written as 0 (drop those items)" if times[0] < DAY_S else ""
         raise TraceError(
             f"{where}: times start at {times[0]:.0f}, before 1990 (no web page is that old): minutes or hours since "
             f"1970{placeholder}? give unix seconds"

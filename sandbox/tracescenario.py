@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from icecrawler.errors import ConfigError
-from sandbox.scenario import WEIBO_SITES, Product, Scenario, WeiboUser
-from sandbox.schedules import Schedule, trace_times
-from sandbox.tracefile import Trace, TraceError, load_traces, warn_on_stderr
+from sandbox.scenario import WEIBO_SITES, Product, Scenario, WeiboUser, read_scenario_data
+from sandbox.schedules import TRACE_MAX_DAYS, Schedule, trace_times
+from sandbox.tracefile import DAY_S, Trace, TraceError, is_weibo_trace, load_traces, warn_on_stderr
 
 __all__ = [
     "TABLE_KEYS",
@@ -34,10 +34,10 @@ __all__ = [
     "TRACE_UID_BASE",
     "TraceMapping",
     "TraceSummary",
-    "is_weibo_trace",
     "load_trace_scenario",
-    "summarize",
+    "summarize_traces",
     "trace_scenario",
+    "traces_table_file",
     "with_traces",
 ]
 
@@ -49,12 +49,6 @@ TRACE_PRODUCT_BASE = 900_000_000_000
 TRACE_SHOPS = ("jd", "ecshop")
 #: JD shows at most this many reviews of a product (100 pages of 10, ``sandbox/sites/jd.py``), as the real site does.
 JD_VISIBLE = 1000
-DAY_S = 86400.0
-
-
-def is_weibo_trace(source: str) -> bool:
-    """A trace of a Weibo user: its source names Weibo (``weibo``, ``Weibo-mobile``)."""
-    return source.lower().startswith("weibo")
 
 
 @dataclass(frozen=True)
@@ -76,8 +70,8 @@ class TraceMapping:
         if self.shop not in TRACE_SHOPS:
             raise ConfigError(f"traces: the shop must be one of {list(TRACE_SHOPS)}, not {self.shop!r}")
         days = self.backlog_days
-        if isinstance(days, bool) or not isinstance(days, int | float) or not 0 <= days < float("inf"):
-            raise ConfigError(f"traces: the backlog must be a number of days >= 0, not {days!r}")
+        if isinstance(days, bool) or not isinstance(days, int | float) or not 0 <= days <= TRACE_MAX_DAYS:
+            raise ConfigError(f"traces: the backlog must be a number of days from 0 to {TRACE_MAX_DAYS}, not {days!r}")
         limit = self.limit
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
             raise ConfigError(f"traces: the limit must be a whole number of traces, at least 1, not {limit!r}")
@@ -141,6 +135,16 @@ def with_traces(scenario: Scenario, table: Mapping[str, Any], scenario_path: Pat
     return replace(scenario, users=scenario.users + traced.users, products=scenario.products + traced.products)
 
 
+def traces_table_file(scenario_path: Path) -> Path | None:
+    """The trace file a scenario file's ``[traces]`` table names (as ``with_traces`` reads it), None without one:
+    what the start-up line names."""
+    data = read_scenario_data(scenario_path)
+    table = data.get("traces") if isinstance(data, dict) else None
+    if not isinstance(table, Mapping) or "file" not in table:
+        return None
+    return scenario_path.parent / str(table["file"])
+
+
 def load_trace_scenario(path: str | Path, mapping: TraceMapping, seed: int = 0, where: str = "--traces") -> Scenario:
     """``trace_scenario`` of a trace file; a file the reader refuses is a ConfigError naming the file and line (after
     ``where``: the option or the table that named the file)."""
@@ -181,7 +185,7 @@ class TraceSummary:
         return text
 
 
-def summarize(scenario: Scenario) -> TraceSummary:
+def summarize_traces(scenario: Scenario) -> TraceSummary:
     """The counts of ``TraceSummary`` for the trace-scheduled targets of ``scenario`` (start at 0)."""
     schedules = [(user.schedule, False) for user in scenario.users] + [
         (product.schedule, product.source == "jd") for product in scenario.products

@@ -1,7 +1,8 @@
 """Helpers shared by the tests, in one module: the one bounded wait (``wait_for``, on the harness's
 ``poll_until``), servers that drip their answer (``drip``, ``tarpit``) or never answer (``silent_name_server``), and
 the checks of the end-to-end tests on top of ``icecrawler_local.stack`` (what the sandbox published vs what storage
-holds, judged by ``icecrawler_local.oracle``; restarting a server)."""
+holds, judged by ``icecrawler_local.oracle``; restarting a server), and the trace files of the sandbox's trace
+tests (``write_traces``)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import contextlib
 import grp
 import http.server
 import io
+import json
 import os
 import pwd
 import shutil
@@ -20,7 +22,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,11 +31,13 @@ import pytest
 from icecrawler.processes import ManagedProcess, icecrawler_argv, poll_until, wait_for_port
 from icecrawler_local.oracle import ItemKey, stored_index, truth_index
 from icecrawler_local.stack import Stack
+from sandbox.tracefile import Trace
 from tests.requirements import skip_or_fail
 from tests.scaleout.netlab import NetLab
 
 __all__ = [
     "SHIPPED_LOGROTATE",
+    "TRACE_T0",
     "ManualClock",
     "caught_up",
     "child_pids",
@@ -50,6 +54,7 @@ __all__ = [
     "tarpit",
     "truncated_posts",
     "wait_for",
+    "write_traces",
 ]
 
 Keys = collections.Counter[ItemKey]
@@ -472,3 +477,14 @@ def shipped_logrotate(log_dir: Path, work: Path) -> Callable[[], None]:
         assert done.returncode == 0, done.stderr
 
     return rotate
+
+
+#: The first item of the trace tests' traces, unix seconds (only the gaps from it matter).
+TRACE_T0 = 1_700_000_000.0
+
+
+def write_traces(path: Path, traces: Iterable[Trace]) -> Path:
+    """``traces`` as a trace file (one JSON line each), as a collection writes it."""
+    lines = [json.dumps({"target": t.target, "source": t.source, "times": list(t.times)}) + "\n" for t in traces]
+    path.write_text("".join(lines), encoding="utf-8")
+    return path

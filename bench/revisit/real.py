@@ -49,6 +49,7 @@ from bench.revisit.replay import (
 from bench.revisit.sim import Detector, Horizon, mean_ci, run_single
 from bench.revisit.traces import DAY, Page
 from icecrawler import durable
+from sandbox.tracefile import is_weibo_trace
 from shhd.policies import ChoPolicy, NutchPolicy, RatePolicy, RevisitPolicy, ShhdPolicy
 
 __all__ = [
@@ -419,7 +420,7 @@ def e0_real(traces: Sequence[Trace], windowing: Windowing) -> tuple[Trace, Page,
     """Every E0 policy alone on one real target (the report half's busiest Weibo user, else its busiest target):
     summaries and period trajectories."""
     pages = window_pages(traces, windowing)
-    weibo = [k for k, t in enumerate(traces) if t.source.lower().startswith("weibo")] or list(range(len(traces)))
+    weibo = [k for k, t in enumerate(traces) if is_weibo_trace(t.source)] or list(range(len(traces)))
     k = max(weibo, key=lambda j: (pages[j].arrivals.size, traces[j].target))
     out: dict[str, Any] = {}
     for label, detector in E0_POLICIES:

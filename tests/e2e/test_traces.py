@@ -6,7 +6,6 @@ item, the backlog before the start and the items of one second included, must be
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
 import sys
@@ -17,32 +16,32 @@ import pytest
 
 from icecrawler_local import oracle
 from icecrawler_local.stack import running_stack
-from sandbox.tracefile import Trace
+from sandbox.tracefile import DAY_S, Trace
 from sandbox.tracescenario import TRACE_PRODUCT_BASE, TRACE_UID_BASE, TraceMapping, load_trace_scenario
-from tests.helpers import client_logs, wait_for
+from tests.helpers import TRACE_T0, client_logs, wait_for, write_traces
 
 pytestmark = [pytest.mark.e2e, pytest.mark.ice, pytest.mark.bdb, pytest.mark.slow]
 
 SPEED = 120.0
-T0 = 1_748_000_000.0
-#: Each trace starts a day after its first item (each its own: both first items are at T0 here): the day's items are
-#: the backlog a first crawl reads. Then an hour of items at uneven gaps, three of them in one second (spread 1 s
+#: Each trace starts a day after its first item (each its own: both first items are at TRACE_T0 here): the day's items
+#: are the backlog a first crawl reads. Then an hour of items at uneven gaps, three of them in one second (spread 1 s
 #: apart by the sandbox).
 BACKLOG_DAYS = 1.0
-DAY = 86400.0
 TRACES = (
     Trace(
         "u1",
         "weibo",
         (
-            T0,
-            T0 + 20_000,
-            T0 + 50_000,
-            T0 + 80_000,
-            *(T0 + DAY + s for s in (0, 40, 40, 40, 300, 900, 1500, 2400, 3600)),
+            TRACE_T0,
+            TRACE_T0 + 20_000,
+            TRACE_T0 + 50_000,
+            TRACE_T0 + 80_000,
+            *(TRACE_T0 + DAY_S + s for s in (0, 40, 40, 40, 300, 900, 1500, 2400, 3600)),
         ),
     ),
-    Trace("p1", "reviews", (T0, T0 + 7200, *(T0 + DAY + s for s in (10, 200, 201, 1000, 2000, 3300)))),
+    Trace(
+        "p1", "reviews", (TRACE_T0, TRACE_T0 + 7200, *(TRACE_T0 + DAY_S + s for s in (10, 200, 201, 1000, 2000, 3300)))
+    ),
 )
 TOTAL = sum(len(trace.times) for trace in TRACES)
 SCHEDULER = {
@@ -55,16 +54,8 @@ SCHEDULER = {
 CLIENT = {"client.workers": 2, "client.batch": 1, "client.idle_sleep_s": 0.2, "client.timeout_s": 5}
 
 
-def write_traces(path: Path) -> Path:
-    path.write_text(
-        "".join(json.dumps({"target": t.target, "source": t.source, "times": list(t.times)}) + "\n" for t in TRACES),
-        encoding="utf-8",
-    )
-    return path
-
-
-def test_every_item_of_a_trace_world_is_crawled_and_stored_exactly_once(tmp_path: Path) -> None:
-    path = write_traces(tmp_path / "traces.jsonl")
+def test_every_item_of_a_trace_options_scenario_is_crawled_and_stored_exactly_once(tmp_path: Path) -> None:
+    path = write_traces(tmp_path / "traces.jsonl", TRACES)
     scenario = load_trace_scenario(path, TraceMapping(backlog_days=BACKLOG_DAYS))
     uid, product = str(TRACE_UID_BASE), str(TRACE_PRODUCT_BASE)
     with running_stack(tmp_path, scenario, speed=SPEED, scheduler_settings=SCHEDULER, client_settings=CLIENT) as stack:
@@ -98,7 +89,7 @@ def test_every_item_of_a_trace_world_is_crawled_and_stored_exactly_once(tmp_path
 def test_icecrawler_demo_crawls_a_trace_file_and_judges_it(tmp_path: Path) -> None:
     """``icecrawler demo --traces FILE``: the demo's crawl, drain and judgement on the traces' world. Ten wall seconds
     at speed 600 are 100 simulated minutes, past the traces' hour, so everything is published before the cut-off."""
-    path = write_traces(tmp_path / "traces.jsonl")
+    path = write_traces(tmp_path / "traces.jsonl", TRACES)
     done = subprocess.run(
         [
             sys.executable,

@@ -12,7 +12,7 @@ from icecrawler.errors import ConfigError
 from sandbox import Product, SandboxServer, Scenario, Schedule
 from sandbox.content import SLOTS
 from sandbox.scenario import Category
-from sandbox.schedules import MIN_GAP_MS, arrivals, backlog_times, target_times, trace_times
+from sandbox.schedules import MIN_GAP_MS, TRACE_MAX_DAYS, arrivals, backlog_times, target_times, trace_times
 
 START = 1_800_000_000_000
 
@@ -187,3 +187,11 @@ def test_more_products_with_the_arriving_ones_than_the_sites_ids_keep_apart_are_
             products=products,
             categories=(Category(1, arrivals=Schedule("periodic"), arrival_first_id=10**9, arrival_limit=6),),
         )
+
+
+def test_a_trace_spanning_more_than_a_century_is_refused() -> None:
+    """Its items would land outside the years a date can show (a backlog of a million days: before year 1)."""
+    far = T0 + (TRACE_MAX_DAYS + 1) * 86400
+    for data in ({"times": [T0, far]}, {"times": [T0], "start_s": far}):
+        with pytest.raises(ConfigError, match=f"span more than {TRACE_MAX_DAYS} days"):
+            Schedule.from_dict({"kind": "trace", **data})

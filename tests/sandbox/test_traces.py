@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 
 from icecrawler.errors import ConfigError
-from icecrawler.models import TaskKind
+from icecrawler.models import Review, TaskKind
 from icecrawler.processes import ProcessGroup, free_port, wait_for_port
 from icecrawler_local.oracle import read_truth_file
 from sandbox import SandboxServer, sandbox_argv, sandbox_process
-from sandbox.cli import add_options, trace_world
+from sandbox.cli import add_options, trace_options_scenario
 from sandbox.content import SLOTS, beijing
 from sandbox.scenario import load_scenario
 from sandbox.tracefile import Trace
@@ -28,19 +28,18 @@ from sandbox.tracescenario import (
     TRACE_UID_BASE,
     TraceMapping,
     load_trace_scenario,
-    summarize,
+    summarize_traces,
     trace_scenario,
 )
-from tests.helpers import wait_for
-from tests.sandbox.conftest import ORIGIN_S, crawl
+from tests.helpers import TRACE_T0, wait_for, write_traces
+from tests.sandbox.conftest import ORIGIN_S, crawl, visitor_session
 
-T0 = 1_700_000_000.0
 CREATED = "%Y-%m-%d %H:%M:%S"
 #: A Weibo user posting through two hours (two posts in one second among them), a review stream, a commit stream.
 TRACES = (
-    Trace("1669879400", "weibo", (T0, T0 + 300, T0 + 300, T0 + 1800.25, T0 + 7200)),
-    Trace("p-17", "reviews", (T0 - 3600, T0 + 60, T0 + 600, T0 + 5400)),
-    Trace("abc", "git-author", (T0 + 10, T0 + 20, T0 + 4000)),
+    Trace("1669879400", "weibo", (TRACE_T0, TRACE_T0 + 300, TRACE_T0 + 300, TRACE_T0 + 1800.25, TRACE_T0 + 7200)),
+    Trace("p-17", "reviews", (TRACE_T0 - 3600, TRACE_T0 + 60, TRACE_T0 + 600, TRACE_T0 + 5400)),
+    Trace("abc", "git-author", (TRACE_T0 + 10, TRACE_T0 + 20, TRACE_T0 + 4000)),
 )
 
 
@@ -60,12 +59,6 @@ FROM_HALF_AN_HOUR_MS = (
     [-1_800_000, 1_860_000, 2_400_000, 7_200_000],
     [-1_800_000, -1_790_000, 2_190_000],
 )
-
-
-def write_traces(path: Path, traces: tuple[Trace, ...] = TRACES) -> Path:
-    lines = [json.dumps({"target": t.target, "source": t.source, "times": list(t.times)}) for t in traces]
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return path
 
 
 def published(truth: dict[str, Any], source: str, target: str) -> list[tuple[int, str]]:
@@ -99,11 +92,11 @@ def test_each_trace_becomes_one_target_named_after_it() -> None:
     assert scenario.seed == 4 and all(p.schedule.start_s == p.schedule.times[0] for p in scenario.products)
     limited = trace_scenario(TRACES, TraceMapping(limit=2, backlog_days=1))
     assert len(limited.users) == 1 and [p.source for p in limited.products] == ["jd"]
-    assert limited.products[0].schedule.start_s == T0 - 3600 + 86400
+    assert limited.products[0].schedule.start_s == TRACE_T0 - 3600 + 86400
 
 
 def test_the_summary_counts_targets_items_backlog_span_and_spread() -> None:
-    summary = summarize(trace_scenario(TRACES, TraceMapping(backlog_days=600 / 86400)))
+    summary = summarize_traces(trace_scenario(TRACES, TraceMapping(backlog_days=600 / 86400)))
     # Ten minutes in: Weibo 3 items before, 2 after (the last 6600 s after the start); reviews 1 and 3 (8400 s);
     # commits 2 and 1. The two posts of one second are both backlog: one moves 1 s earlier.
     assert (summary.users, summary.products, summary.backlog, summary.future) == (1, 2, 6, 6)
@@ -131,10 +124,12 @@ def test_a_bad_mapping_is_a_config_error(mapping: dict[str, Any], message: str) 
 
 def test_a_file_the_trace_reader_refuses_is_a_config_error_naming_file_and_line(tmp_path: Path) -> None:
     path = tmp_path / "bad.jsonl"
-    path.write_text(json.dumps({"target": "a", "source": "weibo", "times": [T0]}) + "\n{not json\n", encoding="utf-8")
+    path.write_text(
+        json.dumps({"target": "a", "source": "weibo", "times": [TRACE_T0]}) + "\n{not json\n", encoding="utf-8"
+    )
     with pytest.raises(ConfigError, match=rf"--traces: {path}:2: not JSON"):
         load_trace_scenario(path, TraceMapping())
-    path.write_text(json.dumps({"target": "a", "source": "weibo", "times": [T0 * 1000]}) + "\n", encoding="utf-8")
+    path.write_text(json.dumps({"target": "a", "source": "weibo", "times": [TRACE_T0 * 1000]}) + "\n", encoding="utf-8")
     with pytest.raises(ConfigError, match="after 2100"):
         load_trace_scenario(path, TraceMapping())
 
@@ -142,7 +137,7 @@ def test_a_file_the_trace_reader_refuses_is_a_config_error_naming_file_and_line(
 def test_the_sites_serve_the_traces_items_at_the_shifted_times(tmp_path: Path) -> None:
     """In process, on a frozen clock: the truth holds every trace item at its shifted time (the backlog before the
     start flagged as such), and the real parsers read the same ids from the sites' pages."""
-    scenario = load_trace_scenario(write_traces(tmp_path / "t.jsonl"), TraceMapping(backlog_days=0.5 / 24))
+    scenario = load_trace_scenario(write_traces(tmp_path / "t.jsonl", TRACES), TraceMapping(backlog_days=0.5 / 24))
     with SandboxServer(scenario, speed=0, port=0, origin=ORIGIN_S) as server:
         server.clock.advance(3 * 3600)
         truth = server.truth()
@@ -164,7 +159,7 @@ def test_icecrawler_sandbox_traces_publishes_a_trace_file_over_http_on_a_fast_cl
     """The command as a user runs it: ``icecrawler sandbox --traces FILE --speed 3600``. Every item of the file
     appears in /__sandbox/truth at the trace's time shifted onto the run's clock (two simulated hours: two wall
     seconds), the scenario names the trace each target replays, and the log has the start-up summary."""
-    path = write_traces(tmp_path / "t.jsonl")
+    path = write_traces(tmp_path / "t.jsonl", TRACES)
     total = sum(len(t.times) for t in TRACES)
     with sandbox_process(tmp_path, speed=3600, traces=path) as sandbox:
 
@@ -184,30 +179,80 @@ def test_icecrawler_sandbox_traces_publishes_a_trace_file_over_http_on_a_fast_cl
     assert "1 item(s) moved (at most 1 s)" in log, log
 
 
-def test_the_command_refuses_an_unusable_trace_file_with_one_line(tmp_path: Path) -> None:
-    path = tmp_path / "empty.jsonl"
-    path.write_text("\n\n", encoding="utf-8")
+@pytest.mark.parametrize(("weibo_site", "shop"), [("pc", "ecshop"), ("web", "jd")])
+def test_the_weibo_site_and_shop_options_put_the_traces_on_those_sites_over_http(
+    tmp_path: Path, weibo_site: str, shop: str
+) -> None:
+    """``--traces-weibo-site pc|web`` and ``--traces-shop ecshop``: the trace targets live on the sites chosen, whose
+    pages the real parsers read every item of the truth from (the Weibo trace's five posts, the review stream's
+    four reviews; ECSHOP's reviews have no id, so by their texts)."""
+    parser = argparse.ArgumentParser()
+    add_options(parser)
+    path = str(write_traces(tmp_path / "t.jsonl", TRACES))
+    args = ["--traces", path, "--traces-weibo-site", weibo_site, "--traces-shop", shop]
+    scenario = trace_options_scenario(parser.parse_args(args), None)
+    assert scenario is not None
+    weibo = {"pc": "weibo_pc", "web": "weibo_web"}[weibo_site]
+    uid, product = str(TRACE_UID_BASE), str(TRACE_PRODUCT_BASE)
+    with SandboxServer(scenario, speed=0, port=0, origin=ORIGIN_S) as server:
+        server.clock.advance(3 * 3600)
+        session = visitor_session(server) if weibo_site == "web" else None
+        posts = crawl(server, weibo, uid, session=session)
+        reviews = [r for r in crawl(server, shop, product, kind=TaskKind.ProductReviews).items if isinstance(r, Review)]
+        truth_posts = server.truth(weibo, uid)["items"]
+        truth_reviews = server.truth(shop, product)["items"]
+    assert len(truth_posts) == 5 and len(truth_reviews) == 4
+    assert {str(getattr(p, "id", "")) for p in posts.items} >= {i["id"] for i in truth_posts}
+    if shop == "ecshop":
+        assert sorted(r.content for r in reviews) == sorted(i["text"] for i in truth_reviews)
+    else:
+        assert sorted(str(r.id) for r in reviews) == sorted(i["id"] for i in truth_reviews)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ((), "--traces: {path}: no traces"),
+        (
+            ("--traces-backlog-days", "1e6"),
+            "traces: the backlog must be a number of days from 0 to 36500, not 1000000.0",
+        ),
+    ],
+)
+def test_the_command_refuses_an_unusable_trace_file_or_option_with_one_line(
+    tmp_path: Path, options: tuple[str, ...], message: str
+) -> None:
+    """Run outside the checkout (``cwd``), so nothing of the repository's folder can add to or hide the line. A
+    backlog of a million days put the items before year 1 and crashed with a traceback."""
+    path = tmp_path / "t.jsonl"
+    if options:
+        write_traces(path, TRACES)
+    else:
+        path.write_text("\n\n", encoding="utf-8")
     done = subprocess.run(
-        [sys.executable, "-m", "icecrawler_cli", "sandbox", "--traces", str(path), "--print-scenario"],
+        [sys.executable, "-m", "icecrawler_cli", "sandbox", "--traces", str(path), "--port", "0", *options],
         capture_output=True,
         text=True,
         timeout=120,
+        cwd=tmp_path,
     )
     assert done.returncode == 2, done.stderr
-    assert done.stderr.strip() == f"icecrawler sandbox: error: --traces: {path}: no traces", done.stderr
+    assert done.stderr.strip() == f"icecrawler sandbox: error: {message.format(path=path)}", done.stderr
     assert done.stdout == ""
 
 
 def test_the_trace_options_need_a_trace_file_and_replace_the_scenario(tmp_path: Path) -> None:
     parser = argparse.ArgumentParser()
     add_options(parser)
-    path = str(write_traces(tmp_path / "t.jsonl"))
+    path = str(write_traces(tmp_path / "t.jsonl", TRACES))
     with pytest.raises(ConfigError, match="--traces-limit, --traces-shop: give --traces FILE too"):
-        trace_world(parser.parse_args(["--traces-limit", "2", "--traces-shop", "ecshop"]), None)
+        trace_options_scenario(parser.parse_args(["--traces-limit", "2", "--traces-shop", "ecshop"]), None)
     with pytest.raises(ConfigError, match="give --traces or --scenario, not both"):
-        trace_world(parser.parse_args(["--traces", path]), "my.toml")
-    assert trace_world(parser.parse_args([]), None) is None
-    world = trace_world(parser.parse_args(["--traces", path, "--traces-limit", "2", "--traces-shop", "ecshop"]), None)
+        trace_options_scenario(parser.parse_args(["--traces", path]), "my.toml")
+    assert trace_options_scenario(parser.parse_args([]), None) is None
+    world = trace_options_scenario(
+        parser.parse_args(["--traces", path, "--traces-limit", "2", "--traces-shop", "ecshop"]), None
+    )
     assert world is not None and [p.source for p in world.products] == ["ecshop"] and len(world.users) == 1
 
 
@@ -225,7 +270,7 @@ def test_the_demo_plots_a_trace_targets_true_interval_as_its_mean_gap_from_the_s
 def test_a_truth_file_records_the_trace_world_so_another_one_is_refused_on_it(tmp_path: Path) -> None:
     """The trace times are part of the scenario whose digest the truth file's run line records: the same command
     started again continues the run, and a world of other traces on that file is refused with one line."""
-    path = write_traces(tmp_path / "t.jsonl")
+    path = write_traces(tmp_path / "t.jsonl", TRACES)
     truth = tmp_path / "truth.jsonl"
     port = free_port()
     with ProcessGroup(tmp_path) as group:
@@ -236,17 +281,21 @@ def test_a_truth_file_records_the_trace_world_so_another_one_is_refused_on_it(tm
         again = group.start("again", sandbox_argv(port, speed=60, traces=path, truth_file=truth))
         wait_for_port("127.0.0.1", port, 40.0, alive=again.alive)
         again.stop()
+        continued = again.log_tail()
         before = truth.read_bytes()
         other = group.start("other", sandbox_argv(free_port(), speed=60, traces=path, traces_limit=1, truth_file=truth))
         code = other.popen.wait(timeout=60)
         log = other.log_tail()
     assert code != 0 and str(truth) in log and "another run" in log, log
+    assert f"continuing the run of {truth}" in continued, continued
+    runs = [r for r in map(json.loads, before.decode().splitlines()) if r["kind"] == "run"]
+    assert len(runs) == 1, runs
     assert "Traceback" not in log, log
     assert truth.read_bytes() == before
 
 
 def test_a_scenario_files_traces_table_adds_one_target_per_trace_to_its_own(tmp_path: Path) -> None:
-    write_traces(tmp_path / "t.jsonl")
+    write_traces(tmp_path / "t.jsonl", TRACES)
     path = tmp_path / "world.toml"
     path.write_text(
         'seed = 3\n[[users]]\nuid = 1907518591\n[[misbehave]]\nsite = "jd"\nteapot_rate = 0.5\n'
@@ -259,7 +308,7 @@ def test_a_scenario_files_traces_table_adds_one_target_per_trace_to_its_own(tmp_
         ("ecshop", str(TRACE_PRODUCT_BASE), "reviews:p-17")
     ]
     assert scenario.seed == 3 and len(scenario.misbehave) == 1
-    assert scenario.users[1].schedule.start_s == T0 + 43200
+    assert scenario.users[1].schedule.start_s == TRACE_T0 + 43200
     assert "traces" not in scenario.to_dict(), "the world it serves holds the traces' targets themselves"
 
 
@@ -275,7 +324,7 @@ def test_a_scenario_files_traces_table_adds_one_target_per_trace_to_its_own(tmp_
     ],
 )
 def test_a_bad_traces_table_is_a_config_error(tmp_path: Path, table: str, message: str) -> None:
-    write_traces(tmp_path / "t.jsonl")
+    write_traces(tmp_path / "t.jsonl", TRACES)
     path = tmp_path / "world.toml"
     path.write_text(table, encoding="utf-8")
     with pytest.raises(ConfigError, match=message):
@@ -283,18 +332,37 @@ def test_a_bad_traces_table_is_a_config_error(tmp_path: Path, table: str, messag
 
 
 def test_the_summary_counts_jd_products_with_more_reviews_than_jds_pages_show() -> None:
-    long = (Trace("big", "reviews", tuple(T0 + 10 * k for k in range(1001))), Trace("small", "reviews", (T0,)))
-    on_jd = summarize(trace_scenario(long, TraceMapping(shop="jd")))
+    long = (
+        Trace("big", "reviews", tuple(TRACE_T0 + 10 * k for k in range(1001))),
+        Trace("small", "reviews", (TRACE_T0,)),
+    )
+    on_jd = summarize_traces(trace_scenario(long, TraceMapping(shop="jd")))
     assert on_jd.over_jd_pages == 1 and "1 JD product(s) hold more than the 1000 reviews" in on_jd.line("f", 60)
-    assert summarize(trace_scenario(long, TraceMapping(shop="ecshop"))).over_jd_pages == 0
+    assert summarize_traces(trace_scenario(long, TraceMapping(shop="ecshop"))).over_jd_pages == 0
 
 
 @pytest.mark.parametrize("source", ["weibo", "reviews"])
 def test_more_traces_of_a_kind_than_the_sites_ids_keep_apart_are_refused_naming_the_limit(source: str) -> None:
     """Every trace's first item lands on the start (no backlog), and an item id is (time, slot % SLOTS): the
     SLOTS + 1st user (or product) would publish the first user's (product's) ids. Refused, pointing at the limit."""
-    traces = [Trace(f"t{k}", source, (T0,)) for k in range(SLOTS + 1)]
+    traces = [Trace(f"t{k}", source, (TRACE_T0,)) for k in range(SLOTS + 1)]
     fits = trace_scenario(traces[:SLOTS], TraceMapping())
     assert len(fits.users) + len(fits.products) == SLOTS
     with pytest.raises(ConfigError, match=rf"{SLOTS + 1} .*more than the {SLOTS}.*--traces-limit"):
         trace_scenario(traces, TraceMapping())
+
+
+def test_the_start_up_line_of_a_scenario_files_traces_table_names_the_trace_file(tmp_path: Path) -> None:
+    """The line says which file the traces came from: the table's, not the scenario file (which holds none)."""
+    write_traces(tmp_path / "t.jsonl", TRACES)
+    path = tmp_path / "world.toml"
+    path.write_text('seed = 3\n[traces]\nfile = "t.jsonl"\n', encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, "-m", "icecrawler_cli", "sandbox", "--scenario", str(path), "--print-scenario"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    assert f"traces {tmp_path / 't.jsonl'}: 1 Weibo user(s), 2 product(s)" in done.stderr, done.stderr
