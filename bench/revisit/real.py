@@ -527,10 +527,12 @@ def window_items(cfg: RealConfig, chosen: Sequence[Trace], windowing: Windowing)
 class OpenedTraces(NamedTuple):
     """A trace file as the recorded run and the development harness read it (``open_traces``)."""
 
+    #: Every trace of the file, cut to its window (``window_traces``) and sorted by (source, target).
     traces: list[Trace]
+    #: The two halves (``split_halves``), each ordered by source, then the SHA-256 of the target: never by the file.
     dev: list[Trace]
     report: list[Trace]
-    #: The targets of ``cfg.half``.
+    #: The targets of ``cfg.half``: one of the three above.
     chosen: list[Trace]
     windowing: Windowing
     #: The config with the window and warm-up fitted to the whole file, for every job.
@@ -572,7 +574,9 @@ def open_traces(cfg: RealConfig) -> OpenedTraces:
             + "): the run replays those only; --window-days sets a longer window, and the run time grows with it"
         )
     # Every half in an order of its own, not the file's: the resamples pick targets by position, so the lines of one
-    # file in another order gave --half all other figures. Sorted by (source, target) as build_traces writes them.
+    # file in another order gave --half all other figures. --half all runs them sorted by (source, target), as
+    # build_traces writes them; the dev and report halves are ordered by source, then the SHA-256 of the target
+    # (split_halves), which never depended on the file's order.
     traces = sorted(traces, key=lambda t: (t.source, t.target))
     dev, rep = split_halves(traces)
     chosen = {"report": rep, "dev": dev, "all": traces}[cfg.half]
