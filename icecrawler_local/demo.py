@@ -300,7 +300,9 @@ class Demo:
         "published before the cut-off is stored (at most --drain-timeout seconds), print a table per source "
         "(published vs stored, mean capture lag, fetches) and save a plot of every task's period over time next to "
         "its true update interval. Every started process is stopped at the end and on Ctrl-C. Exit code 0 only "
-        "if stored == published for every source."
+        "if stored == published for every source. That world is the built-in one, unless --scenario FILE gives "
+        "another or --traces FILE makes one of real publication traces (a Weibo user or a product per trace, "
+        "its items at the trace's times; docs/SANDBOX.md)."
     )
 
     def add_options(self, parser: argparse.ArgumentParser) -> None:

@@ -88,6 +88,11 @@ def add_trace_options(parser: argparse.ArgumentParser) -> None:
     )
     traces.add_argument("--traces-limit", type=int, metavar="N", help="use the first N traces of the file only")
     traces.add_argument(
+        "--traces-source",
+        metavar="PREFIX",
+        help="use only the traces whose source starts with PREFIX, in any case (e.g. weibo); before --traces-limit",
+    )
+    traces.add_argument(
         "--traces-weibo-site",
         choices=WEIBO_SITES,
         help="the Weibo front end of the users that replay Weibo traces (a source starting with 'weibo'; default m)",
@@ -140,6 +145,7 @@ def trace_options_scenario(args: argparse.Namespace, scenario_flag: str | None) 
         flag
         for flag, value in (
             ("--traces-limit", args.traces_limit),
+            ("--traces-source", args.traces_source),
             ("--traces-weibo-site", args.traces_weibo_site),
             ("--traces-shop", args.traces_shop),
             ("--traces-backlog-days", args.traces_backlog_days),
@@ -158,6 +164,7 @@ def trace_options_scenario(args: argparse.Namespace, scenario_flag: str | None) 
         shop=args.traces_shop or defaults.shop,
         backlog_days=args.traces_backlog_days if args.traces_backlog_days is not None else defaults.backlog_days,
         limit=args.traces_limit,
+        source=args.traces_source,
     )
     return load_trace_scenario(args.traces, mapping)
 

@@ -10,9 +10,12 @@ The mapping (docs/SANDBOX.md, "Real publication traces"), in file order:
 - any other trace (reviews, a thread's replies, a repository's commits: a stream of items under one target) becomes
   a product of one review shop (``shop``: ``jd`` by default, or ``ecshop``), id ``TRACE_PRODUCT_BASE + k``;
 
-where ``k`` is the trace's index among the traces used. A target's name is ``source:target`` of its trace, so the
-scenario (``--print-scenario``, ``/__sandbox/scenario``) shows which trace each target replays. Sites need numeric
-ids while a trace's target is any text, hence the numbering. Pure: the file is read by the caller.
+where ``k`` counts the traces of the same kind (Weibo, or other) before it among the traces used: the first Weibo
+trace is user ``TRACE_UID_BASE`` and the first other trace product ``TRACE_PRODUCT_BASE``, wherever they are in the
+file. A target's name is ``source:target`` of its trace, so the scenario (``--print-scenario``,
+``/__sandbox/scenario``) shows which trace each target replays. Sites need numeric ids while a trace's target is any
+text, hence the numbering. ``trace_scenario`` and ``summarize_traces`` are pure; ``load_trace_scenario``,
+``with_traces`` and ``traces_table_file`` read files.
 """
 
 from __future__ import annotations
@@ -22,9 +25,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from crawler_client.sources.jd import PAGE_SIZE as JD_PAGE_SIZE
 from icecrawler.errors import ConfigError
 from sandbox.scenario import WEIBO_SITES, Product, Scenario, WeiboUser, read_scenario_data
 from sandbox.schedules import TRACE_MAX_DAYS, Schedule, trace_times
+from sandbox.sites.jd import MAX_PAGE as JD_MAX_PAGE
 from sandbox.tracefile import DAY_S, Trace, TraceError, is_weibo_trace, load_traces, warn_on_stderr
 
 __all__ = [
@@ -47,8 +52,9 @@ TRACE_UID_BASE = 6_000_000_000
 TRACE_PRODUCT_BASE = 900_000_000_000
 #: The shops a non-Weibo trace may become a product of.
 TRACE_SHOPS = ("jd", "ecshop")
-#: JD shows at most this many reviews of a product (100 pages of 10, ``sandbox/sites/jd.py``), as the real site does.
-JD_VISIBLE = 1000
+#: JD shows at most this many reviews of a product, as the real site does: its last page (the stand-in's MAX_PAGE) of
+#: the page size the JD source asks for (1000).
+JD_VISIBLE = JD_MAX_PAGE * JD_PAGE_SIZE
 
 
 @dataclass(frozen=True)
@@ -61,8 +67,11 @@ class TraceMapping:
     shop: str = "jd"
     #: The run starts this many days after each trace's first item; the items of those days are its backlog.
     backlog_days: float = 0.0
-    #: Use the first ``limit`` traces of the file only (None: all).
+    #: Use the first ``limit`` traces of the file only (None: all), after the ``source`` filter.
     limit: int | None = None
+    #: Use only the traces whose source starts with this (in any case, as ``is_weibo_trace`` reads a source); None:
+    #: every source. A file sorted by source (``bench/revisit/data/real.jsonl``) gives one source per ``limit``.
+    source: str | None = None
 
     def __post_init__(self) -> None:
         if self.weibo_site not in WEIBO_SITES:
@@ -75,6 +84,13 @@ class TraceMapping:
         limit = self.limit
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
             raise ConfigError(f"traces: the limit must be a whole number of traces, at least 1, not {limit!r}")
+        if self.source is not None and (not isinstance(self.source, str) or not self.source.strip()):
+            raise ConfigError(f"traces: the source must be a non-empty prefix of a trace's source, not {self.source!r}")
+
+    def chosen(self, traces: Sequence[Trace]) -> list[Trace]:
+        """The traces used: those of the ``source`` prefix, then the first ``limit`` of them."""
+        prefix = (self.source or "").lower()
+        return [t for t in traces if t.source.lower().startswith(prefix)][: self.limit]
 
 
 def _schedule(trace: Trace, mapping: TraceMapping) -> Schedule:
@@ -82,12 +98,14 @@ def _schedule(trace: Trace, mapping: TraceMapping) -> Schedule:
 
 
 def trace_scenario(traces: Sequence[Trace], mapping: TraceMapping, seed: int = 0) -> Scenario:
-    """The world of ``traces`` (the first ``mapping.limit``): one target per trace, as the module docstring maps
+    """The world of ``traces`` (those ``mapping.chosen``): one target per trace, as the module docstring maps
     them. A user or product has no synthetic backlog (``backlog = 0``): a trace's backlog is its own items before
     the start. Users show no pinned post (a trace does not say which post was pinned)."""
-    chosen = list(traces[: mapping.limit])
+    chosen = mapping.chosen(traces)
     if not chosen:
-        raise ConfigError("traces: no traces to replay")
+        sources = ", ".join(sorted({t.source for t in traces}))
+        which = f" of a source starting with {mapping.source!r} (the file's: {sources})" if mapping.source else ""
+        raise ConfigError(f"traces: no traces{which} to replay")
     users: list[WeiboUser] = []
     products: list[Product] = []
     for trace in chosen:
@@ -117,7 +135,7 @@ def trace_scenario(traces: Sequence[Trace], mapping: TraceMapping, seed: int = 0
 
 
 #: The keys of a scenario file's ``[traces]`` table: the file, and the fields of TraceMapping.
-TABLE_KEYS = ("file", "limit", "weibo_site", "shop", "backlog_days")
+TABLE_KEYS = ("file", "limit", "source", "weibo_site", "shop", "backlog_days")
 
 
 def with_traces(scenario: Scenario, table: Mapping[str, Any], scenario_path: Path) -> Scenario:

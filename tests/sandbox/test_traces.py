@@ -95,6 +95,26 @@ def test_each_trace_becomes_one_target_named_after_it() -> None:
     assert limited.products[0].schedule.start_s == TRACE_T0 - 3600 + 86400
 
 
+def test_a_source_prefix_picks_the_traces_before_the_limit(tmp_path: Path) -> None:
+    """``--traces-source``: a file sorted by source (the committed real.jsonl: Weibo last) gives the Weibo users
+    without taking every trace before them."""
+    parser = argparse.ArgumentParser()
+    add_options(parser)
+    path = str(write_traces(tmp_path / "t.jsonl", TRACES[::-1]))
+    world = trace_options_scenario(
+        parser.parse_args(["--traces", path, "--traces-source", "WEIBO", "--traces-limit", "1"]), None
+    )
+    assert world is not None and [u.name for u in world.users] == ["weibo:1669879400"] and not world.products
+    git = trace_scenario(TRACES, TraceMapping(source="git"))
+    assert [p.name for p in git.products] == ["git-author:abc"] and not git.users
+    with pytest.raises(
+        ConfigError, match=r"no traces of a source starting with 'forum' \(the file's: git-author, reviews, weibo\)"
+    ):
+        trace_scenario(TRACES, TraceMapping(source="forum"))
+    with pytest.raises(ConfigError, match="--traces-source: give --traces FILE too"):
+        trace_options_scenario(parser.parse_args(["--traces-source", "weibo"]), None)
+
+
 def test_the_summary_counts_targets_items_backlog_span_and_spread() -> None:
     summary = summarize_traces(trace_scenario(TRACES, TraceMapping(backlog_days=600 / 86400)))
     # Ten minutes in: Weibo 3 items before, 2 after (the last 6600 s after the start); reviews 1 and 3 (8400 s);
@@ -113,6 +133,8 @@ def test_the_summary_counts_targets_items_backlog_span_and_spread() -> None:
         ({"shop": "taobao"}, "shop must be one of"),
         ({"limit": 0}, "at least 1, not 0"),
         ({"limit": "5"}, "whole number of traces"),
+        ({"source": ""}, "source must be a non-empty prefix"),
+        ({"source": 3}, "source must be a non-empty prefix"),
         ({"backlog_days": "2"}, "backlog must be a number of days"),
         ({"backlog_days": -1.0}, "backlog must be a number of days"),
     ],
