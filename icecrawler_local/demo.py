@@ -344,7 +344,7 @@ class Demo:
         scenario = trace_options_scenario(args, args.scenario) or (
             load_scenario(args.scenario) if args.scenario else default_scenario()
         )
-        line = traces_line(scenario, args, args.scenario, args.speed)
+        line = traces_line(scenario, args.traces, args.scenario, args.speed)
         if line:  # from --traces or the scenario file's [traces] table
             print(line, flush=True)
         var_dir, output_dir = Path(args.var_dir), Path(args.output_dir)

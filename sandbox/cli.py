@@ -169,13 +169,13 @@ def trace_options_scenario(args: argparse.Namespace, scenario_flag: str | None) 
     return load_trace_scenario(args.traces, mapping)
 
 
-def traces_line(scenario: Scenario, args: argparse.Namespace, scenario_path: str | None, speed: float) -> str | None:
-    """The start-up line of a world with trace targets (None without any), naming their trace file: ``--traces``,
-    else the file of the scenario file's ``[traces]`` table."""
+def traces_line(scenario: Scenario, traces: str | None, scenario_path: str | None, speed: float) -> str | None:
+    """The start-up line of a world with trace targets (None without any), naming their trace file: ``traces`` (the
+    ``--traces`` option), else the file of the scenario file's ``[traces]`` table."""
     traced = summarize_traces(scenario)
     if not (traced.users or traced.products):
         return None
-    source = args.traces or (traces_table_file(Path(scenario_path)) if scenario_path else None) or scenario_path
+    source = traces or (traces_table_file(Path(scenario_path)) if scenario_path else None) or scenario_path
     return traced.line(str(source), speed)
 
 
@@ -213,7 +213,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     """Serve until SIGTERM/SIGINT. Prints one JSON line with the URL once listening."""
     scenario = _scenario(args, settings)
     speed = args.speed if args.speed is not None else settings.get_float("clock.speed")
-    line = traces_line(scenario, args, args.scenario or settings.get_str("sandbox.scenario"), speed)
+    line = traces_line(scenario, args.traces, args.scenario or settings.get_str("sandbox.scenario"), speed)
     if line:
         log.info("%s", line)
     if args.print_scenario:
