@@ -267,17 +267,15 @@ class Scenario:
             goods_ids |= arriving
 
     def _check_slots(self) -> None:
-        """At most SLOTS users and SLOTS products (declared and arriving): past that, two targets' items get the same
-        id at the same instant (``sandbox.content.SLOTS``), which every trace world's first items share."""
-        arriving = sum(c.arrival_limit for c in self.categories if c.arrivals.kind != "static")
-        for what, count in (
-            ("Weibo users", len(self.users)),
-            ("products (declared and arriving)", len(self.products) + arriving),
-        ):
+        """At most SLOTS users and SLOTS declared products: past that, two targets' items get the same id at the same
+        instant (``sandbox.content.SLOTS``), which every trace world's first items share. (A category's arriving
+        goods are ECSHOP's, whose reviews carry no id.)"""
+        for what, count in (("Weibo users", len(self.users)), ("products", len(self.products))):
             if count > SLOTS:
                 raise ConfigError(
                     f"scenario: {count} {what}, more than the {SLOTS} whose item ids the sites keep apart; "
-                    "use fewer (of a trace file: --traces-limit, or limit in a [traces] table)"
+                    "use fewer (of a trace file: --traces-source or --traces-limit, or source or limit in a [traces] "
+                    "table)"
                 )
 
     def to_dict(self) -> dict[str, Any]:

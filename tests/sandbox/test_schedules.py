@@ -177,16 +177,12 @@ def test_a_category_refuses_a_trace_for_its_arrivals_or_their_reviews(key: str) 
         Category.from_dict({"id": 1, key: {"kind": "trace", "times": [T0, T0 + 60]}})
 
 
-def test_more_products_with_the_arriving_ones_than_the_sites_ids_keep_apart_are_refused() -> None:
-    """Arriving goods take item-id slots too (``sandbox.content.SLOTS``)."""
-    products = tuple(Product("jd", str(k)) for k in range(SLOTS - 5))
-    category = Category(1, arrivals=Schedule("periodic"), arrival_first_id=10**9, arrival_limit=5)
-    assert len(Scenario(products=products, categories=(category,)).products) == SLOTS - 5
-    with pytest.raises(ConfigError, match=rf"{SLOTS + 1} products .*--traces-limit"):
-        Scenario(
-            products=products,
-            categories=(Category(1, arrivals=Schedule("periodic"), arrival_first_id=10**9, arrival_limit=6),),
-        )
+def test_more_products_than_the_sites_ids_keep_apart_are_refused() -> None:
+    """Product k and product k + SLOTS would publish the same JD review ids at the same instant."""
+    products = tuple(Product("jd", str(k)) for k in range(SLOTS + 1))
+    assert len(Scenario(products=products[:SLOTS]).products) == SLOTS
+    with pytest.raises(ConfigError, match=rf"{SLOTS + 1} products, more than the {SLOTS}.*--traces-limit"):
+        Scenario(products=products)
 
 
 def test_a_trace_spanning_more_than_a_century_is_refused() -> None:
