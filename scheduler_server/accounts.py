@@ -320,11 +320,15 @@ class AccountPool:
         return self.visitors.serves(source) and source not in self._served
 
     def pick(self, source: str, now: float, frozen: Container[str] = ()) -> Account | None:
-        """An account for ``source`` (the empty Account if it needs none), or None if none is usable now.
+        """An account for ``source`` (the empty Account if it needs none: neither ``needs_account`` nor a configured
+        account names it), or None if none is usable now.
         ``frozen``: accounts to pass over (frozen by a report whose freeze is not applied yet)."""
         if self.uses_visitors(source):
             return self.visitors.account(source, now)
-        if source not in self.needs_account:
+        if source not in self.needs_account and source not in self._served:
+            # A source a configured account names is crawled with it even when scheduler.account_sources leaves it
+            # out: leased without one, a login-walled site turned each crawl away (and weibo.com's API, whose
+            # visitor sessions the account replaces, went out with no session at all).
             return _NO_ACCOUNT
         for step in range(len(self._order)):
             pooled = self._accounts[self._order[(self._next + step) % len(self._order)]]

@@ -108,7 +108,8 @@ DEFAULTS: dict[str, Any] = {
     # up to max_period_s).
     "scheduler.account_freeze_s": 3600.0,
     # Comma-separated sources whose tasks are leased only with an account (e.g. "weibo_pc,weibo_mobile" for
-    # the real sites); with no usable account those tasks wait, they are never dropped.
+    # the real sites), beside those an account's own `sources` names; with no usable account those tasks wait,
+    # they are never dropped.
     "scheduler.account_sources": "",
     # Visitor sessions (sources.<name>.visitor_url): the least time between two mints for one source, so that
     # many clients reporting the same expired session renew it once.

@@ -351,6 +351,30 @@ def test_accounts_are_leased_frozen_and_thawed(tmp_path: Path, clocks: ManualClo
     assert core.lease("w", 1)[0].account.id == "a1"
 
 
+@pytest.mark.parametrize("source", ["jd", "weibo_web"])
+def test_an_account_serves_the_sources_its_file_names_without_account_sources(
+    source: str, tmp_path: Path, clocks: ManualClocks
+) -> None:
+    """An account whose file names its sources serves them even when scheduler.account_sources leaves them out (the
+    default, ""): its tasks were leased with no account, so a login-walled site turned every crawl away, and for
+    weibo.com's API the account also switched its visitor sessions off, leaving the tasks no session at all."""
+    accounts = tmp_path / "accounts"
+    accounts.mkdir()
+    (accounts / "pool.toml").write_text(f'[[account]]\nid = "a1"\ncookies = "SUB=s; thor=t"\nsources = ["{source}"]\n')
+    settings = make_settings(
+        scheduler__accounts_dir=str(accounts),
+        sources__weibo_web__visitor_url="http://127.0.0.1:9/passport/visitor/genvisitor2",
+    )
+    core = SchedulerCore.from_settings(settings, MemoryQueueStore(), clocks)
+    core.add([f"{source}:1"], TaskKind.WeiboUser if source == "weibo_web" else TaskKind.ProductReviews)
+    task = core.lease("w", 1)[0]
+    assert task.account.id == "a1" and task.account.cookie_blob == "SUB=s; thor=t"
+    core.report([ok(task.id, task.lease_token, outcome=Outcome.LoginRequired)])
+    with pytest.raises(NoWorkError):
+        core.lease("w", 1)  # its only account is frozen: the task waits rather than going out without a login
+    assert core.stats()["detail"]["accounts"]["a1"]["state"] == "frozen"
+
+
 def test_account_budget_per_minute(tmp_path: Path, clocks: ManualClocks) -> None:
     write_accounts(tmp_path / "accounts")
     settings = make_settings(
