@@ -151,9 +151,11 @@ def test_two_clients_crawl_all_sources_through_login_bans_and_hangs(tmp_path: Pa
     )
 
 
-def test_account_cookie_blobs_from_the_scheduler_open_login_walls(tmp_path: Path) -> None:
+@pytest.mark.parametrize("account_sources", ["weibo_mobile,jd", ""])
+def test_account_cookie_blobs_from_the_scheduler_open_login_walls(tmp_path: Path, account_sources: str) -> None:
     """Both blob forms travel scheduler → client session: a JSON blob with a Weibo SUB cookie, a Cookie-header
-    string with JD's thor cookie; both sites are behind their login walls for the whole run."""
+    string with JD's thor cookie; both sites are behind their login walls for the whole run. The accounts' own
+    ``sources`` are enough: without ``scheduler.account_sources`` their tasks went out with no login."""
     accounts = tmp_path / "accounts"
     accounts.mkdir()
     (accounts / "pool.toml").write_text(
@@ -175,7 +177,7 @@ def test_account_cookie_blobs_from_the_scheduler_open_login_walls(tmp_path: Path
         "scheduler.min_period_s": 30,
         "scheduler.max_period_s": 120,
         "scheduler.accounts_dir": str(accounts),
-        "scheduler.account_sources": "weibo_mobile,jd",
+        "scheduler.account_sources": account_sources,
         "scheduler.account_budget_per_min": 100000,
     }
     client_settings = {"client.workers": 2, "client.idle_sleep_s": 0.3, "client.shutdown_grace_s": 5}
