@@ -221,6 +221,8 @@ class AccountPool:
         #: lease token -> (account id, site, ``login_digest`` of the blob it was handed): see ``lent``.
         self._lent: dict[str, tuple[str, str, str]] = {}
         self._refusals = LogThrottle()
+        #: A site may refresh a login on every answer: one line an hour per (account, site) says it does.
+        self._refreshes_said = LogThrottle(interval_s=3600.0)
         self.budget_per_min = budget_per_min
         self.freeze_s = freeze_s
         self._next = 0
@@ -305,9 +307,14 @@ class AccountPool:
         if current.cookie_blob != refreshed:
             pooled.refreshed[site] = Account(account_id, refreshed)
             pooled.refreshes += 1
-            log.info(
-                "account %s: the site %r refreshed its cookies; leased with them there from now on", account_id, site
-            )
+            said = self._refreshes_said.admit((account_id, site))
+            if said is not None:
+                log.info(
+                    "account %s: the site %r refreshed its cookies; leased with them there from now on%s",
+                    account_id,
+                    site,
+                    LogThrottle.more(said, "refreshes"),
+                )
         return True
 
     @property

@@ -352,6 +352,23 @@ def test_an_older_leases_refresh_does_not_overwrite_a_newer_one(
     assert core.lease("w", 1)[0].account.cookie_blob == "SUB=v3-newer"
 
 
+def test_a_site_that_refreshes_a_login_at_every_crawl_is_said_once_an_hour(
+    store: QueueStore, clocks: ManualClocks, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Each refresh taken used to log one INFO line: a site that sets the login afresh on every answer wrote one per
+    crawl. The first is said, and the ones after it within the hour only in the next line's count."""
+    core = refresh_core(store, clocks, tmp_path)
+    core.add(["weibo_pc:1"], TaskKind.WeiboUser)
+    with caplog.at_level("INFO", logger="scheduler_server.accounts"):
+        for n in range(5):
+            task = core.lease("w", 1)[0]
+            core.report([Report(task.id, task.lease_token, account_cookies=f"SUB=refresh-{n}")])
+            clocks.advance(3600 * 24)
+    said = [r.getMessage() for r in caplog.records if "refreshed its cookies" in r.getMessage()]
+    assert core.lease("w", 1)[0].account.cookie_blob == "SUB=refresh-4"  # every refresh was taken
+    assert len(said) == 1, said
+
+
 @pytest.mark.bdb
 def test_a_lease_from_before_a_restart_refreshes_nothing(tmp_path: Path, clocks: ManualClocks) -> None:
     """The operator pastes a new login and restarts the scheduler while a crawl of the old one runs: that crawl's
