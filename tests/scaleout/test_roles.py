@@ -233,7 +233,7 @@ def test_only_a_client_refreshes_an_accounts_cookies(pki: dict[str, Path], daemo
         assert len(mine) == 1, [task.id for task in tasks]
         return mine[0]
 
-    refreshed = f"{COOKIES}; ALF=refreshed"
+    refreshed = COOKIES.replace("SUB=secret-cookie", "SUB=refreshed-cookie")  # the file's cookies, a new value
     with _comm(pki, "admin") as admin_comm, _comm(pki, "client") as client_comm:
         admin = _proxy(admin_comm, daemons, "scheduler")
         client = _proxy(client_comm, daemons, "scheduler")
