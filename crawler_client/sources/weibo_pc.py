@@ -334,7 +334,7 @@ def _envelope_data(page: FetchedPage, what: str, bad_code: Outcome | None) -> An
             raise long_text_refused(said(doc), page.status, f"{what} code {code[:20]!r}")
         raise fail(
             bad_code,
-            f"{what} code {code[:20]!r}: {str(doc.get('msg', ''))[:60]!r}",
+            f"{what} code {code[:20]!r}: {said(doc)[:60]!r}",
             error_class=f"weibo-code-{code[:20]}",
             http_status=page.status,
         )
