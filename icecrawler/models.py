@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, replace
 
 from icecrawler.errors import InvalidArgumentError, is_control, quote
 from icecrawler.outcomes import Outcome
-from icecrawler.sourcespec import TaskKind, registry, unknown_source
+from icecrawler.sourcespec import TaskKind, registry
 
 __all__ = [
     "MAX_DISCOVERED_IDS",
@@ -64,7 +64,7 @@ def valid_target(target: str) -> bool:
 def make_task_id(kind: TaskKind, source: str, target: str) -> str:
     """Validate and build ``<kind>:<source>:<target>``."""
     if source not in SOURCES:
-        raise InvalidArgumentError(unknown_source(quote(source), SOURCES), code="InvalidId", field="source")
+        raise InvalidArgumentError(registry.unknown(source, quote(source)), code="InvalidId", field="source")
     if kind not in SOURCES[source]:
         raise InvalidArgumentError(f"source {source} cannot crawl {kind.name} tasks", code="InvalidId", field="kind")
     if not valid_target(target):

@@ -138,6 +138,8 @@ class Registry(Mapping[str, SourceSpec]):
         self._specs: dict[str, SourceSpec] | None = None
         self._classes: dict[str, Any] = {}
         self._modules: dict[str, Any] = {}
+        #: Modules of the source package that define no ``SOURCE`` (``base``; or a new source missing its last line).
+        self._sourceless: set[str] = set()
 
     def _load(self) -> dict[str, SourceSpec]:
         specs = self._specs
@@ -154,7 +156,8 @@ class Registry(Mapping[str, SourceSpec]):
                 extra = [name.strip() for name in os.environ.get(ENV_MODULES, "").split(",") if name.strip()]
                 found: dict[str, SourceSpec] = {}
                 for module_name in names:
-                    self._add(importlib.import_module(module_name), found)
+                    if self._add(importlib.import_module(module_name), found) is None:
+                        self._sourceless.add(module_name.rpartition(".")[2])
                 for module_name in extra:
                     try:
                         module = importlib.import_module(module_name)
@@ -215,7 +218,20 @@ class Registry(Mapping[str, SourceSpec]):
         try:
             return specs[name]
         except KeyError:
-            raise ConfigError(unknown_source(repr(name), specs)) from None
+            raise ConfigError(self.unknown(name)) from None
+
+    def unknown(self, name: str, quoted: str = "") -> str:
+        """``unknown_source`` for ``name`` (quoted as ``quoted``, else by ``repr``), told so when the source package
+        has a module of that name that declares nothing: a new source without its ``SOURCE = ...`` line, which the
+        registry passes over as a helper, would otherwise be blamed on ``ENV_MODULES``."""
+        specs = self._load()
+        quoted = quoted or repr(name)
+        if name in self._sourceless:
+            return (
+                f"unknown source {quoted} (known: {', '.join(sorted(specs))}); {SOURCE_PACKAGE}.{name} defines no "
+                'SOURCE: end the module with `SOURCE = YourSourceClass` (CONTRIBUTING.md, "Adding a source", step 3)'
+            )
+        return unknown_source(quoted, specs)
 
     def __getitem__(self, name: str) -> SourceSpec:
         return self._load()[name]
@@ -248,6 +264,6 @@ def group_by_kind(ids: Iterable[str], kind: TaskKind | None) -> dict[TaskKind, l
             continue
         source = own_kind
         if kind is None and source not in registry:
-            raise ConfigError(f"{text!r}: {unknown_source(repr(source), registry)}")
+            raise ConfigError(f"{text!r}: {registry.unknown(source)}")
         groups.setdefault(kind or registry.spec(source).default_kind, []).append(text)
     return groups

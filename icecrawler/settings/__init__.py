@@ -82,10 +82,10 @@ def _unknown_setting(key: str) -> str:
     know, why (a source from ``ICECRAWLER_SOURCE_MODULES`` is known only where that variable names it)."""
     parts = key.split(".")
     if len(parts) >= 3 and parts[0] == "sources":
-        from icecrawler.sourcespec import registry, unknown_source
+        from icecrawler.sourcespec import registry
 
         if parts[1] not in registry:
-            return f"unknown setting {key!r}: {unknown_source(repr(parts[1]), registry)}"
+            return f"unknown setting {key!r}: {registry.unknown(parts[1])}"
     return f"unknown setting {key!r}"
 
 

@@ -196,6 +196,29 @@ def test_an_unknown_source_says_where_sources_outside_the_tree_come_from() -> No
         make_task_id(TaskKind.ProductReviews, "nowhere", "1")
 
 
+def test_a_source_module_in_the_tree_without_its_source_line_is_told_so(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A module of the source package that forgets ``SOURCE = ...`` (step 3) is passed over like the ``base``
+    helper; asking for its source blamed ``ICECRAWLER_SOURCE_MODULES``, which an in-tree source never needs."""
+    import icecrawler.sourcespec as sourcespec
+
+    package = tmp_path / "halfdone_sources"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "tmallish.py").write_text("class TmallishSource:\n    pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(sourcespec, "SOURCE_PACKAGE", "halfdone_sources")
+    monkeypatch.delenv(ENV_MODULES, raising=False)
+    fresh = sourcespec.Registry()
+    with pytest.raises(ConfigError) as info:
+        fresh.spec("tmallish")
+    assert "halfdone_sources.tmallish defines no SOURCE: end the module with `SOURCE = " in str(info.value)
+    assert ENV_MODULES not in str(info.value)
+    with pytest.raises(ConfigError, match=f"unknown source 'elsewhere' .*{ENV_MODULES}"):
+        fresh.spec("elsewhere")  # a name no module of the package has: declared outside, perhaps
+
+
 def test_a_source_module_named_by_its_file_is_told_how_to_name_it(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
