@@ -80,6 +80,18 @@ def product_sources() -> tuple[str, ...]:
     return PRODUCT_SOURCES + extra
 
 
+def _not_a_product_source(source: str) -> str:
+    """Why a scenario product cannot name ``source``, and what would let it: a review source the sandbox serves."""
+    spec = registry.get(source)
+    if spec is None:
+        why = registry.unknown(source)
+    elif spec.table != "review":
+        why = f"{source} stores {spec.table} items, not reviews (a scenario's products are review targets)"
+    else:
+        why = f"{source} declares no sandbox site (its SourceSpec's sandbox_site is empty)"
+    return f"source {source!r} cannot have products here ({why}); they may name {list(product_sources())}"
+
+
 def _schedule(value: Any) -> Schedule:
     if isinstance(value, Schedule):
         return value
@@ -162,7 +174,7 @@ class Product:
 
     def __post_init__(self) -> None:
         if self.source not in product_sources():
-            raise ConfigError(f"product {self.id}: source must be one of {list(product_sources())}")
+            raise ConfigError(f"product {self.id}: {_not_a_product_source(self.source)}")
         if not self.id.isdigit():
             raise ConfigError(f"product {self.id!r}: id must be digits")
 

@@ -238,6 +238,35 @@ def test_scenario_files(tmp_path: Path) -> None:
         Scenario(users=(WeiboUser(uid=1), WeiboUser(uid=1)))
 
 
+def test_a_product_of_a_source_that_cannot_have_one_says_why() -> None:
+    """A product's "source must be one of ['ecshop', 'jd']" read as if only the built-in shops could have products:
+    each refusal now names its cause (a source this process does not know, one storing posts, one without a site)."""
+    import types
+
+    from icecrawler.models import TaskKind
+    from icecrawler.sourcespec import ENV_MODULES, SourceSpec, registry
+
+    with pytest.raises(
+        ConfigError,
+        match=rf"product 1: source 'tmallish' cannot have products here \(unknown source 'tmallish' .*{ENV_MODULES}"
+        r".*\); they may name \['ecshop', 'jd'",
+    ):
+        Product("tmallish", "1")
+    with pytest.raises(ConfigError, match=r"weibo_web stores weibo items, not reviews"):
+        Product("weibo_web", "1")
+    spec = SourceSpec(
+        "siteless", frozenset({TaskKind.ProductReviews}), TaskKind.ProductReviews, "review", "id", "http://h"
+    )
+    module = types.ModuleType("siteless_source")
+    module.SOURCE = type("Siteless", (), {"spec": spec})  # type: ignore[attr-defined]
+    registry.register(module)
+    try:
+        with pytest.raises(ConfigError, match=r"siteless declares no sandbox site \(its SourceSpec's sandbox_site"):
+            Product("siteless", "1")
+    finally:
+        registry.forget("siteless")
+
+
 def _default_round_trips(tmp_path: Path) -> bool:
     path = tmp_path / "default.json"
     path.write_text(json.dumps(default_scenario().to_dict()), encoding="utf-8")
