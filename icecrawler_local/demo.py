@@ -23,19 +23,21 @@ import math
 import shutil
 import sys
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from icecrawler import durable
 from icecrawler.processes import interrupts_once
-from icecrawler_local.oracle import stored_index, truth_index
+from icecrawler_local.oracle import StoredItem, stored_index, truth_index
 from icecrawler_local.stack import SITE_PREFIX, Stack, running_stack
 from sandbox.cli import add_trace_options, trace_options_scenario, traces_line
 from sandbox.scenario import Scenario, default_scenario, load_scenario
 from sandbox.schedules import Schedule, trace_times
 from sandbox.world import WEIBO_SOURCES
 
-__all__ = ["Demo", "DemoResult", "SourceSummary", "bad_numbers", "mean_interval_s", "seed_ids", "summarize"]
+__all__ = ["Demo", "DemoResult", "SourceSummary", "bad_numbers", "judge", "mean_interval_s", "seed_ids", "summarize"]
 
 #: Scheduler settings of the demo crawl. The first period is the paper's one minute; the longest period is
 #: capped at 20 simulated minutes so that the drain after the cut-off is bounded (about one longest period).
@@ -119,6 +121,8 @@ class SourceSummary:
     after_cutoff: int = 0
     lags_s: list[float] = field(default_factory=list)
     fetches: int = 0
+    #: Stored items the sandbox never published: a parser whose ids are not the sandbox's (the judge cannot match them).
+    unmatched: int = 0
 
     @property
     def mean_lag_s(self) -> float | None:
@@ -155,17 +159,24 @@ def write_summary(path: Path, result: DemoResult) -> None:
 
 
 def summarize(stack: Stack, cutoff_wall_ms: int, with_fetches: bool = True) -> DemoResult:
-    """Published (up to the cut-off) vs stored, per source, from the sandbox's truth and the embedded store.
+    """Published (up to the cut-off) vs stored, per source, from the sandbox's truth and the embedded store."""
+    result = judge(stack.truth()["items"], stack.stored(), cutoff_wall_ms)
+    if with_fetches:
+        for source, prefix in SITE_PREFIX.items():
+            result.sources.setdefault(source, SourceSummary(source)).fetches = len(stack.requests(site=prefix))
+    return result
+
+
+def judge(items: Sequence[Mapping[str, Any]], stored_rows: Sequence[StoredItem], cutoff_wall_ms: int) -> DemoResult:
+    """Published (up to the cut-off) vs stored, per source, from truth items and stored rows (pure).
     Capture lag = fetch time - publication time (simulated), over items published during the run."""
-    items = stack.truth()["items"]
     published = truth_index(items, cutoff_wall_ms)
     everything = truth_index(items)
-    stored_rows = stack.stored()
     counts = stored_index(stored_rows)
     fetched = {row.key: row.fetched_ms for row in stored_rows}
     result = DemoResult({source: SourceSummary(source) for source in SOURCES})
     for (source, key), item in published.items():
-        summary = result.sources[source]
+        summary = result.sources.setdefault(source, SourceSummary(source))
         summary.published += 1
         if key in counts:
             summary.stored += 1
@@ -177,11 +188,10 @@ def summarize(stack: Stack, cutoff_wall_ms: int, with_fetches: bool = True) -> D
         source = source_of.get(key, "weibo_pc" if key[0] == "weibo" else str(key[0]))
         summary = result.sources.setdefault(source, SourceSummary(source))
         summary.duplicates += count - 1
-        if key in source_of and key not in published_keys:
+        if key not in source_of:
+            summary.unmatched += 1
+        elif key not in published_keys:
             summary.after_cutoff += 1
-    if with_fetches:
-        for source, prefix in SITE_PREFIX.items():
-            result.sources[source].fetches = len(stack.requests(site=prefix))
     return result
 
 
@@ -205,6 +215,14 @@ def render_table(result: DemoResult, speed: float) -> str:
         f"post counts as stored for every Weibo source once stored: storage keys posts by user and id; late = "
         f"stored items published after it; lag = fetch - publish for items published during the run, in "
         f"simulated minutes at speed {speed:g})"
+    )
+    lines.extend(
+        f"{summary.source}: {summary.unmatched} stored items match no item the sandbox published. The judge "
+        f"(icecrawler_local/oracle.py, item_key) knows an item by its id: the parser's id must be the one the "
+        f"sandbox's page shows, the review_id of sandbox/content.py's SimReview as decimal text for a review "
+        f'(CONTRIBUTING.md, "Adding a source", step 1)'
+        for summary in result.sources.values()
+        if summary.unmatched
     )
     return "\n".join(lines)
 

@@ -127,3 +127,21 @@ def test_the_demo_table_leaves_out_a_source_the_scenario_gives_nothing() -> None
     result = DemoResult({"jd": SourceSummary("jd", published=3, stored=3, fetches=2), "toy": SourceSummary("toy")})
     rows = [line.split()[0] for line in render_table(result, 60).splitlines()[2:-1]]
     assert rows == ["jd"] and result.ok
+
+
+def test_the_demo_says_when_stored_items_match_nothing_the_sandbox_published() -> None:
+    """A new source whose parser keeps ids of its own (``"r17230001"`` for the page's ``17230001``) had every item
+    stored and every item judged missing: the table said stored 0 and "FAILED: some published items were not
+    stored", with nothing on why. The items that match no published item are now counted, and the table says what
+    the judge matches by."""
+    from icecrawler_local.demo import judge, render_table
+
+    jd = oracle.truth_key(PUBLISHED[2])
+    stored = [oracle.StoredItem(("jd", "100012043978", "r17230001"), 0), oracle.StoredItem(jd, 0)]
+    result = judge(PUBLISHED, stored, cutoff_wall_ms=1)
+    assert (result.sources["jd"].published, result.sources["jd"].stored, result.sources["jd"].unmatched) == (1, 1, 1)
+    assert result.sources["jd"].after_cutoff == 0 and result.sources["jd"].duplicates == 0
+    note = render_table(result, 60).splitlines()[-1]
+    assert note.startswith("jd: 1 stored items match no item the sandbox published") and "Adding a source" in note
+    clean = judge(PUBLISHED, [oracle.StoredItem(jd, 0)], cutoff_wall_ms=1)
+    assert clean.sources["jd"].unmatched == 0 and "match no item" not in render_table(clean, 60)
