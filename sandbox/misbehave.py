@@ -1,8 +1,8 @@
 """How the sandbox sites misbehave, switched per site or per target, at start or at run time.
 
-A rule is a scope (``site``: ``pc``, ``m``, ``web``, ``ecshop``, ``jd``, ``*`` or another registered source's
-``sandbox_site``; optional ``target``: a uid or product id) plus a ``Misbehaviour``. For one request the most
-specific rule wins: (site, target), then (site, any), then (``*``, target), then (``*``, any). Rates are
+A rule is a scope (``site``: a registered source's ``sandbox_site``, such as ``pc``, ``m``, ``web``, ``ecshop``,
+``jd``, or ``*`` for every site; optional ``target``: a uid or product id) plus a ``Misbehaviour``. For one request
+the most specific rule wins: (site, target), then (site, any), then (``*``, target), then (``*``, any). Rates are
 per-request probabilities drawn from one seeded RNG (1.0 = every request).
 
 Decisions only: this module picks what to do; ``sandbox.server`` does it (sleeps, status codes, truncation)
@@ -20,17 +20,13 @@ from typing import Any
 from icecrawler.errors import ConfigError
 from icecrawler.sourcespec import registry
 
-__all__ = ["SITES", "Action", "Misbehaviour", "MisbehaviourRule", "MisbehaviourTable", "site_names"]
-
-SITES = ("pc", "m", "web", "ecshop", "jd", "*")
+__all__ = ["Action", "Misbehaviour", "MisbehaviourRule", "MisbehaviourTable", "site_names"]
 
 
 def site_names() -> tuple[str, ...]:
-    """Sites a rule may name: the built-in ones, "*", and the sandbox site of every registered source."""
-    extra = tuple(
-        spec.sandbox_site for spec in registry.values() if spec.sandbox_site and spec.sandbox_site not in SITES
-    )
-    return SITES + extra
+    """Sites a rule may name: the sandbox site of every registered source (read from the registry only, so a new
+    source is listed nowhere here), and "*" (every site)."""
+    return (*dict.fromkeys(spec.sandbox_site for spec in registry.values() if spec.sandbox_site), "*")
 
 
 @dataclass(frozen=True)
@@ -106,7 +102,7 @@ class MisbehaviourRule:
     behaviour: Misbehaviour = field(default_factory=Misbehaviour)
 
     def __post_init__(self) -> None:
-        if self.site not in SITES and self.site not in site_names():
+        if self.site not in site_names():
             raise ConfigError(f"misbehaviour site must be one of {list(site_names())}, got {self.site!r}")
 
     @classmethod

@@ -66,18 +66,13 @@ from sandbox.schedules import Schedule
 __all__ = ["Category", "Product", "Scenario", "WeiboUser", "default_scenario", "load_scenario"]
 
 WEIBO_SITES = ("pc", "m", "web")
-PRODUCT_SOURCES = ("ecshop", "jd")
 
 
 def product_sources() -> tuple[str, ...]:
-    """Sources a scenario product may use: the built-in shops, and any registered source whose items are
-    reviews and whose sandbox site the registry names (``icecrawler.sourcespec``)."""
-    extra = tuple(
-        name
-        for name, spec in registry.items()
-        if spec.table == "review" and spec.sandbox_site and name not in PRODUCT_SOURCES
-    )
-    return PRODUCT_SOURCES + extra
+    """Sources a scenario product may use: every registered source whose items are reviews and whose spec names a
+    sandbox site (``icecrawler.sourcespec``; the built-in shops, ecshop and jd, among them). Read from the registry
+    only, so a new source is listed nowhere here."""
+    return tuple(name for name, spec in registry.items() if spec.table == "review" and spec.sandbox_site)
 
 
 def _not_a_product_source(source: str) -> str:

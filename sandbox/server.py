@@ -38,7 +38,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from icecrawler.clock import Clock
 from icecrawler.errors import ConfigError
-from sandbox.misbehave import SITES, Action, MisbehaviourRule, MisbehaviourTable, site_names
+from sandbox.misbehave import Action, MisbehaviourRule, MisbehaviourTable, site_names
 from sandbox.pages import interstitial
 from sandbox.scenario import Scenario, default_scenario
 from sandbox.sites import SiteContext, source_sites
@@ -482,7 +482,7 @@ class SandboxServer:
                 self.misbehaviour.clear()
                 return
             raise ConfigError("misbehave: give 'site' (or 'clear': true for all rules)")
-        if site not in SITES and site not in site_names():
+        if site not in site_names():
             raise ConfigError(f"misbehave: site must be one of {list(site_names())}")
         if data.get("clear"):
             self.misbehaviour.clear(site, target)

@@ -267,6 +267,20 @@ def test_a_product_of_a_source_that_cannot_have_one_says_why() -> None:
         registry.forget("siteless")
 
 
+def test_the_sites_and_product_sources_a_scenario_may_name_come_from_the_registry_alone() -> None:
+    """No list of built-in shops or sites beside the registry's: a new source is named in its module only."""
+    from sandbox.misbehave import MisbehaviourRule, site_names
+    from sandbox.scenario import product_sources
+
+    assert product_sources() == ("ecshop", "jd")
+    assert site_names() == ("ecshop", "jd", "m", "pc", "web", "*")
+    assert Product("jd", "1").source == "jd" and MisbehaviourRule("m").site == "m" and MisbehaviourRule().site == "*"
+    with pytest.raises(
+        ConfigError, match=r"misbehaviour site must be one of \['ecshop', 'jd', 'm', 'pc', 'web', '\*'\]"
+    ):
+        MisbehaviourRule("passport")
+
+
 def _default_round_trips(tmp_path: Path) -> bool:
     path = tmp_path / "default.json"
     path.write_text(json.dumps(default_scenario().to_dict()), encoding="utf-8")
