@@ -432,3 +432,22 @@ def test_the_metrics_endpoint_table_gives_the_settings_defaults() -> None:
     for role, address, port, span in rows:
         settings = (DEFAULTS[f"metrics.{role}.{key}"] for key in ("address", "port", "port_span"))
         assert (address, int(port), int(span)) == tuple(settings), role
+
+
+def test_every_built_in_source_has_its_rows_in_the_docs() -> None:
+    """CONTRIBUTING.md's "Adding a source" asks for a row in docs/SOURCES.md's table and one in docs/SANDBOX.md's
+    table of prefixes; like the fuzz cases (``tests/client/test_fuzz.py``), a source without them is named here."""
+    from icecrawler.sourcespec import SOURCE_PACKAGE, registry
+
+    sources_doc = (REPO / "docs" / "SOURCES.md").read_text(encoding="utf-8")
+    sandbox_doc = (REPO / "docs" / "SANDBOX.md").read_text(encoding="utf-8")
+    built_in = {
+        name: spec for name, spec in registry.items() if registry.module(name).__name__.startswith(SOURCE_PACKAGE)
+    }
+    missing = [f"docs/SOURCES.md: | `{name}` |" for name in sorted(built_in) if f"\n| `{name}` |" not in sources_doc]
+    missing += [
+        f"docs/SANDBOX.md: | `/{spec.sandbox_site}` |"
+        for name, spec in sorted(built_in.items())
+        if spec.sandbox_site and f"\n| `/{spec.sandbox_site}` |" not in sandbox_doc
+    ]
+    assert not missing, f"add the table rows that start with: {missing}"
