@@ -167,9 +167,11 @@ def check_http(page: FetchedPage, now_ms: int) -> None:
         raise fail(Outcome.HttpError, f"HTTP {status}", error_class=f"http-{status}", http_status=status)
 
 
-#: Final-URL fragments that mean we were bounced to a login or visitor wall.
+#: Final-URL fragments that mean we were bounced to a login or visitor wall. ``weibo.com/newlogin`` is the login page of
+#: today's weibo.com (since 2021; ``login.php`` was the v6 one): where it sends a browser without a session, and what
+#: 2024–2026 login helpers check a page's address against to know the login is missing.
 _LOGIN_URL_RE = re.compile(
-    r"passport\.weibo\.(?:com|cn)|login\.sina\.com\.cn|weibo\.com/login\.php|/sso/signin|ajaxlogin\.php"
+    r"passport\.weibo\.(?:com|cn)|login\.sina\.com\.cn|weibo\.com/(?:login\.php|newlogin\b)|/sso/signin|ajaxlogin\.php"
     r"|visit\.sina\.cn|/visitor/visitor\b|(?:passport|plogin)(?:\.m)?\.jd\.com|[?&/]user\.php\?act=login|user\.php$",
     re.IGNORECASE,
 )

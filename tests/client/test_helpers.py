@@ -195,6 +195,8 @@ def test_ok_statuses_pass_and_junk_retry_after_is_zero() -> None:
         "https://passport.weibo.com/visitor/visitor?entry=miniblog&a=enter",
         "https://passport.weibo.cn/signin/welcome?entry=mweibo",
         "https://weibo.com/login.php",
+        # today's weibo.com login page: a saved (unfollowed) redirect there was "not a JSON object"
+        "https://weibo.com/newlogin?tabtype=weibo&gid=102803&url=https%3A%2F%2Fweibo.com%2Fu%2F1",
     ],
 )
 def test_login_and_visitor_redirects(url: str) -> None:

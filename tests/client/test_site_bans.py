@@ -198,7 +198,7 @@ def weibo_site(first: Answer) -> Site:
     """Weibo: the source's first call answers ``first``; the pages it may be sent to answer a page of their own."""
 
     def answer(host: str, path: str, query: dict[str, str]) -> Answer:
-        if host.startswith(("security.", "passport.", "login.")) or path.startswith(("/sorry", "/unfreeze")):
+        if host.startswith(("security.", "passport.", "login.")) or path.startswith(("/sorry", "/unfreeze", "/newlogin")):
             return 200, {"Content-Type": "text/html"}, page_html("微博", "<div id='app'></div>")
         return first
 
@@ -286,8 +286,13 @@ def test_a_weibo_call_sent_to_a_blocked_account_or_busy_page_is_what_that_page_m
             (Outcome.LoginRequired, "login-redirect"),
             (False, True),
         ),
+        (  # today's login page (weibo.com/newlogin): was a code naming no known page, a ban that blocked the host
+            b'{"code":"100002","msg":"","data":"https:\\/\\/weibo.com\\/newlogin?tabtype=weibo&url=x"}',
+            (Outcome.LoginRequired, "login-redirect"),
+            (False, True),
+        ),
     ],
-    ids=["userblock", "sysbusy", "login"],
+    ids=["userblock", "sysbusy", "login", "newlogin"],
 )
 def test_a_v6_answer_naming_where_to_go_is_what_that_page_means_not_a_ban(
     body: bytes, expected: tuple[Outcome, str], held: tuple[bool, bool]
@@ -360,6 +365,8 @@ def test_errno_100005_is_a_rate_limit_whatever_its_message_says(source: str, bas
         ((432, {}, b""), (Outcome.Banned, "http-432")),
         (redirect("http://passport.weibo.com/visitor/visitor?entry=miniblog"), (Outcome.LoginRequired, "visitor")),
         (redirect("http://login.sina.com.cn/sso/login.php?url=x"), (Outcome.LoginRequired, "login-redirect")),
+        # today's weibo.com login page, by its address: its HTML shell was read only as "HTML instead of JSON"
+        (redirect("http://weibo.com/newlogin?tabtype=weibo&url=x"), (Outcome.LoginRequired, "login-redirect")),
         (
             (
                 200,
@@ -369,7 +376,7 @@ def test_errno_100005_is_a_rate_limit_whatever_its_message_says(source: str, bas
             (Outcome.LoginRequired, "login-wall"),
         ),
     ],
-    ids=["418", "432", "visitor", "sso", "ok-100"],
+    ids=["418", "432", "visitor", "sso", "newlogin", "ok-100"],
 )
 def test_weibos_other_refusals_over_http_were_already_classified(
     source: str, base_url: str, first: Answer, expected: tuple[Outcome, str]
