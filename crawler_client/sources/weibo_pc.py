@@ -206,9 +206,13 @@ class WeiboPcSource(PostOrder, SavedPages):
         )
 
     def parse_extend(self, request: PageRequest, page: FetchedPage, now_ms: int) -> str:
-        """``data.html`` of a getlongtext envelope; an unknown mid (code ≠ 100000) is NotFound."""
+        """``data.html`` of a getlongtext envelope; an unknown mid (code ≠ 100000) is NotFound. A code-100000 answer
+        that holds nothing (``data`` empty, null, or without ``html``) gives "": the post keeps its truncated text, as
+        on the JSON sources; failed, the crawl would fail on every visit while the site answers so."""
         check_answer(request, page, now_ms)
         data = _envelope_data(page, "getlongtext", None)
+        if data in (None, "", [], {}) or (isinstance(data, dict) and data.get("html") is None):
+            return ""
         html = data.get("html") if isinstance(data, dict) else None
         if not isinstance(html, str):
             raise unparsable(page.body, WEIBO_MARKERS, page.status, "getlongtext: no data.html")

@@ -275,6 +275,25 @@ def test_long_text_getlongtext() -> None:
     assert info.value.outcome == "Busy"
 
 
+@pytest.mark.parametrize("data", ["", None, {}, {"html": None}, {"html": ""}], ids=repr)
+def test_a_getlongtext_answer_holding_nothing_keeps_the_truncated_text(data: object) -> None:
+    """getlongtext may answer code 100000 with no text (public clients of its v6 page read ``data.html`` only after
+    checking both are there, and keep the short text otherwise). It was "no data.html", a ParseError that failed the
+    crawl on every visit for that one post; weibo_web and weibo_mobile already keep the truncated text for an empty
+    long-text answer."""
+    from sandbox.web import php_json
+
+    request = SOURCE.extend_request(BASE, 4371860000000002)
+    body = php_json({"code": "100000", "msg": "", "data": data}).encode()
+    html = SOURCE.parse_extend(request, fetched(body, request), NOW_MS)
+    post = SOURCE.with_long_text(Post(id=4371860000000002, user_id=1, text="长微博开头……", html="长微博开头……"), html)
+    assert html == "" and (post.text, post.html) == ("长微博开头……", "长微博开头……")
+    with pytest.raises(ParseError):  # something that is not a long text at all is still unreadable
+        SOURCE.parse_extend(
+            request, fetched(php_json({"code": "100000", "data": {"html": 5}}).encode(), request), NOW_MS
+        )
+
+
 def test_feedtype_top_marks_the_pinned_post_and_keeps_it_out_of_the_cursor() -> None:
     task = make_task("weibo_pc", "1163218074")
     body = mbloglist_chunk(posts=3).replace(
