@@ -374,9 +374,16 @@ def _risk_code(header_value: str) -> str:
     return str(doc.get("code", "")) if isinstance(doc, dict) else ""
 
 
+#: The API gateway's answers for a busy moment, by code: its queue (``{"code":"601","echo":"Queuing","tips":"…",
+#: "wait":"5"}``, seconds to wait in ``wait``) and "too crowded, come back in a while" (``{"code":"402","message":
+#: "活动现在挤不进去呀，待会再来试试吧"}``, what api.m.jd.com answered unsigned calls of public scripts through 2024,
+#: a fresh cookie not helping). Rate limits on the host: no account rests for them.
+_GATEWAY_BUSY = {"601": "jd-queuing", "402": "jd-crowded"}
+
+
 def _check_risk_body(doc: dict[str, Any], status: int) -> None:
-    """A JSON refusal instead of comments: ``{"code": "605", ...}`` (risk control), ``{"code": "601", ...}`` (the API
-    gateway's queue, a rate limit) or a "系统繁忙" message."""
+    """A JSON refusal instead of comments: ``{"code": "605", ...}`` (risk control), ``{"code": "601", ...}`` or
+    ``{"code": "402", ...}`` (the API gateway busy, a rate limit: ``_GATEWAY_BUSY``) or a "系统繁忙" message."""
     if any(key in doc for key in _ROW_KEYS):
         return
     code = str(doc.get("code", ""))
@@ -385,13 +392,12 @@ def _check_risk_body(doc: dict[str, Any], status: int) -> None:
         raise fail(
             Outcome.Banned, f"JD risk control: code 605 {message[:60]!r}", error_class="jd-risk-605", http_status=status
         )
-    if code == "601":
-        # The API gateway's queue: {"code":"601","echo":"Queuing","tips":"…","wait":"5"}, seconds to wait in ``wait``.
+    if code in _GATEWAY_BUSY:
         wait = parse_count(doc.get("wait"))
         raise fail(
             Outcome.RateLimited,
-            f"JD API queue: code 601 {message[:30]!r} {str(doc.get('tips', ''))[:60]!r}, wait {wait or '-'} s",
-            error_class="jd-queuing",
+            f"JD API gateway busy: code {code} {message[:60]!r} {str(doc.get('tips', ''))[:60]!r}, wait {wait or '-'} s",
+            error_class=_GATEWAY_BUSY[code],
             http_status=status,
             retry_after_s=float(wait),
         )

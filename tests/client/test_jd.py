@@ -445,8 +445,9 @@ def test_comment_shapes_of_2024_2026_answers(body: bytes, expected: tuple[str, s
     [
         ({"code": 605, "msg": "risk"}, ("Banned", "jd-risk-605")),
         ({"code": 601, "echo": "Queuing", "wait": 5}, ("RateLimited", "jd-queuing")),
+        ({"code": 402, "message": "稍后再来"}, ("RateLimited", "jd-crowded")),
     ],
-    ids=["605-int", "601-int"],
+    ids=["605-int", "601-int", "402-int"],
 )
 def test_gateway_codes_sent_as_numbers_are_read_as_their_strings(
     doc: dict[str, object], expected: tuple[str, str]

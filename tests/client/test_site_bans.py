@@ -166,6 +166,23 @@ def test_the_api_gateways_queue_answer_is_a_rate_limit_for_the_wait_it_names() -
     assert effects(done.report, account="acct") == (True, False, 0.0)
 
 
+def test_the_api_gateways_too_crowded_answer_is_a_rate_limit_not_a_login_wall() -> None:
+    """``api.m.jd.com`` also turns calls away with ``{"code":"402","message":"<too crowded, come back in a while>"}``
+    (HTTP 200; several public JD scripts reported it through 2024, a fresh cookie not helping). An answer without
+    comments, it was the login wall (LoginRequired ``jd-blocked``), which rested the logged-in account for a busy
+    gateway. It is RateLimited ``jd-crowded``: the host is held, no account rests, page 0's reviews are kept."""
+    body = '{"code":"402","message":"人太多了，过一会儿再来吧"}'.encode()
+    done = crawl(
+        jd_site((200, {"Content-Type": "application/json"}, body)),
+        make_task("jd", SKU),
+        "http://api.m.jd.com",
+        endpoint="api",
+    )
+    assert (done.report.outcome, done.report.error_class) == (Outcome.RateLimited, "jd-crowded")
+    assert len(done.reviews) == 10
+    assert effects(done.report, account="acct")[:2] == (True, False)
+
+
 @pytest.mark.parametrize(
     ("page1", "expected"),
     [
