@@ -185,6 +185,7 @@ MESSAGE_WORDS: tuple[Marker, ...] = (
     Marker("频次", Outcome.RateLimited, "too-frequent"),
     Marker("频繁", Outcome.RateLimited, "too-frequent"),
     Marker("太快", Outcome.RateLimited, "too-frequent"),
+    Marker("频率", Outcome.RateLimited, "too-frequent"),  # 请求频率过高 (a 2026 client's example of Weibo's limit msg)
     Marker("未登录", Outcome.LoginRequired, "login"),
     Marker("登录后", Outcome.LoginRequired, "login"),
     Marker("请登录", Outcome.LoginRequired, "login"),
@@ -195,17 +196,24 @@ MESSAGE_WORDS: tuple[Marker, ...] = (
 #: Weibo's error number for "too frequent" (``{"ok":0,"errno":"100005","msg":"请求过于频繁"}``): the limit, whatever
 #: wording (or none) its ``msg`` has.
 ERRNO_TOO_FREQUENT = "100005"
+#: Weibo's API error codes for a rate limit, as its ``error_code`` names them (weibo.com's ``/ajax`` answers carry
+#: Weibo's codes there, 20101 and 20003 among them): 10022 IP requests, 10023 user requests, 10024 user requests for
+#: one interface out of rate limit (IP请求频次超过上限, 用户请求频次超过上限…; the English wording is its open API's).
+#: The limit whatever the message says: in English, or none, it was an unknown answer or an empty account.
+RATE_LIMIT_ERROR_CODES = ("10022", "10023", "10024")
 
 
 def message_error(doc: dict[str, Any], http_status: int) -> FetchError | None:
-    """The classified error an envelope's ``errno`` (100005, too frequent) or ``msg`` names (访问过于频繁,
-    帐号存在异常, 请先登录, 访问频次过高…), else None: in escaped JSON the body's byte markers cannot be seen, the
-    decoded message can."""
+    """The classified error an envelope's ``errno`` (100005, too frequent), ``error_code`` (10022–10024, a rate limit)
+    or ``msg`` names (访问过于频繁, 帐号存在异常, 请先登录, 访问频次过高…), else None: in escaped JSON the body's byte
+    markers cannot be seen, the decoded message can."""
     message = said(doc)
-    if str(doc.get("errno", "")) == ERRNO_TOO_FREQUENT:
+    errno, error_code = str(doc.get("errno", "")), str(doc.get("error_code", ""))
+    if errno == ERRNO_TOO_FREQUENT or error_code in RATE_LIMIT_ERROR_CODES:
         return fail(
             Outcome.RateLimited,
-            f"too-frequent: errno {ERRNO_TOO_FREQUENT} {message[:60]!r}",
+            f"too-frequent: {'errno ' + errno if errno == ERRNO_TOO_FREQUENT else 'error_code ' + error_code}"
+            f" {message[:60]!r}",
             error_class="too-frequent",
             http_status=http_status,
         )

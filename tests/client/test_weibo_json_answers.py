@@ -213,6 +213,41 @@ def test_a_refusal_worded_in_message_rather_than_msg_is_read(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", SOURCES)
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"ok":0,"error_code":10023,"message":"User requests out of rate limit!"}',
+        b'{"ok":0,"error_code":"10022","message":"IP requests out of rate limit!"}',
+        b'{"ok":0,"error_code":10024}',
+        '{"ok":0,"msg":"请求频率过高"}'.encode(),
+    ],
+    ids=["10023-english", "10022-string", "10024-bare", "frequency-wording"],
+)
+def test_a_rate_limit_named_by_weibos_error_code_or_worded_as_a_frequency_is_a_rate_limit(name: str, body: bytes) -> None:
+    """Weibo's error codes 10022–10024 (IP / user / one interface's requests out of rate limit) say the limit whatever
+    the words beside them: in its API's English, or none, the first page read as an unknown answer (Busy, retried soon,
+    the host never held) or as an empty account, and a later page the same. So did a limit worded 请求频率过高 (a 2026
+    client's example of Weibo's limit message), which no word we knew matched. RateLimited ``too-frequent``, on the
+    first page, a later one, a long-text call and a 403 alike."""
+    source = get_source(name)
+    task = make_task(name, "1669879400")
+    error = _refusal(name, body)
+    assert (error.outcome, error.error_class) == ("RateLimited", "too-frequent")
+    assert _refusal(name, body, status=403).outcome == "RateLimited"  # not the ban a 403 otherwise is
+    later = source.first_request(task, BASE)
+    later.params["page"] = "3"
+    later.params["since_id"] = "4700000000000001"
+    with pytest.raises(FetchError) as info:
+        parse(name, task, later, body)
+    assert info.value.outcome == "RateLimited"
+    assert isinstance(source, LongTextSource)
+    request = source.extend_request(BASE, 4700000000007002)
+    with pytest.raises(FetchError) as info:
+        source.parse_extend(request, fetched(body, request), NOW_MS)
+    assert info.value.outcome == "RateLimited"
+
+
+@pytest.mark.parametrize("name", SOURCES)
 def test_a_long_text_refused_by_weibo_error_code_or_privacy_wording_is_gone(name: str) -> None:
     """A long post whose author's privacy setting hides it now: ``{"ok":0,"error_code":20112,"message":…}``
     saying 由于作者隐私设置，你没有权限查看此微博, and a deleted one ``error_code`` 20101 (Weibo's codes for both,
