@@ -396,7 +396,8 @@ def _check_risk_body(doc: dict[str, Any], status: int) -> None:
         wait = parse_count(doc.get("wait"))
         raise fail(
             Outcome.RateLimited,
-            f"JD API gateway busy: code {code} {message[:60]!r} {str(doc.get('tips', ''))[:60]!r}, wait {wait or '-'} s",
+            f"JD API gateway busy: code {code} {message[:60]!r} {str(doc.get('tips', ''))[:60]!r}, "
+            f"wait {wait or '-'} s",
             error_class=_GATEWAY_BUSY[code],
             http_status=status,
             retry_after_s=float(wait),

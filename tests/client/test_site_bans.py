@@ -215,7 +215,8 @@ def weibo_site(first: Answer) -> Site:
     """Weibo: the source's first call answers ``first``; the pages it may be sent to answer a page of their own."""
 
     def answer(host: str, path: str, query: dict[str, str]) -> Answer:
-        if host.startswith(("security.", "passport.", "login.")) or path.startswith(("/sorry", "/unfreeze", "/newlogin")):
+        landing = path.startswith(("/sorry", "/unfreeze", "/newlogin"))
+        if host.startswith(("security.", "passport.", "login.")) or landing:
             return 200, {"Content-Type": "text/html"}, page_html("微博", "<div id='app'></div>")
         return first
 

@@ -223,7 +223,9 @@ def test_a_refusal_worded_in_message_rather_than_msg_is_read(name: str) -> None:
     ],
     ids=["10023-english", "10022-string", "10024-bare", "frequency-wording"],
 )
-def test_a_rate_limit_named_by_weibos_error_code_or_worded_as_a_frequency_is_a_rate_limit(name: str, body: bytes) -> None:
+def test_a_rate_limit_named_by_weibos_error_code_or_worded_as_a_frequency_is_a_rate_limit(
+    name: str, body: bytes
+) -> None:
     """Weibo's error codes 10022–10024 (IP / user / one interface's requests out of rate limit) say the limit whatever
     the words beside them: in its API's English, or none, the first page read as an unknown answer (Busy, retried soon,
     the host never held) or as an empty account, and a later page the same. So did a limit worded 请求频率过高 (a 2026
