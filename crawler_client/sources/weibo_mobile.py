@@ -39,7 +39,7 @@ from crawler_client.sources._decode import (
     make_soup,
     with_html,
 )
-from crawler_client.sources._detect import WEIBO_MARKERS, unparsable
+from crawler_client.sources._detect import EMPTY_PAGE_RETRIES, WEIBO_MARKERS, fail, unparsable
 from crawler_client.sources._headers import MOBILE_UA, XHR_JSON
 from crawler_client.sources._weibo import (
     as_dict,
@@ -61,7 +61,7 @@ from crawler_client.sources._weibo import (
 )
 from crawler_client.sources.base import FetchedPage, Item, PageRequest, ParsedPage, SavedPages, SourceSpec, sniff
 from icecrawler.errors import FetchError
-from icecrawler.models import Post, Task, TaskKind
+from icecrawler.models import Outcome, Post, Task, TaskKind
 
 __all__ = ["CONTAINERS", "SOURCE", "SPEC", "ContainerMemo", "WeiboMobileSource"]
 
@@ -321,6 +321,8 @@ class WeiboMobileSource(PostOrder, SavedPages):
             named = result.info.get("timeline_containerid", "")
             candidates = _candidates(uid, named)
             result.next_request = self.timeline_request(base, uid, candidates[0], candidates[1:])
+            if parse_count(result.info.get("statuses_count")):  # what an empty tab is measured against
+                result.next_request.state["posts"] = result.info["statuses_count"]
         else:
             result.next_request = self._fallback(request, base, uid)
         return result
@@ -339,12 +341,29 @@ class WeiboMobileSource(PostOrder, SavedPages):
         following = self._fallback(request, base, task.target)
         if following is not None:
             return ParsedPage(items=[], next_request=following, info={"empty_tab": empty})
-        raise first_page_ok0(doc, status)
+        error = first_page_ok0(doc, status)
+        counted = parse_count(request.state.get("posts", ""))
+        if error.outcome is Outcome.NotFound and counted and task.attempts < EMPTY_PAGE_RETRIES:
+            # The profile just counted posts and every tab says there are none: m.weibo.cn's risk control answers
+            # 这里还没有内容 so (2026 clients moved to weibo.com's API for it). Busy, retried with the task's backoff;
+            # after EMPTY_PAGE_RETRIES such visits in a row the account is taken to show none (half-year visibility).
+            raise fail(
+                Outcome.Busy,
+                f"every timeline tab answered {said(doc)[:40]!r} while the profile counts {counted} posts",
+                error_class="weibo_mobile-empty-timeline",
+                http_status=status,
+            )
+        raise error
 
     def _fallback(self, request: PageRequest, base: str, uid: str) -> PageRequest | None:
-        """Page 1 of the next candidate tab this request carried, if any."""
+        """Page 1 of the next candidate tab this request carried, if any (with the profile's post count)."""
         left = tuple(part for part in request.state.get("fallbacks", "").split(",") if part)
-        return self.timeline_request(base, uid, left[0], left[1:]) if left else None
+        if not left:
+            return None
+        following = self.timeline_request(base, uid, left[0], left[1:])
+        if request.state.get("posts"):
+            following.state["posts"] = request.state["posts"]
+        return following
 
     # --- helpers ----------------------------------------------------------------------------------------
     @staticmethod

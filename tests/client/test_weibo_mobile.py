@@ -7,10 +7,11 @@ import json
 
 import pytest
 
+from crawler_client.sources._detect import EMPTY_PAGE_RETRIES
 from crawler_client.sources.base import PageRequest
 from crawler_client.sources.weibo_mobile import ContainerMemo, WeiboMobileSource
 from icecrawler.errors import FetchError, ParseError
-from icecrawler.models import Post
+from icecrawler.models import Post, Task
 from sandbox.samples import mobile_timeline
 from tests.client._util import BASE, NOW_MS, fetched, fixture, make_task, parse
 
@@ -224,6 +225,47 @@ def test_an_empty_weibo_tab_falls_back_to_the_next_candidate_then_not_found() ->
     served = source.parse(TASK, request, fetched(profile_body([]), request), NOW_MS)
     assert served.next_request is not None and served.next_request.params["containerid"].startswith("230413")
     assert source.parse(TASK, nxt, fetched(profile_body([]), nxt), NOW_MS).next_request is None
+
+
+def _walk_empty_tabs(source: WeiboMobileSource, task: Task, profile: bytes) -> PageRequest:
+    """From the profile answer through the candidate tabs answering 这里还没有内容: the last tab's request, not sent."""
+    request = source.first_request(task, BASE)
+    page = source.parse(task, request, fetched(profile, request), NOW_MS)
+    assert page.next_request is not None
+    request = page.next_request
+    for _ in range(5):  # three candidate tabs at most
+        if not request.state.get("fallbacks"):
+            break
+        page = source.parse(task, request, fetched(fixture("weibo_mobile_ok0.json"), request), NOW_MS)
+        assert page.next_request is not None
+        request = page.next_request
+    return request
+
+
+def test_every_tab_empty_while_the_profile_counts_posts_is_busy_then_not_found() -> None:
+    """m.weibo.cn answers 这里还没有内容 as a risk-control answer too (a 2026 client moved to weibo.com's API because
+    the container endpoint "increasingly" gives it for accounts with posts). Every tab of an account whose profile,
+    fetched a moment before, counts 1553 posts said so, and the crawl was NotFound: the target parked for its longest
+    period, its new posts unread. It is Busy ``weibo_mobile-empty-timeline`` (retried with the task's backoff), for
+    ``EMPTY_PAGE_RETRIES`` failed visits in a row; then NotFound as before (an account showing none of its posts, such
+    as one visible for half a year only). A profile counting no posts is NotFound at once."""
+    tabs = [{"tab_type": "weibo", "title": "微博", "containerid": "1076035612345678"}]
+    last = _walk_empty_tabs(WeiboMobileSource(ContainerMemo()), TASK, profile_body(tabs))
+    assert last.state["posts"] == "1553" and last.params["containerid"] != "1076035612345678"  # a fallback tab
+    with pytest.raises(FetchError) as info:
+        WeiboMobileSource(ContainerMemo()).parse(TASK, last, fetched(fixture("weibo_mobile_ok0.json"), last), NOW_MS)
+    assert (info.value.outcome, info.value.error_class) == ("Busy", "weibo_mobile-empty-timeline")
+    tired = make_task("weibo_mobile", "5612345678", attempts=EMPTY_PAGE_RETRIES)
+    with pytest.raises(FetchError) as info:
+        WeiboMobileSource(ContainerMemo()).parse(tired, last, fetched(fixture("weibo_mobile_ok0.json"), last), NOW_MS)
+    assert (info.value.outcome, info.value.error_class) == ("NotFound", "no-content")
+    none = json.loads(profile_body(tabs))
+    none["data"]["userInfo"]["statuses_count"] = 0
+    last = _walk_empty_tabs(WeiboMobileSource(ContainerMemo()), TASK, json.dumps(none).encode())
+    assert "posts" not in last.state
+    with pytest.raises(FetchError) as info:
+        WeiboMobileSource(ContainerMemo()).parse(TASK, last, fetched(fixture("weibo_mobile_ok0.json"), last), NOW_MS)
+    assert info.value.outcome == "NotFound"
 
 
 def test_a_remembered_tab_gone_empty_goes_back_to_the_profile() -> None:
