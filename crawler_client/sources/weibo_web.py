@@ -10,7 +10,7 @@ Posts: ``id``/``idstr``/``mid`` (the same mid as m.weibo.cn's, so a post is one 
 source fetched it), ``mblogid`` (the base62 id of its URL), ``text`` (HTML) and ``text_raw`` (plain),
 ``created_at`` (``Sat Jun 05 12:00:00 +0800 2021``), counts, pictures as ``pic_ids`` + a ``pic_infos`` map,
 ``retweeted_status``, and pinned posts (``isTop``, ``mblogtype`` 2, a "置顶" title) first and out of order.
-An ``/ajax/statuses/show?id=`` answer (one post, at the top level) parses to that post.
+An ``/ajax/statuses/show?id=`` answer (one post, at the top level or under ``data``) parses to that post.
 
 Long posts (``isLongText``) are truncated: their ids go to ``ParsedPage.info["long_text_ids"]`` and
 ``extend_request`` asks ``/ajax/statuses/longtext?id={mblogid}`` for the full text (plain text with newlines).
@@ -148,8 +148,9 @@ class WeiboWebSource(PostOrder, SavedPages):
                 f"mymblog: unexpected envelope ok={str(doc.get('ok'))[:20]!r}{hint}",
             )
         data = doc.get("data")
-        if data is None and mblog_id(doc) and ("mblogid" in doc or "text_raw" in doc):
-            data = {"list": [doc]}  # an /ajax/statuses/show answer: the post itself
+        single = _is_post(doc) or _is_post(data)  # an /ajax/statuses/show answer: the post, bare or under "data"
+        if single:
+            data = {"list": [as_dict(data) if _is_post(data) else doc]}
         elif data is None or data in ({}, []):  # {"ok":1}: what the site answers past the last page
             return ParsedPage(items=[], info={"end": "no data"})
         data = as_dict(data)
@@ -164,7 +165,7 @@ class WeiboWebSource(PostOrder, SavedPages):
         mblogs = [mblog for mblog in posts if isinstance(mblog, dict)]
         owned, others = own_posts(task.target, mblogs, author_id, page.status, is_quick_repost)
         items, long_ids = self._posts(owned, task, now_ms)
-        result = ParsedPage(items=items, next_request=self._next(request, data, bool(posts)))
+        result = ParsedPage(items=items, next_request=None if single else self._next(request, data, bool(posts)))
         result.info = {key: str(data[key])[:40] for key in ("since_id", "total") if key in data}
         if long_ids:
             result.info["long_text_ids"] = ",".join(long_ids)
@@ -316,6 +317,12 @@ def pictures(mblog: dict[str, Any]) -> list[str]:
 def _best_url(info: dict[str, Any]) -> str:
     """The URL of the largest size a picture info lists ("" when none)."""
     return next((u for size in _PICTURE_SIZES if isinstance(u := as_dict(info.get(size)).get("url"), str) and u), "")
+
+
+def _is_post(value: object) -> bool:
+    """Whether ``value`` is one post (``/ajax/statuses/show``'s answer) rather than a page: a usable id and a post's
+    own fields. A profile answer's ``data`` holds a ``user`` too, but no id of its own."""
+    return isinstance(value, dict) and bool(mblog_id(value)) and ("mblogid" in value or "text_raw" in value)
 
 
 def _profile_page(user: dict[str, Any]) -> ParsedPage:

@@ -254,6 +254,32 @@ def test_a_statuses_show_answer_is_its_post() -> None:
     assert (post.id, post.text, post.permalink) == (4700000000009000, "单条", "https://weibo.com/5612345678/Kn7Aaaaaa")
 
 
+def test_a_statuses_show_answer_with_the_post_under_data_is_its_post_not_a_profile() -> None:
+    """Clients of ``/ajax/statuses/show`` in 2025–2026 also read the post under ``data`` (``{"ok":1,"data":{…}}``; one
+    checks ``ok`` then takes ``data``, another takes ``data`` when it is an object). Such an answer was read as
+    ``/ajax/profile/info`` (its ``data`` holds a ``user``): the post was lost and its author's counts printed. One post
+    is no timeline page either way: no next page is asked for."""
+    import json
+
+    mblog = {
+        "id": 4700000000009000,
+        "idstr": "4700000000009000",
+        "mblogid": "Kn7Aaaaaa",
+        "created_at": "Tue Jul 06 11:59:00 +0800 2021",
+        "text": "单条",
+        "text_raw": "单条",
+        "user": {"id": 5612345678, "screen_name": "测试用户", "statuses_count": 12},
+    }
+    for body in ({"ok": 1, "data": mblog}, {"ok": 1, **mblog}):
+        page = parse("weibo_web", TASK, SOURCE.first_request(TASK, BASE), json.dumps(body).encode())
+        (post,) = page.items
+        assert isinstance(post, Post) and (post.id, post.text) == (4700000000009000, "单条")
+        assert page.next_request is None
+    profile = {"ok": 1, "data": {"user": {"id": 5612345678, "screen_name": "测试用户", "statuses_count": 12}}}
+    page = parse("weibo_web", TASK, SOURCE.first_request(TASK, BASE), json.dumps(profile).encode())
+    assert page.items == [] and page.info["statuses_count"] == "12"  # /ajax/profile/info is still a profile
+
+
 def test_a_full_text_carried_inline_as_long_text_content_is_used_without_a_longtext_call() -> None:
     """``/ajax/statuses/show?id=…&isGetLongText=true`` (the call 2024–2026 clients make for one post) answers a long
     post with its full text inline, ``"longText": {"content": "…"}`` (plain text with newlines), beside the
