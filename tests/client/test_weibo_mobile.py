@@ -249,7 +249,7 @@ def test_every_tab_empty_while_the_profile_counts_posts_is_busy_then_not_found()
     period, its new posts unread. It is Busy ``weibo_mobile-empty-timeline`` (retried with the task's backoff), for
     ``EMPTY_PAGE_RETRIES`` failed visits in a row; then NotFound as before (an account showing none of its posts, such
     as one visible for half a year only). A profile counting no posts is NotFound at once."""
-    tabs = [{"tab_type": "weibo", "title": "微博", "containerid": "1076035612345678"}]
+    tabs: list[dict[str, object]] = [{"tab_type": "weibo", "title": "微博", "containerid": "1076035612345678"}]
     last = _walk_empty_tabs(WeiboMobileSource(ContainerMemo()), TASK, profile_body(tabs))
     assert last.state["posts"] == "1553" and last.params["containerid"] != "1076035612345678"  # a fallback tab
     with pytest.raises(FetchError) as info:
