@@ -68,6 +68,10 @@ MAX_PAGES = 100
 _PAGING_KEYS = ("maxPage", "totalPage", "hasMore", "hasNextPage")
 #: ``getCommentListPage``'s floor of comment rows (its ``data`` list).
 _LIST_FLOOR = "commentlist-list"
+#: The API gateway's code for a call without a valid login: public JD scripts read ``code`` 3 from api.m.jd.com's
+#: ``client.action`` as "the cookie has expired" (NobyDa's JD_DailyBonus), and JD's 7FRESH front end its gateway's 3 as
+#: "not logged in". With an ``echo`` beside it, it was taken for our own malformed call (``jd-bad-request``).
+NOT_LOGGED_IN_CODE = "3"
 #: ``sources.jd.endpoint`` values.
 ENDPOINTS = ("club", "api")
 #: The keys comment rows sit under in the answers we know (``getLegoWareDetailComment`` nests them).
@@ -219,6 +223,14 @@ class JdSource(ReviewOrder, SavedPages):
             raise ParseError("JD: not a JSON object", error_class="unexpected-format", http_status=page.status)
         _check_risk_body(doc, page.status)
         rows, holder = _rows(doc)
+        if rows is None and str(doc.get("code", "")) == NOT_LOGGED_IN_CODE:
+            # The gateway's "not logged in", with or without an ``echo``: a login mends it, unlike a malformed call.
+            raise _header_refusal(page) or fail(
+                Outcome.LoginRequired,
+                f"JD: code {NOT_LOGGED_IN_CODE} (not logged in) {str(doc.get('echo', doc.get('msg', '')))[:60]!r}",
+                error_class="jd-not-login",
+                http_status=page.status,
+            )
         if rows is None and "echo" in doc and str(doc.get("code", "")) not in ("", "0"):
             # The gateway refusing the call itself ("required string parameter 'functionId' is not present"): our
             # request is wrong, which no login mends.

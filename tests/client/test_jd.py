@@ -349,6 +349,20 @@ def test_a_gateway_refusing_the_request_is_a_parse_error_not_a_login_wall() -> N
 
 
 @pytest.mark.parametrize(
+    "body",
+    [b'{"code":"3","echo":"not login"}', b'{"code":3,"msg":"not login"}'],
+    ids=["with-echo", "number"],
+)
+def test_the_gateways_not_logged_in_code_is_a_login_wall_even_with_an_echo(body: bytes) -> None:
+    """Code 3 is JD's gateway saying the call has no valid login (public JD scripts read it so on api.m.jd.com). With an
+    ``echo`` beside it, it was read as our own malformed call (ParseError ``jd-bad-request``), which no login mends:
+    the account was never rested or renewed. It is LoginRequired ``jd-not-login``."""
+    with pytest.raises(FetchError) as info:
+        parse("jd", TASK, SOURCE.first_request(TASK, BASE), body)
+    assert (info.value.outcome, info.value.error_class) == ("LoginRequired", "jd-not-login")
+
+
+@pytest.mark.parametrize(
     "login_url",
     [
         "https://plogin.m.jd.com/login/login?appid=300&returnurl=https%3A%2F%2Fitem.m.jd.com%2F",
