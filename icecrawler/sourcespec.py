@@ -38,6 +38,9 @@ __all__ = [
 
 #: The package searched for built-in sources.
 SOURCE_PACKAGE = "crawler_client.sources"
+#: Modules of the source package that hold the shared mechanism, not a source: they declare no ``SOURCE`` by design
+#: (the other helpers' names start with "_" and are not looked at).
+HELPER_MODULES = frozenset({"base"})
 #: Extra source modules (comma-separated module names) loaded after the built-in ones.
 ENV_MODULES = "ICECRAWLER_SOURCE_MODULES"
 #: Storage tables and what identifies one row in each (a source's items land in exactly one).
@@ -138,7 +141,7 @@ class Registry(Mapping[str, SourceSpec]):
         self._specs: dict[str, SourceSpec] | None = None
         self._classes: dict[str, Any] = {}
         self._modules: dict[str, Any] = {}
-        #: Modules of the source package that define no ``SOURCE`` (``base``; or a new source missing its last line).
+        #: Modules of the source package, helpers aside, that define no ``SOURCE``: a new source missing its last line.
         self._sourceless: set[str] = set()
 
     def _load(self) -> dict[str, SourceSpec]:
@@ -156,8 +159,9 @@ class Registry(Mapping[str, SourceSpec]):
                 extra = [name.strip() for name in os.environ.get(ENV_MODULES, "").split(",") if name.strip()]
                 found: dict[str, SourceSpec] = {}
                 for module_name in names:
-                    if self._add(importlib.import_module(module_name), found) is None:
-                        self._sourceless.add(module_name.rpartition(".")[2])
+                    short = module_name.rpartition(".")[2]
+                    if self._add(importlib.import_module(module_name), found) is None and short not in HELPER_MODULES:
+                        self._sourceless.add(short)
                 for module_name in extra:
                     try:
                         module = importlib.import_module(module_name)

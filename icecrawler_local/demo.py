@@ -30,6 +30,7 @@ from typing import Any
 
 from icecrawler import durable
 from icecrawler.processes import interrupts_once
+from icecrawler.sourcespec import registry
 from icecrawler_local.oracle import StoredItem, stored_index, truth_index
 from icecrawler_local.stack import SITE_PREFIX, Stack, running_stack
 from sandbox.cli import add_trace_options, trace_options_scenario, traces_line
@@ -160,7 +161,9 @@ def write_summary(path: Path, result: DemoResult) -> None:
 
 def summarize(stack: Stack, cutoff_wall_ms: int, with_fetches: bool = True) -> DemoResult:
     """Published (up to the cut-off) vs stored, per source, from the sandbox's truth and the embedded store."""
-    result = judge(stack.truth()["items"], stack.stored(), cutoff_wall_ms)
+    stored_rows = stack.stored()  # before the truth: every item stored by then was published by then, so an item
+    # stored between the two reads while clients still crawl is not taken for one the sandbox never published
+    result = judge(stack.truth()["items"], stored_rows, cutoff_wall_ms)
     if with_fetches:
         for source, prefix in SITE_PREFIX.items():
             result.sources.setdefault(source, SourceSummary(source)).fetches = len(stack.requests(site=prefix))
@@ -216,15 +219,28 @@ def render_table(result: DemoResult, speed: float) -> str:
         f"stored items published after it; lag = fetch - publish for items published during the run, in "
         f"simulated minutes at speed {speed:g})"
     )
-    lines.extend(
-        f"{summary.source}: {summary.unmatched} stored items match no item the sandbox published. The judge "
-        f"(icecrawler_local/oracle.py, item_key) knows an item by its id: the parser's id must be the one the "
-        f"sandbox's page shows, the review_id of sandbox/content.py's SimReview as decimal text for a review "
-        f'(CONTRIBUTING.md, "Adding a source", step 1)'
-        for summary in result.sources.values()
-        if summary.unmatched
-    )
+    lines.extend(unmatched_note(summary) for summary in result.sources.values() if summary.unmatched)
     return "\n".join(lines)
+
+
+def unmatched_note(summary: SourceSummary) -> str:
+    """Why stored items of a source match nothing published, by how the judge knows that source's items
+    (``icecrawler_local.oracle.item_key``): by id, or by time and text where its pages show no ids."""
+    spec = registry.get(summary.source)
+    if spec is not None and not spec.shows_item_ids:
+        how = (
+            "by product, time and text (its pages show no review ids): the parser must read the created-at time "
+            "and the text as the sandbox's page shows them"
+        )
+    else:
+        how = (
+            "by its id: the parser's id must be the one the sandbox's page shows, the review_id of "
+            "sandbox/content.py's SimReview as decimal text for a review"
+        )
+    return (
+        f"{summary.source}: {summary.unmatched} stored items match no item the sandbox published. The judge "
+        f'(icecrawler_local/oracle.py, item_key) knows an item {how} (CONTRIBUTING.md, "Adding a source", step 1)'
+    )
 
 
 class PeriodTracker:

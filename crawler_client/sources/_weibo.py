@@ -171,8 +171,9 @@ def is_pinned(mblog: dict[str, Any]) -> bool:
 
 def said(doc: dict[str, Any]) -> str:
     """What an envelope says: its ``msg`` (m.weibo.cn, and the older answers of both APIs), else its ``message``
-    (weibo.com's ``/ajax`` API words its ``ok:0`` answers so, beside an ``error_code``); "" when neither is text."""
-    for key in ("msg", "message"):
+    (weibo.com's ``/ajax`` API words its ``ok:0`` answers so, beside an ``error_code``), else its ``error`` (the open
+    API's shape: ``error``, ``error_code``, ``request``, no ``ok``); "" when none is text."""
+    for key in ("msg", "message", "error"):
         value = doc.get(key)
         if isinstance(value, str) and value.strip():
             return value
@@ -419,7 +420,8 @@ def json_envelope(page: FetchedPage, text: str, what: str) -> dict[str, Any]:
     wall = wall_of(doc, page.status)
     if wall is not None:
         raise wall
-    if doc.get("ok") not in (1, "1", None):
+    ok = doc.get("ok")
+    if ok not in (1, "1", None) or (ok is None and "error_code" in doc):  # the open API's errors carry no ``ok``
         error = message_error(doc, page.status)
         if error is not None:
             raise error

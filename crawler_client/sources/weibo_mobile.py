@@ -42,6 +42,7 @@ from crawler_client.sources._decode import (
 from crawler_client.sources._detect import EMPTY_PAGE_RETRIES, WEIBO_MARKERS, fail, unparsable
 from crawler_client.sources._headers import MOBILE_UA, XHR_JSON
 from crawler_client.sources._weibo import (
+    NOTHING_MORE,
     as_dict,
     author_id,
     check_end_of_list,
@@ -343,7 +344,8 @@ class WeiboMobileSource(PostOrder, SavedPages):
             return ParsedPage(items=[], next_request=following, info={"empty_tab": empty})
         error = first_page_ok0(doc, status)
         counted = parse_count(request.state.get("posts", ""))
-        if error.outcome is Outcome.NotFound and counted and task.attempts < EMPTY_PAGE_RETRIES:
+        says_nothing_here = any(text in said(doc) for text in NOTHING_MORE)  # not gone (GONE, error_code 20003)
+        if error.outcome is Outcome.NotFound and says_nothing_here and counted and task.attempts < EMPTY_PAGE_RETRIES:
             # The profile just counted posts and every tab says there are none: m.weibo.cn's risk control answers
             # 这里还没有内容 so (2026 clients moved to weibo.com's API for it). Busy, retried with the task's backoff;
             # after EMPTY_PAGE_RETRIES such visits in a row the account is taken to show none (half-year visibility).

@@ -219,6 +219,14 @@ def test_a_source_module_in_the_tree_without_its_source_line_is_told_so(
         fresh.spec("elsewhere")  # a name no module of the package has: declared outside, perhaps
 
 
+def test_the_source_packages_helper_module_is_not_taken_for_a_source_missing_its_line() -> None:
+    """``base`` holds the shared mechanism and declares no source by design: asking for a source named "base" told
+    the user to end that module with ``SOURCE = ...``."""
+    with pytest.raises(ConfigError) as info:
+        registry.spec("base")
+    assert "defines no SOURCE" not in str(info.value) and "unknown source 'base'" in str(info.value)
+
+
 def test_a_source_module_named_by_its_file_is_told_how_to_name_it(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

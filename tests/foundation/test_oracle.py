@@ -145,3 +145,46 @@ def test_the_demo_says_when_stored_items_match_nothing_the_sandbox_published() -
     assert note.startswith("jd: 1 stored items match no item the sandbox published") and "Adding a source" in note
     clean = judge(PUBLISHED, [oracle.StoredItem(jd, 0)], cutoff_wall_ms=1)
     assert clean.sources["jd"].unmatched == 0 and "match no item" not in render_table(clean, 60)
+
+
+def test_the_unmatched_note_names_what_the_judge_matches_a_source_by() -> None:
+    """ECSHOP's pages show no review ids, so the judge knows its items by time and text: the note told a parser
+    author of such a source to match ids, which would not help."""
+    from icecrawler_local.demo import judge, render_table
+
+    result = judge(PUBLISHED, [oracle.StoredItem(("ecshop", "42", 0, "another text"), 0)], cutoff_wall_ms=1)
+    note = render_table(result, 60).splitlines()[-1]
+    assert note.startswith("ecshop: 1 stored items match no item") and "time and text" in note and "its id" not in note
+
+
+class _CrawlingStack:
+    """A stack whose clients store one more item, just published, between any two reads (the demo's final
+    summary runs while clients still crawl)."""
+
+    def __init__(self) -> None:
+        self.items: list[dict[str, Any]] = [dict(PUBLISHED[2])]
+        self.rows: list[oracle.StoredItem] = [oracle.StoredItem(oracle.truth_key(PUBLISHED[2]), 0)]
+
+    def _crawl(self) -> None:
+        item = dict(PUBLISHED[2], id=str(17230100 + len(self.items)), published_wall_ms=10)
+        self.items.append(item)
+        self.rows.append(oracle.StoredItem(oracle.truth_key(item), 0))
+
+    def truth(self) -> dict[str, Any]:
+        items = list(self.items)
+        self._crawl()
+        return {"items": items}
+
+    def stored(self) -> list[oracle.StoredItem]:
+        rows = list(self.rows)
+        self._crawl()
+        return rows
+
+
+def test_an_item_published_and_stored_between_the_summarys_reads_is_not_unmatched() -> None:
+    """The summary read the truth first and the store second: an item published and stored in between was counted
+    as matching nothing the sandbox published, with a note blaming the parser's ids."""
+    from icecrawler_local.demo import summarize
+
+    result = summarize(_CrawlingStack(), cutoff_wall_ms=5, with_fetches=False)  # type: ignore[arg-type]
+    assert result.sources["jd"].unmatched == 0 and result.sources["jd"].stored == 1
