@@ -362,6 +362,19 @@ class AccountPool:
         if pooled is not None:
             pooled.frozen.extend(until, reason)
 
+    def by_source(self, now: float) -> dict[str, dict[str, int]]:
+        """For each source crawled with configured accounts (``needs_account`` or named by an account; not one
+        leased with visitor sessions): how many of its accounts are usable ("ok") and how many are frozen. A source
+        with none "ok" is not crawled at all: its tasks wait, and no report says so (the metrics and status do)."""
+        sources = sorted(source for source in self.needs_account | self._served if not self.uses_visitors(source))
+        counts = {source: {"ok": 0, "frozen": 0} for source in sources}
+        for pooled in self._accounts.values():
+            state = "frozen" if pooled.frozen.until > now else "ok"
+            for source in pooled.sources:
+                if source in counts:
+                    counts[source][state] += 1
+        return counts
+
     def describe(self, now: float) -> dict[str, Any]:
         """Per-account state for status, visitor sessions under ``visitor:<source>``: never the cookies."""
         visitors = {

@@ -239,6 +239,13 @@ class SchedulerMetrics:
             ["state"],
         )
         yield gauge(
+            p + "source_accounts",
+            "Pooled accounts that can crawl each source crawled with accounts, by state (ok, frozen): none ok means "
+            "the source is not crawled at all (IcecrawlerNoUsableAccount).",
+            {(source, state): n for source, states in values["source_accounts"].items() for state, n in states.items()},
+            ["source", "state"],
+        )
+        yield gauge(
             p + "open_page_cap_gaps",
             "Tasks whose last crawl stopped at the page cap before reaching its "
             "cursor: their next visits close the gap first (docs/ARCHITECTURE.md, Guarantees).",

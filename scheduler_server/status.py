@@ -40,6 +40,8 @@ def stats(core: SchedulerCore) -> dict[str, Any]:
             "detail": {
                 "hosts": core.gate.describe(wall),
                 "accounts": core.accounts.describe(wall),
+                # Per source crawled with accounts: how many are usable and frozen (none usable: not crawled).
+                "source_accounts": core.accounts.by_source(wall),
                 "listings": listings,
                 "policy": core.policy.name,
                 "lease_s": core.config.lease_s,
@@ -64,9 +66,9 @@ def _revisit(core: SchedulerCore) -> dict[str, Any]:
 
 def gauges(core: SchedulerCore) -> dict[str, Any]:
     """Cheap current values for the metrics (no B-tree read): task counts, the due backlog (pending tasks due
-    now, and how long the most overdue one has waited, simulated seconds), blocked hosts, accounts by state,
-    open page-cap gaps, visitor sessions minted and renewed per source, and what the ``rate`` policy steers by
-    (``RatePolicy.describe``; {} with another policy)."""
+    now, and how long the most overdue one has waited, simulated seconds), blocked hosts, accounts by state (and
+    by source: ``AccountPool.by_source``), open page-cap gaps, visitor sessions minted and renewed per source,
+    and what the ``rate`` policy steers by (``RatePolicy.describe``; {} with another policy)."""
     with core.lock:
         wall = core.clocks.wall()
         now_ms = int(core.clocks.now() * 1000)
@@ -76,6 +78,7 @@ def gauges(core: SchedulerCore) -> dict[str, Any]:
         first_ms = core.queues.first_due_ms()
         hosts = core.gate.describe(wall)
         accounts = core.accounts.describe(wall)
+        source_accounts = core.accounts.by_source(wall)
         counts = dict(core.counts)
         open_gaps = len(core.open_gaps)
         rate = _revisit(core)
@@ -94,6 +97,7 @@ def gauges(core: SchedulerCore) -> dict[str, Any]:
         "blocked_hosts": sum(1 for reason in block_reasons if not reason.startswith(HELD_BY_OPERATOR)),
         "held_hosts": sum(1 for reason in block_reasons if reason.startswith(HELD_BY_OPERATOR)),
         "accounts": states,
+        "source_accounts": source_accounts,
         "open_gaps": open_gaps,
         "visitor_renewals": {source: v["renewals"] for source, v in visitors.items()},
         "visitor_mints": {source: v["mints"] for source, v in visitors.items()},

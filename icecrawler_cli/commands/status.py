@@ -58,6 +58,12 @@ def scheduler_section(comm: Ice.Communicator) -> dict[str, Any]:
         section[key] = {name: value for shard in shards for name, value in shard.get(key, {}).items()}
     section["shutting_down"] = any(shard.get("shutting_down") for shard in shards)
     section["open_gaps"] = sum(shard.get("open_gaps", 0) for shard in shards)
+    # Each shard has its own pool (a freeze comes from its own reports): a source's accounts are said per shard.
+    section["source_accounts"] = {
+        f"{source} on shard {number}": counts
+        for number, shard in enumerate(shards)
+        for source, counts in shard.get("source_accounts", {}).items()
+    }
     section.pop("revisit", None)  # each shard's own policy state: under ``by_shard`` only
     section["by_shard"] = shards
     return section
@@ -134,6 +140,12 @@ def render_text(report: dict[str, Any]) -> str:
             f"  account {account}: {a['state']}{frozen}, {a['used_last_min']:.0f}/{a['budget_per_min']} "
             f"requests this minute{refreshed}"
         )
+    for source, counts in s.get("source_accounts", {}).items():
+        if not counts["ok"]:  # its tasks are not leased, so no report (and no crawl alert) says it
+            why = f"no usable account ({counts['frozen']} frozen)" if counts["frozen"] else "no account can crawl it"
+            lines.append(
+                f"  source {source}: {why}: its tasks wait (renew the logins in scheduler.accounts_dir, then SIGHUP)"
+            )
     for listing, discovered in s.get("listings", {}).items():
         lines.append(f"  {listing}: {discovered} products discovered")
     storage = report.get("storage", {})

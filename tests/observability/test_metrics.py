@@ -27,6 +27,7 @@ from icecrawler.models import Outcome, Report, Task, TaskKind
 from icecrawler.processes import free_port
 from icecrawler.settings import Settings
 from icecrawler.targets import PROBE_TIMEOUT_S, candidate_ports, discover, keep_listed, listed, write_targets
+from icecrawler_cli.commands.status import render_text
 from scheduler_server.codec import TaskRecord
 from scheduler_server.core import SchedulerCore
 from scheduler_server.metrics import SMALL_BATCH, SchedulerMetrics
@@ -39,6 +40,7 @@ from storage_server.stores import MemoryStore
 from tests.helpers import wait_for
 from tests.observability.prom import DEPLOY, consecutive_free_ports, documented, promtool_check
 from tests.scheduler.conftest import ManualClocks, make_settings
+from tests.scheduler.test_account_reload import accounts_dir
 from tests.storage.conftest import make_post
 
 
@@ -332,6 +334,50 @@ def test_scheduler_metrics_count_leases_reports_expiries_and_groups() -> None:
     assert "icecrawler_scheduler_due_backlog_age_seconds 3540.0" in text
     assert undocumented(text) == []
     promtool_check(text)
+
+
+def test_scheduler_metrics_show_a_source_whose_every_account_is_frozen(tmp_path: Path) -> None:
+    """Once every account of a source is frozen its tasks are no longer leased, so no report counts anything
+    (IcecrawlerBannedOrLoginRequired reads reports): the usable accounts per source say it, and count one that
+    needs an account and has none; a source crawled without one has no series."""
+    clocks = ManualClocks()
+    only_pc = 'sources = ["weibo_pc"]\n'
+    accounts = accounts_dir(
+        tmp_path,
+        f'[[account]]\nid = "a1"\ncookies = "SUB=one"\n{only_pc}\n'
+        f'[[account]]\nid = "a2"\ncookies = "SUB=two"\n{only_pc}',
+    )
+    settings = make_settings(
+        scheduler__accounts_dir=str(accounts),
+        scheduler__account_sources="weibo_pc,weibo_mobile",
+        scheduler__account_freeze_s=3600.0,
+    )
+    core = SchedulerCore.from_settings(settings, MemoryQueueStore(), clocks)
+    registry = CollectorRegistry()
+    SchedulerMetrics(core).register(registry)
+    core.add(["weibo_pc:1", "weibo_pc:2"], TaskKind.WeiboUser)
+    core.add(["jd:3"], TaskKind.ProductReviews)
+    text = render(registry)
+    assert 'icecrawler_scheduler_source_accounts{source="weibo_pc",state="ok"} 2.0' in text
+    assert 'icecrawler_scheduler_source_accounts{source="weibo_mobile",state="ok"} 0.0' in text  # none configured
+    assert not [
+        line for line in text.splitlines() if line.startswith('icecrawler_scheduler_source_accounts{source="jd"')
+    ]
+    for task in core.lease("w", 3):
+        if task.source == "weibo_pc":
+            core.report([Report(task.id, task.lease_token, outcome=Outcome.LoginRequired)])
+    clocks.advance(120)  # both due again, both accounts still frozen: nothing of weibo_pc is leased
+    assert [task.source for task in core.lease("w", 3)] == ["jd"]  # jd reported nothing and expired: due again
+    text = render(registry)
+    assert 'icecrawler_scheduler_source_accounts{source="weibo_pc",state="ok"} 0.0' in text
+    assert 'icecrawler_scheduler_source_accounts{source="weibo_pc",state="frozen"} 2.0' in text
+    assert undocumented(text) == []
+    promtool_check(text)
+    said = render_text({"scheduler": {**core.stats(), **core.stats()["detail"]}})
+    assert "source weibo_pc: no usable account (2 frozen)" in said
+    assert "source weibo_mobile: no account can crawl it" in said
+    clocks.advance(3600)  # thawed
+    assert 'icecrawler_scheduler_source_accounts{source="weibo_pc",state="ok"} 2.0' in render(registry)
 
 
 def test_scheduler_metrics_show_what_the_rate_policy_steers_by() -> None:
