@@ -152,10 +152,20 @@ def render_text(report: dict[str, Any]) -> str:
     if storage.get("failed"):
         lines.append(f"storage at {storage.get('proxy', '?')}: reachable but failed: {storage['failed']}")
     elif storage.get("reachable"):
-        lines.append(
-            f"storage ({storage['backend']}): {storage['posts']} posts, {storage['reviews']} reviews, "
-            f"spool depth {storage['spool_depth']}"
+        backend = storage["backend"]
+        # -1: the backend did not answer its row counts in time (down, or slow)
+        counts = (
+            f"{storage['posts']} posts, {storage['reviews']} reviews"
+            if storage["posts"] >= 0 and storage["reviews"] >= 0
+            else "row counts unknown (the backend did not answer them)"
         )
+        lines.append(f"storage ({backend}): {counts}, spool depth {storage['spool_depth']}")
+        if storage.get("backend_up") is False:
+            error = f" ({shown(storage['last_backend_error'])})" if storage.get("last_backend_error") else ""
+            lines.append(
+                f"  backend {backend} DOWN: its writes fail{error}; records are kept in the spool and written once "
+                "it is back (docs/DEPLOY.md: IcecrawlerStorageBackendDown)"
+            )
     else:
         tried = f" at {storage['proxy']} ({storage.get('error', 'no answer')})" if storage.get("proxy") else ""
         lines.append(f"storage: not reachable{tried}")

@@ -20,6 +20,7 @@ from icecrawler.models import Post
 from icecrawler.processes import ManagedProcess, ProcessGroup, free_port, icecrawler_argv, wait_for_port
 from icecrawler_cli.commands.export import Progress
 from icecrawler_cli.commands.tasks import pages
+from tests.storage.conftest import make_post
 
 pytestmark = [pytest.mark.ice]
 
@@ -251,6 +252,29 @@ def test_an_unreachable_server_is_named_by_the_proxy_that_was_tried(scheduler: s
     assert storage["reachable"] is False and storage["proxy"].startswith("storage:tcp -h 127.0.0.1 -p ")
     text = _cli("status", proxy=scheduler, tmp=tmp_path)
     assert "storage: not reachable at storage:tcp -h 127.0.0.1 -p " in text.stdout, text.stdout
+
+
+def test_status_says_in_words_that_the_storage_backend_is_down(scheduler: str, tmp_path: Path) -> None:
+    """HBase down (nothing listens at its Thrift port): storage spools what it is given and status says the backend
+    is down and why, rather than "-1 posts, -1 reviews" and a spool depth for the operator to decode."""
+    port, thrift = free_port(), free_port()
+    with ProcessGroup(tmp_path / "logs") as group:
+        backend = ["storage.backend=hbase", f"storage.hbase.port={thrift}", "storage.hbase.timeout_s=2"]
+        paths = [f"storage.spool_dir={tmp_path / 'spool'}", "metrics.storage.port=0"]
+        listening(group, "storage", port, *(arg for pair in backend + paths for arg in ("--set", pair)))
+        proxy = f"storage:tcp -h 127.0.0.1 -p {port}"
+        with rpc.communicator() as comm:
+            ack = rpc.crawler().StoragePrx(comm, proxy).writeWB([rpc.post_to_slice(make_post(1))])
+        assert (ack.stored, ack.spooled) == (0, 1)
+        conf = tmp_path / "client.conf"
+        conf.write_text(f"Scheduler.Proxy={scheduler}\nStorage.Proxy={proxy}\n")
+        result = subprocess.run(
+            icecrawler_argv("status", f"--Ice.Config={conf}"), capture_output=True, text=True, timeout=60
+        )
+    assert result.returncode == 0, result.stderr
+    assert "storage (hbase): row counts unknown (the backend did not answer them), spool depth 1" in result.stdout
+    assert "backend hbase DOWN: its writes fail (" in result.stdout and str(thrift) in result.stdout, result.stdout
+    assert "-1 posts" not in result.stdout
 
 
 def test_status_with_a_malformed_storage_proxy_still_reports_the_scheduler(scheduler: str, tmp_path: Path) -> None:
