@@ -51,6 +51,11 @@ def scheduler_section(comm: Ice.Communicator) -> dict[str, Any]:
         shard_stats(proxy, "scheduler" if len(proxies) == 1 else f"scheduler shard {shard}")
         for shard, proxy in enumerate(proxies)
     ]
+    return merged(shards)
+
+
+def merged(shards: list[dict[str, Any]]) -> dict[str, Any]:
+    """One section for the stats of every shard (one shard: its own)."""
     if len(shards) == 1:
         return shards[0]
     section = {**shards[0], **{key: sum(shard[key] for shard in shards) for key in _SUMMED}}

@@ -27,7 +27,7 @@ from icecrawler.models import Outcome, Report, Task, TaskKind
 from icecrawler.processes import free_port
 from icecrawler.settings import Settings
 from icecrawler.targets import PROBE_TIMEOUT_S, candidate_ports, discover, keep_listed, listed, write_targets
-from icecrawler_cli.commands.status import render_text
+from icecrawler_cli.commands.status import merged, render_text
 from scheduler_server.codec import TaskRecord
 from scheduler_server.core import SchedulerCore
 from scheduler_server.metrics import SMALL_BATCH, SchedulerMetrics
@@ -376,6 +376,12 @@ def test_scheduler_metrics_show_a_source_whose_every_account_is_frozen(tmp_path:
     said = render_text({"scheduler": {**core.stats(), **core.stats()["detail"]}})
     assert "source weibo_pc: no usable account (2 frozen)" in said
     assert "source weibo_mobile: no account can crawl it" in said
+    # Two shards, each with its own pool: the source is said per shard, of the one whose accounts are frozen.
+    healthy = SchedulerCore.from_settings(settings, MemoryQueueStore(), clocks)
+    two = merged([{**core.stats(), **core.stats()["detail"]}, {**healthy.stats(), **healthy.stats()["detail"]}])
+    said = render_text({"scheduler": two})
+    assert "source weibo_pc on shard 0: no usable account (2 frozen)" in said
+    assert "weibo_pc on shard 1" not in said
     clocks.advance(3600)  # thawed
     assert 'icecrawler_scheduler_source_accounts{source="weibo_pc",state="ok"} 2.0' in render(registry)
 
