@@ -239,6 +239,14 @@ class SchedulerMetrics:
             ["state"],
         )
         yield gauge(
+            p + "source_blocked_seconds",
+            "How long the host each source is crawled at stays blocked by the site (a ban or rate limit: its "
+            "Retry-After, else scheduler.host_block_s; 0 when it is not): nothing of the source is leased meanwhile. "
+            "An operator's hold is not counted (held_hosts).",
+            {(source,): seconds for source, seconds in values["source_blocked_s"].items()},
+            ["source"],
+        )
+        yield gauge(
             p + "source_accounts",
             "Pooled accounts that can crawl each source crawled with accounts, by state (ok, frozen): none ok means "
             "the source is not crawled at all (IcecrawlerNoUsableAccount).",

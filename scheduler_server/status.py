@@ -66,9 +66,10 @@ def _revisit(core: SchedulerCore) -> dict[str, Any]:
 
 def gauges(core: SchedulerCore) -> dict[str, Any]:
     """Cheap current values for the metrics (no B-tree read): task counts, the due backlog (pending tasks due
-    now, and how long the most overdue one has waited, simulated seconds), blocked hosts, accounts by state (and
-    by source: ``AccountPool.by_source``), open page-cap gaps, visitor sessions minted and renewed per source,
-    and what the ``rate`` policy steers by (``RatePolicy.describe``; {} with another policy)."""
+    now, and how long the most overdue one has waited, simulated seconds), blocked hosts (and how long each
+    source's host stays blocked by the site), accounts by state (and by source: ``AccountPool.by_source``), open
+    page-cap gaps, visitor sessions minted and renewed per source, and what the ``rate`` policy steers by
+    (``RatePolicy.describe``; {} with another policy)."""
     with core.lock:
         wall = core.clocks.wall()
         now_ms = int(core.clocks.now() * 1000)
@@ -86,6 +87,15 @@ def gauges(core: SchedulerCore) -> dict[str, Any]:
     # derivative) would go quiet while it grows.
     due = sum(1 for due_ms in due_times if due_ms <= now_ms)
     block_reasons = [str(host["block"]["reason"]) for host in hosts.values() if host["block"]["reason"]]
+    # A source stands still while the site keeps its host blocked (a ban, a long Retry-After): its tasks are not
+    # leased, so no report says so. An operator's hold is the operator's own doing (held_hosts).
+    blocks = {name: host["block"] for name, host in hosts.items()}
+    source_blocked = {
+        source: float(blocks[host]["held_for_s"])
+        if host in blocks and blocks[host]["reason"] and not str(blocks[host]["reason"]).startswith(HELD_BY_OPERATOR)
+        else 0.0
+        for source, host in core.config.hosts.items()
+    }
     visitors = core.accounts.visitors.describe(wall)
     states: dict[str, int] = {"ok": 0, "frozen": 0}
     for account in accounts.values():
@@ -98,6 +108,7 @@ def gauges(core: SchedulerCore) -> dict[str, Any]:
         "held_hosts": sum(1 for reason in block_reasons if reason.startswith(HELD_BY_OPERATOR)),
         "accounts": states,
         "source_accounts": source_accounts,
+        "source_blocked_s": source_blocked,
         "open_gaps": open_gaps,
         "visitor_renewals": {source: v["renewals"] for source, v in visitors.items()},
         "visitor_mints": {source: v["mints"] for source, v in visitors.items()},

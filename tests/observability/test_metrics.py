@@ -21,7 +21,7 @@ from crawler_client.http import Fetcher, FetchPolicy
 from crawler_client.sources.base import PageRequest
 from crawler_client.transport import RawResponse
 from icecrawler.clock import ClockJumpWatch
-from icecrawler.errors import ConfigError
+from icecrawler.errors import ConfigError, NoWorkError
 from icecrawler.metrics import FOLD_AT, Buckets, MetricsConfig, ScrapeCollector, Tally, serve, status_class
 from icecrawler.models import Outcome, Report, Task, TaskKind
 from icecrawler.processes import free_port
@@ -384,6 +384,38 @@ def test_scheduler_metrics_show_a_source_whose_every_account_is_frozen(tmp_path:
     assert "weibo_pc on shard 1" not in said
     clocks.advance(3600)  # thawed
     assert 'icecrawler_scheduler_source_accounts{source="weibo_pc",state="ok"} 2.0' in render(registry)
+
+
+def test_scheduler_metrics_show_how_long_a_site_keeps_each_sources_host_blocked() -> None:
+    """A rate limit with a long Retry-After blocks the source's host: none of its tasks is leased, so no report says
+    anything after the one that blocked it. The block per source says it; an operator's hold is not the site's."""
+    clocks = ManualClocks()
+    hosts = {
+        "sources__jd__base_url": "http://127.0.0.2:8800/jd",
+        "sources__ecshop__base_url": "http://127.0.0.3:8800/ecshop",
+    }
+    settings = make_settings(scheduler__max_period_s=86400.0, **hosts)
+    core = SchedulerCore.from_settings(settings, MemoryQueueStore(), clocks)
+    registry = CollectorRegistry()
+    SchedulerMetrics(core).register(registry)
+    core.add(["jd:1", "ecshop:2"], TaskKind.ProductReviews)
+    text = render(registry)
+    assert 'icecrawler_scheduler_source_blocked_seconds{source="jd"} 0.0' in text
+    jd = next(task for task in core.lease("w", 2) if task.source == "jd")
+    core.report([Report(jd.id, jd.lease_token, outcome=Outcome.RateLimited, retry_after_s=3600.0)])
+    core.hold_host(core.config.hosts["ecshop"], 900.0, "maintenance")
+    clocks.advance(600)
+    with pytest.raises(NoWorkError):  # jd blocked by the site, ecshop (its lease expired) held by the operator
+        core.lease("w", 2)
+    text = render(registry)
+    assert 'icecrawler_scheduler_source_blocked_seconds{source="jd"} 3000.0' in text
+    assert 'icecrawler_scheduler_source_blocked_seconds{source="ecshop"} 0.0' in text  # the operator's hold
+    assert 'icecrawler_scheduler_source_blocked_seconds{source="weibo_pc"} 0.0' in text
+    assert "icecrawler_scheduler_held_hosts 1.0" in text
+    assert undocumented(text) == []
+    promtool_check(text)
+    clocks.advance(3000)
+    assert 'icecrawler_scheduler_source_blocked_seconds{source="jd"} 0.0' in render(registry)
 
 
 def test_scheduler_metrics_show_what_the_rate_policy_steers_by() -> None:
