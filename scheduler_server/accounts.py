@@ -225,6 +225,9 @@ class AccountPool:
         self._refreshes_said = LogThrottle(interval_s=3600.0)
         self.budget_per_min = budget_per_min
         self.freeze_s = freeze_s
+        #: Refreshes of the logins by the sites since start, taken and ignored (``refresh_refusal``), whatever the
+        #: accounts files say meanwhile: the metrics' counters (each account's own counts are in ``describe``).
+        self.refreshes = {"taken": 0, "refused": 0}
         self._next = 0
         self.visitors = visitors if visitors is not None else VisitorSessions({})
         self._take(accounts)
@@ -294,6 +297,7 @@ class AccountPool:
         refusal = refresh_refusal(pooled.account.cookie_blob, refreshed)
         if refusal is not None:
             pooled.refused += 1
+            self.refreshes["refused"] += 1
             admitted = self._refusals.admit(account_id)
             if admitted is not None:
                 log.warning(
@@ -307,6 +311,7 @@ class AccountPool:
         if current.cookie_blob != refreshed:
             pooled.refreshed[site] = Account(account_id, refreshed)
             pooled.refreshes += 1
+            self.refreshes["taken"] += 1
             said = self._refreshes_said.admit((account_id, site))
             if said is not None:
                 log.info(

@@ -293,6 +293,14 @@ class SchedulerMetrics:
             {(source,): n for source, n in values["visitor_renewals"].items()},
         )
         yield counter_family(
+            p + "login_refreshes",
+            "Logins the sites refreshed (Set-Cookie on their answers), by result: taken (leased from then on) or "
+            "refused (unreadable, of another login, or naming cookies the accounts file does not). Refused ones "
+            "leave the pasted login to expire.",
+            ["result"],
+            {(result,): n for result, n in values["login_refreshes"].items()},
+        )
+        yield counter_family(
             p + "leases",
             "Tasks leased, by source.",
             ["source"],

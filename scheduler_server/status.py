@@ -67,9 +67,9 @@ def _revisit(core: SchedulerCore) -> dict[str, Any]:
 def gauges(core: SchedulerCore) -> dict[str, Any]:
     """Cheap current values for the metrics (no B-tree read): task counts, the due backlog (pending tasks due
     now, and how long the most overdue one has waited, simulated seconds), blocked hosts (and how long each
-    source's host stays blocked by the site), accounts by state (and by source: ``AccountPool.by_source``), open
-    page-cap gaps, visitor sessions minted and renewed per source, and what the ``rate`` policy steers by
-    (``RatePolicy.describe``; {} with another policy)."""
+    source's host stays blocked by the site), accounts by state (and by source: ``AccountPool.by_source``), the
+    sites' refreshes of their logins taken and ignored, open page-cap gaps, visitor sessions minted and renewed per
+    source, and what the ``rate`` policy steers by (``RatePolicy.describe``; {} with another policy)."""
     with core.lock:
         wall = core.clocks.wall()
         now_ms = int(core.clocks.now() * 1000)
@@ -80,6 +80,7 @@ def gauges(core: SchedulerCore) -> dict[str, Any]:
         hosts = core.gate.describe(wall)
         accounts = core.accounts.describe(wall)
         source_accounts = core.accounts.by_source(wall)
+        refreshes = dict(core.accounts.refreshes)
         counts = dict(core.counts)
         open_gaps = len(core.open_gaps)
         rate = _revisit(core)
@@ -109,6 +110,7 @@ def gauges(core: SchedulerCore) -> dict[str, Any]:
         "accounts": states,
         "source_accounts": source_accounts,
         "source_blocked_s": source_blocked,
+        "login_refreshes": refreshes,
         "open_gaps": open_gaps,
         "visitor_renewals": {source: v["renewals"] for source, v in visitors.items()},
         "visitor_mints": {source: v["mints"] for source, v in visitors.items()},

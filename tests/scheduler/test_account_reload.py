@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry, generate_latest
 
 from icecrawler import rpc
 from icecrawler.models import Account, Outcome, Report, TaskKind
@@ -19,6 +20,7 @@ from scheduler_server import accounts as accounts_module
 from scheduler_server.accounts import AccountPool, PooledAccount, account_changes
 from scheduler_server.config import configured_accounts
 from scheduler_server.core import SchedulerCore
+from scheduler_server.metrics import SchedulerMetrics
 from scheduler_server.store import BdbQueueStore, QueueStore
 from tests.helpers import wait_for
 from tests.scheduler.conftest import ManualClocks, make_settings
@@ -184,6 +186,11 @@ def test_cookies_the_site_refreshed_are_what_the_account_is_leased_with(
     assert crawl(cookies="SUB=other; EXTRA=1") == "SUB=refreshed"  # names a cookie the file does not: ignored
     text = render_text({"scheduler": {"reachable": True, **core.stats(), **core.stats()["detail"]}})
     assert "1 refreshed logins ignored" in text and "EXTRA" not in text
+    registry = CollectorRegistry()  # what IcecrawlerLoginRefreshesRefused reads
+    SchedulerMetrics(core).register(registry)
+    scraped = generate_latest(registry).decode()
+    assert 'icecrawler_scheduler_login_refreshes_total{result="refused"} 1.0' in scraped
+    assert 'icecrawler_scheduler_login_refreshes_total{result="taken"} 1.0' in scraped
     changes = core.reload_accounts(configured_accounts(settings, core.config))
     assert changes.kept == ("a1",) and not changes.renewed
     assert crawl(Outcome.LoginRequired, "SUB=broken") == "SUB=refreshed"
