@@ -9,6 +9,8 @@ scrapes a real loopback crawl, fire on the failures they are written for:
   which no other alert counts;
 * IcecrawlerDiskFilling: the scheduler's database sits on a small real file system (a tmpfs) that a filler file
   takes past 95 %; it fires for that daemon and directory only, and resolves once the filler is gone;
+* IcecrawlerNoUsableAccount: the only account of weibo_pc is turned away by the login wall and frozen; it
+  fires for that source only, and ends once a new login in the accounts file and SIGHUP thaw it;
 * IcecrawlerClockJumped: the scheduler's wall clock is stepped forward, then back, from outside the process
   (libfaketime, ``tests.faketime``); it fires for each direction, and not before.
 
@@ -19,6 +21,7 @@ after a fresh deploy.
 from __future__ import annotations
 
 import shutil
+import signal
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -242,3 +245,44 @@ def test_clock_jumped_fires_when_prometheus_holds_no_sample_from_before_the_jump
         counted = f'{JUMPS}{{direction="forward"}} 1.0'
         wait_for(lambda: counted in scrape(url), lambda: f"the jump was not counted: {scrape(url)}", timeout_s=30)
         fired_for(watch(stack, tmp_path / "prom"), {"forward"})
+
+
+def test_no_usable_account_fires_while_every_account_is_frozen_and_ends_once_one_is_renewed(tmp_path: Path) -> None:
+    """Weibo PC behind its login wall and an account whose login the site no longer takes: the crawl reports
+    LoginRequired once, the account is frozen for an hour and weibo_pc's tasks wait, so no report says anything
+    more. IcecrawlerNoUsableAccount fires for weibo_pc only; a new login in the accounts file and SIGHUP end it."""
+    accounts = tmp_path / "accounts"
+    accounts.mkdir(mode=0o700)
+    pool = accounts / "pool.toml"
+
+    def login(cookies: str) -> None:
+        pool.write_text(f'[[account]]\nid = "a1"\ncookies = "{cookies}"\nsources = ["weibo_pc"]\n')
+        pool.chmod(0o600)
+
+    login("EXPIRED=1")  # no SUB: the sandbox's Weibo takes it for logged out
+    with watched_stack(
+        tmp_path,
+        scheduler_settings={"scheduler.accounts_dir": str(accounts), "scheduler.account_freeze_s": 3600},
+        client_settings={"client.workers": 2, "client.batch": 1, "client.idle_sleep_s": 0.3},
+    ) as (stack, prometheus):
+        stack.misbehave({"site": "pc", "set": {"login_wall": True}})
+        stack.seed([HEALTHY, BUSY])
+        stack.start_client("client-a")
+        usable = 'icecrawler_scheduler_source_accounts{state="ok"}'
+        wait_until_firing(prometheus, "IcecrawlerNoUsableAccount", "weibo_pc", usable, 120)
+        assert firing_sources(prometheus, "IcecrawlerNoUsableAccount") == {"weibo_pc"}
+        assert "source weibo_pc: no usable account (1 frozen)" in stack.icecrawler("status")
+
+        login("SUB=fresh")  # the operator logs in again and pastes the new cookies
+        stack.scheduler.popen.send_signal(signal.SIGHUP)
+        wait_for(
+            lambda: "IcecrawlerNoUsableAccount" not in prometheus.alert_states(),
+            lambda: (
+                f"IcecrawlerNoUsableAccount never resolved: {prometheus.alert_states()}, {prometheus.query(usable)}"
+            ),
+            timeout_s=90,
+        )
+        ok = 'sum(icecrawler_scheduler_reports_total{source="weibo_pc",outcome="Ok"})'
+        wait_for(
+            lambda: (prometheus.value(ok) or 0) > 0, lambda: f"weibo_pc was not crawled: {prometheus.query(ok)}", 90
+        )
