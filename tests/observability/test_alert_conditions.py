@@ -11,6 +11,8 @@ scrapes a real loopback crawl, fire on the failures they are written for:
   takes past 95 %; it fires for that daemon and directory only, and resolves once the filler is gone;
 * IcecrawlerNoUsableAccount: the only account of weibo_pc is turned away by the login wall and frozen; it
   fires for that source only, and ends once a new login in the accounts file and SIGHUP thaw it;
+* IcecrawlerSourceBlocked: JD answers HTTP 429 with a Retry-After of an hour, which blocks its host; it fires for
+  jd, and ends once the block is lifted (``icecrawler hold --lift``) and the site answers again;
 * IcecrawlerClockJumped: the scheduler's wall clock is stepped forward, then back, from outside the process
   (libfaketime, ``tests.faketime``); it fires for each direction, and not before.
 
@@ -285,4 +287,42 @@ def test_no_usable_account_fires_while_every_account_is_frozen_and_ends_once_one
         ok = 'sum(icecrawler_scheduler_reports_total{source="weibo_pc",outcome="Ok"})'
         wait_for(
             lambda: (prometheus.value(ok) or 0) > 0, lambda: f"weibo_pc was not crawled: {prometheus.query(ok)}", 90
+        )
+
+
+def test_source_blocked_fires_while_a_long_retry_after_keeps_the_host_blocked_and_ends_once_lifted(
+    tmp_path: Path,
+) -> None:
+    """JD answers every request with HTTP 429 and a Retry-After of an hour: one report blocks its host and nothing
+    more is reported. IcecrawlerSourceBlocked fires for jd (Prometheus starts after the block, so its 20-minute
+    share is the block's alone); lifting the block (``icecrawler hold --lift``) with the site well again ends it."""
+    blocked = 'icecrawler_scheduler_source_blocked_seconds{source="jd"}'
+    with running_stack(tmp_path / "stack", scenario(), speed=60) as stack:
+        stack.misbehave({"site": "jd", "set": {"retry_after_rate": 1.0, "retry_after_s": 3600}})
+        stack.seed([SLOW])
+        stack.start_client("client-a", {"client.workers": 1, "client.batch": 1, "client.idle_sleep_s": 0.3})
+        url = stack.metrics_urls()["scheduler"]
+        wait_for(
+            lambda: f"{blocked} 0.0" not in scrape(url) and blocked in scrape(url),
+            lambda: f"jd's host was never blocked: {stack.scheduler_stats()}",
+            timeout_s=60,
+        )
+        prometheus = watch(stack, tmp_path / "prom")
+        wait_until_firing(prometheus, "IcecrawlerSourceBlocked", "jd", blocked, 150)
+        assert "blocked" in stack.icecrawler("status") and "(RateLimited)" in stack.icecrawler("status")
+
+        stack.misbehave({"site": "jd", "set": {"retry_after_rate": 0.0}})
+        host = stack.scheduler_stats()["source_hosts"]["jd"]
+        stack.icecrawler("hold", host, "--lift")
+        wait_for(
+            lambda: (
+                "jd" not in {s for (s,) in firing(prometheus, "IcecrawlerSourceBlocked", "source")}
+                and "IcecrawlerSourceBlocked" not in prometheus.alert_states()
+            ),
+            lambda: f"IcecrawlerSourceBlocked never resolved: {prometheus.alert_states()}, {prometheus.query(blocked)}",
+            timeout_s=180,
+        )
+        ok = 'sum(icecrawler_scheduler_reports_total{source="jd",outcome="Ok"})'
+        wait_for(
+            lambda: (prometheus.value(ok) or 0) > 0, lambda: f"jd was not crawled again: {prometheus.query(ok)}", 90
         )
