@@ -106,6 +106,12 @@ def render_text(report: dict[str, Any]) -> str:
         f"  last minute: {s['leases_per_min']:.0f} leases, {s['reports_per_min']:.0f} reports; policy "
         f"{s.get('policy', '?')}{'; SHUTTING DOWN' if s.get('shutting_down') else ''}",
     ]
+    if s["due_soon"] and not s["leases_per_min"] and not s["inflight"]:
+        # What IcecrawlerNoProgress pages for, in words: due work that nobody takes.
+        lines.append(
+            f"  nothing was leased in the last minute although {s['due_soon']} task(s) are due: no client is running "
+            "or reaching the scheduler, or every due task waits for its host or an account (see below)"
+        )
     if s.get("open_gaps"):
         lines.append(
             f"  {s['open_gaps']} task(s) with an open page-cap gap: items not fetched yet, the next visits "

@@ -16,6 +16,10 @@ from icecrawler.models import TaskKind
 from icecrawler.processes import icecrawler_argv
 from icecrawler.sourcespec import group_by_kind
 from icecrawler_cli.commands.seed import read_ids
+from icecrawler_cli.commands.status import render_text
+from scheduler_server.core import SchedulerCore
+from scheduler_server.store import MemoryQueueStore
+from tests.scheduler.conftest import ManualClocks, make_settings
 from tests.scheduler.daemon import SchedulerDaemon, scheduler_daemon, scheduler_proxy
 
 pytestmark = [pytest.mark.ice, pytest.mark.bdb]
@@ -49,6 +53,8 @@ def test_seed_then_status(daemon: SchedulerDaemon, tmp_path: Path) -> None:
     assert report["storage"]["reachable"] is False
     text = cli(daemon, "status")
     assert "4 tasks, 4 pending" in text.stdout and "storage: not reachable" in text.stdout
+    # No client runs: the due tasks are taken by nobody, which status says in words.
+    assert "nothing was leased in the last minute although 4 task(s) are due: no client is running" in text.stdout
     task = cli(daemon, "status", "--task", "reviews:jd:100012043978", "--json")
     assert json.loads(task.stdout)["state"] == "pending"
 
@@ -157,3 +163,21 @@ def test_tasks_prints_a_reported_error_class_with_its_control_characters_escaped
     assert "\x1b" not in listed.stdout
     line, summary = listed.stdout.splitlines()  # the task on one line, then the count
     assert line.endswith("last Busy (weibo-code-\\x1b[2J\\x1b[31mred\\nforged line)") and summary == "1 task(s)"
+
+
+def test_status_says_due_tasks_nobody_leases_and_nothing_once_a_client_leases() -> None:
+    """The line on due work that nobody takes is gone as soon as a client leases (the last minute's leases)."""
+    clocks = ManualClocks()
+    core = SchedulerCore.from_settings(make_settings(), MemoryQueueStore(), clocks)
+    core.add(["jd:1", "jd:2"], TaskKind.ProductReviews)
+
+    def said() -> str:
+        stats = core.stats()
+        return render_text({"scheduler": {**stats, **stats["detail"]}, "storage": {"reachable": False}})
+
+    assert "nothing was leased in the last minute although 2 task(s) are due" in said()
+    core.lease("w", 1)
+    assert "nothing was leased" not in said()
+    clocks.advance(3600)  # the lease expired long ago (the maintenance thread reaps it), and nothing leased since
+    core.reap()
+    assert "nothing was leased in the last minute although 2 task(s) are due" in said()
