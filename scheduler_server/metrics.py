@@ -287,6 +287,13 @@ class SchedulerMetrics:
             {(source,): n for source, n in values["visitor_mints"].items()},
         )
         yield counter_family(
+            p + "visitor_session_mint_failures",
+            "Visitor sessions a site's passport failed to mint, by source: while none is minted the source's tasks "
+            "wait (IcecrawlerVisitorSessionsFailing).",
+            ["source"],
+            {(source,): n for source, n in values["visitor_mint_failures"].items()},
+        )
+        yield counter_family(
             p + "visitor_session_renewals",
             "Visitor sessions renewed after the site ended them (HTTP 432, a visitor redirect), by source.",
             ["source"],

@@ -68,8 +68,8 @@ def gauges(core: SchedulerCore) -> dict[str, Any]:
     """Cheap current values for the metrics (no B-tree read): task counts, the due backlog (pending tasks due
     now, and how long the most overdue one has waited, simulated seconds), blocked hosts (and how long each
     source's host stays blocked by the site), accounts by state (and by source: ``AccountPool.by_source``), the
-    sites' refreshes of their logins taken and ignored, open page-cap gaps, visitor sessions minted and renewed per
-    source, and what the ``rate`` policy steers by (``RatePolicy.describe``; {} with another policy)."""
+    sites' refreshes of their logins taken and ignored, open page-cap gaps, visitor sessions minted, renewed and
+    failed per source, and what the ``rate`` policy steers by (``RatePolicy.describe``; {} with another policy)."""
     with core.lock:
         wall = core.clocks.wall()
         now_ms = int(core.clocks.now() * 1000)
@@ -114,6 +114,7 @@ def gauges(core: SchedulerCore) -> dict[str, Any]:
         "open_gaps": open_gaps,
         "visitor_renewals": {source: v["renewals"] for source, v in visitors.items()},
         "visitor_mints": {source: v["mints"] for source, v in visitors.items()},
+        "visitor_mint_failures": {source: v["failures"] for source, v in visitors.items()},
         "rate": rate,
     }
 

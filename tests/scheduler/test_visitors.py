@@ -17,10 +17,13 @@ import urllib.parse
 from collections.abc import Iterator
 
 import pytest
+from prometheus_client import CollectorRegistry, generate_latest
 
 from icecrawler.errors import ConfigError, NoWorkError
 from icecrawler.models import Outcome, Report, Task, TaskKind
+from icecrawler.processes import free_port
 from scheduler_server.core import SchedulerCore
+from scheduler_server.metrics import SchedulerMetrics
 from scheduler_server.store import MemoryQueueStore
 from scheduler_server.visitors import (
     VisitorError,
@@ -30,7 +33,7 @@ from scheduler_server.visitors import (
     parse_visitor_answer,
     session_ended,
 )
-from tests.helpers import drip, silent_name_server
+from tests.helpers import drip, silent_name_server, wait_for
 from tests.scheduler.conftest import ManualClocks, make_settings
 
 ANSWER = (
@@ -420,3 +423,26 @@ def test_status_text_and_log_escape_the_control_characters_of_a_passport_s_failu
     assert "\x1b" not in text
     line = next(line for line in text.splitlines() if "visitor:weibo_web" in line)
     assert line.endswith("last error: passport retcode 50111: \\x1b[2J\\x1b[31mred\\nforged line"), line
+
+
+def test_a_passport_that_fails_every_mint_is_counted_for_the_metrics(clocks: ManualClocks) -> None:
+    """Nothing answers at the passport: no session is minted, weibo_web's tasks wait and no report says anything.
+    Each failed mint is counted (what IcecrawlerVisitorSessionsFailing reads) next to the mints that worked."""
+    url = f"http://127.0.0.1:{free_port()}/visitor/genvisitor2"
+    core = SchedulerCore.from_settings(make_settings(sources__weibo_web__visitor_url=url), MemoryQueueStore(), clocks)
+    registry = CollectorRegistry()
+    SchedulerMetrics(core).register(registry)
+    core.add(["weibo_web:1"], TaskKind.WeiboUser)
+
+    def failures() -> int:
+        return int(core.stats()["detail"]["accounts"]["visitor:weibo_web"]["failures"])
+
+    for tries in (1, 2, 3):
+        with pytest.raises(NoWorkError):
+            core.lease("w", 1)  # starts a mint in the background; the task waits for its session
+        wait_for(lambda: failures() >= tries, f"mint {tries} did not fail", timeout_s=30)  # noqa: B023
+        assert failures() == tries
+        clocks.advance(31)  # scheduler.visitor_renew_s: the next mint may start
+    text = generate_latest(registry).decode()
+    assert 'icecrawler_scheduler_visitor_session_mint_failures_total{source="weibo_web"} 3.0' in text
+    assert 'icecrawler_scheduler_visitor_sessions_minted_total{source="weibo_web"} 0.0' in text
