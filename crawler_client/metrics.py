@@ -55,6 +55,12 @@ class ClientMetrics:
             "what was read that was new).",
             ["source"],
         )
+        self.pages_read_nothing = Tally(
+            p + "pages_read_nothing",
+            "Pages the parser read no item off (a profile or cursor page, an empty target, a page it refused), by "
+            "source; over parse_duration_seconds_count, the share of empty pages.",
+            ["source"],
+        )
         self.waits = Tally(
             p + "wait_seconds",
             "Seconds spent in deliberate waits, by reason (no_work: nothing "
@@ -86,7 +92,14 @@ class ClientMetrics:
         )
         sources = [(source,) for source in SOURCES]
         self.crawls.ensure((source, outcome.value) for source in SOURCES for outcome in Outcome)
-        for tally in (self.bytes, self.new_items, self.items_read, self.renewals, self.cookies_refused):
+        for tally in (
+            self.bytes,
+            self.new_items,
+            self.items_read,
+            self.pages_read_nothing,
+            self.renewals,
+            self.cookies_refused,
+        ):
             tally.ensure(sources)
         self.waits.ensure((reason,) for reason in WAIT_REASONS)
 
@@ -111,6 +124,8 @@ class ClientMetrics:
         self.parse_latency.observe((source,), seconds)
         if items:
             self.items_read.add((source,), items)
+        else:
+            self.pages_read_nothing.add((source,))
 
     def waited(self, reason: str, seconds: float) -> None:
         self.waits.add((reason,), seconds)
@@ -154,6 +169,7 @@ class ClientMetrics:
             self.bytes,
             self.new_items,
             self.items_read,
+            self.pages_read_nothing,
             self.waits,
             self.renewals,
             self.cookies_refused,

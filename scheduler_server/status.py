@@ -15,7 +15,7 @@ from scheduler_server.politeness import HELD_BY_OPERATOR
 if TYPE_CHECKING:
     from scheduler_server.core import SchedulerCore
 
-__all__ = ["gauges", "stats", "task_info"]
+__all__ = ["gauges", "own_sources", "stats", "task_info"]
 
 #: Status counts due-soon tasks up to this many (the count is a scan; it must not stall the scheduler).
 DUE_SOON_CAP = 100_000
@@ -27,6 +27,7 @@ def stats(core: SchedulerCore) -> dict[str, Any]:
         wall = core.clocks.wall()
         now_ms = int(core.clocks.now() * 1000)
         due_soon = core.queues.due_before(now_ms + 60_000, DUE_SOON_CAP)
+        due_now = core.queues.due_before(now_ms + 1, DUE_SOON_CAP)
         with core.store.transaction() as txn:
             listings = {
                 key.decode(): TaskRecord.from_bytes(value).discovered
@@ -38,10 +39,12 @@ def stats(core: SchedulerCore) -> dict[str, Any]:
             "leases_per_min": core.lease_rate.total(wall),
             "reports_per_min": core.report_rate.total(wall),
             "detail": {
+                # Due now (not within the next minute): what a running client would have leased.
+                "due_now": due_now,
                 "hosts": core.gate.describe(wall),
                 "accounts": core.accounts.describe(wall),
                 # Per source crawled with accounts: how many are usable and frozen (none usable: not crawled).
-                "source_accounts": core.accounts.by_source(wall),
+                "source_accounts": own_sources(core, core.accounts.by_source(wall)),
                 "listings": listings,
                 "policy": core.policy.name,
                 "lease_s": core.config.lease_s,
@@ -57,6 +60,14 @@ def stats(core: SchedulerCore) -> dict[str, Any]:
                 "revisit": _revisit(core),
             },
         }
+
+
+def own_sources(core: SchedulerCore, by_source: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
+    """The sources of ``by_source`` this shard schedules: every shard of a sharded scheduler loads the same accounts
+    file, and one that schedules none of a source's tasks would say (and page) that it has no account for it."""
+    return {
+        source: counts for source, counts in by_source.items() if core.shard_map.of_source(source) == core.config.shard
+    }
 
 
 def _revisit(core: SchedulerCore) -> dict[str, Any]:
@@ -79,7 +90,7 @@ def gauges(core: SchedulerCore) -> dict[str, Any]:
         first_ms = core.queues.first_due_ms()
         hosts = core.gate.describe(wall)
         accounts = core.accounts.describe(wall)
-        source_accounts = core.accounts.by_source(wall)
+        source_accounts = own_sources(core, core.accounts.by_source(wall))
         refreshes = dict(core.accounts.refreshes)
         counts = dict(core.counts)
         open_gaps = len(core.open_gaps)

@@ -23,7 +23,7 @@ STATUS_TIMEOUT_MS = 3000
 
 
 #: Counts that add up over the shards of a sharded scheduler.
-_SUMMED = ("tasks", "pending", "inflight", "done", "due_soon", "leases_per_min", "reports_per_min")
+_SUMMED = ("tasks", "pending", "inflight", "done", "due_soon", "due_now", "leases_per_min", "reports_per_min")
 #: Per-host, per-account and per-listing detail: each host (and its accounts and listings) lives on one shard.
 _MERGED = ("hosts", "accounts", "listings")
 
@@ -58,7 +58,7 @@ def merged(shards: list[dict[str, Any]]) -> dict[str, Any]:
     """One section for the stats of every shard (one shard: its own)."""
     if len(shards) == 1:
         return shards[0]
-    section = {**shards[0], **{key: sum(shard[key] for shard in shards) for key in _SUMMED}}
+    section = {**shards[0], **{key: sum(shard.get(key, 0) for shard in shards) for key in _SUMMED}}
     for key in _MERGED:
         section[key] = {name: value for shard in shards for name, value in shard.get(key, {}).items()}
     section["shutting_down"] = any(shard.get("shutting_down") for shard in shards)
@@ -106,10 +106,11 @@ def render_text(report: dict[str, Any]) -> str:
         f"  last minute: {s['leases_per_min']:.0f} leases, {s['reports_per_min']:.0f} reports; policy "
         f"{s.get('policy', '?')}{'; SHUTTING DOWN' if s.get('shutting_down') else ''}",
     ]
-    if s["due_soon"] and not s["leases_per_min"] and not s["inflight"]:
-        # What IcecrawlerNoProgress pages for, in words: due work that nobody takes.
+    if s.get("due_now") and not s["leases_per_min"] and not s["inflight"]:
+        # What IcecrawlerNoProgress pages for, in words: due work that nobody takes (due now: a task due within
+        # the next minute is no sign of anything on a quiet crawl).
         lines.append(
-            f"  nothing was leased in the last minute although {s['due_soon']} task(s) are due: no client is running "
+            f"  nothing was leased in the last minute although {s['due_now']} task(s) are due: no client is running "
             "or reaching the scheduler, or every due task waits for its host or an account (see below)"
         )
     if s.get("open_gaps"):
@@ -174,8 +175,9 @@ def render_text(report: dict[str, Any]) -> str:
         if storage.get("backend_up") is False:
             error = f" ({shown(storage['last_backend_error'])})" if storage.get("last_backend_error") else ""
             lines.append(
-                f"  backend {backend} DOWN: its writes fail{error}; records are kept in the spool and written once "
-                "it is back (docs/DEPLOY.md: IcecrawlerStorageBackendDown)"
+                f"  backend {backend} DOWN: its writes fail{error}, or it is back and the spool is still draining "
+                "into it; records are kept in the spool and written once it is back (docs/DEPLOY.md: "
+                "IcecrawlerStorageBackendDown)"
             )
     else:
         tried = f" at {storage['proxy']} ({storage.get('error', 'no answer')})" if storage.get("proxy") else ""

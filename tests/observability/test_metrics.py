@@ -694,6 +694,8 @@ def test_client_metrics_count_the_daemons_crawls_and_state() -> None:
     assert 'icecrawler_client_fetches_total{source="jd",status_class="none"} 1.0' in text
     assert 'icecrawler_client_items_read_total{source="jd"} 7.0' in text
     assert 'icecrawler_client_items_read_total{source="ecshop"} 0.0' in text
+    assert 'icecrawler_client_pages_read_nothing_total{source="jd"} 1.0' in text  # the refused page, not the other
+    assert 'icecrawler_client_pages_read_nothing_total{source="ecshop"} 0.0' in text
     assert "icecrawler_client_tasks_reported_total 10.0" in text
     assert "icecrawler_client_busy_workers 0.0" in text and "icecrawler_client_workers 2.0" in text
     assert "icecrawler_client_cache_entries" not in text  # no caches given: none shown
@@ -856,3 +858,30 @@ def test_the_due_backlog_is_counted_whole_so_a_backlog_past_100_000_still_grows(
         core.add(ids[start : start + 1000], TaskKind.ProductReviews)
     clocks.advance(3600)  # every task due
     assert "icecrawler_scheduler_due_backlog_tasks 100010.0" in render(registry)
+
+
+def test_a_shard_says_nothing_of_accounts_for_a_source_another_shard_schedules(tmp_path: Path) -> None:
+    """Every shard loads the same accounts file: a source named in scheduler.account_sources that another shard
+    schedules showed as "no usable account" on this one (a page, and a status line, once per shard)."""
+    from icecrawler.shards import shard_of_host
+
+    hosts = {"sources__weibo_pc__base_url": "https://weibo.com", "sources__jd__base_url": "https://club.jd.com"}
+    accounts = accounts_dir(tmp_path, '[[account]]\nid = "a1"\ncookies = "SUB=one"\nsources = ["weibo_pc"]\n')
+    shard_of = {"weibo_pc": shard_of_host("weibo.com", 2), "jd": shard_of_host("club.jd.com", 2)}
+    for shard in (0, 1):
+        settings = make_settings(
+            **hosts,
+            scheduler__accounts_dir=str(accounts),
+            scheduler__account_sources="weibo_pc,jd",
+            scheduler__shards=2,
+            scheduler__shard=shard,
+        )
+        core = SchedulerCore.from_settings(settings, MemoryQueueStore(), ManualClocks())
+        registry = CollectorRegistry()
+        SchedulerMetrics(core).register(registry)
+        text = render(registry)
+        said = core.stats()["detail"]["source_accounts"]
+        for source, owner in shard_of.items():
+            series = f'icecrawler_scheduler_source_accounts{{source="{source}",state="ok"}}'
+            assert (series in text) == (owner == shard), (shard, source)
+            assert (source in said) == (owner == shard), (shard, source)

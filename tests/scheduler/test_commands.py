@@ -181,3 +181,25 @@ def test_status_says_due_tasks_nobody_leases_and_nothing_once_a_client_leases() 
     clocks.advance(3600)  # the lease expired long ago (the maintenance thread reaps it), and nothing leased since
     core.reap()
     assert "nothing was leased in the last minute although 2 task(s) are due" in said()
+
+
+def test_status_says_nothing_of_a_task_due_within_the_minute_but_not_yet_due() -> None:
+    """A quiet crawl with long periods has a task due within the next minute now and then, and no lease in the
+    last one: status said "no client is running" for it, which it read off the due-within-a-minute count."""
+    from tests.scheduler.test_core import ok
+
+    clocks = ManualClocks()
+    settings = make_settings(scheduler__initial_period_s=120.0)
+    core = SchedulerCore.from_settings(settings, MemoryQueueStore(), clocks)
+    core.add(["jd:1"], TaskKind.ProductReviews)
+    (task,) = core.lease("w", 1)
+    core.report([ok(task.id, task.lease_token)])  # due again in 120 s (the fixed policy's period)
+    clocks.advance(90)  # the lease is out of the last minute's count; the task is due in 30 s
+    stats = core.stats()
+    assert (stats["due_soon"], stats["detail"]["due_now"], stats["leases_per_min"]) == (1, 0, 0)
+    text = render_text({"scheduler": {**stats, **stats["detail"]}, "storage": {"reachable": False}})
+    assert "nothing was leased" not in text
+    clocks.advance(40)
+    stats = core.stats()
+    text = render_text({"scheduler": {**stats, **stats["detail"]}, "storage": {"reachable": False}})
+    assert "nothing was leased in the last minute although 1 task(s) are due" in text
