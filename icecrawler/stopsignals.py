@@ -4,7 +4,10 @@ A daemon gets its handlers from ``stop_on_signals`` once it has built what it se
 the imports, a client loading jieba's dictionary, a scheduler opening and checking its database) the default
 action would end the process in the middle of its start-up, with exit status -15 instead of 0: what a supervisor
 that stops a just-started daemon saw. ``holding_stop_signals``, entered first thing by such a command, only
-remembers the signal; ``stop_on_signals`` then stops at once. Nothing here imports Ice, so the hold costs nothing.
+remembers the signal; ``stop_on_signals`` then stops at once. SIGHUP is held the same way and becomes a reload
+once the daemon serves: ``systemctl reload`` of a unit that systemd already counts as started (``Type=simple``)
+killed a scheduler still opening its database, and systemd takes a death by SIGHUP for a clean exit, so
+``Restart=on-failure`` did not start it again. Nothing here imports Ice, so the hold costs nothing.
 """
 
 from __future__ import annotations
@@ -22,7 +25,10 @@ __all__ = ["holding_stop_signals", "stop_on_signals"]
 log = logging.getLogger(__name__)
 
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
-#: Stop signals that came inside ``holding_stop_signals`` and before ``stop_on_signals``.
+#: What ``holding_stop_signals`` holds: the reload and the stop signals (SIGHUP's handler first, so that a daemon
+#: seen catching SIGTERM already catches SIGHUP).
+_HELD_SIGNALS = (signal.SIGHUP, *_STOP_SIGNALS)
+#: Signals that came inside ``holding_stop_signals`` and before ``stop_on_signals``.
 _held: list[int] = []
 
 
@@ -32,13 +38,13 @@ def _remember(signum: int, _frame: Any) -> None:
 
 @contextmanager
 def holding_stop_signals() -> Iterator[None]:
-    """Inside the block SIGTERM/SIGINT are remembered instead of ending the process, until ``stop_on_signals``
-    acts on them; after it the previous handlers are back (a command run in-process, as the tests run them,
+    """Inside the block SIGTERM/SIGINT/SIGHUP are remembered instead of ending the process, until
+    ``stop_on_signals`` acts on them; after it the previous handlers are back (a command run in-process, as the tests run them,
     leaves no handler behind: a forked worker pool that inherited one would ignore its own SIGTERM)."""
     if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
         yield
         return
-    previous = {sig: signal.signal(sig, _remember) for sig in _STOP_SIGNALS}
+    previous = {sig: signal.signal(sig, _remember) for sig in _HELD_SIGNALS}
     try:
         yield
     finally:
@@ -50,8 +56,11 @@ def holding_stop_signals() -> Iterator[None]:
 @contextmanager
 def stop_on_signals(stop: threading.Event, on_reload: Callable[[], None] | None = None) -> Iterator[None]:
     """Inside the block SIGTERM/SIGINT set ``stop`` (and are logged) instead of ending the process, so a daemon
-    can shut down in order, and SIGHUP runs ``on_reload`` when one is given (``systemctl reload``); the previous
-    handlers are back after the block. A stop signal held by ``holding_stop_signals`` sets ``stop`` at once.
+    can shut down in order, and SIGHUP runs ``on_reload`` (``systemctl reload``), or, for a daemon with nothing to
+    reload, stops it in order too (a terminal's hang-up, where the default action ended it with buffered work); the
+    previous handlers are back after the block. A stop signal held by ``holding_stop_signals`` sets ``stop`` at
+    once; a SIGHUP held there runs ``on_reload`` once now (the start-up may have read what it reloads before the
+    signal came).
 
     The handler only queues the signal (``SimpleQueue.put`` may be called from a signal handler) and a watcher
     thread logs it and sets ``stop`` or reloads. Setting the event in the handler could deadlock: the handler runs
@@ -76,12 +85,15 @@ def stop_on_signals(stop: threading.Event, on_reload: Callable[[], None] | None 
 
     watcher = threading.Thread(target=_watch, name="signals", daemon=True)
     watcher.start()
-    handled = (*_STOP_SIGNALS, *((signal.SIGHUP,) if on_reload is not None else ()))
-    previous = {sig: signal.signal(sig, _queue) for sig in handled}
-    if _held:
-        log.info("signal %d during start-up: shutting down", _held[0])
-        _held.clear()
+    previous = {sig: signal.signal(sig, _queue) for sig in _HELD_SIGNALS}
+    stops = [signum for signum in _held if signum in _STOP_SIGNALS or on_reload is None]
+    if stops:
+        log.info("signal %d during start-up: shutting down", stops[0])
         stop.set()
+    elif _held:
+        log.info("signal %d during start-up: reloading now", _held[0])
+        signals.put(signal.SIGHUP)
+    _held.clear()
     try:
         yield
     finally:

@@ -1,5 +1,6 @@
 """SIGTERM/SIGINT stop a daemon in order (``icecrawler.stopsignals``), with real signals in a child process: while
-it serves, and while it is still starting."""
+it serves, and while it is still starting; SIGHUP during the start-up is a reload once the scheduler serves, and a
+stop in order for a daemon with nothing to reload."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from icecrawler.processes import PARENT_PID_ENV, ManagedProcess, free_port, icecrawler_argv
+from icecrawler.processes import PARENT_PID_ENV, ManagedProcess, free_port, icecrawler_argv, wait_for_port
 from icecrawler_cli.cli import main
 from tests.foundation.test_docs import REPO
 from tests.helpers import poll_until, process_gone
@@ -76,9 +77,11 @@ def holds_sigterm_while_starting(pid: int) -> bool:
     return bool(caught) and status["Threads"].strip() == "1"
 
 
-def test_sigterm_during_a_daemons_start_up_stops_it_in_order(tmp_path: Path) -> None:
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_sigterm_during_a_daemons_start_up_stops_it_in_order(tmp_path: Path, signum: signal.Signals) -> None:
     """A client stopped while it is still starting (imports, jieba's dictionary): the signal is held until it
-    serves, then it stops as from any SIGTERM, exit status 0; without the hold it died of the signal (-15)."""
+    serves, then it stops as from any SIGTERM, exit status 0; without the hold it died of the signal (-15). A
+    SIGHUP (a terminal's hang-up; the client has nothing to reload) does the same: it died of it (-1)."""
     conf = nowhere_conf(tmp_path)
     log = tmp_path / "client.log"
     with log.open("wb") as out:
@@ -92,14 +95,50 @@ def test_sigterm_during_a_daemons_start_up_stops_it_in_order(tmp_path: Path) -> 
             # The hold comes within the first tenth of a second; the client serves about a second later.
             held = poll_until(lambda: holds_sigterm_while_starting(child.pid), 20, 0.002)
             assert held, "the client never held SIGTERM while it started"
-            child.send_signal(signal.SIGTERM)
+            child.send_signal(signum)
             code = child.wait(timeout=60)
         finally:
             if child.poll() is None:
                 child.kill()
                 child.wait()
     assert code == 0, log.read_text()[-3000:]
-    assert "signal 15 during start-up: shutting down" in log.read_text()
+    assert f"signal {int(signum)} during start-up: shutting down" in log.read_text()
+
+
+def test_sighup_during_the_schedulers_start_up_is_a_reload_once_it_serves(tmp_path: Path) -> None:
+    """``systemctl reload`` of the scheduler while it still starts (its unit is ``Type=simple``, so systemd counts it
+    as started at once; on a big database the start-up takes minutes): the scheduler died of the SIGHUP, and
+    systemd takes that death for a clean exit, so ``Restart=on-failure`` left the crawl without a scheduler. Now
+    the signal is held and the accounts are read again once it serves; it then stops with exit status 0."""
+    accounts = tmp_path / "accounts"
+    accounts.mkdir(mode=0o700)
+    (accounts / "pool.toml").write_text('[[account]]\nid = "a1"\ncookies = "SUB=x"\n')
+    (accounts / "pool.toml").chmod(0o600)
+    port = free_port()
+    conf = tmp_path / "scheduler.conf"
+    conf.write_text(f"SchedulerAdapter.Endpoints=tcp -h 127.0.0.1 -p {port}\n")
+    sets = [f"scheduler.db_dir={tmp_path / 'db'}", f"scheduler.accounts_dir={accounts}", "metrics.scheduler.port=0"]
+    argv = icecrawler_argv("scheduler", *(f"--set={x}" for x in sets), f"--Ice.Config={conf}")
+    log = tmp_path / "scheduler.log"
+    with log.open("wb") as out:
+        child = subprocess.Popen(argv, cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            held = poll_until(lambda: holds_sigterm_while_starting(child.pid), 20, 0.002)
+            assert held, "the scheduler never held its signals while it started"
+            child.send_signal(signal.SIGHUP)
+            serving = poll_until(lambda: child.poll() is not None or "accounts reloaded" in log.read_text(), 60, 0.1)
+            assert serving and child.poll() is None, f"exit status {child.poll()}:\n{log.read_text()[-3000:]}"
+            wait_for_port("127.0.0.1", port, 30, alive=lambda: child.poll() is None)
+            child.send_signal(signal.SIGTERM)
+            code = child.wait(timeout=60)
+        finally:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+    text = log.read_text()
+    assert code == 0, text[-3000:]
+    assert "signal 1 during start-up: reloading now" in text and "accounts reloaded" in text, text[-3000:]
+    assert "Traceback" not in text, text[-3000:]
 
 
 def test_a_daemon_command_run_in_process_leaves_the_signal_handlers_as_they_were() -> None:
