@@ -66,18 +66,20 @@ def poll_until(predicate: Callable[[], bool], timeout_s: float, interval_s: floa
 #: Set by ``ManagedProcess`` in its child's environment: the pid of the process that started it (``die_with_parent``).
 PARENT_PID_ENV = "ICECRAWLER_PARENT_PID"
 _PR_SET_PDEATHSIG = 1
-#: Set to 1 by the IceGrid descriptor: stop when the node that started this server dies (``die_with_parent``).
+#: Set by the IceGrid descriptor to the node's program name, ``icegridnode`` (or to 1: whatever started the process):
+#: stop when the node that started this server dies (``die_with_parent``).
 STOP_WITH_PARENT_ENV = "ICECRAWLER_STOP_WITH_PARENT"
 
 
 def die_with_parent() -> None:
     """Called first thing by every ``icecrawler`` command: if a ``ManagedProcess`` started this one, have Linux send
     it SIGTERM (an orderly stop, as from ``ProcessGroup.stop_all``) when that parent dies, also by ``kill -9``; with
-    ``ICECRAWLER_STOP_WITH_PARENT=1`` (IceGrid servers) whatever started it (``_watch_parent``).
+    ``ICECRAWLER_STOP_WITH_PARENT`` (IceGrid servers) whatever started it (``_watch_parent``).
     Otherwise the daemons of a demo, a benchmark or a test killed that way would run on forever, each in a session
     of its own. The variable is taken out of the environment, so a process this one starts does not inherit it."""
-    if os.environ.pop(STOP_WITH_PARENT_ENV, "") == "1":
-        _watch_parent()
+    program = os.environ.pop(STOP_WITH_PARENT_ENV, "")
+    if program:
+        _watch_parent(program)
     expected = os.environ.pop(PARENT_PID_ENV, "")
     if not expected.isdigit() or not sys.platform.startswith("linux"):
         return
@@ -97,13 +99,28 @@ def die_with_parent() -> None:
     libc.prctl(_PR_SET_PDEATHSIG, 0, 0, 0, 0)
 
 
-def _watch_parent() -> None:
+def _watch_parent(program: str) -> None:
     """Stop this process (SIGTERM, its orderly stop) once the process that started it is gone: a thread polls the
     parent pid, which changes when the parent dies. For servers an ``icegridnode`` starts (the descriptor sets
-    ``ICECRAWLER_STOP_WITH_PARENT=1``): the node starts them from a thread, so PR_SET_PDEATHSIG cannot tell when the
-    node dies, and one killed with -9 would leave them running unsupervised, holding the data locks the servers that
-    the next node starts need."""
+    ``ICECRAWLER_STOP_WITH_PARENT=icegridnode``): the node starts them from a thread, so PR_SET_PDEATHSIG cannot tell
+    when the node dies, and one killed with -9 would leave them running unsupervised, holding the data locks the
+    servers that the next node starts need.
+
+    ``program`` other than "1" names the parent's program (``/proc/PID/comm``): a node killed in the fraction of a
+    second before this check (a node restarted in a loop) has already handed this process to init or to a
+    subreaper, which a watch of the parent pid alone took for the node and watched for good."""
     parent = os.getppid()
+    if program != "1":
+        actual = _program(parent)
+        if actual is not None and actual != program[:15]:  # the kernel keeps 15 characters of the name
+            logging.getLogger(__name__).warning(
+                "the %s that started this one is gone already (its parent is now pid %d, %s): stopping",
+                program,
+                parent,
+                actual,
+            )
+            os.kill(os.getpid(), signal.SIGTERM)
+            return
     if parent <= 1:
         return
 
@@ -114,6 +131,14 @@ def _watch_parent() -> None:
         os.kill(os.getpid(), signal.SIGTERM)
 
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
+def _program(pid: int) -> str | None:
+    """The program name of process ``pid`` (``/proc/PID/comm``), or None where /proc does not tell (not Linux)."""
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return None if not Path("/proc/self/comm").exists() else ""
 
 
 def _exists(pid: int) -> bool:

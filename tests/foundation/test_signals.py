@@ -5,6 +5,7 @@ stop in order for a daemon with nothing to reload."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -14,7 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from icecrawler.processes import PARENT_PID_ENV, ManagedProcess, free_port, icecrawler_argv, wait_for_port
+from icecrawler.processes import (
+    PARENT_PID_ENV,
+    STOP_WITH_PARENT_ENV,
+    ManagedProcess,
+    free_port,
+    icecrawler_argv,
+    wait_for_port,
+)
 from icecrawler_cli.cli import main
 from tests.foundation.test_docs import REPO
 from tests.helpers import poll_until, process_gone
@@ -272,3 +280,56 @@ def test_a_daemon_started_by_a_thread_of_a_process_in_between_outlives_that_thre
     text = log.read_text()
     assert not died, f"the daemon stopped when the thread that started it ended:\n{text[-3000:]}"
     assert "signal 15" not in text, text[-3000:]
+
+
+def descriptor_stop_with_parent() -> str:
+    """The value the committed IceGrid descriptor gives ``ICECRAWLER_STOP_WITH_PARENT`` (one for every template)."""
+    text = (REPO / "deploy" / "icegrid" / "icecrawler.xml").read_text()
+    values = set(re.findall(rf"<env>{STOP_WITH_PARENT_ENV}=([^<]*)</env>", text))
+    assert len(values) == 1, values
+    return values.pop()
+
+
+#: A node killed right after it started a server: names itself as the node's program does, starts the daemon with
+#: the descriptor's variable, prints its pid and exits at once, before the daemon's first step.
+SHORT_LIVED_NODE = textwrap.dedent(
+    """
+    import ctypes, os, subprocess, sys
+
+    ctypes.CDLL(None).prctl(15, sys.argv[2].encode(), 0, 0, 0)  # PR_SET_NAME: /proc/PID/comm
+    with open(sys.argv[1], "ab") as out:
+        child = subprocess.Popen(sys.argv[3:], stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    print(child.pid, flush=True)
+    os._exit(0)
+    """
+)
+
+
+def test_a_server_whose_node_died_before_its_first_step_stops_on_its_own(tmp_path: Path) -> None:
+    """An IceGrid node killed (-9, restarted in a loop) a fraction of a second after it started a server: by the
+    server's first step its parent was already init (or a subreaper), which it took for the node and watched for
+    good; such servers ran on unsupervised (clients crawling twice under one worker id, a scheduler or storage
+    server holding the data lock the next node's server needs). Now the server checks that its parent is the
+    program the descriptor names, and stops in order when it is not."""
+    conf = nowhere_conf(tmp_path)
+    log = tmp_path / "client.log"
+    argv = icecrawler_argv("client", "--set", "metrics.client.port=0", f"--Ice.Config={conf}")
+    node = subprocess.run(
+        [sys.executable, "-c", SHORT_LIVED_NODE, str(log), "icegridnode", *argv],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={**os.environ, STOP_WITH_PARENT_ENV: descriptor_stop_with_parent()},
+        check=True,
+    )
+    child = int(node.stdout)
+    try:
+        stopped = poll_until(lambda: process_gone(child), 60, 0.1)
+    finally:
+        if not process_gone(child):
+            os.kill(child, signal.SIGKILL)
+    text = log.read_text()
+    assert stopped, f"the server outlived its node:\n{text[-3000:]}"
+    assert "the icegridnode that started this one is gone already" in text, text[-3000:]
+    assert "signal 15 during start-up: shutting down" in text and "Traceback" not in text, text[-3000:]
