@@ -71,35 +71,38 @@ _PR_SET_PDEATHSIG = 1
 STOP_WITH_PARENT_ENV = "ICECRAWLER_STOP_WITH_PARENT"
 
 
-def die_with_parent() -> None:
+def die_with_parent() -> bool:
     """Called first thing by every ``icecrawler`` command: if a ``ManagedProcess`` started this one, have Linux send
     it SIGTERM (an orderly stop, as from ``ProcessGroup.stop_all``) when that parent dies, also by ``kill -9``; with
     ``ICECRAWLER_STOP_WITH_PARENT`` (IceGrid servers) whatever started it (``_watch_parent``).
     Otherwise the daemons of a demo, a benchmark or a test killed that way would run on forever, each in a session
-    of its own. The variable is taken out of the environment, so a process this one starts does not inherit it."""
+    of its own. The variable is taken out of the environment, so a process this one starts does not inherit it.
+    False when the IceGrid node that started this process is gone already: the command must start nothing (a server
+    would register its endpoints with the registry as the next node's own server, then take them back)."""
     program = os.environ.pop(STOP_WITH_PARENT_ENV, "")
-    if program:
-        _watch_parent(program)
+    if program and not _watch_parent(program):
+        return False
     expected = os.environ.pop(PARENT_PID_ENV, "")
     if not expected.isdigit() or not sys.platform.startswith("linux"):
-        return
+        return True
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         if libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0) != 0:
-            return
+            return True
     except (OSError, AttributeError):
-        return
+        return True
     if os.getppid() == int(expected):
-        return
+        return True
     if not _exists(int(expected)):  # it died before the request was made (this process has a new parent already)
         os.kill(os.getpid(), signal.SIGTERM)
-        return
+        return True
     # Another process stands between them (``timeout``, a node that starts servers from its threads): Linux would
     # signal this one when the *thread* of that process that started it ends, which says nothing of ``expected``.
     libc.prctl(_PR_SET_PDEATHSIG, 0, 0, 0, 0)
+    return True
 
 
-def _watch_parent(program: str) -> None:
+def _watch_parent(program: str) -> bool:
     """Stop this process (SIGTERM, its orderly stop) once the process that started it is gone: a thread polls the
     parent pid, which changes when the parent dies. For servers an ``icegridnode`` starts (the descriptor sets
     ``ICECRAWLER_STOP_WITH_PARENT=icegridnode``): the node starts them from a thread, so PR_SET_PDEATHSIG cannot tell
@@ -108,21 +111,20 @@ def _watch_parent(program: str) -> None:
 
     ``program`` other than "1" names the parent's program (``/proc/PID/comm``): a node killed in the fraction of a
     second before this check (a node restarted in a loop) has already handed this process to init or to a
-    subreaper, which a watch of the parent pid alone took for the node and watched for good."""
+    subreaper, which a watch of the parent pid alone took for the node and watched for good. False then."""
     parent = os.getppid()
     if program != "1":
         actual = _program(parent)
         if actual is not None and actual != program[:15]:  # the kernel keeps 15 characters of the name
             logging.getLogger(__name__).warning(
-                "the %s that started this one is gone already (its parent is now pid %d, %s): stopping",
+                "the %s that started this one is gone already (its parent is now pid %d, %s): not starting",
                 program,
                 parent,
                 actual,
             )
-            os.kill(os.getpid(), signal.SIGTERM)
-            return
+            return False
     if parent <= 1:
-        return
+        return True
 
     def watch() -> None:
         while os.getppid() == parent:
@@ -131,6 +133,7 @@ def _watch_parent(program: str) -> None:
         os.kill(os.getpid(), signal.SIGTERM)
 
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+    return True
 
 
 def _program(pid: int) -> str | None:

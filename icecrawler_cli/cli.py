@@ -115,7 +115,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     # From before the imports: a stop during a daemon's start-up is kept for it, not fatal (icecrawler.stopsignals).
     with holding_stop_signals() if named in SERVES_UNTIL_STOPPED else contextlib.nullcontext():
-        die_with_parent()  # a child of the demo, a benchmark or a test stops when its parent dies, even by kill -9
+        # A child of the demo, a benchmark or a test stops when its parent dies, even by kill -9; an IceGrid server
+        # whose node is gone already starts nothing (the next node starts its own).
+        if not die_with_parent():
+            return 0
         return _run(named, rest, ice_args)
 
 
