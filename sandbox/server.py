@@ -25,6 +25,7 @@ import hashlib
 import json
 import logging
 import socket
+import sys
 import threading
 import time
 from collections.abc import Iterable
@@ -77,6 +78,15 @@ class _HttpServer(ThreadingHTTPServer):
         finally:
             with self._connections_lock:
                 self._connections.discard(request)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A peer that reset its connection (a crawler killed with ``kill -9`` while the connection waited for its
+        next request) is a debug line, not the traceback socketserver prints to stderr, which read in a log as a
+        crash of the sandbox; any other error still prints one."""
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            log.debug("connection from %s ended by the peer: %s", client_address, sys.exc_info()[1])
+            return
+        super().handle_error(request, client_address)
 
     def close_connections(self) -> None:
         """End every open (kept-alive) connection: their handler threads see EOF and return."""

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 import logging
+import select
+import socket
+import struct
 import subprocess
 import sys
 import time
@@ -14,6 +17,7 @@ import pytest
 import requests
 
 from icecrawler.errors import ConfigError
+from icecrawler.processes import poll_until
 from sandbox import (
     Category,
     Product,
@@ -337,3 +341,21 @@ def test_a_port_out_of_range_is_a_one_line_error(port: str, capsys: pytest.Captu
         main(["sandbox", f"--port={port}"])
     assert exit_info.value.code == 2
     assert "--port" in (err := capsys.readouterr().err) and "0 to 65535" in err and "Traceback" not in err
+
+
+def test_a_connection_reset_by_the_peer_prints_no_traceback(
+    server: SandboxServer, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A crawler killed with ``kill -9`` with an answer unread resets its kept-alive connection while the sandbox
+    waits on it for the next request: socketserver printed the ConnectionResetError's traceback into the sandbox's
+    log, which reads as a crash (seen under a kill -9 harness with six clients)."""
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+    sock.sendall(b"GET /__sandbox/health HTTP/1.1\r\nHost: sandbox\r\n\r\n")
+    assert poll_until(lambda: bool(select.select([sock], [], [], 0)[0]), 10, 0.01), "no answer came"
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close() sends RST
+    sock.close()
+    assert poll_until(lambda: not server._httpd._connections, 10, 0.01), "the connection's thread never ended"
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "ConnectionResetError" not in err, err
+    with requests.get(f"http://127.0.0.1:{server.port}/__sandbox/health", timeout=10) as answer:
+        assert answer.status_code == 200  # and it serves on
