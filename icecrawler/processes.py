@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import FrameType, TracebackType
 
+from icecrawler import stopsignals
 from icecrawler.errors import ServiceError
 
 __all__ = [
@@ -130,6 +131,7 @@ def _watch_parent(program: str) -> bool:
         while os.getppid() == parent:
             time.sleep(1.0)
         logging.getLogger(__name__).warning("the process that started this one (pid %d) is gone: stopping", parent)
+        stopsignals.parent_gone.set()
         os.kill(os.getpid(), signal.SIGTERM)
 
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()

@@ -13,6 +13,7 @@ import ctypes
 import functools
 import gc
 import logging
+import signal
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -41,7 +42,7 @@ from icecrawler.errors import (
     ServiceError,
     StorageUnavailableError,
 )
-from icecrawler.stopsignals import stop_on_signals
+from icecrawler.stopsignals import held_stop, parent_gone, stop_on_signals
 
 __all__ = [
     "SCHEDULER_ADAPTER",
@@ -227,6 +228,11 @@ def serve(
         adapter = create_adapter(comm, adapter_name)
         for identity, servant in servants.items():
             adapter.add(servant, Ice.stringToIdentity(identity))
+        if held_stop() is not None or parent_gone.is_set():
+            # Stopped before it served: going online would only register its endpoints with an IceGrid registry and
+            # take them back at once, and with its node gone the next node took them for its own server's.
+            log.info("signal %d during start-up: shutting down before listening", held_stop() or signal.SIGTERM)
+            return
         adapter.activate()
         active = True
         props = comm.getProperties()
@@ -244,6 +250,8 @@ def serve(
         if on_stop_requested is not None and active:
             on_stop_requested()
         if adapter is not None:
+            if parent_gone.is_set():  # the registry's record is the next node's server's now: do not take it back
+                adapter.setLocator(None)
             adapter.deactivate()
             adapter.waitForDeactivate()
         if on_shutdown is not None:

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["holding_stop_signals", "stop_on_signals"]
+__all__ = ["held_stop", "holding_stop_signals", "parent_gone", "stop_on_signals"]
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +32,17 @@ _HELD_SIGNALS = (signal.SIGHUP, *_STOP_SIGNALS)
 _held: list[int] = []
 
 
+#: Set once the process that started this one is gone (``icecrawler.processes``, IceGrid servers): the stop that
+#: follows must leave the IceGrid registry's record of this server alone, which the next node's server now owns.
+parent_gone = threading.Event()
+
+
+def held_stop() -> int | None:
+    """The stop signal that came during the start-up (inside ``holding_stop_signals``), if one did: a daemon then
+    stops before it goes online."""
+    return next((signum for signum in _held if signum in _STOP_SIGNALS), None)
+
+
 def _remember(signum: int, _frame: Any) -> None:
     _held.append(signum)
 
@@ -39,8 +50,9 @@ def _remember(signum: int, _frame: Any) -> None:
 @contextmanager
 def holding_stop_signals() -> Iterator[None]:
     """Inside the block SIGTERM/SIGINT/SIGHUP are remembered instead of ending the process, until
-    ``stop_on_signals`` acts on them; after it the previous handlers are back (a command run in-process, as the tests run them,
-    leaves no handler behind: a forked worker pool that inherited one would ignore its own SIGTERM)."""
+    ``stop_on_signals`` acts on them; after it the previous handlers are back (a command run in-process, as the
+    tests run them, leaves no handler behind: a forked worker pool that inherited one would ignore its own
+    SIGTERM)."""
     if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
         yield
         return

@@ -14,20 +14,23 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
+import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
 import Ice
 import pytest
 
-from icecrawler.processes import ProcessGroup, free_port, poll_until
+from icecrawler.processes import ProcessGroup, free_port, icecrawler_argv, poll_until
 from icecrawler.settings import Settings
 from icecrawler_local.launcher import Cluster, Workload
-from tests.helpers import shipped_logrotate
+from tests.foundation.test_signals import holds_sigterm_while_starting
+from tests.helpers import process_gone, shipped_logrotate
 from tests.requirements import skip_or_fail
 
 pytestmark = [pytest.mark.ice, pytest.mark.e2e, pytest.mark.slow]
@@ -354,3 +357,151 @@ def test_icegrid_server_output_survives_the_shipped_logrotate(grid: Grid, tmp_pa
     first = next(line for line in before.splitlines() if line.strip())
     assert first not in body, f"the live file was not emptied: {body[:200]!r}"
     assert _active(grid, "Scheduler") and int(grid.admin("server pid Scheduler")) == pid
+
+
+class Registry:
+    """Debian's ``icegridregistry`` with the shipped ``registry.conf``, on a free port, taking any adapter id
+    (``DynamicRegistration``) and tracing its adapters: what a server registers with it is in its log."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.port = free_port()
+        self.locator = f"IceGrid/Locator:tcp -h 127.0.0.1 -p {self.port}"
+        (directory / "db").mkdir(parents=True)
+        self.log = directory / "registry.log"
+        with self.log.open("wb") as out:
+            self.process = subprocess.Popen(
+                [
+                    "icegridregistry",
+                    f"--Ice.Config={GRID.parent / 'registry.conf'}",
+                    f"--IceGrid.Registry.Client.Endpoints=tcp -h 127.0.0.1 -p {self.port}",
+                    "--IceGrid.Registry.Server.Endpoints=tcp -h 127.0.0.1",
+                    "--IceGrid.Registry.Internal.Endpoints=tcp -h 127.0.0.1",
+                    f"--IceGrid.Registry.LMDB.Path={directory / 'db'}",
+                    "--IceGrid.Registry.LMDB.MapSize=64",
+                    "--IceGrid.Registry.DynamicRegistration=1",
+                    "--IceGrid.Registry.Trace.Adapter=1",
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        assert poll_until(lambda: self.admin("adapter list")[0] == 0, 30), self.log.read_text()
+
+    def admin(self, command: str) -> tuple[int, str]:
+        admin_conf = f"--Ice.Config={GRID.parent / 'admin.conf'}"
+        done = subprocess.run(
+            ["icegridadmin", admin_conf, f"--Ice.Default.Locator={self.locator}", "-e", command],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        return done.returncode, done.stdout + done.stderr
+
+    def storage_argv(self, adapter_id: str) -> list[str]:
+        """A storage server (embedded store in the registry's directory) whose adapter registers as ``adapter_id``,
+        as a server under a node does."""
+        conf = self.directory / f"{adapter_id}.conf"
+        conf.write_text(
+            "StorageAdapter.Endpoints=tcp -h 127.0.0.1\n"
+            f"StorageAdapter.AdapterId={adapter_id}\nIce.Default.Locator={self.locator}\n"
+        )
+        data = self.directory / adapter_id
+        return icecrawler_argv(
+            "storage",
+            f"--set=storage.embedded.path={data / 'store.sqlite3'}",
+            f"--set=storage.spool_dir={data / 'spool'}",
+            "--set=metrics.storage.port=0",
+            f"--Ice.Config={conf}",
+        )
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+@pytest.fixture
+def registry(tmp_path: Path) -> Iterator[Registry]:
+    if MISSING:
+        skip_or_fail(f"IceGrid tools missing: {', '.join(MISSING)} (apt-get install zeroc-icegrid zeroc-ice-utils)")
+    running = Registry(tmp_path / "registry")
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+#: A node that stays until the test kills it: names itself as Debian's node program does, starts the server with
+#: the descriptor's ICECRAWLER_STOP_WITH_PARENT, prints its pid.
+NODE = textwrap.dedent(
+    """
+    import ctypes, subprocess, sys, time
+
+    ctypes.CDLL(None).prctl(15, b"icegridnode", 0, 0, 0)  # PR_SET_NAME
+    with open(sys.argv[1], "ab") as out:
+        child = subprocess.Popen(sys.argv[2:], stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    print(child.pid, flush=True)
+    time.sleep(300)
+    """
+)
+
+
+def test_a_server_stopping_because_its_node_died_leaves_the_registrys_record_alone(
+    registry: Registry, tmp_path: Path
+) -> None:
+    """A server whose node was killed stops on its own, but its adapter's record in the registry belongs by then to
+    the server the next node started: taking its endpoints back (as any adapter does when it stops) made the next
+    node take its own, running server for unregistered; it killed it 60 s later as an activation that never came
+    (seen under a kill -9 loop of the nodes: a minute without a scheduler). Here the record must outlive the stop."""
+    text = (REPO / "deploy" / "icegrid" / "icecrawler.xml").read_text()
+    stop_with_parent = re.findall(r"<env>ICECRAWLER_STOP_WITH_PARENT=([^<]*)</env>", text)[0]
+    log = tmp_path / "storage.log"
+    node = subprocess.Popen(
+        [sys.executable, "-c", NODE, str(log), *registry.storage_argv("orphaned-storage")],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "ICECRAWLER_STOP_WITH_PARENT": stop_with_parent},
+    )
+    assert node.stdout is not None
+    server = int(node.stdout.readline())
+    try:
+        registered = poll_until(lambda: registry.admin("adapter endpoints orphaned-storage")[0] == 0, 60)
+        assert registered, log.read_text()[-3000:]
+        node.kill()
+        node.wait()
+        assert poll_until(lambda: process_gone(server), 60), log.read_text()[-3000:]
+    finally:
+        node.kill()
+        node.wait()
+        node.stdout.close()
+        if not process_gone(server):
+            os.kill(server, signal.SIGKILL)
+    server_log = log.read_text()
+    assert "is gone: stopping" in server_log and "Traceback" not in server_log, server_log[-3000:]
+    code, endpoints = registry.admin("adapter endpoints orphaned-storage")
+    assert code == 0 and "tcp -h 127.0.0.1" in endpoints, f"the stopping orphan took the record back: {endpoints}"
+
+
+def test_a_server_stopped_during_its_start_up_never_registers(registry: Registry, tmp_path: Path) -> None:
+    """SIGTERM while a server starts (an IceGrid node stopping it, or its node gone): it registered its endpoints
+    when it went online and took them back at once; a node started meanwhile took that for its own server's
+    activation (state Active with the other server's endpoints). Now it stops before going online."""
+    log = tmp_path / "storage.log"
+    with log.open("wb") as out:
+        child = subprocess.Popen(registry.storage_argv("stopped-storage"), stdout=out, stderr=subprocess.STDOUT)
+    try:
+        held = poll_until(lambda: holds_sigterm_while_starting(child.pid), 30, 0.002)
+        assert held, "the server never held SIGTERM while it started"
+        child.send_signal(signal.SIGTERM)
+        code = child.wait(timeout=60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    text = log.read_text()
+    assert code == 0 and "Traceback" not in text, text[-3000:]
+    assert "stopped-storage" not in registry.log.read_text(), registry.log.read_text()[-3000:]
+    assert "shutting down before listening" in text, text[-3000:]
