@@ -47,6 +47,15 @@ def _remember(signum: int, _frame: Any) -> None:
     _held.append(signum)
 
 
+def _handled(on_reload: bool) -> tuple[int, ...]:
+    """The signals to take over: SIGHUP is left ignored where the process was started ignoring it (``nohup``) and
+    there is nothing to reload, so a client started with nohup outlives its terminal as it did before SIGHUP was
+    handled at all."""
+    if not on_reload and signal.getsignal(signal.SIGHUP) == signal.SIG_IGN:
+        return _STOP_SIGNALS
+    return _HELD_SIGNALS
+
+
 @contextmanager
 def holding_stop_signals() -> Iterator[None]:
     """Inside the block SIGTERM/SIGINT/SIGHUP are remembered instead of ending the process, until
@@ -56,7 +65,8 @@ def holding_stop_signals() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
         yield
         return
-    previous = {sig: signal.signal(sig, _remember) for sig in _HELD_SIGNALS}
+    # An ignored SIGHUP (nohup) stays ignored during the start-up too: this hold knows no daemon's reload yet.
+    previous = {sig: signal.signal(sig, _remember) for sig in _handled(on_reload=False)}
     try:
         yield
     finally:
@@ -69,7 +79,8 @@ def holding_stop_signals() -> Iterator[None]:
 def stop_on_signals(stop: threading.Event, on_reload: Callable[[], None] | None = None) -> Iterator[None]:
     """Inside the block SIGTERM/SIGINT set ``stop`` (and are logged) instead of ending the process, so a daemon
     can shut down in order, and SIGHUP runs ``on_reload`` (``systemctl reload``), or, for a daemon with nothing to
-    reload, stops it in order too (a terminal's hang-up, where the default action ended it with buffered work); the
+    reload, stops it in order too (a terminal's hang-up, where the default action ended it with buffered work; one
+    started ignoring SIGHUP, under ``nohup``, keeps ignoring it); the
     previous handlers are back after the block. A stop signal held by ``holding_stop_signals`` sets ``stop`` at
     once; a SIGHUP held there runs ``on_reload`` once now (the start-up may have read what it reloads before the
     signal came).
@@ -97,7 +108,7 @@ def stop_on_signals(stop: threading.Event, on_reload: Callable[[], None] | None 
 
     watcher = threading.Thread(target=_watch, name="signals", daemon=True)
     watcher.start()
-    previous = {sig: signal.signal(sig, _queue) for sig in _HELD_SIGNALS}
+    previous = {sig: signal.signal(sig, _queue) for sig in _handled(on_reload is not None)}
     stops = [signum for signum in _held if signum in _STOP_SIGNALS or on_reload is None]
     if stops:
         log.info("signal %d during start-up: shutting down", stops[0])

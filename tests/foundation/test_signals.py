@@ -334,3 +334,36 @@ def test_a_server_whose_node_died_before_its_first_step_stops_on_its_own(tmp_pat
     assert "the icegridnode that started this one is gone already" in text, text[-3000:]
     # It started nothing: a server would have registered its endpoints as the next node's server, then taken them back.
     assert "started:" not in text and "Traceback" not in text, text[-3000:]
+
+
+def test_a_client_started_under_nohup_outlives_a_hang_up(tmp_path: Path) -> None:
+    """``nohup icecrawler client &`` starts the client with SIGHUP ignored, so that it outlives the terminal. Once
+    the client handled SIGHUP itself (a stop in order, for a terminal's hang-up without nohup), it replaced that
+    ignore and stopped when the terminal closed. It keeps ignoring it now; SIGTERM still stops it in order."""
+    conf = nowhere_conf(tmp_path)
+    log = tmp_path / "client.log"
+    with log.open("wb") as out:
+        child = subprocess.Popen(
+            icecrawler_argv("client", "--set", "metrics.client.port=0", f"--Ice.Config={conf}"),
+            cwd=REPO,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN),  # what nohup does
+        )
+        try:
+            held = poll_until(lambda: holds_sigterm_while_starting(child.pid), 20, 0.002)
+            assert held, "the client never held SIGTERM while it started"
+            child.send_signal(signal.SIGHUP)  # during the start-up
+            started = re.compile(r"client \S+ started")
+            assert poll_until(lambda: bool(started.search(log.read_text())) or child.poll() is not None, 60, 0.05)
+            child.send_signal(signal.SIGHUP)  # and while it serves
+            assert not poll_until(lambda: child.poll() is not None, 3, 0.05), log.read_text()[-3000:]
+            child.send_signal(signal.SIGTERM)
+            code = child.wait(timeout=60)
+        finally:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+    text = log.read_text()
+    assert code == 0, text[-3000:]
+    assert not re.search(rf"signal {int(signal.SIGHUP)}\b", text) and f"signal {int(signal.SIGTERM)}: " in text
