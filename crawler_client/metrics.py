@@ -55,10 +55,16 @@ class ClientMetrics:
             "what was read that was new).",
             ["source"],
         )
+        self.pages_parsed = Tally(
+            p + "pages_parsed",
+            "Pages given to the parser, by source (every source shown from the start, with pages_read_nothing: the "
+            "two start together, so their ratio is right from a client's first scrape).",
+            ["source"],
+        )
         self.pages_read_nothing = Tally(
             p + "pages_read_nothing",
             "Pages the parser read no item off (a profile or cursor page, an empty target, a page it refused), by "
-            "source; over parse_duration_seconds_count, the share of empty pages.",
+            "source; over pages_parsed, the share of empty pages.",
             ["source"],
         )
         self.waits = Tally(
@@ -96,6 +102,7 @@ class ClientMetrics:
             self.bytes,
             self.new_items,
             self.items_read,
+            self.pages_parsed,
             self.pages_read_nothing,
             self.renewals,
             self.cookies_refused,
@@ -122,6 +129,7 @@ class ClientMetrics:
 
     def parsed(self, source: str, seconds: float, items: int) -> None:
         self.parse_latency.observe((source,), seconds)
+        self.pages_parsed.add((source,))
         if items:
             self.items_read.add((source,), items)
         else:
@@ -169,6 +177,7 @@ class ClientMetrics:
             self.bytes,
             self.new_items,
             self.items_read,
+            self.pages_parsed,
             self.pages_read_nothing,
             self.waits,
             self.renewals,

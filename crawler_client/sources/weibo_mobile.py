@@ -43,6 +43,7 @@ from crawler_client.sources._detect import EMPTY_PAGE_RETRIES, WEIBO_MARKERS, fa
 from crawler_client.sources._headers import MOBILE_UA, XHR_JSON
 from crawler_client.sources._weibo import (
     NOTHING_MORE,
+    USER_GONE_CODES,
     as_dict,
     author_id,
     check_end_of_list,
@@ -344,7 +345,9 @@ class WeiboMobileSource(PostOrder, SavedPages):
             return ParsedPage(items=[], next_request=following, info={"empty_tab": empty})
         error = first_page_ok0(doc, status)
         counted = parse_count(request.state.get("posts", ""))
-        says_nothing_here = any(text in said(doc) for text in NOTHING_MORE)  # not gone (GONE, error_code 20003)
+        # Not a user gone (GONE's words are not NOTHING_MORE's; nor is error_code 20003, whatever the words).
+        says_nothing_here = any(text in said(doc) for text in NOTHING_MORE)
+        says_nothing_here &= str(doc.get("error_code", "")) not in USER_GONE_CODES
         if error.outcome is Outcome.NotFound and says_nothing_here and counted and task.attempts < EMPTY_PAGE_RETRIES:
             # The profile just counted posts and every tab says there are none: m.weibo.cn's risk control answers
             # 这里还没有内容 so (2026 clients moved to weibo.com's API for it). Busy, retried with the task's backoff;

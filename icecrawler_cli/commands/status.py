@@ -54,11 +54,16 @@ def scheduler_section(comm: Ice.Communicator) -> dict[str, Any]:
     return merged(shards)
 
 
+def _count(stats: dict[str, Any], key: str) -> int:
+    """A summed count of one shard's stats; ``due_now`` read as ``due_soon`` from a scheduler too old to say it."""
+    return int(stats.get(key, stats.get("due_soon", 0) if key == "due_now" else 0))
+
+
 def merged(shards: list[dict[str, Any]]) -> dict[str, Any]:
     """One section for the stats of every shard (one shard: its own)."""
     if len(shards) == 1:
         return shards[0]
-    section = {**shards[0], **{key: sum(shard.get(key, 0) for shard in shards) for key in _SUMMED}}
+    section = {**shards[0], **{key: sum(_count(shard, key) for shard in shards) for key in _SUMMED}}
     for key in _MERGED:
         section[key] = {name: value for shard in shards for name, value in shard.get(key, {}).items()}
     section["shutting_down"] = any(shard.get("shutting_down") for shard in shards)
@@ -106,11 +111,12 @@ def render_text(report: dict[str, Any]) -> str:
         f"  last minute: {s['leases_per_min']:.0f} leases, {s['reports_per_min']:.0f} reports; policy "
         f"{s.get('policy', '?')}{'; SHUTTING DOWN' if s.get('shutting_down') else ''}",
     ]
-    if s.get("due_now") and not s["leases_per_min"] and not s["inflight"]:
+    due_now = _count(s, "due_now")
+    if due_now and not s["leases_per_min"] and not s["inflight"]:
         # What IcecrawlerNoProgress pages for, in words: due work that nobody takes (due now: a task due within
         # the next minute is no sign of anything on a quiet crawl).
         lines.append(
-            f"  nothing was leased in the last minute although {s['due_now']} task(s) are due: no client is running "
+            f"  nothing was leased in the last minute although {due_now} task(s) are due: no client is running "
             "or reaching the scheduler, or every due task waits for its host or an account (see below)"
         )
     if s.get("open_gaps"):

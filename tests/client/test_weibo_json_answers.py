@@ -221,8 +221,9 @@ def test_a_refusal_worded_in_message_rather_than_msg_is_read(name: str) -> None:
         b'{"ok":0,"error_code":10024}',
         '{"ok":0,"msg":"请求频率过高"}'.encode(),
         b'{"error":"User requests out of rate limit!","error_code":10023,"request":"/2/statuses/user_timeline.json"}',
+        '{"error":"请求频率过高","error_code":10001,"request":"/2/statuses/user_timeline.json"}'.encode(),
     ],
-    ids=["10023-english", "10022-string", "10024-bare", "frequency-wording", "open-api-shape-no-ok"],
+    ids=["10023-english", "10022-string", "10024-bare", "frequency-wording", "open-api-shape-no-ok", "words-in-error"],
 )
 def test_a_rate_limit_named_by_weibos_error_code_or_worded_as_a_frequency_is_a_rate_limit(
     name: str, body: bytes

@@ -259,6 +259,10 @@ def test_every_tab_empty_while_the_profile_counts_posts_is_busy_then_not_found()
     with pytest.raises(FetchError) as info:  # a user gone is gone, whatever the profile counted a moment before
         WeiboMobileSource(ContainerMemo()).parse(TASK, last, fetched(gone, last), NOW_MS)
     assert info.value.outcome == "NotFound"
+    coded = json.dumps({"ok": 0, "error_code": 20003, "msg": "这里还没有内容"}).encode()
+    with pytest.raises(FetchError) as info:  # the code says gone, whatever the words
+        WeiboMobileSource(ContainerMemo()).parse(TASK, last, fetched(coded, last), NOW_MS)
+    assert info.value.outcome == "NotFound"
     tired = make_task("weibo_mobile", "5612345678", attempts=EMPTY_PAGE_RETRIES)
     with pytest.raises(FetchError) as info:
         WeiboMobileSource(ContainerMemo()).parse(tired, last, fetched(fixture("weibo_mobile_ok0.json"), last), NOW_MS)

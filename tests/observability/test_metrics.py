@@ -696,6 +696,8 @@ def test_client_metrics_count_the_daemons_crawls_and_state() -> None:
     assert 'icecrawler_client_items_read_total{source="ecshop"} 0.0' in text
     assert 'icecrawler_client_pages_read_nothing_total{source="jd"} 1.0' in text  # the refused page, not the other
     assert 'icecrawler_client_pages_read_nothing_total{source="ecshop"} 0.0' in text
+    assert 'icecrawler_client_pages_parsed_total{source="jd"} 2.0' in text
+    assert 'icecrawler_client_pages_parsed_total{source="ecshop"} 0.0' in text  # from the start, as its companion
     assert "icecrawler_client_tasks_reported_total 10.0" in text
     assert "icecrawler_client_busy_workers 0.0" in text and "icecrawler_client_workers 2.0" in text
     assert "icecrawler_client_cache_entries" not in text  # no caches given: none shown

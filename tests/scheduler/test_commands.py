@@ -203,3 +203,6 @@ def test_status_says_nothing_of_a_task_due_within_the_minute_but_not_yet_due() -
     stats = core.stats()
     text = render_text({"scheduler": {**stats, **stats["detail"]}, "storage": {"reachable": False}})
     assert "nothing was leased in the last minute although 1 task(s) are due" in text
+    older = {key: value for key, value in {**stats, **stats["detail"]}.items() if key != "due_now"}
+    text = render_text({"scheduler": older, "storage": {"reachable": False}})  # a scheduler too old to say due_now
+    assert "nothing was leased in the last minute although 1 task(s) are due" in text
