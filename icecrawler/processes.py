@@ -114,14 +114,16 @@ def _watch_parent(program: str) -> bool:
     second before this check (a node restarted in a loop) has already handed this process to init or to a
     subreaper, which a watch of the parent pid alone took for the node and watched for good. False then."""
     parent = os.getppid()
-    if program != "1":
+    if program.lower() not in ("1", "true", "yes"):
         actual = _program(parent)
         if actual is not None and actual != program[:15]:  # the kernel keeps 15 characters of the name
             logging.getLogger(__name__).warning(
-                "the %s that started this one is gone already (its parent is now pid %d, %s): not starting",
+                "the %s that started this one is gone already (its parent is now pid %d, %s): not starting. A node "
+                "that runs under another program name needs %s=1 in the descriptor (a watch of the parent pid alone)",
                 program,
                 parent,
                 actual,
+                STOP_WITH_PARENT_ENV,
             )
             return False
     if parent <= 1:
@@ -139,11 +141,13 @@ def _watch_parent(program: str) -> bool:
 
 
 def _program(pid: int) -> str | None:
-    """The program name of process ``pid`` (``/proc/PID/comm``), or None where /proc does not tell (not Linux)."""
+    """The program name of process ``pid`` (``/proc/PID/comm``), or None where /proc does not tell: not Linux, or
+    a name this process may not read (``hidepid``, a node running as another user), which says nothing of whether
+    the node is there; the caller then watches the parent pid alone."""
     try:
-        return Path(f"/proc/{pid}/comm").read_text().strip()
+        return Path(f"/proc/{pid}/comm").read_bytes().decode(errors="replace").strip()
     except OSError:
-        return None if not Path("/proc/self/comm").exists() else ""
+        return None
 
 
 def _exists(pid: int) -> bool:

@@ -228,10 +228,11 @@ def serve(
         adapter = create_adapter(comm, adapter_name)
         for identity, servant in servants.items():
             adapter.add(servant, Ice.stringToIdentity(identity))
-        if held_stop() is not None or parent_gone.is_set():
+        held = held_stop(reloads=on_reload is not None)
+        if held is not None or parent_gone.is_set():
             # Stopped before it served: going online would only register its endpoints with an IceGrid registry and
             # take them back at once, and with its node gone the next node took them for its own server's.
-            log.info("signal %d during start-up: shutting down before listening", held_stop() or signal.SIGTERM)
+            log.info("signal %d during start-up: shutting down before listening", held or signal.SIGTERM)
             return
         adapter.activate()
         active = True

@@ -37,10 +37,11 @@ _held: list[int] = []
 parent_gone = threading.Event()
 
 
-def held_stop() -> int | None:
+def held_stop(reloads: bool = True) -> int | None:
     """The stop signal that came during the start-up (inside ``holding_stop_signals``), if one did: a daemon then
-    stops before it goes online."""
-    return next((signum for signum in _held if signum in _STOP_SIGNALS), None)
+    stops before it goes online. A held SIGHUP counts for a daemon that has nothing to reload (``reloads`` false),
+    as ``stop_on_signals`` would stop it a moment later."""
+    return next((signum for signum in _held if signum in _STOP_SIGNALS or not reloads), None)
 
 
 def _remember(signum: int, _frame: Any) -> None:
@@ -65,6 +66,7 @@ def holding_stop_signals() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
         yield
         return
+    parent_gone.clear()  # a new command's start-up (the tests run several in one process); set by its own watch
     # An ignored SIGHUP (nohup) stays ignored during the start-up too: this hold knows no daemon's reload yet.
     previous = {sig: signal.signal(sig, _remember) for sig in _handled(on_reload=False)}
     try:

@@ -367,3 +367,53 @@ def test_a_client_started_under_nohup_outlives_a_hang_up(tmp_path: Path) -> None
     text = log.read_text()
     assert code == 0, text[-3000:]
     assert not re.search(rf"signal {int(signal.SIGHUP)}\b", text) and f"signal {int(signal.SIGTERM)}: " in text
+
+
+def test_a_parent_whose_name_cannot_be_read_is_watched_not_taken_for_a_gone_node(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A node's name this server may not read (``hidepid``, the node running as another user) said "" and the
+    server took its live node for a gone one: it exited 0 at once, and a node restarts such a server twice a second
+    for ever. Unreadable is unknown now (the parent pid is watched), and "true"/"yes" mean what "1" does."""
+    from icecrawler import processes
+
+    gone = processes.free_port()  # any number that is no process's pid for the moment of the read
+    while Path(f"/proc/{gone}").exists():
+        gone += 1
+    assert processes._program(gone) is None
+    monkeypatch.setattr(processes.os, "getppid", lambda: 1)  # adopted: no watch is started, only the decision
+    monkeypatch.setattr(processes, "_program", lambda _pid: None)
+    assert processes._watch_parent("icegridnode") is True
+    monkeypatch.setattr(processes, "_program", lambda _pid: "systemd")
+    assert processes._watch_parent("true") is True and processes._watch_parent("yes") is True
+    assert processes._watch_parent("icegridnode") is False  # a readable other name: the node is gone
+
+
+def test_a_sighup_held_by_the_storage_server_stops_it_before_it_listens(tmp_path: Path) -> None:
+    """The storage server has nothing to reload: a SIGHUP during its start-up is a stop. It went online first
+    (under IceGrid: registered its endpoints and took them back at once) and only then stopped."""
+    port = free_port()
+    conf = tmp_path / "storage.conf"
+    conf.write_text(f"StorageAdapter.Endpoints=tcp -h 127.0.0.1 -p {port}\n")
+    sets = [
+        f"storage.embedded.path={tmp_path / 'store.sqlite3'}",
+        f"storage.spool_dir={tmp_path / 'spool'}",
+        "metrics.storage.port=0",
+    ]
+    argv = icecrawler_argv("storage", *(f"--set={x}" for x in sets), f"--Ice.Config={conf}")
+    log = tmp_path / "storage.log"
+    with log.open("wb") as out:
+        child = subprocess.Popen(argv, cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            held = poll_until(lambda: holds_sigterm_while_starting(child.pid), 20, 0.002)
+            assert held, "the storage server never held its signals while it started"
+            child.send_signal(signal.SIGHUP)
+            code = child.wait(timeout=60)
+        finally:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+    text = log.read_text()
+    assert code == 0, text[-3000:]
+    assert "signal 1 during start-up: shutting down before listening" in text, text[-3000:]
+    assert "listening on" not in text, text[-3000:]
