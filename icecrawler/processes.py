@@ -81,6 +81,8 @@ def die_with_parent() -> bool:
     False when the IceGrid node that started this process is gone already: the command must start nothing (a server
     would register its endpoints with the registry as the next node's own server, then take them back)."""
     program = os.environ.pop(STOP_WITH_PARENT_ENV, "")
+    if program.lower() in ("0", "false", "no", "off"):  # the watch switched off, not a program named "0"
+        program = ""
     if program and not _watch_parent(program):
         return False
     expected = os.environ.pop(PARENT_PID_ENV, "")

@@ -30,6 +30,8 @@ _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 _HELD_SIGNALS = (signal.SIGHUP, *_STOP_SIGNALS)
 #: Signals that came inside ``holding_stop_signals`` and before ``stop_on_signals``.
 _held: list[int] = []
+#: Whether SIGHUP was ignored when ``holding_stop_signals`` began (``nohup``): inside the hold its handler is ours.
+_hup_ignored = False
 
 
 #: Set once the process that started this one is gone (``icecrawler.processes``, IceGrid servers): the stop that
@@ -40,21 +42,24 @@ parent_gone = threading.Event()
 def held_stop(reloads: bool = True) -> int | None:
     """The stop signal that came during the start-up (inside ``holding_stop_signals``), if one did: a daemon then
     stops before it goes online. A held SIGHUP counts for a daemon that has nothing to reload (``reloads`` false),
-    as ``stop_on_signals`` would stop it a moment later."""
-    return next((signum for signum in _held if signum in _STOP_SIGNALS or not reloads), None)
+    as ``stop_on_signals`` would stop it a moment later, unless the process ignores SIGHUP (``nohup``)."""
+    return next((signum for signum in _held if _stops(signum, reloads)), None)
+
+
+def _stops(signum: int, reloads: bool) -> bool:
+    """Whether ``signum`` stops a daemon that does (``reloads``) or does not reload on SIGHUP."""
+    return signum in _STOP_SIGNALS or (not reloads and not _ignores_hup())
+
+
+def _ignores_hup() -> bool:
+    """Whether this process was started ignoring SIGHUP (``nohup``): a daemon with nothing to reload then keeps
+    ignoring it, so a client started with nohup outlives its terminal as it did before SIGHUP was handled at all.
+    A daemon that reloads takes SIGHUP whatever (``systemctl reload``, ``kill -HUP`` after editing the accounts)."""
+    return _hup_ignored or signal.getsignal(signal.SIGHUP) == signal.SIG_IGN
 
 
 def _remember(signum: int, _frame: Any) -> None:
     _held.append(signum)
-
-
-def _handled(on_reload: bool) -> tuple[int, ...]:
-    """The signals to take over: SIGHUP is left ignored where the process was started ignoring it (``nohup``) and
-    there is nothing to reload, so a client started with nohup outlives its terminal as it did before SIGHUP was
-    handled at all."""
-    if not on_reload and signal.getsignal(signal.SIGHUP) == signal.SIG_IGN:
-        return _STOP_SIGNALS
-    return _HELD_SIGNALS
 
 
 @contextmanager
@@ -66,15 +71,18 @@ def holding_stop_signals() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
         yield
         return
+    global _hup_ignored
     parent_gone.clear()  # a new command's start-up (the tests run several in one process); set by its own watch
-    # An ignored SIGHUP (nohup) stays ignored during the start-up too: this hold knows no daemon's reload yet.
-    previous = {sig: signal.signal(sig, _remember) for sig in _handled(on_reload=False)}
+    # SIGHUP is held even under nohup: which daemon this is (one that reloads or not) is known only later.
+    _hup_ignored = signal.getsignal(signal.SIGHUP) == signal.SIG_IGN
+    previous = {sig: signal.signal(sig, _remember) for sig in _HELD_SIGNALS}
     try:
         yield
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         _held.clear()
+        _hup_ignored = False
 
 
 @contextmanager
@@ -110,13 +118,17 @@ def stop_on_signals(stop: threading.Event, on_reload: Callable[[], None] | None 
 
     watcher = threading.Thread(target=_watch, name="signals", daemon=True)
     watcher.start()
-    previous = {sig: signal.signal(sig, _queue) for sig in _handled(on_reload is not None)}
-    stops = [signum for signum in _held if signum in _STOP_SIGNALS or on_reload is None]
+    reloads = on_reload is not None
+    ignore_hup = not reloads and _ignores_hup()
+    # SIGHUP first, as in the hold: once SIGTERM is seen caught here, no signal goes to the hold's list any more.
+    previous = {signal.SIGHUP: signal.signal(signal.SIGHUP, signal.SIG_IGN if ignore_hup else _queue)}
+    previous.update({sig: signal.signal(sig, _queue) for sig in _STOP_SIGNALS})
+    stops = [signum for signum in _held if _stops(signum, reloads)]
     if stops:
         log.info("signal %d during start-up: shutting down", stops[0])
         stop.set()
-    elif _held:
-        log.info("signal %d during start-up: reloading now", _held[0])
+    elif reloads and signal.SIGHUP in _held:
+        log.info("signal %d during start-up: reloading now", signal.SIGHUP)
         signals.put(signal.SIGHUP)
     _held.clear()
     try:

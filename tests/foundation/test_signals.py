@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -49,6 +50,17 @@ CHILD = textwrap.dedent(
     print("stopped in order")
     """
 )
+
+
+@pytest.fixture(autouse=True)
+def _hang_up_as_by_default() -> Iterator[None]:
+    """The children these tests start inherit SIGHUP's disposition: a suite run under nohup would start them all
+    ignoring it (the nohup test sets its own)."""
+    previous = signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGHUP, previous)
 
 
 def nowhere_conf(tmp_path: Path) -> Path:
@@ -113,11 +125,13 @@ def test_sigterm_during_a_daemons_start_up_stops_it_in_order(tmp_path: Path, sig
     assert f"signal {int(signum)} during start-up: shutting down" in log.read_text()
 
 
-def test_sighup_during_the_schedulers_start_up_is_a_reload_once_it_serves(tmp_path: Path) -> None:
+@pytest.mark.parametrize("nohup", [False, True], ids=["plain", "under-nohup"])
+def test_sighup_during_the_schedulers_start_up_is_a_reload_once_it_serves(tmp_path: Path, nohup: bool) -> None:
     """``systemctl reload`` of the scheduler while it still starts (its unit is ``Type=simple``, so systemd counts it
     as started at once; on a big database the start-up takes minutes): the scheduler died of the SIGHUP, and
     systemd takes that death for a clean exit, so ``Restart=on-failure`` left the crawl without a scheduler. Now
-    the signal is held and the accounts are read again once it serves; it then stops with exit status 0."""
+    the signal is held and the accounts are read again once it serves; it then stops with exit status 0. Started
+    under nohup (SIGHUP ignored) it reloads the same: the hold once left SIGHUP ignored, and the edit was lost."""
     accounts = tmp_path / "accounts"
     accounts.mkdir(mode=0o700)
     (accounts / "pool.toml").write_text('[[account]]\nid = "a1"\ncookies = "SUB=x"\n')
@@ -129,7 +143,8 @@ def test_sighup_during_the_schedulers_start_up_is_a_reload_once_it_serves(tmp_pa
     argv = icecrawler_argv("scheduler", *(f"--set={x}" for x in sets), f"--Ice.Config={conf}")
     log = tmp_path / "scheduler.log"
     with log.open("wb") as out:
-        child = subprocess.Popen(argv, cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
+        ignoring = (lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN)) if nohup else None
+        child = subprocess.Popen(argv, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, preexec_fn=ignoring)
         try:
             held = poll_until(lambda: holds_sigterm_while_starting(child.pid), 20, 0.002)
             assert held, "the scheduler never held its signals while it started"
@@ -374,19 +389,35 @@ def test_a_parent_whose_name_cannot_be_read_is_watched_not_taken_for_a_gone_node
 ) -> None:
     """A node's name this server may not read (``hidepid``, the node running as another user) said "" and the
     server took its live node for a gone one: it exited 0 at once, and a node restarts such a server twice a second
-    for ever. Unreadable is unknown now (the parent pid is watched), and "true"/"yes" mean what "1" does."""
+    for ever. Unreadable is unknown now, and the parent pid is watched; "true"/"yes" mean what "1" does, and
+    "0"/"false" switch the watch off instead of naming a program no node has."""
     from icecrawler import processes
 
-    gone = processes.free_port()  # any number that is no process's pid for the moment of the read
-    while Path(f"/proc/{gone}").exists():
-        gone += 1
-    assert processes._program(gone) is None
-    monkeypatch.setattr(processes.os, "getppid", lambda: 1)  # adopted: no watch is started, only the decision
-    monkeypatch.setattr(processes, "_program", lambda _pid: None)
-    assert processes._watch_parent("icegridnode") is True
-    monkeypatch.setattr(processes, "_program", lambda _pid: "systemd")
+    def unreadable(_path: Path) -> bytes:
+        raise PermissionError(13, "Permission denied")
+
+    started: list[str] = []
+
+    class Recorder:
+        """Stands in for the watch thread: records it instead of polling this test process's parent."""
+
+        def __init__(self, *, target: object, name: str, daemon: bool) -> None:
+            self.name = name
+
+        def start(self) -> None:
+            started.append(self.name)
+
+    monkeypatch.setattr(processes.threading, "Thread", Recorder)
+    with monkeypatch.context() as patch:
+        patch.setattr(Path, "read_bytes", unreadable)
+        assert processes._program(os.getppid()) is None
+        assert processes._watch_parent("icegridnode") is True and started == ["parent-watch"]
+    monkeypatch.setattr(processes, "_program", lambda _pid: "systemd")  # adopted by init: the node is gone
+    assert processes._watch_parent("icegridnode") is False and started == ["parent-watch"]
     assert processes._watch_parent("true") is True and processes._watch_parent("yes") is True
-    assert processes._watch_parent("icegridnode") is False  # a readable other name: the node is gone
+    for off in ("0", "false"):
+        monkeypatch.setenv(STOP_WITH_PARENT_ENV, off)
+        assert processes.die_with_parent() is True and len(started) == 3  # no watch started for it
 
 
 def test_a_sighup_held_by_the_storage_server_stops_it_before_it_listens(tmp_path: Path) -> None:
