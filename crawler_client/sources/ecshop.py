@@ -68,7 +68,7 @@ __all__ = ["SOURCE", "SPEC", "EcshopSource", "is_logged_in", "login_request", "s
 
 #: The empty comment list's text.
 NO_COMMENTS = "暂时还没有任何用户评论"
-#: The label that starts an admin reply paragraph.
+#: The label (``font.f1``) that starts an admin reply paragraph.
 ADMIN_REPLY = "管理员"
 
 _PAGER_RE = re.compile(r"总计\s*(\d{1,9})\s*个记录.{0,40}?共\s*(\d{1,9})\s*页", re.DOTALL)
@@ -260,7 +260,7 @@ class EcshopSource(ReviewOrder, SavedPages):
             return None
         user = user_node.get_text(strip=True) if user_node is not None else ""
         shown_time = time_node.get_text(" ", strip=True).strip("()（） ") if time_node is not None else ""
-        paragraphs = [p for p in li.select("p") if ADMIN_REPLY not in (p.select_one("font.f1") or p).get_text()[:8]]
+        paragraphs = [p for p in li.select("p") if not _is_admin_reply(p)]
         content = html_text(paragraphs[0]) if paragraphs else ""
         # The id hashes the text with its zero-width spaces, as ids were made before they were dropped from the
         # text: a review stored then keeps its id (and its one row) when crawled again.
@@ -419,6 +419,13 @@ def _mentions_category(html: str, cat_id: str) -> bool:
         re.search(rf"category\.php\?(?:[^\"'>]*?&(?:amp;)?)?id={re.escape(cat_id)}(?!\d)", html) is not None
         or f'name="category" value="{cat_id}"' in html
     )
+
+
+def _is_admin_reply(paragraph: Tag) -> bool:
+    """The shop's reply: its paragraph opens with the label (管理员：) in ``font.f1``. The review's own paragraph has no
+    label, and a buyer's text may well start with the word itself (addressing the shop): still the review."""
+    label = paragraph.select_one("font.f1")
+    return label is not None and ADMIN_REPLY in label.get_text()[:8]
 
 
 def _stars(li: Tag) -> int:

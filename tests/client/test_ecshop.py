@@ -536,3 +536,24 @@ def test_a_goods_page_whose_comment_box_is_filled_later_reads_page_1_from_commen
     with pytest.raises(FetchError) as info:
         parse("ecshop", REVIEWS, request, html.replace("</body>", _DB_ERRORS[1].decode() + "</body>").encode())
     assert info.value.error_class == "shop-db-error"
+
+
+def test_a_review_whose_text_starts_with_the_word_admin_keeps_its_text() -> None:
+    """Only a paragraph labelled 管理员： in ``font.f1`` is the shop's reply; a buyer who opens with the word
+    (addressing the shop) wrote a review, and its text was dropped as if it were the reply."""
+    items = (
+        '<li class="word"><font class="f2">乙</font> <font class="f3">( 2025-06-01 08:30:00 )</font><br />'
+        '<img src="../images/stars2.gif" alt="2" /><p>管理员请看看，发货太慢</p>'
+        '<p><font class="f1">管理员：</font>已催仓库</p></li>'
+        '<li class="word"><font class="f2">丙</font> <font class="f3">( 2025-05-30 19:00:00 )</font><br />'
+        '<img src="../images/stars5.gif" alt="5" /><p>管理员，包装很好</p></li>'
+    )
+    body = (
+        '<html><head><meta charset="utf-8"></head><body><div id="ECS_COMMENT"><ul class="comments">'
+        f'{items}</ul><div id="pager">总计 2 个记录，共 1 页。</div></div></body></html>'
+    ).encode()
+    parsed = parse("ecshop", REVIEWS, SOURCE.first_request(REVIEWS, BASE), body)
+    replied, plain = reviews(parsed.items)
+    assert (replied.user, replied.content, replied.score) == ("乙", "管理员请看看，发货太慢", 2)
+    assert (plain.user, plain.content, plain.score) == ("丙", "管理员，包装很好", 5)
+    assert replied.id != plain.id and "已催仓库" not in replied.content
