@@ -4,6 +4,7 @@ stop in order for a daemon with nothing to reload."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -13,6 +14,7 @@ import textwrap
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -97,6 +99,23 @@ def holds_sigterm_while_starting(pid: int) -> bool:
     return bool(caught) and status["Threads"].strip() == "1"
 
 
+@contextlib.contextmanager
+def in_start_up(argv: list[str], log: Path, what: str, **popen: Any) -> Iterator[subprocess.Popen[bytes]]:
+    """A daemon started with its output in ``log``, handed over once it holds its signals while it still starts
+    (the hold comes within the first tenth of a second, serving a second or more later); killed at the end if it
+    still runs."""
+    with log.open("wb") as out:
+        child = subprocess.Popen(argv, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, **popen)
+    try:
+        held = poll_until(lambda: holds_sigterm_while_starting(child.pid), 30, 0.002)
+        assert held, f"the {what} never held its signals while it started"
+        yield child
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+
+
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
 def test_sigterm_during_a_daemons_start_up_stops_it_in_order(tmp_path: Path, signum: signal.Signals) -> None:
     """A client stopped while it is still starting (imports, jieba's dictionary): the signal is held until it
@@ -104,23 +123,10 @@ def test_sigterm_during_a_daemons_start_up_stops_it_in_order(tmp_path: Path, sig
     SIGHUP (a terminal's hang-up; the client has nothing to reload) does the same: it died of it (-1)."""
     conf = nowhere_conf(tmp_path)
     log = tmp_path / "client.log"
-    with log.open("wb") as out:
-        child = subprocess.Popen(
-            icecrawler_argv("client", "--set", "metrics.client.port=0", f"--Ice.Config={conf}"),
-            cwd=REPO,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-        try:
-            # The hold comes within the first tenth of a second; the client serves about a second later.
-            held = poll_until(lambda: holds_sigterm_while_starting(child.pid), 20, 0.002)
-            assert held, "the client never held SIGTERM while it started"
-            child.send_signal(signum)
-            code = child.wait(timeout=60)
-        finally:
-            if child.poll() is None:
-                child.kill()
-                child.wait()
+    argv = icecrawler_argv("client", "--set", "metrics.client.port=0", f"--Ice.Config={conf}")
+    with in_start_up(argv, log, "client") as child:
+        child.send_signal(signum)
+        code = child.wait(timeout=60)
     assert code == 0, log.read_text()[-3000:]
     assert f"signal {int(signum)} during start-up: shutting down" in log.read_text()
 
@@ -142,22 +148,14 @@ def test_sighup_during_the_schedulers_start_up_is_a_reload_once_it_serves(tmp_pa
     sets = [f"scheduler.db_dir={tmp_path / 'db'}", f"scheduler.accounts_dir={accounts}", "metrics.scheduler.port=0"]
     argv = icecrawler_argv("scheduler", *(f"--set={x}" for x in sets), f"--Ice.Config={conf}")
     log = tmp_path / "scheduler.log"
-    with log.open("wb") as out:
-        ignoring = (lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN)) if nohup else None
-        child = subprocess.Popen(argv, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, preexec_fn=ignoring)
-        try:
-            held = poll_until(lambda: holds_sigterm_while_starting(child.pid), 20, 0.002)
-            assert held, "the scheduler never held its signals while it started"
-            child.send_signal(signal.SIGHUP)
-            serving = poll_until(lambda: child.poll() is not None or "accounts reloaded" in log.read_text(), 60, 0.1)
-            assert serving and child.poll() is None, f"exit status {child.poll()}:\n{log.read_text()[-3000:]}"
-            wait_for_port("127.0.0.1", port, 30, alive=lambda: child.poll() is None)
-            child.send_signal(signal.SIGTERM)
-            code = child.wait(timeout=60)
-        finally:
-            if child.poll() is None:
-                child.kill()
-                child.wait()
+    ignoring = (lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN)) if nohup else None
+    with in_start_up(argv, log, "scheduler", preexec_fn=ignoring) as child:
+        child.send_signal(signal.SIGHUP)
+        serving = poll_until(lambda: child.poll() is not None or "accounts reloaded" in log.read_text(), 60, 0.1)
+        assert serving and child.poll() is None, f"exit status {child.poll()}:\n{log.read_text()[-3000:]}"
+        wait_for_port("127.0.0.1", port, 30, alive=lambda: child.poll() is None)
+        child.send_signal(signal.SIGTERM)
+        code = child.wait(timeout=60)
     text = log.read_text()
     assert code == 0, text[-3000:]
     assert "signal 1 during start-up: reloading now" in text and "accounts reloaded" in text, text[-3000:]
@@ -357,28 +355,16 @@ def test_a_client_started_under_nohup_outlives_a_hang_up(tmp_path: Path) -> None
     ignore and stopped when the terminal closed. It keeps ignoring it now; SIGTERM still stops it in order."""
     conf = nowhere_conf(tmp_path)
     log = tmp_path / "client.log"
-    with log.open("wb") as out:
-        child = subprocess.Popen(
-            icecrawler_argv("client", "--set", "metrics.client.port=0", f"--Ice.Config={conf}"),
-            cwd=REPO,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN),  # what nohup does
-        )
-        try:
-            held = poll_until(lambda: holds_sigterm_while_starting(child.pid), 20, 0.002)
-            assert held, "the client never held SIGTERM while it started"
-            child.send_signal(signal.SIGHUP)  # during the start-up
-            started = re.compile(r"client \S+ started")
-            assert poll_until(lambda: bool(started.search(log.read_text())) or child.poll() is not None, 60, 0.05)
-            child.send_signal(signal.SIGHUP)  # and while it serves
-            assert not poll_until(lambda: child.poll() is not None, 3, 0.05), log.read_text()[-3000:]
-            child.send_signal(signal.SIGTERM)
-            code = child.wait(timeout=60)
-        finally:
-            if child.poll() is None:
-                child.kill()
-                child.wait()
+    argv = icecrawler_argv("client", "--set", "metrics.client.port=0", f"--Ice.Config={conf}")
+    nohup = lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN)  # noqa: E731 (what nohup does)
+    with in_start_up(argv, log, "client", preexec_fn=nohup) as child:
+        child.send_signal(signal.SIGHUP)  # during the start-up
+        started = re.compile(r"client \S+ started")
+        assert poll_until(lambda: bool(started.search(log.read_text())) or child.poll() is not None, 60, 0.05)
+        child.send_signal(signal.SIGHUP)  # and while it serves
+        assert not poll_until(lambda: child.poll() is not None, 3, 0.05), log.read_text()[-3000:]
+        child.send_signal(signal.SIGTERM)
+        code = child.wait(timeout=60)
     text = log.read_text()
     assert code == 0, text[-3000:]
     assert not re.search(rf"signal {int(signal.SIGHUP)}\b", text) and f"signal {int(signal.SIGTERM)}: " in text
@@ -433,17 +419,9 @@ def test_a_sighup_held_by_the_storage_server_stops_it_before_it_listens(tmp_path
     ]
     argv = icecrawler_argv("storage", *(f"--set={x}" for x in sets), f"--Ice.Config={conf}")
     log = tmp_path / "storage.log"
-    with log.open("wb") as out:
-        child = subprocess.Popen(argv, cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
-        try:
-            held = poll_until(lambda: holds_sigterm_while_starting(child.pid), 20, 0.002)
-            assert held, "the storage server never held its signals while it started"
-            child.send_signal(signal.SIGHUP)
-            code = child.wait(timeout=60)
-        finally:
-            if child.poll() is None:
-                child.kill()
-                child.wait()
+    with in_start_up(argv, log, "storage server") as child:
+        child.send_signal(signal.SIGHUP)
+        code = child.wait(timeout=60)
     text = log.read_text()
     assert code == 0, text[-3000:]
     assert "signal 1 during start-up: shutting down before listening" in text, text[-3000:]

@@ -29,7 +29,7 @@ import pytest
 from icecrawler.processes import ProcessGroup, free_port, icecrawler_argv, poll_until
 from icecrawler.settings import Settings
 from icecrawler_local.launcher import Cluster, Workload
-from tests.foundation.test_signals import holds_sigterm_while_starting
+from tests.foundation.test_signals import in_start_up
 from tests.helpers import process_gone, shipped_logrotate
 from tests.requirements import skip_or_fail
 
@@ -490,17 +490,9 @@ def test_a_server_stopped_during_its_start_up_never_registers(registry: Registry
     when it went online and took them back at once; a node started meanwhile took that for its own server's
     activation (state Active with the other server's endpoints). Now it stops before going online."""
     log = tmp_path / "storage.log"
-    with log.open("wb") as out:
-        child = subprocess.Popen(registry.storage_argv("stopped-storage"), stdout=out, stderr=subprocess.STDOUT)
-    try:
-        held = poll_until(lambda: holds_sigterm_while_starting(child.pid), 30, 0.002)
-        assert held, "the server never held SIGTERM while it started"
+    with in_start_up(registry.storage_argv("stopped-storage"), log, "server") as child:
         child.send_signal(signal.SIGTERM)
         code = child.wait(timeout=60)
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
     text = log.read_text()
     assert code == 0 and "Traceback" not in text, text[-3000:]
     assert "stopped-storage" not in registry.log.read_text(), registry.log.read_text()[-3000:]
