@@ -5,10 +5,12 @@ Checked over every tracked text file: names of the developers' notes kept outsid
 style guide the repository does not have, ``§`` section references whose document is missing, ``*.md`` names
 that match no tracked file, and relative Markdown links that do not resolve. And the step-by-step guides
 (CONTRIBUTING.md's "Adding a source", a setting, a metric, an operation; docs/ARCHITECTURE.md's walk through the
-code) cite only files, modules, names, subcommands and make targets that exist."""
+code) cite only files, modules, names, subcommands and make targets that exist. Every ``icecrawler ...`` command
+line the Markdown docs show names a subcommand and options its parser has."""
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import re
 import subprocess
@@ -451,3 +453,106 @@ def test_every_built_in_source_has_its_rows_in_the_docs() -> None:
         if spec.sandbox_site and f"\n| `/{spec.sandbox_site}` |" not in sandbox_doc
     ]
     assert not missing, f"add the table rows that start with: {missing}"
+
+
+#: A command line the docs show: ``icecrawler NAME`` and its words up to the end of the command (a pipe, ``;``,
+#: ``&&``, a comment, a closing parenthesis); ``\`` line continuations are joined first. IceGrid's
+#: ``server template instantiate icecrawler NODE ...`` names the application, not the command.
+COMMAND_LINE = re.compile(
+    r"(?<![\w/.-])(?<!instantiate )icecrawler +([a-z][a-z_-]*)((?:[ \t]+(?!icecrawler\b)[^\s|;&#)`]+)*)"
+)
+#: An option word on such a line (``--lift``, ``--traces-shop``); ``--Ice.*`` and its kin go to the communicator.
+OPTION_WORD = re.compile(r"(?<![\w-])(--[a-z][a-z0-9-]*)(?![\w.])")
+#: Subcommands whose further words go to something else: a benchmark takes its own options (``bench NAME --help``).
+PASS_THROUGH = frozenset({"bench"})
+
+
+def code_of(text: str) -> Iterator[tuple[int, str]]:
+    """(line number, code) of every fenced block line (continuations joined) and every inline code span."""
+    lines = text.splitlines()
+    fenced = False
+    number = 0
+    while number < len(lines):
+        line, start = lines[number], number + 1
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+        elif fenced:
+            while line.endswith("\\") and number + 1 < len(lines):
+                number += 1
+                line = line[:-1] + " " + lines[number].strip()
+            yield start, line
+        else:
+            yield from ((start, span) for span in CODE_SPAN.findall(line))
+        number += 1
+
+
+def options_of(parser: argparse.ArgumentParser) -> set[str]:
+    """Every option string of ``parser`` and of the subcommands under it (``certs issue --dns``)."""
+    found: set[str] = set()
+    for action in parser._actions:
+        found.update(action.option_strings)
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                found |= options_of(child)
+    return found
+
+
+def command_problems(text: str, commands: dict[str, set[str]]) -> list[str]:
+    """What the command lines in ``text`` name that ``commands`` (subcommand -> its options) lacks."""
+    problems = []
+    for number, code in code_of(text):
+        for match in COMMAND_LINE.finditer(code):
+            name, words = match.group(1), match.group(2)
+            if name not in commands:
+                problems.append(f"{number}: no subcommand `icecrawler {name}`")
+                continue
+            if name in PASS_THROUGH:
+                continue
+            problems.extend(
+                f"{number}: `icecrawler {name}` has no {option}"
+                for option in OPTION_WORD.findall(words)
+                if option not in commands[name]
+            )
+    return problems
+
+
+@pytest.fixture(scope="module")
+def cli_options() -> dict[str, set[str]]:
+    """Each subcommand of the ``icecrawler`` command with its options, from the parser itself."""
+    from icecrawler_cli import cli
+
+    parser = cli.build_parser(cli._load_commands())
+    (sub,) = (action for action in parser._actions if isinstance(action, argparse._SubParsersAction))
+    return {name: options_of(child) for name, child in sub.choices.items()}
+
+
+def test_every_command_and_option_the_docs_show_exists(files: list[Path], cli_options: dict[str, set[str]]) -> None:
+    """A command line a newcomer or an operator copies from the docs names a subcommand and options that exist."""
+    found: list[str] = []
+    for path in files:
+        if path.suffix == ".md":
+            name = path.relative_to(REPO).as_posix()
+            found += (
+                f"{name}:{problem}" for problem in command_problems(path.read_text(encoding="utf-8"), cli_options)
+            )
+    assert found == [], "commands the docs show that the CLI lacks:\n" + "\n".join(found)
+
+
+def test_the_command_check_flags_what_is_missing_and_passes_what_is_there() -> None:
+    commands = {"hold": {"--for", "--lift", "--reason"}, "bench": {"--config"}, "seed": {"--file", "--listing"}}
+    there = (
+        "`icecrawler hold m.weibo.cn --for 6h --reason maintenance`, then `icecrawler hold m.weibo.cn --lift`\n"
+        "```sh\nicecrawler seed jd:1 \\\n    --listing ecshop:1 --Ice.Config=client.conf   # --not-an-option\n```\n"
+        "`icecrawler bench scheduler --server-threads 2`; `icecrawler tasks --ids | icecrawler seed --file -`\n"
+        "icecrawler is a crawler (prose, not code); `icecrawler_cli.cli` is a module\n"
+        '`icegridadmin -e "server template instantiate icecrawler node3 CrawlerClient index=3"`\n'
+    )
+    assert command_problems(there.replace("icecrawler tasks --ids | ", ""), commands) == []
+    assert command_problems(there, commands) == ["6: no subcommand `icecrawler tasks`"]
+    missing = (
+        "`icecrawler hold HOST --for 1h --forever`\n```sh\nicecrawler seed jd:1 \\\n  --listing x --kind user\n```\n"
+    )
+    assert command_problems(missing, commands) == [
+        "1: `icecrawler hold` has no --forever",
+        "3: `icecrawler seed` has no --kind",
+    ]
