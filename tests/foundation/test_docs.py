@@ -461,8 +461,9 @@ def test_every_built_in_source_has_its_rows_in_the_docs() -> None:
 COMMAND_LINE = re.compile(
     r"(?<![\w/.-])(?<!instantiate )icecrawler +([a-z][a-z_-]*)((?:[ \t]+(?!icecrawler\b)[^\s|;&#)`]+)*)"
 )
-#: An option word on such a line (``--lift``, ``--traces-shop``); ``--Ice.*`` and its kin go to the communicator.
-OPTION_WORD = re.compile(r"(?<![\w-])(--[a-z][a-z0-9-]*)(?![\w.])")
+#: An option word on such a line (``--lift``, ``--traces-shop``, ``-c``); ``--Ice.*`` and its kin go to the
+#: communicator.
+OPTION_WORD = re.compile(r"(?<![\w-])(--[a-z][a-z0-9-]*|-[a-zA-Z])(?![\w.-])")
 #: Subcommands whose further words go to something else: a benchmark takes its own options (``bench NAME --help``).
 PASS_THROUGH = frozenset({"bench"})
 
@@ -539,10 +540,10 @@ def test_every_command_and_option_the_docs_show_exists(files: list[Path], cli_op
 
 
 def test_the_command_check_flags_what_is_missing_and_passes_what_is_there() -> None:
-    commands = {"hold": {"--for", "--lift", "--reason"}, "bench": {"--config"}, "seed": {"--file", "--listing"}}
+    commands = {"hold": {"--for", "--lift", "--reason"}, "bench": {"--config"}, "seed": {"--file", "--listing", "-c"}}
     there = (
         "`icecrawler hold m.weibo.cn --for 6h --reason maintenance`, then `icecrawler hold m.weibo.cn --lift`\n"
-        "```sh\nicecrawler seed jd:1 \\\n    --listing ecshop:1 --Ice.Config=client.conf   # --not-an-option\n```\n"
+        "```sh\nicecrawler seed jd:1 \\\n    --listing ecshop:1 -c a.toml --Ice.Config=c.conf  # --not-one\n```\n"
         "`icecrawler bench scheduler --server-threads 2`; `icecrawler tasks --ids | icecrawler seed --file -`\n"
         "icecrawler is a crawler (prose, not code); `icecrawler_cli.cli` is a module\n"
         '`icegridadmin -e "server template instantiate icecrawler node3 CrawlerClient index=3"`\n'
@@ -550,9 +551,10 @@ def test_the_command_check_flags_what_is_missing_and_passes_what_is_there() -> N
     assert command_problems(there.replace("icecrawler tasks --ids | ", ""), commands) == []
     assert command_problems(there, commands) == ["6: no subcommand `icecrawler tasks`"]
     missing = (
-        "`icecrawler hold HOST --for 1h --forever`\n```sh\nicecrawler seed jd:1 \\\n  --listing x --kind user\n```\n"
+        "`icecrawler hold HOST --for 1h --forever`\n```sh\nicecrawler seed jd:1 \\\n  --listing x --kind user -q\n```\n"
     )
     assert command_problems(missing, commands) == [
         "1: `icecrawler hold` has no --forever",
         "3: `icecrawler seed` has no --kind",
+        "3: `icecrawler seed` has no -q",
     ]
