@@ -6,7 +6,8 @@ style guide the repository does not have, ``§`` section references whose docume
 that match no tracked file, and relative Markdown links that do not resolve. And the step-by-step guides
 (CONTRIBUTING.md's "Adding a source", a setting, a metric, an operation; docs/ARCHITECTURE.md's walk through the
 code) cite only files, modules, names, subcommands and make targets that exist. Every ``icecrawler ...`` command
-line the Markdown docs show names a subcommand and options its parser has."""
+line the Markdown docs show names a subcommand and options its parser has, and every repository path they name is
+there."""
 
 from __future__ import annotations
 
@@ -558,3 +559,64 @@ def test_the_command_check_flags_what_is_missing_and_passes_what_is_there() -> N
         "3: `icecrawler seed` has no --kind",
         "3: `icecrawler seed` has no -q",
     ]
+
+
+#: A path into the repository in a code span (``sandbox/sites/<name>.py``, ``docs/bench/NAME.json``,
+#: ``scheduler_server/integrity.backup_checked``: a module's name after its file), recognised by its first folder.
+REPO_PATH = re.compile(r"[\w.-]+(?:/[\w.*<>-]+)+/?")
+#: A placeholder in a path: ``<name>``, or a word in capitals (``NAME``, ``SOURCE``).
+PLACEHOLDER = re.compile(r"<[^>]+>|\b[A-Z][A-Z_]+\b(?=[./]|$)")
+#: CHANGELOG.md names files as they were when each change was made; the others describe the checkout as it is.
+HISTORY = frozenset({"CHANGELOG.md"})
+
+
+def read(name: str) -> str:
+    """A tracked file's text, by its repository path."""
+    return (REPO / name).read_text(encoding="utf-8")
+
+
+def path_problem(token: str, folders: Set[str]) -> str | None:
+    """Why ``token`` (a path whose first folder is one of ``folders``) names nothing in the checkout, or None."""
+    if token.split("/", 1)[0] not in folders:
+        return None
+    pattern = PLACEHOLDER.sub("*", token)
+    if pattern != token or "*" in token:
+        return None if any(REPO.glob(pattern.rstrip("/"))) else f"nothing matches {token}"
+    if (REPO / token).exists():
+        return None
+    module, _, name = token.rpartition(".")
+    if module and (REPO / f"{module}.py").is_file():
+        defined = re.search(
+            rf"^\s*(?:def|class)\s+{re.escape(name)}\b|^{re.escape(name)}\b", read(f"{module}.py"), re.M
+        )
+        return None if defined else f"{module}.py defines no {name}"
+    return f"no {token}"
+
+
+def test_every_repository_path_the_docs_name_exists(files: list[Path]) -> None:
+    """A file or folder of the checkout that the Markdown docs name in a code span is there (a module's name after
+    its file, ``scheduler_server/integrity.backup_checked``, is defined in it)."""
+    folders = {path.relative_to(REPO).parts[0] for path in files if len(path.relative_to(REPO).parts) > 1}
+    found = []
+    for path in files:
+        name = path.relative_to(REPO).as_posix()
+        if path.suffix != ".md" or name in HISTORY:
+            continue
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+            for span in CODE_SPAN.findall(line):
+                for word in span.split():
+                    token = word.strip("(),;:'\"").split("::")[0]
+                    if REPO_PATH.fullmatch(token) and (problem := path_problem(token, folders)):
+                        found.append(f"{name}:{number}: {problem}")
+    assert found == [], "paths the docs name that the checkout lacks:\n" + "\n".join(found)
+
+
+def test_the_path_check_flags_what_is_missing_and_passes_what_is_there() -> None:
+    folders = {"sandbox", "docs", "scheduler_server", "deploy"}
+    for there in (
+        *("sandbox/sites/<name>.py", "docs/bench/NAME.json", "scheduler_server/integrity.backup_checked"),
+        *("deploy/systemd/", "deploy/*.conf", "var/hbase/lib", "/etc/icecrawler/client.conf", "sites/weibo.py"),
+    ):
+        assert path_problem(there, folders) is None, there
+    for missing in ("sandbox/sites/gone.py", "docs/nowhere/NAME.json", "scheduler_server/integrity.renamed"):
+        assert path_problem(missing, folders) is not None, missing
