@@ -82,18 +82,26 @@ class Command(BaseCommand):
             print("icecrawler tasks: error: --limit must be at least 1", file=sys.stderr)
             return 2
         shown = 0
+        more = False  # a task past --limit matches too: said on stderr (a pipe to remove would miss it silently)
         with rpc.communicator(ice_args) as comm:
             for proxy in rpc.scheduler_proxies(comm):
-                # With --outcome every task is read (a page at a time) and only the matching ones count.
-                for row in pages(proxy, args.prefix, args.limit - shown if args.outcome is None else 2**62):
+                # With --outcome every task is read (a page at a time) and only the matching ones count; one task
+                # more than --limit is asked for, to know whether the list was cut.
+                for row in pages(proxy, args.prefix, args.limit + 1 - shown if args.outcome is None else 2**62):
                     if args.outcome is not None and row.get("lastOutcome") != args.outcome:
                         continue
+                    if shown >= args.limit:
+                        more = True
+                        break
                     print(row["id"] if args.ids else json.dumps(row, ensure_ascii=False) if args.json else render(row))
                     shown += 1
-                    if shown >= args.limit:
-                        break
-                if shown >= args.limit:
+                if more:
                     break
         if not (args.json or args.ids):
             print(f"{shown} task(s)")
+        if more:
+            print(
+                f"icecrawler tasks: stopped at --limit {args.limit}; more tasks match (raise --limit to list them)",
+                file=sys.stderr,
+            )
         return 0

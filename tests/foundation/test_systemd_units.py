@@ -115,6 +115,14 @@ def test_every_unit_that_runs_icecrawler_is_started_below() -> None:
     }
 
 
+def test_every_unit_that_runs_crawl_processes_raises_their_file_limit() -> None:
+    """A large client holds a session per (source, account) per worker: the usual soft limit of 1024 is close. The
+    node's unit had none, so every server an IceGrid node started kept 1024 (its servers inherit the node's)."""
+    runs_servers = [UNITS / name for name in ("icecrawler-icegridnode.service",)]
+    ours = [unit for unit in sorted(UNITS.glob("icecrawler*.service")) if f"ExecStart={BINARY} " in unit.read_text()]
+    assert ours and all("\nLimitNOFILE=65536\n" in unit.read_text() for unit in [*ours, *runs_servers])
+
+
 def test_the_scheduler_storage_and_client_units_start_and_stop_cleanly(tmp_path: Path) -> None:
     ports = {"10000": free_port(), "10001": free_port()}
     metrics = {role: free_port() for role in ("scheduler", "storage", "client")}

@@ -206,3 +206,18 @@ def test_status_says_nothing_of_a_task_due_within_the_minute_but_not_yet_due() -
     older = {key: value for key, value in {**stats, **stats["detail"]}.items() if key != "due_now"}
     text = render_text({"scheduler": older, "storage": {"reachable": False}})  # a scheduler too old to say due_now
     assert "nothing was leased in the last minute although 1 task(s) are due" in text
+
+
+def test_tasks_says_on_stderr_when_its_limit_cut_the_list(daemon: SchedulerDaemon) -> None:
+    """``icecrawler tasks --outcome NotFound --ids | icecrawler remove --file -`` stopped at --limit (1000 by default)
+    without a word, so a pipe meant to remove every gone target removed the first thousand. The list on stdout stays
+    as it was; stderr says that more match."""
+    assert cli(daemon, "seed", "jd:901", "jd:902", "jd:903").returncode == 0
+    try:
+        cut = cli(daemon, "tasks", "--prefix", "reviews:jd:90", "--ids", "--limit", "2")
+        assert cut.returncode == 0 and cut.stdout.splitlines() == ["reviews:jd:901", "reviews:jd:902"], cut.stderr
+        assert "stopped at --limit 2; more tasks match" in cut.stderr
+        whole = cli(daemon, "tasks", "--prefix", "reviews:jd:90", "--ids", "--limit", "3")
+        assert len(whole.stdout.splitlines()) == 3 and "more tasks match" not in whole.stderr
+    finally:
+        cli(daemon, "remove", "jd:901", "jd:902", "jd:903")
