@@ -32,6 +32,7 @@ def sandbox_argv(
     traces_backlog_days: float | None = None,
     traces_weibo_site: str | None = None,
     traces_shop: str | None = None,
+    traces_source: str | None = None,
 ) -> list[str]:
     """argv for ``icecrawler sandbox`` with these options (None = the setting's default)."""
     argv = icecrawler_argv("sandbox", "--port", str(port))
@@ -48,6 +49,7 @@ def sandbox_argv(
         ("--traces-backlog-days", traces_backlog_days),
         ("--traces-weibo-site", traces_weibo_site),
         ("--traces-shop", traces_shop),
+        ("--traces-source", traces_source),
     ):
         if value is not None:
             argv += [flag, str(value)]

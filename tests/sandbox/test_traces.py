@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +17,7 @@ import pytest
 
 from icecrawler.errors import ConfigError
 from icecrawler.models import Review, TaskKind
-from icecrawler.processes import ProcessGroup, free_port, wait_for_port
+from icecrawler.processes import ProcessGroup, free_port, icecrawler_argv, wait_for_port
 from icecrawler_local.oracle import read_truth_file
 from sandbox import SandboxServer, sandbox_argv, sandbox_process
 from sandbox.cli import add_options, trace_options_scenario
@@ -388,3 +389,15 @@ def test_the_start_up_line_of_a_scenario_files_traces_table_names_the_trace_file
     )
     assert done.returncode == 0, done.stderr
     assert f"traces {tmp_path / 't.jsonl'}: 1 Weibo user(s), 2 product(s)" in done.stderr, done.stderr
+
+
+def test_sandbox_argv_passes_every_trace_option_the_command_takes() -> None:
+    """``sandbox_process`` (tests, benchmarks, the harnesses) could not filter traces by source: ``sandbox_argv`` had
+    no ``traces_source``, though ``icecrawler sandbox`` and ``demo`` take ``--traces-source``."""
+    argv = sandbox_argv(1, traces="t.jsonl", traces_source="weibo")
+    assert argv[argv.index("--traces-source") + 1] == "weibo"
+    help_text = subprocess.run(
+        icecrawler_argv("sandbox", "--help"), capture_output=True, text=True, timeout=60, check=False
+    )
+    flags = {part for part in argv if part.startswith("--")}
+    assert flags <= set(re.findall(r"--[a-z-]+", help_text.stdout)), flags
