@@ -148,9 +148,10 @@ class WeiboWebSource(PostOrder, SavedPages):
                 f"mymblog: unexpected envelope ok={str(doc.get('ok'))[:20]!r}{hint}",
             )
         data = doc.get("data")
-        single = _is_post(doc) or _is_post(data)  # an /ajax/statuses/show answer: the post, bare or under "data"
+        post = doc if _is_post(doc) else data if _is_post(data) else None  # /ajax/statuses/show: bare or under "data"
+        single = post is not None
         if single:
-            data = {"list": [as_dict(data) if _is_post(data) else doc]}
+            data = {"list": [post]}
         elif data is None or data in ({}, []):  # {"ok":1}: what the site answers past the last page
             return ParsedPage(items=[], info={"end": "no data"})
         data = as_dict(data)

@@ -237,20 +237,22 @@ def test_pictures_of_a_mixed_media_post() -> None:
     assert pictures(mblog) == ["https://wx2.sinaimg.cn/large/p1.jpg"]
 
 
+#: One post as ``/ajax/statuses/show`` answers it.
+SHOWN_POST: dict[str, object] = {
+    "id": 4700000000009000,
+    "idstr": "4700000000009000",
+    "mblogid": "Kn7Aaaaaa",
+    "created_at": "Tue Jul 06 11:59:00 +0800 2021",
+    "text": "单条",
+    "text_raw": "单条",
+    "user": {"id": 5612345678, "screen_name": "测试用户", "statuses_count": 12},
+}
+
+
 def test_a_statuses_show_answer_is_its_post() -> None:
     import json
 
-    mblog = {
-        "ok": 1,
-        "id": 4700000000009000,
-        "idstr": "4700000000009000",
-        "mblogid": "Kn7Aaaaaa",
-        "created_at": "Tue Jul 06 11:59:00 +0800 2021",
-        "text": "单条",
-        "text_raw": "单条",
-        "user": {"id": 5612345678, "screen_name": "测试用户"},
-    }
-    (post,) = posts_of(json.dumps(mblog).encode())
+    (post,) = posts_of(json.dumps({"ok": 1, **SHOWN_POST}).encode())
     assert (post.id, post.text, post.permalink) == (4700000000009000, "单条", "https://weibo.com/5612345678/Kn7Aaaaaa")
 
 
@@ -261,16 +263,7 @@ def test_a_statuses_show_answer_with_the_post_under_data_is_its_post_not_a_profi
     is no timeline page either way: no next page is asked for."""
     import json
 
-    mblog = {
-        "id": 4700000000009000,
-        "idstr": "4700000000009000",
-        "mblogid": "Kn7Aaaaaa",
-        "created_at": "Tue Jul 06 11:59:00 +0800 2021",
-        "text": "单条",
-        "text_raw": "单条",
-        "user": {"id": 5612345678, "screen_name": "测试用户", "statuses_count": 12},
-    }
-    for body in ({"ok": 1, "data": mblog}, {"ok": 1, **mblog}):
+    for body in ({"ok": 1, "data": SHOWN_POST}, {"ok": 1, **SHOWN_POST}):
         page = parse("weibo_web", TASK, SOURCE.first_request(TASK, BASE), json.dumps(body).encode())
         (post,) = page.items
         assert isinstance(post, Post) and (post.id, post.text) == (4700000000009000, "单条")
