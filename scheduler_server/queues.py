@@ -164,10 +164,15 @@ class TaskQueues:
 
     def due_before(self, ms: int, cap: int) -> int:
         """How many pending tasks are due before ``ms`` (counting stops at ``cap``)."""
-        count = 0
+        return self.due_before_each((ms,), cap)[0]
+
+    def due_before_each(self, limits_ms: tuple[int, ...], cap: int) -> tuple[int, ...]:
+        """``due_before`` for each limit, in one walk over the pending tasks (status asks for two under the lock)."""
+        counts = [0] * len(limits_ms)
         for due_ms in self.due.values():
-            if due_ms < ms:
-                count += 1
-                if count >= cap:
-                    break
-        return count
+            for index, limit in enumerate(limits_ms):
+                if due_ms < limit and counts[index] < cap:
+                    counts[index] += 1
+            if min(counts) >= cap:
+                break
+        return tuple(counts)

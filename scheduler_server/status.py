@@ -26,8 +26,7 @@ def stats(core: SchedulerCore) -> dict[str, Any]:
     with core.lock:
         wall = core.clocks.wall()
         now_ms = int(core.clocks.now() * 1000)
-        due_soon = core.queues.due_before(now_ms + 60_000, DUE_SOON_CAP)
-        due_now = core.queues.due_before(now_ms + 1, DUE_SOON_CAP)
+        due_soon, due_now = core.queues.due_before_each((now_ms + 60_000, now_ms + 1), DUE_SOON_CAP)
         with core.store.transaction() as txn:
             listings = {
                 key.decode(): TaskRecord.from_bytes(value).discovered

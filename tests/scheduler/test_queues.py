@@ -22,6 +22,8 @@ def test_heads_follow_due_time_then_id_per_source() -> None:
     queues.pending("a", "jd", 7)  # re-queued later: its old entry no longer counts
     assert queues.head("jd") == (5, "b")
     assert queues.due_before(6, cap=10) == 2 and queues.due_before(100, cap=2) == 2
+    assert queues.due_before_each((6, 100), cap=10) == (2, queues.due_before(100, cap=10))
+    assert queues.due_before_each((6, 100), cap=2) == (2, 2)
 
 
 def test_expired_takes_deadlines_up_to_now_in_order_and_at_most_limit() -> None:
