@@ -3,19 +3,21 @@
 Weibo renders relative times ("刚刚", "5分钟前", "昨天 12:25", "06-27") against its server's clock; they are resolved
 against ``now_ms``, the fetch time the runtime passes in, which is the client's clock: a client clock that is off
 shifts them by as much (the client warns when its clock and the scheduler's differ by over 5 s). Today's sites mostly
-send absolute times (weibo.com and m.weibo.cn an RFC 2822 form, the legacy feed a ``date`` attribute in ms), so the
-relative forms are a fallback. China has had no daylight saving since 1991, so a fixed +08:00 offset is exact and
-needs no tz database.
+send absolute times (weibo.com and m.weibo.cn an RFC 2822 form, the legacy feed a ``date`` attribute in ms, JD a
+``YYYY-MM-DD HH:MM:SS`` text or epoch seconds or ms as a JSON number or a digit string), so the relative forms are a
+fallback. ``created_at_of`` takes whatever JSON value a site sends, so every source reads every form the same way.
+China has had no daylight saving since 1991, so a fixed +08:00 offset is exact and needs no tz database.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from datetime import UTC, datetime, timedelta, timezone
 
 from icecrawler.clock import BEIJING
 
-__all__ = ["iso_of", "iso_of_ms", "resolve_created_at"]
+__all__ = ["created_at_of", "iso_of", "iso_of_ms", "resolve_created_at"]
 
 
 _RFC_FORMAT = "%a %b %d %H:%M:%S %z %Y"
@@ -32,6 +34,11 @@ _FULL_RE = re.compile(r"^(\d{4})[-/年](\d{1,2})[-/月](\d{1,2})日?(?:[ T]+(\d{
 #: ISO 8601 with an offset (``2026-07-25T10:00:00+08:00``, ``...Z``), as some JSON answers carry a time.
 _ISO_OFFSET_RE = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(?::\d{2}(?:\.\d{1,6})?)?(?:Z|[+-]\d{2}:?\d{2})$")
 _MONTH_DAY_RE = re.compile(r"^(\d{1,2})[-月](\d{1,2})日?(?:\s*(\d{1,2}):(\d{2}))?$")
+#: Epoch times by their size: seconds from 2001-09 (10 digits), milliseconds from 2001-09 (13 digits). Anything else
+#: (a 5-digit number, a 20-digit one) is not a time we know, rather than a date in 1970 or in the year 50000.
+_EPOCH_S = range(10**9, 10**10)
+_EPOCH_MS = range(10**12, 10**13)
+_EPOCH_TEXT_RE = re.compile(r"^\d{10}(?:\d{3})?(?:\.\d{1,6})?$")
 _AGO_UNITS = {"秒": 1, "分钟": 60, "小时": 3600, "天": 86400}
 _DAY_OFFSETS = {"今天": 0, "昨天": 1, "前天": 2}
 
@@ -47,6 +54,26 @@ def iso_of_ms(ms: int) -> str:
         return iso_of(datetime.fromtimestamp(ms / 1000, tz=UTC))
     except (OverflowError, ValueError, OSError):
         return ""
+
+
+def created_at_of(value: object, now_ms: int) -> str:
+    """A creation time as a JSON answer carries it: text (``resolve_created_at``), or epoch seconds or milliseconds as
+    a number or a digit string (told apart by their size); "" for anything else (``None``, a bool, an object, a number
+    no time of this century has), so callers keep the item undated rather than failing it."""
+    if isinstance(value, str):
+        text = value.strip()
+        if not _EPOCH_TEXT_RE.match(text):
+            return resolve_created_at(text, now_ms)
+        value = int(text.partition(".")[0])
+    if isinstance(value, float) and math.isfinite(value):
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        return ""
+    if value in _EPOCH_MS:
+        return iso_of_ms(value)
+    if value in _EPOCH_S:
+        return iso_of_ms(value * 1000)
+    return ""
 
 
 def resolve_created_at(text: str, now_ms: int) -> str:

@@ -37,7 +37,7 @@ from typing import Any, ClassVar
 
 from crawler_client.sources._counts import parse_count
 from crawler_client.sources._cursor import ReviewOrder
-from crawler_client.sources._dates import iso_of_ms, resolve_created_at
+from crawler_client.sources._dates import created_at_of, iso_of_ms
 from crawler_client.sources._decode import as_dict, decode_body, load_json, strip_jsonp
 from crawler_client.sources._detect import (
     TOO_FREQUENT_MARKERS,
@@ -79,6 +79,9 @@ _ROW_KEYS = ("comments", "commentInfoList")
 #: Where a row's text is, first found first: ``content`` (club), ``commentData`` (the item page's rows), and
 #: ``tagCommentContent``, which 2025–2026 item-page rows fill instead when ``commentData`` is empty.
 _TEXT_KEYS = ("content", "commentData", "tagCommentContent")
+#: Where a row's time is, first readable one first: ``creationTime`` (club), ``commentDate`` (the item page's rows);
+#: either may be text, epoch seconds or epoch ms, a number or a digit string (``created_at_of``), or null.
+_DATE_KEYS = ("creationTime", "commentDate")
 #: How deep and how many JSON nodes ``_rows`` looks through for them.
 _MAX_DEPTH = 5
 _MAX_NODES = 2000
@@ -286,7 +289,7 @@ class JdSource(ReviewOrder, SavedPages):
         if not review_id:
             return None
         content = next((text for key in _TEXT_KEYS if isinstance(text := raw.get(key), str) and text.strip()), "")
-        created = raw.get("creationTime", raw.get("commentDate"))
+        created = next((iso for key in _DATE_KEYS if (iso := created_at_of(raw.get(key), now_ms))), "")
         return Review(
             id=review_id,
             product_id=product,
@@ -294,7 +297,7 @@ class JdSource(ReviewOrder, SavedPages):
             user=str(raw.get("nickname") or raw.get("userNickName") or ""),
             content=html.unescape(content).strip(),
             score=min(parse_count(raw.get("score", raw.get("commentScore"))), 5),
-            created_at=resolve_created_at(created, now_ms) if isinstance(created, str) else "",
+            created_at=created,
             fetched_at=fetched_at,
         )
 

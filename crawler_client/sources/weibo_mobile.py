@@ -31,7 +31,7 @@ from typing import Any, ClassVar
 
 from crawler_client.sources._counts import parse_count, parse_id
 from crawler_client.sources._cursor import PostOrder
-from crawler_client.sources._dates import iso_of_ms, resolve_created_at
+from crawler_client.sources._dates import created_at_of, iso_of_ms
 from crawler_client.sources._decode import (
     html_text,
     html_texts,
@@ -292,14 +292,13 @@ class WeiboMobileSource(PostOrder, SavedPages):
         retweeted = _as_dict(mblog.get("retweeted_status"))
         raw_bid = mblog.get("bid")
         bid = raw_bid if isinstance(raw_bid, str) else ""
-        created = mblog.get("created_at")
         return Post(
             id=post_id,
             user_id=user_id,
             user_name=str(user.get("screen_name") or ""),
             text=(text if text is not None else html_text(make_soup(html))) if html else "",
             html=html,
-            created_at=resolve_created_at(created, now_ms) if isinstance(created, str) else "",
+            created_at=created_at_of(mblog.get("created_at"), now_ms),
             reposts=parse_count(mblog.get("reposts_count")),
             comments=parse_count(mblog.get("comments_count")),
             likes=parse_count(mblog.get("attitudes_count")),

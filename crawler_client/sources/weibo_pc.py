@@ -30,7 +30,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from crawler_client.sources._counts import parse_count, parse_id
 from crawler_client.sources._cursor import PostOrder
-from crawler_client.sources._dates import iso_of_ms, resolve_created_at
+from crawler_client.sources._dates import created_at_of, iso_of_ms, resolve_created_at
 from crawler_client.sources._decode import decode_body, html_text, is_tag, load_json, make_soup, with_html
 from crawler_client.sources._detect import (
     WEIBO_MARKERS,
@@ -380,12 +380,11 @@ def _created_at(date: Tag | None, now_ms: int) -> str:
     """``@date`` (epoch ms) first, then ``@title`` (YYYY-MM-DD HH:MM), then the display text."""
     if date is None:
         return ""
-    ms = parse_id(_attr(date, "date"))
-    if ms:
-        resolved = iso_of_ms(ms)
-        if resolved:
-            return resolved
-    return resolve_created_at(_attr(date, "title"), now_ms) or resolve_created_at(date.get_text(), now_ms)
+    return (
+        created_at_of(_attr(date, "date"), now_ms)
+        or resolve_created_at(_attr(date, "title"), now_ms)
+        or resolve_created_at(date.get_text(), now_ms)
+    )
 
 
 def _author(node: Tag) -> int:

@@ -30,7 +30,7 @@ from typing import Any, ClassVar
 
 from crawler_client.sources._counts import parse_count, parse_id
 from crawler_client.sources._cursor import PostOrder
-from crawler_client.sources._dates import iso_of_ms, resolve_created_at
+from crawler_client.sources._dates import created_at_of, iso_of_ms
 from crawler_client.sources._decode import ZERO_WIDTH_SPACE, html_texts, with_html
 from crawler_client.sources._detect import WEIBO_MARKERS, fail, unparsable
 from crawler_client.sources._headers import DESKTOP_UA, WEIBO_COM_BUILD, XHR_JSON
@@ -219,14 +219,13 @@ class WeiboWebSource(PostOrder, SavedPages):
             plain = text if text is not None else (html_texts([body])[0] if body else "")
         retweeted = as_dict(mblog.get("retweeted_status"))
         mblogid = mblog.get("mblogid")
-        created = mblog.get("created_at")
         return Post(
             id=post_id,
             user_id=user_id,
             user_name=str(user.get("screen_name") or ""),
             text=plain,
             html=body,
-            created_at=resolve_created_at(created, now_ms) if isinstance(created, str) else "",
+            created_at=created_at_of(mblog.get("created_at"), now_ms),
             reposts=parse_count(mblog.get("reposts_count")),
             comments=parse_count(mblog.get("comments_count")),
             likes=parse_count(mblog.get("attitudes_count")),

@@ -9,7 +9,7 @@ import pytest
 from crawler_client.sources import SOURCES, get_source
 from crawler_client.sources._counts import MAX_COUNT, parse_count, parse_id
 from crawler_client.sources._cursor import PostOrder, ReviewOrder
-from crawler_client.sources._dates import iso_of_ms, resolve_created_at
+from crawler_client.sources._dates import created_at_of, iso_of_ms, resolve_created_at
 from crawler_client.sources._decode import decode_body, html_text, make_soup, strip_jsonp
 from crawler_client.sources._detect import (
     WEIBO_MARKERS,
@@ -54,6 +54,35 @@ from tests.client._util import NOW_MS, fetched
 )
 def test_created_at_forms_resolve_against_now_in_cst(text: str, expected: str) -> None:
     assert resolve_created_at(text, NOW_MS) == expected
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (1493630875000, "2017-05-01T17:27:55+08:00"),  # epoch ms, a JSON number
+        ("1493630875000", "2017-05-01T17:27:55+08:00"),  # ... a digit string
+        (1493630875000.0, "2017-05-01T17:27:55+08:00"),
+        (1493630875, "2017-05-01T17:27:55+08:00"),  # epoch seconds
+        (" 1493630875 ", "2017-05-01T17:27:55+08:00"),
+        ("1493630875.5", "2017-05-01T17:27:55+08:00"),
+        ("5分钟前", "2021-07-06T11:55:00+08:00"),  # text goes through resolve_created_at
+        ("2017-05-01 17:27:55", "2017-05-01T17:27:55+08:00"),
+        (None, ""),
+        (True, ""),
+        (0, ""),
+        (-1493630875000, ""),
+        (20170501, ""),  # eight digits: no epoch time of this century, not a date in 1970
+        ("20170501", ""),
+        (10**20, ""),
+        (float("nan"), ""),
+        (float("inf"), ""),
+        ({"t": 1493630875000}, ""),
+        ("1493630875000ms", ""),
+    ],
+)
+def test_created_at_of_reads_text_and_epoch_seconds_or_ms(value: object, expected: str) -> None:
+    """Whatever JSON value a site puts in its time field: text, epoch s or ms (number or digit string), or junk."""
+    assert created_at_of(value, NOW_MS) == expected
 
 
 def test_epoch_ms_and_out_of_range() -> None:

@@ -512,3 +512,56 @@ def test_an_answer_with_comments_that_mentions_too_frequent_is_read() -> None:
     doc = {"comments": [_row(content="客服回复请求过于频繁")], "maxPage": 1}
     (review,) = parse("jd", TASK, SOURCE.first_request(TASK, BASE), json.dumps(doc, ensure_ascii=False).encode()).items
     assert isinstance(review, Review) and review.content == "客服回复请求过于频繁"
+
+
+#: 2024-12-02 10:11:12 +08:00 as epoch seconds, the moment every row of the date-shape test below names.
+_EPOCH_S = 1733105472
+
+
+@pytest.mark.parametrize(
+    "row",
+    [
+        _row(creationTime=_EPOCH_S * 1000),  # epoch ms as a JSON number
+        _row(creationTime=str(_EPOCH_S * 1000)),  # ... as a digit string
+        _row(creationTime=float(_EPOCH_S * 1000)),  # ... as a float, as some JSON encoders write a long
+        _row(creationTime=_EPOCH_S),  # epoch seconds
+        _row(creationTime=f" {_EPOCH_S} "),
+        _row(creationTime=None, commentDate="2024-12-02 10:11:12"),  # a null creationTime beside the row's other key
+        _row(creationTime="", commentDate=_EPOCH_S * 1000),
+        {"commentId": "21739216801", "commentData": "不错", "commentScore": "5", "commentDate": _EPOCH_S * 1000},
+        _row(creationTime="2024-12-02T02:11:12Z"),
+    ],
+    ids=[
+        "ms-int",
+        "ms-str",
+        "ms-float",
+        "s-int",
+        "s-str-padded",
+        "null-then-commentDate",
+        "empty-then-ms",
+        "lego-ms",
+        "iso",
+    ],
+)
+def test_every_date_shape_of_a_jd_row_gives_its_time(row: dict[str, object]) -> None:
+    """A row's time as epoch ms or seconds (a number or a digit string), or a null ``creationTime`` beside a
+    ``commentDate``, gave an empty ``created_at``: the review lost its time, and since an undated review never becomes
+    the cursor, a product whose rows all came so kept its old cursor and was walked in full on every visit. Every shape
+    now names the same moment."""
+    (review,) = parse(
+        "jd", TASK, SOURCE.first_request(TASK, BASE), json.dumps({"comments": [row], "maxPage": 1}).encode()
+    ).items
+    assert isinstance(review, Review) and review.id == "21739216801"
+    assert review.created_at == "2024-12-02T10:11:12+08:00"
+
+
+@pytest.mark.parametrize(
+    "value",
+    [0, -1, True, 12345, "1733105472000x", "99999999999999999999", {"t": 1}, [1733105472000], "NaN", float("inf")],
+    ids=["zero", "negative", "bool", "too-small", "trailing-junk", "overflow", "object", "list", "nan-text", "inf"],
+)
+def test_a_jd_row_whose_time_is_garbage_is_kept_without_a_time(value: object) -> None:
+    """A time we cannot read is no reason to drop the review: it is kept, undated."""
+    body = json.dumps({"comments": [_row(creationTime=value)], "maxPage": 1}).encode()
+    (review,) = parse("jd", TASK, SOURCE.first_request(TASK, BASE), body).items
+    assert isinstance(review, Review) and review.content == "不错" and review.created_at == ""
