@@ -63,8 +63,9 @@ def genvisitor_form() -> dict[str, str]:
 
 
 #: error classes (crawler_client.sources._detect / weibo sources) that mean "the visitor session is gone".
-#: "empty-answer" is weibo.com's ``{}`` to a cookie it no longer accepts.
-_ENDED_CLASSES = frozenset({"http-432", "visitor", "html-instead-of-json", "empty-answer"})
+#: "empty-answer" is weibo.com's ``{}`` to a cookie it no longer accepts, "illegal-request" Weibo's errno 100006
+#: (请求非法) to a session it refuses.
+_ENDED_CLASSES = frozenset({"http-432", "visitor", "html-instead-of-json", "empty-answer", "illegal-request"})
 _CALL_RE = re.compile(r"\((\{.*\})\)\s*;?\s*$", re.DOTALL)
 _USER_AGENT = (
     "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0.0.0 Safari/537.36"

@@ -202,12 +202,17 @@ ERRNO_TOO_FREQUENT = "100005"
 #: one interface out of rate limit (IP请求频次超过上限, 用户请求频次超过上限…; the English wording is its open API's).
 #: The limit whatever the message says: in English, or none, it was an unknown answer or an empty account.
 RATE_LIMIT_ERROR_CODES = ("10022", "10023", "10024")
+#: Weibo's error number for a request it refuses as illegal (``{"ok":0,"errno":"100006","msg":"请求非法"}``, HTTP 403
+#: or 200): the session that asked is refused (answered to a session's calls after its first, the first call of fresh
+#: cookies working again, as a 2022 bot issue and a 2025 m.weibo.cn parser issue record it). Not the host: no ban.
+ERRNO_ILLEGAL_REQUEST = "100006"
+ILLEGAL_REQUEST_WORDS = ("请求非法", "非法请求")
 
 
 def message_error(doc: dict[str, Any], http_status: int) -> FetchError | None:
-    """The classified error an envelope's ``errno`` (100005, too frequent), ``error_code`` (10022–10024, a rate limit)
-    or ``msg`` names (访问过于频繁, 帐号存在异常, 请先登录, 访问频次过高…), else None: in escaped JSON the body's byte
-    markers cannot be seen, the decoded message can."""
+    """The classified error an envelope's ``errno`` (100005, too frequent; 100006, the session refused as illegal),
+    ``error_code`` (10022–10024, a rate limit) or ``msg`` names (访问过于频繁, 帐号存在异常, 请先登录, 访问频次过高,
+    请求非法…), else None: in escaped JSON the body's byte markers cannot be seen, the decoded message can."""
     message = said(doc)
     errno, error_code = str(doc.get("errno", "")), str(doc.get("error_code", ""))
     if errno == ERRNO_TOO_FREQUENT or error_code in RATE_LIMIT_ERROR_CODES:
@@ -216,6 +221,13 @@ def message_error(doc: dict[str, Any], http_status: int) -> FetchError | None:
             f"too-frequent: {'errno ' + errno if errno == ERRNO_TOO_FREQUENT else 'error_code ' + error_code}"
             f" {message[:60]!r}",
             error_class="too-frequent",
+            http_status=http_status,
+        )
+    if errno == ERRNO_ILLEGAL_REQUEST or any(words in message for words in ILLEGAL_REQUEST_WORDS):
+        return fail(
+            Outcome.LoginRequired,
+            f"illegal-request: the session was refused (errno {errno or '-'} {message[:60]!r})",
+            error_class="illegal-request",
             http_status=http_status,
         )
     if not message:

@@ -272,3 +272,24 @@ def test_a_long_text_refused_by_weibo_error_code_or_privacy_wording_is_gone(name
     with pytest.raises(FetchError) as info:
         source.parse_extend(request, fetched('{"ok":0,"message":"访问频次过高"}'.encode(), request), NOW_MS)
     assert info.value.outcome == "RateLimited"
+
+
+#: ``{"ok":0,"errno":"100006","msg":"请求非法"}`` and its variants, with the HTTP status each comes with.
+_ILLEGAL_REQUEST = [
+    (b'{"ok":0,"errno":"100006","msg":"\\u8bf7\\u6c42\\u975e\\u6cd5"}', 403),  # escaped, as sent
+    ('{"ok":0,"errno":"100006","msg":"请求非法"}'.encode(), 200),
+    (b'{"ok":0,"errno":"100006","msg":""}', 403),  # the number alone
+    ('{"ok":0,"msg":"请求非法"}'.encode(), 200),  # the words alone
+]
+
+
+@pytest.mark.parametrize("name", [*SOURCES, "weibo_pc"])
+@pytest.mark.parametrize(("body", "status"), _ILLEGAL_REQUEST, ids=["403-escaped", "200", "errno-only", "msg-only"])
+def test_an_illegal_request_answer_is_the_session_refused_not_a_ban(name: str, body: bytes, status: int) -> None:
+    """``{"ok":0,"errno":"100006","msg":"请求非法"}`` (HTTP 403, or 200) is Weibo refusing the session that asked: a
+    WeiboBot issue (2022) shows it answered to a logged-in session's calls after its first, and a 2025 parser-plugin
+    issue an anonymous m.weibo.cn session's second call, the first call of fresh cookies working again. As a 403 it was
+    a ban (``http-403``: the host blocked for every account), as a 200 an unknown answer retried with the same dead
+    session. It is LoginRequired ``illegal-request``: the account rests, a visitor session is renewed."""
+    error = _refusal(name, body, status=status)
+    assert (error.outcome, error.error_class, error.http_status) == ("LoginRequired", "illegal-request", status)

@@ -108,6 +108,8 @@ def test_session_ended_signals() -> None:
     assert session_ended(Outcome.LoginRequired, "visitor", 200)
     assert session_ended(Outcome.LoginRequired, "html-instead-of-json", 200)
     assert session_ended(Outcome.LoginRequired, "empty-answer", 200)  # weibo.com's {} to a cookie it no longer takes
+    # errno 100006 请求非法: the session refused, fresh cookies answered again (docs/SOURCES.md, weibo_web "Signals")
+    assert session_ended(Outcome.LoginRequired, "illegal-request", 403)
     assert not session_ended(Outcome.LoginRequired, "captcha", 200)  # any ok:-100, as before: the content needs a login
     assert not session_ended(Outcome.Banned, "http-418", 418)  # an IP ban: renewing the cookie does not help
     assert not session_ended(Outcome.LoginRequired, "login-wall", 200)  # ok:-100: the content needs a login
