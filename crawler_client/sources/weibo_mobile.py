@@ -235,6 +235,11 @@ class WeiboMobileSource(PostOrder, SavedPages):
                 "no cards" if doc.get("ok") in (1, "1", None) else f"unexpected envelope ok={str(doc.get('ok'))[:20]!r}"
             )
             raise unparsable(page.body, WEIBO_MARKERS, page.status, f"getIndex: {said}{hint}")
+        notice = _nothing_notice(cards)
+        if notice is not None:  # ok:1 with only a notice that there are no (more) posts: what ok:0 says in words
+            if first:
+                return self._empty_tab(task, request, {"ok": 0, "msg": notice}, page.status)
+            return ParsedPage(items=[], info={"end": notice})
         containerid = request.params.get("containerid", "")
         if first and cards and containerid and not request.state.get("remembered"):
             self.memo.put(task.id, containerid)
@@ -465,6 +470,23 @@ def _mblogs(cards: list[Any]) -> list[dict[str, Any]]:
         elif isinstance(card.get("card_group"), list):
             found.extend(_card_mblog(c) for c in map(_as_dict, card["card_group"]) if isinstance(c.get("mblog"), dict))
     return found
+
+
+#: The ``card_type`` of a notice card: a line of text (its ``name``) in place of, or after, the posts.
+NOTICE_CARD = "58"
+
+
+def _nothing_notice(cards: list[Any]) -> str | None:
+    """The words of a page whose cards hold no post, only a notice card saying there is nothing (more) to show
+    (``NOTHING_MORE``: 暂无微博, 没有更多内容了), as m.weibo.cn answers an empty tab with ``ok:1``; else None."""
+    if _mblogs(cards):
+        return None
+    for card in map(_as_dict, cards):
+        name = card.get("name")
+        is_notice = str(card.get("card_type")) == NOTICE_CARD and isinstance(name, str)
+        if is_notice and any(words in str(name) for words in NOTHING_MORE):
+            return str(name)[:80]
+    return None
 
 
 def _card_mblog(card: dict[str, Any]) -> dict[str, Any]:

@@ -475,3 +475,45 @@ def test_an_empty_bid_is_read_from_the_cards_scheme() -> None:
         "https://m.weibo.cn/status/4900000000000002",
     ]
     assert [post.id for post in posts] == [4900000000000003, 4900000000000002]
+
+
+def _notice_page(name: str, **cardlist: object) -> bytes:
+    """An ``ok:1`` timeline page whose one card is a notice (``card_type`` 58) naming ``name``, no post in it."""
+    info = {"containerid": "1076035612345678", "total": 0, **cardlist}
+    return json.dumps({"ok": 1, "data": {"cardlistInfo": info, "cards": [{"card_type": 58, "name": name}]}}).encode()
+
+
+def test_a_notice_card_saying_there_are_no_posts_is_an_empty_tab_not_a_page_to_walk_on() -> None:
+    """m.weibo.cn may answer a timeline tab with ``ok:1`` and one notice card (``card_type`` 58) named 暂无微博
+    instead of ``ok:0`` 这里还没有内容 (public m.weibo.cn scrapers skip the account on it: "no posts, or set private"),
+    and closes a list with a notice named 没有更多内容了. Taken for a page of cards, the first answer memoised the tab,
+    walked on to page 2 and reported the crawl Ok with nothing: no other tab tried, and the risk-control retry of an
+    account whose profile counts posts never made. It is an empty tab, as ``ok:0`` is; on a later page, the end."""
+    source = WeiboMobileSource(ContainerMemo())
+    request = source.timeline_request(
+        BASE, "5612345678", "1076035612345678", ("2304135612345678_-_WEIBO_SECOND_PROFILE_WEIBO",)
+    )
+    page = source.parse(TASK, request, fetched(_notice_page("暂无微博", page=2), request), NOW_MS)
+    assert page.items == [] and page.info == {"empty_tab": "1076035612345678"}
+    nxt = page.next_request
+    assert nxt is not None and nxt.params["containerid"] == "2304135612345678_-_WEIBO_SECOND_PROFILE_WEIBO"
+    assert source.memo.get(TASK.id) == ""  # the empty tab is not remembered
+    with pytest.raises(FetchError) as info:
+        source.parse(TASK, nxt, fetched(_notice_page("暂无微博", page=2), nxt), NOW_MS)
+    assert (info.value.outcome, info.value.error_class) == ("NotFound", "no-content")
+    later = dataclasses.replace(timeline(), params={**timeline().params, "page": "3"})
+    end = parse("weibo_mobile", TASK, later, _notice_page("没有更多内容了", page=4))
+    assert end.items == [] and end.next_request is None and end.info == {"end": "没有更多内容了"}
+
+
+def test_a_notice_card_in_other_words_or_beside_posts_changes_nothing() -> None:
+    """Only a notice that says there is nothing (more) counts: a page of posts with a notice card among them is read
+    as before, and a lone notice in other words is walked on as any page of cards is (a loop is still cut by the
+    repeated cursor)."""
+    later = dataclasses.replace(timeline(), params={**timeline().params, "page": "3"})
+    other = parse("weibo_mobile", TASK, later, _notice_page("以下是更早的微博", page=4))
+    assert other.next_request is not None and other.next_request.params["page"] == "4"
+    doc = json.loads(mobile_timeline(5612345678))
+    doc["data"]["cards"].append({"card_type": 58, "name": "没有更多内容了"})
+    page = parse("weibo_mobile", TASK, timeline(), json.dumps(doc).encode())
+    assert page.items and page.items == parse("weibo_mobile", TASK, timeline(), mobile_timeline(5612345678)).items
