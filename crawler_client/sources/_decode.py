@@ -21,6 +21,7 @@ from icecrawler.models import Post
 __all__ = [
     "as_dict",
     "decode_body",
+    "describe_unreadable",
     "drop_leading_boms",
     "html_text",
     "html_texts",
@@ -148,13 +149,64 @@ def as_dict(value: object) -> dict[str, Any]:
 
 def load_json(text: str, *, what: str, http_status: int = 0) -> Any:
     """``json.loads`` with every failure (syntax, nesting depth, huge ints) as a ``ParseError`` (carrying the
-    answer's HTTP status, like every other refusal of it)."""
+    answer's HTTP status, like every other refusal of it); one that ran out of text says the answer was cut short."""
     try:
         return json.loads(text)
     except (ValueError, RecursionError) as exc:
+        cut = isinstance(exc, json.JSONDecodeError) and _ran_out(exc, text.rstrip())
+        how = f"; cut short after {len(text)} characters" if cut else ""
         raise ParseError(
-            f"{what}: not JSON ({type(exc).__name__}: {str(exc)[:80]})", error_class="bad-json", http_status=http_status
+            f"{what}: not JSON ({type(exc).__name__}: {str(exc)[:80]}){how}",
+            error_class="bad-json",
+            http_status=http_status,
         ) from exc
+
+
+#: Leading bytes of compressed bodies, as a server sends them without a ``Content-Encoding`` the HTTP layer undoes.
+_COMPRESSED = ((b"\x1f\x8b", "gzip"), (b"\x28\xb5\x2f\xfd", "zstd"))
+#: A JSONP call's opening (``callback(`` then a JSON value).
+_JSONP_OPEN_RE = re.compile(r"^[\w$.]{1,100}\s*\(\s*[\[{]")
+#: How much of a body ``describe_unreadable`` looks at for NUL bytes.
+_SNIFF_SPAN = 256
+
+
+def describe_unreadable(body: bytes) -> str:
+    """What an answer no parser could read is, in words for its error ("" when nothing specific): empty, compressed
+    bytes, UTF-16 text (by its byte order mark or its NUL bytes), other binary bytes, or JSON / a JSONP call cut short.
+    Why: "not a JSON object" alone sent an operator to the saved bytes to find out which."""
+    if not body.strip():
+        return "the body is empty"
+    for magic, name in _COMPRESSED:
+        if body.startswith(magic):
+            return f"the body is {name}-compressed bytes (sent without a Content-Encoding the HTTP layer undoes)"
+    head = body[:_SNIFF_SPAN]
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")) or (b"\x00" in head and _alternating_nuls(head)):
+        return "the body is UTF-16 text, which no site of ours sends"
+    if b"\x00" in head:
+        return "the body is binary bytes"
+    text = decode_body(body).strip()
+    if _JSONP_OPEN_RE.match(text) and not text.rstrip(";").rstrip().endswith(")"):
+        return f"a JSONP call cut short after {len(body)} bytes"
+    if text[:1] in "{[":
+        try:
+            json.loads(text)
+        except json.JSONDecodeError as exc:
+            if _ran_out(exc, text):
+                return f"JSON cut short after {len(body)} bytes"
+        except (ValueError, RecursionError):
+            return ""
+    return ""
+
+
+def _ran_out(exc: json.JSONDecodeError, text: str) -> bool:
+    """Whether the JSON ended before its value did: the error is at its end, or in a string never closed."""
+    return exc.pos >= len(text) or exc.msg.startswith("Unterminated string")
+
+
+def _alternating_nuls(head: bytes) -> bool:
+    """Whether NUL bytes sit at every other position, as ASCII text in UTF-16 has them (either byte order)."""
+    even, odd = head[0::2], head[1::2]
+    return even.count(0) >= len(even) * 0.4 or odd.count(0) >= len(odd) * 0.4
 
 
 #: How deep ``load_bytewise_json`` decodes strings inside nested objects (the answers it reads are flat).

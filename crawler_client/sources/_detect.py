@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC
 
+from crawler_client.sources._decode import describe_unreadable
 from crawler_client.sources.base import FetchedPage
 from icecrawler.errors import FetchError, ParseError
 from icecrawler.models import Outcome
@@ -319,7 +320,8 @@ def scan_markers(body: bytes, markers: Iterable[Marker], limit: int = 1 << 20) -
 
 def unparsable(body: bytes, markers: Iterable[Marker], http_status: int, message: str) -> FetchError:
     """The error for a body without the expected structure: a marker's class if one is present (a ban or
-    login page served in place of the data), else a plain ``ParseError``."""
+    login page served in place of the data), else a plain ``ParseError`` saying what the body is when it is
+    something no parser reads (empty, cut short, compressed, UTF-16: ``describe_unreadable``)."""
     marker = scan_markers(body, markers)
     if marker is not None:
         return fail(
@@ -328,4 +330,7 @@ def unparsable(body: bytes, markers: Iterable[Marker], http_status: int, message
             error_class=marker.error_class,
             http_status=http_status,
         )
-    return ParseError(message, error_class="unexpected-format", http_status=http_status)
+    described = describe_unreadable(body)
+    return ParseError(
+        f"{message}; {described}" if described else message, error_class="unexpected-format", http_status=http_status
+    )

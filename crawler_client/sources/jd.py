@@ -47,6 +47,7 @@ from crawler_client.sources._detect import (
     fail,
     header,
     redirect_target,
+    unparsable,
 )
 from crawler_client.sources._headers import DESKTOP_UA
 from crawler_client.sources.base import FetchedPage, Item, PageRequest, ParsedPage, SavedPages, SourceSpec
@@ -218,12 +219,10 @@ class JdSource(ReviewOrder, SavedPages):
                     error_class="jd-login-page",
                     http_status=page.status,
                 )
-            raise _header_refusal(page) or ParseError(
-                "JD: not a JSON object", error_class="unexpected-format", http_status=page.status
-            )
+            raise _header_refusal(page) or unparsable(page.body, (), page.status, "JD: not a JSON object")
         doc = load_json(text, what="JD comments", http_status=page.status)
         if not isinstance(doc, dict):
-            raise ParseError("JD: not a JSON object", error_class="unexpected-format", http_status=page.status)
+            raise unparsable(page.body, (), page.status, "JD: not a JSON object")
         _check_risk_body(doc, page.status)
         rows, holder = _rows(doc)
         if rows is None and str(doc.get("code", "")) == NOT_LOGGED_IN_CODE:
