@@ -73,6 +73,12 @@ _LIST_FLOOR = "commentlist-list"
 #: ``client.action`` as "the cookie has expired" (NobyDa's JD_DailyBonus), and JD's 7FRESH front end its gateway's 3 as
 #: "not logged in". With an ``echo`` beside it, it was taken for our own malformed call (``jd-bad-request``).
 NOT_LOGGED_IN_CODE = "3"
+#: The same in the ``{"resultCode": …, "resultMsg": …, "success": false}`` shape other api.m.jd.com services answer
+#: (-100 用户未登录, as a 2026 JD client's tests record it from a real device).
+NOT_LOGGED_IN_RESULT = "-100"
+#: Where a JD answer words a refusal: ``msg``/``message`` (club, the gateway), ``echo`` (the gateway's own errors),
+#: ``resultMsg`` (the ``resultCode`` shape, e.g. ``{"resultCode":500,"resultMsg":"系统繁忙"}``).
+_MESSAGE_KEYS = ("msg", "message", "echo", "resultMsg")
 #: ``sources.jd.endpoint`` values.
 ENDPOINTS = ("club", "api")
 #: The keys comment rows sit under in the answers we know (``getLegoWareDetailComment`` nests them).
@@ -225,11 +231,13 @@ class JdSource(ReviewOrder, SavedPages):
             raise unparsable(page.body, (), page.status, "JD: not a JSON object")
         _check_risk_body(doc, page.status)
         rows, holder = _rows(doc)
-        if rows is None and str(doc.get("code", "")) == NOT_LOGGED_IN_CODE:
+        not_logged_in = str(doc.get("code", "")) == NOT_LOGGED_IN_CODE
+        not_logged_in |= str(doc.get("resultCode", "")) == NOT_LOGGED_IN_RESULT
+        if rows is None and not_logged_in:
             # The gateway's "not logged in", with or without an ``echo``: a login mends it, unlike a malformed call.
             raise _header_refusal(page) or fail(
                 Outcome.LoginRequired,
-                f"JD: code {NOT_LOGGED_IN_CODE} (not logged in) {str(doc.get('echo', doc.get('msg', '')))[:60]!r}",
+                f"JD: not logged in (code {str(doc.get('code', doc.get('resultCode')))[:10]}) {_said(doc)[:60]!r}",
                 error_class="jd-not-login",
                 http_status=page.status,
             )
@@ -401,7 +409,7 @@ def _check_risk_body(doc: dict[str, Any], status: int) -> None:
     if any(key in doc for key in _ROW_KEYS):
         return
     code = str(doc.get("code", ""))
-    message = str(doc.get("msg", doc.get("message", doc.get("echo", ""))))
+    message = _said(doc)
     if code == "605":
         raise fail(
             Outcome.Banned, f"JD risk control: code 605 {message[:60]!r}", error_class="jd-risk-605", http_status=status
@@ -419,6 +427,11 @@ def _check_risk_body(doc: dict[str, Any], status: int) -> None:
     said = _said_refusal(message, status)
     if said is not None:
         raise said
+
+
+def _said(doc: dict[str, Any]) -> str:
+    """The first refusal wording an answer carries (``_MESSAGE_KEYS``), "" when none is text."""
+    return next((value for key in _MESSAGE_KEYS if isinstance(value := doc.get(key), str) and value.strip()), "")
 
 
 def _rows(doc: dict[str, Any]) -> tuple[list[Any] | None, dict[str, Any]]:

@@ -565,3 +565,25 @@ def test_a_jd_row_whose_time_is_garbage_is_kept_without_a_time(value: object) ->
     body = json.dumps({"comments": [_row(creationTime=value)], "maxPage": 1}).encode()
     (review,) = parse("jd", TASK, SOURCE.first_request(TASK, BASE), body).items
     assert isinstance(review, Review) and review.content == "不错" and review.created_at == ""
+
+
+@pytest.mark.parametrize(
+    ("doc", "expected"),
+    [
+        ({"resultCode": 500, "resultMsg": "系统繁忙", "success": False}, ("Banned", "jd-system-busy")),
+        ({"resultCode": "500", "resultMsg": "请求过于频繁", "success": False}, ("RateLimited", "jd-too-frequent")),
+        ({"resultCode": -100, "resultMsg": "用户未登录", "success": False}, ("LoginRequired", "jd-not-login")),
+        ({"resultCode": "-100", "success": False}, ("LoginRequired", "jd-not-login")),
+    ],
+    ids=["busy", "too-frequent", "not-logged-in", "not-logged-in-code-only"],
+)
+def test_a_gateway_answer_worded_in_result_code_and_result_msg_is_read(
+    doc: dict[str, object], expected: tuple[str, str]
+) -> None:
+    """api.m.jd.com's services also answer ``{"resultCode": …, "resultMsg": …, "success": false}`` (a 2026 JD client's
+    tests record ``resultCode`` -100 用户未登录 and 500 系统繁忙 from a real device). The message went unread there:
+    系统繁忙 and a rate limit were the "blocked" login wall. The words count as in ``msg``; -100 is the gateway's
+    not-logged-in, as code 3 is."""
+    with pytest.raises(FetchError) as info:
+        parse("jd", TASK, SOURCE.first_request(TASK, BASE), json.dumps(doc, ensure_ascii=False).encode())
+    assert (info.value.outcome, info.value.error_class) == expected
