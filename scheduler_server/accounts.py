@@ -14,20 +14,24 @@ at once, so an operator who replaces expired cookies need not restart the schedu
 Each account has a request budget per minute across all clients. An exhausted pool pauses the affected sources;
 it never drops tasks.
 
-A site refreshes a login as it is used (``Set-Cookie`` on its answers; a pasted login expires within days where
-the browser that kept its cookie jar stays logged in). A crawl report carries the account's cookies as the site
-last set them (``Report.account_cookies``), and the account's leases for that site are made with them from then on
-(``ended``), so a client's new session, any client's, starts from the live login rather than the pasted one. A
-refresh is kept per account and site (``site_domain`` of the source's host: ``.weibo.com``, ``.weibo.cn``): what
-m.weibo.cn set is never leased to a weibo.com crawl. It is taken only as a compare-and-set: the pool remembers, in
-memory, a digest of the blob each lease was handed, and takes the lease's refresh only while that is still what the
-account is leased with for that site; so an older lease's refresh never overwrites a newer one, nor a login the
-operator has since put in the file (SIGHUP), and a lease from before a restart refreshes nothing (a restart starts
-from the file, by design). A refresh must also read as a cookie blob (``icecrawler.cookie_blob``), keep the file's
-form-login username and password, and name no cookie the file does not: another one is ignored and counted
-(status: ``login_refreshes_refused``). The file stays as the operator wrote it: freezes and SIGHUP's "renewed" are
-judged by the file's cookies (``PooledAccount.account``); an unchanged file read again keeps the refreshes, a
-changed login drops that account's, and a restart drops them all.
+A site refreshes a login as it is used (``Set-Cookie`` on its answers; a pasted login expires within days where the
+browser that kept its cookie jar stays logged in). A crawl report carries the account's cookies as the site last set
+them (``Report.account_cookies``), and the account's leases for that site are made with them from then on (``ended``),
+so a client's new session, any client's, starts from the live login rather than the pasted one. A refresh is kept per
+account and site (``site_domain`` of the source's host: ``.weibo.com``, ``.weibo.cn``): what m.weibo.cn set is never
+leased to a weibo.com crawl. It is taken only as a compare-and-set: the pool remembers, in memory, a digest of the blob
+each lease was handed, and takes the lease's refresh only while that is still what the account is leased with for that
+site; so an older lease's refresh never overwrites a newer one, nor a login the operator has since put in the file
+(SIGHUP). A refresh must also read as a cookie blob (``icecrawler.cookie_blob``), keep the file's form-login username
+and password, and name no cookie the file does not: another one is ignored and counted (status:
+``login_refreshes_refused``). The core asks ``judge`` inside the report's transaction, stores a refresh taken in the
+scheduler's database with a digest of the file's blob it refreshed (``refreshes``) in that transaction, and ``settle``s
+after the commit. A restart (``kill -9`` included) leases each account with its stored refreshes again while the file
+still holds that login (status: ``login_refreshes_restored``); those of a changed or removed account are deleted, at
+start and on SIGHUP. A lease handed out before a restart refreshes nothing: the pool no longer knows what it was handed,
+and taking its refresh unchecked could lay an older login over a newer one. The file stays as the operator wrote it:
+freezes and SIGHUP's "renewed" are judged by the file's cookies (``PooledAccount.account``); an unchanged file read
+again keeps the refreshes, a changed login drops that account's.
 Cookies never appear in logs or status: only ids, states and counts do.
 
 Sources that serve visitors (``sources.<name>.visitor_url``) and have no configured account get visitor
@@ -57,6 +61,7 @@ __all__ = [
     "AccountChanges",
     "AccountPool",
     "PooledAccount",
+    "RefreshVerdict",
     "account_changes",
     "load_accounts",
     "login_digest",
@@ -86,6 +91,8 @@ class PooledAccount:
     refreshes: int = 0
     #: Refreshes ignored as unreadable or of another login (``refresh_refusal``).
     refused: int = 0
+    #: Sites whose refresh was taken back from the database at start (``restore``).
+    restored: int = 0
 
     def leased_with(self, site: str) -> Account:
         """What a lease of this account for ``site`` is handed: the site's refresh, else the file's cookies."""
@@ -174,6 +181,24 @@ def login_digest(cookie_blob: str) -> str:
 
 
 @dataclass(frozen=True)
+class RefreshVerdict:
+    """What the end of a lease does to its account's login (``AccountPool.judge``); never shown (``cookies``)."""
+
+    account_id: str = ""
+    site: str = ""
+    #: The lease's refresh passes (or repeats the cookies it was handed); ``cookies`` set when they change.
+    taken: bool = False
+    #: The refreshed blob to lease from now on ("" when nothing changes), and ``login_digest`` of the file's blob
+    #: it refreshed: what the core stores (``refreshes.StoredRefresh``).
+    cookies: str = field(default="", repr=False)
+    login: str = ""
+    #: The account is no longer leased with what this lease was handed (a newer refresh, new cookies in the file).
+    stale: bool = False
+    #: Why ``refresh_refusal`` refused it.
+    refusal: str | None = None
+
+
+@dataclass(frozen=True)
 class AccountChanges:
     """What taking a new list of accounts changes, by account id (``account_changes``)."""
 
@@ -243,6 +268,11 @@ class AccountPool:
     def by_id(self) -> Mapping[str, PooledAccount]:
         return self._accounts
 
+    @property
+    def site_names(self) -> frozenset[str]:
+        """The sites a refresh may be kept for: those of the sources, and "" (a source ``sites`` does not name)."""
+        return frozenset({*self.sites.values(), ""})
+
     def login_of(self, account_id: str) -> str:
         """``login_digest`` of a configured account's cookies (as its file gives them); "" for any other id (a
         visitor session)."""
@@ -263,6 +293,7 @@ class AccountPool:
                 if pooled.account.id in changes.kept:
                     pooled.frozen, pooled.refreshed = before.frozen, before.refreshed
                     pooled.refreshes, pooled.refused = before.refreshes, before.refused
+                    pooled.restored = before.restored
         self._take(accounts)
         return changes
 
@@ -279,23 +310,50 @@ class AccountPool:
 
     def ended(self, token: str, refreshed: str = "") -> bool:
         """Lease ``token`` ended (reported, given back, expired); ``refreshed``: its login as the site refreshed it
-        ("" when it reports none, or its login failed). The refresh is taken, for that account and site, only if
-        the account is still leased there with the blob this lease was handed (a compare-and-set: not an older
-        lease's over a newer one's, nor the old login's over the operator's new one, nor a lease from before a
-        restart) and ``refresh_refusal`` finds nothing wrong with it. True when taken."""
-        entry = self._lent.pop(token, None)
+        ("" when it reports none, or its login failed): ``judge``, then ``settle``. True when the refresh is taken
+        (or the lease was handed the same cookies)."""
+        verdict = self.judge(token, refreshed)
+        self.settle(token, verdict)
+        return verdict.taken
+
+    def judge(
+        self, token: str, refreshed: str = "", taken: Mapping[tuple[str, str], str] | None = None
+    ) -> RefreshVerdict:
+        """What the end of lease ``token`` with ``refreshed`` does to its account's login, changing nothing (the core
+        asks inside the report's transaction, stores a refresh taken there, and ``settle``s after the commit). The
+        refresh is taken, for that account and site, only if the account is still leased there with the blob this
+        lease was handed (a compare-and-set: not an older lease's over a newer one's, nor the old login's over the
+        operator's new one, nor a lease from before a restart, which the pool never heard of) and
+        ``refresh_refusal`` finds nothing wrong with it. ``taken``: (account id, site) -> blob, the refreshes that
+        calls before this one in the same transaction took, which the pool does not hold yet."""
+        entry = self._lent.get(token)
         if entry is None or not refreshed:
-            return False
+            return RefreshVerdict()
         account_id, site, digest = entry
         pooled = self._accounts.get(account_id)
         if pooled is None:
-            return False
-        current = pooled.leased_with(site)
-        if login_digest(current.cookie_blob) != digest:
-            log.debug("account %s: a refresh of cookies it is no longer leased with for %r, ignored", account_id, site)
-            return False
+            return RefreshVerdict()
+        current = (taken or {}).get((account_id, site), pooled.leased_with(site).cookie_blob)
+        if login_digest(current) != digest:
+            return RefreshVerdict(account_id, site, stale=True)
         refusal = refresh_refusal(pooled.account.cookie_blob, refreshed)
         if refusal is not None:
+            return RefreshVerdict(account_id, site, refusal=refusal)
+        if current == refreshed:
+            return RefreshVerdict(account_id, site, taken=True)
+        return RefreshVerdict(account_id, site, taken=True, cookies=refreshed, login=self.login_of(account_id))
+
+    def settle(self, token: str, verdict: RefreshVerdict) -> None:
+        """Lease ``token`` ended with ``verdict`` (``judge``): forget the lease, and take the refresh or count its
+        refusal."""
+        self._lent.pop(token, None)
+        account_id, site = verdict.account_id, verdict.site
+        pooled = self._accounts.get(account_id)
+        if pooled is None:
+            return
+        if verdict.stale:
+            log.debug("account %s: a refresh of cookies it is no longer leased with for %r, ignored", account_id, site)
+        if verdict.refusal is not None:
             pooled.refused += 1
             self.refreshes["refused"] += 1
             admitted = self._refusals.admit(account_id)
@@ -304,12 +362,11 @@ class AccountPool:
                     "account %s: a refreshed login reported for %r ignored: %s%s",
                     account_id,
                     site,
-                    refusal,
+                    verdict.refusal,
                     LogThrottle.more(admitted, "ignored"),
                 )
-            return False
-        if current.cookie_blob != refreshed:
-            pooled.refreshed[site] = Account(account_id, refreshed)
+        if verdict.cookies:
+            pooled.refreshed[site] = Account(account_id, verdict.cookies)
             pooled.refreshes += 1
             self.refreshes["taken"] += 1
             said = self._refreshes_said.admit((account_id, site))
@@ -320,7 +377,14 @@ class AccountPool:
                     site,
                     LogThrottle.more(said, "refreshes"),
                 )
-        return True
+
+    def restore(self, account_id: str, site: str, cookies: str) -> None:
+        """Lease ``account_id`` with ``cookies`` for ``site``: a refresh taken before a restart, which the caller
+        checked is of the login the file holds now (``refreshes.restore_verdict``)."""
+        pooled = self._accounts.get(account_id)
+        if pooled is not None:
+            pooled.refreshed[site] = Account(account_id, cookies)
+            pooled.restored += 1
 
     @property
     def lent_count(self) -> int:
@@ -396,6 +460,7 @@ class AccountPool:
                 "sources": sorted(p.sources),
                 "login_refreshes": p.refreshes,
                 "login_refreshes_refused": p.refused,
+                "login_refreshes_restored": p.restored,
             }
             for aid, p in sorted(self._accounts.items())
         }

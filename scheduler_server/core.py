@@ -60,7 +60,7 @@ from icecrawler.resume import is_gap
 from icecrawler.settings import Settings
 from icecrawler.shards import ShardMap
 from scheduler_server import status
-from scheduler_server.accounts import AccountChanges, AccountPool, PooledAccount, account_changes
+from scheduler_server.accounts import AccountChanges, AccountPool, PooledAccount, RefreshVerdict, account_changes
 from scheduler_server.audit import check_consistency
 from scheduler_server.budget import rebalance_budget
 from scheduler_server.cache import RecordCache
@@ -80,6 +80,7 @@ from scheduler_server.observer import CoreObserver
 from scheduler_server.outcomes import Hold, OutcomeEffects, outcome_effects
 from scheduler_server.politeness import HELD_BY_OPERATOR, HostGate, RateWindow
 from scheduler_server.queues import TaskQueues
+from scheduler_server.refreshes import StoredRefresh, encode_refresh, refresh_key, sweep_refreshes
 from scheduler_server.startup import (
     CALIBRATION_KEY,
     GAP_KEY,
@@ -118,6 +119,9 @@ class _Group:
     wall: float
     held_hosts: set[str] = field(default_factory=set)
     frozen_accounts: set[str] = field(default_factory=set)
+    #: (account id, site) -> blob: the logins the group's reports refreshed, stored in its transaction and taken by
+    #: the pool after the commit (``AccountPool.judge``), so a later report of the group compares with them.
+    refreshes: dict[tuple[str, str], str] = field(default_factory=dict)
     #: The ``rate`` calibration before the group's first report (``RateCalibration.to_dict``): written to ``meta``
     #: once at the end of the group, and put back if its transaction rolls back; None while no report ran.
     learnt_before: dict[str, Any] | None = None
@@ -471,16 +475,19 @@ class SchedulerCore:
             group.learnt_before = self.calibration.to_dict()
         reports, found = add_discoveries(txn, self.moves, records, reports, group.now_ms, self.policy.initial_state)
         effects = [self._apply_report(txn, group, record, item) for record, item in zip(records, reports, strict=True)]
+        verdicts = [self._refresh_in(txn, group, item) for item in reports]
 
         def finish() -> None:
             self._added(found)
             self.records.keep(records)
             wall = group.wall
-            for record, item, effect, lease_start in zip(records, reports, effects, leased_at, strict=True):
+            for record, item, effect, lease_start, verdict in zip(
+                records, reports, effects, leased_at, verdicts, strict=True
+            ):
                 (self.open_gaps.add if is_gap(record.cursor) else self.open_gaps.discard)(record.id)
                 self.gate.ended(self.config.hosts[record.source], wall)
                 self.accounts.charge(record.account_id, max(1, item.fetches) - 1, wall)
-                self.accounts.ended(item.lease_token, item.account_cookies if item.outcome not in _LOGIN_FAILED else "")
+                self.accounts.settle(item.lease_token, verdict)
                 if effect.block_host is not None:
                     self.gate.block(effect.block_host.name, effect.block_host.until, effect.block_host.reason)
                 if effect.freeze_account is not None:
@@ -496,6 +503,19 @@ class SchedulerCore:
                 self.observer.reported(records, reports)
 
         return finish
+
+    def _refresh_in(self, txn: Txn, group: _Group, item: Report) -> RefreshVerdict:
+        """Inside the transaction: what the report's login refresh does (``AccountPool.judge``); one taken is stored
+        in ``meta`` (``refreshes``) by the report's own transaction, so a restart leases with it, and the pool takes
+        it after the commit. A report of a failed login refreshes nothing, whatever the site set."""
+        verdict = self.accounts.judge(
+            item.lease_token, item.account_cookies if item.outcome not in _LOGIN_FAILED else "", group.refreshes
+        )
+        if verdict.cookies:
+            stored = StoredRefresh(verdict.account_id, verdict.site, verdict.login, verdict.cookies)
+            txn.put("meta", refresh_key(stored.account_id, stored.site), encode_refresh(stored))
+            group.refreshes[(verdict.account_id, verdict.site)] = verdict.cookies
+        return verdict
 
     def _apply_report(self, txn: Txn, group: _Group, record: TaskRecord, item: Report) -> OutcomeEffects:
         """Inside the transaction: the stored part of the report's effects (``outcomes``); the rest is applied by
@@ -640,14 +660,16 @@ class SchedulerCore:
 
     def reload_accounts(self, accounts: list[PooledAccount]) -> AccountChanges:
         """Serve ``accounts`` from now on (``AccountPool.replace``; the daemon reads them again on SIGHUP). The
-        persisted freezes of renewed and removed accounts are deleted first, durably, so that a restart does not
-        freeze new cookies again; if that fails (StorageUnavailableError), nothing changed."""
+        persisted freezes and login refreshes of renewed and removed accounts are deleted first, durably, so that a
+        restart does not freeze new cookies again nor lease the old login's refresh over them
+        (``refreshes.sweep_refreshes``); if that fails (StorageUnavailableError), nothing changed."""
         with self.lock:
             changes = account_changes(self.accounts.by_id, accounts)
             if changes.renewed or changes.removed:
                 with self.store.transaction() as txn:
                     for account_id in changes.renewed + changes.removed:
                         txn.delete("meta", _hold_key("account", account_id))
+                    sweep_refreshes(txn, {p.account.id: p for p in accounts}, self.accounts.site_names)
                 self.store.sync()
             return self.accounts.replace(accounts)
 

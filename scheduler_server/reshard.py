@@ -10,8 +10,9 @@ keys, not what the values mean:
   leases) go to the task's new shard. A lease in flight moves with its task, so the client's report reaches the
   new shard and is taken;
 * a host's ban block or operator hold goes to the host's new shard;
-* an account's freeze goes to every new shard: every shard loads every account, and only the shard of the hosts
-  the account serves leases it, so the freeze holds there and changes nothing elsewhere;
+* an account's freeze, and the sites' refreshes of its login, go to every new shard: every shard loads every
+  account, and only the shard of the hosts the account serves leases it, so they hold there and change nothing
+  elsewhere (an account serves the hosts of one shard only, so no two old shards hold a refresh of one account);
 * the layout (which shard of how many) is written anew, and the ``rate`` calibration, learnt from a shard's own
   population of targets, goes to each new shard from the old shard that most of its tasks come from.
 
@@ -28,6 +29,7 @@ from dataclasses import dataclass, field
 from icecrawler.errors import ConfigError, ServiceError
 from icecrawler.shards import ShardMap, shard_of_host, task_source
 from scheduler_server.codec import decode_time_key
+from scheduler_server.refreshes import REFRESH_KEY
 from scheduler_server.startup import (
     CALIBRATION_KEY,
     GAP_KEY,
@@ -89,14 +91,14 @@ def task_of(table: str, key: bytes) -> str | None:
 
 
 def entry_owner(table: str, key: bytes, shard_map: ShardMap) -> int:
-    """The new shard of one entry (``EVERY_SHARD`` for an account's freeze). The layout and the calibration are
-    the caller's; an unknown ``meta`` key is a ConfigError."""
+    """The new shard of one entry (``EVERY_SHARD`` for an account's freeze or login refresh). The layout and the
+    calibration are the caller's; an unknown ``meta`` key is a ConfigError."""
     task_id = task_of(table, key)
     if task_id is not None:
         return shard_map.of_task(task_id)
     if key.startswith(_HOST_HOLD):
         return shard_of_host(key[len(_HOST_HOLD) :].decode(), shard_map.shards)
-    if key.startswith(_ACCOUNT_HOLD):
+    if key.startswith((_ACCOUNT_HOLD, REFRESH_KEY)):
         return EVERY_SHARD
     raise ConfigError(
         f"the {table} table holds an entry this version cannot place ({key[:60]!r}): reshard with the icecrawler "

@@ -1,5 +1,6 @@
 """What a scheduler core restores when it opens its database (``restore_state``): counters, persisted host blocks,
-account freezes (not those of cookies since replaced), open page-cap gaps and the ``rate`` policy's calibration
+account freezes (not those of cookies since replaced), the sites' refreshes of the logins (not those of cookies since
+replaced: ``refreshes``), open page-cap gaps and the ``rate`` policy's calibration
 (``meta``), the in-memory queues (from the queue tables) and the hosts occupied by
 leases that survived a restart. It also checks that the database belongs to this shard layout."""
 
@@ -12,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from icecrawler.errors import ConfigError
 from scheduler_server.codec import decode_time_key, time_key
+from scheduler_server.refreshes import REFRESH_KEY, sweep_refreshes
 from scheduler_server.store import Txn
 
 if TYPE_CHECKING:
@@ -91,6 +93,8 @@ def restore_state(core: SchedulerCore) -> None:
                 continue
             if key.startswith((REMOVED_KEY, REMOVED_AT_KEY)):
                 continue  # read where a report needs them (``moves.take_leased``)
+            if key.startswith(REFRESH_KEY):
+                continue  # ``restore_refreshes``, below
             kind, _, name = key.decode().partition(":")
             until, reason, *login = json.loads(value)
             if kind == "host":
@@ -109,6 +113,20 @@ def restore_state(core: SchedulerCore) -> None:
                 else:
                     core.queues.inflight(task_id, ms)
                     core.gate.restore_inflight(core.config.hosts[source], wall)
+        restore_refreshes(core, txn)
+
+
+def restore_refreshes(core: SchedulerCore, txn: Txn) -> None:
+    """Lease each account with the sites' refreshes of its login again, those of the login the accounts file holds
+    now (``refreshes.sweep_refreshes`` deletes the others). A lease handed out before the restart still refreshes
+    nothing: the pool does not know what it was handed, and taking its refresh unchecked could lay an older login
+    over a newer one."""
+    restored = sweep_refreshes(txn, core.accounts.by_id, core.accounts.site_names)
+    for refresh in restored:
+        core.accounts.restore(refresh.account_id, refresh.site, refresh.cookies)
+    if restored:
+        accounts = sorted({refresh.account_id for refresh in restored})
+        log.info("%d login refreshes restored from the database, accounts: %s", len(restored), ", ".join(accounts))
 
 
 def _whole(txn: Txn, table: str) -> Iterator[tuple[bytes, bytes]]:

@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from icecrawler import rpc
 from icecrawler.models import Account, Outcome, Report, TaskKind
+from icecrawler.settings import Settings
 from icecrawler_cli.commands.status import render_text
 from scheduler_server import accounts as accounts_module
 from scheduler_server.accounts import AccountPool, PooledAccount, account_changes
@@ -309,16 +310,20 @@ def test_a_key_an_account_does_not_know_is_named_in_a_warning(tmp_path: Path, ca
     assert "'source'" in caplog.text and "a.toml account #0" in caplog.text and "sources" in caplog.text
 
 
-def refresh_core(store: QueueStore, clocks: ManualClocks, accounts: Path, cookies: str = "SUB=pasted") -> SchedulerCore:
-    """A core whose account a1 (``cookies``) serves weibo_pc on weibo.com and weibo_mobile on m.weibo.cn."""
-    (accounts / "pool.toml").write_text(f'[[account]]\nid = "a1"\ncookies = "{cookies}"\n')
-    settings = make_settings(
+def refresh_settings(accounts: Path) -> Settings:
+    """Account a1 of ``accounts`` serves weibo_pc on weibo.com and weibo_mobile on m.weibo.cn."""
+    return make_settings(
         scheduler__accounts_dir=str(accounts),
         scheduler__account_sources="weibo_pc,weibo_mobile",
         sources__weibo_pc__base_url="https://weibo.com",
         sources__weibo_mobile__base_url="https://m.weibo.cn",
     )
-    return SchedulerCore.from_settings(settings, store, clocks)
+
+
+def refresh_core(store: QueueStore, clocks: ManualClocks, accounts: Path, cookies: str = "SUB=pasted") -> SchedulerCore:
+    """A core whose account a1 (``cookies``) serves weibo_pc on weibo.com and weibo_mobile on m.weibo.cn."""
+    (accounts / "pool.toml").write_text(f'[[account]]\nid = "a1"\ncookies = "{cookies}"\n')
+    return SchedulerCore.from_settings(refresh_settings(accounts), store, clocks)
 
 
 def test_a_sites_refresh_is_leased_to_that_site_only(store: QueueStore, clocks: ManualClocks, tmp_path: Path) -> None:

@@ -16,8 +16,10 @@ from icecrawler.models import Outcome, Report, Task, TaskKind
 from icecrawler.shards import ShardMap, source_hosts
 from icecrawler_cli.cli import main
 from icecrawler_cli.commands.reshard import RUN_FILE
+from scheduler_server.accounts import login_digest
 from scheduler_server.core import SchedulerCore
 from scheduler_server.integrity import open_checked
+from scheduler_server.refreshes import StoredRefresh, encode_refresh, refresh_key
 from scheduler_server.reshard import EVERY_SHARD, entry_owner, plan, read_layout, reshard
 from scheduler_server.startup import CALIBRATION_KEY, GAP_KEY, GAP_VALUE, LAYOUT_KEY
 from scheduler_server.store import TABLES, BdbQueueStore, MemoryQueueStore, QueueStore
@@ -27,12 +29,19 @@ from tests.scheduler.test_shards import TWO_HOSTS, shard_settings
 
 HOSTS = source_hosts(make_settings(**TWO_HOSTS))
 ACCOUNT_FREEZE = (b"account:a1", json.dumps([1_900_000_000.0, "frozen by the test", ""]).encode())
+#: A site's refresh of a1's login: like its freeze, on every shard (the one that leases a1 uses it).
+ACCOUNT_REFRESH = (
+    refresh_key("a1", ".weibo.com"),
+    encode_refresh(StoredRefresh("a1", ".weibo.com", login_digest("SUB=file"), "SUB=refreshed")),
+)
+#: The entries every new shard gets.
+EVERY = dict([ACCOUNT_FREEZE, ACCOUNT_REFRESH])
 
 
 def busy_shard(store: QueueStore, clocks: ManualClocks) -> tuple[list[Task], Task]:
     """One unsharded scheduler's database with an entry of every kind: tasks pending and in flight, completion-log
-    entries, a removed task's lease, a host's hold and ban block, an open gap, an account's freeze, and the rate
-    calibration. Returns the tasks still in flight, and the removed one."""
+    entries, a removed task's lease, a host's hold and ban block, an open gap, an account's freeze and login
+    refresh, and the rate calibration. Returns the tasks still in flight, and the removed one."""
     core = SchedulerCore.from_settings(make_settings(**TWO_HOSTS, scheduler__policy="rate"), store, clocks)
     core.add([f"jd:{n}" for n in range(30)] + [f"ecshop:{n}" for n in range(20)], TaskKind.ProductReviews)
     tasks = core.lease("w", 50)
@@ -44,7 +53,8 @@ def busy_shard(store: QueueStore, clocks: ManualClocks) -> tuple[list[Task], Tas
     core.hold_host(HOSTS["jd"], 3600, "maintenance")
     with store.transaction() as txn:
         txn.put("meta", GAP_KEY + b"reviews:jd:29", GAP_VALUE)
-        txn.put("meta", *ACCOUNT_FREEZE)
+        for key, value in EVERY.items():
+            txn.put("meta", key, value)
     return jd[11:] + ecshop[11:], jd[10]
 
 
@@ -64,7 +74,7 @@ def test_every_entry_lands_on_the_shard_that_owns_it_and_nothing_is_lost(clocks:
     for shard, got in enumerate(after):
         assert json.loads(got["meta"].pop(LAYOUT_KEY)) == {"shard": shard, "shards": 2}
         assert got["meta"].pop(CALIBRATION_KEY) == before["meta"][CALIBRATION_KEY]
-        assert got["meta"].pop(ACCOUNT_FREEZE[0]) == ACCOUNT_FREEZE[1]  # every shard: the one that leases a1 uses it
+        assert {key: got["meta"].pop(key) for key in EVERY} == EVERY  # every shard: the one that leases a1 uses them
         for table, entries in got.items():
             assert all(entry_owner(table, key, shard_map) == shard for key in entries), table
     for table in TABLES:
@@ -72,7 +82,7 @@ def test_every_entry_lands_on_the_shard_that_owns_it_and_nothing_is_lost(clocks:
         expected = {
             key: value
             for key, value in before[table].items()
-            if table != "meta" or key not in (LAYOUT_KEY, CALIBRATION_KEY, ACCOUNT_FREEZE[0])
+            if table != "meta" or key not in (LAYOUT_KEY, CALIBRATION_KEY, *EVERY)
         }
         assert merged == expected, table
         assert sum(len(got[table]) for got in after) == len(expected)  # each entry once
@@ -169,6 +179,7 @@ def test_entries_are_placed_by_their_keys() -> None:
     shard_map = ShardMap(HOSTS, 2)
     assert entry_owner("meta", b"host:127.0.0.3:8800", shard_map) == 1
     assert entry_owner("meta", b"account:a1", shard_map) == EVERY_SHARD
+    assert entry_owner("meta", ACCOUNT_REFRESH[0], shard_map) == EVERY_SHARD
     assert entry_owner("meta", GAP_KEY + b"reviews:ecshop:3", shard_map) == 1
 
 
