@@ -35,6 +35,9 @@ log = logging.getLogger(__name__)
 TABLES: tuple[str, ...] = ("tasks", "pending", "inflight", "done", "meta")
 #: In-memory log buffer of the Berkeley DB environment (see ``BdbQueueStore``).
 _LOG_BUFFER_BYTES = 4 << 20
+#: The mode of the files the environment creates (tables, logs): ``meta`` holds the sites' refreshes of the accounts'
+#: logins (``scheduler_server.refreshes``), secrets like the accounts files, so the scheduler's user alone reads them.
+_FILE_MODE = 0o600
 
 
 class Txn(Protocol):
@@ -265,11 +268,17 @@ class BdbQueueStore:
                 | db.DB_RECOVER
                 | db.DB_THREAD
                 | db.DB_PRIVATE,
+                _FILE_MODE,
             )
             self._dbs: dict[str, Any] = {}
             for name in TABLES:
                 handle = db.DB(self._env)
-                handle.open(f"{name}.db", dbtype=db.DB_BTREE, flags=db.DB_CREATE | db.DB_AUTO_COMMIT | db.DB_THREAD)
+                handle.open(
+                    f"{name}.db",
+                    dbtype=db.DB_BTREE,
+                    flags=db.DB_CREATE | db.DB_AUTO_COMMIT | db.DB_THREAD,
+                    mode=_FILE_MODE,
+                )
                 self._dbs[name] = handle
         except db.DBError as exc:
             raise ServiceError(f"cannot open the Berkeley DB environment in {self.path}: {exc}") from exc

@@ -209,6 +209,21 @@ def test_a_refresh_survives_closing_and_opening_the_database(tmp_path: Path, clo
 
 
 @pytest.mark.bdb
+def test_the_database_that_holds_the_refreshes_is_readable_by_the_scheduler_only(
+    tmp_path: Path, clocks: ManualClocks
+) -> None:
+    """The refreshed logins are secrets like the accounts files (which the scheduler wants 0600): the tables and
+    logs Berkeley DB creates were group-readable (0640 under the usual umask)."""
+    accounts = tmp_path / "accounts"
+    accounts.mkdir()
+    core = refresh_core(BdbQueueStore(tmp_path / "db"), clocks, accounts)
+    refreshed_once(core, clocks)
+    core.close()
+    files = sorted((tmp_path / "db").glob("*.db")) + sorted((tmp_path / "db").glob("log.*"))
+    assert files and {file.name: file.stat().st_mode & 0o077 for file in files} == {file.name: 0 for file in files}
+
+
+@pytest.mark.bdb
 @pytest.mark.parametrize(
     "damage", [b'{"v": 1, "account": "a1", "si', b'{"v": 9, "whatever": true}', b"\x00\x01"], ids=["cut", "v9", "junk"]
 )
