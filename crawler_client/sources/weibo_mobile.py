@@ -235,11 +235,15 @@ class WeiboMobileSource(PostOrder, SavedPages):
                 "no cards" if doc.get("ok") in (1, "1", None) else f"unexpected envelope ok={str(doc.get('ok'))[:20]!r}"
             )
             raise unparsable(page.body, WEIBO_MARKERS, page.status, f"getIndex: {said}{hint}")
+        info = _as_dict(data.get("cardlistInfo"))
         notice = _nothing_notice(cards)
-        if notice is not None:  # ok:1 with only a notice that there are no (more) posts: what ok:0 says in words
+        if notice is not None and not _new_since_id(request, info):
+            # ok:1 with no post, only a notice that there are none (more): what ok:0 says in words. A page naming a
+            # new since_id says there is more, whatever its notice: it is followed (``_next``; the one we sent,
+            # repeated, is no cursor: the notice is read).
             if first:
                 return self._empty_tab(task, request, {"ok": 0, "msg": notice}, page.status)
-            return ParsedPage(items=[], info={"end": notice})
+            return _notice_later(task, notice, page.status)
         containerid = request.params.get("containerid", "")
         if first and cards and containerid and not request.state.get("remembered"):
             self.memo.put(task.id, containerid)
@@ -260,7 +264,6 @@ class WeiboMobileSource(PostOrder, SavedPages):
                 with_html(post, embedded)  # some responses carry the full text inline
             elif mblog.get("isLongText") in (True, 1, "1", "true"):
                 long_ids.append(str(post.id))
-        info = _as_dict(data.get("cardlistInfo"))
         result = ParsedPage(items=items, next_request=self._next(request, info, bool(cards)))
         result.info = {key: str(info[key]) for key in ("total", "since_id", "page") if key in info}
         if long_ids:
@@ -477,16 +480,43 @@ NOTICE_CARD = "58"
 
 
 def _nothing_notice(cards: list[Any]) -> str | None:
-    """The words of a page whose cards hold no post, only a notice card saying there is nothing (more) to show
-    (``NOTHING_MORE``: 暂无微博, 没有更多内容了), as m.weibo.cn answers an empty tab with ``ok:1``; else None."""
+    """The words of a page whose cards hold no post and a notice card saying there is nothing (more) to show
+    (``NOTHING_MORE``: 暂无微博, 没有更多内容了), as m.weibo.cn answers an empty tab with ``ok:1``; else None. Other
+    cards beside it (no post among them) change nothing: the page still shows no post."""
     if _mblogs(cards):
         return None
     for card in map(_as_dict, cards):
         name = card.get("name")
-        is_notice = str(card.get("card_type")) == NOTICE_CARD and isinstance(name, str)
-        if is_notice and any(words in str(name) for words in NOTHING_MORE):
-            return str(name)[:80]
+        if str(card.get("card_type")) == NOTICE_CARD and isinstance(name, str) and any(w in name for w in NOTHING_MORE):
+            return name[:80]
     return None
+
+
+def _new_since_id(request: PageRequest, info: dict[str, Any]) -> bool:
+    """Whether an answer's ``cardlistInfo`` names a ``since_id`` other than the one the request sent."""
+    since_id = since_id_of(info.get("since_id"))
+    return bool(since_id) and since_id != request.params.get("since_id")
+
+
+#: The words of a notice card that closes a list (没有更多内容了): after the first page, the end.
+NOTICE_END = ("没有更多",)
+
+
+def _notice_later(task: Task, notice: str, status: int) -> ParsedPage:
+    """A page after the first holding only a notice of nothing (more), and no new ``since_id``. 没有更多内容了
+    (``NOTICE_END``) is the end of the list. Any other (暂无微博: "this account has no posts", also the wording of
+    m.weibo.cn's risk-control answer on a first page) contradicts the pages before it: taken for the end, the crawl
+    would succeed, close its open gaps and move its cursor over the posts not reached yet. It is Busy (the cursor kept,
+    retried with the task's backoff) for ``EMPTY_PAGE_RETRIES`` failed visits in a row; then the end, as an empty JD
+    page is, since an account that stops showing its older posts would meet it on every visit."""
+    if any(words in notice for words in NOTICE_END) or task.attempts >= EMPTY_PAGE_RETRIES:
+        return ParsedPage(items=[], info={"end": notice})
+    raise fail(
+        Outcome.Busy,
+        f"a later page holds only the notice {notice[:40]!r} (not an end-of-list notice)",
+        error_class="weibo_mobile-empty-page",
+        http_status=status,
+    )
 
 
 def _card_mblog(card: dict[str, Any]) -> dict[str, Any]:

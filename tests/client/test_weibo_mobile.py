@@ -517,3 +517,81 @@ def test_a_notice_card_in_other_words_or_beside_posts_changes_nothing() -> None:
     doc["data"]["cards"].append({"card_type": 58, "name": "没有更多内容了"})
     page = parse("weibo_mobile", TASK, timeline(), json.dumps(doc).encode())
     assert page.items and page.items == parse("weibo_mobile", TASK, timeline(), mobile_timeline(5612345678)).items
+
+
+@pytest.mark.parametrize("name", ["暂无微博", "没有更多内容了"])
+@pytest.mark.parametrize("sent", ["", "4912345678900000"], ids=["page-1", "later"])
+def test_a_notice_beside_a_new_since_id_is_followed_not_taken_for_the_end(name: str, sent: str) -> None:
+    """A page holding only a notice card but naming a new ``since_id`` says there is more: ``_next`` follows such a
+    page. Read as the notice first, a later page ended the walk there (Ok: its open gaps closed and its cursor moved
+    over every post behind the new since_id, for good), and a first page went on to the next tab. The since_id we
+    sent, repeated, is no cursor: the notice is read (the repeated-cursor guard still stops a loop)."""
+    request = timeline()
+    if sent:
+        request.params["since_id"] = sent
+    page = parse("weibo_mobile", TASK, request, _notice_page(name, since_id="4912345678800000"))
+    assert page.items == [] and "end" not in page.info and "empty_tab" not in page.info
+    assert page.next_request is not None and page.next_request.params["since_id"] == "4912345678800000"
+    assert page.next_request.params["containerid"] == "1076035612345678"
+    if sent:
+        repeated = parse("weibo_mobile", TASK, request, _notice_page("没有更多内容了", since_id=sent))
+        assert repeated.next_request is None and repeated.info == {"end": "没有更多内容了"}
+
+
+def test_a_later_notice_of_no_posts_is_busy_not_the_end() -> None:
+    """On a later page only 没有更多内容了 ends the list. 暂无微博 there ("this account has no posts", and m.weibo.cn's
+    risk-control wording on a first page) contradicts the pages read before it: it ended the walk, so the crawl was
+    Ok and its cursor passed over the posts not reached. It is Busy (cursor kept) for ``EMPTY_PAGE_RETRIES`` failed
+    visits in a row, then the end (an account that stops showing its older posts must not fail for ever)."""
+    for cursor in ({"page": "3"}, {"since_id": "4912345678900000"}):
+        later = dataclasses.replace(timeline(), params={**timeline().params, **cursor})
+        with pytest.raises(FetchError) as info:
+            parse("weibo_mobile", TASK, later, _notice_page("暂无微博", page=4))
+        assert (info.value.outcome, info.value.error_class) == ("Busy", "weibo_mobile-empty-page")
+        tired = make_task("weibo_mobile", "5612345678", attempts=EMPTY_PAGE_RETRIES)
+        end = parse("weibo_mobile", tired, later, _notice_page("暂无微博", page=4))
+        assert end.items == [] and end.next_request is None and end.info == {"end": "暂无微博"}
+
+
+def test_a_first_page_notice_while_the_profile_counts_posts_is_the_risk_control_retry() -> None:
+    """Every candidate tab answering an ``ok:1`` 暂无微博 notice (no ``ok:0``) while the profile counts posts is the
+    same risk-control answer as 这里还没有内容: Busy ``weibo_mobile-empty-timeline``, then NotFound after
+    ``EMPTY_PAGE_RETRIES`` such visits."""
+    tabs: list[dict[str, object]] = [{"tab_type": "weibo", "title": "微博", "containerid": "1076035612345678"}]
+    profile = json.loads(profile_body(tabs))
+    profile["data"]["userInfo"]["statuses_count"] = 120
+    source = WeiboMobileSource(ContainerMemo())
+    first = source.first_request(TASK, BASE)
+    request = source.parse(TASK, first, fetched(json.dumps(profile).encode(), first), NOW_MS).next_request
+    for _ in range(5):  # three candidate tabs at most
+        assert request is not None and request.state["posts"] == "120"
+        if not request.state.get("fallbacks"):
+            break
+        request = source.parse(TASK, request, fetched(_notice_page("暂无微博"), request), NOW_MS).next_request
+    assert request is not None and not request.state.get("fallbacks")
+    with pytest.raises(FetchError) as info:
+        source.parse(TASK, request, fetched(_notice_page("暂无微博"), request), NOW_MS)
+    assert (info.value.outcome, info.value.error_class) == ("Busy", "weibo_mobile-empty-timeline")
+    tired = make_task("weibo_mobile", "5612345678", attempts=EMPTY_PAGE_RETRIES)
+    with pytest.raises(FetchError) as info:
+        source.parse(tired, request, fetched(_notice_page("暂无微博"), request), NOW_MS)
+    assert (info.value.outcome, info.value.error_class) == ("NotFound", "no-content")
+    assert source.memo.get(TASK.id) == ""
+
+
+@pytest.mark.parametrize("cursor", [{"page": "3"}, {"since_id": "4912345678900000"}])
+def test_an_illegal_request_answer_in_the_middle_of_a_walk_is_the_session_refused(cursor: dict[str, str]) -> None:
+    """errno 100006 on a later page is the session refused as on the first, not an ``ok:0`` end of the list (which
+    would end the crawl Ok with the rest of the posts behind its new cursor)."""
+    request = dataclasses.replace(timeline(), params={**timeline().params, **cursor})
+    for body, status in (
+        (b'{"ok":0,"errno":"100006","msg":"\\u8bf7\\u6c42\\u975e\\u6cd5"}', 200),
+        (b'{"ok":0,"errno":"100006","msg":""}', 403),
+    ):
+        with pytest.raises(FetchError) as info:
+            parse("weibo_mobile", TASK, request, body, status=status)
+        assert (info.value.outcome, info.value.error_class, info.value.http_status) == (
+            "LoginRequired",
+            "illegal-request",
+            status,
+        )
