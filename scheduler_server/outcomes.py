@@ -18,6 +18,11 @@ Outcomes:
   without one: the block to the longer of ``max_period_s`` and ``host_block_s``;
 - except that a visitor session the site ended (``visitors.session_ended``) is renewed instead: no host block,
   no freeze (visitor sessions are never frozen);
+- and that a ``LoginRequired`` in a class of ``REQUEST_REFUSALS`` (Weibo's errno 100006, 请求非法), on a visitor session
+  renewed as an ended one, blocks the host on any other lease as a ban does (a Retry-After, else ``host_block_s``) and
+  counts a failed attempt, freezing no account: the report that fresh cookies answer again is of an anonymous
+  session, and the one of a logged-in session took it for the address refused (docs/SOURCES.md); frozen for it,
+  every account of the pool would be frozen in turn within a few leases;
 - ``LoginRequired``/``AccountFrozen`` with no account to freeze (an anonymous crawl) or on a visitor session that
   did not end (the content needs a real login): a failed attempt, as for task failures, so the task backs off.
 Anything else (say ``Busy`` from a client) is due again at once.
@@ -34,6 +39,7 @@ from scheduler_server.visitors import session_ended
 __all__ = [
     "ACCOUNT_FAILURES",
     "HOST_FAILURES",
+    "REQUEST_REFUSALS",
     "TASK_FAILURES",
     "WALLS",
     "Hold",
@@ -52,12 +58,15 @@ ACCOUNT_FAILURES = frozenset({Outcome.LoginRequired, Outcome.AccountFrozen, Outc
 HOST_FAILURES = frozenset({Outcome.Banned, Outcome.RateLimited})
 #: Login walls: they freeze the account, and back the task off where there is none (anonymous, visitor).
 WALLS = frozenset({Outcome.LoginRequired, Outcome.AccountFrozen})
+#: ``LoginRequired`` error classes that refuse the request, not the login: the session that asked, for a visitor
+#: session (renewed: ``visitors.session_ended``), else the address (the host blocked, no account frozen).
+REQUEST_REFUSALS = frozenset({"illegal-request"})
 
 
 @dataclass(frozen=True, slots=True)
 class Hold:
     """A host block or an account freeze: ``name`` (host or account id) is held until ``until`` (wall seconds)
-    for ``reason`` (the outcome's name)."""
+    for ``reason`` (the outcome's name, and its error class where that chose the effect: ``REQUEST_REFUSALS``)."""
 
     name: str
     until: float
@@ -88,6 +97,12 @@ def backoff_s(attempts: int, config: SchedulerConfig) -> float:
     return min(config.max_period_s, config.min_period_s * 2.0 ** min(over, 60))
 
 
+def _block_s(report: Report, config: SchedulerConfig) -> float:
+    """How long a report blocks its host: the site's wait, cut to the longer of ``max_period_s`` and
+    ``host_block_s``, else ``host_block_s``."""
+    return min(report.retry_after_s, max(config.max_period_s, config.host_block_s)) or config.host_block_s
+
+
 #: The effects of an Ok report (the common case, built once).
 _OBSERVE = OutcomeEffects(attempts=0, observe=True)
 
@@ -109,6 +124,10 @@ def outcome_effects(
     visitor = is_visitor(account_id)
     if visitor and session_ended(outcome, report.error_class, report.http_status):
         return OutcomeEffects(attempts=attempts, delay_s=delay_s, renew_visitor=account_id)
+    if outcome is Outcome.LoginRequired and report.error_class in REQUEST_REFUSALS:
+        attempts += 1
+        refused = Hold(host, wall + _block_s(report, config), f"{outcome.value} {report.error_class}")
+        return OutcomeEffects(attempts=attempts, delay_s=backoff_s(attempts, config), block_host=refused)
     if outcome in WALLS and (not account_id or visitor):
         # No account to freeze and no session to renew: the wall is the target's (its posts need a login).
         # Counted as a failed attempt, so the task backs off instead of coming round at every host slot.
@@ -117,8 +136,7 @@ def outcome_effects(
     block = freeze = None
     wait_s = report.retry_after_s  # a site's wait, any finite number of seconds (``checks``); cut below
     if outcome in HOST_FAILURES:
-        block_s = min(wait_s, max(config.max_period_s, config.host_block_s)) or config.host_block_s
-        block = Hold(host, wall + block_s, outcome.value)
+        block = Hold(host, wall + _block_s(report, config), outcome.value)
     if outcome in ACCOUNT_FAILURES and account_id and not visitor:
         freeze_s = max(min(wait_s, config.max_period_s), config.account_freeze_s)
         freeze = Hold(account_id, wall + freeze_s, outcome.value)

@@ -286,10 +286,11 @@ _ILLEGAL_REQUEST = [
 @pytest.mark.parametrize("name", [*SOURCES, "weibo_pc"])
 @pytest.mark.parametrize(("body", "status"), _ILLEGAL_REQUEST, ids=["403-escaped", "200", "errno-only", "msg-only"])
 def test_an_illegal_request_answer_is_the_session_refused_not_a_ban(name: str, body: bytes, status: int) -> None:
-    """``{"ok":0,"errno":"100006","msg":"请求非法"}`` (HTTP 403, or 200) is Weibo refusing the session that asked: a
-    WeiboBot issue (2022) shows it answered to a logged-in session's calls after its first, and a 2025 parser-plugin
-    issue an anonymous m.weibo.cn session's second call, the first call of fresh cookies working again. As a 403 it was
-    a ban (``http-403``: the host blocked for every account), as a 200 an unknown answer retried with the same dead
-    session. It is LoginRequired ``illegal-request``: the account rests, a visitor session is renewed."""
+    """``{"ok":0,"errno":"100006","msg":"请求非法"}`` (HTTP 403, or 200) is Weibo refusing the request: a 2025
+    parser-plugin issue shows it answered to an anonymous m.weibo.cn session's second call, fresh cookies answering
+    again; a WeiboBot issue (2022) to a logged-in bot's likes after its first, its reporter concluding the address was
+    blocked. As a 200 it was an unknown answer retried with the same session. It is LoginRequired ``illegal-request``:
+    a visitor session is renewed, and on an account's lease the scheduler blocks the host without freezing the
+    account (``scheduler_server.outcomes.REQUEST_REFUSALS``)."""
     error = _refusal(name, body, status=status)
     assert (error.outcome, error.error_class, error.http_status) == ("LoginRequired", "illegal-request", status)

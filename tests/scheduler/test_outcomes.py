@@ -106,6 +106,57 @@ def test_an_ended_visitor_session_is_renewed_instead_of_blocking_or_freezing() -
     assert effects(Outcome.LoginRequired, visitor, error_class="login-wall") == OutcomeEffects(attempts=3, delay_s=20.0)
 
 
+def test_a_request_refused_as_illegal_blocks_the_host_and_freezes_no_account() -> None:
+    """Weibo's errno 100006 (请求非法, ``LoginRequired`` ``illegal-request``) refuses the request, not the login: fresh
+    cookies answer again for a visitor session (renewed), but a logged-in session's refusal was its address's. Frozen
+    for it, each pooled account was frozen in turn as it was leased, the whole pool paused within a few leases, while
+    the host went on being asked. It blocks the host as a ban does (its Retry-After, else ``host_block_s``) and backs
+    the task off, on an account's lease or none; a visitor session is renewed."""
+    refused = OutcomeEffects(attempts=3, delay_s=20.0, block_host=Hold("h", 1300.0, "LoginRequired illegal-request"))
+    assert effects(Outcome.LoginRequired, error_class="illegal-request", http_status=403) == refused
+    assert effects(Outcome.LoginRequired, "", error_class="illegal-request") == refused
+    waited = effects(Outcome.LoginRequired, error_class="illegal-request", retry_after_s=100.0)
+    assert waited.block_host == Hold("h", 1100.0, "LoginRequired illegal-request") and waited.freeze_account is None
+    visitor = "visitor:weibo_pc:3"
+    assert effects(Outcome.LoginRequired, visitor, error_class="illegal-request") == OutcomeEffects(
+        attempts=2, renew_visitor=visitor
+    )
+
+
+def test_an_account_refused_as_illegal_stays_in_the_pool_and_its_host_waits(
+    tmp_path: Path, clocks: ManualClocks
+) -> None:
+    (tmp_path / "accounts").mkdir()
+    (tmp_path / "accounts" / "pool.toml").write_text(
+        '[[account]]\nid = "a1"\ncookies = "SUB=x"\n\n[[account]]\nid = "a2"\ncookies = "SUB=y"\n'
+    )
+    settings = make_settings(
+        scheduler__accounts_dir=str(tmp_path / "accounts"),
+        scheduler__account_sources="weibo_pc",
+        scheduler__host_block_s=300.0,
+    )
+    core = SchedulerCore.from_settings(settings, MemoryQueueStore(), clocks)
+    core.add(["weibo_pc:1", "weibo_pc:2"], TaskKind.WeiboUser)
+    task = core.lease("w", 1)[0]
+    refused = Report(
+        task_id=task.id,
+        lease_token=task.lease_token,
+        outcome=Outcome.LoginRequired,
+        error_class="illegal-request",
+        http_status=403,
+    )
+    core.report([refused])
+    detail = core.stats()["detail"]
+    assert {name: detail["accounts"][name]["state"] for name in ("a1", "a2")} == {"a1": "ok", "a2": "ok"}
+    assert detail["hosts"]["127.0.0.1:8800"]["block"]["reason"] == "LoginRequired illegal-request"
+    with pytest.raises(NoWorkError):
+        core.lease("w", 2)  # the host is blocked: neither account is sent to it meanwhile
+    assert core.task_info(task.id)["attempts"] == 1
+    clocks.advance(301)
+    again = core.lease("w", 2)
+    assert {t.id for t in again} == {task.id, "user:weibo_pc:2"} and task.account.id in {t.account.id for t in again}
+
+
 class _FailingMetaStore(MemoryQueueStore):
     """A memory store whose transactions fail on writing a ``meta`` key with ``fail_prefix`` (armed by a test)."""
 

@@ -304,6 +304,28 @@ def test_ok_minus_100_with_a_visitor_session_fails_the_task_without_freezing(clo
     assert core.lease("w", 1)[0].account.id == "visitor:weibo_web:1" and passport.calls == 1
 
 
+def test_a_visitor_session_refused_as_illegal_is_renewed_without_blocking_the_host(clocks: ManualClocks) -> None:
+    """errno 100006 (请求非法) to a visitor session: fresh cookies answer again, so the session is renewed and the host
+    is not blocked (on a logged-in account's lease the host is blocked instead: ``test_outcomes.py``)."""
+    passport = Passport()
+    core = core_with_visitors(clocks, passport)
+    core.add(["weibo_web:1"], TaskKind.WeiboUser)
+    task = core.lease("w", 1)[0]
+    refused = Report(
+        task_id=task.id,
+        lease_token=task.lease_token,
+        outcome=Outcome.LoginRequired,
+        error_class="illegal-request",
+        http_status=403,
+    )
+    core.report([refused])
+    detail = core.stats()["detail"]
+    assert detail["accounts"]["visitor:weibo_web"]["renewals"] == 1
+    assert all(not host["block"]["reason"] for host in detail["hosts"].values())
+    clocks.advance(5)  # the renewal's rate limit (renew_s)
+    assert core.lease("w", 1)[0].account.id == "visitor:weibo_web:2" and passport.calls == 2
+
+
 def test_a_configured_account_wins_over_visitor_sessions(tmp_path: object, clocks: ManualClocks) -> None:
     from pathlib import Path
 
