@@ -180,6 +180,8 @@ def said(doc: dict[str, Any]) -> str:
     return ""
 
 
+#: errno 100006's words: what that errno is (``ERRNO_ILLEGAL_REQUEST``), whatever its ``msg`` says.
+ILLEGAL_REQUEST = Marker("请求非法", Outcome.LoginRequired, "illegal-request")
 #: Words of a refusal's ``msg`` (not of a page: only an envelope's message is searched for them) beyond the byte
 #: markers: the wordings public clients of 2024–2026 classify (访问频次过高, 请登录后查看, 操作太快…).
 MESSAGE_WORDS: tuple[Marker, ...] = (
@@ -191,6 +193,8 @@ MESSAGE_WORDS: tuple[Marker, ...] = (
     Marker("登录后", Outcome.LoginRequired, "login"),
     Marker("请登录", Outcome.LoginRequired, "login"),
     Marker("重新登录", Outcome.LoginRequired, "login"),
+    ILLEGAL_REQUEST,
+    Marker("非法请求", Outcome.LoginRequired, "illegal-request"),
 )
 
 
@@ -203,10 +207,12 @@ ERRNO_TOO_FREQUENT = "100005"
 #: The limit whatever the message says: in English, or none, it was an unknown answer or an empty account.
 RATE_LIMIT_ERROR_CODES = ("10022", "10023", "10024")
 #: Weibo's error number for a request it refuses as illegal (``{"ok":0,"errno":"100006","msg":"请求非法"}``, HTTP 403
-#: or 200): the session that asked is refused (answered to a session's calls after its first, the first call of fresh
-#: cookies working again, as a 2022 bot issue and a 2025 m.weibo.cn parser issue record it). Not the host: no ban.
+#: or 200), whatever wording its ``msg`` has: ``LoginRequired`` ``illegal-request``. What it refuses depends on who
+#: asked: an anonymous m.weibo.cn session's calls after its first, fresh cookies answering again (a 2025 parser
+#: plugin's issue), so a visitor session is renewed; a logged-in bot's likes after its first, which its reporter took
+#: for the address being blocked and got past with a mobile User-Agent (a 2022 bot's issue), so for an account the
+#: scheduler blocks the host and freezes nothing (``scheduler_server.outcomes.REQUEST_REFUSALS``).
 ERRNO_ILLEGAL_REQUEST = "100006"
-ILLEGAL_REQUEST_WORDS = ("请求非法", "非法请求")
 
 
 def message_error(doc: dict[str, Any], http_status: int) -> FetchError | None:
@@ -223,21 +229,15 @@ def message_error(doc: dict[str, Any], http_status: int) -> FetchError | None:
             error_class="too-frequent",
             http_status=http_status,
         )
-    if errno == ERRNO_ILLEGAL_REQUEST or any(words in message for words in ILLEGAL_REQUEST_WORDS):
-        return fail(
-            Outcome.LoginRequired,
-            f"illegal-request: the session was refused (errno {errno or '-'} {message[:60]!r})",
-            error_class="illegal-request",
-            http_status=http_status,
-        )
-    if not message:
-        return None
-    marker = next((m for m in (*WEIBO_MARKERS, *MESSAGE_WORDS) if m.text in message), None)
+    if errno == ERRNO_ILLEGAL_REQUEST:
+        marker: Marker | None = ILLEGAL_REQUEST
+    else:
+        marker = next((m for m in (*WEIBO_MARKERS, *MESSAGE_WORDS) if message and m.text in message), None)
     if marker is None:
         return None
     return fail(
         marker.outcome,
-        f"{marker.error_class}: {message[:80]!r}",
+        f"{marker.error_class}: {'errno ' + errno + ' ' if errno else ''}{message[:80]!r}",
         error_class=marker.error_class,
         http_status=http_status,
     )
