@@ -149,12 +149,15 @@ def as_dict(value: object) -> dict[str, Any]:
 
 def load_json(text: str, *, what: str, http_status: int = 0) -> Any:
     """``json.loads`` with every failure (syntax, nesting depth, huge ints) as a ``ParseError`` (carrying the
-    answer's HTTP status, like every other refusal of it); one that ran out of text says the answer was cut short."""
+    answer's HTTP status, like every other refusal of it); one that ran out of text says the answer was cut short, or
+    empty."""
     try:
         return json.loads(text)
     except (ValueError, RecursionError) as exc:
         cut = isinstance(exc, json.JSONDecodeError) and _ran_out(exc, text.rstrip())
-        how = f"; cut short after {len(text)} characters" if cut else ""
+        how = ""
+        if cut:
+            how = f"; cut short after {len(text)} characters" if text.strip() else "; the text is empty"
         raise ParseError(
             f"{what}: not JSON ({type(exc).__name__}: {str(exc)[:80]}){how}",
             error_class="bad-json",
@@ -168,19 +171,25 @@ _COMPRESSED = ((b"\x1f\x8b", "gzip"), (b"\x28\xb5\x2f\xfd", "zstd"))
 _JSONP_OPEN_RE = re.compile(r"^[\w$.]{1,100}\s*\(\s*[\[{]")
 #: How much of a body ``describe_unreadable`` looks at for NUL bytes.
 _SNIFF_SPAN = 256
+#: Leading bytes of the images a site may send in place of an answer (a captcha, a placeholder, a CDN's error image).
+_IMAGES = ((b"\x89PNG\r\n\x1a\n", "PNG"), (b"\xff\xd8\xff", "JPEG"), (b"GIF87a", "GIF"), (b"GIF89a", "GIF"))
 
 
 def describe_unreadable(body: bytes) -> str:
     """What an answer no parser could read is, in words for its error ("" when nothing specific): empty, compressed
-    bytes, UTF-16 text (by its byte order mark or its NUL bytes), other binary bytes, or JSON / a JSONP call cut short.
-    Why: "not a JSON object" alone sent an operator to the saved bytes to find out which."""
+    bytes, an image (PNG, JPEG, GIF, WebP by their magic numbers), UTF-16 text (by its byte order mark or its NUL
+    bytes), other binary bytes, or JSON / a JSONP call cut short. Why: "not a JSON object" alone sent an operator to
+    the saved bytes to find out which."""
     if not body.strip():
         return "the body is empty"
     for magic, name in _COMPRESSED:
         if body.startswith(magic):
             return f"the body is {name}-compressed bytes (sent without a Content-Encoding the HTTP layer undoes)"
+    image = next((name for magic, name in _IMAGES if body.startswith(magic)), "")
+    if image or (body.startswith(b"RIFF") and body[8:12] == b"WEBP"):
+        return f"the body is an image ({image or 'WebP'}), not an answer"
     head = body[:_SNIFF_SPAN]
-    if head.startswith((b"\xff\xfe", b"\xfe\xff")) or (b"\x00" in head and _alternating_nuls(head)):
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")) or _alternating_nuls(head):
         return "the body is UTF-16 text, which no site of ours sends"
     if b"\x00" in head:
         return "the body is binary bytes"
@@ -203,10 +212,18 @@ def _ran_out(exc: json.JSONDecodeError, text: str) -> bool:
     return exc.pos >= len(text) or exc.msg.startswith("Unterminated string")
 
 
+#: ``_alternating_nuls``: at least this share of NULs at one parity, at most this share at the other.
+_UTF16_NULS, _UTF16_OTHER_NULS = 0.9, 0.1
+
+
 def _alternating_nuls(head: bytes) -> bool:
-    """Whether NUL bytes sit at every other position, as ASCII text in UTF-16 has them (either byte order)."""
+    """Whether NUL bytes sit at every other position and (almost) nowhere else, as ASCII text in UTF-16 has them
+    (either byte order). Binary data with NULs at both parities (an image's headers, a run of zeros) is not."""
     even, odd = head[0::2], head[1::2]
-    return even.count(0) >= len(even) * 0.4 or odd.count(0) >= len(odd) * 0.4
+    return bool(odd) and any(
+        nuls.count(0) >= len(nuls) * _UTF16_NULS and other.count(0) <= len(other) * _UTF16_OTHER_NULS
+        for nuls, other in ((even, odd), (odd, even))
+    )
 
 
 #: How deep ``load_bytewise_json`` decodes strings inside nested objects (the answers it reads are flat).

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from crawler_client.sources import get_source
-from crawler_client.sources._decode import describe_unreadable
+from crawler_client.sources._decode import describe_unreadable, load_json
 from icecrawler.errors import ParseError
 from icecrawler.models import TaskKind
 from tests.client._util import BASE, make_task, parse
@@ -70,10 +70,15 @@ def test_an_ecshop_comment_answer_cut_short_says_so() -> None:
         (b"  \r\n", "empty"),
         (gzip.compress(b"{}"), "gzip"),
         (b"\x28\xb5\x2f\xfd\x00\x00", "zstd"),
-        ('{"a":"好"}'.encode("utf-16-le"), "UTF-16"),
-        ('{"a":"好"}'.encode("utf-16-be"), "UTF-16"),
+        ('{"a":"好","b":"text"}'.encode("utf-16-le"), "UTF-16"),
+        ('{"a":"好","b":"text"}'.encode("utf-16-be"), "UTF-16"),
         ('{"a":"好"}'.encode("utf-16"), "UTF-16"),
         (b"\x00\x01\x02binary", "binary"),
+        (b"\x00" * 20, "binary"),  # NULs at both parities: no UTF-16 text
+        (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x10\x00\x00\x00\x10\x08\x06\x00\x00\x00", "image (PNG)"),
+        (b"\xff\xd8\xff\xe0\x00\x10JFIF\x00\x01\x01\x00\x00\x01\x00\x01\x00\x00", "image (JPEG)"),
+        (b"GIF89a\x01\x00\x01\x00\x80\x00\x00\x00\x00\x00", "image (GIF)"),
+        (b"RIFF\x24\x00\x00\x00WEBPVP8 \x18\x00\x00\x00", "image (WebP)"),
         (b'cb({"a":[1,2', "cut short"),
         (b'{"a":[1,2', "cut short"),
         (b'\xef\xbb\xbf{"a":"x', "cut short"),
@@ -90,6 +95,11 @@ def test_an_ecshop_comment_answer_cut_short_says_so() -> None:
         "utf16be",
         "utf16-bom",
         "binary",
+        "zeros",
+        "png",
+        "jpeg",
+        "gif",
+        "webp",
         "jsonp-cut",
         "json-cut",
         "bom-json-cut",
@@ -101,3 +111,13 @@ def test_an_ecshop_comment_answer_cut_short_says_so() -> None:
 def test_describe_unreadable_names_what_a_body_is(body: bytes, words: str) -> None:
     said = describe_unreadable(body)
     assert (words in said) if words else said == ""
+
+
+@pytest.mark.parametrize(
+    ("text", "words"), [("", "the text is empty"), (" \n", "the text is empty"), ('{"a":', "cut short")]
+)
+def test_json_that_is_not_there_says_empty_not_cut_short(text: str, words: str) -> None:
+    """``load_json("")`` said "cut short after 0 characters": nothing was cut, there was nothing."""
+    with pytest.raises(ParseError) as info:
+        load_json(text, what="an answer")
+    assert words in str(info.value) and ("cut short" in words) == ("cut short" in str(info.value))
