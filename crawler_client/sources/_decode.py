@@ -23,6 +23,7 @@ __all__ = [
     "decode_body",
     "describe_unreadable",
     "drop_leading_boms",
+    "first_text",
     "html_text",
     "html_texts",
     "is_tag",
@@ -145,6 +146,12 @@ def strip_php_notices(text: str) -> str:
 def as_dict(value: object) -> dict[str, Any]:
     """``value`` if it is a JSON object, else {} (every field of an answer may have the wrong type)."""
     return value if isinstance(value, dict) else {}
+
+
+def first_text(doc: dict[str, Any], keys: Sequence[str]) -> str:
+    """The value of the first of ``keys`` that ``doc`` holds as non-blank text ("" when none is): answers put one
+    thing under several keys (a refusal's words as ``msg``, ``message``…; a review's text as ``content``…)."""
+    return next((value for key in keys if isinstance(value := doc.get(key), str) and value.strip()), "")
 
 
 def load_json(text: str, *, what: str, http_status: int = 0) -> Any:

@@ -16,7 +16,7 @@ from typing import Any
 from urllib.parse import unquote
 
 from crawler_client.sources._counts import parse_id
-from crawler_client.sources._decode import as_dict, decode_body, load_json, strip_jsonp
+from crawler_client.sources._decode import as_dict, decode_body, first_text, load_json, strip_jsonp
 from crawler_client.sources._detect import (
     WEIBO_MARKERS,
     Marker,
@@ -173,11 +173,7 @@ def said(doc: dict[str, Any]) -> str:
     """What an envelope says: its ``msg`` (m.weibo.cn, and the older answers of both APIs), else its ``message``
     (weibo.com's ``/ajax`` API words its ``ok:0`` answers so, beside an ``error_code``), else its ``error`` (the open
     API's shape: ``error``, ``error_code``, ``request``, no ``ok``); "" when none is text."""
-    for key in ("msg", "message", "error"):
-        value = doc.get(key)
-        if isinstance(value, str) and value.strip():
-            return value
-    return ""
+    return first_text(doc, ("msg", "message", "error"))
 
 
 #: errno 100006's words: what that errno is (``ERRNO_ILLEGAL_REQUEST``), whatever its ``msg`` says.

@@ -38,7 +38,7 @@ from typing import Any, ClassVar
 from crawler_client.sources._counts import parse_count
 from crawler_client.sources._cursor import ReviewOrder
 from crawler_client.sources._dates import created_at_of, iso_of_ms
-from crawler_client.sources._decode import as_dict, decode_body, load_json, strip_jsonp
+from crawler_client.sources._decode import as_dict, decode_body, first_text, load_json, strip_jsonp
 from crawler_client.sources._detect import (
     TOO_FREQUENT_MARKERS,
     check_final_url,
@@ -237,7 +237,8 @@ class JdSource(ReviewOrder, SavedPages):
             # The gateway's "not logged in", with or without an ``echo``: a login mends it, unlike a malformed call.
             raise _header_refusal(page) or fail(
                 Outcome.LoginRequired,
-                f"JD: not logged in (code {str(doc.get('code', doc.get('resultCode')))[:10]}) {_said(doc)[:60]!r}",
+                f"JD: not logged in (code {str(doc.get('code', doc.get('resultCode')))[:10]})"
+                f" {first_text(doc, _MESSAGE_KEYS)[:60]!r}",
                 error_class="jd-not-login",
                 http_status=page.status,
             )
@@ -295,7 +296,7 @@ class JdSource(ReviewOrder, SavedPages):
         review_id = _as_str_id(raw.get("id")) or _as_str_id(raw.get("commentId")) or str(raw.get("guid") or "")
         if not review_id:
             return None
-        content = next((text for key in _TEXT_KEYS if isinstance(text := raw.get(key), str) and text.strip()), "")
+        content = first_text(raw, _TEXT_KEYS)
         created = next((iso for key in _DATE_KEYS if (iso := created_at_of(raw.get(key), now_ms))), "")
         return Review(
             id=review_id,
@@ -409,7 +410,7 @@ def _check_risk_body(doc: dict[str, Any], status: int) -> None:
     if any(key in doc for key in _ROW_KEYS):
         return
     code = str(doc.get("code", ""))
-    message = _said(doc)
+    message = first_text(doc, _MESSAGE_KEYS)
     if code == "605":
         raise fail(
             Outcome.Banned, f"JD risk control: code 605 {message[:60]!r}", error_class="jd-risk-605", http_status=status
@@ -427,11 +428,6 @@ def _check_risk_body(doc: dict[str, Any], status: int) -> None:
     said = _said_refusal(message, status)
     if said is not None:
         raise said
-
-
-def _said(doc: dict[str, Any]) -> str:
-    """The first refusal wording an answer carries (``_MESSAGE_KEYS``), "" when none is text."""
-    return next((value for key in _MESSAGE_KEYS if isinstance(value := doc.get(key), str) and value.strip()), "")
 
 
 def _rows(doc: dict[str, Any]) -> tuple[list[Any] | None, dict[str, Any]]:

@@ -10,7 +10,7 @@ from crawler_client.sources import SOURCES, get_source
 from crawler_client.sources._counts import MAX_COUNT, parse_count, parse_id
 from crawler_client.sources._cursor import PostOrder, ReviewOrder
 from crawler_client.sources._dates import created_at_of, iso_of_ms, resolve_created_at
-from crawler_client.sources._decode import decode_body, html_text, make_soup, strip_jsonp
+from crawler_client.sources._decode import decode_body, first_text, html_text, make_soup, strip_jsonp
 from crawler_client.sources._detect import (
     WEIBO_MARKERS,
     check_final_url,
@@ -296,3 +296,11 @@ def test_unfollowed_redirect_to_the_visitor_system() -> None:
     with pytest.raises(FetchError) as info:
         check_final_url(page, "https://weibo.com/p/aj/v6/mblog/mbloglist")
     assert info.value.outcome == "LoginRequired" and info.value.error_class == "visitor"
+
+
+def test_first_text_takes_the_first_key_holding_non_blank_text() -> None:
+    """One helper for every "the same thing under several keys" read (Weibo's ``said``, JD's refusal words and row
+    text): blank text, a number, null or a missing key passes to the next key, and the text is returned unstripped."""
+    doc = {"msg": "  ", "message": 5, "error": None, "echo": " 系统繁忙 ", "resultMsg": "later"}
+    assert first_text(doc, ("msg", "message", "error", "missing", "echo", "resultMsg")) == " 系统繁忙 "
+    assert first_text(doc, ("msg", "message")) == "" and first_text({}, ()) == ""
