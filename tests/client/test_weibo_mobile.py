@@ -498,6 +498,9 @@ def test_a_notice_card_saying_there_are_no_posts_is_an_empty_tab_not_a_page_to_w
     nxt = page.next_request
     assert nxt is not None and nxt.params["containerid"] == "2304135612345678_-_WEIBO_SECOND_PROFILE_WEIBO"
     assert source.memo.get(TASK.id) == ""  # the empty tab is not remembered
+    beside = json.loads(_notice_page("暂无微博"))  # other cards beside the notice, none a post: still an empty tab
+    beside["data"]["cards"].insert(0, {"card_type": 11, "card_group": [{"card_type": 4, "desc": "简介"}]})
+    assert source.parse(TASK, request, fetched(json.dumps(beside).encode(), request), NOW_MS).info == page.info
     with pytest.raises(FetchError) as info:
         source.parse(TASK, nxt, fetched(_notice_page("暂无微博", page=2), nxt), NOW_MS)
     assert (info.value.outcome, info.value.error_class) == ("NotFound", "no-content")
