@@ -89,6 +89,12 @@ def parse_cookie_blob(blob: str) -> AccountBlob:
                 raise ValueError("username and password must be strings")
             return AccountBlob(dict(cookies), username, password)
         return AccountBlob(_parse_cookie_header(text))
+    except RecursionError:  # JSON nested past the interpreter's depth: a report's refresh can be ~16 KB of brackets
+        raise FetchError(
+            "unreadable cookie blob: its JSON nests too deeply",
+            outcome=Outcome.LoginRequired,
+            error_class="bad-cookie-blob",
+        ) from None
     except ValueError as exc:  # json.JSONDecodeError is a ValueError
         raise FetchError(
             f"unreadable cookie blob: {exc}", outcome=Outcome.LoginRequired, error_class="bad-cookie-blob"
