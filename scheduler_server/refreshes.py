@@ -18,7 +18,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from scheduler_server.accounts import PooledAccount, login_digest, refresh_refusal
-from scheduler_server.store import Txn
+from scheduler_server.store import Txn, entries
 
 __all__ = [
     "REFRESH_KEY",
@@ -39,8 +39,6 @@ REFRESH_KEY = b"login-refresh:"
 _REFRESH_END = b"login-refresh;"
 #: The record's format; another one is not read (deleted with a log line, like a damaged one).
 REFRESH_VERSION = 1
-#: Stored refreshes read per scan: there are at most accounts x sites of them.
-_SCAN_CHUNK = 1024
 
 
 @dataclass(frozen=True)
@@ -129,22 +127,19 @@ def sweep_refreshes(txn: Txn, accounts: Mapping[str, PooledAccount], sites: Coll
     not read, are deleted in ``txn`` (each with one log line naming the account, never the cookies), so they do not
     pile up. Run at start (``startup.restore_state``) and when the accounts files are read again (SIGHUP)."""
     kept: list[StoredRefresh] = []
-    start = REFRESH_KEY
-    while chunk := txn.scan("meta", start, _REFRESH_END, limit=_SCAN_CHUNK):
-        start = chunk[-1][0] + b"\0"
-        for key, value in chunk:
-            try:
-                refresh = decode_refresh(key, value)
-            except ValueError as exc:
-                log.warning("a stored login refresh (key %r) is not read and is deleted: %s", key[:80], exc)
-                txn.delete("meta", key)
-                continue
-            verdict = restore_verdict(refresh, accounts, sites)
-            if verdict is None:
-                kept.append(refresh)
-                continue
-            log.info(
-                "account %s: its stored login refresh for %r is deleted: %s", refresh.account_id, refresh.site, verdict
-            )
+    for key, value in entries(txn, "meta", REFRESH_KEY, _REFRESH_END):
+        try:
+            refresh = decode_refresh(key, value)
+        except ValueError as exc:
+            log.warning("a stored login refresh (key %r) is not read and is deleted: %s", key[:80], exc)
             txn.delete("meta", key)
+            continue
+        verdict = restore_verdict(refresh, accounts, sites)
+        if verdict is None:
+            kept.append(refresh)
+            continue
+        log.info(
+            "account %s: its stored login refresh for %r is deleted: %s", refresh.account_id, refresh.site, verdict
+        )
+        txn.delete("meta", key)
     return kept

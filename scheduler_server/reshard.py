@@ -39,7 +39,7 @@ from scheduler_server.startup import (
     check_layout,
     removed_lease_of,
 )
-from scheduler_server.store import TABLES, QueueStore
+from scheduler_server.store import TABLES, QueueStore, chunks
 
 __all__ = ["EVERY_SHARD", "ReshardResult", "entry_owner", "plan", "read_layout", "reshard"]
 
@@ -247,14 +247,12 @@ def _calibration_source(tasks_from: Counter[int], calibrations: dict[int, bytes]
 def _chunks(store: QueueStore, table: str) -> Iterator[list[tuple[bytes, bytes]]]:
     """A table's entries in key order, ``_CHUNK`` at a time, each read in a transaction of its own (none is held
     while the caller writes), so a database of millions of tasks is never in memory at once."""
-    start = b""
-    while True:
+
+    def scan(start: bytes) -> list[tuple[bytes, bytes]]:
         with store.transaction() as txn:
-            chunk = txn.scan(table, start, limit=_CHUNK)
-        if not chunk:
-            return
-        yield chunk
-        start = chunk[-1][0] + b"\0"
+            return txn.scan(table, start, limit=_CHUNK)
+
+    return chunks(scan)
 
 
 def _put(store: QueueStore, table: str, items: list[tuple[bytes, bytes]]) -> None:

@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from icecrawler.errors import ConfigError
 from scheduler_server.codec import decode_time_key, time_key
 from scheduler_server.refreshes import REFRESH_KEY, sweep_refreshes
-from scheduler_server.store import Txn
+from scheduler_server.store import Txn, entries
 
 if TYPE_CHECKING:
     from scheduler_server.core import SchedulerCore
@@ -72,17 +71,13 @@ def removed_lease_of(key: bytes) -> tuple[str, str]:
     return task_id, token
 
 
-#: Entries read per scan while the queues and the ``meta`` state are restored.
-_SCAN_CHUNK = 1024
-
-
 def restore_state(core: SchedulerCore) -> None:
     """Fill a new core's counters, politeness state, open gaps and in-memory queues from its store."""
     wall = core.clocks.wall()
     with core.store.transaction() as txn:
         core.counts = {name: txn.count(name) for name in ("tasks", "pending", "inflight", "done")}
         check_layout(txn, core.config.shard, core.config.shards)
-        for key, value in _whole(txn, "meta"):
+        for key, value in entries(txn, "meta"):
             if key == LAYOUT_KEY:
                 continue
             if key == CALIBRATION_KEY:
@@ -105,7 +100,7 @@ def restore_state(core: SchedulerCore) -> None:
             elif kind == "account":
                 core.accounts.freeze(name, until, reason)
         for table in ("pending", "inflight"):
-            for key, _ in _whole(txn, table):
+            for key, _ in entries(txn, table):
                 ms, task_id = decode_time_key(key)
                 source = task_id.split(":", 2)[1]
                 if table == "pending":
@@ -127,16 +122,6 @@ def restore_refreshes(core: SchedulerCore, txn: Txn) -> None:
     if restored:
         accounts = sorted({refresh.account_id for refresh in restored})
         log.info("%d login refreshes restored from the database, accounts: %s", len(restored), ", ".join(accounts))
-
-
-def _whole(txn: Txn, table: str) -> Iterator[tuple[bytes, bytes]]:
-    """Every entry of ``table`` in key order, read ``_SCAN_CHUNK`` at a time. (A single scan with a limit of a
-    million stopped ``meta`` at its millionth entry: page-cap gap marks, one per task with an open gap, sort before
-    the host holds and the calibration, which a restart behind that many dropped without a word.)"""
-    start = b""
-    while chunk := txn.scan(table, start, limit=_SCAN_CHUNK):
-        yield from chunk
-        start = chunk[-1][0] + b"\0"
 
 
 def restore_calibration(core: SchedulerCore, saved: bytes) -> None:

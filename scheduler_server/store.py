@@ -17,7 +17,7 @@ from __future__ import annotations
 import bisect
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol
@@ -26,7 +26,7 @@ from berkeleydb import db
 
 from icecrawler.errors import ServiceError, StorageUnavailableError
 
-__all__ = ["TABLES", "BdbQueueStore", "MemoryQueueStore", "QueueStore", "Txn"]
+__all__ = ["SCAN_CHUNK", "TABLES", "BdbQueueStore", "MemoryQueueStore", "QueueStore", "Txn", "chunks", "entries"]
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +38,8 @@ _LOG_BUFFER_BYTES = 4 << 20
 #: The mode of the files the environment creates (tables, logs): ``meta`` holds the sites' refreshes of the accounts'
 #: logins (``scheduler_server.refreshes``), secrets like the accounts files, so the scheduler's user alone reads them.
 _FILE_MODE = 0o600
+#: Entries read per scan by ``entries``: a walk of a big table holds this many at a time, not the table.
+SCAN_CHUNK = 1024
 
 
 class Txn(Protocol):
@@ -81,6 +83,25 @@ class QueueStore(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+def chunks(
+    scan: Callable[[bytes], list[tuple[bytes, bytes]]], start: bytes = b""
+) -> Iterator[list[tuple[bytes, bytes]]]:
+    """Every entry ``scan`` (a ``Txn.scan`` from the key it is given, with a limit) reaches, one scan at a time, each
+    from just after the last key of the one before, until one comes back empty. A single scan with a big limit
+    once stopped a walk of ``meta`` at its limit without a word; the caller may delete what it was given, and may
+    run each scan in a transaction of its own (none is then held while it works on a chunk)."""
+    while chunk := scan(start):
+        yield chunk
+        start = chunk[-1][0] + b"\0"
+
+
+def entries(txn: Txn, table: str, start: bytes = b"", stop: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
+    """Every entry of ``table`` with ``start <= key < stop`` in key order, in ``txn``, read ``SCAN_CHUNK`` at a
+    time (``chunks``)."""
+    for chunk in chunks(lambda first: txn.scan(table, first, stop, limit=SCAN_CHUNK), start):
+        yield from chunk
 
 
 # --- memory ---------------------------------------------------------------------------------------------------
