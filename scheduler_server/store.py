@@ -241,6 +241,28 @@ class _BdbTxn:
         return int(self._dbs[table].stat(txn=self._txn)["ndata"])
 
 
+def _warn_if_readable(path: Path) -> None:
+    """One WARNING when tables or logs in ``path`` are readable by others than the scheduler's user: those created
+    before the mode was 0600 (0640 under the usual umask) keep their mode, and ``meta`` holds the refreshed logins.
+    The scheduler does not change a file's mode itself: a group that reads them may be the operator's choice (a
+    backup agent); the line says the command that makes them private."""
+    readable: list[str] = []
+    for file in sorted((*path.glob("*.db"), *path.glob("log.*"))):
+        try:
+            if file.stat().st_mode & 0o077:
+                readable.append(file.name)
+        except FileNotFoundError:  # a log file removed meanwhile
+            continue
+    if readable:
+        log.warning(
+            "%s: %s readable by other users than the scheduler's; they hold the sites' refreshes of the accounts' "
+            "logins: chmod 600 %s",
+            path,
+            ", ".join(readable),
+            " ".join(str(path / name) for name in readable),
+        )
+
+
 class BdbQueueStore:
     """A transactional Berkeley DB environment in ``path``; see the module docstring.
 
@@ -261,6 +283,7 @@ class BdbQueueStore:
         #: transaction reopens it first (recovery replays the committed log), so the daemon serves again.
         self._needs_recovery = False
         self._open()
+        _warn_if_readable(self.path)
 
     def _open(self) -> None:
         try:
@@ -391,6 +414,7 @@ class BdbQueueStore:
                 | db.DB_INIT_MPOOL
                 | db.DB_RECOVER_FATAL
                 | db.DB_PRIVATE,
+                _FILE_MODE,
             )
             copy.txn_checkpoint()
         except db.DBError as exc:

@@ -160,3 +160,28 @@ def test_bdb_log_files_do_not_pile_up_over_a_long_crawl(tmp_path: Path) -> None:
     logs = sorted(tmp_path.glob("log.*"))
     assert int(logs[-1].name.split(".")[1]) >= 4, "the churn did not fill several log files"
     assert most_logs <= 2 and len(logs) <= 2, [log.name for log in logs]
+
+
+@pytest.mark.bdb
+def test_tables_and_logs_others_can_read_are_named_once_at_open(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A database created before its files were made 0600 keeps 0640 tables, and ``meta`` now holds the sites'
+    refreshes of the logins: opening it says which files, and the chmod, in one WARNING (the mode is left alone:
+    a group that reads them may be the operator's choice). A private one says nothing."""
+    store = BdbQueueStore(tmp_path)
+    with store.transaction() as txn:
+        txn.put("meta", b"x", b"y")
+    store.close()
+    with caplog.at_level("WARNING", logger="scheduler_server.store"):
+        BdbQueueStore(tmp_path).close()
+    assert caplog.records == []
+    for file in (tmp_path / "meta.db", tmp_path / "tasks.db"):
+        file.chmod(0o640)
+    with caplog.at_level("WARNING", logger="scheduler_server.store"):
+        BdbQueueStore(tmp_path).close()
+    said = [record.getMessage() for record in caplog.records]
+    assert len(said) == 1, said
+    assert "meta.db, tasks.db readable by other users" in said[0]
+    assert f"chmod 600 {tmp_path / 'meta.db'} {tmp_path / 'tasks.db'}" in said[0]
+    assert (tmp_path / "meta.db").stat().st_mode & 0o777 == 0o640
