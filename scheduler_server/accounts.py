@@ -27,8 +27,9 @@ and password, and name no cookie the file does not: another one is ignored and c
 ``login_refreshes_refused``). The core asks ``judge`` inside the report's transaction, stores a refresh taken in the
 scheduler's database with a digest of the file's blob it refreshed (``refreshes``) in that transaction, and ``settle``s
 after the commit. A restart (``kill -9`` included) leases each account with its stored refreshes again while the file
-still holds that login (status: ``login_refreshes_restored``); those of a changed or removed account are deleted, at
-start and on SIGHUP. A lease handed out before a restart refreshes nothing: the pool no longer knows what it was handed,
+still holds that login (status: ``login_refreshes_restored``), and so does a SIGHUP that finds a missing account
+again; those of a changed account are deleted at start and on SIGHUP, a missing account's kept unused for a while
+(``refreshes``). A lease handed out before a restart refreshes nothing: the pool no longer knows what it was handed,
 and taking its refresh unchecked could lay an older login over a newer one. The file stays as the operator wrote it:
 freezes and SIGHUP's "renewed" are judged by the file's cookies (``PooledAccount.account``); an unchanged file read
 again keeps the refreshes, a changed login drops that account's.
@@ -91,7 +92,8 @@ class PooledAccount:
     refreshes: int = 0
     #: Refreshes ignored as unreadable or of another login (``refresh_refusal``).
     refused: int = 0
-    #: Sites whose refresh was taken back from the database at start (``restore``).
+    #: Sites whose refresh was taken back from the database, at start or when SIGHUP found the account again
+    #: (``restore``).
     restored: int = 0
 
     def leased_with(self, site: str) -> Account:

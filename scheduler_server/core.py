@@ -80,16 +80,18 @@ from scheduler_server.observer import CoreObserver
 from scheduler_server.outcomes import Hold, OutcomeEffects, outcome_effects
 from scheduler_server.politeness import HELD_BY_OPERATOR, HostGate, RateWindow
 from scheduler_server.queues import TaskQueues
-from scheduler_server.refreshes import StoredRefresh, encode_refresh, refresh_key, sweep_refreshes
+from scheduler_server.refreshes import StoredRefresh, encode_refresh, refresh_key
 from scheduler_server.startup import (
     CALIBRATION_KEY,
     GAP_KEY,
     GAP_VALUE,
     REMOVED_AT_KEY,
+    lease_restored,
     removed_at_key,
     removed_lease_key,
     removed_lease_of,
     restore_state,
+    sweep_stored_refreshes,
 )
 from scheduler_server.store import QueueStore, Txn
 from shhd.calibration import RateCalibration
@@ -512,7 +514,9 @@ class SchedulerCore:
             item.lease_token, item.account_cookies if item.outcome not in _LOGIN_FAILED else "", group.refreshes
         )
         if verdict.cookies:
-            stored = StoredRefresh(verdict.account_id, verdict.site, verdict.login, verdict.cookies)
+            stored = StoredRefresh(
+                verdict.account_id, verdict.site, verdict.login, verdict.cookies, taken_ms=int(group.wall * 1000)
+            )
             txn.put("meta", refresh_key(stored.account_id, stored.site), encode_refresh(stored))
             group.refreshes[(verdict.account_id, verdict.site)] = verdict.cookies
         return verdict
@@ -659,19 +663,25 @@ class SchedulerCore:
     # --- accounts ---------------------------------------------------------------------------------------------
 
     def reload_accounts(self, accounts: list[PooledAccount]) -> AccountChanges:
-        """Serve ``accounts`` from now on (``AccountPool.replace``; the daemon reads them again on SIGHUP). The
-        persisted freezes and login refreshes of renewed and removed accounts are deleted first, durably, so that a
-        restart does not freeze new cookies again nor lease the old login's refresh over them
-        (``refreshes.sweep_refreshes``); if that fails (StorageUnavailableError), nothing changed."""
+        """Serve ``accounts`` from now on (``AccountPool.replace``; the daemon reads them again on SIGHUP). First, in
+        one transaction made durable before the new set is served: the persisted freezes of renewed and removed
+        accounts are deleted, so that a restart does not freeze new cookies again, and the stored login refreshes
+        are swept (``refreshes.sweep_refreshes``: a renewed account's are deleted, a removed account's kept
+        unused). An account added again with the login its stored refreshes are of is leased with them, as a
+        restart would: a file caught empty by one SIGHUP costs no live login. If the transaction or its flush
+        fails (StorageUnavailableError) the accounts in use are served on as they were; what a transaction that
+        committed before its flush failed deleted may stay deleted, which loses nothing the new files would have
+        used (a start checks every stored freeze and refresh against the login the file holds)."""
         with self.lock:
             changes = account_changes(self.accounts.by_id, accounts)
-            if changes.renewed or changes.removed:
-                with self.store.transaction() as txn:
-                    for account_id in changes.renewed + changes.removed:
-                        txn.delete("meta", _hold_key("account", account_id))
-                    sweep_refreshes(txn, {p.account.id: p for p in accounts}, self.accounts.site_names)
-                self.store.sync()
-            return self.accounts.replace(accounts)
+            with self.store.transaction() as txn:
+                for account_id in changes.renewed + changes.removed:
+                    txn.delete("meta", _hold_key("account", account_id))
+                usable = sweep_stored_refreshes(self, txn, {p.account.id: p for p in accounts})
+            self.store.sync()
+            changes = self.accounts.replace(accounts)
+            lease_restored(self, [refresh for refresh in usable if refresh.account_id in changes.added])
+            return changes
 
     # --- expiry and maintenance -------------------------------------------------------------------------------
 

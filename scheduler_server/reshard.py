@@ -12,7 +12,10 @@ keys, not what the values mean:
 * a host's ban block or operator hold goes to the host's new shard;
 * an account's freeze, and the sites' refreshes of its login, go to every new shard: every shard loads every
   account, and only the shard of the hosts the account serves leases it, so they hold there and change nothing
-  elsewhere (an account serves the hosts of one shard only, so no two old shards hold a refresh of one account);
+  elsewhere. Which shard that is, the accounts files say, and a reshard does not read them: so each refresh goes
+  to every new shard, and each shard's start deletes those of the accounts it does not serve
+  (``refreshes.accounts_elsewhere``). Two old shards may hold one refresh (an old copy kept by a shard whose start
+  found its account missing from the files): the one the site set last is copied (``refreshes.newer_copy``);
 * the layout (which shard of how many) is written anew, and the ``rate`` calibration, learnt from a shard's own
   population of targets, goes to each new shard from the old shard that most of its tasks come from.
 
@@ -29,7 +32,7 @@ from dataclasses import dataclass, field
 from icecrawler.errors import ConfigError, ServiceError
 from icecrawler.shards import ShardMap, shard_of_host, task_source
 from scheduler_server.codec import decode_time_key
-from scheduler_server.refreshes import REFRESH_KEY
+from scheduler_server.refreshes import REFRESH_KEY, newer_copy
 from scheduler_server.startup import (
     CALIBRATION_KEY,
     GAP_KEY,
@@ -126,6 +129,8 @@ def reshard(
     shard_map = ShardMap(hosts, len(new))
     result = ReshardResult(len(new), len(ordered), [Counter() for _ in new], [None] * len(new))
     calibrations: dict[int, bytes] = {}
+    #: key -> the newest copy of each login refresh, written to every new shard at the end (a few per account).
+    refreshes: dict[bytes, bytes] = {}
     tasks_from: list[Counter[int]] = [Counter() for _ in new]
     for was, store in enumerate(ordered):
         copied = 0
@@ -137,6 +142,9 @@ def reshard(
                         continue
                     if table == "meta" and key == CALIBRATION_KEY:
                         calibrations[was] = value
+                        continue
+                    if table == "meta" and key.startswith(REFRESH_KEY):
+                        refreshes[key] = newer_copy(key, refreshes.get(key), value)
                         continue
                     owner = entry_owner(table, key, shard_map)
                     for shard in range(len(new)) if owner == EVERY_SHARD else (owner,):
@@ -157,6 +165,9 @@ def reshard(
             check_layout(txn, shard, len(new))
             if source is not None:
                 txn.put("meta", CALIBRATION_KEY, calibrations[source])
+            for key, value in refreshes.items():
+                txn.put("meta", key, value)
+        result.entries[shard]["meta"] += len(refreshes)
         result.calibration_from[shard] = source
     _check_counts(ordered, new)
     return result

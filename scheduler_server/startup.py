@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from icecrawler.errors import ConfigError
 from scheduler_server.codec import decode_time_key, time_key
-from scheduler_server.refreshes import REFRESH_KEY, sweep_refreshes
+from scheduler_server.refreshes import REFRESH_KEY, StoredRefresh, accounts_elsewhere, sweep_refreshes
 from scheduler_server.store import Txn, entries
 
 if TYPE_CHECKING:
+    from scheduler_server.accounts import PooledAccount
     from scheduler_server.core import SchedulerCore
 
 __all__ = [
@@ -25,10 +27,12 @@ __all__ = [
     "LAYOUT_KEY",
     "REMOVED_AT_KEY",
     "REMOVED_KEY",
+    "lease_restored",
     "removed_at_key",
     "removed_lease_key",
     "removed_lease_of",
     "restore_state",
+    "sweep_stored_refreshes",
 ]
 
 log = logging.getLogger(__name__)
@@ -113,15 +117,25 @@ def restore_state(core: SchedulerCore) -> None:
 
 def restore_refreshes(core: SchedulerCore, txn: Txn) -> None:
     """Lease each account with the sites' refreshes of its login again, those of the login the accounts file holds
-    now (``refreshes.sweep_refreshes`` deletes the others). A lease handed out before the restart still refreshes
-    nothing: the pool does not know what it was handed, and taking its refresh unchecked could lay an older login
-    over a newer one."""
-    restored = sweep_refreshes(txn, core.accounts.by_id, core.accounts.site_names)
+    now (``sweep_stored_refreshes``). A lease handed out before the restart still refreshes nothing: the pool does
+    not know what it was handed, and taking its refresh unchecked could lay an older login over a newer one."""
+    lease_restored(core, sweep_stored_refreshes(core, txn, core.accounts.by_id))
+
+
+def lease_restored(core: SchedulerCore, restored: list[StoredRefresh]) -> None:
+    """Lease the accounts with ``restored`` (stored refreshes a sweep let them use), and say so in one line."""
     for refresh in restored:
         core.accounts.restore(refresh.account_id, refresh.site, refresh.cookies)
     if restored:
         accounts = sorted({refresh.account_id for refresh in restored})
         log.info("%d login refreshes restored from the database, accounts: %s", len(restored), ", ".join(accounts))
+
+
+def sweep_stored_refreshes(core: SchedulerCore, txn: Txn, accounts: Mapping[str, PooledAccount]) -> list[StoredRefresh]:
+    """``refreshes.sweep_refreshes`` on this core's shard, sites and wall clock, for ``accounts`` (those of the
+    files as read now): at start, and on SIGHUP (``SchedulerCore.reload_accounts``)."""
+    elsewhere = accounts_elsewhere(accounts.values(), core.shard_map, core.config.shard)
+    return sweep_refreshes(txn, accounts, core.accounts.site_names, core.clocks.wall(), elsewhere)
 
 
 def restore_calibration(core: SchedulerCore, saved: bytes) -> None:

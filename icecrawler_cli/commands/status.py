@@ -154,8 +154,8 @@ def render_text(report: dict[str, Any]) -> str:
         refreshed = f", login refreshed by the site {a['login_refreshes']}x" if a.get("login_refreshes") else ""
         if a.get("login_refreshes_refused"):  # unreadable, or of another login (scheduler_server.accounts)
             refreshed += f", {a['login_refreshes_refused']} refreshed logins ignored"
-        if a.get("login_refreshes_restored"):  # kept in the database across a restart (scheduler_server.refreshes)
-            refreshed += f", {a['login_refreshes_restored']} refreshed logins restored at start"
+        if a.get("login_refreshes_restored"):  # kept in the database: a restart, an account back at SIGHUP
+            refreshed += f", {a['login_refreshes_restored']} refreshed logins restored from the database"
         lines.append(
             f"  account {account}: {a['state']}{frozen}, {a['used_last_min']:.0f}/{a['budget_per_min']} "
             f"requests this minute{refreshed}"

@@ -13,13 +13,17 @@ import pytest
 
 from icecrawler import rpc
 from icecrawler.models import Account, Report, TaskKind
+from icecrawler.shards import ShardMap
 from icecrawler_cli.commands.status import render_text
 from scheduler_server.accounts import PooledAccount, login_digest
 from scheduler_server.config import configured_accounts
 from scheduler_server.core import SchedulerCore
 from scheduler_server.refreshes import (
+    ABSENT_KEEP_S,
     REFRESH_KEY,
+    Fate,
     StoredRefresh,
+    accounts_elsewhere,
     decode_refresh,
     encode_refresh,
     refresh_key,
@@ -33,6 +37,9 @@ from tests.scheduler.test_account_reload import ONE, accounts_dir, refresh_core,
 
 SITE = ".weibo.com"
 SITES = frozenset({SITE, ".weibo.cn"})
+#: A wall clock reading, in ms, for the restore decision.
+NOW_MS = 1_800_000_000_000
+DAY_MS = 86_400_000
 
 
 def pooled(account_id: str, cookies: str) -> PooledAccount:
@@ -49,14 +56,48 @@ def stored(cookies: str = "SUB=refreshed", login_of: str = "SUB=pasted", site: s
 
 def test_a_stored_refresh_is_used_only_while_the_file_holds_its_login() -> None:
     accounts = {"a1": pooled("a1", "SUB=pasted")}
-    assert restore_verdict(stored(), accounts, SITES) is None
-    assert "no longer in the accounts files" in str(restore_verdict(stored(), {}, SITES))
+    assert restore_verdict(stored(), accounts, SITES, NOW_MS) == (Fate.USE, "")
     renewed = {"a1": pooled("a1", "SUB=operator")}
-    assert "another login" in str(restore_verdict(stored(), renewed, SITES))
-    assert "no source is crawled on that site" in str(restore_verdict(stored(site=".gone.com"), accounts, SITES))
+    assert restore_verdict(stored(), renewed, SITES, NOW_MS) == (
+        Fate.DELETE,
+        "the accounts file holds another login for it now",
+    )
+    gone_site = restore_verdict(stored(site=".gone.com"), accounts, SITES, NOW_MS)
+    assert gone_site == (Fate.DELETE, "no source's base_url is on that site now")
+    elsewhere = restore_verdict(stored(), accounts, SITES, NOW_MS, elsewhere={"a1"})
+    assert elsewhere == (Fate.DELETE, "its account's sources are crawled by another scheduler shard")
     # Of the same login, but not a refresh the pool would take from a report: not taken from the database either.
-    extra = restore_verdict(stored("SUB=x; EXTRA=1"), accounts, SITES)
-    assert extra is not None and "EXTRA" not in extra and "SUB=x" not in extra
+    fate, why = restore_verdict(stored("SUB=x; EXTRA=1"), accounts, SITES, NOW_MS)
+    assert fate is Fate.DELETE and "EXTRA" not in why and "SUB=x" not in why
+
+
+def test_a_missing_accounts_refresh_is_kept_unused_for_a_month() -> None:
+    """Was: deleted as soon as a start or SIGHUP did not find its account, so a file caught empty (an editor
+    truncates, then writes) or an accounts directory mounted late cost every live login for good. Now kept, unused,
+    for ``ABSENT_KEEP_S`` from the first sweep that found its account missing (``absent_ms``)."""
+    assert restore_verdict(stored(), {}, SITES, NOW_MS) == (Fate.KEEP, "its account is not in the accounts files now")
+    missing_since = StoredRefresh("a1", SITE, login_digest("SUB=pasted"), "SUB=r", absent_ms=NOW_MS)
+    later = NOW_MS + ABSENT_KEEP_S * 1000
+    assert restore_verdict(missing_since, {}, SITES, later)[0] is Fate.KEEP
+    fate, why = restore_verdict(missing_since, {}, SITES, later + 1)
+    assert (fate, why) == (Fate.DELETE, "its account has been missing from the accounts files for 30 days")
+
+
+def test_only_the_shard_that_crawls_an_accounts_sources_keeps_its_refreshes() -> None:
+    hosts = {"jd": "127.0.0.1:8800", "ecshop": "127.0.0.3:8800"}  # shard 0 and shard 1 of 2
+    accounts = [
+        PooledAccount(Account("on-0", "SUB=a"), frozenset({"jd"})),
+        PooledAccount(Account("on-1", "SUB=b"), frozenset({"ecshop"})),
+    ]
+    assert accounts_elsewhere(accounts, ShardMap(hosts, 2), 0) == {"on-1"}
+    assert accounts_elsewhere(accounts, ShardMap(hosts, 2), 1) == {"on-0"}
+    assert accounts_elsewhere(accounts, ShardMap(hosts, 1), 0) == set()
+
+
+def test_a_stored_refresh_does_not_show_its_cookies() -> None:
+    """Was: ``StoredRefresh``'s repr, in any traceback or debug line that showed one, held the cookies."""
+    refresh = stored("SUB=secret-value")
+    assert "secret-value" not in repr(refresh) and "secret-value" not in str(refresh)
 
 
 def test_a_record_reads_back_and_a_bad_one_is_refused_without_its_cookies() -> None:
@@ -82,25 +123,41 @@ def test_a_record_reads_back_and_a_bad_one_is_refused_without_its_cookies() -> N
 
 
 def test_the_sweep_keeps_the_files_logins_and_deletes_the_rest(caplog: pytest.LogCaptureFixture) -> None:
-    """At start and on SIGHUP: a refresh of a login the file still holds is kept, one of a changed or removed
-    account and a record that does not read are deleted, each said in one line without cookies."""
+    """At start and on SIGHUP: a refresh of a login the file still holds is used; one of a changed account, of an
+    account another shard crawls, of an account missing for a month, and a record that does not read are deleted;
+    a missing account's is kept, marked with the time it was first found missing. Each said in one line without
+    cookies."""
     store = MemoryQueueStore()
-    keep = stored("SUB=keep-me")
+    keep = stored("SUB=keep-me", site=".weibo.cn")
     renewed = StoredRefresh("a2", SITE, login_digest("SUB=old"), "SUB=of-old")
-    removed = StoredRefresh("gone", SITE, login_digest("SUB=g"), "SUB=g")
+    missing = StoredRefresh("gone", SITE, login_digest("SUB=g"), "SUB=g")
+    long_gone = StoredRefresh("long-gone", SITE, login_digest("SUB=l"), "SUB=l", absent_ms=NOW_MS - 31 * DAY_MS)
+    other_shard = StoredRefresh("a3", SITE, login_digest("SUB=third"), "SUB=third-refreshed")
     with store.transaction() as txn:
-        for refresh in (keep, renewed, removed):
+        for refresh in (keep, renewed, missing, long_gone, other_shard):
             txn.put("meta", refresh.key, encode_refresh(refresh))
-        txn.put("meta", refresh_key("a1", ".weibo.cn"), b'{"v": 1, "account": "a1", "si')  # cut short by a crash
+        txn.put("meta", refresh_key("a1", SITE), b'{"v": 1, "account": "a1", "si')  # cut short by a crash
         txn.put("meta", b"account:a1", b'[0, "frozen"]')  # another kind of entry: not the sweep's
-    accounts = {"a1": pooled("a1", "SUB=pasted"), "a2": pooled("a2", "SUB=new")}
+    accounts = {
+        "a1": pooled("a1", "SUB=pasted"),
+        "a2": pooled("a2", "SUB=new"),
+        "a3": pooled("a3", "SUB=third"),
+    }
     with caplog.at_level("INFO", logger="scheduler_server.refreshes"), store.transaction() as txn:
-        assert sweep_refreshes(txn, accounts, SITES) == [keep]
-        assert [key for key, _ in txn.scan("meta")] == [b"account:a1", keep.key]
+        assert sweep_refreshes(txn, accounts, SITES, NOW_MS / 1000, elsewhere={"a3"}) == [keep]
+        left = dict(txn.scan("meta"))
+    assert sorted(left) == sorted([b"account:a1", keep.key, missing.key])
+    assert decode_refresh(missing.key, left[missing.key]).absent_ms == NOW_MS
     lines = [record.getMessage() for record in caplog.records]
-    assert len(lines) == 3, lines
+    assert len(lines) == 5, lines
     assert any("not read and is deleted" in line for line in lines)
+    assert any("gone: its stored login refresh for '.weibo.com' is kept unused" in line for line in lines)
     assert "SUB=" not in caplog.text
+    with caplog.at_level("INFO", logger="scheduler_server.refreshes"), store.transaction() as txn:
+        caplog.clear()
+        assert sweep_refreshes(txn, accounts, SITES, NOW_MS / 1000 + 3600, elsewhere={"a3"}) == [keep]
+        assert decode_refresh(missing.key, txn.get("meta", missing.key) or b"").absent_ms == NOW_MS  # not moved on
+    assert caplog.records == []  # nothing new to say
 
 
 # --- the core over a store ----------------------------------------------------------------------------------------
@@ -133,6 +190,42 @@ def test_a_refresh_is_stored_with_its_report_and_a_new_login_deletes_it(
     (tmp_path / "pool.toml").write_text(ONE.format(cookies="operator"))
     assert core.reload_accounts(configured_accounts(settings, core.config)).renewed == ("a1",)
     assert stored_keys(store) == []
+
+
+def test_an_account_missing_from_the_file_at_one_sighup_is_leased_with_its_refresh_when_it_is_back(
+    store: QueueStore, clocks: ManualClocks, tmp_path: Path
+) -> None:
+    """Was: a SIGHUP that caught the file empty (an editor truncates it, then writes) deleted the account's stored
+    refreshes, so the SIGHUP after the write served the pasted cookies, expired within days. Now the first keeps
+    them unused and the second leases the account with them again."""
+    core = refresh_core(store, clocks, tmp_path)
+    refreshed_once(core, clocks)
+    settings = refresh_settings(tmp_path)
+    (tmp_path / "pool.toml").write_text("")
+    assert core.reload_accounts(configured_accounts(settings, core.config)).removed == ("a1",)
+    assert stored_keys(store) == [refresh_key("a1", SITE)]
+    (tmp_path / "pool.toml").write_text(ONE.format(cookies="pasted"))
+    assert core.reload_accounts(configured_accounts(settings, core.config)).added == ("a1",)
+    assert core.lease("w", 1)[0].account.cookie_blob == "SUB=refreshed"
+    assert core.stats()["detail"]["accounts"]["a1"]["login_refreshes_restored"] == 1
+    with store.transaction() as txn:
+        value = txn.get("meta", refresh_key("a1", SITE))
+    assert value is not None and decode_refresh(refresh_key("a1", SITE), value).absent_ms == 0  # its month is off
+
+
+def test_a_refresh_nested_too_deep_is_refused_and_its_report_goes_through(
+    store: QueueStore, clocks: ManualClocks, tmp_path: Path
+) -> None:
+    """Was: a refresh of JSON nested ~2700 deep (16 KB: it fits a report) raised RecursionError inside the report's
+    transaction, so the report failed on every retry until its lease expired. Now it is a refresh refused."""
+    core = refresh_core(store, clocks, tmp_path)
+    core.add(["weibo_pc:1"], TaskKind.WeiboUser)
+    task = core.lease("w", 1)[0]
+    core.report([Report(task.id, task.lease_token, account_cookies='{"a":' * 2700 + '"x"' + "}" * 2700)])
+    assert (core.stats()["inflight"], core.stats()["detail"]["accounts"]["a1"]["login_refreshes_refused"]) == (0, 1)
+    assert stored_keys(store) == []
+    clocks.advance(3600 * 24)
+    assert core.lease("w", 1)[0].account.cookie_blob == "SUB=pasted"
 
 
 def test_two_refreshes_in_one_transaction_keep_the_compare_and_set(
@@ -196,7 +289,7 @@ def test_a_refresh_survives_closing_and_opening_the_database(tmp_path: Path, clo
         detail = again.stats()["detail"]
         assert detail["accounts"]["a1"]["login_refreshes_restored"] == 1
         text = render_text({"scheduler": {"reachable": True, **again.stats(), **detail}})
-        assert "1 refreshed logins restored at start" in text and "SUB=" not in text
+        assert "1 refreshed logins restored from the database" in text and "SUB=" not in text
     finally:
         again.close()
     renewed = refresh_core(BdbQueueStore(tmp_path / "db"), clocks, accounts, cookies="SUB=operator")
@@ -206,6 +299,28 @@ def test_a_refresh_survives_closing_and_opening_the_database(tmp_path: Path, clo
         assert stored_keys(renewed.store) == []  # deleted, not left to pile up
     finally:
         renewed.close()
+
+
+@pytest.mark.bdb
+def test_a_start_with_the_account_missing_keeps_its_refresh_for_the_next_start(
+    tmp_path: Path, clocks: ManualClocks
+) -> None:
+    """Was: a start whose accounts directory was still empty (a secrets mount not there yet) deleted every stored
+    refresh. Now they wait, unused, and the next start with the file back leases them."""
+    accounts = tmp_path / "accounts"
+    accounts.mkdir()
+    core = refresh_core(BdbQueueStore(tmp_path / "db"), clocks, accounts)
+    refreshed_once(core, clocks)
+    core.close()
+    (accounts / "pool.toml").unlink()
+    empty = SchedulerCore.from_settings(refresh_settings(accounts), BdbQueueStore(tmp_path / "db"), clocks)
+    assert stored_keys(empty.store) == [refresh_key("a1", SITE)]
+    empty.close()
+    again = refresh_core(BdbQueueStore(tmp_path / "db"), clocks, accounts)
+    try:
+        assert again.lease("w", 1)[0].account.cookie_blob == "SUB=refreshed"
+    finally:
+        again.close()
 
 
 @pytest.mark.bdb

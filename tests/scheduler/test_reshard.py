@@ -13,18 +13,20 @@ import pytest
 
 from icecrawler.errors import ConfigError, LeaseLostError, ServiceError
 from icecrawler.models import Outcome, Report, Task, TaskKind
+from icecrawler.settings import Settings
 from icecrawler.shards import ShardMap, source_hosts
 from icecrawler_cli.cli import main
 from icecrawler_cli.commands.reshard import RUN_FILE
 from scheduler_server.accounts import login_digest
 from scheduler_server.core import SchedulerCore
 from scheduler_server.integrity import open_checked
-from scheduler_server.refreshes import StoredRefresh, encode_refresh, refresh_key
+from scheduler_server.refreshes import StoredRefresh, decode_refresh, encode_refresh, refresh_key
 from scheduler_server.reshard import EVERY_SHARD, entry_owner, plan, read_layout, reshard
 from scheduler_server.startup import CALIBRATION_KEY, GAP_KEY, GAP_VALUE, LAYOUT_KEY
 from scheduler_server.store import TABLES, BdbQueueStore, MemoryQueueStore, QueueStore
 from tests.helpers import record_fsyncs_and_renames
 from tests.scheduler.conftest import ManualClocks, make_settings
+from tests.scheduler.test_account_reload import accounts_dir
 from tests.scheduler.test_shards import TWO_HOSTS, shard_settings
 
 HOSTS = source_hosts(make_settings(**TWO_HOSTS))
@@ -173,6 +175,66 @@ def test_the_plan_counts_each_new_shards_tasks_by_host_and_writes_nothing(clocks
     assert plan([old], 2, HOSTS) == [Counter({HOSTS["jd"]: 29}), Counter({HOSTS["ecshop"]: 20})]
     assert plan([old], 1, HOSTS) == [Counter({HOSTS["jd"]: 29, HOSTS["ecshop"]: 20})]
     assert tables(old) == before
+
+
+#: Account a1 crawls jd, whose host is on shard 0 of 2.
+JD_ACCOUNT = '[[account]]\nid = "a1"\ncookies = "SUB=file"\nsources = ["jd"]\n'
+
+
+def account_settings(accounts: Path, shard: int | None = None) -> Settings:
+    """A scheduler of the two test hosts (unsharded, or shard ``shard`` of 2) whose account a1 crawls jd."""
+    extra: dict[str, object] = {"scheduler__accounts_dir": str(accounts), "scheduler__account_sources": "jd"}
+    return make_settings(**TWO_HOSTS, **extra) if shard is None else shard_settings(shard, 2, **extra)
+
+
+def refreshed(core: SchedulerCore, clocks: ManualClocks, number: int, cookies: str) -> None:
+    """A new jd task crawled with a1, whose report carries the site's refresh ``cookies``."""
+    core.add([f"jd:{number}"], TaskKind.ProductReviews)
+    clocks.advance(3600 * 24)
+    task = core.lease("w", 1)[0]
+    core.report([Report(task.id, task.lease_token, account_cookies=cookies)])
+    clocks.advance(3600 * 24)
+
+
+def stored_refresh(store: QueueStore) -> str | None:
+    with store.transaction() as txn:
+        value = txn.get("meta", refresh_key("a1", "127.0.0.1"))
+    return None if value is None else decode_refresh(refresh_key("a1", "127.0.0.1"), value).cookies
+
+
+def test_two_reshards_in_a_row_keep_the_refresh_the_site_set_last(clocks: ManualClocks, tmp_path: Path) -> None:
+    """Was: the first reshard copied a1's refresh to both new shards; shard 0, which crawls a1's sources, took a
+    newer one while shard 1 (not started since) kept the old copy, and the reshard back laid shard 1's old copy over
+    shard 0's newer one, the higher old shard winning whatever its age. Now the one the site set last wins."""
+    accounts = accounts_dir(tmp_path, JD_ACCOUNT)
+    one = MemoryQueueStore()
+    refreshed(SchedulerCore.from_settings(account_settings(accounts), one, clocks), clocks, 1, "SUB=older")
+    two = [MemoryQueueStore(), MemoryQueueStore()]
+    reshard([one], two, HOSTS)
+    assert [stored_refresh(store) for store in two] == ["SUB=older", "SUB=older"]
+    owner = SchedulerCore.from_settings(account_settings(accounts, 0), two[0], clocks)
+    refreshed(owner, clocks, 2, "SUB=newest")
+    back = MemoryQueueStore()
+    reshard(two, [back], HOSTS)
+    assert stored_refresh(back) == "SUB=newest"
+    core = SchedulerCore.from_settings(account_settings(accounts), back, clocks)
+    core.add(["jd:3"], TaskKind.ProductReviews)
+    clocks.advance(3600 * 24)
+    assert core.lease("w", 1)[0].account.cookie_blob == "SUB=newest"
+
+
+def test_a_shard_that_does_not_crawl_an_accounts_sources_deletes_its_copy_of_the_refresh(
+    clocks: ManualClocks, tmp_path: Path
+) -> None:
+    """Was: every new shard kept the copy a reshard gave it for good, to come back stale from the next reshard."""
+    accounts = accounts_dir(tmp_path, JD_ACCOUNT)
+    one = MemoryQueueStore()
+    refreshed(SchedulerCore.from_settings(account_settings(accounts), one, clocks), clocks, 1, "SUB=refreshed")
+    two = [MemoryQueueStore(), MemoryQueueStore()]
+    reshard([one], two, HOSTS)
+    for shard, store in enumerate(two):
+        SchedulerCore.from_settings(account_settings(accounts, shard), store, clocks)
+    assert [stored_refresh(store) for store in two] == ["SUB=refreshed", None]
 
 
 def test_entries_are_placed_by_their_keys() -> None:
