@@ -230,6 +230,13 @@ class SchedulerMetrics:
             "time (simulated seconds; 0 when none is due).",
             values["due_age_s"],
         )
+        yield gauge(
+            p + "source_due_age_seconds",
+            "How long each source's most overdue pending task has waited past its due time (simulated seconds; 0 when "
+            "none of its tasks is due): above 0 the source has tasks waiting to be leased.",
+            {(source,): seconds for source, seconds in values["source_due_age_s"].items()},
+            ["source"],
+        )
         yield gauge(p + "blocked_hosts", "Hosts blocked after a ban or rate limit.", values["blocked_hosts"])
         yield gauge(p + "held_hosts", "Hosts the operator holds (icecrawler hold).", values["held_hosts"])
         yield gauge(

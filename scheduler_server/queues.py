@@ -140,8 +140,13 @@ class TaskQueues:
 
     def first_due_ms(self) -> int | None:
         """The earliest due time of any pending task, or None when nothing is pending."""
-        heads = [head for head in map(self.head, list(self._pending)) if head is not None]
-        return min(heads)[0] if heads else None
+        firsts = self.first_due_each().values()
+        return min(firsts) if firsts else None
+
+    def first_due_each(self) -> dict[str, int]:
+        """Each source's earliest due time, for the sources with a pending task (one heap head each)."""
+        heads = {source: self.head(source) for source in list(self._pending)}
+        return {source: head[0] for source, head in heads.items() if head is not None}
 
     def expired(self, wall_ms: int, limit: int) -> list[str]:
         """In-flight tasks whose deadline is ``<= wall_ms``, earliest first, at most ``limit``: taken out of

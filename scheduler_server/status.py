@@ -75,18 +75,18 @@ def _revisit(core: SchedulerCore) -> dict[str, Any]:
 
 
 def gauges(core: SchedulerCore) -> dict[str, Any]:
-    """Cheap current values for the metrics (no B-tree read): task counts, the due backlog (pending tasks due
-    now, and how long the most overdue one has waited, simulated seconds), blocked hosts (and how long each
-    source's host stays blocked by the site), accounts by state (and by source: ``AccountPool.by_source``), the
-    sites' refreshes of their logins taken and ignored, open page-cap gaps, visitor sessions minted, renewed and
-    failed per source, and what the ``rate`` policy steers by (``RatePolicy.describe``; {} with another policy)."""
+    """Cheap current values for the metrics (no B-tree read): task counts, the due backlog (pending tasks due now, and
+    how long the most overdue one has waited, simulated seconds, in all and per source), blocked hosts (and how long
+    each source's host stays blocked by the site), accounts by state (and by source: ``AccountPool.by_source``), the
+    sites' refreshes of their logins taken and ignored, open page-cap gaps, visitor sessions minted, renewed and failed
+    per source, and what the ``rate`` policy steers by (``RatePolicy.describe``; {} with another policy)."""
     with core.lock:
         wall = core.clocks.wall()
         now_ms = int(core.clocks.now() * 1000)
         # A copy of the due times (one C-level copy) rather than a count under the lock: a scrape then holds the
         # core's lock for a fraction of a Python walk over every pending task, and counts after releasing it.
         due_times = list(core.queues.due.values())
-        first_ms = core.queues.first_due_ms()
+        first_due = core.queues.first_due_each()
         hosts = core.gate.describe(wall)
         accounts = core.accounts.describe(wall)
         source_accounts = own_sources(core, core.accounts.by_source(wall))
@@ -97,6 +97,13 @@ def gauges(core: SchedulerCore) -> dict[str, Any]:
     # Counted whole: a capped count stays flat once the backlog passes the cap, and IcecrawlerBacklogGrowing (a
     # derivative) would go quiet while it grows.
     due = sum(1 for due_ms in due_times if due_ms <= now_ms)
+    first_ms = min(first_due.values()) if first_due else None
+    # Per source, from its earliest pending task: a source whose accounts are all frozen has tasks that wait here
+    # (IcecrawlerNoUsableAccount pages only then, not for a source nobody asked to crawl).
+    source_due_age = {
+        source: max(0.0, (now_ms - first_due[source]) / 1000) if source in first_due else 0.0
+        for source in sorted({*core.config.hosts, *first_due})
+    }
     block_reasons = [str(host["block"]["reason"]) for host in hosts.values() if host["block"]["reason"]]
     # A source stands still while the site keeps its host blocked (a ban, a long Retry-After): its tasks are not
     # leased, so no report says so. An operator's hold is the operator's own doing (held_hosts).
@@ -120,6 +127,7 @@ def gauges(core: SchedulerCore) -> dict[str, Any]:
         "accounts": states,
         "source_accounts": source_accounts,
         "source_blocked_s": source_blocked,
+        "source_due_age_s": source_due_age,
         "login_refreshes": refreshes,
         "open_gaps": open_gaps,
         "visitor_renewals": {source: v["renewals"] for source, v in visitors.items()},

@@ -339,7 +339,8 @@ def test_scheduler_metrics_count_leases_reports_expiries_and_groups() -> None:
 def test_scheduler_metrics_show_a_source_whose_every_account_is_frozen(tmp_path: Path) -> None:
     """Once every account of a source is frozen its tasks are no longer leased, so no report counts anything
     (IcecrawlerBannedOrLoginRequired reads reports): the usable accounts per source say it, and count one that
-    needs an account and has none; a source crawled without one has no series."""
+    needs an account and has none; a source crawled without one has no series. How long each source's tasks have
+    waited says whether anything of it waits at all."""
     clocks = ManualClocks()
     only_pc = 'sources = ["weibo_pc"]\n'
     accounts = accounts_dir(
@@ -371,6 +372,11 @@ def test_scheduler_metrics_show_a_source_whose_every_account_is_frozen(tmp_path:
     text = render(registry)
     assert 'icecrawler_scheduler_source_accounts{source="weibo_pc",state="ok"} 0.0' in text
     assert 'icecrawler_scheduler_source_accounts{source="weibo_pc",state="frozen"} 2.0' in text
+    # weibo_pc's tasks wait for an account (due since the reports); nobody seeded weibo_mobile, so nothing of it
+    # waits, and IcecrawlerNoUsableAccount, which reads both, pages for weibo_pc alone.
+    assert 'icecrawler_scheduler_source_due_age_seconds{source="weibo_pc"} 120.0' in text
+    assert 'icecrawler_scheduler_source_due_age_seconds{source="weibo_mobile"} 0.0' in text
+    assert 'icecrawler_scheduler_source_due_age_seconds{source="jd"} 0.0' in text  # leased
     assert undocumented(text) == []
     promtool_check(text)
     said = render_text({"scheduler": {**core.stats(), **core.stats()["detail"]}})

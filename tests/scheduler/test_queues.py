@@ -17,6 +17,7 @@ def test_heads_follow_due_time_then_id_per_source() -> None:
     assert queues.head("jd") == (1, "c") and queues.head("weibo_pc") == (3, "x")
     assert queues.head("ecshop") is None
     assert queues.first_due_ms() == 1
+    assert queues.first_due_each() == {"jd": 1, "weibo_pc": 3}
     queues.inflight("c", 900)
     assert queues.head("jd") == (5, "a")
     queues.pending("a", "jd", 7)  # re-queued later: its old entry no longer counts
@@ -24,6 +25,8 @@ def test_heads_follow_due_time_then_id_per_source() -> None:
     assert queues.due_before(6, cap=10) == 2 and queues.due_before(100, cap=2) == 2
     assert queues.due_before_each((6, 100), cap=10) == (2, queues.due_before(100, cap=10))
     assert queues.due_before_each((6, 100), cap=2) == (2, 2)
+    queues.inflight("x", 900)
+    assert queues.first_due_each() == {"jd": 5}  # weibo_pc has nothing pending
 
 
 def test_expired_takes_deadlines_up_to_now_in_order_and_at_most_limit() -> None:
