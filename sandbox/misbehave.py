@@ -19,14 +19,17 @@ from typing import Any
 
 from icecrawler.errors import ConfigError
 from icecrawler.sourcespec import registry
+from sandbox.sites.passport import PassportSite
 
 __all__ = ["Action", "Misbehaviour", "MisbehaviourRule", "MisbehaviourTable", "site_names"]
 
 
 def site_names() -> tuple[str, ...]:
     """Sites a rule may name: the sandbox site of every registered source (read from the registry only, so a new
-    source is listed nowhere here), and "*" (every site)."""
-    return (*dict.fromkeys(spec.sandbox_site for spec in registry.values() if spec.sandbox_site), "*")
+    source is listed nowhere here), the visitor passport (a site of no source: a passport that refuses or hangs is
+    how a test makes visitor sessions fail), and "*" (every site)."""
+    sources = dict.fromkeys(spec.sandbox_site for spec in registry.values() if spec.sandbox_site)
+    return (*sources, PassportSite.prefix, "*")
 
 
 @dataclass(frozen=True)

@@ -277,12 +277,12 @@ def test_the_sites_and_product_sources_a_scenario_may_name_come_from_the_registr
     from sandbox.scenario import product_sources
 
     assert product_sources() == ("ecshop", "jd")
-    assert site_names() == ("ecshop", "jd", "m", "pc", "web", "*")
+    assert site_names() == ("ecshop", "jd", "m", "pc", "web", "passport", "*")
     assert Product("jd", "1").source == "jd" and MisbehaviourRule("m").site == "m" and MisbehaviourRule().site == "*"
     with pytest.raises(
-        ConfigError, match=r"misbehaviour site must be one of \['ecshop', 'jd', 'm', 'pc', 'web', '\*'\]"
+        ConfigError, match=r"misbehaviour site must be one of \['ecshop', 'jd', 'm', 'pc', 'web', 'passport', '\*'\]"
     ):
-        MisbehaviourRule("passport")
+        MisbehaviourRule("weibo")
 
 
 def _default_round_trips(tmp_path: Path) -> bool:

@@ -104,6 +104,25 @@ def test_a_passport_that_answers_a_visitor_id_only_still_gives_a_session(server:
     assert "t=" in incarnations[0]["query"] and "t=&" not in incarnations[0]["query"]
 
 
+def test_a_passport_misbehaviour_rule_makes_the_schedulers_mint_fail_until_it_is_cleared(
+    server: SandboxServer,
+) -> None:
+    """The passport is a misbehaviour site of its own: a passport refusing our address (HTTP 429 on every call) fails
+    the scheduler's mint, and the rule cleared, the next mint gets a session; the API sites are left alone."""
+    from sandbox.sites.passport import GENVISITOR_PATH
+    from scheduler_server.visitors import VisitorError, mint_visitor
+
+    url = f"{server.url}/passport{GENVISITOR_PATH}"
+    rule = {"site": "passport", "set": {"retry_after_rate": 1.0}}
+    assert requests.post(f"{server.url}/__sandbox/misbehave", json=rule, timeout=10).status_code == 200
+    with pytest.raises(VisitorError, match="429"):
+        mint_visitor(url)
+    assert server.visitors.minted == 0
+    assert server.misbehaviour.decide("web", UID, 1.0).status == 0
+    server.misbehaviour.clear("passport")
+    assert mint_visitor(url)["SUB"].startswith("_2AkM") and server.visitors.minted == 1
+
+
 def test_visitor_ttl_from_the_flag_and_from_the_setting() -> None:
     import argparse
 
