@@ -14,10 +14,18 @@ scrapes a real loopback crawl, fire on the failures they are written for:
 * IcecrawlerSourceBlocked: JD answers HTTP 429 with a Retry-After of an hour, which blocks its host; it fires for
   jd, and ends once the block is lifted (``icecrawler hold --lift``) and the site answers again;
 * IcecrawlerClockJumped: the scheduler's wall clock is stepped forward, then back, from outside the process
-  (libfaketime, ``tests.faketime``); it fires for each direction, and not before.
+  (libfaketime, ``tests.faketime``); it fires for each direction, and not before;
+* IcecrawlerBackupFailing: the scheduler's and the storage server's backup directory is on a small real file system
+  that is full; it fires for each, and ends at each one's first backup once there is room;
+* IcecrawlerVisitorSessionsFailing: the sandbox's visitor passport refuses every mint (HTTP 429) while weibo_web's
+  tasks wait; it fires for weibo_web, and ends once the passport mints again and the source is crawled;
+* IcecrawlerLoginRefreshesRefused: a client of another release reports, with each crawl of a logged-in source, a
+  refreshed login that names a cookie the accounts file does not; it fires for that scheduler, and not for refreshes
+  the pool takes.
 
 The rule windows stay the deployed ones (15 minutes), so rates are read from a Prometheus only minutes old, as
-after a fresh deploy.
+after a fresh deploy; where a test must see an alert end after its condition cleared and the window is longer than a
+test may wait (IcecrawlerLoginRefreshesRefused's hour), it says which windows it shortens.
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ from typing import Any
 
 import pytest
 
+from icecrawler import rpc
 from icecrawler.processes import wait_for_port
 from icecrawler_local.stack import Stack, running_stack
 from sandbox.scenario import Product, Scenario, WeiboUser
@@ -40,13 +49,14 @@ from sandbox.schedules import Schedule
 from tests.faketime import FakedWallClock
 from tests.helpers import wait_for
 from tests.observability.prom import Prometheus, prometheus_config, scrape, static_targets
-from tests.tmpfs import fill_to, small_tmpfs
+from tests.tmpfs import fill, fill_to, small_tmpfs
 
 pytestmark = [pytest.mark.e2e, pytest.mark.ice, pytest.mark.bdb, pytest.mark.slow]
 
 HEALTHY = "weibo_mobile:1907518591"
 SLOW = "jd:100012043978"
 BUSY = "weibo_pc:2803301701"
+VISITOR = "weibo_web:1669879400"
 
 
 def scenario() -> Scenario:
@@ -56,23 +66,24 @@ def scenario() -> Scenario:
         users=(
             WeiboUser(uid=1907518591, sites=("m",), backlog=5, schedule=static),
             WeiboUser(uid=2803301701, sites=("pc",), backlog=5, schedule=static),
+            WeiboUser(uid=1669879400, sites=("web",), backlog=5, schedule=static),
         ),
         products=(Product("jd", "100012043978", backlog=5, schedule=static),),
     )
 
 
 @contextmanager
-def watched_stack(tmp_path: Path, **options: Any) -> Iterator[tuple[Stack, Prometheus]]:
+def watched_stack(tmp_path: Path, window_s: int | None = None, **options: Any) -> Iterator[tuple[Stack, Prometheus]]:
     """A loopback crawl of ``scenario()`` (``options`` as ``running_stack``'s) and a Prometheus watching it
     (``watch``), started after it."""
     with running_stack(tmp_path / "stack", scenario(), speed=60, **options) as stack:
-        yield stack, watch(stack, tmp_path / "prom")
+        yield stack, watch(stack, tmp_path / "prom", window_s)
 
 
-def watch(stack: Stack, directory: Path) -> Prometheus:
+def watch(stack: Stack, directory: Path, window_s: int | None = None) -> Prometheus:
     """A Prometheus, stopped with ``stack``, that scrapes its scheduler and storage server with the deployed rules
-    (only their ``for:`` shortened)."""
-    config = prometheus_config(directory, window_s=None)
+    (only their ``for:`` shortened, and with ``window_s`` every range window: ``prometheus_config``)."""
+    config = prometheus_config(directory, window_s=window_s)
     static_targets(directory, "scheduler", [stack.metrics_ports["scheduler"]])
     static_targets(directory, "storage", [stack.metrics_ports["storage"]])
     return Prometheus(stack.group, config, directory / "data")
@@ -325,4 +336,141 @@ def test_source_blocked_fires_while_a_long_retry_after_keeps_the_host_blocked_an
         ok = 'sum(icecrawler_scheduler_reports_total{source="jd",outcome="Ok"})'
         wait_for(
             lambda: (prometheus.value(ok) or 0) > 0, lambda: f"jd was not crawled again: {prometheus.query(ok)}", 90
+        )
+
+
+def test_backup_failing_fires_for_each_daemon_whose_backups_fail_and_ends_at_its_next_backup(tmp_path: Path) -> None:
+    """The scheduler's and the storage server's backups go to one small file system that is full before they start:
+    each backup fails (a try every interval), none is taken. IcecrawlerBackupFailing fires for both daemons; once
+    the filler is gone the next backup of each succeeds and ends it."""
+    backups = {"backup_dir": "", "backup_interval_s": 2, "backup_keep": 1}
+    # Room for a Berkeley DB log file (10 MiB each) twice over, once the filler is gone.
+    with small_tmpfs(tmp_path / "fs", 128) as fs:
+        filler = fill(fs)
+        with watched_stack(
+            tmp_path,
+            scheduler_settings={f"scheduler.{k}": v for k, v in {**backups, "backup_dir": fs / "scheduler"}.items()},
+            storage_settings={f"storage.{k}": v for k, v in {**backups, "backup_dir": fs / "storage"}.items()},
+        ) as (stack, prometheus):
+            failures = "icecrawler_scheduler_backup_failures_total or icecrawler_storage_backup_failures_total"
+            both = {("icecrawler-scheduler",), ("icecrawler-storage",)}
+            wait_for(
+                lambda: firing(prometheus, "IcecrawlerBackupFailing", "job") == both,
+                lambda: (
+                    f"IcecrawlerBackupFailing is not firing for both: {prometheus.alert_states()}, "
+                    f"{prometheus.query(failures)}"
+                ),
+                timeout_s=120,
+            )
+            assert prometheus.value("icecrawler_scheduler_backups_total") == 0
+            assert "backup failed" in stack.scheduler.log_tail(200)
+
+            filler.unlink()
+            wait_for(
+                lambda: "IcecrawlerBackupFailing" not in prometheus.alert_states(),
+                lambda: (
+                    f"IcecrawlerBackupFailing never ended: {prometheus.alert_states()}, {prometheus.query(failures)}"
+                ),
+                timeout_s=120,
+            )
+            taken = "icecrawler_scheduler_backups_total > 0 or icecrawler_storage_backups_total > 0"
+            assert len(prometheus.query(taken)) == 2
+            assert [path.name for path in (fs / "scheduler").iterdir() if path.name.startswith("scheduler-")]
+
+
+def test_visitor_sessions_failing_fires_while_the_passport_refuses_and_ends_once_it_mints(tmp_path: Path) -> None:
+    """weibo_web is crawled with visitor sessions the scheduler mints at the site's passport; the passport refuses
+    every mint (HTTP 429, as for an address it will not serve), so weibo_web's tasks wait and nothing is reported.
+    IcecrawlerVisitorSessionsFailing fires for weibo_web; the passport serving again, a session is minted, the
+    alert ends and the user is crawled."""
+    with watched_stack(
+        tmp_path,
+        scheduler_settings={"scheduler.visitor_renew_s": 3},
+        client_settings={"client.workers": 1, "client.batch": 1, "client.idle_sleep_s": 0.3},
+    ) as (stack, prometheus):
+        stack.misbehave({"site": "passport", "set": {"retry_after_rate": 1.0, "retry_after_s": 60}})
+        stack.seed([VISITOR, HEALTHY])
+        stack.start_client("client-a")
+        failed = 'icecrawler_scheduler_visitor_session_mint_failures_total{source="weibo_web"}'
+        wait_until_firing(prometheus, "IcecrawlerVisitorSessionsFailing", "weibo_web", failed, 120)
+        assert firing_sources(prometheus, "IcecrawlerVisitorSessionsFailing") == {"weibo_web"}
+        assert prometheus.value('icecrawler_scheduler_visitor_sessions_minted_total{source="weibo_web"}') == 0
+        assert stack.truth(source="weibo_web")["items"] and not [
+            row for row in stack.requests("web") if row["status"] == 200
+        ]
+
+        stack.misbehave({"site": "passport", "clear": True})
+        wait_for(
+            lambda: "IcecrawlerVisitorSessionsFailing" not in prometheus.alert_states(),
+            lambda: (
+                f"IcecrawlerVisitorSessionsFailing never ended: {prometheus.alert_states()}, {prometheus.query(failed)}"
+            ),
+            timeout_s=90,
+        )
+        ok = 'sum(icecrawler_scheduler_reports_total{source="weibo_web",outcome="Ok"})'
+        wait_for(
+            lambda: (prometheus.value(ok) or 0) > 0, lambda: f"weibo_web was not crawled: {prometheus.query(ok)}", 90
+        )
+
+
+def test_login_refreshes_refused_fires_for_a_client_that_reports_another_login(tmp_path: Path) -> None:
+    """A client of another release crawls weibo_pc with the pool's account and reports, with each crawl, the login
+    as it read it from the site: with a cookie the accounts file does not name. The pool ignores each and counts it;
+    IcecrawlerLoginRefreshesRefused fires for the scheduler. A refresh that keeps to the file's cookies is taken and
+    counts nothing. Every range window is a minute here (the deployed hour would hold the refusals for an hour after
+    the last), so the alert is seen to end a minute after that client stops."""
+    accounts = tmp_path / "accounts"
+    accounts.mkdir(mode=0o700)
+    pool = accounts / "pool.toml"
+    pool.write_text('[[account]]\nid = "a1"\ncookies = "SUB=pasted"\nsources = ["weibo_pc"]\n')
+    pool.chmod(0o600)
+    C = rpc.crawler()
+    with (
+        watched_stack(tmp_path, window_s=60, scheduler_settings={"scheduler.accounts_dir": str(accounts)}) as (
+            stack,
+            prometheus,
+        ),
+        rpc.communicator() as comm,
+    ):
+        scheduler = C.SchedulerPrx(comm, stack.scheduler_proxy)
+        refused = 'icecrawler_scheduler_login_refreshes_total{result="refused"}'
+        quiet_after_samples(prometheus, "IcecrawlerLoginRefreshesRefused", "icecrawler-scheduler", refused)
+        users = [f"weibo_pc:{2803301701 + n}" for n in range(6)]
+        stack.seed(users)
+
+        def crawl(cookies: str) -> str:
+            """Lease one weibo_pc task and report it crawled, with ``cookies`` as the login the site refreshed; the
+            login it was leased with."""
+            tasks: list[Any] = []
+
+            def leased() -> bool:
+                try:
+                    tasks.append(scheduler.getUser("other-release"))
+                except C.NoWork:
+                    return False
+                return True
+
+            wait_for(leased, "no weibo_pc task was leased", timeout_s=30, interval_s=0.2)
+            (task,) = tasks
+            assert task.account.id == "a1"
+            scheduler.putUser(C.Report(taskId=task.id, leaseToken=task.leaseToken, accountCookies=cookies))
+            return str(task.account.cookieBlob)
+
+        assert crawl("SUB=refreshed") == "SUB=pasted"  # a refresh of the file's login: taken
+        for _ in range(5):  # a cookie the file does not name: refused, and the account leased on as it was
+            assert crawl("SUB=refreshed; ALF=1767225600") == "SUB=refreshed"
+        wait_for(
+            lambda: ("icecrawler-scheduler",) in firing(prometheus, "IcecrawlerLoginRefreshesRefused", "job"),
+            lambda: (
+                f"IcecrawlerLoginRefreshesRefused never fired: {prometheus.alert_states()}, {prometheus.query(refused)}"
+            ),
+            timeout_s=60,
+        )
+        assert prometheus.value(refused) == 5
+        assert prometheus.value('icecrawler_scheduler_login_refreshes_total{result="taken"}') == 1
+        assert "5 refreshed logins ignored" in stack.icecrawler("status")
+        wait_for(
+            lambda: "IcecrawlerLoginRefreshesRefused" not in prometheus.alert_states(),
+            lambda: f"IcecrawlerLoginRefreshesRefused never ended: {prometheus.alert_states()}",
+            timeout_s=150,
         )
