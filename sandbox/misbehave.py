@@ -57,6 +57,9 @@ class Misbehaviour:
     #: No answer for ``hang_s`` (capped by the server's max hang), then the connection closes.
     hang_rate: float = 0.0
     hang_s: float = 30.0
+    #: The site has changed its pages: each item is still there, under names our parser does not read, so every
+    #: page parses empty (the site's own ``new_layout(response)``; JD: comment rows whose ids are renamed).
+    new_layout: bool = False
     #: Every request waits unanswered while this rule holds it (until the rule is cleared or ``hold`` set false,
     #: capped by the server's max hang), then gets its answer: a test's way to act while a crawl is surely mid-way.
     hold: bool = False
@@ -124,6 +127,7 @@ class Action:
     """What to do to one request (several may combine: slow, then a 418)."""
 
     login_wall: bool = False
+    new_layout: bool = False
     hang_s: float = 0.0
     hold: bool = False
     delay_ms: int = 0
@@ -149,6 +153,8 @@ class Action:
             labels.append(f"ban-{self.ban_page}")
         if self.truncate:
             labels.append(f"truncate-{self.truncate}")
+        if self.new_layout:
+            labels.append("new-layout")
         return labels
 
 
@@ -212,7 +218,7 @@ class MisbehaviourTable:
                 return Action()
             key, rule = found
             draw = self._rng.random
-            action = Action(login_wall=rule.login_wall, rule=f"{key[0]}:{key[1] or '*'}")
+            action = Action(login_wall=rule.login_wall, new_layout=rule.new_layout, rule=f"{key[0]}:{key[1] or '*'}")
             if rule.hang_rate and draw() < rule.hang_rate:
                 return replace(action, hang_s=min(rule.hang_s, max_hang_s))
             action = replace(action, hold=rule.hold)

@@ -172,6 +172,9 @@ class SandboxServer:
         context = SiteContext(self.world, accounts, self.visitors)
         self.sites: dict[str, Site] = {PassportSite.prefix: PassportSite(self.visitors)}
         self.sites.update((site.prefix, site) for site in source_sites(context, self.sites))
+        for rule in self.misbehaviour.rules():
+            if rule.behaviour.new_layout and rule.site != "*":
+                _check_new_layout(rule.site, self.sites.get(rule.site))
         self._log: collections.deque[dict[str, Any]] = collections.deque(maxlen=LOG_LIMIT)
         self._log_seq = 0
         self._log_lock = threading.Lock()
@@ -410,7 +413,9 @@ class SandboxServer:
             if wall is not None:
                 return wall
         try:
-            return site.handle(request)
+            response = site.handle(request)
+            relayout = getattr(site, "new_layout", None) if action.new_layout else None
+            return relayout(response) if relayout is not None else response  # type: ignore[no-any-return]
         except Exception:  # a bug in a site must not kill the connection silently
             log.exception("site %s failed on %s", site.prefix, request.path)
             return SimResponse(500, b"<html><body>500 Internal Server Error</body></html>")
@@ -497,7 +502,16 @@ class SandboxServer:
         if data.get("clear"):
             self.misbehaviour.clear(site, target)
         else:
-            self.misbehaviour.update(site, target, data.get("set", {}))
+            changes = data.get("set", {})
+            if changes.get("new_layout") and site != "*":
+                _check_new_layout(site, self.sites.get(site))
+            self.misbehaviour.update(site, target, changes)
+
+
+def _check_new_layout(name: str, site: Site | None) -> None:
+    """A ``new_layout`` rule names a site that has one (a site without would serve its pages as before, silently)."""
+    if getattr(site, "new_layout", None) is None:
+        raise ConfigError(f"misbehaviour new_layout: site {name!r} has no new layout of its own")
 
 
 def _build_request(handler: _Handler, path: str, query: str, body: bytes, now_ms: int) -> SimRequest:

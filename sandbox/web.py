@@ -95,6 +95,8 @@ class Site(Protocol):
 
     # Optional: ``ban_answer(kind, now_s) -> SimResponse``, the site's own refusal for the ``ban_rate``
     # misbehaviour (``kind``: "busy" or "frozen"); a site without one answers with Weibo's interstitial.
+    # Optional: ``new_layout(response) -> SimResponse``, the page ``handle`` made as the site shows it after a change
+    # our parser does not read (the ``new_layout`` misbehaviour, refused for a site without one).
 
 
 class OpenSite:

@@ -137,6 +137,22 @@ class JdSite:
         risk = base64.urlsafe_b64encode(b'{"code":"605","disposal":{}}').decode().rstrip("=")
         return SimResponse(200, b"", "application/json;charset=utf-8", {"x-rp-content": risk})
 
+    def new_layout(self, response: SimResponse) -> SimResponse:
+        """The ``new_layout`` misbehaviour: every comment row's ids under new names (``id`` as ``commentIdV2``,
+        ``guid`` as ``commentGuid``), as a redesign that renames fields would show them; the rows, the pager and the
+        summary stay. A parser that knows only the old names finds no usable id and skips every row."""
+        if response.status != 200 or not response.body:
+            return response
+        text = response.body.decode()
+        match = re.fullmatch(r"(\w+)\((.*)\);", text, re.DOTALL)
+        doc = json.loads(match[2] if match else text)
+        if not isinstance(doc, dict) or not isinstance(doc.get("comments"), list):
+            return response
+        renames = {"id": "commentIdV2", "guid": "commentGuid"}
+        doc["comments"] = [{renames.get(key, key): value for key, value in row.items()} for row in doc["comments"]]
+        body = json.dumps(doc, ensure_ascii=False, separators=(",", ":"))
+        return replace(response, body=jsonp(match[1], body) if match else body.encode())
+
     def handle(self, request: SimRequest) -> SimResponse:
         if request.path == "/" and request.query.get("functionId") == API_FUNCTION:
             # api.m.jd.com's form: the same query as a JSON ``body`` parameter, the same answer

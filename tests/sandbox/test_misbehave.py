@@ -4,6 +4,7 @@ and what the real parsers make of it."""
 from __future__ import annotations
 
 import itertools
+import json
 import threading
 from typing import Any
 
@@ -59,6 +60,28 @@ def test_retry_after(server: SandboxServer) -> None:
         crawl(server, "jd", JD_PRODUCT, TaskKind.ProductReviews)
     assert error.value.outcome == "RateLimited" and error.value.http_status == 429
     assert error.value.retry_after_s == 42
+
+
+def test_a_new_layout_keeps_every_row_but_the_parser_reads_none(server: SandboxServer) -> None:
+    """JD's ``new_layout``: the same comment rows, pager and summary, their ids renamed; the real parser reads no
+    review off the page and reports no failure (what IcecrawlerSourceReadsNothing is for). A site without a layout
+    of its own refuses the rule rather than serve its pages unchanged; cleared, the reviews read again."""
+    before = crawl(server, "jd", JD_PRODUCT, TaskKind.ProductReviews, max_requests=1)
+    assert before.items
+    _switch(server, {"site": "jd", "set": {"new_layout": True}})
+    after = crawl(server, "jd", JD_PRODUCT, TaskKind.ProductReviews, max_requests=1)
+    assert after.items == [] and after.last.status == 200
+    rows = json.loads(after.last.body.decode().partition("(")[2].rpartition(")")[0])["comments"]
+    assert len(rows) == len(before.items) and all("id" not in row and "commentIdV2" in row for row in rows)
+    refused = requests.post(
+        f"{server.url}/__sandbox/misbehave", json={"site": "m", "set": {"new_layout": True}}, timeout=10
+    )
+    assert refused.status_code == 400 and "no new layout" in refused.json()["error"]
+    with pytest.raises(ConfigError, match="site 'pc' has no new layout"):
+        SandboxServer(small_scenario(), misbehave=[MisbehaviourRule("pc", "", Misbehaviour(new_layout=True))])
+    assert server.requests(site="jd")["requests"][-1]["misbehaviour"] == ["new-layout"]
+    _switch(server, {"clear": True})
+    assert crawl(server, "jd", JD_PRODUCT, TaskKind.ProductReviews, max_requests=1).items == before.items
 
 
 @pytest.mark.parametrize(
