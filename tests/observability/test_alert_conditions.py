@@ -30,10 +30,11 @@ test may wait (IcecrawlerLoginRefreshesRefused's hour), it says which windows it
 
 from __future__ import annotations
 
+import re
 import shutil
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
@@ -73,20 +74,52 @@ def scenario() -> Scenario:
 
 
 @contextmanager
-def watched_stack(tmp_path: Path, window_s: int | None = None, **options: Any) -> Iterator[tuple[Stack, Prometheus]]:
+def watched_stack(
+    tmp_path: Path, window_s: int | None = None, rules: Callable[[str], str] | None = None, **options: Any
+) -> Iterator[tuple[Stack, Prometheus]]:
     """A loopback crawl of ``scenario()`` (``options`` as ``running_stack``'s) and a Prometheus watching it
     (``watch``), started after it."""
     with running_stack(tmp_path / "stack", scenario(), speed=60, **options) as stack:
-        yield stack, watch(stack, tmp_path / "prom", window_s)
+        yield stack, watch(stack, tmp_path / "prom", window_s, rules)
 
 
-def watch(stack: Stack, directory: Path, window_s: int | None = None) -> Prometheus:
+def watch(
+    stack: Stack, directory: Path, window_s: int | None = None, rules: Callable[[str], str] | None = None
+) -> Prometheus:
     """A Prometheus, stopped with ``stack``, that scrapes its scheduler and storage server with the deployed rules
-    (only their ``for:`` shortened, and with ``window_s`` every range window: ``prometheus_config``)."""
+    (only their ``for:`` shortened, with ``window_s`` every range window: ``prometheus_config``; ``rules`` changes
+    the rules' text further)."""
     config = prometheus_config(directory, window_s=window_s)
+    if rules is not None:
+        written = directory / "icecrawler-rules.yml"
+        written.write_text(rules(written.read_text()))
     static_targets(directory, "scheduler", [stack.metrics_ports["scheduler"]])
     static_targets(directory, "storage", [stack.metrics_ports["storage"]])
     return Prometheus(stack.group, config, directory / "data")
+
+
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def scaled_durations(alert: str, factor: int) -> Callable[[str], str]:
+    """The rules with every duration in ``alert``'s expression (each range window and ``offset``) ``factor`` times
+    shorter, the rest as it was: an alert that compares the last half hour with the day before can be seen to fire
+    and end in minutes, on the same expression."""
+
+    def shorter(match: re.Match[str]) -> str:
+        seconds = int(match[2]) * _UNIT_S[match[3]]
+        assert seconds % factor == 0, match[0]
+        return f"{match[1]}{seconds // factor}s"
+
+    def rules(text: str) -> str:
+        start = text.index(f"- alert: {alert}\n")
+        end = text.find("- alert: ", start + 1)
+        end = len(text) if end < 0 else end
+        body = re.sub(r"(\[|offset )(\d+)([smhd])", shorter, text[start:end])
+        assert body != text[start:end], alert
+        return text[:start] + body + text[end:]
+
+    return rules
 
 
 def firing(prometheus: Prometheus, alert: str, *labels: str) -> set[tuple[str, ...]]:
@@ -473,4 +506,49 @@ def test_login_refreshes_refused_fires_for_a_client_that_reports_another_login(t
             lambda: "IcecrawlerLoginRefreshesRefused" not in prometheus.alert_states(),
             lambda: f"IcecrawlerLoginRefreshesRefused never ended: {prometheus.alert_states()}",
             timeout_s=150,
+        )
+
+
+def test_source_reads_nothing_fires_when_the_sites_new_layout_reads_empty_and_ends_once_pages_read_again(
+    tmp_path: Path,
+) -> None:
+    """JD changes its pages: the comments are still there, under names the parser does not read (the sandbox's
+    ``new_layout``), so each crawl is reported Ok with nothing new and no parse error. IcecrawlerSourceReadsNothing
+    compares the last half hour's pages with the day before's; here every duration of its expression is 30 times
+    shorter (a minute against the 48 minutes before the last minute), so the healthy minute before the change is
+    its day. It fires for jd, not before the change and not for the healthy source, and ends once pages read
+    items again."""
+    alert = "IcecrawlerSourceReadsNothing"
+    periods = {"scheduler.initial_period_s": 60, "scheduler.min_period_s": 60, "scheduler.max_period_s": 120}
+    with watched_stack(
+        tmp_path,
+        rules=scaled_durations(alert, 30),
+        scheduler_settings=periods,
+        client_settings={"client.workers": 2, "client.batch": 1, "client.idle_sleep_s": 0.3},
+    ) as (stack, prometheus):
+        stack.seed([SLOW, HEALTHY])
+        stack.start_client("client-a")
+        wait_for_port("127.0.0.1", stack.metrics_ports["client-a"], 60, alive=stack.clients["client-a"].alive)
+        static_targets(tmp_path / "prom", "client", [stack.metrics_ports["client-a"]])
+        parsed = 'sum(increase(icecrawler_client_pages_parsed_total{source="jd"}[48m] offset 1m))'
+        wait_for(
+            lambda: (prometheus.value(parsed) or 0) >= 5,
+            lambda: f"too few jd pages a minute ago: {prometheus.query(parsed)}",
+            timeout_s=180,
+        )
+        assert alert not in prometheus.alert_states()
+
+        stack.misbehave({"site": "jd", "set": {"new_layout": True}})
+        empty = 'sum by (source) (increase(icecrawler_client_pages_read_nothing_total{source="jd"}[1m]))'
+        wait_until_firing(prometheus, alert, "jd", empty, 180)
+        assert firing_sources(prometheus, alert) == {"jd"}
+        assert "IcecrawlerParseErrorsJump" not in prometheus.alert_states()
+        reports = 'sum by (outcome) (increase(icecrawler_scheduler_reports_total{source="jd"}[30s]))'
+        assert {row["metric"]["outcome"] for row in prometheus.query(f"{reports} > 0")} == {"Ok"}
+
+        stack.misbehave({"site": "jd", "clear": True})
+        wait_for(
+            lambda: alert not in prometheus.alert_states(),
+            lambda: f"{alert} never ended: {prometheus.alert_states()}, {prometheus.query(empty)}",
+            timeout_s=120,
         )
