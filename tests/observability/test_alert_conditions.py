@@ -296,7 +296,8 @@ def test_clock_jumped_fires_when_prometheus_holds_no_sample_from_before_the_jump
 def test_no_usable_account_fires_while_every_account_is_frozen_and_ends_once_one_is_renewed(tmp_path: Path) -> None:
     """Weibo PC behind its login wall and an account whose login the site no longer takes: the crawl reports
     LoginRequired once, the account is frozen for an hour and weibo_pc's tasks wait, so no report says anything
-    more. IcecrawlerNoUsableAccount fires for weibo_pc only; a new login in the accounts file and SIGHUP end it."""
+    more. IcecrawlerNoUsableAccount fires for weibo_pc only, not for jd, which needs an account and has none but
+    has no task either; a new login in the accounts file and SIGHUP end it."""
     accounts = tmp_path / "accounts"
     accounts.mkdir(mode=0o700)
     pool = accounts / "pool.toml"
@@ -308,7 +309,11 @@ def test_no_usable_account_fires_while_every_account_is_frozen_and_ends_once_one
     login("EXPIRED=1")  # no SUB: the sandbox's Weibo takes it for logged out
     with watched_stack(
         tmp_path,
-        scheduler_settings={"scheduler.accounts_dir": str(accounts), "scheduler.account_freeze_s": 3600},
+        scheduler_settings={
+            "scheduler.accounts_dir": str(accounts),
+            "scheduler.account_freeze_s": 3600,
+            "scheduler.account_sources": "jd",
+        },
         client_settings={"client.workers": 2, "client.batch": 1, "client.idle_sleep_s": 0.3},
     ) as (stack, prometheus):
         stack.misbehave({"site": "pc", "set": {"login_wall": True}})
@@ -317,6 +322,7 @@ def test_no_usable_account_fires_while_every_account_is_frozen_and_ends_once_one
         usable = 'icecrawler_scheduler_source_accounts{state="ok"}'
         wait_until_firing(prometheus, "IcecrawlerNoUsableAccount", "weibo_pc", usable, 120)
         assert firing_sources(prometheus, "IcecrawlerNoUsableAccount") == {"weibo_pc"}
+        assert prometheus.value('icecrawler_scheduler_source_accounts{source="jd",state="ok"}') == 0
         assert "source weibo_pc: no usable account (1 frozen)" in stack.icecrawler("status")
 
         login("SUB=fresh")  # the operator logs in again and pastes the new cookies
