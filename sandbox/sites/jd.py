@@ -144,7 +144,7 @@ class JdSite:
         if response.status != 200 or not response.body:
             return response
         text = response.body.decode()
-        match = re.fullmatch(r"(\w+)\((.*)\);", text, re.DOTALL)
+        match = re.fullmatch(r"([A-Za-z_$][\w$]{0,63})\((.*)\);", text, re.DOTALL)  # JSONP, as ``jsonp`` writes it
         doc = json.loads(match[2] if match else text)
         if not isinstance(doc, dict) or not isinstance(doc.get("comments"), list):
             return response
