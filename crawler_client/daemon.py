@@ -16,6 +16,12 @@ process.
   given back at once and its late result dropped); the sink stores and reports what it can in the same grace period and
   gives back every lease it could not report. Nothing is left half-done: each task ends reported, released, or
   (if the scheduler is unreachable) simply expires and is re-crawled.
+* **A server that does not answer** (stopped, its host dropping packets) cannot hold the stop past that: every
+  remote call goes through one ``CallCutoff``, cut at the end of the sink's grace period, so a call still
+  waiting then is abandoned and its connection dropped; the last calls (the lease loop's, the give-back) get
+  ``LAST_CALLS_S`` more. A stop takes at most ``shutdown_grace_s + CANCEL_WAIT_S + 1 + LAST_CALLS_S`` seconds,
+  whatever the Ice timeouts. A result whose report was abandoned is not lost: its records are stored or not (the
+  cursor moved only with a report), and its lease comes back by ``releaseUsers`` or at its deadline.
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ from dataclasses import dataclass
 
 from crawler_client import observer
 from crawler_client.crawl import CrawlResult, failure_report
-from crawler_client.gateways import SchedulerGateway, StorageGateway
+from crawler_client.gateways import CallCutoff, SchedulerGateway, StorageGateway
 from crawler_client.runner import TaskRunner
 from crawler_client.sink import Backoff, Sink
 from crawler_client.writer import ClientStats
@@ -47,13 +53,21 @@ log = logging.getLogger(__name__)
 
 #: How often idle threads re-check the stop flag (seconds); bounds shutdown latency, not throughput.
 POLL_S = 0.2
-#: After cancelling, how long shutdown waits for each crawl thread to notice before giving its lease back.
+#: After cancelling, how long shutdown waits for the crawl threads to notice before giving their leases back.
 CANCEL_WAIT_S = 2.0
+#: After the sink's last pass, how long the last remote calls (the lease loop's, giving leases back) may take.
+LAST_CALLS_S = 3.0
 
 
 def _wall_ms() -> int:
     """Lease deadlines are wall-clock ms (the scheduler's simulated clock only drives due times)."""
     return int(time.time() * 1000)
+
+
+def _join_all(threads: list[threading.Thread], deadline: float) -> None:
+    """Join ``threads`` until ``deadline`` (``time.monotonic``) for all of them, not each."""
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
 
 
 def default_worker_id() -> str:
@@ -117,8 +131,11 @@ class ClientDaemon:
         clock: Clock,
         fingerprint: Callable[[Iterable[str]], int],
         worker_id: str | None = None,
+        cutoff: CallCutoff | None = None,
     ) -> None:
         self.scheduler = scheduler
+        #: What ends the gateways' remote calls at the stop's deadlines (the gateways must be built with it).
+        self.cutoff = cutoff or CallCutoff()
         self.config = config
         self.worker_id = worker_id or default_worker_id()
         self.clock = clock
@@ -149,6 +166,7 @@ class ClientDaemon:
         self._current: dict[str, Task] = {}
         self._running_lock = threading.Lock()
         self._threads: list[threading.Thread] = []
+        self._leaser: threading.Thread | None = None
         self._sink_thread: threading.Thread | None = None
         self._sink_deadline = float("inf")
         self.crawled = 0
@@ -156,13 +174,13 @@ class ClientDaemon:
     # --- lifecycle ----------------------------------------------------------------------------------------
 
     def start(self) -> None:
-        self._threads = [threading.Thread(target=self._lease_loop, name="leaser", daemon=True)]
-        self._threads += [
+        self._leaser = threading.Thread(target=self._lease_loop, name="leaser", daemon=True)
+        self._threads = [
             threading.Thread(target=self._work_loop, name=f"worker-{n}", daemon=True)
             for n in range(self.config.workers)
         ]
         self._sink_thread = threading.Thread(target=self._sink_loop, name="sink", daemon=True)
-        for thread in [*self._threads, self._sink_thread]:
+        for thread in [self._leaser, *self._threads, self._sink_thread]:
             thread.start()
         log.info("client %s started: %d workers, batch %d", self.worker_id, self.config.workers, self.config.batch)
 
@@ -174,20 +192,25 @@ class ClientDaemon:
         deadline = time.monotonic() + self.config.shutdown_grace_s
         self._stopping.set()
         self._release_queued()
-        for thread in self._threads:
-            thread.join(max(0.0, deadline - time.monotonic()))
+        # The crawl threads only: the lease loop may wait on a scheduler that does not answer, and the cutoff
+        # ends that call below.
+        _join_all(self._threads, deadline)
         if any(thread.is_alive() for thread in self._threads):
             log.warning("crawls still running after the grace period: cancelling them")
             self._cancel.set()
-            for thread in self._threads:
-                thread.join(CANCEL_WAIT_S)
+            _join_all(self._threads, time.monotonic() + CANCEL_WAIT_S)
         self._release_queued()
         self._abandon_stuck_crawls()
         self._sink_deadline = max(deadline, time.monotonic() + 1.0)
+        self.cutoff.cut(self._sink_deadline)  # a call still unanswered then is abandoned
         self._sink_done.set()
         self._wake_sink.set()
         if self._sink_thread is not None:
-            self._sink_thread.join()  # bounded: the sink returns at its deadline (each call has an Ice timeout)
+            self._sink_thread.join()  # bounded: the sink returns at its deadline, and so does each of its calls
+        self.cutoff.cut(time.monotonic() + LAST_CALLS_S)
+        if self._leaser is not None:
+            self._leaser.join(LAST_CALLS_S)  # tasks it leased meanwhile are given back below; later ones expire
+        self._release_queued()
         left = self.sink.pending_count()
         if left:
             released = self.sink.give_back()
@@ -259,6 +282,9 @@ class ClientDaemon:
             wait = max(0.0, min(due_s, self.config.idle_sleep_s))
             observer.current().waited("no_work", wait)
             self._stopping.wait(wait)
+            return
+        if self._stopping.is_set():  # the stop's cutoff ended the call: nothing to retry
+            log.info("leasing ended by the stop: %s", exc)
             return
         delay = backoff.failed(time.monotonic())
         observer.current().waited("backoff", delay)

@@ -5,13 +5,15 @@ core types; Slice types and Ice exceptions stop here. Errors a caller must handl
 
 * ``NoWorkError`` (lease), ``LeaseLostError`` / ``InvalidArgumentError`` with ``index`` (report, release),
   ``InvalidRecordsError`` (write: the other records WERE stored) — the servers' own answers;
-* ``ServiceError`` — the server did not answer (connection refused, timeout, communicator gone) and
-  ``StorageUnavailableError`` — storage answered but could not take the write. Both mean "keep it, retry later".
+* ``ServiceError`` — the server did not answer (connection refused, timeout, communicator gone, or no answer
+  before a ``CallCutoff``'s deadline) and ``StorageUnavailableError`` — storage answered but could not take the
+  write. Both mean "keep it, retry later".
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -34,6 +36,8 @@ from icecrawler.settings import Settings
 from icecrawler.shards import ShardMap, shard_of_host
 
 __all__ = [
+    "CLIENT_PROPERTIES",
+    "CallCutoff",
     "IceScheduler",
     "IceStorage",
     "SchedulerGateway",
@@ -107,18 +111,69 @@ class StorageGateway(Protocol):
     def write_reviews(self, reviews: Sequence[Review]) -> int: ...
 
 
+#: Ice properties the client daemon's communicator starts with (its ``--Ice.Config`` may override them). At exit the
+#: communicator closes its connections gracefully, waiting up to this long (default 10 s) for each server to
+#: acknowledge; a server that answers nothing (see ``CallCutoff``) only ever lets it time out.
+CLIENT_PROPERTIES = {"Ice.Connection.Client.CloseTimeout": "1"}
+
+
+class CallCutoff:
+    """Ends the remote calls still unanswered at one deadline: a stopping client's.
+
+    A server that stops answering without closing its connections (a SIGSTOPped process, a host that drops
+    packets) holds each call until ``Ice.Default.InvocationTimeout`` or the connection's idle check (30 s and
+    20 s by default, longer where an operator raised them), and a client stopping on SIGTERM waited out every
+    such call in turn, well past its supervisor's stop timeout. The daemon's ``stop`` sets the deadline; a call
+    still waiting then is cancelled (its answer, should one ever come, is ignored; the server may still act on
+    the request), and a call after it is not sent. Until ``cut`` is called a call waits as long as Ice lets it."""
+
+    #: How often a waiting call looks at the deadline (seconds): how late after it a call ends, at most.
+    POLL_S = 0.1
+
+    def __init__(self) -> None:
+        self._deadline = math.inf
+
+    def cut(self, deadline: float) -> None:
+        """Calls still unanswered at ``deadline`` (``time.monotonic``) end then; later calls are not sent."""
+        self._deadline = deadline
+
+    def passed(self) -> bool:
+        return time.monotonic() >= self._deadline
+
+    def wait(self, future: Any) -> bool:
+        """Wait for ``future`` (an Ice invocation's); False, the invocation cancelled, when the deadline came
+        first."""
+        done = threading.Event()
+        future.add_done_callback(lambda _future: done.set())
+        while not done.wait(min(self.POLL_S, max(0.0, self._deadline - time.monotonic()))):
+            if self.passed():
+                return not future.cancel()  # cancel() is False when the answer came just now
+        return True
+
+
 class _IceGateway:
     """One typed proxy; every remote call goes through ``_invoke`` (error translation in one place)."""
 
     #: Who answers, for error messages ("cannot reach the scheduler (getUsers): ...").
     role = "server"
 
-    def __init__(self, proxy: Any) -> None:
+    def __init__(self, proxy: Any, cutoff: CallCutoff | None = None) -> None:
         self.proxy = proxy
+        self.cutoff = cutoff
 
     def _invoke(self, operation: str, *args: Any) -> Any:
         with rpc.remote_calls(f"{self.role} ({operation})", self.proxy):
-            return getattr(self.proxy, operation)(*args)
+            if self.cutoff is None:
+                return getattr(self.proxy, operation)(*args)
+            if self.cutoff.passed():
+                raise ServiceError(f"{operation} to the {self.role} not sent: past this client's stop deadline")
+            future = getattr(self.proxy, f"{operation}Async")(*args)
+            if not self.cutoff.wait(future):
+                raise ServiceError(
+                    f"the {self.role} at {self.proxy} did not answer {operation} before this client's stop deadline "
+                    "(client.shutdown_grace_s): call abandoned"
+                )
+            return future.result()
 
 
 class IceScheduler(_IceGateway):
@@ -126,8 +181,8 @@ class IceScheduler(_IceGateway):
 
     role = "scheduler"
 
-    def __init__(self, proxy: Any) -> None:
-        super().__init__(proxy)
+    def __init__(self, proxy: Any, cutoff: CallCutoff | None = None) -> None:
+        super().__init__(proxy, cutoff)
         self._clock_warned_s = float("-inf")
 
     def _invoke(self, operation: str, *args: Any) -> Any:
@@ -322,14 +377,16 @@ def _cap(memory: dict[Any, Any]) -> None:
         del memory[key]
 
 
-def scheduler_gateway(comm: Ice.Communicator, settings: Settings) -> TargetsGateway:
+def scheduler_gateway(comm: Ice.Communicator, settings: Settings, cutoff: CallCutoff | None = None) -> TargetsGateway:
     """The scheduler as the client and the operator's commands see it: one ``IceScheduler``, or a
     ``ShardedScheduler`` over every proxy of ``Scheduler.Proxies`` (``rpc.scheduler_proxies``), routed by the hosts
-    of ``settings``' sources."""
+    of ``settings``' sources; with ``cutoff``, its calls end at the cutoff's deadline (the client daemon's)."""
     proxies = rpc.scheduler_proxies(comm)
     if len(proxies) == 1:
-        return IceScheduler(proxies[0])
-    return ShardedScheduler([IceScheduler(proxy) for proxy in proxies], ShardMap.from_settings(settings, len(proxies)))
+        return IceScheduler(proxies[0], cutoff)
+    return ShardedScheduler(
+        [IceScheduler(proxy, cutoff) for proxy in proxies], ShardMap.from_settings(settings, len(proxies))
+    )
 
 
 class IceStorage(_IceGateway):

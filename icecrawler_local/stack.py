@@ -87,10 +87,14 @@ class Stack:
     # --- processes ----------------------------------------------------------------------------------------
 
     def start_client(
-        self, name: str, settings: Mapping[str, Any] | None = None, wrap: Wrap | None = None
+        self,
+        name: str,
+        settings: Mapping[str, Any] | None = None,
+        wrap: Wrap | None = None,
+        ice: Mapping[str, str] | None = None,
     ) -> ManagedProcess:
         """Start one more ``icecrawler client`` (it picks up work at once; no server is told about it); ``wrap``
-        changes its command line (``Cluster.start_client``)."""
+        changes its command line and ``ice`` adds Ice properties (``Cluster.start_client``)."""
         merged = {
             "metrics.client.port": str(free_port()),
             "metrics.client.port_span": "1",
@@ -99,7 +103,13 @@ class Stack:
         }
         self.metrics_ports[name] = int(merged["metrics.client.port"])
         process = self.cluster.start_client(
-            name, self.scheduler_proxy, self.storage_proxy, (_HOST, self.sandbox.port), wrap=wrap, settings=merged
+            name,
+            self.scheduler_proxy,
+            self.storage_proxy,
+            (_HOST, self.sandbox.port),
+            wrap=wrap,
+            settings=merged,
+            ice=ice,
         )
         self.clients[name] = process
         return process

@@ -51,7 +51,7 @@ class Command(BaseCommand):
 
     def run(self, args: argparse.Namespace, settings: Settings, ice_args: list[str]) -> int:
         from crawler_client.daemon import ClientDaemon, DaemonConfig
-        from crawler_client.gateways import IceStorage, scheduler_gateway
+        from crawler_client.gateways import CLIENT_PROPERTIES, CallCutoff, IceStorage, scheduler_gateway
         from crawler_client.hostcheck import start_host_check
         from crawler_client.runner import RunnerConfig, TaskRunner
         from shhd.fingerprint import fingerprint_texts
@@ -72,16 +72,18 @@ class Command(BaseCommand):
             return TaskRunner(runner_config, runner_config.make_source, clock=clock, cancel=cancel)
 
         stop_requested = threading.Event()
-        with rpc.stop_on_signals(stop_requested), rpc.communicator(ice_args) as comm:
+        with rpc.stop_on_signals(stop_requested), rpc.communicator(ice_args, CLIENT_PROPERTIES) as comm:
             start_host_check(rpc.scheduler_proxies(comm), settings, stop_requested)
+            cutoff = CallCutoff()  # the stop ends calls a server leaves unanswered (crawler_client.daemon)
             daemon = ClientDaemon(
-                scheduler_gateway(comm, settings),
-                IceStorage(rpc.storage_proxy(comm)),
+                scheduler_gateway(comm, settings, cutoff),
+                IceStorage(rpc.storage_proxy(comm), cutoff),
                 config,
                 runner_factory,
                 clock=clock,
                 fingerprint=fingerprint,
                 worker_id=args.worker_id,
+                cutoff=cutoff,
             )
             log.info(
                 "scheduler: %s; storage: %s", "; ".join(map(str, rpc.scheduler_proxies(comm))), rpc.storage_proxy(comm)

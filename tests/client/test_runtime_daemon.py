@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 import pytest
 
+from crawler_client import daemon as daemon_module
 from crawler_client.crawl import CrawlResult, failure_report
 from crawler_client.daemon import ClientDaemon, DaemonConfig
 from icecrawler.clock import Clock
@@ -260,3 +261,52 @@ def test_a_result_that_comes_during_the_sinks_last_pass_is_reported_not_given_ba
     assert sorted(r.task_id for r in scheduler.reports) == ["user:weibo_mobile:0", "user:weibo_mobile:1"]
     assert scheduler.released == []
     assert len(storage.posts) == 2
+
+
+class StuckRunner(Runner):
+    """A crawl blocked in a read: it does not see the cancel until ``block`` is cleared (or 60 s)."""
+
+    def run(self, task: Task) -> CrawlResult:
+        self.started.set()
+        poll_until(lambda: not self.block.is_set(), 60, 0.05)
+        return CrawlResult(task, failure_report(task, Outcome.Timeout, "", fetches=1), aborted=True)
+
+
+def test_crawls_stuck_in_reads_cost_the_stop_one_cancel_wait_not_one_each(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Eight crawls blocked in reads at shutdown: the stop waits ``CANCEL_WAIT_S`` for all of them together, then
+    gives their leases back. It used to wait that long for each crawl thread in turn (eight times 5 s here, where
+    the test waits 25 s)."""
+    monkeypatch.setattr(daemon_module, "CANCEL_WAIT_S", 5.0)
+    workers = 8
+    scheduler, storage = Scheduler(tasks=workers), Storage()
+    stuck = threading.Event()
+    stuck.set()
+    runners: list[StuckRunner] = []
+
+    def factory(cancel: threading.Event) -> StuckRunner:
+        runners.append(StuckRunner(cancel, stuck, frozenset()))
+        return runners[-1]
+
+    daemon = ClientDaemon(
+        scheduler,
+        storage,
+        config(workers=workers, batch=workers, shutdown_grace_s=0.2),
+        factory,  # type: ignore[arg-type]
+        clock=Clock(),  # type: ignore[arg-type]
+        fingerprint=lambda texts: 1,
+        worker_id="test",
+    )
+    daemon.start()
+    stopper = threading.Thread(target=daemon.stop, name="stopper", daemon=True)
+    try:
+        assert poll_until(lambda: len(runners) == workers and all(r.started.is_set() for r in runners), 20, 0.02)
+        stopper.start()
+        stopper.join(25)
+        stopped = not stopper.is_alive()
+    finally:
+        stuck.clear()
+        if stopper.is_alive():
+            stopper.join(60)
+    assert stopped, "the stop waited CANCEL_WAIT_S for each stuck crawl in turn"
+    released = sorted(task_id for task_id, _ in scheduler.released)
+    assert released == sorted(f"user:weibo_mobile:{n}" for n in range(workers))

@@ -1,10 +1,14 @@
 """The client daemon against real servers that fail: storage stopped mid-run (records are buffered and
-nothing is lost or duplicated once it is back), the scheduler stopped mid-run (reports and leasing resume), and
+nothing is lost or duplicated once it is back), the scheduler stopped mid-run (reports and leasing resume),
 SIGTERM while a crawl hangs in a read (the client exits cleanly and the lease is given back, not left to
-expire)."""
+expire), and SIGTERM while a server hangs without closing its connections (SIGSTOP: the client still stops
+within its grace period, whatever its Ice timeouts, and nothing is lost once the server runs again)."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -107,3 +111,55 @@ def test_sigterm_during_a_hanging_crawl_exits_cleanly_and_gives_the_lease_back(t
     assert code == 0, f"exit code {code} after {took:.1f}s:\n{logs[-3000:]}"
     assert "giving its lease back" in logs, logs[-3000:]
     assert inflight_after == 0, f"the lease was left to expire instead of being given back:\n{logs[-3000:]}"
+
+
+#: Ice timeouts a stop must not wait out: an invocation timeout and an idle check of ten minutes each.
+LONG_ICE_WAITS = {"Ice.Default.InvocationTimeout": "600000", "Ice.Connection.Client.IdleTimeout": "600"}
+#: How long the test waits for the stopped client (generous: the stop's bound is grace + about 6 s).
+STOP_WAIT_S = 60.0
+
+
+@pytest.mark.parametrize("hung", ["scheduler", "storage"])
+def test_sigterm_while_a_server_hangs_stops_within_the_grace_and_loses_nothing(tmp_path: Path, hung: str) -> None:
+    """The server is SIGSTOPped while crawls are under way, so the client's calls to it (a report or a write, the
+    next lease) go unanswered: its kernel still takes the bytes. With Ice timeouts of ten minutes, the stop used to
+    wait them out (systemd would SIGKILL it); the client must exit 0 well before. Once the server runs again, the
+    leases come back (given back, or at their deadline: ``scheduler.lease_s``) and a new client stores every item."""
+    scheduler = {**SCHEDULER, "scheduler.lease_s": 30}
+    client_settings = {**CLIENT, "client.shutdown_grace_s": 2}
+    with running_stack(
+        tmp_path,
+        small_world(),
+        speed=SPEED,
+        scheduler_settings=scheduler,
+        client_settings=client_settings,
+        latency_ms=1500,  # each page takes 1.5 s: crawls are under way when the server stops
+    ) as stack:
+        stack.seed(SEEDS)
+        client = stack.start_client("client", ice=LONG_ICE_WAITS)
+        wait_for(lambda: len(stack.stored()) > 0, "nothing stored before the server hung")
+        wait_for(lambda: stack.scheduler_stats()["inflight"] > 0, "no crawl under way")
+        peer = stack.scheduler if hung == "scheduler" else stack.storage
+        os.kill(peer.pid, signal.SIGSTOP)
+        try:
+            time.sleep(2)  # the crawls under way end meanwhile: their records or reports wait on the hung server
+            client.popen.send_signal(signal.SIGTERM)
+            try:
+                code: int | None = client.popen.wait(timeout=STOP_WAIT_S)
+            except subprocess.TimeoutExpired:
+                code = None
+                client.kill9()
+        finally:
+            os.kill(peer.pid, signal.SIGCONT)
+        logs = client_logs([client])
+        assert code is not None, f"the client was still stopping {STOP_WAIT_S:.0f}s after SIGTERM:\n{logs[-3000:]}"
+        assert code == 0, logs[-3000:]
+        again = stack.start_client("again")
+        expected, stored, _ = caught_up(stack, CATCH_UP_S, timeout_s=120)
+        code_again = again.stop(timeout_s=20)
+        logs += client_logs([again])
+    missing = expected - stored
+    assert not missing, f"{sum(missing.values())} item(s) lost, e.g. {list(missing)[:3]}\n{logs[-3000:]}"
+    assert not {key: n for key, n in stored.items() if n > 1}, "an item was stored twice"
+    assert code_again == 0, logs[-3000:]
+    assert "Traceback" not in logs, logs[-3000:]
