@@ -18,10 +18,11 @@ process.
   (if the scheduler is unreachable) simply expires and is re-crawled.
 * **A server that does not answer** (stopped, its host dropping packets) cannot hold the stop past that: every
   remote call goes through one ``CallCutoff``, cut at the end of the sink's grace period, so a call still
-  waiting then is abandoned and its connection dropped; the last calls (the lease loop's, the give-back) get
-  ``LAST_CALLS_S`` more. A stop takes at most ``shutdown_grace_s + CANCEL_WAIT_S + 1 + LAST_CALLS_S`` seconds,
-  whatever the Ice timeouts. A result whose report was abandoned is not lost: its records are stored or not (the
-  cursor moved only with a report), and its lease comes back by ``releaseUsers`` or at its deadline.
+  waiting then is abandoned; the last calls (the lease loop's, the give-back) get ``LAST_CALLS_S`` more, and the
+  command's communicator closes its connections within a second (``gateways.CLIENT_PROPERTIES``). A stop takes at
+  most ``shutdown_grace_s + CANCEL_WAIT_S + 1 + LAST_CALLS_S`` seconds and that second, whatever the Ice timeouts.
+  A result whose report was abandoned is not lost: its records are stored or not (the cursor moved only with a
+  report), and its lease comes back by ``releaseUsers`` or at its deadline.
 """
 
 from __future__ import annotations
@@ -283,7 +284,7 @@ class ClientDaemon:
             observer.current().waited("no_work", wait)
             self._stopping.wait(wait)
             return
-        if self._stopping.is_set():  # the stop's cutoff ended the call: nothing to retry
+        if self._stopping.is_set() and isinstance(exc, ServiceError):  # the stop's cutoff ended it: no retry
             log.info("leasing ended by the stop: %s", exc)
             return
         delay = backoff.failed(time.monotonic())
