@@ -182,7 +182,8 @@ class Sink:
             batch = [item for item in batch if not (item.superseded and item.stored)]  # nothing left to do for them
             if self.scheduler_backoff.ready(now):
                 batch = self._report(batch)
-                batch = self._release(batch)
+                if self.scheduler_backoff.ready(now):  # not when the report just found it down: one wait per pass
+                    batch = self._release(batch)
         finally:
             with self._lock:
                 self._pending[:0] = batch

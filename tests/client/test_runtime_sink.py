@@ -527,3 +527,19 @@ def test_shutdown_gives_back_only_the_newest_lease_of_a_task() -> None:
     scheduler.down = False
     assert sink.give_back() == 1
     assert scheduler.released == [("user:weibo_mobile:t", "tok-new")]
+
+
+def test_a_pass_whose_report_found_the_scheduler_down_does_not_also_try_to_release() -> None:
+    """A scheduler that does not answer holds each call until Ice's timeout: a pass that has just failed to report
+    must not wait as long again to give leases back (nor, at a client's stop, spend its grace period twice)."""
+    sink, scheduler, _, clock = make()
+    scheduler.down = True
+    sink.add(result("a", posts=1))
+    sink.add(result("b", aborted=True))
+    assert sink.flush() is False
+    assert scheduler.calls == 1  # the report only
+    scheduler.down = False
+    clock.mono += 20  # past the backoff
+    assert sink.flush() is True
+    assert [r.task_id for r in scheduler.reports] == ["user:weibo_mobile:a"]
+    assert scheduler.released == [("user:weibo_mobile:b", "tok-b")]
