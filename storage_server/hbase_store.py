@@ -15,7 +15,11 @@ import json
 import logging
 import socket
 import threading
+import time
 from collections.abc import Iterator, Sequence
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from queue import Empty
 from typing import Any
 
 import happybase
@@ -39,6 +43,8 @@ _JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 _BACKEND_ERRORS = (TException, OSError, socket.timeout, happybase.pool.NoConnectionsAvailable)
 #: The longest backend error text kept for the log and ``stats()`` (one line, not a Java stack trace).
 MAX_ERROR_CHARS = 300
+#: How often a thread waiting for a pooled connection looks whether the store was interrupted (a stop).
+ACQUIRE_SLICE_S = 0.25
 #: Unreadable rows named one by one in a scan's warnings; the rest are only counted.
 MAX_SKIP_WARNINGS = 10
 
@@ -126,7 +132,15 @@ class HBaseStore:
         #: altered while the server runs is checked (and re-created) again instead of failing every replay.
         self._ready = False
         self._was_ready = False
-        self._ready_lock = threading.Lock()
+        #: Guards ``_probe``, ``_pool_instance`` and ``_busy``; never held over a network call, so no thread waits
+        #: out another's Thrift timeout on it (before, the threads needing HBase took turns, each waiting
+        #: ``timeout_s``, and a stop waited for all of them).
+        self._lock = threading.Lock()
+        #: The tables check under way (one at a time): other threads share its outcome instead of checking again.
+        self._probe: Future[None] | None = None
+        #: The connections of calls under way, whose sockets ``interrupt`` shuts down.
+        self._busy: set[Any] = set()
+        self._interrupted = threading.Event()
 
     @classmethod
     def from_settings(cls, settings: Settings) -> HBaseStore:
@@ -140,25 +154,68 @@ class HBaseStore:
 
     @property
     def _pool(self) -> happybase.ConnectionPool:
-        """Created on first use: happybase's pool connects in its constructor, and HBase may be down now."""
-        with self._ready_lock:
+        """Created on first use: happybase's pool connects in its constructor, and HBase may be down now. Made
+        outside the lock (a connect may wait ``timeout_s``); of two made at once, the first installed is kept."""
+        with self._lock:
+            if self._pool_instance is not None:
+                return self._pool_instance
+        self._check_open()
+        made = happybase.ConnectionPool(**self._pool_args)
+        with self._lock:
             if self._pool_instance is None:
-                self._pool_instance = happybase.ConnectionPool(**self._pool_args)
-            return self._pool_instance
+                self._pool_instance, made = made, None
+            pool = self._pool_instance
+        if made is not None:
+            _close_idle(made)
+        return pool
+
+    def _check_open(self) -> None:
+        """Refuse a call once ``interrupt`` ran: the service is stopping, and the caller spools."""
+        if self._interrupted.is_set():
+            raise StorageUnavailableError(f"HBase at {self.host}:{self.port}: the storage server is stopping")
+
+    @contextlib.contextmanager
+    def _acquired(self) -> Iterator[Any]:
+        """A connection of the pool, waited for at most ``timeout_s`` in slices, so that a stop (``interrupt``)
+        ends the wait at once."""
+        deadline = time.monotonic() + self.timeout_s
+        pool = self._pool
+        while True:
+            self._check_open()
+            left = deadline - time.monotonic()
+            held = contextlib.ExitStack()
+            try:
+                connection = held.enter_context(pool.connection(timeout=max(0.0, min(ACQUIRE_SLICE_S, left))))
+            except happybase.pool.NoConnectionsAvailable:
+                if left <= ACQUIRE_SLICE_S:
+                    raise
+                continue
+            with held:
+                yield connection
+            return
 
     @contextlib.contextmanager
     def _connection(self) -> Iterator[Any]:
         """A pooled connection whose socket is closed when a call on it fails: happybase then gives the connection
-        a new socket without closing the old one, which would stay open until the garbage collector finds it."""
-        with self._pool.connection(timeout=self.timeout_s) as connection:
+        a new socket without closing the old one, which would stay open until the garbage collector finds it.
+        While in use, ``interrupt`` can shut its socket down from another thread."""
+        with self._acquired() as connection:
+            with self._lock:
+                self._busy.add(connection)
             try:
+                self._check_open()
                 yield connection
             except _BACKEND_ERRORS:
                 with contextlib.suppress(*_BACKEND_ERRORS):
                     connection.transport.close()
                 raise
+            finally:
+                with self._lock:
+                    self._busy.discard(connection)
 
     def _fail(self, what: str, exc: BaseException) -> StorageUnavailableError:
+        if self._interrupted.is_set():  # its socket was shut down by ``interrupt``: no fault of the Thrift server
+            return StorageUnavailableError(f"HBase at {self.host}:{self.port}: {what} ended by the server's stop")
         detail = (
             f"no answer within storage.hbase.timeout_s={self.timeout_s:g}s"
             " (HBase still starting, its master down, or the table disabled?)"
@@ -177,28 +234,59 @@ class HBaseStore:
         return f"{self.table_prefix}_{table}" if self.table_prefix else table
 
     def _ensure_tables(self, connection: Any) -> None:
-        """Create a missing table; refuse one without family ``d`` (every put to it would fail) with one line."""
+        """The tables checked once (``_check_tables``) before the first call and after a failed put. One thread
+        checks; threads arriving meanwhile wait for its outcome (bounded by ``timeout_s``) instead of checking in
+        turn, and no lock is held over the check's Thrift calls."""
         if self._ready:
             return
-        with self._ready_lock:
+        with self._lock:
             if self._ready:
                 return
-            existing = {name.decode() for name in connection.tables()}
-            for table in TABLES:
-                if table in existing:
-                    self._check_families(table, connection.table(table).families())
-                    continue
-                try:
-                    connection.create_table(table, {FAMILY: {"max_versions": 1}})
-                except TException as exc:  # another server created it meanwhile
-                    if "exist" not in str(exc).lower():
-                        raise
-                (log.warning if self._was_ready else log.info)(
-                    "HBase table %s %s; created it",
-                    self._full_name(table),
-                    "vanished while the server ran" if self._was_ready else "did not exist",
-                )
-            self._ready = self._was_ready = True
+            probe, mine = self._probe, self._probe is None
+            if probe is None:
+                probe = self._probe = Future()
+        if not mine:
+            try:
+                probe.result(timeout=self.timeout_s)
+            except FutureTimeout:
+                raise StorageUnavailableError(
+                    f"HBase at {self.host}:{self.port}: the tables check under way did not end within "
+                    f"storage.hbase.timeout_s={self.timeout_s:g}s"
+                ) from None
+            except StorageUnavailableError as exc:  # the checking thread raises the exception itself: a copy here
+                raise StorageUnavailableError(str(exc)) from None
+            except _BACKEND_ERRORS as exc:
+                raise self._fail("tables check", exc) from None
+            return
+        try:
+            self._check_tables(connection)
+        except BaseException as exc:
+            probe.set_exception(exc)
+            raise
+        else:
+            probe.set_result(None)
+        finally:
+            with self._lock:
+                self._probe = None
+
+    def _check_tables(self, connection: Any) -> None:
+        """Create a missing table; refuse one without family ``d`` (every put to it would fail) with one line."""
+        existing = {name.decode() for name in connection.tables()}
+        for table in TABLES:
+            if table in existing:
+                self._check_families(table, connection.table(table).families())
+                continue
+            try:
+                connection.create_table(table, {FAMILY: {"max_versions": 1}})
+            except TException as exc:  # another server created it meanwhile
+                if "exist" not in str(exc).lower():
+                    raise
+            (log.warning if self._was_ready else log.info)(
+                "HBase table %s %s; created it",
+                self._full_name(table),
+                "vanished while the server ran" if self._was_ready else "did not exist",
+            )
+        self._ready = self._was_ready = True
 
     def _check_families(self, table: str, families: dict[bytes, Any]) -> None:
         """Refuse a table without family ``d``: every put to it would fail with a Java stack trace."""
@@ -226,7 +314,7 @@ class HBaseStore:
                 return
             except _BACKEND_ERRORS as exc:
                 self._ready = False  # the table may be gone or altered: check it again before the next put
-                if attempt == 1 and _dropped(exc):
+                if attempt == 1 and _dropped(exc) and not self._interrupted.is_set():
                     log.info(
                         "HBase at %s:%d dropped a pooled connection; putting again on a new one", self.host, self.port
                     )
@@ -302,9 +390,27 @@ class HBaseStore:
         except _BACKEND_ERRORS as exc:
             raise self._fail("drop tables", exc) from exc
 
+    def interrupt(self) -> None:
+        """End the calls under way now and refuse new ones (the service is stopping): each busy connection's
+        socket is shut down from this thread, so a call waiting on a Thrift server that never answers fails at
+        once (its caller spools or keeps its spooled entry) instead of after ``timeout_s``."""
+        self._interrupted.set()
+        with self._lock:
+            busy = list(self._busy)
+        for connection in busy:
+            with contextlib.suppress(*_BACKEND_ERRORS):
+                connection.transport.close()
+
     def close(self) -> None:
         """happybase pools have no close; drop idle connections by letting the pool go."""
-        queue = getattr(self._pool_instance, "_queue", None)
-        while queue is not None and not queue.empty():
-            connection = queue.get_nowait()
-            connection.close()
+        self.interrupt()
+        if self._pool_instance is not None:
+            _close_idle(self._pool_instance)
+
+
+def _close_idle(pool: happybase.ConnectionPool) -> None:
+    """Close the connections waiting in ``pool`` (happybase's pools have no close of their own)."""
+    queue = getattr(pool, "_queue", None)
+    while queue is not None and not queue.empty():
+        with contextlib.suppress(Empty, *_BACKEND_ERRORS):
+            queue.get_nowait().close()

@@ -27,8 +27,9 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
+from concurrent.futures import wait as futures_wait
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from icecrawler.errors import InvalidRecordsError, StorageUnavailableError
 from icecrawler.logs import FailureEpisode, LogThrottle
@@ -45,8 +46,13 @@ log = logging.getLogger(__name__)
 
 #: Replay backoff while the backend is down: first retry, then doubling up to the cap.
 REPLAY_BACKOFF_S = (0.2, 5.0)
+#: How long a stop waits, in all, for the replay and the backend calls it interrupted (``close``) to end.
+CLOSE_WAIT_S = 5.0
 #: How long ``stats()`` waits for the backend's row counts (``icecrawler status`` gives a server 3 s in all).
 COUNT_BUDGET_S = 1.5
+
+
+T = TypeVar("T")
 
 
 class _BackendFailed(Exception):
@@ -131,6 +137,9 @@ class StorageService:
         self._count_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store-count")
         self._count_future: Future[tuple[int, int]] | None = None
         self._last_counts = (-1, -1)
+        #: Backend calls submitted to the writers and the count pool and not ended yet (``close`` waits for them).
+        self._calls: set[Future[Any]] = set()
+        self._calls_lock = threading.Lock()  # apart from _lock: ``_counts`` submits while holding that one
         #: Why the last count failed ("" after one succeeded): the start-up line says why the backend is not there.
         self.count_error = ""
         self._replayer = threading.Thread(target=self._replay_loop, name="spool-replay", daemon=True)
@@ -187,7 +196,7 @@ class StorageService:
     def _persist(self, table: str, rows: list[schema.Row]) -> WriteResult:
         if self.spool.depth() == 0:
             began = self._backend.mark()
-            future: Future[None] = self._executor.submit(self.store.put, table, rows)
+            future: Future[None] = self._submit(self._executor, lambda: self.store.put(table, rows))
             try:
                 future.result(timeout=self.write_timeout_s)
                 # An outage whose batches were all refused spooled nothing, so no replay drains a spool after it.
@@ -239,7 +248,8 @@ class StorageService:
             try:
                 replayed = self._replay_oldest()
             except _BackendFailed as exc:
-                self._note_error(str(exc))
+                if not self._stop.is_set():  # a call the stop interrupted is no outage to report
+                    self._note_error(str(exc))
                 replayed = False
             except StorageUnavailableError as exc:
                 self._note_spool_error(str(exc))
@@ -306,8 +316,8 @@ class StorageService:
         is not started twice; until one finishes, the last known counts (or -1) are reported."""
         with self._lock:
             if self._count_future is None or self._count_future.done():
-                self._count_future = self._count_pool.submit(
-                    lambda: (self.store.count(schema.WEIBO), self.store.count(schema.REVIEW))
+                self._count_future = self._submit(
+                    self._count_pool, lambda: (self.store.count(schema.WEIBO), self.store.count(schema.REVIEW))
                 )
             future = self._count_future
         try:
@@ -355,11 +365,41 @@ class StorageService:
         )
 
     def close(self) -> None:
-        """Stop replaying and release the store and the spool; spooled entries stay on disk for the next start."""
+        """Stop replaying and release the store and the spool; spooled entries stay on disk for the next start.
+
+        A hung backend does not hold the stop: the store's calls under way are interrupted first, which loses
+        nothing (a write's records were spooled when its call did not end within ``write_timeout_s``, and a
+        replayed entry leaves the spool only once stored), and the threads that made them are waited for at most
+        ``CLOSE_WAIT_S`` in all."""
         self._stop.set()
         self._wake.set()
-        self._replayer.join(timeout=30.0)
-        self._executor.shutdown(wait=True, cancel_futures=True)
-        self._count_pool.shutdown(wait=True, cancel_futures=True)
+        self.store.interrupt()
+        deadline = time.monotonic() + CLOSE_WAIT_S
+        self._replayer.join(timeout=CLOSE_WAIT_S)
+        with self._calls_lock:
+            calls = set(self._calls)
+        for pool in (self._executor, self._count_pool):
+            pool.shutdown(wait=False, cancel_futures=True)
+        _, running = futures_wait(calls, timeout=max(0.0, deadline - time.monotonic()))
+        if running or self._replayer.is_alive():
+            log.warning(
+                "backend %s: %d call(s) still under way %.0f s after the stop interrupted them; closing anyway "
+                "(their records are in the spool)",
+                self.store.name,
+                len(running) + self._replayer.is_alive(),
+                CLOSE_WAIT_S,
+            )
         self.store.close()
         self.spool.close()
+
+    def _submit(self, pool: ThreadPoolExecutor, call: Callable[[], T]) -> Future[T]:
+        """``pool.submit(call)``, kept in ``_calls`` until it ends, so that ``close`` can wait for it (bounded)."""
+        future = pool.submit(call)
+        with self._calls_lock:
+            self._calls.add(future)
+        future.add_done_callback(self._call_ended)
+        return future
+
+    def _call_ended(self, future: Future[Any]) -> None:
+        with self._calls_lock:
+            self._calls.discard(future)

@@ -43,6 +43,10 @@ class RecordStore(Protocol):
         """Delete the rows whose key starts with ``prefix`` (one owner's: ``icecrawler purge``); how many."""
         ...
 
+    def interrupt(self) -> None:
+        """End the backend calls under way soon, with ``StorageUnavailableError``, and refuse new ones: the service
+        is stopping, and a call that waits on a hung backend must not hold the stop (its records are spooled)."""
+
     def close(self) -> None:
         """Release connections; the store is not used afterwards."""
 
@@ -95,6 +99,9 @@ class MemoryStore:
             for key in keys:
                 del self._tables[table][key]
         return len(keys)
+
+    def interrupt(self) -> None:
+        """Nothing to end: its calls never wait on anything outside the process."""
 
     def close(self) -> None:
         """Nothing to release."""
@@ -216,6 +223,9 @@ class SqliteStore:
                 return int(self._conn.execute(sql, params).rowcount)  # autocommit: one statement, one transaction
         except sqlite3.Error as exc:
             raise StorageUnavailableError(f"embedded store delete failed: {exc}") from exc
+
+    def interrupt(self) -> None:
+        """Nothing to end: a local file's calls end by themselves (SQLite's busy timeout bounds a lock wait)."""
 
     def close(self) -> None:
         with self._lock:

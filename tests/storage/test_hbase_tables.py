@@ -145,6 +145,36 @@ def test_a_thrift_port_that_takes_connections_but_never_answers_fails_with_the_s
         assert_put_fails(silent.getsockname()[1], 1.0, r"no answer within storage\.hbase\.timeout_s=1s")
 
 
+def test_calls_waiting_on_a_thrift_port_that_never_answers_end_when_the_store_is_interrupted() -> None:
+    """A stop while HBase hangs: the call on a socket (the tables check), the one waiting for that check's outcome
+    and the one waiting for a pooled connection all end with StorageUnavailableError once ``interrupt`` shuts the
+    sockets down, not after storage.hbase.timeout_s each; later calls are refused at once."""
+    with socket.create_server(("127.0.0.1", 0), backlog=16) as silent:
+        store = HBaseStore("127.0.0.1", silent.getsockname()[1], pool_size=2, timeout_s=600.0)
+        errors: list[BaseException] = []
+
+        def put(post_id: int) -> None:
+            try:
+                store.put(schema.WEIBO, [schema.post_row(make_post(post_id))])
+            except BaseException as exc:  # reported by the assertions below
+                errors.append(exc)
+
+        callers = [threading.Thread(target=put, args=(n,)) for n in range(3)]
+        try:
+            for thread in callers:
+                thread.start()
+            wait_for(lambda: len(store._busy) == 2, "the puts never took both pooled connections", 30.0, 0.05)
+            store.interrupt()
+            for thread in callers:
+                thread.join(timeout=60.0)
+            assert not any(thread.is_alive() for thread in callers), "a put still waits after the interrupt"
+            assert len(errors) == 3 and all(isinstance(exc, StorageUnavailableError) for exc in errors), errors
+            with pytest.raises(StorageUnavailableError, match="stopping"):
+                store.put(schema.WEIBO, [schema.post_row(make_post(9))])
+        finally:
+            store.close()
+
+
 def test_a_thrift_server_that_hangs_up_on_every_request_is_named_as_a_transport_or_protocol_mismatch() -> None:
     """What an HBase Thrift server started with -framed or -compact does with happybase's buffered binary call."""
     with socket.create_server(("127.0.0.1", 0)) as server:
