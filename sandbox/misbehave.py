@@ -153,9 +153,7 @@ class Action:
             labels.append(f"ban-{self.ban_page}")
         if self.truncate:
             labels.append(f"truncate-{self.truncate}")
-        if self.new_layout:
-            labels.append("new-layout")
-        return labels
+        return labels  # "new-layout" only once the site relaid the page out (the server adds it)
 
 
 class MisbehaviourTable:

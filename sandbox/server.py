@@ -173,8 +173,8 @@ class SandboxServer:
         self.sites: dict[str, Site] = {PassportSite.prefix: PassportSite(self.visitors)}
         self.sites.update((site.prefix, site) for site in source_sites(context, self.sites))
         for rule in self.misbehaviour.rules():
-            if rule.behaviour.new_layout and rule.site != "*":
-                _check_new_layout(rule.site, self.sites.get(rule.site))
+            if rule.behaviour.new_layout:
+                self._check_new_layout(rule.site)
         self._log: collections.deque[dict[str, Any]] = collections.deque(maxlen=LOG_LIMIT)
         self._log_seq = 0
         self._log_lock = threading.Lock()
@@ -382,7 +382,7 @@ class SandboxServer:
             self._hold(prefix, target)
         if action.delay_ms:
             self._stopping.wait(action.delay_ms / 1000)
-        response = self._respond(site, request, action)
+        response = self._respond(site, request, action, entry["misbehaviour"])
         entry["status"] = response.status
         entry["bytes"] = len(response.body)
         self._send(handler, response, action.truncate)
@@ -395,7 +395,9 @@ class SandboxServer:
             if self._stopping.wait(min(_HOLD_POLL_S, max(0.0, deadline - time.monotonic()))):
                 return
 
-    def _respond(self, site: Site, request: SimRequest, action: Action) -> SimResponse:
+    def _respond(self, site: Site, request: SimRequest, action: Action, labels: list[str]) -> SimResponse:
+        """The answer ``action`` leaves this request; ``labels`` (the request log's) gains ``new-layout`` only when
+        the site's relayout changed the page (not for a 418, a ban, a login wall, or a page without items)."""
         if action.status == 418:
             return SimResponse(418, b"I'm a teapot", "text/plain; charset=utf-8")
         if action.status == 429:
@@ -415,7 +417,10 @@ class SandboxServer:
         try:
             response = site.handle(request)
             relayout = getattr(site, "new_layout", None) if action.new_layout else None
-            return relayout(response) if relayout is not None else response  # type: ignore[no-any-return]
+            relaid: SimResponse = relayout(response) if relayout is not None else response
+            if relaid is not response:
+                labels.append("new-layout")
+            return relaid
         except Exception:  # a bug in a site must not kill the connection silently
             log.exception("site %s failed on %s", site.prefix, request.path)
             return SimResponse(500, b"<html><body>500 Internal Server Error</body></html>")
@@ -503,15 +508,18 @@ class SandboxServer:
             self.misbehaviour.clear(site, target)
         else:
             changes = data.get("set", {})
-            if changes.get("new_layout") and site != "*":
-                _check_new_layout(site, self.sites.get(site))
+            if changes.get("new_layout"):
+                self._check_new_layout(site)
             self.misbehaviour.update(site, target, changes)
 
-
-def _check_new_layout(name: str, site: Site | None) -> None:
-    """A ``new_layout`` rule names a site that has one (a site without would serve its pages as before, silently)."""
-    if getattr(site, "new_layout", None) is None:
-        raise ConfigError(f"misbehaviour new_layout: site {name!r} has no new layout of its own")
+    def _check_new_layout(self, name: str) -> None:
+        """A ``new_layout`` rule names a site that has one: a site without would serve its pages as before,
+        silently, and so would every site but JD under ``*``."""
+        if getattr(self.sites.get(name), "new_layout", None) is None:
+            having = sorted(prefix for prefix, site in self.sites.items() if getattr(site, "new_layout", None))
+            raise ConfigError(
+                f"misbehaviour new_layout: site {name!r} has no new layout of its own (name one that has: {having})"
+            )
 
 
 def _build_request(handler: _Handler, path: str, query: str, body: bytes, now_ms: int) -> SimRequest:

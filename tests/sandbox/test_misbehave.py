@@ -84,6 +84,38 @@ def test_a_new_layout_keeps_every_row_but_the_parser_reads_none(server: SandboxS
     assert crawl(server, "jd", JD_PRODUCT, TaskKind.ProductReviews, max_requests=1).items == before.items
 
 
+def test_a_new_layout_is_refused_for_every_site_and_logged_only_where_it_changed_the_page(
+    server: SandboxServer,
+) -> None:
+    """``new_layout`` on ``*`` would name sites without a layout of their own, which would serve their pages
+    unchanged: refused, at start and at run time. The request log says ``new-layout`` only of a page the site
+    relaid out, not of one a 418, a 429 or a ban replaced, nor of a page with no comment rows (a 404)."""
+    with pytest.raises(ConfigError, match="new_layout"):
+        SandboxServer(small_scenario(), misbehave=[MisbehaviourRule("*", "", Misbehaviour(new_layout=True))])
+    refused = requests.post(
+        f"{server.url}/__sandbox/misbehave", json={"site": "*", "set": {"new_layout": True}}, timeout=10
+    )
+    assert refused.status_code == 400 and "new_layout" in refused.json()["error"]
+    assert server.misbehaviour.rules() == []
+    for replaced, label in (({"teapot_rate": 1, "teapot_burst": 1}, "418"), ({"retry_after_rate": 1}, "429")):
+        _switch(server, {"clear": True})
+        _switch(server, {"site": "jd", "set": {"new_layout": True, **replaced}})
+        with pytest.raises(FetchError):
+            crawl(server, "jd", JD_PRODUCT, TaskKind.ProductReviews, max_requests=1)
+        assert server.requests(site="jd")["requests"][-1]["misbehaviour"] == [label]
+    _switch(server, {"clear": True})
+    _switch(server, {"site": "jd", "set": {"new_layout": True, "ban_rate": 1}})
+    with pytest.raises(FetchError):
+        crawl(server, "jd", JD_PRODUCT, TaskKind.ProductReviews, max_requests=1)
+    assert server.requests(site="jd")["requests"][-1]["misbehaviour"] == ["ban-busy"]
+    _switch(server, {"clear": True})
+    _switch(server, {"site": "jd", "set": {"new_layout": True}})
+    assert requests.get(f"{server.url}/jd/no/such/page", timeout=10).status_code == 404
+    assert server.requests(site="jd")["requests"][-1]["misbehaviour"] == []
+    crawl(server, "jd", JD_PRODUCT, TaskKind.ProductReviews, max_requests=1)
+    assert server.requests(site="jd")["requests"][-1]["misbehaviour"] == ["new-layout"]
+
+
 @pytest.mark.parametrize(
     ("page", "outcome", "marker"), [("busy", "Busy", "抱歉，网络繁忙"), ("frozen", "AccountFrozen", "帐号存在异常")]
 )
