@@ -455,9 +455,10 @@ def test_visitor_sessions_failing_fires_while_the_passport_refuses_and_ends_once
 def test_login_refreshes_refused_fires_for_a_client_that_reports_another_login(tmp_path: Path) -> None:
     """A client of another release crawls weibo_pc with the pool's account and reports, with each crawl, the login
     as it read it from the site: with a cookie the accounts file does not name. The pool ignores each and counts it;
-    IcecrawlerLoginRefreshesRefused fires for the scheduler. A refresh that keeps to the file's cookies is taken and
-    counts nothing. Every range window is a minute here (the deployed hour would hold the refusals for an hour after
-    the last), so the alert is seen to end a minute after that client stops."""
+    IcecrawlerLoginRefreshesRefused fires for the scheduler. Refreshes that keep to the file's cookies are taken and
+    count nothing: five of them, more than the alert's four, leave it quiet first. Every range window is a minute
+    here (the deployed hour would hold the refusals for an hour after the last), so the alert is seen to end a minute
+    after that client stops."""
     accounts = tmp_path / "accounts"
     accounts.mkdir(mode=0o700)
     pool = accounts / "pool.toml"
@@ -474,7 +475,7 @@ def test_login_refreshes_refused_fires_for_a_client_that_reports_another_login(t
         scheduler = C.SchedulerPrx(comm, stack.scheduler_proxy)
         refused = 'icecrawler_scheduler_login_refreshes_total{result="refused"}'
         quiet_after_samples(prometheus, "IcecrawlerLoginRefreshesRefused", "icecrawler-scheduler", refused)
-        users = [f"weibo_pc:{2803301701 + n}" for n in range(6)]
+        users = [f"weibo_pc:{2803301701 + n}" for n in range(10)]
         stack.seed(users)
 
         def crawl(cookies: str) -> str:
@@ -495,9 +496,17 @@ def test_login_refreshes_refused_fires_for_a_client_that_reports_another_login(t
             scheduler.putUser(C.Report(taskId=task.id, leaseToken=task.leaseToken, accountCookies=cookies))
             return str(task.account.cookieBlob)
 
-        assert crawl("SUB=refreshed") == "SUB=pasted"  # a refresh of the file's login: taken
+        login = "SUB=pasted"
+        for n in range(5):  # refreshes of the file's login, more than the alert's four: each taken, and no alert
+            assert crawl(f"SUB=refreshed{n}") == login
+            login = f"SUB=refreshed{n}"
+        taken = 'icecrawler_scheduler_login_refreshes_total{result="taken"}'
+        wait_for(
+            lambda: prometheus.value(taken) == 5, lambda: f"5 taken refreshes unseen: {prometheus.query(taken)}", 60
+        )
+        quiet_after_samples(prometheus, "IcecrawlerLoginRefreshesRefused", "icecrawler-scheduler", taken)
         for _ in range(5):  # a cookie the file does not name: refused, and the account leased on as it was
-            assert crawl("SUB=refreshed; ALF=1767225600") == "SUB=refreshed"
+            assert crawl("SUB=refreshed; ALF=1767225600") == login
         wait_for(
             lambda: ("icecrawler-scheduler",) in firing(prometheus, "IcecrawlerLoginRefreshesRefused", "job"),
             lambda: (
@@ -506,7 +515,7 @@ def test_login_refreshes_refused_fires_for_a_client_that_reports_another_login(t
             timeout_s=60,
         )
         assert prometheus.value(refused) == 5
-        assert prometheus.value('icecrawler_scheduler_login_refreshes_total{result="taken"}') == 1
+        assert prometheus.value(taken) == 5
         assert "5 refreshed logins ignored" in stack.icecrawler("status")
         wait_for(
             lambda: "IcecrawlerLoginRefreshesRefused" not in prometheus.alert_states(),
