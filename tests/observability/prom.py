@@ -12,6 +12,7 @@ import subprocess
 import time
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ __all__ = [
     "prometheus_config",
     "promtool",
     "promtool_check",
+    "scaled_durations",
     "scrape",
     "short_rules",
     "static_targets",
@@ -74,6 +76,61 @@ def short_rules(text: str, hold_s: int = 2, window_s: int | None = 20) -> str:
     None, every range window ``window_s`` (the expressions are otherwise the deployed ones)."""
     text = re.sub(r"for: \d+[smh]", f"for: {hold_s}s", text)
     return text if window_s is None else re.sub(r"\[\d+[smh]\]", f"[{window_s}s]", text)
+
+
+#: Seconds per unit of a Prometheus duration that ``scaled_durations`` scales (``ms`` it refuses).
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400, "y": 365 * 86400}
+_DURATION = re.compile(r"(\d+)([smhdwy])")
+#: A range window or subquery ``[range]``/``[range:step]``, and an ``offset`` (perhaps negative).
+_RANGE = re.compile(r"\[([^\]:]*)(?::([^\]]*))?\]")
+_OFFSET = re.compile(r"\boffset(\s+)(-?)([\w.]+)")
+
+
+def _scaled(duration: str, factor: int) -> str:
+    """``duration`` ``factor`` times shorter, in seconds; an error for what it cannot scale exactly."""
+    match = _DURATION.fullmatch(duration.strip())
+    if match is None:
+        raise ValueError(
+            f"cannot scale the duration {duration!r}: one number and one unit of {sorted(_UNIT_S)} only"
+            " (no ms, no compound such as 1h30m, no empty subquery step)"
+        )
+    seconds = int(match[1]) * _UNIT_S[match[2]]
+    if seconds % factor:
+        raise ValueError(f"the duration {duration!r} is not a whole number of seconds {factor} times shorter")
+    return f"{seconds // factor}s"
+
+
+def _expr_lines(block: str) -> tuple[int, int]:
+    """Where ``expr:`` and its value (the lines indented under it) start and end in one alert's ``block``."""
+    found = re.search(r"^( *)expr:.*\n(?:(?:\1 .*)?\n)*", block, re.M)
+    if found is None:
+        raise ValueError(f"no expr in {block[:80]!r}")
+    return found.start(), found.end()
+
+
+def scaled_durations(alert: str, factor: int) -> Callable[[str], str]:
+    """The rules with every duration in ``alert``'s expression (each range window, subquery step and ``offset``)
+    ``factor`` times shorter, the rest as it was: an alert that compares the last half hour with the day before can
+    be seen to fire and end in minutes, on the same expression. Unlike ``short_rules``, which sets all windows to one
+    length, the windows keep their ratios; a duration it cannot scale exactly is an error, never left as it was."""
+
+    def rules(text: str) -> str:
+        start = text.find(f"- alert: {alert}\n")
+        if start < 0:
+            raise ValueError(f"no alert {alert} in the rules")
+        end = text.find("- alert: ", start + 1)
+        end = len(text) if end < 0 else end
+        first, last = _expr_lines(text[start:end])
+        expr = text[start + first : start + last]
+        ranged = _RANGE.sub(
+            lambda m: f"[{_scaled(m[1], factor)}" + ("" if m[2] is None else f":{_scaled(m[2], factor)}") + "]", expr
+        )
+        body = _OFFSET.sub(lambda m: f"offset{m[1]}{m[2]}{_scaled(m[3], factor)}", ranged)
+        if body == expr:
+            raise ValueError(f"{alert}'s expression has no duration to scale")
+        return text[: start + first] + body + text[start + last :]
+
+    return rules
 
 
 def promtool_check(text: str) -> None:

@@ -30,7 +30,6 @@ test may wait (IcecrawlerLoginRefreshesRefused's hour), it says which windows it
 
 from __future__ import annotations
 
-import re
 import shutil
 import signal
 import time
@@ -49,7 +48,7 @@ from sandbox.scenario import Product, Scenario, WeiboUser
 from sandbox.schedules import Schedule
 from tests.faketime import FakedWallClock
 from tests.helpers import wait_for
-from tests.observability.prom import Prometheus, prometheus_config, scrape, static_targets
+from tests.observability.prom import Prometheus, prometheus_config, scaled_durations, scrape, static_targets
 from tests.tmpfs import fill, fill_to, small_tmpfs
 
 pytestmark = [pytest.mark.e2e, pytest.mark.ice, pytest.mark.bdb, pytest.mark.slow]
@@ -96,30 +95,6 @@ def watch(
     static_targets(directory, "scheduler", [stack.metrics_ports["scheduler"]])
     static_targets(directory, "storage", [stack.metrics_ports["storage"]])
     return Prometheus(stack.group, config, directory / "data")
-
-
-_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
-def scaled_durations(alert: str, factor: int) -> Callable[[str], str]:
-    """The rules with every duration in ``alert``'s expression (each range window and ``offset``) ``factor`` times
-    shorter, the rest as it was: an alert that compares the last half hour with the day before can be seen to fire
-    and end in minutes, on the same expression."""
-
-    def shorter(match: re.Match[str]) -> str:
-        seconds = int(match[2]) * _UNIT_S[match[3]]
-        assert seconds % factor == 0, match[0]
-        return f"{match[1]}{seconds // factor}s"
-
-    def rules(text: str) -> str:
-        start = text.index(f"- alert: {alert}\n")
-        end = text.find("- alert: ", start + 1)
-        end = len(text) if end < 0 else end
-        body = re.sub(r"(\[|offset )(\d+)([smhd])", shorter, text[start:end])
-        assert body != text[start:end], alert
-        return text[:start] + body + text[end:]
-
-    return rules
 
 
 def firing(prometheus: Prometheus, alert: str, *labels: str) -> set[tuple[str, ...]]:
