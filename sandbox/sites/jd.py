@@ -29,7 +29,10 @@ __all__ = ["MAX_PAGE", "JdSite", "comments_json", "count_str", "jsonp", "make_si
 MAX_PAGE = 100
 #: ``functionId`` of api.m.jd.com's comment call (served at ``/`` with ``appid=item-v3``).
 API_FUNCTION = "pc_club_productPageComments"
-_CALLBACK_RE = re.compile(r"^[A-Za-z_$][\w$]{0,63}$")
+#: A JSONP callback name the site accepts, and an answer wrapped in one (as ``jsonp`` writes it).
+_CALLBACK = r"[A-Za-z_$][\w$]{0,63}"
+_CALLBACK_RE = re.compile(rf"^{_CALLBACK}$")
+_JSONP_RE = re.compile(rf"({_CALLBACK})\((.*)\);", re.DOTALL)
 _SCORES = {1: (1,), 2: (2, 3), 3: (4, 5)}
 
 
@@ -144,7 +147,7 @@ class JdSite:
         if response.status != 200 or not response.body:
             return response
         text = response.body.decode()
-        match = re.fullmatch(r"([A-Za-z_$][\w$]{0,63})\((.*)\);", text, re.DOTALL)  # JSONP, as ``jsonp`` writes it
+        match = _JSONP_RE.fullmatch(text)
         doc = json.loads(match[2] if match else text)
         if not isinstance(doc, dict) or not isinstance(doc.get("comments"), list):
             return response
