@@ -61,9 +61,10 @@ def stats(core: SchedulerCore) -> dict[str, Any]:
         }
 
 
-def own_sources(core: SchedulerCore, by_source: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
+def own_sources[V](core: SchedulerCore, by_source: dict[str, V]) -> dict[str, V]:
     """The sources of ``by_source`` this shard schedules: every shard of a sharded scheduler loads the same accounts
-    file, and one that schedules none of a source's tasks would say (and page) that it has no account for it."""
+    file and config, and one that schedules none of a source's tasks would say (and page) that it has no account
+    for it, or that nothing of it waits."""
     return {
         source: counts for source, counts in by_source.items() if core.shard_map.of_source(source) == core.config.shard
     }
@@ -87,6 +88,7 @@ def gauges(core: SchedulerCore) -> dict[str, Any]:
         # core's lock for a fraction of a Python walk over every pending task, and counts after releasing it.
         due_times = list(core.queues.due.values())
         first_due = core.queues.first_due_each()
+        first_ms = core.queues.first_due_ms()
         hosts = core.gate.describe(wall)
         accounts = core.accounts.describe(wall)
         source_accounts = own_sources(core, core.accounts.by_source(wall))
@@ -97,13 +99,15 @@ def gauges(core: SchedulerCore) -> dict[str, Any]:
     # Counted whole: a capped count stays flat once the backlog passes the cap, and IcecrawlerBacklogGrowing (a
     # derivative) would go quiet while it grows.
     due = sum(1 for due_ms in due_times if due_ms <= now_ms)
-    first_ms = min(first_due.values()) if first_due else None
     # Per source, from its earliest pending task: a source whose accounts are all frozen has tasks that wait here
     # (IcecrawlerNoUsableAccount pages only then, not for a source nobody asked to crawl).
-    source_due_age = {
-        source: max(0.0, (now_ms - first_due[source]) / 1000) if source in first_due else 0.0
-        for source in sorted({*core.config.hosts, *first_due})
-    }
+    source_due_age = own_sources(
+        core,
+        {
+            source: max(0.0, (now_ms - first_due[source]) / 1000) if source in first_due else 0.0
+            for source in sorted({*core.config.hosts, *first_due})
+        },
+    )
     block_reasons = [str(host["block"]["reason"]) for host in hosts.values() if host["block"]["reason"]]
     # A source stands still while the site keeps its host blocked (a ban, a long Retry-After): its tasks are not
     # leased, so no report says so. An operator's hold is the operator's own doing (held_hosts).

@@ -6,6 +6,7 @@ observers count what the scheduler core, the storage service and the client's fe
 from __future__ import annotations
 
 import logging
+import re
 import socket
 import threading
 import time
@@ -870,7 +871,8 @@ def test_the_due_backlog_is_counted_whole_so_a_backlog_past_100_000_still_grows(
 
 def test_a_shard_says_nothing_of_accounts_for_a_source_another_shard_schedules(tmp_path: Path) -> None:
     """Every shard loads the same accounts file: a source named in scheduler.account_sources that another shard
-    schedules showed as "no usable account" on this one (a page, and a status line, once per shard)."""
+    schedules showed as "no usable account" on this one (a page, and a status line, once per shard). How long a
+    source's tasks wait is said by its own shard alone too (every shard said 0 for every configured source)."""
     from icecrawler.shards import shard_of_host
 
     hosts = {"sources__weibo_pc__base_url": "https://weibo.com", "sources__jd__base_url": "https://club.jd.com"}
@@ -893,3 +895,7 @@ def test_a_shard_says_nothing_of_accounts_for_a_source_another_shard_schedules(t
             series = f'icecrawler_scheduler_source_accounts{{source="{source}",state="ok"}}'
             assert (series in text) == (owner == shard), (shard, source)
             assert (source in said) == (owner == shard), (shard, source)
+        assert shard_of["weibo_pc"] != shard_of["jd"]
+        waiting = set(re.findall(r'^icecrawler_scheduler_source_due_age_seconds\{source="(\w+)"\}', text, re.M))
+        owned = {source for source in core.config.hosts if core.shard_map.of_source(source) == shard}
+        assert waiting == owned and {*shard_of} & owned == {s for s, owner in shard_of.items() if owner == shard}
