@@ -1,5 +1,5 @@
-"""The deployed alert expressions, whole (only each ``for:`` shortened), evaluated by a real Prometheus that
-scrapes a real loopback crawl, fire on the failures they are written for:
+"""The deployed alert expressions, evaluated by a real Prometheus that scrapes a real loopback crawl, fire on the
+failures they are written for (each ``for:`` is shortened; the few windows shortened too are named at the end):
 
 * IcecrawlerNoProgress: tasks are due and no client runs; it resolves once a client reports;
 * IcecrawlerLeaseExpiries: every crawl of one source outlives ``scheduler.lease_s`` (a site slower than the lease),
@@ -20,12 +20,16 @@ scrapes a real loopback crawl, fire on the failures they are written for:
 * IcecrawlerVisitorSessionsFailing: the sandbox's visitor passport refuses every mint (HTTP 429) while weibo_web's
   tasks wait; it fires for weibo_web, and ends once the passport mints again and the source is crawled;
 * IcecrawlerLoginRefreshesRefused: a client of another release reports, with each crawl of a logged-in source, a
-  refreshed login that names a cookie the accounts file does not; it fires for that scheduler, and not for refreshes
-  the pool takes.
+  refreshed login that names a cookie the accounts file does not; it fires for that scheduler, and stays quiet
+  through five refreshes the pool takes first (more than the four refused ones that fire it);
+* IcecrawlerSourceReadsNothing: JD's pages change so that the parser reads no review off them (the sandbox's
+  ``new_layout``); it fires for jd only, and ends once the pages read again.
 
-The rule windows stay the deployed ones (15 minutes), so rates are read from a Prometheus only minutes old, as
-after a fresh deploy; where a test must see an alert end after its condition cleared and the window is longer than a
-test may wait (IcecrawlerLoginRefreshesRefused's hour), it says which windows it shortens.
+Most rule windows stay the deployed ones (15 minutes), so rates are read from a Prometheus only minutes old, as
+after a fresh deploy. Two tests shorten windows, each saying so: IcecrawlerLoginRefreshesRefused's hour becomes a
+minute (every window, ``window_s``), so that it is seen to end; IcecrawlerSourceReadsNothing's half hour against the
+day before becomes a minute against 48 minutes (``scaled_durations``: every duration of that one expression 30 times
+shorter, their ratios kept).
 """
 
 from __future__ import annotations
