@@ -1,8 +1,8 @@
 """Helpers shared by the tests, in one module: the one bounded wait (``wait_for``, on the harness's
 ``poll_until``), servers that drip their answer (``drip``, ``tarpit``) or never answer (``silent_name_server``), and
 the checks of the end-to-end tests on top of ``icecrawler_local.stack`` (what the sandbox published vs what storage
-holds, judged by ``icecrawler_local.oracle``; restarting a server), and the trace files of the sandbox's trace
-tests (``write_traces``)."""
+holds, judged by ``icecrawler_local.oracle``; restarting a server), the trace files of the sandbox's trace tests
+(``write_traces``), and the Ice timeouts no client test may wait out (``LONG_ICE_WAITS``)."""
 
 from __future__ import annotations
 
@@ -36,6 +36,7 @@ from tests.requirements import skip_or_fail
 from tests.scaleout.netlab import NetLab
 
 __all__ = [
+    "LONG_ICE_WAITS",
     "SHIPPED_LOGROTATE",
     "TRACE_T0",
     "ManualClock",
@@ -62,6 +63,9 @@ Keys = collections.Counter[ItemKey]
 REPO = Path(__file__).resolve().parents[1]
 #: The logrotate file deploy/ ships for the IceGrid node's output directory.
 SHIPPED_LOGROTATE = REPO / "deploy" / "logrotate" / "icecrawler"
+#: Ice timeouts of ten minutes (an invocation timeout and an idle check) for a client whose calls to a server that
+#: stopped answering (SIGSTOP) a test must see ended by other means (``CallCutoff``), never by these.
+LONG_ICE_WAITS = {"Ice.Default.InvocationTimeout": "600000", "Ice.Connection.Client.IdleTimeout": "600"}
 #: The Ice object adapter of each daemon ``refused_start`` starts.
 _ADAPTERS = {"scheduler": "SchedulerAdapter", "storage": "StorageAdapter"}
 

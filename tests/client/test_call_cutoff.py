@@ -16,12 +16,10 @@ import pytest
 from crawler_client.gateways import CallCutoff, IceScheduler
 from icecrawler import rpc
 from icecrawler.errors import ServiceError
+from tests.helpers import LONG_ICE_WAITS
 from tests.scheduler.daemon import ICE_TEST_SETTINGS, scheduler_daemon, scheduler_proxy
 
 pytestmark = [pytest.mark.ice, pytest.mark.bdb]
-
-#: Ice timeouts no test here may wait out.
-LONG_ICE_WAITS = {"Ice.Default.InvocationTimeout": "600000", "Ice.Connection.Client.IdleTimeout": "600"}
 
 
 def test_a_call_to_a_server_that_stopped_answering_ends_at_the_cutoff(tmp_path: Path) -> None:

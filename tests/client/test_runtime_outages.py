@@ -18,7 +18,7 @@ from icecrawler_local.stack import running_stack
 from sandbox.misbehave import Misbehaviour, MisbehaviourRule
 from sandbox.scenario import Product, Scenario, WeiboUser
 from sandbox.schedules import Schedule
-from tests.helpers import caught_up, client_logs, restart, wait_for
+from tests.helpers import LONG_ICE_WAITS, caught_up, client_logs, restart, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.ice, pytest.mark.bdb, pytest.mark.slow]
 
@@ -113,8 +113,6 @@ def test_sigterm_during_a_hanging_crawl_exits_cleanly_and_gives_the_lease_back(t
     assert inflight_after == 0, f"the lease was left to expire instead of being given back:\n{logs[-3000:]}"
 
 
-#: Ice timeouts a stop must not wait out: an invocation timeout and an idle check of ten minutes each.
-LONG_ICE_WAITS = {"Ice.Default.InvocationTimeout": "600000", "Ice.Connection.Client.IdleTimeout": "600"}
 #: How long the test waits for the stopped client (generous: the stop's bound is grace + about 6 s).
 STOP_WAIT_S = 60.0
 
