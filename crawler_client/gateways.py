@@ -37,6 +37,7 @@ from icecrawler.shards import ShardMap, shard_of_host
 
 __all__ = [
     "CLIENT_PROPERTIES",
+    "CallCutError",
     "CallCutoff",
     "IceScheduler",
     "IceStorage",
@@ -46,6 +47,7 @@ __all__ = [
     "TargetsGateway",
     "per_kind",
     "scheduler_gateway",
+    "shared_cutoff",
 ]
 
 log = logging.getLogger(__name__)
@@ -117,6 +119,16 @@ class StorageGateway(Protocol):
 CLIENT_PROPERTIES = {"Ice.Connection.Client.CloseTimeout": "1"}
 
 
+class CallCutError(ServiceError):
+    """A call a stopping client's ``CallCutoff`` ended: not sent (``sent`` False: nothing reached the server), or
+    sent and abandoned unanswered (``sent`` True: the server may still have applied it). The stop, not the
+    server's health: a caller neither backs off nor says the server is down for it."""
+
+    def __init__(self, message: str, *, sent: bool) -> None:
+        super().__init__(message)
+        self.sent = sent
+
+
 class CallCutoff:
     """Ends the remote calls still unanswered at one deadline: a stopping client's.
 
@@ -166,12 +178,15 @@ class _IceGateway:
             if self.cutoff is None:
                 return getattr(self.proxy, operation)(*args)
             if self.cutoff.passed():
-                raise ServiceError(f"{operation} to the {self.role} not sent: past this client's stop deadline")
+                raise CallCutError(
+                    f"{operation} to the {self.role} not sent: past this client's stop deadline", sent=False
+                )
             future = getattr(self.proxy, f"{operation}Async")(*args)
             if not self.cutoff.wait(future):
-                raise ServiceError(
+                raise CallCutError(
                     f"the {self.role} at {self.proxy} did not answer {operation} before this client's stop deadline "
-                    "(client.shutdown_grace_s): call abandoned"
+                    "(client.shutdown_grace_s): call abandoned",
+                    sent=True,
                 )
             return future.result()
 
@@ -387,6 +402,24 @@ def scheduler_gateway(comm: Ice.Communicator, settings: Settings, cutoff: CallCu
     return ShardedScheduler(
         [IceScheduler(proxy, cutoff) for proxy in proxies], ShardMap.from_settings(settings, len(proxies))
     )
+
+
+def shared_cutoff(*gateways: object) -> CallCutoff:
+    """The one ``CallCutoff`` the Ice gateways among ``gateways`` (a ``ShardedScheduler``'s shards included) were
+    built with, so that a daemon's stop cannot forget to bound them; a new one where none is an Ice gateway (memory
+    stand-ins make no remote call). ConfigError for an Ice gateway without a cutoff, or gateways with different
+    ones: a stop would leave their calls unbounded."""
+    found: list[CallCutoff | None] = []
+    for gateway in gateways:
+        for part in gateway._shards if isinstance(gateway, ShardedScheduler) else [gateway]:
+            if isinstance(part, _IceGateway):
+                found.append(part.cutoff)
+    cutoffs = [cutoff for cutoff in found if cutoff is not None]
+    if len(cutoffs) < len(found):
+        raise ConfigError("a client daemon's Ice gateways need a CallCutoff: without one its stop is unbounded")
+    if len({id(cutoff) for cutoff in cutoffs}) > 1:
+        raise ConfigError("a client daemon's Ice gateways must share one CallCutoff: the stop cuts only one")
+    return cutoffs[0] if cutoffs else CallCutoff()
 
 
 class IceStorage(_IceGateway):

@@ -46,7 +46,7 @@ import threading
 from collections.abc import Callable, Iterable
 
 from crawler_client.crawl import CrawlResult, failure_report, fingerprint_result
-from crawler_client.gateways import SchedulerGateway, StorageGateway
+from crawler_client.gateways import CallCutError, SchedulerGateway, StorageGateway
 from crawler_client.screen import record_problem
 from crawler_client.wire_size import fitting, report_wire_bytes
 from crawler_client.writer import ClientStats, Pending, RecordWriter
@@ -191,16 +191,23 @@ class Sink:
         return not batch
 
     def give_back(self) -> int:
-        """Shutdown: release every lease still pending (their records may be stored; storage is
-        idempotent). Returns how many leases were given back."""
+        """Shutdown: report the results whose records are all stored (the stop cut a pass short between the two:
+        a storage call that hung), then release every lease still pending (their records may be stored; storage
+        is idempotent). Returns how many leases were given back."""
         with self._lock:
             batch, self._pending = self._pending, []
             self._working = batch
         self._supersede(batch)
         batch = [item for item in batch if not item.superseded]  # their leases are dead
+        batch = self._report(batch)
         for item in batch:
             item.result.aborted = True
-        left = self._release(batch)
+        # Leases whose reports may have been applied after all go last, apart: the scheduler may refuse each of
+        # them (settled), one call per refusal, and the others must not wait behind those calls.
+        unsent = [item for item in batch if not item.maybe_reported]
+        maybe = [item for item in batch if item.maybe_reported]
+        left = self._release(unsent)
+        left += self._release(maybe) if not left else maybe
         with self._lock:
             self._pending[:0] = left
             self._working = []
@@ -245,6 +252,8 @@ class Sink:
         try:
             self.writer.write_kind([item for item in batch if not item.posts_done], "posts")
             self.writer.write_kind([item for item in batch if not item.reviews_done], "reviews")
+        except CallCutError as exc:  # the stop, not an outage: nothing to back off from
+            log.info("storing ended by this client's stop (%s)", exc)
         except (ServiceError, StorageUnavailableError) as exc:
             delay = self.storage_backoff.failed(self._monotonic())
             log.warning(
@@ -260,6 +269,9 @@ class Sink:
         ready = [item for item in batch if item.stored and not item.result.aborted and not item.superseded]
         if not ready:
             return batch
+        # Reports the stop may have seen applied after all go last, in calls of their own: each may be refused
+        # (settled), one call each, and the others must not wait behind those calls.
+        ready.sort(key=lambda item: item.maybe_reported)
         for item in ready:
             if item.unstored and item.result.report.outcome is Outcome.Ok:
                 report = item.result.report
@@ -271,12 +283,19 @@ class Sink:
         done: set[int] = set()
         start = 0
         while start < len(ready):
-            rest = ready[start:]
+            rest = [item for item in ready[start:] if item.maybe_reported == ready[start].maybe_reported]
             chunk = rest[: fitting(rest, self.report_batch, self.report_bytes, _report_bytes)]
             try:
                 sent = self._send_all_or_nothing(
                     chunk, lambda part: self.scheduler.report([item.result.report for item in part]), "report"
                 )
+            except CallCutError as exc:  # the stop, not an outage: nothing to back off from
+                for item in chunk:
+                    item.maybe_reported = item.maybe_reported or exc.sent
+                log.info(
+                    "reporting ended by this client's stop (%s); %d report(s) not confirmed", exc, len(ready) - start
+                )
+                break
             except ServiceError as exc:
                 delay = self.scheduler_backoff.failed(self._monotonic())
                 log.warning(
@@ -304,6 +323,9 @@ class Sink:
                 ),
                 "release",
             )
+        except CallCutError as exc:  # the stop, not an outage: nothing to back off from
+            log.info("giving %d lease(s) back ended by this client's stop (%s)", len(aborted), exc)
+            return batch
         except ServiceError as exc:
             delay = self.scheduler_backoff.failed(self._monotonic())
             log.warning("scheduler unavailable for releaseUsers (%s); retry in %.1fs", exc, delay)
@@ -336,6 +358,16 @@ class Sink:
                     self.stats.add(reports_lost=len(part))
                     return []
                 bad = part.pop(index)
+                if isinstance(exc, LeaseLostError) and bad.maybe_reported:
+                    log.info(
+                        "%s of task %s refused (%s): its report, abandoned at the stop, was applied after all; "
+                        "resending %d",
+                        what,
+                        bad.result.task.id,
+                        exc,
+                        len(part),
+                    )
+                    continue
                 # A lost lease, or a task the scheduler no longer knows (removed by an operator longer ago than it
                 # remembers removed leases), is the crawl's normal course; any other refusal is a bug here.
                 expected = isinstance(exc, LeaseLostError) or exc.code == "UnknownTask"

@@ -1,7 +1,8 @@
 """``CallCutoff`` against a real scheduler daemon that stops answering (SIGSTOP: its kernel still takes the bytes,
 so nothing fails and Ice waits out its timeouts, ten minutes here): the call in flight ends at the cutoff's
-deadline as a ServiceError that says so, a call after the deadline is not sent, and calls answered in time are
-untouched. What the stopping client daemon builds on (``tests/client/test_runtime_outages.py`` runs it whole)."""
+deadline as a CallCutError (a ServiceError) that says so and that it was sent, a call after the deadline is not
+sent, and calls answered in time are untouched. What the stopping client daemon builds on
+(``tests/client/test_runtime_outages.py`` runs it whole)."""
 
 from __future__ import annotations
 
@@ -13,9 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from crawler_client.gateways import CallCutoff, IceScheduler
+from crawler_client.gateways import CallCutError, CallCutoff, IceScheduler
 from icecrawler import rpc
-from icecrawler.errors import ServiceError
 from tests.helpers import LONG_ICE_WAITS
 from tests.scheduler.daemon import ICE_TEST_SETTINGS, scheduler_daemon, scheduler_proxy
 
@@ -50,11 +50,13 @@ def test_a_call_to_a_server_that_stopped_answering_ends_at_the_cutoff(tmp_path: 
                 cutoff.cut(time.monotonic())
                 caller.join(30)
                 assert not caller.is_alive(), "the call outlived its cutoff"
-                with pytest.raises(ServiceError, match="releaseUsers to the scheduler not sent: past"):
+                with pytest.raises(CallCutError, match="releaseUsers to the scheduler not sent: past") as not_sent:
                     scheduler.release([(leased[1].id, leased[1].lease_token)])
+                assert not not_sent.value.sent  # nothing reached the server
             finally:
                 os.kill(daemon.process.pid, signal.SIGCONT)
-            assert len(outcome) == 1 and isinstance(outcome[0], ServiceError), outcome
+            assert len(outcome) == 1 and isinstance(outcome[0], CallCutError), outcome
+            assert outcome[0].sent  # sent, then abandoned: the server may still act on it
             assert "did not answer releaseUsers before this client's stop deadline" in str(outcome[0])
             # The server is back: a gateway without a cutoff (an operator's command) gets its answer, and the call
             # that was not sent left its lease alone.

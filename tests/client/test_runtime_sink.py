@@ -4,16 +4,21 @@ expiry, listing discoveries inside their reports, and leases given back."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
 from crawler_client.crawl import CrawlResult
+from crawler_client.gateways import CallCutoff, IceScheduler
 from crawler_client.sink import Backoff, Sink
 from crawler_client.wire_size import report_wire_bytes
+from icecrawler import rpc
 from icecrawler.errors import (
     InvalidArgumentError,
     InvalidRecordsError,
@@ -291,16 +296,22 @@ def test_a_report_over_the_limit_alone_is_still_sent_alone() -> None:
 
 
 def test_aborted_crawls_and_shutdown_give_leases_back() -> None:
-    sink, scheduler, _, _ = make()
+    """At shutdown a result whose records are stored is still reported (its report had found the scheduler down);
+    the others' leases are given back."""
+    sink, scheduler, storage, _ = make()
     sink.add(result("a", aborted=True))
     assert sink.flush() is True
     assert scheduler.released == [("user:weibo_mobile:a", "tok-a")] and scheduler.reports == []
     scheduler.down = True
     sink.add(result("b", posts=1))
-    assert sink.flush() is False
+    assert sink.flush() is False  # stored, not reported
+    storage.unavailable = 1
+    sink.add(result("c", posts=1))
+    assert sink.flush() is False  # not stored
     scheduler.down = False
     assert sink.give_back() == 1
-    assert scheduler.released[-1] == ("user:weibo_mobile:b", "tok-b")
+    assert [r.task_id for r in scheduler.reports] == ["user:weibo_mobile:b"]
+    assert scheduler.released[-1] == ("user:weibo_mobile:c", "tok-c")
     assert sink.pending_count() == 0
 
 
@@ -519,12 +530,11 @@ def test_a_superseded_result_still_stores_its_records_before_it_goes(caplog: pyt
 def test_shutdown_gives_back_only_the_newest_lease_of_a_task() -> None:
     """Releasing two leases of one task in one batch is refused as a whole (no entry named): every lease in it
     would wait out its time."""
-    sink, scheduler, _, _ = make()
-    scheduler.down = True
+    sink, scheduler, storage, _ = make()
+    storage.unavailable = 1  # nothing stored: both leases are to be given back
     sink.add(result("t", posts=1))
     sink.add(_leased_again("t", "tok-new", posts=1))
     assert sink.flush() is False
-    scheduler.down = False
     assert sink.give_back() == 1
     assert scheduler.released == [("user:weibo_mobile:t", "tok-new")]
 
@@ -543,3 +553,98 @@ def test_a_pass_whose_report_found_the_scheduler_down_does_not_also_try_to_relea
     assert sink.flush() is True
     assert [r.task_id for r in scheduler.reports] == ["user:weibo_mobile:a"]
     assert scheduler.released == [("user:weibo_mobile:b", "tok-b")]
+
+
+class ScriptedSchedulerProxy:
+    """A scheduler's proxy over a ``MemoryScheduler``: the first putUsers is applied (its leases settle: a later call
+    naming them is LeaseLost) but its answer never comes, and the client's stop cuts the call meanwhile; later calls
+    are answered as the memory scheduler answers them."""
+
+    def __init__(self, scheduler: MemoryScheduler, cutoff: CallCutoff) -> None:
+        self.scheduler = scheduler
+        self.cutoff = cutoff
+        self.calls: list[list[str]] = []
+
+    def putUsersAsync(self, reports: Sequence[Any]) -> concurrent.futures.Future[None]:
+        ids = [report.taskId for report in reports]
+        if not self.calls:
+            self.calls.append(ids)
+            self.scheduler.lost.update(ids)
+            self.cutoff.cut(time.monotonic())  # the stop comes while the call waits for its answer
+            return concurrent.futures.Future()
+        return self._answer(ids)
+
+    def releaseUsersAsync(self, leases: Sequence[Any]) -> concurrent.futures.Future[None]:
+        return self._answer([lease.taskId for lease in leases])
+
+    def _answer(self, ids: list[str]) -> concurrent.futures.Future[None]:
+        self.calls.append(ids)
+        future: concurrent.futures.Future[None] = concurrent.futures.Future()
+        try:
+            self.scheduler._check(ids)
+        except Exception as exc:
+            future.set_exception(rpc.to_slice_error(exc))
+        else:
+            future.set_result(None)
+        return future
+
+
+def test_reports_abandoned_at_the_stop_but_applied_go_last_and_are_no_lost_report(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A putUsers cut at the stop that the scheduler applied all the same settles those leases: naming them again
+    is refused (LeaseLost). At the end of the stop that used to be logged as a refused release, counted as a lost
+    report, and resent one by one ahead of the leases that could still go back."""
+    scheduler, cutoff = MemoryScheduler(), CallCutoff()
+    proxy = ScriptedSchedulerProxy(scheduler, cutoff)
+    sink = Sink(
+        IceScheduler(proxy, cutoff),
+        MemoryStorage(),
+        buffer_records=100,
+        report_batch=2,
+        write_batch=3,
+        backoff_s=1.0,
+        max_backoff_s=8.0,
+        now_ms=lambda: 1_000_000,
+        monotonic=lambda: 0.0,
+        fingerprint=lambda texts: 1,
+    )
+    for name in ("a", "b", "c"):
+        sink.add(result(name, posts=1))
+    assert sink.flush() is False  # a and b were sent, then cut; c was never sent
+    assert scheduler.lost == {"user:weibo_mobile:a", "user:weibo_mobile:b"}
+    cutoff.cut(time.monotonic() + 60)  # the daemon's window for the last calls
+    with caplog.at_level(logging.INFO, logger="crawler_client.sink"):
+        sink.give_back()
+    assert sink.stats.snapshot()["reports_lost"] == 0
+    assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert "applied after all" in caplog.text
+    assert proxy.calls[1] == ["user:weibo_mobile:c"]  # first after the cut: the one nothing had settled
+    assert sink.pending_count() == 0
+
+
+def test_a_call_the_stop_did_not_send_is_not_the_scheduler_being_down(caplog: pytest.LogCaptureFixture) -> None:
+    """Past the stop's cutoff a call is not sent: that is the stop, not an unavailable scheduler. It used to be
+    logged as "scheduler unavailable" and mark a healthy scheduler's backoff as failed."""
+    cutoff = CallCutoff()
+    cutoff.cut(time.monotonic())
+    sink = Sink(
+        IceScheduler(object(), cutoff),
+        MemoryStorage(),
+        buffer_records=100,
+        report_batch=2,
+        write_batch=3,
+        backoff_s=1.0,
+        max_backoff_s=8.0,
+        now_ms=lambda: 1_000_000,
+        monotonic=lambda: 0.0,
+        fingerprint=lambda texts: 1,
+    )
+    sink.add(result("a", aborted=True))
+    sink.add(result("b", posts=1))
+    with caplog.at_level(logging.INFO, logger="crawler_client.sink"):
+        assert sink.flush() is False
+    assert sink.pending_count() == 2  # kept: the daemon gives back what is left
+    assert sink.scheduler_backoff.failures == 0
+    assert "unavailable" not in caplog.text
+    assert "not sent: past this client's stop deadline" in caplog.text
