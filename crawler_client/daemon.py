@@ -17,12 +17,16 @@ process.
   gives back every lease it could not report. Nothing is left half-done: each task ends reported, released, or
   (if the scheduler is unreachable) simply expires and is re-crawled.
 * **A server that does not answer** (stopped, its host dropping packets) cannot hold the stop past that: every
-  remote call goes through one ``CallCutoff``, cut at the end of the sink's grace period, so a call still
-  waiting then is abandoned; the last calls (the lease loop's, the give-back) get ``LAST_CALLS_S`` more, and the
-  command's communicator closes its connections within a second (``gateways.CLIENT_PROPERTIES``). A stop takes at
-  most ``shutdown_grace_s + CANCEL_WAIT_S + 1 + LAST_CALLS_S`` seconds and that second, whatever the Ice timeouts.
+  remote call goes through one ``CallCutoff``. The sink starts no pass after its deadline (the grace period's end,
+  or a second after the cancel wait), and a call still unanswered ``LAST_CALLS_S`` after it is abandoned, so a
+  slow but healthy server still finishes the last pass; the lease loop's call ends at the same cut. Giving the
+  leases back (and reporting results stored by then) gets ``LAST_CALLS_S`` of its own, and the command's
+  communicator closes its connections within a second (``gateways.CLIENT_PROPERTIES``). A stop takes at most about
+  ``shutdown_grace_s + CANCEL_WAIT_S + 1 + 2 * LAST_CALLS_S + 1`` seconds (10 s past the grace period; each step
+  may end up to ``CallCutoff.POLL_S`` late), whatever the Ice timeouts.
   A result whose report was abandoned is not lost: its records are stored or not (the cursor moved only with a
-  report), and its lease comes back by ``releaseUsers`` or at its deadline.
+  report), and its lease comes back by ``releaseUsers`` or at its deadline (a report the scheduler applied after
+  all settled it: its give-back is refused, and that is expected).
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ from dataclasses import dataclass
 
 from crawler_client import observer
 from crawler_client.crawl import CrawlResult, failure_report
-from crawler_client.gateways import CallCutoff, SchedulerGateway, StorageGateway
+from crawler_client.gateways import CallCutoff, SchedulerGateway, StorageGateway, shared_cutoff
 from crawler_client.runner import TaskRunner
 from crawler_client.sink import Backoff, Sink
 from crawler_client.writer import ClientStats
@@ -56,7 +60,8 @@ log = logging.getLogger(__name__)
 POLL_S = 0.2
 #: After cancelling, how long shutdown waits for the crawl threads to notice before giving their leases back.
 CANCEL_WAIT_S = 2.0
-#: After the sink's last pass, how long the last remote calls (the lease loop's, giving leases back) may take.
+#: How long past the sink's deadline a remote call still under way may take (then it is abandoned), and again how
+#: long giving the leases back at the end of the stop may take.
 LAST_CALLS_S = 3.0
 
 
@@ -132,11 +137,10 @@ class ClientDaemon:
         clock: Clock,
         fingerprint: Callable[[Iterable[str]], int],
         worker_id: str | None = None,
-        cutoff: CallCutoff | None = None,
     ) -> None:
         self.scheduler = scheduler
-        #: What ends the gateways' remote calls at the stop's deadlines (the gateways must be built with it).
-        self.cutoff = cutoff or CallCutoff()
+        #: What ends the gateways' remote calls at the stop's deadlines: the one their Ice gateways were built with.
+        self.cutoff = shared_cutoff(scheduler, storage)
         self.config = config
         self.worker_id = worker_id or default_worker_id()
         self.clock = clock
@@ -202,24 +206,33 @@ class ClientDaemon:
             _join_all(self._threads, time.monotonic() + CANCEL_WAIT_S)
         self._release_queued()
         self._abandon_stuck_crawls()
-        self._sink_deadline = max(deadline, time.monotonic() + 1.0)
-        self.cutoff.cut(self._sink_deadline)  # a call still unanswered then is abandoned
+        self._sink_deadline = max(deadline, time.monotonic() + 1.0)  # the sink starts no pass after it
+        # A call still unanswered LAST_CALLS_S later is abandoned: a slow but healthy server finishes the sink's last
+        # pass (its report, its login refresh), a hung one holds the stop no longer.
+        calls_end = self._sink_deadline + LAST_CALLS_S
+        self.cutoff.cut(calls_end)
         self._sink_done.set()
         self._wake_sink.set()
         if self._sink_thread is not None:
-            self._sink_thread.join()  # bounded: the sink returns at its deadline, and so does each of its calls
-        self.cutoff.cut(time.monotonic() + LAST_CALLS_S)
+            self._sink_thread.join()  # bounded: the sink starts no pass after its deadline, and its calls end by then
         if self._leaser is not None:
-            self._leaser.join(LAST_CALLS_S)  # tasks it leased meanwhile are given back below; later ones expire
+            # Its call ends at the same cut (within CallCutoff.POLL_S): wait for that before the give-back's window
+            # opens, so that the window is the give-back's alone. Tasks it leased meanwhile are given back below;
+            # a call still running after this (it missed the cut) is abandoned, and what it leases expires.
+            self._leaser.join(max(0.0, calls_end + 2 * CallCutoff.POLL_S - time.monotonic()))
+        self.cutoff.cut(time.monotonic() + LAST_CALLS_S)  # the give-back's own window
         self._release_queued()
         left = self.sink.pending_count()
         if left:
             released = self.sink.give_back()
+            unsettled = self.sink.pending_count()
             log.warning(
-                "%d result(s) could not be reported in time: %d lease(s) given back, %d left to expire",
+                "%d result(s) could not be reported in time by the last pass: %d reported or settled at the end, "
+                "%d lease(s) given back, %d left to expire",
                 left,
+                left - released - unsettled,
                 released,
-                left - released,
+                unsettled,
             )
         self.log_progress()
         log.info("client %s stopped", self.worker_id)

@@ -31,7 +31,7 @@ class Command(BaseCommand):
         "and retried with backoff.\n\n"
         "SIGTERM or SIGINT stops it cleanly: no new leases, queued tasks are given back (releaseUsers), running "
         "crawls get client.shutdown_grace_s to finish and be reported, everything else is given back; a server that "
-        "does not answer holds the stop no longer than that grace period and a few seconds.\n\n"
+        "does not answer holds the stop no longer than that grace period and about ten seconds.\n\n"
         "Progress (tasks crawled and reported, items stored, per-outcome counts) is logged every "
         "client.progress_log_s seconds.\n\n"
         "Useful settings (--set KEY=VALUE): client.workers, client.batch, client.max_pages, client.timeout_s, "
@@ -75,7 +75,7 @@ class Command(BaseCommand):
         stop_requested = threading.Event()
         with rpc.stop_on_signals(stop_requested), rpc.communicator(ice_args, CLIENT_PROPERTIES) as comm:
             start_host_check(rpc.scheduler_proxies(comm), settings, stop_requested)
-            cutoff = CallCutoff()  # the stop ends calls a server leaves unanswered (crawler_client.daemon)
+            cutoff = CallCutoff()  # the stop ends calls a server leaves unanswered (the daemon reads it from these)
             daemon = ClientDaemon(
                 scheduler_gateway(comm, settings, cutoff),
                 IceStorage(rpc.storage_proxy(comm), cutoff),
@@ -84,7 +84,6 @@ class Command(BaseCommand):
                 clock=clock,
                 fingerprint=fingerprint,
                 worker_id=args.worker_id,
-                cutoff=cutoff,
             )
             log.info(
                 "scheduler: %s; storage: %s", "; ".join(map(str, rpc.scheduler_proxies(comm))), rpc.storage_proxy(comm)

@@ -3,16 +3,20 @@ ends reported; shutdown gives back queued and cancelled tasks; a full buffer sto
 
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 
 import pytest
 
 from crawler_client import daemon as daemon_module
 from crawler_client.crawl import CrawlResult, failure_report
 from crawler_client.daemon import ClientDaemon, DaemonConfig
+from crawler_client.gateways import CallCutoff, IceScheduler, IceStorage
 from icecrawler.clock import Clock
-from icecrawler.errors import NoWorkError, StorageUnavailableError
+from icecrawler.errors import ConfigError, NoWorkError, ServiceError, StorageUnavailableError
 from icecrawler.models import Outcome, Post, Report, Review, Task, TaskKind
 from icecrawler.processes import poll_until
 
@@ -310,3 +314,171 @@ def test_crawls_stuck_in_reads_cost_the_stop_one_cancel_wait_not_one_each(monkey
     assert stopped, "the stop waited CANCEL_WAIT_S for each stuck crawl in turn"
     released = sorted(task_id for task_id, _ in scheduler.released)
     assert released == sorted(f"user:weibo_mobile:{n}" for n in range(workers))
+
+
+def answered_when(cutoff: Callable[[], CallCutoff], answer: threading.Event) -> None:
+    """A remote call as the Ice gateways make it: it waits for its answer (``answer``) through the daemon's
+    ``CallCutoff`` and fails as they do when the cutoff ends it first."""
+    future: concurrent.futures.Future[None] = concurrent.futures.Future()
+
+    def respond() -> None:
+        if answer.wait(60):
+            with contextlib.suppress(concurrent.futures.InvalidStateError):  # cancelled: the cutoff came first
+                future.set_result(None)
+
+    threading.Thread(target=respond, daemon=True).start()
+    if not cutoff().wait(future):
+        raise ServiceError("did not answer before this client's stop deadline: call abandoned")
+
+
+def test_a_slow_but_healthy_servers_last_pass_is_finished_not_cut_at_the_sinks_deadline(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Storage answers the sink's last write just after the sink's deadline (its writes are slow, nothing hangs).
+    The stop used to cut every call at that deadline, so the stored result was given back and crawled again, and
+    its report (a login refresh with it) never reached the scheduler. A call under way now has ``LAST_CALLS_S``
+    more (30 s here: the test's own delays cannot matter); only new passes stop at the deadline."""
+    monkeypatch.setattr(daemon_module, "LAST_CALLS_S", 30.0)
+    scheduler = Scheduler(tasks=1)
+    writing, answer = threading.Event(), threading.Event()
+    daemons: list[ClientDaemon] = []
+
+    class SlowStorage(Storage):
+        def write_posts(self, posts: Sequence[Post]) -> int:
+            writing.set()
+            answered_when(lambda: daemons[0].cutoff, answer)
+            return super().write_posts(posts)
+
+    storage = SlowStorage()
+    daemon, _ = make(scheduler, storage, config(workers=1, batch=1, shutdown_grace_s=0.0), threading.Event())
+    daemons.append(daemon)
+    daemon.start()
+    stopper = threading.Thread(target=daemon.stop, name="stopper", daemon=True)
+    try:
+        assert writing.wait(20)
+        stopper.start()
+        # The sink's deadline passes (and a cut there would have ended the write, within CallCutoff.POLL_S)...
+        assert poll_until(lambda: time.monotonic() > daemon._sink_deadline + 2 * CallCutoff.POLL_S, 20, 0.02)
+        answer.set()  # ... then storage answers
+        stopper.join(30)
+    finally:
+        answer.set()
+        stopper.join(60)
+    assert [r.task_id for r in scheduler.reports] == ["user:weibo_mobile:0"]
+    assert scheduler.released == [] and len(storage.posts) == 1
+
+
+def test_a_lease_call_that_outlives_the_cut_leaves_the_give_back_its_whole_window(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The lease loop's call ends at the stop's cut within ``CallCutoff.POLL_S``, but one that misses it (the cut
+    moved on to the give-back's window before the call looked) ran on, and the stop waited ``LAST_CALLS_S`` for it
+    out of the give-back's window: the leases left for the give-back were not sent and expired instead. Here the
+    lease call ignores the cut altogether; the stop must still give the leases back."""
+    monkeypatch.setattr(daemon_module, "LAST_CALLS_S", 0.5)
+    daemons: list[ClientDaemon] = []
+    leasing, lease_answer = threading.Event(), threading.Event()
+
+    class StoppingScheduler(Scheduler):
+        def lease(self, worker_id: str, count: int) -> list[Task]:
+            if self.todo:
+                return super().lease(worker_id, count)
+            leasing.set()
+            lease_answer.wait(60)  # deaf to the cut
+            raise NoWorkError("idle", next_due_in_ms=20)
+
+        def release(self, leases: Sequence[tuple[str, str]]) -> None:
+            if daemons[0].cutoff.passed():  # as the Ice gateways: past the cutoff nothing is sent
+                raise ServiceError("releaseUsers not sent: past this client's stop deadline")
+            super().release(leases)
+
+    scheduler = StoppingScheduler(tasks=1)
+    daemon, _ = make(
+        scheduler, Storage(available=False), config(workers=1, batch=1, shutdown_grace_s=0.0), threading.Event()
+    )
+    daemons.append(daemon)
+    daemon.start()
+    try:
+        assert leasing.wait(20) and poll_until(lambda: daemon.sink.pending_count() == 1, 20, 0.02)
+        daemon.stop()  # the result cannot be stored (storage down): its lease is given back at the end
+    finally:
+        lease_answer.set()
+    assert scheduler.released == [("user:weibo_mobile:0", "tok0")]
+    assert scheduler.reports == []
+
+
+def test_a_daemon_reads_its_cutoff_from_its_ice_gateways_and_refuses_unbounded_ones() -> None:
+    """The stop bounds the calls through the cutoff the gateways were built with; a daemon given its own (or none)
+    used to bound nothing, silently."""
+    cutoff = CallCutoff()
+    daemon = ClientDaemon(
+        IceScheduler(object(), cutoff),
+        IceStorage(object(), cutoff),
+        config(),
+        lambda cancel: Runner(cancel, threading.Event(), frozenset()),  # type: ignore[arg-type,return-value]
+        clock=Clock(),  # type: ignore[arg-type]
+        fingerprint=lambda texts: 1,
+        worker_id="test",
+    )
+    assert daemon.cutoff is cutoff
+    for storage in (IceStorage(object()), IceStorage(object(), CallCutoff())):
+        with pytest.raises(ConfigError, match="CallCutoff"):
+            ClientDaemon(
+                IceScheduler(object(), cutoff),
+                storage,
+                config(),
+                lambda cancel: Runner(cancel, threading.Event(), frozenset()),  # type: ignore[arg-type,return-value]
+                clock=Clock(),  # type: ignore[arg-type]
+                fingerprint=lambda texts: 1,
+                worker_id="test",
+            )
+
+
+def test_results_stored_before_storage_hung_are_reported_at_the_stop_not_given_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One sink pass stores the first result's records, then storage hangs on the second's until the stop cuts the
+    call. The stored result's report came after the cut in the same pass, so it was not sent and its lease was
+    given back: a crawl whose items are stored, crawled again. The give-back's window now reports it first."""
+    monkeypatch.setattr(daemon_module, "LAST_CALLS_S", 0.5)
+    daemons: list[ClientDaemon] = []
+    first_gate, hung = threading.Event(), threading.Event()
+
+    class HangingStorage(Storage):
+        """The first write waits for ``first_gate`` (so the next two results reach one pass), the third never
+        answers."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.writes = 0
+
+        def write_posts(self, posts: Sequence[Post]) -> int:
+            self.writes += 1
+            if self.writes == 1:
+                assert first_gate.wait(30)
+            if self.writes == 3:
+                hung.set()
+                answered_when(lambda: daemons[0].cutoff, threading.Event())
+            return super().write_posts(posts)
+
+    class IceLikeScheduler(Scheduler):
+        def report(self, reports: Sequence[Report]) -> None:
+            if daemons[0].cutoff.passed():  # as the Ice gateways: past the cutoff nothing is sent
+                raise ServiceError("putUsers not sent: past this client's stop deadline")
+            super().report(reports)
+
+    scheduler, storage = IceLikeScheduler(tasks=3), HangingStorage()
+    daemon, _ = make(
+        scheduler, storage, config(workers=1, batch=1, write_batch=1, shutdown_grace_s=0.0), threading.Event()
+    )
+    daemons.append(daemon)
+    daemon.start()
+    try:
+        assert poll_until(lambda: daemon.sink.pending_count() == 3, 20, 0.02)  # one being written, two waiting
+        first_gate.set()
+        assert hung.wait(20)
+        daemon.stop()
+    finally:
+        first_gate.set()
+    assert sorted(r.task_id for r in scheduler.reports) == ["user:weibo_mobile:0", "user:weibo_mobile:1"]
+    assert scheduler.released == [("user:weibo_mobile:2", "tok2")]
