@@ -40,7 +40,7 @@ DEFAULTS: dict[str, Any] = {
     # Most reports per putUsers call (and discovered ids per addUsers call).
     "client.report_batch": 50,
     # On SIGTERM/SIGINT: how long in-flight tasks may finish and be reported before leases are given back; a call
-    # to a server that does not answer is abandoned then, so a stop takes at most this plus about 7 s.
+    # to a server that does not answer is abandoned 3 s later, so a stop takes at most about this plus 10 s.
     "client.shutdown_grace_s": 20.0,
     # Longest time one fetch may take in total, headers and body (a server that drips bytes is cut off as Timeout).
     "client.total_timeout_s": 30.0,
