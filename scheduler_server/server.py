@@ -33,8 +33,9 @@ from scheduler_server.core import SchedulerCore
 from scheduler_server.integrity import LOCK_FILE, backup_checked, holds_database, open_checked
 from scheduler_server.listing import list_tasks
 from scheduler_server.refusals import RefusalLog
+from scheduler_server.reshard_run import unfinished_reshard
 
-__all__ = ["Maintenance", "data_lock", "make_servant", "open_core", "run"]
+__all__ = ["Maintenance", "data_lock", "make_servant", "open_core", "refuse_unfinished_reshard", "run"]
 
 log = logging.getLogger(__name__)
 
@@ -365,6 +366,15 @@ def reload_accounts(settings: Settings, core: SchedulerCore) -> None:
     log.info("accounts reloaded from %s: %s", settings.get_str("scheduler.accounts_dir"), changes.describe())
 
 
+def refuse_unfinished_reshard(settings: Settings) -> None:
+    """ConfigError when ``scheduler.db_dir`` holds no database while a reshard's copy for it waits beside it
+    (``reshard_run.unfinished_reshard``). Checked before ``data_lock`` puts its lock file there: a ``--to``
+    directory that holds anything is refused by the reshard that would finish the copy."""
+    db_dir = Path(settings.get_str("scheduler.db_dir"))
+    if not holds_database(db_dir) and (refusal := unfinished_reshard(db_dir)):
+        raise ConfigError(refusal)
+
+
 def data_lock(settings: Settings) -> DataLock:
     """The lock that keeps a second scheduler off this one's database directory."""
     return DataLock(Path(settings.get_str("scheduler.db_dir")) / LOCK_FILE, "scheduler")
@@ -380,6 +390,7 @@ def run(settings: Settings, ice_args: Sequence[str], listen: str = "") -> int:
     Clock.check_shared_origin(settings, "scheduler")
     check_paths(settings.as_dict(), dirs=["scheduler.db_dir", *backup_dir_keys(settings, "scheduler")])
     metrics_config = MetricsConfig.from_settings(settings, "scheduler")  # a bad value fails before anything starts
+    refuse_unfinished_reshard(settings)
     with rpc.communicator(ice_args, SCHEDULER_PROPERTIES) as comm:
         gate = guarded_listening(
             comm,

@@ -15,13 +15,7 @@ from icecrawler.durable import publish, sync_dir, sync_tree
 from icecrawler.errors import ConfigError
 from icecrawler.settings import Settings
 from icecrawler_cli.commands import BaseCommand
-
-#: Where a new shard's database is built before it is renamed into place.
-PARTIAL_SUFFIX = ".partial"
-#: Written into each new shard's database before any is renamed into place: which run made it, which shard of how
-#: many, from which databases. A run stopped while it renamed is finished by the next run with the same paths.
-RUN_FILE = "reshard.json"
-
+from scheduler_server.reshard_run import RUN_FILE, partial_of, run_of
 
 #: What to do when a --from database is held: reshard reads databases no scheduler serves (docs/DEPLOY.md).
 IN_USE = (
@@ -102,7 +96,7 @@ class Command(BaseCommand):
                     placed = ", ".join(f"{host} {count}" for host, count in sorted(hosts.items())) or "no tasks"
                     print(f"shard {shard} of {len(targets)}: {sum(hosts.values())} tasks ({placed})")
                 return 0
-            partials = [_partial(path) for path in targets]
+            partials = [partial_of(path) for path in targets]
             new = []
             for partial in partials:
                 if partial.exists():  # left by a reshard that did not finish: ours to replace
@@ -134,18 +128,6 @@ class Command(BaseCommand):
         return 0
 
 
-def _partial(target: Path) -> Path:
-    return target.with_name(target.name + PARTIAL_SUFFIX)
-
-
-def _run_of(path: Path) -> dict[str, object] | None:
-    try:
-        run = json.loads((path / RUN_FILE).read_text())
-    except (OSError, ValueError):
-        return None
-    return run if isinstance(run, dict) else None
-
-
 def _source_state(sources: list[Path], lock_file: str) -> dict[str, list[list[object]]]:
     """Name, size and modification time of every file of each old database, as the reshard left them: a scheduler
     started on them since changes them (its recovery and checkpoints write), and the new shards are then older."""
@@ -165,8 +147,8 @@ def _stopped_while_publishing(
     databases into place (every copy was complete and checked by then), [] when such a run renamed them all; None
     when the --to paths show no such run. Refused when the old databases changed since that run (a scheduler ran
     on them: going back to the old layout): its shards are older than they are."""
-    placed = [_run_of(target) for target in targets]
-    waiting = [_run_of(_partial(target)) for target in targets]
+    placed = [run_of(target) for target in targets]
+    waiting = [run_of(partial_of(target)) for target in targets]
     if not any(placed):
         return None
     runs = [done or left for done, left in zip(placed, waiting, strict=True)]
@@ -181,7 +163,7 @@ def _stopped_while_publishing(
             "--to holds the shards of a reshard of these --from databases, but they changed since (a scheduler ran "
             "on them after it?): the shards are older than them. Reshard again into new, empty --to directories"
         )
-    left = [(_partial(target), target) for target, run in zip(targets, waiting, strict=True) if run is not None]
+    left = [(partial_of(target), target) for target, run in zip(targets, waiting, strict=True) if run is not None]
     if any(target.exists() and (not target.is_dir() or any(target.iterdir())) for _, target in left):
         return None
     return left
@@ -195,7 +177,7 @@ def _check_paths(sources: list[Path], targets: list[Path]) -> None:
         if not (path / "tasks.db").is_file():  # opened anyway, it would become a new, empty database
             raise ConfigError(f"--from {path}: holds no scheduler database (no tasks.db); give each shard's db_dir")
     for path in targets:
-        if (run := _run_of(path)) is not None:
+        if (run := run_of(path)) is not None:
             raise ConfigError(
                 f"--to {path}: already holds shard {run.get('shard')} of {run.get('shards')} made by an earlier "
                 "reshard; reshard writes only new databases (one killed while it renamed its databases into place "

@@ -16,12 +16,12 @@ from icecrawler.models import Outcome, Report, Task, TaskKind
 from icecrawler.settings import Settings
 from icecrawler.shards import ShardMap, source_hosts
 from icecrawler_cli.cli import main
-from icecrawler_cli.commands.reshard import RUN_FILE
 from scheduler_server.accounts import login_digest
 from scheduler_server.core import SchedulerCore
 from scheduler_server.integrity import open_checked
 from scheduler_server.refreshes import StoredRefresh, decode_refresh, encode_refresh, refresh_key
 from scheduler_server.reshard import EVERY_SHARD, entry_owner, plan, read_layout, reshard
+from scheduler_server.reshard_run import RUN_FILE
 from scheduler_server.startup import CALIBRATION_KEY, GAP_KEY, GAP_VALUE, LAYOUT_KEY
 from scheduler_server.store import TABLES, BdbQueueStore, MemoryQueueStore, QueueStore
 from tests.helpers import record_fsyncs_and_renames

@@ -19,7 +19,7 @@ import pytest
 from icecrawler import rpc
 from icecrawler.backups import BackupPlan
 from icecrawler.processes import icecrawler_argv
-from tests.helpers import wait_for
+from tests.helpers import refused_start, wait_for
 from tests.scheduler.daemon import REPO, SchedulerDaemon, scheduler_daemon, scheduler_proxy
 from tests.scheduler.test_shards import TWO_HOSTS
 
@@ -229,6 +229,22 @@ def test_a_reshard_killed_between_its_renames_is_finished_by_running_it_again(tm
     # Once more (a script that reruns until it succeeds): nothing left to do, and it says so.
     done = reshard("--from", str(db_dir), "--to", *targets)
     assert done.returncode == 0 and "nothing to do" in done.stdout, done.stderr
+    _serve_their_tasks(tmp_path)
+
+
+def test_a_shard_started_before_a_killed_reshard_was_finished_refuses_to_begin_empty(tmp_path: Path) -> None:
+    """kill -9 between the renames, then the new shards started without running the reshard again: shard 1's
+    db_dir does not exist yet (its complete copy waits as ``db.partial``). Was: it began a new, empty database
+    there and served none of its host's tasks, and the rerun was then refused for good ("already holds shard 0"),
+    with the copy stranded beside it. Now the start is refused in one line naming the copy and the command that
+    finishes it, nothing is begun there, and the rerun finishes the reshard."""
+    db_dir, targets = _reshard_killed_after_rename(tmp_path, 1)
+    sets = [f"--set={key}={value}" for key, value in (("scheduler.shards", 2), ("scheduler.shard", 1))]
+    refused = refused_start("scheduler", tmp_path, *SETS, *sets, f"--set=scheduler.db_dir={targets[1]}")
+    assert f"{targets[1]}.partial" in refused and "icecrawler reshard" in refused, refused
+    assert not Path(targets[1]).exists()  # nothing begun there
+    again = reshard("--from", str(db_dir), "--to", *targets)
+    assert again.returncode == 0 and "1 left to rename" in again.stdout, again.stderr
     _serve_their_tasks(tmp_path)
 
 
