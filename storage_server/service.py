@@ -373,7 +373,10 @@ class StorageService:
         ``CLOSE_WAIT_S`` in all."""
         self._stop.set()
         self._wake.set()
-        self.store.interrupt()
+        try:
+            self.store.interrupt()
+        except Exception:  # the rest of the stop (join, shut the pools, close store and spool) runs regardless
+            log.exception("backend %s: interrupting the calls under way failed; stopping anyway", self.store.name)
         deadline = time.monotonic() + CLOSE_WAIT_S
         self._replayer.join(timeout=CLOSE_WAIT_S)
         with self._calls_lock:

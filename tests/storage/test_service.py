@@ -264,3 +264,40 @@ def test_a_drained_spool_gives_its_disk_back(tmp_path: Path, store: MemoryStore)
     backup = tmp_path / "backup"
     integrity.backup_files([spool_file], backup)
     assert (backup / spool_file.name).stat().st_size < 1 << 20
+
+
+class UninterruptibleStore(MemoryStore):
+    """A backend whose ``interrupt`` raises (as HBase's did when a closing thread raced it), and that says whether
+    it was closed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.closed = False
+
+    def interrupt(self) -> None:
+        raise AttributeError("'NoneType' object has no attribute 'close'")
+
+    def close(self) -> None:
+        self.closed = True
+        super().close()
+
+
+class ClosingSpool(MemorySpool):
+    """A spool that says whether it was closed."""
+
+    closed = False
+
+    def close(self) -> None:
+        self.closed = True
+        super().close()
+
+
+def test_a_failing_interrupt_does_not_cut_the_stop_short(caplog: pytest.LogCaptureFixture) -> None:
+    """Before, an error from the store's ``interrupt`` left ``close`` at once: the replay not joined, the pools
+    not shut, the store and the spool not closed, and the storage daemon exited 1."""
+    store, spool = UninterruptibleStore(), ClosingSpool()
+    service = service_on(store, spool)
+    with caplog.at_level(logging.ERROR, logger="storage_server.service"):
+        service.close()
+    assert store.closed and spool.closed
+    assert any("interrupting the calls under way failed" in record.getMessage() for record in caplog.records)
