@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
-from concurrent.futures import TimeoutError as FutureTimeout
+from concurrent.futures import wait as futures_wait
 from queue import Empty
 from typing import Any
 
@@ -43,8 +43,13 @@ _JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 _BACKEND_ERRORS = (TException, OSError, socket.timeout, happybase.pool.NoConnectionsAvailable)
 #: The longest backend error text kept for the log and ``stats()`` (one line, not a Java stack trace).
 MAX_ERROR_CHARS = 300
-#: How often a thread waiting for a pooled connection looks whether the store was interrupted (a stop).
+#: How often a thread waiting for a pooled connection, or for the tables check under way, looks whether the store
+#: was interrupted (a stop).
 ACQUIRE_SLICE_S = 0.25
+#: happybase's timeout (ms) given to a busy connection that ``interrupt`` ends: happybase's pool opens a new socket
+#: for it at once, connecting for that long; with ``timeout_s`` a Thrift host that drops connection attempts (a
+#: full accept queue, a firewall) would hold the calling thread, and so the stop, that long.
+INTERRUPTED_CONNECT_MS = 1
 #: Unreadable rows named one by one in a scan's warnings; the rest are only counted.
 MAX_SKIP_WARNINGS = 10
 
@@ -178,8 +183,8 @@ class HBaseStore:
     def _acquired(self) -> Iterator[Any]:
         """A connection of the pool, waited for at most ``timeout_s`` in slices, so that a stop (``interrupt``)
         ends the wait at once."""
+        pool = self._pool  # may connect first (up to ``timeout_s`` per connection): not part of the wait
         deadline = time.monotonic() + self.timeout_s
-        pool = self._pool
         while True:
             self._check_open()
             left = deadline - time.monotonic()
@@ -198,20 +203,36 @@ class HBaseStore:
     def _connection(self) -> Iterator[Any]:
         """A pooled connection whose socket is closed when a call on it fails: happybase then gives the connection
         a new socket without closing the old one, which would stay open until the garbage collector finds it.
-        While in use, ``interrupt`` can shut its socket down from another thread."""
+        While in use, ``interrupt`` can shut its socket down from another thread; any error after that (thriftpy2
+        asserts on a socket closed between two calls of one put) is the stop's ``StorageUnavailableError``."""
         with self._acquired() as connection:
             with self._lock:
                 self._busy.add(connection)
             try:
                 self._check_open()
                 yield connection
-            except _BACKEND_ERRORS:
-                with contextlib.suppress(*_BACKEND_ERRORS):
-                    connection.transport.close()
+            except StorageUnavailableError:
+                raise
+            except Exception as exc:
+                interrupted = self._interrupted.is_set()
+                if interrupted or isinstance(exc, _BACKEND_ERRORS):
+                    self._close_transport(connection)
+                if interrupted and not isinstance(exc, _BACKEND_ERRORS):
+                    raise StorageUnavailableError(
+                        f"HBase at {self.host}:{self.port}: the call under way ended by the server's stop"
+                    ) from exc
                 raise
             finally:
                 with self._lock:
                     self._busy.discard(connection)
+
+    def _close_transport(self, connection: Any) -> None:
+        """Close ``connection``'s socket, under the lock: thriftpy2's ``TSocket.close`` is not thread-safe (its
+        shutdown wakes the thread reading the socket, which closes it too and sets it to ``None`` under the first
+        close), and ``interrupt`` closes sockets that other threads use. A close does not block. Whatever it
+        raises is dropped: the socket is being given up anyway."""
+        with self._lock, contextlib.suppress(Exception):
+            connection.transport.close()
 
     def _fail(self, what: str, exc: BaseException) -> StorageUnavailableError:
         if self._interrupted.is_set():  # its socket was shut down by ``interrupt``: no fault of the Thrift server
@@ -235,39 +256,50 @@ class HBaseStore:
 
     def _ensure_tables(self, connection: Any) -> None:
         """The tables checked once (``_check_tables``) before the first call and after a failed put. One thread
-        checks; threads arriving meanwhile wait for its outcome (bounded by ``timeout_s``) instead of checking in
-        turn, and no lock is held over the check's Thrift calls."""
-        if self._ready:
-            return
-        with self._lock:
+        checks; threads arriving meanwhile wait for its outcome instead of checking in turn, and no lock is held
+        over the check's Thrift calls. A waiter has no deadline of its own: the check makes several calls, each
+        bounded by ``timeout_s`` (a deadline of one ``timeout_s`` failed waiters while a slow HBase answered every
+        call in time), and a stop ends the wait at once. When the Thrift server dropped the checking thread's
+        connection (it restarted), a waiter starts or joins one more check, as the checking thread's put tries once
+        more on a new connection."""
+        for attempt in (1, 2):
             if self._ready:
                 return
-            probe, mine = self._probe, self._probe is None
-            if probe is None:
-                probe = self._probe = Future()
-        if not mine:
+            with self._lock:
+                if self._ready:
+                    return
+                probe, mine = self._probe, self._probe is None
+                if probe is None:
+                    probe = self._probe = Future()
+            if mine:
+                self._run_probe(probe, connection)
+                return
+            while not probe.done():
+                self._check_open()
+                futures_wait([probe], timeout=ACQUIRE_SLICE_S)
             try:
-                probe.result(timeout=self.timeout_s)
-            except FutureTimeout:
-                raise StorageUnavailableError(
-                    f"HBase at {self.host}:{self.port}: the tables check under way did not end within "
-                    f"storage.hbase.timeout_s={self.timeout_s:g}s"
-                ) from None
+                probe.result()
             except StorageUnavailableError as exc:  # the checking thread raises the exception itself: a copy here
                 raise StorageUnavailableError(str(exc)) from None
             except _BACKEND_ERRORS as exc:
+                if attempt == 1 and _dropped(exc) and not self._interrupted.is_set():
+                    continue
                 raise self._fail("tables check", exc) from None
             return
+
+    def _run_probe(self, probe: Future[None], connection: Any) -> None:
+        """Check the tables on ``connection`` and hand the outcome to the threads waiting on ``probe``. The probe
+        is no longer the one under way when they wake, so a waiter that checks again starts a new one."""
         try:
             self._check_tables(connection)
         except BaseException as exc:
-            probe.set_exception(exc)
-            raise
-        else:
-            probe.set_result(None)
-        finally:
             with self._lock:
                 self._probe = None
+            probe.set_exception(exc)
+            raise
+        with self._lock:
+            self._probe = None
+        probe.set_result(None)
 
     def _check_tables(self, connection: Any) -> None:
         """Create a missing table; refuse one without family ``d`` (every put to it would fail) with one line."""
@@ -393,13 +425,15 @@ class HBaseStore:
     def interrupt(self) -> None:
         """End the calls under way now and refuse new ones (the service is stopping): each busy connection's
         socket is shut down from this thread, so a call waiting on a Thrift server that never answers fails at
-        once (its caller spools or keeps its spooled entry) instead of after ``timeout_s``."""
+        once (its caller spools or keeps its spooled entry) instead of after ``timeout_s``. happybase's pool then
+        opens a new socket for the connection at once: it gets ``INTERRUPTED_CONNECT_MS`` to connect, not
+        ``timeout_s``. Never raises."""
         self._interrupted.set()
         with self._lock:
             busy = list(self._busy)
         for connection in busy:
-            with contextlib.suppress(*_BACKEND_ERRORS):
-                connection.transport.close()
+            connection.timeout = INTERRUPTED_CONNECT_MS  # what happybase's _refresh_thrift_client builds from
+            self._close_transport(connection)
 
     def close(self) -> None:
         """happybase pools have no close; drop idle connections by letting the pool go."""

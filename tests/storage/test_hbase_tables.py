@@ -11,12 +11,16 @@ import json
 import logging
 import socket
 import threading
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import happybase
 import pytest
+from happybase.connection import ColumnDescriptor, Hbase
+from thriftpy2.rpc import make_server
+from thriftpy2.transport import TSocket
 
 from icecrawler import rpc
 from icecrawler.errors import StorageUnavailableError
@@ -197,3 +201,194 @@ def test_a_thrift_server_that_hangs_up_on_every_request_is_named_as_a_transport_
         finally:
             stop.set()
             thread.join(timeout=5.0)
+
+
+class StandInHBase:
+    """The calls of HBase's Thrift1 interface a put makes, answered by a real Thrift server on loopback (thriftpy2,
+    happybase's own interface definition), each after ``delay_s``: HBase slow but answering, which a real HBase
+    cannot be made to be on demand."""
+
+    def __init__(self, delay_s: float = 0.0) -> None:
+        self.delay_s = delay_s
+        self.puts = 0
+        self._lock = threading.Lock()
+
+    def getTableNames(self) -> list[bytes]:
+        time.sleep(self.delay_s)
+        return [table.encode() for table in schema.TABLES]
+
+    def getColumnDescriptors(self, name: bytes) -> dict[bytes, ColumnDescriptor]:
+        time.sleep(self.delay_s)
+        return {b"d:": ColumnDescriptor(name=b"d:", maxVersions=1)}
+
+    def mutateRows(self, table: bytes, batches: list[Any], attributes: dict[bytes, bytes]) -> None:
+        with self._lock:
+            self.puts += 1
+
+
+@contextlib.contextmanager
+def thrift_stand_in(handler: StandInHBase) -> Iterator[int]:
+    """``handler`` served on a loopback port (yielded) until the block ends."""
+    port = free_port()
+    server = make_server(Hbase, handler, "127.0.0.1", port, client_timeout=0)  # 0: a client may stay idle
+    server.trans.listen()  # before the first put connects
+
+    def serve() -> None:
+        """``server.serve`` without its ``listen``, ending when the listening socket is closed."""
+        while True:
+            try:
+                client = server.trans.accept()
+            except (OSError, AssertionError):  # closed: the block ended
+                return
+            threading.Thread(target=server.handle, args=(client,), daemon=True).start()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield port
+    finally:
+        server.trans.close()
+        thread.join(timeout=10.0)
+
+
+def put_concurrently(store: HBaseStore, post_ids: Sequence[int]) -> list[BaseException | None]:
+    """One put per id, each in its own thread, all at once; each put's outcome (None: stored)."""
+    outcomes: list[BaseException | None] = [None] * len(post_ids)
+
+    def put(index: int) -> None:
+        try:
+            store.put(schema.WEIBO, [schema.post_row(make_post(post_ids[index]))])
+        except BaseException as exc:  # reported by the callers' assertions
+            outcomes[index] = exc
+
+    threads = [threading.Thread(target=put, args=(index,), daemon=True) for index in range(len(post_ids))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120.0)
+    assert not any(thread.is_alive() for thread in threads), "a put never ended"
+    return outcomes
+
+
+def test_puts_waiting_for_a_slow_tables_check_succeed_when_hbase_answers_every_call_in_time() -> None:
+    """Each Thrift call answers in half of storage.hbase.timeout_s, so the tables check (three calls) takes longer
+    than timeout_s in all. Before, the puts waiting for that check gave up after one timeout_s and spooled."""
+    timeout_s = 3.0
+    handler = StandInHBase(delay_s=timeout_s / 2)
+    with thrift_stand_in(handler) as port:
+        store = HBaseStore("127.0.0.1", port, pool_size=4, timeout_s=timeout_s)
+        try:
+            assert put_concurrently(store, [1, 2, 3, 4]) == [None] * 4
+        finally:
+            store.close()
+    assert handler.puts == 4
+
+
+def test_a_stop_between_two_thrift_calls_of_a_put_ends_it_as_the_stops(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before, the next call on the socket the stop had closed failed thriftpy2's ``assert sock is not None``: a
+    bare AssertionError, which the service does not take for a backend that is unavailable."""
+    with thrift_stand_in(StandInHBase()) as port:
+        store = HBaseStore("127.0.0.1", port, pool_size=1, timeout_s=30.0)
+        check_tables = store._check_tables
+
+        def check_then_stop(connection: happybase.Connection) -> None:
+            check_tables(connection)
+            stop = threading.Thread(target=store.interrupt)  # the stop, from the service's thread
+            stop.start()
+            stop.join(timeout=30.0)
+
+        monkeypatch.setattr(store, "_check_tables", check_then_stop)
+        try:
+            with pytest.raises(StorageUnavailableError, match="ended by the server's stop"):
+                store.put(schema.WEIBO, [schema.post_row(make_post(1))])
+        finally:
+            store.close()
+
+
+#: How long the interrupting close of ``RacingSocket`` lets the reading thread close the socket first.
+RACE_WAIT_S = 3.0
+
+
+class RacingSocket(TSocket):
+    """thriftpy2's socket, whose ``close`` (shut down, close, set to None) is not thread-safe, with the
+    interleaving that made ``interrupt`` raise forced: the shutdown from another thread wakes the thread reading
+    the socket, which closes it and sets it to None before the interrupting close goes on."""
+
+    reading = threading.Event()
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.reader: int | None = None
+        self.reader_closed = threading.Event()
+
+    def read(self, sz: int) -> bytes:
+        self.reader = threading.get_ident()
+        RacingSocket.reading.set()
+        return super().read(sz)
+
+    def close(self) -> None:
+        if self.sock is None or self.reader in (None, threading.get_ident()):
+            super().close()
+            self.reader_closed.set()
+            return
+        self.sock.shutdown(socket.SHUT_RDWR)  # thriftpy2's close, step by step
+        self.reader_closed.wait(RACE_WAIT_S)
+        self.sock.close()
+        self.sock = None
+
+
+def test_an_interrupt_racing_the_close_of_the_interrupted_call_does_not_raise(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before, ``interrupt`` raised AttributeError ('NoneType' object has no attribute 'close') in about one stop
+    in fifteen while HBase hung: the storage server's stop was cut short and the daemon exited 1."""
+    monkeypatch.setattr(happybase.connection, "TSocket", RacingSocket)
+    RacingSocket.reading.clear()
+    with socket.create_server(("127.0.0.1", 0)) as silent:  # the kernel accepts connections; nobody answers
+        store = HBaseStore("127.0.0.1", silent.getsockname()[1], pool_size=1, timeout_s=600.0)
+        outcome: list[BaseException | None] = []
+        caller = threading.Thread(target=lambda: outcome.extend(put_concurrently(store, [1])), daemon=True)
+        caller.start()
+        try:
+            assert RacingSocket.reading.wait(60.0), "the put never waited for an answer"
+            store.interrupt()
+            caller.join(timeout=120.0)
+            assert not caller.is_alive(), "the put still waits after the interrupt"
+            assert len(outcome) == 1 and isinstance(outcome[0], StorageUnavailableError), outcome
+        finally:
+            store.close()
+
+
+def test_an_interrupted_call_does_not_wait_to_reconnect_to_a_thrift_port_that_drops_connection_attempts() -> None:
+    """happybase's pool gives a connection whose call failed a new socket at once. Before, that connect was
+    allowed storage.hbase.timeout_s, and a Thrift host dropping connection attempts (here a full accept queue)
+    held the interrupted call, and so the stop, that long."""
+    with socket.create_server(("127.0.0.1", 0), backlog=0) as full:
+        full.settimeout(60.0)
+        port = full.getsockname()[1]
+        store = HBaseStore("127.0.0.1", port, pool_size=1, timeout_s=600.0)
+        outcome: list[BaseException | None] = []
+        caller = threading.Thread(target=lambda: outcome.extend(put_concurrently(store, [1])), daemon=True)
+        caller.start()
+        fillers: list[socket.socket] = []
+        try:
+            accepted, _ = full.accept()  # the pool's connection ...
+            with accepted:
+                accepted.settimeout(60.0)
+                assert accepted.recv(1), "the put never called"  # ... with the put's first call on it
+                for _ in range(8):  # fill the accept queue: the kernel drops further connection attempts
+                    filler = socket.socket()
+                    filler.setblocking(False)
+                    filler.connect_ex(("127.0.0.1", port))
+                    fillers.append(filler)
+                with socket.socket() as attempt:
+                    attempt.settimeout(1.0)
+                    with pytest.raises(TimeoutError):
+                        attempt.connect(("127.0.0.1", port))
+                store.interrupt()
+                caller.join(timeout=60.0)
+                assert not caller.is_alive(), "the interrupted put still waits to reconnect"
+                assert len(outcome) == 1 and isinstance(outcome[0], StorageUnavailableError), outcome
+                assert "ended by the server's stop" in str(outcome[0])
+        finally:
+            for filler in fillers:
+                filler.close()
+            store.close()
