@@ -20,7 +20,7 @@ import happybase
 import pytest
 from happybase.connection import ColumnDescriptor, Hbase
 from thriftpy2.rpc import make_server
-from thriftpy2.transport import TSocket
+from thriftpy2.transport import TSocket, TTransportException
 
 from icecrawler import rpc
 from icecrawler.errors import StorageUnavailableError
@@ -208,12 +208,26 @@ class StandInHBase:
     happybase's own interface definition), each after ``delay_s``: HBase slow but answering, which a real HBase
     cannot be made to be on demand."""
 
-    def __init__(self, delay_s: float = 0.0) -> None:
+    def __init__(self, delay_s: float = 0.0, *, drop_first_check: bool = False) -> None:
         self.delay_s = delay_s
         self.puts = 0
         self._lock = threading.Lock()
+        #: One release per connection accepted (``thrift_stand_in``).
+        self.accepted = threading.Semaphore(0)
+        #: Set when the first tables check reaches the server.
+        self.checking = threading.Event()
+        self._drop = drop_first_check
 
     def getTableNames(self) -> list[bytes]:
+        first = not self.checking.is_set()
+        self.checking.set()
+        if first and self._drop:
+            # The pool's connection (accepted first) carries this check; wait for the second put's connection,
+            # and give that put a moment to wait for this check's outcome (were it slower, it would run a check
+            # of its own: the test would still pass, only not show the old defect).
+            assert self.accepted.acquire(timeout=60.0) and self.accepted.acquire(timeout=60.0)
+            time.sleep(1.0)
+            raise TTransportException(TTransportException.END_OF_FILE, "dropped")  # the server hangs up
         time.sleep(self.delay_s)
         return [table.encode() for table in schema.TABLES]
 
@@ -240,6 +254,7 @@ def thrift_stand_in(handler: StandInHBase) -> Iterator[int]:
                 client = server.trans.accept()
             except (OSError, AssertionError):  # closed: the block ended
                 return
+            handler.accepted.release()
             threading.Thread(target=server.handle, args=(client,), daemon=True).start()
 
     thread = threading.Thread(target=serve, daemon=True)
@@ -282,6 +297,26 @@ def test_puts_waiting_for_a_slow_tables_check_succeed_when_hbase_answers_every_c
         finally:
             store.close()
     assert handler.puts == 4
+
+
+def test_a_put_waiting_for_a_tables_check_whose_connection_the_thrift_server_dropped_checks_again() -> None:
+    """A Thrift server restarted since the pool's connections were opened: the checking put tries once more on a
+    new connection. Before, a put waiting for that check failed with the dropped connection and spooled."""
+    handler = StandInHBase(drop_first_check=True)
+    with thrift_stand_in(handler) as port:
+        store = HBaseStore("127.0.0.1", port, pool_size=2, timeout_s=30.0)
+        outcomes: list[BaseException | None] = []
+        first = threading.Thread(target=lambda: outcomes.extend(put_concurrently(store, [1])), daemon=True)
+        try:
+            first.start()
+            assert handler.checking.wait(60.0), "the first put never checked the tables"
+            outcomes.extend(put_concurrently(store, [2]))
+            first.join(timeout=120.0)
+            assert not first.is_alive(), "the first put never ended"
+            assert outcomes == [None, None], outcomes
+        finally:
+            store.close()
+    assert handler.puts == 2
 
 
 def test_a_stop_between_two_thrift_calls_of_a_put_ends_it_as_the_stops(monkeypatch: pytest.MonkeyPatch) -> None:
