@@ -14,9 +14,9 @@ import pytest
 from crawler_client import daemon as daemon_module
 from crawler_client.crawl import CrawlResult, failure_report
 from crawler_client.daemon import ClientDaemon, DaemonConfig
-from crawler_client.gateways import CallCutoff, IceScheduler, IceStorage
+from crawler_client.gateways import CallCutError, CallCutoff, IceScheduler, IceStorage
 from icecrawler.clock import Clock
-from icecrawler.errors import ConfigError, NoWorkError, ServiceError, StorageUnavailableError
+from icecrawler.errors import ConfigError, NoWorkError, StorageUnavailableError
 from icecrawler.models import Outcome, Post, Report, Review, Task, TaskKind
 from icecrawler.processes import poll_until
 
@@ -316,9 +316,17 @@ def test_crawls_stuck_in_reads_cost_the_stop_one_cancel_wait_not_one_each(monkey
     assert released == sorted(f"user:weibo_mobile:{n}" for n in range(workers))
 
 
+def not_sent_past(cutoff: CallCutoff, operation: str) -> None:
+    """As the Ice gateways before each call: past the cutoff nothing is sent. A stand-in that took calls after the
+    cut let a pass run after it succeed, which no Ice gateway does."""
+    if cutoff.passed():
+        raise CallCutError(f"{operation} not sent: past this client's stop deadline", sent=False)
+
+
 def answered_when(cutoff: Callable[[], CallCutoff], answer: threading.Event) -> None:
-    """A remote call as the Ice gateways make it: it waits for its answer (``answer``) through the daemon's
-    ``CallCutoff`` and fails as they do when the cutoff ends it first."""
+    """A remote call as the Ice gateways make it: not sent past the daemon's ``CallCutoff``, else it waits for its
+    answer (``answer``) through it and fails as they do when the cutoff ends it first."""
+    not_sent_past(cutoff(), "the call")
     future: concurrent.futures.Future[None] = concurrent.futures.Future()
 
     def respond() -> None:
@@ -328,7 +336,7 @@ def answered_when(cutoff: Callable[[], CallCutoff], answer: threading.Event) -> 
 
     threading.Thread(target=respond, daemon=True).start()
     if not cutoff().wait(future):
-        raise ServiceError("did not answer before this client's stop deadline: call abandoned")
+        raise CallCutError("did not answer before this client's stop deadline: call abandoned", sent=True)
 
 
 def test_a_slow_but_healthy_servers_last_pass_is_finished_not_cut_at_the_sinks_deadline(
@@ -375,7 +383,9 @@ def test_a_lease_call_that_outlives_the_cut_leaves_the_give_back_its_whole_windo
     moved on to the give-back's window before the call looked) ran on, and the stop waited ``LAST_CALLS_S`` for it
     out of the give-back's window: the leases left for the give-back were not sent and expired instead. Here the
     lease call ignores the cut altogether; the stop must still give the leases back."""
-    monkeypatch.setattr(daemon_module, "LAST_CALLS_S", 0.5)
+    # The give-back's window is wall time: 3 s (the default) leaves its memory calls room on a loaded machine,
+    # where 0.5 s made this a timing threshold.
+    monkeypatch.setattr(daemon_module, "LAST_CALLS_S", 3.0)
     daemons: list[ClientDaemon] = []
     leasing, lease_answer = threading.Event(), threading.Event()
 
@@ -388,8 +398,7 @@ def test_a_lease_call_that_outlives_the_cut_leaves_the_give_back_its_whole_windo
             raise NoWorkError("idle", next_due_in_ms=20)
 
         def release(self, leases: Sequence[tuple[str, str]]) -> None:
-            if daemons[0].cutoff.passed():  # as the Ice gateways: past the cutoff nothing is sent
-                raise ServiceError("releaseUsers not sent: past this client's stop deadline")
+            not_sent_past(daemons[0].cutoff, "releaseUsers")
             super().release(leases)
 
     scheduler = StoppingScheduler(tasks=1)
@@ -440,36 +449,50 @@ def test_results_stored_before_storage_hung_are_reported_at_the_stop_not_given_b
     """One sink pass stores the first result's records, then storage hangs on the second's until the stop cuts the
     call. The stored result's report came after the cut in the same pass, so it was not sent and its lease was
     given back: a crawl whose items are stored, crawled again. The give-back's window now reports it first."""
-    monkeypatch.setattr(daemon_module, "LAST_CALLS_S", 0.5)
+    # The give-back's window is wall time: 3 s (the default) leaves its memory calls room on a loaded machine,
+    # where 0.5 s made this a timing threshold.
+    monkeypatch.setattr(daemon_module, "LAST_CALLS_S", 3.0)
     daemons: list[ClientDaemon] = []
     first_gate, hung = threading.Event(), threading.Event()
 
     class HangingStorage(Storage):
-        """The first write waits for ``first_gate`` (so the next two results reach one pass), the third never
-        answers."""
+        """The first write waits for ``first_gate`` (so the next two results reach one pass); from the third on
+        storage never answers, and past the cutoff nothing is sent, as through the Ice gateways."""
 
         def __init__(self) -> None:
             super().__init__()
             self.writes = 0
 
         def write_posts(self, posts: Sequence[Post]) -> int:
+            not_sent_past(daemons[0].cutoff, "writeWB")
             self.writes += 1
             if self.writes == 1:
                 assert first_gate.wait(30)
-            if self.writes == 3:
+            if self.writes >= 3:
                 hung.set()
                 answered_when(lambda: daemons[0].cutoff, threading.Event())
             return super().write_posts(posts)
 
+        def write_reviews(self, reviews: Sequence[Review]) -> int:
+            not_sent_past(daemons[0].cutoff, "writeReviews")
+            return super().write_reviews(reviews)
+
     class IceLikeScheduler(Scheduler):
         def report(self, reports: Sequence[Report]) -> None:
-            if daemons[0].cutoff.passed():  # as the Ice gateways: past the cutoff nothing is sent
-                raise ServiceError("putUsers not sent: past this client's stop deadline")
+            not_sent_past(daemons[0].cutoff, "putUsers")
             super().report(reports)
+
+        def release(self, leases: Sequence[tuple[str, str]]) -> None:
+            not_sent_past(daemons[0].cutoff, "releaseUsers")
+            super().release(leases)
 
     scheduler, storage = IceLikeScheduler(tasks=3), HangingStorage()
     daemon, _ = make(
-        scheduler, storage, config(workers=1, batch=1, write_batch=1, shutdown_grace_s=0.0), threading.Event()
+        scheduler,
+        storage,
+        # No backoff: the sink's final pass, after the cut, retries the cut write at once (refused, not sent).
+        config(workers=1, batch=1, write_batch=1, shutdown_grace_s=0.0, backoff_s=0.0),
+        threading.Event(),
     )
     daemons.append(daemon)
     daemon.start()
