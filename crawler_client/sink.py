@@ -202,10 +202,10 @@ class Sink:
         batch = self._report(batch)
         for item in batch:
             item.result.aborted = True
-        # Leases whose reports may have been applied after all go last, apart: the scheduler may refuse each of
-        # them (settled), one call per refusal, and the others must not wait behind those calls.
-        unsent = [item for item in batch if not item.maybe_reported]
-        maybe = [item for item in batch if item.maybe_reported]
+        # Leases whose report or release the stop abandoned, sent, go last, apart: the scheduler may have applied
+        # it and refuse each of them (settled), one call per refusal, and the others must not wait behind those calls.
+        unsent = [item for item in batch if not item.maybe_applied]
+        maybe = [item for item in batch if item.maybe_applied]
         left = self._release(unsent)
         left += self._release(maybe) if not left else maybe
         with self._lock:
@@ -271,7 +271,7 @@ class Sink:
             return batch
         # Reports the stop may have seen applied after all go last, in calls of their own: each may be refused
         # (settled), one call each, and the others must not wait behind those calls.
-        ready.sort(key=lambda item: item.maybe_reported)
+        ready.sort(key=lambda item: bool(item.maybe_applied))
         for item in ready:
             if item.unstored and item.result.report.outcome is Outcome.Ok:
                 report = item.result.report
@@ -283,15 +283,15 @@ class Sink:
         done: set[int] = set()
         start = 0
         while start < len(ready):
-            rest = [item for item in ready[start:] if item.maybe_reported == ready[start].maybe_reported]
+            rest = [item for item in ready[start:] if bool(item.maybe_applied) == bool(ready[start].maybe_applied)]
             chunk = rest[: fitting(rest, self.report_batch, self.report_bytes, _report_bytes)]
             try:
                 sent = self._send_all_or_nothing(
                     chunk, lambda part: self.scheduler.report([item.result.report for item in part]), "report"
                 )
             except CallCutError as exc:  # the stop, not an outage: nothing to back off from
-                for item in chunk:
-                    item.maybe_reported = item.maybe_reported or exc.sent
+                if exc.sent:
+                    _maybe_applied(chunk, "report")
                 log.info(
                     "reporting ended by this client's stop (%s); %d report(s) not confirmed", exc, len(ready) - start
                 )
@@ -324,6 +324,8 @@ class Sink:
                 "release",
             )
         except CallCutError as exc:  # the stop, not an outage: nothing to back off from
+            if exc.sent:  # the scheduler may have taken them back: the give-back's resend may be refused, settled
+                _maybe_applied(aborted, "release")
             log.info("giving %d lease(s) back ended by this client's stop (%s)", len(aborted), exc)
             return batch
         except ServiceError as exc:
@@ -358,13 +360,14 @@ class Sink:
                     self.stats.add(reports_lost=len(part))
                     return []
                 bad = part.pop(index)
-                if isinstance(exc, LeaseLostError) and bad.maybe_reported:
+                if isinstance(exc, LeaseLostError) and bad.maybe_applied:
                     log.info(
-                        "%s of task %s refused (%s): its report, abandoned at the stop, was applied after all; "
+                        "%s of task %s refused (%s): its %s, abandoned at the stop, was applied after all; "
                         "resending %d",
                         what,
                         bad.result.task.id,
                         exc,
+                        bad.maybe_applied,
                         len(part),
                     )
                     continue
@@ -387,6 +390,12 @@ class Sink:
                 self.stats.add(reports_lost=len(part))
                 return []
         return []
+
+
+def _maybe_applied(items: list[Pending], call: str) -> None:
+    """Mark ``items`` as named in ``call``, sent but abandoned at the stop (the first such call is the one named)."""
+    for item in items:
+        item.maybe_applied = item.maybe_applied or call
 
 
 def _report_bytes(item: Pending) -> int:

@@ -75,9 +75,10 @@ class Pending:
     #: A newer crawl of the same task is in the sink (the task was leased again: this lease is dead), so this
     #: result's report is never sent; its records still are (``Sink._supersede``).
     superseded: bool = False
-    #: Its report was sent but its answer abandoned at the stop (``CallCutError``): the scheduler may have applied
-    #: it, settling the lease, so giving the lease back may be refused, and that is no lost report.
-    maybe_reported: bool = False
+    #: The call ("report" or "release") that was sent for it but whose answer the stop abandoned (``CallCutError``),
+    #: "" if none: the scheduler may have applied it, settling the lease, so naming the lease again may be refused,
+    #: and that is no lost report.
+    maybe_applied: str = ""
 
     @property
     def stored(self) -> bool:

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from crawler_client.crawl import CrawlResult
-from crawler_client.gateways import CallCutoff, IceScheduler
+from crawler_client.gateways import CallCutoff, IceScheduler, SchedulerGateway, StorageGateway
 from crawler_client.sink import Backoff, Sink
 from crawler_client.wire_size import report_wire_bytes
 from icecrawler import rpc
@@ -556,29 +556,30 @@ def test_a_pass_whose_report_found_the_scheduler_down_does_not_also_try_to_relea
 
 
 class ScriptedSchedulerProxy:
-    """A scheduler's proxy over a ``MemoryScheduler``: the first putUsers is applied (its leases settle: a later call
-    naming them is LeaseLost) but its answer never comes, and the client's stop cuts the call meanwhile; later calls
-    are answered as the memory scheduler answers them."""
+    """A scheduler's proxy over a ``MemoryScheduler``: the first call of ``applied_unanswered`` (putUsers or
+    releaseUsers) is applied (its leases settle: a later call naming them is LeaseLost) but its answer never comes,
+    and the client's stop cuts the call meanwhile; other calls are answered as the memory scheduler answers them.
+    ``calls`` lists each call as (operation, task ids)."""
 
-    def __init__(self, scheduler: MemoryScheduler, cutoff: CallCutoff) -> None:
+    def __init__(self, scheduler: MemoryScheduler, cutoff: CallCutoff, applied_unanswered: str = "putUsers") -> None:
         self.scheduler = scheduler
         self.cutoff = cutoff
-        self.calls: list[list[str]] = []
+        self.applied_unanswered = applied_unanswered
+        self.calls: list[tuple[str, list[str]]] = []
 
     def putUsersAsync(self, reports: Sequence[Any]) -> concurrent.futures.Future[None]:
-        ids = [report.taskId for report in reports]
-        if not self.calls:
-            self.calls.append(ids)
+        return self._answer("putUsers", [report.taskId for report in reports])
+
+    def releaseUsersAsync(self, leases: Sequence[Any]) -> concurrent.futures.Future[None]:
+        return self._answer("releaseUsers", [lease.taskId for lease in leases])
+
+    def _answer(self, operation: str, ids: list[str]) -> concurrent.futures.Future[None]:
+        first = operation == self.applied_unanswered and all(op != operation for op, _ in self.calls)
+        self.calls.append((operation, ids))
+        if first:
             self.scheduler.lost.update(ids)
             self.cutoff.cut(time.monotonic())  # the stop comes while the call waits for its answer
             return concurrent.futures.Future()
-        return self._answer(ids)
-
-    def releaseUsersAsync(self, leases: Sequence[Any]) -> concurrent.futures.Future[None]:
-        return self._answer([lease.taskId for lease in leases])
-
-    def _answer(self, ids: list[str]) -> concurrent.futures.Future[None]:
-        self.calls.append(ids)
         future: concurrent.futures.Future[None] = concurrent.futures.Future()
         try:
             self.scheduler._check(ids)
@@ -589,17 +590,12 @@ class ScriptedSchedulerProxy:
         return future
 
 
-def test_reports_abandoned_at_the_stop_but_applied_go_last_and_are_no_lost_report(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    """A putUsers cut at the stop that the scheduler applied all the same settles those leases: naming them again
-    is refused (LeaseLost). At the end of the stop that used to be logged as a refused release, counted as a lost
-    report, and resent one by one ahead of the leases that could still go back."""
-    scheduler, cutoff = MemoryScheduler(), CallCutoff()
-    proxy = ScriptedSchedulerProxy(scheduler, cutoff)
-    sink = Sink(
-        IceScheduler(proxy, cutoff),
-        MemoryStorage(),
+def stopping_sink(scheduler: SchedulerGateway, storage: StorageGateway | None = None) -> Sink:
+    """A sink over gateways a client's stop cuts (``IceScheduler``/``IceStorage`` with a ``CallCutoff``), its clocks
+    still: only the cutoff's time moves."""
+    return Sink(
+        scheduler,
+        storage or MemoryStorage(),
         buffer_records=100,
         report_batch=2,
         write_batch=3,
@@ -609,6 +605,17 @@ def test_reports_abandoned_at_the_stop_but_applied_go_last_and_are_no_lost_repor
         monotonic=lambda: 0.0,
         fingerprint=lambda texts: 1,
     )
+
+
+def test_reports_abandoned_at_the_stop_but_applied_go_last_and_are_no_lost_report(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A putUsers cut at the stop that the scheduler applied all the same settles those leases: naming them again
+    is refused (LeaseLost). At the end of the stop that used to be logged as a refused release, counted as a lost
+    report, and resent one by one ahead of the leases that could still go back."""
+    scheduler, cutoff = MemoryScheduler(), CallCutoff()
+    proxy = ScriptedSchedulerProxy(scheduler, cutoff)
+    sink = stopping_sink(IceScheduler(proxy, cutoff))
     for name in ("a", "b", "c"):
         sink.add(result(name, posts=1))
     assert sink.flush() is False  # a and b were sent, then cut; c was never sent
@@ -619,7 +626,7 @@ def test_reports_abandoned_at_the_stop_but_applied_go_last_and_are_no_lost_repor
     assert sink.stats.snapshot()["reports_lost"] == 0
     assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert "applied after all" in caplog.text
-    assert proxy.calls[1] == ["user:weibo_mobile:c"]  # first after the cut: the one nothing had settled
+    assert proxy.calls[1] == ("putUsers", ["user:weibo_mobile:c"])  # first after the cut: the one nothing had settled
     assert sink.pending_count() == 0
 
 
@@ -628,18 +635,7 @@ def test_a_call_the_stop_did_not_send_is_not_the_scheduler_being_down(caplog: py
     logged as "scheduler unavailable" and mark a healthy scheduler's backoff as failed."""
     cutoff = CallCutoff()
     cutoff.cut(time.monotonic())
-    sink = Sink(
-        IceScheduler(object(), cutoff),
-        MemoryStorage(),
-        buffer_records=100,
-        report_batch=2,
-        write_batch=3,
-        backoff_s=1.0,
-        max_backoff_s=8.0,
-        now_ms=lambda: 1_000_000,
-        monotonic=lambda: 0.0,
-        fingerprint=lambda texts: 1,
-    )
+    sink = stopping_sink(IceScheduler(object(), cutoff))
     sink.add(result("a", aborted=True))
     sink.add(result("b", posts=1))
     with caplog.at_level(logging.INFO, logger="crawler_client.sink"):
@@ -648,3 +644,22 @@ def test_a_call_the_stop_did_not_send_is_not_the_scheduler_being_down(caplog: py
     assert sink.scheduler_backoff.failures == 0
     assert "unavailable" not in caplog.text
     assert "not sent: past this client's stop deadline" in caplog.text
+
+
+def test_a_give_back_abandoned_at_the_stop_but_applied_is_no_lost_report(caplog: pytest.LogCaptureFixture) -> None:
+    """The sink's last pass gives a cancelled crawl's lease back; the scheduler applies that releaseUsers but the stop
+    cuts it before its answer. The give-back at the end of the stop sends it again, refused (LeaseLost): that used to
+    be logged as a WARNING and counted as a lost report, though nothing was lost."""
+    scheduler, cutoff = MemoryScheduler(), CallCutoff()
+    proxy = ScriptedSchedulerProxy(scheduler, cutoff, applied_unanswered="releaseUsers")
+    sink = stopping_sink(IceScheduler(proxy, cutoff))
+    sink.add(result("a", aborted=True))
+    assert sink.flush() is False  # sent, applied, cut
+    cutoff.cut(time.monotonic() + 60)  # the daemon's window for the last calls
+    with caplog.at_level(logging.INFO, logger="crawler_client.sink"):
+        sink.give_back()
+    assert proxy.calls == [("releaseUsers", ["user:weibo_mobile:a"])] * 2
+    assert sink.stats.snapshot()["reports_lost"] == 0
+    assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert "its release, abandoned at the stop, was applied after all" in caplog.text
+    assert sink.pending_count() == 0
