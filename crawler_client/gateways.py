@@ -288,6 +288,8 @@ class ShardedScheduler:
             except NoWorkError as exc:
                 refusals.append(exc)
                 continue
+            except CallCutError:  # the client's stop, not this shard's health: no other shard's getUsers either
+                raise
             except ServiceError as exc:  # down or restarting: its tasks wait, the other shards' do not
                 unreachable.append(exc)
                 continue

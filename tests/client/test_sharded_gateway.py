@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from crawler_client.gateways import ShardedScheduler
+from crawler_client.gateways import CallCutError, ShardedScheduler
 from icecrawler.errors import ConfigError, InvalidArgumentError, LeaseLostError, NoWorkError, ServiceError
 from icecrawler.models import Report, Task, TaskKind
 from icecrawler.shards import ShardMap
@@ -192,3 +192,24 @@ def test_a_shard_that_does_not_answer_a_report_does_not_make_the_others_take_it_
         gateway.report(batch)
     gateway.report(batch)  # what Sink does after a ServiceError: keep the batch, send it again later
     assert (jd.reports, shop.reports) == ([["reviews:jd:1"]], [["reviews:ecshop:1"]])
+
+
+class CutShard(FakeShard):
+    """A shard whose getUsers the client's stop cut: sent, its answer abandoned."""
+
+    def __init__(self, tasks: Sequence[str] = ()) -> None:
+        super().__init__(tasks)
+        self.leases = 0
+
+    def lease(self, worker_id: str, count: int) -> list[Task]:
+        self.leases += 1
+        raise CallCutError("the scheduler did not answer getUsers before this client's stop deadline", sent=True)
+
+
+def test_a_lease_call_the_stop_cut_is_not_retried_on_the_next_shard() -> None:
+    """The stop's cut is no shard being down: moving on to the next shard sent a fresh getUsers, which could reach it
+    after the daemon had opened the give-back's window (the cutoff moved on), leasing tasks nobody crawls."""
+    cut, shop = CutShard(), FakeShard(["reviews:ecshop:1"])
+    with pytest.raises(CallCutError):
+        sharded(cut, shop).lease("w", 5)
+    assert (cut.leases, shop.queue) == (1, ["reviews:ecshop:1"])
