@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from crawler_client.crawl import CrawlResult
-from crawler_client.gateways import CallCutoff, IceScheduler, SchedulerGateway, StorageGateway
+from crawler_client.gateways import CallCutoff, IceScheduler, IceStorage, SchedulerGateway, StorageGateway
 from crawler_client.sink import Backoff, Sink
 from crawler_client.wire_size import report_wire_bytes
 from icecrawler import rpc
@@ -663,3 +663,57 @@ def test_a_give_back_abandoned_at_the_stop_but_applied_is_no_lost_report(caplog:
     assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert "its release, abandoned at the stop, was applied after all" in caplog.text
     assert sink.pending_count() == 0
+
+
+def test_at_the_give_back_unsent_leases_go_before_those_a_cut_call_may_have_settled() -> None:
+    """Leases whose releaseUsers the stop cut after sending may be settled already: each may be refused, one call per
+    refusal, so they go after the leases nothing has settled, which must not wait behind those calls."""
+    scheduler, cutoff = MemoryScheduler(), CallCutoff()
+    proxy = ScriptedSchedulerProxy(scheduler, cutoff, applied_unanswered="releaseUsers")
+    sink = stopping_sink(IceScheduler(proxy, cutoff))
+    sink.add(result("a", aborted=True))
+    sink.add(result("b", aborted=True))
+    assert sink.flush() is False  # a and b sent, applied, cut
+    sink.add(result("c", aborted=True))  # a crawl the stop cancelled after that pass
+    cutoff.cut(time.monotonic() + 60)  # the daemon's window for the last calls
+    sink.give_back()
+    a, b, c = (f"user:weibo_mobile:{name}" for name in "abc")
+    # c first and taken; then a and b, each refused (settled) and dropped in turn
+    assert proxy.calls[1:] == [("releaseUsers", [c]), ("releaseUsers", [a, b]), ("releaseUsers", [b])]
+    assert sink.stats.snapshot()["leases_released"] == 1 and sink.stats.snapshot()["reports_lost"] == 0
+    assert sink.pending_count() == 0
+
+
+class HungStorageProxy:
+    """A storage server's proxy that takes writeWB and never answers; the client's stop cuts the call meanwhile."""
+
+    def __init__(self, cutoff: CallCutoff) -> None:
+        self.cutoff = cutoff
+        self.writes = 0
+
+    def writeWBAsync(self, posts: Sequence[Any]) -> concurrent.futures.Future[Any]:
+        self.writes += 1
+        self.cutoff.cut(time.monotonic())
+        return concurrent.futures.Future()
+
+
+def test_a_storage_write_the_stop_cut_keeps_the_records_and_is_not_storage_being_down(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A write the stop cut is the stop's, not an outage: no backoff marked failed, no "storage unavailable"; the
+    result stays unreported (its records are not acknowledged) and its lease goes back at the give-back, while a
+    result with nothing to store is reported."""
+    cutoff = CallCutoff()
+    proxy = HungStorageProxy(cutoff)
+    scheduler = MemoryScheduler()
+    sink = stopping_sink(scheduler, IceStorage(proxy, cutoff))
+    sink.add(result("a", posts=1))
+    sink.add(result("b"))
+    with caplog.at_level(logging.INFO, logger="crawler_client.sink"):
+        assert sink.flush() is False
+    assert proxy.writes == 1 and sink.storage_backoff.failures == 0
+    assert "unavailable" not in caplog.text and "storing ended by this client's stop" in caplog.text
+    assert [r.task_id for r in scheduler.reports] == ["user:weibo_mobile:b"]
+    assert sink.pending_count() == 1 and sink.buffered_records() == 1  # kept, still counted against the buffer
+    assert sink.give_back() == 1
+    assert scheduler.released == [("user:weibo_mobile:a", "tok-a")]
