@@ -17,16 +17,18 @@ process.
   gives back every lease it could not report. Nothing is left half-done: each task ends reported, released, or
   (if the scheduler is unreachable) simply expires and is re-crawled.
 * **A server that does not answer** (stopped, its host dropping packets) cannot hold the stop past that: every
-  remote call goes through one ``CallCutoff``. The sink starts no pass after its deadline (the grace period's end,
-  or a second after the cancel wait), and a call still unanswered ``LAST_CALLS_S`` after it is abandoned, so a
-  slow but healthy server still finishes the last pass; the lease loop's call ends at the same cut. Giving the
-  leases back (and reporting results stored by then) gets ``LAST_CALLS_S`` of its own, and the command's
-  communicator closes its connections within a second (``gateways.CLIENT_PROPERTIES``). A stop takes at most about
+  remote call goes through one ``CallCutoff``. The sink's passes go on until its deadline (the grace period's end,
+  or a second after the cancel wait); a pass begun before the stop handed it its last results is followed by one
+  final pass, which may begin past the deadline. A call still unanswered ``LAST_CALLS_S`` after the deadline is
+  abandoned and none is sent after that, so the final pass is bounded by the same cut, and a slow but healthy
+  server still finishes the last pass; the lease loop's call ends at the same cut. Giving the leases back (and
+  reporting results stored by then) gets ``LAST_CALLS_S`` of its own, and the command's communicator closes its
+  connections within a second (``gateways.CLIENT_PROPERTIES``). A stop takes at most about
   ``shutdown_grace_s + CANCEL_WAIT_S + 1 + 2 * LAST_CALLS_S + 1`` seconds (10 s past the grace period; each step
   may end up to ``CallCutoff.POLL_S`` late), whatever the Ice timeouts.
   A result whose report was abandoned is not lost: its records are stored or not (the cursor moved only with a
-  report), and its lease comes back by ``releaseUsers`` or at its deadline (a report the scheduler applied after
-  all settled it: its give-back is refused, and that is expected).
+  report), and its lease comes back by ``releaseUsers`` or at its deadline (a report or give-back the scheduler
+  applied after all settled it: giving it back again is refused, and that is expected).
 """
 
 from __future__ import annotations
@@ -206,7 +208,8 @@ class ClientDaemon:
             _join_all(self._threads, time.monotonic() + CANCEL_WAIT_S)
         self._release_queued()
         self._abandon_stuck_crawls()
-        self._sink_deadline = max(deadline, time.monotonic() + 1.0)  # the sink starts no pass after it
+        # The sink's passes end at this deadline, but for one final pass after a pass under way (_sink_loop).
+        self._sink_deadline = max(deadline, time.monotonic() + 1.0)
         # A call still unanswered LAST_CALLS_S later is abandoned: a slow but healthy server finishes the sink's last
         # pass (its report, its login refresh), a hung one holds the stop no longer.
         calls_end = self._sink_deadline + LAST_CALLS_S
@@ -214,7 +217,8 @@ class ClientDaemon:
         self._sink_done.set()
         self._wake_sink.set()
         if self._sink_thread is not None:
-            self._sink_thread.join()  # bounded: the sink starts no pass after its deadline, and its calls end by then
+            # Bounded: past its deadline the sink begins one final pass at most, and no call outlives the cut.
+            self._sink_thread.join()
         if self._leaser is not None:
             # Its call ends at the same cut (within CallCutoff.POLL_S): wait for that before the give-back's window
             # opens, so that the window is the give-back's alone. Tasks it leased meanwhile are given back below;
@@ -224,14 +228,16 @@ class ClientDaemon:
         self._release_queued()
         left = self.sink.pending_count()
         if left:
-            released = self.sink.give_back()
+            given = self.sink.give_back()
             unsettled = self.sink.pending_count()
             log.warning(
                 "%d result(s) could not be reported in time by the last pass: %d reported or settled at the end, "
-                "%d lease(s) given back, %d left to expire",
+                "%d lease(s) given back, %d give-back(s) refused (settled already, or the lease lost), %d left to "
+                "expire",
                 left,
-                left - released - unsettled,
-                released,
+                left - given.released - given.refused - unsettled,
+                given.released,
+                given.refused,
                 unsettled,
             )
         self.log_progress()

@@ -44,6 +44,7 @@ import logging
 import random
 import threading
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 from crawler_client.crawl import CrawlResult, failure_report, fingerprint_result
 from crawler_client.gateways import CallCutError, SchedulerGateway, StorageGateway
@@ -53,7 +54,7 @@ from crawler_client.writer import ClientStats, Pending, RecordWriter
 from icecrawler.errors import InvalidArgumentError, LeaseLostError, ServiceError, StorageUnavailableError
 from icecrawler.models import Outcome, Post, Review
 
-__all__ = ["Backoff", "Sink"]
+__all__ = ["Backoff", "GivenBack", "Sink"]
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +85,17 @@ class Backoff:
     def succeeded(self) -> None:
         self.failures = 0
         self.retry_at = 0.0
+
+
+@dataclass(frozen=True)
+class GivenBack:
+    """What ``Sink.give_back`` did with the leases it sent back, for the stop's summary: a refused one was not given
+    back (settled by a call the stop abandoned, or lost), so it is counted apart."""
+
+    #: Leases the scheduler took back.
+    released: int = 0
+    #: Leases whose give-back the scheduler refused (or that could not be sent at all): dropped.
+    refused: int = 0
 
 
 class Sink:
@@ -183,17 +195,17 @@ class Sink:
             if self.scheduler_backoff.ready(now):
                 batch = self._report(batch)
                 if self.scheduler_backoff.ready(now):  # not when the report just found it down: one wait per pass
-                    batch = self._release(batch)
+                    batch, _ = self._release(batch)
         finally:
             with self._lock:
                 self._pending[:0] = batch
                 self._working = []
         return not batch
 
-    def give_back(self) -> int:
+    def give_back(self) -> GivenBack:
         """Shutdown: report the results whose records are all stored (the stop cut a pass short between the two:
         a storage call that hung), then release every lease still pending (their records may be stored; storage
-        is idempotent). Returns how many leases were given back."""
+        is idempotent). Returns how many leases the scheduler took back and how many it refused."""
         with self._lock:
             batch, self._pending = self._pending, []
             self._working = batch
@@ -206,12 +218,16 @@ class Sink:
         # it and refuse each of them (settled), one call per refusal, and the others must not wait behind those calls.
         unsent = [item for item in batch if not item.maybe_applied]
         maybe = [item for item in batch if item.maybe_applied]
-        left = self._release(unsent)
-        left += self._release(maybe) if not left else maybe
+        left, released = self._release(unsent)
+        if left:
+            left += maybe
+        else:
+            left, released_maybe = self._release(maybe)
+            released += released_maybe
         with self._lock:
             self._pending[:0] = left
             self._working = []
-        return len(batch) - len(left)
+        return GivenBack(released=released, refused=len(batch) - len(left) - released)
 
     def _expire(self, batch: list[Pending]) -> list[Pending]:
         now = self._now_ms()
@@ -311,10 +327,12 @@ class Sink:
             start += len(chunk)
         return [item for item in batch if id(item) not in done]
 
-    def _release(self, batch: list[Pending]) -> list[Pending]:
+    def _release(self, batch: list[Pending]) -> tuple[list[Pending], int]:
+        """Give the aborted results' leases back. Returns what is left of ``batch`` (all of it when the call could
+        not be made) and how many leases the scheduler took back."""
         aborted = [item for item in batch if item.result.aborted and not item.superseded]
         if not aborted:
-            return batch
+            return batch, 0
         try:
             sent = self._send_all_or_nothing(
                 aborted,
@@ -327,13 +345,13 @@ class Sink:
             if exc.sent:  # the scheduler may have taken them back: the give-back's resend may be refused, settled
                 _maybe_applied(aborted, "release")
             log.info("giving %d lease(s) back ended by this client's stop (%s)", len(aborted), exc)
-            return batch
+            return batch, 0
         except ServiceError as exc:
             delay = self.scheduler_backoff.failed(self._monotonic())
             log.warning("scheduler unavailable for releaseUsers (%s); retry in %.1fs", exc, delay)
-            return batch
+            return batch, 0
         self.stats.add(leases_released=len(sent))
-        return [item for item in batch if not item.result.aborted]
+        return [item for item in batch if not item.result.aborted], len(sent)
 
     def _send_all_or_nothing(
         self, items: list[Pending], send: Callable[[list[Pending]], None], what: str

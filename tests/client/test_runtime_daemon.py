@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -444,7 +445,7 @@ def test_a_daemon_reads_its_cutoff_from_its_ice_gateways_and_refuses_unbounded_o
 
 
 def test_results_stored_before_storage_hung_are_reported_at_the_stop_not_given_back(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """One sink pass stores the first result's records, then storage hangs on the second's until the stop cuts the
     call. The stored result's report came after the cut in the same pass, so it was not sent and its lease was
@@ -500,8 +501,11 @@ def test_results_stored_before_storage_hung_are_reported_at_the_stop_not_given_b
         assert poll_until(lambda: daemon.sink.pending_count() == 3, 20, 0.02)  # one being written, two waiting
         first_gate.set()
         assert hung.wait(20)
-        daemon.stop()
+        with caplog.at_level(logging.WARNING, logger="crawler_client.daemon"):
+            daemon.stop()
     finally:
         first_gate.set()
     assert sorted(r.task_id for r in scheduler.reports) == ["user:weibo_mobile:0", "user:weibo_mobile:1"]
     assert scheduler.released == [("user:weibo_mobile:2", "tok2")]
+    summary = "2 result(s) could not be reported in time by the last pass: 1 reported or settled at the end, 1 lease"
+    assert summary in caplog.text and "0 give-back(s) refused" in caplog.text

@@ -113,7 +113,7 @@ def test_sigterm_during_a_hanging_crawl_exits_cleanly_and_gives_the_lease_back(t
     assert inflight_after == 0, f"the lease was left to expire instead of being given back:\n{logs[-3000:]}"
 
 
-#: How long the test waits for the stopped client (generous: the stop's bound is grace + about 6 s).
+#: How long the test waits for the stopped client (generous: the stop's bound is grace + about 10 s).
 STOP_WAIT_S = 60.0
 
 

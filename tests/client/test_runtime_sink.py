@@ -16,7 +16,7 @@ import pytest
 
 from crawler_client.crawl import CrawlResult
 from crawler_client.gateways import CallCutoff, IceScheduler, IceStorage, SchedulerGateway, StorageGateway
-from crawler_client.sink import Backoff, Sink
+from crawler_client.sink import Backoff, GivenBack, Sink
 from crawler_client.wire_size import report_wire_bytes
 from icecrawler import rpc
 from icecrawler.errors import (
@@ -309,7 +309,7 @@ def test_aborted_crawls_and_shutdown_give_leases_back() -> None:
     sink.add(result("c", posts=1))
     assert sink.flush() is False  # not stored
     scheduler.down = False
-    assert sink.give_back() == 1
+    assert sink.give_back() == GivenBack(released=1)
     assert [r.task_id for r in scheduler.reports] == ["user:weibo_mobile:b"]
     assert scheduler.released[-1] == ("user:weibo_mobile:c", "tok-c")
     assert sink.pending_count() == 0
@@ -535,7 +535,7 @@ def test_shutdown_gives_back_only_the_newest_lease_of_a_task() -> None:
     sink.add(result("t", posts=1))
     sink.add(_leased_again("t", "tok-new", posts=1))
     assert sink.flush() is False
-    assert sink.give_back() == 1
+    assert sink.give_back() == GivenBack(released=1)
     assert scheduler.released == [("user:weibo_mobile:t", "tok-new")]
 
 
@@ -622,7 +622,7 @@ def test_reports_abandoned_at_the_stop_but_applied_go_last_and_are_no_lost_repor
     assert scheduler.lost == {"user:weibo_mobile:a", "user:weibo_mobile:b"}
     cutoff.cut(time.monotonic() + 60)  # the daemon's window for the last calls
     with caplog.at_level(logging.INFO, logger="crawler_client.sink"):
-        sink.give_back()
+        assert sink.give_back() == GivenBack()  # c reported; a and b settled
     assert sink.stats.snapshot()["reports_lost"] == 0
     assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert "applied after all" in caplog.text
@@ -657,7 +657,7 @@ def test_a_give_back_abandoned_at_the_stop_but_applied_is_no_lost_report(caplog:
     assert sink.flush() is False  # sent, applied, cut
     cutoff.cut(time.monotonic() + 60)  # the daemon's window for the last calls
     with caplog.at_level(logging.INFO, logger="crawler_client.sink"):
-        sink.give_back()
+        assert sink.give_back() == GivenBack(released=0, refused=1)  # settled: not given back
     assert proxy.calls == [("releaseUsers", ["user:weibo_mobile:a"])] * 2
     assert sink.stats.snapshot()["reports_lost"] == 0
     assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
@@ -676,7 +676,7 @@ def test_at_the_give_back_unsent_leases_go_before_those_a_cut_call_may_have_sett
     assert sink.flush() is False  # a and b sent, applied, cut
     sink.add(result("c", aborted=True))  # a crawl the stop cancelled after that pass
     cutoff.cut(time.monotonic() + 60)  # the daemon's window for the last calls
-    sink.give_back()
+    assert sink.give_back() == GivenBack(released=1, refused=2)
     a, b, c = (f"user:weibo_mobile:{name}" for name in "abc")
     # c first and taken; then a and b, each refused (settled) and dropped in turn
     assert proxy.calls[1:] == [("releaseUsers", [c]), ("releaseUsers", [a, b]), ("releaseUsers", [b])]
@@ -715,5 +715,5 @@ def test_a_storage_write_the_stop_cut_keeps_the_records_and_is_not_storage_being
     assert "unavailable" not in caplog.text and "storing ended by this client's stop" in caplog.text
     assert [r.task_id for r in scheduler.reports] == ["user:weibo_mobile:b"]
     assert sink.pending_count() == 1 and sink.buffered_records() == 1  # kept, still counted against the buffer
-    assert sink.give_back() == 1
+    assert sink.give_back() == GivenBack(released=1)
     assert scheduler.released == [("user:weibo_mobile:a", "tok-a")]
