@@ -82,6 +82,12 @@ def _timed_out(exc: BaseException) -> bool:
     return isinstance(exc, TimeoutError)
 
 
+def timeout_ms(timeout_s: float) -> int:
+    """``timeout_s`` as happybase's socket timeout in ms, at least 1: thriftpy2 takes 0 for no timeout at all, so
+    a positive timeout below 1 ms truncated to 0 would let every call wait forever."""
+    return max(1, round(timeout_s * 1000))
+
+
 def encode_columns(columns: dict[str, Column]) -> dict[bytes, bytes]:
     """Plain columns -> the record's one HBase cell ``d:j`` (its fields as a UTF-8 JSON object)."""
     return {RECORD_QUALIFIER: _JSON.encode(columns).encode()}
@@ -125,7 +131,7 @@ class HBaseStore:
             "size": pool_size,
             "host": host,
             "port": port,
-            "timeout": int(timeout_s * 1000),
+            "timeout": timeout_ms(timeout_s),
             "autoconnect": False,
             "table_prefix": table_prefix or None,
             "transport": "buffered",

@@ -29,7 +29,7 @@ from icecrawler.processes import free_port
 from icecrawler_local.hbase_local import LocalHBase
 from storage_server import hbase_store, schema
 from storage_server.export import export
-from storage_server.hbase_store import MAX_ERROR_CHARS, HBaseStore
+from storage_server.hbase_store import MAX_ERROR_CHARS, HBaseStore, timeout_ms
 from storage_server.service import StorageService
 from storage_server.spool import SqliteSpool
 from tests.helpers import wait_for
@@ -462,3 +462,20 @@ def test_an_interrupted_call_does_not_wait_to_reconnect_to_a_thrift_port_that_dr
             for filler in fillers:
                 filler.close()
             store.close()
+
+
+def test_a_timeout_below_one_millisecond_is_not_taken_for_no_timeout() -> None:
+    """thriftpy2 takes a socket timeout of 0 ms for none at all. Before, storage.hbase.timeout_s=0.0004 became 0 ms:
+    every call to a Thrift server that never answers waited forever, and so did the stop."""
+    with socket.create_server(("127.0.0.1", 0)) as silent:  # the kernel accepts connections; nobody answers
+        store = HBaseStore("127.0.0.1", silent.getsockname()[1], pool_size=1, timeout_s=0.0004)
+        outcome: list[BaseException | None] = []
+        caller = threading.Thread(target=lambda: outcome.extend(put_concurrently(store, [1])), daemon=True)
+        caller.start()
+        try:
+            caller.join(timeout=60.0)
+            assert not caller.is_alive(), "the put still waits for an answer"
+            assert len(outcome) == 1 and isinstance(outcome[0], StorageUnavailableError), outcome
+        finally:
+            store.close()
+    assert [timeout_ms(s) for s in (0.0004, 0.001, 0.0016, 2.5)] == [1, 1, 2, 2500]
