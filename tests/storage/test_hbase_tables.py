@@ -345,7 +345,19 @@ def test_a_put_waiting_for_a_tables_check_whose_connection_the_thrift_server_dro
     assert handler.puts == 2
 
 
-def test_a_stop_between_two_thrift_calls_of_a_put_ends_it_as_the_stops(monkeypatch: pytest.MonkeyPatch) -> None:
+#: The store's calls that check the tables and then make more Thrift calls on the same connection.
+CALLS_AFTER_THE_CHECK: dict[str, Callable[[HBaseStore], object]] = {
+    "put": lambda store: store.put(schema.WEIBO, [schema.post_row(make_post(1))]),
+    "count": lambda store: store.count(schema.WEIBO),
+    "scan": lambda store: list(store.scan(schema.WEIBO)),
+    "delete_prefix": lambda store: store.delete_prefix(schema.WEIBO, b"\x00"),
+}
+
+
+@pytest.mark.parametrize("call", CALLS_AFTER_THE_CHECK.values(), ids=CALLS_AFTER_THE_CHECK.keys())
+def test_a_stop_between_two_thrift_calls_ends_the_call_as_the_stops(
+    monkeypatch: pytest.MonkeyPatch, call: Callable[[HBaseStore], object]
+) -> None:
     """Before, the next call on the socket the stop had closed failed thriftpy2's ``assert sock is not None``: a
     bare AssertionError, which the service does not take for a backend that is unavailable."""
     with thrift_stand_in(StandInHBase()) as port:
@@ -360,8 +372,9 @@ def test_a_stop_between_two_thrift_calls_of_a_put_ends_it_as_the_stops(monkeypat
 
         monkeypatch.setattr(store, "_check_tables", check_then_stop)
         try:
-            with pytest.raises(StorageUnavailableError, match="ended by the server's stop"):
-                store.put(schema.WEIBO, [schema.post_row(make_post(1))])
+            with pytest.raises(StorageUnavailableError, match="ended by the server's stop") as raised:
+                call(store)
+            assert isinstance(raised.value.__cause__, AssertionError), repr(raised.value.__cause__)
         finally:
             store.close()
 
