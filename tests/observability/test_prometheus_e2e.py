@@ -73,10 +73,18 @@ def check_metrics_text(url: str) -> str:
 
 
 def test_prometheus_sees_the_crawl_the_outage_and_every_dashboard_panel(tmp_path: Path) -> None:
+    # Weibo PC crawled with an account, so that the dashboard's accounts-per-source panel has data.
+    accounts = tmp_path / "accounts"
+    accounts.mkdir(mode=0o700)
+    (accounts / "pool.toml").write_text('[[account]]\nid = "a1"\ncookies = "SUB=pasted"\nsources = ["weibo_pc"]\n')
+    (accounts / "pool.toml").chmod(0o600)
     scheduler_settings = {
+        "scheduler.accounts_dir": str(accounts),
         "scheduler.initial_period_s": 7200,
         "scheduler.min_period_s": 7200,
         "scheduler.max_period_s": 86400,
+        # Backups on, so that the dashboard's backup panels have data.
+        "scheduler.backup_dir": str(tmp_path / "backups" / "scheduler"),
     }
     client_settings = {
         "client.workers": 2,
@@ -85,7 +93,7 @@ def test_prometheus_sees_the_crawl_the_outage_and_every_dashboard_panel(tmp_path
         "client.idle_sleep_s": 0.3,
         "client.shutdown_grace_s": 5,
     }
-    storage_settings = {"storage.write_timeout_s": 1}
+    storage_settings = {"storage.write_timeout_s": 1, "storage.backup_dir": str(tmp_path / "backups" / "storage")}
     client_port = consecutive_free_ports(2)
     with running_stack(
         tmp_path / "stack",
