@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from icecrawler.clock import Clock
-from icecrawler.models import TaskKind
+from icecrawler.models import Outcome, Report, Task, TaskKind
 from icecrawler.settings import Settings
 from scheduler_server.core import SchedulerCore
 from scheduler_server.store import BdbQueueStore, MemoryQueueStore, QueueStore
@@ -28,6 +28,18 @@ class ManualClocks(Clock):
         """Move the wall (and so simulated time) forward; leases expire and periods pass."""
         self.wall_s += seconds
         return self.now_ms()
+
+
+def illegal_request(task: Task) -> Report:
+    """The report of a crawl Weibo answered errno 100006 (请求非法, HTTP 403) on the lease ``task``: what it does
+    depends on whether the lease was a visitor session or a logged-in account (``outcomes.REQUEST_REFUSALS``)."""
+    return Report(
+        task_id=task.id,
+        lease_token=task.lease_token,
+        outcome=Outcome.LoginRequired,
+        error_class="illegal-request",
+        http_status=403,
+    )
 
 
 def make_settings(**overrides: object) -> Settings:

@@ -17,7 +17,7 @@ from scheduler_server.config import SchedulerConfig
 from scheduler_server.core import SchedulerCore, check_consistency
 from scheduler_server.outcomes import Hold, OutcomeEffects, backoff_s, outcome_effects
 from scheduler_server.store import MemoryQueueStore
-from tests.scheduler.conftest import ManualClocks, make_settings, queued_together
+from tests.scheduler.conftest import ManualClocks, illegal_request, make_settings, queued_together
 
 CONFIG = SchedulerConfig.from_settings(
     make_settings(scheduler__backoff_after_attempts=2, scheduler__host_block_s=300.0, scheduler__account_freeze_s=600.0)
@@ -138,14 +138,7 @@ def test_an_account_refused_as_illegal_stays_in_the_pool_and_its_host_waits(
     core = SchedulerCore.from_settings(settings, MemoryQueueStore(), clocks)
     core.add(["weibo_pc:1", "weibo_pc:2"], TaskKind.WeiboUser)
     task = core.lease("w", 1)[0]
-    refused = Report(
-        task_id=task.id,
-        lease_token=task.lease_token,
-        outcome=Outcome.LoginRequired,
-        error_class="illegal-request",
-        http_status=403,
-    )
-    core.report([refused])
+    core.report([illegal_request(task)])
     detail = core.stats()["detail"]
     assert {name: detail["accounts"][name]["state"] for name in ("a1", "a2")} == {"a1": "ok", "a2": "ok"}
     assert detail["hosts"]["127.0.0.1:8800"]["block"]["reason"] == "LoginRequired illegal-request"

@@ -34,7 +34,7 @@ from scheduler_server.visitors import (
     session_ended,
 )
 from tests.helpers import drip, silent_name_server, wait_for
-from tests.scheduler.conftest import ManualClocks, make_settings
+from tests.scheduler.conftest import ManualClocks, illegal_request, make_settings
 
 ANSWER = (
     b'window.visitor_gray_callback && visitor_gray_callback({"retcode":20000000,"msg":"succ","data":'
@@ -311,14 +311,7 @@ def test_a_visitor_session_refused_as_illegal_is_renewed_without_blocking_the_ho
     core = core_with_visitors(clocks, passport)
     core.add(["weibo_web:1"], TaskKind.WeiboUser)
     task = core.lease("w", 1)[0]
-    refused = Report(
-        task_id=task.id,
-        lease_token=task.lease_token,
-        outcome=Outcome.LoginRequired,
-        error_class="illegal-request",
-        http_status=403,
-    )
-    core.report([refused])
+    core.report([illegal_request(task)])
     detail = core.stats()["detail"]
     assert detail["accounts"]["visitor:weibo_web"]["renewals"] == 1
     assert all(not host["block"]["reason"] for host in detail["hosts"].values())
