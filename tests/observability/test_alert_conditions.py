@@ -152,6 +152,25 @@ def wait_until_firing(prometheus: Prometheus, alert: str, source: str, series: s
     )
 
 
+def wait_until_ended(prometheus: Prometheus, alert: str, series: str = "", timeout_s: float = 90) -> None:
+    """Wait (bounded) until ``alert`` is neither pending nor firing; on a timeout the message shows ``series`` too."""
+    wait_for(
+        lambda: alert not in prometheus.alert_states(),
+        lambda: (
+            f"{alert} never ended: {prometheus.alert_states()}" + (f", {prometheus.query(series)}" if series else "")
+        ),
+        timeout_s=timeout_s,
+    )
+
+
+def wait_until_crawled_ok(prometheus: Prometheus, source: str, timeout_s: float = 90) -> None:
+    """Wait (bounded) until the scheduler has counted an Ok report of ``source``: the crawl works again."""
+    ok = f'sum(icecrawler_scheduler_reports_total{{source="{source}",outcome="Ok"}})'
+    wait_for(
+        lambda: (prometheus.value(ok) or 0) > 0, lambda: f"{source} was not crawled: {prometheus.query(ok)}", timeout_s
+    )
+
+
 def test_no_progress_lease_expiries_and_site_failing_fire_on_their_real_conditions(tmp_path: Path) -> None:
     with watched_stack(
         tmp_path,
@@ -178,11 +197,7 @@ def test_no_progress_lease_expiries_and_site_failing_fire_on_their_real_conditio
         stack.start_client("client-a")
         wait_for_port("127.0.0.1", stack.metrics_ports["client-a"], 60, alive=stack.clients["client-a"].alive)
         static_targets(tmp_path / "prom", "client", [stack.metrics_ports["client-a"]])
-        wait_for(
-            lambda: "IcecrawlerNoProgress" not in prometheus.alert_states(),
-            lambda: f"IcecrawlerNoProgress never resolved: {prometheus.alert_states()}",
-            timeout_s=90,
-        )
+        wait_until_ended(prometheus, "IcecrawlerNoProgress")
         wait_until_firing(
             prometheus, "IcecrawlerLeaseExpiries", "jd", "icecrawler_scheduler_lease_expiries_total > 0", 120
         )
@@ -306,17 +321,8 @@ def test_no_usable_account_fires_while_every_account_is_frozen_and_ends_once_one
 
         login("SUB=fresh")  # the operator logs in again and pastes the new cookies
         stack.scheduler.popen.send_signal(signal.SIGHUP)
-        wait_for(
-            lambda: "IcecrawlerNoUsableAccount" not in prometheus.alert_states(),
-            lambda: (
-                f"IcecrawlerNoUsableAccount never resolved: {prometheus.alert_states()}, {prometheus.query(usable)}"
-            ),
-            timeout_s=90,
-        )
-        ok = 'sum(icecrawler_scheduler_reports_total{source="weibo_pc",outcome="Ok"})'
-        wait_for(
-            lambda: (prometheus.value(ok) or 0) > 0, lambda: f"weibo_pc was not crawled: {prometheus.query(ok)}", 90
-        )
+        wait_until_ended(prometheus, "IcecrawlerNoUsableAccount", usable)
+        wait_until_crawled_ok(prometheus, "weibo_pc")
 
 
 def test_source_blocked_fires_while_a_long_retry_after_keeps_the_host_blocked_and_ends_once_lifted(
@@ -351,10 +357,7 @@ def test_source_blocked_fires_while_a_long_retry_after_keeps_the_host_blocked_an
             lambda: f"IcecrawlerSourceBlocked never resolved: {prometheus.alert_states()}, {prometheus.query(blocked)}",
             timeout_s=180,
         )
-        ok = 'sum(icecrawler_scheduler_reports_total{source="jd",outcome="Ok"})'
-        wait_for(
-            lambda: (prometheus.value(ok) or 0) > 0, lambda: f"jd was not crawled again: {prometheus.query(ok)}", 90
-        )
+        wait_until_crawled_ok(prometheus, "jd")
 
 
 def test_backup_failing_fires_for_each_daemon_whose_backups_fail_and_ends_at_its_next_backup(tmp_path: Path) -> None:
@@ -384,13 +387,7 @@ def test_backup_failing_fires_for_each_daemon_whose_backups_fail_and_ends_at_its
             assert "backup failed" in stack.scheduler.log_tail(200)
 
             filler.unlink()
-            wait_for(
-                lambda: "IcecrawlerBackupFailing" not in prometheus.alert_states(),
-                lambda: (
-                    f"IcecrawlerBackupFailing never ended: {prometheus.alert_states()}, {prometheus.query(failures)}"
-                ),
-                timeout_s=120,
-            )
+            wait_until_ended(prometheus, "IcecrawlerBackupFailing", failures, timeout_s=120)
             taken = "icecrawler_scheduler_backups_total > 0 or icecrawler_storage_backups_total > 0"
             assert len(prometheus.query(taken)) == 2
             assert [path.name for path in (fs / "scheduler").iterdir() if path.name.startswith("scheduler-")]
@@ -418,17 +415,8 @@ def test_visitor_sessions_failing_fires_while_the_passport_refuses_and_ends_once
         ]
 
         stack.misbehave({"site": "passport", "clear": True})
-        wait_for(
-            lambda: "IcecrawlerVisitorSessionsFailing" not in prometheus.alert_states(),
-            lambda: (
-                f"IcecrawlerVisitorSessionsFailing never ended: {prometheus.alert_states()}, {prometheus.query(failed)}"
-            ),
-            timeout_s=90,
-        )
-        ok = 'sum(icecrawler_scheduler_reports_total{source="weibo_web",outcome="Ok"})'
-        wait_for(
-            lambda: (prometheus.value(ok) or 0) > 0, lambda: f"weibo_web was not crawled: {prometheus.query(ok)}", 90
-        )
+        wait_until_ended(prometheus, "IcecrawlerVisitorSessionsFailing", failed)
+        wait_until_crawled_ok(prometheus, "weibo_web")
 
 
 def test_login_refreshes_refused_fires_for_a_client_that_reports_another_login(tmp_path: Path) -> None:
@@ -496,11 +484,7 @@ def test_login_refreshes_refused_fires_for_a_client_that_reports_another_login(t
         assert prometheus.value(refused) == 5
         assert prometheus.value(taken) == 5
         assert "5 refreshed logins ignored" in stack.icecrawler("status")
-        wait_for(
-            lambda: "IcecrawlerLoginRefreshesRefused" not in prometheus.alert_states(),
-            lambda: f"IcecrawlerLoginRefreshesRefused never ended: {prometheus.alert_states()}",
-            timeout_s=150,
-        )
+        wait_until_ended(prometheus, "IcecrawlerLoginRefreshesRefused", timeout_s=150)
 
 
 def test_source_reads_nothing_fires_when_the_sites_new_layout_reads_empty_and_ends_once_pages_read_again(
@@ -541,8 +525,4 @@ def test_source_reads_nothing_fires_when_the_sites_new_layout_reads_empty_and_en
         assert {row["metric"]["outcome"] for row in prometheus.query(f"{reports} > 0")} == {"Ok"}
 
         stack.misbehave({"site": "jd", "clear": True})
-        wait_for(
-            lambda: alert not in prometheus.alert_states(),
-            lambda: f"{alert} never ended: {prometheus.alert_states()}, {prometheus.query(empty)}",
-            timeout_s=120,
-        )
+        wait_until_ended(prometheus, alert, empty, timeout_s=120)
