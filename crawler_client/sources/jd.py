@@ -23,7 +23,9 @@ without a logged-in cookie since ≈2023). Risk control is Banned with its own `
 code 601, is RateLimited ``jd-queuing`` for the ``wait`` it names), a "系统繁忙"
 answer (``jd-system-busy``), or a redirect to the ``risk_handler`` page (``jd-risk-redirect``) or to the
 ``pc-frequent-pro.pf.jd.com`` rate-limit page (``jd-frequent-redirect``), by HTTP or by a page's script. A login page
-served in place of the answer is LoginRequired (``jd-login-page``). Cursor semantics: ``ReviewOrder``.
+served in place of the answer is LoginRequired (``jd-login-page``), and so is an answer saying there is no login
+(code 3, ``resultCode`` -100, 未登录, "pin is null", a passport ``url``: ``jd-not-login``); risk control's ``disposal`` in
+the body is Banned (``jd-risk-disposal``). Cursor semantics: ``ReviewOrder``.
 """
 
 from __future__ import annotations
@@ -93,8 +95,13 @@ _DATE_KEYS = ("creationTime", "commentDate")
 _MAX_DEPTH = 5
 _MAX_NODES = 2000
 _BUSY = ("系统繁忙", "系統繁忙")
+#: JD's login pages by host: the desktop passport, the mobile login and its older address.
+_LOGIN_HOSTS = ("passport.jd.com", "plogin.m.jd.com", "passport.m.jd.com")
 #: What JD's login page carries (served in place of the answer, without a redirect).
-_LOGIN_PAGE = ("passport.jd.com", "plogin.m.jd.com", "欢迎登录")
+_LOGIN_PAGE = (*_LOGIN_HOSTS, "欢迎登录")
+#: How JD's services word a call without a valid login beside the gateway's codes: 未登录 (用户未登录) and the cart's
+#: "pin is null" (a 2026 JD client reads both, and a ``url`` to a login page, as the login wall).
+_NOT_LOGGED_IN_WORDS = ("未登录", "pin is null")
 #: The pages JD sends a client it refuses to, by their address (an HTTP redirect's target, or a page's script):
 #: risk control's verification page (``cfe.m.jd.com/privatedomain/risk_handler/...``) and, seen from item pages in
 #: 2025–2026, the rate-limit page on ``pc-frequent-pro.pf.jd.com`` (``?from=pc_item&reason=403``). Both are Banned:
@@ -231,13 +238,21 @@ class JdSource(ReviewOrder, SavedPages):
             raise unparsable(page.body, (), page.status, "JD: not a JSON object")
         _check_risk_body(doc, page.status)
         rows, holder = _rows(doc)
-        not_logged_in = str(doc.get("code", "")) == NOT_LOGGED_IN_CODE
-        not_logged_in |= str(doc.get("resultCode", "")) == NOT_LOGGED_IN_RESULT
-        if rows is None and not_logged_in:
+        if rows is None and doc.get("disposal"):
+            # Risk control's verdict (what to verify, and how) in the body, as the x-rp-content header carries it: a
+            # 2026 JD client takes it, whatever the code, for the captcha code 605 asks. A person must pass it from here.
+            raise fail(
+                Outcome.Banned,
+                f"JD risk control: a disposal in the body (code {str(doc.get('code', '-'))[:10]})"
+                f" {str(doc['disposal'])[:60]!r}",
+                error_class="jd-risk-disposal",
+                http_status=page.status,
+            )
+        if rows is None and _not_logged_in(doc):
             # The gateway's "not logged in", with or without an ``echo``: a login mends it, unlike a malformed call.
             raise _header_refusal(page) or fail(
                 Outcome.LoginRequired,
-                f"JD: not logged in (code {str(doc.get('code', doc.get('resultCode')))[:10]})"
+                f"JD: not logged in (code {str(doc.get('code', doc.get('resultCode', '-')))[:10]})"
                 f" {first_text(doc, _MESSAGE_KEYS)[:60]!r}",
                 error_class="jd-not-login",
                 http_status=page.status,
@@ -380,19 +395,20 @@ def _header_refusal(page: FetchedPage) -> FetchError | None:
 
 def _risk_code(header_value: str) -> str:
     """The ``code`` an ``x-rp-content`` header carries: JSON as it is, or (as JD sends it since 2024) base64url of
-    the JSON; "" when neither reads."""
+    the JSON; "" when neither reads. Characters past the JSON are ignored: a few stray ones after the base64 (seen in
+    2026; a 2026 JD client drops up to three before decoding) decode to bytes after its closing brace."""
     text = header_value.strip()
     if not text.startswith("{"):
         text = text.rstrip("=")
-        if len(text) % 4 == 1:  # a stray character past the last whole group (seen in 2026): no base64 ends so
+        if len(text) % 4 == 1:  # a stray character past the last whole group: no base64 ends so
             text = text[:-1]
         try:
             text = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)).decode("utf-8", "replace")
         except (ValueError, binascii.Error):
             return ""
     try:
-        doc = json.loads(text)
-    except ValueError:
+        doc, _ = json.JSONDecoder().raw_decode(text.lstrip())
+    except (ValueError, RecursionError):  # RecursionError: a header nesting deeper than the parser goes
         return "605" if '"605"' in text else ""
     return str(doc.get("code", "")) if isinstance(doc, dict) else ""
 
@@ -428,6 +444,19 @@ def _check_risk_body(doc: dict[str, Any], status: int) -> None:
     said = _said_refusal(message, status)
     if said is not None:
         raise said
+
+
+def _not_logged_in(doc: dict[str, Any]) -> bool:
+    """Whether an answer without comments says the call has no valid login: the gateway's code 3, the services'
+    ``resultCode`` -100, their words for it (``_NOT_LOGGED_IN_WORDS``, in any message key) or a ``url`` to a login
+    page (``_LOGIN_HOSTS``). A login mends it, unlike our own malformed call, which also comes with a code and an echo."""
+    if str(doc.get("code", "")) == NOT_LOGGED_IN_CODE or str(doc.get("resultCode", "")) == NOT_LOGGED_IN_RESULT:
+        return True
+    said = " ".join(value for key in _MESSAGE_KEYS if isinstance(value := doc.get(key), str)).lower()
+    url = doc.get("url")
+    return any(words in said for words in _NOT_LOGGED_IN_WORDS) or (
+        isinstance(url, str) and any(host in url for host in _LOGIN_HOSTS)
+    )
 
 
 def _rows(doc: dict[str, Any]) -> tuple[list[Any] | None, dict[str, Any]]:

@@ -587,3 +587,52 @@ def test_a_gateway_answer_worded_in_result_code_and_result_msg_is_read(
     with pytest.raises(FetchError) as info:
         parse("jd", TASK, SOURCE.first_request(TASK, BASE), json.dumps(doc, ensure_ascii=False).encode())
     assert (info.value.outcome, info.value.error_class) == expected
+
+
+@pytest.mark.parametrize(
+    "doc",
+    [
+        {"code": "0", "disposal": {"evContent": '{"title":"请完成验证"}'}},
+        {"code": "1", "echo": "refused", "disposal": {"evContent": "{}"}},
+        {"success": False, "disposal": {"evApi": "x"}},
+    ],
+    ids=["code-0", "with-echo", "result-shape"],
+)
+def test_a_body_carrying_a_risk_disposal_is_a_ban(doc: dict[str, object]) -> None:
+    """Risk control puts its verdict, a ``disposal`` (what to verify, and how), in the body as well as in the
+    ``x-rp-content`` header (a 2026 JD client takes either, or code 605, for a captcha to pass). Without code 605 such a
+    body was the "blocked" login wall (an account rested for a check a person must pass from this IP) or, with an
+    ``echo``, our own malformed call."""
+    with pytest.raises(FetchError) as info:
+        parse("jd", TASK, SOURCE.first_request(TASK, BASE), json.dumps(doc, ensure_ascii=False).encode())
+    assert (info.value.outcome, info.value.error_class) == ("Banned", "jd-risk-disposal")
+
+
+@pytest.mark.parametrize(
+    "doc",
+    [
+        {"code": "1", "echo": "pin is null"},
+        {"code": "2", "echo": "用户未登录"},
+        {"success": False, "message": "用户未登录"},
+        {"success": False, "url": "https://passport.jd.com/new/login.aspx?ReturnUrl=https%3A%2F%2Fcart.jd.com%2F"},
+    ],
+    ids=["pin-is-null", "echo-words", "message-words", "passport-url"],
+)
+def test_an_answer_saying_there_is_no_login_is_a_login_wall_not_a_bad_request(doc: dict[str, object]) -> None:
+    """JD's services say a call has no valid login in words as well as by the gateway's codes (3, -100): 未登录, "pin is
+    null" (the cart's answer), or a ``url`` to the passport (a 2026 JD client reads all three so). With an ``echo`` and a
+    code such an answer was taken for our own malformed call (ParseError ``jd-bad-request``), which no login mends."""
+    with pytest.raises(FetchError) as info:
+        parse("jd", TASK, SOURCE.first_request(TASK, BASE), json.dumps(doc, ensure_ascii=False).encode())
+    assert (info.value.outcome, info.value.error_class) == ("LoginRequired", "jd-not-login")
+
+
+@pytest.mark.parametrize("stray", ["AB", "ABC"], ids=["two", "three"])
+def test_a_risk_header_with_stray_characters_past_its_json_still_names_code_605(stray: str) -> None:
+    """The x-rp-content header's base64 may carry a few characters past its JSON (a 2026 JD client drops up to three
+    before decoding). One was handled; two or three decoded to bytes after the JSON that made it unreadable, so a
+    numeric code 605 was missed and an answer with comments under the risk verdict was used as it was."""
+    header = "eyJjb2RlIjo2MDUsImRpc3Bvc2FsIjp7ImV2Q29udGVudCI6Int9In19" + stray  # {"code":605,"disposal":{...}}
+    with pytest.raises(FetchError) as info:
+        parse("jd", TASK, SOURCE.first_request(TASK, BASE), jd_comments(), headers={"x-rp-content": header})
+    assert (info.value.outcome, info.value.error_class) == ("Banned", "jd-risk-605")
