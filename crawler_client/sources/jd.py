@@ -104,11 +104,18 @@ _LOGIN_PAGE = (*_LOGIN_HOSTS, "欢迎登录")
 _NOT_LOGGED_IN_WORDS = ("未登录", "pin is null")
 #: The pages JD sends a client it refuses to, by their address (an HTTP redirect's target, or a page's script):
 #: risk control's verification page (``cfe.m.jd.com/privatedomain/risk_handler/...``) and, seen from item pages in
-#: 2025–2026, the rate-limit page on ``pc-frequent-pro.pf.jd.com`` (``?from=pc_item&reason=403``). Both are Banned:
-#: the host is held off and the logged-in account rests, whose block public reports say follows it.
+#: 2025–2026, the rate-limit page on ``pc-frequent-pro.pf.jd.com`` (``?from=pc_item&reason=403``), or its older form,
+#: JD's home page with the refusal in its query (``www.jd.com/?from=pc_item&reason=403``, ``?from=pc_item_sd``: public
+#: scripts of 2024–2025 stop on either, "the account is restricted"). All are Banned: the host is held off and the
+#: logged-in account rests, whose block public reports say follows it.
 _REFUSAL_PAGES: tuple[tuple[re.Pattern[str], str, str], ...] = (
     (re.compile(r"/risk_handler\b"), "jd-risk-redirect", "risk control"),
     (re.compile(r"[\w-]*frequent[\w-]*\.pf\.jd\.com", re.IGNORECASE), "jd-frequent-redirect", "rate-limit page"),
+    (
+        re.compile(r"//www\.jd\.com/\?[^#\s]*\bfrom=pc_item(?:_sd\b|[^#\s]*\breason=403\b)", re.IGNORECASE),
+        "jd-frequent-redirect",
+        "home page for a refused item",
+    ),
 )
 
 
