@@ -294,3 +294,26 @@ def test_an_illegal_request_answer_is_the_session_refused_not_a_ban(name: str, b
     account (``scheduler_server.outcomes.REQUEST_REFUSALS``)."""
     error = _refusal(name, body, status=status)
     assert (error.outcome, error.error_class, error.http_status) == ("LoginRequired", "illegal-request", status)
+
+
+@pytest.mark.parametrize("name", SOURCES)
+@pytest.mark.parametrize(
+    "body",
+    ['{"ok":0,"msg":"需要登录才能查看"}', '{"ok":0,"message":"登录状态已过期"}', '{"ok":-1,"msg":"登录超时"}'],
+    ids=["msg", "message", "other-ok"],
+)
+def test_an_answer_that_speaks_of_logging_in_is_a_login_wall(name: str, body: str) -> None:
+    """A 2026 client of both Weibo JSON APIs takes any refusal whose message speaks of logging in (登录) for a login
+    wall, not only the wordings we knew (请先登录, 请登录, 登录后, 未登录, 重新登录). Others were an unknown answer:
+    Busy ``unexpected-ok0``, retried soon with the same session for ever, never a visitor session renewed or an account
+    rested. LoginRequired ``login``, on the first page and a later one."""
+    source = get_source(name)
+    task = make_task(name, "1669879400")
+    error = _refusal(name, body.encode())
+    assert (error.outcome, error.error_class) == ("LoginRequired", "login")
+    later = source.first_request(task, BASE)
+    later.params["page"] = "3"
+    later.params["since_id"] = "4700000000000001"
+    with pytest.raises(FetchError) as info:
+        parse(name, task, later, body.encode())
+    assert (info.value.outcome, info.value.error_class) == ("LoginRequired", "login")
