@@ -179,8 +179,8 @@ def said(doc: dict[str, Any]) -> str:
 #: errno 100006's words: what that errno is (``ERRNO_ILLEGAL_REQUEST``), whatever its ``msg`` says.
 ILLEGAL_REQUEST = Marker("请求非法", Outcome.LoginRequired, "illegal-request")
 #: Words of a refusal's ``msg`` (not of a page: only an envelope's message is searched for them) beyond the byte
-#: markers: the wordings public clients of 2024–2026 classify (访问频次过高, 请登录后查看, 操作太快…), and last any other
-#: message that speaks of logging in (登录), as a 2026 client of both APIs reads one (cv-cat/catbus,
+#: markers: the wordings public clients of 2024–2026 classify (访问频次过高, 请登录后查看, 操作太快…), and last
+#: any other message that speaks of logging in (登录), as a 2026 client of both APIs reads one (cv-cat/catbus,
 #: ``src/platforms/weibo/web/client.ts``, ``check``); after 非法请求, which says more.
 MESSAGE_WORDS: tuple[Marker, ...] = (
     Marker("频次", Outcome.RateLimited, "too-frequent"),

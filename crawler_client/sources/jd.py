@@ -24,8 +24,8 @@ code 601, is RateLimited ``jd-queuing`` for the ``wait`` it names), a "系统繁
 answer (``jd-system-busy``), or a redirect to the ``risk_handler`` page (``jd-risk-redirect``) or to the
 ``pc-frequent-pro.pf.jd.com`` rate-limit page (``jd-frequent-redirect``), by HTTP or by a page's script. A login page
 served in place of the answer is LoginRequired (``jd-login-page``), and so is an answer saying there is no login
-(code 3, ``resultCode`` -100, 未登录, "pin is null", a passport ``url``: ``jd-not-login``); risk control's ``disposal`` in
-the body is Banned (``jd-risk-disposal``). Cursor semantics: ``ReviewOrder``.
+(code 3, ``resultCode`` -100, 未登录, "pin is null", a passport ``url``: ``jd-not-login``); risk control's
+``disposal`` in the body is Banned (``jd-risk-disposal``). Cursor semantics: ``ReviewOrder``.
 """
 
 from __future__ import annotations
@@ -247,7 +247,7 @@ class JdSource(ReviewOrder, SavedPages):
         rows, holder = _rows(doc)
         if rows is None and doc.get("disposal"):
             # Risk control's verdict (what to verify, and how) in the body, as the x-rp-content header carries it: a
-            # 2026 JD client takes it, whatever the code, for the captcha code 605 asks. A person must pass it from here.
+            # 2026 JD client takes it, whatever the code, for the captcha code 605 asks, which a person must pass.
             raise fail(
                 Outcome.Banned,
                 f"JD risk control: a disposal in the body (code {str(doc.get('code', '-'))[:10]})"
@@ -456,7 +456,7 @@ def _check_risk_body(doc: dict[str, Any], status: int) -> None:
 def _not_logged_in(doc: dict[str, Any]) -> bool:
     """Whether an answer without comments says the call has no valid login: the gateway's code 3, the services'
     ``resultCode`` -100, their words for it (``_NOT_LOGGED_IN_WORDS``, in any message key) or a ``url`` to a login
-    page (``_LOGIN_HOSTS``). A login mends it, unlike our own malformed call, which also comes with a code and an echo."""
+    page (``_LOGIN_HOSTS``). A login mends it, unlike our own malformed call, which also has a code and an echo."""
     if str(doc.get("code", "")) == NOT_LOGGED_IN_CODE or str(doc.get("resultCode", "")) == NOT_LOGGED_IN_RESULT:
         return True
     said = " ".join(value for key in _MESSAGE_KEYS if isinstance(value := doc.get(key), str)).lower()

@@ -619,9 +619,10 @@ def test_a_body_carrying_a_risk_disposal_is_a_ban(doc: dict[str, object]) -> Non
     ids=["pin-is-null", "echo-words", "message-words", "passport-url"],
 )
 def test_an_answer_saying_there_is_no_login_is_a_login_wall_not_a_bad_request(doc: dict[str, object]) -> None:
-    """JD's services say a call has no valid login in words as well as by the gateway's codes (3, -100): 未登录, "pin is
-    null" (the cart's answer), or a ``url`` to the passport (a 2026 JD client reads all three so). With an ``echo`` and a
-    code such an answer was taken for our own malformed call (ParseError ``jd-bad-request``), which no login mends."""
+    """JD's services say a call has no valid login in words as well as by the gateway's codes (3, -100): 未登录,
+    "pin is null" (the cart's answer), or a ``url`` to the passport (a 2026 JD client reads all three so). With an
+    ``echo`` and a code such an answer was taken for our own malformed call (ParseError ``jd-bad-request``), which no
+    login mends."""
     with pytest.raises(FetchError) as info:
         parse("jd", TASK, SOURCE.first_request(TASK, BASE), json.dumps(doc, ensure_ascii=False).encode())
     assert (info.value.outcome, info.value.error_class) == ("LoginRequired", "jd-not-login")
