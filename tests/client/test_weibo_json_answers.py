@@ -305,8 +305,8 @@ def test_an_illegal_request_answer_is_the_session_refused_not_a_ban(name: str, b
 def test_an_answer_that_speaks_of_logging_in_is_a_login_wall(name: str, body: str) -> None:
     """A 2026 client of both Weibo JSON APIs takes any refusal whose message speaks of logging in (登录) for a login
     wall, not only the wordings we knew (请先登录, 请登录, 登录后, 未登录, 重新登录). Others were an unknown answer:
-    Busy ``unexpected-ok0``, retried soon with the same session for ever, never a visitor session renewed or an account
-    rested. LoginRequired ``login``, on the first page and a later one."""
+    Busy ``unexpected-ok0``, retried soon with the same session for ever, the logged-in account never rested and an
+    anonymous task never backed off as for a login wall. LoginRequired ``login``, on the first page and a later one."""
     source = get_source(name)
     task = make_task(name, "1669879400")
     error = _refusal(name, body.encode())
