@@ -317,3 +317,14 @@ def test_an_answer_that_speaks_of_logging_in_is_a_login_wall(name: str, body: st
     with pytest.raises(FetchError) as info:
         parse(name, task, later, body.encode())
     assert (info.value.outcome, info.value.error_class) == ("LoginRequired", "login")
+
+
+def test_a_v6_code_whose_message_speaks_of_logging_in_is_a_login_wall_not_a_ban() -> None:
+    """The legacy feed reads an error code's ``msg`` through the same words: a code whose message speaks of logging in
+    in other words than we knew (登录状态已过期) was a code naming nothing, ``Banned`` ``weibo-code-…`` (the host
+    blocked as well as the account rested)."""
+    task = make_task("weibo_pc", "1669879400", domain="100505")
+    body = '{"code":"100001","msg":"登录状态已过期","data":""}'.encode()
+    with pytest.raises(FetchError) as info:
+        parse("weibo_pc", task, get_source("weibo_pc").first_request(task, BASE), body)
+    assert (info.value.outcome, info.value.error_class) == ("LoginRequired", "login")
