@@ -417,7 +417,9 @@ class SchedulerCore:
             account = self.accounts.pick(first_source, wall, group.frozen_accounts) if wait <= 0 else None
             if account is None:
                 sources.remove(first_source)
-                waits.append(wait)
+                # A ready host whose accounts all refuse (frozen, budget spent, a visitor session being minted)
+                # waits for an account: not "0 s", which sent idle clients back at once, a thousand calls a second.
+                waits.append(wait if wait > 0 else _RETRY_HINT_MS / 1000)
                 continue
             token = tokens[16 * len(tasks) : 16 * len(tasks) + 16]
             record = self.moves.start_lease(txn, first[1], token, worker_id, account, deadline_ms)

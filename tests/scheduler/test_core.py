@@ -389,6 +389,31 @@ def test_account_budget_per_minute(tmp_path: Path, clocks: ManualClocks) -> None
     assert len(core.lease("w", 5)) == 2
 
 
+@pytest.mark.parametrize("why", ["frozen", "over-budget"])
+def test_due_tasks_waiting_for_an_account_ask_idle_clients_back_after_the_retry_hint(
+    why: str, store: QueueStore, tmp_path: Path, clocks: ManualClocks
+) -> None:
+    """A due task whose host is ready but whose accounts all refuse (frozen for an hour, or their per-minute budget
+    spent) told idle clients to come back in 1 ms: every idle client's lease loop then called getUsers about a
+    thousand times a second, each call a group transaction, for as long as the accounts refused."""
+    write_accounts(tmp_path / "accounts")
+    settings = make_settings(
+        scheduler__accounts_dir=str(tmp_path / "accounts"),
+        scheduler__account_sources="weibo_pc",
+        scheduler__account_freeze_s=3600.0,
+        scheduler__account_budget_per_min=1,
+    )
+    core = SchedulerCore.from_settings(settings, store, clocks)
+    core.add(["weibo_pc:1", "weibo_pc:2"], TaskKind.WeiboUser)
+    task = core.lease("w", 1)[0]  # a1 (the only account of weibo_pc) has spent its budget of the minute
+    if why == "frozen":
+        core.report([ok(task.id, task.lease_token, outcome=Outcome.LoginRequired)])
+        clocks.advance(61)  # the budget is back, the freeze is not over
+    with pytest.raises(NoWorkError) as caught:
+        core.lease("w", 1)
+    assert caught.value.next_due_in_ms == 200  # core._RETRY_HINT_MS
+
+
 def test_bad_account_files_and_policies_fail_clearly(tmp_path: Path, clocks: ManualClocks) -> None:
     (tmp_path / "bad.toml").write_text('[[account]]\nid = "x"\n')
     with pytest.raises(ConfigError, match="cookies"):
