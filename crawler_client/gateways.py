@@ -342,12 +342,10 @@ class ShardedScheduler:
     ) -> None:
         """Send each item to its task's shard (see the class docstring); items are (task id, token) leases."""
         with self._lock:
-            fresh: list[int] = []
-            for index, item in enumerate(items):
-                if lease_of(item) in self._taken:  # taken in an earlier, partly refused call
-                    del self._taken[lease_of(item)]
-                else:
-                    fresh.append(index)
+            # Taken in an earlier, partly refused call: skipped, and forgotten only once this call succeeds (a call
+            # that fails too is sent again, and must skip them again).
+            skipped = [lease for lease in map(lease_of, items) if lease in self._taken]
+            fresh = [index for index, item in enumerate(items) if lease_of(item) not in self._taken]
             owners = {index: self._leased_by.get(lease_of(items[index])[0], -1) for index in fresh}
         parts = _by_shard(
             fresh, lambda index: owners[index] if owners[index] >= 0 else self._map.of_task(lease_of(items[index])[0])
@@ -363,6 +361,10 @@ class ShardedScheduler:
                 self._taken.update((lease_of(items[index]), None) for index in sent)
                 _cap(self._taken)
             raise
+        else:
+            with self._lock:
+                for lease in skipped:
+                    self._taken.pop(lease, None)
         finally:
             with self._lock:
                 for index in sent:

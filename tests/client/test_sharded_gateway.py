@@ -194,6 +194,23 @@ def test_a_shard_that_does_not_answer_a_report_does_not_make_the_others_take_it_
     assert (jd.reports, shop.reports) == ([["reviews:jd:1"]], [["reviews:ecshop:1"]])
 
 
+def test_a_report_another_shard_took_is_not_sent_again_however_often_a_shard_does_not_answer() -> None:
+    """The memory of what the other shards took was forgotten by the first resend: when the silent shard failed that
+    one too, the next resend sent the taken report again, which its shard refused (StaleLease), and the sink counted
+    a report that was applied as lost."""
+    jd, shop = FakeShard(), FakeShard()
+    gateway = sharded(jd, shop)
+    batch = [report("reviews:jd:1"), report("reviews:ecshop:1")]
+    for _ in range(3):
+        shop.refuse["reviews:ecshop:1"] = ServiceError("cannot reach the scheduler (putUsers): timeout")
+        with pytest.raises(ServiceError):
+            gateway.report(batch)
+    gateway.report(batch)
+    assert (jd.reports, shop.reports) == ([["reviews:jd:1"]], [["reviews:ecshop:1"]])
+    gateway.report([report("reviews:jd:1")])  # once confirmed, the memory is spent: a later call is sent as it is
+    assert jd.reports == [["reviews:jd:1"], ["reviews:jd:1"]]
+
+
 class CutShard(FakeShard):
     """A shard whose getUsers the client's stop cut: sent, its answer abandoned."""
 
