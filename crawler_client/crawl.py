@@ -195,7 +195,8 @@ def success_report(
         http_status=http_status,
         new_items=new_items,
         window_items=len(window),
-        newest_item_ms=times[0] if times else 0,
+        # 0 = unknown, also for a window dated before 1970 (the scheduler refuses a negative time)
+        newest_item_ms=max(times[0], 0) if times else 0,
         cursor=cursor,
         fetches=fetches,
         # the new items are the newest ones; items without a time (0) tell the policy nothing

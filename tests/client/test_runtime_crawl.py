@@ -213,6 +213,20 @@ def test_review_cursor_stop_uses_time_then_id() -> None:
     assert result.report.cursor == "2024-05-03T10:00:00+08:00|c"
 
 
+def test_a_window_dated_before_1970_makes_a_report_the_scheduler_takes() -> None:
+    """The newest item's time went into the report as it was, negative for a window dated before 1970 (a site's
+    placeholder date), and the scheduler refuses a negative ``newestItemMs``: the Ok report was dropped as malformed
+    at every visit, so the task's lease expired each time and its cursor never moved. An unknown time is 0."""
+    from scheduler_server.checks import check_report
+
+    source = ReviewSource([[review("b", "1969-12-31T10:00:00+08:00"), review("a", "1900-01-01T00:00:00+08:00")]])
+    jd_task = Task(id="reviews:jd:p1", kind=TaskKind.ProductReviews, source="jd", target="p1", lease_token="tok")
+    result, _, _ = run(source, jd_task)
+    assert (result.report.outcome, result.report.new_items, result.report.newest_item_ms) == (Outcome.Ok, 2, 0)
+    assert result.report.new_item_times_ms == ()
+    check_report(result.report, 0)
+
+
 def test_listing_puts_its_ids_in_the_report_and_keeps_no_cursor() -> None:
     source = PostSource([["101", "102"], ["103"]])
     result, _, _ = run(source, task(TaskKind.Listing))
