@@ -229,6 +229,13 @@ class _Session:
     last_error: str = ""
 
 
+def _clock_set_back(session: _Session, now: float) -> None:
+    """A last mint after ``now`` means the wall clock was set back: it counts as made now. Otherwise the renewal's
+    rate limit would be waited out for the jump too, and every lease handed out meanwhile would read as one from
+    before the mint, its report of the ended session ignored (``renew``), while the dead session was leased on."""
+    session.last_mint = min(session.last_mint, now)
+
+
 def _spawn(work: Callable[[], None]) -> None:
     threading.Thread(target=work, name="visitor-mint", daemon=True).start()
 
@@ -293,6 +300,7 @@ class VisitorSessions:
         if session is None:
             return True
         with self._lock:
+            _clock_set_back(session, now)
             if leased_at is not None and leased_at < session.last_mint - _LEASE_MS_ROUNDING_S:
                 return True
             if session.account is not None and session.account.id == account_id:
@@ -306,6 +314,7 @@ class VisitorSessions:
 
     def _start_mint(self, source: str, session: _Session, now: float) -> None:
         """Start a background mint if none runs and the last one is old enough (lock held)."""
+        _clock_set_back(session, now)
         if session.minting or now - session.last_mint < self._renew_s:
             return
         session.minting = True
