@@ -33,17 +33,24 @@ class RateWindow:
         self._total = 0.0
 
     def _trim(self, now: float) -> None:
-        while self._buckets and self._buckets[0][0] <= now - self.window_s:
-            self._total -= self._buckets.popleft()[1]
+        buckets = self._buckets
+        if buckets and buckets[-1][0] > now:
+            # The wall clock was set back: events "in the future" count as now, or they would count for the jump
+            # too (an account's spent budget held it for an hour after a clock set back an hour).
+            second = float(int(now))
+            for bucket in buckets:
+                bucket[0] = min(bucket[0], second)
+        while buckets and buckets[0][0] <= now - self.window_s:
+            self._total -= buckets.popleft()[1]
 
     def add(self, now: float, amount: float = 1.0) -> None:
+        self._trim(now)
         second = float(int(now))
         if self._buckets and self._buckets[-1][0] == second:
             self._buckets[-1][1] += amount
         else:
             self._buckets.append([second, amount])
         self._total += amount
-        self._trim(now)
 
     def total(self, now: float) -> float:
         self._trim(now)

@@ -276,8 +276,8 @@ def report_clock_jump(core: SchedulerCore, seconds: float) -> None:
     else:
         log.warning(
             "the wall clock jumped back %.0f s (set by hand or an NTP step): tasks due in the last %.0f s wait that "
-            "much longer, and so do leases, holds and ban blocks; a host's spacing and a visitor session's renewal are "
-            "never waited longer than themselves",
+            "much longer, and so do leases, holds and ban blocks; a host's spacing, an account's per-minute budget "
+            "and a visitor session's renewal are never waited longer than themselves",
             -seconds,
             -seconds,
         )

@@ -414,6 +414,30 @@ def test_due_tasks_waiting_for_an_account_ask_idle_clients_back_after_the_retry_
     assert caught.value.next_due_in_ms == 200  # core._RETRY_HINT_MS
 
 
+def test_a_wall_clock_set_back_never_holds_an_accounts_budget_longer_than_its_minute(
+    store: QueueStore, tmp_path: Path, clocks: ManualClocks
+) -> None:
+    """The per-minute budget counts an account's requests by wall time: after the clock was set back an hour, the
+    requests of the minute before lay in the future and counted against the budget for the whole hour, so a source
+    whose accounts had spent it was not crawled for that long. As for a host's spacing, they count as made now."""
+    write_accounts(tmp_path / "accounts")
+    settings = make_settings(
+        scheduler__accounts_dir=str(tmp_path / "accounts"),
+        scheduler__account_sources="weibo_pc",
+        scheduler__account_budget_per_min=1,
+    )
+    core = SchedulerCore.from_settings(settings, store, clocks)
+    core.add(["weibo_pc:1"], TaskKind.WeiboUser)
+    first = core.lease("w", 1)[0]  # a1, the only account of weibo_pc, has spent its budget of the minute
+    core.report([ok(first.id, first.lease_token)])
+    clocks.wall_s -= 3600
+    core.add(["weibo_pc:2"], TaskKind.WeiboUser)  # due at the new "now"
+    with pytest.raises(NoWorkError):
+        core.lease("w", 1)
+    clocks.advance(60)
+    assert [task.id for task in core.lease("w", 1)] == ["user:weibo_pc:2"]
+
+
 def test_bad_account_files_and_policies_fail_clearly(tmp_path: Path, clocks: ManualClocks) -> None:
     (tmp_path / "bad.toml").write_text('[[account]]\nid = "x"\n')
     with pytest.raises(ConfigError, match="cookies"):
