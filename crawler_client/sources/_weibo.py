@@ -48,6 +48,7 @@ __all__ = [
     "is_pinned",
     "is_quick_repost",
     "json_envelope",
+    "login_worded",
     "long_text_content",
     "long_text_refused",
     "mblog_id",
@@ -179,9 +180,8 @@ def said(doc: dict[str, Any]) -> str:
 #: errno 100006's words: what that errno is (``ERRNO_ILLEGAL_REQUEST``), whatever its ``msg`` says.
 ILLEGAL_REQUEST = Marker("请求非法", Outcome.LoginRequired, "illegal-request")
 #: Words of a refusal's ``msg`` (not of a page: only an envelope's message is searched for them) beyond the byte
-#: markers: the wordings public clients of 2024–2026 classify (访问频次过高, 请登录后查看, 操作太快…), and last
-#: any other message that speaks of logging in (登录), as a 2026 client of both APIs reads one (cv-cat/catbus,
-#: ``src/platforms/weibo/web/client.ts``, ``check``); after 非法请求, which says more.
+#: markers: the wordings public clients of 2024–2026 classify (访问频次过高, 请登录后查看, 操作太快…). A bare 登录
+#: is not among them: it is read last, where nothing else reads the answer (``LOGIN_WORD``).
 MESSAGE_WORDS: tuple[Marker, ...] = (
     Marker("频次", Outcome.RateLimited, "too-frequent"),
     Marker("频繁", Outcome.RateLimited, "too-frequent"),
@@ -193,8 +193,12 @@ MESSAGE_WORDS: tuple[Marker, ...] = (
     Marker("重新登录", Outcome.LoginRequired, "login"),
     ILLEGAL_REQUEST,
     Marker("非法请求", Outcome.LoginRequired, "illegal-request"),
-    Marker("登录", Outcome.LoginRequired, "login"),
 )
+#: Any other refusal message that speaks of logging in (登录), as a 2026 client of both APIs reads one (cv-cat/catbus,
+#: ``src/platforms/weibo/web/client.ts``, ``check``): a login wall, but only where the answer is otherwise unknown
+#: (``login_worded``). Read first, it outranked what says more: the page a v6 code sends to (帐号登录异常 with
+#: ``/unfreeze``), a closed account (…现已无法查看。登录微博), a gone post (该微博不存在，登录查看更多).
+LOGIN_WORD = Marker("登录", Outcome.LoginRequired, "login")
 
 
 #: Weibo's error number for "too frequent" (``{"ok":0,"errno":"100005","msg":"请求过于频繁"}``): the limit, whatever
@@ -242,6 +246,20 @@ def message_error(doc: dict[str, Any], http_status: int) -> FetchError | None:
     )
 
 
+def login_worded(message: str, http_status: int) -> FetchError | None:
+    """LoginRequired ``login`` when ``message`` speaks of logging in (``LOGIN_WORD``), else None. For the answers
+    nothing else reads (what would be Busy, an unknown code's ban or unparsable): every more specific reading comes
+    first, so a word in passing does not turn a frozen account, a gone user or a gone post into a login wall."""
+    if LOGIN_WORD.text not in message:
+        return None
+    return fail(
+        LOGIN_WORD.outcome,
+        f"{LOGIN_WORD.error_class}: {message[:80]!r} (speaks of logging in)",
+        error_class=LOGIN_WORD.error_class,
+        http_status=http_status,
+    )
+
+
 def since_id_of(value: object) -> str:
     """An answer's ``since_id`` (the next page's cursor) as text; "" when it names none (missing, empty, 0, or not
     a number or string)."""
@@ -252,13 +270,14 @@ def since_id_of(value: object) -> str:
 
 def check_end_of_list(doc: dict[str, Any], http_status: int) -> None:
     """An ``ok:0`` after the first page ends the walk when it says nothing, or that there is nothing more
-    (``NOTHING_MORE``). Any other message (a user gone mid-walk, a limit we have no marker for) fails the crawl as
-    Busy: taken for the end, the crawl would succeed and its new cursor would pass over the posts it had not
-    reached yet; failed, it keeps the cursor, stores what it saw, and the next attempt walks again."""
+    (``NOTHING_MORE``). One that speaks of logging in is a login wall (``login_worded``); any other message (a user
+    gone mid-walk, a limit we have no marker for) fails the crawl as Busy: taken for the end, the crawl would succeed
+    and its new cursor would pass over the posts it had not reached yet; failed, it keeps the cursor, stores what it
+    saw, and the next attempt walks again."""
     message = said(doc)
     if not message or any(text in message for text in NOTHING_MORE):
         return
-    raise fail(
+    raise login_worded(message, http_status) or fail(
         Outcome.Busy,
         f"ok:0 {message[:60]!r} in the middle of a walk (not an end-of-list answer)",
         error_class="unexpected-ok0",
@@ -269,7 +288,8 @@ def check_end_of_list(doc: dict[str, Any], http_status: int) -> None:
 def first_page_ok0(doc: dict[str, Any], http_status: int) -> FetchError:
     """The error for ``ok:0`` on a timeline's first page. Saying nothing, that there is nothing (``NOTHING_MORE``:
     这里还没有内容) or that the user does not exist (``GONE``, or ``error_code`` 20003 in any words), it is NotFound.
-    Any other message (a limit or a login wall in words we have no marker for) is Busy, retried soon: taken for
+    One that speaks of logging in is a login wall (``login_worded``); any other message (a limit in words we have no
+    marker for) is Busy, a failed attempt retried with the task's backoff: taken for
     NotFound, the target would wait its longest period and the host would never be backed off."""
     message = said(doc)
     unavailable = unavailable_account(message, http_status)
@@ -283,7 +303,7 @@ def first_page_ok0(doc: dict[str, Any], http_status: int) -> FetchError:
             error_class="no-content",
             http_status=http_status,
         )
-    return fail(
+    return login_worded(message, http_status) or fail(
         Outcome.Busy,
         f"ok:0 {message[:60]!r} on the first page (not a known answer)",
         error_class="unexpected-ok0",
@@ -380,11 +400,12 @@ POST_GONE_CODES = ("20101", "20112")
 def long_text_refused(message: str, http_status: int, what: str) -> FetchError:
     """The error for a long-text answer that gives no text (its walls and named limits raised already). Saying
     nothing, or that the post is gone (``POST_GONE``), it is NotFound ``long-text-gone``: the crawl keeps the
-    truncated text, for a post deleted since its timeline page was read. Any other message is Busy, as on a
-    timeline page: a limit in words we have no marker for must fail the crawl (cursor kept), not pass the posts."""
+    truncated text, for a post deleted since its timeline page was read. One that speaks of logging in is a login
+    wall (``login_worded``), and any other message is Busy, as on a timeline page: a limit in words we have no marker
+    for must fail the crawl (cursor kept), not pass the posts."""
     if not message.strip() or any(word in message for word in POST_GONE):
         return fail(Outcome.NotFound, f"{what}: {message[:60]!r}", error_class=LONG_TEXT_GONE, http_status=http_status)
-    return fail(
+    return login_worded(message, http_status) or fail(
         Outcome.Busy,
         f"{what}: {message[:60]!r} (not a known answer)",
         error_class="unexpected-long-text-answer",
@@ -434,6 +455,8 @@ def json_envelope(page: FetchedPage, text: str, what: str) -> dict[str, Any]:
     ok = doc.get("ok")
     if ok not in (1, "1", None) or (ok is None and "error_code" in doc):  # the open API's errors carry no ``ok``
         error = message_error(doc, page.status)
+        if error is None and ok not in (0, "0"):  # ok:0 is read further by each source; another ok is unparsable
+            error = login_worded(said(doc), page.status)
         if error is not None:
             raise error
     return doc

@@ -41,7 +41,15 @@ from crawler_client.sources._detect import (
     unparsable,
 )
 from crawler_client.sources._headers import DESKTOP_UA
-from crawler_client.sources._weibo import check_answer, long_text_refused, message_error, own_posts, said, wall_of
+from crawler_client.sources._weibo import (
+    check_answer,
+    login_worded,
+    long_text_refused,
+    message_error,
+    own_posts,
+    said,
+    wall_of,
+)
 from crawler_client.sources.base import FetchedPage, Item, PageRequest, ParsedPage, SavedPages, SourceSpec, sniff
 from icecrawler.errors import FetchError, ParseError
 from icecrawler.models import Outcome, Post, Task, TaskKind
@@ -281,8 +289,8 @@ def _envelope_data(page: FetchedPage, what: str, bad_code: Outcome | None) -> An
     """``data`` of a ``{"code":"100000","msg":"","data":...}`` envelope. A profile page answers with its
     FM.view feed html; other HTML is a ban/login page (docs/SITE_RESPONSES.md §1.4); another code raises what its
     ``msg`` names (请先登录, 请求过于频繁…), else what the page its ``data`` sends the browser to means (a login, a
-    ``sorry`` page, ``/unfreeze``: ``sent_to_error``), else ``bad_code`` (None: a long-text answer,
-    ``long_text_refused``)."""
+    ``sorry`` page, ``/unfreeze``: ``sent_to_error``), else a login wall if its message speaks of logging in
+    (``login_worded``), else ``bad_code`` (None: a long-text answer, ``long_text_refused``)."""
     text = decode_body(page.body).strip()
     if not text.startswith("{"):
         fragment = _profile_feed(text)
@@ -336,7 +344,7 @@ def _envelope_data(page: FetchedPage, what: str, bad_code: Outcome | None) -> An
             raise sent
         if bad_code is None:
             raise long_text_refused(said(doc), page.status, f"{what} code {code[:20]!r}")
-        raise fail(
+        raise login_worded(said(doc), page.status) or fail(
             bad_code,
             f"{what} code {code[:20]!r}: {said(doc)[:60]!r}",
             error_class=f"weibo-code-{code[:20]}",

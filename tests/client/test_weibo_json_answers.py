@@ -328,3 +328,56 @@ def test_a_v6_code_whose_message_speaks_of_logging_in_is_a_login_wall_not_a_ban(
     with pytest.raises(FetchError) as info:
         parse("weibo_pc", task, get_source("weibo_pc").first_request(task, BASE), body)
     assert (info.value.outcome, info.value.error_class) == ("LoginRequired", "login")
+
+
+@pytest.mark.parametrize(
+    ("code", "msg", "sent_to", "expected"),
+    [
+        ("100002", "帐号登录异常", "https://weibo.com/unfreeze", ("AccountFrozen", "account-unfreeze")),
+        ("100002", "登录异常", "https://security.weibo.com/account/check", ("AccountFrozen", "account-verify")),
+        (
+            "100002",
+            "请确认登录用户",
+            "https://weibo.com/sorry?usernotexists&code=100002",
+            ("NotFound", "user-not-exists"),
+        ),
+    ],
+    ids=["unfreeze", "account-check", "user-not-exists"],
+)
+def test_a_v6_code_sent_to_a_known_page_is_that_page_whatever_its_message_says_of_logging_in(
+    code: str, msg: str, sent_to: str, expected: tuple[str, str]
+) -> None:
+    """登录 is the last reading of a refusal, not the first: a v6 code whose ``data`` sends the browser to the unfreeze
+    page, the account check or the user-gone page is what that page means, though its message speaks of logging in
+    (帐号登录异常, 请确认登录用户). Read by the word first, a frozen account was sent to log in again (its freeze never
+    seen) and a gone user's target froze the account that asked."""
+    task = make_task("weibo_pc", "1669879400", domain="100505")
+    body = f'{{"code":"{code}","msg":"{msg}","data":"{sent_to}"}}'.encode()
+    with pytest.raises(FetchError) as info:
+        parse("weibo_pc", task, get_source("weibo_pc").first_request(task, BASE), body)
+    assert (info.value.outcome, info.value.error_class) == expected
+
+
+@pytest.mark.parametrize("name", SOURCES)
+def test_a_closed_account_or_a_gone_post_is_gone_though_its_message_speaks_of_logging_in(name: str) -> None:
+    """A closed account's message may end with a link to log in (…现已无法查看。登录微博), and a gone post's long text
+    say 登录查看更多: NotFound, as without those words (a login wall froze the account that asked on every visit of a
+    gone target). A message whose only reading is 登录 is still a login wall, and 请求非法 or 频繁 still win over it."""
+    closed = _refusal(name, '{"ok":0,"msg":"该账号因用户自行申请关闭，现已无法查看。登录微博"}'.encode())
+    assert (closed.outcome, closed.error_class) == ("NotFound", "account-unavailable")
+    source = get_source(name)
+    assert isinstance(source, LongTextSource)
+    request = source.extend_request(BASE, 4700000000007002)
+    expected = {
+        '{"ok":0,"msg":"该微博不存在，登录查看更多"}': ("NotFound", "long-text-gone"),
+        '{"ok":0,"msg":"登录超时"}': ("LoginRequired", "login"),
+        '{"ok":0,"msg":"请求非法，登录态无效"}': ("LoginRequired", "illegal-request"),
+        '{"ok":0,"msg":"登录过于频繁"}': ("RateLimited", "too-frequent"),
+    }
+    for body, outcome in expected.items():
+        with pytest.raises(FetchError) as info:
+            source.parse_extend(request, fetched(body.encode(), request), NOW_MS)
+        assert (info.value.outcome, info.value.error_class) == outcome, body
+    for body, outcome in list(expected.items())[1:]:
+        error = _refusal(name, body.encode())
+        assert (error.outcome, error.error_class) == outcome, body
