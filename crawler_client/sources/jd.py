@@ -35,7 +35,9 @@ import binascii
 import html
 import json
 import re
+from collections.abc import Callable
 from typing import Any, ClassVar
+from urllib.parse import SplitResult, parse_qs, urlsplit
 
 from crawler_client.sources._counts import parse_count
 from crawler_client.sources._cursor import ReviewOrder
@@ -102,20 +104,48 @@ _LOGIN_PAGE = (*_LOGIN_HOSTS, "欢迎登录")
 #: How JD's services word a call without a valid login beside the gateway's codes: 未登录 (用户未登录) and the cart's
 #: "pin is null" (a 2026 JD client reads both, and a ``url`` to a login page, as the login wall).
 _NOT_LOGGED_IN_WORDS = ("未登录", "pin is null")
+#: JD's home page, by its two host names: ``_is_refused_item_landing`` reads the address an ``_HOME_URL_RE`` match is.
+_HOME_HOSTS = frozenset({"www.jd.com", "jd.com"})
+#: An address on JD's home page hosts, absolute or protocol-relative, up to the quote, space or tag around it.
+_HOME_URL_RE = re.compile(r"(?<![\w.-])(?:https?:)?//(?:www\.)?jd\.com(?![\w.-])[^\s\"'<>\\]*", re.IGNORECASE)
+
+
+def _split(url: str) -> SplitResult | None:
+    """``url`` split into its parts; None for one that does not split (an unclosed ``[`` in its host: ValueError)."""
+    try:
+        return urlsplit(url.strip())
+    except ValueError:
+        return None
+
+
+def _is_refused_item_landing(url: str) -> bool:
+    """Whether ``url`` is JD's home page as the landing of a refused item page: host ``www.jd.com`` or ``jd.com``,
+    path ``/`` or none, and in its query ``from=pc_item…`` with ``reason=403``, or ``from=pc_item_sd`` (parameters in
+    any order; ``&amp;`` as an HTML attribute writes ``&``). The home page's other addresses say nothing."""
+    parts = _split(html.unescape(url))  # a protocol-relative address splits as well
+    if parts is None or (parts.hostname or "").lower() not in _HOME_HOSTS or parts.path not in ("", "/"):
+        return False
+    query = parse_qs(parts.query)
+    sent_from, reasons = query.get("from", []), query.get("reason", [])
+    return "pc_item_sd" in sent_from or (any(f.startswith("pc_item") for f in sent_from) and "403" in reasons)
+
+
 #: The pages JD sends a client it refuses to, by their address (an HTTP redirect's target, or a page's script):
 #: risk control's verification page (``cfe.m.jd.com/privatedomain/risk_handler/...``) and, seen from item pages in
 #: 2025–2026, the rate-limit page on ``pc-frequent-pro.pf.jd.com`` (``?from=pc_item&reason=403``), or its older form,
 #: JD's home page with the refusal in its query (``www.jd.com/?from=pc_item&reason=403``, ``?from=pc_item_sd``: public
 #: scripts of 2024–2025 stop on either, "the account is restricted"). All are Banned: the host is held off and the
 #: logged-in account rests, whose block public reports say follows it.
-_REFUSAL_PAGES: tuple[tuple[re.Pattern[str], str, str], ...] = (
-    (re.compile(r"/risk_handler\b"), "jd-risk-redirect", "risk control"),
-    (re.compile(r"[\w-]*frequent[\w-]*\.pf\.jd\.com", re.IGNORECASE), "jd-frequent-redirect", "rate-limit page"),
+#: Each is found by a pattern and, where its address alone is not enough, confirmed by a test of the match.
+_REFUSAL_PAGES: tuple[tuple[re.Pattern[str], Callable[[str], bool] | None, str, str], ...] = (
+    (re.compile(r"/risk_handler\b"), None, "jd-risk-redirect", "risk control"),
     (
-        re.compile(r"//www\.jd\.com/\?[^#\s]*\bfrom=pc_item(?:_sd\b|[^#\s]*\breason=403\b)", re.IGNORECASE),
+        re.compile(r"[\w-]*frequent[\w-]*\.pf\.jd\.com", re.IGNORECASE),
+        None,
         "jd-frequent-redirect",
-        "home page for a refused item",
+        "rate-limit page",
     ),
+    (_HOME_URL_RE, _is_refused_item_landing, "jd-frequent-redirect", "home page for a refused item"),
 )
 
 
@@ -245,13 +275,19 @@ class JdSource(ReviewOrder, SavedPages):
             raise unparsable(page.body, (), page.status, "JD: not a JSON object")
         _check_risk_body(doc, page.status)
         rows, holder = _rows(doc)
-        if rows is None and doc.get("disposal"):
+        if rows is None and isinstance(url := doc.get("url"), str) and url:
+            # A refusal page named in the body is what it is whatever else the answer says (a login passport in
+            # that page's own query included): _not_logged_in reads only a url that is itself a login page.
+            refused = _refusal_page(url, page.status, "an answer whose url names")
+            if refused is not None:
+                raise refused
+        if rows is None and isinstance(disposal := doc.get("disposal"), dict) and disposal:
             # Risk control's verdict (what to verify, and how) in the body, as the x-rp-content header carries it: a
             # 2026 JD client takes it, whatever the code, for the captcha code 605 asks, which a person must pass.
             raise fail(
                 Outcome.Banned,
                 f"JD risk control: a disposal in the body (code {str(doc.get('code', '-'))[:10]})"
-                f" {str(doc['disposal'])[:60]!r}",
+                f" {str(disposal)[:60]!r}",
                 error_class="jd-risk-disposal",
                 http_status=page.status,
             )
@@ -373,8 +409,9 @@ def _check_risk(page: FetchedPage, now_ms: int) -> None:
 
 def _refusal_page(text: str, status: int, how: str) -> FetchError | None:
     """Banned when ``text`` (a redirect's target, or an HTML page) names one of JD's refusal pages, else None."""
-    for pattern, error_class, what in _REFUSAL_PAGES:
-        if match := pattern.search(text):
+    for pattern, confirms, error_class, what in _REFUSAL_PAGES:
+        found = (m for m in pattern.finditer(text) if confirms is None or confirms(m[0]))
+        if match := next(found, None):
             start = max(0, match.start() - 60) if text.startswith("<") else 0
             return fail(
                 Outcome.Banned,
@@ -455,14 +492,15 @@ def _check_risk_body(doc: dict[str, Any], status: int) -> None:
 
 def _not_logged_in(doc: dict[str, Any]) -> bool:
     """Whether an answer without comments says the call has no valid login: the gateway's code 3, the services'
-    ``resultCode`` -100, their words for it (``_NOT_LOGGED_IN_WORDS``, in any message key) or a ``url`` to a login
-    page (``_LOGIN_HOSTS``). A login mends it, unlike our own malformed call, which also has a code and an echo."""
+    ``resultCode`` -100, their words for it (``_NOT_LOGGED_IN_WORDS``, in any message key) or a ``url`` whose host
+    is a login page's (``_LOGIN_HOSTS``; not one naming a passport only in its query, as a refusal page's return
+    address may). A login mends it, unlike our own malformed call, which also has a code and an echo."""
     if str(doc.get("code", "")) == NOT_LOGGED_IN_CODE or str(doc.get("resultCode", "")) == NOT_LOGGED_IN_RESULT:
         return True
     said = " ".join(value for key in _MESSAGE_KEYS if isinstance(value := doc.get(key), str)).lower()
     url = doc.get("url")
     return any(words in said for words in _NOT_LOGGED_IN_WORDS) or (
-        isinstance(url, str) and any(host in url for host in _LOGIN_HOSTS)
+        isinstance(url, str) and (parts := _split(url)) is not None and (parts.hostname or "").lower() in _LOGIN_HOSTS
     )
 
 

@@ -637,3 +637,63 @@ def test_a_risk_header_with_stray_characters_past_its_json_still_names_code_605(
     with pytest.raises(FetchError) as info:
         parse("jd", TASK, SOURCE.first_request(TASK, BASE), jd_comments(), headers={"x-rp-content": header})
     assert (info.value.outcome, info.value.error_class) == ("Banned", "jd-risk-605")
+
+
+@pytest.mark.parametrize(
+    ("doc", "expected"),
+    [
+        (
+            {
+                "code": "1",
+                "echo": "bad",
+                "url": "https://cfe.m.jd.com/privatedomain/risk_handler/?returnurl=https%3A%2F%2Fpassport.jd.com",
+            },
+            ("Banned", "jd-risk-redirect"),
+        ),
+        (
+            {"code": "1", "echo": "bad", "url": "https://item.jd.com/1.html?returnurl=https%3A%2F%2Fpassport.jd.com"},
+            ("ParseError", "jd-bad-request"),
+        ),
+        ({"success": False, "url": "https://plogin.m.jd.com/login/login?appid=300"}, ("LoginRequired", "jd-not-login")),
+        ({"code": "1", "echo": "bad", "url": "https://passport.jd.com.example/x"}, ("ParseError", "jd-bad-request")),
+    ],
+    ids=["risk-page-returning-to-passport", "passport-in-query-only", "mobile-login", "lookalike-host"],
+)
+def test_a_url_in_the_body_is_read_by_its_host_and_a_refusal_page_first(
+    doc: dict[str, object], expected: tuple[str, str]
+) -> None:
+    """A body's ``url`` is a login wall only when its host is a JD login page's: risk control's page names the passport
+    in its own return address, and was read as "not logged in" (LoginRequired: a login does not pass risk control, and
+    the host was never held off); it is the refusal page it names, Banned ``jd-risk-redirect``. A passport named only
+    in a query, or a host that merely begins like it, says nothing of a login."""
+    with pytest.raises(FetchError) as info:  # ParseError is a FetchError whose outcome is ParseError
+        parse("jd", TASK, SOURCE.first_request(TASK, BASE), json.dumps(doc).encode())
+    assert (info.value.outcome, info.value.error_class) == expected
+
+
+@pytest.mark.parametrize("disposal", ["false", "", 0, [], {}], ids=["text", "empty-text", "zero", "list", "empty"])
+def test_a_disposal_that_is_no_verdict_is_not_a_ban(disposal: object) -> None:
+    """Only an object is risk control's verdict (what to verify, and how): ``"disposal":"false"`` was truthy and made
+    our own malformed call a ban (the host held off, the account rested); it stays ``jd-bad-request``."""
+    body = json.dumps({"code": "1", "echo": "bad", "disposal": disposal}).encode()
+    with pytest.raises(ParseError) as info:
+        parse("jd", TASK, SOURCE.first_request(TASK, BASE), body)
+    assert info.value.error_class == "jd-bad-request"
+
+
+def test_only_the_refused_item_query_makes_a_page_naming_jds_home_page_a_ban() -> None:
+    """A page is read by the addresses in it: JD's home page is the refusal's landing only with the refused item's
+    query (``from=pc_item…`` and ``reason=403``, or ``from=pc_item_sd``), however its script writes it (``&amp;``
+    in an attribute, the parameters in any order); its plain address, another path or another ``from`` is no ban."""
+    request = SOURCE.first_request(TASK, BASE)
+    plain = (
+        "<html><body><a href='//www.jd.com/'>京东</a><a href='https://www.jd.com/?from=pc_item_list'>x</a>"
+        "<a href='https://www.jd.com/help?from=pc_item&reason=403'>y</a><a href='https://jd.com.cn/?from=pc_item_sd'>"
+        "z</a></body></html>"
+    )
+    with pytest.raises(ParseError):
+        parse("jd", TASK, request, plain.encode())
+    sent = '<html><body><a href="https://www.jd.com/?reason=403&amp;from=pc_item">京东</a></body></html>'
+    with pytest.raises(FetchError) as info:
+        parse("jd", TASK, request, sent.encode())
+    assert (info.value.outcome, info.value.error_class) == ("Banned", "jd-frequent-redirect")

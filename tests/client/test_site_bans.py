@@ -102,7 +102,7 @@ def jd_site(page1: Answer, *, frequent: Answer | None = None) -> Site:
     def answer(host: str, path: str, query: dict[str, str]) -> Answer:
         if host.endswith("pf.jd.com"):
             return frequent or (200, {"Content-Type": "text/html"}, page_html("京东", "请稍后重试"))
-        if host == "www.jd.com":  # JD's home page, whatever the query
+        if host in ("www.jd.com", "jd.com"):  # JD's home page, whatever the query
             return 200, {"Content-Type": "text/html"}, page_html("京东", "<div id='J_cate'>全部商品分类</div>")
         page = int(query["page"]) if "page" in query else int(query.get("body", '"page":0').split('"page":')[1][0])
         if page == 0:
@@ -136,14 +136,21 @@ def test_a_jd_call_sent_to_the_rate_limit_host_is_banned_keeps_page_one_and_bloc
 
 @pytest.mark.parametrize(
     "landing",
-    ["http://www.jd.com/?from=pc_item&reason=403", "http://www.jd.com/?from=pc_item_sd"],
-    ids=["reason-403", "pc-item-sd"],
+    [
+        "http://www.jd.com/?from=pc_item&reason=403",
+        "http://www.jd.com/?from=pc_item_sd",
+        "http://www.jd.com?from=pc_item&reason=403",
+        "http://www.jd.com/?reason=403&from=pc_item",
+        "http://jd.com/?from=pc_item&reason=403",
+    ],
+    ids=["reason-403", "pc-item-sd", "no-slash", "reason-first", "bare-host"],
 )
 def test_a_jd_call_sent_to_the_home_page_as_a_refused_item_is_banned(landing: str) -> None:
     """Before the rate-limit host, JD sent a refused item page to its home page with the reason in the query
     (``?from=pc_item&reason=403``, or ``?from=pc_item_sd``; public scripts of 2024–2025 stop on either address, "the
     account is restricted"). A comment call redirected there read JD's home page as an unparsable answer (ParseError:
-    no host backoff, the account never rested): it is the same refusal, Banned ``jd-frequent-redirect``."""
+    no host backoff, the account never rested): it is the same refusal, Banned ``jd-frequent-redirect``, however the
+    address is written (no slash before the query, the parameters in another order, ``jd.com`` for ``www.jd.com``)."""
     task = make_task("jd", SKU)
     done = crawl(jd_site(redirect(landing)), task, "http://club.jd.com")
     assert (done.report.outcome, done.report.error_class) == (Outcome.Banned, "jd-frequent-redirect")
