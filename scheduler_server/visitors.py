@@ -232,7 +232,9 @@ class _Session:
 def _clock_set_back(session: _Session, now: float) -> None:
     """A last mint after ``now`` means the wall clock was set back: it counts as made now. Otherwise the renewal's
     rate limit would be waited out for the jump too, and every lease handed out meanwhile would read as one from
-    before the mint, its report of the ended session ignored (``renew``), while the dead session was leased on."""
+    before the mint, its report of the ended session ignored (``renew``), while the dead session was leased on.
+    Called wherever the session is read (each lease, each report), so the mint is moved back by the first lease
+    after the jump, not only by a report."""
     session.last_mint = min(session.last_mint, now)
 
 
@@ -282,6 +284,9 @@ class VisitorSessions:
         if session is None:
             return None
         with self._lock:
+            # At each lease, not only at a report: a lease handed out before a mint "in the future" was moved back
+            # read as one from before the mint, and its 432 was ignored (``renew``).
+            _clock_set_back(session, now)
             if session.account is None:
                 self._start_mint(source, session, now)
             return session.account

@@ -465,14 +465,16 @@ def test_a_passport_that_fails_every_mint_is_counted_for_the_metrics(clocks: Man
     assert 'icecrawler_scheduler_visitor_sessions_minted_total{source="weibo_web"} 0.0' in text
 
 
+@pytest.mark.parametrize("crawl_s", [0.0, 2.0])
 def test_a_wall_clock_set_back_neither_ignores_an_ended_session_nor_holds_its_renewal_for_the_jump(
-    clocks: ManualClocks,
+    crawl_s: float, clocks: ManualClocks
 ) -> None:
     """The last mint's time is a wall time: after the clock was set back an hour it lay in the future, so a 432 of a
     lease handed out since read as one of a lease from before the mint and was ignored, and the renewal's rate limit
     was waited out for the hour too. The dead session was leased again and again meanwhile (its tasks due at once
     after each 432), a crawl against the site per lease. As for a host's spacing, a mint "in the future" counts as
-    made now."""
+    made now: from the first lease after the jump, not only from the 432's report, or a crawl that took ``crawl_s``
+    read as leased before the mint all the same."""
     passport = Passport()
     core = core_with_visitors(clocks, passport)  # renew_s=5
     core.add(["weibo_web:1"], TaskKind.WeiboUser)
@@ -482,6 +484,7 @@ def test_a_wall_clock_set_back_neither_ignores_an_ended_session_nor_holds_its_re
     core.add(["weibo_web:2"], TaskKind.WeiboUser)  # due at the new "now"
     task = core.lease("w", 1)[0]
     assert (task.id, task.account.id) == ("user:weibo_web:2", "visitor:weibo_web:1")
+    clocks.advance(crawl_s)
     core.report(ended_by_432(task))
     assert core.stats()["detail"]["accounts"]["visitor:weibo_web"]["renewals"] == 1
     with pytest.raises(NoWorkError):
