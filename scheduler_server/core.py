@@ -367,8 +367,8 @@ class SchedulerCore:
         if self.stopping:
             raise NoWorkError("the scheduler is shutting down", code="ShuttingDown")
         records: list[TaskRecord] = []
-        tasks, waits = self._lease_due(txn, group, worker_id, max_tasks, records)
-        next_due_ms = -1 if tasks else self._next_due_ms(group.now_ms, waits)
+        tasks, waits, unskipped = self._lease_due(txn, group, worker_id, max_tasks, records)
+        next_due_ms = -1 if tasks else self._next_due_ms(group.now_ms, waits, unskipped)
 
         def finish() -> list[Task]:
             if not tasks:
@@ -390,10 +390,10 @@ class SchedulerCore:
 
     def _lease_due(
         self, txn: Txn, group: _Group, worker_id: str, max_tasks: int, records: list[TaskRecord]
-    ) -> tuple[list[Task], list[float]]:
+    ) -> tuple[list[Task], list[float], list[str]]:
         """Lease due tasks in due-time order over all sources; a source whose host or accounts refuse its next
-        task is skipped for the rest of the call (its wait is returned). The leased records are appended to
-        ``records``."""
+        task is skipped for the rest of the call (its wait is returned, and the sources not skipped). The leased
+        records are appended to ``records``."""
         tasks: list[Task] = []
         waits: list[float] = []
         now_ms, wall = group.now_ms, group.wall
@@ -442,17 +442,19 @@ class SchedulerCore:
             )
             if self.config.host_spacing_s > 0:
                 held_hosts.add(host)
-        return tasks, waits
+        return tasks, waits, sources
 
-    def _next_due_ms(self, now_ms: int, waits: list[float]) -> int:
-        """Wall milliseconds until something may be leased (-1: the pending queue is empty)."""
+    def _next_due_ms(self, now_ms: int, waits: list[float], unskipped: list[str]) -> int:
+        """Wall milliseconds until something may be leased (-1: the pending queue is empty): the soonest of the
+        skipped sources' ``waits`` (wall s) and the next due time of the sources not skipped. Not the waits alone: a
+        task due in 1 s on another host was hinted "20 s" while one host waited out its spacing."""
+        heads = [due[0] for due in map(self.queues.head, unskipped) if due is not None]
+        first_ms = self.clocks.wall_delay(min(heads) - now_ms) if heads else None
         if waits:
-            finite = [w for w in waits if math.isfinite(w)]
-            return max(1, int(min(finite) * 1000)) if finite else _RETRY_HINT_MS
-        first_ms = self.queues.first_due_ms()
-        if first_ms is None:
-            return -1
-        return max(0, int(self.clocks.wall_delay(first_ms - now_ms)))
+            finite = [w * 1000 for w in waits if math.isfinite(w)]
+            hint = min(finite) if finite else _RETRY_HINT_MS
+            return max(1, int(hint if first_ms is None else min(hint, first_ms)))
+        return -1 if first_ms is None else max(0, int(first_ms))
 
     # --- reports and releases ---------------------------------------------------------------------------------
 

@@ -414,6 +414,37 @@ def test_due_tasks_waiting_for_an_account_ask_idle_clients_back_after_the_retry_
     assert caught.value.next_due_in_ms == 200  # core._RETRY_HINT_MS
 
 
+@pytest.mark.parametrize(("why", "jd_due_in_ms"), [("host-spacing", 1000), ("account-budget", 125)])
+def test_a_source_that_waits_never_hides_a_task_due_sooner_on_another(
+    why: str, jd_due_in_ms: int, store: QueueStore, tmp_path: Path, clocks: ManualClocks
+) -> None:
+    """When a due task waited (its host's spacing, or its accounts all refusing), NoWork gave that wait alone and
+    not when the next task of another source came due: a jd task due in 1 s was told "20 s" while weibo.com's host
+    was spaced 20 s, so idle clients slept past it (up to ``client.idle_sleep_s``). The hint is the sooner of the
+    two."""
+    write_accounts(tmp_path / "accounts")
+    waits = {"scheduler__host_spacing_s": 20.0} if why == "host-spacing" else {"scheduler__account_budget_per_min": 1}
+    settings = make_settings(
+        scheduler__accounts_dir=str(tmp_path / "accounts"),
+        scheduler__account_sources="weibo_pc",
+        sources__jd__base_url="http://127.0.0.2:8800/jd",  # a host of its own, not spaced with weibo_pc's
+        **waits,
+    )
+    core = SchedulerCore.from_settings(settings, store, clocks)
+    core.add(["jd:1"], TaskKind.ProductReviews)
+    jd = core.lease("w", 1)[0]
+    core.report([ok(jd.id, jd.lease_token)])  # due again in 60 s
+    clocks.advance(60 - jd_due_in_ms / 1000)
+    core.add(["weibo_pc:1", "weibo_pc:2"], TaskKind.WeiboUser)
+    weibo = core.lease("w", 1)[0]  # a1, weibo_pc's only account, has spent its budget, if it has one
+    core.report([ok(weibo.id, weibo.lease_token)])  # weibo_pc's host is spaced from here, if it is
+    with pytest.raises(NoWorkError) as caught:
+        core.lease("w", 1)  # weibo_pc:2 is due and waits (20 s for the host, or 200 ms for an account)
+    assert caught.value.next_due_in_ms == jd_due_in_ms
+    clocks.advance(jd_due_in_ms / 1000)
+    assert [task.id for task in core.lease("w", 1)] == [jd.id]
+
+
 def test_a_wall_clock_set_back_never_holds_an_accounts_budget_longer_than_its_minute(
     store: QueueStore, tmp_path: Path, clocks: ManualClocks
 ) -> None:
