@@ -3,11 +3,13 @@
 Every key must exist in ``default_settings.DEFAULTS`` or be a ``sources.<name>.*`` setting the named source
 declares (``icecrawler.sourcespec``: a source brings its own, so adding one edits no defaults); an unknown key is
 an error (a typo fails at start-up, not at run time). Values from text (environment, ``--set``) are converted to
-the default's type.
+the default's type. A text setting takes text (or a number, as its digits): a TOML array, table, boolean or date
+given for one is refused by name, never read as its Python repr (a list is one comma-separated string).
 """
 
 from __future__ import annotations
 
+import datetime
 import os
 import tomllib
 from collections.abc import Iterable, Mapping
@@ -53,6 +55,11 @@ def _coerce(key: str, value: Any, like: Any) -> Any:
         raise ConfigError(f"setting {key}: not a boolean: {value!r}")
     expected = "an integer" if isinstance(like, int) else "a number" if isinstance(like, float) else ""
     if not expected:
+        kind = _not_text(value)
+        if kind:  # str() of a TOML array is its Python repr: ["a", "b"] would read as "['a'" and " 'b']"
+            raise ConfigError(
+                f'setting {key}: expected text, got {kind} (a list of several is one comma-separated string: "a,b")'
+            )
         return str(value)
     try:
         if isinstance(value, bool):  # a TOML true is no number: int()/float() would read it as 1
@@ -64,6 +71,20 @@ def _coerce(key: str, value: Any, like: Any) -> Any:
         return float(value)
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"setting {key}: expected {expected}, got {value!r}") from exc
+
+
+def _not_text(value: Any) -> str:
+    """What a TOML value is, in the operator's words, when it is no text (nor a number, read as its digits) that a
+    text setting could take; "" when it is. Never the value itself: a text setting may be a password."""
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return "an array"
+    if isinstance(value, Mapping):
+        return "a table"
+    if isinstance(value, (datetime.date, datetime.time)):
+        return "a date or time"
+    return ""
 
 
 def _declared(key: str) -> dict[str, Any]:

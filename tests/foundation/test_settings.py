@@ -168,3 +168,37 @@ def test_a_bad_visitor_time_is_refused_where_the_settings_are_read(assignment: s
     key = re.escape(assignment.split("=")[0])
     with pytest.raises(ConfigError, match=rf"{key}.*must be {bound} \(from --set\)"):
         load_settings(None, [assignment], environ={})
+
+
+@pytest.mark.parametrize(
+    ("toml", "kind"),
+    [
+        ('[security]\nrevoked = ["01AB", "client-7"]\n', "an array"),  # read as "['01ab'", "'client-7']": none refused
+        ('[scheduler]\naccount_sources = ["weibo_pc"]\n', "an array"),
+        ("[client]\nproxy_url = true\n", "a boolean"),
+        ("[sandbox]\nscenario = 2026-12-07\n", "a date or time"),
+    ],
+)
+def test_a_text_setting_given_another_toml_type_is_refused_naming_the_file_and_key(
+    tmp_path: Path, toml: str, kind: str
+) -> None:
+    """A TOML array for a comma-separated setting was taken as its Python repr: ``security.revoked = ["01AB"]``
+    revoked no certificate, without a word. The error names the file and key, never the value (a text setting may
+    be a password)."""
+    config = tmp_path / "icecrawler.toml"
+    config.write_text(toml, encoding="utf-8")
+    with pytest.raises(ConfigError) as refused:
+        load_settings(config, environ={})
+    message = str(refused.value)
+    key = re.search(r"^\[(\w+)\]\n(\w+)", toml)
+    assert key is not None
+    assert message.startswith(f"{config}: setting {key[1]}.{key[2]}: expected text, got {kind}"), message
+    assert "01AB" not in message and "weibo_pc" not in message
+
+
+def test_text_settings_still_take_text_and_numbers(tmp_path: Path) -> None:
+    config = tmp_path / "icecrawler.toml"
+    config.write_text('[security]\nrevoked = "01AB,client-7"\n[storage.hbase]\ntable_prefix = 2026\n', encoding="utf-8")
+    settings = load_settings(config, environ={})
+    assert settings["security.revoked"] == "01AB,client-7"
+    assert settings["storage.hbase.table_prefix"] == "2026"
