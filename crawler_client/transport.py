@@ -257,7 +257,7 @@ class Urllib3Transport:
 
     def _send(self, request: PageRequest, headers: Mapping[str, str], timeout_s: float, watch: Watch) -> RawResponse:
         url = request.url
-        parts = urllib.parse.urlsplit(url)
+        parts = _split(url)
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise InvalidURL(f"{url!r} is not an http(s) URL")
         if request.params:
@@ -291,6 +291,7 @@ class Urllib3Transport:
             self.watchdog.detach_all(watch)
             response.close()
             response.release_conn()
+            _split(location)  # one whose host urllib.parse refuses is an InvalidURL, not urljoin's ValueError
             url = urllib.parse.urljoin(url, location)
             if response.status == 303 or (response.status in (301, 302) and method == "POST"):
                 method, body = ("GET" if method != "HEAD" else method), None  # what browsers (and requests) do
@@ -305,6 +306,15 @@ class Urllib3Transport:
             if value:
                 found[header_name] = value
         return found
+
+
+def _split(url: str) -> urllib.parse.SplitResult:
+    """``urllib.parse.urlsplit``, whose ValueError for a host it refuses (``[::1``, ``[zz]``: a site's Location, a
+    link a page gave) is an ``InvalidURL``, as urllib3's own for a bad port is: never a source's bug."""
+    try:
+        return urllib.parse.urlsplit(url)
+    except ValueError as exc:
+        raise InvalidURL(f"{url[:200]!r} is not a URL: {exc}") from None
 
 
 # --- sessions -----------------------------------------------------------------------------------------------

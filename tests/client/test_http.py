@@ -394,6 +394,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if self.path.startswith("/to-ftp"):
             self._answer(302, b"", {"Location": "ftp://127.0.0.1/x"})
             return
+        if self.path.startswith("/to-broken-host"):  # a host Python's URL parser refuses: "[::1" or "[zz]"
+            self._answer(302, b"", {"Location": "http://[zz]/x" if "zz" in self.path else "//[::1/x"})
+            return
         if self.path.startswith("/headers"):
             self._answer(200, json.dumps(dict(self.headers.items())).encode())
             return
@@ -565,6 +568,19 @@ def test_real_transport_classifies_loops_bad_urls_and_refused_connections(local_
         with pytest.raises(FetchError) as refused:
             fetcher.fetch(PageRequest(url=f"http://127.0.0.1:{port}/x"))
     assert (refused.value.outcome, refused.value.error_class) == ("ConnectionError", "ConnectionRefused")
+    cache.close()
+
+
+def test_a_redirect_or_url_python_cannot_parse_is_an_invalid_url_not_a_source_bug(local_server: str) -> None:
+    """A site's Location (or a next page's link) with a host that ``urllib.parse`` refuses raised a bare ValueError
+    out of the fetch: the crawl logged a traceback and reported ParseError ``source-bug:ValueError``. It is the same
+    ``InvalidURL`` as a redirect to ftp://, not retried."""
+    fetcher, cache = _real_fetcher(local_server)
+    for url in (f"{local_server}/to-broken-host", f"{local_server}/to-broken-host-zz", "http://[::1/x"):
+        with pytest.raises(FetchError) as invalid:
+            fetcher.fetch(PageRequest(url=url))
+        assert (invalid.value.outcome, invalid.value.error_class) == ("ConnectionError", "InvalidURL"), url
+    assert fetcher.requests_made == 3  # one each: never retried
     cache.close()
 
 
