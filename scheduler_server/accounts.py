@@ -7,6 +7,8 @@ Accounts come from TOML files in ``scheduler.accounts_dir`` (readable by the sch
     cookies = "SUB=...; SUBP=..."      # opaque blob, handed to the client's session as is
     sources = ["weibo_pc"]             # optional: default = every source in scheduler.account_sources
 
+An id is unique across the files and never starts with ``visitor:``, the visitor sessions' own ids.
+
 An account is frozen on an AccountFrozen, LoginRequired or Banned report (until the Retry-After or
 ``scheduler.account_freeze_s``, whichever is later), then thawed automatically. The scheduler daemon reads the
 files again on SIGHUP (``AccountPool.replace``): an account whose cookies changed is a fresh login and is thawed
@@ -53,7 +55,7 @@ from typing import Any
 from icecrawler.cookie_blob import parse_cookie_blob
 from icecrawler.errors import ConfigError, FetchError
 from icecrawler.logs import LogThrottle
-from icecrawler.models import SOURCES, Account
+from icecrawler.models import SOURCES, VISITOR_PREFIX, Account, is_visitor
 from scheduler_server.politeness import Hold, RateWindow
 from scheduler_server.visitors import VisitorSessions
 
@@ -132,6 +134,10 @@ def load_accounts(directory: str | Path, default_sources: frozenset[str]) -> lis
                 raise ConfigError(f"{where}: needs a string id and a string cookies")
             if account_id in seen:
                 raise ConfigError(f"{where}: duplicate account id {account_id!r}")
+            if is_visitor(account_id):  # read as a visitor session's everywhere: renewed, never frozen
+                raise ConfigError(
+                    f"{where}: the id {account_id!r} starts with {VISITOR_PREFIX!r}, kept for visitor sessions"
+                )
             extra = sorted(set(entry) - ACCOUNT_KEYS)
             if extra:  # a typo (``source``) would otherwise serve the default sources without a word
                 log.warning("%s: keys %s ignored; an account has %s", where, extra, ", ".join(sorted(ACCOUNT_KEYS)))

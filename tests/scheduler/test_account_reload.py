@@ -19,7 +19,7 @@ from icecrawler.settings import Settings
 from icecrawler_cli.commands.status import render_text
 from scheduler_server import accounts as accounts_module
 from scheduler_server.accounts import AccountPool, PooledAccount, account_changes
-from scheduler_server.config import configured_accounts
+from scheduler_server.config import SchedulerConfig, configured_accounts
 from scheduler_server.core import SchedulerCore
 from scheduler_server.metrics import SchedulerMetrics
 from scheduler_server.store import BdbQueueStore, QueueStore
@@ -280,6 +280,31 @@ def test_an_accounts_file_of_another_shape_is_refused_by_name(
     (tmp_path / name).write_text(text)
     (tmp_path / name).chmod(0o600)
     with pytest.raises(ConfigError, match=message):
+        load_accounts(tmp_path, frozenset({"weibo_pc"}))
+
+
+def test_an_account_id_in_the_visitor_sessions_namespace_is_refused(tmp_path: Path) -> None:
+    """An id such as ``visitor:backup`` was loaded, leased, and then read everywhere as a visitor session's: a ban,
+    a login wall or an AccountFrozen report never froze it (visitor sessions are renewed, not frozen), so a banned
+    login kept being leased at the full budget. Refused by name, as a duplicate id is."""
+    from icecrawler.errors import ConfigError
+    from icecrawler.models import is_visitor
+    from scheduler_server.accounts import load_accounts
+    from scheduler_server.outcomes import outcome_effects
+
+    config = make_settings().copy_with(scheduler__account_freeze_s=600.0)
+    effects = outcome_effects(
+        Report(task_id="user:weibo_pc:1", lease_token="t", outcome=Outcome.Banned),
+        attempts=0,
+        account_id="visitor:backup",
+        host="weibo.com",
+        wall=1000.0,
+        config=SchedulerConfig.from_settings(config),
+    )
+    assert is_visitor("visitor:backup") and effects.freeze_account is None  # why such an id cannot be an account's
+    (tmp_path / "a.toml").write_text('[[account]]\nid = "visitor:backup"\ncookies = "SUB=x"\n')
+    (tmp_path / "a.toml").chmod(0o600)
+    with pytest.raises(ConfigError, match=r"a\.toml account #0: the id 'visitor:backup' .*visitor:"):
         load_accounts(tmp_path, frozenset({"weibo_pc"}))
 
 
