@@ -69,7 +69,7 @@ def _coerce(key: str, value: Any, like: Any) -> Any:
                 raise ValueError(value)
             return int(value)
         return float(value)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, OverflowError) as exc:  # OverflowError: an int past a float
         raise ConfigError(f"setting {key}: expected {expected}, got {value!r}") from exc
 
 
@@ -220,7 +220,7 @@ def load_settings(
         try:
             with path.open("rb") as handle:
                 table = _flatten(tomllib.load(handle))
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        except ValueError as exc:  # TOMLDecodeError, UnicodeDecodeError, an integer of over 4300 digits
             # A property file given where the settings go (-c client.conf) reads as broken TOML: say which flag.
             hint = "" if path.suffix == ".toml" else f"; an Ice property file goes with --Ice.Config={path}"
             raise ConfigError(f"{path}: invalid TOML: {str(exc)[:200]}{hint}") from exc

@@ -202,3 +202,22 @@ def test_text_settings_still_take_text_and_numbers(tmp_path: Path) -> None:
     settings = load_settings(config, environ={})
     assert settings["security.revoked"] == "01AB,client-7"
     assert settings["storage.hbase.table_prefix"] == "2026"
+
+
+@pytest.mark.parametrize(
+    ("zeros", "message"),
+    [
+        (400, "setting client.timeout_s: expected a number, got 1000"),  # past a float's range
+        (5000, "invalid TOML: Exceeds the limit"),  # past Python's digits limit for reading an int
+    ],
+)
+def test_a_whole_number_too_large_for_a_float_setting_is_a_clear_error(
+    tmp_path: Path, zeros: int, message: str
+) -> None:
+    """TOML integers have no size limit in Python's reader: one past a float's range was an OverflowError traceback
+    from every command, and one past 4300 digits a ValueError traceback, naming neither the key nor the file."""
+    config = tmp_path / "icecrawler.toml"
+    config.write_text("[client]\ntimeout_s = 1" + "0" * zeros + "\n", encoding="utf-8")
+    with pytest.raises(ConfigError) as refused:
+        load_settings(config, environ={})
+    assert str(refused.value).startswith(f"{config}: {message}"), str(refused.value)[:200]
