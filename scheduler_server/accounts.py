@@ -12,7 +12,8 @@ An id is unique across the files and never starts with ``visitor:``, the visitor
 An account is frozen on an AccountFrozen, LoginRequired or Banned report (until the Retry-After or
 ``scheduler.account_freeze_s``, whichever is later), then thawed automatically. The scheduler daemon reads the
 files again on SIGHUP (``AccountPool.replace``): an account whose cookies changed is a fresh login and is thawed
-at once, so an operator who replaces expired cookies need not restart the scheduler or wait out the freeze.
+at once, so an operator who replaces expired cookies need not restart the scheduler or wait out the freeze, and a
+failure reported since by a crawl leased with the old cookies does not freeze it again (``lent_replaced_login``).
 Each account has a request budget per minute across all clients. An exhausted pool pauses the affected sources;
 it never drops tasks.
 
@@ -251,8 +252,9 @@ class AccountPool:
         self.needs_account = needs_account
         #: source -> the site its refreshes are kept for (``site_domain`` of its host); "" for a source not named.
         self.sites = dict(sites or {})
-        #: lease token -> (account id, site, ``login_digest`` of the blob it was handed): see ``lent``.
-        self._lent: dict[str, tuple[str, str, str]] = {}
+        #: lease token -> (account id, site, ``login_digest`` of the blob it was handed, ``login_of`` the account
+        #: then): see ``lent``.
+        self._lent: dict[str, tuple[str, str, str, str]] = {}
         self._refusals = LogThrottle()
         #: A site may refresh a login on every answer: one line an hour per (account, site) says it does.
         self._refreshes_said = LogThrottle(interval_s=3600.0)
@@ -312,9 +314,21 @@ class AccountPool:
         pooled = self._accounts.get(account.id)
         if pooled is None:
             return
-        self._lent[token] = (account.id, self.sites.get(source, ""), login_digest(account.cookie_blob))
+        self._lent[token] = (
+            account.id,
+            self.sites.get(source, ""),
+            login_digest(account.cookie_blob),
+            login_digest(pooled.account.cookie_blob),
+        )
         while len(self._lent) > MAX_LENT:
             del self._lent[next(iter(self._lent))]
+
+    def lent_replaced_login(self, token: str) -> bool:
+        """Whether lease ``token`` was handed a login the accounts files have since replaced for its account (new
+        cookies, SIGHUP): its report of a failed login says nothing of the new one, which it must not freeze. False
+        for a lease the pool does not remember (a visitor session's, one from before a restart)."""
+        entry = self._lent.get(token)
+        return entry is not None and entry[3] != self.login_of(entry[0])
 
     def ended(self, token: str, refreshed: str = "") -> bool:
         """Lease ``token`` ended (reported, given back, expired); ``refreshed``: its login as the site refreshed it
@@ -337,7 +351,7 @@ class AccountPool:
         entry = self._lent.get(token)
         if entry is None or not refreshed:
             return RefreshVerdict()
-        account_id, site, digest = entry
+        account_id, site, digest, _ = entry
         pooled = self._accounts.get(account_id)
         if pooled is None:
             return RefreshVerdict()

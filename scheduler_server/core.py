@@ -51,7 +51,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from icecrawler.errors import InvalidArgumentError, LeaseLostError, NoWorkError, ServiceError
@@ -537,6 +537,8 @@ class SchedulerCore:
             wall=wall,
             config=self.config,
         )
+        if effects.freeze_account is not None and self.accounts.lent_replaced_login(item.lease_token):
+            effects = replace(effects, freeze_account=None)  # a failure of the old login: the new one stays thawed
         record.last_outcome = item.outcome.value
         record.last_error = item.error_class
         record.last_crawl_ms = now_ms

@@ -111,6 +111,35 @@ def test_new_cookies_thaw_an_account_now_and_after_a_restart(tmp_path: Path, clo
         again.close()
 
 
+def test_a_late_failure_of_the_old_login_does_not_freeze_the_new_one(
+    store: QueueStore, clocks: ManualClocks, tmp_path: Path
+) -> None:
+    """The operator pastes a new login for a frozen account and sends SIGHUP: it is thawed at once. A crawl leased
+    with the old login before that, reporting its login wall afterwards, froze the new login for
+    ``account_freeze_s`` (an hour by default, and a restart kept it: the freeze was stored under the new login)."""
+    accounts = accounts_dir(tmp_path, ONE.format(cookies="old"))
+    settings = make_settings(
+        scheduler__accounts_dir=str(accounts),
+        scheduler__account_sources="weibo_pc",
+        scheduler__account_freeze_s=3600.0,
+    )
+    core = SchedulerCore.from_settings(settings, store, clocks)
+    core.add(["weibo_pc:1", "weibo_pc:2"], TaskKind.WeiboUser)
+    first, late = core.lease("w", 2)
+    assert first.account.cookie_blob == late.account.cookie_blob == "SUB=old"
+    core.report([Report(first.id, first.lease_token, outcome=Outcome.LoginRequired)])
+    assert core.stats()["detail"]["accounts"]["a1"]["state"] == "frozen"
+    (accounts / "pool.toml").write_text(ONE.format(cookies="new"))
+    assert core.reload_accounts(configured_accounts(settings, core.config)).renewed == ("a1",)
+    core.report([Report(late.id, late.lease_token, outcome=Outcome.LoginRequired)])  # of the old login
+    assert core.stats()["detail"]["accounts"]["a1"]["state"] == "ok"
+    clocks.advance(120)
+    task = core.lease("w", 1)[0]
+    assert (task.account.id, task.account.cookie_blob) == ("a1", "SUB=new")
+    core.report([Report(task.id, task.lease_token, outcome=Outcome.Banned)])  # the new login's own: frozen
+    assert core.stats()["detail"]["accounts"]["a1"]["state"] == "frozen"
+
+
 @pytest.mark.bdb
 def test_a_restart_keeps_the_freeze_of_the_same_cookies_only(tmp_path: Path, clocks: ManualClocks) -> None:
     accounts = accounts_dir(tmp_path, ONE.format(cookies="old"))
