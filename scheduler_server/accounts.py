@@ -7,7 +7,8 @@ Accounts come from TOML files in ``scheduler.accounts_dir`` (readable by the sch
     cookies = "SUB=...; SUBP=..."      # opaque blob, handed to the client's session as is
     sources = ["weibo_pc"]             # optional: default = every source in scheduler.account_sources
 
-An id is unique across the files and never starts with ``visitor:``, the visitor sessions' own ids.
+An id is unique across the files and never starts with ``visitor:``, the visitor sessions' own ids; cookies that do
+not read as a cookie blob (``icecrawler.cookie_blob``) refuse the file, as the client would refuse the session.
 
 An account is frozen on an AccountFrozen, LoginRequired or Banned report (until the Retry-After or
 ``scheduler.account_freeze_s``, whichever is later), then thawed automatically. The scheduler daemon reads the
@@ -139,6 +140,13 @@ def load_accounts(directory: str | Path, default_sources: frozenset[str]) -> lis
                 raise ConfigError(
                     f"{where}: the id {account_id!r} starts with {VISITOR_PREFIX!r}, kept for visitor sessions"
                 )
+            try:  # else leased, refused by every client's session as LoginRequired, and frozen as logged out
+                parse_cookie_blob(cookies)
+            except FetchError:
+                raise ConfigError(  # not the parser's words: they may quote the cookies
+                    f"{where} ({account_id}): cookies do not read as a cookie blob: a Cookie header "
+                    '("SUB=...; SUBP=...") or a JSON object of cookies (icecrawler/cookie_blob.py)'
+                ) from None
             extra = sorted(set(entry) - ACCOUNT_KEYS)
             if extra:  # a typo (``source``) would otherwise serve the default sources without a word
                 log.warning("%s: keys %s ignored; an account has %s", where, extra, ", ".join(sorted(ACCOUNT_KEYS)))

@@ -337,6 +337,24 @@ def test_an_account_id_in_the_visitor_sessions_namespace_is_refused(tmp_path: Pa
         load_accounts(tmp_path, frozenset({"weibo_pc"}))
 
 
+@pytest.mark.parametrize(
+    "cookies", ["SUBsecret-value", '{"cookies": 5}', '{"SUB": "secret", "n": 1}', '{"cookies": {}, "token": "secret"}']
+)
+def test_cookies_the_client_cannot_read_are_refused_by_file_and_account(tmp_path: Path, cookies: str) -> None:
+    """Such an account was loaded and leased: every client failed its session at once as LoginRequired
+    (``bad-cookie-blob``), the scheduler froze it for an hour as if the site had logged it out, and status said
+    "LoginRequired" only. Refused when the files are read, at start or SIGHUP, without quoting the cookies."""
+    from icecrawler.errors import ConfigError
+    from scheduler_server.accounts import load_accounts
+
+    (tmp_path / "a.toml").write_text(f'[[account]]\nid = "a1"\ncookies = {json.dumps(cookies)}\n')
+    (tmp_path / "a.toml").chmod(0o600)
+    with pytest.raises(ConfigError) as refused:
+        load_accounts(tmp_path, frozenset({"weibo_pc"}))
+    assert str(refused.value).startswith("a.toml account #0 (a1): cookies do not read as a cookie blob")
+    assert "secret" not in str(refused.value)
+
+
 def test_files_the_accounts_directory_does_not_read_are_named_in_a_warning(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
