@@ -3,14 +3,17 @@
 Why: a value of the right type can still be nonsense that only shows up later, far from its cause
 (``scheduler.lease_s=nan`` failed every lease with UnknownException; ``maintenance_interval_s=0`` spun a core;
 ``storage.batch_limit=0`` refused every write). Every float must be finite; the table below adds the bounds.
-A key without a rule (e.g. one added by another component) still gets the finite check.
+A key without a rule (e.g. one added by another component) still gets the finite check, and every ``*_url`` setting
+(a source's ``base_url`` or ``visitor_url``, ``client.proxy_url``) must be empty or an http(s) URL with a host.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import re
 import tempfile
+import urllib.parse
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -126,9 +129,33 @@ def validate_values(
         checked = rule is not None and not isinstance(value, bool) and (rule.choices or isinstance(value, (int, float)))
         if problem is None and rule is not None and checked:
             problem = rule.problem(value)
+        if problem is None and key.endswith("_url") and isinstance(value, str):
+            problem = _url_problem(value)
         if problem is not None:
             origin = f" (from {origins[key]})" if origins and key in origins else ""
-            raise ConfigError(f"setting {key}={value!r}: {problem}{origin}")
+            shown = _URL_USER.sub("//…@", value) if isinstance(value, str) else value  # a proxy's password
+            raise ConfigError(f"setting {key}={shown!r}: {problem}{origin}")
+
+
+#: The user and password of a URL (``http://user:pw@proxy:3128``), never shown in an error.
+_URL_USER = re.compile(r"//[^/@]*@")
+
+
+def _url_problem(value: str) -> str | None:
+    """What is wrong with the value of a ``*_url`` setting (a site's ``base_url``, a ``visitor_url``, the client's
+    ``proxy_url``): each is an http(s) URL with a host, or empty. Otherwise a host Python's parser refuses
+    (``https://[weibo.com``) was a ValueError traceback wherever the URL was first read, and one without a scheme
+    (``weibo.com``) failed every crawl of the source as an invalid URL."""
+    if not value:
+        return None
+    try:
+        parts = urllib.parse.urlsplit(value)
+        _ = parts.port  # a port that is no number, or past 65535, raises here
+    except ValueError as exc:
+        return f"is not a URL ({exc})"
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return "must be an http:// or https:// URL with a host"
+    return None
 
 
 def _existing_ancestor(path: Path) -> Path:

@@ -221,3 +221,44 @@ def test_a_whole_number_too_large_for_a_float_setting_is_a_clear_error(
     with pytest.raises(ConfigError) as refused:
         load_settings(config, environ={})
     assert str(refused.value).startswith(f"{config}: {message}"), str(refused.value)[:200]
+
+
+@pytest.mark.parametrize(
+    ("toml", "key", "problem"),
+    [
+        # Was a ValueError traceback from the scheduler's start (and from the client's first crawl of the source).
+        (
+            '[sources.weibo_web]\nvisitor_url = "https://[passport.weibo.com/visitor"\n',
+            "sources.weibo_web.visitor_url",
+            r"is not a URL \(Invalid IPv6 URL\)",
+        ),
+        ('[sources.jd]\nbase_url = "https://item.jd.com:80x"\n', "sources.jd.base_url", "is not a URL"),
+        # Was accepted: the scheduler took "" as the host, and every crawl of the source failed as InvalidURL.
+        ('[sources.jd]\nbase_url = "item.jd.com"\n', "sources.jd.base_url", "must be an http:// or https:// URL"),
+        ('[client]\nproxy_url = "socks5://user:pw@127.0.0.1:1080"\n', "client.proxy_url", "must be an http://"),
+    ],
+)
+def test_a_url_setting_that_is_no_http_url_is_refused_naming_the_key_and_file(
+    tmp_path: Path, toml: str, key: str, problem: str
+) -> None:
+    config = tmp_path / "icecrawler.toml"
+    config.write_text(toml, encoding="utf-8")
+    with pytest.raises(ConfigError) as refused:
+        load_settings(config, environ={})
+    message = str(refused.value)
+    assert re.match(rf"setting {re.escape(key)}='.*': {problem}.* \(from {re.escape(str(config))}\)$", message), message
+    assert "pw" not in message
+
+
+def test_url_settings_take_http_urls_and_empty(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # no ./icecrawler.toml
+    settings = load_settings(
+        None,
+        [
+            "client.proxy_url=http://user:pw@127.0.0.1:3128",
+            "sources.weibo_web.visitor_url=",
+            "sources.jd.base_url=https://[::1]:8443/jd",
+        ],
+        environ={},
+    )
+    assert settings["sources.jd.base_url"] == "https://[::1]:8443/jd"
