@@ -28,6 +28,7 @@ import multiprocessing.pool
 import signal
 import sys
 import time
+import typing
 from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,7 @@ from bench.revisit.publish import merge_json, write_block
 from bench.revisit.replay import FITTED_WINDOW_RULE
 from bench.revisit.synthetic import ablation, e0_seed, e3_seed, tune
 from bench.revisit.synthetic_report import plots, report
+from sandbox.tracefile import finite
 from shhd.fingerprint import tokenize
 
 __all__ = ["main"]
@@ -116,6 +118,11 @@ RATE_KNOBS_SET_BY_THE_RUN = frozenset(
 )
 
 
+#: The range of a number knob of ``--rate`` where it is not "above 0" (periods, half-lives, item counts, factors).
+#: shared_clock_agreement is a mean cosine between two targets' daily phases.
+RATE_KNOB_RANGES: dict[str, tuple[float, float]] = {"shared_clock_agreement": (-1.0, 1.0)}
+
+
 def _rate_knob(text: str) -> tuple[str, Any]:
     """``KEY=VALUE`` of ``--rate``: a field of ``RatePolicy`` (not its period bounds, which the run sets) and a JSON
     value."""
@@ -129,8 +136,26 @@ def _rate_knob(text: str) -> tuple[str, Any]:
         parsed = json.loads(value)
     except json.JSONDecodeError:
         raise argparse.ArgumentTypeError(f"{text!r}: VALUE must be JSON (a number, true, false, null)") from None
-    if key == "calibration" and parsed is not None:
-        raise argparse.ArgumentTypeError(f"{text!r}: calibration takes null only (no population calibration)")
+    if key == "calibration":
+        if parsed is not None:
+            raise argparse.ArgumentTypeError(f"{text!r}: calibration takes null only (no population calibration)")
+        return key, parsed
+    hint = typing.get_type_hints(RatePolicy)[key]
+    optional = type(None) in typing.get_args(hint)
+    if parsed is None and optional:
+        return key, parsed
+    if hint is bool:
+        if not isinstance(parsed, bool):
+            raise argparse.ArgumentTypeError(f"{text!r}: {key} takes true or false")
+        return key, parsed
+    # A number knob: a string or null reached the workers and ended the run in a TypeError traceback there, and a
+    # negative half-life ran and printed the figures of a policy nobody meant.
+    low, high = RATE_KNOB_RANGES.get(key, (0.0, math.inf))
+    if not finite(parsed) or not (low <= parsed <= high if key in RATE_KNOB_RANGES else parsed > 0):
+        span = f"from {low:g} to {high:g}" if key in RATE_KNOB_RANGES else "above 0"
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: {key} takes a finite number {span}" + (" or null" if optional else "")
+        )
     return key, parsed
 
 

@@ -317,6 +317,48 @@ def test_the_development_harness_measures_a_changed_knob_of_the_default_policy(
     assert "--rate changes the default policy in the development harness only" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("knob", "message"),
+    [
+        ('half_life_s="3600"', "half_life_s takes a finite number above 0"),
+        ("half_life_s=null", "half_life_s takes a finite number above 0"),
+        ("half_life_s=[1]", "half_life_s takes a finite number above 0"),
+        ("half_life_s=true", "half_life_s takes a finite number above 0"),
+        ("half_life_s=1e999", "half_life_s takes a finite number above 0"),
+        ("half_life_s=-5", "half_life_s takes a finite number above 0"),
+        ("half_life_s=0", "half_life_s takes a finite number above 0"),
+        ("memory_items=0", "memory_items takes a finite number above 0 or null"),
+        ('burst_fade_s="x"', "burst_fade_s takes a finite number above 0 or null"),
+        ("shared_clock_agreement=2", "shared_clock_agreement takes a finite number from -1 to 1 or null"),
+        ("diurnal=2", "diurnal takes true or false"),
+        ("diurnal=null", "diurnal takes true or false"),
+    ],
+)
+def test_a_rate_knob_of_the_wrong_type_or_range_is_refused_before_the_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], knob: str, message: str
+) -> None:
+    # A string or null for a number reached the workers and ended the run in a TypeError traceback; a negative
+    # half-life or a 0 memory ran and printed figures of a policy nobody meant.
+    path = _small_file(tmp_path)
+    with pytest.raises(SystemExit) as exit_:
+        revisit.main(["--traces", str(path), "--phases", "1", "--workers", "1", "--rate", knob])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument --rate: {knob!r}: {message}" in err and "Traceback" not in err
+
+
+def test_every_rate_knob_takes_its_default_back(capsys: pytest.CaptureFixture[str]) -> None:
+    """The checks above refuse nothing the policy ships with: each knob at its default value parses."""
+    from dataclasses import fields
+
+    defaults = RatePolicy(60.0, 86400.0, 600.0)
+    for f in fields(RatePolicy):
+        if f.name in revisit.RATE_KNOBS_SET_BY_THE_RUN or not f.init:
+            continue
+        value = None if f.name == "calibration" else getattr(defaults, f.name)
+        assert revisit._rate_knob(f"{f.name}={json.dumps(value)}") == (f.name, value)
+
+
 def test_the_figures_do_not_depend_on_how_many_worker_processes_run_them(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
