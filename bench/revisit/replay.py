@@ -80,7 +80,8 @@ def fit_windowing(
 ) -> Windowing:
     """The window the traces fill, unless ``window_days`` is given: the median of the spans they cover, to the
     nearest whole day, at most LONGEST_WINDOW_DAYS, and past SHORT_WINDOW_DAYS at most the span in which the median
-    trace holds WINDOW_MEDIAN_ITEMS items. The warm-up is ``warmup_days``, else WARMUP_DAYS or
+    trace holds WINDOW_MEDIAN_ITEMS items; traces of one instant have no span and do not count (none with a span:
+    1 day). The warm-up is ``warmup_days``, else WARMUP_DAYS or
     WARMUP_SHARE of a longer window, at most half the window.
 
     n items spread evenly over a span L have a range of L (n - 1) / (n + 1) on average, so a trace covers about
@@ -91,11 +92,15 @@ def fit_windowing(
     also at most 28 days, which kept a sixth of a six-month trace: its quiet targets had an item or two in the
     window, too few for any policy to learn from (docs/REVISIT.md, "ninth round")."""
     if window_days is None:
-        covered = [(t.times[-1] - t.times[0]) / DAY * (len(t.times) + 1) / max(len(t.times) - 1, 1) for t in traces]
-        per_day = [len(t.times) / c for t, c in zip(traces, covered, strict=True) if c > 0]
+        # Only traces with a span count: one item (or all items in one second) says nothing about how long a target
+        # publishes, and counted as covering 0 days, a file of mostly one-item targets got a window of a day.
+        spread = [t for t in traces if t.times[-1] > t.times[0]]
+        covered = [(t.times[-1] - t.times[0]) / DAY * (len(t.times) + 1) / (len(t.times) - 1) for t in spread]
+        per_day = [len(t.times) / c for t, c in zip(spread, covered, strict=True)]
         enough = WINDOW_MEDIAN_ITEMS / float(np.median(per_day)) if per_day else LONGEST_WINDOW_DAYS
         longest = min(LONGEST_WINDOW_DAYS, max(SHORT_WINDOW_DAYS, enough))
-        window_days = min(float(round(longest)), max(1.0, float(round(float(np.median(covered))))))
+        median = float(np.median(covered)) if covered else 0.0
+        window_days = min(float(round(longest)), max(1.0, float(round(median))))
     if warmup_days is None:
         warmup_days = min(max(WARMUP_DAYS, WARMUP_SHARE * window_days), window_days / 2)
     if not 0 <= warmup_days < window_days:

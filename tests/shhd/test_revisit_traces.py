@@ -448,6 +448,16 @@ def test_the_window_fits_the_traces_median_span_up_to_a_year() -> None:
         fit_windowing([_spanning(40)], window_days=10, warmup_days=10)
 
 
+def test_traces_of_one_instant_say_nothing_about_the_span_the_window_needs() -> None:
+    # A target with one item (or all its items in one second) has no span to measure: counted as covering 0 days,
+    # three of them beside two six-week traces made the median 0 and the window 1 day, which kept a day of the busy
+    # traces and warned that the traces "cover a median of under 1.5 days".
+    single = [Trace(f"one{k}", "s", (1_700_000_000.0 + k * DAY,)) for k in range(3)]
+    batch = Trace("batch", "s", (1_700_000_000.0,) * 5)
+    assert fit_windowing([*single, batch, _spanning(40, "a"), _spanning(40, "b")]) == Windowing(42, 10.5)
+    assert fit_windowing([*single, batch]) == Windowing(1, 0.5)  # nothing to measure: the shortest window
+
+
 def test_a_fitted_window_scores_a_short_trace_from_its_own_second_week() -> None:
     traces = [_spanning(13.3)]
     w = fit_windowing(traces)
