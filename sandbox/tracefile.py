@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 __all__ = [
     "DAY_S",
@@ -87,10 +87,26 @@ def _printable(name: str) -> bool:
 LINE_FORMAT = 'each line must be one JSON object {"target": "...", "source": "...", "times": [unix seconds]}'
 
 
+class _RepeatedKey(ValueError):
+    """A key given twice in one JSON object (``_unique_keys``)."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object's dict, refusing a key given twice: ``json`` keeps the last one silently, and a line of two feeds
+    pasted together (``"times": [...], "times": [...]``) could mean either."""
+    obj = dict(pairs)
+    if len(obj) < len(pairs):
+        keys = [k for k, _ in pairs]
+        raise _RepeatedKey(next(k for k in keys if keys.count(k) > 1))
+    return obj
+
+
 def _parse_line(text: str, where: str) -> tuple[Trace, bool]:
     """The trace on one line, and whether its times had to be sorted."""
     try:
-        obj = json.loads(text)
+        obj = json.loads(text, object_pairs_hook=_unique_keys)
+    except _RepeatedKey as exc:
+        raise TraceError(f"{where}: key {exc.args[0]!r} twice in one object: which one is meant?") from None
     except json.JSONDecodeError as exc:
         raise TraceError(f"{where}: not JSON ({exc.msg}); {LINE_FORMAT}") from None
     except (ValueError, RecursionError) as exc:  # a number of thousands of digits, a line nested too deep

@@ -99,6 +99,12 @@ def test_a_file_saved_with_a_byte_order_mark_and_crlf_line_ends_loads(tmp_path: 
         (json.dumps(dict(GOOD, times=[1_700_000_000, 10**400])), "finite numbers"),
         ('{"target": "' + "x" + '", "source": "s", "times": [' + "9" * 5000 + "]}", "not JSON we can read"),
         ("[" * 100_000 + "]" * 100_000, "not JSON"),
+        # A key given twice (two feeds' lines pasted into one): JSON keeps the last silently, and either could be meant.
+        (
+            '{"target": "x", "source": "s", "times": [1700000000], "times": [1700003600, 1700007200]}',
+            "key 'times' twice",
+        ),
+        ('{"target": "x", "source": "s", "target": "y", "times": [1700000000]}', "key 'target' twice"),
     ],
 )
 def test_a_bad_line_names_file_line_and_fault(tmp_path: Path, line: str, message: str) -> None:
