@@ -254,8 +254,17 @@ def main(argv: list[str]) -> int:
         "half the window)",
     )
     args = parser.parse_args(argv)
-    if args.traces is None and (args.phases or args.half):
-        parser.error("--phases and --half need --traces")
+    # An option of the other run is refused, not ignored: each run would go on without it, and a full one rewrites the
+    # docs (--traces FILE --ablation ran the recorded real-trace run, --window-days without --traces the synthetic one).
+    trace_only = (args.window_days, args.warmup_days, args.targets, args.phases, args.half)
+    if args.traces is None and any(v is not None for v in trace_only):
+        parser.error("--window-days, --warmup-days, --targets, --phases and --half need --traces")
+    if args.traces is not None and (
+        args.ablation or any(v is not None for v in (args.pages, args.e0_days, args.end_days))
+    ):
+        parser.error(
+            "--ablation, --pages, --e0-days and --end-days are for the synthetic benchmark: drop them with --traces"
+        )
     if args.phases and (args.seeds or args.quick or args.write):
         parser.error("--phases runs its own phases and prints only: drop --seeds, --quick and --write")
     if args.rate and not args.phases:

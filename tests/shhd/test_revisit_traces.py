@@ -290,7 +290,7 @@ def test_the_development_harness_prints_the_best_of_every_baseline_setting_and_w
     assert all(lag > 0 for lag in lags.values())
     with pytest.raises(SystemExit):
         revisit.main(["--phases", "2"])
-    assert "--phases and --half need --traces" in capsys.readouterr().err
+    assert "--window-days, --warmup-days, --targets, --phases and --half need --traces" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         revisit.main(["--traces", str(path), "--phases", "2", "--seeds", "3"])
     assert "--phases runs its own phases and prints only" in capsys.readouterr().err
@@ -363,6 +363,37 @@ def test_every_rate_knob_takes_its_default_back(capsys: pytest.CaptureFixture[st
             continue
         value = None if f.name == "calibration" else getattr(defaults, f.name)
         assert revisit._rate_knob(f"{f.name}={json.dumps(value)}") == (f.name, value)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        # Without --traces these ran the synthetic benchmark, a full run that rewrites the docs, as if not given.
+        (["--window-days", "10"], "--window-days, --warmup-days, --targets, --phases and --half need --traces"),
+        (
+            ["--warmup-days", "3", "--quick"],
+            "--window-days, --warmup-days, --targets, --phases and --half need --traces",
+        ),
+        (["--targets", "10", "--quick"], "--window-days, --warmup-days, --targets, --phases and --half need --traces"),
+        # With --traces these ran the real-trace run instead; --ablation's run would have rewritten the docs.
+        (["--traces", "t.jsonl", "--ablation"], "--ablation, --pages, --e0-days and --end-days are for the synthetic"),
+        (["--traces", "t.jsonl", "--pages", "5", "--quick"], "--ablation, --pages, --e0-days and --end-days are for"),
+        (["--traces", "t.jsonl", "--e0-days", "3", "--quick"], "--ablation, --pages, --e0-days and --end-days are"),
+        (["--traces", "t.jsonl", "--end-days", "3", "--quick"], "--ablation, --pages, --e0-days and --end-days are"),
+    ],
+)
+def test_an_option_of_the_other_run_is_refused_not_ignored(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def ran(*_: object) -> int:
+        raise AssertionError("the command started a run")
+
+    for name in ("_main_traces", "_warm_up"):
+        monkeypatch.setattr(revisit, name, ran)
+    with pytest.raises(SystemExit) as exit_:
+        revisit.main(argv)
+    assert exit_.value.code == 2
+    assert message in capsys.readouterr().err
 
 
 def test_the_figures_do_not_depend_on_how_many_worker_processes_run_them(
