@@ -346,6 +346,7 @@ def report(
         "",
     ]
     md += _by_source(cfg, per_seed, knobs), ""
+    md += _sources_fewer_seeds_drew(cfg, per_seed, in_half)
     if knobs:
         md += [
             "Knobs tuning chose on the development half (where not the default): "
@@ -394,6 +395,22 @@ def _by_source(cfg: RealConfig, per_seed: list[dict[str, Any]], knobs: dict[tupl
         "#### Per source (mean lag in minutes of that source's items; a baseline shows the better of its default "
         "and tuned rows)\n\n" + table(header, rows)
     )
+
+
+def _sources_fewer_seeds_drew(cfg: RealConfig, per_seed: list[dict[str, Any]], in_half: dict[str, int]) -> list[str]:
+    """A note under the per-source table naming the sources of the half that some seeds' resamples left out: a row
+    is the mean over the seeds that drew its source (one seed's ratio has no ± to say so), and a source no seed drew
+    has no row. No lines when every seed drew every source."""
+    drawn = {s: sum(s in seed[str(cfg.budgets[0])][DEFAULT_LABEL]["by_source"] for seed in per_seed) for s in in_half}
+    fewer = [f"{s} {n}" for s, n in sorted(drawn.items()) if 0 < n < len(per_seed)]
+    never = [s for s, n in sorted(drawn.items()) if n == 0]
+    if not fewer and not never:
+        return []
+    return [
+        f"Sources drawn by fewer than the run's {len(per_seed)} seeds (each row is the mean over the seeds that drew "
+        f"its source): {', '.join(fewer) or 'none'}; drawn by none, so not in the table: {', '.join(never) or 'none'}.",
+        "",
+    ]
 
 
 #: The policies of the single-target (E0) run on one real trace, each fetching whenever it asks.

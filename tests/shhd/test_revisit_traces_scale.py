@@ -17,7 +17,7 @@ import pytest
 import bench.revisit as revisit
 from bench.revisit.contenders import ROOT
 from bench.revisit.content import ITEM_WORDS, VOCAB, ContentModel
-from bench.revisit.real import RealConfig, open_traces, window_items
+from bench.revisit.real import REPORT_BASE, RealConfig, open_traces, sample_targets, window_items
 from bench.revisit.replay import load_traces, window_pages
 from bench.revisit.traces import DAY
 
@@ -190,3 +190,36 @@ def test_the_header_counts_the_half_and_says_how_many_each_seed_resamples(
     assert "; report half: 6 targets (forum 3, shop 3); 2 report seeds (1000..1001), each a bootstrap resample of " in (
         out
     )
+
+
+def test_the_per_source_table_says_which_sources_fewer_seeds_drew(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A small resample of a file of several sources leaves some sources out of some seeds: their rows were the mean
+    over the seeds that drew them (a ratio of one seed, without a ± that says so), and a source no seed drew was
+    left out of the table without a word."""
+    rng = np.random.default_rng(3)
+    lines = []
+    for source in ("a", "b", "c", "d"):
+        for k in range(4):
+            times = np.sort(1_700_000_000 + rng.uniform(0, 28 * DAY, 40)).round()
+            lines.append(json.dumps({"target": f"{source}{k}", "source": source, "times": times.tolist()}))
+    path = _file(tmp_path, "four.jsonl", lines)
+    seeds, targets = 3, 2
+    opened = open_traces(RealConfig(path, half="all"))
+    drawn = {s: 0 for s in "abcd"}
+    for k in range(seeds):
+        for source in {t.source for t in sample_targets(opened.chosen, REPORT_BASE + k, targets, bootstrap=True)}:
+            drawn[source] += 1
+    assert 0 in drawn.values() and any(0 < n < seeds for n in drawn.values())  # the case this test is about
+    argv = ["--traces", str(path), "--quick", "--half", "all", "--workers", "1"]
+    assert revisit.main([*argv, "--seeds", str(seeds), "--targets", str(targets)]) == 0
+    out = capsys.readouterr().out
+    fewer = ", ".join(f"{s} {n}" for s, n in drawn.items() if 0 < n < seeds)
+    never = ", ".join(s for s, n in drawn.items() if n == 0)
+    assert (
+        f"Sources drawn by fewer than the run's {seeds} seeds (each row is the mean over the seeds that drew its "
+        f"source): {fewer}; drawn by none, so not in the table: {never}." in out
+    )
+    assert revisit.main([*argv, "--seeds", "2"]) == 0  # every target a seed: every source in every seed, no note
+    assert "Sources drawn by fewer" not in capsys.readouterr().out
