@@ -38,6 +38,7 @@ __all__ = [
     "Windowing",
     "fit_windowing",
     "load_traces",
+    "median_covered_days",
     "split_halves",
     "warn_on_stderr",
     "window_pages",
@@ -75,6 +76,23 @@ FITTED_WINDOW_RULE = (
 )
 
 
+def _spread(traces: Sequence[Trace]) -> list[Trace]:
+    """The traces with a span: one item (or every item in one second) says nothing about how long a target publishes,
+    and counted as covering 0 days, a file of mostly one-item targets got a window of a day."""
+    return [t for t in traces if t.times[-1] > t.times[0]]
+
+
+def _covered_days(trace: Trace) -> float:
+    """The days a trace of n items covers: its range x (n + 1) / (n - 1) (``fit_windowing``); a trace with a span."""
+    return (trace.times[-1] - trace.times[0]) / DAY * (len(trace.times) + 1) / (len(trace.times) - 1)
+
+
+def median_covered_days(traces: Sequence[Trace]) -> float:
+    """The median of the days the traces with a span cover (``_covered_days``); 0 when none has one."""
+    covered = [_covered_days(t) for t in _spread(traces)]
+    return float(np.median(covered)) if covered else 0.0
+
+
 def fit_windowing(
     traces: Sequence[Trace], window_days: float | None = None, warmup_days: float | None = None
 ) -> Windowing:
@@ -92,15 +110,11 @@ def fit_windowing(
     also at most 28 days, which kept a sixth of a six-month trace: its quiet targets had an item or two in the
     window, too few for any policy to learn from (docs/REVISIT.md, "ninth round")."""
     if window_days is None:
-        # Only traces with a span count: one item (or all items in one second) says nothing about how long a target
-        # publishes, and counted as covering 0 days, a file of mostly one-item targets got a window of a day.
-        spread = [t for t in traces if t.times[-1] > t.times[0]]
-        covered = [(t.times[-1] - t.times[0]) / DAY * (len(t.times) + 1) / (len(t.times) - 1) for t in spread]
-        per_day = [len(t.times) / c for t, c in zip(spread, covered, strict=True)]
+        spread = _spread(traces)
+        per_day = [len(t.times) / _covered_days(t) for t in spread]
         enough = WINDOW_MEDIAN_ITEMS / float(np.median(per_day)) if per_day else LONGEST_WINDOW_DAYS
         longest = min(LONGEST_WINDOW_DAYS, max(SHORT_WINDOW_DAYS, enough))
-        median = float(np.median(covered)) if covered else 0.0
-        window_days = min(float(round(longest)), max(1.0, float(round(median))))
+        window_days = min(float(round(longest)), max(1.0, float(round(median_covered_days(traces)))))
     if warmup_days is None:
         warmup_days = min(max(WARMUP_DAYS, WARMUP_SHARE * window_days), window_days / 2)
     if not 0 <= warmup_days < window_days:

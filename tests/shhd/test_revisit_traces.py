@@ -546,6 +546,20 @@ def test_traces_of_a_few_hours_run_with_a_warning_that_the_window_is_short(
     assert capsys.readouterr().err == ""  # four-week traces: no warning
 
 
+def test_a_given_window_far_longer_than_the_traces_runs_with_a_warning(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Four-week traces in a 3 000-day window sit at its end, silent for eight years, and the budget (a multiple of
+    # the item rate over the scored span) left their four weeks a few dozen fetches: every item went uncaught and
+    # the tables printed ratios of censored lags without a word.
+    path = _small_file(tmp_path)
+    open_traces(RealConfig(path, half="all", window_days=3000))
+    err = capsys.readouterr().err
+    assert f"warning: {path}: the traces cover a median of 28.4 days, under half the 3000-day window given" in err
+    open_traces(RealConfig(path, half="all", window_days=40))
+    assert capsys.readouterr().err == ""  # a window somewhat longer than the traces: as asked
+
+
 def test_the_e0_target_is_the_busiest_weibo_user_else_the_busiest_target_of_any_source() -> None:
     """The real-target E0 runs on whatever file is given: sources we never heard of, one item, one second."""
 
