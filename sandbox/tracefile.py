@@ -101,6 +101,10 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return obj
 
 
+#: What a file that is one JSON array of traces is told: the commonest near-miss of JSONL.
+_ARRAY_HINT = f"a JSON array, not one object per line: {LINE_FORMAT} (jq -c '.[]' FILE writes an array so)"
+
+
 def _parse_line(text: str, where: str) -> tuple[Trace, bool]:
     """The trace on one line, and whether its times had to be sorted."""
     try:
@@ -108,9 +112,13 @@ def _parse_line(text: str, where: str) -> tuple[Trace, bool]:
     except _RepeatedKey as exc:
         raise TraceError(f"{where}: key {exc.args[0]!r} twice in one object: which one is meant?") from None
     except json.JSONDecodeError as exc:
+        if text.strip() == "[":  # the opening bracket of a pretty-printed array
+            raise TraceError(f"{where}: {_ARRAY_HINT}") from None
         raise TraceError(f"{where}: not JSON ({exc.msg}); {LINE_FORMAT}") from None
     except (ValueError, RecursionError) as exc:  # a number of thousands of digits, a line nested too deep
         raise TraceError(f"{where}: not JSON we can read ({str(exc)[:80]})") from None
+    if isinstance(obj, list) and obj and isinstance(obj[0], dict):
+        raise TraceError(f"{where}: {_ARRAY_HINT}")
     if not isinstance(obj, dict):
         raise TraceError(f"{where}: expected an object with target, source, times; {LINE_FORMAT}")
     missing = [k for k in ("target", "source", "times") if k not in obj]

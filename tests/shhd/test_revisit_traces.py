@@ -186,6 +186,20 @@ def test_a_line_separator_inside_a_name_does_not_end_the_line(tmp_path: Path) ->
     assert [t.target for t in load_traces(path)] == ["a\u2028b", "a1"]
 
 
+def test_a_json_array_of_traces_is_refused_with_how_to_make_it_lines(tmp_path: Path) -> None:
+    # A JSON array is the commonest near-miss of JSONL: compact or pretty-printed, the error says what it is and how
+    # to turn it into lines, not only that line 1 is not an object or not JSON.
+    compact = tmp_path / "compact.json"
+    compact.write_text(json.dumps([GOOD, dict(GOOD, target="b")]) + "\n", encoding="utf-8")
+    pretty = tmp_path / "pretty.json"
+    pretty.write_text(json.dumps([GOOD, dict(GOOD, target="b")], indent=2) + "\n", encoding="utf-8")
+    for path in (compact, pretty):
+        with pytest.raises(TraceError) as err:
+            load_traces(path)
+        assert str(err.value).startswith(f"{path}:1: a JSON array, not one object per line: ")
+        assert "jq -c '.[]'" in str(err.value)
+
+
 def test_a_numeric_id_is_an_id_and_two_sources_may_share_one(tmp_path: Path) -> None:
     lines = [json.dumps(dict(GOOD, target=1669879400)), json.dumps(dict(GOOD, target="1669879400", source="jd"))]
     traces = load_traces(write(tmp_path, lines))
