@@ -129,6 +129,13 @@ def _parse_line(text: str, where: str) -> tuple[Trace, bool]:
         target = str(target)  # a numeric user or product id is an id like any other
     if not isinstance(target, str) or not target.strip() or not isinstance(source, str) or not source.strip():
         raise TraceError(f"{where}: target and source must be non-empty strings")
+    if any(unicodedata.category(c) == "Cs" for c in target + source):
+        # JSON may escape half of a UTF-16 pair alone (\ud800); no UTF-8 text holds it, and the split's hash of the
+        # id, and the report printed after the whole run, ended in a UnicodeEncodeError traceback.
+        raise TraceError(
+            f"{where}: target and source must be Unicode text, not hold a lone surrogate escape (\\ud800 to "
+            "\\udfff without its pair)"
+        )
     if not _printable(target) or not _printable(source):
         # A newline splits a row of the report's tables, and a comment mark ends the block a full run rewrites in
         # docs/REVISIT.md early, so the next run would leave the rest of the old block behind.

@@ -99,6 +99,10 @@ def test_a_file_saved_with_a_byte_order_mark_and_crlf_line_ends_loads(tmp_path: 
         (json.dumps(dict(GOOD, times=[1_700_000_000, 10**400])), "finite numbers"),
         ('{"target": "' + "x" + '", "source": "s", "times": [' + "9" * 5000 + "]}", "not JSON we can read"),
         ("[" * 100_000 + "]" * 100_000, "not JSON"),
+        # A lone surrogate escape is valid JSON but no UTF-8 text: the split's hash of the id and the printed report
+        # ended in a UnicodeEncodeError traceback, the latter after the whole run.
+        ('{"target": "x\\ud800y", "source": "s", "times": [1700000000]}', "lone surrogate escape"),
+        ('{"target": "x", "source": "s\\udfff", "times": [1700000000]}', "lone surrogate escape"),
         # A key given twice (two feeds' lines pasted into one): JSON keeps the last silently, and either could be meant.
         (
             '{"target": "x", "source": "s", "times": [1700000000], "times": [1700003600, 1700007200]}',
