@@ -434,12 +434,21 @@ def _e0_policy(label: str) -> RevisitPolicy:
     return ChoPolicy(*bounds)
 
 
-def e0_real(traces: Sequence[Trace], windowing: Windowing) -> tuple[Trace, Page, dict[str, Any]]:
+def e0_real(
+    traces: Sequence[Trace], windowing: Windowing, progress: Progress | None = None
+) -> tuple[Trace, Page, dict[str, Any]]:
     """Every E0 policy alone on one real target (the report half's busiest Weibo user, else its busiest target):
-    summaries and period trajectories."""
+    summaries and period trajectories. It comes after the last report run and says so on ``progress``: on a target of
+    hundreds of thousands of items it takes a minute or more, and the run looked finished but silent."""
     pages = window_pages(traces, windowing)
     weibo = [k for k, t in enumerate(traces) if is_weibo_trace(t.source)] or list(range(len(traces)))
     k = max(weibo, key=lambda j: (pages[j].arrivals.size, traces[j].target))
+    if progress is not None:
+        target = traces[k].target if len(traces[k].target) <= 40 else traces[k].target[:37] + "..."
+        progress.say(
+            f"E0: {len(E0_POLICIES)} policies, each alone on {traces[k].source} target {target!r} "
+            f"({pages[k].arrivals.size} items)"
+        )
     out: dict[str, Any] = {}
     for label, detector in E0_POLICIES:
         res = run_single(
@@ -640,7 +649,7 @@ def run_traces(cfg: RealConfig, pool: Any, command: str, write: bool) -> str:
     counts: dict[str, int] = {}
     for t in chosen if cfg.targets is None else sample_targets(chosen, REPORT_BASE, cfg.targets, bootstrap=True):
         counts[t.source] = counts.get(t.source, 0) + 1
-    trace, page, e0 = e0_real(chosen, windowing)
+    trace, page, e0 = e0_real(chosen, windowing, progress)
     in_half: dict[str, int] = {}
     for t in chosen:
         in_half[t.source] = in_half.get(t.source, 0) + 1

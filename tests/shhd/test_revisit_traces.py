@@ -264,6 +264,8 @@ def test_the_command_runs_a_small_file_with_progress_on_stderr(
     assert "items in the windows of its targets; the run time grows with them); 8 report runs; window 28 days" in err
     # One job per seed and budget: a long run says how far it is every few minutes, not once a seed.
     assert "report runs (seeds × budgets) 8/8" in err and "[revisit " not in out  # progress goes to stderr only
+    # The E0 runs come last, on the busiest target alone: said too, or a run of a huge target ends in silence.
+    assert re.search(r"\] E0: 4 policies, each alone on (forum|shop) target 't\d' \(\d+ items\)\n", err)
     # --quick neither tunes nor runs the oracle, and its header says so.
     assert "baselines at their default knobs (no tuning); no offline oracle; window 28 days" in out
 
