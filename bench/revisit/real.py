@@ -403,13 +403,14 @@ def _sources_fewer_seeds_drew(cfg: RealConfig, per_seed: list[dict[str, Any]], i
     is the mean over the seeds that drew its source (one seed's ratio has no ± to say so), and a source no seed drew
     has no row. No lines when every seed drew every source."""
     drawn = {s: sum(s in seed[str(cfg.budgets[0])][DEFAULT_LABEL]["by_source"] for seed in per_seed) for s in in_half}
-    fewer = [f"{s} {n}" for s, n in sorted(drawn.items()) if 0 < n < len(per_seed)]
-    never = [s for s, n in sorted(drawn.items()) if n == 0]
-    if not fewer and not never:
+    fewer = ", ".join(f"{s} by {n}" for s, n in sorted(drawn.items()) if 0 < n < len(per_seed))
+    never = ", ".join(s for s, n in sorted(drawn.items()) if n == 0)
+    parts = ([fewer] if fewer else []) + ([f"drawn by none, so not in the table: {never}"] if never else [])
+    if not parts:
         return []
     return [
         f"Sources drawn by fewer than the run's {len(per_seed)} seeds (each row is the mean over the seeds that drew "
-        f"its source): {', '.join(fewer) or 'none'}; drawn by none, so not in the table: {', '.join(never) or 'none'}.",
+        f"its source): {'; '.join(parts)}.",
         "",
     ]
 

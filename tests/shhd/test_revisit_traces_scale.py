@@ -215,7 +215,7 @@ def test_the_per_source_table_says_which_sources_fewer_seeds_drew(
     argv = ["--traces", str(path), "--quick", "--half", "all", "--workers", "1"]
     assert revisit.main([*argv, "--seeds", str(seeds), "--targets", str(targets)]) == 0
     out = capsys.readouterr().out
-    fewer = ", ".join(f"{s} {n}" for s, n in drawn.items() if 0 < n < seeds)
+    fewer = ", ".join(f"{s} by {n}" for s, n in drawn.items() if 0 < n < seeds)
     never = ", ".join(s for s, n in drawn.items() if n == 0)
     assert (
         f"Sources drawn by fewer than the run's {seeds} seeds (each row is the mean over the seeds that drew its "
