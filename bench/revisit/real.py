@@ -586,14 +586,21 @@ def open_traces(cfg: RealConfig) -> OpenedTraces:
     traces = load_traces(cfg.path)
     window_given = cfg.window_days is not None
     windowing = fit_windowing(traces, cfg.window_days, cfg.warmup_days)
+    covered = median_covered_days(traces)
     if not window_given and windowing.window_days < SHORT_FILE_WINDOW_DAYS:
+        span = (
+            f"the traces cover a median of under {windowing.window_days + 0.5:g} days"
+            if covered > 0
+            # Every trace one item (or one instant): there is no span to measure, and "a median of under 1.5 days"
+            # sent its user looking for short traces.
+            else "no trace has items at two different times (each is one item, or one instant), so no span to fit"
+        )
         warn_on_stderr(
-            f"{cfg.path}: the traces cover a median of under {windowing.window_days + 0.5:g} days, so the window is "
+            f"{cfg.path}: {span}, so the window is "
             f"{windowing.window_days:g} days with {windowing.warmup_days:g} of warm-up: a policy whose longest period "
             f"is {_MAX_S / 3600:g} h fetches a quiet target a few times in it, and the figures say little about "
             "crawling for weeks"
         )
-    covered = median_covered_days(traces)
     if window_given and windowing.window_days > max(1.0, LONG_GIVEN_WINDOW * covered):
         # Each trace sits at the window's end, silent before it, and B (a multiple of the item rate over the scored
         # span) spreads the fetches over the silence: 4-week traces in a 3 000-day window had every item uncaught.

@@ -564,6 +564,11 @@ def test_traces_of_a_few_hours_run_with_a_warning_that_the_window_is_short(
     assert capsys.readouterr().err == ""  # a window given on the command line is what the user asked for
     open_traces(RealConfig(_small_file(tmp_path)))
     assert capsys.readouterr().err == ""  # four-week traces: no warning
+    # One item a target: no span at all, and the warning says so rather than "a median of under 1.5 days".
+    single = write(tmp_path, [json.dumps({"target": f"t{k}", "source": "s", "times": [times[k]]}) for k in range(4)])
+    assert open_traces(RealConfig(single, half="all")).windowing == Windowing(1, 0.5)
+    err = capsys.readouterr().err
+    assert f"warning: {single}: no trace has items at two different times (each is one item, or one instant)" in err
 
 
 def test_a_given_window_far_longer_than_the_traces_runs_with_a_warning(
