@@ -197,9 +197,9 @@ def _opened(path: Path) -> Iterator[Iterator[tuple[int, str]]]:
 
 
 def _numbered(path: Path, stream: IO[bytes] | gzip.GzipFile) -> Iterator[tuple[int, str]]:
-    """(number, text) of each line: UTF-8, a byte order mark dropped, split at line ends only (LF, CRLF, CR):
-    ``str.splitlines`` also splits at U+2028, which JSON allows raw inside a string (a name). Each line is decoded
-    on its own, so a byte that is not UTF-8 is an error naming its line."""
+    """(number, text) of each line: UTF-8, a byte order mark at its start dropped, split at line ends only (LF, CRLF,
+    CR): ``str.splitlines`` also splits at U+2028, which JSON allows raw inside a string (a name). Each line is
+    decoded on its own, so a byte that is not UTF-8 is an error naming its line."""
     number = 0
     while True:
         try:
@@ -209,7 +209,9 @@ def _numbered(path: Path, stream: IO[bytes] | gzip.GzipFile) -> Iterator[tuple[i
         if not chunk:
             return
         try:
-            text = chunk.removeprefix(codecs.BOM_UTF8 if number == 0 else b"").decode("utf-8")
+            # A byte order mark starts the file, or a line where `cat` joined two exports that each begin with one;
+            # no line of JSON can start with it.
+            text = chunk.removeprefix(codecs.BOM_UTF8).decode("utf-8")
         except UnicodeDecodeError as exc:
             hint = "; a compressed file must be gzip" if number == 0 else ""
             raise TraceError(f"{path}:{number + 1}: not UTF-8 text ({exc.reason}){hint}") from None

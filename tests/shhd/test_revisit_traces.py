@@ -60,6 +60,11 @@ def test_a_file_saved_with_a_byte_order_mark_and_crlf_line_ends_loads(tmp_path: 
     path = tmp_path / "t.jsonl"
     path.write_bytes(b"\xef\xbb\xbf" + (json.dumps(GOOD) + "\r\n\r\n").encode())
     assert load_traces(path) == [Trace("a1", "weibo", (1_700_000_000.0, 1_700_000_600.5, 1_700_003_000.0))]
+    # Two such exports joined with cat: the second's mark starts a line in the middle, and "not JSON (Unexpected
+    # UTF-8 BOM (decode using utf-8-sig))" stopped the run.
+    second = b"\xef\xbb\xbf" + (json.dumps(dict(GOOD, target="b2")) + "\r\n").encode()
+    path.write_bytes(path.read_bytes() + second)
+    assert [t.target for t in load_traces(path)] == ["a1", "b2"]
 
 
 @pytest.mark.parametrize(
