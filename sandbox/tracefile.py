@@ -92,12 +92,15 @@ class _RepeatedKey(ValueError):
 
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """A JSON object's dict, refusing a key given twice: ``json`` keeps the last one silently, and a line of two feeds
-    pasted together (``"times": [...], "times": [...]``) could mean either."""
+    """A JSON object's dict, refusing one of the three keys given twice: ``json`` keeps the last one silently, and a
+    line of two feeds pasted together (``"times": [...], "times": [...]``) could mean either. Other keys are ignored,
+    twice or not."""
     obj = dict(pairs)
     if len(obj) < len(pairs):
         keys = [k for k, _ in pairs]
-        raise _RepeatedKey(next(k for k in keys if keys.count(k) > 1))
+        repeated = next((k for k in ("target", "source", "times") if keys.count(k) > 1), None)
+        if repeated is not None:
+            raise _RepeatedKey(repeated)
     return obj
 
 

@@ -123,6 +123,11 @@ def test_a_bad_line_names_file_line_and_fault(tmp_path: Path, line: str, message
     assert f"{path}:2:" in str(err.value)
 
 
+def test_a_key_the_reader_ignores_may_repeat(tmp_path: Path) -> None:
+    line = '{"target": "x", "source": "s", "times": [1700000000], "note": 1, "note": {"a": 1, "a": 2}}'
+    assert load_traces(write(tmp_path, [line])) == [Trace("x", "s", (1_700_000_000.0,))]
+
+
 def test_times_out_of_order_are_sorted_with_one_warning(tmp_path: Path) -> None:
     # A feed listed newest first is common; the order of publication times carries nothing, so sorting loses nothing.
     newest_first = dict(GOOD, times=list(reversed(GOOD["times"])))
