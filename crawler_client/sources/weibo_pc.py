@@ -434,10 +434,14 @@ def _pictures(node: Tag) -> list[str]:
 
 
 def _permalink(href: str) -> str:
-    """``/{uid}/{bid}?from=...`` → ``https://weibo.com/{uid}/{bid}``."""
+    """``/{uid}/{bid}?from=...`` → ``https://weibo.com/{uid}/{bid}``; "" for a link whose host Python's URL parser
+    refuses (``//[weibo.com/...``), as for none: a bad link loses the post's permalink, not the page."""
     if not href:
         return ""
-    parts = urlsplit(href if not href.startswith("//") else "https:" + href)
+    try:
+        parts = urlsplit(href if not href.startswith("//") else "https:" + href)
+    except ValueError:
+        return ""
     return f"https://weibo.com{parts.path}" if not parts.netloc else f"https://{parts.netloc}{parts.path}"
 
 

@@ -420,6 +420,28 @@ def test_an_old_liked_post_does_not_stop_the_incremental_walk_before_newer_posts
     assert [post.id for post in result.posts] == [4100000000000030, 4100000000000029, 4100000000000028]
 
 
+@pytest.mark.parametrize("href", ["//[weibo.com/2803301701/abc", "https://[::1/2803301701/abc"])
+def test_a_post_whose_link_does_not_parse_is_kept_without_a_permalink(href: str) -> None:
+    """Through the crawl loop: a date link whose host Python's URL parser refuses (an unclosed ``[``) raised a bare
+    ValueError out of the parser, so the whole page failed as a source bug
+    (``ParseError`` ``source-bug:ValueError``, logged with a traceback) on every visit. The post keeps every field
+    it has, with no permalink, as one without a date link does."""
+    dated = (
+        '<div class="WB_cardwrap WB_feed_type" tbinfo="ouid=2803301701" mid="4100000000000031" '
+        'action-type="feed_list_item"><div class="WB_text" node-type="feed_list_content">坏链接</div>'
+        f'<a node-type="feed_list_item_date" href="{href}" title="2019-05-12 13:15">5月12日 13:15</a></div>'
+    )
+    chunks = [_chunk(dated, _feed_item(4100000000000030, 2803301701, "好")), _chunk(), _chunk()]
+    task = make_task("weibo_pc", "2803301701", domain="100206")
+    result = crawl_task(task, SOURCE, _ChunkFetch(chunks), base_url=BASE, max_pages=10, now_ms=lambda: NOW_MS)
+    assert (result.report.outcome, result.report.error_class) == ("Ok", "")
+    assert [(post.id, post.text, post.permalink) for post in result.posts] == [
+        (4100000000000031, "坏链接", ""),
+        (4100000000000030, "好", ""),
+    ]
+    assert result.posts[0].created_at == "2019-05-12T13:15:00+08:00"
+
+
 def test_the_owner_of_a_feed_whose_target_is_not_a_uid_is_the_author_most_items_name() -> None:
     """A task may name the account by its domain-style name; the owner is then read from the feed itself."""
     named = make_task("weibo_pc", "rmrb")
