@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import tempfile
 import urllib.parse
 from collections.abc import Iterable, Mapping
@@ -133,12 +132,19 @@ def validate_values(
             problem = _url_problem(value)
         if problem is not None:
             origin = f" (from {origins[key]})" if origins and key in origins else ""
-            shown = _URL_USER.sub("//…@", value) if isinstance(value, str) else value  # a proxy's password
+            shown = _without_user(value) if isinstance(value, str) else value  # a proxy's password
             raise ConfigError(f"setting {key}={shown!r}: {problem}{origin}")
 
 
-#: The user and password of a URL (``http://user:pw@proxy:3128``), never shown in an error.
-_URL_USER = re.compile(r"//[^/@]*@")
+def _without_user(value: str) -> str:
+    """``value`` with everything before its last ``@`` hidden (after the ``//``, if any): the user and password of a
+    URL (``http://user:pw@proxy:3128``), never shown in an error. A password may hold an unescaped ``/``, ``#``, ``?``
+    or ``@``, so the parser's idea of where it ends is no guide."""
+    if "@" not in value:
+        return value
+    head, _, host = value.rpartition("@")
+    scheme, slashes, _ = head.partition("//")
+    return f"{scheme}{slashes}…@{host}" if slashes else f"…@{host}"
 
 
 def _url_problem(value: str) -> str | None:
@@ -151,8 +157,8 @@ def _url_problem(value: str) -> str | None:
     try:
         parts = urllib.parse.urlsplit(value)
         _ = parts.port  # a port that is no number, or past 65535, raises here
-    except ValueError as exc:
-        return f"is not a URL ({exc})"
+    except ValueError as exc:  # its words may quote a password the parser took for a host or port: not shown then
+        return "is not a URL" if "@" in value else f"is not a URL ({exc})"
     if parts.scheme not in ("http", "https") or not parts.hostname:
         return "must be an http:// or https:// URL with a host"
     return None

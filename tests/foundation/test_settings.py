@@ -250,6 +250,29 @@ def test_a_url_setting_that_is_no_http_url_is_refused_naming_the_key_and_file(
     assert "pw" not in message
 
 
+@pytest.mark.parametrize(
+    "proxy",
+    [
+        "http://user:Pw9/Qk7@proxy:3128",  # the URL parser reads "user:Pw9" as the host and "Pw9" as its port
+        "http://user:Pw9#Qk7@proxy:3128",
+        "http://user:Pw9?Qk7@proxy:3128",
+        "http://us@er:Pw9/Qk7@proxy:3128",
+        "user:Pw9Qk7@proxy:3128",  # no scheme: nothing after // to hide
+    ],
+)
+def test_a_refused_proxy_url_never_shows_its_password(tmp_path: Path, proxy: str) -> None:
+    """A password with an unescaped ``/``, ``#`` or ``?`` ended the part that was hidden before it, so the error
+    showed the whole URL, and the parser's own words (``Port could not be cast to integer value as 'Pw9'``) part
+    of the password. Everything before the last ``@`` is hidden, and the parser's words are left out."""
+    config = tmp_path / "icecrawler.toml"
+    config.write_text(f'[client]\nproxy_url = "{proxy}"\n', encoding="utf-8")
+    with pytest.raises(ConfigError) as refused:
+        load_settings(config, environ={})
+    message = str(refused.value)
+    assert message.startswith("setting client.proxy_url='") and "…@proxy:3128'" in message, message
+    assert "Pw9" not in message and "Qk7" not in message, message
+
+
 def test_url_settings_take_http_urls_and_empty(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)  # no ./icecrawler.toml
     settings = load_settings(
