@@ -14,7 +14,8 @@ An account is frozen on an AccountFrozen, LoginRequired or Banned report (until 
 ``scheduler.account_freeze_s``, whichever is later), then thawed automatically. The scheduler daemon reads the
 files again on SIGHUP (``AccountPool.replace``): an account whose cookies changed is a fresh login and is thawed
 at once, so an operator who replaces expired cookies need not restart the scheduler or wait out the freeze, and a
-failure reported since by a crawl leased with the old cookies does not freeze it again (``lent_replaced_login``).
+failure reported since by a crawl leased with the old cookies does not freeze it again (``lent_replaced_login``;
+which login a lease was handed is kept in memory only, so across a restart such a report freezes the new login).
 Each account has a request budget per minute across all clients. An exhausted pool pauses the affected sources;
 it never drops tasks.
 
