@@ -11,7 +11,6 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from tests.helpers import SHIPPED_LOGROTATE, shipped_logrotate, wait_for
@@ -48,7 +47,9 @@ def test_the_shipped_logrotate_file_bounds_the_node_output_of_a_running_server(t
             # The copy holds everything written before the rotation; the live file was emptied in place (below: the
             # writer's lines go on at its start, after the copy's last one).
             assert (out / "Client-1.out.1").stat().st_size >= before
-        time.sleep(0.2)
+        # The checks below read the writer's lines after the last rotation: wait for one (not a fixed sleep, which
+        # a loaded machine can pass without running the writer at all).
+        wait_for(lambda: lines_in(live) > 0, "the writer wrote nothing after the last rotation", 30, 0.05)
         assert writer.poll() is None, "rotating stopped the server's output"
     finally:
         writer.terminate()
