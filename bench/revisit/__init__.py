@@ -28,6 +28,7 @@ import multiprocessing.pool
 import signal
 import sys
 import time
+import types
 import typing
 from dataclasses import fields, replace
 from pathlib import Path
@@ -119,13 +120,16 @@ RATE_KNOBS_SET_BY_THE_RUN = frozenset(
 
 
 #: The range of a number knob of ``--rate`` where it is not "above 0" (periods, half-lives, item counts, factors).
-#: shared_clock_agreement is a mean cosine between two targets' daily phases.
+#: shared_clock_agreement is a mean cosine between two targets' daily phases. A knob absent here refuses 0 and less,
+#: also where the policy would read 0 as something (day_half_life_s=0 and burst_fade_s=0 fall back to another value as
+#: ``or`` reads them, but null is how to ask for that): a new number field where 0 or a negative value is legitimate
+#: needs an entry.
 RATE_KNOB_RANGES: dict[str, tuple[float, float]] = {"shared_clock_agreement": (-1.0, 1.0)}
 
 
 def _rate_knob(text: str) -> tuple[str, Any]:
     """``KEY=VALUE`` of ``--rate``: a field of ``RatePolicy`` (not its period bounds, which the run sets) and a JSON
-    value."""
+    value of the field's type."""
     from shhd.policies import RatePolicy
 
     key, sep, value = text.partition("=")
@@ -135,27 +139,45 @@ def _rate_knob(text: str) -> tuple[str, Any]:
     try:
         parsed = json.loads(value)
     except json.JSONDecodeError:
-        raise argparse.ArgumentTypeError(f"{text!r}: VALUE must be JSON (a number, true, false, null)") from None
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: VALUE must be JSON (a number, true, false, null, a string in double quotes)"
+        ) from None
     if key == "calibration":
         if parsed is not None:
             raise argparse.ArgumentTypeError(f"{text!r}: calibration takes null only (no population calibration)")
         return key, parsed
     hint = typing.get_type_hints(RatePolicy)[key]
-    optional = type(None) in typing.get_args(hint)
+    # ``float | None`` is a float knob that also takes null; list[float] is no float knob.
+    members = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+    kinds = [m for m in members if m is not type(None)]
+    optional = len(kinds) < len(members)
     if parsed is None and optional:
         return key, parsed
-    if hint is bool:
+    or_null = " or null" if optional else ""
+    kind = kinds[0] if len(kinds) == 1 else None
+    if kind is bool:
         if not isinstance(parsed, bool):
-            raise argparse.ArgumentTypeError(f"{text!r}: {key} takes true or false")
+            raise argparse.ArgumentTypeError(f"{text!r}: {key} takes true or false{or_null}")
         return key, parsed
-    # A number knob: a string or null reached the workers and ended the run in a TypeError traceback there, and a
-    # negative half-life ran and printed the figures of a policy nobody meant.
-    low, high = RATE_KNOB_RANGES.get(key, (0.0, math.inf))
-    if not finite(parsed) or not (low <= parsed <= high if key in RATE_KNOB_RANGES else parsed > 0):
-        span = f"from {low:g} to {high:g}" if key in RATE_KNOB_RANGES else "above 0"
-        raise argparse.ArgumentTypeError(
-            f"{text!r}: {key} takes a finite number {span}" + (" or null" if optional else "")
-        )
+    if kind in (float, int):
+        # A string or null reached the workers and ended the run in a TypeError traceback there, and a negative
+        # half-life ran and printed the figures of a policy nobody meant.
+        low, high = RATE_KNOB_RANGES.get(key, (0.0, math.inf))
+        whole = kind is int
+        if (
+            not finite(parsed)
+            or (whole and not isinstance(parsed, int))
+            or not (low <= parsed <= high if key in RATE_KNOB_RANGES else parsed > 0)
+        ):
+            span = f"from {low:g} to {high:g}" if key in RATE_KNOB_RANGES else "above 0"
+            number = "whole number" if whole else "finite number"
+            raise argparse.ArgumentTypeError(f"{text!r}: {key} takes a {number} {span}{or_null}")
+        return key, parsed
+    # Any other field (a round's scratch ``str`` setting): its JSON value as it is, if of the field's type where that
+    # is a plain class; a type the check cannot read (a union, a generic) is the round's to get right.
+    if isinstance(kind, type) and typing.get_origin(kind) is None and not isinstance(parsed, kind):
+        quoted = " (in double quotes)" if kind is str else ""
+        raise argparse.ArgumentTypeError(f"{text!r}: {key} takes a JSON {kind.__name__}{quoted}{or_null}")
     return key, parsed
 
 

@@ -4,6 +4,7 @@ pure parts (Weibo mid -> time, densest window)."""
 
 from __future__ import annotations
 
+import argparse
 import gzip
 import json
 import os
@@ -13,12 +14,14 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 import bench.revisit as revisit
+import shhd.policies
 from bench.revisit.build_traces import densest_window, opaque_id, weibo_mid_time
 from bench.revisit.build_traces import main as build_traces_main
 from bench.revisit.contenders import MAX_DEFAULT_WORKERS, ROOT, usable_cpus
@@ -364,6 +367,8 @@ def test_the_development_harness_measures_a_changed_knob_of_the_default_policy(
         ("half_life_s=-5", "half_life_s takes a finite number above 0"),
         ("half_life_s=0", "half_life_s takes a finite number above 0"),
         ("memory_items=0", "memory_items takes a finite number above 0 or null"),
+        # 0 would fall back to the rate's half-life as null does, but by accident of `or`: null is how to ask for it.
+        ("day_half_life_s=0", "day_half_life_s takes a finite number above 0 or null"),
         ('burst_fade_s="x"', "burst_fade_s takes a finite number above 0 or null"),
         ("shared_clock_agreement=2", "shared_clock_agreement takes a finite number from -1 to 1 or null"),
         ("diurnal=2", "diurnal takes true or false"),
@@ -393,6 +398,50 @@ def test_every_rate_knob_takes_its_default_back(capsys: pytest.CaptureFixture[st
             continue
         value = None if f.name == "calibration" else getattr(defaults, f.name)
         assert revisit._rate_knob(f"{f.name}={json.dumps(value)}") == (f.name, value)
+
+
+@dataclass
+class _ScratchRate(RatePolicy):
+    """A round's scratch fields on the policy (docs/REVISIT.md: ``--rate 'lag_calibration="flat"'``)."""
+
+    lag_calibration: str = "exact"
+    mode: str | None = None
+    times_kept: int = 12
+
+
+@pytest.mark.parametrize(
+    ("knob", "value"),
+    [
+        ('lag_calibration="flat"', "flat"),
+        ('mode="x"', "x"),
+        ("mode=null", None),
+        ("times_kept=20", 20),
+    ],
+)
+def test_a_scratch_knob_that_is_not_a_number_passes_through(
+    monkeypatch: pytest.MonkeyPatch, knob: str, value: object
+) -> None:
+    # Every field not a bool was checked as a number: a round trying a string setting was refused.
+    monkeypatch.setattr(shhd.policies, "RatePolicy", _ScratchRate)
+    assert revisit._rate_knob(knob) == (knob.partition("=")[0], value)
+
+
+@pytest.mark.parametrize(
+    ("knob", "message"),
+    [
+        ("times_kept=2.5", "times_kept takes a whole number above 0"),
+        ("times_kept=0", "times_kept takes a whole number above 0"),
+        ('times_kept="3"', "times_kept takes a whole number above 0"),
+        ("lag_calibration=1", "lag_calibration takes a JSON str"),
+        ("lag_calibration=null", "lag_calibration takes a JSON str"),
+        ("mode=true", "mode takes a JSON str (in double quotes) or null"),
+    ],
+)
+def test_a_scratch_knob_of_the_wrong_type_is_refused(monkeypatch: pytest.MonkeyPatch, knob: str, message: str) -> None:
+    # An int field took 2.5, and a str field a number.
+    monkeypatch.setattr(shhd.policies, "RatePolicy", _ScratchRate)
+    with pytest.raises(argparse.ArgumentTypeError, match=f"^{re.escape(repr(knob))}: {re.escape(message)}"):
+        revisit._rate_knob(knob)
 
 
 @pytest.mark.parametrize(
