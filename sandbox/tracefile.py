@@ -87,20 +87,19 @@ def _printable(name: str) -> bool:
 LINE_FORMAT = 'each line must be one JSON object {"target": "...", "source": "...", "times": [unix seconds]}'
 
 
-class _RepeatedKey(ValueError):
-    """A key given twice in one JSON object (``_unique_keys``)."""
+class _Object(dict[str, Any]):
+    """A JSON object's dict and the keys given more than once in it (``json`` keeps the last value silently)."""
+
+    repeated: frozenset[str] = frozenset()
 
 
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """A JSON object's dict, refusing one of the three keys given twice: ``json`` keeps the last one silently, and a
-    line of two feeds pasted together (``"times": [...], "times": [...]``) could mean either. Other keys are ignored,
-    twice or not."""
-    obj = dict(pairs)
+def _noting_repeats(pairs: list[tuple[str, Any]]) -> _Object:
+    """The ``object_pairs_hook`` of a line: it runs for every object at every depth, so it only notes repeated keys,
+    and ``_parse_line`` judges those of the line's own object."""
+    obj = _Object(pairs)
     if len(obj) < len(pairs):
         keys = [k for k, _ in pairs]
-        repeated = next((k for k in ("target", "source", "times") if keys.count(k) > 1), None)
-        if repeated is not None:
-            raise _RepeatedKey(repeated)
+        obj.repeated = frozenset(k for k in obj if keys.count(k) > 1)
     return obj
 
 
@@ -111,9 +110,7 @@ _ARRAY_HINT = f"a JSON array, not one object per line: {LINE_FORMAT} (jq -c '.[]
 def _parse_line(text: str, where: str) -> tuple[Trace, bool]:
     """The trace on one line, and whether its times had to be sorted."""
     try:
-        obj = json.loads(text, object_pairs_hook=_unique_keys)
-    except _RepeatedKey as exc:
-        raise TraceError(f"{where}: key {exc.args[0]!r} twice in one object: which one is meant?") from None
+        obj = json.loads(text, object_pairs_hook=_noting_repeats)
     except json.JSONDecodeError as exc:
         if text.strip() == "[":  # the opening bracket of a pretty-printed array
             raise TraceError(f"{where}: {_ARRAY_HINT}") from None
@@ -124,6 +121,11 @@ def _parse_line(text: str, where: str) -> tuple[Trace, bool]:
         raise TraceError(f"{where}: {_ARRAY_HINT}")
     if not isinstance(obj, dict):
         raise TraceError(f"{where}: expected an object with target, source, times; {LINE_FORMAT}")
+    # One of the three keys given twice: a line of two feeds pasted together (``"times": [...], "times": [...]``)
+    # could mean either. Any other key is ignored, twice or not, and so is every key of a nested object.
+    repeated = next((k for k in ("target", "source", "times") if k in getattr(obj, "repeated", ())), None)
+    if repeated is not None:
+        raise TraceError(f"{where}: key {repeated!r} twice in one object: which one is meant?")
     missing = [k for k in ("target", "source", "times") if k not in obj]
     if missing:
         raise TraceError(f"{where}: missing {', '.join(missing)}")

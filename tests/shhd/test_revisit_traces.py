@@ -129,6 +129,10 @@ def test_a_bad_line_names_file_line_and_fault(tmp_path: Path, line: str, message
 def test_a_key_the_reader_ignores_may_repeat(tmp_path: Path) -> None:
     line = '{"target": "x", "source": "s", "times": [1700000000], "note": 1, "note": {"a": 1, "a": 2}}'
     assert load_traces(write(tmp_path, [line])) == [Trace("x", "s", (1_700_000_000.0,))]
+    # Inside an object the reader ignores, target, source and times are keys like any other: only the line's own
+    # count. The check ran at every depth and refused this line.
+    nested = '{"target": "x", "source": "s", "times": [1700000000], "meta": {"times": [1], "times": [2], "target": 1}}'
+    assert load_traces(write(tmp_path, [nested])) == [Trace("x", "s", (1_700_000_000.0,))]
 
 
 def test_times_out_of_order_are_sorted_with_one_warning(tmp_path: Path) -> None:
