@@ -12,7 +12,6 @@ with the file and line (``TraceError``). Pure apart from ``load_traces`` reading
 
 from __future__ import annotations
 
-import codecs
 import gzip
 import itertools
 import json
@@ -214,15 +213,15 @@ def _numbered(path: Path, stream: IO[bytes] | gzip.GzipFile) -> Iterator[tuple[i
         if not chunk:
             return
         try:
-            # A byte order mark starts the file, or a line where `cat` joined two exports that each begin with one;
-            # no line of JSON can start with it.
-            text = chunk.removeprefix(codecs.BOM_UTF8).decode("utf-8")
+            text = chunk.decode("utf-8")
         except UnicodeDecodeError as exc:
             hint = "; a compressed file must be gzip" if number == 0 else ""
             raise TraceError(f"{path}:{number + 1}: not UTF-8 text ({exc.reason}){hint}") from None
         for line in text.removesuffix("\n").removesuffix("\r").split("\r"):
             number += 1
-            yield number, line
+            # A byte order mark starts the file, or a line where `cat` joined two exports that each begin with one;
+            # no line of JSON can start with it. Dropped per line: a file of CR line ends reads as one chunk.
+            yield number, line.removeprefix("\ufeff")
 
 
 def load_traces(path: Path, warn: Callable[[str], None] = warn_on_stderr) -> list[Trace]:

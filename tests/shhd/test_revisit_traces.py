@@ -70,6 +70,16 @@ def test_a_file_saved_with_a_byte_order_mark_and_crlf_line_ends_loads(tmp_path: 
     assert [t.target for t in load_traces(path)] == ["a1", "b2"]
 
 
+@pytest.mark.parametrize("end", [b"\n", b"\r\n", b"\r"])
+def test_a_byte_order_mark_starting_any_line_is_dropped_whatever_the_line_ends(tmp_path: Path, end: bytes) -> None:
+    # A file of CR-only line ends (old Mac tools) reads as one chunk: the second export's mark sat mid-chunk and was
+    # kept, and that line was "not JSON".
+    path = tmp_path / "t.jsonl"
+    lines = [b"\xef\xbb\xbf" + json.dumps(dict(GOOD, target=t)).encode() + end for t in ("a1", "b2")]
+    path.write_bytes(b"".join(lines))
+    assert [t.target for t in load_traces(path)] == ["a1", "b2"]
+
+
 @pytest.mark.parametrize(
     ("line", "message"),
     [
