@@ -12,6 +12,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC
+from urllib.parse import SplitResult, urlsplit
 
 from crawler_client.sources._decode import describe_unreadable
 from crawler_client.sources.base import FetchedPage
@@ -214,6 +215,15 @@ def redirect_target(page: FetchedPage) -> str:
     if 300 <= page.status < 400:
         return header(page.headers, "location") or page.final_url or ""
     return page.final_url or ""
+
+
+def split_url(url: str) -> SplitResult | None:
+    """``url`` split into its parts; None for one that does not split (a host ``urllib.parse`` refuses, such as an
+    unclosed ``[`` or ``[zz]``: ValueError). Addresses come from the site, and a bad one is no bug of ours."""
+    try:
+        return urlsplit(url.strip())
+    except ValueError:
+        return None
 
 
 def check_final_url(page: FetchedPage, request_url: str = "") -> None:

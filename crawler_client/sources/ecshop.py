@@ -22,7 +22,6 @@ from __future__ import annotations
 import hashlib
 import re
 from typing import TYPE_CHECKING, Any, ClassVar
-from urllib.parse import urlsplit
 
 from crawler_client.sources._cursor import ReviewOrder
 from crawler_client.sources._dates import iso_of_ms, resolve_created_at
@@ -45,6 +44,7 @@ from crawler_client.sources._detect import (
     header,
     redirect_target,
     scan_markers,
+    split_url,
     unparsable,
 )
 from crawler_client.sources._headers import DESKTOP_UA
@@ -104,8 +104,8 @@ def is_logged_in(page: FetchedPage) -> bool:
 
 def shows_login_wall(page: FetchedPage) -> bool:
     """The response is (or redirected to) the member login form instead of the content asked for."""
-    target = redirect_target(page)
-    if target and "user.php" in urlsplit(target).path and not is_logged_in(page):
+    parts = split_url(redirect_target(page))  # None: an address Python refuses says nothing of a login form
+    if parts is not None and "user.php" in parts.path and not is_logged_in(page):
         return True
     return scan_markers(page.body, ECSHOP_MARKERS[:2]) is not None and not is_logged_in(page)
 
@@ -361,9 +361,8 @@ def _redirected_away(page: FetchedPage, script: str) -> bool:
     index (a path ending in ``/`` or ``index.php``, without a query). A redirect anywhere else (a firewall's
     verification page) is no proof the target is gone: the page it leads to is read like any other."""
     target = redirect_target(page)
-    if not target or script in target:
+    if not target or script in target or (parts := split_url(target)) is None:
         return False
-    parts = urlsplit(target)
     return not parts.query and (parts.path.endswith("/") or parts.path.endswith("index.php") or parts.path in ("", "."))
 
 
@@ -377,7 +376,9 @@ def _sent_to_installer(page: FetchedPage, request_url: str) -> bool:
     category (that path also ends in ``index.php`` without a query, as the index does) and not the site refusing us.
     Checked before the HTTP status: where the owner removed the installer, the redirect lands on a 404."""
     target = redirect_target(page)
-    return bool(target) and target != request_url and _INSTALLER_PATH_RE.search(urlsplit(target).path) is not None
+    if not target or target == request_url or (parts := split_url(target)) is None:
+        return False
+    return _INSTALLER_PATH_RE.search(parts.path) is not None
 
 
 def _current_page(request: PageRequest) -> int:
@@ -404,11 +405,11 @@ def _listing_page_count(pager: Tag) -> int | None:
     pages = [int(m[1]) for a in pager.select("a[href]") if (m := _PAGE_PARAM_RE.search(str(a.get("href"))))]
     for now in pager.select(".page_now"):
         text = now.get_text(strip=True)
-        if text.isdigit() and len(text) < 10:
+        if text.isascii() and text.isdigit() and len(text) < 10:  # isdigit alone takes ² (int refuses it)
             pages.append(int(text))
     for option in pager.select("option[value]"):
         value = option.get("value")
-        if isinstance(value, str) and value.isdigit() and len(value) < 10:
+        if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) < 10:
             pages.append(int(value))
     return max(pages) if pages else 1
 

@@ -37,7 +37,7 @@ import json
 import re
 from collections.abc import Callable
 from typing import Any, ClassVar
-from urllib.parse import SplitResult, parse_qs, urlsplit
+from urllib.parse import parse_qs
 
 from crawler_client.sources._counts import parse_count
 from crawler_client.sources._cursor import ReviewOrder
@@ -51,6 +51,7 @@ from crawler_client.sources._detect import (
     fail,
     header,
     redirect_target,
+    split_url,
     unparsable,
 )
 from crawler_client.sources._headers import DESKTOP_UA
@@ -110,19 +111,11 @@ _HOME_HOSTS = frozenset({"www.jd.com", "jd.com"})
 _HOME_URL_RE = re.compile(r"(?<![\w.-])(?:https?:)?//(?:www\.)?jd\.com(?![\w.-])[^\s\"'<>\\]*", re.IGNORECASE)
 
 
-def _split(url: str) -> SplitResult | None:
-    """``url`` split into its parts; None for one that does not split (an unclosed ``[`` in its host: ValueError)."""
-    try:
-        return urlsplit(url.strip())
-    except ValueError:
-        return None
-
-
 def _is_refused_item_landing(url: str) -> bool:
     """Whether ``url`` is JD's home page as the landing of a refused item page: host ``www.jd.com`` or ``jd.com``,
     path ``/`` or none, and in its query ``from=pc_item…`` with ``reason=403``, or ``from=pc_item_sd`` (parameters in
     any order; ``&amp;`` as an HTML attribute writes ``&``). The home page's other addresses say nothing."""
-    parts = _split(html.unescape(url))  # a protocol-relative address splits as well
+    parts = split_url(html.unescape(url))  # a protocol-relative address splits as well
     if parts is None or (parts.hostname or "").lower() not in _HOME_HOSTS or parts.path not in ("", "/"):
         return False
     query = parse_qs(parts.query)
@@ -500,7 +493,7 @@ def _not_logged_in(doc: dict[str, Any]) -> bool:
     said = " ".join(value for key in _MESSAGE_KEYS if isinstance(value := doc.get(key), str)).lower()
     url = doc.get("url")
     return any(words in said for words in _NOT_LOGGED_IN_WORDS) or (
-        isinstance(url, str) and (parts := _split(url)) is not None and (parts.hostname or "").lower() in _LOGIN_HOSTS
+        isinstance(url, str) and (parts := split_url(url)) is not None and (parts.hostname or "").lower() in _LOGIN_HOSTS
     )
 
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from typing import TYPE_CHECKING, Any, ClassVar
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs
 
 from crawler_client.sources._counts import parse_count, parse_id
 from crawler_client.sources._cursor import PostOrder
@@ -38,6 +38,7 @@ from crawler_client.sources._detect import (
     fail,
     scan_markers,
     sent_to_error,
+    split_url,
     unparsable,
 )
 from crawler_client.sources._headers import DESKTOP_UA
@@ -438,9 +439,7 @@ def _permalink(href: str) -> str:
     refuses (``//[weibo.com/...``), as for none: a bad link loses the post's permalink, not the page."""
     if not href:
         return ""
-    try:
-        parts = urlsplit(href if not href.startswith("//") else "https:" + href)
-    except ValueError:
+    if (parts := split_url(href if not href.startswith("//") else "https:" + href)) is None:
         return ""
     return f"https://weibo.com{parts.path}" if not parts.netloc else f"https://{parts.netloc}{parts.path}"
 

@@ -557,3 +557,35 @@ def test_a_review_whose_text_starts_with_the_word_admin_keeps_its_text() -> None
     assert (replied.user, replied.content, replied.score) == ("乙", "管理员请看看，发货太慢", 2)
     assert (plain.user, plain.content, plain.score) == ("丙", "管理员，包装很好", 5)
     assert replied.id != plain.id and "已催仓库" not in replied.content
+
+
+@pytest.mark.parametrize("location", ["http://[::1/x", "//[zz]/x", "http://[::1/install/index.php"])
+@pytest.mark.parametrize("status", [300, 304, 305])
+@pytest.mark.parametrize("kind", ["reviews", "listing"])
+def test_an_unfollowed_redirect_to_an_address_python_refuses_is_read_as_the_page_not_a_source_bug(
+    location: str, status: int, kind: str
+) -> None:
+    """A 3xx the client does not follow keeps its ``Location``; one whose host ``urllib.parse`` refuses (an unclosed
+    ``[``, a bracketed non-address) says nothing about a login wall, a gone target or the installer: the page is read
+    as any other, and its empty body is the site's odd answer, not a ValueError the runtime files as a source bug."""
+    task = REVIEWS if kind == "reviews" else LISTING
+    with pytest.raises((FetchError, ParseError)) as failed:
+        parse("ecshop", task, SOURCE.first_request(task, BASE), b"", status=status, headers={"Location": location})
+    assert getattr(failed.value, "outcome", "") not in ("NotFound", "LoginRequired", "Busy"), failed.value
+    page = fetched(b"", SOURCE.first_request(task, BASE), status=status, headers={"Location": location})
+    assert shows_login_wall(page) is False
+
+
+@pytest.mark.parametrize(
+    "pager_part",
+    ['<span class="page_now">²</span>', '<select name="page"><option value="1">1</option><option value="²">²</option>'],
+    ids=["page_now", "option"],
+)
+def test_a_listing_pager_with_a_superscript_digit_is_read_by_its_links_not_a_source_bug(pager_part: str) -> None:
+    """``str.isdigit`` says yes to ``²``, which ``int`` refuses: a pager showing one (a theme's footnote mark, a
+    mistyped template) is read by its other page numbers, not a ValueError the runtime files as a source bug."""
+    body = fixture("ecshop_category3_p1.html").replace(
+        '<span class="page_now">1</span>'.encode(), pager_part.encode()
+    )
+    page = parse("ecshop", LISTING, SOURCE.first_request(LISTING, BASE), body)
+    assert page.items == [str(i) for i in range(20, 30)] and page.total_pages == 2
