@@ -81,14 +81,22 @@ class BackupPlan:
                 found.append((taken, path))
         return sorted(found)
 
-    def complete(self) -> list[tuple[float, Path]]:
-        """The complete backups of this kind, oldest first, with the unix time in their names."""
-        return self._ours()
+    def complete(self, now: float | None = None) -> list[tuple[float, Path]]:
+        """The complete backups of this kind, oldest first, with the unix time in their names. One named after
+        ``now`` (default: the clock's time) was taken while the clock was ahead, before it was set right: it is older
+        than now by an unknown time, so it sorts before the others, and is the first the prune removes."""
+        now = time.time() if now is None else now
+        return sorted(self._ours(), key=lambda backup: (backup[0] <= now, backup[0]))
+
+    def newest(self, now: float) -> float | None:
+        """The time in the name of the newest complete backup taken at or before ``now``; None when there is none."""
+        return max((taken for taken, _ in self._ours() if taken <= now), default=None)
 
     def due(self, now: float) -> bool:
-        """Whether the newest complete backup is ``interval_s`` old (or there is none)."""
-        backups = self.complete()
-        return not backups or now - backups[-1][0] >= self.interval_s
+        """Whether the newest complete backup is ``interval_s`` old (or there is none, one named in the future
+        counting as none: a clock set back by a year must not put the next backup a year off)."""
+        newest = self.newest(now)
+        return newest is None or now - newest >= self.interval_s
 
     def take(self, write: Callable[[Path], None], now: float | None = None) -> Path:
         """Write one backup with ``write(target)`` (``target`` does not exist yet), publish it, prune old ones;
@@ -98,7 +106,7 @@ class BackupPlan:
         final = self.directory / name
         partial = self.directory / (name + PARTIAL_SUFFIX)
         self.directory.mkdir(parents=True, exist_ok=True)
-        self.tidy()
+        self.tidy(now)
         if final.exists():
             raise FileExistsError(f"backup {final} already exists (two backups within one second?)")
         try:
@@ -108,22 +116,22 @@ class BackupPlan:
             raise
         sync_tree(partial)
         publish([(partial, final)])
-        self._prune()
+        self._prune(now)
         return final
 
-    def tidy(self) -> None:
+    def tidy(self, now: float | None = None) -> None:
         """Remove what a crash left: partial copies, old backups half removed, and backups past ``keep`` (a daemon
         killed after publishing a backup and before pruning, again and again, would pile them up)."""
         if not self.directory.is_dir():
             return
         for _, leftover in self._ours(PARTIAL_SUFFIX) + self._ours(REMOVING_SUFFIX):
             shutil.rmtree(leftover, ignore_errors=True)
-        self._prune()
+        self._prune(now)
 
-    def _prune(self) -> None:
+    def _prune(self, now: float | None) -> None:
         """Remove complete backups past the newest ``keep``: each renamed out of the backups' names first. One that
         cannot be removed is a warning, never a failed backup: the new one is taken, and the next prune tries again."""
-        for _, old in self.complete()[: -self.keep]:
+        for _, old in self.complete(now)[: -self.keep]:
             going = old.with_name(old.name + REMOVING_SUFFIX)
             try:
                 old.rename(going)
@@ -189,8 +197,8 @@ class PeriodicBackups(threading.Thread):
         from icecrawler.metrics import counter, gauge  # only a daemon that serves /metrics pays for the import
 
         now = time.time() if now is None else now
-        backups = self.plan.complete()
-        newest = backups[-1][0] if backups else self.started_at
+        newest = self.plan.newest(now)
+        newest = self.started_at if newest is None else newest
         return [
             gauge(f"{prefix}_backup_age_seconds", "Seconds since the newest complete backup.", max(0.0, now - newest)),
             gauge(f"{prefix}_backup_interval_seconds", "Seconds between two backups.", self.plan.interval_s),

@@ -267,3 +267,28 @@ def test_an_old_backup_that_cannot_be_removed_does_not_fail_the_new_one(
     monkeypatch.undo()
     plan.take(write_one, now=NOON + 2 * DAY)
     assert [path.name for _, path in plan.complete()] == ["scheduler-20261203T120000Z"]
+
+
+def test_a_backup_named_in_the_future_by_a_clock_set_ahead_neither_stops_backups_nor_outlives_newer_ones(
+    tmp_path: Path,
+) -> None:
+    """A clock that was a year ahead when a backup was taken, and was then set right, leaves a backup whose name is
+    in the future. It was taken before now (when, nobody knows): it must not make every backup look a year from due
+    (none taken, and an age of 0 that no stale-backup alert sees), and the prune must not keep it over the newer
+    backups taken since, as the newest."""
+    plan = BackupPlan(tmp_path, "scheduler", interval_s=DAY, keep=2)
+    backups = PeriodicBackups(plan, write_one, "test state")
+    backups.started_at = NOON - 600
+    ahead = plan.take(write_one, now=NOON + 365 * DAY)
+    assert plan.due(NOON)
+
+    def age(now: float) -> float:
+        family = backups.metric_families("icecrawler_scheduler", now=now)[0]
+        return float(family.samples[0].value)
+
+    assert age(NOON) == 600  # as if there were none: the age counts from the start
+    first = plan.take(write_one, now=NOON)
+    assert not plan.due(NOON + 60) and age(NOON + 60) == 60
+    assert [p for _, p in plan.complete()] == [ahead, first]  # the future-named one is the oldest
+    second = plan.take(write_one, now=NOON + DAY)
+    assert sorted(tmp_path.iterdir()) == [first, second]  # keep=2: the future-named one went first
