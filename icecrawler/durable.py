@@ -18,6 +18,7 @@ leaves the last run's file as it was.
 
 from __future__ import annotations
 
+import fcntl
 import io
 import json
 import os
@@ -109,20 +110,47 @@ def write_whole_with(path: Path, write: Callable[[BinaryIO], object]) -> None:
 @contextmanager
 def _through_partial(path: Path, partial: Path, mode: int | None) -> Iterator[BinaryIO]:
     """``partial`` opened for writing; when the block ends it is fsynced and renamed over ``path`` (and the folder
-    fsynced), and when the block raises it is removed: the one mechanism of every whole-file write here."""
-    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666 if mode is None else mode)
-    try:
-        with os.fdopen(fd, "wb") as file:
+    fsynced), and when the block raises it is removed: the one mechanism of every whole-file write here. The copy is
+    locked while it is written, so that a second run writing ``path`` at the same time is refused (``ServiceError``)
+    instead of truncating the first one's copy, which the first would then go on writing into after the rename."""
+    fd = _open_locked(partial, path, 0o666 if mode is None else mode)
+    with os.fdopen(fd, "wb") as file:
+        try:
             if mode is not None:
                 os.fchmod(file.fileno(), mode)  # a .partial left by an earlier run kept the mode it was made with
             yield file
             file.flush()
             os.fsync(file.fileno())
-    except BaseException:
-        partial.unlink(missing_ok=True)
-        raise
-    os.replace(partial, path)
+        except BaseException:
+            partial.unlink(missing_ok=True)  # while locked: never another run's copy
+            raise
+        os.replace(partial, path)  # while locked: a run that opened the copy just before finds it renamed
     sync_dir(path.parent)
+
+
+def _open_locked(partial: Path, path: Path, mode: int) -> int:
+    """``partial`` opened, emptied and locked (``flock``: the kernel drops it when the process ends, however, so a
+    copy left by a killed run is simply taken over). Held by a run still writing: ServiceError. Renamed into place
+    by the run that held it between our open and our lock: opened again (a few times at most)."""
+    for _ in range(5):
+        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, mode)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise ServiceError(
+                f"{path} is being written by another run (its {partial.name} is locked): let that one finish, or "
+                "write elsewhere"
+            ) from None
+        try:
+            same = os.path.samestat(os.fstat(fd), os.stat(partial))
+        except FileNotFoundError:
+            same = False
+        if same:
+            os.ftruncate(fd, 0)
+            return fd
+        os.close(fd)
+    raise ServiceError(f"{path} is being written by other runs, one after another: let them finish, or write elsewhere")
 
 
 def write_journal(path: Path, state: dict[str, Any]) -> None:

@@ -10,6 +10,7 @@ import pytest
 
 from icecrawler import durable
 from icecrawler.durable import aside_path, read_journal, remove_journal, write_journal
+from icecrawler.errors import ServiceError
 
 
 def test_a_journal_is_replaced_whole_read_back_and_removed(tmp_path: Path) -> None:
@@ -61,3 +62,24 @@ def _umask() -> int:
     current = os.umask(0)
     os.umask(current)
     return current
+
+
+def test_a_second_writer_of_the_same_file_is_refused_not_mixed_into_the_first(tmp_path: Path) -> None:
+    """Two runs writing one file at once (a nightly export that overran into the next, two ``targets --every``)
+    shared ``<file>.partial``: the second truncated the first's copy and renamed it into place, and the first then
+    wrote the rest of its data into that file. The second is refused while the first writes; the file ends whole."""
+    path = tmp_path / "posts.jsonl"
+    path.write_text("last night's\n")
+    with durable.replaced_whole(path) as first:
+        first.write("A" * 10_000)
+        first.flush()
+        with pytest.raises(ServiceError, match="another"), durable.replaced_whole(path) as second:
+            second.write("B\n")
+        with pytest.raises(ServiceError, match="another"):
+            durable.write_whole(path, b"C\n")
+        assert path.read_text() == "last night's\n"
+        first.write("\n")
+    assert path.read_text() == "A" * 10_000 + "\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["posts.jsonl"]
+    durable.write_whole(path, b"next\n")  # once the first is done, the next run writes as ever
+    assert path.read_bytes() == b"next\n"

@@ -5,6 +5,9 @@ from __future__ import annotations
 import csv
 import io
 import json
+import select
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -154,3 +157,52 @@ def test_an_export_onto_a_full_disk_names_where_it_could_not_write_and_keeps_the
         assert len(error) == 1 and str(out) in error[0] and "No space left on device" in error[0], error
         assert out.read_text(encoding="utf-8") == "the previous export\n"
         assert sorted(path.name for path in fs.iterdir()) == ["review.jsonl"]
+
+
+#: ``icecrawler export ...`` that stops at its first progress report (1000 records written to FILE.partial): it says
+#: so on stderr and waits for a line on stdin before it goes on.
+_PAUSED_MIDWAY = """
+import runpy, sys
+from icecrawler_cli.commands import export
+def pause(self, count):
+    if count == 1000:
+        print("paused", file=sys.stderr, flush=True)
+        sys.stdin.readline()
+export.Progress.update = pause
+sys.argv = ["icecrawler", *sys.argv[1:]]
+runpy.run_module("icecrawler_cli", run_name="__main__")
+"""
+
+
+def test_a_second_export_to_the_file_an_export_is_writing_is_refused_and_the_first_ends_whole(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two exports to one -o FILE at once (a nightly job that overran into the next): the second truncated the
+    first's FILE.partial and renamed it into place, and the first then wrote the rest into FILE after it. The second
+    is now refused in one line (exit 2), FILE keeps the previous export, and the first ends with a whole one."""
+    db = tmp_path / "store.sqlite3"
+    store = SqliteStore(db)
+    store.put(schema.WEIBO, [schema.post_row(make_post(n, minute=n % 60)) for n in range(1, 2501)])
+    store.close()
+    out = tmp_path / "weibo.jsonl"
+    out.write_text("last night's\n", encoding="utf-8")
+    args = ["export", "--table", "weibo", "--set", f"storage.embedded.path={db}", "-o", str(out)]
+    with subprocess.Popen(
+        [sys.executable, "-c", _PAUSED_MIDWAY, *args], stdin=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as first:
+        try:
+            assert first.stderr is not None and first.stdin is not None
+            assert select.select([first.stderr], [], [], 120)[0], "the first export never reached 1000 records"
+            assert first.stderr.readline() == "paused\n"
+            assert main([*args, "--no-progress"]) == 2
+            assert "being written by another run" in capsys.readouterr().err
+            assert out.read_text(encoding="utf-8") == "last night's\n"
+            first.stdin.write("\n")
+            first.stdin.close()
+            assert first.wait(timeout=120) == 0, first.stderr.read()
+        finally:
+            if first.poll() is None:
+                first.kill()
+    lines = out.read_text(encoding="utf-8").splitlines()
+    assert len(lines) == 2500 and all(json.loads(line)["id"] for line in lines)
+    assert not (tmp_path / "weibo.jsonl.partial").exists()
