@@ -24,6 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from icecrawler.datalock import DataLock
 from icecrawler.durable import names_full_disk, publish, sync_tree
 from icecrawler.errors import ConfigError
 
@@ -39,6 +40,7 @@ __all__ = [
     "BackupPlan",
     "PeriodicBackups",
     "backup_dir_keys",
+    "backups_lock",
     "refuse_new_beside_backups",
     "start_backups",
 ]
@@ -235,6 +237,24 @@ def backup_dir_keys(settings: Settings, role: str) -> list[str]:
     """``[<role>.backup_dir]`` when backups are on, else ``[]``: what a daemon adds to its start-up path checks."""
     key = f"{role}.backup_dir"
     return [key] if settings.get_str(key) else []
+
+
+def backups_lock(settings: Settings, role: str, name: str) -> DataLock | None:
+    """The lock a daemon holds on its backups' name (``name``) in ``<role>.backup_dir`` for as long as it runs, or
+    None when backups are off. Two daemons with their own data whose backups have one name in one folder (two crawls
+    on one machine, one settings file) would each take the other's newest backup for its own, delete the other's
+    copy under way as a crash's leftover and prune the other's backups: the second is refused at start, naming the
+    first."""
+    directory = settings.get_str(f"{role}.backup_dir")
+    if not directory:
+        return None
+    own_name = f" or {role}.backup_name" if f"{role}.backup_name" in settings.as_dict() else ""
+    return DataLock(
+        Path(directory) / f".{name}.lock",
+        role,
+        f"its backups are named {name}-<UTC time> there too, and two daemons backing up under one name delete and "
+        f"prune each other's backups: give this one its own {role}.backup_dir{own_name}",
+    )
 
 
 def refuse_new_beside_backups(settings: Settings, role: str, name: str, what: str, holding: str = "") -> None:

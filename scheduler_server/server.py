@@ -11,13 +11,20 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
 import Ice
 
 from icecrawler import limits, rpc
-from icecrawler.backups import PeriodicBackups, backup_dir_keys, refuse_new_beside_backups, start_backups
+from icecrawler.backups import (
+    PeriodicBackups,
+    backup_dir_keys,
+    backups_lock,
+    refuse_new_beside_backups,
+    start_backups,
+)
 from icecrawler.clock import Clock, ClockJumpWatch
 from icecrawler.datalock import DataLock
 from icecrawler.errors import ConfigError, InvalidArgumentError, StorageUnavailableError
@@ -400,7 +407,7 @@ def run(settings: Settings, ice_args: Sequence[str], listen: str = "") -> int:
             listen=listen,
             message_size_max_kib=limits.scheduler_message_kib(settings),
         )
-        with data_lock(settings):
+        with data_lock(settings), backups_lock(settings, "scheduler", _backup_name(settings)) or nullcontext():
             core = open_core(settings)
             # The budget's constant from the stored tasks before the first report, not one maintenance pass later:
             # until then every report would get the unbudgeted square-root period.

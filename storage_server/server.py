@@ -8,7 +8,13 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from icecrawler import limits, rpc
-from icecrawler.backups import PeriodicBackups, backup_dir_keys, refuse_new_beside_backups, start_backups
+from icecrawler.backups import (
+    PeriodicBackups,
+    backup_dir_keys,
+    backups_lock,
+    refuse_new_beside_backups,
+    start_backups,
+)
 from icecrawler.datalock import DataLock
 from icecrawler.errors import ConfigError, StorageUnavailableError
 from icecrawler.listening import guarded_listening
@@ -33,12 +39,14 @@ SERVER_PROPERTIES = {
 
 
 def data_locks(settings: Settings) -> list[DataLock]:
-    """The locks one storage server holds: its spool directory and, for the embedded backend, its store file."""
+    """The locks one storage server holds: its spool directory, for the embedded backend its store file, and with
+    backups on their name in the backup directory (``backups_lock``)."""
     locks = [DataLock(Path(settings.get_str("storage.spool_dir")) / "storage.lock", "storage server")]
     if settings.get_str("storage.backend") == "embedded":
         path = Path(settings.get_str("storage.embedded.path"))
         locks.append(DataLock(path.with_name(path.name + ".lock"), "storage server"))
-    return locks
+    backups = backups_lock(settings, "storage", settings.get_str("storage.backup_name"))
+    return locks if backups is None else [*locks, backups]
 
 
 def data_files(settings: Settings) -> list[tuple[Path, str]]:

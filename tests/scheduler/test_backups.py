@@ -201,3 +201,28 @@ def test_a_database_gone_while_its_backups_are_there_is_refused_not_begun_anew(t
     backup_dir.rename(tmp_path / "old-backups")  # beginning anew on purpose
     with scheduler_daemon(tmp_path, **settings) as daemon, scheduler_proxy(daemon) as prx:
         assert prx.stats().tasks == 0
+
+
+def test_a_second_scheduler_backing_up_under_the_same_name_into_the_same_folder_is_refused(tmp_path: Path) -> None:
+    """Two schedulers (two crawls on one machine, one settings file) with their own databases but one backup_dir:
+    each took the other's newest backup for its own (no backup due), deleted the other's copy under way as a
+    leftover and pruned the other's backups. The second is refused at start in one line naming the folder and the
+    holder, and starts once the first has stopped."""
+    backup_dir = tmp_path / "backups"
+    settings = {"scheduler__backup_dir": backup_dir, "scheduler__backup_interval_s": 3600}
+    other = tmp_path / "other"
+    other.mkdir()
+    other_db = other / "db"
+    with scheduler_daemon(other) as daemon, scheduler_proxy(daemon) as prx:  # its own crawl, before
+        assert prx.addUsers(["jd:1"], C.TaskKind.ProductReviews) == 1
+    with scheduler_daemon(tmp_path, **settings) as daemon:
+        wait_for(lambda: len(BackupPlan(backup_dir, "scheduler", 3600, 7).complete()) == 1, "no backup")
+        refused = refused_start(
+            "scheduler", tmp_path, f"--set=scheduler.db_dir={other_db}", f"--set=scheduler.backup_dir={backup_dir}"
+        )
+        assert str(backup_dir) in refused and "scheduler pid" in refused, refused
+        assert daemon.process is not None and daemon.process.alive()
+    assert len(BackupPlan(backup_dir, "scheduler", 3600, 7).complete()) == 1
+    with scheduler_daemon(other, **settings) as daemon:
+        with scheduler_proxy(daemon) as prx:
+            assert prx.stats().tasks == 1

@@ -250,3 +250,31 @@ def test_a_store_gone_while_its_backups_are_there_is_refused_not_begun_anew(tmp_
             assert runner.proxy(comm).stats().posts == 10
     finally:
         runner.stop()
+
+
+def test_a_second_storage_server_backing_up_under_the_same_name_into_the_same_folder_is_refused(
+    tmp_path: Path,
+) -> None:
+    """Two storage servers with their own files but one backup_dir and backup_name (outside IceGrid, one settings
+    file): each took the other's backups for its own, deleted the other's copy under way and pruned the other's.
+    The second is refused at start in one line naming the folder, the holder and the settings to change."""
+    backup_dir = tmp_path / "backups"
+    backups = {"storage.backup_dir": str(backup_dir), "storage.backup_interval_s": "3600"}
+    other = StorageServerRunner(tmp_path / "other", {})  # its own files, made before backups were set up
+    other.start()
+    other.stop()
+    runner = StorageServerRunner(tmp_path / "first", backups)
+    runner.start()
+    try:
+        wait_for(lambda: len(BackupPlan(backup_dir, "storage", 3600, 7).complete()) == 1, "no backup")
+        sets = [
+            arg
+            for key, value in {**other.assignments, **backups}.items()
+            for arg in ("--set", f"{key}={value}")
+        ]
+        refused = refused_start("storage", tmp_path, *sets)
+        assert str(backup_dir) in refused and "storage pid" in refused and "storage.backup_name" in refused, refused
+        assert runner.process is not None and runner.process.alive()
+    finally:
+        runner.stop()
+    assert len(BackupPlan(backup_dir, "storage", 3600, 7).complete()) == 1
