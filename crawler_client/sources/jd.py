@@ -493,7 +493,9 @@ def _not_logged_in(doc: dict[str, Any]) -> bool:
     said = " ".join(value for key in _MESSAGE_KEYS if isinstance(value := doc.get(key), str)).lower()
     url = doc.get("url")
     return any(words in said for words in _NOT_LOGGED_IN_WORDS) or (
-        isinstance(url, str) and (parts := split_url(url)) is not None and (parts.hostname or "").lower() in _LOGIN_HOSTS
+        isinstance(url, str)
+        and (parts := split_url(url)) is not None
+        and (parts.hostname or "").lower() in _LOGIN_HOSTS
     )
 
 

@@ -584,8 +584,6 @@ def test_an_unfollowed_redirect_to_an_address_python_refuses_is_read_as_the_page
 def test_a_listing_pager_with_a_superscript_digit_is_read_by_its_links_not_a_source_bug(pager_part: str) -> None:
     """``str.isdigit`` says yes to ``²``, which ``int`` refuses: a pager showing one (a theme's footnote mark, a
     mistyped template) is read by its other page numbers, not a ValueError the runtime files as a source bug."""
-    body = fixture("ecshop_category3_p1.html").replace(
-        '<span class="page_now">1</span>'.encode(), pager_part.encode()
-    )
+    body = fixture("ecshop_category3_p1.html").replace(b'<span class="page_now">1</span>', pager_part.encode())
     page = parse("ecshop", LISTING, SOURCE.first_request(LISTING, BASE), body)
     assert page.items == [str(i) for i in range(20, 30)] and page.total_pages == 2

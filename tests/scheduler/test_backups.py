@@ -223,6 +223,5 @@ def test_a_second_scheduler_backing_up_under_the_same_name_into_the_same_folder_
         assert str(backup_dir) in refused and "scheduler pid" in refused, refused
         assert daemon.process is not None and daemon.process.alive()
     assert len(BackupPlan(backup_dir, "scheduler", 3600, 7).complete()) == 1
-    with scheduler_daemon(other, **settings) as daemon:
-        with scheduler_proxy(daemon) as prx:
-            assert prx.stats().tasks == 1
+    with scheduler_daemon(other, **settings) as daemon, scheduler_proxy(daemon) as prx:
+        assert prx.stats().tasks == 1

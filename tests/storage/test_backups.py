@@ -267,11 +267,7 @@ def test_a_second_storage_server_backing_up_under_the_same_name_into_the_same_fo
     runner.start()
     try:
         wait_for(lambda: len(BackupPlan(backup_dir, "storage", 3600, 7).complete()) == 1, "no backup")
-        sets = [
-            arg
-            for key, value in {**other.assignments, **backups}.items()
-            for arg in ("--set", f"{key}={value}")
-        ]
+        sets = [arg for key, value in {**other.assignments, **backups}.items() for arg in ("--set", f"{key}={value}")]
         refused = refused_start("storage", tmp_path, *sets)
         assert str(backup_dir) in refused and "storage pid" in refused and "storage.backup_name" in refused, refused
         assert runner.process is not None and runner.process.alive()
