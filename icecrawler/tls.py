@@ -70,6 +70,17 @@ def _now() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC)
 
 
+def _valid_until(days: int) -> datetime.datetime:
+    """When a certificate valid for ``days`` from now ends: at least a day, and not past the year 9999, the last an
+    X.509 date can be in (and past which Python's dates overflow), or a ConfigError naming ``--days``."""
+    if days < 1:
+        raise ConfigError(f"--days must be at least 1, got {days}")
+    try:
+        return _now() + datetime.timedelta(days=days)
+    except OverflowError:
+        raise ConfigError(f"--days {days}: the certificate would end after the year 9999, the last it can") from None
+
+
 def _write_pair(key_path: Path, key: ec.EllipticCurvePrivateKey, cert_path: Path, cert: x509.Certificate) -> None:
     """Write a key (mode 0600 from its first byte: never world-readable, not even briefly) and its certificate, each
     whole (``durable.write_whole``): a run killed midway leaves whole files, at worst the new key beside the old
@@ -95,8 +106,7 @@ def init_ca(directory: Path, *, name: str = "icecrawler CA", days: int = 3650, f
     Refuses to overwrite an existing CA unless ``force``: re-creating it would silently invalidate every node
     certificate already issued.
     """
-    if days < 1:
-        raise ConfigError(f"--days must be at least 1, got {days}")
+    until = _valid_until(days)
     directory.mkdir(parents=True, exist_ok=True)
     cert_path, key_path = directory / CA_CERT, directory / CA_KEY
     if cert_path.exists() and key_path.exists() and not force:
@@ -115,7 +125,7 @@ def init_ca(directory: Path, *, name: str = "icecrawler CA", days: int = 3650, f
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=days))
+        .not_valid_after(until)
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
         .add_extension(
             x509.KeyUsage(
@@ -204,8 +214,7 @@ def issue(
         raise ConfigError(f"bad role {role[:40]!r}: use one of {', '.join(ROLES)}")
     if not _NODE_NAME.fullmatch(node):
         raise ConfigError(f"bad node name {node!r}: use letters, digits, '.', '_' or '-' (at most 63)")
-    if days < 1:
-        raise ConfigError(f"--days must be at least 1, got {days}")
+    until = _valid_until(days)
     files = NodeFiles(directory / f"{node}.pem", directory / f"{node}-key.pem", directory / f"{node}-ssl.conf")
     if files.cert.exists() and not force:
         raise ConfigError(f"{files.cert} already exists (use --force to re-issue it)")
@@ -230,7 +239,7 @@ def issue(
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(min(now + datetime.timedelta(days=days), ca_cert.not_valid_after_utc))
+        .not_valid_after(min(until, ca_cert.not_valid_after_utc))
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(
             x509.KeyUsage(

@@ -120,6 +120,15 @@ CASES: dict[str, Case] = {
     ),
     "certs init --days 0": (lambda w, p: ["certs", "init", "--dir", str(w / "ca"), "--days", "0"], "--days"),
     "certs issue --days 0": (lambda w, p: ["certs", "issue", "n1", "--dir", str(w / "ca"), "--days", "0"], "--days"),
+    # Past the year 9999, the last an X.509 certificate can end in: an OverflowError traceback before.
+    "certs init --days 99999999": (
+        lambda w, p: ["certs", "init", "--dir", str(w / "ca"), "--days", "99999999"],
+        "year 9999",
+    ),
+    "certs issue --days 3000000": (
+        lambda w, p: ["certs", "issue", "late", "--dir", str(w / "pki"), "--days", "3000000"],
+        "year 9999",
+    ),
 }
 
 
