@@ -199,12 +199,26 @@ def _run(named: str | None, rest: list[str], ice_args: list[str]) -> int:
             # writer does. Any other broken pipe (a socket, a file given to -o) is an error like the rest.
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             return 141
-        message = failure_line(exc)
+        message = failure_line(exc) or _not_utf8_argument(exc, rest)
         if message is None:
             raise
         logging.getLogger("icecrawler").debug("command failed", exc_info=True)
         print(f"icecrawler {args.command}: error: {message}", file=sys.stderr)
         return 2
+
+
+def _not_utf8_argument(exc: BaseException, argv: list[str]) -> str | None:
+    """One line for text from the command line that is not UTF-8 (a byte no UTF-8 character has, which Python keeps
+    in ``sys.argv`` as a lone surrogate) and could not be encoded for a daemon (Ice sends text as UTF-8); None when
+    ``exc`` is anything else, or text the command line did not give (a bug: a traceback)."""
+    if not isinstance(exc, UnicodeEncodeError) or not isinstance(exc.object, str):
+        return None
+    bad = exc.object[exc.start : exc.end]
+    given = next((arg for arg in argv if bad in arg), None)
+    if given is None:
+        return None
+    shown = os.fsencode(given)
+    return f"{shown[:80]!r}{'...' if len(shown) > 80 else ''} is not UTF-8 text, which ids, hosts and reasons must be"
 
 
 def _stdout_reader_gone() -> bool:

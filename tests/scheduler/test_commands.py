@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -221,3 +222,29 @@ def test_tasks_says_on_stderr_when_its_limit_cut_the_list(daemon: SchedulerDaemo
         assert len(whole.stdout.splitlines()) == 3 and "more tasks match" not in whole.stderr
     finally:
         cli(daemon, "remove", "jd:901", "jd:902", "jd:903")
+
+
+#: A byte that is no UTF-8 character, as a shell passes it (``$'\xff'``, a file name in another encoding): Python
+#: keeps it in ``sys.argv`` as a lone surrogate.
+NOT_UTF8 = os.fsdecode(b"\xff")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("status", "--task", f"user:weibo_pc:{NOT_UTF8}"),
+        ("seed", f"weibo_pc:{NOT_UTF8}"),
+        ("remove", f"jd:1{NOT_UTF8}"),
+        ("tasks", "--prefix", NOT_UTF8),
+        ("hold", "weibo.com", "--for", "1h", "--reason", f"maintenance {NOT_UTF8}"),
+    ],
+    ids=["status", "seed", "remove", "tasks", "hold"],
+)
+def test_an_argument_that_is_not_utf8_text_is_a_one_line_error(daemon: SchedulerDaemon, args: tuple[str, ...]) -> None:
+    """Text for the scheduler that is not UTF-8 cannot go over Ice: a UnicodeEncodeError traceback (exit 1) before.
+    Now one line naming the argument, exit 2, and the scheduler serves on."""
+    done = cli(daemon, *args)
+    errors = [line for line in done.stderr.splitlines() if "error:" in line]
+    assert done.returncode == 2 and len(errors) == 1 and "Traceback" not in done.stderr, done.stderr
+    assert "not UTF-8" in errors[0] and "\\xff" in errors[0], errors[0]
+    assert cli(daemon, "status").returncode == 0
