@@ -23,6 +23,9 @@ IN_USE = (
     "runs, give --from its newest hot backup instead (scheduler.backup_dir)"
 )
 
+#: A directory named twice: refused before the locks, where an old database given twice was "in use" by this run.
+_EACH_ONCE = "--from and --to must name different directories, each once"
+
 
 class Command(BaseCommand):
     summary = "copy the scheduler's databases into another number of shards (daemons stopped)"
@@ -60,6 +63,8 @@ class Command(BaseCommand):
 
         sources = [Path(path).resolve() for path in args.sources]
         targets = [Path(path).resolve() for path in args.targets]
+        if len(set(sources)) != len(sources):  # before the locks: one named twice would be "in use" by this run
+            raise ConfigError(_EACH_ONCE)
         with ExitStack() as locks:  # a scheduler running on --from is refused, with its pid, before anything else
             for path in sources:
                 if path.is_dir():
@@ -190,4 +195,4 @@ def _check_paths(sources: list[Path], targets: list[Path]) -> None:
                 "and --to)"
             )
     if len(set(targets)) != len(targets) or set(sources) & set(targets):
-        raise ConfigError("--from and --to must name different directories, each once")
+        raise ConfigError(_EACH_ONCE)

@@ -118,6 +118,9 @@ def test_a_running_schedulers_database_is_refused_and_bad_paths_are_one_line_err
         (["--from", str(tmp_path), "--to", str(tmp_path / "s0")], "holds no scheduler database"),
         (["--from", str(single.db_dir), "--to", str(tmp_path / "full")], "already exists and is not empty"),
         (["--from", str(single.db_dir), "--to", str(single.db_dir)], "already exists and is not empty"),
+        # One database named twice was taken for a running scheduler's: "in use by reshard pid <its own>".
+        (["--from", str(single.db_dir), f"{single.db_dir}/.", "--to", str(tmp_path / "s0")], "each once"),
+        (["--from", str(single.db_dir), str(single.db_dir), "--to", str(tmp_path / "s0"), "--dry-run"], "each once"),
     ):
         result = reshard(*args)
         assert result.returncode != 0 and message in result.stderr, result.stderr
