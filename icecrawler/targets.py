@@ -4,7 +4,8 @@ Clients come and go, and several share a machine (each takes the first free port
 ``metrics.client.port`` .. ``+ port_span - 1``), so nobody lists them by hand: this probes every port a role may
 use on each given host, keeps those whose ``/metrics`` answers with that role's metrics, and writes one
 ``<role>.json`` per role in Prometheus' file-SD format. Prometheus re-reads the files when they change
-(``deploy/prometheus/prometheus.yml``); run it from cron or with ``--every``.
+(``deploy/prometheus/prometheus.yml``); run it from cron or with ``--every``, whose loop reports a write refused
+(another run writing the same file) and writes again at its next round.
 
 Schedulers and storage servers stay listed once seen (``STICKY_ROLES``): a dead one must stay a target whose ``up``
 is 0, or its alerts go quiet as it dies (``IcecrawlerTargetDown`` needs a target to be down). ``forget`` drops one
@@ -21,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from icecrawler.durable import replaced_whole
+from icecrawler.errors import ServiceError
 from icecrawler.metrics import MetricsConfig
 from icecrawler.settings import Settings
 
@@ -77,14 +79,23 @@ def discover(settings: Settings, hosts: Sequence[str], timeout_s: float = PROBE_
 
 
 def write_targets(directory: Path, found: dict[str, list[str]]) -> list[Path]:
-    """Write ``<role>.json`` (file-SD format) for each role, atomically (Prometheus never reads half a file)."""
+    """Write ``<role>.json`` (file-SD format) for each role, atomically (Prometheus never reads half a file). A file
+    another run is writing (ServiceError) does not keep the other roles' files from being written: the refusals are
+    raised together once they are."""
     directory.mkdir(parents=True, exist_ok=True)
     written = []
+    refused = []
     for role, targets in found.items():
         path = directory / f"{role}.json"
-        with replaced_whole(path) as out:
-            out.write(json.dumps([{"targets": targets, "labels": {"role": role}}], indent=1) + "\n")
+        try:
+            with replaced_whole(path) as out:
+                out.write(json.dumps([{"targets": targets, "labels": {"role": role}}], indent=1) + "\n")
+        except ServiceError as exc:
+            refused.append(str(exc))
+            continue
         written.append(path)
+    if refused:
+        raise ServiceError("; ".join(refused))
     return written
 
 

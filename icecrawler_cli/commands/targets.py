@@ -8,6 +8,7 @@ import threading
 from pathlib import Path
 
 from icecrawler import rpc
+from icecrawler.errors import ServiceError
 from icecrawler.settings import Settings
 from icecrawler.targets import PROBE_TIMEOUT_S, STICKY_ROLES, discover, keep_listed, listed, write_targets
 from icecrawler_cli.commands import BaseCommand
@@ -81,7 +82,14 @@ class Command(BaseCommand):
                         file=sys.stderr,
                     )
                 lists, silent, unprobed = keep_listed(args.dir, found, hosts, args.forget)
-                write_targets(args.dir, lists)
+                try:
+                    write_targets(args.dir, lists)
+                except ServiceError as exc:
+                    if args.every <= 0:
+                        raise  # one run: exit 2 and say why (``icecrawler_cli.cli``)
+                    # A --forget run on the same folder, say: the loop must not die of it (client targets would
+                    # stop following the clients), and its next round writes the lists again.
+                    print(f"icecrawler targets: {exc}; writing again in {args.every:g}s", file=sys.stderr, flush=True)
                 line = " ".join(f"{role}={len(targets)}" for role, targets in found.items())
                 down = [f"{role} {target}" for role, targets in silent.items() for target in targets]
                 if down:

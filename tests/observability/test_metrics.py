@@ -13,6 +13,7 @@ import time
 import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
@@ -899,3 +900,48 @@ def test_a_shard_says_nothing_of_accounts_for_a_source_another_shard_schedules(t
         waiting = set(re.findall(r'^icecrawler_scheduler_source_due_age_seconds\{source="(\w+)"\}', text, re.M))
         owned = {source for source in core.config.hosts if core.shard_map.of_source(source) == shard}
         assert waiting == owned and {*shard_of} & owned == {s for s, owner in shard_of.items() if owner == shard}
+
+
+def test_targets_every_reports_a_write_another_run_holds_and_writes_at_its_next_round(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``targets --every`` is the long-running loop beside one-off ``--forget`` runs on the same folder. A round whose
+    write met another run's (its ``.partial`` locked) ended the loop with exit 2, and the client targets silently
+    stopped following the clients. The round says so on stderr and the next one writes; a one-off run still exits 2."""
+    import fcntl
+    import os
+    import signal
+
+    import icecrawler_cli.commands.targets as command
+    from icecrawler_cli.cli import main
+
+    directory = tmp_path / "targets"
+    directory.mkdir()
+    nothing = ["--set=metrics.scheduler.port=0", "--set=metrics.storage.port=0", "--set=metrics.client.port=0"]
+    holder = os.open(directory / "scheduler.json.partial", os.O_WRONLY | os.O_CREAT)
+    fcntl.flock(holder, fcntl.LOCK_EX)  # the other run, writing scheduler.json
+    held = [holder]
+    try:
+        assert main(["targets", "--dir", str(directory), "--hosts", "h", *nothing]) == 2
+        assert "scheduler.json is being written by another run" in capsys.readouterr().err
+        rounds: list[int] = []
+
+        def discover_then_step(*args: Any) -> dict[str, list[str]]:
+            rounds.append(len(rounds) + 1)
+            if len(rounds) == 2:  # the other run is done; and this is the loop's last round
+                os.close(held.pop())
+                os.kill(os.getpid(), signal.SIGTERM)
+            return discover(*args)
+
+        monkeypatch.setattr(command, "discover", discover_then_step)
+        assert main(["targets", "--dir", str(directory), "--hosts", "h", "--every", "0.01", *nothing]) == 0
+    finally:
+        for fd in held:
+            os.close(fd)
+    assert rounds == [1, 2]
+    captured = capsys.readouterr()
+    assert captured.err.count("scheduler.json is being written by another run") == 1, captured.err
+    assert "writing again in 0.01s" in captured.err
+    assert captured.out.count("scheduler=0 storage=0 client=0") == 2
+    assert listed(directory, "scheduler") == [] and (directory / "scheduler.json").exists()
+    assert sorted(path.name for path in directory.iterdir()) == ["client.json", "scheduler.json", "storage.json"]
