@@ -6,11 +6,13 @@ opens anything, and a second one refuses to start with a one-line error that nam
 
 The lock is an advisory ``flock``, not a pid file: the kernel drops it when the holder's process ends, however it
 ends (``kill -9`` included), so a crashed daemon never leaves a stale lock behind. The file's text (pid, role, start
-time) is only there to name the holder in the error.
+time) is only there to name the holder in the error. A file system that cannot lock at all (NFS without its lock
+service) is said so in one line naming the file, never taken for a lock held by another process.
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import time
@@ -19,7 +21,27 @@ from types import TracebackType
 
 from icecrawler.errors import ServiceError
 
-__all__ = ["DataLock"]
+__all__ = ["DataLock", "LockHeld", "try_lock"]
+
+
+class LockHeld(ServiceError):
+    """The lock is held by another live process (not: the lock could not be taken at all)."""
+
+
+def try_lock(fd: int, path: Path) -> bool:
+    """An exclusive ``flock`` on ``fd`` (the file ``path``) without waiting: True when taken, False when another
+    process holds it. Any other failure (ENOLCK, EOPNOTSUPP: the file system does not lock) is a ServiceError naming
+    ``path``: taken for "held", it sent the operator after a process that was not there."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+            return False
+        raise ServiceError(
+            f"cannot lock {path}: {exc.strerror}: its file system does not support file locks (an NFS mount without "
+            "its lock service?); use a folder on a local disk"
+        ) from exc
+    return True
 
 
 class DataLock:
@@ -35,19 +57,28 @@ class DataLock:
         )
         self._fd: int | None = None
 
+    @property
+    def held(self) -> bool:
+        """Whether this process holds the lock now."""
+        return self._fd is not None
+
     def acquire(self) -> DataLock:
-        """Take the lock, or raise ServiceError naming who holds it."""
+        """Take the lock, or raise LockHeld naming who holds it (ServiceError when it cannot be taken at all)."""
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         except OSError as exc:
             raise ServiceError(f"cannot create the lock file {self.path}: {exc.strerror}") from exc
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another process"
+            taken = try_lock(fd, self.path)
+            if not taken:
+                holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another process"
+        except BaseException:
             os.close(fd)
-            raise ServiceError(f"{self.path.parent} is in use by {holder}: {self.advice}") from exc
+            raise
+        if not taken:
+            os.close(fd)
+            raise LockHeld(f"{self.path.parent} is in use by {holder}: {self.advice}")
         try:
             os.ftruncate(fd, 0)
             os.pwrite(

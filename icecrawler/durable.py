@@ -18,7 +18,6 @@ leaves the last run's file as it was.
 
 from __future__ import annotations
 
-import fcntl
 import io
 import json
 import os
@@ -30,6 +29,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO, TextIO
 
+from icecrawler.datalock import try_lock
 from icecrawler.errors import ServiceError
 
 #: Below this many free bytes, a data file that cannot be opened or checked is taken to be on a full disk, whatever
@@ -131,26 +131,35 @@ def _through_partial(path: Path, partial: Path, mode: int | None) -> Iterator[Bi
 def _open_locked(partial: Path, path: Path, mode: int) -> int:
     """``partial`` opened, emptied and locked (``flock``: the kernel drops it when the process ends, however, so a
     copy left by a killed run is simply taken over). Held by a run still writing: ServiceError. Renamed into place
-    by the run that held it between our open and our lock: opened again (a few times at most)."""
+    by the run that held it between our open and our lock: opened again (a few times at most). Any other failure
+    (a file system that does not lock, say) closes the file and removes the copy, which no other run can be writing
+    then: an empty ``FILE.partial`` left behind would only puzzle the operator."""
     for _ in range(5):
         fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, mode)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+            taken = try_lock(fd, partial)
+            if taken and _still_named(fd, partial):
+                os.ftruncate(fd, 0)
+                return fd
+        except BaseException:
             os.close(fd)
+            partial.unlink(missing_ok=True)
+            raise
+        os.close(fd)
+        if not taken:
             raise ServiceError(
                 f"{path} is being written by another run (its {partial.name} is locked): let that one finish, or "
                 "write elsewhere"
-            ) from None
-        try:
-            same = os.path.samestat(os.fstat(fd), os.stat(partial))
-        except FileNotFoundError:
-            same = False
-        if same:
-            os.ftruncate(fd, 0)
-            return fd
-        os.close(fd)
+            )
     raise ServiceError(f"{path} is being written by other runs, one after another: let them finish, or write elsewhere")
+
+
+def _still_named(fd: int, partial: Path) -> bool:
+    """Whether the file open on ``fd`` is still the one named ``partial`` (not renamed into place meanwhile)."""
+    try:
+        return os.path.samestat(os.fstat(fd), os.stat(partial))
+    except FileNotFoundError:
+        return False
 
 
 def write_journal(path: Path, state: dict[str, Any]) -> None:

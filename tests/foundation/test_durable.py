@@ -3,12 +3,15 @@ names of damaged copies, and files written whole with the mode asked for."""
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import os
 from pathlib import Path
 
 import pytest
 
 from icecrawler import durable
+from icecrawler.datalock import DataLock, LockHeld
 from icecrawler.durable import aside_path, read_journal, remove_journal, write_journal
 from icecrawler.errors import ServiceError
 
@@ -83,3 +86,33 @@ def test_a_second_writer_of_the_same_file_is_refused_not_mixed_into_the_first(tm
     assert sorted(p.name for p in tmp_path.iterdir()) == ["posts.jsonl"]
     durable.write_whole(path, b"next\n")  # once the first is done, the next run writes as ever
     assert path.read_bytes() == b"next\n"
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_a_file_system_without_locks_is_said_so_not_taken_for_another_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """flock failing with ENOLCK (an NFS mount without its lock service): the data lock called it "in use by another
+    process", sending the operator after a daemon that was not there, and a whole-file write escaped with a bare
+    OSError, its file left open and an empty ``FILE.partial`` behind. Each now says, in one line naming the file,
+    that its file system does not lock; nothing is left open or behind."""
+
+    def no_locks(fd: int, operation: int) -> None:
+        raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    before = _open_fds()
+    lock = DataLock(tmp_path / "db" / "scheduler.lock", "scheduler")
+    with pytest.raises(ServiceError, match="does not support file locks") as refused:
+        lock.acquire()  # the database's own lock still refuses the start: it is what guards the database
+    assert not isinstance(refused.value, LockHeld) and "in use" not in str(refused.value)
+    assert str(lock.path) in str(refused.value) and not lock.held
+    path = tmp_path / "export.csv"
+    path.write_text("last night's\n")
+    with pytest.raises(ServiceError, match=f"cannot lock {path}.partial: No locks available: its file system"):
+        durable.write_whole(path, b"new\n")
+    assert _open_fds() == before
+    assert path.read_text() == "last night's\n" and not (tmp_path / "export.csv.partial").exists()
