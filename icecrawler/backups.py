@@ -24,9 +24,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from icecrawler.datalock import DataLock
+from icecrawler.datalock import DataLock, LockHeld
 from icecrawler.durable import names_full_disk, publish, sync_tree
-from icecrawler.errors import ConfigError
+from icecrawler.errors import ConfigError, ServiceError
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 __all__ = [
     "PARTIAL_SUFFIX",
     "REMOVING_SUFFIX",
+    "BackupNameLock",
     "BackupPlan",
     "PeriodicBackups",
     "backup_dir_keys",
@@ -147,10 +148,18 @@ class BackupPlan:
 class PeriodicBackups(threading.Thread):
     """Takes a backup whenever one is due, on a thread of its own: a long copy never delays the daemon's other
     housekeeping (a scheduler keeps reaping leases meanwhile). A failed backup (a full disk, say) is logged in one
-    line and tried again after ``retry_s``, never in a loop."""
+    line and tried again after ``retry_s``, never in a loop. With ``lock`` (the daemon's ``BackupNameLock``) nothing is
+    tidied or written in the backup directory until the lock is held: a backup that cannot take it fails like any
+    other, and the next one tries again."""
 
     def __init__(
-        self, plan: BackupPlan, write: Callable[[Path], None], what: str, check_s: float = 60.0, retry_s: float = 600.0
+        self,
+        plan: BackupPlan,
+        write: Callable[[Path], None],
+        what: str,
+        check_s: float = 60.0,
+        retry_s: float = 600.0,
+        lock: BackupNameLock | None = None,
     ) -> None:
         super().__init__(name=f"{plan.prefix}-backups", daemon=True)
         self.plan = plan
@@ -158,6 +167,7 @@ class PeriodicBackups(threading.Thread):
         self.what = what
         self.check_s = min(check_s, plan.interval_s)
         self.retry_s = min(retry_s, plan.interval_s)
+        self.lock = lock
         self.stopped = threading.Event()
         self.started_at = time.time()
         #: Backups taken and failed since start (metrics, logs, tests).
@@ -166,7 +176,8 @@ class PeriodicBackups(threading.Thread):
 
     def run(self) -> None:
         try:
-            self.plan.tidy()
+            if self.lock is None or self.lock.held:  # else another daemon's copy under way may be what looks left
+                self.plan.tidy()
         except OSError as exc:  # the backup below tries again, and says so if it fails
             log.warning("%s backups: could not tidy %s: %s", self.what, self.plan.directory, exc)
         wait = 0.0
@@ -176,6 +187,8 @@ class PeriodicBackups(threading.Thread):
                 if not self.plan.due(time.time()):
                     continue
                 started = time.monotonic()
+                if self.lock is not None:
+                    self.lock.take()
                 path = self.plan.take(self.write)
             except Exception as exc:  # one line, then the next try; the daemon runs on
                 self.failed += 1
@@ -239,7 +252,29 @@ def backup_dir_keys(settings: Settings, role: str) -> list[str]:
     return [key] if settings.get_str(key) else []
 
 
-def backups_lock(settings: Settings, role: str, name: str) -> DataLock | None:
+class BackupNameLock(DataLock):
+    """The lock a daemon holds on its backups' name in its backup directory (``backups_lock``). Only another daemon
+    holding it refuses the start: a lock file that cannot be made (a full disk, where the backups would fail anyway)
+    or locked (a file system without locks) is one warning, and the daemon starts and serves without it, as it
+    serves on while its backups fail. ``take`` tries again before each backup, which fails until it holds the lock."""
+
+    def acquire(self) -> BackupNameLock:
+        """At start: LockHeld when another daemon holds it; any other failure is logged, and the lock left untaken."""
+        try:
+            super().acquire()
+        except LockHeld:
+            raise
+        except ServiceError as exc:
+            log.warning("%s; starting without it: each backup tries to take it first, and fails until it can", exc)
+        return self
+
+    def take(self) -> None:
+        """Before a backup: take the lock unless held already, or raise (LockHeld, ServiceError) as ``DataLock``."""
+        if not self.held:
+            DataLock.acquire(self)
+
+
+def backups_lock(settings: Settings, role: str, name: str) -> BackupNameLock | None:
     """The lock a daemon holds on its backups' name (``name``) in ``<role>.backup_dir`` for as long as it runs, or
     None when backups are off. Two daemons with their own data whose backups have one name in one folder (two crawls
     on one machine, one settings file) would each take the other's newest backup for its own, delete the other's
@@ -249,7 +284,7 @@ def backups_lock(settings: Settings, role: str, name: str) -> DataLock | None:
     if not directory:
         return None
     own_name = f" or {role}.backup_name" if f"{role}.backup_name" in settings.as_dict() else ""
-    return DataLock(
+    return BackupNameLock(
         Path(directory) / f".{name}.lock",
         role,
         f"its backups are named {name}-<UTC time> there too, and two daemons backing up under one name delete and "
@@ -280,10 +315,16 @@ def refuse_new_beside_backups(settings: Settings, role: str, name: str, what: st
 
 
 def start_backups(
-    settings: Settings, role: str, write: Callable[[Path], None], what: str, name: str = ""
+    settings: Settings,
+    role: str,
+    write: Callable[[Path], None],
+    what: str,
+    name: str = "",
+    lock: BackupNameLock | None = None,
 ) -> PeriodicBackups | None:
     """A running backup thread from ``<role>.backup_dir``, ``.backup_interval_s`` and ``.backup_keep``, or None when
-    the directory is empty (off). Backups are named ``<name or role>-<UTC time>``."""
+    the directory is empty (off). Backups are named ``<name or role>-<UTC time>``; ``lock`` is the daemon's
+    ``backups_lock`` on that name, taken before each backup when the start could not take it."""
     directory = settings.get_str(f"{role}.backup_dir")
     if not directory:
         return None
@@ -293,6 +334,6 @@ def start_backups(
         settings.get_float(f"{role}.backup_interval_s"),
         settings.get_int(f"{role}.backup_keep"),
     )
-    backups = PeriodicBackups(plan, write, what)
+    backups = PeriodicBackups(plan, write, what, lock=lock)
     backups.start()
     return backups

@@ -19,6 +19,7 @@ import Ice
 
 from icecrawler import limits, rpc
 from icecrawler.backups import (
+    BackupNameLock,
     PeriodicBackups,
     backup_dir_keys,
     backups_lock,
@@ -332,7 +333,7 @@ def _backup_name(settings: Settings) -> str:
     return f"scheduler-shard{shard}" if shards > 1 else "scheduler"
 
 
-def _start_backups(settings: Settings, core: SchedulerCore) -> PeriodicBackups | None:
+def _start_backups(settings: Settings, core: SchedulerCore, lock: BackupNameLock | None) -> PeriodicBackups | None:
     """Hot backups of the queue database (``scheduler.backup_*``), or None when ``backup_dir`` is empty."""
     return start_backups(
         settings,
@@ -340,6 +341,7 @@ def _start_backups(settings: Settings, core: SchedulerCore) -> PeriodicBackups |
         lambda target: backup_checked(core.store, target),
         "scheduler database",
         name=_backup_name(settings),
+        lock=lock,
     )
 
 
@@ -407,7 +409,8 @@ def run(settings: Settings, ice_args: Sequence[str], listen: str = "") -> int:
             listen=listen,
             message_size_max_kib=limits.scheduler_message_kib(settings),
         )
-        with data_lock(settings), backups_lock(settings, "scheduler", _backup_name(settings)) or nullcontext():
+        names_lock = backups_lock(settings, "scheduler", _backup_name(settings))
+        with data_lock(settings), names_lock or nullcontext():
             core = open_core(settings)
             # The budget's constant from the stored tasks before the first report, not one maintenance pass later:
             # until then every report would get the unbudgeted square-root period.
@@ -429,7 +432,7 @@ def run(settings: Settings, ice_args: Sequence[str], listen: str = "") -> int:
                 settings.get_str("scheduler.db_dir"),
             )
             maintenance.start()
-            backups = _start_backups(settings, core)
+            backups = _start_backups(settings, core, names_lock)
             timed, endpoint = _start_metrics(metrics_config, core, backups, data_dirs(settings))
             closed = threading.Event()
 

@@ -39,14 +39,13 @@ SERVER_PROPERTIES = {
 
 
 def data_locks(settings: Settings) -> list[DataLock]:
-    """The locks one storage server holds: its spool directory, for the embedded backend its store file, and with
-    backups on their name in the backup directory (``backups_lock``)."""
+    """The locks one storage server holds on its own files: its spool directory, and for the embedded backend its
+    store file (with backups on, it holds ``backups_lock`` on their name too)."""
     locks = [DataLock(Path(settings.get_str("storage.spool_dir")) / "storage.lock", "storage server")]
     if settings.get_str("storage.backend") == "embedded":
         path = Path(settings.get_str("storage.embedded.path"))
         locks.append(DataLock(path.with_name(path.name + ".lock"), "storage server"))
-    backups = backups_lock(settings, "storage", settings.get_str("storage.backup_name"))
-    return locks if backups is None else [*locks, backups]
+    return locks
 
 
 def data_files(settings: Settings) -> list[tuple[Path, str]]:
@@ -116,7 +115,8 @@ def run(settings: Settings, ice_args: list[str], listen: str = "") -> int:
             listen=listen,
             message_size_max_kib=limits.storage_message_kib(settings),
         )
-        for lock in data_locks(settings):
+        names_lock = backups_lock(settings, "storage", settings.get_str("storage.backup_name"))
+        for lock in [*data_locks(settings), *([names_lock] if names_lock else [])]:
             held.enter_context(lock)
         service = open_service(settings)
         endpoint: MetricsEndpoint | None = None
@@ -156,6 +156,7 @@ def run(settings: Settings, ice_args: list[str], listen: str = "") -> int:
                 lambda target: backup_files(files, target),
                 "storage files",
                 name=settings.get_str("storage.backup_name"),
+                lock=names_lock,
             )
             endpoint = _start_metrics(metrics_config, service, backups, data_dirs(settings))
         except BaseException:

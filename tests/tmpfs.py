@@ -13,15 +13,17 @@ from pathlib import Path
 
 from tests.requirements import skip_or_fail
 
-__all__ = ["fill", "fill_to", "small_tmpfs"]
+__all__ = ["fill", "fill_inodes", "fill_to", "small_tmpfs"]
 
 
 @contextmanager
-def small_tmpfs(path: Path, size_mb: int) -> Iterator[Path]:
-    """A fresh tmpfs of ``size_mb`` MiB at ``path`` for the duration of the block."""
+def small_tmpfs(path: Path, size_mb: int, inodes: int = 0) -> Iterator[Path]:
+    """A fresh tmpfs of ``size_mb`` MiB at ``path`` for the duration of the block; with ``inodes``, that many files
+    and folders at most (a tmpfs full of data still makes empty files and folders: ``fill_inodes`` stops those)."""
     path.mkdir(parents=True, exist_ok=True)
+    options = f"size={size_mb}m" + (f",nr_inodes={inodes}" if inodes else "")
     mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={size_mb}m", "tmpfs", str(path)],
+        ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)],
         capture_output=True,
         text=True,
         check=False,
@@ -50,6 +52,21 @@ def fill(directory: Path) -> Path:
         except OSError:
             pass
     return filler
+
+
+def fill_inodes(directory: Path, leave: int = 0, most: int = 10_000) -> Path:
+    """Make empty files in a folder in ``directory`` until its file system has no inode left (a ``small_tmpfs``
+    with ``inodes``; at most ``most``), then remove ``leave`` of them; returns the folder (remove it to make room)."""
+    fillers = directory / "inode-fillers"
+    fillers.mkdir()
+    for n in range(most):
+        try:
+            (fillers / str(n)).touch()
+        except OSError:
+            for left in range(min(leave, n)):
+                (fillers / str(left)).unlink()
+            return fillers
+    raise AssertionError(f"{directory} still makes files after {most}: mount it with fewer inodes")
 
 
 def fill_to(directory: Path, free_bytes: int) -> Path:

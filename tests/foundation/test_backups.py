@@ -3,6 +3,8 @@ due, and that a failed or interrupted backup never looks like one."""
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import logging
 import os
 import signal
@@ -10,10 +12,14 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from icecrawler.backups import PARTIAL_SUFFIX, REMOVING_SUFFIX, BackupPlan, PeriodicBackups
+from icecrawler.backups import PARTIAL_SUFFIX, REMOVING_SUFFIX, BackupPlan, PeriodicBackups, backups_lock
+from icecrawler.datalock import LockHeld
+from icecrawler.errors import ServiceError
+from icecrawler.settings import Settings
 from tests.helpers import record_fsyncs_and_renames, wait_for
 
 DAY = 86400.0
@@ -292,3 +298,93 @@ def test_a_backup_named_in_the_future_by_a_clock_set_ahead_neither_stops_backups
     assert [p for _, p in plan.complete()] == [ahead, first]  # the future-named one is the oldest
     second = plan.take(write_one, now=NOON + DAY)
     assert sorted(tmp_path.iterdir()) == [first, second]  # keep=2: the future-named one went first
+
+
+def _backups_settings(directory: Path) -> Settings:
+    return Settings().copy_with(scheduler__backup_dir=str(directory), scheduler__backup_interval_s=1.0)
+
+
+def test_a_backup_name_lock_that_cannot_be_made_at_start_is_a_warning_and_each_backup_tries_it_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A backup folder not yet made on a full file system: the lock file on the backups' name could not be made, and
+    the daemon refused to start, where it used to start and serve while its backups failed and alerted. Only another
+    daemon holding the lock refuses the start now; else one warning, and each backup takes the lock first, failing
+    (counted, logged) until it can."""
+    caplog.set_level(logging.INFO, logger="icecrawler.backups")
+    directory = tmp_path / "backups"
+    lock = backups_lock(_backups_settings(directory), "scheduler", "scheduler")
+    assert lock is not None
+    full = [True]
+    real_open = os.open
+
+    def open_on_a_full_disk(path: Any, flags: int, mode: int = 0o777, *, dir_fd: int | None = None) -> int:
+        if full and Path(path) == lock.path:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_open(path, flags, mode, dir_fd=dir_fd)
+
+    monkeypatch.setattr(os, "open", open_on_a_full_disk)
+    assert lock.acquire() is lock and not lock.held
+    assert f"cannot create the lock file {lock.path}: No space left on device; starting without it" in caplog.text
+    plan = BackupPlan(directory, "scheduler", interval_s=1.0, keep=2)
+    backups = PeriodicBackups(plan, write_one, "test state", check_s=0.05, retry_s=0.05, lock=lock)
+    backups.start()
+    try:
+        wait_for(lambda: backups.failed >= 2, "a backup without the lock did not fail", timeout_s=30)
+        assert backups.taken == 0 and plan.complete() == []
+        full.clear()  # room again
+        wait_for(lambda: backups.taken >= 1, "no backup once the lock could be made", timeout_s=30)
+        assert lock.held
+    finally:
+        backups.stop()
+        lock.release()
+    assert "test state backup failed" in caplog.text and "Traceback" not in caplog.text
+
+
+def test_a_backup_name_lock_held_by_another_daemon_refuses_the_start_and_fails_a_backup_that_finds_it_taken(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Another daemon holding the backups' name is the one refusal at start. One that took it while this daemon ran
+    without it (it could not be made at start) fails this daemon's backups, naming the holder: nothing of the
+    other's is tidied or pruned."""
+    directory = tmp_path / "backups"
+    settings = _backups_settings(directory)
+    other = backups_lock(settings, "scheduler", "scheduler")
+    mine = backups_lock(settings, "scheduler", "scheduler")
+    assert other is not None and mine is not None
+    other.acquire()
+    write_one(directory / f"scheduler-20261201T120000Z{PARTIAL_SUFFIX}")  # the other's backup under way
+    plan = BackupPlan(directory, "scheduler", interval_s=1.0, keep=2)
+    backups = PeriodicBackups(plan, write_one, "test state", check_s=0.05, retry_s=0.05, lock=mine)
+    try:
+        with pytest.raises(LockHeld, match=f"{directory} is in use by scheduler pid {os.getpid()}"):
+            mine.acquire()
+        backups.start()
+        wait_for(lambda: backups.failed >= 1, "a backup under another daemon's lock did not fail", timeout_s=30)
+    finally:
+        backups.stop()
+        other.release()
+    assert backups.taken == 0 and not mine.held
+    assert sorted(path.name for path in directory.iterdir()) == [
+        ".scheduler.lock",
+        "scheduler-20261201T120000Z.partial",
+    ]
+    assert "test state backup failed" in caplog.text and "in use by scheduler pid" in caplog.text
+
+
+def test_a_backup_name_lock_on_a_file_system_without_locks_is_a_warning_not_a_refused_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """flock failing with ENOLCK (an NFS mount without its lock service) was taken for another daemon holding the
+    lock, and refused the start naming "another process"."""
+    lock = backups_lock(_backups_settings(tmp_path / "backups"), "scheduler", "scheduler")
+    assert lock is not None
+
+    def no_locks(fd: int, operation: int) -> None:
+        raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    assert not lock.acquire().held
+    assert "does not support file locks" in caplog.text and "in use by" not in caplog.text
+    with pytest.raises(ServiceError, match="does not support file locks"):
+        lock.take()  # what a backup does first: it fails, and says why

@@ -19,7 +19,7 @@ from scheduler_server.integrity import MARKER, backup_checked, open_checked
 from scheduler_server.store import BdbQueueStore, MemoryQueueStore
 from tests.helpers import disk_space, refused_start, wait_for
 from tests.scheduler.daemon import CHURN_SETTINGS, SchedulerDaemon, audit, scheduler_daemon, scheduler_proxy
-from tests.tmpfs import fill, small_tmpfs
+from tests.tmpfs import fill, fill_inodes, small_tmpfs
 
 pytestmark = [pytest.mark.ice, pytest.mark.bdb, pytest.mark.slow]
 
@@ -170,6 +170,34 @@ def test_a_full_backup_disk_is_named_in_the_log_and_backups_resume_once_there_is
             lambda: f"no backup once there was room:\n{log()}",
         )
         assert not list(backup_dir.glob("*.partial"))
+
+
+def test_a_backup_folder_not_yet_made_on_a_full_disk_does_not_stop_the_start(tmp_path: Path) -> None:
+    """The lock file on the backups' name could not be made in a backup folder not yet made on a full disk, and the
+    scheduler refused to start; before that lock it started and served while its backups failed and alerted, as the
+    docs say it does. It warns, serves, fails its backups while the disk is full, and takes the lock and a backup
+    once there is room."""
+    with small_tmpfs(tmp_path / "mnt", 48, inodes=64) as mount:
+        # Room for the start-up check's probe and the backup folder (one inode, used and freed, then used): none for
+        # the lock file in it, as on a disk that makes an empty file but no folder more.
+        filler, inode_fillers = fill(mount), fill_inodes(mount, leave=1)
+        backup_dir = mount / "backups"
+        with (
+            scheduler_daemon(tmp_path, scheduler__backup_dir=backup_dir, scheduler__backup_interval_s=1) as daemon,
+            scheduler_proxy(daemon) as prx,
+        ):
+            assert daemon.process is not None
+            log = daemon.process.log_tail
+            assert prx.addUsers(["jd:1"], C.TaskKind.ProductReviews) == 1  # serves
+            wait_for(lambda: "backup failed" in log(50), lambda: f"no failed backup on the full disk:\n{log()}")
+            assert f"cannot create the lock file {backup_dir}/.scheduler.lock" in log(), log()
+            filler.unlink()
+            shutil.rmtree(inode_fillers)
+            wait_for(
+                lambda: len(BackupPlan(backup_dir, "scheduler", 1, 7).complete()) >= 1,
+                lambda: f"no backup once there was room:\n{log()}",
+            )
+            assert (backup_dir / ".scheduler.lock").exists()
 
 
 @pytest.mark.parametrize("how", ["deleted", "emptied"])
