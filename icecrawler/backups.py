@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from icecrawler.datalock import DataLock, LockHeld
+from icecrawler.datalock import DataLock, LockHeld, LocksUnsupported
 from icecrawler.durable import names_full_disk, publish, sync_tree
 from icecrawler.errors import ConfigError, ServiceError
 
@@ -176,7 +176,7 @@ class PeriodicBackups(threading.Thread):
 
     def run(self) -> None:
         try:
-            if self.lock is None or self.lock.held:  # else another daemon's copy under way may be what looks left
+            if self.lock is None or self.lock.ours:  # else another daemon's copy under way may be what looks left
                 self.plan.tidy()
         except OSError as exc:  # the backup below tries again, and says so if it fails
             log.warning("%s backups: could not tidy %s: %s", self.what, self.plan.directory, exc)
@@ -255,8 +255,19 @@ def backup_dir_keys(settings: Settings, role: str) -> list[str]:
 class BackupNameLock(DataLock):
     """The lock a daemon holds on its backups' name in its backup directory (``backups_lock``). Only another daemon
     holding it refuses the start: a lock file that cannot be made (a full disk, where the backups would fail anyway)
-    or locked (a file system without locks) is one warning, and the daemon starts and serves without it, as it
-    serves on while its backups fail. ``take`` tries again before each backup, which fails until it holds the lock."""
+    is one warning, and the daemon starts and serves without it, as it serves on while its backups fail; ``take``
+    tries again before each backup, which fails until it holds the lock. On a file system that takes no locks at
+    all (NFS without its lock service) the backups go on without it, as they did before there was one: a backup
+    folder on such a mount is common, and two daemons sharing one name there are the rarer harm."""
+
+    def __init__(self, path: str | Path, role: str, advice: str = "") -> None:
+        super().__init__(path, role, advice)
+        self.unsupported = False
+
+    @property
+    def ours(self) -> bool:
+        """Whether this daemon may tidy and write its backups: it holds the lock, or nobody can hold one there."""
+        return self.held or self.unsupported
 
     def acquire(self) -> BackupNameLock:
         """At start: LockHeld when another daemon holds it; any other failure is logged, and the lock left untaken."""
@@ -264,14 +275,29 @@ class BackupNameLock(DataLock):
             super().acquire()
         except LockHeld:
             raise
+        except LocksUnsupported as exc:
+            self._without_locks(exc)
         except ServiceError as exc:
             log.warning("%s; starting without it: each backup tries to take it first, and fails until it can", exc)
         return self
 
     def take(self) -> None:
-        """Before a backup: take the lock unless held already, or raise (LockHeld, ServiceError) as ``DataLock``."""
-        if not self.held:
+        """Before a backup: take the lock unless this daemon may back up already, or raise (LockHeld,
+        ServiceError) as ``DataLock``."""
+        if self.ours:
+            return
+        try:
             DataLock.acquire(self)
+        except LocksUnsupported as exc:
+            self._without_locks(exc)
+
+    def _without_locks(self, exc: LocksUnsupported) -> None:
+        self.unsupported = True
+        log.warning(
+            "%s; backing up without it: a second daemon backing up under this name into this folder is not "
+            "refused there",
+            exc,
+        )
 
 
 def backups_lock(settings: Settings, role: str, name: str) -> BackupNameLock | None:

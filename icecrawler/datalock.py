@@ -21,23 +21,27 @@ from types import TracebackType
 
 from icecrawler.errors import ServiceError
 
-__all__ = ["DataLock", "LockHeld", "try_lock"]
+__all__ = ["DataLock", "LockHeld", "LocksUnsupported", "try_lock"]
 
 
 class LockHeld(ServiceError):
     """The lock is held by another live process (not: the lock could not be taken at all)."""
 
 
+class LocksUnsupported(ServiceError):
+    """The lock file's file system takes no locks at all (ENOLCK, EOPNOTSUPP): nobody holds it, nobody can."""
+
+
 def try_lock(fd: int, path: Path) -> bool:
     """An exclusive ``flock`` on ``fd`` (the file ``path``) without waiting: True when taken, False when another
-    process holds it. Any other failure (ENOLCK, EOPNOTSUPP: the file system does not lock) is a ServiceError naming
+    process holds it. Any other failure (ENOLCK, EOPNOTSUPP: the file system does not lock) is LocksUnsupported naming
     ``path``: taken for "held", it sent the operator after a process that was not there."""
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as exc:
         if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
             return False
-        raise ServiceError(
+        raise LocksUnsupported(
             f"cannot lock {path}: {exc.strerror}: its file system does not support file locks (an NFS mount without "
             "its lock service?); use a folder on a local disk"
         ) from exc

@@ -18,7 +18,6 @@ import pytest
 
 from icecrawler.backups import PARTIAL_SUFFIX, REMOVING_SUFFIX, BackupPlan, PeriodicBackups, backups_lock
 from icecrawler.datalock import LockHeld
-from icecrawler.errors import ServiceError
 from icecrawler.settings import Settings
 from tests.helpers import record_fsyncs_and_renames, wait_for
 
@@ -372,19 +371,30 @@ def test_a_backup_name_lock_held_by_another_daemon_refuses_the_start_and_fails_a
     assert "test state backup failed" in caplog.text and "in use by scheduler pid" in caplog.text
 
 
-def test_a_backup_name_lock_on_a_file_system_without_locks_is_a_warning_not_a_refused_start(
+def test_a_backup_name_lock_on_a_file_system_without_locks_is_a_warning_and_the_backups_go_on(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """flock failing with ENOLCK (an NFS mount without its lock service) was taken for another daemon holding the
-    lock, and refused the start naming "another process"."""
-    lock = backups_lock(_backups_settings(tmp_path / "backups"), "scheduler", "scheduler")
+    lock, and refused the start naming "another process"; then every backup failed on it. Backups to such a mount
+    worked before the lock existed, and go on: nobody can hold a lock there."""
+    directory = tmp_path / "backups"
+    lock = backups_lock(_backups_settings(directory), "scheduler", "scheduler")
     assert lock is not None
 
     def no_locks(fd: int, operation: int) -> None:
         raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
 
     monkeypatch.setattr(fcntl, "flock", no_locks)
-    assert not lock.acquire().held
-    assert "does not support file locks" in caplog.text and "in use by" not in caplog.text
-    with pytest.raises(ServiceError, match="does not support file locks"):
-        lock.take()  # what a backup does first: it fails, and says why
+    assert not lock.acquire().held and lock.ours
+    assert "does not support file locks" in caplog.text and "backing up without it" in caplog.text
+    assert "in use by" not in caplog.text
+    lock.take()  # what a backup does first: no error, nothing held
+    backups = PeriodicBackups(
+        BackupPlan(directory, "scheduler", interval_s=3600.0, keep=2), write_one, "test state", lock=lock
+    )
+    backups.start()
+    try:
+        wait_for(lambda: backups.taken == 1, "no backup was taken on a file system without locks", 30, 0.02)
+    finally:
+        backups.stop()
+    assert backups.failed == 0
