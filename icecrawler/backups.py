@@ -184,11 +184,13 @@ class PeriodicBackups(threading.Thread):
         while not self.stopped.wait(wait):
             wait = self.check_s
             try:
+                # The lock before "due": the name's backups may be another daemon's, whose fresh one would put this
+                # daemon's off for good, without a failure counted or an alert.
+                if self.lock is not None:
+                    self.lock.take()
                 if not self.plan.due(time.time()):
                     continue
                 started = time.monotonic()
-                if self.lock is not None:
-                    self.lock.take()
                 path = self.plan.take(self.write)
             except Exception as exc:  # one line, then the next try; the daemon runs on
                 self.failed += 1
@@ -212,7 +214,8 @@ class PeriodicBackups(threading.Thread):
         from icecrawler.metrics import counter, gauge  # only a daemon that serves /metrics pays for the import
 
         now = time.time() if now is None else now
-        newest = self.plan.newest(now)
+        # Without the name's lock the newest backup of that name may be another daemon's, not this one's.
+        newest = self.plan.newest(now) if self.lock is None or self.lock.ours else None
         newest = self.started_at if newest is None else newest
         return [
             gauge(f"{prefix}_backup_age_seconds", "Seconds since the newest complete backup.", max(0.0, now - newest)),

@@ -32,15 +32,22 @@ class LocksUnsupported(ServiceError):
     """The lock file's file system takes no locks at all (ENOLCK, EOPNOTSUPP): nobody holds it, nobody can."""
 
 
+#: What ``flock`` answers on a file system that takes no locks at all; any other error may pass (EIO, a full lock
+#: table) and is not taken for "never" by a caller that goes on without the lock.
+_NO_LOCKS = frozenset({errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP})
+
+
 def try_lock(fd: int, path: Path) -> bool:
     """An exclusive ``flock`` on ``fd`` (the file ``path``) without waiting: True when taken, False when another
-    process holds it. Any other failure (ENOLCK, EOPNOTSUPP: the file system does not lock) is LocksUnsupported naming
+    process holds it. ENOLCK or EOPNOTSUPP (the file system does not lock) is LocksUnsupported naming
     ``path``: taken for "held", it sent the operator after a process that was not there."""
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as exc:
         if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
             return False
+        if exc.errno not in _NO_LOCKS:
+            raise ServiceError(f"cannot lock {path}: {exc.strerror}") from exc
         raise LocksUnsupported(
             f"cannot lock {path}: {exc.strerror}: its file system does not support file locks (an NFS mount without "
             "its lock service?); use a folder on a local disk"

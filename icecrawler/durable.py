@@ -39,6 +39,7 @@ NEARLY_FULL_BYTES = 1 << 20
 _FULL_WORDS = ("No space left on device", "database or disk is full")
 
 __all__ = [
+    "WriteInProgress",
     "aside_path",
     "full_disk",
     "full_disk_note",
@@ -128,10 +129,16 @@ def _through_partial(path: Path, partial: Path, mode: int | None) -> Iterator[Bi
     sync_dir(path.parent)
 
 
+class WriteInProgress(ServiceError):
+    """Another run is writing the same file now: this write is refused, and may be tried again once that one is done
+    (not: the write cannot be made at all, which trying again does not mend)."""
+
+
 def _open_locked(partial: Path, path: Path, mode: int) -> int:
     """``partial`` opened, emptied and locked (``flock``: the kernel drops it when the process ends, however, so a
-    copy left by a killed run is simply taken over). Held by a run still writing: ServiceError. Renamed into place
-    by the run that held it between our open and our lock: opened again (a few times at most). Any other failure
+    copy left by a killed run is simply taken over). Held by a run still writing: WriteInProgress. Renamed into place
+    by the run that held it between our open and our lock: opened again (a few times at most); still held or renamed
+    each time: WriteInProgress. Any other failure
     (a file system that does not lock, say) closes the file and removes the copy, which no other run can be writing
     then: an empty ``FILE.partial`` left behind would only puzzle the operator."""
     for _ in range(5):
@@ -147,11 +154,13 @@ def _open_locked(partial: Path, path: Path, mode: int) -> int:
             raise
         os.close(fd)
         if not taken:
-            raise ServiceError(
+            raise WriteInProgress(
                 f"{path} is being written by another run (its {partial.name} is locked): let that one finish, or "
                 "write elsewhere"
             )
-    raise ServiceError(f"{path} is being written by other runs, one after another: let them finish, or write elsewhere")
+    raise WriteInProgress(
+        f"{path} is being written by other runs, one after another: let them finish, or write elsewhere"
+    )
 
 
 def _still_named(fd: int, partial: Path) -> bool:

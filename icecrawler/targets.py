@@ -21,8 +21,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from icecrawler.durable import replaced_whole
-from icecrawler.errors import ServiceError
+from icecrawler.durable import WriteInProgress, replaced_whole
 from icecrawler.metrics import MetricsConfig
 from icecrawler.settings import Settings
 
@@ -80,8 +79,9 @@ def discover(settings: Settings, hosts: Sequence[str], timeout_s: float = PROBE_
 
 def write_targets(directory: Path, found: dict[str, list[str]]) -> list[Path]:
     """Write ``<role>.json`` (file-SD format) for each role, atomically (Prometheus never reads half a file). A file
-    another run is writing (ServiceError) does not keep the other roles' files from being written: the refusals are
-    raised together once they are."""
+    another run is writing (WriteInProgress) does not keep the other roles' files from being written: the refusals
+    are raised together once they are, as one WriteInProgress. Any other failure (a file system without locks, a full
+    disk) is raised at once: trying the next file, or the next round, does not mend it."""
     directory.mkdir(parents=True, exist_ok=True)
     written = []
     refused = []
@@ -90,12 +90,12 @@ def write_targets(directory: Path, found: dict[str, list[str]]) -> list[Path]:
         try:
             with replaced_whole(path) as out:
                 out.write(json.dumps([{"targets": targets, "labels": {"role": role}}], indent=1) + "\n")
-        except ServiceError as exc:
+        except WriteInProgress as exc:
             refused.append(str(exc))
             continue
         written.append(path)
     if refused:
-        raise ServiceError("; ".join(refused))
+        raise WriteInProgress("; ".join(refused))
     return written
 
 

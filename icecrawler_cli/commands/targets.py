@@ -8,7 +8,7 @@ import threading
 from pathlib import Path
 
 from icecrawler import rpc
-from icecrawler.errors import ServiceError
+from icecrawler.durable import WriteInProgress
 from icecrawler.settings import Settings
 from icecrawler.targets import PROBE_TIMEOUT_S, STICKY_ROLES, discover, keep_listed, listed, write_targets
 from icecrawler_cli.commands import BaseCommand
@@ -84,7 +84,7 @@ class Command(BaseCommand):
                 lists, silent, unprobed = keep_listed(args.dir, found, hosts, args.forget)
                 try:
                     write_targets(args.dir, lists)
-                except ServiceError as exc:
+                except WriteInProgress as exc:
                     if args.every <= 0:
                         raise  # one run: exit 2 and say why (``icecrawler_cli.cli``)
                     # A --forget run on the same folder, say: the loop must not die of it (client targets would

@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 
 from icecrawler.backups import PARTIAL_SUFFIX, REMOVING_SUFFIX, BackupPlan, PeriodicBackups, backups_lock
-from icecrawler.datalock import LockHeld
+from icecrawler.datalock import LockHeld, LocksUnsupported
+from icecrawler.errors import ServiceError
 from icecrawler.settings import Settings
 from tests.helpers import record_fsyncs_and_renames, wait_for
 
@@ -398,3 +399,49 @@ def test_a_backup_name_lock_on_a_file_system_without_locks_is_a_warning_and_the_
     finally:
         backups.stop()
     assert backups.failed == 0
+
+
+def test_a_daemon_without_its_name_lock_is_not_put_off_by_the_backups_of_the_daemon_holding_it(
+    tmp_path: Path,
+) -> None:
+    """A daemon that could not make its lock file at start (a full disk) runs without the name's lock. A second daemon
+    with the same name, started later, took the lock and backed up; the first then found that fresh backup of its name
+    and was never due again: no backup, no failure counted, and its backup age was the other's, so no alert fired. It
+    takes the lock before it asks whether a backup is due, and fails (counted) while another daemon holds it; its
+    backup age is its own."""
+    directory = tmp_path / "backups"
+    settings = _backups_settings(directory)
+    holder = backups_lock(settings, "scheduler", "scheduler")
+    mine = backups_lock(settings, "scheduler", "scheduler")
+    assert holder is not None and mine is not None
+    holder.acquire()
+    plan = BackupPlan(directory, "scheduler", interval_s=3600.0, keep=2)
+    plan.take(write_one)  # the holder's fresh backup
+    backups = PeriodicBackups(plan, write_one, "test state", check_s=0.05, retry_s=0.05, lock=mine)
+    backups.start()
+    try:
+        wait_for(lambda: backups.failed >= 2, "a daemon without its name's lock was silently put off", timeout_s=30)
+    finally:
+        backups.stop()
+        holder.release()
+    assert backups.taken == 0
+    families = {family.name: family for family in backups.metric_families("test", now=backups.started_at + 7200)}
+    assert families["test_backup_age_seconds"].samples[0].value == 7200.0
+
+
+def test_a_lock_error_that_is_not_a_file_system_without_locks_is_not_taken_for_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only ENOLCK and EOPNOTSUPP say a file system takes no locks; a backup lock that met another error (EIO) went
+    on without the lock for the rest of the daemon's life."""
+    lock = backups_lock(_backups_settings(tmp_path / "backups"), "scheduler", "scheduler")
+    assert lock is not None
+
+    def failing(fd: int, operation: int) -> None:
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    monkeypatch.setattr(fcntl, "flock", failing)
+    assert not lock.acquire().held and not lock.ours
+    with pytest.raises(ServiceError, match="Input/output error") as refused:
+        lock.take()
+    assert not isinstance(refused.value, LocksUnsupported) and not lock.ours

@@ -924,6 +924,9 @@ def test_targets_every_reports_a_write_another_run_holds_and_writes_at_its_next_
     try:
         assert main(["targets", "--dir", str(directory), "--hosts", "h", *nothing]) == 2
         assert "scheduler.json is being written by another run" in capsys.readouterr().err
+        # The other roles' files were written all the same; the one held was not.
+        assert (directory / "storage.json").exists() and (directory / "client.json").exists()
+        assert not (directory / "scheduler.json").exists()
         rounds: list[int] = []
 
         def discover_then_step(*args: Any) -> dict[str, list[str]]:
@@ -945,3 +948,27 @@ def test_targets_every_reports_a_write_another_run_holds_and_writes_at_its_next_
     assert captured.out.count("scheduler=0 storage=0 client=0") == 2
     assert listed(directory, "scheduler") == [] and (directory / "scheduler.json").exists()
     assert sorted(path.name for path in directory.iterdir()) == ["client.json", "scheduler.json", "storage.json"]
+
+
+def test_targets_every_on_a_file_system_without_locks_exits_2_not_loops_writing_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The loop retries only a write another run holds. A file system that takes no locks refuses every write, every
+    round: the loop printed a retry line and the counts each round, wrote nothing, and exited 0 on SIGTERM, so the
+    targets went stale with no supervisor seeing a failure. It exits 2 at once, saying why."""
+    import errno
+    import fcntl
+    import os
+
+    from icecrawler_cli.cli import main
+
+    def no_locks(fd: int, operation: int) -> None:
+        raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    directory = tmp_path / "targets"
+    nothing = ["--set=metrics.scheduler.port=0", "--set=metrics.storage.port=0", "--set=metrics.client.port=0"]
+    assert main(["targets", "--dir", str(directory), "--hosts", "h", "--every", "0.01", *nothing]) == 2
+    captured = capsys.readouterr()
+    assert "does not support file locks" in captured.err and "writing again" not in captured.err
+    assert list(directory.iterdir()) == []
