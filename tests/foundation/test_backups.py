@@ -16,7 +16,14 @@ from typing import Any
 
 import pytest
 
-from icecrawler.backups import PARTIAL_SUFFIX, REMOVING_SUFFIX, BackupPlan, PeriodicBackups, backups_lock
+from icecrawler.backups import (
+    PARTIAL_SUFFIX,
+    REMOVING_SUFFIX,
+    BackupNameLock,
+    BackupPlan,
+    PeriodicBackups,
+    backups_lock,
+)
 from icecrawler.datalock import LockHeld, LocksUnsupported
 from icecrawler.errors import ServiceError
 from icecrawler.settings import Settings
@@ -341,6 +348,16 @@ def test_a_backup_name_lock_that_cannot_be_made_at_start_is_a_warning_and_each_b
     assert "test state backup failed" in caplog.text and "Traceback" not in caplog.text
 
 
+def _two_daemons_one_name(directory: Path) -> tuple[BackupNameLock, BackupNameLock]:
+    """The backup-name locks of two daemons backing up as "scheduler" into ``directory``: the first one held."""
+    settings = _backups_settings(directory)
+    held = backups_lock(settings, "scheduler", "scheduler")
+    other = backups_lock(settings, "scheduler", "scheduler")
+    assert held is not None and other is not None
+    held.acquire()
+    return held, other
+
+
 def test_a_backup_name_lock_held_by_another_daemon_refuses_the_start_and_fails_a_backup_that_finds_it_taken(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -348,11 +365,7 @@ def test_a_backup_name_lock_held_by_another_daemon_refuses_the_start_and_fails_a
     without it (it could not be made at start) fails this daemon's backups, naming the holder: nothing of the
     other's is tidied or pruned."""
     directory = tmp_path / "backups"
-    settings = _backups_settings(directory)
-    other = backups_lock(settings, "scheduler", "scheduler")
-    mine = backups_lock(settings, "scheduler", "scheduler")
-    assert other is not None and mine is not None
-    other.acquire()
+    other, mine = _two_daemons_one_name(directory)
     write_one(directory / f"scheduler-20261201T120000Z{PARTIAL_SUFFIX}")  # the other's backup under way
     plan = BackupPlan(directory, "scheduler", interval_s=1.0, keep=2)
     backups = PeriodicBackups(plan, write_one, "test state", check_s=0.05, retry_s=0.05, lock=mine)
@@ -410,11 +423,7 @@ def test_a_daemon_without_its_name_lock_is_not_put_off_by_the_backups_of_the_dae
     takes the lock before it asks whether a backup is due, and fails (counted) while another daemon holds it; its
     backup age is its own."""
     directory = tmp_path / "backups"
-    settings = _backups_settings(directory)
-    holder = backups_lock(settings, "scheduler", "scheduler")
-    mine = backups_lock(settings, "scheduler", "scheduler")
-    assert holder is not None and mine is not None
-    holder.acquire()
+    holder, mine = _two_daemons_one_name(directory)
     plan = BackupPlan(directory, "scheduler", interval_s=3600.0, keep=2)
     plan.take(write_one)  # the holder's fresh backup
     backups = PeriodicBackups(plan, write_one, "test state", check_s=0.05, retry_s=0.05, lock=mine)
