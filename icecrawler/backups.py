@@ -312,6 +312,7 @@ def backups_lock(settings: Settings, role: str, name: str) -> BackupNameLock | N
     directory = settings.get_str(f"{role}.backup_dir")
     if not directory:
         return None
+    name = name or role  # as ``start_backups`` names them
     own_name = f" or {role}.backup_name" if f"{role}.backup_name" in settings.as_dict() else ""
     return BackupNameLock(
         Path(directory) / f".{name}.lock",

@@ -454,3 +454,10 @@ def test_a_lock_error_that_is_not_a_file_system_without_locks_is_not_taken_for_o
     with pytest.raises(ServiceError, match="Input/output error") as refused:
         lock.take()
     assert not isinstance(refused.value, LocksUnsupported) and not lock.ours
+
+
+def test_an_empty_backup_name_locks_the_name_the_backups_get(tmp_path: Path) -> None:
+    """Backups with an empty ``backup_name`` are named after the role (``start_backups``); the lock was on
+    ``..lock``, a name no daemon with the role's name would meet."""
+    lock = backups_lock(_backups_settings(tmp_path / "backups"), "scheduler", "")
+    assert lock is not None and lock.path.name == ".scheduler.lock"
