@@ -323,12 +323,10 @@ class AccountPool:
         pooled = self._accounts.get(account.id)
         if pooled is None:
             return
-        self._lent[token] = (
-            account.id,
-            self.sites.get(source, ""),
-            login_digest(account.cookie_blob),
-            login_digest(pooled.account.cookie_blob),
-        )
+        files_login = login_digest(pooled.account.cookie_blob)
+        # Handed the file's cookies (no stored refresh): one hash, not the same one twice on every lease.
+        handed = files_login if account.cookie_blob == pooled.account.cookie_blob else login_digest(account.cookie_blob)
+        self._lent[token] = (account.id, self.sites.get(source, ""), handed, files_login)
         while len(self._lent) > MAX_LENT:
             del self._lent[next(iter(self._lent))]
 
