@@ -109,7 +109,17 @@ LONGEST_RETRY_AFTER_S = 2.0**31
 
 def retry_after_seconds(value: str, now_ms: int) -> float:
     """``Retry-After`` as seconds: delta-seconds (digits only, as HTTP defines them: no ``inf``, ``1e9`` or
-    ``-3``) or an HTTP-date (resolved against ``now_ms``); 0 if junk, at most ``LONGEST_RETRY_AFTER_S``."""
+    ``-3``) or an HTTP-date (resolved against ``now_ms``); 0 if junk, at most ``LONGEST_RETRY_AFTER_S``.
+
+    A response with two ``Retry-After`` headers reaches us as one value joined by ", " (urllib3 merges repeated
+    headers); each reading counts and the longest wait holds (the joined text alone reads as junk, or, for two
+    dates, as the first)."""
+    readings = [_one_retry_after(part, now_ms) for part in _joined_values(value)]
+    return max((reading for reading in readings if reading is not None), default=0.0)
+
+
+def _one_retry_after(value: str, now_ms: int) -> float | None:
+    """One header value's wait, or None when it is neither delta-seconds nor an HTTP-date."""
     value = value.strip()
     if value.isascii() and value.isdigit():
         return min(float(value), LONGEST_RETRY_AFTER_S)
@@ -118,10 +128,26 @@ def retry_after_seconds(value: str, now_ms: int) -> float:
     try:
         when = parsedate_to_datetime(value)
     except (TypeError, ValueError, IndexError, OverflowError):
-        return 0.0
+        return None
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
     return min(max(0.0, when.timestamp() - now_ms / 1000), LONGEST_RETRY_AFTER_S)
+
+
+def _joined_values(value: str) -> list[str]:
+    """Split values joined by commas, keeping an HTTP-date's own comma (``Thu, 01 Jan 1970 ...``) inside it."""
+    parts = value.split(",")
+    values: list[str] = []
+    index = 0
+    while index < len(parts):
+        part = parts[index].strip()
+        if part.isalpha() and len(part) == 3 and index + 1 < len(parts):  # a weekday: the date goes on after it
+            values.append(f"{part}, {parts[index + 1].strip()}")
+            index += 2
+        else:
+            values.append(part)
+            index += 1
+    return values
 
 
 def header(headers: Mapping[str, str], name: str) -> str:

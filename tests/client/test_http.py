@@ -256,6 +256,13 @@ def test_429_without_retry_after_is_rate_limited_with_zero() -> None:
         ("٣", 0.0),  # a digit, but not one HTTP knows
         ("9" * 400, 2.0**31),  # more seconds than a float holds: the longest wait, not inf
         ("Fri, 31 Dec 9999 23:59:59 GMT", 2.0**31),
+        # Two Retry-After headers reach us joined by ", " (urllib3 merges repeated headers): the longer wait holds.
+        ("120, 60", 120.0),
+        ("60,120", 120.0),
+        ("Thu, 01 Jan 1970 00:02:00 GMT, Thu, 01 Jan 1970 00:03:00 GMT", 80.0),
+        ("30, Thu, 01 Jan 1970 00:02:00 GMT", 30.0),
+        ("120, soon", 120.0),
+        (", ,", 0.0),
     ],
 )
 def test_parse_retry_after(value: str | None, expected: float) -> None:
