@@ -228,12 +228,18 @@ class _Walk:
             pinned = isinstance(item, Post) and item.pinned
             # A pinned post never ends the walk (it is old and on top), but it is only new if its own order
             # says so: otherwise every visit would count the same pinned post as a change.
-            ordered = replace(item, pinned=False) if isinstance(item, Post) and pinned else item
-            if cursor and source.is_older_or_equal(ordered, cursor):
+            if _known(source, item, cursor):
                 self.reached_known = self.reached_known or not pinned
             else:
                 self.new.append(item)
                 self.refetched += plan is not None and plan.fetched_before(source, item)
+
+
+def _known(source: Source, item: Item, cursor: str) -> bool:
+    """Whether ``item`` is at or behind ``cursor`` by its own order, a pinned post too: "pinned" only means that it
+    never ends the walk (``_Walk.add_page``), not that it is new at every visit."""
+    ordered = replace(item, pinned=False) if isinstance(item, Post) and item.pinned else item
+    return bool(cursor) and source.is_older_or_equal(ordered, cursor)
 
 
 def _split_records(task: Task, items: list[Item]) -> tuple[list[Post], list[Review], list[str]]:
@@ -275,7 +281,8 @@ def _discovered_ids(task: Task, ids: list[str]) -> tuple[str, ...]:
 def _fill_long_texts(
     source: Source, parsed: ParsedPage, fetcher: PageFetch, base_url: str, cursor: str, now_ms: Callable[[], int]
 ) -> None:
-    """Fetch the full text of truncated posts that are new (known posts were completed on an earlier visit).
+    """Fetch the full text of truncated posts that are new (known posts were completed on an earlier visit; an old
+    pinned post, on top at every visit and often a long one, is known too: ``_known``).
 
     A post whose full text the site says is gone (``LONG_TEXT_GONE``: deleted since the timeline page was read)
     keeps its truncated text: failing the crawl for it would fail every visit, and the timeline's new posts with it.
@@ -285,7 +292,7 @@ def _fill_long_texts(
     if not ids or not isinstance(source, LongTextSource):
         return
     for item in parsed.items:
-        if isinstance(item, Post) and str(item.id) in ids and not (cursor and source.is_older_or_equal(item, cursor)):
+        if isinstance(item, Post) and str(item.id) in ids and not _known(source, item, cursor):
             request = source.extend_request(base_url, item.id)
             try:
                 full = source.parse_extend(request, fetcher.fetch(request), now_ms())

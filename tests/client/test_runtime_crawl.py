@@ -267,6 +267,20 @@ def test_long_texts_are_fetched_for_new_truncated_posts_only() -> None:
     assert calls[0][0] == "the whole long text"
 
 
+def test_an_old_pinned_long_post_gets_no_long_text_call() -> None:
+    """m.weibo.cn's pinned post is often a long one (``isLongText`` on the old 置顶 post of a real getIndex page): it
+    is on top at every visit and never new, so its full text must not be asked for again each time (a wasted call,
+    and one whose refusal would fail the crawl of a timeline with nothing new)."""
+    page1 = ParsedPage(
+        items=[post(5, pinned=True), post(30), post(29)],
+        next_request=PageRequest(url="http://site/list", page=2),
+        info={"long_text_ids": "5,30"},
+    )
+    result, fetch, _ = run(LongTextPostSource([page1, [post(28)]]), task(cursor="29"))
+    assert fetch.urls == ["http://site/list#1", "http://site/extend/30#99"]  # none for pinned post 5
+    assert [(p.id, p.text) for p in result.posts] == [(30, "the whole long text")]
+
+
 class RefusedLongTextSource(LongTextPostSource):
     """The long-text answer of post 30 is ``refusal``; the others are whole."""
 
