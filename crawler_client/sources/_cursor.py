@@ -5,7 +5,10 @@ the first item with ``source.is_older_or_equal(item, task.cursor)``. Three order
 
 * **Posts** (both Weibo sources): the cursor is the post's mid as a decimal string. Weibo mids grow with
   time, so ``int(post.id) <= int(cursor)`` means "seen". Pinned posts (``Post.pinned``) come first and out of
-  date order: they are never "older", and must not become the cursor either (``newest_cursor`` skips them).
+  date order: they never end a walk ("older" is never said of them), but their mid counts like any other in
+  ``newest_cursor``: an old one cannot lower it, and one the account has just published and pinned is new once,
+  not at every visit. Nothing between the old cursor and it is passed over: the walk went on below it down to the
+  old cursor (or a page-cap gap keeps the cursor where it was until it is closed: ``crawler_client.gaps``).
 * **Reviews** (ECSHOP, JD time order): ``"{created_at}|{id}"`` — ISO 8601 +08:00 strings compare in time
   order. A review is seen when it is strictly older than the cursor's time, or is the cursor's own review
   (reviews from the same second are kept: the store deduplicates by id).
@@ -25,7 +28,7 @@ Item = Post | Review | str
 
 
 class PostOrder:
-    """Cursor semantics for Weibo posts (mid order, pinned excepted)."""
+    """Cursor semantics for Weibo posts (mid order; a pinned post never ends a walk)."""
 
     @staticmethod
     def cursor_of(item: Item) -> str:
@@ -41,10 +44,12 @@ class PostOrder:
 
     @classmethod
     def newest_cursor(cls, items: Iterable[Item], current: str = "") -> str:
-        """The cursor to store after a crawl: the highest non-pinned mid seen (or ``current``)."""
+        """The cursor to store after a crawl: the highest mid seen, a pinned post's too (or ``current``). Leaving a
+        pinned post out made one newer than the rest (an account pinning what it has just published) new at every
+        visit until the account posted again."""
         best = int(current) if current.isdigit() else -1
         for item in items:
-            if isinstance(item, Post) and not item.pinned:
+            if isinstance(item, Post):
                 best = max(best, item.id)
         return str(best) if best >= 0 else current
 

@@ -19,7 +19,7 @@ reads the full HTML with ``parse_extend`` and applies it with ``with_long_text``
 
 A ``/detail/{id}`` page (``var $render_data = [{"status": …}]``) parses to its one post.
 
-Cursor semantics: ``PostOrder`` (mid order; pinned posts are never "older" and never the cursor).
+Cursor semantics: ``PostOrder`` (mid order; a pinned post is never "older": it never ends a walk).
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ A profile page served in place of chunk 0 (``FM.view({...,"html":...})`` scripts
 Truncated posts (展开全文) are listed in ``ParsedPage.info["long_text_ids"]``; ``extend_request`` /
 ``parse_extend`` / ``with_long_text`` fetch and apply the full text (``getlongtext``), with the same
 signatures as weibo_mobile's ``statuses/extend`` helpers. Cursor semantics:
-``PostOrder`` (mid order, pinned excepted).
+``PostOrder`` (mid order; a pinned post never ends a walk).
 """
 
 from __future__ import annotations

@@ -235,15 +235,16 @@ def test_login_and_visitor_redirects(url: str) -> None:
     assert info.value.error_class == ("visitor" if "visitor" in url else "login-redirect")
 
 
-def test_post_cursor_skips_pinned_posts() -> None:
+def test_post_cursor_a_pinned_post_never_ends_a_walk_but_counts_in_the_cursor() -> None:
     old, new, pinned = Post(id=10, user_id=1), Post(id=30, user_id=1), Post(id=5, user_id=1, pinned=True)
     assert PostOrder.cursor_of(new) == "30"
     assert PostOrder.is_older_or_equal(old, "10") and PostOrder.is_older_or_equal(old, "20")
     assert not PostOrder.is_older_or_equal(new, "20")
     assert not PostOrder.is_older_or_equal(pinned, "20")
     assert not PostOrder.is_older_or_equal(old, "")
-    assert PostOrder.newest_cursor([pinned, old, new], "20") == "30"
-    assert PostOrder.newest_cursor([Post(id=99, user_id=1, pinned=True)], "20") == "20"
+    assert PostOrder.newest_cursor([pinned, old, new], "20") == "30"  # an old pinned post cannot lower it
+    # one newer than the rest (pinned as soon as published) is the newest post: known from then on
+    assert PostOrder.newest_cursor([Post(id=99, user_id=1, pinned=True)], "20") == "99"
 
 
 def test_review_cursor_is_time_then_id() -> None:

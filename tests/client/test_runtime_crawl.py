@@ -182,7 +182,18 @@ def test_new_pinned_post_is_stored() -> None:
     source = PostSource([[post(40, pinned=True), post(30)], [post(29)]])
     result, _, _ = run(source, task(cursor="30"))
     assert [p.id for p in result.posts] == [40]
-    assert result.report.cursor == "30"  # a pinned post never becomes the cursor
+    assert result.report.cursor == "40"  # the newest post, pinned or not: known at the next visit
+
+
+def test_a_new_pinned_post_is_new_once_not_at_every_visit() -> None:
+    """An account that pins the post it has just published: the pinned post is new at the first visit after it, and
+    known at the next ones (it was reported new at every visit while the account posted nothing else)."""
+    pages: list[Step] = [[post(40, pinned=True), post(30)], [post(29)]]
+    first, _, _ = run(PostSource(pages), task(cursor="30"))
+    assert [p.id for p in first.posts] == [40] and first.report.new_items == 1
+    second, _, _ = run(PostSource(pages), task(cursor=first.report.cursor))
+    assert second.posts == [] and second.report.new_items == 0
+    assert second.report.cursor == first.report.cursor
 
 
 def test_page_cap_ends_a_long_first_crawl() -> None:

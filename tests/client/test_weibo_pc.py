@@ -294,7 +294,7 @@ def test_a_getlongtext_answer_holding_nothing_keeps_the_truncated_text(data: obj
         )
 
 
-def test_feedtype_top_marks_the_pinned_post_and_keeps_it_out_of_the_cursor() -> None:
+def test_feedtype_top_marks_the_pinned_post_which_never_ends_a_walk() -> None:
     task = make_task("weibo_pc", "1163218074")
     body = mbloglist_chunk(posts=3).replace(
         b'action-type=\\"feed_list_item\\"', b'feedtype=\\"top\\" action-type=\\"feed_list_item\\"', 1
@@ -302,7 +302,8 @@ def test_feedtype_top_marks_the_pinned_post_and_keeps_it_out_of_the_cursor() -> 
     page = parse("weibo_pc", task, SOURCE.first_request(task, BASE), body)
     posts = [item for item in page.items if isinstance(item, Post)]
     assert [post.pinned for post in posts] == [True, False, False]
-    assert SOURCE.newest_cursor(posts) == str(posts[1].id)
+    assert not SOURCE.is_older_or_equal(posts[0], str(posts[0].id))  # on top at every visit: never "older"
+    assert SOURCE.is_older_or_equal(posts[1], str(posts[1].id))
 
 
 def test_video_covers_are_not_pictures() -> None:

@@ -59,7 +59,7 @@ def test_page_fields_pinned_pictures_repost_and_since_id() -> None:
     assert nxt is not None and nxt.page == 2
     assert nxt.params == {"uid": "5612345678", "page": "2", "feature": "0", "since_id": "4700000000005000kp2"}
     assert nxt.headers["Referer"] == f"{BASE}/u/5612345678" and nxt.cookie_headers == {"X-XSRF-TOKEN": "XSRF-TOKEN"}
-    # the incremental stop: the pinned post is never "older" and never the cursor
+    # the incremental stop: the pinned post is never "older", and being older it is not the cursor
     assert SOURCE.newest_cursor(page.items) == "4700000000009000"
     assert not SOURCE.is_older_or_equal(pinned, "4700000000008000")
     assert SOURCE.is_older_or_equal(repost, "4700000000008000")
