@@ -598,3 +598,35 @@ def test_an_illegal_request_answer_in_the_middle_of_a_walk_is_the_session_refuse
             "illegal-request",
             status,
         )
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        '{"ok":0,"msg":"这里还没有内容","data":{"cards":[]}}'.encode(),
+        b'{"ok":0}',
+        b'{"ok":1,"data":{"cardlistInfo":{"containerid":"1076035612345678","total":80},"cards":[]}}',
+    ],
+    ids=["ok0-nothing-here", "ok0-silent", "ok1-no-cards"],
+)
+@pytest.mark.parametrize("cursor", [{"page": "3"}, {"since_id": "4912345678900000"}], ids=["page", "since_id"])
+def test_a_later_page_ending_the_list_before_the_known_post_is_busy_then_the_end(
+    body: bytes, cursor: dict[str, str]
+) -> None:
+    """A later page is only asked for while the walk has not met the post the task already has (the walk stops after
+    the page holding it). An end of the list there, ``ok:0`` 这里还没有内容 (also m.weibo.cn's risk-control answer for
+    accounts that have posts) or a page of no cards naming no cursor, contradicts the visits before: taken for the end,
+    the crawl was Ok and its cursor passed over every post it had not reached. A crawl of m.weibo.cn ending so in the
+    middle of an account's pages under Weibo's limits, and going on later from that page, is reported by a user of
+    dataabc/weibo-crawler (issue #426, 2024). Busy (cursor kept) for ``EMPTY_PAGE_RETRIES`` failed visits in a row,
+    then the end (the known posts deleted, or no longer shown); without a cursor (a first crawl) it is the end."""
+    later = dataclasses.replace(timeline(), params={**timeline().params, **cursor})
+    known = dataclasses.replace(TASK, cursor="4700000000000000")
+    with pytest.raises(FetchError) as info:
+        parse("weibo_mobile", known, later, body)
+    assert (info.value.outcome, info.value.error_class) == ("Busy", "weibo_mobile-empty-page")
+    tired = dataclasses.replace(known, attempts=EMPTY_PAGE_RETRIES)
+    end = parse("weibo_mobile", tired, later, body)
+    assert end.items == [] and end.next_request is None
+    first_crawl = parse("weibo_mobile", TASK, later, body)
+    assert first_crawl.items == [] and first_crawl.next_request is None
