@@ -18,6 +18,7 @@ from urllib.parse import unquote
 from crawler_client.sources._counts import parse_id
 from crawler_client.sources._decode import as_dict, decode_body, first_text, load_json, strip_jsonp
 from crawler_client.sources._detect import (
+    EMPTY_PAGE_RETRIES,
     WEIBO_MARKERS,
     Marker,
     check_final_url,
@@ -29,7 +30,8 @@ from crawler_client.sources._detect import (
 )
 from crawler_client.sources.base import LONG_TEXT_GONE, FetchedPage, PageRequest
 from icecrawler.errors import FetchError, ParseError
-from icecrawler.models import Outcome
+from icecrawler.models import Outcome, Task
+from icecrawler.resume import decode_cursor
 
 __all__ = [
     "GONE",
@@ -40,6 +42,7 @@ __all__ = [
     "author_id",
     "check_403_said",
     "check_answer",
+    "check_end_after_cursor",
     "check_end_of_list",
     "checked_text",
     "first_page_ok0",
@@ -281,6 +284,26 @@ def check_end_of_list(doc: dict[str, Any], http_status: int) -> None:
         Outcome.Busy,
         f"ok:0 {message[:60]!r} in the middle of a walk (not an end-of-list answer)",
         error_class="unexpected-ok0",
+        http_status=http_status,
+    )
+
+
+def check_end_after_cursor(task: Task, what: str, http_status: int, site: str) -> None:
+    """Busy ``{site}-empty-page`` when a later page ends the list (``what``: an ``ok:0``, a page of no posts naming
+    no next one) in a walk that has a post to stop at (the task's cursor, or an open gap's base); else nothing. A later
+    page is asked for only while the walk has not met that post (it stops after the page holding it), so the end comes
+    before posts the site showed at an earlier visit: the sites answer so under their limits too (m.weibo.cn's
+    这里还没有内容 is also its risk-control wording, SITE_RESPONSES.md §2.6), and taken for the end, the crawl would
+    succeed and its new cursor pass over the posts it had not reached, for good. Busy keeps the cursor, for
+    ``EMPTY_PAGE_RETRIES`` failed visits in a row; then the end (the known posts deleted, or no longer shown to this
+    session). Without a post to stop at (a first crawl, or its page-cap gap) the end is the end."""
+    stop_at, _ = decode_cursor(task.cursor)
+    if not stop_at or task.attempts >= EMPTY_PAGE_RETRIES:
+        return
+    raise fail(
+        Outcome.Busy,
+        f"{what} on a later page, before the post the task already has (a throttled answer, not the end)",
+        error_class=f"{site}-empty-page",
         http_status=http_status,
     )
 

@@ -12,7 +12,7 @@ empty sends the crawl back to the profile. Headers: ``MWeibo-Pwa: 1``, ``X-Reque
 Paging follows whatever cursor the response hands back (docs/SITE_RESPONSES.md §2.2): ``cardlistInfo.since_id``
 → the next request passes ``&since_id=`` (never computed by us: it can be smaller than the last mid), else
 ``cardlistInfo.page`` → ``&page=N``; no cursor, an empty/zero ``since_id`` or no cards ends the timeline (on a later
-page of an incremental crawl, no cards or an ``ok:0`` is Busy first: ``_check_end_after_cursor``).
+page of an incremental crawl, no cards or an ``ok:0`` is Busy first: ``check_end_after_cursor``).
 
 Long posts (``isLongText``) arrive truncated with a "全文" link. Their ids are listed in
 ``ParsedPage.info["long_text_ids"]`` (comma separated); the runtime fetches ``extend_request(base_url, id)``,
@@ -47,6 +47,7 @@ from crawler_client.sources._weibo import (
     USER_GONE_CODES,
     as_dict,
     author_id,
+    check_end_after_cursor,
     check_end_of_list,
     checked_text,
     first_page_ok0,
@@ -65,7 +66,6 @@ from crawler_client.sources._weibo import (
 from crawler_client.sources.base import FetchedPage, Item, PageRequest, ParsedPage, SavedPages, SourceSpec, sniff
 from icecrawler.errors import FetchError
 from icecrawler.models import Outcome, Post, Task, TaskKind
-from icecrawler.resume import decode_cursor
 
 __all__ = ["CONTAINERS", "SOURCE", "SPEC", "ContainerMemo", "WeiboMobileSource"]
 
@@ -220,7 +220,7 @@ class WeiboMobileSource(PostOrder, SavedPages):
             if first:
                 return self._empty_tab(task, request, doc, page.status)
             check_end_of_list(doc, page.status)
-            _check_end_after_cursor(task, f"ok:0 {said(doc)[:40]!r}", page.status)
+            check_end_after_cursor(task, f"ok:0 {said(doc)[:40]!r}", page.status, self.name)
             return ParsedPage(items=[], info={"end": "ok:0"})
         if doc.get("ok") in (1, "1", None) and not isinstance(cards, list):
             if isinstance(data.get("userInfo"), dict):
@@ -269,7 +269,7 @@ class WeiboMobileSource(PostOrder, SavedPages):
                 long_ids.append(str(post.id))
         result = ParsedPage(items=items, next_request=self._next(request, info, bool(cards)))
         if not first and not cards and result.next_request is None:
-            _check_end_after_cursor(task, "a page of no cards naming no next page", page.status)
+            check_end_after_cursor(task, "a page of no cards naming no next page", page.status, self.name)
         result.info = {key: str(info[key]) for key in ("total", "since_id", "page") if key in info}
         if long_ids:
             result.info["long_text_ids"] = ",".join(long_ids)
@@ -519,25 +519,6 @@ def _notice_later(task: Task, notice: str, status: int) -> ParsedPage:
     raise fail(
         Outcome.Busy,
         f"a later page holds only the notice {notice[:40]!r} (not an end-of-list notice)",
-        error_class="weibo_mobile-empty-page",
-        http_status=status,
-    )
-
-
-def _check_end_after_cursor(task: Task, what: str, status: int) -> None:
-    """Busy when a later page ends the list (``what``) in a walk that has a post to stop at (the task's cursor, or an
-    open gap's base); else nothing. A later page is asked for only while the walk has not met that post (it stops
-    after the page holding it), so the end comes before posts the site showed at an earlier visit: m.weibo.cn
-    answers so under its limits too (这里还没有内容 is also its risk-control wording, SITE_RESPONSES.md §2.6), and
-    taken for the end, the crawl would succeed and its new cursor pass over the posts it had not reached. Busy keeps
-    the cursor, for ``EMPTY_PAGE_RETRIES`` failed visits in a row; then the end (the known posts deleted, or no longer
-    shown). Without a post to stop at (a first crawl, or its page-cap gap) the end is the end."""
-    stop_at, _ = decode_cursor(task.cursor)
-    if not stop_at or task.attempts >= EMPTY_PAGE_RETRIES:
-        return
-    raise fail(
-        Outcome.Busy,
-        f"{what} on a later page, before the post the task already has (a throttled answer, not the end)",
         error_class="weibo_mobile-empty-page",
         http_status=status,
     )

@@ -4,7 +4,8 @@ Answer: ``{"ok": 1, "data": {"list": [mblog, ...], "since_id": ..., "total": N}}
 when it carries a non-empty ``since_id`` the next request passes it back (with ``page`` + 1, as the web client
 does); a ``since_id`` that is present but empty or 0 ends the timeline; without the key we page by ``page``
 while pages have posts. An empty list, ``{"ok": 1}`` without ``data`` (what the site answers past the end) or
-``ok: 0`` after the first page ends it too; ``ok: 0`` on the first page is NotFound.
+``ok: 0`` after the first page ends it too (in an incremental crawl, Busy first: ``check_end_after_cursor``); ``ok: 0``
+on the first page is NotFound.
 
 Posts: ``id``/``idstr``/``mid`` (the same mid as m.weibo.cn's, so a post is one storage row whichever Weibo
 source fetched it), ``mblogid`` (the base62 id of its URL), ``text`` (HTML) and ``text_raw`` (plain),
@@ -37,6 +38,7 @@ from crawler_client.sources._headers import DESKTOP_UA, WEIBO_COM_BUILD, XHR_JSO
 from crawler_client.sources._weibo import (
     as_dict,
     author_id,
+    check_end_after_cursor,
     check_end_of_list,
     checked_text,
     first_page_ok0,
@@ -48,6 +50,7 @@ from crawler_client.sources._weibo import (
     long_text_content,
     mblog_id,
     own_posts,
+    said,
     since_id_of,
     truthy,
 )
@@ -138,6 +141,7 @@ class WeiboWebSource(PostOrder, SavedPages):
             if first:
                 raise first_page_ok0(doc, page.status)
             check_end_of_list(doc, page.status)
+            check_end_after_cursor(task, f"ok:0 {said(doc)[:40]!r}", page.status, self.name)
             return ParsedPage(items=[], info={"end": "ok:0"})
         if doc.get("ok") not in (1, "1"):
             hint = " (a v6 mbloglist answer: use weibo_pc)" if "code" in doc and "data" in doc else ""
@@ -153,6 +157,8 @@ class WeiboWebSource(PostOrder, SavedPages):
         if single:
             data = {"list": [post]}
         elif data is None or data in ({}, []):  # {"ok":1}: what the site answers past the last page
+            if not first:
+                check_end_after_cursor(task, "an answer without data", page.status, self.name)
             return ParsedPage(items=[], info={"end": "no data"})
         data = as_dict(data)
         posts = data.get("list")
@@ -167,6 +173,8 @@ class WeiboWebSource(PostOrder, SavedPages):
         owned, others = own_posts(task.target, mblogs, author_id, page.status, is_quick_repost)
         items, long_ids = self._posts(owned, task, now_ms)
         result = ParsedPage(items=items, next_request=None if single else self._next(request, data, bool(posts)))
+        if not first and not single and not posts and result.next_request is None:
+            check_end_after_cursor(task, "an empty list naming no next page", page.status, self.name)
         result.info = {key: str(data[key])[:40] for key in ("since_id", "total") if key in data}
         if long_ids:
             result.info["long_text_ids"] = ",".join(long_ids)

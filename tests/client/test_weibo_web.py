@@ -3,10 +3,12 @@ pic_infos, the longtext endpoint, session walls, and the storage identity shared
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
 
+from crawler_client.sources._detect import EMPTY_PAGE_RETRIES
 from crawler_client.sources.weibo_mobile import WeiboMobileSource
 from crawler_client.sources.weibo_web import WeiboWebSource
 from icecrawler.errors import FetchError, ParseError
@@ -325,3 +327,29 @@ def test_a_page_of_quick_reposts_marked_ori_mid_is_not_another_accounts_timeline
     with pytest.raises(ParseError) as info:
         parse("weibo_web", TASK, SOURCE.first_request(TASK, BASE), json.dumps(doc).encode())
     assert info.value.error_class == "feed-of-another-account"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        '{"ok":0,"msg":"这里还没有内容"}'.encode(),
+        b'{"ok":1}',
+        b'{"ok":1,"data":{"since_id":"","list":[],"total":120}}',
+    ],
+    ids=["ok0", "no-data", "empty-list"],
+)
+def test_a_later_page_ending_the_list_before_the_known_post_is_busy_then_the_end(body: bytes) -> None:
+    """As on m.weibo.cn: a later page is asked for only while the walk has not met the post the task already has, so
+    an end of the list there contradicts the visits before. mymblog answers empty lists that are not the end (a 2026
+    post-deletion tool reading it retries an empty ``list`` up to five times in a row before taking it for the end).
+    Taken for the end, the crawl was Ok and its cursor passed over every post it had not reached. Busy (cursor kept)
+    for ``EMPTY_PAGE_RETRIES`` failed visits in a row, then the end; in a first crawl it is the end."""
+    later = SOURCE.page_request(BASE, "5612345678", 3, "4912345678901234kp2")
+    known = dataclasses.replace(TASK, cursor="4700000000000000")
+    with pytest.raises(FetchError) as info:
+        parse("weibo_web", known, later, body)
+    assert (info.value.outcome, info.value.error_class) == ("Busy", "weibo_web-empty-page")
+    tired = dataclasses.replace(known, attempts=EMPTY_PAGE_RETRIES)
+    assert parse("weibo_web", tired, later, body).next_request is None
+    first_crawl = parse("weibo_web", TASK, later, body)
+    assert first_crawl.items == [] and first_crawl.next_request is None
