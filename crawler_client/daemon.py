@@ -101,6 +101,8 @@ class DaemonConfig:
     write_bytes: int = 0
     #: Most bytes (estimated) in one putUsers: the scheduler's request limit (icecrawler.limits).
     report_bytes: int = 0
+    #: Most bytes (estimated) one record may take: a record over it can never be sent (icecrawler.limits).
+    record_bytes: int = 0
 
     @classmethod
     def from_settings(cls, settings: Settings) -> DaemonConfig:
@@ -117,6 +119,7 @@ class DaemonConfig:
             progress_log_s=settings.get_float("client.progress_log_s"),
             write_bytes=limits.storage_message_bytes(settings),
             report_bytes=limits.scheduler_message_bytes(settings),
+            record_bytes=limits.storage_record_bytes(settings),
         )
         for name in ("workers", "batch", "buffer_records", "report_batch", "write_batch"):
             if getattr(config, name) < 1:
@@ -155,6 +158,7 @@ class ClientDaemon:
             write_batch=config.write_batch,
             write_bytes=config.write_bytes,
             report_bytes=config.report_bytes,
+            record_bytes=config.record_bytes,
             backoff_s=config.backoff_s,
             max_backoff_s=config.max_backoff_s,
             now_ms=_wall_ms,

@@ -8,9 +8,10 @@ them for good. Everything in between is buffered here, in memory, bounded:
   with jittered exponential backoff; while more than ``client.buffer_records`` records wait, the lease loop
   stops leasing (``has_room``), so a long outage costs no new leases;
 * storage rejects some records (``InvalidRecordsError``) → the others WERE stored: log each rejected record
-  loudly, never retry it (it would be rejected again), carry on. A record the wire cannot carry (``screen``)
-  is dropped alone before sending; a chunk refused or failing as a whole is split until the record at fault
-  is alone. A record that could not be stored though it is not invalid makes its task's report a failure
+  loudly, never retry it (it would be rejected again), carry on. A record the wire cannot carry (``screen``),
+  or one over the storage server's request limit by itself (``record_bytes``: Ice would refuse every write of it
+  by closing the connection, which looks like an outage, so it was resent forever), is dropped alone before
+  sending; a chunk refused or failing as a whole is split until the record at fault is alone. A record that could not be stored though it is not invalid makes its task's report a failure
   (``records-not-stored``, old cursor), so the task is crawled again instead of being reported Ok;
 * scheduler unreachable → keep the reports, retry with backoff;
 * ``LeaseLostError(index)`` on ``putUsers`` → that task's lease expired and it will be re-crawled: drop that
@@ -49,7 +50,7 @@ from dataclasses import dataclass
 from crawler_client.crawl import CrawlResult, failure_report, fingerprint_result
 from crawler_client.gateways import CallCutError, SchedulerGateway, StorageGateway
 from crawler_client.screen import record_problem
-from crawler_client.wire_size import fitting, report_wire_bytes
+from crawler_client.wire_size import fitting, record_wire_bytes, report_wire_bytes
 from crawler_client.writer import ClientStats, Pending, RecordWriter
 from icecrawler.errors import InvalidArgumentError, LeaseLostError, ServiceError, StorageUnavailableError
 from icecrawler.models import Outcome, Post, Review
@@ -111,6 +112,7 @@ class Sink:
         write_batch: int,
         write_bytes: int = 0,
         report_bytes: int = 0,
+        record_bytes: int = 0,
         backoff_s: float,
         max_backoff_s: float,
         now_ms: Callable[[], int],
@@ -123,6 +125,9 @@ class Sink:
         self.report_batch = max(1, report_batch)
         #: Most estimated wire bytes in one putUsers (0: no limit): over the scheduler's limit it would refuse it.
         self.report_bytes = report_bytes
+        #: Most estimated wire bytes of one record (0: no limit): over the storage server's limit by itself, it can
+        #: never be sent.
+        self.record_bytes = record_bytes
         self._now_ms = now_ms
         self._monotonic = monotonic
         self._fingerprint = fingerprint
@@ -147,10 +152,11 @@ class Sink:
             self._pending.append(pending)
 
     def _screened[R: (Post, Review)](self, result: CrawlResult, records: list[R]) -> list[R]:
-        """``records`` less those the wire cannot carry (``screen``): each one dropped alone, logged, counted."""
+        """``records`` less those the wire cannot carry (``screen``) or that are over the storage server's request
+        limit by themselves: each one dropped alone, logged, counted."""
         good: list[R] = []
         for record in records:
-            problem = record_problem(record)
+            problem = record_problem(record) or self._oversized(record)
             if problem is None:
                 good.append(record)
                 continue
@@ -163,6 +169,16 @@ class Sink:
             )
             self.stats.add(records_rejected=1)
         return good
+
+    def _oversized(self, record: Post | Review) -> str | None:
+        """Why ``record`` alone is over the storage server's request limit (None when it is not, or no limit)."""
+        size = record_wire_bytes(record)
+        if not self.record_bytes or size <= self.record_bytes:
+            return None
+        return (
+            f"it takes about {size} bytes on the wire, over the storage server's request limit of {self.record_bytes}"
+            " bytes for one record (storage.batch_limit)"
+        )
 
     def buffered_records(self) -> int:
         with self._lock:

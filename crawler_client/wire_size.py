@@ -1,6 +1,7 @@
 """How much of a call a client's records and reports take, so that each storage write and each ``putUsers``
 stays under the request limit the daemon derives from its batch limits (``icecrawler.limits``): a call over it
-is refused whole. Estimates err high: text at up to 3 bytes a character (UTF-8 of CJK), a length prefix each.
+is refused whole. Estimates err high: text at 4 bytes a character unless it is all ASCII (UTF-8 takes up to 4: 3
+for CJK, 4 for an emoji; counting 3 put writes of emoji a third over the limit), a length prefix each.
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ __all__ = ["fitting", "record_wire_bytes", "report_wire_bytes", "text_wire_bytes
 
 
 def text_wire_bytes(texts: Iterable[str]) -> int:
-    """An upper estimate of ``texts`` on the wire, each with its length prefix."""
-    return sum((len(text) if text.isascii() else 3 * len(text)) + 5 for text in texts)
+    """An upper estimate of ``texts`` on the wire, each with its length prefix (O(1) a text: ``fitting`` runs
+    over a growing chunk for every result added to it)."""
+    return sum((len(text) if text.isascii() else 4 * len(text)) + 5 for text in texts)
 
 
 def record_wire_bytes(record: Post | Review) -> int:

@@ -16,7 +16,8 @@ for the call's other arguments:
   fit (``scheduler_message_bytes``, ``crawler_client.sink``);
 * storage: a record takes ``RECORD_WIRE_KIB`` on average (a crawled post is ~1-2 KB with its HTML), so
   ``storage.batch_limit`` x 2 KiB: 5000 -> 10 064 KiB. A client splits its writes so that each stays under this
-  (``crawler_client.sink``).
+  (``crawler_client.sink``). A record over the whole limit by itself can never be sent: the client drops it alone
+  before sending (``storage_record_bytes``), as it does a record the wire cannot carry.
 
 An operator may still set ``<Adapter>.MessageSizeMax`` (KiB) in the daemon's Ice property file; it wins.
 
@@ -42,12 +43,14 @@ __all__ = [
     "FIXED_SLACK_MIB",
     "RECORD_WIRE_KIB",
     "REPORT_WIRE_KIB",
+    "REQUEST_HEADER_BYTES",
     "SLACK_KIB",
     "rss_bound_mib",
     "scheduler_message_bytes",
     "scheduler_message_kib",
     "storage_message_bytes",
     "storage_message_kib",
+    "storage_record_bytes",
 ]
 
 REPORT_WIRE_KIB = 4
@@ -55,6 +58,9 @@ REPORT_WIRE_KIB = 4
 DISCOVERIES_WIRE_KIB = 64
 RECORD_WIRE_KIB = 2
 SLACK_KIB = 64
+#: Room for what a one-record request holds besides the record: Ice's request header, the identity, the operation
+#: name and the sequence's size (under 100 bytes; generous).
+REQUEST_HEADER_BYTES = 1024
 #: Most bytes of memory per wire byte of a request being dispatched, per daemon (measured: ~40x, ~15x).
 AMPLIFICATION = {"scheduler": 45, "storage": 20}
 #: Allocator, caches and store pages a burst may add on top (the SQLite page cache, Berkeley DB pages).
@@ -85,3 +91,10 @@ def rss_bound_mib(daemon: str, idle_mib: int, limit_kib: int, *, dispatching: in
 def storage_message_bytes(settings: Settings) -> int:
     """What a client may put in one write: the storage limit less the slack (headers, encapsulation)."""
     return (storage_message_kib(settings) - SLACK_KIB) * 1024
+
+
+def storage_record_bytes(settings: Settings) -> int:
+    """The most one record may take in a write: the whole storage request limit less a request's own header. A
+    record over it can never be sent (Ice refuses the request, and closes the connection, which looks like an
+    outage to the client)."""
+    return storage_message_kib(settings) * 1024 - REQUEST_HEADER_BYTES

@@ -42,7 +42,7 @@ def _sink(scheduler: MemoryScheduler, storage: MemoryStorage, **limits: Any) -> 
 def test_writes_are_split_to_fit_the_byte_limit() -> None:
     scheduler, storage = MemoryScheduler(), MemoryStorage()
     sink = _sink(scheduler, storage, write_bytes=10_000)
-    results = [_result("a", [1000, 1000, 1000, 10]), _result("b", [3000, 5, 5]), _result("c", [3000])]
+    results = [_result("a", [1000, 1000, 1000, 10]), _result("b", [2000, 5, 5]), _result("c", [2000])]
     for item in results:
         sink.add(item)
     assert sink.flush() is True
