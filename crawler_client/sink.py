@@ -11,8 +11,9 @@ them for good. Everything in between is buffered here, in memory, bounded:
   loudly, never retry it (it would be rejected again), carry on. A record the wire cannot carry (``screen``),
   or one over the storage server's request limit by itself (``record_bytes``: Ice would refuse every write of it
   by closing the connection, which looks like an outage, so it was resent forever), is dropped alone before
-  sending; a chunk refused or failing as a whole is split until the record at fault is alone. A record that could not be stored though it is not invalid makes its task's report a failure
-  (``records-not-stored``, old cursor), so the task is crawled again instead of being reported Ok;
+  sending; a chunk refused or failing as a whole is split until the record at fault is alone. A record that
+  could not be stored though it is not invalid makes its task's report a failure (``records-not-stored``, old
+  cursor), so the task is crawled again instead of being reported Ok;
 * scheduler unreachable → keep the reports, retry with backoff;
 * ``LeaseLostError(index)`` on ``putUsers`` → that task's lease expired and it will be re-crawled: drop that
   report (its records are stored, idempotently) and resend the rest; ``InvalidArgumentError(index)`` → that

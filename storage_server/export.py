@@ -4,22 +4,31 @@ Reads straight from the backend (embedded SQLite or HBase), in row-key order, on
 flat however big the table is. ``since`` keeps records fetched at or after a time, so a nightly job can export
 only what is new; ``owner`` reads one user's posts or one product's reviews, one prefix scan of the row keys
 (``schema.owner_prefix``). Progress goes to a callback (the command draws it on stderr); records go to ``out``.
+
+A row that holds no readable record for JSON lines (a post whose ``pictures`` is not a JSON list of URLs: written
+by hand into the embedded store, which is a plain SQLite file) is skipped with a warning naming its key in hex, as
+the HBase store skips a row without a readable cell, so one such row neither ends the export nor loses the rest.
 """
 
 from __future__ import annotations
 
 import csv
 import json
+import logging
 from collections.abc import Callable, Iterator
 from typing import TextIO
 
 from icecrawler.errors import ConfigError
-from storage_server.schema import COLUMNS, TABLES, WEIBO, Column, owner_prefix, parse_time_ms
+from storage_server.schema import COLUMNS, TABLES, WEIBO, Column, Row, owner_prefix, parse_time_ms
 from storage_server.stores import RecordStore
 
 __all__ = ["FORMATS", "export", "owner_key_prefix", "rows_since"]
 
+log = logging.getLogger(__name__)
+
 FORMATS = ("jsonl", "csv")
+#: Unreadable rows named one by one in an export's warnings; the rest are only counted.
+MAX_SKIP_WARNINGS = 10
 
 
 def owner_key_prefix(table: str, owner: str) -> bytes:
@@ -38,6 +47,11 @@ def owner_key_prefix(table: str, owner: str) -> bytes:
 def rows_since(store: RecordStore, table: str, since: str = "", owner: str = "") -> Iterator[dict[str, Column]]:
     """The table's records as column dicts, keeping those with ``fetched_at >= since`` when ``since`` is set, and
     only those of ``owner`` (a user id for weibo, a product id for review) when it is set."""
+    return (row.columns for row in _rows_since(store, table, since, owner))
+
+
+def _rows_since(store: RecordStore, table: str, since: str, owner: str) -> Iterator[Row]:
+    """``rows_since`` with the row keys (for the warnings about rows skipped)."""
     if table not in TABLES:
         raise ConfigError(f"--table must be one of {', '.join(TABLES)}, not {table!r}")
     prefix = owner_key_prefix(table, owner) if owner else b""
@@ -55,7 +69,7 @@ def rows_since(store: RecordStore, table: str, since: str = "", owner: str = "")
                     continue
             except ValueError:
                 continue
-        yield row.columns
+        yield row
 
 
 def export(
@@ -78,19 +92,45 @@ def export(
     writer = csv.writer(out) if fmt == "csv" else None
     if writer is not None:
         writer.writerow(names)
-    written = 0
-    for columns in rows_since(store, table, since, owner):
+    written = skipped = 0
+    for row in _rows_since(store, table, since, owner):
+        columns = row.columns
         if writer is not None:
             writer.writerow([columns[name] for name in names])
         else:
             record: dict[str, object] = dict(columns)
-            if table == "weibo":
-                record["pictures"] = json.loads(str(columns["pictures"]) or "[]")
+            if table == WEIBO:
+                pictures = _pictures(columns["pictures"])
+                if pictures is None:
+                    skipped += 1
+                    if skipped <= MAX_SKIP_WARNINGS:
+                        log.warning(
+                            "%s: row %s skipped: pictures is not a JSON list of URLs: %r",
+                            table,
+                            row.key.hex(),
+                            str(columns["pictures"])[:60],
+                        )
+                    continue
+                record["pictures"] = pictures
                 record["pinned"] = bool(columns["pinned"])
             out.write(json.dumps(record, ensure_ascii=False) + "\n")
         written += 1
         if progress is not None and written % 1000 == 0:
             progress(written)
+    if skipped:
+        log.warning("%s: %d unreadable row(s) skipped (left as they are in the store)", table, skipped)
     if progress is not None:
         progress(written)
     return written
+
+
+def _pictures(text: Column) -> list[str] | None:
+    """A post's ``pictures`` column as the list of URLs it holds (None when it holds none: not a JSON list of
+    strings)."""
+    try:
+        pictures = json.loads(str(text) or "[]")
+    except ValueError:  # JSONDecodeError
+        return None
+    if not isinstance(pictures, list) or not all(isinstance(url, str) for url in pictures):
+        return None
+    return pictures

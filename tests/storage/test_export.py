@@ -6,6 +6,7 @@ import csv
 import io
 import json
 import select
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -206,3 +207,26 @@ def test_a_second_export_to_the_file_an_export_is_writing_is_refused_and_the_fir
     lines = out.read_text(encoding="utf-8").splitlines()
     assert len(lines) == 2500 and all(json.loads(line)["id"] for line in lines)
     assert not (tmp_path / "weibo.jsonl.partial").exists()
+
+
+def test_a_row_written_by_hand_whose_pictures_are_not_json_is_skipped_with_a_warning(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The embedded store is one SQLite file that anyone can edit (docs/STORAGE.md): a row whose ``pictures`` is not
+    a JSON list of URLs ended a JSON-lines export with a JSONDecodeError traceback, and no file. It is skipped with a
+    warning naming its key, as HBase rows without a readable record are, and every other row is exported."""
+    db = tmp_path / "store.sqlite3"
+    store = SqliteStore(db)
+    rows = [schema.post_row(make_post(n, minute=n)) for n in (1, 2, 3)]
+    store.put(schema.WEIBO, rows)
+    store.close()
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE weibo SET pictures = 'a.jpg b.jpg' WHERE id = 2")
+        conn.execute("UPDATE weibo SET pictures = '{\"a\": 1}' WHERE id = 3")
+    out = tmp_path / "weibo.jsonl"
+    assert main(["export", "--table", "weibo", "--set", f"storage.embedded.path={db}", "-o", str(out)]) == 0
+    assert [json.loads(line)["id"] for line in out.read_text(encoding="utf-8").splitlines()] == [1]
+    err = capsys.readouterr().err  # the command's log
+    assert rows[1].key.hex() in err and rows[2].key.hex() in err and "2 unreadable row(s) skipped" in err
+    buffer = io.StringIO()  # CSV keeps ``pictures`` as its text: nothing to skip
+    assert export(SqliteStore(db), schema.WEIBO, buffer, "csv") == 3
