@@ -494,7 +494,27 @@ def encode_rows(table: str, rows: Sequence[Row]) -> bytes:
     return _JSON.encode({"table": table, "rows": [[row.key.hex(), row.columns] for row in rows]}).encode()
 
 
+#: Each table's field names and types, for checking a decoded spool entry.
+_FIELD_TYPES = {table: dict(columns) for table, columns in COLUMNS.items()}
+
+
 def decode_rows(blob: bytes) -> tuple[str, list[Row]]:
-    """Inverse of ``encode_rows``."""
-    data = json.loads(blob)
-    return str(data["table"]), [Row(bytes.fromhex(key), dict(columns)) for key, columns in data["rows"]]
+    """Inverse of ``encode_rows``. ValueError, naming what is wrong, for a blob that is not such an entry (damaged on
+    disk): a table this schema lacks, a key that is not hex or empty, a field missing or not of its column's type, so
+    that what it returns any store can take."""
+    try:
+        data = json.loads(blob)
+        table = data["table"]
+        rows = [Row(bytes.fromhex(key), dict(columns)) for key, columns in data["rows"]]
+    except (ValueError, KeyError, TypeError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise ValueError(f"not a spool entry ({type(exc).__name__}: {str(exc)[:100]})") from exc
+    types = _FIELD_TYPES.get(table) if isinstance(table, str) else None
+    if types is None:
+        raise ValueError(f"unknown table {str(table)[:40]!r}")
+    for row in rows:
+        if not row.key:
+            raise ValueError("a row with an empty key")
+        for name, kind in types.items():
+            if type(row.columns.get(name)) is not kind:
+                raise ValueError(f"row {row.key.hex()[:80]}: field {name!r} missing or not {kind.__name__}")
+    return table, rows

@@ -14,8 +14,10 @@ Write path (one ``write_posts``/``write_reviews`` call):
    caller gets ``StorageUnavailableError`` and nothing is acknowledged.
 
 A replay thread moves spooled entries to the backend, oldest first, with bounded exponential backoff while the
-backend is down. A write that timed out may still land in the backend later and then be replayed again: rows
-are keyed by identity, so that only rewrites the same row.
+backend is down. An entry it cannot read (damaged on disk) is set aside in the spool file with an ERROR, not retried
+forever: behind it, every later write would have waited in the spool for good. A write that timed out may still
+land in the backend later and then be replayed again: rows are keyed by identity, so that only rewrites the same
+row.
 """
 
 from __future__ import annotations
@@ -115,7 +117,7 @@ class StorageService:
         self.write_timeout_s = write_timeout_s
         self._executor = ThreadPoolExecutor(max_workers=writers, thread_name_prefix="store-write")
         self._lock = threading.Lock()
-        self._counters = {"accepted": 0, "rejected": 0, "stored": 0, "spooled": 0, "replayed": 0}
+        self._counters = {"accepted": 0, "rejected": 0, "stored": 0, "spooled": 0, "replayed": 0, "set_aside": 0}
         #: Backend write failures: the outage is said once, and once more when the spool drained after it; its
         #: ``message`` is the last error (``stats``).
         self._backend = FailureEpisode(math.inf)
@@ -274,7 +276,11 @@ class StorageService:
         if entry is None:
             return None
         seq, blob, records = entry
-        table, rows = schema.decode_rows(blob)
+        try:
+            table, rows = schema.decode_rows(blob)
+        except ValueError as exc:
+            self._set_aside(seq, records, str(exc))
+            return True
         began = self._backend.mark()
         try:
             self.store.put(table, rows)
@@ -293,6 +299,21 @@ class StorageService:
         if self.spool.depth() == 0 and self._backend.recovered(began):
             log.info("spool drained; backend %s is back", self.store.name)
         return True
+
+    def _set_aside(self, seq: int, records: int, reason: str) -> None:
+        """Move an entry that cannot be decoded out of the way (kept in the spool file's ``unreadable`` table)."""
+        self.spool.set_aside(seq, reason)
+        with self._lock:
+            self._counters["set_aside"] += records
+            if self.spool.depth() == 0:
+                self._spooled_since = None
+        log.error(
+            "spool entry %d (%d records) cannot be read (%s): set aside, unchanged, in table unreadable of the spool "
+            "file; replaying the entries after it",
+            seq,
+            records,
+            reason,
+        )
 
     def _note_spool_error(self, message: str) -> None:
         """The spool failed under the replay: said once (a warning), then the replay tries again quietly."""
@@ -359,6 +380,7 @@ class StorageService:
                 "records_stored": counters["stored"],
                 "records_spooled": counters["spooled"],
                 "records_replayed": counters["replayed"],
+                "records_set_aside": counters["set_aside"],
                 "backend_up": backend_up,
                 "last_backend_error": last_error,
             },

@@ -3,7 +3,9 @@
 A spool is a FIFO of opaque entries (``schema.encode_rows`` blobs, one per spooled batch) with a record count
 each. ``append`` returns only once the entry is on disk (SQLite, WAL, ``synchronous=FULL``: fsync'd at every
 commit), so a write acknowledged as spooled survives ``kill -9`` of the server. Entries leave only through
-``remove`` after the backend took them, oldest first, so replay preserves the order of the writes.
+``remove`` after the backend took them, oldest first, so replay preserves the order of the writes, or through
+``set_aside`` when one cannot be read (damaged on disk): it then moves, unchanged, to a table of its own
+(``unreadable`` in the spool file), where it no longer holds up the entries after it.
 """
 
 from __future__ import annotations
@@ -44,6 +46,10 @@ class SpoolQueue(Protocol):
     def remove(self, seq: int) -> None:
         """Drop an entry once the backend has it; StorageUnavailableError (the entry stays) if that is impossible."""
 
+    def set_aside(self, seq: int, reason: str) -> None:
+        """Move an entry that cannot be read out of the queue, kept as it is (StorageUnavailableError if that is
+        impossible: the entry stays)."""
+
     def depth(self) -> int:
         """Records waiting (not entries)."""
         ...
@@ -61,6 +67,8 @@ class MemorySpool:
         self._lock = threading.Lock()
         #: Tests set this to simulate a full disk.
         self.broken = False
+        #: (entry, reason) of the entries set aside.
+        self.unreadable: list[tuple[SpoolEntry, str]] = []
 
     def append(self, blob: bytes, records: int) -> None:
         if self.broken:
@@ -75,6 +83,11 @@ class MemorySpool:
 
     def remove(self, seq: int) -> None:
         with self._lock:
+            self._entries = deque(entry for entry in self._entries if entry[0] != seq)
+
+    def set_aside(self, seq: int, reason: str) -> None:
+        with self._lock:
+            self.unreadable.extend((entry, reason) for entry in self._entries if entry[0] == seq)
             self._entries = deque(entry for entry in self._entries if entry[0] != seq)
 
     def depth(self) -> int:
@@ -137,6 +150,35 @@ class SqliteSpool:
                         self._reclaim()
         except sqlite3.Error as exc:
             raise StorageUnavailableError(f"cannot remove a replayed entry from the spool {self.path}: {exc}") from exc
+
+    def set_aside(self, seq: int, reason: str) -> None:
+        """Move the entry to ``unreadable`` (made on first use), blob unchanged, in one transaction (a full disk
+        leaves it in place)."""
+        try:
+            with self._lock:
+                self._conn.execute("BEGIN IMMEDIATE")
+                try:
+                    self._conn.execute(
+                        "CREATE TABLE IF NOT EXISTS unreadable (seq INTEGER PRIMARY KEY, records INTEGER NOT NULL, "
+                        "blob BLOB NOT NULL, reason TEXT NOT NULL, set_aside_at TEXT NOT NULL)"
+                    )
+                    self._conn.execute(
+                        "INSERT OR REPLACE INTO unreadable (seq, records, blob, reason, set_aside_at) "
+                        "SELECT seq, records, blob, ?, datetime('now') FROM spool WHERE seq = ?",
+                        (reason, seq),
+                    )
+                    row = self._conn.execute("DELETE FROM spool WHERE seq = ? RETURNING records", (seq,)).fetchone()
+                    self._conn.execute("COMMIT")
+                except BaseException:
+                    if self._conn.in_transaction:
+                        self._conn.execute("ROLLBACK")
+                    raise
+                if row is not None:
+                    self._depth -= int(row[0])
+                    if self._depth == 0:
+                        self._reclaim()
+        except sqlite3.Error as exc:
+            raise StorageUnavailableError(f"cannot set aside an entry of the spool {self.path}: {exc}") from exc
 
     def _reclaim(self) -> None:
         """Give back the disk an emptied spool holds (under ``_lock``). SQLite keeps a file at its largest size, its

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -11,7 +12,7 @@ import pytest
 
 from icecrawler.errors import InvalidArgumentError, InvalidRecordsError, StorageUnavailableError
 from storage_server import integrity, schema
-from storage_server.service import StorageService
+from storage_server.service import StorageService, WriteResult
 from storage_server.spool import WAL_SIZE_LIMIT, MemorySpool, SpoolQueue, SqliteSpool
 from storage_server.stores import MemoryStore
 from tests.storage.conftest import make_post, make_review
@@ -301,3 +302,41 @@ def test_a_failing_interrupt_does_not_cut_the_stop_short(caplog: pytest.LogCaptu
         service.close()
     assert store.closed and spool.closed
     assert any("interrupting the calls under way failed" in record.getMessage() for record in caplog.records)
+
+
+def test_an_unreadable_spool_entry_is_set_aside_and_the_rest_replays(
+    tmp_path: Path, store: MemoryStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An entry the replay cannot decode (damaged on disk: SQLite's checks read the pages, not what a blob says, so a
+    salvage by --recover can copy one) failed the replay at every try, and since new writes queue behind a non-empty
+    spool, nothing reached the backend again. It is set aside in the spool file, kept as it was, with an ERROR; the
+    entries after it replay, and writes go straight to the backend again."""
+    good = [make_review(f"g{n}") for n in range(2)]
+    spool = SqliteSpool(tmp_path)
+    damaged = [
+        b"\x00\x9f not JSON",
+        b'{"table": "review", "rows": [["zz", {}]]}',  # a key that is not hex
+        b'{"table": "review", "rows": [["00", {"id": "x"}]]}',  # fields missing
+        b'{"table": "users", "rows": []}',
+        b'{"table": "review", "rows": [["00", {"id": ["not", "text"], "product_id": "1", "source": "", "user": "", '
+        b'"content": "", "score": 5, "created_at": "", "fetched_at": ""}]]}',  # a field of the wrong type
+    ]
+    spool.append(damaged[0], 3)
+    spool.append(schema.encode_rows(schema.REVIEW, [schema.review_row(review) for review in good]), 2)
+    for blob in damaged[1:]:
+        spool.append(blob, 1)
+    service = service_on(store, spool)
+    try:
+        assert service.wait_drained(30.0)
+        assert sorted(str(row.columns["id"]) for row in store.scan(schema.REVIEW)) == ["g0", "g1"]
+        assert service.write_reviews([make_review("new")]) == WriteResult(stored=1, spooled=0)
+        assert service.stats().detail["records_set_aside"] == 7
+    finally:
+        service.close()
+    errors = [record for record in caplog.records if record.levelno == logging.ERROR]
+    assert len(errors) == len(damaged) and all("set aside" in record.getMessage() for record in errors)
+    with sqlite3.connect(tmp_path / "spool.sqlite3") as conn:  # kept as they were, for an operator to look at
+        assert [bytes(row[0]) for row in conn.execute("SELECT blob FROM unreadable ORDER BY seq")] == damaged
+    reopened = SqliteSpool(tmp_path)
+    assert reopened.depth() == 0 and reopened.oldest() is None
+    reopened.close()
