@@ -208,8 +208,11 @@ class SqliteStore:
 
     def count(self, table: str) -> int:
         _check_table(table)
-        with self._lock:
-            return int(self._conn.execute(f'SELECT count(*) FROM "{table}"').fetchone()[0])
+        try:
+            with self._lock:
+                return int(self._conn.execute(f'SELECT count(*) FROM "{table}"').fetchone()[0])
+        except sqlite3.Error as exc:  # as every other call: ``stats()`` then reports the counts unknown (-1)
+            raise StorageUnavailableError(f"embedded store count failed: {exc}") from exc
 
     def delete_prefix(self, table: str, prefix: bytes) -> int:
         _check_table(table)

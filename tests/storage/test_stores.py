@@ -7,9 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from icecrawler.errors import StorageUnavailableError
 from icecrawler_local.hbase_local import LocalHBase
 from storage_server import schema
 from storage_server.hbase_store import HBaseStore
+from storage_server.service import StorageService
+from storage_server.spool import MemorySpool
 from storage_server.stores import WAL_SIZE_LIMIT, MemoryStore, RecordStore, SqliteStore
 from tests.storage.conftest import BIG_ID, USER, make_post, make_review
 
@@ -90,6 +93,24 @@ class TestSqliteStore(StoreContract):
         likes = {int(row.columns["id"]): row.columns["likes"] for row in store.scan(schema.WEIBO)}
         assert store.count(schema.WEIBO) == size == len(likes)
         assert likes == {post.id: 77 if post.id % 3 == 1 and post.id > 2 else post.likes for post in posts}
+
+    def test_a_failing_count_is_storage_unavailable_as_every_other_call(self, store: SqliteStore) -> None:
+        """Every call of a store leaves a backend failure as ``StorageUnavailableError`` (HBase's count does); the
+        embedded store's count let SQLite's own error out, so ``stats()`` (``icecrawler status``, the server's
+        start) failed with it instead of reporting the counts unknown (-1). Here the table is dropped by hand."""
+        import sqlite3
+
+        store.put(schema.REVIEW, [schema.review_row(make_review("a"))])
+        with sqlite3.connect(store.path) as conn:
+            conn.execute("DROP TABLE review")
+        with pytest.raises(StorageUnavailableError, match="no such table"):
+            store.count(schema.REVIEW)
+        service = StorageService(store, MemorySpool(), max_text_chars=1000, batch_limit=10, write_timeout_s=5.0)
+        try:
+            assert (service.stats().posts, service.stats().reviews) == (-1, -1)
+            assert "no such table" in service.count_error
+        finally:
+            service.close()
 
     def test_a_long_read_does_not_leave_the_write_ahead_log_large_for_good(self, tmp_path: Path) -> None:
         """Writes made while a reader holds its snapshot (an export, a backup of a large store, a count) all land in
