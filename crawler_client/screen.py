@@ -1,8 +1,9 @@
 """Records the wire cannot carry, found before they are sent, so that one of them never sinks its batch.
 
-A Slice ``string`` is UTF-8 and a Slice ``long`` is signed 64-bit: a text holding a lone surrogate (``\\ud800``,
-which ``json.loads`` lets through from a page's ``\\ud800`` escape) or an id outside that range makes the whole
-write call fail before it leaves the client. Such a record can never be stored, so it is dropped alone
+A Slice ``string`` is UTF-8, a Slice ``long`` is signed 64-bit and an ``int`` 32-bit: a text holding a lone
+surrogate (``\\ud800``, which ``json.loads`` lets through from a page's ``\\ud800`` escape), an id outside a
+``long`` or a count outside an ``int`` (a post's likes, a review's score) makes the whole write call fail before it
+leaves the client. Such a record can never be stored, so it is dropped alone
 (logged and counted) and its batch goes on. Everything else (over-long texts, malformed ids and times) is the
 storage server's call: it rejects exactly those records by index (``InvalidRecords``) and stores the rest.
 """
@@ -12,7 +13,7 @@ from __future__ import annotations
 from dataclasses import fields
 
 from icecrawler.models import Post, Review
-from icecrawler.wire import INT64_MAX, INT64_MIN, lone_surrogate_at
+from icecrawler.wire import INT32_FIELDS, INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, lone_surrogate_at
 
 __all__ = ["record_problem"]
 
@@ -30,6 +31,8 @@ def record_problem(record: Post | Review) -> str | None:
             continue
         if isinstance(value, int) and not INT64_MIN <= value <= INT64_MAX:
             return f"{spec.name}={value} does not fit a 64-bit long"
+        if isinstance(value, int) and spec.name in INT32_FIELDS and not INT32_MIN <= value <= INT32_MAX:
+            return f"{spec.name}={value} does not fit a 32-bit int"
         if isinstance(value, list):
             for entry in value:
                 problem = _text_problem(spec.name, entry)

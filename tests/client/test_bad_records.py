@@ -18,7 +18,7 @@ from crawler_client.sink import Sink
 from crawler_client.sources.base import FetchedPage, PageRequest
 from crawler_client.sources.jd import JdSource
 from icecrawler import rpc
-from icecrawler.models import TaskKind
+from icecrawler.models import Outcome, TaskKind
 from sandbox import samples
 from shhd.fingerprint import fingerprint_texts
 from tests.scheduler.daemon import scheduler_daemon
@@ -95,3 +95,49 @@ def test_bad_records_inside_a_page_are_dropped_alone_and_the_rest_stored(
 def test_a_lone_surrogate_in_the_window_is_fingerprinted_not_a_crash() -> None:
     assert fingerprint_texts(["好评 \ud800 好评"]) != 0
     assert fingerprint_texts(["质量很好"]) == fingerprint_texts(["质量很好"])
+
+
+@pytest.mark.parametrize(
+    ("kind", "change"), [("posts", {"likes": 3_000_000_000}), ("posts", {"reposts": -(1 << 31) - 1}), ("reviews", {})]
+)
+def test_a_count_outside_a_32_bit_int_is_dropped_alone(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, kind: str, change: dict[str, int]
+) -> None:
+    """Reposts, comments, likes and a review's score are Slice ``int``s (32-bit): a count past 2^31 - 1 (a parser
+    reading "30亿") cannot be marshalled, so the write failed on the client and the task was reported as failed
+    ("records-not-stored"), at every crawl of it for good. It is dropped alone before sending, like an id outside
+    a ``long``; the task's other records are stored and it is reported Ok."""
+    from tests.client.test_runtime_sink import MemoryScheduler, result
+    from tests.storage.conftest import make_post, make_review
+
+    storage = StorageServerRunner(tmp_path / "storage", {})
+    storage.start()
+    try:
+        with rpc.communicator() as comm:
+            scheduler = MemoryScheduler()
+            crawled = result("u1")
+            if kind == "posts":
+                crawled.posts = [make_post(1), make_post(2, **change), make_post(3, minute=3)]
+            else:
+                crawled.reviews = [make_review("a"), make_review("b", score=1 << 31), make_review("c", minute=3)]
+            sink = Sink(
+                scheduler,
+                IceStorage(storage.proxy(comm)),
+                buffer_records=100,
+                report_batch=10,
+                write_batch=100,
+                backoff_s=0.1,
+                max_backoff_s=1.0,
+                now_ms=lambda: int(time.time() * 1000),
+                monotonic=time.monotonic,
+                fingerprint=fingerprint_texts,
+            )
+            sink.add(crawled)
+            assert sink.flush() is True
+            stats = storage.proxy(comm).stats()
+    finally:
+        storage.stop()
+    assert (stats.posts if kind == "posts" else stats.reviews) == 2
+    assert [report.outcome for report in scheduler.reports] == [Outcome.Ok]
+    assert sink.stats.snapshot()["records_rejected"] == 1
+    assert "32-bit" in caplog.text
