@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import difflib
 import importlib
 import io
 import logging
 import os
+import re
 import select
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from typing import NoReturn
 
 from icecrawler import __version__
 from icecrawler.errors import IcecrawlerError
@@ -42,6 +45,36 @@ def _load_commands(names: Sequence[str] = COMMAND_MODULES) -> dict[str, BaseComm
     return commands
 
 
+class _Parser(argparse.ArgumentParser):
+    """A parser whose errors are one line, like the commands' own: what is wrong, a close match for a mistyped
+    command, option or choice, and where the usage is (argparse printed the whole usage first)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}{self._close_match(message)} (see {self.prog} --help)\n")
+
+    def _close_match(self, message: str) -> str:
+        choice = re.match(r"argument [^:]+: invalid choice: '([^']*)' \(choose from (.*)\)$", message)
+        if choice:
+            return _did_you_mean(choice[1], re.findall(r"'([^']*)'", choice[2]))
+        unknown = re.match(r"unrecognized arguments: (.*)$", message)
+        options = [option for option in self._option_string_actions if option.startswith("--")]
+        words = [word.split("=", 1)[0] for word in unknown[1].split() if word.startswith("--")] if unknown else []
+        return _did_you_mean(words[0], options) if words else ""
+
+
+def _did_you_mean(word: str, choices: Iterable[str]) -> str:
+    found = difflib.get_close_matches(word, list(choices), n=1)
+    return f"; did you mean {found[0]}?" if found else ""
+
+
+def _command_parser(parser: argparse.ArgumentParser, name: str | None) -> argparse.ArgumentParser:
+    """The parser of subcommand ``name`` (``parser`` itself when there is none), to word an error as that command's."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and name in action.choices:
+            return action.choices[name]  # type: ignore[no-any-return]
+    return parser
+
+
 def _add_common_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("common options")
     group.add_argument(
@@ -68,7 +101,7 @@ def _add_common_options(parser: argparse.ArgumentParser) -> None:
 def build_parser(commands: dict[str, BaseCommand]) -> argparse.ArgumentParser:
     """The parser of every command; a command whose options cannot be declared in this install is replaced in
     ``commands`` by an ``Unavailable`` one."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="icecrawler",
         description="A distributed, incremental crawler for Weibo timelines and product reviews: a scheduler and a "
         "storage server joined to N crawler clients by ZeroC Ice. Ice runtime settings go in Ice "
@@ -169,13 +202,15 @@ def _run(named: str | None, rest: list[str], ice_args: list[str]) -> int:
     if isinstance(unavailable, Unavailable) and "-h" not in rest and "--help" not in rest:
         print(f"icecrawler {named}: error: {unavailable.error}", file=sys.stderr)  # before its options are parsed
         return 2
-    args = parser.parse_args(rest)
+    args, unknown = parser.parse_known_args(rest)
+    if unknown:  # an option the subcommand lacks: its error, not the top-level parser's
+        _command_parser(parser, args.command).error(f"unrecognized arguments: {' '.join(unknown)}")
     if not args.command:
         parser.print_help()
         return 2
     command = commands[args.command]
     if ice_args and not command.takes_ice_args:
-        parser.error(f"'{args.command}' takes no Ice options: {' '.join(ice_args)}")
+        _command_parser(parser, args.command).error(f"'{args.command}' takes no Ice options: {' '.join(ice_args)}")
     try:
         settings = load_settings(args.config, args.assignments)
         if args.log_level:

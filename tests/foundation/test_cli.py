@@ -196,3 +196,33 @@ def test_the_two_config_files_given_the_wrong_way_round_say_which_flag_takes_whi
     assert main(["status", "-c", str(properties)]) == 2
     err = capsys.readouterr().err
     assert "invalid TOML" in err and f"--Ice.Config={properties}" in err, err
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (
+            ["seed", "jd:100012043978", "--lsting", "ecshop:1"],
+            "icecrawler seed: error: unrecognized arguments: --lsting ecshop:1; did you mean --listing?",
+        ),
+        (["status", "--tsk", "reviews:jd:1"], "icecrawler status: error: unrecognized arguments: --tsk"),
+        (["sede", "jd:100012043978"], "icecrawler: error: argument COMMAND: invalid choice: 'sede' (choose from"),
+        (["tasks", "--limit", "abc"], "icecrawler tasks: error: argument --limit: invalid int value: 'abc'"),
+        (["hold"], "icecrawler hold: error: the following arguments are required: host"),
+    ],
+)
+def test_a_mistyped_command_or_option_is_one_line_that_names_the_command(
+    args: list[str], line: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The other errors of the CLI are one line; argparse's printed the usage first, and an option a subcommand does
+    not have was blamed on ``icecrawler`` itself under the top-level usage (``icecrawler: error: unrecognized
+    arguments: --lsting``). Now: one line, the command named, a close match offered, and where the usage is."""
+    with pytest.raises(SystemExit) as info:
+        main(args)
+    err = capsys.readouterr().err
+    assert info.value.code == 2
+    assert err.startswith(line) and err.count("\n") == 1 and "usage:" not in err, err
+    command = "icecrawler" if args[0] == "sede" else f"icecrawler {args[0]}"
+    assert err.rstrip().endswith(f"(see {command} --help)"), err
+    if args[0] == "sede":
+        assert "did you mean seed?" in err, err
