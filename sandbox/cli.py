@@ -19,7 +19,7 @@ from types import FrameType
 
 from icecrawler.errors import ConfigError
 from icecrawler.settings import Settings
-from sandbox.misbehave import MisbehaviourRule
+from sandbox.misbehave import MisbehaviourRule, site_names
 from sandbox.scenario import WEIBO_SITES, Scenario, default_scenario, load_scenario
 from sandbox.server import SandboxServer
 from sandbox.tracescenario import TRACE_SHOPS, TraceMapping, load_trace_scenario, summarize_traces, traces_table_file
@@ -57,7 +57,11 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--seed", type=int, help="override the scenario's seed")
     parser.add_argument("--truth-file", metavar="FILE", help="append the ground truth to this JSONL file")
-    parser.add_argument("--max-hang-s", type=float, help="cap on a 'hang' or 'hold' misbehaviour (default 60)")
+    parser.add_argument(
+        "--max-hang-s",
+        type=float,
+        help="cap on a 'hang' or 'hold' misbehaviour, seconds (default: setting sandbox.max_hang_s)",
+    )
     parser.add_argument(
         "--visitor-ttl-s",
         type=float,
@@ -68,7 +72,7 @@ def add_options(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="SITE[:TARGET].KEY=VALUE",
-        help="switch a misbehaviour on at start (repeatable); sites: pc, m, web, ecshop, jd, *",
+        help=f"switch a misbehaviour on at start (repeatable); sites: {', '.join(site_names())}",
     )
     parser.add_argument("--print-scenario", action="store_true", help="print the scenario as JSON and exit")
     add_trace_options(parser)

@@ -359,3 +359,16 @@ def test_a_connection_reset_by_the_peer_prints_no_traceback(
     assert "Traceback" not in err and "ConnectionResetError" not in err, err
     with requests.get(f"http://127.0.0.1:{server.port}/__sandbox/health", timeout=10) as answer:
         assert answer.status_code == 200  # and it serves on
+
+
+def test_the_misbehave_help_names_every_site_a_rule_may_name(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--misbehave``'s help listed the built-in sites by hand: the passport (how a test makes visitor sessions
+    fail) was missing, and so was every source added since. It lists what ``site_names`` accepts."""
+    from icecrawler_cli.cli import main
+    from sandbox.misbehave import site_names
+
+    with pytest.raises(SystemExit):
+        main(["sandbox", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert f"sites: {', '.join(site_names())}" in help_text, help_text
+    assert "cap on a 'hang' or 'hold' misbehaviour, seconds (default: setting sandbox.max_hang_s)" in help_text
