@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import select
 import socket
 import struct
@@ -249,11 +250,12 @@ def test_a_product_of_a_source_that_cannot_have_one_says_why() -> None:
 
     from icecrawler.models import TaskKind
     from icecrawler.sourcespec import ENV_MODULES, SourceSpec, registry
+    from sandbox.scenario import product_sources
 
     with pytest.raises(
         ConfigError,
         match=rf"product 1: source 'tmallish' cannot have products here \(unknown source 'tmallish' .*{ENV_MODULES}"
-        r".*\); they may name \['ecshop', 'jd'",
+        rf".*\); they may name {re.escape(str(list(product_sources())))}",
     ):
         Product("tmallish", "1")
     with pytest.raises(ConfigError, match=r"weibo_web stores weibo items, not reviews"):
@@ -273,15 +275,18 @@ def test_a_product_of_a_source_that_cannot_have_one_says_why() -> None:
 
 def test_the_sites_and_product_sources_a_scenario_may_name_come_from_the_registry_alone() -> None:
     """No list of built-in shops or sites beside the registry's: a new source is named in its module only."""
+    from icecrawler.sourcespec import registry
     from sandbox.misbehave import MisbehaviourRule, site_names
     from sandbox.scenario import product_sources
 
-    assert product_sources() == ("ecshop", "jd")
-    assert site_names() == ("ecshop", "jd", "m", "pc", "web", "passport", "*")
+    # Compared with the registry, not with today's built-in list: a source added as CONTRIBUTING.md says (one module)
+    # joins both, and these tests stay as they are.
+    reviewed = tuple(name for name, spec in registry.items() if spec.table == "review" and spec.sandbox_site)
+    sites = tuple(dict.fromkeys(spec.sandbox_site for spec in registry.values() if spec.sandbox_site))
+    assert product_sources() == reviewed and {"ecshop", "jd"} <= set(reviewed)
+    assert site_names() == (*sites, "passport", "*") and {"ecshop", "jd", "m", "pc", "web"} <= set(sites)
     assert Product("jd", "1").source == "jd" and MisbehaviourRule("m").site == "m" and MisbehaviourRule().site == "*"
-    with pytest.raises(
-        ConfigError, match=r"misbehaviour site must be one of \['ecshop', 'jd', 'm', 'pc', 'web', 'passport', '\*'\]"
-    ):
+    with pytest.raises(ConfigError, match=rf"misbehaviour site must be one of {re.escape(str(list(site_names())))}"):
         MisbehaviourRule("weibo")
 
 
