@@ -60,6 +60,7 @@ DEFAULTS: dict[str, Any] = {
     "hbase.heap_mb": 1024,
     # The java binary; empty = JDK 17 from JAVA_HOME or /usr/lib/jvm (HBase 2.6 does not run on JDK 18+).
     "hbase.java": "",
+    # Ports of the local HBase's master, region server, Thrift server and ZooKeeper (loopback only).
     "hbase.master_port": 16000,
     "hbase.regionserver_port": 16020,
     # `icecrawler hbase start` gives up (with the log tail) if Thrift does not answer a table call by then.
@@ -67,6 +68,8 @@ DEFAULTS: dict[str, Any] = {
     "hbase.thrift_port": 9090,
     "hbase.zookeeper_port": 2181,
     # --- log ----------------------------------------------------------------------------------------------
+    # One JSON object per log line instead of text (--log-json), and the least level logged: DEBUG, INFO, WARNING
+    # or ERROR (--log-level). Every command logs to stderr.
     "log.json": False,
     "log.level": "INFO",
     # --- metrics: each daemon's Prometheus /metrics endpoint (icecrawler/metrics.py, docs/DEPLOY.md) -----------
@@ -84,6 +87,7 @@ DEFAULTS: dict[str, Any] = {
     "metrics.storage.port": 9420,
     "metrics.storage.port_span": 4,
     # --- sandbox: the local stand-in sites (sandbox/, docs/SANDBOX.md) ---------------------------------------
+    # Address the sandbox's sites listen on (`icecrawler sandbox --host`).
     "sandbox.host": "127.0.0.1",
     # Added to every site request (the client benchmark uses 100, the scale benchmark 50).
     "sandbox.latency_ms": 0,
@@ -209,7 +213,10 @@ DEFAULTS: dict[str, Any] = {
     "storage.backend": "embedded",
     # Most records in one writeWB/writeReviews call.
     "storage.batch_limit": 5000,
+    # The embedded backend's SQLite file.
     "storage.embedded.path": "var/storage/icecrawler.sqlite3",
+    # The HBase backend: its Thrift server, the connections to it (pool_size is also the number of threads that
+    # write to either backend), and a prefix of its table names ("x" = tables x_weibo and x_review; empty = none).
     "storage.hbase.host": "127.0.0.1",
     "storage.hbase.port": 9090,
     "storage.hbase.pool_size": 4,
