@@ -620,3 +620,51 @@ def test_the_path_check_flags_what_is_missing_and_passes_what_is_there() -> None
         assert path_problem(there, folders) is None, there
     for missing in ("sandbox/sites/gone.py", "docs/nowhere/NAME.json", "scheduler_server/integrity.renamed"):
         assert path_problem(missing, folders) is not None, missing
+
+
+#: A setting the docs give with a value: ```scheduler.lease_s`, 120 s``, ```client.shutdown_grace_s` (20 s``.
+SETTING_WITH_VALUE = re.compile(
+    r"`([a-z]+\.[a-z_][a-z0-9_.]*)`(?:, | \()(\d[\d ]*(?:\.\d+)?)(?: ?(ms|s|seconds|minutes|hours|days|MB))?\b"
+)
+#: What each unit the docs write a value in is in the settings' own units (seconds, bytes, counts).
+UNITS = {"": 1, "s": 1, "seconds": 1, "minutes": 60, "hours": 3600, "days": 86400, "MB": 1_000_000}
+
+
+def values_problems(text: str, defaults: dict[str, object]) -> list[str]:
+    """Where ``text`` gives a setting a value other than its default (a value in ``ms`` is left alone: no setting
+    but ``*_ms`` ones takes it, and those the check reads as given)."""
+    problems = []
+    for match in SETTING_WITH_VALUE.finditer(text):
+        key, number, unit = match.group(1), match.group(2).replace(" ", ""), match.group(3) or ""
+        if key not in defaults or (unit == "ms" and not key.endswith("_ms")):
+            continue
+        default = defaults[key]
+        if isinstance(default, bool) or not isinstance(default, (int, float)):
+            continue
+        if float(number) * UNITS.get(unit, 1) != float(default):
+            problems.append(f"{match.group(0)}: the default is {default}")
+    return problems
+
+
+def test_a_setting_s_value_the_docs_give_is_its_default(files: list[Path]) -> None:
+    """A default the docs quote beside a setting (``scheduler.lease_s``, 120 s) is the one ``default_settings``
+    has: a default changed in the code leaves no doc saying the old one."""
+    from icecrawler.settings import Settings
+
+    defaults = Settings().include_sources().as_dict()
+    found = [
+        f"{path.relative_to(REPO).as_posix()}: {problem}"
+        for path in files
+        if path.suffix == ".md" and path.name not in HISTORY
+        for problem in values_problems(path.read_text(encoding="utf-8"), defaults)
+    ]
+    assert found == [], "settings the docs quote with another value than their default:\n" + "\n".join(found)
+
+
+def test_the_value_check_flags_another_value_and_passes_the_default() -> None:
+    defaults: dict[str, object] = {"scheduler.lease_s": 120.0, "scheduler.done_retention_s": 604800.0, "x.on": True}
+    quoted = "`scheduler.lease_s`, 120 s by default; `scheduler.done_retention_s` (7 days)"
+    assert values_problems(quoted, defaults) == []
+    assert values_problems("`x.on` (1), `jieba.lcut` 5.04, `scheduler.lease_s` (3 minutes)", defaults) == [
+        "`scheduler.lease_s` (3 minutes: the default is 120.0"
+    ]
