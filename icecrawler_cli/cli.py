@@ -12,6 +12,7 @@ import os
 import re
 import select
 import sys
+import textwrap
 from collections.abc import Iterable, Sequence
 from typing import NoReturn
 
@@ -62,6 +63,27 @@ class _Parser(argparse.ArgumentParser):
         return _did_you_mean(words[0], options) if words else ""
 
 
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Descriptions and epilogs wrapped to the terminal paragraph by paragraph (consecutive lines that do not start
+    with a space), so a long paragraph is not broken mid-word; indented lines (examples) stay as written."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        lines: list[str] = []
+        paragraph: list[str] = []
+        for line in [*text.splitlines(), ""]:
+            if line and not line[0].isspace():
+                paragraph.append(line.strip())
+                continue
+            if paragraph:
+                words = " ".join(paragraph)
+                lines.append(
+                    textwrap.fill(words, width, initial_indent=indent, subsequent_indent=indent, break_on_hyphens=False)
+                )
+                paragraph = []
+            lines.append(indent + line if line else "")
+        return "\n".join(lines[:-1])
+
+
 def _did_you_mean(word: str, choices: Iterable[str]) -> str:
     found = difflib.get_close_matches(word, list(choices), n=1)
     return f"; did you mean {found[0]}?" if found else ""
@@ -106,7 +128,7 @@ def build_parser(commands: dict[str, BaseCommand]) -> argparse.ArgumentParser:
         description="A distributed, incremental crawler for Weibo timelines and product reviews: a scheduler and a "
         "storage server joined to N crawler clients by ZeroC Ice. Ice runtime settings go in Ice "
         "property files (--Ice.Config=FILE); app settings in icecrawler.toml or --set KEY=VALUE.",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=_HelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"icecrawler {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
@@ -115,7 +137,7 @@ def build_parser(commands: dict[str, BaseCommand]) -> argparse.ArgumentParser:
             name,
             help=command.summary,
             description=command.description or command.summary,
-            formatter_class=argparse.RawDescriptionHelpFormatter,
+            formatter_class=_HelpFormatter,
         )
         try:
             command.add_options(child)

@@ -226,3 +226,16 @@ def test_a_mistyped_command_or_option_is_one_line_that_names_the_command(
     assert err.rstrip().endswith(f"(see {command} --help)"), err
     if args[0] == "sede":
         assert "did you mean seed?" in err, err
+
+
+@pytest.mark.parametrize("name", ["", *COMMAND_MODULES])
+def test_help_prose_fits_the_terminal(
+    name: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A command's description was printed as written: paragraphs of 300-500 characters on one line, which an
+    80-column terminal broke mid-word. Prose is wrapped to the width; indented lines (examples) stay as written."""
+    monkeypatch.setenv("COLUMNS", "80")
+    with pytest.raises(SystemExit):
+        main([name, "--help"] if name else ["--help"])
+    long = [line for line in capsys.readouterr().out.splitlines() if len(line) > 80 and not line[:1].isspace()]
+    assert long == [], long
