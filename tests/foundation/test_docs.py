@@ -668,3 +668,31 @@ def test_the_value_check_flags_another_value_and_passes_the_default() -> None:
     assert values_problems("`x.on` (1), `jieba.lcut` 5.04, `scheduler.lease_s` (3 minutes)", defaults) == [
         "`scheduler.lease_s` (3 minutes: the default is 120.0"
     ]
+
+
+#: The packages whose every module docs/ARCHITECTURE.md's "Where the code lives" names in the package's row; the
+#: sources and the sandbox's sites are named as ``<name>.py``, one per source, in docs/SOURCES.md.
+MAPPED_PACKAGES = (
+    *("icecrawler", "scheduler_server", "storage_server", "crawler_client", "shhd", "sandbox"),
+    "icecrawler_local",
+)
+ONE_PER_SOURCE = ("crawler_client/sources/", "sandbox/sites/")
+
+
+def test_the_code_map_names_every_module(files: list[Path]) -> None:
+    """A newcomer finds a module by its package's row of docs/ARCHITECTURE.md's table: a module missing there
+    (a role's ``metrics.py`` and ``observer.py``, ``sandbox/web.py``) is one they do not know to look for."""
+    doc = read("docs/ARCHITECTURE.md")
+    missing = []
+    for package in MAPPED_PACKAGES:
+        rows = re.findall(rf"^\| `{package}/` \|.*$", doc, re.M)
+        assert len(rows) == 1, f"docs/ARCHITECTURE.md has no row for `{package}/`"
+        for path in files:
+            name = path.relative_to(REPO).as_posix()
+            if path.suffix != ".py" or path.name == "__init__.py" or not name.startswith(f"{package}/"):
+                continue
+            if name.startswith(ONE_PER_SOURCE):
+                continue
+            if not re.search(rf"`(?:[\w/]+/)?{re.escape(path.name)}`|`{re.escape(path.stem)}[`.]", rows[0]):
+                missing.append(name)
+    assert missing == [], f"modules docs/ARCHITECTURE.md's table does not name: {missing}"
