@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import pkgutil
+import sys
 
 import bench
 from icecrawler.processes import interrupts_once
@@ -48,11 +49,18 @@ class Command(BaseCommand):
             return 0
         if args.name == "all":
             if args.bench_args:
-                print("icecrawler bench all: takes no options (each benchmark runs with its defaults)")
+                print(
+                    "icecrawler bench: error: all takes no options (each benchmark runs with its defaults)",
+                    file=sys.stderr,
+                )
                 return 2
             return max((int(importlib.import_module(f"bench.{name}").main([])) for name in names), default=0)
         if args.name not in names:
-            print(f"icecrawler bench: unknown benchmark {args.name!r}; available: {', '.join(names) or 'none'}")
+            available_names = ", ".join(names) or "none"
+            print(
+                f"icecrawler bench: error: unknown benchmark {args.name!r}; available: {available_names}",
+                file=sys.stderr,
+            )
             return 2
         module = importlib.import_module(f"bench.{args.name}")
         return int(module.main(list(args.bench_args)))
