@@ -696,3 +696,14 @@ def test_the_code_map_names_every_module(files: list[Path]) -> None:
             if not re.search(rf"`(?:[\w/]+/)?{re.escape(path.name)}`|`{re.escape(path.stem)}[`.]", rows[0]):
                 missing.append(name)
     assert missing == [], f"modules docs/ARCHITECTURE.md's table does not name: {missing}"
+
+
+def test_the_ice_properties_docs_ice_md_lists_are_the_ones_the_code_sets() -> None:
+    """docs/ICE.md, section 1: each property of its tables, with the value we set, is one ``rpc.BASE_PROPERTIES``
+    (or the client's ``CLIENT_PROPERTIES``) sets, and the tables leave none of them out."""
+    from crawler_client.gateways import CLIENT_PROPERTIES
+    from icecrawler.rpc import BASE_PROPERTIES
+
+    section = read("docs/ICE.md").split("\n## 2.", 1)[0]
+    rows = dict(re.findall(r"^\| `([\w.]+)` \| [^|]+ \| (\d+)(?: \w+)? \|", section, re.M))
+    assert rows == {**BASE_PROPERTIES, **CLIENT_PROPERTIES}
