@@ -61,8 +61,8 @@ class Command(BaseCommand):
             "--role",
             choices=list(tls.ROLES),
             default=None,
-            help="issue: what the holder may call: client (lease, report, write), admin (also add "
-            "tasks; no account cookies), reader (status); default none",
+            help="issue: what the holder may call: client (lease, report, write, status), admin (also seed and "
+            "remove targets, hold hosts; no account cookies), reader (status); default none",
         )
         parser.add_argument(
             "--ca-name", default="icecrawler CA", help="CN of the CA certificate (init; default: %(default)s)"
