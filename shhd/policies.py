@@ -270,17 +270,21 @@ class ChoPolicy:
         return {"period_s": self.initial_period_s, "last_s": None, "fingerprint": None, "history": []}
 
     def rate_of(self, state: dict[str, Any]) -> float:
-        """Estimated change rate (changes/s) from the state's history."""
+        """Estimated change rate (changes/s) from the state's history (intervals of 0 s or less, which a history
+        stored by an older version may hold, say nothing: left out)."""
         pseudo = 0.5 * self.initial_period_s
-        changed = [pseudo] + [t for t, c in state["history"] if c]
-        unchanged = [pseudo] + [t for t, c in state["history"] if not c]
+        changed = [pseudo] + [t for t, c in state["history"] if c and t > 0]
+        unchanged = [pseudo] + [t for t, c in state["history"] if not c and t > 0]
         return cho_rate_mle(changed, unchanged)
 
     def next_period(self, state: dict[str, Any], observation: Observation) -> Decision:
         history = list(state["history"])
         changed = _changed(state.get("fingerprint"), observation)
-        if state.get("last_s") is not None and changed is not None:
-            history.append([observation.now_s - float(state["last_s"]), 1 if changed else 0])
+        last = state.get("last_s")
+        # A crawl at the same time as the last one, or before it (the clock stepped back), adds no interval: one of
+        # 0 s made the estimate 0/0 and a negative one could leave no unchanged time at all (ValueError).
+        if last is not None and changed is not None and observation.now_s > float(last):
+            history.append([observation.now_s - float(last), 1 if changed else 0])
             history = history[-CHO_HISTORY:]
         out = {"last_s": observation.now_s, "fingerprint": observation.fingerprint, "history": history}
         period = _clamp(-math.log1p(-self.target_p) / self.rate_of(out), self.min_period_s, self.max_period_s)
