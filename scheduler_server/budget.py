@@ -40,7 +40,9 @@ def rebalance_budget(core: SchedulerCore) -> float | None:
             chunk = txn.scan("tasks", start, limit=_SCAN_CHUNK)
         if not chunk:
             break
-        views.extend(policy.budget_view(TaskRecord.from_bytes(raw).policy_state, profile) for _, raw in chunk)
+        views.extend(
+            policy.budget_view(core.resumed_state(TaskRecord.from_bytes(raw).policy_state), profile) for _, raw in chunk
+        )
         start = chunk[-1][0] + b"\0"
     if not views:
         return None

@@ -95,7 +95,7 @@ from scheduler_server.startup import (
 )
 from scheduler_server.store import QueueStore, Txn
 from shhd.calibration import RateCalibration
-from shhd.policies import Observation, RevisitPolicy
+from shhd.policies import Observation, RevisitPolicy, resume_state
 
 __all__ = ["Clocks", "SchedulerConfig", "SchedulerCore", "check_consistency"]
 
@@ -190,12 +190,20 @@ class SchedulerCore:
         #: ``meta`` by each group that applied a report and taken back by ``restore_state``; None with another
         #: policy.
         self.calibration: RateCalibration | None = policy.calibration if isinstance(policy, BudgetedPolicy) else None
+        #: The keys of this policy's state (``resumed_state``).
+        self._state_keys = frozenset(policy.initial_state())
         restore_state(self)
 
     @classmethod
     def from_settings(cls, settings: Settings, store: QueueStore, clocks: Clocks | None = None) -> SchedulerCore:
         config, policy, clocks, accounts = core_parts(settings, clocks)
         return cls(store, policy, clocks, config, accounts)
+
+    def resumed_state(self, state: dict[str, Any]) -> dict[str, Any]:
+        """A task's stored policy state as this policy goes on from it: one written under another
+        ``scheduler.policy`` (changed between restarts) or by an older version lacks keys, which start as a new
+        task's (``shhd.policies.resume_state``); one with every key, the common case, is returned as it is."""
+        return state if self._state_keys <= state.keys() else resume_state(self.policy, state)
 
     # --- group commit (the steps are described in ``groups``) ------------------------------------------------
 
@@ -577,7 +585,7 @@ class SchedulerCore:
         returned. A page-cap gap opened or closed by the new cursor is kept in ``meta`` too, so a restart knows
         the open gaps without a scan."""
         decision = self.policy.next_period(
-            record.policy_state,
+            self.resumed_state(record.policy_state),
             Observation(
                 now_s=now_ms / 1000,
                 fingerprint=item.fingerprint,

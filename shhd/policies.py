@@ -8,6 +8,9 @@ INTERFACE CONTRACT (used by scheduler_server and bench/revisit; keep it stable):
     state = policy.initial_state()                       # dict, JSON-serialisable, stored by the scheduler
     decision = policy.next_period(state, observation)    # -> Decision(period_s, state, distance)
 
+A stored state may have been written by another policy (the scheduler's ``scheduler.policy`` changed between
+restarts) or before a key existed: ``resume_state(policy, state)`` completes it from ``policy.initial_state()``.
+
 Extensions (additive): ``RatePolicy.rate_of(state)`` gives a target's estimated item rate (items/s), and
 ``allocate_periods(rates, budget_per_s, min_period_s, max_period_s)`` splits a global fetch budget over targets by
 the square-root rule; ``RatePolicy.set_budget_scale`` makes its periods follow that split, and
@@ -68,6 +71,7 @@ __all__ = [
     "budget_scale",
     "cho_rate_mle",
     "make_policy",
+    "resume_state",
 ]
 
 
@@ -321,6 +325,18 @@ class SartPolicy:
             period = _clamp(2 * float(state["period_s"]), self.min_period_s, self.max_period_s)
         out = {"period_s": period, "start_s": start, "changes": changes, "fingerprint": observation.fingerprint}
         return Decision(period, out, _distance(state.get("fingerprint"), observation))
+
+
+def resume_state(policy: RevisitPolicy, state: dict[str, Any]) -> dict[str, Any]:
+    """``state`` as ``policy`` can go on from it: each key of ``policy.initial_state()`` it lacks taken from there.
+
+    Why: the scheduler keeps each task's state in its record, and a record written under another policy (an
+    operator changed ``scheduler.policy`` between restarts), or by a version before a key existed, lacks keys that
+    this policy reads with ``state[key]`` (KeyError at every report of the task). The policies share a key only
+    where it means the same (``period_s``, ``last_s``, ``fingerprint``), so what they have in common carries over
+    and the rest starts as for a new task. A state that has every key is returned as it is (the same object)."""
+    initial = policy.initial_state()
+    return state if initial.keys() <= state.keys() else {**initial, **state}
 
 
 POLICY_NAMES: tuple[str, ...] = ("fixed", "shhd", "nutch", "cho", "sart", "rate")

@@ -8,6 +8,7 @@ import json
 import math
 import random
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -27,6 +28,7 @@ from shhd.policies import (
     budget_scale,
     cho_rate_mle,
     make_policy,
+    resume_state,
 )
 from shhd.rate import BatchTime
 
@@ -51,6 +53,52 @@ def test_every_policy_state_is_json_and_period_in_bounds(name: str) -> None:
         state = decision.state
         assert 60 <= decision.period_s <= 86400
         assert json.loads(json.dumps(state)) == state
+
+
+def _state_after_crawls(name: str) -> dict[str, Any]:
+    policy = make_policy(name, min_period_s=60, max_period_s=86400, initial_period_s=600)
+    state = policy.initial_state()
+    for k in range(6):
+        now = 600.0 * k
+        obs = Observation(now_s=now, fingerprint=k * 0x9E3779B97F4A7C15 % 2**64, new_items=k % 2, newest_item_s=now - 1)
+        state = policy.next_period(state, obs).state
+    return state
+
+
+@pytest.mark.parametrize(("written_by", "read_by"), [(a, b) for a in POLICY_NAMES for b in POLICY_NAMES if a != b])
+def test_a_policy_goes_on_from_the_state_another_policy_left(written_by: str, read_by: str) -> None:
+    """``scheduler.policy`` changed between restarts: the task's stored state is another policy's (KeyError before
+    ``resume_state``)."""
+    policy = make_policy(read_by, min_period_s=60, max_period_s=86400, initial_period_s=600)
+    state = resume_state(policy, _state_after_crawls(written_by))
+    if isinstance(policy, RatePolicy):
+        assert policy.budget_view(state).rate_per_s > 0
+    decision = policy.next_period(state, Observation(now_s=4000, new_items=1, fingerprint=9, newest_item_s=3900))
+    assert 60 <= decision.period_s <= 86400
+    assert policy.initial_state().keys() <= decision.state.keys()
+
+
+@pytest.mark.parametrize("name", POLICY_NAMES)
+def test_resume_state_completes_a_state_short_of_keys_and_leaves_a_whole_one_as_it_is(name: str) -> None:
+    policy = make_policy(name, min_period_s=60, max_period_s=86400, initial_period_s=600)
+    whole = _state_after_crawls(name)
+    assert resume_state(policy, whole) is whole  # ordinary states: the very same decisions
+    for lost in whole:
+        short = {key: value for key, value in whole.items() if key != lost}
+        resumed = resume_state(policy, short)
+        assert resumed[lost] == policy.initial_state()[lost]
+        assert {key: resumed[key] for key in short} == short
+        decision = policy.next_period(resumed, Observation(now_s=4000, new_items=1, fingerprint=9))
+        assert 60 <= decision.period_s <= 86400
+
+
+def test_resume_state_of_a_rate_state_stored_before_the_forecasts_decides_as_before() -> None:
+    """The rate policy reads such a state with defaults of its own (``state.get``); completing it first changes
+    nothing."""
+    p = RatePolicy(60, 86400, 600)
+    old = {"period_s": 600.0, "last_s": 0.0, "items": 3.0, "exposure_s": 3000.0, "prior_weight": 1.0}
+    obs = Observation(now_s=600, new_items=1, newest_item_s=550.0)
+    assert p.next_period(resume_state(p, old), obs) == RatePolicy(60, 86400, 600).next_period(old, obs)
 
 
 def test_unknown_name() -> None:
