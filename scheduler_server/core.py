@@ -580,6 +580,13 @@ class SchedulerCore:
         self.moves.end_lease(txn, record, now_ms + int(delay_s * 1000))
         return effects
 
+    def _longest_period_s(self) -> float:
+        """``scheduler.max_period_s``, or the rate policy's longer one under a budget too small for it
+        (``budget.rebalance_budget``): clamped to the configured one, the periods spent several times the budget."""
+        if isinstance(self.policy, BudgetedPolicy):
+            return max(self.config.max_period_s, self.policy.longest_period_s)
+        return self.config.max_period_s
+
     def _observe(self, txn: Txn, record: TaskRecord, item: Report, now_ms: int) -> float:
         """A successful crawl: the policy turns the change signals into the next period (clamped), which is
         returned. A page-cap gap opened or closed by the new cursor is kept in ``meta`` too, so a restart knows
@@ -595,7 +602,7 @@ class SchedulerCore:
                 new_item_times_s=tuple(time_ms / 1000 for time_ms in item.new_item_times_ms),
             ),
         )
-        period = min(self.config.max_period_s, max(self.config.min_period_s, decision.period_s))
+        period = min(self._longest_period_s(), max(self.config.min_period_s, decision.period_s))
         distance = decision.distance
         if distance < 0 and record.fingerprint and item.fingerprint:
             distance = (record.fingerprint ^ item.fingerprint).bit_count()

@@ -248,6 +248,12 @@ class RatePolicy:
     def _longest(self) -> float:
         return self.max_period_s if self.budget_max_s is None else max(self.budget_max_s, self.max_period_s)
 
+    @property
+    def longest_period_s(self) -> float:
+        """The longest period the policy gives now: ``max_period_s``, or under a budget too small for it the stretch
+        ``budget_plan`` chose. The scheduler clamps by it, or it would spend more than the budget."""
+        return self._longest()
+
     def describe(self) -> dict[str, Any]:
         """What the policy steers by now, for an operator: the budget's square-root constant (None without a
         budget, or before the first ``apply_budget``), the longest period it allows, whether the daily anchor is

@@ -165,7 +165,8 @@ DEFAULTS: dict[str, Any] = {
     "scheduler.lease_s": 120.0,
     # How often the reaper returns expired leases to pending and prunes the completion log (wall seconds).
     "scheduler.maintenance_interval_s": 1.0,
-    # Period bounds and first period for new tasks.
+    # Period bounds and first period for new tasks (under a scheduler.fetch_budget_per_s too small for
+    # max_period_s, the rate policy's longest period stretches past it: docs/REVISIT.md, "The default policy").
     "scheduler.max_period_s": 86400.0,
     "scheduler.min_period_s": 60.0,
     "scheduler.initial_period_s": 600.0,

@@ -198,3 +198,29 @@ def test_the_rebalance_takes_at_most_its_share_of_the_maintenance_thread(
     spent = 2.0 * len(rebalanced)
     assert spent / (passes + spent) <= BUDGET_SHARE + 2.0 / passes, (len(rebalanced), passes)
     assert len(rebalanced) < passes / 5
+
+
+def test_a_budget_too_small_for_the_longest_period_stretches_it_in_the_scheduler_too(
+    store: QueueStore, clocks: ManualClocks
+) -> None:
+    """Under a budget whose mean period (tasks ÷ B) is past ``scheduler.max_period_s``, the rate policy's longest
+    period stretches past it (``budget_plan``); the core clamped every period to ``max_period_s`` again, so the
+    scheduler spent several times the budget it was given."""
+    core = SchedulerCore.from_settings(
+        make_settings(**{**RATE_SETTINGS, "scheduler__max_period_s": 3600.0}, scheduler__fetch_budget_per_s=1e-4),
+        store,
+        clocks,
+    )
+    core.add(["jd:1", "jd:2"], TaskKind.ProductReviews)
+    crawl_rounds(core, clocks, {"reviews:jd:1": 0, "reviews:jd:2": 0}, rounds=2)
+    assert core.rebalance_budget() is not None
+    longest = core.policy.describe()["longest_period_s"]  # type: ignore[attr-defined]
+    assert longest > 3600.0  # 2 tasks ÷ 1e-4/s = 20 000 s between fetches of each, stretched past the hour
+    clocks.advance(86400.0)
+    for task in core.lease("w", 2):
+        core.report([Report(task_id=task.id, lease_token=task.lease_token, new_items=0, window_items=10)])
+    periods = [core.task_info(task_id)["period_s"] for task_id in ("reviews:jd:1", "reviews:jd:2")]
+    # Two silent tasks get the longest period the budget allows, not the configured hour: together they spend
+    # no more than the budget.
+    assert periods == [longest, longest]
+    assert sum(1.0 / period for period in periods) <= 1e-4
