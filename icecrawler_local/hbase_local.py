@@ -277,7 +277,9 @@ class LocalHBase:
         return "\n".join(parts)
 
     def start(self) -> str:
-        """Start whatever is not running and wait until Thrift answers a table call. Returns what it did."""
+        """Start whatever is not running and wait until Thrift answers a table call. Returns what it did. A daemon
+        that was running when the start began and exits while it waits (a ``stop`` killed after it sent its SIGTERM
+        leaves one stopping) is started again; only one this start started that exits is a failed start."""
         if self.answering():
             return f"HBase already running (thrift 127.0.0.1:{self.thrift_port})"
         self.ensure_jars()
@@ -293,6 +295,12 @@ class LocalHBase:
                 return f"HBase up (started {', '.join(started) or 'nothing'}; thrift 127.0.0.1:{self.thrift_port})"
             for daemon in self._daemons():
                 if self._pid(daemon.name) is None:
+                    if daemon.name not in started:
+                        # Running when this start began and gone since: it was on its way out (a stop killed after
+                        # its SIGTERM, say), not a failed start-up of ours. Started now, like one that was not there.
+                        self._spawn(daemon)
+                        started.append(daemon.name)
+                        continue
                     tail = self.log_tail()
                     self.stop(timeout_s=10.0)  # a failed start leaves no half of HBase running
                     raise ServiceError(f"HBase {daemon.name} exited during start-up\n{tail}")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -166,3 +167,96 @@ def test_a_jar_copy_killed_half_way_is_done_again_at_the_next_start(
         "hbase-thrift-1.jar",
     ]
     assert sorted(path.name for path in hbase.root.iterdir()) == ["lib"]
+
+
+# A stand-in for both JVMs: the Thrift one answers table calls (happybase's own Thrift definition) while the master
+# runs and is not stopping, as the real Thrift server needs a live master. SIGTERM stops the Thrift one at once; the
+# master marks itself stopping and exits only once the test creates ``master.may-exit`` (a real master takes seconds
+# to flush and stop); the next master clears the mark. Both run in the HBase folder (``LocalHBase._spawn``), where
+# the pid files are.
+SLOW_STOPPING_JVM = """
+import os, signal, sys, threading, time
+master = "org.apache.hadoop.hbase.master.HMaster" in sys.argv
+
+def stopping(*_):
+    if not master:
+        os._exit(0)
+    open("master.stopping", "w").close()
+    def exit_when_allowed():
+        while not os.path.exists("master.may-exit"):
+            time.sleep(0.05)
+        os._exit(0)
+    threading.Thread(target=exit_when_allowed, daemon=True).start()
+
+signal.signal(signal.SIGTERM, stopping)
+if master and os.path.exists("master.stopping"):
+    os.remove("master.stopping")  # the master before this one stopped
+if not master:
+    import happybase  # noqa: F401  (loads the Hbase_thrift module)
+    from Hbase_thrift import Hbase
+    from thriftpy2.rpc import make_server
+
+    class Tables:
+        def getTableNames(self):
+            pid = int(open("master.pid").read())
+            os.kill(pid, 0)
+            if os.path.exists("master.stopping"):
+                raise OSError("the master is stopping")
+            return []
+
+    server = make_server(Hbase, Tables(), "127.0.0.1", int(sys.argv[sys.argv.index("-p") + 1]))
+    threading.Thread(target=server.serve, daemon=True).start()
+while True:
+    time.sleep(1)
+"""
+
+# Runs LocalHBase(...).stop() and SIGKILLs itself right after it sent the master its SIGTERM: a stop killed while it
+# waited for the master to go (argv: the repository, the HBase folder, java, the four ports).
+KILLED_AFTER_MASTER_SIGTERM = """
+import os, signal, sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+from icecrawler_local.hbase_local import LocalHBase
+master_pid = int((Path(sys.argv[2]) / "master.pid").read_text())
+kill = os.kill
+def kill_then_die(pid, sig):
+    kill(pid, sig)
+    if pid == master_pid and sig == signal.SIGTERM:
+        kill(os.getpid(), signal.SIGKILL)
+os.kill = kill_then_die
+ports = dict(zip(("thrift_port", "zookeeper_port", "master_port", "regionserver_port"), map(int, sys.argv[4:8])))
+LocalHBase(Path(sys.argv[2]), heap_mb=256, start_timeout_s=30.0, java=sys.argv[3], **ports).stop()
+"""
+
+
+def test_a_start_after_a_stop_killed_while_the_master_was_stopping_starts_it_again(tmp_path: Path) -> None:
+    """`icecrawler hbase stop` killed -9 after its SIGTERM to the master, which takes its time to stop, then
+    `icecrawler hbase start`: the start found the master running and left it, and when the master then exited (as
+    the killed stop had told it to) failed with "HBase master exited during start-up", stopping the Thrift server it
+    had just started. The master it did not start, gone meanwhile, is started again, and HBase comes up."""
+    root = tmp_path / "hbase"
+    hbase, java = _fake_hbase(root, f"#!{sys.executable}\n" + SLOW_STOPPING_JVM)
+    assert hbase.start().startswith("HBase up (started master, thrift")
+    old_master = hbase.status()["master_pid"]
+    assert isinstance(old_master, int)
+    ports = [hbase.thrift_port, hbase.zookeeper_port, hbase.master_port, hbase.regionserver_port]
+    try:
+        killed_midway(KILLED_AFTER_MASTER_SIGTERM, str(REPO), str(root), str(java), *map(str, ports))
+        assert (root / "master.stopping").exists() and hbase.status()["master_pid"] == old_master
+        assert hbase.status()["thrift_pid"] is None and not hbase.answering()
+
+        def let_the_old_master_go() -> None:  # once the start has started a Thrift server beside the stopping master
+            while hbase.status()["thrift_pid"] is None:
+                time.sleep(0.05)
+            (root / "master.may-exit").touch()
+
+        releaser = threading.Thread(target=let_the_old_master_go, daemon=True)
+        releaser.start()
+        assert hbase.start().startswith("HBase up")
+        releaser.join(timeout=30)
+        status = hbase.status()
+        assert status["answering"] is True and status["master_pid"] not in (None, old_master), status
+    finally:
+        (root / "master.may-exit").touch()
+        hbase.stop(timeout_s=30.0)
+        _ours(old_master)
