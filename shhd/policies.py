@@ -328,15 +328,20 @@ class SartPolicy:
 
 
 def resume_state(policy: RevisitPolicy, state: dict[str, Any]) -> dict[str, Any]:
-    """``state`` as ``policy`` can go on from it: each key of ``policy.initial_state()`` it lacks taken from there.
+    """``state`` as ``policy`` can go on from it: each key of ``policy.initial_state()`` it lacks taken from there,
+    and each key it does not know dropped.
 
     Why: the scheduler keeps each task's state in its record, and a record written under another policy (an
     operator changed ``scheduler.policy`` between restarts), or by a version before a key existed, lacks keys that
     this policy reads with ``state[key]`` (KeyError at every report of the task). The policies share a key only
     where it means the same (``period_s``, ``last_s``, ``fingerprint``), so what they have in common carries over
-    and the rest starts as for a new task. A state that has every key is returned as it is (the same object)."""
+    and the rest starts as for a new task. Foreign keys go: ``fixed`` keeps the state it is given, and a ``last_s``
+    that went through it from another policy would name a crawl long past to the next one. A state with exactly
+    the policy's keys is returned as it is (the same object)."""
     initial = policy.initial_state()
-    return state if initial.keys() <= state.keys() else {**initial, **state}
+    if initial.keys() == state.keys():
+        return state
+    return {**initial, **{key: value for key, value in state.items() if key in initial}}
 
 
 POLICY_NAMES: tuple[str, ...] = ("fixed", "shhd", "nutch", "cho", "sart", "rate")

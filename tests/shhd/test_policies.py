@@ -92,6 +92,27 @@ def test_resume_state_completes_a_state_short_of_keys_and_leaves_a_whole_one_as_
         assert 60 <= decision.period_s <= 86400
 
 
+def test_a_state_passed_on_by_fixed_brings_no_key_of_the_policy_before_it() -> None:
+    """``fixed`` keeps whatever state it is given: a key another policy left (cho's ``last_s``, the time of its last
+    crawl) went on through it, and ``rate`` chosen a month later counted its exposure from that crawl, giving a
+    target of one item every 10 minutes the longest period. Keys the resuming policy does not know are dropped."""
+    bounds = {"min_period_s": 60, "max_period_s": 86400, "initial_period_s": 600}
+    fixed, rate = make_policy("fixed", **bounds), make_policy("rate", **bounds)
+    cho_state = _state_after_crawls("cho")
+    assert resume_state(fixed, cho_state) == {"period_s": cho_state["period_s"]}
+
+    def first_rate_period(written_by: str) -> float:
+        state = resume_state(fixed, _state_after_crawls(written_by))
+        for day in range(1, 31):
+            state = resume_state(fixed, fixed.next_period(state, Observation(now_s=86400.0 * day)).state)
+        state = resume_state(rate, state)
+        now = 86400.0 * 31
+        times = tuple(now - 600.0 * k for k in range(1, 11))
+        return rate.next_period(state, Observation(now_s=now, new_items=10, new_item_times_s=times)).period_s
+
+    assert first_rate_period("cho") == first_rate_period("shhd") < 3600
+
+
 def test_resume_state_of_a_rate_state_stored_before_the_forecasts_decides_as_before() -> None:
     """The rate policy reads such a state with defaults of its own (``state.get``); completing it first changes
     nothing."""
