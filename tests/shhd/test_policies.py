@@ -96,8 +96,8 @@ def test_a_state_passed_on_by_fixed_brings_no_key_of_the_policy_before_it() -> N
     """``fixed`` keeps whatever state it is given: a key another policy left (cho's ``last_s``, the time of its last
     crawl) went on through it, and ``rate`` chosen a month later counted its exposure from that crawl, giving a
     target of one item every 10 minutes the longest period. Keys the resuming policy does not know are dropped."""
-    bounds = {"min_period_s": 60, "max_period_s": 86400, "initial_period_s": 600}
-    fixed, rate = make_policy("fixed", **bounds), make_policy("rate", **bounds)
+    fixed = make_policy("fixed", min_period_s=60, max_period_s=86400, initial_period_s=600)
+    rate = make_policy("rate", min_period_s=60, max_period_s=86400, initial_period_s=600)
     cho_state = _state_after_crawls("cho")
     assert resume_state(fixed, cho_state) == {"period_s": cho_state["period_s"]}
 
