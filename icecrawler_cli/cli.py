@@ -54,13 +54,32 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}{self._close_match(message)} (see {self.prog} --help)\n")
 
     def _close_match(self, message: str) -> str:
-        choice = re.match(r"argument [^:]+: invalid choice: '([^']*)' \(choose from (.*)\)$", message)
+        choice = _INVALID_CHOICE.match(message)
         if choice:
-            return _did_you_mean(choice[1], re.findall(r"'([^']*)'", choice[2]))
+            return _did_you_mean(choice["word"][1:-1], _listed_choices(choice["choices"]))
         unknown = re.match(r"unrecognized arguments: (.*)$", message)
+        words = [word.split("=", 1)[0] for word in unknown[1].split() if word.startswith("-")] if unknown else []
+        own = next((word for word in words if word in self._option_string_actions), None)
+        if own:
+            # Its own option, yet not taken: it came before the subcommand, where only the top-level parser looks.
+            return f"; {own} is an option of `{self.prog}`: put it after the subcommand"
+        long = [word for word in words if word.startswith("--")]
         options = [option for option in self._option_string_actions if option.startswith("--")]
-        words = [word.split("=", 1)[0] for word in unknown[1].split() if word.startswith("--")] if unknown else []
-        return _did_you_mean(words[0], options) if words else ""
+        return _did_you_mean(long[0], options) if long else ""
+
+
+#: argparse's message for a value outside ``choices``; the value is given as ``repr`` gives it.
+_INVALID_CHOICE = re.compile(
+    r"argument [^:]+: invalid choice: (?P<word>'[^']*'|\"[^\"]*\") \(choose from (?P<choices>.*)\)$"
+)
+
+
+def _listed_choices(listed: str) -> list[str]:
+    """The choices of argparse's "(choose from ...)": each quoted (``'seed', 'status'``) before gh-86357 (CPython
+    3.12.8 and 3.13.1), bare (``seed, status``) since."""
+    if re.fullmatch(r"'[^']*'(?:, '[^']*')*", listed):
+        return re.findall(r"'([^']*)'", listed)
+    return listed.split(", ")
 
 
 class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
@@ -85,8 +104,11 @@ class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
 
 
 def _did_you_mean(word: str, choices: Iterable[str]) -> str:
-    found = difflib.get_close_matches(word, list(choices), n=1)
-    return f"; did you mean {found[0]}?" if found else ""
+    """A close match among ``choices`` other than ``word`` itself, compared without leading dashes: the ``--`` all
+    options share made ``--quiet`` and ``--yes`` look like ``--set``."""
+    bare = {choice.lstrip("-"): choice for choice in choices if choice != word}
+    found = difflib.get_close_matches(word.lstrip("-"), list(bare), n=1)
+    return f"; did you mean {bare[found[0]]}?" if found else ""
 
 
 def _command_parser(parser: argparse.ArgumentParser, name: str | None) -> argparse.ArgumentParser:
@@ -224,6 +246,9 @@ def _run(named: str | None, rest: list[str], ice_args: list[str]) -> int:
     if isinstance(unavailable, Unavailable) and "-h" not in rest and "--help" not in rest:
         print(f"icecrawler {named}: error: {unavailable.error}", file=sys.stderr)  # before its options are parsed
         return 2
+    early = _before_command(parser, commands, rest)
+    if early:  # argparse would take an option's value for the command (`icecrawler --log-level DEBUG status`)
+        _command_parser(parser, rest[len(early)]).error(f"unrecognized arguments: {' '.join(early)}")
     args, unknown = parser.parse_known_args(rest)
     if unknown:  # an option the subcommand lacks: its error, not the top-level parser's
         _command_parser(parser, args.command).error(f"unrecognized arguments: {' '.join(unknown)}")
@@ -262,6 +287,22 @@ def _run(named: str | None, rest: list[str], ice_args: list[str]) -> int:
         logging.getLogger("icecrawler").debug("command failed", exc_info=True)
         print(f"icecrawler {args.command}: error: {message}", file=sys.stderr)
         return 2
+
+
+def _before_command(parser: argparse.ArgumentParser, commands: dict[str, BaseCommand], rest: list[str]) -> list[str]:
+    """The words before the subcommand when one of them is the subcommand's option rather than ``icecrawler``'s,
+    else []: the top-level parser knows none of them, and would read an option's value as the command."""
+    index = next((number for number, arg in enumerate(rest) if arg in commands), 0)
+    child = _command_parser(parser, rest[index]) if index else parser
+    for arg in rest[:index]:
+        option = arg.split("=", 1)[0]
+        if (
+            arg.startswith("-")
+            and option in child._option_string_actions
+            and option not in parser._option_string_actions
+        ):
+            return rest[:index]
+    return []
 
 
 def _not_utf8_argument(exc: BaseException, argv: list[str]) -> str | None:

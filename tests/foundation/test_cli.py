@@ -239,3 +239,61 @@ def test_help_prose_fits_the_terminal(
         main([name, "--help"] if name else ["--help"])
     long = [line for line in capsys.readouterr().out.splitlines() if len(line) > 80 and not line[:1].isspace()]
     assert long == [], long
+
+
+@pytest.mark.parametrize(
+    ("message", "hint"),
+    [
+        ("argument COMMAND: invalid choice: 'sede' (choose from 'scheduler', 'seed')", "; did you mean seed?"),
+        ("argument COMMAND: invalid choice: 'sede' (choose from scheduler, seed, status)", "; did you mean seed?"),
+        ("argument --role: invalid choice: 'clinet' (choose from 'client', 'admin')", "; did you mean client?"),
+        ("argument --role: invalid choice: 'clinet' (choose from client, admin, reader)", "; did you mean client?"),
+        ('argument --role: invalid choice: "it\'s" (choose from its, admin)', "; did you mean its?"),
+    ],
+)
+def test_a_close_choice_is_found_in_either_form_of_argparse_s_list(message: str, hint: str) -> None:
+    """argparse quoted each choice (``'seed', 'status'``) until gh-86357 (CPython 3.12.8, 3.13.1), and lists them
+    bare since (``seed, status``): a mistyped command or choice gets its suggestion on either."""
+    from icecrawler_cli.cli import _Parser
+
+    assert _Parser(prog="icecrawler")._close_match(message) == hint
+
+
+@pytest.mark.parametrize(
+    ("args", "hint"),
+    [
+        (["--log-json", "status"], "--log-json is an option of `icecrawler status`: put it after the subcommand"),
+        (["--json", "settings"], "--json is an option of `icecrawler settings`: put it after the subcommand"),
+        (["--set=client.workers=2", "status"], "--set is an option of `icecrawler status`: put it after"),
+        (["--log-level", "DEBUG", "status"], "--log-level is an option of `icecrawler status`: put it after"),
+        (["-c", "x.toml", "seed", "jd:1"], "-c is an option of `icecrawler seed`: put it after the subcommand"),
+    ],
+)
+def test_an_option_given_before_its_subcommand_is_said_to_go_after_it(
+    args: list[str], hint: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``icecrawler --log-json status`` suggested the very word given (``did you mean --log-json?``), and
+    ``icecrawler --log-level DEBUG status`` took DEBUG for the command (``invalid choice: 'DEBUG'``); the option is
+    the subcommand's, only in the wrong place."""
+    with pytest.raises(SystemExit) as info:
+        main(args)
+    err = capsys.readouterr().err
+    assert info.value.code == 2
+    assert hint in err and "did you mean" not in err and "invalid choice" not in err and err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["status", "--quiet"], ["status", "--host", "x"], ["remove", "x", "--yes"], ["status", "--version"]],
+)
+def test_an_unknown_option_like_none_of_the_command_s_gets_no_suggestion(
+    args: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Whole words were compared, so the ``--`` every option shares lifted ``--quiet``, ``--host`` and ``--yes`` to
+    ``--set`` and ``--version`` to ``--json``: suggestions that misled. (``--lsting`` still gets ``--listing``, and
+    ``sede`` gets ``seed``: the test above.)"""
+    with pytest.raises(SystemExit) as info:
+        main(args)
+    err = capsys.readouterr().err
+    assert info.value.code == 2
+    assert f"icecrawler {args[0]}: error: unrecognized arguments: " in err and "did you mean" not in err, err
