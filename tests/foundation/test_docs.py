@@ -622,33 +622,55 @@ def test_the_path_check_flags_what_is_missing_and_passes_what_is_there() -> None
         assert path_problem(missing, folders) is not None, missing
 
 
-#: A setting the docs give with a value: ```scheduler.lease_s`, 120 s``, ```client.shutdown_grace_s` (20 s``.
+#: A setting the docs give with a value: ```scheduler.lease_s`, 120 s by default``, ```client.shutdown_grace_s` (20 s``;
+#: the words before it, to tell a suggestion (``raise `scheduler.lease_s` (300 s)``) from a default, and after it.
 SETTING_WITH_VALUE = re.compile(
-    r"`([a-z]+\.[a-z_][a-z0-9_.]*)`(?:, | \()(\d[\d ]*(?:\.\d+)?)(?: ?(ms|s|seconds|minutes|hours|days|MB))?\b"
+    r"(?P<before>\b[\w.]+ )?`(?P<key>[a-z]+\.[a-z_][a-z0-9_.]*)`(?:, | \()(?P<number>\d[\d ]*(?:\.\d+)?)"
+    r"(?: ?(?P<unit>ms|s|seconds?|min|minutes?|hours?|days?|B|KB|MB|GB))?\b(?P<after> by default| default)?"
 )
-#: What each unit the docs write a value in is in the settings' own units (seconds, bytes, counts).
-UNITS = {"": 1, "s": 1, "seconds": 1, "minutes": 60, "hours": 3600, "days": 86400, "MB": 1_000_000}
+#: Each unit the docs write a value in, as its dimension and its size in that dimension's base (seconds, bytes).
+UNITS = {
+    **{"ms": ("time", 0.001), "s": ("time", 1), "second": ("time", 1), "seconds": ("time", 1)},
+    **{"min": ("time", 60), "minute": ("time", 60), "minutes": ("time", 60)},
+    **{"hour": ("time", 3600), "hours": ("time", 3600), "day": ("time", 86400), "days": ("time", 86400)},
+    **{"B": ("size", 1), "KB": ("size", 1000), "MB": ("size", 1_000_000), "GB": ("size", 1_000_000_000)},
+}
+#: A key named after its unit (``lease_s``, ``latency_ms``, ``heap_mb``, ``max_body_bytes``) holds a number of it.
+KEY_UNITS = {"_s": "s", "_ms": "ms", "_mb": "MB", "_bytes": "B"}
+#: A word before the setting that asks for another value than the default: the value after it is a suggestion.
+CHANGE_WORDS = frozenset({"raise", "lower", "increase", "decrease", "reduce", "set", "try", "e.g."})
 
 
 def values_problems(text: str, defaults: dict[str, object]) -> list[str]:
-    """Where ``text`` gives a setting a value other than its default (a value in ``ms`` is left alone: no setting
-    but ``*_ms`` ones takes it, and those the check reads as given)."""
+    """Where ``text`` gives a setting a value other than its default. The docs quote a default right after the
+    setting, as ```key` (20 s)``, ```key`, 120 s by default`` or ``(`key`, 600 s)``: each is checked, in any of
+    ``UNITS`` (a key named after a unit, ``heap_mb``, counts in that unit; one without, in seconds or bytes). A value
+    after a word that asks for a change (``raise `scheduler.lease_s` (300 s) for slow sites``, ``CHANGE_WORDS``) is
+    a suggestion and left alone, unless it says it is the default (``(300 s by default)``)."""
     problems = []
     for match in SETTING_WITH_VALUE.finditer(text):
-        key, number, unit = match.group(1), match.group(2).replace(" ", ""), match.group(3) or ""
-        if key not in defaults or (unit == "ms" and not key.endswith("_ms")):
+        key, number, unit = match["key"], float(match["number"].replace(" ", "")), match["unit"] or ""
+        before = (match["before"] or "").strip().lower()
+        if key not in defaults or (before in CHANGE_WORDS and not match["after"]):
             continue
         default = defaults[key]
         if isinstance(default, bool) or not isinstance(default, (int, float)):
             continue
-        if float(number) * UNITS.get(unit, 1) != float(default):
-            problems.append(f"{match.group(0)}: the default is {default}")
+        quote = text[match.start("key") - 1 : match.end()]
+        key_unit = next((name for suffix, name in KEY_UNITS.items() if key.endswith(suffix)), "")
+        if unit and key_unit and UNITS[unit][0] != UNITS[key_unit][0]:
+            problems.append(f"{quote}: {key} takes no {unit}")
+            continue
+        value = number * (UNITS[unit][1] if unit else 1) / (UNITS[key_unit][1] if unit and key_unit else 1)
+        if abs(value - float(default)) > 1e-9 * max(1.0, abs(float(default))):
+            problems.append(f"{quote}: the default is {default}")
     return problems
 
 
 def test_a_setting_s_value_the_docs_give_is_its_default(files: list[Path]) -> None:
     """A default the docs quote beside a setting (``scheduler.lease_s``, 120 s) is the one ``default_settings``
-    has: a default changed in the code leaves no doc saying the old one."""
+    has: a default changed in the code leaves no doc saying the old one. What reads as a default, and what as a
+    suggested value left alone (``raise `scheduler.lease_s` (300 s)``), is said in ``values_problems``."""
     from icecrawler.settings import Settings
 
     defaults = Settings().include_sources().as_dict()
@@ -668,6 +690,49 @@ def test_the_value_check_flags_another_value_and_passes_the_default() -> None:
     assert values_problems("`x.on` (1), `jieba.lcut` 5.04, `scheduler.lease_s` (3 minutes)", defaults) == [
         "`scheduler.lease_s` (3 minutes: the default is 120.0"
     ]
+
+
+@pytest.mark.parametrize(
+    "quoted",
+    [
+        "`x.period_s` (1 hour)",
+        "`x.period_s` (60 min)",
+        "`x.grace_s` (2 min), then",
+        "`x.period_s`, 1 hour by default",
+        "`x.period_s` (3600 seconds)",
+        "`x.retention_s` (1 day)",
+        "`hbase.heap_mb` (1024 MB)",
+        "`x.latency_ms` (250 ms)",
+        "`x.grace_s` (120 000 ms)",
+        "raise `scheduler.lease_s` (300 s) for slow sites",
+        "lower `x.grace_s` (30 s) on a small machine",
+    ],
+)
+def test_the_value_check_reads_units_and_passes_a_suggestion(quoted: str) -> None:
+    """Harmless wordings the check misread: a singular unit (``1 hour``), ``min``, a value in the unit a key is
+    named after (``heap_mb`` in MB), and a value the docs suggest rather than quote (``raise ... (300 s)``)."""
+    defaults: dict[str, object] = {
+        **{"x.period_s": 3600.0, "x.grace_s": 120.0, "x.retention_s": 86400.0, "hbase.heap_mb": 1024},
+        **{"x.latency_ms": 250, "scheduler.lease_s": 120.0},
+    }
+    assert values_problems(quoted, defaults) == []
+
+
+@pytest.mark.parametrize(
+    "quoted",
+    [
+        "`x.period_s` (2 hours)",
+        "`x.grace_s` (3 min), then",
+        "`hbase.heap_mb` (2048 MB)",
+        "`x.latency_ms` (1 s)",
+        "raise `scheduler.lease_s` (300 s by default)",
+        "`scheduler.lease_s`, 300 s by default",
+    ],
+)
+def test_the_value_check_flags_another_default_in_any_unit(quoted: str) -> None:
+    defaults: dict[str, object] = {"x.period_s": 3600.0, "x.grace_s": 120.0, "hbase.heap_mb": 1024}
+    defaults |= {"x.latency_ms": 250, "scheduler.lease_s": 120.0}
+    assert len(values_problems(quoted, defaults)) == 1, quoted
 
 
 #: The packages whose every module docs/ARCHITECTURE.md's "Where the code lives" names in the package's row; the
