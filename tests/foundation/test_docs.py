@@ -763,6 +763,26 @@ def test_the_code_map_names_every_module(files: list[Path]) -> None:
     assert missing == [], f"modules docs/ARCHITECTURE.md's table does not name: {missing}"
 
 
+def test_the_docs_name_each_shared_module_beside_the_sources(files: list[Path]) -> None:
+    """The code map leaves the folders of one module per source to docs/SOURCES.md's ``<name>.py``; the modules
+    there that are no source's (``crawler_client/sources/base.py``, the ``_*.py`` helpers, the sandbox's shared
+    Weibo markup and passport) are named in docs/ARCHITECTURE.md or docs/SOURCES.md, with their folder
+    (``sources/_dates.py``: another project's ``extractor/weibo.py`` is not ``sites/weibo.py``), so a newcomer
+    knows they exist."""
+    from icecrawler.sourcespec import registry
+
+    docs = read("docs/ARCHITECTURE.md") + read("docs/SOURCES.md")
+    missing = [
+        name
+        for path in files
+        if (name := path.relative_to(REPO).as_posix()).startswith(ONE_PER_SOURCE)
+        and path.suffix == ".py"
+        and path.stem not in {*registry, "__init__"}
+        and not re.search(rf"`(?:[\w/]+/)?{re.escape(f'{path.parent.name}/{path.name}')}`", docs)
+    ]
+    assert missing == [], f"shared modules neither docs/ARCHITECTURE.md nor docs/SOURCES.md names: {missing}"
+
+
 def test_the_ice_properties_docs_ice_md_lists_are_the_ones_the_code_sets() -> None:
     """docs/ICE.md, section 1: each property of its tables, with the value we set, is one ``rpc.BASE_PROPERTIES``
     (or the client's ``CLIENT_PROPERTIES``) sets, and the tables leave none of them out."""
