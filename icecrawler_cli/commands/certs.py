@@ -21,11 +21,11 @@ class Command(BaseCommand):
         "  icecrawler certs issue ops --dir certs --role admin      # seed tasks, everything but account cookies\n"
         "  icecrawler certs issue dashboard --dir certs --role reader  # status only\n\n"
         "--role is written into the certificate (as the subjectAltName URI icecrawler:role:ROLE); servers\n"
-        "allow each operation by it. A certificate without a role (a daemon's own) may call nothing.\n"
-        "issue writes NODE.pem, NODE-key.pem (mode 0600) and NODE-ssl.conf, an Ice property file that sets\n"
-        "IceSSL.CAs/CertFile/KeyFile, VerifyPeer=2 (servers require client certificates) and\n"
-        "IceSSL.TrustOnly.Server (the DNs a server accepts; --trust, default O=icecrawler). Copy NODE.pem,\n"
-        "NODE-key.pem, ca.pem and NODE-ssl.conf to that node only. See docs/DEPLOY.md."
+        "allow each operation by it. A certificate without a role (a daemon's own) may call nothing.\n\n"
+        "For a node, the issue action writes NODE.pem, NODE-key.pem (mode 0600) and NODE-ssl.conf, an Ice\n"
+        "property file that sets IceSSL.CAs/CertFile/KeyFile, VerifyPeer=2 (servers require client\n"
+        "certificates) and IceSSL.TrustOnly.Server (the DNs a server accepts; --trust, default O=icecrawler).\n"
+        "Copy NODE.pem, NODE-key.pem, ca.pem and NODE-ssl.conf to that node only. See docs/DEPLOY.md."
     )
 
     def add_options(self, parser: argparse.ArgumentParser) -> None:
@@ -61,8 +61,9 @@ class Command(BaseCommand):
             "--role",
             choices=list(tls.ROLES),
             default=None,
-            help="issue: what the holder may call: client (lease, report, write, status), admin (also seed and "
-            "remove targets, hold hosts; no account cookies), reader (status); default none",
+            help="issue: what the holder may call: client (lease, report, write, status, and account cookies with a "
+            "lease), admin (lease, report, write, status, seed and remove targets, hold hosts; no account cookies), "
+            "reader (status); default none",
         )
         parser.add_argument(
             "--ca-name", default="icecrawler CA", help="CN of the CA certificate (init; default: %(default)s)"

@@ -21,9 +21,9 @@ class Command(BaseCommand):
         "each --hosts entry, and write <dir>/scheduler.json, storage.json and client.json in Prometheus' file-SD "
         "format with the daemons that answered. A scheduler or storage server once listed stays listed when it "
         "stops answering (so that Prometheus sees it down and IcecrawlerTargetDown fires); --forget HOST:PORT "
-        "drops one taken out of service. Clients are listed only while they answer. "
-        "deploy/prometheus/prometheus.yml reads the files; Prometheus picks up changes by itself. With --every "
-        "it probes again every so many seconds until SIGTERM/SIGINT."
+        "drops one taken out of service. Clients are listed only while they answer. Prometheus reads the files as "
+        "deploy/prometheus/prometheus.yml says and picks up changes by itself. With --every it probes again every "
+        "so many seconds until SIGTERM/SIGINT."
     )
 
     def add_options(self, parser: argparse.ArgumentParser) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -297,3 +298,35 @@ def test_an_unknown_option_like_none_of_the_command_s_gets_no_suggestion(
     err = capsys.readouterr().err
     assert info.value.code == 2
     assert f"icecrawler {args[0]}: error: unrecognized arguments: " in err and "did you mean" not in err, err
+
+
+@pytest.mark.parametrize("name", ["", *COMMAND_MODULES])
+def test_help_prose_starts_each_sentence_as_one(
+    name: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Lines of a description are joined into paragraphs, so a line that began with an action's name read as a
+    sentence cut in two (``... may call nothing. issue writes NODE.pem``): each sentence starts as one (``e.g. a``
+    is not a sentence's end)."""
+    monkeypatch.setenv("COLUMNS", "2000")
+    with pytest.raises(SystemExit):
+        main([name, "--help"] if name else ["--help"])
+    prose = [line for line in capsys.readouterr().out.splitlines() if not line[:1].isspace()]
+    cut = [found for line in prose for found in re.findall(r"\S*(?<!\.[a-z])[a-z)]\. [a-z]\S*", line)]
+    assert cut == [], cut
+
+
+def test_certs_role_help_lists_what_each_role_may_call() -> None:
+    """``certs --role``'s help said a client may call "lease, report, write, status" while
+    ``security.PERMISSIONS`` also gives it the account cookies with a lease: each role's list is what it grants."""
+    from icecrawler.security import PERMISSIONS, TRUSTED
+    from icecrawler_cli.cli import _command_parser, _load_commands, build_parser
+
+    words = {"lease": "lease", "report": "report", "write": "write", "status": "status", "cookies": "cookies"}
+    words |= {"add": "seed", "remove": "remove", "hold": "hold"}
+    assert set(words) == TRUSTED
+    certs = _command_parser(build_parser(_load_commands(["certs"])), "certs")
+    text = next(action.help for action in certs._actions if "--role" in action.option_strings)
+    assert text is not None
+    for role, granted in PERMISSIONS.items():
+        listed = re.sub(r"; no [^;]*", "", re.findall(rf"\b{role} \(([^)]*)\)", text)[0])
+        assert {name for name, word in words.items() if re.search(rf"\b{word}\b", listed)} == granted, (role, text)
