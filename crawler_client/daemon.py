@@ -159,6 +159,7 @@ class ClientDaemon:
             write_bytes=config.write_bytes,
             report_bytes=config.report_bytes,
             record_bytes=config.record_bytes,
+            record_limit_from=f"storage.batch_limit = {config.write_batch}",
             backoff_s=config.backoff_s,
             max_backoff_s=config.max_backoff_s,
             now_ms=_wall_ms,

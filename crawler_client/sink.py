@@ -9,9 +9,9 @@ them for good. Everything in between is buffered here, in memory, bounded:
   stops leasing (``has_room``), so a long outage costs no new leases;
 * storage rejects some records (``InvalidRecordsError``) → the others WERE stored: log each rejected record
   loudly, never retry it (it would be rejected again), carry on. A record the wire cannot carry (``screen``),
-  or one over the storage server's request limit by itself (``record_bytes``: Ice would refuse every write of it
-  by closing the connection, which looks like an outage, so it was resent forever), is dropped alone before
-  sending; a chunk refused or failing as a whole is split until the record at fault is alone. A record that
+  or one over the storage server's request limit by itself (``record_bytes``, on its exact size: Ice would refuse
+  every write of it by closing the connection, which looks like an outage, so it was resent forever), is dropped
+  alone before sending; a chunk refused or failing as a whole is split until the record at fault is alone. A record that
   could not be stored though it is not invalid makes its task's report a failure (``records-not-stored``, old
   cursor), so the task is crawled again instead of being reported Ok;
 * scheduler unreachable → keep the reports, retry with backoff;
@@ -51,7 +51,7 @@ from dataclasses import dataclass
 from crawler_client.crawl import CrawlResult, failure_report, fingerprint_result
 from crawler_client.gateways import CallCutError, SchedulerGateway, StorageGateway
 from crawler_client.screen import record_problem
-from crawler_client.wire_size import fitting, record_wire_bytes, report_wire_bytes
+from crawler_client.wire_size import fitting, record_exact_bytes, record_wire_bytes, report_wire_bytes
 from crawler_client.writer import ClientStats, Pending, RecordWriter
 from icecrawler.errors import InvalidArgumentError, LeaseLostError, ServiceError, StorageUnavailableError
 from icecrawler.models import Outcome, Post, Review
@@ -114,6 +114,7 @@ class Sink:
         write_bytes: int = 0,
         report_bytes: int = 0,
         record_bytes: int = 0,
+        record_limit_from: str = "",
         backoff_s: float,
         max_backoff_s: float,
         now_ms: Callable[[], int],
@@ -126,9 +127,11 @@ class Sink:
         self.report_batch = max(1, report_batch)
         #: Most estimated wire bytes in one putUsers (0: no limit): over the scheduler's limit it would refuse it.
         self.report_bytes = report_bytes
-        #: Most estimated wire bytes of one record (0: no limit): over the storage server's limit by itself, it can
-        #: never be sent.
+        #: Most wire bytes of one record (0: no limit): over the storage server's limit by itself, it can never be
+        #: sent.
         self.record_bytes = record_bytes
+        #: The setting ``record_bytes`` was derived from, for the log (the server's own limit is not visible here).
+        self.record_limit_from = record_limit_from
         self._now_ms = now_ms
         self._monotonic = monotonic
         self._fingerprint = fingerprint
@@ -172,14 +175,16 @@ class Sink:
         return good
 
     def _oversized(self, record: Post | Review) -> str | None:
-        """Why ``record`` alone is over the storage server's request limit (None when it is not, or no limit)."""
-        size = record_wire_bytes(record)
-        if not self.record_bytes or size <= self.record_bytes:
+        """Why ``record`` alone is over the storage server's request limit (None when it is not, or no limit). The
+        cheap estimate clears nearly every record; one it does not is measured exactly before it is dropped, since
+        the estimate can be four times the real size."""
+        if not self.record_bytes or record_wire_bytes(record) <= self.record_bytes:
             return None
-        return (
-            f"it takes about {size} bytes on the wire, over the storage server's request limit of {self.record_bytes}"
-            " bytes for one record (storage.batch_limit)"
-        )
+        size = record_exact_bytes(record)
+        if size <= self.record_bytes:
+            return None
+        source = f", derived from this client's {self.record_limit_from}" if self.record_limit_from else ""
+        return f"it takes {size} bytes on the wire, over the storage request limit of {self.record_bytes} bytes{source}"
 
     def buffered_records(self) -> int:
         with self._lock:

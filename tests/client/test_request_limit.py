@@ -17,7 +17,7 @@ from crawler_client.crawl import CrawlResult
 from crawler_client.daemon import ClientDaemon, DaemonConfig
 from crawler_client.gateways import CallCutoff, IceStorage
 from crawler_client.sink import Sink
-from crawler_client.wire_size import record_wire_bytes
+from crawler_client.wire_size import record_exact_bytes, record_wire_bytes
 from icecrawler import limits, rpc
 from icecrawler.clock import Clock
 from icecrawler.models import Outcome, Report, Review, Task, TaskKind
@@ -68,16 +68,20 @@ def _server(tmp_path: Path, batch_limit: int) -> StorageServerRunner:
     return server
 
 
-def test_a_record_over_the_request_limit_is_dropped_alone(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    """A review of 100 001 characters (over ``storage.max_text_chars`` too) cannot reach a server that takes
-    requests of 84 KiB: it is dropped before sending, and its neighbours are stored and the task reported."""
+@pytest.mark.parametrize("content", ["x" * 100_001, "é" * 50_000], ids=["ascii", "two-byte"])
+def test_a_record_over_the_request_limit_is_dropped_alone(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, content: str
+) -> None:
+    """A review of 100 001 characters (over ``storage.max_text_chars`` too), or of 100 000 bytes of "é", cannot
+    reach a server that takes requests of 84 KiB: it is dropped before sending, and its neighbours are stored and the
+    task reported. The ERROR says its exact size, the limit and the setting the limit comes from."""
     server = _server(tmp_path, batch_limit=10)
     try:
         with rpc.communicator() as comm:
             scheduler = MemoryScheduler()
             sink = _daemon_sink(scheduler, IceStorage(server.proxy(comm), CallCutoff()), batch_limit=10)
-            huge = make_review("huge", content="x" * 100_001)
-            assert record_wire_bytes(huge) > _limit_bytes(batch_limit=10)
+            huge = make_review("huge", content=content)
+            assert record_exact_bytes(huge) > _limit_bytes(batch_limit=10)
             sink.add(_result("a", [make_review("r1"), huge, make_review("r2")]))
             assert sink.flush() is True
             stats = server.proxy(comm).stats()
@@ -86,7 +90,15 @@ def test_a_record_over_the_request_limit_is_dropped_alone(tmp_path: Path, caplog
     assert stats.reviews == 2 and stats.recordsRejected == 0  # the huge one never reached the server
     assert [report.outcome for report in scheduler.reports] == [Outcome.Ok]
     assert sink.stats.snapshot()["records_rejected"] == 1 and sink.stats.snapshot()["items_stored"] == 2
-    assert "request limit" in caplog.text and "huge" in caplog.text
+    size = 64 + sum(
+        len(text.encode()) + (1 if len(text.encode()) < 255 else 5)
+        for text in vars(huge).values()
+        if isinstance(text, str)
+    )
+    assert (
+        f"review huge dropped, it cannot be sent: it takes {size} bytes on the wire, over the storage request limit "
+        f"of {sink.record_bytes} bytes, derived from this client's storage.batch_limit = 10" in caplog.text
+    )
 
 
 def test_four_byte_characters_do_not_push_a_write_over_the_limit(tmp_path: Path) -> None:
@@ -106,3 +118,48 @@ def test_four_byte_characters_do_not_push_a_write_over_the_limit(tmp_path: Path)
     assert done is True
     assert stats.reviews == 60 and sink.stats.snapshot()["items_stored"] == 60
     assert [report.outcome for report in scheduler.reports] == [Outcome.Ok]
+
+
+def test_a_record_the_estimate_overcounts_is_sent_not_dropped(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The estimate counts a whole text at 4 bytes a character once it holds one non-ASCII character: 25 000 ASCII
+    characters and an "é" are ~100 KB to it, 25 002 bytes on the wire. Dropped on the estimate, a record the server
+    takes was lost, its task reported Ok (its cursor past it) and the log said it was over the limit. The drop is
+    decided on the exact size."""
+    server = _server(tmp_path, batch_limit=10)
+    try:
+        with rpc.communicator() as comm:
+            scheduler = MemoryScheduler()
+            sink = _daemon_sink(scheduler, IceStorage(server.proxy(comm), CallCutoff()), batch_limit=10)
+            mostly_ascii = make_review("mixed", content="x" * 25_000 + "é")
+            assert record_wire_bytes(mostly_ascii) > sink.record_bytes  # the estimate alone would drop it
+            sink.add(_result("a", [make_review("r1"), mostly_ascii]))
+            assert sink.flush() is True
+            stats = server.proxy(comm).stats()
+    finally:
+        server.stop()
+    assert stats.reviews == 2
+    assert sink.stats.snapshot()["records_rejected"] == 0 and sink.stats.snapshot()["items_stored"] == 2
+    assert [report.outcome for report in scheduler.reports] == [Outcome.Ok]
+    assert "dropped" not in caplog.text
+
+
+def test_a_record_of_exactly_the_limit_is_stored_and_one_byte_more_is_dropped(tmp_path: Path) -> None:
+    """The exact size is what the server's limit is measured against: a record of exactly ``record_bytes`` (two-byte
+    characters, so the estimate is twice that) reaches the server and is stored, one a byte larger is dropped."""
+    server = _server(tmp_path, batch_limit=10)
+    try:
+        with rpc.communicator() as comm:
+            scheduler = MemoryScheduler()
+            sink = _daemon_sink(scheduler, IceStorage(server.proxy(comm), CallCutoff()), batch_limit=10)
+            empty = record_exact_bytes(make_review("edge", content=""))
+            content_bytes = sink.record_bytes - empty + 1 - 5  # the empty content's size byte becomes 5 bytes
+            edge = make_review("edge", content="é" * (content_bytes // 2) + "x" * (content_bytes % 2))
+            over = make_review("over", content=edge.content + "x")
+            assert record_exact_bytes(edge) == sink.record_bytes < record_wire_bytes(edge)
+            sink.add(_result("a", [edge, over]))
+            assert sink.flush() is True
+            stats = server.proxy(comm).stats()
+    finally:
+        server.stop()
+    assert stats.reviews == 1 and stats.recordsRejected == 0
+    assert sink.stats.snapshot()["items_stored"] == 1 and sink.stats.snapshot()["records_rejected"] == 1
