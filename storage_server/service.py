@@ -117,7 +117,7 @@ class StorageService:
         self.write_timeout_s = write_timeout_s
         self._executor = ThreadPoolExecutor(max_workers=writers, thread_name_prefix="store-write")
         self._lock = threading.Lock()
-        self._counters = {"accepted": 0, "rejected": 0, "stored": 0, "spooled": 0, "replayed": 0, "set_aside": 0}
+        self._counters = {"accepted": 0, "rejected": 0, "stored": 0, "spooled": 0, "replayed": 0}
         #: Backend write failures: the outage is said once, and once more when the spool drained after it; its
         #: ``message`` is the last error (``stats``).
         self._backend = FailureEpisode(math.inf)
@@ -304,7 +304,6 @@ class StorageService:
         """Move an entry that cannot be decoded out of the way (kept in the spool file's ``unreadable`` table)."""
         self.spool.set_aside(seq, reason)
         with self._lock:
-            self._counters["set_aside"] += records
             if self.spool.depth() == 0:
                 self._spooled_since = None
         log.error(
@@ -369,6 +368,10 @@ class StorageService:
         with self._lock:
             counters = dict(self._counters)
         backend_up, last_error = not self._backend.failing, self._backend.message
+        try:  # from the spool file, so that the entries of earlier runs count: they wait for an operator
+            entries_set_aside, records_set_aside = self.spool.set_aside_count()
+        except StorageUnavailableError:
+            entries_set_aside = records_set_aside = -1
         return StorageStatsData(
             backend=self.store.name,
             posts=posts,
@@ -380,7 +383,8 @@ class StorageService:
                 "records_stored": counters["stored"],
                 "records_spooled": counters["spooled"],
                 "records_replayed": counters["replayed"],
-                "records_set_aside": counters["set_aside"],
+                "records_set_aside": records_set_aside,
+                "entries_set_aside": entries_set_aside,
                 "backend_up": backend_up,
                 "last_backend_error": last_error,
             },

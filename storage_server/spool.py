@@ -54,6 +54,11 @@ class SpoolQueue(Protocol):
         """Records waiting (not entries)."""
         ...
 
+    def set_aside_count(self) -> tuple[int, int]:
+        """(entries, records) set aside so far, this run or before (StorageUnavailableError if the spool cannot be
+        read)."""
+        ...
+
     def close(self) -> None:
         """Release the file."""
 
@@ -94,6 +99,10 @@ class MemorySpool:
         with self._lock:
             return sum(entry[2] for entry in self._entries)
 
+    def set_aside_count(self) -> tuple[int, int]:
+        with self._lock:
+            return len(self.unreadable), sum(entry[2] for entry, _ in self.unreadable)
+
     def close(self) -> None:
         """Nothing to release."""
 
@@ -122,6 +131,15 @@ class SqliteSpool:
         if self._depth == 0:
             with self._lock:
                 self._reclaim()  # a spool left large by an outage before this rule
+        entries, records = self.set_aside_count()
+        if entries:
+            log.warning(
+                "the spool %s holds %d entries (%d records) set aside as unreadable, in its table unreadable: they "
+                'are not replayed until repaired and put back (docs/STORAGE.md, "Entries set aside")',
+                self.path,
+                entries,
+                records,
+            )
 
     def append(self, blob: bytes, records: int) -> None:
         try:
@@ -196,6 +214,24 @@ class SqliteSpool:
     def depth(self) -> int:
         with self._lock:
             return self._depth
+
+    def set_aside_count(self) -> tuple[int, int]:
+        """Read from the table each time, so that it counts the entries of earlier runs and sees an operator's
+        repairs (the table is made on first use: none yet is none set aside)."""
+        try:
+            with self._lock:
+                if not self._conn.execute(
+                    "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'unreadable'"
+                ).fetchone():
+                    return 0, 0
+                entries, records = self._conn.execute(
+                    "SELECT count(*), coalesce(sum(records), 0) FROM unreadable"
+                ).fetchone()
+        except sqlite3.Error as exc:
+            raise StorageUnavailableError(
+                f"cannot count the set-aside entries of the spool {self.path}: {exc}"
+            ) from exc
+        return int(entries), int(records)
 
     def close(self) -> None:
         with self._lock:

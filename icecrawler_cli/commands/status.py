@@ -168,7 +168,13 @@ def render_text(report: dict[str, Any]) -> str:
             )
     for listing, discovered in s.get("listings", {}).items():
         lines.append(f"  {listing}: {discovered} products discovered")
-    storage = report.get("storage", {})
+    lines.extend(render_storage(report.get("storage", {})))
+    return "\n".join(lines)
+
+
+def render_storage(storage: dict[str, Any]) -> list[str]:
+    """The storage section of ``render_text``."""
+    lines: list[str] = []
     if storage.get("failed"):
         lines.append(f"storage at {storage.get('proxy', '?')}: reachable but failed: {storage['failed']}")
     elif storage.get("reachable"):
@@ -180,6 +186,12 @@ def render_text(report: dict[str, Any]) -> str:
             else "row counts unknown (the backend did not answer them)"
         )
         lines.append(f"storage ({backend}): {counts}, spool depth {storage['spool_depth']}")
+        if storage.get("entries_set_aside", 0) > 0:  # -1: the spool file could not be counted
+            lines.append(
+                f"  {storage['entries_set_aside']} spool entries ({storage.get('records_set_aside', '?')} records) "
+                "set aside as unreadable in the spool file's table unreadable: repair or drop them (docs/STORAGE.md, "
+                '"Entries set aside")'
+            )
         if storage.get("backend_up") is False:
             error = f" ({shown(storage['last_backend_error'])})" if storage.get("last_backend_error") else ""
             lines.append(
@@ -190,7 +202,7 @@ def render_text(report: dict[str, Any]) -> str:
     else:
         tried = f" at {storage['proxy']} ({storage.get('error', 'no answer')})" if storage.get("proxy") else ""
         lines.append(f"storage: not reachable{tried}")
-    return "\n".join(lines)
+    return lines
 
 
 class Command(BaseCommand):

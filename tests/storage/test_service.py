@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import logging
+import re
+import shutil
 import sqlite3
+import subprocess
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -11,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from icecrawler.errors import InvalidArgumentError, InvalidRecordsError, StorageUnavailableError
+from icecrawler_cli.commands.status import render_storage
 from storage_server import integrity, schema
 from storage_server.service import StorageService, WriteResult
 from storage_server.spool import WAL_SIZE_LIMIT, MemorySpool, SpoolQueue, SqliteSpool
@@ -340,3 +344,79 @@ def test_an_unreadable_spool_entry_is_set_aside_and_the_rest_replays(
     reopened = SqliteSpool(tmp_path)
     assert reopened.depth() == 0 and reopened.oldest() is None
     reopened.close()
+
+
+def test_entries_set_aside_are_counted_from_the_spool_file_after_a_restart(
+    tmp_path: Path, store: MemoryStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``records_set_aside`` was a counter of the running server: after a restart nothing showed the entries waiting
+    in ``unreadable`` for an operator. The start logs one WARNING naming the spool file and how many there are, and
+    ``stats()`` (``icecrawler status``) reads the table."""
+    spool = SqliteSpool(tmp_path)
+    spool.append(b"\x00 not JSON", 3)
+    spool.append(b'{"table": "users", "rows": []}', 1)
+    service = service_on(store, spool)
+    try:
+        assert service.wait_drained(30.0)
+    finally:
+        service.close()
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        service = service_on(store, SqliteSpool(tmp_path))
+    try:
+        stats = service.stats()
+    finally:
+        service.close()
+    assert stats.detail["records_set_aside"] == 4 and stats.detail["entries_set_aside"] == 2
+    warnings = [record.getMessage() for record in caplog.records if record.levelno == logging.WARNING]
+    assert len(warnings) == 1
+    assert str(tmp_path / "spool.sqlite3") in warnings[0] and "2 entries (4 records)" in warnings[0]
+    said = "\n".join(render_storage({"reachable": True, **vars(stats), "spool_depth": 0, **stats.detail}))
+    assert "2 spool entries (4 records) set aside" in said
+
+
+def _set_aside_commands() -> tuple[str, str, str]:
+    """docs/STORAGE.md's commands for entries set aside: (inspect and export, put back, give up)."""
+    text = (Path(__file__).parents[2] / "docs" / "STORAGE.md").read_text(encoding="utf-8")
+    section = text.split("### Entries set aside", 1)[1].split("\n## ", 1)[0]
+    block = section.split("```sh\n", 1)[1].split("```", 1)[0]
+    block = block.replace("cd /var/lib/icecrawler/storage/spool\n", "")
+    export, put_back = block.split("# repair entry-12.json, then, with the storage server stopped:\n")
+    give_up = re.search(r'`(sqlite3 spool\.sqlite3 "DELETE FROM unreadable WHERE seq = 13")`', section)
+    assert give_up is not None
+    return export, put_back, give_up.group(1)
+
+
+@pytest.mark.skipif(shutil.which("sqlite3") is None, reason="the sqlite3 shell is not installed")
+def test_the_documented_statements_repair_and_put_back_an_entry_set_aside(tmp_path: Path, store: MemoryStore) -> None:
+    """An operator follows docs/STORAGE.md: lists the entries set aside, writes entry 12 to a file, repairs it, puts
+    it back with the server stopped and gives entry 13 up; the next start replays entry 12 and nothing is left."""
+    export, put_back, give_up = _set_aside_commands()
+    spool = SqliteSpool(tmp_path)
+    for n in range(11):
+        spool.append(schema.encode_rows(schema.REVIEW, [schema.review_row(make_review(f"g{n}"))]), 1)
+    repaired = schema.encode_rows(schema.REVIEW, [schema.review_row(make_review(f"r{n}")) for n in range(3)])
+    spool.append(b"\x00" + repaired, 3)  # seq 12
+    spool.append(b"\x9f garbage", 2)  # seq 13
+    service = service_on(store, spool)
+    try:
+        assert service.wait_drained(30.0)
+    finally:
+        service.close()
+    listed = subprocess.run(["bash", "-ec", export], cwd=tmp_path, capture_output=True, text=True, check=True)
+    assert [line.split("|")[:2] for line in listed.stdout.splitlines()[:2]] == [["12", "3"], ["13", "2"]]
+    assert (tmp_path / "entry-12.json").read_bytes() == b"\x00" + repaired
+    (tmp_path / "entry-12.json").write_bytes(repaired)  # the repair
+    subprocess.run(["bash", "-ec", put_back], cwd=tmp_path, check=True)
+    subprocess.run(["bash", "-ec", give_up], cwd=tmp_path, check=True)
+    service = service_on(store, SqliteSpool(tmp_path))
+    try:
+        assert service.wait_drained(30.0)
+        stats = service.stats()
+    finally:
+        service.close()
+    assert sorted(str(row.columns["id"]) for row in store.scan(schema.REVIEW)) == sorted(
+        [f"g{n}" for n in range(11)] + ["r0", "r1", "r2"]
+    )
+    assert stats.detail["entries_set_aside"] == 0 and stats.detail["records_set_aside"] == 0
+    assert stats.detail["records_replayed"] == 3
