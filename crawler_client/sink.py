@@ -50,7 +50,7 @@ from dataclasses import dataclass
 
 from crawler_client.crawl import CrawlResult, failure_report, fingerprint_result
 from crawler_client.gateways import CallCutError, SchedulerGateway, StorageGateway
-from crawler_client.screen import record_problem
+from crawler_client.screen import clamp_counts, record_problem
 from crawler_client.wire_size import fitting, record_exact_bytes, record_wire_bytes, report_wire_bytes
 from crawler_client.writer import ClientStats, Pending, RecordWriter
 from icecrawler.errors import InvalidArgumentError, LeaseLostError, ServiceError, StorageUnavailableError
@@ -157,9 +157,19 @@ class Sink:
 
     def _screened[R: (Post, Review)](self, result: CrawlResult, records: list[R]) -> list[R]:
         """``records`` less those the wire cannot carry (``screen``) or that are over the storage server's request
-        limit by themselves: each one dropped alone, logged, counted."""
+        limit by themselves: each one dropped alone, logged, counted. A count outside a 32-bit int is clamped
+        instead (``clamp_counts``), logged once per record."""
         good: list[R] = []
         for record in records:
+            record, clamped = clamp_counts(record)
+            if clamped:
+                log.warning(
+                    "task %s: %s %s: %s (a count is a 32-bit int on the wire); the record is sent with that",
+                    result.task.id,
+                    type(record).__name__.lower(),
+                    str(record.id)[:40],
+                    ", ".join(f"{name}={value} clamped to {fitted}" for name, value, fitted in clamped),
+                )
             problem = record_problem(record) or self._oversized(record)
             if problem is None:
                 good.append(record)

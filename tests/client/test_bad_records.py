@@ -7,6 +7,7 @@ logged and counted, and the task is reported Ok (the bad records could never be 
 from __future__ import annotations
 
 import json
+import logging
 import time
 from pathlib import Path
 
@@ -19,8 +20,11 @@ from crawler_client.sources.base import FetchedPage, PageRequest
 from crawler_client.sources.jd import JdSource
 from icecrawler import rpc
 from icecrawler.models import Outcome, TaskKind
+from icecrawler.wire import INT32_MAX, INT32_MIN
 from sandbox import samples
 from shhd.fingerprint import fingerprint_texts
+from storage_server import schema
+from storage_server.stores import SqliteStore
 from tests.scheduler.daemon import scheduler_daemon
 from tests.storage.conftest import StorageServerRunner
 
@@ -98,15 +102,23 @@ def test_a_lone_surrogate_in_the_window_is_fingerprinted_not_a_crash() -> None:
 
 
 @pytest.mark.parametrize(
-    ("kind", "change"), [("posts", {"likes": 3_000_000_000}), ("posts", {"reposts": -(1 << 31) - 1}), ("reviews", {})]
+    ("kind", "change", "sent", "stored"),
+    [
+        ("posts", {"likes": 3_000_000_000}, INT32_MAX, True),
+        ("posts", {"reposts": -(1 << 31) - 1}, INT32_MIN, False),
+        ("reviews", {"score": 1 << 31}, INT32_MAX, False),
+    ],
+    ids=["likes", "reposts", "score"],
 )
-def test_a_count_outside_a_32_bit_int_is_dropped_alone(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture, kind: str, change: dict[str, int]
+def test_a_count_outside_a_32_bit_int_is_clamped_and_the_record_sent(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, kind: str, change: dict[str, int], sent: int, stored: bool
 ) -> None:
     """Reposts, comments, likes and a review's score are Slice ``int``s (32-bit): a count past 2^31 - 1 (a parser
-    reading "30亿") cannot be marshalled, so the write failed on the client and the task was reported as failed
-    ("records-not-stored"), at every crawl of it for good. It is dropped alone before sending, like an id outside
-    a ``long``; the task's other records are stored and it is reported Ok."""
+    reading "30亿" likes) cannot be marshalled, so the write failed on the client and the task was reported as failed
+    ("records-not-stored") at every crawl of it. Dropping the record lost its text for a count; the count is
+    clamped to the 32-bit range instead, with one WARNING naming the record, and the record sent: the storage server
+    stores it, or rejects it by index where the clamped value is still invalid (a negative count, a score over 5).
+    The task's other records are stored and it is reported Ok either way."""
     from tests.client.test_runtime_sink import MemoryScheduler, result
     from tests.storage.conftest import make_post, make_review
 
@@ -119,7 +131,7 @@ def test_a_count_outside_a_32_bit_int_is_dropped_alone(
             if kind == "posts":
                 crawled.posts = [make_post(1), make_post(2, **change), make_post(3, minute=3)]
             else:
-                crawled.reviews = [make_review("a"), make_review("b", score=1 << 31), make_review("c", minute=3)]
+                crawled.reviews = [make_review("a"), make_review("b", **change), make_review("c", minute=3)]
             sink = Sink(
                 scheduler,
                 IceStorage(storage.proxy(comm)),
@@ -132,12 +144,25 @@ def test_a_count_outside_a_32_bit_int_is_dropped_alone(
                 monotonic=time.monotonic,
                 fingerprint=fingerprint_texts,
             )
-            sink.add(crawled)
-            assert sink.flush() is True
+            with caplog.at_level(logging.WARNING):
+                sink.add(crawled)
+                assert sink.flush() is True
             stats = storage.proxy(comm).stats()
     finally:
         storage.stop()
-    assert (stats.posts if kind == "posts" else stats.reviews) == 2
     assert [report.outcome for report in scheduler.reports] == [Outcome.Ok]
-    assert sink.stats.snapshot()["records_rejected"] == 1
-    assert "32-bit" in caplog.text
+    assert (stats.posts if kind == "posts" else stats.reviews) == (3 if stored else 2)
+    assert stats.recordsRejected == (0 if stored else 1)  # the storage server's call, on the clamped value
+    assert sink.stats.snapshot()["records_rejected"] == (0 if stored else 1)
+    ((field, value),) = change.items()
+    key = "2" if kind == "posts" else "b"
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and "32-bit" in r.getMessage()]
+    assert len(warnings) == 1 and f"{kind[:-1]} {key}:" in warnings[0]
+    assert f"{field}={value} clamped to {sent}" in warnings[0]
+    if stored:
+        store = SqliteStore(tmp_path / "storage" / "store.sqlite3")
+        try:
+            likes = {row.columns["id"]: row.columns["likes"] for row in store.scan(schema.WEIBO)}
+        finally:
+            store.close()
+        assert likes[2] == INT32_MAX
