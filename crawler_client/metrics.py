@@ -161,7 +161,12 @@ class ClientMetrics:
         for name, documentation in (
             ("tasks_reported", "Tasks reported to the scheduler."),
             ("items_stored", "Records storage acknowledged (stored or spooled)."),
-            ("records_rejected", "Records storage rejected as invalid."),
+            (
+                "records_rejected",
+                "Records not stored: storage rejected them as invalid, this client dropped them before sending (a "
+                "text or id the wire cannot carry, a record over the storage request limit), or a write of one alone "
+                "failed (its task is crawled again).",
+            ),
             (
                 "reports_lost",
                 "Reports the scheduler refused (lease lost), or not sent: a newer lease of the task came.",

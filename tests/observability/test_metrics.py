@@ -972,3 +972,26 @@ def test_targets_every_on_a_file_system_without_locks_exits_2_not_loops_writing_
     captured = capsys.readouterr()
     assert "does not support file locks" in captured.err and "writing again" not in captured.err
     assert list(directory.iterdir()) == []
+
+
+def test_client_records_rejected_counts_and_says_the_records_the_client_dropped_itself() -> None:
+    """A record the client drops before sending (one the wire cannot carry, one over the storage request limit) is
+    counted in ``records_rejected`` like one storage rejected; its help text, and docs/DEPLOY.md, said only "storage
+    rejected as invalid", so a rising count with nothing rejected on the server read as a contradiction."""
+    from crawler_client.metrics import ClientMetrics
+    from tests.client.test_runtime_daemon import Scheduler, Storage, config, make
+    from tests.client.test_runtime_sink import result
+
+    daemon, _ = make(Scheduler(tasks=0), Storage(), config(), threading.Event())
+    crawled = result("x", reviews=2)
+    crawled.reviews[0].content = "bad \ud800"
+    daemon.sink.add(crawled)
+    registry = CollectorRegistry()
+    ClientMetrics(daemon).register(registry)
+    text = render(registry)
+    assert "icecrawler_client_records_rejected_total 1.0" in text
+    help_line = next(line for line in text.splitlines() if line.startswith("# HELP icecrawler_client_records_rejected"))
+    assert "storage rejected" in help_line and "dropped" in help_line
+    deploy = " ".join((Path(__file__).parents[2] / "docs" / "DEPLOY.md").read_text(encoding="utf-8").split())
+    said = deploy.split("`records_rejected_total`:", 1)[1].split(", `reports_lost_total`", 1)[0]
+    assert "dropped" in said
