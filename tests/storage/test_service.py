@@ -406,6 +406,8 @@ def test_the_documented_statements_repair_and_put_back_an_entry_set_aside(tmp_pa
     listed = subprocess.run(["bash", "-ec", export], cwd=tmp_path, capture_output=True, text=True, check=True)
     assert [line.split("|")[:2] for line in listed.stdout.splitlines()[:2]] == [["12", "3"], ["13", "2"]]
     assert (tmp_path / "entry-12.json").read_bytes() == b"\x00" + repaired
+    unrepaired = subprocess.run(["bash", "-ec", put_back], cwd=tmp_path, capture_output=True, text=True)
+    assert unrepaired.returncode != 0 and "JSON" in unrepaired.stderr  # not JSON yet: nothing moved
     (tmp_path / "entry-12.json").write_bytes(repaired)  # the repair
     subprocess.run(["bash", "-ec", put_back], cwd=tmp_path, check=True)
     subprocess.run(["bash", "-ec", give_up], cwd=tmp_path, check=True)
