@@ -101,7 +101,7 @@ class DaemonConfig:
     write_bytes: int = 0
     #: Most bytes (estimated) in one putUsers: the scheduler's request limit (icecrawler.limits).
     report_bytes: int = 0
-    #: Most bytes (estimated) one record may take: a record over it can never be sent (icecrawler.limits).
+    #: Most bytes one record may take (its exact size): a record over it can never be sent (icecrawler.limits).
     record_bytes: int = 0
 
     @classmethod

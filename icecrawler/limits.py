@@ -17,9 +17,10 @@ for the call's other arguments:
 * storage: a record takes ``RECORD_WIRE_KIB`` on average (a crawled post is ~1-2 KB with its HTML), so
   ``storage.batch_limit`` x 2 KiB: 5000 -> 10 064 KiB. A client splits its writes so that each stays under this
   (``crawler_client.sink``). A record over the whole limit by itself can never be sent: the client drops it alone
-  before sending (``storage_record_bytes``), as it does a record the wire cannot carry.
+  before sending (``storage_record_bytes``, against its exact size), as it does a record the wire cannot carry.
 
-An operator may still set ``<Adapter>.MessageSizeMax`` (KiB) in the daemon's Ice property file; it wins.
+An operator may still set ``<Adapter>.MessageSizeMax`` (KiB) in the daemon's Ice property file; it wins there, but
+clients do not see it: they derive theirs from their own batch limits (docs/DEPLOY.md says which to give them).
 
 The memory bound that follows (``rss_bound_mib``): a request being received holds at most the limit in its
 buffer; a request being dispatched at most ``AMPLIFICATION`` times the limit in Python objects. The worst case
