@@ -13,6 +13,7 @@ index (``InvalidRecords``) and stores the rest.
 from __future__ import annotations
 
 from dataclasses import fields, replace
+from typing import Any
 
 from icecrawler.models import Post, Review
 from icecrawler.wire import INT32_FIELDS, INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, lone_surrogate_at
@@ -35,7 +36,8 @@ def clamp_counts[R: (Post, Review)](record: R) -> tuple[R, list[tuple[str, int, 
     ]
     if not changed:
         return record, []
-    return replace(record, **{name: clamped for name, _, clamped in changed}), changed
+    fitted: dict[str, Any] = {name: clamped for name, _, clamped in changed}
+    return replace(record, **fitted), changed
 
 
 def record_problem(record: Post | Review) -> str | None:

@@ -10,6 +10,7 @@ import json
 import logging
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -111,7 +112,7 @@ def test_a_lone_surrogate_in_the_window_is_fingerprinted_not_a_crash() -> None:
     ids=["likes", "reposts", "score"],
 )
 def test_a_count_outside_a_32_bit_int_is_clamped_and_the_record_sent(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture, kind: str, change: dict[str, int], sent: int, stored: bool
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, kind: str, change: dict[str, Any], sent: int, stored: bool
 ) -> None:
     """Reposts, comments, likes and a review's score are Slice ``int``s (32-bit): a count past 2^31 - 1 (a parser
     reading "30亿" likes) cannot be marshalled, so the write failed on the client and the task was reported as failed
