@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES=(g++ make libssl-dev libbz2-dev libdb5.3-dev zeroc-icegrid zeroc-ice-utils iproute2 openjdk-17-jre-headless maven prometheus logrotate faketime)
+APT_PACKAGES=(g++ make libssl-dev libbz2-dev libdb5.3-dev zeroc-icegrid zeroc-ice-utils iproute2 openjdk-17-jre-headless maven prometheus logrotate faketime sqlite3)
 # `make check` (ICECRAWLER_SETUP=dev) needs only what builds the venv: no IceGrid, netns tools, JDK, Maven or
 # Prometheus.
 if [ "${ICECRAWLER_SETUP:-}" = dev ]; then APT_PACKAGES=(g++ make libssl-dev libbz2-dev libdb5.3-dev); fi

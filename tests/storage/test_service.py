@@ -19,6 +19,7 @@ from storage_server import integrity, schema
 from storage_server.service import StorageService, WriteResult
 from storage_server.spool import WAL_SIZE_LIMIT, MemorySpool, SpoolQueue, SqliteSpool
 from storage_server.stores import MemoryStore
+from tests.requirements import skip_or_fail
 from tests.storage.conftest import make_post, make_review
 
 
@@ -387,10 +388,11 @@ def _set_aside_commands() -> tuple[str, str, str]:
     return export, put_back, give_up.group(1)
 
 
-@pytest.mark.skipif(shutil.which("sqlite3") is None, reason="the sqlite3 shell is not installed")
 def test_the_documented_statements_repair_and_put_back_an_entry_set_aside(tmp_path: Path, store: MemoryStore) -> None:
     """An operator follows docs/STORAGE.md: lists the entries set aside, writes entry 12 to a file, repairs it, puts
     it back with the server stopped and gives entry 13 up; the next start replays entry 12 and nothing is left."""
+    if shutil.which("sqlite3") is None:
+        skip_or_fail("the sqlite3 shell is not installed (scripts/bootstrap.sh installs it)")
     export, put_back, give_up = _set_aside_commands()
     spool = SqliteSpool(tmp_path)
     for n in range(11):
