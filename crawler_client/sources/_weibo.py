@@ -18,7 +18,6 @@ from urllib.parse import unquote
 from crawler_client.sources._counts import parse_id
 from crawler_client.sources._decode import as_dict, decode_body, first_text, load_json, strip_jsonp
 from crawler_client.sources._detect import (
-    EMPTY_PAGE_RETRIES,
     WEIBO_MARKERS,
     Marker,
     check_final_url,
@@ -34,6 +33,7 @@ from icecrawler.models import Outcome, Task
 from icecrawler.resume import decode_cursor
 
 __all__ = [
+    "END_AFTER_CURSOR_RETRIES",
     "GONE",
     "MESSAGE_WORDS",
     "NOTHING_MORE",
@@ -288,6 +288,18 @@ def check_end_of_list(doc: dict[str, Any], http_status: int) -> None:
     )
 
 
+#: Failed visits in a row (the task's ``attempts``) for which an end of the list on a later page, before the post the
+#: walk stops at, is read as a throttled answer (``check_end_after_cursor``; m.weibo.cn's 暂无微博 notice there too).
+#: Not ``EMPTY_PAGE_RETRIES``: the scheduler retries a task's first ``scheduler.backoff_after_attempts`` (3) failures
+#: at once and then waits ``scheduler.min_period_s`` (60 s) doubling, so three visits span one minute, and a
+#: risk-control episode of a few minutes went past them and moved the cursor over the posts not reached, for good.
+#: Six span 0 + 0 + 60 + 120 + 240 + 480 = 900 s under the default settings: the end is taken at the seventh visit, at
+#: least a quarter of an hour after the first failed one. The count is the task's ``attempts``, which every failure
+#: adds to (a timeout, an HTTP error, a Busy of any kind): after failures of another kind fewer visits are left, but
+#: the backoff they earned already separates the first failure of the streak from that seventh visit by as much.
+END_AFTER_CURSOR_RETRIES = 6
+
+
 def check_end_after_cursor(task: Task, what: str, http_status: int, site: str) -> None:
     """Busy ``{site}-empty-page`` when a later page ends the list (``what``: an ``ok:0``, a page of no posts naming
     no next one) in a walk that has a post to stop at (the task's cursor, or an open gap's base); else nothing. A later
@@ -295,10 +307,11 @@ def check_end_after_cursor(task: Task, what: str, http_status: int, site: str) -
     before posts the site showed at an earlier visit: the sites answer so under their limits too (m.weibo.cn's
     这里还没有内容 is also its risk-control wording, SITE_RESPONSES.md §2.6), and taken for the end, the crawl would
     succeed and its new cursor pass over the posts it had not reached, for good. Busy keeps the cursor, for
-    ``EMPTY_PAGE_RETRIES`` failed visits in a row; then the end (the known posts deleted, or no longer shown to this
-    session). Without a post to stop at (a first crawl, or its page-cap gap) the end is the end."""
+    ``END_AFTER_CURSOR_RETRIES`` failed visits in a row (about a quarter of an hour under the default backoff); then
+    the end (the known posts deleted, or no longer shown to this session). Without a post to stop at (a first crawl,
+    or its page-cap gap) the end is the end."""
     stop_at, _ = decode_cursor(task.cursor)
-    if not stop_at or task.attempts >= EMPTY_PAGE_RETRIES:
+    if not stop_at or task.attempts >= END_AFTER_CURSOR_RETRIES:
         return
     raise fail(
         Outcome.Busy,

@@ -43,6 +43,7 @@ from crawler_client.sources._decode import (
 from crawler_client.sources._detect import EMPTY_PAGE_RETRIES, WEIBO_MARKERS, fail, unparsable
 from crawler_client.sources._headers import MOBILE_UA, XHR_JSON
 from crawler_client.sources._weibo import (
+    END_AFTER_CURSOR_RETRIES,
     NOTHING_MORE,
     USER_GONE_CODES,
     as_dict,
@@ -511,10 +512,12 @@ def _notice_later(task: Task, notice: str, status: int) -> ParsedPage:
     """A page after the first holding only a notice of nothing (more), and no new ``since_id``. 没有更多内容了
     (``NOTICE_END``) is the end of the list. Any other (暂无微博: "this account has no posts", also the wording of
     m.weibo.cn's risk-control answer on a first page) contradicts the pages before it: taken for the end, the crawl
-    would succeed, close its open gaps and move its cursor over the posts not reached yet. It is Busy (the cursor kept,
-    retried with the task's backoff) for ``EMPTY_PAGE_RETRIES`` failed visits in a row; then the end, as an empty JD
-    page is, since an account that stops showing its older posts would meet it on every visit."""
-    if any(words in notice for words in NOTICE_END) or task.attempts >= EMPTY_PAGE_RETRIES:
+    would succeed, close its open gaps and move its cursor over the posts not reached yet (in a first crawl, leave the
+    older ones unfetched). It is Busy (the cursor kept, retried with the task's backoff) for
+    ``END_AFTER_CURSOR_RETRIES`` failed visits in a row, about a quarter of an hour, as an end of the list after the
+    cursor is (``check_end_after_cursor``); then the end, since an account that stops showing its older posts would
+    meet it on every visit."""
+    if any(words in notice for words in NOTICE_END) or task.attempts >= END_AFTER_CURSOR_RETRIES:
         return ParsedPage(items=[], info={"end": notice})
     raise fail(
         Outcome.Busy,

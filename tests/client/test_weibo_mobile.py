@@ -8,6 +8,7 @@ import json
 import pytest
 
 from crawler_client.sources._detect import EMPTY_PAGE_RETRIES
+from crawler_client.sources._weibo import END_AFTER_CURSOR_RETRIES
 from crawler_client.sources.base import PageRequest
 from crawler_client.sources.weibo_mobile import ContainerMemo, WeiboMobileSource
 from icecrawler.errors import FetchError, ParseError
@@ -544,14 +545,17 @@ def test_a_notice_beside_a_new_since_id_is_followed_not_taken_for_the_end(name: 
 def test_a_later_notice_of_no_posts_is_busy_not_the_end() -> None:
     """On a later page only 没有更多内容了 ends the list. 暂无微博 there ("this account has no posts", and m.weibo.cn's
     risk-control wording on a first page) contradicts the pages read before it: it ended the walk, so the crawl was
-    Ok and its cursor passed over the posts not reached. It is Busy (cursor kept) for ``EMPTY_PAGE_RETRIES`` failed
-    visits in a row, then the end (an account that stops showing its older posts must not fail for ever)."""
+    Ok and its cursor passed over the posts not reached. It is Busy (cursor kept) for ``END_AFTER_CURSOR_RETRIES``
+    failed visits in a row, then the end (an account that stops showing its older posts must not fail for ever)."""
     for cursor in ({"page": "3"}, {"since_id": "4912345678900000"}):
         later = dataclasses.replace(timeline(), params={**timeline().params, **cursor})
         with pytest.raises(FetchError) as info:
             parse("weibo_mobile", TASK, later, _notice_page("暂无微博", page=4))
         assert (info.value.outcome, info.value.error_class) == ("Busy", "weibo_mobile-empty-page")
-        tired = make_task("weibo_mobile", "5612345678", attempts=EMPTY_PAGE_RETRIES)
+        almost = make_task("weibo_mobile", "5612345678", attempts=END_AFTER_CURSOR_RETRIES - 1)
+        with pytest.raises(FetchError):
+            parse("weibo_mobile", almost, later, _notice_page("暂无微博", page=4))
+        tired = make_task("weibo_mobile", "5612345678", attempts=END_AFTER_CURSOR_RETRIES)
         end = parse("weibo_mobile", tired, later, _notice_page("暂无微博", page=4))
         assert end.items == [] and end.next_request is None and end.info == {"end": "暂无微博"}
 
@@ -618,14 +622,17 @@ def test_a_later_page_ending_the_list_before_the_known_post_is_busy_then_the_end
     accounts that have posts) or a page of no cards naming no cursor, contradicts the visits before: taken for the end,
     the crawl was Ok and its cursor passed over every post it had not reached. A crawl of m.weibo.cn ending so in the
     middle of an account's pages under Weibo's limits, and going on later from that page, is reported by a user of
-    dataabc/weibo-crawler (issue #426, 2024). Busy (cursor kept) for ``EMPTY_PAGE_RETRIES`` failed visits in a row,
-    then the end (the known posts deleted, or no longer shown); without a cursor (a first crawl) it is the end."""
+    dataabc/weibo-crawler (issue #426, 2024). Busy (cursor kept) for ``END_AFTER_CURSOR_RETRIES`` failed visits in a
+    row, then the end (the known posts deleted, or no longer shown); without a cursor (a first crawl) it is the end."""
     later = dataclasses.replace(timeline(), params={**timeline().params, **cursor})
     known = dataclasses.replace(TASK, cursor="4700000000000000")
     with pytest.raises(FetchError) as info:
         parse("weibo_mobile", known, later, body)
     assert (info.value.outcome, info.value.error_class) == ("Busy", "weibo_mobile-empty-page")
-    tired = dataclasses.replace(known, attempts=EMPTY_PAGE_RETRIES)
+    almost = dataclasses.replace(known, attempts=END_AFTER_CURSOR_RETRIES - 1)
+    with pytest.raises(FetchError):
+        parse("weibo_mobile", almost, later, body)
+    tired = dataclasses.replace(known, attempts=END_AFTER_CURSOR_RETRIES)
     end = parse("weibo_mobile", tired, later, body)
     assert end.items == [] and end.next_request is None
     first_crawl = parse("weibo_mobile", TASK, later, body)

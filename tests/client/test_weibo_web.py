@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from crawler_client.sources._detect import EMPTY_PAGE_RETRIES
+from crawler_client.sources._weibo import END_AFTER_CURSOR_RETRIES
 from crawler_client.sources.weibo_mobile import WeiboMobileSource
 from crawler_client.sources.weibo_web import WeiboWebSource
 from icecrawler.errors import FetchError, ParseError
@@ -343,13 +343,16 @@ def test_a_later_page_ending_the_list_before_the_known_post_is_busy_then_the_end
     an end of the list there contradicts the visits before. mymblog answers empty lists that are not the end (a 2026
     post-deletion tool reading it retries an empty ``list`` up to five times in a row before taking it for the end).
     Taken for the end, the crawl was Ok and its cursor passed over every post it had not reached. Busy (cursor kept)
-    for ``EMPTY_PAGE_RETRIES`` failed visits in a row, then the end; in a first crawl it is the end."""
+    for ``END_AFTER_CURSOR_RETRIES`` failed visits in a row, then the end; in a first crawl it is the end."""
     later = SOURCE.page_request(BASE, "5612345678", 3, "4912345678901234kp2")
     known = dataclasses.replace(TASK, cursor="4700000000000000")
     with pytest.raises(FetchError) as info:
         parse("weibo_web", known, later, body)
     assert (info.value.outcome, info.value.error_class) == ("Busy", "weibo_web-empty-page")
-    tired = dataclasses.replace(known, attempts=EMPTY_PAGE_RETRIES)
+    almost = dataclasses.replace(known, attempts=END_AFTER_CURSOR_RETRIES - 1)
+    with pytest.raises(FetchError):
+        parse("weibo_web", almost, later, body)
+    tired = dataclasses.replace(known, attempts=END_AFTER_CURSOR_RETRIES)
     assert parse("weibo_web", tired, later, body).next_request is None
     first_crawl = parse("weibo_web", TASK, later, body)
     assert first_crawl.items == [] and first_crawl.next_request is None
