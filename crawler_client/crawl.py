@@ -227,7 +227,9 @@ class _Walk:
             self.window.append(item)
             pinned = isinstance(item, Post) and item.pinned
             # A pinned post never ends the walk (it is old and on top), but it is only new if its own order
-            # says so: otherwise every visit would count the same pinned post as a change.
+            # says so: otherwise every visit would count the same pinned post as a change. A timeline of known pinned
+            # posts alone is thus walked to its end at every visit; the Weibo sources take that end for the end when
+            # it leaves the cursor as it was (``sources._weibo.end_keeps_cursor``), not for a throttled answer.
             if _known(source, item, cursor):
                 self.reached_known = self.reached_known or not pinned
             else:

@@ -27,9 +27,9 @@ from crawler_client.sources._detect import (
     scan_markers,
     unparsable,
 )
-from crawler_client.sources.base import LONG_TEXT_GONE, FetchedPage, PageRequest
+from crawler_client.sources.base import LONG_TEXT_GONE, FetchedPage, Item, PageRequest
 from icecrawler.errors import FetchError, ParseError
-from icecrawler.models import Outcome, Task
+from icecrawler.models import Outcome, Post, Task
 from icecrawler.resume import decode_cursor
 
 __all__ = [
@@ -37,6 +37,7 @@ __all__ = [
     "GONE",
     "MESSAGE_WORDS",
     "NOTHING_MORE",
+    "NOTHING_NEW",
     "UNAVAILABLE",
     "as_dict",
     "author_id",
@@ -45,6 +46,7 @@ __all__ = [
     "check_end_after_cursor",
     "check_end_of_list",
     "checked_text",
+    "end_keeps_cursor",
     "first_page_ok0",
     "https_url",
     "inline_long_text",
@@ -56,6 +58,7 @@ __all__ = [
     "long_text_refused",
     "mblog_id",
     "message_error",
+    "nothing_new_yet",
     "others_posts",
     "own_posts",
     "said",
@@ -299,8 +302,48 @@ def check_end_of_list(doc: dict[str, Any], http_status: int) -> None:
 #: the backoff they earned already separates the first failure of the streak from that seventh visit by as much.
 END_AFTER_CURSOR_RETRIES = 6
 
+#: ``PageRequest.state`` key set on a later page's request while no page of the walk so far held a post above the
+#: post it stops at (``nothing_new_yet``): then an end of the list there leaves the cursor where it was.
+NOTHING_NEW = "nothing_new"
 
-def check_end_after_cursor(task: Task, what: str, http_status: int, site: str) -> None:
+
+def nothing_new_yet(
+    task: Task, request: PageRequest, first: bool, posts: Sequence[Item], following: PageRequest | None
+) -> None:
+    """Mark ``following`` (the request for the page after ``request``'s, if any) when neither that page (``first``:
+    the walk's first page) nor any before it held a post above the task's cursor, its pinned posts included (they
+    count in the cursor, ``PostOrder.newest_cursor``); unmark it otherwise. ``check_end_after_cursor`` reads it.
+    Absent, the end is read as a throttled answer: a request built without it is never taken for harmless."""
+    if following is None:
+        return
+    stop_at, _ = decode_cursor(task.cursor)
+    limit = int(stop_at) if stop_at.isdigit() else -1  # no usable cursor: any post would move it
+    above = any(isinstance(post, Post) and post.id > limit for post in posts)
+    if (first or request.state.get(NOTHING_NEW)) and not above:
+        following.state[NOTHING_NEW] = "1"
+    else:
+        following.state.pop(NOTHING_NEW, None)
+
+
+def end_keeps_cursor(task: Task, request: PageRequest) -> bool:
+    """Whether a crawl that took the end of the list at ``request``'s page for the end would report the cursor it
+    started with: the task has a post to stop at, no page-cap gap is open (closing one moves the cursor to the gap's
+    top), and no page of the walk held a post above that post (``NOTHING_NEW``). The report's cursor is then the
+    newest of the posts seen and the old one (``gaps.closed_cursor``), i.e. the old one: whatever the walk did not
+    reach is still above it, new at the next visit, and nothing is passed over whether the end is real or a throttled
+    answer. Such an end must be taken: an account that shows only posts at or below its cursor (only its pinned post,
+    the cursor's own; or pinned posts below a cursor whose post was deleted) has its later page asked for at every
+    visit (a pinned post never ends a walk), and read as a throttled answer it failed
+    ``END_AFTER_CURSOR_RETRIES`` visits, then was Ok once (the attempts reset), then failed again, for ever. Nothing
+    here depends on how the site orders a page; stopping the walk at a page of known pinned posts instead would (a
+    pinned post equal to the cursor and no ordinary post on page 1), would still cycle for pinned posts below a deleted
+    cursor post, and would not reach the account's own new posts on page 2 while page 1 is full of others' quick
+    reposts (left out of its posts)."""
+    stop_at, gap = decode_cursor(task.cursor)
+    return bool(stop_at) and gap is None and bool(request.state.get(NOTHING_NEW))
+
+
+def check_end_after_cursor(task: Task, request: PageRequest, what: str, http_status: int, site: str) -> None:
     """Busy ``{site}-empty-page`` when a later page ends the list (``what``: an ``ok:0``, a page of no posts naming
     no next one) in a walk that has a post to stop at (the task's cursor, or an open gap's base); else nothing. A later
     page is asked for only while the walk has not met that post (it stops after the page holding it), so the end comes
@@ -309,9 +352,10 @@ def check_end_after_cursor(task: Task, what: str, http_status: int, site: str) -
     succeed and its new cursor pass over the posts it had not reached, for good. Busy keeps the cursor, for
     ``END_AFTER_CURSOR_RETRIES`` failed visits in a row (about a quarter of an hour under the default backoff); then
     the end (the known posts deleted, or no longer shown to this session). Without a post to stop at (a first crawl,
-    or its page-cap gap) the end is the end."""
+    or its page-cap gap) the end is the end, and so it is when taking it leaves the cursor as it was
+    (``end_keeps_cursor``)."""
     stop_at, _ = decode_cursor(task.cursor)
-    if not stop_at or task.attempts >= END_AFTER_CURSOR_RETRIES:
+    if not stop_at or task.attempts >= END_AFTER_CURSOR_RETRIES or end_keeps_cursor(task, request):
         return
     raise fail(
         Outcome.Busy,

@@ -51,6 +51,7 @@ from crawler_client.sources._weibo import (
     check_end_after_cursor,
     check_end_of_list,
     checked_text,
+    end_keeps_cursor,
     first_page_ok0,
     https_url,
     inline_long_text,
@@ -59,6 +60,7 @@ from crawler_client.sources._weibo import (
     json_envelope,
     long_text_content,
     mblog_id,
+    nothing_new_yet,
     own_posts,
     said,
     since_id_of,
@@ -221,7 +223,7 @@ class WeiboMobileSource(PostOrder, SavedPages):
             if first:
                 return self._empty_tab(task, request, doc, page.status)
             check_end_of_list(doc, page.status)
-            check_end_after_cursor(task, f"ok:0 {said(doc)[:40]!r}", page.status, self.name)
+            check_end_after_cursor(task, request, f"ok:0 {said(doc)[:40]!r}", page.status, self.name)
             return ParsedPage(items=[], info={"end": "ok:0"})
         if doc.get("ok") in (1, "1", None) and not isinstance(cards, list):
             if isinstance(data.get("userInfo"), dict):
@@ -247,7 +249,7 @@ class WeiboMobileSource(PostOrder, SavedPages):
             # repeated, is no cursor: the notice is read).
             if first:
                 return self._empty_tab(task, request, {"ok": 0, "msg": notice}, page.status)
-            return _notice_later(task, notice, page.status)
+            return _notice_later(task, request, notice, page.status)
         containerid = request.params.get("containerid", "")
         if first and cards and containerid and not request.state.get("remembered"):
             self.memo.put(task.id, containerid)
@@ -269,8 +271,9 @@ class WeiboMobileSource(PostOrder, SavedPages):
             elif mblog.get("isLongText") in (True, 1, "1", "true"):
                 long_ids.append(str(post.id))
         result = ParsedPage(items=items, next_request=self._next(request, info, bool(cards)))
+        nothing_new_yet(task, request, first, items, result.next_request)
         if not first and not cards and result.next_request is None:
-            check_end_after_cursor(task, "a page of no cards naming no next page", page.status, self.name)
+            check_end_after_cursor(task, request, "a page of no cards naming no next page", page.status, self.name)
         result.info = {key: str(info[key]) for key in ("total", "since_id", "page") if key in info}
         if long_ids:
             result.info["long_text_ids"] = ",".join(long_ids)
@@ -508,7 +511,7 @@ def _new_since_id(request: PageRequest, info: dict[str, Any]) -> bool:
 NOTICE_END = ("没有更多",)
 
 
-def _notice_later(task: Task, notice: str, status: int) -> ParsedPage:
+def _notice_later(task: Task, request: PageRequest, notice: str, status: int) -> ParsedPage:
     """A page after the first holding only a notice of nothing (more), and no new ``since_id``. 没有更多内容了
     (``NOTICE_END``) is the end of the list. Any other (暂无微博: "this account has no posts", also the wording of
     m.weibo.cn's risk-control answer on a first page) contradicts the pages before it: taken for the end, the crawl
@@ -516,8 +519,10 @@ def _notice_later(task: Task, notice: str, status: int) -> ParsedPage:
     older ones unfetched). It is Busy (the cursor kept, retried with the task's backoff) for
     ``END_AFTER_CURSOR_RETRIES`` failed visits in a row, about a quarter of an hour, as an end of the list after the
     cursor is (``check_end_after_cursor``); then the end, since an account that stops showing its older posts would
-    meet it on every visit."""
-    if any(words in notice for words in NOTICE_END) or task.attempts >= END_AFTER_CURSOR_RETRIES:
+    meet it on every visit. It is the end at once where taking it leaves the cursor as it was (``end_keeps_cursor``:
+    an account showing only posts at or below its cursor, such as its one pinned post)."""
+    done = any(words in notice for words in NOTICE_END) or task.attempts >= END_AFTER_CURSOR_RETRIES
+    if done or end_keeps_cursor(task, request):
         return ParsedPage(items=[], info={"end": notice})
     raise fail(
         Outcome.Busy,

@@ -49,6 +49,7 @@ from crawler_client.sources._weibo import (
     json_envelope,
     long_text_content,
     mblog_id,
+    nothing_new_yet,
     own_posts,
     said,
     since_id_of,
@@ -141,7 +142,7 @@ class WeiboWebSource(PostOrder, SavedPages):
             if first:
                 raise first_page_ok0(doc, page.status)
             check_end_of_list(doc, page.status)
-            check_end_after_cursor(task, f"ok:0 {said(doc)[:40]!r}", page.status, self.name)
+            check_end_after_cursor(task, request, f"ok:0 {said(doc)[:40]!r}", page.status, self.name)
             return ParsedPage(items=[], info={"end": "ok:0"})
         if doc.get("ok") not in (1, "1"):
             hint = " (a v6 mbloglist answer: use weibo_pc)" if "code" in doc and "data" in doc else ""
@@ -158,7 +159,7 @@ class WeiboWebSource(PostOrder, SavedPages):
             data = {"list": [post]}
         elif data is None or data in ({}, []):  # {"ok":1}: what the site answers past the last page
             if not first:
-                check_end_after_cursor(task, "an answer without data", page.status, self.name)
+                check_end_after_cursor(task, request, "an answer without data", page.status, self.name)
             return ParsedPage(items=[], info={"end": "no data"})
         data = as_dict(data)
         posts = data.get("list")
@@ -173,8 +174,9 @@ class WeiboWebSource(PostOrder, SavedPages):
         owned, others = own_posts(task.target, mblogs, author_id, page.status, is_quick_repost)
         items, long_ids = self._posts(owned, task, now_ms)
         result = ParsedPage(items=items, next_request=None if single else self._next(request, data, bool(posts)))
+        nothing_new_yet(task, request, first, items, result.next_request)
         if not first and not single and not posts and result.next_request is None:
-            check_end_after_cursor(task, "an empty list naming no next page", page.status, self.name)
+            check_end_after_cursor(task, request, "an empty list naming no next page", page.status, self.name)
         result.info = {key: str(data[key])[:40] for key in ("since_id", "total") if key in data}
         if long_ids:
             result.info["long_text_ids"] = ",".join(long_ids)

@@ -19,11 +19,13 @@ from typing import Any
 import pytest
 
 from crawler_client.crawl import CrawlResult, crawl_task
+from crawler_client.gaps import request_to_dict
 from crawler_client.http import Fetcher, FetchPolicy
 from crawler_client.sources import get_source
 from crawler_client.sources._weibo import END_AFTER_CURSOR_RETRIES
 from crawler_client.transport import HttpSession, Urllib3Transport
 from icecrawler.models import Outcome, Task
+from icecrawler.resume import Gap, encode_cursor
 from icecrawler.settings import Settings
 from scheduler_server.config import SchedulerConfig
 from scheduler_server.outcomes import outcome_effects
@@ -154,6 +156,40 @@ def outcomes(done: list[tuple[CrawlResult, float]]) -> list[str]:
 
 
 @pytest.mark.parametrize(("source", "end"), CASES)
+def test_an_account_showing_only_its_pinned_post_is_ok_at_every_visit(source: str, end: str) -> None:
+    """The account's one visible post is pinned (a new account, or its other posts deleted). Since the pinned post
+    counts in the cursor, the first crawl leaves its mid as the cursor; a pinned post never ends a walk, so every later
+    walk asked for page 2, and the end of the list there was the Busy guard's "throttled answer": Busy, Busy, Busy, then
+    Ok (attempts reset) and Busy again, for ever, never a quiet Ok. Nothing above the cursor was met, so taking the end
+    leaves the cursor where it was and passes over nothing: every visit is Ok, with nothing new after the first."""
+    ok = Outcome.Ok
+    with timeline(source, [mblog(PINNED, pinned=True)], end) as (base_url, _):
+        # the first crawl (m.weibo.cn's 暂无微博 notice on a later page is Busy first even then: the history below it)
+        first = visits(
+            source, base_url, task_of(source), END_AFTER_CURSOR_RETRIES + 1, until=lambda r: r.report.outcome is ok
+        )
+        assert outcomes(first)[-1] == "Ok/1" and first[-1][0].report.cursor == str(PINNED)
+        task = dataclasses.replace(task_of(source), cursor=str(PINNED))
+        done = visits(source, base_url, task, 8)
+    assert outcomes(done) == ["Ok/0"] * 8
+    assert {r.report.cursor for r, _ in done} == {str(PINNED)}
+
+
+@pytest.mark.parametrize(("source", "end"), CASES)
+def test_pinned_posts_below_a_cursor_whose_post_is_gone_are_ok_at_every_visit(source: str, end: str) -> None:
+    """The cursor's post (the account's newest ordinary one) was deleted, or is no longer shown, and only older pinned
+    posts remain: the same endless Busy/Ok cycle, with the cursor above every post shown. Ok at every visit, the
+    cursor kept."""
+    cursor = str(PINNED + 10**6)
+    task = dataclasses.replace(task_of(source), cursor=cursor)
+    pinned = [mblog(PINNED, pinned=True), mblog(PINNED - 10**6, pinned=True)]
+    with timeline(source, pinned, end) as (base_url, _):
+        done = visits(source, base_url, task, 8)
+    assert outcomes(done) == ["Ok/0"] * 8
+    assert {r.report.cursor for r, _ in done} == {cursor}
+
+
+@pytest.mark.parametrize(("source", "end"), CASES)
 def test_an_end_after_posts_above_the_cursor_is_busy_for_a_quarter_of_an_hour(source: str, end: str) -> None:
     """Page 1 holds posts newer than the cursor (the pinned cursor post among them: it does not end the walk), page 2
     ends the list before the walk met the post the crawl already has: m.weibo.cn's risk-control answer, or the end
@@ -171,3 +207,45 @@ def test_an_end_after_posts_above_the_cursor_is_busy_for_a_quarter_of_an_hour(so
     assert all(r.report.cursor == str(PINNED) and len(r.posts) == 2 for r, _ in failed)  # stored, cursor kept
     assert outcomes(done[-1:]) == ["Ok/2"] and done[-1][0].report.cursor == str(PINNED + 2 * 10**6)
     assert sum(delay for _, delay in failed) == 900.0
+
+
+@pytest.mark.parametrize("source", ENDS)
+def test_a_new_pinned_post_with_nothing_else_shown_is_busy_first_then_known(source: str) -> None:
+    """Page 1 of an account showing only pinned posts holds one newer than the cursor (pinned as soon as published):
+    taking the end at once would move the cursor over anything page 1 did not show, so it is the Busy guard's case;
+    once its Ok has the new post as the cursor, the next visits are quiet Oks."""
+    page1 = [mblog(PINNED + 10**6, pinned=True), mblog(PINNED, pinned=True)]
+    task = dataclasses.replace(task_of(source), cursor=str(PINNED))
+    end = next(iter(ENDS[source]))
+    with timeline(source, page1, end) as (base_url, _):
+        done = visits(source, base_url, task, END_AFTER_CURSOR_RETRIES + 3)
+    assert outcomes(done) == [f"Busy/{source}-empty-page"] * END_AFTER_CURSOR_RETRIES + ["Ok/1", "Ok/0", "Ok/0"]
+
+
+@pytest.mark.parametrize("source", ENDS)
+def test_a_first_page_of_other_accounts_posts_still_leads_to_the_next(source: str) -> None:
+    """Page 1 holds the known pinned post and posts of another account the account quick-reposted (left out of its
+    own): the walk still asks for page 2, where the account's own newer posts would be (a walk that stopped at a
+    page of known pinned posts would never see them while the reposts stay on top)."""
+    reposts = [dict(mblog(PINNED + k, author="1669879400"), ori_mid=str(PINNED + k)) for k in (9, 8, 7)]
+    task = dataclasses.replace(task_of(source), cursor=str(PINNED))
+    end = next(iter(ENDS[source]))
+    with timeline(source, [mblog(PINNED, pinned=True), *reposts], end) as (base_url, sent):
+        done = visits(source, base_url, task, 1)
+    assert len(sent) == 2  # page 2 asked for
+    assert outcomes(done) == ["Ok/0"] and done[0][0].report.cursor == str(PINNED)
+
+
+@pytest.mark.parametrize(("source", "end"), CASES)
+def test_an_end_in_a_walk_resuming_an_open_gap_is_busy_first(source: str, end: str) -> None:
+    """A walk resuming an open page-cap gap closes it at the end of the list, and its cursor becomes the gap's top: an
+    end there would pass over the posts the gap had not reached, whatever the walk met. Busy first, as before, even
+    when the resumed page holds nothing above the gap's base."""
+    with timeline(source, [mblog(PINNED, pinned=True)], end) as (base_url, _):
+        resume = get_source(source).first_request(task_of(source), base_url)
+        top = str(PINNED + 10**6)
+        gap = Gap(base=str(PINNED), top=top, low="", request=request_to_dict(resume, base_url), visits=1)
+        task = dataclasses.replace(task_of(source), cursor=encode_cursor(gap))
+        done = visits(source, base_url, task, 1)
+    assert outcomes(done) == [f"Busy/{source}-empty-page"]
+    assert done[0][0].report.cursor == task.cursor
