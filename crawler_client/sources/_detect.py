@@ -134,14 +134,24 @@ def _one_retry_after(value: str, now_ms: int) -> float | None:
     return min(max(0.0, when.timestamp() - now_ms / 1000), LONGEST_RETRY_AFTER_S)
 
 
+#: Weekday names that open an HTTP-date (IMF-fixdate and RFC 850), whose own comma is not a list's.
+_WEEKDAYS = frozenset(
+    {"mon", "tue", "wed", "thu", "fri", "sat", "sun"}
+    | {"monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"}
+)
+#: Joined values read at most: a site's header of thousands of commas costs no more than a few.
+_MOST_JOINED_VALUES = 8
+
+
 def _joined_values(value: str) -> list[str]:
-    """Split values joined by commas, keeping an HTTP-date's own comma (``Thu, 01 Jan 1970 ...``) inside it."""
-    parts = value.split(",")
+    """Split values joined by commas, keeping an HTTP-date's own comma (``Thu, 01 Jan 1970 ...``) inside it; the
+    first ``_MOST_JOINED_VALUES`` only."""
+    parts = value.split(",", 2 * _MOST_JOINED_VALUES)[: 2 * _MOST_JOINED_VALUES]
     values: list[str] = []
     index = 0
-    while index < len(parts):
+    while index < len(parts) and len(values) < _MOST_JOINED_VALUES:
         part = parts[index].strip()
-        if part.isalpha() and len(part) == 3 and index + 1 < len(parts):  # a weekday: the date goes on after it
+        if part.lower() in _WEEKDAYS and index + 1 < len(parts):  # a weekday: the date goes on after it
             values.append(f"{part}, {parts[index + 1].strip()}")
             index += 2
         else:
@@ -158,6 +168,12 @@ def header(headers: Mapping[str, str], name: str) -> str:
     return ""
 
 
+def joined_header(headers: Mapping[str, str], name: str) -> str:
+    """Every value of a header sent more than once, joined by ", " as HTTP reads a repeated header (urllib3's
+    ``items()`` gives each on its own, so ``header`` sees the first only)."""
+    return ", ".join(value for key, value in headers.items() if key.lower() == name)
+
+
 def check_http(page: FetchedPage, now_ms: int) -> None:
     """Raise the Outcome the HTTP status (and Retry-After) implies; return for a usable 2xx/3xx answer."""
     status = page.status
@@ -170,7 +186,7 @@ def check_http(page: FetchedPage, now_ms: int) -> None:
             error_class="cf-challenge",
             http_status=status,
         )
-    retry = header(page.headers, "retry-after")
+    retry = joined_header(page.headers, "retry-after")
     retry_s = retry_after_seconds(retry, now_ms) if retry else 0.0
     if status == 429 or (retry and status >= 400):
         raise fail(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
+import urllib3
 
 from crawler_client.sources import SOURCES, get_source
 from crawler_client.sources._counts import MAX_COUNT, parse_count, parse_id
@@ -210,6 +211,32 @@ def test_http_statuses_are_classified(status: int, headers: dict[str, str], outc
     assert info.value.outcome == outcome
     assert info.value.http_status == status
     assert info.value.retry_after_s == pytest.approx(retry)
+
+
+@pytest.mark.parametrize("status", [403, 500, 429])
+def test_a_retry_after_sent_twice_holds_the_longer_wait(status: int) -> None:
+    """urllib3's headers give a repeated header once per value: each Retry-After counts, not the first only."""
+    headers = urllib3.HTTPHeaderDict()
+    headers.add("Retry-After", "60")
+    headers.add("Retry-After", "120")
+    with pytest.raises(FetchError) as info:
+        check_http(fetched(b"", status=status, headers=headers), NOW_MS)
+    assert (info.value.outcome, info.value.retry_after_s) == ("RateLimited", 120.0)
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [
+        ("inf, 7", 7.0),  # three letters that are no weekday keep the next value their own
+        ("now, 120", 120.0),
+        ("Thu, 120", 0.0),  # a weekday glued to what follows: no date, no wait
+        ("Sunday, 06-Nov-94 08:49:37 GMT", 0.0),  # RFC 850, long past: read as before
+        ("," * 65536 + "9", 0.0),  # only the first few joined values are read
+        ("5," + "," * 65536, 5.0),
+    ],
+)
+def test_joined_retry_after_values(value: str, seconds: float) -> None:
+    assert retry_after_seconds(value, NOW_MS) == seconds
 
 
 def test_ok_statuses_pass_and_junk_retry_after_is_zero() -> None:
