@@ -15,7 +15,7 @@ import pytest
 from icecrawler.errors import ServiceError
 from icecrawler.processes import free_port
 from icecrawler_local.hbase_local import LocalHBase
-from tests.helpers import killed_midway, process_gone
+from tests.helpers import killed_midway, process_gone, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -242,7 +242,9 @@ def test_a_start_after_a_stop_killed_while_the_master_was_stopping_starts_it_aga
     ports = [hbase.thrift_port, hbase.zookeeper_port, hbase.master_port, hbase.regionserver_port]
     try:
         killed_midway(KILLED_AFTER_MASTER_SIGTERM, str(REPO), str(root), str(java), *map(str, ports))
-        assert (root / "master.stopping").exists() and hbase.status()["master_pid"] == old_master
+        # The master marks its stopping in its SIGTERM handler, which may run after the killed stop is gone.
+        wait_for(lambda: (root / "master.stopping").exists(), "the old master never began to stop", timeout_s=30.0)
+        assert hbase.status()["master_pid"] == old_master
         assert hbase.status()["thrift_pid"] is None and not hbase.answering()
 
         def let_the_old_master_go() -> None:  # once the start has started a Thrift server beside the stopping master
