@@ -6,7 +6,8 @@ crashes; it reads every table in one transaction, so it is not for a running sch
 from __future__ import annotations
 
 from scheduler_server.cache import RecordCache
-from scheduler_server.codec import TaskRecord, decode_lease, decode_time_key, hold_lease
+from scheduler_server.codec import decode_lease, decode_time_key, hold_lease
+from scheduler_server.quarantine import decoded
 from scheduler_server.queues import TaskQueues
 from scheduler_server.store import QueueStore
 
@@ -20,13 +21,18 @@ def check_consistency(
     an inflight entry holds a lease (and agrees with its record when the record names one too), and no queue key
     points at a missing task; given a running core's ``queues``, its in-memory
     queues hold exactly the same entries as the tables; given its record cache, every cached record is the
-    stored one, with its current lease. Returns per-state counts and a list of problems (empty when
+    stored one, with its current lease. A record that does not decode is a problem (a running core quarantines it
+    where it meets it: ``quarantine``). Returns per-state counts and a list of problems (empty when
     consistent)."""
     problems: list[str] = []
+    undecodable: list[tuple[bytes, bytes, str]] = []
     with store.transaction() as txn:
-        stored = {key.decode(): TaskRecord.from_bytes(value) for key, value in txn.scan("tasks", limit=limit)}
+        stored = {record.id: record for record in decoded(txn.scan("tasks", limit=limit), undecodable)}
         pending = [decode_time_key(key) for key, _ in txn.scan("pending", limit=limit)]
         leases = [(decode_time_key(key), value) for key, value in txn.scan("inflight", limit=limit)]
+    problems.extend(
+        f"the record of {key.decode('utf-8', 'replace')} does not decode ({error})" for key, _, error in undecodable
+    )
     inflight = [(key, decode_lease(value)[0]) for key, value in leases]
     where: dict[str, list[str]] = {task_id: [] for task_id in stored}
     for due_ms, task_id in pending:

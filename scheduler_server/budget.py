@@ -11,8 +11,8 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from scheduler_server.codec import TaskRecord
 from scheduler_server.config import BudgetedPolicy
+from scheduler_server.quarantine import decoded
 from shhd.policies import BudgetView
 
 if TYPE_CHECKING:
@@ -34,6 +34,7 @@ def rebalance_budget(core: SchedulerCore) -> float | None:
         return None
     profile = policy.profiles_due(core.clocks.now())  # hourly: the daily profiles cost several times a rate
     views: list[BudgetView] = []
+    found: list[tuple[bytes, bytes, str]] = []  # records that do not decode: quarantined at the end
     start = b""
     while True:
         with core.lock, core.store.transaction() as txn:
@@ -41,9 +42,10 @@ def rebalance_budget(core: SchedulerCore) -> float | None:
         if not chunk:
             break
         views.extend(
-            policy.budget_view(core.resumed_state(TaskRecord.from_bytes(raw).policy_state), profile) for _, raw in chunk
+            policy.budget_view(core.resumed_state(record.policy_state), profile) for record in decoded(chunk, found)
         )
         start = chunk[-1][0] + b"\0"
+    core.quarantine_found(found)
     if not views:
         return None
     # The longest period may stretch past scheduler.max_period_s when the budget is too small for that cap to

@@ -45,6 +45,7 @@ host spacing, blocks and account budgets use the wall clock, since clients and s
 from __future__ import annotations
 
 import json
+import logging
 import math
 import secrets
 import threading
@@ -79,6 +80,7 @@ from scheduler_server.moves import TaskMoves
 from scheduler_server.observer import CoreObserver
 from scheduler_server.outcomes import Hold, OutcomeEffects, outcome_effects
 from scheduler_server.politeness import HELD_BY_OPERATOR, HostGate, RateWindow
+from scheduler_server.quarantine import Quarantine, RecordQuarantined
 from scheduler_server.queues import TaskQueues
 from scheduler_server.refreshes import StoredRefresh, encode_refresh, refresh_key
 from scheduler_server.startup import (
@@ -98,6 +100,8 @@ from shhd.calibration import RateCalibration
 from shhd.policies import Observation, RevisitPolicy, resume_state
 
 __all__ = ["Clocks", "SchedulerConfig", "SchedulerCore", "check_consistency"]
+
+log = logging.getLogger(__name__)
 
 #: TaskKind by stored value (a dict lookup; calling the enum costs a microsecond per leased task).
 _TASK_KINDS = {kind.value: kind for kind in TaskKind}
@@ -183,7 +187,10 @@ class SchedulerCore:
         #: changes, and records are kept again only after their call committed (in the finishers, in call
         #: order), so a rolled-back call leaves no changed record behind. Empty after a restart.
         self.records = RecordCache(config.record_cache)
-        self.moves = TaskMoves(config, self.queues, self.records)
+        #: Task records that did not decode, moved aside where they were met (``quarantine``): logged and counted
+        #: after the commit of the transaction that moved them (``_transaction``).
+        self.quarantine = Quarantine(self.queues)
+        self.moves = TaskMoves(config, self.queues, self.records, self.quarantine)
         #: Tasks whose cursor holds an open page-cap gap (``icecrawler.resume``): ``stats()["open_gaps"]``.
         self.open_gaps: set[str] = set()
         #: The ``rate`` policy's population calibration (``shhd.calibration``), learnt from every report: kept in
@@ -217,10 +224,55 @@ class SchedulerCore:
                 yield txn
         except BaseException:
             self.queues.rollback()
+            self.quarantine.rollback()
             if group is not None and group.learnt_before is not None and self.calibration is not None:
                 self.calibration.load(group.learnt_before)  # a report rolled back taught nothing
             raise
         self.queues.commit()
+        self._quarantined()
+
+    def transaction(self) -> Any:
+        """A store transaction that covers the in-memory queues and the quarantine (``_transaction``), for the
+        helper modules that read records (``status``) and so may quarantine one; under ``lock``."""
+        return self._transaction()
+
+    def _quarantined(self) -> None:
+        """After a commit: the records it moved to the quarantine table leave the counts, the cache, the open gaps
+        and (in flight) their host and account; each is logged once."""
+        moved, released = self.quarantine.committed()
+        wall = self.clocks.wall() if moved else 0.0
+        for item in moved:
+            log.error(
+                "task %s: its stored record does not decode (%s); moved, %d bytes unchanged, to the quarantine table "
+                "and out of the queues: `icecrawler seed` adds the target again with a fresh state "
+                '(docs/DEPLOY.md, "Quarantined task records")',
+                item.task_id,
+                item.error,
+                item.size,
+            )
+            self.records.take(item.task_id)
+            self.open_gaps.discard(item.task_id)
+            self.counts["tasks"] -= 1
+            if item.state:
+                self.counts[item.state] -= 1
+            if item.state == "inflight":
+                host = self.config.hosts.get(item.task_id.split(":", 2)[1] if item.task_id.count(":") >= 2 else "")
+                if host is not None:
+                    self.gate.ended(host, wall)
+                self.accounts.ended(item.lease_token)
+        for task_id in released:
+            log.warning("task %s is added again: its quarantined record is dropped", task_id)
+
+    def quarantine_found(self, found: Sequence[tuple[bytes, bytes, str]]) -> None:
+        """Quarantine the records a scan outside ``_transaction`` found undecodable (``quarantine.decoded``): each
+        that still holds the bytes it was found with (a seed may have replaced it meanwhile)."""
+        if not found:
+            return
+        with self.lock, self._transaction() as txn:
+            for key, raw, error in found:
+                if txn.get("tasks", key) == raw:
+                    self.quarantine.move(txn, key, raw, error)
+        self.store.sync()
 
     def _call(self, run: Callable[[Txn, _Group], _Finish], durable: bool) -> Pending[Any]:
         """Queue a change for the group runner (``groups``); ``run`` works inside the group's transaction and
@@ -256,7 +308,7 @@ class SchedulerCore:
                             finishers.append((call, call.run(txn, group)))
                         except _CALLER_ERRORS as exc:
                             call.error = exc
-                    if not finishers:
+                    if not finishers and not self.quarantine.pending:  # a record moved aside stays moved
                         raise _AllRejected
                     if group.learnt_before is not None and self.calibration is not None:
                         txn.put("meta", CALIBRATION_KEY, json.dumps(self.calibration.to_dict()).encode())
@@ -430,7 +482,10 @@ class SchedulerCore:
                 waits.append(wait if wait > 0 else _RETRY_HINT_MS / 1000)
                 continue
             token = tokens[16 * len(tasks) : 16 * len(tasks) + 16]
-            record = self.moves.start_lease(txn, first[1], token, worker_id, account, deadline_ms)
+            try:
+                record = self.moves.start_lease(txn, first[1], token, worker_id, account, deadline_ms)
+            except RecordQuarantined:
+                continue  # out of the queue now: the source's next task is its head
             records.append(record)
             tasks.append(
                 Task(

@@ -37,8 +37,9 @@ from icecrawler.durable import (
     sync_tree,
 )
 from icecrawler.errors import ServiceError
-from scheduler_server.codec import TaskRecord, time_key
-from scheduler_server.store import TABLES, BdbQueueStore, QueueStore
+from scheduler_server.codec import time_key
+from scheduler_server.quarantine import QUARANTINE, UndecodableRecord, decode_record
+from scheduler_server.store import ADDED_TABLES, TABLES, BdbQueueStore, QueueStore
 
 __all__ = ["LOCK_FILE", "MARKER", "SALVAGE_JOURNAL", "backup_checked", "holds_database", "open_checked", "salvage"]
 
@@ -61,7 +62,7 @@ def _missing_files(path: Path) -> str:
         return ""
     if not any(path.glob("log.*")):
         return "its transaction logs (log.*) are missing"
-    missing = [f"{table}.db" for table in TABLES if not (path / f"{table}.db").exists()]
+    missing = [f"{table}.db" for table in TABLES if table not in ADDED_TABLES and not (path / f"{table}.db").exists()]
     return f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} missing" if missing else ""
 
 
@@ -130,9 +131,12 @@ def _rebuild_queues(store: BdbQueueStore) -> int:
         while chunk := txn.scan("tasks", start, limit=_CHUNK):
             for key, value in chunk:
                 try:
-                    record = TaskRecord.from_bytes(value)
-                except Exception as exc:  # an unreadable record cannot be queued; the rest can
-                    log.error("--recover: task record %r unreadable (%s); dropped", key[:80], exc)
+                    record = decode_record(key, value)
+                except UndecodableRecord as exc:  # an unreadable record cannot be queued; the rest can
+                    log.error(
+                        "--recover: task record %r does not decode (%s); moved to the quarantine table", key[:80], exc
+                    )
+                    txn.put(QUARANTINE, key, value)
                     txn.delete("tasks", key)
                     continue
                 record.state, record.lease_token, record.lease_deadline_ms = "pending", "", 0

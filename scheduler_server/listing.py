@@ -8,10 +8,12 @@ page.
 
 from __future__ import annotations
 
+from itertools import chain, takewhile
 from typing import TYPE_CHECKING, Any
 
 from icecrawler.errors import InvalidArgumentError, quote
-from scheduler_server.codec import TaskRecord
+from scheduler_server.quarantine import decoded
+from scheduler_server.store import chunks
 
 if TYPE_CHECKING:
     from scheduler_server.core import SchedulerCore
@@ -33,15 +35,16 @@ def list_tasks(core: SchedulerCore, prefix: str, after: str, max_tasks: int) -> 
             raise InvalidArgumentError(f"{name} is longer than 200 characters: {quote(text)}", field=name)
     start = max(prefix.encode(), after.encode() + b"\x00")
     rows: list[dict[str, Any]] = []
+    found: list[tuple[bytes, bytes, str]] = []
     with core.lock:
         now_ms = core.clocks.now() * 1000
         wall_ms = core.clocks.wall() * 1000
         with core.store.transaction() as txn:
-            for key, value in txn.scan("tasks", start=start, limit=max_tasks):
-                task_id = key.decode()
-                if not task_id.startswith(prefix):
-                    break
-                record = TaskRecord.from_bytes(value)
+            # Scanned on past a record that does not decode (quarantined below), so a page holds ``max_tasks``.
+            pages = chunks(lambda first: txn.scan("tasks", start=first, limit=max_tasks), start)
+            in_prefix = takewhile(lambda item: item[0].startswith(prefix.encode()), chain.from_iterable(pages))
+            for record in decoded(in_prefix, found):
+                task_id = record.id
                 row: dict[str, Any] = {
                     "id": task_id,
                     "periodS": record.period_s,
@@ -56,4 +59,7 @@ def list_tasks(core: SchedulerCore, prefix: str, after: str, max_tasks: int) -> 
                     row["state"] = "pending"
                     row["dueInS"] = round((core.queues.due.get(task_id, record.due_ms) - now_ms) / 1000, 3)
                 rows.append(row)
+                if len(rows) == max_tasks:
+                    break
+        core.quarantine_found(found)
     return rows

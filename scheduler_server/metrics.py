@@ -266,6 +266,12 @@ class SchedulerMetrics:
             "cursor: their next visits close the gap first (docs/ARCHITECTURE.md, Guarantees).",
             values["open_gaps"],
         )
+        yield gauge(
+            p + "quarantined_tasks",
+            "Task records that did not decode, moved unchanged to the quarantine table and out of the queues: their "
+            'targets are not crawled until seeded again (docs/DEPLOY.md, "Quarantined task records").',
+            values["quarantined"],
+        )
         rate = values["rate"]
         if rate:
             if rate["budget_scale"] is not None:

@@ -4,7 +4,8 @@ move changes the queue tables and the in-memory queues (``queues``) together; th
 back on failure.
 
 The record cache (``cache``) is kept consistent by taking a record out before it changes (``take``,
-``take_leased``); the core puts records back only after their call committed."""
+``take_leased``); the core puts records back only after their call committed. A stored record that does not decode
+is moved to the quarantine table where it is met (``quarantine``): the move skips its task."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from scheduler_server.checks import invalid_field
 from scheduler_server.codec import TaskRecord, encode_lease, hold_lease, time_key
 from scheduler_server.config import SchedulerConfig
 from scheduler_server.outcomes import backoff_s
+from scheduler_server.quarantine import QUARANTINE, Quarantine, RecordQuarantined, UndecodableRecord, decode_record
 from scheduler_server.queues import TaskQueues
 from scheduler_server.startup import removed_lease_key
 from scheduler_server.store import Txn
@@ -32,10 +34,13 @@ _TOKEN_HISTORY = 3
 class TaskMoves:
     """The moves of tasks in the tables and in-memory queues; see the module docstring."""
 
-    def __init__(self, config: SchedulerConfig, queues: TaskQueues, records: RecordCache) -> None:
+    def __init__(
+        self, config: SchedulerConfig, queues: TaskQueues, records: RecordCache, quarantine: Quarantine
+    ) -> None:
         self.config = config
         self.queues = queues
         self.records = records
+        self.quarantine = quarantine
 
     def add_new(
         self,
@@ -51,6 +56,7 @@ class TaskMoves:
         for task_id, source, target in task_ids:
             if txn.get("tasks", task_id.encode()) is not None:
                 continue
+            self.quarantine.release(txn, task_id.encode())  # added again: a fresh start
             record = TaskRecord(
                 id=task_id,
                 kind=kind.value,
@@ -69,11 +75,16 @@ class TaskMoves:
 
     def stored(self, txn: Txn, task_id: str) -> TaskRecord | None:
         """The task's record as stored, with its current lease (from its inflight entry) if it is in flight;
-        None for an unknown task."""
-        raw = txn.get("tasks", task_id.encode())
+        None for an unknown task, and for one whose record does not decode: that record is quarantined."""
+        key = task_id.encode()
+        raw = txn.get("tasks", key)
         if raw is None:
             return None
-        record = TaskRecord.from_bytes(raw)
+        try:
+            record = decode_record(key, raw)
+        except UndecodableRecord as exc:
+            self.quarantine.move(txn, key, raw, str(exc))
+            return None
         deadline_ms = self.queues.deadline.get(task_id)
         if deadline_ms is not None:
             value = txn.get("inflight", time_key(deadline_ms, task_id))
@@ -83,9 +94,12 @@ class TaskMoves:
         return record
 
     def take(self, txn: Txn, task_id: str) -> TaskRecord:
-        """The task's record, to be changed: taken out of the cache, else read from the store."""
+        """The task's record, to be changed: taken out of the cache, else read from the store. RecordQuarantined if
+        the stored one did not decode (it is quarantined now)."""
         record = self.records.take(task_id) or self.stored(txn, task_id)
         if record is None:
+            if self.quarantine.moved_now(task_id):
+                raise RecordQuarantined(task_id)
             raise KeyError(task_id)
         return record
 
@@ -97,6 +111,13 @@ class TaskMoves:
             return cached
         record = self.stored(txn, task_id)
         gone = record is None or record.lease_token != token
+        if record is None and txn.get(QUARANTINE, task_id.encode()) is not None:
+            raise LeaseLostError(
+                f"lease {quote(token)} of {quote(task_id)} ended: the task's record did not decode and was quarantined",
+                task_id=task_id,
+                index=index,
+                code="TaskRemoved",
+            )
         if gone and txn.get("meta", removed_lease_key(task_id, token)) is not None:  # (``startup.REMOVED_KEY``)
             raise LeaseLostError(
                 f"lease {quote(token)} of {quote(task_id)} ended: the task was removed",
@@ -152,7 +173,10 @@ class TaskMoves:
         state-changing call does this first, in its own transaction; returns their records."""
         records = []
         for task_id in self.queues.expired(int(wall * 1000), limit):
-            record = self.take(txn, task_id)
+            try:
+                record = self.take(txn, task_id)
+            except RecordQuarantined:
+                continue
             record.attempts += 1
             records.append(record)
             # The completion log keeps expired leases too, so that an audit sees every lease interval.

@@ -6,9 +6,9 @@ A shard holds the tasks of the hosts that hash to it (``icecrawler.shards``), an
 belongs to one task, to one host, or to the shard as a whole, which its key says. So the copy needs to know the
 keys, not what the values mean:
 
-* a task's entries (its record, its queue key, its completion-log entries, its open page-cap gap, its removed
-  leases) go to the task's new shard. A lease in flight moves with its task, so the client's report reaches the
-  new shard and is taken;
+* a task's entries (its record or its quarantined bytes, its queue key, its completion-log entries, its open
+  page-cap gap, its removed leases) go to the task's new shard. A lease in flight moves with its task, so the
+  client's report reaches the new shard and is taken;
 * a host's ban block or operator hold goes to the host's new shard;
 * an account's freeze, and the sites' refreshes of its login, go to every new shard: every shard loads every
   account, and only the shard of the hosts the account serves leases it, so they hold there and change nothing
@@ -80,7 +80,7 @@ def read_layout(store: QueueStore) -> tuple[int, int]:
 
 def task_of(table: str, key: bytes) -> str | None:
     """The task an entry belongs to, or None for a host's, an account's or the whole shard's entry."""
-    if table == "tasks":
+    if table in ("tasks", "quarantine"):  # a quarantined record goes with its task
         return key.decode()
     if table in ("pending", "inflight"):
         return decode_time_key(key)[1]

@@ -80,6 +80,7 @@ def restore_state(core: SchedulerCore) -> None:
     wall = core.clocks.wall()
     with core.store.transaction() as txn:
         core.counts = {name: txn.count(name) for name in ("tasks", "pending", "inflight", "done")}
+        core.quarantine.count = txn.count("quarantine")
         check_layout(txn, core.config.shard, core.config.shards)
         for key, value in entries(txn, "meta"):
             if key == LAYOUT_KEY:

@@ -8,9 +8,10 @@ from typing import TYPE_CHECKING, Any
 
 from icecrawler.resume import describe as describe_gap
 from scheduler_server.checks import check_task_id, invalid_field
-from scheduler_server.codec import TaskRecord, history_entries
+from scheduler_server.codec import history_entries
 from scheduler_server.config import BudgetedPolicy
 from scheduler_server.politeness import HELD_BY_OPERATOR
+from scheduler_server.quarantine import QUARANTINE, UndecodableRecord, decode_record, decoded
 
 if TYPE_CHECKING:
     from scheduler_server.core import SchedulerCore
@@ -27,11 +28,13 @@ def stats(core: SchedulerCore) -> dict[str, Any]:
         wall = core.clocks.wall()
         now_ms = int(core.clocks.now() * 1000)
         due_soon, due_now = core.queues.due_before_each((now_ms + 60_000, now_ms + 1), DUE_SOON_CAP)
+        found: list[tuple[bytes, bytes, str]] = []
         with core.store.transaction() as txn:
             listings = {
-                key.decode(): TaskRecord.from_bytes(value).discovered
-                for key, value in txn.scan("tasks", b"listing:", b"listing;", 1000)
+                record.id: record.discovered
+                for record in decoded(txn.scan("tasks", b"listing:", b"listing;", 1000), found)
             }
+        core.quarantine_found(found)
         return {
             **core.counts,
             "due_soon": due_soon,
@@ -55,6 +58,8 @@ def stats(core: SchedulerCore) -> dict[str, Any]:
                 "shutting_down": core.stopping,
                 # Tasks with an open page-cap gap (icecrawler.resume): a gauge, 0 once the crawl caught up.
                 "open_gaps": len(core.open_gaps),
+                # Task records that did not decode, moved to the quarantine table (``quarantine``).
+                "quarantined": core.quarantine.count,
                 # The rate policy's budget constant, daily anchor and calibration; {} with another policy.
                 "revisit": _revisit(core),
             },
@@ -95,6 +100,7 @@ def gauges(core: SchedulerCore) -> dict[str, Any]:
         refreshes = dict(core.accounts.refreshes)
         counts = dict(core.counts)
         open_gaps = len(core.open_gaps)
+        quarantined = core.quarantine.count
         rate = _revisit(core)
     # Counted whole: a capped count stays flat once the backlog passes the cap, and IcecrawlerBacklogGrowing (a
     # derivative) would go quiet while it grows.
@@ -134,6 +140,7 @@ def gauges(core: SchedulerCore) -> dict[str, Any]:
         "source_due_age_s": source_due_age,
         "login_refreshes": refreshes,
         "open_gaps": open_gaps,
+        "quarantined": quarantined,
         "visitor_renewals": {source: v["renewals"] for source, v in visitors.items()},
         "visitor_mints": {source: v["mints"] for source, v in visitors.items()},
         "visitor_mint_failures": {source: v["failures"] for source, v in visitors.items()},
@@ -142,11 +149,15 @@ def gauges(core: SchedulerCore) -> dict[str, Any]:
 
 
 def task_info(core: SchedulerCore, task_id: str) -> dict[str, Any]:
-    """One task's metadata and recent period/distance history."""
+    """One task's metadata and recent period/distance history; for a task whose record did not decode (quarantined
+    now or before), its state "quarantined", the size of its bytes and why they do not decode."""
     check_task_id(task_id, "taskId", -1)
     with core.lock:
-        with core.store.transaction() as txn:
+        with core.transaction() as txn:
             record = core.moves.stored(txn, task_id)
+            kept = txn.get(QUARANTINE, task_id.encode()) if record is None else None
+        if kept is not None:
+            return _quarantined_info(task_id, kept)
         if record is None:
             raise invalid_field(f"unknown task {task_id}", "taskId", code="UnknownTask")
         info = {key: value for key, value in vars(record).items() if key != "old_tokens"}
@@ -158,3 +169,19 @@ def task_info(core: SchedulerCore, task_id: str) -> dict[str, Any]:
             for t, p, d, n in history_entries(record.history)
         ]
         return info
+
+
+def _quarantined_info(task_id: str, raw: bytes) -> dict[str, Any]:
+    """What ``task_info`` says of a quarantined task (docs/DEPLOY.md, "Quarantined task records")."""
+    try:
+        decode_record(task_id.encode(), raw)
+        why = "it decodes now"  # cannot happen for bytes kept unchanged; said rather than hidden
+    except UndecodableRecord as exc:
+        why = str(exc)
+    return {
+        "id": task_id,
+        "state": "quarantined",
+        "quarantined_bytes": len(raw),
+        "error": f"its record does not decode ({why}): it is in the quarantine table, out of every queue; "
+        "`icecrawler seed` adds the target again with a fresh state",
+    }

@@ -26,13 +26,26 @@ from berkeleydb import db
 
 from icecrawler.errors import ServiceError, StorageUnavailableError
 
-__all__ = ["SCAN_CHUNK", "TABLES", "BdbQueueStore", "MemoryQueueStore", "QueueStore", "Txn", "chunks", "entries"]
+__all__ = [
+    "ADDED_TABLES",
+    "SCAN_CHUNK",
+    "TABLES",
+    "BdbQueueStore",
+    "MemoryQueueStore",
+    "QueueStore",
+    "Txn",
+    "chunks",
+    "entries",
+]
 
 log = logging.getLogger(__name__)
 
-#: The scheduler's tables: per-task metadata, the delayed queue, leases, the completion log, and small
-#: scheduler-wide records (host blocks, account freezes, the clock origin).
-TABLES: tuple[str, ...] = ("tasks", "pending", "inflight", "done", "meta")
+#: The scheduler's tables: per-task metadata, the delayed queue, leases, the completion log, small scheduler-wide
+#: records (host blocks, account freezes, the clock origin), and task records that do not decode (``quarantine``).
+TABLES: tuple[str, ...] = ("tasks", "pending", "inflight", "done", "meta", "quarantine")
+#: Tables that a database written by an earlier version lacks: opening it creates them, so the start-up check
+#: (``integrity``) does not take their absence for a lost file.
+ADDED_TABLES: tuple[str, ...] = ("quarantine",)
 #: In-memory log buffer of the Berkeley DB environment (see ``BdbQueueStore``).
 _LOG_BUFFER_BYTES = 4 << 20
 #: The mode of the files the environment creates (tables, logs): ``meta`` holds the sites' refreshes of the accounts'

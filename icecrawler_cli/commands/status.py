@@ -68,6 +68,7 @@ def merged(shards: list[dict[str, Any]]) -> dict[str, Any]:
         section[key] = {name: value for shard in shards for name, value in shard.get(key, {}).items()}
     section["shutting_down"] = any(shard.get("shutting_down") for shard in shards)
     section["open_gaps"] = sum(shard.get("open_gaps", 0) for shard in shards)
+    section["quarantined"] = sum(shard.get("quarantined", 0) for shard in shards)
     # Each shard has its own pool (a freeze comes from its own reports): a source's accounts are said per shard.
     section["source_accounts"] = {
         f"{source} on shard {number}": counts
@@ -123,6 +124,11 @@ def render_text(report: dict[str, Any]) -> str:
         lines.append(
             f"  {s['open_gaps']} task(s) with an open page-cap gap: items not fetched yet, the next visits "
             "fetch them (status --task ID shows one)"
+        )
+    if s.get("quarantined"):
+        lines.append(
+            f"  {s['quarantined']} task record(s) quarantined: they did not decode and their targets are not crawled; "
+            'the scheduler\'s log names them (docs/DEPLOY.md, "Quarantined task records")'
         )
     revisit = s.get("revisit") or {}
     if revisit:  # the rate policy (``RatePolicy.describe``)

@@ -1,0 +1,142 @@
+"""Task records that do not decode: moved, bytes unchanged, into the ``quarantine`` table (pure logic over a ``Txn``
+and the in-memory queues, no I/O of its own).
+
+Berkeley DB checks its pages, not what a value means: a value cut short or overwritten (a torn write below the
+database, a bad sector inside a value) opens and verifies fine, and ``TaskRecord.from_bytes`` raises only when a
+call reads it. Before, that call failed, and with it every call that met the record: each lease once the task was
+due, the budget's rebalance (so the daemon's start) for good. Now whatever reads a record and cannot decode it moves
+it aside in the transaction it runs in: the raw bytes go to ``quarantine`` under the same key, and the record leaves
+``tasks``, its ``pending`` key or ``inflight`` entry, the in-memory queues and its open page-cap gap, so the database
+stays consistent (``audit.check_consistency``) and every other task is served on. The core logs each one once at
+ERROR and counts them after the commit (``SchedulerCore``; ``stats()["detail"]["quarantined"]``, the
+``quarantined_tasks`` gauge). Adding the task again (``icecrawler seed``) starts it afresh and drops its quarantined
+bytes; docs/DEPLOY.md ("Quarantined task records") says how to look at them first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+from scheduler_server.codec import TaskRecord, decode_lease, time_key
+from scheduler_server.queues import TaskQueues
+from scheduler_server.startup import GAP_KEY
+from scheduler_server.store import Txn
+
+__all__ = [
+    "QUARANTINE",
+    "Quarantine",
+    "Quarantined",
+    "RecordQuarantined",
+    "UndecodableRecord",
+    "decode_record",
+    "decoded",
+]
+
+#: The table of the records that do not decode: task id -> the bytes as they were found.
+QUARANTINE = "quarantine"
+#: The longest decode error kept for the log line and ``task_info``.
+_ERROR_CHARS = 300
+
+
+class UndecodableRecord(ValueError):
+    """A task record's bytes do not decode; the message says why."""
+
+
+class RecordQuarantined(Exception):
+    """The record a move needed was just quarantined: the caller skips the task."""
+
+
+@dataclass(frozen=True)
+class Quarantined:
+    """One record moved aside, for the core's log line and counters after the commit."""
+
+    task_id: str
+    error: str
+    size: int
+    #: The queue it was taken out of: "pending", "inflight", or "" (none held it).
+    state: str
+    #: The lease it was under ("" unless in flight): the core ends it in the account pool.
+    lease_token: str
+
+
+def decode_record(key: bytes, raw: bytes) -> TaskRecord:
+    """The record stored under ``key``; UndecodableRecord if its bytes do not decode, or decode to another task's
+    record. Anything ``pickle`` may raise on damaged bytes counts (EOFError, UnpicklingError, ValueError, TypeError,
+    ...): the bytes are the scheduler's own, so any failure is damage."""
+    try:
+        record = TaskRecord.from_bytes(raw)
+    except Exception as exc:
+        raise UndecodableRecord(f"{type(exc).__name__}: {exc}"[:_ERROR_CHARS]) from exc
+    if record.id != key.decode("utf-8", "replace"):
+        raise UndecodableRecord(f"it decodes to the record of another task, {record.id!r}"[:_ERROR_CHARS])
+    return record
+
+
+def decoded(items: Iterable[tuple[bytes, bytes]], found: list[tuple[bytes, bytes, str]]) -> Iterator[TaskRecord]:
+    """The records of ``tasks`` entries that decode; each one that does not is appended to ``found`` as (key, raw
+    bytes, error), for ``SchedulerCore.quarantine_found`` once the scan's transaction is over."""
+    for key, raw in items:
+        try:
+            yield decode_record(key, raw)
+        except UndecodableRecord as exc:
+            found.append((key, raw, str(exc)))
+
+
+class Quarantine:
+    """Moves records aside inside a transaction and remembers them until the core has committed it (``committed``)
+    or rolled it back (``rollback``)."""
+
+    def __init__(self, queues: TaskQueues) -> None:
+        self.queues = queues
+        #: Records in the quarantine table, as last committed.
+        self.count = 0
+        self._moved: list[Quarantined] = []
+        self._released: list[str] = []
+
+    @property
+    def pending(self) -> bool:
+        """Whether the current transaction moved a record aside (it must then commit, even with nothing else)."""
+        return bool(self._moved)
+
+    def moved_now(self, task_id: str) -> bool:
+        return any(item.task_id == task_id for item in self._moved)
+
+    def move(self, txn: Txn, key: bytes, raw: bytes, error: str) -> None:
+        """Move the ``tasks`` entry ``key`` (holding ``raw``) to the quarantine table, out of its queue and its gap."""
+        task_id = key.decode("utf-8", "replace")
+        txn.put(QUARANTINE, key, raw)
+        txn.delete("tasks", key)
+        state, token = "", ""
+        due_ms = self.queues.due.get(task_id)
+        deadline_ms = self.queues.deadline.get(task_id)
+        if due_ms is not None and txn.delete("pending", time_key(due_ms, task_id)):
+            state = "pending"
+        if deadline_ms is not None:
+            lease = txn.get("inflight", time_key(deadline_ms, task_id))
+            if lease is not None:
+                txn.delete("inflight", time_key(deadline_ms, task_id))
+                state = "inflight"
+                try:
+                    token = decode_lease(lease)[0]
+                except Exception:  # a damaged lease too: the pool's lease then ends at its own deadline
+                    token = ""
+        txn.delete("meta", GAP_KEY + key)
+        self.queues.remove(task_id)
+        self._moved.append(Quarantined(task_id, error, len(raw), state, token))
+
+    def release(self, txn: Txn, key: bytes) -> None:
+        """The task is added again (``icecrawler seed``, a listing's discovery): its quarantined bytes go."""
+        if txn.delete(QUARANTINE, key):
+            self._released.append(key.decode("utf-8", "replace"))
+
+    def rollback(self) -> None:
+        self._moved.clear()
+        self._released.clear()
+
+    def committed(self) -> tuple[list[Quarantined], list[str]]:
+        """What the committed transaction moved aside and released; counted here, and forgotten."""
+        moved, released = list(self._moved), list(self._released)
+        self.rollback()
+        self.count += len(moved) - len(released)
+        return moved, released

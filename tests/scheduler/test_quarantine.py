@@ -1,0 +1,209 @@
+"""A task record whose bytes do not decode (damage Berkeley DB itself did not detect) is moved, bytes unchanged, into
+the ``quarantine`` table, in the transaction that takes it out of ``tasks`` and of its queue; every other task is
+served on (``scheduler_server.quarantine``). Both stores; the damage is written through the store's own API, then
+the scheduler starts again on it, as it would on a damaged database."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from icecrawler.errors import LeaseLostError
+from icecrawler.models import Report, TaskKind
+from icecrawler_cli.commands.status import merged, render_text
+from scheduler_server.audit import check_consistency
+from scheduler_server.core import SchedulerCore
+from scheduler_server.integrity import open_checked
+from scheduler_server.listing import list_tasks
+from scheduler_server.store import BdbQueueStore, QueueStore
+from tests.scheduler.conftest import ManualClocks, make_settings
+
+DAMAGED = "user:weibo_pc:2"
+#: How a value goes bad: cut short (a torn write), or overwritten by bytes that are no pickle at all.
+DAMAGES = ["truncated", "garbage"]
+
+
+def damage(store: QueueStore, task_id: str, how: str) -> bytes:
+    """Overwrite the task's stored record through the store's own transaction API; returns the bytes written."""
+    with store.transaction() as txn:
+        raw = txn.get("tasks", task_id.encode())
+        assert raw is not None
+        bad = raw[: len(raw) // 2] if how == "truncated" else b"\x00\x13 not a pickle \xff" * 3
+        txn.put("tasks", task_id.encode(), bad)
+    return bad
+
+
+def seeded(store: QueueStore, clocks: ManualClocks, **settings: object) -> SchedulerCore:
+    core = SchedulerCore.from_settings(make_settings(**settings), store, clocks)
+    core.add(["weibo_pc:1", "weibo_pc:2", "weibo_pc:3"], TaskKind.WeiboUser)
+    return core
+
+
+def restarted(store: QueueStore, clocks: ManualClocks, **settings: object) -> SchedulerCore:
+    """A new core on the same database: nothing cached, everything read from the tables."""
+    return SchedulerCore.from_settings(make_settings(**settings), store, clocks)
+
+
+def quarantined(store: QueueStore) -> dict[str, bytes]:
+    with store.transaction() as txn:
+        return {key.decode(): value for key, value in txn.scan("quarantine")}
+
+
+def assert_quarantined(core: SchedulerCore, store: QueueStore, bad: bytes) -> None:
+    """The record is in the quarantine table byte for byte, in no other, and the database is consistent."""
+    assert quarantined(store) == {DAMAGED: bad}
+    with store.transaction() as txn:
+        assert txn.get("tasks", DAMAGED.encode()) is None
+    counts, problems = check_consistency(store, queues=core.queues, records=core.records)
+    assert problems == []
+    assert counts["tasks"] == core.counts["tasks"] == 2
+    assert core.counts["pending"] + core.counts["inflight"] == 2
+    assert core.stats()["detail"]["quarantined"] == 1
+    assert core.gauges()["quarantined"] == 1
+
+
+@pytest.mark.parametrize("how", DAMAGES)
+def test_a_lease_quarantines_a_record_that_does_not_decode_and_leases_the_others(
+    store: QueueStore, clocks: ManualClocks, how: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    bad = damage(store, DAMAGED, how)
+    seeded_core = restarted(store, clocks)
+    with caplog.at_level(logging.ERROR, logger="scheduler_server"):
+        tasks = seeded_core.lease("w", 10)
+    assert sorted(task.id for task in tasks) == ["user:weibo_pc:1", "user:weibo_pc:3"]
+    assert_quarantined(seeded_core, store, bad)
+    errors = [record for record in caplog.records if record.levelno == logging.ERROR]
+    assert len(errors) == 1 and DAMAGED in errors[0].getMessage() and "quarantine" in errors[0].getMessage()
+
+
+@pytest.fixture
+def store(store: QueueStore, clocks: ManualClocks) -> QueueStore:
+    """The conftest store with three tasks seeded through a core."""
+    seeded(store, clocks)
+    return store
+
+
+RATE = {
+    "scheduler__policy": "rate",
+    "scheduler__max_period_s": 86400.0,
+    "scheduler__fetch_budget_per_s": 0.01,
+}
+
+
+def test_the_budget_rebalance_at_start_quarantines_instead_of_failing(store: QueueStore, clocks: ManualClocks) -> None:
+    bad = damage(store, DAMAGED, "truncated")
+    core = restarted(store, clocks, **RATE)
+    assert core.rebalance_budget() is not None  # what the daemon runs before it serves
+    assert_quarantined(core, store, bad)
+    assert len(core.lease("w", 10)) == 2
+
+
+def test_an_expired_lease_of_a_damaged_record_is_quarantined_by_the_reaper_and_its_report_told_removed(
+    store: QueueStore, clocks: ManualClocks
+) -> None:
+    leases = {task.id: task for task in restarted(store, clocks).lease("w", 10)}
+    bad = damage(store, DAMAGED, "garbage")
+    core = restarted(store, clocks)
+    clocks.advance(31)  # past scheduler.lease_s
+    assert core.reap() == 2  # the two others; the damaged one is quarantined, not expired
+    assert_quarantined(core, store, bad)
+    assert core.counts["inflight"] == 0 and core.counts["pending"] == 2
+    late = leases[DAMAGED]
+    with pytest.raises(LeaseLostError) as caught:
+        core.report([Report(task_id=late.id, lease_token=late.lease_token)])
+    assert caught.value.code == "TaskRemoved" and "quarantine" in str(caught.value)
+
+
+def test_a_report_of_a_damaged_leased_record_quarantines_it_for_good(store: QueueStore, clocks: ManualClocks) -> None:
+    """The report is refused (LeaseLost), but the quarantine commits: a call whose every part was refused rolled its
+    transaction back, and every report would have met the damage again."""
+    leases = {task.id: task for task in restarted(store, clocks).lease("w", 10)}
+    bad = damage(store, DAMAGED, "truncated")
+    core = restarted(store, clocks)
+    late = leases[DAMAGED]
+    with pytest.raises(LeaseLostError) as caught:
+        core.report([Report(task_id=late.id, lease_token=late.lease_token)])
+    assert caught.value.code == "TaskRemoved"
+    assert_quarantined(core, store, bad)
+    assert core.counts["inflight"] == 2
+    other = leases["user:weibo_pc:1"]
+    core.report([Report(task_id=other.id, lease_token=other.lease_token)])
+
+
+def test_status_task_info_and_the_task_list_skip_a_damaged_record(store: QueueStore, clocks: ManualClocks) -> None:
+    listing = SchedulerCore.from_settings(make_settings(), store, clocks)
+    listing.add(["ecshop:9"], TaskKind.Listing)
+    damaged_listing = "listing:ecshop:9"
+    with store.transaction() as txn:
+        bad_listing = b"\x80\x05"
+        txn.put("tasks", damaged_listing.encode(), bad_listing)
+    bad = damage(store, DAMAGED, "garbage")
+    core = restarted(store, clocks)
+    stats = core.stats()
+    assert stats["detail"]["listings"] == {} and stats["detail"]["quarantined"] == 1
+    assert [row["id"] for row in list_tasks(core, "user:", "", 10)] == ["user:weibo_pc:1", "user:weibo_pc:3"]
+    info = core.task_info(DAMAGED)
+    assert info["state"] == "quarantined" and info["quarantined_bytes"] == len(bad)
+    assert "quarantine" in info["error"]
+    assert quarantined(store) == {DAMAGED: bad, damaged_listing: bad_listing}
+    assert check_consistency(store, queues=core.queues)[1] == []
+
+
+def test_seed_brings_a_quarantined_target_back_with_a_fresh_state(store: QueueStore, clocks: ManualClocks) -> None:
+    damage(store, DAMAGED, "garbage")
+    core = restarted(store, clocks)
+    assert len(core.lease("w", 10)) == 2
+    assert core.add(["weibo_pc:2"], TaskKind.WeiboUser) == 1  # `icecrawler seed 2`
+    info = core.task_info(DAMAGED)
+    assert info["state"] == "pending" and info["crawls"] == 0 and info["attempts"] == 0
+    assert quarantined(store) == {}
+    assert core.stats()["detail"]["quarantined"] == 0 and core.counts["tasks"] == 3
+    assert check_consistency(store, queues=core.queues)[1] == []
+    assert [task.id for task in core.lease("w", 10)] == [DAMAGED]
+
+
+def test_remove_of_a_damaged_record_quarantines_it(store: QueueStore, clocks: ManualClocks) -> None:
+    bad = damage(store, DAMAGED, "truncated")
+    core = restarted(store, clocks)
+    assert core.remove(["weibo_pc:2"], TaskKind.WeiboUser) == 0
+    assert_quarantined(core, store, bad)
+
+
+def test_the_consistency_check_names_a_damaged_record_instead_of_failing(store: QueueStore) -> None:
+    damage(store, DAMAGED, "garbage")
+    counts, problems = check_consistency(store)
+    assert counts["tasks"] == 2
+    assert any(DAMAGED in problem and "does not decode" in problem for problem in problems)
+
+
+def test_the_quarantine_survives_a_restart(tmp_path: Path, clocks: ManualClocks) -> None:
+    store = BdbQueueStore(tmp_path / "db")
+    seeded(store, clocks)
+    bad = damage(store, DAMAGED, "truncated")
+    restarted(store, clocks).lease("w", 10)
+    store.close()
+    again = open_checked(tmp_path / "db")
+    try:
+        core = restarted(again, clocks)
+        assert core.stats()["detail"]["quarantined"] == 1 and quarantined(again) == {DAMAGED: bad}
+    finally:
+        again.close()
+
+
+def test_status_says_how_many_records_are_quarantined() -> None:
+    section = {
+        "tasks": 3,
+        "pending": 3,
+        "inflight": 0,
+        "done": 0,
+        "due_soon": 0,
+        "leases_per_min": 0.0,
+        "reports_per_min": 0.0,
+        "policy": "fixed",
+        "quarantined": 0,
+    }
+    assert "quarantine" not in render_text({"scheduler": section, "storage": {"reachable": False}})
+    both = merged([{**section, "quarantined": 1}, {**section, "quarantined": 2}])
+    assert "3 task record(s) quarantined" in render_text({"scheduler": both, "storage": {"reachable": False}})
