@@ -229,7 +229,8 @@ class SchedulerCore:
                 self.calibration.load(group.learnt_before)  # a report rolled back taught nothing
             raise
         self.queues.commit()
-        self._quarantined()
+        if self.quarantine.changed:
+            self._quarantined()
 
     def transaction(self) -> Any:
         """A store transaction that covers the in-memory queues and the quarantine (``_transaction``), for the

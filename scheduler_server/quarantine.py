@@ -99,6 +99,11 @@ class Quarantine:
         """Whether the current transaction moved a record aside (it must then commit, even with nothing else)."""
         return bool(self._moved)
 
+    @property
+    def changed(self) -> bool:
+        """Whether the current transaction moved a record aside or released one (the core's work after a commit)."""
+        return bool(self._moved or self._released)
+
     def moved_now(self, task_id: str) -> bool:
         return any(item.task_id == task_id for item in self._moved)
 
@@ -126,8 +131,9 @@ class Quarantine:
         self._moved.append(Quarantined(task_id, error, len(raw), state, token))
 
     def release(self, txn: Txn, key: bytes) -> None:
-        """The task is added again (``icecrawler seed``, a listing's discovery): its quarantined bytes go."""
-        if txn.delete(QUARANTINE, key):
+        """The task is added again (``icecrawler seed``, a listing's discovery): its quarantined bytes go. (No
+        lookup while the table is empty, the usual case: adding a task costs no extra B-tree operation then.)"""
+        if (self.count > 0 or self._moved) and txn.delete(QUARANTINE, key):
             self._released.append(key.decode("utf-8", "replace"))
 
     def rollback(self) -> None:

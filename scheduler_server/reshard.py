@@ -195,7 +195,9 @@ def _check_counts(old: Sequence[QueueStore], new: Sequence[QueueStore]) -> None:
 
     def counts(store: QueueStore) -> Counter[str]:
         with store.transaction() as txn:
-            return Counter({table: txn.count(table) for table in ("tasks", "pending", "inflight", "done")})
+            return Counter(
+                {table: txn.count(table) for table in ("tasks", "pending", "inflight", "done", "quarantine")}
+            )
 
     was = sum((counts(store) for store in old), Counter())
     now = Counter[str]()

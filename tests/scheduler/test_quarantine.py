@@ -9,16 +9,20 @@ import logging
 from pathlib import Path
 
 import pytest
+from prometheus_client import CollectorRegistry, generate_latest
 
+from icecrawler import rpc
 from icecrawler.errors import LeaseLostError
 from icecrawler.models import Report, TaskKind
 from icecrawler_cli.commands.status import merged, render_text
 from scheduler_server.audit import check_consistency
 from scheduler_server.core import SchedulerCore
-from scheduler_server.integrity import open_checked
+from scheduler_server.integrity import open_checked, salvage
 from scheduler_server.listing import list_tasks
+from scheduler_server.metrics import SchedulerMetrics
 from scheduler_server.store import BdbQueueStore, QueueStore
 from tests.scheduler.conftest import ManualClocks, make_settings
+from tests.scheduler.daemon import scheduler_daemon, scheduler_proxy
 
 DAMAGED = "user:weibo_pc:2"
 #: How a value goes bad: cut short (a torn write), or overwritten by bytes that are no pickle at all.
@@ -207,3 +211,70 @@ def test_status_says_how_many_records_are_quarantined() -> None:
     assert "quarantine" not in render_text({"scheduler": section, "storage": {"reachable": False}})
     both = merged([{**section, "quarantined": 1}, {**section, "quarantined": 2}])
     assert "3 task record(s) quarantined" in render_text({"scheduler": both, "storage": {"reachable": False}})
+
+
+def test_the_quarantined_tasks_gauge_counts_them(store: QueueStore, clocks: ManualClocks) -> None:
+    damage(store, DAMAGED, "truncated")
+    core = restarted(store, clocks)
+    registry = CollectorRegistry()
+    SchedulerMetrics(core).register(registry)
+    assert "icecrawler_scheduler_quarantined_tasks 0.0" in generate_latest(registry).decode()
+    core.lease("w", 10)
+    assert "icecrawler_scheduler_quarantined_tasks 1.0" in generate_latest(registry).decode()
+
+
+@pytest.mark.ice
+@pytest.mark.bdb
+def test_the_daemon_starts_with_a_fetch_budget_on_a_damaged_record_and_leases_the_others(tmp_path: Path) -> None:
+    """The daemon rebalances the budget before it serves: on a record that did not decode, its start failed."""
+    budget = {"scheduler__policy": "rate", "scheduler__max_period_s": 86400, "scheduler__fetch_budget_per_s": 0.01}
+    with scheduler_daemon(tmp_path, **budget) as daemon, scheduler_proxy(daemon) as prx:
+        prx.addUsers(["weibo_pc:1", "weibo_pc:2", "weibo_pc:3"], rpc.crawler().TaskKind.WeiboUser)
+        assert daemon.stop() == 0
+        store = BdbQueueStore(daemon.db_dir)
+        try:
+            damage(store, DAMAGED, "truncated")
+        finally:
+            store.close()
+        daemon.start()
+        assert sorted(task.id for task in prx.getUsers("w", 10)) == ["user:weibo_pc:1", "user:weibo_pc:3"]
+        assert daemon.process is not None
+        log_tail = daemon.process.log_tail()
+        assert f"task {DAMAGED}: its stored record does not decode" in log_tail
+
+
+@pytest.mark.bdb
+def test_recover_quarantines_a_record_it_cannot_queue(tmp_path: Path, clocks: ManualClocks) -> None:
+    """``--recover`` rebuilds the queues from the task records: one that does not decode was dropped, bytes and all."""
+    store = BdbQueueStore(tmp_path / "db")
+    seeded(store, clocks)
+    bad = damage(store, DAMAGED, "garbage")
+    store.close()
+    salvage(tmp_path / "db", durable=False)
+    again = open_checked(tmp_path / "db")
+    try:
+        assert quarantined(again) == {DAMAGED: bad}
+        assert check_consistency(again) == ({"tasks": 2, "pending": 2, "inflight": 0}, [])
+        assert restarted(again, clocks).stats()["detail"]["quarantined"] == 1
+    finally:
+        again.close()
+
+
+@pytest.mark.bdb
+def test_a_database_written_before_the_quarantine_table_existed_opens_and_gets_one(
+    tmp_path: Path, clocks: ManualClocks, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The start-up check refuses a database that lost a table file; one too old to have ``quarantine.db`` is not
+    one that lost it."""
+    with monkeypatch.context() as old_version:
+        old_version.setattr("scheduler_server.store.TABLES", ("tasks", "pending", "inflight", "done", "meta"))
+        open_checked(tmp_path / "db").close()  # writes the marker: a database is here
+    assert not (tmp_path / "db" / "quarantine.db").exists()
+    store = open_checked(tmp_path / "db")
+    try:
+        assert (tmp_path / "db" / "quarantine.db").exists()
+        seeded(store, clocks)
+        damage(store, DAMAGED, "truncated")
+        assert len(restarted(store, clocks).lease("w", 10)) == 2 and list(quarantined(store)) == [DAMAGED]
+    finally:
+        store.close()

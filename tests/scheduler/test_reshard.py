@@ -43,7 +43,8 @@ EVERY = dict([ACCOUNT_FREEZE, ACCOUNT_REFRESH])
 def busy_shard(store: QueueStore, clocks: ManualClocks) -> tuple[list[Task], Task]:
     """One unsharded scheduler's database with an entry of every kind: tasks pending and in flight, completion-log
     entries, a removed task's lease, a host's hold and ban block, an open gap, an account's freeze and login
-    refresh, and the rate calibration. Returns the tasks still in flight, and the removed one."""
+    refresh, the rate calibration, and a quarantined record (``scheduler_server.quarantine``). Returns the tasks
+    still in flight, and the removed one."""
     core = SchedulerCore.from_settings(make_settings(**TWO_HOSTS, scheduler__policy="rate"), store, clocks)
     core.add([f"jd:{n}" for n in range(30)] + [f"ecshop:{n}" for n in range(20)], TaskKind.ProductReviews)
     tasks = core.lease("w", 50)
@@ -55,6 +56,7 @@ def busy_shard(store: QueueStore, clocks: ManualClocks) -> tuple[list[Task], Tas
     core.hold_host(HOSTS["jd"], 3600, "maintenance")
     with store.transaction() as txn:
         txn.put("meta", GAP_KEY + b"reviews:jd:29", GAP_VALUE)
+        txn.put("quarantine", b"reviews:ecshop:99", b"\x80\x05damaged")
         for key, value in EVERY.items():
             txn.put("meta", key, value)
     return jd[11:] + ecshop[11:], jd[10]
@@ -108,6 +110,7 @@ def test_the_new_shards_serve_what_they_got(clocks: ManualClocks) -> None:
     ]
     for key in ("tasks", "pending", "inflight", "done"):
         assert shards[0].stats()[key] + shards[1].stats()[key] == stats[key], key
+    assert [shard.stats()["detail"]["quarantined"] for shard in shards] == [0, 1]  # with its task's host
     for task in inflight:
         owner = shards[ShardMap(HOSTS, 2).of_task(task.id)]
         owner.report([Report(task.id, task.lease_token, new_items=1, fetches=1)])  # taken: the lease moved with it
