@@ -45,7 +45,6 @@ host spacing, blocks and account budgets use the wall clock, since clients and s
 from __future__ import annotations
 
 import json
-import logging
 import math
 import secrets
 import threading
@@ -80,7 +79,7 @@ from scheduler_server.moves import TaskMoves
 from scheduler_server.observer import CoreObserver
 from scheduler_server.outcomes import Hold, OutcomeEffects, outcome_effects
 from scheduler_server.politeness import HELD_BY_OPERATOR, HostGate, RateWindow
-from scheduler_server.quarantine import Quarantine, RecordQuarantined
+from scheduler_server.quarantine import Quarantine, RecordQuarantined, settle_quarantined
 from scheduler_server.queues import TaskQueues
 from scheduler_server.refreshes import StoredRefresh, encode_refresh, refresh_key
 from scheduler_server.startup import (
@@ -100,8 +99,6 @@ from shhd.calibration import RateCalibration
 from shhd.policies import Observation, RevisitPolicy, resume_state
 
 __all__ = ["Clocks", "SchedulerConfig", "SchedulerCore", "check_consistency"]
-
-log = logging.getLogger(__name__)
 
 #: TaskKind by stored value (a dict lookup; calling the enum costs a microsecond per leased task).
 _TASK_KINDS = {kind.value: kind for kind in TaskKind}
@@ -188,7 +185,7 @@ class SchedulerCore:
         #: order), so a rolled-back call leaves no changed record behind. Empty after a restart.
         self.records = RecordCache(config.record_cache)
         #: Task records that did not decode, moved aside where they were met (``quarantine``): logged and counted
-        #: after the commit of the transaction that moved them (``_transaction``).
+        #: after the commit of the transaction that moved them (``_transaction``, ``quarantine.settle_quarantined``).
         self.quarantine = Quarantine(self.queues)
         self.moves = TaskMoves(config, self.queues, self.records, self.quarantine)
         #: Tasks whose cursor holds an open page-cap gap (``icecrawler.resume``): ``stats()["open_gaps"]``.
@@ -230,39 +227,12 @@ class SchedulerCore:
             raise
         self.queues.commit()
         if self.quarantine.changed:
-            self._quarantined()
+            settle_quarantined(self)
 
     def transaction(self) -> Any:
         """A store transaction that covers the in-memory queues and the quarantine (``_transaction``), for the
         helper modules that read records (``status``) and so may quarantine one; under ``lock``."""
         return self._transaction()
-
-    def _quarantined(self) -> None:
-        """After a commit: the records it moved to the quarantine table leave the counts, the cache, the open gaps
-        and (in flight) their host and account; each is logged once."""
-        moved, released = self.quarantine.committed()
-        wall = self.clocks.wall() if moved else 0.0
-        for item in moved:
-            log.error(
-                "task %s: its stored record does not decode (%s); moved, %d bytes unchanged, to the quarantine table "
-                "and out of the queues: `icecrawler seed` adds the target again with a fresh state "
-                '(docs/DEPLOY.md, "Quarantined task records")',
-                item.task_id,
-                item.error,
-                item.size,
-            )
-            self.records.take(item.task_id)
-            self.open_gaps.discard(item.task_id)
-            self.counts["tasks"] -= 1
-            if item.state:
-                self.counts[item.state] -= 1
-            if item.state == "inflight":
-                host = self.config.hosts.get(item.task_id.split(":", 2)[1] if item.task_id.count(":") >= 2 else "")
-                if host is not None:
-                    self.gate.ended(host, wall)
-                self.accounts.ended(item.lease_token)
-        for task_id in released:
-            log.warning("task %s is added again: its quarantined record is dropped", task_id)
 
     def quarantine_found(self, found: Sequence[tuple[bytes, bytes, str]]) -> None:
         """Quarantine the records a scan outside ``_transaction`` found undecodable (``quarantine.decoded``): each

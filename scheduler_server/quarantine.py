@@ -1,5 +1,5 @@
-"""Task records that do not decode: moved, bytes unchanged, into the ``quarantine`` table (pure logic over a ``Txn``
-and the in-memory queues, no I/O of its own).
+"""Task records that do not decode: moved, bytes unchanged, into the ``quarantine`` table (logic over a ``Txn`` and
+the in-memory queues; ``settle_quarantined`` applies a committed move to the core, as ``budget`` reads it).
 
 Berkeley DB checks its pages, not what a value means: a value cut short or overwritten (a torn write below the
 database, a bad sector inside a value) opens and verifies fine, and ``TaskRecord.from_bytes`` raises only when a
@@ -7,21 +7,26 @@ call reads it. Before, that call failed, and with it every call that met the rec
 due, the budget's rebalance (so the daemon's start) for good. Now whatever reads a record and cannot decode it moves
 it aside in the transaction it runs in: the raw bytes go to ``quarantine`` under the same key, and the record leaves
 ``tasks``, its ``pending`` key or ``inflight`` entry, the in-memory queues and its open page-cap gap, so the database
-stays consistent (``audit.check_consistency``) and every other task is served on. The core logs each one once at
-ERROR and counts them after the commit (``SchedulerCore``; ``stats()["detail"]["quarantined"]``, the
+stays consistent (``audit.check_consistency``) and every other task is served on. Each one is logged once at ERROR
+and counted after the commit (``settle_quarantined``; ``stats()["detail"]["quarantined"]``, the
 ``quarantined_tasks`` gauge). Adding the task again (``icecrawler seed``) starts it afresh and drops its quarantined
 bytes; docs/DEPLOY.md ("Quarantined task records") says how to look at them first.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from scheduler_server.codec import TaskRecord, decode_lease, time_key
 from scheduler_server.queues import TaskQueues
 from scheduler_server.startup import GAP_KEY
 from scheduler_server.store import Txn
+
+if TYPE_CHECKING:
+    from scheduler_server.core import SchedulerCore
 
 __all__ = [
     "QUARANTINE",
@@ -31,7 +36,10 @@ __all__ = [
     "UndecodableRecord",
     "decode_record",
     "decoded",
+    "settle_quarantined",
 ]
+
+log = logging.getLogger(__name__)
 
 #: The table of the records that do not decode: task id -> the bytes as they were found.
 QUARANTINE = "quarantine"
@@ -146,3 +154,31 @@ class Quarantine:
         self.rollback()
         self.count += len(moved) - len(released)
         return moved, released
+
+
+def settle_quarantined(core: SchedulerCore) -> None:
+    """After the core's commit: the records it moved to the quarantine table leave the counts, the record cache, the
+    open gaps and (in flight) their host and account; each is logged once, at ERROR."""
+    moved, released = core.quarantine.committed()
+    wall = core.clocks.wall() if moved else 0.0
+    for item in moved:
+        log.error(
+            "task %s: its stored record does not decode (%s); moved, %d bytes unchanged, to the quarantine table "
+            "and out of the queues: `icecrawler seed` adds the target again with a fresh state "
+            '(docs/DEPLOY.md, "Quarantined task records")',
+            item.task_id,
+            item.error,
+            item.size,
+        )
+        core.records.take(item.task_id)
+        core.open_gaps.discard(item.task_id)
+        core.counts["tasks"] -= 1
+        if item.state:
+            core.counts[item.state] -= 1
+        if item.state == "inflight":
+            source = item.task_id.split(":", 2)[1] if item.task_id.count(":") >= 2 else ""
+            if (host := core.config.hosts.get(source)) is not None:
+                core.gate.ended(host, wall)
+            core.accounts.ended(item.lease_token)
+    for task_id in released:
+        log.warning("task %s is added again: its quarantined record is dropped", task_id)
