@@ -50,6 +50,9 @@ class _Recorder:
     def clock_jumped(self, seconds: float) -> None:
         pass
 
+    def maintenance_failed(self, step: str) -> None:
+        pass
+
 
 def _cycle(core: SchedulerCore, batch: int) -> int:
     """Lease up to ``batch`` due tasks and report them all Ok; how many."""

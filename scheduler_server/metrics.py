@@ -34,6 +34,7 @@ from icecrawler.models import SOURCES, Outcome, Report, Task
 from icecrawler.rpc import Converted, FutureLike
 from scheduler_server.codec import TaskRecord
 from scheduler_server.core import SchedulerCore
+from scheduler_server.observer import MAINTENANCE_STEPS
 
 __all__ = ["SchedulerMetrics", "TimedResult"]
 
@@ -99,6 +100,13 @@ class SchedulerMetrics:
             ["direction"],
         )
         self.clock_jumps.ensure([("forward",), ("back",)])
+        self.maintenance_failures = Tally(
+            p + "maintenance_failures",
+            "Failures of a step of the maintenance thread (reap, prune, budget, checkpoint, clock), each a bug: the "
+            "other steps run on, and the log gives the traceback once a minute.",
+            ["step"],
+        )
+        self.maintenance_failures.ensure((step,) for step in MAINTENANCE_STEPS)
         self.expiries.ensure((source,) for source in SOURCES)
         # Each call's timer and each group's two observations go straight to their row: no label lookup per call.
         self._latency_rows = {operation: self.latency.row((operation,)) for operation in OPERATIONS}
@@ -189,6 +197,9 @@ class SchedulerMetrics:
 
     def clock_jumped(self, seconds: float) -> None:
         self.clock_jumps.add(("forward" if seconds > 0 else "back",))
+
+    def maintenance_failed(self, step: str) -> None:
+        self.maintenance_failures.add((step,))
 
     @property
     def queued(self) -> int:
@@ -351,7 +362,14 @@ class SchedulerMetrics:
             PERIOD_BUCKETS_S,
             {(source,): list(row) for source, row in dict(self._periods).items()},
         )
-        for metric in (self.expiries, self.clock_jumps, self.latency, self.groups, self.fsyncs):
+        for metric in (
+            self.expiries,
+            self.clock_jumps,
+            self.maintenance_failures,
+            self.latency,
+            self.groups,
+            self.fsyncs,
+        ):
             yield metric.family()
 
 

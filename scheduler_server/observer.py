@@ -9,7 +9,11 @@ from typing import Protocol
 from icecrawler.models import Report, Task
 from scheduler_server.codec import TaskRecord
 
-__all__ = ["CoreObserver"]
+__all__ = ["MAINTENANCE_STEPS", "CoreObserver"]
+
+#: The steps of each pass of the scheduler's maintenance thread (``server.Maintenance``), the values of the
+#: ``step`` label of ``maintenance_failures_total``.
+MAINTENANCE_STEPS = ("clock", "reap", "prune", "budget", "checkpoint")
 
 
 class CoreObserver(Protocol):
@@ -34,3 +38,7 @@ class CoreObserver(Protocol):
     def clock_jumped(self, seconds: float) -> None:
         """The wall clock jumped ``seconds`` (> 0 forward, < 0 back) under the running daemon. Called by the
         maintenance thread, not under the core's lock: implementations must be thread-safe."""
+
+    def maintenance_failed(self, step: str) -> None:
+        """A step of the maintenance thread (one of ``MAINTENANCE_STEPS``) failed with a bug; the others ran on.
+        Called by the maintenance thread, not under the core's lock: implementations must be thread-safe."""

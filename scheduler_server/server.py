@@ -30,7 +30,7 @@ from icecrawler.clock import Clock, ClockJumpWatch
 from icecrawler.datalock import DataLock
 from icecrawler.errors import ConfigError, InvalidArgumentError, StorageUnavailableError
 from icecrawler.listening import guarded_listening
-from icecrawler.logs import FailureEpisode
+from icecrawler.logs import FailureEpisode, LogThrottle
 from icecrawler.metrics import MetricsConfig, MetricsEndpoint, ScrapeCollector, disk_space_families, serve
 from icecrawler.models import Report, TaskKind
 from icecrawler.security import Gate, guarded
@@ -40,6 +40,7 @@ from scheduler_server.config import configured_accounts
 from scheduler_server.core import SchedulerCore
 from scheduler_server.integrity import LOCK_FILE, backup_checked, holds_database, open_checked
 from scheduler_server.listing import list_tasks
+from scheduler_server.observer import MAINTENANCE_STEPS
 from scheduler_server.refusals import RefusalLog
 from scheduler_server.reshard_run import unfinished_reshard
 
@@ -208,7 +209,12 @@ class Maintenance(threading.Thread):
     """Reaps expired leases, prunes the completion log, re-spreads the global fetch budget and checkpoints,
     every few seconds, until stopped. It also says when the wall clock jumped: leases, holds, bans and due times
     are wall-clock times, so a jump changes them all at once (see ``report_clock_jump``). The budget's rebalance
-    waits, after each one, nine times as long as it took (``BUDGET_SHARE``)."""
+    waits, after each one, nine times as long as it took (``BUDGET_SHARE``).
+
+    Each step runs on every pass whatever the others did (``MAINTENANCE_STEPS``): a bug that fails one step on
+    every pass must not stop the others for good (no checkpoint, and Berkeley DB keeps every log file; no prune, and
+    the completion log grows). A step's failure is counted (``failures``, the metrics'
+    ``maintenance_failures_total{step}``) and its traceback logged once a minute per step."""
 
     def __init__(
         self,
@@ -230,6 +236,10 @@ class Maintenance(threading.Thread):
         self._rebalance_at = -float("inf")
         #: Rounds skipped on a full disk: logged once a minute at most, and once when a round succeeds again.
         self._skips = FailureEpisode()
+        #: Failures of each step since start (a bug: anything but a full disk's StorageUnavailableError).
+        self.failures: dict[str, int] = dict.fromkeys(MAINTENANCE_STEPS, 0)
+        #: A step's traceback once a minute (on this thread's monotonic clock), with how many went unlogged.
+        self._step_failures = LogThrottle(clock=monotonic)
 
     def run(self) -> None:
         while not self.stopped.wait(self.interval_s):
@@ -243,28 +253,66 @@ class Maintenance(threading.Thread):
     def tick(self) -> None:
         """One pass: clock check, reap, prune, the budget when its turn came, a checkpoint when due. A full disk fails
         every pass the same way: one WARNING a minute says so, and one line says when a pass
-        succeeds again (``FailureEpisode``); calls get the declared error meanwhile."""
-        if jump := self.jumps.check():
-            report_clock_jump(self.core, jump)
+        succeeds again (``FailureEpisode``); calls get the declared error meanwhile. Any other failure is one step's
+        (``_step``): the others run."""
+        self._step("clock", self._check_clock)
         try:
-            expired = self.core.reap()
-            if expired:
-                log.info("%d expired lease(s) returned to pending", expired)
-            self.core.prune_done(stop=self.stopped)
-            if self._monotonic() >= self._rebalance_at:
-                started = self._monotonic()
-                self.core.rebalance_budget()
-                ended = self._monotonic()
-                self._rebalance_at = ended + (ended - started) * (1 / BUDGET_SHARE - 1)
-            if self._monotonic() - self._last_checkpoint >= self.checkpoint_s:
-                self.core.checkpoint()
-                self._last_checkpoint = self._monotonic()
+            self._step("reap", self._reap)
+            self._step("prune", lambda: self.core.prune_done(stop=self.stopped))
+            self._step("budget", self._rebalance)
+            self._step("checkpoint", self._checkpoint)
         except StorageUnavailableError as exc:
             if (failure := self._skips.failed(str(exc))).logged:
                 log.warning("scheduler maintenance skipped%s: %s", failure.more("rounds skipped"), exc)
             return
         if self._skips.recovered():
             log.info("scheduler maintenance runs again (the database takes changes again)")
+
+    def _step(self, name: str, step: Callable[[], object]) -> None:
+        """Run one step; a failure other than a full disk's (raised: it ends the pass) is counted and logged, and the
+        pass goes on. While stopping, a failure (the store closing under it) is raised as it is."""
+        try:
+            step()
+        except StorageUnavailableError:
+            raise
+        except Exception:
+            if self.stopped.is_set():
+                raise
+            self.failures[name] += 1
+            if self.core.observer is not None:
+                self.core.observer.maintenance_failed(name)
+            if (admitted := self._step_failures.admit(name)) is not None:
+                log.exception(
+                    "scheduler maintenance: the %s step failed%s; the other steps run on",
+                    name,
+                    LogThrottle.more(admitted, "failures"),
+                )
+
+    def _check_clock(self) -> None:
+        if jump := self.jumps.check():
+            report_clock_jump(self.core, jump)
+
+    def _reap(self) -> None:
+        if expired := self.core.reap():
+            log.info("%d expired lease(s) returned to pending", expired)
+
+    def _rebalance(self) -> None:
+        """A rebalance that fails waits its turn too: it read every record before it failed."""
+        if self._monotonic() >= self._rebalance_at:
+            started = self._monotonic()
+            try:
+                self.core.rebalance_budget()
+            finally:
+                ended = self._monotonic()
+                self._rebalance_at = ended + (ended - started) * (1 / BUDGET_SHARE - 1)
+
+    def _checkpoint(self) -> None:
+        """A checkpoint that fails is tried again at the next one's time, not on every pass."""
+        if self._monotonic() - self._last_checkpoint >= self.checkpoint_s:
+            try:
+                self.core.checkpoint()
+            finally:
+                self._last_checkpoint = self._monotonic()
 
     def stop(self) -> None:
         self.stopped.set()

@@ -484,6 +484,39 @@ def test_a_jump_of_the_wall_clock_is_logged_and_counted_by_the_maintenance_threa
     promtool_check(text)
 
 
+def test_a_maintenance_step_failing_is_counted_by_step(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A bug that fails one step of every maintenance pass (the others run on) shows in
+    ``maintenance_failures_total{step}``: the log says it once a minute, and only a counter says it goes on."""
+    clocks = ManualClocks()
+    core = SchedulerCore.from_settings(make_settings(), MemoryQueueStore(), clocks)
+    metrics = SchedulerMetrics(core)
+    core.observer = metrics
+    registry = CollectorRegistry()
+    metrics.register(registry)
+
+    def broken() -> None:
+        raise KeyError("a bug")
+
+    monkeypatch.setattr(core, "rebalance_budget", broken)
+    monotonic = [1000.0]
+    maintenance = Maintenance(
+        core, 1.0, 3600.0, ClockJumpWatch(wall=clocks.wall, monotonic=lambda: monotonic[0]), lambda: monotonic[0]
+    )
+    with caplog.at_level(logging.CRITICAL, logger="scheduler_server.server"):
+        for _ in range(3):
+            maintenance.tick()
+            monotonic[0] += 1.0
+            clocks.advance(1.0)
+    text = render(registry)
+    assert 'icecrawler_scheduler_maintenance_failures_total{step="budget"} 3.0' in text
+    for step in ("clock", "reap", "prune", "checkpoint"):
+        assert f'icecrawler_scheduler_maintenance_failures_total{{step="{step}"}} 0.0' in text
+    assert undocumented(text) == []
+    promtool_check(text)
+
+
 class _Tee:
     """Passes every observation on to ``metrics`` and keeps the leases and reports it saw."""
 
@@ -511,6 +544,9 @@ class _Tee:
 
     def clock_jumped(self, seconds: float) -> None:
         self.metrics.clock_jumped(seconds)
+
+    def maintenance_failed(self, step: str) -> None:
+        self.metrics.maintenance_failed(step)
 
 
 def test_a_large_batch_of_mixed_sources_and_outcomes_counts_as_its_tasks_one_by_one() -> None:

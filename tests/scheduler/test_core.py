@@ -4,13 +4,16 @@ Every test runs against the memory store and the Berkeley DB store (the ``store`
 from __future__ import annotations
 
 import json
+import logging
 import math
 import threading
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from icecrawler.clock import ClockJumpWatch
 from icecrawler.errors import ConfigError, InvalidArgumentError, LeaseLostError, NoWorkError
 from icecrawler.models import Outcome, Report, TaskKind
 from scheduler_server.core import SchedulerCore, check_consistency
@@ -567,6 +570,59 @@ def test_a_stopped_maintenance_thread_prunes_nothing_more(store: QueueStore, clo
     maintenance.stopped.set()  # its own stop request reaches the prune
     maintenance.tick()
     assert core.stats()["done"] == 3
+
+
+#: The core's method behind each maintenance step (``Maintenance.failures`` counts by step).
+_STEP_METHODS = {"reap": "reap", "prune": "prune_done", "budget": "rebalance_budget", "checkpoint": "checkpoint"}
+
+
+@pytest.mark.parametrize("broken", list(_STEP_METHODS))
+def test_a_maintenance_step_that_fails_every_pass_stops_none_of_the_others(
+    store: QueueStore,
+    clocks: ManualClocks,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    broken: str,
+) -> None:
+    """A bug in one maintenance step (an exception on every pass, as the budget's KeyError under a changed
+    ``scheduler.policy`` was) ended every pass there, for as long as the daemon ran: with the rebalance or the prune
+    failing no checkpoint ever ran, so Berkeley DB kept every log file (``DB_LOG_AUTO_REMOVE`` removes only those
+    a checkpoint passed) until the disk was full; with the reap failing, the completion log was never pruned
+    either. Each step now runs on every pass whatever the others did; a failing one is counted (the metrics'
+    ``maintenance_failures_total{step}``) and its traceback logged once a minute, not once a pass."""
+    core = SchedulerCore.from_settings(make_settings(scheduler__done_retention_s=100.0), store, clocks)
+    core.add(USERS, TaskKind.WeiboUser)
+    for task in core.lease("w", 3):
+        core.report([ok(task.id, task.lease_token)])
+    runs: Counter[str] = Counter()
+
+    def counted(step: str, real: Any) -> Any:
+        def run(*args: Any, **kwargs: Any) -> Any:
+            runs[step] += 1
+            if step == broken:
+                raise KeyError("a bug")
+            return real(*args, **kwargs)
+
+        return run
+
+    for step, method in _STEP_METHODS.items():
+        monkeypatch.setattr(core, method, counted(step, getattr(core, method)))
+    monotonic = [0.0]
+    jumps = ClockJumpWatch(wall=clocks.wall, monotonic=lambda: monotonic[0])
+    maintenance = Maintenance(core, 1.0, 30.0, jumps, lambda: monotonic[0])
+    passes = 600  # ten minutes at one pass a second
+    with caplog.at_level(logging.ERROR, logger="scheduler_server.server"):
+        for _ in range(passes):
+            maintenance.tick()
+            monotonic[0] += 1.0
+            clocks.advance(1.0)
+    assert runs["reap"] == runs["prune"] == runs["budget"] == passes
+    assert runs["checkpoint"] == passes // 30 - 1  # at 30 s, 60 s, ... 570 s, failing or not
+    assert core.stats()["done"] == (3 if broken == "prune" else 0)
+    assert {step: n for step, n in maintenance.failures.items() if n} == {broken: runs[broken]}
+    tracebacks = [record for record in caplog.records if record.exc_info]
+    assert len(tracebacks) == passes // 60  # once a minute, not once a pass
+    assert all(broken in record.getMessage() for record in tracebacks)
 
 
 def test_one_prune_pass_clears_every_entry_past_retention_however_many(store: QueueStore, clocks: ManualClocks) -> None:
