@@ -38,8 +38,14 @@ from scheduler_server.observer import MAINTENANCE_STEPS
 
 __all__ = ["SchedulerMetrics", "TimedResult"]
 
-#: Re-crawl period buckets (simulated seconds): one minute to one day.
-PERIOD_BUCKETS_S = (60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0, 7200.0, 14400.0, 28800.0, 43200.0, 86400.0)
+#: Re-crawl period buckets (simulated seconds): one minute to 90 days, each at most about twice the one before.
+#: Periods of days are common on a long run (``scheduler.max_period_s`` raised for quiet targets, the rate policy's
+#: longest period stretched by a small ``scheduler.fetch_budget_per_s``); with a last bound of one day they all read
+#: as one day.
+PERIOD_BUCKETS_S = (
+    *(60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0, 7200.0, 14400.0, 28800.0, 43200.0, 86400.0),
+    *(172800.0, 345600.0, 604800.0, 1209600.0, 2592000.0, 5184000.0, 7776000.0),
+)
 #: The state-changing calls whose latency is observed (``make_servant``'s ``timed`` operations).
 OPERATIONS = ("lease", "report", "release", "add", "remove", "hold")
 #: Up to this many tasks, the observer counts a batch one task at a time (cheaper than its batch helpers).

@@ -451,6 +451,31 @@ def test_scheduler_metrics_show_what_the_rate_policy_steers_by() -> None:
     assert "icecrawler_scheduler_rate_" not in render(fixed)
 
 
+@pytest.mark.parametrize("period_days", [2.0, 5.0, 30.0])
+def test_the_recrawl_period_histogram_holds_periods_of_days_in_a_finite_bucket(period_days: float) -> None:
+    """Periods past a day are common on a long run (``scheduler.max_period_s`` set to a week or a month for quiet
+    targets, or the rate policy's longest period stretched by a small fetch budget): with a last bound of one day
+    they all fell in +Inf, and the dashboard's median period (``histogram_quantile``) read "one day" whatever they
+    were. Each lands in a finite bucket at most twice its size."""
+    period_s = period_days * 86400.0
+    settings = make_settings(scheduler__initial_period_s=period_s, scheduler__max_period_s=30 * 86400.0)
+    core = SchedulerCore.from_settings(settings, MemoryQueueStore(), ManualClocks())
+    metrics = SchedulerMetrics(core)
+    core.observer = metrics
+    core.add(["jd:1"], TaskKind.ProductReviews)
+    (task,) = core.lease("w", 1)
+    core.report([Report(task_id=task.id, lease_token=task.lease_token, outcome=Outcome.Ok, new_items=1)])
+    assert core.task_info(task.id)["period_s"] == period_s
+    registry = CollectorRegistry()
+    metrics.register(registry)
+    text = render(registry)
+    buckets = re.findall(r'icecrawler_scheduler_recrawl_period_seconds_bucket\{le="([^"]+)",source="jd"\} (\S+)', text)
+    holding = [float(le) for le, count in buckets if float(count) == 1.0 and le != "+Inf"]
+    assert holding, f"a period of {period_days} days is counted in +Inf only"
+    assert period_s <= min(holding) <= 2 * period_s
+    promtool_check(text)
+
+
 def test_a_jump_of_the_wall_clock_is_logged_and_counted_by_the_maintenance_thread(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
