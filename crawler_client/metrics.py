@@ -27,6 +27,11 @@ if TYPE_CHECKING:
 
 __all__ = ["ClientMetrics"]
 
+#: Bucket bounds of a whole crawl's time (seconds): the latency buckets, then on to ten minutes. A crawl reads up
+#: to ``client.max_pages`` pages, each up to ``client.total_timeout_s``, so crawls of minutes (up to and past the
+#: lease) are in its range, and with the latency buckets alone they all read as 30 s.
+CRAWL_BUCKETS_S = (*LATENCY_BUCKETS_S, 60.0, 120.0, 300.0, 600.0)
+
 #: Reasons of ``waited``.
 WAIT_REASONS = ("no_work", "backoff", "fetch_retry")
 
@@ -94,7 +99,7 @@ class ClientMetrics:
             p + "crawl_duration_seconds",
             "Time to crawl one task (all its pages), by source.",
             ["source"],
-            LATENCY_BUCKETS_S,
+            CRAWL_BUCKETS_S,
         )
         sources = [(source,) for source in SOURCES]
         self.crawls.ensure((source, outcome.value) for source in SOURCES for outcome in Outcome)

@@ -774,6 +774,27 @@ def test_client_metrics_count_the_daemons_crawls_and_state() -> None:
     promtool_check(text)
 
 
+@pytest.mark.parametrize("seconds", [45.0, 100.0, 140.0, 290.0])
+def test_a_crawl_of_minutes_lands_in_a_finite_bucket_of_crawl_duration(seconds: float) -> None:
+    """A crawl reads up to ``client.max_pages`` pages (5), each up to ``client.total_timeout_s`` (30 s), so crawls of
+    one to a few minutes, up to and past the lease (``scheduler.lease_s``, 120 s), are in the real range; the
+    latency buckets end at 30 s, and every such crawl read as 30 s."""
+    from crawler_client.metrics import ClientMetrics
+    from tests.client.test_runtime_daemon import Scheduler, Storage, config, make
+
+    daemon, _ = make(Scheduler(tasks=0), Storage(), config(), threading.Event())
+    metrics = ClientMetrics(daemon)
+    metrics.crawled("jd", "Ok", 0, seconds)
+    registry = CollectorRegistry()
+    metrics.register(registry)
+    text = render(registry)
+    buckets = re.findall(r'icecrawler_client_crawl_duration_seconds_bucket\{le="([^"]+)",source="jd"\} (\S+)', text)
+    holding = [float(le) for le, count in buckets if float(count) == 1.0 and le != "+Inf"]
+    assert holding, f"a crawl of {seconds} s is counted in +Inf only"
+    assert seconds <= min(holding) <= 2.5 * seconds
+    promtool_check(text)
+
+
 def test_client_metrics_show_the_fingerprint_caches() -> None:
     from crawler_client.metrics import ClientMetrics
     from shhd.fingerprint import CacheUsage
