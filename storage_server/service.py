@@ -130,8 +130,9 @@ class StorageService:
         self._refusals = FailureEpisode()
         #: Batches with rejected records are logged at most once a minute per table (they are all counted).
         self._rejections = LogThrottle()
-        #: Wall time the spool last went from empty to non-empty (None while empty): the spool's age.
-        self._spooled_since: float | None = time.time() if spool.depth() > 0 else None
+        #: Monotonic time the spool last went from empty to non-empty (None while empty): the spool's age, a span that
+        #: a step of the wall clock (NTP) must not lengthen or cut.
+        self._spooled_since: float | None = time.monotonic() if spool.depth() > 0 else None
         #: Told about writes, spooling and backend errors (the daemon's metrics, ``storage_server.metrics``).
         self.observer: StorageObserver | None = None
         self._stop = threading.Event()
@@ -217,7 +218,7 @@ class StorageService:
             raise
         with self._lock:
             if self._spooled_since is None:
-                self._spooled_since = time.time()
+                self._spooled_since = time.monotonic()
         self._wake.set()
         return WriteResult(0, len(rows))
 
@@ -356,7 +357,7 @@ class StorageService:
         with self._lock:
             since = self._spooled_since
         # An entry appended just as the replay emptied the spool can leave a start time behind: empty is empty.
-        return 0.0 if since is None or self.spool.depth() == 0 else max(0.0, time.time() - since)
+        return 0.0 if since is None or self.spool.depth() == 0 else max(0.0, time.monotonic() - since)
 
     def backend_up(self) -> bool:
         """False from a failed backend write until the spool drained after it (or, where nothing was spooled,

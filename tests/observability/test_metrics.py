@@ -672,6 +672,25 @@ def test_storage_metrics_count_writes_spooling_and_outages() -> None:
     promtool_check(text)
 
 
+def test_the_spool_age_does_not_move_with_a_step_of_the_wall_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``spool_age_seconds`` is how long the backend has been kept waiting, a span the daemon measures itself: on
+    the wall clock an NTP step a day forward added a day to it, and one back read as a spool just begun (0)."""
+    store = MemoryStore()
+    store.down = True
+    service = StorageService(store, MemorySpool(), max_text_chars=1000, batch_limit=100, write_timeout_s=5)
+    try:
+        assert service.write_posts([make_post(1)]).spooled == 1
+        wall = time.time()
+        monkeypatch.setattr(time, "time", lambda: wall + 86400.0)
+        forward = service.spool_age_s()
+        monkeypatch.setattr(time, "time", lambda: wall - 86400.0)
+        back = service.spool_age_s()
+    finally:
+        monkeypatch.undo()
+        service.close()
+    assert 0 < forward < 3600 and 0 < back < 3600
+
+
 def test_storage_metrics_follow_an_outage_the_spool_and_the_replay() -> None:
     store = MemoryStore()
     store.down = True  # an HBase outage
