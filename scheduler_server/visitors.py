@@ -324,7 +324,15 @@ class VisitorSessions:
             return
         session.minting = True
         session.last_mint = now
-        self._spawn(lambda: self._mint_now(source, session))
+        try:
+            self._spawn(lambda: self._mint_now(source, session))
+        except Exception as exc:  # no thread (at the process's limit): a failed mint, not one "under way" for good
+            session.minting = False
+            session.failures += 1
+            session.last_error = f"{type(exc).__name__}: {exc}"[:200]
+            log.error(
+                "visitor session for %s: the mint could not start (next try in %.0fs): %s", source, self._renew_s, exc
+            )
 
     def _mint_now(self, source: str, session: _Session) -> None:
         try:

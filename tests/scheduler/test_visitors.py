@@ -14,7 +14,7 @@ import logging
 import re
 import threading
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
@@ -147,6 +147,31 @@ def test_a_failed_mint_is_retried_after_the_interval() -> None:
     assert visitors.describe(0.0)["weibo_web"]["last_error"] == "HTTPError: 503"
     assert visitors.account("weibo_web", 5.0) is None and passport.calls == 1
     assert visitors.account("weibo_web", 10.0) is not None and passport.calls == 2
+
+
+def test_a_mint_whose_thread_cannot_start_is_tried_again_after_the_interval() -> None:
+    """A mint runs on a thread of its own. One that could not be started (a daemon at its thread limit after months:
+    ``RuntimeError: can't start new thread``) left the session marked as minting for good, so no mint ever ran again
+    and the source's tasks were never leased; it now counts as a failed mint (the visitor_session_mint_failures_total
+    counter, its alert), tried again after the interval."""
+    passport = Passport()
+    starts: list[int] = []
+
+    def spawn(work: Callable[[], None]) -> None:
+        starts.append(len(starts))
+        if len(starts) == 1:
+            raise RuntimeError("can't start new thread")
+        work()
+
+    visitors = VisitorSessions(
+        {"weibo_web": "http://passport.invalid/visitor/genvisitor2"}, renew_s=10.0, mint=passport.mint, spawn=spawn
+    )
+    assert visitors.account("weibo_web", 0.0) is None  # the lease goes on without it: the source's tasks wait
+    state = visitors.describe(0.0)["weibo_web"]
+    assert state["state"] == "none" and state["failures"] == 1 and "can't start new thread" in state["last_error"]
+    assert visitors.account("weibo_web", 5.0) is None and len(starts) == 1  # the interval, as after a failed mint
+    account = visitors.account("weibo_web", 10.0)
+    assert account is not None and passport.calls == 1 and len(starts) == 2
 
 
 def test_bad_visitor_url_is_a_config_error() -> None:
