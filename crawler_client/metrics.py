@@ -86,6 +86,12 @@ class ClientMetrics:
             "Cookies a session's jar refused past its bounds (a site churning cookie names), by source.",
             ["source"],
         )
+        self.clamped = Tally(
+            p + "records_clamped",
+            "Records sent with a count or score clamped into a 32-bit int (a value the wire cannot carry, most likely "
+            "misread by the parser), by source.",
+            ["source"],
+        )
         self.fetch_latency = Buckets(
             p + "fetch_duration_seconds",
             "Time of one HTTP request, to the end of its body, by source.",
@@ -111,6 +117,7 @@ class ClientMetrics:
             self.pages_read_nothing,
             self.renewals,
             self.cookies_refused,
+            self.clamped,
         ):
             tally.ensure(sources)
         self.waits.ensure((reason,) for reason in WAIT_REASONS)
@@ -148,6 +155,9 @@ class ClientMetrics:
 
     def cookie_refused(self, source: str) -> None:
         self.cookies_refused.add((source,))
+
+    def records_clamped(self, source: str) -> None:
+        self.clamped.add((source,))
 
     # --- scrape time --------------------------------------------------------------------------------------------
 
@@ -192,6 +202,7 @@ class ClientMetrics:
             self.waits,
             self.renewals,
             self.cookies_refused,
+            self.clamped,
             self.fetch_latency,
             self.parse_latency,
             self.crawl_latency,

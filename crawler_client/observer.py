@@ -34,6 +34,9 @@ class ClientObserver(Protocol):
     def cookie_refused(self, source: str) -> None:
         """A session's cookie jar refused a cookie past its bounds (``crawler_client.cookie_jar``)."""
 
+    def records_clamped(self, source: str) -> None:
+        """A record is sent with a count clamped into a 32-bit int (``crawler_client.screen.clamp_counts``)."""
+
 
 class NullObserver:
     """Observes nothing (metrics off)."""
@@ -54,6 +57,9 @@ class NullObserver:
         pass
 
     def cookie_refused(self, source: str) -> None:
+        pass
+
+    def records_clamped(self, source: str) -> None:
         pass
 
 

@@ -50,10 +50,12 @@ from dataclasses import dataclass
 
 from crawler_client.crawl import CrawlResult, failure_report, fingerprint_result
 from crawler_client.gateways import CallCutError, SchedulerGateway, StorageGateway
+from crawler_client.observer import current as current_observer
 from crawler_client.screen import clamp_counts, record_problem
 from crawler_client.wire_size import fitting, record_exact_bytes, record_wire_bytes, report_wire_bytes
 from crawler_client.writer import ClientStats, Pending, RecordWriter
 from icecrawler.errors import InvalidArgumentError, LeaseLostError, ServiceError, StorageUnavailableError
+from icecrawler.logs import LogThrottle
 from icecrawler.models import Outcome, Post, Review
 
 __all__ = ["Backoff", "GivenBack", "Sink"]
@@ -145,6 +147,9 @@ class Sink:
         #: count in ``buffered_records``, or a storage call hanging until its timeout would hide the whole
         #: buffer from ``has_room`` and the lease loop would keep leasing through an outage.
         self._working: list[Pending] = []
+        #: The WARNING of a count clamped into a 32-bit int, at most one per source and field a minute: a parser
+        #: that misreads a field does so on every record (1000 posts of one crawl were 1000 lines).
+        self._clamps = LogThrottle(60.0, monotonic)
 
     # --- called by workers and the lease loop ---
 
@@ -158,18 +163,12 @@ class Sink:
     def _screened[R: (Post, Review)](self, result: CrawlResult, records: list[R]) -> list[R]:
         """``records`` less those the wire cannot carry (``screen``) or that are over the storage server's request
         limit by themselves: each one dropped alone, logged, counted. A count outside a 32-bit int is clamped
-        instead (``clamp_counts``), logged once per record."""
+        instead (``clamp_counts``), counted, and logged at most once a minute per source and field."""
         good: list[R] = []
         for record in records:
             record, clamped = clamp_counts(record)
             if clamped:
-                log.warning(
-                    "task %s: %s %s: %s (a count is a 32-bit int on the wire); the record is sent with that",
-                    result.task.id,
-                    type(record).__name__.lower(),
-                    str(record.id)[:40],
-                    ", ".join(f"{name}={value} clamped to {fitted}" for name, value, fitted in clamped),
-                )
+                self._log_clamped(result, record, clamped)
             problem = record_problem(record) or self._oversized(record)
             if problem is None:
                 good.append(record)
@@ -183,6 +182,28 @@ class Sink:
             )
             self.stats.add(records_rejected=1)
         return good
+
+    def _log_clamped(self, result: CrawlResult, record: Post | Review, clamped: list[tuple[str, int, int]]) -> None:
+        """Count a record sent with ``clamped`` counts (``records_clamped{source}``) and log each field's change,
+        unless that source's field was logged less than a minute ago (the next line says how many were not)."""
+        source = result.task.source
+        current_observer().records_clamped(source)
+        kind = type(record).__name__.lower()
+        for name, value, fitted in clamped:
+            admitted = self._clamps.admit((source, name))
+            if admitted is None:
+                continue
+            log.warning(
+                "task %s: %s %s: %s=%s clamped to %s (a count is a 32-bit int on the wire); the record is sent with "
+                "that%s",
+                result.task.id,
+                kind,
+                str(record.id)[:40],
+                name,
+                value,
+                fitted,
+                LogThrottle.more(admitted, f"{kind}s with {name} clamped"),
+            )
 
     def _oversized(self, record: Post | Review) -> str | None:
         """Why ``record`` alone is over the storage server's request limit (None when it is not, or no limit). The

@@ -6,6 +6,7 @@ logged and counted, and the task is reported Ok (the bad records could never be 
 
 from __future__ import annotations
 
+import collections
 import json
 import logging
 import time
@@ -117,8 +118,9 @@ def test_a_count_outside_a_32_bit_int_is_clamped_and_the_record_sent(
     """Reposts, comments, likes and a review's score are Slice ``int``s (32-bit): a count past 2^31 - 1 (a parser
     reading "30亿" likes) cannot be marshalled, so the write failed on the client and the task was reported as failed
     ("records-not-stored") at every crawl of it. Dropping the record lost its text for a count; the count is
-    clamped to the 32-bit range instead, with one WARNING naming the record, and the record sent: the storage server
-    stores it, or rejects it by index where the clamped value is still invalid (a negative count, a score over 5).
+    clamped to the 32-bit range instead, with a WARNING naming the record and field, and the record sent: the
+    storage server stores it, or rejects it by index where the clamped value is still invalid (a negative count, a
+    score over 5).
     The task's other records are stored and it is reported Ok either way."""
     from tests.client.test_runtime_sink import MemoryScheduler, result
     from tests.storage.conftest import make_post, make_review
@@ -167,3 +169,66 @@ def test_a_count_outside_a_32_bit_int_is_clamped_and_the_record_sent(
         finally:
             store.close()
         assert likes[2] == INT32_MAX
+
+
+def test_many_clamped_counts_log_a_line_per_source_and_field_and_count_every_record(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A parser that reads every post's likes as "30亿" clamps each one: one WARNING per record was 1000 lines for
+    1000 posts of one crawl. The line is held to one per source and field a minute (``LogThrottle``, on the sink's
+    clock), the next one saying how many went unlogged, and the client counter ``records_clamped{source}`` counts
+    every record (one with two counts clamped counts once). Every post is still stored, clamped."""
+    from crawler_client import observer
+    from tests.client.test_runtime_sink import MemoryScheduler, result
+    from tests.storage.conftest import make_post
+
+    class Clamps(observer.NullObserver):
+        def __init__(self) -> None:
+            self.sources: collections.Counter[str] = collections.Counter()
+
+        def records_clamped(self, source: str) -> None:
+            self.sources[source] += 1
+
+    clock = [1000.0]
+    clamps = Clamps()
+    storage = StorageServerRunner(tmp_path / "storage", {})
+    storage.start()
+    observer.install(clamps)
+    try:
+        with rpc.communicator() as comm:
+            scheduler = MemoryScheduler()
+            first, second = result("u1"), result("u2")
+            first.posts = [
+                make_post(i, likes=3_000_000_000, **({"reposts": 1 << 40} if i < 5 else {})) for i in range(1, 1001)
+            ]
+            second.posts = [make_post(2001, likes=4_000_000_000)]
+            sink = Sink(
+                scheduler,
+                IceStorage(storage.proxy(comm)),
+                buffer_records=5000,
+                report_batch=10,
+                write_batch=500,
+                backoff_s=0.1,
+                max_backoff_s=1.0,
+                now_ms=lambda: int(time.time() * 1000),
+                monotonic=lambda: clock[0],
+                fingerprint=fingerprint_texts,
+            )
+            with caplog.at_level(logging.WARNING):
+                sink.add(first)
+                clock[0] += 61  # a minute later the line comes again, with what it left out
+                sink.add(second)
+                assert sink.flush() is True
+            stats = storage.proxy(comm).stats()
+    finally:
+        observer.install(observer.NullObserver())
+        storage.stop()
+    assert stats.posts == 1001 and stats.recordsRejected == 0
+    assert [report.outcome for report in scheduler.reports] == [Outcome.Ok, Outcome.Ok]
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and "32-bit" in r.getMessage()]
+    assert len(warnings) == 3, warnings
+    likes, reposts, again = warnings
+    assert "post 1:" in likes and f"likes=3000000000 clamped to {INT32_MAX}" in likes and "more" not in likes
+    assert "post 1:" in reposts and f"reposts={1 << 40} clamped to {INT32_MAX}" in reposts
+    assert "post 2001:" in again and "(999 more posts with likes clamped in the last 61 s)" in again
+    assert clamps.sources == {"weibo_mobile": 1001}

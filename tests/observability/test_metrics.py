@@ -764,6 +764,7 @@ def test_client_metrics_count_the_daemons_crawls_and_state() -> None:
             assert poll_until(lambda: len(scheduler.reports) == 10, 20, 0.02)
             observer.current().session_renewed("ecshop")
             observer.current().cookie_refused("jd")
+            observer.current().records_clamped("weibo_web")
             observer.current().fetched("jd", 0, 0, 0.2)
             observer.current().parsed("jd", 0.01, 7)
             observer.current().parsed("jd", 0.01, 0)  # a page the parser refused
@@ -779,6 +780,8 @@ def test_client_metrics_count_the_daemons_crawls_and_state() -> None:
     assert 'icecrawler_client_session_renewals_total{source="ecshop"} 1.0' in text
     assert 'icecrawler_client_cookies_refused_total{source="jd"} 1.0' in text
     assert 'icecrawler_client_cookies_refused_total{source="ecshop"} 0.0' in text  # every source shown from the start
+    assert 'icecrawler_client_records_clamped_total{source="weibo_web"} 1.0' in text
+    assert 'icecrawler_client_records_clamped_total{source="jd"} 0.0' in text
     assert 'icecrawler_client_fetches_total{source="jd",status_class="none"} 1.0' in text
     assert 'icecrawler_client_items_read_total{source="jd"} 7.0' in text
     assert 'icecrawler_client_items_read_total{source="ecshop"} 0.0' in text
