@@ -51,7 +51,7 @@ class _Parser(argparse.ArgumentParser):
     command, option or choice, and where the usage is (argparse printed the whole usage first)."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message}{self._close_match(message)} (see {self.prog} --help)\n")
+        _fail(self, message, self._close_match(message))
 
     def _close_match(self, message: str) -> str:
         choice = _INVALID_CHOICE.match(message)
@@ -59,11 +59,8 @@ class _Parser(argparse.ArgumentParser):
             return _did_you_mean(choice["word"][1:-1], _listed_choices(choice["choices"]))
         unknown = re.match(r"unrecognized arguments: (.*)$", message)
         words = [word.split("=", 1)[0] for word in unknown[1].split() if word.startswith("-")] if unknown else []
-        own = next((word for word in words if word in self._option_string_actions), None)
-        if own:
-            # Its own option, yet not taken: it came before the subcommand, where only the top-level parser looks.
-            return f"; {own} is an option of `{self.prog}`: put it after the subcommand"
-        long = [word for word in words if word.startswith("--")]
+        # One of its own options, not taken, is after ``--`` or was the value of another: no other is meant.
+        long = [word for word in words if word.startswith("--") and word not in self._option_string_actions]
         options = [option for option in self._option_string_actions if option.startswith("--")]
         return _did_you_mean(long[0], options) if long else ""
 
@@ -72,6 +69,25 @@ class _Parser(argparse.ArgumentParser):
 _INVALID_CHOICE = re.compile(
     r"argument [^:]+: invalid choice: (?P<word>'[^']*'|\"[^\"]*\") \(choose from (?P<choices>.*)\)$"
 )
+
+
+def _fail(parser: argparse.ArgumentParser, message: str, hint: str) -> NoReturn:
+    """Exit with ``parser``'s one-line error: what is wrong, ``hint``, and where its usage is."""
+    parser.exit(2, f"{parser.prog}: error: {message}{hint} (see {parser.prog} --help)\n")
+
+
+def _misplaced(top: argparse.ArgumentParser, parser: argparse.ArgumentParser, before: list[str]) -> NoReturn:
+    """The error for ``before``, the words given before ``parser``'s subcommand, one of them its option: the
+    top-level parser ``top``, the only one that looks there, knows none of them (``_before_command``)."""
+    own = next(
+        option
+        for word in before
+        if word.startswith("-")
+        and (option := word.split("=", 1)[0]) in parser._option_string_actions
+        and option not in top._option_string_actions
+    )
+    hint = f"; {own} is an option of `{parser.prog}`: put it after the subcommand"
+    _fail(parser, f"unrecognized arguments: {' '.join(before)}", hint)
 
 
 def _listed_choices(listed: str) -> list[str]:
@@ -104,11 +120,29 @@ class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
 
 
 def _did_you_mean(word: str, choices: Iterable[str]) -> str:
-    """A close match among ``choices`` other than ``word`` itself, compared without leading dashes: the ``--`` all
-    options share made ``--quiet`` and ``--yes`` look like ``--set``."""
+    """The choices ``word`` may have meant, other than ``word`` itself, compared without leading dashes (the ``--``
+    all options share made ``--quiet`` and ``--yes`` look like ``--set``): those it begins, else the closest and
+    any as close (none when over three). One guess only where it stands out: difflib's best for ``stat`` was
+    ``start`` (which starts HBase), not ``status``."""
     bare = {choice.lstrip("-"): choice for choice in choices if choice != word}
-    found = difflib.get_close_matches(word.lstrip("-"), list(bare), n=1)
-    return f"; did you mean {bare[found[0]]}?" if found else ""
+    typed = word.lstrip("-")
+    found = [name for name in bare if typed and name.startswith(typed)]
+    if not found:
+        ratios = {name: difflib.SequenceMatcher(None, typed, name).ratio() for name in bare}
+        best = max(ratios.values(), default=0.0)
+        found = [name for name, ratio in ratios.items() if ratio >= max(_CLOSE, best - _AS_CLOSE)]
+    if not found or len(found) > _MOST_NAMED:  # many: the list of choices, which the message gives
+        return ""
+    named = [bare[name] for name in found]
+    return f"; did you mean {' or '.join(filter(None, [', '.join(named[:-1]), named[-1]]))}?"
+
+
+#: How alike (difflib's ratio) a choice must be to be suggested at all (difflib's own cut-off), and how much less
+#: alike than the closest one another may be and still be named beside it.
+_CLOSE = 0.6
+_AS_CLOSE = 0.1
+#: The most choices named in one suggestion.
+_MOST_NAMED = 3
 
 
 def _command_parser(parser: argparse.ArgumentParser, name: str | None) -> argparse.ArgumentParser:
@@ -239,16 +273,18 @@ def _ice_config_spelling(argv: list[str]) -> str:
 def _run(named: str | None, rest: list[str], ice_args: list[str]) -> int:
     """``main`` once the Ice arguments are set apart and the command's name is known."""
     # Only the command being run is imported (a daemon starts without loading every role); --help and an unknown
-    # name load them all, to list them.
-    commands = _load_commands([named] if named in COMMAND_MODULES else COMMAND_MODULES)
+    # name loads them all, to list them; so do words before the command, which may be an option and its value
+    # naming another (`icecrawler -c seed status`), for ``_before_command`` to find the command.
+    first = named in COMMAND_MODULES and rest[:1] == [named]
+    commands = _load_commands([named] if first and named else COMMAND_MODULES)
     parser = build_parser(commands)
-    unavailable = commands.get(named or "")
+    unavailable = commands.get(named or "") if first else None
     if isinstance(unavailable, Unavailable) and "-h" not in rest and "--help" not in rest:
         print(f"icecrawler {named}: error: {unavailable.error}", file=sys.stderr)  # before its options are parsed
         return 2
     early = _before_command(parser, commands, rest)
     if early:  # argparse would take an option's value for the command (`icecrawler --log-level DEBUG status`)
-        _command_parser(parser, rest[len(early)]).error(f"unrecognized arguments: {' '.join(early)}")
+        _misplaced(parser, _command_parser(parser, rest[len(early)]), early)
     args, unknown = parser.parse_known_args(rest)
     if unknown:  # an option the subcommand lacks: its error, not the top-level parser's
         _command_parser(parser, args.command).error(f"unrecognized arguments: {' '.join(unknown)}")
@@ -291,18 +327,49 @@ def _run(named: str | None, rest: list[str], ice_args: list[str]) -> int:
 
 def _before_command(parser: argparse.ArgumentParser, commands: dict[str, BaseCommand], rest: list[str]) -> list[str]:
     """The words before the subcommand when one of them is the subcommand's option rather than ``icecrawler``'s,
-    else []: the top-level parser knows none of them, and would read an option's value as the command."""
-    index = next((number for number, arg in enumerate(rest) if arg in commands), 0)
-    child = _command_parser(parser, rest[index]) if index else parser
-    for arg in rest[:index]:
-        option = arg.split("=", 1)[0]
-        if (
-            arg.startswith("-")
-            and option in child._option_string_actions
-            and option not in parser._option_string_actions
-        ):
-            return rest[:index]
+    else []: the top-level parser knows none of them, and would read an option's value as the command. The
+    subcommand is the first command word that the words before it leave free, as its parser reads them: the value
+    of ``-c seed`` is a file. With none (``icecrawler -c seed``), which command was meant is unknown: []."""
+    for index, word in enumerate(rest):
+        if word not in commands:
+            continue
+        child = _command_parser(parser, word)
+        if _values_taken(child, rest[:index]) > index:
+            continue  # an option's value, not the command
+        for arg in rest[:index]:
+            option = arg.split("=", 1)[0]
+            if (
+                arg.startswith("-")
+                and option in child._option_string_actions
+                and option not in parser._option_string_actions
+            ):
+                return rest[:index]
+        return []
     return []
+
+
+def _values_taken(parser: argparse.ArgumentParser, words: list[str]) -> int:
+    """How far ``parser`` would read the options among ``words`` with their values: past ``len(words)`` when the
+    last one's value is the word after them. An option it does not know takes none (argparse's own reading)."""
+    position = 0
+    while position < len(words):
+        word = words[position]
+        position += 1
+        if word == "--":
+            return position
+        action = parser._option_string_actions.get(word) if word.startswith("-") else None
+        if action is None:
+            continue
+        if action.nargs is None:
+            position += 1
+        elif isinstance(action.nargs, int):
+            position += action.nargs
+        elif action.nargs == argparse.OPTIONAL:
+            position += int(position >= len(words) or not words[position].startswith("-"))
+        else:  # "*", "+", REMAINDER: every word up to the next option, the command's name too if none is left
+            while position <= len(words) and (position == len(words) or not words[position].startswith("-")):
+                position += 1
+    return position
 
 
 def _not_utf8_argument(exc: BaseException, argv: list[str]) -> str | None:

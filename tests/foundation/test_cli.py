@@ -268,6 +268,13 @@ def test_a_close_choice_is_found_in_either_form_of_argparse_s_list(message: str,
         (["--set=client.workers=2", "status"], "--set is an option of `icecrawler status`: put it after"),
         (["--log-level", "DEBUG", "status"], "--log-level is an option of `icecrawler status`: put it after"),
         (["-c", "x.toml", "seed", "jd:1"], "-c is an option of `icecrawler seed`: put it after the subcommand"),
+        # A subcommand's name as an option's value is not the subcommand (a settings file named "seed").
+        (["-c", "seed", "status"], "icecrawler status: error: unrecognized arguments: -c seed; -c is an option of"),
+        (
+            ["--log-level", "status", "seed"],
+            "arguments: --log-level status; --log-level is an option of `icecrawler seed`",
+        ),
+        (["-s", "a=1", "-c", "seed", "status"], "-s is an option of `icecrawler status`: put it after the subcommand"),
     ],
 )
 def test_an_option_given_before_its_subcommand_is_said_to_go_after_it(
@@ -281,6 +288,67 @@ def test_an_option_given_before_its_subcommand_is_said_to_go_after_it(
     err = capsys.readouterr().err
     assert info.value.code == 2
     assert hint in err and "did you mean" not in err and "invalid choice" not in err and err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize(
+    ("args", "unrecognized"),
+    [
+        (["status", "--", "--json"], "-- --json"),
+        (["settings", "--", "--json", "--log-json"], "-- --json --log-json"),
+        (["-c", "seed"], "-c"),
+        (["--log-level", "seed"], "--log-level"),
+    ],
+)
+def test_an_option_of_the_command_not_before_it_gets_no_hint_to_move_it(
+    args: list[str], unrecognized: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``icecrawler status -- --json`` was told "--json is an option of `icecrawler status`: put it after the
+    subcommand", though it was after it (``--`` made it an argument). The hint is only for a word that came before
+    the subcommand; where the only command word is an option's value (``-c seed``: a settings file named "seed"),
+    which command was meant is unknown, so there is none either, and no other option is offered for the command's
+    own."""
+    with pytest.raises(SystemExit) as info:
+        main(args)
+    err = capsys.readouterr().err
+    command = args[0] if args[0][0] != "-" else args[1]
+    assert info.value.code == 2
+    assert err.startswith(f"icecrawler {command}: error: unrecognized arguments: {unrecognized} (see"), err
+    assert "put it after" not in err and "did you mean" not in err and err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize(
+    ("message", "hint"),
+    [
+        ("argument action: invalid choice: 'stat' (choose from 'start', 'stop', 'status')", "; did you mean status?"),
+        ("argument action: invalid choice: 'stat' (choose from start, stop, status)", "; did you mean status?"),
+        ("argument action: invalid choice: 'sta' (choose from start, stop, status)", "; did you mean start or status?"),
+        (
+            "argument action: invalid choice: 'st' (choose from start, stop, status)",
+            "; did you mean start, stop or status?",
+        ),
+        (
+            "argument action: invalid choice: 'strat' (choose from start, stop, status)",
+            "; did you mean start or status?",
+        ),
+        ("argument action: invalid choice: 'stauts' (choose from start, stop, status)", "; did you mean status?"),
+        ("argument COMMAND: invalid choice: 's' (choose from scheduler, storage, seed, status, hbase)", ""),
+    ],
+)
+def test_a_choice_the_word_begins_is_preferred_and_close_ones_are_all_named(message: str, hint: str) -> None:
+    """``icecrawler hbase stat`` suggested ``start`` (difflib's closest), which starts HBase, for ``status``: a
+    choice the typed word begins comes first, and where several are as close, all of them are named (none where
+    that is over three: the message lists the choices)."""
+    from icecrawler_cli.cli import _Parser
+
+    assert _Parser(prog="icecrawler hbase")._close_match(message) == hint
+
+
+def test_a_truncated_action_is_completed_not_replaced(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["hbase", "stat"])
+    err = capsys.readouterr().err
+    assert info.value.code == 2
+    assert "invalid choice: 'stat'" in err and "; did you mean status? (see icecrawler hbase --help)" in err, err
 
 
 @pytest.mark.parametrize(
