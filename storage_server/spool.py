@@ -113,25 +113,47 @@ class SqliteSpool:
     def __init__(self, directory: str | Path) -> None:
         self.path = Path(directory) / "spool.sqlite3"
         self._lock = threading.Lock()
+        conn: sqlite3.Connection | None = None
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._conn = sqlite3.connect(self.path, timeout=30.0, check_same_thread=False, isolation_level=None)
-            self._conn.execute("PRAGMA journal_mode=WAL")
-            self._conn.execute("PRAGMA synchronous=FULL")
-            self._conn.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}")
-            self._conn.execute(
-                "CREATE TABLE IF NOT EXISTS spool (seq INTEGER PRIMARY KEY AUTOINCREMENT, records INTEGER NOT NULL, "
-                "blob BLOB NOT NULL)"
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                conn = self._conn = sqlite3.connect(
+                    self.path, timeout=30.0, check_same_thread=False, isolation_level=None
+                )
+                self._conn.execute("PRAGMA journal_mode=WAL")
+                self._conn.execute("PRAGMA synchronous=FULL")
+                self._conn.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}")
+                self._conn.execute(
+                    "CREATE TABLE IF NOT EXISTS spool (seq INTEGER PRIMARY KEY AUTOINCREMENT, records INTEGER NOT "
+                    "NULL, blob BLOB NOT NULL)"
+                )
+                self._depth = int(self._conn.execute("SELECT coalesce(sum(records), 0) FROM spool").fetchone()[0])
+            except (OSError, sqlite3.Error) as exc:
+                raise StorageUnavailableError(
+                    f"cannot open the spool {self.path}: {exc}{full_disk_note(self.path, str(exc))}"
+                ) from exc
+            if self._depth == 0:
+                with self._lock:
+                    self._reclaim()  # a spool left large by an outage before this rule
+            self._log_set_aside()
+        except BaseException:
+            if conn is not None:  # else the error's traceback holds it open
+                conn.close()
+            raise
+
+    def _log_set_aside(self) -> None:
+        """Say at the start how many entries wait in ``unreadable`` for an operator. The count is for the log only:
+        a table that cannot be read (re-made by hand) makes it unknown, as in ``stats()``, not the start failed."""
+        try:
+            entries, records = self.set_aside_count()
+        except StorageUnavailableError as exc:
+            log.warning(
+                "the spool %s: the entries (and records) set aside as unreadable are unknown, its table unreadable "
+                'cannot be read: %s (docs/STORAGE.md, "Entries set aside")',
+                self.path,
+                exc.__cause__ or exc,
             )
-            self._depth = int(self._conn.execute("SELECT coalesce(sum(records), 0) FROM spool").fetchone()[0])
-        except (OSError, sqlite3.Error) as exc:
-            raise StorageUnavailableError(
-                f"cannot open the spool {self.path}: {exc}{full_disk_note(self.path, str(exc))}"
-            ) from exc
-        if self._depth == 0:
-            with self._lock:
-                self._reclaim()  # a spool left large by an outage before this rule
-        entries, records = self.set_aside_count()
+            return
         if entries:
             log.warning(
                 "the spool %s holds %d entries (%d records) set aside as unreadable, in its table unreadable: they "

@@ -376,6 +376,59 @@ def test_entries_set_aside_are_counted_from_the_spool_file_after_a_restart(
     assert "2 spool entries (4 records) set aside" in said
 
 
+def _spool_files_open(directory: Path) -> list[str]:
+    """The files of ``directory`` this process holds open (its descriptors in /proc)."""
+    held = []
+    for fd in Path("/proc/self/fd").iterdir():
+        try:
+            target = fd.readlink()
+        except OSError:
+            continue
+        if target.parent == directory:
+            held.append(target.name)
+    return held
+
+
+def test_a_set_aside_table_that_cannot_be_read_leaves_the_count_unknown_not_the_start_failed(
+    tmp_path: Path, store: MemoryStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A spool file whose ``unreadable`` table could not be read (re-made by hand without its columns) stopped the
+    storage server's start ("cannot count the set-aside entries"), though the spool itself was sound: the count is
+    only for the log. The start goes on with a WARNING that the count is unknown, the spool takes and replays
+    entries, and ``stats()`` says -1 ("unknown") as it did."""
+    SqliteSpool(tmp_path).close()
+    conn = sqlite3.connect(tmp_path / "spool.sqlite3")
+    conn.execute("CREATE TABLE unreadable (seq INTEGER PRIMARY KEY)")  # no records column: every count fails
+    conn.close()
+    with caplog.at_level(logging.WARNING):
+        spool = SqliteSpool(tmp_path)
+    service = service_on(store, spool)
+    try:
+        spool.append(schema.encode_rows(schema.REVIEW, [schema.review_row(make_review("kept"))]), 1)
+        assert service.wait_drained(30.0)
+        stats = service.stats()
+    finally:
+        service.close()
+    assert store.count(schema.REVIEW) == 1
+    assert stats.detail["entries_set_aside"] == -1 and stats.detail["records_set_aside"] == -1
+    warnings = [record.getMessage() for record in caplog.records if record.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "unknown" in warnings[0] and "records" in warnings[0], warnings
+    assert str(tmp_path / "spool.sqlite3") in warnings[0]
+
+
+def test_a_spool_that_fails_to_open_leaves_no_file_open(tmp_path: Path) -> None:
+    """A spool file its start cannot read (a ``spool`` table without its columns) failed the start with its
+    connection left open, held by the error's traceback (a supervisor retrying the start in one process piles them
+    up): it is closed on every failure path."""
+    conn = sqlite3.connect(tmp_path / "spool.sqlite3")
+    conn.execute("CREATE TABLE spool (seq INTEGER PRIMARY KEY)")
+    conn.close()
+    with pytest.raises(StorageUnavailableError, match="cannot open the spool") as info:
+        SqliteSpool(tmp_path)
+    assert info.value.__traceback__ is not None  # what held the connection is still there
+    assert _spool_files_open(tmp_path) == []
+
+
 def _set_aside_commands() -> tuple[str, str, str]:
     """docs/STORAGE.md's commands for entries set aside: (inspect and export, put back, give up)."""
     text = (Path(__file__).parents[2] / "docs" / "STORAGE.md").read_text(encoding="utf-8")
