@@ -307,12 +307,18 @@ class Maintenance(threading.Thread):
                 self._rebalance_at = ended + (ended - started) * (1 / BUDGET_SHARE - 1)
 
     def _checkpoint(self) -> None:
-        """A checkpoint that fails is tried again at the next one's time, not on every pass."""
+        """A checkpoint that fails by a bug is tried again at the next one's time, not on every pass. One that fails
+        on a full disk is tried on every pass, as every other write: it keeps the full-disk episode open (one WARNING
+        a minute, no false "runs again" between tries) and checkpoints as soon as there is room."""
         if self._monotonic() - self._last_checkpoint >= self.checkpoint_s:
             try:
                 self.core.checkpoint()
-            finally:
+            except StorageUnavailableError:
+                raise
+            except Exception:
                 self._last_checkpoint = self._monotonic()
+                raise
+            self._last_checkpoint = self._monotonic()
 
     def stop(self) -> None:
         self.stopped.set()

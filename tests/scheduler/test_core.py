@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from icecrawler.clock import ClockJumpWatch
-from icecrawler.errors import ConfigError, InvalidArgumentError, LeaseLostError, NoWorkError
+from icecrawler.errors import ConfigError, InvalidArgumentError, LeaseLostError, NoWorkError, StorageUnavailableError
 from icecrawler.models import Outcome, Report, TaskKind
 from scheduler_server.core import SchedulerCore, check_consistency
 from scheduler_server.server import Maintenance
@@ -623,6 +623,35 @@ def test_a_maintenance_step_that_fails_every_pass_stops_none_of_the_others(
     tracebacks = [record for record in caplog.records if record.exc_info]
     assert len(tracebacks) == passes // 60  # once a minute, not once a pass
     assert all(broken in record.getMessage() for record in tracebacks)
+
+
+def test_a_checkpoint_on_a_full_disk_is_tried_every_pass_and_keeps_the_episode_open(
+    store: QueueStore, clocks: ManualClocks, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A checkpoint refused for a full disk, with nothing else to write (no lease expired, nothing to prune): it
+    waited for its next time like a bug's, so the passes between closed the full-disk episode ("maintenance runs
+    again", false) and the next try opened a new one (a WARNING at once): two lines every 30 s, and the first
+    checkpoint after the space came back up to 30 s late. It is tried on every pass, as every other write."""
+    core = SchedulerCore.from_settings(make_settings(), store, clocks)
+    tries = [0]
+
+    def full_disk() -> None:
+        tries[0] += 1
+        raise StorageUnavailableError("the scheduler database cannot checkpoint now (No space left on device)")
+
+    monkeypatch.setattr(core, "checkpoint", full_disk)
+    monotonic = [0.0]
+    jumps = ClockJumpWatch(wall=clocks.wall, monotonic=lambda: monotonic[0])
+    maintenance = Maintenance(core, 1.0, 30.0, jumps, lambda: monotonic[0])
+    with caplog.at_level(logging.INFO, logger="scheduler_server.server"):
+        for _ in range(120):
+            maintenance.tick()
+            monotonic[0] += 1.0
+            clocks.advance(1.0)
+    assert tries[0] == 120 - 30  # every pass from the first checkpoint's time on
+    assert "runs again" not in caplog.text
+    warnings = [record for record in caplog.records if record.levelno == logging.WARNING]
+    assert 1 <= len(warnings) <= 2  # once a minute
 
 
 def test_one_prune_pass_clears_every_entry_past_retention_however_many(store: QueueStore, clocks: ManualClocks) -> None:
