@@ -23,13 +23,16 @@ failures they are written for (each ``for:`` is shortened; the few windows short
   refreshed login that names a cookie the accounts file does not; it fires for that scheduler, and stays quiet
   through five refreshes the pool takes first (more than the four refused ones that fire it);
 * IcecrawlerSourceReadsNothing: JD's pages change so that the parser reads no review off them (the sandbox's
-  ``new_layout``); it fires for jd only, and ends once the pages read again.
+  ``new_layout``); it fires for jd only, and ends once the pages read again;
+* IcecrawlerMaintenanceFailing: an entry of the scheduler's database that the prune step cannot read fails that step
+  on every pass; it fires for ``step="prune"`` only, while calls are served, and ends once the daemon runs without
+  the entry.
 
 Most rule windows stay the deployed ones (15 minutes), so rates are read from a Prometheus only minutes old, as
 after a fresh deploy. Two tests shorten windows, each saying so: IcecrawlerLoginRefreshesRefused's hour becomes a
 minute (every window, ``window_s``), so that it is seen to end; IcecrawlerSourceReadsNothing's half hour against the
 day before becomes a minute against 48 minutes (``scaled_durations``: every duration of that one expression 30 times
-shorter, their ratios kept).
+shorter, their ratios kept); IcecrawlerMaintenanceFailing's three 5-minute spans become three of 10 seconds (the same).
 """
 
 from __future__ import annotations
@@ -46,13 +49,17 @@ from typing import Any
 import pytest
 
 from icecrawler import rpc
-from icecrawler.processes import wait_for_port
+from icecrawler.processes import free_port, wait_for_port
 from icecrawler_local.stack import Stack, running_stack
 from sandbox.scenario import Product, Scenario, WeiboUser
 from sandbox.schedules import Schedule
+from scheduler_server.codec import time_key
+from scheduler_server.startup import REMOVED_AT_KEY
+from scheduler_server.store import BdbQueueStore
 from tests.faketime import FakedWallClock
 from tests.helpers import wait_for
 from tests.observability.prom import Prometheus, prometheus_config, scaled_durations, scrape, static_targets
+from tests.scheduler.daemon import scheduler_daemon, scheduler_proxy
 from tests.tmpfs import fill, fill_to, small_tmpfs
 
 pytestmark = [pytest.mark.e2e, pytest.mark.ice, pytest.mark.bdb, pytest.mark.slow]
@@ -526,3 +533,68 @@ def test_source_reads_nothing_fires_when_the_sites_new_layout_reads_empty_and_en
 
         stack.misbehave({"site": "jd", "clear": True})
         wait_until_ended(prometheus, alert, empty, timeout_s=120)
+
+
+MAINTENANCE_FAILURES = "icecrawler_scheduler_maintenance_failures_total"
+#: A removed task's lease entry (``startup.REMOVED_AT_KEY``) from 1970, past any retention, whose task id and token
+#: are not UTF-8: damage Berkeley DB did not detect. The prune step reads it on every pass to drop it.
+UNREADABLE_ENTRY = REMOVED_AT_KEY + time_key(1) + b"\xff\xfeuser:weibo_pc:1#token"
+
+
+def unreadable_entry(db_dir: Path, present: bool) -> None:
+    """Write (or delete) ``UNREADABLE_ENTRY`` through the store's own API, while no daemon runs on ``db_dir``."""
+    store = BdbQueueStore(db_dir)
+    try:
+        with store.transaction() as txn:
+            if present:
+                txn.put("meta", UNREADABLE_ENTRY, b"")
+            else:
+                assert txn.delete("meta", UNREADABLE_ENTRY)
+    finally:
+        store.close()
+
+
+def test_maintenance_failing_fires_for_the_step_that_fails_every_pass_and_ends_once_it_runs_clean(
+    tmp_path: Path,
+) -> None:
+    """An entry of the scheduler's database that the prune step cannot read (written while the daemon is stopped, as
+    tests/scheduler/test_quarantine.py damages a task record) fails that step on every maintenance pass (1 s); the
+    other steps, and the calls, run on. IcecrawlerMaintenanceFailing fires for ``step="prune"`` only; with the entry
+    gone and the daemon started again, prune runs clean and the alert ends. Every duration of its expression is 30
+    times shorter: failures in each of the last three 10-second spans."""
+    alert = "IcecrawlerMaintenanceFailing"
+    prune = f'{MAINTENANCE_FAILURES}{{step="prune"}}'
+    with scheduler_daemon(tmp_path, metrics__scheduler__port=free_port()) as daemon:
+        directory = tmp_path / "prom"
+        config = prometheus_config(directory, window_s=None)
+        rules = directory / "icecrawler-rules.yml"
+        rules.write_text(scaled_durations(alert, 30)(rules.read_text()))
+        static_targets(directory, "scheduler", [int(daemon.settings["metrics.scheduler.port"])])
+        prometheus = Prometheus(daemon.group, config, directory / "data")
+        quiet_after_samples(prometheus, alert, "icecrawler-scheduler", MAINTENANCE_FAILURES)
+
+        assert daemon.stop() == 0
+        unreadable_entry(daemon.db_dir, present=True)
+        daemon.start()
+        wait_for(
+            lambda: firing(prometheus, alert, "step") == {("prune",)},
+            lambda: f"{alert} is not firing for prune alone: {prometheus.alert_states()}, {prometheus.query(prune)}",
+            timeout_s=120,
+        )
+        assert (prometheus.value(prune) or 0) > 0
+        assert prometheus.query(f'{MAINTENANCE_FAILURES}{{step!="prune"}} > 0') == []
+        assert daemon.process is not None and "the prune step failed" in daemon.process.log_tail(400)
+        with scheduler_proxy(daemon) as prx:  # the daemon serves on
+            prx.addUsers(["weibo_pc:1907518591"], rpc.crawler().TaskKind.WeiboUser)
+            assert [task.id for task in prx.getUsers("w", 10)] == ["user:weibo_pc:1907518591"]
+
+        assert daemon.stop() == 0
+        unreadable_entry(daemon.db_dir, present=False)
+        daemon.start()
+        # Ended while the new process is scraped and its every sample of the (scaled) 15 minutes counts no failure.
+        wait_for(
+            lambda: prometheus.value(f"max_over_time({prune}[30s])") == 0 and alert not in prometheus.alert_states(),
+            lambda: f"{alert} never ended: {prometheus.alert_states()}, {prometheus.query(prune)}",
+            timeout_s=120,
+        )
+        assert "the prune step failed" not in daemon.process.log_tail(400)
