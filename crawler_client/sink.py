@@ -167,10 +167,10 @@ class Sink:
         good: list[R] = []
         for record in records:
             record, clamped = clamp_counts(record)
-            if clamped:
-                self._log_clamped(result, record, clamped)
             problem = record_problem(record) or self._oversized(record)
             if problem is None:
+                if clamped:  # counted as sent with clamped counts only when it is sent
+                    self._log_clamped(result, record, clamped)
                 good.append(record)
                 continue
             log.error(

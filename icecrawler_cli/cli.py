@@ -350,7 +350,8 @@ def _before_command(parser: argparse.ArgumentParser, commands: dict[str, BaseCom
 
 def _values_taken(parser: argparse.ArgumentParser, words: list[str]) -> int:
     """How far ``parser`` would read the options among ``words`` with their values: past ``len(words)`` when the
-    last one's value is the word after them. An option it does not know takes none (argparse's own reading)."""
+    last one's value is the word after them (an option of one value; one of several values leaves that word to be
+    the command). An option it does not know takes none (argparse's own reading)."""
     position = 0
     while position < len(words):
         word = words[position]
@@ -366,8 +367,8 @@ def _values_taken(parser: argparse.ArgumentParser, words: list[str]) -> int:
             position += action.nargs
         elif action.nargs == argparse.OPTIONAL:
             position += int(position >= len(words) or not words[position].startswith("-"))
-        else:  # "*", "+", REMAINDER: every word up to the next option, the command's name too if none is left
-            while position <= len(words) and (position == len(words) or not words[position].startswith("-")):
+        else:  # "*", "+", REMAINDER: every word up to the next option; the command's name after them stays one
+            while position < len(words) and not words[position].startswith("-"):
                 position += 1
     return position
 

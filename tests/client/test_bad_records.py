@@ -11,7 +11,7 @@ import json
 import logging
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -232,3 +232,42 @@ def test_many_clamped_counts_log_a_line_per_source_and_field_and_count_every_rec
     assert "post 1:" in reposts and f"reposts={1 << 40} clamped to {INT32_MAX}" in reposts
     assert "post 2001:" in again and "(999 more posts with likes clamped in the last 61 s)" in again
     assert clamps.sources == {"weibo_mobile": 1001}
+
+
+def test_a_record_dropped_for_another_problem_is_not_counted_as_sent_clamped() -> None:
+    """A post whose likes are clamped but whose text cannot be sent (a lone surrogate) is dropped: it counted in
+    ``records_clamped`` ("sent with clamped counts") and was logged as sent as well as dropped."""
+    from crawler_client import observer
+    from tests.client.test_runtime_sink import MemoryScheduler, result
+    from tests.storage.conftest import make_post
+
+    class Clamps(observer.NullObserver):
+        def __init__(self) -> None:
+            self.count = 0
+
+        def records_clamped(self, source: str) -> None:
+            self.count += 1
+
+    clamps = Clamps()
+    observer.install(clamps)
+    try:
+        sink = Sink(
+            MemoryScheduler(),
+            cast(Any, None),  # never reached: nothing is flushed
+            buffer_records=100,
+            report_batch=10,
+            write_batch=100,
+            backoff_s=0.1,
+            max_backoff_s=1.0,
+            now_ms=lambda: int(time.time() * 1000),
+            monotonic=time.monotonic,
+            fingerprint=fingerprint_texts,
+        )
+        crawled = result("u1")
+        crawled.posts = [make_post(1, likes=3_000_000_000, text="好 \ud800"), make_post(2, likes=3_000_000_000)]
+        sink.add(crawled)
+    finally:
+        observer.install(observer.NullObserver())
+    assert [post.id for post in crawled.posts] == [2]
+    assert sink.stats.snapshot()["records_rejected"] == 1
+    assert clamps.count == 1

@@ -268,6 +268,9 @@ def test_a_close_choice_is_found_in_either_form_of_argparse_s_list(message: str,
         (["--set=client.workers=2", "status"], "--set is an option of `icecrawler status`: put it after"),
         (["--log-level", "DEBUG", "status"], "--log-level is an option of `icecrawler status`: put it after"),
         (["-c", "x.toml", "seed", "jd:1"], "-c is an option of `icecrawler seed`: put it after the subcommand"),
+        # An option of several values leaves the word after them to be the command.
+        (["--from", "a", "reshard", "--to", "b"], "--from is an option of `icecrawler reshard`: put it after"),
+        (["--from", "reshard"], "--from is an option of `icecrawler reshard`: put it after"),
         # A subcommand's name as an option's value is not the subcommand (a settings file named "seed").
         (["-c", "seed", "status"], "icecrawler status: error: unrecognized arguments: -c seed; -c is an option of"),
         (
