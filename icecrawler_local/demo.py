@@ -21,15 +21,17 @@ import contextlib
 import json
 import math
 import shutil
+import signal
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from icecrawler import durable
-from icecrawler.processes import interrupts_once
+from icecrawler.errors import ServiceError
+from icecrawler.processes import ManagedProcess, interrupts_once, poll_until
 from icecrawler.sourcespec import registry
 from icecrawler_local.oracle import StoredItem, stored_index, truth_index
 from icecrawler_local.stack import SITE_PREFIX, Stack, running_stack
@@ -38,7 +40,18 @@ from sandbox.scenario import Scenario, default_scenario, load_scenario
 from sandbox.schedules import Schedule, trace_times
 from sandbox.world import WEIBO_SOURCES
 
-__all__ = ["Demo", "DemoResult", "SourceSummary", "bad_numbers", "judge", "mean_interval_s", "seed_ids", "summarize"]
+__all__ = [
+    "DaemonExited",
+    "Demo",
+    "DemoResult",
+    "SourceSummary",
+    "bad_numbers",
+    "exited_line",
+    "judge",
+    "mean_interval_s",
+    "seed_ids",
+    "summarize",
+]
 
 #: Scheduler settings of the demo crawl. The first period is the paper's one minute; the longest period is
 #: capped at 20 simulated minutes so that the drain after the cut-off is bounded (about one longest period).
@@ -110,6 +123,56 @@ def bad_numbers(args: argparse.Namespace) -> str:
     if drain is not None and not (math.isfinite(drain) and drain >= 0):
         return f"--drain-timeout {drain}: give a finite number of 0 or more"
     return f"--clients {args.clients}: give 1 or more" if args.clients < 1 else ""
+
+
+class DaemonExited(ServiceError):
+    """A process the demo started ended while the demo ran (a crash, ``kill -9``, the OOM killer): nothing it was
+    to do gets done, so the demo ends then, naming it, rather than crawling and draining on to its bound."""
+
+
+def exited_line(name: str, pid: int, returncode: int | None, log_path: Path) -> str:
+    """One line saying which process ended and how, and where its log is (pure)."""
+    if returncode is not None and returncode < 0:
+        try:
+            how = f"was killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            how = f"was killed by signal {-returncode}"
+    else:
+        how = f"exited with code {returncode}"
+    return f"{name} (pid {pid}) {how} while the demo ran; its log: {log_path}"
+
+
+def ended(processes: Sequence[ManagedProcess]) -> list[ManagedProcess]:
+    """The processes that are no longer running."""
+    return [process for process in processes if not process.alive()]
+
+
+def check_running(stack: Stack) -> None:
+    """Raise ``DaemonExited`` if a process of the stack has ended: each one is needed until the end."""
+    gone = ended(stack.group.processes)
+    if gone:
+        raise DaemonExited(
+            "\n".join(
+                exited_line(p.name, p.pid, p.popen.returncode, p.log_path.resolve())
+                + "".join(f"\n    {line}" for line in p.log_tail(10).splitlines())
+                for p in gone
+            )
+        )
+
+
+@contextlib.contextmanager
+def failing_on_exit(stack: Stack) -> Iterator[None]:
+    """An error while the demo talks to its processes (a refused connection) is, when one of them has just ended,
+    reported as that ending (``DaemonExited``): it is the cause, and the error alone names neither process nor log.
+    The process may take a moment to be seen as ended after its sockets close: a short bounded wait."""
+    try:
+        yield
+    except DaemonExited:
+        raise
+    except Exception:
+        if poll_until(lambda: bool(ended(stack.group.processes)), 2.0, 0.1):
+            check_running(stack)
+        raise
 
 
 @dataclass
@@ -394,6 +457,10 @@ class Demo:
         except KeyboardInterrupt:
             print("\ninterrupted: every process the demo started has been stopped", flush=True)
             return 130
+        except DaemonExited as exc:
+            print(f"icecrawler demo: error: {exc}", file=sys.stderr, flush=True)
+            print(f"every other process stopped; logs and databases kept in {var_dir}", flush=True)
+            return 1
         if code == 0 and not args.keep:
             shutil.rmtree(var_dir, ignore_errors=True)
         elif var_dir.exists():
@@ -410,9 +477,12 @@ class Demo:
             f"in {var_dir} (clock x{args.speed:g})",
             flush=True,
         )
-        with running_stack(
-            var_dir, scenario, speed=args.speed, scheduler_settings=DEMO_SCHEDULER, client_settings=DEMO_CLIENT
-        ) as stack:
+        with (
+            running_stack(
+                var_dir, scenario, speed=args.speed, scheduler_settings=DEMO_SCHEDULER, client_settings=DEMO_CLIENT
+            ) as stack,
+            failing_on_exit(stack),
+        ):
             for name, process in (
                 ("sandbox", stack.sandbox.process),
                 ("storage", stack.storage),
@@ -430,6 +500,7 @@ class Demo:
             cutoff = started + args.duration
             while time.monotonic() < cutoff:
                 time.sleep(max(0.0, min(args.every, cutoff - time.monotonic())))
+                check_running(stack)
                 self._discover(stack, tracker)
                 tracker.poll(stack)
                 print(progress_line(stack, started, tracker, "crawl"), flush=True)
@@ -441,9 +512,11 @@ class Demo:
             result = summarize(stack, cutoff_wall_ms, with_fetches=False)
             while not result.ok and time.monotonic() < drain_end:
                 time.sleep(min(args.every, max(0.0, drain_end - time.monotonic())))
+                check_running(stack)
                 tracker.poll(stack)
                 print(progress_line(stack, started, tracker, "drain"), flush=True)
                 result = summarize(stack, cutoff_wall_ms, with_fetches=False)
+            check_running(stack)
             result = summarize(stack, cutoff_wall_ms)
             self._discover(stack, tracker)
             tracker.poll(stack)

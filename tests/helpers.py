@@ -335,16 +335,26 @@ class Interrupted:
     children: list[int]
     #: Those still running after it ended (killed by ``interrupt_when_ready``, so that a failing test leaves none).
     left: list[int]
+    #: The process that got the signal: the command, or the one ``victim`` picked.
+    signalled: int = 0
 
 
-def interrupt_when_ready(argv: list[str], ready: str, sig: signal.Signals, timeout_s: float = 120.0) -> Interrupted:
-    """Run ``argv`` (a command that starts daemons), send it ``sig`` once a line of its output starts with
-    ``ready``, and see which of its children outlive it. Every wait is bounded."""
+def interrupt_when_ready(
+    argv: list[str],
+    ready: str,
+    sig: signal.Signals,
+    timeout_s: float = 120.0,
+    victim: Callable[[str], int] | None = None,
+) -> Interrupted:
+    """Run ``argv`` (a command that starts daemons), send ``sig`` once a line of its output starts with ``ready``
+    (to the command, or to the pid ``victim`` picks from the output so far: one of its daemons), and see which of
+    its children outlive it. Every wait is bounded."""
     command = subprocess.Popen(
         argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
     )
     lines: list[str] = []
     children: list[int] = []
+    signalled = 0
     try:
         assert command.stdout is not None
         deadline = time.monotonic() + timeout_s
@@ -356,7 +366,8 @@ def interrupt_when_ready(argv: list[str], ready: str, sig: signal.Signals, timeo
             if line.startswith(ready):
                 break
         children = child_pids(command.pid)
-        os.kill(command.pid, sig)
+        signalled = victim("".join(lines)) if victim else command.pid
+        os.kill(signalled, sig)
         rest, _ = command.communicate(timeout=90)
         lines.append(rest)
     finally:
@@ -367,7 +378,7 @@ def interrupt_when_ready(argv: list[str], ready: str, sig: signal.Signals, timeo
         left = [pid for pid in children if not process_gone(pid)]
         for pid in left:
             os.kill(pid, signal.SIGKILL)
-    return Interrupted(command.returncode, "".join(lines), children, left)
+    return Interrupted(command.returncode, "".join(lines), children, left, signalled)
 
 
 def disk_space(exposition: str, prefix: str) -> dict[str, tuple[float, float]]:

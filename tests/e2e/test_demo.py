@@ -76,3 +76,23 @@ def test_kill_9_of_the_demo_leaves_no_process_behind(tmp_path: Path) -> None:
     assert len(paths) >= 5, paths
     logs = "\n".join(path.read_text(errors="replace") for path in paths)
     assert "Traceback" not in logs, logs[-4000:]
+
+
+@pytest.mark.parametrize("daemon", ["storage", "scheduler"])
+def test_a_daemon_that_dies_ends_the_demo_naming_it_and_its_log(tmp_path: Path, daemon: str) -> None:
+    # kill -9 of one of the demo's daemons mid-crawl: the demo must say which one ended and where its log is, stop
+    # the others and fail then, rather than crawl and drain on to its bound with nothing stored (storage) or end on
+    # a bare "ConnectionRefusedException" (scheduler).
+    def pid_of_daemon(output: str) -> int:
+        found = re.search(rf"^  {daemon}: pid (\d+)$", output, re.M)
+        assert found, output
+        return int(found.group(1))
+
+    argv = _demo_argv(tmp_path, "--duration", "30", "--every", "2")
+    run = interrupt_when_ready(argv, "[crawl", signal.SIGKILL, timeout_s=200, victim=pid_of_daemon)
+    log = (tmp_path / "var" / "logs" / f"{daemon}.log").resolve()
+    assert f"{daemon} (pid {run.signalled}) was killed by SIGKILL" in run.output, run.output[-3000:]
+    assert f"its log: {log}" in run.output and log.is_file(), run.output[-3000:]
+    assert "cut-off" not in run.output, "the demo crawled on after the daemon died"
+    assert run.returncode == 1, run.output[-3000:]
+    assert run.left == [], run.output[-3000:]
