@@ -20,6 +20,7 @@ import argparse
 import contextlib
 import json
 import math
+import os
 import shutil
 import signal
 import sys
@@ -173,6 +174,16 @@ def failing_on_exit(stack: Stack) -> Iterator[None]:
         if poll_until(lambda: bool(ended(stack.group.processes)), 2.0, 0.1):
             check_running(stack)
         raise
+
+
+def unwritable_output(path: Path) -> str:
+    """What keeps ``--output-dir`` from taking the plot and summary.json, or "": checked (and the folder made)
+    before anything starts, not found after the whole crawl and drain."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        return f"--output-dir {path}: {exc.strerror or exc}"
+    return "" if os.access(path, os.W_OK | os.X_OK) else f"--output-dir {path}: not writable"
 
 
 @dataclass
@@ -434,7 +445,7 @@ class Demo:
         add_trace_options(parser)
 
     def run(self, args: argparse.Namespace) -> int:
-        problem = bad_numbers(args)
+        problem = bad_numbers(args) or unwritable_output(Path(args.output_dir))
         if problem:
             print(f"icecrawler demo: error: {problem}", file=sys.stderr)
             return 2

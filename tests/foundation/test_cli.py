@@ -160,6 +160,19 @@ def test_demo_refuses_a_bad_number_before_starting_anything(
     assert not (tmp_path / "var").exists() and not (tmp_path / "out").exists()
 
 
+def test_demo_refuses_an_output_dir_it_cannot_make_before_starting_anything(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The plot and summary.json go to --output-dir at the very end: one that cannot be made (a file stands where the
+    folder would be) was found only after the whole crawl and drain, their result thrown away."""
+    taken = tmp_path / "out"
+    taken.write_text("a file, not a folder")
+    assert main(["demo", "--duration", "1", "--var-dir", str(tmp_path / "var"), "--output-dir", str(taken)]) == 2
+    captured = capsys.readouterr()
+    assert f"icecrawler demo: error: --output-dir {taken}: File exists" in captured.err
+    assert "starting the sandbox" not in captured.out and not (tmp_path / "var").exists()
+
+
 def test_demo_takes_a_drain_timeout_of_0() -> None:
     """``--drain-timeout 0`` (summarize at the cut-off, no drain) ran before the numeric options were checked."""
     from icecrawler_local.demo import bad_numbers
