@@ -226,7 +226,12 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     try:
         server = build_server(args, settings, scenario)
     except OSError as exc:
-        raise ConfigError(f"sandbox: cannot listen: {exc}") from exc
+        host = args.host or settings.get_str("sandbox.host")
+        port = args.port if args.port is not None else settings.get_int("sandbox.port")
+        raise ConfigError(
+            f"sandbox: cannot listen on {host}:{port}: {exc.strerror or exc} (another port: --port, or --port 0 for "
+            "a free one)"
+        ) from exc
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:

@@ -348,6 +348,20 @@ def test_a_port_out_of_range_is_a_one_line_error(port: str, capsys: pytest.Captu
     assert "--port" in (err := capsys.readouterr().err) and "0 to 65535" in err and "Traceback" not in err
 
 
+def test_a_port_in_use_is_named_in_the_error(capsys: pytest.CaptureFixture[str]) -> None:
+    """``icecrawler sandbox`` with its port taken said ``cannot listen: [Errno 98] Address already in use``, naming
+    neither the address nor the flag that moves it (the default port 8800 is easily taken by a previous run)."""
+    from icecrawler_cli.cli import main
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["sandbox", "--host", "127.0.0.1", "--port", str(port)]) == 2
+    err = capsys.readouterr().err
+    assert f"cannot listen on 127.0.0.1:{port}: Address already in use" in err and "--port" in err, err
+
+
 def test_a_connection_reset_by_the_peer_prints_no_traceback(
     server: SandboxServer, capfd: pytest.CaptureFixture[str]
 ) -> None:
