@@ -26,6 +26,7 @@ __all__ = [
     "cpu_seconds",
     "die_with_parent",
     "free_port",
+    "how_it_ended",
     "icecrawler_argv",
     "interrupts_once",
     "poll_until",
@@ -177,6 +178,18 @@ def icecrawler_argv(*args: str) -> list[str]:
     return [sys.executable, "-m", "icecrawler_cli", *args]
 
 
+def how_it_ended(returncode: int | None) -> str:
+    """How a child process ended, from its return code (pure): ``exited with code 2``, ``was killed by SIGKILL``."""
+    if returncode is None:
+        return "is still running"
+    if returncode >= 0:
+        return f"exited with code {returncode}"
+    try:
+        return f"was killed by {signal.Signals(-returncode).name}"
+    except ValueError:
+        return f"was killed by signal {-returncode}"
+
+
 class ManagedProcess:
     """One child process with its output in a log file; ``stop`` is bounded in time."""
 
@@ -225,6 +238,13 @@ class ManagedProcess:
                 self.kill9()
         self._log.close()
         return self.popen.returncode
+
+    def ended_line(self, when: str = "") -> str:
+        """``NAME (pid N) exited with code 2[ WHEN]; its log: PATH``: what to say of a process that ended early."""
+        when = f" {when}" if when else ""
+        return (
+            f"{self.name} (pid {self.pid}) {how_it_ended(self.popen.poll())}{when}; its log: {self.log_path.resolve()}"
+        )
 
     def log_tail(self, lines: int = 30) -> str:
         try:

@@ -22,7 +22,6 @@ import json
 import math
 import os
 import shutil
-import signal
 import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -47,7 +46,6 @@ __all__ = [
     "DemoResult",
     "SourceSummary",
     "bad_numbers",
-    "exited_line",
     "judge",
     "mean_interval_s",
     "seed_ids",
@@ -131,18 +129,6 @@ class DaemonExited(ServiceError):
     to do gets done, so the demo ends then, naming it, rather than crawling and draining on to its bound."""
 
 
-def exited_line(name: str, pid: int, returncode: int | None, log_path: Path) -> str:
-    """One line saying which process ended and how, and where its log is (pure)."""
-    if returncode is not None and returncode < 0:
-        try:
-            how = f"was killed by {signal.Signals(-returncode).name}"
-        except ValueError:
-            how = f"was killed by signal {-returncode}"
-    else:
-        how = f"exited with code {returncode}"
-    return f"{name} (pid {pid}) {how} while the demo ran; its log: {log_path}"
-
-
 def ended(processes: Sequence[ManagedProcess]) -> list[ManagedProcess]:
     """The processes that are no longer running."""
     return [process for process in processes if not process.alive()]
@@ -154,8 +140,7 @@ def check_running(stack: Stack) -> None:
     if gone:
         raise DaemonExited(
             "\n".join(
-                exited_line(p.name, p.pid, p.popen.returncode, p.log_path.resolve())
-                + "".join(f"\n    {line}" for line in p.log_tail(10).splitlines())
+                p.ended_line("while the demo ran") + "".join(f"\n    {line}" for line in p.log_tail(10).splitlines())
                 for p in gone
             )
         )

@@ -156,7 +156,13 @@ class Cluster:
             try:
                 wait_for_port(host, port, timeout_s, alive=process.alive)
             except ServiceError as exc:
-                raise ServiceError(f"{process.name} did not start: {exc}\n{process.log_tail()}") from exc
+                # How it ended and where its log is come first: a one-line error (the CLI's) keeps the start.
+                why = (
+                    process.ended_line(f"before listening on {host}:{port}")
+                    if not process.alive()
+                    else f"{exc}; its log: {process.log_path.resolve()}"
+                )
+                raise ServiceError(f"{process.name} did not start: {why}\n{process.log_tail()}") from exc
             return
         script = "\n".join(
             [
