@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from icecrawler import durable
+from icecrawler.datalock import DataLock, LockHeld, LocksUnsupported
 from icecrawler.errors import ServiceError
 from icecrawler.processes import ManagedProcess, interrupts_once, poll_until
 from icecrawler.sourcespec import registry
@@ -50,6 +51,7 @@ __all__ = [
     "mean_interval_s",
     "seed_ids",
     "summarize",
+    "var_dir_lock",
 ]
 
 #: Scheduler settings of the demo crawl. The first period is the paper's one minute; the longest period is
@@ -159,6 +161,13 @@ def failing_on_exit(stack: Stack) -> Iterator[None]:
         if poll_until(lambda: bool(ended(stack.group.processes)), 2.0, 0.1):
             check_running(stack)
         raise
+
+
+def var_dir_lock(var_dir: Path) -> DataLock:
+    """The lock one demo holds on its --var-dir while it runs (a hidden file beside the folder, which is emptied and
+    removed): a second demo on that folder would empty it under the first one."""
+    var = var_dir.resolve()
+    return DataLock(var.parent / f".{var.name}.lock", "demo")
 
 
 def unwritable_output(path: Path) -> str:
@@ -413,7 +422,9 @@ class Demo:
             "--output-dir", default="demo-output", help="where the plot and summary.json go (default demo-output)"
         )
         parser.add_argument(
-            "--var-dir", default="var/demo", help="the run's databases and logs; emptied first (default var/demo)"
+            "--var-dir",
+            default="var/demo",
+            help="the run's databases and logs; emptied first, so one demo at a time uses it (default var/demo)",
         )
         parser.add_argument(
             "--keep", action="store_true", help="keep --var-dir after the run (default: removed when the run succeeds)"
@@ -441,6 +452,26 @@ class Demo:
         if line:  # from --traces or the scenario file's [traces] table
             print(line, flush=True)
         var_dir, output_dir = Path(args.var_dir), Path(args.output_dir)
+        lock = var_dir_lock(var_dir)
+        try:
+            lock.acquire()
+        except LockHeld:
+            holder = lock.path.read_text(errors="replace").strip()
+            print(
+                f"icecrawler demo: error: --var-dir {var_dir} is in use by {holder or 'another demo'}: wait for it "
+                "to end, or give this one another --var-dir",
+                file=sys.stderr,
+            )
+            return 2
+        except LocksUnsupported:
+            pass  # a file system without locks (NFS): nothing can keep two demos apart there
+        try:
+            return self._run_locked(args, scenario, var_dir, output_dir)
+        finally:
+            lock.release()  # nothing to do when not held
+
+    def _run_locked(self, args: argparse.Namespace, scenario: Scenario, var_dir: Path, output_dir: Path) -> int:
+        """``run`` once this demo holds its --var-dir: empty it, crawl, and remove it after a success."""
         shutil.rmtree(var_dir, ignore_errors=True)
         drain_timeout = (
             args.drain_timeout

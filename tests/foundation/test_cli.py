@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import subprocess
 import sys
@@ -171,6 +172,23 @@ def test_demo_refuses_an_output_dir_it_cannot_make_before_starting_anything(
     captured = capsys.readouterr()
     assert f"icecrawler demo: error: --output-dir {taken}: File exists" in captured.err
     assert "starting the sandbox" not in captured.out and not (tmp_path / "var").exists()
+
+
+def test_a_second_demo_on_the_same_var_dir_is_refused_before_it_empties_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A second ``icecrawler demo`` (``make demo`` in another terminal) emptied --var-dir under the running one,
+    its databases and logs, judged that one's crawl by its own store, and removed the other's directory at its end."""
+    from icecrawler_local.demo import var_dir_lock
+
+    var = tmp_path / "var"
+    (var / "logs").mkdir(parents=True)
+    (var / "logs" / "scheduler.log").write_text("the running demo's log")
+    with var_dir_lock(var):  # the running demo holds it
+        code = main(["demo", "--duration", "1", "--var-dir", str(var), "--output-dir", str(tmp_path / "out")])
+    assert code == 2
+    assert f"icecrawler demo: error: --var-dir {var} is in use by demo pid {os.getpid()}" in capsys.readouterr().err
+    assert (var / "logs" / "scheduler.log").read_text() == "the running demo's log"
 
 
 def test_demo_takes_a_drain_timeout_of_0() -> None:
