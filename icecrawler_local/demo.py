@@ -24,25 +24,23 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from icecrawler import durable
 from icecrawler.datalock import DataLock, LockHeld, LocksUnsupported
-from icecrawler.errors import ServiceError
-from icecrawler.processes import ManagedProcess, interrupts_once, poll_until
+from icecrawler.processes import interrupts_once
 from icecrawler.sourcespec import registry
 from icecrawler_local.oracle import StoredItem, stored_index, truth_index
-from icecrawler_local.stack import SITE_PREFIX, Stack, running_stack
+from icecrawler_local.stack import SITE_PREFIX, DaemonExited, Stack, running_stack
 from sandbox.cli import add_trace_options, trace_options_scenario, traces_line
 from sandbox.scenario import Scenario, default_scenario, load_scenario
 from sandbox.schedules import Schedule, trace_times
 from sandbox.world import WEIBO_SOURCES
 
 __all__ = [
-    "DaemonExited",
     "Demo",
     "DemoResult",
     "SourceSummary",
@@ -124,43 +122,6 @@ def bad_numbers(args: argparse.Namespace) -> str:
     if drain is not None and not (math.isfinite(drain) and drain >= 0):
         return f"--drain-timeout {drain}: give a finite number of 0 or more"
     return f"--clients {args.clients}: give 1 or more" if args.clients < 1 else ""
-
-
-class DaemonExited(ServiceError):
-    """A process the demo started ended while the demo ran (a crash, ``kill -9``, the OOM killer): nothing it was
-    to do gets done, so the demo ends then, naming it, rather than crawling and draining on to its bound."""
-
-
-def ended(processes: Sequence[ManagedProcess]) -> list[ManagedProcess]:
-    """The processes that are no longer running."""
-    return [process for process in processes if not process.alive()]
-
-
-def check_running(stack: Stack) -> None:
-    """Raise ``DaemonExited`` if a process of the stack has ended: each one is needed until the end."""
-    gone = ended(stack.group.processes)
-    if gone:
-        raise DaemonExited(
-            "\n".join(
-                p.ended_line("while the demo ran") + "".join(f"\n    {line}" for line in p.log_tail(10).splitlines())
-                for p in gone
-            )
-        )
-
-
-@contextlib.contextmanager
-def failing_on_exit(stack: Stack) -> Iterator[None]:
-    """An error while the demo talks to its processes (a refused connection) is, when one of them has just ended,
-    reported as that ending (``DaemonExited``): it is the cause, and the error alone names neither process nor log.
-    The process may take a moment to be seen as ended after its sockets close: a short bounded wait."""
-    try:
-        yield
-    except DaemonExited:
-        raise
-    except Exception:
-        if poll_until(lambda: bool(ended(stack.group.processes)), 2.0, 0.1):
-            check_running(stack)
-        raise
 
 
 def var_dir_lock(var_dir: Path) -> DataLock:
@@ -508,7 +469,7 @@ class Demo:
             running_stack(
                 var_dir, scenario, speed=args.speed, scheduler_settings=DEMO_SCHEDULER, client_settings=DEMO_CLIENT
             ) as stack,
-            failing_on_exit(stack),
+            stack.failing_on_exit(),
         ):
             for name, process in (
                 ("sandbox", stack.sandbox.process),
@@ -527,7 +488,7 @@ class Demo:
             cutoff = started + args.duration
             while time.monotonic() < cutoff:
                 time.sleep(max(0.0, min(args.every, cutoff - time.monotonic())))
-                check_running(stack)
+                stack.check_running()
                 self._discover(stack, tracker)
                 tracker.poll(stack)
                 print(progress_line(stack, started, tracker, "crawl"), flush=True)
@@ -539,11 +500,11 @@ class Demo:
             result = summarize(stack, cutoff_wall_ms, with_fetches=False)
             while not result.ok and time.monotonic() < drain_end:
                 time.sleep(min(args.every, max(0.0, drain_end - time.monotonic())))
-                check_running(stack)
+                stack.check_running()
                 tracker.poll(stack)
                 print(progress_line(stack, started, tracker, "drain"), flush=True)
                 result = summarize(stack, cutoff_wall_ms, with_fetches=False)
-            check_running(stack)
+            stack.check_running()
             result = summarize(stack, cutoff_wall_ms)
             self._discover(stack, tracker)
             tracker.poll(stack)

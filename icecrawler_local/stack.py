@@ -23,20 +23,26 @@ from typing import Any
 import Ice
 
 from icecrawler import rpc
-from icecrawler.processes import ManagedProcess, ProcessGroup, free_port
+from icecrawler.errors import ServiceError
+from icecrawler.processes import ManagedProcess, ProcessGroup, free_port, poll_until
 from icecrawler_local import oracle
 from icecrawler_local.launcher import Cluster, Wrap
 from sandbox.launch import SandboxProcess
 from sandbox.scenario import Scenario, default_scenario
 from sandbox.sources import SITE_OF_SOURCE
 
-__all__ = ["SITE_PREFIX", "Stack", "running_stack"]
+__all__ = ["SITE_PREFIX", "DaemonExited", "Stack", "running_stack"]
 
 #: sources.<name>.base_url → the sandbox prefix serving that source.
 SITE_PREFIX = SITE_OF_SOURCE
 #: How long one scheduler RPC made by the stack may take before it counts as unanswered (ms).
 _RPC_TIMEOUT_MS = 10_000
 _HOST = "127.0.0.1"
+
+
+class DaemonExited(ServiceError):
+    """A process of the stack ended while it was needed (a crash, ``kill -9``, the OOM killer): nothing it was to do
+    gets done, so the demo ends then, naming it, rather than crawling and draining on to its bound."""
 
 
 @dataclass
@@ -125,6 +131,37 @@ class Stack:
         for name, port in self.metrics_ports.items():
             if port and name in processes:
                 self.cluster.wait_listening(processes[name], _HOST, port, timeout_s=timeout_s)
+
+    def ended(self) -> list[ManagedProcess]:
+        """The processes of the stack that are no longer running."""
+        return [process for process in self.group.processes if not process.alive()]
+
+    def check_running(self) -> None:
+        """Raise ``DaemonExited`` naming each process that has ended, with its log's path and last lines (the demo:
+        each one is needed until the end)."""
+        gone = self.ended()
+        if gone:
+            raise DaemonExited(
+                "\n".join(
+                    p.ended_line("while the demo ran")
+                    + "".join(f"\n    {line}" for line in p.log_tail(10).splitlines())
+                    for p in gone
+                )
+            )
+
+    @contextlib.contextmanager
+    def failing_on_exit(self) -> Iterator[None]:
+        """An error while talking to the processes (a refused connection) is, when one of them has just ended,
+        reported as that ending (``DaemonExited``): it is the cause, and the error alone names neither process nor
+        log. A process may take a moment to be seen as ended after its sockets close: a short bounded wait."""
+        try:
+            yield
+        except DaemonExited:
+            raise
+        except Exception:
+            if poll_until(lambda: bool(self.ended()), 2.0, 0.1):
+                self.check_running()
+            raise
 
     def kill_client(self, name: str) -> None:
         """``kill -9`` one client: its leases are not given back and must expire."""
