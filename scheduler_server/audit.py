@@ -22,16 +22,21 @@ def check_consistency(
     points at a missing task; given a running core's ``queues``, its in-memory
     queues hold exactly the same entries as the tables; given its record cache, every cached record is the
     stored one, with its current lease. A record that does not decode is a problem (a running core quarantines it
-    where it meets it: ``quarantine``). Returns per-state counts and a list of problems (empty when
-    consistent)."""
+    where it meets it: ``quarantine``), and so is a task both in ``tasks`` and in the quarantine table (a core drops
+    such bytes when it opens: ``quarantine.drop_shadowed``). Returns per-state counts and a list of problems (empty
+    when consistent)."""
     problems: list[str] = []
     undecodable: list[tuple[bytes, bytes, str]] = []
     with store.transaction() as txn:
         stored = {record.id: record for record in decoded(txn.scan("tasks", limit=limit), undecodable)}
         pending = [decode_time_key(key) for key, _ in txn.scan("pending", limit=limit)]
         leases = [(decode_time_key(key), value) for key, value in txn.scan("inflight", limit=limit)]
+        shadowed = [key for key, _ in txn.scan("quarantine", limit=limit) if txn.get("tasks", key) is not None]
     problems.extend(
         f"the record of {key.decode('utf-8', 'replace')} does not decode ({error})" for key, _, error in undecodable
+    )
+    problems.extend(
+        f"{key.decode('utf-8', 'replace')} is both in tasks and in the quarantine table" for key in shadowed
     )
     inflight = [(key, decode_lease(value)[0]) for key, value in leases]
     where: dict[str, list[str]] = {task_id: [] for task_id in stored}

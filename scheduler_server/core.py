@@ -79,7 +79,7 @@ from scheduler_server.moves import TaskMoves
 from scheduler_server.observer import CoreObserver
 from scheduler_server.outcomes import Hold, OutcomeEffects, outcome_effects
 from scheduler_server.politeness import HELD_BY_OPERATOR, HostGate, RateWindow
-from scheduler_server.quarantine import Quarantine, RecordQuarantined, settle_quarantined
+from scheduler_server.quarantine import Quarantine, RecordQuarantined, drop_shadowed, settle_quarantined
 from scheduler_server.queues import TaskQueues
 from scheduler_server.refreshes import StoredRefresh, encode_refresh, refresh_key
 from scheduler_server.startup import (
@@ -196,6 +196,7 @@ class SchedulerCore:
         self.calibration: RateCalibration | None = policy.calibration if isinstance(policy, BudgetedPolicy) else None
         #: The keys of this policy's state (``resumed_state``).
         self._state_keys = frozenset(policy.initial_state())
+        drop_shadowed(store)  # before the counts are read: a task both live and quarantined is live
         restore_state(self)
 
     @classmethod
@@ -344,7 +345,7 @@ class SchedulerCore:
         wrote stay stored), also after a restart, for as long as the completion log keeps entries
         (``startup.REMOVED_KEY``). An older lease, or one a crash made the scheduler forget, names a task it no
         longer knows (InvalidArgument ``UnknownTask``), which a client drops the same way. The task's crawls stay in
-        the completion log."""
+        the completion log. A quarantined task's bytes are dropped, and it counts as removed (``quarantine``)."""
         return int(self._runner.wait(self.remove_async(ids, kind)))
 
     def remove_async(self, ids: Sequence[str], kind: TaskKind) -> Pending[int]:
@@ -353,11 +354,13 @@ class SchedulerCore:
         return self._call(lambda txn, group: self._remove_in(txn, group, task_ids), durable=True)
 
     def _remove_in(self, txn: Txn, group: _Group, task_ids: list[str]) -> _Finish:
-        removed = [
-            record
-            for task_id in dict.fromkeys(task_ids)
-            if (record := self.moves.remove(txn, task_id, group.now_ms, group.wall)) is not None
-        ]
+        removed: list[TaskRecord] = []
+        dropped = 0  # quarantined records given up: their bytes go (``Quarantine.release``)
+        for task_id in dict.fromkeys(task_ids):
+            if (record := self.moves.remove(txn, task_id, group.now_ms, group.wall)) is not None:
+                removed.append(record)
+            elif not self.quarantine.moved_now(task_id):  # one found damaged just now stays for a look
+                dropped += self.quarantine.release(txn, task_id.encode(), "is removed")
         for record in removed:
             txn.delete("meta", GAP_KEY + record.id.encode())
             for token in _lease_tokens(record):
@@ -378,7 +381,7 @@ class SchedulerCore:
             self.counts["inflight"] -= len(leased)
             self.counts["pending"] -= len(removed) - len(leased)
             self.counts["done"] += len(leased)  # the completion log's Removed entries
-            return len(removed)
+            return len(removed) + dropped
 
         return finish
 

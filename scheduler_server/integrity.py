@@ -38,7 +38,7 @@ from icecrawler.durable import (
 )
 from icecrawler.errors import ServiceError
 from scheduler_server.codec import time_key
-from scheduler_server.quarantine import QUARANTINE, UndecodableRecord, decode_record
+from scheduler_server.quarantine import UndecodableRecord, decode_record, set_aside
 from scheduler_server.store import ADDED_TABLES, TABLES, BdbQueueStore, QueueStore
 
 __all__ = ["LOCK_FILE", "MARKER", "SALVAGE_JOURNAL", "backup_checked", "holds_database", "open_checked", "salvage"]
@@ -136,8 +136,7 @@ def _rebuild_queues(store: BdbQueueStore) -> int:
                     log.error(
                         "--recover: task record %r does not decode (%s); moved to the quarantine table", key[:80], exc
                     )
-                    txn.put(QUARANTINE, key, value)
-                    txn.delete("tasks", key)
+                    set_aside(txn, key, value)  # with its open gap, as a running core does
                     continue
                 record.state, record.lease_token, record.lease_deadline_ms = "pending", "", 0
                 txn.put("tasks", key, record.to_bytes())

@@ -42,7 +42,7 @@ from scheduler_server.startup import (
     check_layout,
     removed_lease_of,
 )
-from scheduler_server.store import TABLES, QueueStore, chunks
+from scheduler_server.store import ADDED_TABLES, HELD_KEY, HELD_VALUE, TABLES, QueueStore, chunks, held_key
 
 __all__ = ["EVERY_SHARD", "ReshardResult", "entry_owner", "plan", "read_layout", "reshard"]
 
@@ -143,6 +143,8 @@ def reshard(
                     if table == "meta" and key == CALIBRATION_KEY:
                         calibrations[was] = value
                         continue
+                    if table == "meta" and key.startswith(HELD_KEY):
+                        continue  # written below on each new shard that its table's entries reach
                     if table == "meta" and key.startswith(REFRESH_KEY):
                         refreshes[key] = newer_copy(key, refreshes.get(key), value)
                         continue
@@ -167,7 +169,10 @@ def reshard(
                 txn.put("meta", CALIBRATION_KEY, calibrations[source])
             for key, value in refreshes.items():
                 txn.put("meta", key, value)
-        result.entries[shard]["meta"] += len(refreshes)
+            held = [table for table in ADDED_TABLES if result.entries[shard][table]]
+            for table in held:
+                txn.put("meta", held_key(table), HELD_VALUE)
+        result.entries[shard]["meta"] += len(refreshes) + len(held)
         result.calibration_from[shard] = source
     _check_counts(ordered, new)
     return result
@@ -239,7 +244,7 @@ def _check_placement(ordered: Sequence[QueueStore], shard_map: ShardMap) -> None
     for was, store in enumerate(ordered):
         for chunk in _chunks(store, "meta"):
             for key, _ in chunk:
-                if key not in (LAYOUT_KEY, CALIBRATION_KEY):
+                if key not in (LAYOUT_KEY, CALIBRATION_KEY) and not key.startswith(HELD_KEY):
                     entry_owner("meta", key, shard_map)
         for chunk in _chunks(store, "tasks"):
             for key, _ in chunk:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from icecrawler.errors import ConfigError
 from scheduler_server.codec import decode_time_key, time_key
 from scheduler_server.refreshes import REFRESH_KEY, StoredRefresh, accounts_elsewhere, sweep_refreshes
-from scheduler_server.store import Txn, entries
+from scheduler_server.store import HELD_KEY, Txn, entries
 
 if TYPE_CHECKING:
     from scheduler_server.accounts import PooledAccount
@@ -93,6 +93,8 @@ def restore_state(core: SchedulerCore) -> None:
                 continue
             if key.startswith((REMOVED_KEY, REMOVED_AT_KEY)):
                 continue  # read where a report needs them (``moves.take_leased``)
+            if key.startswith(HELD_KEY):
+                continue  # read by the store when it opens
             if key.startswith(REFRESH_KEY):
                 continue  # ``restore_refreshes``, below
             kind, _, name = key.decode().partition(":")

@@ -28,6 +28,8 @@ from icecrawler.errors import ServiceError, StorageUnavailableError
 
 __all__ = [
     "ADDED_TABLES",
+    "HELD_KEY",
+    "HELD_VALUE",
     "SCAN_CHUNK",
     "TABLES",
     "BdbQueueStore",
@@ -36,6 +38,7 @@ __all__ = [
     "Txn",
     "chunks",
     "entries",
+    "held_key",
 ]
 
 log = logging.getLogger(__name__)
@@ -44,8 +47,14 @@ log = logging.getLogger(__name__)
 #: records (host blocks, account freezes, the clock origin), and task records that do not decode (``quarantine``).
 TABLES: tuple[str, ...] = ("tasks", "pending", "inflight", "done", "meta", "quarantine")
 #: Tables that a database written by an earlier version lacks: opening it creates them, so the start-up check
-#: (``integrity``) does not take their absence for a lost file.
+#: (``integrity``) does not take their absence for a lost file, as long as the table never held a record. The first
+#: record written to one also writes ``held_key(table)`` in ``meta`` (``quarantine.set_aside``): from then on a
+#: missing file is a lost one, and ``BdbQueueStore`` refuses to open (an empty new file would hide the loss).
 ADDED_TABLES: tuple[str, ...] = ("quarantine",)
+#: The prefix of the ``meta`` keys ``held_key`` makes, and their value: shaped like a host block that ended long ago,
+#: which is what an earlier version that meets the key makes of it (``startup.GAP_VALUE`` likewise).
+HELD_KEY = b"table-held:"
+HELD_VALUE = b'[0, "this table has held records"]'
 #: In-memory log buffer of the Berkeley DB environment (see ``BdbQueueStore``).
 _LOG_BUFFER_BYTES = 4 << 20
 #: The mode of the files the environment creates (tables, logs): ``meta`` holds the sites' refreshes of the accounts'
@@ -96,6 +105,11 @@ class QueueStore(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+def held_key(table: str) -> bytes:
+    """The ``meta`` key that says an added table (``ADDED_TABLES``) has held records, so its file must be there."""
+    return HELD_KEY + table.encode()
 
 
 def chunks(
@@ -328,7 +342,14 @@ class BdbQueueStore:
                 _FILE_MODE,
             )
             self._dbs: dict[str, Any] = {}
-            for name in TABLES:
+            absent = [name for name in ADDED_TABLES if not (self.path / f"{name}.db").exists()]
+            for name in TABLES:  # ``meta`` opens before every added table
+                if name in absent and self._dbs["meta"].get(held_key(name)) is not None:
+                    self._close_handles(checkpoint=False)
+                    raise ServiceError(
+                        f"{name}.db is missing, but this database has kept records in it (meta {held_key(name)!r}): "
+                        "they would be lost without a word"
+                    )
                 handle = db.DB(self._env)
                 handle.open(
                     f"{name}.db",

@@ -12,14 +12,17 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from icecrawler import rpc
-from icecrawler.errors import LeaseLostError
+from icecrawler.errors import LeaseLostError, ServiceError
 from icecrawler.models import Report, TaskKind
 from icecrawler_cli.commands.status import merged, render_text
 from scheduler_server.audit import check_consistency
+from scheduler_server.codec import TaskRecord
 from scheduler_server.core import SchedulerCore
 from scheduler_server.integrity import open_checked, salvage
 from scheduler_server.listing import list_tasks
 from scheduler_server.metrics import SchedulerMetrics
+from scheduler_server.quarantine import UndecodableRecord, decode_record
+from scheduler_server.startup import GAP_KEY, GAP_VALUE
 from scheduler_server.store import BdbQueueStore, QueueStore
 from tests.scheduler.conftest import ManualClocks, make_settings
 from tests.scheduler.daemon import scheduler_daemon, scheduler_proxy
@@ -278,3 +281,118 @@ def test_a_database_written_before_the_quarantine_table_existed_opens_and_gets_o
         assert len(restarted(store, clocks).lease("w", 10)) == 2 and list(quarantined(store)) == [DAMAGED]
     finally:
         store.close()
+
+
+@pytest.mark.bdb
+def test_recover_drops_the_open_gap_of_a_record_it_quarantines(tmp_path: Path, clocks: ManualClocks) -> None:
+    """``--recover`` moves a record aside as a running core does: its open page-cap gap goes with it, or the restarted
+    core counted the quarantined task in ``open_gaps`` for good."""
+    store = BdbQueueStore(tmp_path / "db")
+    seeded(store, clocks)
+    with store.transaction() as txn:
+        txn.put("meta", GAP_KEY + DAMAGED.encode(), GAP_VALUE)
+    damage(store, DAMAGED, "garbage")
+    store.close()
+    salvage(tmp_path / "db", durable=False)
+    again = open_checked(tmp_path / "db")
+    try:
+        with again.transaction() as txn:
+            assert txn.get("meta", GAP_KEY + DAMAGED.encode()) is None
+        core = restarted(again, clocks)
+        assert core.open_gaps == set() and core.stats()["detail"]["quarantined"] == 1
+    finally:
+        again.close()
+
+
+@pytest.mark.bdb
+def test_a_lost_quarantine_file_is_refused_once_it_held_records(tmp_path: Path, clocks: ManualClocks) -> None:
+    """Deleting ``quarantine.db`` lost the quarantined bytes and their count without a word: the start-up check
+    exempts the file only for a database that never quarantined a record."""
+    store = open_checked(tmp_path / "db")
+    seeded(store, clocks)
+    damage(store, DAMAGED, "truncated")
+    restarted(store, clocks).lease("w", 10)
+    store.close()
+    (tmp_path / "db" / "quarantine.db").unlink()
+    with pytest.raises(ServiceError, match=r"quarantine\.db is missing"):
+        open_checked(tmp_path / "db")
+    assert not (tmp_path / "db" / "quarantine.db").exists()  # the refusal created no empty one
+
+
+@pytest.mark.bdb
+def test_a_quarantine_file_that_never_held_a_record_may_be_missing(tmp_path: Path, clocks: ManualClocks) -> None:
+    store = open_checked(tmp_path / "db")
+    seeded(store, clocks)
+    store.close()
+    (tmp_path / "db" / "quarantine.db").unlink()
+    open_checked(tmp_path / "db").close()
+
+
+def test_remove_of_a_quarantined_task_drops_its_bytes_and_clears_the_count(
+    store: QueueStore, clocks: ManualClocks, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Before, ``icecrawler remove`` of a quarantined id did nothing (0 removed): the bytes and the gauge stayed."""
+    damage(store, DAMAGED, "garbage")
+    core = restarted(store, clocks)
+    assert len(core.lease("w", 10)) == 2 and core.gauges()["quarantined"] == 1
+    with caplog.at_level(logging.WARNING, logger="scheduler_server"):
+        assert core.remove(["weibo_pc:2"], TaskKind.WeiboUser) == 1
+    assert quarantined(store) == {}
+    assert core.gauges()["quarantined"] == 0 and core.stats()["detail"]["quarantined"] == 0
+    assert any(
+        record.levelno == logging.WARNING and DAMAGED in record.getMessage() and "dropped" in record.getMessage()
+        for record in caplog.records
+    )
+    assert core.counts["tasks"] == 2 and check_consistency(store, queues=core.queues)[1] == []
+    assert core.remove(["weibo_pc:2"], TaskKind.WeiboUser) == 0
+    assert restarted(store, clocks).stats()["detail"]["quarantined"] == 0
+
+
+def test_a_task_both_live_and_quarantined_keeps_the_live_record_at_start(
+    store: QueueStore, clocks: ManualClocks, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The previous release ignores the quarantine table, so a seed under it adds the target again while its old bytes
+    stay quarantined: the gauge then read 1 for good. The live record wins; the quarantined bytes go."""
+    live = "user:weibo_pc:1"
+    with store.transaction() as txn:
+        txn.put("quarantine", live.encode(), b"\x80\x05old bytes")
+    problems = check_consistency(store)[1]
+    assert any(live in problem and "quarantine" in problem for problem in problems)
+    with caplog.at_level(logging.WARNING, logger="scheduler_server"):
+        core = restarted(store, clocks)
+    assert quarantined(store) == {}
+    assert core.stats()["detail"]["quarantined"] == 0 and core.gauges()["quarantined"] == 0
+    assert core.task_info(live)["state"] == "pending" and core.counts["tasks"] == 3
+    assert any(record.levelno == logging.WARNING and live in record.getMessage() for record in caplog.records)
+    assert check_consistency(store, queues=core.queues)[1] == []
+
+
+@pytest.mark.parametrize("error", [MemoryError, RecursionError])
+def test_an_error_that_is_not_damage_is_no_reason_to_quarantine(
+    monkeypatch: pytest.MonkeyPatch, error: type[BaseException]
+) -> None:
+    """A record that failed to decode for want of memory (or stack) is healthy: it must not be moved aside."""
+    record = TaskRecord(id=DAMAGED, kind="user", source="weibo_pc", target="2")
+
+    def failing(data: bytes) -> object:
+        raise error()
+
+    monkeypatch.setattr("scheduler_server.codec.pickle.loads", failing)
+    with pytest.raises(error):
+        decode_record(DAMAGED.encode(), record.to_bytes())
+
+
+@pytest.mark.parametrize("how", DAMAGES)
+def test_damaged_bytes_still_count_as_undecodable(how: str) -> None:
+    raw = TaskRecord(id=DAMAGED, kind="user", source="weibo_pc", target="2").to_bytes()
+    bad = raw[: len(raw) // 2] if how == "truncated" else b"\x00\x13 not a pickle \xff" * 3
+    with pytest.raises(UndecodableRecord):
+        decode_record(DAMAGED.encode(), bad)
+
+
+def test_a_damaged_length_that_asks_for_too_much_memory_is_damage() -> None:
+    """``pickle`` allocates a counted argument before reading it: a damaged 8-byte length raises MemoryError. The
+    bytes do not parse as pickle opcodes, so that MemoryError is damage, not a short memory."""
+    bad = b"\x80\x05\x8e" + (1 << 60).to_bytes(8, "little") + b"short"
+    with pytest.raises(UndecodableRecord, match="MemoryError"):
+        decode_record(DAMAGED.encode(), bad)

@@ -19,11 +19,12 @@ from icecrawler_cli.cli import main
 from scheduler_server.accounts import login_digest
 from scheduler_server.core import SchedulerCore
 from scheduler_server.integrity import open_checked
+from scheduler_server.quarantine import set_aside
 from scheduler_server.refreshes import StoredRefresh, decode_refresh, encode_refresh, refresh_key
 from scheduler_server.reshard import EVERY_SHARD, entry_owner, plan, read_layout, reshard
 from scheduler_server.reshard_run import RUN_FILE
 from scheduler_server.startup import CALIBRATION_KEY, GAP_KEY, GAP_VALUE, LAYOUT_KEY
-from scheduler_server.store import TABLES, BdbQueueStore, MemoryQueueStore, QueueStore
+from scheduler_server.store import TABLES, BdbQueueStore, MemoryQueueStore, QueueStore, held_key
 from tests.helpers import record_fsyncs_and_renames
 from tests.scheduler.conftest import ManualClocks, make_settings
 from tests.scheduler.test_account_reload import accounts_dir
@@ -56,7 +57,7 @@ def busy_shard(store: QueueStore, clocks: ManualClocks) -> tuple[list[Task], Tas
     core.hold_host(HOSTS["jd"], 3600, "maintenance")
     with store.transaction() as txn:
         txn.put("meta", GAP_KEY + b"reviews:jd:29", GAP_VALUE)
-        txn.put("quarantine", b"reviews:ecshop:99", b"\x80\x05damaged")
+        set_aside(txn, b"reviews:ecshop:99", b"\x80\x05damaged")  # as a core quarantines one
         for key, value in EVERY.items():
             txn.put("meta", key, value)
     return jd[11:] + ecshop[11:], jd[10]
@@ -79,6 +80,8 @@ def test_every_entry_lands_on_the_shard_that_owns_it_and_nothing_is_lost(clocks:
         assert json.loads(got["meta"].pop(LAYOUT_KEY)) == {"shard": shard, "shards": 2}
         assert got["meta"].pop(CALIBRATION_KEY) == before["meta"][CALIBRATION_KEY]
         assert {key: got["meta"].pop(key) for key in EVERY} == EVERY  # every shard: the one that leases a1 uses them
+        held = got["meta"].pop(held_key("quarantine"), None)  # on the shard the quarantined record went to alone
+        assert (held is not None, bool(got["quarantine"])) == (shard == 1, shard == 1)
         for table, entries in got.items():
             assert all(entry_owner(table, key, shard_map) == shard for key in entries), table
     for table in TABLES:
@@ -86,7 +89,7 @@ def test_every_entry_lands_on_the_shard_that_owns_it_and_nothing_is_lost(clocks:
         expected = {
             key: value
             for key, value in before[table].items()
-            if table != "meta" or key not in (LAYOUT_KEY, CALIBRATION_KEY, *EVERY)
+            if table != "meta" or key not in (LAYOUT_KEY, CALIBRATION_KEY, held_key("quarantine"), *EVERY)
         }
         assert merged == expected, table
         assert sum(len(got[table]) for got in after) == len(expected)  # each entry once
