@@ -19,7 +19,7 @@ from icecrawler.settings import Settings
 from icecrawler.shards import source_hosts
 from scheduler_server.core import SchedulerCore
 from scheduler_server.reshard import reshard
-from scheduler_server.store import BdbQueueStore
+from scheduler_server.store import TABLES, BdbQueueStore
 
 #: Two hosts, so that the tasks split over the shards (with one host every task would land on one shard).
 HOSTS = {"sources.jd.base_url": "http://127.0.0.1:8800/jd", "sources.ecshop.base_url": "http://127.0.0.3:8800/ecshop"}
@@ -42,7 +42,7 @@ def build(path: Path, tasks: int) -> int:
             leased = core.lease("bench", len(ids))
             core.report([Report(task.id, task.lease_token, new_items=3, fetches=1) for task in leased])
         with store.transaction() as txn:
-            return sum(txn.count(table) for table in ("tasks", "pending", "inflight", "done", "meta"))
+            return sum(txn.count(table) for table in TABLES)
     finally:
         store.close()
 

@@ -59,7 +59,7 @@ class Command(BaseCommand):
         from icecrawler.shards import source_hosts
         from scheduler_server.integrity import LOCK_FILE, MARKER, open_checked
         from scheduler_server.reshard import plan, reshard
-        from scheduler_server.store import BdbQueueStore
+        from scheduler_server.store import TABLES, BdbQueueStore
 
         sources = [Path(path).resolve() for path in args.sources]
         targets = [Path(path).resolve() for path in args.targets]
@@ -124,7 +124,7 @@ class Command(BaseCommand):
         publish(list(zip(partials, targets, strict=True)))
         print(f"{result.was_shards} shard(s) -> {result.shards} shard(s) in {time.monotonic() - started:.1f} s:")
         for shard, (target, entries) in enumerate(zip(targets, result.entries, strict=True)):
-            counts = ", ".join(f"{table} {entries[table]}" for table in ("tasks", "pending", "inflight", "done"))
+            counts = ", ".join(f"{table} {entries[table]}" for table in TABLES if table != "meta")
             print(f"  shard {shard}: {target}: {counts}")
         print(
             f"start shard K with --set scheduler.shards={result.shards} --set scheduler.shard=K and its db_dir; "
