@@ -317,6 +317,13 @@ def test_a_lost_quarantine_file_is_refused_once_it_held_records(tmp_path: Path, 
     with pytest.raises(ServiceError, match=r"quarantine\.db is missing"):
         open_checked(tmp_path / "db")
     assert not (tmp_path / "db" / "quarantine.db").exists()  # the refusal created no empty one
+    again = open_checked(tmp_path / "db", recover=True)  # what the refusal offers: the rest is kept
+    try:
+        core = restarted(again, clocks)
+        assert core.counts["tasks"] == 2 and core.stats()["detail"]["quarantined"] == 0
+    finally:
+        again.close()
+    open_checked(tmp_path / "db").close()  # and it starts again as it is
 
 
 @pytest.mark.bdb
