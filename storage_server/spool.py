@@ -184,12 +184,17 @@ class SqliteSpool:
         try:
             with self._lock:
                 row = self._conn.execute("DELETE FROM spool WHERE seq = ? RETURNING records", (seq,)).fetchone()
-                if row is not None:
-                    self._depth -= int(row[0])
-                    if self._depth == 0:
-                        self._reclaim()
+                self._taken_out(row)
         except sqlite3.Error as exc:
             raise StorageUnavailableError(f"cannot remove a replayed entry from the spool {self.path}: {exc}") from exc
+
+    def _taken_out(self, row: tuple[int] | None) -> None:
+        """An entry of ``row[0]`` records left the spool (under the lock): the depth falls, and the file is
+        reclaimed once it is empty."""
+        if row is not None:
+            self._depth -= int(row[0])
+            if self._depth == 0:
+                self._reclaim()
 
     def set_aside(self, seq: int, reason: str) -> None:
         """Move the entry to ``unreadable`` (made on first use), blob unchanged, in one transaction (a full disk
@@ -213,10 +218,7 @@ class SqliteSpool:
                     if self._conn.in_transaction:
                         self._conn.execute("ROLLBACK")
                     raise
-                if row is not None:
-                    self._depth -= int(row[0])
-                    if self._depth == 0:
-                        self._reclaim()
+                self._taken_out(row)
         except sqlite3.Error as exc:
             raise StorageUnavailableError(f"cannot set aside an entry of the spool {self.path}: {exc}") from exc
 

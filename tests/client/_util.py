@@ -51,3 +51,23 @@ def parse(
     source: str, task: Task, request: PageRequest, body: bytes, *, now_ms: int = NOW_MS, **page_kw: object
 ) -> ParsedPage:
     return get_source(source).parse(task, request, fetched(body, request, **page_kw), now_ms)  # type: ignore[arg-type]
+
+
+def busy_then_end(source: str, known: Task, later: PageRequest, body: bytes) -> ParsedPage:
+    """``body`` on a later page of a walk that has a cursor: Busy ``{source}-empty-page`` while the task has failed
+    fewer than ``END_AFTER_CURSOR_RETRIES`` visits in a row, the end of the list after that (returned)."""
+    import dataclasses
+
+    import pytest
+
+    from crawler_client.sources._weibo import END_AFTER_CURSOR_RETRIES
+    from icecrawler.errors import FetchError
+
+    with pytest.raises(FetchError) as info:
+        parse(source, known, later, body)
+    assert (info.value.outcome, info.value.error_class) == ("Busy", f"{source}-empty-page")
+    with pytest.raises(FetchError):
+        parse(source, dataclasses.replace(known, attempts=END_AFTER_CURSOR_RETRIES - 1), later, body)
+    end = parse(source, dataclasses.replace(known, attempts=END_AFTER_CURSOR_RETRIES), later, body)
+    assert end.next_request is None
+    return end

@@ -10,6 +10,7 @@ import collections
 import json
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
@@ -56,6 +57,29 @@ class OnePage:
         return FetchedPage(url=request.url, status=200, headers={}, body=bad_page())
 
 
+def quick_sink(
+    scheduler: Any,
+    storage: Any,
+    *,
+    buffer_records: int = 100,
+    write_batch: int = 100,
+    monotonic: Callable[[], float] = time.monotonic,
+) -> Sink:
+    """A sink that retries fast, for a test's one crawl result."""
+    return Sink(
+        scheduler,
+        storage,
+        buffer_records=buffer_records,
+        report_batch=10,
+        write_batch=write_batch,
+        backoff_s=0.1,
+        max_backoff_s=1.0,
+        now_ms=lambda: int(time.time() * 1000),
+        monotonic=monotonic,
+        fingerprint=fingerprint_texts,
+    )
+
+
 def test_bad_records_inside_a_page_are_dropped_alone_and_the_rest_stored(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -72,18 +96,7 @@ def test_bad_records_inside_a_page_are_dropped_alone_and_the_rest_stored(
                 task, JdSource(), OnePage(), base_url="http://jd", max_pages=5, now_ms=lambda: int(time.time() * 1000)
             )
             assert len(result.reviews) == 10  # the parser keeps them all: storing is where they fail
-            sink = Sink(
-                scheduler,
-                store,
-                buffer_records=100,
-                report_batch=10,
-                write_batch=100,
-                backoff_s=0.1,
-                max_backoff_s=1.0,
-                now_ms=lambda: int(time.time() * 1000),
-                monotonic=time.monotonic,
-                fingerprint=fingerprint_texts,
-            )
+            sink = quick_sink(scheduler, store)
             sink.add(result)
             assert sink.flush() is True
             stats = storage.proxy(comm).stats()
@@ -135,18 +148,7 @@ def test_a_count_outside_a_32_bit_int_is_clamped_and_the_record_sent(
                 crawled.posts = [make_post(1), make_post(2, **change), make_post(3, minute=3)]
             else:
                 crawled.reviews = [make_review("a"), make_review("b", **change), make_review("c", minute=3)]
-            sink = Sink(
-                scheduler,
-                IceStorage(storage.proxy(comm)),
-                buffer_records=100,
-                report_batch=10,
-                write_batch=100,
-                backoff_s=0.1,
-                max_backoff_s=1.0,
-                now_ms=lambda: int(time.time() * 1000),
-                monotonic=time.monotonic,
-                fingerprint=fingerprint_texts,
-            )
+            sink = quick_sink(scheduler, IceStorage(storage.proxy(comm)))
             with caplog.at_level(logging.WARNING):
                 sink.add(crawled)
                 assert sink.flush() is True
@@ -202,17 +204,12 @@ def test_many_clamped_counts_log_a_line_per_source_and_field_and_count_every_rec
                 make_post(i, likes=3_000_000_000, **({"reposts": 1 << 40} if i < 5 else {})) for i in range(1, 1001)
             ]
             second.posts = [make_post(2001, likes=4_000_000_000)]
-            sink = Sink(
+            sink = quick_sink(
                 scheduler,
                 IceStorage(storage.proxy(comm)),
                 buffer_records=5000,
-                report_batch=10,
                 write_batch=500,
-                backoff_s=0.1,
-                max_backoff_s=1.0,
-                now_ms=lambda: int(time.time() * 1000),
                 monotonic=lambda: clock[0],
-                fingerprint=fingerprint_texts,
             )
             with caplog.at_level(logging.WARNING):
                 sink.add(first)
@@ -251,18 +248,7 @@ def test_a_record_dropped_for_another_problem_is_not_counted_as_sent_clamped() -
     clamps = Clamps()
     observer.install(clamps)
     try:
-        sink = Sink(
-            MemoryScheduler(),
-            cast(Any, None),  # never reached: nothing is flushed
-            buffer_records=100,
-            report_batch=10,
-            write_batch=100,
-            backoff_s=0.1,
-            max_backoff_s=1.0,
-            now_ms=lambda: int(time.time() * 1000),
-            monotonic=time.monotonic,
-            fingerprint=fingerprint_texts,
-        )
+        sink = quick_sink(MemoryScheduler(), cast(Any, None))  # the storage is never reached: nothing is flushed
         crawled = result("u1")
         crawled.posts = [make_post(1, likes=3_000_000_000, text="好 \ud800"), make_post(2, likes=3_000_000_000)]
         sink.add(crawled)

@@ -8,14 +8,13 @@ import json
 
 import pytest
 
-from crawler_client.sources._weibo import END_AFTER_CURSOR_RETRIES
 from crawler_client.sources.weibo_mobile import WeiboMobileSource
 from crawler_client.sources.weibo_web import WeiboWebSource
 from icecrawler.errors import FetchError, ParseError
 from icecrawler.models import Post
 from sandbox.samples import web_timeline
 from storage_server.schema import WEIBO, post_row
-from tests.client._util import BASE, NOW_MS, fetched, fixture, make_task, parse
+from tests.client._util import BASE, NOW_MS, busy_then_end, fetched, fixture, make_task, parse
 
 SOURCE = WeiboWebSource()
 TASK = make_task("weibo_web", "5612345678")
@@ -346,13 +345,6 @@ def test_a_later_page_ending_the_list_before_the_known_post_is_busy_then_the_end
     for ``END_AFTER_CURSOR_RETRIES`` failed visits in a row, then the end; in a first crawl it is the end."""
     later = SOURCE.page_request(BASE, "5612345678", 3, "4912345678901234kp2")
     known = dataclasses.replace(TASK, cursor="4700000000000000")
-    with pytest.raises(FetchError) as info:
-        parse("weibo_web", known, later, body)
-    assert (info.value.outcome, info.value.error_class) == ("Busy", "weibo_web-empty-page")
-    almost = dataclasses.replace(known, attempts=END_AFTER_CURSOR_RETRIES - 1)
-    with pytest.raises(FetchError):
-        parse("weibo_web", almost, later, body)
-    tired = dataclasses.replace(known, attempts=END_AFTER_CURSOR_RETRIES)
-    assert parse("weibo_web", tired, later, body).next_request is None
+    busy_then_end("weibo_web", known, later, body)
     first_crawl = parse("weibo_web", TASK, later, body)
     assert first_crawl.items == [] and first_crawl.next_request is None
