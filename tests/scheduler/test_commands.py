@@ -69,6 +69,9 @@ def test_bad_input_is_a_clear_error(daemon: SchedulerDaemon) -> None:
 
 
 def test_remove_then_status(daemon: SchedulerDaemon, tmp_path: Path) -> None:
+    # The seed test's targets (seeding again adds nothing), so that this test also runs on its own.
+    seeded = cli(daemon, "seed", "weibo_mobile:1669879400", "jd:100012043978", "weibo_pc:2803301701")
+    assert seeded.returncode == 0 and cli(daemon, "seed", "--listing", "ecshop:3").returncode == 0
     ids = tmp_path / "gone.txt"
     ids.write_text("weibo_pc:2803301701\nweibo_pc:404  # never seeded\n")
     removed = cli(daemon, "remove", "jd:100012043978", "--file", str(ids), "--listing", "ecshop:3")
