@@ -31,6 +31,7 @@ from typing import Any
 
 from icecrawler import durable
 from icecrawler.datalock import DataLock, LockHeld, LocksUnsupported
+from icecrawler.errors import ServiceError
 from icecrawler.processes import interrupts_once
 from icecrawler.sourcespec import registry
 from icecrawler_local.oracle import StoredItem, stored_index, truth_index
@@ -426,6 +427,8 @@ class Demo:
             return 2
         except LocksUnsupported:
             pass  # a file system without locks (NFS): nothing can keep two demos apart there
+        except ServiceError as exc:  # the folder's parent takes no file (read-only, not ours): the demo runs as before
+            print(f"icecrawler demo: warning: {exc}; a second demo on --var-dir {var_dir} would not be refused")
         try:
             return self._run_locked(args, scenario, var_dir, output_dir)
         finally:

@@ -8,6 +8,7 @@ from real publication traces instead of a scenario (``sandbox.tracescenario``).
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import logging
 import signal
@@ -226,6 +227,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     try:
         server = build_server(args, settings, scenario)
     except OSError as exc:
+        if exc.errno not in (errno.EADDRINUSE, errno.EACCES, errno.EADDRNOTAVAIL):
+            raise ConfigError(f"sandbox: {exc}") from exc  # a --truth-file, a host name: the error names it
         host = args.host or settings.get_str("sandbox.host")
         port = args.port if args.port is not None else settings.get_int("sandbox.port")
         raise ConfigError(

@@ -191,6 +191,31 @@ def test_a_second_demo_on_the_same_var_dir_is_refused_before_it_empties_it(
     assert (var / "logs" / "scheduler.log").read_text() == "the running demo's log"
 
 
+def test_a_demo_whose_lock_file_cannot_be_made_runs_as_before(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lock beside --var-dir is made in its parent, which may take no file (``--var-dir /data`` under a
+    root-owned ``/``): the demo exited 2 where it used to run. It warns and runs. The crawl itself is stood in for
+    (it is what tests/e2e/test_demo.py runs); the lock is a real one on a path no file can have."""
+    from icecrawler.datalock import DataLock
+    from icecrawler_local import demo
+
+    (tmp_path / "a-file").write_text("")
+    monkeypatch.setattr(demo, "var_dir_lock", lambda var_dir: DataLock(tmp_path / "a-file" / ".var.lock", "demo"))
+    ran: list[Path] = []
+
+    def crawl(self: object, args: object, scenario: object, var_dir: Path, output_dir: Path) -> int:
+        ran.append(var_dir)
+        return 0
+
+    monkeypatch.setattr(demo.Demo, "_run_locked", crawl)
+    var = tmp_path / "var"
+    assert main(["demo", "--duration", "1", "--var-dir", str(var), "--output-dir", str(tmp_path / "out")]) == 0
+    assert ran == [var]
+    out = capsys.readouterr().out
+    assert "icecrawler demo: warning: cannot create the lock file" in out and "would not be refused" in out
+
+
 def test_demo_takes_a_drain_timeout_of_0() -> None:
     """``--drain-timeout 0`` (summarize at the cut-off, no drain) ran before the numeric options were checked."""
     from icecrawler_local.demo import bad_numbers

@@ -362,6 +362,18 @@ def test_a_port_in_use_is_named_in_the_error(capsys: pytest.CaptureFixture[str])
     assert f"cannot listen on 127.0.0.1:{port}: Address already in use" in err and "--port" in err, err
 
 
+def test_a_truth_file_it_cannot_write_is_named_not_taken_for_a_port(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Any OSError of the start read as "cannot listen on HOST:PORT" with port advice: a --truth-file that is a
+    folder said ``cannot listen on 127.0.0.1:0: Is a directory``, naming neither the file nor what to change."""
+    from icecrawler_cli.cli import main
+
+    assert main(["sandbox", "--host", "127.0.0.1", "--port", "0", "--truth-file", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert str(tmp_path) in err and "cannot listen" not in err and "--port" not in err, err
+
+
 def test_a_connection_reset_by_the_peer_prints_no_traceback(
     server: SandboxServer, capfd: pytest.CaptureFixture[str]
 ) -> None:
