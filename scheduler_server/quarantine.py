@@ -107,12 +107,18 @@ def decode_record(key: bytes, raw: bytes) -> TaskRecord:
     return record
 
 
+#: Opcodes that store into pickle's memo at an index they name: ``pickle`` grows the memo to that index first, so a
+#: damaged byte that reads as one asks for gigabytes. The codec's pickles (protocol 5) memoize with MEMOIZE only.
+_MEMO_PUTS = frozenset({"PUT", "BINPUT", "LONG_BINPUT"})
+
+
 def _unparsable(raw: bytes) -> str | None:
-    """Why ``raw`` is no well-formed pickle (None if it is): ``pickletools.genops`` reads each length-prefixed
-    argument from a buffer, so an absurd length fails without allocating it."""
+    """Why ``raw`` is no well-formed record pickle (None if it is): ``pickletools.genops`` reads each length-prefixed
+    argument from a buffer, so an absurd length fails without allocating it; an explicit memo store is damage."""
     try:
-        for _ in pickletools.genops(io.BytesIO(raw)):
-            pass
+        for opcode, argument, position in pickletools.genops(io.BytesIO(raw)):
+            if opcode.name in _MEMO_PUTS:
+                return f"a memo store ({opcode.name} {argument}) at byte {position}, which no record holds"
     except _DAMAGE as exc:
         return str(exc)
     return None

@@ -403,3 +403,22 @@ def test_a_damaged_length_that_asks_for_too_much_memory_is_damage() -> None:
     bad = b"\x80\x05\x8e" + (1 << 60).to_bytes(8, "little") + b"short"
     with pytest.raises(UndecodableRecord, match="MemoryError"):
         decode_record(DAMAGED.encode(), bad)
+
+
+def test_a_damaged_memo_index_that_asks_for_too_much_memory_is_damage(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stray LONG_BINPUT (a damaged byte that reads as one) makes ``pickle`` grow its memo to the index it names,
+    gigabytes, before anything fails: a MemoryError where memory is bounded. The bytes still parse as opcodes, so
+    the record counted as healthy and every call that read it failed again. The codec's pickles memoize with MEMOIZE
+    only, so an explicit PUT is damage. (``pickle.loads`` stands in for the allocation, which would take the memory.)"""
+    raw = TaskRecord(id=DAMAGED, kind="user", source="weibo_pc", target="2").to_bytes()
+    first_memo = raw.index(b"\x94") + 1
+    bad = raw[:first_memo] + b"r" + (0x7FFFFFF0).to_bytes(4, "little") + raw[first_memo:]
+
+    def short_of_memory(data: bytes) -> object:
+        raise MemoryError()
+
+    monkeypatch.setattr("scheduler_server.codec.pickle.loads", short_of_memory)
+    with pytest.raises(UndecodableRecord, match="MemoryError"):
+        decode_record(DAMAGED.encode(), bad)
+    with pytest.raises(MemoryError):  # the same record undamaged: a short memory, not damage
+        decode_record(DAMAGED.encode(), raw)
