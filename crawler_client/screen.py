@@ -3,8 +3,9 @@
 A Slice ``string`` is UTF-8, a Slice ``long`` is signed 64-bit and an ``int`` 32-bit: a text holding a lone
 surrogate (``\\ud800``, which ``json.loads`` lets through from a page's ``\\ud800`` escape), an id outside a
 ``long`` or a count outside an ``int`` (a post's likes, a review's score) makes the whole write call fail before it
-leaves the client. A count is clamped into the ``int`` range (``clamp_counts``: a parser reading "30亿" likes
-should not cost the post its text); a record with a text or an id the wire cannot carry can never be stored, so it
+leaves the client. A count is clamped into the ``int`` range (``clamp_counts``): the built-in parsers clamp theirs
+already (``sources._counts.parse_count``), a source outside the tree may not, and its count should not cost the post
+its text; a record with a text or an id the wire cannot carry can never be stored, so it
 is dropped alone (logged and counted) and its batch goes on. Everything else (over-long texts, malformed ids and
 times, a clamped count the server finds invalid) is the storage server's call: it rejects exactly those records by
 index (``InvalidRecords``) and stores the rest.

@@ -207,8 +207,9 @@ class SchedulerCore:
     def resumed_state(self, state: dict[str, Any]) -> dict[str, Any]:
         """A task's stored policy state as this policy goes on from it: one written under another
         ``scheduler.policy`` (changed between restarts) or by an older version lacks keys, which start as a new
-        task's (``shhd.policies.resume_state``); one with every key, the common case, is returned as it is."""
-        return state if self._state_keys <= state.keys() else resume_state(self.policy, state)
+        task's, and keys this policy does not know are dropped (``shhd.policies.resume_state``); one with exactly its
+        keys, the common case, is returned as it is."""
+        return state if state.keys() == self._state_keys else resume_state(self.policy, state)
 
     # --- group commit (the steps are described in ``groups``) ------------------------------------------------
 
@@ -613,7 +614,7 @@ class SchedulerCore:
         """``scheduler.max_period_s``, or the rate policy's longer one under a budget too small for it
         (``budget.rebalance_budget``): clamped to the configured one, the periods spent several times the budget."""
         if isinstance(self.policy, BudgetedPolicy):
-            return max(self.config.max_period_s, self.policy.longest_period_s)
+            return self.policy.longest_period_s  # never below max_period_s, which the policy was made with
         return self.config.max_period_s
 
     def _observe(self, txn: Txn, record: TaskRecord, item: Report, now_ms: int) -> float:

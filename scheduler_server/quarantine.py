@@ -26,6 +26,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from icecrawler.shards import task_source
 from scheduler_server.codec import TaskRecord, decode_lease, time_key
 from scheduler_server.queues import TaskQueues
 from scheduler_server.startup import GAP_KEY
@@ -40,6 +41,7 @@ __all__ = [
     "Quarantined",
     "RecordQuarantined",
     "UndecodableRecord",
+    "damage_of",
     "decode_record",
     "decoded",
     "drop_shadowed",
@@ -110,6 +112,12 @@ def decode_record(key: bytes, raw: bytes) -> TaskRecord:
 #: Opcodes that store into pickle's memo at an index they name: ``pickle`` grows the memo to that index first, so a
 #: damaged byte that reads as one asks for gigabytes. The codec's pickles (protocol 5) memoize with MEMOIZE only.
 _MEMO_PUTS = frozenset({"PUT", "BINPUT", "LONG_BINPUT"})
+
+
+def damage_of(raw: bytes) -> str:
+    """What is wrong with quarantined bytes, read without decoding them (``pickle`` may allocate what a damaged
+    length asks for): where they stop being a record's pickle, else a pointer to the log line of the decode error."""
+    return _unparsable(raw) or "they do not decode; the scheduler's log says why, from when they were set aside"
 
 
 def _unparsable(raw: bytes) -> str | None:
@@ -250,8 +258,7 @@ def settle_quarantined(core: SchedulerCore) -> None:
         if item.state:
             core.counts[item.state] -= 1
         if item.state == "inflight":
-            source = item.task_id.split(":", 2)[1] if item.task_id.count(":") >= 2 else ""
-            if (host := core.config.hosts.get(source)) is not None:
+            if (host := core.config.hosts.get(task_source(item.task_id))) is not None:
                 core.gate.ended(host, wall)
             core.accounts.ended(item.lease_token)
     for task_id, why in released:

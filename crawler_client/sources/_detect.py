@@ -66,7 +66,9 @@ class Marker:
 #: Failed visits in a row after which an empty page before the pager's last is the end of what the site shows, not
 #: a throttled answer: a pager may count items nobody is shown (Weibo's posts of an account that shows only its last
 #: half year or hides some, JD's folded reviews past the pages it serves), and every visit then meets the same empty
-#: page; Busy for ever would fail each crawl, keep its cursor and walk the whole list again.
+#: page; Busy for ever would fail each crawl, keep its cursor and walk the whole list again. The JSON feeds' end before
+#: the cursor (``_weibo.END_AFTER_CURSOR_RETRIES``) waits longer, six: they meet an early end only once the cursor's
+#: own post is out of view, where a pager that counts hidden items meets its empty page at every deep walk.
 EMPTY_PAGE_RETRIES = 3
 
 

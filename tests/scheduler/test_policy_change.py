@@ -61,3 +61,12 @@ def test_another_policy_goes_on_with_tasks_the_rate_policy_scheduled(
         assert info["crawls"] == 5 and info["last_outcome"] == "Ok"
         assert 10.0 <= info["period_s"] <= 86400.0
         assert core.policy.initial_state().keys() <= info["policy_state"].keys()
+
+
+def test_the_core_drops_keys_its_policy_does_not_know(store: QueueStore, clocks: ManualClocks) -> None:
+    """The core's shortcut took a state holding every key of its policy as it was, extra keys too: a rate state
+    passed on by ``fixed`` (which keeps what it is given) kept the old ``last_s`` when rate was chosen again."""
+    core = SchedulerCore.from_settings(make_settings(**RATE_SETTINGS), store, clocks)
+    whole = core.policy.initial_state()
+    assert core.resumed_state(whole) is whole
+    assert core.resumed_state({**whole, "ssthresh_s": 60.0}) == whole
