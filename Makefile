@@ -6,8 +6,8 @@
 VENV := .venv
 BIN := $(VENV)/bin
 
-# The tests `make check` runs: no HBase, no JDK, no multi-process end-to-end runs, no wheel build (2 277 tests on
-# 2026-12-07, sixteenth session; 2 463 in all with `make test`). On the 2-vCPU development VM, idle (load average under 1), the whole `make check`
+# The tests `make check` runs: no HBase, no JDK, no multi-process end-to-end runs, no wheel build (2 581 tests on
+# 2026-12-08, seventeenth session; 2 770 in all with `make test`). On the 2-vCPU development VM, idle (load average under 1), the whole `make check`
 # (set-up check, ruff, the format check, lint-imports, a warm mypy, pytest) took 4 min 2 s of wall time when it ran
 # 1 741 tests, pytest 4 min of it (the client tests 72 s, the scheduler's 67 s, foundation 52 s). A busy machine takes
 # more: the 1 886 took 6 min 4 s of pytest while a kill -9 harness and other helpers ran.
